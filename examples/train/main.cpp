@@ -1,0 +1,204 @@
+// gossamer-train: decentralised training of a Fashion-MNIST classifier.
+//
+//   gossamer-train --config examples/configs/quickstart-crossover.yaml
+//       launches world_size peers as processes on this machine (zmq over
+//       loopback), or as threads when transport.kind is inproc;
+//   gossamer-train --config x.yaml --rank R --rendezvous DIR
+//       runs one rank (multi-host runs: DIR on a shared file system).
+//
+// Rank 0 prints one progress line per epoch and, last, a one-line JSON summary.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "dataset.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/zmq.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+using gossamer::Config;
+namespace train = gossamer::train;
+
+void printEpoch(const Config& c, const train::EpochMetrics& m) {
+  std::printf(
+      "epoch %d/%d  loss %.4f  test acc (avg model) %.2f%%  (rank 0) %.2f%%  consensus %.3e  "
+      "sent/peer %.1f MB  %.1f s\n",
+      m.epoch, c.training.epochs, m.trainLoss, 100 * m.testAccuracyAverage, 100 * m.testAccuracyRank0,
+      m.consensusDistance, m.bytesSentPerPeer / 1e6, m.seconds);
+  std::fflush(stdout);
+}
+
+void emitSummary(const std::string& json, const std::string& path) {
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);
+  if (!path.empty()) {
+    std::ofstream out(path);
+    out << json << '\n';
+    if (!out) throw gossamer::Error("cannot write summary to '" + path + "'");
+  }
+}
+
+gossamer::Registry makeRegistry(std::shared_ptr<gossamer::inproc::Fabric> fabric) {
+  gossamer::Registry r;
+  gossamer::zmq::registerWith(r);
+  if (fabric) gossamer::inproc::registerWith(r, std::move(fabric));
+  gossamer::topologies::registerBuiltins(r);
+  gossamer::optimizers::registerBuiltins(r);
+  return r;
+}
+
+train::FashionMnist loadData(const Config& c) {
+  return train::loadFashionMnist(c.data.path, c.data.trainLimit, c.data.testLimit, c.data.standardize);
+}
+
+// One rank of a multi-process job.
+int runOneRank(const Config& c, int rank, const std::string& rendezvous, const std::string& summaryPath) {
+  const auto data = loadData(c);
+  gossamer::FileStore store(rendezvous);
+  const auto registry = makeRegistry(nullptr);
+  const auto s = train::runRank(c, rank, data, store, registry,
+                                [&](const train::EpochMetrics& m) { printEpoch(c, m); });
+  if (rank == 0) emitSummary(train::summaryJson(s, c), summaryPath);
+  return 0;
+}
+
+// Every rank as a thread of this process over the inproc transport.
+int runThreads(const Config& c, const std::string& summaryPath) {
+  const auto data = loadData(c);
+  auto fabric = gossamer::inproc::makeFabric(c.worldSize);
+  const auto registry = makeRegistry(fabric);
+  gossamer::MemoryStore store;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize));
+  train::TrainSummary summary0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.worldSize; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto s = train::runRank(c, r, data, store, registry,
+                                [&](const train::EpochMetrics& m) { printEpoch(c, m); });
+        if (r == 0) summary0 = std::move(s);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < c.worldSize; ++r)
+    if (errors[static_cast<std::size_t>(r)]) {
+      try {
+        std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gossamer-train rank %d: error: %s\n", r, e.what());
+      }
+      return 1;
+    }
+  emitSummary(train::summaryJson(summary0, c), summaryPath);
+  return 0;
+}
+
+// Launches every rank as a child process and waits for them. A rank that
+// fails makes its peers fail within the transport timeout (PeerFailure or
+// TimeoutError); the launcher only reports, and reaps stragglers after that.
+int launchProcesses(const Config& c, const std::string& configPath, const std::string& summaryPath) {
+  char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
+  if (!mkdtemp(tmpl)) throw gossamer::Error("cannot create a rendezvous directory in /tmp");
+  const std::string rendezvous = tmpl;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < c.worldSize; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) throw gossamer::Error("fork failed");
+    if (pid == 0) {
+      std::vector<std::string> args = {"gossamer-train", "--config", configPath, "--rank", std::to_string(r),
+                                       "--rendezvous", rendezvous};
+      if (r == 0 && !summaryPath.empty()) {
+        args.push_back("--summary-json");
+        args.push_back(summaryPath);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);  // in the child only: exec failed
+    }
+    pids.push_back(pid);
+  }
+  int failures = 0;
+  std::size_t alive = pids.size();
+  std::optional<std::chrono::steady_clock::time_point> firstFailure;
+  const double grace = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      --alive;
+      const auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) {
+        ++failures;
+        if (WIFSIGNALED(status))
+          std::fprintf(stderr, "gossamer-train: rank %ld was killed by signal %d\n", static_cast<long>(rank),
+                       WTERMSIG(status));
+        else
+          std::fprintf(stderr, "gossamer-train: rank %ld exited with status %d\n", static_cast<long>(rank),
+                       WEXITSTATUS(status));
+        if (!firstFailure) firstFailure = std::chrono::steady_clock::now();
+      }
+      continue;
+    }
+    if (firstFailure &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - *firstFailure).count() > grace) {
+      std::fprintf(stderr, "gossamer-train: stopping ranks still running %.0f s after a failure\n", grace);
+      for (pid_t p : pids) kill(p, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(rendezvous, ec);
+  if (failures) std::fprintf(stderr, "gossamer-train: %d of %d ranks failed\n", failures, c.worldSize);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gossamer-train: decentralised training of a Fashion-MNIST classifier"};
+  std::string configPath, rendezvous, summaryPath;
+  int rank = -1;
+  app.add_option("--config", configPath, "YAML config (see README, 'YAML schema')")->required();
+  app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
+  app.add_option("--rendezvous", rendezvous, "rendezvous directory shared by all ranks (with --rank)");
+  app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const Config c = gossamer::loadConfig(configPath);
+    if (rank >= 0) {
+      if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
+      if (rank >= c.worldSize)
+        throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
+                                        std::to_string(c.worldSize));
+      return runOneRank(c, rank, rendezvous, summaryPath);
+    }
+    if (c.transport.kind == "inproc") return runThreads(c, summaryPath);
+    return launchProcesses(c, configPath, summaryPath);
+  } catch (const std::exception& e) {
+    if (rank >= 0)
+      std::fprintf(stderr, "gossamer-train rank %d: error: %s\n", rank, e.what());
+    else
+      std::fprintf(stderr, "gossamer-train: error: %s\n", e.what());
+    return 1;
+  }
+}

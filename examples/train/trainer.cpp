@@ -1,0 +1,170 @@
+// Per-rank training loop of gossamer-train.
+#include "trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "model.hpp"
+
+namespace gossamer::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Model makeModel(const Config& c, int inputs, int classes) {
+  if (c.model.kind == "softmax") return Model::softmax(inputs, classes);
+  return Model::mlp(inputs, c.model.hidden, classes);
+}
+
+// Serves this rank's mini-batches: its shard, reshuffled at every pass.
+class BatchSampler {
+ public:
+  BatchSampler(std::vector<int> shard, std::uint64_t seed) : shard_(std::move(shard)), rng_(seed) {
+    GOSSAMER_ENFORCE(!shard_.empty(), "empty shard");
+    std::shuffle(shard_.begin(), shard_.end(), rng_);
+  }
+  void next(const Dataset& d, int batch, RowMatrix& x, std::vector<std::uint8_t>& y) {
+    x.resize(batch, d.images.cols());
+    y.resize(static_cast<std::size_t>(batch));
+    for (int b = 0; b < batch; ++b) {
+      if (pos_ == shard_.size()) {
+        pos_ = 0;
+        std::shuffle(shard_.begin(), shard_.end(), rng_);
+      }
+      const int idx = shard_[pos_++];
+      x.row(b) = d.images.row(idx);
+      y[static_cast<std::size_t>(b)] = d.labels[static_cast<std::size_t>(idx)];
+    }
+  }
+
+ private:
+  std::vector<int> shard_;
+  std::mt19937_64 rng_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
+                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch) {
+  const auto start = Clock::now();
+  const int n = config.worldSize;
+  const int batch = config.training.batchSize;
+  const int stepsPerEpoch = data.train.size() / (n * batch);
+  if (stepsPerEpoch < 1)
+    throw ConfigError(config.sourceFile, 0, "training.batch_size",
+                      "the training set (" + std::to_string(data.train.size()) + " samples) is smaller than "
+                      "world_size * batch_size = " + std::to_string(n * batch));
+
+  auto shards = partitionIndices(data.train.labels, data.train.numClasses, n, config.data.partition,
+                                 config.data.dirichletAlpha, config.seed);
+  BatchSampler sampler(std::move(shards[static_cast<std::size_t>(rank)]),
+                       topologies::splitmix64(config.seed ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
+  Model model = makeModel(config, static_cast<int>(data.train.images.cols()), data.train.numClasses);
+  std::vector<float> params(model.numParams()), grads(model.numParams()), average(model.numParams());
+  model.init(params, config.seed);  // same seed on every rank: identical starting models
+
+  Agent agent(config, rank, store, registry);
+  try {
+    auto& optimizer = agent.makeOptimizer(model.tensorSizes());
+    TrainSummary summary;
+    summary.algorithm = config.algorithm.name;
+    summary.worldSize = n;
+    summary.epochs = config.training.epochs;
+    summary.stepsPerEpoch = stepsPerEpoch;
+    RowMatrix x;
+    std::vector<std::uint8_t> y;
+    double trainBytes = 0;
+    for (int epoch = 1; epoch <= config.training.epochs; ++epoch) {
+      const auto epochStart = Clock::now();
+      const auto before = agent.transport().stats().bytesSent;
+      double lossSum = 0;
+      for (int s = 0; s < stepsPerEpoch; ++s) {
+        sampler.next(data.train, batch, x, y);
+        lossSum += model.lossAndGradient(params, x, y.data(), grads);
+        optimizer.step(params, grads);
+      }
+      optimizer.flush(params);
+      trainBytes += static_cast<double>(agent.transport().stats().bytesSent - before);
+
+      // Evaluation collectives: [loss sum, training bytes], then the average model.
+      double sums[2] = {lossSum / stepsPerEpoch, trainBytes};
+      agent.communicator().allreduce(std::span<double>(sums, 2), ReduceOp::kAverage);
+      std::copy(params.begin(), params.end(), average.begin());
+      agent.average(average);
+      double dist = 0;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const double d = static_cast<double>(average[i]) - static_cast<double>(params[i]);
+        dist += d * d;
+      }
+      agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
+
+      EpochMetrics m;
+      m.epoch = epoch;
+      m.trainLoss = sums[0];
+      m.bytesSentPerPeer = sums[1];
+      m.consensusDistance = dist;
+      m.testAccuracyAverage = m.testAccuracyRank0 = std::numeric_limits<double>::quiet_NaN();
+      if (rank == 0) {
+        m.testAccuracyRank0 = model.accuracy(params, data.test);
+        m.testAccuracyAverage = model.accuracy(average, data.test);
+      }
+      m.seconds = since(epochStart);
+      summary.history.push_back(m);
+      if (rank == 0 && onEpoch) onEpoch(m);
+    }
+    const auto& last = summary.history.back();
+    summary.testAccuracy = last.testAccuracyAverage;
+    summary.testAccuracyRank0 = last.testAccuracyRank0;
+    summary.consensusDistance = last.consensusDistance;
+    summary.bytesSentPerPeer = last.bytesSentPerPeer;
+    summary.wallSeconds = since(start);
+    agent.close();
+    return summary;
+  } catch (...) {
+    agent.abort();  // do not linger on messages to peers that are gone
+    throw;
+  }
+}
+
+std::string summaryJson(const TrainSummary& s, const Config& c) {
+  nlohmann::json j;
+  j["algorithm"] = s.algorithm;
+  j["world_size"] = s.worldSize;
+  j["epochs"] = s.epochs;
+  j["test_accuracy"] = s.testAccuracy;
+  j["test_accuracy_rank0"] = s.testAccuracyRank0;
+  j["consensus_distance"] = s.consensusDistance;
+  j["bytes_sent_per_peer"] = s.bytesSentPerPeer;
+  j["wall_seconds"] = s.wallSeconds;
+  j["steps_per_epoch"] = s.stepsPerEpoch;
+  j["transport"] = c.transport.kind;
+  j["topology"] = c.topology.kind;
+  j["model"] = c.model.kind;
+  j["partition"] = c.data.partition;
+  j["batch_size"] = c.training.batchSize;
+  j["learning_rate"] = c.training.learningRate;
+  nlohmann::json hist = nlohmann::json::array();
+  for (const auto& m : s.history)
+    hist.push_back({{"epoch", m.epoch},
+                    {"train_loss", m.trainLoss},
+                    {"test_accuracy", m.testAccuracyAverage},
+                    {"test_accuracy_rank0", m.testAccuracyRank0},
+                    {"consensus_distance", m.consensusDistance},
+                    {"bytes_sent_per_peer", m.bytesSentPerPeer},
+                    {"seconds", m.seconds}});
+  j["history"] = hist;
+  return j.dump();
+}
+
+}  // namespace gossamer::train

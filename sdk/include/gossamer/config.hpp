@@ -1,0 +1,86 @@
+// Run configuration loaded from YAML. The schema is documented in README.md
+// ("YAML schema") and examples live in examples/configs/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gossamer {
+
+/// `transport:` section.
+struct TransportConfig {
+  std::string kind = "zmq";          ///< "zmq" or "inproc".
+  std::string host = "127.0.0.1";    ///< Address zmq binds to (ports are ephemeral, published in the store).
+  std::string protocol = "tcp";      ///< zmq endpoint protocol: "tcp" or "ipc".
+  double timeoutSeconds = 30.0;      ///< Bound on every network wait, seconds (> 0).
+  double lingerSeconds = 5.0;        ///< On close: how long queued sends may still be delivered, seconds (>= 0).
+};
+
+/// `topology:` section.
+struct TopologyConfig {
+  std::string kind = "fair_roulette";  ///< "fair_roulette" (paper 004, Alg. 2) or "ring".
+};
+
+/// `algorithm:` section.
+struct AlgorithmConfig {
+  std::string name = "crossover_sgd";  ///< "crossover_sgd" (paper 004, Alg. 1) or "allreduce_sgd".
+  int segments = 4;                    ///< Crossover-SGD segments S (>= 1).
+  int interval = 1;                    ///< Local steps between exchanges (>= 1).
+};
+
+/// `model:` section.
+struct ModelConfig {
+  std::string kind = "mlp";       ///< "mlp" (ReLU MLP) or "softmax" (softmax regression).
+  std::vector<int> hidden{128};   ///< Hidden layer widths of the MLP (each >= 1).
+};
+
+/// `data:` section.
+struct DataConfig {
+  std::string path = "/usr/share/datasets/fashion-mnist";  ///< Folder with the four IDX .gz files.
+  std::string partition = "iid";  ///< "iid" or "non_iid" (Dirichlet label skew per peer).
+  double dirichletAlpha = 0.5;    ///< non_iid concentration (> 0); smaller is more skewed.
+  bool standardize = true;        ///< Standardise inputs with the training-set mean and std.
+  int trainLimit = 0;             ///< Use only the first N training images (0 = all).
+  int testLimit = 0;              ///< Use only the first N test images (0 = all).
+};
+
+/// `training:` section.
+struct TrainingConfig {
+  int epochs = 3;               ///< Passes over the (sharded) training set (>= 1).
+  int batchSize = 32;           ///< Per-peer mini-batch, samples (>= 1).
+  double learningRate = 0.01;   ///< SGD step size (>= 0).
+  double momentum = 0.9;        ///< Heavy-ball momentum in [0, 1).
+  double weightDecay = 0.0;     ///< L2 coefficient (>= 0).
+};
+
+/// A whole run: what every peer of one job agrees on.
+struct Config {
+  std::string sourceFile;  ///< File the config was read from ("" when built in code).
+  int worldSize = 4;       ///< Number of peers (>= 1).
+  std::uint64_t seed = 42; ///< Shared seed: initial model, shards, topology.
+  TransportConfig transport;
+  TopologyConfig topology;
+  AlgorithmConfig algorithm;
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+};
+
+/// Reads and validates a YAML config file.
+///
+/// Every key is checked: unknown keys, wrong types and out-of-range values throw
+/// ConfigError naming the file, the 1-based line and the dotted key. Missing
+/// keys keep the defaults above.
+/// @throws ConfigError on any problem, including an unreadable file or bad YAML.
+Config loadConfig(const std::string& path);
+
+/// Same as loadConfig, from YAML text; `name` is used as the file in errors.
+/// @throws ConfigError
+Config parseConfig(const std::string& yamlText, const std::string& name = "<string>");
+
+/// Checks cross-field constraints of an in-code Config (ranges, known names).
+/// @throws ConfigError (line 0) naming the key.
+void validateConfig(const Config& config);
+
+}  // namespace gossamer

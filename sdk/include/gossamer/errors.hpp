@@ -1,0 +1,98 @@
+// Error types of the Gossamer SDK.
+//
+// Two tiers (see docs/errors in README): GOSSAMER_ENFORCE for broken invariants
+// and bad API arguments (throws InvalidArgument with file, line and the failed
+// condition), and an exception hierarchy for what comes from outside:
+// configuration, frames off the wire, timeouts and dead peers. The library
+// never calls exit() or abort().
+#pragma once
+
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace gossamer {
+
+/// Base class of every exception thrown by Gossamer.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A bad argument to a public API call or a broken invariant.
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& what) : Error(what) {}
+};
+
+/// A configuration error. `file()`, `line()` (1-based; 0 when unknown) and
+/// `key()` (dotted path such as "training.batch_size") locate it.
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string file, int line, std::string key, const std::string& msg);
+  const std::string& file() const noexcept { return file_; }
+  int line() const noexcept { return line_; }
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string file_;
+  int line_;
+  std::string key_;
+};
+
+/// A malformed frame received from a peer. `peer()` is the rank the bytes came
+/// from (-1 when unknown) and `offset()` the byte offset of the bad field within
+/// the frame.
+class ProtocolError : public Error {
+ public:
+  ProtocolError(int peer, std::size_t offset, const std::string& msg);
+  int peer() const noexcept { return peer_; }
+  std::size_t offset() const noexcept { return offset_; }
+
+ private:
+  int peer_;
+  std::size_t offset_;
+};
+
+/// A wait that did not complete within its timeout.
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& what) : Error(what) {}
+};
+
+/// A peer that left (closed its agent) or died while others still needed it.
+class PeerFailure : public Error {
+ public:
+  PeerFailure(int peer, const std::string& msg);
+  int peer() const noexcept { return peer_; }
+
+ private:
+  int peer_;
+};
+
+/// A request that was cancelled (Request::cancel or Transport::close) before it
+/// completed.
+class Cancelled : public Error {
+ public:
+  explicit Cancelled(const std::string& what) : Error(what) {}
+};
+
+namespace detail {
+[[noreturn]] void enforceFailed(const char* file, int line, const char* cond,
+                                const std::string& msg);
+}  // namespace detail
+
+}  // namespace gossamer
+
+/// Throws gossamer::InvalidArgument naming file, line, the condition and a
+/// message built from the stream arguments: GOSSAMER_ENFORCE(n > 0, "n=" << n).
+#define GOSSAMER_ENFORCE(cond, msg)                                         \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::ostringstream gossamer_enforce_os_;                              \
+      gossamer_enforce_os_ << msg;                                          \
+      ::gossamer::detail::enforceFailed(__FILE__, __LINE__, #cond,          \
+                                        gossamer_enforce_os_.str());        \
+    }                                                                       \
+  } while (0)

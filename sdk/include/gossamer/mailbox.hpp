@@ -1,0 +1,91 @@
+// Message matching for transport implementers: posted receives against
+// arrived ("unexpected") messages, per tag, FIFO per (source, tag).
+#pragma once
+
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gossamer/transport.hpp"
+
+namespace gossamer {
+
+namespace detail {
+
+/// Shared state behind a Request. Lock order: Mailbox::mu_ before mu.
+struct RequestState {
+  enum class Status { kPending, kDone, kFailed, kCancelled };
+  std::mutex mu;
+  std::condition_variable cv;
+  Status status = Status::kPending;
+  std::exception_ptr error;
+  int peer = -1;
+  std::size_t bytes = 0;
+  std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
+
+  void complete(int peerRank, std::size_t n);
+  void fail(std::exception_ptr e);
+};
+
+std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);
+
+}  // namespace detail
+
+/// An arrived message's bytes and whatever owns them (a vector, a zmq message).
+struct InboundPayload {
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+};
+
+/// Matches arriving messages with posted receives. Thread-safe.
+class Mailbox {
+ public:
+  explicit Mailbox(int worldSize);
+
+  /// A message arrived from `source`. Completes the oldest matching posted
+  /// receive, or queues the message.
+  void deliver(int source, const Tag& tag, InboundPayload payload);
+
+  /// Posts a receive into `buffer` from any rank in `sources` under `tag`.
+  Request post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer);
+
+  /// Marks `rank` as gone: pending receives whose every source is gone fail
+  /// with `why`; later posts that cannot be matched fail at once.
+  void peerGone(int rank, std::exception_ptr why);
+  bool isGone(int rank) const;
+
+  /// Cancels every pending receive and rejects later posts.
+  void close();
+
+  /// Number of queued, unmatched messages (for tests and diagnostics).
+  std::size_t unexpectedCount() const;
+
+ private:
+  struct Posted {
+    std::vector<int> sources;
+    std::span<std::byte> buffer;
+    std::shared_ptr<detail::RequestState> state;
+  };
+  struct Arrived {
+    int source;
+    InboundPayload payload;
+  };
+  bool allGoneLocked(const std::vector<int>& sources) const;
+  std::exception_ptr goneErrorLocked(const std::vector<int>& sources) const;
+  static void fill(const Posted& p, int source, const InboundPayload& payload);
+
+  mutable std::mutex mu_;
+  int worldSize_;
+  bool closed_ = false;
+  std::unordered_map<std::uint64_t, std::list<Posted>> posted_;
+  std::unordered_map<std::uint64_t, std::deque<Arrived>> arrived_;
+  std::vector<std::exception_ptr> gone_;  ///< per rank: null while alive
+  std::size_t arrivedCount_ = 0;
+};
+
+}  // namespace gossamer

@@ -1,0 +1,66 @@
+// Registry of named components, filled by the caller: no process-global
+// state and no central switch to edit when adding an algorithm.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/config.hpp"
+#include "gossamer/optimizer.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/topology.hpp"
+#include "gossamer/transport.hpp"
+
+namespace gossamer {
+
+/// What a transport factory gets.
+struct TransportContext {
+  const Config& config;
+  int rank;
+  Store& store;
+};
+
+/// What an optimizer factory gets. `tensorSizes` are the element counts of the
+/// model's tensors in flat order.
+struct OptimizerContext {
+  const Config& config;
+  Transport& transport;
+  Communicator& communicator;
+  const Topology& topology;
+  const std::vector<std::size_t>& tensorSizes;
+};
+
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
+using TopologyFactory = std::function<std::unique_ptr<Topology>(const Config&)>;
+using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(const OptimizerContext&)>;
+
+/// Name -> factory maps for transports (config `transport.kind`), topologies
+/// (`topology.kind`) and optimizers (`algorithm.name`).
+class Registry {
+ public:
+  /// @throws InvalidArgument if the name is empty or already registered.
+  void addTransport(const std::string& name, TransportFactory f);
+  void addTopology(const std::string& name, TopologyFactory f);
+  void addOptimizer(const std::string& name, OptimizerFactory f);
+
+  /// @throws ConfigError (key transport.kind / topology.kind / algorithm.name)
+  ///         listing the registered names when `name` is unknown.
+  const TransportFactory& transport(const std::string& name) const;
+  const TopologyFactory& topology(const std::string& name) const;
+  const OptimizerFactory& optimizer(const std::string& name) const;
+
+  std::vector<std::string> transportNames() const;
+  std::vector<std::string> topologyNames() const;
+  std::vector<std::string> optimizerNames() const;
+
+ private:
+  std::map<std::string, TransportFactory> transports_;
+  std::map<std::string, TopologyFactory> topologies_;
+  std::map<std::string, OptimizerFactory> optimizers_;
+};
+
+}  // namespace gossamer

@@ -1,0 +1,71 @@
+// Rendezvous key-value stores, separate from the data path: peers publish
+// their endpoints and wait for each other's.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gossamer {
+
+/// Rendezvous store. Keys are non-empty strings of [A-Za-z0-9._/-]; values are
+/// arbitrary bytes. Thread-safe.
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// Sets `key` to `value` (overwrites). @throws InvalidArgument for a bad key.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  /// Returns the value if the key is set, without waiting.
+  virtual std::optional<std::string> tryGet(const std::string& key) = 0;
+  /// Waits up to `timeoutSeconds` for `key`, then returns its value.
+  /// @throws TimeoutError naming the key.
+  std::string get(const std::string& key, double timeoutSeconds);
+  /// Waits up to `timeoutSeconds` in all for every key.
+  /// @throws TimeoutError naming the missing keys.
+  void wait(std::span<const std::string> keys, double timeoutSeconds);
+
+ protected:
+  /// Blocks until something may have changed or `seconds` passed. The default
+  /// sleeps with a short back-off; MemoryStore wakes on set().
+  virtual void idle(double seconds);
+};
+
+/// In-memory store for peers that are threads of one process.
+class MemoryStore final : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> tryGet(const std::string& key) override;
+
+ protected:
+  void idle(double seconds) override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> kv_;
+};
+
+/// Store on a shared directory, for processes on one host (or on a shared file
+/// system). set() writes a temp file and renames it, so readers never see a
+/// partial value.
+class FileStore final : public Store {
+ public:
+  /// @param dir directory; created if missing. @throws Error if it cannot be.
+  explicit FileStore(std::string dir);
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> tryGet(const std::string& key) override;
+  const std::string& dir() const noexcept { return dir_; }
+
+ private:
+  std::string pathOf(const std::string& key) const;
+  std::string dir_;
+};
+
+/// Validates a store key. @throws InvalidArgument.
+void checkStoreKey(const std::string& key);
+
+}  // namespace gossamer

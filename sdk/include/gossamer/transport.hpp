@@ -1,0 +1,130 @@
+// The Transport interface: tagged, non-blocking byte messages between ranks.
+//
+// Threading: a Transport may be used from several threads at once (isend and
+// irecv are thread-safe); each Request is used by one thread at a time.
+// Ownership: isend copies or hands off the bytes before it returns, so the
+// caller may reuse its buffer at once (the returned Request completes when the
+// transport has taken the message). irecv writes into the caller's buffer,
+// which must stay alive until the Request completes, fails or is cancelled;
+// after cancel() returns the buffer is never touched again.
+// Ordering: messages with the same (source, tag) are matched in send order.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gossamer/wire.hpp"
+
+namespace gossamer {
+
+namespace detail {
+struct RequestState;
+}
+
+/// Handle to one outstanding send or receive. Move-only.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&&) noexcept = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  /// Waits up to `timeoutSeconds` (>= 0). Returns true once the request has
+  /// completed, false if the time ran out.
+  /// @throws the request's failure (PeerFailure, ProtocolError, Cancelled).
+  bool waitFor(double timeoutSeconds);
+  /// Like waitFor but a timeout throws TimeoutError naming the peer(s) and tag.
+  void wait(double timeoutSeconds);
+  /// Non-blocking completion check. @throws the request's failure, like wait.
+  bool test();
+  /// Cancels a pending request; a no-op once it completed. After it returns
+  /// the receive buffer is not written any more.
+  void cancel();
+  /// Rank the matched message came from (receives); the destination (sends).
+  int peer() const;
+  /// Bytes received (receives) or sent (sends). Valid once completed.
+  std::size_t bytes() const;
+  bool valid() const noexcept { return static_cast<bool>(state_); }
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+/// Waits for every request, up to `timeoutSeconds` in all.
+/// @throws TimeoutError or the first request's failure.
+void waitAll(std::span<Request> requests, double timeoutSeconds);
+
+/// Counters kept by every transport (payload bytes, frame headers excluded).
+struct TransportStats {
+  std::uint64_t bytesSent = 0;
+  std::uint64_t bytesReceived = 0;
+  std::uint64_t messagesSent = 0;
+  std::uint64_t messagesReceived = 0;
+};
+
+/// Tagged non-blocking point-to-point messaging between the ranks of one job.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  /// Short name: "inproc", "zmq", ...
+  virtual std::string name() const = 0;
+  /// Default bound for waits on this transport's requests, seconds.
+  virtual double timeoutSeconds() const = 0;
+
+  /// Sends `data` (a whole number of `dtype` elements) to rank `dst` (which
+  /// may be this rank) under `tag`.
+  /// @throws InvalidArgument for a bad rank or size; PeerFailure if `dst` is
+  ///         known to be gone; Cancelled after close().
+  virtual Request isend(int dst, const Tag& tag, std::span<const std::byte> data,
+                        DType dtype = DType::kBytes) = 0;
+
+  /// Receives the next message under `tag` from any rank in `sources` into
+  /// `buffer`. Request::peer() tells which rank it came from and bytes() its
+  /// length. A message longer than the buffer fails the request with
+  /// ProtocolError. If every source has left or failed, the request fails
+  /// with PeerFailure.
+  /// @throws InvalidArgument for an empty or bad source list.
+  virtual Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) = 0;
+
+  /// Receive from one rank.
+  Request irecv(int source, const Tag& tag, std::span<std::byte> buffer) {
+    return irecv(std::span<const int>(&source, 1), tag, buffer);
+  }
+
+  /// Typed helpers over contiguous elements.
+  template <typename T>
+  Request isendOf(int dst, const Tag& tag, std::span<const T> data) {
+    return isend(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value);
+  }
+  template <typename T>
+  Request irecvOf(int source, const Tag& tag, std::span<T> data) {
+    return irecv(source, tag, std::as_writable_bytes(data));
+  }
+
+  /// Delivers what is queued (bounded by the transport's linger period), tells
+  /// the peers this rank is leaving, and cancels pending receives. Idempotent.
+  virtual void close() = 0;
+
+  /// Like close() but drops what is still queued instead of delivering it:
+  /// for error paths, where waiting for the linger period only delays the
+  /// report. Idempotent. The default calls close().
+  virtual void abort() { close(); }
+
+  virtual TransportStats stats() const = 0;
+};
+
+}  // namespace gossamer

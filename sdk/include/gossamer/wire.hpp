@@ -1,0 +1,128 @@
+// Tags, element types and the wire frame shared by every transport.
+//
+// Frame layout (little-endian, 48-byte header, then `payloadBytes` of payload):
+//
+//   off size field
+//     0   4  magic            0x524D5347 ("GSMR")
+//     4   2  version          kProtocolVersion
+//     6   1  kind             FrameKind (data, bye)
+//     7   1  dtype            DType of the payload elements
+//     8   4  source           rank of the sender
+//    12   1  op               Tag::op  (which collective / algorithm)
+//    13   1  reserved         must be 0
+//    14   2  segment          Tag::segment
+//    16   8  step             Tag::step (< 2^40)
+//    24   8  count            number of elements
+//    32   8  payloadBytes     == count * dtypeSize(dtype), <= kMaxPayloadBytes
+//    40   4  checksum         CRC-32 (zlib) of header (this field as 0) + payload
+//    44   4  reserved         must be 0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace gossamer {
+
+/// Element type of a payload. Transports move bytes; the dtype lets the
+/// receiver check that a frame holds what it expects.
+enum class DType : std::uint8_t { kBytes = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kInt64 = 4 };
+
+/// Size of one element of `t`, bytes. @throws InvalidArgument on an unknown value.
+std::size_t dtypeSize(DType t);
+
+/// Human-readable name ("float32", ...).
+const char* dtypeName(DType t);
+
+/// Maps C++ element types to DType.
+template <typename T> struct DTypeOf;
+template <> struct DTypeOf<std::byte> { static constexpr DType value = DType::kBytes; };
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
+template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
+template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::kInt32; };
+template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::kInt64; };
+
+/// Which part of the SDK a message belongs to: keeps the traffic of
+/// collectives, gossip and user code apart.
+enum class Op : std::uint8_t {
+  kUser = 0,
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kGossip = 4,
+  kControl = 5,
+};
+
+/// Message tag: (op, segment, step) packed into 64 bits (8 + 16 + 40 bits).
+/// Receives match on the whole tag.
+struct Tag {
+  static constexpr std::uint64_t kMaxStep = (std::uint64_t{1} << 40) - 1;
+  static constexpr std::uint32_t kMaxSegment = 0xFFFF;
+
+  Op op = Op::kUser;
+  std::uint32_t segment = 0;  ///< 0 .. kMaxSegment
+  std::uint64_t step = 0;     ///< 0 .. kMaxStep
+
+  /// Builds a tag. @throws InvalidArgument when segment or step is out of range.
+  static Tag make(Op op, std::uint64_t step, std::uint32_t segment = 0);
+  std::uint64_t packed() const noexcept {
+    return (std::uint64_t(op) << 56) | (std::uint64_t(segment) << 40) | step;
+  }
+  friend bool operator==(const Tag&, const Tag&) = default;
+};
+
+std::string toString(const Tag& tag);
+
+constexpr std::uint32_t kFrameMagic = 0x524D5347u;
+constexpr std::uint16_t kProtocolVersion = 1;
+constexpr std::size_t kFrameHeaderBytes = 48;
+/// Largest payload a frame may announce: 1 GiB. Protects receivers from
+/// allocating from an unchecked length.
+constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
+
+/// Frame kinds.
+enum class FrameKind : std::uint8_t { kData = 1, kBye = 2 };
+
+/// Decoded frame header.
+struct FrameHeader {
+  FrameKind kind = FrameKind::kData;
+  DType dtype = DType::kBytes;
+  std::uint32_t source = 0;
+  Tag tag;
+  std::uint64_t count = 0;
+  std::uint64_t payloadBytes = 0;
+  std::uint32_t checksum = 0;
+};
+
+/// Byte offsets of the header fields (used in ProtocolError offsets).
+namespace frame_offset {
+constexpr std::size_t kMagic = 0, kVersion = 4, kKind = 6, kDType = 7, kSource = 8, kOp = 12,
+                      kReserved1 = 13, kSegment = 14, kStep = 16, kCount = 24,
+                      kPayloadBytes = 32, kChecksum = 40, kReserved2 = 44;
+}  // namespace frame_offset
+
+using HeaderBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Encodes a header for `payload` and fills in its checksum.
+/// @throws InvalidArgument if payload.size() is not count * dtypeSize(dtype)
+///         or exceeds kMaxPayloadBytes.
+HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
+                              std::span<const std::byte> payload);
+
+/// Decodes and validates every header field (magic, version, kind, dtype,
+/// reserved bytes, segment/step ranges, count * dtype size == payloadBytes,
+/// payloadBytes <= kMaxPayloadBytes, source < worldSize). Does not check the
+/// checksum (that needs the payload: see verifyFramePayload).
+/// @param peer rank the bytes came from, for the error message (-1 if unknown).
+/// @throws ProtocolError naming `peer` and the byte offset of the bad field.
+FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int worldSize);
+
+/// Checks that `payload` has the announced length and the header's checksum.
+/// @throws ProtocolError (offset kPayloadBytes for a length mismatch,
+///         kChecksum for a checksum mismatch).
+void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& decoded,
+                        std::span<const std::byte> payload, int peer);
+
+}  // namespace gossamer

@@ -1,0 +1,110 @@
+#include "gossamer/agent.hpp"
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+namespace {
+template <typename F>
+const F& lookup(const std::map<std::string, F>& m, const std::string& name, const char* key) {
+  auto it = m.find(name);
+  if (it == m.end()) {
+    std::string known;
+    for (const auto& [k, v] : m) known += (known.empty() ? "" : ", ") + k;
+    throw ConfigError("", 0, key, "'" + name + "' is not registered (known: " + known + ")");
+  }
+  return it->second;
+}
+template <typename F>
+void insert(std::map<std::string, F>& m, const std::string& name, F f) {
+  GOSSAMER_ENFORCE(!name.empty(), "component name is empty");
+  GOSSAMER_ENFORCE(f, "null factory for '" << name << "'");
+  GOSSAMER_ENFORCE(m.emplace(name, std::move(f)).second, "'" << name << "' is already registered");
+}
+template <typename F>
+std::vector<std::string> names(const std::map<std::string, F>& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m) out.push_back(k);
+  return out;
+}
+}  // namespace
+
+void Registry::addTransport(const std::string& n, TransportFactory f) { insert(transports_, n, std::move(f)); }
+void Registry::addTopology(const std::string& n, TopologyFactory f) { insert(topologies_, n, std::move(f)); }
+void Registry::addOptimizer(const std::string& n, OptimizerFactory f) { insert(optimizers_, n, std::move(f)); }
+const TransportFactory& Registry::transport(const std::string& n) const { return lookup(transports_, n, "transport.kind"); }
+const TopologyFactory& Registry::topology(const std::string& n) const { return lookup(topologies_, n, "topology.kind"); }
+const OptimizerFactory& Registry::optimizer(const std::string& n) const { return lookup(optimizers_, n, "algorithm.name"); }
+std::vector<std::string> Registry::transportNames() const { return names(transports_); }
+std::vector<std::string> Registry::topologyNames() const { return names(topologies_); }
+std::vector<std::string> Registry::optimizerNames() const { return names(optimizers_); }
+
+struct Agent::Impl {
+  Config config;
+  const Registry* registry;
+  int rank;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Communicator> communicator;
+  std::unique_ptr<Topology> topology;
+  std::unique_ptr<DistributedOptimizer> optimizer;
+};
+
+Agent::Agent(const Config& config, int rank, Store& store, const Registry& registry)
+    : impl_(std::make_unique<Impl>()) {
+  validateConfig(config);
+  GOSSAMER_ENFORCE(rank >= 0 && rank < config.worldSize,
+                   "rank " << rank << " outside world size " << config.worldSize);
+  impl_->config = config;
+  impl_->registry = &registry;
+  impl_->rank = rank;
+  // Look every name up before connecting, so a bad config fails before any peer waits.
+  const auto& makeTopology = registry.topology(config.topology.kind);
+  registry.optimizer(config.algorithm.name);
+  const auto& makeTransport = registry.transport(config.transport.kind);
+  impl_->topology = makeTopology(impl_->config);
+  impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
+  impl_->communicator = std::make_unique<Communicator>(*impl_->transport, config.transport.timeoutSeconds);
+}
+
+Agent::~Agent() {
+  try {
+    close();
+  } catch (...) {
+    // Never throw from a destructor.
+  }
+}
+Agent::Agent(Agent&&) noexcept = default;
+Agent& Agent::operator=(Agent&&) noexcept = default;
+
+int Agent::rank() const { return impl_->rank; }
+int Agent::worldSize() const { return impl_->config.worldSize; }
+const Config& Agent::config() const { return impl_->config; }
+Transport& Agent::transport() { return *impl_->transport; }
+Communicator& Agent::communicator() { return *impl_->communicator; }
+const Topology& Agent::topology() const { return *impl_->topology; }
+
+DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tensorSizes) {
+  const auto& f = impl_->registry->optimizer(impl_->config.algorithm.name);
+  impl_->optimizer = f(OptimizerContext{impl_->config, *impl_->transport, *impl_->communicator,
+                                        *impl_->topology, tensorSizes});
+  return *impl_->optimizer;
+}
+
+DistributedOptimizer& Agent::optimizer() {
+  GOSSAMER_ENFORCE(impl_->optimizer, "no optimizer yet: call makeOptimizer first");
+  return *impl_->optimizer;
+}
+
+void Agent::average(std::span<float> data) { impl_->communicator->allreduce(data, ReduceOp::kAverage); }
+
+void Agent::close() {
+  if (impl_ && impl_->transport) impl_->transport->close();
+}
+
+}  // namespace gossamer
+
+namespace gossamer {
+void Agent::abort() {
+  if (impl_ && impl_->transport) impl_->transport->abort();
+}
+}  // namespace gossamer

@@ -1,0 +1,270 @@
+// Request handles and the Mailbox that matches messages with receives.
+#include <algorithm>
+#include <cstring>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+
+namespace gossamer {
+
+namespace detail {
+
+void RequestState::complete(int peerRank, std::size_t n) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (status != Status::kPending) return;
+    peer = peerRank;
+    bytes = n;
+    status = Status::kDone;
+  }
+  cv.notify_all();
+}
+
+void RequestState::fail(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (status != Status::kPending) return;
+    error = std::move(e);
+    status = Status::kFailed;
+  }
+  cv.notify_all();
+}
+
+std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
+  auto s = std::make_shared<RequestState>();
+  s->peer = peer;
+  s->bytes = bytes;
+  s->status = RequestState::Status::kDone;
+  return s;
+}
+
+namespace {
+// Caller holds s.mu. Returns true when done; throws the failure.
+bool settledLocked(RequestState& s) {
+  switch (s.status) {
+    case RequestState::Status::kPending: return false;
+    case RequestState::Status::kDone: return true;
+    case RequestState::Status::kFailed: std::rethrow_exception(s.error);
+    case RequestState::Status::kCancelled: throw Cancelled("request was cancelled: " + s.what);
+  }
+  return false;
+}
+}  // namespace
+
+}  // namespace detail
+
+bool Request::waitFor(double timeoutSeconds) {
+  GOSSAMER_ENFORCE(state_, "wait on an empty Request");
+  GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
+  std::unique_lock<std::mutex> lk(state_->mu);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeoutSeconds));
+  while (!detail::settledLocked(*state_)) {
+    if (state_->cv.wait_until(lk, deadline) == std::cv_status::timeout)
+      return detail::settledLocked(*state_);
+  }
+  return true;
+}
+
+void Request::wait(double timeoutSeconds) {
+  if (!waitFor(timeoutSeconds))
+    throw TimeoutError("timed out after " + std::to_string(timeoutSeconds) + " s waiting for " +
+                       state_->what);
+}
+
+bool Request::test() {
+  GOSSAMER_ENFORCE(state_, "test on an empty Request");
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return detail::settledLocked(*state_);
+}
+
+void Request::cancel() {
+  if (!state_) return;
+  {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    if (state_->status != detail::RequestState::Status::kPending) return;
+    state_->status = detail::RequestState::Status::kCancelled;
+  }
+  state_->cv.notify_all();
+}
+
+int Request::peer() const {
+  GOSSAMER_ENFORCE(state_, "peer() on an empty Request");
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->peer;
+}
+
+std::size_t Request::bytes() const {
+  GOSSAMER_ENFORCE(state_, "bytes() on an empty Request");
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->bytes;
+}
+
+void waitAll(std::span<Request> requests, double timeoutSeconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeoutSeconds));
+  for (auto& r : requests) {
+    const double left =
+        std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+    r.wait(left);
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+Mailbox::Mailbox(int worldSize) : worldSize_(worldSize), gone_(static_cast<std::size_t>(worldSize)) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+}
+
+void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
+  // Caller holds mu_. Lock the request so cancel() cannot interleave with the copy.
+  auto& s = *p.state;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    if (s.status != detail::RequestState::Status::kPending) return;
+    if (payload.bytes.size() > p.buffer.size()) {
+      s.error = std::make_exception_ptr(ProtocolError(
+          source, kFrameHeaderBytes + p.buffer.size(),
+          "message of " + std::to_string(payload.bytes.size()) + " bytes for " + s.what +
+              " does not fit the receive buffer of " + std::to_string(p.buffer.size()) + " bytes"));
+      s.status = detail::RequestState::Status::kFailed;
+    } else {
+      if (!payload.bytes.empty())
+        std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
+      s.peer = source;
+      s.bytes = payload.bytes.size();
+      s.status = detail::RequestState::Status::kDone;
+    }
+  }
+  s.cv.notify_all();
+}
+
+namespace {
+bool isPending(detail::RequestState& s) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.status == detail::RequestState::Status::kPending;
+}
+}  // namespace
+
+void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return;
+  auto it = posted_.find(tag.packed());
+  if (it != posted_.end()) {
+    auto& lst = it->second;
+    for (auto p = lst.begin(); p != lst.end();) {
+      if (!isPending(*p->state)) {  // cancelled meanwhile: drop lazily
+        p = lst.erase(p);
+        continue;
+      }
+      if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
+        fill(*p, source, payload);
+        lst.erase(p);
+        if (lst.empty()) posted_.erase(it);
+        return;
+      }
+      ++p;
+    }
+    if (lst.empty()) posted_.erase(it);
+  }
+  arrived_[tag.packed()].push_back(Arrived{source, std::move(payload)});
+  ++arrivedCount_;
+}
+
+Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
+  GOSSAMER_ENFORCE(!sources.empty(), "irecv needs at least one source rank");
+  for (int s : sources)
+    GOSSAMER_ENFORCE(s >= 0 && s < worldSize_, "source rank " << s << " outside world size " << worldSize_);
+  auto state = std::make_shared<detail::RequestState>();
+  Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state};
+  {
+    std::string who;
+    for (int s : p.sources) who += (who.empty() ? "" : ",") + std::to_string(s);
+    state->what = "receive from rank(s) {" + who + "} " + toString(tag);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) {
+    state->status = detail::RequestState::Status::kCancelled;
+    return Request(state);
+  }
+  auto it = arrived_.find(tag.packed());
+  if (it != arrived_.end()) {
+    auto& q = it->second;
+    for (auto m = q.begin(); m != q.end(); ++m) {
+      if (std::find(p.sources.begin(), p.sources.end(), m->source) != p.sources.end()) {
+        fill(p, m->source, m->payload);
+        q.erase(m);
+        --arrivedCount_;
+        if (q.empty()) arrived_.erase(it);
+        return Request(state);
+      }
+    }
+  }
+  if (allGoneLocked(p.sources)) {
+    state->error = goneErrorLocked(p.sources);
+    state->status = detail::RequestState::Status::kFailed;
+    return Request(state);
+  }
+  posted_[tag.packed()].push_back(std::move(p));
+  return Request(state);
+}
+
+bool Mailbox::allGoneLocked(const std::vector<int>& sources) const {
+  return std::all_of(sources.begin(), sources.end(),
+                     [&](int s) { return static_cast<bool>(gone_[static_cast<std::size_t>(s)]); });
+}
+
+std::exception_ptr Mailbox::goneErrorLocked(const std::vector<int>& sources) const {
+  return gone_[static_cast<std::size_t>(sources.front())];
+}
+
+void Mailbox::peerGone(int rank, std::exception_ptr why) {
+  GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize_, "rank " << rank);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto& slot = gone_[static_cast<std::size_t>(rank)];
+  if (slot) return;
+  slot = std::move(why);
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    auto& lst = it->second;
+    for (auto p = lst.begin(); p != lst.end();) {
+      if (std::find(p->sources.begin(), p->sources.end(), rank) != p->sources.end() &&
+          allGoneLocked(p->sources)) {
+        p->state->fail(goneErrorLocked(p->sources));
+        p = lst.erase(p);
+      } else {
+        ++p;
+      }
+    }
+    it = lst.empty() ? posted_.erase(it) : std::next(it);
+  }
+}
+
+bool Mailbox::isGone(int rank) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return rank >= 0 && rank < worldSize_ && gone_[static_cast<std::size_t>(rank)];
+}
+
+void Mailbox::close() {
+  std::lock_guard<std::mutex> lk(mu_);
+  closed_ = true;
+  for (auto& [tag, lst] : posted_) {
+    for (auto& p : lst) {
+      std::lock_guard<std::mutex> slk(p.state->mu);
+      if (p.state->status == detail::RequestState::Status::kPending)
+        p.state->status = detail::RequestState::Status::kCancelled;
+      p.state->cv.notify_all();
+    }
+  }
+  posted_.clear();
+  arrived_.clear();
+  arrivedCount_ = 0;
+}
+
+std::size_t Mailbox::unexpectedCount() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return arrivedCount_;
+}
+
+}  // namespace gossamer

@@ -1,0 +1,174 @@
+// Wire frame encoding and validation; see wire.hpp for the layout.
+#include "gossamer/wire.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+std::size_t dtypeSize(DType t) {
+  switch (t) {
+    case DType::kBytes: return 1;
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+  }
+  throw InvalidArgument("unknown dtype " + std::to_string(int(t)));
+}
+
+const char* dtypeName(DType t) {
+  switch (t) {
+    case DType::kBytes: return "bytes";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+  }
+  return "unknown";
+}
+
+Tag Tag::make(Op op, std::uint64_t step, std::uint32_t segment) {
+  GOSSAMER_ENFORCE(step <= kMaxStep, "tag step " << step << " exceeds " << kMaxStep);
+  GOSSAMER_ENFORCE(segment <= kMaxSegment, "tag segment " << segment << " exceeds " << kMaxSegment);
+  return Tag{op, segment, step};
+}
+
+std::string toString(const Tag& tag) {
+  return "tag(op=" + std::to_string(int(tag.op)) + ", step=" + std::to_string(tag.step) +
+         ", segment=" + std::to_string(tag.segment) + ")";
+}
+
+namespace {
+
+template <typename T>
+void put(HeaderBytes& h, std::size_t off, T v) {
+  // Little-endian on the wire; every supported host is little-endian, checked below.
+  static_assert(std::endian::native == std::endian::little, "big-endian hosts are not supported");
+  std::memcpy(h.data() + off, &v, sizeof(T));
+}
+
+template <typename T>
+T get(std::span<const std::byte> h, std::size_t off) {
+  T v;
+  std::memcpy(&v, h.data() + off, sizeof(T));
+  return v;
+}
+
+std::uint32_t crc(std::span<const std::byte> header, std::span<const std::byte> payload) {
+  // The checksum field itself counts as zero.
+  HeaderBytes copy;
+  std::memcpy(copy.data(), header.data(), kFrameHeaderBytes);
+  std::memset(copy.data() + frame_offset::kChecksum, 0, 4);
+  uLong c = crc32(0L, Z_NULL, 0);
+  c = crc32(c, reinterpret_cast<const Bytef*>(copy.data()), kFrameHeaderBytes);
+  // zlib's crc32 takes a uInt length: feed large payloads in pieces.
+  const std::byte* p = payload.data();
+  std::size_t left = payload.size();
+  while (left > 0) {
+    const std::size_t n = std::min<std::size_t>(left, std::size_t{1} << 30);
+    c = crc32(c, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(n));
+    p += n;
+    left -= n;
+  }
+  return static_cast<std::uint32_t>(c);
+}
+
+bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kInt64); }
+
+}  // namespace
+
+HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
+                              std::span<const std::byte> payload) {
+  const std::size_t es = dtypeSize(dtype);
+  GOSSAMER_ENFORCE(payload.size() % es == 0,
+                   "payload of " << payload.size() << " bytes is not a whole number of "
+                                 << dtypeName(dtype) << " elements");
+  GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
+                   "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
+  HeaderBytes h{};
+  put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
+  put<std::uint16_t>(h, frame_offset::kVersion, kProtocolVersion);
+  put<std::uint8_t>(h, frame_offset::kKind, std::uint8_t(kind));
+  put<std::uint8_t>(h, frame_offset::kDType, std::uint8_t(dtype));
+  put<std::uint32_t>(h, frame_offset::kSource, source);
+  put<std::uint8_t>(h, frame_offset::kOp, std::uint8_t(tag.op));
+  put<std::uint16_t>(h, frame_offset::kSegment, static_cast<std::uint16_t>(tag.segment));
+  put<std::uint64_t>(h, frame_offset::kStep, tag.step);
+  put<std::uint64_t>(h, frame_offset::kCount, payload.size() / es);
+  put<std::uint64_t>(h, frame_offset::kPayloadBytes, payload.size());
+  put<std::uint32_t>(h, frame_offset::kChecksum, crc(h, payload));
+  return h;
+}
+
+FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int worldSize) {
+  namespace fo = frame_offset;
+  if (header.size() != kFrameHeaderBytes) {
+    throw ProtocolError(peer, header.size() < kFrameHeaderBytes ? header.size() : kFrameHeaderBytes,
+                        "frame header is " + std::to_string(header.size()) + " bytes, expected " +
+                            std::to_string(kFrameHeaderBytes));
+  }
+  if (get<std::uint32_t>(header, fo::kMagic) != kFrameMagic)
+    throw ProtocolError(peer, fo::kMagic, "bad magic (not a Gossamer frame)");
+  const auto version = get<std::uint16_t>(header, fo::kVersion);
+  if (version != kProtocolVersion)
+    throw ProtocolError(peer, fo::kVersion,
+                        "unsupported protocol version " + std::to_string(version) +
+                            " (this build speaks " + std::to_string(kProtocolVersion) + ")");
+  FrameHeader d;
+  const auto kind = get<std::uint8_t>(header, fo::kKind);
+  if (kind != std::uint8_t(FrameKind::kData) && kind != std::uint8_t(FrameKind::kBye))
+    throw ProtocolError(peer, fo::kKind, "unknown frame kind " + std::to_string(kind));
+  d.kind = FrameKind(kind);
+  const auto dtype = get<std::uint8_t>(header, fo::kDType);
+  if (!knownDType(dtype)) throw ProtocolError(peer, fo::kDType, "unknown dtype " + std::to_string(dtype));
+  d.dtype = DType(dtype);
+  d.source = get<std::uint32_t>(header, fo::kSource);
+  if (worldSize > 0 && d.source >= static_cast<std::uint32_t>(worldSize))
+    throw ProtocolError(peer, fo::kSource,
+                        "source rank " + std::to_string(d.source) + " outside world size " +
+                            std::to_string(worldSize));
+  const auto op = get<std::uint8_t>(header, fo::kOp);
+  if (op > std::uint8_t(Op::kControl)) throw ProtocolError(peer, fo::kOp, "unknown op " + std::to_string(op));
+  if (get<std::uint8_t>(header, fo::kReserved1) != 0)
+    throw ProtocolError(peer, fo::kReserved1, "reserved byte is not zero");
+  d.tag.op = Op(op);
+  d.tag.segment = get<std::uint16_t>(header, fo::kSegment);
+  d.tag.step = get<std::uint64_t>(header, fo::kStep);
+  if (d.tag.step > Tag::kMaxStep)
+    throw ProtocolError(peer, fo::kStep, "step " + std::to_string(d.tag.step) + " out of range");
+  d.count = get<std::uint64_t>(header, fo::kCount);
+  d.payloadBytes = get<std::uint64_t>(header, fo::kPayloadBytes);
+  if (d.payloadBytes > kMaxPayloadBytes)
+    throw ProtocolError(peer, fo::kPayloadBytes,
+                        "payload length " + std::to_string(d.payloadBytes) + " exceeds the limit " +
+                            std::to_string(kMaxPayloadBytes));
+  const std::size_t es = dtypeSize(d.dtype);
+  if (d.count > kMaxPayloadBytes || d.count * es != d.payloadBytes)
+    throw ProtocolError(peer, fo::kCount,
+                        "element count " + std::to_string(d.count) + " of " + dtypeName(d.dtype) +
+                            " does not match payload length " + std::to_string(d.payloadBytes));
+  if (d.kind == FrameKind::kBye && d.payloadBytes != 0)
+    throw ProtocolError(peer, fo::kPayloadBytes, "bye frame carries a payload");
+  d.checksum = get<std::uint32_t>(header, fo::kChecksum);
+  if (get<std::uint32_t>(header, fo::kReserved2) != 0)
+    throw ProtocolError(peer, fo::kReserved2, "reserved word is not zero");
+  return d;
+}
+
+void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& decoded,
+                        std::span<const std::byte> payload, int peer) {
+  if (payload.size() != decoded.payloadBytes)
+    throw ProtocolError(peer, kFrameHeaderBytes + std::min<std::size_t>(payload.size(), decoded.payloadBytes),
+                        "payload is " + std::to_string(payload.size()) + " bytes, header announced " +
+                            std::to_string(decoded.payloadBytes));
+  if (crc(header, payload) != decoded.checksum)
+    throw ProtocolError(peer, frame_offset::kChecksum, "checksum mismatch (corrupted frame)");
+}
+
+}  // namespace gossamer

@@ -1,0 +1,207 @@
+// Ring and fair-roulette topologies, and tensor-aligned segmentation.
+// Fair roulette: paper 004_659e3573d5645e2e.txt, Algorithm 2 (see the header
+// for the dead-end rule).
+#include "gossamer/topologies/topologies.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer::topologies {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+namespace {
+
+double uniform01(std::mt19937_64& g) { return static_cast<double>(g() >> 11) * 0x1.0p-53; }
+
+// Index drawn with probability proportional to weights[k] (sum > 0).
+int drawWeighted(std::mt19937_64& g, const std::vector<double>& weights, double sum) {
+  double u = uniform01(g) * sum;
+  int last = -1;
+  for (std::size_t k = 0; k < weights.size(); ++k) {
+    if (weights[k] <= 0) continue;
+    last = static_cast<int>(k);
+    if (u < weights[k]) return last;
+    u -= weights[k];
+  }
+  return last;  // rounding: the last positive entry
+}
+
+void checkRank(int rank, int n) {
+  GOSSAMER_ENFORCE(rank >= 0 && rank < n, "rank " << rank << " outside world size " << n);
+}
+
+}  // namespace
+
+Ring::Ring(int worldSize) : n_(worldSize) { GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize); }
+
+PeerSet Ring::peers(int rank, std::uint64_t, int) const {
+  checkRank(rank, n_);
+  PeerSet p;
+  if (n_ == 1) return p;
+  const int left = (rank + n_ - 1) % n_, right = (rank + 1) % n_;
+  if (n_ == 2) {
+    p.sendTo = {right};
+    p.recvFrom = {left};
+    p.selfWeight = 0.5;
+    p.recvWeights = {0.5};
+    return p;
+  }
+  p.sendTo = {left, right};
+  p.recvFrom = {left, right};
+  p.selfWeight = 1.0 / 3;
+  p.recvWeights = {1.0 / 3, 1.0 / 3};
+  return p;
+}
+
+FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities)
+    : n_(worldSize), seed_(seed), table_(std::move(probabilities)) {
+  GOSSAMER_ENFORCE(worldSize >= 2, "fair roulette needs at least 2 ranks, got " << worldSize);
+  if (table_.empty()) return;
+  GOSSAMER_ENFORCE(static_cast<int>(table_.size()) == n_,
+                   "roulette table has " << table_.size() << " rows for world size " << n_);
+  for (int i = 0; i < n_; ++i) {
+    auto& row = table_[static_cast<std::size_t>(i)];
+    GOSSAMER_ENFORCE(static_cast<int>(row.size()) == n_,
+                     "roulette row " << i << " has " << row.size() << " entries, expected " << n_);
+    double mass = 0;
+    for (int j = 0; j < n_; ++j) {
+      const double v = row[static_cast<std::size_t>(j)];
+      GOSSAMER_ENFORCE(std::isfinite(v) && v >= 0, "roulette entry (" << i << "," << j << ") = " << v);
+      if (j != i) mass += v;
+    }
+    GOSSAMER_ENFORCE(mass > 0, "roulette row " << i << " gives no probability to any other rank");
+    row[static_cast<std::size_t>(i)] = 0;  // nobody sends to itself
+  }
+}
+
+std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) const {
+  std::mt19937_64 g(splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  std::vector<int> dest(static_cast<std::size_t>(n_), -1);
+  std::vector<char> taken(static_cast<std::size_t>(n_), 0);
+  std::vector<double> row(static_cast<std::size_t>(n_));
+  for (int i = 0; i < n_; ++i) {
+    double sum = 0;
+    for (int j = 0; j < n_; ++j) {
+      const auto uj = static_cast<std::size_t>(j);
+      double w = table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][uj];
+      if (j == i || taken[uj]) w = 0;
+      row[uj] = w;
+      sum += w;
+    }
+    if (sum <= 0) {
+      // Either the dead end (only i itself is left; i == n-1) or a table whose
+      // free entries are all zero: fall back to the free ranks uniformly.
+      for (int j = 0; j < n_; ++j) row[static_cast<std::size_t>(j)] = (j != i && !taken[static_cast<std::size_t>(j)]) ? 1.0 : 0.0;
+      sum = std::accumulate(row.begin(), row.end(), 0.0);
+    }
+    if (sum <= 0) {
+      // Dead end: i == n-1 and only i is free. Swap with an earlier rank j.
+      std::vector<double> w(static_cast<std::size_t>(n_), 0.0);
+      double ws = 0;
+      for (int j = 0; j < i; ++j) {
+        w[static_cast<std::size_t>(j)] = table_.empty() ? 1.0 : std::max(table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)], 1e-12);
+        ws += w[static_cast<std::size_t>(j)];
+      }
+      const int j = drawWeighted(g, w, ws);
+      dest[static_cast<std::size_t>(i)] = dest[static_cast<std::size_t>(j)];
+      dest[static_cast<std::size_t>(j)] = i;
+      taken[static_cast<std::size_t>(i)] = 1;
+      continue;
+    }
+    const int d = drawWeighted(g, row, sum);
+    dest[static_cast<std::size_t>(i)] = d;
+    taken[static_cast<std::size_t>(d)] = 1;
+  }
+  return dest;
+}
+
+std::vector<int> FairRoulette::destinationsWithoutFairness(std::uint64_t step, int segment) const {
+  std::mt19937_64 g(splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  std::vector<int> dest(static_cast<std::size_t>(n_));
+  std::vector<double> row(static_cast<std::size_t>(n_));
+  for (int i = 0; i < n_; ++i) {
+    double sum = 0;
+    for (int j = 0; j < n_; ++j) {
+      const double w = j == i ? 0.0 : (table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]);
+      row[static_cast<std::size_t>(j)] = w;
+      sum += w;
+    }
+    dest[static_cast<std::size_t>(i)] = drawWeighted(g, row, sum);
+  }
+  return dest;
+}
+
+PeerSet FairRoulette::peers(int rank, std::uint64_t step, int segment) const {
+  checkRank(rank, n_);
+  const auto dest = destinations(step, segment);
+  PeerSet p;
+  p.sendTo = {dest[static_cast<std::size_t>(rank)]};
+  for (int j = 0; j < n_; ++j)
+    if (dest[static_cast<std::size_t>(j)] == rank) p.recvFrom.push_back(j);
+  p.selfWeight = 0.5;
+  p.recvWeights.assign(p.recvFrom.size(), 0.5 / static_cast<double>(p.recvFrom.size()));
+  return p;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> segmentsAlongTensors(const std::vector<std::size_t>& tensorSizes,
+                                                                        int segments) {
+  GOSSAMER_ENFORCE(segments >= 1, "segments must be >= 1, got " << segments);
+  const std::size_t total = std::accumulate(tensorSizes.begin(), tensorSizes.end(), std::size_t{0});
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  if (total == 0) return out;
+  const std::size_t s = std::min<std::size_t>(static_cast<std::size_t>(segments), total);
+  const std::size_t target = (total + s - 1) / s;
+  // Pieces: tensors, with tensors larger than the target cut into equal parts.
+  std::vector<std::size_t> cuts;  // piece ends
+  std::size_t at = 0;
+  for (std::size_t t : tensorSizes) {
+    if (t == 0) continue;
+    const std::size_t parts = (t + target - 1) / target;
+    for (std::size_t k = 1; k <= parts; ++k) cuts.push_back(at + (t * k) / parts);
+    at += t;
+  }
+  if (cuts.size() < s) {  // more segments than pieces: split evenly instead
+    for (std::size_t q = 0; q < s; ++q) out.emplace_back((total * q) / s, (total * (q + 1)) / s);
+    return out;
+  }
+  // Segment k ends at the piece end closest to k * total / s, leaving at least
+  // one piece for each segment still to come.
+  std::size_t begin = 0, lo = 0;
+  for (std::size_t k = 1; k < s; ++k) {
+    const std::size_t ideal = (total * k) / s;
+    const std::size_t hi = cuts.size() - 1 - (s - k);
+    std::size_t best = lo;
+    for (std::size_t idx = lo; idx <= hi; ++idx) {
+      const auto dist = [&](std::size_t c) { return c > ideal ? c - ideal : ideal - c; };
+      if (dist(cuts[idx]) < dist(cuts[best])) best = idx;
+    }
+    out.emplace_back(begin, cuts[best]);
+    begin = cuts[best];
+    lo = best + 1;
+  }
+  out.emplace_back(begin, total);
+  return out;
+}
+
+}  // namespace gossamer::topologies
+
+#include "gossamer/registry.hpp"
+
+namespace gossamer::topologies {
+void registerBuiltins(Registry& registry) {
+  registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize); });
+  registry.addTopology("fair_roulette", [](const Config& c) -> std::unique_ptr<Topology> {
+    if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
+    return std::make_unique<FairRoulette>(c.worldSize, c.seed);
+  });
+}
+}  // namespace gossamer::topologies

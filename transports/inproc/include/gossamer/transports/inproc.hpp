@@ -1,0 +1,32 @@
+// In-process transport: the ranks are threads of one process. Used by tests
+// and simulations. Messages are copied once, into the receiver's mailbox.
+#pragma once
+
+#include <memory>
+
+#include "gossamer/transport.hpp"
+
+namespace gossamer::inproc {
+
+class Fabric;
+
+/// The shared medium of one job's threads. Create one per job and give it to
+/// every rank's transport; it outlives them (shared ownership).
+std::shared_ptr<Fabric> makeFabric(int worldSize);
+
+/// The transport of `rank` on `fabric`.
+/// @param timeoutSeconds default bound for waits (> 0).
+/// @throws InvalidArgument for a bad rank, or if the rank already has a live transport.
+std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int rank,
+                                         double timeoutSeconds = 30.0);
+
+}  // namespace gossamer::inproc
+
+namespace gossamer {
+class Registry;
+}
+namespace gossamer::inproc {
+/// Registers transport kind "inproc" on `fabric` (whose world size must match
+/// the config's).
+void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric);
+}  // namespace gossamer::inproc

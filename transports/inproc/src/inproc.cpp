@@ -1,0 +1,120 @@
+// In-process transport: isend copies the bytes into the destination rank's
+// Mailbox and completes at once; close() marks the rank gone so peers waiting
+// on it fail with PeerFailure instead of timing out.
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/transports/inproc.hpp"
+
+namespace gossamer::inproc {
+
+class Fabric {
+ public:
+  explicit Fabric(int worldSize) : attached_(static_cast<std::size_t>(worldSize), false) {
+    for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
+  }
+  int worldSize() const { return static_cast<int>(boxes_.size()); }
+  Mailbox& box(int rank) { return *boxes_[static_cast<std::size_t>(rank)]; }
+  void attach(int rank) {
+    std::lock_guard<std::mutex> lk(mu_);
+    GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)], "rank " << rank << " is already attached to this fabric");
+    attached_[static_cast<std::size_t>(rank)] = true;
+  }
+  void leave(int rank) {
+    auto why = std::make_exception_ptr(PeerFailure(rank, "peer closed its transport"));
+    for (int i = 0; i < worldSize(); ++i)
+      if (i != rank) box(i).peerGone(rank, why);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Mailbox>> boxes_;
+  std::vector<bool> attached_;
+};
+
+namespace {
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<Fabric> fabric, int rank, double timeout)
+      : fabric_(std::move(fabric)), rank_(rank), timeout_(timeout) {
+    fabric_->attach(rank);
+  }
+  ~InprocTransport() override { close(); }
+
+  int rank() const override { return rank_; }
+  int worldSize() const override { return fabric_->worldSize(); }
+  std::string name() const override { return "inproc"; }
+  double timeoutSeconds() const override { return timeout_; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(), "destination rank " << dst << " outside world size " << worldSize());
+    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0, "payload is not a whole number of " << dtypeName(dtype));
+    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
+    if (dst != rank_ && fabric_->box(rank_).isGone(dst))
+      throw PeerFailure(dst, "cannot send: peer closed its transport");
+    auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
+    InboundPayload p{owned, std::span<const std::byte>(owned->data(), owned->size())};
+    fabric_->box(dst).deliver(rank_, tag, std::move(p));
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(rank_) + ")");
+    return fabric_->box(rank_).post(sources, tag, buffer);
+  }
+
+  void close() override {
+    if (closed_.exchange(true)) return;
+    fabric_->leave(rank_);
+    fabric_->box(rank_).close();
+  }
+
+  TransportStats stats() const override {
+    TransportStats s;
+    s.bytesSent = bytesSent_;
+    s.messagesSent = messagesSent_;
+    return s;
+  }
+
+ private:
+  std::shared_ptr<Fabric> fabric_;
+  int rank_;
+  double timeout_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
+};
+
+}  // namespace
+
+std::shared_ptr<Fabric> makeFabric(int worldSize) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+  return std::make_shared<Fabric>(worldSize);
+}
+
+std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int rank, double timeoutSeconds) {
+  GOSSAMER_ENFORCE(fabric, "null fabric");
+  GOSSAMER_ENFORCE(rank >= 0 && rank < fabric->worldSize(), "rank " << rank << " outside world size " << fabric->worldSize());
+  GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout " << timeoutSeconds);
+  return std::make_unique<InprocTransport>(std::move(fabric), rank, timeoutSeconds);
+}
+
+}  // namespace gossamer::inproc
+
+#include "gossamer/registry.hpp"
+
+namespace gossamer::inproc {
+void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric) {
+  GOSSAMER_ENFORCE(fabric, "null fabric");
+  registry.addTransport("inproc", [fabric](const TransportContext& ctx) {
+    GOSSAMER_ENFORCE(ctx.config.worldSize == fabric->worldSize(),
+                     "config world size " << ctx.config.worldSize << " != fabric world size " << fabric->worldSize());
+    return makeTransport(fabric, ctx.rank, ctx.config.transport.timeoutSeconds);
+  });
+}
+}  // namespace gossamer::inproc

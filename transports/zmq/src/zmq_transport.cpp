@@ -1,0 +1,308 @@
+// ZeroMQ transport.
+//
+// Sockets: each rank binds one ROUTER (receives from everyone) and connects
+// one DEALER per peer (routing id = its rank). A message is a two-part zmq
+// message [48-byte frame header][payload]; the ROUTER adds the routing id in
+// front. A DEALER is used by the sending threads under its own mutex; the
+// ROUTER and the DEALERs' monitor sockets belong to the progress thread, which
+// validates every frame (wire.hpp) and hands the payload, without copying it
+// again, to the Mailbox that matches it with posted receives.
+//
+// Failure: a peer that closes sends a bye frame after its last message (same
+// connection, so in order): receives waiting only on it fail with PeerFailure
+// at once. A peer whose connection drops without a bye (killed, crashed) is
+// declared failed after a short grace period. A malformed frame fails that
+// peer with the ProtocolError. Every wait is also bounded by its timeout.
+#include <zmq.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/transports/zmq.hpp"
+
+namespace gossamer::zmq {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int toMillis(double seconds) { return static_cast<int>(std::min(seconds * 1000.0, 2.0e9)); }
+
+class ZmqTransport final : public Transport {
+ public:
+  ZmqTransport(const Options& o, Store& store)
+      : opt_(o), box_(o.worldSize), ctx_(1), rx_(ctx_, ::zmq::socket_type::router) {
+    rx_.set(::zmq::sockopt::rcvhwm, 0);
+    rx_.set(::zmq::sockopt::linger, 0);
+    const std::string bindAt = o.protocol == "tcp" ? "tcp://" + o.host + ":*" : "ipc://*";
+    try {
+      rx_.bind(bindAt);
+    } catch (const ::zmq::error_t& e) {
+      throw Error("rank " + std::to_string(o.rank) + ": cannot bind " + bindAt + ": " + e.what());
+    }
+    const std::string me = rx_.get(::zmq::sockopt::last_endpoint);
+    const std::string prefix = o.storePrefix + "/zmq/";
+    store.set(prefix + std::to_string(o.rank), me);
+    std::vector<std::string> keys;
+    for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
+    store.wait(keys, o.timeoutSeconds);
+
+    peers_.resize(static_cast<std::size_t>(o.worldSize));
+    for (int p = 0; p < o.worldSize; ++p) {
+      if (p == o.rank) continue;
+      auto& peer = peers_[static_cast<std::size_t>(p)];
+      peer = std::make_unique<Peer>();
+      peer->tx = ::zmq::socket_t(ctx_, ::zmq::socket_type::dealer);
+      peer->tx.set(::zmq::sockopt::routing_id, std::to_string(o.rank));
+      peer->tx.set(::zmq::sockopt::sndhwm, 0);
+      peer->tx.set(::zmq::sockopt::immediate, false);
+      const std::string monitorAt = "inproc://monitor-" + std::to_string(p);
+      if (zmq_socket_monitor(peer->tx.handle(), monitorAt.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+        throw Error("cannot monitor the socket to peer " + std::to_string(p));
+      peer->monitor = ::zmq::socket_t(ctx_, ::zmq::socket_type::pair);
+      peer->monitor.connect(monitorAt);
+      peer->tx.connect(store.get(prefix + std::to_string(p), o.timeoutSeconds));
+    }
+    progress_ = std::thread([this] { progressLoop(); });
+  }
+
+  ~ZmqTransport() override {
+    try {
+      close();
+    } catch (...) {
+      // Destructors must not throw; close() failures were already reported.
+    }
+  }
+
+  int rank() const override { return opt_.rank; }
+  int worldSize() const override { return opt_.worldSize; }
+  std::string name() const override { return "zmq"; }
+  double timeoutSeconds() const override { return opt_.timeoutSeconds; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
+                     "destination rank " << dst << " outside world size " << opt_.worldSize);
+    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+    if (dst == opt_.rank) {  // loop back without a socket
+      auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
+      box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
+    } else {
+      if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+      auto& peer = *peers_[static_cast<std::size_t>(dst)];
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+      peer.tx.send(::zmq::buffer(data.data(), data.size()), ::zmq::send_flags::none);
+    }
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    return box_.post(sources, tag, buffer);
+  }
+
+  void abort() override {
+    opt_.lingerSeconds = 0;
+    close();
+  }
+
+  void close() override {
+    if (closed_.exchange(true)) return;
+    // Goodbye frames go after everything this rank sent, on the same connections.
+    const auto bye = encodeFrameHeader(FrameKind::kBye, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                                       Tag{}, {});
+    for (auto& peer : peers_) {
+      if (!peer) continue;
+      std::lock_guard<std::mutex> lk(peer->mu);
+      try {
+        peer->tx.send(::zmq::buffer(bye.data(), bye.size()), ::zmq::send_flags::sndmore);
+        peer->tx.send(::zmq::const_buffer{}, ::zmq::send_flags::none);
+      } catch (const ::zmq::error_t&) {
+        // The goodbye is a courtesy; peers still time out or see the disconnect.
+      }
+    }
+    stop_ = true;
+    if (progress_.joinable()) progress_.join();
+    box_.close();
+    // Closing a DEALER with a linger period lets zmq deliver what is queued;
+    // ctx close then blocks until that is done or the linger expires.
+    for (auto& peer : peers_) {
+      if (!peer) continue;
+      std::lock_guard<std::mutex> lk(peer->mu);
+      peer->tx.set(::zmq::sockopt::linger, toMillis(opt_.lingerSeconds));
+      zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
+      peer->monitor.close();
+      peer->tx.close();
+    }
+    rx_.close();
+    ctx_.close();
+  }
+
+  TransportStats stats() const override {
+    TransportStats s;
+    s.bytesSent = bytesSent_;
+    s.messagesSent = messagesSent_;
+    s.bytesReceived = bytesReceived_;
+    s.messagesReceived = messagesReceived_;
+    return s;
+  }
+
+ private:
+  struct Peer {
+    std::mutex mu;
+    ::zmq::socket_t tx;
+    ::zmq::socket_t monitor;
+    bool said_bye = false;                  // progress thread only
+    std::optional<Clock::time_point> lost;  // progress thread only
+  };
+
+  void progressLoop() {
+    std::vector<::zmq::pollitem_t> items;
+    std::vector<int> itemPeer;
+    items.push_back({rx_.handle(), 0, ZMQ_POLLIN, 0});
+    itemPeer.push_back(-1);
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      if (!peers_[static_cast<std::size_t>(p)]) continue;
+      items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
+      itemPeer.push_back(p);
+    }
+    while (!stop_) {
+      try {
+        ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
+        if (items[0].revents & ZMQ_POLLIN) drainRouter();
+        for (std::size_t i = 1; i < items.size(); ++i)
+          if (items[i].revents & ZMQ_POLLIN) readMonitor(itemPeer[i]);
+        checkLostPeers();
+      } catch (const ::zmq::error_t& e) {
+        if (e.num() == ETERM) return;
+        std::cerr << "gossamer zmq rank " << opt_.rank << ": progress error: " << e.what() << '\n';
+      }
+    }
+  }
+
+  void drainRouter() {
+    for (;;) {
+      ::zmq::message_t id;
+      if (!rx_.recv(id, ::zmq::recv_flags::dontwait)) return;
+      std::vector<::zmq::message_t> parts;
+      while (rx_.get(::zmq::sockopt::rcvmore)) {
+        parts.emplace_back();
+        (void)rx_.recv(parts.back(), ::zmq::recv_flags::none);
+        if (parts.size() > 2) {  // swallow the rest of an oversized multipart
+          ::zmq::message_t sink;
+          while (rx_.get(::zmq::sockopt::rcvmore)) (void)rx_.recv(sink, ::zmq::recv_flags::none);
+          break;
+        }
+      }
+      handleFrame(id, parts);
+    }
+  }
+
+  int peerOf(const ::zmq::message_t& id) const {
+    const std::string s(static_cast<const char*>(id.data()), id.size());
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+    const int r = std::stoi(s);
+    return r < opt_.worldSize && r != opt_.rank ? r : -1;
+  }
+
+  void handleFrame(const ::zmq::message_t& id, std::vector<::zmq::message_t>& parts) {
+    const int peer = peerOf(id);
+    try {
+      if (parts.size() != 2)
+        throw ProtocolError(peer, 0, "expected a 2-part message (header, payload), got " +
+                                         std::to_string(parts.size()) + " parts");
+      std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
+      const FrameHeader h = decodeFrameHeader(header, peer, opt_.worldSize);
+      if (peer < 0 || static_cast<int>(h.source) != peer)
+        throw ProtocolError(peer, frame_offset::kSource,
+                            "frame claims source rank " + std::to_string(h.source) +
+                                " but arrived on the connection of rank " + std::to_string(peer));
+      auto msg = std::make_shared<::zmq::message_t>(std::move(parts[1]));
+      std::span<const std::byte> payload(static_cast<const std::byte*>(msg->data()), msg->size());
+      verifyFramePayload(header, h, payload, peer);
+      if (h.kind == FrameKind::kBye) {
+        peers_[static_cast<std::size_t>(peer)]->said_bye = true;
+        box_.peerGone(peer, std::make_exception_ptr(PeerFailure(peer, "peer closed its transport")));
+        return;
+      }
+      bytesReceived_ += payload.size();
+      ++messagesReceived_;
+      box_.deliver(peer, h.tag, InboundPayload{msg, payload});
+    } catch (const ProtocolError& e) {
+      std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
+      if (peer >= 0) box_.peerGone(peer, std::current_exception());
+    }
+  }
+
+  void readMonitor(int p) {
+    auto& peer = *peers_[static_cast<std::size_t>(p)];
+    ::zmq::message_t ev, addr;
+    while (peer.monitor.recv(ev, ::zmq::recv_flags::dontwait)) {
+      if (peer.monitor.get(::zmq::sockopt::rcvmore)) (void)peer.monitor.recv(addr, ::zmq::recv_flags::none);
+      std::uint16_t event = 0;
+      if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
+      if (event == ZMQ_EVENT_DISCONNECTED && !peer.said_bye && !peer.lost) peer.lost = Clock::now();
+    }
+  }
+
+  void checkLostPeers() {
+    const auto now = Clock::now();
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      auto& peer = peers_[static_cast<std::size_t>(p)];
+      if (!peer || !peer->lost || peer->said_bye) continue;
+      if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
+      box_.peerGone(p, std::make_exception_ptr(
+                           PeerFailure(p, "connection lost without a goodbye (process died or network failed)")));
+    }
+  }
+
+  Options opt_;
+  Mailbox box_;
+  ::zmq::context_t ctx_;
+  ::zmq::socket_t rx_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::thread progress_;
+  std::atomic<bool> stop_{false}, closed_{false};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize, "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc", "protocol must be tcp or ipc, got '" << o.protocol << "'");
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
+  return std::make_unique<ZmqTransport>(o, store);
+}
+
+}  // namespace gossamer::zmq
+
+#include "gossamer/registry.hpp"
+
+namespace gossamer::zmq {
+void registerWith(Registry& registry) {
+  registry.addTransport("zmq", [](const TransportContext& ctx) {
+    Options o;
+    o.rank = ctx.rank;
+    o.worldSize = ctx.config.worldSize;
+    o.protocol = ctx.config.transport.protocol;
+    o.host = ctx.config.transport.host;
+    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
+    o.lingerSeconds = ctx.config.transport.lingerSeconds;
+    return makeTransport(o, ctx.store);
+  });
+}
+}  // namespace gossamer::zmq
