@@ -62,7 +62,9 @@ class Model {
   /// Mean cross-entropy of a mini-batch and its gradient.
   ///
   /// @param params  flat parameters, numParams() floats (layout above).
-  /// @param x       batch x inputs() row-major features (batch >= 1).
+  /// @param x       batch x inputs() row-major features (batch >= 1). Pass a
+  ///                RowMatrix or a block of rows of one: other expressions are
+  ///                copied into a temporary by Eigen::Ref (an allocation).
   /// @param labels  batch labels, each in [0, classes()).
   /// @param grad    numParams() floats, overwritten with d(mean loss)/d(params)
   ///                in the same layout; must not overlap params.

@@ -1,6 +1,7 @@
 // Request handles and the Mailbox that matches messages with receives.
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
@@ -180,9 +181,11 @@ Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<st
   auto state = std::make_shared<detail::RequestState>();
   Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state};
   {
-    std::string who;
-    for (int s : p.sources) who += (who.empty() ? "" : ",") + std::to_string(s);
-    state->what = "receive from rank(s) {" + who + "} " + toString(tag);
+    std::ostringstream what;
+    what << "receive from rank(s) {";
+    for (std::size_t i = 0; i < p.sources.size(); ++i) what << (i ? "," : "") << p.sources[i];
+    what << "} " << toString(tag);
+    state->what = what.str();
   }
   std::lock_guard<std::mutex> lk(mu_);
   if (closed_) {

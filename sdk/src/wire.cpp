@@ -91,6 +91,7 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
                                  << dtypeName(dtype) << " elements");
   GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
                    "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
+  GOSSAMER_ENFORCE(kind == FrameKind::kData || payload.empty(), "control frames carry no payload");
   HeaderBytes h{};
   put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
   put<std::uint16_t>(h, frame_offset::kVersion, kProtocolVersion);
@@ -122,7 +123,7 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
                             " (this build speaks " + std::to_string(kProtocolVersion) + ")");
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
-  if (kind != std::uint8_t(FrameKind::kData) && kind != std::uint8_t(FrameKind::kBye))
+  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kByeAck))
     throw ProtocolError(peer, fo::kKind, "unknown frame kind " + std::to_string(kind));
   d.kind = FrameKind(kind);
   const auto dtype = get<std::uint8_t>(header, fo::kDType);
@@ -153,8 +154,8 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
     throw ProtocolError(peer, fo::kCount,
                         "element count " + std::to_string(d.count) + " of " + dtypeName(d.dtype) +
                             " does not match payload length " + std::to_string(d.payloadBytes));
-  if (d.kind == FrameKind::kBye && d.payloadBytes != 0)
-    throw ProtocolError(peer, fo::kPayloadBytes, "bye frame carries a payload");
+  if (d.kind != FrameKind::kData && d.payloadBytes != 0)
+    throw ProtocolError(peer, fo::kPayloadBytes, "control frame carries a payload");
   d.checksum = get<std::uint32_t>(header, fo::kChecksum);
   if (get<std::uint32_t>(header, fo::kReserved2) != 0)
     throw ProtocolError(peer, fo::kReserved2, "reserved word is not zero");
@@ -163,6 +164,8 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
 
 void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& decoded,
                         std::span<const std::byte> payload, int peer) {
+  if (header.size() != kFrameHeaderBytes)
+    throw ProtocolError(peer, header.size(), "frame header is " + std::to_string(header.size()) + " bytes");
   if (payload.size() != decoded.payloadBytes)
     throw ProtocolError(peer, kFrameHeaderBytes + std::min<std::size_t>(payload.size(), decoded.payloadBytes),
                         "payload is " + std::to_string(payload.size()) + " bytes, header announced " +

@@ -5,7 +5,7 @@
 //   off size field
 //     0   4  magic            0x524D5347 ("GSMR")
 //     4   2  version          kProtocolVersion
-//     6   1  kind             FrameKind (data, bye)
+//     6   1  kind             FrameKind (data, bye, bye-ack)
 //     7   1  dtype            DType of the payload elements
 //     8   4  source           rank of the sender
 //    12   1  op               Tag::op  (which collective / algorithm)
@@ -83,7 +83,9 @@ constexpr std::size_t kFrameHeaderBytes = 48;
 constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 
 /// Frame kinds.
-enum class FrameKind : std::uint8_t { kData = 1, kBye = 2 };
+/// Frame kinds: data; bye (the sender is closing: sent after its last data
+/// frame); bye-ack (the receiver of a bye has read everything before it).
+enum class FrameKind : std::uint8_t { kData = 1, kBye = 2, kByeAck = 3 };
 
 /// Decoded frame header.
 struct FrameHeader {
@@ -106,8 +108,9 @@ constexpr std::size_t kMagic = 0, kVersion = 4, kKind = 6, kDType = 7, kSource =
 using HeaderBytes = std::array<std::byte, kFrameHeaderBytes>;
 
 /// Encodes a header for `payload` and fills in its checksum.
-/// @throws InvalidArgument if payload.size() is not count * dtypeSize(dtype)
-///         or exceeds kMaxPayloadBytes.
+/// @throws InvalidArgument if payload.size() is not a whole number of dtype
+///         elements, exceeds kMaxPayloadBytes, or is non-empty for a control
+///         frame (bye, bye-ack).
 HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
                               std::span<const std::byte> payload);
 
@@ -120,8 +123,10 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
 FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int worldSize);
 
 /// Checks that `payload` has the announced length and the header's checksum.
-/// @throws ProtocolError (offset kPayloadBytes for a length mismatch,
-///         kChecksum for a checksum mismatch).
+/// @throws ProtocolError: for a length mismatch the offset is where the
+///         shorter of the two lengths ends (kFrameHeaderBytes + min(actual,
+///         announced)); for a checksum mismatch it is kChecksum; for a header
+///         span that is not kFrameHeaderBytes long, its length.
 void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& decoded,
                         std::span<const std::byte> payload, int peer);
 

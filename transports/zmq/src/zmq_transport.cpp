@@ -16,7 +16,10 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <optional>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -56,6 +59,8 @@ class ZmqTransport final : public Transport {
     store.wait(keys, o.timeoutSeconds);
 
     peers_.resize(static_cast<std::size_t>(o.worldSize));
+    acked_.assign(static_cast<std::size_t>(o.worldSize), 0);
+    peerClosed_.assign(static_cast<std::size_t>(o.worldSize), 0);
     for (int p = 0; p < o.worldSize; ++p) {
       if (p == o.rank) continue;
       auto& peer = peers_[static_cast<std::size_t>(p)];
@@ -119,28 +124,44 @@ class ZmqTransport final : public Transport {
 
   void close() override {
     if (closed_.exchange(true)) return;
-    // Goodbye frames go after everything this rank sent, on the same connections.
-    const auto bye = encodeFrameHeader(FrameKind::kBye, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
-                                       Tag{}, {});
-    for (auto& peer : peers_) {
-      if (!peer) continue;
-      std::lock_guard<std::mutex> lk(peer->mu);
-      try {
-        peer->tx.send(::zmq::buffer(bye.data(), bye.size()), ::zmq::send_flags::sndmore);
-        peer->tx.send(::zmq::const_buffer{}, ::zmq::send_flags::none);
-      } catch (const ::zmq::error_t&) {
-        // The goodbye is a courtesy; peers still time out or see the disconnect.
+    // Goodbye handshake: a bye goes after everything this rank sent, on the
+    // same connections; a peer acknowledges it once it has read all of that.
+    // Wait (bounded by the linger period) until every peer acknowledged, is
+    // closing itself, or is gone; then nothing queued can still matter.
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      bool closing;
+      {
+        std::lock_guard<std::mutex> lk(closeMu_);
+        closing = peerClosed_[static_cast<std::size_t>(p)];
       }
+      if (peers_[static_cast<std::size_t>(p)] && !closing) sendControl(p, FrameKind::kBye);
+    }
+    {
+      std::unique_lock<std::mutex> lk(closeMu_);
+      closeCv_.wait_for(lk, std::chrono::duration<double>(opt_.lingerSeconds), [&] {
+        for (int p = 0; p < opt_.worldSize; ++p) {
+          const auto up = static_cast<std::size_t>(p);
+          if (peers_[up] && !acked_[up] && !peerClosed_[up]) return false;
+        }
+        return true;
+      });
     }
     stop_ = true;
     if (progress_.joinable()) progress_.join();
     box_.close();
-    // Closing a DEALER with a linger period lets zmq deliver what is queued;
-    // ctx close then blocks until that is done or the linger expires.
-    for (auto& peer : peers_) {
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer) continue;
+      // What may still be queued: acks to peers that are closing (short grace)
+      // or data for a peer that never answered (bounded by the linger period).
+      double linger;
+      {
+        std::lock_guard<std::mutex> lk(closeMu_);
+        const auto up = static_cast<std::size_t>(p);
+        linger = peerClosed_[up] ? std::min(opt_.lingerSeconds, 0.05) : acked_[up] ? 0.0 : opt_.lingerSeconds;
+      }
       std::lock_guard<std::mutex> lk(peer->mu);
-      peer->tx.set(::zmq::sockopt::linger, toMillis(opt_.lingerSeconds));
+      peer->tx.set(::zmq::sockopt::linger, toMillis(linger));
       zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
       peer->monitor.close();
       peer->tx.close();
@@ -159,11 +180,33 @@ class ZmqTransport final : public Transport {
   }
 
  private:
+  // Sends a header-only control frame (bye, bye-ack) to peer p; best effort.
+  void sendControl(int p, FrameKind kind) {
+    const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), Tag{}, {});
+    auto& peer = *peers_[static_cast<std::size_t>(p)];
+    std::lock_guard<std::mutex> lk(peer.mu);
+    try {
+      peer.tx.send(::zmq::buffer(h.data(), h.size()), ::zmq::send_flags::sndmore);
+      peer.tx.send(::zmq::const_buffer{}, ::zmq::send_flags::none);
+    } catch (const ::zmq::error_t&) {
+      // Control frames are a courtesy: peers still see the disconnect or time out.
+    }
+  }
+
+  void markPeer(int p, bool ack) {
+    {
+      std::lock_guard<std::mutex> lk(closeMu_);
+      (ack ? acked_ : peerClosed_)[static_cast<std::size_t>(p)] = 1;
+    }
+    closeCv_.notify_all();
+  }
+
   struct Peer {
     std::mutex mu;
     ::zmq::socket_t tx;
     ::zmq::socket_t monitor;
     bool said_bye = false;                  // progress thread only
+    bool declared = false;                  // progress thread only: reported as failed
     std::optional<Clock::time_point> lost;  // progress thread only
   };
 
@@ -179,7 +222,7 @@ class ZmqTransport final : public Transport {
     }
     while (!stop_) {
       try {
-        ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
+        ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(10));
         if (items[0].revents & ZMQ_POLLIN) drainRouter();
         for (std::size_t i = 1; i < items.size(); ++i)
           if (items[i].revents & ZMQ_POLLIN) readMonitor(itemPeer[i]);
@@ -234,6 +277,12 @@ class ZmqTransport final : public Transport {
       if (h.kind == FrameKind::kBye) {
         peers_[static_cast<std::size_t>(peer)]->said_bye = true;
         box_.peerGone(peer, std::make_exception_ptr(PeerFailure(peer, "peer closed its transport")));
+        sendControl(peer, FrameKind::kByeAck);
+        markPeer(peer, false);
+        return;
+      }
+      if (h.kind == FrameKind::kByeAck) {
+        markPeer(peer, true);
         return;
       }
       bytesReceived_ += payload.size();
@@ -241,7 +290,10 @@ class ZmqTransport final : public Transport {
       box_.deliver(peer, h.tag, InboundPayload{msg, payload});
     } catch (const ProtocolError& e) {
       std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
-      if (peer >= 0) box_.peerGone(peer, std::current_exception());
+      if (peer >= 0) {
+        box_.peerGone(peer, std::current_exception());
+        markPeer(peer, false);
+      }
     }
   }
 
@@ -260,10 +312,12 @@ class ZmqTransport final : public Transport {
     const auto now = Clock::now();
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& peer = peers_[static_cast<std::size_t>(p)];
-      if (!peer || !peer->lost || peer->said_bye) continue;
+      if (!peer || !peer->lost || peer->said_bye || peer->declared) continue;
       if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
       box_.peerGone(p, std::make_exception_ptr(
                            PeerFailure(p, "connection lost without a goodbye (process died or network failed)")));
+      markPeer(p, false);
+      peer->declared = true;
     }
   }
 
@@ -273,6 +327,9 @@ class ZmqTransport final : public Transport {
   ::zmq::socket_t rx_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
+  std::mutex closeMu_;
+  std::condition_variable closeCv_;
+  std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
   std::atomic<bool> stop_{false}, closed_{false};
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
 };

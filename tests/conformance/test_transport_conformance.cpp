@@ -1,0 +1,370 @@
+// One conformance suite, written against the Transport interface and run for
+// every transport: inproc, zmq over tcp (loopback) and zmq over ipc.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/zmq.hpp"
+
+using namespace gossamer;
+
+namespace {
+
+constexpr double kTimeout = 10.0;
+
+using Group = std::vector<std::unique_ptr<Transport>>;
+
+struct Inproc {
+  static constexpr const char* kName = "inproc";
+  static Group make(int n) {
+    auto fabric = inproc::makeFabric(n);
+    Group g;
+    for (int r = 0; r < n; ++r) g.push_back(inproc::makeTransport(fabric, r, kTimeout));
+    return g;
+  }
+};
+
+template <const char* Protocol>
+struct ZmqKind {
+  static Group make(int n) {
+    MemoryStore store;
+    Group g(static_cast<std::size_t>(n));
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          zmq::Options o;
+          o.rank = r;
+          o.worldSize = n;
+          o.protocol = Protocol;
+          o.timeoutSeconds = kTimeout;
+          o.lingerSeconds = 2;
+          g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
+        } catch (...) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    return g;
+  }
+};
+constexpr char kTcp[] = "tcp";
+constexpr char kIpc[] = "ipc";
+using ZmqTcp = ZmqKind<kTcp>;
+using ZmqIpc = ZmqKind<kIpc>;
+
+std::vector<std::byte> bytesOf(const std::string& s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+// Runs fn(rank) on one thread per rank; rethrows the first failure.
+template <typename F>
+void onEveryRank(int n, F fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
+#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc
+
+TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto msg = bytesOf("hello, peer");
+  std::vector<std::byte> buf(64);
+  const auto tag = Tag::make(Op::kUser, 7, 3);
+  Request recv = g[1]->irecv(0, tag, buf);
+  g[0]->isend(1, tag, msg).wait(kTimeout);
+  recv.wait(kTimeout);
+  CHECK(recv.peer() == 0);
+  REQUIRE(recv.bytes() == msg.size());
+  CHECK(std::equal(msg.begin(), msg.end(), buf.begin()));
+}
+
+TEMPLATE_TEST_CASE("messages with the same source and tag are matched in send order", "[transport]",
+                   TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto tag = Tag::make(Op::kUser, 1);
+  for (std::int32_t i = 0; i < 200; ++i) g[0]->isendOf<std::int32_t>(1, tag, std::span<const std::int32_t>(&i, 1));
+  for (std::int32_t i = 0; i < 200; ++i) {
+    std::int32_t got = -1;
+    auto r = g[1]->irecvOf<std::int32_t>(0, tag, std::span<std::int32_t>(&got, 1));
+    r.wait(kTimeout);
+    REQUIRE(got == i);
+  }
+}
+
+TEMPLATE_TEST_CASE("receives match on the whole tag, whether posted before or after arrival",
+                   "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto a = Tag::make(Op::kUser, 5, 0), b = Tag::make(Op::kUser, 5, 1), c = Tag::make(Op::kGossip, 5, 0);
+  double va = 1, vb = 2, vc = 3, ra = 0, rb = 0, rc = 0;
+  // b posted before it is sent; a and c arrive before they are posted.
+  auto recvB = g[1]->irecvOf<double>(0, b, std::span<double>(&rb, 1));
+  g[0]->isendOf<double>(1, c, std::span<const double>(&vc, 1));
+  g[0]->isendOf<double>(1, a, std::span<const double>(&va, 1));
+  g[0]->isendOf<double>(1, b, std::span<const double>(&vb, 1));
+  recvB.wait(kTimeout);
+  auto recvA = g[1]->irecvOf<double>(0, a, std::span<double>(&ra, 1));
+  auto recvC = g[1]->irecvOf<double>(0, c, std::span<double>(&rc, 1));
+  recvA.wait(kTimeout);
+  recvC.wait(kTimeout);
+  CHECK(ra == 1);
+  CHECK(rb == 2);
+  CHECK(rc == 3);
+}
+
+TEMPLATE_TEST_CASE("a receive from any of a set of ranks takes one message from each sender",
+                   "[transport]", TRANSPORTS) {
+  const int n = 4;
+  Group g = TestType::make(n);
+  const auto tag = Tag::make(Op::kGossip, 9);
+  for (int r = 1; r < n; ++r) {
+    const std::int64_t v = r * 100;
+    g[static_cast<std::size_t>(r)]->isendOf<std::int64_t>(0, tag, std::span<const std::int64_t>(&v, 1));
+  }
+  const int sources[] = {1, 2, 3};
+  std::vector<int> seen;
+  for (int k = 0; k < n - 1; ++k) {
+    std::int64_t got = 0;
+    auto r = g[0]->irecv(sources, tag, std::as_writable_bytes(std::span<std::int64_t>(&got, 1)));
+    r.wait(kTimeout);
+    CHECK(got == r.peer() * 100);
+    seen.push_back(r.peer());
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int>{1, 2, 3});
+}
+
+TEMPLATE_TEST_CASE("a message longer than the receive buffer fails the receive", "[transport]",
+                   TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto tag = Tag::make(Op::kUser, 1);
+  const auto msg = bytesOf("0123456789");
+  std::vector<std::byte> small(4);
+  auto r = g[1]->irecv(0, tag, small);
+  g[0]->isend(1, tag, msg);
+  CHECK_THROWS_AS(r.wait(kTimeout), ProtocolError);
+}
+
+TEMPLATE_TEST_CASE("a wait with nothing to receive times out within its bound", "[transport]",
+                   TRANSPORTS) {
+  Group g = TestType::make(2);
+  std::vector<std::byte> buf(8);
+  auto r = g[1]->irecv(0, Tag::make(Op::kUser, 1), buf);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(r.waitFor(0.05));
+  CHECK_THROWS_AS(r.wait(0.05), TimeoutError);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took < 2.0);
+  CHECK_FALSE(r.test());
+}
+
+TEMPLATE_TEST_CASE("a cancelled receive leaves its buffer alone and the message for the next one",
+                   "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto tag = Tag::make(Op::kUser, 2);
+  std::int32_t first = -1, second = -1;
+  auto r1 = g[1]->irecvOf<std::int32_t>(0, tag, std::span<std::int32_t>(&first, 1));
+  r1.cancel();
+  CHECK_THROWS_AS(r1.wait(kTimeout), Cancelled);
+  const std::int32_t v = 42;
+  g[0]->isendOf<std::int32_t>(1, tag, std::span<const std::int32_t>(&v, 1));
+  auto r2 = g[1]->irecvOf<std::int32_t>(0, tag, std::span<std::int32_t>(&second, 1));
+  r2.wait(kTimeout);
+  CHECK(first == -1);
+  CHECK(second == 42);
+}
+
+TEMPLATE_TEST_CASE("a rank can send to itself", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const float v[3] = {1, 2, 3};
+  float got[3] = {};
+  const auto tag = Tag::make(Op::kUser, 3);
+  g[1]->isendOf<float>(1, tag, std::span<const float>(v));
+  auto r = g[1]->irecvOf<float>(1, tag, std::span<float>(got));
+  r.wait(kTimeout);
+  CHECK(std::equal(v, v + 3, got));
+}
+
+TEMPLATE_TEST_CASE("large messages arrive intact", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  std::vector<float> big(2'000'003);
+  std::mt19937 rng(1);
+  for (auto& x : big) x = static_cast<float>(rng());
+  std::vector<float> got(big.size());
+  const auto tag = Tag::make(Op::kUser, 4);
+  auto r = g[1]->irecvOf<float>(0, tag, std::span<float>(got));
+  g[0]->isendOf<float>(1, tag, std::span<const float>(big));
+  r.wait(kTimeout);
+  CHECK(r.bytes() == big.size() * sizeof(float));
+  CHECK(got == big);
+  CHECK(g[0]->stats().bytesSent >= big.size() * sizeof(float));
+}
+
+TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const int threads = 4, per = 100;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (std::int32_t i = 0; i < per; ++i)
+        g[0]->isendOf<std::int32_t>(1, Tag::make(Op::kUser, static_cast<std::uint64_t>(t)),
+                                    std::span<const std::int32_t>(&i, 1));
+    });
+  for (auto& t : ts) t.join();
+  for (int t = 0; t < threads; ++t)
+    for (std::int32_t i = 0; i < per; ++i) {
+      std::int32_t got = -1;
+      auto r = g[1]->irecvOf<std::int32_t>(0, Tag::make(Op::kUser, static_cast<std::uint64_t>(t)),
+                                           std::span<std::int32_t>(&got, 1));
+      r.wait(kTimeout);
+      REQUIRE(got == i);
+    }
+}
+
+TEMPLATE_TEST_CASE("a peer that closes fails receives waiting on it, well before the timeout",
+                   "[transport]", TRANSPORTS) {
+  Group g = TestType::make(3);
+  const auto tag = Tag::make(Op::kUser, 1);
+  std::int32_t got = 0;
+  auto r = g[0]->irecvOf<std::int32_t>(1, tag, std::span<std::int32_t>(&got, 1));
+  const auto t0 = std::chrono::steady_clock::now();
+  g[1]->close();
+  CHECK_THROWS_AS(r.wait(kTimeout), PeerFailure);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took < kTimeout / 2);
+  // A message sent before closing is still delivered.
+  const std::int32_t v = 5;
+  g[2]->isendOf<std::int32_t>(0, tag, std::span<const std::int32_t>(&v, 1));
+  g[2]->close();
+  auto r2 = g[0]->irecvOf<std::int32_t>(2, tag, std::span<std::int32_t>(&got, 1));
+  r2.wait(kTimeout);
+  CHECK(got == 5);
+  // Afterwards nothing more can come from rank 2.
+  auto r3 = g[0]->irecvOf<std::int32_t>(2, tag, std::span<std::int32_t>(&got, 1));
+  CHECK_THROWS_AS(r3.wait(kTimeout), PeerFailure);
+}
+
+TEMPLATE_TEST_CASE("bad arguments are rejected with InvalidArgument", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  std::vector<std::byte> buf(4);
+  const auto tag = Tag::make(Op::kUser, 1);
+  CHECK_THROWS_AS(g[0]->isend(2, tag, buf), InvalidArgument);
+  CHECK_THROWS_AS(g[0]->isend(-1, tag, buf), InvalidArgument);
+  CHECK_THROWS_AS(g[0]->irecv(5, tag, buf), InvalidArgument);
+  CHECK_THROWS_AS(g[0]->irecv(std::span<const int>(), tag, buf), InvalidArgument);
+  const std::byte three[3] = {};
+  CHECK_THROWS_AS(g[0]->isend(1, tag, three, DType::kFloat32), InvalidArgument);
+}
+
+TEMPLATE_TEST_CASE("ring allreduce equals the plain sum for world sizes 1..9 and awkward lengths",
+                   "[collectives]", TRANSPORTS) {
+  for (int n = 1; n <= 9; ++n) {
+    Group g = TestType::make(n);
+    for (std::size_t len : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) - 1,
+                            static_cast<std::size_t>(n) + 1, std::size_t{1000}, std::size_t{65537}}) {
+      std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
+      std::vector<double> expected(len, 0.0);
+      for (int r = 0; r < n; ++r) {
+        std::mt19937_64 rng(static_cast<std::uint64_t>(r * 1000 + static_cast<int>(len)));
+        auto& d = data[static_cast<std::size_t>(r)];
+        d.resize(len);
+        for (auto& x : d) x = static_cast<double>(rng() % 1000) - 500;  // exact in double
+        for (std::size_t i = 0; i < len; ++i) expected[i] += d[i];
+      }
+      static std::uint64_t seq = 0;
+      const std::uint64_t s = ++seq;
+      onEveryRank(n, [&](int r) {
+        ringAllreduce<double>(*g[static_cast<std::size_t>(r)], data[static_cast<std::size_t>(r)], ReduceOp::kSum,
+                              CollectiveOptions{s, kTimeout});
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO("world size " << n << ", length " << len << ", rank " << r);
+        REQUIRE(data[static_cast<std::size_t>(r)] == expected);
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("ring allreduce of floats averages", "[collectives]", TRANSPORTS) {
+  const int n = 4;
+  Group g = TestType::make(n);
+  std::vector<std::vector<float>> data(n, std::vector<float>(1001));
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < 1001; ++i) data[static_cast<std::size_t>(r)][i] = static_cast<float>(r + i);
+  onEveryRank(n, [&](int r) {
+    Communicator comm(*g[static_cast<std::size_t>(r)], kTimeout);
+    comm.allreduce(std::span<float>(data[static_cast<std::size_t>(r)]), ReduceOp::kAverage);
+    comm.barrier();
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < 1001; ++i)
+      REQUIRE(data[static_cast<std::size_t>(r)][i] == Approx(1.5 + static_cast<double>(i)));
+}
+
+TEMPLATE_TEST_CASE("broadcast delivers the root's vector to every rank", "[collectives]", TRANSPORTS) {
+  for (int n : {1, 2, 5, 8}) {
+    Group g = TestType::make(n);
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(333, -1.0f));
+      for (std::size_t i = 0; i < 333; ++i) data[static_cast<std::size_t>(root)][i] = static_cast<float>(i * 3 + root);
+      onEveryRank(n, [&](int r) {
+        broadcast<float>(*g[static_cast<std::size_t>(r)], data[static_cast<std::size_t>(r)], root,
+                         CollectiveOptions{static_cast<std::uint64_t>(root), kTimeout});
+      });
+      for (int r = 0; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == data[static_cast<std::size_t>(root)]);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("an allreduce with a rank passing the wrong length fails instead of corrupting",
+                   "[collectives]", TRANSPORTS) {
+  const int n = 2;
+  Group g = TestType::make(n);
+  std::vector<float> a(10, 1.0f), b(12, 1.0f);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  ts.emplace_back([&] {
+    try {
+      ringAllreduce<float>(*g[0], a, ReduceOp::kSum, CollectiveOptions{1, 2.0});
+    } catch (const Error&) {
+      ++failures;
+    }
+  });
+  ts.emplace_back([&] {
+    try {
+      ringAllreduce<float>(*g[1], b, ReduceOp::kSum, CollectiveOptions{1, 2.0});
+    } catch (const Error&) {
+      ++failures;
+    }
+  });
+  for (auto& t : ts) t.join();
+  CHECK(failures >= 1);
+}
