@@ -23,8 +23,9 @@ class Fabric {
     GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)], "rank " << rank << " is already attached to this fabric");
     attached_[static_cast<std::size_t>(rank)] = true;
   }
-  void leave(int rank) {
-    auto why = std::make_exception_ptr(PeerFailure(rank, "peer closed its transport"));
+  void leave(int rank, bool afterError) {
+    auto why = std::make_exception_ptr(
+        PeerFailure(rank, afterError ? "it stopped after an error of its own" : "peer closed its transport"));
     for (int i = 0; i < worldSize(); ++i)
       if (i != rank) box(i).peerGone(rank, why);
   }
@@ -69,9 +70,12 @@ class InprocTransport final : public Transport {
     return fabric_->box(rank_).post(sources, tag, buffer);
   }
 
-  void close() override {
+  void close() override { shut(false); }
+  void abort() override { shut(true); }
+
+  void shut(bool afterError) {
     if (closed_.exchange(true)) return;
-    fabric_->leave(rank_);
+    fabric_->leave(rank_, afterError);
     fabric_->box(rank_).close();
   }
 

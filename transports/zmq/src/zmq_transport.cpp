@@ -119,6 +119,7 @@ class ZmqTransport final : public Transport {
 
   void abort() override {
     opt_.lingerSeconds = 0;
+    aborting_ = true;
     close();
   }
 
@@ -134,7 +135,8 @@ class ZmqTransport final : public Transport {
         std::lock_guard<std::mutex> lk(closeMu_);
         closing = peerClosed_[static_cast<std::size_t>(p)];
       }
-      if (peers_[static_cast<std::size_t>(p)] && !closing) sendControl(p, FrameKind::kBye);
+      if (peers_[static_cast<std::size_t>(p)] && !closing)
+        sendControl(p, FrameKind::kBye, aborting_ ? kByeAfterError : 0);
     }
     {
       std::unique_lock<std::mutex> lk(closeMu_);
@@ -181,8 +183,13 @@ class ZmqTransport final : public Transport {
 
  private:
   // Sends a header-only control frame (bye, bye-ack) to peer p; best effort.
-  void sendControl(int p, FrameKind kind) {
-    const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), Tag{}, {});
+  // A bye whose tag segment is kByeAfterError says the sender stopped because
+  // of an error of its own (its peers report that, not a clean close).
+  static constexpr std::uint32_t kByeAfterError = 1;
+
+  void sendControl(int p, FrameKind kind, std::uint32_t detail = 0) {
+    const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                                     Tag{Op::kControl, detail, 0}, {});
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     std::lock_guard<std::mutex> lk(peer.mu);
     try {
@@ -276,7 +283,9 @@ class ZmqTransport final : public Transport {
       verifyFramePayload(header, h, payload, peer);
       if (h.kind == FrameKind::kBye) {
         peers_[static_cast<std::size_t>(peer)]->said_bye = true;
-        box_.peerGone(peer, std::make_exception_ptr(PeerFailure(peer, "peer closed its transport")));
+        box_.peerGone(peer, std::make_exception_ptr(PeerFailure(
+                                peer, h.tag.segment == kByeAfterError ? "it stopped after an error of its own"
+                                                                      : "peer closed its transport")));
         sendControl(peer, FrameKind::kByeAck);
         markPeer(peer, false);
         return;
@@ -330,7 +339,7 @@ class ZmqTransport final : public Transport {
   std::mutex closeMu_;
   std::condition_variable closeCv_;
   std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
-  std::atomic<bool> stop_{false}, closed_{false};
+  std::atomic<bool> stop_{false}, closed_{false}, aborting_{false};
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
 };
 

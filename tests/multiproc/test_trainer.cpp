@@ -1,0 +1,156 @@
+// gossamer-train as real processes on loopback: a full run, a peer killed
+// mid-run, and bad configs rejected before any peer starts.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "process.hpp"
+
+using gossamer::testing::readFile;
+using gossamer::testing::spawn;
+using gossamer::testing::TempDir;
+using gossamer::testing::waitBounded;
+using gossamer::testing::writeFile;
+
+namespace {
+
+const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
+
+bool haveData() { return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz"); }
+
+std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize,
+                        int epochs, double timeout) {
+  return "world_size: " + std::to_string(worldSize) +
+         "\nseed: 7\ntransport:\n  kind: " + transport + "\n  timeout_seconds: " + std::to_string(timeout) +
+         "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
+         "\n  segments: 3\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
+         "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
+         "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
+}
+
+nlohmann::json lastJsonLine(const std::string& out) {
+  auto end = out.find_last_not_of('\n');
+  REQUIRE(end != std::string::npos);
+  auto begin = out.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  return nlohmann::json::parse(out.substr(begin, end + 1 - begin));
+}
+
+}  // namespace
+
+TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JSON summary",
+          "[multiproc][train]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
+    return;
+  }
+  TempDir dir;
+  for (const std::string algorithm : {"crossover_sgd", "allreduce_sgd"}) {
+    writeFile(dir / "run.yaml", smallConfig("zmq", algorithm, 3, 2, 20));
+    const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "s.json"},
+                            dir / "out", dir / "err");
+    const auto status = waitBounded(pid, 180);
+    const std::string out = readFile(dir / "out");
+    INFO("stdout:\n" << out << "\nstderr:\n" << readFile(dir / "err"));
+    REQUIRE(status.has_value());
+    REQUIRE(WIFEXITED(*status));
+    REQUIRE(WEXITSTATUS(*status) == 0);
+    CHECK(out.find("epoch 1/2") != std::string::npos);
+    CHECK(out.find("epoch 2/2") != std::string::npos);
+    const auto j = lastJsonLine(out);
+    CHECK(j["algorithm"] == algorithm);
+    CHECK(j["world_size"] == 3);
+    CHECK(j["epochs"] == 2);
+    CHECK(j["test_accuracy"].get<double>() > 0.6);
+    CHECK(j["test_accuracy_rank0"].get<double>() > 0.6);
+    CHECK(j["bytes_sent_per_peer"].get<double>() > 0);
+    CHECK(j["wall_seconds"].get<double>() > 0);
+    if (algorithm == "allreduce_sgd") CHECK(j["consensus_distance"].get<double>() < 1e-10);
+    CHECK(nlohmann::json::parse(readFile(dir / "s.json")) == j);
+  }
+}
+
+TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[multiproc][train]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed; skipped");
+    return;
+  }
+  TempDir dir;
+  writeFile(dir / "run.yaml", smallConfig("inproc", "crossover_sgd", 4, 1, 20));
+  const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml"}, dir / "out", dir / "err");
+  const auto status = waitBounded(pid, 120);
+  INFO("stderr:\n" << readFile(dir / "err"));
+  REQUIRE(status.has_value());
+  REQUIRE(WEXITSTATUS(*status) == 0);
+  const auto j = lastJsonLine(readFile(dir / "out"));
+  CHECK(j["transport"] == "inproc");
+  CHECK(j["world_size"] == 4);
+  CHECK(j["test_accuracy"].get<double>() > 0.5);
+}
+
+TEST_CASE("killing one peer makes the others exit with a clear error within the timeout",
+          "[multiproc][failure]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed; skipped");
+    return;
+  }
+  const double timeout = 5.0;
+  const int n = 3;
+  TempDir dir;
+  writeFile(dir / "long.yaml", smallConfig("zmq", "crossover_sgd", n, 500, timeout));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r)
+    pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "long.yaml", "--rank", std::to_string(r),
+                          "--rendezvous", dir / "rdv"},
+                         dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+  // Wait (bounded) until training is under way: rank 0 has printed an epoch.
+  const auto start = std::chrono::steady_clock::now();
+  while (readFile(dir / "out0").find("epoch 1/") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(90));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pids[1], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  waitBounded(pids[1], 5);
+  for (int r : {0, 2}) {
+    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 4 * timeout);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    const std::string err = readFile(dir / ("err" + std::to_string(r)));
+    INFO("rank " << r << " after " << took << " s, stderr:\n" << err);
+    REQUIRE(status.has_value());  // it did not hang
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 1);
+    CHECK(took < 2 * timeout);
+    // Either the dead peer itself, or the other survivor that stopped first.
+    const bool clear = err.find("peer 1 failed: connection lost") != std::string::npos ||
+                       err.find("failed: it stopped after an error of its own") != std::string::npos ||
+                       (err.find("timed out") != std::string::npos && err.find("rank") != std::string::npos);
+    CHECK(clear);
+  }
+}
+
+TEST_CASE("a bad config stops gossamer-train with file and line before any peer starts",
+          "[multiproc][config]") {
+  TempDir dir;
+  struct Case {
+    std::string yaml, expect;
+  };
+  const Case cases[] = {
+      {"world_size: 2\ntraining:\n  epochs: 1\n  batch_sze: 32\n", "bad.yaml:4"},
+      {"world_size: 2\nseed: 1\ntraining:\n  epochs: three\n", "bad.yaml:4"},
+      {"seed: 1\nworld_size: 0\n", "bad.yaml:2"},
+  };
+  for (const auto& c : cases) {
+    writeFile(dir / "bad.yaml", c.yaml);
+    const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "bad.yaml"}, dir / "out", dir / "err");
+    const auto status = waitBounded(pid, 30);
+    const std::string err = readFile(dir / "err");
+    INFO(c.yaml << "\nstderr: " << err);
+    REQUIRE(status.has_value());
+    CHECK(WEXITSTATUS(*status) == 1);
+    CHECK(err.find(c.expect) != std::string::npos);
+    CHECK(readFile(dir / "out").find("epoch") == std::string::npos);
+  }
+}

@@ -1,0 +1,244 @@
+// Optimizers over the inproc transport (threads, no sockets).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+
+using namespace gossamer;
+
+namespace {
+
+template <typename F>
+void onEveryRank(int n, F fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+std::vector<double> meanOver(const std::vector<std::vector<float>>& xs) {
+  std::vector<double> m(xs[0].size(), 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) m[i] += x[i];
+  for (auto& v : m) v /= static_cast<double>(xs.size());
+  return m;
+}
+
+double consensusDistance(const std::vector<std::vector<float>>& xs) {
+  const auto m = meanOver(xs);
+  double d = 0;
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) d += (m[i] - x[i]) * (m[i] - x[i]);
+  return d / static_cast<double>(xs.size());
+}
+
+}  // namespace
+
+TEST_CASE("LocalSgd applies heavy-ball momentum and weight decay", "[optimizer]") {
+  optimizers::LocalSgd sgd(2, {0.1, 0.5, 0.01});
+  std::vector<float> x = {1.0f, -2.0f};
+  const std::vector<float> g = {0.5f, 1.0f};
+  sgd.apply(x, g);  // v = g + wd x = (0.51, 0.98); x -= 0.1 v
+  CHECK(x[0] == Approx(1.0 - 0.051));
+  CHECK(x[1] == Approx(-2.0 - 0.098));
+  sgd.apply(x, g);  // v = 0.5 v + g + wd x
+  const double v0 = 0.5 * 0.51 + 0.5 + 0.01 * (1.0 - 0.051);
+  CHECK(x[0] == Approx(1.0 - 0.051 - 0.1 * v0));
+  CHECK_THROWS_AS(sgd.apply(x, std::vector<float>(3)), InvalidArgument);
+  CHECK_THROWS_AS(optimizers::LocalSgd(2, {0.1, 1.0, 0.0}), InvalidArgument);
+}
+
+TEST_CASE("Crossover-SGD keeps the global mean of the parameters when the learning rate is zero",
+          "[optimizer][crossover]") {
+  for (int n : {2, 3, 4, 7, 8}) {
+    auto fabric = inproc::makeFabric(n);
+    const std::vector<std::size_t> tensors = {300, 7, 50, 3};
+    topologies::FairRoulette topo(n, 1234);
+    std::vector<std::vector<float>> params(static_cast<std::size_t>(n), std::vector<float>(360));
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& p : params)
+      for (auto& v : p) v = normal(rng);
+    const auto mean0 = meanOver(params);
+    const double dist0 = consensusDistance(params);
+    onEveryRank(n, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, 10.0);
+      optimizers::CrossoverOptions o;
+      o.sgd = {0.0, 0.9, 0.0};
+      o.segments = 4;
+      optimizers::CrossoverSgd opt(*t, topo, tensors, o);
+      std::vector<float> grad(360);
+      std::mt19937 g(static_cast<unsigned>(r) + 99);
+      for (int step = 0; step < 30; ++step) {
+        for (auto& v : grad) v = normal(g);  // ignored: learning rate 0
+        opt.step(params[static_cast<std::size_t>(r)], grad);
+      }
+      CHECK(opt.steps() == 30);
+    });
+    const auto mean1 = meanOver(params);
+    for (std::size_t i = 0; i < mean0.size(); ++i) REQUIRE(mean1[i] == Approx(mean0[i]).margin(1e-5));
+    INFO("world size " << n << ": consensus distance " << dist0 << " -> " << consensusDistance(params));
+    CHECK(consensusDistance(params) < 1e-3 * dist0);
+  }
+}
+
+TEST_CASE("Crossover-SGD exchanges only every `interval` steps", "[optimizer][crossover]") {
+  const int n = 3;
+  auto fabric = inproc::makeFabric(n);
+  topologies::FairRoulette topo(n, 7);
+  std::vector<std::uint64_t> sent(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::CrossoverOptions o;
+    o.sgd = {0.01, 0.0, 0.0};
+    o.segments = 2;
+    o.interval = 4;
+    optimizers::CrossoverSgd opt(*t, topo, {10, 10}, o);
+    std::vector<float> x(20, static_cast<float>(r)), g(20, 1.0f);
+    for (int s = 0; s < 12; ++s) opt.step(x, g);
+    sent[static_cast<std::size_t>(r)] = t->stats().bytesSent;
+  });
+  for (auto b : sent) CHECK(b == 3 * 20 * sizeof(float));  // 3 exchanges of the whole model
+}
+
+TEST_CASE("Crossover-SGD rejects mismatched sizes and options", "[optimizer][crossover]") {
+  auto fabric = inproc::makeFabric(2);
+  auto t = inproc::makeTransport(fabric, 0, 1.0);
+  topologies::FairRoulette topo(2, 1);
+  topologies::FairRoulette wrongSize(3, 1);
+  optimizers::CrossoverOptions o;
+  CHECK_THROWS_AS(optimizers::CrossoverSgd(*t, wrongSize, {4}, o), InvalidArgument);
+  o.interval = 0;
+  CHECK_THROWS_AS(optimizers::CrossoverSgd(*t, topo, {4}, o), InvalidArgument);
+  o.interval = 1;
+  optimizers::CrossoverSgd opt(*t, topo, {4}, o);
+  std::vector<float> x(5), g(5);
+  CHECK_THROWS_AS(opt.step(x, g), InvalidArgument);
+}
+
+TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to centralised SGD",
+          "[optimizer][allreduce]") {
+  const int n = 4;
+  const std::size_t p = 57;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::vector<float>> params(n, std::vector<float>(p, 0.5f));
+  std::vector<std::vector<std::vector<float>>> grads(n);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int r = 0; r < n; ++r)
+    for (int s = 0; s < 10; ++s) {
+      grads[static_cast<std::size_t>(r)].emplace_back(p);
+      for (auto& v : grads[static_cast<std::size_t>(r)].back()) v = u(rng);
+    }
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    Communicator comm(*t, 10.0);
+    optimizers::AllReduceSgd opt(comm, p, {0.1, 0.9, 0.0});
+    for (int s = 0; s < 10; ++s)
+      opt.step(params[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]);
+  });
+  // Centralised reference: SGD on the mean gradient.
+  std::vector<float> ref(p, 0.5f), mean(p);
+  optimizers::LocalSgd sgd(p, {0.1, 0.9, 0.0});
+  for (int s = 0; s < 10; ++s) {
+    std::fill(mean.begin(), mean.end(), 0.0f);
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < p; ++i)
+        mean[i] += grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)][i] / n;
+    sgd.apply(ref, mean);
+  }
+  for (int r = 1; r < n; ++r) CHECK(params[static_cast<std::size_t>(r)] == params[0]);
+  for (std::size_t i = 0; i < p; ++i) CHECK(params[0][i] == Approx(ref[i]).margin(1e-5));
+}
+
+TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[agent]") {
+  const int n = 3;
+  Config c;
+  c.worldSize = n;
+  c.transport.kind = "inproc";
+  c.transport.timeoutSeconds = 10;
+  auto fabric = inproc::makeFabric(n);
+  Registry reg;
+  inproc::registerWith(reg, fabric);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  MemoryStore store;
+  std::vector<std::vector<float>> v(n, std::vector<float>(100));
+  onEveryRank(n, [&](int r) {
+    Agent agent(c, r, store, reg);
+    CHECK(agent.rank() == r);
+    CHECK(agent.worldSize() == n);
+    CHECK(agent.topology().name() == "fair_roulette");
+    for (std::size_t i = 0; i < 100; ++i) v[static_cast<std::size_t>(r)][i] = static_cast<float>(r * i);
+    agent.average(v[static_cast<std::size_t>(r)]);
+    auto& opt = agent.makeOptimizer({100});
+    CHECK(opt.name() == "crossover_sgd");
+    agent.close();
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < 100; ++i) REQUIRE(v[static_cast<std::size_t>(r)][i] == Approx(static_cast<double>(i)));
+}
+
+TEST_CASE("an Agent rejects unknown component names before connecting", "[agent]") {
+  Config c;
+  c.worldSize = 2;
+  c.transport.kind = "inproc";
+  Registry reg;  // nothing registered
+  MemoryStore store;
+  try {
+    Agent agent(c, 0, store, reg);
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "topology.kind");
+  }
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  try {
+    Agent agent(c, 0, store, reg);
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "transport.kind");
+    CHECK(std::string(e.what()).find("inproc") != std::string::npos);
+  }
+  CHECK_THROWS_AS(reg.addTopology("ring", [](const Config&) { return std::unique_ptr<Topology>(); }),
+                  InvalidArgument);
+}
+
+TEST_CASE("stores publish keys and time out on missing ones", "[store]") {
+  MemoryStore mem;
+  char tmpl[] = "/tmp/gossamer-store-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  FileStore file(tmpl);
+  for (Store* s : {static_cast<Store*>(&mem), static_cast<Store*>(&file)}) {
+    s->set("job/a", std::string("x\0y", 3));
+    CHECK(s->get("job/a", 1.0) == std::string("x\0y", 3));
+    CHECK_FALSE(s->tryGet("job/missing").has_value());
+    CHECK_THROWS_AS(s->get("job/missing", 0.05), TimeoutError);
+    CHECK_THROWS_AS(s->set("../escape", "v"), InvalidArgument);
+    CHECK_THROWS_AS(s->set("", "v"), InvalidArgument);
+    std::thread late([s] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      s->set("job/late", "here");
+    });
+    CHECK(s->get("job/late", 5.0) == "here");
+    late.join();
+  }
+  std::filesystem::remove_all(tmpl);
+}
