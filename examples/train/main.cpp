@@ -3,8 +3,9 @@
 //   gossamer-train --config examples/configs/quickstart-crossover.yaml
 //       launches world_size peers as processes on this machine (zmq over
 //       loopback), or as threads when transport.kind is inproc;
-//   gossamer-train --config x.yaml --rank R --rendezvous DIR
-//       runs one rank (multi-host runs: DIR on a shared file system).
+//   gossamer-train --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
+//       runs one rank; for multi-host runs use tcp://HOST:PORT (rank 0 serves
+//       the rendezvous there) or a DIR on a shared file system.
 //
 // Rank 0 prints one progress line per epoch and, last, a one-line JSON summary.
 #include <signal.h>
@@ -65,10 +66,19 @@ train::FashionMnist loadData(const Config& c) {
   return train::loadFashionMnist(c.data.path, c.data.trainLimit, c.data.testLimit, c.data.standardize);
 }
 
-// One rank of a multi-process job.
+// One rank of a multi-process job. `rendezvous` is a directory shared by all
+// ranks (FileStore), or tcp://HOST:PORT, where rank 0 serves the store.
 int runOneRank(const Config& c, int rank, const std::string& rendezvous, const std::string& summaryPath) {
   const auto data = loadData(c);
-  gossamer::FileStore store(rendezvous);
+  std::unique_ptr<gossamer::zmq::StoreServer> server;
+  std::unique_ptr<gossamer::Store> storePtr;
+  if (rendezvous.rfind("tcp://", 0) == 0) {
+    if (rank == 0) server = std::make_unique<gossamer::zmq::StoreServer>(rendezvous);
+    storePtr = std::make_unique<gossamer::zmq::RemoteStore>(rendezvous, c.transport.timeoutSeconds);
+  } else {
+    storePtr = std::make_unique<gossamer::FileStore>(rendezvous);
+  }
+  auto& store = *storePtr;
   const auto registry = makeRegistry(nullptr);
   const auto s = train::runRank(c, rank, data, store, registry,
                                 [&](const train::EpochMetrics& m) { printEpoch(c, m); });
@@ -180,7 +190,8 @@ int main(int argc, char** argv) {
   int rank = -1;
   app.add_option("--config", configPath, "YAML config (see README, 'YAML schema')")->required();
   app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
-  app.add_option("--rendezvous", rendezvous, "rendezvous directory shared by all ranks (with --rank)");
+  app.add_option("--rendezvous", rendezvous,
+                 "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
   app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
   CLI11_PARSE(app, argc, argv);
   try {

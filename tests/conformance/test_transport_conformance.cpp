@@ -226,6 +226,8 @@ TEMPLATE_TEST_CASE("large messages arrive intact", "[transport]", TRANSPORTS) {
   CHECK(r.bytes() == big.size() * sizeof(float));
   CHECK(got == big);
   CHECK(g[0]->stats().bytesSent >= big.size() * sizeof(float));
+  CHECK(g[1]->stats().bytesReceived >= big.size() * sizeof(float));
+  CHECK(g[1]->stats().messagesReceived >= 1);
 }
 
 TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transport]", TRANSPORTS) {
@@ -367,4 +369,34 @@ TEMPLATE_TEST_CASE("an allreduce with a rank passing the wrong length fails inst
   });
   for (auto& t : ts) t.join();
   CHECK(failures >= 1);
+}
+
+TEMPLATE_TEST_CASE("messages sent just before close are delivered, not dropped", "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  std::vector<float> big(1'000'000, 2.5f);
+  const auto tag = Tag::make(Op::kUser, 11);
+  g[0]->isendOf<float>(1, tag, std::span<const float>(big));
+  std::thread closer([&] { g[0]->close(); });  // races with the receive below
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<float> got(big.size());
+  auto r = g[1]->irecvOf<float>(0, tag, std::span<float>(got));
+  r.wait(kTimeout);
+  closer.join();
+  CHECK(got == big);
+}
+
+TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out",
+          "[store][zmq]") {
+  zmq::StoreServer server("tcp://127.0.0.1:*");
+  zmq::RemoteStore a(server.endpoint(), 5.0), b(server.endpoint(), 5.0);
+  a.set("job/x", std::string("v\0w", 3));
+  CHECK(b.get("job/x", 5.0) == std::string("v\0w", 3));
+  CHECK_FALSE(b.tryGet("job/none").has_value());
+  CHECK_THROWS_AS(b.set("bad key", "v"), InvalidArgument);
+  CHECK_THROWS_AS(b.get("job/none", 0.1), TimeoutError);
+  // A port where nobody serves: requests time out instead of hanging.
+  zmq::RemoteStore lost("tcp://127.0.0.1:1", 0.2);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(lost.set("job/y", "v"), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
 }

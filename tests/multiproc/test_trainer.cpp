@@ -154,3 +154,28 @@ TEST_CASE("a bad config stops gossamer-train with file and line before any peer 
     CHECK(readFile(dir / "out").find("epoch") == std::string::npos);
   }
 }
+
+TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multiproc][train]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed; skipped");
+    return;
+  }
+  TempDir dir;
+  writeFile(dir / "run.yaml", smallConfig("zmq", "crossover_sgd", 3, 1, 20));
+  // A port from the ephemeral range, derived from the pid to avoid collisions.
+  const std::string addr = "tcp://127.0.0.1:" + std::to_string(40000 + getpid() % 20000);
+  std::vector<pid_t> pids;
+  for (int r = 2; r >= 0; --r)  // rank 0 last: clients wait for the server
+    pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--rank", std::to_string(r),
+                          "--rendezvous", addr},
+                         dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+  for (pid_t pid : pids) {
+    const auto status = waitBounded(pid, 120);
+    INFO("stderr of rank 0: " << readFile(dir / "err0") << "\nrank 1: " << readFile(dir / "err1"));
+    REQUIRE(status.has_value());
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  const auto j = lastJsonLine(readFile(dir / "out0"));
+  CHECK(j["world_size"] == 3);
+  CHECK(j["test_accuracy"].get<double>() > 0.5);
+}

@@ -13,11 +13,17 @@ namespace gossamer::inproc {
 
 class Fabric {
  public:
-  explicit Fabric(int worldSize) : attached_(static_cast<std::size_t>(worldSize), false) {
+  explicit Fabric(int worldSize)
+      : attached_(static_cast<std::size_t>(worldSize), false), received_(static_cast<std::size_t>(worldSize)) {
     for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
   }
   int worldSize() const { return static_cast<int>(boxes_.size()); }
   Mailbox& box(int rank) { return *boxes_[static_cast<std::size_t>(rank)]; }
+  /// Per destination rank: payload bytes and messages delivered to it.
+  struct Counters {
+    std::atomic<std::uint64_t> bytes{0}, messages{0};
+  };
+  Counters& received(int rank) { return received_[static_cast<std::size_t>(rank)]; }
   void attach(int rank) {
     std::lock_guard<std::mutex> lk(mu_);
     GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)], "rank " << rank << " is already attached to this fabric");
@@ -34,6 +40,7 @@ class Fabric {
   std::mutex mu_;
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::vector<bool> attached_;
+  std::vector<Counters> received_;
 };
 
 namespace {
@@ -60,6 +67,8 @@ class InprocTransport final : public Transport {
     auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     InboundPayload p{owned, std::span<const std::byte>(owned->data(), owned->size())};
     fabric_->box(dst).deliver(rank_, tag, std::move(p));
+    fabric_->received(dst).bytes += data.size();
+    ++fabric_->received(dst).messages;
     bytesSent_ += data.size();
     ++messagesSent_;
     return Request(detail::completedRequest(dst, data.size()));
@@ -83,6 +92,8 @@ class InprocTransport final : public Transport {
     TransportStats s;
     s.bytesSent = bytesSent_;
     s.messagesSent = messagesSent_;
+    s.bytesReceived = fabric_->received(rank_).bytes;
+    s.messagesReceived = fabric_->received(rank_).messages;
     return s;
   }
 

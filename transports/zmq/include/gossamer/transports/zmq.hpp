@@ -43,3 +43,44 @@ namespace gossamer::zmq {
 /// (protocol, host, timeout_seconds, linger_seconds).
 void registerWith(Registry& registry);
 }  // namespace gossamer::zmq
+
+namespace gossamer::zmq {
+
+/// Serves a rendezvous Store over ZeroMQ (for multi-host jobs: normally rank 0
+/// runs it and every rank, rank 0 included, talks to it through RemoteStore).
+/// A background thread answers requests until the server is destroyed.
+/// Requests are validated (frame count, operation, key syntax, value size at
+/// most 1 MiB); a bad request gets an error reply and is otherwise ignored.
+class StoreServer {
+ public:
+  /// Binds `endpoint` (e.g. "tcp://0.0.0.0:29500" or "tcp://127.0.0.1:*").
+  /// @throws Error if the address cannot be bound.
+  explicit StoreServer(const std::string& endpoint);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  /// The bound endpoint, with the actual port when "*" was asked for.
+  std::string endpoint() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Client of a StoreServer. Thread-safe (requests are serialised).
+class RemoteStore final : public Store {
+ public:
+  /// @param requestTimeoutSeconds bound on each request's round trip (> 0).
+  RemoteStore(const std::string& endpoint, double requestTimeoutSeconds = 10.0);
+  ~RemoteStore() override;
+  /// @throws TimeoutError if the server does not answer in time; Error if it
+  ///         rejects the request; InvalidArgument for a bad key.
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> tryGet(const std::string& key) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gossamer::zmq

@@ -1,0 +1,158 @@
+// Rendezvous store over ZeroMQ: a ROUTER server thread holding a map, and
+// REQ clients. Request: [op "set"|"get"][key][value (set only)].
+// Reply: ["ok"][value] | ["missing"] | ["error"][message].
+#include <zmq.hpp>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/transports/zmq.hpp"
+
+namespace gossamer::zmq {
+
+namespace {
+constexpr std::size_t kMaxValueBytes = std::size_t{1} << 20;
+
+std::string str(const ::zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
+}  // namespace
+
+struct StoreServer::Impl {
+  ::zmq::context_t ctx{1};
+  ::zmq::socket_t sock{ctx, ::zmq::socket_type::router};
+  std::string endpoint;
+  std::map<std::string, std::string> kv;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  void serve() {
+    while (!stop) {
+      ::zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+      try {
+        ::zmq::poll(&item, 1, std::chrono::milliseconds(20));
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        std::vector<::zmq::message_t> parts;
+        do {
+          parts.emplace_back();
+          (void)sock.recv(parts.back(), ::zmq::recv_flags::none);
+        } while (sock.get(::zmq::sockopt::rcvmore) && parts.size() < 8);
+        while (sock.get(::zmq::sockopt::rcvmore)) {  // drain an oversized request
+          ::zmq::message_t sink;
+          (void)sock.recv(sink, ::zmq::recv_flags::none);
+        }
+        handle(parts);
+      } catch (const ::zmq::error_t& e) {
+        if (e.num() == ETERM) return;
+      }
+    }
+  }
+
+  // parts: envelope (client id, REQ's request id, ...) up to an empty
+  // delimiter frame, then [op][key][value?]. The reply reuses the envelope.
+  void handle(std::vector<::zmq::message_t>& parts) {
+    std::size_t delim = 0;
+    while (delim < parts.size() && parts[delim].size() != 0) ++delim;
+    if (delim == 0 || delim >= parts.size()) return;  // no envelope: nobody to answer
+    std::vector<std::string> reply;
+    try {
+      const std::size_t body = delim + 1, n = parts.size() - body;
+      if (n < 2) throw InvalidArgument("malformed request");
+      const std::string op = str(parts[body]), key = str(parts[body + 1]);
+      checkStoreKey(key);
+      if (op == "set" && n == 3) {
+        GOSSAMER_ENFORCE(parts[body + 2].size() <= kMaxValueBytes, "value larger than 1 MiB");
+        kv[key] = str(parts[body + 2]);
+        reply = {"ok", ""};
+      } else if (op == "get" && n == 2) {
+        auto it = kv.find(key);
+        reply = it == kv.end() ? std::vector<std::string>{"missing"} : std::vector<std::string>{"ok", it->second};
+      } else {
+        throw InvalidArgument("unknown operation");
+      }
+    } catch (const Error& e) {
+      reply = {"error", e.what()};
+    }
+    for (std::size_t i = 0; i <= delim; ++i) sock.send(parts[i], ::zmq::send_flags::sndmore);
+    for (std::size_t i = 0; i < reply.size(); ++i)
+      sock.send(::zmq::buffer(reply[i]), i + 1 < reply.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
+  }
+};
+
+StoreServer::StoreServer(const std::string& endpoint) : impl_(std::make_unique<Impl>()) {
+  impl_->sock.set(::zmq::sockopt::linger, 0);
+  try {
+    impl_->sock.bind(endpoint);
+  } catch (const ::zmq::error_t& e) {
+    throw Error("rendezvous server cannot bind '" + endpoint + "': " + e.what());
+  }
+  impl_->endpoint = impl_->sock.get(::zmq::sockopt::last_endpoint);
+  impl_->thread = std::thread([this] { impl_->serve(); });
+}
+
+StoreServer::~StoreServer() {
+  impl_->stop = true;
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::string StoreServer::endpoint() const { return impl_->endpoint; }
+
+struct RemoteStore::Impl {
+  ::zmq::context_t ctx{1};
+  ::zmq::socket_t sock{ctx, ::zmq::socket_type::req};
+  std::string endpoint;
+  double timeout;
+  std::mutex mu;
+
+  std::vector<std::string> request(const std::vector<std::string>& parts) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      sock.send(::zmq::buffer(parts[i]), i + 1 < parts.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
+    std::vector<std::string> reply;
+    do {
+      ::zmq::message_t m;
+      if (!sock.recv(m, ::zmq::recv_flags::none))
+        throw TimeoutError("rendezvous server " + endpoint + " did not answer within " + std::to_string(timeout) + " s");
+      reply.push_back(str(m));
+    } while (sock.get(::zmq::sockopt::rcvmore) && reply.size() < 4);
+    if (reply.empty()) throw Error("empty reply from rendezvous server " + endpoint);
+    if (reply[0] == "error") throw Error("rendezvous server " + endpoint + ": " + (reply.size() > 1 ? reply[1] : ""));
+    return reply;
+  }
+};
+
+RemoteStore::RemoteStore(const std::string& endpoint, double requestTimeoutSeconds) : impl_(std::make_unique<Impl>()) {
+  GOSSAMER_ENFORCE(requestTimeoutSeconds > 0, "timeout " << requestTimeoutSeconds);
+  impl_->endpoint = endpoint;
+  impl_->timeout = requestTimeoutSeconds;
+  auto& s = impl_->sock;
+  s.set(::zmq::sockopt::linger, 0);
+  s.set(::zmq::sockopt::rcvtimeo, static_cast<int>(requestTimeoutSeconds * 1000));
+  s.set(::zmq::sockopt::sndtimeo, static_cast<int>(requestTimeoutSeconds * 1000));
+  s.set(::zmq::sockopt::req_relaxed, 1);    // a timed-out request may be retried
+  s.set(::zmq::sockopt::req_correlate, 1);  // and a late reply to it is dropped
+  try {
+    s.connect(endpoint);
+  } catch (const ::zmq::error_t& e) {
+    throw InvalidArgument("bad rendezvous address '" + endpoint + "': " + e.what());
+  }
+}
+
+RemoteStore::~RemoteStore() = default;
+
+void RemoteStore::set(const std::string& key, const std::string& value) {
+  checkStoreKey(key);
+  GOSSAMER_ENFORCE(value.size() <= kMaxValueBytes, "store value of " << value.size() << " bytes exceeds 1 MiB");
+  impl_->request({"set", key, value});
+}
+
+std::optional<std::string> RemoteStore::tryGet(const std::string& key) {
+  checkStoreKey(key);
+  auto reply = impl_->request({"get", key});
+  if (reply[0] == "missing") return std::nullopt;
+  if (reply[0] != "ok" || reply.size() != 2) throw Error("malformed reply from rendezvous server " + impl_->endpoint);
+  return reply[1];
+}
+
+}  // namespace gossamer::zmq
