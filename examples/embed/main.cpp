@@ -15,9 +15,9 @@
 #include <gossamer/agent.hpp>
 #include <gossamer/config.hpp>
 #include <gossamer/errors.hpp>
+#include <gossamer/optimizers/optimizers.hpp>
 #include <gossamer/registry.hpp>
 #include <gossamer/store.hpp>
-#include <gossamer/optimizers/optimizers.hpp>
 #include <gossamer/topologies/topologies.hpp>
 #include <gossamer/transports/zmq.hpp>
 
@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < vec.size(); ++i) {
       const double expected = (n + 1) / 2.0 * double(i + 1);
       if (std::abs(vec[i] - expected) > 1e-4 * std::abs(expected)) {
-        std::cerr << "rank " << rank << ": vec[" << i << "] = " << vec[i] << ", expected "
-                  << expected << "\n";
+        std::cerr << "rank " << rank << ": vec[" << i << "] = " << vec[i] << ", expected " << expected
+                  << "\n";
         return 1;
       }
     }

@@ -51,8 +51,7 @@ class GzReader {
     errno = 0;
     file_ = gzopen(path_.c_str(), "rb");
     if (file_ == nullptr) {
-      fail(0, std::string("cannot open: ") +
-                  (errno != 0 ? std::strerror(errno) : "out of memory in zlib"));
+      fail(0, std::string("cannot open: ") + (errno != 0 ? std::strerror(errno) : "out of memory in zlib"));
     }
   }
   ~GzReader() {
@@ -100,8 +99,8 @@ class GzReader {
   std::uint32_t readU32(const std::string& what) {
     unsigned char b[4];
     readExact(b, sizeof b, what);
-    return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
-           (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
+    return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
+           std::uint32_t{b[3]};
   }
 
   // Reads n payload bytes in chunks: memory grows only as data actually arrives,
@@ -111,13 +110,11 @@ class GzReader {
     buf.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, kReadChunk)));
     while (buf.size() < n) {
       const std::size_t old = buf.size();
-      const std::size_t want =
-          static_cast<std::size_t>(std::min<std::uint64_t>(kReadChunk, n - old));
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kReadChunk, n - old));
       buf.resize(old + want);
       const std::size_t got = readSome(buf.data() + old, want);
       if (got < want) {
-        failTruncated(what + ": got " + std::to_string(old + got) + " of " +
-                      std::to_string(n) + " bytes");
+        failTruncated(what + ": got " + std::to_string(old + got) + " of " + std::to_string(n) + " bytes");
       }
     }
     return buf;
@@ -136,8 +133,8 @@ class GzReader {
   [[noreturn]] void failTruncated(const std::string& detail) const {
     int code = Z_OK;
     gzerror(file_, &code);
-    const char* why = code == Z_BUF_ERROR ? "compressed stream ends early (truncated .gz), "
-                                          : "data ends early, ";
+    const char* why =
+        code == Z_BUF_ERROR ? "compressed stream ends early (truncated .gz), " : "data ends early, ";
     fail(offset_, std::string("truncated file: ") + why + detail);
   }
 
@@ -162,14 +159,12 @@ ImagesHeader readImagesHeader(GzReader& in) {
   const std::uint32_t cols = in.readU32("column count");
   if (n == 0) in.fail(4, "image count is 0");
   if (rows == 0 || cols == 0) {
-    in.fail(rows == 0 ? 8 : 12, "zero image dimension " + std::to_string(rows) + "x" +
-                                    std::to_string(cols));
+    in.fail(rows == 0 ? 8 : 12, "zero image dimension " + std::to_string(rows) + "x" + std::to_string(cols));
   }
   const std::uint64_t features = std::uint64_t{rows} * cols;  // < 2^64, no overflow
   if (features > kMaxPayloadBytes || n > INT_MAX || n > kMaxPayloadBytes / features) {
     in.fail(4, "absurd dimensions " + std::to_string(n) + " x " + std::to_string(rows) + " x " +
-                   std::to_string(cols) + ": payload above " +
-                   std::to_string(kMaxPayloadBytes) + " bytes");
+                   std::to_string(cols) + ": payload above " + std::to_string(kMaxPayloadBytes) + " bytes");
   }
   return {n, features};
 }
@@ -268,10 +263,8 @@ Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int li
     const std::vector<std::uint8_t> pixels =
         images.readPayload(std::uint64_t{keep} * header.features, "image data");
     if (keep == header.count) images.expectEnd();
-    using ByteMatrix =
-        Eigen::Matrix<std::uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    const Eigen::Map<const ByteMatrix> raw(pixels.data(), keep,
-                                           static_cast<Eigen::Index>(header.features));
+    using ByteMatrix = Eigen::Matrix<std::uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Eigen::Map<const ByteMatrix> raw(pixels.data(), keep, static_cast<Eigen::Index>(header.features));
     data.images = raw.cast<float>() * (1.0f / 255.0f);
   }
   constexpr std::uint64_t kLabelsPayloadOffset = 8;
@@ -279,16 +272,14 @@ Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int li
   if (keep == header.count) labels.expectEnd();
   for (std::size_t i = 0; i < data.labels.size(); ++i) {
     if (data.labels[i] >= kIdxClasses) {
-      labels.fail(kLabelsPayloadOffset + i, "label value " + std::to_string(data.labels[i]) +
-                                                " of sample " + std::to_string(i) +
-                                                " out of range [0, 9]");
+      labels.fail(kLabelsPayloadOffset + i, "label value " + std::to_string(data.labels[i]) + " of sample " +
+                                                std::to_string(i) + " out of range [0, 9]");
     }
   }
   return data;
 }
 
-FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLimit,
-                              bool standardize) {
+FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLimit, bool standardize) {
   GOSSAMER_ENFORCE(trainLimit >= 0 && testLimit >= 0,
                    "trainLimit=" << trainLimit << " testLimit=" << testLimit);
   const std::filesystem::path base(dir);
@@ -300,8 +291,7 @@ FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLi
   if (out.test.images.cols() != out.train.images.cols()) {
     throw DataError(testImages, 8,
                     "test images have " + std::to_string(out.test.images.cols()) +
-                        " pixels each, training images " +
-                        std::to_string(out.train.images.cols()));
+                        " pixels each, training images " + std::to_string(out.train.images.cols()));
   }
   if (standardize) {
     const auto count = static_cast<double>(out.train.images.size());
@@ -318,21 +308,19 @@ FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLi
   return out;
 }
 
-std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& labels,
-                                               int numClasses, int worldSize,
-                                               const std::string& kind,
-                                               double dirichletAlpha, std::uint64_t seed) {
+std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& labels, int numClasses,
+                                               int worldSize, const std::string& kind, double dirichletAlpha,
+                                               std::uint64_t seed) {
   GOSSAMER_ENFORCE(kind == "iid" || kind == "non_iid",
                    "unknown partition kind '" << kind << "' (expected iid or non_iid)");
   GOSSAMER_ENFORCE(worldSize >= 1, "worldSize=" << worldSize);
   GOSSAMER_ENFORCE(numClasses >= 1 && numClasses <= 256, "numClasses=" << numClasses);
-  GOSSAMER_ENFORCE(labels.size() <= static_cast<std::size_t>(INT_MAX),
-                   "too many samples: " << labels.size());
+  GOSSAMER_ENFORCE(labels.size() <= static_cast<std::size_t>(INT_MAX), "too many samples: " << labels.size());
   GOSSAMER_ENFORCE(labels.size() >= static_cast<std::size_t>(worldSize),
                    "fewer samples (" << labels.size() << ") than ranks (" << worldSize << ")");
   for (std::size_t i = 0; i < labels.size(); ++i) {
-    GOSSAMER_ENFORCE(labels[i] < numClasses, "label " << int{labels[i]} << " of sample " << i
-                                                      << " >= numClasses=" << numClasses);
+    GOSSAMER_ENFORCE(labels[i] < numClasses,
+                     "label " << int{labels[i]} << " of sample " << i << " >= numClasses=" << numClasses);
   }
   const auto n = static_cast<std::int64_t>(labels.size());
   const auto world = static_cast<std::size_t>(worldSize);
@@ -376,8 +364,7 @@ std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& 
         cumulative += weight[r] / total;
         std::int64_t end = size;
         if (r + 1 < world) {
-          const auto cut = static_cast<std::int64_t>(
-              std::llround(cumulative * static_cast<double>(size)));
+          const auto cut = static_cast<std::int64_t>(std::llround(cumulative * static_cast<double>(size)));
           end = std::clamp(cut, begin, size);
         }
         shards[r].insert(shards[r].end(), members.begin() + begin, members.begin() + end);
@@ -388,9 +375,8 @@ std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& 
     // shard (which has >= 2 since there are at least worldSize samples).
     for (auto& shard : shards) {
       if (!shard.empty()) continue;
-      auto largest = std::max_element(
-          shards.begin(), shards.end(),
-          [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      auto largest = std::max_element(shards.begin(), shards.end(),
+                                      [](const auto& a, const auto& b) { return a.size() < b.size(); });
       shard.push_back(largest->back());
       largest->pop_back();
     }

@@ -85,8 +85,7 @@ struct FashionMnist {
 ///                    scale unchanged (only the mean is removed).
 /// @throws DataError as loadIdx, or when train and test differ in feature count.
 /// @throws InvalidArgument if a limit is negative.
-FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLimit,
-                              bool standardize);
+FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLimit, bool standardize);
 
 /// Splits sample indices 0..labels.size()-1 into `worldSize` disjoint shards
 /// that together cover every index exactly once; each shard is sorted ascending
@@ -105,10 +104,9 @@ FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLi
 /// @return result[r] = the indices of rank r's shard, r in [0, worldSize).
 /// @throws InvalidArgument for an unknown kind, numClasses < 1, worldSize < 1,
 ///         fewer samples than ranks, a label out of range, or a bad alpha.
-std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& labels,
-                                               int numClasses, int worldSize,
-                                               const std::string& kind,
-                                               double dirichletAlpha, std::uint64_t seed);
+std::vector<std::vector<int>> partitionIndices(const std::vector<std::uint8_t>& labels, int numClasses,
+                                               int worldSize, const std::string& kind, double dirichletAlpha,
+                                               std::uint64_t seed);
 
 }  // namespace train
 }  // namespace gossamer

@@ -80,8 +80,8 @@ int runOneRank(const Config& c, int rank, const std::string& rendezvous, const s
   }
   auto& store = *storePtr;
   const auto registry = makeRegistry(nullptr);
-  const auto s = train::runRank(c, rank, data, store, registry,
-                                [&](const train::EpochMetrics& m) { printEpoch(c, m); });
+  const auto s =
+      train::runRank(c, rank, data, store, registry, [&](const train::EpochMetrics& m) { printEpoch(c, m); });
   if (rank == 0) emitSummary(train::summaryJson(s, c), summaryPath);
   return 0;
 }
@@ -132,8 +132,8 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::s
     const pid_t pid = fork();
     if (pid < 0) throw gossamer::Error("fork failed");
     if (pid == 0) {
-      std::vector<std::string> args = {"gossamer-train", "--config", configPath, "--rank", std::to_string(r),
-                                       "--rendezvous", rendezvous};
+      std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
+                                       std::to_string(r), "--rendezvous", rendezvous};
       if (r == 0 && !summaryPath.empty()) {
         args.push_back("--summary-json");
         args.push_back(summaryPath);

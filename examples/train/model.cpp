@@ -29,8 +29,7 @@ Model::Model(std::vector<int> widths) : widths_(std::move(widths)) {
   GOSSAMER_ENFORCE(widths_.size() >= 2, "a model needs inputs and outputs");
   for (std::size_t l = 0; l < widths_.size(); ++l) {
     GOSSAMER_ENFORCE(widths_[l] >= 1 && widths_[l] <= kMaxWidth,
-                     "layer width " << l << " is " << widths_[l] << ", must be in [1, "
-                                    << kMaxWidth << "]");
+                     "layer width " << l << " is " << widths_[l] << ", must be in [1, " << kMaxWidth << "]");
   }
   GOSSAMER_ENFORCE(widths_.back() >= 2, "classes=" << widths_.back() << " (need >= 2)");
   for (int l = 0; l < numLayers(); ++l) {
@@ -64,8 +63,7 @@ std::vector<std::size_t> Model::tensorSizes() const {
 }
 
 void Model::checkParams(std::size_t size, const char* what) const {
-  GOSSAMER_ENFORCE(size == numParams_,
-                   what << " has " << size << " floats, the model has " << numParams_);
+  GOSSAMER_ENFORCE(size == numParams_, what << " has " << size << " floats, the model has " << numParams_);
 }
 
 void Model::init(std::span<float> params, std::uint64_t seed) const {
@@ -115,8 +113,7 @@ float Model::lossAndGradient(std::span<const float> params, const Eigen::Ref<con
   checkParams(params.size(), "params");
   checkParams(grad.size(), "grad");
   GOSSAMER_ENFORCE(x.rows() >= 1, "empty batch");
-  GOSSAMER_ENFORCE(x.cols() == inputs(), "x has " << x.cols() << " columns, model inputs "
-                                                  << inputs());
+  GOSSAMER_ENFORCE(x.cols() == inputs(), "x has " << x.cols() << " columns, model inputs " << inputs());
   GOSSAMER_ENFORCE(labels != nullptr, "labels is null");
   const std::less<const float*> before;
   GOSSAMER_ENFORCE(!before(grad.data(), params.data() + params.size()) ||
@@ -177,14 +174,13 @@ float Model::lossAndGradient(std::span<const float> params, const Eigen::Ref<con
 void Model::checkData(std::span<const float> params, const Dataset& data) const {
   checkParams(params.size(), "params");
   GOSSAMER_ENFORCE(data.size() >= 1, "empty data set");
-  GOSSAMER_ENFORCE(data.images.rows() == data.size(),
-                   data.images.rows() << " image rows but " << data.size() << " labels");
+  GOSSAMER_ENFORCE(data.images.rows() == data.size(), data.images.rows()
+                                                          << " image rows but " << data.size() << " labels");
   GOSSAMER_ENFORCE(data.images.cols() == inputs(),
                    "data has " << data.images.cols() << " features, model inputs " << inputs());
   for (std::size_t i = 0; i < data.labels.size(); ++i) {
     GOSSAMER_ENFORCE(data.labels[i] < classes(),
-                     "label " << int{data.labels[i]} << " of sample " << i << " >= classes "
-                              << classes());
+                     "label " << int{data.labels[i]} << " of sample " << i << " >= classes " << classes());
   }
 }
 

@@ -63,13 +63,16 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
   const int stepsPerEpoch = data.train.size() / (n * batch);
   if (stepsPerEpoch < 1)
     throw ConfigError(config.sourceFile, 0, "training.batch_size",
-                      "the training set (" + std::to_string(data.train.size()) + " samples) is smaller than "
-                      "world_size * batch_size = " + std::to_string(n * batch));
+                      "the training set (" + std::to_string(data.train.size()) +
+                          " samples) is smaller than "
+                          "world_size * batch_size = " +
+                          std::to_string(n * batch));
 
   auto shards = partitionIndices(data.train.labels, data.train.numClasses, n, config.data.partition,
                                  config.data.dirichletAlpha, config.seed);
-  BatchSampler sampler(std::move(shards[static_cast<std::size_t>(rank)]),
-                       topologies::splitmix64(config.seed ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
+  BatchSampler sampler(
+      std::move(shards[static_cast<std::size_t>(rank)]),
+      topologies::splitmix64(config.seed ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
   Model model = makeModel(config, static_cast<int>(data.train.images.cols()), data.train.numClasses);
   std::vector<float> params(model.numParams()), grads(model.numParams()), average(model.numParams());
   model.init(params, config.seed);  // same seed on every rank: identical starting models

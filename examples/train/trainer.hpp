@@ -17,13 +17,13 @@ namespace gossamer::train {
 /// Metrics of one epoch, the same on every rank after the epoch's collectives
 /// (accuracies are computed by rank 0 only and are NaN elsewhere).
 struct EpochMetrics {
-  int epoch = 0;                     ///< 1-based.
-  double trainLoss = 0;              ///< Mean mini-batch loss over ranks and steps.
-  double testAccuracyAverage = 0;    ///< Test accuracy of the peers' average model, in [0, 1].
-  double testAccuracyRank0 = 0;      ///< Test accuracy of rank 0's own model, in [0, 1].
-  double consensusDistance = 0;      ///< (1/n) sum_i ||xbar - x_i||^2.
-  double bytesSentPerPeer = 0;       ///< Training bytes sent, mean over ranks, cumulative.
-  double seconds = 0;                ///< Wall time of the epoch (training + evaluation), seconds.
+  int epoch = 0;                   ///< 1-based.
+  double trainLoss = 0;            ///< Mean mini-batch loss over ranks and steps.
+  double testAccuracyAverage = 0;  ///< Test accuracy of the peers' average model, in [0, 1].
+  double testAccuracyRank0 = 0;    ///< Test accuracy of rank 0's own model, in [0, 1].
+  double consensusDistance = 0;    ///< (1/n) sum_i ||xbar - x_i||^2.
+  double bytesSentPerPeer = 0;     ///< Training bytes sent, mean over ranks, cumulative.
+  double seconds = 0;              ///< Wall time of the epoch (training + evaluation), seconds.
 };
 
 /// What a finished run reports (rank 0's view).
@@ -32,11 +32,11 @@ struct TrainSummary {
   int worldSize = 0;
   int epochs = 0;
   int stepsPerEpoch = 0;
-  double testAccuracy = 0;       ///< Average model, last epoch.
+  double testAccuracy = 0;  ///< Average model, last epoch.
   double testAccuracyRank0 = 0;
   double consensusDistance = 0;
   double bytesSentPerPeer = 0;
-  double wallSeconds = 0;        ///< From the start of the rank to the end of training.
+  double wallSeconds = 0;  ///< From the start of the rank to the end of training.
   std::vector<EpochMetrics> history;
 };
 
@@ -46,8 +46,7 @@ struct TrainSummary {
 /// epoch. `onEpoch` is called on rank 0 after each epoch.
 /// @throws ConfigError, TimeoutError, PeerFailure, ProtocolError, DataError.
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
-                     const Registry& registry,
-                     const std::function<void(const EpochMetrics&)>& onEpoch);
+                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch);
 
 /// The summary as the one-line JSON object printed at the end of a run.
 std::string summaryJson(const TrainSummary& summary, const Config& config);

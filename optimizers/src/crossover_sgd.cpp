@@ -19,19 +19,21 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
     : transport_(transport),
       topology_(topology),
       options_(o),
-      sgd_([&] {
-        std::size_t p = 0;
-        for (auto t : tensorSizes) p += t;
-        return p;
-      }(), o.sgd),
+      sgd_(
+          [&] {
+            std::size_t p = 0;
+            for (auto t : tensorSizes) p += t;
+            return p;
+          }(),
+          o.sgd),
       numParams_(0) {
   GOSSAMER_ENFORCE(o.segments >= 1 && o.segments <= static_cast<int>(Tag::kMaxSegment) + 1,
                    "segments " << o.segments);
   GOSSAMER_ENFORCE(o.interval >= 1, "interval " << o.interval);
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
-  GOSSAMER_ENFORCE(topology.worldSize() == transport.worldSize(),
-                   "topology world size " << topology.worldSize() << " != transport world size "
-                                          << transport.worldSize());
+  GOSSAMER_ENFORCE(
+      topology.worldSize() == transport.worldSize(),
+      "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
   for (auto t : tensorSizes) numParams_ += t;
   segments_ = topologies::segmentsAlongTensors(tensorSizes, o.segments);
 }
@@ -43,7 +45,8 @@ void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
 }
 
 void CrossoverSgd::exchange(std::span<float> params, std::uint64_t round) {
-  GOSSAMER_ENFORCE(params.size() == numParams_, "expected " << numParams_ << " parameters, got " << params.size());
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "expected " << numParams_ << " parameters, got " << params.size());
   if (transport_.worldSize() == 1) return;
   const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();

@@ -32,7 +32,8 @@ AllReduceSgd::AllReduceSgd(Communicator& c, std::size_t numParams, const SgdOpti
     : comm_(c), sgd_(numParams, o), buffer_(numParams) {}
 
 void AllReduceSgd::step(std::span<float> params, std::span<const float> grads) {
-  GOSSAMER_ENFORCE(grads.size() == buffer_.size(), "expected " << buffer_.size() << " gradients, got " << grads.size());
+  GOSSAMER_ENFORCE(grads.size() == buffer_.size(),
+                   "expected " << buffer_.size() << " gradients, got " << grads.size());
   std::copy(grads.begin(), grads.end(), buffer_.begin());
   comm_.allreduce(std::span<float>(buffer_), ReduceOp::kAverage);
   sgd_.apply(params, buffer_);

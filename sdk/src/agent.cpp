@@ -29,12 +29,22 @@ std::vector<std::string> names(const std::map<std::string, F>& m) {
 }
 }  // namespace
 
-void Registry::addTransport(const std::string& n, TransportFactory f) { insert(transports_, n, std::move(f)); }
+void Registry::addTransport(const std::string& n, TransportFactory f) {
+  insert(transports_, n, std::move(f));
+}
 void Registry::addTopology(const std::string& n, TopologyFactory f) { insert(topologies_, n, std::move(f)); }
-void Registry::addOptimizer(const std::string& n, OptimizerFactory f) { insert(optimizers_, n, std::move(f)); }
-const TransportFactory& Registry::transport(const std::string& n) const { return lookup(transports_, n, "transport.kind"); }
-const TopologyFactory& Registry::topology(const std::string& n) const { return lookup(topologies_, n, "topology.kind"); }
-const OptimizerFactory& Registry::optimizer(const std::string& n) const { return lookup(optimizers_, n, "algorithm.name"); }
+void Registry::addOptimizer(const std::string& n, OptimizerFactory f) {
+  insert(optimizers_, n, std::move(f));
+}
+const TransportFactory& Registry::transport(const std::string& n) const {
+  return lookup(transports_, n, "transport.kind");
+}
+const TopologyFactory& Registry::topology(const std::string& n) const {
+  return lookup(topologies_, n, "topology.kind");
+}
+const OptimizerFactory& Registry::optimizer(const std::string& n) const {
+  return lookup(optimizers_, n, "algorithm.name");
+}
 std::vector<std::string> Registry::transportNames() const { return names(transports_); }
 std::vector<std::string> Registry::topologyNames() const { return names(topologies_); }
 std::vector<std::string> Registry::optimizerNames() const { return names(optimizers_); }

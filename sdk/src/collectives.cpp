@@ -37,15 +37,15 @@ void expectBytes(const Request& r, std::size_t expected, int peer) {
 }  // namespace
 
 template <typename T>
-void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
-                   const CollectiveOptions& options) {
+void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   const int n = transport.worldSize();
   const int r = transport.rank();
   if (n == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   const std::size_t len = data.size();
   std::size_t maxChunk = 0;
-  for (int i = 0; i < n; ++i) maxChunk = std::max(maxChunk, chunkBegin(len, n, i + 1) - chunkBegin(len, n, i));
+  for (int i = 0; i < n; ++i)
+    maxChunk = std::max(maxChunk, chunkBegin(len, n, i + 1) - chunkBegin(len, n, i));
   std::vector<T> incoming(maxChunk);
   auto chunk = [&](int i) {
     const std::size_t b = chunkBegin(len, n, i), e = chunkBegin(len, n, i + 1);
@@ -127,10 +127,18 @@ CollectiveOptions Communicator::next() {
   return o;
 }
 
-void Communicator::allreduce(std::span<float> data, ReduceOp op) { ringAllreduce(transport_, data, op, next()); }
-void Communicator::allreduce(std::span<double> data, ReduceOp op) { ringAllreduce(transport_, data, op, next()); }
-void Communicator::broadcast(std::span<float> data, int root) { gossamer::broadcast(transport_, data, root, next()); }
-void Communicator::broadcast(std::span<double> data, int root) { gossamer::broadcast(transport_, data, root, next()); }
+void Communicator::allreduce(std::span<float> data, ReduceOp op) {
+  ringAllreduce(transport_, data, op, next());
+}
+void Communicator::allreduce(std::span<double> data, ReduceOp op) {
+  ringAllreduce(transport_, data, op, next());
+}
+void Communicator::broadcast(std::span<float> data, int root) {
+  gossamer::broadcast(transport_, data, root, next());
+}
+void Communicator::broadcast(std::span<double> data, int root) {
+  gossamer::broadcast(transport_, data, root, next());
+}
 
 void Communicator::barrier() {
   double one[1] = {1.0};

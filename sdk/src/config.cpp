@@ -114,43 +114,35 @@ const std::vector<Section>& schema() {
        }},
       {"transport",
        {
-           TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; },
-                     kTransportKinds},
+           TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; }, kTransportKinds},
            TextField{"host", [](Config& c) -> std::string& { return c.transport.host; }, {}},
-           TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; },
-                     kProtocols},
-           RealField{"timeout_seconds",
-                     [](Config& c) -> double& { return c.transport.timeoutSeconds; }, 0.0, false,
-                     86400.0, true},
-           RealField{"linger_seconds",
-                     [](Config& c) -> double& { return c.transport.lingerSeconds; }, 0.0, true,
-                     kInf, false},
+           TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; }, kProtocols},
+           RealField{"timeout_seconds", [](Config& c) -> double& { return c.transport.timeoutSeconds; }, 0.0,
+                     false, 86400.0, true},
+           RealField{"linger_seconds", [](Config& c) -> double& { return c.transport.lingerSeconds; }, 0.0,
+                     true, kInf, false},
        }},
       {"topology",
        {
-           TextField{"kind", [](Config& c) -> std::string& { return c.topology.kind; },
-                     kTopologyKinds},
+           TextField{"kind", [](Config& c) -> std::string& { return c.topology.kind; }, kTopologyKinds},
        }},
       {"algorithm",
        {
-           TextField{"name", [](Config& c) -> std::string& { return c.algorithm.name; },
-                     kAlgorithmNames},
+           TextField{"name", [](Config& c) -> std::string& { return c.algorithm.name; }, kAlgorithmNames},
            IntField{"segments", [](Config& c) -> int& { return c.algorithm.segments; }, 1, 4096},
            IntField{"interval", [](Config& c) -> int& { return c.algorithm.interval; }, 1, kIntMax},
        }},
       {"model",
        {
            TextField{"kind", [](Config& c) -> std::string& { return c.model.kind; }, kModelKinds},
-           IntListField{"hidden", [](Config& c) -> std::vector<int>& { return c.model.hidden; }, 1,
-                        1 << 20},
+           IntListField{"hidden", [](Config& c) -> std::vector<int>& { return c.model.hidden; }, 1, 1 << 20},
        }},
       {"data",
        {
            TextField{"path", [](Config& c) -> std::string& { return c.data.path; }, {}},
-           TextField{"partition", [](Config& c) -> std::string& { return c.data.partition; },
-                     kPartitions},
-           RealField{"dirichlet_alpha", [](Config& c) -> double& { return c.data.dirichletAlpha; },
-                     0.0, false, kInf, false},
+           TextField{"partition", [](Config& c) -> std::string& { return c.data.partition; }, kPartitions},
+           RealField{"dirichlet_alpha", [](Config& c) -> double& { return c.data.dirichletAlpha; }, 0.0,
+                     false, kInf, false},
            BoolField{"standardize", [](Config& c) -> bool& { return c.data.standardize; }},
            IntField{"train_limit", [](Config& c) -> int& { return c.data.trainLimit; }, 0, kIntMax},
            IntField{"test_limit", [](Config& c) -> int& { return c.data.testLimit; }, 0, kIntMax},
@@ -158,14 +150,13 @@ const std::vector<Section>& schema() {
       {"training",
        {
            IntField{"epochs", [](Config& c) -> int& { return c.training.epochs; }, 1, kIntMax},
-           IntField{"batch_size", [](Config& c) -> int& { return c.training.batchSize; }, 1,
-                    kIntMax},
-           RealField{"learning_rate", [](Config& c) -> double& { return c.training.learningRate; },
-                     0.0, true, kInf, false},
-           RealField{"momentum", [](Config& c) -> double& { return c.training.momentum; }, 0.0,
-                     true, 1.0, false},
-           RealField{"weight_decay", [](Config& c) -> double& { return c.training.weightDecay; },
-                     0.0, true, kInf, false},
+           IntField{"batch_size", [](Config& c) -> int& { return c.training.batchSize; }, 1, kIntMax},
+           RealField{"learning_rate", [](Config& c) -> double& { return c.training.learningRate; }, 0.0, true,
+                     kInf, false},
+           RealField{"momentum", [](Config& c) -> double& { return c.training.momentum; }, 0.0, true, 1.0,
+                     false},
+           RealField{"weight_decay", [](Config& c) -> double& { return c.training.weightDecay; }, 0.0, true,
+                     kInf, false},
        }},
   };
   return kSchema;
@@ -274,9 +265,7 @@ std::string dotted(std::string_view section, std::string_view key) {
   return std::string(section) + "." + std::string(key);
 }
 
-std::string indexed(const std::string& key, std::size_t i) {
-  return key + "[" + std::to_string(i) + "]";
-}
+std::string indexed(const std::string& key, std::size_t i) { return key + "[" + std::to_string(i) + "]"; }
 
 // ---- YAML -> values -----------------------------------------------------------
 
@@ -425,16 +414,15 @@ class Parser {
   }
 
   /// The scalar text of a value that must be a plain (unquoted) number or bool.
-  const std::string& plainScalar(const std::string& key, const YAML::Node& keyNode,
-                                 const YAML::Node& value, const char* expected) const {
+  const std::string& plainScalar(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+                                 const char* expected) const {
     if (!value.IsScalar()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         std::string("expected ") + expected + ", got " + describe(value));
     }
     if (value.Tag() == "!" || value.Tag() == "tag:yaml.org,2002:str") {
-      throw ConfigError(
-          file_, valueLine(keyNode, value), key,
-          std::string("expected ") + expected + ", got the quoted string " + describe(value));
+      throw ConfigError(file_, valueLine(keyNode, value), key,
+                        std::string("expected ") + expected + ", got the quoted string " + describe(value));
     }
     return value.Scalar();
   }
@@ -472,19 +460,18 @@ class Parser {
     return *v;
   }
 
-  void read(const IntField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const IntField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     f.ref(config) = static_cast<int>(readInteger(key, keyNode, value, f.min, f.max));
   }
 
-  void read(const Uint64Field& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const Uint64Field& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     static const std::regex kUnsigned("\\+?[0-9]+");
     const std::string& text = plainScalar(key, keyNode, value, "a non-negative integer");
     const int line = valueLine(keyNode, value);
     if (!std::regex_match(text, kUnsigned)) {
-      throw ConfigError(file_, line, key,
-                        "expected a non-negative integer, got " + describe(value));
+      throw ConfigError(file_, line, key, "expected a non-negative integer, got " + describe(value));
     }
     std::string_view digits = text;
     if (digits.front() == '+') digits.remove_prefix(1);
@@ -493,14 +480,13 @@ class Parser {
     if (ec != std::errc() || ptr != digits.data() + digits.size()) {
       throw ConfigError(file_, line, key,
                         "must be an integer between 0 and " +
-                            std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got " +
-                            text);
+                            std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got " + text);
     }
     f.ref(config) = v;
   }
 
-  void read(const RealField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const RealField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     // YAML 1.2 core-schema floats (and integers), plus .inf / .nan.
     static const std::regex kReal("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
     static const std::regex kInfinity("[-+]?\\.(inf|Inf|INF)");
@@ -530,8 +516,8 @@ class Parser {
     f.ref(config) = v;
   }
 
-  void read(const BoolField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const BoolField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     const std::string& text = plainScalar(key, keyNode, value, "true or false");
     if (text == "true") {
       f.ref(config) = true;
@@ -543,8 +529,8 @@ class Parser {
     }
   }
 
-  void read(const TextField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const TextField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     const int line = valueLine(keyNode, value);
     if (!value.IsScalar()) {
       throw ConfigError(file_, line, key, "expected a string, got " + describe(value));
@@ -553,8 +539,8 @@ class Parser {
     f.ref(config) = value.Scalar();
   }
 
-  void read(const IntListField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) const {
+  void read(const IntListField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
     if (!value.IsSequence()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected a list of integers (e.g. [128, 64]), got " + describe(value));
@@ -585,9 +571,9 @@ Config loadConfig(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
-    throw ConfigError(path, 0, "",
-                      std::string("cannot open config file: ") +
-                          (err != 0 ? std::strerror(err) : "unknown error"));
+    throw ConfigError(
+        path, 0, "",
+        std::string("cannot open config file: ") + (err != 0 ? std::strerror(err) : "unknown error"));
   }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw ConfigError(path, 0, "", "error while reading config file");

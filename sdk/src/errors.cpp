@@ -3,8 +3,7 @@
 namespace gossamer {
 
 namespace {
-std::string configWhat(const std::string& file, int line, const std::string& key,
-                       const std::string& msg) {
+std::string configWhat(const std::string& file, int line, const std::string& key, const std::string& msg) {
   std::ostringstream os;
   os << (file.empty() ? "<config>" : file);
   if (line > 0) os << ':' << line;
@@ -16,14 +15,11 @@ std::string configWhat(const std::string& file, int line, const std::string& key
 }  // namespace
 
 ConfigError::ConfigError(std::string file, int line, std::string key, const std::string& msg)
-    : Error(configWhat(file, line, key, msg)),
-      file_(std::move(file)),
-      line_(line),
-      key_(std::move(key)) {}
+    : Error(configWhat(file, line, key, msg)), file_(std::move(file)), line_(line), key_(std::move(key)) {}
 
 ProtocolError::ProtocolError(int peer, std::size_t offset, const std::string& msg)
-    : Error("protocol error from peer " + std::to_string(peer) + " at byte offset " +
-            std::to_string(offset) + ": " + msg),
+    : Error("protocol error from peer " + std::to_string(peer) + " at byte offset " + std::to_string(offset) +
+            ": " + msg),
       peer_(peer),
       offset_(offset) {}
 

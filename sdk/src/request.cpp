@@ -43,10 +43,14 @@ namespace {
 // Caller holds s.mu. Returns true when done; throws the failure.
 bool settledLocked(RequestState& s) {
   switch (s.status) {
-    case RequestState::Status::kPending: return false;
-    case RequestState::Status::kDone: return true;
-    case RequestState::Status::kFailed: std::rethrow_exception(s.error);
-    case RequestState::Status::kCancelled: throw Cancelled("request was cancelled: " + s.what);
+    case RequestState::Status::kPending:
+      return false;
+    case RequestState::Status::kDone:
+      return true;
+    case RequestState::Status::kFailed:
+      std::rethrow_exception(s.error);
+    case RequestState::Status::kCancelled:
+      throw Cancelled("request was cancelled: " + s.what);
   }
   return false;
 }
@@ -58,12 +62,11 @@ bool Request::waitFor(double timeoutSeconds) {
   GOSSAMER_ENFORCE(state_, "wait on an empty Request");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
   std::unique_lock<std::mutex> lk(state_->mu);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(timeoutSeconds));
   while (!detail::settledLocked(*state_)) {
-    if (state_->cv.wait_until(lk, deadline) == std::cv_status::timeout)
-      return detail::settledLocked(*state_);
+    if (state_->cv.wait_until(lk, deadline) == std::cv_status::timeout) return detail::settledLocked(*state_);
   }
   return true;
 }
@@ -103,9 +106,9 @@ std::size_t Request::bytes() const {
 }
 
 void waitAll(std::span<Request> requests, double timeoutSeconds) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(timeoutSeconds));
   for (auto& r : requests) {
     const double left =
         std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
@@ -115,6 +118,7 @@ void waitAll(std::span<Request> requests, double timeoutSeconds) {
 
 // ---------------------------------------------------------------------------
 
+// NOLINTNEXTLINE(bugprone-throw-keyword-missing): gone_ holds exception_ptrs, none is thrown here
 Mailbox::Mailbox(int worldSize) : worldSize_(worldSize), gone_(static_cast<std::size_t>(worldSize)) {
   GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
 }
@@ -132,8 +136,7 @@ void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
               " does not fit the receive buffer of " + std::to_string(p.buffer.size()) + " bytes"));
       s.status = detail::RequestState::Status::kFailed;
     } else {
-      if (!payload.bytes.empty())
-        std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
+      if (!payload.bytes.empty()) std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
       s.peer = source;
       s.bytes = payload.bytes.size();
       s.status = detail::RequestState::Status::kDone;

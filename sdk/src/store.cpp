@@ -18,16 +18,14 @@ namespace fs = std::filesystem;
 void checkStoreKey(const std::string& key) {
   GOSSAMER_ENFORCE(!key.empty() && key.size() <= 200, "store key must have 1..200 characters");
   for (char c : key) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-' || c == '/';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-' || c == '/';
     GOSSAMER_ENFORCE(ok, "store key '" << key << "' has a character outside [A-Za-z0-9._/-]");
   }
   GOSSAMER_ENFORCE(key.find("..") == std::string::npos, "store key '" << key << "' contains '..'");
 }
 
-void Store::idle(double seconds) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-}
+void Store::idle(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
 
 std::string Store::get(const std::string& key, double timeoutSeconds) {
   const std::string keys[] = {key};

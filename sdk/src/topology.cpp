@@ -9,8 +9,9 @@ Eigen::MatrixXd Topology::mixingMatrix(std::uint64_t step, int segment) const {
   Eigen::MatrixXd w = Eigen::MatrixXd::Zero(n, n);
   for (int i = 0; i < n; ++i) {
     const PeerSet p = peers(i, step, segment);
-    GOSSAMER_ENFORCE(p.recvFrom.size() == p.recvWeights.size(), "topology " << name() << " gives "
-                     << p.recvFrom.size() << " sources but " << p.recvWeights.size() << " weights");
+    GOSSAMER_ENFORCE(p.recvFrom.size() == p.recvWeights.size(),
+                     "topology " << name() << " gives " << p.recvFrom.size() << " sources but "
+                                 << p.recvWeights.size() << " weights");
     w(i, i) += p.selfWeight;
     for (std::size_t k = 0; k < p.recvFrom.size(); ++k) w(i, p.recvFrom[k]) += p.recvWeights[k];
   }

@@ -13,22 +13,32 @@ namespace gossamer {
 
 std::size_t dtypeSize(DType t) {
   switch (t) {
-    case DType::kBytes: return 1;
-    case DType::kFloat32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
+    case DType::kBytes:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
   }
   throw InvalidArgument("unknown dtype " + std::to_string(int(t)));
 }
 
 const char* dtypeName(DType t) {
   switch (t) {
-    case DType::kBytes: return "bytes";
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
+    case DType::kBytes:
+      return "bytes";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
   }
   return "unknown";
 }
@@ -86,9 +96,9 @@ bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kInt64); }
 HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
                               std::span<const std::byte> payload) {
   const std::size_t es = dtypeSize(dtype);
-  GOSSAMER_ENFORCE(payload.size() % es == 0,
-                   "payload of " << payload.size() << " bytes is not a whole number of "
-                                 << dtypeName(dtype) << " elements");
+  GOSSAMER_ENFORCE(payload.size() % es == 0, "payload of " << payload.size()
+                                                           << " bytes is not a whole number of "
+                                                           << dtypeName(dtype) << " elements");
   GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
                    "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
   GOSSAMER_ENFORCE(kind == FrameKind::kData || payload.empty(), "control frames carry no payload");
@@ -119,8 +129,8 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
   const auto version = get<std::uint16_t>(header, fo::kVersion);
   if (version != kProtocolVersion)
     throw ProtocolError(peer, fo::kVersion,
-                        "unsupported protocol version " + std::to_string(version) +
-                            " (this build speaks " + std::to_string(kProtocolVersion) + ")");
+                        "unsupported protocol version " + std::to_string(version) + " (this build speaks " +
+                            std::to_string(kProtocolVersion) + ")");
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
   if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kByeAck))
@@ -131,9 +141,9 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
   d.dtype = DType(dtype);
   d.source = get<std::uint32_t>(header, fo::kSource);
   if (worldSize > 0 && d.source >= static_cast<std::uint32_t>(worldSize))
-    throw ProtocolError(peer, fo::kSource,
-                        "source rank " + std::to_string(d.source) + " outside world size " +
-                            std::to_string(worldSize));
+    throw ProtocolError(
+        peer, fo::kSource,
+        "source rank " + std::to_string(d.source) + " outside world size " + std::to_string(worldSize));
   const auto op = get<std::uint8_t>(header, fo::kOp);
   if (op > std::uint8_t(Op::kControl)) throw ProtocolError(peer, fo::kOp, "unknown op " + std::to_string(op));
   if (get<std::uint8_t>(header, fo::kReserved1) != 0)

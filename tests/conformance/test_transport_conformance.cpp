@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -111,7 +111,8 @@ TEMPLATE_TEST_CASE("messages with the same source and tag are matched in send or
                    TRANSPORTS) {
   Group g = TestType::make(2);
   const auto tag = Tag::make(Op::kUser, 1);
-  for (std::int32_t i = 0; i < 200; ++i) g[0]->isendOf<std::int32_t>(1, tag, std::span<const std::int32_t>(&i, 1));
+  for (std::int32_t i = 0; i < 200; ++i)
+    g[0]->isendOf<std::int32_t>(1, tag, std::span<const std::int32_t>(&i, 1));
   for (std::int32_t i = 0; i < 200; ++i) {
     std::int32_t got = -1;
     auto r = g[1]->irecvOf<std::int32_t>(0, tag, std::span<std::int32_t>(&got, 1));
@@ -120,8 +121,8 @@ TEMPLATE_TEST_CASE("messages with the same source and tag are matched in send or
   }
 }
 
-TEMPLATE_TEST_CASE("receives match on the whole tag, whether posted before or after arrival",
-                   "[transport]", TRANSPORTS) {
+TEMPLATE_TEST_CASE("receives match on the whole tag, whether posted before or after arrival", "[transport]",
+                   TRANSPORTS) {
   Group g = TestType::make(2);
   const auto a = Tag::make(Op::kUser, 5, 0), b = Tag::make(Op::kUser, 5, 1), c = Tag::make(Op::kGossip, 5, 0);
   double va = 1, vb = 2, vc = 3, ra = 0, rb = 0, rc = 0;
@@ -140,8 +141,8 @@ TEMPLATE_TEST_CASE("receives match on the whole tag, whether posted before or af
   CHECK(rc == 3);
 }
 
-TEMPLATE_TEST_CASE("a receive from any of a set of ranks takes one message from each sender",
-                   "[transport]", TRANSPORTS) {
+TEMPLATE_TEST_CASE("a receive from any of a set of ranks takes one message from each sender", "[transport]",
+                   TRANSPORTS) {
   const int n = 4;
   Group g = TestType::make(n);
   const auto tag = Tag::make(Op::kGossip, 9);
@@ -162,8 +163,7 @@ TEMPLATE_TEST_CASE("a receive from any of a set of ranks takes one message from 
   CHECK(seen == std::vector<int>{1, 2, 3});
 }
 
-TEMPLATE_TEST_CASE("a message longer than the receive buffer fails the receive", "[transport]",
-                   TRANSPORTS) {
+TEMPLATE_TEST_CASE("a message longer than the receive buffer fails the receive", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   const auto tag = Tag::make(Op::kUser, 1);
   const auto msg = bytesOf("0123456789");
@@ -173,8 +173,7 @@ TEMPLATE_TEST_CASE("a message longer than the receive buffer fails the receive",
   CHECK_THROWS_AS(r.wait(kTimeout), ProtocolError);
 }
 
-TEMPLATE_TEST_CASE("a wait with nothing to receive times out within its bound", "[transport]",
-                   TRANSPORTS) {
+TEMPLATE_TEST_CASE("a wait with nothing to receive times out within its bound", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   std::vector<std::byte> buf(8);
   auto r = g[1]->irecv(0, Tag::make(Op::kUser, 1), buf);
@@ -251,8 +250,8 @@ TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transp
     }
 }
 
-TEMPLATE_TEST_CASE("a peer that closes fails receives waiting on it, well before the timeout",
-                   "[transport]", TRANSPORTS) {
+TEMPLATE_TEST_CASE("a peer that closes fails receives waiting on it, well before the timeout", "[transport]",
+                   TRANSPORTS) {
   Group g = TestType::make(3);
   const auto tag = Tag::make(Op::kUser, 1);
   std::int32_t got = 0;
@@ -304,8 +303,8 @@ TEMPLATE_TEST_CASE("ring allreduce equals the plain sum for world sizes 1..9 and
       static std::uint64_t seq = 0;
       const std::uint64_t s = ++seq;
       onEveryRank(n, [&](int r) {
-        ringAllreduce<double>(*g[static_cast<std::size_t>(r)], data[static_cast<std::size_t>(r)], ReduceOp::kSum,
-                              CollectiveOptions{s, kTimeout});
+        ringAllreduce<double>(*g[static_cast<std::size_t>(r)], data[static_cast<std::size_t>(r)],
+                              ReduceOp::kSum, CollectiveOptions{s, kTimeout});
       });
       for (int r = 0; r < n; ++r) {
         INFO("world size " << n << ", length " << len << ", rank " << r);
@@ -336,12 +335,14 @@ TEMPLATE_TEST_CASE("broadcast delivers the root's vector to every rank", "[colle
     Group g = TestType::make(n);
     for (int root = 0; root < n; ++root) {
       std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(333, -1.0f));
-      for (std::size_t i = 0; i < 333; ++i) data[static_cast<std::size_t>(root)][i] = static_cast<float>(i * 3 + root);
+      for (std::size_t i = 0; i < 333; ++i)
+        data[static_cast<std::size_t>(root)][i] = static_cast<float>(i * 3 + root);
       onEveryRank(n, [&](int r) {
         broadcast<float>(*g[static_cast<std::size_t>(r)], data[static_cast<std::size_t>(r)], root,
                          CollectiveOptions{static_cast<std::uint64_t>(root), kTimeout});
       });
-      for (int r = 0; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == data[static_cast<std::size_t>(root)]);
+      for (int r = 0; r < n; ++r)
+        REQUIRE(data[static_cast<std::size_t>(r)] == data[static_cast<std::size_t>(root)]);
     }
   }
 }
@@ -385,8 +386,7 @@ TEMPLATE_TEST_CASE("messages sent just before close are delivered, not dropped",
   CHECK(got == big);
 }
 
-TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out",
-          "[store][zmq]") {
+TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out", "[store][zmq]") {
   zmq::StoreServer server("tcp://127.0.0.1:*");
   zmq::RemoteStore a(server.endpoint(), 5.0), b(server.endpoint(), 5.0);
   a.set("job/x", std::string("v\0w", 3));

@@ -70,8 +70,7 @@ pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -170,8 +169,8 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
   const std::vector<int> codes = waitAll(pids, std::chrono::seconds(60));
   for (int r = 0; r < kPeers; ++r) {
     const std::string out = slurp(logs[r]);
-    INFO("rank " << r << " exit code " << codes[r] << " (" << kTimedOut
-                 << " = killed after 60 s), output:\n" << out);
+    INFO("rank " << r << " exit code " << codes[r] << " (" << kTimedOut << " = killed after 60 s), output:\n"
+                 << out);
     CHECK(codes[r] == 0);
     const std::string expected =
         "rank " + std::to_string(r) + ": average ok (n=" + std::to_string(kPeers) + ")";

@@ -20,10 +20,10 @@ const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
 
 bool haveData() { return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz"); }
 
-std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize,
-                        int epochs, double timeout) {
-  return "world_size: " + std::to_string(worldSize) +
-         "\nseed: 7\ntransport:\n  kind: " + transport + "\n  timeout_seconds: " + std::to_string(timeout) +
+std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize, int epochs,
+                        double timeout) {
+  return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  kind: " + transport +
+         "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
          "\n  segments: 3\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
          "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
@@ -49,8 +49,9 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
   TempDir dir;
   for (const std::string algorithm : {"crossover_sgd", "allreduce_sgd"}) {
     writeFile(dir / "run.yaml", smallConfig("zmq", algorithm, 3, 2, 20));
-    const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "s.json"},
-                            dir / "out", dir / "err");
+    const pid_t pid =
+        spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "s.json"},
+              dir / "out", dir / "err");
     const auto status = waitBounded(pid, 180);
     const std::string out = readFile(dir / "out");
     INFO("stdout:\n" << out << "\nstderr:\n" << readFile(dir / "err"));
@@ -166,9 +167,9 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   const std::string addr = "tcp://127.0.0.1:" + std::to_string(40000 + getpid() % 20000);
   std::vector<pid_t> pids;
   for (int r = 2; r >= 0; --r)  // rank 0 last: clients wait for the server
-    pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--rank", std::to_string(r),
-                          "--rendezvous", addr},
-                         dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+    pids.push_back(spawn(
+        {GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--rank", std::to_string(r), "--rendezvous", addr},
+        dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
   for (pid_t pid : pids) {
     const auto status = waitBounded(pid, 120);
     INFO("stderr of rank 0: " << readFile(dir / "err0") << "\nrank 1: " << readFile(dir / "err1"));

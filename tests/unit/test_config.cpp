@@ -259,19 +259,11 @@ TEST_CASE("config: wrong types are errors", "[config]") {
   }
   SECTION("float for an int") { requireError("world_size: 2.5\n", 1, "world_size"); }
   SECTION("quoted number for an int") { requireError("world_size: \"4\"\n", 1, "world_size"); }
-  SECTION("exponent for an int") {
-    requireError("training:\n  epochs: 1e2\n", 2, "training.epochs");
-  }
-  SECTION("explicitly tagged string for an int") {
-    requireError("world_size: !!str 4\n", 1, "world_size");
-  }
+  SECTION("exponent for an int") { requireError("training:\n  epochs: 1e2\n", 2, "training.epochs"); }
+  SECTION("explicitly tagged string for an int") { requireError("world_size: !!str 4\n", 1, "world_size"); }
   SECTION("map for a scalar") { requireError("seed: 1\nworld_size: {a: 1}\n", 2, "world_size"); }
-  SECTION("list for a scalar") {
-    requireError("transport:\n  host: [a, b]\n", 2, "transport.host");
-  }
-  SECTION("missing value") {
-    requireError("training:\n  epochs:\n  batch_size: 3\n", 2, "training.epochs");
-  }
+  SECTION("list for a scalar") { requireError("transport:\n  host: [a, b]\n", 2, "transport.host"); }
+  SECTION("missing value") { requireError("training:\n  epochs:\n  batch_size: 3\n", 2, "training.epochs"); }
   SECTION("scalar for a section") {
     std::string what = requireError("world_size: 4\ntransport: zmq\n", 2, "transport");
     CHECK(contains(what, "section"));

@@ -152,7 +152,8 @@ TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to central
     Communicator comm(*t, 10.0);
     optimizers::AllReduceSgd opt(comm, p, {0.1, 0.9, 0.0});
     for (int s = 0; s < 10; ++s)
-      opt.step(params[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]);
+      opt.step(params[static_cast<std::size_t>(r)],
+               grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]);
   });
   // Centralised reference: SGD on the mean gradient.
   std::vector<float> ref(p, 0.5f), mean(p);
@@ -193,7 +194,8 @@ TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[
     agent.close();
   });
   for (int r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < 100; ++i) REQUIRE(v[static_cast<std::size_t>(r)][i] == Approx(static_cast<double>(i)));
+    for (std::size_t i = 0; i < 100; ++i)
+      REQUIRE(v[static_cast<std::size_t>(r)][i] == Approx(static_cast<double>(i)));
 }
 
 TEST_CASE("an Agent rejects unknown component names before connecting", "[agent]") {

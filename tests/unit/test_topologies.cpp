@@ -57,9 +57,7 @@ struct ExactDistribution {
 
 ExactDistribution exactFairRoulette(int n, const Table& table) {
   ExactDistribution out;
-  auto weight = [&](int i, int j) {
-    return table.empty() ? 1.0 : table[std::size_t(i)][std::size_t(j)];
-  };
+  auto weight = [&](int i, int j) { return table.empty() ? 1.0 : table[std::size_t(i)][std::size_t(j)]; };
   struct Rec {
     int n;
     ExactDistribution& out;
@@ -133,8 +131,7 @@ Eigen::MatrixXd receiverAverageMatrix(const Perm& dest) {
 
 // ---- fair roulette: invariants ---------------------------------------------------------------
 
-TEST_CASE("fair roulette: destinations form a derangement for every world size 2..64",
-          "[topology]") {
+TEST_CASE("fair roulette: destinations form a derangement for every world size 2..64", "[topology]") {
   for (int n = 2; n <= 64; ++n) {
     const FairRoulette t(n, 1000 + std::uint64_t(n));
     for (std::uint64_t step = 0; step < 40; ++step)
@@ -176,15 +173,13 @@ TEST_CASE("fair roulette: peers() and mixingMatrix() agree with destinations()",
   }
 }
 
-TEST_CASE("fair roulette: the same (seed, step, segment) gives the same destinations",
-          "[topology]") {
+TEST_CASE("fair roulette: the same (seed, step, segment) gives the same destinations", "[topology]") {
   for (int n : {2, 5, 16, 64}) {
     const FairRoulette a(n, 7), b(n, 7);
     for (std::uint64_t step = 0; step < 50; ++step)
       for (int segment = 0; segment < 4; ++segment) {
         REQUIRE(a.destinations(step, segment) == b.destinations(step, segment));
-        REQUIRE(a.destinationsWithoutFairness(step, segment) ==
-                b.destinationsWithoutFairness(step, segment));
+        REQUIRE(a.destinationsWithoutFairness(step, segment) == b.destinationsWithoutFairness(step, segment));
       }
   }
 }
@@ -239,8 +234,7 @@ TEST_CASE("fair roulette: every ordered pair i != j occurs", "[topology]") {
 
 // ---- fair roulette: distribution and the dead end --------------------------------------------
 
-TEST_CASE("fair roulette: n=3 hits the dead end and matches the exact distribution",
-          "[topology]") {
+TEST_CASE("fair roulette: n=3 hits the dead end and matches the exact distribution", "[topology]") {
   // Ranks 0 and 1 leave rank 2 with only itself with probability 1/4; the swap
   // then picks rank 0 or 1. Exact: (1,2,0) 3/8 and (2,0,1) 5/8. (Without the
   // swap, e.g. redrawing the step, it would be 1/3 and 2/3.)
@@ -262,8 +256,7 @@ TEST_CASE("fair roulette: n=3 hits the dead end and matches the exact distributi
   }
 }
 
-TEST_CASE("fair roulette: n=4 pair frequencies are those of the sequential roulette",
-          "[topology]") {
+TEST_CASE("fair roulette: n=4 pair frequencies are those of the sequential roulette", "[topology]") {
   // Algorithm 2 is not uniform over derangements: ranks drawing early have more
   // choice than the last ones, so the off-diagonal pair frequencies are not all
   // 1/3 (exactly, from 0.259 for 1->2 to 0.435 for 3->2). What is guaranteed
@@ -295,8 +288,7 @@ TEST_CASE("fair roulette: n=4 pair frequencies are those of the sequential roule
       }
 }
 
-TEST_CASE("fair roulette: a forced dead end swaps with a rank drawn from the last row",
-          "[topology]") {
+TEST_CASE("fair roulette: a forced dead end swaps with a rank drawn from the last row", "[topology]") {
   SECTION("n=3: ranks 0 and 1 pair up, rank 2 must swap") {
     // Rank 2's row prefers rank 0 nine to one.
     const Table table = {{0, 1, 0}, {1, 0, 0}, {9, 1, 0}};
@@ -307,15 +299,10 @@ TEST_CASE("fair roulette: a forced dead end swaps with a rank drawn from the las
     CHECK(sampled.at(Perm{1, 2, 0}) == Approx(0.1).margin(0.015));  // swapped with 1
   }
   SECTION("n=5: two forced pairs, rank 4 swaps with any earlier rank") {
-    const Table table = {{0, 1, 0, 0, 0},
-                         {1, 0, 0, 0, 0},
-                         {0, 0, 0, 1, 0},
-                         {0, 0, 1, 0, 0},
-                         {1, 1, 1, 1, 0}};
+    const Table table = {{0, 1, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 0, 0, 1, 0}, {0, 0, 1, 0, 0}, {1, 1, 1, 1, 0}};
     const FairRoulette t(5, 6, table);
     const auto sampled = sampleFairRoulette(t, 8000);
-    const std::vector<Perm> swaps = {
-        {4, 0, 3, 2, 1}, {1, 4, 3, 2, 0}, {1, 0, 4, 2, 3}, {1, 0, 3, 4, 2}};
+    const std::vector<Perm> swaps = {{4, 0, 3, 2, 1}, {1, 4, 3, 2, 0}, {1, 0, 4, 2, 3}, {1, 0, 3, 4, 2}};
     REQUIRE(sampled.size() == swaps.size());
     for (const Perm& p : swaps) {
       REQUIRE(isDerangement(p));
@@ -327,13 +314,11 @@ TEST_CASE("fair roulette: a forced dead end swaps with a rank drawn from the las
     // it must take the remaining free rank 0.
     const Table table = {{0, 1, 0}, {0, 0, 1}, {0, 1, 0}};
     const FairRoulette t(3, 7, table);
-    for (std::uint64_t step = 0; step < 200; ++step)
-      REQUIRE(t.destinations(step, 0) == Perm{1, 2, 0});
+    for (std::uint64_t step = 0; step < 200; ++step) REQUIRE(t.destinations(step, 0) == Perm{1, 2, 0});
   }
 }
 
-TEST_CASE("fair roulette: a non-uniform table biases the draw toward the preferred rank",
-          "[topology]") {
+TEST_CASE("fair roulette: a non-uniform table biases the draw toward the preferred rank", "[topology]") {
   // Rank 0 prefers rank 1 twenty to one over ranks 2 and 3.
   const Table table = {{5, 20, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, 1, 0}};
   const FairRoulette t(4, 11, table);
@@ -480,8 +465,7 @@ void requireContiguousCover(const Segments& segs, std::size_t total) {
 
 }  // namespace
 
-TEST_CASE("segmentsAlongTensors: covers everything with min(S, total) non-empty segments",
-          "[topology]") {
+TEST_CASE("segmentsAlongTensors: covers everything with min(S, total) non-empty segments", "[topology]") {
   std::uint64_t state = 12345;
   auto next = [&](std::uint64_t bound) {
     state = gossamer::topologies::splitmix64(state);
@@ -499,8 +483,7 @@ TEST_CASE("segmentsAlongTensors: covers everything with min(S, total) non-empty 
   }
 }
 
-TEST_CASE("segmentsAlongTensors: boundaries fall on tensor ends when all tensors are small",
-          "[topology]") {
+TEST_CASE("segmentsAlongTensors: boundaries fall on tensor ends when all tensors are small", "[topology]") {
   std::uint64_t state = 999;
   auto next = [&](std::uint64_t bound) {
     state = gossamer::topologies::splitmix64(state);
@@ -533,8 +516,7 @@ TEST_CASE("segmentsAlongTensors: boundaries fall on tensor ends when all tensors
   CHECK((two[0].second == 20 || two[0].second == 30));
 }
 
-TEST_CASE("segmentsAlongTensors: the MLP layer sizes split into four balanced segments",
-          "[topology]") {
+TEST_CASE("segmentsAlongTensors: the MLP layer sizes split into four balanced segments", "[topology]") {
   // 784x128 weights, 128 biases, 128x10 weights, 10 biases = 101770 elements.
   const std::vector<std::size_t> sizes = {100352, 128, 1280, 10};
   const Segments segs = segmentsAlongTensors(sizes, 4);
@@ -544,8 +526,7 @@ TEST_CASE("segmentsAlongTensors: the MLP layer sizes split into four balanced se
   // together in the last segment: 25088, 25088, 25088, 26506.
   std::vector<std::size_t> lengths;
   for (const auto& [b, e] : segs) lengths.push_back(e - b);
-  INFO("segment sizes " << lengths[0] << " " << lengths[1] << " " << lengths[2] << " "
-                        << lengths[3]);
+  INFO("segment sizes " << lengths[0] << " " << lengths[1] << " " << lengths[2] << " " << lengths[3]);
   const auto [mn, mx] = std::minmax_element(lengths.begin(), lengths.end());
   CHECK(double(*mx) / double(*mn) < 1.1);
   CHECK(segs.back().first <= 100352);  // the small tensors are not split

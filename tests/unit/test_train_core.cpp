@@ -1,8 +1,8 @@
 // Unit tests of the example job's data loading and models (gossamer_train_core):
 // gradients against finite differences, the IDX loader on gz files written
 // here, shard partitioning, and a short softmax training run on Fashion-MNIST.
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <unistd.h>
 
@@ -24,6 +24,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
 using gossamer::DataError;
 using gossamer::InvalidArgument;
 using gossamer::train::Dataset;
@@ -32,7 +33,6 @@ using gossamer::train::loadIdx;
 using gossamer::train::Model;
 using gossamer::train::partitionIndices;
 using gossamer::train::RowMatrix;
-using Catch::Matchers::Contains;
 
 using Bytes = std::vector<std::uint8_t>;
 
@@ -91,8 +91,7 @@ void writeGz(const std::string& path, const Bytes& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   REQUIRE(f != nullptr);
   if (!bytes.empty()) {
-    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
-            static_cast<int>(bytes.size()));
+    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
   }
   REQUIRE(gzclose(f) == Z_OK);
 }
@@ -110,8 +109,7 @@ Bytes pixelsFor(int n, int features) {
 
 // Runs fn, requires a DataError naming `file` and containing `fragment`.
 template <class Fn>
-gossamer::DataError requireDataError(Fn&& fn, const std::string& file,
-                                     const std::string& fragment) {
+gossamer::DataError requireDataError(Fn&& fn, const std::string& file, const std::string& fragment) {
   try {
     fn();
   } catch (const DataError& e) {
@@ -229,8 +227,8 @@ void checkGradient(Model model, std::uint64_t seed) {
       const double down = referenceForward(model, p, x, labels).loss;
       p[k] = saved;
       const double numeric = (up - down) / (2.0 * h);
-      INFO("tensor " << tensor << " coordinate " << k - offset << ": analytic " << grad[k]
-                     << " numeric " << numeric);
+      INFO("tensor " << tensor << " coordinate " << k - offset << ": analytic " << grad[k] << " numeric "
+                     << numeric);
       CHECK(std::abs(numeric - grad[k]) <= 1e-5 + 1e-3 * std::abs(numeric));
     }
     offset += size;
@@ -378,8 +376,7 @@ TEST_CASE("train_core: IDX loader reads valid files", "[train_core]") {
   const std::string raw = dir.file("raw-images");
   const Bytes rawBytes = imagesFile(3, 2, 3, pixelsFor(3, 6));
   std::ofstream(raw, std::ios::binary)
-      .write(reinterpret_cast<const char*>(rawBytes.data()),
-             static_cast<std::streamsize>(rawBytes.size()));
+      .write(reinterpret_cast<const char*>(rawBytes.data()), static_cast<std::streamsize>(rawBytes.size()));
   CHECK(loadIdx(raw, lab, 0).images == all.images);
 }
 
@@ -458,8 +455,7 @@ TEST_CASE("train_core: IDX loader rejects bad files", "[train_core]") {
   }
 }
 
-TEST_CASE("train_core: loadFashionMnist standardises with training statistics",
-          "[train_core]") {
+TEST_CASE("train_core: loadFashionMnist standardises with training statistics", "[train_core]") {
   TempDir dir;
   writeGz(dir.file("train-images-idx3-ubyte.gz"), imagesFile(5, 2, 2, pixelsFor(5, 4)));
   writeGz(dir.file("train-labels-idx1-ubyte.gz"), labelsFile(5, {0, 1, 2, 3, 4}));
@@ -500,8 +496,7 @@ void requireCover(const std::vector<std::vector<int>>& shards, std::size_t n) {
     for (const int i : shard) ++seen[static_cast<std::size_t>(i)];
   }
   const auto bad = std::find_if(seen.begin(), seen.end(), [](int c) { return c != 1; });
-  INFO("index " << (bad - seen.begin()) << " is in " << (bad == seen.end() ? 1 : *bad)
-                << " shards");
+  INFO("index " << (bad - seen.begin()) << " is in " << (bad == seen.end() ? 1 : *bad) << " shards");
   REQUIRE(bad == seen.end());
 }
 
@@ -574,9 +569,8 @@ TEST_CASE("train_core: partition validates its arguments", "[train_core]") {
   CHECK_THROWS_AS(partitionIndices(labels, 5, 4, "iid", 0.5, 1), InvalidArgument);
   CHECK_THROWS_AS(partitionIndices(labels, 10, 4, "non_iid", 0.0, 1), InvalidArgument);
   CHECK_THROWS_AS(partitionIndices(labels, 10, 4, "non_iid", -1.0, 1), InvalidArgument);
-  CHECK_THROWS_AS(
-      partitionIndices(labels, 10, 4, "non_iid", std::numeric_limits<double>::quiet_NaN(), 1),
-      InvalidArgument);
+  CHECK_THROWS_AS(partitionIndices(labels, 10, 4, "non_iid", std::numeric_limits<double>::quiet_NaN(), 1),
+                  InvalidArgument);
   CHECK_THROWS_AS(partitionIndices(Bytes{}, 10, 1, "iid", 0.5, 1), InvalidArgument);
 }
 

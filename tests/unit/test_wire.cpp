@@ -30,8 +30,7 @@ namespace fo = gossamer::frame_offset;
 constexpr int kWorld = 8;
 constexpr int kPeer = 5;
 
-const DType kAllDTypes[] = {DType::kBytes, DType::kFloat32, DType::kFloat64, DType::kInt32,
-                            DType::kInt64};
+const DType kAllDTypes[] = {DType::kBytes, DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64};
 
 /// A payload of `elements` elements of `dtype` with a recognisable byte pattern.
 std::vector<std::byte> patternPayload(DType dtype, std::size_t elements) {
@@ -88,8 +87,8 @@ void requireDecodeError(const HeaderBytes& header, std::size_t offset) {
 }
 
 /// The ProtocolError verifyFramePayload throws, or nullopt if it accepts.
-std::optional<ProtocolError> verifyError(const HeaderBytes& header,
-                                         std::span<const std::byte> payload, int peer = kPeer) {
+std::optional<ProtocolError> verifyError(const HeaderBytes& header, std::span<const std::byte> payload,
+                                         int peer = kPeer) {
   const FrameHeader d = gossamer::decodeFrameHeader(header, peer, kWorld);
   try {
     gossamer::verifyFramePayload(header, d, payload, peer);
@@ -145,8 +144,8 @@ TEST_CASE("wire: different payloads of the same length get different checksums",
   Frame a = makeFrame(DType::kInt32, 8);
   std::vector<std::byte> other = a.payload;
   other[5] ^= std::byte{0x01};
-  const HeaderBytes b = gossamer::encodeFrameHeader(FrameKind::kData, DType::kInt32, 2,
-                                                    Tag::make(Op::kGossip, 1234, 3), other);
+  const HeaderBytes b =
+      gossamer::encodeFrameHeader(FrameKind::kData, DType::kInt32, 2, Tag::make(Op::kGossip, 1234, 3), other);
   CHECK(peek<std::uint32_t>(a.header, fo::kChecksum) != peek<std::uint32_t>(b, fo::kChecksum));
   // Everything but the checksum is identical.
   HeaderBytes ha = a.header, hb = b;
@@ -156,8 +155,8 @@ TEST_CASE("wire: different payloads of the same length get different checksums",
 }
 
 TEST_CASE("wire: a bye frame without payload round-trips", "[wire]") {
-  const HeaderBytes h = gossamer::encodeFrameHeader(FrameKind::kBye, DType::kBytes, 3,
-                                                    Tag::make(Op::kControl, 0), {});
+  const HeaderBytes h =
+      gossamer::encodeFrameHeader(FrameKind::kBye, DType::kBytes, 3, Tag::make(Op::kControl, 0), {});
   const FrameHeader d = gossamer::decodeFrameHeader(h, kPeer, kWorld);
   CHECK(d.kind == FrameKind::kBye);
   CHECK(d.payloadBytes == 0);
@@ -170,15 +169,14 @@ TEST_CASE("wire: encodeFrameHeader rejects a payload that is not whole elements"
   const Tag tag = Tag::make(Op::kUser, 1);
   CHECK_THROWS_AS(gossamer::encodeFrameHeader(FrameKind::kData, DType::kFloat32, 0, tag, seven),
                   InvalidArgument);
-  CHECK_THROWS_AS(gossamer::encodeFrameHeader(FrameKind::kData, DType::kFloat64, 0, tag,
-                                              std::span(seven).first(4)),
-                  InvalidArgument);
+  CHECK_THROWS_AS(
+      gossamer::encodeFrameHeader(FrameKind::kData, DType::kFloat64, 0, tag, std::span(seven).first(4)),
+      InvalidArgument);
   CHECK_THROWS_AS(gossamer::encodeFrameHeader(FrameKind::kData, DType::kInt64, 0, tag, seven),
                   InvalidArgument);
   CHECK_NOTHROW(gossamer::encodeFrameHeader(FrameKind::kData, DType::kBytes, 0, tag, seven));
-  CHECK_THROWS_AS(
-      gossamer::encodeFrameHeader(FrameKind::kData, DType(9), 0, tag, std::span(seven).first(0)),
-      InvalidArgument);
+  CHECK_THROWS_AS(gossamer::encodeFrameHeader(FrameKind::kData, DType(9), 0, tag, std::span(seven).first(0)),
+                  InvalidArgument);
 }
 
 TEST_CASE("wire: Tag::make accepts the full step and segment range and rejects beyond", "[wire]") {
@@ -188,22 +186,18 @@ TEST_CASE("wire: Tag::make accepts the full step and segment range and rejects b
   CHECK(top.op == Op::kControl);
   CHECK(Tag::kMaxStep == (std::uint64_t{1} << 40) - 1);
   CHECK_THROWS_AS(Tag::make(Op::kUser, Tag::kMaxStep + 1), InvalidArgument);
-  CHECK_THROWS_AS(Tag::make(Op::kUser, std::numeric_limits<std::uint64_t>::max()),
-                  InvalidArgument);
+  CHECK_THROWS_AS(Tag::make(Op::kUser, std::numeric_limits<std::uint64_t>::max()), InvalidArgument);
   CHECK_THROWS_AS(Tag::make(Op::kUser, 0, Tag::kMaxSegment + 1), InvalidArgument);
-  CHECK_THROWS_AS(Tag::make(Op::kUser, 0, std::numeric_limits<std::uint32_t>::max()),
-                  InvalidArgument);
+  CHECK_THROWS_AS(Tag::make(Op::kUser, 0, std::numeric_limits<std::uint32_t>::max()), InvalidArgument);
   const Tag zero = Tag::make(Op::kUser, 0);
   CHECK(zero.packed() == 0);
 }
 
 TEST_CASE("wire: Tag::packed is injective and keeps op, segment and step apart", "[wire]") {
-  const Op ops[] = {Op::kUser,   Op::kAllreduce, Op::kBroadcast,
-                    Op::kBarrier, Op::kGossip,   Op::kControl};
+  const Op ops[] = {Op::kUser, Op::kAllreduce, Op::kBroadcast, Op::kBarrier, Op::kGossip, Op::kControl};
   const std::uint32_t segments[] = {0, 1, 2, 255, 256, 0x7FFF, 0xFFFE, 0xFFFF};
-  const std::uint64_t steps[] = {0,          1,          2,          0xFF,
-                                 0x100,      1ull << 32, 1ull << 39, Tag::kMaxStep - 1,
-                                 Tag::kMaxStep};
+  const std::uint64_t steps[] = {
+      0, 1, 2, 0xFF, 0x100, 1ull << 32, 1ull << 39, Tag::kMaxStep - 1, Tag::kMaxStep};
   std::set<std::uint64_t> seen;
   std::size_t made = 0;
   for (Op op : ops)
@@ -229,8 +223,8 @@ TEST_CASE("wire: bad magic is rejected at offset 0", "[wire]") {
 }
 
 TEST_CASE("wire: an unsupported protocol version is rejected at its offset", "[wire]") {
-  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t(gossamer::kProtocolVersion + 1),
-                          std::uint16_t{0xFFFF}}) {
+  for (std::uint16_t v :
+       {std::uint16_t{0}, std::uint16_t(gossamer::kProtocolVersion + 1), std::uint16_t{0xFFFF}}) {
     Frame f = makeFrame();
     poke<std::uint16_t>(f.header, fo::kVersion, v);
     INFO("version " << v);
@@ -248,8 +242,7 @@ TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {
-  for (std::uint8_t t :
-       {std::uint8_t{5}, std::uint8_t{6}, std::uint8_t{0x80}, std::uint8_t{0xFF}}) {
+  for (std::uint8_t t : {std::uint8_t{5}, std::uint8_t{6}, std::uint8_t{0x80}, std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kDType, t);
     INFO("dtype " << int(t));
@@ -261,8 +254,7 @@ TEST_CASE("wire: a source rank outside the world is rejected at its offset", "[w
   Frame f = makeFrame();
   poke<std::uint32_t>(f.header, fo::kSource, kWorld - 1);
   CHECK_FALSE(decodeError(f.header).has_value());
-  for (std::uint32_t s : {std::uint32_t{kWorld}, std::uint32_t{kWorld + 1}, 0x80000000u,
-                          0xFFFFFFFFu}) {
+  for (std::uint32_t s : {std::uint32_t{kWorld}, std::uint32_t{kWorld + 1}, 0x80000000u, 0xFFFFFFFFu}) {
     poke<std::uint32_t>(f.header, fo::kSource, s);
     INFO("source " << s);
     requireDecodeError(f.header, fo::kSource);
@@ -448,16 +440,15 @@ TEST_CASE("wire: the checksum catches a flipped payload bit and a flipped header
   }
 }
 
-TEST_CASE("wire: 20000 random mutations of valid frames only ever raise ProtocolError",
-          "[wire]") {
+TEST_CASE("wire: 20000 random mutations of valid frames only ever raise ProtocolError", "[wire]") {
   std::mt19937_64 rng(0x5EED'F00Dull);
   auto below = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   int accepted = 0, rejected = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     const DType dt = kAllDTypes[below(5)];
     const std::size_t elements = below(4) == 0 ? 0 : 1 + below(24);
-    const Tag tag = Tag::make(Op(below(6)), rng() & Tag::kMaxStep,
-                              static_cast<std::uint32_t>(below(0x10000)));
+    const Tag tag =
+        Tag::make(Op(below(6)), rng() & Tag::kMaxStep, static_cast<std::uint32_t>(below(0x10000)));
     const Frame f = makeFrame(dt, elements, tag, static_cast<std::uint32_t>(below(kWorld)));
     const FrameHeader original = gossamer::decodeFrameHeader(f.header, kPeer, kWorld);
 

@@ -84,7 +84,8 @@ FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::v
 }
 
 std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) const {
-  std::mt19937_64 g(splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  std::mt19937_64 g(
+      splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
   std::vector<int> dest(static_cast<std::size_t>(n_), -1);
   std::vector<char> taken(static_cast<std::size_t>(n_), 0);
   std::vector<double> row(static_cast<std::size_t>(n_));
@@ -100,7 +101,8 @@ std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) con
     if (sum <= 0) {
       // Either the dead end (only i itself is left; i == n-1) or a table whose
       // free entries are all zero: fall back to the free ranks uniformly.
-      for (int j = 0; j < n_; ++j) row[static_cast<std::size_t>(j)] = (j != i && !taken[static_cast<std::size_t>(j)]) ? 1.0 : 0.0;
+      for (int j = 0; j < n_; ++j)
+        row[static_cast<std::size_t>(j)] = (j != i && !taken[static_cast<std::size_t>(j)]) ? 1.0 : 0.0;
       sum = std::accumulate(row.begin(), row.end(), 0.0);
     }
     if (sum <= 0) {
@@ -108,7 +110,10 @@ std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) con
       std::vector<double> w(static_cast<std::size_t>(n_), 0.0);
       double ws = 0;
       for (int j = 0; j < i; ++j) {
-        w[static_cast<std::size_t>(j)] = table_.empty() ? 1.0 : std::max(table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)], 1e-12);
+        w[static_cast<std::size_t>(j)] =
+            table_.empty()
+                ? 1.0
+                : std::max(table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)], 1e-12);
         ws += w[static_cast<std::size_t>(j)];
       }
       const int j = drawWeighted(g, w, ws);
@@ -125,13 +130,16 @@ std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) con
 }
 
 std::vector<int> FairRoulette::destinationsWithoutFairness(std::uint64_t step, int segment) const {
-  std::mt19937_64 g(splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  std::mt19937_64 g(
+      splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
   std::vector<int> dest(static_cast<std::size_t>(n_));
   std::vector<double> row(static_cast<std::size_t>(n_));
   for (int i = 0; i < n_; ++i) {
     double sum = 0;
     for (int j = 0; j < n_; ++j) {
-      const double w = j == i ? 0.0 : (table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]);
+      const double w =
+          j == i ? 0.0
+                 : (table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]);
       row[static_cast<std::size_t>(j)] = w;
       sum += w;
     }
@@ -152,8 +160,8 @@ PeerSet FairRoulette::peers(int rank, std::uint64_t step, int segment) const {
   return p;
 }
 
-std::vector<std::pair<std::size_t, std::size_t>> segmentsAlongTensors(const std::vector<std::size_t>& tensorSizes,
-                                                                        int segments) {
+std::vector<std::pair<std::size_t, std::size_t>> segmentsAlongTensors(
+    const std::vector<std::size_t>& tensorSizes, int segments) {
   GOSSAMER_ENFORCE(segments >= 1, "segments must be >= 1, got " << segments);
   const std::size_t total = std::accumulate(tensorSizes.begin(), tensorSizes.end(), std::size_t{0});
   std::vector<std::pair<std::size_t, std::size_t>> out;

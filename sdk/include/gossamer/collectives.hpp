@@ -14,8 +14,8 @@ enum class ReduceOp { kSum, kAverage };
 /// same `sequence`: it keeps the messages of successive calls apart (the
 /// Communicator below numbers them for you).
 struct CollectiveOptions {
-  std::uint64_t sequence = 0;     ///< Distinct per call, same on all ranks (< 2^40).
-  double timeoutSeconds = 30.0;   ///< Bound on each wait inside the collective.
+  std::uint64_t sequence = 0;    ///< Distinct per call, same on all ranks (< 2^40).
+  double timeoutSeconds = 30.0;  ///< Bound on each wait inside the collective.
 };
 
 /// Ring allreduce (paper 000_a4345579c41fcb1d.txt, Eq. 2 and Section 2): a
@@ -28,8 +28,7 @@ struct CollectiveOptions {
 /// @throws TimeoutError, PeerFailure, ProtocolError (a peer sent a chunk of the
 ///         wrong length), InvalidArgument.
 template <typename T>
-void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
-                   const CollectiveOptions& options);
+void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
 
 /// Binomial-tree broadcast of `data` (L elements, same L on every rank) from
 /// `root`: ceil(log2 N) rounds. @throws as ringAllreduce.

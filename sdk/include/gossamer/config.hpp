@@ -10,11 +10,11 @@ namespace gossamer {
 
 /// `transport:` section.
 struct TransportConfig {
-  std::string kind = "zmq";          ///< "zmq" or "inproc".
-  std::string host = "127.0.0.1";    ///< Address zmq binds to (ports are ephemeral, published in the store).
-  std::string protocol = "tcp";      ///< zmq endpoint protocol: "tcp" or "ipc".
-  double timeoutSeconds = 30.0;      ///< Bound on every network wait, seconds (> 0).
-  double lingerSeconds = 5.0;        ///< On close: how long queued sends may still be delivered, seconds (>= 0).
+  std::string kind = "zmq";        ///< "zmq" or "inproc".
+  std::string host = "127.0.0.1";  ///< Address zmq binds to (ports are ephemeral, published in the store).
+  std::string protocol = "tcp";    ///< zmq endpoint protocol: "tcp" or "ipc".
+  double timeoutSeconds = 30.0;    ///< Bound on every network wait, seconds (> 0).
+  double lingerSeconds = 5.0;  ///< On close: how long queued sends may still be delivered, seconds (>= 0).
 };
 
 /// `topology:` section.
@@ -31,8 +31,8 @@ struct AlgorithmConfig {
 
 /// `model:` section.
 struct ModelConfig {
-  std::string kind = "mlp";       ///< "mlp" (ReLU MLP) or "softmax" (softmax regression).
-  std::vector<int> hidden{128};   ///< Hidden layer widths of the MLP (each >= 1).
+  std::string kind = "mlp";      ///< "mlp" (ReLU MLP) or "softmax" (softmax regression).
+  std::vector<int> hidden{128};  ///< Hidden layer widths of the MLP (each >= 1).
 };
 
 /// `data:` section.
@@ -47,18 +47,18 @@ struct DataConfig {
 
 /// `training:` section.
 struct TrainingConfig {
-  int epochs = 3;               ///< Passes over the (sharded) training set (>= 1).
-  int batchSize = 32;           ///< Per-peer mini-batch, samples (>= 1).
-  double learningRate = 0.01;   ///< SGD step size (>= 0).
-  double momentum = 0.9;        ///< Heavy-ball momentum in [0, 1).
-  double weightDecay = 0.0;     ///< L2 coefficient (>= 0).
+  int epochs = 3;              ///< Passes over the (sharded) training set (>= 1).
+  int batchSize = 32;          ///< Per-peer mini-batch, samples (>= 1).
+  double learningRate = 0.01;  ///< SGD step size (>= 0).
+  double momentum = 0.9;       ///< Heavy-ball momentum in [0, 1).
+  double weightDecay = 0.0;    ///< L2 coefficient (>= 0).
 };
 
 /// A whole run: what every peer of one job agrees on.
 struct Config {
-  std::string sourceFile;  ///< File the config was read from ("" when built in code).
-  int worldSize = 4;       ///< Number of peers (>= 1).
-  std::uint64_t seed = 42; ///< Shared seed: initial model, shards, topology.
+  std::string sourceFile;   ///< File the config was read from ("" when built in code).
+  int worldSize = 4;        ///< Number of peers (>= 1).
+  std::uint64_t seed = 42;  ///< Shared seed: initial model, shards, topology.
   TransportConfig transport;
   TopologyConfig topology;
   AlgorithmConfig algorithm;

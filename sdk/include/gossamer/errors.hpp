@@ -79,20 +79,18 @@ class Cancelled : public Error {
 };
 
 namespace detail {
-[[noreturn]] void enforceFailed(const char* file, int line, const char* cond,
-                                const std::string& msg);
+[[noreturn]] void enforceFailed(const char* file, int line, const char* cond, const std::string& msg);
 }  // namespace detail
 
 }  // namespace gossamer
 
 /// Throws gossamer::InvalidArgument naming file, line, the condition and a
 /// message built from the stream arguments: GOSSAMER_ENFORCE(n > 0, "n=" << n).
-#define GOSSAMER_ENFORCE(cond, msg)                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::ostringstream gossamer_enforce_os_;                              \
-      gossamer_enforce_os_ << msg;                                          \
-      ::gossamer::detail::enforceFailed(__FILE__, __LINE__, #cond,          \
-                                        gossamer_enforce_os_.str());        \
-    }                                                                       \
+#define GOSSAMER_ENFORCE(cond, msg)                                                             \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::ostringstream gossamer_enforce_os_;                                                  \
+      gossamer_enforce_os_ << msg; /* NOLINT(bugprone-macro-parentheses): a stream chain */     \
+      ::gossamer::detail::enforceFailed(__FILE__, __LINE__, #cond, gossamer_enforce_os_.str()); \
+    }                                                                                           \
   } while (0)

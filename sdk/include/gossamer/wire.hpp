@@ -37,12 +37,28 @@ std::size_t dtypeSize(DType t);
 const char* dtypeName(DType t);
 
 /// Maps C++ element types to DType.
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<std::byte> { static constexpr DType value = DType::kBytes; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::kInt64; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<std::byte> {
+  static constexpr DType value = DType::kBytes;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::kFloat64;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<std::int32_t> {
+  static constexpr DType value = DType::kInt32;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<std::int64_t> {
+  static constexpr DType value = DType::kInt64;  // NOLINT(readability-identifier-naming): trait
+};
 
 /// Which part of the SDK a message belongs to: keeps the traffic of
 /// collectives, gossip and user code apart.
@@ -100,9 +116,9 @@ struct FrameHeader {
 
 /// Byte offsets of the header fields (used in ProtocolError offsets).
 namespace frame_offset {
-constexpr std::size_t kMagic = 0, kVersion = 4, kKind = 6, kDType = 7, kSource = 8, kOp = 12,
-                      kReserved1 = 13, kSegment = 14, kStep = 16, kCount = 24,
-                      kPayloadBytes = 32, kChecksum = 40, kReserved2 = 44;
+constexpr std::size_t kMagic = 0, kVersion = 4, kKind = 6, kDType = 7, kSource = 8, kOp = 12, kReserved1 = 13,
+                      kSegment = 14, kStep = 16, kCount = 24, kPayloadBytes = 32, kChecksum = 40,
+                      kReserved2 = 44;
 }  // namespace frame_offset
 
 using HeaderBytes = std::array<std::byte, kFrameHeaderBytes>;

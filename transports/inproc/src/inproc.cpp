@@ -14,7 +14,8 @@ namespace gossamer::inproc {
 class Fabric {
  public:
   explicit Fabric(int worldSize)
-      : attached_(static_cast<std::size_t>(worldSize), false), received_(static_cast<std::size_t>(worldSize)) {
+      : attached_(static_cast<std::size_t>(worldSize), false),
+        received_(static_cast<std::size_t>(worldSize)) {
     for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
   }
   int worldSize() const { return static_cast<int>(boxes_.size()); }
@@ -26,7 +27,8 @@ class Fabric {
   Counters& received(int rank) { return received_[static_cast<std::size_t>(rank)]; }
   void attach(int rank) {
     std::lock_guard<std::mutex> lk(mu_);
-    GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)], "rank " << rank << " is already attached to this fabric");
+    GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)],
+                     "rank " << rank << " is already attached to this fabric");
     attached_[static_cast<std::size_t>(rank)] = true;
   }
   void leave(int rank, bool afterError) {
@@ -59,8 +61,10 @@ class InprocTransport final : public Transport {
   double timeoutSeconds() const override { return timeout_; }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(), "destination rank " << dst << " outside world size " << worldSize());
-    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0, "payload is not a whole number of " << dtypeName(dtype));
+    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(),
+                     "destination rank " << dst << " outside world size " << worldSize());
+    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0,
+                     "payload is not a whole number of " << dtypeName(dtype));
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
     if (dst != rank_ && fabric_->box(rank_).isGone(dst))
       throw PeerFailure(dst, "cannot send: peer closed its transport");
@@ -114,7 +118,8 @@ std::shared_ptr<Fabric> makeFabric(int worldSize) {
 
 std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int rank, double timeoutSeconds) {
   GOSSAMER_ENFORCE(fabric, "null fabric");
-  GOSSAMER_ENFORCE(rank >= 0 && rank < fabric->worldSize(), "rank " << rank << " outside world size " << fabric->worldSize());
+  GOSSAMER_ENFORCE(rank >= 0 && rank < fabric->worldSize(),
+                   "rank " << rank << " outside world size " << fabric->worldSize());
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout " << timeoutSeconds);
   return std::make_unique<InprocTransport>(std::move(fabric), rank, timeoutSeconds);
 }
@@ -127,8 +132,9 @@ namespace gossamer::inproc {
 void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric) {
   GOSSAMER_ENFORCE(fabric, "null fabric");
   registry.addTransport("inproc", [fabric](const TransportContext& ctx) {
-    GOSSAMER_ENFORCE(ctx.config.worldSize == fabric->worldSize(),
-                     "config world size " << ctx.config.worldSize << " != fabric world size " << fabric->worldSize());
+    GOSSAMER_ENFORCE(
+        ctx.config.worldSize == fabric->worldSize(),
+        "config world size " << ctx.config.worldSize << " != fabric world size " << fabric->worldSize());
     return makeTransport(fabric, ctx.rank, ctx.config.transport.timeoutSeconds);
   });
 }

@@ -16,7 +16,9 @@ namespace gossamer::zmq {
 namespace {
 constexpr std::size_t kMaxValueBytes = std::size_t{1} << 20;
 
-std::string str(const ::zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
+std::string str(const ::zmq::message_t& m) {
+  return std::string(static_cast<const char*>(m.data()), m.size());
+}
 }  // namespace
 
 struct StoreServer::Impl {
@@ -67,7 +69,8 @@ struct StoreServer::Impl {
         reply = {"ok", ""};
       } else if (op == "get" && n == 2) {
         auto it = kv.find(key);
-        reply = it == kv.end() ? std::vector<std::string>{"missing"} : std::vector<std::string>{"ok", it->second};
+        reply =
+            it == kv.end() ? std::vector<std::string>{"missing"} : std::vector<std::string>{"ok", it->second};
       } else {
         throw InvalidArgument("unknown operation");
       }
@@ -76,7 +79,8 @@ struct StoreServer::Impl {
     }
     for (std::size_t i = 0; i <= delim; ++i) sock.send(parts[i], ::zmq::send_flags::sndmore);
     for (std::size_t i = 0; i < reply.size(); ++i)
-      sock.send(::zmq::buffer(reply[i]), i + 1 < reply.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
+      sock.send(::zmq::buffer(reply[i]),
+                i + 1 < reply.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
   }
 };
 
@@ -108,21 +112,25 @@ struct RemoteStore::Impl {
   std::vector<std::string> request(const std::vector<std::string>& parts) {
     std::lock_guard<std::mutex> lk(mu);
     for (std::size_t i = 0; i < parts.size(); ++i)
-      sock.send(::zmq::buffer(parts[i]), i + 1 < parts.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
+      sock.send(::zmq::buffer(parts[i]),
+                i + 1 < parts.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none);
     std::vector<std::string> reply;
     do {
       ::zmq::message_t m;
       if (!sock.recv(m, ::zmq::recv_flags::none))
-        throw TimeoutError("rendezvous server " + endpoint + " did not answer within " + std::to_string(timeout) + " s");
+        throw TimeoutError("rendezvous server " + endpoint + " did not answer within " +
+                           std::to_string(timeout) + " s");
       reply.push_back(str(m));
     } while (sock.get(::zmq::sockopt::rcvmore) && reply.size() < 4);
     if (reply.empty()) throw Error("empty reply from rendezvous server " + endpoint);
-    if (reply[0] == "error") throw Error("rendezvous server " + endpoint + ": " + (reply.size() > 1 ? reply[1] : ""));
+    if (reply[0] == "error")
+      throw Error("rendezvous server " + endpoint + ": " + (reply.size() > 1 ? reply[1] : ""));
     return reply;
   }
 };
 
-RemoteStore::RemoteStore(const std::string& endpoint, double requestTimeoutSeconds) : impl_(std::make_unique<Impl>()) {
+RemoteStore::RemoteStore(const std::string& endpoint, double requestTimeoutSeconds)
+    : impl_(std::make_unique<Impl>()) {
   GOSSAMER_ENFORCE(requestTimeoutSeconds > 0, "timeout " << requestTimeoutSeconds);
   impl_->endpoint = endpoint;
   impl_->timeout = requestTimeoutSeconds;
@@ -143,7 +151,8 @@ RemoteStore::~RemoteStore() = default;
 
 void RemoteStore::set(const std::string& key, const std::string& value) {
   checkStoreKey(key);
-  GOSSAMER_ENFORCE(value.size() <= kMaxValueBytes, "store value of " << value.size() << " bytes exceeds 1 MiB");
+  GOSSAMER_ENFORCE(value.size() <= kMaxValueBytes,
+                   "store value of " << value.size() << " bytes exceeds 1 MiB");
   impl_->request({"set", key, value});
 }
 
@@ -151,7 +160,8 @@ std::optional<std::string> RemoteStore::tryGet(const std::string& key) {
   checkStoreKey(key);
   auto reply = impl_->request({"get", key});
   if (reply[0] == "missing") return std::nullopt;
-  if (reply[0] != "ok" || reply.size() != 2) throw Error("malformed reply from rendezvous server " + impl_->endpoint);
+  if (reply[0] != "ok" || reply.size() != 2)
+    throw Error("malformed reply from rendezvous server " + impl_->endpoint);
   return reply[1];
 }
 

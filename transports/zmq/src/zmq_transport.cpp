@@ -15,15 +15,15 @@
 // peer with the ProtocolError. Every wait is also bounded by its timeout.
 #include <zmq.hpp>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <optional>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -96,7 +96,8 @@ class ZmqTransport final : public Transport {
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-    const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+    const auto header =
+        encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
     if (dst == opt_.rank) {  // loop back without a socket
       auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
@@ -270,8 +271,9 @@ class ZmqTransport final : public Transport {
     const int peer = peerOf(id);
     try {
       if (parts.size() != 2)
-        throw ProtocolError(peer, 0, "expected a 2-part message (header, payload), got " +
-                                         std::to_string(parts.size()) + " parts");
+        throw ProtocolError(
+            peer, 0,
+            "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
       std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
       const FrameHeader h = decodeFrameHeader(header, peer, opt_.worldSize);
       if (peer < 0 || static_cast<int>(h.source) != peer)
@@ -323,8 +325,8 @@ class ZmqTransport final : public Transport {
       auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer || !peer->lost || peer->said_bye || peer->declared) continue;
       if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
-      box_.peerGone(p, std::make_exception_ptr(
-                           PeerFailure(p, "connection lost without a goodbye (process died or network failed)")));
+      box_.peerGone(p, std::make_exception_ptr(PeerFailure(
+                           p, "connection lost without a goodbye (process died or network failed)")));
       markPeer(p, false);
       peer->declared = true;
     }
@@ -347,8 +349,10 @@ class ZmqTransport final : public Transport {
 
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize, "rank " << o.rank << " outside world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc", "protocol must be tcp or ipc, got '" << o.protocol << "'");
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
+                   "protocol must be tcp or ipc, got '" << o.protocol << "'");
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
   return std::make_unique<ZmqTransport>(o, store);

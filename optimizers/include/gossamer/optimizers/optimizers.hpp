@@ -61,9 +61,9 @@ class AllReduceSgd final : public DistributedOptimizer {
 /// Options of Crossover-SGD.
 struct CrossoverOptions {
   SgdOptions sgd;
-  int segments = 4;             ///< S: segments of the flat vector (along tensor boundaries).
-  int interval = 1;             ///< Local steps between exchanges (>= 1).
-  double timeoutSeconds = 30;   ///< Bound on each exchange's waits.
+  int segments = 4;            ///< S: segments of the flat vector (along tensor boundaries).
+  int interval = 1;            ///< Local steps between exchanges (>= 1).
+  double timeoutSeconds = 30;  ///< Bound on each exchange's waits.
 };
 
 /// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each

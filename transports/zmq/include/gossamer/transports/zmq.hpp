@@ -17,10 +17,10 @@ namespace gossamer::zmq {
 struct Options {
   int rank = 0;
   int worldSize = 1;
-  std::string protocol = "tcp";     ///< "tcp" or "ipc".
-  std::string host = "127.0.0.1";   ///< tcp: interface to bind (its port is picked by the OS).
-  double timeoutSeconds = 30.0;     ///< Bound on rendezvous and default for waits, seconds.
-  double lingerSeconds = 5.0;       ///< close(): how long queued messages may still be delivered.
+  std::string protocol = "tcp";    ///< "tcp" or "ipc".
+  std::string host = "127.0.0.1";  ///< tcp: interface to bind (its port is picked by the OS).
+  double timeoutSeconds = 30.0;    ///< Bound on rendezvous and default for waits, seconds.
+  double lingerSeconds = 5.0;      ///< close(): how long queued messages may still be delivered.
   /// After a peer's connection drops without a goodbye frame, how long to keep
   /// reading its in-flight messages before declaring it failed, seconds.
   double failureGraceSeconds = 0.25;
