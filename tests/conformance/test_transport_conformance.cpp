@@ -2,6 +2,8 @@
 // every transport: inproc, zmq over tcp (loopback) and zmq over ipc.
 #include <catch2/catch.hpp>
 
+#include "threads.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "gossamer/transports/zmq.hpp"
 
 using namespace gossamer;
+using gossamer::testing::onEveryRank;
 
 namespace {
 
@@ -70,24 +73,6 @@ std::vector<std::byte> bytesOf(const std::string& s) {
   std::vector<std::byte> v(s.size());
   std::memcpy(v.data(), s.data(), s.size());
   return v;
-}
-
-// Runs fn(rank) on one thread per rank; rethrows the first failure.
-template <typename F>
-void onEveryRank(int n, F fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace

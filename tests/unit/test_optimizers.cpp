@@ -1,6 +1,8 @@
 // Optimizers over the inproc transport (threads, no sockets).
 #include <catch2/catch.hpp>
 
+#include "threads.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -13,25 +15,9 @@
 #include "gossamer/transports/inproc.hpp"
 
 using namespace gossamer;
+using gossamer::testing::onEveryRank;
 
 namespace {
-
-template <typename F>
-void onEveryRank(int n, F fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 std::vector<double> meanOver(const std::vector<std::vector<float>>& xs) {
   std::vector<double> m(xs[0].size(), 0.0);
