@@ -1,11 +1,22 @@
-// Crossover-SGD: overlapped segment-wise gossip over the fair roulette topology.
+// Crossover-SGD: segment-wise gossip over the fair roulette topology.
 // Paper 004_659e3573d5645e2e.txt, Algorithm 1 (segments, all sends and
-// receives in flight at once, then averaging) and Algorithm 2 (topology).
+// receives in flight at once, then averaging) and Algorithm 2 (topology);
+// the overlap of communication with the next computation is the paper's
+// future work (Sec. 3.1), done here with a snapshot correction.
 //
 // Per exchange each rank sends every segment once (4P bytes in all) and
 // receives one message per segment per in-neighbour. Receives are posted for
-// all segments before any send so no message waits in the unexpected queue
-// when avoidable.
+// all segments before any send.
+//
+// Modes:
+//  sync     x_s <- selfWeight x_s + sum_k w_k recv_k, within the step.
+//  overlap  round k starts after step k's local update from a snapshot s of x;
+//           at step k+1 (after the next gradient was computed) it finishes
+//           with x_s <- x_s + (selfWeight - 1) s_s + sum_k w_k recv_k: the
+//           averaged snapshot plus the local progress made since. With a
+//           doubly stochastic topology the mean over ranks is still kept.
+//  async    no waiting: send, then average each segment with whatever
+//           segments have arrived from anyone, x_s <- (x_s + sum recv)/(1+m).
 #include <Eigen/Core>
 
 #include "gossamer/errors.hpp"
@@ -14,19 +25,37 @@
 
 namespace gossamer::optimizers {
 
+GossipMode parseGossipMode(const std::string& name) {
+  if (name == "sync") return GossipMode::kSync;
+  if (name == "overlap") return GossipMode::kOverlap;
+  if (name == "async") return GossipMode::kAsync;
+  throw InvalidArgument("unknown gossip mode '" + name + "' (sync, overlap, async)");
+}
+
+struct CrossoverSgd::Pending {
+  std::vector<PeerSet> peerSets;
+  std::vector<float> recvBuffer;
+  std::vector<std::size_t> recvOffset;
+  std::vector<Request> recvs, sends;
+  std::vector<float> snapshot;
+};
+
+namespace {
+std::size_t totalOf(const std::vector<std::size_t>& sizes) {
+  std::size_t p = 0;
+  for (auto t : sizes) p += t;
+  return p;
+}
+Eigen::Map<Eigen::VectorXf> view(float* p, std::size_t n) { return {p, static_cast<Eigen::Index>(n)}; }
+}  // namespace
+
 CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
                            const std::vector<std::size_t>& tensorSizes, const CrossoverOptions& o)
     : transport_(transport),
       topology_(topology),
       options_(o),
-      sgd_(
-          [&] {
-            std::size_t p = 0;
-            for (auto t : tensorSizes) p += t;
-            return p;
-          }(),
-          o.sgd),
-      numParams_(0) {
+      sgd_(totalOf(tensorSizes), o.sgd),
+      numParams_(totalOf(tensorSizes)) {
   GOSSAMER_ENFORCE(o.segments >= 1 && o.segments <= static_cast<int>(Tag::kMaxSegment) + 1,
                    "segments " << o.segments);
   GOSSAMER_ENFORCE(o.interval >= 1, "interval " << o.interval);
@@ -34,66 +63,159 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
-  for (auto t : tensorSizes) numParams_ += t;
   segments_ = topologies::segmentsAlongTensors(tensorSizes, o.segments);
+}
+
+// Receives still posted write into buffers this object owns: cancel them
+// (after cancel() returns a buffer is never written).
+CrossoverSgd::~CrossoverSgd() {
+  for (auto& r : asyncRecv_) r.cancel();
+  if (pending_)
+    for (auto& r : pending_->recvs) r.cancel();
 }
 
 void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
   sgd_.apply(params, grads);
   ++steps_;
-  if (steps_ % static_cast<std::uint64_t>(options_.interval) == 0) exchange(params, rounds_++);
+  if (options_.mode == GossipMode::kOverlap && pending_) {
+    finish(params, *pending_, true);
+    pending_.reset();
+  }
+  if (steps_ % static_cast<std::uint64_t>(options_.interval) != 0 || transport_.worldSize() == 1) return;
+  switch (options_.mode) {
+    case GossipMode::kSync:
+      exchange(params, rounds_++);
+      break;
+    case GossipMode::kOverlap:
+      pending_ = std::make_unique<Pending>();
+      start(params, rounds_++, *pending_);
+      break;
+    case GossipMode::kAsync:
+      asyncExchange(params, rounds_++);
+      break;
+  }
+}
+
+void CrossoverSgd::flush(std::span<float> params) {
+  if (pending_) {
+    finish(params, *pending_, true);
+    pending_.reset();
+  }
 }
 
 void CrossoverSgd::exchange(std::span<float> params, std::uint64_t round) {
   GOSSAMER_ENFORCE(params.size() == numParams_,
                    "expected " << numParams_ << " parameters, got " << params.size());
   if (transport_.worldSize() == 1) return;
+  Pending p;
+  start(params, round, p);
+  finish(params, p, false);
+}
+
+void CrossoverSgd::start(std::span<const float> params, std::uint64_t round, Pending& p) {
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "expected " << numParams_ << " parameters, got " << params.size());
   const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();
-  std::vector<PeerSet> peerSets(numSeg);
+  p.peerSets.resize(numSeg);
   std::size_t need = 0;
   for (std::size_t s = 0; s < numSeg; ++s) {
-    peerSets[s] = topology_.peers(rank, round, static_cast<int>(s));
-    need += peerSets[s].recvFrom.size() * (segments_[s].second - segments_[s].first);
+    p.peerSets[s] = topology_.peers(rank, round, static_cast<int>(s));
+    need += p.peerSets[s].recvFrom.size() * (segments_[s].second - segments_[s].first);
   }
-  if (recvBuffer_.size() < need) recvBuffer_.resize(need);
-
-  std::vector<Request> recvs, sends;
-  std::vector<std::size_t> recvOffset;  // per receive, offset into recvBuffer_
+  p.recvBuffer.resize(need);
   std::size_t off = 0;
   for (std::size_t s = 0; s < numSeg; ++s) {
     const auto [b, e] = segments_[s];
     const auto tag = Tag::make(Op::kGossip, round & Tag::kMaxStep, static_cast<std::uint32_t>(s));
-    for (int src : peerSets[s].recvFrom) {
-      recvs.push_back(transport_.irecvOf<float>(src, tag, std::span<float>(recvBuffer_.data() + off, e - b)));
-      recvOffset.push_back(off);
+    for (int src : p.peerSets[s].recvFrom) {
+      p.recvs.push_back(
+          transport_.irecvOf<float>(src, tag, std::span<float>(p.recvBuffer.data() + off, e - b)));
+      p.recvOffset.push_back(off);
       off += e - b;
     }
   }
   for (std::size_t s = 0; s < numSeg; ++s) {
     const auto [b, e] = segments_[s];
     const auto tag = Tag::make(Op::kGossip, round & Tag::kMaxStep, static_cast<std::uint32_t>(s));
-    for (int dst : peerSets[s].sendTo)
-      sends.push_back(transport_.isendOf<float>(dst, tag, std::span<const float>(params.data() + b, e - b)));
+    for (int dst : p.peerSets[s].sendTo)
+      p.sends.push_back(
+          transport_.isendOf<float>(dst, tag, std::span<const float>(params.data() + b, e - b)));
   }
-  // Mix each segment as soon as all of its receives are in.
+  if (options_.mode == GossipMode::kOverlap) p.snapshot.assign(params.begin(), params.end());
+}
+
+void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorrection) {
   std::size_t r = 0;
-  for (std::size_t s = 0; s < numSeg; ++s) {
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
     const auto [b, e] = segments_[s];
-    const auto len = static_cast<Eigen::Index>(e - b);
-    Eigen::Map<Eigen::VectorXf> x(params.data() + b, len);
-    x *= static_cast<float>(peerSets[s].selfWeight);
-    for (std::size_t k = 0; k < peerSets[s].recvFrom.size(); ++k, ++r) {
-      recvs[r].wait(options_.timeoutSeconds);
-      if (recvs[r].bytes() != (e - b) * sizeof(float))
-        throw ProtocolError(peerSets[s].recvFrom[k], frame_offset::kPayloadBytes,
-                            "gossip segment of " + std::to_string(recvs[r].bytes()) + " bytes, expected " +
+    const auto& ps = p.peerSets[s];
+    auto x = view(params.data() + b, e - b);
+    if (snapshotCorrection)
+      x += static_cast<float>(ps.selfWeight - 1.0) * view(p.snapshot.data() + b, e - b);
+    else
+      x *= static_cast<float>(ps.selfWeight);
+    for (std::size_t k = 0; k < ps.recvFrom.size(); ++k, ++r) {
+      p.recvs[r].wait(options_.timeoutSeconds);
+      if (p.recvs[r].bytes() != (e - b) * sizeof(float))
+        throw ProtocolError(ps.recvFrom[k], frame_offset::kPayloadBytes,
+                            "gossip segment of " + std::to_string(p.recvs[r].bytes()) + " bytes, expected " +
                                 std::to_string((e - b) * sizeof(float)));
-      Eigen::Map<const Eigen::VectorXf> in(recvBuffer_.data() + recvOffset[r], len);
-      x += static_cast<float>(peerSets[s].recvWeights[k]) * in;
+      x += static_cast<float>(ps.recvWeights[k]) * view(p.recvBuffer.data() + p.recvOffset[r], e - b);
     }
   }
-  waitAll(sends, options_.timeoutSeconds);
+  waitAll(p.sends, options_.timeoutSeconds);
+}
+
+void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "expected " << numParams_ << " parameters, got " << params.size());
+  const int rank = transport_.rank(), n = transport_.worldSize();
+  const std::size_t numSeg = segments_.size();
+  if (asyncRecv_.empty()) {  // standing receives from anyone, one per segment
+    for (int q = 0; q < n; ++q)
+      if (q != rank) others_.push_back(q);
+    asyncBuf_.resize(numSeg);
+    for (std::size_t s = 0; s < numSeg; ++s) {
+      asyncBuf_[s].resize(segments_[s].second - segments_[s].first);
+      asyncRecv_.push_back(transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
+                                            std::as_writable_bytes(std::span<float>(asyncBuf_[s]))));
+    }
+  }
+  for (std::size_t s = 0; s < numSeg; ++s) {
+    const auto [b, e] = segments_[s];
+    for (int dst : topology_.peers(rank, round, static_cast<int>(s)).sendTo) {
+      try {
+        transport_.isendOf<float>(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
+                                  std::span<const float>(params.data() + b, e - b));
+      } catch (const PeerFailure&) {
+        // Route around a peer that is gone: this segment simply is not shared this round.
+      }
+    }
+  }
+  std::vector<float> sum;
+  for (std::size_t s = 0; s < numSeg; ++s) {
+    const auto [b, e] = segments_[s];
+    int m = 0;
+    for (;;) {
+      try {
+        if (!asyncRecv_[s].test()) break;
+      } catch (const PeerFailure&) {
+        break;  // every other rank has left: nothing more will arrive
+      }
+      if (m == 0)
+        sum.assign(asyncBuf_[s].begin(), asyncBuf_[s].end());
+      else
+        view(sum.data(), sum.size()) += view(asyncBuf_[s].data(), asyncBuf_[s].size());
+      ++m;
+      asyncRecv_[s] = transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
+                                       std::as_writable_bytes(std::span<float>(asyncBuf_[s])));
+    }
+    if (m > 0) {
+      auto x = view(params.data() + b, e - b);
+      x = (x + view(sum.data(), sum.size())) / static_cast<float>(1 + m);
+    }
+  }
 }
 
 }  // namespace gossamer::optimizers

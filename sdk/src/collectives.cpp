@@ -110,6 +110,39 @@ void broadcast(Transport& transport, std::span<T> data, int root, const Collecti
   waitAll(sends, options.timeoutSeconds);
 }
 
+template <typename T>
+void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
+            const CollectiveOptions& options) {
+  const int n = transport.worldSize();
+  GOSSAMER_ENFORCE(root >= 0 && root < n, "reduce root " << root << " outside world size " << n);
+  if (n > 1) {
+    const int vr = mod(transport.rank() - root, n);
+    const auto tag =
+        Tag::make(Op::kAllreduce, options.sequence, Tag::kMaxSegment);  // apart from ring substeps
+    std::vector<T> incoming(data.size());
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (vr & mask) {  // send the partial sum to the parent and stop
+        transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))
+            .wait(options.timeoutSeconds);
+        break;
+      }
+      if (vr + mask < n) {
+        const int child = mod(vr + mask + root, n);
+        Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
+        recv.wait(options.timeoutSeconds);
+        expectBytes<T>(recv, data.size_bytes(), child);
+        for (std::size_t k = 0; k < data.size(); ++k) data[k] += incoming[k];
+      }
+    }
+  }
+  if (op == ReduceOp::kAverage && transport.rank() == root) {
+    const T scale = T(1) / static_cast<T>(n);
+    for (auto& v : data) v *= scale;
+  }
+}
+
+template void reduce<float>(Transport&, std::span<float>, int, ReduceOp, const CollectiveOptions&);
+template void reduce<double>(Transport&, std::span<double>, int, ReduceOp, const CollectiveOptions&);
 template void ringAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
 template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
 template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
@@ -138,6 +171,10 @@ void Communicator::broadcast(std::span<float> data, int root) {
 }
 void Communicator::broadcast(std::span<double> data, int root) {
   gossamer::broadcast(transport_, data, root, next());
+}
+
+void Communicator::reduce(std::span<float> data, int root, ReduceOp op) {
+  gossamer::reduce(transport_, data, root, op, next());
 }
 
 void Communicator::barrier() {

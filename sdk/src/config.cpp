@@ -1,8 +1,10 @@
 // YAML configuration loader (see gossamer/config.hpp).
 //
 // The schema is a table of field descriptors (key, accessor into Config, allowed
-// range or values). Parsing and validateConfig both walk that table, so every
-// range check is written exactly once, in the descriptor.
+// range or values) plus a table of cross-field rules (e.g. "edges name ranks
+// below world_size"). Parsing and validateConfig both run those same checks, so
+// every check is written exactly once; the parser only adds where (the line of
+// each key and list element) so that errors point into the file.
 #include "gossamer/config.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -25,7 +27,6 @@
 #include <span>
 #include <string_view>
 #include <system_error>
-#include <type_traits>
 #include <variant>
 
 #include "gossamer/errors.hpp"
@@ -36,11 +37,17 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr long long kIntMax = INT_MAX;
+constexpr long long kMaxWorldSize = 4096;
+constexpr long long kMaxRank = kMaxWorldSize - 1;
 
 constexpr std::array<std::string_view, 2> kTransportKinds{"zmq", "inproc"};
 constexpr std::array<std::string_view, 2> kProtocols{"tcp", "ipc"};
-constexpr std::array<std::string_view, 2> kTopologyKinds{"fair_roulette", "ring"};
-constexpr std::array<std::string_view, 2> kAlgorithmNames{"crossover_sgd", "allreduce_sgd"};
+constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring", "directed_exponential",
+                                                         "explicit"};
+constexpr std::array<std::string_view, 4> kAlgorithmNames{"crossover_sgd", "allreduce_sgd", "sgp",
+                                                          "hierarchical"};
+constexpr std::array<std::string_view, 3> kModes{"sync", "overlap", "async"};
+constexpr std::array<std::string_view, 2> kInterAlgorithms{"crossover_sgd", "sgp"};
 constexpr std::array<std::string_view, 2> kModelKinds{"mlp", "softmax"};
 constexpr std::array<std::string_view, 2> kPartitions{"iid", "non_iid"};
 
@@ -60,15 +67,20 @@ struct Uint64Field {
   std::uint64_t& (*ref)(Config&);
 };
 
-/// A finite `double` key bounded below and above (each bound open or closed;
-/// an infinite bound means "no bound").
-struct RealField {
-  std::string_view key;
-  double& (*ref)(Config&);
+/// Allowed values of a real: finite, bounded below and above (each bound open
+/// or closed; an infinite bound means "no bound").
+struct RealRange {
   double min;
   bool minInclusive;
   double max;
   bool maxInclusive;
+};
+
+/// A `double` key within `range`.
+struct RealField {
+  std::string_view key;
+  double& (*ref)(Config&);
+  RealRange range;
 };
 
 /// A `bool` key (`true` / `false`).
@@ -92,7 +104,38 @@ struct IntListField {
   long long max;
 };
 
-using Field = std::variant<IntField, Uint64Field, RealField, BoolField, TextField, IntListField>;
+/// A list of [a, b] pairs of `int`s (e.g. directed edges [from, to]), each
+/// within [min, max]. `distinct`: a != b in every pair (no self-loops);
+/// `unique`: no pair appears twice.
+struct IntPairListField {
+  std::string_view key;
+  std::vector<std::pair<int, int>>& (*ref)(Config&);
+  long long min;
+  long long max;
+  bool distinct;
+  bool unique;
+};
+
+/// A list of rows, each a list of reals within `range`. Rows may differ in
+/// length here; shapes that depend on other keys are checked by a Rule.
+struct RealMatrixField {
+  std::string_view key;
+  std::vector<std::vector<double>>& (*ref)(Config&);
+  RealRange range;
+};
+
+/// A list of lists of `int`s, each within [min, max]; `nonEmpty`: no inner
+/// list may be empty.
+struct IntListListField {
+  std::string_view key;
+  std::vector<std::vector<int>>& (*ref)(Config&);
+  long long min;
+  long long max;
+  bool nonEmpty;
+};
+
+using Field = std::variant<IntField, Uint64Field, RealField, BoolField, TextField, IntListField,
+                           IntPairListField, RealMatrixField, IntListListField>;
 
 /// A map of keys: the top level (empty name) or one `name:` section.
 struct Section {
@@ -109,7 +152,7 @@ const std::vector<Section>& schema() {
   static const std::vector<Section> kSchema{
       {"",
        {
-           IntField{"world_size", [](Config& c) -> int& { return c.worldSize; }, 1, 4096},
+           IntField{"world_size", [](Config& c) -> int& { return c.worldSize; }, 1, kMaxWorldSize},
            Uint64Field{"seed", [](Config& c) -> std::uint64_t& { return c.seed; }},
        }},
       {"transport",
@@ -117,20 +160,37 @@ const std::vector<Section>& schema() {
            TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; }, kTransportKinds},
            TextField{"host", [](Config& c) -> std::string& { return c.transport.host; }, {}},
            TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; }, kProtocols},
-           RealField{"timeout_seconds", [](Config& c) -> double& { return c.transport.timeoutSeconds; }, 0.0,
-                     false, 86400.0, true},
-           RealField{"linger_seconds", [](Config& c) -> double& { return c.transport.lingerSeconds; }, 0.0,
-                     true, kInf, false},
+           RealField{"timeout_seconds",
+                     [](Config& c) -> double& { return c.transport.timeoutSeconds; },
+                     {0.0, false, 86400.0, true}},
+           RealField{"linger_seconds",
+                     [](Config& c) -> double& { return c.transport.lingerSeconds; },
+                     {0.0, true, kInf, false}},
        }},
       {"topology",
        {
            TextField{"kind", [](Config& c) -> std::string& { return c.topology.kind; }, kTopologyKinds},
+           RealMatrixField{
+               "probabilities",
+               [](Config& c) -> std::vector<std::vector<double>>& { return c.topology.probabilities; },
+               {0.0, true, kInf, false}},
+           IntField{"peers_per_step", [](Config& c) -> int& { return c.topology.peersPerStep; }, 1, 2},
+           IntPairListField{"edges",
+                            [](Config& c) -> std::vector<std::pair<int, int>>& { return c.topology.edges; },
+                            0, kMaxRank, true, true},
        }},
       {"algorithm",
        {
            TextField{"name", [](Config& c) -> std::string& { return c.algorithm.name; }, kAlgorithmNames},
            IntField{"segments", [](Config& c) -> int& { return c.algorithm.segments; }, 1, 4096},
            IntField{"interval", [](Config& c) -> int& { return c.algorithm.interval; }, 1, kIntMax},
+           TextField{"mode", [](Config& c) -> std::string& { return c.algorithm.mode; }, kModes},
+           IntListListField{"groups",
+                            [](Config& c) -> std::vector<std::vector<int>>& { return c.algorithm.groups; }, 0,
+                            kMaxRank, true},
+           IntField{"group_size", [](Config& c) -> int& { return c.algorithm.groupSize; }, 1, kMaxWorldSize},
+           TextField{"inter_algorithm", [](Config& c) -> std::string& { return c.algorithm.interAlgorithm; },
+                     kInterAlgorithms},
        }},
       {"model",
        {
@@ -141,8 +201,9 @@ const std::vector<Section>& schema() {
        {
            TextField{"path", [](Config& c) -> std::string& { return c.data.path; }, {}},
            TextField{"partition", [](Config& c) -> std::string& { return c.data.partition; }, kPartitions},
-           RealField{"dirichlet_alpha", [](Config& c) -> double& { return c.data.dirichletAlpha; }, 0.0,
-                     false, kInf, false},
+           RealField{"dirichlet_alpha",
+                     [](Config& c) -> double& { return c.data.dirichletAlpha; },
+                     {0.0, false, kInf, false}},
            BoolField{"standardize", [](Config& c) -> bool& { return c.data.standardize; }},
            IntField{"train_limit", [](Config& c) -> int& { return c.data.trainLimit; }, 0, kIntMax},
            IntField{"test_limit", [](Config& c) -> int& { return c.data.testLimit; }, 0, kIntMax},
@@ -151,12 +212,19 @@ const std::vector<Section>& schema() {
        {
            IntField{"epochs", [](Config& c) -> int& { return c.training.epochs; }, 1, kIntMax},
            IntField{"batch_size", [](Config& c) -> int& { return c.training.batchSize; }, 1, kIntMax},
-           RealField{"learning_rate", [](Config& c) -> double& { return c.training.learningRate; }, 0.0, true,
-                     kInf, false},
-           RealField{"momentum", [](Config& c) -> double& { return c.training.momentum; }, 0.0, true, 1.0,
-                     false},
-           RealField{"weight_decay", [](Config& c) -> double& { return c.training.weightDecay; }, 0.0, true,
-                     kInf, false},
+           RealField{"learning_rate",
+                     [](Config& c) -> double& { return c.training.learningRate; },
+                     {0.0, true, kInf, false}},
+           RealField{
+               "momentum", [](Config& c) -> double& { return c.training.momentum; }, {0.0, true, 1.0, false}},
+           RealField{"weight_decay",
+                     [](Config& c) -> double& { return c.training.weightDecay; },
+                     {0.0, true, kInf, false}},
+           IntField{"straggler_rank", [](Config& c) -> int& { return c.training.stragglerRank; }, -1,
+                    kMaxRank},
+           RealField{"straggler_delay_seconds",
+                     [](Config& c) -> double& { return c.training.stragglerDelaySeconds; },
+                     {0.0, true, kInf, false}},
        }},
   };
   return kSchema;
@@ -240,14 +308,14 @@ std::optional<std::string> checkInt(long long v, long long min, long long max) {
   return intRangeText(min, max) + ", got " + std::to_string(v);
 }
 
-std::optional<std::string> checkReal(double v, const RealField& f) {
-  bool ok = std::isfinite(v) && (f.minInclusive ? v >= f.min : v > f.min) &&
-            (f.maxInclusive ? v <= f.max : v < f.max);
+std::optional<std::string> checkReal(double v, const RealRange& r) {
+  bool ok = std::isfinite(v) && (r.minInclusive ? v >= r.min : v > r.min) &&
+            (r.maxInclusive ? v <= r.max : v < r.max);
   if (ok) return std::nullopt;
   std::string range = "must be a finite number";
-  if (std::isfinite(f.min)) range += (f.minInclusive ? " >= " : " > ") + formatReal(f.min);
-  if (std::isfinite(f.min) && std::isfinite(f.max)) range += " and";
-  if (std::isfinite(f.max)) range += (f.maxInclusive ? " <= " : " < ") + formatReal(f.max);
+  if (std::isfinite(r.min)) range += (r.minInclusive ? " >= " : " > ") + formatReal(r.min);
+  if (std::isfinite(r.min) && std::isfinite(r.max)) range += " and";
+  if (std::isfinite(r.max)) range += (r.maxInclusive ? " <= " : " < ") + formatReal(r.max);
   return range + ", got " + formatReal(v);
 }
 
@@ -266,6 +334,256 @@ std::string dotted(std::string_view section, std::string_view key) {
 }
 
 std::string indexed(const std::string& key, std::size_t i) { return key + "[" + std::to_string(i) + "]"; }
+
+/// A failed check: the dotted (possibly indexed) key at fault and what is wrong.
+struct Issue {
+  std::string key;
+  std::string message;
+};
+
+// ---- per-field checks: the value of one key, alone ----------------------------
+
+std::optional<Issue> checkField(const IntField& f, Config& c, const std::string& key) {
+  if (auto err = checkInt(f.ref(c), f.min, f.max)) return Issue{key, *err};
+  return std::nullopt;
+}
+
+std::optional<Issue> checkField(const Uint64Field&, Config&, const std::string&) {
+  return std::nullopt;  // Every value of the type is valid.
+}
+
+std::optional<Issue> checkField(const RealField& f, Config& c, const std::string& key) {
+  if (auto err = checkReal(f.ref(c), f.range)) return Issue{key, *err};
+  return std::nullopt;
+}
+
+std::optional<Issue> checkField(const BoolField&, Config&, const std::string&) {
+  return std::nullopt;  // Every value of the type is valid.
+}
+
+std::optional<Issue> checkField(const TextField& f, Config& c, const std::string& key) {
+  if (auto err = checkText(f.ref(c), f)) return Issue{key, *err};
+  return std::nullopt;
+}
+
+std::optional<Issue> checkField(const IntListField& f, Config& c, const std::string& key) {
+  const std::vector<int>& values = f.ref(c);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (auto err = checkInt(values[i], f.min, f.max)) return Issue{indexed(key, i), *err};
+  }
+  return std::nullopt;
+}
+
+std::string pairText(const std::pair<int, int>& p) {
+  return "[" + std::to_string(p.first) + ", " + std::to_string(p.second) + "]";
+}
+
+std::optional<Issue> checkField(const IntPairListField& f, Config& c, const std::string& key) {
+  const std::vector<std::pair<int, int>>& pairs = f.ref(c);
+  std::map<std::pair<int, int>, std::size_t> first;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const std::string at = indexed(key, i);
+    for (int v : {pairs[i].first, pairs[i].second}) {
+      if (auto err = checkInt(v, f.min, f.max)) return Issue{at, *err};
+    }
+    if (f.distinct && pairs[i].first == pairs[i].second) {
+      return Issue{at, "self-loop " + pairText(pairs[i]) + " (the two ends must differ)"};
+    }
+    if (f.unique) {
+      if (auto [prev, inserted] = first.emplace(pairs[i], i); !inserted) {
+        return Issue{at, "duplicate " + pairText(pairs[i]) + " (already listed as " +
+                             indexed(key, prev->second) + ")"};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Issue> checkField(const RealMatrixField& f, Config& c, const std::string& key) {
+  const std::vector<std::vector<double>>& rows = f.ref(c);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    for (std::size_t j = 0; j < rows[i].size(); ++j) {
+      if (auto err = checkReal(rows[i][j], f.range)) return Issue{indexed(indexed(key, i), j), *err};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Issue> checkField(const IntListListField& f, Config& c, const std::string& key) {
+  const std::vector<std::vector<int>>& lists = f.ref(c);
+  for (std::size_t i = 0; i < lists.size(); ++i) {
+    if (f.nonEmpty && lists[i].empty()) return Issue{indexed(key, i), "must not be empty"};
+    for (std::size_t j = 0; j < lists[i].size(); ++j) {
+      if (auto err = checkInt(lists[i][j], f.min, f.max)) return Issue{indexed(indexed(key, i), j), *err};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Issue> checkAnyField(const Field& field, Config& c, const std::string& key) {
+  return std::visit([&](const auto& f) { return checkField(f, c, key); }, field);
+}
+
+// ---- cross-field rules: keys that constrain each other ------------------------
+//
+// Each rule assumes every field already passed its own check (both callers run
+// the field checks first), e.g. world_size is in [1, 4096].
+
+std::string rankRangeText(int worldSize) {
+  return "world_size is " + std::to_string(worldSize) + ", so ranks are 0.." + std::to_string(worldSize - 1);
+}
+
+std::size_t toIndex(int v) { return static_cast<std::size_t>(v); }
+
+/// topology.probabilities: world_size x world_size, every row with some weight
+/// on another rank (a single rank has no one to pick: nothing to require).
+std::optional<Issue> ruleProbabilities(const Config& c) {
+  const std::string key = "topology.probabilities";
+  const std::vector<std::vector<double>>& rows = c.topology.probabilities;
+  if (rows.empty()) return std::nullopt;  // Uniform.
+  const auto n = toIndex(c.worldSize);
+  if (rows.size() != n) {
+    return Issue{key, "must be a world_size x world_size table (" + std::to_string(n) + " rows), got " +
+                          std::to_string(rows.size()) + " rows"};
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rows[i].size() != n) {
+      return Issue{indexed(key, i), "row must have world_size (" + std::to_string(n) + ") entries, got " +
+                                        std::to_string(rows[i].size())};
+    }
+  }
+  if (n < 2) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    double offDiagonal = 0.0;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j != i) offDiagonal += rows[i][j];
+    }
+    if (!(offDiagonal > 0.0) || !std::isfinite(offDiagonal)) {
+      return Issue{indexed(key, i),
+                   "rank " + std::to_string(i) +
+                       " needs a positive, finite total weight on the other ranks (the diagonal "
+                       "is ignored), got " +
+                       formatReal(offDiagonal)};
+    }
+  }
+  return std::nullopt;
+}
+
+/// Ranks reachable from rank 0 along `adjacency`.
+std::vector<bool> reachableFromZero(const std::vector<std::vector<int>>& adjacency) {
+  std::vector<bool> seen(adjacency.size(), false);
+  std::vector<int> stack{0};
+  seen[0] = true;
+  while (!stack.empty()) {
+    const int r = stack.back();
+    stack.pop_back();
+    for (int next : adjacency[toIndex(r)]) {
+      if (!seen[toIndex(next)]) {
+        seen[toIndex(next)] = true;
+        stack.push_back(next);
+      }
+    }
+  }
+  return seen;
+}
+
+/// topology.edges: ranks below world_size, an out-edge from every rank, and a
+/// strongly connected graph (every rank's updates reach every other rank).
+std::optional<Issue> ruleEdges(const Config& c) {
+  const std::string key = "topology.edges";
+  const std::vector<std::pair<int, int>>& edges = c.topology.edges;
+  if (edges.empty()) return std::nullopt;
+  const auto n = toIndex(c.worldSize);
+  std::vector<std::vector<int>> out(n), in(n);
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    const auto [from, to] = edges[i];
+    for (int r : {from, to}) {
+      if (toIndex(r) >= n) {
+        return Issue{indexed(key, i), "rank " + std::to_string(r) + " in " + pairText(edges[i]) +
+                                          " does not exist (" + rankRangeText(c.worldSize) + ")"};
+      }
+    }
+    out[toIndex(from)].push_back(to);
+    in[toIndex(to)].push_back(from);
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    if (out[r].empty()) {
+      return Issue{key, "rank " + std::to_string(r) + " has no out-edge (every rank must send to a peer)"};
+    }
+  }
+  const std::vector<bool> forward = reachableFromZero(out);
+  const std::vector<bool> backward = reachableFromZero(in);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!forward[r]) {
+      return Issue{key, "the graph is not strongly connected: rank " + std::to_string(r) +
+                            " cannot be reached from rank 0"};
+    }
+    if (!backward[r]) {
+      return Issue{key, "the graph is not strongly connected: rank 0 cannot be reached from rank " +
+                            std::to_string(r)};
+    }
+  }
+  return std::nullopt;
+}
+
+/// topology.kind: explicit takes its graph from topology.edges.
+std::optional<Issue> ruleExplicitNeedsEdges(const Config& c) {
+  if (c.topology.kind != "explicit" || !c.topology.edges.empty()) return std::nullopt;
+  return Issue{"topology.kind",
+               "'explicit' needs the graph in topology.edges (a non-empty list of [from, to] pairs)"};
+}
+
+/// algorithm.groups: when given, a partition of [0, world_size).
+std::optional<Issue> ruleGroups(const Config& c) {
+  const std::string key = "algorithm.groups";
+  const std::vector<std::vector<int>>& groups = c.algorithm.groups;
+  if (groups.empty()) return std::nullopt;  // Consecutive groups of group_size.
+  const auto n = toIndex(c.worldSize);
+  std::vector<std::optional<std::size_t>> owner(n);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t j = 0; j < groups[g].size(); ++j) {
+      const int r = groups[g][j];
+      const std::string at = indexed(indexed(key, g), j);
+      if (toIndex(r) >= n) {
+        return Issue{at,
+                     "rank " + std::to_string(r) + " does not exist (" + rankRangeText(c.worldSize) + ")"};
+      }
+      if (owner[toIndex(r)]) {
+        return Issue{at, "rank " + std::to_string(r) + " is already in " + indexed(key, *owner[toIndex(r)]) +
+                             " (groups must not overlap)"};
+      }
+      owner[toIndex(r)] = g;
+    }
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!owner[r]) {
+      return Issue{key, "the groups must cover every rank exactly once (" + rankRangeText(c.worldSize) +
+                            "), but rank " + std::to_string(r) + " is in no group"};
+    }
+  }
+  return std::nullopt;
+}
+
+/// training.straggler_rank: -1 (none) or an existing rank.
+std::optional<Issue> ruleStraggler(const Config& c) {
+  const int r = c.training.stragglerRank;
+  if (r < c.worldSize) return std::nullopt;
+  return Issue{"training.straggler_rank", "rank " + std::to_string(r) + " does not exist (" +
+                                              rankRangeText(c.worldSize) + "; -1 means no straggler)"};
+}
+
+using Rule = std::optional<Issue> (*)(const Config&);
+
+constexpr std::array<Rule, 5> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges, ruleGroups,
+                                     ruleStraggler};
+
+/// The first broken rule, if any.
+std::optional<Issue> checkRules(const Config& c) {
+  for (Rule rule : kRules) {
+    if (auto issue = rule(c)) return issue;
+  }
+  return std::nullopt;
+}
 
 // ---- YAML -> values -----------------------------------------------------------
 
@@ -296,11 +614,29 @@ class Parser {
     Config config;
     config.sourceFile = file_;
     readSection(root, schema()[0], config);
+    // Keys that constrain each other: only now is every key known.
+    if (auto issue = checkRules(config)) fail(*issue);
     return config;
   }
 
  private:
   static int lineOf(const YAML::Mark& mark) { return mark.line >= 0 ? mark.line + 1 : 0; }
+
+  /// The line of `key` (or of its closest recorded parent: `a.b[2][0]`, then
+  /// `a.b[2]`, `a.b`, `a`); 0 when none was read from the file.
+  int lineFor(std::string key) const {
+    while (!key.empty()) {
+      if (auto it = lines_.find(key); it != lines_.end()) return it->second;
+      const std::size_t cut = key.back() == ']' ? key.rfind('[') : key.rfind('.');
+      if (cut == std::string::npos || cut == 0) break;
+      key.resize(cut);
+    }
+    return 0;
+  }
+
+  [[noreturn]] void fail(const Issue& issue) const {
+    throw ConfigError(file_, lineFor(issue.key), issue.key, issue.message);
+  }
 
   static std::string describe(const YAML::Node& node) {
     switch (node.Type()) {
@@ -344,11 +680,16 @@ class Parser {
                           "duplicate key (first set on line " + std::to_string(prev->second) + ")");
       }
       if (const Field* field = findField(section, name)) {
+        lines_[key] = keyLine;
         std::visit([&](const auto& f) { read(f, key, keyNode, value, config); }, *field);
+        // The same check validateConfig runs (read() has already checked what
+        // it could report more precisely, e.g. each scalar's range).
+        if (auto issue = checkAnyField(*field, config, key)) fail(*issue);
         continue;
       }
       if (topLevel) {
         if (const Section* sub = findSection(name)) {
+          lines_[key] = keyLine;
           readSubsection(key, keyNode, value, *sub, config);
           continue;
         }
@@ -485,8 +826,8 @@ class Parser {
     f.ref(config) = v;
   }
 
-  void read(const RealField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
+  double readReal(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+                  const RealRange& range) const {
     // YAML 1.2 core-schema floats (and integers), plus .inf / .nan.
     static const std::regex kReal("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
     static const std::regex kInfinity("[-+]?\\.(inf|Inf|INF)");
@@ -512,8 +853,13 @@ class Parser {
     } else {
       throw ConfigError(file_, line, key, "expected a number, got " + describe(value));
     }
-    if (auto err = checkReal(v, f)) throw ConfigError(file_, line, key, *err);
-    f.ref(config) = v;
+    if (auto err = checkReal(v, range)) throw ConfigError(file_, line, key, *err);
+    return v;
+  }
+
+  void read(const RealField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
+            Config& config) const {
+    f.ref(config) = readReal(key, keyNode, value, f.range);
   }
 
   void read(const BoolField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
@@ -540,7 +886,7 @@ class Parser {
   }
 
   void read(const IntListField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
+            Config& config) {
     if (!value.IsSequence()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected a list of integers (e.g. [128, 64]), got " + describe(value));
@@ -548,12 +894,93 @@ class Parser {
     std::vector<int> out;
     for (const YAML::Node& element : value) {
       const std::string elementKey = indexed(key, out.size());
+      lines_[elementKey] = valueLine(keyNode, element);
       out.push_back(static_cast<int>(readInteger(elementKey, keyNode, element, f.min, f.max)));
     }
     f.ref(config) = std::move(out);
   }
 
+  /// `value` must be a list; "a list of N items" otherwise names what it is.
+  static std::string describeSized(const YAML::Node& node) {
+    if (!node.IsSequence()) return describe(node);
+    return node.size() == 1 ? "a list of 1 item" : "a list of " + std::to_string(node.size()) + " items";
+  }
+
+  void read(const IntPairListField& f, const std::string& key, const YAML::Node& keyNode,
+            const YAML::Node& value, Config& config) {
+    if (!value.IsSequence()) {
+      throw ConfigError(file_, valueLine(keyNode, value), key,
+                        "expected a list of [a, b] pairs (e.g. [[0, 1], [1, 0]]), got " + describe(value));
+    }
+    std::vector<std::pair<int, int>> out;
+    for (const YAML::Node& element : value) {
+      const std::string elementKey = indexed(key, out.size());
+      const int line = valueLine(keyNode, element);
+      lines_[elementKey] = line;
+      if (!element.IsSequence() || element.size() != 2) {
+        throw ConfigError(file_, line, elementKey, "expected a pair [a, b], got " + describeSized(element));
+      }
+      const auto a = static_cast<int>(readInteger(elementKey, element, element[0], f.min, f.max));
+      const auto b = static_cast<int>(readInteger(elementKey, element, element[1], f.min, f.max));
+      out.emplace_back(a, b);
+    }
+    f.ref(config) = std::move(out);
+  }
+
+  void read(const RealMatrixField& f, const std::string& key, const YAML::Node& keyNode,
+            const YAML::Node& value, Config& config) {
+    if (!value.IsSequence()) {
+      throw ConfigError(
+          file_, valueLine(keyNode, value), key,
+          "expected a table: a list of rows of numbers (e.g. [[0, 1], [1, 0]]), got " + describe(value));
+    }
+    std::vector<std::vector<double>> out;
+    for (const YAML::Node& row : value) {
+      const std::string rowKey = indexed(key, out.size());
+      lines_[rowKey] = valueLine(keyNode, row);
+      if (!row.IsSequence()) {
+        throw ConfigError(file_, valueLine(keyNode, row), rowKey,
+                          "expected a row (a list of numbers), got " + describe(row));
+      }
+      std::vector<double> values;
+      for (const YAML::Node& element : row) {
+        const std::string elementKey = indexed(rowKey, values.size());
+        lines_[elementKey] = valueLine(row, element);
+        values.push_back(readReal(elementKey, row, element, f.range));
+      }
+      out.push_back(std::move(values));
+    }
+    f.ref(config) = std::move(out);
+  }
+
+  void read(const IntListListField& f, const std::string& key, const YAML::Node& keyNode,
+            const YAML::Node& value, Config& config) {
+    if (!value.IsSequence()) {
+      throw ConfigError(
+          file_, valueLine(keyNode, value), key,
+          "expected a list of lists of integers (e.g. [[0, 1], [2, 3]]), got " + describe(value));
+    }
+    std::vector<std::vector<int>> out;
+    for (const YAML::Node& list : value) {
+      const std::string listKey = indexed(key, out.size());
+      lines_[listKey] = valueLine(keyNode, list);
+      if (!list.IsSequence()) {
+        throw ConfigError(file_, valueLine(keyNode, list), listKey,
+                          "expected a list of integers, got " + describe(list));
+      }
+      std::vector<int> values;
+      for (const YAML::Node& element : list) {
+        const std::string elementKey = indexed(listKey, values.size());
+        lines_[elementKey] = valueLine(list, element);
+        values.push_back(static_cast<int>(readInteger(elementKey, list, element, f.min, f.max)));
+      }
+      out.push_back(std::move(values));
+    }
+    f.ref(config) = std::move(out);
+  }
+
   std::string file_;
+  std::map<std::string, int> lines_;  ///< Line of every key and list element read so far.
 };
 
 }  // namespace
@@ -585,31 +1012,12 @@ void validateConfig(const Config& config) {
   const std::string& file = config.sourceFile;
   for (const Section& section : schema()) {
     for (const Field& field : section.fields) {
-      const std::string key = dotted(section.name, fieldKey(field));
-      std::visit(
-          [&](const auto& f) {
-            using F = std::decay_t<decltype(f)>;
-            if constexpr (std::is_same_v<F, IntField>) {
-              if (auto err = checkInt(f.ref(copy), f.min, f.max)) {
-                throw ConfigError(file, 0, key, *err);
-              }
-            } else if constexpr (std::is_same_v<F, RealField>) {
-              if (auto err = checkReal(f.ref(copy), f)) throw ConfigError(file, 0, key, *err);
-            } else if constexpr (std::is_same_v<F, TextField>) {
-              if (auto err = checkText(f.ref(copy), f)) throw ConfigError(file, 0, key, *err);
-            } else if constexpr (std::is_same_v<F, IntListField>) {
-              const std::vector<int>& values = f.ref(copy);
-              for (std::size_t i = 0; i < values.size(); ++i) {
-                if (auto err = checkInt(values[i], f.min, f.max)) {
-                  throw ConfigError(file, 0, indexed(key, i), *err);
-                }
-              }
-            }
-            // Uint64Field and BoolField: every value of the type is valid.
-          },
-          field);
+      if (auto issue = checkAnyField(field, copy, dotted(section.name, fieldKey(field)))) {
+        throw ConfigError(file, 0, issue->key, issue->message);
+      }
     }
   }
+  if (auto issue = checkRules(config)) throw ConfigError(file, 0, issue->key, issue->message);
 }
 
 }  // namespace gossamer

@@ -83,7 +83,7 @@ bool Request::test() {
   return detail::settledLocked(*state_);
 }
 
-void Request::cancel() {
+void Request::cancel() noexcept {
   if (!state_) return;
   {
     std::lock_guard<std::mutex> lk(state_->mu);

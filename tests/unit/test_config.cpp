@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gossamer/config.hpp"
@@ -85,10 +86,25 @@ const std::string kFullConfig =
     "  linger_seconds: 0\n"
     "topology:\n"
     "  kind: ring\n"
+    "  probabilities:\n"
+    "    - [0, 1, 1, 1, 1, 1, 1, 1]\n"
+    "    - [1, 0, 1, 1, 1, 1, 1, 1]\n"
+    "    - [1, 1, 0, 1, 1, 1, 1, 1]\n"
+    "    - [1, 1, 1, 0, 1, 1, 1, 1]\n"
+    "    - [1, 1, 1, 1, 0, 1, 1, 1]\n"
+    "    - [1, 1, 1, 1, 1, 0, 1, 1]\n"
+    "    - [1, 1, 1, 1, 1, 1, 0, 1]\n"
+    "    - [0.5, 0.5, 0, 0, 0, 0, 2.5, 9]\n"
+    "  peers_per_step: 2\n"
+    "  edges: [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]\n"
     "algorithm:\n"
     "  name: allreduce_sgd\n"
     "  segments: 16\n"
     "  interval: 3\n"
+    "  mode: overlap\n"
+    "  groups: [[0, 1, 2], [5, 4, 3], [7, 6]]\n"
+    "  group_size: 3\n"
+    "  inter_algorithm: sgp\n"
     "model:\n"
     "  kind: softmax\n"
     "  hidden: [256, 64, 1]\n"
@@ -104,7 +120,9 @@ const std::string kFullConfig =
     "  batch_size: 64\n"
     "  learning_rate: 2.5e-3\n"
     "  momentum: 0.0\n"
-    "  weight_decay: 1e-4\n";
+    "  weight_decay: 1e-4\n"
+    "  straggler_rank: 7\n"
+    "  straggler_delay_seconds: 0.25\n";
 
 void requireDefaultsExceptSource(const Config& c) {
   const Config d;
@@ -116,9 +134,16 @@ void requireDefaultsExceptSource(const Config& c) {
   CHECK(c.transport.timeoutSeconds == d.transport.timeoutSeconds);
   CHECK(c.transport.lingerSeconds == d.transport.lingerSeconds);
   CHECK(c.topology.kind == d.topology.kind);
+  CHECK(c.topology.probabilities == d.topology.probabilities);
+  CHECK(c.topology.peersPerStep == d.topology.peersPerStep);
+  CHECK(c.topology.edges == d.topology.edges);
   CHECK(c.algorithm.name == d.algorithm.name);
   CHECK(c.algorithm.segments == d.algorithm.segments);
   CHECK(c.algorithm.interval == d.algorithm.interval);
+  CHECK(c.algorithm.mode == d.algorithm.mode);
+  CHECK(c.algorithm.groups == d.algorithm.groups);
+  CHECK(c.algorithm.groupSize == d.algorithm.groupSize);
+  CHECK(c.algorithm.interAlgorithm == d.algorithm.interAlgorithm);
   CHECK(c.model.kind == d.model.kind);
   CHECK(c.model.hidden == d.model.hidden);
   CHECK(c.data.path == d.data.path);
@@ -132,7 +157,13 @@ void requireDefaultsExceptSource(const Config& c) {
   CHECK(c.training.learningRate == d.training.learningRate);
   CHECK(c.training.momentum == d.training.momentum);
   CHECK(c.training.weightDecay == d.training.weightDecay);
+  CHECK(c.training.stragglerRank == d.training.stragglerRank);
+  CHECK(c.training.stragglerDelaySeconds == d.training.stragglerDelaySeconds);
 }
+
+using Edges = std::vector<std::pair<int, int>>;
+using Table = std::vector<std::vector<double>>;
+using Groups = std::vector<std::vector<int>>;
 
 }  // namespace
 
@@ -147,9 +178,18 @@ TEST_CASE("config: a full config sets every field", "[config]") {
   CHECK(c.transport.timeoutSeconds == 12.5);
   CHECK(c.transport.lingerSeconds == 0.0);
   CHECK(c.topology.kind == "ring");
+  REQUIRE(c.topology.probabilities.size() == 8);
+  CHECK(c.topology.probabilities[0] == std::vector<double>{0, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(c.topology.probabilities[7] == std::vector<double>{0.5, 0.5, 0, 0, 0, 0, 2.5, 9});
+  CHECK(c.topology.peersPerStep == 2);
+  CHECK(c.topology.edges == Edges{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
   CHECK(c.algorithm.name == "allreduce_sgd");
   CHECK(c.algorithm.segments == 16);
   CHECK(c.algorithm.interval == 3);
+  CHECK(c.algorithm.mode == "overlap");
+  CHECK(c.algorithm.groups == Groups{{0, 1, 2}, {5, 4, 3}, {7, 6}});
+  CHECK(c.algorithm.groupSize == 3);
+  CHECK(c.algorithm.interAlgorithm == "sgp");
   CHECK(c.model.kind == "softmax");
   CHECK(c.model.hidden == std::vector<int>{256, 64, 1});
   CHECK(c.data.path == "/tmp/some data");
@@ -163,6 +203,8 @@ TEST_CASE("config: a full config sets every field", "[config]") {
   CHECK(c.training.learningRate == 2.5e-3);
   CHECK(c.training.momentum == 0.0);
   CHECK(c.training.weightDecay == 1e-4);
+  CHECK(c.training.stragglerRank == 7);
+  CHECK(c.training.stragglerDelaySeconds == 0.25);
   CHECK_NOTHROW(gossamer::validateConfig(c));
 }
 
@@ -352,6 +394,364 @@ TEST_CASE("config: unknown enum values are errors listing the allowed ones", "[c
   }
 }
 
+TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
+  SECTION("every topology kind, algorithm, mode and inter-algorithm") {
+    for (const char* kind : {"fair_roulette", "ring", "directed_exponential"}) {
+      CHECK(gossamer::parseConfig(std::string("topology:\n  kind: ") + kind + "\n").topology.kind == kind);
+    }
+    for (const char* name : {"crossover_sgd", "allreduce_sgd", "sgp", "hierarchical"}) {
+      CHECK(gossamer::parseConfig(std::string("algorithm:\n  name: ") + name + "\n").algorithm.name == name);
+    }
+    for (const char* mode : {"sync", "overlap", "async"}) {
+      CHECK(gossamer::parseConfig(std::string("algorithm:\n  mode: ") + mode + "\n").algorithm.mode == mode);
+    }
+    for (const char* inter : {"crossover_sgd", "sgp"}) {
+      const Config c = gossamer::parseConfig(std::string("algorithm:\n  inter_algorithm: ") + inter + "\n");
+      CHECK(c.algorithm.interAlgorithm == inter);
+    }
+  }
+  SECTION("a probabilities table, block rows") {
+    const Config c = gossamer::parseConfig(
+        "world_size: 3\n"
+        "topology:\n"
+        "  kind: fair_roulette\n"
+        "  probabilities:\n"
+        "    - [0, 4, 1]\n"
+        "    - [2.5, 7, 1e-3]\n"
+        "    - [1, 0, 0]\n");
+    CHECK(c.topology.probabilities == Table{{0, 4, 1}, {2.5, 7, 1e-3}, {1, 0, 0}});
+  }
+  SECTION("a probabilities table, flow style, before world_size") {
+    const Config c = gossamer::parseConfig("topology: {probabilities: [[0, 1], [1, 0]]}\nworld_size: 2\n");
+    CHECK(c.topology.probabilities == Table{{0, 1}, {1, 0}});
+  }
+  SECTION("an empty table means uniform") {
+    CHECK(gossamer::parseConfig("topology:\n  probabilities: []\n").topology.probabilities.empty());
+  }
+  SECTION("fair_roulette with a single rank (degenerate)") {
+    CHECK(gossamer::parseConfig("world_size: 1\ntopology:\n  kind: fair_roulette\n").worldSize == 1);
+    const Config c = gossamer::parseConfig("world_size: 1\ntopology:\n  probabilities: [[0]]\n");
+    CHECK(c.topology.probabilities == Table{{0}});
+  }
+  SECTION("peers_per_step") {
+    CHECK(gossamer::parseConfig("topology:\n  peers_per_step: 1\n").topology.peersPerStep == 1);
+    CHECK(gossamer::parseConfig("topology:\n  peers_per_step: 2\n").topology.peersPerStep == 2);
+  }
+  SECTION("explicit edges, block style") {
+    const Config c = gossamer::parseConfig(
+        "world_size: 3\n"
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 2]\n"
+        "    - [2, 0]\n"
+        "    - [0, 2]\n");
+    CHECK(c.topology.kind == "explicit");
+    CHECK(c.topology.edges == Edges{{0, 1}, {1, 2}, {2, 0}, {0, 2}});
+  }
+  SECTION("explicit edges, flow style, world_size last") {
+    const Config c = gossamer::parseConfig(
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges: [[1, 0], [0, 1]]\n"
+        "world_size: 2\n");
+    CHECK(c.topology.edges == Edges{{1, 0}, {0, 1}});
+  }
+  SECTION("groups and group_size") {
+    const Config c = gossamer::parseConfig(
+        "world_size: 6\n"
+        "algorithm:\n"
+        "  name: hierarchical\n"
+        "  group_size: 2\n"
+        "  groups:\n"
+        "    - [0, 5]\n"
+        "    - [4, 1, 2]\n"
+        "    - [3]\n");
+    CHECK(c.algorithm.groupSize == 2);
+    CHECK(c.algorithm.groups == Groups{{0, 5}, {4, 1, 2}, {3}});
+    CHECK(gossamer::parseConfig("algorithm:\n  groups: []\n").algorithm.groups.empty());
+    CHECK(gossamer::parseConfig("algorithm:\n  group_size: 4096\n").algorithm.groupSize == 4096);
+  }
+  SECTION("straggler") {
+    const Config c = gossamer::parseConfig(
+        "world_size: 4\n"
+        "training:\n"
+        "  straggler_rank: 3\n"
+        "  straggler_delay_seconds: 1.5\n");
+    CHECK(c.training.stragglerRank == 3);
+    CHECK(c.training.stragglerDelaySeconds == 1.5);
+    const Config none =
+        gossamer::parseConfig("training:\n  straggler_rank: -1\n  straggler_delay_seconds: 0\n");
+    CHECK(none.training.stragglerRank == -1);
+    CHECK(none.training.stragglerDelaySeconds == 0.0);
+  }
+}
+
+TEST_CASE("config: bad probabilities tables are errors", "[config]") {
+  SECTION("too few rows for world_size") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  probabilities:\n"
+        "    - [0, 1, 1]\n"
+        "    - [1, 0, 1]\n",
+        3, "topology.probabilities");
+    CHECK(contains(what, "world_size x world_size"));
+    CHECK(contains(what, "got 2 rows"));
+  }
+  SECTION("world_size set after the table still points at the table") {
+    requireError(
+        "topology:\n"
+        "  probabilities: [[0, 1], [1, 0]]\n"
+        "world_size: 3\n",
+        2, "topology.probabilities");
+  }
+  SECTION("a short row") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  probabilities:\n"
+        "    - [0, 1, 1]\n"
+        "    - [1, 0, 1]\n"
+        "    - [1, 1]\n",
+        6, "topology.probabilities[2]");
+    CHECK(contains(what, "got 2"));
+  }
+  SECTION("a negative weight") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  probabilities:\n"
+        "    - [0, 1, 1]\n"
+        "    - [1, 0, -1]\n"
+        "    - [1, 1, 0]\n",
+        5, "topology.probabilities[1][2]");
+    CHECK(contains(what, ">= 0"));
+  }
+  SECTION("non-finite and non-numeric weights") {
+    requireError("topology:\n  probabilities:\n    - [.inf]\n", 3, "topology.probabilities[0][0]");
+    requireError("topology:\n  probabilities:\n    - [.nan]\n", 3, "topology.probabilities[0][0]");
+    requireError("topology:\n  probabilities:\n    - [0, heavy]\n", 3, "topology.probabilities[0][1]");
+  }
+  SECTION("a row with no weight off the diagonal") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  probabilities:\n"
+        "    - [0, 1, 1]\n"
+        "    - [1, 0, 1]\n"
+        "    - [0, 0, 5]\n",
+        6, "topology.probabilities[2]");
+    CHECK(contains(what, "rank 2"));
+    CHECK(contains(what, "positive"));
+  }
+  SECTION("not a table") {
+    requireError("topology:\n  probabilities: 0.5\n", 2, "topology.probabilities");
+    requireError("topology:\n  probabilities: [0.5, 0.5]\n", 2, "topology.probabilities[0]");
+    requireError("topology:\n  probabilities:\n    - {a: 1}\n", 3, "topology.probabilities[0]");
+  }
+}
+
+TEST_CASE("config: bad explicit graphs are errors", "[config]") {
+  SECTION("a negative rank") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, -2]\n",
+        5, "topology.edges[1]");
+    CHECK(contains(what, "-2"));
+  }
+  SECTION("a rank not below world_size") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 2]\n"
+        "    - [2, 3]\n"
+        "    - [2, 0]\n",
+        7, "topology.edges[2]");
+    CHECK(contains(what, "rank 3"));
+    CHECK(contains(what, "0..2"));
+  }
+  SECTION("a rank beyond any world size") {
+    requireError("topology:\n  edges: [[0, 5000]]\n", 2, "topology.edges[0]");
+  }
+  SECTION("a self-loop") {
+    std::string what = requireError(
+        "world_size: 2\n"
+        "topology:\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 1]\n"
+        "    - [1, 0]\n",
+        5, "topology.edges[1]");
+    CHECK(contains(what, "self-loop"));
+  }
+  SECTION("a duplicate edge") {
+    std::string what = requireError(
+        "world_size: 2\n"
+        "topology:\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 0]\n"
+        "    - [0, 1]\n",
+        6, "topology.edges[2]");
+    CHECK(contains(what, "duplicate"));
+    CHECK(contains(what, "topology.edges[0]"));
+  }
+  SECTION("a rank without an out-edge") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 0]\n"
+        "    - [1, 2]\n",
+        4, "topology.edges");
+    CHECK(contains(what, "rank 2 has no out-edge"));
+  }
+  SECTION("not strongly connected: a rank nobody reaches") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges: [[0, 1], [1, 0], [2, 0]]\n",
+        4, "topology.edges");
+    CHECK(contains(what, "not strongly connected"));
+    CHECK(contains(what, "rank 2 cannot be reached"));
+  }
+  SECTION("not strongly connected: two separate cycles") {
+    std::string what = requireError(
+        "world_size: 4\n"
+        "topology:\n"
+        "  kind: explicit\n"
+        "  edges:\n"
+        "    - [0, 1]\n"
+        "    - [1, 0]\n"
+        "    - [2, 3]\n"
+        "    - [3, 2]\n",
+        4, "topology.edges");
+    CHECK(contains(what, "not strongly connected"));
+  }
+  SECTION("not strongly connected: a one-way path") {
+    std::string what = requireError(
+        "world_size: 3\n"
+        "topology:\n"
+        "  edges: [[0, 1], [1, 2], [2, 1]]\n",
+        3, "topology.edges");
+    CHECK(contains(what, "rank 0 cannot be reached from rank 1"));
+  }
+  SECTION("explicit without edges names topology.kind") {
+    std::string what = requireError("world_size: 2\ntopology:\n  kind: explicit\n", 3, "topology.kind");
+    CHECK(contains(what, "topology.edges"));
+    requireError("topology:\n  edges: []\n  kind: explicit\n", 3, "topology.kind");
+  }
+  SECTION("malformed edges") {
+    requireError("topology:\n  edges: [0, 1]\n", 2, "topology.edges[0]");
+    std::string what = requireError("topology:\n  edges:\n    - [0, 1, 2]\n", 3, "topology.edges[0]");
+    CHECK(contains(what, "3 items"));
+    requireError("topology:\n  edges:\n    - [0, 1]\n    - [1, zero]\n", 4, "topology.edges[1]");
+    requireError("topology:\n  edges:\n    - [0, 1.5]\n", 3, "topology.edges[0]");
+    requireError("topology:\n  edges: 0-1\n", 2, "topology.edges");
+    requireError("topology:\n  edges:\n", 2, "topology.edges");
+  }
+  SECTION("peers_per_step out of range") {
+    std::string what = requireError("topology:\n  peers_per_step: 3\n", 2, "topology.peers_per_step");
+    CHECK(contains(what, "between 1 and 2"));
+    requireError("topology:\n  peers_per_step: 0\n", 2, "topology.peers_per_step");
+    requireError("topology:\n  peers_per_step: 1.5\n", 2, "topology.peers_per_step");
+  }
+}
+
+TEST_CASE("config: bad groups, modes and stragglers are errors", "[config]") {
+  SECTION("a rank in two groups") {
+    std::string what = requireError(
+        "world_size: 4\n"
+        "algorithm:\n"
+        "  name: hierarchical\n"
+        "  groups:\n"
+        "    - [0, 1]\n"
+        "    - [2, 1, 3]\n",
+        6, "algorithm.groups[1][1]");
+    CHECK(contains(what, "already in algorithm.groups[0]"));
+  }
+  SECTION("a rank in no group") {
+    std::string what = requireError(
+        "world_size: 4\n"
+        "algorithm:\n"
+        "  groups: [[0, 1], [3]]\n",
+        3, "algorithm.groups");
+    CHECK(contains(what, "rank 2 is in no group"));
+  }
+  SECTION("a rank not below world_size (set later)") {
+    std::string what = requireError(
+        "algorithm:\n"
+        "  groups:\n"
+        "    - [0, 1]\n"
+        "    - [2, 3]\n"
+        "world_size: 3\n",
+        4, "algorithm.groups[1][1]");
+    CHECK(contains(what, "rank 3"));
+  }
+  SECTION("a negative rank") {
+    requireError("algorithm:\n  groups: [[0, -1]]\n", 2, "algorithm.groups[0][1]");
+  }
+  SECTION("an empty group") {
+    std::string what = requireError(
+        "world_size: 2\n"
+        "algorithm:\n"
+        "  groups:\n"
+        "    - [0, 1]\n"
+        "    - []\n",
+        5, "algorithm.groups[1]");
+    CHECK(contains(what, "empty"));
+  }
+  SECTION("malformed groups") {
+    requireError("algorithm:\n  groups: [0, 1]\n", 2, "algorithm.groups[0]");
+    requireError("algorithm:\n  groups: 4\n", 2, "algorithm.groups");
+    requireError("algorithm:\n  groups:\n    - [0, x]\n", 3, "algorithm.groups[0][1]");
+  }
+  SECTION("group_size") {
+    requireError("algorithm:\n  group_size: 0\n", 2, "algorithm.group_size");
+    requireError("algorithm:\n  group_size: 4097\n", 2, "algorithm.group_size");
+  }
+  SECTION("a bad mode") {
+    std::string what = requireError("algorithm:\n  name: sgp\n  mode: asynch\n", 3, "algorithm.mode");
+    CHECK(contains(what, "did you mean 'async'?"));
+    CHECK(contains(what, "sync, overlap, async"));
+    requireError("algorithm:\n  mode: [sync]\n", 2, "algorithm.mode");
+  }
+  SECTION("a bad inter_algorithm") {
+    std::string what =
+        requireError("algorithm:\n  inter_algorithm: allreduce_sgd\n", 2, "algorithm.inter_algorithm");
+    CHECK(contains(what, "crossover_sgd, sgp"));
+  }
+  SECTION("new enum values are still checked") {
+    requireError("topology:\n  kind: directed_exp\n", 2, "topology.kind");
+    requireError("algorithm:\n  name: push_sum\n", 2, "algorithm.name");
+  }
+  SECTION("straggler_rank") {
+    std::string what =
+        requireError("world_size: 4\ntraining:\n  straggler_rank: 4\n", 3, "training.straggler_rank");
+    CHECK(contains(what, "0..3"));
+    requireError("training:\n  straggler_rank: 9\nworld_size: 8\n", 2, "training.straggler_rank");
+    requireError("training:\n  straggler_rank: -2\n", 2, "training.straggler_rank");
+    requireError("training:\n  straggler_rank: one\n", 2, "training.straggler_rank");
+  }
+  SECTION("straggler_delay_seconds") {
+    requireError("training:\n  straggler_delay_seconds: -0.1\n", 2, "training.straggler_delay_seconds");
+    requireError("training:\n  straggler_delay_seconds: .inf\n", 2, "training.straggler_delay_seconds");
+    requireError("training:\n  straggler_delay_seconds: .nan\n", 2, "training.straggler_delay_seconds");
+    requireError("training:\n  straggler_delay_seconds: slow\n", 2, "training.straggler_delay_seconds");
+  }
+}
+
 TEST_CASE("config: malformed documents are errors", "[config]") {
   SECTION("unclosed flow sequence") {
     std::optional<ConfigError> err = parseError(
@@ -502,6 +902,107 @@ TEST_CASE("config: validateConfig checks in-code configs", "[config]") {
   }
 }
 
+TEST_CASE("config: validateConfig checks the cross-field rules of in-code configs", "[config]") {
+  Config c;
+  c.sourceFile = "in-code";
+  c.worldSize = 4;
+
+  auto requireInvalid = [](const Config& bad, const std::string& key, const std::string& text) {
+    try {
+      gossamer::validateConfig(bad);
+      FAIL("expected ConfigError for " << key);
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.line() == 0);
+      CHECK(e.key() == key);
+      CHECK(e.file() == "in-code");
+      CHECK(contains(e.what(), text));
+    }
+  };
+  SECTION("valid configs pass") {
+    Config ok = c;
+    ok.topology.kind = "explicit";
+    ok.topology.edges = {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}};
+    ok.topology.probabilities = Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}};
+    ok.algorithm.groups = {{3, 0}, {2}, {1}};
+    ok.training.stragglerRank = 3;
+    ok.training.stragglerDelaySeconds = 2.0;
+    CHECK_NOTHROW(gossamer::validateConfig(ok));
+    Config single = c;
+    single.worldSize = 1;
+    single.topology.kind = "fair_roulette";
+    CHECK_NOTHROW(gossamer::validateConfig(single));
+  }
+  SECTION("probabilities") {
+    Config bad = c;
+    bad.topology.probabilities = Table{{0, 1}, {1, 0}};
+    requireInvalid(bad, "topology.probabilities", "world_size x world_size");
+    bad.topology.probabilities = Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0}, {1, 1, 1, 0}};
+    requireInvalid(bad, "topology.probabilities[2]", "entries");
+    bad.topology.probabilities = Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, -1, 0}};
+    requireInvalid(bad, "topology.probabilities[3][2]", ">= 0");
+    bad.topology.probabilities = Table{{0, 1, 1, 1}, {9, 0, 1, 1}, {1, 1, 0, 1}, {0, 0, 0, 3}};
+    requireInvalid(bad, "topology.probabilities[3]", "rank 3");
+  }
+  SECTION("edges") {
+    Config bad = c;
+    bad.topology.edges = {{0, 1}, {1, 4}};
+    requireInvalid(bad, "topology.edges[1]", "rank 4");
+    bad.topology.edges = {{0, 1}, {-1, 0}};
+    requireInvalid(bad, "topology.edges[1]", "-1");
+    bad.topology.edges = {{0, 1}, {2, 2}};
+    requireInvalid(bad, "topology.edges[1]", "self-loop");
+    bad.topology.edges = {{0, 1}, {1, 2}, {0, 1}};
+    requireInvalid(bad, "topology.edges[2]", "duplicate");
+    bad.topology.edges = {{0, 1}, {1, 2}, {2, 0}};
+    requireInvalid(bad, "topology.edges", "rank 3 has no out-edge");
+    bad.topology.edges = {{0, 1}, {1, 0}, {2, 3}, {3, 2}};
+    requireInvalid(bad, "topology.edges", "not strongly connected");
+  }
+  SECTION("explicit needs edges") {
+    Config bad = c;
+    bad.topology.kind = "explicit";
+    requireInvalid(bad, "topology.kind", "topology.edges");
+  }
+  SECTION("groups") {
+    Config bad = c;
+    bad.algorithm.groups = {{0, 1}, {2, 3, 1}};
+    requireInvalid(bad, "algorithm.groups[1][2]", "already in algorithm.groups[0]");
+    bad.algorithm.groups = {{0, 1}, {2}};
+    requireInvalid(bad, "algorithm.groups", "rank 3 is in no group");
+    bad.algorithm.groups = {{0, 1}, {2, 3, 4}};
+    requireInvalid(bad, "algorithm.groups[1][2]", "rank 4");
+    bad.algorithm.groups = {{0, 1, 2, 3}, {}};
+    requireInvalid(bad, "algorithm.groups[1]", "empty");
+  }
+  SECTION("scalars") {
+    Config bad = c;
+    bad.algorithm.mode = "lazy";
+    requireInvalid(bad, "algorithm.mode", "sync, overlap, async");
+    bad = c;
+    bad.algorithm.interAlgorithm = "hierarchical";
+    requireInvalid(bad, "algorithm.inter_algorithm", "crossover_sgd, sgp");
+    bad = c;
+    bad.algorithm.groupSize = 0;
+    requireInvalid(bad, "algorithm.group_size", "between 1 and 4096");
+    bad = c;
+    bad.topology.peersPerStep = 3;
+    requireInvalid(bad, "topology.peers_per_step", "between 1 and 2");
+  }
+  SECTION("straggler") {
+    Config bad = c;
+    bad.training.stragglerRank = 4;
+    requireInvalid(bad, "training.straggler_rank", "0..3");
+    bad.training.stragglerRank = -2;
+    requireInvalid(bad, "training.straggler_rank", "-1");
+    bad = c;
+    bad.training.stragglerDelaySeconds = -1.0;
+    requireInvalid(bad, "training.straggler_delay_seconds", ">= 0");
+    bad.training.stragglerDelaySeconds = std::numeric_limits<double>::infinity();
+    requireInvalid(bad, "training.straggler_delay_seconds", "finite");
+  }
+}
+
 TEST_CASE("config: every example config is valid", "[config][examples]") {
   const fs::path dir = fs::path(GOSSAMER_SOURCE_DIR) / "examples" / "configs";
   REQUIRE(fs::is_directory(dir));
@@ -510,7 +1011,7 @@ TEST_CASE("config: every example config is valid", "[config][examples]") {
     if (entry.path().extension() == ".yaml") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
-  REQUIRE(files.size() >= 4);
+  REQUIRE(files.size() >= 8);
   for (const fs::path& file : files) {
     INFO(file.string());
     Config c;
@@ -558,4 +1059,37 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   CHECK(smoke.data.testLimit == 1000);
   CHECK(smoke.training.epochs == 1);
   CHECK(smoke.transport.timeoutSeconds == 10.0);
+
+  const Config sgp = gossamer::loadConfig((dir / "sgp.yaml").string());
+  CHECK(sgp.worldSize == 8);
+  CHECK(sgp.algorithm.name == "sgp");
+  CHECK(sgp.topology.kind == "directed_exponential");
+  CHECK(sgp.topology.peersPerStep == 1);
+  CHECK(sgp.algorithm.mode == "sync");
+  CHECK(sgp.model.kind == "mlp");
+  CHECK(sgp.model.hidden == std::vector<int>{128});
+  CHECK(sgp.training.epochs == 3);
+  CHECK(sgp.training.batchSize == 32);
+  CHECK(sgp.training.learningRate == 0.01);
+  CHECK(sgp.training.momentum == 0.9);
+
+  const Config hierarchical = gossamer::loadConfig((dir / "hierarchical.yaml").string());
+  CHECK(hierarchical.worldSize == 8);
+  CHECK(hierarchical.algorithm.name == "hierarchical");
+  CHECK(hierarchical.algorithm.groupSize == 4);
+  CHECK(hierarchical.algorithm.groups.empty());
+  CHECK(hierarchical.algorithm.interAlgorithm == "crossover_sgd");
+  CHECK(hierarchical.topology.kind == "fair_roulette");
+
+  const Config roulette = gossamer::loadConfig((dir / "roulette-table.yaml").string());
+  CHECK(roulette.worldSize == 4);
+  CHECK(roulette.algorithm.name == "crossover_sgd");
+  CHECK(roulette.topology.kind == "fair_roulette");
+  CHECK(roulette.topology.probabilities == Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}});
+
+  const Config graph = gossamer::loadConfig((dir / "explicit-graph.yaml").string());
+  CHECK(graph.worldSize == 4);
+  CHECK(graph.algorithm.name == "sgp");
+  CHECK(graph.topology.kind == "explicit");
+  CHECK(graph.topology.edges == Edges{{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
 }

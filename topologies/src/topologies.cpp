@@ -3,6 +3,7 @@
 // for the dead-end rule).
 #include "gossamer/topologies/topologies.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -160,6 +161,107 @@ PeerSet FairRoulette::peers(int rank, std::uint64_t step, int segment) const {
   return p;
 }
 
+DirectedExponential::DirectedExponential(int worldSize, int peersPerStep)
+    : n_(worldSize), peersPerStep_(peersPerStep) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+  GOSSAMER_ENFORCE(peersPerStep == 1 || peersPerStep == 2,
+                   "peers per step must be 1 or 2, got " << peersPerStep);
+  for (long o = 1; o < n_; o *= 2) offsets_.push_back(static_cast<int>(o));
+}
+
+std::vector<int> DirectedExponential::offsetsAt(std::uint64_t step) const {
+  if (offsets_.empty()) return {};
+  const auto m = offsets_.size();
+  if (peersPerStep_ == 1) return {offsets_[step % m]};
+  const int a = offsets_[(2 * step) % m], b = offsets_[(2 * step + 1) % m];
+  return a == b ? std::vector<int>{a} : std::vector<int>{a, b};
+}
+
+PeerSet DirectedExponential::peers(int rank, std::uint64_t step, int) const {
+  checkRank(rank, n_);
+  PeerSet p;
+  const auto offs = offsetsAt(step);
+  const double w = 1.0 / static_cast<double>(offs.size() + 1);
+  p.selfWeight = w;
+  for (int o : offs) {
+    p.sendTo.push_back((rank + o) % n_);
+    p.recvFrom.push_back(((rank - o) % n_ + n_) % n_);
+    p.recvWeights.push_back(w);
+  }
+  return p;
+}
+
+ExplicitGraph::ExplicitGraph(int worldSize, std::vector<std::pair<int, int>> edges)
+    : n_(worldSize), out_(static_cast<std::size_t>(worldSize)), in_(static_cast<std::size_t>(worldSize)) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+  for (const auto& [from, to] : edges) {
+    GOSSAMER_ENFORCE(from >= 0 && from < n_ && to >= 0 && to < n_,
+                     "edge (" << from << ", " << to << ") outside world size " << n_);
+    GOSSAMER_ENFORCE(from != to, "self-loop at rank " << from);
+    auto& o = out_[static_cast<std::size_t>(from)];
+    GOSSAMER_ENFORCE(std::find(o.begin(), o.end(), to) == o.end(),
+                     "duplicate edge (" << from << ", " << to << ")");
+    o.push_back(to);
+    in_[static_cast<std::size_t>(to)].push_back(from);
+  }
+}
+
+PeerSet ExplicitGraph::peers(int rank, std::uint64_t, int) const {
+  checkRank(rank, n_);
+  PeerSet p;
+  const auto ur = static_cast<std::size_t>(rank);
+  p.sendTo = out_[ur];
+  p.recvFrom = in_[ur];
+  p.selfWeight = 1.0 / static_cast<double>(out_[ur].size() + 1);
+  for (int j : in_[ur])
+    p.recvWeights.push_back(1.0 / static_cast<double>(out_[static_cast<std::size_t>(j)].size() + 1));
+  return p;
+}
+
+UnfairRoulette::UnfairRoulette(int worldSize, std::uint64_t seed,
+                               std::vector<std::vector<double>> probabilities)
+    : roulette_(worldSize, seed, std::move(probabilities)) {}
+
+PeerSet UnfairRoulette::peers(int rank, std::uint64_t step, int segment) const {
+  const int n = roulette_.worldSize();
+  checkRank(rank, n);
+  const auto dest = roulette_.destinationsWithoutFairness(step, segment);
+  PeerSet p;
+  p.sendTo = {dest[static_cast<std::size_t>(rank)]};
+  for (int j = 0; j < n; ++j)
+    if (dest[static_cast<std::size_t>(j)] == rank) p.recvFrom.push_back(j);
+  const double w = 1.0 / static_cast<double>(p.recvFrom.size() + 1);
+  p.selfWeight = w;
+  p.recvWeights.assign(p.recvFrom.size(), w);
+  return p;
+}
+
+std::vector<std::vector<int>> makeGroups(int worldSize, int groupSize, std::vector<std::vector<int>> groups) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+  if (groups.empty()) {
+    GOSSAMER_ENFORCE(groupSize >= 1, "group size " << groupSize);
+    for (int b = 0; b < worldSize; b += groupSize) {
+      groups.emplace_back();
+      for (int r = b; r < std::min(worldSize, b + groupSize); ++r) groups.back().push_back(r);
+    }
+    return groups;
+  }
+  std::vector<int> seen(static_cast<std::size_t>(worldSize), 0);
+  for (auto& g : groups) {
+    GOSSAMER_ENFORCE(!g.empty(), "empty group");
+    std::sort(g.begin(), g.end());
+    for (int r : g) {
+      GOSSAMER_ENFORCE(r >= 0 && r < worldSize,
+                       "rank " << r << " in a group is outside world size " << worldSize);
+      GOSSAMER_ENFORCE(seen[static_cast<std::size_t>(r)]++ == 0, "rank " << r << " is in two groups");
+    }
+  }
+  for (int r = 0; r < worldSize; ++r)
+    GOSSAMER_ENFORCE(seen[static_cast<std::size_t>(r)], "rank " << r << " is in no group");
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
 std::vector<std::pair<std::size_t, std::size_t>> segmentsAlongTensors(
     const std::vector<std::size_t>& tensorSizes, int segments) {
   GOSSAMER_ENFORCE(segments >= 1, "segments must be >= 1, got " << segments);
@@ -209,7 +311,13 @@ void registerBuiltins(Registry& registry) {
   registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize); });
   registry.addTopology("fair_roulette", [](const Config& c) -> std::unique_ptr<Topology> {
     if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
-    return std::make_unique<FairRoulette>(c.worldSize, c.seed);
+    return std::make_unique<FairRoulette>(c.worldSize, c.seed, c.topology.probabilities);
+  });
+  registry.addTopology("directed_exponential", [](const Config& c) {
+    return std::make_unique<DirectedExponential>(c.worldSize, c.topology.peersPerStep);
+  });
+  registry.addTopology("explicit", [](const Config& c) {
+    return std::make_unique<ExplicitGraph>(c.worldSize, c.topology.edges);
   });
 }
 }  // namespace gossamer::topologies

@@ -35,6 +35,12 @@ void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
 template <typename T>
 void broadcast(Transport& transport, std::span<T> data, int root, const CollectiveOptions& options);
 
+/// Binomial-tree reduce of `data` (L elements, same L on every rank) to
+/// `root`: ceil(log2 N) rounds; on return the root holds the sum (or average),
+/// other ranks' `data` holds partial sums (unspecified). @throws as ringAllreduce.
+template <typename T>
+void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op, const CollectiveOptions& options);
+
 /// Numbers collective calls so that every rank uses the same sequence, and
 /// carries the default timeout. One per Transport; not thread-safe (all ranks
 /// must issue collectives in the same order, as in MPI).
@@ -54,6 +60,8 @@ class Communicator {
   /// Broadcast from `root`; see broadcast.
   void broadcast(std::span<float> data, int root);
   void broadcast(std::span<double> data, int root);
+  /// Reduce to `root`; see reduce.
+  void reduce(std::span<float> data, int root, ReduceOp op = ReduceOp::kSum);
   /// Returns once every rank has entered the barrier.
   void barrier();
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gossamer {
@@ -19,14 +20,36 @@ struct TransportConfig {
 
 /// `topology:` section.
 struct TopologyConfig {
-  std::string kind = "fair_roulette";  ///< "fair_roulette" (paper 004, Alg. 2) or "ring".
+  /// "fair_roulette" (paper 004, Alg. 2), "ring", "directed_exponential" (SGP's
+  /// time-varying graph) or "explicit" (the directed graph in `edges`).
+  std::string kind = "fair_roulette";
+  /// fair_roulette: optional world_size x world_size table of non-negative
+  /// weights (row = sender; the diagonal is ignored). Empty = uniform.
+  std::vector<std::vector<double>> probabilities;
+  /// directed_exponential: out-peers per step, 1 or 2.
+  int peersPerStep = 1;
+  /// explicit: directed edges [from, to] (ranks in [0, world_size), no
+  /// self-loops, no duplicates; every rank needs at least one out-edge).
+  std::vector<std::pair<int, int>> edges;
 };
 
 /// `algorithm:` section.
 struct AlgorithmConfig {
-  std::string name = "crossover_sgd";  ///< "crossover_sgd" (paper 004, Alg. 1) or "allreduce_sgd".
-  int segments = 4;                    ///< Crossover-SGD segments S (>= 1).
-  int interval = 1;                    ///< Local steps between exchanges (>= 1).
+  /// "crossover_sgd" (paper 004, Alg. 1), "allreduce_sgd", "sgp" (stochastic
+  /// gradient push) or "hierarchical" (leader groups, paper 004 Sec. 3.3).
+  std::string name = "crossover_sgd";
+  int segments = 4;  ///< Crossover-SGD segments S (>= 1).
+  int interval = 1;  ///< Local steps between exchanges (>= 1).
+  /// Gossip communication mode: "sync" (wait for this step's messages),
+  /// "overlap" (one step of bounded staleness: consume at step k+1 what was
+  /// sent at step k, overlapping the exchange with the next computation), or
+  /// "async" (never wait: mix whatever has arrived).
+  std::string mode = "sync";
+  /// hierarchical: explicit groups (each a list of ranks; together a partition
+  /// of [0, world_size)). Empty = consecutive groups of `groupSize`.
+  std::vector<std::vector<int>> groups;
+  int groupSize = 4;  ///< hierarchical: ranks per group when `groups` is empty (>= 1).
+  std::string interAlgorithm = "crossover_sgd";  ///< hierarchical: leaders run "crossover_sgd" or "sgp".
 };
 
 /// `model:` section.
@@ -52,6 +75,10 @@ struct TrainingConfig {
   double learningRate = 0.01;  ///< SGD step size (>= 0).
   double momentum = 0.9;       ///< Heavy-ball momentum in [0, 1).
   double weightDecay = 0.0;    ///< L2 coefficient (>= 0).
+  /// Straggler emulation (benchmarks): this rank sleeps `stragglerDelaySeconds`
+  /// after each local step. -1 = none.
+  int stragglerRank = -1;
+  double stragglerDelaySeconds = 0.0;  ///< >= 0.
 };
 
 /// A whole run: what every peer of one job agrees on.

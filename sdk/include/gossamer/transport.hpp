@@ -30,15 +30,24 @@ namespace detail {
 struct RequestState;
 }
 
-/// Handle to one outstanding send or receive. Move-only.
+/// Handle to one outstanding send or receive. Move-only. Destroying (or
+/// assigning over) a pending request cancels it, so a receive can never write
+/// into a buffer after its handle is gone — also when an exception unwinds.
 class Request {
  public:
   Request() = default;
   explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
   Request(Request&&) noexcept = default;
-  Request& operator=(Request&&) noexcept = default;
+  Request& operator=(Request&& other) noexcept {
+    if (this != &other) {
+      cancel();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
+  ~Request() { cancel(); }
 
   /// Waits up to `timeoutSeconds` (>= 0). Returns true once the request has
   /// completed, false if the time ran out.
@@ -48,9 +57,9 @@ class Request {
   void wait(double timeoutSeconds);
   /// Non-blocking completion check. @throws the request's failure, like wait.
   bool test();
-  /// Cancels a pending request; a no-op once it completed. After it returns
-  /// the receive buffer is not written any more.
-  void cancel();
+  /// Cancels a pending request; a no-op once it completed (or on an empty
+  /// handle). After it returns the receive buffer is not written any more.
+  void cancel() noexcept;
   /// Rank the matched message came from (receives); the destination (sends).
   int peer() const;
   /// Bytes received (receives) or sent (sends). Valid once completed.

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,12 +60,25 @@ class AllReduceSgd final : public DistributedOptimizer {
   std::uint64_t steps_ = 0;
 };
 
+/// How a gossip optimizer waits for its peers.
+enum class GossipMode {
+  kSync,     ///< Round k's messages are sent and received within step k.
+  kOverlap,  ///< Round k's messages are consumed at step k+1 (bounded staleness 1),
+             ///< so the exchange overlaps the next gradient computation.
+  kAsync,    ///< Never wait: send, then mix whatever has arrived. A slow or dead
+             ///< peer does not hold the others back (they route around it).
+};
+
+/// Parses "sync" / "overlap" / "async". @throws InvalidArgument.
+GossipMode parseGossipMode(const std::string& name);
+
 /// Options of Crossover-SGD.
 struct CrossoverOptions {
   SgdOptions sgd;
   int segments = 4;            ///< S: segments of the flat vector (along tensor boundaries).
   int interval = 1;            ///< Local steps between exchanges (>= 1).
   double timeoutSeconds = 30;  ///< Bound on each exchange's waits.
+  GossipMode mode = GossipMode::kSync;
 };
 
 /// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each
@@ -82,25 +97,135 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// @throws InvalidArgument for bad options or a topology of another world size.
   CrossoverSgd(Transport& transport, const Topology& topology, const std::vector<std::size_t>& tensorSizes,
                const CrossoverOptions& options);
+  ~CrossoverSgd() override;
   std::string name() const override { return "crossover_sgd"; }
   void step(std::span<float> params, std::span<const float> grads) override;
   std::uint64_t steps() const override { return steps_; }
 
-  /// One gossip exchange of every segment in round `round` (no SGD step).
-  /// Exposed for tests and for averaging-only use.
+  /// Completes an exchange still in flight (overlap mode) so that `params`
+  /// includes every message sent so far; a no-op in the other modes.
+  void flush(std::span<float> params) override;
+
+  /// One synchronous gossip exchange of every segment in round `round` (no
+  /// SGD step). Exposed for tests, benchmarks and averaging-only use.
   void exchange(std::span<float> params, std::uint64_t round);
   const std::vector<std::pair<std::size_t, std::size_t>>& segments() const { return segments_; }
 
  private:
+  struct Pending;  // an exchange in flight (overlap mode)
+  void start(std::span<const float> params, std::uint64_t round, Pending& p);
+  void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
+  void asyncExchange(std::span<float> params, std::uint64_t round);
+
   Transport& transport_;
   const Topology& topology_;
   CrossoverOptions options_;
   LocalSgd sgd_;
   std::size_t numParams_;
   std::vector<std::pair<std::size_t, std::size_t>> segments_;
-  std::vector<float> recvBuffer_;
+  std::unique_ptr<Pending> pending_;
+  // async mode: one standing receive per segment from any other rank
+  std::vector<std::vector<float>> asyncBuf_;
+  std::vector<Request> asyncRecv_;
+  std::vector<int> others_;  // every rank but this one
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
+};
+
+/// Options of SGP.
+struct SgpOptions {
+  SgdOptions sgd;
+  double timeoutSeconds = 30;  ///< Bound on each wait.
+  GossipMode mode = GossipMode::kSync;
+};
+
+/// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019,
+/// Alg. 1; the baseline of paper 004): push-sum gossip over a directed,
+/// possibly time-varying graph. Each rank keeps a numerator x (P floats) and a
+/// push-sum weight w (a double, initially 1) and trains the de-biased model
+/// z = x / w, which is what `params` holds between steps. A step:
+///   1. local SGD (momentum) on z with this rank's gradient at z;
+///   2. with x = z * w: keep the share 1/(d+1) of (x, w) and push the same
+///      share to each of the d out-peers of the topology's current round;
+///   3. add the (x, w) shares received (sync: this round's; overlap: last
+///      round's; async: whatever has arrived), then z = x / w.
+/// The total mass sum_i w_i (plus what is in flight) stays N: the invariant
+/// the tests check. One message per out-peer per step: 8 + 4P bytes
+/// ([w share: float64][z: P float32], dtype bytes; the receiver scales).
+/// In async mode a send to a peer known to be gone keeps that share locally,
+/// so the mass is not lost and the others route around the peer.
+class Sgp final : public DistributedOptimizer {
+ public:
+  /// @throws InvalidArgument for a topology of another world size or bad options.
+  Sgp(Transport& transport, const Topology& topology, std::size_t numParams, const SgpOptions& options);
+  ~Sgp() override;
+  std::string name() const override { return "sgp"; }
+  void step(std::span<float> params, std::span<const float> grads) override;
+  /// Consumes the messages still in flight to this rank (overlap mode: the
+  /// last round's; async mode: whatever arrives within a short grace period).
+  void flush(std::span<float> params) override;
+  std::uint64_t steps() const override { return steps_; }
+  /// The push-sum weight w of this rank.
+  double weight() const { return weight_; }
+  /// One push-sum round without an SGD step (tests, averaging-only use).
+  void gossip(std::span<float> params, std::uint64_t round);
+
+ private:
+  void send(std::span<const float> z, const PeerSet& p, Tag tag);
+  void addMessage(std::span<float> z, std::span<const std::byte> msg);
+  void receiveRound(std::span<float> z, std::uint64_t round);
+  void drainAsync(std::span<float> z, double waitSeconds);
+
+  Transport& transport_;
+  const Topology& topology_;
+  SgpOptions options_;
+  LocalSgd sgd_;
+  std::size_t numParams_;
+  double weight_ = 1.0;
+  std::vector<std::byte> sendBuf_;  // [w][x share]
+  std::vector<std::vector<std::byte>> recvBufs_;
+  std::vector<Request> asyncRecv_;  // async: standing receives (one per buffer)
+  bool roundPending_ = false;       // overlap: a round's messages not yet consumed
+  std::uint64_t pendingRound_ = 0;
+  std::uint64_t steps_ = 0;
+};
+
+/// Hierarchical gossip with leader groups (paper 004, Sec. 3.3). Ranks are
+/// split into groups; the lowest rank of each is its leader. Each step:
+///   1. the gradients are averaged inside the group to the leader (binomial
+///      reduce over a SubTransport);
+///   2. the leader runs the inter-group optimizer (Crossover-SGD or SGP over
+///      the leaders only) with that gradient: its local SGD step and gossip;
+///   3. the leader broadcasts its model to the group.
+/// Every member's `params` equals its leader's after each step. Bytes per
+/// step: 4P per member (reduce) + the leader's gossip + 4P per member
+/// (broadcast) in log2(group size) rounds.
+class Hierarchical final : public DistributedOptimizer {
+ public:
+  /// @param groups a partition of the ranks (see topologies::makeGroups).
+  /// @param interAlgorithm "crossover_sgd" or "sgp".
+  /// @param leaderTopology topology over the L leaders (world size L).
+  /// @throws InvalidArgument for bad groups, names or sizes.
+  Hierarchical(Transport& transport, std::vector<std::vector<int>> groups, const std::string& interAlgorithm,
+               std::unique_ptr<Topology> leaderTopology, const std::vector<std::size_t>& tensorSizes,
+               const CrossoverOptions& options);
+  ~Hierarchical() override;
+  std::string name() const override { return "hierarchical"; }
+  void step(std::span<float> params, std::span<const float> grads) override;
+  void flush(std::span<float> params) override;
+  std::uint64_t steps() const override { return steps_; }
+  bool isLeader() const { return leaders_ != nullptr; }
+
+ private:
+  double timeout_;
+  std::vector<std::vector<int>> groups_;
+  std::unique_ptr<Transport> group_;    // this rank's group (context 1)
+  std::unique_ptr<Transport> leaders_;  // the leaders (context 2); null on members
+  std::unique_ptr<Topology> leaderTopology_;
+  std::unique_ptr<DistributedOptimizer> inter_;
+  std::unique_ptr<Communicator> groupComm_;
+  std::vector<float> grad_;
+  std::uint64_t steps_ = 0;
 };
 
 /// Registers "allreduce_sgd" and "crossover_sgd", configured from the

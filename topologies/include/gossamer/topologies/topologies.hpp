@@ -72,6 +72,77 @@ class FairRoulette final : public Topology {
   std::vector<std::vector<double>> table_;  // empty = uniform
 };
 
+/// SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
+/// Sec. 3 / App. A; paper 004 uses it as the SGP baseline). With offsets
+/// 2^0, 2^1, ..., 2^(m-1) (all powers of two below N), at step k rank i sends
+/// to i + 2^(k mod m) (1-peer), or to i + offsets[2k mod m] and
+/// i + offsets[(2k+1) mod m] (2-peer), modulo N. Every rank has the same out-
+/// and in-degree d, and splits its mass uniformly over itself and its d
+/// out-peers: W(i,i) = W(i,j) = 1/(d+1), so W is doubly stochastic. For N a
+/// power of two, the 1-peer product over m consecutive steps is exactly the
+/// uniform averaging matrix.
+class DirectedExponential final : public Topology {
+ public:
+  /// @throws InvalidArgument if worldSize < 1 or peersPerStep not in {1, 2}.
+  DirectedExponential(int worldSize, int peersPerStep = 1);
+  int worldSize() const override { return n_; }
+  std::string name() const override { return "directed_exponential"; }
+  PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
+  /// Offsets (2^i < N) cycled through by the schedule.
+  const std::vector<int>& offsets() const { return offsets_; }
+
+ private:
+  std::vector<int> offsetsAt(std::uint64_t step) const;
+  int n_;
+  int peersPerStep_;
+  std::vector<int> offsets_;
+};
+
+/// A fixed directed graph given as edges (from, to). Rank j splits its mass
+/// uniformly over itself and its out-neighbours (push-sum weights):
+/// W(i,j) = 1/(outdeg(j)+1) for each edge j -> i, W(i,i) = 1/(outdeg(i)+1).
+/// Column-stochastic; doubly stochastic only for regular graphs.
+class ExplicitGraph final : public Topology {
+ public:
+  /// @throws InvalidArgument for ranks outside [0, worldSize), self-loops or
+  ///         duplicate edges.
+  ExplicitGraph(int worldSize, std::vector<std::pair<int, int>> edges);
+  int worldSize() const override { return n_; }
+  std::string name() const override { return "explicit"; }
+  PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
+
+ private:
+  int n_;
+  std::vector<std::vector<int>> out_, in_;
+};
+
+/// The random topology *without* fair selection that paper 004 compares with
+/// (Sec. 3.2, Theorem 3.3): each rank draws a destination from its roulette
+/// row independently, so some ranks receive several segments and others none;
+/// a receiver averages itself with everything it got, equally. The mixing
+/// matrix is row-stochastic but in general not column-stochastic. For the
+/// mixing analysis and ablations.
+class UnfairRoulette final : public Topology {
+ public:
+  /// Same arguments and errors as FairRoulette.
+  UnfairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities = {});
+  int worldSize() const override { return roulette_.worldSize(); }
+  std::string name() const override { return "roulette_unfair"; }
+  PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
+
+ private:
+  FairRoulette roulette_;
+};
+
+/// Splits ranks into leader groups (paper 004, Sec. 3.3): `groups` if given
+/// (must partition [0, worldSize)), else consecutive groups of `groupSize`
+/// (the last one may be smaller). Each group is sorted; its leader is its
+/// lowest rank (groups[g][0]). Groups are ordered by leader.
+/// @throws InvalidArgument if the explicit groups are not a partition or
+///         groupSize < 1.
+std::vector<std::vector<int>> makeGroups(int worldSize, int groupSize,
+                                         std::vector<std::vector<int>> groups = {});
+
 /// Splits a flat vector made of tensors of `tensorSizes` elements into
 /// `segments` contiguous [begin, end) ranges along tensor boundaries
 /// (paper 004, Section 3.1: a segment is a group of layers). Tensors larger

@@ -1,0 +1,158 @@
+// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019, Alg. 1):
+// push-sum gossip with a push-sum weight per rank. See optimizers.hpp.
+//
+// Wire: one message per out-peer per round, dtype bytes, layout
+// [w share: float64][de-biased model z: P float32] (8 + 4P bytes). Sending z
+// rather than the numerator x = w z keeps float32 from underflowing when a
+// weight gets small (async mode); the receiver forms x = sum w_j z_j, w =
+// sum w_j and z = x / w as a running weighted average., tag (kGossip, round,
+// segment 0); in async mode the round in the tag is 0 and receives take
+// messages from anyone, in arrival order.
+#include <Eigen/Core>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+
+namespace gossamer::optimizers {
+
+namespace {
+Eigen::Map<Eigen::VectorXf> view(float* p, std::size_t n) { return {p, static_cast<Eigen::Index>(n)}; }
+}  // namespace
+
+Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, const SgpOptions& o)
+    : transport_(transport),
+      topology_(topology),
+      options_(o),
+      sgd_(numParams, o.sgd),
+      numParams_(numParams),
+      sendBuf_(sizeof(double) + numParams * sizeof(float)) {
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(
+      topology.worldSize() == transport.worldSize(),
+      "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
+}
+
+Sgp::~Sgp() {
+  for (auto& r : asyncRecv_) r.cancel();  // they write into recvBufs_
+}
+
+void Sgp::step(std::span<float> params, std::span<const float> grads) {
+  sgd_.apply(params, grads);  // on the de-biased model z
+  gossip(params, steps_);
+  ++steps_;
+}
+
+// Keeps the self share of w and pushes the other shares with the de-biased
+// model z. In async mode a send to a peer known to be gone keeps its share.
+void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
+  const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
+  const double wShare = weight_ * share;
+  std::memcpy(sendBuf_.data(), &wShare, sizeof(double));
+  std::memcpy(sendBuf_.data() + sizeof(double), z.data(), numParams_ * sizeof(float));
+  double keep = share;
+  for (int dst : p.sendTo) {
+    try {
+      transport_.isend(dst, tag, sendBuf_);
+    } catch (const PeerFailure&) {
+      if (options_.mode != GossipMode::kAsync) throw;
+      keep += share;  // route around: the share stays here
+    }
+  }
+  weight_ *= keep;
+}
+
+// Folds one received (w_j, z_j) into (w, z): x = w z + w_j z_j, w += w_j, as
+// a running weighted average so that z never underflows even when w is tiny.
+void Sgp::addMessage(std::span<float> z, std::span<const std::byte> msg) {
+  double wj;
+  std::memcpy(&wj, msg.data(), sizeof(double));
+  if (!(wj > 0)) return;  // nothing to fold in (a peer with no mass left)
+  const double total = weight_ + wj;
+  const auto c = static_cast<float>(wj / total);
+  const auto* zj = reinterpret_cast<const float*>(msg.data() + sizeof(double));
+  auto zv = view(z.data(), numParams_);
+  zv += c * (Eigen::Map<const Eigen::VectorXf>(zj, static_cast<Eigen::Index>(numParams_)) - zv);
+  weight_ = total;
+}
+
+void Sgp::receiveRound(std::span<float> z, std::uint64_t round) {
+  const PeerSet p = topology_.peers(transport_.rank(), round);
+  recvBufs_.resize(std::max(recvBufs_.size(), p.recvFrom.size()));
+  std::vector<Request> recvs;
+  const auto tag = Tag::make(Op::kGossip, round & Tag::kMaxStep, 0);
+  for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {
+    recvBufs_[k].resize(sendBuf_.size());
+    recvs.push_back(transport_.irecv(p.recvFrom[k], tag, recvBufs_[k]));
+  }
+  for (std::size_t k = 0; k < recvs.size(); ++k) {
+    recvs[k].wait(options_.timeoutSeconds);
+    if (recvs[k].bytes() != sendBuf_.size())
+      throw ProtocolError(p.recvFrom[k], frame_offset::kPayloadBytes,
+                          "push-sum message of " + std::to_string(recvs[k].bytes()) + " bytes, expected " +
+                              std::to_string(sendBuf_.size()));
+    addMessage(z, recvBufs_[k]);
+  }
+}
+
+void Sgp::drainAsync(std::span<float> z, double waitSeconds) {
+  const int rank = transport_.rank(), n = transport_.worldSize();
+  std::vector<int> others;
+  for (int q = 0; q < n; ++q)
+    if (q != rank) others.push_back(q);
+  const auto tag = Tag::make(Op::kGossip, 0, 0);
+  if (asyncRecv_.empty()) {
+    recvBufs_.assign(1, std::vector<std::byte>(sendBuf_.size()));
+    asyncRecv_.push_back(transport_.irecv(others, tag, recvBufs_[0]));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(waitSeconds);
+  for (;;) {
+    for (;;) {
+      try {
+        if (!asyncRecv_[0].test()) break;
+      } catch (const PeerFailure&) {
+        return;  // every other rank has left: nothing more will arrive
+      }
+      addMessage(z, recvBufs_[0]);
+      asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void Sgp::gossip(std::span<float> params, std::uint64_t round) {
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "expected " << numParams_ << " parameters, got " << params.size());
+  if (transport_.worldSize() == 1) return;
+  const PeerSet p = topology_.peers(transport_.rank(), round);
+  switch (options_.mode) {
+    case GossipMode::kSync:
+      send(params, p, Tag::make(Op::kGossip, round & Tag::kMaxStep, 0));
+      receiveRound(params, round);
+      break;
+    case GossipMode::kOverlap:
+      send(params, p, Tag::make(Op::kGossip, round & Tag::kMaxStep, 0));
+      if (roundPending_) receiveRound(params, pendingRound_);
+      roundPending_ = true;
+      pendingRound_ = round;
+      break;
+    case GossipMode::kAsync:
+      send(params, p, Tag::make(Op::kGossip, 0, 0));
+      drainAsync(params, 0.0);
+      break;
+  }
+}
+
+void Sgp::flush(std::span<float> params) {
+  if (options_.mode == GossipMode::kOverlap && roundPending_) {
+    receiveRound(params, pendingRound_);
+    roundPending_ = false;
+  } else if (options_.mode == GossipMode::kAsync && !asyncRecv_.empty()) {
+    drainAsync(params, 0.05);
+  }
+}
+
+}  // namespace gossamer::optimizers

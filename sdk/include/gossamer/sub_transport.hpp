@@ -1,0 +1,48 @@
+// A view of a subset of a Transport's ranks as a Transport of its own, like
+// MPI_Comm_split: used for leader groups and other sub-communicators.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gossamer/transport.hpp"
+
+namespace gossamer {
+
+/// Ranks `members` (global ranks of `parent`, in the order that defines the
+/// local ranks 0..size-1) as their own Transport. Messages are kept apart from
+/// the parent's and from other views by `context` (1..255), which is folded
+/// into the upper 8 bits of the tag's 40-bit step; steps used through a view
+/// must therefore stay below 2^32. The view does not own the parent: close()
+/// and abort() do nothing (close the parent), and stats() are the parent's.
+/// Only members may use a view (rank() of a non-member throws).
+class SubTransport final : public Transport {
+ public:
+  /// @throws InvalidArgument if members is empty, has duplicates or ranks
+  ///         outside the parent, if the parent's rank is not a member, or if
+  ///         context is 0.
+  SubTransport(Transport& parent, std::vector<int> members, std::uint8_t context);
+
+  int rank() const override { return rank_; }
+  int worldSize() const override { return static_cast<int>(members_.size()); }
+  std::string name() const override { return parent_.name() + "/sub"; }
+  double timeoutSeconds() const override { return parent_.timeoutSeconds(); }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data,
+                DType dtype = DType::kBytes) override;
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
+  void close() override {}
+  TransportStats stats() const override { return parent_.stats(); }
+
+  /// Global rank of local rank `local`.
+  int globalRank(int local) const;
+  const std::vector<int>& members() const { return members_; }
+
+ private:
+  Tag translate(const Tag& tag) const;
+  Transport& parent_;
+  std::vector<int> members_;
+  std::uint8_t context_;
+  int rank_ = -1;
+};
+
+}  // namespace gossamer

@@ -1,0 +1,232 @@
+// SGP, Crossover-SGD modes and hierarchical leader groups over the inproc
+// transport (threads, no sockets).
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+std::vector<std::vector<float>> randomModels(int n, std::size_t p, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> xs(static_cast<std::size_t>(n), std::vector<float>(p));
+  for (auto& x : xs)
+    for (auto& v : x) v = normal(rng);
+  return xs;
+}
+
+double consensusDistance(const std::vector<std::vector<float>>& xs) {
+  std::vector<double> m(xs[0].size(), 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) m[i] += x[i] / static_cast<double>(xs.size());
+  double d = 0;
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) d += (m[i] - x[i]) * (m[i] - x[i]);
+  return d / static_cast<double>(xs.size());
+}
+
+// Runs SGP with learning rate 0 for `steps` steps on every rank; returns the
+// final weights (after flush).
+std::vector<double> runSgp(const Topology& topo, optimizers::GossipMode mode,
+                           std::vector<std::vector<float>>& xs, int steps, bool randomGradients) {
+  const int n = topo.worldSize();
+  auto fabric = inproc::makeFabric(n);
+  std::vector<double> weights(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::Sgp sgp(*t, topo, xs[0].size(), {{randomGradients ? 0.01 : 0.0, 0.0, 0.0}, 10.0, mode});
+    std::vector<float> g(xs[0].size(), 0.0f);
+    std::mt19937 rng(static_cast<unsigned>(r));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int s = 0; s < steps; ++s) {
+      if (randomGradients)
+        for (auto& v : g) v = normal(rng);
+      sgp.step(xs[static_cast<std::size_t>(r)], g);
+    }
+    sgp.flush(xs[static_cast<std::size_t>(r)]);
+    weights[static_cast<std::size_t>(r)] = sgp.weight();
+  });
+  return weights;
+}
+
+// Push-sum prediction in double: x_k = P_k x_0, w_k = P_k 1, z = x / w.
+std::vector<std::vector<double>> predictPushSum(const Topology& topo,
+                                                const std::vector<std::vector<float>>& x0, int steps) {
+  const int n = topo.worldSize();
+  Eigen::MatrixXd x(n, static_cast<Eigen::Index>(x0[0].size()));
+  for (int i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < x0[0].size(); ++j)
+      x(i, static_cast<Eigen::Index>(j)) = x0[static_cast<std::size_t>(i)][j];
+  Eigen::VectorXd w = Eigen::VectorXd::Ones(n);
+  for (int k = 0; k < steps; ++k) {
+    const Eigen::MatrixXd m = topo.mixingMatrix(static_cast<std::uint64_t>(k));
+    x = m * x;
+    w = m * w;
+  }
+  std::vector<std::vector<double>> z(static_cast<std::size_t>(n), std::vector<double>(x0[0].size()));
+  for (int i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < x0[0].size(); ++j)
+      z[static_cast<std::size_t>(i)][j] = x(i, static_cast<Eigen::Index>(j)) / w(i);
+  return z;
+}
+
+}  // namespace
+
+TEST_CASE("SGP keeps the push-sum mass sum(w) = n over 1000 steps on every topology", "[sgp]") {
+  const std::vector<std::pair<int, int>> chordRing = {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 0}, {0, 2}, {3, 1}};
+  topologies::DirectedExponential expo8(8, 1), expo6two(6, 2), expo5(5, 1);
+  topologies::ExplicitGraph graph(5, chordRing);
+  topologies::Ring ring(4);
+  topologies::FairRoulette roulette(6, 11);
+  const Topology* topos[] = {&expo8, &expo6two, &expo5, &graph, &ring, &roulette};
+  for (const Topology* topo : topos) {
+    for (auto mode : {optimizers::GossipMode::kSync, optimizers::GossipMode::kOverlap}) {
+      auto xs = randomModels(topo->worldSize(), 16, 5);
+      const auto w = runSgp(*topo, mode, xs, 1000, true);
+      double mass = 0;
+      for (double v : w) mass += v;
+      INFO(topo->name() << " n=" << topo->worldSize() << " mode " << int(mode));
+      CHECK(mass == Approx(topo->worldSize()).margin(1e-6));
+      for (double v : w) CHECK(v > 0);
+    }
+  }
+}
+
+TEST_CASE("SGP reaches consensus on pure averaging at the rate the mixing matrices predict", "[sgp]") {
+  const std::vector<std::pair<int, int>> chordRing = {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 0}, {0, 2}, {3, 1}};
+  topologies::DirectedExponential expo8(8, 1);
+  topologies::ExplicitGraph graph(5, chordRing);  // not regular: the weights w drift from 1
+  for (const Topology* topo : {static_cast<const Topology*>(&expo8), static_cast<const Topology*>(&graph)}) {
+    for (int steps : {1, 2, 3, 6, 12}) {
+      auto xs = randomModels(topo->worldSize(), 32, 9);
+      const auto predicted = predictPushSum(*topo, xs, steps);
+      runSgp(*topo, optimizers::GossipMode::kSync, xs, steps, false);
+      INFO(topo->name() << " after " << steps << " steps");
+      for (std::size_t i = 0; i < xs.size(); ++i)
+        for (std::size_t j = 0; j < xs[i].size(); ++j)
+          REQUIRE(xs[i][j] == Approx(predicted[i][j]).margin(1e-4));
+    }
+  }
+  // The 1-peer exponential graph on 8 ranks averages exactly in log2(8) = 3 steps.
+  auto xs = randomModels(8, 32, 10);
+  const double before = consensusDistance(xs);
+  runSgp(expo8, optimizers::GossipMode::kSync, xs, 3, false);
+  CHECK(consensusDistance(xs) < 1e-10 * before);
+}
+
+TEST_CASE("SGP in async mode never waits and still mixes", "[sgp]") {
+  topologies::DirectedExponential expo(4, 1);
+  auto xs = randomModels(4, 16, 3);
+  const double before = consensusDistance(xs);
+  runSgp(expo, optimizers::GossipMode::kAsync, xs, 200, false);
+  CHECK(consensusDistance(xs) < 0.05 * before);
+}
+
+TEST_CASE("Crossover-SGD in overlap and async modes keeps averaging the models", "[crossover]") {
+  for (auto mode : {optimizers::GossipMode::kOverlap, optimizers::GossipMode::kAsync}) {
+    const int n = 6;
+    auto fabric = inproc::makeFabric(n);
+    topologies::FairRoulette topo(n, 3);
+    auto xs = randomModels(n, 120, 4);
+    std::vector<double> mean0(120, 0.0);
+    for (const auto& x : xs)
+      for (std::size_t i = 0; i < 120; ++i) mean0[i] += x[i] / n;
+    const double before = consensusDistance(xs);
+    onEveryRank(n, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, 10.0);
+      optimizers::CrossoverOptions o;
+      o.sgd = {0.0, 0.0, 0.0};
+      o.segments = 3;
+      o.mode = mode;
+      optimizers::CrossoverSgd opt(*t, topo, {40, 40, 40}, o);
+      std::vector<float> g(120, 0.0f);
+      for (int s = 0; s < 60; ++s) opt.step(xs[static_cast<std::size_t>(r)], g);
+      opt.flush(xs[static_cast<std::size_t>(r)]);
+    });
+    INFO("mode " << int(mode) << ": " << before << " -> " << consensusDistance(xs));
+    // Async mixes whatever arrived; ranks that finish early stop mixing, so it ends less tight.
+    CHECK(consensusDistance(xs) < (mode == optimizers::GossipMode::kAsync ? 0.05 : 1e-3) * before);
+    if (mode == optimizers::GossipMode::kOverlap) {  // doubly stochastic: the mean is kept
+      std::vector<double> mean1(120, 0.0);
+      for (const auto& x : xs)
+        for (std::size_t i = 0; i < 120; ++i) mean1[i] += x[i] / n;
+      for (std::size_t i = 0; i < 120; ++i) REQUIRE(mean1[i] == Approx(mean0[i]).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("hierarchical leader groups keep members equal to their leader and leaders mixing",
+          "[hierarchical]") {
+  for (const std::string inter : {"crossover_sgd", "sgp"}) {
+    const int n = 7;  // groups {0,1,2}, {3,4,5}, {6}: uneven on purpose
+    auto fabric = inproc::makeFabric(n);
+    auto xs = randomModels(n, 50, 8);
+    const double before = consensusDistance({xs[0], xs[3], xs[6]});
+    std::vector<std::vector<float>> grads = randomModels(n, 50, 9);
+    onEveryRank(n, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, 10.0);
+      auto groups = topologies::makeGroups(n, 3);
+      std::unique_ptr<Topology> topo;
+      if (inter == "sgp")
+        topo = std::make_unique<topologies::DirectedExponential>(3, 1);
+      else
+        topo = std::make_unique<topologies::FairRoulette>(3, 1);
+      optimizers::CrossoverOptions o;
+      o.sgd = {0.01, 0.0, 0.0};
+      o.segments = 2;
+      optimizers::Hierarchical h(*t, groups, inter, std::move(topo), {25, 25}, o);
+      CHECK(h.isLeader() == (r == 0 || r == 3 || r == 6));
+      for (int s = 0; s < 40; ++s)
+        h.step(xs[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)]);
+      h.flush(xs[static_cast<std::size_t>(r)]);
+    });
+    INFO(inter);
+    for (int r : {1, 2}) CHECK(xs[static_cast<std::size_t>(r)] == xs[0]);
+    for (int r : {4, 5}) CHECK(xs[static_cast<std::size_t>(r)] == xs[3]);
+    // Leaders gossip: from random starts their models come close together.
+    const double after = consensusDistance({xs[0], xs[3], xs[6]});
+    INFO("leaders' consensus distance " << before << " -> " << after);
+    CHECK(after < 1e-3 * before);
+  }
+}
+
+TEST_CASE("makeGroups splits consecutively or validates an explicit partition", "[hierarchical]") {
+  CHECK(topologies::makeGroups(5, 2) == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4}});
+  CHECK(topologies::makeGroups(4, 2, {{3, 1}, {2, 0}}) == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
+  CHECK_THROWS_AS(topologies::makeGroups(4, 2, {{0, 1}, {1, 2, 3}}), InvalidArgument);
+  CHECK_THROWS_AS(topologies::makeGroups(4, 2, {{0, 1}, {2}}), InvalidArgument);
+  CHECK_THROWS_AS(topologies::makeGroups(4, 0), InvalidArgument);
+}
+
+TEST_CASE("directed exponential graph: offsets, degrees and doubly stochastic matrices", "[topology]") {
+  topologies::DirectedExponential one(12, 1), two(12, 2);
+  CHECK(one.offsets() == std::vector<int>{1, 2, 4, 8});
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    const auto p = one.peers(5, k);
+    REQUIRE(p.sendTo.size() == 1);
+    CHECK(p.sendTo[0] == (5 + one.offsets()[k % 4]) % 12);
+    CHECK(two.peers(5, k).sendTo.size() == 2);
+    for (const Topology* t : {static_cast<const Topology*>(&one), static_cast<const Topology*>(&two)}) {
+      const Eigen::MatrixXd m = t->mixingMatrix(k);
+      CHECK((m.rowwise().sum().array() - 1.0).abs().maxCoeff() < 1e-12);
+      CHECK((m.colwise().sum().array() - 1.0).abs().maxCoeff() < 1e-12);
+    }
+  }
+  CHECK_THROWS_AS(topologies::DirectedExponential(4, 3), InvalidArgument);
+  CHECK_THROWS_AS(topologies::ExplicitGraph(3, {{0, 0}}), InvalidArgument);
+  CHECK_THROWS_AS(topologies::ExplicitGraph(3, {{0, 1}, {0, 1}}), InvalidArgument);
+  CHECK_THROWS_AS(topologies::ExplicitGraph(3, {{0, 3}}), InvalidArgument);
+  // Explicit graphs are column-stochastic (push-sum): mass is conserved.
+  topologies::ExplicitGraph g(4, {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
+  const Eigen::MatrixXd m = g.mixingMatrix(0);
+  CHECK((m.colwise().sum().array() - 1.0).abs().maxCoeff() < 1e-12);
+}

@@ -1,0 +1,64 @@
+// Mixing analysis: products of per-round mixing matrices, their second
+// eigenvalue / singular value and the imbalance against AllReduce
+// (paper 004_659e3573d5645e2e.txt, Sec. 3.2, Fig. 6). See mixing.hpp.
+#include "gossamer/topologies/mixing.hpp"
+
+#include <algorithm>
+#include <complex>
+#include <functional>
+#include <numeric>
+
+#include <Eigen/Eigenvalues>
+#include <Eigen/SVD>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer::topologies {
+
+Eigen::MatrixXd stepMixingMatrix(const Topology& t, std::uint64_t step,
+                                 const std::vector<std::size_t>& segmentSizes) {
+  if (segmentSizes.empty()) return t.mixingMatrix(step, 0);
+  const std::size_t total = std::accumulate(segmentSizes.begin(), segmentSizes.end(), std::size_t{0});
+  GOSSAMER_ENFORCE(total > 0, "segment sizes sum to 0 (" << segmentSizes.size() << " segments)");
+  const int n = t.worldSize();
+  Eigen::MatrixXd m = Eigen::MatrixXd::Zero(n, n);
+  for (std::size_t s = 0; s < segmentSizes.size(); ++s) {
+    if (segmentSizes[s] == 0) continue;
+    const double w = static_cast<double>(segmentSizes[s]) / static_cast<double>(total);
+    m += w * t.mixingMatrix(step, static_cast<int>(s));
+  }
+  return m;
+}
+
+std::vector<MixingStats> analyzeMixing(const Topology& t, std::uint64_t steps,
+                                       const std::vector<std::size_t>& segmentSizes) {
+  const int n = t.worldSize();
+  std::vector<MixingStats> out;
+  out.reserve(static_cast<std::size_t>(steps));
+  if (n <= 1) {
+    for (std::uint64_t k = 1; k <= steps; ++k) out.push_back(MixingStats{k, 0, 0, 0});
+    return out;
+  }
+  const double invN = 1.0 / static_cast<double>(n);
+  Eigen::MatrixXd product = Eigen::MatrixXd::Identity(n, n);
+  Eigen::EigenSolver<Eigen::MatrixXd> eig;
+  Eigen::JacobiSVD<Eigen::MatrixXd> svd;
+  std::vector<double> moduli(static_cast<std::size_t>(n));
+  for (std::uint64_t k = 1; k <= steps; ++k) {
+    product = stepMixingMatrix(t, k - 1, segmentSizes) * product;  // new round on the left
+    MixingStats st;
+    st.step = k;
+    eig.compute(product, /*computeEigenvectors=*/false);
+    GOSSAMER_ENFORCE(eig.info() == Eigen::Success, "eigenvalues of the product after " << k << " rounds");
+    for (int i = 0; i < n; ++i) moduli[static_cast<std::size_t>(i)] = std::abs(eig.eigenvalues()(i));
+    std::partial_sort(moduli.begin(), moduli.begin() + 2, moduli.end(), std::greater<>());
+    st.slem = moduli[1];
+    svd.compute(product);  // singular values only, sorted in decreasing order
+    st.sigma2 = svd.singularValues()(1);
+    st.imbalance = (product.array() - invN).square().sum() * invN * invN;
+    out.push_back(st);
+  }
+  return out;
+}
+
+}  // namespace gossamer::topologies
