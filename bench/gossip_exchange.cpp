@@ -124,8 +124,17 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
     const auto reps = static_cast<std::size_t>(a.reps);
     // times[(rep * kKinds + kind) * n + rank]: wall seconds of the allreduce
     // and the exchange, then CPU seconds of this process (all its threads:
-    // caller, progress thread, ZeroMQ I/O thread) during each.
-    enum Kind : std::size_t { kAllreduce, kExchange, kAllreduceCpu, kExchangeCpu, kKinds };
+    // caller, progress thread, ZeroMQ I/O thread) during each, then when each
+    // started (steady clock, the same on every process of this machine).
+    enum Kind : std::size_t {
+      kAllreduce,
+      kExchange,
+      kAllreduceCpu,
+      kExchangeCpu,
+      kAllreduceStart,
+      kExchangeStart,
+      kKinds
+    };
     std::vector<double> times(reps * kKinds * n, 0.0);
     for (int i = 0; i < a.warmup + a.reps; ++i) {
       comm.barrier();
@@ -149,12 +158,15 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
       at(kExchange) = seconds(t2, t3);
       at(kAllreduceCpu) = c1 - c0;
       at(kExchangeCpu) = c3 - c2;
+      at(kAllreduceStart) = std::chrono::duration<double>(t0.time_since_epoch()).count();
+      at(kExchangeStart) = std::chrono::duration<double>(t2.time_since_epoch()).count();
     }
     comm.allreduce(std::span<double>(times), gossamer::ReduceOp::kSum);  // gather: one slot per rank
     transport->close();
 
     if (a.rank != 0) return {};
-    std::vector<double> allreduceMax(reps), exchangeMax(reps), allreduceCpu(reps), exchangeCpu(reps);
+    std::vector<double> allreduceMax(reps), exchangeMax(reps), allreduceCpu(reps), exchangeCpu(reps),
+        allreduceSkew(reps), exchangeSkew(reps);
     for (std::size_t r = 0; r < reps; ++r) {
       const auto slots = [&](Kind k) {
         return times.begin() + static_cast<std::ptrdiff_t>((r * kKinds + k) * n);
@@ -164,9 +176,13 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
       exchangeMax[r] = *std::max_element(slots(kExchange), slots(kExchange) + ranks);
       allreduceCpu[r] = std::accumulate(slots(kAllreduceCpu), slots(kAllreduceCpu) + ranks, 0.0);
       exchangeCpu[r] = std::accumulate(slots(kExchangeCpu), slots(kExchangeCpu) + ranks, 0.0);
+      const auto skew = [&](Kind k) {
+        const auto [lo, hi] = std::minmax_element(slots(k), slots(k) + ranks);
+        return *hi - *lo;
+      };
+      allreduceSkew[r] = skew(kAllreduceStart);
+      exchangeSkew[r] = skew(kExchangeStart);
     }
-    std::vector<double> ratios(reps);
-    for (std::size_t r = 0; r < reps; ++r) ratios[r] = exchangeMax[r] / allreduceMax[r];
     const double ar = median(allreduceMax), ex = median(exchangeMax);
     return json{{"transport", protocol},
                 {"world_size", a.worldSize},
@@ -174,14 +190,15 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
                 {"allreduce_seconds", ar},
                 {"exchange_seconds", ex},
                 {"ratio", ex / ar},
-                // For the table only (not in the output JSON): spread over repetitions.
+                // Diagnostics for the table only (not in the output JSON).
                 {"allreduce_p10", quantile(allreduceMax, 0.1)},
                 {"allreduce_p90", quantile(allreduceMax, 0.9)},
                 {"exchange_p10", quantile(exchangeMax, 0.1)},
                 {"exchange_p90", quantile(exchangeMax, 0.9)},
-                {"median_ratio_per_rep", median(ratios)},
                 {"allreduce_cpu_seconds", median(allreduceCpu)},
-                {"exchange_cpu_seconds", median(exchangeCpu)}};
+                {"exchange_cpu_seconds", median(exchangeCpu)},
+                {"allreduce_start_skew", median(allreduceSkew)},
+                {"exchange_start_skew", median(exchangeSkew)}};
   } catch (...) {
     transport->abort();
     throw;
@@ -320,17 +337,18 @@ void printTable(const json& results) {
                 r["exchange_seconds"].get<double>(), r["ratio"].get<double>(), algbw,
                 algbw * 2 * (n - 1) / n);
   }
-  // Spread over repetitions (of the max over ranks) and CPU time of all ranks'
-  // processes (median per operation): with more runnable threads than cores
-  // the wall time follows the CPU time.
-  std::printf("%-9s %21s %21s %13s %13s\n", "", "allreduce p10-p90 ms", "exchange p10-p90 ms",
-              "allreduce_cpu", "exchange_cpu");
-  for (const auto& r : results)
-    std::printf("%-9s %10.2f-%-10.2f %10.2f-%-10.2f %10.2f ms %10.2f ms\n",
-                r["transport"].get<std::string>().c_str(), 1e3 * r["allreduce_p10"].get<double>(),
-                1e3 * r["allreduce_p90"].get<double>(), 1e3 * r["exchange_p10"].get<double>(),
-                1e3 * r["exchange_p90"].get<double>(), 1e3 * r["allreduce_cpu_seconds"].get<double>(),
-                1e3 * r["exchange_cpu_seconds"].get<double>());
+  // Spread over repetitions (of the max over ranks); CPU time of all ranks'
+  // processes (median per operation: with more runnable threads than cores
+  // the wall time follows it); how far apart the ranks started (median).
+  std::printf("%-9s %21s %21s %13s %13s %13s %13s\n", "", "allreduce p10-p90 ms", "exchange p10-p90 ms",
+              "allreduce_cpu", "exchange_cpu", "ar_skew", "ex_skew");
+  for (const auto& r : results) {
+    const auto ms = [&](const char* key) { return 1e3 * r[key].get<double>(); };
+    std::printf("%-9s %10.2f-%-10.2f %10.2f-%-10.2f %10.2f ms %10.2f ms %10.2f ms %10.2f ms\n",
+                r["transport"].get<std::string>().c_str(), ms("allreduce_p10"), ms("allreduce_p90"),
+                ms("exchange_p10"), ms("exchange_p90"), ms("allreduce_cpu_seconds"),
+                ms("exchange_cpu_seconds"), ms("allreduce_start_skew"), ms("exchange_start_skew"));
+  }
   std::fflush(stdout);
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
@@ -87,7 +88,9 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.stepsPerEpoch = stepsPerEpoch;
     RowMatrix x;
     std::vector<std::uint8_t> y;
-    double trainBytes = 0;
+    double trainBytes = 0, trainSeconds = 0;
+    const bool straggler = rank == config.training.stragglerRank;
+    const auto delay = std::chrono::duration<double>(config.training.stragglerDelaySeconds);
     for (int epoch = 1; epoch <= config.training.epochs; ++epoch) {
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats().bytesSent;
@@ -95,9 +98,11 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       for (int s = 0; s < stepsPerEpoch; ++s) {
         sampler.next(data.train, batch, x, y);
         lossSum += model.lossAndGradient(params, x, y.data(), grads);
+        if (straggler) std::this_thread::sleep_for(delay);  // emulated slow peer
         optimizer.step(params, grads);
       }
       optimizer.flush(params);
+      trainSeconds += since(epochStart);
       trainBytes += static_cast<double>(agent.transport().stats().bytesSent - before);
 
       // Evaluation collectives: [loss sum, training bytes], then the average model.
@@ -126,6 +131,19 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       summary.history.push_back(m);
       if (rank == 0 && onEpoch) onEpoch(m);
     }
+    // Training throughput of every rank (steps per second, evaluation excluded).
+    std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
+    rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * config.training.epochs / trainSeconds;
+    agent.communicator().allreduce(std::span<double>(rates));
+    summary.stepsPerSecondByRank = rates;
+    double sumFast = 0;
+    int fast = 0;
+    for (int r = 0; r < n; ++r)
+      if (r != config.training.stragglerRank) {
+        sumFast += rates[static_cast<std::size_t>(r)];
+        ++fast;
+      }
+    summary.stepsPerSecond = fast ? sumFast / fast : 0;
     const auto& last = summary.history.back();
     summary.testAccuracy = last.testAccuracyAverage;
     summary.testAccuracyRank0 = last.testAccuracyRank0;
@@ -151,6 +169,16 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["bytes_sent_per_peer"] = s.bytesSentPerPeer;
   j["wall_seconds"] = s.wallSeconds;
   j["steps_per_epoch"] = s.stepsPerEpoch;
+  j["bytes_per_step"] = s.bytesSentPerPeer / (static_cast<double>(s.stepsPerEpoch) * s.epochs);
+  double secs = 0;
+  for (const auto& m : s.history) secs += m.seconds;
+  j["seconds_per_epoch"] = s.history.empty() ? 0.0 : secs / static_cast<double>(s.history.size());
+  j["steps_per_second"] = s.stepsPerSecond;
+  j["steps_per_second_by_rank"] = s.stepsPerSecondByRank;
+  j["mode"] = c.algorithm.mode;
+  j["segments"] = c.algorithm.segments;
+  j["straggler_rank"] = c.training.stragglerRank;
+  j["straggler_delay_seconds"] = c.training.stragglerDelaySeconds;
   j["transport"] = c.transport.kind;
   j["topology"] = c.topology.kind;
   j["model"] = c.model.kind;

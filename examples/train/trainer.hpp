@@ -37,6 +37,10 @@ struct TrainSummary {
   double consensusDistance = 0;
   double bytesSentPerPeer = 0;
   double wallSeconds = 0;  ///< From the start of the rank to the end of training.
+  /// Training steps per second (evaluation excluded), mean over the ranks
+  /// other than the straggler (training.straggler_rank), and per rank.
+  double stepsPerSecond = 0;
+  std::vector<double> stepsPerSecondByRank;
   std::vector<EpochMetrics> history;
 };
 
