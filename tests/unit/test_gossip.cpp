@@ -230,3 +230,88 @@ TEST_CASE("directed exponential graph: offsets, degrees and doubly stochastic ma
   const Eigen::MatrixXd m = g.mixingMatrix(0);
   CHECK((m.colwise().sum().array() - 1.0).abs().maxCoeff() < 1e-12);
 }
+
+namespace {
+// Pearson chi-square of observed sender->receiver counts against expected
+// marginals `t` over `steps` draws (off-diagonal cells only).
+double chiSquare(const topologies::FairRoulette& r, const Eigen::MatrixXd& t, int steps, int segment,
+                 bool& fair) {
+  const int n = r.worldSize();
+  Eigen::MatrixXd counts = Eigen::MatrixXd::Zero(n, n);
+  fair = true;
+  for (int s = 0; s < steps; ++s) {
+    const auto dest = r.destinations(static_cast<std::uint64_t>(s), segment);
+    std::vector<int> received(static_cast<std::size_t>(n), 0);
+    for (int i = 0; i < n; ++i) {
+      const int d = dest[static_cast<std::size_t>(i)];
+      fair = fair && d != i;
+      ++received[static_cast<std::size_t>(d)];
+      counts(i, d) += 1;
+    }
+    for (int c : received) fair = fair && c == 1;
+  }
+  double chi2 = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const double e = steps * t(i, j);
+      if (e > 0) chi2 += (counts(i, j) - e) * (counts(i, j) - e) / e;
+      else CHECK(counts(i, j) == 0);
+    }
+  return chi2;
+}
+}  // namespace
+
+TEST_CASE("a roulette probability table is followed exactly by the matched selection (chi-square)",
+          "[topology][roulette]") {
+  // Two "datacenters" {0,1} and {2,3}: the fast pairs weigh 4, the WAN pairs 1.
+  const std::vector<std::vector<double>> dc = {{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}};
+  // A doubly stochastic table that is not symmetric (a 3-cycle preference).
+  const std::vector<std::vector<double>> cyc = {{0, 0.7, 0.2, 0.1}, {0.1, 0, 0.7, 0.2},
+                                                {0.2, 0.1, 0, 0.7}, {0.7, 0.2, 0.1, 0}};
+  for (const auto* table : {&dc, &cyc}) {
+    topologies::FairRoulette r(4, 2024, *table, topologies::FairRoulette::Selection::kMatched);
+    // The table is already doubly stochastic (after row normalisation), so it is the target.
+    Eigen::MatrixXd t(4, 4);
+    for (int i = 0; i < 4; ++i) {
+      double rowSum = 0;
+      for (int j = 0; j < 4; ++j) rowSum += (*table)[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+      for (int j = 0; j < 4; ++j)
+        t(i, j) = (*table)[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] / rowSum;
+    }
+    CHECK((r.matchedMarginals() - t).cwiseAbs().maxCoeff() < 1e-9);
+    for (int segment : {0, 3}) {
+      bool fair = false;
+      const double chi2 = chiSquare(r, t, 10000, segment, fair);
+      INFO("chi-square " << chi2 << " over 12 cells (8 degrees of freedom)");
+      CHECK(fair);
+      CHECK(chi2 < 26.12);  // p = 0.001 critical value for 8 degrees of freedom
+    }
+  }
+  // The sequential draw (the paper's Algorithm 2) does not follow the same table: show the gap.
+  topologies::FairRoulette seq(4, 2024, cyc, topologies::FairRoulette::Selection::kSequential);
+  bool fair = false;
+  Eigen::MatrixXd t(4, 4);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) t(i, j) = cyc[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+  CHECK(chiSquare(seq, t, 10000, 0, fair) > 100);
+  CHECK(fair);
+}
+
+TEST_CASE("the matched selection balances a table that is not doubly stochastic and rejects impossible ones",
+          "[topology][roulette]") {
+  // Rank 0 strongly prefers rank 1, nobody else cares: balanced into the nearest fair target.
+  topologies::FairRoulette r(4, 1, {{0, 20, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, 1, 0}},
+                             topologies::FairRoulette::Selection::kMatched);
+  const Eigen::MatrixXd& t = r.matchedMarginals();
+  CHECK((t.rowwise().sum().array() - 1).abs().maxCoeff() < 1e-9);
+  CHECK((t.colwise().sum().array() - 1).abs().maxCoeff() < 1e-9);
+  CHECK(t(0, 1) > 0.6);
+  bool fair = false;
+  CHECK(chiSquare(r, t, 10000, 0, fair) < 26.12);
+  CHECK(fair);
+  // Nobody may send to rank 3: no fair assignment exists.
+  CHECK_THROWS_AS(topologies::FairRoulette(3, 1, {{0, 1, 0}, {1, 0, 0}, {1, 1, 0}},
+                                           topologies::FairRoulette::Selection::kMatched),
+                  InvalidArgument);
+}

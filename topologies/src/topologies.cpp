@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -63,10 +64,19 @@ PeerSet Ring::peers(int rank, std::uint64_t, int) const {
   return p;
 }
 
-FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities)
-    : n_(worldSize), seed_(seed), table_(std::move(probabilities)) {
+FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities,
+                           Selection selection)
+    : n_(worldSize), seed_(seed), table_(std::move(probabilities)), selection_(selection) {
   GOSSAMER_ENFORCE(worldSize >= 2, "fair roulette needs at least 2 ranks, got " << worldSize);
-  if (table_.empty()) return;
+  if (table_.empty()) {
+    if (selection_ == Selection::kMatched) {  // uniform target
+      table_.assign(static_cast<std::size_t>(n_), std::vector<double>(static_cast<std::size_t>(n_), 1.0));
+      for (int i = 0; i < n_; ++i) table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 0;
+      decompose();
+      table_.clear();
+    }
+    return;
+  }
   GOSSAMER_ENFORCE(static_cast<int>(table_.size()) == n_,
                    "roulette table has " << table_.size() << " rows for world size " << n_);
   for (int i = 0; i < n_; ++i) {
@@ -82,11 +92,91 @@ FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::v
     GOSSAMER_ENFORCE(mass > 0, "roulette row " << i << " gives no probability to any other rank");
     row[static_cast<std::size_t>(i)] = 0;  // nobody sends to itself
   }
+  if (selection_ == Selection::kMatched) decompose();
+}
+
+namespace {
+
+// Kuhn's augmenting paths on the support {m(i,j) > eps}, trying large entries
+// first. Returns dest per row, or empty if there is no perfect matching.
+std::vector<int> perfectMatching(const Eigen::MatrixXd& m, double eps) {
+  const int n = static_cast<int>(m.rows());
+  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j)
+      if (m(i, j) > eps) adj[static_cast<std::size_t>(i)].push_back(j);
+    std::sort(adj[static_cast<std::size_t>(i)].begin(), adj[static_cast<std::size_t>(i)].end(),
+              [&](int a, int b) { return m(i, a) > m(i, b); });
+  }
+  std::vector<int> owner(static_cast<std::size_t>(n), -1), dest(static_cast<std::size_t>(n), -1);
+  std::vector<char> seen;
+  std::function<bool(int)> augment = [&](int i) {
+    for (int j : adj[static_cast<std::size_t>(i)]) {
+      if (seen[static_cast<std::size_t>(j)]) continue;
+      seen[static_cast<std::size_t>(j)] = 1;
+      const int o = owner[static_cast<std::size_t>(j)];
+      if (o < 0 || augment(o)) {
+        owner[static_cast<std::size_t>(j)] = i;
+        dest[static_cast<std::size_t>(i)] = j;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < n; ++i) {
+    seen.assign(static_cast<std::size_t>(n), 0);
+    if (!augment(i)) return {};
+  }
+  return dest;
+}
+
+}  // namespace
+
+// Sinkhorn balancing, then a Birkhoff-von Neumann decomposition (greedy:
+// subtract the smallest entry along a perfect matching of the support).
+void FairRoulette::decompose() {
+  target_ = Eigen::MatrixXd::Zero(n_, n_);
+  for (int i = 0; i < n_; ++i)
+    for (int j = 0; j < n_; ++j) target_(i, j) = table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+  bool balanced = false;
+  for (int it = 0; it < 100000 && !balanced; ++it) {
+    target_ = (target_.array().colwise() / target_.rowwise().sum().array()).matrix();
+    const Eigen::RowVectorXd cols = target_.colwise().sum();
+    GOSSAMER_ENFORCE((cols.array() > 0).all(),
+                     "roulette table: some rank can never be chosen, so no fair assignment exists");
+    target_ = (target_.array().rowwise() / cols.array()).matrix();
+    balanced = (target_.rowwise().sum().array() - 1.0).abs().maxCoeff() < 1e-13;
+  }
+  GOSSAMER_ENFORCE(balanced, "roulette table admits no fair (doubly stochastic) assignment");
+  Eigen::MatrixXd rest = target_;
+  double left = 1.0;
+  std::vector<double> theta;
+  while (left > 1e-12) {
+    auto dest = perfectMatching(rest, 1e-14);
+    if (dest.empty()) break;  // only rounding residue is left
+    double t = left;
+    for (int i = 0; i < n_; ++i) t = std::min(t, rest(i, dest[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < n_; ++i) rest(i, dest[static_cast<std::size_t>(i)]) -= t;
+    left -= t;
+    perms_.push_back(std::move(dest));
+    theta.push_back(t);
+  }
+  GOSSAMER_ENFORCE(!perms_.empty(), "roulette table admits no fair assignment");
+  const double total = std::accumulate(theta.begin(), theta.end(), 0.0);
+  double acc = 0;
+  for (double t : theta) cumulative_.push_back(acc += t / total);
+  cumulative_.back() = 1.0;
 }
 
 std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) const {
   std::mt19937_64 g(
       splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  if (selection_ == Selection::kMatched) {
+    const double u = uniform01(g);
+    const auto k = static_cast<std::size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) -
+                                            cumulative_.begin());
+    return perms_[std::min(k, perms_.size() - 1)];
+  }
   std::vector<int> dest(static_cast<std::size_t>(n_), -1);
   std::vector<char> taken(static_cast<std::size_t>(n_), 0);
   std::vector<double> row(static_cast<std::size_t>(n_));
@@ -311,7 +401,12 @@ void registerBuiltins(Registry& registry) {
   registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize); });
   registry.addTopology("fair_roulette", [](const Config& c) -> std::unique_ptr<Topology> {
     if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
-    return std::make_unique<FairRoulette>(c.worldSize, c.seed, c.topology.probabilities);
+    // With a probability table the draws follow it exactly (Selection::kMatched);
+    // without one, the paper's sequential Algorithm 2.
+    return std::make_unique<FairRoulette>(c.worldSize, c.seed, c.topology.probabilities,
+                                          c.topology.probabilities.empty()
+                                              ? FairRoulette::Selection::kSequential
+                                              : FairRoulette::Selection::kMatched);
   });
   registry.addTopology("directed_exponential", [](const Config& c) {
     return std::make_unique<DirectedExponential>(c.worldSize, c.topology.peersPerStep);

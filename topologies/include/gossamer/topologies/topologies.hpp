@@ -46,14 +46,40 @@ class Ring final : public Topology {
 ///
 /// The mixing matrix of a (step, segment) is W = (I + P) / 2 where P is the
 /// receive permutation: doubly stochastic.
+///
+/// Probability tables and Selection::kMatched. With a non-uniform table the
+/// sequential draw does not give each rank its row: the ranks that draw
+/// early get their preferences, and the later ones take what is left. No
+/// fair scheme can realise an arbitrary table either. Because every rank
+/// receives exactly once, the matrix of marginals P(i sends to j) is always
+/// doubly stochastic. kMatched therefore first balances the table into the
+/// nearest doubly stochastic matrix T by Sinkhorn scaling. For a table that
+/// is already doubly stochastic, such as any symmetric table with equal row
+/// sums, T is the table itself. It then writes T as a convex combination of
+/// derangements (Birkhoff–von Neumann decomposition), T = sum_k theta_k P_k,
+/// and each (step, segment) draws P_k with probability theta_k. The draws are
+/// fair by construction and their marginals equal T exactly. This is the
+/// selection the config uses whenever `topology.probabilities` is given.
 class FairRoulette final : public Topology {
  public:
+  /// kSequential: the paper's Algorithm 2 (see above). kMatched: exact
+  /// marginals for a probability table (see above; uniform without one).
+  enum class Selection { kSequential, kMatched };
+
   /// @param probabilities optional N x N roulette table (row = sender; rows
   ///        need not be normalised; the diagonal is ignored). Empty = uniform.
   /// @throws InvalidArgument if worldSize < 2, the table has the wrong shape,
   ///         a negative or non-finite entry, or a row without positive
-  ///         off-diagonal mass.
-  FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities = {});
+  ///         off-diagonal mass; with kMatched also if the table's zero pattern
+  ///         admits no fair assignment (Sinkhorn scaling does not converge).
+  FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities = {},
+               Selection selection = Selection::kSequential);
+
+  /// kMatched: the doubly stochastic target T (N x N) that the marginals equal;
+  /// kSequential: empty.
+  const Eigen::MatrixXd& matchedMarginals() const { return target_; }
+  /// kMatched: number of derangements in the decomposition.
+  std::size_t decompositionSize() const { return perms_.size(); }
   int worldSize() const override { return n_; }
   std::string name() const override { return "fair_roulette"; }
   PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
@@ -67,9 +93,14 @@ class FairRoulette final : public Topology {
   std::vector<int> destinationsWithoutFairness(std::uint64_t step, int segment) const;
 
  private:
+  void decompose();
   int n_;
   std::uint64_t seed_;
   std::vector<std::vector<double>> table_;  // empty = uniform
+  Selection selection_;
+  Eigen::MatrixXd target_;                 // kMatched: balanced table
+  std::vector<std::vector<int>> perms_;    // kMatched: derangements (dest per rank)
+  std::vector<double> cumulative_;         // kMatched: cumulative theta
 };
 
 /// SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
