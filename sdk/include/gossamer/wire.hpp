@@ -14,7 +14,7 @@
 //    16   8  step             Tag::step (< 2^40)
 //    24   8  count            number of elements
 //    32   8  payloadBytes     == count * dtypeSize(dtype), <= kMaxPayloadBytes
-//    40   4  checksum         CRC-32 (zlib) of header (this field as 0) + payload
+//    40   4  checksum         CRC-32C of header (this field as 0) + payload
 //    44   4  reserved         must be 0
 #pragma once
 
@@ -102,6 +102,15 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 /// Frame kinds: data; bye (the sender is closing: sent after its last data
 /// frame); bye-ack (the receiver of a bye has read everything before it).
 enum class FrameKind : std::uint8_t { kData = 1, kBye = 2, kByeAck = 3 };
+
+/// CRC-32C (Castagnoli) of `data`, as in iSCSI/ext4: the frame checksum.
+/// Uses the SSE4.2 crc32 instruction on x86-64 CPUs that have it.
+std::uint32_t crc32c(std::span<const std::byte> data);
+
+namespace detail {
+/// The table-driven CRC-32C (same values; for CPUs without SSE4.2, and tests).
+std::uint32_t crc32cPortable(std::span<const std::byte> data);
+}  // namespace detail
 
 /// Decoded frame header.
 struct FrameHeader {

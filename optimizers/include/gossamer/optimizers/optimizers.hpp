@@ -112,7 +112,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   const std::vector<std::pair<std::size_t, std::size_t>>& segments() const { return segments_; }
 
  private:
-  struct Pending;  // an exchange in flight (overlap mode)
+  struct Pending;  // one exchange's requests and buffers
   void start(std::span<const float> params, std::uint64_t round, Pending& p);
   void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
   void asyncExchange(std::span<float> params, std::uint64_t round);
@@ -123,7 +123,8 @@ class CrossoverSgd final : public DistributedOptimizer {
   LocalSgd sgd_;
   std::size_t numParams_;
   std::vector<std::pair<std::size_t, std::size_t>> segments_;
-  std::unique_ptr<Pending> pending_;
+  std::unique_ptr<Pending> pending_;  // buffers of the exchange, reused every step
+  bool inFlight_ = false;             // overlap: an exchange started and not finished
   // async mode: one standing receive per segment from any other rank
   std::vector<std::vector<float>> asyncBuf_;
   std::vector<Request> asyncRecv_;

@@ -98,9 +98,9 @@ class FairRoulette final : public Topology {
   std::uint64_t seed_;
   std::vector<std::vector<double>> table_;  // empty = uniform
   Selection selection_;
-  Eigen::MatrixXd target_;                 // kMatched: balanced table
-  std::vector<std::vector<int>> perms_;    // kMatched: derangements (dest per rank)
-  std::vector<double> cumulative_;         // kMatched: cumulative theta
+  Eigen::MatrixXd target_;               // kMatched: balanced table
+  std::vector<std::vector<int>> perms_;  // kMatched: derangements (dest per rank)
+  std::vector<double> cumulative_;       // kMatched: cumulative theta
 };
 
 /// SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
