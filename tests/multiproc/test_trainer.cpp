@@ -25,7 +25,7 @@ std::string smallConfig(const std::string& transport, const std::string& algorit
   return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  kind: " + transport +
          "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
-         "\n  segments: 3\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
+         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
          "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
          "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
 }
@@ -47,7 +47,7 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
     return;
   }
   TempDir dir;
-  for (const std::string algorithm : {"crossover_sgd", "allreduce_sgd"}) {
+  for (const std::string algorithm : {"crossover_sgd", "allreduce_sgd", "sgp", "hierarchical"}) {
     writeFile(dir / "run.yaml", smallConfig("zmq", algorithm, 3, 2, 20));
     const pid_t pid =
         spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "s.json"},
@@ -69,6 +69,8 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
     CHECK(j["bytes_sent_per_peer"].get<double>() > 0);
     CHECK(j["wall_seconds"].get<double>() > 0);
     if (algorithm == "allreduce_sgd") CHECK(j["consensus_distance"].get<double>() < 1e-10);
+    CHECK(j["steps_per_second_by_rank"].size() == 3);
+    CHECK(j["bytes_per_step"].get<double>() > 0);
     CHECK(nlohmann::json::parse(readFile(dir / "s.json")) == j);
   }
 }
