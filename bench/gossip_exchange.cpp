@@ -37,6 +37,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/launcher.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -226,100 +227,46 @@ int runRank(const Args& a) {
 // Starts every rank as a child process, waits for all of them (bounded), and
 // returns rank 0's results.
 json launch(const Args& a) {
-  char tmpl[] = "/tmp/gossamer-bench-XXXXXX";
-  if (!mkdtemp(tmpl)) throw gossamer::Error("cannot create a rendezvous directory in /tmp");
-  const std::string rendezvous = tmpl;
-  const std::string resultFile = rendezvous + "/result.json";
   std::string protocols;
   for (const auto& p : a.protocols) protocols += (protocols.empty() ? "" : ",") + p;
-
-  std::vector<pid_t> pids;
-  for (int r = 0; r < a.worldSize; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      for (pid_t p : pids) kill(p, SIGKILL);
-      throw gossamer::Error("fork failed");
-    }
-    if (pid == 0) {
-      std::vector<std::string> args = {"gossip_exchange",
-                                       "--rank",
-                                       std::to_string(r),
-                                       "--rendezvous",
-                                       rendezvous,
-                                       "--result-file",
-                                       resultFile,
-                                       "--world-size",
-                                       std::to_string(a.worldSize),
-                                       "--reps",
-                                       std::to_string(a.reps),
-                                       "--warmup",
-                                       std::to_string(a.warmup),
-                                       "--protocols",
-                                       protocols,
-                                       "--params",
-                                       std::to_string(a.params),
-                                       "--segments",
-                                       std::to_string(a.segments),
-                                       "--timeout",
-                                       std::to_string(a.timeout),
-                                       "--seed",
-                                       std::to_string(a.seed)};
-      std::vector<char*> argv;
-      for (auto& s : args) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);  // in the child only: exec failed
-    }
-    pids.push_back(pid);
-  }
-
-  // A failed rank makes its peers fail within the transport timeout; after
-  // that grace (or the overall deadline) the stragglers are killed.
-  const auto start = Clock::now();
-  const double grace = a.timeout + 10;
-  std::optional<Clock::time_point> firstFailure;
-  int failures = 0;
-  std::size_t alive = pids.size();
-  bool killed = false;
-  while (alive > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      const auto it = std::find(pids.begin(), pids.end(), pid);
-      if (it == pids.end()) continue;
-      --alive;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        ++failures;
-        const long rank = static_cast<long>(it - pids.begin());
-        if (WIFSIGNALED(status))
-          std::fprintf(stderr, "gossip_exchange: rank %ld was killed by signal %d\n", rank, WTERMSIG(status));
-        else
-          std::fprintf(stderr, "gossip_exchange: rank %ld exited with status %d\n", rank,
-                       WEXITSTATUS(status));
-        if (!firstFailure) firstFailure = Clock::now();
-      }
-      continue;
-    }
-    const auto now = Clock::now();
-    const bool afterFailure = firstFailure && seconds(*firstFailure, now) > grace;
-    if (!killed && (afterFailure || seconds(start, now) > a.deadline)) {
-      std::fprintf(stderr, "gossip_exchange: stopping ranks still running (%s)\n",
-                   afterFailure ? "after a failure" : "deadline exceeded");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      killed = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-
+  gossamer::LaunchOptions o;
+  o.worldSize = a.worldSize;
+  o.failureGraceSeconds = a.timeout + 10;
+  o.deadlineSeconds = a.deadline;
+  o.name = "gossip_exchange";
   json results;
-  if (failures == 0 && !killed) {
-    std::ifstream in(resultFile);
-    if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(rendezvous, ec);
-  if (failures || killed)
-    throw gossamer::Error(std::to_string(failures) + " of " + std::to_string(a.worldSize) + " ranks failed");
+  const auto result = gossamer::launchLocalRanks(
+      o,
+      [&](int r, const std::string& rendezvous) {
+        return std::vector<std::string>{"gossip_exchange",
+                                        "--rank",
+                                        std::to_string(r),
+                                        "--rendezvous",
+                                        rendezvous,
+                                        "--result-file",
+                                        rendezvous + "/result.json",
+                                        "--world-size",
+                                        std::to_string(a.worldSize),
+                                        "--reps",
+                                        std::to_string(a.reps),
+                                        "--warmup",
+                                        std::to_string(a.warmup),
+                                        "--protocols",
+                                        protocols,
+                                        "--params",
+                                        std::to_string(a.params),
+                                        "--segments",
+                                        std::to_string(a.segments),
+                                        "--timeout",
+                                        std::to_string(a.timeout),
+                                        "--seed",
+                                        std::to_string(a.seed)};
+      },
+      [&](const std::string& rendezvous) {
+        std::ifstream in(rendezvous + "/result.json");
+        if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);
+      });
+  if (!result.ok()) throw gossamer::Error("the benchmark's ranks failed");
   if (!results.is_array()) throw gossamer::Error("rank 0 wrote no results");
   return results;
 }

@@ -8,9 +8,6 @@
 //       the rendezvous there) or a DIR on a shared file system.
 //
 // Rank 0 prints one progress line per epoch and, last, a one-line JSON summary.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -23,6 +20,7 @@
 
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/launcher.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
@@ -124,62 +122,20 @@ int runThreads(const Config& c, const std::string& summaryPath) {
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
 int launchProcesses(const Config& c, const std::string& configPath, const std::string& summaryPath) {
-  char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
-  if (!mkdtemp(tmpl)) throw gossamer::Error("cannot create a rendezvous directory in /tmp");
-  const std::string rendezvous = tmpl;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < c.worldSize; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) throw gossamer::Error("fork failed");
-    if (pid == 0) {
-      std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
-                                       std::to_string(r), "--rendezvous", rendezvous};
-      if (r == 0 && !summaryPath.empty()) {
-        args.push_back("--summary-json");
-        args.push_back(summaryPath);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);  // in the child only: exec failed
+  gossamer::LaunchOptions o;
+  o.worldSize = c.worldSize;
+  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  o.name = "gossamer-train";
+  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
+    std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
+                                     std::to_string(r), "--rendezvous", rendezvous};
+    if (r == 0 && !summaryPath.empty()) {
+      args.push_back("--summary-json");
+      args.push_back(summaryPath);
     }
-    pids.push_back(pid);
-  }
-  int failures = 0;
-  std::size_t alive = pids.size();
-  std::optional<std::chrono::steady_clock::time_point> firstFailure;
-  const double grace = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
-  while (alive > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      --alive;
-      const auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok) {
-        ++failures;
-        if (WIFSIGNALED(status))
-          std::fprintf(stderr, "gossamer-train: rank %ld was killed by signal %d\n", static_cast<long>(rank),
-                       WTERMSIG(status));
-        else
-          std::fprintf(stderr, "gossamer-train: rank %ld exited with status %d\n", static_cast<long>(rank),
-                       WEXITSTATUS(status));
-        if (!firstFailure) firstFailure = std::chrono::steady_clock::now();
-      }
-      continue;
-    }
-    if (firstFailure &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - *firstFailure).count() > grace) {
-      std::fprintf(stderr, "gossamer-train: stopping ranks still running %.0f s after a failure\n", grace);
-      for (pid_t p : pids) kill(p, SIGKILL);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(rendezvous, ec);
-  if (failures) std::fprintf(stderr, "gossamer-train: %d of %d ranks failed\n", failures, c.worldSize);
-  return failures ? 1 : 0;
+    return args;
+  });
+  return result.ok() ? 0 : 1;
 }
 
 }  // namespace
