@@ -10,6 +10,7 @@
 #include "gossamer/collectives.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -36,6 +37,23 @@ void expectBytes(const Request& r, std::size_t expected, int peer) {
 
 }  // namespace
 
+// dst op= src, element-wise (vectorised by the compiler).
+template <typename T>
+void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
+  if (op == ReduceOp::kMax) {
+    for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
+  } else {
+    for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
+  }
+}
+
+template <typename T>
+void finishAverage(ReduceOp op, std::span<T> data, int n) {
+  if (op != ReduceOp::kAverage) return;
+  const T scale = T(1) / static_cast<T>(n);
+  for (auto& v : data) v *= scale;
+}
+
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   const int n = transport.worldSize();
@@ -43,43 +61,188 @@ void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
   if (n == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   const std::size_t len = data.size();
-  std::size_t maxChunk = 0;
-  for (int i = 0; i < n; ++i)
-    maxChunk = std::max(maxChunk, chunkBegin(len, n, i + 1) - chunkBegin(len, n, i));
-  std::vector<T> incoming(maxChunk);
   auto chunk = [&](int i) {
-    const std::size_t b = chunkBegin(len, n, i), e = chunkBegin(len, n, i + 1);
+    const std::size_t b = chunkBegin(len, n, mod(i, n)), e = chunkBegin(len, n, mod(i, n) + 1);
     return data.subspan(b, e - b);
   };
-  std::uint32_t substep = 0;
-  // Reduce-scatter.
-  for (int s = 0; s < n - 1; ++s, ++substep) {
-    const auto tag = Tag::make(Op::kAllreduce, options.sequence, substep);
-    auto out = chunk(mod(r - s, n));
-    auto in = chunk(mod(r - s - 1, n));
-    std::span<T> inBuf(incoming.data(), in.size());
-    Request recv = transport.irecvOf<T>(left, tag, inBuf);
-    Request send = transport.isendOf<T>(right, tag, std::span<const T>(out));
-    recv.wait(options.timeoutSeconds);
-    expectBytes<T>(recv, in.size_bytes(), left);
-    for (std::size_t k = 0; k < in.size(); ++k) in[k] += inBuf[k];
-    send.wait(options.timeoutSeconds);
+  const std::size_t maxChunk = chunkBegin(len, n, 1);  // chunk 0 is a longest one
+  // Pieces: at most chunkBytes each, and few enough that (step, piece) fits the tag's segment.
+  const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
+  std::size_t pieceElems = std::max<std::size_t>(1, options.chunkBytes / sizeof(T));
+  std::size_t piecesPerChunk = (maxChunk + pieceElems - 1) / pieceElems;
+  const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / steps;
+  if (piecesPerChunk > maxPieces) {
+    piecesPerChunk = maxPieces;
+    pieceElems = (maxChunk + piecesPerChunk - 1) / piecesPerChunk;
   }
-  if (op == ReduceOp::kAverage) {
-    const T scale = T(1) / static_cast<T>(n);
-    for (auto& v : chunk(mod(r + 1, n))) v *= scale;
+  auto tagOf = [&](std::size_t step, std::size_t piece) {
+    return Tag::make(Op::kAllreduce, options.sequence,
+                     static_cast<std::uint32_t>(step * piecesPerChunk + piece));
+  };
+  auto piecesOf = [&](std::size_t elems) { return (elems + pieceElems - 1) / pieceElems; };
+  auto piece = [&](std::span<T> c, std::size_t k) {
+    const std::size_t b = k * pieceElems;
+    return c.subspan(b, std::min(pieceElems, c.size() - b));
+  };
+  std::vector<Request> sends;
+  auto sendChunk = [&](std::span<T> c, std::size_t step) {
+    for (std::size_t k = 0; k < piecesOf(c.size()); ++k)
+      sends.push_back(transport.isendOf<T>(right, tagOf(step, k), std::span<const T>(piece(c, k))));
+  };
+
+  // Reduce-scatter, double-buffered: step s+1's receives are posted before
+  // step s is reduced; each reduced piece is forwarded at once (the chunk
+  // reduced at step s is the one sent at step s+1).
+  std::vector<T> buffers[2] = {std::vector<T>(maxChunk), std::vector<T>(maxChunk)};
+  std::vector<Request> recvs[2];
+  auto postReduceStep = [&](int s) {
+    auto& bufs = recvs[s % 2];
+    bufs.clear();
+    const auto in = chunk(r - s - 1);
+    std::span<T> buf(buffers[s % 2].data(), in.size());
+    for (std::size_t k = 0; k < piecesOf(in.size()); ++k)
+      bufs.push_back(transport.irecvOf<T>(left, tagOf(static_cast<std::size_t>(s), k), piece(buf, k)));
+  };
+  postReduceStep(0);
+  sendChunk(chunk(r), 0);
+  for (int s = 0; s < n - 1; ++s) {
+    if (s + 1 < n - 1) postReduceStep(s + 1);
+    const auto in = chunk(r - s - 1);
+    std::span<T> buf(buffers[s % 2].data(), in.size());
+    for (std::size_t k = 0; k < piecesOf(in.size()); ++k) {
+      auto& req = recvs[s % 2][k];
+      req.wait(options.timeoutSeconds);
+      auto dst = piece(in, k);
+      expectBytes<T>(req, dst.size_bytes(), left);
+      combine(op, dst.data(), piece(buf, k).data(), dst.size());
+      if (s + 1 < n - 1)
+        sends.push_back(
+            transport.isendOf<T>(right, tagOf(static_cast<std::size_t>(s) + 1, k), std::span<const T>(dst)));
+    }
   }
-  // Allgather.
-  for (int s = 0; s < n - 1; ++s, ++substep) {
-    const auto tag = Tag::make(Op::kAllreduce, options.sequence, substep);
-    auto out = chunk(mod(r + 1 - s, n));
-    auto in = chunk(mod(r - s, n));
-    Request recv = transport.irecvOf<T>(left, tag, in);
-    Request send = transport.isendOf<T>(right, tag, std::span<const T>(out));
-    recv.wait(options.timeoutSeconds);
-    expectBytes<T>(recv, in.size_bytes(), left);
-    send.wait(options.timeoutSeconds);
+  finishAverage(op, chunk(r + 1), n);
+
+  // Allgather: every receive lands in its final place, so all are posted now;
+  // each piece is forwarded as soon as it arrives.
+  const auto base = static_cast<std::size_t>(n - 1);
+  std::vector<std::vector<Request>> gather(static_cast<std::size_t>(n - 1));
+  for (int s = 0; s < n - 1; ++s) {
+    const auto in = chunk(r - s);
+    for (std::size_t k = 0; k < piecesOf(in.size()); ++k)
+      gather[static_cast<std::size_t>(s)].push_back(
+          transport.irecvOf<T>(left, tagOf(base + static_cast<std::size_t>(s), k), piece(in, k)));
   }
+  sendChunk(chunk(r + 1), base);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto in = chunk(r - s);
+    for (std::size_t k = 0; k < piecesOf(in.size()); ++k) {
+      auto& req = gather[static_cast<std::size_t>(s)][k];
+      req.wait(options.timeoutSeconds);
+      auto got = piece(in, k);
+      expectBytes<T>(req, got.size_bytes(), left);
+      if (s + 1 < n - 1)
+        sends.push_back(transport.isendOf<T>(right, tagOf(base + static_cast<std::size_t>(s) + 1, k),
+                                             std::span<const T>(got)));
+    }
+  }
+  waitAll(sends, options.timeoutSeconds);
+}
+
+template <typename T>
+void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
+                                const CollectiveOptions& options) {
+  const int n = transport.worldSize(), r = transport.rank();
+  if (n == 1 || data.empty()) return;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  std::vector<T> incoming(data.size());
+  std::uint32_t round = 0;
+  auto exchange = [&](int peer, bool sendIt, bool recvIt) {
+    const auto tag = Tag::make(Op::kAllreduce, options.sequence, round++);
+    Request recv;
+    if (recvIt) recv = transport.irecvOf<T>(peer, tag, std::span<T>(incoming));
+    if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(data)).wait(options.timeoutSeconds);
+    if (recvIt) {
+      recv.wait(options.timeoutSeconds);
+      expectBytes<T>(recv, data.size_bytes(), peer);
+    }
+  };
+  // Fold: among ranks < 2 rem, each even rank hands its vector to the odd one above it.
+  int newRank = -1;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      exchange(r + 1, true, false);
+    } else {
+      exchange(r - 1, false, true);
+      combine(op, data.data(), incoming.data(), data.size());
+      newRank = r / 2;
+    }
+  } else {
+    round = 1;  // keep the round numbering of the folded ranks
+    newRank = r - rem;
+  }
+  if (newRank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partnerNew = newRank ^ mask;
+      const int partner = partnerNew < rem ? partnerNew * 2 + 1 : partnerNew + rem;
+      exchange(partner, true, true);
+      // a + b == b + a in IEEE arithmetic: both partners get the same bits.
+      combine(op, data.data(), incoming.data(), data.size());
+    }
+  }
+  // Unfold: the odd ranks hand the result back.
+  const int lastRound = 1 + std::countr_zero(static_cast<unsigned>(p));
+  round = static_cast<std::uint32_t>(lastRound);
+  if (r < 2 * rem) {
+    if (r % 2 == 1) {
+      exchange(r - 1, true, false);
+    } else {
+      exchange(r + 1, false, true);
+      std::copy(incoming.begin(), incoming.end(), data.begin());
+    }
+  }
+  finishAverage(op, data, n);
+}
+
+template <typename T>
+void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
+  auto algorithm = options.algorithm;
+  if (algorithm == AllreduceAlgorithm::kAuto)
+    algorithm = data.size_bytes() <= options.smallMessageBytes ? AllreduceAlgorithm::kRecursiveDoubling
+                                                               : AllreduceAlgorithm::kRing;
+  if (algorithm == AllreduceAlgorithm::kRecursiveDoubling)
+    recursiveDoublingAllreduce(transport, data, op, options);
+  else
+    ringAllreduce(transport, data, op, options);
+}
+
+template <typename T>
+void allreduce(Transport& transport, std::span<const T> in, std::span<T> out, ReduceOp op,
+               const CollectiveOptions& options) {
+  GOSSAMER_ENFORCE(in.size() == out.size(),
+                   "allreduce: input has " << in.size() << " elements, output " << out.size());
+  if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+  allreduce(transport, out, op, options);
+}
+
+AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name) {
+  if (name == "auto") return AllreduceAlgorithm::kAuto;
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  throw InvalidArgument("unknown allreduce algorithm '" + name + "' (auto, ring, recursive_doubling)");
+}
+
+const char* toString(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+  }
+  return "unknown";
 }
 
 template <typename T>
@@ -131,18 +294,25 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
         Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
         recv.wait(options.timeoutSeconds);
         expectBytes<T>(recv, data.size_bytes(), child);
-        for (std::size_t k = 0; k < data.size(); ++k) data[k] += incoming[k];
+        combine(op, data.data(), incoming.data(), data.size());
       }
     }
   }
-  if (op == ReduceOp::kAverage && transport.rank() == root) {
-    const T scale = T(1) / static_cast<T>(n);
-    for (auto& v : data) v *= scale;
-  }
+  if (transport.rank() == root) finishAverage(op, data, n);
 }
 
 template void reduce<float>(Transport&, std::span<float>, int, ReduceOp, const CollectiveOptions&);
 template void reduce<double>(Transport&, std::span<double>, int, ReduceOp, const CollectiveOptions&);
+template void allreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
+template void allreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
+template void allreduce<float>(Transport&, std::span<const float>, std::span<float>, ReduceOp,
+                               const CollectiveOptions&);
+template void allreduce<double>(Transport&, std::span<const double>, std::span<double>, ReduceOp,
+                                const CollectiveOptions&);
+template void recursiveDoublingAllreduce<float>(Transport&, std::span<float>, ReduceOp,
+                                                const CollectiveOptions&);
+template void recursiveDoublingAllreduce<double>(Transport&, std::span<double>, ReduceOp,
+                                                 const CollectiveOptions&);
 template void ringAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
 template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
 template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
@@ -154,17 +324,17 @@ Communicator::Communicator(Transport& transport, double timeoutSeconds)
 }
 
 CollectiveOptions Communicator::next() {
-  CollectiveOptions o;
+  CollectiveOptions o = defaults_;
   o.sequence = sequence_++ & Tag::kMaxStep;
   o.timeoutSeconds = timeout_;
   return o;
 }
 
 void Communicator::allreduce(std::span<float> data, ReduceOp op) {
-  ringAllreduce(transport_, data, op, next());
+  gossamer::allreduce(transport_, data, op, next());
 }
 void Communicator::allreduce(std::span<double> data, ReduceOp op) {
-  ringAllreduce(transport_, data, op, next());
+  gossamer::allreduce(transport_, data, op, next());
 }
 void Communicator::broadcast(std::span<float> data, int root) {
   gossamer::broadcast(transport_, data, root, next());

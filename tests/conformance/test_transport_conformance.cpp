@@ -385,3 +385,99 @@ TEST_CASE("the zmq rendezvous server answers set and get, and a silent server ti
   CHECK_THROWS_AS(lost.set("job/y", "v"), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
 }
+
+namespace {
+// Runs `algorithm` on every rank of `g` with integer-valued doubles (exact
+// sums) and checks sum / max / average against a float64 reference.
+void checkAllreduce(Group& g, AllreduceAlgorithm algorithm, std::size_t len, std::size_t chunkBytes,
+                    std::uint64_t seq) {
+  const int n = static_cast<int>(g.size());
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAverage}) {
+    std::vector<std::vector<double>> data(static_cast<std::size_t>(n), std::vector<double>(len));
+    std::vector<double> sum(len, 0.0), max(len, -1e300);
+    for (int r = 0; r < n; ++r) {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(r) * 7919 + len);
+      for (std::size_t i = 0; i < len; ++i) {
+        const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000);
+        data[static_cast<std::size_t>(r)][i] = v;
+        sum[i] += v;
+        max[i] = std::max(max[i], v);
+      }
+    }
+    CollectiveOptions o{seq * 4 + static_cast<std::uint64_t>(op), kTimeout, algorithm, chunkBytes};
+    onEveryRank(n, [&](int r) {
+      allreduce<double>(*g[static_cast<std::size_t>(r)], std::span<double>(data[static_cast<std::size_t>(r)]),
+                        op, o);
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("algorithm " << toString(algorithm) << ", op " << int(op) << ", world size " << n << ", length "
+                        << len << ", chunk " << chunkBytes << " B, rank " << r);
+      const auto& d = data[static_cast<std::size_t>(r)];
+      REQUIRE(d == data[0]);  // every rank has the same bits
+      std::size_t wrong = 0, first = len;
+      for (std::size_t i = 0; i < len; ++i) {
+        const double want = op == ReduceOp::kSum ? sum[i] : op == ReduceOp::kMax ? max[i] : sum[i] / n;
+        const bool ok = op == ReduceOp::kAverage ? std::abs(d[i] - want) <= 1e-9 : d[i] == want;
+        if (!ok && wrong++ == 0) first = i;
+      }
+      INFO("first wrong element " << first);
+      REQUIRE(wrong == 0);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 1..16 over inproc",
+          "[collectives]") {
+  std::uint64_t seq = 1000;
+  for (int n = 1; n <= 16; ++n) {
+    Group g = Inproc::make(n);
+    for (std::size_t len : {0, 1, 2, 7, 1000, 1000003}) {
+      if (len == 1000003 && n % 5 != 1) continue;  // the long vector at n = 1, 6, 11, 16
+      for (auto a :
+           {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kAuto})
+        checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq);
+    }
+    // Pipelining with tiny pieces, and the clamp on the number of pieces per chunk.
+    checkAllreduce(g, AllreduceAlgorithm::kRing, 1000, 64, ++seq);
+    if (n == 3) checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, 8, ++seq);
+  }
+}
+
+TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for world sizes 2..8",
+          "[collectives][zmq]") {
+  std::uint64_t seq = 1;
+  for (int n = 2; n <= 8; ++n) {
+    Group g = ZmqTcp::make(n);
+    for (std::size_t len : {0, 1, 2, 7, 1000}) {
+      for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling})
+        checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq);
+    }
+    if (n == 4 || n == 7) {
+      checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, std::size_t{1} << 20, ++seq);
+      checkAllreduce(g, AllreduceAlgorithm::kRing, 1000, 256, ++seq);
+    }
+  }
+}
+
+TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") {
+  Group g = Inproc::make(3);
+  std::vector<std::vector<float>> in(3, std::vector<float>(10)), out(3, std::vector<float>(10));
+  for (int r = 0; r < 3; ++r)
+    std::fill(in[static_cast<std::size_t>(r)].begin(), in[static_cast<std::size_t>(r)].end(), float(r + 1));
+  onEveryRank(3, [&](int r) {
+    const auto ur = static_cast<std::size_t>(r);
+    allreduce<float>(*g[ur], std::span<const float>(in[ur]), std::span<float>(out[ur]), ReduceOp::kSum,
+                     CollectiveOptions{5, kTimeout});
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(in[static_cast<std::size_t>(r)][0] == float(r + 1));
+    CHECK(out[static_cast<std::size_t>(r)] == std::vector<float>(10, 6.0f));
+  }
+  std::vector<float> a(3), b(4);
+  CHECK_THROWS_AS(allreduce<float>(*g[0], std::span<const float>(a), std::span<float>(b), ReduceOp::kSum,
+                                   CollectiveOptions{6, kTimeout}),
+                  InvalidArgument);
+  CHECK(parseAllreduceAlgorithm("recursive_doubling") == AllreduceAlgorithm::kRecursiveDoubling);
+  CHECK_THROWS_AS(parseAllreduceAlgorithm("butterfly"), InvalidArgument);
+}

@@ -1,28 +1,70 @@
 // Synchronous collectives over any Transport.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "gossamer/transport.hpp"
 
 namespace gossamer {
 
-enum class ReduceOp { kSum, kAverage };
+/// Element-wise reduction. kAverage is the sum divided by the world size.
+enum class ReduceOp { kSum, kAverage, kMax };
+
+/// Allreduce algorithms. kAuto picks by message size (see allreduce()).
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+
+/// Parses "auto", "ring", "recursive_doubling". @throws InvalidArgument.
+AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
+const char* toString(AllreduceAlgorithm algorithm);
 
 /// Options shared by the collectives. Every rank of a collective must pass the
-/// same `sequence`: it keeps the messages of successive calls apart (the
-/// Communicator below numbers them for you).
+/// same `sequence` and algorithm settings: the sequence keeps the messages of
+/// successive calls apart (the Communicator below numbers them for you).
 struct CollectiveOptions {
   std::uint64_t sequence = 0;    ///< Distinct per call, same on all ranks (< 2^40).
   double timeoutSeconds = 30.0;  ///< Bound on each wait inside the collective.
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
+  /// Ring pipelining: each ring step's chunk travels as pieces of at most this
+  /// many bytes, so that receiving, reducing and forwarding overlap.
+  std::size_t chunkBytes = std::size_t{1} << 20;
+  /// kAuto: vectors of at most this many bytes use recursive doubling
+  /// (log2 N latency-bound rounds), larger ones the bandwidth-optimal ring.
+  std::size_t smallMessageBytes = std::size_t{64} << 10;
 };
+
+/// Allreduce of `data` (L elements, the same L on every rank), in place, with
+/// the algorithm in `options` (kAuto: recursive doubling up to
+/// smallMessageBytes, else the ring). Every algorithm gives every rank
+/// bitwise the same result. @throws as ringAllreduce.
+template <typename T>
+void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
+
+/// Out-of-place form: `out` (same length as `in`) receives the reduction of
+/// `in`; `in` is not modified. @throws InvalidArgument on a length mismatch.
+template <typename T>
+void allreduce(Transport& transport, std::span<const T> in, std::span<T> out, ReduceOp op,
+               const CollectiveOptions& options);
+
+/// Recursive-doubling allreduce: in round k rank r exchanges its whole vector
+/// with r XOR 2^k and both combine, log2 P rounds for the P = 2^floor(log2 N)
+/// ranks of the largest power of two; the N - P other ranks first fold their
+/// vector into a partner and get the result back at the end. Each rank sends
+/// about L log2 N elements: for small vectors, where the ring's 2(N-1)
+/// sequential steps dominate. @throws as ringAllreduce.
+template <typename T>
+void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
+                                const CollectiveOptions& options);
 
 /// Ring allreduce (paper 000_a4345579c41fcb1d.txt, Eq. 2 and Section 2): a
 /// reduce-scatter of N-1 steps followed by an allgather of N-1 steps over the
 /// ring rank -> rank+1. Each rank sends 2(N-1)/N of the vector in all. The
 /// vector is split into N chunks whose lengths differ by at most one element,
 /// so any length (including 0 and lengths below N) works; N = 1 returns at once.
+/// Pipelined: every chunk moves as pieces of at most options.chunkBytes, and a
+/// piece is forwarded to the next step as soon as it has been reduced.
 /// In place: `data` (length L elements, the same L on every rank) holds the sum
 /// or the average on return.
 /// @throws TimeoutError, PeerFailure, ProtocolError (a peer sent a chunk of the
@@ -54,9 +96,13 @@ class Communicator {
   Transport& transport() { return transport_; }
   double timeoutSeconds() const { return timeout_; }
 
-  /// In-place ring allreduce of float32 / float64 vectors; see ringAllreduce.
+  /// In-place allreduce of float32 / float64 vectors with the communicator's
+  /// algorithm settings (setOptions); see gossamer::allreduce.
   void allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
   void allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
+  /// Algorithm, chunk size and small-message threshold for later calls (the
+  /// sequence and timeout fields are ignored). Same on every rank.
+  void setOptions(const CollectiveOptions& options) { defaults_ = options; }
   /// Broadcast from `root`; see broadcast.
   void broadcast(std::span<float> data, int root);
   void broadcast(std::span<double> data, int root);
@@ -70,6 +116,7 @@ class Communicator {
   CollectiveOptions next();
   Transport& transport_;
   double timeout_;
+  CollectiveOptions defaults_;
   std::uint64_t sequence_ = 0;
 };
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Allreduce benchmark: our algorithms (bench/allreduce.cpp) over zmq tcp and
+# ipc, and Open MPI's MPI_Allreduce (bench/mpi_allreduce.c) with its default
+# transports (shared memory) and with --mca btl self,tcp, as N processes on this
+# machine. Float32 sum; time per call = median over repetitions of the slowest
+# rank, after warm-up; algbw and busbw as nccl-tests define them (GB/s).
+# For each world size and each size the runs are interleaved (ours over tcp and
+# ipc, MPI tcp, MPI shared memory), so a change in machine load hits all alike.
+# Prints one table per world size with the ratios ours/MPI, and writes
+# results/bench-allreduce.json. See docs/allreduce.md.
+#
+#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); ~10 min
+#   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; under a minute
+# Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring  --protocols tcp,ipc
+#          --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi  --json PATH
+# Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+world_sizes="2,4,8"
+sizes=""
+algorithms="ring"
+protocols="tcp,ipc"
+budget="1.0"
+reps="200"
+use_mpi=1
+json="results/bench-allreduce.json"
+quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.5" ;;
+    --world-sizes) world_sizes="$2"; shift ;;
+    --sizes) sizes="$2"; shift ;;
+    --algorithms|--algorithm) algorithms="$2"; shift ;;
+    --protocols) protocols="$2"; shift ;;
+    --budget) budget="$2"; shift ;;
+    --reps) reps="$2"; shift ;;
+    --no-mpi) use_mpi=0 ;;
+    --json) json="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$sizes" ]; then  # 4 B .. 256 MiB, powers of 4
+  sizes=""
+  for ((b = 4; b <= 268435456; b *= 4)); do sizes+="${sizes:+,}$b"; done
+fi
+
+source scripts/deps.sh
+GOSSAMER_PACKAGES+=(openmpi-bin libopenmpi-dev python3)
+gossamer_install_deps
+build="${GOSSAMER_BUILD_DIR:-$root/build}"
+gossamer_build --target gossamer-bench-allreduce
+if [ "$use_mpi" = 1 ]; then
+  if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+    # build/ may have been configured before Open MPI was installed: configure
+    # again so that find_package(MPI) sees it.
+    if ! grep -qs 'gossamer-bench-mpi-allreduce' "$build/bench/Makefile" "$build/build.ninja"; then
+      cmake -S "$root" -B "$build" >/dev/null
+    fi
+    gossamer_build --target gossamer-bench-mpi-allreduce
+  else
+    echo "bench-allreduce: Open MPI not found (openmpi-bin libopenmpi-dev): running ours only" >&2
+    use_mpi=0
+  fi
+fi
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+
+mpirun_args=(--oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+[ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
+# shellcheck disable=SC2206
+mpirun_args+=(${GOSSAMER_MPIRUN_ARGS:-})
+
+tmp="$(mktemp -d /tmp/bench-allreduce.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+
+# report MODE ARGS...: progress line for one size (files), or the final tables
+# and JSON ("final" OUT FILES...). Standard library only.
+report() {
+  "$python" - "$@" <<'PY'
+import json, sys
+
+def load(paths):
+    out = []
+    for p in paths:
+        text = open(p).read()
+        try:
+            data = json.loads(text)
+            out += data if isinstance(data, list) else [data]
+        except ValueError:  # JSON lines (mpi_allreduce), maybe among other output
+            out += [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+    return out
+
+def size(b):
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= f:
+            return "%g %s" % (b / f, unit)
+    return "%d B" % b
+
+def dur(s):
+    if s < 1e-3:
+        return "%.1f us" % (s * 1e6)
+    if s < 1:
+        return "%.2f ms" % (s * 1e3)
+    return "%.3f s" % s
+
+def key(r):
+    if r["impl"] == "openmpi":
+        return "mpi/" + r["transport"]
+    return r["algorithm"] + "/" + r["transport"]
+
+PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm"}  # which MPI run each of ours is compared with
+
+def order(k):
+    a, t = k.split("/")
+    return (a == "mpi", a, {"tcp": 0, "ipc": 1, "sm": 1}.get(t, 2), t)
+
+mode, args = sys.argv[1], sys.argv[2:]
+if mode == "progress":
+    rs = load(args)
+    rs.sort(key=lambda r: order(key(r)))
+    print("  n=%d %-8s " % (rs[0]["world_size"], size(rs[0]["bytes"]))
+          + "  ".join("%s %s (%.3f GB/s)" % (key(r), dur(r["seconds"]), r["busbw"]) for r in rs), flush=True)
+    sys.exit(0)
+
+out, rs = args[0], load(args[1:])
+rs.sort(key=lambda r: (r["world_size"], r["bytes"], r["impl"] != "gossamer", r["algorithm"], r["transport"]))
+with open(out, "w") as f:
+    json.dump(rs, f, indent=2)
+    f.write("\n")
+for n in sorted({r["world_size"] for r in rs}):
+    at = {(r["bytes"], key(r)): r for r in rs if r["world_size"] == n}
+    cols = sorted({k for _, k in at}, key=order)
+    ratios = [(k, PEER[k.split("/")[1]]) for k in cols
+              if not k.startswith("mpi/") and PEER.get(k.split("/")[1]) in cols]
+    print("\n== %d processes: time per call (median over repetitions of the slowest rank) and busbw (GB/s);" % n)
+    print("   ratio = MPI time / our time = our busbw / MPI busbw (1.00x: as fast as MPI, above: faster)")
+    print("%-9s" % "size" + "".join("%22s" % k for k in cols) + "".join("%18s" % (a + " vs " + b.split("/")[1]) for a, b in ratios))
+    for b in sorted({b for b, _ in at}):
+        line = "%-9s" % size(b)
+        for k in cols:
+            r = at.get((b, k))
+            line += "%22s" % ("%s %7.3f" % (dur(r["seconds"]), r["busbw"]) if r else "-")
+        for a, m in ratios:
+            ra, rm = at.get((b, a)), at.get((b, m))
+            line += "%18s" % ("%.2fx" % (rm["seconds"] / ra["seconds"]) if ra and rm else "-")
+        print(line)
+print("\nwrote %s (%d measurements)" % (out, len(rs)))
+PY
+}
+
+IFS=, read -r -a ns <<<"$world_sizes"
+IFS=, read -r -a byte_sizes <<<"$sizes"
+files=()
+start=$(date +%s)
+for n in "${ns[@]}"; do
+  echo "== $n processes: $algorithms over zmq $protocols$([ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")"
+  for b in "${byte_sizes[@]}"; do
+    step=()
+    f="$tmp/ours-$n-$b.json"
+    "$build/bench/allreduce" --world-size "$n" --sizes "$b" --protocols "$protocols" --algorithm "$algorithms" \
+      --reps "$reps" --budget "$budget" --json "$f" --quiet
+    step+=("$f")
+    if [ "$use_mpi" = 1 ]; then
+      for t in tcp sm; do
+        f="$tmp/mpi-$t-$n-$b.jsonl"
+        btl=()
+        [ "$t" = tcp ] && btl=(--mca pml ob1 --mca btl self,tcp)
+        mpirun "${mpirun_args[@]}" "${btl[@]}" -np "$n" "$build/bench/mpi_allreduce" --sizes "$b" \
+          --reps "$reps" --budget "$budget" --transport "$t" >"$f"
+        grep -q '^{' "$f" || { echo "bench-allreduce: mpi_allreduce ($t, $n processes, $b bytes) printed no result" >&2; exit 1; }
+        step+=("$f")
+      done
+    fi
+    report progress "${step[@]}"
+    files+=("${step[@]}")
+  done
+done
+mkdir -p "$(dirname "$json")"
+report final "$json" "${files[@]}"
+echo "== took $(( $(date +%s) - start )) s$([ "$quick" = 1 ] && echo " (--quick)")"
