@@ -27,6 +27,15 @@ std::size_t chunkBegin(std::size_t length, int n, int i) {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+}  // namespace
+
+std::pair<std::size_t, std::size_t> chunkRange(std::size_t length, int n, int i) {
+  GOSSAMER_ENFORCE(n >= 1 && i >= 0 && i < n, "chunk " << i << " of " << n);
+  return {chunkBegin(length, n, i), chunkBegin(length, n, i + 1)};
+}
+
+namespace {
+
 template <typename T>
 void expectBytes(const Request& r, std::size_t expected, int peer) {
   if (r.bytes() != expected)
@@ -54,98 +63,144 @@ void finishAverage(ReduceOp op, std::span<T> data, int n) {
   for (auto& v : data) v *= scale;
 }
 
+// The ring's two phases over N ranks, on a vector cut into N chunks, each
+// moving as pieces of at most chunkBytes. `shift` renames the chunks: with
+// shift h the reduce-scatter starts by sending chunk r+h and leaves rank r
+// holding the reduced chunk r+1+h; the allgather starts from that chunk.
+// Tags: reduce-scatter steps use segments [0, N-1) x pieces, allgather steps
+// [N-1, 2N-2) x pieces, so both phases of one call may share a sequence.
+template <typename T>
+class Ring {
+ public:
+  Ring(Transport& t, std::span<T> data, ReduceOp op, const CollectiveOptions& o, int shift)
+      : t_(t), data_(data), op_(op), o_(o), n_(t.worldSize()), r_(t.rank()), shift_(shift) {
+    right_ = mod(r_ + 1, n_);
+    left_ = mod(r_ - 1, n_);
+    maxChunk_ = chunkBegin(data.size(), n_, 1);  // chunk 0 is a longest one
+    const std::size_t steps = 2 * static_cast<std::size_t>(n_ - 1);
+    pieceElems_ = std::max<std::size_t>(1, o.chunkBytes / sizeof(T));
+    piecesPerChunk_ = std::max<std::size_t>(1, (maxChunk_ + pieceElems_ - 1) / pieceElems_);
+    const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / std::max<std::size_t>(steps, 1);
+    if (piecesPerChunk_ > maxPieces) {
+      piecesPerChunk_ = maxPieces;
+      pieceElems_ = (maxChunk_ + piecesPerChunk_ - 1) / piecesPerChunk_;
+    }
+  }
+
+  std::span<T> chunk(int i) const {
+    const int c = mod(i + shift_, n_);
+    const std::size_t b = chunkBegin(data_.size(), n_, c), e = chunkBegin(data_.size(), n_, c + 1);
+    return data_.subspan(b, e - b);
+  }
+
+  // Double-buffered: step s+1's receives are posted before step s is reduced,
+  // and each reduced piece is forwarded at once (the chunk reduced at step s
+  // is the one sent at step s+1).
+  void reduceScatter() {
+    std::vector<T> buffers[2] = {std::vector<T>(maxChunk_), std::vector<T>(maxChunk_)};
+    std::vector<Request> recvs[2];
+    auto post = [&](int s) {
+      auto& rs = recvs[s % 2];
+      rs.clear();
+      const auto in = chunk(r_ - s - 1);
+      std::span<T> buf(buffers[s % 2].data(), in.size());
+      for (std::size_t k = 0; k < pieces(in.size()); ++k)
+        rs.push_back(t_.irecvOf<T>(left_, tag(static_cast<std::size_t>(s), k), piece(buf, k)));
+    };
+    post(0);
+    sendChunk(chunk(r_), 0);
+    for (int s = 0; s < n_ - 1; ++s) {
+      if (s + 1 < n_ - 1) post(s + 1);
+      const auto in = chunk(r_ - s - 1);
+      std::span<T> buf(buffers[s % 2].data(), in.size());
+      for (std::size_t k = 0; k < pieces(in.size()); ++k) {
+        auto& req = recvs[s % 2][k];
+        req.wait(o_.timeoutSeconds);
+        auto dst = piece(in, k);
+        expectBytes<T>(req, dst.size_bytes(), left_);
+        combine(op_, dst.data(), piece(buf, k).data(), dst.size());
+        if (s + 1 < n_ - 1) send(dst, static_cast<std::size_t>(s) + 1, k);
+      }
+    }
+    waitAll(sends_, o_.timeoutSeconds);
+    sends_.clear();
+  }
+
+  // Every receive lands in its final place, so all are posted at once; each
+  // piece is forwarded as soon as it arrives.
+  void allgather() {
+    const auto base = static_cast<std::size_t>(n_ - 1);
+    std::vector<std::vector<Request>> gather(static_cast<std::size_t>(n_ - 1));
+    for (int s = 0; s < n_ - 1; ++s) {
+      const auto in = chunk(r_ - s);
+      for (std::size_t k = 0; k < pieces(in.size()); ++k)
+        gather[static_cast<std::size_t>(s)].push_back(
+            t_.irecvOf<T>(left_, tag(base + static_cast<std::size_t>(s), k), piece(in, k)));
+    }
+    sendChunk(chunk(r_ + 1), base);
+    for (int s = 0; s < n_ - 1; ++s) {
+      const auto in = chunk(r_ - s);
+      for (std::size_t k = 0; k < pieces(in.size()); ++k) {
+        auto& req = gather[static_cast<std::size_t>(s)][k];
+        req.wait(o_.timeoutSeconds);
+        auto got = piece(in, k);
+        expectBytes<T>(req, got.size_bytes(), left_);
+        if (s + 1 < n_ - 1) send(got, base + static_cast<std::size_t>(s) + 1, k);
+      }
+    }
+    waitAll(sends_, o_.timeoutSeconds);
+    sends_.clear();
+  }
+
+ private:
+  Tag tag(std::size_t step, std::size_t piece) const {
+    return Tag::make(Op::kAllreduce, o_.sequence, static_cast<std::uint32_t>(step * piecesPerChunk_ + piece));
+  }
+  std::size_t pieces(std::size_t elems) const { return (elems + pieceElems_ - 1) / pieceElems_; }
+  std::span<T> piece(std::span<T> c, std::size_t k) const {
+    const std::size_t b = k * pieceElems_;
+    return c.subspan(b, std::min(pieceElems_, c.size() - b));
+  }
+  void send(std::span<T> p, std::size_t step, std::size_t k) {
+    sends_.push_back(t_.isendOf<T>(right_, tag(step, k), std::span<const T>(p)));
+  }
+  void sendChunk(std::span<T> c, std::size_t step) {
+    for (std::size_t k = 0; k < pieces(c.size()); ++k) send(piece(c, k), step, k);
+  }
+
+  Transport& t_;
+  std::span<T> data_;
+  ReduceOp op_;
+  const CollectiveOptions& o_;
+  int n_, r_, shift_, right_ = 0, left_ = 0;
+  std::size_t maxChunk_ = 0, pieceElems_ = 1, piecesPerChunk_ = 1;
+  std::vector<Request> sends_;
+};
+
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
-  const int n = transport.worldSize();
-  const int r = transport.rank();
-  if (n == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
-  const int right = mod(r + 1, n), left = mod(r - 1, n);
-  const std::size_t len = data.size();
-  auto chunk = [&](int i) {
-    const std::size_t b = chunkBegin(len, n, mod(i, n)), e = chunkBegin(len, n, mod(i, n) + 1);
-    return data.subspan(b, e - b);
-  };
-  const std::size_t maxChunk = chunkBegin(len, n, 1);  // chunk 0 is a longest one
-  // Pieces: at most chunkBytes each, and few enough that (step, piece) fits the tag's segment.
-  const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
-  std::size_t pieceElems = std::max<std::size_t>(1, options.chunkBytes / sizeof(T));
-  std::size_t piecesPerChunk = (maxChunk + pieceElems - 1) / pieceElems;
-  const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / steps;
-  if (piecesPerChunk > maxPieces) {
-    piecesPerChunk = maxPieces;
-    pieceElems = (maxChunk + piecesPerChunk - 1) / piecesPerChunk;
-  }
-  auto tagOf = [&](std::size_t step, std::size_t piece) {
-    return Tag::make(Op::kAllreduce, options.sequence,
-                     static_cast<std::uint32_t>(step * piecesPerChunk + piece));
-  };
-  auto piecesOf = [&](std::size_t elems) { return (elems + pieceElems - 1) / pieceElems; };
-  auto piece = [&](std::span<T> c, std::size_t k) {
-    const std::size_t b = k * pieceElems;
-    return c.subspan(b, std::min(pieceElems, c.size() - b));
-  };
-  std::vector<Request> sends;
-  auto sendChunk = [&](std::span<T> c, std::size_t step) {
-    for (std::size_t k = 0; k < piecesOf(c.size()); ++k)
-      sends.push_back(transport.isendOf<T>(right, tagOf(step, k), std::span<const T>(piece(c, k))));
-  };
+  if (transport.worldSize() == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
+  Ring<T> ring(transport, data, op, options, 0);
+  ring.reduceScatter();
+  finishAverage(op, ring.chunk(transport.rank() + 1), transport.worldSize());
+  ring.allgather();
+}
 
-  // Reduce-scatter, double-buffered: step s+1's receives are posted before
-  // step s is reduced; each reduced piece is forwarded at once (the chunk
-  // reduced at step s is the one sent at step s+1).
-  std::vector<T> buffers[2] = {std::vector<T>(maxChunk), std::vector<T>(maxChunk)};
-  std::vector<Request> recvs[2];
-  auto postReduceStep = [&](int s) {
-    auto& bufs = recvs[s % 2];
-    bufs.clear();
-    const auto in = chunk(r - s - 1);
-    std::span<T> buf(buffers[s % 2].data(), in.size());
-    for (std::size_t k = 0; k < piecesOf(in.size()); ++k)
-      bufs.push_back(transport.irecvOf<T>(left, tagOf(static_cast<std::size_t>(s), k), piece(buf, k)));
-  };
-  postReduceStep(0);
-  sendChunk(chunk(r), 0);
-  for (int s = 0; s < n - 1; ++s) {
-    if (s + 1 < n - 1) postReduceStep(s + 1);
-    const auto in = chunk(r - s - 1);
-    std::span<T> buf(buffers[s % 2].data(), in.size());
-    for (std::size_t k = 0; k < piecesOf(in.size()); ++k) {
-      auto& req = recvs[s % 2][k];
-      req.wait(options.timeoutSeconds);
-      auto dst = piece(in, k);
-      expectBytes<T>(req, dst.size_bytes(), left);
-      combine(op, dst.data(), piece(buf, k).data(), dst.size());
-      if (s + 1 < n - 1)
-        sends.push_back(
-            transport.isendOf<T>(right, tagOf(static_cast<std::size_t>(s) + 1, k), std::span<const T>(dst)));
-    }
-  }
-  finishAverage(op, chunk(r + 1), n);
+template <typename T>
+std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp op,
+                               const CollectiveOptions& options) {
+  const int n = transport.worldSize(), r = transport.rank();
+  const auto [b, e] = chunkRange(data.size(), n, r);
+  if (n > 1 && !data.empty()) Ring<T>(transport, data, op, options, -1).reduceScatter();
+  auto mine = data.subspan(b, e - b);
+  finishAverage(op, mine, n);
+  return mine;
+}
 
-  // Allgather: every receive lands in its final place, so all are posted now;
-  // each piece is forwarded as soon as it arrives.
-  const auto base = static_cast<std::size_t>(n - 1);
-  std::vector<std::vector<Request>> gather(static_cast<std::size_t>(n - 1));
-  for (int s = 0; s < n - 1; ++s) {
-    const auto in = chunk(r - s);
-    for (std::size_t k = 0; k < piecesOf(in.size()); ++k)
-      gather[static_cast<std::size_t>(s)].push_back(
-          transport.irecvOf<T>(left, tagOf(base + static_cast<std::size_t>(s), k), piece(in, k)));
-  }
-  sendChunk(chunk(r + 1), base);
-  for (int s = 0; s < n - 1; ++s) {
-    const auto in = chunk(r - s);
-    for (std::size_t k = 0; k < piecesOf(in.size()); ++k) {
-      auto& req = gather[static_cast<std::size_t>(s)][k];
-      req.wait(options.timeoutSeconds);
-      auto got = piece(in, k);
-      expectBytes<T>(req, got.size_bytes(), left);
-      if (s + 1 < n - 1)
-        sends.push_back(transport.isendOf<T>(right, tagOf(base + static_cast<std::size_t>(s) + 1, k),
-                                             std::span<const T>(got)));
-    }
-  }
-  waitAll(sends, options.timeoutSeconds);
+template <typename T>
+void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOptions& options) {
+  if (transport.worldSize() == 1 || data.empty()) return;
+  Ring<T>(transport, data, ReduceOp::kSum, options, -1).allgather();
 }
 
 template <typename T>
@@ -313,6 +368,12 @@ template void recursiveDoublingAllreduce<float>(Transport&, std::span<float>, Re
                                                 const CollectiveOptions&);
 template void recursiveDoublingAllreduce<double>(Transport&, std::span<double>, ReduceOp,
                                                  const CollectiveOptions&);
+template std::span<float> ringReduceScatter<float>(Transport&, std::span<float>, ReduceOp,
+                                                   const CollectiveOptions&);
+template std::span<double> ringReduceScatter<double>(Transport&, std::span<double>, ReduceOp,
+                                                     const CollectiveOptions&);
+template void ringAllgather<float>(Transport&, std::span<float>, const CollectiveOptions&);
+template void ringAllgather<double>(Transport&, std::span<double>, const CollectiveOptions&);
 template void ringAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
 template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
 template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);

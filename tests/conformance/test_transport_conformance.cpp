@@ -481,3 +481,33 @@ TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") 
   CHECK(parseAllreduceAlgorithm("recursive_doubling") == AllreduceAlgorithm::kRecursiveDoubling);
   CHECK_THROWS_AS(parseAllreduceAlgorithm("butterfly"), InvalidArgument);
 }
+
+TEST_CASE("ring reduce-scatter leaves rank r the reduced chunk r, and allgather completes it",
+          "[collectives]") {
+  for (int n : {1, 2, 3, 5, 8}) {
+    Group g = Inproc::make(n);
+    for (std::size_t len : {0, 1, 4, 7, 1001}) {
+      std::vector<std::vector<double>> data(static_cast<std::size_t>(n), std::vector<double>(len));
+      std::vector<double> sum(len, 0.0);
+      for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < len; ++i) {
+          data[static_cast<std::size_t>(r)][i] = static_cast<double>((r + 1) * (i % 13));
+          sum[i] += data[static_cast<std::size_t>(r)][i];
+        }
+      onEveryRank(n, [&](int r) {
+        auto& d = data[static_cast<std::size_t>(r)];
+        auto mine = ringReduceScatter<double>(*g[static_cast<std::size_t>(r)], d, ReduceOp::kSum,
+                                              CollectiveOptions{len * 2, kTimeout});
+        const auto [b, e] = chunkRange(len, n, r);
+        REQUIRE(mine.data() == d.data() + b);
+        REQUIRE(mine.size() == e - b);
+        for (std::size_t i = b; i < e; ++i) REQUIRE(d[i] == sum[i]);
+        // Poison the other chunks: the allgather must overwrite them.
+        for (std::size_t i = 0; i < len; ++i)
+          if (i < b || i >= e) d[i] = -1;
+        ringAllgather<double>(*g[static_cast<std::size_t>(r)], d, CollectiveOptions{len * 2 + 1, kTimeout});
+      });
+      for (int r = 0; r < n; ++r) REQUIRE(data[static_cast<std::size_t>(r)] == sum);
+    }
+  }
+}

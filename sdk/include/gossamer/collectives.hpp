@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "gossamer/transport.hpp"
 
@@ -71,6 +72,25 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
 ///         wrong length), InvalidArgument.
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
+
+/// Chunk `i` of a vector of `length` elements cut into `n` chunks whose lengths
+/// differ by at most one (the first length % n chunks are one longer): the
+/// element range [first, second). @throws InvalidArgument for i outside [0, n).
+std::pair<std::size_t, std::size_t> chunkRange(std::size_t length, int n, int i);
+
+/// Ring reduce-scatter (the first half of ringAllreduce), in place: on return
+/// rank r's chunk r (see chunkRange) holds the reduction over all ranks and is
+/// returned; the other chunks of `data` hold partial results. N-1 steps,
+/// (N-1)/N of the vector sent per rank. @throws as ringAllreduce.
+template <typename T>
+std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp op,
+                               const CollectiveOptions& options);
+
+/// Ring allgather (the second half of ringAllreduce), in place: on entry rank
+/// r's chunk r of `data` is valid; on return every chunk is, on every rank.
+/// @throws as ringAllreduce.
+template <typename T>
+void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOptions& options);
 
 /// Binomial-tree broadcast of `data` (L elements, same L on every rank) from
 /// `root`: ceil(log2 N) rounds. @throws as ringAllreduce.
