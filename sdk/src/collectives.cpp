@@ -266,10 +266,19 @@ void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const Colle
   if (algorithm == AllreduceAlgorithm::kAuto)
     algorithm = data.size_bytes() <= options.smallMessageBytes ? AllreduceAlgorithm::kRecursiveDoubling
                                                                : AllreduceAlgorithm::kRing;
-  if (algorithm == AllreduceAlgorithm::kRecursiveDoubling)
-    recursiveDoublingAllreduce(transport, data, op, options);
-  else
-    ringAllreduce(transport, data, op, options);
+  switch (algorithm) {
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return recursiveDoublingAllreduce(transport, data, op, options);
+    case AllreduceAlgorithm::kTorus2d:
+      return torus2dAllreduce(transport, data, op, options);
+    case AllreduceAlgorithm::kHierarchical:
+      return hierarchicalAllreduce(transport, data, op, options);
+    case AllreduceAlgorithm::kTga2d:
+      return tga2dAllreduce(transport, data, op, options);
+    case AllreduceAlgorithm::kAuto:
+    case AllreduceAlgorithm::kRing:
+      return ringAllreduce(transport, data, op, options);
+  }
 }
 
 template <typename T>
@@ -285,7 +294,11 @@ AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name) {
   if (name == "auto") return AllreduceAlgorithm::kAuto;
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
-  throw InvalidArgument("unknown allreduce algorithm '" + name + "' (auto, ring, recursive_doubling)");
+  if (name == "torus2d") return AllreduceAlgorithm::kTorus2d;
+  if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
+  if (name == "tga2d") return AllreduceAlgorithm::kTga2d;
+  throw InvalidArgument("unknown allreduce algorithm '" + name +
+                        "' (auto, ring, recursive_doubling, torus2d, hierarchical, tga2d)");
 }
 
 const char* toString(AllreduceAlgorithm a) {
@@ -296,6 +309,12 @@ const char* toString(AllreduceAlgorithm a) {
       return "ring";
     case AllreduceAlgorithm::kRecursiveDoubling:
       return "recursive_doubling";
+    case AllreduceAlgorithm::kTorus2d:
+      return "torus2d";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hierarchical";
+    case AllreduceAlgorithm::kTga2d:
+      return "tga2d";
   }
   return "unknown";
 }

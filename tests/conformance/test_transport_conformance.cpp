@@ -390,7 +390,7 @@ namespace {
 // Runs `algorithm` on every rank of `g` with integer-valued doubles (exact
 // sums) and checks sum / max / average against a float64 reference.
 void checkAllreduce(Group& g, AllreduceAlgorithm algorithm, std::size_t len, std::size_t chunkBytes,
-                    std::uint64_t seq) {
+                    std::uint64_t seq, int groupSize = 0, int torusRows = 0) {
   const int n = static_cast<int>(g.size());
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAverage}) {
     std::vector<std::vector<double>> data(static_cast<std::size_t>(n), std::vector<double>(len));
@@ -405,6 +405,8 @@ void checkAllreduce(Group& g, AllreduceAlgorithm algorithm, std::size_t len, std
       }
     }
     CollectiveOptions o{seq * 4 + static_cast<std::uint64_t>(op), kTimeout, algorithm, chunkBytes};
+    o.groupSize = groupSize;
+    o.torusRows = torusRows;
     onEveryRank(n, [&](int r) {
       allreduce<double>(*g[static_cast<std::size_t>(r)], std::span<double>(data[static_cast<std::size_t>(r)]),
                         op, o);
@@ -438,6 +440,19 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
            {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kAuto})
         checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq);
     }
+    // Grids and groups that divide N and that do not.
+    for (std::size_t len : {0, 1, 2, 7, 1000}) {
+      checkAllreduce(g, AllreduceAlgorithm::kTorus2d, len, std::size_t{1} << 20, ++seq);
+      for (int groupSize : {0, 2, 3, 5})
+        for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
+          checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq, groupSize);
+    }
+    for (int rows = 1; rows <= n; ++rows)
+      if (n % rows == 0) checkAllreduce(g, AllreduceAlgorithm::kTorus2d, 1001, 256, ++seq, 0, rows);
+    if (n % 5 == 1)
+      for (auto a :
+           {AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
+        checkAllreduce(g, a, 1000003, std::size_t{1} << 20, ++seq, 4);
     // Pipelining with tiny pieces, and the clamp on the number of pieces per chunk.
     checkAllreduce(g, AllreduceAlgorithm::kRing, 1000, 64, ++seq);
     if (n == 3) checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, 8, ++seq);
@@ -450,8 +465,10 @@ TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for wor
   for (int n = 2; n <= 8; ++n) {
     Group g = ZmqTcp::make(n);
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
-      for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling})
-        checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq);
+      for (auto a :
+           {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
+            AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
+        checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq, 2);
     }
     if (n == 4 || n == 7) {
       checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, std::size_t{1} << 20, ++seq);
@@ -479,6 +496,7 @@ TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") 
                                    CollectiveOptions{6, kTimeout}),
                   InvalidArgument);
   CHECK(parseAllreduceAlgorithm("recursive_doubling") == AllreduceAlgorithm::kRecursiveDoubling);
+  CHECK(parseAllreduceAlgorithm("tga2d") == AllreduceAlgorithm::kTga2d);
   CHECK_THROWS_AS(parseAllreduceAlgorithm("butterfly"), InvalidArgument);
 }
 

@@ -15,9 +15,10 @@ namespace gossamer {
 enum class ReduceOp { kSum, kAverage, kMax };
 
 /// Allreduce algorithms. kAuto picks by message size (see allreduce()).
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHierarchical, kTga2d };
 
-/// Parses "auto", "ring", "recursive_doubling". @throws InvalidArgument.
+/// Parses "auto", "ring", "recursive_doubling", "torus2d", "hierarchical",
+/// "tga2d". @throws InvalidArgument.
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
 
@@ -34,6 +35,12 @@ struct CollectiveOptions {
   /// kAuto: vectors of at most this many bytes use recursive doubling
   /// (log2 N latency-bound rounds), larger ones the bandwidth-optimal ring.
   std::size_t smallMessageBytes = std::size_t{64} << 10;
+  /// kTorus2d: rows of the rank grid (0 = the largest divisor of N that is at
+  /// most sqrt(N); a prime N degenerates to one row, i.e. a ring).
+  int torusRows = 0;
+  /// kHierarchical, kTga2d: ranks per group (consecutive ranks; the last group
+  /// may be smaller; 0 = the largest divisor of N at most sqrt(N)).
+  int groupSize = 0;
 };
 
 /// Allreduce of `data` (L elements, the same L on every rank), in place, with
@@ -72,6 +79,31 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
 ///         wrong length), InvalidArgument.
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
+
+/// 2D-torus allreduce (paper 000_a4345579c41fcb1d.txt, Sec. 2.2): ranks in an
+/// R x C grid (rank = row * C + col); a ring reduce-scatter along each row,
+/// a ring allreduce of the owned 1/C chunk along each column, and a ring
+/// allgather along the row. Per rank: 2(C-1)/C + 2(R-1)/(RC) of the vector
+/// sent, in 2(C-1) + 2(R-1) steps. Must run on a top-level transport (it
+/// builds SubTransport views). @throws as ringAllreduce; InvalidArgument if
+/// options.torusRows does not divide N.
+template <typename T>
+void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
+
+/// Hierarchical allreduce (paper 000, Sec. 2.3): binomial reduce inside each
+/// group to its leader (lowest rank), ring allreduce among the leaders, then
+/// binomial broadcast inside each group. @throws as torus2dAllreduce.
+template <typename T>
+void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
+                           const CollectiveOptions& options);
+
+/// 2D-TGA, two-dimensional torus grouping allreduce (paper 000, Algorithm 1):
+/// ring allreduce inside each group; the L leaders, in a sqrt(L) x sqrt(L)
+/// grid (or the nearest R x C with R C = L), run reduce-scatter along rows,
+/// the segmented ring along columns and allgather along rows (the 2D torus
+/// above); then each leader broadcasts to its group. @throws as torus2dAllreduce.
+template <typename T>
+void tga2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
 
 /// Chunk `i` of a vector of `length` elements cut into `n` chunks whose lengths
 /// differ by at most one (the first length % n chunks are one longer): the
