@@ -22,10 +22,26 @@ enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHie
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
 
+/// Alpha-beta(-gamma) cost model of one point-to-point message of B bytes:
+/// alpha + B * beta on the wire, plus B * gamma to reduce it (paper 000,
+/// Table 1-2). Defaults are typical of ZeroMQ over loopback on a small
+/// machine; Communicator::calibrate measures them.
+struct CostModel {
+  double alphaSeconds = 50e-6;           ///< Per-message latency, seconds.
+  double betaSecondsPerByte = 1e-9;      ///< Inverse bandwidth, seconds per byte.
+  double gammaSecondsPerByte = 0.25e-9;  ///< Reduction cost, seconds per byte.
+};
+
 /// Options shared by the collectives. Every rank of a collective must pass the
 /// same `sequence` and algorithm settings: the sequence keeps the messages of
 /// successive calls apart (the Communicator below numbers them for you).
 struct CollectiveOptions {
+  CollectiveOptions() = default;
+  /// The common fields first; the others keep their defaults.
+  CollectiveOptions(std::uint64_t seq, double timeout, AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto,
+                    std::size_t chunk = std::size_t{1} << 20)
+      : sequence(seq), timeoutSeconds(timeout), algorithm(algo), chunkBytes(chunk) {}
+
   std::uint64_t sequence = 0;    ///< Distinct per call, same on all ranks (< 2^40).
   double timeoutSeconds = 30.0;  ///< Bound on each wait inside the collective.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
@@ -41,7 +57,23 @@ struct CollectiveOptions {
   /// kHierarchical, kTga2d: ranks per group (consecutive ranks; the last group
   /// may be smaller; 0 = the largest divisor of N at most sqrt(N)).
   int groupSize = 0;
+  /// kAuto with useCostModel: the algorithm with the lowest predicted time
+  /// (predictAllreduceSeconds) among ring, recursive doubling, 2D torus,
+  /// hierarchical and 2D-TGA; otherwise the smallMessageBytes threshold.
+  bool useCostModel = false;
+  CostModel model;
 };
+
+/// Predicted seconds of one allreduce of `bytes` over `worldSize` ranks with
+/// `algorithm` under `options.model` (alpha-beta-gamma; paper 000, Table 2;
+/// pipelined ring pieces counted as messages). kAuto predicts the algorithm
+/// chooseAllreduce picks.
+double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int worldSize,
+                               const CollectiveOptions& options);
+
+/// The algorithm kAuto runs for `bytes` over `worldSize` ranks. Deterministic:
+/// every rank picks the same one given the same options.
+AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options);
 
 /// Allreduce of `data` (L elements, the same L on every rank), in place, with
 /// the algorithm in `options` (kAuto: recursive doubling up to
@@ -160,6 +192,11 @@ class Communicator {
   void broadcast(std::span<double> data, int root);
   /// Reduce to `root`; see reduce.
   void reduce(std::span<float> data, int root, ReduceOp op = ReduceOp::kSum);
+  /// Measures the cost model between ranks 0 and 1 (ping-pong: `reps` one-byte
+  /// round trips for alpha, 4 MiB ones for beta; gamma from a local reduction)
+  /// and broadcasts rank 0's numbers, so every rank holds the same model. The
+  /// model is also stored in this communicator's options. Collective.
+  CostModel calibrate(int reps = 20);
   /// Returns once every rank has entered the barrier (dissemination barrier:
   /// ceil(log2 N) rounds of one-byte messages).
   void barrier();
