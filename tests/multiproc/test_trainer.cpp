@@ -101,8 +101,11 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   }
   const double timeout = 5.0;
   const int n = 3;
+  // Gossip, and an allreduce every step (the peer dies in the middle of one).
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
+  INFO("algorithm " << algorithm);
   TempDir dir;
-  writeFile(dir / "long.yaml", smallConfig("zmq", "crossover_sgd", n, 500, timeout));
+  writeFile(dir / "long.yaml", smallConfig("zmq", algorithm, n, 500, timeout));
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r)
     pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "long.yaml", "--rank", std::to_string(r),
