@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/hips.hpp"
 
 namespace gossamer {
 
@@ -308,6 +309,14 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
       // row reduce-scatter + allgather = a ring over C; column ring on B / C.
       return ringCost(b, cols, o) + ringCost(b / cols, rows, o);
     }
+    case AllreduceAlgorithm::kHips: {  // ring stages over the prime factors, portions shrinking
+      double t = 0, portion = b;
+      for (int k : hipsAutoLevels(n)) {
+        t += ringCost(portion, k, o);
+        portion /= k;
+      }
+      return t;
+    }
     case AllreduceAlgorithm::kHierarchical:
     case AllreduceAlgorithm::kTga2d: {
       const int g = o.groupSize > 0 ? std::min(o.groupSize, n) : squarest(n);
@@ -352,6 +361,8 @@ void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const Colle
       return hierarchicalAllreduce(transport, data, op, options);
     case AllreduceAlgorithm::kTga2d:
       return tga2dAllreduce(transport, data, op, options);
+    case AllreduceAlgorithm::kHips:
+      return hipsAllreduce(transport, data, op, options, HipsOptions{});
     case AllreduceAlgorithm::kAuto:
     case AllreduceAlgorithm::kRing:
       return ringAllreduce(transport, data, op, options);
@@ -374,8 +385,9 @@ AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name) {
   if (name == "torus2d") return AllreduceAlgorithm::kTorus2d;
   if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
   if (name == "tga2d") return AllreduceAlgorithm::kTga2d;
+  if (name == "hips") return AllreduceAlgorithm::kHips;
   throw InvalidArgument("unknown allreduce algorithm '" + name +
-                        "' (auto, ring, recursive_doubling, torus2d, hierarchical, tga2d)");
+                        "' (auto, ring, recursive_doubling, torus2d, hierarchical, tga2d, hips)");
 }
 
 const char* toString(AllreduceAlgorithm a) {
@@ -392,6 +404,8 @@ const char* toString(AllreduceAlgorithm a) {
       return "hierarchical";
     case AllreduceAlgorithm::kTga2d:
       return "tga2d";
+    case AllreduceAlgorithm::kHips:
+      return "hips";
   }
   return "unknown";
 }

@@ -443,6 +443,7 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
     // Grids and groups that divide N and that do not.
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
       checkAllreduce(g, AllreduceAlgorithm::kTorus2d, len, std::size_t{1} << 20, ++seq);
+      checkAllreduce(g, AllreduceAlgorithm::kHips, len, std::size_t{1} << 20, ++seq);
       for (int groupSize : {0, 2, 3, 5})
         for (auto a : {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
           checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq, groupSize);
@@ -497,6 +498,7 @@ TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") 
                   InvalidArgument);
   CHECK(parseAllreduceAlgorithm("recursive_doubling") == AllreduceAlgorithm::kRecursiveDoubling);
   CHECK(parseAllreduceAlgorithm("tga2d") == AllreduceAlgorithm::kTga2d);
+  CHECK(parseAllreduceAlgorithm("hips") == AllreduceAlgorithm::kHips);
   CHECK_THROWS_AS(parseAllreduceAlgorithm("butterfly"), InvalidArgument);
 }
 

@@ -15,10 +15,11 @@ namespace gossamer {
 enum class ReduceOp { kSum, kAverage, kMax };
 
 /// Allreduce algorithms. kAuto picks by message size (see allreduce()).
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHierarchical, kTga2d };
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHierarchical, kTga2d, kHips };
 
 /// Parses "auto", "ring", "recursive_doubling", "torus2d", "hierarchical",
-/// "tga2d". @throws InvalidArgument.
+/// "tga2d", "hips" (HiPS with automatic levels and ring stages; see hips.hpp
+/// for the other options). @throws InvalidArgument.
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
 
