@@ -74,6 +74,18 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   impl_->topology = makeTopology(impl_->config);
   impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
   impl_->communicator = std::make_unique<Communicator>(*impl_->transport, config.transport.timeoutSeconds);
+  const auto& cc = config.collectives;
+  CollectiveOptions co;
+  co.algorithm = parseAllreduceAlgorithm(cc.allreduce);
+  co.chunkBytes = static_cast<std::size_t>(cc.chunkBytes);
+  co.smallMessageBytes = static_cast<std::size_t>(cc.smallMessageBytes);
+  co.groupSize = cc.groupSize;
+  co.torusRows = cc.torusRows;
+  co.useCostModel = cc.costModel;
+  co.model.alphaSeconds = cc.alphaSeconds;
+  co.model.betaSecondsPerByte = cc.betaSecondsPerByte;
+  impl_->communicator->setOptions(co);
+  if (cc.calibrate) impl_->communicator->calibrate();
 }
 
 Agent::~Agent() {

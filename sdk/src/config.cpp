@@ -47,6 +47,8 @@ constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring"
 constexpr std::array<std::string_view, 4> kAlgorithmNames{"crossover_sgd", "allreduce_sgd", "sgp",
                                                           "hierarchical"};
 constexpr std::array<std::string_view, 3> kModes{"sync", "overlap", "async"};
+constexpr std::array<std::string_view, 7> kAllreduceNames{
+    "auto", "ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips"};
 constexpr std::array<std::string_view, 2> kInterAlgorithms{"crossover_sgd", "sgp"};
 constexpr std::array<std::string_view, 2> kModelKinds{"mlp", "softmax"};
 constexpr std::array<std::string_view, 2> kPartitions{"iid", "non_iid"};
@@ -225,6 +227,24 @@ const std::vector<Section>& schema() {
            RealField{"straggler_delay_seconds",
                      [](Config& c) -> double& { return c.training.stragglerDelaySeconds; },
                      {0.0, true, kInf, false}},
+       }},
+      {"collectives",
+       {
+           TextField{"allreduce", [](Config& c) -> std::string& { return c.collectives.allreduce; },
+                     kAllreduceNames},
+           IntField{"chunk_bytes", [](Config& c) -> int& { return c.collectives.chunkBytes; }, 1, kIntMax},
+           IntField{"small_message_bytes", [](Config& c) -> int& { return c.collectives.smallMessageBytes; },
+                    0, kIntMax},
+           IntField{"group_size", [](Config& c) -> int& { return c.collectives.groupSize; }, 0, kMaxRank + 1},
+           IntField{"torus_rows", [](Config& c) -> int& { return c.collectives.torusRows; }, 0, kMaxRank + 1},
+           BoolField{"cost_model", [](Config& c) -> bool& { return c.collectives.costModel; }},
+           RealField{"alpha_seconds",
+                     [](Config& c) -> double& { return c.collectives.alphaSeconds; },
+                     {0.0, true, 1.0, true}},
+           RealField{"beta_seconds_per_byte",
+                     [](Config& c) -> double& { return c.collectives.betaSecondsPerByte; },
+                     {0.0, true, 1.0, true}},
+           BoolField{"calibrate", [](Config& c) -> bool& { return c.collectives.calibrate; }},
        }},
   };
   return kSchema;
@@ -572,10 +592,17 @@ std::optional<Issue> ruleStraggler(const Config& c) {
                                               rankRangeText(c.worldSize) + "; -1 means no straggler)"};
 }
 
+std::optional<Issue> ruleTorusRows(const Config& c) {
+  const int rows = c.collectives.torusRows;
+  if (rows == 0 || c.worldSize % rows == 0) return std::nullopt;
+  return Issue{"collectives.torus_rows", std::to_string(rows) + " rows do not divide world_size " +
+                                             std::to_string(c.worldSize) + " (0 chooses a divisor)"};
+}
+
 using Rule = std::optional<Issue> (*)(const Config&);
 
-constexpr std::array<Rule, 5> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges, ruleGroups,
-                                     ruleStraggler};
+constexpr std::array<Rule, 6> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges, ruleGroups,
+                                     ruleStraggler,          ruleTorusRows};
 
 /// The first broken rule, if any.
 std::optional<Issue> checkRules(const Config& c) {

@@ -230,3 +230,44 @@ TEST_CASE("stores publish keys and time out on missing ones", "[store]") {
   }
   std::filesystem::remove_all(tmpl);
 }
+
+TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[agent][config]") {
+  const Config parsed = parseConfig(
+      "world_size: 6\ntransport:\n  kind: inproc\ncollectives:\n  allreduce: tga2d\n  group_size: 3\n"
+      "  chunk_bytes: 64\n  cost_model: true\n  alpha_seconds: 0.0001\n",
+      "collectives.yaml");
+  CHECK(parsed.collectives.allreduce == "tga2d");
+  CHECK(parsed.collectives.groupSize == 3);
+  CHECK(parsed.collectives.chunkBytes == 64);
+  CHECK(parsed.collectives.costModel);
+  CHECK(parsed.collectives.alphaSeconds == 0.0001);
+  try {
+    parseConfig("world_size: 6\ncollectives:\n  torus_rows: 4\n", "bad.yaml");
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "collectives.torus_rows");
+    CHECK(e.line() == 3);
+  }
+  CHECK_THROWS_AS(parseConfig("collectives:\n  allreduce: butterfly\n", "bad.yaml"), ConfigError);
+  for (const std::string algorithm : {"tga2d", "torus2d", "hips", "hierarchical", "recursive_doubling"}) {
+    Config c = parsed;
+    c.collectives.allreduce = algorithm;
+    auto fabric = inproc::makeFabric(6);
+    Registry reg;
+    inproc::registerWith(reg, fabric);
+    topologies::registerBuiltins(reg);
+    optimizers::registerBuiltins(reg);
+    MemoryStore store;
+    std::vector<std::vector<float>> v(6, std::vector<float>(1000));
+    onEveryRank(6, [&](int r) {
+      Agent agent(c, r, store, reg);
+      for (std::size_t i = 0; i < 1000; ++i) v[static_cast<std::size_t>(r)][i] = static_cast<float>(r + i);
+      agent.average(v[static_cast<std::size_t>(r)]);
+      agent.close();
+    });
+    INFO(algorithm);
+    for (int r = 0; r < 6; ++r)
+      for (std::size_t i = 0; i < 1000; ++i)
+        REQUIRE(v[static_cast<std::size_t>(r)][i] == Approx(2.5 + static_cast<double>(i)));
+  }
+}

@@ -81,6 +81,22 @@ struct TrainingConfig {
   double stragglerDelaySeconds = 0.0;  ///< >= 0.
 };
 
+/// `collectives:` section: how the synchronous collectives run (the
+/// Communicator's options; see gossamer/collectives.hpp).
+struct CollectivesConfig {
+  /// "auto", "ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips".
+  std::string allreduce = "auto";
+  int chunkBytes = 1 << 20;  ///< Ring pipelining piece, bytes (>= 1).
+  int smallMessageBytes =
+      64 << 10;                 ///< auto without cost model: recursive doubling up to this, bytes (>= 0).
+  int groupSize = 0;            ///< hierarchical / tga2d ranks per group (0 = about sqrt(N)).
+  int torusRows = 0;            ///< torus2d grid rows (0 = about sqrt(N); must divide N).
+  bool costModel = false;       ///< auto picks by the alpha-beta-gamma model.
+  double alphaSeconds = 50e-6;  ///< Model: per-message latency, seconds (>= 0).
+  double betaSecondsPerByte = 1e-9;  ///< Model: inverse bandwidth, seconds per byte (>= 0).
+  bool calibrate = false;            ///< Measure alpha and beta when the Agent starts.
+};
+
 /// A whole run: what every peer of one job agrees on.
 struct Config {
   std::string sourceFile;   ///< File the config was read from ("" when built in code).
@@ -92,6 +108,7 @@ struct Config {
   ModelConfig model;
   DataConfig data;
   TrainingConfig training;
+  CollectivesConfig collectives;
 };
 
 /// Reads and validates a YAML config file.
