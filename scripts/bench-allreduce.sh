@@ -5,14 +5,17 @@
 # machine. Float32 sum; time per call = median over repetitions of the slowest
 # rank, after warm-up; algbw and busbw as nccl-tests define them (GB/s).
 # For each world size and each size the runs are interleaved (ours over tcp and
-# ipc, MPI tcp, MPI shared memory), so a change in machine load hits all alike.
+# ipc, MPI tcp, MPI shared memory), so a change in machine load hits all alike;
+# with --rounds R the whole sequence is repeated R times and each measurement
+# reported is the one with the median time over the rounds.
 # Prints one table per world size with the ratios ours/MPI, and writes
 # results/bench-allreduce.json. See docs/allreduce.md.
 #
-#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); ~10 min
-#   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; under a minute
+#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 1 round
+#   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring  --protocols tcp,ipc
-#          --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi  --json PATH
+#          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
+#          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,9 +30,11 @@ reps="200"
 use_mpi=1
 json="results/bench-allreduce.json"
 quick=0
+rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.5" ;;
+    --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3 ;;
+    --rounds) rounds="$2"; shift ;;
     --world-sizes) world_sizes="$2"; shift ;;
     --sizes) sizes="$2"; shift ;;
     --algorithms|--algorithm) algorithms="$2"; shift ;;
@@ -38,7 +43,7 @@ while [ $# -gt 0 ]; do
     --reps) reps="$2"; shift ;;
     --no-mpi) use_mpi=0 ;;
     --json) json="$2"; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -127,6 +132,16 @@ if mode == "progress":
     sys.exit(0)
 
 out, rs = args[0], load(args[1:])
+# Several rounds: keep, per measurement, the round with the median time.
+groups = {}
+for r in rs:
+    groups.setdefault((r["impl"], r["algorithm"], r["transport"], r["world_size"], r["bytes"]), []).append(r)
+rs = []
+for g in groups.values():
+    g.sort(key=lambda r: r["seconds"])
+    m = dict(g[(len(g) - 1) // 2])
+    m["rounds"] = len(g)
+    rs.append(m)
 rs.sort(key=lambda r: (r["world_size"], r["bytes"], r["impl"] != "gossamer", r["algorithm"], r["transport"]))
 with open(out, "w") as f:
     json.dump(rs, f, indent=2)
@@ -152,31 +167,43 @@ print("\nwrote %s (%d measurements)" % (out, len(rs)))
 PY
 }
 
+# measure ROUND N BYTES: ours (every protocol and algorithm), then MPI over
+# tcp, then MPI over shared memory; one progress line.
+measure() {
+  local round=$1 n=$2 b=$3 f t step=()
+  f="$tmp/ours-$round-$n-$b.json"
+  "$build/bench/allreduce" --world-size "$n" --sizes "$b" --protocols "$protocols" --algorithm "$algorithms" \
+    --reps "$reps" --budget "$budget" --json "$f" --quiet
+  step+=("$f")
+  if [ "$use_mpi" = 1 ]; then
+    for t in tcp sm; do
+      f="$tmp/mpi-$round-$t-$n-$b.jsonl"
+      local btl=()
+      [ "$t" = tcp ] && btl=(--mca pml ob1 --mca btl "self,tcp")
+      mpirun "${mpirun_args[@]}" "${btl[@]}" -np "$n" "$build/bench/mpi_allreduce" --sizes "$b" \
+        --reps "$reps" --budget "$budget" --transport "$t" >"$f"
+      if ! grep -q '^{' "$f"; then
+        echo "bench-allreduce: mpi_allreduce ($t, $n processes, $b bytes) printed no result" >&2
+        exit 1
+      fi
+      step+=("$f")
+    done
+  fi
+  report progress "${step[@]}"
+  files+=("${step[@]}")
+}
+
 IFS=, read -r -a ns <<<"$world_sizes"
 IFS=, read -r -a byte_sizes <<<"$sizes"
 files=()
 start=$(date +%s)
-for n in "${ns[@]}"; do
-  echo "== $n processes: $algorithms over zmq $protocols$([ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")"
-  for b in "${byte_sizes[@]}"; do
-    step=()
-    f="$tmp/ours-$n-$b.json"
-    "$build/bench/allreduce" --world-size "$n" --sizes "$b" --protocols "$protocols" --algorithm "$algorithms" \
-      --reps "$reps" --budget "$budget" --json "$f" --quiet
-    step+=("$f")
-    if [ "$use_mpi" = 1 ]; then
-      for t in tcp sm; do
-        f="$tmp/mpi-$t-$n-$b.jsonl"
-        btl=()
-        [ "$t" = tcp ] && btl=(--mca pml ob1 --mca btl self,tcp)
-        mpirun "${mpirun_args[@]}" "${btl[@]}" -np "$n" "$build/bench/mpi_allreduce" --sizes "$b" \
-          --reps "$reps" --budget "$budget" --transport "$t" >"$f"
-        grep -q '^{' "$f" || { echo "bench-allreduce: mpi_allreduce ($t, $n processes, $b bytes) printed no result" >&2; exit 1; }
-        step+=("$f")
-      done
-    fi
-    report progress "${step[@]}"
-    files+=("${step[@]}")
+for ((round = 1; round <= rounds; ++round)); do
+  for n in "${ns[@]}"; do
+    echo "== round $round/$rounds, $n processes: $algorithms over zmq $protocols$(
+      [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")"
+    for b in "${byte_sizes[@]}"; do
+      measure "$round" "$n" "$b"
+    done
   done
 done
 mkdir -p "$(dirname "$json")"

@@ -576,3 +576,38 @@ TEST_CASE("the cost model predicts, auto picks the cheapest, and calibration agr
   CHECK(models[0].alphaSeconds < 0.1);
   CHECK(models[0].betaSecondsPerByte > 0);
 }
+
+TEST_CASE("alltoallv delivers every rank's personalised parts, empty ones included", "[collectives]") {
+  for (int n : {1, 2, 3, 5, 8}) {
+    Group g = Inproc::make(n);
+    // Rank r sends (r + 2 j) % 4 elements to rank j, each encoding (r, j, k).
+    auto count = [](int from, int to) { return static_cast<std::size_t>((from + 2 * to) % 4); };
+    std::vector<std::vector<std::int64_t>> got(static_cast<std::size_t>(n));
+    onEveryRank(n, [&](int r) {
+      std::vector<std::size_t> sc, rc;
+      std::vector<std::int64_t> send;
+      for (int j = 0; j < n; ++j) {
+        sc.push_back(count(r, j));
+        rc.push_back(count(j, r));
+        for (std::size_t k = 0; k < count(r, j); ++k)
+          send.push_back(r * 10000 + j * 100 + static_cast<int>(k));
+      }
+      auto& recv = got[static_cast<std::size_t>(r)];
+      recv.resize(std::accumulate(rc.begin(), rc.end(), std::size_t{0}));
+      alltoallv<std::int64_t>(*g[static_cast<std::size_t>(r)], send, sc, recv, rc,
+                              CollectiveOptions{42, kTimeout});
+      std::vector<std::size_t> bad = sc;
+      bad[0] += 1;
+      CHECK_THROWS_AS(alltoallv<std::int64_t>(*g[static_cast<std::size_t>(r)], send, bad, recv, rc,
+                                              CollectiveOptions{43, kTimeout}),
+                      InvalidArgument);
+    });
+    for (int r = 0; r < n; ++r) {
+      std::vector<std::int64_t> want;
+      for (int j = 0; j < n; ++j)
+        for (std::size_t k = 0; k < count(j, r); ++k)
+          want.push_back(j * 10000 + r * 100 + static_cast<int>(k));
+      CHECK(got[static_cast<std::size_t>(r)] == want);
+    }
+  }
+}

@@ -157,6 +157,18 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
 template <typename T>
 void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOptions& options);
 
+/// Personalised all-to-all with variable counts (MPI_Alltoallv): rank r sends
+/// sendCounts[j] elements to rank j, taken consecutively from `send` in rank
+/// order, and receives recvCounts[j] elements from rank j into `recv`, also
+/// consecutively in rank order. Every pair exchanges directly (one message per
+/// non-empty pair, all posted at once); the part for itself is copied.
+/// @throws InvalidArgument if the counts do not have N entries or do not add
+///         up to the buffer lengths; ProtocolError if a peer sends a count
+///         other than the one expected; TimeoutError, PeerFailure.
+template <typename T>
+void alltoallv(Transport& transport, std::span<const T> send, std::span<const std::size_t> sendCounts,
+               std::span<T> recv, std::span<const std::size_t> recvCounts, const CollectiveOptions& options);
+
 /// Binomial-tree broadcast of `data` (L elements, same L on every rank) from
 /// `root`: ceil(log2 N) rounds. @throws as ringAllreduce.
 template <typename T>
