@@ -11,9 +11,10 @@
 # Prints one table per world size with the ratios ours/MPI, and writes
 # results/bench-allreduce.json. See docs/allreduce.md.
 #
-#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 1 round
+#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
-# Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring  --protocols tcp,ipc
+# Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
+#          --protocols tcp,ipc
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
 #          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
@@ -30,7 +31,7 @@ reps="200"
 use_mpi=1
 json="results/bench-allreduce.json"
 quick=0
-rounds=1
+rounds=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3 ;;
@@ -153,15 +154,19 @@ for n in sorted({r["world_size"] for r in rs}):
               if not k.startswith("mpi/") and PEER.get(k.split("/")[1]) in cols]
     print("\n== %d processes: time per call (median over repetitions of the slowest rank) and busbw (GB/s);" % n)
     print("   ratio = MPI time / our time = our busbw / MPI busbw (1.00x: as fast as MPI, above: faster)")
-    print("%-9s" % "size" + "".join("%22s" % k for k in cols) + "".join("%18s" % (a + " vs " + b.split("/")[1]) for a, b in ratios))
+    cw = {k: max(22, len(k) + 2) for k in cols}
+    rlabels = [a + " vs " + b.split("/")[1] for a, b in ratios]
+    rw = [max(18, len(l) + 2) for l in rlabels]
+    print("%-9s" % "size" + "".join("%*s" % (cw[k], k) for k in cols)
+          + "".join("%*s" % (w, l) for w, l in zip(rw, rlabels)))
     for b in sorted({b for b, _ in at}):
         line = "%-9s" % size(b)
         for k in cols:
             r = at.get((b, k))
-            line += "%22s" % ("%s %7.3f" % (dur(r["seconds"]), r["busbw"]) if r else "-")
-        for a, m in ratios:
+            line += "%*s" % (cw[k], "%s %7.3f" % (dur(r["seconds"]), r["busbw"]) if r else "-")
+        for w, (a, m) in zip(rw, ratios):
             ra, rm = at.get((b, a)), at.get((b, m))
-            line += "%18s" % ("%.2fx" % (rm["seconds"] / ra["seconds"]) if ra and rm else "-")
+            line += "%*s" % (w, "%.2fx" % (rm["seconds"] / ra["seconds"]) if ra and rm else "-")
         print(line)
 print("\nwrote %s (%d measurements)" % (out, len(rs)))
 PY
