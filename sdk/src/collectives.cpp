@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "collectives_detail.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/hips.hpp"
 
@@ -49,22 +50,7 @@ void expectBytes(const Request& r, std::size_t expected, int peer) {
 
 }  // namespace
 
-// dst op= src, element-wise (vectorised by the compiler).
-template <typename T>
-void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
-  if (op == ReduceOp::kMax) {
-    for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
-  } else {
-    for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
-  }
-}
-
-template <typename T>
-void finishAverage(ReduceOp op, std::span<T> data, int n) {
-  if (op != ReduceOp::kAverage) return;
-  const T scale = T(1) / static_cast<T>(n);
-  for (auto& v : data) v *= scale;
-}
+using detail::combine;
 
 // The ring's two phases over N ranks, on a vector cut into N chunks, each
 // moving as pieces of at most chunkBytes. `shift` renames the chunks: with
@@ -185,7 +171,7 @@ void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
   if (transport.worldSize() == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
   Ring<T> ring(transport, data, op, options, 0);
   ring.reduceScatter();
-  finishAverage(op, ring.chunk(transport.rank() + 1), transport.worldSize());
+  detail::scaleIfAverage(op, ring.chunk(transport.rank() + 1), transport.worldSize());
   ring.allgather();
 }
 
@@ -196,7 +182,7 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
   const auto [b, e] = chunkRange(data.size(), n, r);
   if (n > 1 && !data.empty()) Ring<T>(transport, data, op, options, -1).reduceScatter();
   auto mine = data.subspan(b, e - b);
-  finishAverage(op, mine, n);
+  detail::scaleIfAverage(op, mine, n);
   return mine;
 }
 
@@ -260,16 +246,10 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
       std::copy(incoming.begin(), incoming.end(), data.begin());
     }
   }
-  finishAverage(op, data, n);
+  detail::scaleIfAverage(op, data, n);
 }
 
 namespace {
-int squarest(int n) {
-  int best = 1;
-  for (int d = 1; d * d <= n; ++d)
-    if (n % d == 0) best = d;
-  return best;
-}
 int ceilLog2(int n) {
   int k = 0;
   while ((1 << k) < n) ++k;
@@ -305,7 +285,7 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
       return t;
     }
     case AllreduceAlgorithm::kTorus2d: {
-      const int rows = o.torusRows > 0 ? o.torusRows : squarest(n), cols = n / rows;
+      const int rows = o.torusRows > 0 ? o.torusRows : detail::squarestDivisor(n), cols = n / rows;
       // row reduce-scatter + allgather = a ring over C; column ring on B / C.
       return ringCost(b, cols, o) + ringCost(b / cols, rows, o);
     }
@@ -319,12 +299,12 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
     }
     case AllreduceAlgorithm::kHierarchical:
     case AllreduceAlgorithm::kTga2d: {
-      const int g = o.groupSize > 0 ? std::min(o.groupSize, n) : squarest(n);
+      const int g = o.groupSize > 0 ? std::min(o.groupSize, n) : detail::squarestDivisor(n);
       const int leaders = (n + g - 1) / g;
       const double tree = ceilLog2(g) * msg;  // one binomial tree in the group
       if (algorithm == AllreduceAlgorithm::kHierarchical)
         return tree + ceilLog2(g) * b * m.gammaSecondsPerByte + ringCost(b, leaders, o) + tree;
-      const int rows = squarest(leaders), cols = leaders / rows;
+      const int rows = detail::squarestDivisor(leaders), cols = leaders / rows;
       return ringCost(b, g, o) + ringCost(b, cols, o) + ringCost(b / cols, rows, o) + tree;
     }
   }
@@ -521,7 +501,7 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
       }
     }
   }
-  if (transport.rank() == root) finishAverage(op, data, n);
+  if (transport.rank() == root) detail::scaleIfAverage(op, data, n);
 }
 
 template void alltoallv<float>(Transport&, std::span<const float>, std::span<const std::size_t>,

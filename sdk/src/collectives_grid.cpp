@@ -14,6 +14,7 @@
 #include <cmath>
 #include <vector>
 
+#include "collectives_detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/sub_transport.hpp"
@@ -26,21 +27,9 @@ namespace {
 constexpr std::uint8_t kCtxTorusRow = 0x81, kCtxTorusCol = 0x82, kCtxGroup = 0x83, kCtxLeaders = 0x84,
                        kCtxTgaGroup = 0x85, kCtxTgaRow = 0x86, kCtxTgaCol = 0x87;
 
-int squarestDivisor(int n) {
-  int best = 1;
-  for (int d = 1; d * d <= n; ++d)
-    if (n % d == 0) best = d;
-  return best;
-}
-
-ReduceOp partialOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-
-template <typename T>
-void scaleIfAverage(ReduceOp op, std::span<T> data, int n) {
-  if (op != ReduceOp::kAverage) return;
-  const T s = T(1) / static_cast<T>(n);
-  for (auto& v : data) v *= s;
-}
+using detail::partialOp;
+using detail::scaleIfAverage;
+using detail::squarestDivisor;
 
 // Torus over `members` (global ranks of `parent`, this rank among them) laid
 // out row-major in a rows x (size/rows) grid. Sum or max (no averaging).
