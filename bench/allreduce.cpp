@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
@@ -43,7 +44,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gossamer::bench::Clock;
+using gossamer::bench::median;
+using gossamer::bench::quantile;
+using gossamer::bench::seconds;
 using nlohmann::json;
 
 // ---- the algorithms under test ---------------------------------------------
@@ -112,21 +116,6 @@ std::vector<std::size_t> sizesOf(const Args& a) {
 }
 
 // ---- statistics ----------------------------------------------------------------
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const auto hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-}
-
-double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 
 // ---- one rank --------------------------------------------------------------------
 
@@ -262,52 +251,33 @@ int runRank(const Args& a) {
   json results = json::array();
   for (const auto& p : a.protocols)
     for (auto& r : runProtocol(a, p, store)) results.push_back(std::move(r));
-  if (a.rank == 0) {
-    const std::string tmp = a.resultFile + ".tmp";
-    std::ofstream out(tmp);
-    out << results.dump() << '\n';
-    out.close();
-    if (!out) throw gossamer::Error("cannot write '" + tmp + "'");
-    std::filesystem::rename(tmp, a.resultFile);
-  }
+  if (a.rank == 0) gossamer::bench::writeResultFile(results, a.resultFile);
   return 0;
 }
 
 // ---- launcher ----------------------------------------------------------------------
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
 
 // Starts every rank as a child process, waits for all of them (bounded), and
 // returns rank 0's results.
 json launch(const Args& a) {
   std::string sizes;
   for (const auto b : sizesOf(a)) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-  gossamer::LaunchOptions o;
-  o.worldSize = a.worldSize;
-  o.failureGraceSeconds = a.timeout + 10;
-  o.deadlineSeconds = a.deadline;
-  o.name = "allreduce";
-  json results;
-  const auto result = gossamer::launchLocalRanks(
-      o,
-      [&](int r, const std::string& rendezvous) {
+  return gossamer::bench::launchAndCollect(
+      "allreduce", a.worldSize, a.timeout, a.deadline,
+      [&](int r, const std::string& rendezvous, const std::string& resultFile) {
         return std::vector<std::string>{"allreduce",
                                         "--rank",
                                         std::to_string(r),
                                         "--rendezvous",
                                         rendezvous,
                                         "--result-file",
-                                        rendezvous + "/result.json",
+                                        resultFile,
                                         "--world-size",
                                         std::to_string(a.worldSize),
                                         "--protocols",
-                                        joined(a.protocols),
+                                        gossamer::bench::joined(a.protocols),
                                         "--algorithm",
-                                        joined(a.algorithms),
+                                        gossamer::bench::joined(a.algorithms),
                                         "--sizes",
                                         sizes,
                                         "--reps",
@@ -320,14 +290,7 @@ json launch(const Args& a) {
                                         std::to_string(a.budget),
                                         "--timeout",
                                         std::to_string(a.timeout)};
-      },
-      [&](const std::string& rendezvous) {
-        std::ifstream in(rendezvous + "/result.json");
-        if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);
       });
-  if (!result.ok()) throw gossamer::Error("the benchmark's ranks failed");
-  if (!results.is_array()) throw gossamer::Error("rank 0 wrote no results");
-  return results;
 }
 
 std::string humanBytes(double b) {
@@ -356,12 +319,7 @@ void printTable(const json& results) {
 }
 
 void writeJson(const json& results, const std::string& path) {
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  std::ofstream f(p);
-  f << results.dump(2) << '\n';
-  f.close();
-  if (!f) throw gossamer::Error("cannot write '" + path + "'");
+  gossamer::bench::writeJsonFile(results, path);
 }
 
 }  // namespace

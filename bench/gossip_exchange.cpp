@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "common.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
@@ -45,7 +46,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gossamer::bench::Clock;
+using gossamer::bench::median;
+using gossamer::bench::quantile;
+using gossamer::bench::seconds;
 using nlohmann::json;
 
 constexpr std::size_t kMlpParams = 101770;  // 784-128-10 MLP
@@ -73,28 +77,11 @@ std::vector<std::size_t> tensorSizes(std::size_t p) {
   return {p};
 }
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // CPU time of this process, every thread included.
 double cpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
 // One protocol on one rank. Returns rank 0's summary object (empty elsewhere).
@@ -213,38 +200,23 @@ int runRank(const Args& a) {
     auto r = runProtocol(a, p, store);
     if (a.rank == 0) results.push_back(std::move(r));
   }
-  if (a.rank == 0) {
-    const std::string tmp = a.resultFile + ".tmp";
-    std::ofstream out(tmp);
-    out << results.dump() << '\n';
-    out.close();
-    if (!out) throw gossamer::Error("cannot write '" + tmp + "'");
-    std::filesystem::rename(tmp, a.resultFile);
-  }
+  if (a.rank == 0) gossamer::bench::writeResultFile(results, a.resultFile);
   return 0;
 }
 
 // Starts every rank as a child process, waits for all of them (bounded), and
 // returns rank 0's results.
 json launch(const Args& a) {
-  std::string protocols;
-  for (const auto& p : a.protocols) protocols += (protocols.empty() ? "" : ",") + p;
-  gossamer::LaunchOptions o;
-  o.worldSize = a.worldSize;
-  o.failureGraceSeconds = a.timeout + 10;
-  o.deadlineSeconds = a.deadline;
-  o.name = "gossip_exchange";
-  json results;
-  const auto result = gossamer::launchLocalRanks(
-      o,
-      [&](int r, const std::string& rendezvous) {
+  return gossamer::bench::launchAndCollect(
+      "gossip_exchange", a.worldSize, a.timeout, a.deadline,
+      [&](int r, const std::string& rendezvous, const std::string& resultFile) {
         return std::vector<std::string>{"gossip_exchange",
                                         "--rank",
                                         std::to_string(r),
                                         "--rendezvous",
                                         rendezvous,
                                         "--result-file",
-                                        rendezvous + "/result.json",
+                                        resultFile,
                                         "--world-size",
                                         std::to_string(a.worldSize),
                                         "--reps",
@@ -252,7 +224,7 @@ json launch(const Args& a) {
                                         "--warmup",
                                         std::to_string(a.warmup),
                                         "--protocols",
-                                        protocols,
+                                        gossamer::bench::joined(a.protocols),
                                         "--params",
                                         std::to_string(a.params),
                                         "--segments",
@@ -261,14 +233,7 @@ json launch(const Args& a) {
                                         std::to_string(a.timeout),
                                         "--seed",
                                         std::to_string(a.seed)};
-      },
-      [&](const std::string& rendezvous) {
-        std::ifstream in(rendezvous + "/result.json");
-        if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);
       });
-  if (!result.ok()) throw gossamer::Error("the benchmark's ranks failed");
-  if (!results.is_array()) throw gossamer::Error("rank 0 wrote no results");
-  return results;
 }
 
 void printTable(const json& results) {
@@ -309,12 +274,7 @@ void writeJson(const json& results, const std::string& path) {
                    {"allreduce_seconds", r["allreduce_seconds"]},
                    {"exchange_seconds", r["exchange_seconds"]},
                    {"ratio", r["ratio"]}});
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  std::ofstream f(p);
-  f << out.dump(2) << '\n';
-  f.close();
-  if (!f) throw gossamer::Error("cannot write '" + path + "'");
+  gossamer::bench::writeJsonFile(out, path);
   std::printf("wrote %s\n", path.c_str());
 }
 

@@ -1,0 +1,91 @@
+// Pieces shared by the benchmark programs: statistics, the hand-off of rank
+// 0's results through the rendezvous directory, and JSON files.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/launcher.hpp"
+
+namespace gossamer::bench {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+inline double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// Quantile q in [0, 1] with linear interpolation between order statistics.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+inline double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+
+/// "a,b,c".
+inline std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+/// Rank 0 hands its results to the launcher: written to a temp file, then
+/// renamed, so the launcher never reads a partial file.
+inline void writeResultFile(const json& results, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp);
+  out << results.dump() << '\n';
+  out.close();
+  if (!out) throw Error("cannot write '" + tmp + "'");
+  std::filesystem::rename(tmp, path);
+}
+
+/// Writes `j` (indented) to `path`, creating its folder.
+inline void writeJsonFile(const json& j, const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(p);
+  f << j.dump(2) << '\n';
+  f.close();
+  if (!f) throw Error("cannot write '" + path + "'");
+}
+
+/// Starts `worldSize` ranks of this program with argsFor(rank, rendezvous,
+/// resultFile), waits (bounded by the timeout and deadline), and returns the
+/// JSON array rank 0 wrote to resultFile. @throws Error if a rank failed or
+/// rank 0 wrote nothing.
+inline json launchAndCollect(
+    const std::string& name, int worldSize, double timeoutSeconds, double deadlineSeconds,
+    const std::function<std::vector<std::string>(int, const std::string&, const std::string&)>& argsFor) {
+  LaunchOptions o;
+  o.worldSize = worldSize;
+  o.failureGraceSeconds = timeoutSeconds + 10;
+  o.deadlineSeconds = deadlineSeconds;
+  o.name = name;
+  json results;
+  const auto result = launchLocalRanks(
+      o, [&](int r, const std::string& rdv) { return argsFor(r, rdv, rdv + "/result.json"); },
+      [&](const std::string& rdv) {
+        std::ifstream in(rdv + "/result.json");
+        if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);
+      });
+  if (!result.ok()) throw Error("the benchmark's ranks failed");
+  if (!results.is_array()) throw Error("rank 0 wrote no results");
+  return results;
+}
+
+}  // namespace gossamer::bench
