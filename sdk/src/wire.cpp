@@ -86,10 +86,63 @@ std::uint32_t crc32cSoftware(std::uint32_t crc, const std::byte* p, std::size_t 
   return crc;
 }
 
+// GF(2) arithmetic modulo the CRC-32C polynomial, bit-reflected (x^0 is the
+// top bit), to shift a CRC register over runs of zero bytes: the register
+// after data D from state r is R(r, D) = r * x^(8 |D|) + R(0, D).
+constexpr std::uint32_t kCrc32cPoly = 0x82F63B78u;
+
+constexpr std::uint32_t multModP(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if (a & m) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kCrc32cPoly : b >> 1;
+  }
+  return product;
+}
+
+// x^n mod P, by squaring.
+constexpr std::uint32_t xPowModP(std::uint64_t n) {
+  std::uint32_t result = 1u << 31, square = 1u << 30;  // x^0, x^1
+  for (; n != 0; n >>= 1) {
+    if (n & 1) result = multModP(result, square);
+    square = multModP(square, square);
+  }
+  return result;
+}
+
 #if defined(__x86_64__)
+// The crc32 instruction has a latency of 3 cycles but a throughput of one
+// per cycle: three independent streams over adjacent blocks keep it busy,
+// and their registers are combined with the shift above (about 3x faster
+// than one stream on long buffers).
+template <std::size_t kBlock>
+__attribute__((target("sse4.2"))) std::uint64_t crc32cThreeWay(std::uint64_t c, const std::byte*& p,
+                                                               std::size_t& n) {
+  static constexpr std::uint32_t kShift1 = xPowModP(8 * kBlock), kShift2 = xPowModP(16 * kBlock);
+  while (n >= 3 * kBlock) {
+    std::uint64_t c0 = c, c1 = 0, c2 = 0;
+    for (std::size_t i = 0; i < kBlock; i += 8) {
+      std::uint64_t w0, w1, w2;
+      std::memcpy(&w0, p + i, 8);
+      std::memcpy(&w1, p + kBlock + i, 8);
+      std::memcpy(&w2, p + 2 * kBlock + i, 8);
+      c0 = __builtin_ia32_crc32di(c0, w0);
+      c1 = __builtin_ia32_crc32di(c1, w1);
+      c2 = __builtin_ia32_crc32di(c2, w2);
+    }
+    c = multModP(kShift2, static_cast<std::uint32_t>(c0)) ^
+        multModP(kShift1, static_cast<std::uint32_t>(c1)) ^ static_cast<std::uint32_t>(c2);
+    p += 3 * kBlock;
+    n -= 3 * kBlock;
+  }
+  return c;
+}
+
 __attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc, const std::byte* p,
                                                                std::size_t n) {
   std::uint64_t c = crc;
+  c = crc32cThreeWay<4096>(c, p, n);
+  c = crc32cThreeWay<256>(c, p, n);
   while (n >= 8) {
     std::uint64_t w;
     std::memcpy(&w, p, 8);

@@ -510,10 +510,12 @@ TEST_CASE("wire: CRC-32C matches the standard check value and the portable table
   CHECK(gossamer::detail::crc32cPortable(v) == 0xE3069283u);
   CHECK(gossamer::crc32c({}) == 0u);
   std::mt19937 rng(17);
-  std::vector<std::byte> data(4099);
+  std::vector<std::byte> data(100'000);
   for (auto& b : data) b = std::byte(rng() & 0xFF);
+  // Lengths around the three-stream block sizes (3 x 256, 3 x 4096) and beyond.
   for (std::size_t off : {0, 1, 3, 7}) {
-    for (std::size_t len : {0, 1, 7, 8, 9, 63, 1000, 4000}) {
+    for (std::size_t len :
+         {0, 1, 7, 8, 9, 63, 767, 768, 769, 1000, 4000, 12287, 12288, 12289, 13057, 99'000}) {
       const std::span<const std::byte> s(data.data() + off, len);
       REQUIRE(gossamer::crc32c(s) == gossamer::detail::crc32cPortable(s));
     }
