@@ -1,9 +1,9 @@
 // allreduce: time per call of our allreduce algorithms, float32 sum, with every
-// rank a separate OS process on this machine, over the zmq transport (tcp on
-// 127.0.0.1 and ipc), for a range of message sizes (scripts/bench-allreduce.sh
-// runs it interleaved with MPI_Allreduce, bench/mpi_allreduce.c).
+// rank a separate OS process on this machine, over our transports (the native
+// socket transport and zmq, each over tcp on 127.0.0.1 and ipc), for a range of message sizes
+// (scripts/bench-allreduce.sh runs it interleaved with MPI_Allreduce, bench/mpi_allreduce.c).
 //
-//   allreduce [--world-size 4] [--protocols tcp,ipc] [--algorithm ring,recursive_doubling,auto]
+//   allreduce [--world-size 4] [--transports socket-tcp,zmq-ipc] [--algorithm ring,recursive_doubling,auto]
 //             [--sizes 4096,1048576 | --min-bytes 4 --max-bytes 268435456 --factor 4]
 //             [--reps 200] [--min-reps 5] [--warmup 5] [--budget 1.0] [--json PATH]
 //       launcher (default): forks/execs itself once per rank, waits (bounded),
@@ -40,6 +40,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
 #include "gossamer/store.hpp"
+#include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 namespace {
@@ -84,7 +85,7 @@ std::string checkAlgorithm(const std::string& name) {
 
 struct Args {
   int worldSize = 4;
-  std::vector<std::string> protocols{"tcp", "ipc"};
+  std::vector<std::string> protocols{"socket-tcp", "socket-ipc", "zmq-tcp", "zmq-ipc"};
   std::vector<std::string> algorithms{"ring"};
   std::vector<std::size_t> sizes;  // bytes; empty: min..max by factor
   std::size_t minBytes = 4;
@@ -220,15 +221,33 @@ class RankBench {
   std::uint64_t sequence_ = 0;
 };
 
-json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& store) {
+// A transport by benchmark name: "<kind>-<protocol>", kind zmq or socket,
+// protocol tcp (127.0.0.1) or ipc.
+std::unique_ptr<gossamer::Transport> makeBenchTransport(const Args& a, const std::string& name,
+                                                        gossamer::Store& store) {
+  const auto dash = name.find('-');
+  const std::string kind = name.substr(0, dash),
+                    protocol = dash == std::string::npos ? "" : name.substr(dash + 1);
+  if (kind == "socket") {
+    gossamer::sock::Options o;
+    o.rank = a.rank;
+    o.worldSize = a.worldSize;
+    o.protocol = protocol;
+    o.timeoutSeconds = a.timeout;
+    o.storePrefix = "bench-allreduce-" + name;
+    return gossamer::sock::makeTransport(o, store);
+  }
   gossamer::zmq::Options o;
   o.rank = a.rank;
   o.worldSize = a.worldSize;
   o.protocol = protocol;
-  o.host = "127.0.0.1";
   o.timeoutSeconds = a.timeout;
-  o.storePrefix = "bench-allreduce-" + protocol;
-  auto transport = gossamer::zmq::makeTransport(o, store);
+  o.storePrefix = "bench-allreduce-" + name;
+  return gossamer::zmq::makeTransport(o, store);
+}
+
+json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& store) {
+  auto transport = makeBenchTransport(a, protocol, store);
   try {
     RankBench bench(a, *transport);
     const auto sizes = sizesOf(a);
@@ -274,7 +293,7 @@ json launch(const Args& a) {
                                         resultFile,
                                         "--world-size",
                                         std::to_string(a.worldSize),
-                                        "--protocols",
+                                        "--transports",
                                         gossamer::bench::joined(a.protocols),
                                         "--algorithm",
                                         gossamer::bench::joined(a.algorithms),
@@ -325,12 +344,12 @@ void writeJson(const json& results, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"allreduce: time per call of our allreduce algorithms, N processes over zmq"};
+  CLI::App app{"allreduce: time per call of our allreduce algorithms, N processes over our transports"};
   Args a;
   app.add_option("--world-size", a.worldSize, "number of ranks (processes)")->check(CLI::Range(2, 64));
-  app.add_option("--protocols", a.protocols, "zmq protocols, comma-separated")
+  app.add_option("--transports", a.protocols, "transports (kind-protocol), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"tcp", "ipc"}));
+      ->check(CLI::IsMember({"socket-tcp", "socket-ipc", "zmq-tcp", "zmq-ipc"}));
   app.add_option("--algorithm,--algorithms", a.algorithms, "allreduce algorithms, comma-separated")
       ->delimiter(',')
       ->check(CLI::Validator(checkAlgorithm, "ALGORITHM"));

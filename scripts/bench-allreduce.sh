@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Allreduce benchmark: our algorithms (bench/allreduce.cpp) over zmq tcp and
-# ipc, and Open MPI's MPI_Allreduce (bench/mpi_allreduce.c) with its default
+# Allreduce benchmark: our algorithms (bench/allreduce.cpp) over our native
+# socket transport and zmq, each over tcp and ipc, and Open MPI's MPI_Allreduce (bench/mpi_allreduce.c) with its default
 # transports (shared memory) and with --mca btl self,tcp, as N processes on this
 # machine. Float32 sum; time per call = median over repetitions of the slowest
 # rank, after warm-up; algbw and busbw as nccl-tests define them (GB/s).
-# For each world size and each size the runs are interleaved (ours over tcp and
-# ipc, MPI tcp, MPI shared memory), so a change in machine load hits all alike;
+# For each world size and each size the runs are interleaved (ours over every
+# transport, MPI tcp, MPI shared memory), so a change in machine load hits all alike;
 # with --rounds R the whole sequence is repeated R times and each measurement
 # reported is the one with the median time over the rounds.
 # Prints one table per world size with the ratios ours/MPI, and writes
@@ -14,7 +14,7 @@
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
-#          --protocols tcp,ipc
+#          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
 #          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
@@ -25,7 +25,7 @@ cd "$root"
 world_sizes="2,4,8"
 sizes=""
 algorithms="ring"
-protocols="tcp,ipc"
+transports="socket-tcp,socket-ipc,zmq-tcp,zmq-ipc"
 budget="1.0"
 reps="200"
 use_mpi=1
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --world-sizes) world_sizes="$2"; shift ;;
     --sizes) sizes="$2"; shift ;;
     --algorithms|--algorithm) algorithms="$2"; shift ;;
-    --protocols) protocols="$2"; shift ;;
+    --transports) transports="$2"; shift ;;
     --budget) budget="$2"; shift ;;
     --reps) reps="$2"; shift ;;
     --no-mpi) use_mpi=0 ;;
@@ -118,11 +118,16 @@ def key(r):
         return "mpi/" + r["transport"]
     return r["algorithm"] + "/" + r["transport"]
 
-PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm"}  # which MPI run each of ours is compared with
+# Which MPI run each of ours is compared with: tcp with MPI's tcp BTL, ipc with
+# MPI's default (shared memory).
+PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm"}
+
+def peer_of(k):
+    return PEER.get(k.split("/")[1].split("-")[-1])
 
 def order(k):
     a, t = k.split("/")
-    return (a == "mpi", a, {"tcp": 0, "ipc": 1, "sm": 1}.get(t, 2), t)
+    return (a == "mpi", a, {"tcp": 0, "ipc": 1, "sm": 1}.get(t.split("-")[-1], 2), t)
 
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == "progress":
@@ -150,12 +155,11 @@ with open(out, "w") as f:
 for n in sorted({r["world_size"] for r in rs}):
     at = {(r["bytes"], key(r)): r for r in rs if r["world_size"] == n}
     cols = sorted({k for _, k in at}, key=order)
-    ratios = [(k, PEER[k.split("/")[1]]) for k in cols
-              if not k.startswith("mpi/") and PEER.get(k.split("/")[1]) in cols]
+    ratios = [(k, peer_of(k)) for k in cols if not k.startswith("mpi/") and peer_of(k) in cols]
     print("\n== %d processes: time per call (median over repetitions of the slowest rank) and busbw (GB/s);" % n)
     print("   ratio = MPI time / our time = our busbw / MPI busbw (1.00x: as fast as MPI, above: faster)")
     cw = {k: max(22, len(k) + 2) for k in cols}
-    rlabels = [a + " vs " + b.split("/")[1] for a, b in ratios]
+    rlabels = [a + " vs mpi/" + b.split("/")[1] for a, b in ratios]
     rw = [max(18, len(l) + 2) for l in rlabels]
     print("%-9s" % "size" + "".join("%*s" % (cw[k], k) for k in cols)
           + "".join("%*s" % (w, l) for w, l in zip(rw, rlabels)))
@@ -177,7 +181,7 @@ PY
 measure() {
   local round=$1 n=$2 b=$3 f t step=()
   f="$tmp/ours-$round-$n-$b.json"
-  "$build/bench/allreduce" --world-size "$n" --sizes "$b" --protocols "$protocols" --algorithm "$algorithms" \
+  "$build/bench/allreduce" --world-size "$n" --sizes "$b" --transports "$transports" --algorithm "$algorithms" \
     --reps "$reps" --budget "$budget" --json "$f" --quiet
   step+=("$f")
   if [ "$use_mpi" = 1 ]; then
@@ -204,7 +208,7 @@ files=()
 start=$(date +%s)
 for ((round = 1; round <= rounds; ++round)); do
   for n in "${ns[@]}"; do
-    echo "== round $round/$rounds, $n processes: $algorithms over zmq $protocols$(
+    echo "== round $round/$rounds, $n processes: $algorithms over $transports$(
       [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")"
     for b in "${byte_sizes[@]}"; do
       measure "$round" "$n" "$b"

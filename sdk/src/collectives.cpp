@@ -86,7 +86,8 @@ class Ring {
   // and each reduced piece is forwarded at once (the chunk reduced at step s
   // is the one sent at step s+1).
   void reduceScatter() {
-    std::vector<T> buffers[2] = {std::vector<T>(maxChunk_), std::vector<T>(maxChunk_)};
+    std::span<T> buffers[2] = {detail::scratch<T>(detail::ScratchSlot::kRing0, maxChunk_),
+                               detail::scratch<T>(detail::ScratchSlot::kRing1, maxChunk_)};
     std::vector<Request> recvs[2];
     auto post = [&](int s) {
       auto& rs = recvs[s % 2];
@@ -151,7 +152,8 @@ class Ring {
     return c.subspan(b, std::min(pieceElems_, c.size() - b));
   }
   void send(std::span<T> p, std::size_t step, std::size_t k) {
-    sends_.push_back(t_.isendOf<T>(right_, tag(step, k), std::span<const T>(p)));
+    // Zero-copy: pieces stay untouched until the waitAll that ends each phase.
+    sends_.push_back(t_.isendBorrowedOf<T>(right_, tag(step, k), std::span<const T>(p)));
   }
   void sendChunk(std::span<T> c, std::size_t step) {
     for (std::size_t k = 0; k < pieces(c.size()); ++k) send(piece(c, k), step, k);
@@ -200,12 +202,12 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int rem = n - p;
-  std::vector<T> incoming(data.size());
+  const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, data.size());
   std::uint32_t round = 0;
   auto exchange = [&](int peer, bool sendIt, bool recvIt) {
     const auto tag = Tag::make(Op::kAllreduce, options.sequence, round++);
     Request recv;
-    if (recvIt) recv = transport.irecvOf<T>(peer, tag, std::span<T>(incoming));
+    if (recvIt) recv = transport.irecvOf<T>(peer, tag, incoming);
     if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(data)).wait(options.timeoutSeconds);
     if (recvIt) {
       recv.wait(options.timeoutSeconds);
@@ -485,7 +487,7 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
     const int vr = mod(transport.rank() - root, n);
     const auto tag =
         Tag::make(Op::kAllreduce, options.sequence, Tag::kMaxSegment);  // apart from ring substeps
-    std::vector<T> incoming(data.size());
+    const auto incoming = detail::scratch<T>(detail::ScratchSlot::kReduce, data.size());
     for (int mask = 1; mask < n; mask <<= 1) {
       if (vr & mask) {  // send the partial sum to the parent and stop
         transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "gossamer/collectives.hpp"
 
@@ -25,6 +26,20 @@ void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
   } else {
     for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
   }
+}
+
+/// Receive scratch of at least n elements that lives on this thread across
+/// calls (grow-only), so a large collective does not allocate and page-fault
+/// fresh memory on every call. Slots keep simultaneously used buffers apart:
+/// 0-1 ring reduce-scatter, 2 recursive doubling, 3 reduce. A collective must
+/// not call another one that uses the same slot while it holds its span.
+enum class ScratchSlot { kRing0 = 0, kRing1 = 1, kRecursiveDoubling = 2, kReduce = 3 };
+template <typename T>
+std::span<T> scratch(ScratchSlot slot, std::size_t n) {
+  thread_local std::vector<T> pool[4];
+  auto& v = pool[static_cast<int>(slot)];
+  if (v.size() < n) v.resize(n);
+  return std::span<T>(v.data(), n);
 }
 
 /// The op partial results are combined with: an average sums first.

@@ -61,10 +61,11 @@ bool settledLocked(RequestState& s) {
 bool Request::waitFor(double timeoutSeconds) {
   GOSSAMER_ENFORCE(state_, "wait on an empty Request");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
-  std::unique_lock<std::mutex> lk(state_->mu);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                              std::chrono::duration<double>(timeoutSeconds));
+  if (state_->engine) state_->engine->waitUntil(*state_, deadline);
+  std::unique_lock<std::mutex> lk(state_->mu);
   while (!detail::settledLocked(*state_)) {
     if (state_->cv.wait_until(lk, deadline) == std::cv_status::timeout) return detail::settledLocked(*state_);
   }
@@ -79,12 +80,23 @@ void Request::wait(double timeoutSeconds) {
 
 bool Request::test() {
   GOSSAMER_ENFORCE(state_, "test on an empty Request");
+  if (state_->engine) state_->engine->poke();
   std::lock_guard<std::mutex> lk(state_->mu);
   return detail::settledLocked(*state_);
 }
 
 void Request::cancel() noexcept {
   if (!state_) return;
+  // An engine may be writing into this receive's buffer: exclude it first.
+  std::unique_lock<std::mutex> engineLock;
+  if (state_->engine) {
+    {
+      std::lock_guard<std::mutex> lk(state_->mu);
+      if (state_->status != detail::RequestState::Status::kPending) return;
+    }
+    engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
+    state_->engine->cancelLocked(*state_);
+  }
   {
     std::lock_guard<std::mutex> lk(state_->mu);
     if (state_->status != detail::RequestState::Status::kPending) return;
@@ -177,11 +189,13 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
   ++arrivedCount_;
 }
 
-Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
+Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer,
+                      std::shared_ptr<detail::ProgressEngine> engine) {
   GOSSAMER_ENFORCE(!sources.empty(), "irecv needs at least one source rank");
   for (int s : sources)
     GOSSAMER_ENFORCE(s >= 0 && s < worldSize_, "source rank " << s << " outside world size " << worldSize_);
   auto state = std::make_shared<detail::RequestState>();
+  state->engine = std::move(engine);
   Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state};
   {
     std::ostringstream what;
@@ -215,6 +229,29 @@ Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<st
   }
   posted_[tag.packed()].push_back(std::move(p));
   return Request(state);
+}
+
+Mailbox::Claimed Mailbox::claim(int source, const Tag& tag) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return {};
+  auto it = posted_.find(tag.packed());
+  if (it == posted_.end()) return {};
+  auto& lst = it->second;
+  Claimed out;
+  for (auto p = lst.begin(); p != lst.end();) {
+    if (!isPending(*p->state)) {
+      p = lst.erase(p);
+      continue;
+    }
+    if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
+      out = Claimed{std::move(p->state), p->buffer};
+      lst.erase(p);
+      break;
+    }
+    ++p;
+  }
+  if (lst.empty()) posted_.erase(it);
+  return out;
 }
 
 bool Mailbox::allGoneLocked(const std::vector<int>& sources) const {

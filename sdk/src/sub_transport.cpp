@@ -36,6 +36,10 @@ Request SubTransport::isend(int dst, const Tag& tag, std::span<const std::byte> 
   return parent_.isend(globalRank(dst), translate(tag), data, dtype);
 }
 
+Request SubTransport::isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
+  return parent_.isendBorrowed(globalRank(dst), translate(tag), data, dtype);
+}
+
 Request SubTransport::irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
   std::vector<int> global;
   global.reserve(sources.size());

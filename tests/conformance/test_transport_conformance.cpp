@@ -1,5 +1,6 @@
 // One conformance suite, written against the Transport interface and run for
-// every transport: inproc, zmq over tcp (loopback) and zmq over ipc.
+// every transport: inproc, zmq and the native socket transport, each over tcp
+// (loopback) and ipc.
 #include <catch2/catch.hpp>
 
 #include "threads.hpp"
@@ -16,6 +17,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 using namespace gossamer;
@@ -37,8 +39,9 @@ struct Inproc {
   }
 };
 
-template <const char* Protocol>
-struct ZmqKind {
+// A networked transport: Opts and Make are its factory's options and function.
+template <typename Opts, std::unique_ptr<Transport> (*Make)(const Opts&, Store&), const char* Protocol>
+struct NetKind {
   static Group make(int n) {
     MemoryStore store;
     Group g(static_cast<std::size_t>(n));
@@ -47,13 +50,13 @@ struct ZmqKind {
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
         try {
-          zmq::Options o;
+          Opts o;
           o.rank = r;
           o.worldSize = n;
           o.protocol = Protocol;
           o.timeoutSeconds = kTimeout;
           o.lingerSeconds = 2;
-          g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
+          g[static_cast<std::size_t>(r)] = Make(o, store);
         } catch (...) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
         }
@@ -66,8 +69,10 @@ struct ZmqKind {
 };
 constexpr char kTcp[] = "tcp";
 constexpr char kIpc[] = "ipc";
-using ZmqTcp = ZmqKind<kTcp>;
-using ZmqIpc = ZmqKind<kIpc>;
+using ZmqTcp = NetKind<zmq::Options, zmq::makeTransport, kTcp>;
+using ZmqIpc = NetKind<zmq::Options, zmq::makeTransport, kIpc>;
+using SockTcp = NetKind<sock::Options, sock::makeTransport, kTcp>;
+using SockIpc = NetKind<sock::Options, sock::makeTransport, kIpc>;
 
 std::vector<std::byte> bytesOf(const std::string& s) {
   std::vector<std::byte> v(s.size());
@@ -77,7 +82,7 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 
 }  // namespace
 
-#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc
+#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc
 
 TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
@@ -460,11 +465,12 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
   }
 }
 
-TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for world sizes 2..8",
-          "[collectives][zmq]") {
+TEMPLATE_TEST_CASE(
+    "every allreduce algorithm equals the exact reduction over the network for world sizes 2..8",
+    "[collectives]", ZmqTcp, SockTcp) {
   std::uint64_t seq = 1;
   for (int n = 2; n <= 8; ++n) {
-    Group g = ZmqTcp::make(n);
+    Group g = TestType::make(n);
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
       for (auto a :
            {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,

@@ -2,6 +2,7 @@
 // arrived ("unexpected") messages, per tag, FIFO per (source, tag).
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <list>
 #include <memory>
@@ -17,6 +18,29 @@ namespace gossamer {
 
 namespace detail {
 
+struct RequestState;
+
+/// Hook for transports whose progress is made by the threads that wait (no
+/// background thread moves their messages): Request::waitFor and test() call
+/// it instead of sleeping on the request's condition variable, and cancel()
+/// takes `exclusive` first, so that a receive the engine is filling in place
+/// (see Mailbox::claim) is never written after cancel() returns.
+/// Lock order: exclusive, then Mailbox::mu_, then RequestState::mu.
+class ProgressEngine {
+ public:
+  virtual ~ProgressEngine() = default;
+  /// Drives communication until `state` is no longer pending or `deadline`
+  /// passes, whichever comes first. Must not throw for a request's own failure
+  /// (that is recorded in `state`).
+  virtual void waitUntil(RequestState& state, std::chrono::steady_clock::time_point deadline) = 0;
+  /// One non-blocking pass over the connections.
+  virtual void poke() = 0;
+  /// Called by Request::cancel with `exclusive` held, before the request is
+  /// marked cancelled: the engine drops any reference to the request's buffer.
+  virtual void cancelLocked(RequestState& state) { (void)state; }
+  std::mutex exclusive;
+};
+
 /// Shared state behind a Request. Lock order: Mailbox::mu_ before mu.
 struct RequestState {
   enum class Status { kPending, kDone, kFailed, kCancelled };
@@ -27,6 +51,8 @@ struct RequestState {
   int peer = -1;
   std::size_t bytes = 0;
   std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
+  /// Set by transports that progress in the waiting thread (else null).
+  std::shared_ptr<ProgressEngine> engine;
 
   void complete(int peerRank, std::size_t n);
   void fail(std::exception_ptr e);
@@ -52,7 +78,23 @@ class Mailbox {
   void deliver(int source, const Tag& tag, InboundPayload payload);
 
   /// Posts a receive into `buffer` from any rank in `sources` under `tag`.
-  Request post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer);
+  /// `engine` (may be null) is attached to the request (see ProgressEngine).
+  Request post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer,
+               std::shared_ptr<detail::ProgressEngine> engine = nullptr);
+
+  /// A posted receive taken over by the transport, which then writes the
+  /// payload straight into `buffer` and completes or fails `state` itself.
+  struct Claimed {
+    std::shared_ptr<detail::RequestState> state;  ///< null: nothing matched
+    std::span<std::byte> buffer;
+  };
+  /// For transports that read a payload directly into the receiver's memory:
+  /// when the header of a frame from `source` under `tag` arrives, removes and
+  /// returns the oldest pending posted receive that matches, if any. Per
+  /// (source, tag) order is kept: a match exists only if no earlier message of
+  /// that pair is queued. The caller must hold the request's engine
+  /// `exclusive` lock while it writes into the buffer.
+  Claimed claim(int source, const Tag& tag);
 
   /// Marks `rank` as gone: pending receives whose every source is gone fail
   /// with `why`; later posts that cannot be matched fail at once.

@@ -101,6 +101,19 @@ class Transport {
   virtual Request isend(int dst, const Tag& tag, std::span<const std::byte> data,
                         DType dtype = DType::kBytes) = 0;
 
+  /// Like isend, but without the copy: the transport may read `data` until
+  /// the returned Request completes, so the caller keeps it alive and
+  /// unchanged until then (wait on the request). Destroying or cancelling the
+  /// request before it completes makes the transport copy what it still needs
+  /// (or drop the message if none of it left yet), so the buffer is never read
+  /// after cancel() returns. Transports that copy anyway (the default) return
+  /// a completed request. The collectives use this for their pipelined pieces.
+  /// @throws like isend.
+  virtual Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data,
+                                DType dtype = DType::kBytes) {
+    return isend(dst, tag, data, dtype);
+  }
+
   /// Receives the next message under `tag` from any rank in `sources` into
   /// `buffer`. Request::peer() tells which rank it came from and bytes() its
   /// length. A message longer than the buffer fails the request with
@@ -118,6 +131,10 @@ class Transport {
   template <typename T>
   Request isendOf(int dst, const Tag& tag, std::span<const T> data) {
     return isend(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value);
+  }
+  template <typename T>
+  Request isendBorrowedOf(int dst, const Tag& tag, std::span<const T> data) {
+    return isendBorrowed(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value);
   }
   template <typename T>
   Request irecvOf(int source, const Tag& tag, std::span<T> data) {

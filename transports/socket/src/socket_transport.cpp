@@ -1,0 +1,968 @@
+// Native socket transport (see socket.hpp for why and how it differs from zmq).
+//
+// One non-blocking stream socket per pair of ranks carries frames
+// [48-byte header (wire.hpp)][payload]. All connection state lives in Engine
+// and is guarded by ProgressEngine::exclusive; whichever thread holds it reads
+// and writes the sockets ("progress"). Reading: bytes come through a small
+// per-connection staging buffer, so one recv(2) can pick up several small
+// frames; once a header is known the payload goes straight into the posted
+// receive buffer (Mailbox::claim) or, if none is posted yet, into an owned
+// buffer handed to the Mailbox as an unexpected message. Long payloads are
+// read directly from the socket into that destination. Writing: isend writes
+// header and payload with one sendmsg(2) from the caller's memory; only what
+// the kernel does not take at once is copied and queued, and flushed by later
+// progress (also from a thread waiting for something else).
+//
+// Failure: a peer that closes sends a bye after its last frame (in order on
+// the same stream) and gets a bye-ack; end-of-stream or a reset without a bye
+// means the peer died: receives waiting only on it fail with PeerFailure at
+// once. A malformed frame fails that peer with the ProtocolError (peer, byte
+// offset) and drops its connection. Every wait is bounded by its deadline.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/transports/socket.hpp"
+
+namespace gossamer::sock {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kHelloMagic = 0x4C485347u;  // "GSHL"
+constexpr std::size_t kStageBytes = std::size_t{64} << 10;
+constexpr std::size_t kDirectReadBytes = std::size_t{16} << 10;  // longer remainders skip the stage
+constexpr std::uint32_t kByeAfterError = 1;
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+Clock::time_point deadlineAfter(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+int millisLeft(Clock::time_point deadline, int cap) {
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<long long>((left + 999) / 1000, cap));
+}
+
+void setNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw Error("cannot make a socket non-blocking: " + errnoText(errno));
+}
+
+// --- addresses -------------------------------------------------------------
+
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  int family = AF_INET;
+};
+
+SockAddr tcpAddress(const std::string& host, std::uint16_t port) {
+  SockAddr a;
+  auto* in = reinterpret_cast<sockaddr_in*>(&a.storage);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &in->sin_addr) != 1)
+    throw InvalidArgument("socket transport: '" + host + "' is not an IPv4 address");
+  a.length = sizeof(sockaddr_in);
+  a.family = AF_INET;
+  return a;
+}
+
+// Abstract-namespace Unix address: no file to clean up, private to the host.
+SockAddr unixAddress(const std::string& name) {
+  SockAddr a;
+  auto* un = reinterpret_cast<sockaddr_un*>(&a.storage);
+  un->sun_family = AF_UNIX;
+  GOSSAMER_ENFORCE(name.size() + 1 < sizeof(un->sun_path), "unix socket name too long: " << name);
+  un->sun_path[0] = '\0';
+  std::memcpy(un->sun_path + 1, name.data(), name.size());
+  a.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  a.family = AF_UNIX;
+  return a;
+}
+
+// Published form: "tcp:HOST:PORT" or "ipc:NAME".
+SockAddr parseAddress(const std::string& s, int peer) {
+  if (s.rfind("tcp:", 0) == 0) {
+    const auto colon = s.rfind(':');
+    if (colon <= 4) throw ProtocolError(peer, 0, "bad socket address in the store: '" + s + "'");
+    const std::string host = s.substr(4, colon - 4);
+    const std::string port = s.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+      throw ProtocolError(peer, 0, "bad port in socket address '" + s + "'");
+    return tcpAddress(host, static_cast<std::uint16_t>(std::stoi(port)));
+  }
+  if (s.rfind("ipc:", 0) == 0 && s.size() > 4) return unixAddress(s.substr(4));
+  throw ProtocolError(peer, 0, "bad socket address in the store: '" + s + "'");
+}
+
+class FdGuard {
+ public:
+  explicit FdGuard(int fd = -1) : fd_(fd) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  FdGuard(FdGuard&& other) noexcept : fd_(other.release()) {}
+  FdGuard& operator=(FdGuard&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  ~FdGuard() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void tuneConnection(int fd, int family) {
+  setNonBlocking(fd);
+  const int one = 1;
+  if (family == AF_INET) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (family == AF_UNIX) {  // Unix sockets do not autotune: give them room for pipelined pieces
+    const int bytes = 4 << 20;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+}
+
+// Writes or reads exactly n bytes on a non-blocking socket before `deadline`.
+void writeAll(int fd, const void* data, std::size_t n, Clock::time_point deadline, int peer) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pfd{fd, POLLOUT, 0};
+      if (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0 && Clock::now() >= deadline)
+        throw TimeoutError("socket transport: timed out writing the hello to rank " + std::to_string(peer));
+      continue;
+    }
+    throw PeerFailure(peer, "cannot write the hello: " + errnoText(errno));
+  }
+}
+
+void readAll(int fd, void* data, std::size_t n, Clock::time_point deadline, const std::string& who) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r == 0) throw Error("socket transport: " + who + " closed the connection during the hello");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0 && Clock::now() >= deadline)
+        throw TimeoutError("socket transport: timed out waiting for the hello of " + who);
+      continue;
+    }
+    throw Error("socket transport: reading the hello of " + who + ": " + errnoText(errno));
+  }
+}
+
+// --- the engine ------------------------------------------------------------
+
+struct TxItem {
+  HeaderBytes header;
+  std::span<const std::byte> data;  // into `owned`, or the caller's memory (borrowed)
+  std::vector<std::byte> owned;
+  std::size_t offset = 0;                     // bytes of header + data already written
+  std::shared_ptr<detail::RequestState> req;  // borrowed: completes once written
+  std::size_t total() const { return kFrameHeaderBytes + data.size(); }
+};
+
+// Reusable buffers for messages that arrive before their receive is posted:
+// large ones would otherwise be allocated (and page-faulted) per message.
+class PayloadPool : public std::enable_shared_from_this<PayloadPool> {
+ public:
+  static constexpr std::size_t kMinPooledBytes = std::size_t{64} << 10;
+  static constexpr std::size_t kMaxKept = 8;
+
+  std::shared_ptr<std::byte> get(std::size_t n) {
+    if (n < kMinPooledBytes)
+      return std::shared_ptr<std::byte>(new std::byte[std::max<std::size_t>(n, 1)],
+                                        std::default_delete<std::byte[]>());
+    std::unique_ptr<std::byte[]> buf;
+    std::size_t cap = n;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->second >= n && it->second <= 2 * n) {
+          buf = std::move(it->first);
+          cap = it->second;
+          free_.erase(it);
+          break;
+        }
+      }
+    }
+    if (!buf) buf.reset(new std::byte[n]);
+    auto self = shared_from_this();
+    return std::shared_ptr<std::byte>(buf.release(), [self, cap](std::byte* p) { self->put(p, cap); });
+  }
+
+ private:
+  void put(std::byte* p, std::size_t cap) {
+    std::unique_ptr<std::byte[]> buf(p);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (free_.size() < kMaxKept) free_.emplace_back(std::move(buf), cap);
+  }
+  std::mutex mu_;  // a leaf lock
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>> free_;
+};
+
+struct Conn {
+  int peer = -1;
+  int fd = -1;
+  bool gone = false;     // connection closed (failed, or after a bye)
+  bool saidBye = false;  // the peer closed its transport cleanly
+  bool acked = false;    // the peer acknowledged our bye
+  // Receive side.
+  std::vector<std::byte> stage = std::vector<std::byte>(kStageBytes);
+  std::size_t stageBegin = 0, stageEnd = 0;
+  bool inPayload = false;
+  HeaderBytes header{};
+  FrameHeader frame;
+  std::span<std::byte> dst;  // where the payload goes (empty when discarding)
+  std::size_t got = 0;
+  std::shared_ptr<detail::RequestState> claimed;  // posted receive being filled in place
+  std::shared_ptr<std::byte> owned;               // or an unexpected message's own buffer
+  bool discard = false;
+  // Send side.
+  std::deque<TxItem> txq;
+};
+
+class Engine final : public detail::ProgressEngine, public std::enable_shared_from_this<Engine> {
+ public:
+  Engine(const Options& o, std::vector<int> fds) : opt_(o), box_(o.worldSize) {
+    conns_.resize(static_cast<std::size_t>(o.worldSize));
+    for (int p = 0; p < o.worldSize; ++p) {
+      auto& c = conns_[static_cast<std::size_t>(p)];
+      c.peer = p;
+      c.fd = fds[static_cast<std::size_t>(p)];
+      c.gone = c.fd < 0;
+      if (c.fd < 0) c.stage.clear();
+    }
+    wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeFd_ < 0) throw Error("socket transport: eventfd: " + errnoText(errno));
+    spin_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.spinSeconds));
+    lastActivity_ = Clock::now();
+    background_ = std::thread([this] { backgroundLoop(); });
+  }
+
+  ~Engine() override {
+    stopBackground();
+    for (auto& c : conns_)
+      if (c.fd >= 0) ::close(c.fd);
+    if (wakeFd_ >= 0) ::close(wakeFd_);
+  }
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Options& options() const { return opt_; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                bool borrowed = false) {
+    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
+                     "destination rank " << dst << " outside world size " << opt_.worldSize);
+    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const auto header =
+        encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+    if (dst == opt_.rank) {
+      auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
+      box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
+    } else {
+      std::lock_guard<std::mutex> lk(exclusive);
+      auto& c = conns_[static_cast<std::size_t>(dst)];
+      if (c.gone)
+        throw PeerFailure(dst, c.saidBye ? "cannot send: peer closed its transport"
+                                         : "cannot send: the connection to the peer is lost");
+      auto req = sendLocked(c, header, data, borrowed);
+      lastActivity_ = Clock::now();
+      bytesSent_ += data.size();
+      ++messagesSent_;
+      if (req) {
+        req->what = "send to rank " + std::to_string(dst) + " " + toString(tag);
+        return Request(std::move(req));
+      }
+      return Request(detail::completedRequest(dst, data.size()));
+    }
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    return box_.post(sources, tag, buffer, shared_from_this());
+  }
+
+  void waitUntil(detail::RequestState& state, Clock::time_point deadline) override {
+    ++activeWaiters_;
+    struct Leave {
+      Engine& e;
+      ~Leave() {
+        e.lastActivity_ = Clock::now();
+        --e.activeWaiters_;
+      }
+    } leave{*this};
+    auto spinEnd = Clock::now() + spin_;
+    std::vector<pollfd> pfds;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lk(exclusive);
+        if (stopped_) return;
+        progressLocked();
+        if (!pending(state)) return;
+        const auto now = Clock::now();
+        if (now >= deadline) return;
+        if (now < spinEnd) {
+          std::this_thread::yield();  // let the peers (maybe on this core) run
+          continue;
+        }
+        pollSetLocked(pfds);
+        ++sleepers_;  // before unlocking: a sender queueing bytes now must wake us
+      }
+      // Sleep until a socket is ready, a sender queued bytes (wakeFd_) or 100 ms
+      // pass; without the lock, so other threads can send and progress.
+      ::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100));
+      --sleepers_;
+      if (pfds.back().revents & POLLIN) {
+        std::uint64_t v;
+        (void)!::read(wakeFd_, &v, sizeof v);
+      }
+      spinEnd = Clock::now() + spin_;
+    }
+  }
+
+  void poke() override {
+    std::unique_lock<std::mutex> lk(exclusive, std::try_to_lock);
+    if (lk.owns_lock() && !stopped_) progressLocked();
+  }
+
+  void close(bool abort) {
+    if (closed_.exchange(true)) return;
+    const auto deadline = deadlineAfter(abort ? 0.0 : opt_.lingerSeconds);
+    {
+      std::lock_guard<std::mutex> lk(exclusive);
+      for (auto& c : conns_) {
+        if (c.gone || c.saidBye) continue;
+        sendControlLocked(c, FrameKind::kBye, abort ? kByeAfterError : 0);
+      }
+    }
+    // Deliver what is queued and collect the acknowledgements, within linger.
+    std::vector<pollfd> pfds;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lk(exclusive);
+        progressLocked();
+        const bool settled = std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) {
+          return c.gone || ((c.acked || c.saidBye) && c.txq.empty());
+        });
+        if (settled || Clock::now() >= deadline) break;
+        pollSetLocked(pfds);
+      }
+      ::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100));
+    }
+    {
+      std::lock_guard<std::mutex> lk(exclusive);
+      stopped_ = true;
+      for (auto& c : conns_) {
+        if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);  // fds close in the destructor: pollers may hold them
+        if (c.claimed) c.claimed->fail(std::make_exception_ptr(Cancelled("transport closed")));
+        c.claimed.reset();
+        c.owned.reset();
+        dropQueue(c, std::make_exception_ptr(Cancelled("transport closed before the send was written")));
+        c.gone = true;
+      }
+    }
+    stopBackground();
+    box_.close();
+  }
+
+  TransportStats stats() const {
+    TransportStats s;
+    s.bytesSent = bytesSent_;
+    s.messagesSent = messagesSent_;
+    s.bytesReceived = bytesReceived_;
+    s.messagesReceived = messagesReceived_;
+    return s;
+  }
+
+ private:
+  // Moves messages while no application thread does: while one is waiting or
+  // was active within the last millisecond, this thread only ticks (1 ms);
+  // once the application is busy elsewhere (computing), it sleeps on the
+  // sockets and progresses them, so sends that did not fit the kernel's
+  // buffers drain and incoming bytes are taken off the wire.
+  void backgroundLoop() {
+    std::vector<pollfd> pfds;
+    for (;;) {
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lk(exclusive);
+        if (stopped_) return;
+        idle = activeWaiters_ == 0 && Clock::now() - lastActivity_.load() > std::chrono::milliseconds(1);
+        if (idle) {
+          progressLocked();
+          pollSetLocked(pfds);
+        } else {
+          pfds.assign(1, pollfd{wakeFd_, POLLIN, 0});
+        }
+      }
+      ::poll(pfds.data(), pfds.size(), idle ? 50 : 1);
+      if (pfds.back().revents & POLLIN) {
+        std::uint64_t v;
+        (void)!::read(wakeFd_, &v, sizeof v);
+      }
+    }
+  }
+
+  void stopBackground() {
+    {
+      std::lock_guard<std::mutex> lk(exclusive);
+      stopped_ = true;
+    }
+    wake();
+    if (background_.joinable() && background_.get_id() != std::this_thread::get_id()) background_.join();
+  }
+
+  static bool pending(detail::RequestState& s) {
+    std::lock_guard<std::mutex> lk(s.mu);
+    return s.status == detail::RequestState::Status::kPending;
+  }
+
+  void wake() {
+    const std::uint64_t one = 1;
+    (void)!::write(wakeFd_, &one, sizeof one);
+  }
+
+  // Caller holds exclusive. The poll set for sleeping: every live connection
+  // (POLLOUT too where bytes wait), then wakeFd_ last.
+  void pollSetLocked(std::vector<pollfd>& pfds) const {
+    pfds.clear();
+    for (const auto& c : conns_)
+      if (!c.gone) pfds.push_back({c.fd, static_cast<short>(POLLIN | (c.txq.empty() ? 0 : POLLOUT)), 0});
+    pfds.push_back({wakeFd_, POLLIN, 0});
+  }
+
+  // --- sending ---
+
+  // Writes what the socket takes now and queues the rest: copied, or with
+  // `borrowed` referenced, in which case the returned request completes once
+  // it is written (null: nothing is left to write).
+  std::shared_ptr<detail::RequestState> sendLocked(Conn& c, const HeaderBytes& header,
+                                                   std::span<const std::byte> data, bool borrowed = false) {
+    std::size_t written = 0;
+    if (c.txq.empty()) written = writeSome(c, header, data, 0);
+    if (c.gone) throw PeerFailure(c.peer, "the connection broke while sending");
+    if (written == kFrameHeaderBytes + data.size()) return nullptr;
+    TxItem item;
+    item.header = header;
+    if (borrowed) {
+      item.data = data;
+      item.offset = written;
+      item.req = std::make_shared<detail::RequestState>();
+      item.req->engine = shared_from_this();
+      auto req = item.req;
+      c.txq.push_back(std::move(item));
+      if (sleepers_ > 0) wake();
+      return req;
+    }
+    const std::size_t dataDone = written > kFrameHeaderBytes ? written - kFrameHeaderBytes : 0;
+    const auto rest = data.subspan(std::min(dataDone, data.size()));
+    item.owned.assign(rest.begin(), rest.end());
+    item.data = std::span<const std::byte>(item.owned.data(), item.owned.size());
+    item.offset = std::min(written, kFrameHeaderBytes);  // offset over header + (remaining) data
+    c.txq.push_back(std::move(item));
+    if (sleepers_ > 0) wake();  // a sleeping waiter must add POLLOUT for this socket
+    return nullptr;
+  }
+
+  void sendControlLocked(Conn& c, FrameKind kind, std::uint32_t detailCode = 0) {
+    const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                                     Tag{Op::kControl, detailCode, 0}, {});
+    try {
+      sendLocked(c, h, {});
+    } catch (const PeerFailure&) {
+      // Control frames are a courtesy: a peer that is gone needs no goodbye.
+    }
+  }
+
+  // One sendmsg of header[offset..] + data; returns the new offset. Marks the
+  // connection lost on a hard error.
+  std::size_t writeSome(Conn& c, const HeaderBytes& header, std::span<const std::byte> data,
+                        std::size_t offset) {
+    const std::size_t total = kFrameHeaderBytes + data.size();
+    while (offset < total) {
+      iovec iov[2];
+      int n = 0;
+      if (offset < kFrameHeaderBytes)
+        iov[n++] = {const_cast<std::byte*>(header.data() + offset), kFrameHeaderBytes - offset};
+      const std::size_t dataOff = offset > kFrameHeaderBytes ? offset - kFrameHeaderBytes : 0;
+      if (dataOff < data.size())
+        iov[n++] = {const_cast<std::byte*>(data.data() + dataOff), data.size() - dataOff};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<std::size_t>(n);
+      const ssize_t r = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r > 0) {
+        offset += static_cast<std::size_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      lost(c, errno);
+      break;
+    }
+    return offset;
+  }
+
+  void flushLocked(Conn& c) {
+    while (!c.gone && !c.txq.empty()) {
+      auto& item = c.txq.front();
+      item.offset = writeSome(c, item.header, item.data, item.offset);
+      if (item.offset < item.total()) return;
+      if (item.req) item.req->complete(c.peer, item.data.size());
+      c.txq.pop_front();
+    }
+  }
+
+  // Fails the borrowed sends still queued on c and empties its queue.
+  static void dropQueue(Conn& c, const std::exception_ptr& error) {
+    for (auto& item : c.txq)
+      if (item.req) item.req->fail(error);
+    c.txq.clear();
+  }
+
+  // A borrowed send is cancelled: forget the caller's buffer. A frame not
+  // started is dropped; one partly written is finished from a copy (the
+  // stream cannot skip the rest of a frame).
+  void cancelLocked(detail::RequestState& state) override {
+    for (auto& c : conns_) {
+      for (auto it = c.txq.begin(); it != c.txq.end(); ++it) {
+        if (it->req.get() != &state) continue;
+        if (it->offset == 0) {
+          c.txq.erase(it);
+          return;
+        }
+        const std::size_t done = it->offset > kFrameHeaderBytes ? it->offset - kFrameHeaderBytes : 0;
+        const auto rest = it->data.subspan(std::min(done, it->data.size()));
+        it->owned.assign(rest.begin(), rest.end());
+        it->data = std::span<const std::byte>(it->owned.data(), it->owned.size());
+        it->offset = std::min(it->offset, kFrameHeaderBytes);
+        it->req.reset();
+        return;
+      }
+    }
+  }
+
+  // --- receiving ---
+
+  // Caller holds exclusive. One non-blocking pass: poll(0), then read and write
+  // whatever is ready.
+  void progressLocked() {
+    pollScratch_.clear();
+    pollConn_.clear();
+    for (auto& c : conns_) {
+      if (c.gone) continue;
+      pollScratch_.push_back({c.fd, static_cast<short>(POLLIN | (c.txq.empty() ? 0 : POLLOUT)), 0});
+      pollConn_.push_back(&c);
+    }
+    if (pollScratch_.empty()) return;
+    if (::poll(pollScratch_.data(), pollScratch_.size(), 0) <= 0) return;
+    for (std::size_t i = 0; i < pollScratch_.size(); ++i) {
+      const short ev = pollScratch_[i].revents;
+      Conn& c = *pollConn_[i];
+      if (ev & POLLOUT) flushLocked(c);
+      if (ev & (POLLIN | POLLHUP | POLLERR)) readLocked(c);
+    }
+  }
+
+  // Reads into the stage; false when nothing more is there now (or the
+  // connection ended, which lost() has handled).
+  bool fillStage(Conn& c) {
+    if (c.stageBegin == c.stageEnd) {
+      c.stageBegin = c.stageEnd = 0;
+    } else if (c.stageBegin > 0 && c.stage.size() - c.stageEnd < kFrameHeaderBytes) {
+      std::memmove(c.stage.data(), c.stage.data() + c.stageBegin, c.stageEnd - c.stageBegin);
+      c.stageEnd -= c.stageBegin;
+      c.stageBegin = 0;
+    }
+    for (;;) {
+      const ssize_t r = ::recv(c.fd, c.stage.data() + c.stageEnd, c.stage.size() - c.stageEnd, MSG_DONTWAIT);
+      if (r > 0) {
+        c.stageEnd += static_cast<std::size_t>(r);
+        return true;
+      }
+      if (r == 0) {
+        lost(c, 0);
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lost(c, errno);
+      return false;
+    }
+  }
+
+  void readLocked(Conn& c) {
+    try {
+      while (!c.gone) {
+        if (!c.inPayload) {
+          while (!c.gone && c.stageEnd - c.stageBegin < kFrameHeaderBytes)
+            if (!fillStage(c)) return;
+          if (c.gone) return;
+          std::memcpy(c.header.data(), c.stage.data() + c.stageBegin, kFrameHeaderBytes);
+          c.stageBegin += kFrameHeaderBytes;
+          startFrame(c);
+        }
+        if (!readPayload(c)) return;
+        finishFrame(c);
+      }
+    } catch (const ProtocolError&) {
+      failPeer(c, std::current_exception());
+    }
+  }
+
+  void startFrame(Conn& c) {
+    c.frame = decodeFrameHeader(c.header, c.peer, opt_.worldSize);
+    if (static_cast<int>(c.frame.source) != c.peer)
+      throw ProtocolError(c.peer, frame_offset::kSource,
+                          "frame claims source rank " + std::to_string(c.frame.source) +
+                              " but arrived on the connection of rank " + std::to_string(c.peer));
+    const std::size_t n = c.frame.payloadBytes;
+    c.inPayload = true;
+    c.got = 0;
+    c.discard = false;
+    c.dst = {};
+    if (c.frame.kind == FrameKind::kData) {
+      auto claim = box_.claim(c.peer, c.frame.tag);
+      if (claim.state) {
+        if (n > claim.buffer.size()) {
+          claim.state->fail(std::make_exception_ptr(ProtocolError(
+              c.peer, kFrameHeaderBytes + claim.buffer.size(),
+              "message of " + std::to_string(n) + " bytes for " + claim.state->what +
+                  " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+          c.discard = true;
+        } else {
+          c.claimed = std::move(claim.state);
+          c.dst = claim.buffer.first(n);
+        }
+        return;
+      }
+    }
+    c.owned = pool_->get(n);
+    c.dst = std::span<std::byte>(c.owned.get(), n);
+  }
+
+  // Moves payload bytes into c.dst; true once the whole payload is there.
+  bool readPayload(Conn& c) {
+    const std::size_t n = c.frame.payloadBytes;
+    if (c.claimed && !pending(*c.claimed)) {  // cancelled (cancel() waited for exclusive)
+      c.claimed.reset();
+      c.discard = true;
+    }
+    while (c.got < n) {
+      const std::size_t need = n - c.got;
+      const std::size_t staged = c.stageEnd - c.stageBegin;
+      if (staged > 0) {
+        const std::size_t k = std::min(staged, need);
+        if (!c.discard) std::memcpy(c.dst.data() + c.got, c.stage.data() + c.stageBegin, k);
+        c.stageBegin += k;
+        c.got += k;
+        continue;
+      }
+      if (c.discard || need < kDirectReadBytes) {
+        if (!fillStage(c)) return false;
+        continue;
+      }
+      const ssize_t r = ::recv(c.fd, c.dst.data() + c.got, need, MSG_DONTWAIT);
+      if (r > 0) {
+        c.got += static_cast<std::size_t>(r);
+        continue;
+      }
+      if (r == 0) {
+        lost(c, 0);
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lost(c, errno);
+      return false;
+    }
+    return true;
+  }
+
+  void finishFrame(Conn& c) {
+    c.inPayload = false;
+    auto claimed = std::move(c.claimed);
+    auto owned = std::move(c.owned);
+    const std::size_t n = c.frame.payloadBytes;
+    if (c.discard) return;
+    const std::span<const std::byte> payload(c.dst.data(), n);
+    verifyFramePayload(c.header, c.frame, payload, c.peer);  // throws ProtocolError
+    switch (c.frame.kind) {
+      case FrameKind::kData:
+        bytesReceived_ += n;
+        ++messagesReceived_;
+        if (claimed)
+          claimed->complete(c.peer, n);
+        else
+          box_.deliver(c.peer, c.frame.tag, InboundPayload{owned, payload});
+        return;
+      case FrameKind::kBye:
+        c.saidBye = true;
+        box_.peerGone(c.peer,
+                      std::make_exception_ptr(PeerFailure(c.peer, c.frame.tag.segment == kByeAfterError
+                                                                      ? "it stopped after an error of its own"
+                                                                      : "peer closed its transport")));
+        sendControlLocked(c, FrameKind::kByeAck);
+        return;
+      case FrameKind::kByeAck:
+        c.acked = true;
+        return;
+    }
+  }
+
+  // The connection ended (err 0: end of stream) or failed.
+  void lost(Conn& c, int err) {
+    if (c.gone) return;
+    c.gone = true;
+    ::shutdown(c.fd, SHUT_RDWR);
+    const std::string why = err == 0 ? "connection lost without a goodbye (process died or network failed)"
+                                     : "connection failed: " + errnoText(err);
+    auto error = std::make_exception_ptr(PeerFailure(c.peer, why));
+    dropQueue(c, error);
+    if (c.saidBye && !c.inPayload) return;  // orderly: everything before the bye was read
+    if (c.claimed) c.claimed->fail(error);
+    c.claimed.reset();
+    c.owned.reset();
+    c.inPayload = false;
+    box_.peerGone(c.peer, error);
+  }
+
+  void failPeer(Conn& c, std::exception_ptr error) {
+    if (c.claimed) c.claimed->fail(error);
+    c.claimed.reset();
+    c.owned.reset();
+    c.inPayload = false;
+    c.gone = true;
+    dropQueue(c, error);
+    ::shutdown(c.fd, SHUT_RDWR);
+    box_.peerGone(c.peer, std::move(error));
+  }
+
+  Options opt_;
+  Mailbox box_;
+  std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
+  std::vector<Conn> conns_;  // by peer rank; conns_[rank] is unused (gone)
+  int wakeFd_ = -1;
+  Clock::duration spin_{};
+  std::vector<pollfd> pollScratch_;
+  std::vector<Conn*> pollConn_;
+  bool stopped_ = false;  // under exclusive
+  std::atomic<int> sleepers_{0};
+  std::atomic<int> activeWaiters_{0};
+  std::atomic<Clock::time_point> lastActivity_{};
+  std::thread background_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+};
+
+class SocketTransport final : public Transport {
+ public:
+  explicit SocketTransport(std::shared_ptr<Engine> engine) : e_(std::move(engine)) {}
+  ~SocketTransport() override {
+    try {
+      e_->close(false);
+    } catch (...) {
+      // Destructors must not throw; close() failures were already reported.
+    }
+  }
+  SocketTransport(const SocketTransport&) = delete;
+  SocketTransport& operator=(const SocketTransport&) = delete;
+
+  int rank() const override { return e_->options().rank; }
+  int worldSize() const override { return e_->options().worldSize; }
+  std::string name() const override { return "socket"; }
+  double timeoutSeconds() const override { return e_->options().timeoutSeconds; }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return e_->isend(dst, tag, data, dtype);
+  }
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return e_->isend(dst, tag, data, dtype, true);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    return e_->irecv(sources, tag, buffer);
+  }
+  void close() override { e_->close(false); }
+  void abort() override { e_->close(true); }
+  TransportStats stats() const override { return e_->stats(); }
+
+ private:
+  std::shared_ptr<Engine> e_;
+};
+
+// --- connection set-up -----------------------------------------------------
+
+std::string randomName(int rank) {
+  std::random_device rd;
+  std::ostringstream s;
+  s << "gossamer-" << ::getpid() << '-' << rank << '-' << std::hex << rd() << rd();
+  return s.str();
+}
+
+std::vector<int> connectAll(const Options& o, Store& store) {
+  const bool tcp = o.protocol == "tcp";
+  FdGuard listener(::socket(tcp ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (listener.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
+  std::string published;
+  if (tcp) {
+    const int one = 1;
+    ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    SockAddr a = tcpAddress(o.host, 0);
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&a.storage), a.length) != 0)
+      throw Error("rank " + std::to_string(o.rank) + ": cannot bind tcp " + o.host + ": " + errnoText(errno));
+    sockaddr_in bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+    published = "tcp:" + o.host + ":" + std::to_string(ntohs(bound.sin_port));
+  } else {
+    const std::string name = randomName(o.rank);
+    SockAddr a = unixAddress(name);
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&a.storage), a.length) != 0)
+      throw Error("rank " + std::to_string(o.rank) + ": cannot bind ipc " + name + ": " + errnoText(errno));
+    published = "ipc:" + name;
+  }
+  if (::listen(listener.get(), SOMAXCONN) != 0)
+    throw Error("socket transport: listen(): " + errnoText(errno));
+  setNonBlocking(listener.get());
+
+  const std::string prefix = o.storePrefix + "/sock/";
+  store.set(prefix + std::to_string(o.rank), published);
+  const auto deadline = deadlineAfter(o.timeoutSeconds);
+  std::vector<FdGuard> fds(static_cast<std::size_t>(o.worldSize));
+
+  // Connect to every lower rank (their listeners exist: they published after listen()).
+  for (int p = 0; p < o.rank; ++p) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const SockAddr a = parseAddress(store.get(prefix + std::to_string(p), std::max(left, 0.0)), p);
+    FdGuard fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
+    tuneConnection(fd.get(), a.family);
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.length) != 0) {
+      if (errno != EINPROGRESS && errno != EAGAIN)
+        throw PeerFailure(p, "cannot connect: " + errnoText(errno));
+      pollfd pfd{fd.get(), POLLOUT, 0};
+      while (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0)
+        if (Clock::now() >= deadline)
+          throw TimeoutError("socket transport: connecting to rank " + std::to_string(p));
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) throw PeerFailure(p, "cannot connect: " + errnoText(err));
+    }
+    const std::uint32_t hello[2] = {kHelloMagic, static_cast<std::uint32_t>(o.rank)};
+    writeAll(fd.get(), hello, sizeof hello, deadline, p);
+    fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
+  }
+  // Accept every higher rank; each names itself in its hello.
+  for (int pending = o.worldSize - 1 - o.rank; pending > 0;) {
+    pollfd pfd{listener.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0) {
+      if (Clock::now() >= deadline)
+        throw TimeoutError("socket transport: rank " + std::to_string(o.rank) + " timed out after " +
+                           std::to_string(o.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
+                           " higher rank(s) to connect");
+      continue;
+    }
+    FdGuard fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      throw Error("socket transport: accept(): " + errnoText(errno));
+    }
+    tuneConnection(fd.get(), tcp ? AF_INET : AF_UNIX);
+    std::uint32_t hello[2] = {0, 0};
+    readAll(fd.get(), hello, sizeof hello, deadline, "an incoming connection");
+    if (hello[0] != kHelloMagic) throw ProtocolError(-1, 0, "connection without the Gossamer hello");
+    const auto p = static_cast<int>(hello[1]);
+    if (p <= o.rank || p >= o.worldSize || fds[static_cast<std::size_t>(p)].get() >= 0)
+      throw ProtocolError(
+          p, 4,
+          "hello from rank " + std::to_string(hello[1]) + " not expected by rank " + std::to_string(o.rank));
+    fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
+    --pending;
+  }
+  std::vector<int> out;
+  for (auto& f : fds) out.push_back(f.release());
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
+                   "protocol must be tcp or ipc, got '" << o.protocol << "'");
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
+  GOSSAMER_ENFORCE(o.spinSeconds >= 0 && o.spinSeconds <= 1, "spin " << o.spinSeconds << " s (0..1)");
+  auto fds = connectAll(o, store);
+  return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, std::move(fds)));
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransport("socket", [](const TransportContext& ctx) {
+    Options o;
+    o.rank = ctx.rank;
+    o.worldSize = ctx.config.worldSize;
+    o.protocol = ctx.config.transport.protocol;
+    o.host = ctx.config.transport.host;
+    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
+    o.lingerSeconds = ctx.config.transport.lingerSeconds;
+    return makeTransport(o, ctx.store);
+  });
+}
+
+}  // namespace gossamer::sock
