@@ -24,6 +24,7 @@
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "trainer.hpp"
 
@@ -54,6 +55,7 @@ void emitSummary(const std::string& json, const std::string& path) {
 gossamer::Registry makeRegistry(std::shared_ptr<gossamer::inproc::Fabric> fabric) {
   gossamer::Registry r;
   gossamer::zmq::registerWith(r);
+  gossamer::sock::registerWith(r);
   if (fabric) gossamer::inproc::registerWith(r, std::move(fabric));
   gossamer::topologies::registerBuiltins(r);
   gossamer::optimizers::registerBuiltins(r);

@@ -40,7 +40,7 @@ constexpr long long kIntMax = INT_MAX;
 constexpr long long kMaxWorldSize = 4096;
 constexpr long long kMaxRank = kMaxWorldSize - 1;
 
-constexpr std::array<std::string_view, 2> kTransportKinds{"zmq", "inproc"};
+constexpr std::array<std::string_view, 3> kTransportKinds{"zmq", "socket", "inproc"};
 constexpr std::array<std::string_view, 2> kProtocols{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring", "directed_exponential",
                                                          "explicit"};

@@ -75,6 +75,32 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
   }
 }
 
+TEST_CASE("gossamer-train trains over the native socket transport as well as over zmq",
+          "[multiproc][train]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed; skipped");
+    return;
+  }
+  TempDir dir;
+  double accuracy[2] = {0, 0};
+  int i = 0;
+  for (const std::string transport : {"zmq", "socket"}) {
+    writeFile(dir / "run.yaml", smallConfig(transport, "allreduce_sgd", 3, 1, 20));
+    const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml"}, dir / "out", dir / "err");
+    const auto status = waitBounded(pid, 120);
+    INFO(transport << " stderr:\n" << readFile(dir / "err"));
+    REQUIRE(status.has_value());
+    REQUIRE(WEXITSTATUS(*status) == 0);
+    const auto j = lastJsonLine(readFile(dir / "out"));
+    CHECK(j["transport"] == transport);
+    CHECK(j["consensus_distance"].get<double>() < 1e-10);
+    accuracy[i++] = j["test_accuracy"].get<double>();
+  }
+  // Same seed, same data, same reduction order: the transport must not change the result.
+  CHECK(accuracy[1] == Approx(accuracy[0]).margin(1e-9));
+  CHECK(accuracy[1] > 0.6);
+}
+
 TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[multiproc][train]") {
   if (!haveData()) {
     WARN("Fashion-MNIST not installed; skipped");
@@ -103,9 +129,10 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   const int n = 3;
   // Gossip, and an allreduce every step (the peer dies in the middle of one).
   const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
-  INFO("algorithm " << algorithm);
+  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket");
+  INFO("algorithm " << algorithm << " over " << transport);
   TempDir dir;
-  writeFile(dir / "long.yaml", smallConfig("zmq", algorithm, n, 500, timeout));
+  writeFile(dir / "long.yaml", smallConfig(transport, algorithm, n, 500, timeout));
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r)
     pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "long.yaml", "--rank", std::to_string(r),

@@ -11,7 +11,7 @@ namespace gossamer {
 
 /// `transport:` section.
 struct TransportConfig {
-  std::string kind = "zmq";        ///< "zmq" or "inproc".
+  std::string kind = "zmq";        ///< "zmq", "socket" (native sockets) or "inproc".
   std::string host = "127.0.0.1";  ///< Address zmq binds to (ports are ephemeral, published in the store).
   std::string protocol = "tcp";    ///< zmq endpoint protocol: "tcp" or "ipc".
   double timeoutSeconds = 30.0;    ///< Bound on every network wait, seconds (> 0).

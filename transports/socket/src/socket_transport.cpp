@@ -253,9 +253,10 @@ class PayloadPool : public std::enable_shared_from_this<PayloadPool> {
 struct Conn {
   int peer = -1;
   int fd = -1;
-  bool gone = false;     // connection closed (failed, or after a bye)
-  bool saidBye = false;  // the peer closed its transport cleanly
-  bool acked = false;    // the peer acknowledged our bye
+  bool gone = false;           // connection closed (failed, or after a bye)
+  bool saidBye = false;        // the peer closed its transport cleanly
+  bool acked = false;          // the peer acknowledged our bye
+  std::exception_ptr failure;  // why the connection is gone, if it failed
   // Receive side.
   std::vector<std::byte> stage = std::vector<std::byte>(kStageBytes);
   std::size_t stageBegin = 0, stageEnd = 0;
@@ -314,9 +315,11 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     } else {
       std::lock_guard<std::mutex> lk(exclusive);
       auto& c = conns_[static_cast<std::size_t>(dst)];
-      if (c.gone)
+      if (c.gone) {
+        if (c.failure) std::rethrow_exception(c.failure);
         throw PeerFailure(dst, c.saidBye ? "cannot send: peer closed its transport"
-                                         : "cannot send: the connection to the peer is lost");
+                                         : "cannot send: this transport is closing");
+      }
       auto req = sendLocked(c, header, data, borrowed);
       lastActivity_ = Clock::now();
       bytesSent_ += data.size();
@@ -495,7 +498,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                                                    std::span<const std::byte> data, bool borrowed = false) {
     std::size_t written = 0;
     if (c.txq.empty()) written = writeSome(c, header, data, 0);
-    if (c.gone) throw PeerFailure(c.peer, "the connection broke while sending");
+    if (c.gone)
+      std::rethrow_exception(
+          c.failure ? c.failure
+                    : std::make_exception_ptr(PeerFailure(c.peer, "the connection broke while sending")));
     if (written == kFrameHeaderBytes + data.size()) return nullptr;
     TxItem item;
     item.header = header;
@@ -768,9 +774,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (c.gone) return;
     c.gone = true;
     ::shutdown(c.fd, SHUT_RDWR);
-    const std::string why = err == 0 ? "connection lost without a goodbye (process died or network failed)"
-                                     : "connection failed: " + errnoText(err);
+    std::string why = "connection lost without a goodbye (process died or network failed)";
+    if (err != 0) why += ": " + errnoText(err);
     auto error = std::make_exception_ptr(PeerFailure(c.peer, why));
+    c.failure = error;
     dropQueue(c, error);
     if (c.saidBye && !c.inPayload) return;  // orderly: everything before the bye was read
     if (c.claimed) c.claimed->fail(error);
@@ -786,6 +793,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.owned.reset();
     c.inPayload = false;
     c.gone = true;
+    c.failure = error;
     dropQueue(c, error);
     ::shutdown(c.fd, SHUT_RDWR);
     box_.peerGone(c.peer, std::move(error));
