@@ -312,6 +312,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (dst == opt_.rank) {
       auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
+      if (sleepers_ > 0) wake();  // another thread may sleep waiting for this
     } else {
       std::lock_guard<std::mutex> lk(exclusive);
       auto& c = conns_[static_cast<std::size_t>(dst)];
@@ -467,7 +468,11 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       stopped_ = true;
     }
     wake();
-    if (background_.joinable() && background_.get_id() != std::this_thread::get_id()) background_.join();
+    if (!background_.joinable()) return;
+    if (background_.get_id() == std::this_thread::get_id())
+      background_.detach();  // the last owner let go on this thread: it returns right after
+    else
+      background_.join();
   }
 
   static bool pending(detail::RequestState& s) {
@@ -750,6 +755,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       case FrameKind::kData:
         bytesReceived_ += n;
         ++messagesReceived_;
+        if (sleepers_ > 0)
+          wake();  // the request's owner may be asleep in poll (another thread read its bytes)
         if (claimed)
           claimed->complete(c.peer, n);
         else
