@@ -91,9 +91,10 @@ struct Args {
   std::size_t minBytes = 4;
   std::size_t maxBytes = std::size_t{256} << 20;
   int factor = 4;
-  int reps = 200;       // at most
-  int minReps = 5;      // at least
-  int warmup = 5;       // untimed calls (the checked first call included), at most
+  std::size_t chunkBytes = std::size_t{1} << 20;  // CollectiveOptions::chunkBytes (ring pieces)
+  int reps = 200;                                 // at most
+  int minReps = 5;                                // at least
+  int warmup = 5;                                 // untimed calls (the checked first call included), at most
   double budget = 1.0;  // seconds of timed calls per (protocol, size, algorithm), roughly
   std::string jsonPath = "results/bench-allreduce.json";
   bool quiet = false;
@@ -190,6 +191,7 @@ class RankBench {
     gossamer::CollectiveOptions o;
     o.sequence = sequence_++ & gossamer::Tag::kMaxStep;
     o.timeoutSeconds = a_.timeout;
+    o.chunkBytes = a_.chunkBytes;
     return o;
   }
 
@@ -301,6 +303,8 @@ json launch(const Args& a) {
                                         sizes,
                                         "--reps",
                                         std::to_string(a.reps),
+                                        "--chunk-bytes",
+                                        std::to_string(a.chunkBytes),
                                         "--min-reps",
                                         std::to_string(a.minReps),
                                         "--warmup",
@@ -363,6 +367,8 @@ int main(int argc, char** argv) {
   app.add_option("--factor", a.factor, "size step (without --sizes)")
       ->excludes(sizes)
       ->check(CLI::IsMember({2, 4}));
+  app.add_option("--chunk-bytes", a.chunkBytes, "ring pipelining: largest piece, bytes")
+      ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 30));
   app.add_option("--reps", a.reps, "timed calls per size, at most")->check(CLI::Range(1, 100000));
   app.add_option("--min-reps", a.minReps, "timed calls per size, at least")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", a.warmup, "untimed calls per size (the checked one included), at most")

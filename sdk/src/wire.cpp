@@ -200,7 +200,8 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
                                                            << dtypeName(dtype) << " elements");
   GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
                    "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
-  GOSSAMER_ENFORCE(kind == FrameKind::kData || payload.empty(), "control frames carry no payload");
+  GOSSAMER_ENFORCE(kind == FrameKind::kData || kind == FrameKind::kPull || payload.empty(),
+                   "control frames carry no payload");
   HeaderBytes h{};
   put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
   put<std::uint16_t>(h, frame_offset::kVersion, kProtocolVersion);
@@ -232,7 +233,7 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
                             std::to_string(kProtocolVersion) + ")");
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
-  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kByeAck))
+  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kPullDone))
     throw ProtocolError(peer, fo::kKind, "unknown frame kind " + std::to_string(kind));
   d.kind = FrameKind(kind);
   const auto dtype = get<std::uint8_t>(header, fo::kDType);
@@ -263,7 +264,11 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
     throw ProtocolError(peer, fo::kCount,
                         "element count " + std::to_string(d.count) + " of " + dtypeName(d.dtype) +
                             " does not match payload length " + std::to_string(d.payloadBytes));
-  if (d.kind != FrameKind::kData && d.payloadBytes != 0)
+  if (d.kind == FrameKind::kPull && d.payloadBytes != kPullDescriptorBytes)
+    throw ProtocolError(peer, fo::kPayloadBytes,
+                        "pull frame with a payload of " + std::to_string(d.payloadBytes) + " bytes, not " +
+                            std::to_string(kPullDescriptorBytes));
+  if (d.kind != FrameKind::kData && d.kind != FrameKind::kPull && d.payloadBytes != 0)
     throw ProtocolError(peer, fo::kPayloadBytes, "control frame carries a payload");
   d.checksum = get<std::uint32_t>(header, fo::kChecksum);
   if (get<std::uint32_t>(header, fo::kReserved2) != 0)

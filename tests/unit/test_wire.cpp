@@ -233,7 +233,7 @@ TEST_CASE("wire: an unsupported protocol version is rejected at its offset", "[w
 }
 
 TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
-  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{4}, std::uint8_t{0xFF}}) {
+  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{6}, std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kKind, k);
     INFO("kind " << int(k));
@@ -339,8 +339,20 @@ TEST_CASE("wire: count times dtype size must equal the payload length", "[wire]"
   }
 }
 
-TEST_CASE("wire: a control frame (bye, bye-ack) that announces a payload is rejected", "[wire]") {
-  for (FrameKind kind : {FrameKind::kBye, FrameKind::kByeAck}) {
+TEST_CASE("wire: a pull frame must carry exactly one 32-byte descriptor", "[wire]") {
+  for (std::size_t n : {std::size_t{0}, std::size_t{8}, std::size_t{33}}) {
+    Frame f = makeFrame(DType::kBytes, n);
+    poke<std::uint8_t>(f.header, fo::kKind, std::uint8_t(FrameKind::kPull));
+    INFO("payload " << n);
+    requireDecodeError(f.header, fo::kPayloadBytes);
+  }
+  Frame ok = makeFrame(DType::kBytes, gossamer::kPullDescriptorBytes);
+  poke<std::uint8_t>(ok.header, fo::kKind, std::uint8_t(FrameKind::kPull));
+  CHECK(gossamer::decodeFrameHeader(ok.header, 1, 4).kind == FrameKind::kPull);
+}
+
+TEST_CASE("wire: a control frame (bye, bye-ack, pull-done) that announces a payload is rejected", "[wire]") {
+  for (FrameKind kind : {FrameKind::kBye, FrameKind::kByeAck, FrameKind::kPullDone}) {
     Frame f = makeFrame(DType::kBytes, 4);
     poke<std::uint8_t>(f.header, fo::kKind, std::uint8_t(kind));
     INFO("kind " << int(kind));

@@ -5,7 +5,7 @@
 //   off size field
 //     0   4  magic            0x524D5347 ("GSMR")
 //     4   2  version          kProtocolVersion
-//     6   1  kind             FrameKind (data, bye, bye-ack)
+//     6   1  kind             FrameKind (data, bye, bye-ack, pull, pull-done)
 //     7   1  dtype            DType of the payload elements
 //     8   4  source           rank of the sender
 //    12   1  op               Tag::op  (which collective / algorithm)
@@ -101,7 +101,22 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 /// Frame kinds.
 /// Frame kinds: data; bye (the sender is closing: sent after its last data
 /// frame); bye-ack (the receiver of a bye has read everything before it).
-enum class FrameKind : std::uint8_t { kData = 1, kBye = 2, kByeAck = 3 };
+/// pull (single-copy on one host: the payload is a PullDescriptor naming the
+/// sender's memory, which the receiver reads itself); pull-done (the receiver
+/// has read it: Tag::step is the descriptor's ticket, and the sender may reuse
+/// its buffer). Only the socket transport's ipc protocol sends the last two.
+enum class FrameKind : std::uint8_t { kData = 1, kBye = 2, kByeAck = 3, kPull = 4, kPullDone = 5 };
+
+/// Payload of a pull frame (32 bytes, little-endian): where the message is in
+/// the sender's address space, its length and its CRC-32C.
+struct PullDescriptor {
+  std::uint64_t address = 0;  ///< Sender's virtual address of the first byte.
+  std::uint64_t bytes = 0;    ///< Message length, <= kMaxPayloadBytes.
+  std::uint32_t crc = 0;      ///< crc32c() of the message, or 0 when the job does not checksum pulls.
+  std::uint32_t pid = 0;      ///< Sender's process id.
+  std::uint64_t ticket = 0;   ///< Echoed in the pull-done frame's Tag::step (< 2^40).
+};
+constexpr std::size_t kPullDescriptorBytes = 32;
 
 /// CRC-32C (Castagnoli) of `data`, as in iSCSI/ext4: the frame checksum.
 /// Uses the SSE4.2 crc32 instruction on x86-64 CPUs that have it.

@@ -26,6 +26,7 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -211,6 +213,13 @@ struct TxItem {
   std::size_t total() const { return kFrameHeaderBytes + data.size(); }
 };
 
+// What connection set-up hands the engine, by peer rank.
+struct Links {
+  std::vector<int> fds;      // -1 for this rank
+  std::vector<bool> pullTo;  // single copy towards this peer (it can read our memory)
+  std::vector<std::uint32_t> pids;
+};
+
 // Reusable buffers for messages that arrive before their receive is posted:
 // large ones would otherwise be allocated (and page-faulted) per message.
 class PayloadPool : public std::enable_shared_from_this<PayloadPool> {
@@ -257,6 +266,8 @@ struct Conn {
   bool saidBye = false;        // the peer closed its transport cleanly
   bool acked = false;          // the peer acknowledged our bye
   std::exception_ptr failure;  // why the connection is gone, if it failed
+  bool pullTo = false;         // ipc single copy: the peer can read our memory
+  std::uint32_t pid = 0;       // the peer's process id (ipc)
   // Receive side.
   std::vector<std::byte> stage = std::vector<std::byte>(kStageBytes);
   std::size_t stageBegin = 0, stageEnd = 0;
@@ -274,12 +285,14 @@ struct Conn {
 
 class Engine final : public detail::ProgressEngine, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(const Options& o, std::vector<int> fds) : opt_(o), box_(o.worldSize) {
+  Engine(const Options& o, const Links& links) : opt_(o), box_(o.worldSize) {
     conns_.resize(static_cast<std::size_t>(o.worldSize));
     for (int p = 0; p < o.worldSize; ++p) {
       auto& c = conns_[static_cast<std::size_t>(p)];
       c.peer = p;
-      c.fd = fds[static_cast<std::size_t>(p)];
+      c.fd = links.fds[static_cast<std::size_t>(p)];
+      c.pullTo = links.pullTo[static_cast<std::size_t>(p)];
+      c.pid = links.pids[static_cast<std::size_t>(p)];
       c.gone = c.fd < 0;
       if (c.fd < 0) c.stage.clear();
     }
@@ -307,6 +320,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const auto& peerConn = conns_[static_cast<std::size_t>(dst)];
+    if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes)
+      return sendPull(dst, tag, data);
     const auto header =
         encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
     if (dst == opt_.rank) {
@@ -334,6 +350,54 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     bytesSent_ += data.size();
     ++messagesSent_;
     return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  // Single copy (ipc): sends a pull frame naming `data`; the request completes
+  // when the peer's pull-done for its ticket arrives.
+  Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data) {
+    PullDescriptor d;
+    d.address = reinterpret_cast<std::uintptr_t>(data.data());
+    d.bytes = data.size();
+    d.crc = opt_.checksumPulls ? crc32c(data) : 0;
+    d.pid = static_cast<std::uint32_t>(::getpid());
+    std::array<std::byte, kPullDescriptorBytes> wire{};
+    std::lock_guard<std::mutex> lk(exclusive);
+    auto& c = conns_[static_cast<std::size_t>(dst)];
+    if (c.gone) {
+      if (c.failure) std::rethrow_exception(c.failure);
+      throw PeerFailure(dst, "cannot send: peer closed its transport");
+    }
+    d.ticket = nextTicket_++ & Tag::kMaxStep;
+    encodePull(d, wire);
+    const auto header =
+        encodeFrameHeader(FrameKind::kPull, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), tag,
+                          std::span<const std::byte>(wire));
+    auto req = std::make_shared<detail::RequestState>();
+    req->engine = shared_from_this();
+    req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
+    pulls_[d.ticket] = Pull{dst, req, data.size()};
+    sendLocked(c, header, std::span<const std::byte>(wire));
+    lastActivity_ = Clock::now();
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(std::move(req));
+  }
+
+  static void encodePull(const PullDescriptor& d, std::array<std::byte, kPullDescriptorBytes>& out) {
+    std::memcpy(out.data(), &d.address, 8);
+    std::memcpy(out.data() + 8, &d.bytes, 8);
+    std::memcpy(out.data() + 16, &d.crc, 4);
+    std::memcpy(out.data() + 20, &d.pid, 4);
+    std::memcpy(out.data() + 24, &d.ticket, 8);
+  }
+  static PullDescriptor decodePull(std::span<const std::byte> in) {
+    PullDescriptor d;
+    std::memcpy(&d.address, in.data(), 8);
+    std::memcpy(&d.bytes, in.data() + 8, 8);
+    std::memcpy(&d.crc, in.data() + 16, 4);
+    std::memcpy(&d.pid, in.data() + 20, 4);
+    std::memcpy(&d.ticket, in.data() + 24, 8);
+    return d;
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
@@ -419,6 +483,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         dropQueue(c, std::make_exception_ptr(Cancelled("transport closed before the send was written")));
         c.gone = true;
       }
+      failPulls(-1,
+                std::make_exception_ptr(Cancelled("transport closed before the peer pulled the message")));
     }
     stopBackground();
     box_.close();
@@ -530,9 +596,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     return nullptr;
   }
 
-  void sendControlLocked(Conn& c, FrameKind kind, std::uint32_t detailCode = 0) {
+  void sendControlLocked(Conn& c, FrameKind kind, std::uint32_t detailCode = 0, std::uint64_t step = 0) {
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
-                                     Tag{Op::kControl, detailCode, 0}, {});
+                                     Tag{Op::kControl, detailCode, step}, {});
     try {
       sendLocked(c, h, {});
     } catch (const PeerFailure&) {
@@ -590,6 +656,20 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // started is dropped; one partly written is finished from a copy (the
   // stream cannot skip the rest of a frame).
   void cancelLocked(detail::RequestState& state) override {
+    for (auto it = pulls_.begin(); it != pulls_.end(); ++it) {
+      if (it->second.req.get() != &state) continue;
+      // The peer may be reading the buffer right now: let it finish (bounded).
+      const std::uint64_t ticket = it->first;
+      const auto deadline = deadlineAfter(opt_.timeoutSeconds);
+      std::vector<pollfd> pfds;
+      while (pulls_.count(ticket) && Clock::now() < deadline && !stopped_) {
+        progressLocked();
+        pollSetLocked(pfds);
+        ::poll(pfds.data(), pfds.size(), 1);
+      }
+      pulls_.erase(ticket);
+      return;
+    }
     for (auto& c : conns_) {
       for (auto it = c.txq.begin(); it != c.txq.end(); ++it) {
         if (it->req.get() != &state) continue;
@@ -773,6 +853,88 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       case FrameKind::kByeAck:
         c.acked = true;
         return;
+      case FrameKind::kPull:
+        pullLocked(c, decodePull(payload));
+        return;
+      case FrameKind::kPullDone: {
+        auto it = pulls_.find(c.frame.tag.step);
+        if (it == pulls_.end() || it->second.peer != c.peer) return;  // a cancelled send's
+        it->second.req->complete(c.peer, it->second.bytes);
+        pulls_.erase(it);
+        return;
+      }
+    }
+  }
+
+  // Receiver side of a pull frame: read the message from the sender's memory
+  // into the posted receive (or a pooled buffer), check its CRC, acknowledge.
+  void pullLocked(Conn& c, const PullDescriptor& d) {
+    const Tag tag = c.frame.tag;
+    if (d.pid != c.pid)
+      throw ProtocolError(c.peer, kFrameHeaderBytes + 20,
+                          "pull frame names process " + std::to_string(d.pid) + ", but rank " +
+                              std::to_string(c.peer) + " is process " + std::to_string(c.pid));
+    if (d.bytes > kMaxPayloadBytes)
+      throw ProtocolError(c.peer, kFrameHeaderBytes + 8,
+                          "pull of " + std::to_string(d.bytes) + " bytes exceeds the limit");
+    auto claim = box_.claim(c.peer, tag);
+    std::shared_ptr<std::byte> owned;
+    std::span<std::byte> dst;
+    if (claim.state && d.bytes > claim.buffer.size()) {
+      claim.state->fail(std::make_exception_ptr(ProtocolError(
+          c.peer, kFrameHeaderBytes + claim.buffer.size(),
+          "message of " + std::to_string(d.bytes) + " bytes for " + claim.state->what +
+              " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+      sendControlLocked(c, FrameKind::kPullDone, 0, d.ticket);
+      return;
+    }
+    if (claim.state) {
+      dst = claim.buffer.first(d.bytes);
+    } else {
+      owned = pool_->get(d.bytes);
+      dst = std::span<std::byte>(owned.get(), d.bytes);
+    }
+    std::size_t got = 0;
+    while (got < d.bytes) {
+      iovec local{dst.data() + got, d.bytes - got};
+      iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(d.address + got)), d.bytes - got};
+      const ssize_t r = ::process_vm_readv(static_cast<pid_t>(d.pid), &local, 1, &remote, 1, 0);
+      if (r <= 0) {
+        const int err = r < 0 ? errno : EFAULT;
+        auto error = std::make_exception_ptr(ProtocolError(
+            c.peer, kFrameHeaderBytes,
+            "cannot read the pulled message from process " + std::to_string(d.pid) +
+                " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
+        if (claim.state) claim.state->fail(error);
+        std::rethrow_exception(error);
+      }
+      got += static_cast<std::size_t>(r);
+    }
+    if (opt_.checksumPulls && crc32c(dst) != d.crc) {
+      auto error = std::make_exception_ptr(ProtocolError(
+          c.peer, kFrameHeaderBytes + 16, "pulled message fails its CRC-32C (sender changed it?)"));
+      if (claim.state) claim.state->fail(error);
+      std::rethrow_exception(error);
+    }
+    sendControlLocked(c, FrameKind::kPullDone, 0, d.ticket);
+    bytesReceived_ += d.bytes;
+    ++messagesReceived_;
+    if (sleepers_ > 0) wake();
+    if (claim.state)
+      claim.state->complete(c.peer, d.bytes);
+    else
+      box_.deliver(c.peer, tag, InboundPayload{owned, std::span<const std::byte>(dst.data(), dst.size())});
+  }
+
+  // Fails the pulls waiting on `peer` (-1: all).
+  void failPulls(int peer, const std::exception_ptr& error) {
+    for (auto it = pulls_.begin(); it != pulls_.end();) {
+      if (peer < 0 || it->second.peer == peer) {
+        it->second.req->fail(error);
+        it = pulls_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
 
@@ -786,6 +948,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     auto error = std::make_exception_ptr(PeerFailure(c.peer, why));
     c.failure = error;
     dropQueue(c, error);
+    failPulls(c.peer, error);
     if (c.saidBye && !c.inPayload) return;  // orderly: everything before the bye was read
     if (c.claimed) c.claimed->fail(error);
     c.claimed.reset();
@@ -802,6 +965,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.gone = true;
     c.failure = error;
     dropQueue(c, error);
+    failPulls(c.peer, error);
     ::shutdown(c.fd, SHUT_RDWR);
     box_.peerGone(c.peer, std::move(error));
   }
@@ -809,6 +973,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   Options opt_;
   Mailbox box_;
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
+  struct Pull {
+    int peer;
+    std::shared_ptr<detail::RequestState> req;
+    std::size_t bytes;
+  };
+  std::unordered_map<std::uint64_t, Pull> pulls_;  // borrowed sends the peers still have to pull
+  std::uint64_t nextTicket_ = 1;
   std::vector<Conn> conns_;  // by peer rank; conns_[rank] is unused (gone)
   int wakeFd_ = -1;
   Clock::duration spin_{};
@@ -866,7 +1037,51 @@ std::string randomName(int rank) {
   return s.str();
 }
 
-std::vector<int> connectAll(const Options& o, Store& store) {
+// Probed by peers at set-up: can they read this process's memory?
+const std::uint64_t kProbeValue = 0x5052424553534f47ull;  // "GOSSEBRP"
+
+// ipc single copy: every rank publishes its pid and the address of
+// kProbeValue, reads each peer's with process_vm_readv, and publishes which
+// peers it can read; a rank then pulls only from (and sends pull frames only
+// to) peers for which that worked.
+void probeSingleCopy(const Options& o, Store& store, Links& links) {
+  const std::string prefix = o.storePrefix + "/sock/";
+  store.set(
+      prefix + std::to_string(o.rank) + "/probe",
+      std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(&kProbeValue)));
+  const auto deadline = deadlineAfter(o.timeoutSeconds);
+  auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
+  std::string canRead(static_cast<std::size_t>(o.worldSize), '0');
+  for (int p = 0; p < o.worldSize; ++p) {
+    if (p == o.rank) continue;
+    const std::string v = store.get(prefix + std::to_string(p) + "/probe", left());
+    const auto colon = v.find(':');
+    std::uint64_t pid = 0, address = 0;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument(v);
+      pid = std::stoull(v.substr(0, colon));
+      address = std::stoull(v.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw ProtocolError(p, 0, "bad single-copy probe in the store: '" + v + "'");
+    }
+    links.pids[static_cast<std::size_t>(p)] = static_cast<std::uint32_t>(pid);
+    std::uint64_t value = 0;
+    iovec local{&value, sizeof value};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof value};
+    if (::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof value &&
+        value == kProbeValue)
+      canRead[static_cast<std::size_t>(p)] = '1';
+  }
+  store.set(prefix + std::to_string(o.rank) + "/pull", canRead);
+  for (int p = 0; p < o.worldSize; ++p) {
+    if (p == o.rank) continue;
+    const std::string v = store.get(prefix + std::to_string(p) + "/pull", left());
+    links.pullTo[static_cast<std::size_t>(p)] =
+        v.size() == static_cast<std::size_t>(o.worldSize) && v[static_cast<std::size_t>(o.rank)] == '1';
+  }
+}
+
+Links connectAll(const Options& o, Store& store) {
   const bool tcp = o.protocol == "tcp";
   FdGuard listener(::socket(tcp ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (listener.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
@@ -947,9 +1162,12 @@ std::vector<int> connectAll(const Options& o, Store& store) {
     fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
     --pending;
   }
-  std::vector<int> out;
-  for (auto& f : fds) out.push_back(f.release());
-  return out;
+  Links links;
+  links.pids.assign(static_cast<std::size_t>(o.worldSize), 0);
+  links.pullTo.assign(static_cast<std::size_t>(o.worldSize), false);
+  if (!tcp && o.singleCopy) probeSingleCopy(o, store, links);
+  for (auto& f : fds) links.fds.push_back(f.release());
+  return links;
 }
 
 }  // namespace
@@ -963,8 +1181,8 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
   GOSSAMER_ENFORCE(o.spinSeconds >= 0 && o.spinSeconds <= 1, "spin " << o.spinSeconds << " s (0..1)");
-  auto fds = connectAll(o, store);
-  return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, std::move(fds)));
+  const auto links = connectAll(o, store);
+  return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, links));
 }
 
 void registerWith(Registry& registry) {

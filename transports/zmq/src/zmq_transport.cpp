@@ -296,6 +296,9 @@ class ZmqTransport final : public Transport {
         markPeer(peer, true);
         return;
       }
+      if (h.kind != FrameKind::kData)
+        throw ProtocolError(peer, frame_offset::kKind,
+                            "frame kind " + std::to_string(int(h.kind)) + " is not used over zmq");
       bytesReceived_ += payload.size();
       ++messagesReceived_;
       box_.deliver(peer, h.tag, InboundPayload{msg, payload});

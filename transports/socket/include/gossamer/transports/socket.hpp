@@ -45,6 +45,20 @@ struct Options {
   /// How long a waiting thread busy-polls its sockets before it sleeps in
   /// poll(2), seconds. 0 disables spinning (lowest CPU use, highest latency).
   double spinSeconds = 50e-6;
+  /// ipc only: a message of at least singleCopyMinBytes sent with
+  /// isendBorrowed (the collectives' pieces) is not written to the socket; the
+  /// receiver reads it straight from the sender's memory with
+  /// process_vm_readv(2) (Linux cross-memory attach) after a 32-byte pull
+  /// frame, and acknowledges it: one copy instead of two. Used only towards
+  /// peers that proved at set-up that they can read this process's memory;
+  /// otherwise (or with false) messages travel through the socket.
+  bool singleCopy = true;
+  std::size_t singleCopyMinBytes = std::size_t{64} << 10;
+  /// Single copy: also checksum the pulled bytes (CRC-32C on both sides). Off
+  /// by default: a pulled message never crosses a wire (the kernel copies it
+  /// between two address spaces of one host) and the pull frame that names it
+  /// is checksummed like every frame; the CRC would cost as much as the copy.
+  bool checksumPulls = false;
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
 };
 
