@@ -379,7 +379,7 @@ TEST_CASE("config: out-of-range values are errors", "[config]") {
 TEST_CASE("config: unknown enum values are errors listing the allowed ones", "[config]") {
   SECTION("transport.kind") {
     std::string what = requireError("transport:\n  kind: tcp\n", 2, "transport.kind");
-    CHECK(contains(what, "zmq, inproc"));
+    CHECK(contains(what, "zmq, socket, inproc"));
   }
   SECTION("transport.protocol with a suggestion") {
     std::string what = requireError("transport:\n  protocol: tpc\n", 2, "transport.protocol");
