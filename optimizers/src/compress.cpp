@@ -13,12 +13,19 @@
 // written for the auto-vectoriser (omp simd reductions over float lanes,
 // compiled with -fopenmp-simd -fno-trapping-math; see
 // optimizers/CMakeLists.txt), with four independent accumulator sets so the
-// additions do not wait on each other.
+// additions do not wait on each other. Large outputs are written with SSE2
+// streaming stores (A2sgdOptions::streamingFloats): a plain store first reads
+// the line it writes, a third memory stream that memcpy does not pay.
 #include "gossamer/optimizers/compress.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -104,6 +111,27 @@ void shiftBySign(const float* __restrict g, float* __restrict out, std::size_t n
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) out[i] = g[i] + (g[i] < 0.0f ? -dn : dp);
 }
+
+#if defined(__SSE2__)
+/// Same as shiftBySign with non-temporal stores: for outputs much larger than
+/// the caches the stores skip the read-for-ownership of `out`'s lines (a
+/// third memory stream) and do not evict `g`. SSE2 is part of x86-64.
+void shiftBySignStreaming(const float* g, float* out, std::size_t n, float dp, float dn) {
+  std::size_t i = 0;
+  for (; i < n && (reinterpret_cast<std::uintptr_t>(out + i) & 15) != 0; ++i) {
+    out[i] = g[i] + (g[i] < 0.0f ? -dn : dp);
+  }
+  const __m128 zero = _mm_setzero_ps(), up = _mm_set1_ps(dp), down = _mm_set1_ps(-dn);
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm_loadu_ps(g + i), b = _mm_loadu_ps(g + i + 4);
+    const __m128 na = _mm_cmplt_ps(a, zero), nb = _mm_cmplt_ps(b, zero);
+    _mm_stream_ps(out + i, _mm_add_ps(a, _mm_or_ps(_mm_and_ps(na, down), _mm_andnot_ps(na, up))));
+    _mm_stream_ps(out + i + 4, _mm_add_ps(b, _mm_or_ps(_mm_and_ps(nb, down), _mm_andnot_ps(nb, up))));
+  }
+  for (; i < n; ++i) out[i] = g[i] + (g[i] < 0.0f ? -dn : dp);
+  _mm_sfence();  // order the streaming stores before whatever reads `out` next
+}
+#endif
 
 void shiftBySignInPlace(float* g, std::size_t n, float dp, float dn) {
 #pragma omp simd
@@ -220,6 +248,12 @@ void A2sgdCompressor::decode(std::span<const std::byte> combined, std::span<cons
     const auto* o = reinterpret_cast<const std::byte*>(out.data());
     GOSSAMER_ENFORCE(o + size() * sizeof(float) <= g || g + size() * sizeof(float) <= o,
                      "A2SGD decode: out overlaps gradient without being the same memory");
+#if defined(__SSE2__)
+    if (size() >= options_.streamingFloats) {
+      shiftBySignStreaming(gradient.data(), out.data(), size(), dp, dn);
+      return;
+    }
+#endif
     shiftBySign(gradient.data(), out.data(), size(), dp, dn);
   }
 }

@@ -201,6 +201,25 @@ TEST_CASE("A2SGD at world size 1: error + enc(g) is g, and the rebuilt gradient 
       REQUIRE(c.error()[i] + enc == Approx(g[i]).margin(1e-8f));  // up to float rounding of g - enc
     }
   }
+  // Streaming stores (used for large outputs), also into an output that is not
+  // 16-byte aligned and with a tail that is not a whole vector.
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+    A2sgdOptions streaming;
+    streaming.streamingFloats = 1;
+    A2sgdCompressor c(n, streaming);
+    auto payload = payloadFor(c);
+    c.encode(g, payload);
+    const std::vector<float> shifted = {c.meanPositive() + 0.5f, c.meanNegative() - 0.25f};
+    std::vector<float> buffer(n + offset), plainOut(n);
+    std::span<float> out(buffer.data() + offset, n);
+    c.decode(bytesOf(shifted), g, out);
+    A2sgdCompressor plain(n);
+    plain.encode(g, payload);
+    plain.decode(bytesOf(shifted), g, plainOut);
+    INFO("offset " << offset);
+    CHECK(std::equal(out.begin(), out.end(), plainOut.begin()));
+    CHECK(plainOut != g);
+  }
   // In place (out is the gradient's memory) gives the same.
   A2sgdCompressor c(n);
   auto payload = payloadFor(c);

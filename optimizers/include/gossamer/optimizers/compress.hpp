@@ -109,6 +109,12 @@ struct A2sgdOptions {
   /// it stored, and storing it costs a second output stream (n * 4 bytes
   /// written per step).
   bool keepError = false;
+  /// decode writes outputs of at least this many elements (default 16 Mi, 64
+  /// MiB) with non-temporal (streaming) stores on x86-64, bypassing the
+  /// caches it would not fit in anyway; smaller ones with plain stores, so the
+  /// SGD step that follows finds them in cache. Not used in place or with
+  /// keepError.
+  std::size_t streamingFloats = std::size_t{16} << 20;
 };
 
 /// A2SGD, two-level gradient averaging (paper 002_924d025a547be22c.txt,
