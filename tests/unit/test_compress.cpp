@@ -673,3 +673,23 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
     CHECK(models[0] != std::vector<float>(24, 0.0f));
   }
 }
+
+TEST_CASE("config: the compression example configs hold what they promise", "[compress][config][examples]") {
+  const std::string dir = std::string(GOSSAMER_SOURCE_DIR) + "/examples/configs/";
+  const Config allreduce = loadConfig(dir + "a2sgd-allreduce.yaml");
+  CHECK(allreduce.worldSize == 8);
+  CHECK(allreduce.algorithm.name == "allreduce_sgd");
+  CHECK(allreduce.compression.kind == "a2sgd");
+  CHECK(allreduce.compression.means == "allreduce");
+  CHECK(allreduce.compression.sync == "allreduce");
+  CHECK(allreduce.compression.syncPeriod == 25);
+  CHECK(allreduce.compression.finalSync);
+  const Config gossip = loadConfig(dir + "a2sgd-gossip.yaml");
+  CHECK(gossip.worldSize == 8);
+  CHECK(gossip.algorithm.name == "crossover_sgd");
+  CHECK(gossip.topology.kind == "fair_roulette");
+  CHECK(gossip.compression.kind == "a2sgd");
+  CHECK(gossip.compression.means == "gossip");
+  CHECK(gossip.compression.sync == "gossip");
+  CHECK(gossip.compression.syncPeriod == 50);
+}

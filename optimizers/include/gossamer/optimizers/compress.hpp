@@ -299,11 +299,14 @@ struct CompressionStats {
 ///   3. decode into the gradient to step with, and take the LocalSgd step;
 ///   4. if the models may drift apart (!identicalDecode() or gossiped means),
 ///      synchronise them every syncPeriod steps and after the last step.
-/// Bytes sent per rank per step: A2SGD with allreduce 8 ceil(log2 N) (the
-/// recursive doubling that kAuto picks for 8 bytes; <= 64 for N <= 256) or
-/// with gossip 12 d gossipRounds; Top-K (N-1) 8k; QSGD (N-1) payloadBytes();
-/// dense 2 (N-1)/N 4n; plus 2 (N-1)/N 4n (allreduce) or the gossip
-/// optimizer's exchange (4n for Crossover-SGD) per model synchronisation.
+/// Payload bytes sent per rank per step, for any model size n: A2SGD with
+/// allreduce 8 per recursive-doubling round (what kAuto picks for 8 bytes):
+/// 8 log2 N for N a power of two (24 at N = 8), at most 8 (log2 P + 1) with P
+/// the largest power of two <= N, so <= 64 for N <= 256; A2SGD with gossip
+/// 12 d gossipRounds (d out-peers; 12 for the fair roulette). Then Top-K
+/// (N-1) 8k; QSGD (N-1) payloadBytes(); dense 2 (N-1)/N 4n (ring). Plus, per
+/// model synchronisation, 2 (N-1)/N 4n (ring allreduce) or the gossip
+/// optimizer's exchange (4n for Crossover-SGD, 8 + 4n per out-peer for SGP).
 class CompressedSgd final : public DistributedOptimizer {
  public:
   /// @param communicator the allreduces (means, model sync). Its transport
@@ -317,14 +320,22 @@ class CompressedSgd final : public DistributedOptimizer {
   ///         another world size.
   CompressedSgd(Communicator& communicator, const Topology* topology, std::unique_ptr<Compressor> compressor,
                 ModelAverager averager, const CompressedSgdOptions& options);
+  /// "compressed_sgd/<compressor name>".
   std::string name() const override;
+  /// One step (see the class comment) on `params` (n floats) with this rank's
+  /// gradient `grads` (n floats). Collective: every rank steps together.
+  /// @throws InvalidArgument on a length mismatch or a non-finite gradient
+  ///         entry; TimeoutError, PeerFailure, ProtocolError (a malformed
+  ///         payload or push-sum message) from the exchange.
   void step(std::span<float> params, std::span<const float> grads) override;
   std::uint64_t steps() const override { return steps_; }
   void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
 
-  /// Synchronises the models now (collective: every rank must call it).
+  /// Synchronises the models now with options.sync (collective: every rank
+  /// calls it at the same step). @throws as step.
   void synchronize(std::span<float> params);
   const Compressor& compressor() const { return *compressor_; }
+  /// Bytes this rank sent in exchanges and syncs so far, and the syncs done.
   const CompressionStats& stats() const { return stats_; }
 
   /// SubTransport context of the compressed exchanges.
