@@ -101,6 +101,8 @@ void CompressedSgd::step(std::span<float> params, std::span<const float> grads) 
     }
     compressor_->decode(std::as_bytes(std::span<const float>(payload_)), grads, gradient_);
   } else {
+    // The payloads travel as raw 32-bit patterns in float storage (Top-K's
+    // indices too): the allgather only copies bytes, it never computes on them.
     const auto chunk = static_cast<std::ptrdiff_t>(payload_.size());
     std::copy(payload_.begin(), payload_.end(), gathered_.begin() + chunk * view_.rank());
     CollectiveOptions o(exchanges_++ & kViewSteps, options_.timeoutSeconds, AllreduceAlgorithm::kRing);

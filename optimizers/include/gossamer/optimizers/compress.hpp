@@ -288,7 +288,9 @@ struct CompressionStats {
   std::uint64_t syncs = 0;          ///< Model synchronisations done.
 };
 
-/// AllReduce-SGD (or gossip) with compressed gradient exchanges. Each step:
+/// AllReduce-SGD (or gossip) with compressed gradient exchanges (paper
+/// 002_924d025a547be22c.txt, Algorithm 1, generalised to any Compressor and
+/// to gossip deployments). Each step:
 ///   1. encode this rank's gradient (Compressor::encode);
 ///   2. combine the payloads: kAverage by the communicator's allreduce
 ///      (average) or, with MeansExchange::kGossip, by push-sum among the
