@@ -81,6 +81,9 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
   Agent agent(config, rank, store, registry);
   try {
     auto& optimizer = agent.makeOptimizer(model.tensorSizes());
+    // A2SGD synchronises the models after the last step (paper 002, Algorithm 1, lines 9-10).
+    optimizer.setTotalSteps(static_cast<std::uint64_t>(stepsPerEpoch) *
+                            static_cast<std::uint64_t>(config.training.epochs));
     TrainSummary summary;
     summary.algorithm = config.algorithm.name;
     summary.worldSize = n;
@@ -88,12 +91,12 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.stepsPerEpoch = stepsPerEpoch;
     RowMatrix x;
     std::vector<std::uint8_t> y;
-    double trainBytes = 0, trainSeconds = 0;
+    double trainBytes = 0, trainMessages = 0, trainSeconds = 0;
     const bool straggler = rank == config.training.stragglerRank;
     const auto delay = std::chrono::duration<double>(config.training.stragglerDelaySeconds);
     for (int epoch = 1; epoch <= config.training.epochs; ++epoch) {
       const auto epochStart = Clock::now();
-      const auto before = agent.transport().stats().bytesSent;
+      const auto before = agent.transport().stats();
       double lossSum = 0;
       for (int s = 0; s < stepsPerEpoch; ++s) {
         sampler.next(data.train, batch, x, y);
@@ -103,11 +106,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       }
       optimizer.flush(params);
       trainSeconds += since(epochStart);
-      trainBytes += static_cast<double>(agent.transport().stats().bytesSent - before);
+      const auto after = agent.transport().stats();
+      trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
+      trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
 
-      // Evaluation collectives: [loss sum, training bytes], then the average model.
-      double sums[2] = {lossSum / stepsPerEpoch, trainBytes};
-      agent.communicator().allreduce(std::span<double>(sums, 2), ReduceOp::kAverage);
+      // Evaluation collectives: [loss sum, training bytes, messages], then the average model.
+      double sums[3] = {lossSum / stepsPerEpoch, trainBytes, trainMessages};
+      agent.communicator().allreduce(std::span<double>(sums, 3), ReduceOp::kAverage);
       std::copy(params.begin(), params.end(), average.begin());
       agent.average(average);
       double dist = 0;
@@ -121,6 +126,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       m.epoch = epoch;
       m.trainLoss = sums[0];
       m.bytesSentPerPeer = sums[1];
+      m.messagesSentPerPeer = sums[2];
       m.consensusDistance = dist;
       m.testAccuracyAverage = m.testAccuracyRank0 = std::numeric_limits<double>::quiet_NaN();
       if (rank == 0) {
@@ -149,6 +155,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.testAccuracyRank0 = last.testAccuracyRank0;
     summary.consensusDistance = last.consensusDistance;
     summary.bytesSentPerPeer = last.bytesSentPerPeer;
+    summary.messagesSentPerPeer = last.messagesSentPerPeer;
     summary.wallSeconds = since(start);
     agent.close();
     return summary;
@@ -169,7 +176,12 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["bytes_sent_per_peer"] = s.bytesSentPerPeer;
   j["wall_seconds"] = s.wallSeconds;
   j["steps_per_epoch"] = s.stepsPerEpoch;
-  j["bytes_per_step"] = s.bytesSentPerPeer / (static_cast<double>(s.stepsPerEpoch) * s.epochs);
+  const double totalSteps = static_cast<double>(s.stepsPerEpoch) * s.epochs;
+  j["bytes_per_step"] = s.bytesSentPerPeer / totalSteps;
+  j["messages_per_step"] = s.messagesSentPerPeer / totalSteps;
+  // On the wire: the payload plus one frame header per message.
+  j["wire_bytes_per_step"] =
+      (s.bytesSentPerPeer + static_cast<double>(kFrameHeaderBytes) * s.messagesSentPerPeer) / totalSteps;
   double secs = 0;
   for (const auto& m : s.history) secs += m.seconds;
   j["seconds_per_epoch"] = s.history.empty() ? 0.0 : secs / static_cast<double>(s.history.size());
@@ -185,6 +197,18 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["partition"] = c.data.partition;
   j["batch_size"] = c.training.batchSize;
   j["learning_rate"] = c.training.learningRate;
+  j["compression"] = c.compression.kind;
+  if (c.compression.kind != "none") {
+    const auto& z = c.compression;
+    j["compression_settings"] = {{"topk_ratio", z.topkRatio},
+                                 {"qsgd_levels", z.qsgdLevels},
+                                 {"qsgd_bucket_size", z.qsgdBucketSize},
+                                 {"means", z.means},
+                                 {"gossip_rounds", z.gossipRounds},
+                                 {"sync", z.sync},
+                                 {"sync_period", z.syncPeriod},
+                                 {"final_sync", z.finalSync}};
+  }
   nlohmann::json hist = nlohmann::json::array();
   for (const auto& m : s.history)
     hist.push_back({{"epoch", m.epoch},

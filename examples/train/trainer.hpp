@@ -22,7 +22,8 @@ struct EpochMetrics {
   double testAccuracyAverage = 0;  ///< Test accuracy of the peers' average model, in [0, 1].
   double testAccuracyRank0 = 0;    ///< Test accuracy of rank 0's own model, in [0, 1].
   double consensusDistance = 0;    ///< (1/n) sum_i ||xbar - x_i||^2.
-  double bytesSentPerPeer = 0;     ///< Training bytes sent, mean over ranks, cumulative.
+  double bytesSentPerPeer = 0;     ///< Training payload bytes sent, mean over ranks, cumulative.
+  double messagesSentPerPeer = 0;  ///< Training messages sent, mean over ranks, cumulative.
   double seconds = 0;              ///< Wall time of the epoch (training + evaluation), seconds.
 };
 
@@ -35,8 +36,9 @@ struct TrainSummary {
   double testAccuracy = 0;  ///< Average model, last epoch.
   double testAccuracyRank0 = 0;
   double consensusDistance = 0;
-  double bytesSentPerPeer = 0;
-  double wallSeconds = 0;  ///< From the start of the rank to the end of training.
+  double bytesSentPerPeer = 0;     ///< Payload bytes (frame headers excluded).
+  double messagesSentPerPeer = 0;  ///< Messages (each adds a kFrameHeaderBytes header on the wire).
+  double wallSeconds = 0;          ///< From the start of the rank to the end of training.
   /// Training steps per second (evaluation excluded), mean over the ranks
   /// other than the straggler (training.straggler_rank), and per rank.
   double stepsPerSecond = 0;

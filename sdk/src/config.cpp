@@ -52,6 +52,9 @@ constexpr std::array<std::string_view, 7> kAllreduceNames{
 constexpr std::array<std::string_view, 2> kInterAlgorithms{"crossover_sgd", "sgp"};
 constexpr std::array<std::string_view, 2> kModelKinds{"mlp", "softmax"};
 constexpr std::array<std::string_view, 2> kPartitions{"iid", "non_iid"};
+constexpr std::array<std::string_view, 4> kCompressionKinds{"none", "a2sgd", "topk", "qsgd"};
+constexpr std::array<std::string_view, 3> kMeansExchanges{"auto", "allreduce", "gossip"};
+constexpr std::array<std::string_view, 3> kModelSyncs{"auto", "allreduce", "gossip"};
 
 // ---- field descriptors --------------------------------------------------------
 
@@ -245,6 +248,22 @@ const std::vector<Section>& schema() {
                      [](Config& c) -> double& { return c.collectives.betaSecondsPerByte; },
                      {0.0, true, 1.0, true}},
            BoolField{"calibrate", [](Config& c) -> bool& { return c.collectives.calibrate; }},
+       }},
+      {"compression",
+       {
+           TextField{"kind", [](Config& c) -> std::string& { return c.compression.kind; }, kCompressionKinds},
+           RealField{"topk_ratio",
+                     [](Config& c) -> double& { return c.compression.topkRatio; },
+                     {0.0, false, 1.0, true}},
+           IntField{"qsgd_levels", [](Config& c) -> int& { return c.compression.qsgdLevels; }, 1, 65535},
+           IntField{"qsgd_bucket_size", [](Config& c) -> int& { return c.compression.qsgdBucketSize; }, 1,
+                    kIntMax},
+           TextField{"means", [](Config& c) -> std::string& { return c.compression.means; }, kMeansExchanges},
+           IntField{"gossip_rounds", [](Config& c) -> int& { return c.compression.gossipRounds; }, 1, 64},
+           TextField{"sync", [](Config& c) -> std::string& { return c.compression.sync; }, kModelSyncs},
+           IntField{"sync_period", [](Config& c) -> int& { return c.compression.syncPeriod; }, 0, kIntMax},
+           BoolField{"final_sync", [](Config& c) -> bool& { return c.compression.finalSync; }},
+           BoolField{"keep_error", [](Config& c) -> bool& { return c.compression.keepError; }},
        }},
   };
   return kSchema;
@@ -599,10 +618,76 @@ std::optional<Issue> ruleTorusRows(const Config& c) {
                                              std::to_string(c.worldSize) + " (0 chooses a divisor)"};
 }
 
+/// compression.kind: which algorithms each compressor works with.
+std::optional<Issue> ruleCompressionAlgorithm(const Config& c) {
+  const std::string& kind = c.compression.kind;
+  const std::string& algorithm = c.algorithm.name;
+  if (kind == "none") return std::nullopt;
+  if ((kind == "topk" || kind == "qsgd") && algorithm != "allreduce_sgd") {
+    return Issue{"compression.kind", "'" + kind +
+                                         "' compresses AllReduce-SGD's gradients: it needs algorithm.name "
+                                         "'allreduce_sgd', got '" +
+                                         algorithm + "'"};
+  }
+  if (kind == "a2sgd" && algorithm == "hierarchical") {
+    return Issue{"compression.kind",
+                 "'a2sgd' runs under algorithm.name 'allreduce_sgd', 'crossover_sgd' or 'sgp', not "
+                 "'hierarchical'"};
+  }
+  return std::nullopt;
+}
+
+/// The A2SGD-only keys keep their defaults for the other compressors.
+std::optional<Issue> ruleCompressionA2sgdKeys(const Config& c) {
+  const CompressionConfig& z = c.compression;
+  if (z.kind == "a2sgd") return std::nullopt;
+  const CompressionConfig defaults;
+  const std::pair<const char*, bool> changed[] = {
+      {"compression.means", z.means != defaults.means},
+      {"compression.gossip_rounds", z.gossipRounds != defaults.gossipRounds},
+      {"compression.sync", z.sync != defaults.sync},
+      {"compression.sync_period", z.syncPeriod != defaults.syncPeriod},
+      {"compression.final_sync", z.finalSync != defaults.finalSync},
+      {"compression.keep_error", z.keepError != defaults.keepError},
+  };
+  for (const auto& [key, isChanged] : changed) {
+    if (isChanged) {
+      return Issue{key, "applies to compression.kind 'a2sgd' only (kind is '" + z.kind + "')"};
+    }
+  }
+  return std::nullopt;
+}
+
+/// compression.sync gossip runs the gossip optimizer's exchange.
+std::optional<Issue> ruleCompressionSync(const Config& c) {
+  if (c.compression.kind != "a2sgd" || c.compression.sync != "gossip") return std::nullopt;
+  if (c.algorithm.name == "crossover_sgd" || c.algorithm.name == "sgp") return std::nullopt;
+  return Issue{"compression.sync",
+               "'gossip' synchronises the models with one exchange of algorithm.name, which must be "
+               "'crossover_sgd' or 'sgp', got '" +
+                   c.algorithm.name + "'"};
+}
+
+/// Compressed exchanges are synchronous.
+std::optional<Issue> ruleCompressionMode(const Config& c) {
+  if (c.compression.kind == "none" || c.algorithm.mode == "sync") return std::nullopt;
+  return Issue{"algorithm.mode", "compressed exchanges (compression.kind '" + c.compression.kind +
+                                     "') are synchronous: mode must be 'sync', got '" + c.algorithm.mode +
+                                     "'"};
+}
+
 using Rule = std::optional<Issue> (*)(const Config&);
 
-constexpr std::array<Rule, 6> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges, ruleGroups,
-                                     ruleStraggler,          ruleTorusRows};
+constexpr std::array<Rule, 10> kRules{ruleExplicitNeedsEdges,
+                                      ruleProbabilities,
+                                      ruleEdges,
+                                      ruleGroups,
+                                      ruleStraggler,
+                                      ruleTorusRows,
+                                      ruleCompressionAlgorithm,
+                                      ruleCompressionA2sgdKeys,
+                                      ruleCompressionSync,
+                                      ruleCompressionMode};
 
 /// The first broken rule, if any.
 std::optional<Issue> checkRules(const Config& c) {

@@ -97,6 +97,30 @@ struct CollectivesConfig {
   bool calibrate = false;            ///< Measure alpha and beta when the Agent starts.
 };
 
+/// `compression:` section: compressed gradient exchanges (paper 002, A2SGD,
+/// and its Top-K / QSGD baselines; see optimizers/compress.hpp).
+struct CompressionConfig {
+  /// "none", "a2sgd", "topk" or "qsgd". topk and qsgd compress AllReduce-SGD's
+  /// gradients (algorithm.name allreduce_sgd); a2sgd also runs under
+  /// crossover_sgd and sgp, whose exchange then becomes the model sync.
+  std::string kind = "none";
+  double topkRatio = 0.01;   ///< topk: fraction of the entries sent per step, (0, 1].
+  int qsgdLevels = 4;        ///< qsgd: quantisation levels s (1..65535).
+  int qsgdBucketSize = 512;  ///< qsgd: elements per bucket (each with its own norm, >= 1).
+  /// a2sgd: where the two means travel: "allreduce" (all ranks, the paper),
+  /// "gossip" (push-sum among the topology's peers) or "auto" (allreduce
+  /// under allreduce_sgd, gossip under crossover_sgd / sgp).
+  std::string means = "auto";
+  int gossipRounds = 1;  ///< a2sgd, gossiped means: push-sum rounds per step (1..64).
+  /// a2sgd: how drifting models are synchronised: "allreduce", "gossip" (one
+  /// exchange of algorithm.name, crossover_sgd or sgp) or "auto" (allreduce
+  /// under allreduce_sgd, gossip otherwise).
+  std::string sync = "auto";
+  int syncPeriod = 0;      ///< a2sgd: steps between model syncs (0 = only the final one).
+  bool finalSync = true;   ///< a2sgd: synchronise after the last step (Algorithm 1, lines 9-10).
+  bool keepError = false;  ///< a2sgd: also store the error vector g - enc(g) each step.
+};
+
 /// A whole run: what every peer of one job agrees on.
 struct Config {
   std::string sourceFile;   ///< File the config was read from ("" when built in code).
@@ -109,6 +133,7 @@ struct Config {
   DataConfig data;
   TrainingConfig training;
   CollectivesConfig collectives;
+  CompressionConfig compression;
 };
 
 /// Reads and validates a YAML config file.

@@ -24,6 +24,12 @@ class DistributedOptimizer {
   virtual void flush(std::span<float> params) { (void)params; }
   /// Steps taken so far.
   virtual std::uint64_t steps() const = 0;
+  /// Announces how many steps the run takes in all (the trainer knows it, the
+  /// config does not), before the first step. Algorithms with a special last
+  /// step use it: A2SGD synchronises the models after step `totalSteps`
+  /// (paper 002_924d025a547be22c.txt, Algorithm 1, lines 9-10). Optional;
+  /// the default ignores it. 0 means unknown.
+  virtual void setTotalSteps(std::uint64_t totalSteps) { (void)totalSteps; }
 };
 
 }  // namespace gossamer

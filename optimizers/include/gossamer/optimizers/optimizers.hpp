@@ -229,8 +229,13 @@ class Hierarchical final : public DistributedOptimizer {
   std::uint64_t steps_ = 0;
 };
 
-/// Registers "allreduce_sgd" and "crossover_sgd", configured from the
-/// `algorithm:` and `training:` sections.
+/// Registers "allreduce_sgd", "crossover_sgd", "sgp" and "hierarchical",
+/// configured from the `algorithm:`, `training:` and `compression:` sections.
+/// With compression.kind other than "none" the first three build a
+/// CompressedSgd (compress.hpp): allreduce_sgd with the compressor (means and
+/// model sync by allreduce unless configured otherwise); crossover_sgd and sgp
+/// with A2SGD, the means gossiped and that optimizer's exchange as the model
+/// synchronisation (unless configured otherwise).
 void registerBuiltins(Registry& registry);
 
 }  // namespace gossamer::optimizers

@@ -1,0 +1,369 @@
+// Gradient compressors (A2SGD, Top-K, QSGD, dense) and the optimizer that
+// exchanges compressed gradients (CompressedSgd). Paper:
+// 002_924d025a547be22c.txt (A2SGD, Eq. 2 and Algorithm 1; Top-K and QSGD are
+// its baselines, Table 2).
+//
+// A Compressor is pure local math, no I/O: encode() turns this rank's
+// gradient (n float32 elements) into a payload of payloadBytes() bytes and
+// keeps whatever local state decode() needs; the optimizer combines the
+// ranks' payloads (an element-wise average of float32 payloads, or all N
+// payloads gathered in rank order, see PayloadCombine); decode() turns the
+// combined payloads back into the gradient to step with. Every buffer is
+// allocated in the constructor: encode and decode never allocate.
+// Not thread-safe: one compressor per rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/optimizer.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/sub_transport.hpp"
+#include "gossamer/topology.hpp"
+
+namespace gossamer::optimizers {
+
+/// How the ranks' payloads are combined before Compressor::decode.
+enum class PayloadCombine {
+  /// The payload is float32 elements; `combined` is their element-wise
+  /// average over the ranks (an allreduce, or a push-sum gossip estimate of it).
+  kAverage,
+  /// The payload is opaque bytes of the same length on every rank;
+  /// `combined` is the N payloads one after another in rank order (an allgather).
+  kGather,
+};
+
+/// Encodes a gradient into bytes plus local state, and decodes combined
+/// payloads back into a gradient (see the file comment).
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  /// "none", "a2sgd", "topk" or "qsgd".
+  virtual std::string name() const = 0;
+  /// n: elements of the gradients this compressor takes (fixed at construction).
+  std::size_t size() const { return size_; }
+  virtual PayloadCombine combine() const = 0;
+  /// Bytes of one rank's payload: a multiple of 4, the same on every rank and
+  /// every step for a given n (so gathered payloads are equal chunks).
+  virtual std::size_t payloadBytes() const = 0;
+  /// True when every rank decodes the same gradient from the same combined
+  /// payloads, so that models which start equal stay equal (none, Top-K,
+  /// QSGD). False for A2SGD, whose decode adds this rank's own error vector.
+  virtual bool identicalDecode() const = 0;
+
+  /// Encodes `gradient` (n elements) into `payload` (payloadBytes() bytes)
+  /// and updates the local state (means, error vector, random state).
+  /// @throws InvalidArgument on a length mismatch or a non-finite entry
+  ///         (NaN or infinity; the message names the first such index).
+  virtual void encode(std::span<const float> gradient, std::span<std::byte> payload) = 0;
+
+  /// Decodes the combined payloads (see PayloadCombine: payloadBytes() bytes
+  /// for kAverage; a whole number k >= 1 of payloads for kGather) into `out`
+  /// (n elements): the gradient to step with. `gradient` must be the vector
+  /// given to the last encode (A2SGD reads it again; the others ignore it);
+  /// `out` may be the same memory as `gradient`.
+  /// @throws InvalidArgument on a length mismatch; ProtocolError (peer = the
+  ///         payload's rank) for a gathered payload that does not decode,
+  ///         e.g. a Top-K index outside [0, n).
+  virtual void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+                      std::span<float> out) = 0;
+
+  /// The local error vector (n elements) if this compressor keeps one (Top-K:
+  /// the residual fed back into the next encode; A2SGD with keepError: the
+  /// last step's g - enc(g)); empty otherwise.
+  virtual std::span<const float> error() const { return {}; }
+
+ protected:
+  /// @throws InvalidArgument if n is 0 or does not fit in 32 bits.
+  explicit Compressor(std::size_t n);
+
+ private:
+  std::size_t size_;
+};
+
+/// No compression (dense AllReduce-SGD): the payload is the gradient itself
+/// (4n bytes), averaged by an allreduce; decode copies the average.
+class DenseCompressor final : public Compressor {
+ public:
+  explicit DenseCompressor(std::size_t n);
+  std::string name() const override { return "none"; }
+  PayloadCombine combine() const override { return PayloadCombine::kAverage; }
+  std::size_t payloadBytes() const override { return 4 * size(); }
+  bool identicalDecode() const override { return true; }
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) override;
+};
+
+/// Options of the A2SGD compressor.
+struct A2sgdOptions {
+  /// Also store the error vector eps = g - enc(g) (n floats) in decode's pass,
+  /// for inspection through error(). Off by default: Algorithm 1 adds eps
+  /// back within the same iteration (line 6), so the rebuild does not need
+  /// it stored, and storing it costs a second output stream (n * 4 bytes
+  /// written per step).
+  bool keepError = false;
+  /// decode writes outputs of at least this many elements (default 16 Mi, 64
+  /// MiB) with non-temporal (streaming) stores on x86-64, bypassing the
+  /// caches it would not fit in anyway; smaller ones with plain stores, so the
+  /// SGD step that follows finds them in cache. Not used in place or with
+  /// keepError.
+  std::size_t streamingFloats = std::size_t{16} << 20;
+};
+
+/// A2SGD, two-level gradient averaging (paper 002_924d025a547be22c.txt,
+/// Eq. 2 and Algorithm 1 lines 3-6). For a gradient g of n elements:
+///   mu+ = mean of the entries g_i >= 0,   mu- = mean of |g_i| over g_i < 0
+///   (0 when there is no such entry),
+///   enc(g) = pos(g) mu+ - neg(g) mu-,     eps = g - enc(g)  (kept locally),
+/// the payload is the two float32 means (8 bytes, kAverage: averaged over the
+/// ranks into mu+bar, mu-bar), and decode rebuilds
+///   g' = eps + pos(g) mu+bar - neg(g) mu-bar.
+/// encode is one pass over g (both sums and counts, float lanes summed into
+/// double every 4096 elements); decode is one pass that computes g' as
+/// g + pos(g) (mu+bar - mu+) - neg(g) (mu-bar - mu-), which equals the line
+/// above and is exactly g when the means did not change (world size 1). The
+/// sign masks pos(g), neg(g) are read off the sign of g in both passes rather
+/// than stored, which is cheaper than writing and re-reading a mask.
+class A2sgdCompressor final : public Compressor {
+ public:
+  explicit A2sgdCompressor(std::size_t n, const A2sgdOptions& options = {});
+  std::string name() const override { return "a2sgd"; }
+  PayloadCombine combine() const override { return PayloadCombine::kAverage; }
+  std::size_t payloadBytes() const override { return 2 * sizeof(float); }
+  bool identicalDecode() const override { return false; }
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) override;
+  std::span<const float> error() const override;
+
+  /// This rank's means of the last encode: mu+ (>= 0) and mu- (>= 0, the
+  /// mean absolute value of the negative entries).
+  float meanPositive() const { return meanPositive_; }
+  float meanNegative() const { return meanNegative_; }
+  /// Entries counted as non-negative / negative by the last encode.
+  std::size_t countPositive() const { return countPositive_; }
+  std::size_t countNegative() const { return size() - countPositive_; }
+
+ private:
+  A2sgdOptions options_;
+  float meanPositive_ = 0, meanNegative_ = 0;
+  std::size_t countPositive_ = 0;
+  bool encoded_ = false;
+  std::vector<float> error_;  // n floats with keepError, else empty
+};
+
+/// Top-K sparsification with error feedback (Stich et al., "Sparsified SGD
+/// with memory"; the Top-K baseline of paper 002, Table 2). Each encode adds
+/// the residual e to the gradient, a = g + e, selects the k entries of
+/// largest |a| (ties broken by the lower index), sends them as k uint32
+/// indices then k float32 values (8k bytes, kGather), and keeps the rest as
+/// the new residual: e = a with the selected entries zeroed. decode sums the
+/// gathered sparse vectors in rank order and divides by their number, so
+/// every rank gets bitwise the same gradient. Selection is O(n): one pass
+/// writes |a| to a scratch vector, std::nth_element finds the k-th largest,
+/// one pass collects the entries above it (then ties, by index).
+class TopKCompressor final : public Compressor {
+ public:
+  /// k = max(1, ceil(ratio * n)).
+  /// @throws InvalidArgument unless 0 < ratio <= 1.
+  TopKCompressor(std::size_t n, double ratio);
+  std::string name() const override { return "topk"; }
+  PayloadCombine combine() const override { return PayloadCombine::kGather; }
+  std::size_t payloadBytes() const override { return 8 * k_; }
+  bool identicalDecode() const override { return true; }
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) override;
+  std::span<const float> error() const override { return residual_; }
+  /// Entries sent per step.
+  std::size_t k() const { return k_; }
+
+ private:
+  std::size_t k_;
+  std::vector<float> residual_;   // e, n floats
+  std::vector<float> magnitude_;  // scratch |a|, n floats
+};
+
+/// Options of QSGD.
+struct QsgdOptions {
+  int levels = 4;                ///< s: quantisation levels (1 .. 65535).
+  std::size_t bucketSize = 512;  ///< Elements per bucket, each with its own norm (>= 1).
+  std::uint64_t seed = 42;       ///< Stochastic rounding stream (mixed with `rank`).
+  int rank = 0;                  ///< This rank: gives each rank its own stream.
+};
+
+/// QSGD (Alistarh et al., NeurIPS 2017; the QSGD baseline of paper 002,
+/// Table 2) with s levels and stochastic rounding, bucketed: for each bucket
+/// v of `bucketSize` elements with norm ||v||_2, each element is sent as its
+/// sign and a level l in {0..s} with
+///   l = floor(s |v_i| / ||v||) + 1 with probability frac(s |v_i| / ||v||), else + 0,
+/// and decoded as ||v|| sign(v_i) l / s, so E[decode] = v (unbiased).
+/// Payload (kGather): one float32 norm per bucket, then one code of
+/// b = 1 + bit_width(s) bits per element (level, then the sign bit),
+/// bit-packed little-endian, padded to 4 bytes: 4 bits per element for s = 4.
+/// decode sums the gathered payloads in rank order and divides by their
+/// number. No error feedback (QSGD is unbiased): error() is empty.
+class QsgdCompressor final : public Compressor {
+ public:
+  /// @throws InvalidArgument for levels outside [1, 65535] or bucketSize 0.
+  QsgdCompressor(std::size_t n, const QsgdOptions& options = {});
+  std::string name() const override { return "qsgd"; }
+  PayloadCombine combine() const override { return PayloadCombine::kGather; }
+  std::size_t payloadBytes() const override { return payloadBytes_; }
+  bool identicalDecode() const override { return true; }
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) override;
+  /// Bits per element: 1 (sign) + bit_width(levels).
+  int bitsPerElement() const { return bits_; }
+  std::size_t buckets() const { return buckets_; }
+
+ private:
+  QsgdOptions options_;
+  int bits_;
+  std::size_t buckets_;
+  std::size_t payloadBytes_;
+  std::uint64_t state_;  // random stream
+};
+
+/// Compressor settings (the `compression:` YAML section, see README).
+struct CompressionOptions {
+  std::string kind = "none";  ///< "none", "a2sgd", "topk" or "qsgd".
+  double topkRatio = 0.01;    ///< topk: fraction of entries sent, (0, 1].
+  QsgdOptions qsgd;           ///< qsgd: levels, bucket, seed, rank.
+  A2sgdOptions a2sgd;         ///< a2sgd: keepError.
+};
+
+/// Makes the compressor `options.kind` for gradients of n elements.
+/// @throws InvalidArgument for an unknown kind or bad options.
+std::unique_ptr<Compressor> makeCompressor(const CompressionOptions& options, std::size_t n);
+
+/// Where A2SGD's two means travel.
+enum class MeansExchange {
+  kAllreduce,  ///< Average over all ranks with the communicator's allreduce (the paper).
+  kGossip,     ///< Push-sum among the topology's peers: no global collective.
+};
+
+/// How CompressedSgd brings drifting models back together.
+enum class ModelSync {
+  kAllreduce,  ///< Average the models over all ranks (exact consensus).
+  kGossip,     ///< One synchronous gossip round of the model (ModelAverager).
+};
+
+/// One synchronous gossip round of the whole model, without an SGD step:
+/// e.g. CrossoverSgd::exchange or Sgp::gossip. `round` numbers the syncs
+/// (0, 1, ...), the same on every rank.
+using ModelAverager = std::function<void(std::span<float> params, std::uint64_t round)>;
+
+/// Options of CompressedSgd.
+struct CompressedSgdOptions {
+  SgdOptions sgd;
+  /// kAverage payloads (A2SGD): how the means are averaged.
+  MeansExchange means = MeansExchange::kAllreduce;
+  /// kGossip means: push-sum rounds per step (>= 1), each with the
+  /// topology's peers of round step * gossipRounds + r.
+  int gossipRounds = 1;
+  ModelSync sync = ModelSync::kAllreduce;
+  /// Steps between model synchronisations (0 = none besides the final one).
+  /// Only for compressors whose ranks' models drift (A2SGD) or gossiped means.
+  std::uint64_t syncPeriod = 0;
+  /// Synchronise the models after the last step (paper 002, Algorithm 1,
+  /// lines 9-10), when the total is known (DistributedOptimizer::setTotalSteps).
+  bool finalSync = true;
+  double timeoutSeconds = 30;  ///< Bound on every wait.
+};
+
+/// Counters of CompressedSgd, payload bytes this rank sent (from the
+/// transport's stats, frame headers excluded).
+struct CompressionStats {
+  std::uint64_t exchangeBytes = 0;  ///< Gradient exchanges (means, sparse or quantised payloads).
+  std::uint64_t syncBytes = 0;      ///< Model synchronisations.
+  std::uint64_t syncs = 0;          ///< Model synchronisations done.
+};
+
+/// AllReduce-SGD (or gossip) with compressed gradient exchanges (paper
+/// 002_924d025a547be22c.txt, Algorithm 1, generalised to any Compressor and
+/// to gossip deployments). Each step:
+///   1. encode this rank's gradient (Compressor::encode);
+///   2. combine the payloads: kAverage by the communicator's allreduce
+///      (average) or, with MeansExchange::kGossip, by push-sum among the
+///      topology's peers (each rank keeps (s, w) = (payload, 1), keeps the
+///      share 1/(d+1) and pushes the same share to each of its d out-peers,
+///      adds what it receives, and uses s / w; 12 bytes per message for
+///      A2SGD); kGather by a ring allgather;
+///   3. decode into the gradient to step with, and take the LocalSgd step;
+///   4. if the models may drift apart (!identicalDecode() or gossiped means),
+///      synchronise them every syncPeriod steps and after the last step.
+/// Payload bytes sent per rank per step, for any model size n: A2SGD with
+/// allreduce 8 per recursive-doubling round (what kAuto picks for 8 bytes):
+/// 8 log2 N for N a power of two (24 at N = 8), at most 8 (log2 P + 1) with P
+/// the largest power of two <= N, so <= 64 for N <= 256; A2SGD with gossip
+/// 12 d gossipRounds (d out-peers; 12 for the fair roulette). Then Top-K
+/// (N-1) 8k; QSGD (N-1) payloadBytes(); dense 2 (N-1)/N 4n (ring). Plus, per
+/// model synchronisation, 2 (N-1)/N 4n (ring allreduce) or the gossip
+/// optimizer's exchange (4n for Crossover-SGD, 8 + 4n per out-peer for SGP).
+class CompressedSgd final : public DistributedOptimizer {
+ public:
+  /// @param communicator the allreduces (means, model sync). Its transport
+  ///        also carries the allgathers and the gossip of the means, on a
+  ///        SubTransport view of its own (context kCompressionContext).
+  /// @param topology peers for gossiped means; may be null otherwise.
+  /// @param averager the gossip model sync for ModelSync::kGossip; may be
+  ///        empty otherwise.
+  /// @throws InvalidArgument for bad options, a missing topology or averager,
+  ///         gossiped means with a kGather compressor, or a topology of
+  ///         another world size.
+  CompressedSgd(Communicator& communicator, const Topology* topology, std::unique_ptr<Compressor> compressor,
+                ModelAverager averager, const CompressedSgdOptions& options);
+  /// "compressed_sgd/<compressor name>".
+  std::string name() const override;
+  /// One step (see the class comment) on `params` (n floats) with this rank's
+  /// gradient `grads` (n floats). Collective: every rank steps together.
+  /// @throws InvalidArgument on a length mismatch or a non-finite gradient
+  ///         entry; TimeoutError, PeerFailure, ProtocolError (a malformed
+  ///         payload or push-sum message) from the exchange.
+  void step(std::span<float> params, std::span<const float> grads) override;
+  std::uint64_t steps() const override { return steps_; }
+  void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
+
+  /// Synchronises the models now with options.sync (collective: every rank
+  /// calls it at the same step). @throws as step.
+  void synchronize(std::span<float> params);
+  const Compressor& compressor() const { return *compressor_; }
+  /// Bytes this rank sent in exchanges and syncs so far, and the syncs done.
+  const CompressionStats& stats() const { return stats_; }
+
+  /// SubTransport context of the compressed exchanges.
+  static constexpr std::uint8_t kCompressionContext = 11;
+
+ private:
+  void gossipAverage(std::span<float> values);
+  bool drifts() const;
+
+  Communicator& comm_;
+  const Topology* topology_;
+  std::unique_ptr<Compressor> compressor_;
+  ModelAverager averager_;
+  CompressedSgdOptions options_;
+  LocalSgd sgd_;
+  SubTransport view_;              // all ranks, context kCompressionContext
+  std::vector<float> payload_;     // this rank's payload (payloadBytes / 4 floats)
+  std::vector<float> gathered_;    // kGather: N payloads
+  std::vector<float> gradient_;    // decoded gradient, n floats
+  std::vector<float> pushSum_;     // gossip: [s..., w]
+  std::vector<float> pushSumIn_;   // gossip: received messages
+  std::vector<Request> requests_;  // gossip: this round's receives, then sends
+  std::uint64_t steps_ = 0;
+  std::uint64_t totalSteps_ = 0;
+  std::uint64_t exchanges_ = 0;  // sequence of the view's collectives and gossip rounds
+  CompressionStats stats_;
+};
+
+}  // namespace gossamer::optimizers

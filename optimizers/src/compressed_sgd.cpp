@@ -1,0 +1,178 @@
+// CompressedSgd: SGD steps with compressed gradient exchanges (A2SGD, Top-K,
+// QSGD, dense), paper 002_924d025a547be22c.txt, Algorithm 1: encode (lines
+// 3-4), exchange the payloads (line 5), rebuild (line 6), step (line 7), and
+// synchronise the models after the last step (lines 9-10). See compress.hpp.
+//
+// Wire, per rank per step:
+//   kAverage + allreduce  the communicator's allreduce of payloadBytes / 4
+//                         floats (A2SGD: 2 floats; kAuto runs recursive
+//                         doubling, 8 bytes per round, ceil(log2 N) rounds).
+//   kAverage + gossip     push-sum: one message of payloadBytes + 4 bytes
+//                         ([s shares..., w share], float32) per out-peer per
+//                         round; tag (kGossip, exchange number) on the view.
+//   kGather               ring allgather of the N payloads on the view:
+//                         (N-1) payloadBytes sent.
+// The view is a SubTransport of all ranks with its own context, so none of
+// this can be mistaken for the communicator's collectives or for a gossip
+// optimizer's messages on the same transport.
+//
+// Why the models drift: A2SGD's rebuilt gradient is this rank's own gradient
+// shifted by the change of the two means (g + pos (mu+bar - mu+) - neg
+// (mu-bar - mu-)), so different ranks step differently; with gossiped means
+// even the shift differs. The periodic and final synchronisations bound that.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/compress.hpp"
+
+namespace gossamer::optimizers {
+
+namespace {
+
+std::vector<int> allRanks(int n) {
+  std::vector<int> r(static_cast<std::size_t>(n));
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+constexpr std::uint64_t kViewSteps = (std::uint64_t{1} << 32) - 1;  // SubTransport step range
+
+}  // namespace
+
+CompressedSgd::CompressedSgd(Communicator& communicator, const Topology* topology,
+                             std::unique_ptr<Compressor> compressor, ModelAverager averager,
+                             const CompressedSgdOptions& options)
+    : comm_(communicator),
+      topology_(topology),
+      compressor_(std::move(compressor)),
+      averager_(std::move(averager)),
+      options_(options),
+      sgd_(compressor_ ? compressor_->size() : 0, options.sgd),
+      view_(communicator.transport(), allRanks(communicator.worldSize()), kCompressionContext) {
+  GOSSAMER_ENFORCE(compressor_ != nullptr, "CompressedSgd needs a compressor");
+  GOSSAMER_ENFORCE(options.gossipRounds >= 1, "gossip rounds " << options.gossipRounds << " < 1");
+  GOSSAMER_ENFORCE(options.timeoutSeconds > 0, "timeout " << options.timeoutSeconds);
+  const int n = communicator.worldSize();
+  const std::size_t payloadFloats = compressor_->payloadBytes() / sizeof(float);
+  GOSSAMER_ENFORCE(payloadFloats * sizeof(float) == compressor_->payloadBytes(),
+                   "payload of " << compressor_->payloadBytes() << " bytes is not a whole number of floats");
+  if (options.means == MeansExchange::kGossip) {
+    GOSSAMER_ENFORCE(compressor_->combine() == PayloadCombine::kAverage,
+                     "gossiped means need a compressor whose payloads are averaged (a2sgd, none), not '"
+                         << compressor_->name() << "'");
+    GOSSAMER_ENFORCE(topology_ != nullptr, "gossiped means need a topology");
+    GOSSAMER_ENFORCE(topology_->worldSize() == n,
+                     "topology world size " << topology_->worldSize() << " != " << n);
+    pushSum_.assign(payloadFloats + 1, 0.0f);
+    pushSumIn_.assign(static_cast<std::size_t>(std::max(n - 1, 1)) * (payloadFloats + 1), 0.0f);
+    requests_.reserve(static_cast<std::size_t>(2 * n));
+  }
+  if (options.sync == ModelSync::kGossip && drifts()) {
+    GOSSAMER_ENFORCE(static_cast<bool>(averager_), "gossip model synchronisation needs a ModelAverager");
+  }
+  payload_.assign(payloadFloats, 0.0f);
+  if (compressor_->combine() == PayloadCombine::kGather) {
+    gathered_.assign(payloadFloats * static_cast<std::size_t>(n), 0.0f);
+  }
+  gradient_.assign(compressor_->size(), 0.0f);
+}
+
+std::string CompressedSgd::name() const { return "compressed_sgd/" + compressor_->name(); }
+
+bool CompressedSgd::drifts() const {
+  return !compressor_->identicalDecode() || options_.means == MeansExchange::kGossip;
+}
+
+void CompressedSgd::step(std::span<float> params, std::span<const float> grads) {
+  const std::size_t n = compressor_->size();
+  GOSSAMER_ENFORCE(params.size() == n && grads.size() == n, "expected "
+                                                                << n << " parameters and gradients, got "
+                                                                << params.size() << " and " << grads.size());
+  Transport& transport = comm_.transport();
+  const std::uint64_t before = transport.stats().bytesSent;
+  compressor_->encode(grads, std::as_writable_bytes(std::span<float>(payload_)));
+  if (compressor_->combine() == PayloadCombine::kAverage) {
+    if (options_.means == MeansExchange::kGossip) {
+      gossipAverage(payload_);
+    } else {
+      comm_.allreduce(std::span<float>(payload_), ReduceOp::kAverage);
+    }
+    compressor_->decode(std::as_bytes(std::span<const float>(payload_)), grads, gradient_);
+  } else {
+    // The payloads travel as raw 32-bit patterns in float storage (Top-K's
+    // indices too): the allgather only copies bytes, it never computes on them.
+    const auto chunk = static_cast<std::ptrdiff_t>(payload_.size());
+    std::copy(payload_.begin(), payload_.end(), gathered_.begin() + chunk * view_.rank());
+    CollectiveOptions o(exchanges_++ & kViewSteps, options_.timeoutSeconds, AllreduceAlgorithm::kRing);
+    ringAllgather(view_, std::span<float>(gathered_), o);
+    compressor_->decode(std::as_bytes(std::span<const float>(gathered_)), grads, gradient_);
+  }
+  stats_.exchangeBytes += transport.stats().bytesSent - before;
+  sgd_.apply(params, gradient_);
+  ++steps_;
+  if (!drifts()) return;
+  const bool periodic = options_.syncPeriod > 0 && steps_ % options_.syncPeriod == 0;
+  const bool last = options_.finalSync && totalSteps_ > 0 && steps_ == totalSteps_;
+  if (periodic || last) synchronize(params);
+}
+
+void CompressedSgd::synchronize(std::span<float> params) {
+  GOSSAMER_ENFORCE(params.size() == compressor_->size(),
+                   "expected " << compressor_->size() << " parameters, got " << params.size());
+  Transport& transport = comm_.transport();
+  const std::uint64_t before = transport.stats().bytesSent;
+  if (options_.sync == ModelSync::kAllreduce) {
+    comm_.allreduce(params, ReduceOp::kAverage);
+  } else {
+    GOSSAMER_ENFORCE(static_cast<bool>(averager_), "gossip model synchronisation needs a ModelAverager");
+    averager_(params, stats_.syncs);
+  }
+  ++stats_.syncs;
+  stats_.syncBytes += transport.stats().bytesSent - before;
+}
+
+// Push-sum over the topology's peers: (s, w) starts at (values, 1); each round
+// keeps the share 1/(d+1) and pushes the same share to each of the d
+// out-peers, then adds the shares received. values <- s / w at the end.
+void CompressedSgd::gossipAverage(std::span<float> values) {
+  const int n = view_.worldSize();
+  if (n == 1) return;
+  const std::size_t m = values.size();
+  std::copy(values.begin(), values.end(), pushSum_.begin());
+  pushSum_[m] = 1.0f;
+  const auto messageBytes = static_cast<std::size_t>((m + 1) * sizeof(float));
+  const auto rounds = static_cast<std::uint64_t>(options_.gossipRounds);
+  for (std::uint64_t r = 0; r < rounds; ++r) {
+    const PeerSet p = topology_->peers(view_.rank(), steps_ * rounds + r);
+    GOSSAMER_ENFORCE(p.recvFrom.size() <= static_cast<std::size_t>(n - 1),
+                     "topology names " << p.recvFrom.size() << " in-peers");
+    const Tag tag = Tag::make(Op::kGossip, exchanges_++ & kViewSteps, 0);
+    requests_.clear();
+    for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {
+      requests_.push_back(
+          view_.irecvOf<float>(p.recvFrom[k], tag, std::span<float>(pushSumIn_).subspan(k * (m + 1), m + 1)));
+    }
+    const float share = 1.0f / static_cast<float>(p.sendTo.size() + 1);
+    for (auto& v : pushSum_) v *= share;
+    for (int dst : p.sendTo) {
+      requests_.push_back(view_.isendOf<float>(dst, tag, std::span<const float>(pushSum_)));
+    }
+    waitAll(requests_, options_.timeoutSeconds);
+    for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {
+      if (requests_[k].bytes() != messageBytes) {
+        throw ProtocolError(p.recvFrom[k], frame_offset::kPayloadBytes,
+                            "push-sum message of " + std::to_string(requests_[k].bytes()) +
+                                " bytes, expected " + std::to_string(messageBytes));
+      }
+      const float* in = pushSumIn_.data() + k * (m + 1);
+      for (std::size_t j = 0; j <= m; ++j) pushSum_[j] += in[j];
+    }
+  }
+  const float w = pushSum_[m];
+  if (!(w > 0.0f)) throw ProtocolError(-1, 0, "push-sum weight " + std::to_string(w) + " is not positive");
+  for (std::size_t j = 0; j < m; ++j) values[j] = pushSum_[j] / w;
+}
+
+}  // namespace gossamer::optimizers

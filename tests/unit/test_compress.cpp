@@ -1,0 +1,695 @@
+// Gradient compressors (A2SGD, Top-K, QSGD, dense) and CompressedSgd over the
+// inproc transport; the `compression:` config section.
+#include <catch2/catch.hpp>
+
+#include "threads.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/compress.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+
+using namespace gossamer;
+using namespace gossamer::optimizers;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+std::vector<std::byte> payloadFor(const Compressor& c) { return std::vector<std::byte>(c.payloadBytes()); }
+
+std::vector<float> floatsOf(std::span<const std::byte> bytes) {
+  std::vector<float> f(bytes.size() / sizeof(float));
+  std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
+  return f;
+}
+
+std::vector<std::byte> bytesOf(const std::vector<float>& f) {
+  std::vector<std::byte> b(f.size() * sizeof(float));
+  std::memcpy(b.data(), f.data(), b.size());
+  return b;
+}
+
+std::vector<float> normalVector(std::size_t n, unsigned seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+/// Encodes g with a fresh A2SGD compressor; returns the payload's two means.
+std::vector<float> a2sgdMeans(const std::vector<float>& g, A2sgdCompressor& c) {
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  return floatsOf(payload);
+}
+
+/// The paper's rebuild, Algorithm 1 line 6, in double: eps + pos mu+bar - neg mu-bar.
+std::vector<double> paperRebuild(const std::vector<float>& g, double mp, double mn, double barP,
+                                 double barN) {
+  std::vector<double> out(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const bool pos = g[i] >= 0;
+    const double enc = pos ? mp : -mn;
+    out[i] = (g[i] - enc) + (pos ? barP : -barN);
+  }
+  return out;
+}
+
+double consensusDistance(const std::vector<std::vector<float>>& xs) {
+  std::vector<double> mean(xs[0].size(), 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) mean[i] += x[i] / static_cast<double>(xs.size());
+  double d = 0;
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < x.size(); ++i) d += (mean[i] - x[i]) * (mean[i] - x[i]);
+  return d / static_cast<double>(xs.size());
+}
+
+}  // namespace
+
+// ---- A2SGD equations (paper 002, Eq. 2, Algorithm 1 lines 3-6) ----------------------
+
+TEST_CASE("A2SGD: the two means and the rebuild on a hand-made vector", "[compress][a2sgd]") {
+  const std::vector<float> g = {1.0f, 2.0f, -3.0f, 0.0f, -1.0f};
+  A2sgdCompressor c(g.size());
+  const auto means = a2sgdMeans(g, c);
+  // Non-negative entries {1, 2, 0}: mean 1. Negative entries {-3, -1}: mean |.| 2.
+  CHECK(means == std::vector<float>{1.0f, 2.0f});
+  CHECK(c.meanPositive() == 1.0f);
+  CHECK(c.meanNegative() == 2.0f);
+  CHECK(c.countPositive() == 3);
+  CHECK(c.countNegative() == 2);
+  // eps = g - enc(g) = {0, 1, -1, -1, 1}; with global means (1.5, 1.0):
+  // g' = eps + pos 1.5 - neg 1.0 = {1.5, 2.5, -2, 0.5, 0}.
+  std::vector<float> out(g.size());
+  c.decode(bytesOf({1.5f, 1.0f}), g, out);
+  CHECK(out == std::vector<float>{1.5f, 2.5f, -2.0f, 0.5f, 0.0f});
+}
+
+TEST_CASE("A2SGD: all-positive, all-negative and all-zero gradients", "[compress][a2sgd]") {
+  SECTION("all positive: mu- is 0 (no negative entry)") {
+    const std::vector<float> g = {0.5f, 1.5f, 2.5f};
+    A2sgdCompressor c(g.size());
+    CHECK(a2sgdMeans(g, c) == std::vector<float>{1.5f, 0.0f});
+    CHECK(c.countNegative() == 0);
+    std::vector<float> out(3);
+    c.decode(bytesOf({2.0f, 7.0f}), g, out);  // mu-bar does not touch non-negative entries
+    CHECK(out == std::vector<float>{1.0f, 2.0f, 3.0f});
+  }
+  SECTION("all negative: mu+ is 0 (no non-negative entry)") {
+    const std::vector<float> g = {-1.0f, -2.0f, -6.0f};
+    A2sgdCompressor c(g.size());
+    CHECK(a2sgdMeans(g, c) == std::vector<float>{0.0f, 3.0f});
+    CHECK(c.countPositive() == 0);
+    std::vector<float> out(3);
+    c.decode(bytesOf({5.0f, 1.0f}), g, out);  // eps = {2, 1, -3}; g' = eps - 1
+    CHECK(out == std::vector<float>{1.0f, 0.0f, -4.0f});
+  }
+  SECTION("zeros count as non-negative (v_i >= 0)") {
+    const std::vector<float> g(4, 0.0f);
+    A2sgdCompressor c(g.size());
+    CHECK(a2sgdMeans(g, c) == std::vector<float>{0.0f, 0.0f});
+    CHECK(c.countPositive() == 4);
+    std::vector<float> out(4);
+    c.decode(bytesOf({0.25f, 0.5f}), g, out);
+    CHECK(out == std::vector<float>(4, 0.25f));
+  }
+}
+
+TEST_CASE("A2SGD: NaN and infinite entries are errors naming the index", "[compress][a2sgd]") {
+  for (std::size_t n : {std::size_t{5}, std::size_t{10000}}) {  // scalar tail and vectorised blocks
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      auto g = normalVector(n, 3);
+      const std::size_t at = n - 2;
+      g[at] = bad;
+      A2sgdCompressor c(n);
+      auto payload = payloadFor(c);
+      INFO("n " << n << ", value " << bad);
+      try {
+        c.encode(g, payload);
+        FAIL("expected InvalidArgument");
+      } catch (const InvalidArgument& e) {
+        CHECK(std::string(e.what()).find("[" + std::to_string(at) + "]") != std::string::npos);
+      }
+    }
+  }
+  A2sgdCompressor c(3);
+  auto payload = payloadFor(c);
+  CHECK_THROWS_AS(c.encode(std::vector<float>(4), payload), InvalidArgument);  // wrong length
+  std::vector<float> out(3);
+  CHECK_THROWS_AS(c.decode(bytesOf({0, 0}), std::vector<float>(3), out), InvalidArgument);  // before encode
+}
+
+TEST_CASE("A2SGD: means of a long vector match a double-precision reference", "[compress][a2sgd]") {
+  const std::size_t n = 3 * 4096 + 1234;  // whole blocks and a tail
+  auto g = normalVector(n, 11);
+  double sp = 0, sn = 0;
+  std::size_t np = 0;
+  for (float v : g) {
+    if (v >= 0) {
+      sp += v;
+      ++np;
+    } else {
+      sn -= v;
+    }
+  }
+  A2sgdCompressor c(n);
+  const auto means = a2sgdMeans(g, c);
+  CHECK(c.countPositive() == np);
+  CHECK(means[0] == Approx(sp / static_cast<double>(np)).epsilon(1e-6));
+  CHECK(means[1] == Approx(sn / static_cast<double>(n - np)).epsilon(1e-6));
+  // The rebuild equals the paper's eps + pos mu+bar - neg mu-bar.
+  std::vector<float> out(n);
+  c.decode(bytesOf({0.7f, 0.9f}), g, out);
+  const auto want = paperRebuild(g, means[0], means[1], 0.7, 0.9);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == Approx(want[i]).margin(1e-6));
+}
+
+TEST_CASE("A2SGD at world size 1: error + enc(g) is g, and the rebuilt gradient is g exactly",
+          "[compress][a2sgd]") {
+  const std::size_t n = 2 * 4096 + 77;
+  const auto g = normalVector(n, 5, 1e-2f);
+  for (bool keep : {true, false}) {
+    A2sgdCompressor c(n, A2sgdOptions{keep});
+    auto payload = payloadFor(c);
+    c.encode(g, payload);
+    std::vector<float> out(n, -1.0f);
+    c.decode(payload, g, out);  // world size 1: the average of the means is this rank's
+    INFO("keepError " << keep);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == g[i]);
+    if (!keep) {
+      CHECK(c.error().empty());
+      continue;
+    }
+    REQUIRE(c.error().size() == n);
+    const float mp = c.meanPositive(), mn = c.meanNegative();
+    CHECK(mp > 0.0f);
+    CHECK(mn > 0.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float enc = g[i] >= 0 ? mp : -mn;
+      REQUIRE(c.error()[i] == g[i] - enc);                        // eps = g - enc(g), Eq. 2 / line 4
+      REQUIRE(c.error()[i] + enc == Approx(g[i]).margin(1e-8f));  // up to float rounding of g - enc
+    }
+  }
+  // Streaming stores (used for large outputs), also into an output that is not
+  // 16-byte aligned and with a tail that is not a whole vector.
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+    A2sgdOptions streaming;
+    streaming.streamingFloats = 1;
+    A2sgdCompressor c(n, streaming);
+    auto payload = payloadFor(c);
+    c.encode(g, payload);
+    const std::vector<float> shifted = {c.meanPositive() + 0.5f, c.meanNegative() - 0.25f};
+    std::vector<float> buffer(n + offset), plainOut(n);
+    std::span<float> out(buffer.data() + offset, n);
+    c.decode(bytesOf(shifted), g, out);
+    A2sgdCompressor plain(n);
+    plain.encode(g, payload);
+    plain.decode(bytesOf(shifted), g, plainOut);
+    INFO("offset " << offset);
+    CHECK(std::equal(out.begin(), out.end(), plainOut.begin()));
+    CHECK(plainOut != g);
+  }
+  // In place (out is the gradient's memory) gives the same.
+  A2sgdCompressor c(n);
+  auto payload = payloadFor(c);
+  auto inPlace = g;
+  c.encode(inPlace, payload);
+  c.decode(payload, inPlace, inPlace);
+  CHECK(inPlace == g);
+}
+
+// ---- Top-K ----------------------------------------------------------------------------
+
+TEST_CASE("Top-K sends the k largest entries and keeps the rest as the residual", "[compress][topk]") {
+  const std::size_t n = 100;
+  auto g = normalVector(n, 21);
+  TopKCompressor c(n, 0.1);
+  REQUIRE(c.k() == 10);
+  CHECK(c.payloadBytes() == 80);
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  std::vector<float> out(n);
+  c.decode(payload, g, out);
+  // The 10 largest magnitudes, exactly.
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t i = order[j];
+    if (j < 10) {
+      CHECK(out[i] == g[i]);
+      CHECK(c.error()[i] == 0.0f);
+    } else {
+      CHECK(out[i] == 0.0f);
+      CHECK(c.error()[i] == g[i]);
+    }
+  }
+  // Error feedback: the next step selects from g2 + residual.
+  const auto g2 = normalVector(n, 22, 0.1f);
+  const std::vector<float> residual(c.error().begin(), c.error().end());
+  c.encode(g2, payload);
+  c.decode(payload, g2, out);
+  std::size_t sent = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = g2[i] + residual[i];
+    REQUIRE(out[i] + c.error()[i] == a);  // nothing is lost: sent + kept = g + e
+    sent += out[i] != 0.0f ? 1 : 0;
+  }
+  CHECK(sent == 10);
+}
+
+TEST_CASE("Top-K breaks ties by index, averages gathered payloads and rejects bad indices",
+          "[compress][topk]") {
+  TopKCompressor c(6, 0.5);  // k = 3
+  auto payload = payloadFor(c);
+  c.encode(std::vector<float>{1, -1, 1, 1, -1, 1}, payload);
+  std::vector<float> out(6);
+  c.decode(payload, {}, out);
+  CHECK(out == std::vector<float>{1, -1, 1, 0, 0, 0});
+  c.encode(std::vector<float>(6, 0.0f), payload);  // residual {0,0,0,1,-1,1}: sends indices 3, 4, 5
+  auto second = payloadFor(c);
+  TopKCompressor other(6, 0.5);
+  other.encode(std::vector<float>{0, 0, 0, 0, 0, 4}, second);  // sends 5 and two zero ties
+  std::vector<std::byte> both(payload);
+  both.insert(both.end(), second.begin(), second.end());
+  c.decode(both, {}, out);  // (payload + second) / 2
+  CHECK(out == std::vector<float>{0, 0, 0, 0.5f, -0.5f, 2.5f});
+  std::uint32_t badIndex = 6;
+  std::memcpy(both.data() + payload.size(), &badIndex, 4);  // rank 1's first index
+  try {
+    c.decode(both, {}, out);
+    FAIL("expected ProtocolError");
+  } catch (const ProtocolError& e) {
+    CHECK(e.peer() == 1);
+  }
+  CHECK_THROWS_AS(c.decode(std::span<const std::byte>(both).first(10), {}, out), InvalidArgument);
+  CHECK_THROWS_AS(TopKCompressor(6, 0.0), InvalidArgument);
+  CHECK_THROWS_AS(TopKCompressor(6, 1.5), InvalidArgument);
+  auto g = std::vector<float>(6, 1.0f);
+  g[2] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_AS(c.encode(g, payload), InvalidArgument);
+}
+
+// ---- QSGD -----------------------------------------------------------------------------
+
+TEST_CASE("QSGD packs signs and levels and decodes to multiples of norm / s", "[compress][qsgd]") {
+  const std::size_t n = 300;
+  QsgdCompressor c(n, QsgdOptions{4, 128, 7, 0});
+  CHECK(c.bitsPerElement() == 4);  // sign + 3 bits for levels 0..4
+  CHECK(c.buckets() == 3);
+  CHECK(c.payloadBytes() == 3 * 4 + 152);  // 3 norms + 1200 bits of codes in 38 words
+  const auto g = normalVector(n, 8);
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  std::vector<float> out(n);
+  c.decode(payload, g, out);
+  for (std::size_t b = 0; b < 3; ++b) {
+    double sq = 0;
+    for (std::size_t i = b * 128; i < std::min(n, (b + 1) * 128); ++i) sq += double(g[i]) * g[i];
+    const double unit = std::sqrt(sq) / 4;
+    for (std::size_t i = b * 128; i < std::min(n, (b + 1) * 128); ++i) {
+      const double level = std::fabs(out[i]) / unit;
+      REQUIRE(level == Approx(std::round(level)).margin(1e-4));                  // a whole level
+      REQUIRE(std::fabs(std::fabs(out[i]) - std::fabs(g[i])) <= unit * 1.0001);  // a neighbour of |g|
+      if (out[i] != 0.0f) REQUIRE((out[i] < 0) == (g[i] < 0));                   // the sign survives
+    }
+  }
+  CHECK(QsgdCompressor(n, QsgdOptions{1, 512, 1, 0}).bitsPerElement() == 2);
+  CHECK(QsgdCompressor(n, QsgdOptions{255, 512, 1, 0}).bitsPerElement() == 9);
+  CHECK_THROWS_AS(QsgdCompressor(n, QsgdOptions{0, 512, 1, 0}), InvalidArgument);
+  CHECK_THROWS_AS(QsgdCompressor(n, QsgdOptions{4, 0, 1, 0}), InvalidArgument);
+  // A level above s on the wire is a protocol error; so is a bad norm.
+  auto bad = payload;
+  bad[c.buckets() * 4] = std::byte{0x07};  // first code: level 7
+  CHECK_THROWS_AS(c.decode(bad, g, out), ProtocolError);
+  bad = payload;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.data(), &nan, 4);
+  CHECK_THROWS_AS(c.decode(bad, g, out), ProtocolError);
+}
+
+TEST_CASE("QSGD is unbiased: the mean of many encodings is the input", "[compress][qsgd]") {
+  const std::size_t n = 300;
+  const int s = 4, encodings = 4000;
+  QsgdCompressor c(n, QsgdOptions{s, 128, 99, 3});
+  const auto g = normalVector(n, 9);
+  auto payload = payloadFor(c);
+  std::vector<float> out(n);
+  std::vector<double> sum(n, 0.0);
+  std::size_t exact = 0;
+  for (int k = 0; k < encodings; ++k) {
+    c.encode(g, payload);
+    c.decode(payload, g, out);
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += out[i];
+      exact += out[i] == g[i] ? 1 : 0;
+    }
+  }
+  CHECK(exact < n);  // lossy: single encodings are not the input
+  for (std::size_t b = 0; b * 128 < n; ++b) {
+    double sq = 0;
+    for (std::size_t i = b * 128; i < std::min(n, (b + 1) * 128); ++i) sq += double(g[i]) * g[i];
+    const double unit = std::sqrt(sq) / s;
+    for (std::size_t i = b * 128; i < std::min(n, (b + 1) * 128); ++i) {
+      const double r = std::fabs(g[i]) / unit, p = r - std::floor(r);
+      const double sigma = unit * std::sqrt(p * (1 - p) / encodings);  // std of the mean
+      INFO("element " << i << ": g " << g[i] << ", mean " << sum[i] / encodings << ", sigma " << sigma);
+      REQUIRE(std::fabs(sum[i] / encodings - g[i]) <= 5 * sigma + 1e-5 * unit);
+    }
+  }
+}
+
+TEST_CASE("the dense compressor and the factory", "[compress]") {
+  const auto g = normalVector(10, 1);
+  auto d = makeCompressor({}, 10);
+  CHECK(d->name() == "none");
+  CHECK(d->payloadBytes() == 40);
+  auto payload = payloadFor(*d);
+  d->encode(g, payload);
+  std::vector<float> out(10);
+  d->decode(payload, g, out);
+  CHECK(out == g);
+  CompressionOptions o;
+  for (const std::string kind : {"a2sgd", "topk", "qsgd"}) {
+    o.kind = kind;
+    CHECK(makeCompressor(o, 10)->name() == kind);
+  }
+  o.kind = "gzip";
+  CHECK_THROWS_AS(makeCompressor(o, 10), InvalidArgument);
+  o.kind = "a2sgd";
+  CHECK_THROWS_AS(makeCompressor(o, 0), InvalidArgument);
+}
+
+// ---- CompressedSgd over inproc ----------------------------------------------------------
+
+TEST_CASE("A2SGD sends at most 64 payload bytes per worker per step, whatever the model size",
+          "[compress][a2sgd][optimizer]") {
+  // Measured with the transport's counters (payload bytes, frame headers excluded).
+  for (bool gossip : {false, true}) {
+    std::vector<std::uint64_t> perStep;
+    for (std::size_t modelSize : {std::size_t{1000}, std::size_t{1} << 20}) {
+      const int n = 8, steps = 5;
+      auto fabric = inproc::makeFabric(n);
+      topologies::FairRoulette topo(n, 3);
+      std::vector<std::uint64_t> sent(n), counted(n);
+      onEveryRank(n, [&](int r) {
+        auto t = inproc::makeTransport(fabric, r, 10.0);
+        Communicator comm(*t, 10.0);
+        CompressedSgdOptions o;
+        o.sgd = {0.01, 0.0, 0.0};
+        o.means = gossip ? MeansExchange::kGossip : MeansExchange::kAllreduce;
+        o.finalSync = false;
+        CompressedSgd opt(comm, &topo, std::make_unique<A2sgdCompressor>(modelSize), nullptr, o);
+        std::vector<float> x(modelSize, 0.0f);
+        const auto g = normalVector(modelSize, static_cast<unsigned>(r));
+        const auto before = t->stats().bytesSent;
+        for (int s = 0; s < steps; ++s) opt.step(x, g);
+        sent[static_cast<std::size_t>(r)] = t->stats().bytesSent - before;
+        counted[static_cast<std::size_t>(r)] = opt.stats().exchangeBytes;
+        t->close();
+      });
+      const auto most = *std::max_element(sent.begin(), sent.end());
+      INFO((gossip ? "gossip" : "allreduce")
+           << ", model of " << modelSize << " floats: " << most / steps << " bytes per step");
+      CHECK(most > 0);
+      CHECK(most <= 64 * steps);
+      CHECK(sent == counted);  // the optimizer's own accounting agrees
+      perStep.push_back(most);
+    }
+    CHECK(perStep[0] == perStep[1]);  // independent of the model size
+  }
+}
+
+TEST_CASE("A2SGD training over inproc: models drift between syncs and agree after each",
+          "[compress][a2sgd]") {
+  // Rank r minimises 0.5 ||x - c_r||^2: gradient x - c_r. A2SGD steps with its
+  // own gradient shifted by the change of the means, so the models drift;
+  // every 5 steps and after the last (step 12) they are averaged.
+  const int n = 4, steps = 12;
+  const std::size_t p = 64;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::vector<float>> targets;
+  for (int r = 0; r < n; ++r) targets.push_back(normalVector(p, 100 + static_cast<unsigned>(r)));
+  // snapshots[step][rank]
+  std::vector<std::vector<std::vector<float>>> snapshots(steps, std::vector<std::vector<float>>(n));
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    Communicator comm(*t, 10.0);
+    CompressedSgdOptions o;
+    o.sgd = {0.2, 0.0, 0.0};
+    o.syncPeriod = 5;
+    CompressedSgd opt(comm, nullptr, std::make_unique<A2sgdCompressor>(p), nullptr, o);
+    opt.setTotalSteps(steps);
+    std::vector<float> x(p, 0.0f), g(p);
+    const auto& c = targets[static_cast<std::size_t>(r)];
+    for (int s = 0; s < steps; ++s) {
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - c[i];
+      opt.step(x, g);
+      snapshots[static_cast<std::size_t>(s)][static_cast<std::size_t>(r)] = x;
+    }
+    CHECK(opt.stats().syncs == 3);  // after steps 5, 10 and 12
+    t->close();
+  });
+  CHECK(consensusDistance(snapshots[3]) > 1e-4);  // drifted before the first sync
+  CHECK(consensusDistance(snapshots[4]) == 0.0);  // step 5: averaged
+  CHECK(consensusDistance(snapshots[6]) > 1e-4);
+  CHECK(consensusDistance(snapshots[9]) == 0.0);
+  CHECK(consensusDistance(snapshots[11]) == 0.0);  // the final synchronisation
+  // And it trains: the common model approaches the minimiser of the sum, mean(c_r).
+  double before = 0, after = 0;
+  for (std::size_t i = 0; i < p; ++i) {
+    double m = 0;
+    for (const auto& c : targets) m += c[i] / n;
+    before += m * m;
+    after += (snapshots[11][0][i] - m) * (snapshots[11][0][i] - m);
+  }
+  CHECK(after < 0.05 * before);
+}
+
+TEST_CASE("A2SGD with gossiped means and a Crossover-SGD sync needs no global collective",
+          "[compress][a2sgd][crossover]") {
+  const int n = 4, steps = 8;
+  const std::size_t p = 40;
+  auto fabric = inproc::makeFabric(n);
+  topologies::FairRoulette topo(n, 5);
+  std::vector<std::vector<float>> before(n), after(n);  // around the last sync
+  std::vector<CompressionStats> stats(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    Communicator comm(*t, 10.0);
+    CrossoverOptions co;
+    co.segments = 2;
+    CrossoverSgd crossover(*t, topo, {30, 10}, co);
+    CompressedSgdOptions o;
+    o.sgd = {0.05, 0.0, 0.0};
+    o.means = MeansExchange::kGossip;
+    o.sync = ModelSync::kGossip;
+    o.syncPeriod = 4;
+    o.finalSync = false;
+    const auto i = static_cast<std::size_t>(r);
+    CompressedSgd opt(
+        comm, &topo, std::make_unique<A2sgdCompressor>(p),
+        [&](std::span<float> x, std::uint64_t round) {
+          before[i].assign(x.begin(), x.end());
+          crossover.exchange(x, round);
+          after[i].assign(x.begin(), x.end());
+        },
+        o);
+    std::vector<float> x(p, 0.0f);
+    const auto g = normalVector(p, 7 + static_cast<unsigned>(r));
+    for (int s = 0; s < steps; ++s) opt.step(x, g);  // steps 4 and 8 end with an exchange
+    stats[i] = opt.stats();
+    t->close();
+  });
+  for (const auto& s : stats) {
+    CHECK(s.syncs == 2);
+    CHECK(s.exchangeBytes == steps * 12u);        // one push-sum message of 3 floats per step (fair roulette)
+    CHECK(s.syncBytes == 2 * p * sizeof(float));  // the model once per Crossover-SGD exchange
+  }
+  // The exchange mixes with a doubly stochastic matrix: the mean model stays,
+  // the consensus distance drops.
+  const double d0 = consensusDistance(before), d1 = consensusDistance(after);
+  INFO("consensus distance " << d0 << " -> " << d1);
+  CHECK(d0 > 1e-4);
+  CHECK(d1 < 0.9 * d0);
+  for (std::size_t j = 0; j < p; ++j) {
+    double m0 = 0, m1 = 0;
+    for (int r = 0; r < n; ++r) {
+      m0 += before[static_cast<std::size_t>(r)][j];
+      m1 += after[static_cast<std::size_t>(r)][j];
+    }
+    REQUIRE(m1 == Approx(m0).margin(1e-5));
+  }
+}
+
+TEST_CASE("CompressedSgd with Top-K and QSGD keeps every rank's model identical", "[compress][optimizer]") {
+  for (const std::string kind : {"topk", "qsgd", "none"}) {
+    const int n = 3, steps = 6;
+    const std::size_t p = 500;
+    auto fabric = inproc::makeFabric(n);
+    std::vector<std::vector<float>> models(n);
+    onEveryRank(n, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, 10.0);
+      Communicator comm(*t, 10.0);
+      CompressionOptions co;
+      co.kind = kind;
+      co.qsgd.rank = r;
+      CompressedSgdOptions o;
+      o.sgd = {0.1, 0.9, 0.0};
+      CompressedSgd opt(comm, nullptr, makeCompressor(co, p), nullptr, o);
+      opt.setTotalSteps(steps);
+      std::vector<float> x(p, 0.5f);
+      for (int s = 0; s < steps; ++s) opt.step(x, normalVector(p, static_cast<unsigned>(r * 100 + s)));
+      CHECK(opt.stats().syncs == 0);  // nothing to synchronise
+      models[static_cast<std::size_t>(r)] = x;
+      t->close();
+    });
+    INFO(kind);
+    CHECK(models[1] == models[0]);
+    CHECK(models[2] == models[0]);
+    CHECK(models[0] != std::vector<float>(p, 0.5f));  // it did step
+  }
+}
+
+TEST_CASE("CompressedSgd rejects bad combinations", "[compress][optimizer]") {
+  auto fabric = inproc::makeFabric(1);
+  auto t = inproc::makeTransport(fabric, 0, 1.0);
+  Communicator comm(*t, 1.0);
+  CompressedSgdOptions o;
+  o.means = MeansExchange::kGossip;
+  CHECK_THROWS_AS(CompressedSgd(comm, nullptr, std::make_unique<A2sgdCompressor>(4), nullptr, o),
+                  InvalidArgument);  // no topology
+  topologies::Ring ring(1);
+  CHECK_THROWS_AS(CompressedSgd(comm, &ring, std::make_unique<TopKCompressor>(4, 0.5), nullptr, o),
+                  InvalidArgument);  // Top-K payloads are gathered, not averaged
+  o.means = MeansExchange::kAllreduce;
+  o.sync = ModelSync::kGossip;
+  CHECK_THROWS_AS(CompressedSgd(comm, nullptr, std::make_unique<A2sgdCompressor>(4), nullptr, o),
+                  InvalidArgument);  // no averager
+  o.sync = ModelSync::kAllreduce;
+  CompressedSgd opt(comm, nullptr, std::make_unique<A2sgdCompressor>(4), nullptr, o);
+  std::vector<float> x(4), g(5);
+  CHECK_THROWS_AS(opt.step(x, g), InvalidArgument);
+}
+
+// ---- configuration --------------------------------------------------------------------
+
+TEST_CASE("config: the compression section", "[compress][config]") {
+  const Config c = parseConfig(
+      "algorithm:\n  name: crossover_sgd\ncompression:\n  kind: a2sgd\n  means: gossip\n  gossip_rounds: 2\n"
+      "  sync: gossip\n  sync_period: 50\n  final_sync: false\n  keep_error: true\n",
+      "c.yaml");
+  CHECK(c.compression.kind == "a2sgd");
+  CHECK(c.compression.means == "gossip");
+  CHECK(c.compression.gossipRounds == 2);
+  CHECK(c.compression.sync == "gossip");
+  CHECK(c.compression.syncPeriod == 50);
+  CHECK_FALSE(c.compression.finalSync);
+  CHECK(c.compression.keepError);
+  const Config q = parseConfig(
+      "algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: qsgd\n  qsgd_levels: 16\n"
+      "  qsgd_bucket_size: 256\n",
+      "q.yaml");
+  CHECK(q.compression.qsgdLevels == 16);
+  CHECK(q.compression.qsgdBucketSize == 256);
+  const auto expectError = [](const std::string& yaml, const std::string& key, int line) {
+    INFO(yaml);
+    try {
+      parseConfig(yaml, "bad.yaml");
+      FAIL("expected ConfigError");
+    } catch (const ConfigError& e) {
+      INFO(e.what());
+      CHECK(e.key() == key);
+      CHECK(e.line() == line);
+      CHECK(e.file() == "bad.yaml");
+    }
+  };
+  expectError("algorithm:\n  name: crossover_sgd\ncompression:\n  kind: topk\n", "compression.kind", 4);
+  expectError("algorithm:\n  name: hierarchical\ncompression:\n  kind: a2sgd\n", "compression.kind", 4);
+  expectError("algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: topk\n  sync_period: 10\n",
+              "compression.sync_period", 5);
+  expectError("algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: a2sgd\n  sync: gossip\n",
+              "compression.sync", 5);
+  expectError("algorithm:\n  name: sgp\n  mode: async\ncompression:\n  kind: a2sgd\n", "algorithm.mode", 3);
+  expectError("compression:\n  kind: a2sdg\n", "compression.kind", 2);
+  expectError("compression:\n  topk_ratio: 0\n", "compression.topk_ratio", 2);
+  expectError("compression:\n  topk_ratio: 1.5\n", "compression.topk_ratio", 2);
+  expectError("compression:\n  qsgd_levels: 0\n", "compression.qsgd_levels", 2);
+  expectError("compression:\n  gossip_rounds: 65\n", "compression.gossip_rounds", 2);
+  expectError("compression:\n  sync_period: -1\n", "compression.sync_period", 2);
+  expectError("compression:\n  sync: sometimes\n", "compression.sync", 2);
+}
+
+TEST_CASE("the registry builds CompressedSgd from the compression section", "[compress][agent]") {
+  struct Case {
+    std::string algorithm, kind, topology, name;
+  };
+  for (const Case& k : {Case{"allreduce_sgd", "a2sgd", "ring", "compressed_sgd/a2sgd"},
+                        Case{"allreduce_sgd", "topk", "ring", "compressed_sgd/topk"},
+                        Case{"crossover_sgd", "a2sgd", "fair_roulette", "compressed_sgd/a2sgd"},
+                        Case{"sgp", "a2sgd", "directed_exponential", "compressed_sgd/a2sgd"},
+                        Case{"allreduce_sgd", "none", "ring", "allreduce_sgd"}}) {
+    Config c;
+    c.worldSize = 4;
+    c.transport.kind = "inproc";
+    c.transport.timeoutSeconds = 10;
+    c.topology.kind = k.topology;
+    c.algorithm.name = k.algorithm;
+    c.compression.kind = k.kind;
+    c.compression.syncPeriod = k.kind == "a2sgd" ? 3 : 0;
+    validateConfig(c);
+    auto fabric = inproc::makeFabric(4);
+    Registry reg;
+    inproc::registerWith(reg, fabric);
+    topologies::registerBuiltins(reg);
+    registerBuiltins(reg);
+    MemoryStore store;
+    std::vector<std::vector<float>> models(4);
+    onEveryRank(4, [&](int r) {
+      Agent agent(c, r, store, reg);
+      auto& opt = agent.makeOptimizer({20, 4});
+      CHECK(opt.name() == k.name);
+      opt.setTotalSteps(6);
+      std::vector<float> x(24, 0.0f);
+      for (int s = 0; s < 6; ++s) opt.step(x, normalVector(24, static_cast<unsigned>(r * 10 + s)));
+      models[static_cast<std::size_t>(r)] = x;
+      agent.close();
+    });
+    INFO(k.algorithm << " + " << k.kind);
+    if (k.algorithm == "allreduce_sgd") {  // allreduce: exact agreement at the end
+      for (int r = 1; r < 4; ++r) CHECK(models[static_cast<std::size_t>(r)] == models[0]);
+    }
+    CHECK(models[0] != std::vector<float>(24, 0.0f));
+  }
+}
+
+TEST_CASE("config: the compression example configs hold what they promise", "[compress][config][examples]") {
+  const std::string dir = std::string(GOSSAMER_SOURCE_DIR) + "/examples/configs/";
+  const Config allreduce = loadConfig(dir + "a2sgd-allreduce.yaml");
+  CHECK(allreduce.worldSize == 8);
+  CHECK(allreduce.algorithm.name == "allreduce_sgd");
+  CHECK(allreduce.compression.kind == "a2sgd");
+  CHECK(allreduce.compression.means == "allreduce");
+  CHECK(allreduce.compression.sync == "allreduce");
+  CHECK(allreduce.compression.syncPeriod == 25);
+  CHECK(allreduce.compression.finalSync);
+  const Config gossip = loadConfig(dir + "a2sgd-gossip.yaml");
+  CHECK(gossip.worldSize == 8);
+  CHECK(gossip.algorithm.name == "crossover_sgd");
+  CHECK(gossip.topology.kind == "fair_roulette");
+  CHECK(gossip.compression.kind == "a2sgd");
+  CHECK(gossip.compression.means == "gossip");
+  CHECK(gossip.compression.sync == "gossip");
+  CHECK(gossip.compression.syncPeriod == 50);
+}
