@@ -244,6 +244,12 @@ const std::vector<Section>& schema() {
            RealField{"beta_seconds_per_byte",
                      [](Config& c) -> double& { return c.collectives.betaSecondsPerByte; },
                      {0.0, true, 1.0, true}},
+           RealField{"gamma_seconds_per_byte",
+                     [](Config& c) -> double& { return c.collectives.gammaSecondsPerByte; },
+                     {0.0, true, 1.0, true}},
+           RealField{"contention",
+                     [](Config& c) -> double& { return c.collectives.contention; },
+                     {0.0, true, kInf, false}},
            BoolField{"calibrate", [](Config& c) -> bool& { return c.collectives.calibrate; }},
        }},
   };
