@@ -37,6 +37,7 @@ constexpr double kElementBytes = 4;  // float32: where the algorithms cut the ve
 // (one after another) carrying `bytes` in all; each receiver reduces `reduced`.
 struct Round {
   double hops = 0, concurrency = 1, bytes = 0, reduced = 0;
+  friend auto operator<=>(const Round&, const Round&) = default;
 };
 using Rounds = std::vector<Round>;
 
@@ -177,6 +178,13 @@ bool needsViews(AllreduceAlgorithm a) {
 
 bool torusFits(int n, const CollectiveOptions& o) { return o.torusRows <= 0 || n % o.torusRows == 0; }
 
+// The rounds in a canonical order (their cost does not depend on the order).
+Rounds sortedRounds(AllreduceAlgorithm a, std::size_t bytes, int n, const CollectiveOptions& o) {
+  auto r = roundsOf(a, bytes, n, o);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
 }  // namespace
 
 double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int n,
@@ -206,9 +214,18 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOpt
   std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(measured),
                [&](AllreduceAlgorithm a) { return o.model.calibrated(a); });
   if (!measured.empty()) candidates = measured;
+  // An algorithm whose rounds are those of an earlier candidate sends the same
+  // messages (at N = 2 every ring-based one is a ring of two; at N = 4 HiPS is
+  // the 2 x 2 torus): the earlier, simpler one stands for it, so calibration
+  // noise between identical schedules does not decide.
+  std::vector<Rounds> seen;
   AllreduceAlgorithm best = candidates.front();
   double bestT = predictAllreduceSeconds(best, bytes, n, o);
+  seen.push_back(sortedRounds(best, bytes, n, o));
   for (std::size_t i = 1; i < candidates.size(); ++i) {
+    auto rounds = sortedRounds(candidates[i], bytes, n, o);
+    if (std::find(seen.begin(), seen.end(), rounds) != seen.end()) continue;
+    seen.push_back(std::move(rounds));
     const double t = predictAllreduceSeconds(candidates[i], bytes, n, o);
     if (t < bestT * (1 - 1e-9)) {  // ties keep the earlier (simpler) algorithm
       best = candidates[i];

@@ -152,6 +152,10 @@ TEST_CASE("auto: HiPS is a candidate, and a calibrated model picks among what it
   for (auto a : kAlgorithms)
     o.model.corrections[static_cast<std::size_t>(a)] = {{4, a == AllreduceAlgorithm::kHips ? 0.01 : 1.0}};
   CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kHips);
+  // Where HiPS sends the same messages as an earlier candidate, that one
+  // stands for it: at N = 4 the 2 x 2 torus, at N = 2 the ring.
+  CHECK(chooseAllreduce(std::size_t{1} << 20, 4, o) == AllreduceAlgorithm::kTorus2d);
+  CHECK(chooseAllreduce(std::size_t{256} << 20, 2, o) == AllreduceAlgorithm::kRing);
   // Only ring and recursive doubling measured: nothing else is picked.
   CollectiveOptions two = costModelOptions();
   two.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kRing)] = {{4, 1.0}};

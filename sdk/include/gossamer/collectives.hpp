@@ -121,7 +121,11 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
 /// predictAllreduceSeconds among ring, recursive doubling, 2D torus (unless
 /// options.torusRows does not divide worldSize), hierarchical, 2D-TGA and
 /// HiPS; if the model is calibrated, only among the algorithms calibrated
-/// (CostModel::calibrated). Ties go to the earlier one in that list.
+/// (CostModel::calibrated). An algorithm that sends the same messages as an
+/// earlier one in that list for this size and N (at N = 2 every ring-based
+/// one is a ring of two; at N = 4 HiPS is the 2 x 2 torus) is left out, so
+/// calibration noise between identical schedules does not decide; ties go
+/// to the earlier one too.
 /// Deterministic: every rank picks the same one given the same options.
 AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options);
 
