@@ -165,11 +165,15 @@ if mode == "autocheck":
     short = {"ring": "ring", "recursive_doubling": "rec_dbl", "torus2d": "torus2d", "hierarchical": "hier",
              "tga2d": "tga2d", "hips": "hips", "auto": "auto"}
     rounds = max(len(v) for c in cell.values() for v in c.values())
-    print("\n== auto check: median over %d round(s) of the time per call (us), measured / predicted by the" % rounds)
+    print("\n== auto check: median over %d round(s) of the time per call, measured/predicted by the" % rounds)
     print("   cost model calibrated at the start of each launch; pick = chooseAllreduce under that model;")
     print("   ratio = the pick's median time / the fastest median (the median over rounds' picks); PASS if <= %.2f"
           % tol)
-    print("%2s %-4s %-8s" % ("n", "tr", "size") + "".join("%21s" % short[a] for a in algs)
+    def pair(m, p):  # "measured/predicted unit", 3 significant digits
+        for unit, f in (("ms", 1e-3), ("us", 1e-6)):
+            if m >= f or unit == "us":
+                return ("%.3g" % (m / f)) + ("/%.3g" % (p / f) if p is not None else "") + unit
+    print("%2s %-4s %-8s" % ("n", "tr", "size") + "".join("%16s" % short[a] for a in algs)
           + "  %-8s %-8s %5s" % ("fastest", "pick", "ratio"))
     rows, npass, nall = [], 0, 0
     for (n, t, b) in sorted(cell):
@@ -186,8 +190,8 @@ if mode == "autocheck":
                 m["predicted_seconds"] = pred[a]
             rows.append(m)
         line = "%2d %-4s %-8s" % (n, t, size(b)) + "".join(
-            "%21s" % ("%.1f / %.1f" % (med[a] * 1e6, pred[a] * 1e6) if a in pred else
-                      "%.1f" % (med[a] * 1e6) if a in med else "-") for a in algs)
+            "%16s" % (pair(med[a], pred[a]) if a in pred else pair(med[a], None) if a in med else "-")
+            for a in algs)
         others = {a: v for a, v in med.items() if a != "auto"}
         if "auto" in c and others:
             # Each round's pick (its calibration's) against the medians; the
