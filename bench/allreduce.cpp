@@ -11,17 +11,28 @@
 //   allreduce --rank R --rendezvous DIR --result-file F ...
 //       one rank (what the launcher starts).
 //
-// Each rank, per protocol, size and algorithm:
-//   1. one call on known inputs (rank r, element i holds r + 1 + i % 13), whose
-//      result is checked element by element on every rank (a wrong sum fails
-//      the run); its time, max over ranks, sizes the rest;
-//   2. warm-ups (at most --warmup, and about a quarter of --budget);
-//   3. repetitions (between --min-reps and --reps, about --budget seconds):
-//      refill the vector, barrier, time one call. The result is checked again.
+// Each rank, per protocol:
+//   0. with several algorithms (or auto): calibrate the cost model once
+//      (gossamer::calibrateCostModel; every rank gets rank 0's), so that auto
+//      picks by it and every row carries its prediction (`predicted_seconds`,
+//      printed as pred_us);
+// then per size, with every algorithm interleaved:
+//   1. per algorithm one call on known inputs (rank r, element i holds
+//      r + 1 + i % 13), whose result is checked element by element on every
+//      rank (a wrong sum fails the run); these times, max over ranks, size the
+//      rest;
+//   2. warm-ups (at most --warmup rounds, and about a quarter of the budget);
+//   3. repetitions (between --min-reps and --reps, about --budget seconds per
+//      algorithm): each runs every algorithm once, in a shuffled order (the
+//      same on every rank): refill the vector, barrier, time one call, check.
 // The per-rank times are gathered with one allreduce of a vector with a slot
-// per (repetition, rank), so a repetition's time is the slowest rank's; the
-// reported time is the median over repetitions. Bandwidths follow nccl-tests:
-// algbw = bytes / time, busbw = algbw * 2 (n-1) / n, in GB/s (1e9 bytes/s).
+// per (algorithm, repetition, rank), so a repetition's time is the slowest
+// rank's; the reported time is the median over repetitions. Bandwidths follow
+// nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n-1) / n, in GB/s.
+// With `auto` among several algorithms the launcher also prints the auto
+// check (issue 4): per size, auto's pick (chooseAllreduce) against the
+// fastest algorithm measured, PASS if its time is within 10%; the auto rows
+// get `auto_pick`, `cost_model` and `auto_check`.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -31,6 +42,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +81,11 @@ void runAllreduce(const std::string& name, gossamer::Transport& transport, std::
   }
   options.algorithm = gossamer::parseAllreduceAlgorithm(name);
   gossamer::allreduce<float>(transport, data, gossamer::ReduceOp::kSum, options);
+}
+
+/// The algorithm `name` runs, for the cost model's prediction.
+gossamer::AllreduceAlgorithm algorithmOf(const std::string& name) {
+  return name == "ring" ? gossamer::AllreduceAlgorithm::kRing : gossamer::parseAllreduceAlgorithm(name);
 }
 
 /// Empty if runAllreduce knows `name`, else why not (for the command line).
@@ -126,79 +144,137 @@ class RankBench {
   RankBench(const Args& a, gossamer::Transport& transport)
       : a_(a), transport_(transport), comm_(transport, a.timeout) {}
 
-  /// Times one (size, algorithm); returns the summary (meaningful on rank 0).
-  json measure(const std::string& protocol, const std::string& algorithm, std::span<float> data) {
+  /// Times every algorithm of `algorithms` at one size, interleaved: each
+  /// repetition runs every algorithm once, in a fresh random order (the same
+  /// on every rank), so that a change in machine load, or what the previous
+  /// call left behind, hits all of them alike. Returns one summary per
+  /// algorithm (meaningful on rank 0).
+  json measure(const std::string& protocol, const std::vector<std::string>& algorithms,
+               std::span<float> data) {
     const int n = a_.worldSize;
     const int r = a_.rank;
+    const auto k = algorithms.size();
 
-    // 1. The checked call.
-    for (std::size_t i = 0; i < data.size(); ++i)
-      data[i] = static_cast<float>(r + 1 + static_cast<int>(i % 13));
-    const double first = timedCall(algorithm, data);
-    for (std::size_t i = 0; i < data.size(); ++i) {
-      const auto expected = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 13));
-      if (data[i] != expected) fail(algorithm, protocol, data.size(), i, data[i], expected);
+    // 1. The checked calls, one per algorithm.
+    double cycle = 0;  // the slowest rank's first calls, summed over the algorithms
+    for (const auto& algorithm : algorithms) {
+      for (std::size_t i = 0; i < data.size(); ++i)
+        data[i] = static_cast<float>(r + 1 + static_cast<int>(i % 13));
+      const double first = timedCall(algorithm, data);
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        const auto expected = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 13));
+        if (data[i] != expected) fail(algorithm, protocol, data.size(), i, data[i], expected);
+      }
+      cycle += std::max(maxOverRanks(first), 1e-7);
     }
-    const double estimate = std::max(maxOverRanks(first), 1e-7);
 
     // 2. Warm-ups, 3. repetitions: the counts follow from the slowest rank's
-    // first call, which every rank now knows, so all ranks agree on them.
-    const int warmups = static_cast<int>(std::clamp(std::floor(0.25 * a_.budget / estimate), 0.0,
-                                                    static_cast<double>(std::max(a_.warmup - 1, 0))));
-    const int reps =
-        static_cast<int>(std::clamp(std::floor(a_.budget / estimate), static_cast<double>(a_.minReps),
-                                    static_cast<double>(std::max(a_.reps, a_.minReps))));
-    for (int i = 0; i < warmups; ++i) {
-      std::fill(data.begin(), data.end(), 1.0f);
-      timedCall(algorithm, data);
+    // first calls, which every rank now knows, so all ranks agree on them.
+    const double budget = a_.budget * static_cast<double>(k);
+    const int warmups = static_cast<int>(
+        std::clamp(std::floor(0.25 * budget / cycle), 0.0, static_cast<double>(std::max(a_.warmup - 1, 0))));
+    const int reps = static_cast<int>(std::clamp(std::floor(budget / cycle), static_cast<double>(a_.minReps),
+                                                 static_cast<double>(std::max(a_.reps, a_.minReps))));
+    for (int i = 0; i < warmups; ++i)
+      for (const auto& algorithm : algorithms) {
+        std::fill(data.begin(), data.end(), 1.0f);
+        timedCall(algorithm, data);
+      }
+    const auto un = static_cast<std::size_t>(n), ureps = static_cast<std::size_t>(reps);
+    std::vector<double> times(k * ureps * un, 0.0);  // [(algorithm * reps + rep) * n + rank]
+    std::vector<std::size_t> order(k);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::mt19937 shuffler(static_cast<std::uint32_t>(data.size()));  // the same order on every rank
+    for (std::size_t i = 0; i < ureps; ++i) {
+      std::shuffle(order.begin(), order.end(), shuffler);
+      for (const std::size_t alg : order) {
+        std::fill(data.begin(), data.end(), 1.0f);
+        times[(alg * ureps + i) * un + static_cast<std::size_t>(r)] = timedCall(algorithms[alg], data);
+        for (std::size_t e = 0; e < data.size(); ++e)
+          if (data[e] != static_cast<float>(n))
+            fail(algorithms[alg], protocol, data.size(), e, data[e], static_cast<float>(n));
+      }
     }
-    const auto un = static_cast<std::size_t>(n);
-    std::vector<double> times(static_cast<std::size_t>(reps) * un, 0.0);  // [rep * n + rank]
-    for (int i = 0; i < reps; ++i) {
-      std::fill(data.begin(), data.end(), 1.0f);
-      times[static_cast<std::size_t>(i) * un + static_cast<std::size_t>(r)] = timedCall(algorithm, data);
-    }
-    for (std::size_t i = 0; i < data.size(); ++i)
-      if (data[i] != static_cast<float>(n))
-        fail(algorithm, protocol, data.size(), i, data[i], static_cast<float>(n));
     gossamer::ringAllreduce<double>(transport_, std::span<double>(times), gossamer::ReduceOp::kSum, next());
 
-    std::vector<double> slowest(static_cast<std::size_t>(reps));
-    for (std::size_t i = 0; i < slowest.size(); ++i)
-      slowest[i] = *std::max_element(times.begin() + static_cast<std::ptrdiff_t>(i * un),
-                                     times.begin() + static_cast<std::ptrdiff_t>((i + 1) * un));
-    const double t = median(slowest);
-    const double bytes = static_cast<double>(data.size_bytes());
-    const double algbw = bytes / t / 1e9;
-    return json{{"impl", "gossamer"},
-                {"algorithm", algorithm},
-                {"transport", protocol},
-                {"world_size", n},
-                {"bytes", data.size_bytes()},
-                {"seconds", t},
-                {"algbw", algbw},
-                {"busbw", algbw * 2.0 * (n - 1) / n},
-                {"reps", reps},
-                {"seconds_p10", quantile(slowest, 0.1)},
-                {"seconds_p90", quantile(slowest, 0.9)}};
+    json rows = json::array();
+    for (std::size_t alg = 0; alg < k; ++alg) {
+      std::vector<double> slowest(ureps);
+      for (std::size_t i = 0; i < ureps; ++i) {
+        const auto first = times.begin() + static_cast<std::ptrdiff_t>((alg * ureps + i) * un);
+        slowest[i] = *std::max_element(first, first + static_cast<std::ptrdiff_t>(un));
+      }
+      const double t = median(slowest);
+      const double bytes = static_cast<double>(data.size_bytes());
+      const double algbw = bytes / t / 1e9;
+      rows.push_back(json{{"impl", "gossamer"},
+                          {"algorithm", algorithms[alg]},
+                          {"transport", protocol},
+                          {"world_size", n},
+                          {"bytes", data.size_bytes()},
+                          {"seconds", t},
+                          {"algbw", algbw},
+                          {"busbw", algbw * 2.0 * (n - 1) / n},
+                          {"reps", reps},
+                          {"seconds_p10", quantile(slowest, 0.1)},
+                          {"seconds_p90", quantile(slowest, 0.9)}});
+      if (calibrated_) annotate(rows.back(), algorithms[alg], data.size_bytes());
+    }
+    return rows;
+  }
+
+  /// Measures the cost model on this transport (gossamer::calibrateCostModel,
+  /// every rank gets rank 0's); from now on `auto` uses it, and every row
+  /// carries the prediction.
+  void calibrate() {
+    gossamer::CollectiveOptions o = next();
+    const auto t0 = Clock::now();
+    model_ = gossamer::calibrateCostModel(transport_, o);
+    calibrationSeconds_ = seconds(t0, Clock::now());
+    sequence_ = o.sequence;
+    calibrated_ = true;
   }
 
  private:
+  // The cost model's prediction in every row; what auto picks, and the
+  // model, in auto's rows.
+  void annotate(json& row, const std::string& algorithm, std::size_t bytes) {
+    const auto o = settings();
+    row["predicted_seconds"] =
+        gossamer::predictAllreduceSeconds(algorithmOf(algorithm), bytes, a_.worldSize, o);
+    if (algorithm != "auto") return;
+    row["auto_pick"] = gossamer::toString(gossamer::chooseAllreduce(bytes, a_.worldSize, o));
+    row["cost_model"] = json{{"alpha_seconds", model_.alphaSeconds},
+                             {"beta_seconds_per_byte", model_.betaSecondsPerByte},
+                             {"gamma_seconds_per_byte", model_.gammaSecondsPerByte},
+                             {"contention", model_.contention},
+                             {"calibration_seconds", calibrationSeconds_}};
+  }
+
   // Every collective of the benchmark (the timed calls and the gathers) takes
   // its sequence from this one counter, so their tags never collide. The
   // barriers use the Communicator's own counter under their own op.
   gossamer::CollectiveOptions next() {
-    gossamer::CollectiveOptions o;
+    gossamer::CollectiveOptions o = settings();
     o.sequence = sequence_++ & gossamer::Tag::kMaxStep;
+    return o;
+  }
+
+  // The options of every call, the sequence aside.
+  gossamer::CollectiveOptions settings() const {
+    gossamer::CollectiveOptions o;
     o.timeoutSeconds = a_.timeout;
     o.chunkBytes = a_.chunkBytes;
+    o.useCostModel = calibrated_;  // auto: the calibrated model, else the size threshold
+    o.model = model_;
     return o;
   }
 
   double timedCall(const std::string& algorithm, std::span<float> data) {
+    auto options = next();
     comm_.barrier();
     const auto t0 = Clock::now();
-    runAllreduce(algorithm, transport_, data, next());
+    runAllreduce(algorithm, transport_, data, std::move(options));
     return seconds(t0, Clock::now());
   }
 
@@ -221,6 +297,9 @@ class RankBench {
   gossamer::Transport& transport_;
   gossamer::Communicator comm_;
   std::uint64_t sequence_ = 0;
+  bool calibrated_ = false;
+  gossamer::CostModel model_;
+  double calibrationSeconds_ = 0;
 };
 
 // A transport by benchmark name: "<kind>-<protocol>", kind zmq or socket,
@@ -252,13 +331,17 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
   auto transport = makeBenchTransport(a, protocol, store);
   try {
     RankBench bench(a, *transport);
+    // Several algorithms (or auto): calibrate the cost model once, at the start.
+    if (a.algorithms.size() > 1 ||
+        std::find(a.algorithms.begin(), a.algorithms.end(), "auto") != a.algorithms.end())
+      bench.calibrate();
     const auto sizes = sizesOf(a);
     std::vector<float> buffer(*std::max_element(sizes.begin(), sizes.end()) / sizeof(float));
     json results = json::array();
     for (const auto bytes : sizes)
-      for (const auto& algorithm : a.algorithms)
-        results.push_back(
-            bench.measure(protocol, algorithm, std::span<float>(buffer.data(), bytes / sizeof(float))));
+      for (auto& row :
+           bench.measure(protocol, a.algorithms, std::span<float>(buffer.data(), bytes / sizeof(float))))
+        results.push_back(std::move(row));
     transport->close();
     return results;
   } catch (...) {
@@ -330,15 +413,90 @@ std::string humanBytes(double b) {
 }
 
 void printTable(const json& results) {
-  std::printf("%-6s %-18s %5s %10s %5s %12s %12s %12s %10s %10s\n", "proto", "algorithm", "ranks", "size",
-              "reps", "median_us", "p10_us", "p90_us", "algbw_GB/s", "busbw_GB/s");
-  for (const auto& r : results)
-    std::printf("%-6s %-18s %5d %10s %5d %12.1f %12.1f %12.1f %10.3f %10.3f\n",
+  std::printf("%-6s %-18s %5s %10s %5s %12s %12s %12s %12s %10s %10s\n", "proto", "algorithm", "ranks",
+              "size", "reps", "median_us", "pred_us", "p10_us", "p90_us", "algbw_GB/s", "busbw_GB/s");
+  for (const auto& r : results) {
+    char predicted[32] = "-";
+    if (r.contains("predicted_seconds"))
+      std::snprintf(predicted, sizeof predicted, "%.1f", 1e6 * r["predicted_seconds"].get<double>());
+    std::printf("%-6s %-18s %5d %10s %5d %12.1f %12s %12.1f %12.1f %10.3f %10.3f\n",
                 r["transport"].get<std::string>().c_str(), r["algorithm"].get<std::string>().c_str(),
                 r["world_size"].get<int>(), humanBytes(r["bytes"].get<double>()).c_str(),
-                r["reps"].get<int>(), 1e6 * r["seconds"].get<double>(), 1e6 * r["seconds_p10"].get<double>(),
-                1e6 * r["seconds_p90"].get<double>(), r["algbw"].get<double>(), r["busbw"].get<double>());
+                r["reps"].get<int>(), 1e6 * r["seconds"].get<double>(), predicted,
+                1e6 * r["seconds_p10"].get<double>(), 1e6 * r["seconds_p90"].get<double>(),
+                r["algbw"].get<double>(), r["busbw"].get<double>());
+  }
   std::fflush(stdout);
+}
+
+/// Done-when of issue 4: auto's pick within 10% of the fastest measured
+/// algorithm. For every (transport, size) with an `auto` row (which carries
+/// chooseAllreduce's pick): the fastest of the other rows, the pick's own
+/// measured time (auto's if the pick was not run by name) and their ratio.
+/// Adds `auto_check` to the auto rows; prints a summary. Returns the number of
+/// sizes that fail.
+int autoCheck(json& results, bool print) {
+  constexpr double kTolerance = 1.10;
+  int failures = 0, checked = 0;
+  for (auto& row : results) {
+    if (row["algorithm"] != "auto" || !row.contains("auto_pick")) continue;
+    const json* fastest = nullptr;
+    const json* pick = &row;
+    for (const auto& other : results) {
+      if (other["transport"] != row["transport"] || other["bytes"] != row["bytes"] ||
+          other["algorithm"] == "auto")
+        continue;
+      if (!fastest || other["seconds"].get<double>() < (*fastest)["seconds"].get<double>()) fastest = &other;
+      if (other["algorithm"] == row["auto_pick"]) pick = &other;
+    }
+    if (!fastest) continue;
+    const double ratio = (*pick)["seconds"].get<double>() / (*fastest)["seconds"].get<double>();
+    const bool pass = ratio <= kTolerance;
+    if (print && checked == 0) {
+      std::printf(
+          "\nauto check: auto's pick (chooseAllreduce, cost model calibrated on this transport) against the\n"
+          "fastest algorithm measured; ratio = the pick's measured time / the fastest's; PASS if <= %.2f\n",
+          kTolerance);
+      std::printf("%-6s %5s %10s %-18s %12s %-18s %12s %12s %12s %7s\n", "proto", "ranks", "size", "fastest",
+                  "fastest_us", "auto_pick", "pick_us", "pick_pred_us", "auto_us", "ratio");
+    }
+    ++checked;
+    failures += pass ? 0 : 1;
+    row["auto_check"] = json{{"fastest", (*fastest)["algorithm"]},
+                             {"fastest_seconds", (*fastest)["seconds"]},
+                             {"pick_seconds", (*pick)["seconds"]},
+                             {"ratio", ratio},
+                             {"tolerance", kTolerance},
+                             {"pass", pass}};
+    if (print)
+      std::printf("%-6s %5d %10s %-18s %12.1f %-18s %12.1f %12.1f %12.1f %7.2f  %s\n",
+                  row["transport"].get<std::string>().c_str(), row["world_size"].get<int>(),
+                  humanBytes(row["bytes"].get<double>()).c_str(),
+                  (*fastest)["algorithm"].get<std::string>().c_str(),
+                  1e6 * (*fastest)["seconds"].get<double>(), row["auto_pick"].get<std::string>().c_str(),
+                  1e6 * (*pick)["seconds"].get<double>(), 1e6 * row["predicted_seconds"].get<double>(),
+                  1e6 * row["seconds"].get<double>(), ratio, pass ? "PASS" : "FAIL");
+  }
+  if (print && checked > 0) {
+    std::vector<std::string> shown;  // one line per transport
+    for (const auto& row : results) {
+      const auto transport = row["transport"].get<std::string>();
+      if (!row.contains("cost_model") || std::find(shown.begin(), shown.end(), transport) != shown.end())
+        continue;
+      shown.push_back(transport);
+      const auto& m = row["cost_model"];
+      std::printf(
+          "model %-4s alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, contention %.3f (calibrated in %.1f "
+          "s)\n",
+          transport.c_str(), 1e6 * m["alpha_seconds"].get<double>(),
+          1e9 * m["beta_seconds_per_byte"].get<double>(), 1e9 * m["gamma_seconds_per_byte"].get<double>(),
+          m["contention"].get<double>(), m["calibration_seconds"].get<double>());
+    }
+    std::printf("auto check: %d of %d sizes within %.0f%% of the fastest\n", checked - failures, checked,
+                100 * (kTolerance - 1));
+  }
+  std::fflush(stdout);
+  return failures;
 }
 
 void writeJson(const json& results, const std::string& path) {
@@ -392,8 +550,9 @@ int main(int argc, char** argv) {
     }
     if (a.minBytes > a.maxBytes) throw gossamer::InvalidArgument("--min-bytes is above --max-bytes");
     sizesOf(a);  // validate before starting anything
-    const auto results = launch(a);
+    auto results = launch(a);
     if (!a.quiet) printTable(results);
+    autoCheck(results, !a.quiet);
     if (!a.jsonPath.empty()) {
       writeJson(results, a.jsonPath);
       if (!a.quiet) std::printf("wrote %s\n", a.jsonPath.c_str());

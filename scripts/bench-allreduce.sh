@@ -13,6 +13,11 @@
 #
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
+#   scripts/bench-allreduce.sh --auto-check
+#       every algorithm and auto, 2, 4, 8 processes, 4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, no MPI, 3 rounds
+#       (~5 min): the cost model (calibrated once per launch and transport) predicts each time, and
+#       auto's pick is checked against the fastest measured (PASS within 10%); writes
+#       results/bench-allreduce-auto.json unless --json says otherwise.
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
 #          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
@@ -32,6 +37,9 @@ use_mpi=1
 json="results/bench-allreduce.json"
 quick=0
 rounds=3
+auto_check=0
+json_set=0
+budget_set=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3 ;;
@@ -40,22 +48,32 @@ while [ $# -gt 0 ]; do
     --sizes) sizes="$2"; shift ;;
     --algorithms|--algorithm) algorithms="$2"; shift ;;
     --transports) transports="$2"; shift ;;
-    --budget) budget="$2"; shift ;;
+    --budget) budget="$2"; budget_set=1; shift ;;
     --reps) reps="$2"; shift ;;
     --no-mpi) use_mpi=0 ;;
-    --json) json="$2"; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --json) json="$2"; json_set=1; shift ;;
+    --auto-check) auto_check=1 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+if [ "$auto_check" = 1 ]; then
+  # Every algorithm and auto (later options may still narrow world sizes, sizes, rounds).
+  algorithms="ring,recursive_doubling,torus2d,hierarchical,tga2d,hips,auto"
+  [ -n "$sizes" ] || sizes="4,4096,65536,1048576,16777216"
+  [ "$quick" = 1 ] || [ "$budget_set" = 1 ] || budget="0.3"
+  use_mpi=0
+  [ "$json_set" = 1 ] || json="results/bench-allreduce-auto.json"
+fi
 if [ -z "$sizes" ]; then  # 4 B .. 256 MiB, powers of 4
   sizes=""
   for ((b = 4; b <= 268435456; b *= 4)); do sizes+="${sizes:+,}$b"; done
 fi
 
 source scripts/deps.sh
-GOSSAMER_PACKAGES+=(openmpi-bin libopenmpi-dev python3)
+GOSSAMER_PACKAGES+=(python3)
+[ "$use_mpi" = 0 ] || GOSSAMER_PACKAGES+=(openmpi-bin libopenmpi-dev)
 gossamer_install_deps
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 gossamer_build --target gossamer-bench-allreduce
@@ -137,6 +155,86 @@ if mode == "progress":
           + "  ".join("%s %s (%.3f GB/s)" % (key(r), dur(r["seconds"]), r["busbw"]) for r in rs), flush=True)
     sys.exit(0)
 
+if mode == "autocheck":
+    # Issue 4, done-when 3: per (world size, transport, size) the median over
+    # rounds of every algorithm's time; auto's pick (the one most rounds'
+    # calibrations chose); ratio = the pick's median time / the fastest median.
+    import statistics
+    from collections import Counter
+    out, rs = args[0], load(args[1:])
+    tol = 1.10
+    cell = {}
+    for r in rs:
+        cell.setdefault((r["world_size"], r["transport"], r["bytes"]), {}).setdefault(r["algorithm"], []).append(r)
+    algs = ["ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips", "auto"]
+    short = {"ring": "ring", "recursive_doubling": "rec_dbl", "torus2d": "torus2d", "hierarchical": "hier",
+             "tga2d": "tga2d", "hips": "hips", "auto": "auto"}
+    rounds = max(len(v) for c in cell.values() for v in c.values())
+    print("\n== auto check: median over %d round(s) of the time per call, measured/predicted by the" % rounds)
+    print("   cost model calibrated at the start of each launch; pick = chooseAllreduce under that model;")
+    print("   ratio = the pick's median time / the fastest median (the median over rounds' picks); PASS if <= %.2f"
+          % tol)
+    def pair(m, p):  # "measured/predicted unit", 3 significant digits
+        for unit, f in (("ms", 1e-3), ("us", 1e-6)):
+            if m >= f or unit == "us":
+                return ("%.3g" % (m / f)) + ("/%.3g" % (p / f) if p is not None else "") + unit
+    print("%2s %-4s %-8s" % ("n", "tr", "size") + "".join("%16s" % short[a] for a in algs)
+          + "  %-8s %-8s %5s" % ("fastest", "pick", "ratio"))
+    rows, npass, nall = [], 0, 0
+    for (n, t, b) in sorted(cell):
+        c = cell[(n, t, b)]
+        med = {a: statistics.median(r["seconds"] for r in c[a]) for a in c}
+        pred = {a: statistics.median(r["predicted_seconds"] for r in c[a]) for a in c
+                if all("predicted_seconds" in r for r in c[a])}
+        for a in c:  # the round with the median time stands for the measurement
+            g = sorted(c[a], key=lambda r: r["seconds"])
+            m = dict(g[(len(g) - 1) // 2])
+            m["rounds"] = len(g)
+            m["seconds"] = med[a]
+            if a in pred:
+                m["predicted_seconds"] = pred[a]
+            rows.append(m)
+        line = "%2d %-4s %-8s" % (n, t, size(b)) + "".join(
+            "%16s" % (pair(med[a], pred[a]) if a in pred else pair(med[a], None) if a in med else "-")
+            for a in algs)
+        others = {a: v for a, v in med.items() if a != "auto"}
+        if "auto" in c and others:
+            # Each round's pick (its calibration's) against the medians; the
+            # median of those ratios decides, so one odd round does not.
+            fastest = min(others, key=others.get)
+            picks = Counter(r.get("auto_pick", "?") for r in c["auto"])
+            judged = sorted(((others.get(p, med["auto"]) / others[fastest], p)
+                             for r in c["auto"] for p in [r.get("auto_pick", "?")]))
+            ratio, pick = judged[len(judged) // 2]  # the upper median for an even count
+            ok = ratio <= tol
+            npass += ok
+            nall += 1
+            line += "  %-8s %-8s %5.2f %s" % (short[fastest], short.get(pick, pick), ratio, "PASS" if ok else "FAIL")
+            if len(picks) > 1:
+                line += " (picks: " + ", ".join("%s x%d" % (short.get(p, p), k) for p, k in picks.items()) + ")"
+            rows[-len(c) + list(c).index("auto")]["auto_check"] = {
+                "fastest": fastest, "fastest_seconds": others[fastest], "pick": pick, "picks": dict(picks),
+                "pick_seconds": others.get(pick, med["auto"]), "ratio": ratio, "tolerance": tol, "pass": ok}
+        print(line)
+    models = [(r["world_size"], r["transport"], r["cost_model"]) for r in rs if "cost_model" in r]
+    seen = set()
+    for n, t, m in models:
+        if (n, t) in seen:
+            continue
+        seen.add((n, t))
+        print("   model n=%d %-3s (one round): alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, contention %.2f, "
+              "calibrated in %.1f s" % (n, t, m["alpha_seconds"] * 1e6, m["beta_seconds_per_byte"] * 1e9,
+                                        m["gamma_seconds_per_byte"] * 1e9, m["contention"],
+                                        m["calibration_seconds"]))
+    rows.sort(key=lambda r: (r["world_size"], r["transport"], r["bytes"], algs.index(r["algorithm"])
+                             if r["algorithm"] in algs else 99))
+    with open(out, "w") as f:
+        json.dump(rows, f, indent=2)
+        f.write("\n")
+    print("auto check: %d of %d (world size, transport, size) within %d%% of the fastest" % (npass, nall, round((tol - 1) * 100)))
+    print("wrote %s (%d measurements)" % (out, len(rows)))
+    sys.exit(0)
+
 out, rs = args[0], load(args[1:])
 # Several rounds: keep, per measurement, the round with the median time.
 groups = {}
@@ -206,6 +304,23 @@ IFS=, read -r -a ns <<<"$world_sizes"
 IFS=, read -r -a byte_sizes <<<"$sizes"
 files=()
 start=$(date +%s)
+if [ "$auto_check" = 1 ]; then
+  # One launch per (round, world size) with every size: each launch calibrates
+  # the cost model once per transport, then measures all algorithms.
+  for ((round = 1; round <= rounds; ++round)); do
+    for n in "${ns[@]}"; do
+      f="$tmp/auto-$round-$n.json"
+      echo "== round $round/$rounds, $n processes: $algorithms over $transports"
+      "$build/bench/allreduce" --world-size "$n" --sizes "$sizes" --transports "$transports" \
+        --algorithm "$algorithms" --reps "$reps" --budget "$budget" --json "$f" --quiet
+      files+=("$f")
+    done
+  done
+  mkdir -p "$(dirname "$json")"
+  report autocheck "$json" "${files[@]}"
+  echo "== took $(( $(date +%s) - start )) s"
+  exit 0
+fi
 for ((round = 1; round <= rounds; ++round)); do
   for n in "${ns[@]}"; do
     echo "== round $round/$rounds, $n processes: $algorithms over $transports$(

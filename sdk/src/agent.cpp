@@ -81,10 +81,13 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   co.smallMessageBytes = static_cast<std::size_t>(cc.smallMessageBytes);
   co.groupSize = cc.groupSize;
   co.torusRows = cc.torusRows;
-  co.useCostModel = cc.costModel;
+  co.useCostModel = cc.costModel || cc.calibrate;  // a measured model is there to be used
   co.model.alphaSeconds = cc.alphaSeconds;
   co.model.betaSecondsPerByte = cc.betaSecondsPerByte;
+  co.model.gammaSecondsPerByte = cc.gammaSecondsPerByte;
+  co.model.contention = cc.contention;
   impl_->communicator->setOptions(co);
+  // Every rank measures together and keeps rank 0's model (same choices everywhere).
   if (cc.calibrate) impl_->communicator->calibrate();
 }
 

@@ -11,13 +11,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
-#include <cmath>
 #include <vector>
 
 #include "collectives_detail.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/hips.hpp"
+#include "gossamer/sub_transport.hpp"
 
 namespace gossamer {
 
@@ -251,89 +250,12 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
   detail::scaleIfAverage(op, data, n);
 }
 
-namespace {
-int ceilLog2(int n) {
-  int k = 0;
-  while ((1 << k) < n) ++k;
-  return k;
-}
-// Ring over n ranks on b bytes: 2(n-1) steps, each moving b/n bytes in pieces.
-double ringCost(double b, int n, const CollectiveOptions& o) {
-  if (n <= 1 || b <= 0) return 0;
-  const double piece = static_cast<double>(std::max<std::size_t>(o.chunkBytes, 1));
-  const double perStep = std::ceil((b / n) / piece);
-  const auto& m = o.model;
-  return 2.0 * (n - 1) * perStep * m.alphaSeconds + 2.0 * (n - 1) / n * b * m.betaSecondsPerByte +
-         (n - 1.0) / n * b * m.gammaSecondsPerByte;
-}
-}  // namespace
-
-double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int n,
-                               const CollectiveOptions& o) {
-  if (n <= 1 || bytes == 0) return 0;
-  const double b = static_cast<double>(bytes);
-  const auto& m = o.model;
-  const double msg = m.alphaSeconds + b * m.betaSecondsPerByte;
-  switch (algorithm) {
-    case AllreduceAlgorithm::kAuto:
-      return predictAllreduceSeconds(chooseAllreduce(bytes, n, o), bytes, n, o);
-    case AllreduceAlgorithm::kRing:
-      return ringCost(b, n, o);
-    case AllreduceAlgorithm::kRecursiveDoubling: {
-      int p = 1;
-      while (p * 2 <= n) p *= 2;
-      double t = ceilLog2(p) * (msg + b * m.gammaSecondsPerByte);
-      if (p != n) t += 2 * msg + b * m.gammaSecondsPerByte;
-      return t;
-    }
-    case AllreduceAlgorithm::kTorus2d: {
-      const int rows = o.torusRows > 0 ? o.torusRows : detail::squarestDivisor(n), cols = n / rows;
-      // row reduce-scatter + allgather = a ring over C; column ring on B / C.
-      return ringCost(b, cols, o) + ringCost(b / cols, rows, o);
-    }
-    case AllreduceAlgorithm::kHips: {  // ring stages over the prime factors, portions shrinking
-      double t = 0, portion = b;
-      for (int k : hipsAutoLevels(n)) {
-        t += ringCost(portion, k, o);
-        portion /= k;
-      }
-      return t;
-    }
-    case AllreduceAlgorithm::kHierarchical:
-    case AllreduceAlgorithm::kTga2d: {
-      const int g = o.groupSize > 0 ? std::min(o.groupSize, n) : detail::squarestDivisor(n);
-      const int leaders = (n + g - 1) / g;
-      const double tree = ceilLog2(g) * msg;  // one binomial tree in the group
-      if (algorithm == AllreduceAlgorithm::kHierarchical)
-        return tree + ceilLog2(g) * b * m.gammaSecondsPerByte + ringCost(b, leaders, o) + tree;
-      const int rows = detail::squarestDivisor(leaders), cols = leaders / rows;
-      return ringCost(b, g, o) + ringCost(b, cols, o) + ringCost(b / cols, rows, o) + tree;
-    }
-  }
-  return 0;
-}
-
-AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOptions& o) {
-  if (!o.useCostModel)
-    return bytes <= o.smallMessageBytes ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
-  AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
-  double bestT = predictAllreduceSeconds(best, bytes, n, o);
-  for (auto a : {AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
-                 AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d}) {
-    const double t = predictAllreduceSeconds(a, bytes, n, o);
-    if (t < bestT * (1 - 1e-9)) {  // ties keep the simpler algorithm
-      best = a;
-      bestT = t;
-    }
-  }
-  return best;
-}
-
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   auto algorithm = options.algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto)
-    algorithm = chooseAllreduce(data.size_bytes(), transport.worldSize(), options);
+    algorithm = detail::chooseAllreduce(data.size_bytes(), transport.worldSize(), options,
+                                        dynamic_cast<SubTransport*>(&transport) == nullptr);
   switch (algorithm) {
     case AllreduceAlgorithm::kRecursiveDoubling:
       return recursiveDoublingAllreduce(transport, data, op, options);
@@ -566,46 +488,18 @@ void Communicator::reduce(std::span<float> data, int root, ReduceOp op) {
 }
 
 CostModel Communicator::calibrate(int reps) {
-  GOSSAMER_ENFORCE(reps >= 1, "reps " << reps);
-  const int n = transport_.worldSize(), r = transport_.rank();
-  double model[3] = {defaults_.model.alphaSeconds, defaults_.model.betaSecondsPerByte,
-                     defaults_.model.gammaSecondsPerByte};
-  if (n >= 2 && r <= 1) {
-    const CollectiveOptions o = next();
-    const int peer = 1 - r;
-    auto pingPong = [&](std::size_t bytes, std::uint32_t segment) {
-      std::vector<std::byte> out(bytes), in(bytes);
-      std::vector<double> times;
-      for (int i = 0; i < reps + 2; ++i) {
-        const auto tag = Tag::make(Op::kControl, o.sequence, segment + static_cast<std::uint32_t>(i));
-        const auto t0 = std::chrono::steady_clock::now();
-        if (r == 0) {
-          transport_.isend(peer, tag, out).wait(o.timeoutSeconds);
-          transport_.irecv(peer, tag, in).wait(o.timeoutSeconds);
-        } else {
-          transport_.irecv(peer, tag, in).wait(o.timeoutSeconds);
-          transport_.isend(peer, tag, out).wait(o.timeoutSeconds);
-        }
-        if (i >= 2)
-          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2);
-      }
-      std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-      return times[times.size() / 2];
-    };
-    const double alpha = pingPong(1, 0);
-    const std::size_t big = std::size_t{4} << 20;
-    const double beta = std::max(0.0, pingPong(big, 1000) - alpha) / static_cast<double>(big);
-    std::vector<float> a(big / 4, 1.0f), b(big / 4, 2.0f);
-    const auto t0 = std::chrono::steady_clock::now();
-    combine(ReduceOp::kSum, a.data(), b.data(), a.size());
-    const double gamma = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                         static_cast<double>(big);
-    if (r == 0) model[0] = alpha, model[1] = beta, model[2] = std::max(gamma, 1e-12);
-  } else if (n >= 2) {
-    next();  // keep the sequence in step with ranks 0 and 1
-  }
-  broadcast(std::span<double>(model, 3), 0);
-  defaults_.model = CostModel{model[0], model[1], model[2]};
+  CalibrationOptions c;
+  c.reps = reps;
+  return calibrate(c);
+}
+
+CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
+  CollectiveOptions o = defaults_;
+  const std::uint64_t first = sequence_ & Tag::kMaxStep;
+  o.sequence = first;
+  o.timeoutSeconds = timeout_;
+  defaults_.model = calibrateCostModel(transport_, o, calibration);
+  sequence_ += o.sequence - first;
   return defaults_.model;
 }
 

@@ -18,6 +18,11 @@ inline int squarestDivisor(int n) {
   return best;
 }
 
+/// chooseAllreduce, restricted to the ring and recursive doubling unless
+/// `viewsAllowed` (the others build SubTransport views, which cannot nest).
+AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options,
+                                   bool viewsAllowed);
+
 /// dst op= src over n elements (kAverage sums; see scaleIfAverage).
 template <typename T>
 void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {

@@ -538,49 +538,26 @@ TEST_CASE("ring reduce-scatter leaves rank r the reduced chunk r, and allgather 
   }
 }
 
-TEST_CASE("the cost model predicts, auto picks the cheapest, and calibration agrees on every rank",
+TEST_CASE("calibration over zmq agrees on every rank and leaves the communicator in step",
           "[collectives][cost]") {
-  CollectiveOptions o;
-  o.useCostModel = true;
-  for (int n : {2, 4, 8, 16}) {
-    double last = 0;
-    for (std::size_t bytes :
-         {std::size_t{4}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20}) {
-      for (auto a :
-           {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
-            AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
-        CHECK(predictAllreduceSeconds(a, bytes, n, o) > 0);
-      const auto pick = chooseAllreduce(bytes, n, o);
-      const double t = predictAllreduceSeconds(pick, bytes, n, o);
-      for (auto a :
-           {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
-            AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
-        CHECK(t <= predictAllreduceSeconds(a, bytes, n, o) * (1 + 1e-9));  // ties keep the simpler one
-      CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kAuto, bytes, n, o) == t);
-      CHECK(t >= last);  // more bytes never predicted faster
-      last = t;
-    }
-    // Latency-bound small vectors avoid the ring's 2(N-1) steps; big ones avoid doubling's log2(N) full
-    // copies.
-    CHECK(chooseAllreduce(4, n, o) != AllreduceAlgorithm::kRing);
-    CHECK(chooseAllreduce(std::size_t{256} << 20, n, o) != AllreduceAlgorithm::kRecursiveDoubling);
-  }
+  // The model's structure and auto's choice are in tests/unit/test_cost_model.cpp.
+  CalibrationOptions c;
+  c.sizes = {4, 1024, 65536};
+  c.reps = 2;
   Group g = ZmqTcp::make(3);
   std::vector<CostModel> models(3);
   onEveryRank(3, [&](int r) {
     Communicator comm(*g[static_cast<std::size_t>(r)], kTimeout);
-    models[static_cast<std::size_t>(r)] = comm.calibrate(5);
+    models[static_cast<std::size_t>(r)] = comm.calibrate(c);
     double x = r;
     comm.allreduce(std::span<double>(&x, 1));  // still in step after calibrating
     CHECK(x == 3.0);
   });
-  for (const auto& m : models) {
-    CHECK(m.alphaSeconds == models[0].alphaSeconds);
-    CHECK(m.betaSecondsPerByte == models[0].betaSecondsPerByte);
-  }
+  for (const auto& m : models) CHECK(m == models[0]);
   CHECK(models[0].alphaSeconds > 0);
   CHECK(models[0].alphaSeconds < 0.1);
   CHECK(models[0].betaSecondsPerByte > 0);
+  CHECK(models[0].calibrated(AllreduceAlgorithm::kHips));
 }
 
 TEST_CASE("alltoallv delivers every rank's personalised parts, empty ones included", "[collectives]") {

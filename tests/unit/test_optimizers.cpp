@@ -271,3 +271,39 @@ TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[age
         REQUIRE(v[static_cast<std::size_t>(r)][i] == Approx(2.5 + static_cast<double>(i)));
   }
 }
+TEST_CASE("collectives.calibrate measures the cost model at start, and auto uses it",
+          "[agent][config][cost]") {
+  Config c = parseConfig(
+      "world_size: 3\ntransport:\n  kind: inproc\ncollectives:\n  gamma_seconds_per_byte: 2e-10\n"
+      "  contention: 0.5\n",
+      "collectives.yaml");
+  CHECK(c.collectives.gammaSecondsPerByte == 2e-10);
+  CHECK(c.collectives.contention == 0.5);
+  CHECK_FALSE(c.collectives.calibrate);
+  CHECK_THROWS_AS(parseConfig("collectives:\n  contention: -1\n", "bad.yaml"), ConfigError);
+  c.collectives.calibrate = true;  // without cost_model: calibrating implies using the model
+  auto fabric = inproc::makeFabric(3);
+  Registry reg;
+  inproc::registerWith(reg, fabric);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  MemoryStore store;
+  std::vector<CostModel> models(3);
+  std::vector<std::vector<float>> v(3, std::vector<float>(100));
+  onEveryRank(3, [&](int r) {
+    Agent agent(c, r, store, reg);
+    const auto& o = agent.communicator().options();
+    CHECK(o.useCostModel);
+    CHECK(o.algorithm == AllreduceAlgorithm::kAuto);
+    models[static_cast<std::size_t>(r)] = o.model;
+    for (std::size_t i = 0; i < 100; ++i) v[static_cast<std::size_t>(r)][i] = static_cast<float>(r);
+    agent.average(v[static_cast<std::size_t>(r)]);
+    agent.close();
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(models[static_cast<std::size_t>(r)] == models[0]);
+    CHECK(v[static_cast<std::size_t>(r)] == std::vector<float>(100, 1.0f));
+  }
+  CHECK(models[0].calibrated(AllreduceAlgorithm::kRing));
+  CHECK(models[0].calibrated(AllreduceAlgorithm::kHips));
+}

@@ -1,11 +1,13 @@
 // Synchronous collectives over any Transport.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gossamer/transport.hpp"
 
@@ -23,14 +25,50 @@ enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHie
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
 
-/// Alpha-beta(-gamma) cost model of one point-to-point message of B bytes:
-/// alpha + B * beta on the wire, plus B * gamma to reduce it (paper 000,
-/// Table 1-2). Defaults are typical of ZeroMQ over loopback on a small
-/// machine; Communicator::calibrate measures them.
+/// Number of AllreduceAlgorithm values (kAuto included): the size of
+/// per-algorithm tables indexed by static_cast<std::size_t>(algorithm).
+inline constexpr std::size_t kAllreduceAlgorithmCount = 7;
+
+/// One calibration point of one algorithm: at a vector of `bytes`, the
+/// measured time divided by the formula's prediction (dimensionless, > 0).
+struct CostCorrection {
+  std::size_t bytes = 0;  ///< Vector size the algorithm was timed at, bytes.
+  double factor = 1.0;    ///< Measured seconds / predicted seconds.
+  friend bool operator==(const CostCorrection&, const CostCorrection&) = default;
+};
+
+/// Alpha-beta-gamma cost model (paper 000_a4345579c41fcb1d.txt, Tables 1-2):
+/// a message of B bytes costs alpha + B beta on the wire, plus B gamma to
+/// reduce it. predictAllreduceSeconds sums these over the messages of each
+/// algorithm as implemented here (ring pieces of at most chunkBytes counted
+/// as messages, recursive doubling's fold for non-powers of two, the grids'
+/// and groups' sub-rings and binomial trees, HiPS's stages).
+///
+/// Two additions measure what the paper's formula leaves out on a real
+/// machine (calibrateCostModel sets both; the defaults are the paper's model):
+/// - `contention`: a step in which c ranks send at once costs
+///   (1 + contention (c - 1)) times as much as one message alone. 0 means
+///   independent links; on one host whose ranks share a few cores it is
+///   typically 0.1-1, so that a step of a sub-ring of L < N ranks, or a ring
+///   on a vector of fewer than N elements (most chunks empty), is cheaper.
+/// - `corrections[a]`: per algorithm, measured / predicted at a few vector
+///   sizes (ascending bytes). Between two points the factor is interpolated
+///   geometrically in log(bytes); below the first and above the last it is
+///   the first's / the last's. An empty list means factor 1.
+/// The defaults (no calibration) are typical of ZeroMQ over loopback on a
+/// small machine.
 struct CostModel {
-  double alphaSeconds = 50e-6;           ///< Per-message latency, seconds.
-  double betaSecondsPerByte = 1e-9;      ///< Inverse bandwidth, seconds per byte.
-  double gammaSecondsPerByte = 0.25e-9;  ///< Reduction cost, seconds per byte.
+  double alphaSeconds = 50e-6;           ///< Per-message latency, seconds (>= 0).
+  double betaSecondsPerByte = 1e-9;      ///< Inverse bandwidth, seconds per byte (>= 0).
+  double gammaSecondsPerByte = 0.25e-9;  ///< Reduction cost, seconds per byte (>= 0).
+  double contention = 0.0;               ///< Cost growth per extra concurrent sender (>= 0).
+  /// Index: static_cast<std::size_t>(AllreduceAlgorithm); see above.
+  std::array<std::vector<CostCorrection>, kAllreduceAlgorithmCount> corrections{};
+  /// True if calibrateCostModel measured `algorithm` (it has corrections).
+  bool calibrated(AllreduceAlgorithm algorithm) const {
+    return !corrections[static_cast<std::size_t>(algorithm)].empty();
+  }
+  friend bool operator==(const CostModel&, const CostModel&) = default;
 };
 
 /// Options shared by the collectives. Every rank of a collective must pass the
@@ -59,27 +97,92 @@ struct CollectiveOptions {
   /// may be smaller; 0 = the largest divisor of N at most sqrt(N)).
   int groupSize = 0;
   /// kAuto with useCostModel: the algorithm with the lowest predicted time
-  /// (predictAllreduceSeconds) among ring, recursive doubling, 2D torus,
-  /// hierarchical and 2D-TGA; otherwise the smallMessageBytes threshold.
+  /// (predictAllreduceSeconds under `model`; see chooseAllreduce);
+  /// otherwise the smallMessageBytes threshold.
   bool useCostModel = false;
-  CostModel model;
+  CostModel model;  ///< Used by kAuto with useCostModel, and by predictAllreduceSeconds.
 };
 
-/// Predicted seconds of one allreduce of `bytes` over `worldSize` ranks with
-/// `algorithm` under `options.model` (alpha-beta-gamma; paper 000, Table 2;
-/// pipelined ring pieces counted as messages). kAuto predicts the algorithm
-/// chooseAllreduce picks.
+/// Predicted seconds of one allreduce of a vector of `bytes` over `worldSize`
+/// ranks with `algorithm` under `options.model` (see CostModel), with the
+/// grid, group and piece sizes of `options` (torusRows, groupSize,
+/// chunkBytes); elements are taken to be 4 bytes (float32) where the
+/// algorithms cut the vector into chunks. 0 for bytes == 0 or worldSize <= 1.
+/// kAuto predicts the algorithm chooseAllreduce picks. Non-decreasing in
+/// `bytes` for an uncalibrated model. Paper 000, Table 2, with the terms of
+/// our implementations (docs/collectives.md). @throws InvalidArgument if
+/// worldSize < 1.
 double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int worldSize,
                                const CollectiveOptions& options);
 
-/// The algorithm kAuto runs for `bytes` over `worldSize` ranks. Deterministic:
-/// every rank picks the same one given the same options.
+/// The algorithm kAuto runs for a vector of `bytes` over `worldSize` ranks.
+/// Without options.useCostModel: recursive doubling up to
+/// options.smallMessageBytes, the ring above. With it: the lowest
+/// predictAllreduceSeconds among ring, recursive doubling, 2D torus (unless
+/// options.torusRows does not divide worldSize), hierarchical, 2D-TGA and
+/// HiPS; if the model is calibrated, only among the algorithms calibrated
+/// (CostModel::calibrated). An algorithm that sends the same messages as an
+/// earlier one in that list for this size and N (at N = 2 every ring-based
+/// one is a ring of two; at N = 4 HiPS is the 2 x 2 torus) is left out, so
+/// calibration noise between identical schedules does not decide; ties go
+/// to the earlier one too.
+/// Deterministic: every rank picks the same one given the same options.
 AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options);
 
+/// What calibrateCostModel measures.
+struct CalibrationOptions {
+  /// Vector sizes timed, bytes (ascending, multiples of 4, at least 2). The
+  /// first fits alpha (a ring of one element sends one message per step), the
+  /// second the contention, the last beta; every one gives each algorithm a
+  /// correction point.
+  std::vector<std::size_t> sizes = {4, std::size_t{1} << 10, std::size_t{16} << 10, std::size_t{256} << 10,
+                                    std::size_t{4} << 20};
+  int reps = 5;  ///< Timed calls per (algorithm, size), at least (>= 1); the median is used.
+  /// Timed calls per (algorithm, size), at most: more than `reps` when a
+  /// round of every algorithm takes less than secondsPerSize / reps.
+  int maxReps = 40;
+  /// Roughly how long the timed calls of one size take (>= 0; 0: `reps`).
+  /// Cheap sizes get more repetitions, so their medians are steadier.
+  double secondsPerSize = 0.25;
+  /// Untimed rounds (every algorithm once) per size before them (>= 0); the
+  /// first one, timed on the slowest rank, sizes the repetitions.
+  int warmups = 1;
+  /// Algorithms timed (kAuto ignored). Empty: ring, recursive doubling, 2D
+  /// torus (if options.torusRows divides N), hierarchical, 2D-TGA and HiPS,
+  /// or only the first two on a SubTransport (the others need a top-level one).
+  std::vector<AllreduceAlgorithm> algorithms;
+};
+
+/// Measures the cost model on `transport` by timing the allreduce algorithms
+/// themselves (float32 sums) at calibration.sizes, every algorithm once per
+/// repetition in a shuffled order, each call after a barrier; a call's time
+/// is the slowest rank's. From the ring: alpha (the first size, where a
+/// one-element vector makes every step a single message), the contention
+/// (the second size, where every rank sends at once) and beta (the last
+/// size); gamma from a local 4 MiB reduction. Then, per algorithm and size,
+/// the correction measured / predicted. Rank 0's model is broadcast, so every
+/// rank returns the same bits. On an oversubscribed host the effective
+/// per-message cost grows with the world size: calibrate with the world size,
+/// transport and options (chunkBytes, torusRows, groupSize) you will run.
+/// With worldSize 1 returns options.model unchanged.
+///
+/// Collective: every rank calls it with the same arguments. Uses the
+/// sequences options.sequence, options.sequence + 1, ...; on return
+/// options.sequence is one past the last one used (and options.model is
+/// untouched). Takes about secondsPerSize per size, or (warmups + reps)
+/// rounds of every algorithm where that is longer (the largest size): with
+/// the defaults about 1 s for 4 ranks and 3 s for 8 over ZeroMQ on 2 cores.
+/// @throws InvalidArgument for fewer than two sizes, sizes not ascending or
+///         not positive multiples of 4, reps < 1, warmups < 0 or
+///         secondsPerSize < 0; as allreduce (TimeoutError, PeerFailure).
+CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
+                             const CalibrationOptions& calibration = {});
+
 /// Allreduce of `data` (L elements, the same L on every rank), in place, with
-/// the algorithm in `options` (kAuto: recursive doubling up to
-/// smallMessageBytes, else the ring). Every algorithm gives every rank
-/// bitwise the same result. @throws as ringAllreduce.
+/// the algorithm in `options` (kAuto: chooseAllreduce; on a SubTransport only
+/// the ring or recursive doubling, since the others build views of their
+/// own). Every algorithm gives every rank bitwise the same result.
+/// @throws as ringAllreduce.
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
 
@@ -205,11 +308,15 @@ class Communicator {
   void broadcast(std::span<double> data, int root);
   /// Reduce to `root`; see reduce.
   void reduce(std::span<float> data, int root, ReduceOp op = ReduceOp::kSum);
-  /// Measures the cost model between ranks 0 and 1 (ping-pong: `reps` one-byte
-  /// round trips for alpha, 4 MiB ones for beta; gamma from a local reduction)
-  /// and broadcasts rank 0's numbers, so every rank holds the same model. The
-  /// model is also stored in this communicator's options. Collective.
-  CostModel calibrate(int reps = 20);
+  /// Measures the cost model with calibrateCostModel (`reps` timed calls per
+  /// algorithm and size, the default sizes) and stores it in this
+  /// communicator's options, so that later allreduce calls with kAuto and
+  /// useCostModel use it. Every rank gets the same model. Collective.
+  CostModel calibrate(int reps);
+  /// The same with every calibration setting.
+  CostModel calibrate(const CalibrationOptions& calibration = {});
+  /// The options of later calls (sequence and timeout aside).
+  const CollectiveOptions& options() const { return defaults_; }
   /// Returns once every rank has entered the barrier (dissemination barrier:
   /// ceil(log2 N) rounds of one-byte messages).
   void barrier();

@@ -91,10 +91,15 @@ struct CollectivesConfig {
       64 << 10;                 ///< auto without cost model: recursive doubling up to this, bytes (>= 0).
   int groupSize = 0;            ///< hierarchical / tga2d ranks per group (0 = about sqrt(N)).
   int torusRows = 0;            ///< torus2d grid rows (0 = about sqrt(N); must divide N).
-  bool costModel = false;       ///< auto picks by the alpha-beta-gamma model.
+  bool costModel = false;       ///< auto picks by the alpha-beta-gamma model (CostModel).
   double alphaSeconds = 50e-6;  ///< Model: per-message latency, seconds (>= 0).
-  double betaSecondsPerByte = 1e-9;  ///< Model: inverse bandwidth, seconds per byte (>= 0).
-  bool calibrate = false;            ///< Measure alpha and beta when the Agent starts.
+  double betaSecondsPerByte = 1e-9;      ///< Model: inverse bandwidth, seconds per byte (>= 0).
+  double gammaSecondsPerByte = 0.25e-9;  ///< Model: reduction cost, seconds per byte (>= 0).
+  double contention = 0.0;               ///< Model: cost growth per extra concurrent sender (>= 0).
+  /// Measure the model when the Agent starts (Communicator::calibrate, about
+  /// a second; replaces the four numbers above) and let auto use it, even
+  /// without cost_model.
+  bool calibrate = false;
 };
 
 /// `compression:` section: compressed gradient exchanges (paper 002, A2SGD,

@@ -1,0 +1,258 @@
+// The allreduce cost model, auto's choice and the calibration (inproc
+// threads, no sockets). No timing assertions: only the model's structure, the
+// choice under a given model, and that every rank agrees.
+#include <catch2/catch.hpp>
+
+#include "threads.hpp"
+
+#include <memory>
+#include <vector>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/sub_transport.hpp"
+#include "gossamer/transports/inproc.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+constexpr double kTimeout = 10.0;
+
+const AllreduceAlgorithm kAlgorithms[] = {
+    AllreduceAlgorithm::kRing,    AllreduceAlgorithm::kRecursiveDoubling,
+    AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical,
+    AllreduceAlgorithm::kTga2d,   AllreduceAlgorithm::kHips};
+
+std::vector<std::unique_ptr<Transport>> inprocGroup(int n) {
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::unique_ptr<Transport>> g;
+  for (int r = 0; r < n; ++r) g.push_back(inproc::makeTransport(fabric, r, kTimeout));
+  return g;
+}
+
+CollectiveOptions costModelOptions() {
+  CollectiveOptions o;
+  o.useCostModel = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: predictions are zero for nothing to do and grow with the vector", "[cost]") {
+  for (double contention : {0.0, 0.5}) {
+    CollectiveOptions o = costModelOptions();
+    o.model.contention = contention;
+    for (int n = 1; n <= 16; ++n)
+      for (auto a : kAlgorithms) {
+        INFO("algorithm " << toString(a) << ", " << n << " ranks, contention " << contention);
+        CHECK(predictAllreduceSeconds(a, 0, n, o) == 0);
+        double last = 0;
+        for (std::size_t bytes = 4; bytes <= (std::size_t{256} << 20); bytes = bytes * 2 + 4) {
+          const double t = predictAllreduceSeconds(a, bytes, n, o);
+          if (n == 1)
+            CHECK(t == 0);
+          else
+            CHECK(t > 0);
+          CHECK(t >= last);
+          last = t;
+        }
+      }
+  }
+  CHECK_THROWS_AS(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4, 0, CollectiveOptions{}),
+                  InvalidArgument);
+}
+
+TEST_CASE("cost model: the formulas count the messages our implementations send", "[cost]") {
+  CollectiveOptions o;
+  auto& m = o.model;
+  m.alphaSeconds = 1;
+  m.betaSecondsPerByte = 0;
+  m.gammaSecondsPerByte = 0;
+  // Latency only: one alpha per message on the critical path.
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 4, o) == 6);  // 2 (N-1) steps
+  o.chunkBytes = 256;                                                          // 1 KiB chunks, 4 pieces each
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 4, o) == 24);
+  o.chunkBytes = std::size_t{1} << 20;
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRecursiveDoubling, 4096, 8, o) == 3);  // log2 N rounds
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRecursiveDoubling, 4096, 6, o) == 4);  // fold, 2, unfold
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kTorus2d, 4096, 8, o) == 3 + 2 + 3);    // 2 x 4 grid
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kHierarchical, 4096, 9, o) ==
+        2 + 4 + 2);  // trees in groups of 3, ring of 3 leaders
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kHips, 4096, 12, o) ==
+        2 * (1 + 1 + 2));  // levels 2, 2, 3
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kHips, 4096, 7, o) ==
+        predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 7, o));  // a prime: one ring
+  // Bandwidth and reduction: B bytes over N ranks.
+  m = CostModel{};
+  m.alphaSeconds = 0;
+  m.betaSecondsPerByte = 1;
+  m.gammaSecondsPerByte = 10;
+  const double b = 4096;
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 4, o) == Approx(1.5 * b + 10 * 0.75 * b));
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRecursiveDoubling, 4096, 4, o) ==
+        Approx(2 * b + 20 * b));
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kTorus2d, 4096, 4, o) == Approx(1.5 * b + 10 * 0.75 * b));
+  // Contention: a ring on one element sends one message per step, on N
+  // elements N at once.
+  m = CostModel{};
+  m.alphaSeconds = 1;
+  m.betaSecondsPerByte = 0;
+  m.gammaSecondsPerByte = 0;
+  m.contention = 0.5;
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4, 8, o) == Approx(14));
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 32, 8, o) == Approx(14 * (1 + 0.5 * 7)));
+}
+
+TEST_CASE("cost model: corrections scale the formula, interpolated between sizes", "[cost]") {
+  CollectiveOptions o;
+  const double plain = predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 4, o);
+  o.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kRing)] = {{1024, 2.0}, {16384, 8.0}};
+  CHECK(o.model.calibrated(AllreduceAlgorithm::kRing));
+  CHECK_FALSE(o.model.calibrated(AllreduceAlgorithm::kHips));
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 4096, 4, o) == Approx(4.0 * plain));  // geometric
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 64, 4, o) ==
+        Approx(2.0 * predictAllreduceSeconds(AllreduceAlgorithm::kRing, 64, 4, CollectiveOptions{})));
+  CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kRing, 1 << 20, 4, o) ==
+        Approx(8.0 * predictAllreduceSeconds(AllreduceAlgorithm::kRing, 1 << 20, 4, CollectiveOptions{})));
+}
+
+TEST_CASE("auto: recursive doubling for tiny vectors, a bandwidth-optimal algorithm for huge ones",
+          "[cost]") {
+  const CollectiveOptions o = costModelOptions();
+  for (int n = 2; n <= 16; ++n) {
+    INFO(n << " ranks");
+    CHECK(chooseAllreduce(4, n, o) == AllreduceAlgorithm::kRecursiveDoubling);
+    const auto huge = chooseAllreduce(std::size_t{256} << 20, n, o);
+    CHECK((huge == AllreduceAlgorithm::kRing || huge == AllreduceAlgorithm::kTorus2d ||
+           huge == AllreduceAlgorithm::kHips));
+    for (std::size_t bytes :
+         {std::size_t{4}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+      const auto pick = chooseAllreduce(bytes, n, o);
+      const double t = predictAllreduceSeconds(pick, bytes, n, o);
+      for (auto a : kAlgorithms) CHECK(t <= predictAllreduceSeconds(a, bytes, n, o) * (1 + 1e-9));
+      CHECK(predictAllreduceSeconds(AllreduceAlgorithm::kAuto, bytes, n, o) == t);
+    }
+  }
+  // Without the cost model: the size threshold.
+  CollectiveOptions plain;
+  CHECK(chooseAllreduce(plain.smallMessageBytes, 8, plain) == AllreduceAlgorithm::kRecursiveDoubling);
+  CHECK(chooseAllreduce(plain.smallMessageBytes + 4, 8, plain) == AllreduceAlgorithm::kRing);
+  // A torus whose rows do not divide N is no candidate.
+  CollectiveOptions rows = costModelOptions();
+  rows.torusRows = 3;
+  rows.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kTorus2d)] = {{4, 1e-3}};
+  CHECK(chooseAllreduce(std::size_t{1} << 20, 8, rows) != AllreduceAlgorithm::kTorus2d);
+  CHECK(chooseAllreduce(std::size_t{1} << 20, 9, rows) == AllreduceAlgorithm::kTorus2d);
+}
+
+TEST_CASE("auto: HiPS is a candidate, and a calibrated model picks among what it measured", "[cost]") {
+  CollectiveOptions o = costModelOptions();
+  for (auto a : kAlgorithms)
+    o.model.corrections[static_cast<std::size_t>(a)] = {{4, a == AllreduceAlgorithm::kHips ? 0.01 : 1.0}};
+  CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kHips);
+  // Where HiPS sends the same messages as an earlier candidate, that one
+  // stands for it: at N = 4 the 2 x 2 torus, at N = 2 the ring.
+  CHECK(chooseAllreduce(std::size_t{1} << 20, 4, o) == AllreduceAlgorithm::kTorus2d);
+  CHECK(chooseAllreduce(std::size_t{256} << 20, 2, o) == AllreduceAlgorithm::kRing);
+  // Only ring and recursive doubling measured: nothing else is picked.
+  CollectiveOptions two = costModelOptions();
+  two.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kRing)] = {{4, 1.0}};
+  two.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kRecursiveDoubling)] = {{4, 1.0}};
+  for (std::size_t bytes : {std::size_t{4}, std::size_t{1} << 20, std::size_t{256} << 20}) {
+    const auto pick = chooseAllreduce(bytes, 16, two);
+    CHECK((pick == AllreduceAlgorithm::kRing || pick == AllreduceAlgorithm::kRecursiveDoubling));
+  }
+  // auto runs HiPS when the model says so, with the exact sum; on a
+  // SubTransport (no nested views) it falls back to the ring or doubling.
+  const int n = 8;
+  auto g = inprocGroup(n);
+  std::vector<std::vector<double>> data(n, std::vector<double>(1001));
+  onEveryRank(n, [&](int r) {
+    auto& d = data[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<double>(r * 1000 + static_cast<int>(i));
+    CollectiveOptions call = o;
+    call.sequence = 1;
+    call.timeoutSeconds = kTimeout;
+    allreduce<double>(*g[static_cast<std::size_t>(r)], d, ReduceOp::kSum, call);
+    std::vector<int> half;
+    for (int i = r % 2; i < n; i += 2) half.push_back(i);
+    SubTransport sub(*g[static_cast<std::size_t>(r)], half, 7);
+    std::vector<double> x(100, 1.0);
+    call.sequence = 2;
+    allreduce<double>(sub, x, ReduceOp::kSum, call);
+    CHECK(x == std::vector<double>(100, 4.0));
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < 1001; ++i)
+      REQUIRE(data[static_cast<std::size_t>(r)][i] == 28000.0 + 8.0 * static_cast<double>(i));
+}
+
+TEST_CASE("calibration: every rank gets the same model, and the communicator stays in step", "[cost]") {
+  CalibrationOptions c;
+  c.sizes = {4, 256, 4096};
+  c.reps = 2;
+  c.warmups = 0;
+  for (int n : {1, 3, 4}) {
+    auto g = inprocGroup(n);
+    std::vector<CostModel> models(static_cast<std::size_t>(n));
+    std::vector<CostModel> subModels(static_cast<std::size_t>(n));
+    onEveryRank(n, [&](int r) {
+      Communicator comm(*g[static_cast<std::size_t>(r)], kTimeout);
+      models[static_cast<std::size_t>(r)] = comm.calibrate(c);
+      CHECK(comm.options().model == models[static_cast<std::size_t>(r)]);
+      double x = r;
+      comm.allreduce(std::span<double>(&x, 1));  // still in step after calibrating
+      CHECK(x == n * (n - 1) / 2.0);
+      // On a view only the ring and recursive doubling can run.
+      std::vector<int> all;
+      for (int i = 0; i < n; ++i) all.push_back(i);
+      SubTransport sub(*g[static_cast<std::size_t>(r)], all, 9);
+      CollectiveOptions o;
+      o.sequence = 100;
+      o.timeoutSeconds = kTimeout;
+      subModels[static_cast<std::size_t>(r)] = calibrateCostModel(sub, o, c);
+      CHECK(o.sequence > (n > 1 ? 100u : 99u));
+    });
+    for (int r = 0; r < n; ++r) {
+      CHECK(models[static_cast<std::size_t>(r)] == models[0]);
+      CHECK(subModels[static_cast<std::size_t>(r)] == subModels[0]);
+    }
+    if (n == 1) {
+      CHECK(models[0] == CostModel{});
+      continue;
+    }
+    const auto& m = models[0];
+    CHECK(m.alphaSeconds > 0);
+    CHECK(m.betaSecondsPerByte > 0);
+    CHECK(m.gammaSecondsPerByte > 0);
+    CHECK(m.contention >= 0);
+    for (auto a : kAlgorithms) {
+      INFO(toString(a));
+      const auto& points = m.corrections[static_cast<std::size_t>(a)];
+      REQUIRE(points.size() == 3);
+      for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(points[i].bytes == c.sizes[i]);
+        CHECK(points[i].factor > 0);
+      }
+    }
+    CHECK(subModels[0].calibrated(AllreduceAlgorithm::kRing));
+    CHECK(subModels[0].calibrated(AllreduceAlgorithm::kRecursiveDoubling));
+    CHECK_FALSE(subModels[0].calibrated(AllreduceAlgorithm::kTorus2d));
+    CHECK_FALSE(subModels[0].calibrated(AllreduceAlgorithm::kHips));
+  }
+}
+
+TEST_CASE("calibration: bad settings are refused", "[cost]") {
+  auto g = inprocGroup(1);
+  CollectiveOptions o;
+  for (const auto& sizes : std::vector<std::vector<std::size_t>>{{4}, {8, 4}, {4, 6}, {0, 4}}) {
+    CalibrationOptions c;
+    c.sizes = sizes;
+    CHECK_THROWS_AS(calibrateCostModel(*g[0], o, c), InvalidArgument);
+  }
+  CalibrationOptions c;
+  c.reps = 0;
+  CHECK_THROWS_AS(calibrateCostModel(*g[0], o, c), InvalidArgument);
+}
