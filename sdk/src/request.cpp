@@ -196,7 +196,6 @@ Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<st
     GOSSAMER_ENFORCE(s >= 0 && s < worldSize_, "source rank " << s << " outside world size " << worldSize_);
   auto state = std::make_shared<detail::RequestState>();
   state->engine = std::move(engine);
-  state->capacity = buffer.size();
   Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state};
   {
     std::ostringstream what;

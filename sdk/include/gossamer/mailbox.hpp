@@ -50,8 +50,7 @@ struct RequestState {
   std::exception_ptr error;
   int peer = -1;
   std::size_t bytes = 0;
-  std::string what;          ///< For timeout messages: "recv from {1,2} tag(...)".
-  std::size_t capacity = 0;  ///< Receives: the buffer's size, bytes (a hint for how to wait).
+  std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
   /// Set by transports that progress in the waiting thread (else null).
   std::shared_ptr<ProgressEngine> engine;
 

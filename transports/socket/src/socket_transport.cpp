@@ -59,7 +59,6 @@ constexpr std::uint32_t kHelloMagic = 0x4C485347u;  // "GSHL"
 constexpr std::size_t kStageBytes = std::size_t{64} << 10;
 constexpr std::size_t kDirectReadBytes = std::size_t{16} << 10;  // longer remainders skip the stage
 constexpr std::uint32_t kByeAfterError = 1;
-constexpr std::size_t kSpinMaxBytes = std::size_t{256} << 10;  // larger receives sleep at once
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -415,10 +414,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         --e.activeWaiters_;
       }
     } leave{*this};
-    // Busy-polling pays off for latency-bound messages; while a large one
-    // streams in it would only take the CPU from peers sharing the core.
-    const auto spin = state.capacity <= kSpinMaxBytes ? spin_ : Clock::duration::zero();
-    auto spinEnd = Clock::now() + spin;
+    auto spinEnd = Clock::now() + spin_;
     std::vector<pollfd> pfds;
     for (;;) {
       {
@@ -443,7 +439,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         std::uint64_t v;
         (void)!::read(wakeFd_, &v, sizeof v);
       }
-      spinEnd = Clock::now() + spin;
+      spinEnd = Clock::now() + spin_;
     }
   }
 
