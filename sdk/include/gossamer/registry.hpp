@@ -34,6 +34,21 @@ struct OptimizerContext {
   const std::vector<std::size_t>& tensorSizes;
 };
 
+/// The fields every networked transport's Options has, filled from the
+/// `transport:` section: rank, worldSize, protocol, host, timeoutSeconds
+/// (seconds) and lingerSeconds (seconds). The rest keep their defaults.
+template <typename Options>
+Options networkOptionsFrom(const TransportContext& ctx) {
+  Options o;
+  o.rank = ctx.rank;
+  o.worldSize = ctx.config.worldSize;
+  o.protocol = ctx.config.transport.protocol;
+  o.host = ctx.config.transport.host;
+  o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
+  o.lingerSeconds = ctx.config.transport.lingerSeconds;
+  return o;
+}
+
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
 using TopologyFactory = std::function<std::unique_ptr<Topology>(const Config&)>;
 using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(const OptimizerContext&)>;

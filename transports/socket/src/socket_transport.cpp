@@ -720,19 +720,24 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       c.stageEnd -= c.stageBegin;
       c.stageBegin = 0;
     }
+    const std::size_t k = recvSome(c, c.stage.data() + c.stageEnd, c.stage.size() - c.stageEnd);
+    c.stageEnd += k;
+    return k > 0;
+  }
+
+  // One non-blocking recv; returns the bytes read, 0 when nothing is there now
+  // or the connection ended (which lost() has handled).
+  std::size_t recvSome(Conn& c, std::byte* dst, std::size_t n) {
     for (;;) {
-      const ssize_t r = ::recv(c.fd, c.stage.data() + c.stageEnd, c.stage.size() - c.stageEnd, MSG_DONTWAIT);
-      if (r > 0) {
-        c.stageEnd += static_cast<std::size_t>(r);
-        return true;
-      }
+      const ssize_t r = ::recv(c.fd, dst, n, MSG_DONTWAIT);
+      if (r > 0) return static_cast<std::size_t>(r);
       if (r == 0) {
         lost(c, 0);
-        return false;
+        return 0;
       }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) lost(c, errno);
-      return false;
+      return 0;
     }
   }
 
@@ -807,18 +812,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (!fillStage(c)) return false;
         continue;
       }
-      const ssize_t r = ::recv(c.fd, c.dst.data() + c.got, need, MSG_DONTWAIT);
-      if (r > 0) {
-        c.got += static_cast<std::size_t>(r);
-        continue;
-      }
-      if (r == 0) {
-        lost(c, 0);
-        return false;
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) lost(c, errno);
-      return false;
+      const std::size_t k = recvSome(c, c.dst.data() + c.got, need);
+      if (k == 0) return false;
+      c.got += k;
     }
     return true;
   }
@@ -1187,14 +1183,7 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 
 void registerWith(Registry& registry) {
   registry.addTransport("socket", [](const TransportContext& ctx) {
-    Options o;
-    o.rank = ctx.rank;
-    o.worldSize = ctx.config.worldSize;
-    o.protocol = ctx.config.transport.protocol;
-    o.host = ctx.config.transport.host;
-    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
-    o.lingerSeconds = ctx.config.transport.lingerSeconds;
-    return makeTransport(o, ctx.store);
+    return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
   });
 }
 

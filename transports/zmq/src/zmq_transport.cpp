@@ -368,14 +368,7 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 namespace gossamer::zmq {
 void registerWith(Registry& registry) {
   registry.addTransport("zmq", [](const TransportContext& ctx) {
-    Options o;
-    o.rank = ctx.rank;
-    o.worldSize = ctx.config.worldSize;
-    o.protocol = ctx.config.transport.protocol;
-    o.host = ctx.config.transport.host;
-    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
-    o.lingerSeconds = ctx.config.transport.lingerSeconds;
-    return makeTransport(o, ctx.store);
+    return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
   });
 }
 }  // namespace gossamer::zmq
