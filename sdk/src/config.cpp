@@ -40,7 +40,7 @@ constexpr long long kIntMax = INT_MAX;
 constexpr long long kMaxWorldSize = 4096;
 constexpr long long kMaxRank = kMaxWorldSize - 1;
 
-constexpr std::array<std::string_view, 2> kTransportKinds{"zmq", "inproc"};
+constexpr std::array<std::string_view, 3> kTransportKinds{"zmq", "inproc", "libfabric"};
 constexpr std::array<std::string_view, 2> kProtocols{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring", "directed_exponential",
                                                          "explicit"};
@@ -162,6 +162,7 @@ const std::vector<Section>& schema() {
            TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; }, kTransportKinds},
            TextField{"host", [](Config& c) -> std::string& { return c.transport.host; }, {}},
            TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; }, kProtocols},
+           TextField{"provider", [](Config& c) -> std::string& { return c.transport.provider; }, {}},
            RealField{"timeout_seconds",
                      [](Config& c) -> double& { return c.transport.timeoutSeconds; },
                      {0.0, false, 86400.0, true}},
@@ -599,10 +600,16 @@ std::optional<Issue> ruleTorusRows(const Config& c) {
                                              std::to_string(c.worldSize) + " (0 chooses a divisor)"};
 }
 
+std::optional<Issue> ruleProvider(const Config& c) {
+  if (c.transport.kind != "libfabric" || !c.transport.provider.empty()) return std::nullopt;
+  return Issue{"transport.provider",
+               "the libfabric transport needs a provider (e.g. tcp, shm, verbs, or a name fi_info lists)"};
+}
+
 using Rule = std::optional<Issue> (*)(const Config&);
 
-constexpr std::array<Rule, 6> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges, ruleGroups,
-                                     ruleStraggler,          ruleTorusRows};
+constexpr std::array<Rule, 7> kRules{ruleExplicitNeedsEdges, ruleProbabilities, ruleEdges,   ruleGroups,
+                                     ruleStraggler,          ruleTorusRows,     ruleProvider};
 
 /// The first broken rule, if any.
 std::optional<Issue> checkRules(const Config& c) {
