@@ -1,5 +1,6 @@
 // One conformance suite, written against the Transport interface and run for
-// every transport: inproc, zmq over tcp (loopback) and zmq over ipc.
+// every transport: inproc, zmq over tcp (loopback) and zmq over ipc, and, when
+// it is built, libfabric with its tcp (loopback) and shm providers.
 #include <catch2/catch.hpp>
 
 #include "threads.hpp"
@@ -17,6 +18,9 @@
 #include "gossamer/store.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/zmq.hpp"
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#include "gossamer/transports/libfabric.hpp"
+#endif
 
 using namespace gossamer;
 using gossamer::testing::onEveryRank;
@@ -37,37 +41,54 @@ struct Inproc {
   }
 };
 
+// Creates the n ranks of a networked transport at once (each waits in the
+// rendezvous for the others): make(rank, store) on one thread per rank.
+template <typename Make>
+Group makeGroup(int n, Make make) {
+  MemoryStore store;
+  Group g(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) { g[static_cast<std::size_t>(r)] = make(r, store); });
+  return g;
+}
+
 template <const char* Protocol>
 struct ZmqKind {
   static Group make(int n) {
-    MemoryStore store;
-    Group g(static_cast<std::size_t>(n));
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          zmq::Options o;
-          o.rank = r;
-          o.worldSize = n;
-          o.protocol = Protocol;
-          o.timeoutSeconds = kTimeout;
-          o.lingerSeconds = 2;
-          g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    return g;
+    return makeGroup(n, [n](int r, Store& store) {
+      zmq::Options o;
+      o.rank = r;
+      o.worldSize = n;
+      o.protocol = Protocol;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 2;
+      return zmq::makeTransport(o, store);
+    });
   }
 };
 constexpr char kTcp[] = "tcp";
 constexpr char kIpc[] = "ipc";
 using ZmqTcp = ZmqKind<kTcp>;
 using ZmqIpc = ZmqKind<kIpc>;
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+template <const char* Provider>
+struct LibfabricKind {
+  static Group make(int n) {
+    return makeGroup(n, [n](int r, Store& store) {
+      libfabric::Options o;
+      o.rank = r;
+      o.worldSize = n;
+      o.provider = Provider;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 2;
+      return libfabric::makeTransport(o, store);
+    });
+  }
+};
+constexpr char kShm[] = "shm";
+using LibfabricTcp = LibfabricKind<kTcp>;
+using LibfabricShm = LibfabricKind<kShm>;
+#endif
 
 std::vector<std::byte> bytesOf(const std::string& s) {
   std::vector<std::byte> v(s.size());
@@ -77,7 +98,11 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 
 }  // namespace
 
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, LibfabricTcp, LibfabricShm
+#else
 #define TRANSPORTS Inproc, ZmqTcp, ZmqIpc
+#endif
 
 TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
@@ -460,11 +485,13 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
   }
 }
 
-TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for world sizes 2..8",
-          "[collectives][zmq]") {
+namespace {
+// The allreduce algorithms over a networked transport, world sizes 2..8.
+template <typename Kind>
+void checkEveryAllreduceOver() {
   std::uint64_t seq = 1;
   for (int n = 2; n <= 8; ++n) {
-    Group g = ZmqTcp::make(n);
+    Group g = Kind::make(n);
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
       for (auto a :
            {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
@@ -477,6 +504,19 @@ TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for wor
     }
   }
 }
+}  // namespace
+
+TEST_CASE("every allreduce algorithm equals the exact reduction over zmq for world sizes 2..8",
+          "[collectives][zmq]") {
+  checkEveryAllreduceOver<ZmqTcp>();
+}
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+TEMPLATE_TEST_CASE("every allreduce algorithm equals the exact reduction over libfabric for world sizes 2..8",
+                   "[collectives][libfabric]", LibfabricTcp, LibfabricShm) {
+  checkEveryAllreduceOver<TestType>();
+}
+#endif
 
 TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") {
   Group g = Inproc::make(3);
