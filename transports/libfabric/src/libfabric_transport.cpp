@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -134,9 +135,56 @@ struct FabricOp {
   explicit FabricOp(OpKind k) : kind(k) {}
 };
 
+/// Large buffers kept for reuse: a fresh 64 MiB allocation is mapped and
+/// zeroed page by page by the kernel, which costs more than moving the bytes.
+/// Buffers come back through the deleter of the shared_ptr get() returns,
+/// whatever thread drops the last reference (the cache outlives them).
+class BufferCache : public std::enable_shared_from_this<BufferCache> {
+ public:
+  static constexpr std::size_t kMinBytes = std::size_t{64} << 10;         ///< smaller ones are not kept
+  static constexpr std::size_t kMaxCachedBytes = std::size_t{256} << 20;  ///< kept at most, in all
+
+  /// A buffer of at least `n` bytes (contents undefined).
+  std::shared_ptr<std::byte[]> get(std::size_t n) {
+    if (n < kMinBytes) return std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(n, 1)]);
+    std::unique_ptr<std::byte[]> buf;
+    std::size_t capacity = n;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      const auto it = free_.lower_bound(n);
+      if (it != free_.end() && it->first <= 2 * n) {  // do not spend a huge buffer on a small message
+        capacity = it->first;
+        buf = std::move(it->second);
+        cached_ -= capacity;
+        free_.erase(it);
+      }
+    }
+    if (!buf) buf.reset(new std::byte[n]);
+    return std::shared_ptr<std::byte[]>(buf.release(), [self = shared_from_this(), capacity](std::byte* p) {
+      self->put(std::unique_ptr<std::byte[]>(p), capacity);
+    });
+  }
+
+ private:
+  void put(std::unique_ptr<std::byte[]> buf, std::size_t capacity) {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!free_.empty() && cached_ + capacity > kMaxCachedBytes) {  // drop the smallest first
+      cached_ -= free_.begin()->first;
+      free_.erase(free_.begin());
+    }
+    if (capacity > kMaxCachedBytes) return;
+    cached_ += capacity;
+    free_.emplace(capacity, std::move(buf));
+  }
+
+  std::mutex mu_;
+  std::multimap<std::size_t, std::unique_ptr<std::byte[]>> free_;  ///< capacity -> buffer
+  std::size_t cached_ = 0;
+};
+
 /// A large payload staged for sending, shared by its pieces.
 struct Payload {
-  std::unique_ptr<std::byte[]> bytes;
+  std::shared_ptr<std::byte[]> bytes;
   FidPtr<fid_mr> mr;
   void* desc = nullptr;
 };
@@ -189,6 +237,7 @@ struct PeerTx {
   std::uint64_t frameSeq = 0, bulkSeq = 0;
   std::deque<std::unique_ptr<SendOp>> pending;  ///< not accepted yet (-FI_EAGAIN), in order
   bool shut = false;                            ///< the endpoint is being closed: post nothing
+  std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
   std::atomic<bool> gone{false};
 };
 
@@ -266,7 +315,7 @@ class LibfabricTransport final : public Transport {
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned.get(), data.size())});
     } else {
       if (tx_[static_cast<std::size_t>(dst)]->gone) throw PeerFailure(dst, "cannot send: peer is gone");
-      if (data.size() <= inlineBytes_)
+      if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
         sendFrame(dst, kChanFrame, header, data);
       else
         sendLarge(dst, header, data);
@@ -375,7 +424,10 @@ class LibfabricTransport final : public Transport {
     check(fi_enable(ep_.get()), "fi_enable");
   }
 
-  // Publishes "<provider>\n<address>" and inserts every peer's address.
+  // Publishes "<provider>\n<frame bytes>\n<address>" (frame bytes: the largest
+  // frame, header included, this rank's buffers take) and inserts every peer's
+  // address. A rank sends a peer payloads inside frames only up to what that
+  // peer's buffers take, so ranks may differ in inlineBytes.
   void exchangeAddresses(Store& store) {
     std::size_t len = 0;
     const int rc = fi_getname(&ep_->fid, nullptr, &len);
@@ -384,7 +436,8 @@ class LibfabricTransport final : public Transport {
     check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
     address.resize(len);
     const std::string prefix = opt_.storePrefix + "/libfabric/";
-    store.set(prefix + std::to_string(opt_.rank), provider_ + '\n' + address);
+    store.set(prefix + std::to_string(opt_.rank),
+              provider_ + '\n' + std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + address);
     std::vector<std::string> keys;
     for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
     store.wait(keys, opt_.timeoutSeconds);
@@ -392,18 +445,29 @@ class LibfabricTransport final : public Transport {
     for (int p = 0; p < opt_.worldSize; ++p) {
       tx_.push_back(std::make_unique<PeerTx>());
       if (p == opt_.rank) continue;
-      const std::string value = store.get(prefix + std::to_string(p), opt_.timeoutSeconds);
-      const auto nl = value.find('\n');
-      if (nl == std::string::npos || nl + 1 >= value.size())
-        throw Error("rank " + std::to_string(p) +
-                    " published a malformed libfabric address in the store (key " + prefix +
-                    std::to_string(p) + ")");
-      const std::string theirs = value.substr(0, nl);
+      const std::string key = prefix + std::to_string(p);
+      const std::string value = store.get(key, opt_.timeoutSeconds);
+      const auto nl1 = value.find('\n');
+      const auto nl2 = nl1 == std::string::npos ? nl1 : value.find('\n', nl1 + 1);
+      if (nl2 == std::string::npos || nl2 + 1 >= value.size())
+        throw Error("rank " + std::to_string(p) + " published a malformed libfabric address (store key " +
+                    key + ")");
+      const std::string theirs = value.substr(0, nl1);
       if (theirs != provider_)
         throw Error("rank " + std::to_string(p) + " uses libfabric provider '" + theirs + "' but rank " +
                     std::to_string(opt_.rank) + " uses '" + provider_ +
                     "': every rank must configure the same transport.provider");
-      const std::string peerAddress = value.substr(nl + 1);
+      const std::string frameText = value.substr(nl1 + 1, nl2 - nl1 - 1);
+      std::size_t frameBytes = 0;
+      const auto [end, ec] =
+          std::from_chars(frameText.data(), frameText.data() + frameText.size(), frameBytes);
+      if (ec != std::errc() || end != frameText.data() + frameText.size() || frameBytes < kAnnounceBytes ||
+          frameBytes > maxMsgBytes_ - kEnvelopeBytes)
+        throw Error("rank " + std::to_string(p) + " published a frame buffer size of '" + frameText +
+                    "' bytes (store key " + key + "); expected " + std::to_string(kAnnounceBytes) + " to " +
+                    std::to_string(maxMsgBytes_ - kEnvelopeBytes));
+      tx_.back()->inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
+      const std::string peerAddress = value.substr(nl2 + 1);
       fi_addr_t addr = FI_ADDR_UNSPEC;
       const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
       if (n != 1)
@@ -449,6 +513,7 @@ class LibfabricTransport final : public Transport {
     check(rc, "fi_trecv (payload)");
     op.posted = true;
     ++op.msg->outstanding;
+    ++bulkPosted_;
     return true;
   }
 
@@ -543,7 +608,7 @@ class LibfabricTransport final : public Transport {
   // the payload in pieces on the bulk channel.
   void sendLarge(int dst, const HeaderBytes& header, std::span<const std::byte> data) {
     auto payload = std::make_shared<Payload>();
-    payload->bytes.reset(new std::byte[data.size()]);
+    payload->bytes = cache_->get(data.size());
     std::memcpy(payload->bytes.get(), data.data(), data.size());
     payload->mr = registerLocal(payload->bytes.get(), data.size(), FI_SEND, &payload->desc);
     const std::size_t pieces = ceilDiv(data.size(), pieceBytes_);
@@ -614,15 +679,20 @@ class LibfabricTransport final : public Transport {
   void sendBeats() {
     for (int p = 0; p < opt_.worldSize; ++p) {
       if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
-      // Unordered and dropped when the provider is busy: the next one will do.
+      // Unordered and dropped when the provider is busy: the next one will do. A
+      // provider that knows the peer is gone says so here (sockets: -FI_ENOENT).
+      ssize_t rc = 0;
       if (injectBytes_ >= beat_.size()) {
-        (void)fi_tinject(ep_.get(), beat_.data(), beat_.size(), tx_[static_cast<std::size_t>(p)]->addr,
-                         kPoolTag);
+        rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), tx_[static_cast<std::size_t>(p)]->addr,
+                        kPoolTag);
       } else {
         auto op = makeSendOp(p, beatHeader_, {});
         std::memcpy(op->own.data(), beat_.data(), kEnvelopeBytes);
-        (void)post(op, tx_[static_cast<std::size_t>(p)]->addr);
+        rc = post(op, tx_[static_cast<std::size_t>(p)]->addr);
       }
+      if (rc < 0 && rc != -FI_EAGAIN)
+        failPeer(p, std::make_exception_ptr(PeerFailure(p, "connection lost: libfabric (" + provider_ +
+                                                               ") refuses to send to it: " + errorText(rc))));
     }
   }
 
@@ -681,7 +751,9 @@ class LibfabricTransport final : public Transport {
           continue;
         }
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
-        if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0) {
+        // Keep polling while sends wait, or (without a wait object) while payload pieces are due.
+        if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 ||
+            (!cqWaits_ && bulkPosted_ > 0)) {
           std::this_thread::yield();
           continue;
         }
@@ -783,9 +855,10 @@ class LibfabricTransport final : public Transport {
         std::exception_ptr e;
         if (err.err == FI_ETRUNC)
           e = std::make_exception_ptr(ProtocolError(src, poolBytes_ - kEnvelopeBytes,
-                                                    "a message of " + std::to_string(err.olen) +
-                                                        " bytes exceeds the largest frame (" +
-                                                        std::to_string(poolBytes_) + " bytes): " + why));
+                                                    "the frame exceeds the largest frame this rank takes (" +
+                                                        std::to_string(poolBytes_ - kEnvelopeBytes) +
+                                                        " bytes) by " + std::to_string(err.olen) +
+                                                        " bytes: " + why));
         else
           e = std::make_exception_ptr(PeerFailure(src, "libfabric receive failed: " + why));
         if (src >= 0 && src < opt_.worldSize && src != opt_.rank) {
@@ -805,16 +878,17 @@ class LibfabricTransport final : public Transport {
         InboundMsg* msg = b.msg;
         b.done = true;
         --msg->outstanding;
+        --bulkPosted_;
         if (msg->zombie) {
           buryIfDone(msg);
           break;
         }
         const int src = msg->source;
         if (err.err == FI_ETRUNC)
-          failPeer(src, std::make_exception_ptr(ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
-                                                              "payload piece of " + std::to_string(err.olen) +
-                                                                  " bytes, expected " +
-                                                                  std::to_string(b.len) + ": " + why)));
+          failPeer(src, std::make_exception_ptr(
+                            ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
+                                          "a payload piece exceeds its announced " + std::to_string(b.len) +
+                                              " bytes by " + std::to_string(err.olen) + " bytes: " + why)));
         else
           failPeer(src, std::make_exception_ptr(PeerFailure(src, "libfabric receive failed: " + why)));
         break;
@@ -940,7 +1014,7 @@ class LibfabricTransport final : public Transport {
                               std::to_string(rx.nextBulkSeq));
     const std::uint64_t pieces = ceilDiv(n, piece);
     rx.nextBulkSeq = (rx.nextBulkSeq + pieces) & kSeqMask;
-    msg->data.reset(new std::byte[n]);
+    msg->data = cache_->get(n);
     msg->size = n;
     msg->mr = registerLocal(msg->data.get(), n, FI_RECV, &msg->desc);
     msg->ops = std::vector<BulkRecvOp>(pieces);
@@ -961,6 +1035,7 @@ class LibfabricTransport final : public Transport {
     InboundMsg* msg = op.msg;
     op.done = true;
     --msg->outstanding;
+    --bulkPosted_;
     if (msg->zombie) {
       buryIfDone(msg);
       return;
@@ -1097,6 +1172,7 @@ class LibfabricTransport final : public Transport {
   }
 
   Options opt_;
+  std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
   Mailbox box_;
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
@@ -1123,7 +1199,9 @@ class LibfabricTransport final : public Transport {
 
   // Progress thread only.
   std::vector<PeerRx> rx_;
-  std::deque<FabricOp*> unposted_;  ///< receives the provider refused (-FI_EAGAIN), retried in order
+  std::deque<FabricOp*> unposted_;
+  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed  ///< receives the
+                                ///< provider refused (-FI_EAGAIN), retried in order
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
 
   std::thread progress_;

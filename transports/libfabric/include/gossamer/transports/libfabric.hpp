@@ -42,7 +42,9 @@ struct Options {
   /// 2, 5). Must exceed heartbeatSeconds.
   double peerTimeoutSeconds = 0.0;
   /// Payloads up to this many bytes travel inside the frame message; larger
-  /// ones follow it as a separate (rendezvous) transfer. (>= 0)
+  /// ones follow it as a separate transfer (>= 0). Also sizes this rank's
+  /// posted frame buffers; ranks may differ, a sender never exceeds what the
+  /// receiver published.
   std::size_t inlineBytes = 8192;
   /// Large payloads are sent in pieces of at most this many bytes (> 0; 0 =
   /// the provider's max_msg_size). Pieces never exceed max_msg_size.
@@ -70,9 +72,10 @@ std::string providerName(const std::string& provider);
 /// order of preference, without duplicates. Empty when libfabric finds none.
 std::vector<std::string> availableProviders();
 
-/// Creates the transport: opens an endpoint of the provider, publishes its
-/// address as "<prefix>/libfabric/<rank>" in `store`, waits for every peer's
-/// address and inserts them into the address vector. The store is used only here.
+/// Creates the transport: opens an endpoint of the provider, publishes
+/// "<provider>\n<largest frame its buffers take, bytes>\n<endpoint address>"
+/// as "<prefix>/libfabric/<rank>" in `store`, waits for every peer's entry and
+/// inserts their addresses into the address vector. The store is used only here.
 /// @throws InvalidArgument for bad options; ProviderNotFound when the provider
 ///         is missing; TimeoutError if peers do not show up within
 ///         timeoutSeconds; Error if a peer uses another provider or a libfabric
