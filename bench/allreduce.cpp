@@ -1,6 +1,7 @@
 // allreduce: time per call of our allreduce algorithms, float32 sum, with every
 // rank a separate OS process on this machine, over the zmq transport (tcp on
-// 127.0.0.1 and ipc), for a range of message sizes (scripts/bench-allreduce.sh
+// 127.0.0.1 and ipc) or libfabric (libfabric-tcp, libfabric-shm; bench/transports.hpp),
+// for a range of message sizes (scripts/bench-allreduce.sh
 // runs it interleaved with MPI_Allreduce, bench/mpi_allreduce.c).
 //
 //   allreduce [--world-size 4] [--protocols tcp,ipc] [--algorithm ring,recursive_doubling,auto]
@@ -40,7 +41,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/transports/zmq.hpp"
+#include "transports.hpp"
 
 namespace {
 
@@ -221,14 +222,8 @@ class RankBench {
 };
 
 json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& store) {
-  gossamer::zmq::Options o;
-  o.rank = a.rank;
-  o.worldSize = a.worldSize;
-  o.protocol = protocol;
-  o.host = "127.0.0.1";
-  o.timeoutSeconds = a.timeout;
-  o.storePrefix = "bench-allreduce-" + protocol;
-  auto transport = gossamer::zmq::makeTransport(o, store);
+  auto transport = gossamer::bench::makeBenchTransport(protocol, a.rank, a.worldSize, a.timeout, store,
+                                                       "bench-allreduce-" + protocol);
   try {
     RankBench bench(a, *transport);
     const auto sizes = sizesOf(a);
@@ -328,9 +323,9 @@ int main(int argc, char** argv) {
   CLI::App app{"allreduce: time per call of our allreduce algorithms, N processes over zmq"};
   Args a;
   app.add_option("--world-size", a.worldSize, "number of ranks (processes)")->check(CLI::Range(2, 64));
-  app.add_option("--protocols", a.protocols, "zmq protocols, comma-separated")
+  app.add_option("--protocols", a.protocols, "zmq protocols (tcp, ipc) or libfabric-tcp, libfabric-shm")
       ->delimiter(',')
-      ->check(CLI::IsMember({"tcp", "ipc"}));
+      ->check(CLI::IsMember(gossamer::bench::benchTransportNames()));
   app.add_option("--algorithm,--algorithms", a.algorithms, "allreduce algorithms, comma-separated")
       ->delimiter(',')
       ->check(CLI::Validator(checkAlgorithm, "ALGORITHM"));

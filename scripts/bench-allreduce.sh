@@ -14,7 +14,7 @@
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
-#          --protocols tcp,ipc
+#          --protocols tcp,ipc[,libfabric-tcp,libfabric-shm] (default: all four when libfabric is built)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
 #          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
@@ -25,7 +25,7 @@ cd "$root"
 world_sizes="2,4,8"
 sizes=""
 algorithms="ring"
-protocols="tcp,ipc"
+protocols=""
 budget="1.0"
 reps="200"
 use_mpi=1
@@ -59,6 +59,13 @@ GOSSAMER_PACKAGES+=(openmpi-bin libopenmpi-dev python3)
 gossamer_install_deps
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 gossamer_build --target gossamer-bench-allreduce
+# libfabric tcp and shm next to zmq tcp and ipc, when the build has libfabric.
+if [ -z "$protocols" ]; then
+  protocols="tcp,ipc"
+  if "$build/bench/allreduce" --help 2>/dev/null | grep -q libfabric-shm; then
+    protocols+=",libfabric-tcp,libfabric-shm"
+  fi
+fi
 if [ "$use_mpi" = 1 ]; then
   if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
     # build/ may have been configured before Open MPI was installed: configure
@@ -118,7 +125,8 @@ def key(r):
         return "mpi/" + r["transport"]
     return r["algorithm"] + "/" + r["transport"]
 
-PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm"}  # which MPI run each of ours is compared with
+PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm",  # which MPI run each of ours is compared with
+        "libfabric-tcp": "mpi/tcp", "libfabric-shm": "mpi/sm"}
 
 def order(k):
     a, t = k.split("/")
