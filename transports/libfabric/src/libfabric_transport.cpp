@@ -199,6 +199,7 @@ struct SendOp : FabricOp {
   std::size_t len = 0;
   FidPtr<fid_mr> mr;  ///< registration of `own` (FI_MR_LOCAL providers only)
   void* desc = nullptr;
+  bool live = false;  ///< counted in liveSends_ (posted to a peer not known to be gone)
 };
 
 struct PoolOp : FabricOp {
@@ -557,6 +558,8 @@ class LibfabricTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lk(opsMu_);
       inflight_.insert(raw);
+      op->live = !tx_[static_cast<std::size_t>(op->dst)]->gone;
+      if (op->live) ++liveSends_;
     }
     const ssize_t rc = fi_tsend(ep_.get(), op->data, op->len, op->desc, addr, op->tag, raw);
     if (rc == 0) {
@@ -564,6 +567,7 @@ class LibfabricTransport final : public Transport {
     } else {
       std::lock_guard<std::mutex> lk(opsMu_);
       inflight_.erase(raw);
+      if (op->live) --liveSends_;
     }
     return rc;
   }
@@ -751,16 +755,16 @@ class LibfabricTransport final : public Transport {
           continue;
         }
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
-        // Keep polling while sends wait, or (without a wait object) while payload pieces are due.
-        if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 ||
-            (!cqWaits_ && bulkPosted_ > 0)) {
+        // Keep polling while sends wait or are under way, or payload pieces are due.
+        if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
+            bulkPosted_ > 0) {
           std::this_thread::yield();
           continue;
         }
         // Idle: sleep until something arrives (wait object), a kick, or the next heartbeat.
         sleeping_ = true;
         if (cqWaits_) {
-          n = fi_cq_sread(cq_.get(), entries.data(), entries.size(), nullptr, 10);
+          n = fi_cq_sread(cq_.get(), entries.data(), entries.size(), nullptr, 2);
           sleeping_ = false;
           if (handleCq(n, entries.data())) lastActivity = Clock::now();
         } else {
@@ -818,6 +822,7 @@ class LibfabricTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lk(opsMu_);
       inflight_.erase(op);
+      if (op->live) --liveSends_;
     }
     delete op;  // NOLINT(cppcoreguidelines-owning-memory): owned by libfabric since post()
   }
@@ -1119,6 +1124,17 @@ class LibfabricTransport final : public Transport {
       queued_ -= peer.pending.size();
       peer.pending.clear();
     }
+    {
+      // Its posted sends may never complete (a dead peer): stop waiting for them.
+      std::lock_guard<std::mutex> lk(opsMu_);
+      for (FabricOp* op : inflight_) {
+        auto* s = static_cast<SendOp*>(op);
+        if (s->dst == p && s->live) {
+          s->live = false;
+          --liveSends_;
+        }
+      }
+    }
     for (auto& msg : rx.queue) {
       if (msg->outstanding == 0) continue;
       msg->zombie = true;
@@ -1195,7 +1211,11 @@ class LibfabricTransport final : public Transport {
   std::vector<std::unique_ptr<PeerTx>> tx_;
   std::atomic<std::size_t> queued_{0};  ///< sends waiting in PeerTx::pending, all peers
   std::mutex opsMu_;
-  std::unordered_set<FabricOp*> inflight_;  ///< posted sends, owned here until their completion
+  std::unordered_set<FabricOp*> inflight_;
+  /// Posted sends to peers not known to be gone (written under opsMu_): while
+  /// there are any, the progress thread keeps polling, since some providers
+  /// move a large message along only when their completion queue is read.
+  std::atomic<std::size_t> liveSends_{0};  ///< posted sends, owned here until their completion
 
   // Progress thread only.
   std::vector<PeerRx> rx_;
