@@ -263,6 +263,7 @@ class LibfabricTransport final : public Transport {
     const fi_info* fi = info_.get();
     provider_ = fi->fabric_attr->prov_name;
     mrLocal_ = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+    manualProgress_ = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
     maxMsgBytes_ = fi->ep_attr->max_msg_size;
     if (maxMsgBytes_ < kEnvelopeBytes + kAnnounceBytes)
       throw Error("libfabric provider " + provider_ + ": max_msg_size " + std::to_string(maxMsgBytes_) +
@@ -320,6 +321,10 @@ class LibfabricTransport final : public Transport {
         sendFrame(dst, kChanFrame, header, data);
       else
         sendLarge(dst, header, data);
+      // Manual-progress providers (tcp;ofi_rxm) may hold a send until someone
+      // reads the completion queue: a read of zero entries moves it along now,
+      // without taking completions from the progress thread.
+      if (manualProgress_) (void)fi_cq_read(cq_.get(), nullptr, 0);
       kick();
     }
     bytesSent_ += data.size();
@@ -1193,7 +1198,7 @@ class LibfabricTransport final : public Transport {
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
   std::string provider_;
-  bool mrLocal_ = false, cqWaits_ = false;
+  bool mrLocal_ = false, cqWaits_ = false, manualProgress_ = false;
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
   FidPtr<fid_fabric> fabric_;
