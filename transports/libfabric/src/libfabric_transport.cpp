@@ -317,14 +317,15 @@ class LibfabricTransport final : public Transport {
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned.get(), data.size())});
     } else {
       if (tx_[static_cast<std::size_t>(dst)]->gone) throw PeerFailure(dst, "cannot send: peer is gone");
+      bool injected = false;
       if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
-        sendFrame(dst, kChanFrame, header, data);
+        injected = sendFrame(dst, kChanFrame, header, data);
       else
         sendLarge(dst, header, data);
-      // Manual-progress providers (tcp;ofi_rxm) may hold a send until someone
-      // reads the completion queue: a read of zero entries moves it along now,
-      // without taking completions from the progress thread.
-      if (manualProgress_) (void)fi_cq_read(cq_.get(), nullptr, 0);
+      // Manual-progress providers (tcp;ofi_rxm) may hold a posted send until
+      // someone reads the completion queue: a read of zero entries moves it
+      // along now, without taking completions from the progress thread.
+      if (manualProgress_ && !injected) (void)fi_cq_read(cq_.get(), nullptr, 0);
       kick();
     }
     bytesSent_ += data.size();
@@ -589,8 +590,9 @@ class LibfabricTransport final : public Transport {
   }
 
   // One message on the pool's tag to `dst`: the envelope (channel, this rank,
-  // the next frame sequence number), then a ++ b.
-  void sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b) {
+  // the next frame sequence number), then a ++ b. Returns true if it was
+  // injected (gone already), false if posted or queued.
+  bool sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b) {
     const std::size_t n = kEnvelopeBytes + a.size() + b.size();
     const bool inject = n <= injectBytes_;
     std::unique_ptr<SendOp> op;
@@ -605,12 +607,13 @@ class LibfabricTransport final : public Transport {
       if (!a.empty()) std::memcpy(buf.data() + kEnvelopeBytes, a.data(), a.size());
       if (!b.empty()) std::memcpy(buf.data() + kEnvelopeBytes + a.size(), b.data(), b.size());
       const ssize_t rc = fi_tinject(ep_.get(), buf.data(), n, peer.addr, kPoolTag);
-      if (rc == 0) return;
+      if (rc == 0) return true;
       if (rc != -FI_EAGAIN) throw PeerFailure(dst, "libfabric fi_tinject: " + errorText(rc));
     }
     if (!op) op = makeSendOp(dst, a, b);
     putU64(op->own.data(), envelope);
     postOrQueueLocked(peer, std::move(op));
+    return false;
   }
 
   // A payload above inlineBytes: an announcement on the frame sequence, then
@@ -657,7 +660,7 @@ class LibfabricTransport final : public Transport {
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
                                      Tag{Op::kControl, detail, 0}, {});
     try {
-      sendFrame(p, kChanFrame, h, {});
+      (void)sendFrame(p, kChanFrame, h, {});
     } catch (const Error&) {
       // see above
     }
