@@ -852,7 +852,8 @@ class LibfabricTransport final : public Transport {
         const int dst = s->dst;
         finishSend(s);
         if (!cancelled)
-          failPeer(dst, std::make_exception_ptr(PeerFailure(dst, "libfabric send failed: " + why)));
+          failPeer(dst, std::make_exception_ptr(
+                            PeerFailure(dst, "connection lost: libfabric failed a send to it: " + why)));
         break;
       }
       case OpKind::kPoolRecv: {
@@ -873,7 +874,8 @@ class LibfabricTransport final : public Transport {
                                                         " bytes) by " + std::to_string(err.olen) +
                                                         " bytes: " + why));
         else
-          e = std::make_exception_ptr(PeerFailure(src, "libfabric receive failed: " + why));
+          e = std::make_exception_ptr(
+              PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why));
         if (src >= 0 && src < opt_.worldSize && src != opt_.rank) {
           failPeer(src, e);
         } else {
@@ -903,7 +905,8 @@ class LibfabricTransport final : public Transport {
                                           "a payload piece exceeds its announced " + std::to_string(b.len) +
                                               " bytes by " + std::to_string(err.olen) + " bytes: " + why)));
         else
-          failPeer(src, std::make_exception_ptr(PeerFailure(src, "libfabric receive failed: " + why)));
+          failPeer(src, std::make_exception_ptr(
+                            PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why)));
         break;
       }
     }
