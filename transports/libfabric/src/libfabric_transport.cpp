@@ -43,9 +43,11 @@
 //
 // Failure. Completion-queue error entries become PeerFailure (failed sends,
 // receives) or ProtocolError (truncated messages), with fi_cq_strerror's
-// text. The tcp;ofi_rxm, net and shm providers of libfabric 1.17 report no
-// error for a peer that died (sends to it stay -FI_EAGAIN or pending, see
-// docs/libfabric.md), so every rank also sends each peer a heartbeat every
+// text. A peer that dies while a payload from it is under way shows up so
+// (tcp;ofi_rxm: the receive is cancelled, "Transport endpoint is not
+// connected"; shm: "Input/output error"), but at any other moment the
+// providers of libfabric 1.17 report nothing (sends to it stay -FI_EAGAIN or
+// pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
 // peerTimeoutSeconds. close() sends a bye after the last data frame and waits
 // (bounded by the linger period) for each peer's bye-ack, as the zmq
