@@ -254,24 +254,14 @@ json launch(const Args& a) {
       });
 }
 
-std::string humanBytes(double b) {
-  char s[32];
-  if (b >= 1 << 20)
-    std::snprintf(s, sizeof s, "%g MiB", b / (1 << 20));
-  else if (b >= 1 << 10)
-    std::snprintf(s, sizeof s, "%g KiB", b / (1 << 10));
-  else
-    std::snprintf(s, sizeof s, "%g B", b);
-  return s;
-}
-
 void printTable(const json& results) {
-  std::printf("%-14s %10s %12s %12s %14s %6s\n", "transport", "size", "latency_us", "rtt_us",
+  std::printf("%-14s %10s %12s %12s %14s %6s\n", "transport", "bytes", "latency_us", "rtt_us",
               "bandwidth_GB/s", "window");
   for (const auto& r : results)
-    std::printf("%-14s %10s %12.2f %12.2f %14.3f %6d\n", r["transport"].get<std::string>().c_str(),
-                humanBytes(r["bytes"].get<double>()).c_str(), r["latency_us"].get<double>(),
-                r["rtt_us"].get<double>(), r["bandwidth_gbps"].get<double>(), r["window"].get<int>());
+    std::printf("%-14s %10llu %12.2f %12.2f %14.3f %6d\n", r["transport"].get<std::string>().c_str(),
+                static_cast<unsigned long long>(r["bytes"].get<std::uint64_t>()),
+                r["latency_us"].get<double>(), r["rtt_us"].get<double>(), r["bandwidth_gbps"].get<double>(),
+                r["window"].get<int>());
   std::fflush(stdout);
 }
 

@@ -31,10 +31,9 @@ namespace {
 
 constexpr double kTimeout = 10.0;
 
-/// Two ranks of `provider`; `tweak(rank, options)` adjusts each rank's options.
+/// Two ranks of `provider` meeting in `store`; `tweak(rank, options)` adjusts each rank's options.
 template <typename Tweak>
-std::vector<std::unique_ptr<Transport>> pairOf(const std::string& provider, Tweak tweak) {
-  MemoryStore store;
+std::vector<std::unique_ptr<Transport>> pairOf(const std::string& provider, Tweak tweak, Store& store) {
   std::vector<std::unique_ptr<Transport>> g(2);
   onEveryRank(2, [&](int r) {
     libfabric::Options o;
@@ -47,6 +46,11 @@ std::vector<std::unique_ptr<Transport>> pairOf(const std::string& provider, Twea
     g[static_cast<std::size_t>(r)] = libfabric::makeTransport(o, store);
   });
   return g;
+}
+template <typename Tweak>
+std::vector<std::unique_ptr<Transport>> pairOf(const std::string& provider, Tweak tweak) {
+  MemoryStore store;
+  return pairOf(provider, tweak, store);
 }
 
 std::vector<std::byte> randomBytes(std::size_t n, unsigned seed) {
@@ -216,17 +220,13 @@ class LyingStore final : public Store {
 TEST_CASE("a frame larger than the receiver's buffers fails its sender with the completion queue's error",
           "[transport][libfabric]") {
   LyingStore store;
-  std::vector<std::unique_ptr<Transport>> g(2);
-  onEveryRank(2, [&](int r) {
-    libfabric::Options o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.provider = "tcp";
-    o.timeoutSeconds = kTimeout;
-    o.lingerSeconds = 0.2;
-    o.inlineBytes = r == 0 ? 65536 : 1024;
-    g[static_cast<std::size_t>(r)] = libfabric::makeTransport(o, store);
-  });
+  auto g = pairOf(
+      "tcp",
+      [](int r, libfabric::Options& o) {
+        o.lingerSeconds = 0.2;
+        o.inlineBytes = r == 0 ? 65536 : 1024;
+      },
+      store);
   const auto tag = Tag::make(Op::kUser, 3);
   std::vector<std::byte> got(1 << 16);
   auto r = g[1]->irecv(0, tag, got);

@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,11 +74,7 @@ TEST_CASE("a libfabric peer killed mid-transfer fails the receive in time, over 
   kill(child, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   waitBounded(child, 5);
-  // The shm provider names its regions "<pid>:..."; a killed process cannot unlink its own.
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind(std::to_string(child) + ":", 0) == 0)
-      std::filesystem::remove(e.path(), ec);
+  gossamer::testing::removeShmRegionsOf(child);
 
   std::string what;
   bool failed = false;

@@ -4,13 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "process.hpp"
 
 using gossamer::testing::readFile;
+using gossamer::testing::removeShmRegionsOf;
 using gossamer::testing::spawn;
 using gossamer::testing::TempDir;
 using gossamer::testing::waitBounded;
@@ -53,15 +53,6 @@ nlohmann::json lastJsonLine(const std::string& out) {
   auto begin = out.rfind('\n', end);
   begin = begin == std::string::npos ? 0 : begin + 1;
   return nlohmann::json::parse(out.substr(begin, end + 1 - begin));
-}
-
-/// Removes what the shm provider left in /dev/shm for a process that was
-/// killed (its regions are named "<pid>:..." and only a clean close unlinks them).
-void removeShmRegionsOf(pid_t pid) {
-  std::error_code ec;
-  const std::string prefix = std::to_string(pid) + ":";
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
 }
 
 // Every algorithm as 3 processes over `transport` for 2 epochs; checks the summary.
