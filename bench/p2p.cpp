@@ -53,8 +53,18 @@ using gossamer::bench::median;
 using gossamer::bench::seconds;
 using nlohmann::json;
 
+/// libfabric tcp and shm (when built), zmq tcp and ipc.
+std::vector<std::string> defaultTransports() {
+  std::vector<std::string> out;
+  for (const char* t : {"libfabric-tcp", "libfabric-shm", "zmq-tcp", "zmq-ipc"}) {
+    const auto names = gossamer::bench::benchTransportNames();
+    if (std::find(names.begin(), names.end(), t) != names.end()) out.push_back(t);
+  }
+  return out;
+}
+
 struct Args {
-  std::vector<std::string> transports{"libfabric-tcp", "libfabric-shm", "zmq-tcp", "zmq-ipc"};
+  std::vector<std::string> transports = defaultTransports();
   std::vector<std::size_t> sizes;  // bytes; empty: defaultSizes()
   double budget = 0.2;             // seconds of timed repetitions per (transport, size, test), roughly
   int minReps = 3;

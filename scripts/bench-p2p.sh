@@ -19,7 +19,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 sizes=""
-transports="libfabric-tcp,libfabric-shm,zmq-tcp,zmq-ipc"
+transports=""
 rounds=3
 budget="0.2"
 json="results/bench-p2p.json"
@@ -43,6 +43,12 @@ GOSSAMER_PACKAGES+=(python3)
 gossamer_install_deps
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 gossamer_build --target gossamer-bench-p2p
+if [ -z "$transports" ]; then  # libfabric only when this build has it
+  transports="zmq-tcp,zmq-ipc"
+  if "$build/bench/p2p" --help 2>/dev/null | grep -q libfabric-shm; then
+    transports="libfabric-tcp,libfabric-shm,$transports"
+  fi
+fi
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 
