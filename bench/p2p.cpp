@@ -164,6 +164,7 @@ class Pair {
     const int reps =
         agree(std::clamp(static_cast<int>(a_.budget / std::max(first, 1e-7)), a_.minReps, a_.maxReps));
     std::vector<double> rtts;
+    rtts.reserve(static_cast<std::size_t>(reps));
     for (int i = 0; i < reps; ++i) rtts.push_back(pingPong(buf, back));
     latReps_ = reps;
     return t_.rank() == 0 ? median(rtts) : 0;
@@ -200,6 +201,7 @@ class Pair {
     const int reps =
         agree(std::clamp(static_cast<int>(a_.budget / std::max(first, 1e-7)), a_.minReps, a_.maxReps / 10));
     std::vector<double> rates;
+    rates.reserve(static_cast<std::size_t>(reps));
     for (int i = 0; i < reps; ++i) rates.push_back(stream(bufs, bytes, window));
     bwReps_ = reps;
     return t_.rank() == 0 ? median(rates) : 0;
@@ -222,6 +224,7 @@ int runRank(const Args& a) {
     json results = json::array();
     const auto sizes = a.sizes.empty() ? defaultSizes() : a.sizes;
     std::vector<std::unique_ptr<Pair>> pairs;
+    pairs.reserve(transports.size());
     for (auto& t : transports) pairs.push_back(std::make_unique<Pair>(a, *t));
     for (const auto bytes : sizes)
       for (std::size_t i = 0; i < transports.size(); ++i)

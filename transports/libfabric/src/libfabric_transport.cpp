@@ -448,6 +448,7 @@ class LibfabricTransport final : public Transport {
     store.set(prefix + std::to_string(opt_.rank),
               provider_ + '\n' + std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + address);
     std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(opt_.worldSize));
     for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
     store.wait(keys, opt_.timeoutSeconds);
 
@@ -1131,7 +1132,7 @@ class LibfabricTransport final : public Transport {
     });
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     peer.gone = true;
-    box_.peerGone(p, why);
+    box_.peerGone(p, std::move(why));
     {
       std::lock_guard<std::mutex> lk(peer.mu);
       queued_ -= peer.pending.size();
