@@ -251,6 +251,7 @@ struct PeerRx {
       early;  ///< seq -> (channel, bytes)
   std::deque<std::unique_ptr<InboundMsg>> queue;
   Clock::time_point lastHeard;
+  Clock::time_point gapSince;  ///< when `early` last became non-empty
   bool gone = false;
 };
 
@@ -324,10 +325,11 @@ class LibfabricTransport final : public Transport {
         injected = sendFrame(dst, kChanFrame, header, data);
       else
         sendLarge(dst, header, data);
-      // Manual-progress providers (tcp;ofi_rxm) may hold a posted send until
-      // someone reads the completion queue: a read of zero entries moves it
-      // along now, without taking completions from the progress thread.
-      if (manualProgress_ && !injected) (void)fi_cq_read(cq_.get(), nullptr, 0);
+      // tcp;ofi_rxm (manual progress, and a progress thread that may sleep in
+      // fi_cq_sread) may hold a posted send until someone reads the completion
+      // queue: a read of zero entries moves it along now, without taking
+      // completions from the progress thread. (shm's progress thread polls.)
+      if (manualProgress_ && cqWaits_ && !injected) (void)fi_cq_read(cq_.get(), nullptr, 0);
       kick();
     }
     bytesSent_ += data.size();
@@ -696,14 +698,20 @@ class LibfabricTransport final : public Transport {
       if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
       // Unordered and dropped when the provider is busy: the next one will do. A
       // provider that knows the peer is gone says so here (sockets: -FI_ENOENT).
+      // Under the peer's lock, like every other send to it: no provider sees
+      // two threads sending to one peer at once.
+      auto& peer = *tx_[static_cast<std::size_t>(p)];
       ssize_t rc = 0;
-      if (injectBytes_ >= beat_.size()) {
-        rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), tx_[static_cast<std::size_t>(p)]->addr,
-                        kPoolTag);
-      } else {
-        auto op = makeSendOp(p, beatHeader_, {});
-        std::memcpy(op->own.data(), beat_.data(), kEnvelopeBytes);
-        rc = post(op, tx_[static_cast<std::size_t>(p)]->addr);
+      {
+        std::lock_guard<std::mutex> lk(peer.mu);
+        if (peer.shut) continue;
+        if (injectBytes_ >= beat_.size()) {
+          rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
+        } else {
+          auto op = makeSendOp(p, beatHeader_, {});
+          std::memcpy(op->own.data(), beat_.data(), kEnvelopeBytes);
+          rc = post(op, peer.addr);
+        }
       }
       if (rc < 0 && rc != -FI_EAGAIN)
         failPeer(p, std::make_exception_ptr(PeerFailure(p, "connection lost: libfabric (" + provider_ +
@@ -950,6 +958,7 @@ class LibfabricTransport final : public Transport {
           throw ProtocolError(src, 0,
                               "frame " + std::to_string(rx.nextSeq) + " missing while " +
                                   std::to_string(rx.early.size()) + " later ones arrived");
+        if (rx.early.empty()) rx.gapSince = Clock::now();
         rx.early.emplace(seq, std::make_pair(channel, std::vector<std::byte>(bytes.begin(), bytes.end())));
         return;
       }
@@ -1003,6 +1012,15 @@ class LibfabricTransport final : public Transport {
     if (channel == kChanFrame) {
       const auto payload = bytes.subspan(kFrameHeaderBytes);
       verifyFramePayload(headerSpan, h, payload, src);
+      if (h.kind == FrameKind::kBye && h.tag.segment == kByeAfterError) {
+        // The peer aborted: it dropped what it had queued and closes its
+        // endpoint without waiting, so payloads still under way from it will
+        // fail. Report why now rather than the lost connection, and send no
+        // ack (nobody waits for it).
+        failPeer(src, std::make_exception_ptr(PeerFailure(src, "it stopped after an error of its own")));
+        markPeer(src, false);
+        return;
+      }
       if (!payload.empty()) {
         msg->data.reset(new std::byte[payload.size()]);
         std::memcpy(msg->data.get(), payload.data(), payload.size());
@@ -1092,10 +1110,9 @@ class LibfabricTransport final : public Transport {
                        InboundPayload{msg->data, std::span<const std::byte>(msg->data.get(), msg->size)});
           break;
         case FrameKind::kBye:
-          // Everything the peer sent before its bye has been delivered.
-          failPeer(src, std::make_exception_ptr(PeerFailure(src, msg->header.tag.segment == kByeAfterError
-                                                                     ? "it stopped after an error of its own"
-                                                                     : "peer closed its transport")));
+          // Everything the peer sent before its bye has been delivered. (A bye
+          // after an error does not wait in this queue: processFrame.)
+          failPeer(src, std::make_exception_ptr(PeerFailure(src, "peer closed its transport")));
           sendControl(src, FrameKind::kByeAck);
           markPeer(src, false);
           break;
@@ -1110,6 +1127,15 @@ class LibfabricTransport final : public Transport {
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& rx = rx_[static_cast<std::size_t>(p)];
       if (p == opt_.rank || rx.gone) continue;
+      // A frame that stays missing while later ones arrive was lost on the way:
+      // fail the peer instead of waiting for it forever.
+      if (!rx.early.empty() && secondsSince(rx.gapSince, now) > peerTimeout_) {
+        failPeer(p, std::make_exception_ptr(ProtocolError(
+                        p, 0,
+                        "frame " + std::to_string(rx.nextSeq) + " never arrived, while " +
+                            std::to_string(rx.early.size()) + " later ones did (lost by the provider)")));
+        continue;
+      }
       const double silent = secondsSince(rx.lastHeard, now);
       if (silent > peerTimeout_)
         failPeer(p, std::make_exception_ptr(PeerFailure(
