@@ -241,6 +241,7 @@ struct PeerTx {
   std::deque<std::unique_ptr<SendOp>> pending;  ///< not accepted yet (-FI_EAGAIN), in order
   bool shut = false;                            ///< the endpoint is being closed: post nothing
   std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
+  std::exception_ptr why;       ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
 };
 
@@ -319,7 +320,7 @@ class LibfabricTransport final : public Transport {
       if (!data.empty()) std::memcpy(owned.get(), data.data(), data.size());
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned.get(), data.size())});
     } else {
-      if (tx_[static_cast<std::size_t>(dst)]->gone) throw PeerFailure(dst, "cannot send: peer is gone");
+      if (tx_[static_cast<std::size_t>(dst)]->gone) throwGone(dst);
       bool injected = false;
       if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
         injected = sendFrame(dst, kChanFrame, header, data);
@@ -547,6 +548,24 @@ class LibfabricTransport final : public Transport {
   }
 
   // ---- sending -------------------------------------------------------------------
+
+  // isend to a peer known to be gone: the reason it is gone.
+  [[noreturn]] void throwGone(int dst) {
+    std::exception_ptr why;
+    {
+      auto& peer = *tx_[static_cast<std::size_t>(dst)];
+      std::lock_guard<std::mutex> lk(peer.mu);
+      why = peer.why;
+    }
+    try {
+      if (why) std::rethrow_exception(why);
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerFailure(dst, std::string("cannot send: ") + e.what());
+    }
+    throw PeerFailure(dst, "cannot send: peer is gone");
+  }
 
   // A pool-tag message [envelope (filled in by the caller)][a][b].
   std::unique_ptr<SendOp> makeSendOp(int dst, std::span<const std::byte> a, std::span<const std::byte> b) {
@@ -1157,6 +1176,10 @@ class LibfabricTransport final : public Transport {
       return op->kind == OpKind::kBulkRecv && static_cast<BulkRecvOp*>(op)->msg->source == p;
     });
     auto& peer = *tx_[static_cast<std::size_t>(p)];
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.why = why;
+    }
     peer.gone = true;
     box_.peerGone(p, std::move(why));
     {
