@@ -1,6 +1,7 @@
 // allreduce: time per call of our allreduce algorithms, float32 sum, with every
 // rank a separate OS process on this machine, over our transports (the native
-// socket transport and zmq, each over tcp on 127.0.0.1 and ipc), for a range of message sizes
+// socket transport and zmq, each over tcp on 127.0.0.1 and ipc, and libfabric's
+// tcp and shm providers when built; bench/transports.hpp), for a range of message sizes
 // (scripts/bench-allreduce.sh runs it interleaved with MPI_Allreduce, bench/mpi_allreduce.c).
 //
 //   allreduce [--world-size 4] [--transports socket-tcp,zmq-ipc] [--algorithm ring,recursive_doubling,auto]
@@ -53,8 +54,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/transports/socket.hpp"
-#include "gossamer/transports/zmq.hpp"
+#include "transports.hpp"
 
 namespace {
 
@@ -302,33 +302,9 @@ class RankBench {
   double calibrationSeconds_ = 0;
 };
 
-// A transport by benchmark name: "<kind>-<protocol>", kind zmq or socket,
-// protocol tcp (127.0.0.1) or ipc.
-std::unique_ptr<gossamer::Transport> makeBenchTransport(const Args& a, const std::string& name,
-                                                        gossamer::Store& store) {
-  const auto dash = name.find('-');
-  const std::string kind = name.substr(0, dash),
-                    protocol = dash == std::string::npos ? "" : name.substr(dash + 1);
-  if (kind == "socket") {
-    gossamer::sock::Options o;
-    o.rank = a.rank;
-    o.worldSize = a.worldSize;
-    o.protocol = protocol;
-    o.timeoutSeconds = a.timeout;
-    o.storePrefix = "bench-allreduce-" + name;
-    return gossamer::sock::makeTransport(o, store);
-  }
-  gossamer::zmq::Options o;
-  o.rank = a.rank;
-  o.worldSize = a.worldSize;
-  o.protocol = protocol;
-  o.timeoutSeconds = a.timeout;
-  o.storePrefix = "bench-allreduce-" + name;
-  return gossamer::zmq::makeTransport(o, store);
-}
-
 json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& store) {
-  auto transport = makeBenchTransport(a, protocol, store);
+  auto transport = gossamer::bench::makeBenchTransport(protocol, a.rank, a.worldSize, a.timeout, store,
+                                                       "bench-allreduce-" + protocol);
   try {
     RankBench bench(a, *transport);
     // Several algorithms (or auto): calibrate the cost model once, at the start.
@@ -509,9 +485,10 @@ int main(int argc, char** argv) {
   CLI::App app{"allreduce: time per call of our allreduce algorithms, N processes over our transports"};
   Args a;
   app.add_option("--world-size", a.worldSize, "number of ranks (processes)")->check(CLI::Range(2, 64));
-  app.add_option("--transports", a.protocols, "transports (kind-protocol), comma-separated")
+  app.add_option("--transports,--protocols", a.protocols,
+                 "transports (bench/transports.hpp), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"socket-tcp", "socket-ipc", "zmq-tcp", "zmq-ipc"}));
+      ->check(CLI::IsMember(gossamer::bench::benchTransportNames()));
   app.add_option("--algorithm,--algorithms", a.algorithms, "allreduce algorithms, comma-separated")
       ->delimiter(',')
       ->check(CLI::Validator(checkAlgorithm, "ALGORITHM"));

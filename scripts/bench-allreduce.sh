@@ -19,7 +19,8 @@
 #       auto's pick is checked against the fastest measured (PASS within 10%); writes
 #       results/bench-allreduce-auto.json unless --json says otherwise.
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
-#          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc
+#          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc[,libfabric-tcp,libfabric-shm]
+#              (default: those four, and libfabric's two when the build has libfabric)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
 #          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
@@ -30,7 +31,7 @@ cd "$root"
 world_sizes="2,4,8"
 sizes=""
 algorithms="ring"
-transports="socket-tcp,socket-ipc,zmq-tcp,zmq-ipc"
+transports=""
 budget="1.0"
 reps="200"
 use_mpi=1
@@ -77,6 +78,13 @@ GOSSAMER_PACKAGES+=(python3)
 gossamer_install_deps
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 gossamer_build --target gossamer-bench-allreduce
+# libfabric tcp and shm next to zmq tcp and ipc, when the build has libfabric.
+if [ -z "$transports" ]; then
+  transports="socket-tcp,socket-ipc,zmq-tcp,zmq-ipc"
+  if "$build/bench/allreduce" --help 2>/dev/null | grep -q libfabric-shm; then
+    transports+=",libfabric-tcp,libfabric-shm"
+  fi
+fi
 if [ "$use_mpi" = 1 ]; then
   if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
     # build/ may have been configured before Open MPI was installed: configure
@@ -136,9 +144,9 @@ def key(r):
         return "mpi/" + r["transport"]
     return r["algorithm"] + "/" + r["transport"]
 
-# Which MPI run each of ours is compared with: tcp with MPI's tcp BTL, ipc with
-# MPI's default (shared memory).
-PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm"}
+# Which MPI run each of ours is compared with: tcp with MPI's tcp BTL, ipc and
+# shm (libfabric's shared memory) with MPI's default (shared memory).
+PEER = {"tcp": "mpi/tcp", "ipc": "mpi/sm", "shm": "mpi/sm"}
 
 def peer_of(k):
     return PEER.get(k.split("/")[1].split("-")[-1])

@@ -5,7 +5,7 @@ set -euo pipefail
 
 GOSSAMER_PACKAGES=(
   build-essential cmake pkg-config
-  libzmq3-dev cppzmq-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev
+  libzmq3-dev cppzmq-dev libfabric-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev
   catch2 libcli11-dev nlohmann-json3-dev jq
   dataset-fashion-mnist
 )

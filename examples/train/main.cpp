@@ -1,8 +1,8 @@
 // gossamer-train: decentralised training of a Fashion-MNIST classifier.
 //
 //   gossamer-train --config examples/configs/quickstart-crossover.yaml
-//       launches world_size peers as processes on this machine (zmq over
-//       loopback), or as threads when transport.kind is inproc;
+//       launches world_size peers as processes on this machine (zmq or
+//       libfabric over loopback), or as threads when transport.kind is inproc;
 //   gossamer-train --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
 //       runs one rank; for multi-host runs use tcp://HOST:PORT (rank 0 serves
 //       the rendezvous there) or a DIR on a shared file system.
@@ -27,6 +27,9 @@
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "trainer.hpp"
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#include "gossamer/transports/libfabric.hpp"
+#endif
 
 namespace {
 
@@ -56,6 +59,9 @@ gossamer::Registry makeRegistry(std::shared_ptr<gossamer::inproc::Fabric> fabric
   gossamer::Registry r;
   gossamer::zmq::registerWith(r);
   gossamer::sock::registerWith(r);
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+  gossamer::libfabric::registerWith(r);
+#endif
   if (fabric) gossamer::inproc::registerWith(r, std::move(fabric));
   gossamer::topologies::registerBuiltins(r);
   gossamer::optimizers::registerBuiltins(r);

@@ -40,7 +40,7 @@ constexpr long long kIntMax = INT_MAX;
 constexpr long long kMaxWorldSize = 4096;
 constexpr long long kMaxRank = kMaxWorldSize - 1;
 
-constexpr std::array<std::string_view, 3> kTransportKinds{"zmq", "socket", "inproc"};
+constexpr std::array<std::string_view, 4> kTransportKinds{"zmq", "socket", "inproc", "libfabric"};
 constexpr std::array<std::string_view, 2> kProtocols{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring", "directed_exponential",
                                                          "explicit"};
@@ -165,6 +165,7 @@ const std::vector<Section>& schema() {
            TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; }, kTransportKinds},
            TextField{"host", [](Config& c) -> std::string& { return c.transport.host; }, {}},
            TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; }, kProtocols},
+           TextField{"provider", [](Config& c) -> std::string& { return c.transport.provider; }, {}},
            RealField{"timeout_seconds",
                      [](Config& c) -> double& { return c.transport.timeoutSeconds; },
                      {0.0, false, 86400.0, true}},
@@ -682,14 +683,21 @@ std::optional<Issue> ruleCompressionMode(const Config& c) {
                                      "'"};
 }
 
+std::optional<Issue> ruleProvider(const Config& c) {
+  if (c.transport.kind != "libfabric" || !c.transport.provider.empty()) return std::nullopt;
+  return Issue{"transport.provider",
+               "the libfabric transport needs a provider (e.g. tcp, shm, verbs, or a name fi_info lists)"};
+}
+
 using Rule = std::optional<Issue> (*)(const Config&);
 
-constexpr std::array<Rule, 10> kRules{ruleExplicitNeedsEdges,
+constexpr std::array<Rule, 11> kRules{ruleExplicitNeedsEdges,
                                       ruleProbabilities,
                                       ruleEdges,
                                       ruleGroups,
                                       ruleStraggler,
                                       ruleTorusRows,
+                                      ruleProvider,
                                       ruleCompressionAlgorithm,
                                       ruleCompressionA2sgdKeys,
                                       ruleCompressionSync,

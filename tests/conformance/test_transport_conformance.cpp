@@ -1,6 +1,7 @@
 // One conformance suite, written against the Transport interface and run for
 // every transport: inproc, zmq and the native socket transport, each over tcp
-// (loopback) and ipc.
+// (loopback) and ipc, and, when it is built, libfabric with its tcp (loopback)
+// and shm providers.
 #include <catch2/catch.hpp>
 
 #include "threads.hpp"
@@ -19,6 +20,9 @@
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#include "gossamer/transports/libfabric.hpp"
+#endif
 
 using namespace gossamer;
 using gossamer::testing::onEveryRank;
@@ -39,32 +43,29 @@ struct Inproc {
   }
 };
 
+// Creates the n ranks of a networked transport at once (each waits in the
+// rendezvous for the others): make(rank, store) on one thread per rank.
+template <typename Make>
+Group makeGroup(int n, Make make) {
+  MemoryStore store;
+  Group g(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) { g[static_cast<std::size_t>(r)] = make(r, store); });
+  return g;
+}
+
 // A networked transport: Opts and Make are its factory's options and function.
 template <typename Opts, std::unique_ptr<Transport> (*Make)(const Opts&, Store&), const char* Protocol>
 struct NetKind {
   static Group make(int n) {
-    MemoryStore store;
-    Group g(static_cast<std::size_t>(n));
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          Opts o;
-          o.rank = r;
-          o.worldSize = n;
-          o.protocol = Protocol;
-          o.timeoutSeconds = kTimeout;
-          o.lingerSeconds = 2;
-          g[static_cast<std::size_t>(r)] = Make(o, store);
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    return g;
+    return makeGroup(n, [n](int r, Store& store) {
+      Opts o;
+      o.rank = r;
+      o.worldSize = n;
+      o.protocol = Protocol;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 2;
+      return Make(o, store);
+    });
   }
 };
 constexpr char kTcp[] = "tcp";
@@ -74,6 +75,26 @@ using ZmqIpc = NetKind<zmq::Options, zmq::makeTransport, kIpc>;
 using SockTcp = NetKind<sock::Options, sock::makeTransport, kTcp>;
 using SockIpc = NetKind<sock::Options, sock::makeTransport, kIpc>;
 
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+template <const char* Provider>
+struct LibfabricKind {
+  static Group make(int n) {
+    return makeGroup(n, [n](int r, Store& store) {
+      libfabric::Options o;
+      o.rank = r;
+      o.worldSize = n;
+      o.provider = Provider;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 2;
+      return libfabric::makeTransport(o, store);
+    });
+  }
+};
+constexpr char kShm[] = "shm";
+using LibfabricTcp = LibfabricKind<kTcp>;
+using LibfabricShm = LibfabricKind<kShm>;
+#endif
+
 std::vector<std::byte> bytesOf(const std::string& s) {
   std::vector<std::byte> v(s.size());
   std::memcpy(v.data(), s.data(), s.size());
@@ -82,7 +103,11 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 
 }  // namespace
 
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, LibfabricTcp, LibfabricShm
+#else
 #define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc
+#endif
 
 TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
@@ -465,12 +490,13 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
   }
 }
 
-TEMPLATE_TEST_CASE(
-    "every allreduce algorithm equals the exact reduction over the network for world sizes 2..8",
-    "[collectives]", ZmqTcp, SockTcp) {
+namespace {
+// The allreduce algorithms over a networked transport, world sizes 2..8.
+template <typename Kind>
+void checkEveryAllreduceOver() {
   std::uint64_t seq = 1;
   for (int n = 2; n <= 8; ++n) {
-    Group g = TestType::make(n);
+    Group g = Kind::make(n);
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
       for (auto a :
            {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
@@ -483,6 +509,20 @@ TEMPLATE_TEST_CASE(
     }
   }
 }
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "every allreduce algorithm equals the exact reduction over the network for world sizes 2..8",
+    "[collectives]", ZmqTcp, SockTcp) {
+  checkEveryAllreduceOver<TestType>();
+}
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+TEMPLATE_TEST_CASE("every allreduce algorithm equals the exact reduction over libfabric for world sizes 2..8",
+                   "[collectives][libfabric]", LibfabricTcp, LibfabricShm) {
+  checkEveryAllreduceOver<TestType>();
+}
+#endif
 
 TEST_CASE("the out-of-place allreduce leaves its input alone", "[collectives]") {
   Group g = Inproc::make(3);

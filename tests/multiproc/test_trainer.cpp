@@ -1,5 +1,6 @@
 // gossamer-train as real processes on loopback: a full run, a peer killed
-// mid-run, and bad configs rejected before any peer starts.
+// mid-run, and bad configs rejected before any peer starts; over zmq and,
+// when it is built, over libfabric (tcp and shm providers).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include "process.hpp"
 
 using gossamer::testing::readFile;
+using gossamer::testing::removeShmRegionsOf;
 using gossamer::testing::spawn;
 using gossamer::testing::TempDir;
 using gossamer::testing::waitBounded;
@@ -20,9 +22,24 @@ const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
 
 bool haveData() { return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz"); }
 
+/// The transports these tests run over: "zmq", "inproc", "libfabric-tcp", "libfabric-shm".
+std::vector<std::string> networkTransports() {
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+  return {"zmq", "socket", "libfabric-tcp", "libfabric-shm"};
+#else
+  return {"zmq", "socket"};
+#endif
+}
+
+/// The `transport:` keys of one of networkTransports() (or "inproc").
+std::string transportKeys(const std::string& transport) {
+  if (transport.rfind("libfabric-", 0) == 0) return "kind: libfabric\n  provider: " + transport.substr(10);
+  return "kind: " + transport;
+}
+
 std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize, int epochs,
                         double timeout) {
-  return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  kind: " + transport +
+  return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
          "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
          "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
@@ -38,17 +55,12 @@ nlohmann::json lastJsonLine(const std::string& out) {
   return nlohmann::json::parse(out.substr(begin, end + 1 - begin));
 }
 
-}  // namespace
-
-TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JSON summary",
-          "[multiproc][train]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
-    return;
-  }
+// Every algorithm as 3 processes over `transport` for 2 epochs; checks the summary.
+void trainEveryAlgorithm(const std::string& transport) {
   TempDir dir;
   for (const std::string algorithm : {"crossover_sgd", "allreduce_sgd", "sgp", "hierarchical"}) {
-    writeFile(dir / "run.yaml", smallConfig("zmq", algorithm, 3, 2, 20));
+    INFO("transport " << transport << ", algorithm " << algorithm);
+    writeFile(dir / "run.yaml", smallConfig(transport, algorithm, 3, 2, 20));
     const pid_t pid =
         spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "s.json"},
               dir / "out", dir / "err");
@@ -62,6 +74,7 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
     CHECK(out.find("epoch 2/2") != std::string::npos);
     const auto j = lastJsonLine(out);
     CHECK(j["algorithm"] == algorithm);
+    CHECK(j["transport"] == transport.substr(0, transport.find('-')));
     CHECK(j["world_size"] == 3);
     CHECK(j["epochs"] == 2);
     CHECK(j["test_accuracy"].get<double>() > 0.6);
@@ -74,6 +87,8 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
     CHECK(nlohmann::json::parse(readFile(dir / "s.json")) == j);
   }
 }
+
+}  // namespace
 
 TEST_CASE("gossamer-train trains over the native socket transport as well as over zmq",
           "[multiproc][train]") {
@@ -100,6 +115,26 @@ TEST_CASE("gossamer-train trains over the native socket transport as well as ove
   CHECK(accuracy[1] == Approx(accuracy[0]).margin(1e-9));
   CHECK(accuracy[1] > 0.6);
 }
+
+TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JSON summary",
+          "[multiproc][train]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
+    return;
+  }
+  trainEveryAlgorithm("zmq");
+}
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+TEST_CASE("gossamer-train runs every peer as a process over libfabric (tcp and shm providers)",
+          "[multiproc][train][libfabric]") {
+  if (!haveData()) {
+    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
+    return;
+  }
+  trainEveryAlgorithm(GENERATE(as<std::string>{}, "libfabric-tcp", "libfabric-shm"));
+}
+#endif
 
 TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[multiproc][train]") {
   if (!haveData()) {
@@ -129,8 +164,8 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   const int n = 3;
   // Gossip, and an allreduce every step (the peer dies in the middle of one).
   const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
-  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket");
-  INFO("algorithm " << algorithm << " over " << transport);
+  const std::string transport = GENERATE_COPY(from_range(networkTransports()));
+  INFO("algorithm " << algorithm << ", transport " << transport);
   TempDir dir;
   writeFile(dir / "long.yaml", smallConfig(transport, algorithm, n, 500, timeout));
   std::vector<pid_t> pids;
@@ -147,6 +182,7 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   kill(pids[1], SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   waitBounded(pids[1], 5);
+  removeShmRegionsOf(pids[1]);
   for (int r : {0, 2}) {
     const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 4 * timeout);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();

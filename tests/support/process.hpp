@@ -72,6 +72,15 @@ inline std::optional<int> waitBounded(pid_t pid, double seconds) {
   }
 }
 
+/// Removes what the libfabric shm provider left in /dev/shm for a process that
+/// was killed: its regions are named "<pid>:..." and only a clean close unlinks them.
+inline void removeShmRegionsOf(pid_t pid) {
+  std::error_code ec;
+  const std::string prefix = std::to_string(pid) + ":";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
+
 inline std::string readFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

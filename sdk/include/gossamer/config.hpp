@@ -11,11 +11,15 @@ namespace gossamer {
 
 /// `transport:` section.
 struct TransportConfig {
-  std::string kind = "zmq";        ///< "zmq", "socket" (native sockets) or "inproc".
-  std::string host = "127.0.0.1";  ///< Address zmq binds to (ports are ephemeral, published in the store).
-  std::string protocol = "tcp";    ///< zmq endpoint protocol: "tcp" or "ipc".
-  double timeoutSeconds = 30.0;    ///< Bound on every network wait, seconds (> 0).
-  double lingerSeconds = 5.0;  ///< On close: how long queued sends may still be delivered, seconds (>= 0).
+  std::string kind = "zmq";  ///< "zmq", "socket" (native sockets), "inproc" or "libfabric".
+  std::string host =
+      "127.0.0.1";  ///< Address zmq, socket (and libfabric's IP providers) bind to; ports are ephemeral.
+  std::string protocol = "tcp";  ///< zmq and socket endpoint protocol: "tcp" or "ipc".
+  /// libfabric provider: "tcp" (tcp;ofi_rxm), "shm", "verbs" (verbs;ofi_rxm),
+  /// "sockets" or any name `fi_info -l` lists. Checked when the transport starts.
+  std::string provider = "tcp";
+  double timeoutSeconds = 30.0;  ///< Bound on every network wait, seconds (> 0).
+  double lingerSeconds = 5.0;    ///< On close: how long queued sends may still be delivered, seconds (>= 0).
 };
 
 /// `topology:` section.

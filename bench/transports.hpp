@@ -1,0 +1,79 @@
+// The transports the benchmarks compare, by name: zmq over tcp on 127.0.0.1
+// or over ipc ("tcp" / "zmq-tcp", "ipc" / "zmq-ipc"), the native socket
+// transport ("socket-tcp", "socket-ipc") and, when it is built,
+// libfabric with its tcp provider on 127.0.0.1 or its shm provider
+// ("libfabric-tcp", "libfabric-shm").
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/transport.hpp"
+#include "gossamer/transports/socket.hpp"
+#include "gossamer/transports/zmq.hpp"
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#include "gossamer/transports/libfabric.hpp"
+#endif
+
+namespace gossamer::bench {
+
+/// Every name makeBenchTransport accepts in this build.
+inline std::vector<std::string> benchTransportNames() {
+  std::vector<std::string> names{"tcp", "ipc", "zmq-tcp", "zmq-ipc", "socket-tcp", "socket-ipc"};
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+  names.push_back("libfabric-tcp");
+  names.push_back("libfabric-shm");
+#endif
+  return names;
+}
+
+/// Rank `rank` of `worldSize` of the transport `name` (see above); its
+/// rendezvous keys live under `storePrefix` in `store`.
+/// @throws InvalidArgument for an unknown name (or libfabric in a build without it).
+inline std::unique_ptr<Transport> makeBenchTransport(const std::string& name, int rank, int worldSize,
+                                                     double timeoutSeconds, Store& store,
+                                                     const std::string& storePrefix) {
+  const std::string zmqProtocol = name.rfind("zmq-", 0) == 0 ? name.substr(4) : name;
+  if (zmqProtocol == "tcp" || zmqProtocol == "ipc") {
+    zmq::Options o;
+    o.rank = rank;
+    o.worldSize = worldSize;
+    o.protocol = zmqProtocol;
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = timeoutSeconds;
+    o.storePrefix = storePrefix;
+    return zmq::makeTransport(o, store);
+  }
+  if (name == "socket-tcp" || name == "socket-ipc") {
+    sock::Options o;
+    o.rank = rank;
+    o.worldSize = worldSize;
+    o.protocol = name.substr(7);
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = timeoutSeconds;
+    o.storePrefix = storePrefix;
+    return sock::makeTransport(o, store);
+  }
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+  if (name == "libfabric-tcp" || name == "libfabric-shm") {
+    libfabric::Options o;
+    o.rank = rank;
+    o.worldSize = worldSize;
+    o.provider = name.substr(10);
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = timeoutSeconds;
+    o.storePrefix = storePrefix;
+    return libfabric::makeTransport(o, store);
+  }
+#endif
+  throw InvalidArgument("unknown transport '" + name + "' (this build has: " + [] {
+    std::string s;
+    for (const auto& n : benchTransportNames()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }() + ")");
+}
+
+}  // namespace gossamer::bench

@@ -1,0 +1,1344 @@
+// libfabric transport (design and numbers: docs/libfabric.md).
+//
+// One reliable-datagram endpoint (FI_EP_RDM) per rank, with one completion
+// queue read by a progress thread. Matching is ours, not the provider's: an
+// irecv takes a *set* of sources, which libfabric's tag and ignore mask cannot
+// express, and the provider must never write into a caller's buffer after
+// Request::cancel() returned. So every message lands in transport-owned memory
+// first and the sdk Mailbox matches it with posted receives (one copy, as in
+// the zmq transport).
+//
+// Wire protocol. Every message is a tagged send. A 64-bit "envelope" names
+//
+//   bits 56..59 channel   bits 40..55 sender rank   bits 0..39 sequence number
+//
+// channel 1, frame:    [envelope][48-byte frame header (wire.hpp)][payload <= inlineBytes]
+//                      (data frames with small payloads, bye, bye-ack)
+// channel 5, announce: [envelope][48-byte frame header][u64 piece bytes][u64 first bulk seq]
+//                      (a data frame whose payload follows on the bulk channel)
+// channel 3, beat:     [envelope][48-byte frame header] heartbeat, no payload
+// channel 8, bulk:     one piece of an announced payload, with the envelope as
+//                      its libfabric tag (ceil(n / piece) pieces, consecutive
+//                      bulk sequence numbers; split so that no message exceeds
+//                      the provider's max_msg_size)
+//
+// Channels 1, 3 and 5 share one libfabric tag and carry the envelope as their
+// first 8 bytes (u64 LE) instead: a pool of receive buffers is kept posted for
+// that tag. (Matching distinct tags under an ignore mask would need no
+// envelope, but the shm provider of libfabric 1.17 stops matching unexpected
+// messages to such receives after a while; see docs/libfabric.md.) Frame and
+// announce messages carry a per-(sender, receiver) sequence number: the
+// receiver processes them strictly in that order (completion order is not
+// guaranteed by every provider), so messages with the same source and tag are
+// matched in send order. For an announcement the
+// progress thread allocates the payload's buffer and posts receives for its
+// pieces at once, without waiting for the application's irecv, so a large
+// send costs no extra round trip and no one can deadlock on it. Frames from
+// one sender are delivered to the Mailbox in order: a small frame that
+// arrives while an earlier large payload from the same sender is still in
+// flight waits for it.
+//
+// Every frame is validated (wire.hpp: magic, version, kind, lengths, CRC-32C)
+// before it is delivered; a bad one fails its sender with the ProtocolError.
+//
+// Failure. Completion-queue error entries become PeerFailure (failed sends,
+// receives) or ProtocolError (truncated messages), with fi_cq_strerror's
+// text. A peer that dies while a payload from it is under way shows up so
+// (tcp;ofi_rxm: the receive is cancelled, "Transport endpoint is not
+// connected"; shm: "Input/output error"), but at any other moment the
+// providers of libfabric 1.17 report nothing (sends to it stay -FI_EAGAIN or
+// pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
+// heartbeatSeconds and declares a peer failed when nothing arrived from it for
+// peerTimeoutSeconds. close() sends a bye after the last data frame and waits
+// (bounded by the linger period) for each peer's bye-ack, as the zmq
+// transport does, so queued messages are delivered.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "fabric.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/registry.hpp"
+
+namespace gossamer::libfabric {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::check;
+using detail::errorText;
+using detail::FidPtr;
+
+// ---- tags ----------------------------------------------------------------------
+
+constexpr int kChannelShift = 56;
+constexpr int kSourceShift = 40;
+constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << 40) - 1;
+constexpr std::uint64_t kSourceMask = 0xFFFF;
+constexpr std::uint64_t kChanFrame = 0x1, kChanBeat = 0x3, kChanAnnounce = 0x5, kChanBulk = 0x8;
+/// The libfabric tag of every channel 1, 3 and 5 message (their envelope is in the message).
+constexpr std::uint64_t kPoolTag = kChanFrame << kChannelShift;
+constexpr std::size_t kEnvelopeBytes = 8;
+
+constexpr std::uint64_t fabricTag(std::uint64_t channel, int source, std::uint64_t seq) {
+  return (channel << kChannelShift) | (static_cast<std::uint64_t>(source) << kSourceShift) | (seq & kSeqMask);
+}
+constexpr std::uint64_t channelOf(std::uint64_t tag) { return (tag >> kChannelShift) & 0xF; }
+constexpr int sourceOf(std::uint64_t tag) { return static_cast<int>((tag >> kSourceShift) & kSourceMask); }
+
+/// Announcement (after the envelope): frame header, the piece size and the first bulk sequence
+/// number (u64 LE each).
+constexpr std::size_t kAnnounceBytes = kFrameHeaderBytes + 16;
+constexpr std::size_t kPoolBuffers = 64;
+/// Largest message sent with fi_tinject (no completion, no buffer kept), bytes.
+constexpr std::size_t kInjectMax = 4096;
+/// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
+constexpr std::size_t kMaxEarlyFrames = 1 << 16;
+/// A bye whose tag segment is this says the sender stopped because of an error of its own.
+constexpr std::uint32_t kByeAfterError = 1;
+
+void putU64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+std::uint64_t getU64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+/// ceil(n / d) for d > 0, without overflow.
+constexpr std::uint64_t ceilDiv(std::uint64_t n, std::uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
+
+double secondsSince(Clock::time_point t, Clock::time_point now) {
+  return std::chrono::duration<double>(now - t).count();
+}
+
+// ---- operations handed to libfabric ----------------------------------------------
+
+enum class OpKind : std::uint8_t { kSend, kPoolRecv, kBulkRecv };
+
+/// Every posted operation's context. libfabric may use the fi_context2 (the
+/// FI_CONTEXT modes), so it comes first and lives until the completion.
+struct FabricOp {
+  fi_context2 fi{};
+  OpKind kind;
+  explicit FabricOp(OpKind k) : kind(k) {}
+};
+
+/// Large buffers kept for reuse: a fresh 64 MiB allocation is mapped and
+/// zeroed page by page by the kernel, which costs more than moving the bytes.
+/// Buffers come back through the deleter of the shared_ptr get() returns,
+/// whatever thread drops the last reference (the cache outlives them).
+class BufferCache : public std::enable_shared_from_this<BufferCache> {
+ public:
+  static constexpr std::size_t kMinBytes = std::size_t{64} << 10;         ///< smaller ones are not kept
+  static constexpr std::size_t kMaxCachedBytes = std::size_t{256} << 20;  ///< kept at most, in all
+
+  /// A buffer of at least `n` bytes (contents undefined).
+  std::shared_ptr<std::byte[]> get(std::size_t n) {
+    if (n < kMinBytes) return std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(n, 1)]);
+    std::unique_ptr<std::byte[]> buf;
+    std::size_t capacity = n;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      const auto it = free_.lower_bound(n);
+      if (it != free_.end() && it->first <= 2 * n) {  // do not spend a huge buffer on a small message
+        capacity = it->first;
+        buf = std::move(it->second);
+        cached_ -= capacity;
+        free_.erase(it);
+      }
+    }
+    if (!buf) buf.reset(new std::byte[n]);
+    return std::shared_ptr<std::byte[]>(buf.release(), [self = shared_from_this(), capacity](std::byte* p) {
+      self->put(std::unique_ptr<std::byte[]>(p), capacity);
+    });
+  }
+
+ private:
+  void put(std::unique_ptr<std::byte[]> buf, std::size_t capacity) {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!free_.empty() && cached_ + capacity > kMaxCachedBytes) {  // drop the smallest first
+      cached_ -= free_.begin()->first;
+      free_.erase(free_.begin());
+    }
+    if (capacity > kMaxCachedBytes) return;
+    cached_ += capacity;
+    free_.emplace(capacity, std::move(buf));
+  }
+
+  std::mutex mu_;
+  std::multimap<std::size_t, std::unique_ptr<std::byte[]>> free_;  ///< capacity -> buffer
+  std::size_t cached_ = 0;
+};
+
+/// A large payload staged for sending, shared by its pieces.
+struct Payload {
+  std::shared_ptr<std::byte[]> bytes;
+  FidPtr<fid_mr> mr;
+  void* desc = nullptr;
+};
+
+struct SendOp : FabricOp {
+  SendOp() : FabricOp(OpKind::kSend) {}
+  int dst = -1;
+  std::uint64_t tag = 0;
+  std::vector<std::byte> own;        ///< frame or announcement bytes
+  std::shared_ptr<Payload> payload;  ///< bulk piece: the payload it points into
+  const std::byte* data = nullptr;
+  std::size_t len = 0;
+  FidPtr<fid_mr> mr;  ///< registration of `own` (FI_MR_LOCAL providers only)
+  void* desc = nullptr;
+  bool live = false;  ///< counted in liveSends_ (posted to a peer not known to be gone)
+};
+
+struct PoolOp : FabricOp {
+  PoolOp() : FabricOp(OpKind::kPoolRecv) {}
+  std::byte* buf = nullptr;
+};
+
+struct InboundMsg;
+struct BulkRecvOp : FabricOp {
+  BulkRecvOp() : FabricOp(OpKind::kBulkRecv) {}
+  InboundMsg* msg = nullptr;
+  std::size_t offset = 0, len = 0;
+  std::uint64_t tag = 0;
+  bool posted = false, done = false;
+};
+
+/// A frame from one peer, in its order, until it is delivered.
+struct InboundMsg {
+  int source = -1;
+  FrameHeader header;
+  HeaderBytes headerBytes{};
+  std::shared_ptr<std::byte[]> data;  ///< the payload (null for control frames and empty payloads)
+  std::size_t size = 0;
+  bool ready = false;   ///< every byte has arrived and was verified
+  bool zombie = false;  ///< its peer failed: only waiting for cancelled receives to come back
+  std::size_t piecesLeft = 0, outstanding = 0;
+  std::vector<BulkRecvOp> ops;  ///< never resized once posted (libfabric holds pointers)
+  FidPtr<fid_mr> mr;
+  void* desc = nullptr;
+};
+
+/// Sending side of one peer (any thread, under mu).
+struct PeerTx {
+  std::mutex mu;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  std::uint64_t frameSeq = 0, bulkSeq = 0;
+  std::deque<std::unique_ptr<SendOp>> pending;  ///< not accepted yet (-FI_EAGAIN), in order
+  bool shut = false;                            ///< the endpoint is being closed: post nothing
+  std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
+  std::exception_ptr why;       ///< why it is gone (set before `gone`)
+  std::atomic<bool> gone{false};
+};
+
+/// Receiving side of one peer (progress thread only).
+struct PeerRx {
+  std::uint64_t nextSeq = 0, nextBulkSeq = 0;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::vector<std::byte>>>
+      early;  ///< seq -> (channel, bytes)
+  std::deque<std::unique_ptr<InboundMsg>> queue;
+  Clock::time_point lastHeard;
+  Clock::time_point gapSince;  ///< when `early` last became non-empty
+  bool gone = false;
+};
+
+class LibfabricTransport final : public Transport {
+ public:
+  LibfabricTransport(const Options& o, Store& store) : opt_(o), box_(o.worldSize) {
+    peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
+    GOSSAMER_ENFORCE(peerTimeout_ > o.heartbeatSeconds,
+                     "peer timeout " << peerTimeout_ << " s must exceed the heartbeat interval "
+                                     << o.heartbeatSeconds << " s");
+    info_ = detail::selectProvider(o);
+    const fi_info* fi = info_.get();
+    provider_ = fi->fabric_attr->prov_name;
+    mrLocal_ = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+    manualProgress_ = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+    maxMsgBytes_ = fi->ep_attr->max_msg_size;
+    if (maxMsgBytes_ < kEnvelopeBytes + kAnnounceBytes)
+      throw Error("libfabric provider " + provider_ + ": max_msg_size " + std::to_string(maxMsgBytes_) +
+                  " bytes is below the " + std::to_string(kEnvelopeBytes + kAnnounceBytes) +
+                  " bytes this transport needs");
+    injectBytes_ = std::min(fi->tx_attr->inject_size, kInjectMax);
+    inlineBytes_ = std::min(o.inlineBytes, maxMsgBytes_ - kEnvelopeBytes - kFrameHeaderBytes);
+    poolBytes_ = kEnvelopeBytes + std::max(kFrameHeaderBytes + inlineBytes_, kAnnounceBytes);
+    // (No frame payload exceeds kMaxPayloadBytes, so neither does a piece.)
+    pieceBytes_ = std::min<std::size_t>(
+        o.maxPieceBytes > 0 ? std::min(o.maxPieceBytes, maxMsgBytes_) : maxMsgBytes_, kMaxPayloadBytes);
+
+    openEndpoint();
+    exchangeAddresses(store);
+
+    rx_ = std::vector<PeerRx>(static_cast<std::size_t>(o.worldSize));
+    const auto now = Clock::now();
+    for (auto& r : rx_) r.lastHeard = now;
+    acked_.assign(static_cast<std::size_t>(o.worldSize), 0);
+    peerClosed_.assign(static_cast<std::size_t>(o.worldSize), 0);
+    beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(o.rank),
+                                    Tag{Op::kControl, 0, 0}, {});
+    putU64(beat_.data(), fabricTag(kChanBeat, o.rank, 0));  // unordered: sequence number 0
+    std::memcpy(beat_.data() + kEnvelopeBytes, beatHeader_.data(), kFrameHeaderBytes);
+    postPool();
+    progress_ = std::thread([this] { progressLoop(); });
+  }
+
+  ~LibfabricTransport() override {
+    try {
+      close();
+    } catch (...) {
+      // Destructors must not throw; close() failures were already reported.
+    }
+  }
+
+  int rank() const override { return opt_.rank; }
+  int worldSize() const override { return opt_.worldSize; }
+  std::string name() const override { return "libfabric"; }
+  double timeoutSeconds() const override { return opt_.timeoutSeconds; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
+                     "destination rank " << dst << " outside world size " << opt_.worldSize);
+    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const auto header =
+        encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+    if (dst == opt_.rank) {  // loop back without the fabric
+      std::shared_ptr<std::byte[]> owned(new std::byte[std::max<std::size_t>(data.size(), 1)]);
+      if (!data.empty()) std::memcpy(owned.get(), data.data(), data.size());
+      box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned.get(), data.size())});
+    } else {
+      if (tx_[static_cast<std::size_t>(dst)]->gone) throwGone(dst);
+      bool injected = false;
+      if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
+        injected = sendFrame(dst, kChanFrame, header, data);
+      else
+        sendLarge(dst, header, data);
+      // tcp;ofi_rxm (manual progress, and a progress thread that may sleep in
+      // fi_cq_sread) may hold a posted send until someone reads the completion
+      // queue: a read of zero entries moves it along now, without taking
+      // completions from the progress thread. (shm's progress thread polls.)
+      if (manualProgress_ && cqWaits_ && !injected) (void)fi_cq_read(cq_.get(), nullptr, 0);
+      kick();
+    }
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(gossamer::detail::completedRequest(dst, data.size()));
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    auto r = box_.post(sources, tag, buffer);
+    kick();  // a message is expected: keep the progress thread polling
+    return r;
+  }
+
+  void abort() override {
+    opt_.lingerSeconds = 0;
+    aborting_ = true;
+    close();
+  }
+
+  void close() override {
+    if (closed_.exchange(true)) return;
+    // Goodbye handshake (as in the zmq transport): the bye follows everything
+    // this rank sent to the peer (same sequence); the peer acknowledges it once
+    // it has received all of that. Wait, bounded by the linger period, until
+    // every peer acknowledged, is closing itself, or is gone.
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      if (p == opt_.rank || tx_[static_cast<std::size_t>(p)]->gone) continue;
+      bool closing;
+      {
+        std::lock_guard<std::mutex> lk(closeMu_);
+        closing = peerClosed_[static_cast<std::size_t>(p)];
+      }
+      if (!closing) sendControl(p, FrameKind::kBye, aborting_ ? kByeAfterError : 0);
+    }
+    kick();
+    {
+      std::unique_lock<std::mutex> lk(closeMu_);
+      closeCv_.wait_for(lk, std::chrono::duration<double>(opt_.lingerSeconds), [&] {
+        for (int p = 0; p < opt_.worldSize; ++p) {
+          const auto up = static_cast<std::size_t>(p);
+          if (p != opt_.rank && !acked_[up] && !peerClosed_[up] && !tx_[up]->gone) return false;
+        }
+        return true;
+      });
+    }
+    stop_ = true;
+    wake();
+    if (progress_.joinable()) progress_.join();
+    box_.close();
+    teardown();
+  }
+
+  TransportStats stats() const override {
+    TransportStats s;
+    s.bytesSent = bytesSent_;
+    s.messagesSent = messagesSent_;
+    s.bytesReceived = bytesReceived_;
+    s.messagesReceived = messagesReceived_;
+    return s;
+  }
+
+ private:
+  // ---- setup ---------------------------------------------------------------------
+
+  void openEndpoint() {
+    fi_info* fi = info_.get();
+    fid_fabric* fabric = nullptr;
+    check(fi_fabric(fi->fabric_attr, &fabric, nullptr), "fi_fabric");
+    fabric_.reset(fabric);
+    fid_domain* domain = nullptr;
+    check(fi_domain(fabric_.get(), fi, &domain, nullptr), "fi_domain");
+    domain_.reset(domain);
+
+    // A completion queue with a file-descriptor wait object lets the progress
+    // thread sleep until something arrives (tcp); shm has none, so there the
+    // thread polls with a short back-off.
+    fi_cq_attr cqAttr{};
+    cqAttr.format = FI_CQ_FORMAT_TAGGED;
+    cqAttr.size = fi->tx_attr->size + fi->rx_attr->size;
+    cqAttr.wait_obj = FI_WAIT_FD;
+    fid_cq* cq = nullptr;
+    if (fi_cq_open(domain_.get(), &cqAttr, &cq, nullptr) == 0) {
+      cqWaits_ = true;
+    } else {
+      cqAttr.wait_obj = FI_WAIT_NONE;
+      check(fi_cq_open(domain_.get(), &cqAttr, &cq, nullptr), "fi_cq_open");
+    }
+    cq_.reset(cq);
+
+    fi_av_attr avAttr{};
+    avAttr.type = fi->domain_attr->av_type != FI_AV_UNSPEC ? fi->domain_attr->av_type : FI_AV_TABLE;
+    avAttr.count = static_cast<std::size_t>(opt_.worldSize);
+    fid_av* av = nullptr;
+    check(fi_av_open(domain_.get(), &avAttr, &av, nullptr), "fi_av_open");
+    av_.reset(av);
+
+    fid_ep* ep = nullptr;
+    check(fi_endpoint(domain_.get(), fi, &ep, nullptr), "fi_endpoint");
+    ep_.reset(ep);
+    check(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind (address vector)");
+    check(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
+    check(fi_enable(ep_.get()), "fi_enable");
+  }
+
+  // Publishes "<provider>\n<frame bytes>\n<address>" (frame bytes: the largest
+  // frame, header included, this rank's buffers take) and inserts every peer's
+  // address. A rank sends a peer payloads inside frames only up to what that
+  // peer's buffers take, so ranks may differ in inlineBytes.
+  void exchangeAddresses(Store& store) {
+    std::size_t len = 0;
+    const int rc = fi_getname(&ep_->fid, nullptr, &len);
+    if (rc != -FI_ETOOSMALL) check(rc, "fi_getname");
+    std::string address(len, '\0');
+    check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
+    address.resize(len);
+    const std::string prefix = opt_.storePrefix + "/libfabric/";
+    store.set(prefix + std::to_string(opt_.rank),
+              provider_ + '\n' + std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + address);
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(opt_.worldSize));
+    for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
+    store.wait(keys, opt_.timeoutSeconds);
+
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      tx_.push_back(std::make_unique<PeerTx>());
+      if (p == opt_.rank) continue;
+      const std::string key = prefix + std::to_string(p);
+      const std::string value = store.get(key, opt_.timeoutSeconds);
+      const auto nl1 = value.find('\n');
+      const auto nl2 = nl1 == std::string::npos ? nl1 : value.find('\n', nl1 + 1);
+      if (nl2 == std::string::npos || nl2 + 1 >= value.size())
+        throw Error("rank " + std::to_string(p) + " published a malformed libfabric address (store key " +
+                    key + ")");
+      const std::string theirs = value.substr(0, nl1);
+      if (theirs != provider_)
+        throw Error("rank " + std::to_string(p) + " uses libfabric provider '" + theirs + "' but rank " +
+                    std::to_string(opt_.rank) + " uses '" + provider_ +
+                    "': every rank must configure the same transport.provider");
+      const std::string frameText = value.substr(nl1 + 1, nl2 - nl1 - 1);
+      std::size_t frameBytes = 0;
+      const auto [end, ec] =
+          std::from_chars(frameText.data(), frameText.data() + frameText.size(), frameBytes);
+      if (ec != std::errc() || end != frameText.data() + frameText.size() || frameBytes < kAnnounceBytes ||
+          frameBytes > maxMsgBytes_ - kEnvelopeBytes)
+        throw Error("rank " + std::to_string(p) + " published a frame buffer size of '" + frameText +
+                    "' bytes (store key " + key + "); expected " + std::to_string(kAnnounceBytes) + " to " +
+                    std::to_string(maxMsgBytes_ - kEnvelopeBytes));
+      tx_.back()->inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
+      const std::string peerAddress = value.substr(nl2 + 1);
+      fi_addr_t addr = FI_ADDR_UNSPEC;
+      const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
+      if (n != 1)
+        throw Error("libfabric fi_av_insert: cannot use the address rank " + std::to_string(p) +
+                    " published (" + (n < 0 ? errorText(n) : std::to_string(n) + " inserted") + ")");
+      tx_.back()->addr = addr;
+    }
+  }
+
+  FidPtr<fid_mr> registerLocal(const void* buf, std::size_t len, std::uint64_t access, void** desc) {
+    *desc = nullptr;
+    if (!mrLocal_ || len == 0) return {};
+    fid_mr* mr = nullptr;
+    check(fi_mr_reg(domain_.get(), buf, len, access, 0, nextKey_++, 0, &mr, nullptr), "fi_mr_reg");
+    *desc = fi_mr_desc(mr);
+    return FidPtr<fid_mr>(mr);
+  }
+
+  void postPool() {
+    poolMem_.resize(kPoolBuffers * poolBytes_);
+    poolMr_ = registerLocal(poolMem_.data(), poolMem_.size(), FI_RECV, &poolDesc_);
+    pool_ = std::vector<PoolOp>(kPoolBuffers);
+    for (std::size_t i = 0; i < kPoolBuffers; ++i) {
+      pool_[i].buf = poolMem_.data() + i * poolBytes_;
+      repost(pool_[i]);
+    }
+  }
+
+  void repost(PoolOp& op) {
+    const ssize_t rc = fi_trecv(ep_.get(), op.buf, poolBytes_, poolDesc_, FI_ADDR_UNSPEC, kPoolTag, 0,
+                                static_cast<FabricOp*>(&op));
+    if (rc == -FI_EAGAIN) {
+      unposted_.push_back(&op);
+      return;
+    }
+    check(rc, "fi_trecv (frame buffer)");
+  }
+
+  bool postBulk(BulkRecvOp& op) {
+    const ssize_t rc = fi_trecv(ep_.get(), op.msg->data.get() + op.offset, op.len, op.msg->desc,
+                                FI_ADDR_UNSPEC, op.tag, 0, static_cast<FabricOp*>(&op));
+    if (rc == -FI_EAGAIN) return false;
+    check(rc, "fi_trecv (payload)");
+    op.posted = true;
+    ++op.msg->outstanding;
+    ++bulkPosted_;
+    return true;
+  }
+
+  void retryUnposted() {
+    while (!unposted_.empty()) {
+      FabricOp* op = unposted_.front();
+      if (op->kind == OpKind::kPoolRecv) {
+        auto* p = static_cast<PoolOp*>(op);
+        const ssize_t rc =
+            fi_trecv(ep_.get(), p->buf, poolBytes_, poolDesc_, FI_ADDR_UNSPEC, kPoolTag, 0, op);
+        if (rc == -FI_EAGAIN) return;
+        check(rc, "fi_trecv (frame buffer)");
+      } else {
+        auto* b = static_cast<BulkRecvOp*>(op);
+        if (!b->msg->zombie && !postBulk(*b)) return;
+      }
+      unposted_.pop_front();
+    }
+  }
+
+  // ---- sending -------------------------------------------------------------------
+
+  // isend to a peer known to be gone: the reason it is gone.
+  [[noreturn]] void throwGone(int dst) {
+    std::exception_ptr why;
+    {
+      auto& peer = *tx_[static_cast<std::size_t>(dst)];
+      std::lock_guard<std::mutex> lk(peer.mu);
+      why = peer.why;
+    }
+    try {
+      if (why) std::rethrow_exception(why);
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerFailure(dst, std::string("cannot send: ") + e.what());
+    }
+    throw PeerFailure(dst, "cannot send: peer is gone");
+  }
+
+  // A pool-tag message [envelope (filled in by the caller)][a][b].
+  std::unique_ptr<SendOp> makeSendOp(int dst, std::span<const std::byte> a, std::span<const std::byte> b) {
+    auto op = std::make_unique<SendOp>();
+    op->dst = dst;
+    op->tag = kPoolTag;
+    op->own.resize(kEnvelopeBytes + a.size() + b.size());
+    if (!a.empty()) std::memcpy(op->own.data() + kEnvelopeBytes, a.data(), a.size());
+    if (!b.empty()) std::memcpy(op->own.data() + kEnvelopeBytes + a.size(), b.data(), b.size());
+    op->data = op->own.data();
+    op->len = op->own.size();
+    op->mr = registerLocal(op->data, op->len, FI_SEND, &op->desc);
+    return op;
+  }
+
+  // Posts `op` (ownership passes to libfabric until its completion). Returns
+  // 0, -FI_EAGAIN (op untouched) or another libfabric error.
+  ssize_t post(std::unique_ptr<SendOp>& op, fi_addr_t addr) {
+    FabricOp* raw = op.get();
+    {
+      std::lock_guard<std::mutex> lk(opsMu_);
+      inflight_.insert(raw);
+      op->live = !tx_[static_cast<std::size_t>(op->dst)]->gone;
+      if (op->live) ++liveSends_;
+    }
+    const ssize_t rc = fi_tsend(ep_.get(), op->data, op->len, op->desc, addr, op->tag, raw);
+    if (rc == 0) {
+      (void)op.release();
+    } else {
+      std::lock_guard<std::mutex> lk(opsMu_);
+      inflight_.erase(raw);
+      if (op->live) --liveSends_;
+    }
+    return rc;
+  }
+
+  // Caller holds peer.mu. Posts `op` now, or queues it behind earlier sends.
+  void postOrQueueLocked(PeerTx& peer, std::unique_ptr<SendOp> op) {
+    if (peer.pending.empty()) {
+      const ssize_t rc = post(op, peer.addr);
+      if (rc == 0) return;
+      if (rc != -FI_EAGAIN) throw PeerFailure(op->dst, "libfabric fi_tsend: " + errorText(rc));
+    }
+    peer.pending.push_back(std::move(op));
+    ++queued_;
+  }
+
+  // One message on the pool's tag to `dst`: the envelope (channel, this rank,
+  // the next frame sequence number), then a ++ b. Returns true if it was
+  // injected (gone already), false if posted or queued.
+  bool sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b) {
+    const std::size_t n = kEnvelopeBytes + a.size() + b.size();
+    const bool inject = n <= injectBytes_;
+    std::unique_ptr<SendOp> op;
+    if (!inject) op = makeSendOp(dst, a, b);  // copy outside the lock
+    auto& peer = *tx_[static_cast<std::size_t>(dst)];
+    std::lock_guard<std::mutex> lk(peer.mu);
+    if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const std::uint64_t envelope = fabricTag(channel, opt_.rank, peer.frameSeq++);
+    if (inject && peer.pending.empty()) {
+      std::array<std::byte, kInjectMax> buf;
+      putU64(buf.data(), envelope);
+      if (!a.empty()) std::memcpy(buf.data() + kEnvelopeBytes, a.data(), a.size());
+      if (!b.empty()) std::memcpy(buf.data() + kEnvelopeBytes + a.size(), b.data(), b.size());
+      const ssize_t rc = fi_tinject(ep_.get(), buf.data(), n, peer.addr, kPoolTag);
+      if (rc == 0) return true;
+      if (rc != -FI_EAGAIN) throw PeerFailure(dst, "libfabric fi_tinject: " + errorText(rc));
+    }
+    if (!op) op = makeSendOp(dst, a, b);
+    putU64(op->own.data(), envelope);
+    postOrQueueLocked(peer, std::move(op));
+    return false;
+  }
+
+  // A payload above inlineBytes: an announcement on the frame sequence, then
+  // the payload in pieces on the bulk channel.
+  void sendLarge(int dst, const HeaderBytes& header, std::span<const std::byte> data) {
+    auto payload = std::make_shared<Payload>();
+    payload->bytes = cache_->get(data.size());
+    std::memcpy(payload->bytes.get(), data.data(), data.size());
+    payload->mr = registerLocal(payload->bytes.get(), data.size(), FI_SEND, &payload->desc);
+    const std::size_t pieces = ceilDiv(data.size(), pieceBytes_);
+    std::vector<std::unique_ptr<SendOp>> ops;
+    ops.reserve(pieces);
+    for (std::size_t i = 0; i < pieces; ++i) {
+      auto op = std::make_unique<SendOp>();
+      op->dst = dst;
+      op->payload = payload;
+      op->data = payload->bytes.get() + i * pieceBytes_;
+      op->len = std::min(pieceBytes_, data.size() - i * pieceBytes_);
+      op->desc = payload->desc;
+      ops.push_back(std::move(op));
+    }
+    std::array<std::byte, kAnnounceBytes> announce{};
+    std::memcpy(announce.data(), header.data(), header.size());
+    putU64(announce.data() + kFrameHeaderBytes, pieceBytes_);
+    auto annOp = makeSendOp(dst, announce, {});
+
+    auto& peer = *tx_[static_cast<std::size_t>(dst)];
+    std::lock_guard<std::mutex> lk(peer.mu);
+    if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    const std::uint64_t first = peer.bulkSeq;
+    peer.bulkSeq += pieces;
+    putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
+    putU64(annOp->own.data(), fabricTag(kChanAnnounce, opt_.rank, peer.frameSeq++));
+    postOrQueueLocked(peer, std::move(annOp));
+    for (std::size_t i = 0; i < pieces; ++i) {
+      ops[i]->tag = fabricTag(kChanBulk, opt_.rank, first + i);
+      postOrQueueLocked(peer, std::move(ops[i]));
+    }
+  }
+
+  // Best effort: a control frame (bye, bye-ack) that cannot be sent only
+  // means the peer finds out by its heartbeat timeout.
+  void sendControl(int p, FrameKind kind, std::uint32_t detail = 0) {
+    const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                                     Tag{Op::kControl, detail, 0}, {});
+    try {
+      (void)sendFrame(p, kChanFrame, h, {});
+    } catch (const Error&) {
+      // see above
+    }
+  }
+
+  // Progress thread: retries the sends the provider refused with -FI_EAGAIN.
+  void flushPending() {
+    for (int p = 0; p < opt_.worldSize && queued_ > 0; ++p) {
+      auto& peer = *tx_[static_cast<std::size_t>(p)];
+      std::exception_ptr failure;
+      {
+        std::lock_guard<std::mutex> lk(peer.mu);
+        while (!peer.pending.empty() && !peer.shut) {
+          const ssize_t rc = post(peer.pending.front(), peer.addr);
+          if (rc == -FI_EAGAIN) break;
+          peer.pending.pop_front();
+          --queued_;
+          if (rc != 0) {
+            failure = std::make_exception_ptr(PeerFailure(p, "libfabric fi_tsend: " + errorText(rc)));
+            break;
+          }
+        }
+      }
+      if (failure) failPeer(p, failure);
+    }
+  }
+
+  void sendBeats() {
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
+      // Unordered and dropped when the provider is busy: the next one will do. A
+      // provider that knows the peer is gone says so here (sockets: -FI_ENOENT).
+      // Under the peer's lock, like every other send to it: no provider sees
+      // two threads sending to one peer at once.
+      auto& peer = *tx_[static_cast<std::size_t>(p)];
+      ssize_t rc = 0;
+      {
+        std::lock_guard<std::mutex> lk(peer.mu);
+        if (peer.shut) continue;
+        if (injectBytes_ >= beat_.size()) {
+          rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
+        } else {
+          auto op = makeSendOp(p, beatHeader_, {});
+          std::memcpy(op->own.data(), beat_.data(), kEnvelopeBytes);
+          rc = post(op, peer.addr);
+        }
+      }
+      if (rc < 0 && rc != -FI_EAGAIN)
+        failPeer(p, std::make_exception_ptr(PeerFailure(p, "connection lost: libfabric (" + provider_ +
+                                                               ") refuses to send to it: " + errorText(rc))));
+    }
+  }
+
+  // ---- progress thread --------------------------------------------------------------
+
+  // Wakes the progress thread if it sleeps, and keeps it polling for a while.
+  void kick() {
+    lastKick_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    if (sleeping_.load()) wake();
+  }
+
+  void wake() {
+    if (cqWaits_) {
+      fi_cq_signal(cq_.get());
+    } else {
+      {
+        std::lock_guard<std::mutex> lk(kickMu_);
+        kicked_ = true;
+      }
+      kickCv_.notify_one();
+    }
+  }
+
+  void progressLoop() {
+    std::array<fi_cq_tagged_entry, 32> entries{};
+    const auto beatEvery = std::chrono::duration<double>(opt_.heartbeatSeconds);
+    const auto spin = std::chrono::duration<double>(opt_.spinSeconds);
+    auto lastBeat = Clock::now() - std::chrono::hours(1);
+    auto lastCheck = Clock::now();
+    auto lastLoop = Clock::now();
+    auto lastActivity = Clock::now();
+    auto backoff = std::chrono::microseconds(20);
+    while (!stop_) {
+      try {
+        auto now = Clock::now();
+        // If this thread itself did not run for a while (machine overloaded),
+        // silence from the peers proves nothing: restart their clocks.
+        if (secondsSince(lastLoop, now) > peerTimeout_ / 4)
+          for (auto& r : rx_) r.lastHeard = now;
+        lastLoop = now;
+        ssize_t n = fi_cq_read(cq_.get(), entries.data(), entries.size());
+        const bool active = handleCq(n, entries.data());
+        if (queued_ > 0) flushPending();
+        if (!unposted_.empty()) retryUnposted();
+        if (now - lastBeat >= beatEvery) {
+          sendBeats();
+          lastBeat = now;
+        }
+        if (secondsSince(lastCheck, now) >= 0.01) {
+          checkSilence(now);
+          lastCheck = now;
+        }
+        if (active) {
+          lastActivity = Clock::now();
+          backoff = std::chrono::microseconds(20);
+          continue;
+        }
+        const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
+        // Keep polling while sends wait or are under way, or payload pieces are due.
+        if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
+            bulkPosted_ > 0) {
+          std::this_thread::yield();
+          continue;
+        }
+        // Idle: sleep until something arrives (wait object), a kick, or the next heartbeat.
+        sleeping_ = true;
+        if (cqWaits_) {
+          n = fi_cq_sread(cq_.get(), entries.data(), entries.size(), nullptr, 2);
+          sleeping_ = false;
+          if (handleCq(n, entries.data())) lastActivity = Clock::now();
+        } else {
+          std::unique_lock<std::mutex> lk(kickMu_);
+          kickCv_.wait_for(lk, backoff, [&] { return kicked_ || stop_.load(); });
+          kicked_ = false;
+          sleeping_ = false;
+          backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+        }
+      } catch (const std::exception& e) {
+        // A libfabric call failed outside any one peer's traffic: the endpoint is unusable.
+        std::cerr << "gossamer libfabric rank " << opt_.rank << ": progress error: " << e.what() << '\n';
+        for (int p = 0; p < opt_.worldSize; ++p)
+          if (p != opt_.rank)
+            failPeer(p, std::make_exception_ptr(
+                            PeerFailure(p, std::string("local libfabric error: ") + e.what())));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+
+  // Handles what fi_cq_read / fi_cq_sread returned. True if anything completed.
+  bool handleCq(ssize_t n, fi_cq_tagged_entry* entries) {
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) handleCompletion(entries[i]);
+      return true;
+    }
+    if (n == -FI_EAVAIL) {
+      handleError();
+      return true;
+    }
+    if (n != -FI_EAGAIN && n != -FI_ECANCELED && n != -FI_ETIMEDOUT) check(n, "fi_cq_read");
+    return false;
+  }
+
+  void handleCompletion(const fi_cq_tagged_entry& e) {
+    auto* op = static_cast<FabricOp*>(e.op_context);
+    switch (op->kind) {
+      case OpKind::kSend:
+        finishSend(static_cast<SendOp*>(op));
+        break;
+      case OpKind::kPoolRecv: {
+        auto* p = static_cast<PoolOp*>(op);
+        onPoolMessage(std::span<const std::byte>(p->buf, e.len));
+        repost(*p);
+        break;
+      }
+      case OpKind::kBulkRecv:
+        onBulkPiece(*static_cast<BulkRecvOp*>(op), e.len);
+        break;
+    }
+  }
+
+  void finishSend(SendOp* op) {
+    {
+      std::lock_guard<std::mutex> lk(opsMu_);
+      inflight_.erase(op);
+      if (op->live) --liveSends_;
+    }
+    delete op;  // NOLINT(cppcoreguidelines-owning-memory): owned by libfabric since post()
+  }
+
+  // A completion-queue error entry: the provider's account of a failed operation.
+  void handleError() {
+    fi_cq_err_entry err{};
+    if (fi_cq_readerr(cq_.get(), &err, 0) < 0) return;
+    auto* op = static_cast<FabricOp*>(err.op_context);
+    if (!op) return;
+    std::array<char, 256> buf{};
+    const char* prov = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, buf.data(), buf.size());
+    const std::string why = std::string(fi_strerror(err.err)) + " (provider " + provider_ + ": " +
+                            (prov ? prov : "no detail") + ")";
+    const bool cancelled = err.err == FI_ECANCELED;
+    switch (op->kind) {
+      case OpKind::kSend: {
+        auto* s = static_cast<SendOp*>(op);
+        const int dst = s->dst;
+        finishSend(s);
+        if (!cancelled)
+          failPeer(dst, std::make_exception_ptr(
+                            PeerFailure(dst, "connection lost: libfabric failed a send to it: " + why)));
+        break;
+      }
+      case OpKind::kPoolRecv: {
+        auto* p = static_cast<PoolOp*>(op);
+        if (cancelled) break;  // closing
+        // A truncated message still left its first bytes, the envelope, in the buffer.
+        int src = -1;
+        if (err.err == FI_ETRUNC) {
+          const std::uint64_t envelope = getU64(p->buf);
+          const std::uint64_t ch = channelOf(envelope);
+          if (ch == kChanFrame || ch == kChanBeat || ch == kChanAnnounce) src = sourceOf(envelope);
+        }
+        std::exception_ptr e;
+        if (err.err == FI_ETRUNC)
+          e = std::make_exception_ptr(ProtocolError(src, poolBytes_ - kEnvelopeBytes,
+                                                    "the frame exceeds the largest frame this rank takes (" +
+                                                        std::to_string(poolBytes_ - kEnvelopeBytes) +
+                                                        " bytes) by " + std::to_string(err.olen) +
+                                                        " bytes: " + why));
+        else
+          e = std::make_exception_ptr(
+              PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why));
+        if (src >= 0 && src < opt_.worldSize && src != opt_.rank) {
+          failPeer(src, e);
+        } else {
+          try {
+            std::rethrow_exception(e);
+          } catch (const Error& x) {
+            std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << x.what() << '\n';
+          }
+        }
+        repost(*p);
+        break;
+      }
+      case OpKind::kBulkRecv: {
+        auto& b = *static_cast<BulkRecvOp*>(op);
+        InboundMsg* msg = b.msg;
+        b.done = true;
+        --msg->outstanding;
+        --bulkPosted_;
+        if (msg->zombie) {
+          buryIfDone(msg);
+          break;
+        }
+        const int src = msg->source;
+        if (err.err == FI_ETRUNC)
+          failPeer(src, std::make_exception_ptr(
+                            ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
+                                          "a payload piece exceeds its announced " + std::to_string(b.len) +
+                                              " bytes by " + std::to_string(err.olen) + " bytes: " + why)));
+        else
+          failPeer(src, std::make_exception_ptr(
+                            PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why)));
+        break;
+      }
+    }
+  }
+
+  void onPoolMessage(std::span<const std::byte> message) {
+    if (message.size() < kEnvelopeBytes) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": dropped a message of " << message.size()
+                << " bytes, shorter than its envelope\n";
+      return;
+    }
+    const std::uint64_t envelope = getU64(message.data());
+    const auto bytes = message.subspan(kEnvelopeBytes);
+    const std::uint64_t channel = channelOf(envelope);
+    const int src = sourceOf(envelope);
+    if (src >= opt_.worldSize || src == opt_.rank) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": dropped a message whose envelope names rank "
+                << src << '\n';
+      return;
+    }
+    auto& rx = rx_[static_cast<std::size_t>(src)];
+    rx.lastHeard = Clock::now();
+    if (rx.gone) return;
+    try {
+      if (channel == kChanBeat) {
+        checkBeat(src, bytes);
+        return;
+      }
+      if (channel != kChanFrame && channel != kChanAnnounce)
+        throw ProtocolError(src, 0, "message on unknown channel " + std::to_string(channel));
+      const std::uint64_t seq = envelope & kSeqMask;
+      if (seq != rx.nextSeq) {
+        if (((rx.nextSeq - seq) & kSeqMask) < (kSeqMask >> 1))
+          throw ProtocolError(src, 0,
+                              "frame sequence number " + std::to_string(seq) + " repeats (expected " +
+                                  std::to_string(rx.nextSeq) + ")");
+        if (rx.early.size() >= kMaxEarlyFrames)
+          throw ProtocolError(src, 0,
+                              "frame " + std::to_string(rx.nextSeq) + " missing while " +
+                                  std::to_string(rx.early.size()) + " later ones arrived");
+        if (rx.early.empty()) rx.gapSince = Clock::now();
+        rx.early.emplace(seq, std::make_pair(channel, std::vector<std::byte>(bytes.begin(), bytes.end())));
+        return;
+      }
+      processFrame(src, channel, bytes);
+      rx.nextSeq = (rx.nextSeq + 1) & kSeqMask;
+      for (auto it = rx.early.find(rx.nextSeq); it != rx.early.end() && !rx.gone;
+           it = rx.early.find(rx.nextSeq)) {
+        const auto [ch, held] = std::move(it->second);
+        rx.early.erase(it);
+        processFrame(src, ch, held);
+        rx.nextSeq = (rx.nextSeq + 1) & kSeqMask;
+      }
+      flushInbound(src);
+    } catch (const ProtocolError& e) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+      failPeer(src, std::current_exception());
+    } catch (const std::exception& e) {  // e.g. out of memory for an announced payload
+      failPeer(src, std::make_exception_ptr(PeerFailure(src, std::string("cannot receive: ") + e.what())));
+    }
+  }
+
+  void checkBeat(int src, std::span<const std::byte> bytes) {
+    if (bytes.size() != kFrameHeaderBytes)
+      throw ProtocolError(src, std::min(bytes.size(), kFrameHeaderBytes),
+                          "heartbeat of " + std::to_string(bytes.size()) + " bytes, expected " +
+                              std::to_string(kFrameHeaderBytes));
+    const FrameHeader h = decodeFrameHeader(bytes, src, opt_.worldSize);
+    if (h.kind != FrameKind::kData || h.tag.op != Op::kControl || h.payloadBytes != 0 ||
+        static_cast<int>(h.source) != src)
+      throw ProtocolError(src, frame_offset::kKind, "malformed heartbeat frame");
+    verifyFramePayload(bytes, h, {}, src);
+  }
+
+  // One frame or announcement from `src`, in sequence order.
+  void processFrame(int src, std::uint64_t channel, std::span<const std::byte> bytes) {
+    if (bytes.size() < kFrameHeaderBytes)
+      throw ProtocolError(
+          src, bytes.size(),
+          "message of " + std::to_string(bytes.size()) + " bytes is shorter than a frame header");
+    const auto headerSpan = bytes.first(kFrameHeaderBytes);
+    const FrameHeader h = decodeFrameHeader(headerSpan, src, opt_.worldSize);
+    if (static_cast<int>(h.source) != src)
+      throw ProtocolError(src, frame_offset::kSource,
+                          "frame claims source rank " + std::to_string(h.source) +
+                              " but its envelope says rank " + std::to_string(src));
+    auto msg = std::make_unique<InboundMsg>();
+    msg->source = src;
+    msg->header = h;
+    std::memcpy(msg->headerBytes.data(), headerSpan.data(), kFrameHeaderBytes);
+    auto& rx = rx_[static_cast<std::size_t>(src)];
+    if (channel == kChanFrame) {
+      const auto payload = bytes.subspan(kFrameHeaderBytes);
+      verifyFramePayload(headerSpan, h, payload, src);
+      if (h.kind == FrameKind::kBye && h.tag.segment == kByeAfterError) {
+        // The peer aborted: it dropped what it had queued and closes its
+        // endpoint without waiting, so payloads still under way from it will
+        // fail. Report why now rather than the lost connection, and send no
+        // ack (nobody waits for it).
+        failPeer(src, std::make_exception_ptr(PeerFailure(src, "it stopped after an error of its own")));
+        markPeer(src, false);
+        return;
+      }
+      if (!payload.empty()) {
+        msg->data.reset(new std::byte[payload.size()]);
+        std::memcpy(msg->data.get(), payload.data(), payload.size());
+      }
+      msg->size = payload.size();
+      msg->ready = true;
+      rx.queue.push_back(std::move(msg));
+      return;
+    }
+    // An announcement: the payload follows in pieces on the bulk channel.
+    if (h.kind != FrameKind::kData)
+      throw ProtocolError(src, frame_offset::kKind, "a control frame cannot announce a payload");
+    if (bytes.size() != kAnnounceBytes)
+      throw ProtocolError(src, std::min(bytes.size(), kAnnounceBytes),
+                          "announcement of " + std::to_string(bytes.size()) + " bytes, expected " +
+                              std::to_string(kAnnounceBytes));
+    const std::uint64_t n = h.payloadBytes;
+    const std::uint64_t piece = getU64(bytes.data() + kFrameHeaderBytes);
+    const std::uint64_t first = getU64(bytes.data() + kFrameHeaderBytes + 8);
+    if (n == 0) throw ProtocolError(src, frame_offset::kPayloadBytes, "announced an empty payload");
+    if (piece == 0 || piece > maxMsgBytes_)
+      throw ProtocolError(src, kFrameHeaderBytes,
+                          "piece size " + std::to_string(piece) + " outside [1, max_msg_size " +
+                              std::to_string(maxMsgBytes_) + "]");
+    if (first != rx.nextBulkSeq)
+      throw ProtocolError(src, kFrameHeaderBytes + 8,
+                          "first bulk sequence number " + std::to_string(first) + ", expected " +
+                              std::to_string(rx.nextBulkSeq));
+    const std::uint64_t pieces = ceilDiv(n, piece);
+    rx.nextBulkSeq = (rx.nextBulkSeq + pieces) & kSeqMask;
+    msg->data = cache_->get(n);
+    msg->size = n;
+    msg->mr = registerLocal(msg->data.get(), n, FI_RECV, &msg->desc);
+    msg->ops = std::vector<BulkRecvOp>(pieces);
+    msg->piecesLeft = pieces;
+    InboundMsg* m = msg.get();
+    rx.queue.push_back(std::move(msg));
+    for (std::uint64_t i = 0; i < pieces; ++i) {
+      auto& op = m->ops[i];
+      op.msg = m;
+      op.offset = i * piece;
+      op.len = std::min<std::uint64_t>(piece, n - i * piece);
+      op.tag = fabricTag(kChanBulk, src, first + i);
+      if (!unposted_.empty() || !postBulk(op)) unposted_.push_back(&op);
+    }
+  }
+
+  void onBulkPiece(BulkRecvOp& op, std::size_t len) {
+    InboundMsg* msg = op.msg;
+    op.done = true;
+    --msg->outstanding;
+    --bulkPosted_;
+    if (msg->zombie) {
+      buryIfDone(msg);
+      return;
+    }
+    const int src = msg->source;
+    rx_[static_cast<std::size_t>(src)].lastHeard = Clock::now();
+    try {
+      if (len != op.len)
+        throw ProtocolError(
+            src, kFrameHeaderBytes + op.offset + std::min(len, op.len),
+            "payload piece of " + std::to_string(len) + " bytes, expected " + std::to_string(op.len));
+      if (--msg->piecesLeft > 0) return;
+      msg->mr.reset();
+      verifyFramePayload(msg->headerBytes, msg->header,
+                         std::span<const std::byte>(msg->data.get(), msg->size), src);
+      msg->ready = true;
+      flushInbound(src);
+    } catch (const ProtocolError& e) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+      failPeer(src, std::current_exception());
+    }
+  }
+
+  // Delivers the frames from `src` that are complete, in order.
+  void flushInbound(int src) {
+    auto& rx = rx_[static_cast<std::size_t>(src)];
+    while (!rx.gone && !rx.queue.empty() && rx.queue.front()->ready) {
+      std::unique_ptr<InboundMsg> msg = std::move(rx.queue.front());
+      rx.queue.pop_front();
+      switch (msg->header.kind) {
+        case FrameKind::kData:
+          bytesReceived_ += msg->size;
+          ++messagesReceived_;
+          box_.deliver(src, msg->header.tag,
+                       InboundPayload{msg->data, std::span<const std::byte>(msg->data.get(), msg->size)});
+          break;
+        case FrameKind::kBye:
+          // Everything the peer sent before its bye has been delivered. (A bye
+          // after an error does not wait in this queue: processFrame.)
+          failPeer(src, std::make_exception_ptr(PeerFailure(src, "peer closed its transport")));
+          sendControl(src, FrameKind::kByeAck);
+          markPeer(src, false);
+          break;
+        case FrameKind::kByeAck:
+          markPeer(src, true);
+          break;
+        case FrameKind::kPull:
+        case FrameKind::kPullDone:  // the socket transport's single-copy frames
+          failPeer(src, std::make_exception_ptr(ProtocolError(src, frame_offset::kKind,
+                                                              "frame kind " +
+                                                                  std::to_string(int(msg->header.kind)) +
+                                                                  " is not used over libfabric")));
+          return;
+      }
+    }
+  }
+
+  void checkSilence(Clock::time_point now) {
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      auto& rx = rx_[static_cast<std::size_t>(p)];
+      if (p == opt_.rank || rx.gone) continue;
+      // A frame that stays missing while later ones arrive was lost on the way:
+      // fail the peer instead of waiting for it forever.
+      if (!rx.early.empty() && secondsSince(rx.gapSince, now) > peerTimeout_) {
+        failPeer(p, std::make_exception_ptr(ProtocolError(
+                        p, 0,
+                        "frame " + std::to_string(rx.nextSeq) + " never arrived, while " +
+                            std::to_string(rx.early.size()) + " later ones did (lost by the provider)")));
+        continue;
+      }
+      const double silent = secondsSince(rx.lastHeard, now);
+      if (silent > peerTimeout_)
+        failPeer(p, std::make_exception_ptr(PeerFailure(
+                        p, "connection lost: nothing (no message, no heartbeat) arrived from it for " +
+                               std::to_string(silent).substr(0, 4) +
+                               " s (the process died or hung, or the network failed)")));
+    }
+  }
+
+  // Progress thread: `p` is gone (failed, or closed: then `why` says so).
+  // Fails receives waiting only on it, drops what was queued for it and
+  // cancels the payload receives still posted for it.
+  void failPeer(int p, std::exception_ptr why) {
+    auto& rx = rx_[static_cast<std::size_t>(p)];
+    if (rx.gone) return;
+    rx.gone = true;
+    // Receives of its payloads that were never posted never will be.
+    std::erase_if(unposted_, [&](FabricOp* op) {
+      return op->kind == OpKind::kBulkRecv && static_cast<BulkRecvOp*>(op)->msg->source == p;
+    });
+    auto& peer = *tx_[static_cast<std::size_t>(p)];
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.why = why;
+    }
+    peer.gone = true;
+    box_.peerGone(p, std::move(why));
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      queued_ -= peer.pending.size();
+      peer.pending.clear();
+    }
+    {
+      // Its posted sends may never complete (a dead peer): stop waiting for them.
+      std::lock_guard<std::mutex> lk(opsMu_);
+      for (FabricOp* op : inflight_) {
+        auto* s = static_cast<SendOp*>(op);
+        if (s->dst == p && s->live) {
+          s->live = false;
+          --liveSends_;
+        }
+      }
+    }
+    for (auto& msg : rx.queue) {
+      if (msg->outstanding == 0) continue;
+      msg->zombie = true;
+      for (auto& op : msg->ops)
+        if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
+      zombies_.push_back(std::move(msg));
+    }
+    rx.queue.clear();
+    rx.early.clear();
+    markPeer(p, false);
+  }
+
+  void buryIfDone(InboundMsg* msg) {
+    if (msg->outstanding > 0) return;
+    const auto it =
+        std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
+    if (it != zombies_.end()) zombies_.erase(it);
+  }
+
+  void markPeer(int p, bool ack) {
+    {
+      std::lock_guard<std::mutex> lk(closeMu_);
+      (ack ? acked_ : peerClosed_)[static_cast<std::size_t>(p)] = 1;
+    }
+    closeCv_.notify_all();
+  }
+
+  // After the progress thread stopped: closes the endpoint (libfabric drops
+  // what is still posted), then frees the operations and the fabric.
+  void teardown() {
+    for (auto& peer : tx_) {
+      std::lock_guard<std::mutex> lk(peer->mu);
+      peer->shut = true;
+      peer->pending.clear();
+    }
+    ep_.reset();
+    {
+      std::lock_guard<std::mutex> lk(opsMu_);
+      for (FabricOp* op : inflight_)
+        delete static_cast<SendOp*>(op);  // NOLINT(cppcoreguidelines-owning-memory)
+      inflight_.clear();
+    }
+    zombies_.clear();
+    rx_.clear();
+    unposted_.clear();
+    poolMr_.reset();
+    av_.reset();
+    cq_.reset();
+    domain_.reset();
+    fabric_.reset();
+  }
+
+  Options opt_;
+  std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
+  Mailbox box_;
+  double peerTimeout_ = 0;
+  detail::InfoPtr info_;
+  std::string provider_;
+  bool mrLocal_ = false, cqWaits_ = false, manualProgress_ = false;
+  std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
+  std::uint64_t nextKey_ = 1;
+  FidPtr<fid_fabric> fabric_;
+  FidPtr<fid_domain> domain_;
+  FidPtr<fid_cq> cq_;
+  FidPtr<fid_av> av_;
+  FidPtr<fid_ep> ep_;
+  std::vector<std::byte> poolMem_;
+  FidPtr<fid_mr> poolMr_;
+  void* poolDesc_ = nullptr;
+  std::vector<PoolOp> pool_;
+  HeaderBytes beatHeader_{};
+  std::array<std::byte, kEnvelopeBytes + kFrameHeaderBytes> beat_{};  ///< envelope + heartbeat frame
+
+  std::vector<std::unique_ptr<PeerTx>> tx_;
+  std::atomic<std::size_t> queued_{0};  ///< sends waiting in PeerTx::pending, all peers
+  std::mutex opsMu_;
+  std::unordered_set<FabricOp*> inflight_;
+  /// Posted sends to peers not known to be gone (written under opsMu_): while
+  /// there are any, the progress thread keeps polling, since some providers
+  /// move a large message along only when their completion queue is read.
+  std::atomic<std::size_t> liveSends_{0};  ///< posted sends, owned here until their completion
+
+  // Progress thread only.
+  std::vector<PeerRx> rx_;
+  std::deque<FabricOp*> unposted_;
+  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed  ///< receives the
+                                ///< provider refused (-FI_EAGAIN), retried in order
+  std::vector<std::unique_ptr<InboundMsg>> zombies_;
+
+  std::thread progress_;
+  std::atomic<bool> stop_{false}, closed_{false}, aborting_{false}, sleeping_{false};
+  std::atomic<Clock::rep> lastKick_{0};
+  std::mutex kickMu_;
+  std::condition_variable kickCv_;
+  bool kicked_ = false;  // under kickMu_
+
+  std::mutex closeMu_;
+  std::condition_variable closeCv_;
+  std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1 && o.worldSize <= static_cast<int>(kSourceMask) + 1,
+                   "world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
+  GOSSAMER_ENFORCE(o.heartbeatSeconds > 0, "heartbeat interval " << o.heartbeatSeconds);
+  GOSSAMER_ENFORCE(o.peerTimeoutSeconds >= 0, "peer timeout " << o.peerTimeoutSeconds);
+  GOSSAMER_ENFORCE(o.spinSeconds >= 0, "spin time " << o.spinSeconds);
+  GOSSAMER_ENFORCE(o.inlineBytes <= kMaxPayloadBytes, "inline bytes " << o.inlineBytes);
+  GOSSAMER_ENFORCE(!o.provider.empty(), "libfabric provider name is empty");
+  return std::make_unique<LibfabricTransport>(o, store);
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransport("libfabric", [](const TransportContext& ctx) {
+    Options o;
+    o.rank = ctx.rank;
+    o.worldSize = ctx.config.worldSize;
+    o.provider = ctx.config.transport.provider;
+    o.host = ctx.config.transport.host;
+    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
+    o.lingerSeconds = ctx.config.transport.lingerSeconds;
+    try {
+      return makeTransport(o, ctx.store);
+    } catch (const ProviderNotFound& e) {
+      throw ConfigError(ctx.config.sourceFile, 0, "transport.provider", e.what());
+    }
+  });
+}
+
+}  // namespace gossamer::libfabric
