@@ -59,6 +59,7 @@ constexpr std::uint32_t kHelloMagic = 0x4C485347u;  // "GSHL"
 constexpr std::size_t kStageBytes = std::size_t{64} << 10;
 constexpr std::size_t kDirectReadBytes = std::size_t{16} << 10;  // longer remainders skip the stage
 constexpr std::uint32_t kByeAfterError = 1;
+constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the bye, seconds
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -450,11 +451,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   void close(bool abort) {
     if (closed_.exchange(true)) return;
-    const auto deadline = deadlineAfter(abort ? 0.0 : opt_.lingerSeconds);
+    // abort(): what is queued is dropped, but the bye saying "stopped after an
+    // error" still goes out (briefly bounded), so peers report the cause
+    // rather than a lost connection.
+    const auto deadline =
+        deadlineAfter(abort ? std::min(opt_.lingerSeconds, kAbortByeSeconds) : opt_.lingerSeconds);
     {
       std::lock_guard<std::mutex> lk(exclusive);
       for (auto& c : conns_) {
         if (c.gone || c.saidBye) continue;
+        if (abort) dropUnstarted(c);
         sendControlLocked(c, FrameKind::kBye, abort ? kByeAfterError : 0);
       }
     }
@@ -642,6 +648,21 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (item.offset < item.total()) return;
       if (item.req) item.req->complete(c.peer, item.data.size());
       c.txq.pop_front();
+    }
+  }
+
+  // Drops the queued frames of which nothing was written yet (a partly
+  // written one must finish: the stream cannot skip it).
+  static void dropUnstarted(Conn& c) {
+    const auto cancelled =
+        std::make_exception_ptr(Cancelled("transport aborted before the send was written"));
+    for (auto it = c.txq.begin(); it != c.txq.end();) {
+      if (it->offset == 0) {
+        if (it->req) it->req->fail(cancelled);
+        it = c.txq.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
 
