@@ -67,6 +67,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "fabric.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
@@ -106,6 +110,7 @@ constexpr std::size_t kPoolBuffers = 64;
 constexpr std::size_t kInjectMax = 4096;
 /// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
 constexpr std::size_t kMaxEarlyFrames = 1 << 16;
+constexpr const char* kProcessExited = "connection lost: its process exited";
 /// A bye whose tag segment is this says the sender stopped because of an error of its own.
 constexpr std::uint32_t kByeAfterError = 1;
 
@@ -243,6 +248,9 @@ struct PeerTx {
   std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
   std::exception_ptr why;       ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
+  /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
+  int pidfd = -1;
+  std::atomic<bool> exited{false};
 };
 
 /// Receiving side of one peer (progress thread only).
@@ -256,7 +264,7 @@ struct PeerRx {
   bool gone = false;
 };
 
-class LibfabricTransport final : public Transport {
+class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
   LibfabricTransport(const Options& o, Store& store) : opt_(o), box_(o.worldSize) {
     peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
@@ -293,7 +301,19 @@ class LibfabricTransport final : public Transport {
     putU64(beat_.data(), fabricTag(kChanBeat, o.rank, 0));  // unordered: sequence number 0
     std::memcpy(beat_.data() + kEnvelopeBytes, beatHeader_.data(), kFrameHeaderBytes);
     postPool();
-    progress_ = std::thread([this] { progressLoop(); });
+  }
+
+  /// Starts the progress thread, which keeps the transport alive while it runs
+  /// (see close()). Call once, right after construction.
+  void start() {
+    progress_ = std::thread([self = shared_from_this()] {
+      self->progressLoop();
+      {
+        std::lock_guard<std::mutex> lk(self->exitMu_);
+        self->progressExited_ = true;
+      }
+      self->exitCv_.notify_all();
+    });
   }
 
   ~LibfabricTransport() override {
@@ -379,9 +399,25 @@ class LibfabricTransport final : public Transport {
     }
     stop_ = true;
     wake();
-    if (progress_.joinable()) progress_.join();
+    // The progress thread stops within a loop turn, unless it is stuck inside
+    // libfabric: shm spins forever on a lock that a killed peer held. Then it
+    // is left behind with the endpoint (it holds the transport alive), rather
+    // than this call hanging too.
+    bool exited = true;
+    if (progress_.joinable()) {
+      std::unique_lock<std::mutex> lk(exitMu_);
+      exited = exitCv_.wait_for(lk, std::chrono::seconds(2), [&] { return progressExited_; });
+    }
+    if (exited) {
+      if (progress_.joinable()) progress_.join();
+    } else if (progress_.joinable()) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank
+                << ": the progress thread is stuck inside libfabric (a peer died holding a shared lock?); "
+                   "leaving it and the endpoint behind\n";
+      progress_.detach();
+    }
     box_.close();
-    teardown();
+    if (exited) teardown();
   }
 
   TransportStats stats() const override {
@@ -448,8 +484,9 @@ class LibfabricTransport final : public Transport {
     check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
     address.resize(len);
     const std::string prefix = opt_.storePrefix + "/libfabric/";
-    store.set(prefix + std::to_string(opt_.rank),
-              provider_ + '\n' + std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + address);
+    store.set(prefix + std::to_string(opt_.rank), provider_ + '\n' +
+                                                      std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' +
+                                                      std::to_string(::getpid()) + '\n' + address);
     std::vector<std::string> keys;
     keys.reserve(static_cast<std::size_t>(opt_.worldSize));
     for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
@@ -462,7 +499,8 @@ class LibfabricTransport final : public Transport {
       const std::string value = store.get(key, opt_.timeoutSeconds);
       const auto nl1 = value.find('\n');
       const auto nl2 = nl1 == std::string::npos ? nl1 : value.find('\n', nl1 + 1);
-      if (nl2 == std::string::npos || nl2 + 1 >= value.size())
+      const auto nl3 = nl2 == std::string::npos ? nl2 : value.find('\n', nl2 + 1);
+      if (nl3 == std::string::npos || nl3 + 1 >= value.size())
         throw Error("rank " + std::to_string(p) + " published a malformed libfabric address (store key " +
                     key + ")");
       const std::string theirs = value.substr(0, nl1);
@@ -480,7 +518,17 @@ class LibfabricTransport final : public Transport {
                     "' bytes (store key " + key + "); expected " + std::to_string(kAnnounceBytes) + " to " +
                     std::to_string(maxMsgBytes_ - kEnvelopeBytes));
       tx_.back()->inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
-      const std::string peerAddress = value.substr(nl2 + 1);
+      const std::string pidText = value.substr(nl2 + 1, nl3 - nl2 - 1);
+      long pid = 0;
+      const auto [pidEnd, pidEc] = std::from_chars(pidText.data(), pidText.data() + pidText.size(), pid);
+      if (pidEc != std::errc() || pidEnd != pidText.data() + pidText.size() || pid <= 0)
+        throw Error("rank " + std::to_string(p) + " published a process id of '" + pidText + "' (store key " +
+                    key + ")");
+      // Same host by construction for shm: watch the peer's process, so that
+      // nothing is sent to it once it exited (see processExited).
+      if (provider_.rfind("shm", 0) == 0)
+        tx_.back()->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+      const std::string peerAddress = value.substr(nl3 + 1);
       fi_addr_t addr = FI_ADDR_UNSPEC;
       const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
       if (n != 1)
@@ -548,6 +596,17 @@ class LibfabricTransport final : public Transport {
   }
 
   // ---- sending -------------------------------------------------------------------
+
+  // shm: true once the peer's process exited. A killed shm peer may have died
+  // holding the lock of its own region, and sending to it would then spin
+  // forever inside libfabric; so every send to it checks first.
+  static bool processExited(PeerTx& peer) {
+    if (peer.exited) return true;
+    if (peer.pidfd < 0) return false;
+    pollfd pfd{peer.pidfd, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) > 0) peer.exited = true;
+    return peer.exited;
+  }
 
   // isend to a peer known to be gone: the reason it is gone.
   [[noreturn]] void throwGone(int dst) {
@@ -624,6 +683,7 @@ class LibfabricTransport final : public Transport {
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t envelope = fabricTag(channel, opt_.rank, peer.frameSeq++);
     if (inject && peer.pending.empty()) {
       std::array<std::byte, kInjectMax> buf;
@@ -667,6 +727,7 @@ class LibfabricTransport final : public Transport {
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t first = peer.bulkSeq;
     peer.bulkSeq += pieces;
     putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
@@ -698,6 +759,10 @@ class LibfabricTransport final : public Transport {
       {
         std::lock_guard<std::mutex> lk(peer.mu);
         while (!peer.pending.empty() && !peer.shut) {
+          if (processExited(peer)) {
+            failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
+            break;
+          }
           const ssize_t rc = post(peer.pending.front(), peer.addr);
           if (rc == -FI_EAGAIN) break;
           peer.pending.pop_front();
@@ -723,7 +788,7 @@ class LibfabricTransport final : public Transport {
       ssize_t rc = 0;
       {
         std::lock_guard<std::mutex> lk(peer.mu);
-        if (peer.shut) continue;
+        if (peer.shut || processExited(peer)) continue;  // checkSilence reports an exited one
         if (injectBytes_ >= beat_.size()) {
           rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
         } else {
@@ -1146,6 +1211,10 @@ class LibfabricTransport final : public Transport {
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& rx = rx_[static_cast<std::size_t>(p)];
       if (p == opt_.rank || rx.gone) continue;
+      if (processExited(*tx_[static_cast<std::size_t>(p)])) {
+        failPeer(p, std::make_exception_ptr(PeerFailure(p, kProcessExited)));
+        continue;
+      }
       // A frame that stays missing while later ones arrive was lost on the way:
       // fail the peer instead of waiting for it forever.
       if (!rx.early.empty() && secondsSince(rx.gapSince, now) > peerTimeout_) {
@@ -1232,6 +1301,8 @@ class LibfabricTransport final : public Transport {
       std::lock_guard<std::mutex> lk(peer->mu);
       peer->shut = true;
       peer->pending.clear();
+      if (peer->pidfd >= 0) ::close(peer->pidfd);
+      peer->pidfd = -1;
     }
     ep_.reset();
     {
@@ -1288,6 +1359,9 @@ class LibfabricTransport final : public Transport {
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
 
   std::thread progress_;
+  std::mutex exitMu_;
+  std::condition_variable exitCv_;
+  bool progressExited_ = false;  // under exitMu_
   std::atomic<bool> stop_{false}, closed_{false}, aborting_{false}, sleeping_{false};
   std::atomic<Clock::rep> lastKick_{0};
   std::mutex kickMu_;
@@ -1298,6 +1372,36 @@ class LibfabricTransport final : public Transport {
   std::condition_variable closeCv_;
   std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+};
+
+/// What makeTransport returns: the transport is shared with its progress
+/// thread, which may outlive a close() that had to give up on it.
+class TransportHandle final : public Transport {
+ public:
+  explicit TransportHandle(std::shared_ptr<LibfabricTransport> impl) : impl_(std::move(impl)) {}
+  ~TransportHandle() override {
+    try {
+      impl_->close();
+    } catch (...) {
+      // Destructors must not throw; close() failures were already reported.
+    }
+  }
+  int rank() const override { return impl_->rank(); }
+  int worldSize() const override { return impl_->worldSize(); }
+  std::string name() const override { return impl_->name(); }
+  double timeoutSeconds() const override { return impl_->timeoutSeconds(); }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return impl_->isend(dst, tag, data, dtype);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    return impl_->irecv(sources, tag, buffer);
+  }
+  void close() override { impl_->close(); }
+  void abort() override { impl_->abort(); }
+  TransportStats stats() const override { return impl_->stats(); }
+
+ private:
+  std::shared_ptr<LibfabricTransport> impl_;
 };
 
 }  // namespace
@@ -1314,7 +1418,9 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.spinSeconds >= 0, "spin time " << o.spinSeconds);
   GOSSAMER_ENFORCE(o.inlineBytes <= kMaxPayloadBytes, "inline bytes " << o.inlineBytes);
   GOSSAMER_ENFORCE(!o.provider.empty(), "libfabric provider name is empty");
-  return std::make_unique<LibfabricTransport>(o, store);
+  auto impl = std::make_shared<LibfabricTransport>(o, store);
+  impl->start();
+  return std::make_unique<TransportHandle>(std::move(impl));
 }
 
 void registerWith(Registry& registry) {
