@@ -111,6 +111,9 @@ constexpr std::size_t kInjectMax = 4096;
 /// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
 constexpr std::size_t kMaxEarlyFrames = 1 << 16;
 constexpr const char* kProcessExited = "connection lost: its process exited";
+/// Payloads from this size on have their CRC-32C checked on a second thread,
+/// so that the progress thread moves the next payload meanwhile.
+constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;
 /// A bye whose tag segment is this says the sender stopped because of an error of its own.
 constexpr std::uint32_t kByeAfterError = 1;
 
@@ -230,8 +233,10 @@ struct InboundMsg {
   HeaderBytes headerBytes{};
   std::shared_ptr<std::byte[]> data;  ///< the payload (null for control frames and empty payloads)
   std::size_t size = 0;
-  bool ready = false;   ///< every byte has arrived and was verified
-  bool zombie = false;  ///< its peer failed: only waiting for cancelled receives to come back
+  bool ready = false;              ///< every byte has arrived and was verified
+  bool zombie = false;             ///< its peer failed: only waiting for cancelled receives to come back
+  bool verifying = false;          ///< with the checksum thread (which reads it): keep it alive
+  std::exception_ptr verifyError;  ///< what the checksum thread found (under verifyMu_)
   std::size_t piecesLeft = 0, outstanding = 0;
   std::vector<BulkRecvOp> ops;  ///< never resized once posted (libfabric holds pointers)
   FidPtr<fid_mr> mr;
@@ -306,6 +311,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   /// Starts the progress thread, which keeps the transport alive while it runs
   /// (see close()). Call once, right after construction.
   void start() {
+    verifier_ = std::thread([self = shared_from_this()] { self->verifyLoop(); });
     progress_ = std::thread([self = shared_from_this()] {
       self->progressLoop();
       {
@@ -417,7 +423,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       progress_.detach();
     }
     box_.close();
-    if (exited) teardown();
+    if (exited) {
+      stopVerifier();
+      teardown();
+    }
   }
 
   TransportStats stats() const override {
@@ -844,6 +853,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         const bool active = handleCq(n, entries.data());
         if (queued_ > 0) flushPending();
         if (!unposted_.empty()) retryUnposted();
+        if (verifying_ > 0) drainVerified();
         if (now - lastBeat >= beatEvery) {
           sendBeats();
           lastBeat = now;
@@ -860,7 +870,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
         // Keep polling while sends wait or are under way, or payload pieces are due.
         if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
-            bulkPosted_ > 0) {
+            bulkPosted_ > 0 || verifying_ > 0) {
           std::this_thread::yield();
           continue;
         }
@@ -1170,6 +1180,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
             "payload piece of " + std::to_string(len) + " bytes, expected " + std::to_string(op.len));
       if (--msg->piecesLeft > 0) return;
       msg->mr.reset();
+      if (msg->size >= kVerifyOffloadBytes) {  // checksum on the other thread, progress goes on
+        msg->verifying = true;
+        ++verifying_;
+        {
+          std::lock_guard<std::mutex> lk(verifyMu_);
+          toVerify_.push_back(msg);
+        }
+        verifyCv_.notify_one();
+        return;
+      }
       verifyFramePayload(msg->headerBytes, msg->header,
                          std::span<const std::byte>(msg->data.get(), msg->size), src);
       msg->ready = true;
@@ -1204,6 +1224,59 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
           markPeer(src, true);
           break;
       }
+    }
+  }
+
+  // The checksum thread: verifies large payloads handed over by onBulkPiece.
+  void verifyLoop() {
+    std::unique_lock<std::mutex> lk(verifyMu_);
+    for (;;) {
+      verifyCv_.wait(lk, [&] { return verifyStop_ || !toVerify_.empty(); });
+      if (toVerify_.empty()) return;  // stopping, nothing left
+      InboundMsg* msg = toVerify_.front();
+      toVerify_.pop_front();
+      lk.unlock();
+      std::exception_ptr error;
+      try {
+        verifyFramePayload(msg->headerBytes, msg->header,
+                           std::span<const std::byte>(msg->data.get(), msg->size), msg->source);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lk.lock();
+      msg->verifyError = error;
+      verified_.push_back(msg);
+      lk.unlock();
+      wake();  // the progress thread delivers it
+      lk.lock();
+    }
+  }
+
+  // Progress thread: payloads the checksum thread is done with.
+  void drainVerified() {
+    std::deque<InboundMsg*> done;
+    {
+      std::lock_guard<std::mutex> lk(verifyMu_);
+      done.swap(verified_);
+    }
+    for (InboundMsg* msg : done) {
+      --verifying_;
+      msg->verifying = false;
+      if (msg->zombie) {
+        buryIfDone(msg);
+        continue;
+      }
+      if (msg->verifyError) {
+        try {
+          std::rethrow_exception(msg->verifyError);
+        } catch (const std::exception& e) {
+          std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+        }
+        failPeer(msg->source, msg->verifyError);
+        continue;
+      }
+      msg->ready = true;
+      flushInbound(msg->source);
     }
   }
 
@@ -1268,7 +1341,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       }
     }
     for (auto& msg : rx.queue) {
-      if (msg->outstanding == 0) continue;
+      if (msg->outstanding == 0 && !msg->verifying) continue;
       msg->zombie = true;
       for (auto& op : msg->ops)
         if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
@@ -1280,7 +1353,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   void buryIfDone(InboundMsg* msg) {
-    if (msg->outstanding > 0) return;
+    if (msg->outstanding > 0 || msg->verifying) return;
     const auto it =
         std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
     if (it != zombies_.end()) zombies_.erase(it);
@@ -1292,6 +1365,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       (ack ? acked_ : peerClosed_)[static_cast<std::size_t>(p)] = 1;
     }
     closeCv_.notify_all();
+  }
+
+  // Stops the checksum thread (it never waits on anything but its queue).
+  void stopVerifier() {
+    {
+      std::lock_guard<std::mutex> lk(verifyMu_);
+      verifyStop_ = true;
+    }
+    verifyCv_.notify_all();
+    if (verifier_.joinable()) verifier_.join();
   }
 
   // After the progress thread stopped: closes the endpoint (libfabric drops
@@ -1354,11 +1437,17 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // Progress thread only.
   std::vector<PeerRx> rx_;
   std::deque<FabricOp*> unposted_;
-  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed  ///< receives the
+  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed
+  std::size_t verifying_ = 0;   ///< payloads with the checksum thread  ///< receives the
                                 ///< provider refused (-FI_EAGAIN), retried in order
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
 
   std::thread progress_;
+  std::thread verifier_;  ///< the checksum thread
+  std::mutex verifyMu_;
+  std::condition_variable verifyCv_;
+  std::deque<InboundMsg*> toVerify_, verified_;  // under verifyMu_
+  bool verifyStop_ = false;                      // under verifyMu_
   std::mutex exitMu_;
   std::condition_variable exitCv_;
   bool progressExited_ = false;  // under exitMu_
