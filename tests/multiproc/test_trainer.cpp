@@ -173,6 +173,14 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
     pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "long.yaml", "--rank", std::to_string(r),
                           "--rendezvous", dir / "rdv"},
                          dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+  // Whatever fails below, no rank outlives the test.
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (pid_t& pid : pids)
+        if (pid > 0) waitBounded(pid, 0);
+    }
+  } reaper{pids};
   // Wait (bounded) until training is under way: rank 0 has printed an epoch.
   const auto start = std::chrono::steady_clock::now();
   while (readFile(dir / "out0").find("epoch 1/") == std::string::npos) {
@@ -183,8 +191,10 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   const auto killed = std::chrono::steady_clock::now();
   waitBounded(pids[1], 5);
   removeShmRegionsOf(pids[1]);
+  pids[1] = -1;
   for (int r : {0, 2}) {
     const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 4 * timeout);
+    pids[static_cast<std::size_t>(r)] = -1;
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
     const std::string err = readFile(dir / ("err" + std::to_string(r)));
     INFO("rank " << r << " after " << took << " s, stderr:\n" << err);

@@ -67,6 +67,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "fabric.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
@@ -106,6 +110,10 @@ constexpr std::size_t kPoolBuffers = 64;
 constexpr std::size_t kInjectMax = 4096;
 /// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
 constexpr std::size_t kMaxEarlyFrames = 1 << 16;
+constexpr const char* kProcessExited = "connection lost: its process exited";
+/// Payloads from this size on have their CRC-32C checked on a second thread,
+/// so that the progress thread moves the next payload meanwhile.
+constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;
 /// A bye whose tag segment is this says the sender stopped because of an error of its own.
 constexpr std::uint32_t kByeAfterError = 1;
 
@@ -225,8 +233,10 @@ struct InboundMsg {
   HeaderBytes headerBytes{};
   std::shared_ptr<std::byte[]> data;  ///< the payload (null for control frames and empty payloads)
   std::size_t size = 0;
-  bool ready = false;   ///< every byte has arrived and was verified
-  bool zombie = false;  ///< its peer failed: only waiting for cancelled receives to come back
+  bool ready = false;              ///< every byte has arrived and was verified
+  bool zombie = false;             ///< its peer failed: only waiting for cancelled receives to come back
+  bool verifying = false;          ///< with the checksum thread (which reads it): keep it alive
+  std::exception_ptr verifyError;  ///< what the checksum thread found (under verifyMu_)
   std::size_t piecesLeft = 0, outstanding = 0;
   std::vector<BulkRecvOp> ops;  ///< never resized once posted (libfabric holds pointers)
   FidPtr<fid_mr> mr;
@@ -243,6 +253,9 @@ struct PeerTx {
   std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
   std::exception_ptr why;       ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
+  /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
+  int pidfd = -1;
+  std::atomic<bool> exited{false};
 };
 
 /// Receiving side of one peer (progress thread only).
@@ -256,7 +269,7 @@ struct PeerRx {
   bool gone = false;
 };
 
-class LibfabricTransport final : public Transport {
+class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
   LibfabricTransport(const Options& o, Store& store) : opt_(o), box_(o.worldSize) {
     peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
@@ -293,7 +306,20 @@ class LibfabricTransport final : public Transport {
     putU64(beat_.data(), fabricTag(kChanBeat, o.rank, 0));  // unordered: sequence number 0
     std::memcpy(beat_.data() + kEnvelopeBytes, beatHeader_.data(), kFrameHeaderBytes);
     postPool();
-    progress_ = std::thread([this] { progressLoop(); });
+  }
+
+  /// Starts the progress thread, which keeps the transport alive while it runs
+  /// (see close()). Call once, right after construction.
+  void start() {
+    verifier_ = std::thread([self = shared_from_this()] { self->verifyLoop(); });
+    progress_ = std::thread([self = shared_from_this()] {
+      self->progressLoop();
+      {
+        std::lock_guard<std::mutex> lk(self->exitMu_);
+        self->progressExited_ = true;
+      }
+      self->exitCv_.notify_all();
+    });
   }
 
   ~LibfabricTransport() override {
@@ -379,9 +405,28 @@ class LibfabricTransport final : public Transport {
     }
     stop_ = true;
     wake();
-    if (progress_.joinable()) progress_.join();
+    // The progress thread stops within a loop turn, unless it is stuck inside
+    // libfabric: shm spins forever on a lock that a killed peer held. Then it
+    // is left behind with the endpoint (it holds the transport alive), rather
+    // than this call hanging too.
+    bool exited = true;
+    if (progress_.joinable()) {
+      std::unique_lock<std::mutex> lk(exitMu_);
+      exited = exitCv_.wait_for(lk, std::chrono::seconds(2), [&] { return progressExited_; });
+    }
+    if (exited) {
+      if (progress_.joinable()) progress_.join();
+    } else if (progress_.joinable()) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank
+                << ": the progress thread is stuck inside libfabric (a peer died holding a shared lock?); "
+                   "leaving it and the endpoint behind\n";
+      progress_.detach();
+    }
     box_.close();
-    teardown();
+    if (exited) {
+      stopVerifier();
+      teardown();
+    }
   }
 
   TransportStats stats() const override {
@@ -448,8 +493,9 @@ class LibfabricTransport final : public Transport {
     check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
     address.resize(len);
     const std::string prefix = opt_.storePrefix + "/libfabric/";
-    store.set(prefix + std::to_string(opt_.rank),
-              provider_ + '\n' + std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + address);
+    store.set(prefix + std::to_string(opt_.rank), provider_ + '\n' +
+                                                      std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' +
+                                                      std::to_string(::getpid()) + '\n' + address);
     std::vector<std::string> keys;
     keys.reserve(static_cast<std::size_t>(opt_.worldSize));
     for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
@@ -462,7 +508,8 @@ class LibfabricTransport final : public Transport {
       const std::string value = store.get(key, opt_.timeoutSeconds);
       const auto nl1 = value.find('\n');
       const auto nl2 = nl1 == std::string::npos ? nl1 : value.find('\n', nl1 + 1);
-      if (nl2 == std::string::npos || nl2 + 1 >= value.size())
+      const auto nl3 = nl2 == std::string::npos ? nl2 : value.find('\n', nl2 + 1);
+      if (nl3 == std::string::npos || nl3 + 1 >= value.size())
         throw Error("rank " + std::to_string(p) + " published a malformed libfabric address (store key " +
                     key + ")");
       const std::string theirs = value.substr(0, nl1);
@@ -480,7 +527,17 @@ class LibfabricTransport final : public Transport {
                     "' bytes (store key " + key + "); expected " + std::to_string(kAnnounceBytes) + " to " +
                     std::to_string(maxMsgBytes_ - kEnvelopeBytes));
       tx_.back()->inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
-      const std::string peerAddress = value.substr(nl2 + 1);
+      const std::string pidText = value.substr(nl2 + 1, nl3 - nl2 - 1);
+      long pid = 0;
+      const auto [pidEnd, pidEc] = std::from_chars(pidText.data(), pidText.data() + pidText.size(), pid);
+      if (pidEc != std::errc() || pidEnd != pidText.data() + pidText.size() || pid <= 0)
+        throw Error("rank " + std::to_string(p) + " published a process id of '" + pidText + "' (store key " +
+                    key + ")");
+      // Same host by construction for shm: watch the peer's process, so that
+      // nothing is sent to it once it exited (see processExited).
+      if (provider_.rfind("shm", 0) == 0)
+        tx_.back()->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+      const std::string peerAddress = value.substr(nl3 + 1);
       fi_addr_t addr = FI_ADDR_UNSPEC;
       const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
       if (n != 1)
@@ -548,6 +605,17 @@ class LibfabricTransport final : public Transport {
   }
 
   // ---- sending -------------------------------------------------------------------
+
+  // shm: true once the peer's process exited. A killed shm peer may have died
+  // holding the lock of its own region, and sending to it would then spin
+  // forever inside libfabric; so every send to it checks first.
+  static bool processExited(PeerTx& peer) {
+    if (peer.exited) return true;
+    if (peer.pidfd < 0) return false;
+    pollfd pfd{peer.pidfd, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) > 0) peer.exited = true;
+    return peer.exited;
+  }
 
   // isend to a peer known to be gone: the reason it is gone.
   [[noreturn]] void throwGone(int dst) {
@@ -624,6 +692,7 @@ class LibfabricTransport final : public Transport {
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t envelope = fabricTag(channel, opt_.rank, peer.frameSeq++);
     if (inject && peer.pending.empty()) {
       std::array<std::byte, kInjectMax> buf;
@@ -667,6 +736,7 @@ class LibfabricTransport final : public Transport {
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t first = peer.bulkSeq;
     peer.bulkSeq += pieces;
     putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
@@ -698,6 +768,10 @@ class LibfabricTransport final : public Transport {
       {
         std::lock_guard<std::mutex> lk(peer.mu);
         while (!peer.pending.empty() && !peer.shut) {
+          if (processExited(peer)) {
+            failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
+            break;
+          }
           const ssize_t rc = post(peer.pending.front(), peer.addr);
           if (rc == -FI_EAGAIN) break;
           peer.pending.pop_front();
@@ -723,7 +797,7 @@ class LibfabricTransport final : public Transport {
       ssize_t rc = 0;
       {
         std::lock_guard<std::mutex> lk(peer.mu);
-        if (peer.shut) continue;
+        if (peer.shut || processExited(peer)) continue;  // checkSilence reports an exited one
         if (injectBytes_ >= beat_.size()) {
           rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
         } else {
@@ -779,6 +853,7 @@ class LibfabricTransport final : public Transport {
         const bool active = handleCq(n, entries.data());
         if (queued_ > 0) flushPending();
         if (!unposted_.empty()) retryUnposted();
+        if (verifying_ > 0) drainVerified();
         if (now - lastBeat >= beatEvery) {
           sendBeats();
           lastBeat = now;
@@ -795,7 +870,7 @@ class LibfabricTransport final : public Transport {
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
         // Keep polling while sends wait or are under way, or payload pieces are due.
         if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
-            bulkPosted_ > 0) {
+            bulkPosted_ > 0 || verifying_ > 0) {
           std::this_thread::yield();
           continue;
         }
@@ -1105,6 +1180,16 @@ class LibfabricTransport final : public Transport {
             "payload piece of " + std::to_string(len) + " bytes, expected " + std::to_string(op.len));
       if (--msg->piecesLeft > 0) return;
       msg->mr.reset();
+      if (msg->size >= kVerifyOffloadBytes) {  // checksum on the other thread, progress goes on
+        msg->verifying = true;
+        ++verifying_;
+        {
+          std::lock_guard<std::mutex> lk(verifyMu_);
+          toVerify_.push_back(msg);
+        }
+        verifyCv_.notify_one();
+        return;
+      }
       verifyFramePayload(msg->headerBytes, msg->header,
                          std::span<const std::byte>(msg->data.get(), msg->size), src);
       msg->ready = true;
@@ -1149,10 +1234,67 @@ class LibfabricTransport final : public Transport {
     }
   }
 
+  // The checksum thread: verifies large payloads handed over by onBulkPiece.
+  void verifyLoop() {
+    std::unique_lock<std::mutex> lk(verifyMu_);
+    for (;;) {
+      verifyCv_.wait(lk, [&] { return verifyStop_ || !toVerify_.empty(); });
+      if (toVerify_.empty()) return;  // stopping, nothing left
+      InboundMsg* msg = toVerify_.front();
+      toVerify_.pop_front();
+      lk.unlock();
+      std::exception_ptr error;
+      try {
+        verifyFramePayload(msg->headerBytes, msg->header,
+                           std::span<const std::byte>(msg->data.get(), msg->size), msg->source);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lk.lock();
+      msg->verifyError = error;
+      verified_.push_back(msg);
+      lk.unlock();
+      wake();  // the progress thread delivers it
+      lk.lock();
+    }
+  }
+
+  // Progress thread: payloads the checksum thread is done with.
+  void drainVerified() {
+    std::deque<InboundMsg*> done;
+    {
+      std::lock_guard<std::mutex> lk(verifyMu_);
+      done.swap(verified_);
+    }
+    for (InboundMsg* msg : done) {
+      --verifying_;
+      msg->verifying = false;
+      if (msg->zombie) {
+        buryIfDone(msg);
+        continue;
+      }
+      if (msg->verifyError) {
+        try {
+          std::rethrow_exception(msg->verifyError);
+        } catch (const std::exception& e) {
+          std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+        }
+        failPeer(msg->source, msg->verifyError);
+        continue;
+      }
+      msg->ready = true;
+      flushInbound(msg->source);
+    }
+  }
+
   void checkSilence(Clock::time_point now) {
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& rx = rx_[static_cast<std::size_t>(p)];
       if (p == opt_.rank || rx.gone) continue;
+      if (processExited(*tx_[static_cast<std::size_t>(p)])) {
+        failPeer(p, std::make_exception_ptr(PeerFailure(p, kProcessExited)));
+        continue;
+      }
       // A frame that stays missing while later ones arrive was lost on the way:
       // fail the peer instead of waiting for it forever.
       if (!rx.early.empty() && secondsSince(rx.gapSince, now) > peerTimeout_) {
@@ -1206,7 +1348,7 @@ class LibfabricTransport final : public Transport {
       }
     }
     for (auto& msg : rx.queue) {
-      if (msg->outstanding == 0) continue;
+      if (msg->outstanding == 0 && !msg->verifying) continue;
       msg->zombie = true;
       for (auto& op : msg->ops)
         if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
@@ -1218,7 +1360,7 @@ class LibfabricTransport final : public Transport {
   }
 
   void buryIfDone(InboundMsg* msg) {
-    if (msg->outstanding > 0) return;
+    if (msg->outstanding > 0 || msg->verifying) return;
     const auto it =
         std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
     if (it != zombies_.end()) zombies_.erase(it);
@@ -1232,6 +1374,16 @@ class LibfabricTransport final : public Transport {
     closeCv_.notify_all();
   }
 
+  // Stops the checksum thread (it never waits on anything but its queue).
+  void stopVerifier() {
+    {
+      std::lock_guard<std::mutex> lk(verifyMu_);
+      verifyStop_ = true;
+    }
+    verifyCv_.notify_all();
+    if (verifier_.joinable()) verifier_.join();
+  }
+
   // After the progress thread stopped: closes the endpoint (libfabric drops
   // what is still posted), then frees the operations and the fabric.
   void teardown() {
@@ -1239,6 +1391,8 @@ class LibfabricTransport final : public Transport {
       std::lock_guard<std::mutex> lk(peer->mu);
       peer->shut = true;
       peer->pending.clear();
+      if (peer->pidfd >= 0) ::close(peer->pidfd);
+      peer->pidfd = -1;
     }
     ep_.reset();
     {
@@ -1290,11 +1444,20 @@ class LibfabricTransport final : public Transport {
   // Progress thread only.
   std::vector<PeerRx> rx_;
   std::deque<FabricOp*> unposted_;
-  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed  ///< receives the
+  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed
+  std::size_t verifying_ = 0;   ///< payloads with the checksum thread  ///< receives the
                                 ///< provider refused (-FI_EAGAIN), retried in order
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
 
   std::thread progress_;
+  std::thread verifier_;  ///< the checksum thread
+  std::mutex verifyMu_;
+  std::condition_variable verifyCv_;
+  std::deque<InboundMsg*> toVerify_, verified_;  // under verifyMu_
+  bool verifyStop_ = false;                      // under verifyMu_
+  std::mutex exitMu_;
+  std::condition_variable exitCv_;
+  bool progressExited_ = false;  // under exitMu_
   std::atomic<bool> stop_{false}, closed_{false}, aborting_{false}, sleeping_{false};
   std::atomic<Clock::rep> lastKick_{0};
   std::mutex kickMu_;
@@ -1305,6 +1468,36 @@ class LibfabricTransport final : public Transport {
   std::condition_variable closeCv_;
   std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+};
+
+/// What makeTransport returns: the transport is shared with its progress
+/// thread, which may outlive a close() that had to give up on it.
+class TransportHandle final : public Transport {
+ public:
+  explicit TransportHandle(std::shared_ptr<LibfabricTransport> impl) : impl_(std::move(impl)) {}
+  ~TransportHandle() override {
+    try {
+      impl_->close();
+    } catch (...) {
+      // Destructors must not throw; close() failures were already reported.
+    }
+  }
+  int rank() const override { return impl_->rank(); }
+  int worldSize() const override { return impl_->worldSize(); }
+  std::string name() const override { return impl_->name(); }
+  double timeoutSeconds() const override { return impl_->timeoutSeconds(); }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return impl_->isend(dst, tag, data, dtype);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    return impl_->irecv(sources, tag, buffer);
+  }
+  void close() override { impl_->close(); }
+  void abort() override { impl_->abort(); }
+  TransportStats stats() const override { return impl_->stats(); }
+
+ private:
+  std::shared_ptr<LibfabricTransport> impl_;
 };
 
 }  // namespace
@@ -1321,7 +1514,9 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.spinSeconds >= 0, "spin time " << o.spinSeconds);
   GOSSAMER_ENFORCE(o.inlineBytes <= kMaxPayloadBytes, "inline bytes " << o.inlineBytes);
   GOSSAMER_ENFORCE(!o.provider.empty(), "libfabric provider name is empty");
-  return std::make_unique<LibfabricTransport>(o, store);
+  auto impl = std::make_shared<LibfabricTransport>(o, store);
+  impl->start();
+  return std::make_unique<TransportHandle>(std::move(impl));
 }
 
 void registerWith(Registry& registry) {

@@ -73,7 +73,7 @@ std::string providerName(const std::string& provider);
 std::vector<std::string> availableProviders();
 
 /// Creates the transport: opens an endpoint of the provider, publishes
-/// "<provider>\n<largest frame its buffers take, bytes>\n<endpoint address>"
+/// "<provider>\n<largest frame its buffers take, bytes>\n<pid>\n<endpoint address>"
 /// as "<prefix>/libfabric/<rank>" in `store`, waits for every peer's entry and
 /// inserts their addresses into the address vector. The store is used only here.
 /// @throws InvalidArgument for bad options; ProviderNotFound when the provider
