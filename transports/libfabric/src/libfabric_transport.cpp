@@ -869,8 +869,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         }
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
         // Keep polling while sends wait or are under way, or payload pieces are due.
+        // (Not for payloads with the checksum thread: it wakes this one when done.)
         if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
-            bulkPosted_ > 0 || verifying_ > 0) {
+            bulkPosted_ > 0) {
           std::this_thread::yield();
           continue;
         }
