@@ -49,9 +49,11 @@
 // providers of libfabric 1.17 report nothing (sends to it stay -FI_EAGAIN or
 // pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
-// peerTimeoutSeconds. close() sends a bye after the last data frame and waits
-// (bounded by the linger period) for each peer's bye-ack, as the zmq
-// transport does, so queued messages are delivered.
+// peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
+// replaces the heartbeats: a killed shm peer may leave a spin lock held in its
+// shared memory, so nothing is sent to it once it exited. close() sends a bye after the last data frame and
+// waits (bounded by the linger period) for each peer's bye-ack, as the zmq transport does, so queued messages
+// are delivered.
 #include <algorithm>
 #include <array>
 #include <atomic>
