@@ -22,16 +22,20 @@ const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
 
 bool haveData() { return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz"); }
 
-/// The transports these tests run over: "zmq", "inproc", "libfabric-tcp", "libfabric-shm".
-std::vector<std::string> networkTransports() {
+/// The transports a peer is SIGKILLed on: zmq, socket and, when built, libfabric tcp.
+/// Not libfabric shm: a shm peer killed while it held a spin lock in shared
+/// memory wedges whoever sends to it next inside libfabric 1.17, about once in
+/// 30 runs here (docs/libfabric.md); test_libfabric_failure.cpp kills a shm
+/// peer that nobody sends to, where that is far less likely.
+std::vector<std::string> killableTransports() {
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-  return {"zmq", "socket", "libfabric-tcp", "libfabric-shm"};
+  return {"zmq", "socket", "libfabric-tcp"};
 #else
   return {"zmq", "socket"};
 #endif
 }
 
-/// The `transport:` keys of one of networkTransports() (or "inproc").
+/// The `transport:` keys of "zmq", "socket", "inproc", "libfabric-tcp" or "libfabric-shm".
 std::string transportKeys(const std::string& transport) {
   if (transport.rfind("libfabric-", 0) == 0) return "kind: libfabric\n  provider: " + transport.substr(10);
   return "kind: " + transport;
@@ -164,7 +168,7 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
   const int n = 3;
   // Gossip, and an allreduce every step (the peer dies in the middle of one).
   const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
-  const std::string transport = GENERATE_COPY(from_range(networkTransports()));
+  const std::string transport = GENERATE_COPY(from_range(killableTransports()));
   INFO("algorithm " << algorithm << ", transport " << transport);
   TempDir dir;
   writeFile(dir / "long.yaml", smallConfig(transport, algorithm, n, 500, timeout));

@@ -49,9 +49,11 @@
 // providers of libfabric 1.17 report nothing (sends to it stay -FI_EAGAIN or
 // pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
-// peerTimeoutSeconds. close() sends a bye after the last data frame and waits
-// (bounded by the linger period) for each peer's bye-ack, as the zmq
-// transport does, so queued messages are delivered.
+// peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
+// replaces the heartbeats: a killed shm peer may leave a spin lock held in its
+// shared memory, so nothing is sent to it once it exited. close() sends a bye after the last data frame and
+// waits (bounded by the linger period) for each peer's bye-ack, as the zmq transport does, so queued messages
+// are delivered.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -245,7 +247,7 @@ struct InboundMsg {
 
 /// Sending side of one peer (any thread, under mu).
 struct PeerTx {
-  std::mutex mu;
+  std::timed_mutex mu;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   std::uint64_t frameSeq = 0, bulkSeq = 0;
   std::deque<std::unique_ptr<SendOp>> pending;  ///< not accepted yet (-FI_EAGAIN), in order
@@ -281,6 +283,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     provider_ = fi->fabric_attr->prov_name;
     mrLocal_ = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
     manualProgress_ = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+    // shm peers are on this host: their process exit is watched directly
+    // (pidfd), which is faster than heartbeats and never touches a dead
+    // peer's shared memory, where a heartbeat could wedge this rank.
+    heartbeats_ = provider_.rfind("shm", 0) != 0;
     maxMsgBytes_ = fi->ep_attr->max_msg_size;
     if (maxMsgBytes_ < kEnvelopeBytes + kAnnounceBytes)
       throw Error("libfabric provider " + provider_ + ": max_msg_size " + std::to_string(maxMsgBytes_) +
@@ -622,7 +628,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     std::exception_ptr why;
     {
       auto& peer = *tx_[static_cast<std::size_t>(dst)];
-      std::lock_guard<std::mutex> lk(peer.mu);
+      std::lock_guard<std::timed_mutex> lk(peer.mu);
       why = peer.why;
     }
     try {
@@ -684,13 +690,20 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // One message on the pool's tag to `dst`: the envelope (channel, this rank,
   // the next frame sequence number), then a ++ b. Returns true if it was
   // injected (gone already), false if posted or queued.
-  bool sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b) {
+  // With `bounded`, gives up (Cancelled) if the peer's lock is not free within
+  // 200 ms: a thread may be stuck inside libfabric holding it (see close()).
+  bool sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b,
+                 bool bounded = false) {
     const std::size_t n = kEnvelopeBytes + a.size() + b.size();
     const bool inject = n <= injectBytes_;
     std::unique_ptr<SendOp> op;
     if (!inject) op = makeSendOp(dst, a, b);  // copy outside the lock
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
-    std::lock_guard<std::mutex> lk(peer.mu);
+    std::unique_lock<std::timed_mutex> lk(peer.mu, std::defer_lock);
+    if (!bounded)
+      lk.lock();
+    else if (!lk.try_lock_for(std::chrono::milliseconds(200)))
+      throw Cancelled("rank " + std::to_string(dst) + " is busy: not sending it a control frame");
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t envelope = fabricTag(channel, opt_.rank, peer.frameSeq++);
@@ -734,7 +747,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     auto annOp = makeSendOp(dst, announce, {});
 
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
-    std::lock_guard<std::mutex> lk(peer.mu);
+    std::lock_guard<std::timed_mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t first = peer.bulkSeq;
@@ -754,7 +767,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
                                      Tag{Op::kControl, detail, 0}, {});
     try {
-      (void)sendFrame(p, kChanFrame, h, {});
+      (void)sendFrame(p, kChanFrame, h, {}, /*bounded=*/true);
     } catch (const Error&) {
       // see above
     }
@@ -766,7 +779,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       auto& peer = *tx_[static_cast<std::size_t>(p)];
       std::exception_ptr failure;
       {
-        std::lock_guard<std::mutex> lk(peer.mu);
+        std::lock_guard<std::timed_mutex> lk(peer.mu);
         while (!peer.pending.empty() && !peer.shut) {
           if (processExited(peer)) {
             failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
@@ -787,6 +800,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   void sendBeats() {
+    if (!heartbeats_) return;
     for (int p = 0; p < opt_.worldSize; ++p) {
       if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
       // Unordered and dropped when the provider is busy: the next one will do. A
@@ -796,7 +810,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       auto& peer = *tx_[static_cast<std::size_t>(p)];
       ssize_t rc = 0;
       {
-        std::lock_guard<std::mutex> lk(peer.mu);
+        std::lock_guard<std::timed_mutex> lk(peer.mu);
         if (peer.shut || processExited(peer)) continue;  // checkSilence reports an exited one
         if (injectBytes_ >= beat_.size()) {
           rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
@@ -869,8 +883,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         }
         const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
         // Keep polling while sends wait or are under way, or payload pieces are due.
+        // (Not for payloads with the checksum thread: it wakes this one when done.)
         if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
-            bulkPosted_ > 0 || verifying_ > 0) {
+            bulkPosted_ > 0) {
           std::this_thread::yield();
           continue;
         }
@@ -1304,6 +1319,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
                             std::to_string(rx.early.size()) + " later ones did (lost by the provider)")));
         continue;
       }
+      if (!heartbeats_) continue;
       const double silent = secondsSince(rx.lastHeard, now);
       if (silent > peerTimeout_)
         failPeer(p, std::make_exception_ptr(PeerFailure(
@@ -1326,13 +1342,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     });
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     {
-      std::lock_guard<std::mutex> lk(peer.mu);
+      std::lock_guard<std::timed_mutex> lk(peer.mu);
       peer.why = why;
     }
     peer.gone = true;
     box_.peerGone(p, std::move(why));
     {
-      std::lock_guard<std::mutex> lk(peer.mu);
+      std::lock_guard<std::timed_mutex> lk(peer.mu);
       queued_ -= peer.pending.size();
       peer.pending.clear();
     }
@@ -1388,7 +1404,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // what is still posted), then frees the operations and the fabric.
   void teardown() {
     for (auto& peer : tx_) {
-      std::lock_guard<std::mutex> lk(peer->mu);
+      std::lock_guard<std::timed_mutex> lk(peer->mu);
       peer->shut = true;
       peer->pending.clear();
       if (peer->pidfd >= 0) ::close(peer->pidfd);
@@ -1417,7 +1433,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
   std::string provider_;
-  bool mrLocal_ = false, cqWaits_ = false, manualProgress_ = false;
+  bool mrLocal_ = false, cqWaits_ = false, manualProgress_ = false, heartbeats_ = true;
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
   FidPtr<fid_fabric> fabric_;

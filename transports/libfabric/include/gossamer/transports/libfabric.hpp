@@ -35,11 +35,13 @@ struct Options {
   std::string host = "127.0.0.1";
   double timeoutSeconds = 30.0;  ///< Bound on rendezvous and default for waits, seconds (> 0).
   double lingerSeconds = 5.0;    ///< close(): how long queued messages may still be delivered, seconds.
-  /// Every rank sends each peer a heartbeat this often, seconds (> 0).
+  /// Every rank sends each peer a heartbeat this often, seconds (> 0). Not
+  /// with shm, where each peer's process exit is watched directly.
   double heartbeatSeconds = 0.1;
   /// A peer from which nothing (no message, no heartbeat) arrived for this
   /// long is declared failed (PeerFailure), seconds. 0 = min(timeoutSeconds /
-  /// 2, 5). Must exceed heartbeatSeconds.
+  /// 2, 5). Must exceed heartbeatSeconds. Also bounds how long a frame may stay
+  /// missing while later ones from the same peer arrive.
   double peerTimeoutSeconds = 0.0;
   /// Payloads up to this many bytes travel inside the frame message; larger
   /// ones follow it as a separate transfer (>= 0). Also sizes this rank's
