@@ -37,35 +37,29 @@ inline std::unique_ptr<Transport> makeBenchTransport(const std::string& name, in
                                                      double timeoutSeconds, Store& store,
                                                      const std::string& storePrefix) {
   const std::string zmqProtocol = name.rfind("zmq-", 0) == 0 ? name.substr(4) : name;
-  if (zmqProtocol == "tcp" || zmqProtocol == "ipc") {
-    zmq::Options o;
+  // The fields every transport's Options has; the caller sets its own.
+  auto common = [&](auto o) {
     o.rank = rank;
     o.worldSize = worldSize;
-    o.protocol = zmqProtocol;
     o.host = "127.0.0.1";
     o.timeoutSeconds = timeoutSeconds;
     o.storePrefix = storePrefix;
+    return o;
+  };
+  if (zmqProtocol == "tcp" || zmqProtocol == "ipc") {
+    auto o = common(zmq::Options{});
+    o.protocol = zmqProtocol;
     return zmq::makeTransport(o, store);
   }
   if (name == "socket-tcp" || name == "socket-ipc") {
-    sock::Options o;
-    o.rank = rank;
-    o.worldSize = worldSize;
+    auto o = common(sock::Options{});
     o.protocol = name.substr(7);
-    o.host = "127.0.0.1";
-    o.timeoutSeconds = timeoutSeconds;
-    o.storePrefix = storePrefix;
     return sock::makeTransport(o, store);
   }
 #ifdef GOSSAMER_HAVE_LIBFABRIC
   if (name == "libfabric-tcp" || name == "libfabric-shm") {
-    libfabric::Options o;
-    o.rank = rank;
-    o.worldSize = worldSize;
+    auto o = common(libfabric::Options{});
     o.provider = name.substr(10);
-    o.host = "127.0.0.1";
-    o.timeoutSeconds = timeoutSeconds;
-    o.storePrefix = storePrefix;
     return libfabric::makeTransport(o, store);
   }
 #endif

@@ -10,6 +10,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
+#include "gossamer/errors.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topology.hpp"
@@ -47,6 +48,20 @@ Options networkOptionsFrom(const TransportContext& ctx) {
   o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
   o.lingerSeconds = ctx.config.transport.lingerSeconds;
   return o;
+}
+
+/// Checks the fields networkOptionsFrom fills: world size >= 1, rank in
+/// [0, world size), protocol "tcp" or "ipc", timeout > 0 s, linger >= 0 s.
+/// @throws InvalidArgument naming the bad field.
+template <typename Options>
+void checkNetworkOptions(const Options& o) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
+                   "protocol must be tcp or ipc, got '" << o.protocol << "'");
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
 }
 
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;

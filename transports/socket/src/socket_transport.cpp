@@ -1190,13 +1190,7 @@ Links connectAll(const Options& o, Store& store) {
 }  // namespace
 
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
-  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
-                   "rank " << o.rank << " outside world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
-                   "protocol must be tcp or ipc, got '" << o.protocol << "'");
-  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
-  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
+  checkNetworkOptions(o);
   GOSSAMER_ENFORCE(o.spinSeconds >= 0 && o.spinSeconds <= 1, "spin " << o.spinSeconds << " s (0..1)");
   const auto links = connectAll(o, store);
   return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, links));

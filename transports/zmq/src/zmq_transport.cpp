@@ -29,6 +29,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/registry.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 namespace gossamer::zmq {
@@ -351,19 +352,11 @@ class ZmqTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
-  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
-                   "rank " << o.rank << " outside world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
-                   "protocol must be tcp or ipc, got '" << o.protocol << "'");
-  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
-  GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
+  checkNetworkOptions(o);
   return std::make_unique<ZmqTransport>(o, store);
 }
 
 }  // namespace gossamer::zmq
-
-#include "gossamer/registry.hpp"
 
 namespace gossamer::zmq {
 void registerWith(Registry& registry) {
