@@ -83,7 +83,8 @@ class Ring {
 
   // Double-buffered: step s+1's receives are posted before step s is reduced,
   // and each reduced piece is forwarded at once (the chunk reduced at step s
-  // is the one sent at step s+1).
+  // is the one sent at step s+1). For kAverage the last step also divides the
+  // chunk this rank ends up owning by N, piece by piece while it is in cache.
   void reduceScatter() {
     std::span<T> buffers[2] = {detail::scratch<T>(detail::ScratchSlot::kRing0, maxChunk_),
                                detail::scratch<T>(detail::ScratchSlot::kRing1, maxChunk_)};
@@ -108,7 +109,15 @@ class Ring {
         auto dst = piece(in, k);
         expectBytes<T>(req, dst.size_bytes(), left_);
         combine(op_, dst.data(), piece(buf, k).data(), dst.size());
-        if (s + 1 < n_ - 1) send(dst, static_cast<std::size_t>(s) + 1, k);
+        if (s == n_ - 2) detail::scaleIfAverage(op_, dst, n_);  // the chunk this rank now owns is final
+        // The reduced piece is in cache now: checksum it here if the
+        // transport takes it, rather than have it read the piece again later.
+        std::optional<std::uint32_t> sum;
+        if (dst.size_bytes() >= t_.checksumReuseMinBytes()) sum = crc32c(std::as_bytes(dst));
+        if (s + 1 < n_ - 1)
+          send(dst, static_cast<std::size_t>(s) + 1, k, sum);
+        else
+          reducedSums_.push_back(sum);  // the chunk the allgather starts with
       }
     }
     waitAll(sends_, o_.timeoutSeconds);
@@ -126,7 +135,13 @@ class Ring {
         gather[static_cast<std::size_t>(s)].push_back(
             t_.irecvOf<T>(left_, tag(base + static_cast<std::size_t>(s), k), piece(in, k)));
     }
-    sendChunk(chunk(r_ + 1), base);
+    {
+      const auto own = chunk(r_ + 1);
+      const bool known = reducedSums_.size() == pieces(own.size());  // after reduceScatter() on this object
+      for (std::size_t k = 0; k < pieces(own.size()); ++k)
+        send(piece(own, k), base, k, known ? reducedSums_[k] : std::nullopt);
+      reducedSums_.clear();
+    }
     for (int s = 0; s < n_ - 1; ++s) {
       const auto in = chunk(r_ - s);
       for (std::size_t k = 0; k < pieces(in.size()); ++k) {
@@ -134,7 +149,8 @@ class Ring {
         req.wait(o_.timeoutSeconds);
         auto got = piece(in, k);
         expectBytes<T>(req, got.size_bytes(), left_);
-        if (s + 1 < n_ - 1) send(got, base + static_cast<std::size_t>(s) + 1, k);
+        // Forwarded as received: the transport's verified checksum goes along.
+        if (s + 1 < n_ - 1) send(got, base + static_cast<std::size_t>(s) + 1, k, req.payloadChecksum());
       }
     }
     waitAll(sends_, o_.timeoutSeconds);
@@ -150,9 +166,9 @@ class Ring {
     const std::size_t b = k * pieceElems_;
     return c.subspan(b, std::min(pieceElems_, c.size() - b));
   }
-  void send(std::span<T> p, std::size_t step, std::size_t k) {
+  void send(std::span<T> p, std::size_t step, std::size_t k, std::optional<std::uint32_t> sum = {}) {
     // Zero-copy: pieces stay untouched until the waitAll that ends each phase.
-    sends_.push_back(t_.isendBorrowedOf<T>(right_, tag(step, k), std::span<const T>(p)));
+    sends_.push_back(t_.isendBorrowedOf<T>(right_, tag(step, k), std::span<const T>(p), sum));
   }
   void sendChunk(std::span<T> c, std::size_t step) {
     for (std::size_t k = 0; k < pieces(c.size()); ++k) send(piece(c, k), step, k);
@@ -165,14 +181,14 @@ class Ring {
   int n_, r_, shift_, right_ = 0, left_ = 0;
   std::size_t maxChunk_ = 0, pieceElems_ = 1, piecesPerChunk_ = 1;
   std::vector<Request> sends_;
+  std::vector<std::optional<std::uint32_t>> reducedSums_;  // CRC-32C of the reduced chunk's pieces
 };
 
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   if (transport.worldSize() == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
   Ring<T> ring(transport, data, op, options, 0);
-  ring.reduceScatter();
-  detail::scaleIfAverage(op, ring.chunk(transport.rank() + 1), transport.worldSize());
+  ring.reduceScatter();  // leaves chunk r+1 reduced (and averaged, for kAverage)
   ring.allgather();
 }
 
@@ -181,10 +197,8 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
                                const CollectiveOptions& options) {
   const int n = transport.worldSize(), r = transport.rank();
   const auto [b, e] = chunkRange(data.size(), n, r);
-  if (n > 1 && !data.empty()) Ring<T>(transport, data, op, options, -1).reduceScatter();
-  auto mine = data.subspan(b, e - b);
-  detail::scaleIfAverage(op, mine, n);
-  return mine;
+  if (n > 1 && !data.empty()) Ring<T>(transport, data, op, options, -1).reduceScatter();  // averages too
+  return data.subspan(b, e - b);
 }
 
 template <typename T>

@@ -10,12 +10,13 @@ namespace gossamer {
 
 namespace detail {
 
-void RequestState::complete(int peerRank, std::size_t n) {
+void RequestState::complete(int peerRank, std::size_t n, std::optional<std::uint32_t> payloadChecksum) {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (status != Status::kPending) return;
     peer = peerRank;
     bytes = n;
+    checksum = payloadChecksum;
     status = Status::kDone;
   }
   cv.notify_all();
@@ -117,6 +118,12 @@ std::size_t Request::bytes() const {
   return state_->bytes;
 }
 
+std::optional<std::uint32_t> Request::payloadChecksum() const {
+  GOSSAMER_ENFORCE(state_, "payloadChecksum() on an empty Request");
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->status == detail::RequestState::Status::kDone ? state_->checksum : std::nullopt;
+}
+
 void waitAll(std::span<Request> requests, double timeoutSeconds) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -151,6 +158,7 @@ void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
       if (!payload.bytes.empty()) std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
       s.peer = source;
       s.bytes = payload.bytes.size();
+      s.checksum = payload.checksum;
       s.status = detail::RequestState::Status::kDone;
     }
   }

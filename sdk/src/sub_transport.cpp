@@ -36,8 +36,9 @@ Request SubTransport::isend(int dst, const Tag& tag, std::span<const std::byte> 
   return parent_.isend(globalRank(dst), translate(tag), data, dtype);
 }
 
-Request SubTransport::isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
-  return parent_.isendBorrowed(globalRank(dst), translate(tag), data, dtype);
+Request SubTransport::isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                                    std::optional<std::uint32_t> checksum) {
+  return parent_.isendBorrowed(globalRank(dst), translate(tag), data, dtype, checksum);
 }
 
 Request SubTransport::irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {

@@ -180,6 +180,11 @@ std::uint32_t crc(std::span<const std::byte> header, std::span<const std::byte> 
 
 std::uint32_t crc32c(std::span<const std::byte> data) { return ~crc32c(~0u, data.data(), data.size()); }
 
+Crc32c& Crc32c::update(std::span<const std::byte> data) noexcept {
+  state_ = crc32c(state_, data.data(), data.size());
+  return *this;
+}
+
 namespace detail {
 std::uint32_t crc32cPortable(std::span<const std::byte> data) {
   return ~crc32cSoftware(~0u, data.data(), data.size());
@@ -200,7 +205,8 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
                                                            << dtypeName(dtype) << " elements");
   GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
                    "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
-  GOSSAMER_ENFORCE(kind == FrameKind::kData || kind == FrameKind::kPull || payload.empty(),
+  GOSSAMER_ENFORCE(kind == FrameKind::kData || kind == FrameKind::kDataTrailing || kind == FrameKind::kPull ||
+                       payload.empty(),
                    "control frames carry no payload");
   HeaderBytes h{};
   put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
@@ -213,7 +219,8 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
   put<std::uint64_t>(h, frame_offset::kStep, tag.step);
   put<std::uint64_t>(h, frame_offset::kCount, payload.size() / es);
   put<std::uint64_t>(h, frame_offset::kPayloadBytes, payload.size());
-  put<std::uint32_t>(h, frame_offset::kChecksum, crc(h, payload));
+  put<std::uint32_t>(h, frame_offset::kChecksum,
+                     crc(h, kind == FrameKind::kDataTrailing ? std::span<const std::byte>{} : payload));
   return h;
 }
 
@@ -233,7 +240,7 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
                             std::to_string(kProtocolVersion) + ")");
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
-  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kPullDone))
+  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kDataTrailing))
     throw ProtocolError(peer, fo::kKind, "unknown frame kind " + std::to_string(kind));
   d.kind = FrameKind(kind);
   const auto dtype = get<std::uint8_t>(header, fo::kDType);
@@ -268,7 +275,8 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
     throw ProtocolError(peer, fo::kPayloadBytes,
                         "pull frame with a payload of " + std::to_string(d.payloadBytes) + " bytes, not " +
                             std::to_string(kPullDescriptorBytes));
-  if (d.kind != FrameKind::kData && d.kind != FrameKind::kPull && d.payloadBytes != 0)
+  if (d.kind != FrameKind::kData && d.kind != FrameKind::kDataTrailing && d.kind != FrameKind::kPull &&
+      d.payloadBytes != 0)
     throw ProtocolError(peer, fo::kPayloadBytes, "control frame carries a payload");
   d.checksum = get<std::uint32_t>(header, fo::kChecksum);
   if (get<std::uint32_t>(header, fo::kReserved2) != 0)
@@ -284,8 +292,50 @@ void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& de
     throw ProtocolError(peer, kFrameHeaderBytes + std::min<std::size_t>(payload.size(), decoded.payloadBytes),
                         "payload is " + std::to_string(payload.size()) + " bytes, header announced " +
                             std::to_string(decoded.payloadBytes));
+  if (decoded.kind == FrameKind::kDataTrailing)
+    throw ProtocolError(
+        peer, frame_offset::kKind,
+        "a frame with a trailing checksum on a message transport (only stream sockets send them)");
   if (crc(header, payload) != decoded.checksum)
     throw ProtocolError(peer, frame_offset::kChecksum, "checksum mismatch (corrupted frame)");
+}
+
+void StreamFrameVerifier::begin(std::span<const std::byte> header, const FrameHeader& decoded, int peer) {
+  if (header.size() != kFrameHeaderBytes)
+    throw ProtocolError(peer, header.size(), "frame header is " + std::to_string(header.size()) + " bytes");
+  frame_ = decoded;
+  peer_ = peer;
+  seen_ = 0;
+  crc_ = Crc32c();
+  HeaderBytes zeroed;
+  std::memcpy(zeroed.data(), header.data(), kFrameHeaderBytes);
+  std::memset(zeroed.data() + frame_offset::kChecksum, 0, 4);
+  crc_.update(zeroed);
+  if (decoded.kind != FrameKind::kDataTrailing) return;
+  if (crc_.value() != decoded.checksum)
+    throw ProtocolError(peer, frame_offset::kChecksum, "header checksum mismatch (corrupted frame header)");
+  crc_ = Crc32c();  // the trailer covers the payload alone
+}
+
+void StreamFrameVerifier::finish(std::span<const std::byte> trailer) const {
+  if (seen_ != frame_.payloadBytes)
+    throw ProtocolError(peer_, kFrameHeaderBytes + std::min<std::size_t>(seen_, frame_.payloadBytes),
+                        "payload is " + std::to_string(seen_) + " bytes, header announced " +
+                            std::to_string(frame_.payloadBytes));
+  if (frame_.kind != FrameKind::kDataTrailing) {
+    if (crc_.value() != frame_.checksum)
+      throw ProtocolError(peer_, frame_offset::kChecksum, "checksum mismatch (corrupted frame)");
+    return;
+  }
+  const std::size_t at = kFrameHeaderBytes + frame_.payloadBytes;
+  if (trailer.size() != kFrameTrailerBytes)
+    throw ProtocolError(peer_, at + std::min(trailer.size(), kFrameTrailerBytes),
+                        "checksum trailer is " + std::to_string(trailer.size()) + " bytes, expected " +
+                            std::to_string(kFrameTrailerBytes));
+  std::uint32_t expected = 0;
+  for (std::size_t i = 0; i < kFrameTrailerBytes; ++i)
+    expected |= std::uint32_t(std::to_integer<std::uint8_t>(trailer[i])) << (8 * i);
+  if (crc_.value() != expected) throw ProtocolError(peer_, at, "payload checksum mismatch (corrupted frame)");
 }
 
 }  // namespace gossamer

@@ -244,6 +244,54 @@ TEMPLATE_TEST_CASE("large messages arrive intact", "[transport]", TRANSPORTS) {
   CHECK(g[1]->stats().messagesReceived >= 1);
 }
 
+TEMPLATE_TEST_CASE(
+    "a borrowed send with the caller's checksum arrives intact, and a received checksum is right",
+    "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  for (std::size_t n : {std::size_t{3}, std::size_t{20'000}, std::size_t{300'001}}) {
+    std::vector<float> v(n);
+    std::mt19937 rng(static_cast<std::uint32_t>(n));
+    for (auto& x : v) x = static_cast<float>(rng());
+    std::vector<float> got(n);
+    const auto tag = Tag::make(Op::kUser, n);
+    auto r = g[1]->irecvOf<float>(0, tag, std::span<float>(got));
+    const std::uint32_t sum = gossamer::crc32c(std::as_bytes(std::span<const float>(v)));
+    auto s = g[0]->isendBorrowedOf<float>(1, tag, std::span<const float>(v), sum);
+    r.wait(kTimeout);
+    s.wait(kTimeout);
+    INFO(n << " floats");
+    CHECK(got == v);
+    // A transport need not know the checksum, but one it reports is exact.
+    if (const auto reported = r.payloadChecksum()) CHECK(*reported == sum);
+    CHECK_FALSE(s.payloadChecksum().has_value());
+  }
+}
+
+TEST_CASE("socket: a wrong caller checksum fails the receive with ProtocolError instead of delivering",
+          "[transport]") {
+  Group g = SockTcp::make(2);
+  REQUIRE(g[0]->checksumReuseMinBytes() <= 65536);
+  std::vector<float> v(100'000, 1.5f);
+  std::vector<float> got(v.size(), 0.0f);
+  const auto tag = Tag::make(Op::kUser, 77);
+  auto r = g[1]->irecvOf<float>(0, tag, std::span<float>(got));
+  const std::uint32_t wrong = gossamer::crc32c(std::as_bytes(std::span<const float>(v))) ^ 1u;
+  auto s = g[0]->isendBorrowedOf<float>(1, tag, std::span<const float>(v), wrong);
+  try {
+    r.wait(kTimeout);
+    FAIL("a message with a wrong checksum was delivered");
+  } catch (const gossamer::ProtocolError& e) {
+    INFO(e.what());
+    CHECK(e.peer() == 0);
+    CHECK(e.offset() == gossamer::kFrameHeaderBytes + v.size() * sizeof(float));  // the trailer
+  }
+  try {
+    s.wait(kTimeout);
+  } catch (const gossamer::Error&) {
+    // The receiver drops the connection: the send may fail too, but never hangs.
+  }
+}
+
 TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   const int threads = 4, per = 100;

@@ -233,7 +233,7 @@ TEST_CASE("wire: an unsupported protocol version is rejected at its offset", "[w
 }
 
 TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
-  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{6}, std::uint8_t{0xFF}}) {
+  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{7}, std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kKind, k);
     INFO("kind " << int(k));
@@ -531,5 +531,131 @@ TEST_CASE("wire: CRC-32C matches the standard check value and the portable table
       const std::span<const std::byte> s(data.data() + off, len);
       REQUIRE(gossamer::crc32c(s) == gossamer::detail::crc32cPortable(s));
     }
+  }
+}
+
+TEST_CASE("wire: Crc32c over pieces equals crc32c of the whole, for any cut", "[wire]") {
+  std::mt19937 rng(23);
+  std::vector<std::byte> data(50'000);
+  for (auto& b : data) b = std::byte(rng() & 0xFF);
+  CHECK(gossamer::Crc32c().value() == 0u);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t len = rng() % data.size();
+    const std::span<const std::byte> whole(data.data(), len);
+    gossamer::Crc32c c;
+    std::size_t at = 0;
+    while (at < len) {
+      const std::size_t k = std::min<std::size_t>(len - at, rng() % 5000);
+      c.update(whole.subspan(at, k));
+      at += k;
+    }
+    INFO("length " << len);
+    REQUIRE(c.value() == gossamer::crc32c(whole));
+  }
+}
+
+namespace {
+
+/// A kDataTrailing frame: header, payload and the trailer a sender appends.
+struct TrailingFrame {
+  HeaderBytes header;
+  std::vector<std::byte> payload;
+  std::vector<std::byte> trailer;
+};
+
+TrailingFrame makeTrailingFrame(std::size_t elements) {
+  TrailingFrame f;
+  f.payload = patternPayload(DType::kFloat32, elements);
+  f.header = gossamer::encodeFrameHeader(FrameKind::kDataTrailing, DType::kFloat32, 2,
+                                         Tag::make(Op::kAllreduce, 9, 1), f.payload);
+  const std::uint32_t v = gossamer::crc32c(f.payload);
+  for (int b = 0; b < 4; ++b) f.trailer.push_back(std::byte((v >> (8 * b)) & 0xFF));
+  return f;
+}
+
+/// Runs StreamFrameVerifier over header, payload (in pieces of `piece` bytes)
+/// and trailer; the ProtocolError it throws, or nullopt.
+std::optional<ProtocolError> streamError(const HeaderBytes& header, std::span<const std::byte> payload,
+                                         std::span<const std::byte> trailer, std::size_t piece = 1000) {
+  try {
+    const FrameHeader d = gossamer::decodeFrameHeader(header, kPeer, kWorld);
+    gossamer::StreamFrameVerifier v;
+    v.begin(header, d, kPeer);
+    for (std::size_t at = 0; at < payload.size(); at += piece)
+      v.update(payload.subspan(at, std::min(piece, payload.size() - at)));
+    v.finish(trailer);
+  } catch (const ProtocolError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("wire: a stream-verified data frame passes whole and fails at the checksum when corrupted",
+          "[wire]") {
+  const Frame f = makeFrame(DType::kFloat32, 3000);
+  for (std::size_t piece : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{1} << 20})
+    REQUIRE_FALSE(streamError(f.header, f.payload, {}, piece).has_value());
+  std::vector<std::byte> p = f.payload;
+  p[5555] ^= std::byte{0x10};
+  const auto err = streamError(f.header, p, {});
+  REQUIRE(err.has_value());
+  CHECK(err->offset() == fo::kChecksum);
+  CHECK(err->peer() == kPeer);
+  // One byte short: the length error points where the payload ended.
+  const auto shorter =
+      streamError(f.header, std::span<const std::byte>(f.payload).first(f.payload.size() - 1), {});
+  REQUIRE(shorter.has_value());
+  CHECK(shorter->offset() == gossamer::kFrameHeaderBytes + f.payload.size() - 1);
+}
+
+TEST_CASE("wire: a trailing-checksum frame checks its header at once and its payload against the trailer",
+          "[wire]") {
+  const TrailingFrame f = makeTrailingFrame(40'000);
+  const std::size_t trailerAt = gossamer::kFrameHeaderBytes + f.payload.size();
+  REQUIRE_FALSE(streamError(f.header, f.payload, f.trailer).has_value());
+  REQUIRE_FALSE(streamError(f.header, f.payload, f.trailer, 65536).has_value());
+  SECTION("a payload bit") {
+    for (std::size_t byte : {std::size_t{0}, std::size_t{77'777}, f.payload.size() - 1}) {
+      std::vector<std::byte> p = f.payload;
+      p[byte] ^= std::byte{0x01};
+      const auto err = streamError(f.header, p, f.trailer);
+      INFO("payload byte " << byte);
+      REQUIRE(err.has_value());
+      CHECK(err->offset() == trailerAt);
+      CHECK(err->peer() == kPeer);
+    }
+  }
+  SECTION("a trailer bit") {
+    std::vector<std::byte> t = f.trailer;
+    t[3] ^= std::byte{0x80};
+    const auto err = streamError(f.header, f.payload, t);
+    REQUIRE(err.has_value());
+    CHECK(err->offset() == trailerAt);
+  }
+  SECTION("a header bit that still decodes: caught before any payload is read") {
+    HeaderBytes h = f.header;
+    h[fo::kStep] ^= std::byte{0x04};
+    REQUIRE_FALSE(decodeError(h).has_value());
+    const FrameHeader d = gossamer::decodeFrameHeader(h, kPeer, kWorld);
+    gossamer::StreamFrameVerifier v;
+    try {
+      v.begin(h, d, kPeer);
+      FAIL("begin accepted a corrupted header");
+    } catch (const ProtocolError& e) {
+      CHECK(e.offset() == fo::kChecksum);
+      CHECK(e.peer() == kPeer);
+    }
+  }
+  SECTION("a missing trailer") {
+    const auto err = streamError(f.header, f.payload, {});
+    REQUIRE(err.has_value());
+    CHECK(err->offset() == trailerAt);
+  }
+  SECTION("on a message transport it is refused at the kind") {
+    const auto err = verifyError(f.header, f.payload);
+    REQUIRE(err.has_value());
+    CHECK(err->offset() == fo::kKind);
   }
 }

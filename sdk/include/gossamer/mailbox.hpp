@@ -50,11 +50,12 @@ struct RequestState {
   std::exception_ptr error;
   int peer = -1;
   std::size_t bytes = 0;
-  std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
+  std::optional<std::uint32_t> checksum;  ///< Request::payloadChecksum
+  std::string what;                       ///< For timeout messages: "recv from {1,2} tag(...)".
   /// Set by transports that progress in the waiting thread (else null).
   std::shared_ptr<ProgressEngine> engine;
 
-  void complete(int peerRank, std::size_t n);
+  void complete(int peerRank, std::size_t n, std::optional<std::uint32_t> payloadChecksum = {});
   void fail(std::exception_ptr e);
 };
 
@@ -66,6 +67,7 @@ std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);
 struct InboundPayload {
   std::shared_ptr<const void> owner;
   std::span<const std::byte> bytes;
+  std::optional<std::uint32_t> checksum = {};  ///< crc32c(bytes), if the transport verified exactly that
 };
 
 /// Matches arriving messages with posted receives. Thread-safe.

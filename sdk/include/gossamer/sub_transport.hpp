@@ -29,8 +29,9 @@ class SubTransport final : public Transport {
   double timeoutSeconds() const override { return parent_.timeoutSeconds(); }
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data,
                 DType dtype = DType::kBytes) override;
-  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data,
-                        DType dtype = DType::kBytes) override;
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype = DType::kBytes,
+                        std::optional<std::uint32_t> checksum = {}) override;
+  std::size_t checksumReuseMinBytes() const noexcept override { return parent_.checksumReuseMinBytes(); }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
   void close() override {}
   TransportStats stats() const override { return parent_.stats(); }

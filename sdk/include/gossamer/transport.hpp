@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,6 +66,11 @@ class Request {
   int peer() const;
   /// Bytes received (receives) or sent (sends). Valid once completed.
   std::size_t bytes() const;
+  /// For a completed receive: the CRC-32C (crc32c()) of the bytes received,
+  /// when the transport verified the message against exactly that value (the
+  /// socket transport's large frames); otherwise, and for sends, nullopt.
+  /// Lets a collective forward a message without checksumming it again.
+  std::optional<std::uint32_t> payloadChecksum() const;
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
@@ -108,10 +115,24 @@ class Transport {
   /// (or drop the message if none of it left yet), so the buffer is never read
   /// after cancel() returns. Transports that copy anyway (the default) return
   /// a completed request. The collectives use this for their pipelined pieces.
+  /// @param checksum if given, crc32c(data), which the caller already knows
+  ///        (it forwards a received message, see Request::payloadChecksum, or
+  ///        checksummed the bytes while they were in cache): a transport that
+  ///        puts the payload's CRC-32C on the wire then skips its own pass over
+  ///        `data`. A wrong value is never delivered as good data: the receiver
+  ///        fails the message with ProtocolError. Transports may ignore it.
   /// @throws like isend.
   virtual Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data,
-                                DType dtype = DType::kBytes) {
+                                DType dtype = DType::kBytes, std::optional<std::uint32_t> checksum = {}) {
+    (void)checksum;
     return isend(dst, tag, data, dtype);
+  }
+
+  /// Smallest message (bytes) for which isendBorrowed uses a checksum the
+  /// caller passes; the default, SIZE_MAX, means never (callers then need not
+  /// compute one). The socket transport: 64 KiB.
+  virtual std::size_t checksumReuseMinBytes() const noexcept {
+    return std::numeric_limits<std::size_t>::max();
   }
 
   /// Receives the next message under `tag` from any rank in `sources` into
@@ -133,8 +154,9 @@ class Transport {
     return isend(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value);
   }
   template <typename T>
-  Request isendBorrowedOf(int dst, const Tag& tag, std::span<const T> data) {
-    return isendBorrowed(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value);
+  Request isendBorrowedOf(int dst, const Tag& tag, std::span<const T> data,
+                          std::optional<std::uint32_t> checksum = {}) {
+    return isendBorrowed(dst, tag, std::as_bytes(data), DTypeOf<std::remove_const_t<T>>::value, checksum);
   }
   template <typename T>
   Request irecvOf(int source, const Tag& tag, std::span<T> data) {

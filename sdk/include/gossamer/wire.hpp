@@ -92,7 +92,7 @@ struct Tag {
 std::string toString(const Tag& tag);
 
 constexpr std::uint32_t kFrameMagic = 0x524D5347u;
-constexpr std::uint16_t kProtocolVersion = 1;
+constexpr std::uint16_t kProtocolVersion = 2;  // 2: FrameKind::kDataTrailing
 constexpr std::size_t kFrameHeaderBytes = 48;
 /// Largest payload a frame may announce: 1 GiB. Protects receivers from
 /// allocating from an unchecked length.
@@ -105,7 +105,23 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 /// sender's memory, which the receiver reads itself); pull-done (the receiver
 /// has read it: Tag::step is the descriptor's ticket, and the sender may reuse
 /// its buffer). Only the socket transport's ipc protocol sends the last two.
-enum class FrameKind : std::uint8_t { kData = 1, kBye = 2, kByeAck = 3, kPull = 4, kPullDone = 5 };
+/// data-trailing (stream sockets only): a data frame whose header checksum
+/// covers the header alone and whose payload is followed by a 4-byte trailer,
+/// the CRC-32C of the payload (little-endian). The sender checksums each
+/// window of the payload just before writing it, and the receiver each piece
+/// just after reading it, while the bytes are in cache: one pass over memory
+/// at each end is saved against a checksum that must precede the payload.
+enum class FrameKind : std::uint8_t {
+  kData = 1,
+  kBye = 2,
+  kByeAck = 3,
+  kPull = 4,
+  kPullDone = 5,
+  kDataTrailing = 6
+};
+
+/// Bytes of the checksum trailer after a kDataTrailing frame's payload.
+constexpr std::size_t kFrameTrailerBytes = 4;
 
 /// Payload of a pull frame (32 bytes, little-endian): where the message is in
 /// the sender's address space, its length and its CRC-32C.
@@ -121,6 +137,19 @@ constexpr std::size_t kPullDescriptorBytes = 32;
 /// CRC-32C (Castagnoli) of `data`, as in iSCSI/ext4: the frame checksum.
 /// Uses the SSE4.2 crc32 instruction on x86-64 CPUs that have it.
 std::uint32_t crc32c(std::span<const std::byte> data);
+
+/// CRC-32C computed over pieces: Crc32c().update(a).update(b).value() equals
+/// crc32c(a ++ b) for byte spans a and b of any lengths (empty included).
+class Crc32c {
+ public:
+  /// Adds `data` (any length) to the running checksum.
+  Crc32c& update(std::span<const std::byte> data) noexcept;
+  /// The CRC-32C of everything added so far (0 for nothing).
+  std::uint32_t value() const noexcept { return ~state_; }
+
+ private:
+  std::uint32_t state_ = ~0u;
+};
 
 namespace detail {
 /// The table-driven CRC-32C (same values; for CPUs without SSE4.2, and tests).
@@ -147,7 +176,9 @@ constexpr std::size_t kMagic = 0, kVersion = 4, kKind = 6, kDType = 7, kSource =
 
 using HeaderBytes = std::array<std::byte, kFrameHeaderBytes>;
 
-/// Encodes a header for `payload` and fills in its checksum.
+/// Encodes a header for `payload` and fills in its checksum: CRC-32C over the
+/// header (checksum field zero) and the payload, or over the header alone for
+/// kDataTrailing (whose payload checksum the sender appends as the trailer).
 /// @throws InvalidArgument if payload.size() is not a whole number of dtype
 ///         elements, exceeds kMaxPayloadBytes, or is non-empty for a control
 ///         frame (bye, bye-ack).
@@ -169,5 +200,47 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
 ///         span that is not kFrameHeaderBytes long, its length.
 void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& decoded,
                         std::span<const std::byte> payload, int peer);
+
+/// Checks a frame whose payload arrives in pieces on a byte stream, each
+/// piece while it is still in cache. Use: begin() once the header is decoded,
+/// update() with every payload piece in order, finish() after the last one
+/// (with the trailer for kDataTrailing frames). Handles kData, kPull and the
+/// control kinds (checksum over header and payload, as verifyFramePayload) and
+/// kDataTrailing (header checksum over the header alone, checked by begin();
+/// payload checksum in the trailer, checked by finish()).
+class StreamFrameVerifier {
+ public:
+  /// @param header the frame's kFrameHeaderBytes bytes; `decoded` its
+  ///        decodeFrameHeader; `peer` the rank they came from (for errors).
+  /// @throws ProtocolError(peer, kChecksum) when a kDataTrailing header's
+  ///         own checksum fails; for a header span that is not
+  ///         kFrameHeaderBytes long, with its length.
+  void begin(std::span<const std::byte> header, const FrameHeader& decoded, int peer);
+  /// The next payload bytes (in order; the total must end up payloadBytes).
+  void update(std::span<const std::byte> piece) noexcept {
+    crc_.update(piece);
+    seen_ += piece.size();
+  }
+  /// All payload bytes were passed to update(): checks them.
+  /// @param trailer the 4 bytes after the payload (kDataTrailing frames only;
+  ///        ignored for the other kinds).
+  /// @throws ProtocolError naming the peer: at offset kChecksum for a kData
+  ///         (or control, or pull) frame whose checksum fails; at offset
+  ///         kFrameHeaderBytes + payloadBytes (the trailer) for a kDataTrailing
+  ///         payload whose CRC-32C is not the trailer's; for fewer or more
+  ///         bytes than announced, where the shorter length ends; for a
+  ///         kDataTrailing trailer span that is not kFrameTrailerBytes long,
+  ///         at the trailer.
+  void finish(std::span<const std::byte> trailer = {}) const;
+  /// CRC-32C of the payload bytes passed to update() (meaningful for
+  /// kDataTrailing frames, whose running checksum covers the payload alone).
+  std::uint32_t payloadChecksum() const noexcept { return crc_.value(); }
+
+ private:
+  Crc32c crc_;
+  FrameHeader frame_;
+  std::size_t seen_ = 0;
+  int peer_ = -1;
+};
 
 }  // namespace gossamer

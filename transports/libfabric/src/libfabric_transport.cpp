@@ -1239,7 +1239,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
           markPeer(src, true);
           break;
         case FrameKind::kPull:
-        case FrameKind::kPullDone:  // the socket transport's single-copy frames
+        case FrameKind::kPullDone:      // the socket transport's single-copy frames
+        case FrameKind::kDataTrailing:  // and its stream-only data frames
           failPeer(src, std::make_exception_ptr(ProtocolError(src, frame_offset::kKind,
                                                               "frame kind " +
                                                                   std::to_string(int(msg->header.kind)) +

@@ -58,6 +58,14 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kHelloMagic = 0x4C485347u;  // "GSHL"
 constexpr std::size_t kStageBytes = std::size_t{64} << 10;
 constexpr std::size_t kDirectReadBytes = std::size_t{16} << 10;  // longer remainders skip the stage
+// Data frames from this size on carry their payload checksum in a trailer
+// (FrameKind::kDataTrailing), so each end checksums the bytes in cache-sized
+// windows right next to the kernel's copy of them; smaller ones are in cache
+// anyway and keep the checksum in the header.
+constexpr std::size_t kTrailingMinBytes = std::size_t{64} << 10;
+// Window of a payload checksummed just before writing it, and the largest
+// direct read checksummed right after it: well inside the L2 cache.
+constexpr std::size_t kHotBytes = std::size_t{256} << 10;
 constexpr std::uint32_t kByeAfterError = 1;
 constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the bye, seconds
 
@@ -209,9 +217,33 @@ struct TxItem {
   HeaderBytes header;
   std::span<const std::byte> data;  // into `owned`, or the caller's memory (borrowed)
   std::vector<std::byte> owned;
-  std::size_t offset = 0;                     // bytes of header + data already written
+  std::size_t offset = 0;                     // bytes of header + data (+ trailer) already written
   std::shared_ptr<detail::RequestState> req;  // borrowed: completes once written
-  std::size_t total() const { return kFrameHeaderBytes + data.size(); }
+  // kDataTrailing: data[0, summed) is in `crc`; the trailer is filled in once
+  // summed == data.size(). Only checksummed bytes are written.
+  bool trailing = false;
+  std::size_t summed = 0;
+  Crc32c crc;
+  std::array<std::byte, kFrameTrailerBytes> trailer{};
+
+  std::size_t total() const { return kFrameHeaderBytes + data.size() + (trailing ? kFrameTrailerBytes : 0); }
+
+  // The whole payload's CRC-32C is `v` (the caller's, or once summed).
+  void knowSum(std::uint32_t v) {
+    summed = data.size();
+    for (std::size_t b = 0; b < kFrameTrailerBytes; ++b) trailer[b] = std::byte((v >> (8 * b)) & 0xFF);
+  }
+
+  // Keeps a copy of the data not yet written and forgets the caller's memory.
+  void keepRest() {
+    const std::size_t done =
+        offset > kFrameHeaderBytes ? std::min(offset - kFrameHeaderBytes, data.size()) : 0;
+    std::vector<std::byte> rest(data.begin() + static_cast<std::ptrdiff_t>(done), data.end());
+    owned = std::move(rest);
+    data = std::span<const std::byte>(owned.data(), owned.size());
+    offset -= done;
+    summed = summed > done ? summed - done : 0;
+  }
 };
 
 // What connection set-up hands the engine, by peer rank.
@@ -280,6 +312,8 @@ struct Conn {
   std::shared_ptr<detail::RequestState> claimed;  // posted receive being filled in place
   std::shared_ptr<std::byte> owned;               // or an unexpected message's own buffer
   bool discard = false;
+  StreamFrameVerifier verifier;                         // checksums the payload as it lands
+  std::array<std::byte, kFrameTrailerBytes> trailer{};  // kDataTrailing: read after the payload
   // Send side.
   std::deque<TxItem> txq;
 };
@@ -316,16 +350,17 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   const Options& options() const { return opt_; }
 
-  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
-                bool borrowed = false) {
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, bool borrowed = false,
+                std::optional<std::uint32_t> checksum = {}) {
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     const auto& peerConn = conns_[static_cast<std::size_t>(dst)];
     if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes)
       return sendPull(dst, tag, data);
-    const auto header =
-        encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+    const bool trailing = dst != opt_.rank && data.size() >= kTrailingMinBytes;
+    const auto header = encodeFrameHeader(trailing ? FrameKind::kDataTrailing : FrameKind::kData, dtype,
+                                          static_cast<std::uint32_t>(opt_.rank), tag, data);
     if (dst == opt_.rank) {
       auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
@@ -338,7 +373,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         throw PeerFailure(dst, c.saidBye ? "cannot send: peer closed its transport"
                                          : "cannot send: this transport is closing");
       }
-      auto req = sendLocked(c, header, data, borrowed);
+      auto req = sendLocked(c, header, data, borrowed, trailing, checksum);
       lastActivity_ = Clock::now();
       bytesSent_ += data.size();
       ++messagesSent_;
@@ -572,19 +607,21 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // `borrowed` referenced, in which case the returned request completes once
   // it is written (null: nothing is left to write).
   std::shared_ptr<detail::RequestState> sendLocked(Conn& c, const HeaderBytes& header,
-                                                   std::span<const std::byte> data, bool borrowed = false) {
-    std::size_t written = 0;
-    if (c.txq.empty()) written = writeSome(c, header, data, 0);
+                                                   std::span<const std::byte> data, bool borrowed = false,
+                                                   bool trailing = false,
+                                                   std::optional<std::uint32_t> checksum = {}) {
+    TxItem item;
+    item.header = header;
+    item.data = data;
+    item.trailing = trailing;
+    if (trailing && checksum) item.knowSum(*checksum);
+    if (c.txq.empty()) writeSome(c, item);
     if (c.gone)
       std::rethrow_exception(
           c.failure ? c.failure
                     : std::make_exception_ptr(PeerFailure(c.peer, "the connection broke while sending")));
-    if (written == kFrameHeaderBytes + data.size()) return nullptr;
-    TxItem item;
-    item.header = header;
+    if (item.offset == item.total()) return nullptr;
     if (borrowed) {
-      item.data = data;
-      item.offset = written;
       item.req = std::make_shared<detail::RequestState>();
       item.req->engine = shared_from_this();
       auto req = item.req;
@@ -592,11 +629,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (sleepers_ > 0) wake();
       return req;
     }
-    const std::size_t dataDone = written > kFrameHeaderBytes ? written - kFrameHeaderBytes : 0;
-    const auto rest = data.subspan(std::min(dataDone, data.size()));
-    item.owned.assign(rest.begin(), rest.end());
-    item.data = std::span<const std::byte>(item.owned.data(), item.owned.size());
-    item.offset = std::min(written, kFrameHeaderBytes);  // offset over header + (remaining) data
+    item.keepRest();
     c.txq.push_back(std::move(item));
     if (sleepers_ > 0) wake();  // a sleeping waiter must add POLLOUT for this socket
     return nullptr;
@@ -612,25 +645,37 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     }
   }
 
-  // One sendmsg of header[offset..] + data; returns the new offset. Marks the
+  // Writes what the socket takes now of item (header, data, and for a
+  // trailing frame the trailer), advancing item.offset; a trailing frame's
+  // data is checksummed a window ahead of what is written. Marks the
   // connection lost on a hard error.
-  std::size_t writeSome(Conn& c, const HeaderBytes& header, std::span<const std::byte> data,
-                        std::size_t offset) {
-    const std::size_t total = kFrameHeaderBytes + data.size();
-    while (offset < total) {
-      iovec iov[2];
-      int n = 0;
-      if (offset < kFrameHeaderBytes)
-        iov[n++] = {const_cast<std::byte*>(header.data() + offset), kFrameHeaderBytes - offset};
-      const std::size_t dataOff = offset > kFrameHeaderBytes ? offset - kFrameHeaderBytes : 0;
-      if (dataOff < data.size())
-        iov[n++] = {const_cast<std::byte*>(data.data() + dataOff), data.size() - dataOff};
+  void writeSome(Conn& c, TxItem& item) {
+    const std::size_t n = item.data.size(), total = item.total();
+    while (item.offset < total) {
+      const std::size_t dataOff = item.offset > kFrameHeaderBytes ? item.offset - kFrameHeaderBytes : 0;
+      if (item.trailing && item.summed < n && item.summed < dataOff + kHotBytes) {
+        const std::size_t upto = std::min(n, dataOff + kHotBytes);
+        item.crc.update(item.data.subspan(item.summed, upto - item.summed));
+        item.summed = upto;
+        if (upto == n) item.knowSum(item.crc.value());
+      }
+      iovec iov[3];
+      int k = 0;
+      if (item.offset < kFrameHeaderBytes)
+        iov[k++] = {const_cast<std::byte*>(item.header.data() + item.offset),
+                    kFrameHeaderBytes - item.offset};
+      const std::size_t ready = item.trailing ? item.summed : n;
+      if (dataOff < ready) iov[k++] = {const_cast<std::byte*>(item.data.data() + dataOff), ready - dataOff};
+      if (item.trailing && item.summed == n) {
+        const std::size_t t = item.offset > kFrameHeaderBytes + n ? item.offset - kFrameHeaderBytes - n : 0;
+        iov[k++] = {item.trailer.data() + t, kFrameTrailerBytes - t};
+      }
       msghdr msg{};
       msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<std::size_t>(n);
+      msg.msg_iovlen = static_cast<std::size_t>(k);
       const ssize_t r = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r > 0) {
-        offset += static_cast<std::size_t>(r);
+        item.offset += static_cast<std::size_t>(r);
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
@@ -638,13 +683,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       lost(c, errno);
       break;
     }
-    return offset;
   }
 
   void flushLocked(Conn& c) {
     while (!c.gone && !c.txq.empty()) {
       auto& item = c.txq.front();
-      item.offset = writeSome(c, item.header, item.data, item.offset);
+      writeSome(c, item);
       if (item.offset < item.total()) return;
       if (item.req) item.req->complete(c.peer, item.data.size());
       c.txq.pop_front();
@@ -698,11 +742,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           c.txq.erase(it);
           return;
         }
-        const std::size_t done = it->offset > kFrameHeaderBytes ? it->offset - kFrameHeaderBytes : 0;
-        const auto rest = it->data.subspan(std::min(done, it->data.size()));
-        it->owned.assign(rest.begin(), rest.end());
-        it->data = std::span<const std::byte>(it->owned.data(), it->owned.size());
-        it->offset = std::min(it->offset, kFrameHeaderBytes);
+        it->keepRest();
         it->req.reset();
         return;
       }
@@ -787,12 +827,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       throw ProtocolError(c.peer, frame_offset::kSource,
                           "frame claims source rank " + std::to_string(c.frame.source) +
                               " but arrived on the connection of rank " + std::to_string(c.peer));
+    c.verifier.begin(c.header, c.frame, c.peer);  // throws ProtocolError for a bad kDataTrailing header
     const std::size_t n = c.frame.payloadBytes;
     c.inPayload = true;
     c.got = 0;
     c.discard = false;
     c.dst = {};
-    if (c.frame.kind == FrameKind::kData) {
+    if (c.frame.kind == FrameKind::kData || c.frame.kind == FrameKind::kDataTrailing) {
       auto claim = box_.claim(c.peer, c.frame.tag);
       if (claim.state) {
         if (n > claim.buffer.size()) {
@@ -824,7 +865,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       const std::size_t staged = c.stageEnd - c.stageBegin;
       if (staged > 0) {
         const std::size_t k = std::min(staged, need);
-        if (!c.discard) std::memcpy(c.dst.data() + c.got, c.stage.data() + c.stageBegin, k);
+        if (!c.discard) {
+          std::memcpy(c.dst.data() + c.got, c.stage.data() + c.stageBegin, k);
+          c.verifier.update(std::span<const std::byte>(c.dst.data() + c.got, k));
+        }
         c.stageBegin += k;
         c.got += k;
         continue;
@@ -833,9 +877,18 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (!fillStage(c)) return false;
         continue;
       }
-      const std::size_t k = recvSome(c, c.dst.data() + c.got, need);
+      // Checksummed right after the kernel's copy, while in cache.
+      const std::size_t k = recvSome(c, c.dst.data() + c.got, std::min(need, kHotBytes));
       if (k == 0) return false;
+      c.verifier.update(std::span<const std::byte>(c.dst.data() + c.got, k));
       c.got += k;
+    }
+    if (c.frame.kind == FrameKind::kDataTrailing) {
+      while (!c.gone && c.stageEnd - c.stageBegin < kFrameTrailerBytes)
+        if (!fillStage(c)) return false;
+      if (c.gone) return false;
+      std::memcpy(c.trailer.data(), c.stage.data() + c.stageBegin, kFrameTrailerBytes);
+      c.stageBegin += kFrameTrailerBytes;
     }
     return true;
   }
@@ -847,17 +900,26 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     const std::size_t n = c.frame.payloadBytes;
     if (c.discard) return;
     const std::span<const std::byte> payload(c.dst.data(), n);
-    verifyFramePayload(c.header, c.frame, payload, c.peer);  // throws ProtocolError
+    try {
+      c.verifier.finish(c.trailer);
+    } catch (const ProtocolError&) {
+      // The receive it was claimed for fails with the cause (then the peer).
+      if (claimed) claimed->fail(std::current_exception());
+      throw;
+    }
+    std::optional<std::uint32_t> checksum;  // verified: what the collectives may forward
+    if (c.frame.kind == FrameKind::kDataTrailing) checksum = c.verifier.payloadChecksum();
     switch (c.frame.kind) {
       case FrameKind::kData:
+      case FrameKind::kDataTrailing:
         bytesReceived_ += n;
         ++messagesReceived_;
         if (sleepers_ > 0)
           wake();  // the request's owner may be asleep in poll (another thread read its bytes)
         if (claimed)
-          claimed->complete(c.peer, n);
+          claimed->complete(c.peer, n, checksum);
         else
-          box_.deliver(c.peer, c.frame.tag, InboundPayload{owned, payload});
+          box_.deliver(c.peer, c.frame.tag, InboundPayload{owned, payload, checksum});
         return;
       case FrameKind::kBye:
         c.saidBye = true;
@@ -1031,9 +1093,11 @@ class SocketTransport final : public Transport {
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
     return e_->isend(dst, tag, data, dtype);
   }
-  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return e_->isend(dst, tag, data, dtype, true);
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    return e_->isend(dst, tag, data, dtype, true, checksum);
   }
+  std::size_t checksumReuseMinBytes() const noexcept override { return kTrailingMinBytes; }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     return e_->irecv(sources, tag, buffer);
   }
