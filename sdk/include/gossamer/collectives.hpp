@@ -134,16 +134,17 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const Colle
 /// `options` (torusRows, groupSize, chunkBytes): the same sequence of steps,
 /// in each step the same number of concurrent senders, each sending the same
 /// number of messages of the same sizes (to within one element, where a
-/// chunk boundary falls) and reducing the same number of bytes, up to a
-/// renaming of the ranks. These are the rounds predictAllreduceSeconds sums
+/// chunk boundary falls) and its receiver reducing the same number of bytes.
+/// Which rank of a pair sends a given chunk first may differ (the ring
+/// phases' chunk shift). These are the rounds predictAllreduceSeconds sums
 /// (paper 000, Table 2, with the terms of our implementations), compared in
 /// order, not their cost. kAuto stands for chooseAllreduce's pick. With the
 /// default options: at a prime N (2, 3, 5, ...) the ring, 2D torus (1 x N),
 /// hierarchical and 2D-TGA (groups of one rank) and HiPS (one stage) are all
-/// the ring of N; at N = 4 the 2 x 2 torus and HiPS (stages 2, 2) send the
-/// same messages between the same pairs. Reflexive and symmetric; true for
-/// any pair when worldSize == 1 or bytes == 0 (nothing is sent).
-/// @throws InvalidArgument if worldSize < 1.
+/// the ring of N; at N = 4 the 2 x 2 torus and HiPS (stages 2, 2) exchange
+/// between the same pairs, and on a one-element vector hierarchical too.
+/// Reflexive and symmetric; true for any pair when worldSize == 1 or
+/// bytes == 0 (nothing is sent). @throws InvalidArgument if worldSize < 1.
 bool sameAllreduceSchedule(AllreduceAlgorithm a, AllreduceAlgorithm b, std::size_t bytes, int worldSize,
                            const CollectiveOptions& options);
 
@@ -194,7 +195,8 @@ struct CalibrationOptions {
 
 /// Measures the cost model on `transport` by timing the allreduce algorithms
 /// themselves (float32 sums) at calibration.sizes, every algorithm once per
-/// repetition in a shuffled order, each call after a barrier; a call's time
+/// repetition in a shuffled order, each call after a barrier, the
+/// repetitions of each size spread over calibration.passes passes; a call's time
 /// is the slowest rank's. From the ring: alpha (the first size, where a
 /// one-element vector makes every step a single message), the contention
 /// (the second size, where every rank sends at once) and beta (the last
@@ -210,8 +212,8 @@ struct CalibrationOptions {
 /// options.sequence is one past the last one used (and options.model is
 /// untouched). Takes about secondsPerSize per size, or (warmups + reps +
 /// passes - 1) rounds of every algorithm where that is longer (the largest
-/// size): with
-/// the defaults about 1 s for 4 ranks and 3 s for 8 over ZeroMQ on 2 cores.
+/// size): with the defaults about 2 s for 4 ranks and 4-5 s for 8 over
+/// ZeroMQ on 2 cores shared with other jobs.
 /// @throws InvalidArgument for fewer than two sizes, sizes not ascending or
 ///         not positive multiples of 4, reps < 1, warmups < 0, passes < 1 or
 ///         secondsPerSize < 0; as allreduce (TimeoutError, PeerFailure).
