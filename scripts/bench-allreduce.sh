@@ -23,7 +23,7 @@
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
 #          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc[,libfabric-tcp,libfabric-shm]
 #              (default: those four, and libfabric's two when the build has libfabric)
-#          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --no-mpi
+#          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --min-reps MIN  --no-mpi
 #          --json PATH
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
@@ -36,6 +36,7 @@ algorithms="ring"
 transports=""
 budget="1.0"
 reps="200"
+min_reps="5"
 use_mpi=1
 json="results/bench-allreduce.json"
 quick=0
@@ -53,10 +54,11 @@ while [ $# -gt 0 ]; do
     --transports) transports="$2"; shift ;;
     --budget) budget="$2"; budget_set=1; shift ;;
     --reps) reps="$2"; shift ;;
+    --min-reps) min_reps="$2"; shift ;;
     --no-mpi) use_mpi=0 ;;
     --json) json="$2"; json_set=1; shift ;;
     --auto-check) auto_check=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -316,7 +318,7 @@ measure() {
   local round=$1 n=$2 b=$3 f t step=()
   f="$tmp/ours-$round-$n-$b.json"
   "$build/bench/allreduce" --world-size "$n" --sizes "$b" --transports "$transports" --algorithm "$algorithms" \
-    --reps "$reps" --budget "$budget" --json "$f" --quiet
+    --reps "$reps" --min-reps "$min_reps" --budget "$budget" --json "$f" --quiet
   step+=("$f")
   if [ "$use_mpi" = 1 ]; then
     for t in tcp sm; do
@@ -348,7 +350,7 @@ if [ "$auto_check" = 1 ]; then
       f="$tmp/auto-$round-$n.json"
       echo "== round $round/$rounds, $n processes: $algorithms over $transports"
       "$build/bench/allreduce" --world-size "$n" --sizes "$sizes" --transports "$transports" \
-        --algorithm "$algorithms" --reps "$reps" --budget "$budget" --json "$f" --quiet
+        --algorithm "$algorithms" --reps "$reps" --min-reps "$min_reps" --budget "$budget" --json "$f" --quiet
       files+=("$f")
     done
   done
