@@ -210,6 +210,7 @@ if mode == "autocheck":
             m = dict(g[(len(g) - 1) // 2])
             m.pop("samples_seconds", None)
             m["rounds"] = len(g)
+            m["round_seconds"] = [r["seconds"] for r in c[a]]  # each round's median, in round order
             m["seconds"] = med[a]
             if a in pred:
                 m["predicted_seconds"] = pred[a]
