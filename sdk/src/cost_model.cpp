@@ -178,14 +178,16 @@ bool needsViews(AllreduceAlgorithm a) {
 
 bool torusFits(int n, const CollectiveOptions& o) { return o.torusRows <= 0 || n % o.torusRows == 0; }
 
-// The rounds in a canonical order (their cost does not depend on the order).
-Rounds sortedRounds(AllreduceAlgorithm a, std::size_t bytes, int n, const CollectiveOptions& o) {
-  auto r = roundsOf(a, bytes, n, o);
-  std::sort(r.begin(), r.end());
-  return r;
-}
-
 }  // namespace
+
+bool sameAllreduceSchedule(AllreduceAlgorithm a, AllreduceAlgorithm b, std::size_t bytes, int n,
+                           const CollectiveOptions& o) {
+  GOSSAMER_ENFORCE(n >= 1, "world size " << n << " must be >= 1");
+  if (n == 1 || bytes == 0) return true;
+  if (a == AllreduceAlgorithm::kAuto) a = chooseAllreduce(bytes, n, o);
+  if (b == AllreduceAlgorithm::kAuto) b = chooseAllreduce(bytes, n, o);
+  return a == b || roundsOf(a, bytes, n, o) == roundsOf(b, bytes, n, o);
+}
 
 double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int n,
                                const CollectiveOptions& o) {
@@ -215,15 +217,15 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOpt
                [&](AllreduceAlgorithm a) { return o.model.calibrated(a); });
   if (!measured.empty()) candidates = measured;
   // An algorithm whose rounds are those of an earlier candidate sends the same
-  // messages (at N = 2 every ring-based one is a ring of two; at N = 4 HiPS is
-  // the 2 x 2 torus): the earlier, simpler one stands for it, so calibration
-  // noise between identical schedules does not decide.
+  // messages (sameAllreduceSchedule: at a prime N every ring-based one is the
+  // ring; at N = 4 HiPS is the 2 x 2 torus): the earlier, simpler one stands
+  // for it, so calibration noise between identical schedules does not decide.
   std::vector<Rounds> seen;
   AllreduceAlgorithm best = candidates.front();
   double bestT = predictAllreduceSeconds(best, bytes, n, o);
-  seen.push_back(sortedRounds(best, bytes, n, o));
+  seen.push_back(roundsOf(best, bytes, n, o));
   for (std::size_t i = 1; i < candidates.size(); ++i) {
-    auto rounds = sortedRounds(candidates[i], bytes, n, o);
+    auto rounds = roundsOf(candidates[i], bytes, n, o);
     if (std::find(seen.begin(), seen.end(), rounds) != seen.end()) continue;
     seen.push_back(std::move(rounds));
     const double t = predictAllreduceSeconds(candidates[i], bytes, n, o);
@@ -360,9 +362,11 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
                      "calibration size " << sizes[i] << " is not a positive multiple of 4 bytes");
     GOSSAMER_ENFORCE(i == 0 || sizes[i] > sizes[i - 1], "calibration sizes must be ascending");
   }
-  GOSSAMER_ENFORCE(calibration.reps >= 1 && calibration.warmups >= 0 && calibration.secondsPerSize >= 0,
+  GOSSAMER_ENFORCE(calibration.reps >= 1 && calibration.warmups >= 0 && calibration.passes >= 1 &&
+                       calibration.secondsPerSize >= 0,
                    "calibration reps " << calibration.reps << ", warm-ups " << calibration.warmups
-                                       << ", seconds per size " << calibration.secondsPerSize);
+                                       << ", passes " << calibration.passes << ", seconds per size "
+                                       << calibration.secondsPerSize);
   const int n = transport.worldSize();
   if (n == 1) return options.model;
   const bool views = dynamic_cast<SubTransport*>(&transport) == nullptr;
@@ -406,39 +410,58 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
     state ^= state << 17;
     return static_cast<std::size_t>(state % bound);
   };
-  std::vector<std::vector<double>> seconds(k, std::vector<double>(count));
-  for (std::size_t s = 0; s < count; ++s) {
-    std::span<float> data(buffer.data(), sizes[s] / sizeof(float));
-    std::size_t reps = static_cast<std::size_t>(calibration.reps);
-    for (int w = 0; w < calibration.warmups; ++w) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (auto a : algorithms) run(a, data);
-      if (w == 0 && calibration.secondsPerSize > 0) {  // the first warm-up sizes the repetitions
-        double round = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        slowest(std::span<double>(&round, 1));
-        const double fit = std::floor(calibration.secondsPerSize / std::max(round, 1e-9));
-        reps = static_cast<std::size_t>(
-            std::clamp(fit, static_cast<double>(calibration.reps),
-                       static_cast<double>(std::max(calibration.maxReps, calibration.reps))));
-      }
-    }
-    std::vector<double> times(k * reps);  // [algorithm * reps + rep]
-    for (std::size_t rep = 0; rep < reps; ++rep) {
-      for (std::size_t i = 0; i < k; ++i) order[i] = i;
-      for (std::size_t i = k; i > 1; --i) std::swap(order[i - 1], order[random(i)]);
-      for (std::size_t a : order) {
-        controlBarrier(transport, options.sequence++, options.timeoutSeconds);
+  // Pass 0 warms every size up and sizes its repetitions; the timed calls
+  // of a size are then spread over the passes (each later one starting the
+  // size with one untimed round), and the median is over all of them.
+  const auto passes = static_cast<std::size_t>(calibration.passes);
+  std::vector<std::size_t> reps(count, static_cast<std::size_t>(calibration.reps));
+  std::vector<std::vector<std::vector<double>>> times(count, std::vector<std::vector<double>>(k));
+  for (std::size_t pass = 0; pass < passes; ++pass) {
+    for (std::size_t s = 0; s < count; ++s) {
+      std::span<float> data(buffer.data(), sizes[s] / sizeof(float));
+      const int warmups = pass == 0 ? calibration.warmups : std::min(calibration.warmups, 1);
+      for (int w = 0; w < warmups; ++w) {
         const auto t0 = std::chrono::steady_clock::now();
-        run(algorithms[a], data);
-        times[a * reps + rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (auto a : algorithms) {
+          // The barrier as in a timed round, so that the round's time sizes
+          // the repetitions with it (on a loaded host it can cost more than
+          // a small allreduce).
+          controlBarrier(transport, options.sequence++, options.timeoutSeconds);
+          run(a, data);
+        }
+        if (pass == 0 && w == 0 &&
+            calibration.secondsPerSize > 0) {  // the first warm-up sizes the repetitions
+          double round = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          slowest(std::span<double>(&round, 1));
+          const double fit = std::floor(calibration.secondsPerSize / std::max(round, 1e-9));
+          reps[s] = static_cast<std::size_t>(
+              std::clamp(fit, static_cast<double>(calibration.reps),
+                         static_cast<double>(std::max(calibration.maxReps, calibration.reps))));
+        }
       }
-    }
-    slowest(std::span<double>(times));
-    for (std::size_t a = 0; a < k; ++a) {
-      const auto first = times.begin() + static_cast<std::ptrdiff_t>(a * reps);
-      seconds[a][s] = median(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(reps)));
+      // This pass's share of the repetitions (at least one).
+      const std::size_t share =
+          std::max<std::size_t>(1, reps[s] / passes + (pass < reps[s] % passes ? 1 : 0));
+      std::vector<double> t(k * share);  // [algorithm * share + rep]
+      for (std::size_t rep = 0; rep < share; ++rep) {
+        for (std::size_t i = 0; i < k; ++i) order[i] = i;
+        for (std::size_t i = k; i > 1; --i) std::swap(order[i - 1], order[random(i)]);
+        for (std::size_t a : order) {
+          controlBarrier(transport, options.sequence++, options.timeoutSeconds);
+          const auto t0 = std::chrono::steady_clock::now();
+          run(algorithms[a], data);
+          t[a * share + rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+      }
+      slowest(std::span<double>(t));
+      for (std::size_t a = 0; a < k; ++a)
+        times[s][a].insert(times[s][a].end(), t.begin() + static_cast<std::ptrdiff_t>(a * share),
+                           t.begin() + static_cast<std::ptrdiff_t>((a + 1) * share));
     }
   }
+  std::vector<std::vector<double>> seconds(k, std::vector<double>(count));
+  for (std::size_t s = 0; s < count; ++s)
+    for (std::size_t a = 0; a < k; ++a) seconds[a][s] = median(times[s][a]);
 
   CostModel model;
   if (transport.rank() == 0) model = fit(sizes, algorithms, seconds, n, gamma, options);

@@ -5,6 +5,7 @@
 
 #include "threads.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -255,4 +256,69 @@ TEST_CASE("calibration: bad settings are refused", "[cost]") {
   CalibrationOptions c;
   c.reps = 0;
   CHECK_THROWS_AS(calibrateCostModel(*g[0], o, c), InvalidArgument);
+}
+
+TEST_CASE("auto: which algorithms send the same messages", "[cost]") {
+  using A = AllreduceAlgorithm;
+  const CollectiveOptions o;
+  // The classes of sameAllreduceSchedule among kAlgorithms, as sorted lists.
+  auto classes = [&](std::size_t bytes, int n) {
+    std::vector<std::vector<A>> out;
+    for (auto a : kAlgorithms) {
+      auto same = std::find_if(out.begin(), out.end(), [&](const std::vector<A>& c) {
+        return sameAllreduceSchedule(c.front(), a, bytes, n, o);
+      });
+      if (same == out.end())
+        out.push_back({a});
+      else
+        same->push_back(a);
+    }
+    // An equivalence: every member of a class matches every other, nothing outside it.
+    for (const auto& c : out)
+      for (auto a : kAlgorithms) {
+        const bool in = std::find(c.begin(), c.end(), a) != c.end();
+        for (auto b : c) CHECK(sameAllreduceSchedule(a, b, bytes, n, o) == in);
+      }
+    return out;
+  };
+  const std::vector<std::vector<A>> prime = {{A::kRing, A::kTorus2d, A::kHierarchical, A::kTga2d, A::kHips},
+                                             {A::kRecursiveDoubling}};
+  const std::vector<std::vector<A>> four = {
+      {A::kRing}, {A::kRecursiveDoubling}, {A::kTorus2d, A::kHips}, {A::kHierarchical}, {A::kTga2d}};
+  const std::vector<std::vector<A>> distinct = {
+      {A::kRing}, {A::kRecursiveDoubling}, {A::kTorus2d}, {A::kHierarchical}, {A::kTga2d}, {A::kHips}};
+  // At N = 4 on one element the tree reduce of two ranks is the 2-ring's
+  // reduce-scatter (one message to the leader), so hierarchical joins them:
+  // 1->0 and 3->2, 0->2, 2->0, 0->1 and 2->3 for all three.
+  const std::vector<std::vector<A>> fourTiny = {
+      {A::kRing}, {A::kRecursiveDoubling}, {A::kTorus2d, A::kHierarchical, A::kHips}, {A::kTga2d}};
+  // The sizes of scripts/bench-allreduce.sh --auto-check, and an odd length.
+  for (std::size_t bytes : {std::size_t{4}, std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20,
+                            std::size_t{16} << 20, std::size_t{4} * 1001}) {
+    INFO(bytes << " bytes");
+    CHECK(classes(bytes, 2) == prime);
+    CHECK(classes(bytes, 3) == prime);
+    CHECK(classes(bytes, 4) == (bytes == 4 ? fourTiny : four));
+    CHECK(classes(bytes, 8) == distinct);
+  }
+  // Other grid and group sizes change the schedules: a 4 x 1 torus is a
+  // ring of the columns, groups of one rank make hierarchical the ring of
+  // their leaders; 2D-TGA in one group of 4 is a ring of four plus a
+  // broadcast (the implementation broadcasts even then), so no ring.
+  CollectiveOptions tall;
+  tall.torusRows = 4;
+  CHECK(sameAllreduceSchedule(A::kTorus2d, A::kRing, 4096, 4, tall));
+  CHECK_FALSE(sameAllreduceSchedule(A::kTorus2d, A::kHips, 4096, 4, tall));
+  CollectiveOptions single;
+  single.groupSize = 1;
+  CHECK(sameAllreduceSchedule(A::kHierarchical, A::kRing, 4096, 8, single));
+  CollectiveOptions whole;
+  whole.groupSize = 4;
+  CHECK_FALSE(sameAllreduceSchedule(A::kTga2d, A::kRing, 4096, 4, whole));
+  // auto is its pick; nothing to send makes everything the same.
+  CollectiveOptions model = costModelOptions();
+  CHECK(sameAllreduceSchedule(A::kAuto, chooseAllreduce(4096, 8, model), 4096, 8, model));
+  CHECK(sameAllreduceSchedule(A::kRing, A::kRecursiveDoubling, 0, 8, o));
+  CHECK(sameAllreduceSchedule(A::kRing, A::kRecursiveDoubling, 4096, 1, o));
+  CHECK_THROWS_AS(sameAllreduceSchedule(A::kRing, A::kRing, 4, 0, o), InvalidArgument);
 }

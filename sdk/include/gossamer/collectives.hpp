@@ -129,24 +129,64 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
 /// Deterministic: every rank picks the same one given the same options.
 AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options);
 
+/// True if algorithms `a` and `b` send the same messages for a vector of
+/// `bytes` over `worldSize` ranks with the grid, group and piece sizes of
+/// `options` (torusRows, groupSize, chunkBytes): the same sequence of steps,
+/// in each step the same number of concurrent senders, each sending the same
+/// number of messages of the same sizes (to within one element, where a
+/// chunk boundary falls) and its receiver reducing the same number of bytes.
+/// Which rank of a pair sends a given chunk first may differ (the ring
+/// phases' chunk shift). These are the rounds predictAllreduceSeconds sums
+/// (paper 000, Table 2, with the terms of our implementations), compared in
+/// order, not their cost. kAuto stands for chooseAllreduce's pick. With the
+/// default options: at a prime N (2, 3, 5, ...) the ring, 2D torus (1 x N),
+/// hierarchical and 2D-TGA (groups of one rank) and HiPS (one stage) are all
+/// the ring of N; at N = 4 the 2 x 2 torus and HiPS (stages 2, 2) exchange
+/// between the same pairs, and on a one-element vector hierarchical too.
+/// Reflexive and symmetric; true for any pair when worldSize == 1 or
+/// bytes == 0 (nothing is sent). @throws InvalidArgument if worldSize < 1.
+bool sameAllreduceSchedule(AllreduceAlgorithm a, AllreduceAlgorithm b, std::size_t bytes, int worldSize,
+                           const CollectiveOptions& options);
+
 /// What calibrateCostModel measures.
 struct CalibrationOptions {
   /// Vector sizes timed, bytes (ascending, multiples of 4, at least 2). The
   /// first fits alpha (a ring of one element sends one message per step), the
   /// second the contention, the last beta; every one gives each algorithm a
-  /// correction point.
-  std::vector<std::size_t> sizes = {4, std::size_t{1} << 10, std::size_t{16} << 10, std::size_t{256} << 10,
+  /// correction point. The default: 4 B, 64 B and 1 KiB (latency-bound),
+  /// then steps of 4 up to 4 MiB. A transport's per-message cost has steps
+  /// (the socket transport changes how it reads at 16 KiB and 64 KiB), and a
+  /// grid with steps of 16 interpolates across them: recursive doubling's
+  /// 64 KiB message at N = 2 was predicted 11% faster than the ring's two
+  /// 32 KiB ones, and measured 33% slower.
+  std::vector<std::size_t> sizes = {4,
+                                    64,
+                                    std::size_t{1} << 10,
+                                    std::size_t{4} << 10,
+                                    std::size_t{16} << 10,
+                                    std::size_t{64} << 10,
+                                    std::size_t{256} << 10,
+                                    std::size_t{1} << 20,
                                     std::size_t{4} << 20};
   int reps = 5;  ///< Timed calls per (algorithm, size), at least (>= 1); the median is used.
   /// Timed calls per (algorithm, size), at most: more than `reps` when a
-  /// round of every algorithm takes less than secondsPerSize / reps.
-  int maxReps = 40;
+  /// round of every algorithm takes less than secondsPerSize / reps. (At 40,
+  /// the cap of earlier versions, the one-element calls of a 2-rank socket
+  /// transport, 5-15 us each, were all timed within 3 ms, one scheduler time
+  /// slice, and one preemption could reorder ring and recursive doubling.)
+  int maxReps = 400;
   /// Roughly how long the timed calls of one size take (>= 0; 0: `reps`).
   /// Cheap sizes get more repetitions, so their medians are steadier.
-  double secondsPerSize = 0.25;
+  double secondsPerSize = 0.15;
   /// Untimed rounds (every algorithm once) per size before them (>= 0); the
   /// first one, timed on the slowest rank, sizes the repetitions.
   int warmups = 1;
+  /// The timed calls of every size are split into this many passes over all
+  /// the sizes (>= 1; each pass after the first starts a size with one
+  /// untimed round), and the median is taken over all of them: a burst of
+  /// load from other processes then spoils a part of every size's samples,
+  /// not all of one size's.
+  int passes = 3;
   /// Algorithms timed (kAuto ignored). Empty: ring, recursive doubling, 2D
   /// torus (if options.torusRows divides N), hierarchical, 2D-TGA and HiPS,
   /// or only the first two on a SubTransport (the others need a top-level one).
@@ -155,7 +195,8 @@ struct CalibrationOptions {
 
 /// Measures the cost model on `transport` by timing the allreduce algorithms
 /// themselves (float32 sums) at calibration.sizes, every algorithm once per
-/// repetition in a shuffled order, each call after a barrier; a call's time
+/// repetition in a shuffled order, each call after a barrier, the
+/// repetitions of each size spread over calibration.passes passes; a call's time
 /// is the slowest rank's. From the ring: alpha (the first size, where a
 /// one-element vector makes every step a single message), the contention
 /// (the second size, where every rank sends at once) and beta (the last
@@ -169,11 +210,12 @@ struct CalibrationOptions {
 /// Collective: every rank calls it with the same arguments. Uses the
 /// sequences options.sequence, options.sequence + 1, ...; on return
 /// options.sequence is one past the last one used (and options.model is
-/// untouched). Takes about secondsPerSize per size, or (warmups + reps)
-/// rounds of every algorithm where that is longer (the largest size): with
-/// the defaults about 1 s for 4 ranks and 3 s for 8 over ZeroMQ on 2 cores.
+/// untouched). Takes about secondsPerSize per size, or (warmups + reps +
+/// passes - 1) rounds of every algorithm where that is longer (the largest
+/// size): with the defaults about 2 s for 4 ranks and 4-5 s for 8 over
+/// ZeroMQ on 2 cores shared with other jobs.
 /// @throws InvalidArgument for fewer than two sizes, sizes not ascending or
-///         not positive multiples of 4, reps < 1, warmups < 0 or
+///         not positive multiples of 4, reps < 1, warmups < 0, passes < 1 or
 ///         secondsPerSize < 0; as allreduce (TimeoutError, PeerFailure).
 CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
                              const CalibrationOptions& calibration = {});
