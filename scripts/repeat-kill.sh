@@ -13,6 +13,13 @@
 #   scripts/repeat-kill.sh --transport libfabric-shm --runs 40
 # Options: --transport zmq|socket|libfabric-tcp|libfabric-shm  --runs N
 #          --algorithm allreduce_sgd|crossover_sgd  --timeout SECONDS  --out DIR
+#          --stacks-after SECONDS (save the stacks of survivors still running
+#          that long after the kill, without stopping them: gdbslow<rank>)
+#          --hold-lock SECONDS (libfabric shm: force the lock hazard. Rank 1
+#          is stopped under gdb when it is about to release a spin lock that
+#          lies in a /dev/shm mapping, i.e. while it holds one; it stays
+#          stopped that long, so the others run into the lock, and is
+#          SIGKILLed there: scripts/hold-shm-lock.py, output in gdbvictim)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
@@ -22,6 +29,8 @@ runs=40
 algorithm=allreduce_sgd
 timeout=5
 out=""
+stacks_after=""
+hold=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --transport) transport="$2"; shift ;;
@@ -29,6 +38,8 @@ while [ $# -gt 0 ]; do
     --algorithm) algorithm="$2"; shift ;;
     --timeout) timeout="$2"; shift ;;
     --out) out="$2"; shift ;;
+    --stacks-after) stacks_after="$2"; shift ;;
+    --hold-lock) hold="$2"; shift ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "repeat-kill: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -94,11 +105,24 @@ YAML
     if (( $(echo "$(date +%s.%N) - $t0 > 90" | bc) )); then echo "run $i: no epoch within 90 s" >&2; break; fi
   done
   sleep "0.$(printf '%03d' $((RANDOM % 500)))"
-  kill -9 "${pids[1]}"
+  if [ -n "$hold" ]; then
+    HOLD_SECONDS="$hold" gdb -p "${pids[1]}" -batch -x "$root/scripts/hold-shm-lock.py" >"$d/gdbvictim" 2>&1
+  else
+    kill -9 "${pids[1]}"
+  fi
   killed=$(date +%s.%N)
   wait "${pids[1]}" 2>/dev/null
   rm -f /dev/shm/"${pids[1]}":*
   line="run $i:"
+  if [ -n "$stacks_after" ]; then
+    sleep "$stacks_after"
+    for r in 0 2; do
+      if kill -0 "${pids[$r]}" 2>/dev/null && ! ps -o stat= -p "${pids[$r]}" | grep -q Z; then
+        gdb -p "${pids[$r]}" -batch -ex 'thread apply all bt' >"$d/gdbslow$r" 2>&1
+        line+=" (rank$r still running after ${stacks_after} s: gdbslow$r)"
+      fi
+    done
+  fi
   for r in 0 2; do
     pid=${pids[$r]}
     deadline=$(echo "$killed + 4 * $timeout" | bc)
