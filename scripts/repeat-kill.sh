@@ -111,9 +111,15 @@ YAML
     kill -9 "${pids[1]}"
   fi
   killed=$(date +%s.%N)
-  wait "${pids[1]}" 2>/dev/null
+  { wait "${pids[1]}"; } 2>/dev/null
   rm -f /dev/shm/"${pids[1]}":*
   line="run $i:"
+  if [ -n "$hold" ]; then  # whose lock the victim held: its own region's or another rank's
+    region=$(grep -o "in /dev/shm/[0-9]*" "$d/gdbvictim" | head -1 | grep -o "[0-9]*$")
+    if [ -z "$region" ]; then line+=" (no shm lock caught)"
+    elif [ "$region" = "${pids[1]}" ]; then line+=" (held its own lock)"
+    else line+=" (held the lock of pid $region)"; fi
+  fi
   if [ -n "$stacks_after" ]; then
     sleep "$stacks_after"
     for r in 0 2; do
@@ -141,6 +147,7 @@ YAML
       sources[$src]=$(( ${sources[$src]:-0} + 1 ))
       clean=$((clean + 1))
       line+=" rank$r=exit$st,$(printf '%.2f' "$took")s,$src"
+      grep -q "progress thread is stuck" "$d/err$r" && line+="(progress thread stuck)"
     fi
   done
   echo "$line"
