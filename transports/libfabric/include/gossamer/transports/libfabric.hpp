@@ -83,7 +83,7 @@ std::vector<std::string> availableProviders();
 /// the transport makes every libfabric call. So a wait ends within its
 /// timeout (PeerFailure or TimeoutError) even if the provider wedges that
 /// thread (shm: a SIGKILLed peer that held a lock in shared memory), and
-/// close() returns within about 2 s even then, leaving the stuck thread and
+/// close() returns within lingerSeconds + 2 s even then, leaving the stuck thread and
 /// the endpoint behind (docs/libfabric.md).
 /// @throws InvalidArgument for bad options; ProviderNotFound when the provider
 ///         is missing; TimeoutError if peers do not show up within
