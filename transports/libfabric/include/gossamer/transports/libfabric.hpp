@@ -78,9 +78,11 @@ std::vector<std::string> availableProviders();
 /// "<provider>\n<largest frame its buffers take, bytes>\n<pid>\n<endpoint address>"
 /// as "<prefix>/libfabric/<rank>" in `store`, waits for every peer's entry and
 /// inserts their addresses into the address vector. The store is used only here.
-/// Threading: isend, irecv and waits may come from any thread and never call
-/// into libfabric: isend copies and queues, and a progress thread owned by
-/// the transport makes every libfabric call. So a wait ends within its
+/// Threading: isend, irecv and waits may come from any thread and make no
+/// libfabric call that can wait on a peer (only fi_cq_signal, over providers
+/// with a wait object, to wake the progress thread): isend copies and queues,
+/// and a progress thread owned by the transport posts, receives and reads the
+/// completion queue. So a wait ends within its
 /// timeout (PeerFailure or TimeoutError) even if the provider wedges that
 /// thread (shm: a SIGKILLed peer that held a lock in shared memory), and
 /// close() returns within lingerSeconds + 2 s even then, leaving the stuck thread and
