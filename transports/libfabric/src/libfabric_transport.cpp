@@ -366,8 +366,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     } else {
       if (tx_[static_cast<std::size_t>(dst)]->gone) throwGone(dst);
       // The bytes are copied and queued; the progress thread posts them. This
-      // thread never calls into libfabric, where a dead shm peer's lock could
-      // hold it forever (docs/libfabric.md).
+      // thread makes no libfabric call that could wait on a peer (kick() may
+      // fi_cq_signal, nothing else), so a dead shm peer's lock cannot hold it
+      // (docs/libfabric.md).
       if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
         sendFrame(dst, kChanFrame, header, data);
       else
