@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +103,128 @@ TEST_CASE("a libfabric peer killed mid-transfer fails the receive within the tim
   CHECK((fromCq || fromPidfd || fromHeartbeat));
   if (provider == "shm") CHECK((fromCq || fromPidfd));  // shm: no heartbeats, the exit is watched
   t->abort();
+}
+
+namespace {
+
+double monotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// One side of a busy small-message exchange: every turn posts 4 receives from
+/// `peer`, sends it 4 messages of 64 bytes and waits for the receives (each
+/// wait bounded by the transport timeout). Both processes keep taking the shm
+/// locks of both regions, so a SIGKILL often lands while one is held. Returns
+/// when an error ends the exchange: writes "<kind> <seconds at the error>
+/// <seconds after close() returned> <message>" to `result` (kind: PeerFailure,
+/// TimeoutError or Error), or "none" after 60 s.
+void busyExchange(gossamer::Transport& t, int peer, const std::string& ready, const std::string& result) {
+  std::vector<std::byte> out(64, std::byte{1});
+  std::vector<std::vector<std::byte>> in(4, std::vector<std::byte>(64));
+  std::string kind = "none", what;
+  double failedAt = 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    for (std::uint64_t i = 0; std::chrono::steady_clock::now() - start < std::chrono::seconds(60); ++i) {
+      std::vector<gossamer::Request> recvs;
+      for (std::uint64_t k = 0; k < 4; ++k)
+        recvs.push_back(t.irecv(peer, gossamer::Tag::make(gossamer::Op::kUser, 4 * i + k), in[k]));
+      for (std::uint64_t k = 0; k < 4; ++k)
+        t.isend(peer, gossamer::Tag::make(gossamer::Op::kUser, 4 * i + k), out);
+      for (auto& r : recvs) r.wait(t.timeoutSeconds());
+      if (i == 200 && !ready.empty()) std::ofstream(ready) << "streaming\n";
+    }
+  } catch (const gossamer::PeerFailure& e) {
+    kind = "PeerFailure";
+    what = e.what();
+  } catch (const gossamer::TimeoutError& e) {
+    kind = "TimeoutError";
+    what = e.what();
+  } catch (const std::exception& e) {
+    kind = "Error";
+    what = e.what();
+  }
+  failedAt = monotonicSeconds();
+  t.abort();  // must return even if the progress thread is stuck inside libfabric
+  const double closedAt = monotonicSeconds();
+  std::ofstream(result) << kind << ' ' << std::to_string(failedAt) << ' ' << std::to_string(closedAt) << ' '
+                        << what << '\n';
+}
+
+}  // namespace
+
+// The shm hazard (docs/libfabric.md): a process killed while it holds a spin
+// lock in shared memory (its own region's, or the survivor's) leaves it held,
+// and a thread that then waits for it inside libfabric spins forever. The
+// survivor's application thread never calls into libfabric, so it must still
+// get an error within the timeout, and close() must return. Repeated, the
+// kill landing at random points of a busy two-way exchange.
+TEST_CASE("a shm peer killed during a busy two-way exchange never hangs the survivor",
+          "[multiproc][failure][libfabric]") {
+  const double timeout = 2.0;
+  std::mt19937 rng(12345);
+  int fromPidfd = 0, fromCq = 0, timedOut = 0;
+  for (int run = 0; run < 10; ++run) {
+    INFO("run " << run);
+    TempDir dir;
+    const pid_t victim = fork();
+    if (victim == 0) {
+      try {
+        gossamer::FileStore store(dir / "rdv");
+        auto o = optionsFor("shm", 0, 0);
+        o.timeoutSeconds = timeout;
+        auto t = gossamer::libfabric::makeTransport(o, store);
+        busyExchange(*t, 1, "", dir / "victim");
+      } catch (...) {
+      }
+      _exit(0);
+    }
+    REQUIRE(victim > 0);
+    const pid_t survivor = fork();
+    if (survivor == 0) {
+      try {
+        gossamer::FileStore store(dir / "rdv");
+        auto o = optionsFor("shm", 1, 0);
+        o.timeoutSeconds = timeout;
+        auto t = gossamer::libfabric::makeTransport(o, store);
+        busyExchange(*t, 0, dir / "ready", dir / "survivor");
+      } catch (const std::exception& e) {
+        std::ofstream(dir / "survivor") << "Setup 0 0 " << e.what() << '\n';
+      }
+      _exit(0);
+    }
+    REQUIRE(survivor > 0);
+    const auto start = std::chrono::steady_clock::now();
+    while (!std::filesystem::exists(dir / "ready") &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool streaming = std::filesystem::exists(dir / "ready");
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    kill(victim, SIGKILL);
+    const double killedAt = monotonicSeconds();
+    waitBounded(victim, 5);
+    gossamer::testing::removeShmRegionsOf(victim);
+    const auto status = waitBounded(survivor, 4 * timeout + 5);  // kills it if it hangs
+    std::string kind, what;
+    double failedAt = 0, closedAt = 0;
+    {
+      std::ifstream in(dir / "survivor");
+      in >> kind >> failedAt >> closedAt;
+      std::getline(in, what);
+    }
+    INFO("survivor: " << kind << what << " (" << failedAt - killedAt << " s after the kill, close took "
+                      << closedAt - failedAt << " s)");
+    REQUIRE(streaming);
+    REQUIRE(status.has_value());  // it did not hang, not even in close() or at exit
+    REQUIRE((kind == "PeerFailure" || kind == "TimeoutError"));
+    CHECK(failedAt - killedAt < timeout + 1);  // the receive's own bound, plus scheduling
+    CHECK(closedAt - failedAt < 3);            // close() gives up on a stuck progress thread after 2 s
+    if (what.find("its process exited") != std::string::npos) ++fromPidfd;
+    if (what.find("libfabric failed") != std::string::npos) ++fromCq;
+    if (kind == "TimeoutError") ++timedOut;
+  }
+  WARN("10 kills: " << fromPidfd << " reported by the pidfd watch, " << fromCq << " by a CQ error entry, "
+                    << timedOut << " by the receive timeout (a progress thread stuck on a dead peer's lock)");
 }
 
 #endif  // GOSSAMER_HAVE_LIBFABRIC

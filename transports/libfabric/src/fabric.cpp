@@ -16,8 +16,8 @@ namespace {
 constexpr std::uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 /// What the transport needs from an endpoint: reliable datagrams, tagged
-/// send/receive, thread-safe calls (application threads post sends while the
-/// progress thread reads the completion queue). It can live with the
+/// send/receive, thread-safe calls (the progress thread makes the data-path
+/// calls, other threads wake it with fi_cq_signal). It can live with the
 /// FI_CONTEXT modes (every operation carries an fi_context2) and registers
 /// local buffers when a provider asks for FI_MR_LOCAL; it never uses RMA, so
 /// the other memory-registration modes cost it nothing.

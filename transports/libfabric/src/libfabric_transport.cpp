@@ -50,8 +50,13 @@
 // pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
 // peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
-// replaces the heartbeats: a killed shm peer may leave a spin lock held in its
-// shared memory, so nothing is sent to it once it exited. close() sends a bye after the last data frame and
+// replaces the heartbeats: a killed shm peer may leave a spin lock held in
+// shared memory, so nothing is sent to it once it exited. A thread that was
+// already waiting on such a lock spins forever inside libfabric, so only the
+// progress thread calls into libfabric: isend queues, irecv and wait use the
+// Mailbox, and a stuck progress thread costs the application a PeerFailure
+// (the checksum thread then watches the pidfds) or a TimeoutError, never a
+// hang. close() sends a bye after the last data frame and
 // waits (bounded by the linger period) for each peer's bye-ack, as the zmq transport does, so queued messages
 // are delivered.
 #include <algorithm>
@@ -70,7 +75,9 @@
 #include <vector>
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric.hpp"
@@ -197,7 +204,8 @@ class BufferCache : public std::enable_shared_from_this<BufferCache> {
 /// A large payload staged for sending, shared by its pieces.
 struct Payload {
   std::shared_ptr<std::byte[]> bytes;
-  FidPtr<fid_mr> mr;
+  std::size_t size = 0;
+  FidPtr<fid_mr> mr;  ///< registered by the progress thread (FI_MR_LOCAL providers only)
   void* desc = nullptr;
 };
 
@@ -245,12 +253,14 @@ struct InboundMsg {
   void* desc = nullptr;
 };
 
-/// Sending side of one peer (any thread, under mu).
+/// Sending side of one peer. Application threads queue messages under `mu`;
+/// only the progress thread posts them, and never while holding `mu`, so an
+/// application thread never waits on a thread that is inside libfabric.
 struct PeerTx {
-  std::timed_mutex mu;
+  std::mutex mu;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   std::uint64_t frameSeq = 0, bulkSeq = 0;
-  std::deque<std::unique_ptr<SendOp>> pending;  ///< not accepted yet (-FI_EAGAIN), in order
+  std::deque<std::unique_ptr<SendOp>> pending;  ///< not posted yet, in order (under mu)
   bool shut = false;                            ///< the endpoint is being closed: post nothing
   std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
   std::exception_ptr why;       ///< why it is gone (set before `gone`)
@@ -282,7 +292,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     const fi_info* fi = info_.get();
     provider_ = fi->fabric_attr->prov_name;
     mrLocal_ = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
-    manualProgress_ = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
     // shm peers are on this host: their process exit is watched directly
     // (pidfd), which is faster than heartbeats and never touches a dead
     // peer's shared memory, where a heartbeat could wedge this rank.
@@ -309,8 +318,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     peerClosed_.assign(static_cast<std::size_t>(o.worldSize), 0);
     beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(o.rank),
                                     Tag{Op::kControl, 0, 0}, {});
-    putU64(beat_.data(), fabricTag(kChanBeat, o.rank, 0));  // unordered: sequence number 0
-    std::memcpy(beat_.data() + kEnvelopeBytes, beatHeader_.data(), kFrameHeaderBytes);
     postPool();
   }
 
@@ -320,11 +327,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     verifier_ = std::thread([self = shared_from_this()] { self->verifyLoop(); });
     progress_ = std::thread([self = shared_from_this()] {
       self->progressLoop();
+      bool abandoned = false;
       {
         std::lock_guard<std::mutex> lk(self->exitMu_);
         self->progressExited_ = true;
+        abandoned = self->abandoned_;
       }
       self->exitCv_.notify_all();
+      // close() gave up on this thread (it seemed stuck), yet it came back:
+      // it closes the endpoint itself, so that nothing is left behind.
+      if (abandoned) self->teardown();
     });
   }
 
@@ -353,16 +365,14 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned.get(), data.size())});
     } else {
       if (tx_[static_cast<std::size_t>(dst)]->gone) throwGone(dst);
-      bool injected = false;
+      // The bytes are copied and queued; the progress thread posts them. This
+      // thread makes no libfabric call that could wait on a peer (kick() may
+      // fi_cq_signal, nothing else), so a dead shm peer's lock cannot hold it
+      // (docs/libfabric.md).
       if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
-        injected = sendFrame(dst, kChanFrame, header, data);
+        sendFrame(dst, kChanFrame, header, data);
       else
         sendLarge(dst, header, data);
-      // tcp;ofi_rxm (manual progress, and a progress thread that may sleep in
-      // fi_cq_sread) may hold a posted send until someone reads the completion
-      // queue: a read of zero entries moves it along now, without taking
-      // completions from the progress thread. (shm's progress thread polls.)
-      if (manualProgress_ && cqWaits_ && !injected) (void)fi_cq_read(cq_.get(), nullptr, 0);
       kick();
     }
     bytesSent_ += data.size();
@@ -411,14 +421,39 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     }
     stop_ = true;
     wake();
-    // The progress thread stops within a loop turn, unless it is stuck inside
-    // libfabric: shm spins forever on a lock that a killed peer held. Then it
-    // is left behind with the endpoint (it holds the transport alive), rather
-    // than this call hanging too.
+    // The progress thread posts what is still queued (the byes), then stops
+    // within a loop turn (it never sleeps more than 2 ms), unless it is stuck
+    // inside libfabric: shm spins forever on a lock that a killed peer held.
+    // It counts as stuck once it burnt 200 ms of CPU time without beginning
+    // a loop turn (a thread that is merely not scheduled, on a loaded
+    // machine, burns none), or after 2 s in all; then it is left behind with
+    // the endpoint (it holds the transport alive) rather than this call
+    // hanging too.
     bool exited = true;
     if (progress_.joinable()) {
+      clockid_t cpuClock{};
+      const bool haveCpuClock = pthread_getcpuclockid(progress_.native_handle(), &cpuClock) == 0;
+      const auto cpuSeconds = [&] {
+        timespec ts{};
+        clock_gettime(cpuClock, &ts);
+        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+      };
+      const double cpu0 = haveCpuClock ? cpuSeconds() : 0;
+      const auto turn0 = loopStamp_.load();
       std::unique_lock<std::mutex> lk(exitMu_);
-      exited = exitCv_.wait_for(lk, std::chrono::seconds(2), [&] { return progressExited_; });
+      const auto deadline = Clock::now() + std::chrono::seconds(2);
+      while (!progressExited_ && Clock::now() < deadline &&
+             !(haveCpuClock && loopStamp_.load() == turn0 && cpuSeconds() - cpu0 > 0.2))
+        exitCv_.wait_for(lk, std::chrono::milliseconds(10));
+      exited = progressExited_;
+    }
+    // The checksum thread never waits inside libfabric: stop it either way,
+    // before the progress thread may tear down what it reads.
+    stopVerifier();
+    if (!exited) {
+      std::lock_guard<std::mutex> lk(exitMu_);
+      exited = progressExited_;
+      abandoned_ = !exited;  // should it come back after all, it tears down itself
     }
     if (exited) {
       if (progress_.joinable()) progress_.join();
@@ -429,10 +464,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       progress_.detach();
     }
     box_.close();
-    if (exited) {
-      stopVerifier();
-      teardown();
-    }
+    if (exited) teardown();
   }
 
   TransportStats stats() const override {
@@ -541,8 +573,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
                     key + ")");
       // Same host by construction for shm: watch the peer's process, so that
       // nothing is sent to it once it exited (see processExited).
-      if (provider_.rfind("shm", 0) == 0)
+      if (provider_.rfind("shm", 0) == 0) {
         tx_.back()->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+        watchesPids_ = watchesPids_ || tx_.back()->pidfd >= 0;
+      }
       const std::string peerAddress = value.substr(nl3 + 1);
       fi_addr_t addr = FI_ADDR_UNSPEC;
       const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
@@ -628,7 +662,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     std::exception_ptr why;
     {
       auto& peer = *tx_[static_cast<std::size_t>(dst)];
-      std::lock_guard<std::timed_mutex> lk(peer.mu);
+      std::lock_guard<std::mutex> lk(peer.mu);
       why = peer.why;
     }
     try {
@@ -651,13 +685,30 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     if (!b.empty()) std::memcpy(op->own.data() + kEnvelopeBytes + a.size(), b.data(), b.size());
     op->data = op->own.data();
     op->len = op->own.size();
-    op->mr = registerLocal(op->data, op->len, FI_SEND, &op->desc);
     return op;
   }
 
-  // Posts `op` (ownership passes to libfabric until its completion). Returns
-  // 0, -FI_EAGAIN (op untouched) or another libfabric error.
+  // Progress thread: posts `op` (ownership passes to libfabric until its
+  // completion; an injected one is done at once). Returns 0, -FI_EAGAIN (op
+  // untouched) or another libfabric error. Registers the buffer first when
+  // the provider wants local registration (on this thread too: application
+  // threads make no libfabric call at all).
   ssize_t post(std::unique_ptr<SendOp>& op, fi_addr_t addr) {
+    if (!op->payload && op->len <= injectBytes_) {
+      const ssize_t rc = fi_tinject(ep_.get(), op->data, op->len, addr, op->tag);
+      if (rc == 0) op.reset();
+      return rc;
+    }
+    if (mrLocal_) {
+      if (op->payload) {
+        if (!op->payload->mr)
+          op->payload->mr =
+              registerLocal(op->payload->bytes.get(), op->payload->size, FI_SEND, &op->payload->desc);
+        op->desc = op->payload->desc;
+      } else if (!op->mr) {
+        op->mr = registerLocal(op->data, op->len, FI_SEND, &op->desc);
+      }
+    }
     FabricOp* raw = op.get();
     {
       std::lock_guard<std::mutex> lk(opsMu_);
@@ -676,50 +727,22 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     return rc;
   }
 
-  // Caller holds peer.mu. Posts `op` now, or queues it behind earlier sends.
-  void postOrQueueLocked(PeerTx& peer, std::unique_ptr<SendOp> op) {
-    if (peer.pending.empty()) {
-      const ssize_t rc = post(op, peer.addr);
-      if (rc == 0) return;
-      if (rc != -FI_EAGAIN) throw PeerFailure(op->dst, "libfabric fi_tsend: " + errorText(rc));
-    }
+  // Caller holds peer.mu. Queues `op` for the progress thread, behind earlier sends.
+  void queueLocked(PeerTx& peer, std::unique_ptr<SendOp> op) {
     peer.pending.push_back(std::move(op));
     ++queued_;
   }
 
   // One message on the pool's tag to `dst`: the envelope (channel, this rank,
-  // the next frame sequence number), then a ++ b. Returns true if it was
-  // injected (gone already), false if posted or queued.
-  // With `bounded`, gives up (Cancelled) if the peer's lock is not free within
-  // 200 ms: a thread may be stuck inside libfabric holding it (see close()).
-  bool sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b,
-                 bool bounded = false) {
-    const std::size_t n = kEnvelopeBytes + a.size() + b.size();
-    const bool inject = n <= injectBytes_;
-    std::unique_ptr<SendOp> op;
-    if (!inject) op = makeSendOp(dst, a, b);  // copy outside the lock
+  // the next frame sequence number), then a ++ b; queued for the progress thread.
+  void sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b) {
+    auto op = makeSendOp(dst, a, b);  // copy outside the lock
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
-    std::unique_lock<std::timed_mutex> lk(peer.mu, std::defer_lock);
-    if (!bounded)
-      lk.lock();
-    else if (!lk.try_lock_for(std::chrono::milliseconds(200)))
-      throw Cancelled("rank " + std::to_string(dst) + " is busy: not sending it a control frame");
+    std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
-    const std::uint64_t envelope = fabricTag(channel, opt_.rank, peer.frameSeq++);
-    if (inject && peer.pending.empty()) {
-      std::array<std::byte, kInjectMax> buf;
-      putU64(buf.data(), envelope);
-      if (!a.empty()) std::memcpy(buf.data() + kEnvelopeBytes, a.data(), a.size());
-      if (!b.empty()) std::memcpy(buf.data() + kEnvelopeBytes + a.size(), b.data(), b.size());
-      const ssize_t rc = fi_tinject(ep_.get(), buf.data(), n, peer.addr, kPoolTag);
-      if (rc == 0) return true;
-      if (rc != -FI_EAGAIN) throw PeerFailure(dst, "libfabric fi_tinject: " + errorText(rc));
-    }
-    if (!op) op = makeSendOp(dst, a, b);
-    putU64(op->own.data(), envelope);
-    postOrQueueLocked(peer, std::move(op));
-    return false;
+    putU64(op->own.data(), fabricTag(channel, opt_.rank, peer.frameSeq++));
+    queueLocked(peer, std::move(op));
   }
 
   // A payload above inlineBytes: an announcement on the frame sequence, then
@@ -727,8 +750,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void sendLarge(int dst, const HeaderBytes& header, std::span<const std::byte> data) {
     auto payload = std::make_shared<Payload>();
     payload->bytes = cache_->get(data.size());
+    payload->size = data.size();
     std::memcpy(payload->bytes.get(), data.data(), data.size());
-    payload->mr = registerLocal(payload->bytes.get(), data.size(), FI_SEND, &payload->desc);
     const std::size_t pieces = ceilDiv(data.size(), pieceBytes_);
     std::vector<std::unique_ptr<SendOp>> ops;
     ops.reserve(pieces);
@@ -738,7 +761,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       op->payload = payload;
       op->data = payload->bytes.get() + i * pieceBytes_;
       op->len = std::min(pieceBytes_, data.size() - i * pieceBytes_);
-      op->desc = payload->desc;
       ops.push_back(std::move(op));
     }
     std::array<std::byte, kAnnounceBytes> announce{};
@@ -747,53 +769,65 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     auto annOp = makeSendOp(dst, announce, {});
 
     auto& peer = *tx_[static_cast<std::size_t>(dst)];
-    std::lock_guard<std::timed_mutex> lk(peer.mu);
+    std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
     const std::uint64_t first = peer.bulkSeq;
     peer.bulkSeq += pieces;
     putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
     putU64(annOp->own.data(), fabricTag(kChanAnnounce, opt_.rank, peer.frameSeq++));
-    postOrQueueLocked(peer, std::move(annOp));
+    queueLocked(peer, std::move(annOp));
     for (std::size_t i = 0; i < pieces; ++i) {
       ops[i]->tag = fabricTag(kChanBulk, opt_.rank, first + i);
-      postOrQueueLocked(peer, std::move(ops[i]));
+      queueLocked(peer, std::move(ops[i]));
     }
   }
 
   // Best effort: a control frame (bye, bye-ack) that cannot be sent only
-  // means the peer finds out by its heartbeat timeout.
+  // means the peer finds out by its heartbeat timeout or pidfd.
   void sendControl(int p, FrameKind kind, std::uint32_t detail = 0) {
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
                                      Tag{Op::kControl, detail, 0}, {});
     try {
-      (void)sendFrame(p, kChanFrame, h, {}, /*bounded=*/true);
+      sendFrame(p, kChanFrame, h, {});
     } catch (const Error&) {
       // see above
     }
   }
 
-  // Progress thread: retries the sends the provider refused with -FI_EAGAIN.
+  // Progress thread: posts the queued sends, in order per peer, until the
+  // provider refuses one (-FI_EAGAIN: retried on the next turn). Holds no
+  // lock inside libfabric: application threads keep queueing meanwhile.
   void flushPending() {
     for (int p = 0; p < opt_.worldSize && queued_ > 0; ++p) {
       auto& peer = *tx_[static_cast<std::size_t>(p)];
-      std::exception_ptr failure;
+      std::deque<std::unique_ptr<SendOp>> batch;
       {
-        std::lock_guard<std::timed_mutex> lk(peer.mu);
-        while (!peer.pending.empty() && !peer.shut) {
-          if (processExited(peer)) {
-            failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
-            break;
-          }
-          const ssize_t rc = post(peer.pending.front(), peer.addr);
-          if (rc == -FI_EAGAIN) break;
-          peer.pending.pop_front();
-          --queued_;
-          if (rc != 0) {
-            failure = std::make_exception_ptr(PeerFailure(p, "libfabric fi_tsend: " + errorText(rc)));
-            break;
-          }
+        std::lock_guard<std::mutex> lk(peer.mu);
+        if (peer.shut) continue;
+        batch.swap(peer.pending);
+      }
+      if (batch.empty()) continue;
+      std::exception_ptr failure;
+      if (processExited(peer)) {  // never touch a dead shm peer's memory
+        queued_ -= batch.size();
+        batch.clear();
+        failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
+      }
+      while (!batch.empty()) {
+        const ssize_t rc = post(batch.front(), peer.addr);
+        if (rc == -FI_EAGAIN) break;
+        batch.pop_front();
+        --queued_;
+        if (rc != 0) {
+          failure = std::make_exception_ptr(PeerFailure(p, "libfabric fi_tsend: " + errorText(rc)));
+          break;
         }
+      }
+      if (!batch.empty()) {  // refused for now: back in front of what was queued meanwhile
+        std::lock_guard<std::mutex> lk(peer.mu);
+        peer.pending.insert(peer.pending.begin(), std::make_move_iterator(batch.begin()),
+                            std::make_move_iterator(batch.end()));
       }
       if (failure) failPeer(p, failure);
     }
@@ -805,21 +839,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
       // Unordered and dropped when the provider is busy: the next one will do. A
       // provider that knows the peer is gone says so here (sockets: -FI_ENOENT).
-      // Under the peer's lock, like every other send to it: no provider sees
-      // two threads sending to one peer at once.
       auto& peer = *tx_[static_cast<std::size_t>(p)];
-      ssize_t rc = 0;
-      {
-        std::lock_guard<std::timed_mutex> lk(peer.mu);
-        if (peer.shut || processExited(peer)) continue;  // checkSilence reports an exited one
-        if (injectBytes_ >= beat_.size()) {
-          rc = fi_tinject(ep_.get(), beat_.data(), beat_.size(), peer.addr, kPoolTag);
-        } else {
-          auto op = makeSendOp(p, beatHeader_, {});
-          std::memcpy(op->own.data(), beat_.data(), kEnvelopeBytes);
-          rc = post(op, peer.addr);
-        }
-      }
+      if (peer.gone || processExited(peer)) continue;  // checkSilence reports an exited one
+      auto op = makeSendOp(p, beatHeader_, {});
+      putU64(op->own.data(), fabricTag(kChanBeat, opt_.rank, 0));  // unordered: sequence number 0
+      const ssize_t rc = post(op, peer.addr);
       if (rc < 0 && rc != -FI_EAGAIN)
         failPeer(p, std::make_exception_ptr(PeerFailure(p, "connection lost: libfabric (" + provider_ +
                                                                ") refuses to send to it: " + errorText(rc))));
@@ -858,6 +882,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     while (!stop_) {
       try {
         auto now = Clock::now();
+        loopStamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
         // If this thread itself did not run for a while (machine overloaded),
         // silence from the peers proves nothing: restart their clocks.
         if (secondsSince(lastLoop, now) > peerTimeout_ / 4)
@@ -890,7 +915,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
           continue;
         }
         // Idle: sleep until something arrives (wait object), a kick, or the next heartbeat.
+        // (sleeping_ is set before queued_ is read again, and isend queues before it
+        // reads sleeping_: a send queued meanwhile is seen here or wakes this thread.)
         sleeping_ = true;
+        if (queued_ > 0) {
+          sleeping_ = false;
+          continue;
+        }
         if (cqWaits_) {
           n = fi_cq_sread(cq_.get(), entries.data(), entries.size(), nullptr, 2);
           sleeping_ = false;
@@ -912,6 +943,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
+    // Closing: post what is still queued (the byes of close() and abort()).
+    try {
+      if (queued_ > 0) flushPending();
+    } catch (const std::exception& e) {
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": progress error at close: " << e.what()
+                << '\n';
+    }
   }
 
   // Handles what fi_cq_read / fi_cq_sread returned. True if anything completed.
@@ -924,7 +962,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       handleError();
       return true;
     }
-    if (n != -FI_EAGAIN && n != -FI_ECANCELED && n != -FI_ETIMEDOUT) check(n, "fi_cq_read");
+    // (-FI_EINTR: a signal interrupted a system call inside the provider, a
+    // debugger attaching for one; nothing is lost, the next read goes on.)
+    if (n != -FI_EAGAIN && n != -FI_ECANCELED && n != -FI_ETIMEDOUT && n != -FI_EINTR) check(n, "fi_cq_read");
     return false;
   }
 
@@ -1251,11 +1291,23 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   // The checksum thread: verifies large payloads handed over by onBulkPiece.
+  // With shm it also watches the peers' processes every 10 ms while the
+  // progress thread is stuck (watchWhileStuck).
   void verifyLoop() {
     std::unique_lock<std::mutex> lk(verifyMu_);
     for (;;) {
-      verifyCv_.wait(lk, [&] { return verifyStop_ || !toVerify_.empty(); });
-      if (toVerify_.empty()) return;  // stopping, nothing left
+      const auto due = [&] { return verifyStop_ || !toVerify_.empty(); };
+      if (watchesPids_)
+        verifyCv_.wait_for(lk, std::chrono::milliseconds(10), due);
+      else
+        verifyCv_.wait(lk, due);
+      if (toVerify_.empty()) {
+        if (verifyStop_) return;  // stopping, nothing left
+        lk.unlock();
+        watchWhileStuck();
+        lk.lock();
+        continue;
+      }
       InboundMsg* msg = toVerify_.front();
       toVerify_.pop_front();
       lk.unlock();
@@ -1272,6 +1324,37 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       lk.unlock();
       wake();  // the progress thread delivers it
       lk.lock();
+    }
+  }
+
+  // True when the progress thread has not begun a loop turn for `d`.
+  bool progressStuckFor(Clock::duration d) const {
+    const Clock::time_point turn{Clock::duration(loopStamp_.load(std::memory_order_relaxed))};
+    return Clock::now() - turn > d;
+  }
+
+  // Checksum thread, shm only: when the progress thread has not finished a
+  // loop turn for 100 ms it is stuck inside libfabric (it never sleeps longer
+  // than 2 ms), most likely spinning on a shm lock that a killed peer held.
+  // Then it cannot see that peer's exit, so this thread reports it to the
+  // Mailbox itself: receives waiting on the dead peer fail now with
+  // PeerFailure rather than at their timeout. (Not while the progress thread
+  // runs: it delivers what fully arrived from the peer first, then fails it.)
+  void watchWhileStuck() {
+    if (!progressStuckFor(std::chrono::milliseconds(100)) || stop_) return;
+    for (int p = 0; p < opt_.worldSize; ++p) {
+      auto& peer = *tx_[static_cast<std::size_t>(p)];
+      if (p == opt_.rank || peer.gone || !processExited(peer)) continue;
+      auto why = std::make_exception_ptr(PeerFailure(p, kProcessExited));
+      {
+        std::lock_guard<std::mutex> lk(peer.mu);
+        peer.why = why;
+      }
+      peer.gone = true;
+      box_.peerGone(p, std::move(why));
+      std::cerr << "gossamer libfabric rank " << opt_.rank << ": peer " << p
+                << " exited while the progress thread is stuck inside libfabric (on a lock it held?)\n";
+      markPeer(p, false);
     }
   }
 
@@ -1343,13 +1426,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     });
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     {
-      std::lock_guard<std::timed_mutex> lk(peer.mu);
+      std::lock_guard<std::mutex> lk(peer.mu);
       peer.why = why;
     }
     peer.gone = true;
     box_.peerGone(p, std::move(why));
     {
-      std::lock_guard<std::timed_mutex> lk(peer.mu);
+      std::lock_guard<std::mutex> lk(peer.mu);
       queued_ -= peer.pending.size();
       peer.pending.clear();
     }
@@ -1405,7 +1488,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // what is still posted), then frees the operations and the fabric.
   void teardown() {
     for (auto& peer : tx_) {
-      std::lock_guard<std::timed_mutex> lk(peer->mu);
+      std::lock_guard<std::mutex> lk(peer->mu);
       peer->shut = true;
       peer->pending.clear();
       if (peer->pidfd >= 0) ::close(peer->pidfd);
@@ -1434,7 +1517,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
   std::string provider_;
-  bool mrLocal_ = false, cqWaits_ = false, manualProgress_ = false, heartbeats_ = true;
+  bool mrLocal_ = false, cqWaits_ = false, heartbeats_ = true;
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
   FidPtr<fid_fabric> fabric_;
@@ -1447,7 +1530,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void* poolDesc_ = nullptr;
   std::vector<PoolOp> pool_;
   HeaderBytes beatHeader_{};
-  std::array<std::byte, kEnvelopeBytes + kFrameHeaderBytes> beat_{};  ///< envelope + heartbeat frame
 
   std::vector<std::unique_ptr<PeerTx>> tx_;
   std::atomic<std::size_t> queued_{0};  ///< sends waiting in PeerTx::pending, all peers
@@ -1475,8 +1557,12 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::mutex exitMu_;
   std::condition_variable exitCv_;
   bool progressExited_ = false;  // under exitMu_
+  bool abandoned_ = false;       // under exitMu_: close() left the progress thread behind
   std::atomic<bool> stop_{false}, closed_{false}, aborting_{false}, sleeping_{false};
   std::atomic<Clock::rep> lastKick_{0};
+  /// When the progress thread last began a loop turn (watchWhileStuck).
+  std::atomic<Clock::rep> loopStamp_{Clock::now().time_since_epoch().count()};
+  bool watchesPids_ = false;  ///< shm: the checksum thread also watches peer processes
   std::mutex kickMu_;
   std::condition_variable kickCv_;
   bool kicked_ = false;  // under kickMu_

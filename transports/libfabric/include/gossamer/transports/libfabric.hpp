@@ -78,6 +78,15 @@ std::vector<std::string> availableProviders();
 /// "<provider>\n<largest frame its buffers take, bytes>\n<pid>\n<endpoint address>"
 /// as "<prefix>/libfabric/<rank>" in `store`, waits for every peer's entry and
 /// inserts their addresses into the address vector. The store is used only here.
+/// Threading: isend, irecv and waits may come from any thread and make no
+/// libfabric call that can wait on a peer (only fi_cq_signal, over providers
+/// with a wait object, to wake the progress thread): isend copies and queues,
+/// and a progress thread owned by the transport posts, receives and reads the
+/// completion queue. So a wait ends within its
+/// timeout (PeerFailure or TimeoutError) even if the provider wedges that
+/// thread (shm: a SIGKILLed peer that held a lock in shared memory), and
+/// close() returns within lingerSeconds + 2 s even then, leaving the stuck thread and
+/// the endpoint behind (docs/libfabric.md).
 /// @throws InvalidArgument for bad options; ProviderNotFound when the provider
 ///         is missing; TimeoutError if peers do not show up within
 ///         timeoutSeconds; Error if a peer uses another provider or a libfabric
