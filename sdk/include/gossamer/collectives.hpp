@@ -154,11 +154,16 @@ struct CalibrationOptions {
   /// first fits alpha (a ring of one element sends one message per step), the
   /// second the contention, the last beta; every one gives each algorithm a
   /// correction point. The default: 4 B, 64 B and 1 KiB (latency-bound),
-  /// then steps of 4 up to 4 MiB. A transport's per-message cost has steps
+  /// then steps of 4 up to 16 MiB. A transport's per-message cost has steps
   /// (the socket transport changes how it reads at 16 KiB and 64 KiB), and a
   /// grid with steps of 16 interpolates across them: recursive doubling's
   /// 64 KiB message at N = 2 was predicted 11% faster than the ring's two
-  /// 32 KiB ones, and measured 33% slower.
+  /// 32 KiB ones, and measured 33% slower. 16 MiB is the first size whose
+  /// vector and scratch leave the 2 MiB L2 cache per core here: beyond it the
+  /// ring's checksum forwarding (which the 2-rank phases of the torus and HiPS
+  /// cannot use) made it 10% faster than both at 16 MiB and 17% at 64 MiB
+  /// over the socket transport (4 ranks), which corrections from 4 MiB,
+  /// extrapolated flat, did not show.
   std::vector<std::size_t> sizes = {4,
                                     64,
                                     std::size_t{1} << 10,
@@ -167,7 +172,8 @@ struct CalibrationOptions {
                                     std::size_t{64} << 10,
                                     std::size_t{256} << 10,
                                     std::size_t{1} << 20,
-                                    std::size_t{4} << 20};
+                                    std::size_t{4} << 20,
+                                    std::size_t{16} << 20};
   int reps = 5;  ///< Timed calls per (algorithm, size), at least (>= 1); the median is used.
   /// Timed calls per (algorithm, size), at most: more than `reps` when a
   /// round of every algorithm takes less than secondsPerSize / reps. (At 40,
