@@ -12,10 +12,16 @@
 // straight from the socket into the posted receive buffer and written
 // straight from the caller's buffer into the socket: no intermediate copy.
 //
-// Progress: there is no background thread. Messages move while some thread
-// is inside the transport: isend, irecv, Request::wait/waitFor/test, close.
-// A rank that stops calling in (computing) delays only messages that do not
-// fit the kernel's socket buffers; they continue on its next call.
+// Progress: messages move while some thread is inside the transport (isend,
+// irecv, Request::wait/waitFor/test, close); a background thread takes over
+// only after the application has made no call for 1 ms, so a rank that is
+// computing still drains its sockets.
+//
+// Checksums: data frames of 64 KiB and more carry the payload's CRC-32C in a
+// trailer (FrameKind::kDataTrailing), so each end checksums 256 KiB at a time
+// next to the kernel's copy; a CRC the caller passes to isendBorrowed (the
+// ring forwards the one Request::payloadChecksum reports) is used as is.
+// checksumReuseMinBytes() is 64 KiB. See docs/transports.md.
 //
 // Only this factory header is public.
 #pragma once
