@@ -626,6 +626,35 @@ TEST_CASE("ring reduce-scatter leaves rank r the reduced chunk r, and allgather 
   }
 }
 
+TEST_CASE("ring reduce-scatter averages, and an allgather sends the owned chunk as changed since",
+          "[collectives]") {
+  // Over the socket transport with pieces large enough (> 64 KiB) to carry
+  // trailing checksums: the allgather must checksum what the owned chunk holds
+  // now, not what the reduce-scatter left there.
+  const int n = 3;
+  Group g = SockTcp::make(n);
+  const std::size_t len = 300'001;
+  std::vector<std::vector<double>> data(n, std::vector<double>(len));
+  std::vector<double> mean(len, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < len; ++i) {
+      data[static_cast<std::size_t>(r)][i] = static_cast<double>((r + 1) * (i % 17));
+      mean[i] += data[static_cast<std::size_t>(r)][i] / n;
+    }
+  onEveryRank(n, [&](int r) {
+    auto& d = data[static_cast<std::size_t>(r)];
+    auto mine = ringReduceScatter<double>(*g[static_cast<std::size_t>(r)], d, ReduceOp::kAverage,
+                                          CollectiveOptions{1, kTimeout});
+    const auto [b, e] = chunkRange(len, n, r);
+    for (std::size_t i = b; i < e; ++i) REQUIRE(d[i] == Approx(mean[i]).margin(1e-12));
+    for (auto& x : mine) x *= 2;  // changed between the two phases
+    ringAllgather<double>(*g[static_cast<std::size_t>(r)], d, CollectiveOptions{2, kTimeout});
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < len; ++i)
+      REQUIRE(data[static_cast<std::size_t>(r)][i] == Approx(2 * mean[i]).margin(1e-12));
+}
+
 TEST_CASE("calibration over zmq agrees on every rank and leaves the communicator in step",
           "[collectives][cost]") {
   // The model's structure and auto's choice are in tests/unit/test_cost_model.cpp.
