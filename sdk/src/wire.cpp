@@ -180,6 +180,23 @@ std::uint32_t crc(std::span<const std::byte> header, std::span<const std::byte> 
 
 std::uint32_t crc32c(std::span<const std::byte> data) { return ~crc32c(~0u, data.data(), data.size()); }
 
+std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB, std::uint64_t lengthB) noexcept {
+  // With R(r, D) = r * x^(8|D|) + R(0, D) on the registers (crc = ~register):
+  // crc(A ++ B) = crc(A) * x^(8|B|) + crc(B).
+  return multModP(xPowModP(8 * lengthB), crcA) ^ crcB;
+}
+
+std::uint32_t copyAndCrc32c(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+  constexpr std::size_t kBlock = std::size_t{16} << 10;  // stays in L1 between the copy and the sum
+  std::uint32_t state = ~0u;
+  for (std::size_t at = 0; at < n; at += kBlock) {
+    const std::size_t k = std::min(kBlock, n - at);
+    std::memcpy(dst + at, src + at, k);
+    state = crc32c(state, dst + at, k);
+  }
+  return ~state;
+}
+
 Crc32c& Crc32c::update(std::span<const std::byte> data) noexcept {
   state_ = crc32c(state_, data.data(), data.size());
   return *this;
@@ -197,16 +214,18 @@ bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kInt64); }
 
 }  // namespace
 
-HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
-                              std::span<const std::byte> payload) {
+namespace {
+
+// Every header field but the checksum, validated.
+HeaderBytes headerFields(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
+                         std::uint64_t payloadBytes) {
   const std::size_t es = dtypeSize(dtype);
-  GOSSAMER_ENFORCE(payload.size() % es == 0, "payload of " << payload.size()
-                                                           << " bytes is not a whole number of "
-                                                           << dtypeName(dtype) << " elements");
-  GOSSAMER_ENFORCE(payload.size() <= kMaxPayloadBytes,
-                   "payload of " << payload.size() << " bytes exceeds " << kMaxPayloadBytes);
+  GOSSAMER_ENFORCE(payloadBytes % es == 0, "payload of " << payloadBytes << " bytes is not a whole number of "
+                                                         << dtypeName(dtype) << " elements");
+  GOSSAMER_ENFORCE(payloadBytes <= kMaxPayloadBytes,
+                   "payload of " << payloadBytes << " bytes exceeds " << kMaxPayloadBytes);
   GOSSAMER_ENFORCE(kind == FrameKind::kData || kind == FrameKind::kDataTrailing || kind == FrameKind::kPull ||
-                       payload.empty(),
+                       payloadBytes == 0,
                    "control frames carry no payload");
   HeaderBytes h{};
   put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
@@ -217,10 +236,28 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
   put<std::uint8_t>(h, frame_offset::kOp, std::uint8_t(tag.op));
   put<std::uint16_t>(h, frame_offset::kSegment, static_cast<std::uint16_t>(tag.segment));
   put<std::uint64_t>(h, frame_offset::kStep, tag.step);
-  put<std::uint64_t>(h, frame_offset::kCount, payload.size() / es);
-  put<std::uint64_t>(h, frame_offset::kPayloadBytes, payload.size());
+  put<std::uint64_t>(h, frame_offset::kCount, payloadBytes / es);
+  put<std::uint64_t>(h, frame_offset::kPayloadBytes, payloadBytes);
+  return h;
+}
+
+}  // namespace
+
+HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
+                              std::span<const std::byte> payload) {
+  HeaderBytes h = headerFields(kind, dtype, source, tag, payload.size());
   put<std::uint32_t>(h, frame_offset::kChecksum,
                      crc(h, kind == FrameKind::kDataTrailing ? std::span<const std::byte>{} : payload));
+  return h;
+}
+
+HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
+                              std::uint64_t payloadBytes, std::uint32_t payloadCrc) {
+  HeaderBytes h = headerFields(kind, dtype, source, tag, payloadBytes);
+  const std::uint32_t headerCrc = crc(h, {});
+  put<std::uint32_t>(
+      h, frame_offset::kChecksum,
+      kind == FrameKind::kDataTrailing ? headerCrc : crc32cCombine(headerCrc, payloadCrc, payloadBytes));
   return h;
 }
 

@@ -659,3 +659,41 @@ TEST_CASE("wire: a trailing-checksum frame checks its header at once and its pay
     CHECK(err->offset() == fo::kKind);
   }
 }
+
+TEST_CASE("wire: crc32cCombine and copyAndCrc32c agree with crc32c of the whole", "[wire]") {
+  std::mt19937 rng(31);
+  std::vector<std::byte> data(200'000);
+  for (auto& b : data) b = std::byte(rng() & 0xFF);
+  const std::span<const std::byte> all(data);
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{48}, std::size_t{16'385},
+                          std::size_t{199'999}, data.size()}) {
+    INFO("cut at " << cut);
+    const auto a = all.first(cut), b = all.subspan(cut);
+    REQUIRE(gossamer::crc32cCombine(gossamer::crc32c(a), gossamer::crc32c(b), b.size()) ==
+            gossamer::crc32c(all));
+  }
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{5}, std::size_t{16'384}, std::size_t{16'385}, data.size()}) {
+    std::vector<std::byte> out(n, std::byte{0});
+    const std::uint32_t c = gossamer::copyAndCrc32c(out.data(), data.data(), n);
+    INFO(n << " bytes");
+    REQUIRE(std::equal(out.begin(), out.end(), data.begin()));
+    REQUIRE(c == gossamer::crc32c(all.first(n)));
+  }
+}
+
+TEST_CASE("wire: a header encoded from the payload's CRC equals one encoded from the payload", "[wire]") {
+  for (FrameKind kind : {FrameKind::kData, FrameKind::kDataTrailing}) {
+    for (std::size_t elements : {std::size_t{0}, std::size_t{1}, std::size_t{70'000}}) {
+      const auto payload = patternPayload(DType::kFloat64, elements);
+      const Tag tag = Tag::make(Op::kAllreduce, 123456, 42);
+      const auto direct = gossamer::encodeFrameHeader(kind, DType::kFloat64, 3, tag, payload);
+      const auto fromCrc = gossamer::encodeFrameHeader(kind, DType::kFloat64, 3, tag, payload.size(),
+                                                       gossamer::crc32c(payload));
+      INFO("kind " << int(kind) << ", " << elements << " elements");
+      REQUIRE(direct == fromCrc);
+    }
+  }
+  CHECK_THROWS_AS(gossamer::encodeFrameHeader(FrameKind::kData, DType::kFloat32, 0, Tag{}, 6, 0u),
+                  InvalidArgument);
+}

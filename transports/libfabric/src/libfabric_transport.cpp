@@ -357,8 +357,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    // (encodeFrameHeader validates the size and dtype: InvalidArgument before anything is queued.)
+    const bool large = dst != opt_.rank && data.size() > tx_[static_cast<std::size_t>(dst)]->inlineLimit;
     const auto header =
-        encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
+        large ? HeaderBytes{}
+              : encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
     if (dst == opt_.rank) {  // loop back without the fabric
       std::shared_ptr<std::byte[]> owned(new std::byte[std::max<std::size_t>(data.size(), 1)]);
       if (!data.empty()) std::memcpy(owned.get(), data.data(), data.size());
@@ -369,10 +372,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       // thread makes no libfabric call that could wait on a peer (kick() may
       // fi_cq_signal, nothing else), so a dead shm peer's lock cannot hold it
       // (docs/libfabric.md).
-      if (data.size() <= tx_[static_cast<std::size_t>(dst)]->inlineLimit)
+      if (!large)
         sendFrame(dst, kChanFrame, header, data);
       else
-        sendLarge(dst, header, data);
+        sendLarge(dst, tag, dtype, data);
       kick();
       // A large message waits for the progress thread to post it: give it
       // the core now (a no-op with cores to spare). On 2 cores shared by a
@@ -752,11 +755,15 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   // A payload above inlineBytes: an announcement on the frame sequence, then
   // the payload in pieces on the bulk channel.
-  void sendLarge(int dst, const HeaderBytes& header, std::span<const std::byte> data) {
+  void sendLarge(int dst, const Tag& tag, DType dtype, std::span<const std::byte> data) {
+    // The header's checksum comes out of the copy: one pass over the
+    // caller's bytes instead of two.
     auto payload = std::make_shared<Payload>();
     payload->bytes = cache_->get(data.size());
     payload->size = data.size();
-    std::memcpy(payload->bytes.get(), data.data(), data.size());
+    const std::uint32_t sum = copyAndCrc32c(payload->bytes.get(), data.data(), data.size());
+    const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
+                                          data.size(), sum);
     const std::size_t pieces = ceilDiv(data.size(), pieceBytes_);
     std::vector<std::unique_ptr<SendOp>> ops;
     ops.reserve(pieces);
