@@ -112,12 +112,14 @@ class Ring {
         if (s == n_ - 2) detail::scaleIfAverage(op_, dst, n_);  // the chunk this rank now owns is final
         // The reduced piece is in cache now: checksum it here if the
         // transport takes it, rather than have it read the piece again later.
+        const bool forwarded = s + 1 < n_ - 1;  // else the chunk the allgather starts with
         std::optional<std::uint32_t> sum;
-        if (dst.size_bytes() >= t_.checksumReuseMinBytes()) sum = crc32c(std::as_bytes(dst));
-        if (s + 1 < n_ - 1)
+        if ((forwarded || allgatherFollows_) && dst.size_bytes() >= t_.checksumReuseMinBytes())
+          sum = crc32c(std::as_bytes(dst));
+        if (forwarded)
           send(dst, static_cast<std::size_t>(s) + 1, k, sum);
-        else
-          reducedSums_.push_back(sum);  // the chunk the allgather starts with
+        else if (allgatherFollows_)
+          reducedSums_.push_back(sum);
       }
     }
     waitAll(sends_, o_.timeoutSeconds);
@@ -182,12 +184,19 @@ class Ring {
   std::size_t maxChunk_ = 0, pieceElems_ = 1, piecesPerChunk_ = 1;
   std::vector<Request> sends_;
   std::vector<std::optional<std::uint32_t>> reducedSums_;  // CRC-32C of the reduced chunk's pieces
+  bool allgatherFollows_ = false;  // this object's allgather() comes next, on the chunk as reduced
+
+ public:
+  /// ringAllreduce: the allgather follows on this object with the reduced
+  /// chunk unchanged, so the last step's checksums are kept for it.
+  void keepSumsForAllgather() { allgatherFollows_ = true; }
 };
 
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   if (transport.worldSize() == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
   Ring<T> ring(transport, data, op, options, 0);
+  ring.keepSumsForAllgather();
   ring.reduceScatter();  // leaves chunk r+1 reduced (and averaged, for kAverage)
   ring.allgather();
 }

@@ -120,7 +120,10 @@ class Transport {
   ///        checksummed the bytes while they were in cache): a transport that
   ///        puts the payload's CRC-32C on the wire then skips its own pass over
   ///        `data`. A wrong value is never delivered as good data: the receiver
-  ///        fails the message with ProtocolError. Transports may ignore it.
+  ///        fails the message with ProtocolError and, on a stream transport,
+  ///        drops the connection, so the sender's other traffic with it fails
+  ///        too (PeerFailure). Transports may ignore it (see
+  ///        checksumReuseMinBytes).
   /// @throws like isend.
   virtual Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data,
                                 DType dtype = DType::kBytes, std::optional<std::uint32_t> checksum = {}) {
@@ -130,7 +133,8 @@ class Transport {
 
   /// Smallest message (bytes) for which isendBorrowed uses a checksum the
   /// caller passes; the default, SIZE_MAX, means never (callers then need not
-  /// compute one). The socket transport: 64 KiB.
+  /// compute one). The socket transport: 64 KiB over tcp, and SIZE_MAX with
+  /// single-copy pulls (ipc), which carry no payload checksum.
   virtual std::size_t checksumReuseMinBytes() const noexcept {
     return std::numeric_limits<std::size_t>::max();
   }

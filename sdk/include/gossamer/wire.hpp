@@ -196,7 +196,9 @@ HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source,
 
 /// The same header for a payload of `payloadBytes` bytes whose crc32c() the
 /// caller already has (copyAndCrc32c): no pass over the payload. A wrong
-/// `payloadCrc` makes the receiver reject the frame (ProtocolError).
+/// `payloadCrc` makes the receiver reject the frame (ProtocolError). For
+/// kDataTrailing it is not used: that header's checksum covers the header
+/// alone (the sender appends the payload's CRC-32C as the trailer).
 /// @throws InvalidArgument as the other overload.
 HeaderBytes encodeFrameHeader(FrameKind kind, DType dtype, std::uint32_t source, const Tag& tag,
                               std::uint64_t payloadBytes, std::uint32_t payloadCrc);

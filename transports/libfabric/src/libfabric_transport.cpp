@@ -758,6 +758,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void sendLarge(int dst, const Tag& tag, DType dtype, std::span<const std::byte> data) {
     // The header's checksum comes out of the copy: one pass over the
     // caller's bytes instead of two.
+    // Size and dtype checked (InvalidArgument) before anything is allocated.
+    (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
+                            0u);
     auto payload = std::make_shared<Payload>();
     payload->bytes = cache_->get(data.size());
     payload->size = data.size();

@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -349,6 +350,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   Engine& operator=(const Engine&) = delete;
 
   const Options& options() const { return opt_; }
+
+  // Smallest borrowed send that uses a caller's checksum: a trailing frame
+  // does, a single-copy pull (ipc, no payload CRC by default) does not, so
+  // with pulls towards any peer no size is promised.
+  std::size_t checksumReuseMinBytes() const noexcept {
+    const bool pulls = std::any_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.pullTo; });
+    return pulls ? std::numeric_limits<std::size_t>::max() : kTrailingMinBytes;
+  }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, bool borrowed = false,
                 std::optional<std::uint32_t> checksum = {}) {
@@ -1097,7 +1106,7 @@ class SocketTransport final : public Transport {
                         std::optional<std::uint32_t> checksum) override {
     return e_->isend(dst, tag, data, dtype, true, checksum);
   }
-  std::size_t checksumReuseMinBytes() const noexcept override { return kTrailingMinBytes; }
+  std::size_t checksumReuseMinBytes() const noexcept override { return e_->checksumReuseMinBytes(); }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     return e_->irecv(sources, tag, buffer);
   }

@@ -118,6 +118,9 @@ class ZmqTransport final : public Transport {
   // out of that copy (copyAndCrc32c), one pass over the caller's bytes.
   Request sendToPeer(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
     if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    // Size and dtype checked (InvalidArgument) before anything is allocated.
+    (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
+                            0u);
     ::zmq::message_t body(data.size());
     const std::uint32_t sum = copyAndCrc32c(static_cast<std::byte*>(body.data()), data.data(), data.size());
     const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
