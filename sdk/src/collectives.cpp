@@ -530,18 +530,22 @@ CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
 // signals r + 2^k and waits for r - 2^k; after ceil(log2 N) rounds every rank
 // has heard, transitively, from every other. All ranks leave within about one
 // message latency of each other (a ring would release them N-1 hops apart).
-void Communicator::barrier() {
-  const int n = transport_.worldSize(), r = transport_.rank();
-  const CollectiveOptions o = next();
+void detail::disseminationBarrier(Transport& t, Op op, std::uint64_t sequence, double timeoutSeconds) {
+  const int n = t.worldSize(), r = t.rank();
   std::uint32_t round = 0;
   for (int dist = 1; dist < n; dist *= 2, ++round) {
-    const auto tag = Tag::make(Op::kBarrier, o.sequence, round);
+    const auto tag = Tag::make(op, sequence, round);
     const std::byte token[1] = {std::byte{1}};
     std::byte in[1];
-    Request recv = transport_.irecv(mod(r - dist, n), tag, in);
-    transport_.isend(mod(r + dist, n), tag, token).wait(o.timeoutSeconds);
-    recv.wait(o.timeoutSeconds);
+    Request recv = t.irecv(mod(r - dist, n), tag, in);
+    t.isend(mod(r + dist, n), tag, token).wait(timeoutSeconds);
+    recv.wait(timeoutSeconds);
   }
+}
+
+void Communicator::barrier() {
+  const CollectiveOptions o = next();
+  detail::disseminationBarrier(transport_, Op::kBarrier, o.sequence, o.timeoutSeconds);
 }
 
 }  // namespace gossamer

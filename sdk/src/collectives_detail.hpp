@@ -23,6 +23,11 @@ inline int squarestDivisor(int n) {
 AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const CollectiveOptions& options,
                                    bool viewsAllowed);
 
+/// Dissemination barrier: ceil(log2 N) rounds of one-byte messages under
+/// Tag::make(op, sequence, round); every wait bounded by timeoutSeconds.
+/// @throws TimeoutError, PeerFailure from the transport.
+void disseminationBarrier(Transport& t, Op op, std::uint64_t sequence, double timeoutSeconds);
+
 /// dst op= src over n elements (kAverage sums; see scaleIfAverage).
 template <typename T>
 void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {

@@ -245,18 +245,9 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOpt
 
 namespace {
 
-// Dissemination barrier on control tags (apart from Communicator::barrier's).
+// Control tags, apart from Communicator::barrier's.
 void controlBarrier(Transport& t, std::uint64_t sequence, double timeout) {
-  const int n = t.worldSize(), r = t.rank();
-  std::uint32_t round = 0;
-  for (int dist = 1; dist < n; dist *= 2, ++round) {
-    const auto tag = Tag::make(Op::kControl, sequence, round);
-    const std::byte token[1] = {std::byte{1}};
-    std::byte in[1];
-    Request recv = t.irecv((r - dist + n) % n, tag, in);
-    t.isend((r + dist) % n, tag, token).wait(timeout);
-    recv.wait(timeout);
-  }
+  detail::disseminationBarrier(t, Op::kControl, sequence, timeout);
 }
 
 double median(std::vector<double> v) {
