@@ -202,6 +202,11 @@ Crc32c& Crc32c::update(std::span<const std::byte> data) noexcept {
   return *this;
 }
 
+Crc32c& Crc32c::append(std::uint32_t crcOfNext, std::uint64_t n) noexcept {
+  state_ = ~crc32cCombine(value(), crcOfNext, n);
+  return *this;
+}
+
 namespace detail {
 std::uint32_t crc32cPortable(std::span<const std::byte> data) {
   return ~crc32cSoftware(~0u, data.data(), data.size());

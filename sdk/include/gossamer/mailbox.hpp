@@ -41,6 +41,17 @@ class ProgressEngine {
   std::mutex exclusive;
 };
 
+/// The engine for transports whose own background thread moves messages and
+/// fills claimed receives (Mailbox::claim): waiting threads have nothing to
+/// drive, and the filling thread holds `exclusive` while it writes into a
+/// claimed receive's buffer (after checking that the request is still
+/// pending), so that Request::cancel() never returns while it does.
+class BackgroundEngine : public ProgressEngine {
+ public:
+  void waitUntil(RequestState& /*state*/, std::chrono::steady_clock::time_point /*deadline*/) override {}
+  void poke() override {}
+};
+
 /// Shared state behind a Request. Lock order: Mailbox::mu_ before mu.
 struct RequestState {
   enum class Status { kPending, kDone, kFailed, kCancelled };

@@ -153,6 +153,9 @@ class Crc32c {
  public:
   /// Adds `data` (any length) to the running checksum.
   Crc32c& update(std::span<const std::byte> data) noexcept;
+  /// Adds `n` bytes whose own CRC-32C is `crcOfNext` (crc32cCombine), without
+  /// reading them.
+  Crc32c& append(std::uint32_t crcOfNext, std::uint64_t n) noexcept;
   /// The CRC-32C of everything added so far (0 for nothing).
   std::uint32_t value() const noexcept { return ~state_; }
 
@@ -238,6 +241,13 @@ class StreamFrameVerifier {
   void update(std::span<const std::byte> piece) noexcept {
     crc_.update(piece);
     seen_ += piece.size();
+  }
+  /// The next `n` payload bytes (in order), whose CRC-32C `pieceCrc` the
+  /// caller already computed, for instance while copying them
+  /// (copyAndCrc32c): no second pass over the bytes.
+  void updateSummed(std::uint32_t pieceCrc, std::size_t n) noexcept {
+    crc_.append(pieceCrc, n);
+    seen_ += n;
   }
   /// All payload bytes were passed to update(): checks them.
   /// @param trailer the 4 bytes after the payload (kDataTrailing frames only;
