@@ -234,6 +234,7 @@ struct BulkRecvOp : FabricOp {
   std::size_t offset = 0, len = 0;
   std::uint64_t tag = 0;
   bool posted = false, done = false;
+  bool cancelled = false;  ///< taken back from the provider (to be posted again elsewhere)
 };
 
 /// A frame from one peer, in its order, until it is delivered.
@@ -243,7 +244,22 @@ struct InboundMsg {
   HeaderBytes headerBytes{};
   std::shared_ptr<std::byte[]> data;  ///< the payload (null for control frames and empty payloads)
   std::size_t size = 0;
-  bool ready = false;              ///< every byte has arrived and was verified
+  bool ready = false;     ///< every byte has arrived and was verified
+  bool arrived = false;   ///< every payload piece has arrived (checksum not yet checked)
+  bool consumed = false;  ///< went to its claimed receive (or failed it): not for the Mailbox
+  bool counted = false;   ///< in the received-bytes statistics already
+  /// The posted receive this payload goes to (Mailbox::claim), and the part
+  /// of its buffer it fills: either received there in place (`direct`, claimed
+  /// at the announcement) or copied there by the checksum thread (claimed once
+  /// the payload is first in line).
+  std::shared_ptr<gossamer::detail::RequestState> claimed;
+  std::span<std::byte> dst;
+  bool direct = false;           ///< the pieces are posted into `dst`, not into `data`
+  bool cancelling = false;       ///< the receive was cancelled: taking the payload back into `data`
+  std::exception_ptr failure;    ///< why its peer failed (zombies), for the claimed receive
+  std::uint32_t payloadCrc = 0;  ///< crc32c of the payload, once verified
+
+  std::byte* base() const { return direct ? dst.data() : data.get(); }
   bool zombie = false;             ///< its peer failed: only waiting for cancelled receives to come back
   bool verifying = false;          ///< with the checksum thread (which reads it): keep it alive
   std::exception_ptr verifyError;  ///< what the checksum thread found (under verifyMu_)
@@ -281,9 +297,55 @@ struct PeerRx {
   bool gone = false;
 };
 
+/// Attached to every posted receive, so that no byte lands in a receive's
+/// buffer after Request::cancel() returned. cancel() takes `exclusive`, which
+/// the checksum thread holds while it reads or fills a claimed receive's
+/// buffer; and for a payload the provider is receiving in place, cancelLocked
+/// has the progress thread take it back (fi_cancel, then copy what already
+/// arrived into the transport's own memory) before it returns, so the message
+/// is delivered to a later receive instead. Progress itself is the progress
+/// thread's: a waiting thread has nothing to drive.
+class CopyGuard final : public gossamer::detail::BackgroundEngine {
+ public:
+  explicit CopyGuard(double boundSeconds) : bound_(boundSeconds) {}
+
+  /// Request::cancel(), `exclusive` held: waits (at most the transport's
+  /// timeout) until the progress thread took the payload back, if one is being
+  /// received into the request's buffer.
+  void cancelLocked(gossamer::detail::RequestState& state) override {
+    std::unique_lock<std::mutex> lk(mu);
+    if (closed || !direct.contains(&state)) return;
+    cancels.push_back(&state);
+    cancelsPending = true;
+    if (wake) wake();
+    if (!cv.wait_for(lk, std::chrono::duration<double>(bound_),
+                     [&] { return closed || !direct.contains(&state); }))
+      std::cerr << "gossamer libfabric: a cancelled receive's payload was not taken back within " << bound_
+                << " s (the progress thread is stuck inside libfabric?)\n";
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  /// Receives whose buffers the provider may write into, and their payloads (under mu).
+  std::unordered_map<const gossamer::detail::RequestState*, InboundMsg*> direct;
+  std::deque<const gossamer::detail::RequestState*> cancels;  ///< for the progress thread (under mu)
+  std::atomic<bool> cancelsPending{false};
+  std::function<void()> wake;  ///< wakes the progress thread (under mu; empty once closed)
+  bool closed = false;         ///< under mu: the endpoint is closed, nothing writes any more
+
+ private:
+  double bound_;
+};
+
+bool isPendingRequest(gossamer::detail::RequestState& s) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.status == gossamer::detail::RequestState::Status::kPending;
+}
+
 class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
-  LibfabricTransport(const Options& o, Store& store) : opt_(o), box_(o.worldSize) {
+  LibfabricTransport(const Options& o, Store& store)
+      : opt_(o), guard_(std::make_shared<CopyGuard>(o.timeoutSeconds)), box_(o.worldSize) {
     peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
     GOSSAMER_ENFORCE(peerTimeout_ > o.heartbeatSeconds,
                      "peer timeout " << peerTimeout_ << " s must exceed the heartbeat interval "
@@ -324,6 +386,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   /// Starts the progress thread, which keeps the transport alive while it runs
   /// (see close()). Call once, right after construction.
   void start() {
+    {
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      guard_->wake = [this] { wake(); };  // cleared by teardown(), while this object lives
+    }
     verifier_ = std::thread([self = shared_from_this()] { self->verifyLoop(); });
     progress_ = std::thread([self = shared_from_this()] {
       self->progressLoop();
@@ -390,7 +456,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-    auto r = box_.post(sources, tag, buffer);
+    auto r = box_.post(sources, tag, buffer, guard_);
     kick();  // a message is expected: keep the progress thread polling
     return r;
   }
@@ -625,8 +691,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   bool postBulk(BulkRecvOp& op) {
-    const ssize_t rc = fi_trecv(ep_.get(), op.msg->data.get() + op.offset, op.len, op.msg->desc,
-                                FI_ADDR_UNSPEC, op.tag, 0, static_cast<FabricOp*>(&op));
+    const ssize_t rc = fi_trecv(ep_.get(), op.msg->base() + op.offset, op.len, op.msg->desc, FI_ADDR_UNSPEC,
+                                op.tag, 0, static_cast<FabricOp*>(&op));
     if (rc == -FI_EAGAIN) return false;
     check(rc, "fi_trecv (payload)");
     op.posted = true;
@@ -908,6 +974,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         if (queued_ > 0) flushPending();
         if (!unposted_.empty()) retryUnposted();
         if (verifying_ > 0) drainVerified();
+        if (guard_->cancelsPending) takeBackCancelled();
         if (now - lastBeat >= beatEvery) {
           sendBeats();
           lastBeat = now;
@@ -1066,9 +1133,15 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       case OpKind::kBulkRecv: {
         auto& b = *static_cast<BulkRecvOp*>(op);
         InboundMsg* msg = b.msg;
-        b.done = true;
         --msg->outstanding;
         --bulkPosted_;
+        if (cancelled && msg->cancelling && !msg->zombie) {  // taken back from a cancelled receive
+          b.posted = false;
+          b.cancelled = true;
+          takeBack(*msg);
+          break;
+        }
+        b.done = true;
         if (msg->zombie) {
           buryIfDone(msg);
           break;
@@ -1215,13 +1288,14 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
                               std::to_string(rx.nextBulkSeq));
     const std::uint64_t pieces = ceilDiv(n, piece);
     rx.nextBulkSeq = (rx.nextBulkSeq + pieces) & kSeqMask;
-    msg->data = cache_->get(n);
     msg->size = n;
-    msg->mr = registerLocal(msg->data.get(), n, FI_RECV, &msg->desc);
     msg->ops = std::vector<BulkRecvOp>(pieces);
     msg->piecesLeft = pieces;
     InboundMsg* m = msg.get();
-    rx.queue.push_back(std::move(msg));
+    rx.queue.push_back(std::move(msg));  // from here on, failPeer releases what it claims
+    if (n >= kVerifyOffloadBytes) claimInPlace(*m, rx);
+    if (!m->direct) m->data = cache_->get(n);
+    m->mr = registerLocal(m->base(), n, FI_RECV, &m->desc);
     for (std::uint64_t i = 0; i < pieces; ++i) {
       auto& op = m->ops[i];
       op.msg = m;
@@ -1248,21 +1322,20 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         throw ProtocolError(
             src, kFrameHeaderBytes + op.offset + std::min(len, op.len),
             "payload piece of " + std::to_string(len) + " bytes, expected " + std::to_string(op.len));
-      if (--msg->piecesLeft > 0) return;
-      msg->mr.reset();
-      if (msg->size >= kVerifyOffloadBytes) {  // checksum on the other thread, progress goes on
-        msg->verifying = true;
-        ++verifying_;
-        {
-          std::lock_guard<std::mutex> lk(verifyMu_);
-          toVerify_.push_back(msg);
-        }
-        verifyCv_.notify_one();
-        return;
+      --msg->piecesLeft;
+      if (msg->cancelling) {
+        takeBack(*msg);
+        if (msg->cancelling) return;
       }
-      verifyFramePayload(msg->headerBytes, msg->header,
-                         std::span<const std::byte>(msg->data.get(), msg->size), src);
-      msg->ready = true;
+      if (msg->piecesLeft > 0) return;
+      msg->mr.reset();
+      if (msg->size < kVerifyOffloadBytes) {
+        verifyFramePayload(msg->headerBytes, msg->header,
+                           std::span<const std::byte>(msg->data.get(), msg->size), src);
+        msg->ready = true;
+      } else {
+        msg->arrived = true;  // to the checksum thread once it is first in line (flushInbound)
+      }
       flushInbound(src);
     } catch (const ProtocolError& e) {
       std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
@@ -1273,15 +1346,21 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // Delivers the frames from `src` that are complete, in order.
   void flushInbound(int src) {
     auto& rx = rx_[static_cast<std::size_t>(src)];
-    while (!rx.gone && !rx.queue.empty() && rx.queue.front()->ready) {
+    while (!rx.gone && !rx.queue.empty()) {
+      if (!rx.queue.front()->ready) {
+        if (rx.queue.front()->arrived && !rx.queue.front()->verifying) toChecksumThread(*rx.queue.front());
+        return;
+      }
       std::unique_ptr<InboundMsg> msg = std::move(rx.queue.front());
       rx.queue.pop_front();
       switch (msg->header.kind) {
         case FrameKind::kData:
-          bytesReceived_ += msg->size;
-          ++messagesReceived_;
-          box_.deliver(src, msg->header.tag,
-                       InboundPayload{msg->data, std::span<const std::byte>(msg->data.get(), msg->size)});
+          if (!msg->counted) countReceived(*msg);
+          if (!msg->consumed)
+            box_.deliver(
+                src, msg->header.tag,
+                InboundPayload{msg->data, std::span<const std::byte>(msg->data.get(), msg->size),
+                               msg->arrived ? std::optional<std::uint32_t>(msg->payloadCrc) : std::nullopt});
           break;
         case FrameKind::kBye:
           // Everything the peer sent before its bye has been delivered. (A bye
@@ -1305,7 +1384,187 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     }
   }
 
-  // The checksum thread: verifies large payloads handed over by onBulkPiece.
+  void countReceived(InboundMsg& msg) {
+    bytesReceived_ += msg.size;
+    ++messagesReceived_;
+    msg.counted = true;
+  }
+
+  // A claimed receive too small for `msg` fails, and the message is used up
+  // (as Mailbox::deliver does). True if it fits.
+  static bool fits(InboundMsg& msg, const Mailbox::Claimed& claim) {
+    if (msg.size <= claim.buffer.size()) return true;
+    claim.state->fail(std::make_exception_ptr(ProtocolError(
+        msg.source, kFrameHeaderBytes + claim.buffer.size(),
+        "message of " + std::to_string(msg.size) + " bytes for " + claim.state->what +
+            " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+    msg.consumed = true;
+    return false;
+  }
+
+  // At a large payload's announcement (`msg`, last in its peer's line): if a
+  // receive for it is posted already, and no earlier message from the peer
+  // under the same tag is still on its way (matching order), the pieces are
+  // received straight into that receive's buffer.
+  void claimInPlace(InboundMsg& msg, const PeerRx& rx) {
+    for (const auto& q : rx.queue)
+      if (q.get() != &msg && q->header.kind == FrameKind::kData &&
+          q->header.tag.packed() == msg.header.tag.packed())
+        return;
+    auto claim = box_.claim(msg.source, msg.header.tag);
+    if (!claim.state || !fits(msg, claim)) return;
+    msg.claimed = std::move(claim.state);
+    msg.dst = claim.buffer.first(msg.size);
+    msg.direct = true;
+    std::lock_guard<std::mutex> lk(guard_->mu);
+    guard_->direct.emplace(msg.claimed.get(), &msg);
+  }
+
+  // Progress thread: receives cancelled while their payload was being received
+  // in place (CopyGuard::cancelLocked, whose caller waits).
+  void takeBackCancelled() {
+    std::deque<const gossamer::detail::RequestState*> states;
+    {
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      states.swap(guard_->cancels);
+      guard_->cancelsPending = false;
+    }
+    for (const auto* state : states) {
+      InboundMsg* msg = nullptr;
+      {
+        std::lock_guard<std::mutex> lk(guard_->mu);
+        const auto it = guard_->direct.find(state);
+        if (it == guard_->direct.end()) continue;  // finished meanwhile
+        msg = it->second;
+      }
+      // A zombie's receive is failed once its pieces came back (buryIfDone).
+      if (msg->zombie || msg->cancelling) continue;
+      msg->cancelling = true;
+      for (auto& op : msg->ops)
+        if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
+      takeBack(*msg);
+    }
+  }
+
+  // Once no piece of a cancelling in-place payload is with the provider any
+  // more: copies the pieces that arrived into the transport's own buffer,
+  // posts the cancelled ones again into it, and lets the canceller go on. The
+  // message then goes on as one that found no receive.
+  void takeBack(InboundMsg& msg) {
+    if (!msg.cancelling || msg.outstanding > 0) return;
+    auto owned = cache_->get(msg.size);
+    for (const auto& op : msg.ops)
+      if (op.done) std::memcpy(owned.get() + op.offset, msg.dst.data() + op.offset, op.len);
+    const auto* key = msg.claimed.get();
+    msg.mr.reset();
+    msg.data = std::move(owned);
+    msg.mr = registerLocal(msg.data.get(), msg.size, FI_RECV, &msg.desc);
+    msg.direct = false;
+    msg.cancelling = false;
+    msg.claimed.reset();
+    msg.dst = {};
+    {
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      guard_->direct.erase(key);
+    }
+    guard_->cv.notify_all();
+    for (auto& op : msg.ops) {
+      if (!op.cancelled) continue;
+      op.cancelled = false;
+      if (!unposted_.empty() || !postBulk(op)) unposted_.push_back(&op);
+    }
+  }
+
+  // An in-place payload whose peer failed, once the provider gave all its
+  // pieces back: its receive fails with the peer's error.
+  void releaseClaim(InboundMsg& msg) {
+    if (!msg.direct || !msg.claimed) return;
+    msg.claimed->fail(msg.failure ? msg.failure
+                                  : std::make_exception_ptr(PeerFailure(msg.source, "peer failed")));
+    {
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      guard_->direct.erase(msg.claimed.get());
+    }
+    guard_->cv.notify_all();
+    msg.claimed.reset();
+  }
+
+  // A large payload that fully arrived and is first in its peer's line: the
+  // checksum thread checks it and, when a receive for it is posted, copies it
+  // into that receive's buffer in the same pass (claimed here, in order, so
+  // per (source, tag) matching order holds). Later frames from the peer wait.
+  void toChecksumThread(InboundMsg& msg) {
+    if (!msg.direct && !msg.consumed) {
+      auto claim = box_.claim(msg.source, msg.header.tag);
+      if (claim.state && fits(msg, claim)) {
+        msg.claimed = std::move(claim.state);
+        msg.dst = claim.buffer.first(msg.size);
+      }
+    }
+    msg.verifying = true;
+    ++verifying_;
+    {
+      std::lock_guard<std::mutex> lk(verifyMu_);
+      toVerify_.push_back(&msg);
+    }
+    verifyCv_.notify_one();
+  }
+
+  // Checksum thread: verifies `msg` (one pass over its payload). If it was
+  // received in place, completes (or fails) its receive. If it was claimed by
+  // a receive that is still pending, copies it into that receive in the same
+  // pass and completes it; a receive cancelled meanwhile (cancel() waits for
+  // guard_->exclusive) leaves the message to the Mailbox.
+  void checkPayload(InboundMsg& msg) {
+    // First, and before reading `msg`: a cancel (which holds it) may have had
+    // the progress thread take an in-place payload back (takeBack).
+    std::unique_lock<std::mutex> g(guard_->exclusive);
+    StreamFrameVerifier v;
+    v.begin(msg.headerBytes, msg.header, msg.source);
+    if (msg.direct) {
+      {  // the provider is done with the buffer: a cancel has nothing to take back
+        std::lock_guard<std::mutex> lk(guard_->mu);
+        guard_->direct.erase(msg.claimed.get());
+      }
+      msg.consumed = true;
+      msg.payloadCrc = crc32c(msg.dst.first(msg.size));
+      v.updateSummed(msg.payloadCrc, msg.size);
+      try {
+        v.finish();
+      } catch (const ProtocolError&) {
+        msg.claimed->fail(std::current_exception());
+        throw;
+      }
+      countReceived(msg);  // before the receiver can look
+      msg.claimed->complete(msg.source, msg.size, msg.payloadCrc);
+      return;
+    }
+    if (!msg.claimed) g.unlock();
+    const std::span<const std::byte> payload(msg.data.get(), msg.size);
+    if (msg.claimed) {
+      if (isPendingRequest(*msg.claimed)) {
+        msg.payloadCrc = copyAndCrc32c(msg.dst.data(), payload.data(), payload.size());
+        v.updateSummed(msg.payloadCrc, payload.size());
+        try {
+          v.finish();
+        } catch (const ProtocolError&) {
+          msg.claimed->fail(std::current_exception());
+          msg.consumed = true;
+          throw;
+        }
+        countReceived(msg);
+        msg.claimed->complete(msg.source, msg.size, msg.payloadCrc);
+        msg.consumed = true;
+        return;
+      }
+      msg.claimed.reset();
+    }
+    msg.payloadCrc = crc32c(payload);
+    v.updateSummed(msg.payloadCrc, payload.size());
+    v.finish();
+  }
+
+  // The checksum thread: verifies large payloads handed over by toChecksumThread.
   // With shm it also watches the peers' processes every 10 ms while the
   // progress thread is stuck (watchWhileStuck).
   void verifyLoop() {
@@ -1328,8 +1587,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       lk.unlock();
       std::exception_ptr error;
       try {
-        verifyFramePayload(msg->headerBytes, msg->header,
-                           std::span<const std::byte>(msg->data.get(), msg->size), msg->source);
+        checkPayload(*msg);
       } catch (...) {
         error = std::current_exception();
       }
@@ -1463,7 +1721,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       }
     }
     for (auto& msg : rx.queue) {
-      if (msg->outstanding == 0 && !msg->verifying) continue;
+      msg->failure = tx_[static_cast<std::size_t>(p)]->why;
+      if (msg->outstanding == 0 && !msg->verifying) {
+        releaseClaim(*msg);
+        continue;
+      }
       msg->zombie = true;
       for (auto& op : msg->ops)
         if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
@@ -1476,6 +1738,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   void buryIfDone(InboundMsg* msg) {
     if (msg->outstanding > 0 || msg->verifying) return;
+    releaseClaim(*msg);
     const auto it =
         std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
     if (it != zombies_.end()) zombies_.erase(it);
@@ -1511,6 +1774,18 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     }
     ep_.reset();
     {
+      // The endpoint is closed: nothing writes into a receive's buffer any
+      // more. Receives that were being filled in place fail.
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      for (const auto& [state, msg] : guard_->direct)
+        if (msg->claimed)
+          msg->claimed->fail(std::make_exception_ptr(Cancelled("transport closed while receiving")));
+      guard_->direct.clear();
+      guard_->closed = true;
+      guard_->wake = nullptr;
+    }
+    guard_->cv.notify_all();
+    {
       std::lock_guard<std::mutex> lk(opsMu_);
       for (FabricOp* op : inflight_)
         delete static_cast<SendOp*>(op);  // NOLINT(cppcoreguidelines-owning-memory)
@@ -1528,6 +1803,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   Options opt_;
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
+  std::shared_ptr<CopyGuard> guard_;  ///< attached to posted receives (set in the constructor)
   Mailbox box_;
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
