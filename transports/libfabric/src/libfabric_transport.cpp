@@ -4,9 +4,11 @@
 // queue read by a progress thread. Matching is ours, not the provider's: an
 // irecv takes a *set* of sources, which libfabric's tag and ignore mask cannot
 // express, and the provider must never write into a caller's buffer after
-// Request::cancel() returned. So every message lands in transport-owned memory
+// Request::cancel() returned. So a message lands in transport-owned memory
 // first and the sdk Mailbox matches it with posted receives (one copy, as in
-// the zmq transport).
+// the zmq transport), except a large payload whose receive is posted before
+// its announcement: that one is received in place, and a cancel has the
+// progress thread take it back first (CopyGuard, takeBack).
 //
 // Wire protocol. Every message is a tagged send. A 64-bit "envelope" names
 //
@@ -31,8 +33,8 @@
 // receiver processes them strictly in that order (completion order is not
 // guaranteed by every provider), so messages with the same source and tag are
 // matched in send order. For an announcement the
-// progress thread allocates the payload's buffer and posts receives for its
-// pieces at once, without waiting for the application's irecv, so a large
+// progress thread claims the posted receive or allocates the payload's
+// buffer, and posts receives for its pieces at once, without waiting for the application's irecv, so a large
 // send costs no extra round trip and no one can deadlock on it. Frames from
 // one sender are delivered to the Mailbox in order: a small frame that
 // arrives while an earlier large payload from the same sender is still in

@@ -6,7 +6,9 @@
 // front. A DEALER is used by the sending threads under its own mutex; the
 // ROUTER and the DEALERs' monitor sockets belong to the progress thread, which
 // validates every frame (wire.hpp) and hands the payload, without copying it
-// again, to the Mailbox that matches it with posted receives.
+// again, to the Mailbox that matches it with posted receives; a payload of
+// 64 KiB or more whose receive is already posted is checked and copied into it
+// in one pass instead (Mailbox::claim, deliverLarge).
 //
 // Failure: a peer that closes sends a bye frame after its last message (same
 // connection, so in order): receives waiting only on it fail with PeerFailure
