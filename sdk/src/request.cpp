@@ -239,7 +239,7 @@ Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<st
   return Request(state);
 }
 
-Mailbox::Claimed Mailbox::claim(int source, const Tag& tag) {
+Mailbox::Claimed Mailbox::claim(int source, const Tag& tag, bool singleSourceOnly) {
   std::lock_guard<std::mutex> lk(mu_);
   if (closed_) return {};
   auto it = posted_.find(tag.packed());
@@ -252,6 +252,7 @@ Mailbox::Claimed Mailbox::claim(int source, const Tag& tag) {
       continue;
     }
     if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
+      if (singleSourceOnly && p->sources.size() != 1) break;  // it stays first in line
       out = Claimed{std::move(p->state), p->buffer};
       lst.erase(p);
       break;

@@ -107,7 +107,11 @@ class Mailbox {
   /// (source, tag) order is kept: a match exists only if no earlier message of
   /// that pair is queued. The caller must hold the request's engine
   /// `exclusive` lock while it writes into the buffer.
-  Claimed claim(int source, const Tag& tag);
+  /// @param singleSourceOnly claim nothing when the oldest matching receive
+  ///        takes more than one source: for a transport that would fail the
+  ///        claimed receive if `source` failed while filling it (a receive
+  ///        from several ranks must stay pending while any of them lives).
+  Claimed claim(int source, const Tag& tag, bool singleSourceOnly = false);
 
   /// Marks `rank` as gone: pending receives whose every source is gone fail
   /// with `why`; later posts that cannot be matched fail at once.

@@ -32,10 +32,11 @@
 // announce messages carry a per-(sender, receiver) sequence number: the
 // receiver processes them strictly in that order (completion order is not
 // guaranteed by every provider), so messages with the same source and tag are
-// matched in send order. For an announcement the
-// progress thread claims the posted receive or allocates the payload's
-// buffer, and posts receives for its pieces at once, without waiting for the application's irecv, so a large
-// send costs no extra round trip and no one can deadlock on it. Frames from
+// matched in send order. For an announcement the progress thread claims the
+// posted receive or allocates the payload's buffer, and posts receives for
+// its pieces (a few at a time: postMore) without waiting for the
+// application's irecv, so a large send costs no extra round trip and no one
+// can deadlock on it. Frames from
 // one sender are delivered to the Mailbox in order: a small frame that
 // arrives while an earlier large payload from the same sender is still in
 // flight waits for it.
@@ -124,6 +125,11 @@ constexpr std::size_t kMaxEarlyFrames = 1 << 16;
 constexpr const char* kProcessExited = "connection lost: its process exited";
 /// Payloads from this size on have their CRC-32C checked on a second thread,
 /// so that the progress thread moves the next payload meanwhile.
+// Default piece size: a cancel of a receive filled in place waits for the
+// piece the provider is receiving (tcp;ofi_rxm cannot cancel a matched one).
+constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
+// Pieces of one payload posted at a time (postMore).
+constexpr std::size_t kBulkWindow = 4;
 constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;
 /// A bye whose tag segment is this says the sender stopped because of an error of its own.
 constexpr std::uint32_t kByeAfterError = 1;
@@ -236,7 +242,6 @@ struct BulkRecvOp : FabricOp {
   std::size_t offset = 0, len = 0;
   std::uint64_t tag = 0;
   bool posted = false, done = false;
-  bool cancelled = false;  ///< taken back from the provider (to be posted again elsewhere)
 };
 
 /// A frame from one peer, in its order, until it is delivered.
@@ -307,6 +312,20 @@ struct PeerRx {
 /// arrived into the transport's own memory) before it returns, so the message
 /// is delivered to a later receive instead. Progress itself is the progress
 /// thread's: a waiting thread has nothing to drive.
+bool isPendingRequest(gossamer::detail::RequestState& s) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.status == gossamer::detail::RequestState::Status::kPending;
+}
+
+void markCancelled(gossamer::detail::RequestState& s) {
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    if (s.status == gossamer::detail::RequestState::Status::kPending)
+      s.status = gossamer::detail::RequestState::Status::kCancelled;
+  }
+  s.cv.notify_all();
+}
+
 class CopyGuard final : public gossamer::detail::BackgroundEngine {
  public:
   explicit CopyGuard(double boundSeconds) : bound_(boundSeconds) {}
@@ -316,7 +335,13 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
   /// received into the request's buffer.
   void cancelLocked(gossamer::detail::RequestState& state) override {
     std::unique_lock<std::mutex> lk(mu);
-    if (closed || !direct.contains(&state)) return;
+    if (closed || !direct.contains(&state)) {
+      // Cancelled here, under `mu`: the progress thread, which may have
+      // claimed the receive a moment ago, checks under `mu` that it is still
+      // pending before it posts anything into its buffer (claimInPlace).
+      markCancelled(state);
+      return;
+    }
     cancels.push_back(&state);
     cancelsPending = true;
     if (wake) wake();
@@ -324,6 +349,20 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
                      [&] { return closed || !direct.contains(&state); }))
       std::cerr << "gossamer libfabric: a cancelled receive's payload was not taken back within " << bound_
                 << " s (the progress thread is stuck inside libfabric?)\n";
+    // Not left behind for the progress thread (the request may be freed once this returns).
+    std::erase(cancels, &state);
+  }
+
+  /// Wakes every canceller and lets later cancels return at once: nothing
+  /// writes into a receive's buffer any more (the progress thread has
+  /// stopped, or the endpoint is closed).
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      closed = true;
+      wake = nullptr;
+    }
+    cv.notify_all();
   }
 
   std::mutex mu;
@@ -338,11 +377,6 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
  private:
   double bound_;
 };
-
-bool isPendingRequest(gossamer::detail::RequestState& s) {
-  std::lock_guard<std::mutex> lk(s.mu);
-  return s.status == gossamer::detail::RequestState::Status::kPending;
-}
 
 class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
@@ -370,7 +404,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     poolBytes_ = kEnvelopeBytes + std::max(kFrameHeaderBytes + inlineBytes_, kAnnounceBytes);
     // (No frame payload exceeds kMaxPayloadBytes, so neither does a piece.)
     pieceBytes_ = std::min<std::size_t>(
-        o.maxPieceBytes > 0 ? std::min(o.maxPieceBytes, maxMsgBytes_) : maxMsgBytes_, kMaxPayloadBytes);
+        std::min(o.maxPieceBytes > 0 ? o.maxPieceBytes : kDefaultPieceBytes, maxMsgBytes_), kMaxPayloadBytes);
 
     openEndpoint();
     exchangeAddresses(store);
@@ -523,6 +557,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         exitCv_.wait_for(lk, std::chrono::milliseconds(10));
       exited = progressExited_;
     }
+    // No progress thread moves data any more (or it is stuck inside
+    // libfabric, spinning on a lock): cancellers waiting for a take-back it
+    // will not do may go. (They hold `exclusive`, which the checksum thread
+    // may be waiting for.)
+    guard_->close();
     // The checksum thread never waits inside libfabric: stop it either way,
     // before the progress thread may tear down what it reads.
     stopVerifier();
@@ -712,9 +751,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
             fi_trecv(ep_.get(), p->buf, poolBytes_, poolDesc_, FI_ADDR_UNSPEC, kPoolTag, 0, op);
         if (rc == -FI_EAGAIN) return;
         check(rc, "fi_trecv (frame buffer)");
-      } else {
-        auto* b = static_cast<BulkRecvOp*>(op);
-        if (!b->msg->zombie && !postBulk(*b)) return;
       }
       unposted_.pop_front();
     }
@@ -975,6 +1011,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         const bool active = handleCq(n, entries.data());
         if (queued_ > 0) flushPending();
         if (!unposted_.empty()) retryUnposted();
+        if (bulkPump_) pumpBulk();
         if (verifying_ > 0) drainVerified();
         if (guard_->cancelsPending) takeBackCancelled();
         if (now - lastBeat >= beatEvery) {
@@ -1138,8 +1175,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         --msg->outstanding;
         --bulkPosted_;
         if (cancelled && msg->cancelling && !msg->zombie) {  // taken back from a cancelled receive
-          b.posted = false;
-          b.cancelled = true;
+          b.posted = false;  // posted again into this transport's buffer (takeBack)
           takeBack(*msg);
           break;
         }
@@ -1304,8 +1340,35 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       op.offset = i * piece;
       op.len = std::min<std::uint64_t>(piece, n - i * piece);
       op.tag = fabricTag(kChanBulk, src, first + i);
-      if (!unposted_.empty() || !postBulk(op)) unposted_.push_back(&op);
     }
+    postMore(*m);
+  }
+
+  // Posts the next pieces of `msg`, in order, while fewer than kBulkWindow of
+  // its pieces are with the provider. A provider matches an announced piece
+  // as soon as it is posted (ofi_rxm's rendezvous then reads it whatever
+  // happens), and a matched piece cannot be cancelled: the window bounds what
+  // a cancel of an in-place receive waits for. Returns false when the
+  // provider refused one (-FI_EAGAIN): pumpBulk() retries.
+  bool postMore(InboundMsg& msg) {
+    if (msg.zombie || msg.cancelling) return true;
+    for (auto& op : msg.ops) {
+      if (msg.outstanding >= kBulkWindow) return true;
+      if (op.posted || op.done) continue;
+      if (!postBulk(op)) {
+        bulkPump_ = true;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Progress thread: pieces a provider refused earlier, and the next ones.
+  void pumpBulk() {
+    bulkPump_ = false;
+    for (auto& rx : rx_)
+      for (auto& msg : rx.queue)
+        if (!postMore(*msg)) return;
   }
 
   void onBulkPiece(BulkRecvOp& op, std::size_t len) {
@@ -1329,7 +1392,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         takeBack(*msg);
         if (msg->cancelling) return;
       }
-      if (msg->piecesLeft > 0) return;
+      if (msg->piecesLeft > 0) {
+        postMore(*msg);
+        return;
+      }
       msg->mr.reset();
       if (msg->size < kVerifyOffloadBytes) {
         verifyFramePayload(msg->headerBytes, msg->header,
@@ -1413,34 +1479,41 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       if (q.get() != &msg && q->header.kind == FrameKind::kData &&
           q->header.tag.packed() == msg.header.tag.packed())
         return;
-    auto claim = box_.claim(msg.source, msg.header.tag);
+    // (A receive from several ranks is not taken here: if this one failed
+    // mid-payload, the receive would fail with it while the others live.)
+    auto claim = box_.claim(msg.source, msg.header.tag, /*singleSourceOnly=*/true);
     if (!claim.state || !fits(msg, claim)) return;
+    std::lock_guard<std::mutex> lk(guard_->mu);
+    // A cancel that ran since the claim found nothing to take back and
+    // cancelled the request under guard_->mu: then the payload goes to this
+    // transport's memory, and on to the next receive.
+    if (guard_->closed || !isPendingRequest(*claim.state)) return;
     msg.claimed = std::move(claim.state);
     msg.dst = claim.buffer.first(msg.size);
     msg.direct = true;
-    std::lock_guard<std::mutex> lk(guard_->mu);
     guard_->direct.emplace(msg.claimed.get(), &msg);
   }
 
   // Progress thread: receives cancelled while their payload was being received
   // in place (CopyGuard::cancelLocked, whose caller waits).
   void takeBackCancelled() {
-    std::deque<const gossamer::detail::RequestState*> states;
+    std::vector<InboundMsg*> msgs;
     {
+      // Resolved under the lock: a request whose canceller has returned may
+      // be freed, and its address reused (cancelLocked removes its entry).
       std::lock_guard<std::mutex> lk(guard_->mu);
-      states.swap(guard_->cancels);
+      for (const auto* state : guard_->cancels) {
+        const auto it = guard_->direct.find(state);
+        if (it != guard_->direct.end()) msgs.push_back(it->second);  // else finished meanwhile
+      }
+      guard_->cancels.clear();
       guard_->cancelsPending = false;
     }
-    for (const auto* state : states) {
-      InboundMsg* msg = nullptr;
-      {
-        std::lock_guard<std::mutex> lk(guard_->mu);
-        const auto it = guard_->direct.find(state);
-        if (it == guard_->direct.end()) continue;  // finished meanwhile
-        msg = it->second;
-      }
-      // A zombie's receive is failed once its pieces came back (buryIfDone).
-      if (msg->zombie || msg->cancelling) continue;
+    for (InboundMsg* msg : msgs) {
+      // A zombie's receive is failed once its pieces came back (buryIfDone);
+      // one whose pieces are all back may wait for the checksum thread, which
+      // waits for the canceller: take it back now.
+      if (msg->cancelling || (msg->zombie && msg->outstanding > 0)) continue;
       msg->cancelling = true;
       for (auto& op : msg->ops)
         if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
@@ -1470,11 +1543,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       guard_->direct.erase(key);
     }
     guard_->cv.notify_all();
-    for (auto& op : msg.ops) {
-      if (!op.cancelled) continue;
-      op.cancelled = false;
-      if (!unposted_.empty() || !postBulk(op)) unposted_.push_back(&op);
-    }
+    postMore(msg);  // the cancelled pieces again, and the rest, into this transport's buffer
   }
 
   // An in-place payload whose peer failed, once the provider gave all its
@@ -1695,10 +1764,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     auto& rx = rx_[static_cast<std::size_t>(p)];
     if (rx.gone) return;
     rx.gone = true;
-    // Receives of its payloads that were never posted never will be.
-    std::erase_if(unposted_, [&](FabricOp* op) {
-      return op->kind == OpKind::kBulkRecv && static_cast<BulkRecvOp*>(op)->msg->source == p;
-    });
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     {
       std::lock_guard<std::mutex> lk(peer.mu);
@@ -1722,8 +1787,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         }
       }
     }
+    std::exception_ptr failure;
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      failure = peer.why;
+    }
     for (auto& msg : rx.queue) {
-      msg->failure = tx_[static_cast<std::size_t>(p)]->why;
+      msg->failure = failure;
       if (msg->outstanding == 0 && !msg->verifying) {
         releaseClaim(*msg);
         continue;
@@ -1754,7 +1824,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     closeCv_.notify_all();
   }
 
-  // Stops the checksum thread (it never waits on anything but its queue).
+  // Stops the checksum thread. It waits on nothing but its queue and
+  // `exclusive`, which only a canceller holds, and close() releases those
+  // first (guard_->close()).
   void stopVerifier() {
     {
       std::lock_guard<std::mutex> lk(verifyMu_);
@@ -1762,6 +1834,46 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     }
     verifyCv_.notify_all();
     if (verifier_.joinable()) verifier_.join();
+  }
+
+  // Before the endpoint closes: cancels the payload pieces still posted and
+  // reads the completion queue until they came back (cancelled or complete),
+  // for at most 200 ms. tcp;ofi_rxm of libfabric 1.17 crashed inside
+  // fi_close(ep) when the endpoint closed while a piece was arriving.
+  void drainBulk() {
+    if (!ep_ || !cq_ || bulkPosted_ == 0) return;
+    const auto cancelAll = [&](InboundMsg& msg) {
+      for (auto& op : msg.ops)
+        if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
+    };
+    for (auto& rx : rx_)
+      for (auto& msg : rx.queue) cancelAll(*msg);
+    for (auto& msg : zombies_) cancelAll(*msg);
+    const auto settle = [&](void* context) {
+      auto* op = static_cast<FabricOp*>(context);
+      if (!op) return;
+      if (op->kind == OpKind::kBulkRecv) {
+        auto& b = *static_cast<BulkRecvOp*>(op);
+        b.done = true;
+        --b.msg->outstanding;
+        --bulkPosted_;
+      } else if (op->kind == OpKind::kSend) {
+        finishSend(static_cast<SendOp*>(op));
+      }
+    };
+    std::array<fi_cq_tagged_entry, 32> entries{};
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (bulkPosted_ > 0 && Clock::now() < until) {
+      const ssize_t n = fi_cq_read(cq_.get(), entries.data(), entries.size());
+      if (n > 0) {
+        for (ssize_t i = 0; i < n; ++i) settle(entries[static_cast<std::size_t>(i)].op_context);
+      } else if (n == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        if (fi_cq_readerr(cq_.get(), &err, 0) > 0) settle(err.op_context);
+      } else if (n != -FI_EAGAIN) {
+        break;
+      }
+    }
   }
 
   // After the progress thread stopped: closes the endpoint (libfabric drops
@@ -1774,6 +1886,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       if (peer->pidfd >= 0) ::close(peer->pidfd);
       peer->pidfd = -1;
     }
+    drainBulk();
     ep_.reset();
     {
       // The endpoint is closed: nothing writes into a receive's buffer any
@@ -1783,10 +1896,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         if (msg->claimed)
           msg->claimed->fail(std::make_exception_ptr(Cancelled("transport closed while receiving")));
       guard_->direct.clear();
-      guard_->closed = true;
-      guard_->wake = nullptr;
     }
-    guard_->cv.notify_all();
+    guard_->close();
     {
       std::lock_guard<std::mutex> lk(opsMu_);
       for (FabricOp* op : inflight_)
@@ -1835,10 +1946,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   // Progress thread only.
   std::vector<PeerRx> rx_;
-  std::deque<FabricOp*> unposted_;
-  std::size_t bulkPosted_ = 0;  ///< payload-piece receives posted and not completed
-  std::size_t verifying_ = 0;   ///< payloads with the checksum thread  ///< receives the
-                                ///< provider refused (-FI_EAGAIN), retried in order
+  std::deque<FabricOp*> unposted_;  ///< frame-buffer receives the provider refused (-FI_EAGAIN)
+  bool bulkPump_ = false;           ///< payload pieces wait to be posted (pumpBulk)
+  std::size_t bulkPosted_ = 0;      ///< payload-piece receives posted and not completed
+  std::size_t verifying_ = 0;       ///< payloads with the checksum thread
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
 
   std::thread progress_;

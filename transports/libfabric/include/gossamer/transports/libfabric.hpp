@@ -49,7 +49,9 @@ struct Options {
   /// receiver published.
   std::size_t inlineBytes = 8192;
   /// Large payloads are sent in pieces of at most this many bytes (> 0; 0 =
-  /// the provider's max_msg_size). Pieces never exceed max_msg_size.
+  /// 8 MiB). Pieces never exceed the provider's max_msg_size. A piece the
+  /// provider has begun to receive cannot be cancelled: cancelling a receive
+  /// that a payload is filling in place waits for at most one piece.
   std::size_t maxPieceBytes = 0;
   /// After any activity the progress thread busy-polls the completion queue
   /// this long before it sleeps, seconds (>= 0). Lower latency for more CPU.
