@@ -843,7 +843,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.discard = false;
     c.dst = {};
     if (c.frame.kind == FrameKind::kData || c.frame.kind == FrameKind::kDataTrailing) {
-      auto claim = box_.claim(c.peer, c.frame.tag);
+      // (Not a receive from several ranks: should this peer's connection
+      // break mid-payload, that receive must stay pending for the others.)
+      auto claim = box_.claim(c.peer, c.frame.tag, /*singleSourceOnly=*/true);
       if (claim.state) {
         if (n > claim.buffer.size()) {
           claim.state->fail(std::make_exception_ptr(ProtocolError(
@@ -965,7 +967,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (d.bytes > kMaxPayloadBytes)
       throw ProtocolError(c.peer, kFrameHeaderBytes + 8,
                           "pull of " + std::to_string(d.bytes) + " bytes exceeds the limit");
-    auto claim = box_.claim(c.peer, tag);
+    auto claim = box_.claim(c.peer, tag, /*singleSourceOnly=*/true);  // (as in startFrame)
     std::shared_ptr<std::byte> owned;
     std::span<std::byte> dst;
     if (claim.state && d.bytes > claim.buffer.size()) {
