@@ -142,6 +142,23 @@ Mailbox::Mailbox(int worldSize) : worldSize_(worldSize), gone_(static_cast<std::
   GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
 }
 
+namespace {
+// The error of a receive whose buffer (`capacity` bytes) is too small for a
+// message of `bytes` bytes from `source`.
+std::exception_ptr tooLong(int source, std::size_t bytes, const std::string& what, std::size_t capacity) {
+  return std::make_exception_ptr(ProtocolError(source, kFrameHeaderBytes + capacity,
+                                               "message of " + std::to_string(bytes) + " bytes for " + what +
+                                                   " does not fit the receive buffer of " +
+                                                   std::to_string(capacity) + " bytes"));
+}
+}  // namespace
+
+bool Mailbox::Claimed::fits(int source, std::size_t bytes) const {
+  if (bytes <= buffer.size()) return true;
+  state->fail(tooLong(source, bytes, state->what, buffer.size()));
+  return false;
+}
+
 void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
   // Caller holds mu_. Lock the request so cancel() cannot interleave with the copy.
   auto& s = *p.state;
@@ -149,10 +166,7 @@ void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
     std::lock_guard<std::mutex> lk(s.mu);
     if (s.status != detail::RequestState::Status::kPending) return;
     if (payload.bytes.size() > p.buffer.size()) {
-      s.error = std::make_exception_ptr(ProtocolError(
-          source, kFrameHeaderBytes + p.buffer.size(),
-          "message of " + std::to_string(payload.bytes.size()) + " bytes for " + s.what +
-              " does not fit the receive buffer of " + std::to_string(p.buffer.size()) + " bytes"));
+      s.error = tooLong(source, payload.bytes.size(), s.what, p.buffer.size());
       s.status = detail::RequestState::Status::kFailed;
     } else {
       if (!payload.bytes.empty()) std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());

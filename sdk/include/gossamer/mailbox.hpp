@@ -100,6 +100,11 @@ class Mailbox {
   struct Claimed {
     std::shared_ptr<detail::RequestState> state;  ///< null: nothing matched
     std::span<std::byte> buffer;
+    /// False, after failing the receive with the ProtocolError a delivery
+    /// would raise (at offset kFrameHeaderBytes + buffer size), when a
+    /// message of `bytes` bytes from `source` does not fit `buffer`: as with
+    /// deliver(), the message is then used up. `state` must be non-null.
+    bool fits(int source, std::size_t bytes) const;
   };
   /// For transports that read a payload directly into the receiver's memory:
   /// when the header of a frame from `source` under `tag` arrives, removes and

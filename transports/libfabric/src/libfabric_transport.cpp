@@ -1461,11 +1461,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // A claimed receive too small for `msg` fails, and the message is used up
   // (as Mailbox::deliver does). True if it fits.
   static bool fits(InboundMsg& msg, const Mailbox::Claimed& claim) {
-    if (msg.size <= claim.buffer.size()) return true;
-    claim.state->fail(std::make_exception_ptr(ProtocolError(
-        msg.source, kFrameHeaderBytes + claim.buffer.size(),
-        "message of " + std::to_string(msg.size) + " bytes for " + claim.state->what +
-            " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+    if (claim.fits(msg.source, msg.size)) return true;
     msg.consumed = true;
     return false;
   }

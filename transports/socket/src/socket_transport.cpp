@@ -847,11 +847,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       // break mid-payload, that receive must stay pending for the others.)
       auto claim = box_.claim(c.peer, c.frame.tag, /*singleSourceOnly=*/true);
       if (claim.state) {
-        if (n > claim.buffer.size()) {
-          claim.state->fail(std::make_exception_ptr(ProtocolError(
-              c.peer, kFrameHeaderBytes + claim.buffer.size(),
-              "message of " + std::to_string(n) + " bytes for " + claim.state->what +
-                  " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+        if (!claim.fits(c.peer, n)) {
           c.discard = true;
         } else {
           c.claimed = std::move(claim.state);
@@ -970,11 +966,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     auto claim = box_.claim(c.peer, tag, /*singleSourceOnly=*/true);  // (as in startFrame)
     std::shared_ptr<std::byte> owned;
     std::span<std::byte> dst;
-    if (claim.state && d.bytes > claim.buffer.size()) {
-      claim.state->fail(std::make_exception_ptr(ProtocolError(
-          c.peer, kFrameHeaderBytes + claim.buffer.size(),
-          "message of " + std::to_string(d.bytes) + " bytes for " + claim.state->what +
-              " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+    if (claim.state && !claim.fits(c.peer, d.bytes)) {
       sendControlLocked(c, FrameKind::kPullDone, 0, d.ticket);
       return;
     }

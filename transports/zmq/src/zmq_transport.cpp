@@ -378,12 +378,7 @@ class ZmqTransport final : public Transport {
     std::uint32_t sum = 0;
     if (claim.state) {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
-      if (payload.size() >
-          claim.buffer.size()) {  // as Mailbox::deliver: the receive fails, the message is used up
-        claim.state->fail(std::make_exception_ptr(ProtocolError(
-            peer, kFrameHeaderBytes + claim.buffer.size(),
-            "message of " + std::to_string(payload.size()) + " bytes for " + claim.state->what +
-                " does not fit the receive buffer of " + std::to_string(claim.buffer.size()) + " bytes")));
+      if (!claim.fits(peer, payload.size())) {  // the receive fails, the message is used up
         consumed = true;
       } else if (pending(*claim.state)) {
         sum = copyAndCrc32c(claim.buffer.data(), payload.data(), payload.size());
