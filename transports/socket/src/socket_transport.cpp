@@ -728,8 +728,21 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   // A borrowed send is cancelled: forget the caller's buffer. A frame not
   // started is dropped; one partly written is finished from a copy (the
-  // stream cannot skip the rest of a frame).
+  // stream cannot skip the rest of a frame). A receive being filled in place
+  // is cancelled: what arrived so far moves to a buffer of our own, where the
+  // rest follows, and the message goes to the next receive (nothing is lost;
+  // the caller's buffer is not touched once cancel() returns).
   void cancelLocked(detail::RequestState& state) override {
+    for (auto& c : conns_) {
+      if (c.claimed.get() != &state) continue;
+      const std::size_t n = c.frame.payloadBytes;
+      auto owned = pool_->get(n);
+      if (c.got > 0) std::memcpy(owned.get(), c.dst.data(), c.got);
+      c.owned = std::move(owned);
+      c.dst = std::span<std::byte>(c.owned.get(), n);
+      c.claimed.reset();
+      return;
+    }
     for (auto it = pulls_.begin(); it != pulls_.end(); ++it) {
       if (it->second.req.get() != &state) continue;
       // The peer may be reading the buffer right now: let it finish (bounded).
