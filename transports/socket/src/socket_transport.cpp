@@ -735,12 +735,17 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   void cancelLocked(detail::RequestState& state) override {
     for (auto& c : conns_) {
       if (c.claimed.get() != &state) continue;
-      const std::size_t n = c.frame.payloadBytes;
-      auto owned = pool_->get(n);
-      if (c.got > 0) std::memcpy(owned.get(), c.dst.data(), c.got);
-      c.owned = std::move(owned);
-      c.dst = std::span<std::byte>(c.owned.get(), n);
       c.claimed.reset();
+      const std::size_t n = c.frame.payloadBytes;
+      try {
+        auto owned = pool_->get(n);
+        if (c.got > 0) std::memcpy(owned.get(), c.dst.data(), c.got);
+        c.owned = std::move(owned);
+        c.dst = std::span<std::byte>(c.owned.get(), n);
+      } catch (const std::bad_alloc&) {  // cancel() cannot throw: out of memory, the message is dropped
+        c.discard = true;
+        c.dst = {};
+      }
       return;
     }
     for (auto it = pulls_.begin(); it != pulls_.end(); ++it) {
