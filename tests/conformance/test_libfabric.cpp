@@ -6,6 +6,7 @@
 // The killed-peer case runs as real processes in multiproc/test_trainer.cpp.
 #include <catch2/catch.hpp>
 
+#include "cancel_race.hpp"
 #include "threads.hpp"
 
 #include <algorithm>
@@ -349,35 +350,9 @@ TEST_CASE("a receive cancelled while its payload's announcement is being claimed
   const std::string provider = GENERATE(as<std::string>{}, "shm", "tcp");
   INFO("provider " << provider);
   auto g = pairOf(provider, [](int, libfabric::Options& o) { o.maxPieceBytes = 64 << 10; });
-  constexpr std::size_t kBytes = std::size_t{512} << 10;
-  constexpr auto kUntouched = std::byte{0xA5};
-  const auto sent = randomBytes(kBytes, 1);
-  std::mt19937 rng(5);
-  int cancelled = 0;
-  for (int i = 0; i < 1500; ++i) {
-    INFO("round " << i);
-    const auto tag = Tag::make(Op::kUser, 1000 + static_cast<std::uint64_t>(i));
-    std::vector<std::byte> first(kBytes, kUntouched);
-    auto r1 = g[1]->irecv(0, tag, first);
-    g[0]->isend(1, tag, sent);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(rng() % 120'000);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-    r1.cancel();
-    try {
-      r1.wait(kTimeout);
-      REQUIRE(first == sent);  // it had arrived before the cancel
-      continue;
-    } catch (const Cancelled&) {
-      ++cancelled;
-    }
-    const auto snapshot = first;
-    std::vector<std::byte> second(kBytes);
-    auto r2 = g[1]->irecv(0, tag, second);
-    r2.wait(kTimeout);  // nothing lost
-    REQUIRE(second == sent);
-    REQUIRE(first == snapshot);  // nothing written after cancel() returned
-  }
+  const auto sent = randomBytes(std::size_t{512} << 10, 1);
+  const int cancelled = gossamer::testing::cancelAtRandomMoments(
+      *g[0], *g[1], sent, 1500, std::chrono::microseconds(120), 1000, kTimeout);
   CHECK(cancelled > 0);
 }
 

@@ -4,6 +4,7 @@
 // and shm providers.
 #include <catch2/catch.hpp>
 
+#include "cancel_race.hpp"
 #include "threads.hpp"
 
 #include <algorithm>
@@ -270,36 +271,11 @@ TEMPLATE_TEST_CASE("a receive cancelled at any moment of a large message's arriv
       t.join();
     }
   } join{g, waiter, stopTag};
-  constexpr std::size_t kBytes = std::size_t{2} << 20;
-  constexpr auto kUntouched = std::byte{0xA5};
-  std::vector<std::byte> sent(kBytes);
+  std::vector<std::byte> sent(std::size_t{2} << 20);
   std::mt19937 rng(11);
   for (auto& b : sent) b = static_cast<std::byte>(rng() & 0xFF);
-  int cancelled = 0;
-  for (int i = 0; i < 300; ++i) {
-    INFO("round " << i);
-    const auto tag = Tag::make(Op::kUser, 500 + static_cast<std::uint64_t>(i));
-    std::vector<std::byte> first(kBytes, kUntouched);
-    auto r1 = g[1]->irecv(0, tag, first);
-    g[0]->isend(1, tag, sent);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(rng() % 1'500'000);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-    r1.cancel();
-    try {
-      r1.wait(kTimeout);
-      REQUIRE(first == sent);
-      continue;
-    } catch (const Cancelled&) {
-      ++cancelled;
-    }
-    const auto snapshot = first;
-    std::vector<std::byte> second(kBytes);
-    auto r2 = g[1]->irecv(0, tag, second);
-    r2.wait(kTimeout);
-    REQUIRE(second == sent);
-    REQUIRE(first == snapshot);
-  }
+  const int cancelled = gossamer::testing::cancelAtRandomMoments(
+      *g[0], *g[1], sent, 300, std::chrono::microseconds(1500), 500, kTimeout);
   // Transports with a background thread see some cancels land. (inproc
   // delivers within isend, before any cancel; with the socket transport the
   // waiting thread, spinning on the engine lock, may hold cancel() off until
