@@ -275,7 +275,7 @@ TEMPLATE_TEST_CASE("a receive cancelled at any moment of a large message's arriv
   std::mt19937 rng(11);
   for (auto& b : sent) b = static_cast<std::byte>(rng() & 0xFF);
   const int cancelled = gossamer::testing::cancelAtRandomMoments(
-      *g[0], *g[1], sent, 300, std::chrono::microseconds(1500), 500, kTimeout);
+      *g[0], *g[1], sent, 600, std::chrono::microseconds(1500), 500, kTimeout);
   // Transports with a background thread see some cancels land. (inproc
   // delivers within isend, before any cancel; with the socket transport the
   // waiting thread, spinning on the engine lock, may hold cancel() off until
