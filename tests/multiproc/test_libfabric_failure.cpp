@@ -167,32 +167,28 @@ TEST_CASE("a shm peer killed during a busy two-way exchange never hangs the surv
   for (int run = 0; run < 10; ++run) {
     INFO("run " << run);
     TempDir dir;
-    const pid_t victim = fork();
-    if (victim == 0) {
-      try {
-        gossamer::FileStore store(dir / "rdv");
-        auto o = optionsFor("shm", 0, 0);
-        o.timeoutSeconds = timeout;
-        auto t = gossamer::libfabric::makeTransport(o, store);
-        busyExchange(*t, 1, "", dir / "victim");
-      } catch (...) {
+    // Rank `rank` as a child process exchanging with `peer`; a failure to set
+    // up is written to its result file like busyExchange's outcome.
+    const auto spawn = [&](int rank, int peer, const std::filesystem::path& ready,
+                           const std::filesystem::path& result) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        try {
+          gossamer::FileStore store(dir / "rdv");
+          auto o = optionsFor("shm", rank, 0);
+          o.timeoutSeconds = timeout;
+          auto t = gossamer::libfabric::makeTransport(o, store);
+          busyExchange(*t, peer, ready, result);
+        } catch (const std::exception& e) {
+          std::ofstream(result) << "Setup 0 0 " << e.what() << '\n';
+        }
+        _exit(0);
       }
-      _exit(0);
-    }
+      return pid;
+    };
+    const pid_t victim = spawn(0, 1, "", dir / "victim");
     REQUIRE(victim > 0);
-    const pid_t survivor = fork();
-    if (survivor == 0) {
-      try {
-        gossamer::FileStore store(dir / "rdv");
-        auto o = optionsFor("shm", 1, 0);
-        o.timeoutSeconds = timeout;
-        auto t = gossamer::libfabric::makeTransport(o, store);
-        busyExchange(*t, 0, dir / "ready", dir / "survivor");
-      } catch (const std::exception& e) {
-        std::ofstream(dir / "survivor") << "Setup 0 0 " << e.what() << '\n';
-      }
-      _exit(0);
-    }
+    const pid_t survivor = spawn(1, 0, dir / "ready", dir / "survivor");
     REQUIRE(survivor > 0);
     const auto start = std::chrono::steady_clock::now();
     while (!std::filesystem::exists(dir / "ready") &&
