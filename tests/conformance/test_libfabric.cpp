@@ -6,6 +6,9 @@
 // The killed-peer case runs as real processes in multiproc/test_trainer.cpp.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "cancel_race.hpp"
 #include "threads.hpp"
 
@@ -13,6 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -387,6 +392,64 @@ TEST_CASE("close() while payload pieces are still arriving returns cleanly", "[t
     }
   }
   g[0]->close();
+}
+
+namespace {
+
+/// The id of a process that has exited and been reaped.
+pid_t deadPid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return child;
+}
+
+/// Names of /dev/shm files that start with `prefix`.
+std::vector<std::string> shmFiles(const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0) out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+// CI failed once with "fi_enable: Device or resource busy": shm names an
+// endpoint's /dev/shm file after the process id by default, and a process
+// killed earlier with the same (reused) id had left its file behind.
+TEST_CASE("shm endpoints get names of their own, and files of killed processes are removed",
+          "[transport][libfabric]") {
+  const std::string self = "gossamer-" + std::to_string(::getpid()) + '-';
+  const std::string dead = "gossamer-" + std::to_string(deadPid()) + "-00000000000000ff:0:0";
+  const std::string live = self + "test-live-file:0:0";
+  // What the provider's default name for this process would be, with a live
+  // owner recorded in it: fi_enable of a default-named endpoint fails on it.
+  const std::string squatter = std::to_string(::getpid()) + ":0:0";
+  for (const auto& n : {dead, live}) std::ofstream("/dev/shm/" + n) << "left behind";
+  const bool squatted = !std::filesystem::exists("/dev/shm/" + squatter);
+  if (squatted) std::ofstream("/dev/shm/" + squatter) << std::string(4096, '\0');  // version 0: "in use"
+
+  auto g = pairOf("shm", [](int, libfabric::Options&) {});
+  CHECK_FALSE(std::filesystem::exists("/dev/shm/" + dead));
+  CHECK(std::filesystem::exists("/dev/shm/" + live));
+  // This process's two endpoints, under their own names.
+  const auto mine = shmFiles(self);
+  CHECK(std::count_if(mine.begin(), mine.end(), [&](const std::string& n) { return n != live; }) == 2);
+  // And they work.
+  std::vector<std::byte> out(100, std::byte{7}), in(100);
+  auto r = g[1]->irecv(0, Tag::make(Op::kUser, 1), in);
+  g[0]->isend(1, Tag::make(Op::kUser, 1), out).wait(kTimeout);
+  r.wait(kTimeout);
+  CHECK(in == out);
+  for (auto& t : g) t->close();
+  g.clear();
+  CHECK(shmFiles(self) == std::vector<std::string>{live});
+  std::filesystem::remove("/dev/shm/" + live);
+  if (squatted) std::filesystem::remove("/dev/shm/" + squatter);
 }
 
 #endif  // GOSSAMER_HAVE_LIBFABRIC

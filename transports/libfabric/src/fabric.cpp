@@ -1,8 +1,16 @@
 // Provider selection for the libfabric transport (see fabric.hpp).
 #include "fabric.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <random>
 
 #include "gossamer/errors.hpp"
 
@@ -38,6 +46,16 @@ InfoPtr makeHints(const std::string& provider) {
 
 std::string coreName(const std::string& provider) { return provider.substr(0, provider.find(';')); }
 
+/// `<kShmNamePrefix><pid>-<16 hex digits>`: unique on this host for as long as
+/// the process lives, and tells removeStaleShmFiles whose file it is.
+std::string uniqueShmName() {
+  std::random_device rd;
+  const std::uint64_t bits = (std::uint64_t{rd()} << 32) ^ rd();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
+  return kShmNamePrefix + std::to_string(::getpid()) + '-' + hex;
+}
+
 }  // namespace
 
 std::string errorText(long rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
@@ -57,15 +75,23 @@ InfoPtr selectProvider(const Options& o) {
   const std::string name = providerName(o.provider);
   GOSSAMER_ENFORCE(!name.empty(), "libfabric provider name is empty");
   const bool bind = usesIpAddresses(name) && !o.host.empty();
+  const bool shm = coreName(name) == "shm";
   auto hints = makeHints(name);
   fi_info* raw = nullptr;
   // For IP providers the host is the source address (FI_SOURCE): on loopback
   // every rank then binds 127.0.0.1, so all endpoints of a job share one
   // interface (tcp;ofi_rxm endpoints bound to different interfaces hang), and
   // no traffic leaves the machine. This is what FI_TCP_IFACE=lo would do,
-  // without touching the process environment.
-  const int rc = fi_getinfo(kApiVersion, bind ? o.host.c_str() : nullptr, nullptr, bind ? FI_SOURCE : 0,
-                            hints.get(), &raw);
+  // without touching the process environment. For shm the source address is
+  // a unique name (see the header).
+  std::string node;
+  if (bind) node = o.host;
+  if (shm) {
+    removeStaleShmFiles();
+    node = uniqueShmName();
+  }
+  const int rc = fi_getinfo(kApiVersion, node.empty() ? nullptr : node.c_str(), nullptr,
+                            node.empty() ? 0 : FI_SOURCE, hints.get(), &raw);
   InfoPtr info(raw);
   if (rc == -FI_ENODATA || (rc == 0 && !info)) {
     std::string msg = "libfabric provider '" + o.provider + "'";
@@ -84,6 +110,27 @@ InfoPtr selectProvider(const Options& o) {
   }
   check(rc, "fi_getinfo");
   return info;
+}
+
+std::size_t removeStaleShmFiles(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::size_t removed = 0;
+  std::error_code ec;
+  const std::string prefix = kShmNamePrefix;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (file.compare(0, prefix.size(), prefix) != 0) continue;
+    const char* first = file.data() + prefix.size();
+    const char* last = file.data() + file.size();
+    long pid = 0;
+    const auto [p, err] = std::from_chars(first, last, pid);
+    if (err != std::errc() || p == first || p == last || *p != '-' || pid <= 0) continue;
+    // ESRCH only: EPERM means a process of another user has that id.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rmEc;
+    if (fs::remove(it->path(), rmEc)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace detail

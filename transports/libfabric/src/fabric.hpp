@@ -39,9 +39,24 @@ std::string errorText(long rc);
 void check(long rc, const char* what);
 
 /// The fi_info of the first (preferred) reliable-datagram tagged endpoint of
-/// `options.provider`, bound to `options.host` for IP-based providers.
+/// `options.provider`, bound to `options.host` for IP-based providers. For
+/// shm the source address is a name of our own, `<kShmNamePrefix><pid>-<64
+/// random bits>`, from which the provider names the endpoint's file in
+/// /dev/shm. Its default name, the process id alone, collides with the file a
+/// killed process of the same id left behind (pids are reused), and fi_enable
+/// then fails with EBUSY.
 /// @throws ProviderNotFound listing the providers that are available.
 InfoPtr selectProvider(const Options& options);
+
+/// Prefix of the shm endpoint names selectProvider makes.
+inline constexpr const char* kShmNamePrefix = "gossamer-";
+
+/// Removes the /dev/shm files of shm endpoints (names `<kShmNamePrefix><pid>-
+/// ...`) whose process no longer exists: a process killed before it closed its
+/// endpoints leaves one (16 MiB) behind. A file whose process id is in use is
+/// kept, even if the id was reused. Never throws; returns how many it removed.
+/// `dir` is the directory to sweep (tests use another one).
+std::size_t removeStaleShmFiles(const std::string& dir = "/dev/shm");
 
 /// True for providers whose addresses are IP socket addresses (tcp, verbs,
 /// net, sockets, udp, psm3), for which `host` is the source address.

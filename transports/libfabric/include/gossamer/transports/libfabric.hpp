@@ -25,7 +25,10 @@ struct Options {
   /// libfabric provider: "tcp" (= "tcp;ofi_rxm"), "verbs" (= "verbs;ofi_rxm"),
   /// "shm" (shared memory, one host), "sockets", or any name `fi_info -l`
   /// lists, e.g. "net" or "udp;ofi_rxd". Never chosen implicitly: "sockets"
-  /// (deprecated; it spins 10 ms per progress call).
+  /// (deprecated; it spins 10 ms per progress call). An shm endpoint's file
+  /// in /dev/shm is named `gossamer-<pid>-<64 random bits>`; making one also
+  /// removes such files whose process has died (a killed process leaves its
+  /// 16 MiB file behind).
   std::string provider = "tcp";
   /// IP-based providers (tcp, verbs, net, sockets, udp): the local address
   /// every endpoint binds to, passed to fi_getinfo as the source address. All
