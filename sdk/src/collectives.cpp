@@ -108,14 +108,22 @@ class Ring {
         req.wait(o_.timeoutSeconds);
         auto dst = piece(in, k);
         expectBytes<T>(req, dst.size_bytes(), left_);
-        combine(op_, dst.data(), piece(buf, k).data(), dst.size());
-        if (s == n_ - 2) detail::scaleIfAverage(op_, dst, n_);  // the chunk this rank now owns is final
-        // The reduced piece is in cache now: checksum it here if the
-        // transport takes it, rather than have it read the piece again later.
+        // If the transport takes the reduced piece's checksum, each block is
+        // summed right after it is reduced, while it is in L1, rather than the
+        // transport reading the piece again later.
         const bool forwarded = s + 1 < n_ - 1;  // else the chunk the allgather starts with
+        const bool summed =
+            (forwarded || allgatherFollows_) && dst.size_bytes() >= t_.checksumReuseMinBytes();
+        Crc32c crc;
+        const T* src = piece(buf, k).data();
+        for (std::size_t b = 0; b < dst.size(); b += kBlockElems) {
+          const auto block = dst.subspan(b, std::min(kBlockElems, dst.size() - b));
+          combine(op_, block.data(), src + b, block.size());
+          if (s == n_ - 2) detail::scaleIfAverage(op_, block, n_);  // the chunk this rank now owns is final
+          if (summed) crc.update(std::as_bytes(block));
+        }
         std::optional<std::uint32_t> sum;
-        if ((forwarded || allgatherFollows_) && dst.size_bytes() >= t_.checksumReuseMinBytes())
-          sum = crc32c(std::as_bytes(dst));
+        if (summed) sum = crc.value();
         if (forwarded)
           send(dst, static_cast<std::size_t>(s) + 1, k, sum);
         else if (allgatherFollows_)
@@ -175,6 +183,8 @@ class Ring {
   void sendChunk(std::span<T> c, std::size_t step) {
     for (std::size_t k = 0; k < pieces(c.size()); ++k) send(piece(c, k), step, k);
   }
+
+  static constexpr std::size_t kBlockElems = (std::size_t{16} << 10) / sizeof(T);  // 16 KiB: stays in L1
 
   Transport& t_;
   std::span<T> data_;

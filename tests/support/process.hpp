@@ -73,10 +73,11 @@ inline std::optional<int> waitBounded(pid_t pid, double seconds) {
 }
 
 /// Removes what the libfabric shm provider left in /dev/shm for a process that
-/// was killed: its regions are named "<pid>:..." and only a clean close unlinks them.
+/// was killed: its regions are named "gossamer-<pid>-..." and only a clean
+/// close unlinks them (the next shm transport made would remove them too).
 inline void removeShmRegionsOf(pid_t pid) {
   std::error_code ec;
-  const std::string prefix = std::to_string(pid) + ":";
+  const std::string prefix = "gossamer-" + std::to_string(pid) + "-";
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
     if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
 }

@@ -10,6 +10,12 @@
 // 64 KiB or more whose receive is already posted is checked and copied into it
 // in one pass instead (Mailbox::claim, deliverLarge).
 //
+// Sends: isend copies the payload into a ZeroMQ message. isendBorrowed of 64
+// KiB or more lends the caller's buffer instead (zmq_msg_init_data): its
+// Request completes when ZeroMQ releases the buffer (written to the kernel, or
+// dropped), and cancel() waits for that release; a peer that does not take its
+// data within the timeout has its connection torn down, which releases it.
+//
 // Failure: a peer that closes sends a bye frame after its last message (same
 // connection, so in order): receives waiting only on it fail with PeerFailure
 // at once. A peer whose connection drops without a bye (killed, crashed) is
@@ -17,16 +23,20 @@
 // peer with the ProtocolError. Every wait is also bounded by its timeout.
 #include <zmq.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -42,10 +52,35 @@ using Clock = std::chrono::steady_clock;
 
 int toMillis(double seconds) { return static_cast<int>(std::min(seconds * 1000.0, 2.0e9)); }
 
+/// See Options::recycleReceiveBuffers. Once per process.
+void recycleFreedBuffers() {
+#ifdef __GLIBC__
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
+/// The engine of borrowed sends (its own `exclusive`, apart from the receive
+/// engine's): Request::cancel() calls back into the transport, which waits
+/// until ZeroMQ has released the buffer.
+class LoanGuard final : public detail::BackgroundEngine {
+ public:
+  explicit LoanGuard(std::function<void(detail::RequestState&)> onCancel) : onCancel_(std::move(onCancel)) {}
+  void cancelLocked(detail::RequestState& state) override { onCancel_(state); }
+
+ private:
+  std::function<void(detail::RequestState&)> onCancel_;
+};
+
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(const Options& o, Store& store)
       : opt_(o), box_(o.worldSize), ctx_(1), rx_(ctx_, ::zmq::socket_type::router) {
+    if (o.recycleReceiveBuffers) recycleFreedBuffers();
     rx_.set(::zmq::sockopt::rcvhwm, 0);
     rx_.set(::zmq::sockopt::linger, 0);
     const std::string bindAt = o.protocol == "tcp" ? "tcp://" + o.host + ":*" : "ipc://*";
@@ -110,16 +145,18 @@ class ZmqTransport final : public Transport {
     return Request(detail::completedRequest(dst, data.size()));
   }
 
-  /// Copies like isend (ZeroMQ cannot hand a buffer back once it has it, so a
-  /// cancel could not stop it reading), but with the caller's checksum a
-  /// payload of kClaimMinBytes or more is copied without a second look.
+  /// A payload of kClaimMinBytes or more goes without a copy: ZeroMQ reads
+  /// the caller's buffer until it releases it, which completes the Request
+  /// (fails it with PeerFailure if the peer's connection was torn down first).
+  /// cancel() waits for the release (see cancelLoan). With the caller's
+  /// checksum nothing else reads the buffer.
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                         std::optional<std::uint32_t> checksum) override {
-    if (!checksum || dst == opt_.rank || data.size() < kClaimMinBytes) return isend(dst, tag, data, dtype);
+    if (dst == opt_.rank || data.size() < kClaimMinBytes) return isend(dst, tag, data, dtype);
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-    return sendToPeer(dst, tag, data, dtype, checksum);
+    return lend(dst, tag, data, dtype, checksum);
   }
 
   std::size_t checksumReuseMinBytes() const noexcept override { return kClaimMinBytes; }
@@ -152,12 +189,140 @@ class ZmqTransport final : public Transport {
     {
       auto& peer = *peers_[static_cast<std::size_t>(dst)];
       std::lock_guard<std::mutex> lk(peer.mu);
+      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + peer.tornDownWhy);
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
     bytesSent_ += data.size();
     ++messagesSent_;
     return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  // ---- borrowed sends ----------------------------------------------------------
+
+  /// A buffer lent to ZeroMQ; the zmq_msg free function's hint.
+  struct Loan {
+    ZmqTransport* owner;
+    std::shared_ptr<detail::RequestState> state;
+    int dst;
+    std::size_t bytes;
+  };
+
+  Request lend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+               std::optional<std::uint32_t> known) {
+    if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    const std::uint32_t sum = known ? *known : crc32c(data);
+    const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
+                                          data.size(), sum);  // throws InvalidArgument for a bad size
+    auto state = std::make_shared<detail::RequestState>();
+    state->engine = loanGuard_;
+    state->what = "send to rank " + std::to_string(dst) + " " + toString(tag);
+    auto loan = std::make_unique<Loan>(Loan{this, state, dst, data.size()});
+    auto& peer = *peers_[static_cast<std::size_t>(dst)];
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + peer.tornDownWhy);
+      {
+        std::lock_guard<std::mutex> ll(loansMu_);
+        loans_.emplace(state.get(), loan.get());
+      }
+      // From here ZeroMQ owns the loan: it calls released() exactly once, also
+      // when the send below throws (the message is closed then).
+      ::zmq::message_t body(const_cast<std::byte*>(data.data()), data.size(), &ZmqTransport::released,
+                            loan.release());
+      peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+      peer.tx.send(body, ::zmq::send_flags::none);
+    }
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(std::move(state));
+  }
+
+  // ZeroMQ is done with a lent buffer (any thread: its I/O thread, or the
+  // one closing a socket).
+  static void released(void* /*data*/, void* hint) noexcept {
+    std::unique_ptr<Loan> loan(static_cast<Loan*>(hint));
+    ZmqTransport& t = *loan->owner;
+    std::string torn;
+    {
+      auto& peer = *t.peers_[static_cast<std::size_t>(loan->dst)];
+      std::lock_guard<std::mutex> ll(t.loansMu_);
+      if (peer.tornDownFlag) torn = peer.tornDownWhyCopy;
+      t.loans_.erase(loan->state.get());
+    }
+    try {
+      if (!torn.empty())
+        loan->state->fail(std::make_exception_ptr(PeerFailure(loan->dst, "send dropped: " + torn)));
+      else if (t.aborting_)
+        loan->state->fail(std::make_exception_ptr(Cancelled("send dropped: transport aborted")));
+      else
+        loan->state->complete(loan->dst, loan->bytes);
+    } catch (...) {
+      loan->state->complete(loan->dst, loan->bytes);  // out of memory for the error: still released
+    }
+    t.loansCv_.notify_all();
+  }
+
+  bool lent(detail::RequestState& s) {
+    std::lock_guard<std::mutex> ll(loansMu_);
+    return loans_.count(&s) != 0;
+  }
+
+  // Request::cancel() of a borrowed send: returns once ZeroMQ released the
+  // buffer. A peer that has not taken it within the timeout has its
+  // connection torn down (PeerFailure from then on), which releases it.
+  void cancelLoan(detail::RequestState& s) {
+    int dst = -1;
+    {
+      std::unique_lock<std::mutex> ll(loansMu_);
+      const auto it = loans_.find(&s);
+      if (it == loans_.end()) return;
+      dst = it->second->dst;
+      if (loansCv_.wait_for(ll, std::chrono::duration<double>(opt_.timeoutSeconds),
+                            [&] { return loans_.count(&s) == 0; }))
+        return;
+    }
+    tearDown(dst, 0.0,
+             "a cancelled send to it was still unsent after " + std::to_string(opt_.timeoutSeconds) +
+                 " s (the peer is not reading)");
+    std::unique_lock<std::mutex> ll(loansMu_);
+    if (!loansCv_.wait_for(ll, std::chrono::seconds(10), [&] { return loans_.count(&s) == 0; }))
+      std::cerr << "gossamer zmq rank " << opt_.rank
+                << ": ZeroMQ still holds a cancelled send's buffer 10 s after its connection was closed\n";
+  }
+
+  // Closes the connection to peer p (its queued messages get `linger`
+  // seconds, then are dropped, which releases lent buffers with PeerFailure)
+  // and declares p gone. Any thread; idempotent.
+  void tearDown(int p, double linger, const std::string& why) {
+    auto& peer = *peers_[static_cast<std::size_t>(p)];
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      if (peer.tornDown) return;
+      peer.tornDown = true;
+      peer.tornDownWhy = why;
+      {
+        std::lock_guard<std::mutex> ll(loansMu_);
+        peer.tornDownWhyCopy = why;
+        peer.tornDownFlag = true;
+      }
+      peer.tx.set(::zmq::sockopt::linger, toMillis(linger));
+      zmq_socket_monitor(peer.tx.handle(), nullptr, 0);
+      peer.tx.close();
+    }
+    box_.peerGone(p, std::make_exception_ptr(PeerFailure(p, why)));
+    markPeer(p, false);
+  }
+
+  // Tears down p's connection if buffers lent to it are still out: after p
+  // is gone they would otherwise stay with ZeroMQ until close().
+  void releaseLoansTo(int p, double linger, const std::string& why) {
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> ll(loansMu_);
+      for (const auto& [state, loan] : loans_) any = any || loan->dst == p;
+    }
+    if (any) tearDown(p, linger, why);
   }
 
  public:
@@ -207,10 +372,12 @@ class ZmqTransport final : public Transport {
         linger = peerClosed_[up] ? std::min(opt_.lingerSeconds, 0.05) : acked_[up] ? 0.0 : opt_.lingerSeconds;
       }
       std::lock_guard<std::mutex> lk(peer->mu);
-      peer->tx.set(::zmq::sockopt::linger, toMillis(linger));
-      zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
+      if (!peer->tornDown) {
+        peer->tx.set(::zmq::sockopt::linger, toMillis(linger));
+        zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
+      }
       peer->monitor.close();
-      peer->tx.close();
+      if (!peer->tornDown) peer->tx.close();
     }
     rx_.close();
     ctx_.close();
@@ -236,6 +403,7 @@ class ZmqTransport final : public Transport {
                                      Tag{Op::kControl, detail, 0}, {});
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     std::lock_guard<std::mutex> lk(peer.mu);
+    if (peer.tornDown) return;
     try {
       peer.tx.send(::zmq::buffer(h.data(), h.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(::zmq::const_buffer{}, ::zmq::send_flags::none);
@@ -255,6 +423,10 @@ class ZmqTransport final : public Transport {
   struct Peer {
     std::mutex mu;
     ::zmq::socket_t tx;
+    bool tornDown = false;      // under mu: tx is closed (tearDown)
+    std::string tornDownWhy;    // under mu
+    bool tornDownFlag = false;  // the same two, under loansMu_ (for released())
+    std::string tornDownWhyCopy;
     ::zmq::socket_t monitor;
     bool said_bye = false;                  // progress thread only
     bool declared = false;                  // progress thread only: reported as failed
@@ -338,6 +510,8 @@ class ZmqTransport final : public Transport {
                                                                       : "peer closed its transport")));
         sendControl(peer, FrameKind::kByeAck);
         markPeer(peer, false);
+        // The ack goes first; what this rank still sends it is not read.
+        releaseLoansTo(peer, std::min(opt_.lingerSeconds, 0.05), "peer closed its transport");
         return;
       }
       if (h.kind == FrameKind::kByeAck) {
@@ -355,6 +529,7 @@ class ZmqTransport final : public Transport {
       if (peer >= 0) {
         box_.peerGone(peer, std::current_exception());
         markPeer(peer, false);
+        releaseLoansTo(peer, 0.0, std::string("it sent a malformed frame: ") + e.what());
       }
     }
   }
@@ -429,11 +604,17 @@ class ZmqTransport final : public Transport {
                            p, "connection lost without a goodbye (process died or network failed)")));
       markPeer(p, false);
       peer->declared = true;
+      releaseLoansTo(p, 0.0, "connection lost without a goodbye (process died or network failed)");
     }
   }
 
   Options opt_;
   std::shared_ptr<detail::BackgroundEngine> engine_ = std::make_shared<detail::BackgroundEngine>();
+  std::mutex loansMu_;  // after Peer::mu
+  std::condition_variable loansCv_;
+  std::unordered_map<detail::RequestState*, Loan*> loans_;  // lent buffers ZeroMQ still holds
+  std::shared_ptr<LoanGuard> loanGuard_ =
+      std::make_shared<LoanGuard>([this](detail::RequestState& s) { cancelLoan(s); });
   Mailbox box_;
   ::zmq::context_t ctx_;
   ::zmq::socket_t rx_;
