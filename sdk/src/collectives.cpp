@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "collectives_detail.hpp"
@@ -95,7 +97,8 @@ class Ring {
       const auto in = chunk(r_ - s - 1);
       std::span<T> buf(buffers[s % 2].data(), in.size());
       for (std::size_t k = 0; k < pieces(in.size()); ++k)
-        rs.push_back(t_.irecvOf<T>(left_, tag(static_cast<std::size_t>(s), k), piece(buf, k)));
+        rs.push_back(
+            t_.irecvView(left_, tag(static_cast<std::size_t>(s), k), std::as_writable_bytes(piece(buf, k))));
     };
     post(0);
     sendChunk(chunk(r_), 0);
@@ -115,7 +118,16 @@ class Ring {
         const bool summed =
             (forwarded || allgatherFollows_) && dst.size_bytes() >= t_.checksumReuseMinBytes();
         Crc32c crc;
-        const T* src = piece(buf, k).data();
+        // The transport's own copy of the piece, if it handed that over, else `buf`.
+        const auto bufPiece = piece(buf, k);
+        const auto got = req.received(std::as_bytes(bufPiece));
+        const T* src = bufPiece.data();
+        if (got.data() != static_cast<const void*>(bufPiece.data())) {
+          if (reinterpret_cast<std::uintptr_t>(got.data()) % alignof(T) == 0)
+            src = reinterpret_cast<const T*>(got.data());
+          else
+            std::memcpy(bufPiece.data(), got.data(), got.size());
+        }
         for (std::size_t b = 0; b < dst.size(); b += kBlockElems) {
           const auto block = dst.subspan(b, std::min(kBlockElems, dst.size() - b));
           combine(op_, block.data(), src + b, block.size());
@@ -128,6 +140,7 @@ class Ring {
           send(dst, static_cast<std::size_t>(s) + 1, k, sum);
         else if (allgatherFollows_)
           reducedSums_.push_back(sum);
+        req = Request();  // gives a handed-over buffer back at once
       }
     }
     waitAll(sends_, o_.timeoutSeconds);

@@ -22,6 +22,21 @@ void RequestState::complete(int peerRank, std::size_t n, std::optional<std::uint
   cv.notify_all();
 }
 
+void RequestState::handOver(int peerRank, std::shared_ptr<const void> owner, std::span<const std::byte> bytes,
+                            std::optional<std::uint32_t> payloadChecksum) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (status != Status::kPending) return;
+    peer = peerRank;
+    this->bytes = bytes.size();
+    checksum = payloadChecksum;
+    viewOwner = std::move(owner);
+    view = bytes;
+    status = Status::kDone;
+  }
+  cv.notify_all();
+}
+
 void RequestState::fail(std::exception_ptr e) {
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -124,6 +139,17 @@ std::optional<std::uint32_t> Request::payloadChecksum() const {
   return state_->status == detail::RequestState::Status::kDone ? state_->checksum : std::nullopt;
 }
 
+std::span<const std::byte> Request::received(std::span<const std::byte> buffer) const {
+  GOSSAMER_ENFORCE(state_, "received() on an empty Request");
+  std::lock_guard<std::mutex> lk(state_->mu);
+  if (state_->status != detail::RequestState::Status::kDone) return {};
+  if (state_->viewOwner) return state_->view;
+  GOSSAMER_ENFORCE(state_->bytes <= buffer.size(), "received(): a buffer of " << buffer.size()
+                                                                              << " bytes for a receive of "
+                                                                              << state_->bytes);
+  return buffer.first(state_->bytes);
+}
+
 void waitAll(std::span<Request> requests, double timeoutSeconds) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -169,7 +195,12 @@ void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
       s.error = tooLong(source, payload.bytes.size(), s.what, p.buffer.size());
       s.status = detail::RequestState::Status::kFailed;
     } else {
-      if (!payload.bytes.empty()) std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
+      if (p.handOver && payload.owner && !payload.bytes.empty()) {
+        s.viewOwner = payload.owner;
+        s.view = payload.bytes;
+      } else if (!payload.bytes.empty()) {
+        std::memcpy(p.buffer.data(), payload.bytes.data(), payload.bytes.size());
+      }
       s.peer = source;
       s.bytes = payload.bytes.size();
       s.checksum = payload.checksum;
@@ -212,13 +243,13 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
 }
 
 Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer,
-                      std::shared_ptr<detail::ProgressEngine> engine) {
+                      std::shared_ptr<detail::ProgressEngine> engine, bool handOver) {
   GOSSAMER_ENFORCE(!sources.empty(), "irecv needs at least one source rank");
   for (int s : sources)
     GOSSAMER_ENFORCE(s >= 0 && s < worldSize_, "source rank " << s << " outside world size " << worldSize_);
   auto state = std::make_shared<detail::RequestState>();
   state->engine = std::move(engine);
-  Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state};
+  Posted p{std::vector<int>(sources.begin(), sources.end()), buffer, state, handOver};
   {
     std::ostringstream what;
     what << "receive from rank(s) {";
@@ -267,7 +298,7 @@ Mailbox::Claimed Mailbox::claim(int source, const Tag& tag, bool singleSourceOnl
     }
     if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
       if (singleSourceOnly && p->sources.size() != 1) break;  // it stays first in line
-      out = Claimed{std::move(p->state), p->buffer};
+      out = Claimed{std::move(p->state), p->buffer, p->handOver};
       lst.erase(p);
       break;
     }

@@ -62,11 +62,18 @@ struct RequestState {
   int peer = -1;
   std::size_t bytes = 0;
   std::optional<std::uint32_t> checksum;  ///< Request::payloadChecksum
-  std::string what;                       ///< For timeout messages: "recv from {1,2} tag(...)".
+  /// A receive completed with the transport's own memory (Request::received).
+  std::shared_ptr<const void> viewOwner;
+  std::span<const std::byte> view;
+  std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
   /// Set by transports that progress in the waiting thread (else null).
   std::shared_ptr<ProgressEngine> engine;
 
   void complete(int peerRank, std::size_t n, std::optional<std::uint32_t> payloadChecksum = {});
+  /// Completes a receive with `bytes`, which `owner` keeps alive, handed over
+  /// instead of copied (Transport::irecvView).
+  void handOver(int peerRank, std::shared_ptr<const void> owner, std::span<const std::byte> bytes,
+                std::optional<std::uint32_t> payloadChecksum);
   void fail(std::exception_ptr e);
 };
 
@@ -92,14 +99,17 @@ class Mailbox {
 
   /// Posts a receive into `buffer` from any rank in `sources` under `tag`.
   /// `engine` (may be null) is attached to the request (see ProgressEngine).
+  /// @param handOver the payload's owner may be handed over instead of the
+  ///        bytes copied (Transport::irecvView; RequestState::handOver).
   Request post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer,
-               std::shared_ptr<detail::ProgressEngine> engine = nullptr);
+               std::shared_ptr<detail::ProgressEngine> engine = nullptr, bool handOver = false);
 
   /// A posted receive taken over by the transport, which then writes the
   /// payload straight into `buffer` and completes or fails `state` itself.
   struct Claimed {
     std::shared_ptr<detail::RequestState> state;  ///< null: nothing matched
     std::span<std::byte> buffer;
+    bool handOver = false;  ///< posted with handOver: the payload may be handed over instead
     /// False, after failing the receive with the ProtocolError a delivery
     /// would raise (at offset kFrameHeaderBytes + buffer size), when a
     /// message of `bytes` bytes from `source` does not fit `buffer`: as with
@@ -134,6 +144,7 @@ class Mailbox {
     std::vector<int> sources;
     std::span<std::byte> buffer;
     std::shared_ptr<detail::RequestState> state;
+    bool handOver = false;
   };
   struct Arrived {
     int source;

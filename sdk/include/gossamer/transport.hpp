@@ -71,6 +71,11 @@ class Request {
   /// socket transport's large frames); otherwise, and for sends, nullopt.
   /// Lets a collective forward a message without checksumming it again.
   std::optional<std::uint32_t> payloadChecksum() const;
+  /// For a completed receive posted with Transport::irecvView into `buffer`:
+  /// the payload, bytes() long. It is the transport's own memory when the
+  /// transport handed that over (valid while this Request lives), else the
+  /// start of `buffer`. Empty until the receive completed.
+  std::span<const std::byte> received(std::span<const std::byte> buffer) const;
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
@@ -150,6 +155,16 @@ class Transport {
   /// Receive from one rank.
   Request irecv(int source, const Tag& tag, std::span<std::byte> buffer) {
     return irecv(std::span<const int>(&source, 1), tag, buffer);
+  }
+
+  /// Like irecv from `source`, for a consumer that reads the payload once and
+  /// in place (the ring's reduce-scatter adds it into its vector): a
+  /// transport that holds the arrived payload in memory of its own (zmq,
+  /// inproc) may hand that over instead of copying it into `buffer`. Read the
+  /// payload with Request::received(buffer), while the Request lives.
+  /// The default is irecv. @throws like irecv.
+  virtual Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) {
+    return irecv(source, tag, buffer);
   }
 
   /// Typed helpers over contiguous elements.

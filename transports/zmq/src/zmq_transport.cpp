@@ -166,6 +166,12 @@ class ZmqTransport final : public Transport {
     return box_.post(sources, tag, buffer, engine_);
   }
 
+  /// A payload received before or after the post is handed over, not copied.
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    return box_.post(std::span<const int>(&source, 1), tag, buffer, engine_, true);
+  }
+
  private:
   // The payload is copied into a ZeroMQ message anyway: the checksum comes
   // out of that copy (copyAndCrc32c), one pass over the caller's bytes,
@@ -542,7 +548,8 @@ class ZmqTransport final : public Transport {
   // A data frame of kClaimMinBytes or more whose length matches its header.
   // Frames from one peer arrive in order, so claiming here keeps matching
   // order. A receive cancelled before the copy (cancel() waits for
-  // `exclusive`) leaves the message to the Mailbox: nothing is lost.
+  // `exclusive`) leaves the message to the Mailbox: nothing is lost. A
+  // receive posted with irecvView gets the message itself, not a copy.
   // @throws ProtocolError for a checksum mismatch (the claimed receive fails with it too).
   void deliverLarge(int peer, std::span<const std::byte> header, const FrameHeader& h,
                     std::shared_ptr<::zmq::message_t> msg, std::span<const std::byte> payload) {
@@ -556,7 +563,9 @@ class ZmqTransport final : public Transport {
       if (!claim.fits(peer, payload.size())) {  // the receive fails, the message is used up
         consumed = true;
       } else if (pending(*claim.state)) {
-        sum = copyAndCrc32c(claim.buffer.data(), payload.data(), payload.size());
+        // Checked and copied in one pass, or (irecvView) checked and handed over.
+        sum = claim.handOver ? crc32c(payload)
+                             : copyAndCrc32c(claim.buffer.data(), payload.data(), payload.size());
         v.updateSummed(sum, payload.size());
         try {
           v.finish();
@@ -566,7 +575,10 @@ class ZmqTransport final : public Transport {
         }
         bytesReceived_ += payload.size();
         ++messagesReceived_;
-        claim.state->complete(peer, payload.size(), sum);
+        if (claim.handOver)
+          claim.state->handOver(peer, std::move(msg), payload, sum);
+        else
+          claim.state->complete(peer, payload.size(), sum);
         return;
       }
     }
