@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,23 @@ pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t)
   std::vector<std::byte> one(1);
   t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
   return child;
+}
+
+gossamer::zmq::Options raceOptions(int rank, double timeout, double linger) {
+  gossamer::zmq::Options o;
+  o.rank = rank;
+  o.worldSize = 2;
+  o.timeoutSeconds = timeout;
+  o.lingerSeconds = linger;
+  o.storePrefix = "race";
+  return o;
+}
+
+std::string describe(const std::optional<int>& st) {
+  if (!st) return "timed out (killed)";
+  if (WIFEXITED(*st)) return "exit " + std::to_string(WEXITSTATUS(*st));
+  if (WIFSIGNALED(*st)) return "signal " + std::to_string(WTERMSIG(*st));
+  return "status " + std::to_string(*st);
 }
 
 }  // namespace
@@ -124,4 +142,105 @@ TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that 
                   gossamer::PeerFailure);
   CHECK(since(killed) < 2 * kTimeout);
   t->close();
+}
+
+// Found in review (session 5). cancel() waits timeoutSeconds (1.5 s), then
+// tears the peer's connection down. close() on another thread has by then
+// closed that socket (after its 1 s bye wait) and lingers in zmq_ctx_term: the
+// teardown used to set an option on the closed socket, and cppzmq's exception
+// left the noexcept Request::cancel() (std::terminate). Rank 0 runs in a
+// forked child, so that a terminate shows as its exit status.
+TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another thread does not crash",
+          "[multiproc][failure][zmq]") {
+  TempDir dir;
+  const double timeout = 1.5, linger = 1.0;
+  const pid_t peer = fork();
+  if (peer == 0) {
+    try {
+      gossamer::FileStore store(dir / "rdv");
+      auto mine = gossamer::zmq::makeTransport(raceOptions(1, timeout, linger), store);
+      std::vector<std::byte> one(1);
+      mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one);
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  REQUIRE(peer > 0);
+  const pid_t runner = fork();
+  if (runner == 0) {
+    int code = 0;
+    try {
+      gossamer::FileStore store(dir / "rdv");
+      auto t = gossamer::zmq::makeTransport(raceOptions(0, timeout, linger), store);
+      std::vector<std::byte> one(1);
+      t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+      kill(peer, SIGSTOP);
+      std::vector<std::byte> big(kBytes, std::byte{3});
+      auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (s.test()) code = 4;  // not stuck: the scenario did not happen
+      std::thread closer([&] { t->close(); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      s.cancel();  // its timeout ends while close() is in zmq_ctx_term
+      closer.join();
+    } catch (...) {
+      code = 3;
+    }
+    _exit(code);
+  }
+  REQUIRE(runner > 0);
+  const auto st = waitBounded(runner, 30);
+  kill(peer, SIGKILL);
+  waitBounded(peer, 5);
+  INFO("rank 0: " << describe(st));
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+}
+
+// Found in review (session 5). lend() checked for a gone peer, checksummed
+// the payload (no caller checksum: a pass over 1 GiB), and only then
+// registered the loan. A bye handled in between found no loan to release, and
+// the send stayed queued for a peer that had closed: TimeoutError instead of
+// PeerFailure, and cancel() blocked for the whole timeout. Now lend() checks
+// again after registering.
+TEST_CASE("a borrowed send that races the peer's bye fails or is rejected, never stuck until the timeout",
+          "[multiproc][failure][zmq]") {
+  const double timeout = 2.0;
+  gossamer::MemoryStore store;
+  std::unique_ptr<gossamer::Transport> t0, t1;
+  std::thread other([&] { t1 = gossamer::zmq::makeTransport(raceOptions(1, timeout, 0.5), store); });
+  t0 = gossamer::zmq::makeTransport(raceOptions(0, timeout, 0.5), store);
+  other.join();
+  std::vector<std::byte> one(1);
+  auto hello = t0->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one);
+  t1->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(5);
+  hello.wait(5);
+  std::vector<std::byte> big(std::size_t{1} << 30, std::byte{1});
+  std::thread closer([&] { t1->close(); });  // its bye reaches rank 0 while lend() checksums `big`
+  std::string outcome = "completed";
+  double waited = 0, cancelTook = 0;
+  try {
+    auto s = t0->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
+    const auto w0 = std::chrono::steady_clock::now();
+    try {
+      s.wait(timeout);
+    } catch (const gossamer::PeerFailure&) {
+      outcome = "PeerFailure";
+    } catch (const gossamer::TimeoutError&) {
+      outcome = "TimeoutError";
+    }
+    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    const auto c0 = std::chrono::steady_clock::now();
+    s.cancel();
+    cancelTook = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  } catch (const gossamer::PeerFailure&) {
+    outcome = "rejected at once";
+  }
+  closer.join();
+  INFO("outcome " << outcome << ", wait took " << waited << " s, cancel took " << cancelTook << " s");
+  CHECK(outcome != "TimeoutError");
+  CHECK(cancelTook < 0.5);
+  t0->close();
 }

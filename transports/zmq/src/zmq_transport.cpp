@@ -70,7 +70,13 @@ void recycleFreedBuffers() {
 class LoanGuard final : public detail::BackgroundEngine {
  public:
   explicit LoanGuard(std::function<void(detail::RequestState&)> onCancel) : onCancel_(std::move(onCancel)) {}
-  void cancelLocked(detail::RequestState& state) override { onCancel_(state); }
+  void cancelLocked(detail::RequestState& state) override {
+    try {
+      onCancel_(state);
+    } catch (const std::exception& e) {  // Request::cancel is noexcept
+      std::cerr << "gossamer zmq: cancelling a borrowed send failed: " << e.what() << '\n';
+    }
+  }
 
  private:
   std::function<void(detail::RequestState&)> onCancel_;
@@ -81,6 +87,7 @@ class ZmqTransport final : public Transport {
   ZmqTransport(const Options& o, Store& store)
       : opt_(o), box_(o.worldSize), ctx_(1), rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
+    byeLinger_ = std::min(o.lingerSeconds, 0.05);
     rx_.set(::zmq::sockopt::rcvhwm, 0);
     rx_.set(::zmq::sockopt::linger, 0);
     const std::string bindAt = o.protocol == "tcp" ? "tcp://" + o.host + ":*" : "ipc://*";
@@ -221,7 +228,9 @@ class ZmqTransport final : public Transport {
     const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
                                           data.size(), sum);  // throws InvalidArgument for a bad size
     auto state = std::make_shared<detail::RequestState>();
-    state->engine = loanGuard_;
+    // An engine per loan: cancel() holds its `exclusive` while it waits, and
+    // must not make cancels of other sends wait too.
+    state->engine = std::make_shared<LoanGuard>([this](detail::RequestState& s) { cancelLoan(s); });
     state->what = "send to rank " + std::to_string(dst) + " " + toString(tag);
     auto loan = std::make_unique<Loan>(Loan{this, state, dst, data.size()});
     auto& peer = *peers_[static_cast<std::size_t>(dst)];
@@ -232,10 +241,24 @@ class ZmqTransport final : public Transport {
         std::lock_guard<std::mutex> ll(loansMu_);
         loans_.emplace(state.get(), loan.get());
       }
+      // Checked again now that the loan is registered: the progress thread
+      // marks a peer gone before it looks for loans to it (releaseLoansTo),
+      // so either it finds this one or this sees the peer gone.
+      if (box_.isGone(dst)) {
+        forget(*state);
+        throw PeerFailure(dst, "cannot send: peer is gone");
+      }
+      ::zmq::message_t body;
+      try {
+        body = ::zmq::message_t(const_cast<std::byte*>(data.data()), data.size(), &ZmqTransport::released,
+                                loan.get());
+      } catch (...) {
+        forget(*state);
+        throw;
+      }
       // From here ZeroMQ owns the loan: it calls released() exactly once, also
-      // when the send below throws (the message is closed then).
-      ::zmq::message_t body(const_cast<std::byte*>(data.data()), data.size(), &ZmqTransport::released,
-                            loan.release());
+      // when a send below throws (the message is closed then).
+      (void)loan.release();
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
@@ -269,9 +292,9 @@ class ZmqTransport final : public Transport {
     t.loansCv_.notify_all();
   }
 
-  bool lent(detail::RequestState& s) {
+  void forget(detail::RequestState& s) {
     std::lock_guard<std::mutex> ll(loansMu_);
-    return loans_.count(&s) != 0;
+    loans_.erase(&s);
   }
 
   // Request::cancel() of a borrowed send: returns once ZeroMQ released the
@@ -312,7 +335,11 @@ class ZmqTransport final : public Transport {
         peer.tornDownWhyCopy = why;
         peer.tornDownFlag = true;
       }
-      peer.tx.set(::zmq::sockopt::linger, toMillis(linger));
+      try {
+        peer.tx.set(::zmq::sockopt::linger, toMillis(linger));
+      } catch (const ::zmq::error_t&) {
+        // Closed with the default linger then; it still releases what it holds.
+      }
       zmq_socket_monitor(peer.tx.handle(), nullptr, 0);
       peer.tx.close();
     }
@@ -384,6 +411,8 @@ class ZmqTransport final : public Transport {
       }
       peer->monitor.close();
       if (!peer->tornDown) peer->tx.close();
+      peer->tornDown = true;  // a cancelLoan timing out now must not touch the closed socket
+      peer->tornDownWhy = "the transport is closed";
     }
     rx_.close();
     ctx_.close();
@@ -517,7 +546,7 @@ class ZmqTransport final : public Transport {
         sendControl(peer, FrameKind::kByeAck);
         markPeer(peer, false);
         // The ack goes first; what this rank still sends it is not read.
-        releaseLoansTo(peer, std::min(opt_.lingerSeconds, 0.05), "peer closed its transport");
+        releaseLoansTo(peer, byeLinger_, "peer closed its transport");
         return;
       }
       if (h.kind == FrameKind::kByeAck) {
@@ -625,8 +654,7 @@ class ZmqTransport final : public Transport {
   std::mutex loansMu_;  // after Peer::mu
   std::condition_variable loansCv_;
   std::unordered_map<detail::RequestState*, Loan*> loans_;  // lent buffers ZeroMQ still holds
-  std::shared_ptr<LoanGuard> loanGuard_ =
-      std::make_shared<LoanGuard>([this](detail::RequestState& s) { cancelLoan(s); });
+  double byeLinger_ = 0;  // how long sends to a peer that said bye may still go (abort() changes opt_)
   Mailbox box_;
   ::zmq::context_t ctx_;
   ::zmq::socket_t rx_;
