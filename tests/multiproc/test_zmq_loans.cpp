@@ -28,12 +28,12 @@ constexpr double kTimeout = 1.5;
 // More than loopback's socket buffers hold (4 MiB to send, 32 MiB to receive).
 constexpr std::size_t kBytes = std::size_t{160} << 20;
 
-gossamer::zmq::Options optionsFor(int rank) {
+gossamer::zmq::Options optionsFor(int rank, double timeout = kTimeout, double linger = 0.2) {
   gossamer::zmq::Options o;
   o.rank = rank;
   o.worldSize = 2;
-  o.timeoutSeconds = kTimeout;
-  o.lingerSeconds = 0.2;
+  o.timeoutSeconds = timeout;
+  o.lingerSeconds = linger;
   o.storePrefix = "loans";
   return o;
 }
@@ -65,16 +65,6 @@ pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t)
   return child;
 }
 
-gossamer::zmq::Options raceOptions(int rank, double timeout, double linger) {
-  gossamer::zmq::Options o;
-  o.rank = rank;
-  o.worldSize = 2;
-  o.timeoutSeconds = timeout;
-  o.lingerSeconds = linger;
-  o.storePrefix = "race";
-  return o;
-}
-
 std::string describe(const std::optional<int>& st) {
   if (!st) return "timed out (killed)";
   if (WIFEXITED(*st)) return "exit " + std::to_string(WEXITSTATUS(*st));
@@ -82,18 +72,30 @@ std::string describe(const std::optional<int>& st) {
   return "status " + std::to_string(*st);
 }
 
+/// Rank 0's borrowed send of kBytes to rank 1 (forked, then SIGSTOPped),
+/// which ZeroMQ cannot finish: the kernel's buffers are full.
+struct StuckSend {
+  TempDir dir;
+  std::unique_ptr<gossamer::Transport> t;
+  pid_t child = -1;
+  std::vector<std::byte> big = std::vector<std::byte>(kBytes, std::byte{3});
+  gossamer::Request s;
+
+  StuckSend() {
+    child = startIdlePeer(dir, t);
+    kill(child, SIGSTOP);
+    s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    REQUIRE_FALSE(s.test());  // ZeroMQ still holds it: the peer reads nothing
+  }
+};
+
 }  // namespace
 
 TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read returns within the timeout",
           "[multiproc][failure][zmq]") {
-  TempDir dir;
-  std::unique_ptr<gossamer::Transport> t;
-  const pid_t child = startIdlePeer(dir, t);
-  kill(child, SIGSTOP);
-  std::vector<std::byte> big(kBytes, std::byte{3});
-  auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  CHECK_FALSE(s.test());  // ZeroMQ still holds it: the peer reads nothing
+  StuckSend stuck;
+  auto& [dir, t, child, big, s] = stuck;
   const auto start = std::chrono::steady_clock::now();
   s.cancel();
   const double took = since(start);
@@ -113,14 +115,8 @@ TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read retu
 
 TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that send at once",
           "[multiproc][failure][zmq]") {
-  TempDir dir;
-  std::unique_ptr<gossamer::Transport> t;
-  const pid_t child = startIdlePeer(dir, t);
-  kill(child, SIGSTOP);
-  std::vector<std::byte> big(kBytes, std::byte{4});
-  auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  REQUIRE_FALSE(s.test());
+  StuckSend stuck;
+  auto& [dir, t, child, big, s] = stuck;
   kill(child, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   waitBounded(child, 5);
@@ -158,7 +154,7 @@ TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another th
   if (peer == 0) {
     try {
       gossamer::FileStore store(dir / "rdv");
-      auto mine = gossamer::zmq::makeTransport(raceOptions(1, timeout, linger), store);
+      auto mine = gossamer::zmq::makeTransport(optionsFor(1, timeout, linger), store);
       std::vector<std::byte> one(1);
       mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one);
       std::this_thread::sleep_for(std::chrono::seconds(30));
@@ -172,7 +168,7 @@ TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another th
     int code = 0;
     try {
       gossamer::FileStore store(dir / "rdv");
-      auto t = gossamer::zmq::makeTransport(raceOptions(0, timeout, linger), store);
+      auto t = gossamer::zmq::makeTransport(optionsFor(0, timeout, linger), store);
       std::vector<std::byte> one(1);
       t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
       kill(peer, SIGSTOP);
@@ -210,8 +206,8 @@ TEST_CASE("a borrowed send that races the peer's bye fails or is rejected, never
   const double timeout = 2.0;
   gossamer::MemoryStore store;
   std::unique_ptr<gossamer::Transport> t0, t1;
-  std::thread other([&] { t1 = gossamer::zmq::makeTransport(raceOptions(1, timeout, 0.5), store); });
-  t0 = gossamer::zmq::makeTransport(raceOptions(0, timeout, 0.5), store);
+  std::thread other([&] { t1 = gossamer::zmq::makeTransport(optionsFor(1, timeout, 0.5), store); });
+  t0 = gossamer::zmq::makeTransport(optionsFor(0, timeout, 0.5), store);
   other.join();
   std::vector<std::byte> one(1);
   auto hello = t0->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one);
