@@ -185,12 +185,12 @@ bool Mailbox::Claimed::fits(int source, std::size_t bytes) const {
   return false;
 }
 
-void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
+bool Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
   // Caller holds mu_. Lock the request so cancel() cannot interleave with the copy.
   auto& s = *p.state;
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    if (s.status != detail::RequestState::Status::kPending) return;
+    if (s.status != detail::RequestState::Status::kPending) return false;
     if (payload.bytes.size() > p.buffer.size()) {
       s.error = tooLong(source, payload.bytes.size(), s.what, p.buffer.size());
       s.status = detail::RequestState::Status::kFailed;
@@ -208,6 +208,7 @@ void Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
     }
   }
   s.cv.notify_all();
+  return true;
 }
 
 namespace {
@@ -229,7 +230,12 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
         continue;
       }
       if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
-        fill(*p, source, payload);
+        // cancel() may have won since isPending(): then the message goes on
+        // to the next match, or is queued (found in review, session 5).
+        if (!fill(*p, source, payload)) {
+          p = lst.erase(p);
+          continue;
+        }
         lst.erase(p);
         if (lst.empty()) posted_.erase(it);
         return;
@@ -267,7 +273,7 @@ Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<st
     auto& q = it->second;
     for (auto m = q.begin(); m != q.end(); ++m) {
       if (std::find(p.sources.begin(), p.sources.end(), m->source) != p.sources.end()) {
-        fill(p, m->source, m->payload);
+        (void)fill(p, m->source, m->payload);  // a fresh request: still pending
         q.erase(m);
         --arrivedCount_;
         if (q.empty()) arrived_.erase(it);

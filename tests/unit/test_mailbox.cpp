@@ -3,13 +3,19 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <memory>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
 
 using namespace gossamer;
+using Clock = std::chrono::steady_clock;
 
 TEST_CASE("Mailbox::claim takes the oldest matching pending receive, and leaves the rest posted",
           "[mailbox]") {
@@ -57,4 +63,97 @@ TEST_CASE("Mailbox::claim with singleSourceOnly leaves a receive from several ra
   CHECK(d.buffer.data() == one.data());
   d.state->complete(0, 0);
   CHECK(rOne.test());
+}
+
+TEST_CASE(
+    "a handed-over payload keeps its owner alive, and received() of a failed or cancelled receive is empty",
+    "[mailbox]") {
+  Mailbox box(2);
+  const std::array<int, 1> from0{0};
+  const auto tag = Tag::make(Op::kUser, 1);
+  std::array<std::byte, 16> buf{};
+  Request r;
+  {
+    auto owned = std::make_shared<std::vector<std::byte>>(16, std::byte{0x42});
+    box.deliver(0, tag, InboundPayload{owned, *owned});
+    r = box.post(from0, tag, buf, nullptr, true);
+  }  // only the Request owns the payload now
+  REQUIRE(r.test());
+  const auto got = r.received(buf);
+  REQUIRE(got.size() == 16);
+  CHECK(got.data() != buf.data());
+  CHECK(got[15] == std::byte{0x42});
+  // Too long: failed; received() must not be called by users but returns empty.
+  std::array<std::byte, 4> small{};
+  auto big = std::make_shared<std::vector<std::byte>>(16);
+  auto rf = box.post(from0, Tag::make(Op::kUser, 2), small, nullptr, true);
+  box.deliver(0, Tag::make(Op::kUser, 2), InboundPayload{big, *big});
+  CHECK_THROWS_AS(rf.test(), ProtocolError);
+  CHECK(rf.received(small).empty());
+  auto rc = box.post(from0, Tag::make(Op::kUser, 3), small, nullptr, true);
+  rc.cancel();
+  CHECK(rc.received(small).empty());
+}
+
+namespace {
+
+// Found in review (session 5): Mailbox::deliver checked isPending(), let go of
+// the request's lock, and fill() then did nothing if cancel() had won in
+// between; deliver() still erased the posted receive and returned, so the
+// message was neither delivered nor queued. Returns how many were lost.
+int lostInRace(bool handOver) {
+  Mailbox box(2);
+  const std::array<int, 1> from0{0};
+  std::atomic<long> go{-1}, done{-1};
+  std::atomic<bool> stop{false};
+  std::thread deliverer([&] {
+    long seen = -1;
+    while (!stop.load()) {
+      const long g = go.load();
+      if (g == seen) continue;
+      seen = g;
+      auto owned = std::make_shared<std::vector<std::byte>>(8, std::byte{7});
+      box.deliver(0, Tag::make(Op::kUser, static_cast<std::uint64_t>(g)), InboundPayload{owned, *owned});
+      done.store(g);
+    }
+  });
+  std::mt19937 rng(3);
+  int lost = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(8);
+  for (long i = 0; i < 100000 && Clock::now() < deadline; ++i) {
+    std::array<std::byte, 8> buf{};
+    const auto tag = Tag::make(Op::kUser, static_cast<std::uint64_t>(i));
+    auto r = box.post(from0, tag, buf, nullptr, handOver);
+    go.store(i);
+    for (unsigned k = rng() % 400; k > 0; --k) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // keeps the delay loop
+    }
+    r.cancel();
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    while (done.load() != i && Clock::now() < until) {
+    }
+    REQUIRE(done.load() == i);
+    bool got = false;
+    try {
+      got = r.test();
+    } catch (const Cancelled&) {
+    }
+    if (!got) {
+      std::array<std::byte, 8> b2{};
+      auto r2 = box.post(from0, tag, b2, nullptr, handOver);
+      if (!r2.test()) ++lost;  // deliver() returned: the message must be queued
+    }
+  }
+  stop = true;
+  deliverer.join();
+  return lost;
+}
+
+}  // namespace
+
+TEST_CASE("a delivery racing cancel() never drops the message (copied)", "[mailbox]") {
+  CHECK(lostInRace(false) == 0);
+}
+TEST_CASE("a delivery racing cancel() never drops the message (handed over)", "[mailbox]") {
+  CHECK(lostInRace(true) == 0);
 }

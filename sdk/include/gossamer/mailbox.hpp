@@ -152,7 +152,8 @@ class Mailbox {
   };
   bool allGoneLocked(const std::vector<int>& sources) const;
   std::exception_ptr goneErrorLocked(const std::vector<int>& sources) const;
-  static void fill(const Posted& p, int source, const InboundPayload& payload);
+  /// False (nothing done) if the receive is no longer pending.
+  static bool fill(const Posted& p, int source, const InboundPayload& payload);
 
   mutable std::mutex mu_;
   int worldSize_;

@@ -83,6 +83,12 @@ class InprocTransport final : public Transport {
     return fabric_->box(rank_).post(sources, tag, buffer);
   }
 
+  /// Every message is a vector of its own: a view receive gets it, not a copy.
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(rank_) + ")");
+    return fabric_->box(rank_).post(std::span<const int>(&source, 1), tag, buffer, nullptr, true);
+  }
+
   void close() override { shut(false); }
   void abort() override { shut(true); }
 
