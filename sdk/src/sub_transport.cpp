@@ -48,4 +48,8 @@ Request SubTransport::irecv(std::span<const int> sources, const Tag& tag, std::s
   return parent_.irecv(global, translate(tag), buffer);
 }
 
+Request SubTransport::irecvView(int source, const Tag& tag, std::span<std::byte> buffer) {
+  return parent_.irecvView(globalRank(source), translate(tag), buffer);
+}
+
 }  // namespace gossamer

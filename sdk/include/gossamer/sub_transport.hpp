@@ -33,6 +33,8 @@ class SubTransport final : public Transport {
                         std::optional<std::uint32_t> checksum = {}) override;
   std::size_t checksumReuseMinBytes() const noexcept override { return parent_.checksumReuseMinBytes(); }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
+  /// The parent's irecvView (its hand-over, if any), on the translated rank and tag.
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override;
   void close() override {}
   TransportStats stats() const override { return parent_.stats(); }
 
