@@ -405,12 +405,14 @@ class ZmqTransport final : public Transport {
         linger = peerClosed_[up] ? std::min(opt_.lingerSeconds, 0.05) : acked_[up] ? 0.0 : opt_.lingerSeconds;
       }
       std::lock_guard<std::mutex> lk(peer->mu);
-      if (!peer->tornDown) {
-        peer->tx.set(::zmq::sockopt::linger, toMillis(linger));
-        zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
+      if (peer->tornDown) {  // tearDown closed it already
+        peer->monitor.close();
+        continue;
       }
+      peer->tx.set(::zmq::sockopt::linger, toMillis(linger));
+      zmq_socket_monitor(peer->tx.handle(), nullptr, 0);
       peer->monitor.close();
-      if (!peer->tornDown) peer->tx.close();
+      peer->tx.close();
       peer->tornDown = true;  // a cancelLoan timing out now must not touch the closed socket
       peer->tornDownWhy = "the transport is closed";
     }
@@ -635,17 +637,19 @@ class ZmqTransport final : public Transport {
     }
   }
 
+  static constexpr const char* kLostWithoutBye =
+      "connection lost without a goodbye (process died or network failed)";
+
   void checkLostPeers() {
     const auto now = Clock::now();
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer || !peer->lost || peer->said_bye || peer->declared) continue;
       if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
-      box_.peerGone(p, std::make_exception_ptr(PeerFailure(
-                           p, "connection lost without a goodbye (process died or network failed)")));
+      box_.peerGone(p, std::make_exception_ptr(PeerFailure(p, kLostWithoutBye)));
       markPeer(p, false);
       peer->declared = true;
-      releaseLoansTo(p, 0.0, "connection lost without a goodbye (process died or network failed)");
+      releaseLoansTo(p, 0.0, kLostWithoutBye);
     }
   }
 
