@@ -74,7 +74,10 @@ class Request {
   /// For a completed receive posted with Transport::irecvView into `buffer`:
   /// the payload, bytes() long. It is the transport's own memory when the
   /// transport handed that over (valid while this Request lives), else the
-  /// start of `buffer`. Empty until the receive completed.
+  /// start of `buffer`. Empty until the receive completed (also if it failed
+  /// or was cancelled).
+  /// @throws InvalidArgument on an empty handle, or if the payload is in
+  ///         `buffer` and `buffer` is shorter than bytes().
   std::span<const std::byte> received(std::span<const std::byte> buffer) const;
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
