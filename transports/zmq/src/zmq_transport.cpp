@@ -202,7 +202,7 @@ class ZmqTransport final : public Transport {
     {
       auto& peer = *peers_[static_cast<std::size_t>(dst)];
       std::lock_guard<std::mutex> lk(peer.mu);
-      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + peer.tornDownWhy);
+      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
@@ -236,7 +236,7 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(dst)];
     {
       std::lock_guard<std::mutex> lk(peer.mu);
-      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + peer.tornDownWhy);
+      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
       {
         std::lock_guard<std::mutex> ll(loansMu_);
         loans_.emplace(state.get(), loan.get());
@@ -276,7 +276,7 @@ class ZmqTransport final : public Transport {
     {
       auto& peer = *t.peers_[static_cast<std::size_t>(loan->dst)];
       std::lock_guard<std::mutex> ll(t.loansMu_);
-      if (peer.tornDownFlag) torn = peer.tornDownWhyCopy;
+      torn = peer.droppedWhy;
       t.loans_.erase(loan->state.get());
     }
     try {
@@ -290,6 +290,13 @@ class ZmqTransport final : public Transport {
       loan->state->complete(loan->dst, loan->bytes);  // out of memory for the error: still released
     }
     t.loansCv_.notify_all();
+  }
+
+  // Why peer p's socket is closed (the caller holds its mu, and it is).
+  std::string closedWhy(int p) {
+    std::lock_guard<std::mutex> ll(loansMu_);
+    const auto& why = peers_[static_cast<std::size_t>(p)]->droppedWhy;
+    return why.empty() ? "the transport is closed" : why;
   }
 
   void forget(detail::RequestState& s) {
@@ -329,11 +336,9 @@ class ZmqTransport final : public Transport {
       std::lock_guard<std::mutex> lk(peer.mu);
       if (peer.tornDown) return;
       peer.tornDown = true;
-      peer.tornDownWhy = why;
       {
         std::lock_guard<std::mutex> ll(loansMu_);
-        peer.tornDownWhyCopy = why;
-        peer.tornDownFlag = true;
+        peer.droppedWhy = why;
       }
       try {
         peer.tx.set(::zmq::sockopt::linger, toMillis(linger));
@@ -414,7 +419,6 @@ class ZmqTransport final : public Transport {
       peer->monitor.close();
       peer->tx.close();
       peer->tornDown = true;  // a cancelLoan timing out now must not touch the closed socket
-      peer->tornDownWhy = "the transport is closed";
     }
     rx_.close();
     ctx_.close();
@@ -460,10 +464,8 @@ class ZmqTransport final : public Transport {
   struct Peer {
     std::mutex mu;
     ::zmq::socket_t tx;
-    bool tornDown = false;      // under mu: tx is closed (tearDown)
-    std::string tornDownWhy;    // under mu
-    bool tornDownFlag = false;  // the same two, under loansMu_ (for released())
-    std::string tornDownWhyCopy;
+    bool tornDown = false;   // under mu: tx is closed (tearDown or close())
+    std::string droppedWhy;  // under loansMu_: why tearDown closed tx; lent buffers it drops fail with it
     ::zmq::socket_t monitor;
     bool said_bye = false;                  // progress thread only
     bool declared = false;                  // progress thread only: reported as failed
