@@ -190,6 +190,47 @@ TEST_CASE("auto: HiPS is a candidate, and a calibrated model picks among what it
       REQUIRE(data[static_cast<std::size_t>(r)][i] == 28000.0 + 8.0 * static_cast<double>(i));
 }
 
+TEST_CASE("auto: the remembered choice follows every change of the model and the options", "[cost]") {
+  // chooseAllreduce remembers its last choices per thread; a change of any
+  // input must still be seen at once.
+  CollectiveOptions o = costModelOptions();
+  auto favour = [&](AllreduceAlgorithm fast) {
+    for (auto a : kAlgorithms)
+      o.model.corrections[static_cast<std::size_t>(a)] = {{4, a == fast ? 0.01 : 1.0}};
+  };
+  for (int round = 0; round < 2; ++round) {  // the second round finds every choice remembered
+    favour(AllreduceAlgorithm::kHips);
+    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kHips);
+    favour(AllreduceAlgorithm::kTga2d);
+    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTga2d);
+    // The same model, another world size, size and grid.
+    CHECK(chooseAllreduce(4096, 9, o) == AllreduceAlgorithm::kTga2d);
+    favour(AllreduceAlgorithm::kTorus2d);
+    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTorus2d);
+    o.torusRows = 3;  // does not divide 8: the torus is no candidate
+    CHECK(chooseAllreduce(4096, 8, o) != AllreduceAlgorithm::kTorus2d);
+    o.torusRows = 0;
+    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTorus2d);
+    // Only a correction factor changes.
+    o.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kTorus2d)][0].factor = 100;
+    CHECK(chooseAllreduce(4096, 8, o) != AllreduceAlgorithm::kTorus2d);
+    // Without the model: the size threshold, whatever was remembered.
+    o.useCostModel = false;
+    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kRecursiveDoubling);
+    CHECK(chooseAllreduce(std::size_t{1} << 20, 8, o) == AllreduceAlgorithm::kRing);
+    o.useCostModel = true;
+    // More sizes than are remembered, twice: every answer is still that of
+    // the model (the lowest prediction).
+    favour(AllreduceAlgorithm::kRing);
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t bytes = 4; bytes <= (std::size_t{1} << 26); bytes *= 2) {
+        const auto pick = chooseAllreduce(bytes, 8, o);
+        for (auto a : kAlgorithms)
+          CHECK(predictAllreduceSeconds(pick, bytes, 8, o) <= predictAllreduceSeconds(a, bytes, 8, o));
+      }
+  }
+}
+
 TEST_CASE("calibration: every rank gets the same model, and the communicator stays in step", "[cost]") {
   CalibrationOptions c;
   c.sizes = {4, 256, 4096};
