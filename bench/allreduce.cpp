@@ -117,6 +117,8 @@ struct Args {
   int reps = 200;                                 // at most
   int minReps = 5;                                // at least
   int warmup = 5;                                 // untimed calls (the checked first call included), at most
+  double calibrationSeconds = -1;                 // CalibrationOptions::secondsPerSize (< 0: its default)
+  int calibrationPasses = 0;                      // CalibrationOptions::passes (0: its default)
   double budget = 1.0;  // seconds of timed calls per (protocol, size, algorithm), roughly
   std::string jsonPath = "results/bench-allreduce.json";
   bool quiet = false;
@@ -241,7 +243,10 @@ class RankBench {
   void calibrate() {
     gossamer::CollectiveOptions o = next();
     const auto t0 = Clock::now();
-    model_ = gossamer::calibrateCostModel(transport_, o);
+    gossamer::CalibrationOptions c;
+    if (a_.calibrationSeconds >= 0) c.secondsPerSize = a_.calibrationSeconds;
+    if (a_.calibrationPasses > 0) c.passes = a_.calibrationPasses;
+    model_ = gossamer::calibrateCostModel(transport_, o, c);
     calibrationSeconds_ = seconds(t0, Clock::now());
     sequence_ = o.sequence;
     calibrated_ = true;
@@ -379,33 +384,38 @@ json launch(const Args& a) {
   return gossamer::bench::launchAndCollect(
       "allreduce", a.worldSize, a.timeout, a.deadline,
       [&](int r, const std::string& rendezvous, const std::string& resultFile) {
-        return std::vector<std::string>{"allreduce",
-                                        "--rank",
-                                        std::to_string(r),
-                                        "--rendezvous",
-                                        rendezvous,
-                                        "--result-file",
-                                        resultFile,
-                                        "--world-size",
-                                        std::to_string(a.worldSize),
-                                        "--transports",
-                                        gossamer::bench::joined(a.protocols),
-                                        "--algorithm",
-                                        gossamer::bench::joined(a.algorithms),
-                                        "--sizes",
-                                        sizes,
-                                        "--reps",
-                                        std::to_string(a.reps),
-                                        "--chunk-bytes",
-                                        std::to_string(a.chunkBytes),
-                                        "--min-reps",
-                                        std::to_string(a.minReps),
-                                        "--warmup",
-                                        std::to_string(a.warmup),
-                                        "--budget",
-                                        std::to_string(a.budget),
-                                        "--timeout",
-                                        std::to_string(a.timeout)};
+        std::vector<std::string> args{"allreduce",
+                                      "--rank",
+                                      std::to_string(r),
+                                      "--rendezvous",
+                                      rendezvous,
+                                      "--result-file",
+                                      resultFile,
+                                      "--world-size",
+                                      std::to_string(a.worldSize),
+                                      "--transports",
+                                      gossamer::bench::joined(a.protocols),
+                                      "--algorithm",
+                                      gossamer::bench::joined(a.algorithms),
+                                      "--sizes",
+                                      sizes,
+                                      "--reps",
+                                      std::to_string(a.reps),
+                                      "--chunk-bytes",
+                                      std::to_string(a.chunkBytes),
+                                      "--min-reps",
+                                      std::to_string(a.minReps),
+                                      "--warmup",
+                                      std::to_string(a.warmup),
+                                      "--budget",
+                                      std::to_string(a.budget),
+                                      "--timeout",
+                                      std::to_string(a.timeout)};
+        if (a.calibrationSeconds >= 0)
+          args.insert(args.end(), {"--calibration-seconds", std::to_string(a.calibrationSeconds)});
+        if (a.calibrationPasses > 0)
+          args.insert(args.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
+        return args;
       });
 }
 
@@ -569,6 +579,13 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed calls per size (the checked one included), at most")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--budget", a.budget, "seconds of timed calls per size, roughly")
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--calibration-seconds", a.calibrationSeconds,
+         "cost model calibration: seconds of timed calls per size (CalibrationOptions::secondsPerSize)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--calibration-passes", a.calibrationPasses,
+                 "cost model calibration: passes over the sizes (CalibrationOptions::passes)")
       ->check(CLI::PositiveNumber);
   app.add_option("--json", a.jsonPath, "write the results here (empty: do not write)");
   app.add_flag("--quiet", a.quiet, "do not print the table");
