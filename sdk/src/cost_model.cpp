@@ -266,15 +266,19 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOpt
   if (!o.useCostModel)
     return bytes <= o.smallMessageBytes ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
   thread_local ChoiceCache cache;
-  if (!cache.valid || !(cache.model == o.model)) {
+  const ChoiceKey key{bytes, o.chunkBytes, n, o.torusRows, o.groupSize, viewsAllowed};
+  const bool sameModel = cache.valid && cache.model == o.model;
+  if (sameModel)
+    for (std::size_t i = 0; i < cache.used; ++i)
+      if (cache.entries[i].first == key) return cache.entries[i].second;
+  // Predict before touching the cache, so that a nested choice (under
+  // another model) cannot leave this one filed under the wrong model.
+  const auto best = predictLowest(bytes, n, o, viewsAllowed);
+  if (!sameModel) {
     cache.model = o.model;
     cache.valid = true;
     cache.used = cache.next = 0;
   }
-  const ChoiceKey key{bytes, o.chunkBytes, n, o.torusRows, o.groupSize, viewsAllowed};
-  for (std::size_t i = 0; i < cache.used; ++i)
-    if (cache.entries[i].first == key) return cache.entries[i].second;
-  const auto best = predictLowest(bytes, n, o, viewsAllowed);
   cache.entries[cache.next] = {key, best};
   cache.next = (cache.next + 1) % ChoiceCache::kEntries;
   cache.used = std::max(cache.used, cache.next == 0 ? ChoiceCache::kEntries : cache.next);

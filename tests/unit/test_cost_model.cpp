@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
@@ -191,44 +192,102 @@ TEST_CASE("auto: HiPS is a candidate, and a calibrated model picks among what it
 }
 
 TEST_CASE("auto: the remembered choice follows every change of the model and the options", "[cost]") {
-  // chooseAllreduce remembers its last choices per thread; a change of any
-  // input must still be seen at once.
-  CollectiveOptions o = costModelOptions();
-  auto favour = [&](AllreduceAlgorithm fast) {
-    for (auto a : kAlgorithms)
-      o.model.corrections[static_cast<std::size_t>(a)] = {{4, a == fast ? 0.01 : 1.0}};
+  // chooseAllreduce remembers its last choices per thread. Each input is
+  // varied on its own, innermost, so that a remembered choice that ignored it
+  // would be returned for the next call; every answer must be the lowest
+  // prediction, and each input must change some answer (or the check would
+  // prove nothing).
+  struct Config {
+    std::size_t bytes;
+    int n;
+    std::size_t chunk;
+    int rows, group, model;
   };
-  for (int round = 0; round < 2; ++round) {  // the second round finds every choice remembered
-    favour(AllreduceAlgorithm::kHips);
-    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kHips);
-    favour(AllreduceAlgorithm::kTga2d);
-    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTga2d);
-    // The same model, another world size, size and grid.
-    CHECK(chooseAllreduce(4096, 9, o) == AllreduceAlgorithm::kTga2d);
-    favour(AllreduceAlgorithm::kTorus2d);
-    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTorus2d);
-    o.torusRows = 3;  // does not divide 8: the torus is no candidate
-    CHECK(chooseAllreduce(4096, 8, o) != AllreduceAlgorithm::kTorus2d);
-    o.torusRows = 0;
-    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kTorus2d);
-    // Only a correction factor changes.
-    o.model.corrections[static_cast<std::size_t>(AllreduceAlgorithm::kTorus2d)][0].factor = 100;
-    CHECK(chooseAllreduce(4096, 8, o) != AllreduceAlgorithm::kTorus2d);
-    // Without the model: the size threshold, whatever was remembered.
-    o.useCostModel = false;
-    CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kRecursiveDoubling);
-    CHECK(chooseAllreduce(std::size_t{1} << 20, 8, o) == AllreduceAlgorithm::kRing);
-    o.useCostModel = true;
-    // More sizes than are remembered, twice: every answer is still that of
-    // the model (the lowest prediction).
-    favour(AllreduceAlgorithm::kRing);
-    for (int pass = 0; pass < 2; ++pass)
-      for (std::size_t bytes = 4; bytes <= (std::size_t{1} << 26); bytes *= 2) {
-        const auto pick = chooseAllreduce(bytes, 8, o);
-        for (auto a : kAlgorithms)
-          CHECK(predictAllreduceSeconds(pick, bytes, 8, o) <= predictAllreduceSeconds(a, bytes, 8, o));
-      }
+  std::vector<CollectiveOptions> models(4, costModelOptions());  // 0: the default (uncalibrated) model
+  const AllreduceAlgorithm favoured[] = {AllreduceAlgorithm::kTga2d, AllreduceAlgorithm::kHips,
+                                         AllreduceAlgorithm::kHierarchical};
+  for (std::size_t m = 1; m < models.size(); ++m)
+    for (auto a : kAlgorithms)
+      models[m].model.corrections[static_cast<std::size_t>(a)] = {{4, a == favoured[m - 1] ? 0.01 : 1.0}};
+  auto choose = [&](const Config& c) {
+    CollectiveOptions o = models[static_cast<std::size_t>(c.model)];
+    o.chunkBytes = c.chunk;
+    o.torusRows = c.rows;
+    o.groupSize = c.group;
+    const auto pick = chooseAllreduce(c.bytes, c.n, o);
+    // The candidates as chooseAllreduce documents them: the torus only if its
+    // rows divide N, and of algorithms that send the same messages the first.
+    double lowest = 1e300;
+    std::vector<AllreduceAlgorithm> seen;
+    for (auto a : kAlgorithms) {
+      if (a == AllreduceAlgorithm::kTorus2d && c.rows > 0 && c.n % c.rows != 0) continue;
+      if (std::any_of(seen.begin(), seen.end(),
+                      [&](AllreduceAlgorithm e) { return sameAllreduceSchedule(e, a, c.bytes, c.n, o); }))
+        continue;
+      seen.push_back(a);
+      lowest = std::min(lowest, predictAllreduceSeconds(a, c.bytes, c.n, o));
+    }
+    CHECK(predictAllreduceSeconds(pick, c.bytes, c.n, o) <= lowest * (1 + 1e-9));
+    return pick;
+  };
+  const std::vector<std::size_t> bytes = {4, 4096, std::size_t{1} << 20, std::size_t{1} << 24};
+  const std::vector<int> ns = {4, 8, 9}, rows = {0, 2, 3}, groups = {0, 1, 4};
+  const std::vector<std::size_t> chunks = {64, std::size_t{1} << 20};
+  const std::vector<int> modelIndex = {0, 1, 2, 3};
+  // Field f varies innermost; the others run over their values.
+  for (int f = 0; f < 6; ++f) {
+    int changes = 0;
+    for (std::size_t b : bytes)
+      for (int n : ns)
+        for (std::size_t chunk : chunks)
+          for (int row : rows)
+            for (int group : groups)
+              for (int model : modelIndex) {
+                Config c{b, n, chunk, row, group, model};
+                // Only the base values of the varied field's own loop count.
+                if ((f == 0 && b != bytes[0]) || (f == 1 && n != ns[0]) || (f == 2 && chunk != chunks[0]) ||
+                    (f == 3 && row != rows[0]) || (f == 4 && group != groups[0]) || (f == 5 && model != 0))
+                  continue;
+                std::optional<AllreduceAlgorithm> previous;
+                const std::size_t count = f == 0   ? bytes.size()
+                                          : f == 1 ? ns.size()
+                                          : f == 2 ? chunks.size()
+                                          : f == 3 ? rows.size()
+                                          : f == 4 ? groups.size()
+                                                   : modelIndex.size();
+                for (std::size_t k = 0; k < count; ++k) {
+                  if (f == 0) c.bytes = bytes[k];
+                  if (f == 1) c.n = ns[k];
+                  if (f == 2) c.chunk = chunks[k];
+                  if (f == 3) c.rows = rows[k];
+                  if (f == 4) c.group = groups[k];
+                  if (f == 5) c.model = modelIndex[k];
+                  const auto pick = choose(c);
+                  CHECK(choose(c) == pick);  // remembered now: the same answer
+                  if (previous && *previous != pick) ++changes;
+                  previous = pick;
+                }
+              }
+    INFO("field " << f);
+    CHECK(changes > 0);
   }
+  // Views allowed or not: the same size and world size, first on a top-level
+  // transport (2D-TGA favoured and picked), then on a view of all ranks, where
+  // only the ring and recursive doubling can run.
+  const int n = 4;
+  auto g = inprocGroup(n);
+  onEveryRank(n, [&](int r) {
+    CollectiveOptions o = models[1];
+    o.sequence = 1;
+    o.timeoutSeconds = kTimeout;
+    std::vector<float> v(1000, 1.0f);
+    CHECK(chooseAllreduce(v.size() * sizeof(float), n, o) == AllreduceAlgorithm::kTga2d);
+    allreduce<float>(*g[static_cast<std::size_t>(r)], v, ReduceOp::kSum, o);
+    SubTransport all(*g[static_cast<std::size_t>(r)], {0, 1, 2, 3}, 9);
+    o.sequence = 2;
+    CHECK_NOTHROW(allreduce<float>(all, v, ReduceOp::kSum, o));
+    CHECK(v[999] == 16.0f);
+  });
 }
 
 TEST_CASE("calibration: every rank gets the same model, and the communicator stays in step", "[cost]") {
