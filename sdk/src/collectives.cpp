@@ -11,8 +11,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <bitset>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "collectives_detail.hpp"
@@ -504,9 +507,89 @@ template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, con
 template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
 template void broadcast<double>(Transport&, std::span<double>, int, const CollectiveOptions&);
 
+// The split contexts in use on this rank by the live communicators of one
+// tree (a top-level communicator and every one split from it, recursively).
+struct Communicator::SplitContexts {
+  std::mutex mu;
+  std::bitset<kSplitContexts> live;
+};
+
 Communicator::Communicator(Transport& transport, double timeoutSeconds)
     : transport_(transport), timeout_(timeoutSeconds) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
+}
+
+Communicator::Communicator(std::unique_ptr<Transport> view, double timeoutSeconds,
+                           const CollectiveOptions& defaults, std::shared_ptr<SplitContexts> contexts,
+                           std::uint8_t context)
+    : owned_(std::move(view)),
+      transport_(*owned_),
+      timeout_(timeoutSeconds),
+      defaults_(defaults),
+      contexts_(std::move(contexts)),
+      context_(context) {}
+
+Communicator::~Communicator() {
+  if (context_ == 0) return;
+  std::lock_guard<std::mutex> lk(contexts_->mu);
+  contexts_->live.reset(static_cast<std::size_t>(context_ - kFirstSplitContext));
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  GOSSAMER_ENFORCE(
+      color >= 0 || color == kUndefinedColor,
+      "split: color " << color << " must be >= 0 or kUndefinedColor (" << kUndefinedColor << ")");
+  if (!contexts_) contexts_ = std::make_shared<SplitContexts>();
+  // Every rank's color, key and live contexts (in 4 words of 28 bits, exact
+  // in a double), by a sum in which each entry has one contributor.
+  constexpr int kWords = (kSplitContexts + 27) / 28, kStride = 2 + kWords;
+  const int n = worldSize(), me = rank();
+  std::vector<double> all(static_cast<std::size_t>(n * kStride), 0.0);
+  double* mine = all.data() + static_cast<std::ptrdiff_t>(me) * kStride;
+  mine[0] = color;
+  mine[1] = key;
+  {
+    std::lock_guard<std::mutex> lk(contexts_->mu);
+    for (int c = 0; c < kSplitContexts; ++c)
+      if (contexts_->live.test(static_cast<std::size_t>(c)))
+        mine[2 + c / 28] += static_cast<double>(1 << (c % 28));
+  }
+  CollectiveOptions o = next();
+  o.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  gossamer::allreduce<double>(transport_, all, ReduceOp::kSum, o);
+  if (color == kUndefinedColor) return nullptr;
+
+  // The members, ordered by (key, rank here); the lowest context free on all.
+  std::vector<std::pair<double, int>> order;
+  std::bitset<kSplitContexts> taken;
+  for (int r = 0; r < n; ++r) {
+    const double* row = all.data() + static_cast<std::ptrdiff_t>(r) * kStride;
+    if (row[0] != color) continue;
+    order.emplace_back(row[1], r);
+    for (int c = 0; c < kSplitContexts; ++c)
+      if ((static_cast<std::uint32_t>(row[2 + c / 28]) >> (c % 28)) & 1u)
+        taken.set(static_cast<std::size_t>(c));
+  }
+  std::sort(order.begin(), order.end());
+  int free = 0;
+  while (free < kSplitContexts && taken.test(static_cast<std::size_t>(free))) ++free;
+  GOSSAMER_ENFORCE(free < kSplitContexts,
+                   "split: all " << kSplitContexts << " split contexts are in use on some member of color "
+                                 << color << "; destroy split communicators first");
+  // A split of a split is a view on the top-level transport.
+  Transport* root = &transport_;
+  std::vector<int> members;
+  auto* view = dynamic_cast<SubTransport*>(&transport_);
+  for (const auto& [k, r] : order) members.push_back(view ? view->globalRank(r) : r);
+  if (view) root = &view->parent();
+  const auto context = static_cast<std::uint8_t>(kFirstSplitContext + free);
+  auto sub = std::make_unique<SubTransport>(*root, std::move(members), context);
+  {
+    std::lock_guard<std::mutex> lk(contexts_->mu);
+    contexts_->live.set(static_cast<std::size_t>(free));
+  }
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::move(sub), timeout_, defaults_, contexts_, context));
 }
 
 CollectiveOptions Communicator::next() {

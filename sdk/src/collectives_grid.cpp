@@ -78,9 +78,21 @@ GroupLayout layout(const Transport& t, const CollectiveOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// The grid algorithms build SubTransport views of their transport, and views
+// do not nest: on a view, fail before any message instead of at the first one.
+void requireTopLevel(Transport& transport, const char* algorithm) {
+  GOSSAMER_ENFORCE(dynamic_cast<SubTransport*>(&transport) == nullptr,
+                   algorithm << " needs a top-level transport (its sub-transports cannot be nested)");
+}
+
+}  // namespace
+
 template <typename T>
 void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                       const CollectiveOptions& options) {
+  requireTopLevel(transport, "torus2dAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
   const int rows = options.torusRows > 0 ? options.torusRows : squarestDivisor(n);
@@ -93,6 +105,7 @@ void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
 template <typename T>
 void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                            const CollectiveOptions& options) {
+  requireTopLevel(transport, "hierarchicalAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
   const auto l = layout(transport, options);
@@ -108,6 +121,7 @@ void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
 
 template <typename T>
 void tga2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
+  requireTopLevel(transport, "tga2dAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
   const auto l = layout(transport, options);

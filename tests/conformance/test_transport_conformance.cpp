@@ -574,6 +574,29 @@ TEMPLATE_TEST_CASE("ring allreduce of floats averages", "[collectives]", TRANSPO
       REQUIRE(data[static_cast<std::size_t>(r)][i] == Approx(1.5 + static_cast<double>(i)));
 }
 
+TEMPLATE_TEST_CASE("split communicators, nested, reduce apart from their parents", "[collectives][split]",
+                   TRANSPORTS) {
+  const int n = 6;
+  Group g = TestType::make(n);
+  onEveryRank(n, [&](int r) {
+    Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
+    auto thirds = world.split(r % 3, -r);            // {3,0}, {4,1}, {5,2}, by descending rank
+    auto single = thirds->split(thirds->rank(), 0);  // each rank alone
+    REQUIRE(thirds->worldSize() == 2);
+    CHECK(thirds->rank() == (r < 3 ? 1 : 0));
+    CHECK(single->worldSize() == 1);
+    for (int round = 0; round < 5; ++round) {
+      std::vector<float> big(100003, static_cast<float>(r)), small(3, 1.0f);
+      thirds->allreduce(std::span<float>(big));
+      world.allreduce(std::span<float>(small));
+      single->allreduce(std::span<float>(small));
+      REQUIRE(big[100002] == static_cast<float>(2 * (r % 3) + 3));
+      REQUIRE(small[0] == 6.0f);
+    }
+    world.barrier();
+  });
+}
+
 TEMPLATE_TEST_CASE("broadcast delivers the root's vector to every rank", "[collectives]", TRANSPORTS) {
   for (int n : {1, 2, 5, 8}) {
     Group g = TestType::make(n);

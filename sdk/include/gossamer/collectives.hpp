@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -223,7 +224,7 @@ struct CalibrationOptions {
 /// options.sequence is one past the last one used (and options.model is
 /// untouched). Takes about secondsPerSize per size, or (warmups + reps +
 /// passes - 1) rounds of every algorithm where that is longer (the largest
-/// size): with the defaults about 2 s for 4 ranks and 4-5 s for 8 over
+/// size), plus one round at the first size: with the defaults about 2 s for 4 ranks and 4-5 s for 8 over
 /// ZeroMQ on 2 cores shared with other jobs.
 /// @throws InvalidArgument for fewer than two sizes, sizes not ascending or
 ///         not positive multiples of 4, reps < 1, warmups < 0, passes < 1 or
@@ -374,12 +375,51 @@ class Communicator {
   /// ceil(log2 N) rounds of one-byte messages).
   void barrier();
 
+  /// The `color` of a rank that joins no communicator in split (MPI_UNDEFINED).
+  static constexpr int kUndefinedColor = -1;
+  /// Split-off communicators that can be alive at once in one tree (the
+  /// SubTransport contexts kFirstSplitContext .. +kSplitContexts-1).
+  static constexpr int kSplitContexts = 112;
+  static constexpr std::uint8_t kFirstSplitContext = 0x10;
+
+  /// MPI_Comm_split. Collective: every rank of this communicator calls it.
+  /// The ranks that pass the same color (>= 0) form a new communicator, in
+  /// which they are numbered by `key`, ties broken by their rank here. Returns
+  /// it, or nullptr for kUndefinedColor.
+  ///
+  /// The result is a SubTransport view on the top-level transport (a split of
+  /// a split maps straight to it), with this communicator's options (algorithm,
+  /// chunk size, cost model), the same timeout and a sequence of its own. Its
+  /// messages are kept apart by a context that no other live communicator of
+  /// this tree (this one, those split from it, and theirs) uses on any of its
+  /// members; it is released when the result is destroyed. It must not outlive
+  /// the top-level transport. On the result, allreduce's kAuto picks only the
+  /// ring or recursive doubling, and the algorithms that build views of their
+  /// own (torus, hierarchical, 2D-TGA, HiPS) throw.
+  ///
+  /// Cost: one recursive-doubling allreduce of 6 N doubles (48 N bytes).
+  /// @throws InvalidArgument if color is negative but not kUndefinedColor (on
+  ///         that rank, before any message: the others then time out), or if
+  ///         all kSplitContexts contexts are taken on some member (on every
+  ///         member of that color); TimeoutError, PeerFailure as allreduce.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
  private:
+  struct SplitContexts;  // the live split contexts of one tree, on this rank
+  Communicator(std::unique_ptr<Transport> view, double timeoutSeconds, const CollectiveOptions& defaults,
+               std::shared_ptr<SplitContexts> contexts, std::uint8_t context);
   CollectiveOptions next();
+  std::unique_ptr<Transport> owned_;  // a split's view (declared before transport_, which refers to it)
   Transport& transport_;
   double timeout_;
   CollectiveOptions defaults_;
   std::uint64_t sequence_ = 0;
+  std::shared_ptr<SplitContexts> contexts_;  // created by the first split of the tree
+  std::uint8_t context_ = 0;                 // this communicator's own (0: not a split)
 };
 
 }  // namespace gossamer

@@ -41,6 +41,10 @@ class SubTransport final : public Transport {
   /// Global rank of local rank `local`.
   int globalRank(int local) const;
   const std::vector<int>& members() const { return members_; }
+  /// The transport this is a view of.
+  Transport& parent() const { return parent_; }
+  /// The context that keeps this view's messages apart (1..255).
+  std::uint8_t context() const { return context_; }
 
  private:
   Tag translate(const Tag& tag) const;
