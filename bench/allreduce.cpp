@@ -243,10 +243,9 @@ class RankBench {
   void calibrate() {
     gossamer::CollectiveOptions o = next();
     const auto t0 = Clock::now();
-    gossamer::CalibrationOptions c;
-    if (a_.calibrationSeconds >= 0) c.secondsPerSize = a_.calibrationSeconds;
-    if (a_.calibrationPasses > 0) c.passes = a_.calibrationPasses;
-    model_ = gossamer::calibrateCostModel(transport_, o, c);
+    if (a_.calibrationSeconds >= 0) calibration_.secondsPerSize = a_.calibrationSeconds;
+    if (a_.calibrationPasses > 0) calibration_.passes = a_.calibrationPasses;
+    model_ = gossamer::calibrateCostModel(transport_, o, calibration_);
     calibrationSeconds_ = seconds(t0, Clock::now());
     sequence_ = o.sequence;
     calibrated_ = true;
@@ -265,7 +264,9 @@ class RankBench {
                              {"beta_seconds_per_byte", model_.betaSecondsPerByte},
                              {"gamma_seconds_per_byte", model_.gammaSecondsPerByte},
                              {"contention", model_.contention},
-                             {"calibration_seconds", calibrationSeconds_}};
+                             {"calibration_seconds", calibrationSeconds_},
+                             {"calibration_seconds_per_size", calibration_.secondsPerSize},
+                             {"calibration_passes", calibration_.passes}};
   }
 
   // In the auto rows, `same_schedule`: the algorithms measured (auto aside)
@@ -338,7 +339,8 @@ class RankBench {
   std::uint64_t sequence_ = 0;
   bool calibrated_ = false;
   gossamer::CostModel model_;
-  double calibrationSeconds_ = 0;
+  double calibrationSeconds_ = 0;             // how long calibration took
+  gossamer::CalibrationOptions calibration_;  // its settings
 };
 
 json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& store) {
@@ -408,11 +410,12 @@ json launch(const Args& a) {
                                       "--warmup",
                                       std::to_string(a.warmup),
                                       "--budget",
-                                      std::to_string(a.budget),
+                                      gossamer::bench::exactArgument(a.budget),
                                       "--timeout",
-                                      std::to_string(a.timeout)};
+                                      gossamer::bench::exactArgument(a.timeout)};
         if (a.calibrationSeconds >= 0)
-          args.insert(args.end(), {"--calibration-seconds", std::to_string(a.calibrationSeconds)});
+          args.insert(args.end(),
+                      {"--calibration-seconds", gossamer::bench::exactArgument(a.calibrationSeconds)});
         if (a.calibrationPasses > 0)
           args.insert(args.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
         return args;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -35,6 +36,14 @@ inline double quantile(std::vector<double> v, double q) {
 }
 
 inline double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+
+/// `x` as a command-line argument that reads back as the same double
+/// (std::to_string keeps 6 decimals: 2e-7 would become 0).
+inline std::string exactArgument(double x) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.17g", x);
+  return s;
+}
 
 /// "a,b,c".
 inline std::string joined(const std::vector<std::string>& v) {
