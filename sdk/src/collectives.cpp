@@ -14,6 +14,7 @@
 #include <bitset>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -507,16 +508,48 @@ template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, con
 template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
 template void broadcast<double>(Transport&, std::span<double>, int, const CollectiveOptions&);
 
-// The split contexts in use on this rank by the live communicators of one
-// tree (a top-level communicator and every one split from it, recursively).
+// The split contexts held on this rank by the live split communicators whose
+// views are on one top-level transport. One per top-level transport in the
+// process, found through a registry, so that communicators of different trees
+// over the same transport (say an optimizer's group communicator on a view of
+// the main one's transport) never share a context.
 struct Communicator::SplitContexts {
   std::mutex mu;
   std::bitset<kSplitContexts> live;
+
+  static std::shared_ptr<SplitContexts> of(const Transport& root) {
+    static std::mutex registryMu;
+    static std::map<const Transport*, std::weak_ptr<SplitContexts>> registry;
+    std::lock_guard<std::mutex> lk(registryMu);
+    for (auto it = registry.begin(); it != registry.end();)  // forget transports without splits
+      it = it->second.expired() ? registry.erase(it) : std::next(it);
+    auto& slot = registry[&root];
+    auto contexts = slot.lock();
+    if (!contexts) slot = contexts = std::make_shared<SplitContexts>();
+    return contexts;
+  }
 };
+
+namespace {
+
+// The transport the messages of a communicator over `t` travel on.
+Transport& topLevelOf(Transport& t) {
+  auto* view = dynamic_cast<SubTransport*>(&t);
+  return view ? view->parent() : t;
+}
+
+}  // namespace
 
 Communicator::Communicator(Transport& transport, double timeoutSeconds)
     : transport_(transport), timeout_(timeoutSeconds) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
+  if (auto* view = dynamic_cast<SubTransport*>(&transport)) {
+    const int c = view->context();
+    GOSSAMER_ENFORCE(c < kFirstSplitContext || c >= kFirstSplitContext + kSplitContexts,
+                     "a communicator on a view of context " << c << ": contexts " << int{kFirstSplitContext}
+                                                            << "-" << kFirstSplitContext + kSplitContexts - 1
+                                                            << " are reserved for split");
+  }
 }
 
 Communicator::Communicator(std::unique_ptr<Transport> view, double timeoutSeconds,
@@ -527,7 +560,10 @@ Communicator::Communicator(std::unique_ptr<Transport> view, double timeoutSecond
       timeout_(timeoutSeconds),
       defaults_(defaults),
       contexts_(std::move(contexts)),
-      context_(context) {}
+      context_(context) {
+  std::lock_guard<std::mutex> lk(contexts_->mu);  // held from here until the destructor
+  contexts_->live.set(static_cast<std::size_t>(context_ - kFirstSplitContext));
+}
 
 Communicator::~Communicator() {
   if (context_ == 0) return;
@@ -539,27 +575,30 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   GOSSAMER_ENFORCE(
       color >= 0 || color == kUndefinedColor,
       "split: color " << color << " must be >= 0 or kUndefinedColor (" << kUndefinedColor << ")");
-  if (!contexts_) contexts_ = std::make_shared<SplitContexts>();
-  // Every rank's color, key and live contexts (in 4 words of 28 bits, exact
-  // in a double), by a sum in which each entry has one contributor.
+  Transport& root = topLevelOf(transport_);
+  if (!contexts_) contexts_ = SplitContexts::of(root);
+  // Every rank's color, key and held contexts (in words of 28 bits, exact in
+  // a double), by a sum in which each entry has one contributor.
   constexpr int kWords = (kSplitContexts + 27) / 28, kStride = 2 + kWords;
   const int n = worldSize(), me = rank();
   std::vector<double> all(static_cast<std::size_t>(n * kStride), 0.0);
   double* mine = all.data() + static_cast<std::ptrdiff_t>(me) * kStride;
   mine[0] = color;
   mine[1] = key;
+  std::bitset<kSplitContexts> held;
   {
     std::lock_guard<std::mutex> lk(contexts_->mu);
-    for (int c = 0; c < kSplitContexts; ++c)
-      if (contexts_->live.test(static_cast<std::size_t>(c)))
-        mine[2 + c / 28] += static_cast<double>(1 << (c % 28));
+    held = contexts_->live;
   }
+  for (int c = 0; c < kSplitContexts; ++c)
+    if (held.test(static_cast<std::size_t>(c))) mine[2 + c / 28] += static_cast<double>(1 << (c % 28));
   CollectiveOptions o = next();
   o.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
   gossamer::allreduce<double>(transport_, all, ReduceOp::kSum, o);
   if (color == kUndefinedColor) return nullptr;
 
-  // The members, ordered by (key, rank here); the lowest context free on all.
+  // The members, ordered by (key, rank here); the lowest context that no
+  // member holds.
   std::vector<std::pair<double, int>> order;
   std::bitset<kSplitContexts> taken;
   for (int r = 0; r < n; ++r) {
@@ -574,20 +613,15 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   int free = 0;
   while (free < kSplitContexts && taken.test(static_cast<std::size_t>(free))) ++free;
   GOSSAMER_ENFORCE(free < kSplitContexts,
-                   "split: all " << kSplitContexts << " split contexts are in use on some member of color "
-                                 << color << "; destroy split communicators first");
+                   "split: the members of color "
+                       << color << " hold all " << kSplitContexts
+                       << " split contexts between them; destroy split communicators first");
   // A split of a split is a view on the top-level transport.
-  Transport* root = &transport_;
-  std::vector<int> members;
   auto* view = dynamic_cast<SubTransport*>(&transport_);
+  std::vector<int> members;
   for (const auto& [k, r] : order) members.push_back(view ? view->globalRank(r) : r);
-  if (view) root = &view->parent();
   const auto context = static_cast<std::uint8_t>(kFirstSplitContext + free);
-  auto sub = std::make_unique<SubTransport>(*root, std::move(members), context);
-  {
-    std::lock_guard<std::mutex> lk(contexts_->mu);
-    contexts_->live.set(static_cast<std::size_t>(free));
-  }
+  auto sub = std::make_unique<SubTransport>(root, std::move(members), context);
   return std::unique_ptr<Communicator>(
       new Communicator(std::move(sub), timeout_, defaults_, contexts_, context));
 }

@@ -576,22 +576,24 @@ TEMPLATE_TEST_CASE("ring allreduce of floats averages", "[collectives]", TRANSPO
 
 TEMPLATE_TEST_CASE("split communicators, nested, reduce apart from their parents", "[collectives][split]",
                    TRANSPORTS) {
-  const int n = 6;
+  const int n = 8;
   Group g = TestType::make(n);
   onEveryRank(n, [&](int r) {
     Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
-    auto thirds = world.split(r % 3, -r);            // {3,0}, {4,1}, {5,2}, by descending rank
-    auto single = thirds->split(thirds->rank(), 0);  // each rank alone
-    REQUIRE(thirds->worldSize() == 2);
-    CHECK(thirds->rank() == (r < 3 ? 1 : 0));
-    CHECK(single->worldSize() == 1);
+    auto half = world.split(r % 2, -r);            // {6,4,2,0}, {7,5,3,1}
+    auto pair = half->split(half->rank() / 2, 0);  // {6,4}, {2,0}, {7,5}, {3,1}
+    REQUIRE(half->worldSize() == 4);
+    REQUIRE(pair->worldSize() == 2);
+    CHECK(half->rank() == 3 - r / 2);
+    const float pairSum = static_cast<float>(r >= 4 ? (r % 2 ? 12 : 10) : (r % 2 ? 4 : 2));
     for (int round = 0; round < 5; ++round) {
-      std::vector<float> big(100003, static_cast<float>(r)), small(3, 1.0f);
-      thirds->allreduce(std::span<float>(big));
+      std::vector<float> big(100003, static_cast<float>(r)), mid(1000, static_cast<float>(r)), small(3, 1.0f);
+      pair->allreduce(std::span<float>(big));
       world.allreduce(std::span<float>(small));
-      single->allreduce(std::span<float>(small));
-      REQUIRE(big[100002] == static_cast<float>(2 * (r % 3) + 3));
-      REQUIRE(small[0] == 6.0f);
+      half->allreduce(std::span<float>(mid));
+      REQUIRE(big[100002] == pairSum);
+      REQUIRE(mid[999] == static_cast<float>(r % 2 ? 16 : 12));
+      REQUIRE(small[0] == 8.0f);
     }
     world.barrier();
   });

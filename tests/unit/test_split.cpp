@@ -6,6 +6,7 @@
 #include "threads.hpp"
 
 #include <atomic>
+#include <climits>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -188,5 +189,79 @@ TEST_CASE("split: bad colors are refused, and view-building algorithms refuse a 
     std::vector<float> v(100, 1.0f);
     sub->allreduce(std::span<float>(v));
     CHECK(v[99] == 4.0f);
+  });
+}
+
+TEST_CASE("split: ties follow the rank in the parent, also when it is not the global order",
+          "[collectives][split]") {
+  const int n = 6;
+  auto g = inprocGroup(n);
+  onEveryRank(n, [&](int r) {
+    Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
+    auto reversed = world.split(0, n - r);  // rank 5 first, rank 0 last
+    auto sub = reversed->split(r % 2, 0);   // equal keys: the order of `reversed`
+    CHECK(parentRanksOf(*sub, r) == (r % 2 ? std::vector<int>{5, 3, 1} : std::vector<int>{4, 2, 0}));
+    // Extreme colors and keys.
+    auto extreme = world.split(r < 3 ? INT_MAX : 0, r == 0 ? INT_MIN : INT_MAX - r);
+    CHECK(parentRanksOf(*extreme, r) == (r < 3 ? std::vector<int>{0, 2, 1} : std::vector<int>{5, 4, 3}));
+  });
+}
+
+TEST_CASE("split: communicators of different trees over one transport never share a context",
+          "[collectives][split]") {
+  // The main communicator on the transport, another on a view of it (as an
+  // optimizer's group communicator), a third on a user view: all split, and
+  // all run side by side. A view in split's range is refused.
+  const int n = 4;
+  auto g = inprocGroup(n);
+  onEveryRank(n, [&](int r) {
+    Transport& t = *g[static_cast<std::size_t>(r)];
+    Communicator world(t, kTimeout);
+    SubTransport groupView(t, r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, 1);
+    Communicator group(groupView, kTimeout);
+    SubTransport reserved(t, {0, 1, 2, 3}, Communicator::kFirstSplitContext + 5);
+    CHECK_THROWS_AS(Communicator(reserved, kTimeout), InvalidArgument);
+    SubTransport userView(t, {0, 1, 2, 3}, 0x0F);
+    Communicator user(userView, kTimeout);
+    auto a = world.split(0, r);
+    auto b = group.split(0, r);
+    auto c = user.split(0, r);
+    auto contextOf = [](Communicator& comm) {
+      return dynamic_cast<SubTransport&>(comm.transport()).context();
+    };
+    CHECK(contextOf(*a) != contextOf(*b));
+    CHECK(contextOf(*a) != contextOf(*c));
+    CHECK(contextOf(*b) != contextOf(*c));
+    for (int round = 0; round < 20; ++round) {
+      std::vector<double> x(3, 1.0), y(3, r), z(3, 2.0), w(3, 1.0);
+      a->allreduce(std::span<double>(x));
+      b->allreduce(std::span<double>(y));
+      c->allreduce(std::span<double>(z));
+      user.allreduce(std::span<double>(w));
+      REQUIRE(x[0] == 4.0);
+      REQUIRE(y[0] == (r < 2 ? 1.0 : 5.0));
+      REQUIRE(z[0] == 8.0);
+      REQUIRE(w[0] == 4.0);
+    }
+  });
+}
+
+TEST_CASE("split: a child outlives the communicator it was split from", "[collectives][split]") {
+  const int n = 4;
+  auto g = inprocGroup(n);
+  onEveryRank(n, [&](int r) {
+    std::unique_ptr<Communicator> child;
+    {
+      auto world = std::make_unique<Communicator>(*g[static_cast<std::size_t>(r)], kTimeout);
+      auto half = world->split(r / 2, r);
+      child = half->split(0, -r);
+    }
+    std::vector<double> v(10, r);
+    child->allreduce(std::span<double>(v));
+    CHECK(v[9] == (r < 2 ? 1.0 : 5.0));
+    Communicator again(*g[static_cast<std::size_t>(r)], kTimeout);
+    auto other = again.split(0, r);  // must avoid the child's context
+    CHECK(dynamic_cast<SubTransport&>(other->transport()).context() !=
+          dynamic_cast<SubTransport&>(child->transport()).context());
   });
 }

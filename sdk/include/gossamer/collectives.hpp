@@ -343,6 +343,8 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op, cons
 class Communicator {
  public:
   /// @param timeoutSeconds bound on each wait (> 0).
+  /// @throws InvalidArgument for a timeout <= 0, or a SubTransport view whose
+  ///         context is one of split's (kFirstSplitContext ..).
   explicit Communicator(Transport& transport, double timeoutSeconds);
 
   int rank() const { return transport_.rank(); }
@@ -377,8 +379,9 @@ class Communicator {
 
   /// The `color` of a rank that joins no communicator in split (MPI_UNDEFINED).
   static constexpr int kUndefinedColor = -1;
-  /// Split-off communicators that can be alive at once in one tree (the
-  /// SubTransport contexts kFirstSplitContext .. +kSplitContexts-1).
+  /// The SubTransport contexts split uses, kFirstSplitContext ..
+  /// kFirstSplitContext + kSplitContexts - 1 (0x10-0x7F; the library's own
+  /// views use 0x01-0x02 and 0x81-0xFF).
   static constexpr int kSplitContexts = 112;
   static constexpr std::uint8_t kFirstSplitContext = 0x10;
 
@@ -388,20 +391,24 @@ class Communicator {
   /// it, or nullptr for kUndefinedColor.
   ///
   /// The result is a SubTransport view on the top-level transport (a split of
-  /// a split maps straight to it), with this communicator's options (algorithm,
-  /// chunk size, cost model), the same timeout and a sequence of its own. Its
-  /// messages are kept apart by a context that no other live communicator of
-  /// this tree (this one, those split from it, and theirs) uses on any of its
-  /// members; it is released when the result is destroyed. It must not outlive
-  /// the top-level transport. On the result, allreduce's kAuto picks only the
-  /// ring or recursive doubling, and the algorithms that build views of their
-  /// own (torus, hierarchical, 2D-TGA, HiPS) throw.
+  /// a split, or of a communicator built on a view, maps its members straight
+  /// to it), with this communicator's options (algorithm, chunk size, cost
+  /// model), the same timeout and a sequence of its own. Its messages are kept
+  /// apart by a context (kFirstSplitContext ..) that no member holds in
+  /// another live split communicator on the same top-level transport; it is
+  /// released when the result is
+  /// destroyed. It must not outlive the top-level transport. Splits on one
+  /// top-level transport must not run concurrently on a rank (as for any two
+  /// collectives on one transport). On the result, allreduce's kAuto picks
+  /// only the ring or recursive doubling, and the algorithms that build views
+  /// of their own (torus, hierarchical, 2D-TGA, HiPS) throw.
   ///
   /// Cost: one recursive-doubling allreduce of 6 N doubles (48 N bytes).
   /// @throws InvalidArgument if color is negative but not kUndefinedColor (on
   ///         that rank, before any message: the others then time out), or if
-  ///         all kSplitContexts contexts are taken on some member (on every
-  ///         member of that color); TimeoutError, PeerFailure as allreduce.
+  ///         the members of a color hold all kSplitContexts contexts between
+  ///         them (on every member of that color); TimeoutError, PeerFailure
+  ///         as allreduce.
   std::unique_ptr<Communicator> split(int color, int key);
 
   Communicator(const Communicator&) = delete;
@@ -409,7 +416,7 @@ class Communicator {
   ~Communicator();
 
  private:
-  struct SplitContexts;  // the live split contexts of one tree, on this rank
+  struct SplitContexts;  // the split contexts held on this rank, per top-level transport
   Communicator(std::unique_ptr<Transport> view, double timeoutSeconds, const CollectiveOptions& defaults,
                std::shared_ptr<SplitContexts> contexts, std::uint8_t context);
   CollectiveOptions next();
@@ -418,7 +425,7 @@ class Communicator {
   double timeout_;
   CollectiveOptions defaults_;
   std::uint64_t sequence_ = 0;
-  std::shared_ptr<SplitContexts> contexts_;  // created by the first split of the tree
+  std::shared_ptr<SplitContexts> contexts_;  // of the top-level transport, from the first split on
   std::uint8_t context_ = 0;                 // this communicator's own (0: not a split)
 };
 

@@ -13,7 +13,9 @@ namespace gossamer {
 /// local ranks 0..size-1) as their own Transport. Messages are kept apart from
 /// the parent's and from other views by `context` (1..255), which is folded
 /// into the upper 8 bits of the tag's 40-bit step; steps used through a view
-/// must therefore stay below 2^32. The view does not own the parent: close()
+/// must therefore stay below 2^32. Contexts 0x10-0x7F are Communicator::split's,
+/// 0x01-0x02 and 0x81-0xFF the library's own (hierarchical optimizer, grid
+/// algorithms, HiPS); pick others. The view does not own the parent: close()
 /// and abort() do nothing (close the parent), and stats() are the parent's.
 /// Only members may use a view (rank() of a non-member throws).
 class SubTransport final : public Transport {
