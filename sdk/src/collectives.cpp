@@ -530,16 +530,6 @@ struct Communicator::SplitContexts {
   }
 };
 
-namespace {
-
-// The transport the messages of a communicator over `t` travel on.
-Transport& topLevelOf(Transport& t) {
-  auto* view = dynamic_cast<SubTransport*>(&t);
-  return view ? view->parent() : t;
-}
-
-}  // namespace
-
 Communicator::Communicator(Transport& transport, double timeoutSeconds)
     : transport_(transport), timeout_(timeoutSeconds) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
@@ -575,7 +565,10 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   GOSSAMER_ENFORCE(
       color >= 0 || color == kUndefinedColor,
       "split: color " << color << " must be >= 0 or kUndefinedColor (" << kUndefinedColor << ")");
-  Transport& root = topLevelOf(transport_);
+  // A split of a split (or of a communicator on a view) is a view on the
+  // top-level transport.
+  auto* view = dynamic_cast<SubTransport*>(&transport_);
+  Transport& root = view ? view->parent() : transport_;
   if (!contexts_) contexts_ = SplitContexts::of(root);
   // Every rank's color, key and held contexts (in words of 28 bits, exact in
   // a double), by a sum in which each entry has one contributor.
@@ -616,8 +609,6 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
                    "split: the members of color "
                        << color << " hold all " << kSplitContexts
                        << " split contexts between them; destroy split communicators first");
-  // A split of a split is a view on the top-level transport.
-  auto* view = dynamic_cast<SubTransport*>(&transport_);
   std::vector<int> members;
   for (const auto& [k, r] : order) members.push_back(view ? view->globalRank(r) : r);
   const auto context = static_cast<std::uint8_t>(kFirstSplitContext + free);

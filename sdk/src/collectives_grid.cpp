@@ -76,10 +76,6 @@ GroupLayout layout(const Transport& t, const CollectiveOptions& o) {
   return l;
 }
 
-}  // namespace
-
-namespace {
-
 // The grid algorithms build SubTransport views of their transport, and views
 // do not nest: on a view, fail before any message instead of at the first one.
 void requireTopLevel(Transport& transport, const char* algorithm) {

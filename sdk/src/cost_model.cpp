@@ -458,7 +458,7 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
   // The very first calls also set up connections and fault in scratch: one
   // untimed round at the first size, so that the warm-up round that sizes its
   // repetitions is not this one (it was 10-30 times slower at 8 ranks, and
-  // the 4-byte size got 7 timed calls where the budget allows 100).
+  // the 4-byte size got 7 timed calls where the budget allows about 130).
   {
     std::span<float> data(buffer.data(), sizes.front() / sizeof(float));
     for (auto a : algorithms) {
