@@ -224,8 +224,9 @@ struct CalibrationOptions {
 /// options.sequence is one past the last one used (and options.model is
 /// untouched). Takes about secondsPerSize per size, or (warmups + reps +
 /// passes - 1) rounds of every algorithm where that is longer (the largest
-/// size), plus one round at the first size: with the defaults about 2 s for 4 ranks and 4-5 s for 8 over
-/// ZeroMQ on 2 cores shared with other jobs.
+/// size), plus one round at the first size. With the defaults, on 2 cores
+/// (zmq and socket transports, tcp and ipc): 1-2 s for 2 ranks, 3-5 s for 4,
+/// 6-9 s for 8.
 /// @throws InvalidArgument for fewer than two sizes, sizes not ascending or
 ///         not positive multiples of 4, reps < 1, warmups < 0, passes < 1 or
 ///         secondsPerSize < 0; as allreduce (TimeoutError, PeerFailure).
@@ -396,12 +397,12 @@ class Communicator {
   /// model), the same timeout and a sequence of its own. Its messages are kept
   /// apart by a context (kFirstSplitContext ..) that no member holds in
   /// another live split communicator on the same top-level transport; it is
-  /// released when the result is
-  /// destroyed. It must not outlive the top-level transport. Splits on one
-  /// top-level transport must not run concurrently on a rank (as for any two
-  /// collectives on one transport). On the result, allreduce's kAuto picks
-  /// only the ring or recursive doubling, and the algorithms that build views
-  /// of their own (torus, hierarchical, 2D-TGA, HiPS) throw.
+  /// released when the result is destroyed. The result must not outlive the
+  /// top-level transport. Splits on one top-level transport must not run
+  /// concurrently on a rank (as for any two collectives on one transport). On
+  /// the result, allreduce's kAuto picks only the ring or recursive doubling,
+  /// and the algorithms that build views of their own (torus, hierarchical,
+  /// 2D-TGA, HiPS) throw.
   ///
   /// Cost: one recursive-doubling allreduce of 6 N doubles (48 N bytes).
   /// @throws InvalidArgument if color is negative but not kUndefinedColor (on
