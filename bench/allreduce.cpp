@@ -383,43 +383,22 @@ int runRank(const Args& a) {
 json launch(const Args& a) {
   std::string sizes;
   for (const auto b : sizesOf(a)) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-  return gossamer::bench::launchAndCollect(
-      "allreduce", a.worldSize, a.timeout, a.deadline,
-      [&](int r, const std::string& rendezvous, const std::string& resultFile) {
-        std::vector<std::string> args{"allreduce",
-                                      "--rank",
-                                      std::to_string(r),
-                                      "--rendezvous",
-                                      rendezvous,
-                                      "--result-file",
-                                      resultFile,
-                                      "--world-size",
-                                      std::to_string(a.worldSize),
-                                      "--transports",
-                                      gossamer::bench::joined(a.protocols),
-                                      "--algorithm",
-                                      gossamer::bench::joined(a.algorithms),
-                                      "--sizes",
-                                      sizes,
-                                      "--reps",
-                                      std::to_string(a.reps),
-                                      "--chunk-bytes",
-                                      std::to_string(a.chunkBytes),
-                                      "--min-reps",
-                                      std::to_string(a.minReps),
-                                      "--warmup",
-                                      std::to_string(a.warmup),
-                                      "--budget",
-                                      gossamer::bench::exactArgument(a.budget),
-                                      "--timeout",
-                                      gossamer::bench::exactArgument(a.timeout)};
-        if (a.calibrationSeconds >= 0)
-          args.insert(args.end(),
-                      {"--calibration-seconds", gossamer::bench::exactArgument(a.calibrationSeconds)});
-        if (a.calibrationPasses > 0)
-          args.insert(args.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
-        return args;
-      });
+  std::vector<std::string> options{"--world-size",  std::to_string(a.worldSize),
+                                   "--transports",  gossamer::bench::joined(a.protocols),
+                                   "--algorithm",   gossamer::bench::joined(a.algorithms),
+                                   "--sizes",       sizes,
+                                   "--reps",        std::to_string(a.reps),
+                                   "--chunk-bytes", std::to_string(a.chunkBytes),
+                                   "--min-reps",    std::to_string(a.minReps),
+                                   "--warmup",      std::to_string(a.warmup),
+                                   "--budget",      gossamer::bench::exactArgument(a.budget),
+                                   "--timeout",     gossamer::bench::exactArgument(a.timeout)};
+  if (a.calibrationSeconds >= 0)
+    options.insert(options.end(),
+                   {"--calibration-seconds", gossamer::bench::exactArgument(a.calibrationSeconds)});
+  if (a.calibrationPasses > 0)
+    options.insert(options.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
+  return gossamer::bench::launchAndCollect("allreduce", a.worldSize, a.timeout, a.deadline, options);
 }
 
 std::string humanBytes(double b) {

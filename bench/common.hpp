@@ -73,13 +73,13 @@ inline void writeJsonFile(const json& j, const std::string& path) {
   if (!f) throw Error("cannot write '" + path + "'");
 }
 
-/// Starts `worldSize` ranks of this program with argsFor(rank, rendezvous,
-/// resultFile), waits (bounded by the timeout and deadline), and returns the
-/// JSON array rank 0 wrote to resultFile. @throws Error if a rank failed or
-/// rank 0 wrote nothing.
-inline json launchAndCollect(
-    const std::string& name, int worldSize, double timeoutSeconds, double deadlineSeconds,
-    const std::function<std::vector<std::string>(int, const std::string&, const std::string&)>& argsFor) {
+/// Starts `worldSize` ranks of this program, each with the arguments `name
+/// --rank R --rendezvous DIR --result-file DIR/result.json` followed by
+/// `options` (the benchmark's own, the same for every rank), waits (bounded
+/// by the timeout and deadline), and returns the JSON array rank 0 wrote to
+/// the result file. @throws Error if a rank failed or rank 0 wrote nothing.
+inline json launchAndCollect(const std::string& name, int worldSize, double timeoutSeconds,
+                             double deadlineSeconds, const std::vector<std::string>& options) {
   LaunchOptions o;
   o.worldSize = worldSize;
   o.failureGraceSeconds = timeoutSeconds + 10;
@@ -87,7 +87,13 @@ inline json launchAndCollect(
   o.name = name;
   json results;
   const auto result = launchLocalRanks(
-      o, [&](int r, const std::string& rdv) { return argsFor(r, rdv, rdv + "/result.json"); },
+      o,
+      [&](int r, const std::string& rdv) {
+        std::vector<std::string> args{name, "--rank",        std::to_string(r),   "--rendezvous",
+                                      rdv,  "--result-file", rdv + "/result.json"};
+        args.insert(args.end(), options.begin(), options.end());
+        return args;
+      },
       [&](const std::string& rdv) {
         std::ifstream in(rdv + "/result.json");
         if (in) results = json::parse(in, nullptr, /*allow_exceptions=*/false);

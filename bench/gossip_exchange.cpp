@@ -209,31 +209,10 @@ int runRank(const Args& a) {
 json launch(const Args& a) {
   return gossamer::bench::launchAndCollect(
       "gossip_exchange", a.worldSize, a.timeout, a.deadline,
-      [&](int r, const std::string& rendezvous, const std::string& resultFile) {
-        return std::vector<std::string>{"gossip_exchange",
-                                        "--rank",
-                                        std::to_string(r),
-                                        "--rendezvous",
-                                        rendezvous,
-                                        "--result-file",
-                                        resultFile,
-                                        "--world-size",
-                                        std::to_string(a.worldSize),
-                                        "--reps",
-                                        std::to_string(a.reps),
-                                        "--warmup",
-                                        std::to_string(a.warmup),
-                                        "--protocols",
-                                        gossamer::bench::joined(a.protocols),
-                                        "--params",
-                                        std::to_string(a.params),
-                                        "--segments",
-                                        std::to_string(a.segments),
-                                        "--timeout",
-                                        std::to_string(a.timeout),
-                                        "--seed",
-                                        std::to_string(a.seed)};
-      });
+      {"--world-size", std::to_string(a.worldSize), "--reps", std::to_string(a.reps), "--warmup",
+       std::to_string(a.warmup), "--protocols", gossamer::bench::joined(a.protocols), "--params",
+       std::to_string(a.params), "--segments", std::to_string(a.segments), "--timeout",
+       std::to_string(a.timeout), "--seed", std::to_string(a.seed)});
 }
 
 void printTable(const json& results) {

@@ -244,27 +244,9 @@ json launch(const Args& a) {
     sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
   return gossamer::bench::launchAndCollect(
       "p2p", 2, a.timeout, a.deadline,
-      [&](int r, const std::string& rendezvous, const std::string& resultFile) {
-        return std::vector<std::string>{"p2p",
-                                        "--rank",
-                                        std::to_string(r),
-                                        "--rendezvous",
-                                        rendezvous,
-                                        "--result-file",
-                                        resultFile,
-                                        "--transports",
-                                        gossamer::bench::joined(a.transports),
-                                        "--sizes",
-                                        sizes,
-                                        "--budget",
-                                        std::to_string(a.budget),
-                                        "--min-reps",
-                                        std::to_string(a.minReps),
-                                        "--max-reps",
-                                        std::to_string(a.maxReps),
-                                        "--timeout",
-                                        std::to_string(a.timeout)};
-      });
+      {"--transports", gossamer::bench::joined(a.transports), "--sizes", sizes, "--budget",
+       std::to_string(a.budget), "--min-reps", std::to_string(a.minReps), "--max-reps",
+       std::to_string(a.maxReps), "--timeout", std::to_string(a.timeout)});
 }
 
 void printTable(const json& results) {
