@@ -122,8 +122,9 @@ struct Args {
   double budget = 1.0;  // seconds of timed calls per (protocol, size, algorithm), roughly
   std::string jsonPath = "results/bench-allreduce.json";
   bool quiet = false;
-  double timeout = 60;     // bound on every wait inside a rank
-  double deadline = 3600;  // launcher: bound on the whole run
+  double timeout = 60;           // bound on every wait inside a rank
+  double deadline = 3600;        // launcher: bound on the whole run
+  std::string binding = "core";  // launcher: --bind (CpuBinding)
   // Rank mode.
   int rank = -1;
   std::string rendezvous;
@@ -398,7 +399,10 @@ json launch(const Args& a) {
                    {"--calibration-seconds", gossamer::bench::exactArgument(a.calibrationSeconds)});
   if (a.calibrationPasses > 0)
     options.insert(options.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
-  return gossamer::bench::launchAndCollect("allreduce", a.worldSize, a.timeout, a.deadline, options);
+  auto results =
+      gossamer::bench::launchAndCollect("allreduce", a.worldSize, a.timeout, a.deadline, options, a.binding);
+  for (auto& row : results) row["binding"] = a.binding;
+  return results;
 }
 
 std::string humanBytes(double b) {
@@ -571,6 +575,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", a.jsonPath, "write the results here (empty: do not write)");
   app.add_flag("--quiet", a.quiet, "do not print the table");
+  gossamer::bench::addBindOption(app, a.binding);
   app.add_option("--timeout", a.timeout, "bound on every wait, seconds")->check(CLI::PositiveNumber);
   app.add_option("--deadline", a.deadline, "bound on the whole run, seconds")->check(CLI::PositiveNumber);
   app.add_option("--rank", a.rank, "internal: run only this rank")->check(CLI::NonNegativeNumber);

@@ -2,6 +2,7 @@
 // 0's results through the rendezvous directory, and JSON files.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,15 +74,29 @@ inline void writeJsonFile(const json& j, const std::string& path) {
   if (!f) throw Error("cannot write '" + path + "'");
 }
 
+/// The `--bind core|none` option of every benchmark (default core): where
+/// the launcher lets each rank run (gossamer::CpuBinding). Bound, rank r runs
+/// on CPU r mod C only, as under `mpirun --map-by core --bind-to
+/// core:overload-allowed`, and small-message times no longer depend on which
+/// ranks the OS happens to put on one core (docs/allreduce.md, "Session 7").
+inline void addBindOption(CLI::App& app, std::string& binding) {
+  app.add_option("--bind", binding,
+                 "core: rank r on CPU r mod C only (default); none: wherever the OS puts it")
+      ->check(CLI::IsMember({"core", "none"}));
+}
+
 /// Starts `worldSize` ranks of this program, each with the arguments `name
 /// --rank R --rendezvous DIR --result-file DIR/result.json` followed by
-/// `options` (the benchmark's own, the same for every rank), waits (bounded
-/// by the timeout and deadline), and returns the JSON array rank 0 wrote to
-/// the result file. @throws Error if a rank failed or rank 0 wrote nothing.
+/// `options` (the benchmark's own, the same for every rank), each bound as
+/// `binding` says, waits (bounded by the timeout and deadline), and returns
+/// the JSON array rank 0 wrote to the result file.
+/// @throws Error if a rank failed or rank 0 wrote nothing.
 inline json launchAndCollect(const std::string& name, int worldSize, double timeoutSeconds,
-                             double deadlineSeconds, const std::vector<std::string>& options) {
+                             double deadlineSeconds, const std::vector<std::string>& options,
+                             const std::string& binding) {
   LaunchOptions o;
   o.worldSize = worldSize;
+  o.binding = parseCpuBinding(binding);
   o.failureGraceSeconds = timeoutSeconds + 10;
   o.deadlineSeconds = deadlineSeconds;
   o.name = name;

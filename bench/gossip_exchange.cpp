@@ -62,9 +62,10 @@ struct Args {
   std::size_t params = kMlpParams;
   int segments = 4;
   std::string jsonPath = "results/bench-gossip.json";
-  double timeout = 30;      // bound on every wait inside a rank
-  double deadline = 900;    // launcher: bound on the whole run
-  std::uint64_t seed = 42;  // fair roulette
+  double timeout = 30;           // bound on every wait inside a rank
+  double deadline = 900;         // launcher: bound on the whole run
+  std::string binding = "core";  // launcher: --bind (CpuBinding)
+  std::uint64_t seed = 42;       // fair roulette
   // Rank mode.
   int rank = -1;
   std::string rendezvous;
@@ -207,12 +208,15 @@ int runRank(const Args& a) {
 // Starts every rank as a child process, waits for all of them (bounded), and
 // returns rank 0's results.
 json launch(const Args& a) {
-  return gossamer::bench::launchAndCollect(
+  auto results = gossamer::bench::launchAndCollect(
       "gossip_exchange", a.worldSize, a.timeout, a.deadline,
       {"--world-size", std::to_string(a.worldSize), "--reps", std::to_string(a.reps), "--warmup",
        std::to_string(a.warmup), "--protocols", gossamer::bench::joined(a.protocols), "--params",
        std::to_string(a.params), "--segments", std::to_string(a.segments), "--timeout",
-       std::to_string(a.timeout), "--seed", std::to_string(a.seed)});
+       std::to_string(a.timeout), "--seed", std::to_string(a.seed)},
+      a.binding);
+  for (auto& row : results) row["binding"] = a.binding;
+  return results;
 }
 
 void printTable(const json& results) {
@@ -274,6 +278,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.jsonPath, "write the results here (empty: do not write)");
   app.add_option("--timeout", a.timeout, "bound on every wait, seconds")->check(CLI::PositiveNumber);
   app.add_option("--deadline", a.deadline, "bound on the whole run, seconds")->check(CLI::PositiveNumber);
+  gossamer::bench::addBindOption(app, a.binding);
   app.add_option("--seed", a.seed, "fair roulette seed");
   app.add_option("--rank", a.rank, "internal: run only this rank")->check(CLI::NonNegativeNumber);
   app.add_option("--rendezvous", a.rendezvous, "internal: rendezvous directory (FileStore)");

@@ -71,8 +71,9 @@ struct Args {
   int maxReps = 20000;
   std::string jsonPath = "results/p2p.json";
   bool quiet = false;
-  double timeout = 60;    // bound on every wait inside a rank
-  double deadline = 900;  // launcher: bound on the whole run
+  double timeout = 60;           // bound on every wait inside a rank
+  double deadline = 900;         // launcher: bound on the whole run
+  std::string binding = "core";  // launcher: --bind (CpuBinding)
   // Rank mode.
   int rank = -1;
   std::string rendezvous;
@@ -242,11 +243,14 @@ json launch(const Args& a) {
   std::string sizes;
   for (const auto b : a.sizes.empty() ? defaultSizes() : a.sizes)
     sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-  return gossamer::bench::launchAndCollect(
+  auto results = gossamer::bench::launchAndCollect(
       "p2p", 2, a.timeout, a.deadline,
       {"--transports", gossamer::bench::joined(a.transports), "--sizes", sizes, "--budget",
        std::to_string(a.budget), "--min-reps", std::to_string(a.minReps), "--max-reps",
-       std::to_string(a.maxReps), "--timeout", std::to_string(a.timeout)});
+       std::to_string(a.maxReps), "--timeout", std::to_string(a.timeout)},
+      a.binding);
+  for (auto& row : results) row["binding"] = a.binding;
+  return results;
 }
 
 void printTable(const json& results) {
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", a.quiet, "do not print the table");
   app.add_option("--timeout", a.timeout, "bound on every wait, seconds")->check(CLI::PositiveNumber);
   app.add_option("--deadline", a.deadline, "bound on the whole run, seconds")->check(CLI::PositiveNumber);
+  gossamer::bench::addBindOption(app, a.binding);
   app.add_option("--rank", a.rank, "internal: run only this rank")->check(CLI::Range(0, 1));
   app.add_option("--rendezvous", a.rendezvous, "internal: rendezvous directory (FileStore)");
   app.add_option("--result-file", a.resultFile, "internal: where rank 0 writes its results");

@@ -26,6 +26,8 @@
 #              (default: those four, and libfabric's two when the build has libfabric)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --min-reps MIN  --no-mpi
 #          --json PATH
+#          --bind core|none: core (default) binds rank r to CPU r mod C, ours (LaunchOptions::binding) and
+#              MPI's alike (--map-by core --bind-to core:overload-allowed); none lets the OS place them
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,6 +48,7 @@ rounds=3
 auto_check=0
 json_set=0
 budget_set=0
+bind=core
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3 ;;
@@ -60,6 +63,9 @@ while [ $# -gt 0 ]; do
     --no-mpi) use_mpi=0 ;;
     --json) json="$2"; json_set=1; shift ;;
     --auto-check) auto_check=1 ;;
+    --bind)
+      bind="$2"; shift
+      case "$bind" in core|none) ;; *) echo "bench-allreduce: --bind takes core or none, not '$bind'" >&2; exit 2 ;; esac ;;
     -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -114,6 +120,13 @@ mpirun_args=(--oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_includ
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
 # shellcheck disable=SC2206
 mpirun_args+=(${GOSSAMER_MPIRUN_ARGS:-})
+# The same placement as ours: rank r on core r mod C, or wherever the OS puts it.
+if [ "$bind" = core ]; then
+  mpirun_args+=(--map-by core --bind-to core:overload-allowed)
+else
+  mpirun_args+=(--bind-to none)
+fi
+export GOSSAMER_BENCH_BIND="$bind"  # for report(): MPI's rows carry it too
 
 tmp="$(mktemp -d /tmp/bench-allreduce.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
@@ -122,7 +135,7 @@ trap 'rm -rf "$tmp"' EXIT
 # and JSON ("final" OUT FILES...). Standard library only.
 report() {
   "$python" - "$@" <<'PY'
-import json, sys
+import json, os, sys
 
 def load(paths):
     out = []
@@ -133,6 +146,8 @@ def load(paths):
             out += data if isinstance(data, list) else [data]
         except ValueError:  # JSON lines (mpi_allreduce), maybe among other output
             out += [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+    for r in out:
+        r.setdefault("binding", os.environ.get("GOSSAMER_BENCH_BIND", "none"))
     return out
 
 def size(b):
@@ -331,7 +346,7 @@ measure() {
   local round=$1 n=$2 b=$3 f t step=()
   f="$tmp/ours-$round-$n-$b.json"
   "$build/bench/allreduce" --world-size "$n" --sizes "$b" --transports "$transports" --algorithm "$algorithms" \
-    --reps "$reps" --min-reps "$min_reps" --budget "$budget" --json "$f" --quiet
+    --reps "$reps" --min-reps "$min_reps" --budget "$budget" --bind "$bind" --json "$f" --quiet
   step+=("$f")
   if [ "$use_mpi" = 1 ]; then
     for t in tcp sm; do
@@ -361,9 +376,9 @@ if [ "$auto_check" = 1 ]; then
   for ((round = 1; round <= rounds; ++round)); do
     for n in "${ns[@]}"; do
       f="$tmp/auto-$round-$n.json"
-      echo "== round $round/$rounds, $n processes: $algorithms over $transports"
+      echo "== round $round/$rounds, $n processes: $algorithms over $transports (ranks bound: $bind)"
       "$build/bench/allreduce" --world-size "$n" --sizes "$sizes" --transports "$transports" \
-        --algorithm "$algorithms" --reps "$reps" --min-reps "$min_reps" --budget "$budget" --json "$f" --quiet
+        --algorithm "$algorithms" --reps "$reps" --min-reps "$min_reps" --budget "$budget" --bind "$bind" --json "$f" --quiet
       files+=("$f")
     done
   done
@@ -375,7 +390,7 @@ fi
 for ((round = 1; round <= rounds; ++round)); do
   for n in "${ns[@]}"; do
     echo "== round $round/$rounds, $n processes: $algorithms over $transports$(
-      [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")"
+      [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory"); ranks bound: $bind"
     for b in "${byte_sizes[@]}"; do
       measure "$round" "$n" "$b"
     done

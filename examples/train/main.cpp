@@ -129,9 +129,11 @@ int runThreads(const Config& c, const std::string& summaryPath) {
 // Launches every rank as a child process and waits for them. A rank that
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
-int launchProcesses(const Config& c, const std::string& configPath, const std::string& summaryPath) {
+int launchProcesses(const Config& c, const std::string& configPath, const std::string& summaryPath,
+                    const std::string& binding) {
   gossamer::LaunchOptions o;
   o.worldSize = c.worldSize;
+  o.binding = gossamer::parseCpuBinding(binding);
   o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
   o.name = "gossamer-train";
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
@@ -157,6 +159,12 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous", rendezvous,
                  "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
   app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  std::string binding = "none";
+  app.add_option(
+         "--bind", binding,
+         "processes on this machine: core puts rank r on CPU r mod C only; none (default) lets the OS "
+         "place them")
+      ->check(CLI::IsMember({"core", "none"}));
   CLI11_PARSE(app, argc, argv);
   try {
     const Config c = gossamer::loadConfig(configPath);
@@ -168,7 +176,7 @@ int main(int argc, char** argv) {
       return runOneRank(c, rank, rendezvous, summaryPath);
     }
     if (c.transport.kind == "inproc") return runThreads(c, summaryPath);
-    return launchProcesses(c, configPath, summaryPath);
+    return launchProcesses(c, configPath, summaryPath, binding);
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "gossamer-train rank %d: error: %s\n", rank, e.what());

@@ -1,12 +1,15 @@
 #include "gossamer/launcher.hpp"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -14,6 +17,26 @@
 #include "gossamer/errors.hpp"
 
 namespace gossamer {
+
+CpuBinding parseCpuBinding(std::string_view name) {
+  if (name == "core") return CpuBinding::kCore;
+  if (name == "none") return CpuBinding::kNone;
+  throw InvalidArgument("unknown CPU binding '" + std::string(name) + "' (core or none)");
+}
+
+const char* toString(CpuBinding binding) noexcept { return binding == CpuBinding::kCore ? "core" : "none"; }
+
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    throw Error(std::string("cannot read this process's CPU affinity: ") + std::strerror(errno));
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  if (cpus.empty()) throw Error("this process's CPU affinity mask is empty");
+  return cpus;
+}
 
 LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
@@ -23,12 +46,23 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
   if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
   const std::string rendezvous = tmpl;
+  const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
   std::vector<pid_t> pids;
   for (int r = 0; r < o.worldSize; ++r) {
     std::vector<std::string> args = argsFor(r, rendezvous);  // built before fork: no allocation in the child
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    cpu_set_t bindTo;
+    CPU_ZERO(&bindTo);
+    int cpu = -1;
+    if (!cpus.empty()) {
+      cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
+      CPU_SET(cpu, &bindTo);
+    }
+    char bindError[160];  // formatted before fork: the child only writes it
+    std::snprintf(bindError, sizeof bindError, "%s: rank %d: cannot bind to CPU %d\n", o.name.c_str(), r,
+                  cpu);
     const pid_t pid = fork();
     if (pid < 0) {
       for (pid_t p : pids) kill(p, SIGKILL);
@@ -36,6 +70,11 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
       throw Error("fork failed while starting rank " + std::to_string(r));
     }
     if (pid == 0) {
+      // Before exec, so every thread of the rank inherits the mask.
+      if (cpu >= 0 && sched_setaffinity(0, sizeof bindTo, &bindTo) != 0) {
+        (void)!write(STDERR_FILENO, bindError, std::strlen(bindError));
+        _exit(126);
+      }
       execv(o.executable.c_str(), argv.data());
       _exit(127);  // in the child only: exec failed
     }

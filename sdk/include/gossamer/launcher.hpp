@@ -3,9 +3,30 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gossamer {
+
+/// Where launchLocalRanks lets each rank's process run.
+enum class CpuBinding {
+  kNone,  ///< Wherever the OS schedules it, within the launcher's own CPU affinity mask.
+  /// Rank r on one CPU only: the (r mod C)-th of the C CPUs in the launcher's
+  /// affinity mask, in ascending CPU number (as `mpirun --map-by core
+  /// --bind-to core:overload-allowed`; more ranks than CPUs share them round
+  /// robin). With more ranks than cores, the OS otherwise moves processes
+  /// between cores every few milliseconds, and which ranks share a core
+  /// changes the time of a small allreduce by 20-40% (docs/allreduce.md,
+  /// "Session 7"): bind for steady timings and a steady cost-model calibration.
+  kCore,
+};
+
+/// "core" or "none" -> the CpuBinding (what `--bind` takes in the benchmarks
+/// and gossamer-train). @throws InvalidArgument for any other name.
+CpuBinding parseCpuBinding(std::string_view name);
+
+/// The name parseCpuBinding takes: "core" or "none".
+const char* toString(CpuBinding binding) noexcept;
 
 /// Options of launchLocalRanks.
 struct LaunchOptions {
@@ -16,7 +37,8 @@ struct LaunchOptions {
   double failureGraceSeconds = 40;
   /// Bound on the whole job, seconds (<= 0: none).
   double deadlineSeconds = 0;
-  std::string name = "gossamer";  ///< Prefix of the launcher's messages on stderr.
+  std::string name = "gossamer";           ///< Prefix of the launcher's messages on stderr.
+  CpuBinding binding = CpuBinding::kNone;  ///< Which CPUs each rank's process may run on.
 };
 
 /// What happened to the ranks.
@@ -26,6 +48,11 @@ struct LaunchResult {
   bool ok() const { return failures == 0 && !killed; }
 };
 
+/// The CPUs this process may run on (its affinity mask, sched_getaffinity),
+/// in ascending order; what CpuBinding::kCore hands out to the ranks.
+/// @throws Error if the mask cannot be read.
+std::vector<int> allowedCpus();
+
 /// Creates a fresh rendezvous directory under /tmp, starts one process per
 /// rank running `options.executable` with the arguments `argsFor(rank,
 /// rendezvousDir)` (argv[0] included), and waits for all of them. Each
@@ -34,8 +61,12 @@ struct LaunchResult {
 /// themselves; ranks still running then (or past the deadline) are killed.
 /// The rendezvous directory is removed at the end; `beforeCleanup` (if set)
 /// runs just before, e.g. to read a result file written there.
-/// @throws Error if the directory cannot be created or fork fails (ranks
-///         already started are killed first).
+/// With `binding` kCore each child binds itself (sched_setaffinity) before
+/// exec, so every thread the rank starts inherits the one CPU; a child that
+/// cannot bind says so on stderr and exits with status 126 (a failed rank).
+/// @throws Error if the directory cannot be created, fork fails (ranks
+///         already started are killed first) or the launcher's own affinity
+///         mask cannot be read.
 LaunchResult launchLocalRanks(const LaunchOptions& options,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup = {});
