@@ -76,12 +76,16 @@ inline void writeJsonFile(const json& j, const std::string& path) {
 
 /// The `--bind core|none` option of every benchmark (default core): where
 /// the launcher lets each rank run (gossamer::CpuBinding). Bound, rank r runs
-/// on CPU r mod C only, as under `mpirun --map-by core --bind-to
-/// core:overload-allowed`, and small-message times no longer depend on which
-/// ranks the OS happens to put on one core (docs/allreduce.md, "Session 7").
+/// only on the (r mod C)-th of the C CPUs the benchmark may use (on this
+/// machine CPU r mod 2; mpirun's `--map-by core --bind-to
+/// core:overload-allowed` does the same here), and small-message times no
+/// longer depend on which ranks the OS happens to put on one core
+/// (docs/allreduce.md, "Session 7").
 inline void addBindOption(CLI::App& app, std::string& binding) {
-  app.add_option("--bind", binding,
-                 "core: rank r on CPU r mod C only (default); none: wherever the OS puts it")
+  app.add_option(
+         "--bind", binding,
+         "core (default): rank r only on the (r mod C)-th of the C CPUs allowed; none: wherever the OS "
+         "puts it")
       ->check(CLI::IsMember({"core", "none"}));
 }
 
@@ -90,7 +94,9 @@ inline void addBindOption(CLI::App& app, std::string& binding) {
 /// `options` (the benchmark's own, the same for every rank), each bound as
 /// `binding` says, waits (bounded by the timeout and deadline), and returns
 /// the JSON array rank 0 wrote to the result file.
-/// @throws Error if a rank failed or rank 0 wrote nothing.
+/// @throws InvalidArgument if `binding` is not "core" or "none"; Error if a
+///         rank failed, rank 0 wrote nothing, or (core) the CPU affinity mask
+///         cannot be read.
 inline json launchAndCollect(const std::string& name, int worldSize, double timeoutSeconds,
                              double deadlineSeconds, const std::vector<std::string>& options,
                              const std::string& binding) {

@@ -26,8 +26,9 @@
 #              (default: those four, and libfabric's two when the build has libfabric)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --min-reps MIN  --no-mpi
 #          --json PATH
-#          --bind core|none: core (default) binds rank r to CPU r mod C, ours (LaunchOptions::binding) and
-#              MPI's alike (--map-by core --bind-to core:overload-allowed); none lets the OS place them
+#          --bind core|none: core (default) binds rank r to the (r mod C)-th of the C CPUs allowed, ours
+#              (LaunchOptions::binding) and MPI's alike (--map-by core --bind-to core:overload-allowed,
+#              unless GOSSAMER_MPIRUN_ARGS maps or binds); none lets the OS place them
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,9 +65,9 @@ while [ $# -gt 0 ]; do
     --json) json="$2"; json_set=1; shift ;;
     --auto-check) auto_check=1 ;;
     --bind)
-      bind="$2"; shift
+      bind="${2:?--bind takes core or none}"; shift
       case "$bind" in core|none) ;; *) echo "bench-allreduce: --bind takes core or none, not '$bind'" >&2; exit 2 ;; esac ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench-allreduce: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -120,8 +121,11 @@ mpirun_args=(--oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_includ
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
 # shellcheck disable=SC2206
 mpirun_args+=(${GOSSAMER_MPIRUN_ARGS:-})
-# The same placement as ours: rank r on core r mod C, or wherever the OS puts it.
-if [ "$bind" = core ]; then
+# The same placement as ours: rank r on the (r mod C)-th core, or wherever the
+# OS puts it; unless the user's own arguments already map or bind.
+if [[ " ${GOSSAMER_MPIRUN_ARGS:-} " == *" --bind-to "* || " ${GOSSAMER_MPIRUN_ARGS:-} " == *" --map-by "* ]]; then
+  :
+elif [ "$bind" = core ]; then
   mpirun_args+=(--map-by core --bind-to core:overload-allowed)
 else
   mpirun_args+=(--bind-to none)

@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const Config c = gossamer::loadConfig(configPath);
+    if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
+      std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
+                   rank >= 0 ? "with --rank, whoever starts the ranks places them"
+                             : "inproc ranks are threads of this process");
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
       if (rank >= c.worldSize)

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -26,16 +27,46 @@ CpuBinding parseCpuBinding(std::string_view name) {
 
 const char* toString(CpuBinding binding) noexcept { return binding == CpuBinding::kCore ? "core" : "none"; }
 
+namespace {
+
+// A cpu_set_t sized for `cpus` CPUs (CPU_ALLOC: hosts may have more than
+// CPU_SETSIZE = 1024), freed on destruction.
+class CpuSet {
+ public:
+  explicit CpuSet(int cpus) : count_(cpus), set_(CPU_ALLOC(cpus)), bytes_(CPU_ALLOC_SIZE(cpus)) {
+    if (!set_) throw std::bad_alloc();
+    CPU_ZERO_S(bytes_, set_);
+  }
+  ~CpuSet() { CPU_FREE(set_); }
+  CpuSet(const CpuSet&) = delete;
+  CpuSet& operator=(const CpuSet&) = delete;
+  cpu_set_t* get() const { return set_; }
+  std::size_t bytes() const { return bytes_; }
+  int count() const { return count_; }
+
+ private:
+  int count_;
+  cpu_set_t* set_;
+  std::size_t bytes_;
+};
+
+}  // namespace
+
 std::vector<int> allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0)
-    throw Error(std::string("cannot read this process's CPU affinity: ") + std::strerror(errno));
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) throw Error("this process's CPU affinity mask is empty");
-  return cpus;
+  // The kernel refuses (EINVAL) a mask smaller than its number of possible
+  // CPUs: grow until it fits.
+  for (int size = CPU_SETSIZE;; size *= 2) {
+    CpuSet set(size);
+    if (sched_getaffinity(0, set.bytes(), set.get()) != 0) {
+      if (errno == EINVAL && size < (1 << 20)) continue;
+      throw Error(std::string("cannot read the calling thread's CPU affinity: ") + std::strerror(errno));
+    }
+    std::vector<int> cpus;
+    for (int c = 0; c < set.count(); ++c)
+      if (CPU_ISSET_S(static_cast<std::size_t>(c), set.bytes(), set.get())) cpus.push_back(c);
+    if (cpus.empty()) throw Error("the calling thread's CPU affinity mask is empty");
+    return cpus;
+  }
 }
 
 LaunchResult launchLocalRanks(const LaunchOptions& o,
@@ -43,26 +74,31 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<void(const std::string&)>& beforeCleanup) {
   using Clock = std::chrono::steady_clock;
   GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  // Read before the directory exists, so that a failure leaves nothing behind.
+  const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
+  CpuSet bindTo(cpus.empty() ? 1 : cpus.back() + 1);
   char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
   if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
   const std::string rendezvous = tmpl;
-  const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
   std::vector<pid_t> pids;
   for (int r = 0; r < o.worldSize; ++r) {
     std::vector<std::string> args = argsFor(r, rendezvous);  // built before fork: no allocation in the child
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    cpu_set_t bindTo;
-    CPU_ZERO(&bindTo);
+    // The mask and the message are made before fork: the child only makes
+    // system calls.
     int cpu = -1;
+    char bindError[256];
+    std::size_t bindErrorBytes = 0;
     if (!cpus.empty()) {
       cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
-      CPU_SET(cpu, &bindTo);
+      CPU_ZERO_S(bindTo.bytes(), bindTo.get());
+      CPU_SET_S(static_cast<std::size_t>(cpu), bindTo.bytes(), bindTo.get());
+      const int n = std::snprintf(bindError, sizeof bindError, "%.160s: rank %d: cannot bind to CPU %d\n",
+                                  o.name.c_str(), r, cpu);
+      bindErrorBytes = std::min(static_cast<std::size_t>(std::max(n, 0)), sizeof bindError - 1);
     }
-    char bindError[160];  // formatted before fork: the child only writes it
-    std::snprintf(bindError, sizeof bindError, "%s: rank %d: cannot bind to CPU %d\n", o.name.c_str(), r,
-                  cpu);
     const pid_t pid = fork();
     if (pid < 0) {
       for (pid_t p : pids) kill(p, SIGKILL);
@@ -71,8 +107,8 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     }
     if (pid == 0) {
       // Before exec, so every thread of the rank inherits the mask.
-      if (cpu >= 0 && sched_setaffinity(0, sizeof bindTo, &bindTo) != 0) {
-        (void)!write(STDERR_FILENO, bindError, std::strlen(bindError));
+      if (cpu >= 0 && sched_setaffinity(0, bindTo.bytes(), bindTo.get()) != 0) {
+        (void)!write(STDERR_FILENO, bindError, bindErrorBytes);
         _exit(126);
       }
       execv(o.executable.c_str(), argv.data());

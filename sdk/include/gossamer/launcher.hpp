@@ -11,13 +11,15 @@ namespace gossamer {
 /// Where launchLocalRanks lets each rank's process run.
 enum class CpuBinding {
   kNone,  ///< Wherever the OS schedules it, within the launcher's own CPU affinity mask.
-  /// Rank r on one CPU only: the (r mod C)-th of the C CPUs in the launcher's
-  /// affinity mask, in ascending CPU number (as `mpirun --map-by core
-  /// --bind-to core:overload-allowed`; more ranks than CPUs share them round
-  /// robin). With more ranks than cores, the OS otherwise moves processes
-  /// between cores every few milliseconds, and which ranks share a core
-  /// changes the time of a small allreduce by 20-40% (docs/allreduce.md,
-  /// "Session 7"): bind for steady timings and a steady cost-model calibration.
+  /// Rank r on one logical CPU (hardware thread) only: the (r mod C)-th of
+  /// the C CPUs in the launching thread's affinity mask, in ascending CPU
+  /// number; more ranks than CPUs share them round robin. On a host without
+  /// SMT this is `mpirun --map-by core --bind-to core:overload-allowed`. With
+  /// more ranks than cores the OS otherwise moves processes between cores
+  /// every few milliseconds, and which ranks share a core changes the time of
+  /// a small allreduce by 20-40% (docs/allreduce.md, "Session 7"): bind for
+  /// steady timings and a steady cost-model calibration. Two bound jobs
+  /// started at once on one host pile onto the same CPUs.
   kCore,
 };
 
@@ -48,9 +50,11 @@ struct LaunchResult {
   bool ok() const { return failures == 0 && !killed; }
 };
 
-/// The CPUs this process may run on (its affinity mask, sched_getaffinity),
-/// in ascending order; what CpuBinding::kCore hands out to the ranks.
-/// @throws Error if the mask cannot be read.
+/// The CPUs the calling thread may run on (its affinity mask,
+/// sched_getaffinity; what a process it forks inherits), in ascending order:
+/// what CpuBinding::kCore hands out to the ranks. Works on hosts with more
+/// than CPU_SETSIZE (1024) CPUs.
+/// @throws Error if the mask cannot be read or is empty.
 std::vector<int> allowedCpus();
 
 /// Creates a fresh rendezvous directory under /tmp, starts one process per
@@ -65,8 +69,9 @@ std::vector<int> allowedCpus();
 /// exec, so every thread the rank starts inherits the one CPU; a child that
 /// cannot bind says so on stderr and exits with status 126 (a failed rank).
 /// @throws Error if the directory cannot be created, fork fails (ranks
-///         already started are killed first) or the launcher's own affinity
-///         mask cannot be read.
+///         already started are killed first) or, with kCore, the calling
+///         thread's affinity mask cannot be read (allowedCpus); then no
+///         process is started and no directory is left.
 LaunchResult launchLocalRanks(const LaunchOptions& options,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup = {});
