@@ -28,8 +28,10 @@ constexpr double kTimeout = 1.5;
 // More than loopback's socket buffers hold (4 MiB to send, 32 MiB to receive).
 constexpr std::size_t kBytes = std::size_t{160} << 20;
 
-gossamer::zmq::Options optionsFor(int rank, double timeout = kTimeout, double linger = 0.2) {
+gossamer::zmq::Options optionsFor(int rank, double timeout = kTimeout, double linger = 0.2,
+                                  const std::string& protocol = "tcp") {
   gossamer::zmq::Options o;
+  o.protocol = protocol;
   o.rank = rank;
   o.worldSize = 2;
   o.timeoutSeconds = timeout;
@@ -44,12 +46,13 @@ double since(std::chrono::steady_clock::time_point t) {
 
 /// Forks rank 1, which joins and then idles (up to 60 s); returns its pid once
 /// both ranks are connected, with rank 0's transport in `t`.
-pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t) {
+pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t,
+                    const std::string& protocol) {
   const pid_t child = fork();
   if (child == 0) {
     try {
       gossamer::FileStore store(dir / "rdv");
-      auto mine = gossamer::zmq::makeTransport(optionsFor(1), store);
+      auto mine = gossamer::zmq::makeTransport(optionsFor(1, kTimeout, 0.2, protocol), store);
       std::vector<std::byte> one(1);
       mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one);  // "connected"
       std::this_thread::sleep_for(std::chrono::seconds(60));
@@ -59,7 +62,7 @@ pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t)
   }
   REQUIRE(child > 0);
   gossamer::FileStore store(dir / "rdv");
-  t = gossamer::zmq::makeTransport(optionsFor(0), store);
+  t = gossamer::zmq::makeTransport(optionsFor(0, kTimeout, 0.2, protocol), store);
   std::vector<std::byte> one(1);
   t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
   return child;
@@ -73,7 +76,8 @@ std::string describe(const std::optional<int>& st) {
 }
 
 /// Rank 0's borrowed send of kBytes to rank 1 (forked, then SIGSTOPped),
-/// which ZeroMQ cannot finish: the kernel's buffers are full.
+/// which cannot finish: over tcp ZeroMQ finds the kernel's buffers full; over
+/// ipc it goes as a pull frame (single copy) that the peer never reads.
 struct StuckSend {
   TempDir dir;
   std::unique_ptr<gossamer::Transport> t;
@@ -81,8 +85,8 @@ struct StuckSend {
   std::vector<std::byte> big = std::vector<std::byte>(kBytes, std::byte{3});
   gossamer::Request s;
 
-  StuckSend() {
-    child = startIdlePeer(dir, t);
+  explicit StuckSend(const std::string& protocol) {
+    child = startIdlePeer(dir, t, protocol);
     kill(child, SIGSTOP);
     s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -94,7 +98,9 @@ struct StuckSend {
 
 TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read returns within the timeout",
           "[multiproc][failure][zmq]") {
-  StuckSend stuck;
+  const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
+  INFO("protocol " << protocol);
+  StuckSend stuck(protocol);
   auto& [dir, t, child, big, s] = stuck;
   const auto start = std::chrono::steady_clock::now();
   s.cancel();
@@ -115,7 +121,9 @@ TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read retu
 
 TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that send at once",
           "[multiproc][failure][zmq]") {
-  StuckSend stuck;
+  const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
+  INFO("protocol " << protocol);
+  StuckSend stuck(protocol);
   auto& [dir, t, child, big, s] = stuck;
   kill(child, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
@@ -239,4 +247,53 @@ TEST_CASE("a borrowed send that races the peer's bye fails or is rejected, never
   CHECK(outcome != "TimeoutError");
   CHECK(cancelTook < 0.5);
   t0->close();
+}
+
+// Single copy over ipc: a borrowed send of 64 KiB or more goes as a pull
+// frame and the receiver copies it out of the sender's memory. The send
+// completes only once the receiver has read it, so here the receive is posted
+// after the send completed (the message waits in the Mailbox) or before.
+TEST_CASE("zmq ipc: borrowed sends are pulled from the sender's memory (single copy), intact",
+          "[multiproc][zmq]") {
+  const bool singleCopy = GENERATE(true, false);
+  const bool checksum = GENERATE(false, true);
+  const bool postFirst = GENERATE(false, true);
+  INFO("singleCopy " << singleCopy << ", checksumPulls " << checksum << ", receive posted first "
+                     << postFirst);
+  gossamer::MemoryStore store;
+  auto options = [&](int rank) {
+    auto o = optionsFor(rank, 10.0, 0.5, "ipc");
+    o.singleCopy = singleCopy;
+    o.checksumPulls = checksum;
+    return o;
+  };
+  std::unique_ptr<gossamer::Transport> t0, t1;
+  std::thread other([&] { t1 = gossamer::zmq::makeTransport(options(1), store); });
+  t0 = gossamer::zmq::makeTransport(options(0), store);
+  other.join();
+  const std::size_t n = (std::size_t{1} << 20) + 7;  // not a multiple of any page or piece
+  std::vector<std::byte> sent(n), got(n, std::byte{0});
+  for (std::size_t i = 0; i < n; ++i) sent[i] = static_cast<std::byte>((i * 131 + 7) % 251);
+  const auto tag = gossamer::Tag::make(gossamer::Op::kUser, 9);
+  gossamer::Request r;
+  if (postFirst) r = t1->irecv(0, tag, got);
+  auto s = t0->isendBorrowed(1, tag, std::span<const std::byte>(sent), gossamer::DType::kBytes, {});
+  s.wait(10);  // pulled: the receiver has read it (or, without single copy, ZeroMQ has sent it)
+  if (!postFirst) r = t1->irecv(0, tag, got);
+  r.wait(10);
+  CHECK(got == sent);
+  CHECK(t1->stats().messagesPulled == (singleCopy ? 1u : 0u));
+  CHECK(t1->stats().bytesReceived == n);
+  // A small message is never pulled.
+  std::vector<std::byte> small(100, std::byte{5}), smallGot(100);
+  auto rs = t1->irecv(0, gossamer::Tag::make(gossamer::Op::kUser, 10), smallGot);
+  t0->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 10), std::span<const std::byte>(small),
+                    gossamer::DType::kBytes, {})
+      .wait(10);
+  rs.wait(10);
+  CHECK(smallGot == small);
+  CHECK(t1->stats().messagesPulled == (singleCopy ? 1u : 0u));
+  std::thread closer([&] { t1->close(); });
+  t0->close();
+  closer.join();
 }

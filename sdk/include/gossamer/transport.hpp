@@ -95,6 +95,9 @@ struct TransportStats {
   std::uint64_t bytesReceived = 0;
   std::uint64_t messagesSent = 0;
   std::uint64_t messagesReceived = 0;
+  /// Of messagesReceived, those copied straight out of the sender's memory
+  /// (single copy over ipc: single_copy.hpp), not read from a socket.
+  std::uint64_t messagesPulled = 0;
 };
 
 /// Tagged non-blocking point-to-point messaging between the ranks of one job.

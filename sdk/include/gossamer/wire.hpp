@@ -104,7 +104,8 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 /// pull (single-copy on one host: the payload is a PullDescriptor naming the
 /// sender's memory, which the receiver reads itself); pull-done (the receiver
 /// has read it: Tag::step is the descriptor's ticket, and the sender may reuse
-/// its buffer). Only the socket transport's ipc protocol sends the last two.
+/// its buffer). Only the ipc protocols of the socket and zmq transports send
+/// the last two (single_copy.hpp).
 /// data-trailing (stream sockets only): a data frame whose header checksum
 /// covers the header alone and whose payload is followed by a 4-byte trailer,
 /// the CRC-32C of the payload (little-endian). The sender checksums each

@@ -48,6 +48,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
+#include "gossamer/single_copy.hpp"
 #include "gossamer/transports/socket.hpp"
 
 namespace gossamer::sock {
@@ -405,7 +406,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     d.bytes = data.size();
     d.crc = opt_.checksumPulls ? crc32c(data) : 0;
     d.pid = static_cast<std::uint32_t>(::getpid());
-    std::array<std::byte, kPullDescriptorBytes> wire{};
     std::lock_guard<std::mutex> lk(exclusive);
     auto& c = conns_[static_cast<std::size_t>(dst)];
     if (c.gone) {
@@ -413,7 +413,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     }
     d.ticket = nextTicket_++ & Tag::kMaxStep;
-    encodePull(d, wire);
+    const auto wire = single_copy::encode(d);
     const auto header =
         encodeFrameHeader(FrameKind::kPull, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), tag,
                           std::span<const std::byte>(wire));
@@ -426,23 +426,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     bytesSent_ += data.size();
     ++messagesSent_;
     return Request(std::move(req));
-  }
-
-  static void encodePull(const PullDescriptor& d, std::array<std::byte, kPullDescriptorBytes>& out) {
-    std::memcpy(out.data(), &d.address, 8);
-    std::memcpy(out.data() + 8, &d.bytes, 8);
-    std::memcpy(out.data() + 16, &d.crc, 4);
-    std::memcpy(out.data() + 20, &d.pid, 4);
-    std::memcpy(out.data() + 24, &d.ticket, 8);
-  }
-  static PullDescriptor decodePull(std::span<const std::byte> in) {
-    PullDescriptor d;
-    std::memcpy(&d.address, in.data(), 8);
-    std::memcpy(&d.bytes, in.data() + 8, 8);
-    std::memcpy(&d.crc, in.data() + 16, 4);
-    std::memcpy(&d.pid, in.data() + 20, 4);
-    std::memcpy(&d.ticket, in.data() + 24, 8);
-    return d;
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
@@ -546,6 +529,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     s.messagesSent = messagesSent_;
     s.bytesReceived = bytesReceived_;
     s.messagesReceived = messagesReceived_;
+    s.messagesPulled = messagesPulled_;
     return s;
   }
 
@@ -958,7 +942,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         c.acked = true;
         return;
       case FrameKind::kPull:
-        pullLocked(c, decodePull(payload));
+        pullLocked(c, single_copy::decode(payload, c.peer));
         return;
       case FrameKind::kPullDone: {
         auto it = pulls_.find(c.frame.tag.step);
@@ -978,9 +962,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       throw ProtocolError(c.peer, kFrameHeaderBytes + 20,
                           "pull frame names process " + std::to_string(d.pid) + ", but rank " +
                               std::to_string(c.peer) + " is process " + std::to_string(c.pid));
-    if (d.bytes > kMaxPayloadBytes)
-      throw ProtocolError(c.peer, kFrameHeaderBytes + 8,
-                          "pull of " + std::to_string(d.bytes) + " bytes exceeds the limit");
     auto claim = box_.claim(c.peer, tag, /*singleSourceOnly=*/true);  // (as in startFrame)
     std::shared_ptr<std::byte> owned;
     std::span<std::byte> dst;
@@ -994,21 +975,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       owned = pool_->get(d.bytes);
       dst = std::span<std::byte>(owned.get(), d.bytes);
     }
-    std::size_t got = 0;
-    while (got < d.bytes) {
-      iovec local{dst.data() + got, d.bytes - got};
-      iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(d.address + got)), d.bytes - got};
-      const ssize_t r = ::process_vm_readv(static_cast<pid_t>(d.pid), &local, 1, &remote, 1, 0);
-      if (r <= 0) {
-        const int err = r < 0 ? errno : EFAULT;
-        auto error = std::make_exception_ptr(ProtocolError(
-            c.peer, kFrameHeaderBytes,
-            "cannot read the pulled message from process " + std::to_string(d.pid) +
-                " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
-        if (claim.state) claim.state->fail(error);
-        std::rethrow_exception(error);
-      }
-      got += static_cast<std::size_t>(r);
+    if (const int err = single_copy::pull(d, dst); err != 0) {
+      auto error = std::make_exception_ptr(
+          ProtocolError(c.peer, kFrameHeaderBytes,
+                        "cannot read the pulled message from process " + std::to_string(d.pid) +
+                            " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
+      if (claim.state) claim.state->fail(error);
+      std::rethrow_exception(error);
     }
     if (opt_.checksumPulls && crc32c(dst) != d.crc) {
       auto error = std::make_exception_ptr(ProtocolError(
@@ -1019,6 +992,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     sendControlLocked(c, FrameKind::kPullDone, 0, d.ticket);
     bytesReceived_ += d.bytes;
     ++messagesReceived_;
+    ++messagesPulled_;
     if (sleepers_ > 0) wake();
     if (claim.state)
       claim.state->complete(c.peer, d.bytes);
@@ -1091,7 +1065,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   std::atomic<Clock::time_point> lastActivity_{};
   std::thread background_;
   std::atomic<bool> closed_{false};
-  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0},
+      messagesPulled_{0};
 };
 
 class SocketTransport final : public Transport {
@@ -1137,50 +1112,6 @@ std::string randomName(int rank) {
   std::ostringstream s;
   s << "gossamer-" << ::getpid() << '-' << rank << '-' << std::hex << rd() << rd();
   return s.str();
-}
-
-// Probed by peers at set-up: can they read this process's memory?
-const std::uint64_t kProbeValue = 0x5052424553534f47ull;  // "GOSSEBRP"
-
-// ipc single copy: every rank publishes its pid and the address of
-// kProbeValue, reads each peer's with process_vm_readv, and publishes which
-// peers it can read; a rank then pulls only from (and sends pull frames only
-// to) peers for which that worked.
-void probeSingleCopy(const Options& o, Store& store, Links& links) {
-  const std::string prefix = o.storePrefix + "/sock/";
-  store.set(
-      prefix + std::to_string(o.rank) + "/probe",
-      std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(&kProbeValue)));
-  const auto deadline = deadlineAfter(o.timeoutSeconds);
-  auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
-  std::string canRead(static_cast<std::size_t>(o.worldSize), '0');
-  for (int p = 0; p < o.worldSize; ++p) {
-    if (p == o.rank) continue;
-    const std::string v = store.get(prefix + std::to_string(p) + "/probe", left());
-    const auto colon = v.find(':');
-    std::uint64_t pid = 0, address = 0;
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument(v);
-      pid = std::stoull(v.substr(0, colon));
-      address = std::stoull(v.substr(colon + 1));
-    } catch (const std::exception&) {
-      throw ProtocolError(p, 0, "bad single-copy probe in the store: '" + v + "'");
-    }
-    links.pids[static_cast<std::size_t>(p)] = static_cast<std::uint32_t>(pid);
-    std::uint64_t value = 0;
-    iovec local{&value, sizeof value};
-    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof value};
-    if (::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof value &&
-        value == kProbeValue)
-      canRead[static_cast<std::size_t>(p)] = '1';
-  }
-  store.set(prefix + std::to_string(o.rank) + "/pull", canRead);
-  for (int p = 0; p < o.worldSize; ++p) {
-    if (p == o.rank) continue;
-    const std::string v = store.get(prefix + std::to_string(p) + "/pull", left());
-    links.pullTo[static_cast<std::size_t>(p)] =
-        v.size() == static_cast<std::size_t>(o.worldSize) && v[static_cast<std::size_t>(o.rank)] == '1';
-  }
 }
 
 Links connectAll(const Options& o, Store& store) {
@@ -1267,7 +1198,11 @@ Links connectAll(const Options& o, Store& store) {
   Links links;
   links.pids.assign(static_cast<std::size_t>(o.worldSize), 0);
   links.pullTo.assign(static_cast<std::size_t>(o.worldSize), false);
-  if (!tcp && o.singleCopy) probeSingleCopy(o, store, links);
+  if (!tcp && o.singleCopy) {
+    auto peers = single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/sock/", o.timeoutSeconds);
+    links.pids = std::move(peers.pids);
+    links.pullTo = std::move(peers.pullTo);
+  }
   for (auto& f : fds) links.fds.push_back(f.release());
   return links;
 }

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
+#include "gossamer/single_copy.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 namespace gossamer::zmq {
@@ -102,6 +104,12 @@ class ZmqTransport final : public Transport {
     std::vector<std::string> keys;
     for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
     store.wait(keys, o.timeoutSeconds);
+    if (o.protocol == "ipc" && o.singleCopy) {
+      auto probed =
+          single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/zmq-pull/", o.timeoutSeconds);
+      pids_ = std::move(probed.pids);
+      pullTo_ = std::move(probed.pullTo);
+    }
 
     peers_.resize(static_cast<std::size_t>(o.worldSize));
     acked_.assign(static_cast<std::size_t>(o.worldSize), 0);
@@ -163,10 +171,16 @@ class ZmqTransport final : public Transport {
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    if (pullsTo(dst) && data.size() >= opt_.singleCopyMinBytes) return sendPull(dst, tag, data);
     return lend(dst, tag, data, dtype, checksum);
   }
 
-  std::size_t checksumReuseMinBytes() const noexcept override { return kClaimMinBytes; }
+  /// Pulled messages come without a checksum to forward: with single copy
+  /// towards any peer, no size is promised.
+  std::size_t checksumReuseMinBytes() const noexcept override {
+    const bool pulls = std::find(pullTo_.begin(), pullTo_.end(), true) != pullTo_.end();
+    return pulls ? std::numeric_limits<std::size_t>::max() : kClaimMinBytes;
+  }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
@@ -350,11 +364,13 @@ class ZmqTransport final : public Transport {
     }
     box_.peerGone(p, std::make_exception_ptr(PeerFailure(p, why)));
     markPeer(p, false);
+    failPullsTo(p, why);
   }
 
   // Tears down p's connection if buffers lent to it are still out: after p
   // is gone they would otherwise stay with ZeroMQ until close().
   void releaseLoansTo(int p, double linger, const std::string& why) {
+    failPullsTo(p, why);
     bool any = false;
     {
       std::lock_guard<std::mutex> ll(loansMu_);
@@ -398,6 +414,7 @@ class ZmqTransport final : public Transport {
     stop_ = true;
     if (progress_.joinable()) progress_.join();
     box_.close();
+    failPullsTo(-1, "the transport is closed");
     for (int p = 0; p < opt_.worldSize; ++p) {
       auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer) continue;
@@ -430,6 +447,7 @@ class ZmqTransport final : public Transport {
     s.messagesSent = messagesSent_;
     s.bytesReceived = bytesReceived_;
     s.messagesReceived = messagesReceived_;
+    s.messagesPulled = messagesPulled_;
     return s;
   }
 
@@ -439,9 +457,9 @@ class ZmqTransport final : public Transport {
   // of an error of its own (its peers report that, not a clean close).
   static constexpr std::uint32_t kByeAfterError = 1;
 
-  void sendControl(int p, FrameKind kind, std::uint32_t detail = 0) {
+  void sendControl(int p, FrameKind kind, std::uint32_t detail = 0, std::uint64_t step = 0) {
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
-                                     Tag{Op::kControl, detail, 0}, {});
+                                     Tag{Op::kControl, detail, step}, {});
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     std::lock_guard<std::mutex> lk(peer.mu);
     if (peer.tornDown) return;
@@ -557,6 +575,14 @@ class ZmqTransport final : public Transport {
         markPeer(peer, true);
         return;
       }
+      if (h.kind == FrameKind::kPull) {
+        pullFrom(peer, h, payload);
+        return;
+      }
+      if (h.kind == FrameKind::kPullDone) {
+        pullDone(peer, h.tag.step, h.tag.segment == kPullFailed);
+        return;
+      }
       if (h.kind != FrameKind::kData)
         throw ProtocolError(peer, frame_offset::kKind,
                             "frame kind " + std::to_string(int(h.kind)) + " is not used over zmq");
@@ -623,6 +649,185 @@ class ZmqTransport final : public Transport {
     if (!consumed) box_.deliver(peer, h.tag, InboundPayload{std::move(msg), payload, sum});
   }
 
+  // ---- single copy (ipc) ------------------------------------------------------
+
+  // A pull-done frame's Tag::segment when the receiver could not read the message.
+  static constexpr std::uint32_t kPullFailed = 1;
+
+  bool pullsTo(int dst) const { return !pullTo_.empty() && pullTo_[static_cast<std::size_t>(dst)]; }
+
+  // Sends a pull frame naming `data`; the request completes when the peer's
+  // pull-done for its ticket arrives (fails if the peer could not read it,
+  // or is gone first). cancel() waits for the pull-done (see cancelPull).
+  Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data) {
+    if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    PullDescriptor d;
+    d.address = reinterpret_cast<std::uintptr_t>(data.data());
+    d.bytes = data.size();
+    d.crc = opt_.checksumPulls ? crc32c(data) : 0;
+    d.pid = pids_[static_cast<std::size_t>(opt_.rank)];
+    auto state = std::make_shared<detail::RequestState>();
+    state->engine = std::make_shared<LoanGuard>([this](detail::RequestState& s) { cancelPull(s); });
+    state->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
+    auto& peer = *peers_[static_cast<std::size_t>(dst)];
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      {
+        std::lock_guard<std::mutex> ll(loansMu_);
+        d.ticket = nextTicket_++ & Tag::kMaxStep;
+        pulls_.emplace(d.ticket, Pull{dst, state, data.size()});
+      }
+      // As in lend(): registered first, so a peer found gone from now on fails it.
+      if (box_.isGone(dst)) {
+        forgetPull(d.ticket);
+        throw PeerFailure(dst, "cannot send: peer is gone");
+      }
+      const auto wire = single_copy::encode(d);
+      const auto header =
+          encodeFrameHeader(FrameKind::kPull, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), tag,
+                            std::span<const std::byte>(wire));
+      try {
+        peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+        peer.tx.send(::zmq::buffer(wire.data(), wire.size()), ::zmq::send_flags::none);
+      } catch (...) {
+        forgetPull(d.ticket);
+        throw;
+      }
+    }
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    return Request(std::move(state));
+  }
+
+  void forgetPull(std::uint64_t ticket) {
+    std::lock_guard<std::mutex> ll(loansMu_);
+    pulls_.erase(ticket);
+  }
+
+  bool owesPull(const detail::RequestState* s) const {  // under loansMu_
+    return std::any_of(pulls_.begin(), pulls_.end(),
+                       [&](const auto& e) { return e.second.state.get() == s; });
+  }
+
+  // Request::cancel() of a pulled send: returns once the peer has read the
+  // buffer (its pull-done) or is gone. A peer that has not read it within the
+  // timeout has its connection torn down, which fails the send.
+  void cancelPull(detail::RequestState& s) {
+    int dst = -1;
+    {
+      std::unique_lock<std::mutex> ll(loansMu_);
+      for (const auto& [ticket, pull] : pulls_)
+        if (pull.state.get() == &s) dst = pull.dst;
+      if (dst < 0) return;
+      if (loansCv_.wait_for(ll, std::chrono::duration<double>(opt_.timeoutSeconds),
+                            [&] { return !owesPull(&s); }))
+        return;
+    }
+    tearDown(dst, 0.0,
+             "a cancelled send to it was still not read after " + std::to_string(opt_.timeoutSeconds) +
+                 " s (the peer is not reading)");
+  }
+
+  // The peer's pull-done for `ticket` (progress thread).
+  void pullDone(int peer, std::uint64_t ticket, bool failed) {
+    Pull done;
+    {
+      std::lock_guard<std::mutex> ll(loansMu_);
+      const auto it = pulls_.find(ticket);
+      if (it == pulls_.end() || it->second.dst != peer) return;  // failed already (peer gone, closed)
+      done = std::move(it->second);
+      pulls_.erase(it);
+    }
+    if (failed)
+      done.state->fail(std::make_exception_ptr(
+          PeerFailure(peer, "it could not read the message from this process's memory (process_vm_readv)")));
+    else
+      done.state->complete(peer, done.bytes);
+    loansCv_.notify_all();
+  }
+
+  // Fails the pulls peer p still owes (-1: every peer's).
+  void failPullsTo(int p, const std::string& why) {
+    std::vector<Pull> failed;
+    {
+      std::lock_guard<std::mutex> ll(loansMu_);
+      for (auto it = pulls_.begin(); it != pulls_.end();) {
+        if (p < 0 || it->second.dst == p) {
+          failed.push_back(std::move(it->second));
+          it = pulls_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& f : failed) {
+      if (p < 0)
+        f.state->fail(std::make_exception_ptr(Cancelled("send dropped: " + why)));
+      else
+        f.state->fail(std::make_exception_ptr(PeerFailure(f.dst, "send dropped: " + why)));
+    }
+    if (!failed.empty()) loansCv_.notify_all();
+  }
+
+  // Receiver side of a pull frame (progress thread): copies the message out of
+  // the sender's memory into the posted receive (or a buffer of its own for
+  // the Mailbox), then acknowledges with pull-done, also when it failed.
+  // Frames from one peer arrive in order, so claiming here keeps matching order.
+  // @throws ProtocolError for a bad descriptor, an unreadable sender or a CRC mismatch.
+  void pullFrom(int peer, const FrameHeader& h, std::span<const std::byte> payload) {
+    const auto d = single_copy::decode(payload, peer);
+    if (pids_.empty() || d.pid != pids_[static_cast<std::size_t>(peer)])
+      throw ProtocolError(peer, kFrameHeaderBytes + 20,
+                          "pull frame names process " + std::to_string(d.pid) + ", but rank " +
+                              std::to_string(peer) + " is process " +
+                              (pids_.empty() ? std::string("not probed (single copy off here)")
+                                             : std::to_string(pids_[static_cast<std::size_t>(peer)])));
+    auto check = [&](std::span<std::byte> dst, detail::RequestState* claimed) {
+      int err = single_copy::pull(d, dst);
+      const bool crcBad = err == 0 && opt_.checksumPulls && crc32c(dst) != d.crc;
+      if (err == 0 && !crcBad) return;
+      auto error = std::make_exception_ptr(
+          crcBad ? ProtocolError(peer, kFrameHeaderBytes + 16,
+                                 "pulled message fails its CRC-32C (sender changed it?)")
+                 : ProtocolError(peer, kFrameHeaderBytes,
+                                 "cannot read the pulled message from process " + std::to_string(d.pid) +
+                                     " (process_vm_readv: " + std::strerror(err) + "); set single_copy off"));
+      if (claimed) claimed->fail(error);
+      sendControl(peer, FrameKind::kPullDone, kPullFailed, d.ticket);
+      std::rethrow_exception(error);
+    };
+    auto claim = box_.claim(peer, h.tag);
+    if (claim.state) {
+      std::lock_guard<std::mutex> lk(engine_->exclusive);
+      if (!claim.fits(peer, d.bytes)) {  // the receive fails, the message is used up
+        sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
+        return;
+      }
+      if (pending(*claim.state)) {
+        check(claim.buffer.first(d.bytes), claim.state.get());
+        sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
+        countPulled(d.bytes);
+        claim.state->complete(peer, d.bytes);
+        return;
+      }
+    }
+    // No receive posted (or it was cancelled before the copy): a buffer of its own.
+    std::shared_ptr<std::byte> owned(new std::byte[std::max<std::size_t>(d.bytes, 1)],
+                                     std::default_delete<std::byte[]>());
+    std::span<std::byte> dst(owned.get(), d.bytes);
+    check(dst, nullptr);
+    sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
+    countPulled(d.bytes);
+    box_.deliver(peer, h.tag, InboundPayload{std::move(owned), dst});
+  }
+
+  void countPulled(std::size_t bytes) {
+    bytesReceived_ += bytes;
+    ++messagesReceived_;
+    ++messagesPulled_;
+  }
+
   static bool pending(detail::RequestState& s) {
     std::lock_guard<std::mutex> lk(s.mu);
     return s.status == detail::RequestState::Status::kPending;
@@ -670,7 +875,19 @@ class ZmqTransport final : public Transport {
   std::condition_variable closeCv_;
   std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
   std::atomic<bool> stop_{false}, closed_{false}, aborting_{false};
-  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0},
+      messagesPulled_{0};
+  // Single copy (ipc): per rank, its pid and whether it can read our memory
+  // (empty without single copy); the pulls this rank's peers still owe it.
+  std::vector<std::uint32_t> pids_;
+  std::vector<bool> pullTo_;
+  struct Pull {
+    int dst;
+    std::shared_ptr<detail::RequestState> state;
+    std::size_t bytes;
+  };
+  std::unordered_map<std::uint64_t, Pull> pulls_;  // by ticket, under loansMu_
+  std::uint64_t nextTicket_ = 0;                   // under loansMu_
 };
 
 }  // namespace

@@ -33,10 +33,23 @@ struct Options {
   /// is process-wide: set false if the application tunes malloc itself.
   bool recycleReceiveBuffers = true;
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
+  /// ipc only: a message of at least singleCopyMinBytes (and at least 64 KiB)
+  /// sent with isendBorrowed (the collectives' pieces) goes as a pull frame
+  /// naming the sender's memory: the receiver copies it straight out with
+  /// process_vm_readv (single_copy.hpp), one copy where ZeroMQ makes two
+  /// plus the kernel's, and the send completes when the receiver's pull-done
+  /// frame comes back. Set-up probes which peers can read each other's memory
+  /// (the kernel's ptrace rules); the others get ordinary messages. Such
+  /// messages carry no payload checksum (the bytes never cross a socket)
+  /// unless checksumPulls.
+  bool singleCopy = true;
+  std::size_t singleCopyMinBytes = std::size_t{64} << 10;  ///< Smallest pulled message, bytes.
+  bool checksumPulls = false;  ///< Also CRC-32C each pulled message (sender and receiver).
 };
 
 /// Creates the transport: binds, publishes "<prefix>/zmq/<rank>" in `store`,
-/// waits for every peer's endpoint and connects. The store is used only here.
+/// waits for every peer's endpoint and connects; over ipc with singleCopy,
+/// also probes single copy under "<prefix>/zmq-pull/". The store is used only here.
 /// @throws InvalidArgument for bad options, TimeoutError if peers do not show
 ///         up within timeoutSeconds, Error if binding fails.
 std::unique_ptr<Transport> makeTransport(const Options& options, Store& store);

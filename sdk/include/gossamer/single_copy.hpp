@@ -1,0 +1,56 @@
+// Single copy between processes on one host (Linux cross-memory attach): the
+// sender names its buffer in a pull frame (wire.hpp, PullDescriptor) and the
+// receiver copies the bytes straight out of the sender's memory with
+// process_vm_readv, one copy where a socket makes two, as Open MPI's `vader`
+// BTL does with CMA. Shared by the ipc modes of the socket and zmq transports
+// (docs/transports.md, "Single copy on one host").
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gossamer/store.hpp"
+#include "gossamer/wire.hpp"
+
+namespace gossamer::single_copy {
+
+/// A PullDescriptor as a pull frame's payload (kPullDescriptorBytes,
+/// little-endian fields: address, bytes, crc, pid, ticket).
+std::array<std::byte, kPullDescriptorBytes> encode(const PullDescriptor& d) noexcept;
+
+/// The PullDescriptor in a pull frame's payload.
+/// @throws ProtocolError(peer, kFrameHeaderBytes) if `payload` is not
+///         kPullDescriptorBytes long, or (at the byte offset of the field)
+///         if it announces more than kMaxPayloadBytes or a ticket above Tag::kMaxStep.
+PullDescriptor decode(std::span<const std::byte> payload, int peer);
+
+/// Copies `d.bytes` bytes from process `d.pid` at `d.address` into
+/// `dst` (which must hold at least d.bytes), in as many process_vm_readv
+/// calls as it takes. Returns 0, or the errno of the call that failed
+/// (EFAULT for a read of 0 bytes: the sender's range is not mapped).
+int pull(const PullDescriptor& d, std::span<std::byte> dst) noexcept;
+
+/// Who may pull from whom, agreed at set-up.
+struct Peers {
+  std::vector<std::uint32_t> pids;  ///< Per rank, its process id (this rank's own too).
+  /// Per rank: it can read this process's memory, so messages to it may go
+  /// as pull frames. False for this rank.
+  std::vector<bool> pullTo;
+};
+
+/// Set-up, collective over all `worldSize` ranks: each publishes its pid and
+/// the address of a known 8-byte value under "<keyPrefix><rank>/probe",
+/// reads every peer's value with process_vm_readv (which the kernel allows
+/// only where ptrace would be: same user, and Yama's ptrace_scope 0, or 1
+/// for a child), publishes which peers it could read under
+/// "<keyPrefix><rank>/pull", and learns from the peers' lists which of them
+/// can read it.
+/// @throws TimeoutError if a peer does not publish within `timeoutSeconds`;
+///         ProtocolError(peer, 0) for a malformed probe entry.
+Peers probe(int rank, int worldSize, Store& store, const std::string& keyPrefix, double timeoutSeconds);
+
+}  // namespace gossamer::single_copy
