@@ -30,8 +30,10 @@ PullDescriptor decode(std::span<const std::byte> payload, int peer);
 
 /// Copies `d.bytes` bytes from process `d.pid` at `d.address` into
 /// `dst` (which must hold at least d.bytes), in as many process_vm_readv
-/// calls as it takes. Returns 0, or the errno of the call that failed
-/// (EFAULT for a read of 0 bytes: the sender's range is not mapped).
+/// calls as it takes. Returns 0, EINVAL if `dst` is shorter than d.bytes,
+/// or the errno of the call that failed (EFAULT for a read of 0 bytes: the
+/// sender's range is not mapped; ESRCH: the process is gone; EPERM: the
+/// kernel's ptrace rules forbid it).
 int pull(const PullDescriptor& d, std::span<std::byte> dst) noexcept;
 
 /// Who may pull from whom, agreed at set-up.

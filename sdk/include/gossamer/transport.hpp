@@ -124,8 +124,13 @@ class Transport {
   /// unchanged until then (wait on the request). Destroying or cancelling the
   /// request before it completes makes the transport copy what it still needs
   /// (or drop the message if none of it left yet), so the buffer is never read
-  /// after cancel() returns. Transports that copy anyway (the default) return
-  /// a completed request. The collectives use this for their pipelined pieces.
+  /// after cancel() returns. One exception: a single-copy pull (socket and zmq
+  /// transports over ipc, single_copy.hpp) is read by the peer's process, and
+  /// cancel() waits for the peer's pull-done only up to the timeout; a peer
+  /// that is stopped or hung past it, then resumes, may still read the buffer
+  /// (its connection is torn down, so it cannot deliver what it read as a
+  /// completed send). Transports that copy anyway (the default) return a
+  /// completed request. The collectives use this for their pipelined pieces.
   /// @param checksum if given, crc32c(data), which the caller already knows
   ///        (it forwards a received message, see Request::payloadChecksum, or
   ///        checksummed the bytes while they were in cache): a transport that
@@ -144,8 +149,9 @@ class Transport {
 
   /// Smallest message (bytes) for which isendBorrowed uses a checksum the
   /// caller passes; the default, SIZE_MAX, means never (callers then need not
-  /// compute one). The socket transport: 64 KiB over tcp, and SIZE_MAX with
-  /// single-copy pulls (ipc), which carry no payload checksum.
+  /// compute one). The socket transport: 64 KiB over tcp; zmq: 64 KiB; both
+  /// SIZE_MAX with single-copy pulls (ipc, towards any peer), which carry no
+  /// payload checksum.
   virtual std::size_t checksumReuseMinBytes() const noexcept {
     return std::numeric_limits<std::size_t>::max();
   }

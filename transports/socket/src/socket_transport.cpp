@@ -366,8 +366,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
     const auto& peerConn = conns_[static_cast<std::size_t>(dst)];
-    if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes)
+    if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes) {
+      // Size and dtype checked (InvalidArgument) as for any data frame.
+      (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
+                              data.size(), 0u);
       return sendPull(dst, tag, data);
+    }
     const bool trailing = dst != opt_.rank && data.size() >= kTrailingMinBytes;
     const auto header = encodeFrameHeader(trailing ? FrameKind::kDataTrailing : FrameKind::kData, dtype,
                                           static_cast<std::uint32_t>(opt_.rank), tag, data);

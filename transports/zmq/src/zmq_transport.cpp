@@ -15,6 +15,10 @@
 // Request completes when ZeroMQ releases the buffer (written to the kernel, or
 // dropped), and cancel() waits for that release; a peer that does not take its
 // data within the timeout has its connection torn down, which releases it.
+// Over ipc, to a peer that can read this process's memory (probed at set-up),
+// such a send goes as a pull frame instead (single_copy.hpp): the peer's
+// progress thread copies the bytes out of the caller's buffer and answers
+// pull-done, which completes the Request.
 //
 // Failure: a peer that closes sends a bye frame after its last message (same
 // connection, so in order): receives waiting only on it fail with PeerFailure
@@ -36,6 +40,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -164,14 +169,16 @@ class ZmqTransport final : public Transport {
   /// the caller's buffer until it releases it, which completes the Request
   /// (fails it with PeerFailure if the peer's connection was torn down first).
   /// cancel() waits for the release (see cancelLoan). With the caller's
-  /// checksum nothing else reads the buffer.
+  /// checksum nothing else reads the buffer. Over ipc, of singleCopyMinBytes
+  /// or more, to a peer that can read this process's memory: a pull frame
+  /// (sendPull), completed by the peer's pull-done.
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                         std::optional<std::uint32_t> checksum) override {
     if (dst == opt_.rank || data.size() < kClaimMinBytes) return isend(dst, tag, data, dtype);
     GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
                      "destination rank " << dst << " outside world size " << opt_.worldSize);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-    if (pullsTo(dst) && data.size() >= opt_.singleCopyMinBytes) return sendPull(dst, tag, data);
+    if (pullsTo(dst) && data.size() >= opt_.singleCopyMinBytes) return sendPull(dst, tag, data, dtype);
     return lend(dst, tag, data, dtype, checksum);
   }
 
@@ -370,7 +377,6 @@ class ZmqTransport final : public Transport {
   // Tears down p's connection if buffers lent to it are still out: after p
   // is gone they would otherwise stay with ZeroMQ until close().
   void releaseLoansTo(int p, double linger, const std::string& why) {
-    failPullsTo(p, why);
     bool any = false;
     {
       std::lock_guard<std::mutex> ll(loansMu_);
@@ -589,12 +595,22 @@ class ZmqTransport final : public Transport {
       bytesReceived_ += payload.size();
       ++messagesReceived_;
       box_.deliver(peer, h.tag, InboundPayload{msg, payload});
+    } catch (const PeerFailure& e) {  // a pull from a process that is gone
+      if (peer >= 0) {
+        box_.peerGone(peer, std::current_exception());
+        markPeer(peer, false);
+        releaseLoansTo(peer, 0.0, e.what());
+        failPullsTo(peer, e.what());
+      }
     } catch (const ProtocolError& e) {
       std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
       if (peer >= 0) {
         box_.peerGone(peer, std::current_exception());
         markPeer(peer, false);
         releaseLoansTo(peer, 0.0, std::string("it sent a malformed frame: ") + e.what());
+        // It may still read pull frames queued before; it misbehaves, so this
+        // rank stops waiting for it (see Transport::isendBorrowed on cancel).
+        failPullsTo(peer, std::string("it sent a malformed frame: ") + e.what());
       }
     }
   }
@@ -659,8 +675,11 @@ class ZmqTransport final : public Transport {
   // Sends a pull frame naming `data`; the request completes when the peer's
   // pull-done for its ticket arrives (fails if the peer could not read it,
   // or is gone first). cancel() waits for the pull-done (see cancelPull).
-  Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data) {
+  Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
     if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    // Size and dtype checked (InvalidArgument) as for any data frame.
+    (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
+                            0u);
     PullDescriptor d;
     d.address = reinterpret_cast<std::uintptr_t>(data.data());
     d.bytes = data.size();
@@ -675,6 +694,8 @@ class ZmqTransport final : public Transport {
       if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
       {
         std::lock_guard<std::mutex> ll(loansMu_);
+        if (pullsClosed_)
+          throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
         d.ticket = nextTicket_++ & Tag::kMaxStep;
         pulls_.emplace(d.ticket, Pull{dst, state, data.size()});
       }
@@ -741,7 +762,7 @@ class ZmqTransport final : public Transport {
     }
     if (failed)
       done.state->fail(std::make_exception_ptr(
-          PeerFailure(peer, "it could not read the message from this process's memory (process_vm_readv)")));
+          PeerFailure(peer, "it could not take the message from this process's memory (see its log)")));
     else
       done.state->complete(peer, done.bytes);
     loansCv_.notify_all();
@@ -752,6 +773,7 @@ class ZmqTransport final : public Transport {
     std::vector<Pull> failed;
     {
       std::lock_guard<std::mutex> ll(loansMu_);
+      if (p < 0) pullsClosed_ = true;
       for (auto it = pulls_.begin(); it != pulls_.end();) {
         if (p < 0 || it->second.dst == p) {
           failed.push_back(std::move(it->second));
@@ -777,35 +799,47 @@ class ZmqTransport final : public Transport {
   // @throws ProtocolError for a bad descriptor, an unreadable sender or a CRC mismatch.
   void pullFrom(int peer, const FrameHeader& h, std::span<const std::byte> payload) {
     const auto d = single_copy::decode(payload, peer);
-    if (pids_.empty() || d.pid != pids_[static_cast<std::size_t>(peer)])
-      throw ProtocolError(peer, kFrameHeaderBytes + 20,
-                          "pull frame names process " + std::to_string(d.pid) + ", but rank " +
-                              std::to_string(peer) + " is process " +
-                              (pids_.empty() ? std::string("not probed (single copy off here)")
-                                             : std::to_string(pids_[static_cast<std::size_t>(peer)])));
-    auto check = [&](std::span<std::byte> dst, detail::RequestState* claimed) {
-      int err = single_copy::pull(d, dst);
-      const bool crcBad = err == 0 && opt_.checksumPulls && crc32c(dst) != d.crc;
-      if (err == 0 && !crcBad) return;
-      auto error = std::make_exception_ptr(
-          crcBad ? ProtocolError(peer, kFrameHeaderBytes + 16,
-                                 "pulled message fails its CRC-32C (sender changed it?)")
-                 : ProtocolError(peer, kFrameHeaderBytes,
-                                 "cannot read the pulled message from process " + std::to_string(d.pid) +
-                                     " (process_vm_readv: " + std::strerror(err) + "); set single_copy off"));
+    // From here every outcome answers the sender: pull-done, or pull-done
+    // with kPullFailed before the error (so its send fails at once rather
+    // than at its timeout).
+    auto refuse = [&](std::exception_ptr error, detail::RequestState* claimed) {
       if (claimed) claimed->fail(error);
       sendControl(peer, FrameKind::kPullDone, kPullFailed, d.ticket);
       std::rethrow_exception(error);
     };
-    auto claim = box_.claim(peer, h.tag);
+    if (pids_.empty() || d.pid != pids_[static_cast<std::size_t>(peer)])
+      refuse(
+          std::make_exception_ptr(ProtocolError(
+              peer, kFrameHeaderBytes + 20,
+              "pull frame names process " + std::to_string(d.pid) + ", but rank " + std::to_string(peer) +
+                  (pids_.empty() ? std::string(" was not probed (single copy is off on this rank)")
+                                 : " is process " + std::to_string(pids_[static_cast<std::size_t>(peer)])))),
+          nullptr);
+    auto copy = [&](std::span<std::byte> dst, detail::RequestState* claimed) {
+      if (const int err = single_copy::pull(d, dst); err != 0)
+        refuse(err == ESRCH ? std::make_exception_ptr(PeerFailure(peer, "its process is gone (pull: ESRCH)"))
+                            : std::make_exception_ptr(ProtocolError(
+                                  peer, kFrameHeaderBytes,
+                                  "cannot read the pulled message from process " + std::to_string(d.pid) +
+                                      " (process_vm_readv: " + std::system_category().message(err) +
+                                      "); turn single copy off (zmq::Options::singleCopy)")),
+               claimed);
+      if (opt_.checksumPulls && crc32c(dst) != d.crc)
+        refuse(std::make_exception_ptr(ProtocolError(
+                   peer, kFrameHeaderBytes + 16, "pulled message fails its CRC-32C (sender changed it?)")),
+               claimed);
+    };
+    // A receive that names only this peer (as the socket transport): one that
+    // also waits on others must not fail because this one's read did.
+    auto claim = box_.claim(peer, h.tag, /*singleSourceOnly=*/true);
     if (claim.state) {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
-      if (!claim.fits(peer, d.bytes)) {  // the receive fails, the message is used up
-        sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
-        return;
-      }
-      if (pending(*claim.state)) {
-        check(claim.buffer.first(d.bytes), claim.state.get());
+      if (pending(*claim.state)) {         // (cancelled meanwhile: the Mailbox gets it below)
+        if (!claim.fits(peer, d.bytes)) {  // the receive fails, the message is used up
+          sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
+          return;
+        }
+        copy(claim.buffer.first(d.bytes), claim.state.get());
         sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
         countPulled(d.bytes);
         claim.state->complete(peer, d.bytes);
@@ -813,10 +847,18 @@ class ZmqTransport final : public Transport {
       }
     }
     // No receive posted (or it was cancelled before the copy): a buffer of its own.
-    std::shared_ptr<std::byte> owned(new std::byte[std::max<std::size_t>(d.bytes, 1)],
-                                     std::default_delete<std::byte[]>());
+    std::shared_ptr<std::byte> owned;
+    try {
+      owned = std::shared_ptr<std::byte>(new std::byte[std::max<std::size_t>(d.bytes, 1)],
+                                         std::default_delete<std::byte[]>());
+    } catch (const std::bad_alloc&) {
+      refuse(std::make_exception_ptr(
+                 ProtocolError(peer, kFrameHeaderBytes + 8,
+                               "no memory for a pulled message of " + std::to_string(d.bytes) + " bytes")),
+             nullptr);
+    }
     std::span<std::byte> dst(owned.get(), d.bytes);
-    check(dst, nullptr);
+    copy(dst, nullptr);
     sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
     countPulled(d.bytes);
     box_.deliver(peer, h.tag, InboundPayload{std::move(owned), dst});
@@ -840,7 +882,11 @@ class ZmqTransport final : public Transport {
       if (peer.monitor.get(::zmq::sockopt::rcvmore)) (void)peer.monitor.recv(addr, ::zmq::recv_flags::none);
       std::uint16_t event = 0;
       if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
-      if (event == ZMQ_EVENT_DISCONNECTED && !peer.said_bye && !peer.lost) peer.lost = Clock::now();
+      if (event != ZMQ_EVENT_DISCONNECTED) continue;
+      if (peer.said_bye)  // it closed its ROUTER after its last read: what it did not pull, it never will
+        failPullsTo(p, "peer closed its transport");
+      else if (!peer.lost)
+        peer.lost = Clock::now();
     }
   }
 
@@ -857,6 +903,7 @@ class ZmqTransport final : public Transport {
       markPeer(p, false);
       peer->declared = true;
       releaseLoansTo(p, 0.0, kLostWithoutBye);
+      failPullsTo(p, kLostWithoutBye);
     }
   }
 
@@ -888,6 +935,7 @@ class ZmqTransport final : public Transport {
   };
   std::unordered_map<std::uint64_t, Pull> pulls_;  // by ticket, under loansMu_
   std::uint64_t nextTicket_ = 0;                   // under loansMu_
+  bool pullsClosed_ = false;                       // under loansMu_: close() failed them all
 };
 
 }  // namespace

@@ -41,7 +41,11 @@ struct Options {
   /// frame comes back. Set-up probes which peers can read each other's memory
   /// (the kernel's ptrace rules); the others get ordinary messages. Such
   /// messages carry no payload checksum (the bytes never cross a socket)
-  /// unless checksumPulls.
+  /// unless checksumPulls. All three must be the same on every rank: the
+  /// probe is collective (a rank without it waits timeoutSeconds, then throws
+  /// TimeoutError), and a receiver with checksumPulls fails the pulls of a
+  /// sender without it. See Transport::isendBorrowed for what cancel()
+  /// promises then.
   bool singleCopy = true;
   std::size_t singleCopyMinBytes = std::size_t{64} << 10;  ///< Smallest pulled message, bytes.
   bool checksumPulls = false;  ///< Also CRC-32C each pulled message (sender and receiver).
@@ -51,7 +55,9 @@ struct Options {
 /// waits for every peer's endpoint and connects; over ipc with singleCopy,
 /// also probes single copy under "<prefix>/zmq-pull/". The store is used only here.
 /// @throws InvalidArgument for bad options, TimeoutError if peers do not show
-///         up within timeoutSeconds, Error if binding fails.
+///         up within timeoutSeconds (the single-copy probe may wait that long
+///         again), ProtocolError for a malformed probe entry in the store,
+///         Error if binding fails.
 std::unique_ptr<Transport> makeTransport(const Options& options, Store& store);
 
 }  // namespace gossamer::zmq
