@@ -12,7 +12,9 @@
 # results/bench-allreduce.json. See docs/allreduce.md.
 #
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
-#   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; under a minute
+#   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; socket and zmq
+#                                         # transports only (unless --transports); under a minute;
+#                                         # writes results/bench-allreduce-quick.json
 #   scripts/bench-allreduce.sh --auto-check
 #       every algorithm and auto, 2, 4, 8 processes, 4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, no MPI, 3 rounds
 #       (~5 min): the cost model (calibrated once per launch and transport) predicts each time, and
@@ -23,7 +25,7 @@
 #       otherwise.
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
 #          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc[,libfabric-tcp,libfabric-shm]
-#              (default: those four, and libfabric's two when the build has libfabric)
+#              (default: those four, and libfabric's two when the build has libfabric, except with --quick)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --min-reps MIN  --no-mpi
 #          --json PATH
 #          --bind core|none: core (default) binds rank r to the (r mod C)-th of the C CPUs allowed, ours
@@ -52,7 +54,8 @@ budget_set=0
 bind=core
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3 ;;
+    --quick) quick=1; world_sizes="4"; sizes="4096,1048576,67108864"; budget="0.3"; rounds=3
+      [ "$json_set" = 1 ] || json="results/bench-allreduce-quick.json" ;;
     --rounds) rounds="$2"; shift ;;
     --world-sizes) world_sizes="$2"; shift ;;
     --sizes) sizes="$2"; shift ;;
@@ -94,10 +97,11 @@ GOSSAMER_PACKAGES+=(python3)
 gossamer_install_deps
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 gossamer_build --target gossamer-bench-allreduce
-# libfabric tcp and shm next to zmq tcp and ipc, when the build has libfabric.
+# libfabric tcp and shm next to zmq tcp and ipc, when the build has libfabric
+# (not with --quick: they would take it from about 35 s to 95 s here).
 if [ -z "$transports" ]; then
   transports="socket-tcp,socket-ipc,zmq-tcp,zmq-ipc"
-  if "$build/bench/allreduce" --help 2>/dev/null | grep -q libfabric-shm; then
+  if [ "$quick" = 0 ] && "$build/bench/allreduce" --help 2>/dev/null | grep -q libfabric-shm; then
     transports+=",libfabric-tcp,libfabric-shm"
   fi
 fi
