@@ -11,7 +11,7 @@
 # Prints one table per world size with the ratios ours/MPI, and writes
 # results/bench-allreduce.json. See docs/allreduce.md.
 #
-#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~9 min
+#   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~25 min with libfabric, ~9 without
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; socket and zmq
 #                                         # transports only (unless --transports); under a minute;
 #                                         # writes results/bench-allreduce-quick.json
