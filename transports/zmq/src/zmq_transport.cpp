@@ -596,23 +596,24 @@ class ZmqTransport final : public Transport {
       ++messagesReceived_;
       box_.deliver(peer, h.tag, InboundPayload{msg, payload});
     } catch (const PeerFailure& e) {  // a pull from a process that is gone
-      if (peer >= 0) {
-        box_.peerGone(peer, std::current_exception());
-        markPeer(peer, false);
-        releaseLoansTo(peer, 0.0, e.what());
-        failPullsTo(peer, e.what());
-      }
+      if (peer >= 0) declareFailed(peer, std::current_exception(), e.what());
     } catch (const ProtocolError& e) {
       std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
-      if (peer >= 0) {
-        box_.peerGone(peer, std::current_exception());
-        markPeer(peer, false);
-        releaseLoansTo(peer, 0.0, std::string("it sent a malformed frame: ") + e.what());
-        // It may still read pull frames queued before; it misbehaves, so this
-        // rank stops waiting for it (see Transport::isendBorrowed on cancel).
-        failPullsTo(peer, std::string("it sent a malformed frame: ") + e.what());
-      }
+      // It may still read pull frames queued before; it misbehaves, so this
+      // rank stops waiting for it (see Transport::isendBorrowed on cancel).
+      if (peer >= 0)
+        declareFailed(peer, std::current_exception(), std::string("it sent a malformed frame: ") + e.what());
     }
+  }
+
+  // Peer p failed with `error` (progress thread): receives waiting only on it
+  // fail with it, buffers lent to it come back, and the sends it owes pulls
+  // for fail with PeerFailure(`why`).
+  void declareFailed(int p, std::exception_ptr error, const std::string& why) {
+    box_.peerGone(p, std::move(error));
+    markPeer(p, false);
+    releaseLoansTo(p, 0.0, why);
+    failPullsTo(p, why);
   }
 
   // Payloads from this size on are checked in one pass that also copies them
@@ -899,11 +900,8 @@ class ZmqTransport final : public Transport {
       auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer || !peer->lost || peer->said_bye || peer->declared) continue;
       if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
-      box_.peerGone(p, std::make_exception_ptr(PeerFailure(p, kLostWithoutBye)));
-      markPeer(p, false);
       peer->declared = true;
-      releaseLoansTo(p, 0.0, kLostWithoutBye);
-      failPullsTo(p, kLostWithoutBye);
+      declareFailed(p, std::make_exception_ptr(PeerFailure(p, kLostWithoutBye)), kLostWithoutBye);
     }
   }
 
