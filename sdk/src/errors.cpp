@@ -33,6 +33,13 @@ void enforceFailed(const char* file, int line, const char* cond, const std::stri
   if (!msg.empty()) os << " (" << msg << ')';
   throw InvalidArgument(os.str());
 }
+
+void checkFailed(const char* file, int line, const char* cond, const std::string& msg) {
+  std::ostringstream os;
+  os << file << ':' << line << ": internal error (a bug in Gossamer): " << cond;
+  if (!msg.empty()) os << " (" << msg << ')';
+  throw InternalError(os.str());
+}
 }  // namespace detail
 
 }  // namespace gossamer

@@ -1,8 +1,9 @@
 // Error types of the Gossamer SDK.
 //
-// Two tiers (see docs/errors in README): GOSSAMER_ENFORCE for broken invariants
-// and bad API arguments (throws InvalidArgument with file, line and the failed
-// condition), and an exception hierarchy for what comes from outside:
+// Two tiers: GOSSAMER_ENFORCE for bad API arguments (throws InvalidArgument
+// with file, line and the failed condition) and GOSSAMER_CHECK for the
+// library's own invariants (throws InternalError: a bug in Gossamer, not in
+// the caller), and an exception hierarchy for what comes from outside:
 // configuration, frames off the wire, timeouts and dead peers. The library
 // never calls exit() or abort().
 #pragma once
@@ -20,10 +21,17 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-/// A bad argument to a public API call or a broken invariant.
+/// A bad argument to a public API call: the caller's mistake.
 class InvalidArgument : public Error {
  public:
   explicit InvalidArgument(const std::string& what) : Error(what) {}
+};
+
+/// A broken invariant inside the library: a bug in Gossamer, never the
+/// caller's input. Thrown by GOSSAMER_CHECK; worth a bug report.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& what) : Error(what) {}
 };
 
 /// A configuration error. `file()`, `line()` (1-based; 0 when unknown) and
@@ -80,6 +88,7 @@ class Cancelled : public Error {
 
 namespace detail {
 [[noreturn]] void enforceFailed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void checkFailed(const char* file, int line, const char* cond, const std::string& msg);
 }  // namespace detail
 
 }  // namespace gossamer
@@ -93,4 +102,16 @@ namespace detail {
       gossamer_enforce_os_ << msg; /* NOLINT(bugprone-macro-parentheses): a stream chain */     \
       ::gossamer::detail::enforceFailed(__FILE__, __LINE__, #cond, gossamer_enforce_os_.str()); \
     }                                                                                           \
+  } while (0)
+
+/// Throws gossamer::InternalError when a library invariant does not hold:
+/// GOSSAMER_CHECK(offset <= size, "offset " << offset). For the caller's
+/// arguments use GOSSAMER_ENFORCE.
+#define GOSSAMER_CHECK(cond, msg)                                                           \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::ostringstream gossamer_check_os_;                                                \
+      gossamer_check_os_ << msg; /* NOLINT(bugprone-macro-parentheses): a stream chain */   \
+      ::gossamer::detail::checkFailed(__FILE__, __LINE__, #cond, gossamer_check_os_.str()); \
+    }                                                                                       \
   } while (0)

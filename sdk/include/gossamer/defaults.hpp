@@ -1,0 +1,20 @@
+// The library's default values, each written once. Every Options struct, the
+// YAML schema and the docs take their defaults from here.
+#pragma once
+
+namespace gossamer::defaults {
+
+/// Bound on every network wait (rendezvous, receives, collectives, gossip
+/// exchanges), seconds.
+inline constexpr double kTimeoutSeconds = 30.0;
+
+/// On close: how long queued sends may still be delivered, seconds.
+inline constexpr double kLingerSeconds = 5.0;
+
+/// Address the network transports bind to (ports are ephemeral).
+inline constexpr const char* kHost = "127.0.0.1";
+
+/// Endpoint protocol of the zmq and socket transports: "tcp" or "ipc".
+inline constexpr const char* kProtocol = "tcp";
+
+}  // namespace gossamer::defaults
