@@ -27,14 +27,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const gossamer::Config config = gossamer::loadConfig(argv[1]);
-    const int rank = std::stoi(argv[2]);
-
-    // The caller chooses which components exist: no global registry.
+    // The caller chooses which components exist: no global registry. What
+    // is registered is also what a config may name and set.
     gossamer::Registry registry;
     gossamer::zmq::registerWith(registry);
     gossamer::topologies::registerBuiltins(registry);
     gossamer::optimizers::registerBuiltins(registry);
+
+    const gossamer::Config config = registry.load(argv[1]);
+    const int rank = std::stoi(argv[2]);
 
     // Peers find each other's endpoints through files in a shared directory.
     gossamer::FileStore store(argv[3]);

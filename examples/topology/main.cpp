@@ -29,9 +29,11 @@
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/mixing.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "train_config.hpp"
 
 namespace {
 
@@ -49,7 +51,7 @@ struct Analysed {
 
 // Element counts of the model's tensors (weights, bias per layer), as
 // Model::tensorSizes in examples/train.
-std::vector<std::size_t> mlpTensorSizes(const gossamer::ModelConfig& m) {
+std::vector<std::size_t> mlpTensorSizes(const gossamer::train::ModelConfig& m) {
   std::vector<int> widths{kInputs};
   if (m.kind != "softmax") widths.insert(widths.end(), m.hidden.begin(), m.hidden.end());
   widths.push_back(kClasses);
@@ -61,32 +63,43 @@ std::vector<std::size_t> mlpTensorSizes(const gossamer::ModelConfig& m) {
   return sizes;
 }
 
-std::vector<std::size_t> segmentSizes(const gossamer::ModelConfig& m, int segments) {
+std::vector<std::size_t> segmentSizes(const gossamer::train::ModelConfig& m, int segments) {
   std::vector<std::size_t> sizes;
   for (const auto& [b, e] : topo::segmentsAlongTensors(mlpTensorSizes(m), segments)) sizes.push_back(e - b);
   return sizes;
+}
+
+// The components gossamer-train knows, so that its configs load here too.
+const gossamer::Registry& registry() {
+  static const gossamer::Registry r = [] {
+    gossamer::Registry out;
+    topo::registerBuiltins(out);
+    gossamer::optimizers::registerBuiltins(out);
+    gossamer::train::registerTrainSections(out);
+    return out;
+  }();
+  return r;
 }
 
 // The topology called `name`, built from the run config (world size, seed,
 // roulette table, edges). Names the tool does not know are looked up in the
 // registry of built-in topologies.
 std::unique_ptr<gossamer::Topology> makeTopology(const std::string& name, const gossamer::Config& c) {
-  const auto& t = c.topology;
+  const auto& probabilities = c.get<std::vector<std::vector<double>>>("topology.probabilities");
+  const auto& edges = c.get<std::vector<std::pair<int, int>>>("topology.edges");
   if (name == "fair_roulette")
-    return std::make_unique<topo::FairRoulette>(c.worldSize, c.seed, t.probabilities);
+    return std::make_unique<topo::FairRoulette>(c.worldSize, c.seed, probabilities);
   if (name == "roulette_unfair")
-    return std::make_unique<topo::UnfairRoulette>(c.worldSize, c.seed, t.probabilities);
+    return std::make_unique<topo::UnfairRoulette>(c.worldSize, c.seed, probabilities);
   if (name == "directed_exponential") return std::make_unique<topo::DirectedExponential>(c.worldSize, 1);
   if (name == "directed_exponential2") return std::make_unique<topo::DirectedExponential>(c.worldSize, 2);
   if (name == "ring") return std::make_unique<topo::Ring>(c.worldSize);
   if (name == "explicit") {
-    if (t.edges.empty())
+    if (edges.empty())
       throw gossamer::InvalidArgument("topology 'explicit' needs topology.edges (use --config)");
-    return std::make_unique<topo::ExplicitGraph>(c.worldSize, t.edges);
+    return std::make_unique<topo::ExplicitGraph>(c.worldSize, edges);
   }
-  gossamer::Registry registry;
-  topo::registerBuiltins(registry);
-  return registry.topology(name)(c);
+  return registry().topology(name)(c);
 }
 
 std::string fmt(const char* f, double v) {
@@ -173,23 +186,23 @@ int main(int argc, char** argv) {
   }
 
   try {
-    gossamer::Config c;
+    gossamer::Config c = registry().complete(gossamer::Config{});
     c.worldSize = worldSize;
     c.seed = seed;
-    c.algorithm.segments = segments;
+    c.set("algorithm.segments", segments);
     std::vector<std::string> selected;
     if (!configPath.empty()) {
-      c = gossamer::loadConfig(configPath);
+      c = registry().load(configPath);
       if (c.worldSize < 2)
         throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize) + " in " + configPath +
                                         ": nothing to mix with fewer than 2 ranks");
       // Only Crossover-SGD (also as the inter-leader algorithm) exchanges segments.
-      const bool segmented =
-          c.algorithm.name == "crossover_sgd" ||
-          (c.algorithm.name == "hierarchical" && c.algorithm.interAlgorithm == "crossover_sgd");
-      if (!segmented) c.algorithm.segments = 1;
+      const bool segmented = c.algorithm.name == "crossover_sgd" ||
+                             (c.algorithm.name == "hierarchical" &&
+                              c.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
+      if (!segmented) c.set("algorithm.segments", 1);
       if (topoOpt->count() == 0)
-        selected = {c.topology.kind == "directed_exponential" && c.topology.peersPerStep == 2
+        selected = {c.topology.kind == "directed_exponential" && c.get<int>("topology.peers_per_step") == 2
                         ? "directed_exponential2"
                         : c.topology.kind};
     }
@@ -200,7 +213,8 @@ int main(int argc, char** argv) {
       csv.open(csvPath);
       if (!csv) throw gossamer::Error("cannot open '" + csvPath + "' for writing");
     }
-    const auto sizes = segmentSizes(c.model, c.algorithm.segments);
+    const auto sizes =
+        segmentSizes(gossamer::train::trainConfigFrom(c).model, c.get<int>("algorithm.segments"));
     std::vector<Analysed> runs;
     for (const auto& name : selected) {
       const auto t = makeTopology(name, c);

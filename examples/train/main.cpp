@@ -18,6 +18,7 @@
 #include <iostream>
 #include <thread>
 
+#include "components.hpp"
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
@@ -26,6 +27,7 @@
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "train_config.hpp"
 #include "trainer.hpp"
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 #include "gossamer/transports/libfabric.hpp"
@@ -40,8 +42,8 @@ void printEpoch(const Config& c, const train::EpochMetrics& m) {
   std::printf(
       "epoch %d/%d  loss %.4f  test acc (avg model) %.2f%%  (rank 0) %.2f%%  consensus %.3e  "
       "sent/peer %.1f MB  %.1f s\n",
-      m.epoch, c.training.epochs, m.trainLoss, 100 * m.testAccuracyAverage, 100 * m.testAccuracyRank0,
-      m.consensusDistance, m.bytesSentPerPeer / 1e6, m.seconds);
+      m.epoch, c.get<int>("training.epochs"), m.trainLoss, 100 * m.testAccuracyAverage,
+      100 * m.testAccuracyRank0, m.consensusDistance, m.bytesSentPerPeer / 1e6, m.seconds);
   std::fflush(stdout);
 }
 
@@ -55,26 +57,15 @@ void emitSummary(const std::string& json, const std::string& path) {
   }
 }
 
-gossamer::Registry makeRegistry(std::shared_ptr<gossamer::inproc::Fabric> fabric) {
-  gossamer::Registry r;
-  gossamer::zmq::registerWith(r);
-  gossamer::sock::registerWith(r);
-#ifdef GOSSAMER_HAVE_LIBFABRIC
-  gossamer::libfabric::registerWith(r);
-#endif
-  if (fabric) gossamer::inproc::registerWith(r, std::move(fabric));
-  gossamer::topologies::registerBuiltins(r);
-  gossamer::optimizers::registerBuiltins(r);
-  return r;
-}
-
 train::FashionMnist loadData(const Config& c) {
-  return train::loadFashionMnist(c.data.path, c.data.trainLimit, c.data.testLimit, c.data.standardize);
+  const train::DataConfig d = train::trainConfigFrom(c).data;
+  return train::loadFashionMnist(d.path, d.trainLimit, d.testLimit, d.standardize);
 }
 
 // One rank of a multi-process job. `rendezvous` is a directory shared by all
 // ranks (FileStore), or tcp://HOST:PORT, where rank 0 serves the store.
-int runOneRank(const Config& c, int rank, const std::string& rendezvous, const std::string& summaryPath) {
+int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, const std::string& rendezvous,
+               const std::string& summaryPath) {
   const auto data = loadData(c);
   std::unique_ptr<gossamer::zmq::StoreServer> server;
   std::unique_ptr<gossamer::Store> storePtr;
@@ -85,7 +76,6 @@ int runOneRank(const Config& c, int rank, const std::string& rendezvous, const s
     storePtr = std::make_unique<gossamer::FileStore>(rendezvous);
   }
   auto& store = *storePtr;
-  const auto registry = makeRegistry(nullptr);
   const auto s =
       train::runRank(c, rank, data, store, registry, [&](const train::EpochMetrics& m) { printEpoch(c, m); });
   if (rank == 0) emitSummary(train::summaryJson(s, c), summaryPath);
@@ -93,10 +83,8 @@ int runOneRank(const Config& c, int rank, const std::string& rendezvous, const s
 }
 
 // Every rank as a thread of this process over the inproc transport.
-int runThreads(const Config& c, const std::string& summaryPath) {
+int runThreads(const gossamer::Registry& registry, const Config& c, const std::string& summaryPath) {
   const auto data = loadData(c);
-  auto fabric = gossamer::inproc::makeFabric(c.worldSize);
-  const auto registry = makeRegistry(fabric);
   gossamer::MemoryStore store;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize));
   train::TrainSummary summary0;
@@ -167,7 +155,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"core", "none"}));
   CLI11_PARSE(app, argc, argv);
   try {
-    const Config c = gossamer::loadConfig(configPath);
+    const gossamer::Registry registry = train::makeTrainRegistry();
+    const Config c = registry.load(configPath);
     if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
@@ -177,9 +166,9 @@ int main(int argc, char** argv) {
       if (rank >= c.worldSize)
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
                                         std::to_string(c.worldSize));
-      return runOneRank(c, rank, rendezvous, summaryPath);
+      return runOneRank(registry, c, rank, rendezvous, summaryPath);
     }
-    if (c.transport.kind == "inproc") return runThreads(c, summaryPath);
+    if (c.transport.kind == "inproc") return runThreads(registry, c, summaryPath);
     return launchProcesses(c, configPath, summaryPath, binding);
   } catch (const std::exception& e) {
     if (rank >= 0)

@@ -13,6 +13,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "model.hpp"
+#include "train_config.hpp"
 
 namespace gossamer::train {
 
@@ -22,9 +23,9 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-Model makeModel(const Config& c, int inputs, int classes) {
-  if (c.model.kind == "softmax") return Model::softmax(inputs, classes);
-  return Model::mlp(inputs, c.model.hidden, classes);
+Model makeModel(const ModelConfig& m, int inputs, int classes) {
+  if (m.kind == "softmax") return Model::softmax(inputs, classes);
+  return Model::mlp(inputs, m.hidden, classes);
 }
 
 // Serves this rank's mini-batches: its shard, reshuffled at every pass.
@@ -59,8 +60,9 @@ class BatchSampler {
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
                      const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch) {
   const auto start = Clock::now();
+  const TrainConfig t = trainConfigFrom(config);
   const int n = config.worldSize;
-  const int batch = config.training.batchSize;
+  const int batch = t.training.batchSize;
   const int stepsPerEpoch = data.train.size() / (n * batch);
   if (stepsPerEpoch < 1)
     throw ConfigError(config.sourceFile, 0, "training.batch_size",
@@ -69,12 +71,12 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
                           "world_size * batch_size = " +
                           std::to_string(n * batch));
 
-  auto shards = partitionIndices(data.train.labels, data.train.numClasses, n, config.data.partition,
-                                 config.data.dirichletAlpha, config.seed);
+  auto shards = partitionIndices(data.train.labels, data.train.numClasses, n, t.data.partition,
+                                 t.data.dirichletAlpha, config.seed);
   BatchSampler sampler(
       std::move(shards[static_cast<std::size_t>(rank)]),
       topologies::splitmix64(config.seed ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
-  Model model = makeModel(config, static_cast<int>(data.train.images.cols()), data.train.numClasses);
+  Model model = makeModel(t.model, static_cast<int>(data.train.images.cols()), data.train.numClasses);
   std::vector<float> params(model.numParams()), grads(model.numParams()), average(model.numParams());
   model.init(params, config.seed);  // same seed on every rank: identical starting models
 
@@ -83,18 +85,18 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     auto& optimizer = agent.makeOptimizer(model.tensorSizes());
     // A2SGD synchronises the models after the last step (paper 002, Algorithm 1, lines 9-10).
     optimizer.setTotalSteps(static_cast<std::uint64_t>(stepsPerEpoch) *
-                            static_cast<std::uint64_t>(config.training.epochs));
+                            static_cast<std::uint64_t>(t.training.epochs));
     TrainSummary summary;
     summary.algorithm = config.algorithm.name;
     summary.worldSize = n;
-    summary.epochs = config.training.epochs;
+    summary.epochs = t.training.epochs;
     summary.stepsPerEpoch = stepsPerEpoch;
     RowMatrix x;
     std::vector<std::uint8_t> y;
     double trainBytes = 0, trainMessages = 0, trainSeconds = 0;
-    const bool straggler = rank == config.training.stragglerRank;
-    const auto delay = std::chrono::duration<double>(config.training.stragglerDelaySeconds);
-    for (int epoch = 1; epoch <= config.training.epochs; ++epoch) {
+    const bool straggler = rank == t.training.stragglerRank;
+    const auto delay = std::chrono::duration<double>(t.training.stragglerDelaySeconds);
+    for (int epoch = 1; epoch <= t.training.epochs; ++epoch) {
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats();
       double lossSum = 0;
@@ -139,13 +141,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     }
     // Training throughput of every rank (steps per second, evaluation excluded).
     std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
-    rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * config.training.epochs / trainSeconds;
+    rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
     agent.communicator().allreduce(std::span<double>(rates));
     summary.stepsPerSecondByRank = rates;
     double sumFast = 0;
     int fast = 0;
     for (int r = 0; r < n; ++r)
-      if (r != config.training.stragglerRank) {
+      if (r != t.training.stragglerRank) {
         sumFast += rates[static_cast<std::size_t>(r)];
         ++fast;
       }
@@ -166,6 +168,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
 }
 
 std::string summaryJson(const TrainSummary& s, const Config& c) {
+  const TrainConfig t = trainConfigFrom(c);
   nlohmann::json j;
   j["algorithm"] = s.algorithm;
   j["world_size"] = s.worldSize;
@@ -187,27 +190,26 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["seconds_per_epoch"] = s.history.empty() ? 0.0 : secs / static_cast<double>(s.history.size());
   j["steps_per_second"] = s.stepsPerSecond;
   j["steps_per_second_by_rank"] = s.stepsPerSecondByRank;
-  j["mode"] = c.algorithm.mode;
-  j["segments"] = c.algorithm.segments;
-  j["straggler_rank"] = c.training.stragglerRank;
-  j["straggler_delay_seconds"] = c.training.stragglerDelaySeconds;
+  j["mode"] = c.getOr<std::string>("algorithm.mode", "sync");
+  j["segments"] = c.getOr("algorithm.segments", 1);
+  j["straggler_rank"] = t.training.stragglerRank;
+  j["straggler_delay_seconds"] = t.training.stragglerDelaySeconds;
   j["transport"] = c.transport.kind;
   j["topology"] = c.topology.kind;
-  j["model"] = c.model.kind;
-  j["partition"] = c.data.partition;
-  j["batch_size"] = c.training.batchSize;
-  j["learning_rate"] = c.training.learningRate;
+  j["model"] = t.model.kind;
+  j["partition"] = t.data.partition;
+  j["batch_size"] = t.training.batchSize;
+  j["learning_rate"] = t.training.learningRate;
   j["compression"] = c.compression.kind;
   if (c.compression.kind != "none") {
-    const auto& z = c.compression;
-    j["compression_settings"] = {{"topk_ratio", z.topkRatio},
-                                 {"qsgd_levels", z.qsgdLevels},
-                                 {"qsgd_bucket_size", z.qsgdBucketSize},
-                                 {"means", z.means},
-                                 {"gossip_rounds", z.gossipRounds},
-                                 {"sync", z.sync},
-                                 {"sync_period", z.syncPeriod},
-                                 {"final_sync", z.finalSync}};
+    // Every key the compressors declare, as configured.
+    const std::string prefix = "compression.";
+    nlohmann::json settings = nlohmann::json::object();
+    for (const auto& [key, value] : c.values) {
+      if (key.rfind(prefix, 0) != 0) continue;
+      std::visit([&](const auto& v) { settings[key.substr(prefix.size())] = v; }, value);
+    }
+    j["compression_settings"] = settings;
   }
   nlohmann::json hist = nlohmann::json::array();
   for (const auto& m : s.history)

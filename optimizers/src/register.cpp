@@ -1,4 +1,9 @@
-#include "gossamer/optimizers/compress.hpp"
+// The optimizers' registrations: each one's factory and its YAML keys under
+// `algorithm:` (and the local SGD step's keys under `training:`), with their
+// checks. The compressors register in their own files
+// (src/compressors/*.cpp); registerBuiltins lists them all.
+#include <climits>
+
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -6,16 +11,21 @@
 namespace gossamer::optimizers {
 
 namespace {
+
+const std::vector<std::string> kModes{"sync", "overlap", "async"};
+
 SgdOptions sgdFrom(const Config& c) {
-  return SgdOptions{c.training.learningRate, c.training.momentum, c.training.weightDecay};
+  return SgdOptions{c.get<double>("training.learning_rate"), c.get<double>("training.momentum"),
+                    c.get<double>("training.weight_decay")};
 }
+GossipMode modeFrom(const Config& c) { return parseGossipMode(c.get<std::string>("algorithm.mode")); }
 CrossoverOptions crossoverFrom(const Config& c) {
   CrossoverOptions o;
   o.sgd = sgdFrom(c);
-  o.segments = c.algorithm.segments;
-  o.interval = c.algorithm.interval;
+  o.segments = c.get<int>("algorithm.segments");
+  o.interval = c.get<int>("algorithm.interval");
   o.timeoutSeconds = c.transport.timeoutSeconds;
-  o.mode = parseGossipMode(c.algorithm.mode);
+  o.mode = modeFrom(c);
   return o;
 }
 std::size_t total(const std::vector<std::size_t>& sizes) {
@@ -24,90 +34,132 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
   return p;
 }
 SgpOptions sgpFrom(const Config& c) {
-  return SgpOptions{sgdFrom(c), c.transport.timeoutSeconds, parseGossipMode(c.algorithm.mode)};
+  return SgpOptions{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
 }
 
-// `compression:` -> the compressor and CompressedSgd's options. "auto" means
-// and sync follow the algorithm: allreduce under allreduce_sgd, gossip under
-// the gossip optimizers.
-std::unique_ptr<Compressor> compressorFrom(const OptimizerContext& ctx) {
-  const CompressionConfig& z = ctx.config.compression;
-  CompressionOptions o;
-  o.kind = z.kind;
-  o.topkRatio = z.topkRatio;
-  o.qsgd.levels = z.qsgdLevels;
-  o.qsgd.bucketSize = static_cast<std::size_t>(z.qsgdBucketSize);
-  o.qsgd.seed = ctx.config.seed;
-  o.qsgd.rank = ctx.transport.rank();
-  o.a2sgd.keepError = z.keepError;
-  return makeCompressor(o, total(ctx.tensorSizes));
+/// The keys every gossip optimizer reads.
+KeySet gossipKeys() {
+  return KeySet().text(
+      "mode", "sync", kModes,
+      "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
+      "or async (mix whatever has arrived)");
 }
-CompressedSgdOptions compressedFrom(const Config& c, bool gossipAlgorithm) {
-  const CompressionConfig& z = c.compression;
-  CompressedSgdOptions o;
-  o.sgd = sgdFrom(c);
-  const bool gossipMeans = z.means == "gossip" || (z.means == "auto" && gossipAlgorithm);
-  o.means = gossipMeans ? MeansExchange::kGossip : MeansExchange::kAllreduce;
-  o.gossipRounds = z.gossipRounds;
-  const bool gossipSync = z.sync == "gossip" || (z.sync == "auto" && gossipAlgorithm);
-  o.sync = gossipSync ? ModelSync::kGossip : ModelSync::kAllreduce;
-  o.syncPeriod = static_cast<std::uint64_t>(z.syncPeriod);
-  o.finalSync = z.finalSync;
-  o.timeoutSeconds = c.transport.timeoutSeconds;
-  return o;
+KeySet crossoverKeys() {
+  return gossipKeys()
+      .integer("segments", 4, 1, 4096, "Crossover-SGD segments S per model")
+      .integer("interval", 1, 1, INT_MAX, "local steps between exchanges");
 }
-// A2SGD in a gossip deployment: the gossip optimizer's exchange (no SGD step)
-// is the model synchronisation.
-std::unique_ptr<DistributedOptimizer> compressedGossip(const OptimizerContext& ctx, ModelAverager averager) {
-  return std::make_unique<CompressedSgd>(ctx.communicator, &ctx.topology, compressorFrom(ctx),
-                                         std::move(averager), compressedFrom(ctx.config, true));
+
+/// algorithm.groups: when given, a partition of [0, world_size).
+std::optional<ConfigIssue> checkGroups(const Config& c) {
+  const std::string key = "algorithm.groups";
+  const auto& groups = c.get<std::vector<std::vector<int>>>(key);
+  if (groups.empty()) return std::nullopt;  // Consecutive groups of group_size.
+  const auto n = static_cast<std::size_t>(c.worldSize);
+  std::vector<std::optional<std::size_t>> owner(n);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t j = 0; j < groups[g].size(); ++j) {
+      const int r = groups[g][j];
+      const auto ur = static_cast<std::size_t>(r);
+      const std::string at = indexedKey(indexedKey(key, g), j);
+      if (ur >= n) {
+        return ConfigIssue{
+            at, "rank " + std::to_string(r) + " does not exist (" + rankRangeText(c.worldSize) + ")"};
+      }
+      if (owner[ur]) {
+        return ConfigIssue{at, "rank " + std::to_string(r) + " is already in " + indexedKey(key, *owner[ur]) +
+                                   " (groups must not overlap)"};
+      }
+      owner[ur] = g;
+    }
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!owner[r]) {
+      return ConfigIssue{key, "the groups must cover every rank exactly once (" + rankRangeText(c.worldSize) +
+                                  "), but rank " + std::to_string(r) + " is in no group"};
+    }
+  }
+  return std::nullopt;
 }
+
 }  // namespace
 
-void registerBuiltins(Registry& registry) {
+void registerLocalSgdKeys(Registry& registry) {
+  const SgdOptions d;
+  registry.addSection(
+      "training", "How each peer trains.",
+      KeySet()
+          .real("learning_rate", d.learningRate, {0.0, true, kUnbounded, false}, "SGD step size")
+          .real("momentum", d.momentum, {0.0, true, 1.0, false}, "heavy-ball momentum")
+          .real("weight_decay", d.weightDecay, {0.0, true, kUnbounded, false}, "L2 coefficient"));
+}
+
+void registerAllReduceSgd(Registry& registry) {
   registry.addOptimizer(
       "allreduce_sgd", [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
-        if (ctx.config.compression.kind != "none") {
-          return std::make_unique<CompressedSgd>(ctx.communicator, &ctx.topology, compressorFrom(ctx),
-                                                 nullptr, compressedFrom(ctx.config, false));
-        }
         return std::make_unique<AllReduceSgd>(ctx.communicator, total(ctx.tensorSizes), sgdFrom(ctx.config));
       });
+}
+
+void registerCrossoverSgd(Registry& registry) {
   registry.addOptimizer(
-      "crossover_sgd", [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
-        if (ctx.config.compression.kind != "none") {
-          auto crossover = std::make_shared<CrossoverSgd>(ctx.transport, ctx.topology, ctx.tensorSizes,
-                                                          crossoverFrom(ctx.config));
-          return compressedGossip(ctx, [crossover](std::span<float> params, std::uint64_t round) {
-            crossover->exchange(params, round);
-          });
-        }
+      "crossover_sgd",
+      [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
         return std::make_unique<CrossoverSgd>(ctx.transport, ctx.topology, ctx.tensorSizes,
                                               crossoverFrom(ctx.config));
-      });
-  registry.addOptimizer("sgp", [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
-    if (ctx.config.compression.kind != "none") {
-      auto sgp =
-          std::make_shared<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes), sgpFrom(ctx.config));
-      return compressedGossip(
-          ctx, [sgp](std::span<float> params, std::uint64_t round) { sgp->gossip(params, round); });
-    }
-    return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes), sgpFrom(ctx.config));
-  });
-  registry.addOptimizer("hierarchical", [](const OptimizerContext& ctx) {
-    const Config& c = ctx.config;
-    auto groups = topologies::makeGroups(c.worldSize, c.algorithm.groupSize, c.algorithm.groups);
-    const int leaders = static_cast<int>(groups.size());
-    std::unique_ptr<Topology> topo;
-    if (c.algorithm.interAlgorithm == "sgp")
-      topo = std::make_unique<topologies::DirectedExponential>(leaders, c.topology.peersPerStep);
-    else if (leaders >= 2)
-      topo = std::make_unique<topologies::FairRoulette>(leaders, c.seed);
-    else
-      topo = std::make_unique<topologies::Ring>(leaders);
-    return std::make_unique<Hierarchical>(ctx.transport, std::move(groups), c.algorithm.interAlgorithm,
-                                          std::move(topo), ctx.tensorSizes, crossoverFrom(c));
-  });
+      },
+      crossoverKeys());
+}
+
+void registerSgp(Registry& registry) {
+  registry.addOptimizer(
+      "sgp",
+      [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+        return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
+                                     sgpFrom(ctx.config));
+      },
+      gossipKeys());
+}
+
+void registerHierarchical(Registry& registry) {
+  registry.addOptimizer(
+      "hierarchical",
+      [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+        const Config& c = ctx.config;
+        auto groups = topologies::makeGroups(c.worldSize, c.get<int>("algorithm.group_size"),
+                                             c.get<std::vector<std::vector<int>>>("algorithm.groups"));
+        const int leaders = static_cast<int>(groups.size());
+        const std::string& inter = c.get<std::string>("algorithm.inter_algorithm");
+        std::unique_ptr<Topology> topo;
+        if (inter == "sgp")
+          topo = std::make_unique<topologies::DirectedExponential>(leaders,
+                                                                   c.get<int>("topology.peers_per_step"));
+        else if (leaders >= 2)
+          topo = std::make_unique<topologies::FairRoulette>(leaders, c.seed);
+        else
+          topo = std::make_unique<topologies::Ring>(leaders);
+        return std::make_unique<Hierarchical>(ctx.transport, std::move(groups), inter, std::move(topo),
+                                              ctx.tensorSizes, crossoverFrom(c));
+      },
+      crossoverKeys()
+          .intListList(
+              "groups", 0, kMaxWorldSize - 1, true,
+              "explicit leader groups (a partition of the ranks); empty = consecutive groups of group_size")
+          .integer("group_size", 4, 1, kMaxWorldSize, "ranks per group when groups is empty")
+          .text("inter_algorithm", "crossover_sgd", {"crossover_sgd", "sgp"}, "what the group leaders run")
+          .rule(checkGroups));
+}
+
+void registerBuiltins(Registry& registry) {
+  registerLocalSgdKeys(registry);
+  registerAllReduceSgd(registry);
+  registerCrossoverSgd(registry);
+  registerSgp(registry);
+  registerHierarchical(registry);
+  registerTopK(registry);
+  registerQsgd(registry);
+  registerA2sgd(registry);
+  registry.setDefault("algorithm", "crossover_sgd");
 }
 
 }  // namespace gossamer::optimizers

@@ -29,12 +29,36 @@ std::vector<std::string> names(const std::map<std::string, F>& m) {
 }
 }  // namespace
 
-void Registry::addTransport(const std::string& n, TransportFactory f) {
-  insert(transports_, n, std::move(f));
+Registry::Registry() {
+  detail::addCoreKeys(schema_);
+  // "none" leaves the optimizer as it is.
+  addCompressor("none",
+                [](const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner) { return inner; });
+  setDefault("compression", "none");
 }
-void Registry::addTopology(const std::string& n, TopologyFactory f) { insert(topologies_, n, std::move(f)); }
-void Registry::addOptimizer(const std::string& n, OptimizerFactory f) {
+
+void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys) {
+  insert(transports_, n, std::move(f));
+  schema_.addChoice("transport", n, keys);
+}
+void Registry::addTopology(const std::string& n, TopologyFactory f, const KeySet& keys) {
+  insert(topologies_, n, std::move(f));
+  schema_.addChoice("topology", n, keys);
+}
+void Registry::addOptimizer(const std::string& n, OptimizerFactory f, const KeySet& keys) {
   insert(optimizers_, n, std::move(f));
+  schema_.addChoice("algorithm", n, keys);
+}
+void Registry::addCompressor(const std::string& n, CompressorFactory f, const KeySet& keys) {
+  insert(compressors_, n, std::move(f));
+  schema_.addChoice("compression", n, keys);
+}
+void Registry::addSection(const std::string& section, const std::string& doc, const KeySet& keys) {
+  schema_.addSection(section, doc);
+  schema_.addKeys(section, keys);
+}
+void Registry::setDefault(const std::string& section, const std::string& name) {
+  schema_.setDefaultChoice(section, name);
 }
 const TransportFactory& Registry::transport(const std::string& n) const {
   return lookup(transports_, n, "transport.kind");
@@ -45,9 +69,13 @@ const TopologyFactory& Registry::topology(const std::string& n) const {
 const OptimizerFactory& Registry::optimizer(const std::string& n) const {
   return lookup(optimizers_, n, "algorithm.name");
 }
+const CompressorFactory& Registry::compressor(const std::string& n) const {
+  return lookup(compressors_, n, "compression.kind");
+}
 std::vector<std::string> Registry::transportNames() const { return names(transports_); }
 std::vector<std::string> Registry::topologyNames() const { return names(topologies_); }
 std::vector<std::string> Registry::optimizerNames() const { return names(optimizers_); }
+std::vector<std::string> Registry::compressorNames() const { return names(compressors_); }
 
 struct Agent::Impl {
   Config config;
@@ -61,20 +89,24 @@ struct Agent::Impl {
 
 Agent::Agent(const Config& config, int rank, Store& store, const Registry& registry)
     : impl_(std::make_unique<Impl>()) {
-  validateConfig(config);
+  // Keys the caller left out take their defaults; then everything is checked
+  // against what is registered (components registered by the application included).
+  impl_->config = registry.complete(config);
+  validateConfig(impl_->config, registry.schema());
   GOSSAMER_ENFORCE(rank >= 0 && rank < config.worldSize,
                    "rank " << rank << " outside world size " << config.worldSize);
-  impl_->config = config;
   impl_->registry = &registry;
   impl_->rank = rank;
   // Look every name up before connecting, so a bad config fails before any peer waits.
-  const auto& makeTopology = registry.topology(config.topology.kind);
-  registry.optimizer(config.algorithm.name);
-  const auto& makeTransport = registry.transport(config.transport.kind);
+  const Config& c = impl_->config;
+  const auto& makeTopology = registry.topology(c.topology.kind);
+  registry.optimizer(c.algorithm.name);
+  registry.compressor(c.compression.kind);
+  const auto& makeTransport = registry.transport(c.transport.kind);
   impl_->topology = makeTopology(impl_->config);
   impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
-  impl_->communicator = std::make_unique<Communicator>(*impl_->transport, config.transport.timeoutSeconds);
-  const auto& cc = config.collectives;
+  impl_->communicator = std::make_unique<Communicator>(*impl_->transport, c.transport.timeoutSeconds);
+  const auto& cc = c.collectives;
   CollectiveOptions co;
   co.algorithm = parseAllreduceAlgorithm(cc.allreduce);
   co.chunkBytes = static_cast<std::size_t>(cc.chunkBytes);
@@ -109,9 +141,13 @@ Communicator& Agent::communicator() { return *impl_->communicator; }
 const Topology& Agent::topology() const { return *impl_->topology; }
 
 DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tensorSizes) {
-  const auto& f = impl_->registry->optimizer(impl_->config.algorithm.name);
-  impl_->optimizer = f(OptimizerContext{impl_->config, *impl_->transport, *impl_->communicator,
-                                        *impl_->topology, tensorSizes});
+  const Config& c = impl_->config;
+  const OptimizerContext ctx{c, *impl_->transport, *impl_->communicator, *impl_->topology, tensorSizes};
+  // The compressor (identity for "none") wraps whatever optimizer is named.
+  auto inner = impl_->registry->optimizer(c.algorithm.name)(ctx);
+  impl_->optimizer = impl_->registry->compressor(c.compression.kind)(ctx, std::move(inner));
+  GOSSAMER_CHECK(impl_->optimizer != nullptr,
+                 "compressor '" << c.compression.kind << "' returned no optimizer");
   return *impl_->optimizer;
 }
 
@@ -126,10 +162,8 @@ void Agent::close() {
   if (impl_ && impl_->transport) impl_->transport->close();
 }
 
-}  // namespace gossamer
-
-namespace gossamer {
 void Agent::abort() {
   if (impl_ && impl_->transport) impl_->transport->abort();
 }
+
 }  // namespace gossamer

@@ -1,10 +1,11 @@
 // YAML configuration loader (see gossamer/config.hpp).
 //
-// The schema is a table of field descriptors (key, accessor into Config, allowed
-// range or values) plus a table of cross-field rules (e.g. "edges name ranks
-// below world_size"). Parsing and validateConfig both run those same checks, so
-// every check is written exactly once; the parser only adds where (the line of
-// each key and list element) so that errors point into the file.
+// The schema is whatever the Registry assembled (gossamer/schema.hpp): each
+// section's keys with their types, ranges and defaults, and the components'
+// cross-field rules. Parsing and validateConfig run the same per-key checks,
+// so every check is written once; the parser only adds where (the line of
+// each key and list element) so that errors point into the file. Nothing
+// here knows a component by name.
 #include "gossamer/config.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -24,7 +25,6 @@
 #include <map>
 #include <optional>
 #include <regex>
-#include <span>
 #include <string_view>
 #include <system_error>
 #include <variant>
@@ -37,244 +37,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr long long kIntMax = INT_MAX;
-constexpr long long kMaxWorldSize = 4096;
-constexpr long long kMaxRank = kMaxWorldSize - 1;
 
-constexpr std::array<std::string_view, 4> kTransportKinds{"zmq", "socket", "inproc", "libfabric"};
-constexpr std::array<std::string_view, 2> kProtocols{"tcp", "ipc"};
-constexpr std::array<std::string_view, 4> kTopologyKinds{"fair_roulette", "ring", "directed_exponential",
-                                                         "explicit"};
-constexpr std::array<std::string_view, 4> kAlgorithmNames{"crossover_sgd", "allreduce_sgd", "sgp",
-                                                          "hierarchical"};
-constexpr std::array<std::string_view, 3> kModes{"sync", "overlap", "async"};
-constexpr std::array<std::string_view, 7> kAllreduceNames{
-    "auto", "ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips"};
-constexpr std::array<std::string_view, 2> kInterAlgorithms{"crossover_sgd", "sgp"};
-constexpr std::array<std::string_view, 2> kModelKinds{"mlp", "softmax"};
-constexpr std::array<std::string_view, 2> kPartitions{"iid", "non_iid"};
-constexpr std::array<std::string_view, 4> kCompressionKinds{"none", "a2sgd", "topk", "qsgd"};
-constexpr std::array<std::string_view, 3> kMeansExchanges{"auto", "allreduce", "gossip"};
-constexpr std::array<std::string_view, 3> kModelSyncs{"auto", "allreduce", "gossip"};
-
-// ---- field descriptors --------------------------------------------------------
-
-/// An `int` key with an inclusive range [min, max].
-struct IntField {
-  std::string_view key;
-  int& (*ref)(Config&);
-  long long min;
-  long long max;
-};
-
-/// A `std::uint64_t` key; every non-negative 64-bit value is allowed.
-struct Uint64Field {
-  std::string_view key;
-  std::uint64_t& (*ref)(Config&);
-};
-
-/// Allowed values of a real: finite, bounded below and above (each bound open
-/// or closed; an infinite bound means "no bound").
-struct RealRange {
-  double min;
-  bool minInclusive;
-  double max;
-  bool maxInclusive;
-};
-
-/// A `double` key within `range`.
-struct RealField {
-  std::string_view key;
-  double& (*ref)(Config&);
-  RealRange range;
-};
-
-/// A `bool` key (`true` / `false`).
-struct BoolField {
-  std::string_view key;
-  bool& (*ref)(Config&);
-};
-
-/// A string key; when `choices` is non-empty the value must be one of them.
-struct TextField {
-  std::string_view key;
-  std::string& (*ref)(Config&);
-  std::span<const std::string_view> choices;
-};
-
-/// A list of `int`s, each within the inclusive range [min, max].
-struct IntListField {
-  std::string_view key;
-  std::vector<int>& (*ref)(Config&);
-  long long min;
-  long long max;
-};
-
-/// A list of [a, b] pairs of `int`s (e.g. directed edges [from, to]), each
-/// within [min, max]. `distinct`: a != b in every pair (no self-loops);
-/// `unique`: no pair appears twice.
-struct IntPairListField {
-  std::string_view key;
-  std::vector<std::pair<int, int>>& (*ref)(Config&);
-  long long min;
-  long long max;
-  bool distinct;
-  bool unique;
-};
-
-/// A list of rows, each a list of reals within `range`. Rows may differ in
-/// length here; shapes that depend on other keys are checked by a Rule.
-struct RealMatrixField {
-  std::string_view key;
-  std::vector<std::vector<double>>& (*ref)(Config&);
-  RealRange range;
-};
-
-/// A list of lists of `int`s, each within [min, max]; `nonEmpty`: no inner
-/// list may be empty.
-struct IntListListField {
-  std::string_view key;
-  std::vector<std::vector<int>>& (*ref)(Config&);
-  long long min;
-  long long max;
-  bool nonEmpty;
-};
-
-using Field = std::variant<IntField, Uint64Field, RealField, BoolField, TextField, IntListField,
-                           IntPairListField, RealMatrixField, IntListListField>;
-
-/// A map of keys: the top level (empty name) or one `name:` section.
-struct Section {
-  std::string_view name;
-  std::vector<Field> fields;
-};
-
-std::string_view fieldKey(const Field& field) {
-  return std::visit([](const auto& f) { return f.key; }, field);
-}
-
-/// The whole schema. Element 0 is the top level; the rest are its sections.
-const std::vector<Section>& schema() {
-  static const std::vector<Section> kSchema{
-      {"",
-       {
-           IntField{"world_size", [](Config& c) -> int& { return c.worldSize; }, 1, kMaxWorldSize},
-           Uint64Field{"seed", [](Config& c) -> std::uint64_t& { return c.seed; }},
-       }},
-      {"transport",
-       {
-           TextField{"kind", [](Config& c) -> std::string& { return c.transport.kind; }, kTransportKinds},
-           TextField{"host", [](Config& c) -> std::string& { return c.transport.host; }, {}},
-           TextField{"protocol", [](Config& c) -> std::string& { return c.transport.protocol; }, kProtocols},
-           TextField{"provider", [](Config& c) -> std::string& { return c.transport.provider; }, {}},
-           RealField{"timeout_seconds",
-                     [](Config& c) -> double& { return c.transport.timeoutSeconds; },
-                     {0.0, false, 86400.0, true}},
-           RealField{"linger_seconds",
-                     [](Config& c) -> double& { return c.transport.lingerSeconds; },
-                     {0.0, true, kInf, false}},
-       }},
-      {"topology",
-       {
-           TextField{"kind", [](Config& c) -> std::string& { return c.topology.kind; }, kTopologyKinds},
-           RealMatrixField{
-               "probabilities",
-               [](Config& c) -> std::vector<std::vector<double>>& { return c.topology.probabilities; },
-               {0.0, true, kInf, false}},
-           IntField{"peers_per_step", [](Config& c) -> int& { return c.topology.peersPerStep; }, 1, 2},
-           IntPairListField{"edges",
-                            [](Config& c) -> std::vector<std::pair<int, int>>& { return c.topology.edges; },
-                            0, kMaxRank, true, true},
-       }},
-      {"algorithm",
-       {
-           TextField{"name", [](Config& c) -> std::string& { return c.algorithm.name; }, kAlgorithmNames},
-           IntField{"segments", [](Config& c) -> int& { return c.algorithm.segments; }, 1, 4096},
-           IntField{"interval", [](Config& c) -> int& { return c.algorithm.interval; }, 1, kIntMax},
-           TextField{"mode", [](Config& c) -> std::string& { return c.algorithm.mode; }, kModes},
-           IntListListField{"groups",
-                            [](Config& c) -> std::vector<std::vector<int>>& { return c.algorithm.groups; }, 0,
-                            kMaxRank, true},
-           IntField{"group_size", [](Config& c) -> int& { return c.algorithm.groupSize; }, 1, kMaxWorldSize},
-           TextField{"inter_algorithm", [](Config& c) -> std::string& { return c.algorithm.interAlgorithm; },
-                     kInterAlgorithms},
-       }},
-      {"model",
-       {
-           TextField{"kind", [](Config& c) -> std::string& { return c.model.kind; }, kModelKinds},
-           IntListField{"hidden", [](Config& c) -> std::vector<int>& { return c.model.hidden; }, 1, 1 << 20},
-       }},
-      {"data",
-       {
-           TextField{"path", [](Config& c) -> std::string& { return c.data.path; }, {}},
-           TextField{"partition", [](Config& c) -> std::string& { return c.data.partition; }, kPartitions},
-           RealField{"dirichlet_alpha",
-                     [](Config& c) -> double& { return c.data.dirichletAlpha; },
-                     {0.0, false, kInf, false}},
-           BoolField{"standardize", [](Config& c) -> bool& { return c.data.standardize; }},
-           IntField{"train_limit", [](Config& c) -> int& { return c.data.trainLimit; }, 0, kIntMax},
-           IntField{"test_limit", [](Config& c) -> int& { return c.data.testLimit; }, 0, kIntMax},
-       }},
-      {"training",
-       {
-           IntField{"epochs", [](Config& c) -> int& { return c.training.epochs; }, 1, kIntMax},
-           IntField{"batch_size", [](Config& c) -> int& { return c.training.batchSize; }, 1, kIntMax},
-           RealField{"learning_rate",
-                     [](Config& c) -> double& { return c.training.learningRate; },
-                     {0.0, true, kInf, false}},
-           RealField{
-               "momentum", [](Config& c) -> double& { return c.training.momentum; }, {0.0, true, 1.0, false}},
-           RealField{"weight_decay",
-                     [](Config& c) -> double& { return c.training.weightDecay; },
-                     {0.0, true, kInf, false}},
-           IntField{"straggler_rank", [](Config& c) -> int& { return c.training.stragglerRank; }, -1,
-                    kMaxRank},
-           RealField{"straggler_delay_seconds",
-                     [](Config& c) -> double& { return c.training.stragglerDelaySeconds; },
-                     {0.0, true, kInf, false}},
-       }},
-      {"collectives",
-       {
-           TextField{"allreduce", [](Config& c) -> std::string& { return c.collectives.allreduce; },
-                     kAllreduceNames},
-           IntField{"chunk_bytes", [](Config& c) -> int& { return c.collectives.chunkBytes; }, 1, kIntMax},
-           IntField{"small_message_bytes", [](Config& c) -> int& { return c.collectives.smallMessageBytes; },
-                    0, kIntMax},
-           IntField{"group_size", [](Config& c) -> int& { return c.collectives.groupSize; }, 0, kMaxRank + 1},
-           IntField{"torus_rows", [](Config& c) -> int& { return c.collectives.torusRows; }, 0, kMaxRank + 1},
-           BoolField{"cost_model", [](Config& c) -> bool& { return c.collectives.costModel; }},
-           RealField{"alpha_seconds",
-                     [](Config& c) -> double& { return c.collectives.alphaSeconds; },
-                     {0.0, true, 1.0, true}},
-           RealField{"beta_seconds_per_byte",
-                     [](Config& c) -> double& { return c.collectives.betaSecondsPerByte; },
-                     {0.0, true, 1.0, true}},
-           RealField{"gamma_seconds_per_byte",
-                     [](Config& c) -> double& { return c.collectives.gammaSecondsPerByte; },
-                     {0.0, true, 1.0, true}},
-           RealField{"contention",
-                     [](Config& c) -> double& { return c.collectives.contention; },
-                     {0.0, true, kInf, false}},
-           BoolField{"calibrate", [](Config& c) -> bool& { return c.collectives.calibrate; }},
-       }},
-      {"compression",
-       {
-           TextField{"kind", [](Config& c) -> std::string& { return c.compression.kind; }, kCompressionKinds},
-           RealField{"topk_ratio",
-                     [](Config& c) -> double& { return c.compression.topkRatio; },
-                     {0.0, false, 1.0, true}},
-           IntField{"qsgd_levels", [](Config& c) -> int& { return c.compression.qsgdLevels; }, 1, 65535},
-           IntField{"qsgd_bucket_size", [](Config& c) -> int& { return c.compression.qsgdBucketSize; }, 1,
-                    kIntMax},
-           TextField{"means", [](Config& c) -> std::string& { return c.compression.means; }, kMeansExchanges},
-           IntField{"gossip_rounds", [](Config& c) -> int& { return c.compression.gossipRounds; }, 1, 64},
-           TextField{"sync", [](Config& c) -> std::string& { return c.compression.sync; }, kModelSyncs},
-           IntField{"sync_period", [](Config& c) -> int& { return c.compression.syncPeriod; }, 0, kIntMax},
-           BoolField{"final_sync", [](Config& c) -> bool& { return c.compression.finalSync; }},
-           BoolField{"keep_error", [](Config& c) -> bool& { return c.compression.keepError; }},
-       }},
-  };
-  return kSchema;
-}
+using Section = ConfigSchema::Section;
+using Entry = ConfigSchema::Entry;
 
 // ---- the checks (each written once) -------------------------------------------
 
@@ -286,9 +51,9 @@ std::string formatReal(double v) {
   return std::string(buf.data(), res.ptr);
 }
 
-std::string joinChoices(std::span<const std::string_view> choices) {
+std::string joinChoices(const std::vector<std::string>& choices) {
   std::string out;
-  for (std::string_view c : choices) {
+  for (const std::string& c : choices) {
     if (!out.empty()) out += ", ";
     out += c;
   }
@@ -365,13 +130,13 @@ std::optional<std::string> checkReal(double v, const RealRange& r) {
   return range + ", got " + formatReal(v);
 }
 
-std::optional<std::string> checkText(const std::string& v, const TextField& f) {
-  if (f.choices.empty()) return std::nullopt;
-  if (std::find(f.choices.begin(), f.choices.end(), v) != f.choices.end()) return std::nullopt;
+std::optional<std::string> checkText(const std::string& v, const std::vector<std::string>& choices) {
+  if (choices.empty()) return std::nullopt;
+  if (std::find(choices.begin(), choices.end(), v) != choices.end()) return std::nullopt;
   std::string msg = "unknown value '" + v + "'";
-  std::vector<std::string_view> candidates(f.choices.begin(), f.choices.end());
+  std::vector<std::string_view> candidates(choices.begin(), choices.end());
   if (auto guess = closest(v, candidates)) msg += " (did you mean '" + std::string(*guess) + "'?)";
-  return msg + "; allowed values: " + joinChoices(f.choices);
+  return msg + "; allowed values: " + joinChoices(choices);
 }
 
 std::string dotted(std::string_view section, std::string_view key) {
@@ -381,61 +146,33 @@ std::string dotted(std::string_view section, std::string_view key) {
 
 std::string indexed(const std::string& key, std::size_t i) { return key + "[" + std::to_string(i) + "]"; }
 
-/// A failed check: the dotted (possibly indexed) key at fault and what is wrong.
-struct Issue {
-  std::string key;
-  std::string message;
-};
+using Issue = ConfigIssue;
 
-// ---- per-field checks: the value of one key, alone ----------------------------
-
-std::optional<Issue> checkField(const IntField& f, Config& c, const std::string& key) {
-  if (auto err = checkInt(f.ref(c), f.min, f.max)) return Issue{key, *err};
-  return std::nullopt;
-}
-
-std::optional<Issue> checkField(const Uint64Field&, Config&, const std::string&) {
-  return std::nullopt;  // Every value of the type is valid.
-}
-
-std::optional<Issue> checkField(const RealField& f, Config& c, const std::string& key) {
-  if (auto err = checkReal(f.ref(c), f.range)) return Issue{key, *err};
-  return std::nullopt;
-}
-
-std::optional<Issue> checkField(const BoolField&, Config&, const std::string&) {
-  return std::nullopt;  // Every value of the type is valid.
-}
-
-std::optional<Issue> checkField(const TextField& f, Config& c, const std::string& key) {
-  if (auto err = checkText(f.ref(c), f)) return Issue{key, *err};
-  return std::nullopt;
-}
-
-std::optional<Issue> checkField(const IntListField& f, Config& c, const std::string& key) {
-  const std::vector<int>& values = f.ref(c);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (auto err = checkInt(values[i], f.min, f.max)) return Issue{indexed(key, i), *err};
-  }
-  return std::nullopt;
-}
+// ---- per-key checks: the value of one key, alone ------------------------------
 
 std::string pairText(const std::pair<int, int>& p) {
   return "[" + std::to_string(p.first) + ", " + std::to_string(p.second) + "]";
 }
 
-std::optional<Issue> checkField(const IntPairListField& f, Config& c, const std::string& key) {
-  const std::vector<std::pair<int, int>>& pairs = f.ref(c);
+std::optional<Issue> checkIntList(const std::vector<int>& values, const KeySpec& k, const std::string& key) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (auto err = checkInt(values[i], k.min, k.max)) return Issue{indexed(key, i), *err};
+  }
+  return std::nullopt;
+}
+
+std::optional<Issue> checkPairs(const std::vector<std::pair<int, int>>& pairs, const KeySpec& k,
+                                const std::string& key) {
   std::map<std::pair<int, int>, std::size_t> first;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const std::string at = indexed(key, i);
     for (int v : {pairs[i].first, pairs[i].second}) {
-      if (auto err = checkInt(v, f.min, f.max)) return Issue{at, *err};
+      if (auto err = checkInt(v, k.min, k.max)) return Issue{at, *err};
     }
-    if (f.distinct && pairs[i].first == pairs[i].second) {
+    if (k.distinct && pairs[i].first == pairs[i].second) {
       return Issue{at, "self-loop " + pairText(pairs[i]) + " (the two ends must differ)"};
     }
-    if (f.unique) {
+    if (k.unique) {
       if (auto [prev, inserted] = first.emplace(pairs[i], i); !inserted) {
         return Issue{at, "duplicate " + pairText(pairs[i]) + " (already listed as " +
                              indexed(key, prev->second) + ")"};
@@ -445,270 +182,94 @@ std::optional<Issue> checkField(const IntPairListField& f, Config& c, const std:
   return std::nullopt;
 }
 
-std::optional<Issue> checkField(const RealMatrixField& f, Config& c, const std::string& key) {
-  const std::vector<std::vector<double>>& rows = f.ref(c);
+std::optional<Issue> checkMatrix(const std::vector<std::vector<double>>& rows, const KeySpec& k,
+                                 const std::string& key) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     for (std::size_t j = 0; j < rows[i].size(); ++j) {
-      if (auto err = checkReal(rows[i][j], f.range)) return Issue{indexed(indexed(key, i), j), *err};
+      if (auto err = checkReal(rows[i][j], k.range)) return Issue{indexed(indexed(key, i), j), *err};
     }
   }
   return std::nullopt;
 }
 
-std::optional<Issue> checkField(const IntListListField& f, Config& c, const std::string& key) {
-  const std::vector<std::vector<int>>& lists = f.ref(c);
+std::optional<Issue> checkLists(const std::vector<std::vector<int>>& lists, const KeySpec& k,
+                                const std::string& key) {
   for (std::size_t i = 0; i < lists.size(); ++i) {
-    if (f.nonEmpty && lists[i].empty()) return Issue{indexed(key, i), "must not be empty"};
+    if (k.nonEmpty && lists[i].empty()) return Issue{indexed(key, i), "must not be empty"};
     for (std::size_t j = 0; j < lists[i].size(); ++j) {
-      if (auto err = checkInt(lists[i][j], f.min, f.max)) return Issue{indexed(indexed(key, i), j), *err};
+      if (auto err = checkInt(lists[i][j], k.min, k.max)) return Issue{indexed(indexed(key, i), j), *err};
     }
   }
   return std::nullopt;
 }
 
-std::optional<Issue> checkAnyField(const Field& field, Config& c, const std::string& key) {
-  return std::visit([&](const auto& f) { return checkField(f, c, key); }, field);
-}
-
-// ---- cross-field rules: keys that constrain each other ------------------------
-//
-// Each rule assumes every field already passed its own check (both callers run
-// the field checks first), e.g. world_size is in [1, 4096].
-
-std::string rankRangeText(int worldSize) {
-  return "world_size is " + std::to_string(worldSize) + ", so ranks are 0.." + std::to_string(worldSize - 1);
-}
-
-std::size_t toIndex(int v) { return static_cast<std::size_t>(v); }
-
-/// topology.probabilities: world_size x world_size, every row with some weight
-/// on another rank (a single rank has no one to pick: nothing to require).
-std::optional<Issue> ruleProbabilities(const Config& c) {
-  const std::string key = "topology.probabilities";
-  const std::vector<std::vector<double>>& rows = c.topology.probabilities;
-  if (rows.empty()) return std::nullopt;  // Uniform.
-  const auto n = toIndex(c.worldSize);
-  if (rows.size() != n) {
-    return Issue{key, "must be a world_size x world_size table (" + std::to_string(n) + " rows), got " +
-                          std::to_string(rows.size()) + " rows"};
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (rows[i].size() != n) {
-      return Issue{indexed(key, i), "row must have world_size (" + std::to_string(n) + ") entries, got " +
-                                        std::to_string(rows[i].size())};
-    }
-  }
-  if (n < 2) return std::nullopt;
-  for (std::size_t i = 0; i < n; ++i) {
-    double offDiagonal = 0.0;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (j != i) offDiagonal += rows[i][j];
-    }
-    if (!(offDiagonal > 0.0) || !std::isfinite(offDiagonal)) {
-      return Issue{indexed(key, i),
-                   "rank " + std::to_string(i) +
-                       " needs a positive, finite total weight on the other ranks (the diagonal "
-                       "is ignored), got " +
-                       formatReal(offDiagonal)};
-    }
+/// The check of one key's value against its declaration.
+std::optional<Issue> checkValue(const KeySpec& k, const ConfigValue& v, const std::string& key) {
+  if (v.index() != static_cast<std::size_t>(k.type)) return Issue{key, "holds a value of another type"};
+  switch (k.type) {
+    case KeyType::kInt:
+      if (auto err = checkInt(std::get<int>(v), k.min, k.max)) return Issue{key, *err};
+      return std::nullopt;
+    case KeyType::kReal:
+      if (auto err = checkReal(std::get<double>(v), k.range)) return Issue{key, *err};
+      return std::nullopt;
+    case KeyType::kText:
+      if (auto err = checkText(std::get<std::string>(v), k.choices)) return Issue{key, *err};
+      return std::nullopt;
+    case KeyType::kIntList:
+      return checkIntList(std::get<std::vector<int>>(v), k, key);
+    case KeyType::kIntPairList:
+      return checkPairs(std::get<std::vector<std::pair<int, int>>>(v), k, key);
+    case KeyType::kRealMatrix:
+      return checkMatrix(std::get<std::vector<std::vector<double>>>(v), k, key);
+    case KeyType::kIntListList:
+      return checkLists(std::get<std::vector<std::vector<int>>>(v), k, key);
+    case KeyType::kUint64:
+    case KeyType::kBool:
+      return std::nullopt;  // Every value of the type is valid.
   }
   return std::nullopt;
 }
 
-/// Ranks reachable from rank 0 along `adjacency`.
-std::vector<bool> reachableFromZero(const std::vector<std::vector<int>>& adjacency) {
-  std::vector<bool> seen(adjacency.size(), false);
-  std::vector<int> stack{0};
-  seen[0] = true;
-  while (!stack.empty()) {
-    const int r = stack.back();
-    stack.pop_back();
-    for (int next : adjacency[toIndex(r)]) {
-      if (!seen[toIndex(next)]) {
-        seen[toIndex(next)] = true;
-        stack.push_back(next);
+/// A selector with no value and no default choice.
+std::optional<Issue> checkSelectorSet(const Section& s, const ConfigValue& v) {
+  if (!std::get<std::string>(v).empty()) return std::nullopt;
+  if (s.choices.empty()) {
+    return Issue{dotted(s.name, s.selector), "no component is registered for this section"};
+  }
+  return Issue{dotted(s.name, s.selector), "must be set; allowed values: " + joinChoices(s.choices)};
+}
+
+/// Keys that apply only while their component is selected keep their
+/// defaults under any other selection.
+std::optional<Issue> checkExclusiveKeys(const ConfigSchema& schema, const Config& c) {
+  for (const Section& s : schema.sections()) {
+    if (s.selector.empty()) continue;
+    const std::string selected = std::get<std::string>(schema.valueOf(c, s.name, s.entries.front()));
+    for (const Entry& e : s.entries) {
+      if (!e.exclusive || std::find(e.owners.begin(), e.owners.end(), selected) != e.owners.end()) continue;
+      if (schema.valueOf(c, s.name, e) == e.spec.defaultValue) continue;
+      std::string owners;
+      for (std::size_t i = 0; i < e.owners.size(); ++i) {
+        owners += (i == 0 ? "'" : (i + 1 == e.owners.size() ? " or '" : ", '")) + e.owners[i] + "'";
       }
-    }
-  }
-  return seen;
-}
-
-/// topology.edges: ranks below world_size, an out-edge from every rank, and a
-/// strongly connected graph (every rank's updates reach every other rank).
-std::optional<Issue> ruleEdges(const Config& c) {
-  const std::string key = "topology.edges";
-  const std::vector<std::pair<int, int>>& edges = c.topology.edges;
-  if (edges.empty()) return std::nullopt;
-  const auto n = toIndex(c.worldSize);
-  std::vector<std::vector<int>> out(n), in(n);
-  for (std::size_t i = 0; i < edges.size(); ++i) {
-    const auto [from, to] = edges[i];
-    for (int r : {from, to}) {
-      if (toIndex(r) >= n) {
-        return Issue{indexed(key, i), "rank " + std::to_string(r) + " in " + pairText(edges[i]) +
-                                          " does not exist (" + rankRangeText(c.worldSize) + ")"};
-      }
-    }
-    out[toIndex(from)].push_back(to);
-    in[toIndex(to)].push_back(from);
-  }
-  for (std::size_t r = 0; r < n; ++r) {
-    if (out[r].empty()) {
-      return Issue{key, "rank " + std::to_string(r) + " has no out-edge (every rank must send to a peer)"};
-    }
-  }
-  const std::vector<bool> forward = reachableFromZero(out);
-  const std::vector<bool> backward = reachableFromZero(in);
-  for (std::size_t r = 0; r < n; ++r) {
-    if (!forward[r]) {
-      return Issue{key, "the graph is not strongly connected: rank " + std::to_string(r) +
-                            " cannot be reached from rank 0"};
-    }
-    if (!backward[r]) {
-      return Issue{key, "the graph is not strongly connected: rank 0 cannot be reached from rank " +
-                            std::to_string(r)};
+      return Issue{dotted(s.name, e.spec.name), "applies to " + dotted(s.name, s.selector) + " " + owners +
+                                                    " only (" + s.selector + " is '" + selected + "')"};
     }
   }
   return std::nullopt;
 }
 
-/// topology.kind: explicit takes its graph from topology.edges.
-std::optional<Issue> ruleExplicitNeedsEdges(const Config& c) {
-  if (c.topology.kind != "explicit" || !c.topology.edges.empty()) return std::nullopt;
-  return Issue{"topology.kind",
-               "'explicit' needs the graph in topology.edges (a non-empty list of [from, to] pairs)"};
-}
-
-/// algorithm.groups: when given, a partition of [0, world_size).
-std::optional<Issue> ruleGroups(const Config& c) {
-  const std::string key = "algorithm.groups";
-  const std::vector<std::vector<int>>& groups = c.algorithm.groups;
-  if (groups.empty()) return std::nullopt;  // Consecutive groups of group_size.
-  const auto n = toIndex(c.worldSize);
-  std::vector<std::optional<std::size_t>> owner(n);
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    for (std::size_t j = 0; j < groups[g].size(); ++j) {
-      const int r = groups[g][j];
-      const std::string at = indexed(indexed(key, g), j);
-      if (toIndex(r) >= n) {
-        return Issue{at,
-                     "rank " + std::to_string(r) + " does not exist (" + rankRangeText(c.worldSize) + ")"};
-      }
-      if (owner[toIndex(r)]) {
-        return Issue{at, "rank " + std::to_string(r) + " is already in " + indexed(key, *owner[toIndex(r)]) +
-                             " (groups must not overlap)"};
-      }
-      owner[toIndex(r)] = g;
-    }
+/// Cross-key checks: selectors set, exclusive keys, then the components' rules.
+std::optional<Issue> checkRules(const ConfigSchema& schema, const Config& c) {
+  for (const Section& s : schema.sections()) {
+    if (s.selector.empty()) continue;
+    if (auto issue = checkSelectorSet(s, schema.valueOf(c, s.name, s.entries.front()))) return issue;
   }
-  for (std::size_t r = 0; r < n; ++r) {
-    if (!owner[r]) {
-      return Issue{key, "the groups must cover every rank exactly once (" + rankRangeText(c.worldSize) +
-                            "), but rank " + std::to_string(r) + " is in no group"};
-    }
-  }
-  return std::nullopt;
-}
-
-/// training.straggler_rank: -1 (none) or an existing rank.
-std::optional<Issue> ruleStraggler(const Config& c) {
-  const int r = c.training.stragglerRank;
-  if (r < c.worldSize) return std::nullopt;
-  return Issue{"training.straggler_rank", "rank " + std::to_string(r) + " does not exist (" +
-                                              rankRangeText(c.worldSize) + "; -1 means no straggler)"};
-}
-
-std::optional<Issue> ruleTorusRows(const Config& c) {
-  const int rows = c.collectives.torusRows;
-  if (rows == 0 || c.worldSize % rows == 0) return std::nullopt;
-  return Issue{"collectives.torus_rows", std::to_string(rows) + " rows do not divide world_size " +
-                                             std::to_string(c.worldSize) + " (0 chooses a divisor)"};
-}
-
-/// compression.kind: which algorithms each compressor works with.
-std::optional<Issue> ruleCompressionAlgorithm(const Config& c) {
-  const std::string& kind = c.compression.kind;
-  const std::string& algorithm = c.algorithm.name;
-  if (kind == "none") return std::nullopt;
-  if ((kind == "topk" || kind == "qsgd") && algorithm != "allreduce_sgd") {
-    return Issue{"compression.kind", "'" + kind +
-                                         "' compresses AllReduce-SGD's gradients: it needs algorithm.name "
-                                         "'allreduce_sgd', got '" +
-                                         algorithm + "'"};
-  }
-  if (kind == "a2sgd" && algorithm == "hierarchical") {
-    return Issue{"compression.kind",
-                 "'a2sgd' runs under algorithm.name 'allreduce_sgd', 'crossover_sgd' or 'sgp', not "
-                 "'hierarchical'"};
-  }
-  return std::nullopt;
-}
-
-/// The A2SGD-only keys keep their defaults for the other compressors.
-std::optional<Issue> ruleCompressionA2sgdKeys(const Config& c) {
-  const CompressionConfig& z = c.compression;
-  if (z.kind == "a2sgd") return std::nullopt;
-  const CompressionConfig defaults;
-  const std::pair<const char*, bool> changed[] = {
-      {"compression.means", z.means != defaults.means},
-      {"compression.gossip_rounds", z.gossipRounds != defaults.gossipRounds},
-      {"compression.sync", z.sync != defaults.sync},
-      {"compression.sync_period", z.syncPeriod != defaults.syncPeriod},
-      {"compression.final_sync", z.finalSync != defaults.finalSync},
-      {"compression.keep_error", z.keepError != defaults.keepError},
-  };
-  for (const auto& [key, isChanged] : changed) {
-    if (isChanged) {
-      return Issue{key, "applies to compression.kind 'a2sgd' only (kind is '" + z.kind + "')"};
-    }
-  }
-  return std::nullopt;
-}
-
-/// compression.sync gossip runs the gossip optimizer's exchange.
-std::optional<Issue> ruleCompressionSync(const Config& c) {
-  if (c.compression.kind != "a2sgd" || c.compression.sync != "gossip") return std::nullopt;
-  if (c.algorithm.name == "crossover_sgd" || c.algorithm.name == "sgp") return std::nullopt;
-  return Issue{"compression.sync",
-               "'gossip' synchronises the models with one exchange of algorithm.name, which must be "
-               "'crossover_sgd' or 'sgp', got '" +
-                   c.algorithm.name + "'"};
-}
-
-/// Compressed exchanges are synchronous.
-std::optional<Issue> ruleCompressionMode(const Config& c) {
-  if (c.compression.kind == "none" || c.algorithm.mode == "sync") return std::nullopt;
-  return Issue{"algorithm.mode", "compressed exchanges (compression.kind '" + c.compression.kind +
-                                     "') are synchronous: mode must be 'sync', got '" + c.algorithm.mode +
-                                     "'"};
-}
-
-std::optional<Issue> ruleProvider(const Config& c) {
-  if (c.transport.kind != "libfabric" || !c.transport.provider.empty()) return std::nullopt;
-  return Issue{"transport.provider",
-               "the libfabric transport needs a provider (e.g. tcp, shm, verbs, or a name fi_info lists)"};
-}
-
-using Rule = std::optional<Issue> (*)(const Config&);
-
-constexpr std::array<Rule, 11> kRules{ruleExplicitNeedsEdges,
-                                      ruleProbabilities,
-                                      ruleEdges,
-                                      ruleGroups,
-                                      ruleStraggler,
-                                      ruleTorusRows,
-                                      ruleProvider,
-                                      ruleCompressionAlgorithm,
-                                      ruleCompressionA2sgdKeys,
-                                      ruleCompressionSync,
-                                      ruleCompressionMode};
-
-/// The first broken rule, if any.
-std::optional<Issue> checkRules(const Config& c) {
-  for (Rule rule : kRules) {
+  for (const ConfigRule& rule : schema.rules()) {
     if (auto issue = rule(c)) return issue;
   }
-  return std::nullopt;
+  return checkExclusiveKeys(schema, c);
 }
 
 // ---- YAML -> values -----------------------------------------------------------
@@ -716,7 +277,7 @@ std::optional<Issue> checkRules(const Config& c) {
 /// Reads one YAML document into a Config, reporting errors against `file_`.
 class Parser {
  public:
-  explicit Parser(std::string file) : file_(std::move(file)) {}
+  Parser(const ConfigSchema& schema, std::string file) : schema_(schema), file_(std::move(file)) {}
 
   Config parse(const std::string& text) {
     std::vector<YAML::Node> docs;
@@ -737,11 +298,12 @@ class Parser {
       throw ConfigError(file_, lineOf(root.Mark()), "",
                         "the top level must be a map of settings, got " + describe(root));
     }
-    Config config;
+    // Every declared key at its default first; selectors at their default choice.
+    Config config = schema_.complete(Config{});
     config.sourceFile = file_;
-    readSection(root, schema()[0], config);
+    readSection(root, schema_.sections().front(), config);
     // Keys that constrain each other: only now is every key known.
-    if (auto issue = checkRules(config)) fail(*issue);
+    if (auto issue = checkRules(schema_, config)) fail(*issue);
     return config;
   }
 
@@ -786,7 +348,7 @@ class Parser {
     return lineOf(value.Mark());
   }
 
-  /// Processes a map: section names (top level only) and the section's fields.
+  /// Processes a map: section names (top level only) and the section's keys.
   void readSection(const YAML::Node& map, const Section& section, Config& config) {
     const bool topLevel = section.name.empty();
     std::map<std::string, int> seen;
@@ -796,8 +358,7 @@ class Parser {
       const YAML::Node value = entry.second;
       const int keyLine = lineOf(keyNode.Mark());
       if (!keyNode.IsScalar()) {
-        throw ConfigError(file_, keyLine, std::string(section.name),
-                          "keys must be plain names, got " + describe(keyNode));
+        throw ConfigError(file_, keyLine, section.name, "keys must be plain names, got " + describe(keyNode));
       }
       const std::string name = keyNode.Scalar();
       const std::string key = dotted(section.name, name);
@@ -805,12 +366,13 @@ class Parser {
         throw ConfigError(file_, keyLine, key,
                           "duplicate key (first set on line " + std::to_string(prev->second) + ")");
       }
-      if (const Field* field = findField(section, name)) {
+      if (const Entry* field = findEntry(section, name)) {
         lines_[key] = keyLine;
-        std::visit([&](const auto& f) { read(f, key, keyNode, value, config); }, *field);
-        // The same check validateConfig runs (read() has already checked what
-        // it could report more precisely, e.g. each scalar's range).
-        if (auto issue = checkAnyField(*field, config, key)) fail(*issue);
+        const ConfigValue v = readValue(field->spec, key, keyNode, value);
+        // The same check validateConfig runs (readValue has already checked
+        // what it could report more precisely, e.g. each scalar's range).
+        if (auto issue = checkValue(field->spec, v, key)) fail(*issue);
+        schema_.assign(config, section.name, *field, v);
         continue;
       }
       if (topLevel) {
@@ -824,6 +386,31 @@ class Parser {
     }
   }
 
+  ConfigValue readValue(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                        const YAML::Node& value) {
+    switch (f.type) {
+      case KeyType::kInt:
+        return readInt(f, key, keyNode, value);
+      case KeyType::kUint64:
+        return readUint64(key, keyNode, value);
+      case KeyType::kReal:
+        return readRealValue(f, key, keyNode, value);
+      case KeyType::kBool:
+        return readBool(key, keyNode, value);
+      case KeyType::kText:
+        return readText(f, key, keyNode, value);
+      case KeyType::kIntList:
+        return readIntList(f, key, keyNode, value);
+      case KeyType::kIntPairList:
+        return readPairs(f, key, keyNode, value);
+      case KeyType::kRealMatrix:
+        return readMatrix(f, key, keyNode, value);
+      case KeyType::kIntListList:
+        return readLists(f, key, keyNode, value);
+    }
+    throw ConfigError(file_, valueLine(keyNode, value), key, "key of an unknown type");
+  }
+
   void readSubsection(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
                       const Section& section, Config& config) {
     if (value.IsNull()) return;  // `training:` with everything commented out: defaults.
@@ -834,39 +421,38 @@ class Parser {
     readSection(value, section, config);
   }
 
-  static const Field* findField(const Section& section, std::string_view name) {
-    for (const Field& f : section.fields) {
-      if (fieldKey(f) == name) return &f;
+  static const Entry* findEntry(const Section& section, std::string_view name) {
+    for (const Entry& e : section.entries) {
+      if (e.spec.name == name) return &e;
     }
     return nullptr;
   }
 
-  static const Section* findSection(std::string_view name) {
-    const auto& all = schema();
+  const Section* findSection(std::string_view name) const {
+    const auto& all = schema_.sections();
     for (std::size_t i = 1; i < all.size(); ++i) {
       if (all[i].name == name) return &all[i];
     }
     return nullptr;
   }
 
-  static std::string unknownKeyMessage(const Section& section, std::string_view name) {
+  std::string unknownKeyMessage(const Section& section, std::string_view name) const {
+    const auto& all = schema_.sections();
     std::vector<std::string_view> known;
-    for (const Field& f : section.fields) known.push_back(fieldKey(f));
+    for (const Entry& e : section.entries) known.push_back(e.spec.name);
     if (section.name.empty()) {
-      for (std::size_t i = 1; i < schema().size(); ++i) known.push_back(schema()[i].name);
+      for (std::size_t i = 1; i < all.size(); ++i) known.push_back(all[i].name);
     }
     if (auto guess = closest(name, known)) {
       return "unknown key (did you mean '" + std::string(*guess) + "'?)";
     }
     // The right key in the wrong place, e.g. `batch_size` at the top level.
-    if (!section.name.empty() && (findSection(name) || findField(schema()[0], name))) {
+    if (!section.name.empty() && (findSection(name) || findEntry(all.front(), name))) {
       return "unknown key here ('" + std::string(name) + "' belongs at the top level)";
     }
     std::vector<std::string_view> homes;
-    for (std::size_t i = 1; i < schema().size(); ++i) {
-      if (&schema()[i] != &section && findField(schema()[i], name)) {
-        homes.push_back(schema()[i].name);
-      }
+    for (std::size_t i = 1; i < all.size(); ++i) {
+      if (&all[i] != &section && findEntry(all[i], name)) homes.push_back(all[i].name);
     }
     if (!homes.empty()) {
       std::string where = "'" + std::string(homes[0]) + "'";
@@ -927,13 +513,12 @@ class Parser {
     return *v;
   }
 
-  void read(const IntField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
-    f.ref(config) = static_cast<int>(readInteger(key, keyNode, value, f.min, f.max));
+  ConfigValue readInt(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                      const YAML::Node& value) const {
+    return static_cast<int>(readInteger(key, keyNode, value, f.min, f.max));
   }
 
-  void read(const Uint64Field& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
+  ConfigValue readUint64(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value) const {
     static const std::regex kUnsigned("\\+?[0-9]+");
     const std::string& text = plainScalar(key, keyNode, value, "a non-negative integer");
     const int line = valueLine(keyNode, value);
@@ -949,7 +534,7 @@ class Parser {
                         "must be an integer between 0 and " +
                             std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got " + text);
     }
-    f.ref(config) = v;
+    return v;
   }
 
   double readReal(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
@@ -983,36 +568,35 @@ class Parser {
     return v;
   }
 
-  void read(const RealField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
-    f.ref(config) = readReal(key, keyNode, value, f.range);
+  ConfigValue readRealValue(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                            const YAML::Node& value) const {
+    return readReal(key, keyNode, value, f.range);
   }
 
-  void read(const BoolField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
+  ConfigValue readBool(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value) const {
     const std::string& text = plainScalar(key, keyNode, value, "true or false");
     if (text == "true") {
-      f.ref(config) = true;
+      return true;
     } else if (text == "false") {
-      f.ref(config) = false;
+      return false;
     } else {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected true or false, got " + describe(value));
     }
   }
 
-  void read(const TextField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) const {
+  ConfigValue readText(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                       const YAML::Node& value) const {
     const int line = valueLine(keyNode, value);
     if (!value.IsScalar()) {
       throw ConfigError(file_, line, key, "expected a string, got " + describe(value));
     }
-    if (auto err = checkText(value.Scalar(), f)) throw ConfigError(file_, line, key, *err);
-    f.ref(config) = value.Scalar();
+    if (auto err = checkText(value.Scalar(), f.choices)) throw ConfigError(file_, line, key, *err);
+    return value.Scalar();
   }
 
-  void read(const IntListField& f, const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
-            Config& config) {
+  ConfigValue readIntList(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                          const YAML::Node& value) {
     if (!value.IsSequence()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected a list of integers (e.g. [128, 64]), got " + describe(value));
@@ -1023,7 +607,7 @@ class Parser {
       lines_[elementKey] = valueLine(keyNode, element);
       out.push_back(static_cast<int>(readInteger(elementKey, keyNode, element, f.min, f.max)));
     }
-    f.ref(config) = std::move(out);
+    return out;
   }
 
   /// `value` must be a list; "a list of N items" otherwise names what it is.
@@ -1032,8 +616,8 @@ class Parser {
     return node.size() == 1 ? "a list of 1 item" : "a list of " + std::to_string(node.size()) + " items";
   }
 
-  void read(const IntPairListField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) {
+  ConfigValue readPairs(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                        const YAML::Node& value) {
     if (!value.IsSequence()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected a list of [a, b] pairs (e.g. [[0, 1], [1, 0]]), got " + describe(value));
@@ -1050,11 +634,11 @@ class Parser {
       const auto b = static_cast<int>(readInteger(elementKey, element, element[1], f.min, f.max));
       out.emplace_back(a, b);
     }
-    f.ref(config) = std::move(out);
+    return out;
   }
 
-  void read(const RealMatrixField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) {
+  ConfigValue readMatrix(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                         const YAML::Node& value) {
     if (!value.IsSequence()) {
       throw ConfigError(
           file_, valueLine(keyNode, value), key,
@@ -1076,11 +660,11 @@ class Parser {
       }
       out.push_back(std::move(values));
     }
-    f.ref(config) = std::move(out);
+    return out;
   }
 
-  void read(const IntListListField& f, const std::string& key, const YAML::Node& keyNode,
-            const YAML::Node& value, Config& config) {
+  ConfigValue readLists(const KeySpec& f, const std::string& key, const YAML::Node& keyNode,
+                        const YAML::Node& value) {
     if (!value.IsSequence()) {
       throw ConfigError(
           file_, valueLine(keyNode, value), key,
@@ -1102,20 +686,21 @@ class Parser {
       }
       out.push_back(std::move(values));
     }
-    f.ref(config) = std::move(out);
+    return out;
   }
 
+  const ConfigSchema& schema_;
   std::string file_;
   std::map<std::string, int> lines_;  ///< Line of every key and list element read so far.
 };
 
 }  // namespace
 
-Config parseConfig(const std::string& yamlText, const std::string& name) {
-  return Parser(name).parse(yamlText);
+Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, const std::string& name) {
+  return Parser(schema, name).parse(yamlText);
 }
 
-Config loadConfig(const std::string& path) {
+Config loadConfig(const std::string& path, const ConfigSchema& schema) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw ConfigError(path, 0, "", "cannot read config: is a directory");
@@ -1130,20 +715,20 @@ Config loadConfig(const std::string& path) {
   }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw ConfigError(path, 0, "", "error while reading config file");
-  return parseConfig(text, path);
+  return parseConfig(text, schema, path);
 }
 
-void validateConfig(const Config& config) {
-  Config copy = config;  // The accessors take a mutable Config; nothing is modified.
+void validateConfig(const Config& config, const ConfigSchema& schema) {
   const std::string& file = config.sourceFile;
-  for (const Section& section : schema()) {
-    for (const Field& field : section.fields) {
-      if (auto issue = checkAnyField(field, copy, dotted(section.name, fieldKey(field)))) {
+  for (const Section& section : schema.sections()) {
+    for (const Entry& entry : section.entries) {
+      const ConfigValue v = schema.valueOf(config, section.name, entry);
+      if (auto issue = checkValue(entry.spec, v, dotted(section.name, entry.spec.name))) {
         throw ConfigError(file, 0, issue->key, issue->message);
       }
     }
   }
-  if (auto issue = checkRules(config)) throw ConfigError(file, 0, issue->key, issue->message);
+  if (auto issue = checkRules(schema, config)) throw ConfigError(file, 0, issue->key, issue->message);
 }
 
 }  // namespace gossamer

@@ -6,6 +6,8 @@
 // The killed-peer case runs as real processes in multiproc/test_trainer.cpp.
 #include <catch2/catch.hpp>
 
+#include "registry.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,12 +127,14 @@ TEST_CASE("libfabric rejects a provider that is not there, listing those that ar
 
 TEST_CASE("transport.provider comes from YAML, and a missing one is a ConfigError on that key",
           "[config][libfabric]") {
-  Config c = parseConfig("world_size: 1\ntransport:\n  kind: libfabric\n  provider: shm\n", "run.yaml");
+  Config c = gossamer::test::trainRegistry().parse(
+      "world_size: 1\ntransport:\n  kind: libfabric\n  provider: shm\n", "run.yaml");
   CHECK(c.transport.kind == "libfabric");
-  CHECK(c.transport.provider == "shm");
-  CHECK(parseConfig("world_size: 1\n").transport.provider == "tcp");
+  CHECK(c.get<std::string>("transport.provider") == "shm");
+  CHECK(gossamer::test::trainRegistry().parse("world_size: 1\n").get<std::string>("transport.provider") ==
+        "tcp");
   try {
-    parseConfig("transport:\n  kind: libfabric\n  provider: ''\n", "run.yaml");
+    gossamer::test::trainRegistry().parse("transport:\n  kind: libfabric\n  provider: ''\n", "run.yaml");
     FAIL("an empty provider was accepted");
   } catch (const ConfigError& e) {
     CHECK(e.key() == "transport.provider");
@@ -138,19 +142,19 @@ TEST_CASE("transport.provider comes from YAML, and a missing one is a ConfigErro
 
   Registry registry;
   libfabric::registerWith(registry);
-  c.transport.provider = "no-such-provider";
+  c.set("transport.provider", std::string("no-such-provider"));
   c.sourceFile = "run.yaml";
   MemoryStore store;
   try {
     registry.transport("libfabric")(TransportContext{c, 0, store});
-    FAIL("a transport was made with provider " << c.transport.provider);
+    FAIL("a transport was made with provider " << c.get<std::string>("transport.provider"));
   } catch (const ConfigError& e) {
     CHECK(e.key() == "transport.provider");
     CHECK(e.file() == "run.yaml");
     CHECK(std::string(e.what()).find("providers that do") != std::string::npos);
   }
   // World size 1 over shm: no peer, sends to itself.
-  c.transport.provider = "shm";
+  c.set("transport.provider", std::string("shm"));
   auto t = registry.transport("libfabric")(TransportContext{c, 0, store});
   CHECK(t->name() == "libfabric");
   const std::int32_t v = 9;

@@ -2,6 +2,8 @@
 // inproc transport; the `compression:` config section.
 #include <catch2/catch.hpp>
 
+#include "registry.hpp"
+
 #include "threads.hpp"
 
 #include <algorithm>
@@ -586,27 +588,27 @@ TEST_CASE("CompressedSgd rejects bad combinations", "[compress][optimizer]") {
 // ---- configuration --------------------------------------------------------------------
 
 TEST_CASE("config: the compression section", "[compress][config]") {
-  const Config c = parseConfig(
+  const Config c = gossamer::test::trainRegistry().parse(
       "algorithm:\n  name: crossover_sgd\ncompression:\n  kind: a2sgd\n  means: gossip\n  gossip_rounds: 2\n"
       "  sync: gossip\n  sync_period: 50\n  final_sync: false\n  keep_error: true\n",
       "c.yaml");
   CHECK(c.compression.kind == "a2sgd");
-  CHECK(c.compression.means == "gossip");
-  CHECK(c.compression.gossipRounds == 2);
-  CHECK(c.compression.sync == "gossip");
-  CHECK(c.compression.syncPeriod == 50);
-  CHECK_FALSE(c.compression.finalSync);
-  CHECK(c.compression.keepError);
-  const Config q = parseConfig(
+  CHECK(c.get<std::string>("compression.means") == "gossip");
+  CHECK(c.get<int>("compression.gossip_rounds") == 2);
+  CHECK(c.get<std::string>("compression.sync") == "gossip");
+  CHECK(c.get<int>("compression.sync_period") == 50);
+  CHECK_FALSE(c.get<bool>("compression.final_sync"));
+  CHECK(c.get<bool>("compression.keep_error"));
+  const Config q = gossamer::test::trainRegistry().parse(
       "algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: qsgd\n  qsgd_levels: 16\n"
       "  qsgd_bucket_size: 256\n",
       "q.yaml");
-  CHECK(q.compression.qsgdLevels == 16);
-  CHECK(q.compression.qsgdBucketSize == 256);
+  CHECK(q.get<int>("compression.qsgd_levels") == 16);
+  CHECK(q.get<int>("compression.qsgd_bucket_size") == 256);
   const auto expectError = [](const std::string& yaml, const std::string& key, int line) {
     INFO(yaml);
     try {
-      parseConfig(yaml, "bad.yaml");
+      gossamer::test::trainRegistry().parse(yaml, "bad.yaml");
       FAIL("expected ConfigError");
     } catch (const ConfigError& e) {
       INFO(e.what());
@@ -640,15 +642,15 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
                         Case{"crossover_sgd", "a2sgd", "fair_roulette", "compressed_sgd/a2sgd"},
                         Case{"sgp", "a2sgd", "directed_exponential", "compressed_sgd/a2sgd"},
                         Case{"allreduce_sgd", "none", "ring", "allreduce_sgd"}}) {
-    Config c;
+    Config c = gossamer::test::defaultConfig();
     c.worldSize = 4;
     c.transport.kind = "inproc";
     c.transport.timeoutSeconds = 10;
     c.topology.kind = k.topology;
     c.algorithm.name = k.algorithm;
     c.compression.kind = k.kind;
-    c.compression.syncPeriod = k.kind == "a2sgd" ? 3 : 0;
-    validateConfig(c);
+    c.set("compression.sync_period", int(k.kind == "a2sgd" ? 3 : 0));
+    gossamer::validateConfig(c, gossamer::test::trainRegistry().schema());
     auto fabric = inproc::makeFabric(4);
     Registry reg;
     inproc::registerWith(reg, fabric);
@@ -676,20 +678,20 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
 
 TEST_CASE("config: the compression example configs hold what they promise", "[compress][config][examples]") {
   const std::string dir = std::string(GOSSAMER_SOURCE_DIR) + "/examples/configs/";
-  const Config allreduce = loadConfig(dir + "a2sgd-allreduce.yaml");
+  const Config allreduce = gossamer::test::trainRegistry().load(dir + "a2sgd-allreduce.yaml");
   CHECK(allreduce.worldSize == 8);
   CHECK(allreduce.algorithm.name == "allreduce_sgd");
   CHECK(allreduce.compression.kind == "a2sgd");
-  CHECK(allreduce.compression.means == "allreduce");
-  CHECK(allreduce.compression.sync == "allreduce");
-  CHECK(allreduce.compression.syncPeriod == 25);
-  CHECK(allreduce.compression.finalSync);
-  const Config gossip = loadConfig(dir + "a2sgd-gossip.yaml");
+  CHECK(allreduce.get<std::string>("compression.means") == "allreduce");
+  CHECK(allreduce.get<std::string>("compression.sync") == "allreduce");
+  CHECK(allreduce.get<int>("compression.sync_period") == 25);
+  CHECK(allreduce.get<bool>("compression.final_sync"));
+  const Config gossip = gossamer::test::trainRegistry().load(dir + "a2sgd-gossip.yaml");
   CHECK(gossip.worldSize == 8);
   CHECK(gossip.algorithm.name == "crossover_sgd");
   CHECK(gossip.topology.kind == "fair_roulette");
   CHECK(gossip.compression.kind == "a2sgd");
-  CHECK(gossip.compression.means == "gossip");
-  CHECK(gossip.compression.sync == "gossip");
-  CHECK(gossip.compression.syncPeriod == 50);
+  CHECK(gossip.get<std::string>("compression.means") == "gossip");
+  CHECK(gossip.get<std::string>("compression.sync") == "gossip");
+  CHECK(gossip.get<int>("compression.sync_period") == 50);
 }

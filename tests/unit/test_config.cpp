@@ -14,6 +14,7 @@
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "registry.hpp"
 
 namespace {
 
@@ -23,10 +24,15 @@ using gossamer::ConfigError;
 
 constexpr const char* kName = "test.yaml";
 
+const gossamer::Registry& reg() { return gossamer::test::trainRegistry(); }
+
+/// A config with every key at its default.
+Config defaults() { return gossamer::test::defaultConfig(); }
+
 /// The ConfigError thrown by parseConfig(yaml, kName), or nullopt if none was.
 std::optional<ConfigError> parseError(const std::string& yaml) {
   try {
-    gossamer::parseConfig(yaml, kName);
+    reg().parse(yaml, kName);
   } catch (const ConfigError& e) {
     return e;
   }
@@ -125,7 +131,7 @@ const std::string kFullConfig =
     "  straggler_delay_seconds: 0.25\n";
 
 void requireDefaultsExceptSource(const Config& c) {
-  const Config d;
+  const Config d = defaults();
   CHECK(c.worldSize == d.worldSize);
   CHECK(c.seed == d.seed);
   CHECK(c.transport.kind == d.transport.kind);
@@ -134,31 +140,35 @@ void requireDefaultsExceptSource(const Config& c) {
   CHECK(c.transport.timeoutSeconds == d.transport.timeoutSeconds);
   CHECK(c.transport.lingerSeconds == d.transport.lingerSeconds);
   CHECK(c.topology.kind == d.topology.kind);
-  CHECK(c.topology.probabilities == d.topology.probabilities);
-  CHECK(c.topology.peersPerStep == d.topology.peersPerStep);
-  CHECK(c.topology.edges == d.topology.edges);
+  CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") ==
+        d.get<std::vector<std::vector<double>>>("topology.probabilities"));
+  CHECK(c.get<int>("topology.peers_per_step") == d.get<int>("topology.peers_per_step"));
+  CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") ==
+        d.get<std::vector<std::pair<int, int>>>("topology.edges"));
   CHECK(c.algorithm.name == d.algorithm.name);
-  CHECK(c.algorithm.segments == d.algorithm.segments);
-  CHECK(c.algorithm.interval == d.algorithm.interval);
-  CHECK(c.algorithm.mode == d.algorithm.mode);
-  CHECK(c.algorithm.groups == d.algorithm.groups);
-  CHECK(c.algorithm.groupSize == d.algorithm.groupSize);
-  CHECK(c.algorithm.interAlgorithm == d.algorithm.interAlgorithm);
-  CHECK(c.model.kind == d.model.kind);
-  CHECK(c.model.hidden == d.model.hidden);
-  CHECK(c.data.path == d.data.path);
-  CHECK(c.data.partition == d.data.partition);
-  CHECK(c.data.dirichletAlpha == d.data.dirichletAlpha);
-  CHECK(c.data.standardize == d.data.standardize);
-  CHECK(c.data.trainLimit == d.data.trainLimit);
-  CHECK(c.data.testLimit == d.data.testLimit);
-  CHECK(c.training.epochs == d.training.epochs);
-  CHECK(c.training.batchSize == d.training.batchSize);
-  CHECK(c.training.learningRate == d.training.learningRate);
-  CHECK(c.training.momentum == d.training.momentum);
-  CHECK(c.training.weightDecay == d.training.weightDecay);
-  CHECK(c.training.stragglerRank == d.training.stragglerRank);
-  CHECK(c.training.stragglerDelaySeconds == d.training.stragglerDelaySeconds);
+  CHECK(c.get<int>("algorithm.segments") == d.get<int>("algorithm.segments"));
+  CHECK(c.get<int>("algorithm.interval") == d.get<int>("algorithm.interval"));
+  CHECK(c.get<std::string>("algorithm.mode") == d.get<std::string>("algorithm.mode"));
+  CHECK(c.get<std::vector<std::vector<int>>>("algorithm.groups") ==
+        d.get<std::vector<std::vector<int>>>("algorithm.groups"));
+  CHECK(c.get<int>("algorithm.group_size") == d.get<int>("algorithm.group_size"));
+  CHECK(c.get<std::string>("algorithm.inter_algorithm") == d.get<std::string>("algorithm.inter_algorithm"));
+  CHECK(c.get<std::string>("model.kind") == d.get<std::string>("model.kind"));
+  CHECK(c.get<std::vector<int>>("model.hidden") == d.get<std::vector<int>>("model.hidden"));
+  CHECK(c.get<std::string>("data.path") == d.get<std::string>("data.path"));
+  CHECK(c.get<std::string>("data.partition") == d.get<std::string>("data.partition"));
+  CHECK(c.get<double>("data.dirichlet_alpha") == d.get<double>("data.dirichlet_alpha"));
+  CHECK(c.get<bool>("data.standardize") == d.get<bool>("data.standardize"));
+  CHECK(c.get<int>("data.train_limit") == d.get<int>("data.train_limit"));
+  CHECK(c.get<int>("data.test_limit") == d.get<int>("data.test_limit"));
+  CHECK(c.get<int>("training.epochs") == d.get<int>("training.epochs"));
+  CHECK(c.get<int>("training.batch_size") == d.get<int>("training.batch_size"));
+  CHECK(c.get<double>("training.learning_rate") == d.get<double>("training.learning_rate"));
+  CHECK(c.get<double>("training.momentum") == d.get<double>("training.momentum"));
+  CHECK(c.get<double>("training.weight_decay") == d.get<double>("training.weight_decay"));
+  CHECK(c.get<int>("training.straggler_rank") == d.get<int>("training.straggler_rank"));
+  CHECK(c.get<double>("training.straggler_delay_seconds") ==
+        d.get<double>("training.straggler_delay_seconds"));
 }
 
 using Edges = std::vector<std::pair<int, int>>;
@@ -168,7 +178,7 @@ using Groups = std::vector<std::vector<int>>;
 }  // namespace
 
 TEST_CASE("config: a full config sets every field", "[config]") {
-  const Config c = gossamer::parseConfig(kFullConfig, "full.yaml");
+  const Config c = reg().parse(kFullConfig, "full.yaml");
   CHECK(c.sourceFile == "full.yaml");
   CHECK(c.worldSize == 8);
   CHECK(c.seed == std::numeric_limits<std::uint64_t>::max());
@@ -178,52 +188,55 @@ TEST_CASE("config: a full config sets every field", "[config]") {
   CHECK(c.transport.timeoutSeconds == 12.5);
   CHECK(c.transport.lingerSeconds == 0.0);
   CHECK(c.topology.kind == "ring");
-  REQUIRE(c.topology.probabilities.size() == 8);
-  CHECK(c.topology.probabilities[0] == std::vector<double>{0, 1, 1, 1, 1, 1, 1, 1});
-  CHECK(c.topology.probabilities[7] == std::vector<double>{0.5, 0.5, 0, 0, 0, 0, 2.5, 9});
-  CHECK(c.topology.peersPerStep == 2);
-  CHECK(c.topology.edges == Edges{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
+  REQUIRE(c.get<std::vector<std::vector<double>>>("topology.probabilities").size() == 8);
+  CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities")[0] ==
+        std::vector<double>{0, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities")[7] ==
+        std::vector<double>{0.5, 0.5, 0, 0, 0, 0, 2.5, 9});
+  CHECK(c.get<int>("topology.peers_per_step") == 2);
+  CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") ==
+        Edges{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
   CHECK(c.algorithm.name == "allreduce_sgd");
-  CHECK(c.algorithm.segments == 16);
-  CHECK(c.algorithm.interval == 3);
-  CHECK(c.algorithm.mode == "overlap");
-  CHECK(c.algorithm.groups == Groups{{0, 1, 2}, {5, 4, 3}, {7, 6}});
-  CHECK(c.algorithm.groupSize == 3);
-  CHECK(c.algorithm.interAlgorithm == "sgp");
-  CHECK(c.model.kind == "softmax");
-  CHECK(c.model.hidden == std::vector<int>{256, 64, 1});
-  CHECK(c.data.path == "/tmp/some data");
-  CHECK(c.data.partition == "non_iid");
-  CHECK(c.data.dirichletAlpha == 0.1);
-  CHECK(c.data.standardize == false);
-  CHECK(c.data.trainLimit == 5000);
-  CHECK(c.data.testLimit == 700);
-  CHECK(c.training.epochs == 7);
-  CHECK(c.training.batchSize == 64);
-  CHECK(c.training.learningRate == 2.5e-3);
-  CHECK(c.training.momentum == 0.0);
-  CHECK(c.training.weightDecay == 1e-4);
-  CHECK(c.training.stragglerRank == 7);
-  CHECK(c.training.stragglerDelaySeconds == 0.25);
-  CHECK_NOTHROW(gossamer::validateConfig(c));
+  CHECK(c.get<int>("algorithm.segments") == 16);
+  CHECK(c.get<int>("algorithm.interval") == 3);
+  CHECK(c.get<std::string>("algorithm.mode") == "overlap");
+  CHECK(c.get<std::vector<std::vector<int>>>("algorithm.groups") == Groups{{0, 1, 2}, {5, 4, 3}, {7, 6}});
+  CHECK(c.get<int>("algorithm.group_size") == 3);
+  CHECK(c.get<std::string>("algorithm.inter_algorithm") == "sgp");
+  CHECK(c.get<std::string>("model.kind") == "softmax");
+  CHECK(c.get<std::vector<int>>("model.hidden") == std::vector<int>{256, 64, 1});
+  CHECK(c.get<std::string>("data.path") == "/tmp/some data");
+  CHECK(c.get<std::string>("data.partition") == "non_iid");
+  CHECK(c.get<double>("data.dirichlet_alpha") == 0.1);
+  CHECK(c.get<bool>("data.standardize") == false);
+  CHECK(c.get<int>("data.train_limit") == 5000);
+  CHECK(c.get<int>("data.test_limit") == 700);
+  CHECK(c.get<int>("training.epochs") == 7);
+  CHECK(c.get<int>("training.batch_size") == 64);
+  CHECK(c.get<double>("training.learning_rate") == 2.5e-3);
+  CHECK(c.get<double>("training.momentum") == 0.0);
+  CHECK(c.get<double>("training.weight_decay") == 1e-4);
+  CHECK(c.get<int>("training.straggler_rank") == 7);
+  CHECK(c.get<double>("training.straggler_delay_seconds") == 0.25);
+  CHECK_NOTHROW(gossamer::validateConfig(c, reg().schema()));
 }
 
 TEST_CASE("config: loadConfig reads a file and records its path", "[config]") {
   TempFile file(kFullConfig);
-  const Config c = gossamer::loadConfig(file.path());
+  const Config c = reg().load(file.path());
   CHECK(c.sourceFile == file.path());
   CHECK(c.worldSize == 8);
-  CHECK(c.training.weightDecay == 1e-4);
+  CHECK(c.get<double>("training.weight_decay") == 1e-4);
 }
 
 TEST_CASE("config: missing keys keep their defaults", "[config]") {
   SECTION("empty map") {
-    const Config c = gossamer::parseConfig("{}\n", "x.yaml");
+    const Config c = reg().parse("{}\n", "x.yaml");
     CHECK(c.sourceFile == "x.yaml");
     requireDefaultsExceptSource(c);
   }
   SECTION("empty and commented-out sections") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "transport: {}\n"
         "training:\n"
         "  # epochs: 10\n"
@@ -232,23 +245,23 @@ TEST_CASE("config: missing keys keep their defaults", "[config]") {
     requireDefaultsExceptSource(c);
   }
   SECTION("partial sections") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "world_size: 2\n"
         "training:\n"
         "  epochs: 10\n");
     CHECK(c.worldSize == 2);
-    CHECK(c.training.epochs == 10);
-    CHECK(c.training.batchSize == Config{}.training.batchSize);
-    CHECK(c.model.hidden == Config{}.model.hidden);
+    CHECK(c.get<int>("training.epochs") == 10);
+    CHECK(c.get<int>("training.batch_size") == defaults().get<int>("training.batch_size"));
+    CHECK(c.get<std::vector<int>>("model.hidden") == defaults().get<std::vector<int>>("model.hidden"));
     CHECK(c.seed == 42);
   }
   SECTION("an empty hidden list means no hidden layer") {
-    const Config c = gossamer::parseConfig("model:\n  hidden: []\n");
-    CHECK(c.model.hidden.empty());
+    const Config c = reg().parse("model:\n  hidden: []\n");
+    CHECK(c.get<std::vector<int>>("model.hidden").empty());
   }
   SECTION("integers are accepted for real-valued keys") {
-    const Config c = gossamer::parseConfig("training:\n  learning_rate: 1\n");
-    CHECK(c.training.learningRate == 1.0);
+    const Config c = reg().parse("training:\n  learning_rate: 1\n");
+    CHECK(c.get<double>("training.learning_rate") == 1.0);
   }
 }
 
@@ -397,21 +410,23 @@ TEST_CASE("config: unknown enum values are errors listing the allowed ones", "[c
 TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
   SECTION("every topology kind, algorithm, mode and inter-algorithm") {
     for (const char* kind : {"fair_roulette", "ring", "directed_exponential"}) {
-      CHECK(gossamer::parseConfig(std::string("topology:\n  kind: ") + kind + "\n").topology.kind == kind);
+      CHECK(reg().parse(std::string("topology:\n  kind: ") + kind + "\n").topology.kind == kind);
     }
     for (const char* name : {"crossover_sgd", "allreduce_sgd", "sgp", "hierarchical"}) {
-      CHECK(gossamer::parseConfig(std::string("algorithm:\n  name: ") + name + "\n").algorithm.name == name);
+      CHECK(reg().parse(std::string("algorithm:\n  name: ") + name + "\n").algorithm.name == name);
     }
     for (const char* mode : {"sync", "overlap", "async"}) {
-      CHECK(gossamer::parseConfig(std::string("algorithm:\n  mode: ") + mode + "\n").algorithm.mode == mode);
+      CHECK(
+          reg().parse(std::string("algorithm:\n  mode: ") + mode + "\n").get<std::string>("algorithm.mode") ==
+          mode);
     }
     for (const char* inter : {"crossover_sgd", "sgp"}) {
-      const Config c = gossamer::parseConfig(std::string("algorithm:\n  inter_algorithm: ") + inter + "\n");
-      CHECK(c.algorithm.interAlgorithm == inter);
+      const Config c = reg().parse(std::string("algorithm:\n  inter_algorithm: ") + inter + "\n");
+      CHECK(c.get<std::string>("algorithm.inter_algorithm") == inter);
     }
   }
   SECTION("a probabilities table, block rows") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "world_size: 3\n"
         "topology:\n"
         "  kind: fair_roulette\n"
@@ -419,26 +434,30 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
         "    - [0, 4, 1]\n"
         "    - [2.5, 7, 1e-3]\n"
         "    - [1, 0, 0]\n");
-    CHECK(c.topology.probabilities == Table{{0, 4, 1}, {2.5, 7, 1e-3}, {1, 0, 0}});
+    CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") ==
+          Table{{0, 4, 1}, {2.5, 7, 1e-3}, {1, 0, 0}});
   }
   SECTION("a probabilities table, flow style, before world_size") {
-    const Config c = gossamer::parseConfig("topology: {probabilities: [[0, 1], [1, 0]]}\nworld_size: 2\n");
-    CHECK(c.topology.probabilities == Table{{0, 1}, {1, 0}});
+    const Config c = reg().parse("topology: {probabilities: [[0, 1], [1, 0]]}\nworld_size: 2\n");
+    CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") == Table{{0, 1}, {1, 0}});
   }
   SECTION("an empty table means uniform") {
-    CHECK(gossamer::parseConfig("topology:\n  probabilities: []\n").topology.probabilities.empty());
+    CHECK(reg()
+              .parse("topology:\n  probabilities: []\n")
+              .get<std::vector<std::vector<double>>>("topology.probabilities")
+              .empty());
   }
   SECTION("fair_roulette with a single rank (degenerate)") {
-    CHECK(gossamer::parseConfig("world_size: 1\ntopology:\n  kind: fair_roulette\n").worldSize == 1);
-    const Config c = gossamer::parseConfig("world_size: 1\ntopology:\n  probabilities: [[0]]\n");
-    CHECK(c.topology.probabilities == Table{{0}});
+    CHECK(reg().parse("world_size: 1\ntopology:\n  kind: fair_roulette\n").worldSize == 1);
+    const Config c = reg().parse("world_size: 1\ntopology:\n  probabilities: [[0]]\n");
+    CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") == Table{{0}});
   }
   SECTION("peers_per_step") {
-    CHECK(gossamer::parseConfig("topology:\n  peers_per_step: 1\n").topology.peersPerStep == 1);
-    CHECK(gossamer::parseConfig("topology:\n  peers_per_step: 2\n").topology.peersPerStep == 2);
+    CHECK(reg().parse("topology:\n  peers_per_step: 1\n").get<int>("topology.peers_per_step") == 1);
+    CHECK(reg().parse("topology:\n  peers_per_step: 2\n").get<int>("topology.peers_per_step") == 2);
   }
   SECTION("explicit edges, block style") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "world_size: 3\n"
         "topology:\n"
         "  kind: explicit\n"
@@ -448,18 +467,18 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
         "    - [2, 0]\n"
         "    - [0, 2]\n");
     CHECK(c.topology.kind == "explicit");
-    CHECK(c.topology.edges == Edges{{0, 1}, {1, 2}, {2, 0}, {0, 2}});
+    CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") == Edges{{0, 1}, {1, 2}, {2, 0}, {0, 2}});
   }
   SECTION("explicit edges, flow style, world_size last") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "topology:\n"
         "  kind: explicit\n"
         "  edges: [[1, 0], [0, 1]]\n"
         "world_size: 2\n");
-    CHECK(c.topology.edges == Edges{{1, 0}, {0, 1}});
+    CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") == Edges{{1, 0}, {0, 1}});
   }
   SECTION("groups and group_size") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "world_size: 6\n"
         "algorithm:\n"
         "  name: hierarchical\n"
@@ -468,23 +487,25 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
         "    - [0, 5]\n"
         "    - [4, 1, 2]\n"
         "    - [3]\n");
-    CHECK(c.algorithm.groupSize == 2);
-    CHECK(c.algorithm.groups == Groups{{0, 5}, {4, 1, 2}, {3}});
-    CHECK(gossamer::parseConfig("algorithm:\n  groups: []\n").algorithm.groups.empty());
-    CHECK(gossamer::parseConfig("algorithm:\n  group_size: 4096\n").algorithm.groupSize == 4096);
+    CHECK(c.get<int>("algorithm.group_size") == 2);
+    CHECK(c.get<std::vector<std::vector<int>>>("algorithm.groups") == Groups{{0, 5}, {4, 1, 2}, {3}});
+    CHECK(reg()
+              .parse("algorithm:\n  groups: []\n")
+              .get<std::vector<std::vector<int>>>("algorithm.groups")
+              .empty());
+    CHECK(reg().parse("algorithm:\n  group_size: 4096\n").get<int>("algorithm.group_size") == 4096);
   }
   SECTION("straggler") {
-    const Config c = gossamer::parseConfig(
+    const Config c = reg().parse(
         "world_size: 4\n"
         "training:\n"
         "  straggler_rank: 3\n"
         "  straggler_delay_seconds: 1.5\n");
-    CHECK(c.training.stragglerRank == 3);
-    CHECK(c.training.stragglerDelaySeconds == 1.5);
-    const Config none =
-        gossamer::parseConfig("training:\n  straggler_rank: -1\n  straggler_delay_seconds: 0\n");
-    CHECK(none.training.stragglerRank == -1);
-    CHECK(none.training.stragglerDelaySeconds == 0.0);
+    CHECK(c.get<int>("training.straggler_rank") == 3);
+    CHECK(c.get<double>("training.straggler_delay_seconds") == 1.5);
+    const Config none = reg().parse("training:\n  straggler_rank: -1\n  straggler_delay_seconds: 0\n");
+    CHECK(none.get<int>("training.straggler_rank") == -1);
+    CHECK(none.get<double>("training.straggler_delay_seconds") == 0.0);
   }
 }
 
@@ -796,7 +817,7 @@ TEST_CASE("config: file errors", "[config]") {
   SECTION("missing file") {
     const std::string path = "/nonexistent/gossamer/missing-config.yaml";
     try {
-      gossamer::loadConfig(path);
+      reg().load(path);
       FAIL("expected ConfigError");
     } catch (const ConfigError& e) {
       CHECK(e.file() == path);
@@ -805,13 +826,11 @@ TEST_CASE("config: file errors", "[config]") {
       CHECK(contains(e.what(), path));
     }
   }
-  SECTION("directory") {
-    CHECK_THROWS_AS(gossamer::loadConfig(fs::temp_directory_path().string()), ConfigError);
-  }
+  SECTION("directory") { CHECK_THROWS_AS(reg().load(fs::temp_directory_path().string()), ConfigError); }
   SECTION("empty file") {
     TempFile file("");
     try {
-      gossamer::loadConfig(file.path());
+      reg().load(file.path());
       FAIL("expected ConfigError");
     } catch (const ConfigError& e) {
       CHECK(e.file() == file.path());
@@ -823,7 +842,7 @@ TEST_CASE("config: file errors", "[config]") {
   SECTION("errors in a file name the file and line") {
     TempFile file("world_size: 4\n\ntraining:\n  epochs: 0\n");
     try {
-      gossamer::loadConfig(file.path());
+      reg().load(file.path());
       FAIL("expected ConfigError");
     } catch (const ConfigError& e) {
       CHECK(e.file() == file.path());
@@ -835,13 +854,13 @@ TEST_CASE("config: file errors", "[config]") {
 }
 
 TEST_CASE("config: validateConfig checks in-code configs", "[config]") {
-  Config c;
+  Config c = defaults();
   c.sourceFile = "in-code";
-  CHECK_NOTHROW(gossamer::validateConfig(c));
+  CHECK_NOTHROW(gossamer::validateConfig(c, reg().schema()));
 
   auto requireInvalid = [](const Config& bad, const std::string& key) {
     try {
-      gossamer::validateConfig(bad);
+      gossamer::validateConfig(bad, reg().schema());
       FAIL("expected ConfigError for " << key);
     } catch (const ConfigError& e) {
       CHECK(e.line() == 0);
@@ -872,44 +891,44 @@ TEST_CASE("config: validateConfig checks in-code configs", "[config]") {
   }
   {
     Config bad = c;
-    bad.algorithm.segments = 0;
+    bad.set("algorithm.segments", int(0));
     requireInvalid(bad, "algorithm.segments");
   }
   {
     Config bad = c;
-    bad.model.hidden = {64, -3};
+    bad.set("model.hidden", std::vector<int>({64, -3}));
     requireInvalid(bad, "model.hidden[1]");
   }
   {
     Config bad = c;
-    bad.data.dirichletAlpha = -1.0;
+    bad.set("data.dirichlet_alpha", double(-1.0));
     requireInvalid(bad, "data.dirichlet_alpha");
   }
   {
     Config bad = c;
-    bad.training.learningRate = std::numeric_limits<double>::infinity();
+    bad.set("training.learning_rate", double(std::numeric_limits<double>::infinity()));
     requireInvalid(bad, "training.learning_rate");
   }
   {
     Config bad = c;
-    bad.training.momentum = 1.0;
+    bad.set("training.momentum", double(1.0));
     requireInvalid(bad, "training.momentum");
   }
   {
     Config bad = c;
-    bad.training.weightDecay = std::nan("");
+    bad.set("training.weight_decay", double(std::nan("")));
     requireInvalid(bad, "training.weight_decay");
   }
 }
 
 TEST_CASE("config: validateConfig checks the cross-field rules of in-code configs", "[config]") {
-  Config c;
+  Config c = defaults();
   c.sourceFile = "in-code";
   c.worldSize = 4;
 
   auto requireInvalid = [](const Config& bad, const std::string& key, const std::string& text) {
     try {
-      gossamer::validateConfig(bad);
+      gossamer::validateConfig(bad, reg().schema());
       FAIL("expected ConfigError for " << key);
     } catch (const ConfigError& e) {
       INFO(e.what());
@@ -922,41 +941,45 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
   SECTION("valid configs pass") {
     Config ok = c;
     ok.topology.kind = "explicit";
-    ok.topology.edges = {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}};
-    ok.topology.probabilities = Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}};
-    ok.algorithm.groups = {{3, 0}, {2}, {1}};
-    ok.training.stragglerRank = 3;
-    ok.training.stragglerDelaySeconds = 2.0;
-    CHECK_NOTHROW(gossamer::validateConfig(ok));
+    ok.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}}));
+    ok.set("topology.probabilities",
+           std::vector<std::vector<double>>(Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}}));
+    ok.set("algorithm.groups", std::vector<std::vector<int>>({{3, 0}, {2}, {1}}));
+    ok.set("training.straggler_rank", int(3));
+    ok.set("training.straggler_delay_seconds", double(2.0));
+    CHECK_NOTHROW(gossamer::validateConfig(ok, reg().schema()));
     Config single = c;
     single.worldSize = 1;
     single.topology.kind = "fair_roulette";
-    CHECK_NOTHROW(gossamer::validateConfig(single));
+    CHECK_NOTHROW(gossamer::validateConfig(single, reg().schema()));
   }
   SECTION("probabilities") {
     Config bad = c;
-    bad.topology.probabilities = Table{{0, 1}, {1, 0}};
+    bad.set("topology.probabilities", std::vector<std::vector<double>>(Table{{0, 1}, {1, 0}}));
     requireInvalid(bad, "topology.probabilities", "world_size x world_size");
-    bad.topology.probabilities = Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0}, {1, 1, 1, 0}};
+    bad.set("topology.probabilities",
+            std::vector<std::vector<double>>(Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0}, {1, 1, 1, 0}}));
     requireInvalid(bad, "topology.probabilities[2]", "entries");
-    bad.topology.probabilities = Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, -1, 0}};
+    bad.set("topology.probabilities",
+            std::vector<std::vector<double>>(Table{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, -1, 0}}));
     requireInvalid(bad, "topology.probabilities[3][2]", ">= 0");
-    bad.topology.probabilities = Table{{0, 1, 1, 1}, {9, 0, 1, 1}, {1, 1, 0, 1}, {0, 0, 0, 3}};
+    bad.set("topology.probabilities",
+            std::vector<std::vector<double>>(Table{{0, 1, 1, 1}, {9, 0, 1, 1}, {1, 1, 0, 1}, {0, 0, 0, 3}}));
     requireInvalid(bad, "topology.probabilities[3]", "rank 3");
   }
   SECTION("edges") {
     Config bad = c;
-    bad.topology.edges = {{0, 1}, {1, 4}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 4}}));
     requireInvalid(bad, "topology.edges[1]", "rank 4");
-    bad.topology.edges = {{0, 1}, {-1, 0}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {-1, 0}}));
     requireInvalid(bad, "topology.edges[1]", "-1");
-    bad.topology.edges = {{0, 1}, {2, 2}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {2, 2}}));
     requireInvalid(bad, "topology.edges[1]", "self-loop");
-    bad.topology.edges = {{0, 1}, {1, 2}, {0, 1}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 2}, {0, 1}}));
     requireInvalid(bad, "topology.edges[2]", "duplicate");
-    bad.topology.edges = {{0, 1}, {1, 2}, {2, 0}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 2}, {2, 0}}));
     requireInvalid(bad, "topology.edges", "rank 3 has no out-edge");
-    bad.topology.edges = {{0, 1}, {1, 0}, {2, 3}, {3, 2}};
+    bad.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 0}, {2, 3}, {3, 2}}));
     requireInvalid(bad, "topology.edges", "not strongly connected");
   }
   SECTION("explicit needs edges") {
@@ -966,39 +989,39 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
   }
   SECTION("groups") {
     Config bad = c;
-    bad.algorithm.groups = {{0, 1}, {2, 3, 1}};
+    bad.set("algorithm.groups", std::vector<std::vector<int>>({{0, 1}, {2, 3, 1}}));
     requireInvalid(bad, "algorithm.groups[1][2]", "already in algorithm.groups[0]");
-    bad.algorithm.groups = {{0, 1}, {2}};
+    bad.set("algorithm.groups", std::vector<std::vector<int>>({{0, 1}, {2}}));
     requireInvalid(bad, "algorithm.groups", "rank 3 is in no group");
-    bad.algorithm.groups = {{0, 1}, {2, 3, 4}};
+    bad.set("algorithm.groups", std::vector<std::vector<int>>({{0, 1}, {2, 3, 4}}));
     requireInvalid(bad, "algorithm.groups[1][2]", "rank 4");
-    bad.algorithm.groups = {{0, 1, 2, 3}, {}};
+    bad.set("algorithm.groups", std::vector<std::vector<int>>({{0, 1, 2, 3}, {}}));
     requireInvalid(bad, "algorithm.groups[1]", "empty");
   }
   SECTION("scalars") {
     Config bad = c;
-    bad.algorithm.mode = "lazy";
+    bad.set("algorithm.mode", std::string("lazy"));
     requireInvalid(bad, "algorithm.mode", "sync, overlap, async");
     bad = c;
-    bad.algorithm.interAlgorithm = "hierarchical";
+    bad.set("algorithm.inter_algorithm", std::string("hierarchical"));
     requireInvalid(bad, "algorithm.inter_algorithm", "crossover_sgd, sgp");
     bad = c;
-    bad.algorithm.groupSize = 0;
+    bad.set("algorithm.group_size", int(0));
     requireInvalid(bad, "algorithm.group_size", "between 1 and 4096");
     bad = c;
-    bad.topology.peersPerStep = 3;
+    bad.set("topology.peers_per_step", int(3));
     requireInvalid(bad, "topology.peers_per_step", "between 1 and 2");
   }
   SECTION("straggler") {
     Config bad = c;
-    bad.training.stragglerRank = 4;
+    bad.set("training.straggler_rank", int(4));
     requireInvalid(bad, "training.straggler_rank", "0..3");
-    bad.training.stragglerRank = -2;
+    bad.set("training.straggler_rank", int(-2));
     requireInvalid(bad, "training.straggler_rank", "-1");
     bad = c;
-    bad.training.stragglerDelaySeconds = -1.0;
+    bad.set("training.straggler_delay_seconds", double(-1.0));
     requireInvalid(bad, "training.straggler_delay_seconds", ">= 0");
-    bad.training.stragglerDelaySeconds = std::numeric_limits<double>::infinity();
+    bad.set("training.straggler_delay_seconds", double(std::numeric_limits<double>::infinity()));
     requireInvalid(bad, "training.straggler_delay_seconds", "finite");
   }
 }
@@ -1014,16 +1037,16 @@ TEST_CASE("config: every example config is valid", "[config][examples]") {
   REQUIRE(files.size() >= 8);
   for (const fs::path& file : files) {
     INFO(file.string());
-    Config c;
-    REQUIRE_NOTHROW(c = gossamer::loadConfig(file.string()));
+    Config c = defaults();
+    REQUIRE_NOTHROW(c = reg().load(file.string()));
     CHECK(c.sourceFile == file.string());
-    CHECK_NOTHROW(gossamer::validateConfig(c));
+    CHECK_NOTHROW(gossamer::validateConfig(c, reg().schema()));
   }
 }
 
 TEST_CASE("config: example configs hold what they promise", "[config][examples]") {
   const fs::path dir = fs::path(GOSSAMER_SOURCE_DIR) / "examples" / "configs";
-  const Config crossover = gossamer::loadConfig((dir / "quickstart-crossover.yaml").string());
+  const Config crossover = reg().load((dir / "quickstart-crossover.yaml").string());
   CHECK(crossover.worldSize == 4);
   CHECK(crossover.seed == 42);
   CHECK(crossover.transport.kind == "zmq");
@@ -1032,64 +1055,66 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   CHECK(crossover.transport.timeoutSeconds == 30.0);
   CHECK(crossover.topology.kind == "fair_roulette");
   CHECK(crossover.algorithm.name == "crossover_sgd");
-  CHECK(crossover.algorithm.segments == 4);
-  CHECK(crossover.algorithm.interval == 1);
-  CHECK(crossover.model.kind == "mlp");
-  CHECK(crossover.model.hidden == std::vector<int>{128});
-  CHECK(crossover.data.partition == "iid");
-  CHECK(crossover.data.standardize);
-  CHECK(crossover.training.epochs == 3);
-  CHECK(crossover.training.batchSize == 32);
-  CHECK(crossover.training.learningRate == 0.01);
-  CHECK(crossover.training.momentum == 0.9);
+  CHECK(crossover.get<int>("algorithm.segments") == 4);
+  CHECK(crossover.get<int>("algorithm.interval") == 1);
+  CHECK(crossover.get<std::string>("model.kind") == "mlp");
+  CHECK(crossover.get<std::vector<int>>("model.hidden") == std::vector<int>{128});
+  CHECK(crossover.get<std::string>("data.partition") == "iid");
+  CHECK(crossover.get<bool>("data.standardize"));
+  CHECK(crossover.get<int>("training.epochs") == 3);
+  CHECK(crossover.get<int>("training.batch_size") == 32);
+  CHECK(crossover.get<double>("training.learning_rate") == 0.01);
+  CHECK(crossover.get<double>("training.momentum") == 0.9);
 
-  const Config allreduce = gossamer::loadConfig((dir / "quickstart-allreduce.yaml").string());
+  const Config allreduce = reg().load((dir / "quickstart-allreduce.yaml").string());
   CHECK(allreduce.algorithm.name == "allreduce_sgd");
   CHECK(allreduce.topology.kind == "ring");
   CHECK(allreduce.worldSize == 4);
 
-  const Config noniid = gossamer::loadConfig((dir / "noniid-crossover.yaml").string());
-  CHECK(noniid.data.partition == "non_iid");
-  CHECK(noniid.data.dirichletAlpha == 0.5);
+  const Config noniid = reg().load((dir / "noniid-crossover.yaml").string());
+  CHECK(noniid.get<std::string>("data.partition") == "non_iid");
+  CHECK(noniid.get<double>("data.dirichlet_alpha") == 0.5);
   CHECK(noniid.algorithm.name == "crossover_sgd");
 
-  const Config smoke = gossamer::loadConfig((dir / "smoke.yaml").string());
+  const Config smoke = reg().load((dir / "smoke.yaml").string());
   CHECK(smoke.worldSize == 3);
-  CHECK(smoke.data.trainLimit == 3000);
-  CHECK(smoke.data.testLimit == 1000);
-  CHECK(smoke.training.epochs == 1);
+  CHECK(smoke.get<int>("data.train_limit") == 3000);
+  CHECK(smoke.get<int>("data.test_limit") == 1000);
+  CHECK(smoke.get<int>("training.epochs") == 1);
   CHECK(smoke.transport.timeoutSeconds == 10.0);
 
-  const Config sgp = gossamer::loadConfig((dir / "sgp.yaml").string());
+  const Config sgp = reg().load((dir / "sgp.yaml").string());
   CHECK(sgp.worldSize == 8);
   CHECK(sgp.algorithm.name == "sgp");
   CHECK(sgp.topology.kind == "directed_exponential");
-  CHECK(sgp.topology.peersPerStep == 1);
-  CHECK(sgp.algorithm.mode == "sync");
-  CHECK(sgp.model.kind == "mlp");
-  CHECK(sgp.model.hidden == std::vector<int>{128});
-  CHECK(sgp.training.epochs == 3);
-  CHECK(sgp.training.batchSize == 32);
-  CHECK(sgp.training.learningRate == 0.01);
-  CHECK(sgp.training.momentum == 0.9);
+  CHECK(sgp.get<int>("topology.peers_per_step") == 1);
+  CHECK(sgp.get<std::string>("algorithm.mode") == "sync");
+  CHECK(sgp.get<std::string>("model.kind") == "mlp");
+  CHECK(sgp.get<std::vector<int>>("model.hidden") == std::vector<int>{128});
+  CHECK(sgp.get<int>("training.epochs") == 3);
+  CHECK(sgp.get<int>("training.batch_size") == 32);
+  CHECK(sgp.get<double>("training.learning_rate") == 0.01);
+  CHECK(sgp.get<double>("training.momentum") == 0.9);
 
-  const Config hierarchical = gossamer::loadConfig((dir / "hierarchical.yaml").string());
+  const Config hierarchical = reg().load((dir / "hierarchical.yaml").string());
   CHECK(hierarchical.worldSize == 8);
   CHECK(hierarchical.algorithm.name == "hierarchical");
-  CHECK(hierarchical.algorithm.groupSize == 4);
-  CHECK(hierarchical.algorithm.groups.empty());
-  CHECK(hierarchical.algorithm.interAlgorithm == "crossover_sgd");
+  CHECK(hierarchical.get<int>("algorithm.group_size") == 4);
+  CHECK(hierarchical.get<std::vector<std::vector<int>>>("algorithm.groups").empty());
+  CHECK(hierarchical.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
   CHECK(hierarchical.topology.kind == "fair_roulette");
 
-  const Config roulette = gossamer::loadConfig((dir / "roulette-table.yaml").string());
+  const Config roulette = reg().load((dir / "roulette-table.yaml").string());
   CHECK(roulette.worldSize == 4);
   CHECK(roulette.algorithm.name == "crossover_sgd");
   CHECK(roulette.topology.kind == "fair_roulette");
-  CHECK(roulette.topology.probabilities == Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}});
+  CHECK(roulette.get<std::vector<std::vector<double>>>("topology.probabilities") ==
+        Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}});
 
-  const Config graph = gossamer::loadConfig((dir / "explicit-graph.yaml").string());
+  const Config graph = reg().load((dir / "explicit-graph.yaml").string());
   CHECK(graph.worldSize == 4);
   CHECK(graph.algorithm.name == "sgp");
   CHECK(graph.topology.kind == "explicit");
-  CHECK(graph.topology.edges == Edges{{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
+  CHECK(graph.get<std::vector<std::pair<int, int>>>("topology.edges") ==
+        Edges{{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
 }

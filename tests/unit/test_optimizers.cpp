@@ -1,6 +1,8 @@
 // Optimizers over the inproc transport (threads, no sockets).
 #include <catch2/catch.hpp>
 
+#include "registry.hpp"
+
 #include "threads.hpp"
 
 #include <cmath>
@@ -157,7 +159,7 @@ TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to central
 
 TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[agent]") {
   const int n = 3;
-  Config c;
+  Config c = gossamer::test::defaultConfig();
   c.worldSize = n;
   c.transport.kind = "inproc";
   c.transport.timeoutSeconds = 10;
@@ -185,7 +187,7 @@ TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[
 }
 
 TEST_CASE("an Agent rejects unknown component names before connecting", "[agent]") {
-  Config c;
+  Config c = gossamer::test::defaultConfig();
   c.worldSize = 2;
   c.transport.kind = "inproc";
   Registry reg;  // nothing registered
@@ -232,7 +234,7 @@ TEST_CASE("stores publish keys and time out on missing ones", "[store]") {
 }
 
 TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[agent][config]") {
-  const Config parsed = parseConfig(
+  const Config parsed = gossamer::test::trainRegistry().parse(
       "world_size: 6\ntransport:\n  kind: inproc\ncollectives:\n  allreduce: tga2d\n  group_size: 3\n"
       "  chunk_bytes: 64\n  cost_model: true\n  alpha_seconds: 0.0001\n",
       "collectives.yaml");
@@ -242,13 +244,14 @@ TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[age
   CHECK(parsed.collectives.costModel);
   CHECK(parsed.collectives.alphaSeconds == 0.0001);
   try {
-    parseConfig("world_size: 6\ncollectives:\n  torus_rows: 4\n", "bad.yaml");
+    gossamer::test::trainRegistry().parse("world_size: 6\ncollectives:\n  torus_rows: 4\n", "bad.yaml");
     FAIL("expected ConfigError");
   } catch (const ConfigError& e) {
     CHECK(e.key() == "collectives.torus_rows");
     CHECK(e.line() == 3);
   }
-  CHECK_THROWS_AS(parseConfig("collectives:\n  allreduce: butterfly\n", "bad.yaml"), ConfigError);
+  CHECK_THROWS_AS(gossamer::test::trainRegistry().parse("collectives:\n  allreduce: butterfly\n", "bad.yaml"),
+                  ConfigError);
   for (const std::string algorithm : {"tga2d", "torus2d", "hips", "hierarchical", "recursive_doubling"}) {
     Config c = parsed;
     c.collectives.allreduce = algorithm;
@@ -273,14 +276,15 @@ TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[age
 }
 TEST_CASE("collectives.calibrate measures the cost model at start, and auto uses it",
           "[agent][config][cost]") {
-  Config c = parseConfig(
+  Config c = gossamer::test::trainRegistry().parse(
       "world_size: 3\ntransport:\n  kind: inproc\ncollectives:\n  gamma_seconds_per_byte: 2e-10\n"
       "  contention: 0.5\n",
       "collectives.yaml");
   CHECK(c.collectives.gammaSecondsPerByte == 2e-10);
   CHECK(c.collectives.contention == 0.5);
   CHECK_FALSE(c.collectives.calibrate);
-  CHECK_THROWS_AS(parseConfig("collectives:\n  contention: -1\n", "bad.yaml"), ConfigError);
+  CHECK_THROWS_AS(gossamer::test::trainRegistry().parse("collectives:\n  contention: -1\n", "bad.yaml"),
+                  ConfigError);
   c.collectives.calibrate = true;  // without cost_model: calibrating implies using the model
   auto fabric = inproc::makeFabric(3);
   Registry reg;

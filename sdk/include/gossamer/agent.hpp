@@ -22,7 +22,9 @@ class Agent final {
  public:
   /// Connects this rank: creates the transport named by config.transport.kind
   /// (rendezvous through `store`, which must outlive construction only), the
-  /// communicator and the topology named by config.topology.kind.
+  /// communicator and the topology named by config.topology.kind. Keys the
+  /// config lacks take their registered defaults (Registry::complete); the
+  /// registry must outlive the Agent.
   /// @throws ConfigError for an invalid config or unknown component name;
   ///         InvalidArgument for a rank outside [0, worldSize); TimeoutError
   ///         if peers do not show up within transport.timeout_seconds.
@@ -39,15 +41,19 @@ class Agent final {
   const Topology& topology() const;
 
   /// Creates the optimizer named by config.algorithm.name for a model whose
-  /// flat parameter vector is made of tensors of `tensorSizes` elements, and
-  /// keeps it; replaces any previous one.
+  /// flat parameter vector is made of tensors of `tensorSizes` elements,
+  /// wrapped by the compressor named by config.compression.kind, and keeps
+  /// it; replaces any previous one.
   /// @throws ConfigError for an unknown algorithm, InvalidArgument.
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
   /// The optimizer made by makeOptimizer. @throws InvalidArgument if none.
   DistributedOptimizer& optimizer();
 
   /// Averages `data` (L float32 elements, same L on all ranks) over all ranks
-  /// with the ring allreduce. Convenience for communicator().allreduce.
+  /// with the configured allreduce (`collectives.allreduce`; with "auto" the
+  /// algorithm is chosen by size, e.g. recursive doubling for small vectors).
+  /// Convenience for communicator().allreduce(data, ReduceOp::kAverage).
+  /// @throws PeerFailure, TimeoutError as the allreduce does.
   void average(std::span<float> data);
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye

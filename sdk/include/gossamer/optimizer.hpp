@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -10,6 +11,11 @@ namespace gossamer {
 
 /// A decentralised training algorithm (AllReduce-SGD, Crossover-SGD, ...).
 /// Every rank calls step() the same number of times. Not thread-safe.
+/// One synchronous gossip round of the whole model (`params`, P float32
+/// elements, updated in place) with the optimizer's peers in round `round`,
+/// without a local step.
+using ModelExchange = std::function<void(std::span<float> params, std::uint64_t round)>;
+
 class DistributedOptimizer {
  public:
   virtual ~DistributedOptimizer() = default;
@@ -30,6 +36,11 @@ class DistributedOptimizer {
   /// (paper 002_924d025a547be22c.txt, Algorithm 1, lines 9-10). Optional;
   /// the default ignores it. 0 means unknown.
   virtual void setTotalSteps(std::uint64_t totalSteps) { (void)totalSteps; }
+  /// The optimizer's own model exchange, for wrappers that replace its
+  /// steps but keep how it mixes models (compressed training's model sync);
+  /// empty when it has none (e.g. AllReduce-SGD, whose exchange is the
+  /// allreduce). The function refers to this optimizer, which must outlive it.
+  virtual ModelExchange modelExchange() { return {}; }
 };
 
 }  // namespace gossamer

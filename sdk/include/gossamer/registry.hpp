@@ -1,5 +1,8 @@
 // Registry of named components, filled by the caller: no process-global
-// state and no central switch to edit when adding an algorithm.
+// state and no central switch to edit when adding an algorithm. Each
+// component registers its factory together with its YAML keys (a KeySet),
+// and the Registry's ConfigSchema is what configs are loaded and checked
+// against.
 #pragma once
 
 #include <functional>
@@ -12,6 +15,7 @@
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizer.hpp"
+#include "gossamer/schema.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topology.hpp"
 #include "gossamer/transport.hpp"
@@ -67,30 +71,87 @@ void checkNetworkOptions(const Options& o) {
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
 using TopologyFactory = std::function<std::unique_ptr<Topology>(const Config&)>;
 using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(const OptimizerContext&)>;
+/// A compressor wraps the optimizer the config names: it gets that optimizer
+/// (built already) and returns the one to use, e.g. one that compresses what
+/// the inner optimizer would exchange.
+using CompressorFactory = std::function<std::unique_ptr<DistributedOptimizer>(
+    const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner)>;
 
 /// Name -> factory maps for transports (config `transport.kind`), topologies
-/// (`topology.kind`) and optimizers (`algorithm.name`).
+/// (`topology.kind`), optimizers (`algorithm.name`) and compressors
+/// (`compression.kind`), and the YAML schema they declare.
+///
+/// A new component is its own files plus one registration, e.g.
+///
+///     registry.addOptimizer("my_sgd", makeMySgd,
+///                           KeySet().real("step_scale", 1.0, {0, false, 10, true}, "scale of each step"));
+///
+/// after which `algorithm: {name: my_sgd, step_scale: 2}` loads, is checked
+/// with file:line errors, and `config.get<double>("algorithm.step_scale")`
+/// reads it.
 class Registry {
  public:
-  /// @throws InvalidArgument if the name is empty or already registered.
-  void addTransport(const std::string& name, TransportFactory f);
-  void addTopology(const std::string& name, TopologyFactory f);
-  void addOptimizer(const std::string& name, OptimizerFactory f);
+  /// A registry with the SDK's own keys (world_size, seed, the shared
+  /// transport keys, the four selectors, `collectives:`) and the compressor
+  /// "none", which leaves the optimizer as it is.
+  Registry();
 
-  /// @throws ConfigError (key transport.kind / topology.kind / algorithm.name)
-  ///         listing the registered names when `name` is unknown.
+  /// Registers a component and its keys (under its section: transport,
+  /// topology, algorithm, compression).
+  /// @throws InvalidArgument if the name is empty or already registered, the
+  ///         factory is null, or a key clashes with one declared already.
+  void addTransport(const std::string& name, TransportFactory f, const KeySet& keys = {});
+  void addTopology(const std::string& name, TopologyFactory f, const KeySet& keys = {});
+  void addOptimizer(const std::string& name, OptimizerFactory f, const KeySet& keys = {});
+  void addCompressor(const std::string& name, CompressorFactory f, const KeySet& keys = {});
+
+  /// An application's (or a shared component's) own section, e.g.
+  /// `training:`; calling it again adds keys to the same section.
+  /// @throws InvalidArgument on a clashing key.
+  void addSection(const std::string& section, const std::string& doc, const KeySet& keys);
+
+  /// The component a config gets when its YAML does not name one, for
+  /// section "transport", "topology", "algorithm" or "compression".
+  /// @throws InvalidArgument if `name` is not registered there.
+  void setDefault(const std::string& section, const std::string& name);
+
+  /// @throws ConfigError (key transport.kind / topology.kind / algorithm.name
+  ///         / compression.kind) listing the registered names when `name` is unknown.
   const TransportFactory& transport(const std::string& name) const;
   const TopologyFactory& topology(const std::string& name) const;
   const OptimizerFactory& optimizer(const std::string& name) const;
+  const CompressorFactory& compressor(const std::string& name) const;
 
   std::vector<std::string> transportNames() const;
   std::vector<std::string> topologyNames() const;
   std::vector<std::string> optimizerNames() const;
+  std::vector<std::string> compressorNames() const;
+
+  /// Every section and key registered so far.
+  const ConfigSchema& schema() const noexcept { return schema_; }
+
+  /// `config` with every missing key at its default and every unset
+  /// selector at its default component: what an Agent runs with.
+  Config complete(const Config& config) const { return schema_.complete(config); }
+
+  /// Reads a YAML file against schema(). @throws ConfigError
+  Config load(const std::string& path) const { return loadConfig(path, schema_); }
+  /// Reads YAML text against schema(); `name` names it in errors. @throws ConfigError
+  Config parse(const std::string& yamlText, const std::string& name = "<string>") const {
+    return parseConfig(yamlText, schema_, name);
+  }
 
  private:
+  ConfigSchema schema_;
   std::map<std::string, TransportFactory> transports_;
   std::map<std::string, TopologyFactory> topologies_;
   std::map<std::string, OptimizerFactory> optimizers_;
+  std::map<std::string, CompressorFactory> compressors_;
 };
+
+namespace detail {
+/// Declares the SDK's own keys and selectors in `schema` (sdk/src/core_keys.cpp).
+void addCoreKeys(ConfigSchema& schema);
+}  // namespace detail
 
 }  // namespace gossamer

@@ -2022,21 +2022,41 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   return std::make_unique<TransportHandle>(std::move(impl));
 }
 
+namespace {
+/// transport.provider must name one when libfabric is the transport.
+std::optional<ConfigIssue> checkProvider(const Config& c) {
+  if (c.transport.kind != "libfabric" || !c.get<std::string>("transport.provider").empty())
+    return std::nullopt;
+  return ConfigIssue{
+      "transport.provider",
+      "the libfabric transport needs a provider (e.g. tcp, shm, verbs, or a name fi_info lists)"};
+}
+}  // namespace
+
 void registerWith(Registry& registry) {
-  registry.addTransport("libfabric", [](const TransportContext& ctx) {
-    Options o;
-    o.rank = ctx.rank;
-    o.worldSize = ctx.config.worldSize;
-    o.provider = ctx.config.transport.provider;
-    o.host = ctx.config.transport.host;
-    o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
-    o.lingerSeconds = ctx.config.transport.lingerSeconds;
-    try {
-      return makeTransport(o, ctx.store);
-    } catch (const ProviderNotFound& e) {
-      throw ConfigError(ctx.config.sourceFile, 0, "transport.provider", e.what());
-    }
-  });
+  const Options defaults;
+  registry.addTransport(
+      "libfabric",
+      [](const TransportContext& ctx) {
+        Options o;
+        o.rank = ctx.rank;
+        o.worldSize = ctx.config.worldSize;
+        o.provider = ctx.config.get<std::string>("transport.provider");
+        o.host = ctx.config.transport.host;
+        o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
+        o.lingerSeconds = ctx.config.transport.lingerSeconds;
+        try {
+          return makeTransport(o, ctx.store);
+        } catch (const ProviderNotFound& e) {
+          throw ConfigError(ctx.config.sourceFile, 0, "transport.provider", e.what());
+        }
+      },
+      KeySet()
+          .text("provider", defaults.provider, {},
+                "libfabric provider: tcp (tcp;ofi_rxm), shm, verbs (verbs;ofi_rxm), sockets or any name "
+                "fi_info "
+                "lists; checked when the transport starts")
+          .rule(checkProvider));
 }
 
 }  // namespace gossamer::libfabric

@@ -950,5 +950,6 @@ void registerWith(Registry& registry) {
   registry.addTransport("zmq", [](const TransportContext& ctx) {
     return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
   });
+  registry.setDefault("transport", "zmq");
 }
 }  // namespace gossamer::zmq

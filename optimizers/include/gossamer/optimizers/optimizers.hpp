@@ -109,6 +109,10 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// One synchronous gossip exchange of every segment in round `round` (no
   /// SGD step). Exposed for tests, benchmarks and averaging-only use.
   void exchange(std::span<float> params, std::uint64_t round);
+  /// exchange() as a ModelExchange.
+  ModelExchange modelExchange() override {
+    return [this](std::span<float> params, std::uint64_t round) { exchange(params, round); };
+  }
   const std::vector<std::pair<std::size_t, std::size_t>>& segments() const { return segments_; }
 
  private:
@@ -170,6 +174,10 @@ class Sgp final : public DistributedOptimizer {
   double weight() const { return weight_; }
   /// One push-sum round without an SGD step (tests, averaging-only use).
   void gossip(std::span<float> params, std::uint64_t round);
+  /// gossip() as a ModelExchange.
+  ModelExchange modelExchange() override {
+    return [this](std::span<float> params, std::uint64_t round) { gossip(params, round); };
+  }
 
  private:
   void send(std::span<const float> z, const PeerSet& p, Tag tag);
@@ -229,13 +237,26 @@ class Hierarchical final : public DistributedOptimizer {
   std::uint64_t steps_ = 0;
 };
 
-/// Registers "allreduce_sgd", "crossover_sgd", "sgp" and "hierarchical",
-/// configured from the `algorithm:`, `training:` and `compression:` sections.
-/// With compression.kind other than "none" the first three build a
-/// CompressedSgd (compress.hpp): allreduce_sgd with the compressor (means and
-/// model sync by allreduce unless configured otherwise); crossover_sgd and sgp
-/// with A2SGD, the means gossiped and that optimizer's exchange as the model
-/// synchronisation (unless configured otherwise).
+/// Registers the optimizers "allreduce_sgd", "crossover_sgd", "sgp" and
+/// "hierarchical" (keys under `algorithm:`; the local SGD step's
+/// learning_rate, momentum and weight_decay under `training:`) and the
+/// compressors "topk", "qsgd" and "a2sgd" (keys under `compression:`), and
+/// makes crossover_sgd the default algorithm. A compressor wraps the
+/// optimizer the config names (Registry::addCompressor): Top-K and QSGD
+/// compress AllReduce-SGD's gradients; A2SGD runs under allreduce_sgd, or
+/// under crossover_sgd / sgp with their model exchange as its model sync and
+/// the means gossiped (unless configured otherwise).
+/// @throws InvalidArgument if one of these names is registered already.
 void registerBuiltins(Registry& registry);
+/// The same, one component at a time (registerLocalSgdKeys declares the
+/// `training:` keys every built-in optimizer reads).
+void registerLocalSgdKeys(Registry& registry);
+void registerAllReduceSgd(Registry& registry);
+void registerCrossoverSgd(Registry& registry);
+void registerSgp(Registry& registry);
+void registerHierarchical(Registry& registry);
+void registerTopK(Registry& registry);
+void registerQsgd(Registry& registry);
+void registerA2sgd(Registry& registry);
 
 }  // namespace gossamer::optimizers

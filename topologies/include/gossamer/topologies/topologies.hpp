@@ -193,6 +193,15 @@ namespace gossamer {
 class Registry;
 }
 namespace gossamer::topologies {
-/// Registers "ring" and "fair_roulette" (uniform table, seeded with config.seed).
+/// Registers "ring" (no keys), "fair_roulette" (key `probabilities`; seeded
+/// with config.seed), "directed_exponential" (`peers_per_step`) and
+/// "explicit" (`edges`), each with its YAML keys and their checks, and makes
+/// fair_roulette the default topology.
+/// @throws InvalidArgument if one of these names is registered already.
 void registerBuiltins(Registry& registry);
+/// The same, one topology at a time.
+void registerRing(Registry& registry);
+void registerFairRoulette(Registry& registry);
+void registerDirectedExponential(Registry& registry);
+void registerExplicitGraph(Registry& registry);
 }  // namespace gossamer::topologies

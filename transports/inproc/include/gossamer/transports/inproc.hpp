@@ -28,5 +28,11 @@ class Registry;
 namespace gossamer::inproc {
 /// Registers transport kind "inproc" on `fabric` (whose world size must match
 /// the config's).
+/// @throws InvalidArgument if `fabric` is null or "inproc" is registered already.
 void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric);
+/// Registers transport kind "inproc" on a fabric made by the first transport
+/// the registry creates (for that config's world size) and shared by the
+/// ranks after it: one job (one world) per registry.
+/// @throws InvalidArgument if "inproc" is registered already.
+void registerWith(Registry& registry);
 }  // namespace gossamer::inproc

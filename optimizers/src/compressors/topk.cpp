@@ -1,0 +1,116 @@
+// Top-K sparsification with error feedback (Stich et al., "Sparsified SGD with
+// memory"; a baseline of paper 002_924d025a547be22c.txt, Table 2): each rank
+// sends its k = ceil(ratio * n) largest-magnitude entries of g + residual
+// (k uint32 indices then k float32 values: 8k bytes per step, gathered) and
+// keeps the rest as the residual for the next step.
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/optimizers/compress.hpp"
+#include "gossamer/registry.hpp"
+#include "kernels.hpp"
+#include "wrap.hpp"
+
+namespace gossamer::optimizers {
+
+using namespace detail;
+
+// ---- Top-K ----------------------------------------------------------------------
+
+TopKCompressor::TopKCompressor(std::size_t n, double ratio) : Compressor(n), k_(0) {
+  GOSSAMER_ENFORCE(ratio > 0 && ratio <= 1, "Top-K ratio " << ratio << " outside (0, 1]");
+  k_ = std::clamp<std::size_t>(static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(n))), 1, n);
+  residual_.assign(n, 0.0f);
+  magnitude_.assign(n, 0.0f);
+}
+
+void TopKCompressor::encode(std::span<const float> gradient, std::span<std::byte> payload) {
+  checkLength(gradient.size(), size(), "Top-K encode: gradient elements");
+  checkLength(payload.size(), payloadBytes(), "Top-K encode: payload bytes");
+  const std::size_t n = size();
+  const float* g = gradient.data();
+  float* e = residual_.data();
+  float* mag = magnitude_.data();
+  // Pass 1: |g + e| into the scratch; any non-finite entry makes `probe` NaN.
+  float probe = 0.0f;
+#pragma omp simd reduction(+ : probe)
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = g[i] + e[i];
+    mag[i] = std::fabs(a);
+    probe += a * 0.0f;
+  }
+  if (!(probe == 0.0f)) throwIfNonFinite(gradient, "Top-K encode: gradient");
+  // The k-th largest magnitude.
+  const auto kth = static_cast<std::ptrdiff_t>(n - k_);
+  std::nth_element(magnitude_.begin(), magnitude_.begin() + kth, magnitude_.end());
+  const float threshold = magnitude_[static_cast<std::size_t>(kth)];
+  // Above the k-th position every magnitude is >= threshold: those strictly
+  // above are sent for sure, the rest of the k are ties (lowest index first).
+  std::size_t above = 0;
+  for (std::size_t i = static_cast<std::size_t>(kth) + 1; i < n; ++i) above += mag[i] > threshold ? 1 : 0;
+  std::size_t ties = k_ - above;
+  // Pass 2: e = g + e, with the selected entries sent and zeroed.
+  std::byte* indices = payload.data();
+  std::byte* values = payload.data() + 4 * k_;
+  std::size_t taken = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = g[i] + e[i];
+    const float m = std::fabs(a);
+    if (m > threshold || (m == threshold && ties > 0)) {
+      if (!(m > threshold)) --ties;
+      const auto index = static_cast<std::uint32_t>(i);
+      std::memcpy(indices + 4 * taken, &index, 4);
+      std::memcpy(values + 4 * taken, &a, 4);
+      ++taken;
+      e[i] = 0.0f;
+    } else {
+      e[i] = a;
+    }
+  }
+  GOSSAMER_ENFORCE(taken == k_, "Top-K selected " << taken << " entries, expected " << k_);
+}
+
+void TopKCompressor::decode(std::span<const std::byte> combined, std::span<const float> gradient,
+                            std::span<float> out) {
+  (void)gradient;
+  checkLength(out.size(), size(), "Top-K decode: output elements");
+  const std::size_t count = gatheredCount(combined.size(), payloadBytes());
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (std::size_t r = 0; r < count; ++r) {
+    const std::byte* p = combined.data() + r * payloadBytes();
+    for (std::size_t j = 0; j < k_; ++j) {
+      std::uint32_t index;
+      float value;
+      std::memcpy(&index, p + 4 * j, 4);
+      std::memcpy(&value, p + 4 * (k_ + j), 4);
+      if (index >= size()) {
+        throw ProtocolError(
+            static_cast<int>(r), 4 * j,
+            "Top-K payload: index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
+      }
+      out[index] += value;
+    }
+  }
+  if (count > 1) scaleInPlace(out, 1.0f / static_cast<float>(count));
+}
+
+void registerTopK(Registry& registry) {
+  const double defaultRatio = CompressionOptions{}.topkRatio;
+  registerCompressor(
+      registry, "topk",
+      [](const OptimizerContext& ctx, std::size_t n) -> std::unique_ptr<Compressor> {
+        return std::make_unique<TopKCompressor>(n, ctx.config.get<double>("compression.topk_ratio"));
+      },
+      KeySet()
+          .real("topk_ratio", defaultRatio, {0.0, false, 1.0, true},
+                "fraction of the entries sent per step (k = ceil(ratio * P))")
+          .rule(needsAllReduceSgd("topk")));
+}
+
+}  // namespace gossamer::optimizers

@@ -1,0 +1,26 @@
+// How a compressor wraps the optimizer a config names (see wrap.cpp).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "gossamer/optimizers/compress.hpp"
+#include "gossamer/registry.hpp"
+
+namespace gossamer::optimizers::detail {
+
+/// Builds this rank's compressor for a model of n elements from the config.
+using MakeCompressor = std::function<std::unique_ptr<Compressor>(const OptimizerContext& ctx, std::size_t n)>;
+
+/// Registers compressor `name` with its keys: the Agent hands it the
+/// optimizer algorithm.name names, and gets a CompressedSgd that compresses
+/// that optimizer's exchange (see wrap.cpp). The rule that compressed
+/// exchanges are synchronous is added to `keys`.
+void registerCompressor(Registry& registry, const std::string& name, MakeCompressor make, KeySet keys);
+
+/// The rule of a gradient compressor (Top-K, QSGD): with compression.kind
+/// `kind`, algorithm.name must be allreduce_sgd, whose gradients it compresses.
+ConfigRule needsAllReduceSgd(const std::string& kind);
+
+}  // namespace gossamer::optimizers::detail

@@ -1,0 +1,275 @@
+// The fair roulette of Crossover-SGD (paper 004_659e3573d5645e2e.txt, Sec. 3.2,
+// Algorithm 2): per (step, segment) the destinations form a derangement, so
+// every rank sends and receives exactly one segment (4P/S bytes each way for
+// S segments of P float32 parameters); with a probability table, Sinkhorn
+// balancing and a Birkhoff-von Neumann decomposition make the draws follow the
+// balanced table exactly (see topologies.hpp). Registered as
+// "fair_roulette" with key `probabilities`.
+#include "gossamer/topologies/topologies.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "common.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/registry.hpp"
+
+namespace gossamer::topologies {
+
+using namespace detail;
+
+namespace {
+
+std::size_t toIndex(int v) { return static_cast<std::size_t>(v); }
+const auto& probabilitiesOf(const Config& c) {
+  return c.get<std::vector<std::vector<double>>>("topology.probabilities");
+}
+/// topology.probabilities: world_size x world_size, every row with some weight
+/// on another rank (a single rank has no one to pick: nothing to require).
+std::optional<ConfigIssue> checkProbabilities(const Config& c) {
+  const std::string key = "topology.probabilities";
+  const std::vector<std::vector<double>>& rows = probabilitiesOf(c);
+  if (rows.empty()) return std::nullopt;  // Uniform.
+  const auto n = toIndex(c.worldSize);
+  if (rows.size() != n) {
+    return ConfigIssue{key, "must be a world_size x world_size table (" + std::to_string(n) + " rows), got " +
+                                std::to_string(rows.size()) + " rows"};
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rows[i].size() != n) {
+      return ConfigIssue{indexedKey(key, i), "row must have world_size (" + std::to_string(n) +
+                                                 ") entries, got " + std::to_string(rows[i].size())};
+    }
+  }
+  if (n < 2) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    double offDiagonal = 0.0;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j != i) offDiagonal += rows[i][j];
+    }
+    if (!(offDiagonal > 0.0) || !std::isfinite(offDiagonal)) {
+      return ConfigIssue{
+          indexedKey(key, i),
+          "rank " + std::to_string(i) +
+              " needs a positive, finite total weight on the other ranks (the diagonal is ignored), "
+              "got " +
+              formatConfigValue(offDiagonal)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities,
+                           Selection selection)
+    : n_(worldSize), seed_(seed), table_(std::move(probabilities)), selection_(selection) {
+  GOSSAMER_ENFORCE(worldSize >= 2, "fair roulette needs at least 2 ranks, got " << worldSize);
+  if (table_.empty()) {
+    if (selection_ == Selection::kMatched) {  // uniform target
+      table_.assign(static_cast<std::size_t>(n_), std::vector<double>(static_cast<std::size_t>(n_), 1.0));
+      for (int i = 0; i < n_; ++i) table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 0;
+      decompose();
+      table_.clear();
+    }
+    return;
+  }
+  GOSSAMER_ENFORCE(static_cast<int>(table_.size()) == n_,
+                   "roulette table has " << table_.size() << " rows for world size " << n_);
+  for (int i = 0; i < n_; ++i) {
+    auto& row = table_[static_cast<std::size_t>(i)];
+    GOSSAMER_ENFORCE(static_cast<int>(row.size()) == n_,
+                     "roulette row " << i << " has " << row.size() << " entries, expected " << n_);
+    double mass = 0;
+    for (int j = 0; j < n_; ++j) {
+      const double v = row[static_cast<std::size_t>(j)];
+      GOSSAMER_ENFORCE(std::isfinite(v) && v >= 0, "roulette entry (" << i << "," << j << ") = " << v);
+      if (j != i) mass += v;
+    }
+    GOSSAMER_ENFORCE(mass > 0, "roulette row " << i << " gives no probability to any other rank");
+    row[static_cast<std::size_t>(i)] = 0;  // nobody sends to itself
+  }
+  if (selection_ == Selection::kMatched) decompose();
+}
+
+namespace {
+
+// Kuhn's augmenting paths on the support {m(i,j) > eps}, trying large entries
+// first. Returns dest per row, or empty if there is no perfect matching.
+std::vector<int> perfectMatching(const Eigen::MatrixXd& m, double eps) {
+  const int n = static_cast<int>(m.rows());
+  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j)
+      if (m(i, j) > eps) adj[static_cast<std::size_t>(i)].push_back(j);
+    std::sort(adj[static_cast<std::size_t>(i)].begin(), adj[static_cast<std::size_t>(i)].end(),
+              [&](int a, int b) { return m(i, a) > m(i, b); });
+  }
+  std::vector<int> owner(static_cast<std::size_t>(n), -1), dest(static_cast<std::size_t>(n), -1);
+  std::vector<char> seen;
+  std::function<bool(int)> augment = [&](int i) {
+    for (int j : adj[static_cast<std::size_t>(i)]) {
+      if (seen[static_cast<std::size_t>(j)]) continue;
+      seen[static_cast<std::size_t>(j)] = 1;
+      const int o = owner[static_cast<std::size_t>(j)];
+      if (o < 0 || augment(o)) {
+        owner[static_cast<std::size_t>(j)] = i;
+        dest[static_cast<std::size_t>(i)] = j;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < n; ++i) {
+    seen.assign(static_cast<std::size_t>(n), 0);
+    if (!augment(i)) return {};
+  }
+  return dest;
+}
+
+}  // namespace
+
+// Sinkhorn balancing, then a Birkhoff-von Neumann decomposition (greedy:
+// subtract the smallest entry along a perfect matching of the support).
+void FairRoulette::decompose() {
+  target_ = Eigen::MatrixXd::Zero(n_, n_);
+  for (int i = 0; i < n_; ++i)
+    for (int j = 0; j < n_; ++j)
+      target_(i, j) = table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+  bool balanced = false;
+  for (int it = 0; it < 100000 && !balanced; ++it) {
+    target_ = (target_.array().colwise() / target_.rowwise().sum().array()).matrix();
+    const Eigen::RowVectorXd cols = target_.colwise().sum();
+    GOSSAMER_ENFORCE((cols.array() > 0).all(),
+                     "roulette table: some rank can never be chosen, so no fair assignment exists");
+    target_ = (target_.array().rowwise() / cols.array()).matrix();
+    balanced = (target_.rowwise().sum().array() - 1.0).abs().maxCoeff() < 1e-13;
+  }
+  GOSSAMER_ENFORCE(balanced, "roulette table admits no fair (doubly stochastic) assignment");
+  Eigen::MatrixXd rest = target_;
+  double left = 1.0;
+  std::vector<double> theta;
+  while (left > 1e-12) {
+    auto dest = perfectMatching(rest, 1e-14);
+    if (dest.empty()) break;  // only rounding residue is left
+    double t = left;
+    for (int i = 0; i < n_; ++i) t = std::min(t, rest(i, dest[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < n_; ++i) rest(i, dest[static_cast<std::size_t>(i)]) -= t;
+    left -= t;
+    perms_.push_back(std::move(dest));
+    theta.push_back(t);
+  }
+  GOSSAMER_ENFORCE(!perms_.empty(), "roulette table admits no fair assignment");
+  const double total = std::accumulate(theta.begin(), theta.end(), 0.0);
+  double acc = 0;
+  for (double t : theta) cumulative_.push_back(acc += t / total);
+  cumulative_.back() = 1.0;
+}
+
+std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) const {
+  std::mt19937_64 g(
+      splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  if (selection_ == Selection::kMatched) {
+    const double u = uniform01(g);
+    const auto k = static_cast<std::size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) -
+                                            cumulative_.begin());
+    return perms_[std::min(k, perms_.size() - 1)];
+  }
+  std::vector<int> dest(static_cast<std::size_t>(n_), -1);
+  std::vector<char> taken(static_cast<std::size_t>(n_), 0);
+  std::vector<double> row(static_cast<std::size_t>(n_));
+  for (int i = 0; i < n_; ++i) {
+    double sum = 0;
+    for (int j = 0; j < n_; ++j) {
+      const auto uj = static_cast<std::size_t>(j);
+      double w = table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][uj];
+      if (j == i || taken[uj]) w = 0;
+      row[uj] = w;
+      sum += w;
+    }
+    if (sum <= 0) {
+      // Either the dead end (only i itself is left; i == n-1) or a table whose
+      // free entries are all zero: fall back to the free ranks uniformly.
+      for (int j = 0; j < n_; ++j)
+        row[static_cast<std::size_t>(j)] = (j != i && !taken[static_cast<std::size_t>(j)]) ? 1.0 : 0.0;
+      sum = std::accumulate(row.begin(), row.end(), 0.0);
+    }
+    if (sum <= 0) {
+      // Dead end: i == n-1 and only i is free. Swap with an earlier rank j.
+      std::vector<double> w(static_cast<std::size_t>(n_), 0.0);
+      double ws = 0;
+      for (int j = 0; j < i; ++j) {
+        w[static_cast<std::size_t>(j)] =
+            table_.empty()
+                ? 1.0
+                : std::max(table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)], 1e-12);
+        ws += w[static_cast<std::size_t>(j)];
+      }
+      const int j = drawWeighted(g, w, ws);
+      dest[static_cast<std::size_t>(i)] = dest[static_cast<std::size_t>(j)];
+      dest[static_cast<std::size_t>(j)] = i;
+      taken[static_cast<std::size_t>(i)] = 1;
+      continue;
+    }
+    const int d = drawWeighted(g, row, sum);
+    dest[static_cast<std::size_t>(i)] = d;
+    taken[static_cast<std::size_t>(d)] = 1;
+  }
+  return dest;
+}
+
+std::vector<int> FairRoulette::destinationsWithoutFairness(std::uint64_t step, int segment) const {
+  std::mt19937_64 g(
+      splitmix64(seed_ ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  std::vector<int> dest(static_cast<std::size_t>(n_));
+  std::vector<double> row(static_cast<std::size_t>(n_));
+  for (int i = 0; i < n_; ++i) {
+    double sum = 0;
+    for (int j = 0; j < n_; ++j) {
+      const double w =
+          j == i ? 0.0
+                 : (table_.empty() ? 1.0 : table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]);
+      row[static_cast<std::size_t>(j)] = w;
+      sum += w;
+    }
+    dest[static_cast<std::size_t>(i)] = drawWeighted(g, row, sum);
+  }
+  return dest;
+}
+
+PeerSet FairRoulette::peers(int rank, std::uint64_t step, int segment) const {
+  checkRank(rank, n_);
+  const auto dest = destinations(step, segment);
+  PeerSet p;
+  p.sendTo = {dest[static_cast<std::size_t>(rank)]};
+  for (int j = 0; j < n_; ++j)
+    if (dest[static_cast<std::size_t>(j)] == rank) p.recvFrom.push_back(j);
+  p.selfWeight = 0.5;
+  p.recvWeights.assign(p.recvFrom.size(), 0.5 / static_cast<double>(p.recvFrom.size()));
+  return p;
+}
+
+void registerFairRoulette(Registry& registry) {
+  registry.addTopology(
+      "fair_roulette",
+      [](const Config& c) -> std::unique_ptr<Topology> {
+        if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
+        // With a probability table the draws follow it exactly (Selection::kMatched);
+        // without one, the paper's sequential Algorithm 2.
+        const auto& table = probabilitiesOf(c);
+        return std::make_unique<FairRoulette>(
+            c.worldSize, c.seed, table,
+            table.empty() ? FairRoulette::Selection::kSequential : FairRoulette::Selection::kMatched);
+      },
+      KeySet()
+          .realMatrix(
+              "probabilities", {0.0, true, kUnbounded, false},
+              "world_size x world_size table of non-negative weights (row = sender, diagonal ignored); "
+              "empty = uniform")
+          .rule(checkProbabilities));
+}
+
+}  // namespace gossamer::topologies
