@@ -55,8 +55,33 @@ class BatchSampler {
   std::size_t pos_ = 0;
 };
 
+// The training loop itself, the part to copy into a program of one's own:
+// each step draws a mini-batch from this rank's shard, computes the local
+// gradient, and hands it to the distributed optimizer, which exchanges with
+// the peers (gossip or allreduce, as configured) and updates `params` in
+// place. Returns the epoch's mean training loss. `afterGradient` (may be
+// empty) runs between the gradient and the step.
+double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float> params,
+                  std::span<float> grads, BatchSampler& sampler, const Dataset& train, int batch, int steps,
+                  const std::function<void()>& afterGradient) {
+  RowMatrix x;
+  std::vector<std::uint8_t> y;
+  double lossSum = 0;
+  for (int s = 0; s < steps; ++s) {
+    sampler.next(train, batch, x, y);
+    lossSum += model.lossAndGradient(params, x, y.data(), grads);
+    if (afterGradient) afterGradient();
+    optimizer.step(params, grads);
+  }
+  optimizer.flush(params);  // completes exchanges still in flight (overlap, async)
+  return lossSum / steps;
+}
+
 }  // namespace
 
+// The harness around trainEpoch: data shards, the Agent, per-epoch
+// evaluation (loss, bytes, the average model's accuracy, consensus distance)
+// and the run's summary.
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
                      const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch) {
   const auto start = Clock::now();
@@ -91,29 +116,24 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.worldSize = n;
     summary.epochs = t.training.epochs;
     summary.stepsPerEpoch = stepsPerEpoch;
-    RowMatrix x;
-    std::vector<std::uint8_t> y;
     double trainBytes = 0, trainMessages = 0, trainSeconds = 0;
-    const bool straggler = rank == t.training.stragglerRank;
-    const auto delay = std::chrono::duration<double>(t.training.stragglerDelaySeconds);
+    std::function<void()> emulateStraggler;
+    if (rank == t.training.stragglerRank) {
+      const auto delay = std::chrono::duration<double>(t.training.stragglerDelaySeconds);
+      emulateStraggler = [delay] { std::this_thread::sleep_for(delay); };
+    }
     for (int epoch = 1; epoch <= t.training.epochs; ++epoch) {
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats();
-      double lossSum = 0;
-      for (int s = 0; s < stepsPerEpoch; ++s) {
-        sampler.next(data.train, batch, x, y);
-        lossSum += model.lossAndGradient(params, x, y.data(), grads);
-        if (straggler) std::this_thread::sleep_for(delay);  // emulated slow peer
-        optimizer.step(params, grads);
-      }
-      optimizer.flush(params);
+      const double loss = trainEpoch(model, optimizer, params, grads, sampler, data.train, batch,
+                                     stepsPerEpoch, emulateStraggler);
       trainSeconds += since(epochStart);
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
 
       // Evaluation collectives: [loss sum, training bytes, messages], then the average model.
-      double sums[3] = {lossSum / stepsPerEpoch, trainBytes, trainMessages};
+      double sums[3] = {loss, trainBytes, trainMessages};
       agent.communicator().allreduce(std::span<double>(sums, 3), ReduceOp::kAverage);
       std::copy(params.begin(), params.end(), average.begin());
       agent.average(average);

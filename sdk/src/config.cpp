@@ -413,7 +413,7 @@ class Parser {
 
   void readSubsection(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
                       const Section& section, Config& config) {
-    if (value.IsNull()) return;  // `training:` with everything commented out: defaults.
+    if (value.IsNull()) return;  // A section with everything commented out: defaults.
     if (!value.IsMap()) {
       throw ConfigError(file_, valueLine(keyNode, value), key,
                         "expected a section (a map of settings), got " + describe(value));

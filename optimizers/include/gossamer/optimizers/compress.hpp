@@ -277,7 +277,7 @@ struct CompressedSgdOptions {
   /// Synchronise the models after the last step (paper 002, Algorithm 1,
   /// lines 9-10), when the total is known (DistributedOptimizer::setTotalSteps).
   bool finalSync = true;
-  double timeoutSeconds = 30;  ///< Bound on every wait.
+  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on every wait.
 };
 
 /// Counters of CompressedSgd, payload bytes this rank sent (from the

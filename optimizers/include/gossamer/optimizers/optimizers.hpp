@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gossamer/collectives.hpp"
+#include "gossamer/defaults.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/topology.hpp"
 #include "gossamer/transport.hpp"
@@ -77,7 +78,7 @@ struct CrossoverOptions {
   SgdOptions sgd;
   int segments = 4;            ///< S: segments of the flat vector (along tensor boundaries).
   int interval = 1;            ///< Local steps between exchanges (>= 1).
-  double timeoutSeconds = 30;  ///< Bound on each exchange's waits.
+  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each exchange's waits.
   GossipMode mode = GossipMode::kSync;
 };
 
@@ -140,7 +141,7 @@ class CrossoverSgd final : public DistributedOptimizer {
 /// Options of SGP.
 struct SgpOptions {
   SgdOptions sgd;
-  double timeoutSeconds = 30;  ///< Bound on each wait.
+  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait.
   GossipMode mode = GossipMode::kSync;
 };
 
