@@ -76,8 +76,8 @@ GossipMode parseGossipMode(const std::string& name);
 /// Options of Crossover-SGD.
 struct CrossoverOptions {
   SgdOptions sgd;
-  int segments = 4;            ///< S: segments of the flat vector (along tensor boundaries).
-  int interval = 1;            ///< Local steps between exchanges (>= 1).
+  int segments = 4;  ///< S: segments of the flat vector (along tensor boundaries).
+  int interval = 1;  ///< Local steps between exchanges (>= 1).
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each exchange's waits.
   GossipMode mode = GossipMode::kSync;
 };
