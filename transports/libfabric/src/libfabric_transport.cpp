@@ -70,7 +70,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -85,6 +84,7 @@
 
 #include "fabric.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
 
@@ -347,8 +347,8 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
     if (wake) wake();
     if (!cv.wait_for(lk, std::chrono::duration<double>(bound_),
                      [&] { return closed || !direct.contains(&state); }))
-      std::cerr << "gossamer libfabric: a cancelled receive's payload was not taken back within " << bound_
-                << " s (the progress thread is stuck inside libfabric?)\n";
+      GOSSAMER_LOG(kError, "libfabric: a cancelled receive's payload was not taken back within "
+                               << bound_ << " s (the progress thread is stuck inside libfabric?)");
     // Not left behind for the progress thread (the request may be freed once this returns).
     std::erase(cancels, &state);
   }
@@ -573,9 +573,12 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     if (exited) {
       if (progress_.joinable()) progress_.join();
     } else if (progress_.joinable()) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank
-                << ": the progress thread is stuck inside libfabric (a peer died holding a shared lock?); "
-                   "leaving it and the endpoint behind\n";
+      GOSSAMER_LOG(
+          kError,
+          "libfabric rank "
+              << opt_.rank
+              << ": the progress thread is stuck inside libfabric (a peer died holding a shared lock?); "
+                 "leaving it and the endpoint behind");
       progress_.detach();
     }
     box_.close();
@@ -1056,7 +1059,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         }
       } catch (const std::exception& e) {
         // A libfabric call failed outside any one peer's traffic: the endpoint is unusable.
-        std::cerr << "gossamer libfabric rank " << opt_.rank << ": progress error: " << e.what() << '\n';
+        GOSSAMER_LOG(kError, "libfabric rank " << opt_.rank << ": progress error: " << e.what());
         for (int p = 0; p < opt_.worldSize; ++p)
           if (p != opt_.rank)
             failPeer(p, std::make_exception_ptr(
@@ -1068,8 +1071,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     try {
       if (queued_ > 0) flushPending();
     } catch (const std::exception& e) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": progress error at close: " << e.what()
-                << '\n';
+      GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": progress error at close: " << e.what());
     }
   }
 
@@ -1163,7 +1165,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
           try {
             std::rethrow_exception(e);
           } catch (const Error& x) {
-            std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << x.what() << '\n';
+            GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << x.what());
           }
         }
         repost(*p);
@@ -1200,8 +1202,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   void onPoolMessage(std::span<const std::byte> message) {
     if (message.size() < kEnvelopeBytes) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": dropped a message of " << message.size()
-                << " bytes, shorter than its envelope\n";
+      GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": dropped a message of " << message.size()
+                                               << " bytes, shorter than its envelope");
       return;
     }
     const std::uint64_t envelope = getU64(message.data());
@@ -1209,8 +1211,8 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     const std::uint64_t channel = channelOf(envelope);
     const int src = sourceOf(envelope);
     if (src >= opt_.worldSize || src == opt_.rank) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": dropped a message whose envelope names rank "
-                << src << '\n';
+      GOSSAMER_LOG(kWarning,
+                   "libfabric rank " << opt_.rank << ": dropped a message whose envelope names rank " << src);
       return;
     }
     auto& rx = rx_[static_cast<std::size_t>(src)];
@@ -1248,7 +1250,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       }
       flushInbound(src);
     } catch (const ProtocolError& e) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+      GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
       failPeer(src, std::current_exception());
     } catch (const std::exception& e) {  // e.g. out of memory for an announced payload
       failPeer(src, std::make_exception_ptr(PeerFailure(src, std::string("cannot receive: ") + e.what())));
@@ -1406,7 +1408,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       }
       flushInbound(src);
     } catch (const ProtocolError& e) {
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+      GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
       failPeer(src, std::current_exception());
     }
   }
@@ -1692,8 +1694,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       }
       peer.gone = true;
       box_.peerGone(p, std::move(why));
-      std::cerr << "gossamer libfabric rank " << opt_.rank << ": peer " << p
-                << " exited while the progress thread is stuck inside libfabric (on a lock it held?)\n";
+      GOSSAMER_LOG(kError,
+                   "libfabric rank "
+                       << opt_.rank << ": peer " << p
+                       << " exited while the progress thread is stuck inside libfabric (on a lock it held?)");
       markPeer(p, false);
     }
   }
@@ -1716,7 +1720,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         try {
           std::rethrow_exception(msg->verifyError);
         } catch (const std::exception& e) {
-          std::cerr << "gossamer libfabric rank " << opt_.rank << ": " << e.what() << '\n';
+          GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
         }
         failPeer(msg->source, msg->verifyError);
         continue;

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/single_copy.hpp"
@@ -831,7 +832,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (!readPayload(c)) return;
         finishFrame(c);
       }
-    } catch (const ProtocolError&) {
+    } catch (const ProtocolError& e) {
+      // The peer misbehaves: say why before its traffic fails with the error.
+      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": " << e.what());
       failPeer(c, std::current_exception());
     }
   }

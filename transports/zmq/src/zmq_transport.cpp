@@ -35,7 +35,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -46,6 +45,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/single_copy.hpp"
@@ -81,7 +81,7 @@ class LoanGuard final : public detail::BackgroundEngine {
     try {
       onCancel_(state);
     } catch (const std::exception& e) {  // Request::cancel is noexcept
-      std::cerr << "gossamer zmq: cancelling a borrowed send failed: " << e.what() << '\n';
+      GOSSAMER_LOG(kError, "zmq: cancelling a borrowed send failed: " << e.what());
     }
   }
 
@@ -344,8 +344,11 @@ class ZmqTransport final : public Transport {
                  " s (the peer is not reading)");
     std::unique_lock<std::mutex> ll(loansMu_);
     if (!loansCv_.wait_for(ll, std::chrono::seconds(10), [&] { return loans_.count(&s) == 0; }))
-      std::cerr << "gossamer zmq rank " << opt_.rank
-                << ": ZeroMQ still holds a cancelled send's buffer 10 s after its connection was closed\n";
+      GOSSAMER_LOG(
+          kError,
+          "zmq rank "
+              << opt_.rank
+              << ": ZeroMQ still holds a cancelled send's buffer 10 s after its connection was closed");
   }
 
   // Closes the connection to peer p (its queued messages get `linger`
@@ -515,7 +518,7 @@ class ZmqTransport final : public Transport {
         checkLostPeers();
       } catch (const ::zmq::error_t& e) {
         if (e.num() == ETERM) return;
-        std::cerr << "gossamer zmq rank " << opt_.rank << ": progress error: " << e.what() << '\n';
+        GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
       }
     }
   }
@@ -598,7 +601,7 @@ class ZmqTransport final : public Transport {
     } catch (const PeerFailure& e) {  // a pull from a process that is gone
       if (peer >= 0) declareFailed(peer, std::current_exception(), e.what());
     } catch (const ProtocolError& e) {
-      std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
+      GOSSAMER_LOG(kWarning, "zmq rank " << opt_.rank << ": " << e.what());
       // It may still read pull frames queued before; it misbehaves, so this
       // rank stops waiting for it (see Transport::isendBorrowed on cancel).
       if (peer >= 0)
