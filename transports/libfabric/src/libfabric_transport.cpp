@@ -86,6 +86,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
 
 namespace gossamer::libfabric {
@@ -131,8 +132,6 @@ constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
 // Pieces of one payload posted at a time (postMore).
 constexpr std::size_t kBulkWindow = 4;
 constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;
-/// A bye whose tag segment is this says the sender stopped because of an error of its own.
-constexpr std::uint32_t kByeAfterError = 1;
 
 void putU64(std::byte* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
@@ -381,7 +380,10 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
 class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
   LibfabricTransport(const Options& o, Store& store)
-      : opt_(o), guard_(std::make_shared<CopyGuard>(o.timeoutSeconds)), box_(o.worldSize) {
+      : opt_(o),
+        guard_(std::make_shared<CopyGuard>(o.timeoutSeconds)),
+        box_(o.worldSize),
+        life_("libfabric", o.rank, o.worldSize, box_) {
     peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
     GOSSAMER_ENFORCE(peerTimeout_ > o.heartbeatSeconds,
                      "peer timeout " << peerTimeout_ << " s must exceed the heartbeat interval "
@@ -412,8 +414,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     rx_ = std::vector<PeerRx>(static_cast<std::size_t>(o.worldSize));
     const auto now = Clock::now();
     for (auto& r : rx_) r.lastHeard = now;
-    acked_.assign(static_cast<std::size_t>(o.worldSize), 0);
-    peerClosed_.assign(static_cast<std::size_t>(o.worldSize), 0);
     beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(o.rank),
                                     Tag{Op::kControl, 0, 0}, {});
     postPool();
@@ -456,9 +456,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   double timeoutSeconds() const override { return opt_.timeoutSeconds; }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
-                     "destination rank " << dst << " outside world size " << opt_.worldSize);
-    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkSend(dst);
     // (encodeFrameHeader validates the size and dtype: InvalidArgument before anything is queued.)
     const bool large = dst != opt_.rank && data.size() > tx_[static_cast<std::size_t>(dst)]->inlineLimit;
     const auto header =
@@ -485,13 +483,12 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       // 0.85x to 0.96x of zmq ipc (docs/libfabric.md).
       if (data.size() > tx_[static_cast<std::size_t>(dst)]->inlineLimit) std::this_thread::yield();
     }
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(gossamer::detail::completedRequest(dst, data.size()));
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
-    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkOpen("irecv");
     auto r = box_.post(sources, tag, buffer, guard_);
     kick();  // a message is expected: keep the progress thread polling
     return r;
@@ -504,31 +501,18 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   void close() override {
-    if (closed_.exchange(true)) return;
+    if (!life_.beginClose()) return;
     // Goodbye handshake (as in the zmq transport): the bye follows everything
     // this rank sent to the peer (same sequence); the peer acknowledges it once
     // it has received all of that. Wait, bounded by the linger period, until
     // every peer acknowledged, is closing itself, or is gone.
     for (int p = 0; p < opt_.worldSize; ++p) {
-      if (p == opt_.rank || tx_[static_cast<std::size_t>(p)]->gone) continue;
-      bool closing;
-      {
-        std::lock_guard<std::mutex> lk(closeMu_);
-        closing = peerClosed_[static_cast<std::size_t>(p)];
-      }
-      if (!closing) sendControl(p, FrameKind::kBye, aborting_ ? kByeAfterError : 0);
+      if (p == opt_.rank || tx_[static_cast<std::size_t>(p)]->gone || life_.leaving(p)) continue;
+      sendControl(p, FrameKind::kBye, PeerLifecycle::byeSegment(aborting_));
     }
     kick();
-    {
-      std::unique_lock<std::mutex> lk(closeMu_);
-      closeCv_.wait_for(lk, std::chrono::duration<double>(opt_.lingerSeconds), [&] {
-        for (int p = 0; p < opt_.worldSize; ++p) {
-          const auto up = static_cast<std::size_t>(p);
-          if (p != opt_.rank && !acked_[up] && !peerClosed_[up] && !tx_[up]->gone) return false;
-        }
-        return true;
-      });
-    }
+    (void)life_.waitSettled(opt_.lingerSeconds,
+                            [&](int p) { return tx_[static_cast<std::size_t>(p)]->gone.load(); });
     stop_ = true;
     wake();
     // The progress thread posts what is still queued (the byes), then stops
@@ -585,14 +569,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     if (exited) teardown();
   }
 
-  TransportStats stats() const override {
-    TransportStats s;
-    s.bytesSent = bytesSent_;
-    s.messagesSent = messagesSent_;
-    s.bytesReceived = bytesReceived_;
-    s.messagesReceived = messagesReceived_;
-    return s;
-  }
+  TransportStats stats() const override { return life_.stats(); }
 
  private:
   // ---- setup ---------------------------------------------------------------------
@@ -1289,13 +1266,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     if (channel == kChanFrame) {
       const auto payload = bytes.subspan(kFrameHeaderBytes);
       verifyFramePayload(headerSpan, h, payload, src);
-      if (h.kind == FrameKind::kBye && h.tag.segment == kByeAfterError) {
+      if (h.kind == FrameKind::kBye && h.tag.segment == PeerLifecycle::kByeAfterError) {
         // The peer aborted: it dropped what it had queued and closes its
         // endpoint without waiting, so payloads still under way from it will
         // fail. Report why now rather than the lost connection, and send no
         // ack (nobody waits for it).
-        failPeer(src, std::make_exception_ptr(PeerFailure(src, "it stopped after an error of its own")));
-        markPeer(src, false);
+        life_.onBye(src, h.tag.segment);
+        failPeer(src, life_.failure(src));
         return;
       }
       if (!payload.empty()) {
@@ -1435,12 +1412,12 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         case FrameKind::kBye:
           // Everything the peer sent before its bye has been delivered. (A bye
           // after an error does not wait in this queue: processFrame.)
-          failPeer(src, std::make_exception_ptr(PeerFailure(src, "peer closed its transport")));
+          life_.onBye(src, msg->header.tag.segment);
+          failPeer(src, life_.failure(src));
           sendControl(src, FrameKind::kByeAck);
-          markPeer(src, false);
           break;
         case FrameKind::kByeAck:
-          markPeer(src, true);
+          life_.onByeAck(src);
           break;
         case FrameKind::kPull:
         case FrameKind::kPullDone:      // the socket transport's single-copy frames
@@ -1455,8 +1432,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
 
   void countReceived(InboundMsg& msg) {
-    bytesReceived_ += msg.size;
-    ++messagesReceived_;
+    life_.countReceived(msg.size);
     msg.counted = true;
   }
 
@@ -1693,12 +1669,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
         peer.why = why;
       }
       peer.gone = true;
-      box_.peerGone(p, std::move(why));
+      life_.declareFailed(p, std::move(why));
       GOSSAMER_LOG(kError,
                    "libfabric rank "
                        << opt_.rank << ": peer " << p
                        << " exited while the progress thread is stuck inside libfabric (on a lock it held?)");
-      markPeer(p, false);
     }
   }
 
@@ -1770,7 +1745,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
       peer.why = why;
     }
     peer.gone = true;
-    box_.peerGone(p, std::move(why));
+    life_.declareFailed(p, std::move(why));
     {
       std::lock_guard<std::mutex> lk(peer.mu);
       queued_ -= peer.pending.size();
@@ -1805,7 +1780,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     }
     rx.queue.clear();
     rx.early.clear();
-    markPeer(p, false);
   }
 
   void buryIfDone(InboundMsg* msg) {
@@ -1814,14 +1788,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     const auto it =
         std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
     if (it != zombies_.end()) zombies_.erase(it);
-  }
-
-  void markPeer(int p, bool ack) {
-    {
-      std::lock_guard<std::mutex> lk(closeMu_);
-      (ack ? acked_ : peerClosed_)[static_cast<std::size_t>(p)] = 1;
-    }
-    closeCv_.notify_all();
   }
 
   // Stops the checksum thread. It waits on nothing but its queue and
@@ -1918,6 +1884,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
   std::shared_ptr<CopyGuard> guard_;  ///< attached to posted receives (set in the constructor)
   Mailbox box_;
+  PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   double peerTimeout_ = 0;
   detail::InfoPtr info_;
   std::string provider_;
@@ -1962,7 +1929,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::condition_variable exitCv_;
   bool progressExited_ = false;  // under exitMu_
   bool abandoned_ = false;       // under exitMu_: close() left the progress thread behind
-  std::atomic<bool> stop_{false}, closed_{false}, aborting_{false}, sleeping_{false};
+  std::atomic<bool> stop_{false}, aborting_{false}, sleeping_{false};
   std::atomic<Clock::rep> lastKick_{0};
   /// When the progress thread last began a loop turn (watchWhileStuck).
   std::atomic<Clock::rep> loopStamp_{Clock::now().time_since_epoch().count()};
@@ -1970,11 +1937,6 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::mutex kickMu_;
   std::condition_variable kickCv_;
   bool kicked_ = false;  // under kickMu_
-
-  std::mutex closeMu_;
-  std::condition_variable closeCv_;
-  std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
-  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0};
 };
 
 /// What makeTransport returns: the transport is shared with its progress
