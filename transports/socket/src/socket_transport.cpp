@@ -448,7 +448,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         std::lock_guard<std::mutex> lk(exclusive);
         if (stopped_) return;
         progressLocked();
-        if (!pending(state)) return;
+        if (!state.pending()) return;
         const auto now = Clock::now();
         if (now >= deadline) return;
         if (now < spinEnd) {
@@ -564,11 +564,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       background_.detach();  // the last owner let go on this thread: it returns right after
     else
       background_.join();
-  }
-
-  static bool pending(detail::RequestState& s) {
-    std::lock_guard<std::mutex> lk(s.mu);
-    return s.status == detail::RequestState::Status::kPending;
   }
 
   void wake() {
@@ -858,7 +853,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // Moves payload bytes into c.dst; true once the whole payload is there.
   bool readPayload(Conn& c) {
     const std::size_t n = c.frame.payloadBytes;
-    if (c.claimed && !pending(*c.claimed)) {  // cancelled (cancel() waited for exclusive)
+    if (c.claimed && !c.claimed->pending()) {  // cancelled (cancel() waited for exclusive)
       c.claimed.reset();
       c.discard = true;
     }

@@ -590,7 +590,7 @@ class ZmqTransport final : public Transport {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
       if (!claim.fits(peer, payload.size())) {  // the receive fails, the message is used up
         consumed = true;
-      } else if (pending(*claim.state)) {
+      } else if (claim.state->pending()) {
         // Checked and copied in one pass, or (irecvView) checked and handed over.
         sum = claim.handOver ? crc32c(payload)
                              : copyAndCrc32c(claim.buffer.data(), payload.data(), payload.size());
@@ -784,7 +784,7 @@ class ZmqTransport final : public Transport {
     auto claim = box_.claim(peer, h.tag, /*singleSourceOnly=*/true);
     if (claim.state) {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
-      if (pending(*claim.state)) {         // (cancelled meanwhile: the Mailbox gets it below)
+      if (claim.state->pending()) {        // (cancelled meanwhile: the Mailbox gets it below)
         if (!claim.fits(peer, d.bytes)) {  // the receive fails, the message is used up
           sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
           return;
@@ -812,11 +812,6 @@ class ZmqTransport final : public Transport {
     sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
     life_.countReceived(d.bytes, /*pulled=*/true);
     box_.deliver(peer, h.tag, InboundPayload{std::move(owned), dst});
-  }
-
-  static bool pending(detail::RequestState& s) {
-    std::lock_guard<std::mutex> lk(s.mu);
-    return s.status == detail::RequestState::Status::kPending;
   }
 
   void readMonitor(int p) {
