@@ -6,12 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/peer_lifecycle.hpp"
+#include "gossamer/single_copy.hpp"
 
 using gossamer::Mailbox;
 using gossamer::PeerLifecycle;
@@ -94,4 +96,28 @@ TEST_CASE("lifecycle: argument checks and statistics", "[lifecycle]") {
   CHECK(s.bytesReceived == 100);
   CHECK(s.messagesReceived == 2);
   CHECK(s.messagesPulled == 1);
+}
+
+TEST_CASE("single-copy ledger: a pull-done completes only its own peer's send; a departed peer's sends fail",
+          "[lifecycle][single_copy]") {
+  gossamer::single_copy::Ledger ledger;
+  auto a = std::make_shared<gossamer::detail::RequestState>();
+  auto b = std::make_shared<gossamer::detail::RequestState>();
+  auto c = std::make_shared<gossamer::detail::RequestState>();
+  const auto ta = ledger.add(1, a, 10);
+  const auto tb = ledger.add(2, b, 20);
+  const auto tc = ledger.add(2, c, 30);
+  CHECK(ta != tb);
+  CHECK_FALSE(ledger.done(2, ta, false));  // rank 2 cannot complete rank 1's send
+  CHECK(ledger.done(1, ta, false));
+  CHECK(a->status == gossamer::detail::RequestState::Status::kDone);
+  CHECK(a->bytes == 10);
+  CHECK(ledger.ticketOf(*b) == tb);
+  CHECK(ledger.destinationOf(tb) == 2);
+  ledger.failOwedBy(2, std::make_exception_ptr(gossamer::PeerFailure(2, "gone")));
+  CHECK(b->status == gossamer::detail::RequestState::Status::kFailed);
+  CHECK(c->status == gossamer::detail::RequestState::Status::kFailed);
+  CHECK(ledger.waitSettled(tc, 0));
+  ledger.close(std::make_exception_ptr(gossamer::Cancelled("closed")));
+  CHECK_THROWS_AS(ledger.add(1, a, 1), gossamer::Cancelled);
 }

@@ -412,15 +412,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.failure) std::rethrow_exception(c.failure);
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     }
-    d.ticket = nextTicket_++ & Tag::kMaxStep;
+    auto req = std::make_shared<detail::RequestState>();
+    req->engine = shared_from_this();
+    req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
+    d.ticket = pulls_.add(dst, req, data.size());
     const auto wire = single_copy::encode(d);
     const auto header =
         encodeFrameHeader(FrameKind::kPull, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), tag,
                           std::span<const std::byte>(wire));
-    auto req = std::make_shared<detail::RequestState>();
-    req->engine = shared_from_this();
-    req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
-    pulls_[d.ticket] = Pull{dst, req, data.size()};
     sendLocked(c, header, std::span<const std::byte>(wire));
     lastActivity_ = Clock::now();
     life_.countSent(data.size());
@@ -718,18 +717,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       }
       return;
     }
-    for (auto it = pulls_.begin(); it != pulls_.end(); ++it) {
-      if (it->second.req.get() != &state) continue;
+    if (const auto ticket = pulls_.ticketOf(state)) {
       // The peer may be reading the buffer right now: let it finish (bounded).
-      const std::uint64_t ticket = it->first;
       const auto deadline = deadlineAfter(opt_.timeoutSeconds);
       std::vector<pollfd> pfds;
-      while (pulls_.count(ticket) && Clock::now() < deadline && !stopped_) {
+      while (pulls_.destinationOf(*ticket) >= 0 && Clock::now() < deadline && !stopped_) {
         progressLocked();
         pollSetLocked(pfds);
         ::poll(pfds.data(), pfds.size(), 1);
       }
-      pulls_.erase(ticket);
+      pulls_.forget(*ticket);
       return;
     }
     for (auto& c : conns_) {
@@ -928,10 +925,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         pullLocked(c, single_copy::decode(payload, c.peer));
         return;
       case FrameKind::kPullDone: {
-        auto it = pulls_.find(c.frame.tag.step);
-        if (it == pulls_.end() || it->second.peer != c.peer) return;  // a cancelled send's
-        it->second.req->complete(c.peer, it->second.bytes);
-        pulls_.erase(it);
+        (void)pulls_.done(c.peer, c.frame.tag.step, /*failed=*/false);  // (not recorded: cancelled)
         return;
       }
     }
@@ -983,14 +977,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   // Fails the pulls waiting on `peer` (-1: all).
   void failPulls(int peer, const std::exception_ptr& error) {
-    for (auto it = pulls_.begin(); it != pulls_.end();) {
-      if (peer < 0 || it->second.peer == peer) {
-        it->second.req->fail(error);
-        it = pulls_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    if (peer < 0)
+      pulls_.close(error);
+    else
+      pulls_.failOwedBy(peer, error);
   }
 
   // The connection ended (err 0: end of stream) or failed.
@@ -1029,14 +1019,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   Mailbox box_;
   PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
-  struct Pull {
-    int peer;
-    std::shared_ptr<detail::RequestState> req;
-    std::size_t bytes;
-  };
-  std::unordered_map<std::uint64_t, Pull> pulls_;  // borrowed sends the peers still have to pull
-  std::uint64_t nextTicket_ = 1;
-  std::vector<Conn> conns_;  // by peer rank; conns_[rank] is unused (gone)
+  single_copy::Ledger pulls_;  // borrowed sends the peers still have to pull
+  std::vector<Conn> conns_;    // by peer rank; conns_[rank] is unused (gone)
   int wakeFd_ = -1;
   Clock::duration spin_{};
   std::vector<pollfd> pollScratch_;

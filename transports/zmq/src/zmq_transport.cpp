@@ -540,7 +540,7 @@ class ZmqTransport final : public Transport {
         return;
       }
       if (h.kind == FrameKind::kPullDone) {
-        pullDone(peer, h.tag.step, h.tag.segment == kPullFailed);
+        (void)pulls_.done(peer, h.tag.step, h.tag.segment == kPullFailed);
         return;
       }
       if (h.kind != FrameKind::kData)
@@ -643,16 +643,10 @@ class ZmqTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lk(peer.mu);
       if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
-      {
-        std::lock_guard<std::mutex> ll(loansMu_);
-        if (pullsClosed_)
-          throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-        d.ticket = nextTicket_++ & Tag::kMaxStep;
-        pulls_.emplace(d.ticket, Pull{dst, state, data.size()});
-      }
+      d.ticket = pulls_.add(dst, state, data.size());  // Cancelled once close() failed them all
       // As in lend(): registered first, so a peer found gone from now on fails it.
       if (life_.gone(dst)) {
-        forgetPull(d.ticket);
+        pulls_.forget(d.ticket);
         throw PeerFailure(dst, "cannot send: peer is gone");
       }
       const auto wire = single_copy::encode(d);
@@ -663,7 +657,7 @@ class ZmqTransport final : public Transport {
         peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
         peer.tx.send(::zmq::buffer(wire.data(), wire.size()), ::zmq::send_flags::none);
       } catch (...) {
-        forgetPull(d.ticket);
+        pulls_.forget(d.ticket);
         throw;
       }
     }
@@ -671,75 +665,25 @@ class ZmqTransport final : public Transport {
     return Request(std::move(state));
   }
 
-  void forgetPull(std::uint64_t ticket) {
-    std::lock_guard<std::mutex> ll(loansMu_);
-    pulls_.erase(ticket);
-  }
-
-  bool owesPull(const detail::RequestState* s) const {  // under loansMu_
-    return std::any_of(pulls_.begin(), pulls_.end(),
-                       [&](const auto& e) { return e.second.state.get() == s; });
-  }
-
   // Request::cancel() of a pulled send: returns once the peer has read the
   // buffer (its pull-done) or is gone. A peer that has not read it within the
   // timeout has its connection torn down, which fails the send.
   void cancelPull(detail::RequestState& s) {
-    int dst = -1;
-    {
-      std::unique_lock<std::mutex> ll(loansMu_);
-      for (const auto& [ticket, pull] : pulls_)
-        if (pull.state.get() == &s) dst = pull.dst;
-      if (dst < 0) return;
-      if (loansCv_.wait_for(ll, std::chrono::duration<double>(opt_.timeoutSeconds),
-                            [&] { return !owesPull(&s); }))
-        return;
-    }
+    const auto ticket = pulls_.ticketOf(s);
+    if (!ticket) return;
+    const int dst = pulls_.destinationOf(*ticket);
+    if (dst < 0 || pulls_.waitSettled(*ticket, opt_.timeoutSeconds)) return;
     tearDown(dst, 0.0,
              "a cancelled send to it was still not read after " + std::to_string(opt_.timeoutSeconds) +
                  " s (the peer is not reading)");
   }
 
-  // The peer's pull-done for `ticket` (progress thread).
-  void pullDone(int peer, std::uint64_t ticket, bool failed) {
-    Pull done;
-    {
-      std::lock_guard<std::mutex> ll(loansMu_);
-      const auto it = pulls_.find(ticket);
-      if (it == pulls_.end() || it->second.dst != peer) return;  // failed already (peer gone, closed)
-      done = std::move(it->second);
-      pulls_.erase(it);
-    }
-    if (failed)
-      done.state->fail(std::make_exception_ptr(
-          PeerFailure(peer, "it could not take the message from this process's memory (see its log)")));
-    else
-      done.state->complete(peer, done.bytes);
-    loansCv_.notify_all();
-  }
-
   // Fails the pulls peer p still owes (-1: every peer's).
   void failPullsTo(int p, const std::string& why) {
-    std::vector<Pull> failed;
-    {
-      std::lock_guard<std::mutex> ll(loansMu_);
-      if (p < 0) pullsClosed_ = true;
-      for (auto it = pulls_.begin(); it != pulls_.end();) {
-        if (p < 0 || it->second.dst == p) {
-          failed.push_back(std::move(it->second));
-          it = pulls_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (auto& f : failed) {
-      if (p < 0)
-        f.state->fail(std::make_exception_ptr(Cancelled("send dropped: " + why)));
-      else
-        f.state->fail(std::make_exception_ptr(PeerFailure(f.dst, "send dropped: " + why)));
-    }
-    if (!failed.empty()) loansCv_.notify_all();
+    if (p < 0)
+      pulls_.close(std::make_exception_ptr(Cancelled("send dropped: " + why)));
+    else
+      pulls_.failOwedBy(p, std::make_exception_ptr(PeerFailure(p, "send dropped: " + why)));
   }
 
   // Receiver side of a pull frame (progress thread): copies the message out of
@@ -855,14 +799,7 @@ class ZmqTransport final : public Transport {
   // (empty without single copy); the pulls this rank's peers still owe it.
   std::vector<std::uint32_t> pids_;
   std::vector<bool> pullTo_;
-  struct Pull {
-    int dst;
-    std::shared_ptr<detail::RequestState> state;
-    std::size_t bytes;
-  };
-  std::unordered_map<std::uint64_t, Pull> pulls_;  // by ticket, under loansMu_
-  std::uint64_t nextTicket_ = 0;                   // under loansMu_
-  bool pullsClosed_ = false;                       // under loansMu_: close() failed them all
+  single_copy::Ledger pulls_;  // the pulls this rank's peers still owe it
 };
 
 }  // namespace
