@@ -2,9 +2,12 @@
 // or over ipc ("tcp" / "zmq-tcp", "ipc" / "zmq-ipc"), the native socket
 // transport ("socket-tcp", "socket-ipc") and, when it is built,
 // libfabric with its tcp provider on 127.0.0.1 or its shm provider
-// ("libfabric-tcp", "libfabric-shm").
+// ("libfabric-tcp", "libfabric-shm"). zmq tunes glibc's allocator
+// (zmq::Options::recycleReceiveBuffers) only with GOSSAMER_BENCH_ZMQ_RECYCLE=1
+// in the environment.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +52,9 @@ inline std::unique_ptr<Transport> makeBenchTransport(const std::string& name, in
   if (zmqProtocol == "tcp" || zmqProtocol == "ipc") {
     auto o = common(zmq::Options{});
     o.protocol = zmqProtocol;
+    // GOSSAMER_BENCH_ZMQ_RECYCLE=1: zmq::Options::recycleReceiveBuffers (process-wide mallopt).
+    const char* recycle = std::getenv("GOSSAMER_BENCH_ZMQ_RECYCLE");
+    o.recycleReceiveBuffers = recycle != nullptr && std::string(recycle) == "1";
     return zmq::makeTransport(o, store);
   }
   if (name == "socket-tcp" || name == "socket-ipc") {

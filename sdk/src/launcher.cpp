@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 
 namespace gossamer {
 
@@ -108,6 +109,8 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     if (pid == 0) {
       // Before exec, so every thread of the rank inherits the mask.
       if (cpu >= 0 && sched_setaffinity(0, bindTo.bytes(), bindTo.get()) != 0) {
+        // The child's own stderr, not the log hook: after fork only
+        // async-signal-safe calls are allowed, and the sink lives in the parent.
         (void)!write(STDERR_FILENO, bindError, bindErrorBytes);
         _exit(126);
       }
@@ -132,11 +135,9 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
         ++result.failures;
         const long rank = static_cast<long>(it - pids.begin());
         if (WIFSIGNALED(status))
-          std::fprintf(stderr, "%s: rank %ld was killed by signal %d\n", o.name.c_str(), rank,
-                       WTERMSIG(status));
+          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " was killed by signal " << WTERMSIG(status));
         else
-          std::fprintf(stderr, "%s: rank %ld exited with status %d\n", o.name.c_str(), rank,
-                       WEXITSTATUS(status));
+          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << WEXITSTATUS(status));
         if (!firstFailure) firstFailure = Clock::now();
       }
       continue;
@@ -144,8 +145,8 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     const bool afterFailure = firstFailure && since(*firstFailure) > o.failureGraceSeconds;
     const bool late = o.deadlineSeconds > 0 && since(start) > o.deadlineSeconds;
     if (!result.killed && (afterFailure || late)) {
-      std::fprintf(stderr, "%s: stopping ranks still running (%s)\n", o.name.c_str(),
-                   afterFailure ? "after a failure" : "deadline exceeded");
+      GOSSAMER_LOG(kWarning, o.name << ": stopping ranks still running ("
+                                    << (afterFailure ? "after a failure" : "deadline exceeded") << ")");
       for (pid_t p : pids) kill(p, SIGKILL);
       result.killed = true;
     }
@@ -155,7 +156,7 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
   if (result.failures)
-    std::fprintf(stderr, "%s: %d of %d ranks failed\n", o.name.c_str(), result.failures, o.worldSize);
+    GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize << " ranks failed");
   return result;
 }
 

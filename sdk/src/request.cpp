@@ -47,6 +47,20 @@ void RequestState::fail(std::exception_ptr e) {
   cv.notify_all();
 }
 
+bool RequestState::pending() {
+  std::lock_guard<std::mutex> lk(mu);
+  return status == Status::kPending;
+}
+
+void RequestState::cancelIfPending() {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (status != Status::kPending) return;
+    status = Status::kCancelled;
+  }
+  cv.notify_all();
+}
+
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
   auto s = std::make_shared<RequestState>();
   s->peer = peer;
@@ -113,12 +127,7 @@ void Request::cancel() noexcept {
     engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
     state_->engine->cancelLocked(*state_);
   }
-  {
-    std::lock_guard<std::mutex> lk(state_->mu);
-    if (state_->status != detail::RequestState::Status::kPending) return;
-    state_->status = detail::RequestState::Status::kCancelled;
-  }
-  state_->cv.notify_all();
+  state_->cancelIfPending();
 }
 
 int Request::peer() const {
@@ -211,13 +220,6 @@ bool Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
   return true;
 }
 
-namespace {
-bool isPending(detail::RequestState& s) {
-  std::lock_guard<std::mutex> lk(s.mu);
-  return s.status == detail::RequestState::Status::kPending;
-}
-}  // namespace
-
 void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
   std::lock_guard<std::mutex> lk(mu_);
   if (closed_) return;
@@ -225,7 +227,7 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
   if (it != posted_.end()) {
     auto& lst = it->second;
     for (auto p = lst.begin(); p != lst.end();) {
-      if (!isPending(*p->state)) {  // cancelled meanwhile: drop lazily
+      if (!p->state->pending()) {  // cancelled meanwhile: drop lazily
         p = lst.erase(p);
         continue;
       }
@@ -298,7 +300,7 @@ Mailbox::Claimed Mailbox::claim(int source, const Tag& tag, bool singleSourceOnl
   auto& lst = it->second;
   Claimed out;
   for (auto p = lst.begin(); p != lst.end();) {
-    if (!isPending(*p->state)) {
+    if (!p->state->pending()) {
       p = lst.erase(p);
       continue;
     }
@@ -353,12 +355,7 @@ void Mailbox::close() {
   std::lock_guard<std::mutex> lk(mu_);
   closed_ = true;
   for (auto& [tag, lst] : posted_) {
-    for (auto& p : lst) {
-      std::lock_guard<std::mutex> slk(p.state->mu);
-      if (p.state->status == detail::RequestState::Status::kPending)
-        p.state->status = detail::RequestState::Status::kCancelled;
-      p.state->cv.notify_all();
-    }
+    for (auto& p : lst) p.state->cancelIfPending();
   }
   posted_.clear();
   arrived_.clear();

@@ -108,4 +108,84 @@ Peers probe(int rank, int worldSize, Store& store, const std::string& keyPrefix,
   return peers;
 }
 
+std::uint64_t Ledger::add(int dst, std::shared_ptr<detail::RequestState> state, std::size_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) throw Cancelled("isend on a closed transport");
+  const std::uint64_t ticket = next_++ & Tag::kMaxStep;
+  entries_[ticket] = Entry{dst, std::move(state), bytes};
+  return ticket;
+}
+
+void Ledger::forget(std::uint64_t ticket) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    entries_.erase(ticket);
+  }
+  cv_.notify_all();
+}
+
+bool Ledger::done(int peer, std::uint64_t ticket, bool failed) {
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto it = entries_.find(ticket);
+    if (it == entries_.end() || it->second.dst != peer) return false;
+    e = std::move(it->second);
+    entries_.erase(it);
+  }
+  if (failed)
+    e.state->fail(std::make_exception_ptr(
+        PeerFailure(peer, "it could not take the message from this process's memory (see its log)")));
+  else
+    e.state->complete(peer, e.bytes);
+  cv_.notify_all();
+  return true;
+}
+
+template <typename Pick>
+void Ledger::failWhere(Pick pick, const std::exception_ptr& error, bool closing) {
+  std::vector<Entry> failed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closing) closed_ = true;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (pick(it->second)) {
+        failed.push_back(std::move(it->second));
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& e : failed) e.state->fail(error);
+  cv_.notify_all();
+}
+
+void Ledger::failOwedBy(int peer, const std::exception_ptr& error) {
+  failWhere([peer](const Entry& e) { return e.dst == peer; }, error, false);
+}
+
+void Ledger::close(const std::exception_ptr& error) {
+  failWhere([](const Entry&) { return true; }, error, true);
+}
+
+std::optional<std::uint64_t> Ledger::ticketOf(const detail::RequestState& state) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [ticket, e] : entries_)
+    if (e.state.get() == &state) return ticket;
+  return std::nullopt;
+}
+
+int Ledger::destinationOf(std::uint64_t ticket) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto it = entries_.find(ticket);
+  return it == entries_.end() ? -1 : it->second.dst;
+}
+
+bool Ledger::waitSettled(std::uint64_t ticket, double seconds) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, std::chrono::duration<double>(seconds < 0 ? 0 : seconds),
+                      [&] { return entries_.count(ticket) == 0; });
+}
+
 }  // namespace gossamer::single_copy

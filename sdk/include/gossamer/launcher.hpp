@@ -39,7 +39,7 @@ struct LaunchOptions {
   double failureGraceSeconds = 40;
   /// Bound on the whole job, seconds (<= 0: none).
   double deadlineSeconds = 0;
-  std::string name = "gossamer";           ///< Prefix of the launcher's messages on stderr.
+  std::string name = "gossamer";           ///< Prefix of the launcher's log messages (gossamer/log.hpp).
   CpuBinding binding = CpuBinding::kNone;  ///< Which CPUs each rank's process may run on.
 };
 
@@ -60,14 +60,16 @@ std::vector<int> allowedCpus();
 /// Creates a fresh rendezvous directory under /tmp, starts one process per
 /// rank running `options.executable` with the arguments `argsFor(rank,
 /// rendezvousDir)` (argv[0] included), and waits for all of them. Each
-/// failure is reported on stderr with the rank and its exit status or signal.
+/// failure is reported through the log hook (gossamer/log.hpp, level error)
+/// with the rank and its exit status or signal.
 /// After a failure the others get `failureGraceSeconds` to stop by
 /// themselves; ranks still running then (or past the deadline) are killed.
 /// The rendezvous directory is removed at the end; `beforeCleanup` (if set)
 /// runs just before, e.g. to read a result file written there.
 /// With `binding` kCore each child binds itself (sched_setaffinity) before
 /// exec, so every thread the rank starts inherits the one CPU; a child that
-/// cannot bind says so on stderr and exits with status 126 (a failed rank).
+/// cannot bind says so on its own stderr (it has no log hook between fork
+/// and exec) and exits with status 126 (a failed rank).
 /// @throws Error if the directory cannot be created, fork fails (ranks
 ///         already started are killed first) or, with kCore, the calling
 ///         thread's affinity mask cannot be read (allowedCpus); then no

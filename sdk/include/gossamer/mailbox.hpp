@@ -69,12 +69,26 @@ struct RequestState {
   /// Set by transports that progress in the waiting thread (else null).
   std::shared_ptr<ProgressEngine> engine;
 
+  // The transport's side of a request: these five are all a transport needs
+  // (besides Mailbox::claim for filling a receive in place). Each takes `mu`
+  // itself, so the caller must not hold it; each is a no-op once the request
+  // is no longer pending (a cancel that won the race is kept).
+
+  /// Completes the request: `n` bytes from (receives) or to (sends) `peerRank`.
   void complete(int peerRank, std::size_t n, std::optional<std::uint32_t> payloadChecksum = {});
   /// Completes a receive with `bytes`, which `owner` keeps alive, handed over
   /// instead of copied (Transport::irecvView).
   void handOver(int peerRank, std::shared_ptr<const void> owner, std::span<const std::byte> bytes,
                 std::optional<std::uint32_t> payloadChecksum);
+  /// Fails the request with `e` (PeerFailure, ProtocolError, Cancelled, ...).
   void fail(std::exception_ptr e);
+  /// True while the request has neither completed, failed nor been cancelled.
+  /// A transport filling a claimed receive checks it under the engine's
+  /// `exclusive` lock before it writes into the buffer.
+  bool pending();
+  /// Marks a pending request cancelled, without the engine's cancelLocked
+  /// (for a transport that is shutting down); wakes its waiters.
+  void cancelIfPending();
 };
 
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);

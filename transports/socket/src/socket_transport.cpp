@@ -46,7 +46,9 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/single_copy.hpp"
 #include "gossamer/transports/socket.hpp"
@@ -68,7 +70,6 @@ constexpr std::size_t kTrailingMinBytes = std::size_t{64} << 10;
 // Window of a payload checksummed just before writing it, and the largest
 // direct read checksummed right after it: well inside the L2 cache.
 constexpr std::size_t kHotBytes = std::size_t{256} << 10;
-constexpr std::uint32_t kByeAfterError = 1;
 constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the bye, seconds
 
 std::string errnoText(int err) { return std::strerror(err); }
@@ -298,8 +299,6 @@ struct Conn {
   int peer = -1;
   int fd = -1;
   bool gone = false;           // connection closed (failed, or after a bye)
-  bool saidBye = false;        // the peer closed its transport cleanly
-  bool acked = false;          // the peer acknowledged our bye
   std::exception_ptr failure;  // why the connection is gone, if it failed
   bool pullTo = false;         // ipc single copy: the peer can read our memory
   std::uint32_t pid = 0;       // the peer's process id (ipc)
@@ -322,7 +321,8 @@ struct Conn {
 
 class Engine final : public detail::ProgressEngine, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(const Options& o, const Links& links) : opt_(o), box_(o.worldSize) {
+  Engine(const Options& o, const Links& links)
+      : opt_(o), box_(o.worldSize), life_("socket", o.rank, o.worldSize, box_) {
     conns_.resize(static_cast<std::size_t>(o.worldSize));
     for (int p = 0; p < o.worldSize; ++p) {
       auto& c = conns_[static_cast<std::size_t>(p)];
@@ -362,9 +362,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, bool borrowed = false,
                 std::optional<std::uint32_t> checksum = {}) {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
-                     "destination rank " << dst << " outside world size " << opt_.worldSize);
-    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkSend(dst);
     const auto& peerConn = conns_[static_cast<std::size_t>(dst)];
     if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes) {
       // Size and dtype checked (InvalidArgument) as for any data frame.
@@ -384,21 +382,19 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       auto& c = conns_[static_cast<std::size_t>(dst)];
       if (c.gone) {
         if (c.failure) std::rethrow_exception(c.failure);
-        throw PeerFailure(dst, c.saidBye ? "cannot send: peer closed its transport"
-                                         : "cannot send: this transport is closing");
+        throw PeerFailure(dst, life_.leaving(dst) ? "cannot send: peer closed its transport"
+                                                  : "cannot send: this transport is closing");
       }
       auto req = sendLocked(c, header, data, borrowed, trailing, checksum);
       lastActivity_ = Clock::now();
-      bytesSent_ += data.size();
-      ++messagesSent_;
+      life_.countSent(data.size());
       if (req) {
         req->what = "send to rank " + std::to_string(dst) + " " + toString(tag);
         return Request(std::move(req));
       }
       return Request(detail::completedRequest(dst, data.size()));
     }
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(detail::completedRequest(dst, data.size()));
   }
 
@@ -416,24 +412,22 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.failure) std::rethrow_exception(c.failure);
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     }
-    d.ticket = nextTicket_++ & Tag::kMaxStep;
+    auto req = std::make_shared<detail::RequestState>();
+    req->engine = shared_from_this();
+    req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
+    d.ticket = pulls_.add(dst, req, data.size());
     const auto wire = single_copy::encode(d);
     const auto header =
         encodeFrameHeader(FrameKind::kPull, DType::kBytes, static_cast<std::uint32_t>(opt_.rank), tag,
                           std::span<const std::byte>(wire));
-    auto req = std::make_shared<detail::RequestState>();
-    req->engine = shared_from_this();
-    req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
-    pulls_[d.ticket] = Pull{dst, req, data.size()};
     sendLocked(c, header, std::span<const std::byte>(wire));
     lastActivity_ = Clock::now();
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(std::move(req));
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) {
-    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkOpen("irecv");
     return box_.post(sources, tag, buffer, shared_from_this());
   }
 
@@ -453,7 +447,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         std::lock_guard<std::mutex> lk(exclusive);
         if (stopped_) return;
         progressLocked();
-        if (!pending(state)) return;
+        if (!state.pending()) return;
         const auto now = Clock::now();
         if (now >= deadline) return;
         if (now < spinEnd) {
@@ -481,7 +475,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   void close(bool abort) {
-    if (closed_.exchange(true)) return;
+    if (!life_.beginClose()) return;
     // abort(): what is queued is dropped, but the bye saying "stopped after an
     // error" still goes out (briefly bounded), so peers report the cause
     // rather than a lost connection.
@@ -490,9 +484,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     {
       std::lock_guard<std::mutex> lk(exclusive);
       for (auto& c : conns_) {
-        if (c.gone || c.saidBye) continue;
+        if (c.gone || life_.leaving(c.peer)) continue;
         if (abort) dropUnstarted(c);
-        sendControlLocked(c, FrameKind::kBye, abort ? kByeAfterError : 0);
+        sendControlLocked(c, FrameKind::kBye, PeerLifecycle::byeSegment(abort));
       }
     }
     // Deliver what is queued and collect the acknowledgements, within linger.
@@ -501,8 +495,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       {
         std::lock_guard<std::mutex> lk(exclusive);
         progressLocked();
-        const bool settled = std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) {
-          return c.gone || ((c.acked || c.saidBye) && c.txq.empty());
+        const bool settled = std::all_of(conns_.begin(), conns_.end(), [&](const Conn& c) {
+          return c.gone || (life_.settled(c.peer) && c.txq.empty());
         });
         if (settled || Clock::now() >= deadline) break;
         pollSetLocked(pfds);
@@ -527,15 +521,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     box_.close();
   }
 
-  TransportStats stats() const {
-    TransportStats s;
-    s.bytesSent = bytesSent_;
-    s.messagesSent = messagesSent_;
-    s.bytesReceived = bytesReceived_;
-    s.messagesReceived = messagesReceived_;
-    s.messagesPulled = messagesPulled_;
-    return s;
-  }
+  TransportStats stats() const { return life_.stats(); }
 
  private:
   // Moves messages while no application thread does: while one is waiting or
@@ -577,11 +563,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       background_.detach();  // the last owner let go on this thread: it returns right after
     else
       background_.join();
-  }
-
-  static bool pending(detail::RequestState& s) {
-    std::lock_guard<std::mutex> lk(s.mu);
-    return s.status == detail::RequestState::Status::kPending;
   }
 
   void wake() {
@@ -736,18 +717,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       }
       return;
     }
-    for (auto it = pulls_.begin(); it != pulls_.end(); ++it) {
-      if (it->second.req.get() != &state) continue;
+    if (const auto ticket = pulls_.ticketOf(state)) {
       // The peer may be reading the buffer right now: let it finish (bounded).
-      const std::uint64_t ticket = it->first;
       const auto deadline = deadlineAfter(opt_.timeoutSeconds);
       std::vector<pollfd> pfds;
-      while (pulls_.count(ticket) && Clock::now() < deadline && !stopped_) {
+      while (pulls_.destinationOf(*ticket) >= 0 && Clock::now() < deadline && !stopped_) {
         progressLocked();
         pollSetLocked(pfds);
         ::poll(pfds.data(), pfds.size(), 1);
       }
-      pulls_.erase(ticket);
+      pulls_.forget(*ticket);
       return;
     }
     for (auto& c : conns_) {
@@ -831,7 +810,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (!readPayload(c)) return;
         finishFrame(c);
       }
-    } catch (const ProtocolError&) {
+    } catch (const ProtocolError& e) {
+      // The peer misbehaves: say why before its traffic fails with the error.
+      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": " << e.what());
       failPeer(c, std::current_exception());
     }
   }
@@ -869,7 +850,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // Moves payload bytes into c.dst; true once the whole payload is there.
   bool readPayload(Conn& c) {
     const std::size_t n = c.frame.payloadBytes;
-    if (c.claimed && !pending(*c.claimed)) {  // cancelled (cancel() waited for exclusive)
+    if (c.claimed && !c.claimed->pending()) {  // cancelled (cancel() waited for exclusive)
       c.claimed.reset();
       c.discard = true;
     }
@@ -925,8 +906,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     switch (c.frame.kind) {
       case FrameKind::kData:
       case FrameKind::kDataTrailing:
-        bytesReceived_ += n;
-        ++messagesReceived_;
+        life_.countReceived(n);
         if (sleepers_ > 0)
           wake();  // the request's owner may be asleep in poll (another thread read its bytes)
         if (claimed)
@@ -935,24 +915,17 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           box_.deliver(c.peer, c.frame.tag, InboundPayload{owned, payload, checksum});
         return;
       case FrameKind::kBye:
-        c.saidBye = true;
-        box_.peerGone(c.peer,
-                      std::make_exception_ptr(PeerFailure(c.peer, c.frame.tag.segment == kByeAfterError
-                                                                      ? "it stopped after an error of its own"
-                                                                      : "peer closed its transport")));
+        life_.onBye(c.peer, c.frame.tag.segment);
         sendControlLocked(c, FrameKind::kByeAck);
         return;
       case FrameKind::kByeAck:
-        c.acked = true;
+        life_.onByeAck(c.peer);
         return;
       case FrameKind::kPull:
         pullLocked(c, single_copy::decode(payload, c.peer));
         return;
       case FrameKind::kPullDone: {
-        auto it = pulls_.find(c.frame.tag.step);
-        if (it == pulls_.end() || it->second.peer != c.peer) return;  // a cancelled send's
-        it->second.req->complete(c.peer, it->second.bytes);
-        pulls_.erase(it);
+        (void)pulls_.done(c.peer, c.frame.tag.step, /*failed=*/false);  // (not recorded: cancelled)
         return;
       }
     }
@@ -994,9 +967,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       std::rethrow_exception(error);
     }
     sendControlLocked(c, FrameKind::kPullDone, 0, d.ticket);
-    bytesReceived_ += d.bytes;
-    ++messagesReceived_;
-    ++messagesPulled_;
+    life_.countReceived(d.bytes, /*pulled=*/true);
     if (sleepers_ > 0) wake();
     if (claim.state)
       claim.state->complete(c.peer, d.bytes);
@@ -1006,14 +977,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   // Fails the pulls waiting on `peer` (-1: all).
   void failPulls(int peer, const std::exception_ptr& error) {
-    for (auto it = pulls_.begin(); it != pulls_.end();) {
-      if (peer < 0 || it->second.peer == peer) {
-        it->second.req->fail(error);
-        it = pulls_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    if (peer < 0)
+      pulls_.close(error);
+    else
+      pulls_.failOwedBy(peer, error);
   }
 
   // The connection ended (err 0: end of stream) or failed.
@@ -1027,12 +994,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.failure = error;
     dropQueue(c, error);
     failPulls(c.peer, error);
-    if (c.saidBye && !c.inPayload) return;  // orderly: everything before the bye was read
+    if (life_.leaving(c.peer) && !c.inPayload) return;  // orderly: everything before the bye was read
     if (c.claimed) c.claimed->fail(error);
     c.claimed.reset();
     c.owned.reset();
     c.inPayload = false;
-    box_.peerGone(c.peer, error);
+    life_.declareFailed(c.peer, error);
   }
 
   void failPeer(Conn& c, std::exception_ptr error) {
@@ -1045,20 +1012,15 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     dropQueue(c, error);
     failPulls(c.peer, error);
     ::shutdown(c.fd, SHUT_RDWR);
-    box_.peerGone(c.peer, std::move(error));
+    life_.declareFailed(c.peer, std::move(error));
   }
 
   Options opt_;
   Mailbox box_;
+  PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
-  struct Pull {
-    int peer;
-    std::shared_ptr<detail::RequestState> req;
-    std::size_t bytes;
-  };
-  std::unordered_map<std::uint64_t, Pull> pulls_;  // borrowed sends the peers still have to pull
-  std::uint64_t nextTicket_ = 1;
-  std::vector<Conn> conns_;  // by peer rank; conns_[rank] is unused (gone)
+  single_copy::Ledger pulls_;  // borrowed sends the peers still have to pull
+  std::vector<Conn> conns_;    // by peer rank; conns_[rank] is unused (gone)
   int wakeFd_ = -1;
   Clock::duration spin_{};
   std::vector<pollfd> pollScratch_;
@@ -1068,9 +1030,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   std::atomic<int> activeWaiters_{0};
   std::atomic<Clock::time_point> lastActivity_{};
   std::thread background_;
-  std::atomic<bool> closed_{false};
-  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0},
-      messagesPulled_{0};
 };
 
 class SocketTransport final : public Transport {

@@ -35,7 +35,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -46,7 +45,9 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/single_copy.hpp"
 #include "gossamer/transports/zmq.hpp"
@@ -81,7 +82,7 @@ class LoanGuard final : public detail::BackgroundEngine {
     try {
       onCancel_(state);
     } catch (const std::exception& e) {  // Request::cancel is noexcept
-      std::cerr << "gossamer zmq: cancelling a borrowed send failed: " << e.what() << '\n';
+      GOSSAMER_LOG(kError, "zmq: cancelling a borrowed send failed: " << e.what());
     }
   }
 
@@ -92,7 +93,11 @@ class LoanGuard final : public detail::BackgroundEngine {
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(const Options& o, Store& store)
-      : opt_(o), box_(o.worldSize), ctx_(1), rx_(ctx_, ::zmq::socket_type::router) {
+      : opt_(o),
+        box_(o.worldSize),
+        life_("zmq", o.rank, o.worldSize, box_),
+        ctx_(1),
+        rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
     byeLinger_ = std::min(o.lingerSeconds, 0.05);
     rx_.set(::zmq::sockopt::rcvhwm, 0);
@@ -117,8 +122,6 @@ class ZmqTransport final : public Transport {
     }
 
     peers_.resize(static_cast<std::size_t>(o.worldSize));
-    acked_.assign(static_cast<std::size_t>(o.worldSize), 0);
-    peerClosed_.assign(static_cast<std::size_t>(o.worldSize), 0);
     for (int p = 0; p < o.worldSize; ++p) {
       if (p == o.rank) continue;
       auto& peer = peers_[static_cast<std::size_t>(p)];
@@ -151,17 +154,14 @@ class ZmqTransport final : public Transport {
   double timeoutSeconds() const override { return opt_.timeoutSeconds; }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
-                     "destination rank " << dst << " outside world size " << opt_.worldSize);
-    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkSend(dst);
     if (dst != opt_.rank) return sendToPeer(dst, tag, data, dtype);
     // Loop back without a socket; the header is only encoded to validate the size.
     (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
                             0u);
     auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(detail::completedRequest(dst, data.size()));
   }
 
@@ -175,9 +175,7 @@ class ZmqTransport final : public Transport {
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                         std::optional<std::uint32_t> checksum) override {
     if (dst == opt_.rank || data.size() < kClaimMinBytes) return isend(dst, tag, data, dtype);
-    GOSSAMER_ENFORCE(dst >= 0 && dst < opt_.worldSize,
-                     "destination rank " << dst << " outside world size " << opt_.worldSize);
-    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkSend(dst);
     if (pullsTo(dst) && data.size() >= opt_.singleCopyMinBytes) return sendPull(dst, tag, data, dtype);
     return lend(dst, tag, data, dtype, checksum);
   }
@@ -190,13 +188,13 @@ class ZmqTransport final : public Transport {
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
-    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkOpen("irecv");
     return box_.post(sources, tag, buffer, engine_);
   }
 
   /// A payload received before or after the post is handed over, not copied.
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
-    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(opt_.rank) + ")");
+    life_.checkOpen("irecv");
     return box_.post(std::span<const int>(&source, 1), tag, buffer, engine_, true);
   }
 
@@ -206,7 +204,7 @@ class ZmqTransport final : public Transport {
   // unless the caller knows it (`known`).
   Request sendToPeer(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                      std::optional<std::uint32_t> known = {}) {
-    if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    if (life_.gone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
     // Size and dtype checked (InvalidArgument) before anything is allocated.
     (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
                             0u);
@@ -227,8 +225,7 @@ class ZmqTransport final : public Transport {
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(detail::completedRequest(dst, data.size()));
   }
 
@@ -244,7 +241,7 @@ class ZmqTransport final : public Transport {
 
   Request lend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                std::optional<std::uint32_t> known) {
-    if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    if (life_.gone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
     const std::uint32_t sum = known ? *known : crc32c(data);
     const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
                                           data.size(), sum);  // throws InvalidArgument for a bad size
@@ -265,7 +262,7 @@ class ZmqTransport final : public Transport {
       // Checked again now that the loan is registered: the progress thread
       // marks a peer gone before it looks for loans to it (releaseLoansTo),
       // so either it finds this one or this sees the peer gone.
-      if (box_.isGone(dst)) {
+      if (life_.gone(dst)) {
         forget(*state);
         throw PeerFailure(dst, "cannot send: peer is gone");
       }
@@ -283,8 +280,7 @@ class ZmqTransport final : public Transport {
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(std::move(state));
   }
 
@@ -344,8 +340,11 @@ class ZmqTransport final : public Transport {
                  " s (the peer is not reading)");
     std::unique_lock<std::mutex> ll(loansMu_);
     if (!loansCv_.wait_for(ll, std::chrono::seconds(10), [&] { return loans_.count(&s) == 0; }))
-      std::cerr << "gossamer zmq rank " << opt_.rank
-                << ": ZeroMQ still holds a cancelled send's buffer 10 s after its connection was closed\n";
+      GOSSAMER_LOG(
+          kError,
+          "zmq rank "
+              << opt_.rank
+              << ": ZeroMQ still holds a cancelled send's buffer 10 s after its connection was closed");
   }
 
   // Closes the connection to peer p (its queued messages get `linger`
@@ -369,8 +368,7 @@ class ZmqTransport final : public Transport {
       zmq_socket_monitor(peer.tx.handle(), nullptr, 0);
       peer.tx.close();
     }
-    box_.peerGone(p, std::make_exception_ptr(PeerFailure(p, why)));
-    markPeer(p, false);
+    life_.declareFailed(p, why);
     failPullsTo(p, why);
   }
 
@@ -393,30 +391,15 @@ class ZmqTransport final : public Transport {
   }
 
   void close() override {
-    if (closed_.exchange(true)) return;
+    if (!life_.beginClose()) return;
     // Goodbye handshake: a bye goes after everything this rank sent, on the
     // same connections; a peer acknowledges it once it has read all of that.
     // Wait (bounded by the linger period) until every peer acknowledged, is
     // closing itself, or is gone; then nothing queued can still matter.
-    for (int p = 0; p < opt_.worldSize; ++p) {
-      bool closing;
-      {
-        std::lock_guard<std::mutex> lk(closeMu_);
-        closing = peerClosed_[static_cast<std::size_t>(p)];
-      }
-      if (peers_[static_cast<std::size_t>(p)] && !closing)
-        sendControl(p, FrameKind::kBye, aborting_ ? kByeAfterError : 0);
-    }
-    {
-      std::unique_lock<std::mutex> lk(closeMu_);
-      closeCv_.wait_for(lk, std::chrono::duration<double>(opt_.lingerSeconds), [&] {
-        for (int p = 0; p < opt_.worldSize; ++p) {
-          const auto up = static_cast<std::size_t>(p);
-          if (peers_[up] && !acked_[up] && !peerClosed_[up]) return false;
-        }
-        return true;
-      });
-    }
+    for (int p = 0; p < opt_.worldSize; ++p)
+      if (peers_[static_cast<std::size_t>(p)] && !life_.leaving(p))
+        sendControl(p, FrameKind::kBye, PeerLifecycle::byeSegment(aborting_));
+    (void)life_.waitSettled(opt_.lingerSeconds);
     stop_ = true;
     if (progress_.joinable()) progress_.join();
     box_.close();
@@ -426,12 +409,9 @@ class ZmqTransport final : public Transport {
       if (!peer) continue;
       // What may still be queued: acks to peers that are closing (short grace)
       // or data for a peer that never answered (bounded by the linger period).
-      double linger;
-      {
-        std::lock_guard<std::mutex> lk(closeMu_);
-        const auto up = static_cast<std::size_t>(p);
-        linger = peerClosed_[up] ? std::min(opt_.lingerSeconds, 0.05) : acked_[up] ? 0.0 : opt_.lingerSeconds;
-      }
+      const double linger = life_.leaving(p) ? std::min(opt_.lingerSeconds, 0.05)
+                            : life_.acked(p) ? 0.0
+                                             : opt_.lingerSeconds;
       std::lock_guard<std::mutex> lk(peer->mu);
       if (peer->tornDown) {  // tearDown closed it already
         peer->monitor.close();
@@ -447,21 +427,10 @@ class ZmqTransport final : public Transport {
     ctx_.close();
   }
 
-  TransportStats stats() const override {
-    TransportStats s;
-    s.bytesSent = bytesSent_;
-    s.messagesSent = messagesSent_;
-    s.bytesReceived = bytesReceived_;
-    s.messagesReceived = messagesReceived_;
-    s.messagesPulled = messagesPulled_;
-    return s;
-  }
+  TransportStats stats() const override { return life_.stats(); }
 
  private:
   // Sends a header-only control frame (bye, bye-ack) to peer p; best effort.
-  // A bye whose tag segment is kByeAfterError says the sender stopped because
-  // of an error of its own (its peers report that, not a clean close).
-  static constexpr std::uint32_t kByeAfterError = 1;
 
   void sendControl(int p, FrameKind kind, std::uint32_t detail = 0, std::uint64_t step = 0) {
     const auto h = encodeFrameHeader(kind, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
@@ -477,23 +446,12 @@ class ZmqTransport final : public Transport {
     }
   }
 
-  void markPeer(int p, bool ack) {
-    {
-      std::lock_guard<std::mutex> lk(closeMu_);
-      (ack ? acked_ : peerClosed_)[static_cast<std::size_t>(p)] = 1;
-    }
-    closeCv_.notify_all();
-  }
-
   struct Peer {
     std::mutex mu;
     ::zmq::socket_t tx;
     bool tornDown = false;   // under mu: tx is closed (tearDown or close())
     std::string droppedWhy;  // under loansMu_: why tearDown closed tx; lent buffers it drops fail with it
     ::zmq::socket_t monitor;
-    bool said_bye = false;                  // progress thread only
-    bool declared = false;                  // progress thread only: reported as failed
-    std::optional<Clock::time_point> lost;  // progress thread only
   };
 
   void progressLoop() {
@@ -515,7 +473,7 @@ class ZmqTransport final : public Transport {
         checkLostPeers();
       } catch (const ::zmq::error_t& e) {
         if (e.num() == ETERM) return;
-        std::cerr << "gossamer zmq rank " << opt_.rank << ": progress error: " << e.what() << '\n';
+        GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
       }
     }
   }
@@ -567,18 +525,14 @@ class ZmqTransport final : public Transport {
       }
       verifyFramePayload(header, h, payload, peer);
       if (h.kind == FrameKind::kBye) {
-        peers_[static_cast<std::size_t>(peer)]->said_bye = true;
-        box_.peerGone(peer, std::make_exception_ptr(PeerFailure(
-                                peer, h.tag.segment == kByeAfterError ? "it stopped after an error of its own"
-                                                                      : "peer closed its transport")));
+        life_.onBye(peer, h.tag.segment);
         sendControl(peer, FrameKind::kByeAck);
-        markPeer(peer, false);
         // The ack goes first; what this rank still sends it is not read.
         releaseLoansTo(peer, byeLinger_, "peer closed its transport");
         return;
       }
       if (h.kind == FrameKind::kByeAck) {
-        markPeer(peer, true);
+        life_.onByeAck(peer);
         return;
       }
       if (h.kind == FrameKind::kPull) {
@@ -586,19 +540,18 @@ class ZmqTransport final : public Transport {
         return;
       }
       if (h.kind == FrameKind::kPullDone) {
-        pullDone(peer, h.tag.step, h.tag.segment == kPullFailed);
+        (void)pulls_.done(peer, h.tag.step, h.tag.segment == kPullFailed);
         return;
       }
       if (h.kind != FrameKind::kData)
         throw ProtocolError(peer, frame_offset::kKind,
                             "frame kind " + std::to_string(int(h.kind)) + " is not used over zmq");
-      bytesReceived_ += payload.size();
-      ++messagesReceived_;
+      life_.countReceived(payload.size());
       box_.deliver(peer, h.tag, InboundPayload{msg, payload});
     } catch (const PeerFailure& e) {  // a pull from a process that is gone
       if (peer >= 0) declareFailed(peer, std::current_exception(), e.what());
     } catch (const ProtocolError& e) {
-      std::cerr << "gossamer zmq rank " << opt_.rank << ": " << e.what() << '\n';
+      GOSSAMER_LOG(kWarning, "zmq rank " << opt_.rank << ": " << e.what());
       // It may still read pull frames queued before; it misbehaves, so this
       // rank stops waiting for it (see Transport::isendBorrowed on cancel).
       if (peer >= 0)
@@ -610,8 +563,7 @@ class ZmqTransport final : public Transport {
   // fail with it, buffers lent to it come back, and the sends it owes pulls
   // for fail with PeerFailure(`why`).
   void declareFailed(int p, std::exception_ptr error, const std::string& why) {
-    box_.peerGone(p, std::move(error));
-    markPeer(p, false);
+    life_.declareFailed(p, std::move(error));
     releaseLoansTo(p, 0.0, why);
     failPullsTo(p, why);
   }
@@ -638,7 +590,7 @@ class ZmqTransport final : public Transport {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
       if (!claim.fits(peer, payload.size())) {  // the receive fails, the message is used up
         consumed = true;
-      } else if (pending(*claim.state)) {
+      } else if (claim.state->pending()) {
         // Checked and copied in one pass, or (irecvView) checked and handed over.
         sum = claim.handOver ? crc32c(payload)
                              : copyAndCrc32c(claim.buffer.data(), payload.data(), payload.size());
@@ -649,8 +601,7 @@ class ZmqTransport final : public Transport {
           claim.state->fail(std::current_exception());
           throw;
         }
-        bytesReceived_ += payload.size();
-        ++messagesReceived_;
+        life_.countReceived(payload.size());
         if (claim.handOver)
           claim.state->handOver(peer, std::move(msg), payload, sum);
         else
@@ -661,8 +612,7 @@ class ZmqTransport final : public Transport {
     sum = crc32c(payload);
     v.updateSummed(sum, payload.size());
     v.finish();
-    bytesReceived_ += payload.size();
-    ++messagesReceived_;
+    life_.countReceived(payload.size());
     if (!consumed) box_.deliver(peer, h.tag, InboundPayload{std::move(msg), payload, sum});
   }
 
@@ -677,7 +627,7 @@ class ZmqTransport final : public Transport {
   // pull-done for its ticket arrives (fails if the peer could not read it,
   // or is gone first). cancel() waits for the pull-done (see cancelPull).
   Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
-    if (box_.isGone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
+    if (life_.gone(dst)) throw PeerFailure(dst, "cannot send: peer is gone");
     // Size and dtype checked (InvalidArgument) as for any data frame.
     (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data.size(),
                             0u);
@@ -693,16 +643,10 @@ class ZmqTransport final : public Transport {
     {
       std::lock_guard<std::mutex> lk(peer.mu);
       if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
-      {
-        std::lock_guard<std::mutex> ll(loansMu_);
-        if (pullsClosed_)
-          throw Cancelled("isend on a closed transport (rank " + std::to_string(opt_.rank) + ")");
-        d.ticket = nextTicket_++ & Tag::kMaxStep;
-        pulls_.emplace(d.ticket, Pull{dst, state, data.size()});
-      }
+      d.ticket = pulls_.add(dst, state, data.size());  // Cancelled once close() failed them all
       // As in lend(): registered first, so a peer found gone from now on fails it.
-      if (box_.isGone(dst)) {
-        forgetPull(d.ticket);
+      if (life_.gone(dst)) {
+        pulls_.forget(d.ticket);
         throw PeerFailure(dst, "cannot send: peer is gone");
       }
       const auto wire = single_copy::encode(d);
@@ -713,84 +657,33 @@ class ZmqTransport final : public Transport {
         peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
         peer.tx.send(::zmq::buffer(wire.data(), wire.size()), ::zmq::send_flags::none);
       } catch (...) {
-        forgetPull(d.ticket);
+        pulls_.forget(d.ticket);
         throw;
       }
     }
-    bytesSent_ += data.size();
-    ++messagesSent_;
+    life_.countSent(data.size());
     return Request(std::move(state));
-  }
-
-  void forgetPull(std::uint64_t ticket) {
-    std::lock_guard<std::mutex> ll(loansMu_);
-    pulls_.erase(ticket);
-  }
-
-  bool owesPull(const detail::RequestState* s) const {  // under loansMu_
-    return std::any_of(pulls_.begin(), pulls_.end(),
-                       [&](const auto& e) { return e.second.state.get() == s; });
   }
 
   // Request::cancel() of a pulled send: returns once the peer has read the
   // buffer (its pull-done) or is gone. A peer that has not read it within the
   // timeout has its connection torn down, which fails the send.
   void cancelPull(detail::RequestState& s) {
-    int dst = -1;
-    {
-      std::unique_lock<std::mutex> ll(loansMu_);
-      for (const auto& [ticket, pull] : pulls_)
-        if (pull.state.get() == &s) dst = pull.dst;
-      if (dst < 0) return;
-      if (loansCv_.wait_for(ll, std::chrono::duration<double>(opt_.timeoutSeconds),
-                            [&] { return !owesPull(&s); }))
-        return;
-    }
+    const auto ticket = pulls_.ticketOf(s);
+    if (!ticket) return;
+    const int dst = pulls_.destinationOf(*ticket);
+    if (dst < 0 || pulls_.waitSettled(*ticket, opt_.timeoutSeconds)) return;
     tearDown(dst, 0.0,
              "a cancelled send to it was still not read after " + std::to_string(opt_.timeoutSeconds) +
                  " s (the peer is not reading)");
   }
 
-  // The peer's pull-done for `ticket` (progress thread).
-  void pullDone(int peer, std::uint64_t ticket, bool failed) {
-    Pull done;
-    {
-      std::lock_guard<std::mutex> ll(loansMu_);
-      const auto it = pulls_.find(ticket);
-      if (it == pulls_.end() || it->second.dst != peer) return;  // failed already (peer gone, closed)
-      done = std::move(it->second);
-      pulls_.erase(it);
-    }
-    if (failed)
-      done.state->fail(std::make_exception_ptr(
-          PeerFailure(peer, "it could not take the message from this process's memory (see its log)")));
-    else
-      done.state->complete(peer, done.bytes);
-    loansCv_.notify_all();
-  }
-
   // Fails the pulls peer p still owes (-1: every peer's).
   void failPullsTo(int p, const std::string& why) {
-    std::vector<Pull> failed;
-    {
-      std::lock_guard<std::mutex> ll(loansMu_);
-      if (p < 0) pullsClosed_ = true;
-      for (auto it = pulls_.begin(); it != pulls_.end();) {
-        if (p < 0 || it->second.dst == p) {
-          failed.push_back(std::move(it->second));
-          it = pulls_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (auto& f : failed) {
-      if (p < 0)
-        f.state->fail(std::make_exception_ptr(Cancelled("send dropped: " + why)));
-      else
-        f.state->fail(std::make_exception_ptr(PeerFailure(f.dst, "send dropped: " + why)));
-    }
-    if (!failed.empty()) loansCv_.notify_all();
+    if (p < 0)
+      pulls_.close(std::make_exception_ptr(Cancelled("send dropped: " + why)));
+    else
+      pulls_.failOwedBy(p, std::make_exception_ptr(PeerFailure(p, "send dropped: " + why)));
   }
 
   // Receiver side of a pull frame (progress thread): copies the message out of
@@ -835,14 +728,14 @@ class ZmqTransport final : public Transport {
     auto claim = box_.claim(peer, h.tag, /*singleSourceOnly=*/true);
     if (claim.state) {
       std::lock_guard<std::mutex> lk(engine_->exclusive);
-      if (pending(*claim.state)) {         // (cancelled meanwhile: the Mailbox gets it below)
+      if (claim.state->pending()) {        // (cancelled meanwhile: the Mailbox gets it below)
         if (!claim.fits(peer, d.bytes)) {  // the receive fails, the message is used up
           sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
           return;
         }
         copy(claim.buffer.first(d.bytes), claim.state.get());
         sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
-        countPulled(d.bytes);
+        life_.countReceived(d.bytes, /*pulled=*/true);
         claim.state->complete(peer, d.bytes);
         return;
       }
@@ -861,19 +754,8 @@ class ZmqTransport final : public Transport {
     std::span<std::byte> dst(owned.get(), d.bytes);
     copy(dst, nullptr);
     sendControl(peer, FrameKind::kPullDone, 0, d.ticket);
-    countPulled(d.bytes);
+    life_.countReceived(d.bytes, /*pulled=*/true);
     box_.deliver(peer, h.tag, InboundPayload{std::move(owned), dst});
-  }
-
-  void countPulled(std::size_t bytes) {
-    bytesReceived_ += bytes;
-    ++messagesReceived_;
-    ++messagesPulled_;
-  }
-
-  static bool pending(detail::RequestState& s) {
-    std::lock_guard<std::mutex> lk(s.mu);
-    return s.status == detail::RequestState::Status::kPending;
   }
 
   void readMonitor(int p) {
@@ -884,24 +766,19 @@ class ZmqTransport final : public Transport {
       std::uint16_t event = 0;
       if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
       if (event != ZMQ_EVENT_DISCONNECTED) continue;
-      if (peer.said_bye)  // it closed its ROUTER after its last read: what it did not pull, it never will
+      if (life_.leaving(p))  // it closed its ROUTER after its last read: what it did not pull, it never will
         failPullsTo(p, "peer closed its transport");
-      else if (!peer.lost)
-        peer.lost = Clock::now();
+      else
+        life_.noteLost(p);  // its in-flight messages get failureGraceSeconds (checkLostPeers)
     }
   }
 
-  static constexpr const char* kLostWithoutBye =
-      "connection lost without a goodbye (process died or network failed)";
-
+  // Peers lost for longer than the grace period are declared failed: buffers
+  // lent to them come back, the sends they owe pulls for fail.
   void checkLostPeers() {
-    const auto now = Clock::now();
-    for (int p = 0; p < opt_.worldSize; ++p) {
-      auto& peer = peers_[static_cast<std::size_t>(p)];
-      if (!peer || !peer->lost || peer->said_bye || peer->declared) continue;
-      if (std::chrono::duration<double>(now - *peer->lost).count() < opt_.failureGraceSeconds) continue;
-      peer->declared = true;
-      declareFailed(p, std::make_exception_ptr(PeerFailure(p, kLostWithoutBye)), kLostWithoutBye);
+    for (int p : life_.expireLost(opt_.failureGraceSeconds)) {
+      releaseLoansTo(p, 0.0, PeerLifecycle::kLostWithoutBye);
+      failPullsTo(p, PeerLifecycle::kLostWithoutBye);
     }
   }
 
@@ -912,28 +789,17 @@ class ZmqTransport final : public Transport {
   std::unordered_map<detail::RequestState*, Loan*> loans_;  // lent buffers ZeroMQ still holds
   double byeLinger_ = 0;  // how long sends to a peer that said bye may still go (abort() changes opt_)
   Mailbox box_;
+  PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   ::zmq::context_t ctx_;
   ::zmq::socket_t rx_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
-  std::mutex closeMu_;
-  std::condition_variable closeCv_;
-  std::vector<char> acked_, peerClosed_;  // per rank, under closeMu_
-  std::atomic<bool> stop_{false}, closed_{false}, aborting_{false};
-  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0}, bytesReceived_{0}, messagesReceived_{0},
-      messagesPulled_{0};
+  std::atomic<bool> stop_{false}, aborting_{false};
   // Single copy (ipc): per rank, its pid and whether it can read our memory
   // (empty without single copy); the pulls this rank's peers still owe it.
   std::vector<std::uint32_t> pids_;
   std::vector<bool> pullTo_;
-  struct Pull {
-    int dst;
-    std::shared_ptr<detail::RequestState> state;
-    std::size_t bytes;
-  };
-  std::unordered_map<std::uint64_t, Pull> pulls_;  // by ticket, under loansMu_
-  std::uint64_t nextTicket_ = 0;                   // under loansMu_
-  bool pullsClosed_ = false;                       // under loansMu_: close() failed them all
+  single_copy::Ledger pulls_;  // the pulls this rank's peers still owe it
 };
 
 }  // namespace

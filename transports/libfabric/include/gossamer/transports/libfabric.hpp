@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/defaults.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
@@ -35,9 +36,11 @@ struct Options {
   /// ranks of a job on one host should give the same address: RDM endpoints
   /// that bind different interfaces cannot reach each other. The default keeps
   /// a job on loopback. "" lets the provider pick an interface. Ignored by shm.
-  std::string host = "127.0.0.1";
-  double timeoutSeconds = 30.0;  ///< Bound on rendezvous and default for waits, seconds (> 0).
-  double lingerSeconds = 5.0;    ///< close(): how long queued messages may still be delivered, seconds.
+  std::string host = defaults::kHost;
+  /// Bound on rendezvous and default for waits, seconds (> 0).
+  double timeoutSeconds = defaults::kTimeoutSeconds;
+  /// close(): how long queued messages may still be delivered, seconds.
+  double lingerSeconds = defaults::kLingerSeconds;
   /// Every rank sends each peer a heartbeat this often, seconds (> 0). Not
   /// with shm, where each peer's process exit is watched directly.
   double heartbeatSeconds = 0.1;

@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "gossamer/defaults.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 
@@ -44,10 +45,12 @@ struct Options {
   int worldSize = 1;
   /// "tcp" (IPv4; `host` is the address to listen on and publish) or "ipc"
   /// (Unix-domain stream sockets in the abstract namespace: one host only).
-  std::string protocol = "tcp";
-  std::string host = "127.0.0.1";  ///< tcp: interface to listen on (the port is picked by the OS).
-  double timeoutSeconds = 30.0;    ///< Bound on rendezvous and default for waits, seconds.
-  double lingerSeconds = 5.0;      ///< close(): how long queued messages may still be delivered, seconds.
+  std::string protocol = defaults::kProtocol;
+  std::string host = defaults::kHost;  ///< tcp: interface to listen on (the port is picked by the OS).
+  /// Bound on rendezvous and default for waits, seconds.
+  double timeoutSeconds = defaults::kTimeoutSeconds;
+  /// close(): how long queued messages may still be delivered, seconds.
+  double lingerSeconds = defaults::kLingerSeconds;
   /// How long a waiting thread busy-polls its sockets (yielding the core
   /// between polls) before it sleeps in poll(2), seconds. 0 disables spinning
   /// (lowest CPU use, highest latency). 200 µs since session 5 (was 50): a

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "gossamer/defaults.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 
@@ -17,21 +18,27 @@ namespace gossamer::zmq {
 struct Options {
   int rank = 0;
   int worldSize = 1;
-  std::string protocol = "tcp";    ///< "tcp" or "ipc".
-  std::string host = "127.0.0.1";  ///< tcp: interface to bind (its port is picked by the OS).
-  double timeoutSeconds = 30.0;    ///< Bound on rendezvous and default for waits, seconds.
-  double lingerSeconds = 5.0;      ///< close(): how long queued messages may still be delivered.
+  std::string protocol = defaults::kProtocol;  ///< "tcp" or "ipc".
+  std::string host = defaults::kHost;          ///< tcp: interface to bind (its port is picked by the OS).
+  /// Bound on rendezvous and default for waits, seconds.
+  double timeoutSeconds = defaults::kTimeoutSeconds;
+  /// close(): how long queued messages may still be delivered.
+  double lingerSeconds = defaults::kLingerSeconds;
   /// After a peer's connection drops without a goodbye frame, how long to keep
   /// reading its in-flight messages before declaring it failed, seconds.
   double failureGraceSeconds = 0.25;
-  /// glibc only. ZeroMQ allocates a fresh buffer for each message of more
-  /// than 8 KiB it receives. With glibc's adaptive defaults the freed ones are
-  /// often handed back to the kernel and the next is page-faulted in again:
-  /// 25 ms of a 180 ms 64 MiB ring allreduce over 4 processes here. When true,
-  /// the first transport made sets M_MMAP_THRESHOLD to 32 MiB and
-  /// M_TRIM_THRESHOLD to 256 MiB (mallopt), so freed buffers are reused. This
-  /// is process-wide: set false if the application tunes malloc itself.
-  bool recycleReceiveBuffers = true;
+  /// Off by default: it changes a process-wide setting. glibc only. What it
+  /// changes: the first transport made with it true calls mallopt to set
+  /// M_MMAP_THRESHOLD to 32 MiB and M_TRIM_THRESHOLD to 256 MiB, for the whole
+  /// process and for good (later transports, and false, do not undo it). Why
+  /// one would want it: ZeroMQ allocates a fresh buffer for every message of
+  /// more than 8 KiB it receives, and with glibc's adaptive defaults freed
+  /// large buffers are often returned to the kernel and the next one is
+  /// page-faulted in again; with the thresholds raised they are reused, which
+  /// speeds up large receives (see docs/transports.md for measurements).
+  /// Leave it false when the application tunes malloc itself or uses another
+  /// allocator.
+  bool recycleReceiveBuffers = false;
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
   /// ipc only: a message of at least singleCopyMinBytes (and at least 64 KiB)
   /// sent with isendBorrowed (the collectives' pieces) goes as a pull frame

@@ -1,0 +1,321 @@
+// libfabric transport: the checksum thread (CRC-32C of large payloads off the
+// progress thread), detection of silent or exited peers and their failure
+// verdicts, and teardown of the endpoint.
+#include "libfabric_impl.hpp"
+
+namespace gossamer::libfabric::impl {
+
+void LibfabricTransport::toChecksumThread(InboundMsg& msg) {
+  if (!msg.direct && !msg.consumed) {
+    auto claim = box_.claim(msg.source, msg.header.tag);
+    if (claim.state && fits(msg, claim)) {
+      msg.claimed = std::move(claim.state);
+      msg.dst = claim.buffer.first(msg.size);
+    }
+  }
+  msg.verifying = true;
+  ++verifying_;
+  {
+    std::lock_guard<std::mutex> lk(verifyMu_);
+    toVerify_.push_back(&msg);
+  }
+  verifyCv_.notify_one();
+}
+
+void LibfabricTransport::checkPayload(InboundMsg& msg) {
+  // First, and before reading `msg`: a cancel (which holds it) may have had
+  // the progress thread take an in-place payload back (takeBack).
+  std::unique_lock<std::mutex> g(guard_->exclusive);
+  StreamFrameVerifier v;
+  v.begin(msg.headerBytes, msg.header, msg.source);
+  if (msg.direct) {
+    {  // the provider is done with the buffer: a cancel has nothing to take back
+      std::lock_guard<std::mutex> lk(guard_->mu);
+      guard_->direct.erase(msg.claimed.get());
+    }
+    msg.consumed = true;
+    msg.payloadCrc = crc32c(msg.dst.first(msg.size));
+    v.updateSummed(msg.payloadCrc, msg.size);
+    try {
+      v.finish();
+    } catch (const ProtocolError&) {
+      msg.claimed->fail(std::current_exception());
+      throw;
+    }
+    countReceived(msg);  // before the receiver can look
+    msg.claimed->complete(msg.source, msg.size, msg.payloadCrc);
+    return;
+  }
+  if (!msg.claimed) g.unlock();
+  const std::span<const std::byte> payload(msg.data.get(), msg.size);
+  if (msg.claimed) {
+    if (msg.claimed->pending()) {
+      msg.payloadCrc = copyAndCrc32c(msg.dst.data(), payload.data(), payload.size());
+      v.updateSummed(msg.payloadCrc, payload.size());
+      try {
+        v.finish();
+      } catch (const ProtocolError&) {
+        msg.claimed->fail(std::current_exception());
+        msg.consumed = true;
+        throw;
+      }
+      countReceived(msg);
+      msg.claimed->complete(msg.source, msg.size, msg.payloadCrc);
+      msg.consumed = true;
+      return;
+    }
+    msg.claimed.reset();
+  }
+  msg.payloadCrc = crc32c(payload);
+  v.updateSummed(msg.payloadCrc, payload.size());
+  v.finish();
+}
+
+void LibfabricTransport::verifyLoop() {
+  std::unique_lock<std::mutex> lk(verifyMu_);
+  for (;;) {
+    const auto due = [&] { return verifyStop_ || !toVerify_.empty(); };
+    if (watchesPids_)
+      verifyCv_.wait_for(lk, std::chrono::milliseconds(10), due);
+    else
+      verifyCv_.wait(lk, due);
+    if (toVerify_.empty()) {
+      if (verifyStop_) return;  // stopping, nothing left
+      lk.unlock();
+      watchWhileStuck();
+      lk.lock();
+      continue;
+    }
+    InboundMsg* msg = toVerify_.front();
+    toVerify_.pop_front();
+    lk.unlock();
+    std::exception_ptr error;
+    try {
+      checkPayload(*msg);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lk.lock();
+    msg->verifyError = error;
+    verified_.push_back(msg);
+    lk.unlock();
+    wake();  // the progress thread delivers it
+    lk.lock();
+  }
+}
+
+bool LibfabricTransport::progressStuckFor(Clock::duration d) const {
+  const Clock::time_point turn{Clock::duration(loopStamp_.load(std::memory_order_relaxed))};
+  return Clock::now() - turn > d;
+}
+
+void LibfabricTransport::watchWhileStuck() {
+  if (!progressStuckFor(std::chrono::milliseconds(100)) || stop_) return;
+  for (int p = 0; p < opt_.worldSize; ++p) {
+    auto& peer = *tx_[static_cast<std::size_t>(p)];
+    if (p == opt_.rank || peer.gone || !processExited(peer)) continue;
+    auto why = std::make_exception_ptr(PeerFailure(p, kProcessExited));
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.why = why;
+    }
+    peer.gone = true;
+    life_.declareFailed(p, std::move(why));
+    GOSSAMER_LOG(kError,
+                 "libfabric rank "
+                     << opt_.rank << ": peer " << p
+                     << " exited while the progress thread is stuck inside libfabric (on a lock it held?)");
+  }
+}
+
+void LibfabricTransport::drainVerified() {
+  std::deque<InboundMsg*> done;
+  {
+    std::lock_guard<std::mutex> lk(verifyMu_);
+    done.swap(verified_);
+  }
+  for (InboundMsg* msg : done) {
+    --verifying_;
+    msg->verifying = false;
+    if (msg->zombie) {
+      buryIfDone(msg);
+      continue;
+    }
+    if (msg->verifyError) {
+      try {
+        std::rethrow_exception(msg->verifyError);
+      } catch (const std::exception& e) {
+        GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
+      }
+      failPeer(msg->source, msg->verifyError);
+      continue;
+    }
+    msg->ready = true;
+    flushInbound(msg->source);
+  }
+}
+
+void LibfabricTransport::checkSilence(Clock::time_point now) {
+  for (int p = 0; p < opt_.worldSize; ++p) {
+    auto& rx = rx_[static_cast<std::size_t>(p)];
+    if (p == opt_.rank || rx.gone) continue;
+    if (processExited(*tx_[static_cast<std::size_t>(p)])) {
+      failPeer(p, std::make_exception_ptr(PeerFailure(p, kProcessExited)));
+      continue;
+    }
+    // A frame that stays missing while later ones arrive was lost on the way:
+    // fail the peer instead of waiting for it forever.
+    if (!rx.early.empty() && secondsSince(rx.gapSince, now) > peerTimeout_) {
+      failPeer(p, std::make_exception_ptr(ProtocolError(
+                      p, 0,
+                      "frame " + std::to_string(rx.nextSeq) + " never arrived, while " +
+                          std::to_string(rx.early.size()) + " later ones did (lost by the provider)")));
+      continue;
+    }
+    if (!heartbeats_) continue;
+    const double silent = secondsSince(rx.lastHeard, now);
+    if (silent > peerTimeout_)
+      failPeer(p, std::make_exception_ptr(PeerFailure(
+                      p, "connection lost: nothing (no message, no heartbeat) arrived from it for " +
+                             std::to_string(silent).substr(0, 4) +
+                             " s (the process died or hung, or the network failed)")));
+  }
+}
+
+void LibfabricTransport::failPeer(int p, std::exception_ptr why) {
+  auto& rx = rx_[static_cast<std::size_t>(p)];
+  if (rx.gone) return;
+  rx.gone = true;
+  auto& peer = *tx_[static_cast<std::size_t>(p)];
+  {
+    std::lock_guard<std::mutex> lk(peer.mu);
+    peer.why = why;
+  }
+  peer.gone = true;
+  life_.declareFailed(p, std::move(why));
+  {
+    std::lock_guard<std::mutex> lk(peer.mu);
+    queued_ -= peer.pending.size();
+    peer.pending.clear();
+  }
+  {
+    // Its posted sends may never complete (a dead peer): stop waiting for them.
+    std::lock_guard<std::mutex> lk(opsMu_);
+    for (FabricOp* op : inflight_) {
+      auto* s = static_cast<SendOp*>(op);
+      if (s->dst == p && s->live) {
+        s->live = false;
+        --liveSends_;
+      }
+    }
+  }
+  std::exception_ptr failure;
+  {
+    std::lock_guard<std::mutex> lk(peer.mu);
+    failure = peer.why;
+  }
+  for (auto& msg : rx.queue) {
+    msg->failure = failure;
+    if (msg->outstanding == 0 && !msg->verifying) {
+      releaseClaim(*msg);
+      continue;
+    }
+    msg->zombie = true;
+    for (auto& op : msg->ops)
+      if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
+    zombies_.push_back(std::move(msg));
+  }
+  rx.queue.clear();
+  rx.early.clear();
+}
+
+void LibfabricTransport::buryIfDone(InboundMsg* msg) {
+  if (msg->outstanding > 0 || msg->verifying) return;
+  releaseClaim(*msg);
+  const auto it =
+      std::find_if(zombies_.begin(), zombies_.end(), [&](const auto& z) { return z.get() == msg; });
+  if (it != zombies_.end()) zombies_.erase(it);
+}
+
+void LibfabricTransport::stopVerifier() {
+  {
+    std::lock_guard<std::mutex> lk(verifyMu_);
+    verifyStop_ = true;
+  }
+  verifyCv_.notify_all();
+  if (verifier_.joinable()) verifier_.join();
+}
+
+void LibfabricTransport::drainBulk() {
+  if (!ep_ || !cq_ || bulkPosted_ == 0) return;
+  const auto cancelAll = [&](InboundMsg& msg) {
+    for (auto& op : msg.ops)
+      if (op.posted && !op.done) fi_cancel(&ep_->fid, static_cast<FabricOp*>(&op));
+  };
+  for (auto& rx : rx_)
+    for (auto& msg : rx.queue) cancelAll(*msg);
+  for (auto& msg : zombies_) cancelAll(*msg);
+  const auto settle = [&](void* context) {
+    auto* op = static_cast<FabricOp*>(context);
+    if (!op) return;
+    if (op->kind == OpKind::kBulkRecv) {
+      auto& b = *static_cast<BulkRecvOp*>(op);
+      b.done = true;
+      --b.msg->outstanding;
+      --bulkPosted_;
+    } else if (op->kind == OpKind::kSend) {
+      finishSend(static_cast<SendOp*>(op));
+    }
+  };
+  std::array<fi_cq_tagged_entry, 32> entries{};
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (bulkPosted_ > 0 && Clock::now() < until) {
+    const ssize_t n = fi_cq_read(cq_.get(), entries.data(), entries.size());
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) settle(entries[static_cast<std::size_t>(i)].op_context);
+    } else if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(cq_.get(), &err, 0) > 0) settle(err.op_context);
+    } else if (n != -FI_EAGAIN) {
+      break;
+    }
+  }
+}
+
+void LibfabricTransport::teardown() {
+  for (auto& peer : tx_) {
+    std::lock_guard<std::mutex> lk(peer->mu);
+    peer->shut = true;
+    peer->pending.clear();
+    if (peer->pidfd >= 0) ::close(peer->pidfd);
+    peer->pidfd = -1;
+  }
+  drainBulk();
+  ep_.reset();
+  {
+    // The endpoint is closed: nothing writes into a receive's buffer any
+    // more. Receives that were being filled in place fail.
+    std::lock_guard<std::mutex> lk(guard_->mu);
+    for (const auto& [state, msg] : guard_->direct)
+      if (msg->claimed)
+        msg->claimed->fail(std::make_exception_ptr(Cancelled("transport closed while receiving")));
+    guard_->direct.clear();
+  }
+  guard_->close();
+  {
+    std::lock_guard<std::mutex> lk(opsMu_);
+    for (FabricOp* op : inflight_)
+      delete static_cast<SendOp*>(op);  // NOLINT(cppcoreguidelines-owning-memory)
+    inflight_.clear();
+  }
+  zombies_.clear();
+  rx_.clear();
+  unposted_.clear();
+  poolMr_.reset();
+  av_.reset();
+  cq_.reset();
+  domain_.reset();
+  fabric_.reset();
+}
+
+}  // namespace gossamer::libfabric::impl

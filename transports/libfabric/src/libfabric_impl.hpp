@@ -1,0 +1,622 @@
+// Internals of the libfabric transport, shared by its source files (not
+// installed): the wire constants, the operations handed to libfabric, and the
+// LibfabricTransport class, whose members are defined by concern in
+// libfabric_transport.cpp (the Transport API, close), libfabric_setup.cpp
+// (endpoint, address vector, posted buffers), libfabric_send.cpp (queueing
+// and posting sends), libfabric_progress.cpp (the progress thread:
+// completions, frames, payload pieces, matching) and libfabric_checks.cpp
+// (the checksum thread, peer failure, teardown).
+//
+// libfabric transport (design and numbers: docs/libfabric.md).
+//
+// One reliable-datagram endpoint (FI_EP_RDM) per rank, with one completion
+// queue read by a progress thread. Matching is ours, not the provider's: an
+// irecv takes a *set* of sources, which libfabric's tag and ignore mask cannot
+// express, and the provider must never write into a caller's buffer after
+// Request::cancel() returned. So a message lands in transport-owned memory
+// first and the sdk Mailbox matches it with posted receives (one copy, as in
+// the zmq transport), except a large payload whose receive is posted before
+// its announcement: that one is received in place, and a cancel has the
+// progress thread take it back first (CopyGuard, takeBack).
+//
+// Wire protocol. Every message is a tagged send. A 64-bit "envelope" names
+//
+//   bits 56..59 channel   bits 40..55 sender rank   bits 0..39 sequence number
+//
+// channel 1, frame:    [envelope][48-byte frame header (wire.hpp)][payload <= inlineBytes]
+//                      (data frames with small payloads, bye, bye-ack)
+// channel 5, announce: [envelope][48-byte frame header][u64 piece bytes][u64 first bulk seq]
+//                      (a data frame whose payload follows on the bulk channel)
+// channel 3, beat:     [envelope][48-byte frame header] heartbeat, no payload
+// channel 8, bulk:     one piece of an announced payload, with the envelope as
+//                      its libfabric tag (ceil(n / piece) pieces, consecutive
+//                      bulk sequence numbers; split so that no message exceeds
+//                      the provider's max_msg_size)
+//
+// Channels 1, 3 and 5 share one libfabric tag and carry the envelope as their
+// first 8 bytes (u64 LE) instead: a pool of receive buffers is kept posted for
+// that tag. (Matching distinct tags under an ignore mask would need no
+// envelope, but the shm provider of libfabric 1.17 stops matching unexpected
+// messages to such receives after a while; see docs/libfabric.md.) Frame and
+// announce messages carry a per-(sender, receiver) sequence number: the
+// receiver processes them strictly in that order (completion order is not
+// guaranteed by every provider), so messages with the same source and tag are
+// matched in send order. For an announcement the progress thread claims the
+// posted receive or allocates the payload's buffer, and posts receives for
+// its pieces (a few at a time: postMore) without waiting for the
+// application's irecv, so a large send costs no extra round trip and no one
+// can deadlock on it. Frames from
+// one sender are delivered to the Mailbox in order: a small frame that
+// arrives while an earlier large payload from the same sender is still in
+// flight waits for it.
+//
+// Every frame is validated (wire.hpp: magic, version, kind, lengths, CRC-32C)
+// before it is delivered; a bad one fails its sender with the ProtocolError.
+//
+// Failure. Completion-queue error entries become PeerFailure (failed sends,
+// receives) or ProtocolError (truncated messages), with fi_cq_strerror's
+// text. A peer that dies while a payload from it is under way shows up so
+// (tcp;ofi_rxm: the receive is cancelled, "Transport endpoint is not
+// connected"; shm: "Input/output error"), but at any other moment the
+// providers of libfabric 1.17 report nothing (sends to it stay -FI_EAGAIN or
+// pending, see docs/libfabric.md), so every rank also sends each peer a heartbeat every
+// heartbeatSeconds and declares a peer failed when nothing arrived from it for
+// peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
+// replaces the heartbeats: a killed shm peer may leave a spin lock held in
+// shared memory, so nothing is sent to it once it exited. A thread that was
+// already waiting on such a lock spins forever inside libfabric, so only the
+// progress thread calls into libfabric: isend queues, irecv and wait use the
+// Mailbox, and a stuck progress thread costs the application a PeerFailure
+// (the checksum thread then watches the pidfds) or a TimeoutError, never a
+// hang. close() sends a bye after the last data frame and
+// waits (bounded by the linger period) for each peer's bye-ack, as the zmq transport does, so queued messages
+// are delivered.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/peer_lifecycle.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/transports/libfabric.hpp"
+
+namespace gossamer::libfabric::impl {
+
+using Clock = std::chrono::steady_clock;
+using detail::check;
+using detail::errorText;
+using detail::FidPtr;
+
+// ---- tags ----------------------------------------------------------------------
+
+constexpr int kChannelShift = 56;
+constexpr int kSourceShift = 40;
+constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << 40) - 1;
+constexpr std::uint64_t kSourceMask = 0xFFFF;
+constexpr std::uint64_t kChanFrame = 0x1, kChanBeat = 0x3, kChanAnnounce = 0x5, kChanBulk = 0x8;
+/// The libfabric tag of every channel 1, 3 and 5 message (their envelope is in the message).
+constexpr std::uint64_t kPoolTag = kChanFrame << kChannelShift;
+constexpr std::size_t kEnvelopeBytes = 8;
+
+constexpr std::uint64_t fabricTag(std::uint64_t channel, int source, std::uint64_t seq) {
+  return (channel << kChannelShift) | (static_cast<std::uint64_t>(source) << kSourceShift) | (seq & kSeqMask);
+}
+constexpr std::uint64_t channelOf(std::uint64_t tag) { return (tag >> kChannelShift) & 0xF; }
+constexpr int sourceOf(std::uint64_t tag) { return static_cast<int>((tag >> kSourceShift) & kSourceMask); }
+
+/// Announcement (after the envelope): frame header, the piece size and the first bulk sequence
+/// number (u64 LE each).
+constexpr std::size_t kAnnounceBytes = kFrameHeaderBytes + 16;
+constexpr std::size_t kPoolBuffers = 64;
+/// Largest message sent with fi_tinject (no completion, no buffer kept), bytes.
+constexpr std::size_t kInjectMax = 4096;
+/// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
+constexpr std::size_t kMaxEarlyFrames = 1 << 16;
+constexpr const char* kProcessExited = "connection lost: its process exited";
+/// Payloads from this size on have their CRC-32C checked on a second thread,
+/// so that the progress thread moves the next payload meanwhile.
+// Default piece size: a cancel of a receive filled in place waits for the
+// piece the provider is receiving (tcp;ofi_rxm cannot cancel a matched one).
+constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
+// Pieces of one payload posted at a time (postMore).
+constexpr std::size_t kBulkWindow = 4;
+constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;
+
+inline void putU64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+inline std::uint64_t getU64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+/// ceil(n / d) for d > 0, without overflow.
+constexpr std::uint64_t ceilDiv(std::uint64_t n, std::uint64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
+
+inline double secondsSince(Clock::time_point t, Clock::time_point now) {
+  return std::chrono::duration<double>(now - t).count();
+}
+
+// ---- operations handed to libfabric ----------------------------------------------
+
+enum class OpKind : std::uint8_t { kSend, kPoolRecv, kBulkRecv };
+
+/// Every posted operation's context. libfabric may use the fi_context2 (the
+/// FI_CONTEXT modes), so it comes first and lives until the completion.
+struct FabricOp {
+  fi_context2 fi{};
+  OpKind kind;
+  explicit FabricOp(OpKind k) : kind(k) {}
+};
+
+/// Large buffers kept for reuse: a fresh 64 MiB allocation is mapped and
+/// zeroed page by page by the kernel, which costs more than moving the bytes.
+/// Buffers come back through the deleter of the shared_ptr get() returns,
+/// whatever thread drops the last reference (the cache outlives them).
+class BufferCache : public std::enable_shared_from_this<BufferCache> {
+ public:
+  static constexpr std::size_t kMinBytes = std::size_t{64} << 10;         ///< smaller ones are not kept
+  static constexpr std::size_t kMaxCachedBytes = std::size_t{256} << 20;  ///< kept at most, in all
+
+  /// A buffer of at least `n` bytes (contents undefined).
+  std::shared_ptr<std::byte[]> get(std::size_t n) {
+    if (n < kMinBytes) return std::shared_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(n, 1)]);
+    std::unique_ptr<std::byte[]> buf;
+    std::size_t capacity = n;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      const auto it = free_.lower_bound(n);
+      if (it != free_.end() && it->first <= 2 * n) {  // do not spend a huge buffer on a small message
+        capacity = it->first;
+        buf = std::move(it->second);
+        cached_ -= capacity;
+        free_.erase(it);
+      }
+    }
+    if (!buf) buf.reset(new std::byte[n]);
+    return std::shared_ptr<std::byte[]>(buf.release(), [self = shared_from_this(), capacity](std::byte* p) {
+      self->put(std::unique_ptr<std::byte[]>(p), capacity);
+    });
+  }
+
+ private:
+  void put(std::unique_ptr<std::byte[]> buf, std::size_t capacity) {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!free_.empty() && cached_ + capacity > kMaxCachedBytes) {  // drop the smallest first
+      cached_ -= free_.begin()->first;
+      free_.erase(free_.begin());
+    }
+    if (capacity > kMaxCachedBytes) return;
+    cached_ += capacity;
+    free_.emplace(capacity, std::move(buf));
+  }
+
+  std::mutex mu_;
+  std::multimap<std::size_t, std::unique_ptr<std::byte[]>> free_;  ///< capacity -> buffer
+  std::size_t cached_ = 0;
+};
+
+/// A large payload staged for sending, shared by its pieces.
+struct Payload {
+  std::shared_ptr<std::byte[]> bytes;
+  std::size_t size = 0;
+  FidPtr<fid_mr> mr;  ///< registered by the progress thread (FI_MR_LOCAL providers only)
+  void* desc = nullptr;
+};
+
+struct SendOp : FabricOp {
+  SendOp() : FabricOp(OpKind::kSend) {}
+  int dst = -1;
+  std::uint64_t tag = 0;
+  std::vector<std::byte> own;        ///< frame or announcement bytes
+  std::shared_ptr<Payload> payload;  ///< bulk piece: the payload it points into
+  const std::byte* data = nullptr;
+  std::size_t len = 0;
+  FidPtr<fid_mr> mr;  ///< registration of `own` (FI_MR_LOCAL providers only)
+  void* desc = nullptr;
+  bool live = false;  ///< counted in liveSends_ (posted to a peer not known to be gone)
+};
+
+struct PoolOp : FabricOp {
+  PoolOp() : FabricOp(OpKind::kPoolRecv) {}
+  std::byte* buf = nullptr;
+};
+
+struct InboundMsg;
+struct BulkRecvOp : FabricOp {
+  BulkRecvOp() : FabricOp(OpKind::kBulkRecv) {}
+  InboundMsg* msg = nullptr;
+  std::size_t offset = 0, len = 0;
+  std::uint64_t tag = 0;
+  bool posted = false, done = false;
+};
+
+/// A frame from one peer, in its order, until it is delivered.
+struct InboundMsg {
+  int source = -1;
+  FrameHeader header;
+  HeaderBytes headerBytes{};
+  std::shared_ptr<std::byte[]> data;  ///< the payload (null for control frames and empty payloads)
+  std::size_t size = 0;
+  bool ready = false;     ///< every byte has arrived and was verified
+  bool arrived = false;   ///< every payload piece has arrived (checksum not yet checked)
+  bool consumed = false;  ///< went to its claimed receive (or failed it): not for the Mailbox
+  bool counted = false;   ///< in the received-bytes statistics already
+  /// The posted receive this payload goes to (Mailbox::claim), and the part
+  /// of its buffer it fills: either received there in place (`direct`, claimed
+  /// at the announcement) or copied there by the checksum thread (claimed once
+  /// the payload is first in line).
+  std::shared_ptr<gossamer::detail::RequestState> claimed;
+  std::span<std::byte> dst;
+  bool direct = false;           ///< the pieces are posted into `dst`, not into `data`
+  bool cancelling = false;       ///< the receive was cancelled: taking the payload back into `data`
+  std::exception_ptr failure;    ///< why its peer failed (zombies), for the claimed receive
+  std::uint32_t payloadCrc = 0;  ///< crc32c of the payload, once verified
+
+  std::byte* base() const { return direct ? dst.data() : data.get(); }
+  bool zombie = false;             ///< its peer failed: only waiting for cancelled receives to come back
+  bool verifying = false;          ///< with the checksum thread (which reads it): keep it alive
+  std::exception_ptr verifyError;  ///< what the checksum thread found (under verifyMu_)
+  std::size_t piecesLeft = 0, outstanding = 0;
+  std::vector<BulkRecvOp> ops;  ///< never resized once posted (libfabric holds pointers)
+  FidPtr<fid_mr> mr;
+  void* desc = nullptr;
+};
+
+/// Sending side of one peer. Application threads queue messages under `mu`;
+/// only the progress thread posts them, and never while holding `mu`, so an
+/// application thread never waits on a thread that is inside libfabric.
+struct PeerTx {
+  std::mutex mu;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  std::uint64_t frameSeq = 0, bulkSeq = 0;
+  std::deque<std::unique_ptr<SendOp>> pending;  ///< not posted yet, in order (under mu)
+  bool shut = false;                            ///< the endpoint is being closed: post nothing
+  std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
+  std::exception_ptr why;       ///< why it is gone (set before `gone`)
+  std::atomic<bool> gone{false};
+  /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
+  int pidfd = -1;
+  std::atomic<bool> exited{false};
+};
+
+/// Receiving side of one peer (progress thread only).
+struct PeerRx {
+  std::uint64_t nextSeq = 0, nextBulkSeq = 0;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::vector<std::byte>>>
+      early;  ///< seq -> (channel, bytes)
+  std::deque<std::unique_ptr<InboundMsg>> queue;
+  Clock::time_point lastHeard;
+  Clock::time_point gapSince;  ///< when `early` last became non-empty
+  bool gone = false;
+};
+
+/// Attached to every posted receive, so that no byte lands in a receive's
+/// buffer after Request::cancel() returned. cancel() takes `exclusive`, which
+/// the checksum thread holds while it reads or fills a claimed receive's
+/// buffer; and for a payload the provider is receiving in place, cancelLocked
+/// has the progress thread take it back (fi_cancel, then copy what already
+/// arrived into the transport's own memory) before it returns, so the message
+/// is delivered to a later receive instead. Progress itself is the progress
+/// thread's: a waiting thread has nothing to drive.
+class CopyGuard final : public gossamer::detail::BackgroundEngine {
+ public:
+  explicit CopyGuard(double boundSeconds) : bound_(boundSeconds) {}
+
+  /// Request::cancel(), `exclusive` held: waits (at most the transport's
+  /// timeout) until the progress thread took the payload back, if one is being
+  /// received into the request's buffer.
+  void cancelLocked(gossamer::detail::RequestState& state) override {
+    std::unique_lock<std::mutex> lk(mu);
+    if (closed || !direct.contains(&state)) {
+      // Cancelled here, under `mu`: the progress thread, which may have
+      // claimed the receive a moment ago, checks under `mu` that it is still
+      // pending before it posts anything into its buffer (claimInPlace).
+      state.cancelIfPending();
+      return;
+    }
+    cancels.push_back(&state);
+    cancelsPending = true;
+    if (wake) wake();
+    if (!cv.wait_for(lk, std::chrono::duration<double>(bound_),
+                     [&] { return closed || !direct.contains(&state); }))
+      GOSSAMER_LOG(kError, "libfabric: a cancelled receive's payload was not taken back within "
+                               << bound_ << " s (the progress thread is stuck inside libfabric?)");
+    // Not left behind for the progress thread (the request may be freed once this returns).
+    std::erase(cancels, &state);
+  }
+
+  /// Wakes every canceller and lets later cancels return at once: nothing
+  /// writes into a receive's buffer any more (the progress thread has
+  /// stopped, or the endpoint is closed).
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      closed = true;
+      wake = nullptr;
+    }
+    cv.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  /// Receives whose buffers the provider may write into, and their payloads (under mu).
+  std::unordered_map<const gossamer::detail::RequestState*, InboundMsg*> direct;
+  std::deque<const gossamer::detail::RequestState*> cancels;  ///< for the progress thread (under mu)
+  std::atomic<bool> cancelsPending{false};
+  std::function<void()> wake;  ///< wakes the progress thread (under mu; empty once closed)
+  bool closed = false;         ///< under mu: the endpoint is closed, nothing writes any more
+
+ private:
+  double bound_;
+};
+
+class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
+ public:
+  LibfabricTransport(const Options& o, Store& store);
+
+  /// Starts the progress thread, which keeps the transport alive while it runs
+  /// (see close()). Call once, right after construction.
+  void start();
+  ~LibfabricTransport() override;
+  int rank() const override { return opt_.rank; }
+  int worldSize() const override { return opt_.worldSize; }
+  std::string name() const override { return "libfabric"; }
+  double timeoutSeconds() const override { return opt_.timeoutSeconds; }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override;
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
+  void abort() override;
+  void close() override;
+  TransportStats stats() const override { return life_.stats(); }
+
+ private:
+  // ---- setup ---------------------------------------------------------------------
+
+  void openEndpoint();
+
+  // Publishes "<provider>\n<frame bytes>\n<address>" (frame bytes: the largest
+  // frame, header included, this rank's buffers take) and inserts every peer's
+  // address. A rank sends a peer payloads inside frames only up to what that
+  // peer's buffers take, so ranks may differ in inlineBytes.
+  void exchangeAddresses(Store& store);
+  FidPtr<fid_mr> registerLocal(const void* buf, std::size_t len, std::uint64_t access, void** desc);
+  void postPool();
+  void repost(PoolOp& op);
+  bool postBulk(BulkRecvOp& op);
+  void retryUnposted();
+
+  // ---- sending -------------------------------------------------------------------
+
+  // shm: true once the peer's process exited. A killed shm peer may have died
+  // holding the lock of its own region, and sending to it would then spin
+  // forever inside libfabric; so every send to it checks first.
+  static bool processExited(PeerTx& peer);
+
+  // isend to a peer known to be gone: the reason it is gone.
+  [[noreturn]] void throwGone(int dst);
+
+  // A pool-tag message [envelope (filled in by the caller)][a][b].
+  std::unique_ptr<SendOp> makeSendOp(int dst, std::span<const std::byte> a, std::span<const std::byte> b);
+
+  // Progress thread: posts `op` (ownership passes to libfabric until its
+  // completion; an injected one is done at once). Returns 0, -FI_EAGAIN (op
+  // untouched) or another libfabric error. Registers the buffer first when
+  // the provider wants local registration (on this thread too: application
+  // threads make no libfabric call at all).
+  ssize_t post(std::unique_ptr<SendOp>& op, fi_addr_t addr);
+
+  // Caller holds peer.mu. Queues `op` for the progress thread, behind earlier sends.
+  void queueLocked(PeerTx& peer, std::unique_ptr<SendOp> op);
+
+  // One message on the pool's tag to `dst`: the envelope (channel, this rank,
+  // the next frame sequence number), then a ++ b; queued for the progress thread.
+  void sendFrame(int dst, std::uint64_t channel, std::span<const std::byte> a, std::span<const std::byte> b);
+
+  // A payload above inlineBytes: an announcement on the frame sequence, then
+  // the payload in pieces on the bulk channel.
+  void sendLarge(int dst, const Tag& tag, DType dtype, std::span<const std::byte> data);
+
+  // Best effort: a control frame (bye, bye-ack) that cannot be sent only
+  // means the peer finds out by its heartbeat timeout or pidfd.
+  void sendControl(int p, FrameKind kind, std::uint32_t detail = 0);
+
+  // Progress thread: posts the queued sends, in order per peer, until the
+  // provider refuses one (-FI_EAGAIN: retried on the next turn). Holds no
+  // lock inside libfabric: application threads keep queueing meanwhile.
+  void flushPending();
+  void sendBeats();
+
+  // ---- progress thread --------------------------------------------------------------
+
+  // Wakes the progress thread if it sleeps, and keeps it polling for a while.
+  void kick();
+  void wake();
+  void progressLoop();
+
+  // Handles what fi_cq_read / fi_cq_sread returned. True if anything completed.
+  bool handleCq(ssize_t n, fi_cq_tagged_entry* entries);
+  void handleCompletion(const fi_cq_tagged_entry& e);
+  void finishSend(SendOp* op);
+
+  // A completion-queue error entry: the provider's account of a failed operation.
+  void handleError();
+  void onPoolMessage(std::span<const std::byte> message);
+  void checkBeat(int src, std::span<const std::byte> bytes);
+
+  // One frame or announcement from `src`, in sequence order.
+  void processFrame(int src, std::uint64_t channel, std::span<const std::byte> bytes);
+
+  // Posts the next pieces of `msg`, in order, while fewer than kBulkWindow of
+  // its pieces are with the provider. A provider matches an announced piece
+  // as soon as it is posted (ofi_rxm's rendezvous then reads it whatever
+  // happens), and a matched piece cannot be cancelled: the window bounds what
+  // a cancel of an in-place receive waits for. Returns false when the
+  // provider refused one (-FI_EAGAIN): pumpBulk() retries.
+  bool postMore(InboundMsg& msg);
+
+  // Progress thread: pieces a provider refused earlier, and the next ones.
+  void pumpBulk();
+  void onBulkPiece(BulkRecvOp& op, std::size_t len);
+
+  // Delivers the frames from `src` that are complete, in order.
+  void flushInbound(int src);
+  void countReceived(InboundMsg& msg);
+
+  // A claimed receive too small for `msg` fails, and the message is used up
+  // (as Mailbox::deliver does). True if it fits.
+  static bool fits(InboundMsg& msg, const Mailbox::Claimed& claim);
+
+  // At a large payload's announcement (`msg`, last in its peer's line): if a
+  // receive for it is posted already, and no earlier message from the peer
+  // under the same tag is still on its way (matching order), the pieces are
+  // received straight into that receive's buffer.
+  void claimInPlace(InboundMsg& msg, const PeerRx& rx);
+
+  // Progress thread: receives cancelled while their payload was being received
+  // in place (CopyGuard::cancelLocked, whose caller waits).
+  void takeBackCancelled();
+
+  // Once no piece of a cancelling in-place payload is with the provider any
+  // more: copies the pieces that arrived into the transport's own buffer,
+  // posts the cancelled ones again into it, and lets the canceller go on. The
+  // message then goes on as one that found no receive.
+  void takeBack(InboundMsg& msg);
+
+  // An in-place payload whose peer failed, once the provider gave all its
+  // pieces back: its receive fails with the peer's error.
+  void releaseClaim(InboundMsg& msg);
+
+  // A large payload that fully arrived and is first in its peer's line: the
+  // checksum thread checks it and, when a receive for it is posted, copies it
+  // into that receive's buffer in the same pass (claimed here, in order, so
+  // per (source, tag) matching order holds). Later frames from the peer wait.
+  void toChecksumThread(InboundMsg& msg);
+
+  // Checksum thread: verifies `msg` (one pass over its payload). If it was
+  // received in place, completes (or fails) its receive. If it was claimed by
+  // a receive that is still pending, copies it into that receive in the same
+  // pass and completes it; a receive cancelled meanwhile (cancel() waits for
+  // guard_->exclusive) leaves the message to the Mailbox.
+  void checkPayload(InboundMsg& msg);
+
+  // The checksum thread: verifies large payloads handed over by toChecksumThread.
+  // With shm it also watches the peers' processes every 10 ms while the
+  // progress thread is stuck (watchWhileStuck).
+  void verifyLoop();
+
+  // True when the progress thread has not begun a loop turn for `d`.
+  bool progressStuckFor(Clock::duration d) const;
+
+  // Checksum thread, shm only: when the progress thread has not finished a
+  // loop turn for 100 ms it is stuck inside libfabric (it never sleeps longer
+  // than 2 ms), most likely spinning on a shm lock that a killed peer held.
+  // Then it cannot see that peer's exit, so this thread reports it to the
+  // Mailbox itself: receives waiting on the dead peer fail now with
+  // PeerFailure rather than at their timeout. (Not while the progress thread
+  // runs: it delivers what fully arrived from the peer first, then fails it.)
+  void watchWhileStuck();
+
+  // Progress thread: payloads the checksum thread is done with.
+  void drainVerified();
+  void checkSilence(Clock::time_point now);
+
+  // Progress thread: `p` is gone (failed, or closed: then `why` says so).
+  // Fails receives waiting only on it, drops what was queued for it and
+  // cancels the payload receives still posted for it.
+  void failPeer(int p, std::exception_ptr why);
+  void buryIfDone(InboundMsg* msg);
+
+  // Stops the checksum thread. It waits on nothing but its queue and
+  // `exclusive`, which only a canceller holds, and close() releases those
+  // first (guard_->close()).
+  void stopVerifier();
+
+  // Before the endpoint closes: cancels the payload pieces still posted and
+  // reads the completion queue until they came back (cancelled or complete),
+  // for at most 200 ms. tcp;ofi_rxm of libfabric 1.17 crashed inside
+  // fi_close(ep) when the endpoint closed while a piece was arriving.
+  void drainBulk();
+
+  // After the progress thread stopped: closes the endpoint (libfabric drops
+  // what is still posted), then frees the operations and the fabric.
+  void teardown();
+  Options opt_;
+  std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
+  std::shared_ptr<CopyGuard> guard_;  ///< attached to posted receives (set in the constructor)
+  Mailbox box_;
+  PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
+  double peerTimeout_ = 0;
+  detail::InfoPtr info_;
+  std::string provider_;
+  bool mrLocal_ = false, cqWaits_ = false, heartbeats_ = true;
+  std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
+  std::uint64_t nextKey_ = 1;
+  FidPtr<fid_fabric> fabric_;
+  FidPtr<fid_domain> domain_;
+  FidPtr<fid_cq> cq_;
+  FidPtr<fid_av> av_;
+  FidPtr<fid_ep> ep_;
+  std::vector<std::byte> poolMem_;
+  FidPtr<fid_mr> poolMr_;
+  void* poolDesc_ = nullptr;
+  std::vector<PoolOp> pool_;
+  HeaderBytes beatHeader_{};
+  std::vector<std::unique_ptr<PeerTx>> tx_;
+  std::atomic<std::size_t> queued_{0};  ///< sends waiting in PeerTx::pending, all peers
+  std::mutex opsMu_;
+  std::unordered_set<FabricOp*> inflight_;
+  /// Posted sends to peers not known to be gone (written under opsMu_): while
+  /// there are any, the progress thread keeps polling, since some providers
+  /// move a large message along only when their completion queue is read.
+  std::atomic<std::size_t> liveSends_{0};  ///< posted sends, owned here until their completion
+
+  // Progress thread only.
+  std::vector<PeerRx> rx_;
+  std::deque<FabricOp*> unposted_;  ///< frame-buffer receives the provider refused (-FI_EAGAIN)
+  bool bulkPump_ = false;           ///< payload pieces wait to be posted (pumpBulk)
+  std::size_t bulkPosted_ = 0;      ///< payload-piece receives posted and not completed
+  std::size_t verifying_ = 0;       ///< payloads with the checksum thread
+  std::vector<std::unique_ptr<InboundMsg>> zombies_;
+  std::thread progress_;
+  std::thread verifier_;  ///< the checksum thread
+  std::mutex verifyMu_;
+  std::condition_variable verifyCv_;
+  std::deque<InboundMsg*> toVerify_, verified_;  // under verifyMu_
+  bool verifyStop_ = false;                      // under verifyMu_
+  std::mutex exitMu_;
+  std::condition_variable exitCv_;
+  bool progressExited_ = false;  // under exitMu_
+  bool abandoned_ = false;       // under exitMu_: close() left the progress thread behind
+  std::atomic<bool> stop_{false}, aborting_{false}, sleeping_{false};
+  std::atomic<Clock::rep> lastKick_{0};
+  /// When the progress thread last began a loop turn (watchWhileStuck).
+  std::atomic<Clock::rep> loopStamp_{Clock::now().time_since_epoch().count()};
+  bool watchesPids_ = false;  ///< shm: the checksum thread also watches peer processes
+  std::mutex kickMu_;
+  std::condition_variable kickCv_;
+  bool kicked_ = false;  // under kickMu_
+};
+
+}  // namespace gossamer::libfabric::impl
