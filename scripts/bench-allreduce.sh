@@ -34,6 +34,9 @@
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# zmq with transport.recycle_receive_buffers (process-wide mallopt), as the
+# docs' zmq figures were measured; GOSSAMER_BENCH_ZMQ_RECYCLE=0 measures without.
+export GOSSAMER_BENCH_ZMQ_RECYCLE="${GOSSAMER_BENCH_ZMQ_RECYCLE:-1}"
 cd "$root"
 
 world_sizes="2,4,8"

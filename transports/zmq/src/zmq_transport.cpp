@@ -813,9 +813,17 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 
 namespace gossamer::zmq {
 void registerWith(Registry& registry) {
-  registry.addTransport("zmq", [](const TransportContext& ctx) {
-    return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
-  });
+  registry.addTransport(
+      "zmq",
+      [](const TransportContext& ctx) {
+        auto o = networkOptionsFrom<Options>(ctx);
+        o.recycleReceiveBuffers = ctx.config.get<bool>("transport.recycle_receive_buffers");
+        return makeTransport(o, ctx.store);
+      },
+      KeySet().boolean(
+          "recycle_receive_buffers", Options{}.recycleReceiveBuffers,
+          "raise glibc's mmap and trim thresholds (mallopt: process-wide, for good) so large receive "
+          "buffers are reused; about 2x faster 64 MiB allreduces over zmq"));
   registry.setDefault("transport", "zmq");
 }
 }  // namespace gossamer::zmq
