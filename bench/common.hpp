@@ -80,7 +80,7 @@ inline void writeJsonFile(const json& j, const std::string& path) {
 /// machine CPU r mod 2; mpirun's `--map-by core --bind-to
 /// core:overload-allowed` does the same here), and small-message times no
 /// longer depend on which ranks the OS happens to put on one core
-/// (docs/allreduce.md, "Session 7").
+/// (docs/collectives.md).
 inline void addBindOption(CLI::App& app, std::string& binding) {
   app.add_option(
          "--bind", binding,

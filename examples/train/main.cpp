@@ -117,8 +117,8 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
 // Launches every rank as a child process and waits for them. A rank that
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
-int launchProcesses(const Config& c, const std::string& configPath, const std::string& summaryPath,
-                    const std::string& binding) {
+int launchProcesses(const Config& c, const std::string& configPath, const std::vector<std::string>& overrides,
+                    const std::string& summaryPath, const std::string& binding) {
   gossamer::LaunchOptions o;
   o.worldSize = c.worldSize;
   o.binding = gossamer::parseCpuBinding(binding);
@@ -127,6 +127,10 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::s
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
                                      std::to_string(r), "--rendezvous", rendezvous};
+    for (const auto& o : overrides) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
     if (r == 0 && !summaryPath.empty()) {
       args.push_back("--summary-json");
       args.push_back(summaryPath);
@@ -147,6 +151,10 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous", rendezvous,
                  "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
   app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  std::vector<std::string> overrides;
+  app.add_option("--set", overrides,
+                 "KEY=VALUE: overrides a key of the config after loading it, e.g. --set training.epochs=1 "
+                 "(repeatable; checked like the file)");
   std::string binding = "none";
   app.add_option(
          "--bind", binding,
@@ -156,7 +164,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const gossamer::Registry registry = train::makeTrainRegistry();
-    const Config c = registry.load(configPath);
+    const Config c = registry.load(configPath, overrides);
     if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
@@ -169,7 +177,7 @@ int main(int argc, char** argv) {
       return runOneRank(registry, c, rank, rendezvous, summaryPath);
     }
     if (c.transport.kind == "inproc") return runThreads(registry, c, summaryPath);
-    return launchProcesses(c, configPath, summaryPath, binding);
+    return launchProcesses(c, configPath, overrides, summaryPath, binding);
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "gossamer-train rank %d: error: %s\n", rank, e.what());

@@ -279,7 +279,7 @@ class Parser {
  public:
   Parser(const ConfigSchema& schema, std::string file) : schema_(schema), file_(std::move(file)) {}
 
-  Config parse(const std::string& text) {
+  Config parse(const std::string& text, const std::vector<std::string>& overrides) {
     std::vector<YAML::Node> docs;
     try {
       docs = YAML::LoadAll(text);
@@ -302,9 +302,42 @@ class Parser {
     Config config = schema_.complete(Config{});
     config.sourceFile = file_;
     readSection(root, schema_.sections().front(), config);
+    const std::string file = file_;
+    for (const std::string& o : overrides) applyOverride(o, config);
+    file_ = file;
     // Keys that constrain each other: only now is every key known.
     if (auto issue = checkRules(schema_, config)) fail(*issue);
     return config;
+  }
+
+  /// "section.key=value" (or "key=value" at the top level): the value is read
+  /// as YAML (a scalar or a flow list such as [64, 32]) and checked like a key
+  /// of the file; errors name the override instead of a file and line.
+  void applyOverride(const std::string& text, Config& config) {
+    file_ = "override '" + text + "'";
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(file_, 0, "", "expected KEY=VALUE with a dotted key, e.g. training.epochs=1");
+    }
+    const std::string key = text.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(file_, 0, key, "invalid YAML value: " + e.msg);
+    }
+    // The same path a file takes: a map of one key, nested per dot.
+    YAML::Node doc = value;
+    std::string rest = key;
+    for (auto dot = rest.rfind('.'); dot != std::string::npos; dot = rest.rfind('.')) {
+      YAML::Node outer(YAML::NodeType::Map);
+      outer[rest.substr(dot + 1)] = doc;
+      doc = outer;
+      rest.resize(dot);
+    }
+    YAML::Node root(YAML::NodeType::Map);
+    root[rest] = doc;
+    readSection(root, schema_.sections().front(), config);
   }
 
  private:
@@ -696,11 +729,13 @@ class Parser {
 
 }  // namespace
 
-Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, const std::string& name) {
-  return Parser(schema, name).parse(yamlText);
+Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, const std::string& name,
+                   const std::vector<std::string>& overrides) {
+  return Parser(schema, name).parse(yamlText, overrides);
 }
 
-Config loadConfig(const std::string& path, const ConfigSchema& schema) {
+Config loadConfig(const std::string& path, const ConfigSchema& schema,
+                  const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw ConfigError(path, 0, "", "cannot read config: is a directory");
@@ -715,7 +750,7 @@ Config loadConfig(const std::string& path, const ConfigSchema& schema) {
   }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw ConfigError(path, 0, "", "error while reading config file");
-  return parseConfig(text, schema, path);
+  return parseConfig(text, schema, path, overrides);
 }
 
 void validateConfig(const Config& config, const ConfigSchema& schema) {

@@ -233,7 +233,7 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
       }
       if (std::find(p->sources.begin(), p->sources.end(), source) != p->sources.end()) {
         // cancel() may have won since isPending(): then the message goes on
-        // to the next match, or is queued (found in review, session 5).
+        // to the next match, or is queued, never lost.
         if (!fill(*p, source, payload)) {
           p = lst.erase(p);
           continue;

@@ -354,8 +354,8 @@ TEST_CASE(
 TEST_CASE("a receive cancelled while its payload's announcement is being claimed loses nothing",
           "[transport][libfabric]") {
   // The cancel lands at random moments around the claim of the receive by the
-  // progress thread (found by review: a cancel between the claim and its
-  // registration used to let the payload into the cancelled buffer, and lose it).
+  // progress thread: a cancel between the claim and its registration must not
+  // let the payload into the cancelled buffer, nor lose it.
   const std::string provider = GENERATE(as<std::string>{}, "shm", "tcp");
   INFO("provider " << provider);
   auto g = pairOf(provider, [](int, libfabric::Options& o) { o.maxPieceBytes = 64 << 10; });
@@ -366,9 +366,9 @@ TEST_CASE("a receive cancelled while its payload's announcement is being claimed
 }
 
 TEST_CASE("close() while payload pieces are still arriving returns cleanly", "[transport][libfabric]") {
-  // tcp;ofi_rxm of libfabric 1.17 crashed inside fi_close(ep) when the
-  // endpoint closed with a piece under way (found by review); the transport
-  // now takes its pieces back first (drainBulk).
+  // tcp;ofi_rxm of libfabric 1.17 crashes inside fi_close(ep) when the
+  // endpoint closes with a piece under way; the transport takes its pieces
+  // back first (drainBulk).
   const bool posted = GENERATE(false, true);
   INFO("receive posted: " << posted);
   auto g = pairOf("tcp", [](int, libfabric::Options& o) { o.lingerSeconds = 0.2; });

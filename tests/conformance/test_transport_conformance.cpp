@@ -410,7 +410,7 @@ TEMPLATE_TEST_CASE("irecvView delivers the payload, handed over or copied, in or
   CHECK(std::vector<std::byte>(got.begin(), got.end()) == big);
 }
 
-// Found worth covering in review (session 5): pieces small enough that
+// Pieces small enough that
 // ZeroMQ hands the ring unaligned frames (it falls back to a copy), also on a
 // sub-communicator (which copies).
 TEMPLATE_TEST_CASE("ring allreduce with odd piece sizes reads views right, also on a sub-communicator",

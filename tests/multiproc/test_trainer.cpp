@@ -3,6 +3,8 @@
 // when it is built, over libfabric (tcp and shm providers).
 #include <catch2/catch.hpp>
 
+#include "dataset.hpp"
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,10 +19,6 @@ using gossamer::testing::waitBounded;
 using gossamer::testing::writeFile;
 
 namespace {
-
-const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
-
-bool haveData() { return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz"); }
 
 /// The transports a peer is SIGKILLed on: zmq, socket and, when built,
 /// libfabric tcp and shm. (A shm peer killed while it holds a spin lock in
@@ -46,7 +44,8 @@ std::string smallConfig(const std::string& transport, const std::string& algorit
   return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
          "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
-         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + kDataDir +
+         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " +
+         gossamer::testing::fashionMnistDir() +
          "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
          "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
 }
@@ -96,10 +95,7 @@ void trainEveryAlgorithm(const std::string& transport) {
 
 TEST_CASE("gossamer-train trains over the native socket transport as well as over zmq",
           "[multiproc][train]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed; skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   TempDir dir;
   double accuracy[2] = {0, 0};
   int i = 0;
@@ -122,29 +118,20 @@ TEST_CASE("gossamer-train trains over the native socket transport as well as ove
 
 TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JSON summary",
           "[multiproc][train]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   trainEveryAlgorithm("zmq");
 }
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 TEST_CASE("gossamer-train runs every peer as a process over libfabric (tcp and shm providers)",
           "[multiproc][train][libfabric]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed (dataset-fashion-mnist); skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   trainEveryAlgorithm(GENERATE(as<std::string>{}, "libfabric-tcp", "libfabric-shm"));
 }
 #endif
 
 TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[multiproc][train]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed; skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   TempDir dir;
   writeFile(dir / "run.yaml", smallConfig("inproc", "crossover_sgd", 4, 1, 20));
   const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml"}, dir / "out", dir / "err");
@@ -160,10 +147,7 @@ TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[mu
 
 TEST_CASE("killing one peer makes the others exit with a clear error within the timeout",
           "[multiproc][failure]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed; skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   const double timeout = 5.0;
   const int n = 3;
   // Gossip, and an allreduce every step (the peer dies in the middle of one).
@@ -243,10 +227,7 @@ TEST_CASE("a bad config stops gossamer-train with file and line before any peer 
 }
 
 TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multiproc][train]") {
-  if (!haveData()) {
-    WARN("Fashion-MNIST not installed; skipped");
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
   TempDir dir;
   writeFile(dir / "run.yaml", smallConfig("zmq", "crossover_sgd", 3, 1, 20));
   // A port from the ephemeral range, derived from the pid to avoid collisions.

@@ -153,7 +153,7 @@ TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that 
   t->close();
 }
 
-// Found in review (session 5). cancel() waits timeoutSeconds (1.5 s), then
+// Guards cancel() against a close() on another thread. cancel() waits timeoutSeconds (1.5 s), then
 // tears the peer's connection down. close() on another thread has by then
 // closed that socket (after its 1 s bye wait) and lingers in zmq_ctx_term: the
 // teardown used to set an option on the closed socket, and cppzmq's exception
@@ -208,7 +208,7 @@ TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another th
   CHECK(WEXITSTATUS(*st) == 0);
 }
 
-// Found in review (session 5). lend() checked for a gone peer, checksummed
+// Guards a bye that arrives while a loan is registered. If lend() checked for a gone peer, checksummed
 // the payload (no caller checksum: a pass over 1 GiB), and only then
 // registered the loan. A bye handled in between found no loan to release, and
 // the send stayed queued for a peer that had closed: TimeoutError instead of

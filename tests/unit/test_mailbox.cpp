@@ -97,7 +97,7 @@ TEST_CASE(
 
 namespace {
 
-// Found in review (session 5): Mailbox::deliver checked isPending(), let go of
+// Guards deliver() racing cancel(): if Mailbox::deliver checked isPending(), let go of
 // the request's lock, and fill() then did nothing if cancel() had won in
 // between; deliver() still erased the posted receive and returned, so the
 // message was neither delivered nor queued. Returns how many were lost.

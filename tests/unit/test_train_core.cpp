@@ -4,6 +4,8 @@
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
+#include "dataset.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,8 +37,6 @@ using gossamer::train::partitionIndices;
 using gossamer::train::RowMatrix;
 
 using Bytes = std::vector<std::uint8_t>;
-
-const char* const kFashionDir = "/usr/share/datasets/fashion-mnist";
 
 // A fresh directory under the system temp dir, removed on destruction.
 class TempDir {
@@ -575,10 +575,8 @@ TEST_CASE("train_core: partition validates its arguments", "[train_core]") {
 }
 
 TEST_CASE("train_core: softmax regression learns Fashion-MNIST", "[train_core][data]") {
-  if (!fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz")) {
-    WARN("skipped: Fashion-MNIST not installed at " << kFashionDir);
-    return;
-  }
+  gossamer::testing::requireFashionMnist();
+  const std::string kFashionDir = gossamer::testing::fashionMnistDir();
   const auto data = loadFashionMnist(kFashionDir, 10000, 2000, true);
   REQUIRE(data.train.size() == 10000);
   REQUIRE(data.test.size() == 2000);

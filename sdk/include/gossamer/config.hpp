@@ -125,13 +125,17 @@ struct Config {
 /// types, out-of-range values and broken cross-field rules throw ConfigError
 /// naming the file, the 1-based line and the dotted key. Missing keys keep
 /// their declared defaults; a missing selector takes its default choice.
+/// `overrides` ("training.epochs=1", "model.hidden=[64, 32]": a dotted key,
+/// '=', a YAML value) are applied after the file, in order, with the same
+/// checks; their errors name the override.
 /// @throws ConfigError on any problem, including an unreadable file or bad YAML.
-Config loadConfig(const std::string& path, const ConfigSchema& schema);
+Config loadConfig(const std::string& path, const ConfigSchema& schema,
+                  const std::vector<std::string>& overrides = {});
 
 /// Same as loadConfig, from YAML text; `name` is used as the file in errors.
 /// @throws ConfigError
 Config parseConfig(const std::string& yamlText, const ConfigSchema& schema,
-                   const std::string& name = "<string>");
+                   const std::string& name = "<string>", const std::vector<std::string>& overrides = {});
 
 /// Checks an in-code Config against `schema`: every key's type and range,
 /// selectors naming registered components, and the cross-field rules. Keys

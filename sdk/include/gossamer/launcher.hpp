@@ -17,7 +17,7 @@ enum class CpuBinding {
   /// SMT this is `mpirun --map-by core --bind-to core:overload-allowed`. With
   /// more ranks than cores the OS otherwise moves processes between cores
   /// every few milliseconds, and which ranks share a core changes the time of
-  /// a small allreduce by 20-40% (docs/allreduce.md, "Session 7"): bind for
+  /// a small allreduce by 20-40% (docs/collectives.md): bind for
   /// steady timings and a steady cost-model calibration. Two bound jobs
   /// started at once on one host pile onto the same CPUs.
   kCore,

@@ -134,11 +134,15 @@ class Registry {
   /// selector at its default component: what an Agent runs with.
   Config complete(const Config& config) const { return schema_.complete(config); }
 
-  /// Reads a YAML file against schema(). @throws ConfigError
-  Config load(const std::string& path) const { return loadConfig(path, schema_); }
+  /// Reads a YAML file against schema(), then `overrides` ("key=value", see
+  /// loadConfig). @throws ConfigError
+  Config load(const std::string& path, const std::vector<std::string>& overrides = {}) const {
+    return loadConfig(path, schema_, overrides);
+  }
   /// Reads YAML text against schema(); `name` names it in errors. @throws ConfigError
-  Config parse(const std::string& yamlText, const std::string& name = "<string>") const {
-    return parseConfig(yamlText, schema_, name);
+  Config parse(const std::string& yamlText, const std::string& name = "<string>",
+               const std::vector<std::string>& overrides = {}) const {
+    return parseConfig(yamlText, schema_, name, overrides);
   }
 
  private:

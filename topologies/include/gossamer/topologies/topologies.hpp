@@ -53,13 +53,14 @@ class Ring final : public Topology {
 /// fair scheme can realise an arbitrary table either. Because every rank
 /// receives exactly once, the matrix of marginals P(i sends to j) is always
 /// doubly stochastic. kMatched therefore first balances the table into the
-/// nearest doubly stochastic matrix T by Sinkhorn scaling. For a table that
-/// is already doubly stochastic, such as any symmetric table with equal row
-/// sums, T is the table itself. It then writes T as a convex combination of
-/// derangements (Birkhoff–von Neumann decomposition), T = sum_k theta_k P_k,
-/// and each (step, segment) draws P_k with probability theta_k. The draws are
-/// fair by construction and their marginals equal T exactly. This is the
-/// selection the config uses whenever `topology.probabilities` is given.
+/// doubly stochastic matrix T by Sinkhorn scaling (a balancing, not the nearest
+/// such matrix in any norm). For a table that is already doubly stochastic,
+/// such as any symmetric table with equal row sums, T is the table itself. It
+/// then writes T as a convex combination of derangements (Birkhoff–von Neumann
+/// decomposition), T = sum_k theta_k P_k, and each (step, segment) draws P_k
+/// with probability theta_k. The draws are fair by construction and their
+/// marginals equal T exactly. This is the selection the config uses whenever
+/// `topology.probabilities` is given.
 class FairRoulette final : public Topology {
  public:
   /// kSequential: the paper's Algorithm 2 (see above). kMatched: exact

@@ -53,10 +53,10 @@ struct Options {
   double lingerSeconds = defaults::kLingerSeconds;
   /// How long a waiting thread busy-polls its sockets (yielding the core
   /// between polls) before it sleeps in poll(2), seconds. 0 disables spinning
-  /// (lowest CPU use, highest latency). 200 µs since session 5 (was 50): a
-  /// rank that idles through another group's phase (hierarchical allreduce)
-  /// then rarely sleeps, and times no longer depend on which algorithm ran
-  /// before. Auto's pick within 10% of the fastest: 30 of 30 cells (was 28).
+  /// (lowest CPU use, highest latency). With 200 µs a rank that idles
+  /// through another group's phase (hierarchical allreduce) rarely sleeps,
+  /// so times do not depend on which algorithm ran before, which keeps
+  /// `auto`'s calibrated choices steady (docs/collectives.md).
   double spinSeconds = 200e-6;
   /// ipc only: a message of at least singleCopyMinBytes sent with
   /// isendBorrowed (the collectives' pieces) is not written to the socket; the

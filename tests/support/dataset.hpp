@@ -1,0 +1,36 @@
+// Where the data-dependent tests find Fashion-MNIST, and how they require it.
+//
+// The dataset is a declared dependency (Debian's dataset-fashion-mnist,
+// installed by scripts/deps.sh), so a test that needs it fails when it is
+// missing rather than passing without checking anything.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace gossamer::testing {
+
+/// $GOSSAMER_FASHION_MNIST when set (to run the tests on another copy, or to
+/// check that they fail without one), else Debian's install folder.
+inline std::string fashionMnistDir() {
+  const char* env = std::getenv("GOSSAMER_FASHION_MNIST");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string("/usr/share/datasets/fashion-mnist");
+}
+
+/// Fails the calling test unless the four IDX files are in fashionMnistDir().
+inline void requireFashionMnist() {
+  const std::filesystem::path dir = fashionMnistDir();
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    INFO(
+        "Fashion-MNIST is a dependency of this test (apt-get install dataset-fashion-mnist, or set "
+        "GOSSAMER_FASHION_MNIST); missing: "
+        << (dir / name).string());
+    REQUIRE(std::filesystem::exists(dir / name));
+  }
+}
+
+}  // namespace gossamer::testing
