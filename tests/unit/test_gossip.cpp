@@ -2,6 +2,8 @@
 // transport (threads, no sockets).
 #include <catch2/catch.hpp>
 
+#include <barrier>
+
 #include <chrono>
 #include <random>
 #include <thread>
@@ -36,13 +38,16 @@ double consensusDistance(const std::vector<std::vector<float>>& xs) {
   return d / static_cast<double>(xs.size());
 }
 
-// Runs SGP with learning rate 0 for `steps` steps on every rank; returns the
-// final weights (after flush).
+// Runs SGP with learning rate 0 (or random gradients) for `steps` steps on
+// every rank; returns the final weights (after flush). The ranks wait for
+// each other before flushing, so every push has been sent by then (inproc
+// delivers at once) and flush() can take in all the mass still on its way.
 std::vector<double> runSgp(const Topology& topo, optimizers::GossipMode mode,
                            std::vector<std::vector<float>>& xs, int steps, bool randomGradients) {
   const int n = topo.worldSize();
   auto fabric = inproc::makeFabric(n);
   std::vector<double> weights(static_cast<std::size_t>(n));
+  std::barrier allSent(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
     optimizers::Sgp sgp(*t, topo, xs[0].size(), {{randomGradients ? 0.01 : 0.0, 0.0, 0.0}, 10.0, mode});
@@ -57,6 +62,7 @@ std::vector<double> runSgp(const Topology& topo, optimizers::GossipMode mode,
       // scheduler favours would finish before its peers sent anything.
       if (mode == optimizers::GossipMode::kAsync) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    allSent.arrive_and_wait();
     sgp.flush(xs[static_cast<std::size_t>(r)]);
     weights[static_cast<std::size_t>(r)] = sgp.weight();
   });
@@ -128,14 +134,30 @@ TEST_CASE("SGP reaches consensus on pure averaging at the rate the mixing matric
   CHECK(consensusDistance(xs) < 1e-10 * before);
 }
 
-TEST_CASE("SGP in async mode never waits and still mixes", "[sgp]") {
+TEST_CASE("SGP in async mode never waits, still mixes, and keeps the push-sum mass", "[sgp]") {
   topologies::DirectedExponential expo(4, 1);
   auto xs = randomModels(4, 16, 3);
+  std::vector<double> mean0(16, 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < 16; ++i) mean0[i] += x[i] / 4.0;
   const double before = consensusDistance(xs);
-  runSgp(expo, optimizers::GossipMode::kAsync, xs, 200, false);
+  const auto w = runSgp(expo, optimizers::GossipMode::kAsync, xs, 200, false);
   // How much mixes depends on the schedule (it never waits); sync reaches
   // exact consensus in 2 steps here. Any real mixing cuts the distance 5x.
   CHECK(consensusDistance(xs) < 0.2 * before);
+  // Mass: whatever order the pushes arrived in, once all are taken in the
+  // weights sum to n and the weighted models (x = w z) to n times the mean.
+  double mass = 0;
+  for (double v : w) {
+    CHECK(v > 0);
+    mass += v;
+  }
+  CHECK(mass == Approx(4.0).margin(1e-9));
+  for (std::size_t i = 0; i < 16; ++i) {
+    double numerator = 0;
+    for (std::size_t r = 0; r < 4; ++r) numerator += w[r] * xs[r][i];
+    CHECK(numerator == Approx(4.0 * mean0[i]).margin(1e-4));
+  }
 }
 
 TEST_CASE("Crossover-SGD in overlap and async modes keeps averaging the models", "[crossover]") {
@@ -328,4 +350,40 @@ TEST_CASE("the matched selection balances a table that is not doubly stochastic 
   CHECK_THROWS_AS(topologies::FairRoulette(3, 1, {{0, 1, 0}, {1, 0, 0}, {1, 1, 0}},
                                            topologies::FairRoulette::Selection::kMatched),
                   InvalidArgument);
+}
+
+TEST_CASE("hierarchical: the leader steps with its group's mean gradient, then the leaders mix",
+          "[hierarchical]") {
+  // Groups {0,1,2} and {3,4}; leaders 0 and 3 run SGP on the 2-rank
+  // exponential graph (each keeps half and sends half: one step averages
+  // them exactly). Learning rate 0.5, no momentum. After one step every rank
+  // holds ((x0 - lr mean(g0,g1,g2)) + (x3 - lr mean(g3,g4))) / 2: a leader
+  // stepping with its own gradient, or a sum, gives another model.
+  const int n = 5;
+  const std::size_t p = 12;
+  const float lr = 0.5f;
+  const std::vector<std::vector<int>> groups{{0, 1, 2}, {3, 4}};
+  auto fabric = inproc::makeFabric(n);
+  auto xs = randomModels(n, p, 21);
+  const auto grads = randomModels(n, p, 22);
+  std::vector<double> expected(p);
+  for (std::size_t i = 0; i < p; ++i) {
+    const double meanA = (grads[0][i] + grads[1][i] + grads[2][i]) / 3.0;
+    const double meanB = (grads[3][i] + grads[4][i]) / 2.0;
+    expected[i] = ((xs[0][i] - lr * meanA) + (xs[3][i] - lr * meanB)) / 2.0;
+  }
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::CrossoverOptions o;
+    o.sgd = {lr, 0.0, 0.0};
+    optimizers::Hierarchical h(*t, groups, "sgp", std::make_unique<topologies::DirectedExponential>(2, 1),
+                               {p}, o);
+    h.step(xs[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)]);
+    h.flush(xs[static_cast<std::size_t>(r)]);
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    for (std::size_t i = 0; i < p; ++i)
+      CHECK(xs[static_cast<std::size_t>(r)][i] == Approx(expected[i]).margin(1e-5));
+  }
 }
