@@ -387,3 +387,45 @@ TEST_CASE("hierarchical: the leader steps with its group's mean gradient, then t
       CHECK(xs[static_cast<std::size_t>(r)][i] == Approx(expected[i]).margin(1e-5));
   }
 }
+
+TEST_CASE("SGP in async mode routes around a peer that left: the others keep stepping and mixing", "[sgp]") {
+  // Rank 3 closes its transport after 5 steps. Pushes to it then fail with
+  // PeerFailure, which async SGP absorbs by keeping that share, so the
+  // survivors neither wait for it nor stop; a sync-mode rank would raise
+  // PeerFailure instead. The exchange timeout (5 s) bounds any wait a bug
+  // would add: it would surface here as an exception.
+  const int n = 4;
+  topologies::DirectedExponential expo(n, 1);
+  auto fabric = inproc::makeFabric(n);
+  auto xs = randomModels(n, 16, 31);
+  const double before = consensusDistance({xs[0], xs[1], xs[2]});
+  std::vector<double> weights(n, 0.0);
+  std::vector<int> stepsDone(n, 0);
+  std::barrier survivorsDone(n - 1);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 5.0);
+    optimizers::Sgp sgp(*t, expo, 16, {{0.0, 0.0, 0.0}, 5.0, optimizers::GossipMode::kAsync});
+    const std::vector<float> g(16, 0.0f);
+    const int steps = r == 3 ? 5 : 300;
+    for (int s = 0; s < steps; ++s) {
+      sgp.step(xs[static_cast<std::size_t>(r)], g);
+      stepsDone[static_cast<std::size_t>(r)] = s + 1;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (r == 3) {
+      t->close();
+      return;
+    }
+    survivorsDone.arrive_and_wait();
+    sgp.flush(xs[static_cast<std::size_t>(r)]);
+    weights[static_cast<std::size_t>(r)] = sgp.weight();
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(stepsDone[static_cast<std::size_t>(r)] == 300);
+    CHECK(weights[static_cast<std::size_t>(r)] > 0);
+    for (float v : xs[static_cast<std::size_t>(r)]) CHECK(std::isfinite(v));
+  }
+  const double after = consensusDistance({xs[0], xs[1], xs[2]});
+  INFO("survivors' consensus distance " << before << " -> " << after);
+  CHECK(after < 0.2 * before);
+}
