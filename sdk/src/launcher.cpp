@@ -70,6 +70,21 @@ std::vector<int> allowedCpus() {
   }
 }
 
+namespace {
+
+constexpr int kCannotBind = 126, kCannotExec = 127;
+
+/// What the launcher's own exit statuses mean ("" for the program's).
+std::string exitReason(int status, const LaunchOptions& o, const std::vector<int>& cpus, long rank) {
+  if (status == kCannotBind && !cpus.empty()) {
+    return " (cannot bind to CPU " + std::to_string(cpus[static_cast<std::size_t>(rank) % cpus.size()]) + ")";
+  }
+  if (status == kCannotExec) return " (cannot execute " + o.executable + ")";
+  return "";
+}
+
+}  // namespace
+
 LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup) {
@@ -87,18 +102,12 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    // The mask and the message are made before fork: the child only makes
-    // system calls.
+    // The mask is made before fork: the child only makes system calls.
     int cpu = -1;
-    char bindError[256];
-    std::size_t bindErrorBytes = 0;
     if (!cpus.empty()) {
       cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
       CPU_ZERO_S(bindTo.bytes(), bindTo.get());
       CPU_SET_S(static_cast<std::size_t>(cpu), bindTo.bytes(), bindTo.get());
-      const int n = std::snprintf(bindError, sizeof bindError, "%.160s: rank %d: cannot bind to CPU %d\n",
-                                  o.name.c_str(), r, cpu);
-      bindErrorBytes = std::min(static_cast<std::size_t>(std::max(n, 0)), sizeof bindError - 1);
     }
     const pid_t pid = fork();
     if (pid < 0) {
@@ -108,14 +117,12 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     }
     if (pid == 0) {
       // Before exec, so every thread of the rank inherits the mask.
-      if (cpu >= 0 && sched_setaffinity(0, bindTo.bytes(), bindTo.get()) != 0) {
-        // The child's own stderr, not the log hook: after fork only
-        // async-signal-safe calls are allowed, and the sink lives in the parent.
-        (void)!write(STDERR_FILENO, bindError, bindErrorBytes);
-        _exit(126);
-      }
+      // Failures are told by the exit status only (after fork only
+      // async-signal-safe calls are allowed, and the log hook lives in the
+      // parent, which reports them): 126 = cannot bind, 127 = cannot exec.
+      if (cpu >= 0 && sched_setaffinity(0, bindTo.bytes(), bindTo.get()) != 0) _exit(kCannotBind);
       execv(o.executable.c_str(), argv.data());
-      _exit(127);  // in the child only: exec failed
+      _exit(kCannotExec);
     }
     pids.push_back(pid);
   }
@@ -137,7 +144,8 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
         if (WIFSIGNALED(status))
           GOSSAMER_LOG(kError, o.name << ": rank " << rank << " was killed by signal " << WTERMSIG(status));
         else
-          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << WEXITSTATUS(status));
+          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << WEXITSTATUS(status)
+                                      << exitReason(WEXITSTATUS(status), o, cpus, rank));
         if (!firstFailure) firstFailure = Clock::now();
       }
       continue;

@@ -68,8 +68,9 @@ std::vector<int> allowedCpus();
 /// runs just before, e.g. to read a result file written there.
 /// With `binding` kCore each child binds itself (sched_setaffinity) before
 /// exec, so every thread the rank starts inherits the one CPU; a child that
-/// cannot bind says so on its own stderr (it has no log hook between fork
-/// and exec) and exits with status 126 (a failed rank).
+/// cannot bind exits with status 126 (a failed rank; the launcher logs
+/// "cannot bind to CPU c" through the log hook), one that cannot execute the
+/// program with 127.
 /// @throws Error if the directory cannot be created, fork fails (ranks
 ///         already started are killed first) or, with kCore, the calling
 ///         thread's affinity mask cannot be read (allowedCpus); then no
