@@ -33,7 +33,8 @@ class SubTransport final : public Transport {
                 DType dtype = DType::kBytes) override;
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype = DType::kBytes,
                         std::optional<std::uint32_t> checksum = {}) override;
-  std::size_t checksumReuseMinBytes() const noexcept override { return parent_.checksumReuseMinBytes(); }
+  /// The parent's.
+  TransportCapabilities capabilities() const noexcept override { return parent_.capabilities(); }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
   /// The parent's irecvView (its hand-over, if any), on the translated rank and tag.
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override;

@@ -100,6 +100,28 @@ struct TransportStats {
   std::uint64_t messagesPulled = 0;
 };
 
+/// The performance features of a transport, in one place: what the
+/// collectives may rely on beyond plain isend/irecv. Each field says what
+/// the transport does; the default (all off, SIZE_MAX) is a transport that
+/// copies every message.
+struct TransportCapabilities {
+  /// isendBorrowed reads the caller's buffer in place until the send
+  /// completes instead of copying it at the call (zmq, socket).
+  bool borrowedSends = false;
+  /// irecvView hands over payloads the transport holds in memory of its own
+  /// instead of copying them into the caller's buffer (zmq, inproc).
+  bool receiveViews = false;
+  /// Large borrowed sends over ipc cross as one copy, read by the receiver
+  /// straight out of the sender's memory (process_vm_readv) towards at least
+  /// one peer (zmq and socket over ipc, where the kernel allows it).
+  bool singleCopy = false;
+  /// Smallest message (bytes) for which isendBorrowed uses a checksum the
+  /// caller passes; SIZE_MAX means never (callers then need not compute
+  /// one). The socket transport and zmq: 64 KiB; SIZE_MAX with single-copy
+  /// pulls (which carry no payload checksum).
+  std::size_t checksumReuseMinBytes = std::numeric_limits<std::size_t>::max();
+};
+
 /// Tagged non-blocking point-to-point messaging between the ranks of one job.
 class Transport {
  public:
@@ -147,14 +169,13 @@ class Transport {
     return isend(dst, tag, data, dtype);
   }
 
+  /// What this transport does faster than the plain isend/irecv path (see
+  /// TransportCapabilities). The default: nothing.
+  virtual TransportCapabilities capabilities() const noexcept { return {}; }
+
   /// Smallest message (bytes) for which isendBorrowed uses a checksum the
-  /// caller passes; the default, SIZE_MAX, means never (callers then need not
-  /// compute one). The socket transport: 64 KiB over tcp; zmq: 64 KiB; both
-  /// SIZE_MAX with single-copy pulls (ipc, towards any peer), which carry no
-  /// payload checksum.
-  virtual std::size_t checksumReuseMinBytes() const noexcept {
-    return std::numeric_limits<std::size_t>::max();
-  }
+  /// caller passes: capabilities().checksumReuseMinBytes.
+  std::size_t checksumReuseMinBytes() const noexcept { return capabilities().checksumReuseMinBytes; }
 
   /// Receives the next message under `tag` from any rank in `sources` into
   /// `buffer`. Request::peer() tells which rank it came from and bytes() its

@@ -84,6 +84,13 @@ class InprocTransport final : public Transport {
   }
 
   /// Every message is a vector of its own: a view receive gets it, not a copy.
+  /// Payloads are handed over (the sender's copy), not copied again.
+  TransportCapabilities capabilities() const noexcept override {
+    TransportCapabilities c;
+    c.receiveViews = true;
+    return c;
+  }
+
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
     if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(rank_) + ")");
     return fabric_->box(rank_).post(std::span<const int>(&source, 1), tag, buffer, nullptr, true);

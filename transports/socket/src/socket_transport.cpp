@@ -356,8 +356,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // does, a single-copy pull (ipc, no payload CRC by default) does not, so
   // with pulls towards any peer no size is promised.
   std::size_t checksumReuseMinBytes() const noexcept {
-    const bool pulls = std::any_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.pullTo; });
-    return pulls ? std::numeric_limits<std::size_t>::max() : kTrailingMinBytes;
+    return pullsToAnyPeer() ? std::numeric_limits<std::size_t>::max() : kTrailingMinBytes;
+  }
+
+  /// Whether single-copy pulls go to at least one peer (ipc, probe passed).
+  bool pullsToAnyPeer() const noexcept {
+    return std::any_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.pullTo; });
   }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, bool borrowed = false,
@@ -1056,7 +1060,16 @@ class SocketTransport final : public Transport {
                         std::optional<std::uint32_t> checksum) override {
     return e_->isend(dst, tag, data, dtype, true, checksum);
   }
-  std::size_t checksumReuseMinBytes() const noexcept override { return e_->checksumReuseMinBytes(); }
+  /// Borrowed sends (read in place by the waiting thread) and single copy
+  /// over ipc; receives are read straight into posted buffers, so there is no
+  /// hand-over to offer.
+  TransportCapabilities capabilities() const noexcept override {
+    TransportCapabilities c;
+    c.borrowedSends = true;
+    c.singleCopy = e_->pullsToAnyPeer();
+    c.checksumReuseMinBytes = e_->checksumReuseMinBytes();
+    return c;
+  }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     return e_->irecv(sources, tag, buffer);
   }

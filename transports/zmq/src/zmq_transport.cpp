@@ -180,11 +180,17 @@ class ZmqTransport final : public Transport {
     return lend(dst, tag, data, dtype, checksum);
   }
 
-  /// Pulled messages come without a checksum to forward: with single copy
-  /// towards any peer, no size is promised.
-  std::size_t checksumReuseMinBytes() const noexcept override {
+  /// Borrowed sends, handed-over receives, and single copy towards the
+  /// peers that passed the probe. Pulled messages come without a checksum to
+  /// forward: with single copy towards any peer, no size is promised.
+  TransportCapabilities capabilities() const noexcept override {
     const bool pulls = std::find(pullTo_.begin(), pullTo_.end(), true) != pullTo_.end();
-    return pulls ? std::numeric_limits<std::size_t>::max() : kClaimMinBytes;
+    TransportCapabilities c;
+    c.borrowedSends = true;
+    c.receiveViews = true;
+    c.singleCopy = pulls;
+    c.checksumReuseMinBytes = pulls ? std::numeric_limits<std::size_t>::max() : kClaimMinBytes;
+    return c;
   }
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
