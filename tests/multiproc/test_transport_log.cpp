@@ -9,6 +9,8 @@
 #include <zmq.h>
 #include <catch2/catch.hpp>
 
+#include "log_capture.hpp"
+
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -24,33 +26,7 @@
 
 namespace {
 
-/// Installs a capturing sink (level warning) for one test, restoring the
-/// previous sink and level after.
-class Capture {
- public:
-  Capture() : level_(gossamer::setLogLevel(gossamer::LogLevel::kWarning)) {
-    previous_ = gossamer::setLogSink([this](gossamer::LogLevel l, std::string_view m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      lines_.emplace_back(l, std::string(m));
-    });
-  }
-  ~Capture() {
-    gossamer::setLogSink(std::move(previous_));
-    gossamer::setLogLevel(level_);
-  }
-  Capture(const Capture&) = delete;
-  Capture& operator=(const Capture&) = delete;
-  std::vector<std::pair<gossamer::LogLevel, std::string>> lines() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return lines_;
-  }
-
- private:
-  gossamer::LogLevel level_;
-  gossamer::LogSink previous_;
-  std::mutex mu_;
-  std::vector<std::pair<gossamer::LogLevel, std::string>> lines_;
-};
+using Capture = gossamer::testing::LogCapture;
 
 /// A zmq context and sockets closed in reverse order, whatever the test does.
 struct FakePeer {

@@ -1,6 +1,8 @@
 // The log hook and the two error tiers (gossamer/log.hpp, gossamer/errors.hpp).
 #include <catch2/catch.hpp>
 
+#include "log_capture.hpp"
+
 #include <mutex>
 #include <string>
 #include <thread>
@@ -12,30 +14,7 @@
 
 namespace {
 
-/// Installs a capturing sink and a level for one test, restoring both after.
-class Capture {
- public:
-  explicit Capture(gossamer::LogLevel level) : level_(gossamer::setLogLevel(level)) {
-    previous_ = gossamer::setLogSink([this](gossamer::LogLevel l, std::string_view m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      lines_.emplace_back(l, std::string(m));
-    });
-  }
-  ~Capture() {
-    gossamer::setLogSink(std::move(previous_));
-    gossamer::setLogLevel(level_);
-  }
-  std::vector<std::pair<gossamer::LogLevel, std::string>> lines() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return lines_;
-  }
-
- private:
-  gossamer::LogLevel level_;
-  gossamer::LogSink previous_;
-  std::mutex mu_;
-  std::vector<std::pair<gossamer::LogLevel, std::string>> lines_;
-};
+using Capture = gossamer::testing::LogCapture;
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "gossamer/defaults.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer::inproc {
@@ -18,7 +19,7 @@ std::shared_ptr<Fabric> makeFabric(int worldSize);
 /// @param timeoutSeconds default bound for waits (> 0).
 /// @throws InvalidArgument for a bad rank, or if the rank already has a live transport.
 std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int rank,
-                                         double timeoutSeconds = 30.0);
+                                         double timeoutSeconds = defaults::kTimeoutSeconds);
 
 }  // namespace gossamer::inproc
 
