@@ -5,6 +5,7 @@
 #include <climits>
 #include <string>
 
+#include "collectives/table.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/registry.hpp"
@@ -31,12 +32,10 @@ std::optional<ConfigIssue> torusRowsDivide(const Config& c) {
                                                    std::to_string(c.worldSize) + " (0 chooses a divisor)"};
 }
 
-/// "auto" and every allreduce algorithm the Communicator dispatches.
+/// "auto" and every allreduce algorithm of the table the dispatch reads.
 std::vector<std::string> allreduceChoices() {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < kAllreduceAlgorithmCount; ++i) {
-    out.emplace_back(toString(static_cast<AllreduceAlgorithm>(i)));
-  }
+  std::vector<std::string> out = {"auto"};
+  for (const auto* e : detail::allreduceAlgorithms()) out.emplace_back(e->name);
   return out;
 }
 

@@ -38,15 +38,16 @@ struct CostCorrection {
   friend bool operator==(const CostCorrection&, const CostCorrection&) = default;
 };
 
-/// Alpha-beta-gamma cost model (paper 000_a4345579c41fcb1d.txt, Tables 1-2):
-/// a message of B bytes costs alpha + B beta on the wire, plus B gamma to
-/// reduce it. predictAllreduceSeconds sums these over the messages of each
+/// Gossamer's alpha-beta-gamma cost model (the notation of paper
+/// 000_a4345579c41fcb1d.txt, Table 1; not the formulas of its Table 2, which
+/// model idealised schedules): a message of B bytes costs alpha + B beta on
+/// the wire, plus B gamma to reduce it. predictAllreduceSeconds sums these over the messages of each
 /// algorithm as implemented here (ring pieces of at most chunkBytes counted
 /// as messages, recursive doubling's fold for non-powers of two, the grids'
 /// and groups' sub-rings and binomial trees, HiPS's stages).
 ///
 /// Two additions measure what the paper's formula leaves out on a real
-/// machine (calibrateCostModel sets both; the defaults are the paper's model):
+/// machine (calibrateCostModel sets both; the defaults leave them out):
 /// - `contention`: a step in which c ranks send at once costs
 ///   (1 + contention (c - 1)) times as much as one message alone. 0 means
 ///   independent links; on one host whose ranks share a few cores it is
@@ -110,8 +111,9 @@ struct CollectiveOptions {
 /// chunkBytes); elements are taken to be 4 bytes (float32) where the
 /// algorithms cut the vector into chunks. 0 for bytes == 0 or worldSize <= 1.
 /// kAuto predicts the algorithm chooseAllreduce picks. Non-decreasing in
-/// `bytes` for an uncalibrated model. Paper 000, Table 2, with the terms of
-/// our implementations (docs/collectives.md). @throws InvalidArgument if
+/// `bytes` for an uncalibrated model. Each algorithm's rounds are those its
+/// implementation runs (sdk/src/collectives/, docs/collectives.md).
+/// @throws InvalidArgument if
 /// worldSize < 1.
 double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, int worldSize,
                                const CollectiveOptions& options);
@@ -141,7 +143,7 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const Colle
 /// chunk boundary falls) and its receiver reducing the same number of bytes.
 /// Which rank of a pair sends a given chunk first may differ (the ring
 /// phases' chunk shift). These are the rounds predictAllreduceSeconds sums
-/// (paper 000, Table 2, with the terms of our implementations), compared in
+/// (the schedule each implementation runs, sdk/src/collectives/), compared in
 /// order, not their cost. kAuto stands for chooseAllreduce's pick. With the
 /// default options: at a prime N (2, 3, 5, ...) the ring, 2D torus (1 x N),
 /// hierarchical and 2D-TGA (groups of one rank) and HiPS (one stage) are all

@@ -1,20 +1,16 @@
-// Cost model of the allreduce algorithms, the automatic choice, and the
+// The cost model of the allreduce algorithms, auto's choice, and the
 // calibration that measures the model on a transport.
 //
-// The model follows paper 000_a4345579c41fcb1d.txt, Table 2: each algorithm
-// is a sequence of synchronous rounds, and a round in which every sender
-// sends `hops` messages carrying `bytes` in all, and every receiver reduces
-// `reduced` bytes, costs hops alpha + bytes beta + reduced gamma. The rounds
-// below are those of our implementations (collectives.cpp,
-// collectives_grid.cpp, hips.cpp), not the paper's idealised ones: ring
-// pieces of at most chunkBytes are separate messages; recursive doubling
-// folds the ranks above the largest power of two; the hierarchical
-// allreduce uses binomial trees inside the groups; 2D-TGA's leaders run the
-// 2D torus; HiPS runs ring stages over the prime factors of N.
-//
-// Two terms measure what the formula leaves out (see CostModel): the
-// contention factor 1 + contention (c - 1) of a round with c concurrent
-// senders, and per-algorithm corrections measured at a few sizes.
+// Gossamer's own alpha-beta-gamma model, in the notation of paper
+// 000_a4345579c41fcb1d.txt (Table 1: alpha per message, beta per byte sent,
+// gamma per byte reduced) but not the paper's formulas (its Table 2 models
+// idealised schedules): each algorithm describes the rounds its own
+// implementation runs (AllreduceEntry::rounds, in the algorithm's file), and a
+// round in which every sender sends `hops` messages carrying `bytes` in all
+// and every receiver reduces `reduced` bytes costs hops alpha + bytes beta +
+// reduced gamma. Two terms measure what the formula leaves out (see
+// CostModel): the contention factor 1 + contention (c - 1) of a round with c
+// concurrent senders, and per-algorithm corrections measured at a few sizes.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -23,129 +19,27 @@
 #include <utility>
 #include <vector>
 
-#include "collectives_detail.hpp"
+#include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/hips.hpp"
 #include "gossamer/sub_transport.hpp"
+#include "table.hpp"
 
 namespace gossamer {
 
 namespace {
 
-constexpr double kElementBytes = 4;  // float32: where the algorithms cut the vector into chunks
-
-// One synchronous round: each of `concurrency` senders sends `hops` messages
-// (one after another) carrying `bytes` in all; each receiver reduces `reduced`.
-struct Round {
-  double hops = 0, concurrency = 1, bytes = 0, reduced = 0;
-  friend auto operator<=>(const Round&, const Round&) = default;
-};
-using Rounds = std::vector<Round>;
+using detail::Round;
+using detail::Rounds;
 
 std::size_t index(AllreduceAlgorithm a) { return static_cast<std::size_t>(a); }
 
-// The ring's two phases (either or both) over n ranks on a vector of `elems`
-// elements, with `groups` such rings running at once (Ring in
-// collectives.cpp): n chunks whose lengths differ by at most one, each step
-// sending one chunk as pieces of at most chunkBytes. Only the ranks whose
-// chunk is non-empty send, so a vector of fewer than n elements has fewer
-// concurrent senders.
-void addRing(Rounds& out, double elems, int n, double groups, bool reduceScatter, bool allgather,
-             const CollectiveOptions& o) {
-  if (n <= 1 || elems <= 0 || groups <= 0) return;
-  const double chunkElems = std::ceil(elems / n);
-  const double pieceElems = std::max(1.0, std::floor(static_cast<double>(o.chunkBytes) / kElementBytes));
-  const double maxPieces = std::floor((Tag::kMaxSegment + 1.0) / (2.0 * (n - 1)));
-  const double pieces = std::clamp(std::ceil(chunkElems / pieceElems), 1.0, std::max(1.0, maxPieces));
-  const double chunk = chunkElems * kElementBytes;
-  const double senders = groups * std::min<double>(n, elems);
-  if (reduceScatter) out.push_back({(n - 1) * pieces, senders, (n - 1) * chunk, (n - 1) * chunk});
-  if (allgather) out.push_back({(n - 1) * pieces, senders, (n - 1) * chunk, 0});
-}
-
-// Binomial reduce (or broadcast) of `bytes` inside `groups` groups of g ranks
-// (reduce / broadcast in collectives.cpp): in the round of mask m the ranks
-// whose lowest set bit is m send their whole vector, one message.
-void addTree(Rounds& out, double bytes, int g, double groups, bool reduces) {
-  for (int mask = 1; mask < g; mask <<= 1) {
-    int senders = 0;
-    for (int v = 1; v < g; ++v)
-      if ((v & -v) == mask) ++senders;
-    out.push_back({1, groups * senders, bytes, reduces ? bytes : 0});
-  }
-}
-
-// 2D torus over n ranks in `rows` x (n / rows) (torusOn in collectives_grid.cpp):
-// ring reduce-scatter along the rows, ring allreduce of the owned chunk down
-// the columns, ring allgather along the rows.
-void addTorus(Rounds& out, double elems, int n, int rows, const CollectiveOptions& o) {
-  const int cols = n / rows;
-  addRing(out, elems, cols, rows, true, false, o);
-  addRing(out, std::ceil(elems / cols), rows, std::min<double>(cols, elems), true, true, o);
-  addRing(out, elems, cols, rows, false, true, o);
-}
-
-int groupSizeOf(int n, const CollectiveOptions& o) {
-  return o.groupSize > 0 ? std::min(o.groupSize, n) : detail::squarestDivisor(n);
-}
-
+// The rounds of `algorithm` (kAuto: the ring's) for a vector of `bytes` over n ranks.
 Rounds roundsOf(AllreduceAlgorithm algorithm, std::size_t bytes, int n, const CollectiveOptions& o) {
   Rounds out;
-  const double b = static_cast<double>(bytes);
-  const double elems = std::ceil(b / kElementBytes);
-  switch (algorithm) {
-    case AllreduceAlgorithm::kAuto:
-    case AllreduceAlgorithm::kRing:
-      addRing(out, elems, n, 1, true, true, o);
-      break;
-    case AllreduceAlgorithm::kRecursiveDoubling: {
-      int p = 1;
-      while (p * 2 <= n) p *= 2;
-      const int rem = n - p;
-      if (rem > 0) out.push_back({1, static_cast<double>(rem), b, b});  // fold
-      for (int m = 1; m < p; m <<= 1) out.push_back({1, static_cast<double>(p), b, b});
-      if (rem > 0) out.push_back({1, static_cast<double>(rem), b, 0});  // unfold
-      break;
-    }
-    case AllreduceAlgorithm::kTorus2d:
-      addTorus(out, elems, n, o.torusRows > 0 ? o.torusRows : detail::squarestDivisor(n), o);
-      break;
-    case AllreduceAlgorithm::kHierarchical: {
-      const int g = groupSizeOf(n, o), groups = (n + g - 1) / g;
-      addTree(out, b, g, groups, true);
-      addRing(out, elems, groups, 1, true, true, o);
-      addTree(out, b, g, groups, false);
-      break;
-    }
-    case AllreduceAlgorithm::kTga2d: {
-      const int g = groupSizeOf(n, o), groups = (n + g - 1) / g;
-      addRing(out, elems, g, groups, true, true, o);
-      if (groups > 1) addTorus(out, elems, groups, detail::squarestDivisor(groups), o);
-      addTree(out, b, g, groups, false);
-      break;
-    }
-    case AllreduceAlgorithm::kHips: {
-      // Stage i: N / k_i rings of k_i ranks on the portion left by stage i-1;
-      // only the groups whose portion is non-empty send.
-      const auto levels = hipsAutoLevels(n);
-      Rounds gathers;
-      double portion = elems, nonEmpty = 1;  // product over earlier stages of min(k_j, portion_j)
-      double later = n;                      // product of k_j over this and later stages
-      for (int k : levels) {
-        later /= k;
-        const double groups = nonEmpty * later;
-        addRing(out, portion, k, groups, true, false, o);
-        Rounds g;
-        addRing(g, portion, k, groups, false, true, o);
-        gathers.insert(gathers.begin(), g.begin(), g.end());
-        nonEmpty *= std::min<double>(k, portion);
-        portion = std::ceil(portion / k);
-      }
-      out.insert(out.end(), gathers.begin(), gathers.end());
-      break;
-    }
-  }
+  const auto& entry =
+      detail::allreduceEntry(algorithm == AllreduceAlgorithm::kAuto ? AllreduceAlgorithm::kRing : algorithm);
+  entry.rounds(out, bytes, n, o);
   return out;
 }
 
@@ -173,13 +67,6 @@ double correction(const std::vector<CostCorrection>& points, std::size_t bytes) 
   return points.back().factor;
 }
 
-bool needsViews(AllreduceAlgorithm a) {
-  return a == AllreduceAlgorithm::kTorus2d || a == AllreduceAlgorithm::kHierarchical ||
-         a == AllreduceAlgorithm::kTga2d || a == AllreduceAlgorithm::kHips;
-}
-
-bool torusFits(int n, const CollectiveOptions& o) { return o.torusRows <= 0 || n % o.torusRows == 0; }
-
 }  // namespace
 
 bool sameAllreduceSchedule(AllreduceAlgorithm a, AllreduceAlgorithm b, std::size_t bytes, int n,
@@ -204,13 +91,8 @@ namespace {
 
 AllreduceAlgorithm predictLowest(std::size_t bytes, int n, const CollectiveOptions& o, bool viewsAllowed) {
   std::vector<AllreduceAlgorithm> candidates;
-  for (auto a :
-       {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
-        AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d, AllreduceAlgorithm::kHips}) {
-    if (needsViews(a) && !viewsAllowed) continue;
-    if (a == AllreduceAlgorithm::kTorus2d && !torusFits(n, o)) continue;
-    candidates.push_back(a);
-  }
+  for (const auto* e : detail::allreduceAlgorithms())
+    if ((viewsAllowed || !e->needsViews) && e->fitsOn(n, o)) candidates.push_back(e->id);
   // A calibrated model only trusts what it measured.
   std::vector<AllreduceAlgorithm> measured;
   std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(measured),
@@ -412,15 +294,14 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
 
   // The ring first (the fit needs it), then the others, each once.
   std::vector<AllreduceAlgorithm> algorithms = {AllreduceAlgorithm::kRing};
-  const std::vector<AllreduceAlgorithm> all = {
-      AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical,
-      AllreduceAlgorithm::kTga2d, AllreduceAlgorithm::kHips};
+  std::vector<AllreduceAlgorithm> all;
+  for (const auto* e : detail::allreduceAlgorithms()) all.push_back(e->id);
   for (auto a : calibration.algorithms.empty() ? all : calibration.algorithms) {
     if (a == AllreduceAlgorithm::kAuto ||
         std::find(algorithms.begin(), algorithms.end(), a) != algorithms.end())
       continue;
-    if (needsViews(a) && !views) continue;
-    if (a == AllreduceAlgorithm::kTorus2d && !torusFits(n, options)) continue;
+    const auto& entry = detail::allreduceEntry(a);
+    if ((entry.needsViews && !views) || !entry.fitsOn(n, options)) continue;
     algorithms.push_back(a);
   }
 

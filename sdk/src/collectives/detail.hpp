@@ -3,12 +3,59 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/sub_transport.hpp"
+#include "gossamer/wire.hpp"
 
 namespace gossamer::detail {
+
+/// Contexts of the SubTransport views the algorithms build inside one call
+/// on a top-level transport (0x80-0xFF; Communicator::split hands out
+/// 0x10-0x7F). Listed together so no two roles share a byte; HiPS uses
+/// kCtxHipsFirst .. 0xFF, one per stage and stream.
+enum ViewContext : std::uint8_t {
+  kCtxTorusRow = 0x81,
+  kCtxTorusCol = 0x82,
+  kCtxGroup = 0x83,
+  kCtxLeaders = 0x84,
+  kCtxTgaGroup = 0x85,
+  kCtxTgaRow = 0x86,
+  kCtxTgaCol = 0x87,
+  kCtxHipsFirst = 0x90,
+};
+
+/// a mod n in [0, n), for negative a too.
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/// First element of chunk i when `length` elements are cut into n chunks:
+/// chunk i has length/n elements, plus one for the first length % n chunks.
+inline std::size_t chunkBegin(std::size_t length, int n, int i) {
+  const auto un = static_cast<std::size_t>(n), ui = static_cast<std::size_t>(i);
+  return ui * (length / un) + std::min(ui, length % un);
+}
+
+/// @throws ProtocolError naming `peer` if request `r` received other than
+/// `expected` bytes (ranks passing different vector lengths).
+inline void expectBytes(const Request& r, std::size_t expected, int peer) {
+  if (r.bytes() != expected)
+    throw ProtocolError(peer, frame_offset::kPayloadBytes,
+                        "collective chunk of " + std::to_string(r.bytes()) + " bytes, expected " +
+                            std::to_string(expected) + " (do all ranks pass the same length?)");
+}
+
+/// The grid algorithms build SubTransport views of their transport, and views
+/// do not nest: on a view, fail before any message instead of at the first one.
+/// @throws InvalidArgument naming `algorithm`.
+inline void requireTopLevel(Transport& transport, const char* algorithm) {
+  GOSSAMER_ENFORCE(dynamic_cast<SubTransport*>(&transport) == nullptr,
+                   algorithm << " needs a top-level transport (its sub-transports cannot be nested)");
+}
 
 /// The largest divisor of n that is at most sqrt(n): rows of a near-square grid.
 inline int squarestDivisor(int n) {

@@ -11,6 +11,7 @@
 #include "gossamer/hips.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <iterator>
@@ -20,24 +21,16 @@
 #include <thread>
 #include <utility>
 
+#include "detail.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/sub_transport.hpp"
+#include "table.hpp"
 
 namespace gossamer {
 
 namespace {
 
-constexpr int kContextBase = 0x90;
-
-// dst op= src, element-wise (kSum also for kAverage: the scaling comes last).
-template <typename T>
-void accumulate(ReduceOp op, T* dst, const T* src, std::size_t n) {
-  if (op == ReduceOp::kMax) {
-    for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
-  } else {
-    for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
-  }
-}
+constexpr int kContextBase = detail::kCtxHipsFirst;
 
 // Checks the radices and returns their product (capped: INT32_MAX + 1 means "too large").
 std::int64_t productOf(std::span<const int> levels) {
@@ -103,7 +96,7 @@ class Mesh {
         req.wait(o_.timeoutSeconds);
         auto dst = piece(mine, p);
         expectBytes(req, dst.size_bytes(), j);
-        accumulate(op, dst.data(), piece(slot, p).data(), dst.size());
+        detail::combine(op, dst.data(), piece(slot, p).data(), dst.size());
       }
     }
     waitAll(sends, o_.timeoutSeconds);
@@ -298,5 +291,50 @@ template void hipsAllreduce<float>(Transport&, std::span<float>, ReduceOp, const
                                    const HipsOptions&);
 template void hipsAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&,
                                     const HipsOptions&);
+
+namespace detail {
+
+namespace {
+
+void hipsAll(Transport& t, std::span<float> d, ReduceOp op, const CollectiveOptions& o) {
+  hipsAllreduce(t, d, op, o, HipsOptions{});
+}
+void hipsAll(Transport& t, std::span<double> d, ReduceOp op, const CollectiveOptions& o) {
+  hipsAllreduce(t, d, op, o, HipsOptions{});
+}
+
+// Stage i: N / k_i rings of k_i ranks on the portion left by stage i-1 (only
+// the groups whose portion is non-empty send); the allgathers in reverse.
+void hipsRounds(Rounds& out, std::size_t bytes, int n, const CollectiveOptions& o) {
+  const auto levels = hipsAutoLevels(n);
+  Rounds gathers;
+  double portion = modelElements(bytes), nonEmpty = 1;  // product over earlier stages of min(k_j, portion_j)
+  double later = n;                                     // product of k_j over this and later stages
+  for (int k : levels) {
+    later /= k;
+    const double groups = nonEmpty * later;
+    addRing(out, portion, k, groups, true, false, o);
+    Rounds g;
+    addRing(g, portion, k, groups, false, true, o);
+    gathers.insert(gathers.begin(), g.begin(), g.end());
+    nonEmpty *= std::min<double>(k, portion);
+    portion = std::ceil(portion / k);
+  }
+  out.insert(out.end(), gathers.begin(), gathers.end());
+}
+
+}  // namespace
+
+const AllreduceEntry kHipsEntry{
+    AllreduceAlgorithm::kHips,
+    "hips",
+    "HiPS: ring reduce-scatter stages over the prime factors of N, then the "
+    "allgathers in reverse",
+    true,
+    static_cast<void (*)(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&)>(&hipsAll),
+    static_cast<void (*)(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&)>(&hipsAll),
+    &hipsRounds};
+
+}  // namespace detail
 
 }  // namespace gossamer

@@ -1,0 +1,82 @@
+// Alltoallv: rank r sends sendCounts[j] elements to each rank j and receives
+// recvCounts[j] from it, all messages at once under one tag (the sender tells
+// them apart); its own share is copied locally. One step; bytes sent per rank:
+// the sum of its sendCounts except its own, times sizeof(T).
+#include <cstdint>
+#include <vector>
+
+#include "detail.hpp"
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+using detail::expectBytes;
+
+template <typename T>
+void alltoallv(Transport& transport, std::span<const T> send, std::span<const std::size_t> sendCounts,
+               std::span<T> recv, std::span<const std::size_t> recvCounts, const CollectiveOptions& options) {
+  const int n = transport.worldSize(), r = transport.rank();
+  GOSSAMER_ENFORCE(static_cast<int>(sendCounts.size()) == n && static_cast<int>(recvCounts.size()) == n,
+                   "alltoallv needs " << n << " send and receive counts");
+  std::size_t sendTotal = 0, recvTotal = 0;
+  for (int j = 0; j < n; ++j) {
+    sendTotal += sendCounts[static_cast<std::size_t>(j)];
+    recvTotal += recvCounts[static_cast<std::size_t>(j)];
+  }
+  GOSSAMER_ENFORCE(sendTotal == send.size() && recvTotal == recv.size(),
+                   "alltoallv counts add up to " << sendTotal << " / " << recvTotal
+                                                 << " elements, buffers hold " << send.size() << " / "
+                                                 << recv.size());
+  const auto tag = Tag::make(Op::kAllreduce, options.sequence, 0);
+  std::vector<Request> recvs, sends;
+  std::vector<int> from;
+  std::size_t off = 0;
+  for (int j = 0; j < n; ++j) {
+    const std::size_t c = recvCounts[static_cast<std::size_t>(j)];
+    if (j == r || c == 0) {
+      off += c;
+      continue;
+    }
+    recvs.push_back(transport.irecvOf<T>(j, tag, recv.subspan(off, c)));
+    from.push_back(j);
+    off += c;
+  }
+  std::size_t sendOff = 0, selfOff = 0;
+  for (int j = 0; j < r; ++j) selfOff += recvCounts[static_cast<std::size_t>(j)];
+  for (int j = 0; j < n; ++j) {
+    const std::size_t c = sendCounts[static_cast<std::size_t>(j)];
+    if (j == r) {
+      GOSSAMER_ENFORCE(c == recvCounts[static_cast<std::size_t>(r)],
+                       "alltoallv: " << c << " elements to itself but "
+                                     << recvCounts[static_cast<std::size_t>(r)] << " expected from itself");
+      std::copy_n(send.begin() + static_cast<std::ptrdiff_t>(sendOff), c,
+                  recv.begin() + static_cast<std::ptrdiff_t>(selfOff));
+    } else if (c > 0) {
+      sends.push_back(transport.isendOf<T>(j, tag, send.subspan(sendOff, c)));
+    }
+    sendOff += c;
+  }
+  off = 0;
+  std::size_t k = 0;
+  for (int j = 0; j < n; ++j) {
+    const std::size_t c = recvCounts[static_cast<std::size_t>(j)];
+    if (j != r && c > 0) {
+      recvs[k].wait(options.timeoutSeconds);
+      expectBytes(recvs[k], c * sizeof(T), from[k]);
+      ++k;
+    }
+    off += c;
+  }
+  waitAll(sends, options.timeoutSeconds);
+}
+
+template void alltoallv<float>(Transport&, std::span<const float>, std::span<const std::size_t>,
+                               std::span<float>, std::span<const std::size_t>, const CollectiveOptions&);
+template void alltoallv<double>(Transport&, std::span<const double>, std::span<const std::size_t>,
+                                std::span<double>, std::span<const std::size_t>, const CollectiveOptions&);
+template void alltoallv<std::int64_t>(Transport&, std::span<const std::int64_t>, std::span<const std::size_t>,
+                                      std::span<std::int64_t>, std::span<const std::size_t>,
+                                      const CollectiveOptions&);
+
+}  // namespace gossamer

@@ -1,0 +1,84 @@
+// Binomial-tree broadcast and reduce. Broadcast: with v = (rank - root) mod N,
+// a rank receives the whole vector from v - m (m its lowest set bit) and then
+// sends it to v + m' for every m' < m, so after ceil(log2 N) rounds every rank
+// holds it; N-1 messages of L * sizeof(T) bytes in all. Reduce is the mirror
+// image: in the round of mask m the ranks with bit m set send their partial
+// result to v - m and stop, the others combine what they receive;
+// ceil(log2 N) rounds, N-1 messages of the whole vector. Used on their own
+// and inside the hierarchical allreduce and 2D-TGA (paper
+// 000_a4345579c41fcb1d.txt, Sec. 2.3 and Algorithm 1 line 17).
+#include <cstdint>
+#include <vector>
+
+#include "detail.hpp"
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+using detail::combine;
+using detail::expectBytes;
+using detail::mod;
+
+template <typename T>
+void broadcast(Transport& transport, std::span<T> data, int root, const CollectiveOptions& options) {
+  const int n = transport.worldSize();
+  GOSSAMER_ENFORCE(root >= 0 && root < n, "broadcast root " << root << " outside world size " << n);
+  if (n == 1) return;
+  const int vr = mod(transport.rank() - root, n);
+  const auto tag = Tag::make(Op::kBroadcast, options.sequence, 0);
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      const int parent = mod(vr - mask + root, n);
+      Request recv = transport.irecvOf<T>(parent, tag, data);
+      recv.wait(options.timeoutSeconds);
+      expectBytes(recv, data.size_bytes(), parent);
+      break;
+    }
+    mask <<= 1;
+  }
+  mask >>= 1;
+  std::vector<Request> sends;
+  while (mask > 0) {
+    if (vr + mask < n)
+      sends.push_back(transport.isendOf<T>(mod(vr + mask + root, n), tag, std::span<const T>(data)));
+    mask >>= 1;
+  }
+  waitAll(sends, options.timeoutSeconds);
+}
+
+template <typename T>
+void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
+            const CollectiveOptions& options) {
+  const int n = transport.worldSize();
+  GOSSAMER_ENFORCE(root >= 0 && root < n, "reduce root " << root << " outside world size " << n);
+  if (n > 1) {
+    const int vr = mod(transport.rank() - root, n);
+    const auto tag =
+        Tag::make(Op::kAllreduce, options.sequence, Tag::kMaxSegment);  // apart from ring substeps
+    const auto incoming = detail::scratch<T>(detail::ScratchSlot::kReduce, data.size());
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (vr & mask) {  // send the partial sum to the parent and stop
+        transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))
+            .wait(options.timeoutSeconds);
+        break;
+      }
+      if (vr + mask < n) {
+        const int child = mod(vr + mask + root, n);
+        Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
+        recv.wait(options.timeoutSeconds);
+        expectBytes(recv, data.size_bytes(), child);
+        combine(op, data.data(), incoming.data(), data.size());
+      }
+    }
+  }
+  if (transport.rank() == root) detail::scaleIfAverage(op, data, n);
+}
+
+template void reduce<float>(Transport&, std::span<float>, int, ReduceOp, const CollectiveOptions&);
+template void reduce<double>(Transport&, std::span<double>, int, ReduceOp, const CollectiveOptions&);
+template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
+template void broadcast<double>(Transport&, std::span<double>, int, const CollectiveOptions&);
+
+}  // namespace gossamer

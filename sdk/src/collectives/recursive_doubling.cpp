@@ -1,0 +1,114 @@
+// Recursive doubling allreduce (Thakur, Rabenseifner and Gropp, "Optimization
+// of Collective Communication Operations in MPICH", IJHPCA 2005; paper
+// 000_a4345579c41fcb1d.txt names it among the optimised allreduces of its
+// related work but does not analyse it). With p the
+// largest power of two <= N and rem = N - p: the first 2 rem ranks fold
+// pairwise (each even rank hands its vector to the odd one above it), the p
+// remaining ranks exchange whole vectors with the partner whose new rank
+// differs in bit k, for k = 0 .. log2(p) - 1, and combine; the odd ranks then
+// hand the result back. log2(p) + 2 steps when N is not a power of two, each
+// one message of the whole vector: L * sizeof(T) bytes per step per rank.
+// Both partners combine a + b in IEEE arithmetic and so hold the same bits.
+#include <bit>
+#include <cstdint>
+
+#include "detail.hpp"
+#include "gossamer/collectives.hpp"
+#include "table.hpp"
+
+namespace gossamer {
+
+using detail::combine;
+using detail::expectBytes;
+
+template <typename T>
+void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
+                                const CollectiveOptions& options) {
+  const int n = transport.worldSize(), r = transport.rank();
+  if (n == 1 || data.empty()) return;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, data.size());
+  std::uint32_t round = 0;
+  auto exchange = [&](int peer, bool sendIt, bool recvIt) {
+    const auto tag = Tag::make(Op::kAllreduce, options.sequence, round++);
+    Request recv;
+    if (recvIt) recv = transport.irecvOf<T>(peer, tag, incoming);
+    if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(data)).wait(options.timeoutSeconds);
+    if (recvIt) {
+      recv.wait(options.timeoutSeconds);
+      expectBytes(recv, data.size_bytes(), peer);
+    }
+  };
+  // Fold: among ranks < 2 rem, each even rank hands its vector to the odd one above it.
+  int newRank = -1;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      exchange(r + 1, true, false);
+    } else {
+      exchange(r - 1, false, true);
+      combine(op, data.data(), incoming.data(), data.size());
+      newRank = r / 2;
+    }
+  } else {
+    round = 1;  // keep the round numbering of the folded ranks
+    newRank = r - rem;
+  }
+  if (newRank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partnerNew = newRank ^ mask;
+      const int partner = partnerNew < rem ? partnerNew * 2 + 1 : partnerNew + rem;
+      exchange(partner, true, true);
+      // a + b == b + a in IEEE arithmetic: both partners get the same bits.
+      combine(op, data.data(), incoming.data(), data.size());
+    }
+  }
+  // Unfold: the odd ranks hand the result back.
+  const int lastRound = 1 + std::countr_zero(static_cast<unsigned>(p));
+  round = static_cast<std::uint32_t>(lastRound);
+  if (r < 2 * rem) {
+    if (r % 2 == 1) {
+      exchange(r - 1, true, false);
+    } else {
+      exchange(r + 1, false, true);
+      std::copy(incoming.begin(), incoming.end(), data.begin());
+    }
+  }
+  detail::scaleIfAverage(op, data, n);
+}
+
+template void recursiveDoublingAllreduce<float>(Transport&, std::span<float>, ReduceOp,
+                                                const CollectiveOptions&);
+template void recursiveDoublingAllreduce<double>(Transport&, std::span<double>, ReduceOp,
+                                                 const CollectiveOptions&);
+
+namespace detail {
+
+namespace {
+
+// Fold, log2(p) exchanges among p ranks, unfold; every message the whole vector.
+void recursiveDoublingRounds(Rounds& out, std::size_t bytes, int n, const CollectiveOptions&) {
+  const double b = static_cast<double>(bytes);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  if (rem > 0) out.push_back({1, static_cast<double>(rem), b, b});  // fold
+  for (int m = 1; m < p; m <<= 1) out.push_back({1, static_cast<double>(p), b, b});
+  if (rem > 0) out.push_back({1, static_cast<double>(rem), b, 0});  // unfold
+}
+
+}  // namespace
+
+const AllreduceEntry kRecursiveDoublingEntry{
+    AllreduceAlgorithm::kRecursiveDoubling,
+    "recursive_doubling",
+    "whole-vector exchanges with partners 2^k apart, log2(N) (+2) steps: for small vectors",
+    false,
+    &recursiveDoublingAllreduce<float>,
+    &recursiveDoublingAllreduce<double>,
+    &recursiveDoublingRounds};
+
+}  // namespace detail
+
+}  // namespace gossamer
