@@ -31,12 +31,6 @@ namespace gossamer::optimizers {
 
 namespace {
 
-std::vector<int> allRanks(int n) {
-  std::vector<int> r(static_cast<std::size_t>(n));
-  std::iota(r.begin(), r.end(), 0);
-  return r;
-}
-
 constexpr std::uint64_t kViewSteps = (std::uint64_t{1} << 32) - 1;  // SubTransport step range
 
 }  // namespace
@@ -50,7 +44,7 @@ CompressedSgd::CompressedSgd(Communicator& communicator, const Topology* topolog
       averager_(std::move(averager)),
       options_(options),
       sgd_(compressor_ ? compressor_->size() : 0, options.sgd),
-      view_(communicator.transport(), allRanks(communicator.worldSize()), kCompressionContext) {
+      exchange_(communicator.split(0, communicator.rank())) {
   GOSSAMER_ENFORCE(compressor_ != nullptr, "CompressedSgd needs a compressor");
   GOSSAMER_ENFORCE(options.gossipRounds >= 1, "gossip rounds " << options.gossipRounds << " < 1");
   GOSSAMER_ENFORCE(options.timeoutSeconds > 0, "timeout " << options.timeoutSeconds);
@@ -104,9 +98,9 @@ void CompressedSgd::step(std::span<float> params, std::span<const float> grads) 
     // The payloads travel as raw 32-bit patterns in float storage (Top-K's
     // indices too): the allgather only copies bytes, it never computes on them.
     const auto chunk = static_cast<std::ptrdiff_t>(payload_.size());
-    std::copy(payload_.begin(), payload_.end(), gathered_.begin() + chunk * view_.rank());
+    std::copy(payload_.begin(), payload_.end(), gathered_.begin() + chunk * exchange_->transport().rank());
     CollectiveOptions o(exchanges_++ & kViewSteps, options_.timeoutSeconds, AllreduceAlgorithm::kRing);
-    ringAllgather(view_, std::span<float>(gathered_), o);
+    ringAllgather(exchange_->transport(), std::span<float>(gathered_), o);
     compressor_->decode(std::as_bytes(std::span<const float>(gathered_)), grads, gradient_);
   }
   stats_.exchangeBytes += transport.stats().bytesSent - before;
@@ -137,7 +131,7 @@ void CompressedSgd::synchronize(std::span<float> params) {
 // keeps the share 1/(d+1) and pushes the same share to each of the d
 // out-peers, then adds the shares received. values <- s / w at the end.
 void CompressedSgd::gossipAverage(std::span<float> values) {
-  const int n = view_.worldSize();
+  const int n = exchange_->transport().worldSize();
   if (n == 1) return;
   const std::size_t m = values.size();
   std::copy(values.begin(), values.end(), pushSum_.begin());
@@ -145,19 +139,19 @@ void CompressedSgd::gossipAverage(std::span<float> values) {
   const auto messageBytes = static_cast<std::size_t>((m + 1) * sizeof(float));
   const auto rounds = static_cast<std::uint64_t>(options_.gossipRounds);
   for (std::uint64_t r = 0; r < rounds; ++r) {
-    const PeerSet p = topology_->peers(view_.rank(), steps_ * rounds + r);
+    const PeerSet p = topology_->peers(exchange_->transport().rank(), steps_ * rounds + r);
     GOSSAMER_ENFORCE(p.recvFrom.size() <= static_cast<std::size_t>(n - 1),
                      "topology names " << p.recvFrom.size() << " in-peers");
     const Tag tag = Tag::make(Op::kGossip, exchanges_++ & kViewSteps, 0);
     requests_.clear();
     for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {
-      requests_.push_back(
-          view_.irecvOf<float>(p.recvFrom[k], tag, std::span<float>(pushSumIn_).subspan(k * (m + 1), m + 1)));
+      requests_.push_back(exchange_->transport().irecvOf<float>(
+          p.recvFrom[k], tag, std::span<float>(pushSumIn_).subspan(k * (m + 1), m + 1)));
     }
     const float share = 1.0f / static_cast<float>(p.sendTo.size() + 1);
     for (auto& v : pushSum_) v *= share;
     for (int dst : p.sendTo) {
-      requests_.push_back(view_.isendOf<float>(dst, tag, std::span<const float>(pushSum_)));
+      requests_.push_back(exchange_->transport().isendOf<float>(dst, tag, std::span<const float>(pushSum_)));
     }
     waitAll(requests_, options_.timeoutSeconds);
     for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {

@@ -3,14 +3,9 @@
 // the leaders (Crossover-SGD or SGP), broadcast of the leader's model.
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
-#include "gossamer/sub_transport.hpp"
 #include "gossamer/topologies/topologies.hpp"
 
 namespace gossamer::optimizers {
-
-namespace {
-constexpr std::uint8_t kGroupContext = 1, kLeaderContext = 2;
-}
 
 Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> groups,
                            const std::string& interAlgorithm, std::unique_ptr<Topology> leaderTopology,
@@ -25,20 +20,29 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
   std::size_t numParams = 0;
   for (auto t : tensorSizes) numParams += t;
   grad_.resize(numParams);
-  std::vector<int> leaders;
-  for (const auto& g : groups_) {
-    leaders.push_back(g.front());
-    if (std::find(g.begin(), g.end(), transport.rank()) != g.end())
-      group_ = std::make_unique<SubTransport>(transport, g, kGroupContext);
+  // The group and the leaders are split communicators: their contexts are
+  // handed out by the split, apart from every other user of the transport.
+  // Within a group the ranks keep the group's order (its first is the
+  // leader); the leaders keep the groups' order (the leader topology's).
+  int group = -1, position = 0;
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    const auto& g = groups_[i];
+    const auto it = std::find(g.begin(), g.end(), transport.rank());
+    if (it == g.end()) continue;
+    group = static_cast<int>(i);
+    position = static_cast<int>(it - g.begin());
   }
-  groupComm_ = std::make_unique<Communicator>(*group_, timeout_);
-  if (group_->rank() == 0) {
-    leaders_ = std::make_unique<SubTransport>(transport, leaders, kLeaderContext);
+  GOSSAMER_ENFORCE(group >= 0, "rank " << transport.rank() << " is in no group");
+  Communicator all(transport, timeout_);
+  groupComm_ = all.split(group, position);
+  leaderComm_ = all.split(position == 0 ? 0 : Communicator::kUndefinedColor, group);
+  if (leaderComm_) {
+    Transport& leaders = leaderComm_->transport();
     if (interAlgorithm == "sgp")
-      inter_ = std::make_unique<Sgp>(*leaders_, *leaderTopology_, numParams,
+      inter_ = std::make_unique<Sgp>(leaders, *leaderTopology_, numParams,
                                      SgpOptions{options.sgd, options.timeoutSeconds, options.mode});
     else
-      inter_ = std::make_unique<CrossoverSgd>(*leaders_, *leaderTopology_, tensorSizes, options);
+      inter_ = std::make_unique<CrossoverSgd>(leaders, *leaderTopology_, tensorSizes, options);
   }
 }
 

@@ -313,13 +313,14 @@ class CompressedSgd final : public DistributedOptimizer {
  public:
   /// @param communicator the allreduces (means, model sync). Its transport
   ///        also carries the allgathers and the gossip of the means, on a
-  ///        SubTransport view of its own (context kCompressionContext).
+  ///        communicator split from it (Communicator::split hands out its
+  ///        message context). Collective: every rank constructs it together.
   /// @param topology peers for gossiped means; may be null otherwise.
   /// @param averager the gossip model sync for ModelSync::kGossip; may be
   ///        empty otherwise.
   /// @throws InvalidArgument for bad options, a missing topology or averager,
   ///         gossiped means with a kGather compressor, or a topology of
-  ///         another world size.
+  ///         another world size; TimeoutError, PeerFailure from the split.
   CompressedSgd(Communicator& communicator, const Topology* topology, std::unique_ptr<Compressor> compressor,
                 ModelAverager averager, const CompressedSgdOptions& options);
   /// "compressed_sgd/<compressor name>".
@@ -340,9 +341,6 @@ class CompressedSgd final : public DistributedOptimizer {
   /// Bytes this rank sent in exchanges and syncs so far, and the syncs done.
   const CompressionStats& stats() const { return stats_; }
 
-  /// SubTransport context of the compressed exchanges.
-  static constexpr std::uint8_t kCompressionContext = 11;
-
  private:
   void gossipAverage(std::span<float> values);
   bool drifts() const;
@@ -353,13 +351,13 @@ class CompressedSgd final : public DistributedOptimizer {
   ModelAverager averager_;
   CompressedSgdOptions options_;
   LocalSgd sgd_;
-  SubTransport view_;              // all ranks, context kCompressionContext
-  std::vector<float> payload_;     // this rank's payload (payloadBytes / 4 floats)
-  std::vector<float> gathered_;    // kGather: N payloads
-  std::vector<float> gradient_;    // decoded gradient, n floats
-  std::vector<float> pushSum_;     // gossip: [s..., w]
-  std::vector<float> pushSumIn_;   // gossip: received messages
-  std::vector<Request> requests_;  // gossip: this round's receives, then sends
+  std::unique_ptr<Communicator> exchange_;  // all ranks, split from comm_
+  std::vector<float> payload_;              // this rank's payload (payloadBytes / 4 floats)
+  std::vector<float> gathered_;             // kGather: N payloads
+  std::vector<float> gradient_;             // decoded gradient, n floats
+  std::vector<float> pushSum_;              // gossip: [s..., w]
+  std::vector<float> pushSumIn_;            // gossip: received messages
+  std::vector<Request> requests_;           // gossip: this round's receives, then sends
   std::uint64_t steps_ = 0;
   std::uint64_t totalSteps_ = 0;
   std::uint64_t exchanges_ = 0;  // sequence of the view's collectives and gossip rounds

@@ -201,9 +201,9 @@ class Sgp final : public DistributedOptimizer {
 };
 
 /// Hierarchical gossip with leader groups (paper 004, Sec. 3.3). Ranks are
-/// split into groups; the lowest rank of each is its leader. Each step:
+/// split into groups; the first rank of each is its leader. Each step:
 ///   1. the gradients are averaged inside the group to the leader (binomial
-///      reduce over a SubTransport);
+///      reduce on the group's communicator, split from `transport`);
 ///   2. the leader runs the inter-group optimizer (Crossover-SGD or SGP over
 ///      the leaders only) with that gradient: its local SGD step and gossip;
 ///   3. the leader broadcasts its model to the group.
@@ -215,7 +215,11 @@ class Hierarchical final : public DistributedOptimizer {
   /// @param groups a partition of the ranks (see topologies::makeGroups).
   /// @param interAlgorithm "crossover_sgd" or "sgp".
   /// @param leaderTopology topology over the L leaders (world size L).
-  /// @throws InvalidArgument for bad groups, names or sizes.
+  /// Collective: every rank of `transport` constructs it together (the group
+  /// and leader communicators come from Communicator::split, which hands out
+  /// their message contexts).
+  /// @throws InvalidArgument for bad groups, names or sizes; TimeoutError,
+  ///         PeerFailure from the split.
   Hierarchical(Transport& transport, std::vector<std::vector<int>> groups, const std::string& interAlgorithm,
                std::unique_ptr<Topology> leaderTopology, const std::vector<std::size_t>& tensorSizes,
                const CrossoverOptions& options);
@@ -224,16 +228,15 @@ class Hierarchical final : public DistributedOptimizer {
   void step(std::span<float> params, std::span<const float> grads) override;
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
-  bool isLeader() const { return leaders_ != nullptr; }
+  bool isLeader() const { return leaderComm_ != nullptr; }
 
  private:
   double timeout_;
   std::vector<std::vector<int>> groups_;
-  std::unique_ptr<Transport> group_;    // this rank's group (context 1)
-  std::unique_ptr<Transport> leaders_;  // the leaders (context 2); null on members
   std::unique_ptr<Topology> leaderTopology_;
+  std::unique_ptr<Communicator> groupComm_;   // this rank's group, split from the transport
+  std::unique_ptr<Communicator> leaderComm_;  // the leaders, split too; null on members
   std::unique_ptr<DistributedOptimizer> inter_;
-  std::unique_ptr<Communicator> groupComm_;
   std::vector<float> grad_;
   std::uint64_t steps_ = 0;
 };
