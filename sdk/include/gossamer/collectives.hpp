@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "gossamer/defaults.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer {
@@ -83,8 +84,8 @@ struct CollectiveOptions {
                     std::size_t chunk = std::size_t{1} << 20)
       : sequence(seq), timeoutSeconds(timeout), algorithm(algo), chunkBytes(chunk) {}
 
-  std::uint64_t sequence = 0;    ///< Distinct per call, same on all ranks (< 2^40).
-  double timeoutSeconds = 30.0;  ///< Bound on each wait inside the collective.
+  std::uint64_t sequence = 0;                         ///< Distinct per call, same on all ranks (< 2^40).
+  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait inside the collective, seconds.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   /// Ring pipelining: each ring step's chunk travels as pieces of at most this
   /// many bytes, so that receiving, reducing and forwarding overlap.
