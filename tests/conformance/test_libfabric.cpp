@@ -368,7 +368,8 @@ TEST_CASE("a receive cancelled while its payload's announcement is being claimed
 TEST_CASE("close() while payload pieces are still arriving returns cleanly", "[transport][libfabric]") {
   // tcp;ofi_rxm of libfabric 1.17 crashes inside fi_close(ep) when the
   // endpoint closes with a piece under way; the transport takes its pieces
-  // back first (drainBulk).
+  // back first (drainBulk), and leaves the endpoint open if it cannot
+  // (abandonEndpoint).
   const bool posted = GENERATE(false, true);
   INFO("receive posted: " << posted);
   auto g = pairOf("tcp", [](int, libfabric::Options& o) { o.lingerSeconds = 0.2; });
@@ -422,9 +423,9 @@ std::vector<std::string> shmFiles(const std::string& prefix) {
 
 }  // namespace
 
-// CI failed once with "fi_enable: Device or resource busy": shm names an
-// endpoint's /dev/shm file after the process id by default, and a process
-// killed earlier with the same (reused) id had left its file behind.
+// shm names an endpoint's /dev/shm file after the process id by default, so a
+// killed process's leftover file makes a later process with the same (reused)
+// id fail with "fi_enable: Device or resource busy".
 TEST_CASE("shm endpoints get names of their own, and files of killed processes are removed",
           "[transport][libfabric]") {
   const std::string self = "gossamer-" + std::to_string(::getpid()) + '-';

@@ -155,9 +155,9 @@ TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that 
 
 // Guards cancel() against a close() on another thread. cancel() waits timeoutSeconds (1.5 s), then
 // tears the peer's connection down. close() on another thread has by then
-// closed that socket (after its 1 s bye wait) and lingers in zmq_ctx_term: the
-// teardown used to set an option on the closed socket, and cppzmq's exception
-// left the noexcept Request::cancel() (std::terminate). Rank 0 runs in a
+// closed that socket (after its 1 s bye wait) and lingers in zmq_ctx_term: a
+// teardown that set an option on the closed socket would throw from cppzmq
+// out of the noexcept Request::cancel() (std::terminate). Rank 0 runs in a
 // forked child, so that a terminate shows as its exit status.
 TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another thread does not crash",
           "[multiproc][failure][zmq]") {

@@ -183,10 +183,10 @@ struct CalibrationOptions {
                                     std::size_t{16} << 20};
   int reps = 5;  ///< Timed calls per (algorithm, size), at least (>= 1); the median is used.
   /// Timed calls per (algorithm, size), at most: more than `reps` when a
-  /// round of every algorithm takes less than secondsPerSize / reps. (At 40,
-  /// the cap of earlier versions, the one-element calls of a 2-rank socket
-  /// transport, 5-15 us each, were all timed within 3 ms, one scheduler time
-  /// slice, and one preemption could reorder ring and recursive doubling.)
+  /// round of every algorithm takes less than secondsPerSize / reps. (With a
+  /// cap of 40, the one-element calls of a 2-rank socket transport, 5-15 us
+  /// each, would all be timed within 3 ms, one scheduler time slice, and one
+  /// preemption could reorder ring and recursive doubling.)
   int maxReps = 400;
   /// Roughly how long the timed calls of one size take (>= 0; 0: `reps`).
   /// Cheap sizes get more repetitions, so their medians are steadier.

@@ -282,6 +282,48 @@ void LibfabricTransport::drainBulk() {
   }
 }
 
+// tcp;ofi_rxm (libfabric 1.17) cannot take back a payload receive whose
+// transfer is under way, and closing the endpoint with one outstanding
+// crashes inside the provider. So when drainBulk() could not get every piece
+// back, the endpoint is not closed: it, its completion queue, address vector,
+// domain and fabric, the frame pool, the inbound messages and the posted
+// sends stay as they are, unreachable, until the process exits. That costs the
+// memory of one transport (its sockets stay open, and nothing progresses them)
+// and happens only when a peer is still streaming into a closing transport.
+void LibfabricTransport::abandonEndpoint() {
+  struct Kept {
+    std::vector<std::byte> poolMem;
+    std::vector<PoolOp> pool;
+    std::vector<PeerRx> rx;
+    std::vector<std::unique_ptr<InboundMsg>> zombies;
+    std::vector<FabricOp*> sends;
+  };
+  static std::mutex keptMu;
+  static auto* kept = new std::vector<std::unique_ptr<Kept>>();  // never freed: the provider may use it
+  auto k = std::make_unique<Kept>();
+  k->poolMem = std::move(poolMem_);
+  k->pool = std::move(pool_);
+  k->rx = std::move(rx_);
+  k->zombies = std::move(zombies_);
+  {
+    std::lock_guard<std::mutex> lk(opsMu_);
+    k->sends.assign(inflight_.begin(), inflight_.end());
+    inflight_.clear();
+  }
+  GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << bulkPosted_
+                                           << " payload receives still under way at close; the endpoint "
+                                              "is left open until the process exits");
+  (void)ep_.release();
+  (void)poolMr_.release();
+  (void)av_.release();
+  (void)cq_.release();
+  (void)domain_.release();
+  (void)fabric_.release();
+  bulkPosted_ = 0;
+  std::lock_guard<std::mutex> lk(keptMu);
+  kept->push_back(std::move(k));
+}
+
 void LibfabricTransport::teardown() {
   for (auto& peer : tx_) {
     std::lock_guard<std::mutex> lk(peer->mu);
@@ -291,6 +333,7 @@ void LibfabricTransport::teardown() {
     peer->pidfd = -1;
   }
   drainBulk();
+  if (bulkPosted_ > 0) abandonEndpoint();
   ep_.reset();
   {
     // The endpoint is closed: nothing writes into a receive's buffer any

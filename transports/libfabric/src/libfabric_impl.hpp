@@ -555,13 +555,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   // Before the endpoint closes: cancels the payload pieces still posted and
   // reads the completion queue until they came back (cancelled or complete),
-  // for at most 200 ms. tcp;ofi_rxm of libfabric 1.17 crashed inside
-  // fi_close(ep) when the endpoint closed while a piece was arriving.
+  // for at most 200 ms: tcp;ofi_rxm of libfabric 1.17 crashes inside
+  // fi_close(ep) if a piece is still arriving (see abandonEndpoint()).
   void drainBulk();
 
   // After the progress thread stopped: closes the endpoint (libfabric drops
   // what is still posted), then frees the operations and the fabric.
   void teardown();
+  /// Leaves the endpoint open, and everything the provider may still write
+  /// into or hand back alive, for the rest of the process (see teardown()).
+  void abandonEndpoint();
   Options opt_;
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
   std::shared_ptr<CopyGuard> guard_;  ///< attached to posted receives (set in the constructor)
