@@ -9,7 +9,7 @@
 # with --rounds R the whole sequence is repeated R times and each measurement
 # reported is the one with the median time over the rounds.
 # Prints one table per world size with the ratios ours/MPI, and writes
-# results/bench-allreduce.json. See docs/allreduce.md.
+# results/bench-allreduce.json. See docs/collectives.md, "Performance against Open MPI".
 #
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~25 min with libfabric, ~9 without
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; socket and zmq
@@ -199,7 +199,7 @@ if mode == "progress":
     sys.exit(0)
 
 if mode == "autocheck":
-    # Issue 4, done-when 3: per (world size, transport, size) the median over
+    # auto check: per (world size, transport, size) the median over
     # rounds of every algorithm's time. Algorithms that send the same
     # messages (the auto rows' same_schedule, from sameAllreduceSchedule) are
     # one candidate, timed by the median of all their repetitions over all
