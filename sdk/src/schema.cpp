@@ -190,101 +190,78 @@ KeySet& KeySet::add(KeySpec key) {
   return *this;
 }
 
-KeySet& KeySet::integer(std::string name, int defaultValue, long long min, long long max, std::string doc) {
+namespace {
+
+KeySpec specOf(std::string name, KeyType type, ConfigValue defaultValue, std::string doc) {
   KeySpec k;
   k.name = std::move(name);
-  k.type = KeyType::kInt;
-  k.defaultValue = defaultValue;
+  k.type = type;
+  k.defaultValue = std::move(defaultValue);
+  k.doc = std::move(doc);
+  return k;
+}
+
+}  // namespace
+
+KeySet& KeySet::integer(std::string name, int defaultValue, long long min, long long max, std::string doc) {
+  KeySpec k = specOf(std::move(name), KeyType::kInt, defaultValue, std::move(doc));
   k.min = min;
   k.max = max;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::uint64(std::string name, std::uint64_t defaultValue, std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kUint64;
-  k.defaultValue = defaultValue;
-  k.doc = std::move(doc);
-  return add(std::move(k));
+  return add(specOf(std::move(name), KeyType::kUint64, defaultValue, std::move(doc)));
 }
 
 KeySet& KeySet::real(std::string name, double defaultValue, RealRange range, std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kReal;
-  k.defaultValue = defaultValue;
+  KeySpec k = specOf(std::move(name), KeyType::kReal, defaultValue, std::move(doc));
   k.range = range;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::boolean(std::string name, bool defaultValue, std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kBool;
-  k.defaultValue = defaultValue;
-  k.doc = std::move(doc);
-  return add(std::move(k));
+  return add(specOf(std::move(name), KeyType::kBool, defaultValue, std::move(doc)));
 }
 
 KeySet& KeySet::text(std::string name, std::string defaultValue, std::vector<std::string> choices,
                      std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kText;
-  k.defaultValue = std::move(defaultValue);
+  KeySpec k = specOf(std::move(name), KeyType::kText, std::move(defaultValue), std::move(doc));
   k.choices = std::move(choices);
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::intList(std::string name, std::vector<int> defaultValue, long long min, long long max,
                         std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kIntList;
-  k.defaultValue = std::move(defaultValue);
+  KeySpec k = specOf(std::move(name), KeyType::kIntList, std::move(defaultValue), std::move(doc));
   k.min = min;
   k.max = max;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::intPairList(std::string name, long long min, long long max, bool distinct, bool unique,
                             std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kIntPairList;
-  k.defaultValue = std::vector<std::pair<int, int>>{};
+  KeySpec k =
+      specOf(std::move(name), KeyType::kIntPairList, std::vector<std::pair<int, int>>{}, std::move(doc));
   k.min = min;
   k.max = max;
   k.distinct = distinct;
   k.unique = unique;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::realMatrix(std::string name, RealRange range, std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kRealMatrix;
-  k.defaultValue = std::vector<std::vector<double>>{};
+  KeySpec k =
+      specOf(std::move(name), KeyType::kRealMatrix, std::vector<std::vector<double>>{}, std::move(doc));
   k.range = range;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
 KeySet& KeySet::intListList(std::string name, long long min, long long max, bool nonEmpty, std::string doc) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = KeyType::kIntListList;
-  k.defaultValue = std::vector<std::vector<int>>{};
+  KeySpec k = specOf(std::move(name), KeyType::kIntListList, std::vector<std::vector<int>>{}, std::move(doc));
   k.min = min;
   k.max = max;
   k.nonEmpty = nonEmpty;
-  k.doc = std::move(doc);
   return add(std::move(k));
 }
 
