@@ -84,6 +84,29 @@ void CompressedSgd::step(std::span<float> params, std::span<const float> grads) 
   GOSSAMER_ENFORCE(params.size() == n && grads.size() == n, "expected "
                                                                 << n << " parameters and gradients, got "
                                                                 << params.size() << " and " << grads.size());
+  exchangeGradient(grads);
+  sgd_.apply(params, gradient_);
+  mixParameters(params);
+}
+
+void CompressedSgd::reduceGradients(std::span<float> grads) {
+  GOSSAMER_ENFORCE(grads.size() == compressor_->size(),
+                   "expected " << compressor_->size() << " gradients, got " << grads.size());
+  exchangeGradient(grads);
+  std::copy(gradient_.begin(), gradient_.end(), grads.begin());
+}
+
+void CompressedSgd::mixParameters(std::span<float> params) {
+  GOSSAMER_ENFORCE(params.size() == compressor_->size(),
+                   "expected " << compressor_->size() << " parameters, got " << params.size());
+  ++steps_;
+  if (!drifts()) return;
+  const bool periodic = options_.syncPeriod > 0 && steps_ % options_.syncPeriod == 0;
+  const bool last = options_.finalSync && totalSteps_ > 0 && steps_ == totalSteps_;
+  if (periodic || last) synchronize(params);
+}
+
+void CompressedSgd::exchangeGradient(std::span<const float> grads) {
   Transport& transport = comm_.transport();
   const std::uint64_t before = transport.stats().bytesSent;
   compressor_->encode(grads, std::as_writable_bytes(std::span<float>(payload_)));
@@ -104,12 +127,6 @@ void CompressedSgd::step(std::span<float> params, std::span<const float> grads) 
     compressor_->decode(std::as_bytes(std::span<const float>(gathered_)), grads, gradient_);
   }
   stats_.exchangeBytes += transport.stats().bytesSent - before;
-  sgd_.apply(params, gradient_);
-  ++steps_;
-  if (!drifts()) return;
-  const bool periodic = options_.syncPeriod > 0 && steps_ % options_.syncPeriod == 0;
-  const bool last = options_.finalSync && totalSteps_ > 0 && steps_ == totalSteps_;
-  if (periodic || last) synchronize(params);
 }
 
 void CompressedSgd::synchronize(std::span<float> params) {

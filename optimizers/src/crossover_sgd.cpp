@@ -76,6 +76,17 @@ CrossoverSgd::~CrossoverSgd() {
 
 void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
   sgd_.apply(params, grads);
+  mixParameters(params);
+}
+
+void CrossoverSgd::reduceGradients(std::span<float> grads) {
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "expected " << numParams_ << " gradients, got " << grads.size());
+}
+
+void CrossoverSgd::mixParameters(std::span<float> params) {
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "expected " << numParams_ << " parameters, got " << params.size());
   ++steps_;
   if (options_.mode == GossipMode::kOverlap && inFlight_) {
     finish(params, *pending_, true);

@@ -58,6 +58,20 @@ void Hierarchical::step(std::span<float> params, std::span<const float> grads) {
   ++steps_;
 }
 
+void Hierarchical::reduceGradients(std::span<float> grads) {
+  GOSSAMER_ENFORCE(grads.size() == grad_.size(),
+                   "expected " << grad_.size() << " gradients, got " << grads.size());
+  groupComm_->allreduce(grads, ReduceOp::kAverage);
+}
+
+void Hierarchical::mixParameters(std::span<float> params) {
+  GOSSAMER_ENFORCE(params.size() == grad_.size(),
+                   "expected " << grad_.size() << " parameters, got " << params.size());
+  if (inter_) inter_->mixParameters(params);
+  groupComm_->broadcast(params, 0);
+  ++steps_;
+}
+
 void Hierarchical::flush(std::span<float> params) {
   if (inter_) inter_->flush(params);
   groupComm_->broadcast(params, 0);

@@ -35,8 +35,20 @@ void AllReduceSgd::step(std::span<float> params, std::span<const float> grads) {
   GOSSAMER_ENFORCE(grads.size() == buffer_.size(),
                    "expected " << buffer_.size() << " gradients, got " << grads.size());
   std::copy(grads.begin(), grads.end(), buffer_.begin());
-  comm_.allreduce(std::span<float>(buffer_), ReduceOp::kAverage);
+  reduceGradients(buffer_);
   sgd_.apply(params, buffer_);
+  mixParameters(params);
+}
+
+void AllReduceSgd::reduceGradients(std::span<float> grads) {
+  GOSSAMER_ENFORCE(grads.size() == buffer_.size(),
+                   "expected " << buffer_.size() << " gradients, got " << grads.size());
+  comm_.allreduce(grads, ReduceOp::kAverage);
+}
+
+void AllReduceSgd::mixParameters(std::span<float> params) {
+  GOSSAMER_ENFORCE(params.size() == buffer_.size(),
+                   "expected " << buffer_.size() << " parameters, got " << params.size());
   ++steps_;
 }
 

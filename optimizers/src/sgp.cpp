@@ -41,6 +41,15 @@ Sgp::~Sgp() {
 
 void Sgp::step(std::span<float> params, std::span<const float> grads) {
   sgd_.apply(params, grads);  // on the de-biased model z
+  mixParameters(params);
+}
+
+void Sgp::reduceGradients(std::span<float> grads) {
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "expected " << numParams_ << " gradients, got " << grads.size());
+}
+
+void Sgp::mixParameters(std::span<float> params) {
   gossip(params, steps_);
   ++steps_;
 }

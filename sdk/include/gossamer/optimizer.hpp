@@ -25,6 +25,25 @@ class DistributedOptimizer {
   /// @throws InvalidArgument on a length mismatch; TimeoutError / PeerFailure
   ///         / ProtocolError from the exchange.
   virtual void step(std::span<float> params, std::span<const float> grads) = 0;
+  /// Communication-only form, for a local step that another optimizer makes
+  /// (a torch.optim optimizer, Adam, ...). Each training step, after the
+  /// backward pass, call
+  ///   reduceGradients(grads);  <local step on params with grads>;  mixParameters(params);
+  /// Together they do what step() does apart from its own SGD update:
+  /// AllReduce-SGD and the gradient compressors average `grads` (P float32,
+  /// in place) and leave the parameters alone; the gossip algorithms leave
+  /// `grads` alone and mix `params` (P float32, in place) with their peers'
+  /// after the step (push-sum keeps its weight; overlap and async modes keep
+  /// their semantics); hierarchical groups do both. Each step calls both,
+  /// in that order, on every rank.
+  /// @throws InvalidArgument on a length mismatch, or if this optimizer has
+  ///         no communication-only form (the default); TimeoutError /
+  ///         PeerFailure / ProtocolError from the exchange.
+  virtual void reduceGradients(std::span<float> grads);
+  /// See reduceGradients. Counts a step.
+  virtual void mixParameters(std::span<float> params);
+  /// Whether reduceGradients and mixParameters are implemented.
+  virtual bool hasCommunicationOnlyForm() const { return false; }
   /// Completes communication still in flight (overlapping variants); a no-op
   /// for synchronous ones. Call before evaluating or saving the model.
   virtual void flush(std::span<float> params) { (void)params; }

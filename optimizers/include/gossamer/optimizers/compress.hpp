@@ -331,6 +331,14 @@ class CompressedSgd final : public DistributedOptimizer {
   ///         entry; TimeoutError, PeerFailure, ProtocolError (a malformed
   ///         payload or push-sum message) from the exchange.
   void step(std::span<float> params, std::span<const float> grads) override;
+  /// Encodes `grads` (n floats), exchanges the payloads and writes the
+  /// rebuilt gradient back into `grads` (lines 3-6 of Algorithm 1).
+  /// @throws as step.
+  void reduceGradients(std::span<float> grads) override;
+  /// Counts the step and synchronises `params` (n floats) when the periodic
+  /// or final synchronisation is due (lines 9-10). @throws as step.
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
   std::uint64_t steps() const override { return steps_; }
   void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
 
@@ -342,6 +350,7 @@ class CompressedSgd final : public DistributedOptimizer {
   const CompressionStats& stats() const { return stats_; }
 
  private:
+  void exchangeGradient(std::span<const float> grads);  // fills gradient_
   void gossipAverage(std::span<float> values);
   bool drifts() const;
 

@@ -52,6 +52,11 @@ class AllReduceSgd final : public DistributedOptimizer {
   AllReduceSgd(Communicator& communicator, std::size_t numParams, const SgdOptions& options);
   std::string name() const override { return "allreduce_sgd"; }
   void step(std::span<float> params, std::span<const float> grads) override;
+  /// Averages `grads` (P float32) over all ranks in place.
+  void reduceGradients(std::span<float> grads) override;
+  /// Counts the step; the parameters need no mixing.
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
   std::uint64_t steps() const override { return steps_; }
 
  private:
@@ -101,6 +106,12 @@ class CrossoverSgd final : public DistributedOptimizer {
   ~CrossoverSgd() override;
   std::string name() const override { return "crossover_sgd"; }
   void step(std::span<float> params, std::span<const float> grads) override;
+  /// Leaves the gradients alone: Crossover-SGD mixes models, not gradients.
+  void reduceGradients(std::span<float> grads) override;
+  /// The exchange step() makes after its SGD update (every `interval`
+  /// steps, in the configured mode), on `params` (P float32, in place).
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
   std::uint64_t steps() const override { return steps_; }
 
   /// Completes an exchange still in flight (overlap mode) so that `params`
@@ -167,6 +178,12 @@ class Sgp final : public DistributedOptimizer {
   ~Sgp() override;
   std::string name() const override { return "sgp"; }
   void step(std::span<float> params, std::span<const float> grads) override;
+  /// Leaves the gradients alone: SGP mixes models, not gradients.
+  void reduceGradients(std::span<float> grads) override;
+  /// The push-sum round step() makes after its SGD update, on the de-biased
+  /// model `params` (P float32, in place); the weight w is kept as in step().
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
   /// Consumes the messages still in flight to this rank (overlap mode: the
   /// last round's; async mode: whatever arrives within a short grace period).
   void flush(std::span<float> params) override;
@@ -226,6 +243,13 @@ class Hierarchical final : public DistributedOptimizer {
   ~Hierarchical() override;
   std::string name() const override { return "hierarchical"; }
   void step(std::span<float> params, std::span<const float> grads) override;
+  /// Averages `grads` over the group (allreduce on the group's communicator),
+  /// so every member makes the leader's local step.
+  void reduceGradients(std::span<float> grads) override;
+  /// The leader mixes `params` with the other leaders (the inter-group
+  /// optimizer's mixParameters), then broadcasts them to its group.
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
   bool isLeader() const { return leaderComm_ != nullptr; }
