@@ -5,7 +5,10 @@
 //       libfabric over loopback), or as threads when transport.kind is inproc;
 //   gossamer-train --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
 //       runs one rank; for multi-host runs use tcp://HOST:PORT (rank 0 serves
-//       the rendezvous there) or a DIR on a shared file system.
+//       the rendezvous there) or a DIR on a shared file system;
+//   mpirun -n 4 gossamer-train --config x.yaml    (or torchrun, srun, Hydra)
+//       runs the rank the launcher's variables name (--from-env, automatic
+//       when they name more than one rank; see gossamer/launch_env.hpp).
 //
 // Rank 0 prints one progress line per epoch and, last, a one-line JSON summary.
 
@@ -16,11 +19,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "components.hpp"
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/launch_env.hpp"
 #include "gossamer/launcher.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -67,15 +72,8 @@ train::FashionMnist loadData(const Config& c) {
 int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, const std::string& rendezvous,
                const std::string& summaryPath) {
   const auto data = loadData(c);
-  std::unique_ptr<gossamer::zmq::StoreServer> server;
-  std::unique_ptr<gossamer::Store> storePtr;
-  if (rendezvous.rfind("tcp://", 0) == 0) {
-    if (rank == 0) server = std::make_unique<gossamer::zmq::StoreServer>(rendezvous);
-    storePtr = std::make_unique<gossamer::zmq::RemoteStore>(rendezvous, c.transport.timeoutSeconds);
-  } else {
-    storePtr = std::make_unique<gossamer::FileStore>(rendezvous);
-  }
-  auto& store = *storePtr;
+  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
+  auto& store = rv.store();
   const auto s =
       train::runRank(c, rank, data, store, registry, [&](const train::EpochMetrics& m) { printEpoch(c, m); });
   if (rank == 0) emitSummary(train::summaryJson(s, c), summaryPath);
@@ -161,9 +159,27 @@ int main(int argc, char** argv) {
          "processes on this machine: core puts rank r on CPU r mod C only; none (default) lets the OS "
          "place them")
       ->check(CLI::IsMember({"core", "none"}));
+  bool fromEnv = false;
+  app.add_flag("--from-env", fromEnv,
+               "run the rank that the launcher's variables name (torchrun, mpirun, srun, Hydra; automatic "
+               "when they name more than one rank and --rank is not given)");
   CLI11_PARSE(app, argc, argv);
   try {
     const gossamer::Registry registry = train::makeTrainRegistry();
+    std::optional<gossamer::LaunchEnvironment> launch;
+    if (rank < 0) {
+      launch = gossamer::discoverLaunch();
+      if (fromEnv && !launch)
+        throw gossamer::InvalidArgument(
+            "--from-env: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, "
+            "SLURM_PROCID/NTASKS is set");
+      if (launch && (fromEnv || launch->worldSize > 1)) {
+        // The launcher decides the world size; the config is checked with it.
+        overrides.push_back("world_size=" + std::to_string(launch->worldSize));
+        rank = launch->rank;
+        rendezvous = launch->rendezvous;
+      }
+    }
     const Config c = registry.load(configPath, overrides);
     if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),

@@ -165,4 +165,18 @@ std::optional<std::string> RemoteStore::tryGet(const std::string& key) {
   return reply[1];
 }
 
+Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds)
+    : address_(address) {
+  GOSSAMER_ENFORCE(!address.empty(), "empty rendezvous address");
+  GOSSAMER_ENFORCE(rank >= 0, "rank " << rank);
+  if (address.rfind("tcp://", 0) == 0) {
+    if (rank == 0) server_ = std::make_unique<StoreServer>(address);
+    store_ = std::make_unique<RemoteStore>(address, requestTimeoutSeconds);
+  } else {
+    store_ = std::make_unique<FileStore>(address);
+  }
+}
+
+Rendezvous::~Rendezvous() = default;
+
 }  // namespace gossamer::zmq

@@ -117,4 +117,28 @@ class RemoteStore final : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+/// One rank's side of a rendezvous named by an address: "tcp://HOST:PORT"
+/// (rank 0 serves a StoreServer bound there; every rank, rank 0 included,
+/// talks to it through a RemoteStore) or a directory (a FileStore, created if
+/// missing). Keep it alive until the Agent is built on every rank: rank 0's
+/// server answers the others until then (the Python Agent keeps it for its
+/// lifetime).
+class Rendezvous {
+ public:
+  /// @param requestTimeoutSeconds bound on each request to the server (> 0).
+  /// @throws Error if rank 0 cannot bind the address (in use, not an address
+  ///         of this host); InvalidArgument for a malformed tcp:// address.
+  Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+  Store& store() { return *store_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<Store> store_;
+};
+
 }  // namespace gossamer::zmq

@@ -1,0 +1,52 @@
+// Where a rank finds its place in a job started by someone else's launcher:
+// torchrun, Open MPI's mpirun, MPICH's Hydra or Slurm's srun.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace gossamer {
+
+/// A rank's place in a job, read from its launcher's environment variables.
+struct LaunchEnvironment {
+  /// Who started the job: "torchrun" (RANK, WORLD_SIZE and TORCHELASTIC_*),
+  /// "env" (RANK and WORLD_SIZE set by hand), "mpirun" (Open MPI), "hydra"
+  /// (MPICH) or "srun" (Slurm).
+  std::string launcher;
+  int rank = 0;       ///< This rank, in [0, worldSize).
+  int worldSize = 1;  ///< Ranks in the job (1 .. kMaxWorldSize).
+  /// The rendezvous: "tcp://HOST:PORT" (rank 0 serves the store there) or a
+  /// directory on a file system all ranks see (FileStore).
+  std::string rendezvous;
+};
+
+/// Looks up one environment variable; nullopt when it is not set.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+/// The process environment (getenv).
+EnvLookup processEnvironment();
+
+/// Reads the rank and world size from the first launcher whose variables are
+/// set, in this order: RANK / WORLD_SIZE (torchrun, or by hand),
+/// OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open MPI), PMI_RANK /
+/// PMI_SIZE (MPICH Hydra), SLURM_PROCID / SLURM_NTASKS (srun).
+///
+/// The rendezvous, in this order:
+///   1. GOSSAMER_RENDEZVOUS: tcp://HOST:PORT or a directory;
+///   2. MASTER_ADDR and MASTER_PORT: tcp://MASTER_ADDR:MASTER_PORT, or
+///      MASTER_PORT + 1 under torchrun, whose agent holds MASTER_PORT for its
+///      own store (TORCHELASTIC_USE_AGENT_STORE=True);
+///   3. a job on one host with a job id (Open MPI's PMIX_NAMESPACE when
+///      OMPI_COMM_WORLD_LOCAL_SIZE equals the world size; Slurm's
+///      SLURM_JOB_ID and SLURM_STEP_ID when SLURM_NNODES is 1): the directory
+///      ${TMPDIR:-/tmp}/gossamer-rendezvous-<launcher>-<job id>.
+///
+/// @returns nullopt when no launcher's variables are set.
+/// @throws InvalidArgument naming the variable when a value is malformed
+///         (not an integer, rank outside [0, world size), port outside
+///         1..65535) or when no rendezvous can be found (the message says
+///         which variables to set).
+std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env = processEnvironment());
+
+}  // namespace gossamer

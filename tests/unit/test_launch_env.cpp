@@ -1,0 +1,125 @@
+// discoverLaunch: each launcher's variables, the rendezvous rules and the
+// errors for malformed values.
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/launch_env.hpp"
+
+using gossamer::discoverLaunch;
+using gossamer::InvalidArgument;
+
+namespace {
+
+gossamer::EnvLookup envOf(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("no launcher variables: no launch environment", "[launch]") {
+  CHECK_FALSE(discoverLaunch(envOf({})).has_value());
+  CHECK_FALSE(discoverLaunch(envOf({{"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}})).has_value());
+}
+
+TEST_CASE("torchrun: RANK and WORLD_SIZE, the store one port above the agent's", "[launch]") {
+  const auto l = discoverLaunch(envOf({{"RANK", "2"},
+                                       {"WORLD_SIZE", "4"},
+                                       {"MASTER_ADDR", "127.0.0.1"},
+                                       {"MASTER_PORT", "29500"},
+                                       {"TORCHELASTIC_RUN_ID", "none"},
+                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  REQUIRE(l);
+  CHECK(l->launcher == "torchrun");
+  CHECK(l->rank == 2);
+  CHECK(l->worldSize == 4);
+  CHECK(l->rendezvous == "tcp://127.0.0.1:29501");
+}
+
+TEST_CASE("RANK and WORLD_SIZE by hand: the store at MASTER_PORT itself", "[launch]") {
+  const auto l = discoverLaunch(
+      envOf({{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.5"}, {"MASTER_PORT", "4000"}}));
+  REQUIRE(l);
+  CHECK(l->launcher == "env");
+  CHECK(l->rendezvous == "tcp://127.0.0.5:4000");
+}
+
+TEST_CASE("Open MPI on one host: a directory named by the job", "[launch]") {
+  const auto l = discoverLaunch(envOf({{"OMPI_COMM_WORLD_RANK", "3"},
+                                       {"OMPI_COMM_WORLD_SIZE", "4"},
+                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                       {"PMIX_NAMESPACE", "2040135681"},
+                                       {"TMPDIR", "/scratch"}}));
+  REQUIRE(l);
+  CHECK(l->launcher == "mpirun");
+  CHECK(l->rank == 3);
+  CHECK(l->worldSize == 4);
+  CHECK(l->rendezvous == "/scratch/gossamer-rendezvous-mpirun-2040135681");
+}
+
+TEST_CASE("Open MPI over several hosts needs MASTER_ADDR or GOSSAMER_RENDEZVOUS", "[launch]") {
+  std::map<std::string, std::string> vars = {{"OMPI_COMM_WORLD_RANK", "1"},
+                                             {"OMPI_COMM_WORLD_SIZE", "8"},
+                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                             {"PMIX_NAMESPACE", "77"}};
+  CHECK_THROWS_WITH(discoverLaunch(envOf(vars)), Catch::Contains("started by mpirun") &&
+                                                     Catch::Contains("set MASTER_ADDR and MASTER_PORT"));
+  vars["GOSSAMER_RENDEZVOUS"] = "tcp://10.0.0.1:5000";
+  CHECK(discoverLaunch(envOf(vars))->rendezvous == "tcp://10.0.0.1:5000");
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["MASTER_PORT"] = "6000";
+  CHECK(discoverLaunch(envOf(vars))->rendezvous == "tcp://10.0.0.1:5000");  // GOSSAMER_RENDEZVOUS first
+}
+
+TEST_CASE("MPICH Hydra and Slurm", "[launch]") {
+  auto h = discoverLaunch(
+      envOf({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "7000"}}));
+  REQUIRE(h);
+  CHECK(h->launcher == "hydra");
+  CHECK(h->rank == 1);
+  CHECK(h->rendezvous == "tcp://127.0.0.1:7000");
+  auto s = discoverLaunch(envOf({{"SLURM_PROCID", "5"},
+                                 {"SLURM_NTASKS", "6"},
+                                 {"SLURM_NNODES", "1"},
+                                 {"SLURM_JOB_ID", "1234"},
+                                 {"SLURM_STEP_ID", "0"}}));
+  REQUIRE(s);
+  CHECK(s->launcher == "srun");
+  CHECK(s->rank == 5);
+  CHECK(s->worldSize == 6);
+  CHECK(s->rendezvous == "/tmp/gossamer-rendezvous-srun-1234.0");
+}
+
+TEST_CASE("torchrun's variables win over an enclosing Slurm allocation's", "[launch]") {
+  const auto l = discoverLaunch(envOf({{"RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"SLURM_PROCID", "0"},
+                                       {"SLURM_NTASKS", "1"},
+                                       {"MASTER_ADDR", "127.0.0.1"},
+                                       {"MASTER_PORT", "29500"}}));
+  REQUIRE(l);
+  CHECK(l->rank == 1);
+  CHECK(l->worldSize == 2);
+}
+
+TEST_CASE("malformed launcher variables are refused, naming the variable", "[launch]") {
+  const std::map<std::string, std::string> ok = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  auto with = [&](const std::string& k, const std::string& v) {
+    auto vars = ok;
+    vars[k] = v;
+    return envOf(vars);
+  };
+  CHECK_THROWS_WITH(discoverLaunch(with("RANK", "two")), Catch::Contains("RANK='two' is not an integer"));
+  CHECK_THROWS_WITH(discoverLaunch(with("RANK", "2")), Catch::Contains("RANK=2 is outside [0, 1]"));
+  CHECK_THROWS_WITH(discoverLaunch(with("RANK", "-1")), Catch::Contains("RANK=-1 is outside"));
+  CHECK_THROWS_WITH(discoverLaunch(with("WORLD_SIZE", "0")), Catch::Contains("WORLD_SIZE=0 is outside"));
+  CHECK_THROWS_WITH(discoverLaunch(with("WORLD_SIZE", "4x")), Catch::Contains("WORLD_SIZE='4x'"));
+  CHECK_THROWS_WITH(discoverLaunch(with("MASTER_PORT", "70000")), Catch::Contains("MASTER_PORT=70000"));
+  CHECK_THROWS_AS(discoverLaunch(with("MASTER_PORT", "")), InvalidArgument);
+}
