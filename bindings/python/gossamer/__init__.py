@@ -1,0 +1,329 @@
+"""Gossamer: gossip-based and decentralized training, from Python.
+
+One :class:`Agent` per process (rank) holds the transport, the collectives
+and the configured training algorithm of the C++ core::
+
+    import gossamer
+    agent = gossamer.Agent.from_env(config="peer.yaml")   # torchrun, mpirun, srun
+    agent.allreduce(array)                                 # in place, no copy
+
+Arrays are NumPy ``float32`` / ``float64`` arrays or contiguous CPU torch
+tensors; every call works on the caller's memory, with the GIL released while
+C++ works. For PyTorch training see :mod:`gossamer.torch`.
+
+Errors keep their C++ type: :class:`PeerFailure`, :class:`TimeoutError`,
+:class:`ConfigError`, :class:`ProtocolError`, :class:`InvalidArgument`
+(also a ``ValueError``), all subclasses of :class:`Error`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from . import _core
+from ._core import (  # noqa: F401  (re-exported)
+    Cancelled,
+    ConfigError,
+    Error,
+    InternalError,
+    InvalidArgument,
+    PeerFailure,
+    ProtocolError,
+    TimeoutError,
+)
+
+__all__ = [
+    "Agent",
+    "Optimizer",
+    "discover_launch",
+    "allreduce_algorithms",
+    "Error",
+    "InvalidArgument",
+    "InternalError",
+    "ConfigError",
+    "ProtocolError",
+    "TimeoutError",
+    "PeerFailure",
+    "Cancelled",
+]
+
+Optimizer = _core.Optimizer
+
+ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+
+
+def allreduce_algorithms() -> list:
+    """Names accepted by ``Agent.allreduce(algorithm=...)``: ``"auto"``,
+    ``"ring"``, ``"recursive_doubling"``, ``"torus2d"``, ``"hierarchical"``,
+    ``"tga2d"``, ``"hips"``."""
+    return list(_core.allreduce_algorithms())
+
+
+def discover_launch() -> Optional[dict]:
+    """This process's place in a job started by a launcher.
+
+    Reads ``RANK``/``WORLD_SIZE`` (torchrun), ``OMPI_COMM_WORLD_RANK``/``SIZE``
+    (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH Hydra) or ``SLURM_PROCID``/
+    ``SLURM_NTASKS`` (srun), and the rendezvous from ``GOSSAMER_RENDEZVOUS``,
+    ``MASTER_ADDR``/``MASTER_PORT`` (``MASTER_PORT + 1`` under torchrun, whose
+    agent holds ``MASTER_PORT``) or, for a job on one host, a directory named
+    by the job id.
+
+    Returns:
+        ``{"launcher": str, "rank": int, "world_size": int, "rendezvous": str}``
+        or ``None`` when no launcher's variables are set.
+
+    Raises:
+        InvalidArgument: a malformed variable (named in the message), or no
+            way to find the rendezvous.
+    """
+    return _core.discover_launch()
+
+
+def _config_source(config: ConfigSource) -> tuple:
+    """(text or path, is_text) for the C++ loader. A mapping is written as
+    JSON, which is YAML."""
+    if isinstance(config, Mapping):
+        return json.dumps(config), True
+    if isinstance(config, (str, os.PathLike)):
+        return os.fspath(config), False
+    raise TypeError(
+        f"config must be a path or a mapping of YAML keys, not {type(config).__name__}"
+    )
+
+
+def _as_array(data: Any, name: str) -> Any:
+    """A buffer over the caller's memory: NumPy arrays pass as they are; a
+    torch tensor must be a CPU tensor and is viewed through ``.numpy()``
+    (shared memory, no copy)."""
+    mod = type(data).__module__
+    if mod.startswith("torch"):
+        if data.device.type != "cpu":
+            raise ValueError(
+                f"{name} is on {data.device}; Gossamer works on CPU tensors"
+            )
+        if not data.is_contiguous():
+            raise ValueError(
+                f"{name} is not contiguous (shape {tuple(data.shape)}, dtype "
+                f"{data.dtype}): pass tensor.contiguous()"
+            )
+        import torch  # only when given a tensor: `import gossamer` does not need torch
+
+        if data.dtype not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"{name} must hold float32 or float64 elements; got shape "
+                f"{tuple(data.shape)}, dtype {data.dtype}"
+            )
+        return data.detach().numpy()
+    return data
+
+
+class Agent:
+    """One peer (rank) of a Gossamer job: transport, collectives, topology
+    and training algorithm, built from a YAML config.
+
+    Args:
+        config: path of a YAML config file, or a mapping with the same keys
+            (e.g. ``{"transport": {"kind": "zmq"}, "algorithm": {"name":
+            "crossover_sgd"}}``); unset keys take their defaults. The keys are
+            those of ``gossamer-config --schema`` (docs/configuration.md).
+        rank: this process's rank, in ``[0, world_size)``.
+        world_size: number of ranks; overrides the config's ``world_size``.
+        rendezvous: where the ranks meet: ``"tcp://HOST:PORT"`` (rank 0
+            serves a store there; HOST must be an address of rank 0's host) or
+            a directory that every rank sees (created if missing; use a fresh
+            one per job).
+        overrides: ``"key=value"`` strings applied after the config, e.g.
+            ``["transport.timeout_seconds=10"]``.
+
+    Raises:
+        ConfigError: an invalid config (``.file``, ``.line``, ``.key``).
+        InvalidArgument: a rank outside ``[0, world_size)``.
+        TimeoutError: peers that do not show up within
+            ``transport.timeout_seconds``.
+        Error: rank 0 cannot bind the rendezvous address.
+
+    Not thread-safe: one thread issues an agent's calls, and every rank issues
+    the same collectives in the same order. Use as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        config: ConfigSource,
+        rank: int,
+        world_size: Optional[int] = None,
+        rendezvous: Optional[str] = None,
+        overrides: Sequence[str] = (),
+    ) -> None:
+        source, is_text = _config_source(config)
+        ov = list(overrides)
+        if world_size is not None:
+            if not isinstance(world_size, int) or world_size < 1:
+                raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+            ov.append(f"world_size={world_size}")
+        if not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if rendezvous is None:
+            raise ValueError(
+                "rendezvous is required: 'tcp://HOST:PORT' or a directory all ranks see "
+                "(or use Agent.from_env under a launcher)"
+            )
+        self._core = _core.Agent(source, is_text, ov, rank, os.fspath(rendezvous))
+        self._optimizer: Optional[Optimizer] = None
+        self.launcher: str = "explicit"
+
+    @classmethod
+    def from_env(
+        cls, config: ConfigSource, overrides: Sequence[str] = ()
+    ) -> "Agent":
+        """An Agent whose rank, world size and rendezvous come from the
+        launcher's environment (see :func:`discover_launch`): torchrun,
+        ``mpirun``, ``srun`` or MPICH's Hydra. Without any launcher variables
+        it is the single rank of a world of one.
+
+        Raises:
+            as :class:`Agent`; InvalidArgument for malformed launcher
+            variables.
+        """
+        launch = discover_launch()
+        if launch is None:
+            import tempfile
+
+            agent = cls(config, 0, 1, tempfile.mkdtemp(prefix="gossamer-rendezvous-"), overrides)
+            agent.launcher = "none"
+            return agent
+        agent = cls(config, launch["rank"], launch["world_size"], launch["rendezvous"], overrides)
+        agent.launcher = launch["launcher"]
+        return agent
+
+    # -- identity -------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This rank, in ``[0, world_size)``."""
+        return self._core.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the job."""
+        return self._core.world_size
+
+    @property
+    def algorithm(self) -> str:
+        """The configured training algorithm (``algorithm.name``)."""
+        return self._core.algorithm
+
+    @property
+    def transport(self) -> str:
+        """The configured transport (``transport.kind``)."""
+        return self._core.transport_kind
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The bound on every network wait (``transport.timeout_seconds``), seconds."""
+        return self._core.timeout_seconds
+
+    # -- collectives ----------------------------------------------------
+    def allreduce(self, data: Any, op: str = "average", algorithm: Optional[str] = None) -> None:
+        """Reduces ``data`` over all ranks, in place.
+
+        Args:
+            data: NumPy array or CPU torch tensor, float32 or float64,
+                C-contiguous and writable, any shape; the same number of
+                elements on every rank.
+            op: ``"average"`` (default), ``"sum"`` or ``"max"``.
+            algorithm: one of :func:`allreduce_algorithms` for this call
+                (default: the config's ``collectives.allreduce``); the same on
+                every rank.
+
+        Raises:
+            TypeError: another dtype. ValueError: not contiguous, read-only,
+            unknown op or algorithm. PeerFailure, TimeoutError: a peer died
+            or did not answer within the timeout (on every rank).
+        """
+        self._core.allreduce(_as_array(data, "data"), op, algorithm)
+
+    def broadcast(self, data: Any, root: int = 0) -> None:
+        """Copies ``root``'s ``data`` (float32/float64, contiguous, writable;
+        same element count on every rank) into every rank's ``data``, in
+        place. Raises as :meth:`allreduce`; ValueError for a root outside
+        ``[0, world_size)``."""
+        self._core.broadcast(_as_array(data, "data"), root)
+
+    def barrier(self) -> None:
+        """Returns once every rank has entered the barrier. Raises
+        PeerFailure, TimeoutError."""
+        self._core.barrier()
+
+    # -- training -------------------------------------------------------
+    def make_optimizer(self, tensor_sizes: Sequence[int]) -> Optimizer:
+        """Creates the configured training algorithm (``algorithm.name``,
+        wrapped by ``compression.kind``) for a flat float32 parameter vector
+        made of tensors of ``tensor_sizes`` elements, and keeps it (replacing
+        any previous one). Collective for hierarchical groups.
+
+        The returned :class:`Optimizer` has ``step(params, grads)`` (the C++
+        local SGD step and the exchange), the communication-only pair
+        ``reduce_gradients(grads)`` / ``mix_parameters(params)`` for a local
+        step made elsewhere, ``flush(params)``, ``steps`` and ``name``; its
+        arrays are float32 with exactly ``sum(tensor_sizes)`` elements.
+
+        Raises:
+            ConfigError: unknown algorithm. InvalidArgument: bad sizes.
+        """
+        self._optimizer = self._core.make_optimizer([int(s) for s in tensor_sizes])
+        return self._optimizer
+
+    def exchange(self, params: Any) -> None:
+        """One gossip exchange of ``params`` (float32, in place) with the
+        configured gossip algorithm's peers, without a local step: Crossover-
+        SGD's segment exchange, SGP's push-sum round. Needs
+        :meth:`make_optimizer` first (with ``sum(tensor_sizes)`` equal to
+        ``params``' element count).
+
+        Raises:
+            InvalidArgument: no optimizer, or one without a model exchange
+            (allreduce_sgd), or a length mismatch. PeerFailure, TimeoutError.
+        """
+        self._core.exchange(_as_array(params, "params"))
+
+    def stats(self) -> dict:
+        """This rank's transport counters: ``bytes_sent``,
+        ``bytes_received``, ``messages_sent``, ``messages_received``."""
+        return self._core.stats()
+
+    # -- lifetime ---------------------------------------------------------
+    def close(self) -> None:
+        """Delivers what is queued (within ``transport.linger_seconds``),
+        says goodbye to the peers and releases the transport. Idempotent."""
+        self._optimizer = None
+        self._core.close()
+
+    def abort(self) -> None:
+        """Closes without delivering what is still queued (error paths)."""
+        self._optimizer = None
+        self._core.abort()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` or :meth:`abort` was called."""
+        return self._core.closed
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<gossamer.Agent closed>"
+        return (
+            f"<gossamer.Agent rank {self.rank} of {self.world_size}, "
+            f"{self.algorithm} over {self.transport}>"
+        )

@@ -1,0 +1,458 @@
+// gossamer._core: the Python extension over the public C++ API.
+//
+// Thin on purpose: arguments are checked here (dtype, shape, contiguity,
+// writability) and handed to the C++ objects as spans over the caller's own
+// memory, with the GIL released while C++ works. The pure-Python package
+// (gossamer/__init__.py, gossamer/torch.py) adds torch tensors, launcher
+// discovery and the torch.optim wrapper on top. C++ exceptions become the
+// Python classes of the same name (gossamer.PeerFailure, ...), message kept.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/launch_env.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/socket.hpp"
+#include "gossamer/transports/zmq.hpp"
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+#include "gossamer/transports/libfabric.hpp"
+#endif
+
+namespace py = pybind11;
+using namespace gossamer;
+
+namespace {
+
+// ---- arrays -----------------------------------------------------------------
+
+enum class DType { kFloat32, kFloat64 };
+
+// NumPy's name for a buffer format, e.g. "float32" for "f" or "<f".
+std::string dtypeName(const py::buffer_info& b) {
+  std::string f = b.format;
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!'))
+    f = f.substr(1);
+  const std::string bits = std::to_string(8 * b.itemsize);
+  if (f == "f" || f == "d" || f == "e") return "float" + bits;
+  if (f == "b" || f == "h" || f == "i" || f == "l" || f == "q") return "int" + bits;
+  if (f == "B" || f == "H" || f == "I" || f == "L" || f == "Q") return "uint" + bits;
+  if (f == "?") return "bool";
+  return "format '" + b.format + "'";
+}
+
+std::string describe(const py::buffer_info& b) {
+  std::ostringstream os;
+  os << "shape (";
+  for (std::size_t i = 0; i < b.shape.size(); ++i) os << (i ? ", " : "") << b.shape[i];
+  os << (b.shape.size() == 1 ? ",)" : ")") << ", dtype " << dtypeName(b);
+  return os.str();
+}
+
+// A writable, C-contiguous float32/float64 buffer of the caller's memory.
+struct Array {
+  py::buffer_info info;
+  DType dtype;
+  std::size_t size;
+  template <typename T>
+  std::span<T> as() {
+    return {static_cast<T*>(info.ptr), size};
+  }
+};
+
+Array checkedArray(const py::buffer& obj, const char* name, bool allowFloat64) {
+  py::buffer_info b = obj.request(/*writable=*/false);
+  const bool f32 = b.itemsize == 4 && (b.format == "f" || b.format == "<f" || b.format == "=f");
+  const bool f64 = b.itemsize == 8 && (b.format == "d" || b.format == "<d" || b.format == "=d");
+  if (!f32 && !(f64 && allowFloat64))
+    throw py::type_error(std::string(name) + " must hold " +
+                         (allowFloat64 ? "float32 or float64" : "float32") + " elements; got " + describe(b));
+  if (b.readonly) throw py::value_error(std::string(name) + " is read-only (" + describe(b) + ")");
+  py::ssize_t expect = b.itemsize;
+  for (auto d = static_cast<py::ssize_t>(b.ndim) - 1; d >= 0; --d) {
+    const auto i = static_cast<std::size_t>(d);
+    if (b.shape[i] > 1 && b.strides[i] != expect)
+      throw py::value_error(
+          std::string(name) + " is not contiguous (" + describe(b) +
+          "): pass a C-contiguous array, e.g. numpy.ascontiguousarray or tensor.contiguous()");
+    expect *= b.shape[i];
+  }
+  std::size_t n = 1;
+  for (auto s : b.shape) n *= static_cast<std::size_t>(s);
+  return Array{std::move(b), f32 ? DType::kFloat32 : DType::kFloat64, n};
+}
+
+Array float32Array(const py::buffer& obj, const char* name,
+                   std::optional<std::size_t> length = std::nullopt) {
+  Array a = checkedArray(obj, name, false);
+  if (length && a.size != *length)
+    throw py::value_error(std::string(name) + " has " + std::to_string(a.size) + " elements, expected " +
+                          std::to_string(*length) + " (" + describe(a.info) + ")");
+  return a;
+}
+
+ReduceOp parseOp(const std::string& op) {
+  if (op == "sum") return ReduceOp::kSum;
+  if (op == "average" || op == "mean") return ReduceOp::kAverage;
+  if (op == "max") return ReduceOp::kMax;
+  throw py::value_error("op must be 'sum', 'average' or 'max'; got '" + op + "'");
+}
+
+// ---- components ---------------------------------------------------------------
+
+// Every built-in component: the registry the Python Agent builds from. One
+// per process (the inproc transport's fabric is made on first use).
+const Registry& builtins() {
+  static const Registry r = [] {
+    Registry reg;
+    zmq::registerWith(reg);
+    sock::registerWith(reg);
+    inproc::registerWith(reg);
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+    libfabric::registerWith(reg);
+#endif
+    topologies::registerBuiltins(reg);
+    optimizers::registerBuiltins(reg);
+    return reg;
+  }();
+  return r;
+}
+
+Config loadConfig(const std::string& source, bool isText, const std::vector<std::string>& overrides) {
+  if (isText) return builtins().parse(source, "<config>", overrides);
+  return builtins().load(source, overrides);
+}
+
+// ---- the optimizer handle -------------------------------------------------------
+
+// A DistributedOptimizer owned by an Agent; the Python object keeps the Agent
+// alive (py::keep_alive).
+struct OptimizerHandle {
+  DistributedOptimizer* opt;
+  std::size_t size;
+};
+
+// ---- the Agent --------------------------------------------------------------------
+
+class PyAgent {
+ public:
+  PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout) {
+    rv_ = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
+    agent_ = std::make_unique<Agent>(config, rank, rv_->store(), builtins());
+  }
+  Agent& agent() {
+    if (!agent_) throw InvalidArgument("the agent is closed");
+    return *agent_;
+  }
+  void close() {
+    if (agent_) agent_->close();
+    agent_.reset();
+    rv_.reset();
+  }
+  void abort() {
+    if (agent_) agent_->abort();
+    agent_.reset();
+    rv_.reset();
+  }
+  bool closed() const { return agent_ == nullptr; }
+  std::uint64_t& exchangeRound() { return exchangeRound_; }
+
+ private:
+  std::unique_ptr<zmq::Rendezvous> rv_;  // declared first: destroyed after the Agent
+  std::unique_ptr<Agent> agent_;
+  std::uint64_t exchangeRound_ = 0;
+};
+
+void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
+                 const std::optional<std::string>& algorithm) {
+  Array a = checkedArray(data, "data", true);
+  const ReduceOp rop = parseOp(op);
+  Communicator& comm = self.agent().communicator();
+  std::optional<AllreduceAlgorithm> algo;
+  if (algorithm) {
+    try {
+      algo = parseAllreduceAlgorithm(*algorithm);
+    } catch (const InvalidArgument& e) {
+      throw py::value_error(std::string("algorithm: ") + e.what());
+    }
+  }
+  py::gil_scoped_release release;
+  const CollectiveOptions saved = comm.options();
+  if (algo) {
+    CollectiveOptions o = saved;
+    o.algorithm = *algo;
+    comm.setOptions(o);
+  }
+  try {
+    if (a.dtype == DType::kFloat32)
+      comm.allreduce(a.as<float>(), rop);
+    else
+      comm.allreduce(a.as<double>(), rop);
+  } catch (...) {
+    comm.setOptions(saved);
+    throw;
+  }
+  comm.setOptions(saved);
+}
+
+void pyBroadcast(PyAgent& self, const py::buffer& data, int root) {
+  Array a = checkedArray(data, "data", true);
+  Communicator& comm = self.agent().communicator();
+  if (root < 0 || root >= comm.worldSize())
+    throw py::value_error("root " + std::to_string(root) + " outside [0, " +
+                          std::to_string(comm.worldSize()) + ")");
+  py::gil_scoped_release release;
+  if (a.dtype == DType::kFloat32)
+    comm.broadcast(a.as<float>(), root);
+  else
+    comm.broadcast(a.as<double>(), root);
+}
+
+// ---- exceptions ---------------------------------------------------------------------
+
+// The Python classes, created in PYBIND11_MODULE.
+struct Exceptions {
+  PyObject* error = nullptr;
+  PyObject* invalidArgument = nullptr;
+  PyObject* internal = nullptr;
+  PyObject* config = nullptr;
+  PyObject* protocol = nullptr;
+  PyObject* timeout = nullptr;
+  PyObject* peerFailure = nullptr;
+  PyObject* cancelled = nullptr;
+};
+Exceptions exc;
+
+PyObject* newException(py::module_& m, const char* name, PyObject* bases, const char* doc) {
+  const std::string qualified = std::string("gossamer.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  return type;
+}
+
+void raise(PyObject* type, const std::exception& e,
+           std::initializer_list<std::pair<const char*, py::object>> attrs) {
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", e.what()));
+  if (!instance) return;  // the call set a Python error already
+  for (const auto& [k, v] : attrs) instance.attr(k) = v;
+  PyErr_SetObject(type, instance.ptr());
+}
+
+void translate(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ConfigError& e) {
+    raise(exc.config, e,
+          {{"file", py::str(e.file())}, {"line", py::int_(e.line())}, {"key", py::str(e.key())}});
+  } catch (const ProtocolError& e) {
+    raise(exc.protocol, e, {{"peer", py::int_(e.peer())}, {"offset", py::int_(e.offset())}});
+  } catch (const PeerFailure& e) {
+    raise(exc.peerFailure, e, {{"peer", py::int_(e.peer())}});
+  } catch (const TimeoutError& e) {
+    raise(exc.timeout, e, {});
+  } catch (const Cancelled& e) {
+    raise(exc.cancelled, e, {});
+  } catch (const InternalError& e) {
+    raise(exc.internal, e, {});
+  } catch (const InvalidArgument& e) {
+    raise(exc.invalidArgument, e, {});
+  } catch (const Error& e) {
+    raise(exc.error, e, {});
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Gossamer's C++ core (use the 'gossamer' package, which wraps it).";
+
+  exc.error = newException(m, "Error", PyExc_RuntimeError, "Base class of every error raised by Gossamer.");
+  {
+    py::tuple bases = py::make_tuple(py::handle(exc.error), py::handle(PyExc_ValueError));
+    exc.invalidArgument = newException(m, "InvalidArgument", bases.ptr(),
+                                       "A bad argument to a Gossamer call (also a ValueError).");
+  }
+  exc.internal = newException(m, "InternalError", exc.error,
+                              "A broken invariant inside Gossamer: a bug, worth a report.");
+  exc.config =
+      newException(m, "ConfigError", exc.error,
+                   "A configuration error; .file, .line (1-based, 0 if unknown) and .key locate it.");
+  exc.protocol =
+      newException(m, "ProtocolError", exc.error,
+                   "A malformed frame from a peer; .peer (rank, -1 if unknown) and .offset (bytes).");
+  {
+    py::tuple bases = py::make_tuple(py::handle(exc.error), py::handle(PyExc_TimeoutError));
+    exc.timeout = newException(m, "TimeoutError", bases.ptr(),
+                               "A network wait that did not complete within its timeout (also the built-in "
+                               "TimeoutError).");
+  }
+  exc.peerFailure = newException(m, "PeerFailure", exc.error,
+                                 "A peer left or died while others still needed it; .peer is its rank.");
+  exc.cancelled = newException(m, "Cancelled", exc.error, "A request cancelled before it completed.");
+  py::register_exception_translator(&translate);
+
+  m.def(
+      "discover_launch",
+      []() -> std::optional<py::dict> {
+        auto l = discoverLaunch();
+        if (!l) return std::nullopt;
+        py::dict d;
+        d["launcher"] = l->launcher;
+        d["rank"] = l->rank;
+        d["world_size"] = l->worldSize;
+        d["rendezvous"] = l->rendezvous;
+        return d;
+      },
+      "The launcher's view of this process (see gossamer.discover_launch).");
+
+  m.def(
+      "check_config",
+      [](const std::string& source, bool isText, const std::vector<std::string>& overrides) {
+        const Config c = loadConfig(source, isText, overrides);
+        return c.worldSize;
+      },
+      py::arg("source"), py::arg("is_text"), py::arg("overrides"),
+      "Loads and validates a config; returns its world size. Raises ConfigError.");
+
+  m.def(
+      "allreduce_algorithms",
+      [] {
+        std::vector<std::string> out;
+        for (std::size_t i = 0; i < kAllreduceAlgorithmCount; ++i)
+          out.emplace_back(toString(static_cast<AllreduceAlgorithm>(i)));
+        return out;
+      },
+      "Names accepted by Agent.allreduce(algorithm=...).");
+
+  py::class_<OptimizerHandle>(m, "Optimizer")
+      .def_property_readonly("name", [](const OptimizerHandle& h) { return h.opt->name(); })
+      .def_property_readonly("size", [](const OptimizerHandle& h) { return h.size; })
+      .def_property_readonly("steps", [](const OptimizerHandle& h) { return h.opt->steps(); })
+      .def_property_readonly("has_communication_only_form",
+                             [](const OptimizerHandle& h) { return h.opt->hasCommunicationOnlyForm(); })
+      .def(
+          "step",
+          [](OptimizerHandle& h, const py::buffer& params, const py::buffer& grads) {
+            Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
+            py::gil_scoped_release release;
+            h.opt->step(p.as<float>(), g.as<const float>());
+          },
+          py::arg("params"), py::arg("grads"))
+      .def(
+          "reduce_gradients",
+          [](OptimizerHandle& h, const py::buffer& grads) {
+            Array g = float32Array(grads, "grads", h.size);
+            py::gil_scoped_release release;
+            h.opt->reduceGradients(g.as<float>());
+          },
+          py::arg("grads"))
+      .def(
+          "mix_parameters",
+          [](OptimizerHandle& h, const py::buffer& params) {
+            Array p = float32Array(params, "params", h.size);
+            py::gil_scoped_release release;
+            h.opt->mixParameters(p.as<float>());
+          },
+          py::arg("params"))
+      .def(
+          "flush",
+          [](OptimizerHandle& h, const py::buffer& params) {
+            Array p = float32Array(params, "params", h.size);
+            py::gil_scoped_release release;
+            h.opt->flush(p.as<float>());
+          },
+          py::arg("params"))
+      .def(
+          "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.opt->setTotalSteps(n); },
+          py::arg("total_steps"));
+
+  py::class_<PyAgent>(m, "Agent")
+      .def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
+                       int rank, const std::string& rendezvous) {
+             const Config c = loadConfig(source, isText, overrides);
+             if (rank < 0 || rank >= c.worldSize)
+               throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
+                                     std::to_string(c.worldSize) + ")");
+             py::gil_scoped_release release;
+             return std::make_unique<PyAgent>(c, rank, rendezvous, c.transport.timeoutSeconds);
+           }),
+           py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"),
+           py::arg("rendezvous"))
+      .def_property_readonly("rank", [](PyAgent& a) { return a.agent().rank(); })
+      .def_property_readonly("world_size", [](PyAgent& a) { return a.agent().worldSize(); })
+      .def_property_readonly("algorithm", [](PyAgent& a) { return a.agent().config().algorithm.name; })
+      .def_property_readonly("transport_kind", [](PyAgent& a) { return a.agent().config().transport.kind; })
+      .def_property_readonly("timeout_seconds",
+                             [](PyAgent& a) { return a.agent().config().transport.timeoutSeconds; })
+      .def_property_readonly("closed", &PyAgent::closed)
+      .def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
+           py::arg("algorithm") = py::none())
+      .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0)
+      .def("barrier",
+           [](PyAgent& a) {
+             Communicator& c = a.agent().communicator();
+             py::gil_scoped_release release;
+             c.barrier();
+           })
+      .def(
+          "make_optimizer",
+          [](PyAgent& a, const std::vector<std::size_t>& tensorSizes) {
+            std::size_t n = 0;
+            for (auto s : tensorSizes) n += s;
+            Agent& agent = a.agent();
+            py::gil_scoped_release release;
+            return OptimizerHandle{&agent.makeOptimizer(tensorSizes), n};
+          },
+          py::arg("tensor_sizes"), py::keep_alive<0, 1>())
+      .def(
+          "exchange",
+          [](PyAgent& a, const py::buffer& params) {
+            Array p = float32Array(params, "params");
+            Agent& agent = a.agent();
+            DistributedOptimizer* opt = nullptr;
+            try {
+              opt = &agent.optimizer();
+            } catch (const InvalidArgument&) {
+            }
+            ModelExchange exchange = opt != nullptr ? opt->modelExchange() : ModelExchange{};
+            if (!exchange)
+              throw InvalidArgument(
+                  "exchange: the agent has no optimizer with a model exchange (algorithm '" +
+                  agent.config().algorithm.name + "'): call make_optimizer first, with a gossip algorithm");
+            std::uint64_t& round = a.exchangeRound();
+            py::gil_scoped_release release;
+            exchange(p.as<float>(), round++);
+          },
+          py::arg("params"))
+      .def("stats",
+           [](PyAgent& a) {
+             const TransportStats s = a.agent().transport().stats();
+             py::dict d;
+             d["bytes_sent"] = s.bytesSent;
+             d["bytes_received"] = s.bytesReceived;
+             d["messages_sent"] = s.messagesSent;
+             d["messages_received"] = s.messagesReceived;
+             return d;
+           })
+      .def("close",
+           [](PyAgent& a) {
+             py::gil_scoped_release release;
+             a.close();
+           })
+      .def("abort", [](PyAgent& a) {
+        py::gil_scoped_release release;
+        a.abort();
+      });
+}

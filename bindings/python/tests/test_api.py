@@ -1,0 +1,165 @@
+"""Single-process checks of every binding entry point: arguments, errors and
+their types, the optimizer handle, configs from files and mappings."""
+
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+import gossamer
+
+ONE = {"world_size": 1, "transport": {"kind": "zmq", "timeout_seconds": 5}}
+
+
+@pytest.fixture
+def agent(tmp_path):
+    a = gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"))
+    yield a
+    a.close()
+
+
+def test_exception_classes_keep_their_cpp_hierarchy():
+    for cls in (gossamer.InvalidArgument, gossamer.ConfigError, gossamer.ProtocolError, gossamer.TimeoutError,
+                gossamer.PeerFailure, gossamer.Cancelled, gossamer.InternalError):
+        assert issubclass(cls, gossamer.Error)
+    assert issubclass(gossamer.InvalidArgument, ValueError)
+    assert issubclass(gossamer.TimeoutError, TimeoutError)
+    assert issubclass(gossamer.Error, RuntimeError)
+
+
+def test_agent_reports_rank_world_and_components(agent):
+    assert (agent.rank, agent.world_size) == (0, 1)
+    assert agent.algorithm == "crossover_sgd"
+    assert agent.transport == "zmq"
+    assert agent.timeout_seconds == 5
+    assert "rank 0 of 1" in repr(agent)
+    assert set(agent.stats()) == {"bytes_sent", "bytes_received", "messages_sent", "messages_received"}
+
+
+def test_config_from_a_file_with_overrides(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("world_size: 3\ntransport:\n  kind: zmq\nalgorithm:\n  name: sgp\n")
+    with gossamer.Agent(cfg, 0, world_size=1, rendezvous=str(tmp_path / "rv"),
+                        overrides=["transport.timeout_seconds=7"]) as a:
+        assert a.world_size == 1
+        assert a.algorithm == "sgp"
+        assert a.timeout_seconds == 7
+    assert a.closed
+
+
+def test_config_errors_name_file_line_and_key(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("world_size: 1\ntransport:\n  kind: zmq\n  timeout_secs: 3\n")
+    with pytest.raises(gossamer.ConfigError) as e:
+        gossamer.Agent(cfg, 0, rendezvous=str(tmp_path / "rv"))
+    assert e.value.file == str(cfg) and e.value.line == 4 and e.value.key == "transport.timeout_secs"
+    assert "did you mean 'timeout_seconds'" in str(e.value)
+    with pytest.raises(gossamer.ConfigError) as e:
+        gossamer.Agent({"world_size": 1, "algorithm": {"name": "crossover"}}, 0, rendezvous=str(tmp_path / "r2"))
+    assert e.value.key == "algorithm.name" and "crossover_sgd" in str(e.value)
+    with pytest.raises(gossamer.ConfigError) as e:
+        gossamer.Agent(tmp_path / "missing.yaml", 0, rendezvous=str(tmp_path / "r3"))
+    with pytest.raises(TypeError, match="config must be a path or a mapping"):
+        gossamer.Agent(42, 0, rendezvous=str(tmp_path / "r4"))
+
+
+def test_bad_rank_world_size_and_rendezvous(tmp_path):
+    with pytest.raises(gossamer.InvalidArgument, match=r"rank 1 outside \[0, 1\)"):
+        gossamer.Agent(ONE, 1, rendezvous=str(tmp_path / "rv"))
+    with pytest.raises(ValueError, match="world_size must be a positive int"):
+        gossamer.Agent(ONE, 0, world_size=0, rendezvous=str(tmp_path / "rv"))
+    with pytest.raises(ValueError, match="rendezvous is required"):
+        gossamer.Agent(ONE, 0)
+    with pytest.raises(TypeError, match="rank must be an int"):
+        gossamer.Agent(ONE, "0", rendezvous=str(tmp_path / "rv"))
+
+
+def test_bad_arrays_raise_naming_argument_shape_and_dtype(agent):
+    with pytest.raises(TypeError, match=r"data must hold float32 or float64 elements; got shape \(2, 3\), dtype int64"):
+        agent.allreduce(np.zeros((2, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"data is not contiguous \(shape \(5,\), dtype float32\)"):
+        agent.allreduce(np.zeros(10, dtype=np.float32)[::2])
+    ro = np.zeros(4, dtype=np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match=r"data is read-only \(shape \(4,\), dtype float32\)"):
+        agent.allreduce(ro)
+    with pytest.raises(ValueError, match="op must be 'sum', 'average' or 'max'"):
+        agent.allreduce(np.zeros(4, dtype=np.float32), op="prod")
+    with pytest.raises(ValueError, match="algorithm"):
+        agent.allreduce(np.zeros(4, dtype=np.float32), algorithm="butterfly")
+    with pytest.raises(ValueError, match=r"root 1 outside \[0, 1\)"):
+        agent.broadcast(np.zeros(4, dtype=np.float32), root=1)
+    with pytest.raises(TypeError):
+        agent.allreduce([1.0, 2.0])  # a list is no buffer
+
+
+def test_bad_tensors_raise_naming_argument(agent):
+    with pytest.raises(TypeError, match=r"data must hold float32 or float64 elements; got shape \(3,\), dtype torch.int32"):
+        agent.allreduce(torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"data is not contiguous \(shape \(3, 2\)"):
+        agent.allreduce(torch.zeros(2, 3).t())
+    t = torch.ones(4, requires_grad=True)
+    agent.allreduce(t)  # a leaf that requires grad is reduced in place through .detach()
+    assert torch.equal(t.detach(), torch.ones(4))
+
+
+def test_every_allreduce_algorithm_is_named():
+    names = gossamer.allreduce_algorithms()
+    assert names[0] == "auto"
+    assert {"ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips"} <= set(names)
+
+
+def test_optimizer_step_is_the_cpp_sgd_step(tmp_path):
+    cfg = dict(ONE, training={"learning_rate": 0.5, "momentum": 0.0})
+    with gossamer.Agent(cfg, 0, rendezvous=str(tmp_path / "rv")) as a:
+        opt = a.make_optimizer([2, 3])
+        assert (opt.name, opt.size, opt.steps) == ("crossover_sgd", 5, 0)
+        assert opt.has_communication_only_form
+        x = np.ones(5, dtype=np.float32)
+        g = np.arange(5, dtype=np.float32)
+        opt.step(x, g)
+        np.testing.assert_array_equal(x, 1 - 0.5 * np.arange(5, dtype=np.float32))
+        assert opt.steps == 1
+        opt.reduce_gradients(g)  # a gossip algorithm leaves gradients alone
+        np.testing.assert_array_equal(g, np.arange(5, dtype=np.float32))
+        opt.mix_parameters(x)
+        opt.flush(x)
+        assert opt.steps == 2
+        with pytest.raises(ValueError, match=r"params has 4 elements, expected 5"):
+            opt.step(np.ones(4, dtype=np.float32), g)
+        with pytest.raises(TypeError, match="grads must hold float32 elements; got shape \\(5,\\), dtype float64"):
+            opt.reduce_gradients(np.zeros(5))
+
+
+def test_exchange_needs_a_gossip_optimizer(tmp_path):
+    with gossamer.Agent(dict(ONE, algorithm={"name": "allreduce_sgd"}), 0, rendezvous=str(tmp_path / "rv")) as a:
+        x = np.ones(3, dtype=np.float32)
+        with pytest.raises(gossamer.InvalidArgument, match="call make_optimizer first"):
+            a.exchange(x)
+        a.make_optimizer([3])
+        with pytest.raises(gossamer.InvalidArgument, match="no optimizer with a model exchange"):
+            a.exchange(x)
+
+
+def test_a_closed_agent_refuses_calls(tmp_path):
+    a = gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"))
+    a.close()
+    a.close()  # idempotent
+    with pytest.raises(gossamer.InvalidArgument, match="the agent is closed"):
+        a.barrier()
+
+
+def test_from_env_without_a_launcher_is_a_world_of_one(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(k, raising=False)
+    assert gossamer.discover_launch() is None
+    with gossamer.Agent.from_env(ONE) as a:
+        assert (a.rank, a.world_size, a.launcher) == (0, 1, "none")
+
+
+def test_malformed_launcher_variables_raise(monkeypatch):
+    monkeypatch.setenv("RANK", "x")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(gossamer.InvalidArgument, match="RANK='x' is not an integer"):
+        gossamer.Agent.from_env(ONE)

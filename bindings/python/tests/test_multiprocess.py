@@ -1,0 +1,190 @@
+"""Python ranks as real processes on loopback: collectives in place on the
+caller's memory, every allreduce algorithm, gossip exchanges, a dead peer,
+and the launchers' variables."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HEADER = """
+import json, os, sys
+import numpy as np
+import gossamer
+CONFIG = {"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 20}}
+"""
+
+
+def test_allreduce_changes_the_callers_numpy_and_torch_memory(run_ranks):
+    job = run_ranks(4, HEADER + """
+import torch
+with gossamer.Agent.from_env(CONFIG) as a:
+    r, n = a.rank, a.world_size
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + r
+    addr = x.ctypes.data
+    a.allreduce(x, op="sum")
+    d = np.full(5, r + 1.0)                      # float64
+    a.allreduce(d, op="average")
+    t = torch.full((1000,), float(r))
+    ptr = t.data_ptr()
+    a.allreduce(t, op="max")
+    print(json.dumps({"x": x.tolist(), "same_x": x.ctypes.data == addr, "d": d.tolist(),
+                      "t": [t.min().item(), t.max().item()], "same_t": t.data_ptr() == ptr}))
+""")
+    job.check()
+    for res in job.results:
+        assert res["x"] == [[6 + 4 * i for i in range(3)], [18 + 4 * i for i in range(3)]]
+        assert res["same_x"] and res["same_t"]
+        assert res["d"] == [2.5] * 5
+        assert res["t"] == [3.0, 3.0]
+
+
+def test_every_allreduce_algorithm_from_python(run_ranks):
+    job = run_ranks(4, HEADER + """
+out = {}
+with gossamer.Agent.from_env(CONFIG) as a:
+    for algo in gossamer.allreduce_algorithms():
+        for n in (3, 1000, 70000):
+            x = np.full(n, a.rank + 1, dtype=np.float32) * np.arange(n, dtype=np.float32)
+            a.allreduce(x, op="sum", algorithm=algo)
+            out[f"{algo}/{n}"] = bool(np.array_equal(x, 10 * np.arange(n, dtype=np.float32)))
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res and all(res.values()), res
+
+
+def test_broadcast_and_barrier(run_ranks):
+    job = run_ranks(3, HEADER + """
+import time
+with gossamer.Agent.from_env(CONFIG) as a:
+    x = np.full(10, float(a.rank), dtype=np.float64)
+    a.broadcast(x, root=2)
+    if a.rank == 0:
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    a.barrier()
+    waited = time.monotonic() - t0
+    print(json.dumps({"x": x.tolist(), "waited": waited}))
+""")
+    job.check()
+    for r, res in enumerate(job.results):
+        assert res["x"] == [2.0] * 10
+        if r != 0:
+            assert res["waited"] > 0.3  # held until rank 0 arrived
+
+
+@pytest.mark.parametrize("algorithm", ["crossover_sgd", "sgp"])
+def test_gossip_exchange_mixes_towards_the_average(run_ranks, algorithm):
+    job = run_ranks(4, HEADER + f"""
+cfg = dict(CONFIG, algorithm={{"name": "{algorithm}"}})
+with gossamer.Agent.from_env(cfg) as a:
+    a.make_optimizer([64])
+    x = np.full(64, float(a.rank), dtype=np.float32)
+    for _ in range(12):
+        a.exchange(x)
+    total = x.astype(np.float64).copy()
+    a.allreduce(total, op="sum")
+    print(json.dumps({{"x0": float(x[0]), "total": float(total[0])}}))
+""")
+    job.check()
+    xs = [res["x0"] for res in job.results]
+    assert max(xs) - min(xs) < 0.3, xs          # started 3 apart
+    if algorithm == "crossover_sgd":            # doubly stochastic: the sum is kept
+        assert job.results[0]["total"] == pytest.approx(6.0, abs=1e-4)
+
+
+def test_a_dead_peer_is_a_peer_failure_on_the_others(run_ranks):
+    job = run_ranks(3, HEADER + """
+import time
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10})
+a = gossamer.Agent.from_env(cfg)
+x = np.ones(100000, dtype=np.float32)
+a.allreduce(x)
+if a.rank == 2:
+    os._exit(3)                                 # dies without a goodbye
+t0 = time.monotonic()
+try:
+    for _ in range(100):
+        a.allreduce(x)
+    print(json.dumps({"raised": None}))
+except gossamer.PeerFailure as e:
+    print(json.dumps({"raised": "PeerFailure", "peer": e.peer, "msg": str(e), "s": time.monotonic() - t0}))
+except gossamer.Error as e:
+    print(json.dumps({"raised": type(e).__name__, "msg": str(e)}))
+a.abort()
+""")
+    assert job.codes[2] == 3
+    for r in (0, 1):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["raised"] == "PeerFailure", res
+        assert res["s"] < 15
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+LAUNCHERS = {
+    "torchrun": lambda r, n, p: {"RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+                                 "MASTER_PORT": str(p - 1), "TORCHELASTIC_RUN_ID": "t",
+                                 "TORCHELASTIC_USE_AGENT_STORE": "True"},
+    "env": lambda r, n, p: {"RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": str(p)},
+    "mpirun": lambda r, n, p: {"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(n),
+                               "OMPI_COMM_WORLD_LOCAL_SIZE": str(n), "PMIX_NAMESPACE": f"pytest{p}"},
+    "hydra": lambda r, n, p: {"PMI_RANK": str(r), "PMI_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+                              "MASTER_PORT": str(p)},
+    "srun": lambda r, n, p: {"SLURM_PROCID": str(r), "SLURM_NTASKS": str(n), "SLURM_NNODES": "1",
+                             "SLURM_JOB_ID": f"pytest{p}", "SLURM_STEP_ID": "0"},
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_from_env_under_each_launchers_variables(run_ranks, tmp_path, launcher):
+    port = _free_port()
+    job = run_ranks(3, HEADER + """
+with gossamer.Agent.from_env(CONFIG) as a:
+    x = np.array([a.rank], dtype=np.float32)
+    a.allreduce(x, op="sum")
+    print(json.dumps({"rank": a.rank, "n": a.world_size, "launcher": a.launcher, "sum": float(x[0]),
+                      "rendezvous": gossamer.discover_launch()["rendezvous"]}))
+""", launcher_vars=False, env={"TMPDIR": str(tmp_path)},
+                   per_rank_env=lambda r: LAUNCHERS[launcher](r, 3, port))
+    job.check()
+    for r, res in enumerate(job.results):
+        assert (res["rank"], res["n"], res["sum"]) == (r, 3, 3.0)
+        assert res["launcher"] == launcher
+        if launcher in ("torchrun", "env", "hydra"):
+            assert res["rendezvous"] == f"tcp://127.0.0.1:{port}"
+        else:
+            assert res["rendezvous"].startswith(str(tmp_path) + "/gossamer-rendezvous-" + launcher)
+
+
+def test_under_mpirun(tmp_path):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.fail("mpirun not found (Debian package openmpi-bin)")
+    script = tmp_path / "s.py"
+    script.write_text(HEADER + """
+with gossamer.Agent.from_env(CONFIG) as a:
+    x = np.array([1.0], dtype=np.float32)
+    a.allreduce(x, op="sum")
+    print(json.dumps({"rank": a.rank, "launcher": a.launcher, "sum": float(x[0])}))
+""")
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOSSAMER_RENDEZVOUS"):
+        env.pop(k, None)
+    p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable, str(script)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(l for l in p.stdout.splitlines() if l.startswith("{"))
+    assert len(lines) == 3
+    assert all('"launcher": "mpirun", "sum": 3.0' in l for l in lines), lines

@@ -1,0 +1,162 @@
+"""gossamer.torch: a torch.optim optimizer wrapped by the configured
+algorithm, trained across processes; the model helpers."""
+
+HEADER = """
+import json, os
+import numpy as np
+import torch
+import gossamer, gossamer.torch as gt
+torch.manual_seed(0)
+torch.set_num_threads(1)
+CONFIG = {"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 20}}
+
+def data(rank, n=256):
+    # A linear regression whose data differ by rank: the ranks must agree on one model.
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(n, 8, generator=g) + 0.3 * rank
+    w = torch.arange(8, dtype=torch.float32) / 8
+    y = x @ w + 0.5 + 0.05 * torch.randn(n, generator=g)
+    return x, y.unsqueeze(1)
+
+def mse(model, rank):
+    x, y = data(rank)
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model(x), y))
+"""
+
+
+def test_wrapped_sgd_under_allreduce_sgd_steps_with_the_mean_gradient(run_ranks):
+    job = run_ranks(3, HEADER + """
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+with gossamer.Agent.from_env(cfg) as a:
+    model = torch.nn.Linear(8, 1)
+    gt.broadcast_parameters(model, a)
+    ref = torch.nn.Linear(8, 1)
+    ref.load_state_dict(model.state_dict())
+    opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model, a)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for step in range(10):
+        x, y = data(a.rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        # The reference: every rank's gradient, averaged here.
+        ref_opt.zero_grad()
+        grads = []
+        for r in range(a.world_size):
+            ref.zero_grad()
+            xr, yr = data(r)
+            torch.nn.functional.mse_loss(ref(xr), yr).backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        for i, p in enumerate(ref.parameters()):
+            p.grad = sum(g[i] for g in grads) / a.world_size
+        ref_opt.step()
+    diff = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), ref.parameters()))
+    print(json.dumps({"diff": diff, "w": model.weight.detach().reshape(-1).tolist(), "steps": opt.steps,
+                      "consensus": gt.consensus_distance(model, a)}))
+""")
+    job.check()
+    for res in job.results:
+        assert res["diff"] < 1e-5, res
+        assert res["steps"] == 10
+        assert res["consensus"] < 1e-12  # the average of equal models, up to its rounding
+        assert res["w"] == job.results[0]["w"]  # identical models on every rank
+
+
+def _train(run_ranks, n, algorithm, optimizer, extra="", top=""):
+    job = run_ranks(n, HEADER + f"""
+cfg = dict(CONFIG, algorithm={{"name": "{algorithm}"{extra}}}{top})
+with gossamer.Agent.from_env(cfg) as a:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    gt.broadcast_parameters(model, a)
+    before = mse(model, a.rank)
+    opt = gt.DistributedOptimizer({optimizer}, model, a)
+    for step in range(60):
+        x, y = data(a.rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    opt.flush()
+    consensus = gt.consensus_distance(model, a)
+    gt.average_parameters(model, a)
+    after = mse(model, a.rank)
+    print(json.dumps({{"before": before, "after": after, "consensus": consensus,
+                      "final_consensus": gt.consensus_distance(model, a)}}))
+""", timeout=180)
+    job.check()
+    return job.results
+
+
+def test_wrapped_adam_under_crossover_sgd_trains_4_ranks_to_consensus(run_ranks):
+    for res in _train(run_ranks, 4, "crossover_sgd", "torch.optim.Adam(model.parameters(), lr=0.01)"):
+        assert res["after"] < 0.2 * res["before"], res
+        assert res["consensus"] < 1e-2, res
+        assert res["final_consensus"] < 1e-12
+
+
+def test_wrapped_sgd_under_sgp_overlap_trains(run_ranks):
+    for res in _train(run_ranks, 3, "sgp", "torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)",
+                      ', "mode": "overlap"'):
+        assert res["after"] < 0.2 * res["before"], res
+        assert res["consensus"] < 1e-2, res
+
+
+def test_wrapped_adamw_under_topk_compression_trains(run_ranks):
+    for res in _train(run_ranks, 2, "allreduce_sgd", "torch.optim.AdamW(model.parameters(), lr=0.01)",
+                      top=', compression={"kind": "topk", "topk_ratio": 0.25}'):
+        assert res["after"] < 0.2 * res["before"], res
+        assert res["consensus"] < 1e-10, res  # every rank decodes the same gradient
+
+
+def test_the_model_becomes_views_of_one_flat_buffer(run_ranks):
+    job = run_ranks(2, HEADER + """
+with gossamer.Agent.from_env(CONFIG) as a:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    values = [p.detach().clone() for p in model.parameters()]
+    opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, a)
+    flat = opt.flat_parameters
+    kept = all(torch.equal(p, v) for p, v in zip(model.parameters(), values))
+    base = flat.data_ptr()
+    offsets = [(p.data_ptr() - base) // 4 for p in model.parameters()]
+    x = torch.randn(5, 4)
+    opt.zero_grad()
+    model(x).sum().backward()
+    grads_fused = all(p.grad.data_ptr() == opt._flat_grad.data_ptr() + 4 * o
+                      for p, o in zip(model.parameters(), offsets))
+    opt.step()
+    opt.optimizer.zero_grad(set_to_none=True)   # .grad replaced by autograd next time
+    model(x).sum().backward()
+    opt.step()
+    rebound = all(p.grad.data_ptr() == opt._flat_grad.data_ptr() + 4 * o
+                  for p, o in zip(model.parameters(), offsets))
+    print(json.dumps({"kept": kept, "offsets": offsets, "grads_fused": grads_fused, "rebound": rebound,
+                      "same_flat": flat.data_ptr() == base, "steps": opt.steps}))
+""")
+    job.check()
+    for res in job.results:
+        assert res["kept"] and res["grads_fused"] and res["rebound"] and res["same_flat"]
+        assert res["offsets"] == [0, 12, 15, 21]
+        assert res["steps"] == 2
+
+
+def test_wrapper_refuses_what_it_cannot_train(run_ranks):
+    job = run_ranks(1, HEADER + """
+out = []
+with gossamer.Agent.from_env(CONFIG) as a:
+    m = torch.nn.Linear(2, 2).double()
+    try:
+        gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, a)
+    except TypeError as e:
+        out.append(str(e))
+    m = torch.nn.Linear(2, 2)
+    other = torch.nn.Linear(2, 2)
+    try:
+        gt.DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), m, a)
+    except ValueError as e:
+        out.append(str(e))
+print(json.dumps(out))
+""")
+    job.check()
+    msgs = job.results[0]
+    assert "is torch.float64 on cpu; Gossamer trains float32 CPU parameters" in msgs[0]
+    assert "is not in the optimizer" in msgs[1]

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Decentralized training of a small CNN on Fashion-MNIST with PyTorch and
+Gossamer: every rank trains on its own shard with Adam, and Crossover-SGD
+mixes the models between steps (no parameter server, no allreduce of
+gradients).
+
+Run it with any launcher (the same script, unchanged):
+
+    /usr/bin/python3 examples/python/train_fashion_mnist.py               # starts 4 ranks itself
+    /usr/bin/python3 -m torch.distributed.run --nproc_per_node 4 --redirects 1 --tee 1 \\
+        examples/python/train_fashion_mnist.py
+    mpirun -n 4 /usr/bin/python3 examples/python/train_fashion_mnist.py
+
+Rank 0 prints one line per epoch and writes results/python-fashion-mnist.json
+(world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, and
+the per-epoch history). The data are Debian's dataset-fashion-mnist files,
+read here (no downloads).
+"""
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import gossamer
+import gossamer.torch as gt
+
+DEFAULT_CONFIG = {
+    "transport": {"kind": "zmq", "host": "127.0.0.1", "protocol": "tcp", "timeout_seconds": 60},
+    "topology": {"kind": "fair_roulette"},
+    "algorithm": {"name": "crossover_sgd", "segments": 4},
+}
+
+
+def read_idx(path, kind):
+    """An idx file (gzip or not) as a uint8 array: images (N, 28, 28) or labels (N,).
+    Raises ValueError for a file that is not what it claims to be."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    magic, dims = (2051, 3) if kind == "images" else (2049, 1)
+    if len(raw) < 4 + 4 * dims or int.from_bytes(raw[:4], "big") != magic:
+        raise ValueError(f"{path}: not an idx {kind} file (magic {int.from_bytes(raw[:4], 'big')}, want {magic})")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims))
+    need = 4 + 4 * dims + int(np.prod(shape))
+    if len(raw) != need:
+        raise ValueError(f"{path}: {len(raw)} bytes, the header {shape} needs {need}")
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), "images")
+    y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), "labels")
+    if len(x) != len(y):
+        raise ValueError(f"{data_dir}: {len(x)} {split} images but {len(y)} labels")
+    x = torch.from_numpy((x.astype(np.float32) / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+class Net(torch.nn.Module):
+    """conv 5x5x32 - pool - conv 5x5x64 - pool - fc 128 - fc 10 (about 0.2 M parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = torch.nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = torch.nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def evaluate(model, x, y, agent):
+    """Accuracy of `model` on the test set, split over the ranks."""
+    lo = agent.rank * len(x) // agent.world_size
+    hi = (agent.rank + 1) * len(x) // agent.world_size
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()) for i in range(lo, hi, 1000))
+    model.train()
+    counts = np.array([correct, hi - lo], dtype=np.float64)
+    agent.allreduce(counts, op="sum")
+    return counts[0] / counts[1]
+
+
+def train(args):
+    start = time.monotonic()
+    config = args.config if args.config else DEFAULT_CONFIG
+    agent = gossamer.Agent.from_env(config)
+    launcher = os.environ.get("GOSSAMER_EXAMPLE_LAUNCHER", agent.launcher)
+    rank, n = agent.rank, agent.world_size
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+
+    x_train, y_train = load(args.data, "train")
+    x_test, y_test = load(args.data, "test")
+    shard = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))[rank::n]
+    x_train, y_train = x_train[shard], y_train[shard]
+
+    model = Net()
+    gt.broadcast_parameters(model, agent)  # every rank starts from rank 0's model
+    steps_per_epoch = len(x_train) // args.batch_size
+    opt = gt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=args.lr), model, agent,
+                                  total_steps=steps_per_epoch * args.epochs)
+    history = []
+    for epoch in range(1, args.epochs + 1):
+        t0 = time.monotonic()
+        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed + epoch))
+        loss_sum = 0.0
+        for s in range(steps_per_epoch):
+            idx = order[s * args.batch_size:(s + 1) * args.batch_size]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss.backward()
+            opt.step()
+            loss_sum += float(loss)
+        opt.flush()
+        consensus = gt.consensus_distance(model, agent)
+        own = opt.flat_parameters.clone()
+        gt.average_parameters(model, agent)  # evaluate the average model ...
+        acc = evaluate(model, x_test, y_test, agent)
+        opt.flat_parameters.copy_(own)       # ... and keep training each rank's own
+        loss_avg = np.array([loss_sum / steps_per_epoch])
+        agent.allreduce(loss_avg)
+        history.append({"epoch": epoch, "train_loss": float(loss_avg[0]), "test_accuracy": acc,
+                        "consensus_distance": consensus, "seconds": time.monotonic() - t0})
+        if rank == 0:
+            print(f"epoch {epoch}/{args.epochs}  loss {loss_avg[0]:.4f}  test acc (avg model) {100 * acc:.2f}%  "
+                  f"consensus {consensus:.3e}  {time.monotonic() - t0:.1f} s", flush=True)
+    gt.average_parameters(model, agent)
+    acc = evaluate(model, x_test, y_test, agent)
+    result = {"world_size": n, "launcher": launcher, "algorithm": agent.algorithm, "optimizer": "Adam",
+              "transport": agent.transport, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+              "test_accuracy": acc, "wall_seconds": time.monotonic() - start, "history": history}
+    agent.close()
+    if rank == 0:
+        print(f"final test accuracy {100 * acc:.2f}% (average model, {n} peers, {launcher})", flush=True)
+        if args.results:
+            os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+            with open(args.results, "w") as f:
+                json.dump(result, f, indent=1)
+    return 0
+
+
+def launch_self(args):
+    """No launcher around us: start args.world_size ranks of this script."""
+    rendezvous = tempfile.mkdtemp(prefix="gossamer-rendezvous-")
+    procs = []
+    for r in range(args.world_size):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), GOSSAMER_RENDEZVOUS=rendezvous,
+                   GOSSAMER_EXAMPLE_LAUNCHER="self", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
+    codes = [p.wait() for p in procs]
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="Gossamer YAML config (default: Crossover-SGD over zmq on loopback)")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="directory of the idx .gz files")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--world-size", type=int, default=4, help="ranks to start when no launcher started us")
+    p.add_argument("--results", default="results/python-fashion-mnist.json", help="rank 0 writes its JSON here")
+    args = p.parse_args()
+    if gossamer.discover_launch() is None and args.world_size > 1:
+        return launch_self(args)
+    return train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
