@@ -88,7 +88,8 @@ def evaluate(model, x, y, agent):
     hi = (agent.rank + 1) * len(x) // agent.world_size
     model.eval()
     with torch.no_grad():
-        correct = sum(int((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()) for i in range(lo, hi, 1000))
+        correct = sum(int((model(x[i:min(i + 1000, hi)]).argmax(1) == y[i:min(i + 1000, hi)]).sum())
+                      for i in range(lo, hi, 1000))
     model.train()
     counts = np.array([correct, hi - lo], dtype=np.float64)
     agent.allreduce(counts, op="sum")
@@ -106,7 +107,10 @@ def train(args):
 
     x_train, y_train = load(args.data, "train")
     x_test, y_test = load(args.data, "test")
-    shard = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))[rank::n]
+    if args.test_limit:
+        x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
+    shard = order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]
     x_train, y_train = x_train[shard], y_train[shard]
 
     model = Net()
@@ -174,6 +178,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--train-limit", type=int, default=0, help="use only this many training images (0: all)")
+    p.add_argument("--test-limit", type=int, default=0, help="evaluate on only this many test images (0: all)")
     p.add_argument("--world-size", type=int, default=4, help="ranks to start when no launcher started us")
     p.add_argument("--results", default="results/python-fashion-mnist.json", help="rank 0 writes its JSON here")
     args = p.parse_args()
