@@ -349,7 +349,11 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             h.opt->step(p.as<float>(), g.as<const float>());
           },
-          py::arg("params"), py::arg("grads"))
+          py::arg("params"), py::arg("grads"),
+          "One training step: the C++ local SGD step and the algorithm's exchange, on float32 arrays of "
+          "`size` "
+          "elements (params updated in place). Raises ValueError/TypeError for bad arrays, PeerFailure, "
+          "TimeoutError.")
       .def(
           "reduce_gradients",
           [](OptimizerHandle& h, const py::buffer& grads) {
@@ -357,7 +361,10 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             h.opt->reduceGradients(g.as<float>());
           },
-          py::arg("grads"))
+          py::arg("grads"),
+          "Communication-only form, before a local step made elsewhere: averages `grads` (float32, `size`) "
+          "in "
+          "place for allreduce-style algorithms; gossip algorithms leave it. Raises as step.")
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::buffer& params) {
@@ -365,7 +372,9 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             h.opt->mixParameters(p.as<float>());
           },
-          py::arg("params"))
+          py::arg("params"),
+          "Communication-only form, after the local step: mixes `params` (float32, `size`) in place with the "
+          "peers' for gossip algorithms, and counts the step. Raises as step.")
       .def(
           "flush",
           [](OptimizerHandle& h, const py::buffer& params) {
@@ -373,10 +382,10 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             h.opt->flush(p.as<float>());
           },
-          py::arg("params"))
+          py::arg("params"), "Completes an exchange still in flight (overlap mode) into `params`.")
       .def(
           "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.opt->setTotalSteps(n); },
-          py::arg("total_steps"));
+          py::arg("total_steps"), "Announces the run's length in steps (A2SGD's final synchronisation).");
 
   py::class_<PyAgent>(m, "Agent")
       .def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
