@@ -135,6 +135,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
     }
     return args;
   });
+  if (result.signal != 0) return 128 + result.signal;  // as a shell reports a process ended by it
   return result.ok() ? 0 : 1;
 }
 

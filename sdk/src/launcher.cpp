@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <thread>
@@ -73,6 +75,56 @@ std::vector<int> allowedCpus() {
 namespace {
 
 constexpr int kCannotBind = 126, kCannotExec = 127;
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
+
+// The signal the launcher caught (0: none). Set by the handler, read by the
+// wait loop: lock-free and async-signal-safe.
+volatile std::sig_atomic_t caughtSignal = 0;
+extern "C" void onLauncherSignal(int sig) {
+  if (caughtSignal == 0) caughtSignal = sig;
+}
+
+// Installs the forwarding handlers for its lifetime, then restores the
+// previous ones.
+class SignalForwarding {
+ public:
+  explicit SignalForwarding(bool on) : on_(on) {
+    caughtSignal = 0;
+    if (!on_) return;
+    struct sigaction sa {};
+    sa.sa_handler = onLauncherSignal;
+    sigemptyset(&sa.sa_mask);
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &sa, &previous_[i]);
+  }
+  ~SignalForwarding() {
+    if (!on_) return;
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &previous_[i], nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+ private:
+  bool on_;
+  struct sigaction previous_[std::size(kForwarded)]{};
+};
+
+// "0, 2, 5-7" for the ranks with `outcome`.
+std::string ranksWith(const std::vector<RankExit>& ranks, RankOutcome outcome) {
+  std::string out;
+  std::size_t r = 0;
+  while (r < ranks.size()) {
+    if (ranks[r].outcome != outcome) {
+      ++r;
+      continue;
+    }
+    std::size_t e = r;
+    while (e + 1 < ranks.size() && ranks[e + 1].outcome == outcome) ++e;
+    out += (out.empty() ? "" : ", ") + std::to_string(r) + (e > r + 1 ? "-" + std::to_string(e) : "");
+    if (e == r + 1) out += ", " + std::to_string(e);
+    r = e + 1;
+  }
+  return out;
+}
 
 /// What the launcher's own exit statuses mean ("" for the program's).
 std::string exitReason(int status, const LaunchOptions& o, const std::vector<int>& cpus, long rank) {
@@ -85,6 +137,22 @@ std::string exitReason(int status, const LaunchOptions& o, const std::vector<int
 
 }  // namespace
 
+const char* toString(RankOutcome outcome) noexcept {
+  switch (outcome) {
+    case RankOutcome::kFinished:
+      return "finished";
+    case RankOutcome::kDied:
+      return "died";
+    case RankOutcome::kFollowed:
+      return "followed";
+    case RankOutcome::kKilled:
+      return "killed";
+    case RankOutcome::kInterrupted:
+      return "interrupted";
+  }
+  return "?";
+}
+
 LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup) {
@@ -96,6 +164,8 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
   if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
   const std::string rendezvous = tmpl;
+  // Caught from here on; exec resets the children's handlers to the default.
+  SignalForwarding forwarding(o.forwardSignals);
   std::vector<pid_t> pids;
   for (int r = 0; r < o.worldSize; ++r) {
     std::vector<std::string> args = argsFor(r, rendezvous);  // built before fork: no allocation in the child
@@ -127,35 +197,66 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     pids.push_back(pid);
   }
   LaunchResult result;
+  result.ranks.resize(pids.size());
+  std::vector<bool> running(pids.size(), true);
   const auto start = Clock::now();
-  std::optional<Clock::time_point> firstFailure;
+  std::optional<Clock::time_point> firstFailure, forwardedAt;
   std::size_t alive = pids.size();
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   while (alive > 0) {
+    if (const int sig = caughtSignal; sig != 0 && !forwardedAt) {
+      GOSSAMER_LOG(kWarning, o.name << ": caught signal " << sig << "; forwarding it to the ranks");
+      result.signal = sig;
+      forwardedAt = Clock::now();
+      for (std::size_t r = 0; r < pids.size(); ++r)
+        if (running[r]) kill(pids[r], sig);
+    }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       const auto it = std::find(pids.begin(), pids.end(), pid);
       if (it == pids.end()) continue;
       --alive;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        ++result.failures;
-        const long rank = static_cast<long>(it - pids.begin());
+      const auto rank = static_cast<std::size_t>(it - pids.begin());
+      running[rank] = false;
+      RankExit& x = result.ranks[rank];
+      x.seconds = since(start);
+      if (WIFSIGNALED(status)) x.signal = WTERMSIG(status);
+      if (WIFEXITED(status)) x.status = WEXITSTATUS(status);
+      if (WIFEXITED(status) && x.status == 0) continue;  // kFinished
+      ++result.failures;
+      if (result.killed && x.signal == SIGKILL)
+        x.outcome = RankOutcome::kKilled;
+      else if (forwardedAt)
+        x.outcome = RankOutcome::kInterrupted;
+      else if (result.killed)
+        x.outcome = RankOutcome::kKilled;
+      else if (firstFailure && !WIFSIGNALED(status))
+        x.outcome = RankOutcome::kFollowed;
+      else
+        x.outcome = RankOutcome::kDied;
+      if (x.outcome == RankOutcome::kDied || x.outcome == RankOutcome::kFollowed) {
         if (WIFSIGNALED(status))
-          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " was killed by signal " << WTERMSIG(status));
+          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " was killed by signal " << x.signal);
         else
-          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << WEXITSTATUS(status)
-                                      << exitReason(WEXITSTATUS(status), o, cpus, rank));
-        if (!firstFailure) firstFailure = Clock::now();
+          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << x.status
+                                      << exitReason(x.status, o, cpus, static_cast<long>(rank))
+                                      << (x.outcome == RankOutcome::kFollowed ? " after a failed peer" : ""));
       }
+      if (!firstFailure) firstFailure = Clock::now();
       continue;
     }
-    const bool afterFailure = firstFailure && since(*firstFailure) > o.failureGraceSeconds;
+    const bool afterFailure = firstFailure && !forwardedAt && since(*firstFailure) > o.failureGraceSeconds;
     const bool late = o.deadlineSeconds > 0 && since(start) > o.deadlineSeconds;
-    if (!result.killed && (afterFailure || late)) {
-      GOSSAMER_LOG(kWarning, o.name << ": stopping ranks still running ("
-                                    << (afterFailure ? "after a failure" : "deadline exceeded") << ")");
-      for (pid_t p : pids) kill(p, SIGKILL);
+    const bool stopOverdue = forwardedAt && since(*forwardedAt) > o.stopGraceSeconds;
+    if (!result.killed && (afterFailure || late || stopOverdue)) {
+      GOSSAMER_LOG(kWarning, o.name << ": killing the ranks still running ("
+                                    << (stopOverdue    ? "they outlived the forwarded signal"
+                                        : afterFailure ? "after a failure"
+                                                       : "deadline exceeded")
+                                    << ")");
+      for (std::size_t r = 0; r < pids.size(); ++r)
+        if (running[r]) kill(pids[r], SIGKILL);
       result.killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -163,8 +264,17 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   if (beforeCleanup) beforeCleanup(rendezvous);
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
-  if (result.failures)
-    GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize << " ranks failed");
+  if (!result.ok()) {
+    std::string report;
+    for (auto outcome : {RankOutcome::kDied, RankOutcome::kFollowed, RankOutcome::kKilled,
+                         RankOutcome::kInterrupted, RankOutcome::kFinished}) {
+      const std::string who = ranksWith(result.ranks, outcome);
+      if (who.empty()) continue;
+      report += std::string(report.empty() ? "" : "; ") + toString(outcome) + ": " + who;
+    }
+    GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize
+                                << " ranks did not finish (" << report << ")");
+  }
   return result;
 }
 

@@ -4,15 +4,22 @@
 #include <sched.h>
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
+#include "log_capture.hpp"
 
 namespace {
 
@@ -124,4 +131,80 @@ TEST_CASE("launcher: CPU binding names round-trip, and an unknown one is refused
   CHECK(std::string(gossamer::toString(gossamer::CpuBinding::kCore)) == "core");
   CHECK_THROWS_AS(gossamer::parseCpuBinding("socket"), gossamer::InvalidArgument);
   CHECK_THROWS_WITH(gossamer::parseCpuBinding(""), Catch::Contains("core or none"));
+}
+
+namespace {
+
+// Launches one /bin/sh rank per script; returns the result and the
+// rendezvous directory (removed by then).
+std::pair<gossamer::LaunchResult, std::string> launchScripts(const std::vector<std::string>& scripts,
+                                                             double failureGrace = 20) {
+  gossamer::LaunchOptions o;
+  o.worldSize = static_cast<int>(scripts.size());
+  o.executable = "/bin/sh";
+  o.deadlineSeconds = 60;
+  o.failureGraceSeconds = failureGrace;
+  o.stopGraceSeconds = 2;
+  o.name = "test-launcher";
+  std::string dir;
+  auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& d) {
+    dir = d;
+    return std::vector<std::string>{"sh", "-c", scripts[static_cast<std::size_t>(r)]};
+  });
+  return {result, dir};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "launcher: the report tells the rank that died from those that stopped after it and those that finished",
+    "[launcher]") {
+  gossamer::testing::LogCapture log(gossamer::LogLevel::kError);
+  // rank 1 dies at once; ranks 0 and 2 notice later and exit 1; rank 3 finishes.
+  const auto [result, dir] =
+      launchScripts({"sleep 0.5; exit 1", "kill -9 $$", "sleep 0.7; exit 1", "exit 0"});
+  REQUIRE(result.ranks.size() == 4);
+  CHECK(result.ranks[1].outcome == gossamer::RankOutcome::kDied);
+  CHECK(result.ranks[1].signal == SIGKILL);
+  CHECK(result.ranks[0].outcome == gossamer::RankOutcome::kFollowed);
+  CHECK(result.ranks[0].status == 1);
+  CHECK(result.ranks[2].outcome == gossamer::RankOutcome::kFollowed);
+  CHECK(result.ranks[3].outcome == gossamer::RankOutcome::kFinished);
+  CHECK(result.failures == 3);
+  CHECK_FALSE(result.ok());
+  bool summary = false;
+  for (const auto& [level, text] : log.lines())
+    if (text.find("3 of 4 ranks did not finish (died: 1; followed: 0, 2; finished: 3)") != std::string::npos)
+      summary = true;
+  CHECK(summary);
+  CHECK_FALSE(std::filesystem::exists(dir));
+}
+
+TEST_CASE("launcher: a SIGTERM to the launcher is forwarded, every rank is reaped and the directory removed",
+          "[launcher]") {
+  gossamer::testing::LogCapture log(gossamer::LogLevel::kError);
+  // Ranks 0 and 1 exit on SIGTERM; rank 2 ignores it and is killed after the stop grace.
+  struct sigaction before {};
+  sigaction(SIGTERM, nullptr, &before);
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(getpid(), SIGTERM);  // caught by the launcher's handler, not by this test process
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [result, dir] = launchScripts({"exec sleep 30", "exec sleep 30", "trap '' TERM; exec sleep 30"});
+  sender.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(result.signal == SIGTERM);
+  CHECK(result.ranks[0].outcome == gossamer::RankOutcome::kInterrupted);
+  CHECK(result.ranks[0].signal == SIGTERM);
+  CHECK(result.ranks[1].outcome == gossamer::RankOutcome::kInterrupted);
+  CHECK(result.ranks[2].outcome == gossamer::RankOutcome::kKilled);
+  CHECK(result.ranks[2].signal == SIGKILL);
+  CHECK(result.killed);
+  CHECK(seconds < 15);
+  CHECK_FALSE(std::filesystem::exists(dir));
+  // The handler was the launcher's only while it ran: the previous one is back.
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  CHECK(now.sa_handler == before.sa_handler);
 }

@@ -41,13 +41,43 @@ struct LaunchOptions {
   double deadlineSeconds = 0;
   std::string name = "gossamer";           ///< Prefix of the launcher's log messages (gossamer/log.hpp).
   CpuBinding binding = CpuBinding::kNone;  ///< Which CPUs each rank's process may run on.
+  /// While the ranks run, SIGINT, SIGTERM and SIGHUP sent to the launcher
+  /// are caught and forwarded to every rank still running (the previous
+  /// handlers are restored on return). Off: the launcher's process keeps its
+  /// own handling of them.
+  bool forwardSignals = true;
+  /// After forwarding a signal, how long the ranks may take to exit before
+  /// they are killed, seconds.
+  double stopGraceSeconds = 5;
+};
+
+/// How one rank's process ended.
+enum class RankOutcome {
+  kFinished,     ///< Exited with status 0.
+  kDied,         ///< Killed by a signal the launcher did not send, or the first rank to exit non-zero.
+  kFollowed,     ///< Exited non-zero after another rank had died or failed (it left because of it).
+  kKilled,       ///< Killed by the launcher: still running after the failure grace or the deadline.
+  kInterrupted,  ///< Ended after the launcher forwarded it a signal (LaunchOptions::forwardSignals).
+};
+
+/// "finished", "died", "followed", "killed" or "interrupted".
+const char* toString(RankOutcome outcome) noexcept;
+
+/// How one rank ended.
+struct RankExit {
+  RankOutcome outcome = RankOutcome::kFinished;
+  int status = 0;      ///< Exit status when it exited, else 0.
+  int signal = 0;      ///< Signal that ended it when it was killed, else 0.
+  double seconds = 0;  ///< When it ended, seconds after the launch.
 };
 
 /// What happened to the ranks.
 struct LaunchResult {
-  int failures = 0;     ///< Ranks that exited non-zero or were killed by a signal.
-  bool killed = false;  ///< The launcher had to SIGKILL ranks still running.
-  bool ok() const { return failures == 0 && !killed; }
+  int failures = 0;             ///< Ranks that did not finish (exited non-zero or were killed by a signal).
+  bool killed = false;          ///< The launcher had to SIGKILL ranks still running.
+  int signal = 0;               ///< The first signal forwarded to the ranks (0: none).
+  std::vector<RankExit> ranks;  ///< One per rank, in rank order.
+  bool ok() const { return failures == 0 && !killed && signal == 0; }
 };
 
 /// The CPUs the calling thread may run on (its affinity mask,
@@ -61,7 +91,12 @@ std::vector<int> allowedCpus();
 /// rank running `options.executable` with the arguments `argsFor(rank,
 /// rendezvousDir)` (argv[0] included), and waits for all of them. Each
 /// failure is reported through the log hook (gossamer/log.hpp, level error)
-/// with the rank and its exit status or signal.
+/// with the rank and its exit status or signal; at the end one line says
+/// which ranks died, which stopped after them, which the launcher killed or
+/// interrupted and which finished (LaunchResult::ranks).
+/// SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to the ranks
+/// (forwardSignals); ranks still running `stopGraceSeconds` later are killed,
+/// every rank is reaped and the directory removed before returning.
 /// After a failure the others get `failureGraceSeconds` to stop by
 /// themselves; ranks still running then (or past the deadline) are killed.
 /// The rendezvous directory is removed at the end; `beforeCleanup` (if set)
