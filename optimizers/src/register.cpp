@@ -34,7 +34,9 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
   return p;
 }
 SgpOptions sgpFrom(const Config& c) {
-  return SgpOptions{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
+  SgpOptions o{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
+  o.weightFloor = c.get<double>("algorithm.weight_floor");
+  return o;
 }
 
 /// The keys every gossip optimizer reads.
@@ -118,7 +120,9 @@ void registerSgp(Registry& registry) {
         return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
                                      sgpFrom(ctx.config));
       },
-      gossipKeys());
+      gossipKeys().real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
+                        "async mode: a rank whose push-sum weight is below this keeps its mass instead of "
+                        "pushing, until its peers' pushes raise it (no underflow; the mass stays exact)"));
 }
 
 void registerHierarchical(Registry& registry) {

@@ -30,6 +30,8 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       numParams_(numParams),
       sendBuf_(sizeof(double) + numParams * sizeof(float)) {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
+                   "weight floor " << o.weightFloor << " outside (0, 1)");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
@@ -57,6 +59,7 @@ void Sgp::mixParameters(std::span<float> params) {
 // Keeps the self share of w and pushes the other shares with the de-biased
 // model z. In async mode a send to a peer known to be gone keeps its share.
 void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
+  if (options_.mode == GossipMode::kAsync && weight_ < options_.weightFloor) return;  // keep the mass
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
   const double wShare = weight_ * share;
   std::memcpy(sendBuf_.data(), &wShare, sizeof(double));

@@ -429,3 +429,47 @@ TEST_CASE("SGP in async mode routes around a peer that left: the others keep ste
   INFO("survivors' consensus distance " << before << " -> " << after);
   CHECK(after < 0.2 * before);
 }
+
+TEST_CASE("SGP in async mode keeps every push-sum weight clear of underflow when one rank runs far ahead",
+          "[sgp]") {
+  // Rank 0 steps 1500 times without pause while the others step 40 times,
+  // slowly: it pushes far more often than anyone pushes to it. Without a
+  // floor its weight halves at every push and underflows to 0, after which
+  // its messages carry nothing and the mass it held is gone.
+  const int n = 4;
+  topologies::DirectedExponential expo(n, 1);
+  auto xs = randomModels(n, 8, 5);
+  std::vector<double> mean0(8, 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < 8; ++i) mean0[i] += x[i] / n;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<double> weights(n), lowest(n, 1.0);
+  std::barrier allSent(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::Sgp sgp(*t, expo, 8, {{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    std::vector<float> g(8, 0.0f);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    const int steps = r == 0 ? 1500 : 40;
+    for (int s = 0; s < steps; ++s) {
+      sgp.step(x, g);
+      lowest[static_cast<std::size_t>(r)] = std::min(lowest[static_cast<std::size_t>(r)], sgp.weight());
+      if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    allSent.arrive_and_wait();
+    sgp.flush(x);
+    weights[static_cast<std::size_t>(r)] = sgp.weight();
+  });
+  double mass = 0;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(lowest[static_cast<std::size_t>(r)] > 1e-4);  // never near underflow
+    mass += weights[static_cast<std::size_t>(r)];
+  }
+  CHECK(mass == Approx(4.0).margin(1e-9));
+  for (std::size_t i = 0; i < 8; ++i) {
+    double numerator = 0;
+    for (std::size_t r = 0; r < 4; ++r) numerator += weights[r] * xs[r][i];
+    CHECK(numerator == Approx(4.0 * mean0[i]).margin(1e-4));
+  }
+}

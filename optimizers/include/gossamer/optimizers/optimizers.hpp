@@ -154,6 +154,11 @@ struct SgpOptions {
   SgdOptions sgd;
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait.
   GossipMode mode = GossipMode::kSync;
+  /// Async mode: a rank whose weight w is below this does not push (it keeps
+  /// all of its mass) until pushes from its peers raise w again, in (0, 1).
+  /// A rank that steps faster than its peers push to it would otherwise halve
+  /// w at every push until it underflows to 0, and its mass with it.
+  double weightFloor = 1e-3;
 };
 
 /// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019,
@@ -170,7 +175,9 @@ struct SgpOptions {
 /// the tests check. One message per out-peer per step: 8 + 4P bytes
 /// ([w share: float64][z: P float32], dtype bytes; the receiver scales).
 /// In async mode a send to a peer known to be gone keeps that share locally,
-/// so the mass is not lost and the others route around the peer.
+/// so the mass is not lost and the others route around the peer; and a rank
+/// whose weight fell below options.weightFloor skips its push (keeps all
+/// its mass) until its peers' pushes raise it, so no weight underflows.
 class Sgp final : public DistributedOptimizer {
  public:
   /// @throws InvalidArgument for a topology of another world size or bad options.
