@@ -15,9 +15,21 @@
 //           with x_s <- x_s + (selfWeight - 1) s_s + sum_k w_k recv_k: the
 //           averaged snapshot plus the local progress made since. With a
 //           doubly stochastic topology the mean over ranks is still kept.
-//  async    no waiting: send, then average each segment with whatever
-//           segments have arrived from anyone, x_s <- (x_s + sum recv)/(1+m).
+//  async    no waiting, push-sum per segment (as SGP, Assran et al. 2019,
+//           Alg. 1, for each segment): segment s carries a weight w_s
+//           (initially 1); a send keeps the share 1/(k+1) of w_s and pushes
+//           the same share with the de-biased segment z_s to each of its k
+//           destinations ([w share: float64][z_s: float32], 8 + 4 |s| bytes);
+//           whatever has arrived from anyone is folded in as
+//           z_s <- (w_s z_s + sum w_j z_j) / (w_s + sum w_j), w_s += sum w_j.
+//           The weighted sum over ranks is kept exactly (the average of the
+//           models is not lost, whatever the timing), and a segment whose
+//           weight fell below options.weightFloor keeps its mass instead of
+//           pushing, so no weight underflows.
 #include <Eigen/Core>
+#include <chrono>
+#include <cstring>
+#include <thread>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -60,6 +72,8 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
                    "segments " << o.segments);
   GOSSAMER_ENFORCE(o.interval >= 1, "interval " << o.interval);
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
+                   "weight floor " << o.weightFloor << " outside (0, 1)");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
@@ -111,6 +125,13 @@ void CrossoverSgd::flush(std::span<float> params) {
   if (inFlight_) {
     finish(params, *pending_, true);
     inFlight_ = false;
+  }
+  if (options_.mode == GossipMode::kAsync && !asyncRecv_.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (std::chrono::steady_clock::now() < deadline) {
+      foldArrived(params);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 }
 
@@ -189,44 +210,64 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
     for (int q = 0; q < n; ++q)
       if (q != rank) others_.push_back(q);
     asyncBuf_.resize(numSeg);
+    asyncWeight_.assign(numSeg, 1.0);
     for (std::size_t s = 0; s < numSeg; ++s) {
-      asyncBuf_[s].resize(segments_[s].second - segments_[s].first);
-      asyncRecv_.push_back(transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
-                                            std::as_writable_bytes(std::span<float>(asyncBuf_[s]))));
+      asyncBuf_[s].resize(sizeof(double) + (segments_[s].second - segments_[s].first) * sizeof(float));
+      asyncRecv_.push_back(
+          transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]));
     }
   }
   for (std::size_t s = 0; s < numSeg; ++s) {
+    double& w = asyncWeight_[s];
+    if (w < options_.weightFloor) continue;  // keep the mass until pushes raise it
     const auto [b, e] = segments_[s];
-    for (int dst : topology_.peers(rank, round, static_cast<int>(s)).sendTo) {
+    const std::vector<int> dsts = topology_.peers(rank, round, static_cast<int>(s)).sendTo;
+    const double share = 1.0 / static_cast<double>(dsts.size() + 1);
+    const double wShare = w * share;
+    asyncSend_.resize(sizeof(double) + (e - b) * sizeof(float));
+    std::memcpy(asyncSend_.data(), &wShare, sizeof(double));
+    std::memcpy(asyncSend_.data() + sizeof(double), params.data() + b, (e - b) * sizeof(float));
+    double keep = share;
+    for (int dst : dsts) {
       try {
-        transport_.isendOf<float>(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
-                                  std::span<const float>(params.data() + b, e - b));
+        transport_.isend(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncSend_);
       } catch (const PeerFailure&) {
-        // Route around a peer that is gone: this segment simply is not shared this round.
+        keep += share;  // route around a peer that is gone: its share stays here
       }
     }
+    w *= keep;
   }
-  std::vector<float> sum;
-  for (std::size_t s = 0; s < numSeg; ++s) {
+  foldArrived(params);
+}
+
+void CrossoverSgd::foldArrived(std::span<float> params) {
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
     const auto [b, e] = segments_[s];
-    int m = 0;
+    const std::size_t len = e - b;
     for (;;) {
       try {
         if (!asyncRecv_[s].test()) break;
       } catch (const PeerFailure&) {
         break;  // every other rank has left: nothing more will arrive
       }
-      if (m == 0)
-        sum.assign(asyncBuf_[s].begin(), asyncBuf_[s].end());
-      else
-        view(sum.data(), sum.size()) += view(asyncBuf_[s].data(), asyncBuf_[s].size());
-      ++m;
-      asyncRecv_[s] = transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)),
-                                       std::as_writable_bytes(std::span<float>(asyncBuf_[s])));
-    }
-    if (m > 0) {
-      auto x = view(params.data() + b, e - b);
-      x = (x + view(sum.data(), sum.size())) / static_cast<float>(1 + m);
+      const int from = asyncRecv_[s].peer();
+      if (asyncRecv_[s].bytes() != asyncBuf_[s].size())
+        throw ProtocolError(from, frame_offset::kPayloadBytes,
+                            "async gossip segment of " + std::to_string(asyncRecv_[s].bytes()) +
+                                " bytes, expected " + std::to_string(asyncBuf_[s].size()));
+      double wj;
+      std::memcpy(&wj, asyncBuf_[s].data(), sizeof(double));
+      if (wj > 0) {
+        // Running weighted average, so that z never underflows even when w is tiny.
+        const double total = asyncWeight_[s] + wj;
+        const auto c = static_cast<float>(wj / total);
+        const auto* zj = reinterpret_cast<const float*>(asyncBuf_[s].data() + sizeof(double));
+        auto x = view(params.data() + b, len);
+        x += c * (Eigen::Map<const Eigen::VectorXf>(zj, static_cast<Eigen::Index>(len)) - x);
+        asyncWeight_[s] = total;
+      }
+      asyncRecv_[s] =
+          transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]);
     }
   }
 }

@@ -39,8 +39,9 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
   if (leaderComm_) {
     Transport& leaders = leaderComm_->transport();
     if (interAlgorithm == "sgp")
-      inter_ = std::make_unique<Sgp>(leaders, *leaderTopology_, numParams,
-                                     SgpOptions{options.sgd, options.timeoutSeconds, options.mode});
+      inter_ = std::make_unique<Sgp>(
+          leaders, *leaderTopology_, numParams,
+          SgpOptions{options.sgd, options.timeoutSeconds, options.mode, options.weightFloor});
     else
       inter_ = std::make_unique<CrossoverSgd>(leaders, *leaderTopology_, tensorSizes, options);
   }

@@ -26,6 +26,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.interval = c.get<int>("algorithm.interval");
   o.timeoutSeconds = c.transport.timeoutSeconds;
   o.mode = modeFrom(c);
+  o.weightFloor = c.get<double>("algorithm.weight_floor");
   return o;
 }
 std::size_t total(const std::vector<std::size_t>& sizes) {
@@ -41,10 +42,13 @@ SgpOptions sgpFrom(const Config& c) {
 
 /// The keys every gossip optimizer reads.
 KeySet gossipKeys() {
-  return KeySet().text(
-      "mode", "sync", kModes,
-      "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
-      "or async (mix whatever has arrived)");
+  return KeySet()
+      .text("mode", "sync", kModes,
+            "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
+            "or async (mix whatever has arrived)")
+      .real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
+            "async mode: a push-sum weight (SGP's, or a Crossover-SGD segment's) below this keeps its mass "
+            "instead of pushing, until the peers' pushes raise it (no underflow; the mass stays exact)");
 }
 KeySet crossoverKeys() {
   return gossipKeys()
@@ -120,9 +124,7 @@ void registerSgp(Registry& registry) {
         return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
                                      sgpFrom(ctx.config));
       },
-      gossipKeys().real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
-                        "async mode: a rank whose push-sum weight is below this keeps its mass instead of "
-                        "pushing, until its peers' pushes raise it (no underflow; the mass stays exact)"));
+      gossipKeys());
 }
 
 void registerHierarchical(Registry& registry) {

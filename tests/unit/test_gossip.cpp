@@ -473,3 +473,73 @@ TEST_CASE("SGP in async mode keeps every push-sum weight clear of underflow when
     CHECK(numerator == Approx(4.0 * mean0[i]).margin(1e-4));
   }
 }
+
+TEST_CASE(
+    "async Crossover-SGD and async SGP average 1, 2, 3 at learning rate 0 to 2, also with a rank running "
+    "ahead",
+    "[crossover][sgp]") {
+  const int n = 3;
+  for (const bool crossover : {true, false}) {
+    for (const bool ahead : {false, true}) {
+      CAPTURE(crossover, ahead);
+      auto fabric = inproc::makeFabric(n);
+      topologies::FairRoulette roulette(n, 7);
+      topologies::DirectedExponential expo(n, 1);
+      std::vector<std::vector<float>> xs(n);
+      std::vector<double> lowest(n, 1.0);
+      std::barrier allSent(n);
+      onEveryRank(n, [&](int r) {
+        auto t = inproc::makeTransport(fabric, r, 10.0);
+        auto& x = xs[static_cast<std::size_t>(r)];
+        x.assign(30, static_cast<float>(r + 1));
+        std::vector<float> g(30, 0.0f);
+        std::unique_ptr<DistributedOptimizer> opt;
+        optimizers::CrossoverSgd* cx = nullptr;
+        optimizers::Sgp* sgp = nullptr;
+        if (crossover) {
+          optimizers::CrossoverOptions o;
+          o.sgd = {0.0, 0.0, 0.0};
+          o.segments = 3;
+          o.mode = optimizers::GossipMode::kAsync;
+          auto c = std::make_unique<optimizers::CrossoverSgd>(*t, roulette,
+                                                              std::vector<std::size_t>{10, 10, 10}, o);
+          cx = c.get();
+          opt = std::move(c);
+        } else {
+          auto s = std::make_unique<optimizers::Sgp>(
+              *t, expo, 30, optimizers::SgpOptions{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+          sgp = s.get();
+          opt = std::move(s);
+        }
+        // With `ahead`, rank 0 steps 10 times as often as the others and without pause.
+        const int steps = ahead && r == 0 ? 1500 : 150;
+        for (int s = 0; s < steps; ++s) {
+          opt->step(x, g);
+          if (cx)
+            for (double w : cx->asyncWeights())
+              lowest[static_cast<std::size_t>(r)] = std::min(lowest[static_cast<std::size_t>(r)], w);
+          if (sgp)
+            lowest[static_cast<std::size_t>(r)] =
+                std::min(lowest[static_cast<std::size_t>(r)], sgp->weight());
+          if (!(ahead && r == 0)) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+        // Then rounds in lock step, so that the rank that ran ahead (and
+        // stopped pushing) mixes with the others again: the average was
+        // kept, and each round brings everyone closer to it.
+        for (int round = 0; round < 40; ++round) {
+          allSent.arrive_and_wait();
+          opt->flush(x);
+          allSent.arrive_and_wait();
+          opt->step(x, g);
+        }
+        allSent.arrive_and_wait();
+        opt->flush(x);
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CHECK(lowest[static_cast<std::size_t>(r)] > 4e-4);  // above floor / (out-degree + 1)
+        for (float v : xs[static_cast<std::size_t>(r)]) REQUIRE(v == Approx(2.0).margin(1e-6));
+      }
+    }
+  }
+}

@@ -85,6 +85,9 @@ struct CrossoverOptions {
   int interval = 1;  ///< Local steps between exchanges (>= 1).
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each exchange's waits.
   GossipMode mode = GossipMode::kSync;
+  /// Async mode: a segment whose push-sum weight is below this keeps its mass
+  /// instead of pushing until pushes from peers raise it, in (0, 1).
+  double weightFloor = 1e-3;
 };
 
 /// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each
@@ -126,12 +129,15 @@ class CrossoverSgd final : public DistributedOptimizer {
     return [this](std::span<float> params, std::uint64_t round) { exchange(params, round); };
   }
   const std::vector<std::pair<std::size_t, std::size_t>>& segments() const { return segments_; }
+  /// Async mode: each segment's push-sum weight (empty before the first exchange).
+  const std::vector<double>& asyncWeights() const { return asyncWeight_; }
 
  private:
   struct Pending;  // one exchange's requests and buffers
   void start(std::span<const float> params, std::uint64_t round, Pending& p);
   void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
   void asyncExchange(std::span<float> params, std::uint64_t round);
+  void foldArrived(std::span<float> params);  // async: folds in every segment that has arrived
 
   Transport& transport_;
   const Topology& topology_;
@@ -141,8 +147,11 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<std::pair<std::size_t, std::size_t>> segments_;
   std::unique_ptr<Pending> pending_;  // buffers of the exchange, reused every step
   bool inFlight_ = false;             // overlap: an exchange started and not finished
-  // async mode: one standing receive per segment from any other rank
-  std::vector<std::vector<float>> asyncBuf_;
+  // async mode: push-sum per segment, one standing receive per segment from
+  // any other rank ([w: float64][z: float32 x segment])
+  std::vector<std::vector<std::byte>> asyncBuf_;
+  std::vector<std::byte> asyncSend_;
+  std::vector<double> asyncWeight_;
   std::vector<Request> asyncRecv_;
   std::vector<int> others_;  // every rank but this one
   std::uint64_t steps_ = 0;
