@@ -3,6 +3,7 @@
 
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
@@ -21,6 +22,7 @@ Registry makeTrainRegistry() {
 #ifdef GOSSAMER_HAVE_LIBFABRIC
   libfabric::registerWith(r);
 #endif
+  faults::registerWith(r);
   topologies::registerBuiltins(r);
   optimizers::registerBuiltins(r);
   registerTrainSections(r);

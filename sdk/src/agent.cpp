@@ -57,6 +57,12 @@ void Registry::addSection(const std::string& section, const std::string& doc, co
   schema_.addSection(section, doc);
   schema_.addKeys(section, keys);
 }
+void Registry::addTransportService(const std::string& section, const std::string& doc, const KeySet& keys,
+                                   TransportWrapper wrap) {
+  GOSSAMER_ENFORCE(wrap, "null transport wrapper for section '" << section << "'");
+  addSection(section, doc, keys);
+  services_.push_back(std::move(wrap));
+}
 void Registry::setDefault(const std::string& section, const std::string& name) {
   schema_.setDefaultChoice(section, name);
 }
@@ -105,6 +111,10 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   const auto& makeTransport = registry.transport(c.transport.kind);
   impl_->topology = makeTopology(impl_->config);
   impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
+  for (const auto& wrap : registry.transportServices()) {
+    impl_->transport = wrap(TransportContext{impl_->config, rank, store}, std::move(impl_->transport));
+    GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
+  }
   impl_->communicator = std::make_unique<Communicator>(*impl_->transport, c.transport.timeoutSeconds);
   const auto& cc = c.collectives;
   CollectiveOptions co;

@@ -23,6 +23,7 @@
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
@@ -122,6 +123,7 @@ const Registry& builtins() {
 #ifdef GOSSAMER_HAVE_LIBFABRIC
     libfabric::registerWith(reg);
 #endif
+    faults::registerWith(reg);
     topologies::registerBuiltins(reg);
     optimizers::registerBuiltins(reg);
     return reg;

@@ -76,6 +76,11 @@ using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(con
 /// the inner optimizer would exchange.
 using CompressorFactory = std::function<std::unique_ptr<DistributedOptimizer>(
     const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner)>;
+/// A service that sits on the transport (fault injection; later security,
+/// membership): it gets the transport built so far and returns the one the
+/// Agent uses, the same one when its section of the config leaves it off.
+using TransportWrapper =
+    std::function<std::unique_ptr<Transport>(const TransportContext&, std::unique_ptr<Transport> inner)>;
 
 /// Name -> factory maps for transports (config `transport.kind`), topologies
 /// (`topology.kind`), optimizers (`algorithm.name`) and compressors
@@ -104,6 +109,14 @@ class Registry {
   void addTopology(const std::string& name, TopologyFactory f, const KeySet& keys = {});
   void addOptimizer(const std::string& name, OptimizerFactory f, const KeySet& keys = {});
   void addCompressor(const std::string& name, CompressorFactory f, const KeySet& keys = {});
+
+  /// A service with its own section: `wrap` is applied to every Agent's
+  /// transport, in registration order, after the transport is built.
+  /// @throws InvalidArgument on a key that clashes with one declared already, or a null `wrap`.
+  void addTransportService(const std::string& section, const std::string& doc, const KeySet& keys,
+                           TransportWrapper wrap);
+  /// The services' wrappers, in registration order.
+  const std::vector<TransportWrapper>& transportServices() const { return services_; }
 
   /// An application's (or a shared component's) own section, e.g.
   /// `training:`; calling it again adds keys to the same section.
@@ -148,6 +161,7 @@ class Registry {
  private:
   ConfigSchema schema_;
   std::map<std::string, TransportFactory> transports_;
+  std::vector<TransportWrapper> services_;
   std::map<std::string, TopologyFactory> topologies_;
   std::map<std::string, OptimizerFactory> optimizers_;
   std::map<std::string, CompressorFactory> compressors_;

@@ -1,0 +1,134 @@
+// Fault injection (transports/faults): the `faults:` section wraps every
+// Agent's transport, and the wrapper drops and duplicates sends with the
+// configured probabilities, reproducibly from its seed.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/faults.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+Registry registryWith(std::shared_ptr<inproc::Fabric> fabric) {
+  Registry reg;
+  inproc::registerWith(reg, std::move(fabric));
+  faults::registerWith(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  return reg;
+}
+
+// Rank 0 sends `n` numbered messages to rank 1 through a wrapped transport;
+// returns how often each number arrived and the wrapper's counters.
+std::pair<std::map<std::uint32_t, int>, faults::FaultStats> sendNumbered(const faults::FaultOptions& o,
+                                                                         int n) {
+  auto fabric = inproc::makeFabric(2);
+  std::map<std::uint32_t, int> seen;
+  faults::FaultStats stats;
+  onEveryRank(2, [&](int r) {
+    // Only rank 0's sends pass the injector; rank 1 answers reliably.
+    std::unique_ptr<Transport> t = inproc::makeTransport(fabric, r, 10.0);
+    if (r == 0) t = faults::wrap(std::move(t), o);
+    const Tag tag = Tag::make(Op::kGossip, 0, 0);
+    if (r == 0) {
+      for (std::uint32_t i = 0; i < static_cast<std::uint32_t>(n); ++i) {
+        Request q = t->isend(1, tag, std::as_bytes(std::span<const std::uint32_t>(&i, 1)));
+        q.wait(10.0);
+      }
+      stats = *faults::faultStats(*t);
+      // The end marker may be dropped too: repeat it until rank 1 answers.
+      std::uint32_t ack = 0;
+      const std::uint32_t done = 0xFFFFFFFFu;
+      Request a = t->irecv(1, Tag::make(Op::kGossip, 0, 2),
+                           std::as_writable_bytes(std::span<std::uint32_t>(&ack, 1)));
+      for (int k = 0; k < 200 && !a.test(); ++k) {
+        Request q = t->isend(1, Tag::make(Op::kGossip, 0, 1),
+                             std::as_bytes(std::span<const std::uint32_t>(&done, 1)));
+        q.wait(10.0);
+        a.waitFor(0.05);
+      }
+      REQUIRE(a.test());
+    } else {
+      std::uint32_t v = 0, done = 0;
+      Request fin = t->irecv(0, Tag::make(Op::kGossip, 0, 1),
+                             std::as_writable_bytes(std::span<std::uint32_t>(&done, 1)));
+      for (;;) {
+        Request q = t->irecv(0, tag, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+        if (q.waitFor(0.5)) {
+          ++seen[v];
+          continue;
+        }
+        if (fin.test()) break;  // everything sent before the end marker has arrived
+      }
+      const std::uint32_t ack = 1;
+      Request a =
+          t->isend(0, Tag::make(Op::kGossip, 0, 2), std::as_bytes(std::span<const std::uint32_t>(&ack, 1)));
+      a.wait(10.0);
+    }
+    t->close();
+  });
+  return {seen, stats};
+}
+
+}  // namespace
+
+TEST_CASE("faults: sends are dropped and duplicated at the configured rates, reproducibly", "[faults]") {
+  faults::FaultOptions o;
+  o.dropProbability = 0.3;
+  o.duplicateProbability = 0.2;
+  o.seed = 11;
+  const int n = 2000;
+  const auto [seen, stats] = sendNumbered(o, n);
+  int received = 0, twice = 0;
+  for (const auto& [v, count] : seen) {
+    REQUIRE(v < static_cast<std::uint32_t>(n));
+    REQUIRE((count == 1 || count == 2));
+    received += count;
+    twice += count == 2 ? 1 : 0;
+  }
+  CHECK(static_cast<int>(seen.size()) == n - static_cast<int>(stats.dropped));
+  CHECK(twice == static_cast<int>(stats.duplicated));
+  CHECK(received == n - static_cast<int>(stats.dropped) + static_cast<int>(stats.duplicated));
+  CHECK(stats.dropped == Approx(0.3 * n).epsilon(0.15));
+  CHECK(stats.duplicated == Approx(0.2 * 0.7 * n).epsilon(0.2));
+  // The same seed drops the same messages.
+  const auto again = sendNumbered(o, n);
+  CHECK(again.first == seen);
+  o.seed = 12;
+  CHECK(sendNumbered(o, n).first != seen);
+}
+
+TEST_CASE("faults: the section wraps an Agent's transport only when enabled, and is checked", "[faults]") {
+  auto fabric = inproc::makeFabric(2);
+  const Registry reg = registryWith(fabric);
+  const Config on = reg.parse(
+      "world_size: 2\ntransport: {kind: inproc}\nfaults:\n  enabled: true\n  drop: 0.05\n  duplicate: 0.01\n",
+      "f.yaml");
+  MemoryStore store;
+  onEveryRank(2, [&](int r) {
+    Agent a(on, r, store, reg);
+    CHECK(a.transport().name() == "inproc+faults");
+    CHECK(faults::faultStats(a.transport()) != nullptr);
+    a.close();
+  });
+  const Config off = reg.parse("world_size: 1\ntransport: {kind: inproc}\n", "g.yaml");
+  CHECK_FALSE(off.get<bool>("faults.enabled"));
+  try {
+    (void)reg.parse("world_size: 2\nfaults:\n  enabled: true\n  drop: 1.0\n", "bad.yaml");
+    FAIL("drop 1.0 was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(e.line() == 4);
+    CHECK(e.key() == "faults.drop");
+  }
+  CHECK_THROWS_AS(faults::wrap(inproc::makeTransport(inproc::makeFabric(1), 0, 1.0), {1.5, 0, 0}),
+                  InvalidArgument);
+}
