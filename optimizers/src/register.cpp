@@ -121,10 +121,15 @@ void registerSgp(Registry& registry) {
   registry.addOptimizer(
       "sgp",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+        if (ctx.config.get<bool>("algorithm.loss_tolerant"))
+          return std::make_unique<LossTolerantSgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
+                                                   sgpFrom(ctx.config));
         return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
                                      sgpFrom(ctx.config));
       },
-      gossipKeys());
+      gossipKeys().boolean("loss_tolerant", false,
+                           "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
+                           "no mass (never waits, as async; 16 + 8P bytes per message)"));
 }
 
 void registerHierarchical(Registry& registry) {

@@ -29,7 +29,7 @@ class FaultyTransport final : public Transport {
   double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return send(dst, data, [&] { return inner_->isend(dst, tag, data, dtype); });
+    return send(dst, tag, data, [&] { return inner_->isend(dst, tag, data, dtype); });
   }
   // The wrapper copies anyway (a duplicate is a second isend), so borrowed
   // sends become plain ones.
@@ -57,8 +57,8 @@ class FaultyTransport final : public Transport {
  private:
   enum class Fate { kSend, kDrop, kDuplicate };
 
-  Fate draw(int dst) {
-    if (dst == rank()) return Fate::kSend;
+  Fate draw(int dst, const Tag& tag) {
+    if (dst == rank() || (options_.gossipOnly && tag.op != Op::kGossip)) return Fate::kSend;
     std::lock_guard<std::mutex> lock(mu_);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     if (u(rng_) < options_.dropProbability) {
@@ -73,9 +73,9 @@ class FaultyTransport final : public Transport {
   }
 
   template <typename SendFn>
-  Request send(int dst, std::span<const std::byte> data, SendFn sendOnce) {
+  Request send(int dst, const Tag& tag, std::span<const std::byte> data, SendFn sendOnce) {
     GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(), "destination " << dst << " outside " << worldSize());
-    switch (draw(dst)) {
+    switch (draw(dst, tag)) {
       case Fate::kDrop:
         return Request(detail::completedRequest(dst, data.size()));
       case Fate::kDuplicate: {
@@ -123,7 +123,10 @@ void registerWith(Registry& registry) {
           .boolean("enabled", false, "wrap the transport with the fault injector")
           .real("drop", 0.0, {0.0, true, 1.0, false}, "probability that a send is lost")
           .real("duplicate", 0.0, {0.0, true, 1.0, false}, "probability that a send arrives twice")
-          .integer("seed", -1, -1, INT_MAX, "the injector's seed (-1: the run's seed)"),
+          .integer("seed", -1, -1, INT_MAX, "the injector's seed (-1: the run's seed)")
+          .text("messages", "all", {"all", "gossip"},
+                "which sends are touched: all, or only the gossip algorithms' (the collectives assume a "
+                "reliable transport)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("faults.enabled")) return inner;
@@ -132,6 +135,7 @@ void registerWith(Registry& registry) {
         o.duplicateProbability = c.get<double>("faults.duplicate");
         const int seed = c.get<int>("faults.seed");
         o.seed = seed < 0 ? c.seed : static_cast<std::uint64_t>(seed);
+        o.gossipOnly = c.get<std::string>("faults.messages") == "gossip";
         return wrap(std::move(inner), o);
       });
 }

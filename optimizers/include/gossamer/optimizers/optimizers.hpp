@@ -233,6 +233,58 @@ class Sgp final : public DistributedOptimizer {
   std::uint64_t steps_ = 0;
 };
 
+/// Loss-tolerant SGP (`algorithm: {name: sgp, loss_tolerant: true}`): push-sum
+/// with running sums per edge and sequence numbers (Hadjicostis,
+/// Dominguez-Garcia and Vaidya, IEEE TAC 2016), so that lost, duplicated or
+/// reordered messages lose no mass and count nothing twice. Never waits for a
+/// message (as SGP's async mode). One message per out-peer per step: 16 + 8P
+/// bytes ([seq: u64][sum of w: f64][sum of x: P f64]). See
+/// sgp_running_sums.cpp for the steps.
+class LossTolerantSgp final : public DistributedOptimizer {
+ public:
+  /// @throws InvalidArgument for a topology of another world size or bad options.
+  LossTolerantSgp(Transport& transport, const Topology& topology, std::size_t numParams,
+                  const SgpOptions& options);
+  ~LossTolerantSgp() override;
+  std::string name() const override { return "sgp/loss_tolerant"; }
+  void step(std::span<float> params, std::span<const float> grads) override;
+  /// Leaves the gradients alone: SGP mixes models.
+  void reduceGradients(std::span<float> grads) override;
+  /// The running-sum push-sum round on the de-biased model `params` (P float32).
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
+  /// Re-sends every edge's latest sums kFlushRepeats times and takes in what
+  /// arrives (about 60 ms): after every rank flushed, what was lost is made up.
+  void flush(std::span<float> params) override;
+  std::uint64_t steps() const override { return steps_; }
+  /// The push-sum weight w of this rank.
+  double weight() const { return weight_; }
+  static constexpr int kFlushRepeats = 5;
+
+ private:
+  struct Edge;     // running sums pushed to one peer
+  struct Inbound;  // running sums last taken from one peer
+  void sendEdge(int dst);
+  void takeArrived();
+  void writeModel(std::span<float> params);
+
+  Transport& transport_;
+  const Topology& topology_;
+  SgpOptions options_;
+  LocalSgd sgd_;
+  std::size_t numParams_;
+  double weight_ = 1.0;
+  std::vector<double> x_;     // numerator, P
+  std::vector<float> lastZ_;  // the model last written to params
+  std::vector<Edge> out_;     // by destination rank
+  std::vector<Inbound> in_;   // by source rank
+  std::vector<int> others_;
+  std::vector<std::byte> message_, recvBuf_;
+  Request recv_;
+  std::uint64_t steps_ = 0;
+  std::uint64_t rounds_ = 0;
+};
+
 /// Hierarchical gossip with leader groups (paper 004, Sec. 3.3). Ranks are
 /// split into groups; the first rank of each is its leader. Each step:
 ///   1. the gradients are averaged inside the group to the leader (binomial

@@ -21,6 +21,9 @@ struct FaultOptions {
   double duplicateProbability =
       0;                   ///< Each send that is not lost arrives twice with this probability, in [0, 1).
   std::uint64_t seed = 0;  ///< The generator's seed (mixed with the rank).
+  /// Only gossip messages (Op::kGossip) are touched; the collectives' go
+  /// through (they assume a reliable transport, as TCP is).
+  bool gossipOnly = false;
 };
 
 /// What the wrapper did so far.
@@ -41,7 +44,7 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOpt
 /// The counters of a transport made by wrap(); nullptr for any other transport.
 const FaultStats* faultStats(const Transport& transport);
 
-/// Registers the `faults:` section (enabled, drop, duplicate, seed) as a
+/// Registers the `faults:` section (enabled, drop, duplicate, seed, messages) as a
 /// transport service: with `faults.enabled: true` every Agent's transport is
 /// wrapped. The seed defaults to the run's `seed`.
 void registerWith(Registry& registry);
