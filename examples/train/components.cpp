@@ -5,6 +5,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/membership.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "train_config.hpp"
@@ -23,6 +24,7 @@ Registry makeTrainRegistry() {
   libfabric::registerWith(r);
 #endif
   faults::registerWith(r);
+  membership::registerWith(r);
   topologies::registerBuiltins(r);
   optimizers::registerBuiltins(r);
   registerTrainSections(r);

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -76,7 +77,7 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   auto& store = rv.store();
   const auto s =
       train::runRank(c, rank, data, store, registry, [&](const train::EpochMetrics& m) { printEpoch(c, m); });
-  if (rank == 0) emitSummary(train::summaryJson(s, c), summaryPath);
+  if (s.writer) emitSummary(train::summaryJson(s, c), summaryPath);
   return 0;
 }
 
@@ -92,7 +93,7 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
       try {
         auto s = train::runRank(c, r, data, store, registry,
                                 [&](const train::EpochMetrics& m) { printEpoch(c, m); });
-        if (r == 0) summary0 = std::move(s);
+        if (s.writer) summary0 = std::move(s);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -120,7 +121,11 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   gossamer::LaunchOptions o;
   o.worldSize = c.worldSize;
   o.binding = gossamer::parseCpuBinding(binding);
-  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  // With the membership service the survivors of a dead rank go on to the
+  // end; without it they stop within their transport timeout.
+  const bool membership = c.getOr("membership.enabled", false);
+  o.failureGraceSeconds = membership ? std::numeric_limits<double>::infinity()
+                                     : c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
   o.name = "gossamer-train";
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
@@ -129,13 +134,22 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       args.push_back("--set");
       args.push_back(o);
     }
-    if (r == 0 && !summaryPath.empty()) {
+    if ((r == 0 || membership) && !summaryPath.empty()) {  // the lowest survivor writes it
       args.push_back("--summary-json");
       args.push_back(summaryPath);
     }
     return args;
   });
   if (result.signal != 0) return 128 + result.signal;  // as a shell reports a process ended by it
+  if (membership && !result.killed) {
+    // The job succeeded if every rank that was not killed from outside finished.
+    bool finished = false, failed = false;
+    for (const auto& r : result.ranks) {
+      finished = finished || r.outcome == gossamer::RankOutcome::kFinished;
+      failed = failed || (r.outcome != gossamer::RankOutcome::kFinished && r.signal == 0);
+    }
+    return finished && !failed ? 0 : 1;
+  }
   return result.ok() ? 0 : 1;
 }
 

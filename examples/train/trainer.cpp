@@ -132,17 +132,26 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
 
-      // Evaluation collectives: [loss sum, training bytes, messages], then the average model.
-      double sums[3] = {loss, trainBytes, trainMessages};
-      agent.communicator().allreduce(std::span<double>(sums, 3), ReduceOp::kAverage);
-      std::copy(params.begin(), params.end(), average.begin());
-      agent.average(average);
+      // Evaluation collectives: [loss sum, training bytes, messages], then the
+      // average model; over the survivors, when peers were lost (survive()
+      // redoes them after a view change).
+      double sums[3] = {};
       double dist = 0;
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const double d = static_cast<double>(average[i]) - static_cast<double>(params[i]);
-        dist += d * d;
-      }
-      agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
+      agent.survive([&] {
+        sums[0] = loss;
+        sums[1] = trainBytes;
+        sums[2] = trainMessages;
+        agent.communicator().allreduce(std::span<double>(sums, 3), ReduceOp::kAverage);
+        std::copy(params.begin(), params.end(), average.begin());
+        agent.average(average);
+        dist = 0;
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          const double d = static_cast<double>(average[i]) - static_cast<double>(params[i]);
+          dist += d * d;
+        }
+        agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
+      });
+      const bool evaluator = agent.communicator().rank() == 0;  // the lowest rank alive
 
       EpochMetrics m;
       m.epoch = epoch;
@@ -151,22 +160,27 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       m.messagesSentPerPeer = sums[2];
       m.consensusDistance = dist;
       m.testAccuracyAverage = m.testAccuracyRank0 = std::numeric_limits<double>::quiet_NaN();
-      if (rank == 0) {
+      m.survivors = agent.communicator().worldSize();
+      if (evaluator) {
         m.testAccuracyRank0 = model.accuracy(params, data.test);
         m.testAccuracyAverage = model.accuracy(average, data.test);
       }
       m.seconds = since(epochStart);
       summary.history.push_back(m);
-      if (rank == 0 && onEpoch) onEpoch(m);
+      if (evaluator && onEpoch) onEpoch(m);
     }
     // Training throughput of every rank (steps per second, evaluation excluded).
     std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
-    rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
-    agent.communicator().allreduce(std::span<double>(rates));
+    agent.survive([&] {
+      std::fill(rates.begin(), rates.end(), 0.0);
+      rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
+      agent.communicator().allreduce(std::span<double>(rates));
+    });
     summary.stepsPerSecondByRank = rates;
     double sumFast = 0;
     int fast = 0;
-    for (int r = 0; r < n; ++r)
+    const auto alive = agent.view().members;
+    for (int r : alive)
       if (r != t.training.stragglerRank) {
         sumFast += rates[static_cast<std::size_t>(r)];
         ++fast;
@@ -179,6 +193,12 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.bytesSentPerPeer = last.bytesSentPerPeer;
     summary.messagesSentPerPeer = last.messagesSentPerPeer;
     summary.wallSeconds = since(start);
+    summary.writer = agent.communicator().rank() == 0;
+    summary.survivors = alive;
+    for (const auto& change : agent.viewChanges())
+      for (int p : change.lost)
+        summary.lost.push_back({p, change.resumeStep, change.seconds, change.resumeStep - change.fewestSteps,
+                                change.installedAtUnixSeconds});
     agent.close();
     return summary;
   } catch (...) {
@@ -239,8 +259,18 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
                     {"test_accuracy_rank0", m.testAccuracyRank0},
                     {"consensus_distance", m.consensusDistance},
                     {"bytes_sent_per_peer", m.bytesSentPerPeer},
-                    {"seconds", m.seconds}});
+                    {"seconds", m.seconds},
+                    {"survivors", m.survivors}});
   j["history"] = hist;
+  j["survivors"] = s.survivors;
+  nlohmann::json lost = nlohmann::json::array();
+  for (const auto& l : s.lost)
+    lost.push_back({{"rank", l.rank},
+                    {"step", l.step},
+                    {"agreement_seconds", l.agreementSeconds},
+                    {"steps_skipped", l.stepsSkipped},
+                    {"resumed_at_unix_seconds", l.resumedAtUnixSeconds}});
+  j["lost"] = lost;
   return j.dump();
 }
 

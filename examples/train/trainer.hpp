@@ -20,11 +20,12 @@ struct EpochMetrics {
   int epoch = 0;                   ///< 1-based.
   double trainLoss = 0;            ///< Mean mini-batch loss over ranks and steps.
   double testAccuracyAverage = 0;  ///< Test accuracy of the peers' average model, in [0, 1].
-  double testAccuracyRank0 = 0;    ///< Test accuracy of rank 0's own model, in [0, 1].
-  double consensusDistance = 0;    ///< (1/n) sum_i ||xbar - x_i||^2.
-  double bytesSentPerPeer = 0;     ///< Training payload bytes sent, mean over ranks, cumulative.
+  double testAccuracyRank0 = 0;  ///< Test accuracy of rank 0's own model (the lowest live rank's), in [0, 1].
+  double consensusDistance = 0;  ///< (1/n) sum_i ||xbar - x_i||^2.
+  double bytesSentPerPeer = 0;   ///< Training payload bytes sent, mean over ranks, cumulative.
   double messagesSentPerPeer = 0;  ///< Training messages sent, mean over ranks, cumulative.
   double seconds = 0;              ///< Wall time of the epoch (training + evaluation), seconds.
+  int survivors = 0;               ///< Ranks in the view at the end of the epoch.
 };
 
 /// What a finished run reports (rank 0's view).
@@ -44,6 +45,19 @@ struct TrainSummary {
   double stepsPerSecond = 0;
   std::vector<double> stepsPerSecondByRank;
   std::vector<EpochMetrics> history;
+  /// This rank writes the run's summary: rank 0 of the last view (rank 0,
+  /// unless it was lost).
+  bool writer = false;
+  /// The ranks alive at the end (global ranks), and the ranks lost on the way.
+  std::vector<int> survivors;
+  struct Lost {
+    int rank = -1;                    ///< Global rank.
+    std::uint64_t step = 0;           ///< Steps the survivors had completed when it was removed.
+    double agreementSeconds = 0;      ///< How long the survivors took to agree on the view without it.
+    std::uint64_t stepsSkipped = 0;   ///< Steps the ranks furthest behind skipped to realign.
+    double resumedAtUnixSeconds = 0;  ///< When this rank installed that view (system clock).
+  };
+  std::vector<Lost> lost;
 };
 
 /// Runs one rank of the job described by `config`: shards `data` (shared,

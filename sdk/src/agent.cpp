@@ -1,6 +1,8 @@
 #include "gossamer/agent.hpp"
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+#include "resilient_optimizer.hpp"
 
 namespace gossamer {
 
@@ -88,9 +90,34 @@ struct Agent::Impl {
   const Registry* registry;
   int rank;
   std::unique_ptr<Transport> transport;
+  Membership* membership = nullptr;  // the transport, when the membership service is on
+  Config viewConfig;                 // config with the view's world size
+  CollectiveOptions collectiveOptions;
   std::unique_ptr<Communicator> communicator;
   std::unique_ptr<Topology> topology;
+  std::vector<std::size_t> tensorSizes;
   std::unique_ptr<DistributedOptimizer> optimizer;
+  detail::ResilientOptimizer* resilient = nullptr;  // optimizer, when it is one
+  std::vector<ViewChange> changes;
+
+  // The configured optimizer (wrapped by its compressor) over the current view.
+  std::unique_ptr<DistributedOptimizer> makeInner() {
+    const Config& c = viewConfig;
+    const OptimizerContext ctx{c, *transport, *communicator, *topology, tensorSizes};
+    auto inner = registry->optimizer(c.algorithm.name)(ctx);
+    auto out = registry->compressor(c.compression.kind)(ctx, std::move(inner));
+    GOSSAMER_CHECK(out != nullptr, "compressor '" << c.compression.kind << "' returned no optimizer");
+    return out;
+  }
+
+  // Communicator and topology over the transport's current view.
+  void buildOverView() {
+    viewConfig = config;
+    viewConfig.worldSize = transport->worldSize();
+    topology = registry->topology(viewConfig.topology.kind)(viewConfig);
+    communicator = std::make_unique<Communicator>(*transport, config.transport.timeoutSeconds);
+    communicator->setOptions(collectiveOptions);
+  }
 };
 
 Agent::Agent(const Config& config, int rank, Store& store, const Registry& registry)
@@ -109,12 +136,14 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   registry.optimizer(c.algorithm.name);
   registry.compressor(c.compression.kind);
   const auto& makeTransport = registry.transport(c.transport.kind);
+  impl_->viewConfig = c;
   impl_->topology = makeTopology(impl_->config);
   impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
   for (const auto& wrap : registry.transportServices()) {
     impl_->transport = wrap(TransportContext{impl_->config, rank, store}, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
   }
+  impl_->membership = dynamic_cast<Membership*>(impl_->transport.get());
   impl_->communicator = std::make_unique<Communicator>(*impl_->transport, c.transport.timeoutSeconds);
   const auto& cc = c.collectives;
   CollectiveOptions co;
@@ -131,6 +160,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   impl_->communicator->setOptions(co);
   // Every rank measures together and keeps rank 0's model (same choices everywhere).
   if (cc.calibrate) impl_->communicator->calibrate();
+  impl_->collectiveOptions = impl_->communicator->options();
 }
 
 Agent::~Agent() {
@@ -151,14 +181,75 @@ Communicator& Agent::communicator() { return *impl_->communicator; }
 const Topology& Agent::topology() const { return *impl_->topology; }
 
 DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tensorSizes) {
-  const Config& c = impl_->config;
-  const OptimizerContext ctx{c, *impl_->transport, *impl_->communicator, *impl_->topology, tensorSizes};
-  // The compressor (identity for "none") wraps whatever optimizer is named.
-  auto inner = impl_->registry->optimizer(c.algorithm.name)(ctx);
-  impl_->optimizer = impl_->registry->compressor(c.compression.kind)(ctx, std::move(inner));
-  GOSSAMER_CHECK(impl_->optimizer != nullptr,
-                 "compressor '" << c.compression.kind << "' returned no optimizer");
-  return *impl_->optimizer;
+  Impl& m = *impl_;
+  m.resilient = nullptr;
+  m.optimizer.reset();
+  m.tensorSizes = tensorSizes;
+  auto inner = m.makeInner();
+  if (m.membership == nullptr) {
+    m.optimizer = std::move(inner);
+  } else {
+    auto r = std::make_unique<detail::ResilientOptimizer>(std::move(inner), *m.membership,
+                                                          [this] { return recover(); });
+    m.resilient = r.get();
+    m.optimizer = std::move(r);
+  }
+  return *m.optimizer;
+}
+
+ViewChange Agent::recover() {
+  Impl& m = *impl_;
+  GOSSAMER_ENFORCE(m.membership != nullptr,
+                   "recover() needs the membership service (membership.enabled: true)");
+  const std::uint64_t completed = m.resilient ? m.resilient->steps() : 0;
+  ViewChange change = m.membership->recover(completed);
+  // Everything built over the old view goes first (it refers to the old communicator).
+  if (m.resilient) m.resilient->dropInner();
+  m.communicator.reset();
+  m.topology.reset();
+  m.buildOverView();
+  if (m.resilient) {
+    m.resilient->setInner(m.makeInner());
+    m.changes.push_back(change);
+    m.resilient->afterViewChange(change, *m.communicator);
+  } else {
+    m.changes.push_back(change);
+  }
+  if (logEnabled(LogLevel::kWarning) && !change.lost.empty()) {
+    std::string lost;
+    for (int p : change.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(p);
+    log(LogLevel::kWarning, "rank " + std::to_string(m.rank) + ": lost rank(s) " + lost + " at step " +
+                                std::to_string(completed) + "; view " + std::to_string(change.view.number) +
+                                " has " + std::to_string(change.view.members.size()) + " ranks (agreed in " +
+                                std::to_string(change.seconds) + " s)");
+  }
+  return change;
+}
+
+bool Agent::hasMembership() const { return impl_->membership != nullptr; }
+
+View Agent::view() const {
+  if (impl_->membership != nullptr) return impl_->membership->view();
+  View v;
+  for (int r = 0; r < impl_->config.worldSize; ++r) v.members.push_back(r);
+  return v;
+}
+
+const std::vector<ViewChange>& Agent::viewChanges() const { return impl_->changes; }
+
+void Agent::survive(const std::function<void()>& f) {
+  for (;;) {
+    try {
+      if (impl_->membership != nullptr && impl_->membership->revoked()) recover();
+      f();
+      return;
+    } catch (const Expelled&) {
+      throw;
+    } catch (const PeerFailure&) {
+      if (impl_->membership == nullptr) throw;
+      recover();
+    }
+  }
 }
 
 DistributedOptimizer& Agent::optimizer() {

@@ -130,6 +130,27 @@ void Request::cancel() noexcept {
   state_->cancelIfPending();
 }
 
+void Request::fail(std::exception_ptr error) noexcept {
+  if (!state_) return;
+  std::unique_lock<std::mutex> engineLock;
+  if (state_->engine) {
+    {
+      std::lock_guard<std::mutex> lk(state_->mu);
+      if (state_->status != detail::RequestState::Status::kPending) return;
+    }
+    engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
+    state_->engine->cancelLocked(*state_);
+  }
+  state_->fail(std::move(error));
+}
+
+void Request::fail(const std::weak_ptr<detail::RequestState>& watched, std::exception_ptr error) noexcept {
+  auto state = watched.lock();
+  if (!state) return;
+  Request r(std::move(state));
+  r.fail(std::move(error));  // settled now: r's destructor cancels nothing
+}
+
 int Request::peer() const {
   GOSSAMER_ENFORCE(state_, "peer() on an empty Request");
   std::lock_guard<std::mutex> lk(state_->mu);

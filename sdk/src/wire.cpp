@@ -294,7 +294,7 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
         peer, fo::kSource,
         "source rank " + std::to_string(d.source) + " outside world size " + std::to_string(worldSize));
   const auto op = get<std::uint8_t>(header, fo::kOp);
-  if (op > std::uint8_t(Op::kControl)) throw ProtocolError(peer, fo::kOp, "unknown op " + std::to_string(op));
+  if (op > std::uint8_t(kLastOp)) throw ProtocolError(peer, fo::kOp, "unknown op " + std::to_string(op));
   if (get<std::uint8_t>(header, fo::kReserved1) != 0)
     throw ProtocolError(peer, fo::kReserved1, "reserved byte is not zero");
   d.tag.op = Op(op);

@@ -194,7 +194,8 @@ TEST_CASE("wire: Tag::make accepts the full step and segment range and rejects b
 }
 
 TEST_CASE("wire: Tag::packed is injective and keeps op, segment and step apart", "[wire]") {
-  const Op ops[] = {Op::kUser, Op::kAllreduce, Op::kBroadcast, Op::kBarrier, Op::kGossip, Op::kControl};
+  const Op ops[] = {Op::kUser,   Op::kAllreduce, Op::kBroadcast, Op::kBarrier,
+                    Op::kGossip, Op::kControl,   Op::kMembership};
   const std::uint32_t segments[] = {0, 1, 2, 255, 256, 0x7FFF, 0xFFFE, 0xFFFF};
   const std::uint64_t steps[] = {
       0, 1, 2, 0xFF, 0x100, 1ull << 32, 1ull << 39, Tag::kMaxStep - 1, Tag::kMaxStep};
@@ -262,7 +263,7 @@ TEST_CASE("wire: a source rank outside the world is rejected at its offset", "[w
 }
 
 TEST_CASE("wire: an unknown op is rejected at its offset", "[wire]") {
-  for (std::uint8_t op : {std::uint8_t(std::uint8_t(Op::kControl) + 1), std::uint8_t{0xFF}}) {
+  for (std::uint8_t op : {std::uint8_t(std::uint8_t(gossamer::kLastOp) + 1), std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kOp, op);
     INFO("op " << int(op));

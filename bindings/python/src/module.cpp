@@ -25,6 +25,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/membership.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 #ifdef GOSSAMER_HAVE_LIBFABRIC
@@ -124,6 +125,7 @@ const Registry& builtins() {
     libfabric::registerWith(reg);
 #endif
     faults::registerWith(reg);
+    membership::registerWith(reg);
     topologies::registerBuiltins(reg);
     optimizers::registerBuiltins(reg);
     return reg;

@@ -1,11 +1,13 @@
 // Agent: the one object a user holds per rank.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
+#include "gossamer/membership.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
@@ -33,17 +35,29 @@ class Agent final {
   Agent(Agent&&) noexcept;
   Agent& operator=(Agent&&) noexcept;
 
+  /// This rank in the job (its global rank; the view's rank is communicator().rank()).
   int rank() const;
+  /// The job's world size (the view's size is communicator().worldSize()).
   int worldSize() const;
   const Config& config() const;
+  /// The transport (with the membership service on: the current view).
   Transport& transport();
+  /// The communicator over the current view; replaced by recover(), so do
+  /// not keep the reference across a view change.
   Communicator& communicator();
+  /// The topology over the current view; replaced by recover().
   const Topology& topology() const;
 
   /// Creates the optimizer named by config.algorithm.name for a model whose
   /// flat parameter vector is made of tensors of `tensorSizes` elements,
   /// wrapped by the compressor named by config.compression.kind, and keeps
-  /// it; replaces any previous one.
+  /// it; replaces any previous one. With the membership service on, the
+  /// optimizer survives peers that die or fall silent: a step that fails
+  /// with PeerFailure is undone, the survivors agree on a new view
+  /// (recover()), and the step is redone over it (or skipped by a rank that
+  /// is behind, see ViewChange::resumeStep). Its step-carried state (push-sum
+  /// weight, momentum, overlap and async messages in flight) starts afresh
+  /// in the new view; the model is kept.
   /// @throws ConfigError for an unknown algorithm, InvalidArgument.
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
   /// The optimizer made by makeOptimizer. @throws InvalidArgument if none.
@@ -55,6 +69,30 @@ class Agent final {
   /// Convenience for communicator().allreduce(data, ReduceOp::kAverage).
   /// @throws PeerFailure, TimeoutError as the allreduce does.
   void average(std::span<float> data);
+
+  /// Whether the membership service is on (membership.enabled).
+  bool hasMembership() const;
+  /// The view in force: every rank of the job when membership is off.
+  View view() const;
+  /// Takes part in a view change after a PeerFailure (the optimizer's steps
+  /// do this themselves; call it for collectives of your own, or use
+  /// survive()): agrees with the survivors on the next view, rebuilds the
+  /// communicator, topology and optimizer over it and realigns the
+  /// optimizer's steps. Every survivor must call it (it blocks until they
+  /// agree). Returns the change (lost ranks, seconds it took).
+  /// @throws InvalidArgument without the membership service; Expelled if
+  ///         the survivors removed this rank; TimeoutError if they do not
+  ///         agree within membership.agreement_seconds; PeerFailure if
+  ///         another peer fails during the change (call it again).
+  ViewChange recover();
+  /// The view changes so far, oldest first.
+  const std::vector<ViewChange>& viewChanges() const;
+  /// Runs `f` (collectives of the caller's own, e.g. an evaluation) until it
+  /// completes: when it throws PeerFailure and the membership service is on,
+  /// recovers and runs it again over the new view, so `f` must recompute
+  /// its inputs each time. Without the service the PeerFailure propagates.
+  /// @throws Expelled, TimeoutError from recover(); whatever `f` throws.
+  void survive(const std::function<void()>& f);
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye
   /// to the peers and releases the transport. Idempotent; the destructor calls it.

@@ -55,6 +55,16 @@ class DistributedOptimizer {
   /// (paper 002_924d025a547be22c.txt, Algorithm 1, lines 9-10). Optional;
   /// the default ignores it. 0 means unknown.
   virtual void setTotalSteps(std::uint64_t totalSteps) { (void)totalSteps; }
+  /// True when every rank holds the same model after each step (AllReduce-SGD,
+  /// compressors whose decoded average is the same everywhere): after a
+  /// membership view change a rank that is behind copies the model of one
+  /// that is not (Agent::recover). The default: false.
+  virtual bool replicatedModel() const { return false; }
+  /// True when every step exchanges with peers at the same step (synchronous
+  /// and overlapping modes): after a view change the survivors realign their
+  /// step counts (a rank that is behind skips the steps it missed). False for
+  /// the async modes, whose ranks step at their own pace. The default: true.
+  virtual bool lockstep() const { return true; }
   /// The optimizer's own model exchange, for wrappers that replace its
   /// steps but keep how it mixes models (compressed training's model sync);
   /// empty when it has none (e.g. AllReduce-SGD, whose exchange is the

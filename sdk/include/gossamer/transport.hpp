@@ -62,6 +62,16 @@ class Request {
   /// Cancels a pending request; a no-op once it completed (or on an empty
   /// handle). After it returns the receive buffer is not written any more.
   void cancel() noexcept;
+  /// For transport wrappers (membership): fails a pending request with `error`
+  /// as cancel() would cancel it (the buffer is not written any more after it
+  /// returns); waiters then throw `error`. A no-op once the request settled.
+  void fail(std::exception_ptr error) noexcept;
+  /// A handle that observes this request without owning it (destroying it
+  /// cancels nothing): for wrappers that may have to fail() it later.
+  /// An empty handle's watcher is empty.
+  std::weak_ptr<detail::RequestState> watch() const noexcept { return state_; }
+  /// fail() on a request known only through watch(); a no-op if it is gone.
+  static void fail(const std::weak_ptr<detail::RequestState>& watched, std::exception_ptr error) noexcept;
   /// Rank the matched message came from (receives); the destination (sends).
   int peer() const;
   /// Bytes received (receives) or sent (sends). Valid once completed.

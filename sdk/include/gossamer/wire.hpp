@@ -69,7 +69,10 @@ enum class Op : std::uint8_t {
   kBarrier = 3,
   kGossip = 4,
   kControl = 5,
+  kMembership = 6,  ///< heartbeats and view changes (transports/membership)
 };
+/// The highest Op value a frame may carry.
+constexpr Op kLastOp = Op::kMembership;
 
 /// Message tag: (op, segment, step) packed into 64 bits (8 + 16 + 40 bits).
 /// Receives match on the whole tag.

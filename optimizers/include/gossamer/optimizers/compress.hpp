@@ -341,6 +341,9 @@ class CompressedSgd final : public DistributedOptimizer {
   bool hasCommunicationOnlyForm() const override { return true; }
   std::uint64_t steps() const override { return steps_; }
   void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
+  /// True when the models never drift apart (an identical decode of
+  /// allreduced means): then every rank holds the same model.
+  bool replicatedModel() const override { return !drifts(); }
 
   /// Synchronises the models now with options.sync (collective: every rank
   /// calls it at the same step). @throws as step.

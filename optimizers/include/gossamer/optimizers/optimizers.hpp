@@ -51,6 +51,8 @@ class AllReduceSgd final : public DistributedOptimizer {
  public:
   AllReduceSgd(Communicator& communicator, std::size_t numParams, const SgdOptions& options);
   std::string name() const override { return "allreduce_sgd"; }
+  /// Every rank applies the same averaged gradient: the models are identical.
+  bool replicatedModel() const override { return true; }
   void step(std::span<float> params, std::span<const float> grads) override;
   /// Averages `grads` (P float32) over all ranks in place.
   void reduceGradients(std::span<float> grads) override;
@@ -115,6 +117,8 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// steps, in the configured mode), on `params` (P float32, in place).
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
+  /// Async mode steps at its own pace; the other modes in lockstep.
+  bool lockstep() const override { return options_.mode != GossipMode::kAsync; }
   std::uint64_t steps() const override { return steps_; }
 
   /// Completes an exchange still in flight (overlap mode) so that `params`
@@ -200,6 +204,8 @@ class Sgp final : public DistributedOptimizer {
   /// model `params` (P float32, in place); the weight w is kept as in step().
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
+  /// Async mode steps at its own pace; the other modes in lockstep.
+  bool lockstep() const override { return options_.mode != GossipMode::kAsync; }
   /// Consumes the messages still in flight to this rank (overlap mode: the
   /// last round's; async mode: whatever arrives within a short grace period).
   void flush(std::span<float> params) override;
@@ -253,6 +259,8 @@ class LossTolerantSgp final : public DistributedOptimizer {
   /// The running-sum push-sum round on the de-biased model `params` (P float32).
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
+  /// Never waits for a peer's message: each rank steps at its own pace.
+  bool lockstep() const override { return false; }
   /// Re-sends every edge's latest sums kFlushRepeats times and takes in what
   /// arrives (about 60 ms): after every rank flushed, what was lost is made up.
   void flush(std::span<float> params) override;

@@ -1,0 +1,96 @@
+// Membership: which ranks of a job are alive, as a *view* that every survivor
+// agrees on before it uses it.
+//
+// A membership service (transports/membership) sits on the transport and
+// presents the current view as a Transport of its own: ranks 0..k-1 are the
+// view's members in order of their rank in the job (their "global" rank).
+// When a peer dies or falls silent the service revokes the view (every
+// pending receive through it fails with ViewChanged), the survivors agree on
+// the next view, and the Agent rebuilds its communicator, topology and
+// optimizer over it (Agent::recover). Messages of different views never
+// match: each view's tags carry its own epoch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+/// A membership view: the ranks of the job (global ranks, ascending) that
+/// are alive, and the view's identity. Views are ordered by (number,
+/// coordinator); a rank always moves to a newer view.
+struct View {
+  std::uint64_t number = 0;  ///< 0 for the job's first view, +1 per change.
+  int coordinator = -1;      ///< Global rank that issued it (-1: the first view).
+  std::vector<int> members;  ///< Global ranks, ascending.
+
+  /// Position of global rank `global` in members (its rank in the view), or -1.
+  int localRank(int global) const;
+  /// Whether `a` is newer than `b`.
+  friend bool newer(const View& a, const View& b) {
+    return a.number != b.number ? a.number > b.number : a.coordinator > b.coordinator;
+  }
+};
+
+/// The outcome of one view change, the same on every survivor.
+struct ViewChange {
+  View view;              ///< The new view.
+  std::vector<int> lost;  ///< Global ranks of the previous view that are not in the new one.
+  /// The most steps any survivor had completed when the old view was revoked:
+  /// in lockstep algorithms every survivor continues from there.
+  std::uint64_t resumeStep = 0;
+  /// The fewest steps any survivor had completed: resumeStep - fewestSteps
+  /// steps were skipped by the ranks furthest behind (lockstep algorithms).
+  std::uint64_t fewestSteps = 0;
+  /// Global rank of the lowest survivor that had completed resumeStep steps;
+  /// -1 when every survivor had (nobody is behind).
+  int modelSource = -1;
+  /// Seconds from the revocation of the old view (on this rank) to the new one.
+  double seconds = 0;
+  /// When the new view was installed on this rank: seconds since the Unix
+  /// epoch (system clock), to compare with events outside the job.
+  double installedAtUnixSeconds = 0;
+};
+
+/// A receive or send through a view that was revoked: a peer died or fell
+/// silent, and the survivors are changing the view. peer() is the global
+/// rank suspected first (-1 if unknown). Recover with Agent::recover().
+class ViewChanged : public PeerFailure {
+ public:
+  ViewChanged(int peer, const std::string& msg) : PeerFailure(peer, msg) {}
+};
+
+/// This rank was removed from the view by its peers (it was silent for
+/// longer than membership.suspect_seconds: stopped, or cut off) and may not
+/// continue in the job. peer() is this rank.
+class Expelled : public PeerFailure {
+ public:
+  Expelled(int self, const std::string& msg) : PeerFailure(self, msg) {}
+};
+
+/// The membership interface the Agent uses; implemented by the membership
+/// service's transport (transports/membership). Thread-safe.
+class Membership {
+ public:
+  virtual ~Membership() = default;
+  /// The view in force.
+  virtual View view() const = 0;
+  /// True once the view in force was revoked (a peer is suspected, or a peer
+  /// started a view change); recover() installs the next one.
+  virtual bool revoked() const = 0;
+  /// Takes part in the view change: revokes the view if it was not yet,
+  /// reports that this rank completed `completedSteps` steps (optimizer
+  /// steps) and waits until the survivors agree on the next view, then
+  /// installs it. A peer that failed is found by the failure detector (its
+  /// connection's verdict, or its silence), not named by the caller.
+  /// @throws Expelled if this rank is not in the new view; TimeoutError if no
+  ///         view is agreed within the transport's timeout.
+  virtual ViewChange recover(std::uint64_t completedSteps) = 0;
+  /// The global ranks lost so far, in the order they were lost.
+  virtual std::vector<int> lost() const = 0;
+};
+
+}  // namespace gossamer

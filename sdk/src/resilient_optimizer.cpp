@@ -1,0 +1,129 @@
+// Redo-after-recovery around the configured optimizer (resilient_optimizer.hpp).
+#include "resilient_optimizer.hpp"
+
+#include <algorithm>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer::detail {
+
+ResilientOptimizer::ResilientOptimizer(std::unique_ptr<DistributedOptimizer> inner, Membership& membership,
+                                       std::function<ViewChange()> recover)
+    : inner_(std::move(inner)), membership_(membership), recover_(std::move(recover)) {
+  GOSSAMER_CHECK(inner_ != nullptr, "no optimizer to wrap");
+}
+
+void ResilientOptimizer::setInner(std::unique_ptr<DistributedOptimizer> inner) {
+  GOSSAMER_CHECK(inner != nullptr, "no optimizer to wrap");
+  inner_ = std::move(inner);
+  inner_->setTotalSteps(remainingSteps());
+}
+
+void ResilientOptimizer::setTotalSteps(std::uint64_t totalSteps) {
+  total_ = totalSteps;
+  inner_->setTotalSteps(remainingSteps());
+}
+
+void ResilientOptimizer::recover() {
+  for (;;) {
+    try {
+      recover_();
+    } catch (const Expelled&) {
+      throw;
+    } catch (const PeerFailure&) {
+      continue;  // another peer failed during the change (the broadcast): the next view
+    }
+    if (!membership_.revoked()) return;
+  }
+}
+
+bool ResilientOptimizer::skipped() {
+  if (skip_ == 0) return false;
+  --skip_;
+  ++completed_;
+  return true;
+}
+
+void ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator& comm) {
+  skip_ = 0;
+  if (!inner_->lockstep() || change.modelSource < 0 || change.resumeStep <= completed_) return;
+  skip_ = change.resumeStep - completed_;
+  if (inner_->replicatedModel() && !lastParams_.empty()) {
+    // The behind ranks take the model of a rank that completed resumeStep
+    // steps; every survivor takes part in the broadcast (the others receive
+    // a copy of what they hold).
+    comm.broadcast(lastParams_, change.view.localRank(change.modelSource));
+  }
+}
+
+void ResilientOptimizer::step(std::span<float> params, std::span<const float> grads) {
+  lastParams_ = params;
+  if (membership_.revoked()) recover();
+  if (skipped()) return;
+  saved_.assign(params.begin(), params.end());
+  for (;;) {
+    try {
+      inner_->step(params, grads);
+      ++completed_;
+      return;
+    } catch (const PeerFailure&) {
+      std::copy(saved_.begin(), saved_.end(), params.begin());
+      recover();
+      if (skipped()) return;
+    }
+  }
+}
+
+void ResilientOptimizer::reduceGradients(std::span<float> grads) {
+  if (membership_.revoked()) recover();
+  if (skip_ > 0) return;  // the step is skipped: mixParameters consumes it
+  saved_.assign(grads.begin(), grads.end());
+  for (;;) {
+    try {
+      inner_->reduceGradients(grads);
+      return;
+    } catch (const PeerFailure&) {
+      std::copy(saved_.begin(), saved_.end(), grads.begin());
+      recover();
+      if (skip_ > 0) return;
+    }
+  }
+}
+
+void ResilientOptimizer::mixParameters(std::span<float> params) {
+  lastParams_ = params;
+  if (membership_.revoked()) recover();
+  if (skipped()) return;
+  saved_.assign(params.begin(), params.end());
+  for (;;) {
+    try {
+      inner_->mixParameters(params);
+      ++completed_;
+      return;
+    } catch (const PeerFailure&) {
+      std::copy(saved_.begin(), saved_.end(), params.begin());
+      recover();
+      if (skipped()) return;
+    }
+  }
+}
+
+void ResilientOptimizer::flush(std::span<float> params) {
+  lastParams_ = params;
+  if (membership_.revoked()) recover();
+  saved_.assign(params.begin(), params.end());
+  try {
+    inner_->flush(params);
+  } catch (const PeerFailure&) {
+    // What was in flight is dropped with the old view.
+    std::copy(saved_.begin(), saved_.end(), params.begin());
+    recover();
+  }
+}
+
+ModelExchange ResilientOptimizer::modelExchange() {
+  if (!inner_->modelExchange()) return {};
+  return [this](std::span<float> params, std::uint64_t round) { inner_->modelExchange()(params, round); };
+}
+
+}  // namespace gossamer::detail

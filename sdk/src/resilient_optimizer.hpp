@@ -1,0 +1,72 @@
+// The optimizer an Agent hands out when the membership service is on: it
+// forwards to the configured optimizer and, when a step fails because a peer
+// died or fell silent (PeerFailure, ViewChanged), restores the step's input,
+// has the Agent agree on a new view and rebuild the optimizer over it, and
+// redoes the step. Internal to the SDK (agent.cpp).
+//
+// After a view change in a lockstep algorithm (ViewChange::resumeStep), a
+// rank that completed fewer steps than the others skips the steps it missed:
+// it drops those gradients, and with a replicated model (AllReduce-SGD) it
+// first copies the model of the lowest survivor that completed them
+// (broadcast over the new view). So every survivor's next step is the same
+// step, and no gradient is counted twice: a step that completed somewhere
+// is not redone, one that completed nowhere is redone over the survivors.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/membership.hpp"
+#include "gossamer/optimizer.hpp"
+
+namespace gossamer::detail {
+
+class ResilientOptimizer final : public DistributedOptimizer {
+ public:
+  /// `recover` runs Agent::recover (agree on a view, rebuild, then call
+  /// afterViewChange on this object).
+  ResilientOptimizer(std::unique_ptr<DistributedOptimizer> inner, Membership& membership,
+                     std::function<ViewChange()> recover);
+
+  std::string name() const override { return inner_->name(); }
+  void step(std::span<float> params, std::span<const float> grads) override;
+  void reduceGradients(std::span<float> grads) override;
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return inner_->hasCommunicationOnlyForm(); }
+  void flush(std::span<float> params) override;
+  std::uint64_t steps() const override { return completed_; }
+  void setTotalSteps(std::uint64_t totalSteps) override;
+  bool replicatedModel() const override { return inner_->replicatedModel(); }
+  bool lockstep() const override { return inner_->lockstep(); }
+  ModelExchange modelExchange() override;
+
+  /// The optimizer rebuilt over a new view replaces the old one (which is
+  /// destroyed first by the Agent: dropInner()).
+  void dropInner() { inner_.reset(); }
+  void setInner(std::unique_ptr<DistributedOptimizer> inner);
+  /// Steps the rebuilt optimizer still has to take (for setTotalSteps).
+  std::uint64_t remainingSteps() const { return total_ > completed_ ? total_ - completed_ : 0; }
+  /// Realigns after a view change (see the file comment); `comm` is the new
+  /// view's communicator. @throws PeerFailure from the model broadcast.
+  void afterViewChange(const ViewChange& change, Communicator& comm);
+  DistributedOptimizer& inner() { return *inner_; }
+
+ private:
+  /// Runs the Agent's recovery until a view is installed that is not revoked.
+  void recover();
+  /// Consumes one skipped step; true if this call was one.
+  bool skipped();
+
+  std::unique_ptr<DistributedOptimizer> inner_;
+  Membership& membership_;
+  std::function<ViewChange()> recover_;
+  std::uint64_t completed_ = 0;
+  std::uint64_t total_ = 0;
+  std::uint64_t skip_ = 0;
+  std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
+  std::vector<float> saved_;     // the input of the step in progress
+};
+
+}  // namespace gossamer::detail

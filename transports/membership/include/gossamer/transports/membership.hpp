@@ -1,0 +1,71 @@
+// The membership service: a failure detector per peer and a membership view
+// that the survivors agree on, as a wrapper around the transport.
+//
+// Failure detector. Every rank sends a heartbeat to every member of its view
+// each `heartbeatSeconds`. A peer is suspected when the transport gives its
+// verdict on it (its connection dropped without a goodbye: a crash, kill -9)
+// or when nothing arrived from it for `suspectSeconds` (stopped, hung, cut
+// off). A peer that closed its Agent cleanly says so first (a leave message)
+// and is not suspected; it leaves the view at the next change.
+//
+// View change (no central server; the coordinator of each change is the
+// lowest-ranked member nobody suspects):
+//   1. The rank that suspects p tells every member (suspect message) and
+//      revokes its view: pending receives through it fail with ViewChanged.
+//      Every rank that hears a suspicion does the same, so all survivors
+//      stop using the view within one message delay.
+//   2. Each survivor, from Agent::recover (at its own step boundary or inside
+//      the step that failed), sends every member a state message with the
+//      steps it completed.
+//   3. The coordinator, once every member it does not suspect reported,
+//      sends the new view (number+1, the survivors, the largest completed
+//      step and the lowest survivor that completed it) to the survivors and
+//      to the suspects (so a peer that was only stopped learns it was
+//      removed: Expelled).
+//   4. Survivors install it. Data messages carry their view's epoch in tag
+//      bits 24-31 of the step, so messages of different views never match.
+//      A rank that missed a view message gets it again: every control
+//      message carries its sender's view, and a rank with a newer view
+//      answers with it.
+// Bytes on the wire: 48 bytes per heartbeat, suspect or state message, 48 +
+// 4 x members per view message (Op::kMembership, step 0, segment 0).
+//
+// The design follows the view-synchronous group membership of Birman and
+// Joseph (Isis) with a rotating coordinator, and ULFM's revoke-then-shrink
+// (Bland et al., "Post-failure recovery of MPI communication capability",
+// IJHPCA 2013) for the collectives.
+#pragma once
+
+#include <memory>
+
+#include "gossamer/membership.hpp"
+#include "gossamer/transport.hpp"
+
+namespace gossamer {
+class Registry;
+}
+
+namespace gossamer::membership {
+
+/// Settings of the failure detector.
+struct MembershipOptions {
+  double heartbeatSeconds = 0.2;  ///< Interval between heartbeats to each member (> 0).
+  double suspectSeconds = 3.0;    ///< Silence after which a member is suspected (> heartbeatSeconds).
+  /// Longest wait in recover() for the survivors to agree (> 0; the
+  /// transport's timeout when 0).
+  double agreementSeconds = 0;
+};
+
+/// Wraps `inner` (whose ranks are the job's global ranks) in the membership
+/// service: the returned Transport is the current view (rank() and
+/// worldSize() are the view's) and implements Membership. Starts a
+/// background thread (heartbeats and control messages), joined by close(),
+/// abort() and the destructor.
+/// @throws InvalidArgument for a null transport or bad options.
+std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const MembershipOptions& options);
+
+/// Registers the `membership:` section (enabled, heartbeat_seconds,
+/// suspect_seconds, agreement_seconds) as a transport service.
+void registerWith(Registry& registry);
+
+}  // namespace gossamer::membership

@@ -1,0 +1,656 @@
+// The membership service: heartbeats, suspicion, view changes (see
+// membership.hpp for the protocol and the bytes on the wire).
+#include "gossamer/transports/membership.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/registry.hpp"
+
+namespace gossamer::membership {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// ---- control messages ------------------------------------------------------
+//
+//  offset size field
+//   0      4   magic 0x524D4247 ("GBMR")
+//   4      1   kind (Kind)
+//   5      3   zero
+//   8      8   sender's view number
+//  16      4   sender's view coordinator (-1: the first view)
+//  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
+//  24      8   value: completed steps (kState), resume step (kView)
+//  32      4   count: members that follow (kView), else 0
+//  36      4   zero
+//  40      8   fewest completed steps among the survivors (kView)
+//  48   4 x count  members, ascending global ranks (kView)
+
+constexpr std::uint32_t kMagic = 0x524D4247u;
+constexpr std::size_t kHeaderBytes = 48;
+
+enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5 };
+
+struct Message {
+  Kind kind = Kind::kHeartbeat;
+  std::uint64_t viewNumber = 0;
+  int viewCoordinator = -1;
+  int arg = -1;
+  std::uint64_t value = 0;
+  std::uint64_t fewest = 0;  // kView
+  std::vector<int> members;  // kView
+};
+
+template <typename T>
+void put(std::vector<std::byte>& b, std::size_t off, T v) {
+  std::memcpy(b.data() + off, &v, sizeof(T));
+}
+template <typename T>
+T get(std::span<const std::byte> b, std::size_t off) {
+  T v;
+  std::memcpy(&v, b.data() + off, sizeof(T));
+  return v;
+}
+
+std::vector<std::byte> encode(const Message& m) {
+  std::vector<std::byte> b(kHeaderBytes + 4 * m.members.size(), std::byte{0});
+  put<std::uint32_t>(b, 0, kMagic);
+  put<std::uint8_t>(b, 4, static_cast<std::uint8_t>(m.kind));
+  put<std::uint64_t>(b, 8, m.viewNumber);
+  put<std::int32_t>(b, 16, m.viewCoordinator);
+  put<std::int32_t>(b, 20, m.arg);
+  put<std::uint64_t>(b, 24, m.value);
+  put<std::uint32_t>(b, 32, static_cast<std::uint32_t>(m.members.size()));
+  put<std::uint64_t>(b, 40, m.fewest);
+  for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
+  return b;
+}
+
+// Checks every field before use; the error names the peer and byte offset.
+Message decode(std::span<const std::byte> b, int peer, int worldSize) {
+  auto bad = [&](std::size_t off, const std::string& what) {
+    return ProtocolError(peer, off, "membership message from rank " + std::to_string(peer) + ": " + what);
+  };
+  if (b.size() < kHeaderBytes) throw bad(0, "only " + std::to_string(b.size()) + " bytes");
+  if (get<std::uint32_t>(b, 0) != kMagic) throw bad(0, "bad magic");
+  Message m;
+  const auto kind = get<std::uint8_t>(b, 4);
+  if (kind < 1 || kind > 5) throw bad(4, "unknown kind " + std::to_string(kind));
+  m.kind = static_cast<Kind>(kind);
+  m.viewNumber = get<std::uint64_t>(b, 8);
+  m.viewCoordinator = get<std::int32_t>(b, 16);
+  if (m.viewCoordinator < -1 || m.viewCoordinator >= worldSize)
+    throw bad(16, "view coordinator " + std::to_string(m.viewCoordinator));
+  m.arg = get<std::int32_t>(b, 20);
+  if (m.arg < -1 || m.arg >= worldSize) throw bad(20, "rank " + std::to_string(m.arg) + " outside the job");
+  m.value = get<std::uint64_t>(b, 24);
+  const auto count = get<std::uint32_t>(b, 32);
+  if (get<std::uint32_t>(b, 36) != 0) throw bad(36, "reserved bytes are not zero");
+  m.fewest = get<std::uint64_t>(b, 40);
+  if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
+  if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
+  if (b.size() != kHeaderBytes + 4 * std::size_t{count})
+    throw bad(32,
+              "count " + std::to_string(count) + " does not match " + std::to_string(b.size()) + " bytes");
+  if ((m.kind == Kind::kView) != (count > 0))
+    throw bad(32, "count " + std::to_string(count) + " for this kind");
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const int r = get<std::int32_t>(b, kHeaderBytes + 4 * i);
+    if (r < 0 || r >= worldSize || (!m.members.empty() && r <= m.members.back()))
+      throw bad(kHeaderBytes + 4 * i, "member " + std::to_string(r) + " out of range or order");
+    m.members.push_back(r);
+  }
+  return m;
+}
+
+const Tag kControlTag{Op::kMembership, 0, 0};
+
+// A view change the coordinator decided, not yet installed here.
+struct Decided {
+  View view;
+  std::uint64_t resumeStep = 0;
+  std::uint64_t fewestSteps = 0;
+  int modelSource = -1;
+};
+
+bool sameView(const View& v, std::uint64_t number, int coordinator) {
+  return v.number == number && v.coordinator == coordinator;
+}
+
+class MembershipTransport final : public Transport, public Membership {
+ public:
+  MembershipTransport(std::unique_ptr<Transport> inner, const MembershipOptions& o)
+      : inner_(std::move(inner)),
+        options_(o),
+        self_(inner_->rank()),
+        world_(inner_->worldSize()),
+        heard_(static_cast<std::size_t>(world_), Clock::now()),
+        left_(static_cast<std::size_t>(world_), false),
+        dead_(static_cast<std::size_t>(world_), false),
+        lastAnswer_(static_cast<std::size_t>(world_), Clock::time_point{}) {
+    for (int r = 0; r < world_; ++r) view_.members.push_back(r);
+    localRank_ = self_;
+    localSize_ = world_;
+    buffers_.resize(static_cast<std::size_t>(world_));
+    standing_.resize(static_cast<std::size_t>(world_));
+    for (int p = 0; p < world_; ++p)
+      if (p != self_) post(p);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~MembershipTransport() override { stop(); }
+
+  // ---- Transport: the current view --------------------------------------------
+
+  int rank() const override { return localRank_.load(); }
+  int worldSize() const override { return localSize_.load(); }
+  std::string name() const override { return inner_->name() + "+membership"; }
+  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
+  TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    const auto [g, t] = route(dst, tag);
+    return inner_->isend(g, t, data, dtype);
+  }
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    const auto [g, t] = route(dst, tag);
+    return inner_->isendBorrowed(g, t, data, dtype, checksum);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    GOSSAMER_ENFORCE(!sources.empty(), "irecv with no sources");
+    std::vector<int> global;
+    Tag t;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (revoked_) return revokedRequest();
+      for (int s : sources) global.push_back(globalLocked(s));
+      t = translateLocked(tag);
+    }
+    return track(inner_->irecv(global, t, buffer));
+  }
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    int g;
+    Tag t;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (revoked_) return revokedRequest();
+      g = globalLocked(source);
+      t = translateLocked(tag);
+    }
+    return track(inner_->irecvView(g, t, buffer));
+  }
+  void close() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!closed_) {
+        Message m = headerLocked(Kind::kLeave);
+        for (int p : view_.members)
+          if (p != self_) sendLocked(p, m);
+      }
+      closed_ = true;
+    }
+    stop();
+    inner_->close();
+  }
+  void abort() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closed_ = true;
+    }
+    stop();
+    inner_->abort();
+  }
+  TransportStats stats() const override { return inner_->stats(); }
+
+  // ---- Membership --------------------------------------------------------------
+
+  View view() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return view_;
+  }
+  bool revoked() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return revoked_;
+  }
+  std::vector<int> lost() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return lost_;
+  }
+
+  ViewChange recover(std::uint64_t completedSteps) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    GOSSAMER_ENFORCE(!closed_, "recover() after close");
+    revokeLocked(-1, "this rank saw a peer fail");
+    const auto start = revokedAt_;
+    reports_[viewKey(view_)][self_] = completedSteps;
+    Message state = headerLocked(Kind::kState);
+    state.value = completedSteps;
+    for (int p : view_.members)
+      if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
+    coordinateLocked();
+    const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    while (!decided_) {
+      if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_)
+        throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
+                           std::to_string(limit) + " s after view " + std::to_string(view_.number) +
+                           " was revoked (membership.agreement_seconds)");
+    }
+    Decided d = *decided_;
+    decided_.reset();
+    const auto it = std::find(d.view.members.begin(), d.view.members.end(), self_);
+    if (it == d.view.members.end()) {
+      expelled_ = true;
+      throw Expelled(self_,
+                     "rank " + std::to_string(self_) + " was removed from the job by its peers (view " +
+                         std::to_string(d.view.number) +
+                         "): it was silent for longer than membership.suspect_seconds (stopped or cut off)");
+    }
+    ViewChange change;
+    for (int p : view_.members)
+      if (!std::binary_search(d.view.members.begin(), d.view.members.end(), p)) {
+        change.lost.push_back(p);
+        lost_.push_back(p);
+      }
+    installLocked(d.view);
+    change.view = view_;
+    change.resumeStep = d.resumeStep;
+    change.fewestSteps = d.fewestSteps;
+    change.modelSource = d.modelSource;
+    change.seconds = since(start);
+    change.installedAtUnixSeconds =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return change;
+  }
+
+ private:
+  static std::pair<std::uint64_t, int> viewKey(const View& v) { return {v.number, v.coordinator}; }
+
+  // The view's epoch, in tag bits 24-31 of the step (0 for the first view).
+  static std::uint8_t epochOf(const View& v) {
+    return static_cast<std::uint8_t>((v.number * 16 + static_cast<std::uint64_t>(v.coordinator + 1)) & 0xFF);
+  }
+  Tag translateLocked(const Tag& tag) const {
+    constexpr std::uint64_t kEpochBits = std::uint64_t{0xFF} << 24;
+    return Tag{tag.op, tag.segment, (tag.step & ~kEpochBits) | (std::uint64_t{epochOf(view_)} << 24)};
+  }
+  int globalLocked(int local) const {
+    GOSSAMER_ENFORCE(local >= 0 && local < static_cast<int>(view_.members.size()),
+                     "rank " << local << " outside the view's " << view_.members.size() << " ranks");
+    return view_.members[static_cast<std::size_t>(local)];
+  }
+  std::pair<int, Tag> route(int dst, const Tag& tag) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return {globalLocked(dst), translateLocked(tag)};
+  }
+  Request revokedRequest() const {
+    auto s = std::make_shared<detail::RequestState>();
+    s->what = "a receive through revoked view " + std::to_string(view_.number);
+    s->fail(std::make_exception_ptr(revokedError()));
+    return Request(std::move(s));
+  }
+  ViewChanged revokedError() const {
+    return ViewChanged(firstSuspect_, "rank " + std::to_string(self_) + ": view " +
+                                          std::to_string(view_.number) + " was revoked (" + revokeReason_ +
+                                          "); recover with Agent::recover()");
+  }
+  Request track(Request r) {
+    std::lock_guard<std::mutex> lk(pmu_);
+    std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+    pending_.push_back(r.watch());
+    return r;
+  }
+
+  // ---- the view -----------------------------------------------------------------
+
+  Message headerLocked(Kind k) const {
+    Message m;
+    m.kind = k;
+    m.viewNumber = view_.number;
+    m.viewCoordinator = view_.coordinator;
+    return m;
+  }
+  void sendLocked(int peer, const Message& m) {
+    if (peer == self_ || dead_[static_cast<std::size_t>(peer)]) return;
+    const auto bytes = encode(m);
+    try {
+      while (!sends_.empty() && sends_.front().test()) sends_.pop_front();
+    } catch (const Error&) {
+      sends_.pop_front();
+    }
+    try {
+      sends_.push_back(inner_->isend(peer, kControlTag, bytes));
+    } catch (const Error&) {
+      // The peer is gone or the transport closing: its verdict reaches us through its receive.
+    }
+  }
+
+  // Stops using the view: pending receives through it fail with ViewChanged.
+  void revokeLocked(int suspect, const std::string& why) {
+    if (revoked_) return;
+    revoked_ = true;
+    revokedAt_ = Clock::now();
+    firstSuspect_ = suspect;
+    revokeReason_ = why;
+    std::vector<std::weak_ptr<detail::RequestState>> watched;
+    {
+      std::lock_guard<std::mutex> plk(pmu_);
+      watched.swap(pending_);
+    }
+    const auto error = std::make_exception_ptr(revokedError());
+    for (const auto& w : watched) Request::fail(w, error);
+    if (logEnabled(LogLevel::kInfo))
+      log(LogLevel::kInfo,
+          "rank " + std::to_string(self_) + ": view " + std::to_string(view_.number) + " revoked: " + why);
+  }
+
+  void suspectLocked(int peer, const std::string& why) {
+    if (peer == self_ || view_.localRank(peer) < 0 || suspects_.count(peer)) return;
+    suspects_.insert(peer);
+    revokeLocked(peer, "rank " + std::to_string(peer) + " " + why);
+    Message m = headerLocked(Kind::kSuspect);
+    m.arg = peer;
+    for (int p : view_.members)
+      if (!suspects_.count(p)) sendLocked(p, m);
+    coordinateLocked();
+  }
+
+  // The members that take part in the next view.
+  std::vector<int> survivorsLocked() const {
+    std::vector<int> out;
+    for (int p : view_.members)
+      if (!suspects_.count(p) && !left_[static_cast<std::size_t>(p)]) out.push_back(p);
+    return out;
+  }
+
+  // Step 3: the coordinator decides once every survivor reported.
+  void coordinateLocked() {
+    if (!revoked_ || closed_) return;
+    const auto survivors = survivorsLocked();
+    if (survivors.empty() || survivors.front() != self_) return;
+    const auto key = viewKey(view_);
+    if (issuedFor_ == key) return;
+    const auto& reports = reports_[key];
+    std::uint64_t resume = 0, fewest = UINT64_MAX;
+    for (int p : survivors) {
+      const auto it = reports.find(p);
+      if (it == reports.end()) return;  // still waiting for p
+      resume = std::max(resume, it->second);
+      fewest = std::min(fewest, it->second);
+    }
+    int source = -1;
+    for (int p : survivors)
+      if (reports.at(p) < resume) source = -2;
+    if (source == -2)
+      for (int p : survivors)
+        if (reports.at(p) == resume) {
+          source = p;
+          break;
+        }
+    issuedFor_ = key;
+    Message m;
+    m.kind = Kind::kView;
+    m.viewNumber = view_.number + 1;
+    m.viewCoordinator = self_;
+    m.arg = source;
+    m.value = resume;
+    m.fewest = fewest;
+    m.members = survivors;
+    for (int p : view_.members) sendLocked(p, m);  // survivors, and suspects so that they learn
+    acceptLocked(m);
+  }
+
+  // A view message: keep it if it is newer than anything seen.
+  void acceptLocked(const Message& m) {
+    Decided d;
+    d.view.number = m.viewNumber;
+    d.view.coordinator = m.viewCoordinator;
+    d.view.members = m.members;
+    d.resumeStep = m.value;
+    d.fewestSteps = m.fewest;
+    d.modelSource = m.arg;
+    if (!newer(d.view, view_)) return;
+    if (decided_ && !newer(d.view, decided_->view)) return;
+    decided_ = d;
+    lastView_ = m;
+    revokeLocked(-1, "view " + std::to_string(m.viewNumber) + " was decided by rank " +
+                         std::to_string(m.viewCoordinator));
+    cv_.notify_all();
+  }
+
+  void installLocked(const View& v) {
+    view_ = v;
+    std::set<int> keep;
+    for (int p : suspects_)
+      if (v.localRank(p) >= 0) keep.insert(p);
+    suspects_ = keep;
+    revoked_ = false;
+    if (!suspects_.empty()) revokeLocked(*suspects_.begin(), "a member was suspected during the view change");
+    const auto now = Clock::now();
+    for (int p : v.members) heard_[static_cast<std::size_t>(p)] = now;
+    for (auto it = reports_.begin(); it != reports_.end();)
+      it = (it->first <= viewKey(v)) && it->first != viewKey(v) ? reports_.erase(it) : std::next(it);
+    localRank_ = v.localRank(self_);
+    localSize_ = static_cast<int>(v.members.size());
+    if (logEnabled(LogLevel::kInfo)) {
+      std::string ms;
+      for (int p : v.members) ms += (ms.empty() ? "" : ",") + std::to_string(p);
+      log(LogLevel::kInfo,
+          "rank " + std::to_string(self_) + ": installed view " + std::to_string(v.number) + " {" + ms + "}");
+    }
+    coordinateLocked();
+  }
+
+  // ---- the background thread ---------------------------------------------------
+
+  void post(int p) {
+    auto& buf = buffers_[static_cast<std::size_t>(p)];
+    buf.resize(kHeaderBytes + 4 * static_cast<std::size_t>(world_));
+    try {
+      standing_[static_cast<std::size_t>(p)] = inner_->irecv(p, kControlTag, buf);
+    } catch (const Error&) {
+      standing_[static_cast<std::size_t>(p)] = Request();
+      std::lock_guard<std::mutex> lk(mu_);
+      peerDeadLocked(p);
+    }
+  }
+
+  void peerDeadLocked(int p) {
+    if (dead_[static_cast<std::size_t>(p)]) return;
+    dead_[static_cast<std::size_t>(p)] = true;
+    if (!left_[static_cast<std::size_t>(p)] && !closed_) suspectLocked(p, "failed (the transport lost it)");
+  }
+
+  void handle(int from, const Message& m) {
+    std::lock_guard<std::mutex> lk(mu_);
+    heard_[static_cast<std::size_t>(from)] = Clock::now();
+    const View sender{m.viewNumber, m.viewCoordinator, {}};
+    // A peer behind us gets the view it missed (at most once per heartbeat period).
+    if (lastView_ && newer(view_, sender) && m.kind != Kind::kView) {
+      auto& t = lastAnswer_[static_cast<std::size_t>(from)];
+      if (since(t) > options_.heartbeatSeconds) {
+        t = Clock::now();
+        sendLocked(from, *lastView_);
+      }
+    }
+    switch (m.kind) {
+      case Kind::kHeartbeat:
+        break;
+      case Kind::kLeave:
+        left_[static_cast<std::size_t>(from)] = true;
+        coordinateLocked();
+        break;
+      case Kind::kSuspect:
+        if (sameView(view_, m.viewNumber, m.viewCoordinator) && m.arg != self_)
+          suspectLocked(m.arg, "failed (suspected by rank " + std::to_string(from) + ")");
+        break;
+      case Kind::kState:
+        reports_[{m.viewNumber, m.viewCoordinator}][from] = m.value;
+        if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
+          revokeLocked(-1, "rank " + std::to_string(from) + " started a view change");
+          coordinateLocked();
+        }
+        break;
+      case Kind::kView:
+        acceptLocked(m);
+        break;
+    }
+  }
+
+  void run() {
+    auto nextBeat = Clock::now();
+    while (!stopping_.load()) {
+      for (int p = 0; p < world_; ++p) {
+        auto& r = standing_[static_cast<std::size_t>(p)];
+        if (!r.valid()) continue;
+        std::optional<Message> m;
+        try {
+          if (!r.test()) continue;
+          const auto bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
+          m = decode(bytes, p, world_);
+        } catch (const PeerFailure&) {
+          r = Request();
+          std::lock_guard<std::mutex> lk(mu_);
+          peerDeadLocked(p);
+          continue;
+        } catch (const Cancelled&) {
+          r = Request();
+          continue;
+        } catch (const Error& e) {
+          log(LogLevel::kWarning, std::string("membership: ") + e.what());
+        }
+        if (m) handle(p, *m);
+        post(p);
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        const auto now = Clock::now();
+        if (now >= nextBeat) {
+          nextBeat = now + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(options_.heartbeatSeconds));
+          const Message beat = headerLocked(Kind::kHeartbeat);
+          for (int p : view_.members)
+            if (!suspects_.count(p)) sendLocked(p, beat);
+        }
+        for (int p : view_.members) {
+          const auto i = static_cast<std::size_t>(p);
+          if (p == self_ || left_[i] || suspects_.count(p)) continue;
+          const double silent = std::chrono::duration<double>(now - heard_[i]).count();
+          if (silent > options_.suspectSeconds)
+            suspectLocked(p, "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
+        }
+      }
+      std::unique_lock<std::mutex> lk(stopMu_);
+      stopCv_.wait_for(lk, std::chrono::milliseconds(2), [this] { return stopping_.load(); });
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(stopMu_);
+      stopping_ = true;
+    }
+    stopCv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    for (auto& r : standing_) r.cancel();
+    std::lock_guard<std::mutex> lk(mu_);
+    cv_.notify_all();
+  }
+
+  std::unique_ptr<Transport> inner_;
+  MembershipOptions options_;
+  const int self_;
+  const int world_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  View view_;
+  std::atomic<int> localRank_{0}, localSize_{1};
+  std::set<int> suspects_;
+  bool revoked_ = false;
+  bool closed_ = false;
+  bool expelled_ = false;
+  Clock::time_point revokedAt_{};
+  int firstSuspect_ = -1;
+  std::string revokeReason_;
+  std::map<std::pair<std::uint64_t, int>, std::map<int, std::uint64_t>> reports_;
+  std::optional<std::pair<std::uint64_t, int>> issuedFor_;
+  std::optional<Decided> decided_;
+  std::optional<Message> lastView_;  // the newest view message seen, for peers that missed it
+  std::vector<Clock::time_point> heard_;
+  std::vector<bool> left_, dead_;
+  std::vector<Clock::time_point> lastAnswer_;
+  std::vector<int> lost_;
+  std::deque<Request> sends_;
+
+  std::mutex pmu_;
+  std::vector<std::weak_ptr<detail::RequestState>> pending_;
+
+  // The background thread's own.
+  std::vector<std::vector<std::byte>> buffers_;
+  std::vector<Request> standing_;
+  std::atomic<bool> stopping_{false};
+  std::mutex stopMu_;
+  std::condition_variable stopCv_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
+  GOSSAMER_ENFORCE(inner != nullptr, "no transport to wrap");
+  GOSSAMER_ENFORCE(o.heartbeatSeconds > 0, "heartbeat " << o.heartbeatSeconds << " s");
+  GOSSAMER_ENFORCE(
+      o.suspectSeconds > o.heartbeatSeconds,
+      "suspect_seconds " << o.suspectSeconds << " must exceed heartbeat_seconds " << o.heartbeatSeconds);
+  GOSSAMER_ENFORCE(o.agreementSeconds >= 0, "agreement " << o.agreementSeconds << " s");
+  return std::make_unique<MembershipTransport>(std::move(inner), o);
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransportService(
+      "membership",
+      "failure detector and agreed membership views: survivors of a dead or silent peer go on "
+      "(Agent::recover)",
+      KeySet()
+          .boolean("enabled", false, "run the membership service (heartbeats, views, recovery)")
+          .real("heartbeat_seconds", 0.2, {0.0, false, 60.0, true},
+                "interval between heartbeats to each member")
+          .real("suspect_seconds", 3.0, {0.0, false, 3600.0, true},
+                "silence after which a member is suspected and removed (> heartbeat_seconds)")
+          .real("agreement_seconds", 0.0, {0.0, true, 3600.0, true},
+                "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)"),
+      [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
+        const Config& c = ctx.config;
+        if (!c.get<bool>("membership.enabled")) return inner;
+        MembershipOptions o;
+        o.heartbeatSeconds = c.get<double>("membership.heartbeat_seconds");
+        o.suspectSeconds = c.get<double>("membership.suspect_seconds");
+        o.agreementSeconds = c.get<double>("membership.agreement_seconds");
+        if (o.suspectSeconds <= o.heartbeatSeconds)
+          throw ConfigError(
+              c.sourceFile, 0, "membership.suspect_seconds",
+              "must exceed membership.heartbeat_seconds (" + std::to_string(o.heartbeatSeconds) + " s)");
+        return wrap(std::move(inner), o);
+      });
+}
+
+}  // namespace gossamer::membership
