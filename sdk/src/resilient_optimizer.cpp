@@ -46,14 +46,16 @@ bool ResilientOptimizer::skipped() {
 
 void ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator& comm) {
   skip_ = 0;
-  if (!inner_->lockstep() || change.modelSource < 0 || change.resumeStep <= completed_) return;
-  skip_ = change.resumeStep - completed_;
-  if (inner_->replicatedModel() && !lastParams_.empty()) {
+  // Every survivor decides alike from the change alone (and from the
+  // optimizer, the same everywhere), so all of them take part in the broadcast.
+  if (!inner_->lockstep() || change.modelSource < 0) return;
+  if (inner_->replicatedModel()) {
     // The behind ranks take the model of a rank that completed resumeStep
-    // steps; every survivor takes part in the broadcast (the others receive
-    // a copy of what they hold).
+    // steps; the others receive a copy of what they hold.
+    GOSSAMER_CHECK(!lastParams_.empty(), "no model to realign: a view changed before the first step");
     comm.broadcast(lastParams_, change.view.localRank(change.modelSource));
   }
+  if (change.resumeStep > completed_) skip_ = change.resumeStep - completed_;
 }
 
 void ResilientOptimizer::step(std::span<float> params, std::span<const float> grads) {

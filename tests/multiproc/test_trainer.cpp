@@ -247,3 +247,111 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   CHECK(j["world_size"] == 3);
   CHECK(j["test_accuracy"].get<double>() > 0.5);
 }
+
+namespace {
+
+// Starts n ranks of `config` by hand, each with its own summary file, and
+// waits (bounded) until rank 0 has printed its first epoch.
+std::vector<pid_t> startRanks(const TempDir& dir, int n) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r)
+    pids.push_back(
+        spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "job.yaml", "--rank", std::to_string(r), "--rendezvous",
+               dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r))},
+              dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+  const auto start = std::chrono::steady_clock::now();
+  while (readFile(dir / "out0").find("epoch 1/") == std::string::npos) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(90)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pids;
+}
+
+std::string membershipConfig(const std::string& transport, const std::string& algorithm, int n, int epochs) {
+  return smallConfig(transport, algorithm, n, epochs, 10.0) +
+         "membership:\n  enabled: true\n  heartbeat_seconds: 0.1\n  suspect_seconds: 1.5\n";
+}
+
+}  // namespace
+
+TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and report the lost rank",
+          "[multiproc][failure][membership]") {
+  gossamer::testing::requireFashionMnist();
+  const int n = 4, epochs = 40, victim = 2;
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
+  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket");
+  INFO("algorithm " << algorithm << ", transport " << transport);
+  TempDir dir;
+  writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs));
+  auto pids = startRanks(dir, n);
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (pid_t& pid : pids)
+        if (pid > 0) waitBounded(pid, 0);
+    }
+  } reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  kill(pids[victim], SIGKILL);
+  waitBounded(pids[victim], 5);
+  pids[victim] = -1;
+  for (int r : {0, 1, 3}) {
+    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
+    pids[static_cast<std::size_t>(r)] = -1;
+    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  // Rank 0 (the lowest survivor) wrote the summary: every epoch, over the survivors.
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 3}));
+  REQUIRE(s["lost"].size() == 1);
+  CHECK(s["lost"][0]["rank"] == victim);
+  CHECK(s["history"].back()["survivors"] == 3);
+  CHECK(s["test_accuracy"].get<double>() > 0.6);
+  CHECK(readFile(dir / "summary1").empty());
+}
+
+TEST_CASE("with membership on, a stopped peer is removed, learns it, and the others finish",
+          "[multiproc][failure][membership]") {
+  gossamer::testing::requireFashionMnist();
+  const int n = 3, epochs = 60, victim = 1;
+  TempDir dir;
+  writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs));
+  auto pids = startRanks(dir, n);
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (pid_t& pid : pids)
+        if (pid > 0) {
+          kill(pid, SIGCONT);
+          waitBounded(pid, 0);
+        }
+    }
+  } reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  kill(pids[victim], SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // > suspect_seconds
+  kill(pids[victim], SIGCONT);
+  const auto stopped = waitBounded(pids[victim], 60);
+  pids[victim] = -1;
+  const std::string err = readFile(dir / ("err" + std::to_string(victim)));
+  INFO("stopped rank's stderr:\n" << err);
+  REQUIRE(stopped.has_value());
+  CHECK(WIFEXITED(*stopped));
+  CHECK(WEXITSTATUS(*stopped) == 1);
+  CHECK(err.find("was removed from the job by its peers") != std::string::npos);
+  for (int r : {0, 2}) {
+    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
+    pids[static_cast<std::size_t>(r)] = -1;
+    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  CHECK(s["survivors"] == nlohmann::json({0, 2}));
+}

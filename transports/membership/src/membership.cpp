@@ -517,7 +517,17 @@ class MembershipTransport final : public Transport, public Membership {
 
   void run() {
     auto nextBeat = Clock::now();
+    auto lastPass = Clock::now();
     while (!stopping_.load()) {
+      // A long gap since the last pass means this process was stopped (or
+      // starved), not its peers: forget the silence it saw meanwhile, and
+      // first read what they sent (a view that removed this rank).
+      const auto passStart = Clock::now();
+      if (std::chrono::duration<double>(passStart - lastPass).count() > options_.suspectSeconds / 2) {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto& h : heard_) h = passStart;
+      }
+      lastPass = passStart;
       for (int p = 0; p < world_; ++p) {
         auto& r = standing_[static_cast<std::size_t>(p)];
         if (!r.valid()) continue;

@@ -1,0 +1,212 @@
+// The membership service (transports/membership) under Agents on inproc
+// threads: a rank that stops with an error mid-run is removed from the view
+// on every survivor, the survivors agree on one view, finish every step, and
+// each algorithm keeps what it promises over the survivors (identical models
+// for AllReduce-SGD; consensus of the survivors for the gossip algorithms).
+// Malformed membership messages are rejected without stopping the rank.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/log.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/membership.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+Registry registryWith(std::shared_ptr<inproc::Fabric> fabric) {
+  Registry reg;
+  inproc::registerWith(reg, std::move(fabric));
+  membership::registerWith(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  return reg;
+}
+
+std::string configText(int n, const std::string& algorithm, double learningRate) {
+  std::string topology = algorithm == "allreduce_sgd" ? "ring" : "fair_roulette";
+  if (algorithm == "sgp") topology = "directed_exponential";
+  std::string extra;
+  if (algorithm == "hierarchical") extra = "\n  group_size: 2";
+  if (algorithm == "crossover_sgd") extra = "\n  segments: 2";
+  return "world_size: " + std::to_string(n) +
+         "\nseed: 3\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
+         "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\ntopology:\n  kind: " +
+         topology + "\nalgorithm:\n  name: " + algorithm + extra +
+         "\ntraining:\n  learning_rate: " + std::to_string(learningRate) + "\n  momentum: 0\n";
+}
+
+struct RankResult {
+  bool survived = false;
+  std::uint64_t steps = 0;
+  View view;
+  std::vector<ViewChange> changes;
+  std::vector<float> params;
+};
+
+// n ranks take `steps` steps on f_r(x) = |x - r|^2 / 2 (gradient x - r, rank
+// r's own optimum); rank `victim` aborts its Agent at step `dieAt`, as a
+// rank that stopped with an error of its own does.
+// Rank r starts from r * startSpread.
+std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int victim, int dieAt, int steps,
+                                      double learningRate, float startSpread) {
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  const Config config = reg.parse(configText(n, algorithm, learningRate));
+  MemoryStore store;
+  std::vector<RankResult> results(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Agent agent(config, r, store, reg);
+    const std::size_t p = 8;
+    auto& opt = agent.makeOptimizer({p});
+    opt.setTotalSteps(static_cast<std::uint64_t>(steps));
+    std::vector<float> x(p, static_cast<float>(r) * startSpread), g(p);
+    for (int s = 0; s < steps; ++s) {
+      if (r == victim && s == dieAt) {
+        agent.abort();
+        return;
+      }
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+      opt.step(x, g);
+    }
+    opt.flush(x);
+    auto& out = results[static_cast<std::size_t>(r)];
+    out.survived = true;
+    out.steps = opt.steps();
+    out.view = agent.view();
+    out.changes = agent.viewChanges();
+    out.params = x;
+    agent.close();
+  });
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("membership: the survivors of a failed rank agree on a view without it and finish every step",
+          "[membership]") {
+  const std::string algorithm =
+      GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd", "sgp", "hierarchical");
+  INFO(algorithm);
+  const int n = 4, victim = 2, steps = 60;
+  const auto results = runWithVictim(algorithm, n, victim, 20, steps, 0.1, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r);
+    if (r == victim) {
+      CHECK_FALSE(res.survived);
+      continue;
+    }
+    REQUIRE(res.survived);
+    CHECK(res.steps == static_cast<std::uint64_t>(steps));
+    CHECK(res.view.members == std::vector<int>{0, 1, 3});
+    REQUIRE(res.changes.size() == 1);
+    CHECK(res.changes[0].lost == std::vector<int>{victim});
+    // One view on every survivor: same number and coordinator.
+    CHECK(res.changes[0].view.number == results[0].changes[0].view.number);
+    CHECK(res.changes[0].view.coordinator == results[0].changes[0].view.coordinator);
+    CHECK(res.changes[0].resumeStep == results[0].changes[0].resumeStep);
+    for (float v : res.params) CHECK(std::isfinite(v));
+  }
+  if (algorithm == "allreduce_sgd") {
+    // Identical models on the survivors, bit for bit (a rank that was behind
+    // took the model of one that was not).
+    CHECK(results[1].params == results[0].params);
+    CHECK(results[3].params == results[0].params);
+    // The survivors' optimum is the mean of 0, 1, 3.
+    for (float v : results[0].params) CHECK(v == Approx(4.0 / 3.0).margin(0.05));
+  }
+}
+
+TEST_CASE("membership: gossip at learning rate 0 brings the survivors to consensus after a failure",
+          "[membership]") {
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "sgp");
+  INFO(algorithm);
+  const int n = 4, victim = 3;
+  const auto results = runWithVictim(algorithm, n, victim, 0, 80, 0.0, 1.0f);
+  // Rank 3 left before its first step; the survivors start from 0, 1, 2 and
+  // mix without it. A survivor may have completed the failed step with
+  // another survivor's message before the view changed (that step is not
+  // undone), so the consensus is the average up to that step's mixing: a
+  // value within the survivors' range, the same on all of them.
+  // (Per element: Crossover-SGD mixes each segment with its own peers.)
+  for (float consensus : results[0].params) {
+    CHECK(consensus > 0.5f);
+    CHECK(consensus < 1.5f);
+  }
+  for (int r = 0; r < 3; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r);
+    REQUIRE(res.survived);
+    CHECK(res.steps == 80);
+    CHECK(res.view.members == std::vector<int>{0, 1, 2});
+    for (std::size_t i = 0; i < res.params.size(); ++i)
+      CHECK(res.params[i] == Approx(results[0].params[i]).margin(1e-4));
+  }
+}
+
+TEST_CASE("membership: malformed membership messages are rejected with the peer and byte offset",
+          "[membership]") {
+  // Rank 1 runs the service; rank 0 is a bare transport that sends it bad
+  // control messages, then a well-formed heartbeat would be needed to stay
+  // trusted, so the test ends before suspect_seconds.
+  auto fabric = inproc::makeFabric(2);
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  const auto previous = setLogSink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::kWarning) {
+      std::lock_guard<std::mutex> lk(mu);
+      warnings.emplace_back(m);
+    }
+  });
+  {
+    auto raw = inproc::makeTransport(fabric, 0, 5.0);
+    membership::MembershipOptions o;
+    o.heartbeatSeconds = 0.05;
+    o.suspectSeconds = 30;
+    auto wrapped = membership::wrap(inproc::makeTransport(fabric, 1, 5.0), o);
+    const Tag control{Op::kMembership, 0, 0};
+    std::vector<std::byte> shortMessage(10, std::byte{0});
+    std::vector<std::byte> badMagic(48, std::byte{0});
+    std::vector<std::byte> badKind(48, std::byte{0});
+    const std::uint32_t magic = 0x524D4247u;
+    std::memcpy(badKind.data(), &magic, 4);
+    badKind[4] = std::byte{9};
+    for (const auto* m : {&shortMessage, &badMagic, &badKind}) raw->isend(1, control, *m).wait(5);
+    // The rank is still up: a data message still goes through its view.
+    const float value = 7;
+    float got = 0;
+    Request rx =
+        wrapped->irecv(0, Tag::make(Op::kUser, 1), std::as_writable_bytes(std::span<float>(&got, 1)));
+    raw->isend(1, Tag::make(Op::kUser, 1), std::as_bytes(std::span<const float>(&value, 1))).wait(5);
+    rx.wait(5);
+    CHECK(got == 7);
+    for (int i = 0; i < 100; ++i) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (warnings.size() >= 3) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK_FALSE(dynamic_cast<Membership&>(*wrapped).revoked());
+    wrapped->abort();
+    raw->abort();
+  }
+  setLogSink(previous);
+  std::lock_guard<std::mutex> lk(mu);
+  REQUIRE(warnings.size() >= 3);
+  CHECK(warnings[0].find("from rank 0") != std::string::npos);
+  CHECK(warnings[0].find("only 10 bytes") != std::string::npos);
+  CHECK(warnings[1].find("bad magic") != std::string::npos);
+  CHECK(warnings[2].find("unknown kind 9") != std::string::npos);
+}
