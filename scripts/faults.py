@@ -4,11 +4,14 @@
 For every algorithm the script runs the job once without faults (the
 baseline, same seed) and once per scenario, 8 peer processes over ZeroMQ on
 loopback with the membership service on, and injects the fault from outside
-with signals at a fraction of the baseline's wall time:
+with signals, after the first epoch, at fractions of the rest of the
+baseline's training time:
 
-  kill-1     kill -9 of one peer (rank 3) at 50%
-  kill-3     kill -9 of ranks 3, 5, 6 at 30%, 45% and 60%
-  stop-10s   SIGSTOP of rank 3 at 40% for 10 s, then SIGCONT
+  kill-1     kill -9 of one peer (rank 3) at 30%
+  kill-3     kill -9 of ranks 3, 5, 6 at 10%, 30% and 50%
+  stop-10s   SIGSTOP of rank 3 at 10% for 10 s, then SIGCONT (the others
+             remove it after membership.suspect_seconds; it stops with
+             Expelled when it resumes: survivors are the 7 others)
 
 It prints one row per (algorithm, scenario) and writes results/faults.json
 with the fields: algorithm, scenario, world_size, survivors,
@@ -43,9 +46,9 @@ ALGORITHMS = {
 
 # scenario -> list of (fraction of the baseline's wall time, action, rank)
 SCENARIOS = {
-    "kill-1": [(0.5, "kill", 3)],
-    "kill-3": [(0.3, "kill", 3), (0.45, "kill", 5), (0.6, "kill", 6)],
-    "stop-10s": [(0.4, "stop", 3), (None, "cont", 3)],
+    "kill-1": [(0.3, "kill", 3)],
+    "kill-3": [(0.1, "kill", 3), (0.3, "kill", 5), (0.5, "kill", 6)],
+    "stop-10s": [(0.1, "stop", 3), (None, "cont", 3)],
 }
 
 
@@ -69,23 +72,46 @@ def rank_pids(launcher_pid):
     return out
 
 
+def finished_count(log):
+    """How many ranks the launcher's last report names finished."""
+    import re
+    m = re.findall(r"finished: ([0-9, -]+)\)", log)
+    if not m:
+        return 8 if "did not finish" not in log else 0
+    n = 0
+    for part in m[-1].split(","):
+        a, _, b = part.strip().partition("-")
+        n += int(b) - int(a) + 1 if b else 1
+    return n
+
+
 def run(binary, config, epochs, scenario, baseline, timeout):
-    """Runs the job; `baseline` (seconds before training starts, seconds of
-    training) places the faults."""
+    """Runs the job. The faults are placed after rank 0 printed its first
+    epoch, at fractions of the rest of the baseline's training time
+    (`baseline`, seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "summary.json")
         cmd = [binary, "--config", os.path.join(ROOT, config), "--set", "world_size=8",
                "--set", f"training.epochs={epochs}", "--set", "membership.enabled=true",
                "--summary-json", summary]
         start = time.time()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log_path = os.path.join(tmp, "log")
+        log = open(log_path, "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
         events = []
         try:
+            first_epoch = None
+            if SCENARIOS.get(scenario):
+                while first_epoch is None and proc.poll() is None and time.time() - start < timeout:
+                    with open(log_path) as f:
+                        if "epoch 1/" in f.read():
+                            first_epoch = time.time()
+                    time.sleep(0.02)
             for frac, action, rank in SCENARIOS.get(scenario, []):
                 if action == "cont":
                     when = events[-1][0] + 10.0
                 else:
-                    when = start + baseline[0] + frac * baseline[1]
+                    when = first_epoch + frac * baseline * (epochs - 1) / epochs
                 time.sleep(max(0.0, when - time.time()))
                 pid = None
                 deadline = time.time() + 5
@@ -94,16 +120,20 @@ def run(binary, config, epochs, scenario, baseline, timeout):
                     if pid is None:
                         time.sleep(0.05)
                 if pid is None:
-                    raise RuntimeError(f"{scenario}: rank {rank} is not running")
+                    raise RuntimeError(f"{scenario}: rank {rank} is not running (the run ended before the fault)")
                 sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}[action]
                 os.kill(pid, sig)
                 events.append((time.time(), action, rank))
-            out, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except BaseException:
             proc.kill()
-            proc.communicate()
+            proc.wait()
             raise
+        finally:
+            log.close()
         wall = time.time() - start
+        with open(log_path) as f:
+            out = f.read()
         result = {"exit": proc.returncode, "wall": wall, "events": events, "log": out}
         if os.path.exists(summary):
             with open(summary) as f:
@@ -127,22 +157,20 @@ def main():
     print(header)
     for algo in args.algorithms.split(","):
         config = ALGORITHMS[algo]
-        base = run(args.binary, config, args.epochs, "none", (0, 0), args.timeout)
+        base = run(args.binary, config, args.epochs, "none", 0, args.timeout)
         if base["exit"] != 0 or "summary" not in base:
             print(base["log"][-3000:], file=sys.stderr)
             raise SystemExit(f"{algo}: the fault-free run failed (exit {base['exit']})")
         bs = base["summary"]
         for scenario in args.scenarios.split(","):
-            # The rank's wall_seconds starts after the data is loaded; the rest is start-up.
-            timing = (base["wall"] - bs["wall_seconds"], bs["wall_seconds"])
-            r = run(args.binary, config, args.epochs, scenario, timing, args.timeout)
+            r = run(args.binary, config, args.epochs, scenario, bs["wall_seconds"], args.timeout)
             s = r.get("summary", {})
             faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
             lost = s.get("lost", [])
             first_fault = faults[0][0] if faults else None
             resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
             detect = [l["resumed_at_unix_seconds"] - l["agreement_seconds"] - f[0] for l, f in zip(lost, faults)]
-            expected = 8 - len([e for e in r["events"] if e[1] == "kill"])
+            expected = 8 - len([e for e in r["events"] if e[1] in ("kill", "stop")])
             survivors = len(s.get("survivors", []))
             row = {
                 "algorithm": s.get("algorithm", algo),
@@ -150,7 +178,9 @@ def main():
                 "scenario": scenario,
                 "world_size": 8,
                 "survivors": survivors,
-                "survivors_finished": r["exit"] == 0 and survivors == expected and len(s.get("history", [])) == args.epochs,
+                # Every survivor completed every epoch (the launcher's report names them finished).
+                "survivors_finished": survivors == expected and len(s.get("history", [])) == args.epochs
+                and finished_count(r["log"]) == expected,
                 "exit_status": r["exit"],
                 "test_accuracy": s.get("test_accuracy"),
                 "baseline_accuracy": bs["test_accuracy"],

@@ -3,15 +3,20 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "gossamer/agent.hpp"
+#include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "gossamer/wire.hpp"
 #include "model.hpp"
 #include "train_config.hpp"
 
@@ -48,6 +53,27 @@ class BatchSampler {
       y[static_cast<std::size_t>(b)] = d.labels[static_cast<std::size_t>(idx)];
     }
   }
+  // The shard's order, the position in it and the generator's state.
+  void save(Checkpoint& c) const {
+    c.putArray<int>("sampler.shard", shard_);
+    c.putValue<std::uint64_t>("sampler.position", pos_);
+    std::ostringstream rng;
+    rng << rng_;
+    const std::string text = rng.str();
+    c.put("sampler.rng", std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+  void load(const Checkpoint& c) {
+    auto shard = c.getArray<int>("sampler.shard");
+    GOSSAMER_ENFORCE(shard.size() == shard_.size(),
+                     "checkpoint shard of " << shard.size() << " samples, this rank's has " << shard_.size());
+    shard_ = std::move(shard);
+    pos_ = c.getValue<std::uint64_t>("sampler.position");
+    GOSSAMER_ENFORCE(pos_ <= shard_.size(), "checkpoint sampler position " << pos_);
+    const auto& b = c.get("sampler.rng");
+    std::istringstream rng(std::string(reinterpret_cast<const char*>(b.data()), b.size()));
+    rng >> rng_;
+    GOSSAMER_ENFORCE(!rng.fail(), "checkpoint sampler state is malformed");
+  }
 
  private:
   std::vector<int> shard_;
@@ -63,18 +89,38 @@ class BatchSampler {
 // empty) runs between the gradient and the step.
 double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float> params,
                   std::span<float> grads, BatchSampler& sampler, const Dataset& train, int batch, int steps,
-                  const std::function<void()>& afterGradient) {
+                  const std::function<void()>& afterGradient, int firstStep = 0, double lossSum = 0,
+                  const std::function<void(int, double)>& afterStep = {}) {
   RowMatrix x;
   std::vector<std::uint8_t> y;
-  double lossSum = 0;
-  for (int s = 0; s < steps; ++s) {
+  for (int s = firstStep; s < steps; ++s) {
     sampler.next(train, batch, x, y);
     lossSum += model.lossAndGradient(params, x, y.data(), grads);
     if (afterGradient) afterGradient();
     optimizer.step(params, grads);
+    if (afterStep) afterStep(s + 1, lossSum);
   }
   optimizer.flush(params);  // completes exchanges still in flight (overlap, async)
   return lossSum / steps;
+}
+
+std::string checkpointPath(const std::string& dir, int rank, std::uint64_t step) {
+  return dir + "/rank-" + std::to_string(rank) + "-step-" + std::to_string(step) + ".ckpt";
+}
+
+// The steps this rank has checkpoints for in `dir`, ascending.
+std::vector<std::uint64_t> checkpointSteps(const std::string& dir, int rank) {
+  std::vector<std::uint64_t> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  const std::regex name("rank-" + std::to_string(rank) + "-step-([0-9]+)\\.ckpt");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name)) out.push_back(std::stoull(m[1].str()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -122,11 +168,73 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       const auto delay = std::chrono::duration<double>(t.training.stragglerDelaySeconds);
       emulateStraggler = [delay] { std::this_thread::sleep_for(delay); };
     }
-    for (int epoch = 1; epoch <= t.training.epochs; ++epoch) {
+    // Checkpoints: every rank saves at the same steps; a resumed run starts
+    // from the newest step every rank has (a rank killed while writing has
+    // its previous one, so the ranks keep the last two).
+    const auto& ck = t.checkpoint;
+    std::uint64_t startStep = 0;
+    double startLossSum = 0;
+    if (ck.resume) {
+      const auto mine = checkpointSteps(ck.dir, rank);
+      double newest = mine.empty() ? 1.0 : -static_cast<double>(mine.back());  // max of -x: the min of x
+      agent.communicator().allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
+      if (newest <= 0) {
+        const auto step = static_cast<std::uint64_t>(-newest);
+        GOSSAMER_ENFORCE(std::find(mine.begin(), mine.end(), step) != mine.end(),
+                         "rank " << rank << " has no checkpoint of step " << step << " in " << ck.dir
+                                 << ", the newest every rank has");
+        const Checkpoint c = Checkpoint::load(checkpointPath(ck.dir, rank, step));
+        GOSSAMER_ENFORCE(
+            c.getValue<std::int32_t>("world_size") == n && c.getValue<std::uint64_t>("seed") == config.seed,
+            "checkpoint of step " << step << " was written by a job of another world size or seed");
+        auto saved = c.getArray<float>("model");
+        GOSSAMER_ENFORCE(saved.size() == params.size(), "checkpoint model of "
+                                                            << saved.size() << " parameters, this model has "
+                                                            << params.size());
+        std::copy(saved.begin(), saved.end(), params.begin());
+        sampler.load(c);
+        optimizer.loadState(c, "optimizer.");
+        startStep = step;
+        startLossSum = c.getValue<double>("epoch_loss_sum");
+        summary.resumedFromStep = static_cast<std::int64_t>(step);
+      }
+    }
+    const std::uint64_t totalSteps = static_cast<std::uint64_t>(stepsPerEpoch) * t.training.epochs;
+    auto saveCheckpoint = [&](std::uint64_t step, double lossSum) {
+      optimizer.flush(params);  // a consistent cut: nothing in flight
+      Checkpoint c;
+      c.putArray<float>("model", params);
+      c.putValue<std::uint64_t>("step", step);
+      c.putValue<std::int32_t>("world_size", n);
+      c.putValue<std::uint64_t>("seed", config.seed);
+      c.putValue<double>("epoch_loss_sum", lossSum);
+      const auto members = agent.view().members;
+      c.putArray<int>("view", members);
+      sampler.save(c);
+      optimizer.saveState(c, "optimizer.");
+      std::filesystem::create_directories(ck.dir);
+      c.save(checkpointPath(ck.dir, rank, step));
+      // Keep the last two.
+      const auto have = checkpointSteps(ck.dir, rank);
+      for (std::size_t i = 0; i + 2 < have.size(); ++i)
+        std::filesystem::remove(checkpointPath(ck.dir, rank, have[i]));
+    };
+    const int firstEpoch = static_cast<int>(startStep / static_cast<std::uint64_t>(stepsPerEpoch)) + 1;
+    for (int epoch = firstEpoch; epoch <= t.training.epochs; ++epoch) {
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats();
-      const double loss = trainEpoch(model, optimizer, params, grads, sampler, data.train, batch,
-                                     stepsPerEpoch, emulateStraggler);
+      const std::uint64_t epochBase = static_cast<std::uint64_t>(epoch - 1) * stepsPerEpoch;
+      const int firstStep = epoch == firstEpoch ? static_cast<int>(startStep - epochBase) : 0;
+      std::function<void(int, double)> afterStep;
+      if (ck.everySteps > 0)
+        afterStep = [&](int s, double lossSum) {
+          const std::uint64_t step = epochBase + static_cast<std::uint64_t>(s);
+          if (step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)
+            saveCheckpoint(step, lossSum);
+        };
+      const double loss =
+          trainEpoch(model, optimizer, params, grads, sampler, data.train, batch, stepsPerEpoch,
+                     emulateStraggler, firstStep, epoch == firstEpoch ? startLossSum : 0.0, afterStep);
       trainSeconds += since(epochStart);
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
@@ -193,6 +301,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.bytesSentPerPeer = last.bytesSentPerPeer;
     summary.messagesSentPerPeer = last.messagesSentPerPeer;
     summary.wallSeconds = since(start);
+    // Each survivor's final model, as its CRC-32C (a resumed run must match an uninterrupted one).
+    std::vector<double> crcs(static_cast<std::size_t>(n), -1.0);
+    agent.survive([&] {
+      std::fill(crcs.begin(), crcs.end(), -1.0);
+      crcs[static_cast<std::size_t>(rank)] = crc32c(std::as_bytes(std::span<const float>(params)));
+      agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
+    });
+    summary.modelCrcByRank = crcs;
     summary.writer = agent.communicator().rank() == 0;
     summary.survivors = alive;
     for (const auto& change : agent.viewChanges())
@@ -263,6 +379,8 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
                     {"survivors", m.survivors}});
   j["history"] = hist;
   j["survivors"] = s.survivors;
+  j["resumed_from_step"] = s.resumedFromStep;
+  j["model_crc32c_by_rank"] = s.modelCrcByRank;
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& l : s.lost)
     lost.push_back({{"rank", l.rank},

@@ -58,6 +58,10 @@ struct TrainSummary {
     double resumedAtUnixSeconds = 0;  ///< When this rank installed that view (system clock).
   };
   std::vector<Lost> lost;
+  /// The step the run resumed from (checkpoint.resume), or -1.
+  std::int64_t resumedFromStep = -1;
+  /// CRC-32C of each rank's final model (float32 bytes), -1 for ranks lost.
+  std::vector<double> modelCrcByRank;
 };
 
 /// Runs one rank of the job described by `config`: shards `data` (shared,

@@ -272,4 +272,19 @@ void CrossoverSgd::foldArrived(std::span<float> params) {
   }
 }
 
+void CrossoverSgd::saveState(Checkpoint& out, const std::string& prefix) const {
+  GOSSAMER_ENFORCE(options_.mode != GossipMode::kAsync, "crossover_sgd in async mode cannot be checkpointed");
+  GOSSAMER_ENFORCE(!inFlight_, "crossover_sgd: flush() before saving (an exchange is in flight)");
+  out.putValue<std::uint64_t>(prefix + "steps", steps_);
+  out.putValue<std::uint64_t>(prefix + "rounds", rounds_);
+  sgd_.saveState(out, prefix);
+}
+
+void CrossoverSgd::loadState(const Checkpoint& in, const std::string& prefix) {
+  GOSSAMER_ENFORCE(options_.mode != GossipMode::kAsync, "crossover_sgd in async mode cannot be checkpointed");
+  steps_ = in.getValue<std::uint64_t>(prefix + "steps");
+  rounds_ = in.getValue<std::uint64_t>(prefix + "rounds");
+  sgd_.loadState(in, prefix);
+}
+
 }  // namespace gossamer::optimizers

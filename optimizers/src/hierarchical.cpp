@@ -78,4 +78,14 @@ void Hierarchical::flush(std::span<float> params) {
   groupComm_->broadcast(params, 0);
 }
 
+void Hierarchical::saveState(Checkpoint& out, const std::string& prefix) const {
+  out.putValue<std::uint64_t>(prefix + "steps", steps_);
+  if (inter_) inter_->saveState(out, prefix + "leaders.");
+}
+
+void Hierarchical::loadState(const Checkpoint& in, const std::string& prefix) {
+  steps_ = in.getValue<std::uint64_t>(prefix + "steps");
+  if (inter_) inter_->loadState(in, prefix + "leaders.");
+}
+
 }  // namespace gossamer::optimizers

@@ -52,4 +52,25 @@ void AllReduceSgd::mixParameters(std::span<float> params) {
   ++steps_;
 }
 
+void LocalSgd::saveState(Checkpoint& out, const std::string& prefix) const {
+  out.putArray<float>(prefix + "velocity", velocity_);
+}
+
+void LocalSgd::loadState(const Checkpoint& in, const std::string& prefix) {
+  auto v = in.getArray<float>(prefix + "velocity");
+  GOSSAMER_ENFORCE(v.size() == velocity_.size(),
+                   "checkpoint velocity has " << v.size() << " elements, the model " << velocity_.size());
+  velocity_ = std::move(v);
+}
+
+void AllReduceSgd::saveState(Checkpoint& out, const std::string& prefix) const {
+  out.putValue<std::uint64_t>(prefix + "steps", steps_);
+  sgd_.saveState(out, prefix);
+}
+
+void AllReduceSgd::loadState(const Checkpoint& in, const std::string& prefix) {
+  steps_ = in.getValue<std::uint64_t>(prefix + "steps");
+  sgd_.loadState(in, prefix);
+}
+
 }  // namespace gossamer::optimizers

@@ -167,4 +167,19 @@ void Sgp::flush(std::span<float> params) {
   }
 }
 
+void Sgp::saveState(Checkpoint& out, const std::string& prefix) const {
+  GOSSAMER_ENFORCE(options_.mode != GossipMode::kAsync, "sgp in async mode cannot be checkpointed");
+  GOSSAMER_ENFORCE(!roundPending_, "sgp: flush() before saving (a round is in flight)");
+  out.putValue<std::uint64_t>(prefix + "steps", steps_);
+  out.putValue<double>(prefix + "weight", weight_);
+  sgd_.saveState(out, prefix);
+}
+
+void Sgp::loadState(const Checkpoint& in, const std::string& prefix) {
+  GOSSAMER_ENFORCE(options_.mode != GossipMode::kAsync, "sgp in async mode cannot be checkpointed");
+  steps_ = in.getValue<std::uint64_t>(prefix + "steps");
+  weight_ = in.getValue<double>(prefix + "weight");
+  sgd_.loadState(in, prefix);
+}
+
 }  // namespace gossamer::optimizers

@@ -15,4 +15,12 @@ void DistributedOptimizer::mixParameters(std::span<float>) {
                         "' has no communication-only form (reduceGradients/mixParameters): use step()");
 }
 
+void DistributedOptimizer::saveState(Checkpoint&, const std::string&) const {
+  throw InvalidArgument("optimizer '" + name() + "' cannot be checkpointed");
+}
+
+void DistributedOptimizer::loadState(const Checkpoint&, const std::string&) {
+  throw InvalidArgument("optimizer '" + name() + "' cannot be restored from a checkpoint");
+}
+
 }  // namespace gossamer

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
 
 namespace gossamer::detail {
@@ -121,6 +122,18 @@ void ResilientOptimizer::flush(std::span<float> params) {
     std::copy(saved_.begin(), saved_.end(), params.begin());
     recover();
   }
+}
+
+void ResilientOptimizer::saveState(Checkpoint& out, const std::string& prefix) const {
+  inner_->saveState(out, prefix);
+  out.putValue<std::uint64_t>(prefix + "completed", completed_);
+}
+
+void ResilientOptimizer::loadState(const Checkpoint& in, const std::string& prefix) {
+  inner_->loadState(in, prefix);
+  completed_ = in.getValue<std::uint64_t>(prefix + "completed");
+  skip_ = 0;
+  inner_->setTotalSteps(remainingSteps());
 }
 
 ModelExchange ResilientOptimizer::modelExchange() {

@@ -41,6 +41,9 @@ class ResilientOptimizer final : public DistributedOptimizer {
   bool replicatedModel() const override { return inner_->replicatedModel(); }
   bool lockstep() const override { return inner_->lockstep(); }
   ModelExchange modelExchange() override;
+  /// The configured optimizer's state and the steps completed.
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
 
   /// The optimizer rebuilt over a new view replaces the old one (which is
   /// destroyed first by the Agent: dropInner()).

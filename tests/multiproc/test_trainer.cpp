@@ -6,6 +6,7 @@
 #include "dataset.hpp"
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -354,4 +355,71 @@ TEST_CASE("with membership on, a stopped peer is removed, learns it, and the oth
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
   CHECK(s["survivors"] == nlohmann::json({0, 2}));
+}
+
+TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",
+          "[multiproc][checkpoint]") {
+  gossamer::testing::requireFashionMnist();
+  const int n = 3, epochs = 6;
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
+  INFO("algorithm " << algorithm);
+  TempDir dir;
+  const std::string base = smallConfig("zmq", algorithm, n, epochs, 10.0);
+  auto configWith = [&](const std::string& ckptDir, bool resume) {
+    return base + "checkpoint:\n  every_steps: 40\n  dir: " + ckptDir +
+           "\n  resume: " + (resume ? "true" : "false") + "\n";
+  };
+  auto runAll = [&](const std::string& name, const std::string& yaml, bool killMidway) {
+    writeFile(dir / (name + ".yaml"), yaml);
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r)
+      pids.push_back(
+          spawn({GOSSAMER_TRAIN_EXE, "--config", dir / (name + ".yaml"), "--rank", std::to_string(r),
+                 "--rendezvous", dir / (name + "-rdv"), "--summary-json", dir / (name + ".json")},
+                dir / (name + "-out" + std::to_string(r)), dir / (name + "-err" + std::to_string(r))));
+    struct Reaper {
+      std::vector<pid_t>& pids;
+      ~Reaper() {
+        for (pid_t& pid : pids)
+          if (pid > 0) waitBounded(pid, 0);
+      }
+    } reaper{pids};
+    if (killMidway) {
+      // Kill every rank once all of them saved step 120 (of 372).
+      const auto start = std::chrono::steady_clock::now();
+      auto saved = [&] {
+        for (int r = 0; r < n; ++r)
+          if (!std::filesystem::exists(dir / ("ckB/rank-" + std::to_string(r) + "-step-120.ckpt")))
+            return false;
+        return true;
+      };
+      while (!saved()) {
+        REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(90));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      for (pid_t pid : pids) kill(pid, SIGKILL);
+      for (pid_t& pid : pids) {
+        waitBounded(pid, 5);
+        pid = -1;
+      }
+      return nlohmann::json();
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
+      pids[static_cast<std::size_t>(r)] = -1;
+      INFO(name << " rank " << r << ": " << readFile(dir / (name + "-err" + std::to_string(r))));
+      REQUIRE(status.has_value());
+      REQUIRE(WIFEXITED(*status));
+      REQUIRE(WEXITSTATUS(*status) == 0);
+    }
+    return nlohmann::json::parse(readFile(dir / (name + ".json")));
+  };
+  const auto plain = runAll("A", configWith(dir / "ckA", false), false);
+  runAll("B1", configWith(dir / "ckB", false), true);
+  const auto resumed = runAll("B2", configWith(dir / "ckB", true), false);
+  CHECK(plain["resumed_from_step"] == -1);
+  CHECK(resumed["resumed_from_step"].get<int>() >= 120);
+  const auto a = plain["model_crc32c_by_rank"];
+  REQUIRE(a.size() == static_cast<std::size_t>(n));
+  CHECK(resumed["model_crc32c_by_rank"] == a);
 }

@@ -9,6 +9,8 @@
 
 namespace gossamer {
 
+class Checkpoint;
+
 /// A decentralised training algorithm (AllReduce-SGD, Crossover-SGD, ...).
 /// Every rank calls step() the same number of times. Not thread-safe.
 /// One synchronous gossip round of the whole model (`params`, P float32
@@ -65,6 +67,17 @@ class DistributedOptimizer {
   /// step counts (a rank that is behind skips the steps it missed). False for
   /// the async modes, whose ranks step at their own pace. The default: true.
   virtual bool lockstep() const { return true; }
+  /// Writes what the optimizer carries from one step to the next (its step
+  /// count, momentum, push-sum weight, ...) into `out`, in sections named
+  /// `prefix` + a name of its own. Call it after flush(), at the same step on
+  /// every rank. The default: InvalidArgument (not supported).
+  /// @throws InvalidArgument if the optimizer (or its mode) cannot be saved.
+  virtual void saveState(Checkpoint& out, const std::string& prefix) const;
+  /// Restores what saveState wrote, before the next step. The optimizer must
+  /// have been built with the same config and model size.
+  /// @throws InvalidArgument for a missing section or a size mismatch, or if
+  ///         not supported (the default).
+  virtual void loadState(const Checkpoint& in, const std::string& prefix);
   /// The optimizer's own model exchange, for wrappers that replace its
   /// steps but keep how it mixes models (compressed training's model sync);
   /// empty when it has none (e.g. AllReduce-SGD, whose exchange is the

@@ -383,7 +383,9 @@ class MembershipTransport final : public Transport, public Membership {
 
   // Step 3: the coordinator decides once every survivor reported.
   void coordinateLocked() {
-    if (!revoked_ || closed_) return;
+    // A rank that was stopped waits to hear from its peers first: they may
+    // have removed it (their answer carries that view).
+    if (!revoked_ || closed_ || resumed_) return;
     const auto survivors = survivorsLocked();
     if (survivors.empty() || survivors.front() != self_) return;
     const auto key = viewKey(view_);
@@ -482,6 +484,7 @@ class MembershipTransport final : public Transport, public Membership {
   void handle(int from, const Message& m) {
     std::lock_guard<std::mutex> lk(mu_);
     heard_[static_cast<std::size_t>(from)] = Clock::now();
+    resumed_ = false;  // a peer answered: what it says (a view without us) decides
     const View sender{m.viewNumber, m.viewCoordinator, {}};
     // A peer behind us gets the view it missed (at most once per heartbeat period).
     if (lastView_ && newer(view_, sender) && m.kind != Kind::kView) {
@@ -526,6 +529,7 @@ class MembershipTransport final : public Transport, public Membership {
       if (std::chrono::duration<double>(passStart - lastPass).count() > options_.suspectSeconds / 2) {
         std::lock_guard<std::mutex> lk(mu_);
         for (auto& h : heard_) h = passStart;
+        resumed_ = true;
       }
       lastPass = passStart;
       for (int p = 0; p < world_; ++p) {
@@ -560,9 +564,17 @@ class MembershipTransport final : public Transport, public Membership {
           for (int p : view_.members)
             if (!suspects_.count(p)) sendLocked(p, beat);
         }
+        // This pass itself took long: this process was stopped in it. The
+        // silence is its own, not its peers'.
+        const bool stalled =
+            std::chrono::duration<double>(now - passStart).count() > options_.suspectSeconds / 2;
+        if (stalled) {
+          for (auto& h : heard_) h = now;
+          resumed_ = true;
+        }
         for (int p : view_.members) {
           const auto i = static_cast<std::size_t>(p);
-          if (p == self_ || left_[i] || suspects_.count(p)) continue;
+          if (stalled || resumed_ || p == self_ || left_[i] || suspects_.count(p)) continue;
           const double silent = std::chrono::duration<double>(now - heard_[i]).count();
           if (silent > options_.suspectSeconds)
             suspectLocked(p, "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
@@ -598,6 +610,10 @@ class MembershipTransport final : public Transport, public Membership {
   bool revoked_ = false;
   bool closed_ = false;
   bool expelled_ = false;
+  // This process was stopped (or starved) for longer than half of
+  // suspect_seconds and has not heard from any peer since: it suspects
+  // nobody for silence and decides no view until it does.
+  bool resumed_ = false;
   Clock::time_point revokedAt_{};
   int firstSuspect_ = -1;
   std::string revokeReason_;

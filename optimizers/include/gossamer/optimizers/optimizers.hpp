@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "gossamer/checkpoint.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/defaults.hpp"
 #include "gossamer/optimizer.hpp"
@@ -37,6 +38,10 @@ class LocalSgd {
   /// @throws InvalidArgument if params or grads do not have P elements.
   void apply(std::span<float> params, std::span<const float> grads);
   const SgdOptions& options() const { return options_; }
+  /// Saves the velocity as section `prefix` + "velocity" (P float32).
+  void saveState(Checkpoint& out, const std::string& prefix) const;
+  /// @throws InvalidArgument if the section is missing or not P floats.
+  void loadState(const Checkpoint& in, const std::string& prefix);
 
  private:
   SgdOptions options_;
@@ -56,6 +61,10 @@ class AllReduceSgd final : public DistributedOptimizer {
   void step(std::span<float> params, std::span<const float> grads) override;
   /// Averages `grads` (P float32) over all ranks in place.
   void reduceGradients(std::span<float> grads) override;
+  /// Saves the step count and velocity (and what the mode carries; async
+  /// mode is not supported); see DistributedOptimizer::saveState.
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
   /// Counts the step; the parameters need no mixing.
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
@@ -116,6 +125,10 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// The exchange step() makes after its SGD update (every `interval`
   /// steps, in the configured mode), on `params` (P float32, in place).
   void mixParameters(std::span<float> params) override;
+  /// Saves the step count and velocity (and what the mode carries; async
+  /// mode is not supported); see DistributedOptimizer::saveState.
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
   bool hasCommunicationOnlyForm() const override { return true; }
   /// Async mode steps at its own pace; the other modes in lockstep.
   bool lockstep() const override { return options_.mode != GossipMode::kAsync; }
@@ -206,6 +219,10 @@ class Sgp final : public DistributedOptimizer {
   bool hasCommunicationOnlyForm() const override { return true; }
   /// Async mode steps at its own pace; the other modes in lockstep.
   bool lockstep() const override { return options_.mode != GossipMode::kAsync; }
+  /// Saves the step count and velocity (and what the mode carries; async
+  /// mode is not supported); see DistributedOptimizer::saveState.
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
   /// Consumes the messages still in flight to this rank (overlap mode: the
   /// last round's; async mode: whatever arrives within a short grace period).
   void flush(std::span<float> params) override;
@@ -324,6 +341,10 @@ class Hierarchical final : public DistributedOptimizer {
   void reduceGradients(std::span<float> grads) override;
   /// The leader mixes `params` with the other leaders (the inter-group
   /// optimizer's mixParameters), then broadcasts them to its group.
+  /// Saves the step count and velocity (and what the mode carries; async
+  /// mode is not supported); see DistributedOptimizer::saveState.
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
   void flush(std::span<float> params) override;
