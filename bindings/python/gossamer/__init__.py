@@ -29,9 +29,11 @@ from ._core import (  # noqa: F401  (re-exported)
     Error,
     InternalError,
     InvalidArgument,
+    Expelled,
     PeerFailure,
     ProtocolError,
     TimeoutError,
+    ViewChanged,
 )
 
 __all__ = [
@@ -46,6 +48,8 @@ __all__ = [
     "ProtocolError",
     "TimeoutError",
     "PeerFailure",
+    "ViewChanged",
+    "Expelled",
     "Cancelled",
 ]
 
@@ -288,6 +292,36 @@ class Agent:
             (allreduce_sgd), or a length mismatch. PeerFailure, TimeoutError.
         """
         self._core.exchange(_as_array(params, "params"))
+
+    # -- membership -------------------------------------------------------
+    @property
+    def has_membership(self) -> bool:
+        """Whether the membership service is on (``membership.enabled``)."""
+        return self._core.has_membership
+
+    @property
+    def view(self) -> dict:
+        """The membership view in force: ``number`` (0 for the first view),
+        ``coordinator`` (the rank that issued it, -1 for the first) and
+        ``members`` (the live ranks, ascending; every rank without the
+        membership service)."""
+        return self._core.view
+
+    def recover(self) -> dict:
+        """After a :class:`PeerFailure` (or :class:`ViewChanged`) in a
+        collective of your own: agrees with the survivors on a view without
+        the lost peers and rebuilds the communicator and optimizer over it
+        (the optimizer's steps do this themselves). Every survivor must call
+        it. Returns ``number``, ``members``, ``lost`` (ranks), ``resume_step``
+        and ``seconds`` (how long the agreement took).
+
+        Raises:
+            InvalidArgument: the membership service is off. Expelled: the
+            survivors removed this rank. TimeoutError: no agreement within
+            ``membership.agreement_seconds``. PeerFailure: another peer failed
+            meanwhile (call it again).
+        """
+        return self._core.recover()
 
     def stats(self) -> dict:
         """This rank's transport counters: ``bytes_sent``,

@@ -234,6 +234,8 @@ struct Exceptions {
   PyObject* protocol = nullptr;
   PyObject* timeout = nullptr;
   PyObject* peerFailure = nullptr;
+  PyObject* viewChanged = nullptr;
+  PyObject* expelled = nullptr;
   PyObject* cancelled = nullptr;
 };
 Exceptions exc;
@@ -262,6 +264,10 @@ void translate(std::exception_ptr p) {
           {{"file", py::str(e.file())}, {"line", py::int_(e.line())}, {"key", py::str(e.key())}});
   } catch (const ProtocolError& e) {
     raise(exc.protocol, e, {{"peer", py::int_(e.peer())}, {"offset", py::int_(e.offset())}});
+  } catch (const Expelled& e) {
+    raise(exc.expelled, e, {{"peer", py::int_(e.peer())}});
+  } catch (const ViewChanged& e) {
+    raise(exc.viewChanged, e, {{"peer", py::int_(e.peer())}});
   } catch (const PeerFailure& e) {
     raise(exc.peerFailure, e, {{"peer", py::int_(e.peer())}});
   } catch (const TimeoutError& e) {
@@ -304,6 +310,14 @@ PYBIND11_MODULE(_core, m) {
   }
   exc.peerFailure = newException(m, "PeerFailure", exc.error,
                                  "A peer left or died while others still needed it; .peer is its rank.");
+  exc.viewChanged = newException(
+      m, "ViewChanged", exc.peerFailure,
+      "The membership view was revoked (a peer died or fell silent): call Agent.recover(); .peer "
+      "is the rank suspected first (-1 if unknown).");
+  exc.expelled =
+      newException(m, "Expelled", exc.peerFailure,
+                   "This rank was removed from the job by its peers (it was silent too long); .peer "
+                   "is this rank.");
   exc.cancelled = newException(m, "Cancelled", exc.error, "A request cancelled before it completed.");
   py::register_exception_translator(&translate);
 
@@ -449,6 +463,32 @@ PYBIND11_MODULE(_core, m) {
             exchange(p.as<float>(), round++);
           },
           py::arg("params"))
+      .def_property_readonly("has_membership", [](PyAgent& a) { return a.agent().hasMembership(); })
+      .def_property_readonly("view",
+                             [](PyAgent& a) {
+                               const View v = a.agent().view();
+                               py::dict d;
+                               d["number"] = v.number;
+                               d["coordinator"] = v.coordinator;
+                               d["members"] = v.members;
+                               return d;
+                             })
+      .def("recover",
+           [](PyAgent& a) {
+             Agent& agent = a.agent();
+             ViewChange c;
+             {
+               py::gil_scoped_release release;
+               c = agent.recover();
+             }
+             py::dict d;
+             d["number"] = c.view.number;
+             d["members"] = c.view.members;
+             d["lost"] = c.lost;
+             d["resume_step"] = c.resumeStep;
+             d["seconds"] = c.seconds;
+             return d;
+           })
       .def("stats",
            [](PyAgent& a) {
              const TransportStats s = a.agent().transport().stats();

@@ -126,6 +126,39 @@ a.abort()
         assert res["s"] < 15
 
 
+def test_with_membership_the_survivors_recover_and_go_on(run_ranks):
+    job = run_ranks(4, HEADER + """
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10},
+           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 2})
+a = gossamer.Agent.from_env(cfg)
+assert a.has_membership and a.view["members"] == [0, 1, 2, 3]
+x = np.ones(1000, dtype=np.float32)
+a.allreduce(x)
+if a.rank == 2:
+    os._exit(3)                                 # dies without a goodbye
+changes = []
+for i in range(50):
+    while True:
+        x = np.full(1000, a.rank, dtype=np.float32)
+        try:
+            a.allreduce(x, op="sum")
+            break
+        except gossamer.PeerFailure as e:       # ViewChanged or the transport's verdict
+            changes.append(a.recover())
+print(json.dumps({"sum": float(x[0]), "view": a.view, "changes": changes,
+                  "viewchanged_is_peerfailure": issubclass(gossamer.ViewChanged, gossamer.PeerFailure)}))
+a.close()
+""")
+    assert job.codes[2] == 3
+    for r in (0, 1, 3):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["sum"] == 4.0, res              # 0 + 1 + 3: the survivors
+        assert res["view"]["members"] == [0, 1, 3]
+        assert [c["lost"] for c in res["changes"]] == [[2]]
+        assert res["viewchanged_is_peerfailure"]
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

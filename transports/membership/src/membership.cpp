@@ -314,7 +314,12 @@ class MembershipTransport final : public Transport, public Membership {
   }
   Request track(Request r) {
     std::lock_guard<std::mutex> lk(pmu_);
-    std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+    // Handles that are gone are dropped when the list has doubled since the
+    // last sweep: amortised O(1) per receive.
+    if (pending_.size() >= 2 * swept_ + 32) {
+      std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+      swept_ = pending_.size();
+    }
     pending_.push_back(r.watch());
     return r;
   }
@@ -354,6 +359,7 @@ class MembershipTransport final : public Transport, public Membership {
     {
       std::lock_guard<std::mutex> plk(pmu_);
       watched.swap(pending_);
+      swept_ = 0;
     }
     const auto error = std::make_exception_ptr(revokedError());
     for (const auto& w : watched) Request::fail(w, error);
@@ -629,6 +635,7 @@ class MembershipTransport final : public Transport, public Membership {
 
   std::mutex pmu_;
   std::vector<std::weak_ptr<detail::RequestState>> pending_;
+  std::size_t swept_ = 0;  // pending_.size() after the last sweep
 
   // The background thread's own.
   std::vector<std::vector<std::byte>> buffers_;
