@@ -87,21 +87,25 @@ class BatchSampler {
 // the peers (gossip or allreduce, as configured) and updates `params` in
 // place. Returns the epoch's mean training loss. `afterGradient` (may be
 // empty) runs between the gradient and the step.
+// Steps until the optimizer has taken `endStep` steps in all (its steps()
+// drive the loop: a rank that rejoins a job jumps to the others' step).
+// `afterStep(step, lossSum)` runs after each step. Returns the loss summed
+// over this call's steps, added to `lossSum`.
 double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float> params,
-                  std::span<float> grads, BatchSampler& sampler, const Dataset& train, int batch, int steps,
-                  const std::function<void()>& afterGradient, int firstStep = 0, double lossSum = 0,
-                  const std::function<void(int, double)>& afterStep = {}) {
+                  std::span<float> grads, BatchSampler& sampler, const Dataset& train, int batch,
+                  std::uint64_t endStep, const std::function<void()>& afterGradient, double lossSum = 0,
+                  const std::function<void(std::uint64_t, double)>& afterStep = {}) {
   RowMatrix x;
   std::vector<std::uint8_t> y;
-  for (int s = firstStep; s < steps; ++s) {
+  while (optimizer.steps() < endStep) {
     sampler.next(train, batch, x, y);
     lossSum += model.lossAndGradient(params, x, y.data(), grads);
     if (afterGradient) afterGradient();
     optimizer.step(params, grads);
-    if (afterStep) afterStep(s + 1, lossSum);
+    if (afterStep) afterStep(optimizer.steps(), lossSum);
   }
   optimizer.flush(params);  // completes exchanges still in flight (overlap, async)
-  return lossSum / steps;
+  return lossSum;
 }
 
 std::string checkpointPath(const std::string& dir, int rank, std::uint64_t step) {
@@ -219,33 +223,59 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       for (std::size_t i = 0; i + 2 < have.size(); ++i)
         std::filesystem::remove(checkpointPath(ck.dir, rank, have[i]));
     };
-    const int firstEpoch = static_cast<int>(startStep / static_cast<std::uint64_t>(stepsPerEpoch)) + 1;
-    for (int epoch = firstEpoch; epoch <= t.training.epochs; ++epoch) {
+    // The epochs, driven by the optimizer's step count. A rank that rejoins
+    // after being removed (it was stopped) jumps to the survivors' step and
+    // skips the epochs (and their evaluations) they are past.
+    const std::uint64_t spe = static_cast<std::uint64_t>(stepsPerEpoch);
+    int evaluated = static_cast<int>(startStep / spe);  // epochs whose evaluation is behind this rank
+    std::size_t changesSeen = agent.viewChanges().size();
+    auto realignIfRejoined = [&] {
+      bool rejoined = false;
+      const auto& changes = agent.viewChanges();
+      for (; changesSeen < changes.size(); ++changesSeen) {
+        const auto& c = changes[changesSeen];
+        if (std::find(c.joined.begin(), c.joined.end(), rank) == c.joined.end()) continue;
+        rejoined = true;
+        // This rank jumped to step s = c.resumeStep. The survivors are past
+        // every epoch that ended by s, except one that ends at s if they
+        // were evaluating it.
+        const std::uint64_t s = c.resumeStep;
+        int done = static_cast<int>(s / spe);
+        if (c.evaluating && s % spe == 0 && done > 0) --done;
+        evaluated = std::max(evaluated, done);
+        summary.rejoinedAtStep.push_back(s);
+      }
+      return rejoined;
+    };
+    double lossSum = startLossSum;
+    while (evaluated < t.training.epochs) {
+      const int epoch = evaluated + 1;
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats();
-      const std::uint64_t epochBase = static_cast<std::uint64_t>(epoch - 1) * stepsPerEpoch;
-      const int firstStep = epoch == firstEpoch ? static_cast<int>(startStep - epochBase) : 0;
-      std::function<void(int, double)> afterStep;
+      std::function<void(std::uint64_t, double)> afterStep;
       if (ck.everySteps > 0)
-        afterStep = [&](int s, double lossSum) {
-          const std::uint64_t step = epochBase + static_cast<std::uint64_t>(s);
+        afterStep = [&](std::uint64_t step, double sum) {
           if (step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)
-            saveCheckpoint(step, lossSum);
+            saveCheckpoint(step, sum);
         };
-      const double loss =
-          trainEpoch(model, optimizer, params, grads, sampler, data.train, batch, stepsPerEpoch,
-                     emulateStraggler, firstStep, epoch == firstEpoch ? startLossSum : 0.0, afterStep);
+      lossSum = trainEpoch(model, optimizer, params, grads, sampler, data.train, batch, spe * epoch,
+                           emulateStraggler, lossSum, afterStep);
       trainSeconds += since(epochStart);
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
+      if (realignIfRejoined()) {
+        lossSum = 0;
+        continue;
+      }
+      const double loss = lossSum / static_cast<double>(spe);
 
       // Evaluation collectives: [loss sum, training bytes, messages], then the
       // average model; over the survivors, when peers were lost (survive()
       // redoes them after a view change).
       double sums[3] = {};
       double dist = 0;
-      agent.survive([&] {
+      const bool completed = agent.survive([&] {
         sums[0] = loss;
         sums[1] = trainBytes;
         sums[2] = trainMessages;
@@ -259,6 +289,12 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
         }
         agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
       });
+      if (!completed || realignIfRejoined()) {
+        lossSum = 0;
+        continue;
+      }
+      lossSum = 0;
+      evaluated = epoch;
       const bool evaluator = agent.communicator().rank() == 0;  // the lowest rank alive
 
       EpochMetrics m;
@@ -380,6 +416,7 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["history"] = hist;
   j["survivors"] = s.survivors;
   j["resumed_from_step"] = s.resumedFromStep;
+  j["rejoined_at_step"] = s.rejoinedAtStep;
   j["model_crc32c_by_rank"] = s.modelCrcByRank;
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& l : s.lost)

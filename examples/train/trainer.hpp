@@ -58,6 +58,9 @@ struct TrainSummary {
     double resumedAtUnixSeconds = 0;  ///< When this rank installed that view (system clock).
   };
   std::vector<Lost> lost;
+  /// Steps at which this rank rejoined the job after being removed (it was
+  /// stopped), taking the survivors' model and step.
+  std::vector<std::uint64_t> rejoinedAtStep;
   /// The step the run resumed from (checkpoint.resume), or -1.
   std::int64_t resumedFromStep = -1;
   /// CRC-32C of each rank's final model (float32 bytes), -1 for ranks lost.

@@ -99,6 +99,8 @@ struct Agent::Impl {
   std::unique_ptr<DistributedOptimizer> optimizer;
   detail::ResilientOptimizer* resilient = nullptr;  // optimizer, when it is one
   std::vector<ViewChange> changes;
+  bool evaluating = false;  // inside survive(): a collective of the caller's own
+  std::uint64_t jumps = 0;  // view changes after which this rank jumped to the survivors' step
 
   // The configured optimizer (wrapped by its compressor) over the current view.
   std::unique_ptr<DistributedOptimizer> makeInner() {
@@ -202,7 +204,7 @@ ViewChange Agent::recover() {
   GOSSAMER_ENFORCE(m.membership != nullptr,
                    "recover() needs the membership service (membership.enabled: true)");
   const std::uint64_t completed = m.resilient ? m.resilient->steps() : 0;
-  ViewChange change = m.membership->recover(completed);
+  ViewChange change = m.membership->recover(completed, m.evaluating);
   // Everything built over the old view goes first (it refers to the old communicator).
   if (m.resilient) m.resilient->dropInner();
   m.communicator.reset();
@@ -211,7 +213,7 @@ ViewChange Agent::recover() {
   if (m.resilient) {
     m.resilient->setInner(m.makeInner());
     m.changes.push_back(change);
-    m.resilient->afterViewChange(change, *m.communicator);
+    if (m.resilient->afterViewChange(change, *m.communicator, *m.transport)) ++m.jumps;
   } else {
     m.changes.push_back(change);
   }
@@ -237,17 +239,27 @@ View Agent::view() const {
 
 const std::vector<ViewChange>& Agent::viewChanges() const { return impl_->changes; }
 
-void Agent::survive(const std::function<void()>& f) {
+bool Agent::survive(const std::function<void()>& f) {
+  struct Flag {
+    bool& b;
+    explicit Flag(bool& x) : b(x) { b = true; }
+    ~Flag() { b = false; }
+  } evaluating(impl_->evaluating);
+  const std::uint64_t jumps = impl_->jumps;
   for (;;) {
     try {
       if (impl_->membership != nullptr && impl_->membership->revoked()) recover();
+      // A rank that rejoined jumped to the survivors' step: what it was
+      // about to do belongs to a step they are past.
+      if (impl_->jumps != jumps) return false;
       f();
-      return;
+      return true;
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure&) {
       if (impl_->membership == nullptr) throw;
       recover();
+      if (impl_->jumps != jumps) return false;
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -11,7 +12,19 @@ namespace gossamer {
 
 namespace {
 
-std::atomic<LogLevel> gLevel{LogLevel::kWarning};
+// The initial level: GOSSAMER_LOG_LEVEL (debug, info, warning, error, off), else warning.
+LogLevel initialLevel() noexcept {
+  const char* v = std::getenv("GOSSAMER_LOG_LEVEL");
+  if (v == nullptr) return LogLevel::kWarning;
+  const std::string_view s(v);
+  if (s == "debug") return LogLevel::kDebug;
+  if (s == "info") return LogLevel::kInfo;
+  if (s == "error") return LogLevel::kError;
+  if (s == "off") return LogLevel::kOff;
+  return LogLevel::kWarning;
+}
+
+std::atomic<LogLevel> gLevel{initialLevel()};
 
 /// The sink lives behind a shared_ptr so a message being delivered keeps its
 /// sink alive while another thread replaces it.

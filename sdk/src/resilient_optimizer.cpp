@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "gossamer/wire.hpp"
+
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
 
@@ -39,24 +41,71 @@ void ResilientOptimizer::recover() {
 }
 
 bool ResilientOptimizer::skipped() {
+  if (jumped_) {
+    // The call in which this rank rejoined: it belongs to a step the others
+    // are past, so it returns without stepping (steps() tells the caller).
+    jumped_ = false;
+    return true;
+  }
   if (skip_ == 0) return false;
   --skip_;
   ++completed_;
   return true;
 }
 
-void ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator& comm) {
+bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport) {
   skip_ = 0;
-  // Every survivor decides alike from the change alone (and from the
-  // optimizer, the same everywhere), so all of them take part in the broadcast.
-  if (!inner_->lockstep() || change.modelSource < 0) return;
-  if (inner_->replicatedModel()) {
-    // The behind ranks take the model of a rank that completed resumeStep
-    // steps; the others receive a copy of what they hold.
+  // Every member decides alike from the change alone (and from the
+  // optimizer, the same everywhere), so all of them take part in the transfers.
+  const bool rejoined = !change.joined.empty();
+  if (rejoined && !inner_->replicatedModel()) {
+    // Each rank that rejoined gets the model of up to four members that did
+    // not, one stripe from each, sent at once (as a torrent would).
+    std::vector<int> sources;
+    for (int g : change.view.members)
+      if (std::find(change.joined.begin(), change.joined.end(), g) == change.joined.end() &&
+          sources.size() < 4)
+        sources.push_back(change.view.localRank(g));
+    GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
+    const int me = transport.rank();
+    const bool joining = std::find(change.joined.begin(), change.joined.end(),
+                                   change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
+    const std::size_t n = lastParams_.size(), k = sources.size();
+    std::vector<Request> requests;
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
+      const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, static_cast<std::uint32_t>(j));
+      auto stripe = lastParams_.subspan(lo, hi - lo);
+      if (joining) {
+        requests.push_back(transport.irecvOf<float>(sources[j], tag, stripe));
+      } else if (sources[j] == me) {
+        for (int g : change.joined)
+          requests.push_back(
+              transport.isendOf<float>(change.view.localRank(g), tag, std::span<const float>(stripe)));
+      }
+    }
+    waitAll(requests, transport.timeoutSeconds());
+  }
+  if (!inner_->lockstep() && !rejoined) return false;
+  if (change.modelSource >= 0 && inner_->replicatedModel()) {
+    // The ranks behind (or back) take the model of a rank that completed
+    // resumeStep steps; the others receive a copy of what they hold.
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to realign: a view changed before the first step");
     comm.broadcast(lastParams_, change.view.localRank(change.modelSource));
   }
-  if (change.resumeStep > completed_) skip_ = change.resumeStep - completed_;
+  const int me = transport.rank();
+  const bool joining = std::find(change.joined.begin(), change.joined.end(),
+                                 change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
+  if (joining) {
+    // Back from a stop: take the survivors' step count (the trainer follows steps()).
+    completed_ = std::max(completed_, change.resumeStep);
+    inner_->setTotalSteps(remainingSteps());
+    jumped_ = true;
+    return true;
+  }
+  if (inner_->lockstep() && change.modelSource >= 0 && change.resumeStep > completed_)
+    skip_ = change.resumeStep - completed_;
+  return false;
 }
 
 void ResilientOptimizer::step(std::span<float> params, std::span<const float> grads) {
@@ -79,7 +128,7 @@ void ResilientOptimizer::step(std::span<float> params, std::span<const float> gr
 
 void ResilientOptimizer::reduceGradients(std::span<float> grads) {
   if (membership_.revoked()) recover();
-  if (skip_ > 0) return;  // the step is skipped: mixParameters consumes it
+  if (skip_ > 0 || jumped_) return;  // the step is skipped: mixParameters consumes it
   saved_.assign(grads.begin(), grads.end());
   for (;;) {
     try {
@@ -88,7 +137,7 @@ void ResilientOptimizer::reduceGradients(std::span<float> grads) {
     } catch (const PeerFailure&) {
       std::copy(saved_.begin(), saved_.end(), grads.begin());
       recover();
-      if (skip_ > 0) return;
+      if (skip_ > 0 || jumped_) return;
     }
   }
 }

@@ -52,8 +52,10 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// Steps the rebuilt optimizer still has to take (for setTotalSteps).
   std::uint64_t remainingSteps() const { return total_ > completed_ ? total_ - completed_ : 0; }
   /// Realigns after a view change (see the file comment); `comm` is the new
-  /// view's communicator. @throws PeerFailure from the model broadcast.
-  void afterViewChange(const ViewChange& change, Communicator& comm);
+  /// view's communicator. A rank that rejoined receives the model (striped
+  /// over up to four members) and jumps to change.resumeStep: returns true
+  /// then. @throws PeerFailure from the model transfer.
+  bool afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport);
   DistributedOptimizer& inner() { return *inner_; }
 
  private:
@@ -68,6 +70,7 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t completed_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t skip_ = 0;
+  bool jumped_ = false;          // rejoined in this call: it returns without stepping
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
 };

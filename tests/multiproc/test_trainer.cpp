@@ -315,12 +315,15 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
   CHECK(readFile(dir / "summary1").empty());
 }
 
-TEST_CASE("with membership on, a stopped peer is removed, learns it, and the others finish",
+TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resumes, and every rank finishes",
           "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();
-  const int n = 3, epochs = 60, victim = 1;
+  const int n = 3, epochs = 80, victim = 1;
+  const bool rejoin = GENERATE(true, false);
+  INFO("rejoin " << rejoin);
   TempDir dir;
-  writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs));
+  writeFile(dir / "job.yaml",
+            membershipConfig("zmq", "crossover_sgd", n, epochs) + (rejoin ? "" : "  rejoin: false\n"));
   auto pids = startRanks(dir, n);
   struct Reaper {
     std::vector<pid_t>& pids;
@@ -334,16 +337,21 @@ TEST_CASE("with membership on, a stopped peer is removed, learns it, and the oth
   } reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
   kill(pids[victim], SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::seconds(4));  // > suspect_seconds
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // > suspect_seconds
   kill(pids[victim], SIGCONT);
-  const auto stopped = waitBounded(pids[victim], 60);
+  const auto stopped = waitBounded(pids[victim], 120);
   pids[victim] = -1;
   const std::string err = readFile(dir / ("err" + std::to_string(victim)));
   INFO("stopped rank's stderr:\n" << err);
   REQUIRE(stopped.has_value());
   CHECK(WIFEXITED(*stopped));
-  CHECK(WEXITSTATUS(*stopped) == 1);
   CHECK(err.find("was removed from the job by its peers") != std::string::npos);
+  if (rejoin) {
+    CHECK(WEXITSTATUS(*stopped) == 0);
+    CHECK(err.find("asking to rejoin") != std::string::npos);
+  } else {
+    CHECK(WEXITSTATUS(*stopped) == 1);
+  }
   for (int r : {0, 2}) {
     const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
     pids[static_cast<std::size_t>(r)] = -1;
@@ -354,7 +362,14 @@ TEST_CASE("with membership on, a stopped peer is removed, learns it, and the oth
   }
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
-  CHECK(s["survivors"] == nlohmann::json({0, 2}));
+  CHECK(s["lost"].size() == 1);
+  if (rejoin) {
+    // Back in the view at the end.
+    CHECK(s["survivors"] == nlohmann::json({0, 1, 2}));
+    CHECK(s["history"].back()["survivors"] == 3);
+  } else {
+    CHECK(s["survivors"] == nlohmann::json({0, 2}));
+  }
 }
 
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",

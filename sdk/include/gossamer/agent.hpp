@@ -91,8 +91,12 @@ class Agent final {
   /// completes: when it throws PeerFailure and the membership service is on,
   /// recovers and runs it again over the new view, so `f` must recompute
   /// its inputs each time. Without the service the PeerFailure propagates.
+  /// Returns true once `f` completed; false if this rank rejoined the job
+  /// during the call and jumped to the survivors' step (optimizer().steps()),
+  /// past the point where `f` belonged: then `f` was not completed, and the
+  /// caller continues from that step.
   /// @throws Expelled, TimeoutError from recover(); whatever `f` throws.
-  void survive(const std::function<void()>& f);
+  bool survive(const std::function<void()>& f);
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye
   /// to the peers and releases the transport. Idempotent; the destructor calls it.

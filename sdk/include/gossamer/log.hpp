@@ -33,7 +33,8 @@ using LogSink = std::function<void(LogLevel level, std::string_view message)>;
 LogSink setLogSink(LogSink sink);
 
 /// Messages below `level` are dropped before they are formatted (default
-/// kWarning). Thread-safe. Returns the previous level.
+/// kWarning, or the environment's GOSSAMER_LOG_LEVEL: debug, info, warning,
+/// error or off). Thread-safe. Returns the previous level.
 LogLevel setLogLevel(LogLevel level) noexcept;
 
 /// The current level.

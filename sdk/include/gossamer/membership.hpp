@@ -38,7 +38,8 @@ struct View {
 /// The outcome of one view change, the same on every survivor.
 struct ViewChange {
   View view;              ///< The new view.
-  std::vector<int> lost;  ///< Global ranks of the previous view that are not in the new one.
+  std::vector<int> lost;    ///< Global ranks of the previous view that are not in the new one.
+  std::vector<int> joined;  ///< Global ranks that rejoined (this rank, on the rank that rejoined).
   /// The most steps any survivor had completed when the old view was revoked:
   /// in lockstep algorithms every survivor continues from there.
   std::uint64_t resumeStep = 0;
@@ -46,8 +47,12 @@ struct ViewChange {
   /// steps were skipped by the ranks furthest behind (lockstep algorithms).
   std::uint64_t fewestSteps = 0;
   /// Global rank of the lowest survivor that had completed resumeStep steps;
-  /// -1 when every survivor had (nobody is behind).
+  /// -1 when every member had (nobody is behind).
   int modelSource = -1;
+  /// A survivor that had completed resumeStep steps was in a collective of
+  /// its own between steps (Agent::survive), not in a step: ranks that
+  /// catch up take part in that collective too.
+  bool evaluating = false;
   /// Seconds from the revocation of the old view (on this rank) to the new one.
   double seconds = 0;
   /// When the new view was installed on this rank: seconds since the Unix
@@ -65,7 +70,7 @@ class ViewChanged : public PeerFailure {
 
 /// This rank was removed from the view by its peers (it was silent for
 /// longer than membership.suspect_seconds: stopped, or cut off) and may not
-/// continue in the job. peer() is this rank.
+/// continue in the job (membership.rejoin off). peer() is this rank.
 class Expelled : public PeerFailure {
  public:
   Expelled(int self, const std::string& msg) : PeerFailure(self, msg) {}
@@ -88,7 +93,9 @@ class Membership {
   /// connection's verdict, or its silence), not named by the caller.
   /// @throws Expelled if this rank is not in the new view; TimeoutError if no
   ///         view is agreed within the transport's timeout.
-  virtual ViewChange recover(std::uint64_t completedSteps) = 0;
+  /// `evaluating`: this rank recovers from a collective of its own between
+  /// steps (Agent::survive), not from a step.
+  virtual ViewChange recover(std::uint64_t completedSteps, bool evaluating) = 0;
   /// The global ranks lost so far, in the order they were lost.
   virtual std::vector<int> lost() const = 0;
 };

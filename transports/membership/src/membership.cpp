@@ -39,14 +39,16 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
 //  24      8   value: completed steps (kState), resume step (kView)
 //  32      4   count: members that follow (kView), else 0
-//  36      4   zero
+//  36      4   flags: bit 0 = evaluating (kState: the sender recovers from a
+//              collective of its own between steps; kView: a survivor at the
+//              resume step did)
 //  40      8   fewest completed steps among the survivors (kView)
 //  48   4 x count  members, ascending global ranks (kView)
 
 constexpr std::uint32_t kMagic = 0x524D4247u;
 constexpr std::size_t kHeaderBytes = 48;
 
-enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5 };
+enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
 
 struct Message {
   Kind kind = Kind::kHeartbeat;
@@ -55,6 +57,7 @@ struct Message {
   int arg = -1;
   std::uint64_t value = 0;
   std::uint64_t fewest = 0;  // kView
+  std::uint32_t flags = 0;   // bit 0: evaluating
   std::vector<int> members;  // kView
 };
 
@@ -78,6 +81,7 @@ std::vector<std::byte> encode(const Message& m) {
   put<std::int32_t>(b, 20, m.arg);
   put<std::uint64_t>(b, 24, m.value);
   put<std::uint32_t>(b, 32, static_cast<std::uint32_t>(m.members.size()));
+  put<std::uint32_t>(b, 36, m.flags);
   put<std::uint64_t>(b, 40, m.fewest);
   for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
   return b;
@@ -92,7 +96,7 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   if (get<std::uint32_t>(b, 0) != kMagic) throw bad(0, "bad magic");
   Message m;
   const auto kind = get<std::uint8_t>(b, 4);
-  if (kind < 1 || kind > 5) throw bad(4, "unknown kind " + std::to_string(kind));
+  if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
   m.kind = static_cast<Kind>(kind);
   m.viewNumber = get<std::uint64_t>(b, 8);
   m.viewCoordinator = get<std::int32_t>(b, 16);
@@ -102,7 +106,8 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   if (m.arg < -1 || m.arg >= worldSize) throw bad(20, "rank " + std::to_string(m.arg) + " outside the job");
   m.value = get<std::uint64_t>(b, 24);
   const auto count = get<std::uint32_t>(b, 32);
-  if (get<std::uint32_t>(b, 36) != 0) throw bad(36, "reserved bytes are not zero");
+  m.flags = get<std::uint32_t>(b, 36);
+  if (m.flags > 1) throw bad(36, "unknown flags " + std::to_string(m.flags));
   m.fewest = get<std::uint64_t>(b, 40);
   if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
   if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
@@ -127,6 +132,7 @@ struct Decided {
   View view;
   std::uint64_t resumeStep = 0;
   std::uint64_t fewestSteps = 0;
+  bool evaluating = false;
   int modelSource = -1;
 };
 
@@ -200,8 +206,10 @@ class MembershipTransport final : public Transport, public Membership {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!closed_) {
+        // Every rank still reachable, members or not: a rank that is
+        // rejoining learns that the job is ending.
         Message m = headerLocked(Kind::kLeave);
-        for (int p : view_.members)
+        for (int p = 0; p < world_; ++p)
           if (p != self_) sendLocked(p, m);
       }
       closed_ = true;
@@ -234,51 +242,76 @@ class MembershipTransport final : public Transport, public Membership {
     return lost_;
   }
 
-  ViewChange recover(std::uint64_t completedSteps) override {
+  ViewChange recover(std::uint64_t completedSteps, bool evaluating) override {
     std::unique_lock<std::mutex> lk(mu_);
     GOSSAMER_ENFORCE(!closed_, "recover() after close");
     revokeLocked(-1, "this rank saw a peer fail");
     const auto start = revokedAt_;
-    reports_[viewKey(view_)][self_] = completedSteps;
-    Message state = headerLocked(Kind::kState);
-    state.value = completedSteps;
-    for (int p : view_.members)
-      if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
+    const View before = view_;
+    reportLocked(completedSteps, evaluating);
     coordinateLocked();
     const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
-    const auto deadline =
+    auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
-    while (!decided_) {
-      if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_)
-        throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
-                           std::to_string(limit) + " s after view " + std::to_string(view_.number) +
-                           " was revoked (membership.agreement_seconds)");
-    }
-    Decided d = *decided_;
-    decided_.reset();
-    const auto it = std::find(d.view.members.begin(), d.view.members.end(), self_);
-    if (it == d.view.members.end()) {
-      expelled_ = true;
-      throw Expelled(self_,
-                     "rank " + std::to_string(self_) + " was removed from the job by its peers (view " +
-                         std::to_string(d.view.number) +
-                         "): it was silent for longer than membership.suspect_seconds (stopped or cut off)");
-    }
-    ViewChange change;
-    for (int p : view_.members)
-      if (!std::binary_search(d.view.members.begin(), d.view.members.end(), p)) {
-        change.lost.push_back(p);
-        lost_.push_back(p);
+    for (;;) {
+      while (!decided_) {
+        if (outsider_ && everyMemberGoneLocked())
+          throw Expelled(self_, "rank " + std::to_string(self_) +
+                                    " cannot rejoin: the other ranks finished or left while it was stopped");
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_)
+          throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
+                             std::to_string(limit) + " s after view " + std::to_string(view_.number) +
+                             " was revoked (membership.agreement_seconds)");
       }
-    installLocked(d.view);
-    change.view = view_;
-    change.resumeStep = d.resumeStep;
-    change.fewestSteps = d.fewestSteps;
-    change.modelSource = d.modelSource;
-    change.seconds = since(start);
-    change.installedAtUnixSeconds =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    return change;
+      Decided d = *decided_;
+      decided_.reset();
+      if (d.view.localRank(self_) >= 0) {
+        ViewChange change;
+        for (int p : before.members)
+          if (!std::binary_search(d.view.members.begin(), d.view.members.end(), p)) {
+            change.lost.push_back(p);
+            if (!outsider_) lost_.push_back(p);
+          }
+        for (int p : d.view.members)
+          if (before.localRank(p) < 0 || (outsider_ && p == self_)) change.joined.push_back(p);
+        if (outsider_) change.lost.clear();  // it was this rank that was away
+        outsider_ = false;
+        installLocked(d.view);
+        change.view = view_;
+        change.resumeStep = d.resumeStep;
+        change.fewestSteps = d.fewestSteps;
+        change.modelSource = d.modelSource;
+        change.evaluating = d.evaluating;
+        change.seconds = since(start);
+        change.installedAtUnixSeconds =
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        return change;
+      }
+      if (!options_.rejoin) {
+        expelled_ = true;
+        throw Expelled(
+            self_, "rank " + std::to_string(self_) + " was removed from the job by its peers (view " +
+                       std::to_string(d.view.number) +
+                       "): it was silent for longer than membership.suspect_seconds (stopped or cut off)");
+      }
+      // Removed while it was away: ask the members of that view to take it
+      // back, and report its steps for the change that adds it.
+      if (logEnabled(LogLevel::kWarning))
+        log(LogLevel::kWarning, "rank " + std::to_string(self_) +
+                                    " was removed from the job by its peers (view " +
+                                    std::to_string(d.view.number) + "); asking to rejoin");
+      outsider_ = true;
+      view_ = d.view;
+      suspects_.clear();
+      revoked_ = true;
+      for (auto it = reports_.begin(); it != reports_.end();)
+        it = it->first < viewKey(view_) ? reports_.erase(it) : std::next(it);
+      Message join = headerLocked(Kind::kJoin);
+      for (int p : view_.members) sendLocked(p, join);
+      reportLocked(completedSteps, evaluating);
+      deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    }
   }
 
  private:
@@ -325,6 +358,23 @@ class MembershipTransport final : public Transport, public Membership {
   }
 
   // ---- the view -----------------------------------------------------------------
+
+  bool everyMemberGoneLocked() const {
+    for (int p : view_.members)
+      if (p != self_ && !dead_[static_cast<std::size_t>(p)] && !left_[static_cast<std::size_t>(p)])
+        return false;
+    return true;
+  }
+
+  // Step 2: this rank's completed steps, to every member it does not suspect.
+  void reportLocked(std::uint64_t completedSteps, bool evaluating) {
+    reports_[viewKey(view_)][self_] = {completedSteps, evaluating};
+    Message state = headerLocked(Kind::kState);
+    state.value = completedSteps;
+    state.flags = evaluating ? 1 : 0;
+    for (int p : view_.members)
+      if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
+  }
 
   Message headerLocked(Kind k) const {
     Message m;
@@ -387,29 +437,41 @@ class MembershipTransport final : public Transport, public Membership {
     return out;
   }
 
-  // Step 3: the coordinator decides once every survivor reported.
+  // Step 3: the coordinator decides once every survivor reported. Peers
+  // asking to rejoin that reported for this view are added to it; the model
+  // source is a survivor (a rejoining peer is behind).
   void coordinateLocked() {
     // A rank that was stopped waits to hear from its peers first: they may
-    // have removed it (their answer carries that view).
-    if (!revoked_ || closed_ || resumed_) return;
+    // have removed it (their answer carries that view). A rank outside the
+    // view (rejoining) decides nothing.
+    if (!revoked_ || closed_ || resumed_ || outsider_) return;
     const auto survivors = survivorsLocked();
     if (survivors.empty() || survivors.front() != self_) return;
     const auto key = viewKey(view_);
     if (issuedFor_ == key) return;
     const auto& reports = reports_[key];
     std::uint64_t resume = 0, fewest = UINT64_MAX;
+    bool evaluating = false;
     for (int p : survivors) {
       const auto it = reports.find(p);
       if (it == reports.end()) return;  // still waiting for p
-      resume = std::max(resume, it->second);
-      fewest = std::min(fewest, it->second);
+      resume = std::max(resume, it->second.steps);
+      fewest = std::min(fewest, it->second.steps);
     }
-    int source = -1;
     for (int p : survivors)
-      if (reports.at(p) < resume) source = -2;
-    if (source == -2)
+      if (reports.at(p).steps == resume && reports.at(p).evaluating) evaluating = true;
+    std::vector<int> members = survivors;
+    bool behind = fewest < resume;
+    for (int p : joiners_)
+      if (reports.count(p) && view_.localRank(p) < 0) {
+        members.push_back(p);
+        behind = behind || reports.at(p).steps < resume;
+      }
+    std::sort(members.begin(), members.end());
+    int source = -1;
+    if (behind)
       for (int p : survivors)
-        if (reports.at(p) == resume) {
+        if (reports.at(p).steps == resume) {
           source = p;
           break;
         }
@@ -421,8 +483,12 @@ class MembershipTransport final : public Transport, public Membership {
     m.arg = source;
     m.value = resume;
     m.fewest = fewest;
-    m.members = survivors;
-    for (int p : view_.members) sendLocked(p, m);  // survivors, and suspects so that they learn
+    m.flags = evaluating ? 1 : 0;
+    m.members = members;
+    // The members, the suspects (so that they learn) and the joiners.
+    std::set<int> to(view_.members.begin(), view_.members.end());
+    to.insert(members.begin(), members.end());
+    for (int p : to) sendLocked(p, m);
     acceptLocked(m);
   }
 
@@ -434,6 +500,7 @@ class MembershipTransport final : public Transport, public Membership {
     d.view.members = m.members;
     d.resumeStep = m.value;
     d.fewestSteps = m.fewest;
+    d.evaluating = (m.flags & 1) != 0;
     d.modelSource = m.arg;
     if (!newer(d.view, view_)) return;
     if (decided_ && !newer(d.view, decided_->view)) return;
@@ -446,12 +513,14 @@ class MembershipTransport final : public Transport, public Membership {
 
   void installLocked(const View& v) {
     view_ = v;
+    for (int p : v.members) joiners_.erase(p);
     std::set<int> keep;
     for (int p : suspects_)
       if (v.localRank(p) >= 0) keep.insert(p);
     suspects_ = keep;
     revoked_ = false;
     if (!suspects_.empty()) revokeLocked(*suspects_.begin(), "a member was suspected during the view change");
+    if (!joiners_.empty()) revokeLocked(-1, "a peer asks to rejoin");
     const auto now = Clock::now();
     for (int p : v.members) heard_[static_cast<std::size_t>(p)] = now;
     for (auto it = reports_.begin(); it != reports_.end();)
@@ -484,7 +553,9 @@ class MembershipTransport final : public Transport, public Membership {
   void peerDeadLocked(int p) {
     if (dead_[static_cast<std::size_t>(p)]) return;
     dead_[static_cast<std::size_t>(p)] = true;
-    if (!left_[static_cast<std::size_t>(p)] && !closed_) suspectLocked(p, "failed (the transport lost it)");
+    cv_.notify_all();
+    if (!left_[static_cast<std::size_t>(p)] && !closed_ && !outsider_)
+      suspectLocked(p, "failed (the transport lost it)");
   }
 
   void handle(int from, const Message& m) {
@@ -506,13 +577,15 @@ class MembershipTransport final : public Transport, public Membership {
       case Kind::kLeave:
         left_[static_cast<std::size_t>(from)] = true;
         coordinateLocked();
+        cv_.notify_all();
         break;
       case Kind::kSuspect:
-        if (sameView(view_, m.viewNumber, m.viewCoordinator) && m.arg != self_)
+        if (sameView(view_, m.viewNumber, m.viewCoordinator) && m.arg != self_ &&
+            view_.localRank(from) >= 0 && !outsider_)
           suspectLocked(m.arg, "failed (suspected by rank " + std::to_string(from) + ")");
         break;
       case Kind::kState:
-        reports_[{m.viewNumber, m.viewCoordinator}][from] = m.value;
+        reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0};
         if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
           revokeLocked(-1, "rank " + std::to_string(from) + " started a view change");
           coordinateLocked();
@@ -520,6 +593,13 @@ class MembershipTransport final : public Transport, public Membership {
         break;
       case Kind::kView:
         acceptLocked(m);
+        break;
+      case Kind::kJoin:
+        if (view_.localRank(from) < 0 && !outsider_ && options_.rejoin) {
+          joiners_.insert(from);
+          revokeLocked(-1, "rank " + std::to_string(from) + " asks to rejoin");
+          coordinateLocked();
+        }
         break;
     }
   }
@@ -580,7 +660,7 @@ class MembershipTransport final : public Transport, public Membership {
         }
         for (int p : view_.members) {
           const auto i = static_cast<std::size_t>(p);
-          if (stalled || resumed_ || p == self_ || left_[i] || suspects_.count(p)) continue;
+          if (stalled || resumed_ || outsider_ || p == self_ || left_[i] || suspects_.count(p)) continue;
           const double silent = std::chrono::duration<double>(now - heard_[i]).count();
           if (silent > options_.suspectSeconds)
             suspectLocked(p, "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
@@ -623,7 +703,13 @@ class MembershipTransport final : public Transport, public Membership {
   Clock::time_point revokedAt_{};
   int firstSuspect_ = -1;
   std::string revokeReason_;
-  std::map<std::pair<std::uint64_t, int>, std::map<int, std::uint64_t>> reports_;
+  struct Report {
+    std::uint64_t steps = 0;
+    bool evaluating = false;
+  };
+  std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
+  std::set<int> joiners_;  // peers outside the view that asked to rejoin
+  bool outsider_ = false;  // this rank was removed and asked to rejoin
   std::optional<std::pair<std::uint64_t, int>> issuedFor_;
   std::optional<Decided> decided_;
   std::optional<Message> lastView_;  // the newest view message seen, for peers that missed it
@@ -670,7 +756,9 @@ void registerWith(Registry& registry) {
           .real("suspect_seconds", 3.0, {0.0, false, 3600.0, true},
                 "silence after which a member is suspected and removed (> heartbeat_seconds)")
           .real("agreement_seconds", 0.0, {0.0, true, 3600.0, true},
-                "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)"),
+                "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)")
+          .boolean("rejoin", true,
+                   "a rank removed while it was stopped asks to rejoin (false: it stops with Expelled)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("membership.enabled")) return inner;
@@ -678,6 +766,7 @@ void registerWith(Registry& registry) {
         o.heartbeatSeconds = c.get<double>("membership.heartbeat_seconds");
         o.suspectSeconds = c.get<double>("membership.suspect_seconds");
         o.agreementSeconds = c.get<double>("membership.agreement_seconds");
+        o.rejoin = c.get<bool>("membership.rejoin");
         if (o.suspectSeconds <= o.heartbeatSeconds)
           throw ConfigError(
               c.sourceFile, 0, "membership.suspect_seconds",
