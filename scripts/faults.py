@@ -9,6 +9,9 @@ baseline's training time:
 
   kill-1     kill -9 of one peer (rank 3) at 30%
   kill-3     kill -9 of ranks 3, 5, 6 at 10%, 30% and 50%
+  partition  ranks 0-3 and 4-7 cut off from each other for 10 s from 1.5
+             epochs in (faults.partition): both halves go on as two views;
+             when it heals, the half whose view is older joins the other
   stop-10s   SIGSTOP of rank 3 at 5% for 10 s, then SIGCONT (the others
              remove it after membership.suspect_seconds and take it back
              when it resumes and asks: it finishes with them)
@@ -49,6 +52,8 @@ SCENARIOS = {
     "kill-1": [(0.3, "kill", 3)],
     "kill-3": [(0.1, "kill", 3), (0.3, "kill", 5), (0.5, "kill", 6)],
     "stop-10s": [(0.05, "stop", 3), (None, "cont", 3)],
+    # Set in the config (the fault injector's partition), not by a signal.
+    "partition": [],
 }
 
 
@@ -85,7 +90,7 @@ def finished_count(log):
     return n
 
 
-def run(binary, config, epochs, scenario, baseline, timeout):
+def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
     """Runs the job. The faults are placed after rank 0 printed its first
     epoch, at fractions of the rest of the baseline's training time
     (`baseline`, seconds)."""
@@ -93,7 +98,7 @@ def run(binary, config, epochs, scenario, baseline, timeout):
         summary = os.path.join(tmp, "summary.json")
         cmd = [binary, "--config", os.path.join(ROOT, config), "--set", "world_size=8",
                "--set", f"training.epochs={epochs}", "--set", "membership.enabled=true",
-               "--summary-json", summary]
+               "--summary-json", summary] + [a for kv in extra for a in ("--set", kv)]
         start = time.time()
         log_path = os.path.join(tmp, "log")
         log = open(log_path, "w")
@@ -163,9 +168,16 @@ def main():
             raise SystemExit(f"{algo}: the fault-free run failed (exit {base['exit']})")
         bs = base["summary"]
         for scenario in args.scenarios.split(","):
-            r = run(args.binary, config, args.epochs, scenario, bs["wall_seconds"], args.timeout)
+            extra = ("membership.rejoin=true",) if scenario == "stop-10s" else ()
+            if scenario == "partition":
+                start = 1.5 * bs["history"][0]["seconds"]
+                extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
+                         f"faults.partition_start_seconds={start:.2f}", "faults.partition_seconds=10")
+            r = run(args.binary, config, args.epochs, scenario, bs["wall_seconds"], args.timeout, extra)
             s = r.get("summary", {})
             faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
+            # (A partition has no signal time to measure from: its detection is
+            # membership.suspect_seconds by construction.)
             lost = s.get("lost", [])
             first_fault = faults[0][0] if faults else None
             resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
@@ -188,7 +200,7 @@ def main():
                 "resume_seconds": max(resume) if resume else None,
                 "steps_lost": sum(l["steps_skipped"] for l in lost),
                 "lost_ranks": [l["rank"] for l in lost],
-                "rejoined": scenario.startswith("stop") and survivors == 8,
+                "rejoined": scenario in ("stop-10s", "partition") and survivors == 8,
                 "steps_per_second": s.get("steps_per_second"),
                 "baseline_steps_per_second": bs["steps_per_second"],
                 "epochs": args.epochs,

@@ -242,7 +242,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
         const std::uint64_t s = c.resumeStep;
         int done = static_cast<int>(s / spe);
         if (c.evaluating && s % spe == 0 && done > 0) --done;
-        evaluated = std::max(evaluated, done);
+        evaluated = done;  // also back, if this side of a partition was ahead
         summary.rejoinedAtStep.push_back(s);
       }
       return rejoined;
@@ -310,6 +310,8 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
         m.testAccuracyAverage = model.accuracy(average, data.test);
       }
       m.seconds = since(epochStart);
+      // A rank that went back to the survivors' step (a healed partition) redoes epochs.
+      while (!summary.history.empty() && summary.history.back().epoch >= epoch) summary.history.pop_back();
       summary.history.push_back(m);
       if (evaluator && onEpoch) onEpoch(m);
     }

@@ -115,7 +115,7 @@ bool Request::test() {
   return detail::settledLocked(*state_);
 }
 
-void Request::cancel() noexcept {
+void Request::settle(std::exception_ptr error) noexcept {
   if (!state_) return;
   // An engine may be writing into this receive's buffer: exclude it first.
   std::unique_lock<std::mutex> engineLock;
@@ -127,21 +127,16 @@ void Request::cancel() noexcept {
     engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
     state_->engine->cancelLocked(*state_);
   }
-  state_->cancelIfPending();
+  if (error)
+    state_->fail(std::move(error));
+  else
+    state_->cancelIfPending();
 }
 
+void Request::cancel() noexcept { settle(nullptr); }
+
 void Request::fail(std::exception_ptr error) noexcept {
-  if (!state_) return;
-  std::unique_lock<std::mutex> engineLock;
-  if (state_->engine) {
-    {
-      std::lock_guard<std::mutex> lk(state_->mu);
-      if (state_->status != detail::RequestState::Status::kPending) return;
-    }
-    engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
-    state_->engine->cancelLocked(*state_);
-  }
-  state_->fail(std::move(error));
+  settle(error ? std::move(error) : std::make_exception_ptr(Cancelled("request failed")));
 }
 
 void Request::fail(const std::weak_ptr<detail::RequestState>& watched, std::exception_ptr error) noexcept {

@@ -97,8 +97,9 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
   const bool joining = std::find(change.joined.begin(), change.joined.end(),
                                  change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
   if (joining) {
-    // Back from a stop: take the survivors' step count (the trainer follows steps()).
-    completed_ = std::max(completed_, change.resumeStep);
+    // Back from a stop or a partition: take the survivors' step count,
+    // ahead or behind (the trainer follows steps()).
+    completed_ = change.resumeStep;
     inner_->setTotalSteps(remainingSteps());
     jumped_ = true;
     return true;
@@ -108,56 +109,37 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
   return false;
 }
 
-void ResilientOptimizer::step(std::span<float> params, std::span<const float> grads) {
-  lastParams_ = params;
+template <typename Step>
+void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&& once) {
   if (membership_.revoked()) recover();
-  if (skipped()) return;
-  saved_.assign(params.begin(), params.end());
+  if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
+  saved_.assign(state.begin(), state.end());
   for (;;) {
     try {
-      inner_->step(params, grads);
-      ++completed_;
+      once();
+      if (countsStep) ++completed_;
       return;
     } catch (const PeerFailure&) {
-      std::copy(saved_.begin(), saved_.end(), params.begin());
+      std::copy(saved_.begin(), saved_.end(), state.begin());
       recover();
-      if (skipped()) return;
+      if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
     }
   }
 }
 
+void ResilientOptimizer::step(std::span<float> params, std::span<const float> grads) {
+  lastParams_ = params;
+  attempt(params, true, [&] { inner_->step(params, grads); });
+}
+
+// A skipped step leaves the gradients unreduced: mixParameters consumes it.
 void ResilientOptimizer::reduceGradients(std::span<float> grads) {
-  if (membership_.revoked()) recover();
-  if (skip_ > 0 || jumped_) return;  // the step is skipped: mixParameters consumes it
-  saved_.assign(grads.begin(), grads.end());
-  for (;;) {
-    try {
-      inner_->reduceGradients(grads);
-      return;
-    } catch (const PeerFailure&) {
-      std::copy(saved_.begin(), saved_.end(), grads.begin());
-      recover();
-      if (skip_ > 0 || jumped_) return;
-    }
-  }
+  attempt(grads, false, [&] { inner_->reduceGradients(grads); });
 }
 
 void ResilientOptimizer::mixParameters(std::span<float> params) {
   lastParams_ = params;
-  if (membership_.revoked()) recover();
-  if (skipped()) return;
-  saved_.assign(params.begin(), params.end());
-  for (;;) {
-    try {
-      inner_->mixParameters(params);
-      ++completed_;
-      return;
-    } catch (const PeerFailure&) {
-      std::copy(saved_.begin(), saved_.end(), params.begin());
-      recover();
-      if (skipped()) return;
-    }
-  }
+  attempt(params, true, [&] { inner_->mixParameters(params); });
 }
 
 void ResilientOptimizer::flush(std::span<float> params) {

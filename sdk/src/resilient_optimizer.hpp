@@ -63,6 +63,12 @@ class ResilientOptimizer final : public DistributedOptimizer {
   void recover();
   /// Consumes one skipped step; true if this call was one.
   bool skipped();
+  /// Runs `once` (one step, or its communication-only half) on `state`
+  /// (the vector it changes in place); when it fails with PeerFailure,
+  /// restores `state`, recovers and runs it again, unless the step is now
+  /// skipped. `countsStep`: a completed call counts a step.
+  template <typename Step>
+  void attempt(std::span<float> state, bool countsStep, Step&& once);
 
   std::unique_ptr<DistributedOptimizer> inner_;
   Membership& membership_;

@@ -51,6 +51,19 @@ std::string smallConfig(const std::string& transport, const std::string& algorit
          "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
 }
 
+/// Reaps every rank still running when a test ends, whatever failed
+/// (resuming stopped ones first, so that they can be killed and reaped).
+struct Reaper {
+  std::vector<pid_t>& pids;
+  ~Reaper() {
+    for (pid_t& pid : pids)
+      if (pid > 0) {
+        kill(pid, SIGCONT);
+        waitBounded(pid, 0);
+      }
+  }
+};
+
 nlohmann::json lastJsonLine(const std::string& out) {
   auto end = out.find_last_not_of('\n');
   REQUIRE(end != std::string::npos);
@@ -162,14 +175,7 @@ TEST_CASE("killing one peer makes the others exit with a clear error within the 
     pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "long.yaml", "--rank", std::to_string(r),
                           "--rendezvous", dir / "rdv"},
                          dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
-  // Whatever fails below, no rank outlives the test.
-  struct Reaper {
-    std::vector<pid_t>& pids;
-    ~Reaper() {
-      for (pid_t& pid : pids)
-        if (pid > 0) waitBounded(pid, 0);
-    }
-  } reaper{pids};
+  Reaper reaper{pids};  // whatever fails below, no rank outlives the test
   // Wait (bounded) until training is under way: rank 0 has printed an epoch.
   const auto start = std::chrono::steady_clock::now();
   while (readFile(dir / "out0").find("epoch 1/") == std::string::npos) {
@@ -285,13 +291,7 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
   TempDir dir;
   writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs));
   auto pids = startRanks(dir, n);
-  struct Reaper {
-    std::vector<pid_t>& pids;
-    ~Reaper() {
-      for (pid_t& pid : pids)
-        if (pid > 0) waitBounded(pid, 0);
-    }
-  } reaper{pids};
+  Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
   kill(pids[victim], SIGKILL);
   waitBounded(pids[victim], 5);
@@ -323,18 +323,9 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   INFO("rejoin " << rejoin);
   TempDir dir;
   writeFile(dir / "job.yaml",
-            membershipConfig("zmq", "crossover_sgd", n, epochs) + (rejoin ? "" : "  rejoin: false\n"));
+            membershipConfig("zmq", "crossover_sgd", n, epochs) + (rejoin ? "  rejoin: true\n" : ""));
   auto pids = startRanks(dir, n);
-  struct Reaper {
-    std::vector<pid_t>& pids;
-    ~Reaper() {
-      for (pid_t& pid : pids)
-        if (pid > 0) {
-          kill(pid, SIGCONT);
-          waitBounded(pid, 0);
-        }
-    }
-  } reaper{pids};
+  Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
   kill(pids[victim], SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(3));  // > suspect_seconds
@@ -392,13 +383,7 @@ TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with 
           spawn({GOSSAMER_TRAIN_EXE, "--config", dir / (name + ".yaml"), "--rank", std::to_string(r),
                  "--rendezvous", dir / (name + "-rdv"), "--summary-json", dir / (name + ".json")},
                 dir / (name + "-out" + std::to_string(r)), dir / (name + "-err" + std::to_string(r))));
-    struct Reaper {
-      std::vector<pid_t>& pids;
-      ~Reaper() {
-        for (pid_t& pid : pids)
-          if (pid > 0) waitBounded(pid, 0);
-      }
-    } reaper{pids};
+    Reaper reaper{pids};
     if (killMidway) {
       // Kill every rank once all of them saved step 120 (of 372).
       const auto start = std::chrono::steady_clock::now();

@@ -193,3 +193,47 @@ TEST_CASE("faults: with 5% loss and 1% duplication, loss-tolerant SGP averages t
   CHECK(robust < 1e-6);
   CHECK(plain > 100 * robust);  // plain push-sum loses the mass of the lost messages
 }
+
+TEST_CASE("faults: a partition drops sends between groups only while it is in force", "[faults]") {
+  CHECK(faults::parsePartition("", 4).empty());
+  CHECK(faults::parsePartition("0,1|2,3", 4) == std::vector<std::vector<int>>{{0, 1}, {2, 3}});
+  for (const char* bad : {"0,1", "0,1|1,2", "0,1|4", "0,x|1", "0,1||2"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(faults::parsePartition(bad, 4), InvalidArgument);
+  }
+  // Rank 0 (group {0}) sends to rank 1 (group {1}) before, during and after a
+  // 0.4 s partition that starts 0.3 s in; rank 1 counts what arrives.
+  auto fabric = inproc::makeFabric(2);
+  faults::FaultOptions o;
+  o.partitionGroups = {{0}, {1}};
+  o.partitionStartSeconds = 0.3;
+  o.partitionSeconds = 0.4;
+  std::unique_ptr<Transport> sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+  auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<double> sentAt;
+  for (std::uint32_t i = 0;; ++i) {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (t > 1.0) break;
+    sender->isend(1, Tag::make(Op::kGossip, i), std::as_bytes(std::span<const std::uint32_t>(&i, 1))).wait(5);
+    sentAt.push_back(t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::size_t arrived = 0, inside = 0;
+  for (std::uint32_t i = 0; i < sentAt.size(); ++i) {
+    std::uint32_t v = 0;
+    Request r = receiver->irecv(0, Tag::make(Op::kGossip, i),
+                                std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+    const bool got = r.waitFor(0.02);
+    // Clear of the window's edges (scheduling), a send arrives iff it was outside it.
+    const double t = sentAt[i];
+    if (t < 0.28 || t > 0.72) CHECK(got);
+    if (t > 0.32 && t < 0.68) CHECK_FALSE(got);
+    arrived += got ? 1 : 0;
+    inside += (t > 0.32 && t < 0.68) ? 1 : 0;
+  }
+  CHECK(inside > 10);
+  CHECK(faults::faultStats(*sender)->partitioned + arrived == sentAt.size());
+  sender->close();
+  receiver->close();
+}

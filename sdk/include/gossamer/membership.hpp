@@ -20,8 +20,10 @@
 namespace gossamer {
 
 /// A membership view: the ranks of the job (global ranks, ascending) that
-/// are alive, and the view's identity. Views are ordered by (number,
-/// coordinator); a rank always moves to a newer view.
+/// are alive, and the view's identity (number, coordinator). Views are
+/// ordered by number, then by size (more members), then by coordinator
+/// (lower first); a rank always moves to a newer view. After a partition
+/// heals, the side whose view is older joins the other.
 struct View {
   std::uint64_t number = 0;  ///< 0 for the job's first view, +1 per change.
   int coordinator = -1;      ///< Global rank that issued it (-1: the first view).
@@ -31,13 +33,15 @@ struct View {
   int localRank(int global) const;
   /// Whether `a` is newer than `b`.
   friend bool newer(const View& a, const View& b) {
-    return a.number != b.number ? a.number > b.number : a.coordinator > b.coordinator;
+    if (a.number != b.number) return a.number > b.number;
+    if (a.members.size() != b.members.size()) return a.members.size() > b.members.size();
+    return a.coordinator < b.coordinator;
   }
 };
 
 /// The outcome of one view change, the same on every survivor.
 struct ViewChange {
-  View view;              ///< The new view.
+  View view;                ///< The new view.
   std::vector<int> lost;    ///< Global ranks of the previous view that are not in the new one.
   std::vector<int> joined;  ///< Global ranks that rejoined (this rank, on the rank that rejoined).
   /// The most steps any survivor had completed when the old view was revoked:

@@ -92,6 +92,9 @@ class Request {
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
+  /// cancel() (null `error`) or fail(error): ends a pending request once the
+  /// engine no longer writes into its buffer.
+  void settle(std::exception_ptr error) noexcept;
   std::shared_ptr<detail::RequestState> state_;
 };
 

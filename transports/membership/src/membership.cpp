@@ -562,9 +562,10 @@ class MembershipTransport final : public Transport, public Membership {
     std::lock_guard<std::mutex> lk(mu_);
     heard_[static_cast<std::size_t>(from)] = Clock::now();
     resumed_ = false;  // a peer answered: what it says (a view without us) decides
-    const View sender{m.viewNumber, m.viewCoordinator, {}};
-    // A peer behind us gets the view it missed (at most once per heartbeat period).
-    if (lastView_ && newer(view_, sender) && m.kind != Kind::kView) {
+    // A peer behind us (or on the other side of a healed partition) gets our
+    // view (at most once per heartbeat period); it decides which is newer.
+    if (lastView_ && !sameView(view_, m.viewNumber, m.viewCoordinator) && m.viewNumber <= view_.number &&
+        m.kind != Kind::kView) {
       auto& t = lastAnswer_[static_cast<std::size_t>(from)];
       if (since(t) > options_.heartbeatSeconds) {
         t = Clock::now();
@@ -649,6 +650,13 @@ class MembershipTransport final : public Transport, public Membership {
           const Message beat = headerLocked(Kind::kHeartbeat);
           for (int p : view_.members)
             if (!suspects_.count(p)) sendLocked(p, beat);
+          // With rejoin on, every fifth beat, ranks of the job outside the
+          // view that are still reachable get this view: after a partition
+          // heals, the side with the older view learns the newer one and
+          // asks to join it.
+          if (options_.rejoin && ++beats_ % 5 == 0 && lastView_ && !outsider_ && !revoked_)
+            for (int p = 0; p < world_; ++p)
+              if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
         }
         // This pass itself took long: this process was stopped in it. The
         // silence is its own, not its peers'.
@@ -718,6 +726,7 @@ class MembershipTransport final : public Transport, public Membership {
   std::vector<Clock::time_point> lastAnswer_;
   std::vector<int> lost_;
   std::deque<Request> sends_;
+  std::uint64_t beats_ = 0;
 
   std::mutex pmu_;
   std::vector<std::weak_ptr<detail::RequestState>> pending_;
@@ -757,7 +766,7 @@ void registerWith(Registry& registry) {
                 "silence after which a member is suspected and removed (> heartbeat_seconds)")
           .real("agreement_seconds", 0.0, {0.0, true, 3600.0, true},
                 "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)")
-          .boolean("rejoin", true,
+          .boolean("rejoin", false,
                    "a rank removed while it was stopped asks to rejoin (false: it stops with Expelled)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;

@@ -1,11 +1,14 @@
 // Fault injection on the transport, for tests and demos: a wrapper that
 // drops and duplicates this rank's outgoing messages with given
 // probabilities, from a seeded generator (the same seed and the same sends
-// give the same faults).
+// give the same faults), and cuts the job into groups for a while (a
+// partition: sends between groups are dropped).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gossamer/transport.hpp"
 
@@ -24,12 +27,24 @@ struct FaultOptions {
   /// Only gossip messages (Op::kGossip) are touched; the collectives' go
   /// through (they assume a reliable transport, as TCP is).
   bool gossipOnly = false;
+  /// A partition: each rank's group (empty: none). While it is in force,
+  /// every send (gossip or not) to a rank of another group is dropped.
+  std::vector<std::vector<int>> partitionGroups;
+  double partitionStartSeconds = 0;  ///< When it starts, seconds after the wrapper is made (>= 0).
+  double partitionSeconds = 0;       ///< How long it lasts, seconds (>= 0).
 };
+
+/// Parses "0,1,2,3|4,5,6,7" (groups separated by '|', ranks by ',') into
+/// groups of a job of `worldSize` ranks; "" is no partition.
+/// @throws InvalidArgument (naming the text) for a rank outside the job, a
+///         rank in two groups, an empty group or fewer than two groups.
+std::vector<std::vector<int>> parsePartition(const std::string& text, int worldSize);
 
 /// What the wrapper did so far.
 struct FaultStats {
-  std::uint64_t dropped = 0;     ///< Sends that were never sent.
-  std::uint64_t duplicated = 0;  ///< Sends that were sent twice.
+  std::uint64_t dropped = 0;      ///< Sends that were never sent.
+  std::uint64_t duplicated = 0;   ///< Sends that were sent twice.
+  std::uint64_t partitioned = 0;  ///< Sends dropped because the partition was in force.
 };
 
 /// A Transport that forwards to `inner`, except that isend/isendBorrowed drop

@@ -22,13 +22,14 @@
 //      step and the lowest survivor that completed it) to the survivors and
 //      to the suspects (so a peer that was only stopped learns it was
 //      removed: Expelled).
-//   4. Survivors install it. A rank that finds itself removed (it was
-//      stopped) sends the members a join message and its state; the next
-//      coordinator adds it, and the Agent hands it the current model. Data messages carry their view's epoch in tag
+//   4. Survivors install it. Data messages carry their view's epoch in tag
 //      bits 24-31 of the step, so messages of different views never match.
 //      A rank that missed a view message gets it again: every control
 //      message carries its sender's view, and a rank with a newer view
 //      answers with it.
+//   5. With rejoin on, a rank that finds itself removed (it was stopped)
+//      sends the members a join message and its state; the next
+//      coordinator adds it, and the Agent hands it the current model.
 // Bytes on the wire: 48 bytes per heartbeat, suspect or state message, 48 +
 // 4 x members per view message (Op::kMembership, step 0, segment 0).
 //
@@ -59,7 +60,7 @@ struct MembershipOptions {
   /// A rank the others removed while it was stopped asks to rejoin (and its
   /// peers take it back at the next view change) instead of stopping with
   /// Expelled.
-  bool rejoin = true;
+  bool rejoin = false;
 };
 
 /// Wraps `inner` (whose ranks are the job's global ranks) in the membership
