@@ -101,7 +101,11 @@ double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float
     sampler.next(train, batch, x, y);
     lossSum += model.lossAndGradient(params, x, y.data(), grads);
     if (afterGradient) afterGradient();
+    const std::uint64_t before = optimizer.steps();
     optimizer.step(params, grads);
+    // A rank that rejoined jumped to the others' step, maybe in another
+    // epoch: the caller realigns its epochs.
+    if (optimizer.steps() < before || optimizer.steps() > before + 1) break;
     if (afterStep) afterStep(optimizer.steps(), lossSum);
   }
   optimizer.flush(params);  // completes exchanges still in flight (overlap, async)

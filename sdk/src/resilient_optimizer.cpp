@@ -102,6 +102,7 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     completed_ = change.resumeStep;
     inner_->setTotalSteps(remainingSteps());
     jumped_ = true;
+    fresh_ = true;
     return true;
   }
   if (inner_->lockstep() && change.modelSource >= 0 && change.resumeStep > completed_)
@@ -117,6 +118,7 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
   for (;;) {
     try {
       once();
+      fresh_ = false;
       if (countsStep) ++completed_;
       return;
     } catch (const PeerFailure&) {
@@ -145,6 +147,10 @@ void ResilientOptimizer::mixParameters(std::span<float> params) {
 void ResilientOptimizer::flush(std::span<float> params) {
   lastParams_ = params;
   if (membership_.revoked()) recover();
+  // A rank that has just rejoined has nothing in flight (its optimizer was
+  // rebuilt), and the others are mid-epoch: a flush here (hierarchical
+  // groups broadcast in it) would meet nobody.
+  if (fresh_) return;
   saved_.assign(params.begin(), params.end());
   try {
     inner_->flush(params);

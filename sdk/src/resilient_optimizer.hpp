@@ -77,6 +77,7 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t total_ = 0;
   std::uint64_t skip_ = 0;
   bool jumped_ = false;          // rejoined in this call: it returns without stepping
+  bool fresh_ = false;           // rejoined and not stepped since: nothing to flush
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
 };

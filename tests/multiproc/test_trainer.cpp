@@ -274,6 +274,20 @@ std::vector<pid_t> startRanks(const TempDir& dir, int n) {
   return pids;
 }
 
+/// Waits (at most `seconds` each) for `ranks` of a job started by startRanks
+/// and checks that each exited with status 0; their stderr is shown if not.
+void expectFinished(const TempDir& dir, std::vector<pid_t>& pids, const std::vector<int>& ranks,
+                    int seconds = 120) {
+  for (int r : ranks) {
+    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], seconds);
+    pids[static_cast<std::size_t>(r)] = -1;
+    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+}
+
 std::string membershipConfig(const std::string& transport, const std::string& algorithm, int n, int epochs) {
   return smallConfig(transport, algorithm, n, epochs, 10.0) +
          "membership:\n  enabled: true\n  heartbeat_seconds: 0.1\n  suspect_seconds: 1.5\n";
@@ -296,14 +310,7 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
   kill(pids[victim], SIGKILL);
   waitBounded(pids[victim], 5);
   pids[victim] = -1;
-  for (int r : {0, 1, 3}) {
-    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
-    pids[static_cast<std::size_t>(r)] = -1;
-    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 0);
-  }
+  expectFinished(dir, pids, {0, 1, 3});
   // Rank 0 (the lowest survivor) wrote the summary: every epoch, over the survivors.
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
@@ -318,12 +325,14 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
 TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resumes, and every rank finishes",
           "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();
+  // Hierarchical: groups {0, 1} and {2}; the stopped rank is a member of a group.
   const int n = 3, epochs = 80, victim = 1;
-  const bool rejoin = GENERATE(true, false);
-  INFO("rejoin " << rejoin);
+  const auto [algorithm, rejoin] = GENERATE(
+      table<std::string, bool>({{"crossover_sgd", true}, {"crossover_sgd", false}, {"hierarchical", true}}));
+  INFO("algorithm " << algorithm << ", rejoin " << rejoin);
   TempDir dir;
   writeFile(dir / "job.yaml",
-            membershipConfig("zmq", "crossover_sgd", n, epochs) + (rejoin ? "  rejoin: true\n" : ""));
+            membershipConfig("zmq", algorithm, n, epochs) + (rejoin ? "  rejoin: true\n" : ""));
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -343,14 +352,7 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   } else {
     CHECK(WEXITSTATUS(*stopped) == 1);
   }
-  for (int r : {0, 2}) {
-    const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 120);
-    pids[static_cast<std::size_t>(r)] = -1;
-    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 0);
-  }
+  expectFinished(dir, pids, {0, 2});
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
   CHECK(s["lost"].size() == 1);
@@ -361,6 +363,38 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   } else {
     CHECK(s["survivors"] == nlohmann::json({0, 2}));
   }
+}
+
+TEST_CASE("with membership on, a job partitioned in two halves trains on both and merges when it heals",
+          "[multiproc][failure][membership]") {
+  gossamer::testing::requireFashionMnist();
+  const int n = 4, epochs = 120;
+  TempDir dir;
+  // Ranks 0, 1 and 2, 3 cannot reach each other from 2 s to 5 s after
+  // start-up; each half removes the other (suspect_seconds 1.5) and trains as
+  // a view of its own; once healed, the half whose view is older ({2, 3}: the
+  // views are alike but for the coordinator) learns the other's and joins it.
+  writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs) +
+                                  "  rejoin: true\nfaults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
+                                  "  partition_start_seconds: 2\n  partition_seconds: 3\n");
+  auto pids = startRanks(dir, n);
+  Reaper reaper{pids};
+  expectFinished(dir, pids, {0, 1, 2, 3}, 150);
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  INFO("rank 0's summary: " << s.dump());
+  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
+  CHECK(s["history"].back()["survivors"] == 4);
+  CHECK(s["test_accuracy"].get<double>() > 0.6);
+  // The other half trained on its own meanwhile (rank 2 led its view and
+  // evaluated its epochs), then jumped to the first half's step.
+  CHECK(readFile(dir / "out2").find("epoch ") != std::string::npos);
+  for (int r : {2, 3})
+    CHECK(readFile(dir / ("err" + std::to_string(r))).find("asking to rejoin") != std::string::npos);
+  // Rank 0 reports the other half as lost while the partition lasted.
+  std::vector<int> lost;
+  for (const auto& l : s["lost"]) lost.push_back(l["rank"].get<int>());
+  CHECK(lost == std::vector<int>{2, 3});
 }
 
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",

@@ -47,6 +47,9 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 constexpr std::uint32_t kMagic = 0x524D4247u;
 constexpr std::size_t kHeaderBytes = 48;
+/// How long (in heartbeat periods) a view change waits for the report of a
+/// peer that asked to join, before it decides without it.
+constexpr double kJoinWaitBeats = 5;
 
 enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
 
@@ -247,7 +250,7 @@ class MembershipTransport final : public Transport, public Membership {
     GOSSAMER_ENFORCE(!closed_, "recover() after close");
     revokeLocked(-1, "this rank saw a peer fail");
     const auto start = revokedAt_;
-    const View before = view_;
+    View before = view_;
     reportLocked(completedSteps, evaluating);
     coordinateLocked();
     const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
@@ -302,6 +305,7 @@ class MembershipTransport final : public Transport, public Membership {
                                     std::to_string(d.view.number) + "); asking to rejoin");
       outsider_ = true;
       view_ = d.view;
+      before = d.view;  // the view it joins from: who is new is decided against it, alike everywhere
       suspects_.clear();
       revoked_ = true;
       for (auto it = reports_.begin(); it != reports_.end();)
@@ -460,6 +464,13 @@ class MembershipTransport final : public Transport, public Membership {
     }
     for (int p : survivors)
       if (reports.at(p).steps == resume && reports.at(p).evaluating) evaluating = true;
+    // A peer asking to join reports for this view once it has learnt it (a
+    // heartbeat period or so): wait for that, for a bounded time, rather
+    // than issue a view without it and revoke that one at once.
+    for (int p : joiners_)
+      if (!reports.count(p) && !dead_[static_cast<std::size_t>(p)] && view_.localRank(p) < 0 &&
+          since(revokedAt_) < kJoinWaitBeats * options_.heartbeatSeconds)
+        return;
     std::vector<int> members = survivors;
     bool behind = fewest < resume;
     for (int p : joiners_)
@@ -485,9 +496,11 @@ class MembershipTransport final : public Transport, public Membership {
     m.fewest = fewest;
     m.flags = evaluating ? 1 : 0;
     m.members = members;
-    // The members, the suspects (so that they learn) and the joiners.
+    // The members, the suspects (so that they learn) and the joiners, also
+    // those not taken this time (they report for the new view).
     std::set<int> to(view_.members.begin(), view_.members.end());
     to.insert(members.begin(), members.end());
+    to.insert(joiners_.begin(), joiners_.end());
     for (int p : to) sendLocked(p, m);
     acceptLocked(m);
   }
@@ -658,6 +671,9 @@ class MembershipTransport final : public Transport, public Membership {
             for (int p = 0; p < world_; ++p)
               if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
         }
+        // A view change that waits for a joiner's report decides when it
+        // arrives or when the wait is over.
+        if (revoked_ && !joiners_.empty()) coordinateLocked();
         // This pass itself took long: this process was stopped in it. The
         // silence is its own, not its peers'.
         const bool stalled =
