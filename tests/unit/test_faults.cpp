@@ -1,11 +1,13 @@
 // Fault injection (transports/faults): the `faults:` section wraps every
-// Agent's transport, and the wrapper drops and duplicates sends with the
-// configured probabilities, reproducibly from its seed.
+// Agent's transport, and the wrapper drops, duplicates, delays and reorders
+// sends with the configured probabilities, reproducibly from its seed.
+#include <algorithm>
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <thread>
 #include <vector>
@@ -236,4 +238,287 @@ TEST_CASE("faults: a partition drops sends between groups only while it is in fo
   CHECK(faults::faultStats(*sender)->partitioned + arrived == sentAt.size());
   sender->close();
   receiver->close();
+}
+
+namespace {
+
+const Tag kNumbered = Tag::make(Op::kGossip, 0, 0);
+
+Request sendNumber(Transport& t, int dst, const Tag& tag, std::uint32_t v) {
+  return t.isend(dst, tag, std::as_bytes(std::span<const std::uint32_t>(&v, 1)));
+}
+
+// Receives numbers from rank `src` under `tag` in arrival order, until none
+// arrives for `quietSeconds`, `most` arrived, or `src` has left and nothing
+// of it is left to receive.
+std::vector<std::uint32_t> receiveNumbers(Transport& t, int src, const Tag& tag, double quietSeconds,
+                                          std::size_t most) {
+  std::vector<std::uint32_t> got;
+  while (got.size() < most) {
+    std::uint32_t v = 0;
+    Request r = t.irecv(src, tag, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+    try {
+      if (!r.waitFor(quietSeconds)) break;
+    } catch (const PeerFailure&) {
+      break;
+    }
+    got.push_back(v);
+  }
+  return got;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Rank 0 sends 0..n-1 under one tag to rank 1 through a wrapper with `o`;
+// returns the numbers in the order rank 1 received them, and the counters.
+std::pair<std::vector<std::uint32_t>, faults::FaultStats> arrivalOrder(const faults::FaultOptions& o,
+                                                                       std::uint32_t n) {
+  auto fabric = inproc::makeFabric(2);
+  auto sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+  auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+  for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(*sender, 1, kNumbered, i).test());
+  // Every fault was drawn when its message was sent, so the counters say how
+  // many arrive; held messages that nothing overtook go out after
+  // delaySeconds at most. Anything beyond them is received too.
+  const faults::FaultStats stats = *faults::faultStats(*sender);
+  const std::size_t expected = n - stats.dropped + stats.duplicated;
+  auto got = receiveNumbers(*receiver, 0, kNumbered, o.delaySeconds + 2.0, expected);
+  for (std::uint32_t extra : receiveNumbers(*receiver, 0, kNumbered, 0.2, n)) got.push_back(extra);
+  sender->close();
+  receiver->close();
+  return {got, stats};
+}
+
+// How many numbers arrived after a larger one.
+std::size_t overtaken(const std::vector<std::uint32_t>& order) {
+  std::size_t count = 0;
+  std::uint32_t largest = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (i > 0 && order[i] < largest) ++count;
+    largest = std::max(largest, order[i]);
+  }
+  return count;
+}
+
+std::vector<std::uint32_t> upTo(std::uint32_t n) {
+  std::vector<std::uint32_t> v(n);
+  for (std::uint32_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("faults: a delayed send arrives late, once, with its payload", "[faults][delay]") {
+  auto fabric = inproc::makeFabric(2);
+  faults::FaultOptions o;
+  o.delayProbability = 1;
+  o.delaySeconds = 0.2;
+  o.seed = 5;
+  auto sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+  auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+
+  std::uint32_t v = 0;
+  Request r = receiver->irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+  const auto start = std::chrono::steady_clock::now();
+  // The send is accepted at once although nothing is on the wire yet.
+  CHECK(sendNumber(*sender, 1, kNumbered, 7).test());
+  CHECK_FALSE(r.test());
+  // Polled every few milliseconds, it is not there before its delay (seed 5
+  // draws 0.13 s for the first send; a busy machine only makes it look later).
+  for (int k = 0; k < 400 && !r.test(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double late = secondsSince(start);
+  REQUIRE(r.test());
+  CHECK(v == 7);
+  CHECK(late >= 0.1);
+  CHECK(late < 0.2 + 1.0);
+
+  // Every message arrives exactly once, within the longest delay (and some
+  // slack for the scheduler).
+  const std::uint32_t n = 100;
+  for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(*sender, 1, kNumbered, i).test());
+  const auto sent = std::chrono::steady_clock::now();
+  std::vector<std::uint32_t> got = receiveNumbers(*receiver, 0, kNumbered, 2.0, n);
+  CHECK(secondsSince(sent) < 0.2 + 2.0);
+  CHECK(receiveNumbers(*receiver, 0, kNumbered, 0.3, 1).empty());  // nothing more
+  std::sort(got.begin(), got.end());
+  CHECK(got == upTo(n));
+  CHECK(faults::faultStats(*sender)->delayed == n + 1);
+  CHECK(faults::faultStats(*sender)->reordered == 0);
+  CHECK(faults::faultStats(*sender)->dropped == 0);
+  sender->close();
+  receiver->close();
+}
+
+TEST_CASE("faults: held sends are overtaken by later ones under the same tag, none is lost",
+          "[faults][reorder]") {
+  const std::uint32_t n = 200;
+  faults::FaultOptions o;
+  o.reorderProbability = 0.5;
+  o.delaySeconds = 1.0;
+  o.seed = 9;
+  const auto [order, stats] = arrivalOrder(o, n);
+  std::vector<std::uint32_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == upTo(n));  // each once
+  CHECK(order != upTo(n));
+  CHECK(stats.reordered == Approx(0.5 * n).epsilon(0.2));
+  CHECK(stats.delayed == 0);
+  // Only held messages are overtaken; each is, unless every later one was
+  // held too (a run of held messages at the end leaves after delaySeconds).
+  const std::size_t late = overtaken(order);
+  INFO("overtaken " << late << ", held " << stats.reordered);
+  CHECK(late <= stats.reordered);
+  CHECK(late + 10 >= stats.reordered);
+  // The same seed holds the same messages.
+  CHECK(arrivalOrder(o, n).second.reordered == stats.reordered);
+
+  o.reorderProbability = 0;
+  const auto [inOrder, none] = arrivalOrder(o, n);
+  CHECK(inOrder == upTo(n));
+  CHECK(none.reordered == 0);
+}
+
+TEST_CASE("faults: drops, duplicates, delays and holds are counted as they happen", "[faults][delay]") {
+  faults::FaultOptions o;
+  o.dropProbability = 0.1;
+  o.duplicateProbability = 0.1;
+  o.delayProbability = 0.2;
+  o.delaySeconds = 0.05;
+  o.reorderProbability = 0.2;
+  o.seed = 21;
+  const std::uint32_t n = 1000;
+  const auto [order, stats] = arrivalOrder(o, n);
+  std::map<std::uint32_t, int> seen;
+  for (std::uint32_t v : order) ++seen[v];
+  int twice = 0;
+  for (const auto& [v, count] : seen) {
+    REQUIRE(v < n);
+    REQUIRE((count == 1 || count == 2));
+    twice += count == 2 ? 1 : 0;
+  }
+  CHECK(seen.size() == n - stats.dropped);
+  CHECK(twice == static_cast<int>(stats.duplicated));
+  CHECK(order.size() == n - stats.dropped + stats.duplicated);
+  const double kept = 0.9 * n;  // not dropped
+  CHECK(stats.dropped == Approx(0.1 * n).epsilon(0.3));
+  CHECK(stats.duplicated == Approx(0.1 * kept).epsilon(0.3));
+  CHECK(stats.delayed == Approx(0.2 * kept).epsilon(0.3));
+  CHECK(stats.reordered == Approx(0.2 * 0.8 * kept).epsilon(0.3));
+  CHECK(stats.partitioned == 0);
+  // The same seed gives the same faults (the arrival order may differ: the
+  // worker's timing is the scheduler's).
+  const auto [again, sameStats] = arrivalOrder(o, n);
+  std::map<std::uint32_t, int> seenAgain;
+  for (std::uint32_t v : again) ++seenAgain[v];
+  CHECK(seenAgain == seen);
+  CHECK(sameStats.delayed == stats.delayed);
+  CHECK(sameStats.reordered == stats.reordered);
+}
+
+TEST_CASE("faults: delay and reorder options are checked", "[faults][delay]") {
+  const auto bad = [](double delay, double delaySeconds, double reorder) {
+    faults::FaultOptions o;
+    o.delayProbability = delay;
+    o.delaySeconds = delaySeconds;
+    o.reorderProbability = reorder;
+    return faults::wrap(inproc::makeTransport(inproc::makeFabric(1), 0, 1.0), o);
+  };
+  CHECK_THROWS_WITH(bad(-0.1, 0.1, 0), Catch::Contains("delay probability -0.1"));
+  CHECK_THROWS_WITH(bad(1.5, 0.1, 0), Catch::Contains("delay probability 1.5"));
+  CHECK_THROWS_AS(bad(std::nan(""), 0.1, 0), InvalidArgument);
+  CHECK_THROWS_WITH(bad(0, 0.1, 1.0), Catch::Contains("reorder probability 1"));
+  CHECK_THROWS_AS(bad(0, 0.1, -0.5), InvalidArgument);
+  CHECK_THROWS_WITH(bad(0.5, 0, 0), Catch::Contains("delay_seconds 0"));
+  CHECK_THROWS_AS(bad(0.5, -1, 0), InvalidArgument);
+  CHECK_THROWS_AS(bad(0.5, std::numeric_limits<double>::infinity(), 0), InvalidArgument);
+  CHECK_NOTHROW(bad(1, 0.1, 0.9));
+
+  const Registry reg = registryWith(inproc::makeFabric(2));
+  for (const char* key : {"reorder: 1.0", "delay: 1.5", "delay_seconds: 0"}) {
+    INFO(key);
+    try {
+      (void)reg.parse(std::string("world_size: 2\nfaults:\n  enabled: true\n  ") + key + "\n", "bad.yaml");
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      CHECK(e.line() == 4);
+      CHECK(e.key() == "faults." + std::string(key).substr(0, std::string(key).find(':')));
+    }
+  }
+}
+
+TEST_CASE("faults: the section's delay reaches an Agent's gossip sends only, with messages: gossip",
+          "[faults][delay]") {
+  auto fabric = inproc::makeFabric(2);
+  const Registry reg = registryWith(fabric);
+  const Config c = reg.parse(
+      "world_size: 2\ntransport: {kind: inproc}\nfaults:\n  enabled: true\n  delay: 1\n  delay_seconds: "
+      "0.05\n"
+      "  messages: gossip\n",
+      "d.yaml");
+  CHECK(c.get<double>("faults.reorder") == 0);
+  MemoryStore store;
+  onEveryRank(2, [&](int r) {
+    Agent a(c, r, store, reg);
+    Transport& t = a.transport();
+    std::uint32_t v = 0;
+    if (r == 0) {
+      CHECK(sendNumber(t, 1, kNumbered, 42).test());
+      CHECK(sendNumber(t, 1, Tag::make(Op::kUser, 0, 0), 43).test());
+    } else {
+      Request g = t.irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+      REQUIRE(g.waitFor(5.0));
+      CHECK(v == 42);
+      Request u =
+          t.irecv(0, Tag::make(Op::kUser, 0, 0), std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+      REQUIRE(u.waitFor(5.0));
+      CHECK(v == 43);
+    }
+    std::uint32_t one = 1;
+    Request b =
+        t.isend(1 - r, Tag::make(Op::kUser, 0, 1), std::as_bytes(std::span<const std::uint32_t>(&one, 1)));
+    Request d =
+        t.irecv(1 - r, Tag::make(Op::kUser, 0, 1), std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+    REQUIRE(d.waitFor(5.0));  // both ranks are done before either closes
+    const faults::FaultStats* s = faults::faultStats(t);
+    REQUIRE(s != nullptr);
+    CHECK(s->delayed == (r == 0 ? 1u : 0u));
+    a.close();
+  });
+}
+
+TEST_CASE("faults: close() sends what is still held at once, abort() drops it, both promptly",
+          "[faults][delay][reorder]") {
+  for (const bool orderly : {true, false}) {
+    INFO((orderly ? "close" : "abort"));
+    auto fabric = inproc::makeFabric(2);
+    faults::FaultOptions o;
+    o.delayProbability = 0.5;
+    o.reorderProbability = 0.9;
+    o.delaySeconds = 60;  // nothing leaves on its own during the test
+    o.seed = 3;
+    auto sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+    auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+    const std::uint32_t n = 20;
+    for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(*sender, 1, kNumbered, i).test());
+    const faults::FaultStats stats = *faults::faultStats(*sender);
+    CHECK(stats.delayed + stats.reordered > n / 2);
+    const auto start = std::chrono::steady_clock::now();
+    if (orderly)
+      sender->close();
+    else
+      sender->abort();
+    CHECK(secondsSince(start) < 1.0);
+    CHECK_THROWS_AS(sendNumber(*sender, 1, kNumbered, n), Cancelled);
+    std::vector<std::uint32_t> got = receiveNumbers(*receiver, 0, kNumbered, 0.3, 2 * n);
+    std::sort(got.begin(), got.end());
+    if (orderly) {
+      CHECK(got == upTo(n));
+    } else {
+      // Only what went out before abort() arrives: the messages never held.
+      CHECK(got.size() < n);
+    }
+    receiver->close();
+  }
 }

@@ -1,15 +1,27 @@
-// Fault injection: drops and duplicates a rank's sends, and partitions the
-// job for a while (see faults.hpp). What it puts on the wire: nothing for a
-// dropped message (or one across the partition), the message twice (two
-// frames, same tag and payload) for a duplicated one.
+// Fault injection: drops, duplicates, delays and reorders a rank's sends,
+// and partitions the job for a while (see faults.hpp). What it puts on the
+// wire: nothing for a dropped message (or one across the partition), the
+// message twice (two frames, same tag and payload) for a duplicated one, and
+// one frame, later, for a delayed or held one: the wrapper's thread sends a
+// copy when it is due (a delayed one after its delay; a held one right after
+// the next send to the same rank that is not held itself, or after
+// delay_seconds), so messages sent after it, also under the same tag, reach
+// the peer first. The draws, in order: drop, duplicate (the copy goes at
+// once), delay, hold; a probability of 0 draws nothing, so adding delay: 0
+// and reorder: 0 leaves a seed's faults as they were.
 #include "gossamer/transports/faults.hpp"
 
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
@@ -26,10 +38,19 @@ class FaultyTransport final : public Transport {
         options_(o),
         rng_(o.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(inner_->rank())),
         start_(std::chrono::steady_clock::now()),
-        group_(static_cast<std::size_t>(inner_->worldSize()), -1) {
+        group_(static_cast<std::size_t>(inner_->worldSize()), -1),
+        held_(static_cast<std::size_t>(inner_->worldSize())) {
     for (std::size_t g = 0; g < o.partitionGroups.size(); ++g)
       for (int r : o.partitionGroups[g]) group_[static_cast<std::size_t>(r)] = static_cast<int>(g);
+    if (o.delayProbability > 0 || o.reorderProbability > 0) worker_ = std::thread([this] { run(); });
   }
+  // Without close() what is still waiting is dropped, as by abort().
+  ~FaultyTransport() override {
+    halt(false);
+    joinWorker();
+  }
+  FaultyTransport(const FaultyTransport&) = delete;
+  FaultyTransport& operator=(const FaultyTransport&) = delete;
 
   int rank() const override { return inner_->rank(); }
   int worldSize() const override { return inner_->worldSize(); }
@@ -37,10 +58,10 @@ class FaultyTransport final : public Transport {
   double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return send(dst, tag, data, [&] { return inner_->isend(dst, tag, data, dtype); });
+    return send(dst, tag, data, dtype, [&] { return inner_->isend(dst, tag, data, dtype); });
   }
-  // The wrapper copies anyway (a duplicate is a second isend), so borrowed
-  // sends become plain ones.
+  // The wrapper copies anyway (a duplicate is a second isend, a later send a
+  // copy), so borrowed sends become plain ones.
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                         std::optional<std::uint32_t>) override {
     return isend(dst, tag, data, dtype);
@@ -51,19 +72,43 @@ class FaultyTransport final : public Transport {
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
     return inner_->irecvView(source, tag, buffer);
   }
+  // Sends what is still waiting at once, then closes the inner transport,
+  // which delivers it.
   void close() override {
-    extra_.clear();
+    halt(true);
+    joinWorker();
     inner_->close();
+    dropExtra();
   }
+  // Drops what is still waiting; the inner abort fails a send the worker is
+  // making, so the join is short.
   void abort() override {
-    extra_.clear();
+    halt(false);
     inner_->abort();
+    joinWorker();
+    dropExtra();
   }
   TransportStats stats() const override { return inner_->stats(); }
   const FaultStats& faults() const { return stats_; }
 
  private:
-  enum class Fate { kSend, kDrop, kDuplicate };
+  using Clock = std::chrono::steady_clock;
+  // A message the worker sends later, ordered by (due time, sequence number).
+  using Key = std::pair<Clock::time_point, std::uint64_t>;
+  struct Later {
+    int dst = 0;
+    Tag tag;
+    std::vector<std::byte> data;
+    DType dtype = DType::kBytes;
+    bool held = false;  // held for reordering (released by the next send to dst), not delayed
+  };
+
+  struct Fate {
+    bool drop = false;
+    bool duplicate = false;
+    std::optional<Clock::time_point> due;  // set: queued for the worker until then
+    bool held = false;
+  };
 
   // Whether the partition keeps this rank from `dst` now.
   bool cut(int dst) const {
@@ -75,44 +120,162 @@ class FaultyTransport final : public Transport {
   }
 
   Fate draw(int dst, const Tag& tag) {
-    if (dst == rank()) return Fate::kSend;
+    Fate f;
+    if (dst == rank()) return f;
     if (cut(dst)) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.partitioned;
-      return Fate::kDrop;
+      f.drop = true;
+      return f;
     }
-    if (options_.gossipOnly && tag.op != Op::kGossip) return Fate::kSend;
+    if (options_.gossipOnly && tag.op != Op::kGossip) return f;
     std::lock_guard<std::mutex> lock(mu_);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     if (u(rng_) < options_.dropProbability) {
       ++stats_.dropped;
-      return Fate::kDrop;
+      f.drop = true;
+      return f;
     }
     if (u(rng_) < options_.duplicateProbability) {
       ++stats_.duplicated;
-      return Fate::kDuplicate;
+      f.duplicate = true;
     }
-    return Fate::kSend;
+    const auto seconds = [](double s) {
+      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
+    if (options_.delayProbability > 0 && u(rng_) < options_.delayProbability) {
+      ++stats_.delayed;
+      f.due = Clock::now() + seconds(u(rng_) * options_.delaySeconds);
+    } else if (options_.reorderProbability > 0 && u(rng_) < options_.reorderProbability) {
+      ++stats_.reordered;
+      f.due = Clock::now() + seconds(options_.delaySeconds);
+      f.held = true;
+    }
+    return f;
   }
 
   template <typename SendFn>
-  Request send(int dst, const Tag& tag, std::span<const std::byte> data, SendFn sendOnce) {
+  Request send(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, SendFn sendOnce) {
     GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(), "destination " << dst << " outside " << worldSize());
-    switch (draw(dst, tag)) {
-      case Fate::kDrop:
-        return Request(detail::completedRequest(dst, data.size()));
-      case Fate::kDuplicate: {
-        // The copy's request is kept until it completes: dropping a pending
-        // send's handle would cancel it.
-        std::lock_guard<std::mutex> lock(mu_);
-        while (!extra_.empty() && extra_.front().test()) extra_.pop_front();
-        extra_.push_back(sendOnce());
-        break;
-      }
-      case Fate::kSend:
-        break;
+    const Fate fate = draw(dst, tag);
+    if (fate.drop) return Request(detail::completedRequest(dst, data.size()));
+    if (fate.duplicate) {
+      keep(sendOnce());
+      release(dst);
     }
-    return sendOnce();
+    if (fate.due && later(dst, tag, data, dtype, *fate.due, fate.held))
+      return Request(detail::completedRequest(dst, data.size()));
+    Request r = sendOnce();
+    release(dst);
+    return r;
+  }
+
+  // Queues a copy of the message for the worker; false once the wrapper is
+  // closing (the caller then sends it now, and the inner transport decides).
+  bool later(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, Clock::time_point due,
+             bool held) {
+    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0,
+                     "payload of " << data.size() << " bytes is not a whole number of " << dtypeName(dtype));
+    Later m{dst, tag, std::vector<std::byte>(data.begin(), data.end()), dtype, held};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+      const Key key{due, nextSeq_++};
+      queue_.emplace(key, std::move(m));
+      if (held) held_[static_cast<std::size_t>(dst)].push_back(key);
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  // A message to `dst` went out: the ones held for it go next.
+  void release(int dst) {
+    if (options_.reorderProbability <= 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    releaseLocked(dst);
+  }
+  void releaseLocked(int dst) {
+    auto& held = held_[static_cast<std::size_t>(dst)];
+    if (held.empty()) return;
+    const auto now = Clock::now();
+    for (const Key& key : held) {
+      auto node = queue_.extract(key);
+      node.key().first = now;
+      queue_.insert(std::move(node));
+    }
+    held.clear();
+    wake_.notify_one();
+  }
+
+  // Keeps the request of a send the wrapper made itself until it settles:
+  // dropping a pending send's handle would cancel it.
+  void keep(Request r) {
+    if (!r.valid()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!extra_.empty() && settled(extra_.front())) extra_.pop_front();
+    extra_.push_back(std::move(r));
+  }
+  static bool settled(Request& r) {
+    try {
+      return r.test();
+    } catch (const std::exception&) {
+      return true;  // failed: nothing more to keep it for
+    }
+  }
+  void dropExtra() {
+    std::deque<Request> gone;
+    std::lock_guard<std::mutex> lock(mu_);
+    gone.swap(extra_);
+  }
+
+  // The worker: sends each queued message when it is due, all of them at once
+  // once the wrapper is closing, and returns when the queue is empty then.
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (queue_.empty()) {
+        if (stopping_) return;
+        wake_.wait(lock);
+        continue;
+      }
+      auto first = queue_.begin();
+      if (!stopping_ && first->first.first > Clock::now()) {
+        wake_.wait_until(lock, first->first.first);
+        continue;
+      }
+      Later m = std::move(first->second);
+      if (m.held) std::erase(held_[static_cast<std::size_t>(m.dst)], first->first);
+      queue_.erase(first);
+      lock.unlock();
+      Request r;
+      try {
+        r = inner_->isend(m.dst, m.tag, m.data, m.dtype);
+      } catch (const std::exception&) {
+        // The peer left or the transport closed: the message is lost (its
+        // sender saw a completed send long ago).
+      }
+      keep(std::move(r));
+      lock.lock();
+      if (!m.held) releaseLocked(m.dst);
+    }
+  }
+
+  // Stops taking messages for later; `deliver`: the worker sends what is
+  // queued at once, else it is dropped.
+  void halt(bool deliver) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (!deliver) {
+        queue_.clear();
+        for (auto& h : held_) h.clear();
+      }
+    }
+    wake_.notify_all();
+  }
+  void joinWorker() {
+    std::lock_guard<std::mutex> lock(joinMu_);
+    if (worker_.joinable()) worker_.join();
   }
 
   std::unique_ptr<Transport> inner_;
@@ -120,9 +283,16 @@ class FaultyTransport final : public Transport {
   std::mutex mu_;
   std::mt19937_64 rng_;
   FaultStats stats_;
-  std::deque<Request> extra_;  // the duplicates' sends still in flight
+  std::deque<Request> extra_;  // the wrapper's own sends (duplicates, later ones) still in flight
   std::chrono::steady_clock::time_point start_;
-  std::vector<int> group_;  // each rank's partition group (-1: in none)
+  std::vector<int> group_;              // each rank's partition group (-1: in none)
+  std::map<Key, Later> queue_;          // messages for the worker, by due time
+  std::vector<std::vector<Key>> held_;  // per destination: its held messages' keys in queue_
+  std::uint64_t nextSeq_ = 0;
+  bool stopping_ = false;         // close() or abort() began: nothing more is queued
+  std::condition_variable wake_;  // queue_ or stopping_ changed
+  std::mutex joinMu_;
+  std::thread worker_;  // sends queue_ (only with delays or reordering on)
 };
 
 }  // namespace
@@ -171,6 +341,12 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOpt
   GOSSAMER_ENFORCE(
       o.partitionStartSeconds >= 0 && o.partitionSeconds >= 0,
       "partition start " << o.partitionStartSeconds << " s, length " << o.partitionSeconds << " s");
+  GOSSAMER_ENFORCE(o.delayProbability >= 0 && o.delayProbability <= 1,
+                   "delay probability " << o.delayProbability << " outside [0, 1]");
+  GOSSAMER_ENFORCE(o.reorderProbability >= 0 && o.reorderProbability < 1,
+                   "reorder probability " << o.reorderProbability << " outside [0, 1)");
+  GOSSAMER_ENFORCE(o.delaySeconds > 0 && std::isfinite(o.delaySeconds),
+                   "delay_seconds " << o.delaySeconds << " is not a positive finite number of seconds");
   return std::make_unique<FaultyTransport>(std::move(inner), o);
 }
 
@@ -195,7 +371,15 @@ void registerWith(Registry& registry) {
                 "send between groups is dropped")
           .real("partition_start_seconds", 0.0, {0.0, true, 1e9, true},
                 "when the partition starts, seconds after the transport is made")
-          .real("partition_seconds", 0.0, {0.0, true, 1e9, true}, "how long the partition lasts, seconds"),
+          .real("partition_seconds", 0.0, {0.0, true, 1e9, true}, "how long the partition lasts, seconds")
+          .real("delay", 0.0, {0.0, true, 1.0, true},
+                "probability that a send goes out late, after a time drawn uniformly from [0, delay_seconds]")
+          .real("delay_seconds", 0.1, {0.0, false, 3600.0, true},
+                "the longest delay, and the longest a reordered send is held, seconds")
+          .real("reorder", 0.0, {0.0, true, 1.0, false},
+                "probability that a send (not delayed) is held back until a later send to the same rank that "
+                "is "
+                "not held has gone out (at most delay_seconds), so that it arrives after it"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("faults.enabled")) return inner;
@@ -212,6 +396,9 @@ void registerWith(Registry& registry) {
         }
         o.partitionStartSeconds = c.get<double>("faults.partition_start_seconds");
         o.partitionSeconds = c.get<double>("faults.partition_seconds");
+        o.delayProbability = c.get<double>("faults.delay");
+        o.delaySeconds = c.get<double>("faults.delay_seconds");
+        o.reorderProbability = c.get<double>("faults.reorder");
         return wrap(std::move(inner), o);
       });
 }

@@ -1,7 +1,7 @@
 // Fault injection on the transport, for tests and demos: a wrapper that
-// drops and duplicates this rank's outgoing messages with given
-// probabilities, from a seeded generator (the same seed and the same sends
-// give the same faults), and cuts the job into groups for a while (a
+// drops, duplicates, delays and reorders this rank's outgoing messages with
+// given probabilities, from a seeded generator (the same seed and the same
+// sends give the same faults), and cuts the job into groups for a while (a
 // partition: sends between groups are dropped).
 #pragma once
 
@@ -32,6 +32,18 @@ struct FaultOptions {
   std::vector<std::vector<int>> partitionGroups;
   double partitionStartSeconds = 0;  ///< When it starts, seconds after the wrapper is made (>= 0).
   double partitionSeconds = 0;       ///< How long it lasts, seconds (>= 0).
+  /// Each send that is not lost goes out later with this probability, in
+  /// [0, 1] (1: every send): after a time drawn uniformly from
+  /// [0, delaySeconds].
+  double delayProbability = 0;
+  /// The longest delay, and the longest a reordered send is held, seconds
+  /// (> 0, finite).
+  double delaySeconds = 0.1;
+  /// Each send that is not lost or delayed is held back with this probability,
+  /// in [0, 1), so that later sends to the same rank overtake it: it goes out
+  /// right after the next send to that rank that is not held itself, or after
+  /// delaySeconds, whichever comes first.
+  double reorderProbability = 0;
 };
 
 /// Parses "0,1,2,3|4,5,6,7" (groups separated by '|', ranks by ',') into
@@ -45,23 +57,36 @@ struct FaultStats {
   std::uint64_t dropped = 0;      ///< Sends that were never sent.
   std::uint64_t duplicated = 0;   ///< Sends that were sent twice.
   std::uint64_t partitioned = 0;  ///< Sends dropped because the partition was in force.
+  std::uint64_t delayed = 0;      ///< Sends that went out late.
+  std::uint64_t reordered = 0;    ///< Sends held back for later ones to overtake.
 };
 
 /// A Transport that forwards to `inner`, except that isend/isendBorrowed drop
-/// a message (a completed request, nothing on the wire) or send it twice,
-/// with the configured probabilities. Sends to this rank itself are never
-/// touched. Receives, close and stats are the inner transport's; the faults
-/// are counted in faultStats(). Not thread-safe beyond what `inner` is (the
-/// generator is guarded by a lock).
-/// @throws InvalidArgument from the factory for probabilities outside [0, 1).
+/// a message (a completed request, nothing on the wire), send it twice, or
+/// send it later (delayed or held back for reordering), with the configured
+/// probabilities. A later send copies the payload and returns a completed
+/// request, as for an accepted send; a background thread (one per wrapper,
+/// started only when delays or reordering are on) sends it when it is due,
+/// and a failure then (e.g. the peer left) loses the message silently.
+/// close() sends what is still waiting at once, then closes `inner`; abort()
+/// (and destroying the wrapper without close()) drops it; neither waits for
+/// a due time. Sends to this rank itself are never touched; the partition is
+/// checked when isend is called. Receives and stats are the inner
+/// transport's; the faults are counted in faultStats(). Not thread-safe
+/// beyond what `inner` is (the generator is guarded by a lock).
+/// @throws InvalidArgument from the factory for probabilities outside [0, 1)
+///         ([0, 1] for the delay) or a delaySeconds that is not positive and
+///         finite.
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOptions& options);
 
 /// The counters of a transport made by wrap(); nullptr for any other transport.
 const FaultStats* faultStats(const Transport& transport);
 
-/// Registers the `faults:` section (enabled, drop, duplicate, seed, messages) as a
-/// transport service: with `faults.enabled: true` every Agent's transport is
-/// wrapped. The seed defaults to the run's `seed`.
+/// Registers the `faults:` section (enabled, drop, duplicate, seed, messages,
+/// partition, partition_start_seconds, partition_seconds, delay,
+/// delay_seconds, reorder) as a transport service: with
+/// `faults.enabled: true` every Agent's transport is wrapped. The seed
+/// defaults to the run's `seed`.
 void registerWith(Registry& registry);
 
 }  // namespace gossamer::faults
