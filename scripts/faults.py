@@ -15,6 +15,10 @@ baseline's training time:
   stop-10s   SIGSTOP of rank 3 at 5% for 10 s, then SIGCONT (the others
              remove it after membership.suspect_seconds and take it back
              when it resumes and asks: it finishes with them)
+  rejoin     kill -9 of rank 3 at 30%, and 2 s later a new process for
+             rank 3 (gossamer-train --rank 3 --rejoin): it loads its newest
+             checkpoint (checkpoint.every_steps 100), asks to join, receives
+             the model and finishes with the others
 
 It prints one row per (algorithm, scenario) and writes results/faults.json
 with the fields: algorithm, scenario, world_size, survivors,
@@ -24,10 +28,12 @@ detection_seconds (from the fault until the survivors started the view
 change), resume_seconds (from the fault until the new view was installed,
 after which every survivor steps again), steps_lost (steps the ranks furthest
 behind skipped to realign), steps_per_second (survivors' mean over the run)
-and baseline_steps_per_second.
+and baseline_steps_per_second; for rejoin also reconverge_steps: steps from
+the rejoin to the end of the first epoch whose consensus distance is back at
+or below the largest one of the epochs before the fault (epoch granularity).
 
 Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce]
-                         [--scenarios kill-1,kill-3,stop-10s] [--epochs N]
+                         [--scenarios kill-1,kill-3,stop-10s,rejoin,partition] [--epochs N]
 """
 import argparse
 import json
@@ -52,6 +58,7 @@ SCENARIOS = {
     "kill-1": [(0.3, "kill", 3)],
     "kill-3": [(0.1, "kill", 3), (0.3, "kill", 5), (0.5, "kill", 6)],
     "stop-10s": [(0.05, "stop", 3), (None, "cont", 3)],
+    "rejoin": [(0.3, "kill", 3), (None, "restart", 3)],
     # Set in the config (the fault injector's partition), not by a signal.
     "partition": [],
 }
@@ -90,15 +97,24 @@ def finished_count(log):
     return n
 
 
+def rendezvous_of(pid):
+    """The --rendezvous argument of a rank process."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        args = f.read().split(b"\0")
+    return args[args.index(b"--rendezvous") + 1].decode()
+
+
 def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
     """Runs the job. The faults are placed after rank 0 printed its first
     epoch, at fractions of the rest of the baseline's training time
-    (`baseline`, seconds)."""
+    (`baseline`, seconds). "{tmp}" in `extra` is the run's temporary directory."""
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "summary.json")
-        cmd = [binary, "--config", os.path.join(ROOT, config), "--set", "world_size=8",
-               "--set", f"training.epochs={epochs}", "--set", "membership.enabled=true",
-               "--summary-json", summary] + [a for kv in extra for a in ("--set", kv)]
+        sets = ["world_size=8", f"training.epochs={epochs}", "membership.enabled=true"]
+        sets += [kv.replace("{tmp}", tmp) for kv in extra]
+        cmd = [binary, "--config", os.path.join(ROOT, config), "--summary-json", summary]
+        cmd += [a for kv in sets for a in ("--set", kv)]
+        restarted = None
         start = time.time()
         log_path = os.path.join(tmp, "log")
         log = open(log_path, "w")
@@ -112,7 +128,17 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
                         if "epoch 1/" in f.read():
                             first_epoch = time.time()
                     time.sleep(0.02)
+            rdv = None
             for frac, action, rank in SCENARIOS.get(scenario, []):
+                if action == "restart":
+                    time.sleep(max(0.0, events[-1][0] + 2.0 - time.time()))
+                    rlog = open(os.path.join(tmp, "restarted.log"), "w")
+                    restarted = subprocess.Popen(
+                        [binary, "--config", os.path.join(ROOT, config), "--rank", str(rank), "--rendezvous", rdv,
+                         "--rejoin"] + [a for kv in sets for a in ("--set", kv)],
+                        stdout=rlog, stderr=subprocess.STDOUT, text=True)
+                    events.append((time.time(), action, rank))
+                    continue
                 if action == "cont":
                     when = events[-1][0] + 10.0
                 else:
@@ -126,13 +152,19 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
                         time.sleep(0.05)
                 if pid is None:
                     raise RuntimeError(f"{scenario}: rank {rank} is not running (the run ended before the fault)")
+                rdv = rendezvous_of(pid)
                 sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}[action]
                 os.kill(pid, sig)
                 events.append((time.time(), action, rank))
             proc.wait(timeout=timeout)
+            if restarted:
+                restarted.wait(timeout=max(1.0, timeout - (time.time() - start)))
         except BaseException:
             proc.kill()
             proc.wait()
+            if restarted:
+                restarted.kill()
+                restarted.wait()
             raise
         finally:
             log.close()
@@ -140,6 +172,10 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
         with open(log_path) as f:
             out = f.read()
         result = {"exit": proc.returncode, "wall": wall, "events": events, "log": out}
+        if restarted:
+            with open(os.path.join(tmp, "restarted.log")) as f:
+                result["restarted_log"] = f.read()
+            result["restarted_exit"] = restarted.returncode
         if os.path.exists(summary):
             with open(summary) as f:
                 result["summary"] = json.load(f)
@@ -158,7 +194,7 @@ def main():
 
     rows = []
     header = (f"{'algorithm':13} {'scenario':9} {'surv':>4} {'finished':>8} {'acc %':>6} {'base %':>6} "
-              f"{'detect s':>8} {'resume s':>8} {'lost st':>7} {'steps/s':>8} {'base st/s':>9}")
+              f"{'detect s':>8} {'resume s':>8} {'lost st':>7} {'steps/s':>8} {'base st/s':>9} {'reconv st':>9}")
     print(header)
     for algo in args.algorithms.split(","):
         config = ALGORITHMS[algo]
@@ -169,6 +205,8 @@ def main():
         bs = base["summary"]
         for scenario in args.scenarios.split(","):
             extra = ("membership.rejoin=true",) if scenario == "stop-10s" else ()
+            if scenario == "rejoin":
+                extra = ("membership.rejoin=true", "checkpoint.every_steps=100", "checkpoint.dir={tmp}/ck")
             if scenario == "partition":
                 start = 1.5 * bs["history"][0]["seconds"]
                 extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
@@ -182,8 +220,22 @@ def main():
             first_fault = faults[0][0] if faults else None
             resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
             detect = [l["resumed_at_unix_seconds"] - l["agreement_seconds"] - f[0] for l, f in zip(lost, faults)]
-            expected = 8 - len([e for e in r["events"] if e[1] == "kill"])
+            restarts = len([e for e in r["events"] if e[1] == "restart"])
+            expected = 8 - len([e for e in r["events"] if e[1] == "kill"]) + restarts
             survivors = len(s.get("survivors", []))
+            finished = finished_count(r["log"]) + (1 if r.get("restarted_exit") == 0 else 0)
+            reconverge = None
+            joined = s.get("joined", [])
+            if scenario == "rejoin" and joined and lost:
+                spe = s["steps_per_epoch"]
+                hist = s["history"]
+                before = [h["consensus_distance"] for h in hist[: lost[0]["step"] // spe]]
+                level = max(before) if before else None
+                back = joined[0]["step"]
+                for h in hist[back // spe:]:
+                    if level is not None and h["consensus_distance"] <= level:
+                        reconverge = h["epoch"] * spe - back
+                        break
             row = {
                 "algorithm": s.get("algorithm", algo),
                 "config": config,
@@ -192,15 +244,16 @@ def main():
                 "survivors": survivors,
                 # Every survivor completed every epoch (the launcher's report names them finished).
                 "survivors_finished": survivors == expected and len(s.get("history", [])) == args.epochs
-                and finished_count(r["log"]) == expected,
-                "exit_status": r["exit"],
+                and finished == expected,
+                "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
                 "test_accuracy": s.get("test_accuracy"),
                 "baseline_accuracy": bs["test_accuracy"],
                 "detection_seconds": max(detect) if detect else None,
                 "resume_seconds": max(resume) if resume else None,
                 "steps_lost": sum(l["steps_skipped"] for l in lost),
                 "lost_ranks": [l["rank"] for l in lost],
-                "rejoined": scenario in ("stop-10s", "partition") and survivors == 8,
+                "rejoined": scenario in ("stop-10s", "partition", "rejoin") and survivors == 8,
+                "reconverge_steps": reconverge,
                 "steps_per_second": s.get("steps_per_second"),
                 "baseline_steps_per_second": bs["steps_per_second"],
                 "epochs": args.epochs,
@@ -215,9 +268,11 @@ def main():
             print(f"{algo:13} {scenario:9} {survivors:4d} {str(row['survivors_finished']):>8} "
                   f"{f(100 * (row['test_accuracy'] or 0), '6.2f')} {f(100 * row['baseline_accuracy'], '6.2f')} "
                   f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} {row['steps_lost']:7d} "
-                  f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')}", flush=True)
-            if r["exit"] != 0:
-                tail = "\n".join(l for l in r["log"].splitlines() if "error" in l or "warning" in l)[-1500:]
+                  f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')} "
+                  f"{f(row['reconverge_steps'], '9d')}", flush=True)
+            if r["exit"] != 0 or r.get("restarted_exit", 0) != 0:
+                log = r["log"] + r.get("restarted_log", "")
+                tail = "\n".join(l for l in log.splitlines() if "error" in l or "warning" in l)[-1500:]
                 print(tail, file=sys.stderr)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:

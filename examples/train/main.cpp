@@ -174,6 +174,11 @@ int main(int argc, char** argv) {
          "processes on this machine: core puts rank r on CPU r mod C only; none (default) lets the OS "
          "place them")
       ->check(CLI::IsMember({"core", "none"}));
+  bool rejoin = false;
+  app.add_flag("--rejoin", rejoin,
+               "with --rank: this process replaces that rank of a running job, which failed; it loads its "
+               "newest checkpoint (checkpoint.dir) if there is one, asks the others to take it back and "
+               "receives their model (sets membership.enabled, rejoin and restarted; zmq transport)");
   bool fromEnv = false;
   app.add_flag("--from-env", fromEnv,
                "run the rank that the launcher's variables name (torchrun, mpirun, srun, Hydra; automatic "
@@ -194,6 +199,12 @@ int main(int argc, char** argv) {
         rank = launch->rank;
         rendezvous = launch->rendezvous;
       }
+    }
+    if (rejoin) {
+      if (rank < 0) throw gossamer::InvalidArgument("--rejoin needs --rank and --rendezvous");
+      for (const char* kv :
+           {"membership.enabled=true", "membership.rejoin=true", "membership.restarted=true"})
+        overrides.emplace_back(kv);
     }
     const Config c = registry.load(configPath, overrides);
     if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))

@@ -15,6 +15,7 @@
 #include "gossamer/agent.hpp"
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/wire.hpp"
 #include "model.hpp"
@@ -182,10 +183,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     const auto& ck = t.checkpoint;
     std::uint64_t startStep = 0;
     double startLossSum = 0;
-    if (ck.resume) {
+    // A process that replaces a failed rank of a running job (gossamer-train
+    // --rejoin) takes its own newest checkpoint: the others are not resuming.
+    const bool restarted = agent.hasMembership() && config.get<bool>("membership.restarted");
+    if (ck.resume || restarted) {
       const auto mine = checkpointSteps(ck.dir, rank);
       double newest = mine.empty() ? 1.0 : -static_cast<double>(mine.back());  // max of -x: the min of x
-      agent.communicator().allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
+      if (!restarted) agent.communicator().allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
       if (newest <= 0) {
         const auto step = static_cast<std::uint64_t>(-newest);
         GOSSAMER_ENFORCE(std::find(mine.begin(), mine.end(), step) != mine.end(),
@@ -205,6 +209,9 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
         startStep = step;
         startLossSum = c.getValue<double>("epoch_loss_sum");
         summary.resumedFromStep = static_cast<std::int64_t>(step);
+        if (restarted)
+          GOSSAMER_LOG(kWarning, "rank " << rank << " restarts from its checkpoint of step " << step
+                                         << " and asks the running job to take it back");
       }
     }
     const std::uint64_t totalSteps = static_cast<std::uint64_t>(stepsPerEpoch) * t.training.epochs;
@@ -251,6 +258,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       }
       return rejoined;
     };
+    // Between the last step of an epoch and the end of its evaluation (the
+    // flush included), a view change must know: a rank that rejoins at that
+    // step evaluates with the others, one inside the next step does not.
+    agent.setCollectivePending([&] {
+      return evaluated < t.training.epochs &&
+             optimizer.steps() >= spe * static_cast<std::uint64_t>(evaluated + 1);
+    });
     double lossSum = startLossSum;
     while (evaluated < t.training.epochs) {
       const int epoch = evaluated + 1;
@@ -319,6 +333,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       summary.history.push_back(m);
       if (evaluator && onEpoch) onEpoch(m);
     }
+    agent.setCollectivePending({});
     // Training throughput of every rank (steps per second, evaluation excluded).
     std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
     agent.survive([&] {
@@ -353,10 +368,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.modelCrcByRank = crcs;
     summary.writer = agent.communicator().rank() == 0;
     summary.survivors = alive;
-    for (const auto& change : agent.viewChanges())
+    for (const auto& change : agent.viewChanges()) {
       for (int p : change.lost)
         summary.lost.push_back({p, change.resumeStep, change.seconds, change.resumeStep - change.fewestSteps,
                                 change.installedAtUnixSeconds});
+      for (int p : change.joined)
+        summary.joined.push_back({p, change.resumeStep, change.installedAtUnixSeconds});
+    }
     agent.close();
     return summary;
   } catch (...) {
@@ -432,6 +450,11 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
                     {"steps_skipped", l.stepsSkipped},
                     {"resumed_at_unix_seconds", l.resumedAtUnixSeconds}});
   j["lost"] = lost;
+  nlohmann::json joined = nlohmann::json::array();
+  for (const auto& l : s.joined)
+    joined.push_back(
+        {{"rank", l.rank}, {"step", l.step}, {"installed_at_unix_seconds", l.installedAtUnixSeconds}});
+  j["joined"] = joined;
   return j.dump();
 }
 

@@ -58,6 +58,14 @@ struct TrainSummary {
     double resumedAtUnixSeconds = 0;  ///< When this rank installed that view (system clock).
   };
   std::vector<Lost> lost;
+  struct Joined {
+    int rank = -1;                      ///< Global rank.
+    std::uint64_t step = 0;             ///< The step it resumed at (the others').
+    double installedAtUnixSeconds = 0;  ///< When this rank installed the view with it (system clock).
+  };
+  /// Ranks taken (back) into the job: stopped and resumed, on the other side
+  /// of a healed partition, or restarted (gossamer-train --rejoin).
+  std::vector<Joined> joined;
   /// Steps at which this rank rejoined the job after being removed (it was
   /// stopped), taking the survivors' model and step.
   std::vector<std::uint64_t> rejoinedAtStep;

@@ -99,7 +99,8 @@ struct Agent::Impl {
   std::unique_ptr<DistributedOptimizer> optimizer;
   detail::ResilientOptimizer* resilient = nullptr;  // optimizer, when it is one
   std::vector<ViewChange> changes;
-  bool evaluating = false;  // inside survive(): a collective of the caller's own
+  bool evaluating = false;                  // inside survive(): a collective of the caller's own
+  std::function<bool()> collectivePending;  // setCollectivePending
   std::uint64_t jumps = 0;  // view changes after which this rank jumped to the survivors' step
 
   // The configured optimizer (wrapped by its compressor) over the current view.
@@ -204,7 +205,8 @@ ViewChange Agent::recover() {
   GOSSAMER_ENFORCE(m.membership != nullptr,
                    "recover() needs the membership service (membership.enabled: true)");
   const std::uint64_t completed = m.resilient ? m.resilient->steps() : 0;
-  ViewChange change = m.membership->recover(completed, m.evaluating);
+  const bool pending = m.evaluating || (m.collectivePending && m.collectivePending());
+  ViewChange change = m.membership->recover(completed, pending);
   // Everything built over the old view goes first (it refers to the old communicator).
   if (m.resilient) m.resilient->dropInner();
   m.communicator.reset();
@@ -229,6 +231,10 @@ ViewChange Agent::recover() {
 }
 
 bool Agent::hasMembership() const { return impl_->membership != nullptr; }
+
+void Agent::setCollectivePending(std::function<bool()> pending) {
+  impl_->collectivePending = std::move(pending);
+}
 
 View Agent::view() const {
   if (impl_->membership != nullptr) return impl_->membership->view();

@@ -128,6 +128,16 @@ void PeerLifecycle::throwGone(int peer, const std::string& fallback) const {
   throw PeerFailure(peer, fallback);
 }
 
+void PeerLifecycle::revive(int peer) {
+  checkRank(peer);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    peers_[static_cast<std::size_t>(peer)] = Peer{};
+  }
+  box_.revive(peer);
+  cv_.notify_all();
+}
+
 void PeerLifecycle::noteLost(int peer) {
   checkRank(peer);
   std::lock_guard<std::mutex> lk(mu_);

@@ -362,6 +362,19 @@ void Mailbox::peerGone(int rank, std::exception_ptr why) {
   }
 }
 
+void Mailbox::revive(int rank) {
+  GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize_, "rank " << rank);
+  std::lock_guard<std::mutex> lk(mu_);
+  gone_[static_cast<std::size_t>(rank)] = nullptr;
+  for (auto it = arrived_.begin(); it != arrived_.end();) {
+    auto& q = it->second;
+    const auto before = q.size();
+    std::erase_if(q, [&](const Arrived& a) { return a.source == rank; });
+    arrivedCount_ -= before - q.size();
+    it = q.empty() ? arrived_.erase(it) : std::next(it);
+  }
+}
+
 bool Mailbox::isGone(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
   return rank >= 0 && rank < worldSize_ && gone_[static_cast<std::size_t>(rank)];

@@ -230,7 +230,7 @@ HeaderBytes headerFields(FrameKind kind, DType dtype, std::uint32_t source, cons
   GOSSAMER_ENFORCE(payloadBytes <= kMaxPayloadBytes,
                    "payload of " << payloadBytes << " bytes exceeds " << kMaxPayloadBytes);
   GOSSAMER_ENFORCE(kind == FrameKind::kData || kind == FrameKind::kDataTrailing || kind == FrameKind::kPull ||
-                       payloadBytes == 0,
+                       kind == FrameKind::kHello || payloadBytes == 0,
                    "control frames carry no payload");
   HeaderBytes h{};
   put<std::uint32_t>(h, frame_offset::kMagic, kFrameMagic);
@@ -282,7 +282,7 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
                             std::to_string(kProtocolVersion) + ")");
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
-  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kDataTrailing))
+  if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kHello))
     throw ProtocolError(peer, fo::kKind, "unknown frame kind " + std::to_string(kind));
   d.kind = FrameKind(kind);
   const auto dtype = get<std::uint8_t>(header, fo::kDType);
@@ -317,8 +317,12 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
     throw ProtocolError(peer, fo::kPayloadBytes,
                         "pull frame with a payload of " + std::to_string(d.payloadBytes) + " bytes, not " +
                             std::to_string(kPullDescriptorBytes));
+  if (d.kind == FrameKind::kHello && (d.payloadBytes <= 8 || d.payloadBytes > 8 + kMaxHelloEndpoint))
+    throw ProtocolError(peer, fo::kPayloadBytes,
+                        "hello frame with a payload of " + std::to_string(d.payloadBytes) +
+                            " bytes, not 9 to " + std::to_string(8 + kMaxHelloEndpoint));
   if (d.kind != FrameKind::kData && d.kind != FrameKind::kDataTrailing && d.kind != FrameKind::kPull &&
-      d.payloadBytes != 0)
+      d.kind != FrameKind::kHello && d.payloadBytes != 0)
     throw ProtocolError(peer, fo::kPayloadBytes, "control frame carries a payload");
   d.checksum = get<std::uint32_t>(header, fo::kChecksum);
   if (get<std::uint32_t>(header, fo::kReserved2) != 0)
@@ -378,6 +382,29 @@ void StreamFrameVerifier::finish(std::span<const std::byte> trailer) const {
   for (std::size_t i = 0; i < kFrameTrailerBytes; ++i)
     expected |= std::uint32_t(std::to_integer<std::uint8_t>(trailer[i])) << (8 * i);
   if (crc_.value() != expected) throw ProtocolError(peer_, at, "payload checksum mismatch (corrupted frame)");
+}
+
+std::vector<std::byte> encodeHello(const Hello& hello) {
+  GOSSAMER_ENFORCE(!hello.endpoint.empty() && hello.endpoint.size() <= kMaxHelloEndpoint,
+                   "hello endpoint of " << hello.endpoint.size() << " bytes, not 1 to " << kMaxHelloEndpoint);
+  std::vector<std::byte> out(8 + hello.endpoint.size());
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = std::byte((hello.incarnation >> (8 * i)) & 0xFF);
+  std::memcpy(out.data() + 8, hello.endpoint.data(), hello.endpoint.size());
+  return out;
+}
+
+Hello decodeHello(std::span<const std::byte> payload, int peer) {
+  if (payload.size() <= 8 || payload.size() > 8 + kMaxHelloEndpoint)
+    throw ProtocolError(peer, kFrameHeaderBytes,
+                        "hello payload of " + std::to_string(payload.size()) + " bytes, not 9 to " +
+                            std::to_string(8 + kMaxHelloEndpoint));
+  Hello h;
+  for (int i = 0; i < 8; ++i)
+    h.incarnation |= std::uint64_t(std::to_integer<std::uint8_t>(payload[static_cast<std::size_t>(i)]))
+                     << (8 * i);
+  h.endpoint.assign(reinterpret_cast<const char*>(payload.data() + 8), payload.size() - 8);
+  return h;
 }
 
 }  // namespace gossamer

@@ -655,6 +655,71 @@ TEMPLATE_TEST_CASE("messages sent just before close are delivered, not dropped",
   CHECK(got == big);
 }
 
+TEST_CASE("zmq: a transport started in place of a failed rank is taken back, and messages flow both ways",
+          "[zmq][rejoin]") {
+  for (const std::string protocol : {"tcp", "ipc"}) {
+    INFO("protocol " << protocol);
+    MemoryStore store;
+    auto options = [&](int r) {
+      zmq::Options o;
+      o.rank = r;
+      o.worldSize = 3;
+      o.protocol = protocol;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 1;
+      return o;
+    };
+    Group g(3);
+    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
+    // Rank 2 stops after an error of its own; its peers see it gone.
+    g[2]->abort();
+    g[2].reset();
+    const auto tag = Tag::make(Op::kUser, 5);
+    double x = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool gone = false;
+    while (!gone && std::chrono::steady_clock::now() < until) {
+      try {
+        g[0]->isendOf<double>(2, tag, std::span<const double>(&x, 1)).wait(kTimeout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } catch (const PeerFailure&) {
+        gone = true;
+      }
+    }
+    REQUIRE(gone);
+    // A new process for rank 2 (the rendezvous still holds the others'
+    // addresses) says hello with a new incarnation: ranks 0 and 1 connect to
+    // it anew, and its messages and theirs are delivered, none from before.
+    g[2] = zmq::makeTransport(options(2), store);
+    for (int p : {0, 1}) {
+      const double v = 40.0 + p;
+      g[2]->isendOf<double>(p, tag, std::span<const double>(&v, 1)).wait(kTimeout);
+    }
+    for (int p : {0, 1}) {
+      double got = 0;
+      bool received = false;
+      while (!received && std::chrono::steady_clock::now() < until + std::chrono::seconds(5)) {
+        try {  // fails at once until the hello has been read
+          g[static_cast<std::size_t>(p)]->irecvOf<double>(2, tag, std::span<double>(&got, 1)).wait(kTimeout);
+          received = true;
+        } catch (const PeerFailure&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      REQUIRE(received);
+      CHECK(got == 40.0 + p);
+      const double back = 50.0 + p;
+      g[static_cast<std::size_t>(p)]
+          ->isendOf<double>(2, tag, std::span<const double>(&back, 1))
+          .wait(kTimeout);
+      double echo = 0;
+      g[2]->irecvOf<double>(p, tag, std::span<double>(&echo, 1)).wait(kTimeout);
+      CHECK(echo == back);
+    }
+    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+  }
+}
+
 TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out", "[store][zmq]") {
   zmq::StoreServer server("tcp://127.0.0.1:*");
   zmq::RemoteStore a(server.endpoint(), 5.0), b(server.endpoint(), 5.0);

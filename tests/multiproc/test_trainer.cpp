@@ -397,6 +397,46 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   CHECK(lost == std::vector<int>{2, 3});
 }
 
+TEST_CASE("with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back",
+          "[multiproc][failure][membership]") {
+  gossamer::testing::requireFashionMnist();
+  const int n = 4, epochs = 150, victim = 2;
+  // Restarted after the others removed it, or at once (its old process may
+  // not be declared failed yet when the new one says hello).
+  const auto [algorithm, restartAfterMs] =
+      GENERATE(table<std::string, int>({{"crossover_sgd", 2000}, {"allreduce_sgd", 0}}));
+  INFO("algorithm " << algorithm << ", restarted after " << restartAfterMs << " ms");
+  TempDir dir;
+  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
+                                  "  rejoin: true\ncheckpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") +
+                                  "\n");
+  auto pids = startRanks(dir, n);
+  Reaper reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  kill(pids[victim], SIGKILL);
+  waitBounded(pids[victim], 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(restartAfterMs));
+  pids[victim] = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "job.yaml", "--rank", std::to_string(victim),
+                        "--rendezvous", dir / "rdv", "--rejoin"},
+                       dir / "out2", dir / "err2");
+  expectFinished(dir, pids, {0, 1, 2, 3});
+  const std::string err = readFile(dir / "err2");
+  CHECK(err.find("restarts from its checkpoint of step") != std::string::npos);
+  CHECK(err.find("asking to rejoin") != std::string::npos);
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  INFO("rank 0's summary: " << s.dump());
+  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
+  CHECK(s["history"].back()["survivors"] == 4);
+  REQUIRE(s["lost"].size() == 1);
+  CHECK(s["lost"][0]["rank"] == victim);
+  REQUIRE(s["joined"].size() == 1);
+  CHECK(s["joined"][0]["rank"] == victim);
+  CHECK(s["joined"][0]["step"].get<std::uint64_t>() >= s["lost"][0]["step"].get<std::uint64_t>());
+  CHECK(s["test_accuracy"].get<double>() > 0.6);
+  if (algorithm == "allreduce_sgd") CHECK(s["consensus_distance"].get<double>() < 1e-10);
+}
+
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",
           "[multiproc][checkpoint]") {
   gossamer::testing::requireFashionMnist();

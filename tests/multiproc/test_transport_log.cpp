@@ -68,7 +68,7 @@ TEST_CASE("zmq: a peer's malformed frame is reported through the log sink and fa
   o.storePrefix = "logtest";
   auto t = gossamer::zmq::makeTransport(o, store);
 
-  // Rank 1's DEALER, identified as "1" like a real rank's: a two-part message
+  // Rank 1's DEALER, identified as "1" (a real rank's is "1.INCARNATION"): a two-part message
   // whose 48-byte header is all zeros (no magic).
   fake.dealer = zmq_socket(fake.ctx, ZMQ_DEALER);
   REQUIRE(zmq_setsockopt(fake.dealer, ZMQ_ROUTING_ID, "1", 1) == 0);

@@ -234,12 +234,46 @@ TEST_CASE("wire: an unsupported protocol version is rejected at its offset", "[w
 }
 
 TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
-  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{7}, std::uint8_t{0xFF}}) {
+  for (std::uint8_t k : {std::uint8_t{0}, std::uint8_t{8}, std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kKind, k);
     INFO("kind " << int(k));
     requireDecodeError(f.header, fo::kKind);
   }
+}
+
+TEST_CASE("wire: a hello carries its incarnation and endpoint; a bad one is rejected at its offset",
+          "[wire]") {
+  const gossamer::Hello hello{0x0123456789ABCDEFull, "tcp://127.0.0.1:40000"};
+  const auto payload = gossamer::encodeHello(hello);
+  REQUIRE(payload.size() == 8 + hello.endpoint.size());
+  const auto header = gossamer::encodeFrameHeader(FrameKind::kHello, DType::kBytes, kPeer,
+                                                  gossamer::Tag{Op::kControl, 0, 0}, payload);
+  const FrameHeader d = gossamer::decodeFrameHeader(header, kPeer, kWorld);
+  CHECK(d.kind == FrameKind::kHello);
+  CHECK_FALSE(verifyError(header, payload).has_value());
+  const auto back = gossamer::decodeHello(payload, kPeer);
+  CHECK(back.incarnation == hello.incarnation);
+  CHECK(back.endpoint == hello.endpoint);
+  // A hello without an endpoint, or with one longer than kMaxHelloEndpoint.
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{8}, 9 + gossamer::kMaxHelloEndpoint}) {
+    INFO(bytes << " payload bytes");
+    auto h = header;
+    poke<std::uint64_t>(h, fo::kCount, bytes);
+    poke<std::uint64_t>(h, fo::kPayloadBytes, bytes);
+    requireDecodeError(h, fo::kPayloadBytes);
+    const std::vector<std::byte> p(bytes);
+    try {
+      (void)gossamer::decodeHello(p, kPeer);
+      FAIL("accepted");
+    } catch (const ProtocolError& e) {
+      CHECK(e.peer() == kPeer);
+      CHECK(e.offset() == gossamer::kFrameHeaderBytes);
+    }
+  }
+  CHECK_THROWS_AS(gossamer::encodeHello({1, ""}), InvalidArgument);
+  CHECK_THROWS_AS(gossamer::encodeHello({1, std::string(gossamer::kMaxHelloEndpoint + 1, 'x')}),
+                  InvalidArgument);
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {

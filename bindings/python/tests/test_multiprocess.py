@@ -135,6 +135,8 @@ assert a.has_membership and a.view["members"] == [0, 1, 2, 3]
 x = np.ones(1000, dtype=np.float32)
 a.allreduce(x)
 if a.rank == 2:
+    import time
+    time.sleep(0.5)                             # its last sends leave the socket first
     os._exit(3)                                 # dies without a goodbye
 changes = []
 for i in range(50):

@@ -97,6 +97,14 @@ class Agent final {
   /// caller continues from that step.
   /// @throws Expelled, TimeoutError from recover(); whatever `f` throws.
   bool survive(const std::function<void()>& f);
+  /// Tells view changes whether this rank, at its current step count, still
+  /// has a collective of its own to run before its next step (gossamer-train:
+  /// the evaluation of an epoch whose last step it completed, also while it
+  /// flushes before it). It is reported like a failure inside survive()
+  /// (ViewChange::evaluating), so that ranks that rejoin or catch up to that
+  /// step run the collective too. Called during recover() on this thread;
+  /// empty (the default): only survive() counts.
+  void setCollectivePending(std::function<bool()> pending);
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye
   /// to the peers and releases the transport. Idempotent; the destructor calls it.

@@ -146,6 +146,10 @@ class Mailbox {
   /// with `why`; later posts that cannot be matched fail at once.
   void peerGone(int rank, std::exception_ptr why);
   bool isGone(int rank) const;
+  /// `rank` is back (a process started in its place): later posts from it
+  /// wait for its messages again, and what its predecessor sent that was
+  /// never received is dropped.
+  void revive(int rank);
 
   /// Cancels every pending receive and rejects later posts.
   void close();

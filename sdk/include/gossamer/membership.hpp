@@ -53,9 +53,10 @@ struct ViewChange {
   /// Global rank of the lowest survivor that had completed resumeStep steps;
   /// -1 when every member had (nobody is behind).
   int modelSource = -1;
-  /// A survivor that had completed resumeStep steps was in a collective of
-  /// its own between steps (Agent::survive), not in a step: ranks that
-  /// catch up take part in that collective too.
+  /// A survivor that had completed resumeStep steps had a collective of its
+  /// own to run before its next step (inside Agent::survive, or
+  /// Agent::setCollectivePending said so): ranks that catch up take part in
+  /// that collective too.
   bool evaluating = false;
   /// Seconds from the revocation of the old view (on this rank) to the new one.
   double seconds = 0;

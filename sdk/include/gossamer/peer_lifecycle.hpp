@@ -106,6 +106,10 @@ class PeerLifecycle {
   /// close() stops waiting for it. The first verdict stands: returns false
   /// (and does nothing) if `peer` had said bye or was declared failed already.
   bool declareFailed(int peer, std::exception_ptr error);
+  /// A process started in place of `peer` (gone or not) reached this rank:
+  /// it is there again, with no verdict, no goodbye and an empty mailbox
+  /// (Mailbox::revive). The transport has reconnected to it first.
+  void revive(int peer);
   /// Shorthand: declareFailed(peer, PeerFailure(peer, why)).
   bool declareFailed(int peer, const std::string& why);
   /// The verdict on `peer`: its error, or its bye's PeerFailure; null while

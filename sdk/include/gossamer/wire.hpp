@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace gossamer {
 
@@ -95,7 +96,7 @@ struct Tag {
 std::string toString(const Tag& tag);
 
 constexpr std::uint32_t kFrameMagic = 0x524D5347u;
-constexpr std::uint16_t kProtocolVersion = 2;  // 2: FrameKind::kDataTrailing
+constexpr std::uint16_t kProtocolVersion = 3;  // 2: FrameKind::kDataTrailing; 3: FrameKind::kHello
 constexpr std::size_t kFrameHeaderBytes = 48;
 /// Largest payload a frame may announce: 1 GiB. Protects receivers from
 /// allocating from an unchecked length.
@@ -108,7 +109,7 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 /// sender's memory, which the receiver reads itself); pull-done (the receiver
 /// has read it: Tag::step is the descriptor's ticket, and the sender may reuse
 /// its buffer). Only the ipc protocols of the socket and zmq transports send
-/// the last two (single_copy.hpp).
+/// the last two (single_copy.hpp). hello (zmq only): see Hello.
 /// data-trailing (stream sockets only): a data frame whose header checksum
 /// covers the header alone and whose payload is followed by a 4-byte trailer,
 /// the CRC-32C of the payload (little-endian). The sender checksums each
@@ -121,8 +122,26 @@ enum class FrameKind : std::uint8_t {
   kByeAck = 3,
   kPull = 4,
   kPullDone = 5,
-  kDataTrailing = 6
+  kDataTrailing = 6,
+  kHello = 7
 };
+
+/// Payload of a hello frame (zmq: the first frame on every connection):
+/// [incarnation: u64][endpoint: the sender's address, 1 to kMaxHelloEndpoint
+/// bytes]. The incarnation is drawn at random when a transport starts, so a
+/// process started in place of a failed rank is told apart from the one it
+/// replaces, and reached at its own address.
+struct Hello {
+  std::uint64_t incarnation = 0;
+  std::string endpoint;
+};
+/// Longest endpoint a hello may carry, bytes.
+constexpr std::size_t kMaxHelloEndpoint = 1024;
+/// The payload of a hello frame. @throws InvalidArgument for an empty or too long endpoint.
+std::vector<std::byte> encodeHello(const Hello& hello);
+/// Parses a hello frame's payload from `peer`.
+/// @throws ProtocolError (peer, byte offset) for a payload too short or too long.
+Hello decodeHello(std::span<const std::byte> payload, int peer);
 
 /// Bytes of the checksum trailer after a kDataTrailing frame's payload.
 constexpr std::size_t kFrameTrailerBytes = 4;

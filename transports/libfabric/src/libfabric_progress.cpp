@@ -464,6 +464,7 @@ void LibfabricTransport::flushInbound(int src) {
       case FrameKind::kPull:
       case FrameKind::kPullDone:      // the socket transport's single-copy frames
       case FrameKind::kDataTrailing:  // and its stream-only data frames
+      case FrameKind::kHello:         // zmq's
         failPeer(src,
                  std::make_exception_ptr(ProtocolError(
                      src, frame_offset::kKind,

@@ -159,6 +159,13 @@ class MembershipTransport final : public Transport, public Membership {
     localSize_ = world_;
     buffers_.resize(static_cast<std::size_t>(world_));
     standing_.resize(static_cast<std::size_t>(world_));
+    if (o.restarted) {
+      // Outside the job until a view takes it in: it suspects nobody,
+      // decides nothing, and its first step recovers (asks to join).
+      outsider_ = true;
+      restarted_ = true;
+      revokeLocked(-1, "this process restarts a failed rank: it joins the running job");
+    }
     for (int p = 0; p < world_; ++p)
       if (p != self_) post(p);
     thread_ = std::thread([this] { run(); });
@@ -268,6 +275,12 @@ class MembershipTransport final : public Transport, public Membership {
       }
       Decided d = *decided_;
       decided_.reset();
+      // A restarted process is not yet a member of a view that lists its
+      // rank from before it failed: it waits for the one that removes it.
+      if (restarted_ && !joinAsked_ && d.view.localRank(self_) >= 0) {
+        view_ = d.view;
+        continue;
+      }
       if (d.view.localRank(self_) >= 0) {
         ViewChange change;
         for (int p : before.members)
@@ -304,6 +317,7 @@ class MembershipTransport final : public Transport, public Membership {
                                     " was removed from the job by its peers (view " +
                                     std::to_string(d.view.number) + "); asking to rejoin");
       outsider_ = true;
+      joinAsked_ = true;
       view_ = d.view;
       before = d.view;  // the view it joins from: who is new is decided against it, alike everywhere
       suspects_.clear();
@@ -574,6 +588,13 @@ class MembershipTransport final : public Transport, public Membership {
   void handle(int from, const Message& m) {
     std::lock_guard<std::mutex> lk(mu_);
     heard_[static_cast<std::size_t>(from)] = Clock::now();
+    if (dead_[static_cast<std::size_t>(from)]) {
+      // A process started in place of a failed rank (the transport took it
+      // back): it is reachable again, and gets this view at once.
+      dead_[static_cast<std::size_t>(from)] = false;
+      left_[static_cast<std::size_t>(from)] = false;
+      lastAnswer_[static_cast<std::size_t>(from)] = Clock::time_point{};
+    }
     resumed_ = false;  // a peer answered: what it says (a view without us) decides
     // A peer behind us (or on the other side of a healed partition) gets our
     // view (at most once per heartbeat period); it decides which is newer.
@@ -654,12 +675,19 @@ class MembershipTransport final : public Transport, public Membership {
         if (m) handle(p, *m);
         post(p);
       }
+      std::vector<int> repost;
       {
         std::lock_guard<std::mutex> lk(mu_);
         const auto now = Clock::now();
         if (now >= nextBeat) {
           nextBeat = now + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(options_.heartbeatSeconds));
+          // Ranks whose receive failed are listened to again: the transport
+          // may have taken back a process restarted in place of one.
+          for (int p = 0; p < world_; ++p)
+            if (p != self_ && dead_[static_cast<std::size_t>(p)] &&
+                !standing_[static_cast<std::size_t>(p)].valid())
+              repost.push_back(p);
           const Message beat = headerLocked(Kind::kHeartbeat);
           for (int p : view_.members)
             if (!suspects_.count(p)) sendLocked(p, beat);
@@ -690,6 +718,7 @@ class MembershipTransport final : public Transport, public Membership {
             suspectLocked(p, "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
         }
       }
+      for (int p : repost) post(p);
       std::unique_lock<std::mutex> lk(stopMu_);
       stopCv_.wait_for(lk, std::chrono::milliseconds(2), [this] { return stopping_.load(); });
     }
@@ -732,8 +761,10 @@ class MembershipTransport final : public Transport, public Membership {
     bool evaluating = false;
   };
   std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
-  std::set<int> joiners_;  // peers outside the view that asked to rejoin
-  bool outsider_ = false;  // this rank was removed and asked to rejoin
+  std::set<int> joiners_;   // peers outside the view that asked to rejoin
+  bool outsider_ = false;   // this rank was removed and asked to rejoin
+  bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
+  bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)
   std::optional<std::pair<std::uint64_t, int>> issuedFor_;
   std::optional<Decided> decided_;
   std::optional<Message> lastView_;  // the newest view message seen, for peers that missed it
@@ -783,7 +814,10 @@ void registerWith(Registry& registry) {
           .real("agreement_seconds", 0.0, {0.0, true, 3600.0, true},
                 "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)")
           .boolean("rejoin", false,
-                   "a rank removed while it was stopped asks to rejoin (false: it stops with Expelled)"),
+                   "a rank removed while it was stopped asks to rejoin (false: it stops with Expelled)")
+          .boolean("restarted", false,
+                   "this process replaces a failed rank of the running job and joins it (gossamer-train "
+                   "--rejoin sets it; needs rejoin and the zmq transport)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("membership.enabled")) return inner;
@@ -792,6 +826,9 @@ void registerWith(Registry& registry) {
         o.suspectSeconds = c.get<double>("membership.suspect_seconds");
         o.agreementSeconds = c.get<double>("membership.agreement_seconds");
         o.rejoin = c.get<bool>("membership.rejoin");
+        o.restarted = c.get<bool>("membership.restarted");
+        if (o.restarted && !o.rejoin)
+          throw ConfigError(c.sourceFile, 0, "membership.restarted", "needs membership.rejoin: true");
         if (o.suspectSeconds <= o.heartbeatSeconds)
           throw ConfigError(
               c.sourceFile, 0, "membership.suspect_seconds",

@@ -932,6 +932,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         (void)pulls_.done(c.peer, c.frame.tag.step, /*failed=*/false);  // (not recorded: cancelled)
         return;
       }
+      case FrameKind::kHello:  // zmq's
+        throw ProtocolError(c.peer, frame_offset::kKind,
+                            "a hello frame is not used over the socket transport");
     }
   }
 

@@ -1,9 +1,11 @@
 // ZeroMQ transport.
 //
 // Sockets: each rank binds one ROUTER (receives from everyone) and connects
-// one DEALER per peer (routing id = its rank). A message is a two-part zmq
-// message [48-byte frame header][payload]; the ROUTER adds the routing id in
-// front. A DEALER is used by the sending threads under its own mutex; the
+// one DEALER per peer (routing id "RANK.INCARNATION", the incarnation drawn at
+// random when the transport starts); the first frame on every DEALER is a
+// hello (wire.hpp: the incarnation and the ROUTER's address). A message is a
+// two-part zmq message [48-byte frame header][payload]; the ROUTER adds the
+// routing id in front. A DEALER is used by the sending threads under its own mutex; the
 // ROUTER and the DEALERs' monitor sockets belong to the progress thread, which
 // validates every frame (wire.hpp) and hands the payload, without copying it
 // again, to the Mailbox that matches it with posted receives; a payload of
@@ -25,6 +27,12 @@
 // at once. A peer whose connection drops without a bye (killed, crashed) is
 // declared failed after a short grace period. A malformed frame fails that
 // peer with the ProtocolError. Every wait is also bounded by its timeout.
+//
+// Restart: a hello of a new incarnation (a process started in place of a
+// failed rank) makes its peers drop the old connection and what was queued on
+// it, connect to the new process's address and take the rank back
+// (PeerLifecycle::revive); frames of the old incarnation still queued are
+// dropped unread.
 #include <zmq.hpp>
 
 #include <malloc.h>
@@ -39,6 +47,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -109,6 +118,8 @@ class ZmqTransport final : public Transport {
       throw Error("rank " + std::to_string(o.rank) + ": cannot bind " + bindAt + ": " + e.what());
     }
     const std::string me = rx_.get(::zmq::sockopt::last_endpoint);
+    incarnation_ = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
+    hello_ = encodeHello(Hello{incarnation_, me});
     const std::string prefix = o.storePrefix + "/zmq/";
     store.set(prefix + std::to_string(o.rank), me);
     std::vector<std::string> keys;
@@ -124,18 +135,8 @@ class ZmqTransport final : public Transport {
     peers_.resize(static_cast<std::size_t>(o.worldSize));
     for (int p = 0; p < o.worldSize; ++p) {
       if (p == o.rank) continue;
-      auto& peer = peers_[static_cast<std::size_t>(p)];
-      peer = std::make_unique<Peer>();
-      peer->tx = ::zmq::socket_t(ctx_, ::zmq::socket_type::dealer);
-      peer->tx.set(::zmq::sockopt::routing_id, std::to_string(o.rank));
-      peer->tx.set(::zmq::sockopt::sndhwm, 0);
-      peer->tx.set(::zmq::sockopt::immediate, false);
-      const std::string monitorAt = "inproc://monitor-" + std::to_string(p);
-      if (zmq_socket_monitor(peer->tx.handle(), monitorAt.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
-        throw Error("cannot monitor the socket to peer " + std::to_string(p));
-      peer->monitor = ::zmq::socket_t(ctx_, ::zmq::socket_type::pair);
-      peer->monitor.connect(monitorAt);
-      peer->tx.connect(store.get(prefix + std::to_string(p), o.timeoutSeconds));
+      peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>();
+      connectLocked(p, store.get(prefix + std::to_string(p), o.timeoutSeconds));
     }
     progress_ = std::thread([this] { progressLoop(); });
   }
@@ -458,19 +459,99 @@ class ZmqTransport final : public Transport {
     bool tornDown = false;   // under mu: tx is closed (tearDown or close())
     std::string droppedWhy;  // under loansMu_: why tearDown closed tx; lent buffers it drops fail with it
     ::zmq::socket_t monitor;
+    int connections = 0;                  // tx sockets made so far (names the monitor)
+    std::uint64_t incarnation = 0;        // progress thread: the peer's, from its hello (0: none yet)
+    std::vector<std::uint64_t> replaced;  // progress thread: its earlier incarnations
+    std::string endpoint;                 // under mu: the address tx is connected to
   };
+
+  // Opens the connection to peer p at `endpoint` (a DEALER with this rank's
+  // routing id, watched for disconnects) and sends this rank's hello first
+  // on it. At construction, or under p's mu on the progress thread.
+  void connectLocked(int p, const std::string& endpoint) {
+    auto& peer = *peers_[static_cast<std::size_t>(p)];
+    peer.tx = ::zmq::socket_t(ctx_, ::zmq::socket_type::dealer);
+    peer.tx.set(::zmq::sockopt::routing_id, std::to_string(opt_.rank) + "." + std::to_string(incarnation_));
+    peer.tx.set(::zmq::sockopt::sndhwm, 0);
+    peer.tx.set(::zmq::sockopt::immediate, false);
+    const std::string monitorAt =
+        "inproc://monitor-" + std::to_string(p) + "-" + std::to_string(peer.connections++);
+    if (zmq_socket_monitor(peer.tx.handle(), monitorAt.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+      throw Error("cannot monitor the socket to peer " + std::to_string(p));
+    peer.monitor = ::zmq::socket_t(ctx_, ::zmq::socket_type::pair);
+    peer.monitor.connect(monitorAt);
+    peer.tx.connect(endpoint);
+    peer.endpoint = endpoint;
+    const auto h = encodeFrameHeader(FrameKind::kHello, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                                     Tag{Op::kControl, 0, 0}, hello_);
+    peer.tx.send(::zmq::buffer(h.data(), h.size()), ::zmq::send_flags::sndmore);
+    peer.tx.send(::zmq::buffer(hello_.data(), hello_.size()), ::zmq::send_flags::none);
+    peer.tornDown = false;
+  }
+
+  // A hello from p (progress thread). The first one names p's process; one
+  // with another incarnation, or any once p is gone, comes from a process
+  // started in its place (the old one failed: gossamer-train --rejoin). The old one is declared failed
+  // if it was not yet, what was lent to it comes back, and the connection is
+  // made anew to the new process's address; p is then there again
+  // (PeerLifecycle::revive), for the membership service to take it back.
+  void onHello(int p, const Hello& hello) {
+    auto& peer = *peers_[static_cast<std::size_t>(p)];
+    if (std::find(peer.replaced.begin(), peer.replaced.end(), hello.incarnation) != peer.replaced.end())
+      return;
+    // The first hello of a peer that is there, from the address this rank
+    // connected to; the old process may also have gone, or been replaced,
+    // before its own hello was read.
+    bool first = false;
+    if (peer.incarnation == 0 && !life_.gone(p)) {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      first = hello.endpoint == peer.endpoint;
+    }
+    if (peer.incarnation == hello.incarnation || first) {
+      peer.incarnation = hello.incarnation;
+      return;
+    }
+    if (peer.incarnation != 0) peer.replaced.push_back(peer.incarnation);
+    peer.incarnation = hello.incarnation;
+    const std::string why = "a new process took its place";
+    GOSSAMER_LOG(kInfo,
+                 "zmq rank " << opt_.rank << ": rank " << p << " restarted (" << hello.endpoint << ")");
+    tearDown(p, 0.0, why);
+    (void)life_.declareFailed(p, why);
+    failPullsTo(p, why);
+    {
+      // ZeroMQ gives back what was lent to the old connection as it drops it.
+      std::unique_lock<std::mutex> ll(loansMu_);
+      loansCv_.wait_for(ll, std::chrono::seconds(2), [&] {
+        return std::none_of(loans_.begin(), loans_.end(), [&](const auto& l) { return l.second->dst == p; });
+      });
+    }
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.monitor.close();
+      connectLocked(p, hello.endpoint);
+      std::lock_guard<std::mutex> ll(loansMu_);
+      peer.droppedWhy.clear();
+    }
+    if (!pullTo_.empty()) pullTo_[static_cast<std::size_t>(p)] = false;
+    life_.revive(p);
+    rebuildPoll_ = true;
+  }
 
   void progressLoop() {
     std::vector<::zmq::pollitem_t> items;
     std::vector<int> itemPeer;
-    items.push_back({rx_.handle(), 0, ZMQ_POLLIN, 0});
-    itemPeer.push_back(-1);
-    for (int p = 0; p < opt_.worldSize; ++p) {
-      if (!peers_[static_cast<std::size_t>(p)]) continue;
-      items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
-      itemPeer.push_back(p);
-    }
     while (!stop_) {
+      if (items.empty() || rebuildPoll_) {  // a peer's monitor socket was replaced (onHello)
+        rebuildPoll_ = false;
+        items.assign(1, {rx_.handle(), 0, ZMQ_POLLIN, 0});
+        itemPeer.assign(1, -1);
+        for (int p = 0; p < opt_.worldSize; ++p) {
+          if (!peers_[static_cast<std::size_t>(p)]) continue;
+          items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
+          itemPeer.push_back(p);
+        }
+      }
       try {
         ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(10));
         if (items[0].revents & ZMQ_POLLIN) drainRouter();
@@ -502,15 +583,42 @@ class ZmqTransport final : public Transport {
     }
   }
 
-  int peerOf(const ::zmq::message_t& id) const {
+  // A connection's routing id is "RANK.INCARNATION" (decimal): the sender's
+  // rank, and the incarnation of its process (its hello's); "RANK" alone is
+  // incarnation 0 (unknown).
+  struct Sender {
+    int rank = -1;
+    std::uint64_t incarnation = 0;
+  };
+  Sender senderOf(const ::zmq::message_t& id) const {
     const std::string s(static_cast<const char*>(id.data()), id.size());
-    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
-    const int r = std::stoi(s);
-    return r < opt_.worldSize && r != opt_.rank ? r : -1;
+    const auto dot = s.find('.');
+    const std::string rank = s.substr(0, dot),
+                      incarnation = dot == std::string::npos ? "0" : s.substr(dot + 1);
+    auto digits = [](const std::string& t, std::size_t most) {
+      return !t.empty() && t.size() <= most && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!digits(rank, 6) || !digits(incarnation, 20)) return {};
+    const int r = std::stoi(rank);
+    if (r >= opt_.worldSize || r == opt_.rank) return {};
+    try {
+      return {r, std::stoull(incarnation)};
+    } catch (const std::out_of_range&) {  // 20 digits above 2^64
+      return {};
+    }
   }
 
   void handleFrame(const ::zmq::message_t& id, std::vector<::zmq::message_t>& parts) {
-    const int peer = peerOf(id);
+    const Sender sender = senderOf(id);
+    const int peer = sender.rank;
+    // Frames still queued from a process that another took the place of
+    // (whose hello came first) are dropped unread.
+    if (peer >= 0 && peers_[static_cast<std::size_t>(peer)]->incarnation != 0 &&
+        sender.incarnation != peers_[static_cast<std::size_t>(peer)]->incarnation && parts.size() == 2 &&
+        parts[0].size() > frame_offset::kKind &&
+        static_cast<const std::uint8_t*>(parts[0].data())[frame_offset::kKind] !=
+            std::uint8_t(FrameKind::kHello))
+      return;
     try {
       if (parts.size() != 2)
         throw ProtocolError(
@@ -543,6 +651,15 @@ class ZmqTransport final : public Transport {
       }
       if (h.kind == FrameKind::kPull) {
         pullFrom(peer, h, payload);
+        return;
+      }
+      if (h.kind == FrameKind::kHello) {
+        const Hello hello = decodeHello(payload, peer);
+        if (hello.incarnation != sender.incarnation)
+          throw ProtocolError(peer, kFrameHeaderBytes,
+                              "hello of incarnation " + std::to_string(hello.incarnation) +
+                                  " on the connection of incarnation " + std::to_string(sender.incarnation));
+        onHello(peer, hello);
         return;
       }
       if (h.kind == FrameKind::kPullDone) {
@@ -801,6 +918,9 @@ class ZmqTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
   std::atomic<bool> stop_{false}, aborting_{false};
+  std::uint64_t incarnation_ = 0;  // this process's, drawn at random (odd: never 0)
+  std::vector<std::byte> hello_;   // its hello (encodeHello): incarnation_ and rx_'s address
+  bool rebuildPoll_ = false;       // progress thread: a monitor socket changed
   // Single copy (ipc): per rank, its pid and whether it can read our memory
   // (empty without single copy); the pulls this rank's peers still owe it.
   std::vector<std::uint32_t> pids_;

@@ -61,6 +61,12 @@ struct MembershipOptions {
   /// peers take it back at the next view change) instead of stopping with
   /// Expelled.
   bool rejoin = false;
+  /// This process was started in place of a rank of a running job that
+  /// failed (gossamer-train --rejoin; needs `rejoin` and a transport that
+  /// takes a restarted peer back: zmq). It learns the job's current view from
+  /// the members' answers, asks to join it and is added at the next view
+  /// change, as a rank that was stopped is.
+  bool restarted = false;
 };
 
 /// Wraps `inner` (whose ranks are the job's global ranks) in the membership
