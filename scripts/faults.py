@@ -30,7 +30,8 @@ after which every survivor steps again), steps_lost (steps the ranks furthest
 behind skipped to realign), steps_per_second (survivors' mean over the run)
 and baseline_steps_per_second; for rejoin also reconverge_steps: steps from
 the rejoin to the end of the first epoch whose consensus distance is back at
-or below the largest one of the epochs before the fault (epoch granularity).
+or below the largest one the fault-free run had up to that epoch (epoch
+granularity).
 
 Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce]
                          [--scenarios kill-1,kill-3,stop-10s,rejoin,partition] [--epochs N]
@@ -227,13 +228,14 @@ def main():
             reconverge = None
             joined = s.get("joined", [])
             if scenario == "rejoin" and joined and lost:
+                # Back at the fault-free run's level: the first epoch after the
+                # rejoin whose consensus distance is at most the largest the
+                # baseline had up to that epoch.
                 spe = s["steps_per_epoch"]
-                hist = s["history"]
-                before = [h["consensus_distance"] for h in hist[: lost[0]["step"] // spe]]
-                level = max(before) if before else None
+                base_cd = [h["consensus_distance"] for h in bs["history"]]
                 back = joined[0]["step"]
-                for h in hist[back // spe:]:
-                    if level is not None and h["consensus_distance"] <= level:
+                for h in s["history"][back // spe:]:
+                    if h["consensus_distance"] <= max(base_cd[: h["epoch"]]):
                         reconverge = h["epoch"] * spe - back
                         break
             row = {

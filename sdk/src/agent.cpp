@@ -188,10 +188,19 @@ DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tenso
   m.resilient = nullptr;
   m.optimizer.reset();
   m.tensorSizes = tensorSizes;
-  auto inner = m.makeInner();
+  std::unique_ptr<DistributedOptimizer> inner;
   if (m.membership == nullptr) {
-    m.optimizer = std::move(inner);
+    m.optimizer = m.makeInner();
   } else {
+    // Over a view that is revoked already (this process joins a running job,
+    // or a peer failed meanwhile) the optimizer is built by the first step's
+    // recovery: building it may take a collective (hierarchical groups split).
+    try {
+      if (!m.membership->revoked()) inner = m.makeInner();
+    } catch (const PeerFailure&) {
+      if (!m.membership->revoked()) throw;
+      inner.reset();
+    }
     auto r = std::make_unique<detail::ResilientOptimizer>(std::move(inner), *m.membership,
                                                           [this] { return recover(); });
     m.resilient = r.get();

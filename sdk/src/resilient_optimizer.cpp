@@ -13,7 +13,7 @@ namespace gossamer::detail {
 ResilientOptimizer::ResilientOptimizer(std::unique_ptr<DistributedOptimizer> inner, Membership& membership,
                                        std::function<ViewChange()> recover)
     : inner_(std::move(inner)), membership_(membership), recover_(std::move(recover)) {
-  GOSSAMER_CHECK(inner_ != nullptr, "no optimizer to wrap");
+  GOSSAMER_CHECK(inner_ != nullptr || membership_.revoked(), "no optimizer to wrap");
 }
 
 void ResilientOptimizer::setInner(std::unique_ptr<DistributedOptimizer> inner) {
@@ -24,7 +24,7 @@ void ResilientOptimizer::setInner(std::unique_ptr<DistributedOptimizer> inner) {
 
 void ResilientOptimizer::setTotalSteps(std::uint64_t totalSteps) {
   total_ = totalSteps;
-  inner_->setTotalSteps(remainingSteps());
+  if (inner_) inner_->setTotalSteps(remainingSteps());
 }
 
 void ResilientOptimizer::recover() {
@@ -112,7 +112,7 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
 
 template <typename Step>
 void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&& once) {
-  if (membership_.revoked()) recover();
+  if (membership_.revoked() || !inner_) recover();
   if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
   saved_.assign(state.begin(), state.end());
   for (;;) {
@@ -150,7 +150,7 @@ void ResilientOptimizer::flush(std::span<float> params) {
   // A rank that has just rejoined has nothing in flight (its optimizer was
   // rebuilt), and the others are mid-epoch: a flush here (hierarchical
   // groups broadcast in it) would meet nobody.
-  if (fresh_) return;
+  if (fresh_ || !inner_) return;
   saved_.assign(params.begin(), params.end());
   try {
     inner_->flush(params);
@@ -162,19 +162,23 @@ void ResilientOptimizer::flush(std::span<float> params) {
 }
 
 void ResilientOptimizer::saveState(Checkpoint& out, const std::string& prefix) const {
+  GOSSAMER_ENFORCE(inner_ != nullptr, "no optimizer state to save before this rank joined a view");
   inner_->saveState(out, prefix);
   out.putValue<std::uint64_t>(prefix + "completed", completed_);
 }
 
 void ResilientOptimizer::loadState(const Checkpoint& in, const std::string& prefix) {
-  inner_->loadState(in, prefix);
+  // Without an optimizer yet (this rank joins a running job), only the step
+  // count is taken: the optimizer built over the view it joins starts afresh,
+  // as the members' rebuilt ones do.
+  if (inner_) inner_->loadState(in, prefix);
   completed_ = in.getValue<std::uint64_t>(prefix + "completed");
   skip_ = 0;
-  inner_->setTotalSteps(remainingSteps());
+  if (inner_) inner_->setTotalSteps(remainingSteps());
 }
 
 ModelExchange ResilientOptimizer::modelExchange() {
-  if (!inner_->modelExchange()) return {};
+  if (!inner_ || !inner_->modelExchange()) return {};
   return [this](std::span<float> params, std::uint64_t round) { inner_->modelExchange()(params, round); };
 }
 

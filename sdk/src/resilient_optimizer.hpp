@@ -15,8 +15,10 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "gossamer/checkpoint.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/membership.hpp"
 #include "gossamer/optimizer.hpp"
@@ -26,20 +28,22 @@ namespace gossamer::detail {
 class ResilientOptimizer final : public DistributedOptimizer {
  public:
   /// `recover` runs Agent::recover (agree on a view, rebuild, then call
-  /// afterViewChange on this object).
+  /// afterViewChange on this object). `inner` may be null while the view is
+  /// revoked (a process that joins a running job): it is built by the first
+  /// step's recovery.
   ResilientOptimizer(std::unique_ptr<DistributedOptimizer> inner, Membership& membership,
                      std::function<ViewChange()> recover);
 
-  std::string name() const override { return inner_->name(); }
+  std::string name() const override { return inner_ ? inner_->name() : "(built over the next view)"; }
   void step(std::span<float> params, std::span<const float> grads) override;
   void reduceGradients(std::span<float> grads) override;
   void mixParameters(std::span<float> params) override;
-  bool hasCommunicationOnlyForm() const override { return inner_->hasCommunicationOnlyForm(); }
+  bool hasCommunicationOnlyForm() const override { return inner_ && inner_->hasCommunicationOnlyForm(); }
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return completed_; }
   void setTotalSteps(std::uint64_t totalSteps) override;
-  bool replicatedModel() const override { return inner_->replicatedModel(); }
-  bool lockstep() const override { return inner_->lockstep(); }
+  bool replicatedModel() const override { return inner_ && inner_->replicatedModel(); }
+  bool lockstep() const override { return !inner_ || inner_->lockstep(); }
   ModelExchange modelExchange() override;
   /// The configured optimizer's state and the steps completed.
   void saveState(Checkpoint& out, const std::string& prefix) const override;

@@ -402,9 +402,10 @@ TEST_CASE("with membership on, a peer killed with kill -9 and restarted with --r
   gossamer::testing::requireFashionMnist();
   const int n = 4, epochs = 150, victim = 2;
   // Restarted after the others removed it, or at once (its old process may
-  // not be declared failed yet when the new one says hello).
-  const auto [algorithm, restartAfterMs] =
-      GENERATE(table<std::string, int>({{"crossover_sgd", 2000}, {"allreduce_sgd", 0}}));
+  // not be declared failed yet when the new one says hello). Hierarchical:
+  // groups {0, 1} and {2, 3}, so the restarted rank leads a group.
+  const auto [algorithm, restartAfterMs] = GENERATE(
+      table<std::string, int>({{"crossover_sgd", 2000}, {"allreduce_sgd", 0}, {"hierarchical", 500}}));
   INFO("algorithm " << algorithm << ", restarted after " << restartAfterMs << " ms");
   TempDir dir;
   writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
