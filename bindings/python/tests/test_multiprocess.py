@@ -2,6 +2,7 @@
 caller's memory, every allreduce algorithm, gossip exchanges, a dead peer,
 and the launchers' variables."""
 
+import json
 import os
 import shutil
 import socket
@@ -212,7 +213,9 @@ def test_under_mpirun(tmp_path):
 with gossamer.Agent.from_env(CONFIG) as a:
     x = np.array([1.0], dtype=np.float32)
     a.allreduce(x, op="sum")
-    print(json.dumps({"rank": a.rank, "launcher": a.launcher, "sum": float(x[0])}))
+    out = {"rank": a.rank, "launcher": a.launcher, "sum": float(x[0])}
+    with open(os.path.join(os.path.dirname(__file__), f"out-{a.rank}.json"), "w") as f:
+        json.dump(out, f)
 """)
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GOSSAMER_RENDEZVOUS"):
@@ -220,6 +223,8 @@ with gossamer.Agent.from_env(CONFIG) as a:
     p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable, str(script)],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    lines = sorted(l for l in p.stdout.splitlines() if l.startswith("{"))
-    assert len(lines) == 3
-    assert all('"launcher": "mpirun", "sum": 3.0' in l for l in lines), lines
+    # Each rank writes its own file: mpirun forwards the ranks' stdout in
+    # chunks that may interleave within a line.
+    outs = [json.loads((tmp_path / f"out-{r}.json").read_text()) for r in range(3)]
+    assert [o["rank"] for o in outs] == [0, 1, 2]
+    assert all(o["launcher"] == "mpirun" and o["sum"] == 3.0 for o in outs), outs
