@@ -1,13 +1,33 @@
 // Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019, Alg. 1):
 // push-sum gossip with a push-sum weight per rank. See optimizers.hpp.
 //
-// Wire: one message per out-peer per round, dtype bytes, layout
+// Wire: one message per out-peer per push, dtype bytes, layout
 // [w share: float64][de-biased model z: P float32] (8 + 4P bytes). Sending z
 // rather than the numerator x = w z keeps float32 from underflowing when a
 // weight gets small (async mode); the receiver forms x = sum w_j z_j, w =
-// sum w_j and z = x / w as a running weighted average., tag (kGossip, round,
+// sum w_j and z = x / w as a running weighted average. Tag (kGossip, round,
 // segment 0); in async mode the round in the tag is 0 and receives take
 // messages from anyone, in arrival order.
+//
+// Async mode (never waits). Each step:
+//   1. the SGD step on the numerator, as in Alg. 1 (x <- x - lr u, so
+//      z <- z - lr u / w): every gradient moves the push-sum average
+//      sum_i x_i / N by the same amount, whatever the rank's weight;
+//   2. a push (as in sync mode, to the current round's out-peers) only if
+//      every push this rank sent so far has been answered by one it received
+//      (sent <= received, counted in messages) and its weight is at least
+//      kAsyncPushWeight (or the weight floor, if higher); otherwise the rank
+//      keeps all of its mass this step. Pushes left unanswered for the
+//      exchange timeout are no longer waited for (they may have gone to a
+//      peer that died);
+//   3. every message that has arrived is folded in.
+// Without the rule in step 2 a rank pushes every step however late the
+// messages to it are: when the transport is slower than the steps (8 ranks
+// on 2 cores, 400 KB a message) the pushes queue up, most of the mass is in
+// flight (dozens of steps stale) and the ranks step with weights near 0, so
+// stale models pull every model back. With it each rank has at most one
+// round of pushes outstanding and its weight stays >= kAsyncPushWeight /
+// (out-degree + 1), which also bounds the 1/w of step 1.
 #include <Eigen/Core>
 #include <chrono>
 #include <cstring>
@@ -20,6 +40,8 @@ namespace gossamer::optimizers {
 
 namespace {
 Eigen::Map<Eigen::VectorXf> view(float* p, std::size_t n) { return {p, static_cast<Eigen::Index>(n)}; }
+// Async mode: a rank whose weight is below this does not push (see above).
+constexpr double kAsyncPushWeight = 0.5;
 }  // namespace
 
 Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, const SgpOptions& o)
@@ -42,7 +64,18 @@ Sgp::~Sgp() {
 }
 
 void Sgp::step(std::span<float> params, std::span<const float> grads) {
-  sgd_.apply(params, grads);  // on the de-biased model z
+  if (options_.mode != GossipMode::kAsync) {
+    sgd_.apply(params, grads);  // on the de-biased model z
+  } else {
+    // On the numerator x = w z (Alg. 1): z <- z - lr u / w.
+    GOSSAMER_ENFORCE(params.size() == numParams_,
+                     "expected " << numParams_ << " parameters, got " << params.size());
+    stepStart_.assign(params.begin(), params.end());
+    sgd_.apply(params, grads);
+    auto z = view(params.data(), numParams_);
+    const Eigen::Map<const Eigen::VectorXf> z0(stepStart_.data(), static_cast<Eigen::Index>(numParams_));
+    z = z0 + static_cast<float>(1.0 / weight_) * (z - z0);
+  }
   mixParameters(params);
 }
 
@@ -57,9 +90,20 @@ void Sgp::mixParameters(std::span<float> params) {
 }
 
 // Keeps the self share of w and pushes the other shares with the de-biased
-// model z. In async mode a send to a peer known to be gone keeps its share.
+// model z. In async mode a send to a peer known to be gone keeps its share,
+// and a rank with pushes unanswered or too little weight keeps its mass.
 void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
-  if (options_.mode == GossipMode::kAsync && weight_ < options_.weightFloor) return;  // keep the mass
+  if (options_.mode == GossipMode::kAsync) {
+    // Pushes unanswered for the exchange timeout may have gone to a peer that
+    // died (a kill -9 is noticed only later): stop waiting for answers.
+    const auto now = std::chrono::steady_clock::now();
+    if (asyncSent_ > asyncReceived_ &&
+        now - asyncAnswered_ > std::chrono::duration<double>(options_.timeoutSeconds))
+      asyncSent_ = asyncReceived_;
+    if (asyncSent_ > asyncReceived_ || weight_ < std::max(kAsyncPushWeight, options_.weightFloor))
+      return;  // keep the mass
+    asyncAnswered_ = now;
+  }
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
   const double wShare = weight_ * share;
   std::memcpy(sendBuf_.data(), &wShare, sizeof(double));
@@ -68,9 +112,13 @@ void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
   for (int dst : p.sendTo) {
     try {
       transport_.isend(dst, tag, sendBuf_);
+      ++asyncSent_;
     } catch (const PeerFailure&) {
       if (options_.mode != GossipMode::kAsync) throw;
       keep += share;  // route around: the share stays here
+      // Pushes to the peer before it was known gone may be lost: do not
+      // wait for answers to them.
+      asyncSent_ = std::min(asyncSent_, asyncReceived_);
     }
   }
   weight_ *= keep;
@@ -128,6 +176,8 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds) {
         return;  // every other rank has left: nothing more will arrive
       }
       addMessage(z, recvBufs_[0]);
+      ++asyncReceived_;
+      asyncAnswered_ = std::chrono::steady_clock::now();
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }
     if (std::chrono::steady_clock::now() >= deadline) break;

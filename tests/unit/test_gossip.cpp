@@ -543,3 +543,78 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("SGP in async mode does not push again while its pushes are unanswered", "[sgp]") {
+  // Rank 1 does not step (nor receive) until rank 0 has stepped 50 times.
+  // Rank 0 pushes once and then keeps its mass: it had pushed every step
+  // (halving its weight each time) down to the weight floor, so that most of
+  // the mass sat in messages nobody had read yet.
+  const int n = 2;
+  topologies::DirectedExponential expo(n, 1);
+  auto fabric = inproc::makeFabric(n);
+  auto xs = randomModels(n, 8, 17);
+  std::vector<double> weightsAhead(n), weights(n);
+  std::barrier ahead(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::Sgp sgp(*t, expo, 8, {{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    const std::vector<float> g(8, 0.0f);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    if (r == 0)
+      for (int s = 0; s < 50; ++s) sgp.step(x, g);
+    weightsAhead[static_cast<std::size_t>(r)] = sgp.weight();
+    ahead.arrive_and_wait();
+    if (r == 1) sgp.step(x, g);  // takes rank 0's push in, pushes back
+    ahead.arrive_and_wait();
+    sgp.flush(x);
+    weights[static_cast<std::size_t>(r)] = sgp.weight();
+  });
+  CHECK(weightsAhead[0] == 0.5);  // one push of half its mass, none after
+  CHECK(weightsAhead[1] == 1.0);
+  CHECK(weights[0] + weights[1] == Approx(2.0).margin(1e-12));
+}
+
+TEST_CASE("SGP in async mode steps the numerator: each step moves sum_i w_i z_i by -lr g", "[sgp]") {
+  // Alg. 1 applies the step to x = w z. A constant gradient g = 1 at
+  // learning rate lr (no momentum) then moves the push-sum numerator
+  // sum_i w_i z_i by -lr per step of any rank, whatever the weights were at
+  // the time; stepping z itself moved it by -lr w instead.
+  const int n = 3;
+  topologies::DirectedExponential expo(n, 1);
+  auto fabric = inproc::makeFabric(n);
+  auto xs = randomModels(n, 8, 23);
+  std::vector<double> sum0(8, 0.0);
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < 8; ++i) sum0[i] += x[i];
+  const double lr = 0.01;
+  const std::vector<int> steps = {300, 60, 60};  // rank 0 runs ahead
+  std::vector<double> weights(n), lowest(n, 1.0);
+  std::barrier allSent(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::Sgp sgp(*t, expo, 8, {{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    const std::vector<float> g(8, 1.0f);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    for (int s = 0; s < steps[static_cast<std::size_t>(r)]; ++s) {
+      sgp.step(x, g);
+      lowest[static_cast<std::size_t>(r)] = std::min(lowest[static_cast<std::size_t>(r)], sgp.weight());
+      if (r != 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    allSent.arrive_and_wait();
+    sgp.flush(x);
+    weights[static_cast<std::size_t>(r)] = sgp.weight();
+  });
+  double mass = 0;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(lowest[static_cast<std::size_t>(r)] >= 0.25);  // 1/2 / (out-degree + 1)
+    mass += weights[static_cast<std::size_t>(r)];
+  }
+  CHECK(mass == Approx(3.0).margin(1e-9));
+  const double moved = lr * (steps[0] + steps[1] + steps[2]);
+  for (std::size_t i = 0; i < 8; ++i) {
+    double numerator = 0;
+    for (std::size_t r = 0; r < 3; ++r) numerator += weights[r] * xs[r][i];
+    CHECK(numerator == Approx(sum0[i] - moved).margin(1e-3));
+  }
+}

@@ -1,6 +1,7 @@
 // Training algorithms built from the sdk primitives.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -180,10 +181,10 @@ struct SgpOptions {
   SgdOptions sgd;
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait.
   GossipMode mode = GossipMode::kSync;
-  /// Async mode: a rank whose weight w is below this does not push (it keeps
-  /// all of its mass) until pushes from its peers raise w again, in (0, 1).
-  /// A rank that steps faster than its peers push to it would otherwise halve
-  /// w at every push until it underflows to 0, and its mass with it.
+  /// Async mode: a rank whose weight w is below this (or below 1/2) does not
+  /// push (it keeps all of its mass) until pushes from its peers raise w
+  /// again, in (0, 1). A rank that steps faster than its peers push to it
+  /// would otherwise halve w at every push until it underflows to 0.
   double weightFloor = 1e-3;
 };
 
@@ -192,7 +193,8 @@ struct SgpOptions {
 /// possibly time-varying graph. Each rank keeps a numerator x (P floats) and a
 /// push-sum weight w (a double, initially 1) and trains the de-biased model
 /// z = x / w, which is what `params` holds between steps. A step:
-///   1. local SGD (momentum) on z with this rank's gradient at z;
+///   1. local SGD (momentum) on z with this rank's gradient at z (async
+///      mode: on x, i.e. z <- z - lr u / w, as in Alg. 1);
 ///   2. with x = z * w: keep the share 1/(d+1) of (x, w) and push the same
 ///      share to each of the d out-peers of the topology's current round;
 ///   3. add the (x, w) shares received (sync: this round's; overlap: last
@@ -201,9 +203,14 @@ struct SgpOptions {
 /// the tests check. One message per out-peer per step: 8 + 4P bytes
 /// ([w share: float64][z: P float32], dtype bytes; the receiver scales).
 /// In async mode a send to a peer known to be gone keeps that share locally,
-/// so the mass is not lost and the others route around the peer; and a rank
-/// whose weight fell below options.weightFloor skips its push (keeps all
-/// its mass) until its peers' pushes raise it, so no weight underflows.
+/// so the mass is not lost and the others route around the peer. Async mode
+/// also steps the numerator as Alg. 1 does (z <- z - lr u / w), and a rank
+/// pushes only when each message it pushed so far is matched by one it
+/// received and its weight is at least max(1/2, options.weightFloor);
+/// otherwise it keeps all its mass that step (pushes unanswered for
+/// options.timeoutSeconds are no longer waited for). So at most one round of pushes
+/// per rank is in flight however slow the transport, and every weight stays
+/// >= 1/(2 (d+1)) (sgp.cpp has the reasons).
 class Sgp final : public DistributedOptimizer {
  public:
   /// @throws InvalidArgument for a topology of another world size or bad options.
@@ -250,8 +257,13 @@ class Sgp final : public DistributedOptimizer {
   double weight_ = 1.0;
   std::vector<std::byte> sendBuf_;  // [w][x share]
   std::vector<std::vector<std::byte>> recvBufs_;
-  std::vector<Request> asyncRecv_;  // async: standing receives (one per buffer)
-  bool roundPending_ = false;       // overlap: a round's messages not yet consumed
+  std::vector<Request> asyncRecv_;   // async: standing receives (one per buffer)
+  std::uint64_t asyncSent_ = 0;      // async: messages pushed
+  std::uint64_t asyncReceived_ = 0;  // async: messages folded in
+  std::vector<float> stepStart_;     // async: z before the SGD step
+  std::chrono::steady_clock::time_point asyncAnswered_ =
+      std::chrono::steady_clock::now();  // async: last push or receipt
+  bool roundPending_ = false;            // overlap: a round's messages not yet consumed
   std::uint64_t pendingRound_ = 0;
   std::uint64_t steps_ = 0;
 };
