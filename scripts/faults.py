@@ -3,7 +3,7 @@
 
 For every algorithm the script runs the job once without faults (the
 baseline, same seed) and once per scenario, 8 peer processes over ZeroMQ on
-loopback with the membership service on, and injects the fault from outside
+loopback with default settings (the membership service is on), and injects the fault from outside
 with signals, after the first epoch, at fractions of the rest of the
 baseline's training time:
 
@@ -19,6 +19,13 @@ baseline's training time:
              rank 3 (gossamer-train --rank 3 --rejoin): it loads its newest
              checkpoint (checkpoint.every_steps 100), asks to join, receives
              the model and finishes with the others
+  none       the fault-free run itself, as a row (not in the default list)
+  straggler  rank 3 sleeps after each step for 9 of the fault-free run's
+             step times: a 10x straggler (not in the default list)
+
+Algorithms: crossover, sgp, hierarchical, allreduce (the default list) and
+sgp-async (SGP with algorithm.mode=async). For SGP the rows also give the
+lowest and highest push-sum weight of any rank after any step.
 
 It prints one row per (algorithm, scenario) and writes results/faults.json
 with the fields: algorithm, scenario, world_size, survivors,
@@ -35,6 +42,7 @@ granularity).
 
 Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce]
                          [--scenarios kill-1,kill-3,stop-10s,rejoin,partition] [--epochs N]
+       scripts/faults.sh --algorithms sgp,sgp-async --scenarios none,straggler,kill-1 --epochs 20
 """
 import argparse
 import json
@@ -47,12 +55,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# name -> (config, --set overrides)
 ALGORITHMS = {
-    "crossover": "examples/configs/quickstart-crossover.yaml",
-    "sgp": "examples/configs/sgp.yaml",
-    "hierarchical": "examples/configs/hierarchical.yaml",
-    "allreduce": "examples/configs/quickstart-allreduce.yaml",
+    "crossover": ("examples/configs/quickstart-crossover.yaml", ()),
+    "sgp": ("examples/configs/sgp.yaml", ()),
+    "hierarchical": ("examples/configs/hierarchical.yaml", ()),
+    "allreduce": ("examples/configs/quickstart-allreduce.yaml", ()),
+    "sgp-async": ("examples/configs/sgp.yaml", ("algorithm.mode=async",)),
 }
+DEFAULT_ALGORITHMS = "crossover,sgp,hierarchical,allreduce"
 
 # scenario -> list of (fraction of the baseline's wall time, action, rank)
 SCENARIOS = {
@@ -62,7 +73,12 @@ SCENARIOS = {
     "rejoin": [(0.3, "kill", 3), (None, "restart", 3)],
     # Set in the config (the fault injector's partition), not by a signal.
     "partition": [],
+    # The fault-free run itself (the baseline), as a row.
+    "none": [],
+    # Rank 3 sleeps after each step for 9 of the baseline's step times.
+    "straggler": [],
 }
+DEFAULT_SCENARIOS = "kill-1,kill-3,stop-10s,rejoin,partition"
 
 
 def rank_pids(launcher_pid):
@@ -111,7 +127,7 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
     (`baseline`, seconds). "{tmp}" in `extra` is the run's temporary directory."""
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "summary.json")
-        sets = ["world_size=8", f"training.epochs={epochs}", "membership.enabled=true"]
+        sets = ["world_size=8", f"training.epochs={epochs}"]
         sets += [kv.replace("{tmp}", tmp) for kv in extra]
         cmd = [binary, "--config", os.path.join(ROOT, config), "--summary-json", summary]
         cmd += [a for kv in sets for a in ("--set", kv)]
@@ -186,8 +202,8 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/examples/gossamer-train"))
-    ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--algorithms", default=DEFAULT_ALGORITHMS, help=f"of {','.join(ALGORITHMS)}")
+    ap.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"of {','.join(SCENARIOS)}")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=900, help="bound on each run, seconds")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/faults.json"))
@@ -195,11 +211,12 @@ def main():
 
     rows = []
     header = (f"{'algorithm':13} {'scenario':9} {'surv':>4} {'finished':>8} {'acc %':>6} {'base %':>6} "
-              f"{'detect s':>8} {'resume s':>8} {'lost st':>7} {'steps/s':>8} {'base st/s':>9} {'reconv st':>9}")
+              f"{'detect s':>8} {'resume s':>8} {'lost st':>7} {'steps/s':>8} {'base st/s':>9} {'reconv st':>9} "
+              f"{'min w':>8} {'max w':>6}")
     print(header)
     for algo in args.algorithms.split(","):
-        config = ALGORITHMS[algo]
-        base = run(args.binary, config, args.epochs, "none", 0, args.timeout)
+        config, algo_sets = ALGORITHMS[algo]
+        base = run(args.binary, config, args.epochs, "none", 0, args.timeout, algo_sets)
         if base["exit"] != 0 or "summary" not in base:
             print(base["log"][-3000:], file=sys.stderr)
             raise SystemExit(f"{algo}: the fault-free run failed (exit {base['exit']})")
@@ -212,7 +229,10 @@ def main():
                 start = 1.5 * bs["history"][0]["seconds"]
                 extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
                          f"faults.partition_start_seconds={start:.2f}", "faults.partition_seconds=10")
-            r = run(args.binary, config, args.epochs, scenario, bs["wall_seconds"], args.timeout, extra)
+            if scenario == "straggler":
+                extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
+            r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
+                                                    args.timeout, algo_sets + extra)
             s = r.get("summary", {})
             faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
             # (A partition has no signal time to measure from: its detection is
@@ -239,7 +259,7 @@ def main():
                         reconverge = h["epoch"] * spe - back
                         break
             row = {
-                "algorithm": s.get("algorithm", algo),
+                "algorithm": algo,
                 "config": config,
                 "scenario": scenario,
                 "world_size": 8,
@@ -257,6 +277,8 @@ def main():
                 "rejoined": scenario in ("stop-10s", "partition", "rejoin") and survivors == 8,
                 "reconverge_steps": reconverge,
                 "steps_per_second": s.get("steps_per_second"),
+                "push_sum_weight_min": s.get("push_sum_weight_min"),
+                "push_sum_weight_max": s.get("push_sum_weight_max"),
                 "baseline_steps_per_second": bs["steps_per_second"],
                 "epochs": args.epochs,
                 "wall_seconds": r["wall"],
@@ -271,7 +293,8 @@ def main():
                   f"{f(100 * (row['test_accuracy'] or 0), '6.2f')} {f(100 * row['baseline_accuracy'], '6.2f')} "
                   f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} {row['steps_lost']:7d} "
                   f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')} "
-                  f"{f(row['reconverge_steps'], '9d')}", flush=True)
+                  f"{f(row['reconverge_steps'], '9d')} {f(row['push_sum_weight_min'], '8.2g')} "
+                  f"{f(row['push_sum_weight_max'], '6.2f')}", flush=True)
             if r["exit"] != 0 or r.get("restarted_exit", 0) != 0:
                 log = r["log"] + r.get("restarted_log", "")
                 tail = "\n".join(l for l in log.splitlines() if "error" in l or "warning" in l)[-1500:]

@@ -266,16 +266,18 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
              optimizer.steps() >= spe * static_cast<std::uint64_t>(evaluated + 1);
     });
     double lossSum = startLossSum;
+    // The range of this rank's push-sum weight after its steps.
+    double weightLow = optimizer.pushSumWeight(), weightHigh = weightLow;
     while (evaluated < t.training.epochs) {
       const int epoch = evaluated + 1;
       const auto epochStart = Clock::now();
       const auto before = agent.transport().stats();
-      std::function<void(std::uint64_t, double)> afterStep;
-      if (ck.everySteps > 0)
-        afterStep = [&](std::uint64_t step, double sum) {
-          if (step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)
-            saveCheckpoint(step, sum);
-        };
+      const auto afterStep = [&](std::uint64_t step, double sum) {
+        weightLow = std::min(weightLow, optimizer.pushSumWeight());
+        weightHigh = std::max(weightHigh, optimizer.pushSumWeight());
+        if (ck.everySteps > 0 && step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)
+          saveCheckpoint(step, sum);
+      };
       lossSum = trainEpoch(model, optimizer, params, grads, sampler, data.train, batch, spe * epoch,
                            emulateStraggler, lossSum, afterStep);
       trainSeconds += since(epochStart);
@@ -342,6 +344,15 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       agent.communicator().allreduce(std::span<double>(rates));
     });
     summary.stepsPerSecondByRank = rates;
+    // The push-sum weights' range over every rank and step (-low: one max).
+    double range[2] = {-weightLow, weightHigh};
+    agent.survive([&] {
+      range[0] = -weightLow;
+      range[1] = weightHigh;
+      agent.communicator().allreduce(std::span<double>(range, 2), ReduceOp::kMax);
+    });
+    summary.pushSumWeightMin = -range[0];
+    summary.pushSumWeightMax = range[1];
     double sumFast = 0;
     int fast = 0;
     const auto alive = agent.view().members;
@@ -406,6 +417,8 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["seconds_per_epoch"] = s.history.empty() ? 0.0 : secs / static_cast<double>(s.history.size());
   j["steps_per_second"] = s.stepsPerSecond;
   j["steps_per_second_by_rank"] = s.stepsPerSecondByRank;
+  j["push_sum_weight_min"] = s.pushSumWeightMin;
+  j["push_sum_weight_max"] = s.pushSumWeightMax;
   j["mode"] = c.getOr<std::string>("algorithm.mode", "sync");
   j["segments"] = c.getOr("algorithm.segments", 1);
   j["straggler_rank"] = t.training.stragglerRank;

@@ -44,6 +44,8 @@ struct TrainSummary {
   /// other than the straggler (training.straggler_rank), and per rank.
   double stepsPerSecond = 0;
   std::vector<double> stepsPerSecondByRank;
+  double pushSumWeightMin = 1;  ///< Lowest push-sum weight of any rank after any step (1 without push-sum).
+  double pushSumWeightMax = 1;  ///< Highest.
   std::vector<EpochMetrics> history;
   /// This rank writes the run's summary: rank 0 of the last view (rank 0,
   /// unless it was lost).

@@ -25,15 +25,19 @@
 //           The weighted sum over ranks is kept exactly (the average of the
 //           models is not lost, whatever the timing), and a segment whose
 //           weight fell below options.weightFloor keeps its mass instead of
-//           pushing, so no weight underflows.
+//           pushing, so no weight underflows. flush() ends the async phase
+//           (push_sum_agreement.hpp): the pushes in flight are taken in and
+//           every rank gets each segment's push-sum average.
 #include <Eigen/Core>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "push_sum_agreement.hpp"
 
 namespace gossamer::optimizers {
 
@@ -126,11 +130,27 @@ void CrossoverSgd::flush(std::span<float> params) {
     finish(params, *pending_, true);
     inFlight_ = false;
   }
-  if (options_.mode == GossipMode::kAsync && !asyncRecv_.empty()) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-    while (std::chrono::steady_clock::now() < deadline) {
-      foldArrived(params);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (options_.mode == GossipMode::kAsync && transport_.worldSize() > 1) {
+    GOSSAMER_ENFORCE(params.size() == numParams_,
+                     "expected " << numParams_ << " parameters, got " << params.size());
+    startAsync();
+    try {
+      detail::agreePushSum(
+          transport_, sentTo_,
+          [&] {
+            foldArrived(params);
+            return received_;
+          },
+          params, segments_, asyncWeight_, detail::kAgreementSequenceBase + 2 * agreements_++,
+          options_.timeoutSeconds);
+    } catch (const PeerFailure& e) {
+      // A rank is gone and no view replaces it: only what arrived is taken in.
+      GOSSAMER_LOG(kWarning, "crossover_sgd: the ranks cannot agree (" << e.what() << "); folding in what arrived");
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (std::chrono::steady_clock::now() < deadline) {
+        foldArrived(params);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
   }
 }
@@ -204,19 +224,9 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
 void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
   GOSSAMER_ENFORCE(params.size() == numParams_,
                    "expected " << numParams_ << " parameters, got " << params.size());
-  const int rank = transport_.rank(), n = transport_.worldSize();
+  const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();
-  if (asyncRecv_.empty()) {  // standing receives from anyone, one per segment
-    for (int q = 0; q < n; ++q)
-      if (q != rank) others_.push_back(q);
-    asyncBuf_.resize(numSeg);
-    asyncWeight_.assign(numSeg, 1.0);
-    for (std::size_t s = 0; s < numSeg; ++s) {
-      asyncBuf_[s].resize(sizeof(double) + (segments_[s].second - segments_[s].first) * sizeof(float));
-      asyncRecv_.push_back(
-          transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]));
-    }
-  }
+  startAsync();
   for (std::size_t s = 0; s < numSeg; ++s) {
     double& w = asyncWeight_[s];
     if (w < options_.weightFloor) continue;  // keep the mass until pushes raise it
@@ -231,6 +241,7 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
     for (int dst : dsts) {
       try {
         transport_.isend(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncSend_);
+        ++sentTo_[static_cast<std::size_t>(dst)];
       } catch (const PeerFailure&) {
         keep += share;  // route around a peer that is gone: its share stays here
       }
@@ -238,6 +249,22 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
     w *= keep;
   }
   foldArrived(params);
+}
+
+// Standing receives from anyone, one per segment, and the segments' weights.
+void CrossoverSgd::startAsync() {
+  if (!asyncRecv_.empty()) return;
+  const int rank = transport_.rank(), n = transport_.worldSize();
+  for (int q = 0; q < n; ++q)
+    if (q != rank) others_.push_back(q);
+  sentTo_.assign(static_cast<std::size_t>(n), 0);
+  asyncBuf_.resize(segments_.size());
+  asyncWeight_.assign(segments_.size(), 1.0);
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    asyncBuf_[s].resize(sizeof(double) + (segments_[s].second - segments_[s].first) * sizeof(float));
+    asyncRecv_.push_back(
+        transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]));
+  }
 }
 
 void CrossoverSgd::foldArrived(std::span<float> params) {
@@ -266,6 +293,7 @@ void CrossoverSgd::foldArrived(std::span<float> params) {
         x += c * (Eigen::Map<const Eigen::VectorXf>(zj, static_cast<Eigen::Index>(len)) - x);
         asyncWeight_[s] = total;
       }
+      ++received_;
       asyncRecv_[s] =
           transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]);
     }

@@ -21,6 +21,8 @@
 //      exchange timeout are no longer waited for (they may have gone to a
 //      peer that died);
 //   3. every message that has arrived is folded in.
+// flush() ends the async phase (push_sum_agreement.hpp): the pushes in
+// flight are taken in and every rank gets the push-sum average.
 // Without the rule in step 2 a rank pushes every step however late the
 // messages to it are: when the transport is slower than the steps (8 ranks
 // on 2 cores, 400 KB a message) the pushes queue up, most of the mass is in
@@ -34,7 +36,9 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
+#include "push_sum_agreement.hpp"
 
 namespace gossamer::optimizers {
 
@@ -50,7 +54,8 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       options_(o),
       sgd_(numParams, o.sgd),
       numParams_(numParams),
-      sendBuf_(sizeof(double) + numParams * sizeof(float)) {
+      sendBuf_(sizeof(double) + numParams * sizeof(float)),
+      sentTo_(static_cast<std::size_t>(transport.worldSize()), 0) {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
@@ -113,6 +118,7 @@ void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
     try {
       transport_.isend(dst, tag, sendBuf_);
       ++asyncSent_;
+      ++sentTo_[static_cast<std::size_t>(dst)];
     } catch (const PeerFailure&) {
       if (options_.mode != GossipMode::kAsync) throw;
       keep += share;  // route around: the share stays here
@@ -212,8 +218,23 @@ void Sgp::flush(std::span<float> params) {
   if (options_.mode == GossipMode::kOverlap && roundPending_) {
     receiveRound(params, pendingRound_);
     roundPending_ = false;
-  } else if (options_.mode == GossipMode::kAsync && !asyncRecv_.empty()) {
-    drainAsync(params, 0.05);
+  } else if (options_.mode == GossipMode::kAsync && transport_.worldSize() > 1) {
+    const std::pair<std::size_t, std::size_t> all{0, numParams_};
+    try {
+      detail::agreePushSum(
+          transport_, sentTo_,
+          [&] {
+            drainAsync(params, 0.0);
+            return asyncReceived_;
+          },
+          params, std::span(&all, 1), std::span(&weight_, 1),
+          detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds);
+      asyncSent_ = asyncReceived_;  // nothing is in flight: push again
+    } catch (const PeerFailure& e) {
+      // A rank is gone and no view replaces it: only what arrived is taken in.
+      GOSSAMER_LOG(kWarning, "sgp: the ranks cannot agree (" << e.what() << "); folding in what arrived");
+      drainAsync(params, 0.05);
+    }
   }
 }
 

@@ -47,14 +47,6 @@ Checkpoint sample(std::size_t n, float base) {
   return c;
 }
 
-std::vector<std::byte> readAll(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(bytes.size());
-  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("checkpoint: sections round-trip through a file", "[checkpoint]") {

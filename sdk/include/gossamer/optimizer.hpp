@@ -67,6 +67,10 @@ class DistributedOptimizer {
   /// step counts (a rank that is behind skips the steps it missed). False for
   /// the async modes, whose ranks step at their own pace. The default: true.
   virtual bool lockstep() const { return true; }
+  /// This rank's push-sum weight w (SGP: the model is the numerator / w; a
+  /// positive double, 1 at the start, whose sum over the ranks is the world
+  /// size when nothing is in flight). 1 for algorithms without one.
+  virtual double pushSumWeight() const { return 1.0; }
   /// Writes what the optimizer carries from one step to the next (its step
   /// count, momentum, push-sum weight, ...) into `out`, in sections named
   /// `prefix` + a name of its own. Call it after flush(), at the same step on

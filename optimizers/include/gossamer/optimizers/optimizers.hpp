@@ -136,7 +136,11 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::uint64_t steps() const override { return steps_; }
 
   /// Completes an exchange still in flight (overlap mode) so that `params`
-  /// includes every message sent so far; a no-op in the other modes.
+  /// includes every message sent so far; a no-op in sync mode. Async mode:
+  /// a collective of every rank that takes in every push still in flight
+  /// and gives every rank each segment's push-sum average, with weight 1
+  /// (as Sgp::flush).
+  /// @throws TimeoutError if a rank does not take part within the timeout.
   void flush(std::span<float> params) override;
 
   /// One synchronous gossip exchange of every segment in round `round` (no
@@ -156,6 +160,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
   void asyncExchange(std::span<float> params, std::uint64_t round);
   void foldArrived(std::span<float> params);  // async: folds in every segment that has arrived
+  void startAsync();  // async: standing receives and segment weights, once
 
   Transport& transport_;
   const Topology& topology_;
@@ -172,6 +177,9 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<double> asyncWeight_;
   std::vector<Request> asyncRecv_;
   std::vector<int> others_;  // every rank but this one
+  std::vector<std::uint64_t> sentTo_;  // async: segment messages pushed to each rank
+  std::uint64_t received_ = 0;         // async: segment messages folded in
+  std::uint64_t agreements_ = 0;       // async: flushes so far
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
 };
@@ -210,7 +218,8 @@ struct SgpOptions {
 /// otherwise it keeps all its mass that step (pushes unanswered for
 /// options.timeoutSeconds are no longer waited for). So at most one round of pushes
 /// per rank is in flight however slow the transport, and every weight stays
-/// >= 1/(2 (d+1)) (sgp.cpp has the reasons).
+/// >= 1/(2 (d+1)) (sgp.cpp has the reasons). flush() ends an async phase
+/// with every rank at the push-sum average.
 class Sgp final : public DistributedOptimizer {
  public:
   /// @throws InvalidArgument for a topology of another world size or bad options.
@@ -231,11 +240,15 @@ class Sgp final : public DistributedOptimizer {
   void saveState(Checkpoint& out, const std::string& prefix) const override;
   void loadState(const Checkpoint& in, const std::string& prefix) override;
   /// Consumes the messages still in flight to this rank (overlap mode: the
-  /// last round's; async mode: whatever arrives within a short grace period).
+  /// last round's). Async mode: a collective of every rank (the trainer
+  /// calls it at each epoch's end) that takes in every push still in
+  /// flight and gives every rank the push-sum average sum w z / sum w, with
+  /// weight 1 (push_sum_agreement.hpp). With a rank gone and no membership
+  /// view to replace it, it only takes in what arrives within 50 ms.
+  /// @throws TimeoutError if a rank does not take part within the timeout.
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
-  /// The push-sum weight w of this rank.
-  double weight() const { return weight_; }
+  double pushSumWeight() const override { return weight_; }
   /// One push-sum round without an SGD step (tests, averaging-only use).
   void gossip(std::span<float> params, std::uint64_t round);
   /// gossip() as a ModelExchange.
@@ -260,6 +273,8 @@ class Sgp final : public DistributedOptimizer {
   std::vector<Request> asyncRecv_;   // async: standing receives (one per buffer)
   std::uint64_t asyncSent_ = 0;      // async: messages pushed
   std::uint64_t asyncReceived_ = 0;  // async: messages folded in
+  std::vector<std::uint64_t> sentTo_;  // async: messages pushed to each rank
+  std::uint64_t agreements_ = 0;       // async: flushes so far
   std::vector<float> stepStart_;     // async: z before the SGD step
   std::chrono::steady_clock::time_point asyncAnswered_ =
       std::chrono::steady_clock::now();  // async: last push or receipt
@@ -294,8 +309,7 @@ class LossTolerantSgp final : public DistributedOptimizer {
   /// arrives (about 60 ms): after every rank flushed, what was lost is made up.
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
-  /// The push-sum weight w of this rank.
-  double weight() const { return weight_; }
+  double pushSumWeight() const override { return weight_; }
   static constexpr int kFlushRepeats = 5;
 
  private:

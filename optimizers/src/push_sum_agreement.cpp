@@ -1,0 +1,58 @@
+// Agreement at the end of an async push-sum phase; see push_sum_agreement.hpp.
+#include "push_sum_agreement.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+
+namespace gossamer::optimizers::detail {
+
+void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
+                  const std::function<std::uint64_t()>& foldArrived, std::span<float> z,
+                  std::span<const std::pair<std::size_t, std::size_t>> blocks, std::span<double> weights,
+                  std::uint64_t sequence, double timeoutSeconds) {
+  const int n = transport.worldSize(), rank = transport.rank();
+  GOSSAMER_ENFORCE(sentTo.size() == static_cast<std::size_t>(n),
+                   "expected " << n << " message counts, got " << sentTo.size());
+  GOSSAMER_ENFORCE(blocks.size() == weights.size(),
+                   blocks.size() << " blocks but " << weights.size() << " weights");
+  const CollectiveOptions options(sequence, timeoutSeconds);
+
+  // 1. Nothing in flight: take in every message sent to this rank.
+  std::vector<double> counts(sentTo.begin(), sentTo.end());
+  allreduce(transport, std::span<double>(counts), ReduceOp::kSum, options);
+  const auto expected = static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank)]);
+  // Half the timeout, so that the others (waiting in step 2) are still there.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds / 2);
+  for (std::uint64_t got = foldArrived(); got < expected; got = foldArrived()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      GOSSAMER_LOG(kWarning, "push-sum agreement: rank " << rank << " received " << got << " of the " << expected
+                                                         << " messages sent to it within " << timeoutSeconds / 2
+                                                         << " s; the mass of the others is not in the average");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+
+  // 2. The push-sum average of each block, in float64.
+  std::size_t p = 0;
+  for (const auto& [b, e] : blocks) p += e - b;
+  std::vector<double> mass(p + blocks.size());
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    for (std::size_t j = blocks[i].first; j < blocks[i].second; ++j)
+      mass[k++] = weights[i] * static_cast<double>(z[j]);
+  for (std::size_t i = 0; i < blocks.size(); ++i) mass[p + i] = weights[i];
+  allreduce(transport, std::span<double>(mass), ReduceOp::kSum, CollectiveOptions(sequence + 1, timeoutSeconds));
+  k = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const double w = mass[p + i];
+    for (std::size_t j = blocks[i].first; j < blocks[i].second; ++j) z[j] = static_cast<float>(mass[k++] / w);
+    weights[i] = 1.0;
+  }
+}
+
+}  // namespace gossamer::optimizers::detail
