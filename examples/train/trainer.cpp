@@ -91,7 +91,8 @@ class BatchSampler {
 // Steps until the optimizer has taken `endStep` steps in all (its steps()
 // drive the loop: a rank that rejoins a job jumps to the others' step).
 // `afterStep(step, lossSum)` runs after each step. Returns the loss summed
-// over this call's steps, added to `lossSum`.
+// over this call's steps, added to `lossSum`. Call optimizer.flush(params)
+// before evaluating or saving the model.
 double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float> params,
                   std::span<float> grads, BatchSampler& sampler, const Dataset& train, int batch,
                   std::uint64_t endStep, const std::function<void()>& afterGradient, double lossSum = 0,
@@ -109,7 +110,6 @@ double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float
     if (optimizer.steps() < before || optimizer.steps() > before + 1) break;
     if (afterStep) afterStep(optimizer.steps(), lossSum);
   }
-  optimizer.flush(params);  // completes exchanges still in flight (overlap, async)
   return lossSum;
 }
 
@@ -280,7 +280,9 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       };
       lossSum = trainEpoch(model, optimizer, params, grads, sampler, data.train, batch, spe * epoch,
                            emulateStraggler, lossSum, afterStep);
-      trainSeconds += since(epochStart);
+      trainSeconds += since(epochStart);  // (steps only: the flush waits for the slowest rank)
+      // Completes exchanges still in flight (overlap); async modes agree on the push-sum average.
+      optimizer.flush(params);
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);

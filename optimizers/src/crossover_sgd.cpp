@@ -145,7 +145,8 @@ void CrossoverSgd::flush(std::span<float> params) {
           options_.timeoutSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
-      GOSSAMER_LOG(kWarning, "crossover_sgd: the ranks cannot agree (" << e.what() << "); folding in what arrived");
+      GOSSAMER_LOG(kWarning,
+                   "crossover_sgd: the ranks cannot agree (" << e.what() << "); folding in what arrived");
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
       while (std::chrono::steady_clock::now() < deadline) {
         foldArrived(params);

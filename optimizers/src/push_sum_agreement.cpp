@@ -17,8 +17,8 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
   const int n = transport.worldSize(), rank = transport.rank();
   GOSSAMER_ENFORCE(sentTo.size() == static_cast<std::size_t>(n),
                    "expected " << n << " message counts, got " << sentTo.size());
-  GOSSAMER_ENFORCE(blocks.size() == weights.size(),
-                   blocks.size() << " blocks but " << weights.size() << " weights");
+  GOSSAMER_ENFORCE(blocks.size() == weights.size(), blocks.size()
+                                                        << " blocks but " << weights.size() << " weights");
   const CollectiveOptions options(sequence, timeoutSeconds);
 
   // 1. Nothing in flight: take in every message sent to this rank.
@@ -29,9 +29,10 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds / 2);
   for (std::uint64_t got = foldArrived(); got < expected; got = foldArrived()) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      GOSSAMER_LOG(kWarning, "push-sum agreement: rank " << rank << " received " << got << " of the " << expected
-                                                         << " messages sent to it within " << timeoutSeconds / 2
-                                                         << " s; the mass of the others is not in the average");
+      GOSSAMER_LOG(kWarning, "push-sum agreement: rank "
+                                 << rank << " received " << got << " of the " << expected
+                                 << " messages sent to it within " << timeoutSeconds / 2
+                                 << " s; the mass of the others is not in the average");
       break;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -46,7 +47,8 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
     for (std::size_t j = blocks[i].first; j < blocks[i].second; ++j)
       mass[k++] = weights[i] * static_cast<double>(z[j]);
   for (std::size_t i = 0; i < blocks.size(); ++i) mass[p + i] = weights[i];
-  allreduce(transport, std::span<double>(mass), ReduceOp::kSum, CollectiveOptions(sequence + 1, timeoutSeconds));
+  allreduce(transport, std::span<double>(mass), ReduceOp::kSum,
+            CollectiveOptions(sequence + 1, timeoutSeconds));
   k = 0;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const double w = mass[p + i];

@@ -430,6 +430,38 @@ TEST_CASE("SGP in async mode routes around a peer that left: the others keep ste
   CHECK(after < 0.2 * before);
 }
 
+// Async SGP on `xs` (one model per rank, 8 elements) over the 1-peer
+// exponential graph, rank r taking steps[r] steps with gradient g = 1 at
+// learning rate `lr`; ranks other than 0 pause `pause` after each step, then
+// every rank flushes. Returns each rank's weight after the flush; `lowest`
+// gets each rank's lowest weight after any step.
+std::vector<double> runAsyncSgpAhead(std::vector<std::vector<float>>& xs, const std::vector<int>& steps,
+                                     double lr, std::chrono::microseconds pause,
+                                     std::vector<double>& lowest) {
+  const int n = static_cast<int>(xs.size());
+  topologies::DirectedExponential expo(n, 1);
+  auto fabric = inproc::makeFabric(n);
+  std::vector<double> weights(static_cast<std::size_t>(n));
+  lowest.assign(static_cast<std::size_t>(n), 1.0);
+  std::barrier allSent(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::Sgp sgp(*t, expo, 8, {{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    const std::vector<float> g(8, 1.0f);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    for (int s = 0; s < steps[static_cast<std::size_t>(r)]; ++s) {
+      sgp.step(x, g);
+      lowest[static_cast<std::size_t>(r)] =
+          std::min(lowest[static_cast<std::size_t>(r)], sgp.pushSumWeight());
+      if (r != 0) std::this_thread::sleep_for(pause);
+    }
+    allSent.arrive_and_wait();
+    sgp.flush(x);
+    weights[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
+  });
+  return weights;
+}
+
 TEST_CASE("SGP in async mode keeps every push-sum weight clear of underflow when one rank runs far ahead",
           "[sgp]") {
   // Rank 0 steps 1500 times without pause while the others step 40 times,
@@ -437,29 +469,12 @@ TEST_CASE("SGP in async mode keeps every push-sum weight clear of underflow when
   // floor its weight halves at every push and underflows to 0, after which
   // its messages carry nothing and the mass it held is gone.
   const int n = 4;
-  topologies::DirectedExponential expo(n, 1);
   auto xs = randomModels(n, 8, 5);
   std::vector<double> mean0(8, 0.0);
   for (const auto& x : xs)
     for (std::size_t i = 0; i < 8; ++i) mean0[i] += x[i] / n;
-  auto fabric = inproc::makeFabric(n);
-  std::vector<double> weights(n), lowest(n, 1.0);
-  std::barrier allSent(n);
-  onEveryRank(n, [&](int r) {
-    auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, expo, 8, {{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
-    std::vector<float> g(8, 0.0f);
-    auto& x = xs[static_cast<std::size_t>(r)];
-    const int steps = r == 0 ? 1500 : 40;
-    for (int s = 0; s < steps; ++s) {
-      sgp.step(x, g);
-      lowest[static_cast<std::size_t>(r)] = std::min(lowest[static_cast<std::size_t>(r)], sgp.pushSumWeight());
-      if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    allSent.arrive_and_wait();
-    sgp.flush(x);
-    weights[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
-  });
+  std::vector<double> lowest;
+  const auto weights = runAsyncSgpAhead(xs, {1500, 40, 40, 40}, 0.0, std::chrono::milliseconds(2), lowest);
   double mass = 0;
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);
@@ -572,30 +587,14 @@ TEST_CASE("SGP in async mode steps the numerator: each step moves sum_i w_i z_i 
   // sum_i w_i z_i by -lr per step of any rank, whatever the weights were at
   // the time; stepping z itself moved it by -lr w instead.
   const int n = 3;
-  topologies::DirectedExponential expo(n, 1);
-  auto fabric = inproc::makeFabric(n);
   auto xs = randomModels(n, 8, 23);
   std::vector<double> sum0(8, 0.0);
   for (const auto& x : xs)
     for (std::size_t i = 0; i < 8; ++i) sum0[i] += x[i];
   const double lr = 0.01;
   const std::vector<int> steps = {300, 60, 60};  // rank 0 runs ahead
-  std::vector<double> weights(n), lowest(n, 1.0);
-  std::barrier allSent(n);
-  onEveryRank(n, [&](int r) {
-    auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, expo, 8, {{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
-    const std::vector<float> g(8, 1.0f);
-    auto& x = xs[static_cast<std::size_t>(r)];
-    for (int s = 0; s < steps[static_cast<std::size_t>(r)]; ++s) {
-      sgp.step(x, g);
-      lowest[static_cast<std::size_t>(r)] = std::min(lowest[static_cast<std::size_t>(r)], sgp.pushSumWeight());
-      if (r != 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    allSent.arrive_and_wait();
-    sgp.flush(x);
-    weights[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
-  });
+  std::vector<double> lowest;
+  const auto weights = runAsyncSgpAhead(xs, steps, lr, std::chrono::microseconds(500), lowest);
   double mass = 0;
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);

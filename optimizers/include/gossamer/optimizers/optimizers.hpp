@@ -160,7 +160,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
   void asyncExchange(std::span<float> params, std::uint64_t round);
   void foldArrived(std::span<float> params);  // async: folds in every segment that has arrived
-  void startAsync();  // async: standing receives and segment weights, once
+  void startAsync();                          // async: standing receives and segment weights, once
 
   Transport& transport_;
   const Topology& topology_;
@@ -176,7 +176,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<std::byte> asyncSend_;
   std::vector<double> asyncWeight_;
   std::vector<Request> asyncRecv_;
-  std::vector<int> others_;  // every rank but this one
+  std::vector<int> others_;            // every rank but this one
   std::vector<std::uint64_t> sentTo_;  // async: segment messages pushed to each rank
   std::uint64_t received_ = 0;         // async: segment messages folded in
   std::uint64_t agreements_ = 0;       // async: flushes so far
@@ -270,12 +270,12 @@ class Sgp final : public DistributedOptimizer {
   double weight_ = 1.0;
   std::vector<std::byte> sendBuf_;  // [w][x share]
   std::vector<std::vector<std::byte>> recvBufs_;
-  std::vector<Request> asyncRecv_;   // async: standing receives (one per buffer)
-  std::uint64_t asyncSent_ = 0;      // async: messages pushed
-  std::uint64_t asyncReceived_ = 0;  // async: messages folded in
+  std::vector<Request> asyncRecv_;     // async: standing receives (one per buffer)
+  std::uint64_t asyncSent_ = 0;        // async: messages pushed
+  std::uint64_t asyncReceived_ = 0;    // async: messages folded in
   std::vector<std::uint64_t> sentTo_;  // async: messages pushed to each rank
   std::uint64_t agreements_ = 0;       // async: flushes so far
-  std::vector<float> stepStart_;     // async: z before the SGD step
+  std::vector<float> stepStart_;       // async: z before the SGD step
   std::chrono::steady_clock::time_point asyncAnswered_ =
       std::chrono::steady_clock::now();  // async: last push or receipt
   bool roundPending_ = false;            // overlap: a round's messages not yet consumed
