@@ -46,8 +46,9 @@ def worker(args):
     if args.worker == "gossamer-python":
         import gossamer
 
+        # No membership service: the C++ side's Communicator has none either.
         cfg = {"transport": {"kind": "zmq", "host": "127.0.0.1", "protocol": "tcp", "timeout_seconds": 120},
-               "collectives": {"chunk_bytes": args.chunk_bytes}}
+               "collectives": {"chunk_bytes": args.chunk_bytes}, "membership": {"enabled": False}}
         agent = gossamer.Agent(cfg, rank, n, os.environ["GOSSAMER_RENDEZVOUS"])
 
         def call(x):

@@ -93,6 +93,8 @@ training:
   batch_size: 32
   learning_rate: 0.01
   momentum: 0.9
+membership:
+  enabled: false
 YAML
   pids=()
   for r in 0 1 2; do

@@ -4,7 +4,7 @@
 # kill -9 tests hold up under load (docs/operations.md, "When a peer dies").
 #
 #   scripts/repeat-tests.sh --runs 20 --load \
-#     --case 'killing one peer makes the others exit with a clear error within the timeout' \
+#     --case 'without the membership service, killing one peer makes the others exit with a clear error' \
 #     --case 'with membership on, the survivors of a kill -9 finish every epoch and report the lost rank'
 #
 # Options: --runs N (20)  --case NAME (repeatable; a Catch2 test name, commas

@@ -99,10 +99,11 @@ with gossamer.Agent.from_env(cfg) as a:
         assert job.results[0]["total"] == pytest.approx(6.0, abs=1e-4)
 
 
-def test_a_dead_peer_is_a_peer_failure_on_the_others(run_ranks):
+def test_without_membership_a_dead_peer_is_a_peer_failure_on_the_others(run_ranks):
     job = run_ranks(3, HEADER + """
 import time
-cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10})
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10},
+           membership={"enabled": False})
 a = gossamer.Agent.from_env(cfg)
 x = np.ones(100000, dtype=np.float32)
 a.allreduce(x)

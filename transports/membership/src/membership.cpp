@@ -806,7 +806,9 @@ void registerWith(Registry& registry) {
       "failure detector and agreed membership views: survivors of a dead or silent peer go on "
       "(Agent::recover)",
       KeySet()
-          .boolean("enabled", false, "run the membership service (heartbeats, views, recovery)")
+          .boolean("enabled", true,
+                   "run the membership service (heartbeats, views, recovery; false: a dead peer is a "
+                   "PeerFailure that ends gossamer-train)")
           .real("heartbeat_seconds", 0.2, {0.0, false, 60.0, true},
                 "interval between heartbeats to each member")
           .real("suspect_seconds", 3.0, {0.0, false, 3600.0, true},
