@@ -23,9 +23,14 @@
 //           whatever has arrived from anyone is folded in as
 //           z_s <- (w_s z_s + sum w_j z_j) / (w_s + sum w_j), w_s += sum w_j.
 //           The weighted sum over ranks is kept exactly (the average of the
-//           models is not lost, whatever the timing), and a segment whose
-//           weight fell below options.weightFloor keeps its mass instead of
-//           pushing, so no weight underflows. flush() ends the async phase
+//           models is not lost, whatever the timing). As in async SGP, the
+//           SGD step is taken on each segment's numerator (z_s <- z_s -
+//           lr u_s / w_s), and a segment is pushed only when each of its
+//           pushes so far is matched by one received and its weight is at
+//           least max(1/2, options.weightFloor); otherwise it keeps its mass
+//           that step. At most one round of each segment is in flight however
+//           slow the transport (otherwise, on 2 cores, most of the mass sat
+//           in flight, stale), and no weight underflows. flush() ends the async phase
 //           (push_sum_agreement.hpp): the pushes in flight are taken in and
 //           every rank gets each segment's push-sum average.
 #include <Eigen/Core>
@@ -57,6 +62,8 @@ struct CrossoverSgd::Pending {
 };
 
 namespace {
+// Async mode: a segment whose weight is below this does not push (as SGP).
+constexpr double kAsyncPushWeight = 0.5;
 std::size_t totalOf(const std::vector<std::size_t>& sizes) {
   std::size_t p = 0;
   for (auto t : sizes) p += t;
@@ -93,7 +100,22 @@ CrossoverSgd::~CrossoverSgd() {
 }
 
 void CrossoverSgd::step(std::span<float> params, std::span<const float> grads) {
-  sgd_.apply(params, grads);
+  if (options_.mode != GossipMode::kAsync || transport_.worldSize() == 1) {
+    sgd_.apply(params, grads);
+  } else {
+    // On each segment's numerator x_s = w_s z_s (as SGP, Alg. 1): z_s <- z_s - lr u_s / w_s.
+    GOSSAMER_ENFORCE(params.size() == numParams_,
+                     "expected " << numParams_ << " parameters, got " << params.size());
+    startAsync();
+    stepStart_.assign(params.begin(), params.end());
+    sgd_.apply(params, grads);
+    for (std::size_t s = 0; s < segments_.size(); ++s) {
+      const auto [b, e] = segments_[s];
+      auto z = view(params.data() + b, e - b);
+      const Eigen::Map<const Eigen::VectorXf> z0(stepStart_.data() + b, static_cast<Eigen::Index>(e - b));
+      z = z0 + static_cast<float>(1.0 / asyncWeight_[s]) * (z - z0);
+    }
+  }
   mixParameters(params);
 }
 
@@ -143,6 +165,7 @@ void CrossoverSgd::flush(std::span<float> params) {
           },
           params, segments_, asyncWeight_, detail::kAgreementSequenceBase + 2 * agreements_++,
           options_.timeoutSeconds);
+      segSent_ = segReceived_;  // nothing is in flight: push again
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning,
@@ -228,9 +251,16 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
   const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();
   startAsync();
+  const auto now = std::chrono::steady_clock::now();
   for (std::size_t s = 0; s < numSeg; ++s) {
     double& w = asyncWeight_[s];
-    if (w < options_.weightFloor) continue;  // keep the mass until pushes raise it
+    // Pushes unanswered for the timeout may have gone to a peer that died.
+    if (segSent_[s] > segReceived_[s] &&
+        now - segAnswered_[s] > std::chrono::duration<double>(options_.timeoutSeconds))
+      segSent_[s] = segReceived_[s];
+    if (segSent_[s] > segReceived_[s] || w < std::max(kAsyncPushWeight, options_.weightFloor))
+      continue;  // keep the mass
+    segAnswered_[s] = now;
     const auto [b, e] = segments_[s];
     const std::vector<int> dsts = topology_.peers(rank, round, static_cast<int>(s)).sendTo;
     const double share = 1.0 / static_cast<double>(dsts.size() + 1);
@@ -243,8 +273,10 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
       try {
         transport_.isend(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncSend_);
         ++sentTo_[static_cast<std::size_t>(dst)];
+        ++segSent_[s];
       } catch (const PeerFailure&) {
         keep += share;  // route around a peer that is gone: its share stays here
+        segSent_[s] = std::min(segSent_[s], segReceived_[s]);
       }
     }
     w *= keep;
@@ -261,6 +293,9 @@ void CrossoverSgd::startAsync() {
   sentTo_.assign(static_cast<std::size_t>(n), 0);
   asyncBuf_.resize(segments_.size());
   asyncWeight_.assign(segments_.size(), 1.0);
+  segSent_.assign(segments_.size(), 0);
+  segReceived_.assign(segments_.size(), 0);
+  segAnswered_.assign(segments_.size(), std::chrono::steady_clock::now());
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     asyncBuf_[s].resize(sizeof(double) + (segments_[s].second - segments_[s].first) * sizeof(float));
     asyncRecv_.push_back(
@@ -295,6 +330,8 @@ void CrossoverSgd::foldArrived(std::span<float> params) {
         asyncWeight_[s] = total;
       }
       ++received_;
+      ++segReceived_[s];
+      segAnswered_[s] = std::chrono::steady_clock::now();
       asyncRecv_[s] =
           transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]);
     }

@@ -111,7 +111,9 @@ struct CrossoverOptions {
 ///   x_s <- (x_s + received_s) / 2.
 /// Bytes sent per rank per exchange: 4P (the model once). With a doubly
 /// stochastic mixing matrix the average of the models over ranks is unchanged
-/// by an exchange.
+/// by an exchange. Async mode is push-sum per segment, with SGP's rules (the
+/// step on the numerator, at most one round of pushes in flight, a push only
+/// with weight >= 1/2); crossover_sgd.cpp has the details.
 class CrossoverSgd final : public DistributedOptimizer {
  public:
   /// @param tensorSizes element counts of the model's tensors, in flat order.
@@ -176,10 +178,14 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<std::byte> asyncSend_;
   std::vector<double> asyncWeight_;
   std::vector<Request> asyncRecv_;
-  std::vector<int> others_;            // every rank but this one
-  std::vector<std::uint64_t> sentTo_;  // async: segment messages pushed to each rank
-  std::uint64_t received_ = 0;         // async: segment messages folded in
-  std::uint64_t agreements_ = 0;       // async: flushes so far
+  std::vector<int> others_;                           // every rank but this one
+  std::vector<std::uint64_t> sentTo_;                 // async: segment messages pushed to each rank
+  std::uint64_t received_ = 0;                        // async: segment messages folded in
+  std::uint64_t agreements_ = 0;                      // async: flushes so far
+  std::vector<std::uint64_t> segSent_, segReceived_;  // async: each segment's messages pushed, folded in
+  std::vector<std::chrono::steady_clock::time_point>
+      segAnswered_;               // async: each segment's last push or receipt
+  std::vector<float> stepStart_;  // async: z before the SGD step
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
 };
