@@ -25,12 +25,13 @@
 //           The weighted sum over ranks is kept exactly (the average of the
 //           models is not lost, whatever the timing). As in async SGP, the
 //           SGD step is taken on each segment's numerator (z_s <- z_s -
-//           lr u_s / w_s), and a segment is pushed only when each of its
-//           pushes so far is matched by one received and its weight is at
-//           least max(1/2, options.weightFloor); otherwise it keeps its mass
-//           that step. At most one round of each segment is in flight however
-//           slow the transport (otherwise, on 2 cores, most of the mass sat
-//           in flight, stale), and no weight underflows. flush() ends the async phase
+//           lr u_s / w_s), and a segment is pushed only when its weight is
+//           at least max(1/2, options.weightFloor); while one is not, the
+//           rank first waits up to options.asyncWaitSeconds for pushes from
+//           anyone, and a segment still below keeps its mass that step. So
+//           at most 4N messages of a segment are in flight however slow the
+//           transport, no weight underflows, and a rank that outpaces the
+//           transport still mixes (sgp.cpp has the reasons). flush() ends the async phase
 //           (push_sum_agreement.hpp): the pushes in flight are taken in and
 //           every rank gets each segment's push-sum average.
 #include <Eigen/Core>
@@ -85,6 +86,9 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
+  GOSSAMER_ENFORCE(
+      o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
+      "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
@@ -165,7 +169,6 @@ void CrossoverSgd::flush(std::span<float> params) {
           },
           params, segments_, asyncWeight_, detail::kAgreementSequenceBase + 2 * agreements_++,
           options_.timeoutSeconds);
-      segSent_ = segReceived_;  // nothing is in flight: push again
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning,
@@ -251,16 +254,23 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
   const int rank = transport_.rank();
   const std::size_t numSeg = segments_.size();
   startAsync();
-  const auto now = std::chrono::steady_clock::now();
+  foldArrived(params);
+  const auto lacking = [&] {
+    for (std::size_t s = 0; s < numSeg; ++s)
+      if (!canPush(s)) return true;
+    return false;
+  };
+  if (options_.asyncWaitSeconds > 0 && lacking()) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.asyncWaitSeconds);
+    do {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      foldArrived(params);
+    } while (lacking() && std::chrono::steady_clock::now() < deadline);
+  }
   for (std::size_t s = 0; s < numSeg; ++s) {
     double& w = asyncWeight_[s];
-    // Pushes unanswered for the timeout may have gone to a peer that died.
-    if (segSent_[s] > segReceived_[s] &&
-        now - segAnswered_[s] > std::chrono::duration<double>(options_.timeoutSeconds))
-      segSent_[s] = segReceived_[s];
-    if (segSent_[s] > segReceived_[s] || w < std::max(kAsyncPushWeight, options_.weightFloor))
-      continue;  // keep the mass
-    segAnswered_[s] = now;
+    if (!canPush(s)) continue;  // keep the mass
     const auto [b, e] = segments_[s];
     const std::vector<int> dsts = topology_.peers(rank, round, static_cast<int>(s)).sendTo;
     const double share = 1.0 / static_cast<double>(dsts.size() + 1);
@@ -273,15 +283,17 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
       try {
         transport_.isend(dst, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncSend_);
         ++sentTo_[static_cast<std::size_t>(dst)];
-        ++segSent_[s];
       } catch (const PeerFailure&) {
         keep += share;  // route around a peer that is gone: its share stays here
-        segSent_[s] = std::min(segSent_[s], segReceived_[s]);
       }
     }
     w *= keep;
   }
   foldArrived(params);
+}
+
+bool CrossoverSgd::canPush(std::size_t segment) const {
+  return asyncWeight_[segment] >= std::max(kAsyncPushWeight, options_.weightFloor);
 }
 
 // Standing receives from anyone, one per segment, and the segments' weights.
@@ -293,9 +305,6 @@ void CrossoverSgd::startAsync() {
   sentTo_.assign(static_cast<std::size_t>(n), 0);
   asyncBuf_.resize(segments_.size());
   asyncWeight_.assign(segments_.size(), 1.0);
-  segSent_.assign(segments_.size(), 0);
-  segReceived_.assign(segments_.size(), 0);
-  segAnswered_.assign(segments_.size(), std::chrono::steady_clock::now());
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     asyncBuf_[s].resize(sizeof(double) + (segments_[s].second - segments_[s].first) * sizeof(float));
     asyncRecv_.push_back(
@@ -330,8 +339,6 @@ void CrossoverSgd::foldArrived(std::span<float> params) {
         asyncWeight_[s] = total;
       }
       ++received_;
-      ++segReceived_[s];
-      segAnswered_[s] = std::chrono::steady_clock::now();
       asyncRecv_[s] =
           transport_.irecv(others_, Tag::make(Op::kGossip, 0, static_cast<std::uint32_t>(s)), asyncBuf_[s]);
     }

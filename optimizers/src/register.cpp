@@ -27,6 +27,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.timeoutSeconds = c.transport.timeoutSeconds;
   o.mode = modeFrom(c);
   o.weightFloor = c.get<double>("algorithm.weight_floor");
+  o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   return o;
 }
 std::size_t total(const std::vector<std::size_t>& sizes) {
@@ -37,6 +38,7 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
 SgpOptions sgpFrom(const Config& c) {
   SgpOptions o{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
   o.weightFloor = c.get<double>("algorithm.weight_floor");
+  o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   return o;
 }
 
@@ -48,7 +50,10 @@ KeySet gossipKeys() {
             "or async (mix whatever has arrived)")
       .real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
             "async mode: a push-sum weight (SGP's, or a Crossover-SGD segment's) below this keeps its mass "
-            "instead of pushing, until the peers' pushes raise it (no underflow; the mass stays exact)");
+            "instead of pushing, until the peers' pushes raise it (no underflow; the mass stays exact)")
+      .real("async_wait_seconds", SgpOptions{}.asyncWaitSeconds, {0.0, true, 3600.0, true},
+            "async mode: a rank whose push-sum weight (SGP's, or a Crossover-SGD segment's) is too low to "
+            "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits)");
 }
 KeySet crossoverKeys() {
   return gossipKeys()

@@ -9,27 +9,33 @@
 // segment 0); in async mode the round in the tag is 0 and receives take
 // messages from anyone, in arrival order.
 //
-// Async mode (never waits). Each step:
+// Async mode (waits for no peer in particular). Each step:
 //   1. the SGD step on the numerator, as in Alg. 1 (x <- x - lr u, so
 //      z <- z - lr u / w): every gradient moves the push-sum average
 //      sum_i x_i / N by the same amount, whatever the rank's weight;
-//   2. a push (as in sync mode, to the current round's out-peers) only if
-//      every push this rank sent so far has been answered by one it received
-//      (sent <= received, counted in messages) and its weight is at least
-//      kAsyncPushWeight (or the weight floor, if higher); otherwise the rank
-//      keeps all of its mass this step. Pushes left unanswered for the
-//      exchange timeout are no longer waited for (they may have gone to a
-//      peer that died);
-//   3. every message that has arrived is folded in.
+//   2. every message that has arrived is folded in; a rank whose weight is
+//      below kAsyncPushWeight (or the weight floor, if higher) waits up to
+//      options.asyncWaitSeconds for messages from anyone to raise it;
+//   3. a push (as in sync mode, to the current round's out-peers) if the
+//      weight is at least kAsyncPushWeight; otherwise the rank keeps all of
+//      its mass this step;
+//   4. every message that has arrived is folded in.
+// The weight rule bounds the staleness: a push carries at least 1/4 of a
+// unit of mass and the N units are conserved, so at most 4N messages are in
+// flight however slow the transport. Without it, when the transport is
+// slower than the steps (8 ranks on 2 cores, 400 KB a message), the pushes
+// queue up, most of the mass is in flight (dozens of steps stale) and the
+// ranks step with weights near 0. The bounded wait of step 2 is the bounded
+// staleness of SGP's overlap variant (Assran et al., Sec. 3) with any
+// sender: without it a rank that out-steps the transport pushes a few times
+// an epoch and the models drift apart as in local SGD (on the main job, 8
+// ranks, 20 epochs: 1 push in 20 steps and 1 point of accuracy lost); with
+// it the ranks push in about half of their steps. It cannot deadlock: when
+// no message is in flight the N units are all held by ranks, so one of them
+// holds at least 1 and pushes. Nor does it wait for a straggler: any
+// sender's mass ends the wait.
 // flush() ends the async phase (push_sum_agreement.hpp): the pushes in
 // flight are taken in and every rank gets the push-sum average.
-// Without the rule in step 2 a rank pushes every step however late the
-// messages to it are: when the transport is slower than the steps (8 ranks
-// on 2 cores, 400 KB a message) the pushes queue up, most of the mass is in
-// flight (dozens of steps stale) and the ranks step with weights near 0, so
-// stale models pull every model back. With it each rank has at most one
-// round of pushes outstanding and its weight stays >= kAsyncPushWeight /
-// (out-degree + 1), which also bounds the 1/w of step 1.
 #include <Eigen/Core>
 #include <chrono>
 #include <cstring>
@@ -57,6 +63,9 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       sendBuf_(sizeof(double) + numParams * sizeof(float)),
       sentTo_(static_cast<std::size_t>(transport.worldSize()), 0) {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(
+      o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
+      "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
   GOSSAMER_ENFORCE(
@@ -96,19 +105,9 @@ void Sgp::mixParameters(std::span<float> params) {
 
 // Keeps the self share of w and pushes the other shares with the de-biased
 // model z. In async mode a send to a peer known to be gone keeps its share,
-// and a rank with pushes unanswered or too little weight keeps its mass.
+// and a rank with too little weight keeps its mass.
 void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
-  if (options_.mode == GossipMode::kAsync) {
-    // Pushes unanswered for the exchange timeout may have gone to a peer that
-    // died (a kill -9 is noticed only later): stop waiting for answers.
-    const auto now = std::chrono::steady_clock::now();
-    if (asyncSent_ > asyncReceived_ &&
-        now - asyncAnswered_ > std::chrono::duration<double>(options_.timeoutSeconds))
-      asyncSent_ = asyncReceived_;
-    if (asyncSent_ > asyncReceived_ || weight_ < std::max(kAsyncPushWeight, options_.weightFloor))
-      return;  // keep the mass
-    asyncAnswered_ = now;
-  }
+  if (options_.mode == GossipMode::kAsync && !canPush()) return;  // keep the mass
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
   const double wShare = weight_ * share;
   std::memcpy(sendBuf_.data(), &wShare, sizeof(double));
@@ -117,14 +116,10 @@ void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
   for (int dst : p.sendTo) {
     try {
       transport_.isend(dst, tag, sendBuf_);
-      ++asyncSent_;
       ++sentTo_[static_cast<std::size_t>(dst)];
     } catch (const PeerFailure&) {
       if (options_.mode != GossipMode::kAsync) throw;
       keep += share;  // route around: the share stays here
-      // Pushes to the peer before it was known gone may be lost: do not
-      // wait for answers to them.
-      asyncSent_ = std::min(asyncSent_, asyncReceived_);
     }
   }
   weight_ *= keep;
@@ -163,7 +158,9 @@ void Sgp::receiveRound(std::span<float> z, std::uint64_t round) {
   }
 }
 
-void Sgp::drainAsync(std::span<float> z, double waitSeconds) {
+bool Sgp::canPush() const { return weight_ >= std::max(kAsyncPushWeight, options_.weightFloor); }
+
+void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable) {
   const int rank = transport_.rank(), n = transport_.worldSize();
   std::vector<int> others;
   for (int q = 0; q < n; ++q)
@@ -183,10 +180,9 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds) {
       }
       addMessage(z, recvBufs_[0]);
       ++asyncReceived_;
-      asyncAnswered_ = std::chrono::steady_clock::now();
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if ((untilPushable && canPush()) || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
@@ -208,6 +204,7 @@ void Sgp::gossip(std::span<float> params, std::uint64_t round) {
       pendingRound_ = round;
       break;
     case GossipMode::kAsync:
+      drainAsync(params, canPush() ? 0.0 : options_.asyncWaitSeconds, true);
       send(params, p, Tag::make(Op::kGossip, 0, 0));
       drainAsync(params, 0.0);
       break;
@@ -229,7 +226,6 @@ void Sgp::flush(std::span<float> params) {
           },
           params, std::span(&all, 1), std::span(&weight_, 1),
           detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds);
-      asyncSent_ = asyncReceived_;  // nothing is in flight: push again
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning, "sgp: the ranks cannot agree (" << e.what() << "); folding in what arrived");

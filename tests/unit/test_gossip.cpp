@@ -436,7 +436,7 @@ TEST_CASE("SGP in async mode routes around a peer that left: the others keep ste
 // every rank flushes. Returns each rank's weight after the flush; `lowest`
 // gets each rank's lowest weight after any step.
 std::vector<double> runAsyncSgpAhead(std::vector<std::vector<float>>& xs, const std::vector<int>& steps,
-                                     double lr, std::chrono::microseconds pause,
+                                     double lr, std::chrono::microseconds pause, double waitSeconds,
                                      std::vector<double>& lowest) {
   const int n = static_cast<int>(xs.size());
   topologies::DirectedExponential expo(n, 1);
@@ -446,7 +446,9 @@ std::vector<double> runAsyncSgpAhead(std::vector<std::vector<float>>& xs, const 
   std::barrier allSent(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, expo, 8, {{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    optimizers::SgpOptions o{{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+    o.asyncWaitSeconds = waitSeconds;
+    optimizers::Sgp sgp(*t, expo, 8, o);
     const std::vector<float> g(8, 1.0f);
     auto& x = xs[static_cast<std::size_t>(r)];
     for (int s = 0; s < steps[static_cast<std::size_t>(r)]; ++s) {
@@ -464,17 +466,19 @@ std::vector<double> runAsyncSgpAhead(std::vector<std::vector<float>>& xs, const 
 
 TEST_CASE("SGP in async mode keeps every push-sum weight clear of underflow when one rank runs far ahead",
           "[sgp]") {
-  // Rank 0 steps 1500 times without pause while the others step 40 times,
-  // slowly: it pushes far more often than anyone pushes to it. Without a
-  // floor its weight halves at every push and underflows to 0, after which
-  // its messages carry nothing and the mass it held is gone.
+  // Rank 0 steps 1500 times without pause (nor the bounded wait) while the
+  // others step 40 times, slowly: it could push far more often than anyone
+  // pushes to it. Pushing at every step would halve its weight each time
+  // until it underflowed to 0, after which its messages carry nothing and
+  // the mass it held is gone.
   const int n = 4;
   auto xs = randomModels(n, 8, 5);
   std::vector<double> mean0(8, 0.0);
   for (const auto& x : xs)
     for (std::size_t i = 0; i < 8; ++i) mean0[i] += x[i] / n;
   std::vector<double> lowest;
-  const auto weights = runAsyncSgpAhead(xs, {1500, 40, 40, 40}, 0.0, std::chrono::milliseconds(2), lowest);
+  const auto weights =
+      runAsyncSgpAhead(xs, {1500, 40, 40, 40}, 0.0, std::chrono::milliseconds(2), 0.0, lowest);
   double mass = 0;
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);
@@ -520,8 +524,11 @@ TEST_CASE(
           cx = c.get();
           opt = std::move(c);
         } else {
-          auto s = std::make_unique<optimizers::Sgp>(
-              *t, expo, 30, optimizers::SgpOptions{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+          // The rank running ahead does not wait for pushes (it would
+          // wait at most 1500 x 5 ms while the others are done).
+          optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+          if (ahead) o.asyncWaitSeconds = 0.0;
+          auto s = std::make_unique<optimizers::Sgp>(*t, expo, 30, o);
           sgp = s.get();
           opt = std::move(s);
         }
@@ -551,34 +558,50 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("SGP in async mode does not push again while its pushes are unanswered", "[sgp]") {
+TEST_CASE("SGP in async mode pushes only with a weight of at least 1/2 and waits a bounded time for mass",
+          "[sgp]") {
   // Rank 1 does not step (nor receive) until rank 0 has stepped 50 times.
-  // Rank 0 pushes once and then keeps its mass: it had pushed every step
-  // (halving its weight each time) down to the weight floor, so that most of
-  // the mass sat in messages nobody had read yet.
+  // Rank 0 pushes half its mass twice (weight 1, then 1/2) and then keeps
+  // its weight of 1/4, waiting up to asyncWaitSeconds at each later step for
+  // a push that does not come; once rank 1 has pushed back, it pushes again.
+  // The dyadic weights are exact in float64.
   const int n = 2;
+  const double wait = 0.002;
   topologies::DirectedExponential expo(n, 1);
   auto fabric = inproc::makeFabric(n);
   auto xs = randomModels(n, 8, 17);
-  std::vector<double> weightsAhead(n), weights(n);
+  std::vector<double> weightsAhead(n), weightsAfter(n), weights(n);
+  double aheadSeconds = 0;
   std::barrier ahead(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, expo, 8, {{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync});
+    optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+    o.asyncWaitSeconds = wait;
+    optimizers::Sgp sgp(*t, expo, 8, o);
     const std::vector<float> g(8, 0.0f);
     auto& x = xs[static_cast<std::size_t>(r)];
-    if (r == 0)
+    if (r == 0) {
+      const auto start = std::chrono::steady_clock::now();
       for (int s = 0; s < 50; ++s) sgp.step(x, g);
+      aheadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     weightsAhead[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
     ahead.arrive_and_wait();
-    if (r == 1) sgp.step(x, g);  // takes rank 0's push in, pushes back
+    if (r == 1) sgp.step(x, g);  // takes both pushes in (weight 1.75) and pushes back 0.875
+    ahead.arrive_and_wait();
+    if (r == 0) sgp.step(x, g);  // takes 0.875 in (weight 1.125) and pushes half of it
+    weightsAfter[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
     ahead.arrive_and_wait();
     sgp.flush(x);
     weights[static_cast<std::size_t>(r)] = sgp.pushSumWeight();
   });
-  CHECK(weightsAhead[0] == 0.5);  // one push of half its mass, none after
+  CHECK(weightsAhead[0] == 0.25);
   CHECK(weightsAhead[1] == 1.0);
+  CHECK(aheadSeconds >= 48 * wait);  // each step after the second waited
+  CHECK(weightsAfter[0] == 0.5625);
+  CHECK(weightsAfter[1] == 0.875);
   CHECK(weights[0] + weights[1] == Approx(2.0).margin(1e-12));
+  for (std::size_t i = 0; i < 8; ++i) CHECK(xs[0][i] == Approx(xs[1][i]).margin(1e-6));
 }
 
 TEST_CASE("SGP in async mode steps the numerator: each step moves sum_i w_i z_i by -lr g", "[sgp]") {
@@ -594,7 +617,7 @@ TEST_CASE("SGP in async mode steps the numerator: each step moves sum_i w_i z_i 
   const double lr = 0.01;
   const std::vector<int> steps = {300, 60, 60};  // rank 0 runs ahead
   std::vector<double> lowest;
-  const auto weights = runAsyncSgpAhead(xs, steps, lr, std::chrono::microseconds(500), lowest);
+  const auto weights = runAsyncSgpAhead(xs, steps, lr, std::chrono::microseconds(500), 0.001, lowest);
   double mass = 0;
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);

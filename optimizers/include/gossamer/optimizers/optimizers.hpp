@@ -100,6 +100,10 @@ struct CrossoverOptions {
   /// Async mode: a segment whose push-sum weight is below this keeps its mass
   /// instead of pushing until pushes from peers raise it, in (0, 1).
   double weightFloor = 1e-3;
+  /// Async mode: while a segment's weight is too low to push, the rank waits
+  /// up to this long (seconds, >= 0) for its peers' pushes before it steps
+  /// on; 0 never waits (bounded staleness, as SgpOptions::asyncWaitSeconds).
+  double asyncWaitSeconds = 0.005;
 };
 
 /// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each
@@ -162,6 +166,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   void finish(std::span<float> params, Pending& p, bool snapshotCorrection);
   void asyncExchange(std::span<float> params, std::uint64_t round);
   void foldArrived(std::span<float> params);  // async: folds in every segment that has arrived
+  bool canPush(std::size_t segment) const;    // async: the segment's weight is high enough to push
   void startAsync();                          // async: standing receives and segment weights, once
 
   Transport& transport_;
@@ -178,14 +183,11 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<std::byte> asyncSend_;
   std::vector<double> asyncWeight_;
   std::vector<Request> asyncRecv_;
-  std::vector<int> others_;                           // every rank but this one
-  std::vector<std::uint64_t> sentTo_;                 // async: segment messages pushed to each rank
-  std::uint64_t received_ = 0;                        // async: segment messages folded in
-  std::uint64_t agreements_ = 0;                      // async: flushes so far
-  std::vector<std::uint64_t> segSent_, segReceived_;  // async: each segment's messages pushed, folded in
-  std::vector<std::chrono::steady_clock::time_point>
-      segAnswered_;               // async: each segment's last push or receipt
-  std::vector<float> stepStart_;  // async: z before the SGD step
+  std::vector<int> others_;            // every rank but this one
+  std::vector<std::uint64_t> sentTo_;  // async: segment messages pushed to each rank
+  std::uint64_t received_ = 0;         // async: segment messages folded in
+  std::uint64_t agreements_ = 0;       // async: flushes so far
+  std::vector<float> stepStart_;       // async: z before the SGD step
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
 };
@@ -200,6 +202,11 @@ struct SgpOptions {
   /// again, in (0, 1). A rank that steps faster than its peers push to it
   /// would otherwise halve w at every push until it underflows to 0.
   double weightFloor = 1e-3;
+  /// Async mode: a rank whose weight is too low to push waits up to this
+  /// long (seconds, >= 0) for its peers' pushes before it steps on; 0 never
+  /// waits. A bounded staleness that yields the CPU to the transport when
+  /// the steps outpace it (sgp.cpp).
+  double asyncWaitSeconds = 0.005;
 };
 
 /// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019,
@@ -219,13 +226,12 @@ struct SgpOptions {
 /// In async mode a send to a peer known to be gone keeps that share locally,
 /// so the mass is not lost and the others route around the peer. Async mode
 /// also steps the numerator as Alg. 1 does (z <- z - lr u / w), and a rank
-/// pushes only when each message it pushed so far is matched by one it
-/// received and its weight is at least max(1/2, options.weightFloor);
-/// otherwise it keeps all its mass that step (pushes unanswered for
-/// options.timeoutSeconds are no longer waited for). So at most one round of pushes
-/// per rank is in flight however slow the transport, and every weight stays
-/// >= 1/(2 (d+1)) (sgp.cpp has the reasons). flush() ends an async phase
-/// with every rank at the push-sum average.
+/// pushes only when its weight is at least max(1/2, options.weightFloor);
+/// otherwise it waits up to options.asyncWaitSeconds for pushes from anyone
+/// to raise it, and keeps all its mass that step if they do not. So at most
+/// 4N messages are in flight however slow the transport, and every weight
+/// stays >= 1/(2 (d+1)) (sgp.cpp has the reasons). flush() ends an async
+/// phase with every rank at the push-sum average.
 class Sgp final : public DistributedOptimizer {
  public:
   /// @throws InvalidArgument for a topology of another world size or bad options.
@@ -266,7 +272,11 @@ class Sgp final : public DistributedOptimizer {
   void send(std::span<const float> z, const PeerSet& p, Tag tag);
   void addMessage(std::span<float> z, std::span<const std::byte> msg);
   void receiveRound(std::span<float> z, std::uint64_t round);
-  void drainAsync(std::span<float> z, double waitSeconds);
+  /// Async mode: folds in what has arrived; waits up to waitSeconds for
+  /// more (with untilPushable, only until canPush()).
+  void drainAsync(std::span<float> z, double waitSeconds, bool untilPushable = false);
+  /// Async mode: the weight is high enough to push.
+  bool canPush() const;
 
   Transport& transport_;
   const Topology& topology_;
@@ -277,14 +287,11 @@ class Sgp final : public DistributedOptimizer {
   std::vector<std::byte> sendBuf_;  // [w][x share]
   std::vector<std::vector<std::byte>> recvBufs_;
   std::vector<Request> asyncRecv_;     // async: standing receives (one per buffer)
-  std::uint64_t asyncSent_ = 0;        // async: messages pushed
   std::uint64_t asyncReceived_ = 0;    // async: messages folded in
   std::vector<std::uint64_t> sentTo_;  // async: messages pushed to each rank
   std::uint64_t agreements_ = 0;       // async: flushes so far
   std::vector<float> stepStart_;       // async: z before the SGD step
-  std::chrono::steady_clock::time_point asyncAnswered_ =
-      std::chrono::steady_clock::now();  // async: last push or receipt
-  bool roundPending_ = false;            // overlap: a round's messages not yet consumed
+  bool roundPending_ = false;          // overlap: a round's messages not yet consumed
   std::uint64_t pendingRound_ = 0;
   std::uint64_t steps_ = 0;
 };
