@@ -9,6 +9,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/registry.hpp"
+#include "gossamer/security.hpp"
 
 namespace gossamer::detail {
 
@@ -134,6 +135,8 @@ void addCoreKeys(ConfigSchema& schema) {
                      [](Config& c) -> double& { return c.collectives.contention; });
   bindMember<bool>(schema, "collectives", "calibrate",
                    [](Config& c) -> bool& { return c.collectives.calibrate; });
+
+  addSecurityKeys(schema);
 }
 
 }  // namespace gossamer::detail

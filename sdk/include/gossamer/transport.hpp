@@ -111,6 +111,9 @@ struct TransportStats {
   /// Of messagesReceived, those copied straight out of the sender's memory
   /// (single copy over ipc: single_copy.hpp), not read from a socket.
   std::uint64_t messagesPulled = 0;
+  /// Connections refused before anything they sent was delivered (zmq under
+  /// `security:`: a public key not admitted, or a failed CURVE handshake).
+  std::uint64_t refusedConnections = 0;
 };
 
 /// The performance features of a transport, in one place: what the

@@ -3,6 +3,7 @@
 // libfabric_impl.hpp and docs/libfabric.md.
 #include "gossamer/transports/libfabric.hpp"
 
+#include "gossamer/security.hpp"
 #include "libfabric_impl.hpp"
 
 namespace gossamer::libfabric {
@@ -261,6 +262,7 @@ void registerWith(Registry& registry) {
   registry.addTransport(
       "libfabric",
       [](const TransportContext& ctx) {
+        requireNoSecurity(ctx.config, "libfabric");
         Options o;
         o.rank = ctx.rank;
         o.worldSize = ctx.config.worldSize;

@@ -50,6 +50,7 @@
 #include "gossamer/mailbox.hpp"
 #include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
+#include "gossamer/security.hpp"
 #include "gossamer/single_copy.hpp"
 #include "gossamer/transports/socket.hpp"
 
@@ -1197,6 +1198,7 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 
 void registerWith(Registry& registry) {
   registry.addTransport("socket", [](const TransportContext& ctx) {
+    requireNoSecurity(ctx.config, "socket");
     return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
   });
 }

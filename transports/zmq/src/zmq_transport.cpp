@@ -60,6 +60,7 @@
 #include "gossamer/registry.hpp"
 #include "gossamer/single_copy.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "zmq_security.hpp"
 
 namespace gossamer::zmq {
 
@@ -111,6 +112,10 @@ class ZmqTransport final : public Transport {
     byeLinger_ = std::min(o.lingerSeconds, 0.05);
     rx_.set(::zmq::sockopt::rcvhwm, 0);
     rx_.set(::zmq::sockopt::linger, 0);
+    if (o.curve) {
+      curve::CurveAdmission::makeServer(rx_, *opt_.curve);
+      admission_ = std::make_unique<curve::CurveAdmission>(ctx_, rx_, *opt_.curve, o.rank);
+    }
     const std::string bindAt = o.protocol == "tcp" ? "tcp://" + o.host + ":*" : "ipc://*";
     try {
       rx_.bind(bindAt);
@@ -121,11 +126,23 @@ class ZmqTransport final : public Transport {
     incarnation_ = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
     hello_ = encodeHello(Hello{incarnation_, me});
     const std::string prefix = o.storePrefix + "/zmq/";
+    // Under CURVE each rank also publishes its public key; a client connects
+    // only to a server whose published key is admitted.
+    const std::string keyPrefix = o.storePrefix + "/zmq-key/";
+    if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
     store.set(prefix + std::to_string(o.rank), me);
     std::vector<std::string> keys;
     for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
     store.wait(keys, o.timeoutSeconds);
-    if (o.protocol == "ipc" && o.singleCopy) {
+    if (o.curve) {
+      serverKeys_.resize(static_cast<std::size_t>(o.worldSize));
+      for (int p = 0; p < o.worldSize; ++p)
+        if (p != o.rank)
+          serverKeys_[static_cast<std::size_t>(p)] =
+              store.get(keyPrefix + std::to_string(p), o.timeoutSeconds);
+    }
+    // Single copy reads the peer's memory directly, outside CURVE: not under security.
+    if (o.protocol == "ipc" && o.singleCopy && !o.curve) {
       auto probed =
           single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/zmq-pull/", o.timeoutSeconds);
       pids_ = std::move(probed.pids);
@@ -430,11 +447,19 @@ class ZmqTransport final : public Transport {
       peer->tx.close();
       peer->tornDown = true;  // a cancelLoan timing out now must not touch the closed socket
     }
+    if (admission_) {
+      zmq_socket_monitor(rx_.handle(), nullptr, 0);
+      admission_.reset();
+    }
     rx_.close();
     ctx_.close();
   }
 
-  TransportStats stats() const override { return life_.stats(); }
+  TransportStats stats() const override {
+    TransportStats s = life_.stats();
+    if (admission_) s.refusedConnections = admission_->refusedKeys() + admission_->failedHandshakes();
+    return s;
+  }
 
  private:
   // Sends a header-only control frame (bye, bye-ack) to peer p; best effort.
@@ -474,6 +499,8 @@ class ZmqTransport final : public Transport {
     peer.tx.set(::zmq::sockopt::routing_id, std::to_string(opt_.rank) + "." + std::to_string(incarnation_));
     peer.tx.set(::zmq::sockopt::sndhwm, 0);
     peer.tx.set(::zmq::sockopt::immediate, false);
+    if (opt_.curve)
+      curve::CurveAdmission::makeClient(peer.tx, *opt_.curve, serverKeys_[static_cast<std::size_t>(p)], p);
     const std::string monitorAt =
         "inproc://monitor-" + std::to_string(p) + "-" + std::to_string(peer.connections++);
     if (zmq_socket_monitor(peer.tx.handle(), monitorAt.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
@@ -915,6 +942,8 @@ class ZmqTransport final : public Transport {
   PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   ::zmq::context_t ctx_;
   ::zmq::socket_t rx_;
+  std::unique_ptr<curve::CurveAdmission> admission_;  // under CURVE: admits peers by key
+  std::vector<std::string> serverKeys_;               // under CURVE: each rank's public key
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
   std::atomic<bool> stop_{false}, aborting_{false};
@@ -944,6 +973,7 @@ void registerWith(Registry& registry) {
       [](const TransportContext& ctx) {
         auto o = networkOptionsFrom<Options>(ctx);
         o.recycleReceiveBuffers = ctx.config.get<bool>("transport.recycle_receive_buffers");
+        o.curve = curveKeysFrom(ctx.config, ctx.rank);
         return makeTransport(o, ctx.store);
       },
       KeySet().boolean(

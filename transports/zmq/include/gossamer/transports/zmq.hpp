@@ -6,9 +6,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "gossamer/defaults.hpp"
+#include "gossamer/security.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 
@@ -56,6 +59,13 @@ struct Options {
   bool singleCopy = true;
   std::size_t singleCopyMinBytes = std::size_t{64} << 10;  ///< Smallest pulled message, bytes.
   bool checksumPulls = false;  ///< Also CRC-32C each pulled message (sender and receiver).
+  /// When set (`security.enabled`), every link runs CURVE (CurveZMQ: a
+  /// Curve25519 key exchange, then each frame encrypted and authenticated):
+  /// this rank accepts a connection only from an admitted public key (others
+  /// are refused and logged with their address and key), publishes its own
+  /// key in the store beside its endpoint, and connects only to a peer whose
+  /// published key is admitted. Single copy is off under it.
+  std::optional<CurveKeys> curve;
 };
 
 /// Creates the transport: binds, publishes "<prefix>/zmq/<rank>" in `store`,
@@ -66,6 +76,11 @@ struct Options {
 ///         again), ProtocolError for a malformed probe entry in the store,
 ///         Error if binding fails.
 std::unique_ptr<Transport> makeTransport(const Options& options, Store& store);
+
+/// A new CURVE key pair {public, secret}, Z85 text of 40 characters each,
+/// from libzmq (zmq_curve_keypair: libsodium's Curve25519 and its random
+/// source). @throws Error if libzmq was built without CURVE.
+std::pair<std::string, std::string> newCurveKeyPair();
 
 }  // namespace gossamer::zmq
 

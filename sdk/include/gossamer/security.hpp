@@ -1,0 +1,65 @@
+// Admission by key: the `security:` section and the CURVE key files every
+// transport that authenticates its peers reads. A transport that cannot
+// authenticate refuses to start when security is on (requireNoSecurity).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gossamer {
+
+class Config;
+class ConfigSchema;
+
+/// One peer's CURVE (Curve25519) identity and the public keys the job admits.
+/// Keys are Z85 text, 40 characters each (32 bytes; ZeroMQ RFC 32).
+struct CurveKeys {
+  std::string publicKey;              ///< This peer's public key.
+  std::string secretKey;              ///< This peer's secret key.
+  std::vector<std::string> admitted;  ///< Every admitted public key, this peer's included.
+  bool admits(const std::string& publicKey) const;
+};
+
+/// True if `key` is 40 characters of the Z85 alphabet.
+bool isZ85Key(const std::string& key);
+
+/// Reads the keys of a certificate file: lines `public-key = "Z85"` and
+/// `secret-key = "Z85"` (the ZeroMQ certificate layout gossamer-keygen
+/// writes; a line starting with '#' is a comment). Returns {public keys, secret keys} in file
+/// order. @throws InvalidArgument naming the file and line of a malformed key
+/// or a file that cannot be read.
+std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(const std::string& path);
+
+/// Loads this peer's key pair from `secretKeyPath` (a certificate with one
+/// public-key and one secret-key line, readable by its owner only) and the
+/// admitted public keys from `publicKeysPath`: a certificate file with one or
+/// more public-key lines, or a directory whose regular files are read so
+/// (secret certificates in it are skipped). @throws InvalidArgument if a file
+/// is missing or malformed, the secret file can be read by group or others
+/// (mode & 077), no key is admitted, or this peer's own public key is not.
+CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& publicKeysPath);
+
+/// The keys `security:` names for `rank`, loaded, when `security.enabled` is
+/// true; nullopt otherwise. "{rank}" in `security.secret_key` becomes the
+/// rank (one key pair per peer from one config). @throws InvalidArgument as
+/// loadCurveKeys, or when a key is missing.
+std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank);
+
+/// For a transport without authentication: @throws InvalidArgument saying
+/// that `transport` cannot run with `security.enabled` and which one can.
+void requireNoSecurity(const Config& config, const std::string& transport);
+
+/// Writes a new key pair: `path` gets the secret certificate (mode 0600) and
+/// `path + ".pub"` the public one. Refuses to replace an existing file unless
+/// `force`. @throws InvalidArgument for a bad key or an existing file without
+/// force; Error if a file cannot be written.
+void writeCertificates(const std::string& path, const std::string& publicKey, const std::string& secretKey,
+                       bool force);
+
+namespace detail {
+/// Declares the `security:` section (enabled, secret_key, public_keys).
+void addSecurityKeys(ConfigSchema& schema);
+}  // namespace detail
+
+}  // namespace gossamer

@@ -1,0 +1,180 @@
+// The `security:` section and CURVE key files (security.hpp).
+//
+// A certificate is text in the layout ZeroMQ's tools use:
+//   # comment (a whole line)
+//   metadata
+//   curve
+//       public-key = "<40 Z85 characters>"
+//       secret-key = "<40 Z85 characters>"     (secret certificates only)
+// Only the key lines are read; the rest is ignored.
+#include "gossamer/security.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gossamer/config.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/schema.hpp"
+
+namespace gossamer {
+
+namespace {
+
+constexpr std::string_view kZ85 =
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+bool isSecretCertificate(const std::string& path) {
+  try {
+    return !readCertificate(path).second.empty();
+  } catch (const InvalidArgument&) {
+    return false;
+  }
+}
+
+void writeFile(const std::string& path, const std::string& text, mode_t mode, bool force) {
+  const int flags = O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL);
+  const int fd = ::open(path.c_str(), flags, mode);
+  if (fd < 0) {
+    if (errno == EEXIST) throw InvalidArgument(path + " exists (use --force to replace it)");
+    throw Error("cannot write " + path + ": " + std::strerror(errno));
+  }
+  // An existing file keeps its mode under O_TRUNC: set it.
+  const bool ok =
+      ::fchmod(fd, mode) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+bool CurveKeys::admits(const std::string& key) const {
+  return std::find(admitted.begin(), admitted.end(), key) != admitted.end();
+}
+
+bool isZ85Key(const std::string& key) {
+  return key.size() == 40 && std::all_of(key.begin(), key.end(), [](char c) {
+           return c != '\0' && kZ85.find(c) != std::string_view::npos;
+         });
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cannot read key file " + path + ": " + std::strerror(errno));
+  std::pair<std::vector<std::string>, std::vector<std::string>> keys;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;  // Z85 has '#': comments are whole lines
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = trim(line.substr(0, eq));
+    if (name != "public-key" && name != "secret-key") continue;
+    std::string value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+      value = value.substr(1, value.size() - 2);
+    if (!isZ85Key(value))
+      throw InvalidArgument(path + ":" + std::to_string(number) + ": " + name +
+                            " is not 40 characters of Z85 (a CURVE key as gossamer-keygen writes it)");
+    (name == "public-key" ? keys.first : keys.second).push_back(value);
+  }
+  return keys;
+}
+
+CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& publicKeysPath) {
+  struct stat st {};
+  if (::stat(secretKeyPath.c_str(), &st) != 0)
+    throw InvalidArgument("cannot read secret key file " + secretKeyPath + ": " + std::strerror(errno));
+  if ((st.st_mode & 077) != 0)
+    throw InvalidArgument("secret key file " + secretKeyPath +
+                          " can be read by group or others: chmod 600 it (gossamer-keygen writes it so)");
+  CurveKeys keys;
+  const auto [pub, sec] = readCertificate(secretKeyPath);
+  if (pub.size() != 1 || sec.size() != 1)
+    throw InvalidArgument("secret key file " + secretKeyPath + " holds " + std::to_string(pub.size()) +
+                          " public and " + std::to_string(sec.size()) + " secret keys, expected one of each");
+  keys.publicKey = pub[0];
+  keys.secretKey = sec[0];
+
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (std::filesystem::is_directory(publicKeysPath, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(publicKeysPath, ec))
+      if (entry.is_regular_file() && !isSecretCertificate(entry.path()))
+        files.push_back(entry.path().string());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(publicKeysPath);
+  }
+  for (const auto& f : files)
+    for (const auto& k : readCertificate(f).first)
+      if (!keys.admits(k)) keys.admitted.push_back(k);
+  if (keys.admitted.empty()) throw InvalidArgument("no public key admitted by " + publicKeysPath);
+  if (!keys.admits(keys.publicKey))
+    throw InvalidArgument("this peer's public key (" + secretKeyPath + ") is not among those " +
+                          publicKeysPath + " admits: the others would refuse it");
+  return keys;
+}
+
+std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
+  if (!config.getOr<bool>("security.enabled", false)) return std::nullopt;
+  std::string secret = config.get<std::string>("security.secret_key");
+  for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
+    secret.replace(at, 6, std::to_string(rank));
+  const auto& pub = config.get<std::string>("security.public_keys");
+  GOSSAMER_ENFORCE(!secret.empty(), "security.secret_key: required when security.enabled is true");
+  GOSSAMER_ENFORCE(!pub.empty(), "security.public_keys: required when security.enabled is true");
+  return loadCurveKeys(secret, pub);
+}
+
+void requireNoSecurity(const Config& config, const std::string& transport) {
+  GOSSAMER_ENFORCE(!config.getOr<bool>("security.enabled", false),
+                   "transport " << transport
+                                << " cannot authenticate or encrypt (security.enabled is true): use "
+                                   "transport.kind: zmq, which runs CURVE with the same keys");
+}
+
+void writeCertificates(const std::string& path, const std::string& publicKey, const std::string& secretKey,
+                       bool force) {
+  GOSSAMER_ENFORCE(isZ85Key(publicKey) && isZ85Key(secretKey), "keys must be 40 characters of Z85");
+  const std::string head = "# Gossamer CURVE certificate (ZeroMQ layout)\nmetadata\ncurve\n";
+  const std::string pub = "    public-key = \"" + publicKey + "\"\n";
+  // The public file first: a failure leaves no secret without its public half.
+  writeFile(path + ".pub", head + pub, 0644, force);
+  writeFile(path,
+            "# SECRET: give this file to no one; readable by its owner only.\n" + head + pub +
+                "    secret-key = \"" + secretKey + "\"\n",
+            0600, force);
+}
+
+namespace detail {
+void addSecurityKeys(ConfigSchema& schema) {
+  schema.addSection("security",
+                    "Admission by key: every link authenticated and encrypted with CURVE (zmq transport "
+                    "only; the others refuse to start with it on).");
+  schema.addKeys("security",
+                 KeySet()
+                     .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
+                     .text("secret_key", "", {},
+                           "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
+                           "becomes the rank")
+                     .text("public_keys", "", {},
+                           "the admitted public keys: a certificate file, or a directory of them"));
+}
+}  // namespace detail
+
+}  // namespace gossamer

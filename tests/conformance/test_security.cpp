@@ -1,0 +1,123 @@
+// The zmq transport under CURVE (`security:`): admitted peers talk; a peer
+// with a key the job does not admit and a plaintext peer are refused, nothing
+// they send is delivered, and each refusal is logged and counted.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/security.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/transports/zmq.hpp"
+#include "gossamer/wire.hpp"
+#include "log_capture.hpp"
+#include "process.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::LogCapture;
+using gossamer::testing::onEveryRank;
+using gossamer::testing::TempDir;
+
+namespace {
+
+// A data frame as rank `source` sends it over zmq: header, then payload.
+void sendFrame(::zmq::socket_t& s, std::uint32_t source, const Tag& tag,
+               const std::vector<std::byte>& payload) {
+  const auto h = encodeFrameHeader(FrameKind::kData, DType::kBytes, source, tag, payload);
+  s.send(::zmq::buffer(h.data(), h.size()), ::zmq::send_flags::sndmore);
+  s.send(::zmq::buffer(payload.data(), payload.size()), ::zmq::send_flags::none);
+}
+
+bool logged(LogCapture& log, const std::string& needle) {
+  for (const auto& [level, text] : log.lines())
+    if (text.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("zmq under CURVE: a peer with an unknown key and a plaintext peer are refused, logged and counted",
+          "[zmq][security]") {
+  LogCapture log;
+  TempDir dir;
+  std::vector<std::string> pubs;
+  for (const std::string name : {"rank0", "rank1"}) {
+    const auto [pub, sec] = gossamer::zmq::newCurveKeyPair();
+    writeCertificates(dir / name, pub, sec, false);
+    pubs.push_back(pub);
+  }
+  const auto [intruderPub, intruderSec] = gossamer::zmq::newCurveKeyPair();  // not admitted
+  MemoryStore store;
+  std::vector<std::unique_ptr<Transport>> g(2);
+  onEveryRank(2, [&](int r) {
+    gossamer::zmq::Options o;
+    o.rank = r;
+    o.worldSize = 2;
+    o.timeoutSeconds = 10;
+    o.lingerSeconds = 0.5;
+    // A directory of admitted public keys: the secret certificates in it are skipped.
+    o.curve = loadCurveKeys(dir / ("rank" + std::to_string(r)), dir.path());
+    g[static_cast<std::size_t>(r)] = gossamer::zmq::makeTransport(o, store);
+  });
+  const std::string endpoint = *store.tryGet("gossamer/zmq/0");
+
+  // Both intruders pose as rank 1 and send a data frame with the tag rank 0
+  // is about to receive on.
+  const auto tag = Tag::make(Op::kUser, 7);
+  const std::vector<std::byte> forged(16, std::byte{0x66});
+  ::zmq::context_t ctx;
+  ::zmq::socket_t stranger(ctx, ::zmq::socket_type::dealer), plain(ctx, ::zmq::socket_type::dealer);
+  stranger.set(::zmq::sockopt::linger, 0);
+  plain.set(::zmq::sockopt::linger, 0);
+  stranger.set(::zmq::sockopt::routing_id, "1.99");
+  plain.set(::zmq::sockopt::routing_id, "1.98");
+  stranger.set(::zmq::sockopt::curve_serverkey, pubs[0]);
+  stranger.set(::zmq::sockopt::curve_publickey, intruderPub);
+  stranger.set(::zmq::sockopt::curve_secretkey, intruderSec);
+  stranger.connect(endpoint);
+  plain.connect(endpoint);
+  sendFrame(stranger, 1, tag, forged);
+  sendFrame(plain, 1, tag, forged);
+
+  std::vector<std::byte> got(16);
+  auto recv = g[0]->irecv(1, tag, got);
+  CHECK_THROWS_AS(recv.wait(2.0), TimeoutError);  // nothing of theirs arrived
+  recv.cancel();
+
+  // The admitted peer still gets through, encrypted.
+  const std::vector<std::byte> real(16, std::byte{0x11});
+  g[1]->isend(0, tag, real).wait(10);
+  auto ok = g[0]->irecv(1, tag, got);
+  ok.wait(10);
+  CHECK(got == real);
+
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (g[0]->stats().refusedConnections < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(g[0]->stats().refusedConnections >= 2);
+  CHECK(logged(log, "public key " + intruderPub + " is not admitted"));
+  CHECK(logged(log, "the CURVE handshake failed"));
+  onEveryRank(2, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+}
+
+TEST_CASE("zmq under CURVE: a rendezvous entry with a key that is not admitted is not connected to",
+          "[zmq][security]") {
+  TempDir dir;
+  const auto [pub, sec] = gossamer::zmq::newCurveKeyPair();
+  writeCertificates(dir / "rank0", pub, sec, false);
+  const auto [otherPub, otherSec] = gossamer::zmq::newCurveKeyPair();
+  (void)otherSec;
+  MemoryStore store;
+  // Rank 1's entries as an attacker who can write to the store would set them.
+  store.set("gossamer/zmq/1", "tcp://127.0.0.1:9");
+  store.set("gossamer/zmq-key/1", otherPub);
+  gossamer::zmq::Options o;
+  o.rank = 0;
+  o.worldSize = 2;
+  o.timeoutSeconds = 5;
+  o.curve = loadCurveKeys(dir / "rank0", dir / "rank0.pub");
+  CHECK_THROWS_WITH(gossamer::zmq::makeTransport(o, store), Catch::Contains("not admitted"));
+}

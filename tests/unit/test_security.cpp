@@ -1,0 +1,92 @@
+// Key files of `security:` (sdk security.hpp): what gossamer-keygen writes,
+// what loadCurveKeys accepts and what it refuses.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+
+#include "gossamer/config.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/security.hpp"
+#include "gossamer/transports/zmq.hpp"
+#include "process.hpp"
+
+using namespace gossamer;
+using gossamer::testing::TempDir;
+
+namespace {
+
+std::string newPair(const TempDir& dir, const std::string& name) {
+  const auto [pub, sec] = zmq::newCurveKeyPair();
+  writeCertificates(dir / name, pub, sec, false);
+  return pub;
+}
+
+void writeText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("security: a key pair written for a peer loads back, its secret readable by its owner only",
+          "[security]") {
+  TempDir dir;
+  const std::string a = newPair(dir, "a"), b = newPair(dir, "b");
+  CHECK(a != b);
+  struct stat st {};
+  REQUIRE(::stat((dir / "a").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // A directory of admitted keys: both public certificates (the secret ones
+  // in it are skipped).
+  const auto keys = loadCurveKeys(dir / "a", dir.path());
+  CHECK(keys.publicKey == a);
+  CHECK(isZ85Key(keys.secretKey));
+  CHECK(keys.admitted.size() == 2);
+  CHECK(keys.admits(a));
+  CHECK(keys.admits(b));
+  // One file of admitted keys.
+  CHECK(loadCurveKeys(dir / "b", dir / "b.pub").admitted == std::vector<std::string>{b});
+}
+
+TEST_CASE("security: keygen keeps existing files unless forced", "[security]") {
+  TempDir dir;
+  const std::string first = newPair(dir, "a");
+  const auto [pub, sec] = zmq::newCurveKeyPair();
+  CHECK_THROWS_WITH(writeCertificates(dir / "a", pub, sec, false), Catch::Contains("exists"));
+  CHECK(readCertificate(dir / "a.pub").first == std::vector<std::string>{first});
+  writeCertificates(dir / "a", pub, sec, true);
+  CHECK(readCertificate(dir / "a.pub").first == std::vector<std::string>{pub});
+  CHECK(readCertificate(dir / "a").second == std::vector<std::string>{sec});
+}
+
+TEST_CASE("security: bad key files are refused with the file, the line and the reason", "[security]") {
+  TempDir dir;
+  const std::string a = newPair(dir, "a");
+  newPair(dir, "b");
+  // The secret file readable by others.
+  ::chmod((dir / "a").c_str(), 0644);
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "a", dir / "a.pub"), Catch::Contains("chmod 600"));
+  ::chmod((dir / "a").c_str(), 0600);
+  // Its own key not admitted: the others would refuse it.
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "a", dir / "b.pub"), Catch::Contains("not among"));
+  // A malformed key names the file and line.
+  writeText(dir / "bad.pub", "# admitted\ncurve\n    public-key = \"tooshort\"\n");
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "a", dir / "bad.pub"), Catch::Contains("bad.pub:3: public-key"));
+  // Missing files, and a file with no key.
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "missing", dir / "a.pub"), Catch::Contains("missing"));
+  writeText(dir / "empty.pub", "# nothing\n");
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "a", dir / "empty.pub"), Catch::Contains("no public key"));
+  // A secret file with two pairs.
+  writeText(dir / "two",
+            "public-key = \"" + a + "\"\npublic-key = \"" + a + "\"\nsecret-key = \"" + a + "\"\n");
+  ::chmod((dir / "two").c_str(), 0600);
+  CHECK_THROWS_WITH(loadCurveKeys(dir / "two", dir / "a.pub"), Catch::Contains("expected one of each"));
+}
+
+TEST_CASE("security: a transport that cannot authenticate refuses to start with security on", "[security]") {
+  Config c;
+  c.set("security.enabled", true);
+  CHECK_THROWS_WITH(requireNoSecurity(c, "socket"), Catch::Contains("use transport.kind: zmq"));
+  c.set("security.enabled", false);
+  CHECK_NOTHROW(requireNoSecurity(c, "socket"));
+  CHECK_FALSE(curveKeysFrom(c, 0).has_value());
+}
