@@ -2,7 +2,10 @@
 // or over ipc ("tcp" / "zmq-tcp", "ipc" / "zmq-ipc"), the native socket
 // transport ("socket-tcp", "socket-ipc") and, when it is built,
 // libfabric with its tcp provider on 127.0.0.1 or its shm provider
-// ("libfabric-tcp", "libfabric-shm"). zmq tunes glibc's allocator
+// ("libfabric-tcp", "libfabric-shm"); "zmq-tcp-curve" is zmq tcp under CURVE
+// with the key pair at $GOSSAMER_BENCH_CURVE_KEY (a gossamer-keygen secret
+// certificate, its .pub beside it: every rank the same pair, which costs
+// what distinct pairs cost). zmq tunes glibc's allocator
 // (zmq::Options::recycleReceiveBuffers) only with GOSSAMER_BENCH_ZMQ_RECYCLE=1
 // in the environment.
 #pragma once
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/security.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 #include "gossamer/transports/socket.hpp"
@@ -25,7 +29,8 @@ namespace gossamer::bench {
 
 /// Every name makeBenchTransport accepts in this build.
 inline std::vector<std::string> benchTransportNames() {
-  std::vector<std::string> names{"tcp", "ipc", "zmq-tcp", "zmq-ipc", "socket-tcp", "socket-ipc"};
+  std::vector<std::string> names{"tcp",           "ipc",        "zmq-tcp",   "zmq-ipc",
+                                 "zmq-tcp-curve", "socket-tcp", "socket-ipc"};
 #ifdef GOSSAMER_HAVE_LIBFABRIC
   names.push_back("libfabric-tcp");
   names.push_back("libfabric-shm");
@@ -39,7 +44,8 @@ inline std::vector<std::string> benchTransportNames() {
 inline std::unique_ptr<Transport> makeBenchTransport(const std::string& name, int rank, int worldSize,
                                                      double timeoutSeconds, Store& store,
                                                      const std::string& storePrefix) {
-  const std::string zmqProtocol = name.rfind("zmq-", 0) == 0 ? name.substr(4) : name;
+  const bool curve = name == "zmq-tcp-curve";
+  const std::string zmqProtocol = curve ? "tcp" : name.rfind("zmq-", 0) == 0 ? name.substr(4) : name;
   // The fields every transport's Options has; the caller sets its own.
   auto common = [&](auto o) {
     o.rank = rank;
@@ -55,6 +61,12 @@ inline std::unique_ptr<Transport> makeBenchTransport(const std::string& name, in
     // GOSSAMER_BENCH_ZMQ_RECYCLE=1: zmq::Options::recycleReceiveBuffers (process-wide mallopt).
     const char* recycle = std::getenv("GOSSAMER_BENCH_ZMQ_RECYCLE");
     o.recycleReceiveBuffers = recycle != nullptr && std::string(recycle) == "1";
+    if (curve) {
+      const char* key = std::getenv("GOSSAMER_BENCH_CURVE_KEY");
+      GOSSAMER_ENFORCE(key != nullptr,
+                       "zmq-tcp-curve needs GOSSAMER_BENCH_CURVE_KEY (a gossamer-keygen secret file)");
+      o.curve = loadCurveKeys(key, std::string(key) + ".pub");
+    }
     return zmq::makeTransport(o, store);
   }
   if (name == "socket-tcp" || name == "socket-ipc") {
