@@ -375,6 +375,25 @@ void Mailbox::revive(int rank) {
   }
 }
 
+std::size_t Mailbox::discard(const std::function<bool(const Tag&)>& stale) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::size_t dropped = 0;
+  for (auto it = arrived_.begin(); it != arrived_.end();) {
+    // The queue's key is the packed tag (Tag::packed).
+    const std::uint64_t k = it->first;
+    const Tag tag{static_cast<Op>(k >> 56), static_cast<std::uint32_t>((k >> 40) & Tag::kMaxSegment),
+                  k & Tag::kMaxStep};
+    if (stale(tag)) {
+      dropped += it->second.size();
+      it = arrived_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  arrivedCount_ -= dropped;
+  return dropped;
+}
+
 bool Mailbox::isGone(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
   return rank >= 0 && rank < worldSize_ && gone_[static_cast<std::size_t>(rank)];

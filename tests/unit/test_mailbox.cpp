@@ -1,5 +1,6 @@
 // Mailbox::claim, which transports use to fill a posted receive in place:
-// matching order, and receives from several ranks left alone on request.
+// matching order, and receives from several ranks left alone on request;
+// Mailbox::discard, which drops queued messages by tag.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -37,6 +38,32 @@ TEST_CASE("Mailbox::claim takes the oldest matching pending receive, and leaves 
   box.deliver(0, tag, InboundPayload{nullptr, payload});
   CHECK(rb.test());
   CHECK(b[0] == std::byte{7});
+}
+
+TEST_CASE("Mailbox::discard drops the queued messages whose tag it is given, and no others", "[mailbox]") {
+  Mailbox box(3);
+  // Full tags: op, segment and all 40 bits of the step come back from the queue.
+  const Tag dropped{Op::kAllreduce, 3, (std::uint64_t{0x11} << 24) | 5};
+  const Tag kept{Op::kAllreduce, 3, (std::uint64_t{0x21} << 24) | 5};
+  const std::array<std::byte, 4> one{std::byte{1}}, two{std::byte{2}};
+  box.deliver(0, dropped, InboundPayload{nullptr, one});
+  box.deliver(1, dropped, InboundPayload{nullptr, one});
+  box.deliver(0, kept, InboundPayload{nullptr, two});
+  REQUIRE(box.unexpectedCount() == 3);
+  CHECK(box.discard([&](const Tag& t) { return t == dropped; }) == 2);
+  CHECK(box.unexpectedCount() == 1);
+  // A receive under the dropped tag waits for a new message; the kept one is there.
+  std::array<std::byte, 4> a{}, b{};
+  const std::array<int, 2> from01{0, 1};
+  auto ra = box.post(from01, dropped, a);
+  auto rb = box.post(from01, kept, b);
+  CHECK_FALSE(ra.test());
+  REQUIRE(rb.test());
+  CHECK(b[0] == std::byte{2});
+  box.deliver(1, dropped, InboundPayload{nullptr, two});
+  REQUIRE(ra.test());
+  CHECK(a[0] == std::byte{2});
+  CHECK(box.unexpectedCount() == 0);
 }
 
 TEST_CASE("Mailbox::claim with singleSourceOnly leaves a receive from several ranks first in line",

@@ -3,7 +3,9 @@
 // on every survivor, the survivors agree on one view, finish every step, and
 // each algorithm keeps what it promises over the survivors (identical models
 // for AllReduce-SGD; consensus of the survivors for the gossip algorithms).
-// Malformed membership messages are rejected without stopping the rank.
+// Malformed membership messages are rejected without stopping the rank. A
+// message of a view that was left never reaches a receive of a later view.
+#include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -153,6 +155,47 @@ TEST_CASE("membership: gossip at learning rate 0 brings the survivors to consens
     for (std::size_t i = 0; i < res.params.size(); ++i)
       CHECK(res.params[i] == Approx(results[0].params[i]).margin(1e-4));
   }
+}
+
+TEST_CASE("membership: a message of a view that was left is never received in a later view of its epoch",
+          "[membership]") {
+  // Views numbered 16 apart (one coordinator) carry the same epoch in their
+  // tags. Rank 0 sends rank 1 a message in view 1 that rank 1 never
+  // receives; in view 17 rank 1 receives, under the same tag, the one rank 0
+  // sends then. In every view between, rank 0 sends rank 1 one message,
+  // often before rank 1 has installed that view, and rank 1 receives it.
+  const int n = 3, changes = 17;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  const Config config = reg.parse(configText(n, "allreduce_sgd", 0.1));
+  MemoryStore store;
+  const Tag late = Tag::make(Op::kUser, 7), each = Tag::make(Op::kUser, 8);
+  std::barrier sync(n);
+  std::vector<float> perView;
+  float lastGot = 0;
+  onEveryRank(n, [&](int r) {
+    Agent agent(config, r, store, reg);
+    Transport& t = agent.transport();
+    for (int k = 1; k <= changes; ++k) {
+      agent.recover();
+      const auto number = static_cast<float>(agent.view().number);
+      if (r == 0 && (k == 1 || k == changes))
+        t.isendOf<float>(1, late, std::span<const float>(&number, 1)).wait(5);
+      if (r == 0) t.isendOf<float>(1, each, std::span<const float>(&number, 1)).wait(5);
+      if (r == 1) {
+        float got = -1;
+        t.irecvOf<float>(0, each, std::span<float>(&got, 1)).wait(5);
+        perView.push_back(got - number);
+        if (k == changes) t.irecvOf<float>(0, late, std::span<float>(&lastGot, 1)).wait(5);
+      }
+      // Nobody starts the next change before rank 1 has received.
+      sync.arrive_and_wait();
+    }
+    if (r == 1) CHECK(agent.view().number == static_cast<std::uint64_t>(changes));
+    agent.close();
+  });
+  CHECK(perView == std::vector<float>(static_cast<std::size_t>(changes), 0.0f));
+  CHECK(lastGot == static_cast<float>(changes));
 }
 
 TEST_CASE("membership: malformed membership messages are rejected with the peer and byte offset",

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -150,6 +151,11 @@ class Mailbox {
   /// wait for its messages again, and what its predecessor sent that was
   /// never received is dropped.
   void revive(int rank);
+
+  /// Drops the queued messages whose tag `stale` accepts; returns how many
+  /// (Transport::discardArrived). `stale` runs under the Mailbox's lock: it
+  /// must not call into the Mailbox.
+  std::size_t discard(const std::function<bool(const Tag&)>& stale);
 
   /// Cancels every pending receive and rejects later posts.
   void close();

@@ -8,7 +8,8 @@
 // pending receive through it fails with ViewChanged), the survivors agree on
 // the next view, and the Agent rebuilds its communicator, topology and
 // optimizer over it (Agent::recover). Messages of different views never
-// match: each view's tags carry its own epoch.
+// match: each view's tags carry its epoch, and what is still queued from the
+// views a rank has left is dropped when it installs the next one.
 #pragma once
 
 #include <cstdint>

@@ -216,6 +216,15 @@ class Transport {
     return irecv(source, tag, buffer);
   }
 
+  /// Drops the messages that arrived before any receive matched them and
+  /// whose tag `stale` accepts, so that no later receive gets them (the
+  /// membership service drops those of views it has left). Returns how many.
+  /// The default, for a transport that queues nothing of its own: 0.
+  virtual std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) {
+    (void)stale;
+    return 0;
+  }
+
   /// Typed helpers over contiguous elements.
   template <typename T>
   Request isendOf(int dst, const Tag& tag, std::span<const T> data) {

@@ -88,6 +88,9 @@ class FaultyTransport final : public Transport {
     joinWorker();
     dropExtra();
   }
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return inner_->discardArrived(stale);
+  }
   TransportStats stats() const override { return inner_->stats(); }
   const FaultStats& faults() const { return stats_; }
 

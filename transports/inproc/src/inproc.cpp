@@ -96,6 +96,10 @@ class InprocTransport final : public Transport {
     return fabric_->box(rank_).post(std::span<const int>(&source, 1), tag, buffer, nullptr, true);
   }
 
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return fabric_->box(rank_).discard(stale);
+  }
+
   void close() override { shut(false); }
   void abort() override { shut(true); }
 

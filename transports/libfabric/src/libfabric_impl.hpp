@@ -387,6 +387,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   double timeoutSeconds() const override { return opt_.timeoutSeconds; }
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override;
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override;
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return box_.discard(stale);
+  }
   void abort() override;
   void close() override;
   TransportStats stats() const override { return life_.stats(); }

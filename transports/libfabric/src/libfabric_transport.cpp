@@ -215,6 +215,9 @@ class TransportHandle final : public Transport {
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     return impl_->irecv(sources, tag, buffer);
   }
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return impl_->discardArrived(stale);
+  }
   void close() override { impl_->close(); }
   void abort() override { impl_->abort(); }
   TransportStats stats() const override { return impl_->stats(); }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -316,6 +317,12 @@ class MembershipTransport final : public Transport, public Membership {
         log(LogLevel::kWarning, "rank " + std::to_string(self_) +
                                     " was removed from the job by its peers (view " +
                                     std::to_string(d.view.number) + "); asking to rejoin");
+      // Out of every view until one takes it back: what peers sent it in the
+      // views it held is stale. (A view of the same number from another
+      // coordinator may still take it in: its messages are kept.) The view
+      // that takes it back is decided after it asks, so none of its
+      // messages is here yet.
+      dropQueuedExceptLocked(d.view.number, d.view.number);
       outsider_ = true;
       joinAsked_ = true;
       view_ = d.view;
@@ -335,9 +342,36 @@ class MembershipTransport final : public Transport, public Membership {
  private:
   static std::pair<std::uint64_t, int> viewKey(const View& v) { return {v.number, v.coordinator}; }
 
-  // The view's epoch, in tag bits 24-31 of the step (0 for the first view).
-  static std::uint8_t epochOf(const View& v) {
-    return static_cast<std::uint8_t>((v.number * 16 + static_cast<std::uint64_t>(v.coordinator + 1)) & 0xFF);
+  // The epoch of the view numbered `number` that `coordinator` issued, in tag
+  // bits 24-31 of the step (0 for the first view). Views numbered 16 or more
+  // apart share epochs, so the messages of views left behind are dropped
+  // (dropQueuedExceptLocked) before their epoch comes back.
+  static std::uint8_t epochOf(std::uint64_t number, int coordinator) {
+    return static_cast<std::uint8_t>((number * 16 + static_cast<std::uint64_t>(coordinator + 1)) & 0xFF);
+  }
+  static std::uint8_t epochOf(const View& v) { return epochOf(v.number, v.coordinator); }
+  // The epochs of every view numbered `from` .. `to`, whichever rank issued it.
+  std::bitset<256> epochsOf(std::uint64_t from, std::uint64_t to) const {
+    std::bitset<256> out;
+    for (std::uint64_t n = from; n <= to; ++n) {
+      if (n == 0) out.set(epochOf(0, -1));
+      for (int c = 0; n > 0 && c < world_; ++c) out.set(epochOf(n, c));
+    }
+    return out;
+  }
+  // Drops the data messages still queued in the inner transport, unless their
+  // epoch is one that a view numbered `from` .. `to` has: the others belong
+  // to views this rank has left or never installed, and a receive of a later
+  // view with the same epoch must not take them. The membership's own
+  // messages carry no epoch and are kept.
+  void dropQueuedExceptLocked(std::uint64_t from, std::uint64_t to) {
+    const std::bitset<256> keep = epochsOf(from, to);
+    if (keep.all()) return;
+    const std::size_t dropped = inner_->discardArrived(
+        [&](const Tag& t) { return t.op != Op::kMembership && !keep.test((t.step >> 24) & 0xFF); });
+    if (dropped > 0 && logEnabled(LogLevel::kInfo))
+      log(LogLevel::kInfo, "rank " + std::to_string(self_) + ": dropped " + std::to_string(dropped) +
+                               " message(s) of earlier views");
   }
   Tag translateLocked(const Tag& tag) const {
     constexpr std::uint64_t kEpochBits = std::uint64_t{0xFF} << 24;
@@ -540,6 +574,10 @@ class MembershipTransport final : public Transport, public Membership {
 
   void installLocked(const View& v) {
     view_ = v;
+    // What peers sent in earlier views is stale. A faster peer may already
+    // have installed the next view (numbered one more) and sent in it; none
+    // is further ahead, since that needs this rank's report for v.
+    dropQueuedExceptLocked(v.number, v.number + 1);
     for (int p : v.members) joiners_.erase(p);
     std::set<int> keep;
     for (int p : suspects_)

@@ -436,6 +436,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     return box_.post(sources, tag, buffer, shared_from_this());
   }
 
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) { return box_.discard(stale); }
+
   void waitUntil(detail::RequestState& state, Clock::time_point deadline) override {
     ++activeWaiters_;
     struct Leave {
@@ -1076,6 +1078,9 @@ class SocketTransport final : public Transport {
   }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     return e_->irecv(sources, tag, buffer);
+  }
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return e_->discardArrived(stale);
   }
   void close() override { e_->close(false); }
   void abort() override { e_->close(true); }

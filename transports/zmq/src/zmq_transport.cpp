@@ -222,6 +222,10 @@ class ZmqTransport final : public Transport {
     return box_.post(std::span<const int>(&source, 1), tag, buffer, engine_, true);
   }
 
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return box_.discard(stale);
+  }
+
  private:
   // The payload is copied into a ZeroMQ message anyway: the checksum comes
   // out of that copy (copyAndCrc32c), one pass over the caller's bytes,

@@ -23,7 +23,11 @@
 //      to the suspects (so a peer that was only stopped learns it was
 //      removed: Expelled).
 //   4. Survivors install it. Data messages carry their view's epoch in tag
-//      bits 24-31 of the step, so messages of different views never match.
+//      bits 24-31 of the step. Views numbered 16 apart share an epoch, so a
+//      rank that installs a view drops what is still queued from older views
+//      (it keeps the next view's, which a faster peer may have sent), and a
+//      rank removed from the view drops what it had queued: messages of
+//      different views never match.
 //      A rank that missed a view message gets it again: every control
 //      message carries its sender's view, and a rank with a newer view
 //      answers with it.
