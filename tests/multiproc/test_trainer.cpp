@@ -369,7 +369,10 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
 TEST_CASE("with membership on, a job partitioned in two halves trains on both and merges when it heals",
           "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();
-  const int n = 4, epochs = 120;
+  // 400 epochs of 47 steps: at about 1,100 steps a second the job outlasts
+  // the partition several times over, so neither half can finish its
+  // epochs before the heal (with 120, a half sometimes did).
+  const int n = 4, epochs = 400;
   TempDir dir;
   // Ranks 0, 1 and 2, 3 cannot reach each other from 2 s to 5 s after
   // start-up; each half removes the other (suspect_seconds 1.5) and trains as
@@ -388,10 +391,15 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   CHECK(s["history"].back()["survivors"] == 4);
   CHECK(s["test_accuracy"].get<double>() > 0.6);
   // The other half trained on its own meanwhile (rank 2 led its view and
-  // evaluated its epochs), then jumped to the first half's step.
+  // evaluated its epochs). Then one half joined the other: mostly {2, 3},
+  // whose view is older, but a view change of either half in the last
+  // moments before the heal can make {0, 1}'s the older one.
   CHECK(readFile(dir / "out2").find("epoch ") != std::string::npos);
-  for (int r : {2, 3})
-    CHECK(readFile(dir / ("err" + std::to_string(r))).find("asking to rejoin") != std::string::npos);
+  int asked = 0;
+  for (int r = 0; r < n; ++r)
+    asked +=
+        readFile(dir / ("err" + std::to_string(r))).find("asking to rejoin") != std::string::npos ? 1 : 0;
+  CHECK(asked >= 1);
   // Rank 0 reports the other half as lost while the partition lasted.
   std::vector<int> lost;
   for (const auto& l : s["lost"]) lost.push_back(l["rank"].get<int>());

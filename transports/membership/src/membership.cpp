@@ -323,6 +323,14 @@ class MembershipTransport final : public Transport, public Membership {
       // that takes it back is decided after it asks, so none of its
       // messages is here yet.
       dropQueuedExceptLocked(d.view.number, d.view.number);
+      // The members of the view it leaves (the other half of a healed
+      // partition) would wait for its messages until their timeout: it
+      // tells them it is gone, as a suspicion of itself in that view.
+      if (!outsider_ && !sameView(view_, d.view.number, d.view.coordinator)) {
+        Message gone = headerLocked(Kind::kSuspect);
+        gone.arg = self_;
+        for (int p : view_.members) sendLocked(p, gone);
+      }
       outsider_ = true;
       joinAsked_ = true;
       view_ = d.view;
