@@ -15,7 +15,7 @@
 //           with x_s <- x_s + (selfWeight - 1) s_s + sum_k w_k recv_k: the
 //           averaged snapshot plus the local progress made since. With a
 //           doubly stochastic topology the mean over ranks is still kept.
-//  async    no waiting, push-sum per segment (as SGP, Assran et al. 2019,
+//  async    no waiting for a given peer, push-sum per segment (as SGP, Assran et al. 2019,
 //           Alg. 1, for each segment): segment s carries a weight w_s
 //           (initially 1); a send keeps the share 1/(k+1) of w_s and pushes
 //           the same share with the de-biased segment z_s to each of its k

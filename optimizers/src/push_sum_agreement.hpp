@@ -1,7 +1,7 @@
 // Agreement at the end of an async push-sum phase (async SGP, async
 // Crossover-SGD): every rank ends with the exact push-sum average.
 //
-// Async push-sum never waits, so when the ranks stop stepping their
+// Async push-sum waits for no peer in particular, so when the ranks stop stepping their
 // de-biased models z_i = x_i / w_i still differ and some pushes are still in
 // flight. The mass (sum_i w_i z_i, sum_i w_i) is kept exactly, so its
 // average is known; this collective hands it to every rank. Steps:

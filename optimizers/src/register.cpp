@@ -134,7 +134,7 @@ void registerSgp(Registry& registry) {
       },
       gossipKeys().boolean("loss_tolerant", false,
                            "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
-                           "no mass (never waits, as async; 16 + 8P bytes per message)"));
+                           "no mass (never waits; 16 + 8P bytes per message)"));
 }
 
 void registerHierarchical(Registry& registry) {

@@ -37,14 +37,6 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-bool isSecretCertificate(const std::string& path) {
-  try {
-    return !readCertificate(path).second.empty();
-  } catch (const InvalidArgument&) {
-    return false;
-  }
-}
-
 void writeFile(const std::string& path, const std::string& text, mode_t mode, bool force) {
   const int flags = O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL);
   const int fd = ::open(path.c_str(), flags, mode);
@@ -112,17 +104,20 @@ CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& pub
 
   std::vector<std::string> files;
   std::error_code ec;
-  if (std::filesystem::is_directory(publicKeysPath, ec)) {
+  const bool directory = std::filesystem::is_directory(publicKeysPath, ec);
+  if (directory) {
     for (const auto& entry : std::filesystem::directory_iterator(publicKeysPath, ec))
-      if (entry.is_regular_file() && !isSecretCertificate(entry.path()))
-        files.push_back(entry.path().string());
+      if (entry.is_regular_file()) files.push_back(entry.path().string());
     std::sort(files.begin(), files.end());
   } else {
     files.push_back(publicKeysPath);
   }
-  for (const auto& f : files)
-    for (const auto& k : readCertificate(f).first)
+  for (const auto& f : files) {
+    const auto [admitted, secret] = readCertificate(f);
+    if (directory && !secret.empty()) continue;  // a secret certificate beside the public ones
+    for (const auto& k : admitted)
       if (!keys.admits(k)) keys.admitted.push_back(k);
+  }
   if (keys.admitted.empty()) throw InvalidArgument("no public key admitted by " + publicKeysPath);
   if (!keys.admits(keys.publicKey))
     throw InvalidArgument("this peer's public key (" + secretKeyPath + ") is not among those " +

@@ -83,8 +83,9 @@ enum class GossipMode {
   kSync,     ///< Round k's messages are sent and received within step k.
   kOverlap,  ///< Round k's messages are consumed at step k+1 (bounded staleness 1),
              ///< so the exchange overlaps the next gradient computation.
-  kAsync,    ///< Never wait: send, then mix whatever has arrived. A slow or dead
-             ///< peer does not hold the others back (they route around it).
+  kAsync,    ///< Wait for no peer in particular: send, then mix whatever has arrived
+             ///< (a rank too light to push waits a bounded time for anyone's push).
+             ///< A slow or dead peer does not hold the others back.
 };
 
 /// Parses "sync" / "overlap" / "async". @throws InvalidArgument.
