@@ -379,6 +379,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
     });
     summary.modelCrcByRank = crcs;
+    summary.transportStats = agent.transport().stats();
     summary.writer = agent.communicator().rank() == 0;
     summary.survivors = alive;
     for (const auto& change : agent.viewChanges()) {
@@ -457,6 +458,16 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["resumed_from_step"] = s.resumedFromStep;
   j["rejoined_at_step"] = s.rejoinedAtStep;
   j["model_crc32c_by_rank"] = s.modelCrcByRank;
+  // The writing rank's own transport counters.
+  const auto& ts = s.transportStats;
+  nlohmann::json rejected = nlohmann::json::object();
+  for (std::size_t k = 0; k < kFrameFaultCount; ++k) rejected[toString(FrameFault(k))] = ts.rejectedFrames[k];
+  j["transport_stats"] = {{"bytes_sent", ts.bytesSent},
+                          {"bytes_received", ts.bytesReceived},
+                          {"messages_sent", ts.messagesSent},
+                          {"messages_received", ts.messagesReceived},
+                          {"refused_connections", ts.refusedConnections},
+                          {"rejected_frames", rejected}};
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& l : s.lost)
     lost.push_back({{"rank", l.rank},

@@ -11,6 +11,7 @@
 #include "gossamer/config.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
+#include "gossamer/transport.hpp"
 
 namespace gossamer::train {
 
@@ -75,6 +76,9 @@ struct TrainSummary {
   std::int64_t resumedFromStep = -1;
   /// CRC-32C of each rank's final model (float32 bytes), -1 for ranks lost.
   std::vector<double> modelCrcByRank;
+  /// This rank's transport counters at the end (bytes, messages, refused
+  /// connections, rejected frames by kind).
+  TransportStats transportStats;
 };
 
 /// Runs one rank of the job described by `config`: shards `data` (shared,

@@ -2,6 +2,7 @@
 #include "gossamer/log.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -83,6 +84,67 @@ void log(LogLevel level, std::string_view message) noexcept {
   } catch (...) {
     // A sink's failure must not take down the thread that logged.
   }
+}
+
+LogLimiter::LogLimiter(LogLevel level, int linesPerSecond, std::string what)
+    : level_(level), linesPerSecond_(linesPerSecond > 0 ? linesPerSecond : 1), what_(std::move(what)) {}
+
+bool LogLimiter::take() noexcept {
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (windowStart_ < 0 || now - windowStart_ >= 1.0) {
+    windowStart_ = now;
+    linesInWindow_ = 0;
+  }
+  if (linesInWindow_ >= linesPerSecond_) {
+    ++pending_;
+    ++suppressedTotal_;
+    return false;
+  }
+  ++linesInWindow_;
+  return true;
+}
+
+void LogLimiter::write(std::string message) noexcept {
+  std::uint64_t before = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    before = std::exchange(pending_, 0);
+  }
+  try {
+    if (before > 0) message += " (" + std::to_string(before) + " more " + what_ + " before it not logged)";
+  } catch (...) {
+  }
+  log(level_, message);
+}
+
+void LogLimiter::operator()(const std::string& message) noexcept {
+  if (!logEnabled(level_) || !take()) return;
+  try {
+    write(message);
+  } catch (...) {
+  }
+}
+
+void LogLimiter::flush() noexcept {
+  std::uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    n = pending_;
+    pending_ = 0;
+  }
+  if (n == 0 || !logEnabled(level_)) return;
+  try {
+    log(level_, std::to_string(n) + " more " + what_ + " not logged (at most " +
+                    std::to_string(linesPerSecond_) + " lines a second)");
+  } catch (...) {
+  }
+}
+
+std::uint64_t LogLimiter::suppressed() const noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  return suppressedTotal_;
 }
 
 }  // namespace gossamer

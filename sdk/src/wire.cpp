@@ -271,15 +271,17 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
   if (header.size() != kFrameHeaderBytes) {
     throw ProtocolError(peer, header.size() < kFrameHeaderBytes ? header.size() : kFrameHeaderBytes,
                         "frame header is " + std::to_string(header.size()) + " bytes, expected " +
-                            std::to_string(kFrameHeaderBytes));
+                            std::to_string(kFrameHeaderBytes),
+                        FrameFault::kTruncated);
   }
   if (get<std::uint32_t>(header, fo::kMagic) != kFrameMagic)
-    throw ProtocolError(peer, fo::kMagic, "bad magic (not a Gossamer frame)");
+    throw ProtocolError(peer, fo::kMagic, "bad magic (not a Gossamer frame)", FrameFault::kGarbage);
   const auto version = get<std::uint16_t>(header, fo::kVersion);
   if (version != kProtocolVersion)
     throw ProtocolError(peer, fo::kVersion,
                         "unsupported protocol version " + std::to_string(version) + " (this build speaks " +
-                            std::to_string(kProtocolVersion) + ")");
+                            std::to_string(kProtocolVersion) + ")",
+                        FrameFault::kVersion);
   FrameHeader d;
   const auto kind = get<std::uint8_t>(header, fo::kKind);
   if (kind < std::uint8_t(FrameKind::kData) || kind > std::uint8_t(FrameKind::kHello))
@@ -307,7 +309,8 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
   if (d.payloadBytes > kMaxPayloadBytes)
     throw ProtocolError(peer, fo::kPayloadBytes,
                         "payload length " + std::to_string(d.payloadBytes) + " exceeds the limit " +
-                            std::to_string(kMaxPayloadBytes));
+                            std::to_string(kMaxPayloadBytes),
+                        FrameFault::kOversized);
   const std::size_t es = dtypeSize(d.dtype);
   if (d.count > kMaxPayloadBytes || d.count * es != d.payloadBytes)
     throw ProtocolError(peer, fo::kCount,
@@ -337,13 +340,15 @@ void verifyFramePayload(std::span<const std::byte> header, const FrameHeader& de
   if (payload.size() != decoded.payloadBytes)
     throw ProtocolError(peer, kFrameHeaderBytes + std::min<std::size_t>(payload.size(), decoded.payloadBytes),
                         "payload is " + std::to_string(payload.size()) + " bytes, header announced " +
-                            std::to_string(decoded.payloadBytes));
+                            std::to_string(decoded.payloadBytes),
+                        FrameFault::kTruncated);
   if (decoded.kind == FrameKind::kDataTrailing)
     throw ProtocolError(
         peer, frame_offset::kKind,
         "a frame with a trailing checksum on a message transport (only stream sockets send them)");
   if (crc(header, payload) != decoded.checksum)
-    throw ProtocolError(peer, frame_offset::kChecksum, "checksum mismatch (corrupted frame)");
+    throw ProtocolError(peer, frame_offset::kChecksum, "checksum mismatch (corrupted frame)",
+                        FrameFault::kChecksum);
 }
 
 void StreamFrameVerifier::begin(std::span<const std::byte> header, const FrameHeader& decoded, int peer) {
@@ -359,7 +364,8 @@ void StreamFrameVerifier::begin(std::span<const std::byte> header, const FrameHe
   crc_.update(zeroed);
   if (decoded.kind != FrameKind::kDataTrailing) return;
   if (crc_.value() != decoded.checksum)
-    throw ProtocolError(peer, frame_offset::kChecksum, "header checksum mismatch (corrupted frame header)");
+    throw ProtocolError(peer, frame_offset::kChecksum, "header checksum mismatch (corrupted frame header)",
+                        FrameFault::kChecksum);
   crc_ = Crc32c();  // the trailer covers the payload alone
 }
 
@@ -367,21 +373,25 @@ void StreamFrameVerifier::finish(std::span<const std::byte> trailer) const {
   if (seen_ != frame_.payloadBytes)
     throw ProtocolError(peer_, kFrameHeaderBytes + std::min<std::size_t>(seen_, frame_.payloadBytes),
                         "payload is " + std::to_string(seen_) + " bytes, header announced " +
-                            std::to_string(frame_.payloadBytes));
+                            std::to_string(frame_.payloadBytes),
+                        FrameFault::kTruncated);
   if (frame_.kind != FrameKind::kDataTrailing) {
     if (crc_.value() != frame_.checksum)
-      throw ProtocolError(peer_, frame_offset::kChecksum, "checksum mismatch (corrupted frame)");
+      throw ProtocolError(peer_, frame_offset::kChecksum, "checksum mismatch (corrupted frame)",
+                          FrameFault::kChecksum);
     return;
   }
   const std::size_t at = kFrameHeaderBytes + frame_.payloadBytes;
   if (trailer.size() != kFrameTrailerBytes)
     throw ProtocolError(peer_, at + std::min(trailer.size(), kFrameTrailerBytes),
                         "checksum trailer is " + std::to_string(trailer.size()) + " bytes, expected " +
-                            std::to_string(kFrameTrailerBytes));
+                            std::to_string(kFrameTrailerBytes),
+                        FrameFault::kTruncated);
   std::uint32_t expected = 0;
   for (std::size_t i = 0; i < kFrameTrailerBytes; ++i)
     expected |= std::uint32_t(std::to_integer<std::uint8_t>(trailer[i])) << (8 * i);
-  if (crc_.value() != expected) throw ProtocolError(peer_, at, "payload checksum mismatch (corrupted frame)");
+  if (crc_.value() != expected)
+    throw ProtocolError(peer_, at, "payload checksum mismatch (corrupted frame)", FrameFault::kChecksum);
 }
 
 std::vector<std::byte> encodeHello(const Hello& hello) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -49,18 +50,37 @@ class ConfigError : public Error {
   std::string key_;
 };
 
+/// Why a transport rejected bytes it received: the kinds counted in
+/// TransportStats::rejectedFrames.
+enum class FrameFault : std::uint8_t {
+  kMalformed = 0,  ///< a header field out of range (kind, dtype, op, step, count, reserved, parts)
+  kGarbage,        ///< not a Gossamer frame at all (bad magic, or no hello on a new connection)
+  kVersion,        ///< a protocol version this build does not speak
+  kOversized,      ///< announces a payload above the limit, before anything is allocated for it
+  kTruncated,      ///< shorter than its header announced (or a header shorter than 48 bytes)
+  kChecksum,       ///< the CRC-32C does not match (corrupted)
+  kStranger,       ///< well formed, but from a connection that is not a current peer's
+};
+/// Number of FrameFault values.
+constexpr std::size_t kFrameFaultCount = 7;
+/// "malformed", "garbage", "version", "oversized", "truncated", "checksum", "stranger".
+const char* toString(FrameFault fault) noexcept;
+
 /// A malformed frame received from a peer. `peer()` is the rank the bytes came
-/// from (-1 when unknown) and `offset()` the byte offset of the bad field within
-/// the frame.
+/// from (-1 when unknown), `offset()` the byte offset of the bad field within
+/// the frame and `fault()` what kind of fault it is.
 class ProtocolError : public Error {
  public:
-  ProtocolError(int peer, std::size_t offset, const std::string& msg);
+  ProtocolError(int peer, std::size_t offset, const std::string& msg,
+                FrameFault fault = FrameFault::kMalformed);
   int peer() const noexcept { return peer_; }
   std::size_t offset() const noexcept { return offset_; }
+  FrameFault fault() const noexcept { return fault_; }
 
  private:
   int peer_;
   std::size_t offset_;
+  FrameFault fault_;
 };
 
 /// A wait that did not complete within its timeout.

@@ -10,10 +10,13 @@
 // not call back into the transport that logged.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace gossamer {
 
@@ -46,6 +49,46 @@ inline bool logEnabled(LogLevel level) noexcept { return level >= logLevel() && 
 /// Hands `message` to the sink if `level` is enabled. Never throws: a sink
 /// that throws is ignored for that message.
 void log(LogLevel level, std::string_view message) noexcept;
+
+/// Logs a stream of like messages (refused connections, rejected frames) at
+/// most `linesPerSecond` lines a second: one bad peer sending 100,000 frames
+/// writes a few lines, not 100,000. Messages over the limit are counted; the
+/// next line written says how many were left out, and so does flush() (call
+/// it when the stream ends, e.g. when a transport closes). Thread-safe.
+class LogLimiter {
+ public:
+  /// @param level the level of every line; @param linesPerSecond > 0.
+  /// @param what the plural noun the summary counts ("rejected frames").
+  LogLimiter(LogLevel level, int linesPerSecond, std::string what);
+  /// Logs `message`, or counts it when this second's lines are used up.
+  void operator()(const std::string& message) noexcept;
+  /// The same for a message built by `make()` (returning std::string), which
+  /// is called only when the line is written: a flood costs no formatting.
+  template <typename MakeMessage>
+  requires std::is_invocable_r_v<std::string, MakeMessage>
+  void operator()(MakeMessage&& make) noexcept {
+    if (!logEnabled(level_) || !take()) return;
+    try {
+      write(make());
+    } catch (...) {  // out of memory: the line is lost, not the process
+    }
+  }
+  /// Logs how many messages were left out since the last line, if any.
+  void flush() noexcept;
+  /// Messages left out in all (not logged because of the limit).
+  std::uint64_t suppressed() const noexcept;
+
+ private:
+  bool take() noexcept;                      // a line may be written now (else counted)
+  void write(std::string message) noexcept;  // adds the count left out since the last line
+  mutable std::mutex mu_;
+  LogLevel level_;
+  int linesPerSecond_;
+  std::string what_;
+  double windowStart_ = -1;
+  int linesInWindow_ = 0;
+  std::uint64_t pending_ = 0, suppressedTotal_ = 0;
+};
 
 }  // namespace gossamer
 

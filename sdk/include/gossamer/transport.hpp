@@ -10,6 +10,7 @@
 // Ordering: messages with the same (source, tag) are matched in send order.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/errors.hpp"
 #include "gossamer/wire.hpp"
 
 namespace gossamer {
@@ -111,9 +113,23 @@ struct TransportStats {
   /// Of messagesReceived, those copied straight out of the sender's memory
   /// (single copy over ipc: single_copy.hpp), not read from a socket.
   std::uint64_t messagesPulled = 0;
-  /// Connections refused before anything they sent was delivered (zmq under
-  /// `security:`: a public key not admitted, or a failed CURVE handshake).
+  /// Connections refused before anything they sent was delivered: zmq, a
+  /// failed ZMTP or CURVE handshake or a public key not admitted; socket, a
+  /// connection at start-up without the Gossamer hello (a port scanner, a
+  /// health check, random bytes) or naming an unexpected rank.
   std::uint64_t refusedConnections = 0;
+  /// Frames (and stray connections' first bytes) dropped unread, by
+  /// FrameFault: index with std::size_t(FrameFault::kChecksum), etc. Bad
+  /// bytes from a connection that is not a current peer's are only counted
+  /// (and logged at most 10 lines a second); a bad frame on a peer's own
+  /// connection is counted and fails that peer (ProtocolError).
+  std::array<std::uint64_t, kFrameFaultCount> rejectedFrames{};
+  /// Sum of rejectedFrames.
+  std::uint64_t rejectedFrameTotal() const noexcept {
+    std::uint64_t n = 0;
+    for (auto v : rejectedFrames) n += v;
+    return n;
+  }
 };
 
 /// The performance features of a transport, in one place: what the

@@ -72,6 +72,10 @@ constexpr std::size_t kTrailingMinBytes = std::size_t{64} << 10;
 // direct read checksummed right after it: well inside the L2 cache.
 constexpr std::size_t kHotBytes = std::size_t{256} << 10;
 constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the bye, seconds
+// Set-up: how long an accepted connection may take to send its 8-byte hello
+// (seconds), and how many may wait for theirs at once.
+constexpr double kHelloSeconds = 5.0;
+constexpr std::size_t kMaxIncoming = 64;
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -173,7 +177,7 @@ void tuneConnection(int fd, int family) {
   }
 }
 
-// Writes or reads exactly n bytes on a non-blocking socket before `deadline`.
+// Writes exactly n bytes on a non-blocking socket before `deadline`.
 void writeAll(int fd, const void* data, std::size_t n, Clock::time_point deadline, int peer) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -191,27 +195,6 @@ void writeAll(int fd, const void* data, std::size_t n, Clock::time_point deadlin
       continue;
     }
     throw PeerFailure(peer, "cannot write the hello: " + errnoText(errno));
-  }
-}
-
-void readAll(int fd, void* data, std::size_t n, Clock::time_point deadline, const std::string& who) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, p, n, 0);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<std::size_t>(r);
-      continue;
-    }
-    if (r == 0) throw Error("socket transport: " + who + " closed the connection during the hello");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      pollfd pfd{fd, POLLIN, 0};
-      if (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0 && Clock::now() >= deadline)
-        throw TimeoutError("socket transport: timed out waiting for the hello of " + who);
-      continue;
-    }
-    throw Error("socket transport: reading the hello of " + who + ": " + errnoText(errno));
   }
 }
 
@@ -255,6 +238,8 @@ struct Links {
   std::vector<int> fds;      // -1 for this rank
   std::vector<bool> pullTo;  // single copy towards this peer (it can read our memory)
   std::vector<std::uint32_t> pids;
+  std::uint64_t refused = 0;  // stray connections dropped while waiting for the peers
+  std::array<std::uint64_t, kFrameFaultCount> rejected{};  // their bytes, by kind
 };
 
 // Reusable buffers for messages that arrive before their receive is posted:
@@ -325,6 +310,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   Engine(const Options& o, const Links& links)
       : opt_(o), box_(o.worldSize), life_("socket", o.rank, o.worldSize, box_) {
     conns_.resize(static_cast<std::size_t>(o.worldSize));
+    refusedAtStart_ = links.refused;
+    for (std::size_t i = 0; i < kFrameFaultCount; ++i) rejected_[i] = links.rejected[i];
     for (int p = 0; p < o.worldSize; ++p) {
       auto& c = conns_[static_cast<std::size_t>(p)];
       c.peer = p;
@@ -528,7 +515,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     box_.close();
   }
 
-  TransportStats stats() const { return life_.stats(); }
+  TransportStats stats() const {
+    TransportStats s = life_.stats();
+    s.refusedConnections = refusedAtStart_;
+    for (std::size_t i = 0; i < kFrameFaultCount; ++i) s.rejectedFrames[i] = rejected_[i].load();
+    return s;
+  }
 
  private:
   // Moves messages while no application thread does: while one is waiting or
@@ -819,6 +811,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       }
     } catch (const ProtocolError& e) {
       // The peer misbehaves: say why before its traffic fails with the error.
+      ++rejected_[static_cast<std::size_t>(e.fault())];
       GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": " << e.what());
       failPeer(c, std::current_exception());
     }
@@ -1027,7 +1020,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   Options opt_;
   Mailbox box_;
-  PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
+  PeerLifecycle life_;                // peer table, goodbye, failure verdicts, statistics
+  std::uint64_t refusedAtStart_ = 0;  // TransportStats::refusedConnections
+  std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};  // TransportStats::rejectedFrames
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
   single_copy::Ledger pulls_;  // borrowed sends the peers still have to pull
   std::vector<Conn> conns_;    // by peer rank; conns_[rank] is unused (gone)
@@ -1153,34 +1148,91 @@ Links connectAll(const Options& o, Store& store) {
     writeAll(fd.get(), hello, sizeof hello, deadline, p);
     fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
   }
-  // Accept every higher rank; each names itself in its hello.
+  // Accept every higher rank; each names itself in its hello. Connections
+  // wait for their hello side by side, so one that says nothing holds up no
+  // other: a connection whose first bytes are not a hello, that closes or
+  // stays silent for kHelloSeconds, or that names a rank not expected (or
+  // already connected) is dropped and counted, and the wait goes on as if
+  // it never came.
+  struct Incoming {
+    FdGuard fd;
+    std::uint32_t hello[2] = {0, 0};
+    std::size_t got = 0;
+    Clock::time_point since;
+  };
+  std::vector<Incoming> incoming;
+  std::uint64_t refused = 0;
+  std::array<std::uint64_t, kFrameFaultCount> rejected{};
+  LogLimiter strays(LogLevel::kWarning, 10, "stray connections");
+  auto drop = [&](std::size_t i, FrameFault fault, const std::string& why) {
+    ++refused;
+    ++rejected[static_cast<std::size_t>(fault)];
+    strays("socket rank " + std::to_string(o.rank) + ": dropped a connection: " + why);
+    incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   for (int pending = o.worldSize - 1 - o.rank; pending > 0;) {
-    pollfd pfd{listener.get(), POLLIN, 0};
-    if (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0) {
-      if (Clock::now() >= deadline)
-        throw TimeoutError("socket transport: rank " + std::to_string(o.rank) + " timed out after " +
-                           std::to_string(o.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
-                           " higher rank(s) to connect");
-      continue;
+    if (Clock::now() >= deadline)
+      throw TimeoutError("socket transport: rank " + std::to_string(o.rank) + " timed out after " +
+                         std::to_string(o.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
+                         " higher rank(s) to connect");
+    std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
+    for (const auto& in : incoming) pfds.push_back({in.fd.get(), POLLIN, 0});
+    if (::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100)) < 0 && errno != EINTR)
+      throw Error("socket transport: poll(): " + errnoText(errno));
+    for (std::size_t i = incoming.size(); i-- > 0;) {
+      auto& in = incoming[i];
+      if (pfds[i + 1].revents == 0) {
+        if (std::chrono::duration<double>(Clock::now() - in.since).count() > kHelloSeconds)
+          drop(i, FrameFault::kTruncated, "no hello within " + std::to_string(kHelloSeconds) + " s");
+        continue;
+      }
+      const ssize_t r =
+          ::recv(in.fd.get(), reinterpret_cast<char*>(in.hello) + in.got, sizeof in.hello - in.got, 0);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (r <= 0) {
+        drop(i, FrameFault::kTruncated,
+             r == 0 ? "closed after " + std::to_string(in.got) + " bytes, before its hello ended"
+                    : "reading its hello: " + errnoText(errno));
+        continue;
+      }
+      in.got += static_cast<std::size_t>(r);
+      std::uint32_t magic = 0;
+      std::memcpy(&magic, in.hello, std::min<std::size_t>(in.got, 4));
+      const std::uint32_t expectedPrefix =
+          in.got >= 4 ? kHelloMagic : kHelloMagic & ((std::uint32_t{1} << (8 * in.got)) - 1);
+      if (magic != expectedPrefix) {
+        drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
+        continue;
+      }
+      if (in.got < sizeof in.hello) continue;
+      const auto p = static_cast<std::int64_t>(in.hello[1]);
+      if (p <= o.rank || p >= o.worldSize || fds[static_cast<std::size_t>(p)].get() >= 0) {
+        drop(i, FrameFault::kStranger,
+             "hello from rank " + std::to_string(in.hello[1]) + " not expected by rank " +
+                 std::to_string(o.rank) + " (byte offset 4)");
+        continue;
+      }
+      fds[static_cast<std::size_t>(p)] = FdGuard(in.fd.release());
+      incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+      --pending;
     }
-    FdGuard fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!(pfds[0].revents & POLLIN)) continue;
+    FdGuard fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (fd.get() < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
       throw Error("socket transport: accept(): " + errnoText(errno));
     }
+    if (incoming.size() >= kMaxIncoming) {  // a flood: the oldest waits longest
+      drop(0, FrameFault::kTruncated,
+           "more than " + std::to_string(kMaxIncoming) + " connections without a hello");
+    }
     tuneConnection(fd.get(), tcp ? AF_INET : AF_UNIX);
-    std::uint32_t hello[2] = {0, 0};
-    readAll(fd.get(), hello, sizeof hello, deadline, "an incoming connection");
-    if (hello[0] != kHelloMagic) throw ProtocolError(-1, 0, "connection without the Gossamer hello");
-    const auto p = static_cast<int>(hello[1]);
-    if (p <= o.rank || p >= o.worldSize || fds[static_cast<std::size_t>(p)].get() >= 0)
-      throw ProtocolError(
-          p, 4,
-          "hello from rank " + std::to_string(hello[1]) + " not expected by rank " + std::to_string(o.rank));
-    fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
-    --pending;
+    incoming.push_back(Incoming{std::move(fd), {0, 0}, 0, Clock::now()});
   }
+  strays.flush();
   Links links;
+  links.refused = refused;
+  links.rejected = rejected;
   links.pids.assign(static_cast<std::size_t>(o.worldSize), 0);
   links.pullTo.assign(static_cast<std::size_t>(o.worldSize), false);
   if (!tcp && o.singleCopy) {

@@ -29,22 +29,24 @@ std::string z85(const std::string& bytes) {
   return out;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
-CurveAdmission::CurveAdmission(::zmq::context_t& ctx, ::zmq::socket_t& serverSocket, const CurveKeys& keys,
+CurveAdmission::CurveAdmission(::zmq::context_t& ctx, ::zmq::socket_t& serverSocket, const CurveKeys* keys,
                                int rank)
-    : zap_(ctx, ::zmq::socket_type::rep), monitor_(ctx, ::zmq::socket_type::pair), keys_(keys), rank_(rank) {
+    : zap_(ctx, ::zmq::socket_type::rep),
+      monitor_(ctx, ::zmq::socket_type::pair),
+      keys_(keys),
+      rank_(rank),
+      report_(LogLevel::kWarning, kLinesPerSecond, "refusals") {
   zap_.set(::zmq::sockopt::linger, 0);
-  try {
-    zap_.bind(kZapEndpoint);
-  } catch (const ::zmq::error_t& e) {
-    throw Error("rank " + std::to_string(rank) + ": cannot serve ZAP at " + kZapEndpoint + ": " + e.what());
+  if (keys_ != nullptr) {
+    try {
+      zap_.bind(kZapEndpoint);
+    } catch (const ::zmq::error_t& e) {
+      throw Error("rank " + std::to_string(rank) + ": cannot serve ZAP at " + kZapEndpoint + ": " + e.what());
+    }
   }
-  const std::string monitorAt = "inproc://gossamer-curve-monitor";
+  const std::string monitorAt = "inproc://gossamer-admission-monitor";
   if (zmq_socket_monitor(serverSocket.handle(), monitorAt.c_str(),
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
@@ -57,6 +59,7 @@ CurveAdmission::CurveAdmission(::zmq::context_t& ctx, ::zmq::socket_t& serverSoc
 CurveAdmission::~CurveAdmission() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  report_.flush();
 }
 
 void CurveAdmission::makeServer(::zmq::socket_t& socket, const CurveKeys& keys) {
@@ -102,7 +105,7 @@ void CurveAdmission::answer() {
   const std::string address = frames.size() > 3 ? frames[3] : "?";
   const std::string mechanism = frames.size() > 5 ? frames[5] : "?";
   const std::string key = wellFormed && mechanism == "CURVE" ? z85(frames[6]) : "";
-  const bool admit = !key.empty() && keys_.admits(key);
+  const bool admit = !key.empty() && keys_ != nullptr && keys_->admits(key);
   const std::string status = admit ? "200" : "400";
   zap_.send(::zmq::buffer(std::string("1.0")), ::zmq::send_flags::sndmore);
   zap_.send(::zmq::buffer(requestId), ::zmq::send_flags::sndmore);
@@ -112,8 +115,8 @@ void CurveAdmission::answer() {
   zap_.send(::zmq::const_buffer{}, ::zmq::send_flags::none);
   if (!admit) {
     ++refusedKeys_;
-    report("refused a connection from " + address + ": " +
-           (key.empty() ? "mechanism " + mechanism : "public key " + key + " is not admitted"));
+    report_("zmq rank " + std::to_string(rank_) + ": refused a connection from " + address + ": " +
+            (key.empty() ? "mechanism " + mechanism : "public key " + key + " is not admitted"));
   }
 }
 
@@ -128,29 +131,12 @@ void CurveAdmission::readMonitor() {
   std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
   if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return;  // the ZAP refusal, reported already
   ++failedHandshakes_;
-  report("refused a connection on " + address.to_string() +
-         ": the CURVE handshake failed (a plaintext peer or not ZMTP; " +
-         (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error " + std::to_string(value)
-                                                    : "errno " + std::to_string(value)) +
-         ")");
-}
-
-// At most kLinesPerSecond lines a second; what is left out is counted.
-void CurveAdmission::report(const std::string& what) {
-  const double t = now();
-  if (t - windowStart_ >= 1.0) {
-    windowStart_ = t;
-    linesInWindow_ = 0;
-  }
-  if (linesInWindow_ >= kLinesPerSecond) {
-    ++suppressed_;
-    return;
-  }
-  ++linesInWindow_;
-  std::string more;
-  if (suppressed_ > 0) more = " (and " + std::to_string(suppressed_) + " more refusals not logged)";
-  suppressed_ = 0;
-  GOSSAMER_LOG(kWarning, "zmq rank " << rank_ << ": " << what << more);
+  report_("zmq rank " + std::to_string(rank_) + ": refused a connection on " + address.to_string() +
+          ": the " + (keys_ != nullptr ? "CURVE" : "ZMTP") + " handshake failed (" +
+          (keys_ != nullptr ? "a plaintext peer or not ZMTP; " : "not ZMTP; ") +
+          (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error " + std::to_string(value)
+                                                     : "errno " + std::to_string(value)) +
+          ")");
 }
 
 }  // namespace gossamer::zmq::curve

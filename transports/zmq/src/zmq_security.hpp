@@ -1,8 +1,9 @@
-// CURVE admission for the zmq transport: a ZAP handler (ZeroMQ RFC 27) that
-// admits only the listed public keys, and a watch on the receiving socket's
-// failed handshakes (a plaintext peer, or one that speaks no ZMTP, never
-// reaches ZAP). Every refusal is logged with the remote address and key, at
-// most 10 lines a second; the rest are counted and summed up in the next line.
+// Admission for the zmq transport's receiving socket. Always: a watch on its
+// failed handshakes (bytes that are not ZMTP, a plaintext peer of a CURVE
+// job), each counted and logged with the remote address. Under CURVE also a
+// ZAP handler (ZeroMQ RFC 27) that admits only the listed public keys and
+// logs every refusal with the address and key. At most 10 lines a second
+// are logged; the rest are counted and summed up in the next line.
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "gossamer/log.hpp"
 #include "gossamer/security.hpp"
 
 namespace gossamer::zmq::curve {
@@ -18,10 +20,11 @@ namespace gossamer::zmq::curve {
 /// endpoint is per context, so one handler serves every socket of it.
 class CurveAdmission {
  public:
-  /// Binds inproc://zeromq.zap.01 in `ctx` and watches `serverSocket`'s
-  /// handshakes. @throws Error if the ZAP endpoint is taken or the socket
-  /// cannot be monitored.
-  CurveAdmission(::zmq::context_t& ctx, ::zmq::socket_t& serverSocket, const CurveKeys& keys, int rank);
+  /// Watches `serverSocket`'s handshakes and, when `keys` is not null, binds
+  /// inproc://zeromq.zap.01 in `ctx` to admit the clients whose public key
+  /// `keys` lists (`keys` must outlive this object).
+  /// @throws Error if the ZAP endpoint is taken or the socket cannot be monitored.
+  CurveAdmission(::zmq::context_t& ctx, ::zmq::socket_t& serverSocket, const CurveKeys* keys, int rank);
   ~CurveAdmission();
   CurveAdmission(const CurveAdmission&) = delete;
   CurveAdmission& operator=(const CurveAdmission&) = delete;
@@ -43,16 +46,13 @@ class CurveAdmission {
   void run();
   void answer();       // one ZAP request
   void readMonitor();  // one monitor event
-  void report(const std::string& what);
 
   ::zmq::socket_t zap_, monitor_;
-  const CurveKeys& keys_;
+  const CurveKeys* keys_;
   int rank_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> refusedKeys_{0}, failedHandshakes_{0};
-  std::uint64_t suppressed_ = 0;
-  double windowStart_ = 0;
-  int linesInWindow_ = 0;
+  LogLimiter report_;
   std::thread thread_;
 };
 

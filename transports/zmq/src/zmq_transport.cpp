@@ -38,6 +38,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,6 +49,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -110,12 +112,16 @@ class ZmqTransport final : public Transport {
         rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
     byeLinger_ = std::min(o.lingerSeconds, 0.05);
-    rx_.set(::zmq::sockopt::rcvhwm, 0);
+    // At most 1,000 messages wait per connection: past that libzmq stops
+    // reading it (the sender waits; nothing is dropped), so a client that
+    // floods this rank holds a bounded amount of its memory.
+    rx_.set(::zmq::sockopt::rcvhwm, kReceiveQueueMessages);
     rx_.set(::zmq::sockopt::linger, 0);
-    if (o.curve) {
-      curve::CurveAdmission::makeServer(rx_, *opt_.curve);
-      admission_ = std::make_unique<curve::CurveAdmission>(ctx_, rx_, *opt_.curve, o.rank);
-    }
+    // No message above the largest frame is read into memory: libzmq drops
+    // the connection when a message announces more.
+    rx_.set(::zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxPayloadBytes));
+    if (o.curve) curve::CurveAdmission::makeServer(rx_, *opt_.curve);
+    admission_ = std::make_unique<curve::CurveAdmission>(ctx_, rx_, o.curve ? &*opt_.curve : nullptr, o.rank);
     const std::string bindAt = o.protocol == "tcp" ? "tcp://" + o.host + ":*" : "ipc://*";
     try {
       rx_.bind(bindAt);
@@ -125,6 +131,23 @@ class ZmqTransport final : public Transport {
     const std::string me = rx_.get(::zmq::sockopt::last_endpoint);
     incarnation_ = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
     hello_ = encodeHello(Hello{incarnation_, me});
+    // The progress thread reads the ROUTER from now on, while this rank
+    // waits for its peers: what a stray client sends meanwhile is checked
+    // and dropped at once instead of piling up in memory (see stashEarly).
+    progress_ = std::thread([this] { progressLoop(); });
+    try {
+      connectPeers(store, me);
+    } catch (...) {
+      stop_ = true;
+      progress_.join();
+      throw;
+    }
+  }
+
+  // The rest of set-up: publish `me` (rx_'s address), wait for every
+  // peer's address, connect. rx_ belongs to the progress thread by now.
+  void connectPeers(Store& store, const std::string& me) {
+    const Options& o = opt_;
     const std::string prefix = o.storePrefix + "/zmq/";
     // Under CURVE each rank also publishes its public key; a client connects
     // only to a server whose published key is admitted.
@@ -155,7 +178,7 @@ class ZmqTransport final : public Transport {
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>();
       connectLocked(p, store.get(prefix + std::to_string(p), o.timeoutSeconds));
     }
-    progress_ = std::thread([this] { progressLoop(); });
+    ready_.store(true, std::memory_order_release);
   }
 
   ~ZmqTransport() override {
@@ -453,15 +476,23 @@ class ZmqTransport final : public Transport {
     }
     if (admission_) {
       zmq_socket_monitor(rx_.handle(), nullptr, 0);
+      refusedAtClose_ = admission_->refusedKeys() + admission_->failedHandshakes();
+      std::lock_guard<std::mutex> lk(admissionMu_);
       admission_.reset();
     }
+    rejectLog_.flush();
     rx_.close();
     ctx_.close();
   }
 
   TransportStats stats() const override {
     TransportStats s = life_.stats();
-    if (admission_) s.refusedConnections = admission_->refusedKeys() + admission_->failedHandshakes();
+    {
+      std::lock_guard<std::mutex> lk(admissionMu_);
+      s.refusedConnections =
+          admission_ ? admission_->refusedKeys() + admission_->failedHandshakes() : refusedAtClose_.load();
+    }
+    for (std::size_t i = 0; i < kFrameFaultCount; ++i) s.rejectedFrames[i] = rejected_[i].load();
     return s;
   }
 
@@ -573,6 +604,24 @@ class ZmqTransport final : public Transport {
     std::vector<::zmq::pollitem_t> items;
     std::vector<int> itemPeer;
     while (!stop_) {
+      if (!started_ && ready_.load(std::memory_order_acquire)) {
+        for (auto& [id, parts] : early_) handleFrame(id, parts);
+        early_.clear();
+        early_.shrink_to_fit();
+        started_ = true;
+        rebuildPoll_ = true;
+      }
+      if (!started_) {
+        ::zmq::pollitem_t item{rx_.handle(), 0, ZMQ_POLLIN, 0};
+        try {
+          ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
+          if (item.revents & ZMQ_POLLIN) drainRouter();
+        } catch (const ::zmq::error_t& e) {
+          if (e.num() == ETERM) return;
+          GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
+        }
+        continue;
+      }
       if (items.empty() || rebuildPoll_) {  // a peer's monitor socket was replaced (onHello)
         rebuildPoll_ = false;
         items.assign(1, {rx_.handle(), 0, ZMQ_POLLIN, 0});
@@ -610,8 +659,58 @@ class ZmqTransport final : public Transport {
           break;
         }
       }
-      handleFrame(id, parts);
+      if (started_) {
+        handleFrame(id, parts);
+      } else {
+        stashEarly(std::move(id), parts);
+      }
     }
+  }
+
+  // Set-up is not over (peers_ is being filled): a frame that fails any
+  // check, or whose routing id names no rank, is counted and dropped now; a
+  // well-formed one from a rank's connection is kept for handleFrame, in
+  // order. Only the progress thread touches early_.
+  void stashEarly(::zmq::message_t id, std::vector<::zmq::message_t>& parts) {
+    const Sender sender = senderOf(id);
+    try {
+      if (parts.size() != 2)
+        throw ProtocolError(
+            sender.rank, 0,
+            "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
+      std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
+      const FrameHeader h = decodeFrameHeader(header, sender.rank, opt_.worldSize);
+      std::span<const std::byte> payload(static_cast<const std::byte*>(parts[1].data()), parts[1].size());
+      if (h.kind != FrameKind::kData || payload.size() < kClaimMinBytes)
+        verifyFramePayload(header, h, payload, sender.rank);
+      if (sender.rank < 0)
+        throw ProtocolError(-1, frame_offset::kSource,
+                            "a frame from " + describe(id) + ", which names no rank of the job",
+                            FrameFault::kStranger);
+      // A peer's connection begins with its hello (connectLocked).
+      const std::string idText(static_cast<const char*>(id.data()), id.size());
+      if (h.kind == FrameKind::kHello) {
+        if (greeted_.size() >= 4 * static_cast<std::size_t>(opt_.worldSize))
+          throw ProtocolError(sender.rank, frame_offset::kKind, "too many hellos before set-up ended",
+                              FrameFault::kStranger);
+        greeted_.insert(idText);
+      } else if (!greeted_.count(idText)) {
+        throw ProtocolError(sender.rank, frame_offset::kKind, "a frame before any hello on " + describe(id),
+                            FrameFault::kStranger);
+      }
+    } catch (const ProtocolError& e) {
+      ++rejected_[static_cast<std::size_t>(e.fault())];
+      rejectLog_([&] {
+        return "zmq rank " + std::to_string(opt_.rank) + ": dropped " + toString(e.fault()) + " bytes from " +
+               describe(id) + ": " + e.what();
+      });
+      return;
+    }
+    // Copied: a received message may share libzmq's whole 8 KiB read
+    // buffer, which it would keep alive while it waits here.
+    std::vector<::zmq::message_t> copies;
+    for (const auto& part : parts) copies.emplace_back(part.data(), part.size());
+    early_.emplace_back(::zmq::message_t(id.data(), id.size()), std::move(copies));
   }
 
   // A connection's routing id is "RANK.INCARNATION" (decimal): the sender's
@@ -639,16 +738,24 @@ class ZmqTransport final : public Transport {
     }
   }
 
+  // Only the connection a peer said hello on (routing id "RANK.INCARNATION"
+  // of its current incarnation) speaks for it: a bad frame there fails the
+  // peer. Anything else that reaches the ROUTER (a stray or hostile client,
+  // bytes libzmq took for ZMTP 1.0 messages, a forged hello) is counted by
+  // kind, logged at most 10 lines a second, and dropped: it fails no one.
   void handleFrame(const ::zmq::message_t& id, std::vector<::zmq::message_t>& parts) {
     const Sender sender = senderOf(id);
     const int peer = sender.rank;
+    const Peer* known = peer >= 0 ? peers_[static_cast<std::size_t>(peer)].get() : nullptr;
+    const bool own = known != nullptr && known->incarnation != 0 && sender.incarnation == known->incarnation;
+    const bool helloKind = parts.size() == 2 && parts[0].size() > frame_offset::kKind &&
+                           static_cast<const std::uint8_t*>(parts[0].data())[frame_offset::kKind] ==
+                               std::uint8_t(FrameKind::kHello);
     // Frames still queued from a process that another took the place of
     // (whose hello came first) are dropped unread.
-    if (peer >= 0 && peers_[static_cast<std::size_t>(peer)]->incarnation != 0 &&
-        sender.incarnation != peers_[static_cast<std::size_t>(peer)]->incarnation && parts.size() == 2 &&
-        parts[0].size() > frame_offset::kKind &&
-        static_cast<const std::uint8_t*>(parts[0].data())[frame_offset::kKind] !=
-            std::uint8_t(FrameKind::kHello))
+    if (known != nullptr && !own && !helloKind &&
+        std::find(known->replaced.begin(), known->replaced.end(), sender.incarnation) !=
+            known->replaced.end())
       return;
     try {
       if (parts.size() != 2)
@@ -657,18 +764,24 @@ class ZmqTransport final : public Transport {
             "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
       std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
       const FrameHeader h = decodeFrameHeader(header, peer, opt_.worldSize);
-      if (peer < 0 || static_cast<int>(h.source) != peer)
-        throw ProtocolError(peer, frame_offset::kSource,
-                            "frame claims source rank " + std::to_string(h.source) +
-                                " but arrived on the connection of rank " + std::to_string(peer));
       auto msg = std::make_shared<::zmq::message_t>(std::move(parts[1]));
       std::span<const std::byte> payload(static_cast<const std::byte*>(msg->data()), msg->size());
-      if (h.kind == FrameKind::kData && payload.size() >= kClaimMinBytes &&
-          payload.size() == h.payloadBytes) {
+      if (own && h.kind == FrameKind::kData && payload.size() >= kClaimMinBytes &&
+          payload.size() == h.payloadBytes && static_cast<int>(h.source) == peer) {
         deliverLarge(peer, header, h, std::move(msg), payload);
         return;
       }
       verifyFramePayload(header, h, payload, peer);
+      if (!own && h.kind != FrameKind::kHello)
+        throw ProtocolError(peer, frame_offset::kKind,
+                            "a frame of kind " + std::to_string(int(h.kind)) + " from " + describe(id) +
+                                ", which is not a peer's connection",
+                            FrameFault::kStranger);
+      if (peer < 0 || static_cast<int>(h.source) != peer)
+        throw ProtocolError(
+            peer, frame_offset::kSource,
+            "frame claims source rank " + std::to_string(h.source) + " but arrived from " + describe(id),
+            peer < 0 ? FrameFault::kStranger : FrameFault::kMalformed);
       if (h.kind == FrameKind::kBye) {
         life_.onBye(peer, h.tag.segment);
         sendControl(peer, FrameKind::kByeAck);
@@ -705,12 +818,36 @@ class ZmqTransport final : public Transport {
     } catch (const PeerFailure& e) {  // a pull from a process that is gone
       if (peer >= 0) declareFailed(peer, std::current_exception(), e.what());
     } catch (const ProtocolError& e) {
+      ++rejected_[static_cast<std::size_t>(e.fault())];
+      if (!own) {
+        rejectLog_([&] {
+          return "zmq rank " + std::to_string(opt_.rank) + ": dropped " + toString(e.fault()) +
+                 " bytes from " + describe(id) + ": " + e.what();
+        });
+        return;
+      }
       GOSSAMER_LOG(kWarning, "zmq rank " << opt_.rank << ": " << e.what());
       // It may still read pull frames queued before; it misbehaves, so this
       // rank stops waiting for it (see Transport::isendBorrowed on cancel).
-      if (peer >= 0)
-        declareFailed(peer, std::current_exception(), std::string("it sent a malformed frame: ") + e.what());
+      declareFailed(peer, std::current_exception(), std::string("it sent a malformed frame: ") + e.what());
     }
+  }
+
+  // A connection's routing id for a log line: printable, at most 40 characters.
+  static std::string describe(const ::zmq::message_t& id) {
+    std::string out = "the connection with routing id '";
+    const auto* b = static_cast<const unsigned char*>(id.data());
+    for (std::size_t i = 0; i < id.size() && i < 40; ++i) {
+      if (b[i] >= 0x20 && b[i] < 0x7f) {
+        out += static_cast<char>(b[i]);
+      } else {
+        static const char* hex = "0123456789abcdef";
+        out += "\\x";
+        out += hex[b[i] >> 4];
+        out += hex[b[i] & 15];
+      }
+    }
+    return out + (id.size() > 40 ? "...'" : "'");
   }
 
   // Peer p failed with `error` (progress thread): receives waiting only on it
@@ -721,6 +858,8 @@ class ZmqTransport final : public Transport {
     releaseLoansTo(p, 0.0, why);
     failPullsTo(p, why);
   }
+
+  static constexpr int kReceiveQueueMessages = 100;
 
   // Payloads from this size on are checked in one pass that also copies them
   // into their receive, when one is posted (Mailbox::claim), and report their
@@ -946,14 +1085,24 @@ class ZmqTransport final : public Transport {
   PeerLifecycle life_;  // peer table, goodbye, failure verdicts, statistics
   ::zmq::context_t ctx_;
   ::zmq::socket_t rx_;
-  std::unique_ptr<curve::CurveAdmission> admission_;  // under CURVE: admits peers by key
-  std::vector<std::string> serverKeys_;               // under CURVE: each rank's public key
+  std::unique_ptr<curve::CurveAdmission> admission_;  // counts failed handshakes; under CURVE, admits by key
+  mutable std::mutex admissionMu_;                    // admission_ as stats() reads it while close() ends it
+  std::atomic<std::uint64_t> refusedAtClose_{0};
+  std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};  // TransportStats::rejectedFrames
+  LogLimiter rejectLog_{LogLevel::kWarning, 10, "rejected frames"};
+  std::vector<std::string> serverKeys_;  // under CURVE: each rank's public key
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
   std::atomic<bool> stop_{false}, aborting_{false};
   std::uint64_t incarnation_ = 0;  // this process's, drawn at random (odd: never 0)
   std::vector<std::byte> hello_;   // its hello (encodeHello): incarnation_ and rx_'s address
   bool rebuildPoll_ = false;       // progress thread: a monitor socket changed
+  // Set-up is over (peers_ complete); until then the progress thread keeps
+  // well-formed frames from ranks' connections in early_ (stashEarly).
+  std::atomic<bool> ready_{false};
+  bool started_ = false;           // progress thread: it has seen ready_ and handled early_
+  std::set<std::string> greeted_;  // progress thread, during set-up: routing ids that sent a hello
+  std::vector<std::pair<::zmq::message_t, std::vector<::zmq::message_t>>> early_;
   // Single copy (ipc): per rank, its pid and whether it can read our memory
   // (empty without single copy); the pulls this rank's peers still owe it.
   std::vector<std::uint32_t> pids_;
