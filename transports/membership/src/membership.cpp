@@ -194,24 +194,28 @@ class MembershipTransport final : public Transport, public Membership {
     GOSSAMER_ENFORCE(!sources.empty(), "irecv with no sources");
     std::vector<int> global;
     Tag t;
+    std::uint64_t revocations;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (revoked_) return revokedRequest();
       for (int s : sources) global.push_back(globalLocked(s));
       t = translateLocked(tag);
+      revocations = revocations_;
     }
-    return track(inner_->irecv(global, t, buffer));
+    return track(inner_->irecv(global, t, buffer), revocations);
   }
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
     int g;
     Tag t;
+    std::uint64_t revocations;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (revoked_) return revokedRequest();
       g = globalLocked(source);
       t = translateLocked(tag);
+      revocations = revocations_;
     }
-    return track(inner_->irecvView(g, t, buffer));
+    return track(inner_->irecvView(g, t, buffer), revocations);
   }
   void close() override {
     {
@@ -405,15 +409,22 @@ class MembershipTransport final : public Transport, public Membership {
                                           std::to_string(view_.number) + " was revoked (" + revokeReason_ +
                                           "); recover with Agent::recover()");
   }
-  Request track(Request r) {
-    std::lock_guard<std::mutex> lk(pmu_);
-    // Handles that are gone are dropped when the list has doubled since the
-    // last sweep: amortised O(1) per receive.
-    if (pending_.size() >= 2 * swept_ + 32) {
-      std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
-      swept_ = pending_.size();
+  // Registers a receive posted through the view, for revokeLocked to fail.
+  // `revocations` is revocations_ when the receive was checked against
+  // revoked_: a revocation since then did not see it, so it fails here.
+  Request track(Request r, std::uint64_t revocations) {
+    {
+      std::lock_guard<std::mutex> lk(pmu_);
+      // Handles that are gone are dropped when the list has doubled since the
+      // last sweep: amortised O(1) per receive.
+      if (pending_.size() >= 2 * swept_ + 32) {
+        std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+        swept_ = pending_.size();
+      }
+      pending_.push_back(r.watch());
     }
-    pending_.push_back(r.watch());
+    std::lock_guard<std::mutex> lk(mu_);
+    if (revocations_ != revocations) r.fail(std::make_exception_ptr(revokedError()));
     return r;
   }
 
@@ -462,6 +473,7 @@ class MembershipTransport final : public Transport, public Membership {
   void revokeLocked(int suspect, const std::string& why) {
     if (revoked_) return;
     revoked_ = true;
+    ++revocations_;
     revokedAt_ = Clock::now();
     firstSuspect_ = suspect;
     revokeReason_ = why;
@@ -793,6 +805,7 @@ class MembershipTransport final : public Transport, public Membership {
   std::atomic<int> localRank_{0}, localSize_{1};
   std::set<int> suspects_;
   bool revoked_ = false;
+  std::uint64_t revocations_ = 0;  // times revoked_ was set
   bool closed_ = false;
   bool expelled_ = false;
   // This process was stopped (or starved) for longer than half of
