@@ -143,6 +143,7 @@ const Tag kControlTag{Op::kMembership, 0, 0};
 struct Decided {
   View view;
   std::pair<std::uint64_t, int> from;  // the view it was decided from (number, coordinator)
+  Message message;                     // as received, to pass on
   std::uint64_t resumeStep = 0;
   std::uint64_t fewestSteps = 0;
   bool evaluating = false;
@@ -350,12 +351,16 @@ class MembershipTransport final : public Transport, public Membership {
       // messages is here yet.
       dropQueuedExceptLocked(d.view.number, d.view.number);
       // The members of the view it leaves (the other half of a healed
-      // partition) would wait for its messages until their timeout: it
-      // tells them it is gone, as a suspicion of itself in that view.
+      // partition) would wait for its messages: it sends them the view it
+      // goes to (they follow it there unless they hold a newer one) and a
+      // suspicion of itself in the view it leaves.
       if (!outsider_ && !sameView(view_, d.view.number, d.view.coordinator)) {
         Message gone = headerLocked(Kind::kSuspect);
         gone.arg = self_;
-        for (int p : view_.members) sendLocked(p, gone);
+        for (int p : view_.members) {
+          sendLocked(p, d.message);
+          sendLocked(p, gone);
+        }
       }
       outsider_ = true;
       joinAsked_ = true;
@@ -540,8 +545,10 @@ class MembershipTransport final : public Transport, public Membership {
   void coordinateLocked() {
     // A rank that was stopped waits to hear from its peers first: they may
     // have removed it (their answer carries that view). A rank outside the
-    // view (rejoining) decides nothing.
-    if (!revoked_ || closed_ || resumed_ || outsider_) return;
+    // view (rejoining) decides nothing, nor does one that holds a newer view
+    // to go to (it installs that one, or leaves for it and takes the
+    // members of this view along).
+    if (!revoked_ || closed_ || resumed_ || outsider_ || decided_) return;
     const auto survivors = survivorsLocked();
     if (survivors.empty() || survivors.front() != self_) return;
     const auto key = viewKey(view_);
@@ -610,6 +617,7 @@ class MembershipTransport final : public Transport, public Membership {
     d.evaluating = (m.flags & 1) != 0;
     d.modelSource = m.arg;
     d.from = {m.viewNumber - 1, m.fromCoordinator};
+    d.message = m;
     if (!newer(d.view, view_)) return;
     if (decided_ && !newer(d.view, decided_->view)) return;
     decided_ = d;

@@ -21,7 +21,8 @@
 //      sends the new view (number+1, the survivors, the largest completed
 //      step and the lowest survivor that completed it, and the view it was
 //      decided from) to the survivors and to the suspects (so a peer that
-//      was only stopped learns it was removed: Expelled).
+//      was only stopped learns it was removed: Expelled). A rank that holds
+//      a newer view than its own to go to decides nothing.
 //   4. Survivors install it: a rank installs only a view decided from the
 //      one it holds (the coordinator decided with its report for that view,
 //      and every member reckons who was lost and who is new against the
@@ -39,10 +40,12 @@
 //      on the other side of a healed partition) sends the members a join
 //      message and its state; the next coordinator adds it, and the Agent
 //      hands it the current model. The members of the view it leaves get
-//      a suspicion of itself in that view. A rank listed in a newer view
-//      decided from a view it has left since (two views were decided at
-//      once and it took the other one) leaves for it the same way, with a
-//      suspicion of itself in it, and asks to join the next one.
+//      the view it goes to (they follow it there, unless they hold a newer
+//      one) and a suspicion of itself in the view it leaves. A rank listed
+//      in a newer view decided from a view it has left since (two views
+//      were decided at once and it took the other one) leaves for it the
+//      same way, with a suspicion of itself in it, and asks to join the
+//      next one.
 //   Views are ordered (newer(): number, then size, then coordinator) and a
 //   rank only moves to newer ones, so the ranks that can reach each other
 //   end in one view: after a partition heals, the side with the older view
