@@ -220,8 +220,8 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     auto wrapped = membership::wrap(inproc::makeTransport(fabric, 1, 5.0), o);
     const Tag control{Op::kMembership, 0, 0};
     std::vector<std::byte> shortMessage(10, std::byte{0});
-    std::vector<std::byte> badMagic(48, std::byte{0});
-    std::vector<std::byte> badKind(48, std::byte{0});
+    std::vector<std::byte> badMagic(56, std::byte{0});
+    std::vector<std::byte> badKind(56, std::byte{0});
     const std::uint32_t magic = 0x524D4247u;
     std::memcpy(badKind.data(), &magic, 4);
     badKind[4] = std::byte{9};

@@ -44,10 +44,13 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 //              collective of its own between steps; kView: a survivor at the
 //              resume step did)
 //  40      8   fewest completed steps among the survivors (kView)
-//  48   4 x count  members, ascending global ranks (kView)
+//  48      4   coordinator of the view it was decided from, numbered one less
+//              (kView; -1: the first view), else -1
+//  52      4   zero
+//  56   4 x count  members, ascending global ranks (kView)
 
 constexpr std::uint32_t kMagic = 0x524D4247u;
-constexpr std::size_t kHeaderBytes = 48;
+constexpr std::size_t kHeaderBytes = 56;
 /// How long (in heartbeat periods) a view change waits for the report of a
 /// peer that asked to join, before it decides without it.
 constexpr double kJoinWaitBeats = 5;
@@ -62,6 +65,7 @@ struct Message {
   std::uint64_t value = 0;
   std::uint64_t fewest = 0;  // kView
   std::uint32_t flags = 0;   // bit 0: evaluating
+  int fromCoordinator = -1;  // kView: coordinator of the view it was decided from
   std::vector<int> members;  // kView
 };
 
@@ -87,6 +91,7 @@ std::vector<std::byte> encode(const Message& m) {
   put<std::uint32_t>(b, 32, static_cast<std::uint32_t>(m.members.size()));
   put<std::uint32_t>(b, 36, m.flags);
   put<std::uint64_t>(b, 40, m.fewest);
+  put<std::int32_t>(b, 48, m.fromCoordinator);
   for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
   return b;
 }
@@ -114,6 +119,9 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   if (m.flags > 1) throw bad(36, "unknown flags " + std::to_string(m.flags));
   m.fewest = get<std::uint64_t>(b, 40);
   if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
+  m.fromCoordinator = get<std::int32_t>(b, 48);
+  if (m.fromCoordinator < -1 || m.fromCoordinator >= worldSize)
+    throw bad(48, "coordinator " + std::to_string(m.fromCoordinator) + " of the previous view");
   if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
   if (b.size() != kHeaderBytes + 4 * std::size_t{count})
     throw bad(32,
@@ -134,6 +142,8 @@ const Tag kControlTag{Op::kMembership, 0, 0};
 // A view change the coordinator decided, not yet installed here.
 struct Decided {
   View view;
+  std::pair<std::uint64_t, int> from;  // the view it was decided from (number, coordinator)
+  Message message;                     // as received, to pass on
   std::uint64_t resumeStep = 0;
   std::uint64_t fewestSteps = 0;
   bool evaluating = false;
@@ -194,24 +204,28 @@ class MembershipTransport final : public Transport, public Membership {
     GOSSAMER_ENFORCE(!sources.empty(), "irecv with no sources");
     std::vector<int> global;
     Tag t;
+    std::uint64_t revocations;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (revoked_) return revokedRequest();
       for (int s : sources) global.push_back(globalLocked(s));
       t = translateLocked(tag);
+      revocations = revocations_;
     }
-    return track(inner_->irecv(global, t, buffer));
+    return track(inner_->irecv(global, t, buffer), revocations);
   }
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
     int g;
     Tag t;
+    std::uint64_t revocations;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (revoked_) return revokedRequest();
       g = globalLocked(source);
       t = translateLocked(tag);
+      revocations = revocations_;
     }
-    return track(inner_->irecvView(g, t, buffer));
+    return track(inner_->irecvView(g, t, buffer), revocations);
   }
   void close() override {
     {
@@ -258,7 +272,6 @@ class MembershipTransport final : public Transport, public Membership {
     GOSSAMER_ENFORCE(!closed_, "recover() after close");
     revokeLocked(-1, "this rank saw a peer fail");
     const auto start = revokedAt_;
-    View before = view_;
     reportLocked(completedSteps, evaluating);
     coordinateLocked();
     const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
@@ -276,21 +289,25 @@ class MembershipTransport final : public Transport, public Membership {
       }
       Decided d = *decided_;
       decided_.reset();
+      const bool listed = d.view.localRank(self_) >= 0;
       // A restarted process is not yet a member of a view that lists its
       // rank from before it failed: it waits for the one that removes it.
-      if (restarted_ && !joinAsked_ && d.view.localRank(self_) >= 0) {
+      if (restarted_ && !joinAsked_ && listed) {
         view_ = d.view;
         continue;
       }
-      if (d.view.localRank(self_) >= 0) {
+      // A member installs the views decided from the one it holds: its
+      // report for that view is what the coordinator decided with, and who
+      // is lost or new is reckoned against that view, alike on every member.
+      if (listed && d.from == viewKey(view_)) {
         ViewChange change;
-        for (int p : before.members)
+        for (int p : view_.members)
           if (!std::binary_search(d.view.members.begin(), d.view.members.end(), p)) {
             change.lost.push_back(p);
             if (!outsider_) lost_.push_back(p);
           }
         for (int p : d.view.members)
-          if (before.localRank(p) < 0 || (outsider_ && p == self_)) change.joined.push_back(p);
+          if (view_.localRank(p) < 0) change.joined.push_back(p);
         if (outsider_) change.lost.clear();  // it was this rank that was away
         outsider_ = false;
         installLocked(d.view);
@@ -304,19 +321,29 @@ class MembershipTransport final : public Transport, public Membership {
             std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         return change;
       }
+      // Otherwise the view is newer than this rank's and this rank cannot
+      // take its place in it: it was removed (it was stopped, or on the
+      // other side of a partition), or it is listed from a report for a view
+      // it has left since (two views were decided at once; it took the
+      // other one). It leaves its view for that one and asks to join it.
       if (!options_.rejoin) {
         expelled_ = true;
+        if (listed)
+          throw Expelled(self_,
+                         "rank " + std::to_string(self_) + " cannot take its place in view " +
+                             std::to_string(d.view.number) +
+                             ": it was decided from a view this rank has left (membership.rejoin is off)");
         throw Expelled(
             self_, "rank " + std::to_string(self_) + " was removed from the job by its peers (view " +
                        std::to_string(d.view.number) +
                        "): it was silent for longer than membership.suspect_seconds (stopped or cut off)");
       }
-      // Removed while it was away: ask the members of that view to take it
-      // back, and report its steps for the change that adds it.
       if (logEnabled(LogLevel::kWarning))
         log(LogLevel::kWarning, "rank " + std::to_string(self_) +
-                                    " was removed from the job by its peers (view " +
-                                    std::to_string(d.view.number) + "); asking to rejoin");
+                                    (listed ? " is listed in view " + std::to_string(d.view.number) +
+                                                  " from a view it has left; asking to join it again"
+                                            : " was removed from the job by its peers (view " +
+                                                  std::to_string(d.view.number) + "); asking to rejoin"));
       // Out of every view until one takes it back: what peers sent it in the
       // views it held is stale. (A view of the same number from another
       // coordinator may still take it in: its messages are kept.) The view
@@ -324,23 +351,30 @@ class MembershipTransport final : public Transport, public Membership {
       // messages is here yet.
       dropQueuedExceptLocked(d.view.number, d.view.number);
       // The members of the view it leaves (the other half of a healed
-      // partition) would wait for its messages until their timeout: it
-      // tells them it is gone, as a suspicion of itself in that view.
+      // partition) would wait for its messages: it sends them the view it
+      // goes to (they follow it there unless they hold a newer one) and a
+      // suspicion of itself in the view it leaves.
       if (!outsider_ && !sameView(view_, d.view.number, d.view.coordinator)) {
         Message gone = headerLocked(Kind::kSuspect);
         gone.arg = self_;
-        for (int p : view_.members) sendLocked(p, gone);
+        for (int p : view_.members) {
+          sendLocked(p, d.message);
+          sendLocked(p, gone);
+        }
       }
       outsider_ = true;
       joinAsked_ = true;
       view_ = d.view;
-      before = d.view;  // the view it joins from: who is new is decided against it, alike everywhere
       suspects_.clear();
       revoked_ = true;
       for (auto it = reports_.begin(); it != reports_.end();)
         it = it->first < viewKey(view_) ? reports_.erase(it) : std::next(it);
-      Message join = headerLocked(Kind::kJoin);
-      for (int p : view_.members) sendLocked(p, join);
+      // Listed in it, it is not a stranger its members would take in: they
+      // would wait for it. A suspicion of itself in that view makes them
+      // decide the next one without it, which it then asks to join.
+      Message ask = headerLocked(listed ? Kind::kSuspect : Kind::kJoin);
+      if (listed) ask.arg = self_;
+      for (int p : view_.members) sendLocked(p, ask);
       reportLocked(completedSteps, evaluating);
       deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
@@ -405,15 +439,22 @@ class MembershipTransport final : public Transport, public Membership {
                                           std::to_string(view_.number) + " was revoked (" + revokeReason_ +
                                           "); recover with Agent::recover()");
   }
-  Request track(Request r) {
-    std::lock_guard<std::mutex> lk(pmu_);
-    // Handles that are gone are dropped when the list has doubled since the
-    // last sweep: amortised O(1) per receive.
-    if (pending_.size() >= 2 * swept_ + 32) {
-      std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
-      swept_ = pending_.size();
+  // Registers a receive posted through the view, for revokeLocked to fail.
+  // `revocations` is revocations_ when the receive was checked against
+  // revoked_: a revocation since then did not see it, so it fails here.
+  Request track(Request r, std::uint64_t revocations) {
+    {
+      std::lock_guard<std::mutex> lk(pmu_);
+      // Handles that are gone are dropped when the list has doubled since the
+      // last sweep: amortised O(1) per receive.
+      if (pending_.size() >= 2 * swept_ + 32) {
+        std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+        swept_ = pending_.size();
+      }
+      pending_.push_back(r.watch());
     }
-    pending_.push_back(r.watch());
+    std::lock_guard<std::mutex> lk(mu_);
+    if (revocations_ != revocations) r.fail(std::make_exception_ptr(revokedError()));
     return r;
   }
 
@@ -462,6 +503,7 @@ class MembershipTransport final : public Transport, public Membership {
   void revokeLocked(int suspect, const std::string& why) {
     if (revoked_) return;
     revoked_ = true;
+    ++revocations_;
     revokedAt_ = Clock::now();
     firstSuspect_ = suspect;
     revokeReason_ = why;
@@ -503,8 +545,10 @@ class MembershipTransport final : public Transport, public Membership {
   void coordinateLocked() {
     // A rank that was stopped waits to hear from its peers first: they may
     // have removed it (their answer carries that view). A rank outside the
-    // view (rejoining) decides nothing.
-    if (!revoked_ || closed_ || resumed_ || outsider_) return;
+    // view (rejoining) decides nothing, nor does one that holds a newer view
+    // to go to (it installs that one, or leaves for it and takes the
+    // members of this view along).
+    if (!revoked_ || closed_ || resumed_ || outsider_ || decided_) return;
     const auto survivors = survivorsLocked();
     if (survivors.empty() || survivors.front() != self_) return;
     const auto key = viewKey(view_);
@@ -547,6 +591,7 @@ class MembershipTransport final : public Transport, public Membership {
     m.kind = Kind::kView;
     m.viewNumber = view_.number + 1;
     m.viewCoordinator = self_;
+    m.fromCoordinator = view_.coordinator;
     m.arg = source;
     m.value = resume;
     m.fewest = fewest;
@@ -571,6 +616,8 @@ class MembershipTransport final : public Transport, public Membership {
     d.fewestSteps = m.fewest;
     d.evaluating = (m.flags & 1) != 0;
     d.modelSource = m.arg;
+    d.from = {m.viewNumber - 1, m.fromCoordinator};
+    d.message = m;
     if (!newer(d.view, view_)) return;
     if (decided_ && !newer(d.view, decided_->view)) return;
     decided_ = d;
@@ -598,6 +645,12 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : v.members) heard_[static_cast<std::size_t>(p)] = now;
     for (auto it = reports_.begin(); it != reports_.end();)
       it = (it->first <= viewKey(v)) && it->first != viewKey(v) ? reports_.erase(it) : std::next(it);
+    // Suspicions its members sent in v before it was installed here.
+    std::map<int, int> early;
+    if (const auto it = earlySuspects_.find(viewKey(v)); it != earlySuspects_.end()) early = it->second;
+    std::erase_if(earlySuspects_, [&](const auto& e) { return e.first.first <= v.number; });
+    for (const auto& [p, by] : early)
+      if (v.localRank(by) >= 0) suspectLocked(p, "failed (suspected by rank " + std::to_string(by) + ")");
     localRank_ = v.localRank(self_);
     localSize_ = static_cast<int>(v.members.size());
     if (logEnabled(LogLevel::kInfo)) {
@@ -661,9 +714,14 @@ class MembershipTransport final : public Transport, public Membership {
         cv_.notify_all();
         break;
       case Kind::kSuspect:
-        if (sameView(view_, m.viewNumber, m.viewCoordinator) && m.arg != self_ &&
-            view_.localRank(from) >= 0 && !outsider_)
-          suspectLocked(m.arg, "failed (suspected by rank " + std::to_string(from) + ")");
+        if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
+          if (m.arg != self_ && view_.localRank(from) >= 0 && !outsider_)
+            suspectLocked(m.arg, "failed (suspected by rank " + std::to_string(from) + ")");
+        } else if (m.viewNumber >= view_.number && m.arg != self_) {
+          // A view this rank may not have installed yet (its view message
+          // is still on the way from the coordinator): kept for then.
+          earlySuspects_[{m.viewNumber, m.viewCoordinator}].emplace(m.arg, from);
+        }
         break;
       case Kind::kState:
         reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0};
@@ -793,6 +851,7 @@ class MembershipTransport final : public Transport, public Membership {
   std::atomic<int> localRank_{0}, localSize_{1};
   std::set<int> suspects_;
   bool revoked_ = false;
+  std::uint64_t revocations_ = 0;  // times revoked_ was set
   bool closed_ = false;
   bool expelled_ = false;
   // This process was stopped (or starved) for longer than half of
@@ -807,6 +866,8 @@ class MembershipTransport final : public Transport, public Membership {
     bool evaluating = false;
   };
   std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
+  // Suspicions sent in views this rank had not installed: view -> suspect -> by whom.
+  std::map<std::pair<std::uint64_t, int>, std::map<int, int>> earlySuspects_;
   std::set<int> joiners_;   // peers outside the view that asked to rejoin
   bool outsider_ = false;   // this rank was removed and asked to rejoin
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank

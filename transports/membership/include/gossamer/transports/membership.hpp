@@ -19,10 +19,14 @@
 //      steps it completed.
 //   3. The coordinator, once every member it does not suspect reported,
 //      sends the new view (number+1, the survivors, the largest completed
-//      step and the lowest survivor that completed it) to the survivors and
-//      to the suspects (so a peer that was only stopped learns it was
-//      removed: Expelled).
-//   4. Survivors install it. Data messages carry their view's epoch in tag
+//      step and the lowest survivor that completed it, and the view it was
+//      decided from) to the survivors and to the suspects (so a peer that
+//      was only stopped learns it was removed: Expelled). A rank that holds
+//      a newer view than its own to go to decides nothing.
+//   4. Survivors install it: a rank installs only a view decided from the
+//      one it holds (the coordinator decided with its report for that view,
+//      and every member reckons who was lost and who is new against the
+//      same view). Data messages carry their view's epoch in tag
 //      bits 24-31 of the step. Views numbered 16 apart share an epoch, so a
 //      rank that installs a view drops what is still queued from older views
 //      (it keeps the next view's, which a faster peer may have sent), and a
@@ -30,11 +34,23 @@
 //      different views never match.
 //      A rank that missed a view message gets it again: every control
 //      message carries its sender's view, and a rank with a newer view
-//      answers with it.
-//   5. With rejoin on, a rank that finds itself removed (it was stopped)
-//      sends the members a join message and its state; the next
-//      coordinator adds it, and the Agent hands it the current model.
-// Bytes on the wire: 48 bytes per heartbeat, suspect or state message, 48 +
+//      answers with it. A suspicion sent in a view a rank has not installed
+//      yet is kept and acted on when it installs that view.
+//   5. With rejoin on, a rank that finds itself removed (it was stopped, or
+//      on the other side of a healed partition) sends the members a join
+//      message and its state; the next coordinator adds it, and the Agent
+//      hands it the current model. The members of the view it leaves get
+//      the view it goes to (they follow it there, unless they hold a newer
+//      one) and a suspicion of itself in the view it leaves. A rank listed
+//      in a newer view decided from a view it has left since (two views
+//      were decided at once and it took the other one) leaves for it the
+//      same way, with a suspicion of itself in it, and asks to join the
+//      next one.
+//   Views are ordered (newer(): number, then size, then coordinator) and a
+//   rank only moves to newer ones, so the ranks that can reach each other
+//   end in one view: after a partition heals, the side with the older view
+//   joins the other.
+// Bytes on the wire: 56 bytes per heartbeat, suspect or state message, 56 +
 // 4 x members per view message (Op::kMembership, step 0, segment 0).
 //
 // The design follows the view-synchronous group membership of Birman and
