@@ -79,7 +79,8 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
       topology_(topology),
       options_(o),
       sgd_(totalOf(tensorSizes), o.sgd),
-      numParams_(totalOf(tensorSizes)) {
+      numParams_(totalOf(tensorSizes)),
+      screen_(o.checkReceived, "crossover_sgd") {
   GOSSAMER_ENFORCE(o.segments >= 1 && o.segments <= static_cast<int>(Tag::kMaxSegment) + 1,
                    "segments " << o.segments);
   GOSSAMER_ENFORCE(o.interval >= 1, "interval " << o.interval);
@@ -236,14 +237,26 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
       x += static_cast<float>(ps.selfWeight - 1.0) * view(p.snapshot.data() + b, e - b);
     else
       x *= static_cast<float>(ps.selfWeight);
+    double refused = 0;  // mixing weight of segments the screen refused
     for (std::size_t k = 0; k < ps.recvFrom.size(); ++k, ++r) {
       p.recvs[r].wait(options_.timeoutSeconds);
       if (p.recvs[r].bytes() != (e - b) * sizeof(float))
         throw ProtocolError(ps.recvFrom[k], frame_offset::kPayloadBytes,
                             "gossip segment of " + std::to_string(p.recvs[r].bytes()) + " bytes, expected " +
                                 std::to_string((e - b) * sizeof(float)));
+      if (!screen_.admit(ps.recvFrom[k],
+                         std::span<const float>(p.recvBuffer.data() + p.recvOffset[r], e - b))) {
+        refused += ps.recvWeights[k];
+        continue;
+      }
       x += static_cast<float>(ps.recvWeights[k]) * view(p.recvBuffer.data() + p.recvOffset[r], e - b);
     }
+    // A refused segment's share goes to this rank's own: its snapshot, or
+    // (the mix scaled in place) by renormalising what was kept.
+    if (refused > 0 && snapshotCorrection)
+      x += static_cast<float>(refused) * view(p.snapshot.data() + b, e - b);
+    else if (refused > 0 && refused < 1)
+      x *= static_cast<float>(1.0 / (1.0 - refused));
   }
   waitAll(p.sends, options_.timeoutSeconds);
 }
@@ -329,11 +342,11 @@ void CrossoverSgd::foldArrived(std::span<float> params) {
                                 " bytes, expected " + std::to_string(asyncBuf_[s].size()));
       double wj;
       std::memcpy(&wj, asyncBuf_[s].data(), sizeof(double));
-      if (wj > 0) {
+      const auto* zj = reinterpret_cast<const float*>(asyncBuf_[s].data() + sizeof(double));
+      if (screen_.admit(from, wj, std::span<const float>(zj, len), transport_.worldSize()) && wj > 0) {
         // Running weighted average, so that z never underflows even when w is tiny.
         const double total = asyncWeight_[s] + wj;
         const auto c = static_cast<float>(wj / total);
-        const auto* zj = reinterpret_cast<const float*>(asyncBuf_[s].data() + sizeof(double));
         auto x = view(params.data() + b, len);
         x += c * (Eigen::Map<const Eigen::VectorXf>(zj, static_cast<Eigen::Index>(len)) - x);
         asyncWeight_[s] = total;

@@ -38,12 +38,14 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
   leaderComm_ = all.split(position == 0 ? 0 : Communicator::kUndefinedColor, group);
   if (leaderComm_) {
     Transport& leaders = leaderComm_->transport();
-    if (interAlgorithm == "sgp")
-      inter_ = std::make_unique<Sgp>(
-          leaders, *leaderTopology_, numParams,
-          SgpOptions{options.sgd, options.timeoutSeconds, options.mode, options.weightFloor});
-    else
+    if (interAlgorithm == "sgp") {
+      SgpOptions so{options.sgd, options.timeoutSeconds, options.mode, options.weightFloor};
+      so.asyncWaitSeconds = options.asyncWaitSeconds;
+      so.checkReceived = options.checkReceived;
+      inter_ = std::make_unique<Sgp>(leaders, *leaderTopology_, numParams, so);
+    } else {
       inter_ = std::make_unique<CrossoverSgd>(leaders, *leaderTopology_, tensorSizes, options);
+    }
   }
 }
 

@@ -28,6 +28,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.mode = modeFrom(c);
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
+  o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }
 std::size_t total(const std::vector<std::size_t>& sizes) {
@@ -39,6 +40,7 @@ SgpOptions sgpFrom(const Config& c) {
   SgpOptions o{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
+  o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }
 
@@ -53,7 +55,11 @@ KeySet gossipKeys() {
             "instead of pushing, until the peers' pushes raise it (no underflow; the mass stays exact)")
       .real("async_wait_seconds", SgpOptions{}.asyncWaitSeconds, {0.0, true, 3600.0, true},
             "async mode: a rank whose push-sum weight (SGP's, or a Crossover-SGD segment's) is too low to "
-            "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits)");
+            "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits)")
+      .boolean("check_received", true,
+               "refuse a peer's gossip message holding a NaN or infinite value, or a push-sum weight outside "
+               "[0, world_size], instead of mixing it in (counted and logged: one corrupt peer cannot poison "
+               "the average)");
 }
 KeySet crossoverKeys() {
   return gossipKeys()

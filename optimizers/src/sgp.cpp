@@ -61,7 +61,8 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       sgd_(numParams, o.sgd),
       numParams_(numParams),
       sendBuf_(sizeof(double) + numParams * sizeof(float)),
-      sentTo_(static_cast<std::size_t>(transport.worldSize()), 0) {
+      sentTo_(static_cast<std::size_t>(transport.worldSize()), 0),
+      screen_(o.checkReceived, "sgp") {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(
       o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
@@ -127,13 +128,15 @@ void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
 
 // Folds one received (w_j, z_j) into (w, z): x = w z + w_j z_j, w += w_j, as
 // a running weighted average so that z never underflows even when w is tiny.
-void Sgp::addMessage(std::span<float> z, std::span<const std::byte> msg) {
+// A message the screen refuses (NaN, Inf, an impossible weight) is left out.
+void Sgp::addMessage(std::span<float> z, std::span<const std::byte> msg, int from) {
   double wj;
   std::memcpy(&wj, msg.data(), sizeof(double));
+  const auto* zj = reinterpret_cast<const float*>(msg.data() + sizeof(double));
+  if (!screen_.admit(from, wj, std::span<const float>(zj, numParams_), transport_.worldSize())) return;
   if (!(wj > 0)) return;  // nothing to fold in (a peer with no mass left)
   const double total = weight_ + wj;
   const auto c = static_cast<float>(wj / total);
-  const auto* zj = reinterpret_cast<const float*>(msg.data() + sizeof(double));
   auto zv = view(z.data(), numParams_);
   zv += c * (Eigen::Map<const Eigen::VectorXf>(zj, static_cast<Eigen::Index>(numParams_)) - zv);
   weight_ = total;
@@ -154,7 +157,7 @@ void Sgp::receiveRound(std::span<float> z, std::uint64_t round) {
       throw ProtocolError(p.recvFrom[k], frame_offset::kPayloadBytes,
                           "push-sum message of " + std::to_string(recvs[k].bytes()) + " bytes, expected " +
                               std::to_string(sendBuf_.size()));
-    addMessage(z, recvBufs_[k]);
+    addMessage(z, recvBufs_[k], p.recvFrom[k]);
   }
 }
 
@@ -178,7 +181,7 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable)
       } catch (const PeerFailure&) {
         return;  // every other rank has left: nothing more will arrive
       }
-      addMessage(z, recvBufs_[0]);
+      addMessage(z, recvBufs_[0], asyncRecv_[0].peer());
       ++asyncReceived_;
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }

@@ -55,7 +55,8 @@ LossTolerantSgp::LossTolerantSgp(Transport& transport, const Topology& topology,
       out_(static_cast<std::size_t>(transport.worldSize())),
       in_(static_cast<std::size_t>(transport.worldSize())),
       message_(kHeader + numParams * sizeof(double)),
-      recvBuf_(kHeader + numParams * sizeof(double)) {
+      recvBuf_(kHeader + numParams * sizeof(double)),
+      screen_(o.checkReceived, "sgp/loss_tolerant") {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
@@ -141,7 +142,11 @@ void LossTolerantSgp::takeArrived() {
     std::memcpy(&seq, recvBuf_.data(), sizeof seq);
     std::memcpy(&sigmaW, recvBuf_.data() + sizeof seq, sizeof sigmaW);
     Inbound& in = in_[static_cast<std::size_t>(from)];
-    if (seq > in.seq) {  // older, repeated or duplicated sums add nothing
+    // Refused sums are skipped: the next admitted ones from that peer carry
+    // their mass (they are running sums).
+    const std::span<const double> sums(reinterpret_cast<const double*>(recvBuf_.data() + sizeof seq),
+                                       1 + numParams_);
+    if (seq > in.seq && screen_.admit(from, sums)) {  // older, repeated or duplicated sums add nothing
       if (in.rhoX.empty()) in.rhoX.assign(numParams_, 0.0);
       const auto* sigmaX = reinterpret_cast<const double*>(recvBuf_.data() + kHeader);
       weight_ += sigmaW - in.rhoW;

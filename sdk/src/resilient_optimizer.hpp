@@ -45,6 +45,7 @@ class ResilientOptimizer final : public DistributedOptimizer {
   bool replicatedModel() const override { return inner_ && inner_->replicatedModel(); }
   bool lockstep() const override { return !inner_ || inner_->lockstep(); }
   double pushSumWeight() const override { return inner_ ? inner_->pushSumWeight() : 1.0; }
+  std::uint64_t rejectedMessages() const override { return inner_ ? inner_->rejectedMessages() : 0; }
   ModelExchange modelExchange() override;
   /// The configured optimizer's state and the steps completed.
   void saveState(Checkpoint& out, const std::string& prefix) const override;

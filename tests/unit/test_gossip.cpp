@@ -5,6 +5,9 @@
 #include <barrier>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -630,5 +633,60 @@ TEST_CASE("SGP in async mode steps the numerator: each step moves sum_i w_i z_i 
     double numerator = 0;
     for (std::size_t r = 0; r < 3; ++r) numerator += weights[r] * xs[r][i];
     CHECK(numerator == Approx(sum0[i] - moved).margin(1e-3));
+  }
+}
+
+TEST_CASE(
+    "a peer whose models hold NaN is refused by SGP and Crossover-SGD: the others stay finite and count it",
+    "[sgp][crossover][screen]") {
+  const int n = 4, p = 24, poisoned = 2;
+  const auto nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::string algorithm : {"sgp", "crossover_sgd"}) {
+    for (auto mode : {optimizers::GossipMode::kSync, optimizers::GossipMode::kOverlap}) {
+      for (bool check : {true, false}) {
+        auto fabric = inproc::makeFabric(n);
+        topologies::DirectedExponential expo(n, 1);
+        topologies::FairRoulette roulette(n, 5);
+        auto xs = randomModels(n, p, 21);
+        xs[poisoned][3] = nan;  // one corrupt peer (or one that diverged)
+        std::vector<std::uint64_t> rejected(n, 0);
+        onEveryRank(n, [&](int r) {
+          auto t = inproc::makeTransport(fabric, r, 10.0);
+          std::unique_ptr<DistributedOptimizer> opt;
+          if (algorithm == "sgp") {
+            optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, mode};
+            o.checkReceived = check;
+            opt = std::make_unique<optimizers::Sgp>(*t, expo, p, o);
+          } else {
+            optimizers::CrossoverOptions o;
+            o.sgd = {0.0, 0.0, 0.0};
+            o.segments = 2;
+            o.mode = mode;
+            o.checkReceived = check;
+            opt =
+                std::make_unique<optimizers::CrossoverSgd>(*t, roulette, std::vector<std::size_t>{12, 12}, o);
+          }
+          std::vector<float> g(p, 0.0f);
+          for (int s = 0; s < 20; ++s) opt->step(xs[static_cast<std::size_t>(r)], g);
+          opt->flush(xs[static_cast<std::size_t>(r)]);
+          rejected[static_cast<std::size_t>(r)] = opt->rejectedMessages();
+        });
+        INFO(algorithm << ", mode " << int(mode) << ", check_received " << check);
+        bool othersFinite = true;
+        std::uint64_t refused = 0;
+        for (int r = 0; r < n; ++r) {
+          if (r == poisoned) continue;
+          for (float v : xs[static_cast<std::size_t>(r)]) othersFinite = othersFinite && std::isfinite(v);
+          refused += rejected[static_cast<std::size_t>(r)];
+        }
+        if (check) {
+          CHECK(othersFinite);
+          CHECK(refused > 0);
+        } else {  // what the screen prevents: the NaN reaches the other models
+          CHECK_FALSE(othersFinite);
+          CHECK(refused == 0);
+        }
+      }
+    }
   }
 }

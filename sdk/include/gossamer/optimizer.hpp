@@ -71,6 +71,10 @@ class DistributedOptimizer {
   /// positive double, 1 at the start, whose sum over the ranks is the world
   /// size when nothing is in flight). 1 for algorithms without one.
   virtual double pushSumWeight() const { return 1.0; }
+  /// Messages from peers refused instead of mixed in: a NaN or infinite
+  /// value, or a push-sum weight that cannot be one (gossip optimizers with
+  /// `algorithm.check_received`, on by default). 0 for the others.
+  virtual std::uint64_t rejectedMessages() const { return 0; }
   /// Writes what the optimizer carries from one step to the next (its step
   /// count, momentum, push-sum weight, ...) into `out`, in sections named
   /// `prefix` + a name of its own. Call it after flush(), at the same step on

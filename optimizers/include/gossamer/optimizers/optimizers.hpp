@@ -13,6 +13,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/defaults.hpp"
 #include "gossamer/optimizer.hpp"
+#include "gossamer/optimizers/gossip_screen.hpp"
 #include "gossamer/topology.hpp"
 #include "gossamer/transport.hpp"
 
@@ -105,6 +106,10 @@ struct CrossoverOptions {
   /// up to this long (seconds, >= 0) for its peers' pushes before it steps
   /// on; 0 never waits (bounded staleness, as SgpOptions::asyncWaitSeconds).
   double asyncWaitSeconds = 0.005;
+  /// Refuse a received segment with a NaN or infinite value, or (async) a
+  /// push-sum weight outside [0, world size], instead of mixing it in
+  /// (GossipScreen; rejectedMessages() counts them).
+  bool checkReceived = true;
 };
 
 /// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each
@@ -141,6 +146,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// Async mode steps at its own pace; the other modes in lockstep.
   bool lockstep() const override { return options_.mode != GossipMode::kAsync; }
   std::uint64_t steps() const override { return steps_; }
+  std::uint64_t rejectedMessages() const override { return screen_.rejected(); }
 
   /// Completes an exchange still in flight (overlap mode) so that `params`
   /// includes every message sent so far; a no-op in sync mode. Async mode:
@@ -191,6 +197,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<float> stepStart_;       // async: z before the SGD step
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
+  GossipScreen screen_;  // refuses segments with NaN, Inf or an impossible weight
 };
 
 /// Options of SGP.
@@ -208,6 +215,10 @@ struct SgpOptions {
   /// waits. A bounded staleness that yields the CPU to the transport when
   /// the steps outpace it (sgp.cpp).
   double asyncWaitSeconds = 0.005;
+  /// Refuse a received message whose push-sum weight is not finite or lies
+  /// outside [0, world size], or whose values hold a NaN or infinity,
+  /// instead of mixing it in (GossipScreen; rejectedMessages() counts them).
+  bool checkReceived = true;
 };
 
 /// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019,
@@ -262,6 +273,7 @@ class Sgp final : public DistributedOptimizer {
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
   double pushSumWeight() const override { return weight_; }
+  std::uint64_t rejectedMessages() const override { return screen_.rejected(); }
   /// One push-sum round without an SGD step (tests, averaging-only use).
   void gossip(std::span<float> params, std::uint64_t round);
   /// gossip() as a ModelExchange.
@@ -271,7 +283,7 @@ class Sgp final : public DistributedOptimizer {
 
  private:
   void send(std::span<const float> z, const PeerSet& p, Tag tag);
-  void addMessage(std::span<float> z, std::span<const std::byte> msg);
+  void addMessage(std::span<float> z, std::span<const std::byte> msg, int from);
   void receiveRound(std::span<float> z, std::uint64_t round);
   /// Async mode: folds in what has arrived; waits up to waitSeconds for
   /// more (with untilPushable, only until canPush()).
@@ -295,6 +307,7 @@ class Sgp final : public DistributedOptimizer {
   bool roundPending_ = false;          // overlap: a round's messages not yet consumed
   std::uint64_t pendingRound_ = 0;
   std::uint64_t steps_ = 0;
+  GossipScreen screen_;  // refuses messages with NaN, Inf or an impossible weight
 };
 
 /// Loss-tolerant SGP (`algorithm: {name: sgp, loss_tolerant: true}`): push-sum
@@ -311,6 +324,7 @@ class LossTolerantSgp final : public DistributedOptimizer {
                   const SgpOptions& options);
   ~LossTolerantSgp() override;
   std::string name() const override { return "sgp/loss_tolerant"; }
+  std::uint64_t rejectedMessages() const override { return screen_.rejected(); }
   void step(std::span<float> params, std::span<const float> grads) override;
   /// Leaves the gradients alone: SGP mixes models.
   void reduceGradients(std::span<float> grads) override;
@@ -348,6 +362,7 @@ class LossTolerantSgp final : public DistributedOptimizer {
   Request recv_;
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
+  GossipScreen screen_;  // refuses running sums holding a NaN or infinity
 };
 
 /// Hierarchical gossip with leader groups (paper 004, Sec. 3.3). Ranks are
