@@ -10,11 +10,20 @@ GOSSAMER_PACKAGES=(
   dataset-fashion-mnist
   python3-dev python3-numpy python3-torch python3-pybind11 pybind11-dev python3-pytest openmpi-bin
 )
+# What only the test suite needs (scripts/test.sh): clang and its libFuzzer
+# runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz.
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev)
 
+# Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
+# (e.g. GOSSAMER_TEST_PACKAGES) that are missing.
 gossamer_install_deps() {
   local missing=()
-  local p
-  for p in "${GOSSAMER_PACKAGES[@]}"; do
+  local p list wanted=("${GOSSAMER_PACKAGES[@]}")
+  for list in "$@"; do
+    local -n extra="$list"
+    wanted+=("${extra[@]}")
+  done
+  for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -41,6 +50,18 @@ gossamer_build() {
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
   fi
   cmake --build "$build" -j "$(nproc)" "$@"
+}
+
+# Configures (once, with clang and GOSSAMER_FUZZ=ON) and builds the fuzz
+# targets in $GOSSAMER_FUZZ_BUILD_DIR (default build-fuzz/).
+gossamer_build_fuzz() {
+  local root build
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  build="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DGOSSAMER_FUZZ=ON -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$build" -j "$(nproc)" --target gossamer_fuzzers "$@"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -8,6 +8,7 @@
 // here knows a component by name.
 #include "gossamer/config.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <variant>
@@ -40,6 +42,49 @@ constexpr long long kIntMax = INT_MAX;
 
 using Section = ConfigSchema::Section;
 using Entry = ConfigSchema::Entry;
+
+/// Where the first node of a YAML document starts (the events of its nodes
+/// are otherwise ignored): the mark YAML::LoadAll gives its root.
+class FirstNodeMark final : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> mark;
+  void OnDocumentStart(const YAML::Mark&) override { mark.reset(); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override {
+    note(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void note(const YAML::Mark& m) {
+    if (!mark) mark = m;
+  }
+};
+
+/// The mark of the root of the second YAML document in `text`, if there is
+/// one. Reads at most two documents: yaml-cpp 0.7's LoadAll never returns on
+/// some malformed flow text (`{a: b}, c` is an endless stream of documents).
+/// @throws YAML::Exception for invalid YAML in the first two documents.
+std::optional<YAML::Mark> secondDocument(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  FirstNodeMark first;
+  if (!parser.HandleNextDocument(first)) return std::nullopt;
+  FirstNodeMark second;
+  if (!parser.HandleNextDocument(second)) return std::nullopt;
+  return second.mark.value_or(YAML::Mark());
+}
 
 // ---- the checks (each written once) -------------------------------------------
 
@@ -280,20 +325,20 @@ class Parser {
   Parser(const ConfigSchema& schema, std::string file) : schema_(schema), file_(std::move(file)) {}
 
   Config parse(const std::string& text, const std::vector<std::string>& overrides) {
-    std::vector<YAML::Node> docs;
+    YAML::Node root;
+    std::optional<YAML::Mark> second;
     try {
-      docs = YAML::LoadAll(text);
+      root = YAML::Load(text);
+      second = secondDocument(text);
     } catch (const YAML::Exception& e) {
       throw ConfigError(file_, lineOf(e.mark), "", "invalid YAML: " + e.msg);
     }
-    if (docs.empty() || docs[0].IsNull()) {
+    if (root.IsNull()) {
       throw ConfigError(file_, 0, "", "config is empty (expected a map of settings)");
     }
-    if (docs.size() > 1) {
-      throw ConfigError(file_, lineOf(docs[1].Mark()), "",
-                        "more than one YAML document (a config is a single map)");
+    if (second) {
+      throw ConfigError(file_, lineOf(*second), "", "more than one YAML document (a config is a single map)");
     }
-    const YAML::Node& root = docs[0];
     if (!root.IsMap()) {
       throw ConfigError(file_, lineOf(root.Mark()), "",
                         "the top level must be a map of settings, got " + describe(root));

@@ -64,9 +64,9 @@ bool isZ85Key(const std::string& key) {
          });
 }
 
-std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("cannot read key file " + path + ": " + std::strerror(errno));
+std::pair<std::vector<std::string>, std::vector<std::string>> parseCertificate(const std::string& text,
+                                                                               const std::string& name) {
+  std::istringstream in(text);
   std::pair<std::vector<std::string>, std::vector<std::string>> keys;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -74,17 +74,26 @@ std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(co
     if (line.empty() || line[0] == '#') continue;  // Z85 has '#': comments are whole lines
     const auto eq = line.find('=');
     if (eq == std::string::npos) continue;
-    const std::string name = trim(line.substr(0, eq));
-    if (name != "public-key" && name != "secret-key") continue;
+    const std::string field = trim(line.substr(0, eq));
+    if (field != "public-key" && field != "secret-key") continue;
     std::string value = trim(line.substr(eq + 1));
     if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
       value = value.substr(1, value.size() - 2);
     if (!isZ85Key(value))
-      throw InvalidArgument(path + ":" + std::to_string(number) + ": " + name +
+      throw InvalidArgument(name + ":" + std::to_string(number) + ": " + field +
                             " is not 40 characters of Z85 (a CURVE key as gossamer-keygen writes it)");
-    (name == "public-key" ? keys.first : keys.second).push_back(value);
+    (field == "public-key" ? keys.first : keys.second).push_back(value);
   }
   return keys;
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cannot read key file " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InvalidArgument("cannot read key file " + path + ": " + std::strerror(errno));
+  return parseCertificate(text.str(), path);
 }
 
 CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& publicKeysPath) {

@@ -296,6 +296,25 @@ TEST_CASE("Top-K breaks ties by index, averages gathered payloads and rejects ba
     CHECK(e.peer() == 1);
   }
   CHECK_THROWS_AS(c.decode(std::span<const std::byte>(both).first(10), {}, out), InvalidArgument);
+  // Indices ascend and values are finite, as the encoder sends them.
+  auto repeated = payload;  // indices 3, 4, 5
+  const std::uint32_t three = 3;
+  std::memcpy(repeated.data() + 4, &three, 4);
+  try {
+    c.decode(repeated, {}, out);
+    FAIL("expected ProtocolError");
+  } catch (const ProtocolError& e) {
+    CHECK(e.offset() == 4);
+  }
+  auto notFinite = payload;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(notFinite.data() + 4 * 3, &nan, 4);  // the first value
+  try {
+    c.decode(notFinite, {}, out);
+    FAIL("expected ProtocolError");
+  } catch (const ProtocolError& e) {
+    CHECK(e.offset() == 12);
+  }
   CHECK_THROWS_AS(TopKCompressor(6, 0.0), InvalidArgument);
   CHECK_THROWS_AS(TopKCompressor(6, 1.5), InvalidArgument);
   auto g = std::vector<float>(6, 1.0f);

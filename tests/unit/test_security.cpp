@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gossamer/config.hpp"
@@ -89,4 +90,16 @@ TEST_CASE("security: a transport that cannot authenticate refuses to start with 
   c.set("security.enabled", false);
   CHECK_NOTHROW(requireNoSecurity(c, "socket"));
   CHECK_FALSE(curveKeysFrom(c, 0).has_value());
+}
+
+TEST_CASE("security: certificate text reads as its file does", "[security]") {
+  TempDir dir;
+  const std::string pub = newPair(dir, "a");
+  std::ifstream in(dir / "a");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(parseCertificate(text, "a") == readCertificate(dir / "a"));
+  CHECK(parseCertificate(text, "a").first == std::vector<std::string>{pub});
+  CHECK_THROWS_WITH(parseCertificate("curve\n  secret-key = \"x\"\n", "inline.cert"),
+                    Catch::Contains("inline.cert:2: secret-key"));
+  CHECK(parseCertificate("", "empty") == std::pair<std::vector<std::string>, std::vector<std::string>>{});
 }

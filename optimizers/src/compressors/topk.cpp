@@ -85,14 +85,21 @@ void TopKCompressor::decode(std::span<const std::byte> combined, std::span<const
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* p = combined.data() + r * payloadBytes();
     for (std::size_t j = 0; j < k_; ++j) {
-      std::uint32_t index;
+      std::uint32_t index, previous = 0;
       float value;
       std::memcpy(&index, p + 4 * j, 4);
       std::memcpy(&value, p + 4 * (k_ + j), 4);
-      if (index >= size()) {
-        throw ProtocolError(
-            static_cast<int>(r), 4 * j,
-            "Top-K payload: index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
+      if (j > 0) std::memcpy(&previous, p + 4 * (j - 1), 4);
+      if (index >= size() || (j > 0 && index <= previous)) {
+        throw ProtocolError(static_cast<int>(r), 4 * j,
+                            "Top-K payload: index " + std::to_string(index) + " outside [0, " +
+                                std::to_string(size()) + ") or not above the one before it");
+      }
+      // The encoder sends finite values only (it refuses a non-finite gradient).
+      if (!std::isfinite(value)) {
+        throw ProtocolError(static_cast<int>(r), 4 * (k_ + j),
+                            "Top-K payload: value " + std::to_string(value) + " at index " +
+                                std::to_string(index) + " is not finite");
       }
       out[index] += value;
     }

@@ -5,11 +5,12 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gossamer {
 
-class Config;
+struct Config;
 class ConfigSchema;
 
 /// One peer's CURVE (Curve25519) identity and the public keys the job admits.
@@ -30,6 +31,13 @@ bool isZ85Key(const std::string& key);
 /// order. @throws InvalidArgument naming the file and line of a malformed key
 /// or a file that cannot be read.
 std::pair<std::vector<std::string>, std::vector<std::string>> readCertificate(const std::string& path);
+
+/// Reads the keys of a certificate's text, as readCertificate does a file's.
+/// @param text the certificate (any bytes: lines end at a newline).
+/// @param name what the text is (a file name), for the error message.
+/// @throws InvalidArgument naming `name` and the line of a malformed key.
+std::pair<std::vector<std::string>, std::vector<std::string>> parseCertificate(const std::string& text,
+                                                                               const std::string& name);
 
 /// Loads this peer's key pair from `secretKeyPath` (a certificate with one
 /// public-key and one secret-key line, readable by its owner only) and the

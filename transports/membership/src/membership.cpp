@@ -20,6 +20,7 @@
 #include "gossamer/log.hpp"
 #include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
+#include "membership_codec.hpp"
 
 namespace gossamer::membership {
 
@@ -29,113 +30,15 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// ---- control messages ------------------------------------------------------
-//
-//  offset size field
-//   0      4   magic 0x524D4247 ("GBMR")
-//   4      1   kind (Kind)
-//   5      3   zero
-//   8      8   sender's view number
-//  16      4   sender's view coordinator (-1: the first view)
-//  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
-//  24      8   value: completed steps (kState), resume step (kView)
-//  32      4   count: members that follow (kView), else 0
-//  36      4   flags: bit 0 = evaluating (kState: the sender recovers from a
-//              collective of its own between steps; kView: a survivor at the
-//              resume step did)
-//  40      8   fewest completed steps among the survivors (kView)
-//  48      4   coordinator of the view it was decided from, numbered one less
-//              (kView; -1: the first view), else -1
-//  52      4   zero
-//  56   4 x count  members, ascending global ranks (kView)
-
-constexpr std::uint32_t kMagic = 0x524D4247u;
-constexpr std::size_t kHeaderBytes = 56;
 /// How long (in heartbeat periods) a view change waits for the report of a
 /// peer that asked to join, before it decides without it.
 constexpr double kJoinWaitBeats = 5;
 
-enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
-
-struct Message {
-  Kind kind = Kind::kHeartbeat;
-  std::uint64_t viewNumber = 0;
-  int viewCoordinator = -1;
-  int arg = -1;
-  std::uint64_t value = 0;
-  std::uint64_t fewest = 0;  // kView
-  std::uint32_t flags = 0;   // bit 0: evaluating
-  int fromCoordinator = -1;  // kView: coordinator of the view it was decided from
-  std::vector<int> members;  // kView
-};
-
-template <typename T>
-void put(std::vector<std::byte>& b, std::size_t off, T v) {
-  std::memcpy(b.data() + off, &v, sizeof(T));
-}
-template <typename T>
-T get(std::span<const std::byte> b, std::size_t off) {
-  T v;
-  std::memcpy(&v, b.data() + off, sizeof(T));
-  return v;
-}
-
-std::vector<std::byte> encode(const Message& m) {
-  std::vector<std::byte> b(kHeaderBytes + 4 * m.members.size(), std::byte{0});
-  put<std::uint32_t>(b, 0, kMagic);
-  put<std::uint8_t>(b, 4, static_cast<std::uint8_t>(m.kind));
-  put<std::uint64_t>(b, 8, m.viewNumber);
-  put<std::int32_t>(b, 16, m.viewCoordinator);
-  put<std::int32_t>(b, 20, m.arg);
-  put<std::uint64_t>(b, 24, m.value);
-  put<std::uint32_t>(b, 32, static_cast<std::uint32_t>(m.members.size()));
-  put<std::uint32_t>(b, 36, m.flags);
-  put<std::uint64_t>(b, 40, m.fewest);
-  put<std::int32_t>(b, 48, m.fromCoordinator);
-  for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
-  return b;
-}
-
-// Checks every field before use; the error names the peer and byte offset.
-Message decode(std::span<const std::byte> b, int peer, int worldSize) {
-  auto bad = [&](std::size_t off, const std::string& what) {
-    return ProtocolError(peer, off, "membership message from rank " + std::to_string(peer) + ": " + what);
-  };
-  if (b.size() < kHeaderBytes) throw bad(0, "only " + std::to_string(b.size()) + " bytes");
-  if (get<std::uint32_t>(b, 0) != kMagic) throw bad(0, "bad magic");
-  Message m;
-  const auto kind = get<std::uint8_t>(b, 4);
-  if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
-  m.kind = static_cast<Kind>(kind);
-  m.viewNumber = get<std::uint64_t>(b, 8);
-  m.viewCoordinator = get<std::int32_t>(b, 16);
-  if (m.viewCoordinator < -1 || m.viewCoordinator >= worldSize)
-    throw bad(16, "view coordinator " + std::to_string(m.viewCoordinator));
-  m.arg = get<std::int32_t>(b, 20);
-  if (m.arg < -1 || m.arg >= worldSize) throw bad(20, "rank " + std::to_string(m.arg) + " outside the job");
-  m.value = get<std::uint64_t>(b, 24);
-  const auto count = get<std::uint32_t>(b, 32);
-  m.flags = get<std::uint32_t>(b, 36);
-  if (m.flags > 1) throw bad(36, "unknown flags " + std::to_string(m.flags));
-  m.fewest = get<std::uint64_t>(b, 40);
-  if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
-  m.fromCoordinator = get<std::int32_t>(b, 48);
-  if (m.fromCoordinator < -1 || m.fromCoordinator >= worldSize)
-    throw bad(48, "coordinator " + std::to_string(m.fromCoordinator) + " of the previous view");
-  if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
-  if (b.size() != kHeaderBytes + 4 * std::size_t{count})
-    throw bad(32,
-              "count " + std::to_string(count) + " does not match " + std::to_string(b.size()) + " bytes");
-  if ((m.kind == Kind::kView) != (count > 0))
-    throw bad(32, "count " + std::to_string(count) + " for this kind");
-  for (std::uint32_t i = 0; i < count; ++i) {
-    const int r = get<std::int32_t>(b, kHeaderBytes + 4 * i);
-    if (r < 0 || r >= worldSize || (!m.members.empty() && r <= m.members.back()))
-      throw bad(kHeaderBytes + 4 * i, "member " + std::to_string(r) + " out of range or order");
-    m.members.push_back(r);
-  }
-  return m;
-}
+using codec::decode;
+using codec::encode;
+using codec::kHeaderBytes;
+using codec::Kind;
+using codec::Message;
 
 const Tag kControlTag{Op::kMembership, 0, 0};
 

@@ -6,16 +6,16 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "store_request.hpp"
 
 namespace gossamer::zmq {
 
 namespace {
-constexpr std::size_t kMaxValueBytes = std::size_t{1} << 20;
-
 std::string str(const ::zmq::message_t& m) {
   return std::string(static_cast<const char*>(m.data()), m.size());
 }
@@ -52,27 +52,26 @@ struct StoreServer::Impl {
   }
 
   // parts: envelope (client id, REQ's request id, ...) up to an empty
-  // delimiter frame, then [op][key][value?]. The reply reuses the envelope.
+  // delimiter frame, then [op][key][value?] (store_request.hpp). The reply
+  // reuses the envelope.
   void handle(std::vector<::zmq::message_t>& parts) {
-    std::size_t delim = 0;
-    while (delim < parts.size() && parts[delim].size() != 0) ++delim;
-    if (delim == 0 || delim >= parts.size()) return;  // no envelope: nobody to answer
+    std::vector<std::string_view> frames;
+    frames.reserve(parts.size());
+    for (const auto& m : parts) frames.emplace_back(static_cast<const char*>(m.data()), m.size());
+    const std::size_t envelope = store_wire::storeEnvelopeFrames(frames);
+    if (envelope == 0) return;  // no envelope: nobody to answer
+    const std::size_t delim = envelope - 1;
     std::vector<std::string> reply;
     try {
-      const std::size_t body = delim + 1, n = parts.size() - body;
-      if (n < 2) throw InvalidArgument("malformed request");
-      const std::string op = str(parts[body]), key = str(parts[body + 1]);
-      checkStoreKey(key);
-      if (op == "set" && n == 3) {
-        GOSSAMER_ENFORCE(parts[body + 2].size() <= kMaxValueBytes, "value larger than 1 MiB");
-        kv[key] = str(parts[body + 2]);
+      store_wire::StoreRequest request =
+          store_wire::parseStoreRequest(std::span<const std::string_view>(frames).subspan(envelope));
+      if (request.op == store_wire::StoreRequest::Op::kSet) {
+        kv[request.key] = std::move(request.value);
         reply = {"ok", ""};
-      } else if (op == "get" && n == 2) {
-        auto it = kv.find(key);
+      } else {
+        auto it = kv.find(request.key);
         reply =
             it == kv.end() ? std::vector<std::string>{"missing"} : std::vector<std::string>{"ok", it->second};
-      } else {
-        throw InvalidArgument("unknown operation");
       }
     } catch (const Error& e) {
       reply = {"error", e.what()};
@@ -151,7 +150,7 @@ RemoteStore::~RemoteStore() = default;
 
 void RemoteStore::set(const std::string& key, const std::string& value) {
   checkStoreKey(key);
-  GOSSAMER_ENFORCE(value.size() <= kMaxValueBytes,
+  GOSSAMER_ENFORCE(value.size() <= store_wire::kMaxStoreValueBytes,
                    "store value of " << value.size() << " bytes exceeds 1 MiB");
   impl_->request({"set", key, value});
 }

@@ -163,10 +163,12 @@ class A2sgdCompressor final : public Compressor {
 /// with memory"; the Top-K baseline of paper 002, Table 2). Each encode adds
 /// the residual e to the gradient, a = g + e, selects the k entries of
 /// largest |a| (ties broken by the lower index), sends them as k uint32
-/// indices then k float32 values (8k bytes, kGather), and keeps the rest as
-/// the new residual: e = a with the selected entries zeroed. decode sums the
-/// gathered sparse vectors in rank order and divides by their number, so
-/// every rank gets bitwise the same gradient. Selection is O(n): one pass
+/// indices (ascending) then k float32 values (8k bytes, kGather), and keeps
+/// the rest as the new residual: e = a with the selected entries zeroed.
+/// decode sums the gathered sparse vectors in rank order and divides by their
+/// number, so every rank gets bitwise the same gradient; it refuses
+/// (ProtocolError) a payload whose indices are not ascending within [0, n)
+/// or whose values are not finite. Selection is O(n): one pass
 /// writes |a| to a scratch vector, std::nth_element finds the k-th largest,
 /// one pass collects the entries above it (then ties, by index).
 class TopKCompressor final : public Compressor {

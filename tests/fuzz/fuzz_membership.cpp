@@ -1,0 +1,37 @@
+// Feeds a membership control message (transports/membership/src/
+// membership_codec.hpp) to its decoder: the first byte is the world size
+// (1..256), the rest the message from rank 0. Checks: only ProtocolError
+// escapes; a decoded message has its fields in range (coordinator and arg in
+// [-1, world), flags <= 1, fewest <= value, members only for a view,
+// ascending in [0, world)); encode gives back the input (bytes 5..7, which
+// are not read, as zero).
+#include <algorithm>
+#include <vector>
+
+#include "fuzz_support.hpp"
+#include "gossamer/errors.hpp"
+#include "membership_codec.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace gossamer::membership::codec;
+  if (size == 0) return 0;
+  const int world = 1 + data[0];
+  const auto in = gossamer::fuzz::bytesOf(data + 1, size - 1);
+  Message m;
+  try {
+    m = decode(in, 0, world);
+  } catch (const gossamer::ProtocolError& e) {
+    FUZZ_CHECK(e.peer() == 0 && e.offset() <= std::max(in.size(), kHeaderBytes));
+    return 0;
+  }
+  FUZZ_CHECK(m.viewCoordinator >= -1 && m.viewCoordinator < world && m.arg >= -1 && m.arg < world);
+  FUZZ_CHECK(m.flags <= 1 && m.fewest <= m.value);
+  FUZZ_CHECK((m.kind == Kind::kView) == !m.members.empty());
+  FUZZ_CHECK(std::is_sorted(m.members.begin(), m.members.end()) &&
+             std::adjacent_find(m.members.begin(), m.members.end()) == m.members.end());
+  for (int r : m.members) FUZZ_CHECK(r >= 0 && r < world);
+  std::vector<std::byte> expected(in.begin(), in.end());
+  std::fill(expected.begin() + 5, expected.begin() + 8, std::byte{0});
+  FUZZ_CHECK(encode(m) == expected);
+  return 0;
+}

@@ -1,0 +1,82 @@
+// The membership service's control messages (membership_codec.hpp).
+#include "membership_codec.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer::membership::codec {
+
+namespace {
+
+template <typename T>
+void put(std::vector<std::byte>& b, std::size_t off, T v) {
+  std::memcpy(b.data() + off, &v, sizeof(T));
+}
+template <typename T>
+T get(std::span<const std::byte> b, std::size_t off) {
+  T v;
+  std::memcpy(&v, b.data() + off, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& m) {
+  std::vector<std::byte> b(kHeaderBytes + 4 * m.members.size(), std::byte{0});
+  put<std::uint32_t>(b, 0, kMagic);
+  put<std::uint8_t>(b, 4, static_cast<std::uint8_t>(m.kind));
+  put<std::uint64_t>(b, 8, m.viewNumber);
+  put<std::int32_t>(b, 16, m.viewCoordinator);
+  put<std::int32_t>(b, 20, m.arg);
+  put<std::uint64_t>(b, 24, m.value);
+  put<std::uint32_t>(b, 32, static_cast<std::uint32_t>(m.members.size()));
+  put<std::uint32_t>(b, 36, m.flags);
+  put<std::uint64_t>(b, 40, m.fewest);
+  put<std::int32_t>(b, 48, m.fromCoordinator);
+  for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
+  return b;
+}
+
+Message decode(std::span<const std::byte> b, int peer, int worldSize) {
+  auto bad = [&](std::size_t off, const std::string& what) {
+    return ProtocolError(peer, off, "membership message from rank " + std::to_string(peer) + ": " + what);
+  };
+  if (b.size() < kHeaderBytes) throw bad(0, "only " + std::to_string(b.size()) + " bytes");
+  if (get<std::uint32_t>(b, 0) != kMagic) throw bad(0, "bad magic");
+  Message m;
+  const auto kind = get<std::uint8_t>(b, 4);
+  if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
+  m.kind = static_cast<Kind>(kind);
+  m.viewNumber = get<std::uint64_t>(b, 8);
+  m.viewCoordinator = get<std::int32_t>(b, 16);
+  if (m.viewCoordinator < -1 || m.viewCoordinator >= worldSize)
+    throw bad(16, "view coordinator " + std::to_string(m.viewCoordinator));
+  m.arg = get<std::int32_t>(b, 20);
+  if (m.arg < -1 || m.arg >= worldSize) throw bad(20, "rank " + std::to_string(m.arg) + " outside the job");
+  m.value = get<std::uint64_t>(b, 24);
+  const auto count = get<std::uint32_t>(b, 32);
+  m.flags = get<std::uint32_t>(b, 36);
+  if (m.flags > 1) throw bad(36, "unknown flags " + std::to_string(m.flags));
+  m.fewest = get<std::uint64_t>(b, 40);
+  if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
+  m.fromCoordinator = get<std::int32_t>(b, 48);
+  if (m.fromCoordinator < -1 || m.fromCoordinator >= worldSize)
+    throw bad(48, "coordinator " + std::to_string(m.fromCoordinator) + " of the previous view");
+  if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
+  if (b.size() != kHeaderBytes + 4 * std::size_t{count})
+    throw bad(32,
+              "count " + std::to_string(count) + " does not match " + std::to_string(b.size()) + " bytes");
+  if ((m.kind == Kind::kView) != (count > 0))
+    throw bad(32, "count " + std::to_string(count) + " for this kind");
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const int r = get<std::int32_t>(b, kHeaderBytes + 4 * i);
+    if (r < 0 || r >= worldSize || (!m.members.empty() && r <= m.members.back()))
+      throw bad(kHeaderBytes + 4 * i, "member " + std::to_string(r) + " out of range or order");
+    m.members.push_back(r);
+  }
+  return m;
+}
+
+}  // namespace gossamer::membership::codec

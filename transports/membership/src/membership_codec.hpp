@@ -1,0 +1,62 @@
+// The membership service's control messages on the wire (membership.cpp),
+// apart from the service so that they can be tested and fuzzed on bytes alone
+// (tests/fuzz/fuzz_membership.cpp).
+//
+//  offset size field
+//   0      4   magic 0x524D4247 ("GBMR")
+//   4      1   kind (Kind)
+//   5      3   zero (not read)
+//   8      8   sender's view number
+//  16      4   sender's view coordinator (-1: the first view)
+//  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
+//  24      8   value: completed steps (kState), resume step (kView)
+//  32      4   count: members that follow (kView), else 0
+//  36      4   flags: bit 0 = evaluating (kState: the sender recovers from a
+//              collective of its own between steps; kView: a survivor at the
+//              resume step did)
+//  40      8   fewest completed steps among the survivors (kView)
+//  48      4   coordinator of the view it was decided from, numbered one less
+//              (kView; -1: the first view), else -1
+//  52      4   zero (not read)
+//  56   4 x count  members, ascending global ranks (kView)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gossamer::membership::codec {
+
+inline constexpr std::uint32_t kMagic = 0x524D4247u;
+/// Bytes of a message before its members.
+inline constexpr std::size_t kHeaderBytes = 56;
+
+enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
+
+/// One control message (see the layout above).
+struct Message {
+  Kind kind = Kind::kHeartbeat;
+  std::uint64_t viewNumber = 0;
+  int viewCoordinator = -1;
+  int arg = -1;
+  std::uint64_t value = 0;
+  std::uint64_t fewest = 0;  // kView
+  std::uint32_t flags = 0;   // bit 0: evaluating
+  int fromCoordinator = -1;  // kView: coordinator of the view it was decided from
+  std::vector<int> members;  // kView
+};
+
+/// The bytes of `m`: kHeaderBytes + 4 per member.
+std::vector<std::byte> encode(const Message& m);
+
+/// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
+/// every field before use: the length (kHeaderBytes + 4 * count), magic,
+/// kind, coordinator, arg and the previous view's coordinator in
+/// [-1, worldSize), flags <= 1, fewest <= value,
+/// count <= worldSize and > 0 exactly for kView, members ascending in
+/// [0, worldSize).
+/// @throws ProtocolError naming `peer` and the byte offset of the bad field.
+Message decode(std::span<const std::byte> b, int peer, int worldSize);
+
+}  // namespace gossamer::membership::codec

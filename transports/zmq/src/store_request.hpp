@@ -1,0 +1,40 @@
+// The rendezvous server's reading of a request (zmq_store.cpp), apart from
+// its socket so that it can be tested and fuzzed on bytes alone
+// (tests/fuzz/fuzz_store.cpp). A request arrives on the ROUTER socket as
+// frames: the envelope (client id, REQ's request id, ...) up to an empty
+// delimiter frame, then [op "set"|"get"][key][value (set only)].
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace gossamer::zmq::store_wire {
+
+/// Largest value the store keeps, bytes (1 MiB).
+inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{1} << 20;
+
+/// A request's body, checked.
+struct StoreRequest {
+  enum class Op { kSet, kGet };
+  Op op = Op::kGet;
+  std::string key;    ///< A valid store key (checkStoreKey).
+  std::string value;  ///< kSet only: at most kMaxStoreValueBytes bytes.
+};
+
+/// The number of envelope frames of a request, the empty delimiter included:
+/// the index of the first empty frame + 1. 0 when the request has no
+/// envelope (its first frame is empty, or none is): nobody can be answered,
+/// and the server drops it.
+/// @param frames the request's frames, in order.
+std::size_t storeEnvelopeFrames(std::span<const std::string_view> frames) noexcept;
+
+/// Reads the body of a request (the frames after the envelope).
+/// @throws InvalidArgument for fewer than two frames ("malformed request"), a
+///         key checkStoreKey refuses, a set value above kMaxStoreValueBytes,
+///         or an operation other than set with three frames or get with two
+///         ("unknown operation"); the server answers ["error"][message].
+StoreRequest parseStoreRequest(std::span<const std::string_view> body);
+
+}  // namespace gossamer::zmq::store_wire
