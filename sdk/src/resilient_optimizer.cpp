@@ -42,8 +42,9 @@ void ResilientOptimizer::recover() {
 
 bool ResilientOptimizer::skipped() {
   if (jumped_) {
-    // The call in which this rank rejoined: it belongs to a step the others
-    // are past, so it returns without stepping (steps() tells the caller).
+    // The call in which this rank rejoined, or went back to a collective of
+    // the step it had completed: it returns without stepping (steps() tells
+    // the caller).
     jumped_ = false;
     return true;
   }

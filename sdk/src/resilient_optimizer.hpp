@@ -61,6 +61,10 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// over up to four members) and jumps to change.resumeStep: returns true
   /// then. @throws PeerFailure from the model transfer.
   bool afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport);
+  /// The step in progress (or the next one) returns without stepping and
+  /// steps() stays: the caller runs, with the others, the collective of the
+  /// step it had completed (Agent::recover).
+  void returnWithoutStepping() { jumped_ = true; }
   DistributedOptimizer& inner() { return *inner_; }
 
  private:
@@ -81,8 +85,8 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t completed_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t skip_ = 0;
-  bool jumped_ = false;          // rejoined in this call: it returns without stepping
-  bool fresh_ = false;           // rejoined and not stepped since: nothing to flush
+  bool jumped_ = false;  // the call in progress returns without stepping (rejoined, or back to a collective)
+  bool fresh_ = false;   // rejoined and not stepped since: nothing to flush
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
 };
