@@ -105,9 +105,11 @@ double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float
     if (afterGradient) afterGradient();
     const std::uint64_t before = optimizer.steps();
     optimizer.step(params, grads);
-    // A rank that rejoined jumped to the others' step, maybe in another
-    // epoch: the caller realigns its epochs.
-    if (optimizer.steps() < before || optimizer.steps() > before + 1) break;
+    // A step that did not count one: a view change moved this rank (it
+    // rejoined and jumped to the others' step, maybe in another epoch, or it
+    // goes back to the evaluation of the step it had completed). The caller
+    // realigns its epochs.
+    if (optimizer.steps() != before + 1) break;
     if (afterStep) afterStep(optimizer.steps(), lossSum);
   }
   return lossSum;
@@ -240,23 +242,32 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     const std::uint64_t spe = static_cast<std::uint64_t>(stepsPerEpoch);
     int evaluated = static_cast<int>(startStep / spe);  // epochs whose evaluation is behind this rank
     std::size_t changesSeen = agent.viewChanges().size();
-    auto realignIfRejoined = [&] {
+    // After the view changes since the last call, the epochs whose
+    // evaluation is behind every member of the view: each change puts this
+    // rank at the survivors' step s = c.resumeStep (a rank that rejoined
+    // jumped there; in lockstep algorithms the others are there or skip to
+    // it), and the survivors are past every epoch that ended by s, except
+    // one that ends at s if one of them still had its evaluation to run
+    // (c.evaluating): then every member runs it, also one that had
+    // completed it. Returns whether `evaluated` changed or this rank rejoined.
+    auto realign = [&] {
+      const int was = evaluated;
       bool rejoined = false;
       const auto& changes = agent.viewChanges();
       for (; changesSeen < changes.size(); ++changesSeen) {
         const auto& c = changes[changesSeen];
-        if (std::find(c.joined.begin(), c.joined.end(), rank) == c.joined.end()) continue;
-        rejoined = true;
-        // This rank jumped to step s = c.resumeStep. The survivors are past
-        // every epoch that ended by s, except one that ends at s if they
-        // were evaluating it.
+        const bool joined = std::find(c.joined.begin(), c.joined.end(), rank) != c.joined.end();
+        if (!joined && !optimizer.lockstep()) continue;  // async: each rank keeps its own step
         const std::uint64_t s = c.resumeStep;
         int done = static_cast<int>(s / spe);
         if (c.evaluating && s % spe == 0 && done > 0) --done;
         evaluated = done;  // also back, if this side of a partition was ahead
-        summary.rejoinedAtStep.push_back(s);
+        if (joined) {
+          rejoined = true;
+          summary.rejoinedAtStep.push_back(s);
+        }
       }
-      return rejoined;
+      return rejoined || evaluated != was;
     };
     // Between the last step of an epoch and the end of its evaluation (the
     // flush included), a view change must know: a rank that rejoins at that
@@ -268,9 +279,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     double lossSum = startLossSum;
     // The range of this rank's push-sum weight after its steps.
     double weightLow = optimizer.pushSumWeight(), weightHigh = weightLow;
+    // The mean training loss of the last epoch this rank evaluated, for an
+    // evaluation it runs again without training (sent back to it).
+    int lossEpoch = 0;
+    double epochLoss = 0;
     while (evaluated < t.training.epochs) {
       const int epoch = evaluated + 1;
       const auto epochStart = Clock::now();
+      const std::uint64_t firstStep = optimizer.steps();
       const auto before = agent.transport().stats();
       const auto afterStep = [&](std::uint64_t step, double sum) {
         weightLow = std::min(weightLow, optimizer.pushSumWeight());
@@ -286,11 +302,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
-      if (realignIfRejoined()) {
+      if (realign()) {
         lossSum = 0;
         continue;
       }
-      const double loss = lossSum / static_cast<double>(spe);
+      double loss = lossSum / static_cast<double>(spe);
+      if (optimizer.steps() == firstStep && lossEpoch == epoch) loss = epochLoss;
+      lossEpoch = epoch;
+      epochLoss = loss;
 
       // Evaluation collectives: [loss sum, training bytes, messages], then the
       // average model; over the survivors, when peers were lost (survive()
@@ -311,7 +330,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
         }
         agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
       });
-      if (!completed || realignIfRejoined()) {
+      if (!completed || realign()) {
         lossSum = 0;
         continue;
       }
