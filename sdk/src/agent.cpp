@@ -1,5 +1,6 @@
 #include "gossamer/agent.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include "gossamer/errors.hpp"
@@ -225,7 +226,7 @@ ViewChange Agent::recover() {
   const std::uint64_t completed = m.resilient ? m.resilient->steps() : 0;
   const bool owed = m.owedCollective && *m.owedCollective == completed;
   const bool pending = m.evaluating || owed || (m.collectivePending && m.collectivePending());
-  ViewChange change = m.membership->recover(completed, pending);
+  ViewChange change = m.membership->recover(m.resilient ? m.resilient->reportedSteps() : 0, pending);
   // Everything built over the old view goes first (it refers to the old communicator).
   if (m.resilient) m.resilient->dropInner();
   m.communicator.reset();
@@ -234,10 +235,14 @@ ViewChange Agent::recover() {
   if (m.resilient) {
     m.resilient->setInner(m.makeInner());
     m.changes.push_back(change);
-    if (m.resilient->afterViewChange(change, *m.communicator, *m.transport)) {
-      ++m.moves;  // rejoined: jumped to the survivors' step
+    if (std::find(change.joined.begin(), change.joined.end(), m.rank) != change.joined.end()) {
+      // Rejoined: jumps to the survivors' step (also when the model
+      // transfer in afterViewChange fails).
+      ++m.moves;
       m.owedCollective.reset();
-    } else if (m.resilient->lockstep()) {
+    }
+    const bool jumped = m.resilient->afterViewChange(change, *m.communicator, *m.transport);
+    if (!jumped && m.resilient->lockstep()) {
       // Every member runs the collective of the resume step if a survivor
       // at that step still had it to run, or was inside it
       // (change.evaluating), and none does otherwise.

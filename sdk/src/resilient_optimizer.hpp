@@ -41,6 +41,12 @@ class ResilientOptimizer final : public DistributedOptimizer {
   bool hasCommunicationOnlyForm() const override { return inner_ && inner_->hasCommunicationOnlyForm(); }
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return completed_; }
+  /// The steps this rank reports to a view change: steps(), less one while
+  /// the model transfer of the view it joined has not completed, so that it
+  /// is behind and (AllReduce-SGD) receives the model again.
+  std::uint64_t reportedSteps() const {
+    return modelPending_ && completed_ > 0 ? completed_ - 1 : completed_;
+  }
   void setTotalSteps(std::uint64_t totalSteps) override;
   bool replicatedModel() const override { return inner_ && inner_->replicatedModel(); }
   bool lockstep() const override { return !inner_ || inner_->lockstep(); }
@@ -87,6 +93,7 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t skip_ = 0;
   bool jumped_ = false;  // the call in progress returns without stepping (rejoined, or back to a collective)
   bool fresh_ = false;   // rejoined and not stepped since: nothing to flush
+  bool modelPending_ = false;    // rejoined, and the model transfer did not complete
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
 };
