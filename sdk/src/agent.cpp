@@ -296,9 +296,17 @@ bool Agent::survive(const std::function<void()>& f) {
   } evaluating(impl_->evaluating);
   impl_->owedCollective.reset();  // this is the collective it owed, if any
   const std::uint64_t moves = impl_->moves;
+  bool failed = false;  // a peer failed: recover before running f again
   for (;;) {
     try {
-      if (impl_->membership != nullptr && impl_->membership->revoked()) recover();
+      if (impl_->membership != nullptr && (failed || impl_->membership->revoked())) {
+        // A PeerFailure from the recovery itself (a peer failed during the
+        // change, or during the model transfer of a rank that rejoined)
+        // leaves `failed` set: the next view is agreed on, then f runs.
+        failed = true;
+        recover();
+        failed = false;
+      }
       // A rank that rejoined jumped to the survivors' step, or the
       // survivors are past this collective: it belongs to a step they
       // will not run it at.
@@ -309,8 +317,7 @@ bool Agent::survive(const std::function<void()>& f) {
       throw;
     } catch (const PeerFailure&) {
       if (impl_->membership == nullptr) throw;
-      recover();
-      if (impl_->moves != moves) return false;
+      failed = true;
     }
   }
 }
