@@ -279,6 +279,26 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     double lossSum = startLossSum;
     // The range of this rank's push-sum weight after its steps.
     double weightLow = optimizer.pushSumWeight(), weightHigh = weightLow;
+    // The job's closing collectives, run with the last epoch's evaluation (one
+    // collective at the last step, so that a view change during it has every
+    // member run the same one again): the training throughput of every rank
+    // (steps per second, evaluation excluded), the push-sum weights' range
+    // over every rank and step (-low: one max), and each survivor's final
+    // model as its CRC-32C (a resumed run must match an uninterrupted one).
+    std::vector<double> rates(static_cast<std::size_t>(n), 0.0), crcs(static_cast<std::size_t>(n), -1.0);
+    double range[2] = {-weightLow, weightHigh};
+    auto closing = [&] {
+      std::fill(rates.begin(), rates.end(), 0.0);
+      rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
+      agent.communicator().allreduce(std::span<double>(rates));
+      range[0] = -weightLow;
+      range[1] = weightHigh;
+      agent.communicator().allreduce(std::span<double>(range, 2), ReduceOp::kMax);
+      std::fill(crcs.begin(), crcs.end(), -1.0);
+      crcs[static_cast<std::size_t>(rank)] = crc32c(std::as_bytes(std::span<const float>(params)));
+      agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
+    };
+    bool closed = false;  // the last epoch's evaluation ran them
     // The mean training loss of the last epoch this rank evaluated, for an
     // evaluation it runs again without training (sent back to it).
     int lossEpoch = 0;
@@ -329,11 +349,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
           dist += d * d;
         }
         agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
+        if (epoch == t.training.epochs) closing();
       });
+      closed = false;
       if (!completed || realign()) {
         lossSum = 0;
         continue;
       }
+      closed = epoch == t.training.epochs;
       lossSum = 0;
       evaluated = epoch;
       const bool evaluator = agent.communicator().rank() == 0;  // the lowest rank alive
@@ -357,21 +380,8 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       if (evaluator && onEpoch) onEpoch(m);
     }
     agent.setCollectivePending({});
-    // Training throughput of every rank (steps per second, evaluation excluded).
-    std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
-    agent.survive([&] {
-      std::fill(rates.begin(), rates.end(), 0.0);
-      rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
-      agent.communicator().allreduce(std::span<double>(rates));
-    });
+    if (!closed) agent.survive(closing);
     summary.stepsPerSecondByRank = rates;
-    // The push-sum weights' range over every rank and step (-low: one max).
-    double range[2] = {-weightLow, weightHigh};
-    agent.survive([&] {
-      range[0] = -weightLow;
-      range[1] = weightHigh;
-      agent.communicator().allreduce(std::span<double>(range, 2), ReduceOp::kMax);
-    });
     summary.pushSumWeightMin = -range[0];
     summary.pushSumWeightMax = range[1];
     double sumFast = 0;
@@ -390,13 +400,6 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.bytesSentPerPeer = last.bytesSentPerPeer;
     summary.messagesSentPerPeer = last.messagesSentPerPeer;
     summary.wallSeconds = since(start);
-    // Each survivor's final model, as its CRC-32C (a resumed run must match an uninterrupted one).
-    std::vector<double> crcs(static_cast<std::size_t>(n), -1.0);
-    agent.survive([&] {
-      std::fill(crcs.begin(), crcs.end(), -1.0);
-      crcs[static_cast<std::size_t>(rank)] = crc32c(std::as_bytes(std::span<const float>(params)));
-      agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
-    });
     summary.modelCrcByRank = crcs;
     summary.transportStats = agent.transport().stats();
     summary.writer = agent.communicator().rank() == 0;
