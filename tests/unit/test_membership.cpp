@@ -5,6 +5,8 @@
 // for AllReduce-SGD; consensus of the survivors for the gossip algorithms).
 // Malformed membership messages are rejected without stopping the rank. A
 // message of a view that was left never reaches a receive of a later view.
+// When a view change interrupts an evaluation (a collective of the caller's
+// own) that one survivor completed and another did not, both run it again.
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
