@@ -105,9 +105,11 @@ double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float
     if (afterGradient) afterGradient();
     const std::uint64_t before = optimizer.steps();
     optimizer.step(params, grads);
-    // A rank that rejoined jumped to the others' step, maybe in another
-    // epoch: the caller realigns its epochs.
-    if (optimizer.steps() < before || optimizer.steps() > before + 1) break;
+    // A step that did not count one: a view change moved this rank (it
+    // rejoined and jumped to the others' step, maybe in another epoch, or it
+    // goes back to the evaluation of the step it had completed). The caller
+    // realigns its epochs.
+    if (optimizer.steps() != before + 1) break;
     if (afterStep) afterStep(optimizer.steps(), lossSum);
   }
   return lossSum;
@@ -240,23 +242,32 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     const std::uint64_t spe = static_cast<std::uint64_t>(stepsPerEpoch);
     int evaluated = static_cast<int>(startStep / spe);  // epochs whose evaluation is behind this rank
     std::size_t changesSeen = agent.viewChanges().size();
-    auto realignIfRejoined = [&] {
+    // After the view changes since the last call, the epochs whose
+    // evaluation is behind every member of the view: each change puts this
+    // rank at the survivors' step s = c.resumeStep (a rank that rejoined
+    // jumped there; in lockstep algorithms the others are there or skip to
+    // it), and the survivors are past every epoch that ended by s, except
+    // one that ends at s if one of them still had its evaluation to run
+    // (c.evaluating): then every member runs it, also one that had
+    // completed it. Returns whether `evaluated` changed or this rank rejoined.
+    auto realign = [&] {
+      const int was = evaluated;
       bool rejoined = false;
       const auto& changes = agent.viewChanges();
       for (; changesSeen < changes.size(); ++changesSeen) {
         const auto& c = changes[changesSeen];
-        if (std::find(c.joined.begin(), c.joined.end(), rank) == c.joined.end()) continue;
-        rejoined = true;
-        // This rank jumped to step s = c.resumeStep. The survivors are past
-        // every epoch that ended by s, except one that ends at s if they
-        // were evaluating it.
+        const bool joined = std::find(c.joined.begin(), c.joined.end(), rank) != c.joined.end();
+        if (!joined && !optimizer.lockstep()) continue;  // async: each rank keeps its own step
         const std::uint64_t s = c.resumeStep;
         int done = static_cast<int>(s / spe);
         if (c.evaluating && s % spe == 0 && done > 0) --done;
         evaluated = done;  // also back, if this side of a partition was ahead
-        summary.rejoinedAtStep.push_back(s);
+        if (joined) {
+          rejoined = true;
+          summary.rejoinedAtStep.push_back(s);
+        }
       }
-      return rejoined;
+      return rejoined || evaluated != was;
     };
     // Between the last step of an epoch and the end of its evaluation (the
     // flush included), a view change must know: a rank that rejoins at that
@@ -268,9 +279,34 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     double lossSum = startLossSum;
     // The range of this rank's push-sum weight after its steps.
     double weightLow = optimizer.pushSumWeight(), weightHigh = weightLow;
+    // The job's closing collectives, run with the last epoch's evaluation (one
+    // collective at the last step, so that a view change during it has every
+    // member run the same one again): the training throughput of every rank
+    // (steps per second, evaluation excluded), the push-sum weights' range
+    // over every rank and step (-low: one max), and each survivor's final
+    // model as its CRC-32C (a resumed run must match an uninterrupted one).
+    std::vector<double> rates(static_cast<std::size_t>(n), 0.0), crcs(static_cast<std::size_t>(n), -1.0);
+    double range[2] = {-weightLow, weightHigh};
+    auto closing = [&] {
+      std::fill(rates.begin(), rates.end(), 0.0);
+      rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
+      agent.communicator().allreduce(std::span<double>(rates));
+      range[0] = -weightLow;
+      range[1] = weightHigh;
+      agent.communicator().allreduce(std::span<double>(range, 2), ReduceOp::kMax);
+      std::fill(crcs.begin(), crcs.end(), -1.0);
+      crcs[static_cast<std::size_t>(rank)] = crc32c(std::as_bytes(std::span<const float>(params)));
+      agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
+    };
+    bool closed = false;  // the last epoch's evaluation ran them
+    // The mean training loss of the last epoch this rank evaluated, for an
+    // evaluation it runs again without training (sent back to it).
+    int lossEpoch = 0;
+    double epochLoss = 0;
     while (evaluated < t.training.epochs) {
       const int epoch = evaluated + 1;
       const auto epochStart = Clock::now();
+      const std::uint64_t firstStep = optimizer.steps();
       const auto before = agent.transport().stats();
       const auto afterStep = [&](std::uint64_t step, double sum) {
         weightLow = std::min(weightLow, optimizer.pushSumWeight());
@@ -286,11 +322,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       const auto after = agent.transport().stats();
       trainBytes += static_cast<double>(after.bytesSent - before.bytesSent);
       trainMessages += static_cast<double>(after.messagesSent - before.messagesSent);
-      if (realignIfRejoined()) {
+      if (realign()) {
         lossSum = 0;
         continue;
       }
-      const double loss = lossSum / static_cast<double>(spe);
+      double loss = lossSum / static_cast<double>(spe);
+      if (optimizer.steps() == firstStep && lossEpoch == epoch) loss = epochLoss;
+      lossEpoch = epoch;
+      epochLoss = loss;
 
       // Evaluation collectives: [loss sum, training bytes, messages], then the
       // average model; over the survivors, when peers were lost (survive()
@@ -310,11 +349,14 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
           dist += d * d;
         }
         agent.communicator().allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
+        if (epoch == t.training.epochs) closing();
       });
-      if (!completed || realignIfRejoined()) {
+      closed = false;
+      if (!completed || realign()) {
         lossSum = 0;
         continue;
       }
+      closed = epoch == t.training.epochs;
       lossSum = 0;
       evaluated = epoch;
       const bool evaluator = agent.communicator().rank() == 0;  // the lowest rank alive
@@ -338,21 +380,8 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       if (evaluator && onEpoch) onEpoch(m);
     }
     agent.setCollectivePending({});
-    // Training throughput of every rank (steps per second, evaluation excluded).
-    std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
-    agent.survive([&] {
-      std::fill(rates.begin(), rates.end(), 0.0);
-      rates[static_cast<std::size_t>(rank)] = stepsPerEpoch * t.training.epochs / trainSeconds;
-      agent.communicator().allreduce(std::span<double>(rates));
-    });
+    if (!closed) agent.survive(closing);
     summary.stepsPerSecondByRank = rates;
-    // The push-sum weights' range over every rank and step (-low: one max).
-    double range[2] = {-weightLow, weightHigh};
-    agent.survive([&] {
-      range[0] = -weightLow;
-      range[1] = weightHigh;
-      agent.communicator().allreduce(std::span<double>(range, 2), ReduceOp::kMax);
-    });
     summary.pushSumWeightMin = -range[0];
     summary.pushSumWeightMax = range[1];
     double sumFast = 0;
@@ -371,13 +400,6 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     summary.bytesSentPerPeer = last.bytesSentPerPeer;
     summary.messagesSentPerPeer = last.messagesSentPerPeer;
     summary.wallSeconds = since(start);
-    // Each survivor's final model, as its CRC-32C (a resumed run must match an uninterrupted one).
-    std::vector<double> crcs(static_cast<std::size_t>(n), -1.0);
-    agent.survive([&] {
-      std::fill(crcs.begin(), crcs.end(), -1.0);
-      crcs[static_cast<std::size_t>(rank)] = crc32c(std::as_bytes(std::span<const float>(params)));
-      agent.communicator().allreduce(std::span<double>(crcs), ReduceOp::kMax);
-    });
     summary.modelCrcByRank = crcs;
     summary.transportStats = agent.transport().stats();
     summary.writer = agent.communicator().rank() == 0;

@@ -1,5 +1,8 @@
 #include "gossamer/agent.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
 #include "resilient_optimizer.hpp"
@@ -101,7 +104,14 @@ struct Agent::Impl {
   std::vector<ViewChange> changes;
   bool evaluating = false;                  // inside survive(): a collective of the caller's own
   std::function<bool()> collectivePending;  // setCollectivePending
-  std::uint64_t jumps = 0;  // view changes after which this rank jumped to the survivors' step
+  // View changes that moved this rank past the point where a collective of
+  // its own in progress (survive()) belonged: it jumped to the survivors'
+  // step, or they are past the collective, or it went back to one.
+  std::uint64_t moves = 0;
+  // A view change sent this rank back to the collective it had completed
+  // after this many steps (the others were still in it): until it runs it
+  // again, it reports it as pending.
+  std::optional<std::uint64_t> owedCollective;
 
   // The configured optimizer (wrapped by its compressor) over the current view.
   std::unique_ptr<DistributedOptimizer> makeInner() {
@@ -214,8 +224,9 @@ ViewChange Agent::recover() {
   GOSSAMER_ENFORCE(m.membership != nullptr,
                    "recover() needs the membership service (membership.enabled: true)");
   const std::uint64_t completed = m.resilient ? m.resilient->steps() : 0;
-  const bool pending = m.evaluating || (m.collectivePending && m.collectivePending());
-  ViewChange change = m.membership->recover(completed, pending);
+  const bool owed = m.owedCollective && *m.owedCollective == completed;
+  const bool pending = m.evaluating || owed || (m.collectivePending && m.collectivePending());
+  ViewChange change = m.membership->recover(m.resilient ? m.resilient->reportedSteps() : 0, pending);
   // Everything built over the old view goes first (it refers to the old communicator).
   if (m.resilient) m.resilient->dropInner();
   m.communicator.reset();
@@ -224,7 +235,30 @@ ViewChange Agent::recover() {
   if (m.resilient) {
     m.resilient->setInner(m.makeInner());
     m.changes.push_back(change);
-    if (m.resilient->afterViewChange(change, *m.communicator, *m.transport)) ++m.jumps;
+    if (std::find(change.joined.begin(), change.joined.end(), m.rank) != change.joined.end()) {
+      // Rejoined: jumps to the survivors' step (also when the model
+      // transfer in afterViewChange fails).
+      ++m.moves;
+      m.owedCollective.reset();
+    }
+    const bool jumped = m.resilient->afterViewChange(change, *m.communicator, *m.transport);
+    if (!jumped && m.resilient->lockstep()) {
+      // Every member runs the collective of the resume step if a survivor
+      // at that step still had it to run, or was inside it
+      // (change.evaluating), and none does otherwise.
+      if (pending && completed < change.resumeStep) {
+        // The others are past it: this rank drops it and skips to their step.
+        ++m.moves;
+        m.owedCollective.reset();
+      } else if (!pending && change.evaluating && completed == change.resumeStep) {
+        // This rank had completed that collective, another had not: the
+        // step in progress returns without stepping, and this rank runs
+        // the collective again with the others.
+        m.resilient->returnWithoutStepping();
+        ++m.moves;
+        m.owedCollective = completed;
+      }
+    }
   } else {
     m.changes.push_back(change);
   }
@@ -260,21 +294,30 @@ bool Agent::survive(const std::function<void()>& f) {
     explicit Flag(bool& x) : b(x) { b = true; }
     ~Flag() { b = false; }
   } evaluating(impl_->evaluating);
-  const std::uint64_t jumps = impl_->jumps;
+  impl_->owedCollective.reset();  // this is the collective it owed, if any
+  const std::uint64_t moves = impl_->moves;
+  bool failed = false;  // a peer failed: recover before running f again
   for (;;) {
     try {
-      if (impl_->membership != nullptr && impl_->membership->revoked()) recover();
-      // A rank that rejoined jumped to the survivors' step: what it was
-      // about to do belongs to a step they are past.
-      if (impl_->jumps != jumps) return false;
+      if (impl_->membership != nullptr && (failed || impl_->membership->revoked())) {
+        // A PeerFailure from the recovery itself (a peer failed during the
+        // change, or during the model transfer of a rank that rejoined)
+        // leaves `failed` set: the next view is agreed on, then f runs.
+        failed = true;
+        recover();
+        failed = false;
+      }
+      // A rank that rejoined jumped to the survivors' step, or the
+      // survivors are past this collective: it belongs to a step they
+      // will not run it at.
+      if (impl_->moves != moves) return false;
       f();
       return true;
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure&) {
       if (impl_->membership == nullptr) throw;
-      recover();
-      if (impl_->jumps != jumps) return false;
+      failed = true;
     }
   }
 }

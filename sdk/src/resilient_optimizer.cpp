@@ -42,8 +42,9 @@ void ResilientOptimizer::recover() {
 
 bool ResilientOptimizer::skipped() {
   if (jumped_) {
-    // The call in which this rank rejoined: it belongs to a step the others
-    // are past, so it returns without stepping (steps() tells the caller).
+    // The call in which this rank rejoined, or went back to a collective of
+    // the step it had completed: it returns without stepping (steps() tells
+    // the caller).
     jumped_ = false;
     return true;
   }
@@ -58,6 +59,20 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
   // Every member decides alike from the change alone (and from the
   // optimizer, the same everywhere), so all of them take part in the transfers.
   const bool rejoined = !change.joined.empty();
+  const int me = transport.rank();
+  const bool joining = std::find(change.joined.begin(), change.joined.end(),
+                                 change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
+  if (joining) {
+    // Back from a stop or a partition: take the survivors' step count,
+    // ahead or behind (the trainer follows steps()). Taken before the model
+    // transfer, so that a view change during it has this rank report the
+    // step of the view it joined, not its own (less one: reportedSteps()).
+    completed_ = change.resumeStep;
+    inner_->setTotalSteps(remainingSteps());
+    jumped_ = true;
+    fresh_ = true;
+    modelPending_ = true;
+  }
   if (rejoined && !inner_->replicatedModel()) {
     // Each rank that rejoined gets the model of up to four members that did
     // not, one stripe from each, sent at once (as a torrent would).
@@ -67,9 +82,6 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
           sources.size() < 4)
         sources.push_back(change.view.localRank(g));
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
-    const int me = transport.rank();
-    const bool joining = std::find(change.joined.begin(), change.joined.end(),
-                                   change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
     const std::size_t n = lastParams_.size(), k = sources.size();
     std::vector<Request> requests;
     for (std::size_t j = 0; j < k; ++j) {
@@ -93,18 +105,8 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to realign: a view changed before the first step");
     comm.broadcast(lastParams_, change.view.localRank(change.modelSource));
   }
-  const int me = transport.rank();
-  const bool joining = std::find(change.joined.begin(), change.joined.end(),
-                                 change.view.members[static_cast<std::size_t>(me)]) != change.joined.end();
-  if (joining) {
-    // Back from a stop or a partition: take the survivors' step count,
-    // ahead or behind (the trainer follows steps()).
-    completed_ = change.resumeStep;
-    inner_->setTotalSteps(remainingSteps());
-    jumped_ = true;
-    fresh_ = true;
-    return true;
-  }
+  modelPending_ = false;
+  if (joining) return true;
   if (inner_->lockstep() && change.modelSource >= 0 && change.resumeStep > completed_)
     skip_ = change.resumeStep - completed_;
   return false;

@@ -41,6 +41,12 @@ class ResilientOptimizer final : public DistributedOptimizer {
   bool hasCommunicationOnlyForm() const override { return inner_ && inner_->hasCommunicationOnlyForm(); }
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return completed_; }
+  /// The steps this rank reports to a view change: steps(), less one while
+  /// the model transfer of the view it joined has not completed, so that it
+  /// is behind and (AllReduce-SGD) receives the model again.
+  std::uint64_t reportedSteps() const {
+    return modelPending_ && completed_ > 0 ? completed_ - 1 : completed_;
+  }
   void setTotalSteps(std::uint64_t totalSteps) override;
   bool replicatedModel() const override { return inner_ && inner_->replicatedModel(); }
   bool lockstep() const override { return !inner_ || inner_->lockstep(); }
@@ -62,6 +68,10 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// over up to four members) and jumps to change.resumeStep: returns true
   /// then. @throws PeerFailure from the model transfer.
   bool afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport);
+  /// The step in progress (or the next one) returns without stepping and
+  /// steps() stays: the caller runs, with the others, the collective of the
+  /// step it had completed (Agent::recover).
+  void returnWithoutStepping() { jumped_ = true; }
   DistributedOptimizer& inner() { return *inner_; }
 
  private:
@@ -82,8 +92,9 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t completed_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t skip_ = 0;
-  bool jumped_ = false;          // rejoined in this call: it returns without stepping
-  bool fresh_ = false;           // rejoined and not stepped since: nothing to flush
+  bool jumped_ = false;  // the call in progress returns without stepping (rejoined, or back to a collective)
+  bool fresh_ = false;   // rejoined and not stepped since: nothing to flush
+  bool modelPending_ = false;    // rejoined, and the model transfer did not complete
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
 };

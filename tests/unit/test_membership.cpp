@@ -5,6 +5,8 @@
 // for AllReduce-SGD; consensus of the survivors for the gossip algorithms).
 // Malformed membership messages are rejected without stopping the rank. A
 // message of a view that was left never reaches a receive of a later view.
+// When a view change interrupts an evaluation (a collective of the caller's
+// own) that one survivor completed and another did not, both run it again.
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -154,6 +156,117 @@ TEST_CASE("membership: gossip at learning rate 0 brings the survivors to consens
     CHECK(res.view.members == std::vector<int>{0, 1, 2});
     for (std::size_t i = 0; i < res.params.size(); ++i)
       CHECK(res.params[i] == Approx(results[0].params[i]).margin(1e-4));
+  }
+}
+
+TEST_CASE(
+    "membership: when a view change interrupts an evaluation that one survivor completed, every "
+    "survivor runs it again",
+    "[membership]") {
+  // Epochs of 10 steps, each followed by an evaluation of the caller's own
+  // inside survive(): every rank sends a value to every other and receives
+  // theirs. In the evaluation of epoch 2, rank 2 sends its value to rank 0
+  // only and stops. Rank 0 completes the evaluation and goes on to step 21;
+  // rank 1 waits for rank 2 and recovers from inside the evaluation. In the
+  // view {0, 1} both run it again (rank 0's step returns without stepping),
+  // then every epoch.
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
+  INFO(algorithm);
+  const int n = 3, victim = 2, stepsPerEpoch = 10, epochs = 4, lostIn = 2;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  // Receives time out after 5 s: ranks waiting for each other fail then.
+  std::string text = configText(n, algorithm, 0.1);
+  text.replace(text.find("timeout_seconds: 20"), 19, "timeout_seconds: 5");
+  const Config config = reg.parse(text);
+  MemoryStore store;
+  std::vector<std::vector<int>> evaluations(static_cast<std::size_t>(n));  // epochs, in order evaluated
+  std::vector<std::vector<float>> sums(static_cast<std::size_t>(n));
+  std::vector<std::uint64_t> steps(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Agent agent(config, r, store, reg);
+    const std::size_t p = 4;
+    auto& opt = agent.makeOptimizer({p});
+    const auto spe = static_cast<std::uint64_t>(stepsPerEpoch);
+    opt.setTotalSteps(spe * epochs);
+    std::vector<float> x(p, 0.0f), g(p);
+    int evaluated = 0;
+    bool stopped = false;
+    agent.setCollectivePending(
+        [&] { return evaluated < epochs && opt.steps() >= spe * static_cast<std::uint64_t>(evaluated + 1); });
+    // As gossamer-train: after view changes, the epochs whose evaluation is
+    // behind every member (an epoch that ends at the resume step is not, if
+    // a survivor was still to evaluate it).
+    std::size_t seen = 0;
+    auto realign = [&] {
+      const int was = evaluated;
+      for (; seen < agent.viewChanges().size(); ++seen) {
+        const auto& c = agent.viewChanges()[seen];
+        evaluated = static_cast<int>(c.resumeStep / spe);
+        if (c.evaluating && c.resumeStep % spe == 0 && evaluated > 0) --evaluated;
+      }
+      return evaluated != was;
+    };
+    auto& mine = evaluations[static_cast<std::size_t>(r)];
+    while (evaluated < epochs) {
+      const int epoch = evaluated + 1;
+      bool moved = false;
+      while (opt.steps() < spe * static_cast<std::uint64_t>(epoch)) {
+        for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+        const std::uint64_t before = opt.steps();
+        opt.step(x, g);
+        if (opt.steps() != before + 1) {
+          moved = true;
+          break;
+        }
+      }
+      opt.flush(x);
+      if (realign() || moved) continue;
+      float sum = 0;
+      const bool completed = agent.survive([&] {
+        Transport& t = agent.transport();
+        const Tag tag = Tag::make(Op::kUser, static_cast<std::uint64_t>(epoch));
+        const float value = static_cast<float>(r + 1);
+        std::vector<float> got(static_cast<std::size_t>(t.worldSize()), 0.0f);
+        std::vector<Request> requests;
+        for (int q = 0; q < t.worldSize(); ++q)
+          if (q != t.rank() && !(r == victim && epoch == lostIn))
+            requests.push_back(
+                t.irecvOf<float>(q, tag, std::span<float>(&got[static_cast<std::size_t>(q)], 1)));
+        if (r == victim && epoch == lostIn) {
+          // Rank 0's value first, so that rank 0's send to this rank completes.
+          float from0 = 0;
+          t.irecvOf<float>(0, tag, std::span<float>(&from0, 1)).wait(5);
+          t.isendOf<float>(0, tag, std::span<const float>(&value, 1)).wait(5);
+          agent.abort();
+          stopped = true;
+          return;
+        }
+        for (int q = 0; q < t.worldSize(); ++q)
+          if (q != t.rank()) requests.push_back(t.isendOf<float>(q, tag, std::span<const float>(&value, 1)));
+        waitAll(requests, t.timeoutSeconds());
+        sum = value;
+        for (float v : got) sum += v;
+      });
+      if (stopped) return;
+      if (!completed || realign()) continue;
+      mine.push_back(epoch);
+      sums[static_cast<std::size_t>(r)].push_back(sum);
+      evaluated = epoch;
+    }
+    steps[static_cast<std::size_t>(r)] = opt.steps();
+    agent.close();
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r);
+    CHECK(steps[static_cast<std::size_t>(r)] == static_cast<std::uint64_t>(stepsPerEpoch * epochs));
+    // Rank 0 evaluated epoch 2 twice (with rank 2, then without it).
+    CHECK(evaluations[static_cast<std::size_t>(r)] ==
+          (r == 0 ? std::vector<int>{1, 2, 2, 3, 4} : std::vector<int>{1, 2, 3, 4}));
+    // Every evaluation after rank 2 stopped is over {0, 1}: 1 + 2.
+    CHECK(sums[static_cast<std::size_t>(r)].back() == 3.0f);
+    CHECK(sums[static_cast<std::size_t>(r)].front() == 6.0f);
   }
 }
 

@@ -91,19 +91,24 @@ class Agent final {
   /// completes: when it throws PeerFailure and the membership service is on,
   /// recovers and runs it again over the new view, so `f` must recompute
   /// its inputs each time. Without the service the PeerFailure propagates.
-  /// Returns true once `f` completed; false if this rank rejoined the job
-  /// during the call and jumped to the survivors' step (optimizer().steps()),
-  /// past the point where `f` belonged: then `f` was not completed, and the
-  /// caller continues from that step.
+  /// Returns true once `f` completed; false if a view change during the call
+  /// left `f` behind: this rank rejoined the job and jumped to the
+  /// survivors' step (optimizer().steps()), or (lockstep algorithms) the
+  /// survivors are past the step where `f` belonged and did not run theirs
+  /// there (ViewChange::evaluating false), so this rank skips to their step.
+  /// Then `f` was not completed, and the caller continues from that step.
   /// @throws Expelled, TimeoutError from recover(); whatever `f` throws.
   bool survive(const std::function<void()>& f);
   /// Tells view changes whether this rank, at its current step count, still
   /// has a collective of its own to run before its next step (gossamer-train:
   /// the evaluation of an epoch whose last step it completed, also while it
   /// flushes before it). It is reported like a failure inside survive()
-  /// (ViewChange::evaluating), so that ranks that rejoin or catch up to that
-  /// step run the collective too. Called during recover() on this thread;
-  /// empty (the default): only survive() counts.
+  /// (ViewChange::evaluating), so that every member of the new view runs the
+  /// collective of that step: ranks that rejoin or catch up to it, and
+  /// (lockstep algorithms) ranks that had completed it already: their step
+  /// in progress returns without stepping (steps() unchanged), and they run
+  /// it again. Called during recover() on this thread; empty (the default):
+  /// only survive() counts.
   void setCollectivePending(std::function<bool()> pending);
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye

@@ -56,8 +56,9 @@ struct ViewChange {
   int modelSource = -1;
   /// A survivor that had completed resumeStep steps had a collective of its
   /// own to run before its next step (inside Agent::survive, or
-  /// Agent::setCollectivePending said so): ranks that catch up take part in
-  /// that collective too.
+  /// Agent::setCollectivePending said so): every member runs that
+  /// collective, ranks that catch up and ranks that had completed it alike.
+  /// False: in lockstep algorithms none does (ranks still in it drop it).
   bool evaluating = false;
   /// Seconds from the revocation of the old view (on this rank) to the new one.
   double seconds = 0;
