@@ -49,6 +49,8 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   const auto kind = get<std::uint8_t>(b, 4);
   if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
   m.kind = static_cast<Kind>(kind);
+  for (std::size_t off : {5, 6, 7, 52, 53, 54, 55})
+    if (get<std::uint8_t>(b, off) != 0) throw bad(off, "reserved byte is not zero");
   m.viewNumber = get<std::uint64_t>(b, 8);
   m.viewCoordinator = get<std::int32_t>(b, 16);
   if (m.viewCoordinator < -1 || m.viewCoordinator >= worldSize)

@@ -5,7 +5,7 @@
 //  offset size field
 //   0      4   magic 0x524D4247 ("GBMR")
 //   4      1   kind (Kind)
-//   5      3   zero (not read)
+//   5      3   zero
 //   8      8   sender's view number
 //  16      4   sender's view coordinator (-1: the first view)
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
@@ -17,7 +17,7 @@
 //  40      8   fewest completed steps among the survivors (kView)
 //  48      4   coordinator of the view it was decided from, numbered one less
 //              (kView; -1: the first view), else -1
-//  52      4   zero (not read)
+//  52      4   zero
 //  56   4 x count  members, ascending global ranks (kView)
 #pragma once
 
@@ -52,7 +52,7 @@ std::vector<std::byte> encode(const Message& m);
 
 /// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
 /// every field before use: the length (kHeaderBytes + 4 * count), magic,
-/// kind, coordinator, arg and the previous view's coordinator in
+/// kind, reserved bytes zero, coordinator, arg and the previous view's coordinator in
 /// [-1, worldSize), flags <= 1, fewest <= value,
 /// count <= worldSize and > 0 exactly for kView, members ascending in
 /// [0, worldSize).
