@@ -238,8 +238,9 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   gossamer::testing::requireFashionMnist();
   TempDir dir;
   writeFile(dir / "run.yaml", smallConfig("zmq", "crossover_sgd", 3, 1, 20));
-  // A port from the ephemeral range, derived from the pid to avoid collisions.
-  const std::string addr = "tcp://127.0.0.1:" + std::to_string(40000 + getpid() % 20000);
+  // A port below Linux's ephemeral range (32768-60999), derived from the pid:
+  // no client connection of another test can hold it.
+  const std::string addr = "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 12000);
   std::vector<pid_t> pids;
   for (int r = 2; r >= 0; --r)  // rank 0 last: clients wait for the server
     pids.push_back(spawn(
