@@ -28,12 +28,15 @@ constexpr std::uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERS
 /// calls, other threads wake it with fi_cq_signal). It can live with the
 /// FI_CONTEXT modes (every operation carries an fi_context2) and registers
 /// local buffers when a provider asks for FI_MR_LOCAL; it never uses RMA, so
-/// the other memory-registration modes cost it nothing.
-InfoPtr makeHints(const std::string& provider) {
+/// the other memory-registration modes cost it nothing. With `sources`, it
+/// also asks for each message's sender (FI_SOURCE) and for receives that
+/// match only one sender (FI_DIRECTED_RECV), so that an endpoint outside the
+/// job can neither speak for a rank nor write into a payload under way.
+InfoPtr makeHints(const std::string& provider, bool sources) {
   InfoPtr hints(fi_allocinfo());
   if (!hints) throw Error("libfabric: fi_allocinfo failed (out of memory)");
   hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_TAGGED;
+  hints->caps = FI_TAGGED | (sources ? FI_SOURCE | FI_DIRECTED_RECV : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
   hints->domain_attr->threading = FI_THREAD_SAFE;
@@ -76,7 +79,6 @@ InfoPtr selectProvider(const Options& o) {
   GOSSAMER_ENFORCE(!name.empty(), "libfabric provider name is empty");
   const bool bind = usesIpAddresses(name) && !o.host.empty();
   const bool shm = coreName(name) == "shm";
-  auto hints = makeHints(name);
   fi_info* raw = nullptr;
   // For IP providers the host is the source address (FI_SOURCE): on loopback
   // every rank then binds 127.0.0.1, so all endpoints of a job share one
@@ -90,8 +92,15 @@ InfoPtr selectProvider(const Options& o) {
     removeStaleShmFiles();
     node = uniqueShmName();
   }
-  const int rc = fi_getinfo(kApiVersion, node.empty() ? nullptr : node.c_str(), nullptr,
-                            node.empty() ? 0 : FI_SOURCE, hints.get(), &raw);
+  // A provider that cannot name senders is still used: it then trusts the
+  // sender rank a message states (docs/security.md).
+  int rc = -FI_ENODATA;
+  for (const bool sources : {true, false}) {
+    auto hints = makeHints(name, sources);
+    rc = fi_getinfo(kApiVersion, node.empty() ? nullptr : node.c_str(), nullptr, node.empty() ? 0 : FI_SOURCE,
+                    hints.get(), &raw);
+    if (rc != -FI_ENODATA && (rc != 0 || raw)) break;
+  }
   InfoPtr info(raw);
   if (rc == -FI_ENODATA || (rc == 0 && !info)) {
     std::string msg = "libfabric provider '" + o.provider + "'";
@@ -142,7 +151,7 @@ std::string providerName(const std::string& provider) {
 }
 
 std::vector<std::string> availableProviders() {
-  auto hints = detail::makeHints("");
+  auto hints = detail::makeHints("", false);
   fi_info* raw = nullptr;
   const int rc = fi_getinfo(detail::kApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
   detail::InfoPtr info(raw);

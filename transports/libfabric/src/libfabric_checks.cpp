@@ -169,7 +169,8 @@ void LibfabricTransport::checkSilence(Clock::time_point now) {
       failPeer(p, std::make_exception_ptr(ProtocolError(
                       p, 0,
                       "frame " + std::to_string(rx.nextSeq) + " never arrived, while " +
-                          std::to_string(rx.early.size()) + " later ones did (lost by the provider)")));
+                          std::to_string(rx.early.size()) + " later ones did (" +
+                          (rx.oversized.empty() ? "lost by the provider" : rx.oversized) + ")")));
       continue;
     }
     if (!heartbeats_) continue;
@@ -335,6 +336,7 @@ void LibfabricTransport::teardown() {
   drainBulk();
   if (bulkPosted_ > 0) abandonEndpoint();
   ep_.reset();
+  rejectLog_.flush();
   {
     // The endpoint is closed: nothing writes into a receive's buffer any
     // more. Receives that were being filled in place fail.

@@ -52,6 +52,14 @@
 //
 // Every frame is validated (wire.hpp: magic, version, kind, lengths, CRC-32C)
 // before it is delivered; a bad one fails its sender with the ProtocolError.
+// Senders are checked too, where the provider names them (FI_SOURCE; tcp and
+// shm do): a message whose envelope names a rank but which came from another
+// endpoint, or from one outside the job, is counted by what is wrong with it
+// (TransportStats::rejectedFrames; a well-formed one is a "stranger"), logged
+// at a bounded rate and dropped, and fails no one. So is a frame-channel
+// message too large for the frame buffers (its sender cannot be known, and
+// no rank sends one). Payload pieces are received from their announcing peer
+// only (FI_DIRECTED_RECV).
 //
 // Failure. Completion-queue error entries become PeerFailure (failed sends,
 // receives) or ProtocolError (truncated messages), with fi_cq_strerror's
@@ -310,6 +318,10 @@ struct PeerRx {
   std::deque<std::unique_ptr<InboundMsg>> queue;
   Clock::time_point lastHeard;
   Clock::time_point gapSince;  ///< when `early` last became non-empty
+  /// A frame-channel message too large for the frame buffers named this peer
+  /// as its sender (which cannot be checked): if a frame from it then stays
+  /// missing, the error says so.
+  std::string oversized;
   bool gone = false;
 };
 
@@ -392,7 +404,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   }
   void abort() override;
   void close() override;
-  TransportStats stats() const override { return life_.stats(); }
+  TransportStats stats() const override {
+    TransportStats s = life_.stats();
+    for (std::size_t i = 0; i < kFrameFaultCount; ++i) s.rejectedFrames[i] = rejected_[i].load();
+    return s;
+  }
 
  private:
   // ---- setup ---------------------------------------------------------------------
@@ -459,13 +475,23 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void progressLoop();
 
   // Handles what fi_cq_read / fi_cq_sread returned. True if anything completed.
-  bool handleCq(ssize_t n, fi_cq_tagged_entry* entries);
-  void handleCompletion(const fi_cq_tagged_entry& e);
+  bool handleCq(ssize_t n, fi_cq_tagged_entry* entries, const fi_addr_t* from);
+  void handleCompletion(const fi_cq_tagged_entry& e, fi_addr_t from);
   void finishSend(SendOp* op);
 
   // A completion-queue error entry: the provider's account of a failed operation.
   void handleError();
-  void onPoolMessage(std::span<const std::byte> message);
+  // A frame-channel message from the endpoint `from` (FI_ADDR_UNSPEC when the
+  // provider does not name senders).
+  void onPoolMessage(std::span<const std::byte> message, fi_addr_t from);
+
+  // Counts a message that no rank's stream takes (the rank it names did not
+  // send it, or it names none) by what is wrong with it, and logs it at a
+  // bounded rate.
+  void rejectStranger(std::span<const std::byte> message, const std::string& why);
+
+  // Counts a bad message from a rank (which then fails) by its fault.
+  void countFault(FrameFault fault) { ++rejected_[static_cast<std::size_t>(fault)]; }
   void checkBeat(int src, std::span<const std::byte> bytes);
 
   // One frame or announcement from `src`, in sequence order.
@@ -577,6 +603,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   detail::InfoPtr info_;
   std::string provider_;
   bool mrLocal_ = false, cqWaits_ = false, heartbeats_ = true;
+  bool namesSenders_ = false;  ///< the provider reports each message's source endpoint (FI_SOURCE)
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
   FidPtr<fid_fabric> fabric_;
@@ -622,7 +649,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   bool watchesPids_ = false;  ///< shm: the checksum thread also watches peer processes
   std::mutex kickMu_;
   std::condition_variable kickCv_;
-  bool kicked_ = false;  // under kickMu_
+  bool kicked_ = false;                                                  // under kickMu_
+  std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};  ///< TransportStats::rejectedFrames
+  LogLimiter rejectLog_{LogLevel::kWarning, 10, "rejected frames"};
 };
 
 }  // namespace gossamer::libfabric::impl

@@ -24,6 +24,7 @@ void LibfabricTransport::wake() {
 
 void LibfabricTransport::progressLoop() {
   std::array<fi_cq_tagged_entry, 32> entries{};
+  std::array<fi_addr_t, 32> from{};  // each completion's source endpoint (receives, FI_SOURCE)
   const auto beatEvery = std::chrono::duration<double>(opt_.heartbeatSeconds);
   const auto spin = std::chrono::duration<double>(opt_.spinSeconds);
   auto lastBeat = Clock::now() - std::chrono::hours(1);
@@ -40,8 +41,8 @@ void LibfabricTransport::progressLoop() {
       if (secondsSince(lastLoop, now) > peerTimeout_ / 4)
         for (auto& r : rx_) r.lastHeard = now;
       lastLoop = now;
-      ssize_t n = fi_cq_read(cq_.get(), entries.data(), entries.size());
-      const bool active = handleCq(n, entries.data());
+      ssize_t n = fi_cq_readfrom(cq_.get(), entries.data(), entries.size(), from.data());
+      const bool active = handleCq(n, entries.data(), from.data());
       if (queued_ > 0) flushPending();
       if (!unposted_.empty()) retryUnposted();
       if (bulkPump_) pumpBulk();
@@ -77,9 +78,9 @@ void LibfabricTransport::progressLoop() {
         continue;
       }
       if (cqWaits_) {
-        n = fi_cq_sread(cq_.get(), entries.data(), entries.size(), nullptr, 2);
+        n = fi_cq_sreadfrom(cq_.get(), entries.data(), entries.size(), from.data(), nullptr, 2);
         sleeping_ = false;
-        if (handleCq(n, entries.data())) lastActivity = Clock::now();
+        if (handleCq(n, entries.data(), from.data())) lastActivity = Clock::now();
       } else {
         std::unique_lock<std::mutex> lk(kickMu_);
         kickCv_.wait_for(lk, backoff, [&] { return kicked_ || stop_.load(); });
@@ -105,9 +106,9 @@ void LibfabricTransport::progressLoop() {
   }
 }
 
-bool LibfabricTransport::handleCq(ssize_t n, fi_cq_tagged_entry* entries) {
+bool LibfabricTransport::handleCq(ssize_t n, fi_cq_tagged_entry* entries, const fi_addr_t* from) {
   if (n > 0) {
-    for (ssize_t i = 0; i < n; ++i) handleCompletion(entries[i]);
+    for (ssize_t i = 0; i < n; ++i) handleCompletion(entries[i], namesSenders_ ? from[i] : FI_ADDR_UNSPEC);
     return true;
   }
   if (n == -FI_EAVAIL) {
@@ -120,7 +121,7 @@ bool LibfabricTransport::handleCq(ssize_t n, fi_cq_tagged_entry* entries) {
   return false;
 }
 
-void LibfabricTransport::handleCompletion(const fi_cq_tagged_entry& e) {
+void LibfabricTransport::handleCompletion(const fi_cq_tagged_entry& e, fi_addr_t from) {
   auto* op = static_cast<FabricOp*>(e.op_context);
   switch (op->kind) {
     case OpKind::kSend:
@@ -128,7 +129,7 @@ void LibfabricTransport::handleCompletion(const fi_cq_tagged_entry& e) {
       break;
     case OpKind::kPoolRecv: {
       auto* p = static_cast<PoolOp*>(op);
-      onPoolMessage(std::span<const std::byte>(p->buf, e.len));
+      onPoolMessage(std::span<const std::byte>(p->buf, e.len), from);
       repost(*p);
       break;
     }
@@ -170,31 +171,28 @@ void LibfabricTransport::handleError() {
     case OpKind::kPoolRecv: {
       auto* p = static_cast<PoolOp*>(op);
       if (cancelled) break;  // closing
-      // A truncated message still left its first bytes, the envelope, in the buffer.
-      int src = -1;
       if (err.err == FI_ETRUNC) {
+        // No rank sends a frame-channel message larger than the buffers it
+        // was told of, and an error entry does not say who sent this one
+        // (whatever its envelope claims): counted and dropped.
+        countFault(FrameFault::kOversized);
         const std::uint64_t envelope = getU64(p->buf);
-        const std::uint64_t ch = channelOf(envelope);
-        if (ch == kChanFrame || ch == kChanBeat || ch == kChanAnnounce) src = sourceOf(envelope);
-      }
-      std::exception_ptr e;
-      if (err.err == FI_ETRUNC)
-        e = std::make_exception_ptr(ProtocolError(src, poolBytes_ - kEnvelopeBytes,
-                                                  "the frame exceeds the largest frame this rank takes (" +
-                                                      std::to_string(poolBytes_ - kEnvelopeBytes) +
-                                                      " bytes) by " + std::to_string(err.olen) +
-                                                      " bytes: " + why));
-      else
-        e = std::make_exception_ptr(
-            PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why));
-      if (src >= 0 && src < opt_.worldSize && src != opt_.rank) {
-        failPeer(src, e);
+        const int named = sourceOf(envelope);
+        if (named < opt_.worldSize && named != opt_.rank && channelOf(envelope) != kChanBeat)
+          rx_[static_cast<std::size_t>(named)].oversized =
+              "a frame-channel message that named it as sender was dropped: it exceeded the largest frame "
+              "this rank takes (" +
+              std::to_string(poolBytes_ - kEnvelopeBytes) + " bytes) by " + std::to_string(err.olen) +
+              " bytes";
+        rejectLog_([&] {
+          return "libfabric rank " + std::to_string(opt_.rank) +
+                 ": dropped a frame-channel message larger than the largest frame this rank takes (" +
+                 std::to_string(poolBytes_ - kEnvelopeBytes) + " bytes) by " + std::to_string(err.olen) +
+                 " bytes";
+        });
       } else {
-        try {
-          std::rethrow_exception(e);
-        } catch (const Error& x) {
-          GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << x.what());
-        }
+        GOSSAMER_LOG(kWarning,
+                     "libfabric rank " << opt_.rank << ": a frame buffer's receive failed: " << why);
       }
       repost(*p);
       break;
@@ -215,23 +213,25 @@ void LibfabricTransport::handleError() {
         break;
       }
       const int src = msg->source;
-      if (err.err == FI_ETRUNC)
-        failPeer(src, std::make_exception_ptr(
-                          ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
-                                        "a payload piece exceeds its announced " + std::to_string(b.len) +
-                                            " bytes by " + std::to_string(err.olen) + " bytes: " + why)));
-      else
+      if (err.err == FI_ETRUNC) {
+        countFault(FrameFault::kOversized);
+        failPeer(src, std::make_exception_ptr(ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
+                                                            "a payload piece exceeds its announced " +
+                                                                std::to_string(b.len) + " bytes by " +
+                                                                std::to_string(err.olen) + " bytes: " + why,
+                                                            FrameFault::kOversized)));
+      } else {
         failPeer(src, std::make_exception_ptr(
                           PeerFailure(src, "connection lost: libfabric failed a receive from it: " + why)));
+      }
       break;
     }
   }
 }
 
-void LibfabricTransport::onPoolMessage(std::span<const std::byte> message) {
+void LibfabricTransport::onPoolMessage(std::span<const std::byte> message, fi_addr_t from) {
   if (message.size() < kEnvelopeBytes) {
-    GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": dropped a message of " << message.size()
-                                             << " bytes, shorter than its envelope");
+    rejectStranger(message, "shorter than its envelope");
     return;
   }
   const std::uint64_t envelope = getU64(message.data());
@@ -239,8 +239,11 @@ void LibfabricTransport::onPoolMessage(std::span<const std::byte> message) {
   const std::uint64_t channel = channelOf(envelope);
   const int src = sourceOf(envelope);
   if (src >= opt_.worldSize || src == opt_.rank) {
-    GOSSAMER_LOG(kWarning,
-                 "libfabric rank " << opt_.rank << ": dropped a message whose envelope names rank " << src);
+    rejectStranger(message, "its envelope names rank " + std::to_string(src));
+    return;
+  }
+  if (namesSenders_ && from != tx_[static_cast<std::size_t>(src)]->addr) {
+    rejectStranger(message, "its envelope names rank " + std::to_string(src) + ", which did not send it");
     return;
   }
   auto& rx = rx_[static_cast<std::size_t>(src)];
@@ -279,10 +282,38 @@ void LibfabricTransport::onPoolMessage(std::span<const std::byte> message) {
     flushInbound(src);
   } catch (const ProtocolError& e) {
     GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
+    countFault(e.fault());
     failPeer(src, std::current_exception());
   } catch (const std::exception& e) {  // e.g. out of memory for an announced payload
     failPeer(src, std::make_exception_ptr(PeerFailure(src, std::string("cannot receive: ") + e.what())));
   }
+}
+
+void LibfabricTransport::rejectStranger(std::span<const std::byte> message, const std::string& why) {
+  // What is wrong with it, checked as a frame from its rank would be, but
+  // without touching that rank's stream.
+  FrameFault fault = FrameFault::kStranger;
+  try {
+    if (message.size() < kEnvelopeBytes)
+      throw ProtocolError(-1, message.size(), "shorter than an envelope", FrameFault::kTruncated);
+    const std::uint64_t channel = channelOf(getU64(message.data()));
+    const auto bytes = message.subspan(kEnvelopeBytes);
+    if (channel != kChanFrame && channel != kChanBeat && channel != kChanAnnounce)
+      throw ProtocolError(-1, 0, "unknown channel", FrameFault::kMalformed);
+    const auto header = bytes.first(std::min(bytes.size(), kFrameHeaderBytes));
+    const FrameHeader h = decodeFrameHeader(header, -1, opt_.worldSize);
+    if (channel == kChanFrame)
+      verifyFramePayload(header, h, bytes.subspan(header.size()), -1);
+    else if (bytes.size() != (channel == kChanBeat ? kFrameHeaderBytes : kAnnounceBytes))
+      throw ProtocolError(-1, bytes.size(), "wrong length", FrameFault::kMalformed);
+  } catch (const ProtocolError& e) {
+    fault = e.fault();
+  }
+  countFault(fault);
+  rejectLog_([&] {
+    return "libfabric rank " + std::to_string(opt_.rank) + ": dropped a " + toString(fault) + " message of " +
+           std::to_string(message.size()) + " bytes: " + why;
+  });
 }
 
 void LibfabricTransport::checkBeat(int src, std::span<const std::byte> bytes) {
@@ -429,6 +460,7 @@ void LibfabricTransport::onBulkPiece(BulkRecvOp& op, std::size_t len) {
     flushInbound(src);
   } catch (const ProtocolError& e) {
     GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << e.what());
+    countFault(e.fault());
     failPeer(src, std::current_exception());
   }
 }

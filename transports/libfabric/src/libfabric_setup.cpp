@@ -138,8 +138,10 @@ void LibfabricTransport::repost(PoolOp& op) {
 }
 
 bool LibfabricTransport::postBulk(BulkRecvOp& op) {
-  const ssize_t rc = fi_trecv(ep_.get(), op.msg->base() + op.offset, op.len, op.msg->desc, FI_ADDR_UNSPEC,
-                              op.tag, 0, static_cast<FabricOp*>(&op));
+  // From the announcing peer only, where the provider can match on senders.
+  const fi_addr_t from = namesSenders_ ? tx_[static_cast<std::size_t>(op.msg->source)]->addr : FI_ADDR_UNSPEC;
+  const ssize_t rc = fi_trecv(ep_.get(), op.msg->base() + op.offset, op.len, op.msg->desc, from, op.tag, 0,
+                              static_cast<FabricOp*>(&op));
   if (rc == -FI_EAGAIN) return false;
   check(rc, "fi_trecv (payload)");
   op.posted = true;

@@ -23,6 +23,7 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   const fi_info* fi = info_.get();
   provider_ = fi->fabric_attr->prov_name;
   mrLocal_ = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+  namesSenders_ = (fi->caps & FI_SOURCE) != 0 && (fi->caps & FI_DIRECTED_RECV) != 0;
   // shm peers are on this host: their process exit is watched directly
   // (pidfd), which is faster than heartbeats and never touches a dead
   // peer's shared memory, where a heartbeat could wedge this rank.
