@@ -2,9 +2,9 @@
 #include "gossamer/wire.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
+#include "gossamer/detail/byte_io.hpp"
 #include "gossamer/errors.hpp"
 
 namespace gossamer {
@@ -54,19 +54,8 @@ std::string toString(const Tag& tag) {
 
 namespace {
 
-template <typename T>
-void put(HeaderBytes& h, std::size_t off, T v) {
-  // Little-endian on the wire; every supported host is little-endian, checked below.
-  static_assert(std::endian::native == std::endian::little, "big-endian hosts are not supported");
-  std::memcpy(h.data() + off, &v, sizeof(T));
-}
-
-template <typename T>
-T get(std::span<const std::byte> h, std::size_t off) {
-  T v;
-  std::memcpy(&v, h.data() + off, sizeof(T));
-  return v;
-}
+using detail::get;
+using detail::put;
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78). On x86-64 with
 // SSE4.2 the crc32 instruction does 8 bytes per step (several GB/s, about 2x

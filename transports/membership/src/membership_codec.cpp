@@ -1,25 +1,17 @@
 // The membership service's control messages (membership_codec.hpp).
 #include "membership_codec.hpp"
 
-#include <cstring>
 #include <string>
 
+#include "gossamer/detail/byte_io.hpp"
 #include "gossamer/errors.hpp"
 
 namespace gossamer::membership::codec {
 
 namespace {
 
-template <typename T>
-void put(std::vector<std::byte>& b, std::size_t off, T v) {
-  std::memcpy(b.data() + off, &v, sizeof(T));
-}
-template <typename T>
-T get(std::span<const std::byte> b, std::size_t off) {
-  T v;
-  std::memcpy(&v, b.data() + off, sizeof(T));
-  return v;
-}
+using gossamer::detail::get;
+using gossamer::detail::put;
 
 }  // namespace
 

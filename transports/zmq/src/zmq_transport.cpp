@@ -605,7 +605,7 @@ class ZmqTransport final : public Transport {
     std::vector<int> itemPeer;
     while (!stop_) {
       if (!started_ && ready_.load(std::memory_order_acquire)) {
-        for (auto& [id, parts] : early_) handleFrame(id, parts);
+        for (auto& e : early_) handleFrame(e.id, e.parts, e.checked);
         early_.clear();
         early_.shrink_to_fit();
         started_ = true;
@@ -667,22 +667,45 @@ class ZmqTransport final : public Transport {
     }
   }
 
+  // A frame's header, decoded, and whether its payload's length and checksum
+  // were verified with it (checkFrame).
+  struct CheckedFrame {
+    FrameHeader header;
+    bool payloadVerified = false;
+  };
+
+  // The checks of a frame that need nothing but its bytes and the rank its
+  // routing id names (`peer`, -1: none), shared by stashEarly and
+  // handleFrame: two parts (header, payload), a header that decodes, and the
+  // payload's length and checksum, except for a data frame of
+  // kClaimMinBytes or more, which handleFrame verifies as it copies it
+  // (deliverLarge) or else whole.
+  // @throws ProtocolError, with its FrameFault, for the first check that fails.
+  CheckedFrame checkFrame(const std::vector<::zmq::message_t>& parts, int peer) const {
+    if (parts.size() != 2)
+      throw ProtocolError(
+          peer, 0,
+          "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
+    std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
+    CheckedFrame c{decodeFrameHeader(header, peer, opt_.worldSize)};
+    std::span<const std::byte> payload(static_cast<const std::byte*>(parts[1].data()), parts[1].size());
+    if (c.header.kind != FrameKind::kData || payload.size() < kClaimMinBytes) {
+      verifyFramePayload(header, c.header, payload, peer);
+      c.payloadVerified = true;
+    }
+    return c;
+  }
+
   // Set-up is not over (peers_ is being filled): a frame that fails any
   // check, or whose routing id names no rank, is counted and dropped now; a
   // well-formed one from a rank's connection is kept for handleFrame, in
-  // order. Only the progress thread touches early_.
+  // order, with what checkFrame found. Only the progress thread touches early_.
   void stashEarly(::zmq::message_t id, std::vector<::zmq::message_t>& parts) {
     const Sender sender = senderOf(id);
+    CheckedFrame checked;
     try {
-      if (parts.size() != 2)
-        throw ProtocolError(
-            sender.rank, 0,
-            "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
-      std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
-      const FrameHeader h = decodeFrameHeader(header, sender.rank, opt_.worldSize);
-      std::span<const std::byte> payload(static_cast<const std::byte*>(parts[1].data()), parts[1].size());
-      if (h.kind != FrameKind::kData || payload.size() < kClaimMinBytes)
-        verifyFramePayload(header, h, payload, sender.rank);
+      checked = checkFrame(parts, sender.rank);
+      const FrameHeader& h = checked.header;
       if (sender.rank < 0)
         throw ProtocolError(-1, frame_offset::kSource,
                             "a frame from " + describe(id) + ", which names no rank of the job",
@@ -710,7 +733,7 @@ class ZmqTransport final : public Transport {
     // buffer, which it would keep alive while it waits here.
     std::vector<::zmq::message_t> copies;
     for (const auto& part : parts) copies.emplace_back(part.data(), part.size());
-    early_.emplace_back(::zmq::message_t(id.data(), id.size()), std::move(copies));
+    early_.push_back({::zmq::message_t(id.data(), id.size()), std::move(copies), checked});
   }
 
   // A connection's routing id is "RANK.INCARNATION" (decimal): the sender's
@@ -743,7 +766,10 @@ class ZmqTransport final : public Transport {
   // peer. Anything else that reaches the ROUTER (a stray or hostile client,
   // bytes libzmq took for ZMTP 1.0 messages, a forged hello) is counted by
   // kind, logged at most 10 lines a second, and dropped: it fails no one.
-  void handleFrame(const ::zmq::message_t& id, std::vector<::zmq::message_t>& parts) {
+  // `checked`: what checkFrame found when the frame was stashed (stashEarly),
+  // not looked for again.
+  void handleFrame(const ::zmq::message_t& id, std::vector<::zmq::message_t>& parts,
+                   const std::optional<CheckedFrame>& checked = std::nullopt) {
     const Sender sender = senderOf(id);
     const int peer = sender.rank;
     const Peer* known = peer >= 0 ? peers_[static_cast<std::size_t>(peer)].get() : nullptr;
@@ -758,12 +784,9 @@ class ZmqTransport final : public Transport {
             known->replaced.end())
       return;
     try {
-      if (parts.size() != 2)
-        throw ProtocolError(
-            peer, 0,
-            "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
+      const CheckedFrame c = checked ? *checked : checkFrame(parts, peer);
+      const FrameHeader& h = c.header;
       std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
-      const FrameHeader h = decodeFrameHeader(header, peer, opt_.worldSize);
       auto msg = std::make_shared<::zmq::message_t>(std::move(parts[1]));
       std::span<const std::byte> payload(static_cast<const std::byte*>(msg->data()), msg->size());
       if (own && h.kind == FrameKind::kData && payload.size() >= kClaimMinBytes &&
@@ -771,7 +794,7 @@ class ZmqTransport final : public Transport {
         deliverLarge(peer, header, h, std::move(msg), payload);
         return;
       }
-      verifyFramePayload(header, h, payload, peer);
+      if (!c.payloadVerified) verifyFramePayload(header, h, payload, peer);
       if (!own && h.kind != FrameKind::kHello)
         throw ProtocolError(peer, frame_offset::kKind,
                             "a frame of kind " + std::to_string(int(h.kind)) + " from " + describe(id) +
@@ -1102,7 +1125,12 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> ready_{false};
   bool started_ = false;           // progress thread: it has seen ready_ and handled early_
   std::set<std::string> greeted_;  // progress thread, during set-up: routing ids that sent a hello
-  std::vector<std::pair<::zmq::message_t, std::vector<::zmq::message_t>>> early_;
+  struct EarlyFrame {
+    ::zmq::message_t id;
+    std::vector<::zmq::message_t> parts;
+    CheckedFrame checked;
+  };
+  std::vector<EarlyFrame> early_;
   // Single copy (ipc): per rank, its pid and whether it can read our memory
   // (empty without single copy); the pulls this rank's peers still owe it.
   std::vector<std::uint32_t> pids_;
