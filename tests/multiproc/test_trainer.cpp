@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "job_config.hpp"
 #include "process.hpp"
 
 using gossamer::testing::readFile;
 using gossamer::testing::removeShmRegionsOf;
+using gossamer::testing::smallConfig;
 using gossamer::testing::spawn;
 using gossamer::testing::TempDir;
 using gossamer::testing::waitBounded;
@@ -32,23 +34,6 @@ std::vector<std::string> killableTransports() {
 #else
   return {"zmq", "socket"};
 #endif
-}
-
-/// The `transport:` keys of "zmq", "socket", "inproc", "libfabric-tcp" or "libfabric-shm".
-std::string transportKeys(const std::string& transport) {
-  if (transport.rfind("libfabric-", 0) == 0) return "kind: libfabric\n  provider: " + transport.substr(10);
-  return "kind: " + transport;
-}
-
-std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize, int epochs,
-                        double timeout) {
-  return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
-         "\n  timeout_seconds: " + std::to_string(timeout) +
-         "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
-         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " +
-         gossamer::testing::fashionMnistDir() +
-         "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
-         "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
 }
 
 /// Reaps every rank still running when a test ends, whatever failed

@@ -1,0 +1,30 @@
+// Job configurations for the multi-process tests: a small gossamer-train job
+// (an MLP on 6,000 Fashion-MNIST images) over a named transport.
+#pragma once
+
+#include <string>
+
+#include "dataset.hpp"
+
+namespace gossamer::testing {
+
+/// The `transport:` keys of "zmq", "socket", "inproc", "libfabric-tcp" or "libfabric-shm".
+inline std::string transportKeys(const std::string& transport) {
+  if (transport.rfind("libfabric-", 0) == 0) return "kind: libfabric\n  provider: " + transport.substr(10);
+  return "kind: " + transport;
+}
+
+/// A `worldSize`-rank job of `epochs` epochs running `algorithm` (3 segments,
+/// groups of 2) with every wait bounded by `timeout` seconds.
+inline std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize,
+                               int epochs, double timeout) {
+  return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
+         "\n  timeout_seconds: " + std::to_string(timeout) +
+         "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
+         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " +
+         gossamer::testing::fashionMnistDir() +
+         "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
+         "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
+}
+
+}  // namespace gossamer::testing
