@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs a gossamer-train job across test hosts: network namespaces on this
+# machine, grouped in islands whose links are shaped with tc tbf
+# (tests/hosts/hosts.py; spec format there). One rank per host; rank 0's host
+# serves the TCP rendezvous; every rank binds its transport to its host's
+# address. The namespaces are removed when the job ends, fails or is
+# interrupted. Needs root; exits 77 (skipped) where namespaces cannot be made.
+#
+#   scripts/hosts.sh                          # quickstart (Crossover-SGD) on two islands of 4
+#   scripts/hosts.sh --spec tests/hosts/smoke.yaml --set training.epochs=1
+# Options: --spec FILE (default tests/hosts/two-islands.yaml)
+#          --config FILE (default examples/configs/quickstart-crossover.yaml)
+#          --set KEY=VALUE (repeatable, passed to every rank)
+#          --summary-json FILE (rank 0's summary; default results/hosts.json)
+#          --timeout SECONDS (bound on the whole job; default 900)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build="${GOSSAMER_BUILD_DIR:-$root/build}"
+
+spec="tests/hosts/two-islands.yaml"
+config="examples/configs/quickstart-crossover.yaml"
+summary="results/hosts.json"
+limit=900
+sets=()
+inside=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --spec) spec="$2"; shift ;;
+    --config) config="$2"; shift ;;
+    --set) sets+=(--set "$2"); shift ;;
+    --summary-json) summary="$2"; shift ;;
+    --timeout) limit="$2"; shift ;;
+    --inside) inside=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "hosts: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$inside" = 0 ]; then
+  if [ ! -x "$build/examples/gossamer-train" ]; then
+    echo "hosts: $build/examples/gossamer-train is not built (cmake --build build)" >&2
+    exit 2
+  fi
+  mkdir -p "$(dirname "$summary")"
+  exec /usr/bin/python3 tests/hosts/hosts.py run "$spec" -- \
+    "$0" --inside --spec "$spec" --config "$config" --summary-json "$summary" --timeout "$limit" "${sets[@]}"
+fi
+
+# Inside hosts.py run: GOSSAMER_HOSTS lists the hosts.
+n=$(jq length <<<"$GOSSAMER_HOSTS")
+first=$(jq -r '.[0].address' <<<"$GOSSAMER_HOSTS")
+port=$((29400 + $$ % 500))
+echo "== $n hosts ($(jq -r '[.[] | .address] | join(" ")' <<<"$GOSSAMER_HOSTS")), rendezvous tcp://$first:$port"
+logs=$(mktemp -d)
+pids=()
+for ((r = 0; r < n; ++r)); do
+  ns=$(jq -r ".[$r].namespace" <<<"$GOSSAMER_HOSTS")
+  addr=$(jq -r ".[$r].address" <<<"$GOSSAMER_HOSTS")
+  extra=()
+  [ "$r" = 0 ] && extra=(--summary-json "$summary")
+  timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/examples/gossamer-train" --config "$config" \
+    --rank "$r" --rendezvous "tcp://$first:$port" --set "world_size=$n" --set "transport.host=$addr" \
+    "${sets[@]}" "${extra[@]}" >"$logs/out$r" 2>"$logs/err$r" &
+  pids+=($!)
+done
+status=0
+for ((r = 0; r < n; ++r)); do
+  if ! wait "${pids[$r]}"; then
+    echo "hosts: rank $r failed; its stderr:" >&2
+    tail -n 20 "$logs/err$r" >&2
+    status=1
+  fi
+done
+cat "$logs/out0"
+rm -rf "$logs"
+[ "$status" = 0 ] && echo "== rank 0's summary: $summary"
+exit "$status"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Suite smoke test of the test hosts: a 4-rank Crossover-SGD job on 4
+# namespace hosts in two islands (tests/hosts/smoke.yaml), one epoch on 6,000
+# images. Checks that every rank finished and learnt, that traffic crossed
+# the islands, and that no namespace of the run is left. Exits 77 (skipped)
+# where namespaces cannot be made.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$root/scripts/hosts.sh" --spec "$root/tests/hosts/smoke.yaml" --timeout 120 \
+  --set training.epochs=1 --set data.train_limit=6000 --set data.test_limit=2000 \
+  --summary-json "$out/summary.json" >"$out/log" 2>&1
+status=$?
+cat "$out/log"
+[ "$status" = 77 ] && exit 77
+[ "$status" = 0 ] || { echo "FAIL: scripts/hosts.sh exited with $status"; exit 1; }
+fail=0
+check() { if ! jq -e "$1" "$out/summary.json" >/dev/null; then echo "FAIL: $2"; fail=1; fi; }
+check '.world_size == 4 and (.survivors | length) == 4' "all 4 ranks survive"
+check '.test_accuracy > 0.6' "the average model learns (test accuracy above 60%)"
+check '.transport_stats.bytes_received > 1000000' "rank 0 received model segments"
+grep -q "10.231.0.1 10.231.0.2 10.231.1.1 10.231.1.2" "$out/log" || { echo "FAIL: hosts not in two islands"; fail=1; }
+left=$(ip netns list | grep -c '^gsm' || true)
+[ "$left" = 0 ] || { echo "FAIL: $left namespace(s) left behind"; fail=1; }
+exit "$fail"
