@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Trains one config briefly under gossamer-train's own launcher, under Open
-# MPI's mpirun and under torchrun (--no_python), and checks that the three
+# MPI's mpirun, under torchrun (--no_python), and with the variables that
+# Slurm's srun and MPICH's Hydra set (4 processes started here with
+# SLURM_PROCID / SLURM_NTASKS / SLURM_NNODES=1 / SLURM_JOB_ID, and with
+# PMI_RANK / PMI_SIZE / MASTER_ADDR / MASTER_PORT), and checks that the five
 # runs are the same run: every epoch's loss, consensus distance and
 # accuracies equal to the last bit. Who starts the ranks must not change what
 # is learned; under mpirun and torchrun the ranks find each other through the
@@ -29,9 +32,33 @@ run mpirun mpirun --allow-run-as-root --oversubscribe -n $n "$train" "${common[@
 port=$((20000 + RANDOM % 20000))
 run torchrun /usr/bin/python3 -m torch.distributed.run --nproc_per_node $n --redirects 1 --tee 1 \
   --master_addr 127.0.0.1 --master_port $port --no_python "$train" "${common[@]}" --summary-json "$work/torchrun.json"
+# Processes started the way srun or Hydra starts them: only the variables
+# say which rank each is.
+bylaunchervars() {
+  local name="$1"
+  shift
+  local pids=() r
+  for ((r = 0; r < n; ++r)); do
+    env "$@" "$(vars "$r")" timeout 240 "$train" "${common[@]}" --summary-json "$work/$name.json" \
+      >"$work/$name.out$r" 2>&1 &
+    pids+=($!)
+  done
+  for ((r = 0; r < n; ++r)); do
+    wait "${pids[$r]}" || {
+      echo "gossamer-train failed under $name-style variables (rank $r):"
+      cat "$work/$name.out$r"
+      exit 1
+    }
+  done
+}
+vars() { echo "SLURM_PROCID=$1"; }
+bylaunchervars srun SLURM_NTASKS=$n SLURM_NNODES=1 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 TMPDIR="$work"
+port=$((20000 + RANDOM % 20000))
+vars() { echo "PMI_RANK=$1"; }
+bylaunchervars hydra PMI_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 fields='[.world_size, [.history[] | [.train_loss, .consensus_distance, .test_accuracy, .test_accuracy_rank0]]]'
 self="$(jq -c "$fields" "$work/self.json")"
-for l in mpirun torchrun; do
+for l in mpirun torchrun srun hydra; do
   other="$(jq -c "$fields" "$work/$l.json")"
   if [ "$self" != "$other" ]; then
     echo "the run under $l differs from gossamer-train's own:"
@@ -40,4 +67,4 @@ for l in mpirun torchrun; do
     exit 1
   fi
 done
-echo "own launcher, mpirun and torchrun: the same run in every epoch: $self"
+echo "own launcher, mpirun, torchrun, srun-style and Hydra-style: the same run in every epoch: $self"

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
@@ -12,6 +13,8 @@
 namespace gossamer {
 
 namespace {
+
+constexpr long kSlurmBasePort = 29500, kSlurmPorts = 10000;
 
 long parseInteger(const EnvLookup& env, const std::string& name, long lo, long hi) {
   const std::string text = env(name).value_or("");
@@ -51,6 +54,19 @@ std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l) {
   return "";
 }
 
+// Slurm over several nodes: rank 0 (on the step's first node) serves the
+// store at a port derived from the job and step ids, so that two steps
+// sharing a node do not collide.
+std::string slurmRendezvous(const EnvLookup& env) {
+  auto list = env("SLURM_STEP_NODELIST");
+  if (!list) list = env("SLURM_JOB_NODELIST");
+  if (!list || !env("SLURM_JOB_ID")) return "";
+  const std::string host = firstSlurmHost(*list);
+  const long job = parseInteger(env, "SLURM_JOB_ID", 0, std::numeric_limits<long>::max());
+  const long step = env("SLURM_STEP_ID") ? parseInteger(env, "SLURM_STEP_ID", 0, 0xFFFFFFFFL) : 0;
+  return "tcp://" + host + ":" + std::to_string(kSlurmBasePort + (job * 7 + step) % kSlurmPorts);
+}
+
 bool safeForPath(const std::string& s) {
   for (char ch : s)
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_')) return false;
@@ -58,6 +74,37 @@ bool safeForPath(const std::string& s) {
 }
 
 }  // namespace
+
+std::string firstSlurmHost(const std::string& nodelist) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("Slurm node list '" + nodelist + "': " + why);
+  };
+  // The first entry: up to a comma outside brackets.
+  std::size_t end = 0;
+  int depth = 0;
+  for (; end < nodelist.size(); ++end) {
+    const char c = nodelist[end];
+    if (c == '[') ++depth;
+    if (c == ']' && --depth < 0) throw bad("']' without '['");
+    if (c == ',' && depth == 0) break;
+  }
+  if (depth != 0) throw bad("'[' without ']'");
+  const std::string entry = nodelist.substr(0, end);
+  const auto open = entry.find('[');
+  if (open == std::string::npos) {
+    if (entry.empty()) throw bad("no host");
+    return entry;
+  }
+  // prefix[07-10,12]suffix: the first number of the range, with its zeros.
+  const auto close = entry.find(']', open);
+  std::string first = entry.substr(open + 1, close - open - 1);
+  first = first.substr(0, first.find_first_of(",-"));
+  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("'" + entry.substr(open, close - open + 1) + "' does not start with a number");
+  const std::string host = entry.substr(0, open) + first + entry.substr(close + 1);
+  if (host.find_first_of("[]") != std::string::npos) throw bad("more than one range in '" + entry + "'");
+  return host;
+}
 
 EnvLookup processEnvironment() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -92,6 +139,12 @@ std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env) {
     const long port = parseInteger(env, "MASTER_PORT", 1, agentStore ? 65534 : 65535) + (agentStore ? 1 : 0);
     l.rendezvous = "tcp://" + *addr + ":" + std::to_string(port);
     return l;
+  }
+  if (l.launcher == "srun" && env("SLURM_NNODES") != std::string("1")) {
+    if (std::string rv = slurmRendezvous(env); !rv.empty()) {
+      l.rendezvous = rv;
+      return l;
+    }
   }
   if (const std::string job = singleHostJobId(env, l); safeForPath(job)) {
     const std::string tmp = env("TMPDIR").value_or("/tmp");

@@ -95,6 +95,45 @@ TEST_CASE("MPICH Hydra and Slurm", "[launch]") {
   CHECK(s->rendezvous == "/tmp/gossamer-rendezvous-srun-1234.0");
 }
 
+TEST_CASE("Slurm over several nodes: the store on the step's first node, at a port of the job and step",
+          "[launch]") {
+  std::map<std::string, std::string> vars{{"SLURM_PROCID", "3"},
+                                          {"SLURM_NTASKS", "8"},
+                                          {"SLURM_NNODES", "2"},
+                                          {"SLURM_JOB_ID", "1234"},
+                                          {"SLURM_STEP_ID", "2"},
+                                          {"SLURM_JOB_NODELIST", "gpu[1-9]"},
+                                          {"SLURM_STEP_NODELIST", "node[07-08],login1"}};
+  auto s = discoverLaunch(envOf(vars));
+  REQUIRE(s);
+  CHECK(s->rank == 3);
+  CHECK(s->rendezvous == "tcp://node07:" + std::to_string(29500 + (7 * 1234 + 2) % 10000));
+  vars.erase("SLURM_STEP_NODELIST");
+  CHECK(discoverLaunch(envOf(vars))->rendezvous ==
+        "tcp://gpu1:" + std::to_string(29500 + (7 * 1234 + 2) % 10000));
+  vars["MASTER_ADDR"] = "10.1.1.1";
+  vars["MASTER_PORT"] = "4000";
+  CHECK(discoverLaunch(envOf(vars))->rendezvous == "tcp://10.1.1.1:4000");  // set by hand: first
+  vars.erase("MASTER_ADDR");
+  vars.erase("MASTER_PORT");
+  vars["SLURM_JOB_NODELIST"] = "gpu[1-9";
+  CHECK_THROWS_WITH(discoverLaunch(envOf(vars)), Catch::Contains("'gpu[1-9': '[' without ']'"));
+}
+
+TEST_CASE("the first host of a Slurm node list", "[launch]") {
+  using gossamer::firstSlurmHost;
+  CHECK(firstSlurmHost("node1") == "node1");
+  CHECK(firstSlurmHost("node[07-10,12],gpu3") == "node07");
+  CHECK(firstSlurmHost("node[12,07-10]") == "node12");
+  CHECK(firstSlurmHost("rack1-[2-4]-ib,rack2-[1-4]-ib") == "rack1-2-ib");
+  CHECK(firstSlurmHost("10.231.0.1,10.231.0.2") == "10.231.0.1");
+  CHECK_THROWS_AS(firstSlurmHost(""), InvalidArgument);
+  CHECK_THROWS_AS(firstSlurmHost(",node1"), InvalidArgument);
+  CHECK_THROWS_AS(firstSlurmHost("node]1["), InvalidArgument);
+  CHECK_THROWS_AS(firstSlurmHost("node[a-b]"), InvalidArgument);
+  CHECK_THROWS_AS(firstSlurmHost("n[1-2]x[3-4]"), InvalidArgument);
+}
+
 TEST_CASE("torchrun's variables win over an enclosing Slurm allocation's", "[launch]") {
   const auto l = discoverLaunch(envOf({{"RANK", "1"},
                                        {"WORLD_SIZE", "2"},

@@ -37,7 +37,10 @@ EnvLookup processEnvironment();
 ///   2. MASTER_ADDR and MASTER_PORT: tcp://MASTER_ADDR:MASTER_PORT, or
 ///      MASTER_PORT + 1 under torchrun, whose agent holds MASTER_PORT for its
 ///      own store (TORCHELASTIC_USE_AGENT_STORE=True);
-///   3. a job on one host with a job id (Open MPI's PMIX_NAMESPACE when
+///   3. srun over several nodes (SLURM_NNODES above 1): tcp://FIRST:PORT,
+///      FIRST the first host of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST),
+///      PORT 29500 + (7 * SLURM_JOB_ID + SLURM_STEP_ID) mod 10000;
+///   4. a job on one host with a job id (Open MPI's PMIX_NAMESPACE when
 ///      OMPI_COMM_WORLD_LOCAL_SIZE equals the world size; Slurm's
 ///      SLURM_JOB_ID and SLURM_STEP_ID when SLURM_NNODES is 1): the directory
 ///      ${TMPDIR:-/tmp}/gossamer-rendezvous-<launcher>-<job id>.
@@ -48,5 +51,12 @@ EnvLookup processEnvironment();
 ///         1..65535) or when no rendezvous can be found (the message says
 ///         which variables to set).
 std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env = processEnvironment());
+
+/// The first host of a Slurm node list in its compressed form:
+/// "node[07-10,12],gpu3" gives "node07", "rack1-[2-4]-ib" gives "rack1-2-ib",
+/// "10.0.0.5,10.0.0.6" gives "10.0.0.5".
+/// @throws InvalidArgument for an empty list, unbalanced brackets or a range
+///         that does not start with a number.
+std::string firstSlurmHost(const std::string& nodelist);
 
 }  // namespace gossamer
