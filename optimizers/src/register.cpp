@@ -4,6 +4,7 @@
 // (src/compressors/*.cpp); registerBuiltins lists them all.
 #include <climits>
 
+#include "gossamer/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -69,34 +70,7 @@ KeySet crossoverKeys() {
 
 /// algorithm.groups: when given, a partition of [0, world_size).
 std::optional<ConfigIssue> checkGroups(const Config& c) {
-  const std::string key = "algorithm.groups";
-  const auto& groups = c.get<std::vector<std::vector<int>>>(key);
-  if (groups.empty()) return std::nullopt;  // Consecutive groups of group_size.
-  const auto n = static_cast<std::size_t>(c.worldSize);
-  std::vector<std::optional<std::size_t>> owner(n);
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    for (std::size_t j = 0; j < groups[g].size(); ++j) {
-      const int r = groups[g][j];
-      const auto ur = static_cast<std::size_t>(r);
-      const std::string at = indexedKey(indexedKey(key, g), j);
-      if (ur >= n) {
-        return ConfigIssue{
-            at, "rank " + std::to_string(r) + " does not exist (" + rankRangeText(c.worldSize) + ")"};
-      }
-      if (owner[ur]) {
-        return ConfigIssue{at, "rank " + std::to_string(r) + " is already in " + indexedKey(key, *owner[ur]) +
-                                   " (groups must not overlap)"};
-      }
-      owner[ur] = g;
-    }
-  }
-  for (std::size_t r = 0; r < n; ++r) {
-    if (!owner[r]) {
-      return ConfigIssue{key, "the groups must cover every rank exactly once (" + rankRangeText(c.worldSize) +
-                                  "), but rank " + std::to_string(r) + " is in no group"};
-    }
-  }
-  return std::nullopt;
+  return checkRankPartition(c, "algorithm.groups", "group");
 }
 
 }  // namespace
@@ -148,8 +122,10 @@ void registerHierarchical(Registry& registry) {
       "hierarchical",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
         const Config& c = ctx.config;
-        auto groups = topologies::makeGroups(c.worldSize, c.get<int>("algorithm.group_size"),
-                                             c.get<std::vector<std::vector<int>>>("algorithm.groups"));
+        // Without explicit groups, the leader groups follow the network's islands.
+        auto given = c.get<std::vector<std::vector<int>>>("algorithm.groups");
+        if (given.empty()) given = c.get<std::vector<std::vector<int>>>("network.islands");
+        auto groups = topologies::makeGroups(c.worldSize, c.get<int>("algorithm.group_size"), given);
         const int leaders = static_cast<int>(groups.size());
         const std::string& inter = c.get<std::string>("algorithm.inter_algorithm");
         std::unique_ptr<Topology> topo;
@@ -164,10 +140,11 @@ void registerHierarchical(Registry& registry) {
                                               ctx.tensorSizes, crossoverFrom(c));
       },
       crossoverKeys()
-          .intListList(
-              "groups", 0, kMaxWorldSize - 1, true,
-              "explicit leader groups (a partition of the ranks); empty = consecutive groups of group_size")
-          .integer("group_size", 4, 1, kMaxWorldSize, "ranks per group when groups is empty")
+          .intListList("groups", 0, kMaxWorldSize - 1, true,
+                       "explicit leader groups (a partition of the ranks); empty = the network's islands "
+                       "(network.islands), else consecutive groups of group_size")
+          .integer("group_size", 4, 1, kMaxWorldSize,
+                   "ranks per group when neither groups nor islands are given")
           .text("inter_algorithm", "crossover_sgd", {"crossover_sgd", "sgp"}, "what the group leaders run")
           .rule(checkGroups));
 }

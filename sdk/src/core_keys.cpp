@@ -8,6 +8,7 @@
 #include "collectives/table.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
+#include "gossamer/network.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/security.hpp"
 
@@ -137,6 +138,7 @@ void addCoreKeys(ConfigSchema& schema) {
                    [](Config& c) -> bool& { return c.collectives.calibrate; });
 
   addSecurityKeys(schema);
+  addNetworkKeys(schema);
 }
 
 }  // namespace gossamer::detail

@@ -1003,6 +1003,16 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
     bad.set("algorithm.groups", std::vector<std::vector<int>>({{0, 1, 2, 3}, {}}));
     requireInvalid(bad, "algorithm.groups[1]", "empty");
   }
+  SECTION("islands") {
+    Config bad = c;
+    bad.set("network.islands", std::vector<std::vector<int>>({{0, 1}, {2, 1}}));
+    requireInvalid(bad, "network.islands[1][1]", "already in network.islands[0] (islands must not overlap)");
+    bad.set("network.islands", std::vector<std::vector<int>>({{0, 1}, {3}}));
+    requireInvalid(bad, "network.islands", "rank 2 is in no island");
+    bad = c;
+    bad.set("network.between_gbps", 0.0);
+    requireInvalid(bad, "network.between_gbps", "");
+  }
   SECTION("scalars") {
     Config bad = c;
     bad.set("algorithm.mode", std::string("lazy"));
