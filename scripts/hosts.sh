@@ -3,7 +3,10 @@
 # machine, grouped in islands whose links are shaped with tc tbf
 # (tests/hosts/hosts.py; spec format there). One rank per host; rank 0's host
 # serves the TCP rendezvous; every rank binds its transport to its host's
-# address. The namespaces are removed when the job ends, fails or is
+# address. The job's network: section is set from the spec (islands, rates,
+# delay), and when the spec has a delay between islands the fault injector
+# adds it (faults.island_delay: tc cannot without netem). --set after that
+# overrides. The namespaces are removed when the job ends, fails or is
 # interrupted. Needs root; exits 77 (skipped) where namespaces cannot be made.
 #
 #   scripts/hosts.sh                          # quickstart (Crossover-SGD) on two islands of 4
@@ -53,6 +56,15 @@ n=$(jq length <<<"$GOSSAMER_HOSTS")
 first=$(jq -r '.[0].address' <<<"$GOSSAMER_HOSTS")
 port=$((29400 + $$ % 500))
 echo "== $n hosts ($(jq -r '[.[] | .address] | join(" ")' <<<"$GOSSAMER_HOSTS")), rendezvous tcp://$first:$port"
+net="$GOSSAMER_HOSTS_NETWORK"
+netsets=(--set "network.islands=$(jq -c .islands <<<"$net")"
+         --set "network.inside_gbps=$(jq .inside_gbps <<<"$net")"
+         --set "network.between_gbps=$(jq .between_gbps <<<"$net")"
+         --set "network.between_delay_ms=$(jq .between_delay_ms <<<"$net")")
+if [ "$(jq '.between_delay_ms > 0' <<<"$net")" = true ]; then
+  netsets+=(--set faults.enabled=true --set faults.island_delay=true)
+fi
+echo "== network: $(jq -c . <<<"$net")"
 logs=$(mktemp -d)
 pids=()
 for ((r = 0; r < n; ++r)); do
@@ -62,7 +74,7 @@ for ((r = 0; r < n; ++r)); do
   [ "$r" = 0 ] && extra=(--summary-json "$summary")
   timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/examples/gossamer-train" --config "$config" \
     --rank "$r" --rendezvous "tcp://$first:$port" --set "world_size=$n" --set "transport.host=$addr" \
-    "${sets[@]}" "${extra[@]}" >"$logs/out$r" 2>"$logs/err$r" &
+    "${netsets[@]}" "${sets[@]}" "${extra[@]}" >"$logs/out$r" 2>"$logs/err$r" &
   pids+=($!)
 done
 status=0

@@ -44,8 +44,10 @@ Usage::
     hosts.py clean                    # remove what dead runs left behind
 
 COMMAND sees GOSSAMER_HOSTS: a JSON list of {"name", "namespace",
-"address", "island"} in host order (island by island), and
-GOSSAMER_HOSTS_DELAY_MS.
+"address", "island"} in host order (island by island);
+GOSSAMER_HOSTS_DELAY_MS; and GOSSAMER_HOSTS_NETWORK, the job's `network:`
+section for one rank per host in that order (JSON: islands, inside_gbps,
+between_gbps, between_delay_ms).
 """
 
 import json
@@ -190,14 +192,25 @@ class Hosts:
                 self.hosts.append({"name": name, "namespace": ns, "address": addr, "island": i})
 
 
-def burst(rate):
-    """A tbf bucket of about 1 ms at `rate` (at least 64 KiB), in bytes."""
+def gbps(rate):
+    """A tc rate in Gbit/s."""
     m = re.match(r"^([0-9.]+)([a-z]+)$", rate)
     value, unit = float(m.group(1)), m.group(2)
     bits = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
     byts = {"bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
-    bps = value * (bits.get(unit) or byts[unit])
-    return str(max(65536, int(bps / 8 / 1000)))
+    return value * (bits.get(unit) or byts[unit]) / 1e9
+
+
+def network_section(hosts, islands, between):
+    """The `network:` keys of a job with one rank per host, in host order."""
+    groups = [[r for r, h in enumerate(hosts) if h["island"] == i] for i in range(len(islands))]
+    return {"islands": groups, "inside_gbps": min(gbps(rate) for _, rate in islands),
+            "between_gbps": gbps(between["rate"]), "between_delay_ms": between["delay_ms"]}
+
+
+def burst(rate):
+    """A tbf bucket of about 1 ms at `rate` (at least 64 KiB), in bytes."""
+    return str(max(65536, int(gbps(rate) * 1e9 / 8 / 1000)))
 
 
 def can_make_namespaces():
@@ -251,7 +264,8 @@ def main(argv):
     try:
         with Hosts(islands, between) as h:
             env = dict(os.environ, GOSSAMER_HOSTS=json.dumps(h.hosts),
-                       GOSSAMER_HOSTS_DELAY_MS=str(between["delay_ms"]))
+                       GOSSAMER_HOSTS_DELAY_MS=str(between["delay_ms"]),
+                       GOSSAMER_HOSTS_NETWORK=json.dumps(network_section(h.hosts, islands, between)))
             child = subprocess.Popen(argv[3:], env=env, start_new_session=True)
             return child.wait()
     except KeyboardInterrupt:

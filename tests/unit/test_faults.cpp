@@ -2,6 +2,7 @@
 // Agent's transport, and the wrapper drops, duplicates, delays and reorders
 // sends with the configured probabilities, reproducibly from its seed.
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -523,4 +524,71 @@ TEST_CASE("faults: close() sends what is still held at once, abort() drops it, b
     }
     receiver->close();
   }
+}
+
+TEST_CASE("faults: an island delay holds every send to another island for its link's delay, in order",
+          "[faults][delay]") {
+  // Ranks 0, 1 in one island, 2 in the other: rank 0's sends to 2 wait
+  // 0.15 s, whatever their kind; its sends to 1 do not wait.
+  auto fabric = inproc::makeFabric(3);
+  const Registry reg = registryWith(fabric);
+  const Config c = reg.parse(
+      "world_size: 3\ntransport: {kind: inproc}\nnetwork:\n  islands: [[0, 1], [2]]\n  between_delay_ms: "
+      "150\n"
+      "faults:\n  enabled: true\n  island_delay: true\n  messages: gossip\n",
+      "island.yaml");
+  MemoryStore store;
+  const std::uint32_t n = 50;
+  std::atomic<std::chrono::steady_clock::rep> sentAt{0};  // rank 0's first send, on the clock all ranks share
+  onEveryRank(3, [&](int r) {
+    Agent a(c, r, store, reg);
+    Transport& t = a.transport();
+    if (r == 0) {
+      // Collective traffic (Op::kUser) is delayed too: propagation is not drawn.
+      sentAt = std::chrono::steady_clock::now().time_since_epoch().count();
+      for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(t, 2, Tag::make(Op::kUser, 0, 0), i).test());
+      CHECK(sendNumber(t, 1, kNumbered, 7).test());
+      // close() would send what still waits at once: wait for rank 2 first.
+      std::uint32_t done = 0;
+      Request ack = t.irecv(2, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&done, 1)));
+      REQUIRE(ack.waitFor(5.0));
+    } else if (r == 2) {
+      std::uint32_t first = 0;
+      Request q =
+          t.irecv(0, Tag::make(Op::kUser, 0, 0), std::as_writable_bytes(std::span<std::uint32_t>(&first, 1)));
+      REQUIRE(q.waitFor(5.0));
+      // Not here sooner than the delay allows after it was sent (a busy
+      // machine only makes it later).
+      const std::chrono::steady_clock::time_point sent{std::chrono::steady_clock::duration(sentAt.load())};
+      CHECK(secondsSince(sent) >= 0.15);
+      CHECK(first == 0);
+      const auto rest = receiveNumbers(t, 0, Tag::make(Op::kUser, 0, 0), 1.0, n - 1);
+      CHECK(rest == [&] {
+        std::vector<std::uint32_t> v;
+        for (std::uint32_t i = 1; i < n; ++i) v.push_back(i);
+        return v;
+      }());  // in the order sent
+      CHECK(sendNumber(t, 0, kNumbered, 1).test());
+    } else {
+      std::uint32_t v = 0;
+      Request g = t.irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
+      REQUIRE(g.waitFor(5.0));
+      CHECK(v == 7);
+    }
+    const faults::FaultStats* s = faults::faultStats(t);
+    REQUIRE(s != nullptr);
+    CHECK(s->linkDelayed == (r == 0 ? n : r == 2 ? 1u : 0u));
+    CHECK(s->delayed == 0);
+    a.close();
+  });
+}
+
+TEST_CASE("faults: link delays are checked", "[faults][delay]") {
+  auto fabric = inproc::makeFabric(2);
+  faults::FaultOptions o;
+  o.linkDelaySeconds = {0.0, -1.0};
+  CHECK_THROWS_WITH(faults::wrap(inproc::makeTransport(fabric, 0, 1.0), o), Catch::Contains("link delay -1"));
+  o.linkDelaySeconds = {0.0, 0.1, 0.2};
+  CHECK_THROWS_WITH(faults::wrap(inproc::makeTransport(fabric, 1, 1.0), o),
+                    Catch::Contains("3 link delays for a world of 2"));
 }

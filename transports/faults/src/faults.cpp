@@ -8,9 +8,13 @@
 // delay_seconds), so messages sent after it, also under the same tag, reach
 // the peer first. The draws, in order: drop, duplicate (the copy goes at
 // once), delay, hold; a probability of 0 draws nothing, so adding delay: 0
-// and reorder: 0 leaves a seed's faults as they were.
+// and reorder: 0 leaves a seed's faults as they were. A link delay (islands
+// of network.islands with faults.island_delay) is not drawn: every send to a
+// rank of another island waits network.between_delay_ms first, in order, as
+// propagation over a long link does; random delays and holds come on top.
 #include "gossamer/transports/faults.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -25,6 +29,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/network.hpp"
 #include "gossamer/registry.hpp"
 
 namespace gossamer::faults {
@@ -42,7 +47,13 @@ class FaultyTransport final : public Transport {
         held_(static_cast<std::size_t>(inner_->worldSize())) {
     for (std::size_t g = 0; g < o.partitionGroups.size(); ++g)
       for (int r : o.partitionGroups[g]) group_[static_cast<std::size_t>(r)] = static_cast<int>(g);
-    if (o.delayProbability > 0 || o.reorderProbability > 0) worker_ = std::thread([this] { run(); });
+    linkDelay_.assign(static_cast<std::size_t>(inner_->worldSize()), Clock::duration::zero());
+    for (std::size_t d = 0; d < o.linkDelaySeconds.size() && d < linkDelay_.size(); ++d)
+      linkDelay_[d] = seconds(o.linkDelaySeconds[d]);
+    const bool linkDelays = std::any_of(linkDelay_.begin(), linkDelay_.end(),
+                                        [](Clock::duration d) { return d > Clock::duration::zero(); });
+    if (o.delayProbability > 0 || o.reorderProbability > 0 || linkDelays)
+      worker_ = std::thread([this] { run(); });
   }
   // Without close() what is still waiting is dropped, as by abort().
   ~FaultyTransport() override {
@@ -122,6 +133,10 @@ class FaultyTransport final : public Transport {
     return group_[static_cast<std::size_t>(rank())] != group_[static_cast<std::size_t>(dst)];
   }
 
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
   Fate draw(int dst, const Tag& tag) {
     Fate f;
     if (dst == rank()) return f;
@@ -130,6 +145,12 @@ class FaultyTransport final : public Transport {
       ++stats_.partitioned;
       f.drop = true;
       return f;
+    }
+    const Clock::duration link = linkDelay_[static_cast<std::size_t>(dst)];
+    if (link > Clock::duration::zero()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.linkDelayed;
+      f.due = Clock::now() + link;
     }
     if (options_.gossipOnly && tag.op != Op::kGossip) return f;
     std::lock_guard<std::mutex> lock(mu_);
@@ -143,15 +164,12 @@ class FaultyTransport final : public Transport {
       ++stats_.duplicated;
       f.duplicate = true;
     }
-    const auto seconds = [](double s) {
-      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-    };
     if (options_.delayProbability > 0 && u(rng_) < options_.delayProbability) {
       ++stats_.delayed;
-      f.due = Clock::now() + seconds(u(rng_) * options_.delaySeconds);
+      f.due = Clock::now() + link + seconds(u(rng_) * options_.delaySeconds);
     } else if (options_.reorderProbability > 0 && u(rng_) < options_.reorderProbability) {
       ++stats_.reordered;
-      f.due = Clock::now() + seconds(options_.delaySeconds);
+      f.due = Clock::now() + link + seconds(options_.delaySeconds);
       f.held = true;
     }
     return f;
@@ -200,7 +218,7 @@ class FaultyTransport final : public Transport {
   void releaseLocked(int dst) {
     auto& held = held_[static_cast<std::size_t>(dst)];
     if (held.empty()) return;
-    const auto now = Clock::now();
+    const auto now = Clock::now() + linkDelay_[static_cast<std::size_t>(dst)];  // still crosses its link
     for (const Key& key : held) {
       auto node = queue_.extract(key);
       node.key().first = now;
@@ -288,9 +306,10 @@ class FaultyTransport final : public Transport {
   FaultStats stats_;
   std::deque<Request> extra_;  // the wrapper's own sends (duplicates, later ones) still in flight
   std::chrono::steady_clock::time_point start_;
-  std::vector<int> group_;              // each rank's partition group (-1: in none)
-  std::map<Key, Later> queue_;          // messages for the worker, by due time
-  std::vector<std::vector<Key>> held_;  // per destination: its held messages' keys in queue_
+  std::vector<int> group_;                  // each rank's partition group (-1: in none)
+  std::map<Key, Later> queue_;              // messages for the worker, by due time
+  std::vector<std::vector<Key>> held_;      // per destination: its held messages' keys in queue_
+  std::vector<Clock::duration> linkDelay_;  // per destination: its link's propagation delay
   std::uint64_t nextSeq_ = 0;
   bool stopping_ = false;         // close() or abort() began: nothing more is queued
   std::condition_variable wake_;  // queue_ or stopping_ changed
@@ -350,6 +369,11 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOpt
                    "reorder probability " << o.reorderProbability << " outside [0, 1)");
   GOSSAMER_ENFORCE(o.delaySeconds > 0 && std::isfinite(o.delaySeconds),
                    "delay_seconds " << o.delaySeconds << " is not a positive finite number of seconds");
+  GOSSAMER_ENFORCE(
+      o.linkDelaySeconds.empty() || o.linkDelaySeconds.size() == static_cast<std::size_t>(inner->worldSize()),
+      o.linkDelaySeconds.size() << " link delays for a world of " << inner->worldSize() << " ranks");
+  for (double d : o.linkDelaySeconds)
+    GOSSAMER_ENFORCE(d >= 0 && d <= 3600 && std::isfinite(d), "link delay " << d << " s outside [0, 3600]");
   return std::make_unique<FaultyTransport>(std::move(inner), o);
 }
 
@@ -382,7 +406,11 @@ void registerWith(Registry& registry) {
           .real("reorder", 0.0, {0.0, true, 1.0, false},
                 "probability that a send (not delayed) is held back until a later send to the same rank that "
                 "is "
-                "not held has gone out (at most delay_seconds), so that it arrives after it"),
+                "not held has gone out (at most delay_seconds), so that it arrives after it")
+          .boolean(
+              "island_delay", false,
+              "every send to a rank of another island (network.islands) waits network.between_delay_ms "
+              "first, in order: the propagation delay of a long link, which tc cannot add without netem"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("faults.enabled")) return inner;
@@ -402,6 +430,10 @@ void registerWith(Registry& registry) {
         o.delayProbability = c.get<double>("faults.delay");
         o.delaySeconds = c.get<double>("faults.delay_seconds");
         o.reorderProbability = c.get<double>("faults.reorder");
+        if (c.get<bool>("faults.island_delay")) {
+          const NetworkLayout net = NetworkLayout::from(c);
+          for (int d = 0; d < c.worldSize; ++d) o.linkDelaySeconds.push_back(net.delaySeconds(ctx.rank, d));
+        }
         return wrap(std::move(inner), o);
       });
 }

@@ -44,6 +44,11 @@ struct FaultOptions {
   /// right after the next send to that rank that is not held itself, or after
   /// delaySeconds, whichever comes first.
   double reorderProbability = 0;
+  /// A link's propagation delay: every send to rank d (gossip or not, not
+  /// drawn: always) goes out linkDelaySeconds[d] seconds later, in order, on
+  /// top of any random delay or hold. Empty, or zeros: none. Size the world
+  /// size when given; each entry finite and >= 0.
+  std::vector<double> linkDelaySeconds;
 };
 
 /// Parses "0,1,2,3|4,5,6,7" (groups separated by '|', ranks by ',') into
@@ -59,6 +64,7 @@ struct FaultStats {
   std::uint64_t partitioned = 0;  ///< Sends dropped because the partition was in force.
   std::uint64_t delayed = 0;      ///< Sends that went out late.
   std::uint64_t reordered = 0;    ///< Sends held back for later ones to overtake.
+  std::uint64_t linkDelayed = 0;  ///< Sends that waited for their link's propagation delay.
 };
 
 /// A Transport that forwards to `inner`, except that isend/isendBorrowed drop
