@@ -16,6 +16,7 @@
 #          --set KEY=VALUE (repeatable, passed to every rank)
 #          --summary-json FILE (rank 0's summary; default results/hosts.json)
 #          --timeout SECONDS (bound on the whole job; default 900)
+#          --link-stats FILE (bytes that crossed between islands, JSON)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,6 +26,7 @@ spec="tests/hosts/two-islands.yaml"
 config="examples/configs/quickstart-crossover.yaml"
 summary="results/hosts.json"
 limit=900
+linkstats=()
 sets=()
 inside=0
 while [ $# -gt 0 ]; do
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --set) sets+=(--set "$2"); shift ;;
     --summary-json) summary="$2"; shift ;;
     --timeout) limit="$2"; shift ;;
+    --link-stats) linkstats=(--stats "$2"); shift ;;
     --inside) inside=1 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "hosts: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -47,7 +50,7 @@ if [ "$inside" = 0 ]; then
     exit 2
   fi
   mkdir -p "$(dirname "$summary")"
-  exec /usr/bin/python3 tests/hosts/hosts.py run "$spec" -- \
+  exec /usr/bin/python3 tests/hosts/hosts.py run "$spec" "${linkstats[@]}" -- \
     "$0" --inside --spec "$spec" --config "$config" --summary-json "$summary" --timeout "$limit" "${sets[@]}"
 fi
 

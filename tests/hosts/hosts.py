@@ -37,9 +37,12 @@ Spec (YAML)::
 
 Usage::
 
-    hosts.py run SPEC -- COMMAND...   # set up, run COMMAND in the root
+    hosts.py run SPEC [--stats FILE] -- COMMAND...
+                                      # set up, run COMMAND in the root
                                       # namespace with GOSSAMER_HOSTS set,
-                                      # tear down; exits with its status
+                                      # tear down; exits with its status;
+                                      # --stats writes the bytes that
+                                      # crossed between islands (JSON)
     hosts.py exec HOST -- COMMAND...  # (inside COMMAND) run in host HOST
     hosts.py clean                    # remove what dead runs left behind
 
@@ -156,6 +159,19 @@ class Hosts:
     def __exit__(self, *exc):
         self.teardown()
 
+    def crossed_bytes(self):
+        """Bytes (IP packets, headers included) that entered each island from
+        the others so far: what each bridge's tbf sent. A list by island."""
+        out = []
+        for i in range(len(self.islands)):
+            if len(self.islands) < 2:
+                out.append(0)
+                continue
+            r = subprocess.run(["ip", "netns", "exec", self.fabric, "tc", "-s", "-j", "qdisc", "show", "dev",
+                                f"br{i}"], check=True, capture_output=True, text=True, timeout=30)
+            out.append(sum(q.get("bytes", 0) for q in json.loads(r.stdout) if q.get("kind") == "tbf"))
+        return out
+
     def teardown(self):
         for ns in namespaces():
             if ns.startswith(self.prefix):
@@ -241,6 +257,10 @@ def main(argv):
             print(f"hosts: no host '{argv[1]}' in GOSSAMER_HOSTS", file=sys.stderr)
             return 2
         os.execvp("ip", ["ip", "netns", "exec", match[0]["namespace"], *argv[3:]])
+    stats = None
+    if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--stats":
+        stats = argv[3]
+        argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[0] != "run" or argv[2] != "--":
         print(__doc__.split("Usage::")[1], file=sys.stderr)
         return 2
@@ -267,7 +287,12 @@ def main(argv):
                        GOSSAMER_HOSTS_DELAY_MS=str(between["delay_ms"]),
                        GOSSAMER_HOSTS_NETWORK=json.dumps(network_section(h.hosts, islands, between)))
             child = subprocess.Popen(argv[3:], env=env, start_new_session=True)
-            return child.wait()
+            status = child.wait()
+            if stats:
+                crossed = h.crossed_bytes()
+                with open(stats, "w", encoding="utf-8") as f:
+                    json.dump({"between_islands_bytes": sum(crossed), "into_island_bytes": crossed}, f)
+            return status
     except KeyboardInterrupt:
         print("hosts: interrupted; removing the namespaces", file=sys.stderr)
         return 130
