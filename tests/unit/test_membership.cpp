@@ -43,6 +43,7 @@ std::string configText(int n, const std::string& algorithm, double learningRate)
   std::string extra;
   if (algorithm == "hierarchical") extra = "\n  group_size: 2";
   if (algorithm == "crossover_sgd") extra = "\n  segments: 2";
+  if (algorithm == "diloco") extra = "\n  inner_steps: 7";
   return "world_size: " + std::to_string(n) +
          "\nseed: 3\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
          "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\ntopology:\n  kind: " +
@@ -100,7 +101,7 @@ std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int v
 TEST_CASE("membership: the survivors of a failed rank agree on a view without it and finish every step",
           "[membership]") {
   const std::string algorithm =
-      GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd", "sgp", "hierarchical");
+      GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd", "sgp", "hierarchical", "diloco");
   INFO(algorithm);
   const int n = 4, victim = 2, steps = 60;
   const auto results = runWithVictim(algorithm, n, victim, 20, steps, 0.1, 0.0f);
