@@ -551,7 +551,8 @@ TEST_CASE("segmentsAlongTensors: edge cases", "[topology]") {
   CHECK_THROWS_AS(segmentsAlongTensors({10}, -1), InvalidArgument);
 }
 
-TEST_CASE("randomPairing is a perfect matching every round, the same on every rank", "[topology][diloco]") {
+TEST_CASE("randomPairing (diloco gossip) is a perfect matching every round, the same on every rank",
+          "[topology][diloco]") {
   for (int n = 1; n <= 9; ++n) {
     std::set<std::vector<int>> seen;
     for (std::uint64_t round = 0; round < 50; ++round) {
