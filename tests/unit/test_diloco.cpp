@@ -448,6 +448,17 @@ TEST_CASE("diloco: bad keys are refused with the key named", "[diloco][config]")
   } catch (const ConfigError& e) {
     CHECK(e.key() == "algorithm.inner_steps");
   }
+  // Compressors replace the optimizer's own exchange: not under diloco.
+  for (const std::string kind : {"a2sgd", "topk", "qsgd"}) {
+    CAPTURE(kind);
+    try {
+      reg.parse("algorithm: {name: diloco}\ncompression: {kind: " + kind + "}\n", "bad.yaml");
+      FAIL("expected ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(e.key() == "compression.kind");
+      CHECK_THAT(e.what(), Catch::Contains("diloco"));
+    }
+  }
   const Config good = reg.parse(
       "algorithm: {name: diloco, inner_steps: 20, outer_learning_rate: 1, outer_momentum: 0, outer: gossip, "
       "overlap: true}\n",
