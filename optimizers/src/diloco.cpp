@@ -3,11 +3,11 @@
 //
 // Papers (neither is among ../shared/papers/, so by arXiv id):
 //  - Douillard et al. 2023, "DiLoCo: Distributed Low-Communication Training
-//    of Language Models", arXiv 2311.08105, Algorithm 1: the inner phase
-//    (lines: theta_i <- theta; H inner steps), the outer gradient
-//    Delta = (1/k) sum_i (theta - theta_i), theta <- OuterOpt(theta, Delta)
-//    with Nesterov momentum; their outer learning rate 0.7 and momentum 0.9
-//    are the defaults here. The inner optimizer is the project's LocalSgd
+//    of Language Models", arXiv 2311.08105, Algorithm 1: each worker i copies
+//    theta and takes H inner steps to theta_i; the outer gradient is
+//    Delta = (1/k) sum_i (theta - theta_i) and theta <- OuterOpt(theta,
+//    Delta), SGD with Nesterov momentum; the paper's outer learning rate 0.7
+//    and momentum 0.9 are the defaults here. The inner optimizer is the project's LocalSgd
 //    (the paper's is AdamW); its velocity carries over from round to round.
 //  - Kolehmainen et al. 2025, "NoLoCo: No-all-reduce Low Communication
 //    Training Method for Large Models", arXiv 2506.10911: no all-reduce,
@@ -56,7 +56,8 @@
 // rank's own progress not yet in it, so no inner step is lost and none
 // counted twice (with one rank, lr 1 and mu 0 it is plain local SGD). The
 // allreduce runs on a thread of its own while the inner steps go on (the
-// Communicator is used by that thread alone until it is joined); gossip
+// Communicator is used by that thread alone until it is joined: the caller
+// makes no collective of its own in between, flush() first); gossip
 // leaves its isend/irecv in flight. flush() completes and applies the round
 // in flight (the trainer calls it before each evaluation).
 //
@@ -79,8 +80,8 @@
 //              collective. Per step 8P / H.
 // Tags: gossip Op::kGossip, step = round (mod 2^40), segment 0.
 #include <Eigen/Core>
-#include <cstring>
 #include <thread>
+#include <utility>
 
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"

@@ -497,7 +497,10 @@ class Diloco final : public DistributedOptimizer {
   bool hasCommunicationOnlyForm() const override { return true; }
   /// Overlap mode: waits for the round in flight and applies it (the local
   /// copy moves by what the outer step moved theta, less this rank's own
-  /// part of that round, which it already has). A no-op otherwise.
+  /// part of that round, which it already has). A no-op otherwise. With
+  /// kAllreduce and overlap, a round in flight runs its allreduce on a
+  /// thread of its own over the communicator: call flush() before any other
+  /// collective on it (an evaluation, a checkpoint).
   void flush(std::span<float> params) override;
   void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
   std::uint64_t steps() const override { return steps_; }
