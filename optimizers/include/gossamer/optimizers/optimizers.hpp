@@ -485,7 +485,8 @@ class Diloco final : public DistributedOptimizer {
   std::string name() const override { return "diloco"; }
   /// One inner LocalSgd step on `params` (P float32, the local copy), then
   /// mixParameters. @throws InvalidArgument on a length mismatch;
-  /// TimeoutError / PeerFailure / ProtocolError from an outer round.
+  /// TimeoutError / PeerFailure from an outer round; ProtocolError when a
+  /// gossip partner's message is not 8P bytes.
   void step(std::span<float> params, std::span<const float> grads) override;
   /// Leaves the gradients alone: DiLoCo exchanges pseudo-gradients.
   void reduceGradients(std::span<float> grads) override;
@@ -518,7 +519,7 @@ class Diloco final : public DistributedOptimizer {
   /// Outer rounds completed (applied) so far.
   std::uint64_t rounds() const { return applied_; }
   /// Gossip: the rank paired with this one in the last round started
-  /// (itself if it sat out, or before any round); -1 with kAllreduce.
+  /// (itself if it sat out); -1 before the first round and with kAllreduce.
   int lastPartner() const { return lastPartner_; }
 
  private:
