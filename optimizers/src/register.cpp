@@ -149,12 +149,46 @@ void registerHierarchical(Registry& registry) {
           .rule(checkGroups));
 }
 
+void registerDiloco(Registry& registry) {
+  const DilocoOptions d;
+  registry.addOptimizer(
+      "diloco",
+      [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+        const Config& c = ctx.config;
+        DilocoOptions o;
+        o.sgd = sgdFrom(c);
+        o.innerSteps = c.get<int>("algorithm.inner_steps");
+        o.outerLearningRate = c.get<double>("algorithm.outer_learning_rate");
+        o.outerMomentum = c.get<double>("algorithm.outer_momentum");
+        o.outer = parseDilocoOuter(c.get<std::string>("algorithm.outer"));
+        o.overlap = c.get<bool>("algorithm.overlap");
+        o.seed = c.seed;
+        o.timeoutSeconds = c.transport.timeoutSeconds;
+        return std::make_unique<Diloco>(ctx.communicator, total(ctx.tensorSizes), o);
+      },
+      KeySet()
+          .integer("inner_steps", d.innerSteps, 1, 1000000,
+                   "DiLoCo: local SGD steps (training.*) between outer steps, H")
+          .real("outer_learning_rate", d.outerLearningRate, {0.0, false, 10.0, true},
+                "DiLoCo: step size of the outer Nesterov step on the averaged pseudo-gradient")
+          .real("outer_momentum", d.outerMomentum, {0.0, true, 1.0, false},
+                "DiLoCo: Nesterov momentum of the outer step (0 with outer_learning_rate 1: model averaging)")
+          .text("outer", "allreduce", {"allreduce", "gossip"},
+                "DiLoCo: average the pseudo-gradients over every rank (allreduce, as collectives.allreduce) "
+                "or with one random peer per round (gossip, a perfect matching seeded by seed)")
+          .boolean(
+              "overlap", d.overlap,
+              "DiLoCo: overlap each outer exchange with the next inner steps and apply it one round late")
+          .onlyWhenSelected());
+}
+
 void registerBuiltins(Registry& registry) {
   registerLocalSgdKeys(registry);
   registerAllReduceSgd(registry);
   registerCrossoverSgd(registry);
   registerSgp(registry);
   registerHierarchical(registry);
+  registerDiloco(registry);
   registerTopK(registry);
   registerQsgd(registry);
   registerA2sgd(registry);

@@ -107,8 +107,14 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
   }
   modelPending_ = false;
   if (joining) return true;
-  if (inner_->lockstep() && change.modelSource >= 0 && change.resumeStep > completed_)
+  if (inner_->lockstep() && change.modelSource >= 0 && change.resumeStep > completed_) {
     skip_ = change.resumeStep - completed_;
+    // The skipped steps never reach the rebuilt optimizer: it has that many
+    // fewer to take, as many as the survivors' (a last step such as DiLoCo's
+    // final round or A2SGD's final sync must be the same step everywhere).
+    const std::uint64_t remaining = remainingSteps();
+    inner_->setTotalSteps(remaining > skip_ ? remaining - skip_ : 0);
+  }
   return false;
 }
 

@@ -119,7 +119,8 @@ TEST_CASE("checkpoint: a process killed while saving leaves the previous checkpo
 TEST_CASE("checkpoint: SGP and Crossover-SGD continue bit for bit from saved state", "[checkpoint]") {
   // Two runs of 4 inproc ranks for 30 steps; the second saves at step 12,
   // builds fresh optimizers, loads and continues.
-  const std::string algorithm = GENERATE(as<std::string>{}, "sgp", "crossover_sgd", "allreduce_sgd");
+  const std::string algorithm =
+      GENERATE(as<std::string>{}, "sgp", "crossover_sgd", "allreduce_sgd", "diloco", "diloco_gossip");
   INFO(algorithm);
   const int n = 4, steps = 30, cut = 12;
   const std::size_t p = 10;
@@ -146,6 +147,14 @@ TEST_CASE("checkpoint: SGP and Crossover-SGD continue bit for bit from saved sta
           o.sgd = sgd;
           o.segments = 2;
           return std::make_unique<optimizers::CrossoverSgd>(*t, *topo, std::vector<std::size_t>{p}, o);
+        }
+        if (algorithm.starts_with("diloco")) {
+          optimizers::DilocoOptions o;
+          o.sgd = sgd;
+          o.innerSteps = 5;  // the cut at step 12 is inside a round
+          o.outer =
+              algorithm == "diloco" ? optimizers::DilocoOuter::kAllreduce : optimizers::DilocoOuter::kGossip;
+          return std::make_unique<optimizers::Diloco>(comm, p, o);
         }
         return std::make_unique<optimizers::AllReduceSgd>(comm, p, sgd);
       };

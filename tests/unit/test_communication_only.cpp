@@ -73,17 +73,20 @@ const char* kLocalStep = "training: {learning_rate: 0.05, momentum: 0.9, weight_
 }  // namespace
 
 TEST_CASE("reduceGradients, a local step and mixParameters reproduce step() bit for bit", "[optimizer]") {
-  const std::string algo = GENERATE(as<std::string>{},                                              //
-                                    "algorithm: {name: allreduce_sgd}",                             //
-                                    "algorithm: {name: crossover_sgd, segments: 3}",                //
-                                    "algorithm: {name: crossover_sgd, mode: overlap}",              //
-                                    "algorithm: {name: crossover_sgd, interval: 2}",                //
-                                    "algorithm: {name: sgp}",                                       //
-                                    "algorithm: {name: sgp, mode: overlap}",                        //
-                                    "algorithm: {name: hierarchical, group_size: 2}",               //
-                                    "algorithm: {name: allreduce_sgd}\ncompression: {kind: topk}",  //
-                                    "algorithm: {name: allreduce_sgd}\ncompression: {kind: qsgd}",  //
-                                    "algorithm: {name: crossover_sgd}\ncompression: {kind: a2sgd}");
+  const std::string algo = GENERATE(as<std::string>{},                                               //
+                                    "algorithm: {name: allreduce_sgd}",                              //
+                                    "algorithm: {name: crossover_sgd, segments: 3}",                 //
+                                    "algorithm: {name: crossover_sgd, mode: overlap}",               //
+                                    "algorithm: {name: crossover_sgd, interval: 2}",                 //
+                                    "algorithm: {name: sgp}",                                        //
+                                    "algorithm: {name: sgp, mode: overlap}",                         //
+                                    "algorithm: {name: hierarchical, group_size: 2}",                //
+                                    "algorithm: {name: allreduce_sgd}\ncompression: {kind: topk}",   //
+                                    "algorithm: {name: allreduce_sgd}\ncompression: {kind: qsgd}",   //
+                                    "algorithm: {name: crossover_sgd}\ncompression: {kind: a2sgd}",  //
+                                    "algorithm: {name: diloco, inner_steps: 3}",                     //
+                                    "algorithm: {name: diloco, inner_steps: 2, outer: gossip}",      //
+                                    "algorithm: {name: diloco, inner_steps: 2, overlap: true}");
   CAPTURE(algo);
   const std::string yaml = algo + "\n" + kLocalStep;
   const auto whole = runJob(yaml, false);

@@ -1086,6 +1086,21 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   CHECK(allreduce.topology.kind == "ring");
   CHECK(allreduce.worldSize == 4);
 
+  const Config diloco = reg().load((dir / "quickstart-diloco.yaml").string());
+  CHECK(diloco.algorithm.name == "diloco");
+  CHECK(diloco.worldSize == 4);
+  CHECK(diloco.get<int>("algorithm.inner_steps") == 50);
+  CHECK(diloco.get<double>("algorithm.outer_learning_rate") == 0.7);
+  CHECK(diloco.get<double>("algorithm.outer_momentum") == 0.9);
+  CHECK(diloco.get<std::string>("algorithm.outer") == "allreduce");
+  CHECK_FALSE(diloco.get<bool>("algorithm.overlap"));
+  // The same job as the allreduce quickstart but for the algorithm.
+  CHECK(diloco.get<std::vector<int>>("model.hidden") == allreduce.get<std::vector<int>>("model.hidden"));
+  CHECK(diloco.get<int>("training.epochs") == allreduce.get<int>("training.epochs"));
+  CHECK(diloco.get<int>("training.batch_size") == allreduce.get<int>("training.batch_size"));
+  CHECK(diloco.get<double>("training.learning_rate") == allreduce.get<double>("training.learning_rate"));
+  CHECK(diloco.get<double>("training.momentum") == allreduce.get<double>("training.momentum"));
+
   const Config noniid = reg().load((dir / "noniid-crossover.yaml").string());
   CHECK(noniid.get<std::string>("data.partition") == "non_iid");
   CHECK(noniid.get<double>("data.dirichlet_alpha") == 0.5);

@@ -43,10 +43,17 @@ std::string configText(int n, const std::string& algorithm, double learningRate)
   std::string extra;
   if (algorithm == "hierarchical") extra = "\n  group_size: 2";
   if (algorithm == "crossover_sgd") extra = "\n  segments: 2";
+  std::string name = algorithm;
+  if (algorithm.starts_with("diloco")) {  // diloco, diloco_gossip, diloco_overlap
+    name = "diloco";
+    extra = "\n  inner_steps: 7";
+    if (algorithm == "diloco_gossip") extra += "\n  outer: gossip";
+    if (algorithm == "diloco_overlap") extra += "\n  overlap: true";
+  }
   return "world_size: " + std::to_string(n) +
          "\nseed: 3\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
          "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\ntopology:\n  kind: " +
-         topology + "\nalgorithm:\n  name: " + algorithm + extra +
+         topology + "\nalgorithm:\n  name: " + name + extra +
          "\ntraining:\n  learning_rate: " + std::to_string(learningRate) + "\n  momentum: 0\n";
 }
 
@@ -99,8 +106,8 @@ std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int v
 
 TEST_CASE("membership: the survivors of a failed rank agree on a view without it and finish every step",
           "[membership]") {
-  const std::string algorithm =
-      GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd", "sgp", "hierarchical");
+  const std::string algorithm = GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd", "sgp",
+                                         "hierarchical", "diloco", "diloco_gossip", "diloco_overlap");
   INFO(algorithm);
   const int n = 4, victim = 2, steps = 60;
   const auto results = runWithVictim(algorithm, n, victim, 20, steps, 0.1, 0.0f);

@@ -21,6 +21,7 @@ namespace {
 
 using gossamer::InvalidArgument;
 using gossamer::topologies::FairRoulette;
+using gossamer::topologies::randomPairing;
 using gossamer::topologies::Ring;
 using gossamer::topologies::segmentsAlongTensors;
 using Table = std::vector<std::vector<double>>;
@@ -548,4 +549,38 @@ TEST_CASE("segmentsAlongTensors: edge cases", "[topology]") {
   for (const auto& [b, e] : huge) CHECK(e - b == 250);
   CHECK_THROWS_AS(segmentsAlongTensors({10}, 0), InvalidArgument);
   CHECK_THROWS_AS(segmentsAlongTensors({10}, -1), InvalidArgument);
+}
+
+TEST_CASE("randomPairing (diloco gossip) is a perfect matching every round, the same on every rank",
+          "[topology][diloco]") {
+  for (int n = 1; n <= 9; ++n) {
+    std::set<std::vector<int>> seen;
+    for (std::uint64_t round = 0; round < 50; ++round) {
+      const auto partner = randomPairing(n, 42, round);
+      REQUIRE(partner.size() == static_cast<std::size_t>(n));
+      CHECK(partner == randomPairing(n, 42, round));
+      int alone = 0;
+      for (int r = 0; r < n; ++r) {
+        const int q = partner[static_cast<std::size_t>(r)];
+        REQUIRE(q >= 0);
+        REQUIRE(q < n);
+        CHECK(partner[static_cast<std::size_t>(q)] == r);
+        alone += q == r;
+      }
+      CHECK(alone == n % 2);
+      seen.insert(partner);
+    }
+    // The matching changes from round to round (4 ranks have 3 matchings).
+    if (n >= 4) CHECK(seen.size() >= 3);
+  }
+  // Uniform over the matchings: 4 ranks have 3, each drawn about a third of the time.
+  std::map<std::vector<int>, int> count;
+  for (std::uint64_t round = 0; round < 3000; ++round) ++count[randomPairing(4, 7, round)];
+  CHECK(count.size() == 3);
+  for (const auto& [matching, times] : count) {
+    CHECK(times > 900);
+    CHECK(times < 1100);
+  }
+  CHECK(randomPairing(6, 1, 0) != randomPairing(6, 2, 0));
+  CHECK_THROWS_AS(randomPairing(0, 1, 0), InvalidArgument);
 }

@@ -197,11 +197,14 @@ std::span<const float> A2sgdCompressor::error() const { return error_; }
 
 namespace {
 /// A2SGD needs an optimizer whose exchange is an allreduce or a model gossip.
+/// (Listed, so that an optimizer added later is refused until it is made to fit.)
 std::optional<ConfigIssue> checkOptimizer(const Config& c) {
-  if (c.compression.kind != "a2sgd" || c.algorithm.name != "hierarchical") return std::nullopt;
+  const std::string& name = c.algorithm.name;
+  if (c.compression.kind != "a2sgd" || name == "allreduce_sgd" || name == "crossover_sgd" || name == "sgp")
+    return std::nullopt;
   return ConfigIssue{
       "compression.kind",
-      "'a2sgd' runs under algorithm.name 'allreduce_sgd', 'crossover_sgd' or 'sgp', not 'hierarchical'"};
+      "'a2sgd' runs under algorithm.name 'allreduce_sgd', 'crossover_sgd' or 'sgp', not '" + name + "'"};
 }
 
 /// compression.sync gossip runs the gossip optimizer's exchange.

@@ -417,8 +417,133 @@ class Hierarchical final : public DistributedOptimizer {
   std::uint64_t steps_ = 0;
 };
 
-/// Registers the optimizers "allreduce_sgd", "crossover_sgd", "sgp" and
-/// "hierarchical" (keys under `algorithm:`; the local SGD step's
+/// Where DiLoCo averages its pseudo-gradients.
+enum class DilocoOuter {
+  kAllreduce,  ///< Over every rank: the communicator's allreduce (collectives.allreduce).
+  kGossip,     ///< With one peer per round, a random perfect matching (NoLoCo-style).
+};
+
+/// Parses "allreduce" / "gossip". @throws InvalidArgument.
+DilocoOuter parseDilocoOuter(const std::string& name);
+
+/// Options of DiLoCo (the defaults are the paper's outer settings).
+struct DilocoOptions {
+  SgdOptions sgd;                  ///< The inner optimizer: LocalSgd, as every other algorithm's local step.
+  int innerSteps = 50;             ///< H: inner steps between outer steps (>= 1).
+  double outerLearningRate = 0.7;  ///< Outer (Nesterov) step size, in (0, 10].
+  double outerMomentum = 0.9;      ///< Outer Nesterov momentum, in [0, 1).
+  DilocoOuter outer = DilocoOuter::kAllreduce;
+  /// Start round k's exchange and apply it one round late, at the end of
+  /// round k+1, so that it overlaps round k+1's inner steps.
+  bool overlap = false;
+  std::uint64_t seed = 0;  ///< Gossip: seeds the pairing of each round (topologies::randomPairing).
+  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait (gossip).
+};
+
+/// DiLoCo (Douillard et al. 2023, "DiLoCo: Distributed Low-Communication
+/// Training of Language Models", arXiv 2311.08105, Algorithm 1): each rank
+/// keeps the outer parameters theta (P float32) and an outer momentum buffer
+/// (P float32), and trains its local copy, which is what `params` holds, with
+/// H = innerSteps steps of LocalSgd and no communication. Then the
+/// pseudo-gradient Delta = theta - params is averaged and one outer step of
+/// Nesterov momentum (PyTorch's convention) is taken:
+///   m <- mu m + mean(Delta);  theta <- theta - lr (mean(Delta) + mu m),
+/// and the local copy restarts from the new theta. With lr 1 and mu 0 this is
+/// model averaging every H steps (local SGD).
+///
+/// outer kAllreduce: mean over every rank by the communicator's allreduce;
+/// theta is identical on every rank. kGossip (in the manner of NoLoCo,
+/// Kolehmainen et al. 2025, arXiv 2506.10911: no all-reduce, one random peer
+/// per sync): the ranks are paired by a random perfect matching that every
+/// rank computes from the seed and the round; the two of a pair swap
+/// (theta, Delta), take the pair's means of both, and make the outer step
+/// from the mean theta. The sum of theta over the ranks then moves by
+/// exactly -lr sum(Delta) (momentum 0), as with the allreduce.
+///
+/// Bytes sent per rank per round (every H steps), P float32 parameters:
+/// allreduce 2 (N-1)/N * 4P with the ring (what collectives.allreduce picks);
+/// gossip 8P to one peer. Plus, at the first step, one allreduce of the model
+/// (kAllreduce only; see below). diloco.cpp has the details, the overlap
+/// mode and the last round.
+///
+/// The first step takes theta from the model after its inner step (so that
+/// the communication-only form, which never sees the model before it, does
+/// what step() does); with kAllreduce it is the mean over the ranks (one
+/// allreduce of P float32), so theta is the same on every rank whatever they
+/// start from: after a membership view change the optimizer is rebuilt over
+/// the survivors, whose local copies differ. Rounds of H inner steps follow.
+/// After the step count given to setTotalSteps, a last outer round is taken
+/// however many inner steps it has, and `params` ends at theta.
+class Diloco final : public DistributedOptimizer {
+ public:
+  /// @param communicator the ranks (kAllreduce: its allreduce; kGossip: its
+  ///        transport's point-to-point messages).
+  /// @param numParams P, the model's float32 parameters.
+  /// @throws InvalidArgument for options out of range.
+  Diloco(Communicator& communicator, std::size_t numParams, const DilocoOptions& options);
+  ~Diloco() override;
+  std::string name() const override { return "diloco"; }
+  /// One inner LocalSgd step on `params` (P float32, the local copy), then
+  /// mixParameters. @throws InvalidArgument on a length mismatch;
+  /// TimeoutError / PeerFailure from an outer round; ProtocolError when a
+  /// gossip partner's message is not 8P bytes.
+  void step(std::span<float> params, std::span<const float> grads) override;
+  /// Leaves the gradients alone: DiLoCo exchanges pseudo-gradients.
+  void reduceGradients(std::span<float> grads) override;
+  /// Counts an inner step made by another optimizer on `params` (P float32);
+  /// every innerSteps steps (and after the last one) takes the outer round
+  /// on them. The first call takes theta from `params` (after that step;
+  /// kAllreduce: their mean over the ranks, written to `params`).
+  void mixParameters(std::span<float> params) override;
+  bool hasCommunicationOnlyForm() const override { return true; }
+  /// Overlap mode: waits for the round in flight and applies it (the local
+  /// copy moves by what the outer step moved theta, less this rank's own
+  /// part of that round, which it already has). A no-op otherwise. With
+  /// kAllreduce and overlap, a round in flight runs its allreduce on a
+  /// thread of its own over the communicator: call flush() before any other
+  /// collective on it (an evaluation, a checkpoint).
+  void flush(std::span<float> params) override;
+  void setTotalSteps(std::uint64_t totalSteps) override { totalSteps_ = totalSteps; }
+  std::uint64_t steps() const override { return steps_; }
+  std::uint64_t rejectedMessages() const override { return screen_.rejected(); }
+  /// Saves steps, rounds, theta, the outer momentum, the round's starting
+  /// point and the inner velocity (P float32 each). @throws InvalidArgument
+  /// with a round in flight (flush first).
+  void saveState(Checkpoint& out, const std::string& prefix) const override;
+  void loadState(const Checkpoint& in, const std::string& prefix) override;
+
+  /// The outer parameters theta (P float32; empty before the first step).
+  std::span<const float> outerParameters() const { return theta_; }
+  /// The outer momentum buffer m (P float32; empty before the first step).
+  std::span<const float> outerMomentum() const { return momentum_; }
+  /// Outer rounds completed (applied) so far.
+  std::uint64_t rounds() const { return applied_; }
+  /// Gossip: the rank paired with this one in the last round started
+  /// (itself if it sat out); -1 before the first round and with kAllreduce.
+  int lastPartner() const { return lastPartner_; }
+
+ private:
+  struct InFlight;  // one outer exchange: its buffers and requests (or thread)
+  void outerRound(std::span<float> params, bool last);
+  void start(std::span<const float> delta);
+  void finish(std::span<float> params, bool resetToTheta);
+
+  Communicator& comm_;
+  DilocoOptions options_;
+  LocalSgd sgd_;
+  std::size_t numParams_;
+  std::vector<float> theta_, momentum_;
+  std::vector<float> anchor_;  // where this round's inner steps started (the pseudo-gradient's origin)
+  std::unique_ptr<InFlight> flight_;
+  bool inFlight_ = false;
+  std::uint64_t steps_ = 0, started_ = 0, applied_ = 0, totalSteps_ = 0;
+  std::uint64_t lastRoundStep_ = 0;  // steps_ at the last outer round
+  int lastPartner_ = -1;
+  GossipScreen screen_;  // gossip: refuses a peer's (theta, Delta) holding a NaN or infinity
+};
+
+/// Registers the optimizers "allreduce_sgd", "crossover_sgd", "sgp",
+/// "hierarchical" and "diloco" (keys under `algorithm:`; the local SGD step's
 /// learning_rate, momentum and weight_decay under `training:`) and the
 /// compressors "topk", "qsgd" and "a2sgd" (keys under `compression:`), and
 /// makes crossover_sgd the default algorithm. A compressor wraps the
@@ -435,6 +560,7 @@ void registerAllReduceSgd(Registry& registry);
 void registerCrossoverSgd(Registry& registry);
 void registerSgp(Registry& registry);
 void registerHierarchical(Registry& registry);
+void registerDiloco(Registry& registry);
 void registerTopK(Registry& registry);
 void registerQsgd(Registry& registry);
 void registerA2sgd(Registry& registry);

@@ -188,6 +188,18 @@ std::vector<std::pair<std::size_t, std::size_t>> segmentsAlongTensors(
 /// splitmix64: the hash behind the topologies' seeding.
 std::uint64_t splitmix64(std::uint64_t x);
 
+/// A random perfect matching of the ranks for round `round`, the same on
+/// every rank (pure: a function of its arguments only). Returns partner, N
+/// ints: partner[r] is the rank r is paired with in that round, and
+/// partner[partner[r]] == r. With an odd world size one rank, drawn anew each
+/// round, is left over: partner[r] == r. The ranks are shuffled (Fisher-Yates,
+/// seeded by splitmix64 of seed and round; the same on every platform) and
+/// consecutive ranks of the shuffle are paired, so every matching is equally
+/// likely (up to the 2^-53 granularity of the draws). DiLoCo's gossip outer
+/// step uses it (optimizers/src/diloco.cpp).
+/// @throws InvalidArgument if worldSize < 1.
+std::vector<int> randomPairing(int worldSize, std::uint64_t seed, std::uint64_t round);
+
 }  // namespace gossamer::topologies
 
 namespace gossamer {
