@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
               "NAME[,NAME...]"));
   app.add_option("--config", configPath,
                  "YAML run config: takes world_size, seed, topology (kind, probabilities, peers_per_step, "
-                 "edges), algorithm.segments and model from it")
+                 "edges, bandwidth_exponent), network (islands, bandwidths), algorithm.segments and model "
+                 "from it")
       ->check(CLI::ExistingFile)
       ->excludes(wsOpt)
       ->excludes(segOpt)

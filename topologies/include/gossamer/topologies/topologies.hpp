@@ -169,8 +169,10 @@ class BandwidthRoulette final : public Topology {
   /// with at most one fixed point, and none for an even world size.
   std::vector<int> partners(std::uint64_t step, int segment) const;
 
-  /// Relative weight of the link between ranks a and b, in (0, 1] (1 for the
-  /// fastest links of the network).
+  /// Relative weight w(a, b) of the link between ranks a != b, in
+  /// [kMinLinkWeight, 1] (1 for the fastest links of the network), the
+  /// partner weight of the draw. (For a == b there is no link: the value is
+  /// that of a link inside a's island.)
   /// @throws InvalidArgument for a rank outside [0, worldSize).
   double linkWeight(int a, int b) const;
 
