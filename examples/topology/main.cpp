@@ -10,7 +10,14 @@
 //   gossamer-topology --config examples/configs/quickstart-crossover.yaml
 //       the configured topology (world size, seed, roulette table / edges,
 //       segments and model from the YAML);
-//   ... --csv out.csv  also writes long-format CSV.
+//   ... --csv out.csv  also writes long-format CSV;
+//   ... --set KEY=VALUE  overrides a key of the config (repeatable), e.g.
+//       --set 'network.islands=[[0,1,2,3],[4,5,6,7]]' --set network.between_gbps=0.1;
+//   ... --expected R  also prints one round's expected mixing, estimated over
+//       R rounds: slem of E[W], its spectral gap, the mean-square consensus
+//       rate, and the share of segments that cross between the network's
+//       islands (exact figures too for bandwidth_roulette);
+//   --topology fair_roulette,bandwidth_roulette  names one or more topologies.
 //
 // Segments: the flat parameter vector of the configured MLP (784 inputs,
 // hidden widths, 10 classes; without --config the default 784-128-10 MLP,
@@ -21,14 +28,18 @@
 // Exit status: 0 success, 1 runtime error (bad config file, unwritable CSV),
 // 2 bad command line.
 #include <CLI/CLI.hpp>
+#include <Eigen/Eigenvalues>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "components.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/mixing.hpp"
@@ -69,15 +80,10 @@ std::vector<std::size_t> segmentSizes(const gossamer::train::ModelConfig& m, int
   return sizes;
 }
 
-// The components gossamer-train knows, so that its configs load here too.
+// gossamer-train's components (transports included), so that its configs,
+// and a config with nothing but defaults, load here too.
 const gossamer::Registry& registry() {
-  static const gossamer::Registry r = [] {
-    gossamer::Registry out;
-    topo::registerBuiltins(out);
-    gossamer::optimizers::registerBuiltins(out);
-    gossamer::train::registerTrainSections(out);
-    return out;
-  }();
+  static const gossamer::Registry r = gossamer::train::makeTrainRegistry();
   return r;
 }
 
@@ -106,6 +112,53 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+// "a,b,c" -> {"a", "b", "c"}.
+std::vector<std::string> splitNames(const std::string& list) {
+  std::vector<std::string> out;
+  std::string::size_type from = 0;
+  for (;;) {
+    const auto comma = list.find(',', from);
+    out.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+// One round's expected mixing of every selected topology, estimated over
+// `rounds` rounds (and exactly where the topology can say).
+void printExpected(const std::vector<std::string>& names, const gossamer::Config& c, std::uint64_t rounds,
+                   int segments) {
+  const auto network = gossamer::NetworkLayout::from(c);
+  std::string sizes;
+  for (const auto& island : network.islands())
+    sizes += (sizes.empty() ? "" : " + ") + std::to_string(island.size());
+  std::printf(
+      "\n# one round on average: E[W] estimated over %llu rounds x %d segments; network: %zu island(s) "
+      "(%s ranks), %g Gbit/s inside, %g between\n",
+      static_cast<unsigned long long>(rounds), segments, network.islands().size(), sizes.c_str(),
+      network.insideGbps(), network.betweenGbps());
+  std::printf(
+      "# slem = 2nd largest eigenvalue modulus of E[W], gap = 1 - slem, ms-rate = mean-square consensus "
+      "rate per round, cross = share of segments sent between islands (+- its standard error), "
+      "msg/rank = segments a rank sends per round, exact = computed, not sampled\n");
+  std::printf("%-22s %9s %10s %9s %10s %10s %9s %11s %11s\n", "topology", "slem", "gap", "ms-rate", "cross",
+              "+-", "msg/rank", "exact gap", "exact cross");
+  for (const auto& name : names) {
+    const auto t = makeTopology(name, c);
+    const auto e = topo::estimateExpectedMixing(*t, network, rounds, segments);
+    std::string exactGap = "-", exactCross = "-";
+    if (const auto* b = dynamic_cast<const topo::BandwidthRoulette*>(t.get())) {
+      const Eigen::MatrixXd w = b->expectedMixingMatrix();
+      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(w, Eigen::EigenvaluesOnly);  // E[W] is symmetric
+      exactGap = fmt("%.4g", 1 - eig.eigenvalues()(w.rows() - 2));
+      exactCross = fmt("%.4g", b->expectedCrossIslandShare());
+    }
+    std::printf("%-22s %9.4f %10.4g %9.4f %10.4g %10.2g %9.3f %11s %11s\n", name.c_str(), e.slem, 1 - e.slem,
+                e.meanSquareRate, e.crossShare, e.crossShareStdError, e.messagesPerRank, exactGap.c_str(),
+                exactCross.c_str());
+  }
 }
 
 void printTable(const std::vector<Analysed>& runs, std::uint64_t steps) {
@@ -160,42 +213,74 @@ int main(int argc, char** argv) {
   auto* seedOpt = app.add_option("--seed", seed, "shared seed of the random topologies (default 42)");
   std::vector<std::string> names = kAll;
   names.insert(names.end(), {"directed_exponential2", "explicit", "all"});
+  for (const auto& n : registry().topologyNames())
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
   auto* topoOpt =
       app.add_option("--topology", topologyName,
-                     "fair_roulette | roulette_unfair | directed_exponential (1 peer/step) | "
-                     "directed_exponential2 (2 peers/step) | ring | explicit (needs --config) | "
-                     "all (the first four side by side; default, or the config's kind with --config)")
-          ->check(CLI::IsMember(names));
+                     "one or more, comma-separated: fair_roulette | roulette_unfair | directed_exponential "
+                     "(1 peer/step) | directed_exponential2 (2 peers/step) | ring | bandwidth_roulette "
+                     "(islands from network:, use --set or --config) | explicit (needs --config) | all (the "
+                     "first four side by side; default, or the config's kind with --config or --set "
+                     "topology.kind=...)")
+          ->check(CLI::Validator(
+              [names, known](std::string& value) -> std::string {
+                for (const auto& n : splitNames(value))
+                  if (std::find(names.begin(), names.end(), n) == names.end())
+                    return "unknown topology '" + n + "' (" + known + ")";
+                return "";
+              },
+              "NAME[,NAME...]"));
   app.add_option("--config", configPath,
                  "YAML run config: takes world_size, seed, topology (kind, probabilities, peers_per_step, "
-                 "edges), algorithm.segments and model from it")
+                 "edges, bandwidth_exponent), network (islands, bandwidths), algorithm.segments and model "
+                 "from it")
       ->check(CLI::ExistingFile)
       ->excludes(wsOpt)
       ->excludes(segOpt)
       ->excludes(seedOpt);
   app.add_option("--csv", csvPath, "also write long-format CSV here");
+  std::vector<std::string> overrides;
+  app.add_option("--set", overrides,
+                 "KEY=VALUE: overrides a key of the config (repeatable; checked like a file), e.g. --set "
+                 "'network.islands=[[0,1],[2,3]]' --set topology.kind=bandwidth_roulette");
+  std::uint64_t expectedRounds = 0;
+  app.add_option("--expected", expectedRounds,
+                 "also print one round's expected mixing (slem and gap of E[W], mean-square rate, share of "
+                 "segments between the network's islands), estimated over this many rounds (0 = no)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{10000000}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help, or the error and a usage hint
     return code == 0 ? 0 : 2;
   }
-  if (topologyName == "explicit" && configPath.empty()) {
+  const std::vector<std::string> topologyNames = splitNames(topologyName);
+  if (expectedRounds == 1) {
+    std::fprintf(stderr, "gossamer-topology: error: --expected needs at least 2 rounds (0 = none)\n");
+    return 2;
+  }
+  if (std::find(topologyNames.begin(), topologyNames.end(), "explicit") != topologyNames.end() &&
+      configPath.empty()) {
     std::fprintf(stderr, "gossamer-topology: error: --topology explicit needs --config (topology.edges)\n");
     return 2;
   }
 
   try {
-    gossamer::Config c = registry().complete(gossamer::Config{});
-    c.worldSize = worldSize;
-    c.seed = seed;
-    c.set("algorithm.segments", segments);
+    gossamer::Config c;
     std::vector<std::string> selected;
-    if (!configPath.empty()) {
-      c = registry().load(configPath);
-      if (c.worldSize < 2)
-        throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize) + " in " + configPath +
-                                        ": nothing to mix with fewer than 2 ranks");
+    const bool kindSet = std::any_of(overrides.begin(), overrides.end(),
+                                     [](const std::string& o) { return o.rfind("topology.kind=", 0) == 0; });
+    if (configPath.empty()) {
+      std::vector<std::string> all = {"world_size=" + std::to_string(worldSize),
+                                      "seed=" + std::to_string(seed),
+                                      "algorithm.segments=" + std::to_string(segments)};
+      all.insert(all.end(), overrides.begin(), overrides.end());
+      c = registry().parse("{}", "<command line>", all);
+      if (topoOpt->count() == 0 && kindSet) selected = {c.topology.kind};
+    } else {
+      c = registry().load(configPath, overrides);
       // Only Crossover-SGD (also as the inter-leader algorithm) exchanges segments.
       const bool segmented = c.algorithm.name == "crossover_sgd" ||
                              (c.algorithm.name == "hierarchical" &&
@@ -206,7 +291,18 @@ int main(int argc, char** argv) {
                         ? "directed_exponential2"
                         : c.topology.kind};
     }
-    if (selected.empty()) selected = topologyName == "all" ? kAll : std::vector<std::string>{topologyName};
+    if (c.worldSize < 2)
+      throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize) + " in " +
+                                      (configPath.empty() ? std::string("--set") : configPath) +
+                                      ": nothing to mix with fewer than 2 ranks");
+    if (selected.empty()) {
+      for (const auto& n : topologyNames) {
+        if (n == "all")
+          selected.insert(selected.end(), kAll.begin(), kAll.end());
+        else
+          selected.push_back(n);
+      }
+    }
 
     std::ofstream csv;  // opened first: fail before any work
     if (!csvPath.empty()) {
@@ -231,6 +327,7 @@ int main(int argc, char** argv) {
         "# P_k = M_(k-1) ... M_0; slem, sigma2 = 2nd largest eigenvalue modulus / singular value of P_k; "
         "imbalance = mean_ij (P_k(i,j) - 1/N)^2\n");
     printTable(runs, steps);
+    if (expectedRounds > 0) printExpected(selected, c, expectedRounds, static_cast<int>(sizes.size()));
     if (!csvPath.empty()) writeCsv(csv, csvPath, runs, c.worldSize, sizes.size());
     return 0;
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
+#include "gossamer/network.hpp"
 #include "resilient_optimizer.hpp"
 
 namespace gossamer {
@@ -127,6 +128,11 @@ struct Agent::Impl {
   void buildOverView() {
     viewConfig = config;
     viewConfig.worldSize = transport->worldSize();
+    // network.islands names the job's ranks; over a view, the view's (the
+    // bandwidth roulette and hierarchical groups read it).
+    const auto islands = config.getOr<std::vector<std::vector<int>>>("network.islands", {});
+    if (membership != nullptr && !islands.empty())
+      viewConfig.set("network.islands", islandsInView(islands, membership->view().members));
     topology = registry->topology(viewConfig.topology.kind)(viewConfig);
     communicator = std::make_unique<Communicator>(*transport, config.transport.timeoutSeconds);
     communicator->setOptions(collectiveOptions);

@@ -89,6 +89,20 @@ double NetworkLayout::bandwidthGbps(int a, int b) const {
   return sameIsland(a, b) ? insideGbps_ : betweenGbps_;
 }
 
+std::vector<std::vector<int>> islandsInView(const std::vector<std::vector<int>>& islands,
+                                            const std::vector<int>& members) {
+  std::vector<std::vector<int>> out;
+  for (const auto& island : islands) {
+    std::vector<int> kept;
+    for (int r : island) {
+      const auto it = std::lower_bound(members.begin(), members.end(), r);
+      if (it != members.end() && *it == r) kept.push_back(static_cast<int>(it - members.begin()));
+    }
+    if (!kept.empty()) out.push_back(std::move(kept));
+  }
+  return out;
+}
+
 namespace detail {
 void addNetworkKeys(ConfigSchema& schema) {
   const RealRange positive{0.0, false, 1e6, true};

@@ -37,24 +37,27 @@ Registry registryWith(std::shared_ptr<inproc::Fabric> fabric) {
   return reg;
 }
 
-std::string configText(int n, const std::string& algorithm, double learningRate) {
+// `topologyKind` empty: the algorithm's usual one; `extra` is appended (more sections).
+std::string configText(int n, const std::string& algorithm, double learningRate,
+                       const std::string& topologyKind = "", const std::string& extra = "") {
   std::string topology = algorithm == "allreduce_sgd" ? "ring" : "fair_roulette";
   if (algorithm == "sgp") topology = "directed_exponential";
-  std::string extra;
-  if (algorithm == "hierarchical") extra = "\n  group_size: 2";
-  if (algorithm == "crossover_sgd") extra = "\n  segments: 2";
+  if (!topologyKind.empty()) topology = topologyKind;
+  std::string algorithmKeys;
+  if (algorithm == "hierarchical") algorithmKeys = "\n  group_size: 2";
+  if (algorithm == "crossover_sgd") algorithmKeys = "\n  segments: 2";
   std::string name = algorithm;
   if (algorithm.starts_with("diloco")) {  // diloco, diloco_gossip, diloco_overlap
     name = "diloco";
-    extra = "\n  inner_steps: 7";
-    if (algorithm == "diloco_gossip") extra += "\n  outer: gossip";
-    if (algorithm == "diloco_overlap") extra += "\n  overlap: true";
+    algorithmKeys = "\n  inner_steps: 7";
+    if (algorithm == "diloco_gossip") algorithmKeys += "\n  outer: gossip";
+    if (algorithm == "diloco_overlap") algorithmKeys += "\n  overlap: true";
   }
   return "world_size: " + std::to_string(n) +
          "\nseed: 3\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
          "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\ntopology:\n  kind: " +
-         topology + "\nalgorithm:\n  name: " + name + extra +
-         "\ntraining:\n  learning_rate: " + std::to_string(learningRate) + "\n  momentum: 0\n";
+         topology + "\nalgorithm:\n  name: " + name + algorithmKeys +
+         "\ntraining:\n  learning_rate: " + std::to_string(learningRate) + "\n  momentum: 0\n" + extra;
 }
 
 struct RankResult {
@@ -69,11 +72,13 @@ struct RankResult {
 // r's own optimum); rank `victim` aborts its Agent at step `dieAt`, as a
 // rank that stopped with an error of its own does.
 // Rank r starts from r * startSpread.
+// `topologyKind` and `extra` as configText.
 std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int victim, int dieAt, int steps,
-                                      double learningRate, float startSpread) {
+                                      double learningRate, float startSpread,
+                                      const std::string& topologyKind = "", const std::string& extra = "") {
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  const Config config = reg.parse(configText(n, algorithm, learningRate));
+  const Config config = reg.parse(configText(n, algorithm, learningRate, topologyKind, extra));
   MemoryStore store;
   std::vector<RankResult> results(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
@@ -136,6 +141,32 @@ TEST_CASE("membership: the survivors of a failed rank agree on a view without it
     CHECK(results[3].params == results[0].params);
     // The survivors' optimum is the mean of 0, 1, 3.
     for (float v : results[0].params) CHECK(v == Approx(4.0 / 3.0).margin(0.05));
+  }
+}
+
+TEST_CASE("membership: over the survivors the network's islands name the ranks of the view",
+          "[membership][network]") {
+  // Islands of the job's ranks; rank 4 dies, so the view {0, 1, 2, 3, 5}
+  // has the islands {0, 1, 2} and {3, 4} in its own ranks. The bandwidth
+  // roulette draws its pairs over them, and hierarchical leader groups
+  // follow them.
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "hierarchical");
+  INFO(algorithm);
+  const int n = 6, victim = 4, steps = 40;
+  const auto results = runWithVictim(algorithm, n, victim, 10, steps, 0.0, 1.0f,
+                                     algorithm == "crossover_sgd" ? "bandwidth_roulette" : "",
+                                     "network:\n  islands: [[0, 1, 2], [3, 4, 5]]\n  between_gbps: 1\n");
+  for (int r = 0; r < n; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r);
+    if (r == victim) continue;
+    REQUIRE(res.survived);
+    CHECK(res.steps == static_cast<std::uint64_t>(steps));
+    CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
+    for (float v : res.params) {
+      CHECK(v > 0.0f);  // the survivors' models mixed within their range (0..5)
+      CHECK(v < 5.0f);
+    }
   }
 }
 

@@ -204,3 +204,39 @@ TEST_CASE("fair roulette with one segment: no early advantage in slem at step 1,
     }
   }
 }
+
+TEST_CASE(
+    "estimateExpectedMixing: exact for a fixed graph, and agrees with the bandwidth roulette's exact E[W]",
+    "[mixing]") {
+  const gossamer::NetworkLayout islands(8, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 10.0, 0.1);
+  // The ring is the same every round: the estimate is its W, and 4 of its 16
+  // messages (3-4 and 7-0, both ways) cross between the islands.
+  const Ring ring(8);
+  const auto r = gossamer::topologies::estimateExpectedMixing(ring, islands, 10, 3);
+  CHECK((r.mean - ring.mixingMatrix(0)).cwiseAbs().maxCoeff() < 1e-12);
+  CHECK(r.slem == Approx((1 + 2 * std::cos(2 * M_PI / 8)) / 3));
+  CHECK(r.crossShare == 0.25);
+  CHECK(r.crossShareStdError == 0.0);
+  CHECK(r.messagesPerRank == 6.0);  // 2 neighbours x 3 segments
+  // Symmetric and doubly stochastic: the mean-square rate is lambda_2(W^2).
+  CHECK(r.meanSquareRate == Approx(r.slem * r.slem));
+
+  // A random topology: the estimate converges to the exact E[W]; for
+  // pairings W^T W = W, so the mean-square rate is the slem.
+  const gossamer::topologies::BandwidthRoulette t(islands, 42, 1.0);
+  const auto e = gossamer::topologies::estimateExpectedMixing(t, islands, 20000, 4);
+  CHECK((e.mean - t.expectedMixingMatrix()).cwiseAbs().maxCoeff() < 0.01);
+  CHECK(e.slem == Approx(e.meanSquareRate).margin(1e-9));
+  CHECK(std::abs(e.crossShare - t.expectedCrossIslandShare()) <= 5 * e.crossShareStdError);
+  CHECK(e.messagesPerRank == 4.0);
+  // The fair roulette sends every segment somewhere; about 4/7 of them cross.
+  const auto f = gossamer::topologies::estimateExpectedMixing(FairRoulette(8, 42), islands, 5000, 4);
+  CHECK(f.messagesPerRank == 4.0);
+  CHECK(f.crossShare > 0.5);
+  CHECK(f.crossShare < 0.6);
+  CHECK(doublyStochasticError(f.mean) < 1e-12);
+
+  CHECK_THROWS_AS(gossamer::topologies::estimateExpectedMixing(ring, islands, 1, 1), InvalidArgument);
+  CHECK_THROWS_AS(gossamer::topologies::estimateExpectedMixing(ring, islands, 10, 0), InvalidArgument);
+  CHECK_THROWS_AS(gossamer::topologies::estimateExpectedMixing(Ring(6), islands, 10, 1), InvalidArgument);
+}

@@ -52,3 +52,18 @@ TEST_CASE("network: read from the network section of a config", "[network][confi
   CHECK(n.bandwidthGbps(0, 7) == 0.1);
   CHECK(n.delaySeconds(3, 4) == Approx(0.02));
 }
+
+TEST_CASE("network: islands over a membership view name the view's ranks", "[network][membership]") {
+  using gossamer::islandsInView;
+  const std::vector<std::vector<int>> islands{{0, 1, 2}, {3, 4, 5}};
+  // Rank 4 lost: the view's ranks 0..4 are the job's 0, 1, 2, 3, 5.
+  CHECK(islandsInView(islands, {0, 1, 2, 3, 5}) == std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}});
+  // A whole island lost is dropped; the order of the islands is kept.
+  CHECK(islandsInView({{5, 1}, {0, 2}, {3, 4}}, {1, 3, 4, 5}) ==
+        std::vector<std::vector<int>>{{3, 0}, {1, 2}});
+  CHECK(islandsInView(islands, {0, 1, 2, 3, 4, 5}) == islands);
+  CHECK(islandsInView({}, {0, 1}).empty());
+  // What comes out is a partition of the view's ranks.
+  const NetworkLayout view(5, islandsInView(islands, {0, 1, 2, 3, 5}), 10.0, 0.1);
+  CHECK(view.islandOf(4) == 1);
+}

@@ -4,6 +4,7 @@
 #include "gossamer/topologies/mixing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <complex>
 #include <functional>
 #include <numeric>
@@ -58,6 +59,71 @@ std::vector<MixingStats> analyzeMixing(const Topology& t, std::uint64_t steps,
     st.imbalance = (product.array() - invN).square().sum() * invN * invN;
     out.push_back(st);
   }
+  return out;
+}
+
+namespace {
+
+// Second largest eigenvalue modulus of a square matrix (n >= 2).
+double secondModulus(const Eigen::MatrixXd& m) {
+  Eigen::EigenSolver<Eigen::MatrixXd> eig(m, /*computeEigenvectors=*/false);
+  GOSSAMER_ENFORCE(eig.info() == Eigen::Success, "eigenvalues of the expected mixing matrix");
+  std::vector<double> moduli(static_cast<std::size_t>(m.rows()));
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    moduli[static_cast<std::size_t>(i)] = std::abs(eig.eigenvalues()(i));
+  std::partial_sort(moduli.begin(), moduli.begin() + 2, moduli.end(), std::greater<>());
+  return moduli[1];
+}
+
+}  // namespace
+
+ExpectedMixing estimateExpectedMixing(const Topology& t, const NetworkLayout& network, std::uint64_t rounds,
+                                      int segments) {
+  const int n = t.worldSize();
+  GOSSAMER_ENFORCE(rounds >= 2, "estimating the expected mixing needs at least 2 rounds, got " << rounds);
+  GOSSAMER_ENFORCE(segments >= 1, "segments " << segments << " must be at least 1");
+  GOSSAMER_ENFORCE(network.worldSize() == n,
+                   "network of " << network.worldSize() << " ranks for a topology of " << n);
+  ExpectedMixing out;
+  out.rounds = rounds;
+  out.segments = segments;
+  out.mean = Eigen::MatrixXd::Zero(n, n);
+  const Eigen::MatrixXd centre =
+      Eigen::MatrixXd::Identity(n, n) - Eigen::MatrixXd::Constant(n, n, 1.0 / static_cast<double>(n));
+  Eigen::MatrixXd square = Eigen::MatrixXd::Zero(n, n);  // sum of W^T (I - J) W
+  double messages = 0, shareSum = 0, shareSquares = 0;
+  for (std::uint64_t r = 0; r < rounds; ++r) {
+    double sent = 0, cross = 0;
+    for (int s = 0; s < segments; ++s) {
+      const Eigen::MatrixXd w = t.mixingMatrix(r, s);
+      out.mean += w;
+      square.noalias() += w.transpose() * centre * w;
+      for (int i = 0; i < n; ++i)
+        for (int j : t.peers(i, r, s).sendTo) {
+          sent += 1;
+          if (!network.sameIsland(i, j)) cross += 1;
+        }
+    }
+    messages += sent;
+    const double share = sent > 0 ? cross / sent : 0.0;
+    shareSum += share;
+    shareSquares += share * share;
+  }
+  const double samples = static_cast<double>(rounds) * segments;
+  out.mean /= samples;
+  square /= samples;
+  out.messagesPerRank = messages / static_cast<double>(rounds) / n;
+  if (n >= 2) {
+    out.slem = secondModulus(out.mean);
+    const Eigen::MatrixXd q = centre * square * centre;
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> sym((q + q.transpose()) / 2, Eigen::EigenvaluesOnly);
+    GOSSAMER_ENFORCE(sym.info() == Eigen::Success, "eigenvalues of the expected mean-square matrix");
+    out.meanSquareRate = sym.eigenvalues().maxCoeff();
+  }
+  const auto rf = static_cast<double>(rounds);
+  out.crossShare = messages > 0 ? shareSum / rf : 0.0;
+  const double variance = std::max(0.0, (shareSquares - shareSum * shareSum / rf) / (rf - 1));
+  out.crossShareStdError = std::sqrt(variance / rf);
   return out;
 }
 

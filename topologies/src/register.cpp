@@ -7,6 +7,7 @@ namespace gossamer::topologies {
 void registerBuiltins(Registry& registry) {
   registerRing(registry);
   registerFairRoulette(registry);
+  registerBandwidthRoulette(registry);
   registerDirectedExponential(registry);
   registerExplicitGraph(registry);
   registry.setDefault("topology", "fair_roulette");

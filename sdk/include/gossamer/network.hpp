@@ -62,6 +62,16 @@ class NetworkLayout {
 std::optional<ConfigIssue> checkRankPartition(const Config& c, const std::string& key,
                                               const std::string& noun);
 
+/// The islands `islands` (ranks of the job) over a membership view whose
+/// members are `members` (ranks of the job, ascending; member k is rank k of
+/// the view): each island keeps the ranks that are members, as their ranks in
+/// the view, and an island with none left is dropped. Ranks of the job that
+/// are not members are left out; empty islands give empty (one island).
+/// The Agent rebuilds network.islands with it over every view, so that the
+/// components that read the islands see the view's ranks.
+std::vector<std::vector<int>> islandsInView(const std::vector<std::vector<int>>& islands,
+                                            const std::vector<int>& members);
+
 namespace detail {
 /// Declares the `network:` section (sdk/src/network.cpp).
 void addNetworkKeys(ConfigSchema& schema);

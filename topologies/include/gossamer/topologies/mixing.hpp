@@ -15,6 +15,7 @@
 
 #include <Eigen/Core>
 
+#include "gossamer/network.hpp"
 #include "gossamer/topology.hpp"
 
 namespace gossamer::topologies {
@@ -93,5 +94,47 @@ struct MixingStats {
 ///         matrices are inconsistent (Topology::mixingMatrix).
 std::vector<MixingStats> analyzeMixing(const Topology& t, std::uint64_t steps,
                                        const std::vector<std::size_t>& segmentSizes = {});
+
+/// One round of a random topology on average: the expected mixing matrix,
+/// the rates it gives, and how much of the traffic crosses between islands.
+/// Estimated by Monte Carlo over rounds 0..rounds-1 and segments
+/// 0..segments-1 (each (round, segment) matrix W is one sample; the random
+/// topologies draw every segment from the same distribution).
+struct ExpectedMixing {
+  std::uint64_t rounds = 0;  ///< Rounds sampled.
+  int segments = 0;          ///< Segments per round sampled (rounds * segments samples).
+  /// Estimate of E[W] (N x N).
+  Eigen::MatrixXd mean;
+  /// Second largest eigenvalue modulus of `mean`; 1 - slem is its spectral
+  /// gap. For a symmetric E[W], slem < 1 means the expected graph is
+  /// connected.
+  double slem = 0;
+  /// Mean-square consensus rate per round: the largest eigenvalue of
+  /// (I - J) E[W^T (I - J) W] (I - J), J = 11^T/N, so that
+  ///     E ||x' - xbar' 1||^2 <= rate * ||x - xbar 1||^2
+  /// for one round x' = W x (Boyd et al., randomized gossip). For doubly
+  /// stochastic W it is the second largest eigenvalue of E[W^T W]; for the
+  /// symmetric pairings of BandwidthRoulette (W^T W = W) it equals slem.
+  double meanSquareRate = 0;
+  /// Share of a round's segment messages (PeerSet::sendTo of every rank, all
+  /// segments) whose two ranks are in different islands of `network`, the
+  /// mean over the rounds. (The roulettes send as many messages every round,
+  /// so it is also the share of all messages.)
+  double crossShare = 0;
+  /// Standard error of crossShare: the standard deviation of the per-round
+  /// shares over sqrt(rounds) (rounds are independent draws).
+  double crossShareStdError = 0;
+  /// Segment messages each rank sends per round, on average.
+  double messagesPerRank = 0;
+};
+
+/// Monte Carlo estimate of one round's expected mixing (see ExpectedMixing).
+/// Cost: rounds * segments * N calls of t.peers() and t.mixingMatrix(), and
+/// two N x N eigenvalue problems.
+/// @throws InvalidArgument if rounds < 2, segments < 1, or network's world
+///         size is not t.worldSize(); as Topology::mixingMatrix for an
+///         inconsistent topology.
+ExpectedMixing estimateExpectedMixing(const Topology& t, const NetworkLayout& network, std::uint64_t rounds,
+                                      int segments = 1);
 
 }  // namespace gossamer::topologies

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/network.hpp"
 #include "gossamer/topology.hpp"
 
 namespace gossamer::topologies {
@@ -102,6 +103,103 @@ class FairRoulette final : public Topology {
   Eigen::MatrixXd target_;               // kMatched: balanced table
   std::vector<std::vector<int>> perms_;  // kMatched: derangements (dest per rank)
   std::vector<double> cumulative_;       // kMatched: cumulative theta
+};
+
+/// The bandwidth-aware fair roulette: Crossover-SGD's random topology with
+/// fair peer selection (paper 004_659e3573d5645e2e.txt, Sec. 3.2, Algorithm 2)
+/// made symmetric and weighted by the links' bandwidths, so that segments
+/// cross the slow links between islands (NetworkLayout) less often.
+///
+/// Each (step, segment) pairs the ranks: a perfect matching for an even world
+/// size, a matching that leaves exactly one rank out for an odd one. The two
+/// ranks of a pair swap the segment and both keep the average (W(i,i) =
+/// W(i,j) = 1/2); the rank left out keeps its own (W(i,i) = 1). Every round's
+/// W is symmetric and doubly stochastic, so the models' average is kept
+/// exactly (Theorem 3.1). (FairRoulette draws a derangement instead: i sends
+/// to j does not mean j sends to i.)
+///
+/// The draw, the same on every rank from (seed, step, segment) alone: while
+/// two or more ranks are unpaired, a caller is drawn uniformly among them, and
+/// it draws its partner among the other unpaired ranks with probability
+/// proportional to the link weight
+///     w(i, j) = (bandwidthGbps(i, j) / fastest link's Gbit/s) ^ exponent,
+/// i.e. Algorithm 2's roulette row with the taken ranks zeroed and
+/// renormalised, the pair being taken on both sides. Every weight is > 0, so
+/// every pair has a positive probability and the expected mixing matrix has
+/// a spectral gap > 0 whatever the islands. With one island (or exponent 0)
+/// every matching is equally likely: each rank's partner is uniform over the
+/// others, P(i, j) = 1/(N-1) for an even N (1/N for an odd one, where each
+/// rank sits out with probability 1/N). An island with an odd number of
+/// ranks always has a rank paired outside it (or, for one island of an odd
+/// N, left out): two islands of 3 and 5 ranks send at least 1 pair in 4
+/// across every round, whatever the exponent.
+///
+/// Randomness: as FairRoulette, a splitmix64 hash of (seed, step, segment)
+/// seeds a std::mt19937_64 and uniforms use its top 53 bits.
+class BandwidthRoulette final : public Topology {
+ public:
+  /// Smallest link weight (slow / fast bandwidth)^exponent allowed: below it
+  /// the slow links would practically never be drawn.
+  static constexpr double kMinLinkWeight = 1e-12;
+  /// Most states (prod over islands of (island size + 1)) the exact
+  /// computation of pairProbabilities() walks.
+  static constexpr std::size_t kMaxExactStates = std::size_t{1} << 22;
+
+  /// @param network the islands and their links' bandwidths (Gbit/s); its
+  ///        world size is the topology's.
+  /// @param seed the job's shared seed (config.seed).
+  /// @param exponent how strongly slow links are avoided (topology.bandwidth_exponent):
+  ///        0 = uniform, 1 = a link is drawn in proportion to its bandwidth,
+  ///        larger = slow links still less often.
+  /// @throws InvalidArgument if the world size is < 2, the exponent is
+  ///         negative or not finite, or it makes the slowest link's weight
+  ///         smaller than kMinLinkWeight (the message names
+  ///         topology.bandwidth_exponent and the largest exponent allowed).
+  BandwidthRoulette(NetworkLayout network, std::uint64_t seed, double exponent = 1.0);
+
+  int worldSize() const override { return network_.worldSize(); }
+  std::string name() const override { return "bandwidth_roulette"; }
+  /// Paired: sendTo = recvFrom = {partner}, weights 1/2 and 1/2. Left out:
+  /// no peers, selfWeight 1.
+  /// @throws InvalidArgument for a rank outside [0, worldSize).
+  PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
+
+  /// partner[i] = the rank that rank i swaps `segment` with at `step`, or i
+  /// itself if it sits the round out. An involution (partner[partner[i]] == i)
+  /// with at most one fixed point, and none for an even world size.
+  std::vector<int> partners(std::uint64_t step, int segment) const;
+
+  /// Relative weight w(a, b) of the link between ranks a != b, in
+  /// [kMinLinkWeight, 1] (1 for the fastest links of the network), the
+  /// partner weight of the draw. (For a == b there is no link: the value is
+  /// that of a link inside a's island.)
+  /// @throws InvalidArgument for a rank outside [0, worldSize).
+  double linkWeight(int a, int b) const;
+
+  /// Exact N x N matrix of one round's pairing probabilities: entry (i, j),
+  /// i != j, is the probability that i and j are paired; entry (i, i) that i
+  /// sits the round out. Symmetric, rows sum to 1. Computed by a recursion
+  /// over the numbers of unpaired ranks per island (the ranks of an island
+  /// are exchangeable in the draw).
+  /// Cost O(states * islands^2), states = prod_A (|A| + 1).
+  /// @throws InvalidArgument if states > kMaxExactStates (estimate with
+  ///         estimateExpectedMixing in mixing.hpp instead).
+  Eigen::MatrixXd pairProbabilities() const;
+  /// Exact expected mixing matrix of a round, E[W] = (I + pairProbabilities()) / 2.
+  /// Same errors as pairProbabilities().
+  Eigen::MatrixXd expectedMixingMatrix() const;
+  /// Exact expected share of one round's segment messages that cross between
+  /// islands (0 with one island). Same errors as pairProbabilities().
+  double expectedCrossIslandShare() const;
+
+  const NetworkLayout& network() const { return network_; }
+  double exponent() const { return exponent_; }
+
+ private:
+  NetworkLayout network_;
+  std::uint64_t seed_;
+  double exponent_;
+  std::vector<std::vector<double>> islandWeight_;  // w between islands A and B
 };
 
 /// SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
@@ -207,7 +305,8 @@ class Registry;
 }
 namespace gossamer::topologies {
 /// Registers "ring" (no keys), "fair_roulette" (key `probabilities`; seeded
-/// with config.seed), "directed_exponential" (`peers_per_step`) and
+/// with config.seed), "bandwidth_roulette" (`bandwidth_exponent`, and the
+/// `network:` section), "directed_exponential" (`peers_per_step`) and
 /// "explicit" (`edges`), each with its YAML keys and their checks, and makes
 /// fair_roulette the default topology.
 /// @throws InvalidArgument if one of these names is registered already.
@@ -215,6 +314,7 @@ void registerBuiltins(Registry& registry);
 /// The same, one topology at a time.
 void registerRing(Registry& registry);
 void registerFairRoulette(Registry& registry);
+void registerBandwidthRoulette(Registry& registry);
 void registerDirectedExponential(Registry& registry);
 void registerExplicitGraph(Registry& registry);
 }  // namespace gossamer::topologies
