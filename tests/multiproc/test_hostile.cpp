@@ -259,23 +259,27 @@ int floodRaw(int port, int n, std::uint32_t seed) {
   return connected;
 }
 
-/// The TCP port in a libfabric store entry ("provider\nbytes\npid\n" then
-/// the tcp provider's sockaddr_in: family, port in network order, address).
-int libfabricPort(const std::string& entry) {
+/// The raw endpoint address in a libfabric store entry (after its third
+/// line: "provider\nbytes\npid\n"); empty if it has fewer lines.
+std::string libfabricAddress(const std::string& entry) {
   std::size_t at = 0;
-  for (int k = 0; k < 3 && at != std::string::npos; ++k) at = entry.find('\n', at) + 1;
-  if (at == std::string::npos || at + 4 > entry.size()) return -1;
-  return (static_cast<unsigned char>(entry[at + 2]) << 8) | static_cast<unsigned char>(entry[at + 3]);
+  for (int k = 0; k < 3; ++k) {
+    at = entry.find('\n', at);
+    if (at == std::string::npos) return {};
+    ++at;
+  }
+  return entry.substr(at);
+}
+
+/// The TCP port in a libfabric store entry: the tcp provider's address is a
+/// sockaddr_in (family, port in network order, address).
+int libfabricPort(const std::string& entry) {
+  const std::string a = libfabricAddress(entry);
+  if (a.size() < 4) return -1;
+  return (static_cast<unsigned char>(a[2]) << 8) | static_cast<unsigned char>(a[3]);
 }
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-/// The raw endpoint address in a libfabric store entry (after its third line).
-std::string libfabricAddress(const std::string& entry) {
-  std::size_t at = 0;
-  for (int k = 0; k < 3 && at != std::string::npos; ++k) at = entry.find('\n', at) + 1;
-  return at == std::string::npos ? std::string() : entry.substr(at);
-}
-
 /// A tcp;ofi_rxm endpoint outside the job that sends frame-channel messages
 /// to one address: what an attacker who learnt a rank's address can do.
 class FabricAttacker {

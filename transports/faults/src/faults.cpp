@@ -147,13 +147,15 @@ class FaultyTransport final : public Transport {
       return f;
     }
     const Clock::duration link = linkDelay_[static_cast<std::size_t>(dst)];
-    if (link > Clock::duration::zero()) {
-      std::lock_guard<std::mutex> lock(mu_);
+    const bool linked = link > Clock::duration::zero();
+    const bool drawn = !options_.gossipOnly || tag.op == Op::kGossip;
+    if (!linked && !drawn) return f;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (linked) {
       ++stats_.linkDelayed;
       f.due = Clock::now() + link;
     }
-    if (options_.gossipOnly && tag.op != Op::kGossip) return f;
-    std::lock_guard<std::mutex> lock(mu_);
+    if (!drawn) return f;
     std::uniform_real_distribution<double> u(0.0, 1.0);
     if (u(rng_) < options_.dropProbability) {
       ++stats_.dropped;
