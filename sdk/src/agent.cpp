@@ -157,9 +157,10 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   const auto& makeTransport = registry.transport(c.transport.kind);
   impl_->viewConfig = c;
   impl_->topology = makeTopology(impl_->config);
-  impl_->transport = makeTransport(TransportContext{impl_->config, rank, store});
+  impl_->transport = makeTransport(TransportContext{impl_->config, rank, store, &registry});
   for (const auto& wrap : registry.transportServices()) {
-    impl_->transport = wrap(TransportContext{impl_->config, rank, store}, std::move(impl_->transport));
+    impl_->transport =
+        wrap(TransportContext{impl_->config, rank, store, &registry}, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
   }
   impl_->membership = dynamic_cast<Membership*>(impl_->transport.get());

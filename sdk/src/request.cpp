@@ -70,6 +70,27 @@ std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
 }
 
 namespace {
+int renamed(const RequestState& s, int peer) {
+  if (!s.peerNames || peer < 0 || peer >= static_cast<int>(s.peerNames->size())) return peer;
+  return (*s.peerNames)[static_cast<std::size_t>(peer)];
+}
+
+// Rethrows s.error; a PeerFailure or ProtocolError of an inner transport
+// (peerNames set) is thrown again naming the outer rank.
+[[noreturn]] void rethrowFailure(const RequestState& s) {
+  if (!s.peerNames) std::rethrow_exception(s.error);
+  try {
+    std::rethrow_exception(s.error);
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(renamed(s, e.peer()),
+                      "as rank " + std::to_string(e.peer()) + " of an inner transport: " + e.what());
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(renamed(s, e.peer()), e.offset(),
+                        "as rank " + std::to_string(e.peer()) + " of an inner transport: " + e.what(),
+                        e.fault());
+  }
+}
+
 // Caller holds s.mu. Returns true when done; throws the failure.
 bool settledLocked(RequestState& s) {
   switch (s.status) {
@@ -78,7 +99,7 @@ bool settledLocked(RequestState& s) {
     case RequestState::Status::kDone:
       return true;
     case RequestState::Status::kFailed:
-      std::rethrow_exception(s.error);
+      rethrowFailure(s);
     case RequestState::Status::kCancelled:
       throw Cancelled("request was cancelled: " + s.what);
   }
@@ -149,7 +170,7 @@ void Request::fail(const std::weak_ptr<detail::RequestState>& watched, std::exce
 int Request::peer() const {
   GOSSAMER_ENFORCE(state_, "peer() on an empty Request");
   std::lock_guard<std::mutex> lk(state_->mu);
-  return state_->peer;
+  return detail::renamed(*state_, state_->peer);
 }
 
 std::size_t Request::bytes() const {

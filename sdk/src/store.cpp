@@ -115,4 +115,16 @@ std::optional<std::string> FileStore::tryGet(const std::string& key) {
   return ss.str();
 }
 
+PrefixedStore::PrefixedStore(Store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {
+  checkStoreKey(prefix_ + "x");
+}
+
+void PrefixedStore::set(const std::string& key, const std::string& value) {
+  inner_.set(prefix_ + key, value);
+}
+
+std::optional<std::string> PrefixedStore::tryGet(const std::string& key) {
+  return inner_.tryGet(prefix_ + key);
+}
+
 }  // namespace gossamer

@@ -146,7 +146,7 @@ TEST_CASE("transport.provider comes from YAML, and a missing one is a ConfigErro
   c.sourceFile = "run.yaml";
   MemoryStore store;
   try {
-    registry.transport("libfabric")(TransportContext{c, 0, store});
+    registry.transport("libfabric")(TransportContext{c, 0, store, &registry});
     FAIL("a transport was made with provider " << c.get<std::string>("transport.provider"));
   } catch (const ConfigError& e) {
     CHECK(e.key() == "transport.provider");
@@ -155,7 +155,7 @@ TEST_CASE("transport.provider comes from YAML, and a missing one is a ConfigErro
   }
   // World size 1 over shm: no peer, sends to itself.
   c.set("transport.provider", std::string("shm"));
-  auto t = registry.transport("libfabric")(TransportContext{c, 0, store});
+  auto t = registry.transport("libfabric")(TransportContext{c, 0, store, &registry});
   CHECK(t->name() == "libfabric");
   const std::int32_t v = 9;
   std::int32_t got = 0;

@@ -1,7 +1,8 @@
 // One conformance suite, written against the Transport interface and run for
 // every transport: inproc, zmq and the native socket transport, each over tcp
-// (loopback) and ipc, and, when it is built, libfabric with its tcp (loopback)
-// and shm providers.
+// (loopback) and ipc, the composite transport (socket over ipc inside a group,
+// zmq tcp between groups) in two layouts, and, when it is built, libfabric
+// with its tcp (loopback) and shm providers.
 #include <catch2/catch.hpp>
 
 #include "cancel_race.hpp"
@@ -20,6 +21,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/sub_transport.hpp"
+#include "gossamer/transports/composite.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
@@ -78,6 +80,41 @@ using ZmqIpc = NetKind<zmq::Options, zmq::makeTransport, kIpc>;
 using SockTcp = NetKind<sock::Options, sock::makeTransport, kTcp>;
 using SockIpc = NetKind<sock::Options, sock::makeTransport, kIpc>;
 
+// The composite transport with groups of ranks given by Island(rank): the
+// socket transport over ipc inside a group, zmq over tcp between groups.
+template <int (*Island)(int)>
+struct CompositeKind {
+  static Group make(int n) {
+    return makeGroup(n, [n](int r, Store& store) {
+      composite::Options o;
+      o.rank = r;
+      o.worldSize = n;
+      o.timeoutSeconds = kTimeout;
+      for (int q = 0; q < n; ++q)
+        if (Island(q) == Island(r)) o.localGroup.push_back(q);
+      const auto inner = [](const char* protocol, auto make, auto opts) {
+        return [=](int rank, int size, Store& s) mutable {
+          opts.rank = rank;
+          opts.worldSize = size;
+          opts.protocol = protocol;
+          opts.timeoutSeconds = kTimeout;
+          opts.lingerSeconds = 2;
+          return make(opts, s);
+        };
+      };
+      return composite::makeTransport(o, store, inner(kIpc, sock::makeTransport, sock::Options{}),
+                                      inner(kTcp, zmq::makeTransport, zmq::Options{}));
+    });
+  }
+};
+// Even and odd ranks: two ranks talk over zmq; from three on, a receive from
+// several ranks mixes both sides and local ranks are renumbered (2 is local 1).
+int evenOdd(int r) { return r % 2; }
+// Everyone in one group: every message goes over the socket transport.
+int oneGroup(int /*r*/) { return 0; }
+using CompositeSplit = CompositeKind<evenOdd>;
+using CompositeShared = CompositeKind<oneGroup>;
+
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 template <const char* Provider>
 struct LibfabricKind {
@@ -107,9 +144,10 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 }  // namespace
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, LibfabricTcp, LibfabricShm
+#define TRANSPORTS \
+  Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, CompositeSplit, CompositeShared, LibfabricTcp, LibfabricShm
 #else
-#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc
+#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, CompositeSplit, CompositeShared
 #endif
 
 TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {

@@ -23,16 +23,16 @@ using gossamer::testing::writeFile;
 
 namespace {
 
-/// The transports a peer is SIGKILLed on: zmq, socket and, when built,
+/// The transports a peer is SIGKILLed on: zmq, socket, composite and, when built,
 /// libfabric tcp and shm. (A shm peer killed while it holds a spin lock in
 /// shared memory can wedge a survivor's progress thread inside libfabric 1.17;
 /// the application threads never call into libfabric, so the survivor still
 /// reports an error within the timeout: docs/libfabric.md.)
 std::vector<std::string> killableTransports() {
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-  return {"zmq", "socket", "libfabric-tcp", "libfabric-shm"};
+  return {"zmq", "socket", "composite", "libfabric-tcp", "libfabric-shm"};
 #else
-  return {"zmq", "socket"};
+  return {"zmq", "socket", "composite"};
 #endif
 }
 
@@ -119,6 +119,13 @@ TEST_CASE("gossamer-train runs every peer as a process over zmq and reports a JS
           "[multiproc][train]") {
   gossamer::testing::requireFashionMnist();
   trainEveryAlgorithm("zmq");
+}
+
+TEST_CASE(
+    "gossamer-train runs every algorithm over the composite transport (socket inside, zmq between islands)",
+    "[multiproc][train][composite]") {
+  gossamer::testing::requireFashionMnist();
+  trainEveryAlgorithm("composite");
 }
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC

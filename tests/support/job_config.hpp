@@ -8,10 +8,27 @@
 
 namespace gossamer::testing {
 
-/// The `transport:` keys of "zmq", "socket", "inproc", "libfabric-tcp" or "libfabric-shm".
+/// The `transport:` keys of "zmq", "socket", "inproc", "libfabric-tcp",
+/// "libfabric-shm" or "composite" (socket over ipc inside an island, zmq tcp
+/// between islands; see islandsOf).
 inline std::string transportKeys(const std::string& transport) {
   if (transport.rfind("libfabric-", 0) == 0) return "kind: libfabric\n  provider: " + transport.substr(10);
+  if (transport == "composite") return "kind: composite\n  local_scope: island";
   return "kind: " + transport;
+}
+
+/// For "composite": a `network:` section with two islands, the even and the
+/// odd ranks (so that ranks are renumbered inside an island and gossip
+/// crosses between them); for other transports nothing.
+inline std::string islandsOf(const std::string& transport, int worldSize) {
+  if (transport != "composite") return "";
+  std::string s = "network:\n  islands: [";
+  for (int parity = 0; parity < 2 && parity < worldSize; ++parity) {
+    s += parity ? ", [" : "[";
+    for (int r = parity; r < worldSize; r += 2) s += (r > parity ? ", " : "") + std::to_string(r);
+    s += "]";
+  }
+  return s + "]\n";
 }
 
 /// A `worldSize`-rank job of `epochs` epochs running `algorithm` (3 segments,
@@ -24,7 +41,7 @@ inline std::string smallConfig(const std::string& transport, const std::string& 
          "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " +
          gossamer::testing::fashionMnistDir() +
          "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
-         "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n";
+         "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n" + islandsOf(transport, worldSize);
 }
 
 }  // namespace gossamer::testing

@@ -23,14 +23,8 @@
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topologies/topologies.hpp"
-#include "gossamer/transports/faults.hpp"
-#include "gossamer/transports/inproc.hpp"
-#include "gossamer/transports/membership.hpp"
-#include "gossamer/transports/socket.hpp"
+#include "gossamer/transports/builtins.hpp"
 #include "gossamer/transports/zmq.hpp"
-#ifdef GOSSAMER_HAVE_LIBFABRIC
-#include "gossamer/transports/libfabric.hpp"
-#endif
 
 namespace py = pybind11;
 using namespace gossamer;
@@ -118,14 +112,7 @@ ReduceOp parseOp(const std::string& op) {
 const Registry& builtins() {
   static const Registry r = [] {
     Registry reg;
-    zmq::registerWith(reg);
-    sock::registerWith(reg);
-    inproc::registerWith(reg);
-#ifdef GOSSAMER_HAVE_LIBFABRIC
-    libfabric::registerWith(reg);
-#endif
-    faults::registerWith(reg);
-    membership::registerWith(reg);
+    transports::registerBuiltins(reg);
     topologies::registerBuiltins(reg);
     optimizers::registerBuiltins(reg);
     return reg;

@@ -69,6 +69,12 @@ struct RequestState {
   std::string what;  ///< For timeout messages: "recv from {1,2} tag(...)".
   /// Set by transports that progress in the waiting thread (else null).
   std::shared_ptr<ProgressEngine> engine;
+  /// For a transport that runs another one over a subset of its ranks (the
+  /// composite transport): `peer` and the rank in a PeerFailure or
+  /// ProtocolError are the inner transport's ranks, and Request::peer() and
+  /// the errors waiters see are renamed through this table (inner rank ->
+  /// outer rank). Null: no renaming.
+  std::shared_ptr<const std::vector<int>> peerNames;
 
   // The transport's side of a request: these five are all a transport needs
   // (besides Mailbox::claim for filling a receive in place). Each takes `mu`

@@ -22,11 +22,16 @@
 
 namespace gossamer {
 
-/// What a transport factory gets.
+class Registry;
+
+/// What a transport factory gets. `registry` is the one the factory was
+/// found in (Agent sets it), so that a transport made of other transports
+/// (composite) can build them by name; null where the caller has none.
 struct TransportContext {
   const Config& config;
   int rank;
   Store& store;
+  const Registry* registry = nullptr;
 };
 
 /// What an optimizer factory gets. `tensorSizes` are the element counts of the

@@ -65,6 +65,22 @@ class FileStore final : public Store {
   std::string dir_;
 };
 
+/// Another store's keys under `prefix`: a view for a component that runs its
+/// own rendezvous inside a job's (the composite transport's inner
+/// transports). Does not own `inner`, which must outlive it.
+class PrefixedStore final : public Store {
+ public:
+  /// @param prefix prepended to every key, e.g. "composite/local/0/".
+  /// @throws InvalidArgument if prefix + "x" is not a valid key.
+  PrefixedStore(Store& inner, std::string prefix);
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> tryGet(const std::string& key) override;
+
+ private:
+  Store& inner_;
+  std::string prefix_;
+};
+
 /// Validates a store key. @throws InvalidArgument.
 void checkStoreKey(const std::string& key);
 

@@ -1,0 +1,512 @@
+// The composite transport (composite.hpp): per-destination routing between a
+// local transport over each host's (or island's) ranks and a remote transport
+// over all ranks.
+//
+// Steps per call: a send or a receive from ranks on one side is the inner
+// transport's own call with ranks translated, so it adds no bytes on the wire
+// and no copy. A receive from ranks on both sides posts one receive per side
+// and keeps the first to complete; the other is cancelled, and a message it
+// completed with in the meantime is kept for the next matching receive.
+#include "gossamer/transports/composite.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/mailbox.hpp"
+#include "gossamer/network.hpp"
+
+namespace gossamer::composite {
+
+namespace {
+
+using detail::RequestState;
+
+/// A message one side completed with after the other side had won: it goes
+/// to the next receive that matches it.
+struct Kept {
+  int source;
+  Tag tag;
+  std::vector<std::byte> bytes;
+};
+
+/// One receive from ranks on both sides.
+struct Mixed {
+  std::mutex mu;  // serialises progress on this receive
+  std::shared_ptr<RequestState> outer;
+  std::span<std::byte> buffer;
+  Tag tag;
+  Request local;   // into buffer
+  Request remote;  // into scratch
+  std::unique_ptr<std::byte[]> scratch;
+  bool localAlive = true;
+  bool remoteAlive = true;
+  std::exception_ptr lastFailure;  // of a side whose sources are all gone
+  std::exception_ptr fatal;        // any other failure: fails the receive
+  bool finished = false;
+};
+
+/// Drives the receives from both sides in the threads that wait on them, and
+/// keeps the messages a losing side completed with.
+class MixEngine final : public detail::ProgressEngine {
+ public:
+  void add(const std::shared_ptr<Mixed>& m) {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_[m->outer.get()] = m;
+  }
+
+  void waitUntil(RequestState& state, std::chrono::steady_clock::time_point deadline) override {
+    auto m = find(state);
+    if (!m) return;
+    // Wait on one side in short slices and look at the other between them.
+    constexpr double kSliceSeconds = 0.0005;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lk(m->mu);
+        progressLocked(*m);
+        if (m->finished) return;
+        const double left =
+            std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) return;
+        Request& side = m->localAlive ? m->local : m->remote;
+        try {
+          side.waitFor(std::min(left, kSliceSeconds));
+        } catch (const std::exception&) {
+          // progressLocked sees the failure on its next pass.
+        }
+      }
+    }
+  }
+
+  void poke() override {
+    std::vector<std::shared_ptr<Mixed>> all;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [key, m] : pending_) all.push_back(m);
+    }
+    for (auto& m : all) {
+      std::unique_lock<std::mutex> lk(m->mu, std::try_to_lock);
+      if (lk.owns_lock()) progressLocked(*m);
+    }
+  }
+
+  void cancelLocked(RequestState& state) override {
+    auto m = find(state);
+    if (!m) return;
+    std::lock_guard<std::mutex> lk(m->mu);
+    if (m->finished) return;
+    if (completedAfterCancel(m->local)) keep(m->local.peer(), m->tag, m->buffer.first(m->local.bytes()));
+    if (completedAfterCancel(m->remote)) keepRemote(*m);
+    finish(*m);
+  }
+
+  /// Takes the oldest kept message from one of `sources` under `tag` into
+  /// `buffer`: a completed request, or null if none is kept.
+  std::shared_ptr<RequestState> takeKept(std::span<const int> sources, const Tag& tag,
+                                         std::span<std::byte> buffer) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (!(it->tag == tag) || std::find(sources.begin(), sources.end(), it->source) == sources.end())
+        continue;
+      Kept k = std::move(*it);
+      kept_.erase(it);
+      if (k.bytes.size() > buffer.size()) {
+        auto s = std::make_shared<RequestState>();
+        s->fail(std::make_exception_ptr(ProtocolError(
+            k.source, kFrameHeaderBytes + buffer.size(),
+            "message of " + std::to_string(k.bytes.size()) + " bytes does not fit the " +
+                std::to_string(buffer.size()) + "-byte receive buffer (" + toString(tag) + ")")));
+        return s;
+      }
+      std::copy(k.bytes.begin(), k.bytes.end(), buffer.begin());
+      return detail::completedRequest(k.source, k.bytes.size());
+    }
+    return nullptr;
+  }
+
+  std::size_t discardKept(const std::function<bool(const Tag&)>& stale) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto before = kept_.size();
+    std::erase_if(kept_, [&](const Kept& k) { return stale(k.tag); });
+    return before - kept_.size();
+  }
+
+  /// Cancels every pending receive from both sides (close).
+  void cancelAll() {
+    std::vector<std::shared_ptr<Mixed>> all;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [key, m] : pending_) all.push_back(m);
+    }
+    for (auto& m : all) {
+      std::lock_guard<std::mutex> ex(exclusive);
+      cancelLocked(*m->outer);
+      m->outer->cancelIfPending();
+    }
+  }
+
+ private:
+  std::shared_ptr<Mixed> find(RequestState& state) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = pending_.find(&state);
+    return it == pending_.end() ? nullptr : it->second;
+  }
+
+  // After cancel(): did the request complete first (its message is then ours)?
+  static bool completedAfterCancel(Request& r) {
+    r.cancel();
+    try {
+      return r.test();
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  // Caller holds m.mu. True if `side` completed; records a failure otherwise.
+  static bool completed(Mixed& m, Request& side, bool& alive) {
+    if (!alive) return false;
+    try {
+      return side.test();
+    } catch (const PeerFailure&) {
+      alive = false;  // every source on that side is gone; the other may still deliver
+      m.lastFailure = std::current_exception();
+    } catch (const std::exception&) {
+      alive = false;
+      m.fatal = std::current_exception();
+    }
+    return false;
+  }
+
+  void progressLocked(Mixed& m) {
+    if (m.finished) return;
+    const bool local = completed(m, m.local, m.localAlive);
+    const bool remote = completed(m, m.remote, m.remoteAlive);
+    if (local) {
+      if (remote || completedAfterCancel(m.remote)) keepRemote(m);
+      m.outer->complete(m.local.peer(), m.local.bytes(), m.local.payloadChecksum());
+    } else if (remote) {
+      if (completedAfterCancel(m.local)) {
+        keepRemote(m);
+        m.outer->complete(m.local.peer(), m.local.bytes(), m.local.payloadChecksum());
+      } else {
+        std::memcpy(m.buffer.data(), m.scratch.get(), m.remote.bytes());
+        m.outer->complete(m.remote.peer(), m.remote.bytes(), m.remote.payloadChecksum());
+      }
+    } else if (m.fatal) {
+      if (completedAfterCancel(m.local)) keep(m.local.peer(), m.tag, m.buffer.first(m.local.bytes()));
+      if (completedAfterCancel(m.remote)) keepRemote(m);
+      m.outer->fail(m.fatal);
+    } else if (!m.localAlive && !m.remoteAlive) {
+      m.outer->fail(m.lastFailure);
+    } else {
+      return;
+    }
+    finish(m);
+  }
+
+  void keepRemote(Mixed& m) {
+    keep(m.remote.peer(), m.tag, std::span<const std::byte>(m.scratch.get(), m.remote.bytes()));
+  }
+
+  void keep(int source, const Tag& tag, std::span<const std::byte> bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    kept_.push_back(Kept{source, tag, std::vector<std::byte>(bytes.begin(), bytes.end())});
+  }
+
+  void finish(Mixed& m) {
+    m.finished = true;
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.erase(m.outer.get());
+  }
+
+  std::mutex mu_;  // guards pending_ and kept_; taken after a Mixed's mu
+  std::map<RequestState*, std::shared_ptr<Mixed>> pending_;
+  std::deque<Kept> kept_;
+};
+
+std::string listOf(std::span<const int> ranks) {
+  std::ostringstream os;
+  os << '{';
+  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
+  os << '}';
+  return os.str();
+}
+
+class CompositeTransport final : public Transport {
+ public:
+  CompositeTransport(const Options& o, std::unique_ptr<Transport> local, std::unique_ptr<Transport> remote)
+      : rank_(o.rank),
+        worldSize_(o.worldSize),
+        timeoutSeconds_(o.timeoutSeconds),
+        names_(std::make_shared<const std::vector<int>>(o.localGroup)),
+        localIndex_(static_cast<std::size_t>(o.worldSize), -1),
+        local_(std::move(local)),
+        remote_(std::move(remote)),
+        engine_(std::make_shared<MixEngine>()) {
+    for (std::size_t i = 0; i < o.localGroup.size(); ++i)
+      localIndex_[static_cast<std::size_t>(o.localGroup[i])] = static_cast<int>(i);
+  }
+
+  ~CompositeTransport() override { engine_->cancelAll(); }
+
+  int rank() const override { return rank_; }
+  int worldSize() const override { return worldSize_; }
+  std::string name() const override { return "composite(" + local_->name() + "+" + remote_->name() + ")"; }
+  double timeoutSeconds() const override { return timeoutSeconds_; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    checkRank(dst, "destination");
+    if (isLocal(dst))
+      return onLocal([&] { return local_->isend(localIndex(dst), tag, data, dtype); },
+                     "send to rank " + std::to_string(dst) + " " + toString(tag));
+    return remote_->isend(dst, tag, data, dtype);
+  }
+
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    checkRank(dst, "destination");
+    if (isLocal(dst))
+      return onLocal([&] { return local_->isendBorrowed(localIndex(dst), tag, data, dtype, checksum); },
+                     "send to rank " + std::to_string(dst) + " " + toString(tag));
+    return remote_->isendBorrowed(dst, tag, data, dtype, checksum);
+  }
+
+  TransportCapabilities capabilities() const noexcept override {
+    // Each inner transport falls back to copying where it lacks a feature, so
+    // offering what either has is safe; a caller's checksum is used by
+    // whichever takes one at its size.
+    const auto l = local_->capabilities();
+    const auto r = remote_->capabilities();
+    TransportCapabilities c;
+    c.borrowedSends = l.borrowedSends || r.borrowedSends;
+    c.receiveViews = l.receiveViews || r.receiveViews;
+    c.singleCopy = l.singleCopy || r.singleCopy;
+    c.checksumReuseMinBytes = std::min(l.checksumReuseMinBytes, r.checksumReuseMinBytes);
+    return c;
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    GOSSAMER_ENFORCE(!sources.empty(), "receive from an empty list of ranks");
+    std::vector<int> locals;
+    std::vector<int> remotes;
+    for (int s : sources) {
+      checkRank(s, "source");
+      if (isLocal(s))
+        locals.push_back(localIndex(s));
+      else
+        remotes.push_back(s);
+    }
+    if (auto kept = engine_->takeKept(sources, tag, buffer)) return Request(std::move(kept));
+    const std::string what = "recv from " + listOf(sources) + " " + toString(tag);
+    if (remotes.empty()) return onLocal([&] { return local_->irecv(locals, tag, buffer); }, what);
+    if (locals.empty()) return remote_->irecv(remotes, tag, buffer);
+
+    auto m = std::make_shared<Mixed>();
+    m->outer = std::make_shared<RequestState>();
+    m->outer->what = what;
+    m->outer->engine = engine_;
+    m->buffer = buffer;
+    m->tag = tag;
+    m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
+    m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); }, what);
+    m->remote = remote_->irecv(remotes, tag, std::span<std::byte>(m->scratch.get(), buffer.size()));
+    engine_->add(m);
+    return Request(m->outer);
+  }
+
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    checkRank(source, "source");
+    if (auto kept = engine_->takeKept(std::span<const int>(&source, 1), tag, buffer))
+      return Request(std::move(kept));
+    if (isLocal(source))
+      return onLocal([&] { return local_->irecvView(localIndex(source), tag, buffer); },
+                     "recv from {" + std::to_string(source) + "} " + toString(tag));
+    return remote_->irecvView(source, tag, buffer);
+  }
+
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return local_->discardArrived(stale) + remote_->discardArrived(stale) + engine_->discardKept(stale);
+  }
+
+  void close() override {
+    engine_->cancelAll();
+    local_->close();
+    remote_->close();
+  }
+
+  void abort() override {
+    engine_->cancelAll();
+    local_->abort();
+    remote_->abort();
+  }
+
+  TransportStats stats() const override {
+    const auto l = local_->stats();
+    TransportStats s = remote_->stats();
+    s.bytesSent += l.bytesSent;
+    s.bytesReceived += l.bytesReceived;
+    s.messagesSent += l.messagesSent;
+    s.messagesReceived += l.messagesReceived;
+    s.messagesPulled += l.messagesPulled;
+    s.refusedConnections += l.refusedConnections;
+    for (std::size_t i = 0; i < s.rejectedFrames.size(); ++i) s.rejectedFrames[i] += l.rejectedFrames[i];
+    return s;
+  }
+
+ private:
+  void checkRank(int r, const char* role) const {
+    GOSSAMER_ENFORCE(r >= 0 && r < worldSize_, role << " rank " << r << " outside world size " << worldSize_);
+  }
+  bool isLocal(int r) const { return localIndex_[static_cast<std::size_t>(r)] >= 0; }
+  int localIndex(int r) const { return localIndex_[static_cast<std::size_t>(r)]; }
+
+  // Runs a call on the local transport: its request reports job ranks, and a
+  // failure it throws at once names the job rank.
+  template <typename Call>
+  Request onLocal(Call call, const std::string& what) {
+    Request r;
+    try {
+      r = call();
+    } catch (const PeerFailure& e) {
+      throw PeerFailure(names_->at(static_cast<std::size_t>(e.peer())),
+                        "as rank " + std::to_string(e.peer()) + " of the local transport: " + e.what());
+    }
+    if (auto s = r.watch().lock()) {
+      std::lock_guard<std::mutex> lk(s->mu);
+      s->peerNames = names_;
+      s->what = what + " (local transport)";
+    }
+    return r;
+  }
+
+  int rank_;
+  int worldSize_;
+  double timeoutSeconds_;
+  std::shared_ptr<const std::vector<int>> names_;  // local rank -> job rank
+  std::vector<int> localIndex_;                    // job rank -> local rank, -1 if remote
+  std::unique_ptr<Transport> local_;
+  std::unique_ptr<Transport> remote_;
+  std::shared_ptr<MixEngine> engine_;
+};
+
+std::string readFirstLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(const Options& o, Store& store, const InnerFactory& makeLocal,
+                                         const InnerFactory& makeRemote) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds << " s");
+  const auto& g = o.localGroup;
+  GOSSAMER_ENFORCE(!g.empty(), "the local group is empty");
+  GOSSAMER_ENFORCE(std::is_sorted(g.begin(), g.end()) && std::adjacent_find(g.begin(), g.end()) == g.end(),
+                   "the local group " << listOf(g) << " is not in increasing order without repeats");
+  GOSSAMER_ENFORCE(g.front() >= 0 && g.back() < o.worldSize,
+                   "the local group " << listOf(g) << " has ranks outside world size " << o.worldSize);
+  const auto self = std::find(g.begin(), g.end(), o.rank);
+  GOSSAMER_ENFORCE(self != g.end(), "rank " << o.rank << " is not in its local group " << listOf(g));
+  // Every rank builds its local transport first: that rendezvous waits only
+  // on the group, which does the same, so neither can wait on the other.
+  PrefixedStore localStore(store, "composite/local/" + std::to_string(g.front()) + "/");
+  auto local = makeLocal(static_cast<int>(self - g.begin()), static_cast<int>(g.size()), localStore);
+  GOSSAMER_CHECK(local != nullptr, "the local transport factory returned no transport");
+  PrefixedStore remoteStore(store, "composite/remote/");
+  auto remote = makeRemote(o.rank, o.worldSize, remoteStore);
+  GOSSAMER_CHECK(remote != nullptr, "the remote transport factory returned no transport");
+  GOSSAMER_CHECK(local->worldSize() == static_cast<int>(g.size()) && remote->worldSize() == o.worldSize,
+                 "inner transports of world sizes " << local->worldSize() << " and " << remote->worldSize());
+  return std::make_unique<CompositeTransport>(o, std::move(local), std::move(remote));
+}
+
+std::string hostIdentity() {
+  struct stat ns {};
+  const auto netns = ::stat("/proc/self/ns/net", &ns) == 0 ? std::to_string(ns.st_ino) : std::string("?");
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  return readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + netns + "/" + host.data();
+}
+
+std::vector<int> sameHostRanks(int rank, int worldSize, Store& store, const std::string& prefix,
+                               double timeoutSeconds) {
+  GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize, "rank " << rank << " outside world size " << worldSize);
+  const std::string me = hostIdentity();
+  store.set(prefix + "host/" + std::to_string(rank), me);
+  std::vector<std::string> keys;
+  for (int r = 0; r < worldSize; ++r) keys.push_back(prefix + "host/" + std::to_string(r));
+  store.wait(keys, timeoutSeconds);
+  std::vector<int> group;
+  for (int r = 0; r < worldSize; ++r)
+    if (store.get(keys[static_cast<std::size_t>(r)], timeoutSeconds) == me) group.push_back(r);
+  return group;
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransport(
+      "composite",
+      [](const TransportContext& ctx) {
+        const Config& c = ctx.config;
+        if (ctx.registry == nullptr)
+          throw ConfigError(
+              c.sourceFile, 0, "transport.kind",
+              "the composite transport is built by an Agent (it needs the registry of its inner "
+              "transports)");
+        const Registry& registry = *ctx.registry;
+        const auto localKind = c.get<std::string>("transport.local");
+        const auto remoteKind = c.get<std::string>("transport.remote");
+        if (localKind == "composite" || remoteKind == "composite")
+          throw ConfigError(c.sourceFile, 0,
+                            localKind == "composite" ? "transport.local" : "transport.remote",
+                            "an inner transport cannot be composite");
+        const auto& localFactory = registry.transport(localKind);
+        const auto& remoteFactory = registry.transport(remoteKind);
+        Options o;
+        o.rank = ctx.rank;
+        o.worldSize = c.worldSize;
+        o.timeoutSeconds = c.transport.timeoutSeconds;
+        if (c.get<std::string>("transport.local_scope") == "island") {
+          const auto layout = NetworkLayout::from(c);
+          o.localGroup = layout.islands()[static_cast<std::size_t>(layout.islandOf(ctx.rank))];
+        } else {
+          o.localGroup = sameHostRanks(ctx.rank, c.worldSize, ctx.store, "composite/", o.timeoutSeconds);
+        }
+        const auto inner = [&](const TransportFactory& factory, const std::string& kind,
+                               const std::string& protocol) {
+          return [&, kind, protocol](int rank, int worldSize, Store& store) {
+            Config ic = c;
+            ic.worldSize = worldSize;
+            ic.transport.kind = kind;
+            ic.transport.protocol = protocol;
+            return factory(TransportContext{ic, rank, store, ctx.registry});
+          };
+        };
+        return makeTransport(o, ctx.store,
+                             inner(localFactory, localKind, c.get<std::string>("transport.local_protocol")),
+                             inner(remoteFactory, remoteKind, c.transport.protocol));
+      },
+      KeySet()
+          .text("local", "socket", {},
+                "composite: the transport between ranks of one host (or island): socket, libfabric, zmq")
+          .text("local_protocol", "ipc", {"ipc", "tcp"}, "composite: the local transport's protocol")
+          .text("local_scope", "host", {"host", "island"},
+                "composite: which ranks use the local transport: those on one host (same kernel and network "
+                "namespace), or those of one island of network.islands")
+          .text("remote", "zmq", {},
+                "composite: the transport to ranks of other hosts (or islands), with transport.protocol"));
+}
+
+}  // namespace gossamer::composite
