@@ -1,8 +1,8 @@
 // compress: encode+decode throughput of each gradient compressor (A2SGD,
-// Top-K, QSGD, dense; optimizers/compress.hpp) next to this machine's
+// Top-K, Gaussian-K, QSGD, dense; optimizers/compress.hpp) next to this machine's
 // single-thread memcpy bandwidth, measured in the same run.
 //
-//   compress [--floats 1M,16M,64M] [--compressors none,a2sgd,a2sgd_keep_error,topk,qsgd]
+//   compress [--floats 1M,16M,64M] [--compressors none,a2sgd,a2sgd_keep_error,topk,gaussk,qsgd]
 //            [--reps 0] [--json results/bench-compress.json]
 //
 // For every size n: one buffer of n random float32 "gradients" (normal,
@@ -10,7 +10,7 @@
 // repetitions, interleaved: memcpy of the n floats into another buffer, then
 // for each compressor one encode + decode (world size 1: the combined
 // payload is this rank's own, so decode does the work it does in training:
-// A2SGD's rebuild pass, Top-K's scatter, QSGD's unpacking). Reported:
+// A2SGD's rebuild pass, Top-K's and Gaussian-K's scatter, QSGD's unpacking). Reported:
 // medians over the repetitions. gbps = 4n bytes of input / (encode + decode)
 // seconds / 1e9; memcpy_gbps = 4n bytes copied / seconds / 1e9 (both
 // directions are not counted, as in a memcpy benchmark's usual "GB/s");
@@ -58,6 +58,7 @@ std::unique_ptr<opt::Compressor> make(const std::string& name, std::size_t n) {
   opt::CompressionOptions o;
   o.kind = name;
   o.topkRatio = 0.01;
+  o.gaussk.ratio = 0.01;
   o.qsgd.levels = 4;
   if (name == "a2sgd_keep_error") {
     o.kind = "a2sgd";
@@ -77,11 +78,11 @@ int defaultReps(std::size_t n) {
 int main(int argc, char** argv) {
   CLI::App app{"compress: encode+decode throughput of the gradient compressors vs memcpy"};
   std::vector<std::string> sizes{"1M", "16M", "64M"};
-  std::vector<std::string> names{"none", "a2sgd", "a2sgd_keep_error", "topk", "qsgd"};
+  std::vector<std::string> names{"none", "a2sgd", "a2sgd_keep_error", "topk", "gaussk", "qsgd"};
   int reps = 0;
   std::string jsonPath = "results/bench-compress.json";
   app.add_option("--floats", sizes, "gradient sizes, elements (K = 2^10, M = 2^20)")->delimiter(',');
-  app.add_option("--compressors", names, "none, a2sgd, a2sgd_keep_error, topk, qsgd")->delimiter(',');
+  app.add_option("--compressors", names, "none, a2sgd, a2sgd_keep_error, topk, gaussk, qsgd")->delimiter(',');
   app.add_option("--reps", reps, "timed repetitions per size (0 = by size, 5..30)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--json", jsonPath, "where to write the rows");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compressed gradient exchanges on the Fashion-MNIST MLP with 8 peers (paper
-# 002): AllReduce-SGD dense vs A2SGD vs Top-K 1% vs QSGD s=4, and A2SGD with
+# 002): AllReduce-SGD dense vs A2SGD vs Top-K 1% vs Gaussian-K 1% vs QSGD s=4, and A2SGD with
 # gossiped means + periodic Crossover-SGD model sync vs uncompressed
 # Crossover-SGD; same epochs, several seeds (see scripts/compare_compression.py).
 # Prints the table and the issue-5 checks, writes results/compare-compression.json

@@ -190,6 +190,7 @@ void registerBuiltins(Registry& registry) {
   registerHierarchical(registry);
   registerDiloco(registry);
   registerTopK(registry);
+  registerGaussianK(registry);
   registerQsgd(registry);
   registerA2sgd(registry);
   registry.setDefault("algorithm", "crossover_sgd");

@@ -1,9 +1,10 @@
 // Feeds gathered compressed gradients, as a rank receives them from its
-// peers, to the decoders of the Top-K and QSGD compressors. The first 6 bytes
-// choose the compressor and its shape: byte 0 bit 0 Top-K or QSGD, bit 1
-// whether the payloads are cut to a whole number of them; byte 1 the
-// gradient length n (1..128); bytes 2-3 the QSGD levels (1..65535) or the
-// Top-K ratio; byte 4 the QSGD bucket size (1..64). The rest is the
+// peers, to the decoders of the Top-K, Gaussian-K and QSGD compressors. The
+// first 6 bytes choose the compressor and its shape: byte 0 bit 0 a sparse
+// compressor (bit 2: Gaussian-K, else Top-K) or QSGD, bit 1 whether the
+// payloads are cut to a whole number of them; byte 1 the gradient length n
+// (1..128); bytes 2-3 the QSGD levels (1..65535) or the sparse ratio; byte 4
+// the QSGD bucket size (1..64). The rest is the
 // payloads. Checks: only InvalidArgument (a length that is not a whole
 // number of payloads) and ProtocolError (naming a payload's rank and a byte
 // offset within one payload) escape; the payloads carry finite values only
@@ -35,13 +36,19 @@ float floatAt(std::span<const std::byte> b, std::size_t off) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < kShapeBytes) return 0;
-  const bool topk = (data[0] & 1) != 0, whole = (data[0] & 2) != 0;
+  const bool sparse = (data[0] & 1) != 0, whole = (data[0] & 2) != 0, gaussk = (data[0] & 4) != 0;
   const std::size_t n = 1 + data[1] % 128;
   const unsigned shape = data[2] | (unsigned{data[3]} << 8);
   std::unique_ptr<Compressor> c;
   std::size_t valuesAt = 0, valueStride = 0, values = 0;  // where the magnitudes are in one payload
-  if (topk) {
-    auto t = std::make_unique<TopKCompressor>(n, (1.0 + shape % 256) / 256.0);
+  const double ratio = (1.0 + shape % 256) / 256.0;
+  if (sparse && gaussk) {
+    auto g = std::make_unique<GaussianKCompressor>(n, GaussianKOptions{ratio, 3});
+    valuesAt = 4 * g->k();
+    values = g->k();
+    c = std::move(g);
+  } else if (sparse) {
+    auto t = std::make_unique<TopKCompressor>(n, ratio);
     valuesAt = 4 * t->k();
     values = t->k();
     c = std::move(t);

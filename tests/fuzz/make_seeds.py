@@ -133,6 +133,8 @@ def compressors():
         idx = sorted(rng.sample(range(16), 4))
         payloads += struct.pack("<4I", *idx) + struct.pack("<4f", *[rng.uniform(-2, 2) for _ in range(4)])
     write("fuzz_compressors", "topk", shape + payloads)
+    # Gaussian-K (byte 0 bit 2): the same wire format and shape, with a zero-valued padding slot.
+    write("fuzz_compressors", "gaussk", bytes([0b111]) + shape[1:] + payloads[:-4] + struct.pack("<f", 0.0))
     # QSGD: n = 1 + 19 = 20, levels 1 + 3 = 4 (4 bits per element), bucket 1 + 7 = 8: 3 buckets.
     shape = bytes([0b10, 19, 3, 0, 7, 0])
     n, bits, buckets = 20, 4, 3

@@ -1,4 +1,4 @@
-// Gradient compressors (A2SGD, Top-K, QSGD, dense) and CompressedSgd over the
+// Gradient compressors (A2SGD, Top-K, Gaussian-K, QSGD, dense) and CompressedSgd over the
 // inproc transport; the `compression:` config section.
 #include <catch2/catch.hpp>
 
@@ -322,6 +322,285 @@ TEST_CASE("Top-K breaks ties by index, averages gathered payloads and rejects ba
   CHECK_THROWS_AS(c.encode(g, payload), InvalidArgument);
 }
 
+// ---- Gaussian-K -----------------------------------------------------------------------
+
+namespace {
+
+/// The payload's k indices and k values.
+std::pair<std::vector<std::uint32_t>, std::vector<float>> sparseOf(std::span<const std::byte> p,
+                                                                   std::size_t k) {
+  std::vector<std::uint32_t> idx(k);
+  std::vector<float> val(k);
+  std::memcpy(idx.data(), p.data(), 4 * k);
+  std::memcpy(val.data(), p.data() + 4 * k, 4 * k);
+  return {idx, val};
+}
+
+/// |mean| + z sigma (population sigma) of g, in double: Gaussian-K's first threshold.
+double gaussianThreshold(const std::vector<float>& g, double z) {
+  double sum = 0, squares = 0;
+  for (float v : g) {
+    sum += v;
+    squares += static_cast<double>(v) * v;
+  }
+  const auto n = static_cast<double>(g.size());
+  const double mean = sum / n;
+  return std::fabs(mean) + z * std::sqrt(squares / n - mean * mean);
+}
+
+}  // namespace
+
+TEST_CASE("Gaussian-K on a hand-made vector: threshold from mean and sigma", "[compress][gaussk]") {
+  // n = 8, ratio 0.25: k = 2, z = Phi^-1(1 - 0.125) = 1.15035 (normal table).
+  // g = {0, 3, 0, 0, -5, 0, 0, 0}: mean -2/8 = -0.25, E[a^2] = 34/8 = 4.25,
+  // sigma = sqrt(4.25 - 0.0625) = 2.04634, tau = 0.25 + 1.15035 * 2.04634 =
+  // 2.6040. |3| and |-5| pass: c = 2, inside [2k/3, 4k/3] = [1.33, 2.67], so no
+  // correction; both are sent (indices 1, 4), nothing is padding.
+  GaussianKCompressor c(8, {0.25, 3});
+  REQUIRE(c.k() == 2);
+  CHECK(c.payloadBytes() == 16);
+  CHECK(c.zScore() == Approx(1.150349).epsilon(1e-6));
+  const std::vector<float> g{0, 3, 0, 0, -5, 0, 0, 0};
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  CHECK(c.threshold() == Approx(0.25 + 1.150349 * std::sqrt(4.1875)).epsilon(1e-5));
+  CHECK(c.candidates() == 2);
+  CHECK(c.selected() == 2);
+  CHECK(c.adjustmentsMade() == 0);
+  const auto [idx, val] = sparseOf(payload, 2);
+  CHECK(idx == std::vector<std::uint32_t>{1, 4});
+  CHECK(val == std::vector<float>{3, -5});
+  CHECK(std::vector<float>(c.error().begin(), c.error().end()) == std::vector<float>(8, 0.0f));
+  // ratio 1: z = Phi^-1(0.5) = 0.
+  CHECK(GaussianKCompressor(8, {1.0, 3}).zScore() == Approx(0.0).margin(1e-12));
+  // ratio 0.05: z = 1.959964 (the familiar 95% two-sided value).
+  CHECK(GaussianKCompressor(8, {0.05, 3}).zScore() == Approx(1.959964).epsilon(1e-6));
+}
+
+TEST_CASE("Gaussian-K selects about k entries of Gaussian data without a correction", "[compress][gaussk]") {
+  // n = 100000, ratio 0.01: k = 1000. For N(0, 1) data the count above
+  // tau = |mu| + 2.5758 sigma is Binomial(n, 0.01): mean 1000, sd 31.5; the
+  // first threshold lands inside [667, 1333] and no correction is made.
+  const std::size_t n = 100000;
+  const auto g = normalVector(n, 31);
+  GaussianKCompressor c(n, {0.01, 3});
+  REQUIRE(c.k() == 1000);
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  CHECK(c.threshold() == Approx(gaussianThreshold(g, c.zScore())).epsilon(1e-5));
+  CHECK(c.adjustmentsMade() == 0);
+  const auto above = static_cast<std::size_t>(
+      std::count_if(g.begin(), g.end(), [&](float v) { return std::fabs(v) > c.threshold(); }));
+  CHECK(c.candidates() == above);
+  CHECK(above > 850);  // 1000 +- 150: about 5 sd
+  CHECK(above < 1150);
+  CHECK(c.selected() == std::min<std::size_t>(above, 1000));
+  // Sent: entries above the threshold, and (when more than k passed) the k largest of them.
+  std::vector<float> out(n);
+  c.decode(payload, g, out);
+  std::size_t sent = 0;
+  float smallestSent = INFINITY, largestKept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(out[i] + c.error()[i] == g[i]);  // sent + kept = g
+    if (out[i] != 0.0f) {
+      ++sent;
+      CHECK(c.error()[i] == 0.0f);
+      smallestSent = std::min(smallestSent, std::fabs(out[i]));
+    } else {
+      largestKept = std::max(largestKept, std::fabs(c.error()[i]));
+    }
+  }
+  CHECK(sent == c.selected());
+  CHECK(smallestSent > c.threshold());
+  CHECK(smallestSent >= largestKept);  // what is sent is the top of |g|
+}
+
+TEST_CASE("Gaussian-K bounds the count on non-Gaussian data", "[compress][gaussk]") {
+  SECTION("uniform: the corrections overshoot, more than k candidates, the k largest are sent") {
+    // Uniform on [-1, 1]: sigma = 1/sqrt(3) = 0.577. ratio 0.01, z = 2.576:
+    // tau = 1.487 > 1, 0 candidates -> halve to 0.744: 25.6% of n pass (> 4k/3)
+    // -> x1.5 = 1.115, 0 pass -> halve to 0.558: 44% pass, no corrections
+    // left (3). 44% of n > k: the k largest |a| are sent, which is Top-K's
+    // selection; so the decoded vectors agree with Top-K's exactly.
+    const std::size_t n = 20000;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> g(n);
+    for (auto& v : g) v = uniform(rng);
+    GaussianKCompressor c(n, {0.01, 3});
+    TopKCompressor t(n, 0.01);
+    auto pc = payloadFor(c), pt = payloadFor(t);
+    c.encode(g, pc);
+    t.encode(g, pt);
+    CHECK(c.adjustmentsMade() == 3);
+    CHECK(c.threshold() == Approx(gaussianThreshold(g, c.zScore()) * 0.5 * 1.5 * 0.5).epsilon(1e-5));
+    CHECK(c.candidates() > 8000);
+    CHECK(c.candidates() < 9600);
+    CHECK(c.selected() == c.k());
+    std::vector<float> oc(n), ot(n);
+    c.decode(pc, g, oc);
+    t.decode(pt, g, ot);
+    CHECK(oc == ot);
+    CHECK(std::equal(c.error().begin(), c.error().end(), t.error().begin()));
+  }
+  SECTION("spikes: fewer than 2k/3 candidates after every correction, the rest of the slots are padding") {
+    // n = 10000, k = 100; 50 entries of 10 at indices 7, 207, ..., the rest 0.
+    // mean 0.05, sigma = sqrt(50 * 100 / 10000 - 0.0025) = 0.7053, tau = 0.05 +
+    // 2.576 * 0.7053 = 1.867: 50 pass (< 66.7) -> 0.93, 0.47, 0.23: still 50.
+    // All 3 corrections are made; the 50 spikes are sent, and the other 50
+    // slots carry 0 at the lowest indices that are not spikes: 0..6, 8..50.
+    const std::size_t n = 10000;
+    std::vector<float> g(n, 0.0f);
+    for (std::size_t s = 0; s < 50; ++s) g[7 + 200 * s] = 10.0f;
+    GaussianKCompressor c(n, {0.01, 3});
+    auto payload = payloadFor(c);
+    c.encode(g, payload);
+    CHECK(c.adjustmentsMade() == 3);
+    CHECK(c.candidates() == 50);
+    CHECK(c.selected() == 50);
+    const auto [idx, val] = sparseOf(payload, 100);
+    std::vector<std::uint32_t> want;
+    for (std::uint32_t i = 0; i <= 50; ++i) want.push_back(i);  // 50 padding slots and the spike at 7
+    for (std::uint32_t s = 1; s < 50; ++s) want.push_back(7 + 200 * s);
+    CHECK(idx == want);
+    for (std::size_t j = 0; j < 100; ++j) CHECK(val[j] == (idx[j] % 200 == 7 ? 10.0f : 0.0f));
+    std::vector<float> out(n);
+    c.decode(payload, g, out);
+    CHECK(out == g);
+    CHECK(std::all_of(c.error().begin(), c.error().end(), [](float v) { return v == 0.0f; }));
+  }
+  SECTION("all zeros: nothing to send, k padding slots") {
+    GaussianKCompressor c(50, {0.1, 3});
+    auto payload = payloadFor(c);
+    c.encode(std::vector<float>(50, 0.0f), payload);
+    CHECK(c.candidates() == 0);
+    CHECK(c.selected() == 0);
+    CHECK(c.threshold() == 0.0f);
+    const auto [idx, val] = sparseOf(payload, 5);
+    CHECK(idx == std::vector<std::uint32_t>{0, 1, 2, 3, 4});
+    CHECK(val == std::vector<float>(5, 0.0f));
+  }
+  SECTION("no corrections allowed: the Gaussian estimate as it is, still at most k") {
+    std::mt19937 rng(9);
+    std::exponential_distribution<float> expo(1.0f);  // |a| heavy on one side
+    std::vector<float> g(5000);
+    for (auto& v : g) v = expo(rng);
+    for (int adjustments : {0, 1, 3, 16}) {
+      GaussianKCompressor c(g.size(), {0.02, adjustments});
+      auto payload = payloadFor(c);
+      c.encode(g, payload);
+      INFO(adjustments);
+      CHECK(c.adjustmentsMade() <= adjustments);
+      CHECK(c.selected() <= c.k());
+      CHECK(c.selected() == std::min(c.candidates(), c.k()));
+      const auto [idx, val] = sparseOf(payload, c.k());
+      CHECK(std::is_sorted(idx.begin(), idx.end()));
+      CHECK(std::adjacent_find(idx.begin(), idx.end()) == idx.end());
+      CHECK(static_cast<std::size_t>(std::count_if(val.begin(), val.end(), [](float v) { return v != 0; })) ==
+            c.selected());
+    }
+  }
+}
+
+TEST_CASE("Gaussian-K keeps what it does not send as the residual", "[compress][gaussk]") {
+  const std::size_t n = 2000;
+  GaussianKCompressor c(n, {0.02, 3});
+  auto payload = payloadFor(c);
+  std::vector<float> out(n), residual(n, 0.0f);
+  double sentTotal = 0;
+  for (unsigned step = 0; step < 5; ++step) {
+    const auto g = normalVector(n, 40 + step, 0.1f);
+    c.encode(g, payload);
+    c.decode(payload, g, out);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float a = g[i] + residual[i];
+      REQUIRE(out[i] + c.error()[i] == a);  // nothing lost: sent + kept = g + e
+      REQUIRE((out[i] == 0.0f || c.error()[i] == 0.0f));
+      sentTotal += out[i] != 0.0f ? 1 : 0;
+    }
+    residual.assign(c.error().begin(), c.error().end());
+  }
+  CHECK(sentTotal > 0);
+  // A small entry that is never selected accumulates in the residual until it is.
+  GaussianKCompressor d(100, {0.01, 3});  // k = 1
+  auto p = payloadFor(d);
+  std::vector<float> g(100, 0.0f);
+  g[3] = 1.0f;
+  g[60] = 0.25f;
+  d.encode(g, p);  // sends index 3 (the only candidate above tau)
+  CHECK(d.error()[60] == 0.25f);
+  g[3] = 0.0f;
+  g[60] = 0.0f;
+  g[61] = 0.1f;
+  d.encode(g, p);  // a = e + g: 0.25 at 60 and 0.1 at 61
+  const auto [idx, val] = sparseOf(p, 1);
+  CHECK(idx[0] == 60);
+  CHECK(val[0] == 0.25f);
+  CHECK(d.error()[61] == 0.1f);
+}
+
+TEST_CASE("Gaussian-K decodes gathered payloads as Top-K does and rejects bad input", "[compress][gaussk]") {
+  const std::size_t n = 300;
+  GaussianKCompressor a(n), b(n, {0.01, 5});
+  REQUIRE(a.k() == 3);
+  auto pa = payloadFor(a), pb = payloadFor(b);
+  const auto ga = normalVector(n, 50), gb = normalVector(n, 51);
+  a.encode(ga, pa);
+  b.encode(gb, pb);
+  std::vector<std::byte> both(pa);
+  both.insert(both.end(), pb.begin(), pb.end());
+  std::vector<float> out(n);
+  a.decode(both, ga, out);
+  // (sparse a + sparse b) / 2, by hand from the payloads.
+  std::vector<float> want(n, 0.0f);
+  for (const auto* p : {&pa, &pb}) {
+    const auto [idx, val] = sparseOf(*p, 3);
+    for (std::size_t j = 0; j < 3; ++j) want[idx[j]] += val[j];
+  }
+  for (auto& v : want) v *= 0.5f;
+  CHECK(out == want);
+  TopKCompressor t(n, 0.01);  // the same wire format
+  std::vector<float> viaTopK(n);
+  t.decode(both, ga, viaTopK);
+  CHECK(viaTopK == out);
+  // Bad payloads.
+  std::uint32_t bad = static_cast<std::uint32_t>(n);
+  auto corrupt = both;
+  std::memcpy(corrupt.data() + pa.size() + 4, &bad, 4);  // rank 1's second index
+  try {
+    a.decode(corrupt, ga, out);
+    FAIL("expected ProtocolError");
+  } catch (const ProtocolError& e) {
+    CHECK(e.peer() == 1);
+    CHECK(e.offset() == 4);
+    CHECK(std::string(e.what()).find("Gaussian-K payload") != std::string::npos);
+  }
+  CHECK_THROWS_AS(a.decode(std::span<const std::byte>(both).first(20), ga, out), InvalidArgument);
+  std::vector<float> shortOut(n - 1);
+  CHECK_THROWS_AS(a.decode(pa, ga, shortOut), InvalidArgument);
+  // Bad options.
+  CHECK_THROWS_AS(GaussianKCompressor(n, {0.0, 3}), InvalidArgument);
+  CHECK_THROWS_AS(GaussianKCompressor(n, {1.5, 3}), InvalidArgument);
+  CHECK_THROWS_AS(GaussianKCompressor(n, {std::nan(""), 3}), InvalidArgument);
+  CHECK_THROWS_AS(GaussianKCompressor(n, {0.1, -1}), InvalidArgument);
+  CHECK_THROWS_AS(GaussianKCompressor(n, {0.1, 17}), InvalidArgument);
+  CHECK_THROWS_AS(GaussianKCompressor(0, {0.1, 3}), InvalidArgument);
+  // Bad gradients: named, and the residual is left as it was.
+  const std::vector<float> before(a.error().begin(), a.error().end());
+  auto g = ga;
+  g[17] = std::numeric_limits<float>::infinity();
+  try {
+    a.encode(g, pa);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("[17]") != std::string::npos);
+  }
+  CHECK(std::equal(before.begin(), before.end(), a.error().begin()));
+  CHECK_THROWS_AS(a.encode(std::vector<float>(n - 1), pa), InvalidArgument);
+  std::vector<std::byte> shortPayload(pa.size() - 4);
+  CHECK_THROWS_AS(a.encode(ga, shortPayload), InvalidArgument);
+}
+
 // ---- QSGD -----------------------------------------------------------------------------
 
 TEST_CASE("QSGD packs signs and levels and decodes to multiples of norm / s", "[compress][qsgd]") {
@@ -402,7 +681,7 @@ TEST_CASE("the dense compressor and the factory", "[compress]") {
   d->decode(payload, g, out);
   CHECK(out == g);
   CompressionOptions o;
-  for (const std::string kind : {"a2sgd", "topk", "qsgd"}) {
+  for (const std::string kind : {"a2sgd", "topk", "gaussk", "qsgd"}) {
     o.kind = kind;
     CHECK(makeCompressor(o, 10)->name() == kind);
   }
@@ -554,8 +833,9 @@ TEST_CASE("A2SGD with gossiped means and a Crossover-SGD sync needs no global co
   }
 }
 
-TEST_CASE("CompressedSgd with Top-K and QSGD keeps every rank's model identical", "[compress][optimizer]") {
-  for (const std::string kind : {"topk", "qsgd", "none"}) {
+TEST_CASE("CompressedSgd with Top-K, Gaussian-K and QSGD keeps every rank's model identical",
+          "[compress][optimizer]") {
+  for (const std::string kind : {"topk", "gaussk", "qsgd", "none"}) {
     const int n = 3, steps = 6;
     const std::size_t p = 500;
     auto fabric = inproc::makeFabric(n);
@@ -624,6 +904,12 @@ TEST_CASE("config: the compression section", "[compress][config]") {
       "q.yaml");
   CHECK(q.get<int>("compression.qsgd_levels") == 16);
   CHECK(q.get<int>("compression.qsgd_bucket_size") == 256);
+  const Config gk = gossamer::test::trainRegistry().parse(
+      "algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: gaussk\n  gaussk_ratio: 0.05\n"
+      "  gaussk_adjustments: 5\n",
+      "gk.yaml");
+  CHECK(gk.get<double>("compression.gaussk_ratio") == 0.05);
+  CHECK(gk.get<int>("compression.gaussk_adjustments") == 5);
   const auto expectError = [](const std::string& yaml, const std::string& key, int line) {
     INFO(yaml);
     try {
@@ -647,6 +933,11 @@ TEST_CASE("config: the compression section", "[compress][config]") {
   expectError("compression:\n  topk_ratio: 0\n", "compression.topk_ratio", 2);
   expectError("compression:\n  topk_ratio: 1.5\n", "compression.topk_ratio", 2);
   expectError("compression:\n  qsgd_levels: 0\n", "compression.qsgd_levels", 2);
+  expectError("compression:\n  gaussk_ratio: 0\n", "compression.gaussk_ratio", 2);
+  expectError("compression:\n  gaussk_ratio: 1.01\n", "compression.gaussk_ratio", 2);
+  expectError("compression:\n  gaussk_adjustments: 17\n", "compression.gaussk_adjustments", 2);
+  expectError("compression:\n  gaussk_adjustments: -1\n", "compression.gaussk_adjustments", 2);
+  expectError("algorithm:\n  name: crossover_sgd\ncompression:\n  kind: gaussk\n", "compression.kind", 4);
   expectError("compression:\n  gossip_rounds: 65\n", "compression.gossip_rounds", 2);
   expectError("compression:\n  sync_period: -1\n", "compression.sync_period", 2);
   expectError("compression:\n  sync: sometimes\n", "compression.sync", 2);
@@ -658,6 +949,7 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
   };
   for (const Case& k : {Case{"allreduce_sgd", "a2sgd", "ring", "compressed_sgd/a2sgd"},
                         Case{"allreduce_sgd", "topk", "ring", "compressed_sgd/topk"},
+                        Case{"allreduce_sgd", "gaussk", "ring", "compressed_sgd/gaussk"},
                         Case{"crossover_sgd", "a2sgd", "fair_roulette", "compressed_sgd/a2sgd"},
                         Case{"sgp", "a2sgd", "directed_exponential", "compressed_sgd/a2sgd"},
                         Case{"allreduce_sgd", "none", "ring", "allreduce_sgd"}}) {

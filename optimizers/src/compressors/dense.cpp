@@ -1,5 +1,6 @@
-// The Compressor base and the dense "compressor" (no compression, 4n bytes),
-// and makeCompressor, which builds a compressor from CompressionOptions for
+// The Compressor base, the sparse compressors' base (SparseCompressor: the
+// Top-K wire format's decode and the residual), the dense "compressor" (no
+// compression, 4n bytes), and makeCompressor, which builds a compressor from CompressionOptions for
 // code that runs one without a registry (benchmarks, tests).
 #include <algorithm>
 #include <bit>
@@ -26,6 +27,20 @@ Compressor::Compressor(std::size_t n) : size_(n) {
                    "gradients of " << n << " elements: at most 2^32 - 1 are supported");
 }
 
+// ---- SparseCompressor ------------------------------------------------------------
+
+SparseCompressor::SparseCompressor(std::size_t n, double ratio, const char* label)
+    : Compressor(n), k_(sparseCount(ratio, n, label)), label_(label) {
+  residual_.assign(n, 0.0f);
+}
+
+void SparseCompressor::decode(std::span<const std::byte> combined, std::span<const float> gradient,
+                              std::span<float> out) {
+  (void)gradient;
+  checkLength(out.size(), size(), (std::string(label_) + " decode: output elements").c_str());
+  decodeSparse(combined, k_, out, label_);
+}
+
 // ---- dense ----------------------------------------------------------------------
 
 DenseCompressor::DenseCompressor(std::size_t n) : Compressor(n) {}
@@ -50,8 +65,9 @@ std::unique_ptr<Compressor> makeCompressor(const CompressionOptions& o, std::siz
   if (o.kind == "none") return std::make_unique<DenseCompressor>(n);
   if (o.kind == "a2sgd") return std::make_unique<A2sgdCompressor>(n, o.a2sgd);
   if (o.kind == "topk") return std::make_unique<TopKCompressor>(n, o.topkRatio);
+  if (o.kind == "gaussk") return std::make_unique<GaussianKCompressor>(n, o.gaussk);
   if (o.kind == "qsgd") return std::make_unique<QsgdCompressor>(n, o.qsgd);
-  throw InvalidArgument("unknown compressor '" + o.kind + "' (none, a2sgd, topk, qsgd)");
+  throw InvalidArgument("unknown compressor '" + o.kind + "' (none, a2sgd, topk, gaussk, qsgd)");
 }
 
 }  // namespace gossamer::optimizers

@@ -1,8 +1,10 @@
 // Checks and small kernels the compressors share.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -28,9 +30,6 @@ inline void checkLength(std::size_t got, std::size_t want, const char* what) {
   }
 }
 
-/// Sums of the non-negative entries, of the negative entries, and the number
-/// of negative entries of g, in one pass. NaN and infinities make a sum
-
 inline void scaleInPlace(std::span<float> v, float factor) {
 #pragma omp simd
   for (std::size_t i = 0; i < v.size(); ++i) v[i] *= factor;
@@ -49,6 +48,60 @@ inline std::size_t gatheredCount(std::size_t combinedBytes, std::size_t payloadB
                           "-byte payloads");
   }
   return combinedBytes / payloadBytes;
+}
+
+/// Entries a sparsifier (Top-K, Gaussian-K) sends per step for a ratio of
+/// n elements: k = clamp(ceil(ratio * n), 1, n).
+/// @throws InvalidArgument unless 0 < ratio <= 1 (`who` names the compressor).
+inline std::size_t sparseCount(double ratio, std::size_t n, const char* who) {
+  GOSSAMER_ENFORCE(ratio > 0 && ratio <= 1, who << " ratio " << ratio << " outside (0, 1]");
+  return std::clamp<std::size_t>(static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(n))), 1, n);
+}
+
+/// Writes entry j of a sparse payload (the Top-K wire format: k uint32
+/// indices, then k float32 values; 8k bytes).
+inline void putSparse(std::span<std::byte> payload, std::size_t k, std::size_t j, std::uint32_t index,
+                      float value) {
+  std::memcpy(payload.data() + 4 * j, &index, 4);
+  std::memcpy(payload.data() + 4 * (k + j), &value, 4);
+}
+
+/// Decodes gathered sparse payloads (the Top-K wire format, see putSparse;
+/// `combined` is a whole number >= 1 of 8k-byte payloads in rank order) into
+/// `out` (n floats): the sum of the sparse vectors divided by their number,
+/// added in rank order so that every rank gets bitwise the same result.
+/// @throws InvalidArgument if `combined` is not a whole number of payloads;
+///         ProtocolError (peer = the payload's rank, offset within it) for
+///         an index outside [0, n) or not above the one before it, or a
+///         value that is not finite (the encoders send finite values only).
+///         `who` names the compressor in the messages.
+inline void decodeSparse(std::span<const std::byte> combined, std::size_t k, std::span<float> out,
+                         const char* who) {
+  const std::size_t n = out.size(), bytes = 8 * k;
+  const std::size_t count = gatheredCount(combined.size(), bytes);
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (std::size_t r = 0; r < count; ++r) {
+    const std::byte* p = combined.data() + r * bytes;
+    for (std::size_t j = 0; j < k; ++j) {
+      std::uint32_t index, previous = 0;
+      float value;
+      std::memcpy(&index, p + 4 * j, 4);
+      std::memcpy(&value, p + 4 * (k + j), 4);
+      if (j > 0) std::memcpy(&previous, p + 4 * (j - 1), 4);
+      if (index >= n || (j > 0 && index <= previous)) {
+        throw ProtocolError(static_cast<int>(r), 4 * j,
+                            std::string(who) + " payload: index " + std::to_string(index) + " outside [0, " +
+                                std::to_string(n) + ") or not above the one before it");
+      }
+      if (!std::isfinite(value)) {
+        throw ProtocolError(static_cast<int>(r), 4 * (k + j),
+                            std::string(who) + " payload: value " + std::to_string(value) + " at index " +
+                                std::to_string(index) + " is not finite");
+      }
+      out[index] += value;
+    }
+  }
+  if (count > 1) scaleInPlace(out, 1.0f / static_cast<float>(count));
 }
 
 }  // namespace gossamer::optimizers::detail

@@ -23,10 +23,7 @@ using namespace detail;
 
 // ---- Top-K ----------------------------------------------------------------------
 
-TopKCompressor::TopKCompressor(std::size_t n, double ratio) : Compressor(n), k_(0) {
-  GOSSAMER_ENFORCE(ratio > 0 && ratio <= 1, "Top-K ratio " << ratio << " outside (0, 1]");
-  k_ = std::clamp<std::size_t>(static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(n))), 1, n);
-  residual_.assign(n, 0.0f);
+TopKCompressor::TopKCompressor(std::size_t n, double ratio) : SparseCompressor(n, ratio, "Top-K") {
   magnitude_.assign(n, 0.0f);
 }
 
@@ -56,55 +53,19 @@ void TopKCompressor::encode(std::span<const float> gradient, std::span<std::byte
   for (std::size_t i = static_cast<std::size_t>(kth) + 1; i < n; ++i) above += mag[i] > threshold ? 1 : 0;
   std::size_t ties = k_ - above;
   // Pass 2: e = g + e, with the selected entries sent and zeroed.
-  std::byte* indices = payload.data();
-  std::byte* values = payload.data() + 4 * k_;
   std::size_t taken = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const float a = g[i] + e[i];
     const float m = std::fabs(a);
     if (m > threshold || (m == threshold && ties > 0)) {
       if (!(m > threshold)) --ties;
-      const auto index = static_cast<std::uint32_t>(i);
-      std::memcpy(indices + 4 * taken, &index, 4);
-      std::memcpy(values + 4 * taken, &a, 4);
-      ++taken;
+      putSparse(payload, k_, taken++, static_cast<std::uint32_t>(i), a);
       e[i] = 0.0f;
     } else {
       e[i] = a;
     }
   }
   GOSSAMER_ENFORCE(taken == k_, "Top-K selected " << taken << " entries, expected " << k_);
-}
-
-void TopKCompressor::decode(std::span<const std::byte> combined, std::span<const float> gradient,
-                            std::span<float> out) {
-  (void)gradient;
-  checkLength(out.size(), size(), "Top-K decode: output elements");
-  const std::size_t count = gatheredCount(combined.size(), payloadBytes());
-  std::fill(out.begin(), out.end(), 0.0f);
-  for (std::size_t r = 0; r < count; ++r) {
-    const std::byte* p = combined.data() + r * payloadBytes();
-    for (std::size_t j = 0; j < k_; ++j) {
-      std::uint32_t index, previous = 0;
-      float value;
-      std::memcpy(&index, p + 4 * j, 4);
-      std::memcpy(&value, p + 4 * (k_ + j), 4);
-      if (j > 0) std::memcpy(&previous, p + 4 * (j - 1), 4);
-      if (index >= size() || (j > 0 && index <= previous)) {
-        throw ProtocolError(static_cast<int>(r), 4 * j,
-                            "Top-K payload: index " + std::to_string(index) + " outside [0, " +
-                                std::to_string(size()) + ") or not above the one before it");
-      }
-      // The encoder sends finite values only (it refuses a non-finite gradient).
-      if (!std::isfinite(value)) {
-        throw ProtocolError(static_cast<int>(r), 4 * (k_ + j),
-                            "Top-K payload: value " + std::to_string(value) + " at index " +
-                                std::to_string(index) + " is not finite");
-      }
-      out[index] += value;
-    }
-  }
-  if (count > 1) scaleInPlace(out, 1.0f / static_cast<float>(count));
 }
 
 void registerTopK(Registry& registry) {

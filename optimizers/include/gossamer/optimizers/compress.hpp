@@ -1,7 +1,7 @@
-// Gradient compressors (A2SGD, Top-K, QSGD, dense) and the optimizer that
+// Gradient compressors (A2SGD, Top-K, Gaussian-K, QSGD, dense) and the optimizer that
 // exchanges compressed gradients (CompressedSgd). Paper:
-// 002_924d025a547be22c.txt (A2SGD, Eq. 2 and Algorithm 1; Top-K and QSGD are
-// its baselines, Table 2).
+// 002_924d025a547be22c.txt (A2SGD, Eq. 2 and Algorithm 1; Top-K, Gaussian-K
+// and QSGD are its baselines, Table 2).
 //
 // A Compressor is pure local math, no I/O: encode() turns this rank's
 // gradient (n float32 elements) into a payload of payloadBytes() bytes and
@@ -44,7 +44,7 @@ enum class PayloadCombine {
 class Compressor {
  public:
   virtual ~Compressor() = default;
-  /// "none", "a2sgd", "topk" or "qsgd".
+  /// "none", "a2sgd", "topk", "gaussk" or "qsgd".
   virtual std::string name() const = 0;
   /// n: elements of the gradients this compressor takes (fixed at construction).
   std::size_t size() const { return size_; }
@@ -159,6 +159,39 @@ class A2sgdCompressor final : public Compressor {
   std::vector<float> error_;  // n floats with keepError, else empty
 };
 
+/// The common part of the sparse compressors with error feedback (Top-K,
+/// Gaussian-K): k = max(1, ceil(ratio * n)) payload slots in one wire format,
+/// k uint32 indices (ascending, in [0, n)) then k float32 values, 8k bytes,
+/// gathered (kGather); the residual e (n floats) that the next encode adds to
+/// its gradient; and the decode, which sums the gathered sparse vectors in
+/// rank order and divides by their number, so that every rank gets bitwise
+/// the same gradient.
+class SparseCompressor : public Compressor {
+ public:
+  PayloadCombine combine() const override { return PayloadCombine::kGather; }
+  std::size_t payloadBytes() const override { return 8 * k_; }
+  bool identicalDecode() const override { return true; }
+  /// Decodes `combined` (a whole number >= 1 of payloads) into `out` (n floats).
+  /// @throws InvalidArgument on a length mismatch; ProtocolError (peer = the
+  ///         payload's rank, offset within it) for an index outside [0, n) or
+  ///         not above the one before it, or a value that is not finite.
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) final;
+  /// The residual e: n floats.
+  std::span<const float> error() const override { return residual_; }
+  /// Payload slots (entries sent) per step.
+  std::size_t k() const { return k_; }
+
+ protected:
+  /// `label` ("Top-K", "Gaussian-K", static storage) names the compressor in errors.
+  /// @throws InvalidArgument unless 0 < ratio <= 1, or for n as Compressor's.
+  SparseCompressor(std::size_t n, double ratio, const char* label);
+
+  std::size_t k_;
+  std::vector<float> residual_;  // e, n floats
+  const char* label_;
+};
+
 /// Top-K sparsification with error feedback (Stich et al., "Sparsified SGD
 /// with memory"; the Top-K baseline of paper 002, Table 2). Each encode adds
 /// the residual e to the gradient, a = g + e, selects the k entries of
@@ -171,26 +204,79 @@ class A2sgdCompressor final : public Compressor {
 /// or whose values are not finite. Selection is O(n): one pass
 /// writes |a| to a scratch vector, std::nth_element finds the k-th largest,
 /// one pass collects the entries above it (then ties, by index).
-class TopKCompressor final : public Compressor {
+class TopKCompressor final : public SparseCompressor {
  public:
   /// k = max(1, ceil(ratio * n)).
   /// @throws InvalidArgument unless 0 < ratio <= 1.
   TopKCompressor(std::size_t n, double ratio);
   std::string name() const override { return "topk"; }
-  PayloadCombine combine() const override { return PayloadCombine::kGather; }
-  std::size_t payloadBytes() const override { return 8 * k_; }
-  bool identicalDecode() const override { return true; }
   void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
-  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
-              std::span<float> out) override;
-  std::span<const float> error() const override { return residual_; }
-  /// Entries sent per step.
-  std::size_t k() const { return k_; }
 
  private:
-  std::size_t k_;
-  std::vector<float> residual_;   // e, n floats
   std::vector<float> magnitude_;  // scratch |a|, n floats
+};
+
+/// Options of Gaussian-K.
+struct GaussianKOptions {
+  double ratio = 0.01;  ///< Fraction of the entries sent per step, (0, 1]: k = max(1, ceil(ratio * n)).
+  int adjustments = 3;  ///< Threshold corrections at most per step (0 .. 16).
+};
+
+/// Gaussian-K sparsification with error feedback (Shi et al., "Understanding
+/// Top-k Sparsification in Distributed Deep Learning", 2019, and its code,
+/// github.com/hclhkbu/GaussianK-SGD, compression.py GaussianCompressor; the
+/// Gaussian-K baseline of paper 002_924d025a547be22c.txt, Section 4 and
+/// Table 2). Like Top-K it forms a = g + e (e: the residual) and sends about
+/// k = ceil(ratio * n) entries of large |a|, but it finds them without a
+/// selection over all n entries: it assumes a ~ N(mu, sigma^2) and takes the
+/// threshold
+///   tau = |mu| + sigma * z,   z = Phi^-1(1 - ratio / 2)
+/// (mu, sigma: the mean and the population standard deviation of a; Phi: the
+/// standard normal CDF), under which a Gaussian vector has ratio * n entries
+/// with |a_i - mu| > z sigma. The candidates are the entries with |a_i| > tau.
+/// While fewer than 2k/3 or more than 4k/3 pass, tau is halved or multiplied
+/// by 1.5 and the candidates counted again, at most `adjustments` times (the
+/// reference's rule). Of the c final candidates, min(c, k) are sent: all of
+/// them when c <= k, else the k of largest |a| (std::nth_element over the
+/// candidates only, ties to the lower index). The payload is Top-K's wire
+/// format exactly (k uint32 indices ascending, then k float32 values; 8k
+/// bytes, kGather), so decode is Top-K's; when fewer than k entries are
+/// selected the remaining slots carry the value 0 at the lowest indices not
+/// selected. The residual is e = a with the sent (selected) entries zeroed;
+/// padding slots keep theirs. Cost per encode: one pass for mu and sigma, one
+/// that writes a into e and collects the candidates, one more per adjustment.
+class GaussianKCompressor final : public SparseCompressor {
+ public:
+  /// n elements; k = max(1, ceil(options.ratio * n)); z is computed here.
+  /// @throws InvalidArgument unless 0 < ratio <= 1 and 0 <= adjustments <= 16
+  ///         (or for n as Compressor's constructor).
+  GaussianKCompressor(std::size_t n, const GaussianKOptions& options = {});
+  std::string name() const override { return "gaussk"; }
+  /// Encodes `gradient` (n float32) into `payload` (8k bytes) and updates the
+  /// residual (see the class comment).
+  /// @throws InvalidArgument on a length mismatch or a non-finite gradient
+  ///         entry (the residual is then left as it was).
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  /// z = Phi^-1(1 - ratio / 2), dimensionless (0 for ratio 1).
+  double zScore() const { return z_; }
+  /// Of the last encode: the candidates above the final threshold (c), the
+  /// entries sent with their value (min(c, k); the other slots are padding),
+  /// the final threshold tau (>= 0, in gradient units) and the threshold
+  /// corrections made (0 .. adjustments).
+  std::size_t candidates() const { return candidates_; }
+  std::size_t selected() const { return selected_; }
+  float threshold() const { return threshold_; }
+  int adjustmentsMade() const { return adjustmentsMade_; }
+
+ private:
+  std::size_t collect(float tau, bool fromGradient, std::span<const float> gradient);
+
+  GaussianKOptions options_;
+  double z_;
+  std::vector<std::uint32_t> indices_;  // scratch: the candidates, ascending (n slots)
+  std::size_t candidates_ = 0, selected_ = 0;
+  float threshold_ = 0;
+  int adjustmentsMade_ = 0;
 };
 
 /// Options of QSGD.
@@ -237,8 +323,9 @@ class QsgdCompressor final : public Compressor {
 
 /// Compressor settings (the `compression:` YAML section, see README).
 struct CompressionOptions {
-  std::string kind = "none";  ///< "none", "a2sgd", "topk" or "qsgd".
+  std::string kind = "none";  ///< "none", "a2sgd", "topk", "gaussk" or "qsgd".
   double topkRatio = 0.01;    ///< topk: fraction of entries sent, (0, 1].
+  GaussianKOptions gaussk;    ///< gaussk: ratio and threshold corrections.
   QsgdOptions qsgd;           ///< qsgd: levels, bucket, seed, rank.
   A2sgdOptions a2sgd;         ///< a2sgd: keepError.
 };

@@ -545,10 +545,10 @@ class Diloco final : public DistributedOptimizer {
 /// Registers the optimizers "allreduce_sgd", "crossover_sgd", "sgp",
 /// "hierarchical" and "diloco" (keys under `algorithm:`; the local SGD step's
 /// learning_rate, momentum and weight_decay under `training:`) and the
-/// compressors "topk", "qsgd" and "a2sgd" (keys under `compression:`), and
-/// makes crossover_sgd the default algorithm. A compressor wraps the
-/// optimizer the config names (Registry::addCompressor): Top-K and QSGD
-/// compress AllReduce-SGD's gradients; A2SGD runs under allreduce_sgd, or
+/// compressors "topk", "gaussk", "qsgd" and "a2sgd" (keys under
+/// `compression:`), and makes crossover_sgd the default algorithm. A
+/// compressor wraps the optimizer the config names (Registry::addCompressor):
+/// Top-K, Gaussian-K and QSGD compress AllReduce-SGD's gradients; A2SGD runs under allreduce_sgd, or
 /// under crossover_sgd / sgp with their model exchange as its model sync and
 /// the means gossiped (unless configured otherwise).
 /// @throws InvalidArgument if one of these names is registered already.
@@ -562,6 +562,7 @@ void registerSgp(Registry& registry);
 void registerHierarchical(Registry& registry);
 void registerDiloco(Registry& registry);
 void registerTopK(Registry& registry);
+void registerGaussianK(Registry& registry);
 void registerQsgd(Registry& registry);
 void registerA2sgd(Registry& registry);
 
