@@ -3,7 +3,8 @@
 // order-2 factorization machine (paper 001, 001_0e82f64010384eaf.txt,
 // Sec. VI-B). Values are checked against direct dense evaluations of the
 // papers' formulas, gradients and Hessian-vector products against central
-// finite differences, and both models must learn a separable synthetic set.
+// finite differences, and both models must learn a separable synthetic set
+// and the SpamAssassin data of scripts/spam-data.sh.
 #include <Eigen/Core>
 #include <catch2/catch.hpp>
 
@@ -12,8 +13,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "dataset.hpp"
 #include "factorization_machine.hpp"
 #include "gossamer/errors.hpp"
+#include "libsvm.hpp"
 #include "logistic_regression.hpp"
 #include "partition.hpp"
 #include "sparse_synthetic.hpp"
@@ -307,4 +310,57 @@ TEST_CASE("factorization machine learns a separable set by mini-batch SGD", "[sp
   Eigen::VectorXd scores(d.rows());
   for (int i = 0; i < d.rows(); ++i) scores[i] = fm.predict(p, d.x, i);
   CHECK(accuracy(scores, d.y) >= 0.9);
+}
+
+TEST_CASE("both models learn the SpamAssassin data from contiguous shards", "[sparse][spam]") {
+  gossamer::testing::requireSpamData();
+  const std::string dir = gossamer::testing::spamDataDir();
+  const int features = 1 << 18;  // scripts/spam_features.py's default
+  const SparseDataset train = gossamer::sparse::readLibsvm(dir + "/spam-train.libsvm", features);
+  const SparseDataset test = gossamer::sparse::readLibsvm(dir + "/spam-test.libsvm", features);
+  // The rows are in a pseudo-random order: every contiguous shard mixes the
+  // classes about as the whole set does.
+  const double spam = (train.y.array() > 0).cast<double>().mean();
+  for (int rank = 0; rank < 4; ++rank) {
+    const SparseDataset s = gossamer::sparse::shard(train, rank, 4);
+    CHECK(std::abs((s.y.array() > 0).cast<double>().mean() - spam) < 0.05);
+  }
+
+  // Logistic regression, Eq. 8 with lambda = 1: five Newton steps, each
+  // solving H s = -g by at most 50 conjugate-gradient iterations.
+  const LogisticRegression lr(train, 1.0);
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(features), g, hv;
+  const double first = lr.loss(x);
+  for (int newton = 0; newton < 5; ++newton) {
+    lr.lossAndGradient(x, g);
+    const Eigen::VectorXd c = lr.curvature(x);
+    Eigen::VectorXd step = Eigen::VectorXd::Zero(features), r = -g, dir = r;
+    double rr = r.squaredNorm();
+    for (int cg = 0; cg < 50 && std::sqrt(rr) > 0.1 * g.norm(); ++cg) {
+      lr.hessianVector(c, dir, hv);
+      const double alpha = rr / dir.dot(hv);
+      step += alpha * dir;
+      r -= alpha * hv;
+      const double next = r.squaredNorm();
+      dir = r + (next / rr) * dir;
+      rr = next;
+    }
+    x += step;
+  }
+  CHECK(lr.loss(x) < 0.1 * first);
+  CHECK(accuracy(test.x * x, test.y) >= 0.95);
+
+  // The factorization machine, k = 8: two epochs of SGD on batches of 32.
+  const FactorizationMachine fm(features, 8, 1e-4);
+  FmParameters p = fm.initialParameters(0.01, 1);
+  FmGradient grad;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const MiniBatch& b : gossamer::sparse::batchesWithFeatures(train.x, 32)) {
+      fm.lossAndGradient(p, train, b, grad);
+      FactorizationMachine::sgdStep(p, grad, 0.05);
+    }
+  }
+  Eigen::VectorXd scores(test.rows());
+  for (int i = 0; i < test.rows(); ++i) scores[i] = fm.predict(p, test.x, i);
+  CHECK(accuracy(scores, test.y) >= 0.95);
 }
