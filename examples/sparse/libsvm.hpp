@@ -22,8 +22,13 @@ namespace gossamer::sparse {
 /// "<file>: byte offset <offset>: line <line>, column <column>: <message>".
 class LibsvmError : public DataError {
  public:
+  /// @param offset  byte offset of the problem in the file
+  /// @param line     1-based line, or 0 when the file cannot be read
+  /// @param column   1-based column in bytes, or 0 with line 0
   LibsvmError(std::string file, std::uint64_t offset, int line, int column, const std::string& msg);
+  /// 1-based line of the problem; 0 when the file could not be read.
   int line() const noexcept { return line_; }
+  /// 1-based byte column of the problem within its line; 0 with line 0.
   int column() const noexcept { return column_; }
 
  private:
