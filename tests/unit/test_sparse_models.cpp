@@ -7,10 +7,12 @@
 // and the SpamAssassin data of scripts/spam-data.sh.
 #include <Eigen/Core>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "dataset.hpp"
@@ -315,7 +317,8 @@ TEST_CASE("factorization machine learns a separable set by mini-batch SGD", "[sp
 TEST_CASE("both models learn the SpamAssassin data from contiguous shards", "[sparse][spam]") {
   gossamer::testing::requireSpamData();
   const std::string dir = gossamer::testing::spamDataDir();
-  const int features = 1 << 18;  // scripts/spam_features.py's default
+  const int features =
+      nlohmann::json::parse(std::ifstream(dir + "/spam-stats.json")).at("features").get<int>();
   const SparseDataset train = gossamer::sparse::readLibsvm(dir + "/spam-train.libsvm", features);
   const SparseDataset test = gossamer::sparse::readLibsvm(dir + "/spam-test.libsvm", features);
   // The rows are in a pseudo-random order: every contiguous shard mixes the
