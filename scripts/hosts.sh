@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs a gossamer-train job across test hosts: network namespaces on this
 # machine, grouped in islands whose links are shaped with tc tbf
-# (tests/hosts/hosts.py; spec format there). One rank per host; rank 0's host
-# serves the TCP rendezvous; every rank binds its transport to its host's
+# (tests/hosts/hosts.py; spec format there). One rank per host, or
+# --ranks-per-host K (ranks h*K .. h*K+K-1 on host h); rank 0's host serves
+# the TCP rendezvous; every rank binds its transport to its host's
 # address. The job's network: section is set from the spec (islands, rates,
 # delay), and when the spec has a delay between islands the fault injector
 # adds it (faults.island_delay: tc cannot without netem). --set after that
@@ -17,6 +18,7 @@
 #          --summary-json FILE (rank 0's summary; default results/hosts.json)
 #          --timeout SECONDS (bound on the whole job; default 900)
 #          --link-stats FILE (bytes that crossed between islands, JSON)
+#          --ranks-per-host K (default 1)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -29,6 +31,7 @@ limit=900
 linkstats=()
 sets=()
 inside=0
+per=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --spec) spec="$2"; shift ;;
@@ -37,13 +40,18 @@ while [ $# -gt 0 ]; do
     --summary-json) summary="$2"; shift ;;
     --timeout) limit="$2"; shift ;;
     --link-stats) linkstats=(--stats "$2"); shift ;;
+    --ranks-per-host) per="$2"; shift ;;
     --inside) inside=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "hosts: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
+if ! [[ "$per" =~ ^[1-9][0-9]*$ ]]; then
+  echo "hosts: --ranks-per-host must be a positive integer, got '$per'" >&2
+  exit 2
+fi
 if [ "$inside" = 0 ]; then
   if [ ! -x "$build/examples/gossamer-train" ]; then
     echo "hosts: $build/examples/gossamer-train is not built (cmake --build build)" >&2
@@ -51,15 +59,19 @@ if [ "$inside" = 0 ]; then
   fi
   mkdir -p "$(dirname "$summary")"
   exec /usr/bin/python3 tests/hosts/hosts.py run "$spec" "${linkstats[@]}" -- \
-    "$0" --inside --spec "$spec" --config "$config" --summary-json "$summary" --timeout "$limit" "${sets[@]}"
+    "$0" --inside --spec "$spec" --config "$config" --summary-json "$summary" --timeout "$limit" \
+    --ranks-per-host "$per" "${sets[@]}"
 fi
 
 # Inside hosts.py run: GOSSAMER_HOSTS lists the hosts.
-n=$(jq length <<<"$GOSSAMER_HOSTS")
+hosts=$(jq length <<<"$GOSSAMER_HOSTS")
+n=$((hosts * per))
 first=$(jq -r '.[0].address' <<<"$GOSSAMER_HOSTS")
 port=$((29400 + $$ % 500))
-echo "== $n hosts ($(jq -r '[.[] | .address] | join(" ")' <<<"$GOSSAMER_HOSTS")), rendezvous tcp://$first:$port"
-net="$GOSSAMER_HOSTS_NETWORK"
+echo "== $n ranks on $hosts hosts ($(jq -r '[.[] | .address] | join(" ")' <<<"$GOSSAMER_HOSTS")), rendezvous tcp://$first:$port"
+# The spec's islands are lists of hosts: each host stands for its ranks.
+net=$(jq -c --argjson k "$per" '.islands |= [.[] | [.[] as $h | range($h * $k; $h * $k + $k)]]' \
+  <<<"$GOSSAMER_HOSTS_NETWORK")
 netsets=(--set "network.islands=$(jq -c .islands <<<"$net")"
          --set "network.inside_gbps=$(jq .inside_gbps <<<"$net")"
          --set "network.between_gbps=$(jq .between_gbps <<<"$net")"
@@ -71,8 +83,8 @@ echo "== network: $(jq -c . <<<"$net")"
 logs=$(mktemp -d)
 pids=()
 for ((r = 0; r < n; ++r)); do
-  ns=$(jq -r ".[$r].namespace" <<<"$GOSSAMER_HOSTS")
-  addr=$(jq -r ".[$r].address" <<<"$GOSSAMER_HOSTS")
+  ns=$(jq -r ".[$((r / per))].namespace" <<<"$GOSSAMER_HOSTS")
+  addr=$(jq -r ".[$((r / per))].address" <<<"$GOSSAMER_HOSTS")
   extra=()
   [ "$r" = 0 ] && extra=(--summary-json "$summary")
   timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/examples/gossamer-train" --config "$config" \

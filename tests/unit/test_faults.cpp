@@ -136,8 +136,9 @@ TEST_CASE("faults: the section wraps an Agent's transport only when enabled, and
     CHECK(e.line() == 4);
     CHECK(e.key() == "faults.drop");
   }
-  CHECK_THROWS_AS(faults::wrap(inproc::makeTransport(inproc::makeFabric(1), 0, 1.0), {1.5, 0, 0, false, {}}),
-                  InvalidArgument);
+  faults::FaultOptions bad;
+  bad.dropProbability = 1.5;
+  CHECK_THROWS_AS(faults::wrap(inproc::makeTransport(inproc::makeFabric(1), 0, 1.0), bad), InvalidArgument);
 }
 
 namespace {
@@ -161,7 +162,12 @@ double averagingErrorUnderFaults(bool lossTolerant) {
   onEveryRank(n, [&](int r) {
     // Gossip only: plain SGP's flush agrees through collectives, which
     // assume a reliable transport.
-    auto t = faults::wrap(inproc::makeTransport(fabric, r, 10.0), {0.05, 0.01, std::uint64_t{3}, true, {}});
+    faults::FaultOptions lossy;
+    lossy.dropProbability = 0.05;
+    lossy.duplicateProbability = 0.01;
+    lossy.seed = 3;
+    lossy.gossipOnly = true;
+    auto t = faults::wrap(inproc::makeTransport(fabric, r, 10.0), lossy);
     // (Plain SGP's flush waits half this long for the messages lost on the way.)
     const optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 1.0, optimizers::GossipMode::kAsync};
     std::unique_ptr<DistributedOptimizer> opt;

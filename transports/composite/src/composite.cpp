@@ -499,8 +499,9 @@ void registerWith(Registry& registry) {
                              inner(remoteFactory, remoteKind, c.transport.protocol));
       },
       KeySet()
-          .text("local", "socket", {},
-                "composite: the transport between ranks of one host (or island): socket, libfabric, zmq")
+          .text("local", "zmq", {},
+                "composite: the transport between ranks of one host (or island): zmq, socket, libfabric "
+                "(docs/transports.md compares them)")
           .text("local_protocol", "ipc", {"ipc", "tcp"}, "composite: the local transport's protocol")
           .text("local_scope", "host", {"host", "island"},
                 "composite: which ranks use the local transport: those on one host (same kernel and network "

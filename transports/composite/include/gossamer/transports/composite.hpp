@@ -1,7 +1,7 @@
 // The composite transport: one Transport made of two, routed per destination.
 // Ranks that share a host (or an island of the `network:` section) reach each
-// other over a fast local transport (the socket transport over ipc, libfabric
-// shm, ...); every other destination goes over a remote transport (zmq tcp by
+// other over a fast local transport (zmq or the socket transport over ipc,
+// libfabric shm); every other destination goes over a remote transport (zmq tcp by
 // default). Algorithms see one transport with the job's ranks, so every
 // collective and optimizer runs over it unchanged.
 #pragma once
@@ -71,7 +71,7 @@ std::vector<int> sameHostRanks(int rank, int worldSize, Store& store, const std:
                                double timeoutSeconds);
 
 /// Registers transport.kind "composite" and its keys transport.local (kind of
-/// the local transport, default "socket"), transport.local_protocol (its
+/// the local transport, default "zmq"), transport.local_protocol (its
 /// protocol, default "ipc"), transport.local_scope ("host": ranks with the
 /// same hostIdentity(); "island": the islands of network.islands) and
 /// transport.remote (kind of the remote transport, default "zmq", with the
