@@ -4,7 +4,8 @@
 # (tests/hosts/hosts.py; spec format there). One rank per host, or
 # --ranks-per-host K (ranks h*K .. h*K+K-1 on host h); rank 0's host serves
 # the TCP rendezvous; every rank binds its transport to its host's
-# address. The job's network: section is set from the spec (islands, rates,
+# address (transport.host: auto: the address facing the rendezvous). The
+# job's network: section is set from the spec (islands, rates,
 # delay), and when the spec has a delay between islands the fault injector
 # adds it (faults.island_delay: tc cannot without netem). --set after that
 # overrides. The namespaces are removed when the job ends, fails or is
@@ -84,11 +85,10 @@ logs=$(mktemp -d)
 pids=()
 for ((r = 0; r < n; ++r)); do
   ns=$(jq -r ".[$((r / per))].namespace" <<<"$GOSSAMER_HOSTS")
-  addr=$(jq -r ".[$((r / per))].address" <<<"$GOSSAMER_HOSTS")
   extra=()
   [ "$r" = 0 ] && extra=(--summary-json "$summary")
   timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/examples/gossamer-train" --config "$config" \
-    --rank "$r" --rendezvous "tcp://$first:$port" --set "world_size=$n" --set "transport.host=$addr" \
+    --rank "$r" --rendezvous "tcp://$first:$port" --set "world_size=$n" --set transport.host=auto \
     "${netsets[@]}" "${sets[@]}" "${extra[@]}" >"$logs/out$r" 2>"$logs/err$r" &
   pids+=($!)
 done

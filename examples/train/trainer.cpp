@@ -484,12 +484,11 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   const auto& ts = s.transportStats;
   nlohmann::json rejected = nlohmann::json::object();
   for (std::size_t k = 0; k < kFrameFaultCount; ++k) rejected[toString(FrameFault(k))] = ts.rejectedFrames[k];
-  j["transport_stats"] = {{"bytes_sent", ts.bytesSent},
-                          {"bytes_received", ts.bytesReceived},
-                          {"messages_sent", ts.messagesSent},
-                          {"messages_received", ts.messagesReceived},
-                          {"refused_connections", ts.refusedConnections},
-                          {"rejected_frames", rejected}};
+  j["transport_stats"] = {
+      {"bytes_sent", ts.bytesSent},           {"bytes_received", ts.bytesReceived},
+      {"messages_sent", ts.messagesSent},     {"messages_received", ts.messagesReceived},
+      {"messages_pulled", ts.messagesPulled}, {"refused_connections", ts.refusedConnections},
+      {"rejected_frames", rejected}};
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& l : s.lost)
     lost.push_back({{"rank", l.rank},

@@ -35,6 +35,12 @@ std::vector<std::string> names(const std::map<std::string, F>& m) {
 }
 }  // namespace
 
+std::string transportHost(const TransportContext& ctx) {
+  const std::string& host = ctx.config.transport.host;
+  if (host != "auto") return host;
+  return ctx.store.localAddress().value_or("127.0.0.1");
+}
+
 Registry::Registry() {
   detail::addCoreKeys(schema_);
   // "none" leaves the optimizer as it is.

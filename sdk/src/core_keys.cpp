@@ -57,7 +57,9 @@ void addCoreKeys(ConfigSchema& schema) {
   schema.addSection("transport", "How peers reach each other.");
   schema.addKeys("transport", KeySet()
                                   .text("host", d.transport.host, {},
-                                        "address the transport binds to (ports are ephemeral)")
+                                        "address the transport binds to (ports are ephemeral); auto: this "
+                                        "host's address on the interface that reaches the tcp rendezvous "
+                                        "(127.0.0.1 with a directory)")
                                   .text("protocol", d.transport.protocol, {"tcp", "ipc"},
                                         "endpoint protocol of the zmq and socket transports")
                                   .real("timeout_seconds", d.transport.timeoutSeconds,

@@ -2,6 +2,15 @@
 // (see network.hpp).
 #include "gossamer/network.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 
@@ -122,5 +131,32 @@ void addNetworkKeys(ConfigSchema& schema) {
           .rule([](const Config& c) { return checkRankPartition(c, "network.islands", "island"); }));
 }
 }  // namespace detail
+
+std::string routeAddressTo(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found); rc != 0 || found == nullptr)
+    throw Error("cannot resolve '" + host + "' to an IPv4 address: " + ::gai_strerror(rc));
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    ::freeaddrinfo(found);
+    throw Error(std::string("socket: ") + std::strerror(errno));
+  }
+  const int connected = ::connect(fd, found->ai_addr, found->ai_addrlen);
+  const int err = errno;
+  ::freeaddrinfo(found);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (connected != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    ::close(fd);
+    throw Error("no route to '" + host + "': " + std::strerror(connected != 0 ? err : errno));
+  }
+  ::close(fd);
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
+}
 
 }  // namespace gossamer

@@ -19,8 +19,12 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/network.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/sub_transport.hpp"
+#include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/composite.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
@@ -799,6 +803,28 @@ TEST_CASE("the zmq rendezvous server answers set and get, and a silent server ti
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(lost.set("job/y", "v"), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+}
+
+TEST_CASE("transport.host: auto binds to the address that reaches the rendezvous", "[store][zmq]") {
+  zmq::StoreServer server("tcp://127.0.0.1:*");
+  zmq::RemoteStore remote(server.endpoint(), 5.0);
+  CHECK(remote.localAddress() == std::optional<std::string>("127.0.0.1"));
+  CHECK(PrefixedStore(remote, "p/").localAddress() == std::optional<std::string>("127.0.0.1"));
+  CHECK(routeAddressTo("127.0.0.5") == "127.0.0.1");  // one loopback interface for 127/8
+  CHECK_THROWS_AS(routeAddressTo("no-such-host.invalid"), Error);
+  MemoryStore local;
+  CHECK_FALSE(local.localAddress().has_value());
+  // A job over zmq with host: auto and a tcp rendezvous binds to 127.0.0.1.
+  Registry registry;
+  zmq::registerWith(registry);
+  topologies::registerBuiltins(registry);
+  optimizers::registerBuiltins(registry);
+  const Config c = registry.parse("world_size: 1\ntransport:\n  kind: zmq\n  host: auto\n", "auto.yaml");
+  CHECK(transportHost(TransportContext{c, 0, remote, &registry}) == "127.0.0.1");
+  CHECK(transportHost(TransportContext{c, 0, local, &registry}) == "127.0.0.1");
+  auto t = registry.transport("zmq")(TransportContext{c, 0, remote, &registry});
+  CHECK(t->worldSize() == 1);
+  t->close();
 }
 
 namespace {

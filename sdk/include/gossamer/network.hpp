@@ -75,6 +75,13 @@ std::vector<std::vector<int>> islandsInView(const std::vector<std::vector<int>>&
 namespace detail {
 /// Declares the `network:` section (sdk/src/network.cpp).
 void addNetworkKeys(ConfigSchema& schema);
+
 }  // namespace detail
+
+/// This host's IPv4 address on the interface the kernel routes `host` (a
+/// name or an IPv4 address) through: a UDP socket connected to it (no packet
+/// is sent) and getsockname(2). "127.0.0.1" for a loopback host.
+/// @throws Error naming `host` if it does not resolve to IPv4 or has no route.
+std::string routeAddressTo(const std::string& host);
 
 }  // namespace gossamer

@@ -44,16 +44,23 @@ struct OptimizerContext {
   const std::vector<std::size_t>& tensorSizes;
 };
 
+/// The address a transport binds to: `transport.host`, or for "auto" the
+/// store's localAddress() (the interface that reaches a tcp rendezvous),
+/// "127.0.0.1" when the store has none.
+/// @throws Error if the rendezvous host cannot be routed to.
+std::string transportHost(const TransportContext& ctx);
+
 /// The fields every networked transport's Options has, filled from the
-/// `transport:` section: rank, worldSize, protocol, host, timeoutSeconds
-/// (seconds) and lingerSeconds (seconds). The rest keep their defaults.
+/// `transport:` section: rank, worldSize, protocol, host (transportHost),
+/// timeoutSeconds (seconds) and lingerSeconds (seconds). The rest keep their
+/// defaults.
 template <typename Options>
 Options networkOptionsFrom(const TransportContext& ctx) {
   Options o;
   o.rank = ctx.rank;
   o.worldSize = ctx.config.worldSize;
   o.protocol = ctx.config.transport.protocol;
-  o.host = ctx.config.transport.host;
+  o.host = transportHost(ctx);
   o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
   o.lingerSeconds = ctx.config.transport.lingerSeconds;
   return o;

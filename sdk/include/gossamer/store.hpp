@@ -27,6 +27,11 @@ class Store {
   /// Waits up to `timeoutSeconds` in all for every key.
   /// @throws TimeoutError naming the missing keys.
   void wait(std::span<const std::string> keys, double timeoutSeconds);
+  /// This host's IPv4 address on the interface that reaches the store's
+  /// server (what `transport.host: auto` binds to), or nullopt for a store
+  /// without one (MemoryStore, FileStore: the default).
+  /// @throws Error if the server's host cannot be resolved or routed to.
+  virtual std::optional<std::string> localAddress() { return std::nullopt; }
 
  protected:
   /// Blocks until something may have changed or `seconds` passed. The default
@@ -75,6 +80,8 @@ class PrefixedStore final : public Store {
   PrefixedStore(Store& inner, std::string prefix);
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  /// The inner store's.
+  std::optional<std::string> localAddress() override { return inner_.localAddress(); }
 
  private:
   Store& inner_;

@@ -271,7 +271,7 @@ void registerWith(Registry& registry) {
         o.rank = ctx.rank;
         o.worldSize = ctx.config.worldSize;
         o.provider = ctx.config.get<std::string>("transport.provider");
-        o.host = ctx.config.transport.host;
+        o.host = transportHost(ctx);
         o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
         o.lingerSeconds = ctx.config.transport.lingerSeconds;
         try {

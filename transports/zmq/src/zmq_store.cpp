@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/network.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "store_request.hpp"
 
@@ -162,6 +163,15 @@ std::optional<std::string> RemoteStore::tryGet(const std::string& key) {
   if (reply[0] != "ok" || reply.size() != 2)
     throw Error("malformed reply from rendezvous server " + impl_->endpoint);
   return reply[1];
+}
+
+std::optional<std::string> RemoteStore::localAddress() {
+  // The endpoint is "tcp://HOST:PORT": the address facing HOST.
+  const std::string& e = impl_->endpoint;
+  const auto colon = e.rfind(':');
+  GOSSAMER_CHECK(e.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6,
+                 "rendezvous endpoint '" << e << "'");
+  return routeAddressTo(e.substr(6, colon - 6));
 }
 
 Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds)

@@ -126,6 +126,9 @@ class RemoteStore final : public Store {
   ///         rejects the request; InvalidArgument for a bad key.
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  /// This host's address facing the server's host (routeAddressTo).
+  /// @throws Error if that host cannot be resolved or routed to.
+  std::optional<std::string> localAddress() override;
 
  private:
   struct Impl;
