@@ -112,9 +112,13 @@ bool settledLocked(RequestState& s) {
 bool Request::waitFor(double timeoutSeconds) {
   GOSSAMER_ENFORCE(state_, "wait on an empty Request");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(timeoutSeconds));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(timeoutSeconds));
+  if (state_->firstWaitNanos.load(std::memory_order_relaxed) == 0)
+    state_->firstWaitNanos.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
+        std::memory_order_relaxed);
   if (state_->engine) state_->engine->waitUntil(*state_, deadline);
   std::unique_lock<std::mutex> lk(state_->mu);
   while (!detail::settledLocked(*state_)) {

@@ -25,6 +25,26 @@ std::size_t dtypeSize(DType t) {
   throw InvalidArgument("unknown dtype " + std::to_string(int(t)));
 }
 
+const char* opName(Op op) noexcept {
+  switch (op) {
+    case Op::kUser:
+      return "user message";
+    case Op::kAllreduce:
+      return "allreduce";
+    case Op::kBroadcast:
+      return "broadcast";
+    case Op::kBarrier:
+      return "barrier";
+    case Op::kGossip:
+      return "gossip";
+    case Op::kControl:
+      return "control";
+    case Op::kMembership:
+      return "membership";
+  }
+  return "?";
+}
+
 const char* dtypeName(DType t) {
   switch (t) {
     case DType::kBytes:

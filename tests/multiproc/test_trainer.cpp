@@ -289,6 +289,35 @@ std::string membershipConfig(const std::string& transport, const std::string& al
 
 }  // namespace
 
+TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, by the ranks that wait on it",
+          "[multiproc][stall]") {
+  gossamer::testing::requireFashionMnist();
+  // AllReduce-SGD over a ring of 3: rank 2 receives from rank 1 every step.
+  const int n = 3, epochs = 60, victim = 1;
+  TempDir dir;
+  writeFile(dir / "job.yaml", smallConfig("zmq", "allreduce_sgd", n, epochs, 30.0) +
+                                  "membership:\n  enabled: false\nrun:\n  stall_seconds: 1\n");
+  auto pids = startRanks(dir, n);
+  Reaper reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  kill(pids[victim], SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // > stall_seconds, < timeout
+  kill(pids[victim], SIGCONT);
+  expectFinished(dir, pids, {0, 1, 2});
+  std::string named;
+  for (int r : {0, 2}) {
+    const std::string err = readFile(dir / ("err" + std::to_string(r)));
+    INFO("rank " << r << " stderr:\n" << err);
+    const auto at = err.find("stall: rank " + std::to_string(r) + " has waited");
+    if (at == std::string::npos) continue;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    if (line.find("rank 1:") != std::string::npos) named = line;
+  }
+  INFO("rank 2 stderr:\n" << readFile(dir / "err2"));
+  REQUIRE_FALSE(named.empty());
+  CHECK(named.find("allreduce, step ") != std::string::npos);
+}
+
 TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and report the lost rank",
           "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();

@@ -2,6 +2,7 @@
 // arrived ("unexpected") messages, per tag, FIFO per (source, tag).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -75,6 +76,9 @@ struct RequestState {
   /// the errors waiters see are renamed through this table (inner rank ->
   /// outer rank). Null: no renaming.
   std::shared_ptr<const std::vector<int>> peerNames;
+  /// When a thread first waited on this request (Request::waitFor, wait):
+  /// steady_clock nanoseconds since its epoch, 0 before. For the stall report.
+  std::atomic<std::int64_t> firstWaitNanos{0};
 
   // The transport's side of a request: these five are all a transport needs
   // (besides Mailbox::claim for filling a receive in place). Each takes `mu`

@@ -74,6 +74,9 @@ enum class Op : std::uint8_t {
 };
 /// The highest Op value a frame may carry.
 constexpr Op kLastOp = Op::kMembership;
+/// "allreduce", "broadcast", "barrier", "gossip", "control", "membership", or
+/// "user message" for Op::kUser.
+const char* opName(Op op) noexcept;
 
 /// Message tag: (op, segment, step) packed into 64 bits (8 + 16 + 40 bits).
 /// Receives match on the whole tag.

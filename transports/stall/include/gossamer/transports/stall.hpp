@@ -1,0 +1,57 @@
+// The stall report: a transport service that notices when this rank has
+// waited on the same peer and operation for longer than a threshold, and
+// says so (which rank, which peer, which operation and step, since when)
+// while the wait goes on, instead of staying silent until the timeout.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossamer/registry.hpp"
+#include "gossamer/transport.hpp"
+
+namespace gossamer::stall {
+
+/// One stalled request, reported once when it has been pending for
+/// thresholdSeconds.
+struct StallReport {
+  int rank = -1;             ///< This rank (the one waiting).
+  std::vector<int> peers;    ///< The rank(s) it waits on: the destination, or the sources.
+  bool send = false;         ///< A send not yet taken by its peer (else a receive).
+  Tag tag;                   ///< The operation (tag.op), its step and segment.
+  double waitedSeconds = 0;  ///< How long a thread had waited on it when reported, seconds.
+  /// When a thread began to wait on it, seconds since the Unix epoch (system clock).
+  double sinceUnixSeconds = 0;
+};
+
+/// "stall: rank 0 has waited 2.0 s (since 12:00:01.250 UTC) for a receive
+/// from rank 1: allreduce, step 41, segment 3".
+std::string describe(const StallReport& report);
+
+/// Options of wrap().
+struct Options {
+  /// Report a request that a thread has waited on (Request::wait, waitFor)
+  /// this long since its first wait, seconds (> 0). A request that is only
+  /// pending (posted, tested, overlapped with computation) is not a stall.
+  double thresholdSeconds = 10.0;
+  /// Called once per stalled request, from the watcher's thread; the default
+  /// (empty) logs describe(report) as a warning.
+  std::function<void(const StallReport&)> onStall;
+};
+
+/// Wraps `inner`: every send and receive it posts (but the membership
+/// service's heartbeats and control messages, which wait by design) is
+/// watched by a thread that wakes every thresholdSeconds / 4 and reports,
+/// once, each one that a thread has waited on for the threshold. Costs per request: one clock
+/// read and one short critical section.
+/// @throws InvalidArgument if inner is null or thresholdSeconds <= 0.
+std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, Options options);
+
+/// Registers the `run.stall_seconds` key (default 10 s; 0 turns the report
+/// off) as a transport service that wraps every Agent's transport.
+void registerWith(Registry& registry);
+
+}  // namespace gossamer::stall

@@ -1,0 +1,190 @@
+// The stall report (stall.hpp): a watcher thread over this rank's pending
+// sends and receives. Nothing goes on the wire; each request costs one clock
+// read and one push under a mutex, and the watcher drops settled requests as
+// it goes.
+#include "gossamer/transports/stall.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+#include "gossamer/mailbox.hpp"
+
+namespace gossamer::stall {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Watched {
+  std::weak_ptr<detail::RequestState> state;
+  std::vector<int> peers;
+  bool send;
+  Tag tag;
+};
+
+class StallWatch final : public Transport {
+ public:
+  StallWatch(std::unique_ptr<Transport> inner, Options o)
+      : inner_(std::move(inner)),
+        threshold_(
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.thresholdSeconds))),
+        onStall_(std::move(o.onStall)),
+        watcher_([this] { watch(); }) {}
+
+  ~StallWatch() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watcher_.join();
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int worldSize() const override { return inner_->worldSize(); }
+  std::string name() const override { return inner_->name(); }
+  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
+  TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return track(inner_->isend(dst, tag, data, dtype), {dst}, true, tag);
+  }
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    return track(inner_->isendBorrowed(dst, tag, data, dtype, checksum), {dst}, true, tag);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    return track(inner_->irecv(sources, tag, buffer), std::vector<int>(sources.begin(), sources.end()), false,
+                 tag);
+  }
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    return track(inner_->irecvView(source, tag, buffer), {source}, false, tag);
+  }
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return inner_->discardArrived(stale);
+  }
+  void close() override { inner_->close(); }
+  void abort() override { inner_->abort(); }
+  TransportStats stats() const override { return inner_->stats(); }
+
+ private:
+  Request track(Request r, std::vector<int> peers, bool send, const Tag& tag) {
+    // The membership service's own traffic waits for the next event by design.
+    if (tag.op == Op::kMembership || tag.op == Op::kControl) return r;
+    auto state = r.watch();
+    if (state.expired()) return r;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      watched_.push_back(Watched{std::move(state), std::move(peers), send, tag});
+    }
+    return r;
+  }
+
+  void watch() {
+    const auto period = std::max<Clock::duration>(threshold_ / 4, std::chrono::milliseconds(10));
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      cv_.wait_for(lk, period, [this] { return stop_; });
+      if (stop_) return;
+      const auto now = Clock::now();
+      const double wallNow =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::vector<StallReport> due;
+      std::deque<Watched> keep;
+      for (auto& w : watched_) {
+        auto s = w.state.lock();
+        if (!s || !s->pending()) continue;  // settled (or gone): no longer watched
+        // Pending is not stalled: only a wait that has lasted the threshold is.
+        const std::int64_t first = s->firstWaitNanos.load(std::memory_order_relaxed);
+        const auto waited = first == 0 ? Clock::duration::zero()
+                                       : now - Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::nanoseconds(first)));
+        if (waited < threshold_) {
+          keep.push_back(std::move(w));
+          continue;
+        }
+        StallReport r;
+        r.rank = inner_->rank();
+        r.peers = w.peers;
+        r.send = w.send;
+        r.tag = w.tag;
+        r.waitedSeconds = std::chrono::duration<double>(waited).count();
+        r.sinceUnixSeconds = wallNow - r.waitedSeconds;
+        due.push_back(std::move(r));  // reported once, then dropped
+      }
+      watched_.swap(keep);
+      lk.unlock();
+      for (const auto& r : due) {
+        if (onStall_)
+          onStall_(r);
+        else
+          log(LogLevel::kWarning, describe(r));
+      }
+      lk.lock();
+    }
+  }
+
+  std::unique_ptr<Transport> inner_;
+  Clock::duration threshold_;
+  std::function<void(const StallReport&)> onStall_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Watched> watched_;
+  bool stop_ = false;
+  std::thread watcher_;  // last: starts once the rest is built
+};
+
+}  // namespace
+
+std::string describe(const StallReport& r) {
+  std::ostringstream os;
+  char since[32] = "?";
+  const auto whole = static_cast<std::time_t>(r.sinceUnixSeconds);
+  std::tm utc{};
+  if (gmtime_r(&whole, &utc) != nullptr) {
+    char hms[16];
+    std::strftime(hms, sizeof hms, "%H:%M:%S", &utc);
+    std::snprintf(since, sizeof since, "%s.%03d", hms,
+                  static_cast<int>((r.sinceUnixSeconds - static_cast<double>(whole)) * 1000));
+  }
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "stall: rank " << r.rank << " has waited " << r.waitedSeconds << " s (since " << since << " UTC) for "
+     << (r.send ? "a send to rank "
+                : (r.peers.size() == 1 ? "a receive from rank " : "a receive from ranks "));
+  for (std::size_t i = 0; i < r.peers.size(); ++i) os << (i ? ", " : "") << r.peers[i];
+  os << ": " << opName(r.tag.op) << ", step " << r.tag.step << ", segment " << r.tag.segment;
+  return os.str();
+}
+
+std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, Options options) {
+  GOSSAMER_ENFORCE(inner != nullptr, "no transport to watch");
+  GOSSAMER_ENFORCE(options.thresholdSeconds > 0 && options.thresholdSeconds < 1e9,
+                   "stall threshold " << options.thresholdSeconds << " s");
+  return std::make_unique<StallWatch>(std::move(inner), std::move(options));
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransportService(
+      "run", "what a run reports while it goes",
+      KeySet().real("stall_seconds", 10.0, {0.0, true, 86400.0, true},
+                    "warn when this rank has waited this long on the same peer and operation (which rank, "
+                    "which operation and step, since when), seconds; 0: off"),
+      [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
+        const double seconds = ctx.config.get<double>("run.stall_seconds");
+        if (seconds <= 0) return inner;
+        Options o;
+        o.thresholdSeconds = seconds;
+        return wrap(std::move(inner), std::move(o));
+      });
+}
+
+}  // namespace gossamer::stall
