@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "admm_config.hpp"
 #include "components.hpp"
 #include "gossamer/errors.hpp"
 
@@ -48,7 +49,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const gossamer::Registry registry = gossamer::train::makeTrainRegistry();
+    // gossamer-train's sections and gossamer-admm's (docs/admm.md).
+    const gossamer::Registry registry = [] {
+      gossamer::Registry r = gossamer::train::makeTrainRegistry();
+      gossamer::sparse::registerAdmmSection(r);
+      return r;
+    }();
     if (schema) {
       const std::string text = markdown ? registry.schema().markdown() : plainSchema(registry.schema());
       std::fputs(text.c_str(), stdout);
