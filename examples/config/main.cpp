@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "admm_config.hpp"
-#include "components.hpp"
 #include "gossamer/errors.hpp"
 
 namespace {
@@ -50,11 +49,7 @@ int main(int argc, char** argv) {
   }
   try {
     // gossamer-train's sections and gossamer-admm's (docs/admm.md).
-    const gossamer::Registry registry = [] {
-      gossamer::Registry r = gossamer::train::makeTrainRegistry();
-      gossamer::sparse::registerAdmmSection(r);
-      return r;
-    }();
+    const gossamer::Registry registry = gossamer::sparse::makeAdmmRegistry();
     if (schema) {
       const std::string text = markdown ? registry.schema().markdown() : plainSchema(registry.schema());
       std::fputs(text.c_str(), stdout);

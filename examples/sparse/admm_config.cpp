@@ -3,6 +3,8 @@
 
 #include <climits>
 
+#include "components.hpp"
+
 namespace gossamer::sparse {
 
 void registerAdmmSection(Registry& registry) {
@@ -25,6 +27,12 @@ void registerAdmmSection(Registry& registry) {
                 "x-update stops at gradient norm <= this x max(1, initial gradient norm)")
           .real("reference_tolerance", d.referenceTolerance, {0.0, false, 1.0, false},
                 "the same for the central solve on the whole training set that gives f* of Eq. 9"));
+}
+
+Registry makeAdmmRegistry() {
+  Registry r = train::makeTrainRegistry();
+  registerAdmmSection(r);
+  return r;
 }
 
 AdmmConfig admmConfigFrom(const Config& c) {

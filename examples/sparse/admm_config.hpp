@@ -30,6 +30,11 @@ struct AdmmConfig {
 /// @throws InvalidArgument if its keys clash with registered ones.
 void registerAdmmSection(Registry& registry);
 
+/// gossamer-train's registry (train::makeTrainRegistry) with the `admm:`
+/// section: gossamer-admm's, and gossamer-config's (the README reference).
+/// @throws InvalidArgument if the keys clash (a bug).
+Registry makeAdmmRegistry();
+
 /// The section's values from a config loaded by a registry that
 /// registerAdmmSection filled.
 /// @throws InvalidArgument if a key is missing.

@@ -23,7 +23,6 @@
 
 #include "admm_config.hpp"
 #include "admm_objective.hpp"
-#include "components.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
@@ -51,12 +50,6 @@ Data loadData(const sparse::AdmmConfig& a) {
   d.train = sparse::readLibsvm(a.train, a.features);
   d.test = sparse::readLibsvm(a.test, d.train.features());
   return d;
-}
-
-gossamer::Registry makeRegistry() {
-  gossamer::Registry r = gossamer::train::makeTrainRegistry();
-  sparse::registerAdmmSection(r);
-  return r;
 }
 
 // The central reference: Eq. 8 on the whole training set.
@@ -209,7 +202,7 @@ int main(int argc, char** argv) {
                  "KEY=VALUE: overrides a key of the config (repeatable; checked like the file)");
   CLI11_PARSE(app, argc, argv);
   try {
-    const gossamer::Registry registry = makeRegistry();
+    const gossamer::Registry registry = sparse::makeAdmmRegistry();
     const Config c = registry.load(configPath, overrides);
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
