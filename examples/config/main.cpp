@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "components.hpp"
+#include "admm_config.hpp"
 #include "gossamer/errors.hpp"
 
 namespace {
@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const gossamer::Registry registry = gossamer::train::makeTrainRegistry();
+    // gossamer-train's sections and gossamer-admm's (docs/admm.md).
+    const gossamer::Registry registry = gossamer::sparse::makeAdmmRegistry();
     if (schema) {
       const std::string text = markdown ? registry.schema().markdown() : plainSchema(registry.schema());
       std::fputs(text.c_str(), stdout);

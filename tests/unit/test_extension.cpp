@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "admm_config.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/registry.hpp"
@@ -257,5 +258,6 @@ TEST_CASE("extension: README's configuration reference is the one the registry g
   REQUIRE(b < e);
   const std::string inReadme = text.substr(b + begin.size(), e - b - begin.size());
   INFO("regenerate with scripts/update-config-reference.sh");
-  CHECK(inReadme == gossamer::test::trainRegistry().schema().markdown());
+  // gossamer-config's registry: gossamer-train's sections and gossamer-admm's.
+  CHECK(inReadme == gossamer::sparse::makeAdmmRegistry().schema().markdown());
 }
