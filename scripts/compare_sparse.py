@@ -20,7 +20,7 @@ broadcast_seconds, compute_seconds, dense_epoch_seconds, identical_to_existing,
 crc32c, test_accuracy, rounds_per_epoch.
 
     scripts/compare-sparse.sh                        # defaults below
-    scripts/compare-sparse.sh --repeats 3 --rounds 0 # whole epochs
+    scripts/compare-sparse.sh --repeats 1 --rounds 8  # quicker: 8 rounds per epoch at most
 """
 
 import argparse
@@ -58,8 +58,8 @@ def main():
     ap.add_argument("--config", default="examples/sparse/sparse-sync.yaml")
     ap.add_argument("--models", default="fm,lr")
     ap.add_argument("--worlds", default="4,8")
-    ap.add_argument("--batches", default="128,512,2048", help="global batch sizes (rows per round)")
-    ap.add_argument("--rounds", type=int, default=16, help="rounds per epoch at most (0: whole epochs)")
+    ap.add_argument("--batches", default="256,512,1024", help="global batch sizes (rows per round)")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per epoch at most (0: whole epochs)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--factors", type=int, default=8)
     ap.add_argument("--fm-rate", type=float, default=0.01, help="learning rate of the factorization machine")

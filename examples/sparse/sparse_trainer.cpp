@@ -9,9 +9,9 @@
 //
 // Per round: [broadcast] compute the gradient of the rank's batch on its
 // touched rows [reduce + direct] (or: scatter into the full vector,
-// allreduce, step every row). The bias w_0 of both models is touched by every
-// rank in every round: the sparse methods allreduce its gradient (one
-// float64, a collective of its own, counted in the reduce time).
+// allreduce, step every row). The synchronised table has d + 1 rows of width
+// values: row j < d is feature j's ([w_j] or [w_j, v_j]), row d the bias
+// [w_0, 0, ...], which every rank with a batch touches in every round.
 #include "sparse_trainer.hpp"
 
 #include <algorithm>
@@ -131,17 +131,23 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
   if (sc.rounds > 0) perEpoch = std::min(perEpoch, static_cast<std::size_t>(sc.rounds));
   if (perEpoch == 0) throw ConfigError(config.sourceFile, 0, "sparse.train", "no training rows");
   const std::size_t rounds = perEpoch * static_cast<std::size_t>(sc.epochs);
+  // Row d of the synchronised table is the bias [w_0, 0, ...]: touched by
+  // every rank in every round it has a batch, as the last key.
+  const auto biasRow = static_cast<std::uint32_t>(d);
   ss::TouchedFeatures touched(static_cast<std::size_t>(n), std::vector<std::vector<std::uint32_t>>(rounds));
   for (std::size_t r = 0; r < touched.size(); ++r)
     for (std::size_t m = 0; m < rounds; ++m) {
       const std::size_t b = m % perEpoch;
-      if (b < batches[r].size())
-        touched[r][m].assign(batches[r][b].features.begin(), batches[r][b].features.end());
+      if (b >= batches[r].size()) continue;
+      touched[r][m].assign(batches[r][b].features.begin(), batches[r][b].features.end());
+      touched[r][m].push_back(biasRow);
     }
   const SparseDataset& mine = shards[static_cast<std::size_t>(rank)];
   const auto& myBatches = batches[static_cast<std::size_t>(rank)];
 
   // Initial model, the same on every rank: w = 0, w_0 = 0, factors N(0, s^2).
+  // `w` ((d + 1) x width) is what is synchronised; the factorization machine
+  // reads the touched rows from it into `p` before each gradient.
   FmParameters p;
   std::optional<FactorizationMachine> machine;
   if (fm) {
@@ -150,18 +156,20 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
   } else {
     p.table = DenseRows::Zero(d, 1);
   }
-  const std::span<double> table(p.table.data(), static_cast<std::size_t>(d) * width);
+  const std::size_t tableSize = static_cast<std::size_t>(d) * width;
+  std::vector<double> w(tableSize + width, 0.0);
+  std::copy_n(p.table.data(), tableSize, w.begin());
+  w[tableSize] = p.w0;
 
   Agent agent(config, rank, store, registry);
   Communicator& comm = agent.communicator();
   std::optional<ss::SparseExchange> exchange;
   if (sc.method != "dense") {
-    const auto bounds = ss::partitionRanges(ss::featureCounts(touched, static_cast<std::size_t>(d)), n);
+    const auto bounds = ss::partitionRanges(ss::featureCounts(touched, static_cast<std::size_t>(d) + 1), n);
     const auto schedule =
         sc.method == "direct" ? ss::planDirectTransmission(touched) : ss::existingSchedule(touched);
     // A sequence range of its own, far above the communicator's.
-    exchange.emplace(agent.transport(), touched, bounds, schedule, width,
-                     std::span<const double>(table.data(), table.size()), config.transport.timeoutSeconds,
+    exchange.emplace(agent.transport(), touched, bounds, schedule, width, w, config.transport.timeoutSeconds,
                      std::uint64_t{1} << 36);
   }
   SparseSummary s;
@@ -169,85 +177,80 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
   s.roundsPerEpoch = perEpoch;
   s.planSeconds = sumOverRanks(comm, since(planStart), ReduceOp::kMax);
 
-  std::vector<double> dense(sc.method == "dense" ? table.size() + 1 : 0);
+  std::vector<double> dense(sc.method == "dense" ? w.size() : 0), grads, lrRows;
   FmGradient g;
-  std::vector<double> lrRows;
-  double compute = 0, reduceDense = 0, lossSum = 0;
+  double compute = 0, reduceSeconds = 0, lossSum = 0;
   int lossCount = 0;
   comm.barrier();
   const auto start = Clock::now();
   for (std::size_t m = 0; m < rounds; ++m) {
     const std::size_t b = m % perEpoch;
     const bool active = b < myBatches.size();
-    if (exchange) exchange->broadcast(m, table);
+    if (exchange) exchange->broadcast(m, w);
     const auto t0 = Clock::now();
-    double g0 = 0;
-    std::span<const double> rows;
+    grads.clear();
     if (active) {
       const MiniBatch& batch = myBatches[b];
-      const double loss = fm ? machine->lossAndGradient(p, mine, batch, g)
-                             : lrLossAndGradient(mine, batch, table.data(), p.w0, sc.lambda, lrRows, g0);
+      double loss = 0, g0 = 0;
       if (fm) {
+        for (int f : batch.features)
+          std::copy_n(w.data() + static_cast<std::size_t>(f) * width, width,
+                      p.table.data() + static_cast<std::size_t>(f) * width);
+        p.w0 = w[tableSize];
+        loss = machine->lossAndGradient(p, mine, batch, g);
+        grads.assign(g.rows.data(), g.rows.data() + g.rows.size());
         g0 = g.w0;
-        rows = std::span<const double>(g.rows.data(), static_cast<std::size_t>(g.rows.size()));
       } else {
-        rows = lrRows;
+        loss = lrLossAndGradient(mine, batch, w.data(), w[tableSize], sc.lambda, lrRows, g0);
+        grads = lrRows;
       }
+      grads.push_back(g0);  // the bias row, last
+      grads.resize(grads.size() + width - 1, 0.0);
       if (m >= rounds - perEpoch) {
         lossSum += loss;
         ++lossCount;
       }
     }
     compute += since(t0);
+    const auto t1 = Clock::now();
     if (exchange) {
-      const auto t1 = Clock::now();
-      exchange->reduce(m, rows, sc.learningRate, table);
-      g0 = sumOverRanks(comm, g0);  // bias: every rank, every round
-      p.w0 = p.w0 - sc.learningRate * g0;
-      reduceDense += since(t1);  // reduce + direct, and the bias
+      exchange->reduce(m, grads, sc.learningRate, w);
     } else {
-      const auto t1 = Clock::now();
       std::fill(dense.begin(), dense.end(), 0.0);
-      dense[0] = g0;
       if (active) {
-        const auto& keys = myBatches[b].features;
+        const auto& keys = touched[static_cast<std::size_t>(rank)][m];
         for (std::size_t k = 0; k < keys.size(); ++k)
-          std::copy_n(rows.data() + k * width, width,
-                      dense.data() + 1 + static_cast<std::size_t>(keys[k]) * width);
+          std::copy_n(grads.data() + k * width, width,
+                      dense.data() + static_cast<std::size_t>(keys[k]) * width);
       }
       comm.allreduce(std::span<double>(dense), ReduceOp::kSum);
-      p.w0 = p.w0 - sc.learningRate * dense[0];
-      for (std::size_t i = 0; i < table.size(); ++i) table[i] = table[i] - sc.learningRate * dense[i + 1];
-      reduceDense += since(t1);
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] = w[i] - sc.learningRate * dense[i];
     }
+    reduceSeconds += since(t1);
   }
   const double total = since(start);
-  std::vector<double> final;
-  if (exchange) {
-    final = exchange->gather();
-    std::copy(final.begin(), final.end(), table.begin());
-  }
+  if (exchange) w = exchange->gather();
+  std::copy_n(w.begin(), tableSize, p.table.data());
+  p.w0 = w[tableSize];
   const double epochs = sc.epochs;
   s.epochSeconds = sumOverRanks(comm, total, ReduceOp::kMax) / epochs;
   s.computeSeconds = sumOverRanks(comm, compute, ReduceOp::kMax) / epochs;
   if (exchange) {
     const auto& st = exchange->stats();
     s.broadcastSeconds = sumOverRanks(comm, st.broadcastSeconds, ReduceOp::kMax) / epochs;
-    s.reduceSeconds = sumOverRanks(comm, reduceDense, ReduceOp::kMax) / epochs;
+    s.reduceSeconds = sumOverRanks(comm, reduceSeconds, ReduceOp::kMax) / epochs;
     s.elementsReduce = static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.reduceElements)));
     s.elementsDirect = static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.directElements)));
     s.elementsBroadcast =
         static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.broadcastElements)));
   } else {
-    s.reduceSeconds = sumOverRanks(comm, reduceDense, ReduceOp::kMax) / epochs;
+    s.reduceSeconds = sumOverRanks(comm, reduceSeconds, ReduceOp::kMax) / epochs;
     // Each rank of a ring allreduce sends 2 (N - 1) / N of the vector.
-    s.elementsReduce = static_cast<std::uint64_t>(2 * (n - 1)) * (table.size() + 1) * rounds;
+    s.elementsReduce = static_cast<std::uint64_t>(2 * (n - 1)) * w.size() * rounds;
   }
   s.trainLoss = sumOverRanks(comm, lossSum) / std::max(1.0, sumOverRanks(comm, lossCount));
-  // The model's bits: w_0 then the table.
-  std::uint32_t crc = crc32c(std::as_bytes(std::span<const double>(&p.w0, 1)));
-  crc = crc32cCombine(crc, crc32c(std::as_bytes(std::span<const double>(table.data(), table.size()))),
-                      table.size() * sizeof(double));
+  // The model's bits: the table, then the bias row.
+  const std::uint32_t crc = crc32c(std::as_bytes(std::span<const double>(w)));
   s.crc = crc;
   if (rank == 0 && !sc.test.empty()) {
     const SparseDataset test = readLibsvm(sc.test, d);
@@ -258,7 +261,7 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
         z = machine->predict(p, test.x, i);
       } else {
         for (CsrMatrix::InnerIterator it(test.x, i); it; ++it)
-          z += table[static_cast<std::size_t>(it.col())] * it.value();
+          z += w[static_cast<std::size_t>(it.col())] * it.value();
       }
       correct += (z >= 0 ? 1.0 : -1.0) == test.y[i];
     }

@@ -47,7 +47,7 @@ struct SparseSummary {
   double epochSeconds = 0, reduceSeconds = 0, broadcastSeconds = 0, computeSeconds = 0;
   double planSeconds = 0;  ///< building the schedule and the exchange, once
   std::size_t roundsPerEpoch = 0;
-  std::uint32_t crc = 0;  ///< crc32c of the final model's float64 bytes (bias first)
+  std::uint32_t crc = 0;  ///< crc32c of the final (d + 1) x width table's float64 bytes, bias row last
   double trainLoss = 0;   ///< mean of the ranks' batch losses over the last epoch
   double testAccuracy = -1;
   bool writer = false;  ///< rank 0
