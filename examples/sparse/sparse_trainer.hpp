@@ -41,7 +41,9 @@ void registerSparseSection(Registry& registry);
 SparseTrainConfig sparseConfigFrom(const Config& config);
 
 /// What rank 0 reports (elements summed over the ranks; seconds the slowest
-/// rank's, per epoch).
+/// rank's, per epoch). For `dense`, elementsReduce is 2 (N - 1) times the
+/// vector per round, what a ring allreduce sends (the configured allreduce
+/// may send otherwise), and the other element counts are 0.
 struct SparseSummary {
   std::uint64_t elementsReduce = 0, elementsDirect = 0, elementsBroadcast = 0;
   double epochSeconds = 0, reduceSeconds = 0, broadcastSeconds = 0, computeSeconds = 0;

@@ -156,6 +156,30 @@ TEST_CASE("sparse exchange: existing and direct equal dense synchronous SGD bit 
   }
 }
 
+TEST_CASE("sparse exchange: hand-made schedules, bit for bit and element for element", "[sparse_sync]") {
+  // The worked example of test_sparse_sync.cpp (a direct value, owner hops,
+  // a kept reduce), a direct gradient (f2: ranks {0,1} then rank 1), and a
+  // feature passed from rank to rank by direct values (f5).
+  const std::vector<std::pair<TouchedFeatures, std::uint32_t>> cases{
+      {{{{0, 1, 2}, {1, 5}, {}, {0, 9}}, {{1, 3}, {5, 6}, {3}, {1}}, {{}, {1, 7}, {3, 4}, {4}}}, 10},
+      {{{{2}, {}}, {{2}, {2}}}, 4},
+      {{{{5}, {}, {}, {}}, {{}, {}, {5}, {}}, {{}, {}, {}, {5}}}, 6}};
+  for (std::size_t width : {1, 2}) {
+    for (const auto& [t, d] : cases) {
+      const auto reference = denseReference(t, d, width);
+      const auto s = planDirectTransmission(t);
+      const auto direct = runSparse(t, d, width, s);
+      const auto existing = runSparse(t, d, width, existingSchedule(t));
+      for (std::size_t r = 0; r < t.size(); ++r) {
+        CHECK(sameBits(direct.gathered[r], reference));
+        CHECK(sameBits(existing.gathered[r], reference));
+      }
+      CHECK(direct.total.directElements == s.counts.directElements * width);
+      CHECK(direct.total.directElements > 0);
+    }
+  }
+}
+
 TEST_CASE("sparse exchange: the schedule has single-rank and direct-gradient hops to test", "[sparse_sync]") {
   // Guards the test above: its random D exercises every kind of hop.
   const auto t = randomTouched(3, 7, 48, 303);
