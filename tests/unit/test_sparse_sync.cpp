@@ -164,41 +164,32 @@ TEST_CASE("sparse sync: Algorithm 2 finds the features one rank alone updates", 
 }
 
 TEST_CASE("sparse sync: Algorithm 3 replaces reduce + broadcast by direct sends", "[sparse_sync]") {
-  // For each (f0, n0, m0) of Algorithm 2, the neighbour rounds (nearest round
-  // before / after in which any rank touches f0) and what changes:
-  //  (f0,0,m0): no m'; m'' = m3 {0}: f0 leaves R[m0][0] and B[m3][0];
-  //             0 -> 0 at m0 is kept (not sent).
-  //  (f2,0,m0), (f6,1,m1), (f7,2,m1), (f9,0,m3): no neighbours, no change.
-  //  (f3,1,m0): no m'; m'' = m2 {1,2}: f3 leaves R[m0][1], B[m2][1], B[m2][2];
-  //             direct 1 -> 2 at m0; 1 -> 1 kept.
-  //  (f4,2,m2): no m'; m'' = m3 {2}: f4 leaves R[m2][2], B[m3][2]; 2 -> 2 kept.
-  //  (f0,0,m3): m' = m0 {0}: the same removals as the first line, 0 -> 0 again.
-  //  (f1,1,m3): m' = m1 {0,2}: f1 leaves R[m1][0], R[m1][2], B[m3][1];
-  //             direct 0 -> 1 and 2 -> 1 at m1. No m''.
-  //  (f4,2,m3): m' = m2 {2}: the same as (f4,2,m2).
-  // Baseline: 7 + 6 + 5 = 18 per collective. Reduce loses 5 (R[m0][0] f0,
-  // R[m0][1] f3, R[m2][2] f4, R[m1][0] f1, R[m1][2] f1): 13. Broadcast loses 5
-  // (B[m3][0] f0, B[m2][1] f3, B[m2][2] f3, B[m3][2] f4, B[m3][1] f1): 13.
-  // Direct: 3 elements; kept: f0 on 0 at m0, f3 on 1 at m0, f4 on 2 at m2 = 3.
-  // Rate (13 + 13 + 3) / 36 = 29/36.
+  // Per feature, the hop between consecutive touching rounds (sparse_sync.hpp):
+  //  f0  m0{0} -> m3{0}: one rank, direct 0 -> 0 (kept): f0 leaves R[m0][0], B[m3][0].
+  //  f1  m0{0,1} -> m1{0,2} -> m3{1}: through the owner both times (rank 1 did
+  //      not touch f1 in m1, so it could not apply gradients sent to it).
+  //  f3  m0{1} -> m2{1,2}: direct 1 -> 2 (1 -> 1 kept), B[m2][1], B[m2][2] go;
+  //      R[m0][1] stays: m2 reduces gradients, the owner needs m0's value.
+  //  f4  m2{2} -> m3{2}: kept; R[m2][2], B[m3][2] go.
+  //  f2, f5, f6, f7, f9: one round each, reduce and broadcast stay.
+  // Baseline 18. Reduce 18 - 2 = 16, broadcast 18 - 4 = 14, direct 1 (f3),
+  // kept 3. Rate (16 + 14 + 1) / 36.
   const auto s = planDirectTransmission(example());
   CHECK(s.counts.baselineElements == 18);
-  CHECK(s.counts.reduceElements == 13);
-  CHECK(s.counts.broadcastElements == 13);
-  CHECK(s.counts.directElements == 3);
+  CHECK(s.counts.reduceElements == 16);
+  CHECK(s.counts.broadcastElements == 14);
+  CHECK(s.counts.directElements == 1);
   CHECK(s.counts.keptElements == 3);
-  CHECK(s.counts.decreasingRate == Approx(29.0 / 36.0));
-  CHECK(s.reduce[0] == std::vector<F>{{1, 2}, {1}, {}});
-  CHECK(s.reduce[1] == std::vector<F>{{5}, {5, 6}, {7}});
+  CHECK(s.counts.decreasingRate == Approx(31.0 / 36.0));
+  CHECK(s.reduce[0] == std::vector<F>{{1, 2}, {1, 3}, {}});
+  CHECK(s.reduce[1] == std::vector<F>{{1, 5}, {5, 6}, {1, 7}});
   CHECK(s.reduce[2] == std::vector<F>{{}, {3}, {3}});
   CHECK(s.reduce[3] == std::vector<F>{{0, 9}, {1}, {4}});
   CHECK(s.broadcast[0] == std::vector<F>{{0, 1, 2}, {1, 3}, {}});
   CHECK(s.broadcast[1] == std::vector<F>{{1, 5}, {5, 6}, {1, 7}});
   CHECK(s.broadcast[2] == std::vector<F>{{}, {}, {4}});
-  CHECK(s.broadcast[3] == std::vector<F>{{9}, {}, {}});
+  CHECK(s.broadcast[3] == std::vector<F>{{9}, {1}, {}});
   CHECK(s.direct[0][1] == std::vector<F>{{}, {}, {3}});
-  CHECK(s.direct[1][0] == std::vector<F>{{}, {1}, {}});
-  CHECK(s.direct[1][2] == std::vector<F>{{}, {1}, {}});
   std::size_t direct = 0;
   for (const auto& m : s.direct)
     for (std::size_t src = 0; src < m.size(); ++src)
@@ -206,7 +197,30 @@ TEST_CASE("sparse sync: Algorithm 3 replaces reduce + broadcast by direct sends"
         direct += m[src][dst].size();
         if (src == dst) CHECK(m[src][dst].empty());
       }
-  CHECK(direct == 3);
+  CHECK(direct == 1);
+  const auto e = existingSchedule(example());
+  CHECK(e.reduce == e.broadcast);
+  CHECK(e.counts.reduceElements == 18);
+  CHECK(e.counts.directElements == 0);
+  CHECK(e.counts.decreasingRate == 1.0);
+}
+
+TEST_CASE("sparse sync: gradients go straight to the one rank of the next round", "[sparse_sync]") {
+  // f2 on ranks {0, 1} at m0, on rank 1 alone at m1: rank 0 sends rank 1 its
+  // gradient, rank 1 (which holds m0's value) applies both; no reduce at m0,
+  // no broadcast at m1; m1's reduce (the last) stays.
+  const auto s = planDirectTransmission({{{2}, {}}, {{2}, {2}}});
+  CHECK(s.direct[0][0][1] == F{2});
+  CHECK(s.reduce[0] == std::vector<F>{{}, {}});
+  CHECK(s.reduce[1] == std::vector<F>{{}, {2}});
+  CHECK(s.broadcast[0] == std::vector<F>{{2}, {2}});
+  CHECK(s.broadcast[1] == std::vector<F>{{}, {}});
+  CHECK(s.counts.directElements == 1);
+  CHECK(s.counts.keptElements == 1);
+  // Rank 2 alone at m1, not among m0's ranks: through the owner.
+  const auto t = planDirectTransmission({{{2}, {}}, {{2}, {}}, {{}, {2}}});
+  CHECK(t.counts.directElements == 0);
+  CHECK(t.counts.reduceElements == 3);
 }
 
 TEST_CASE("sparse sync: edge cases of Algorithm 3", "[sparse_sync]") {

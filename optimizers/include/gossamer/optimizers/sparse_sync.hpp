@@ -2,7 +2,8 @@
 // 001_0e82f64010384eaf.txt, Yokoyama & Araki, "Efficient Distributed Machine
 // Learning for Large-scale Models by Reducing Redundant Communication"):
 // pure functions of which features each rank touches in each round, computed
-// once before training. No I/O: the collective that runs them is separate.
+// once before training (no I/O), and SparseExchange, which runs them over a
+// Transport.
 //
 //   partitionRanges / featureCounts   Section V-A: the parameter vector [0, d)
 //                                     split into one contiguous range per rank,
@@ -13,6 +14,8 @@
 //   planDirectTransmission            Section IV-C/D, Algorithm 3 and the
 //                                     replacement with direct transmission;
 //                                     element counts as in Table II
+//   SparseExchange                    Section V: the reduce / direct /
+//                                     broadcast of one rank over a transport
 //
 // Notation (the paper's Table I): N ranks (nodes), M rounds (mini-batches per
 // rank), D_{n,m} the sorted unique features rank n touches in round m.
@@ -20,7 +23,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "gossamer/transport.hpp"
 
 namespace gossamer::optimizers::sparse_sync {
 
@@ -139,19 +145,125 @@ struct DirectSchedule {
   DirectCounts counts;
 };
 
-/// Algorithm 3 and the replacement (Section IV-C, IV-D). Starts from F^R_{n,m}
-/// = F^B_{n,m} = D_{n,m}. For each (f0, n0, m0) of Algorithm 2, with m'0 the
-/// backward and m''0 the forward neighbour round (the nearest earlier / later
-/// round in which any rank touches f0):
-///   - if m'0 exists: f0 leaves F^R_{n,m'0} for every rank n touching it in
-///     m'0, and F^B_{n0,m0}; it joins F^D(n, n0, m'0);
-///   - if m''0 exists: f0 leaves F^R_{n0,m0}, and F^B_{n,m''0} for every rank
-///     n touching it in m''0; it joins F^D(n0, n, m0).
-/// Without a backward neighbour F^B_{n0,m0} stays (only the owner has the
-/// value); without a forward one F^R_{n0,m0} stays (the owner must get the
-/// last update). The paper removes all four and states no such case.
-/// A transmission from a rank to itself is not sent (keptElements).
+/// The existing method (Section IV-B, V-B): every touched feature is reduced
+/// to its owner after each round and broadcast back before it, F^R_{n,m} =
+/// F^B_{n,m} = D_{n,m}, no direct sends (counts: reduce = broadcast =
+/// baseline, direct = 0, decreasingRate 1).
+/// @throws InvalidArgument as checkTouched.
+DirectSchedule existingSchedule(const TouchedFeatures& touched);
+
+/// Algorithm 3 and the replacement with direct transmission (Section IV-C,
+/// IV-D), in the form that keeps synchronous SGD exact. For a feature f let
+/// r_1 < ... < r_K be the rounds touching it (Algorithm 3's neighbour rounds
+/// are consecutive r_i) and T_i the ranks touching it in r_i. Each hop r_i ->
+/// r_{i+1} goes one of three ways:
+///   - |T_i| = 1 (Algorithm 2's single-rank (f, a, r_i), its forward
+///     neighbour r_{i+1}): a computes the new value itself and sends it to
+///     each rank of T_{i+1} (F^D(a, b, r_i)); no reduce from a, no broadcast
+///     at r_{i+1};
+///   - |T_i| > 1, T_{i+1} = {b}, b in T_i (the single-rank (f, b, r_{i+1})
+///     and its backward neighbour r_i): every other rank of T_i sends b its
+///     gradient (F^D(a, b, r_i)); b, which holds the value of r_i, sums them
+///     in rank order and applies the step; no reduce, no broadcast to b;
+///   - otherwise through the owner: reduce from T_i at r_i, broadcast to
+///     T_{i+1} at r_{i+1}.
+/// Plus: a broadcast to T_1 at r_1 (the owner has the initial value); a
+/// reduce from T_K at r_K (the owner ends with the final value); and a reduce
+/// from a at r_i when the hop from r_i is direct with |T_i| = 1 and r_{i+1}
+/// reduces gradients to the owner (so the owner is never stale when it
+/// applies a step). A reduce from a round with one rank carries the new
+/// value, from a round with several the gradients.
+/// Where this departs from the paper, and why: the paper also replaces the
+/// backward hop when b did not touch f in r_i (b would get gradients but not
+/// the value they apply to) and always takes f out of F^R at r_i (the owner
+/// could then apply a later reduce to a stale value); both would change the
+/// result, which the paper says its method does not. Sends from a rank to
+/// itself are not transmissions (DirectCounts::keptElements).
 /// @throws InvalidArgument as checkTouched.
 DirectSchedule planDirectTransmission(const TouchedFeatures& touched);
+
+// ---- the exchange --------------------------------------------------------------------------
+
+/// Elements (float64 values, not features) one rank sent, excluding what it
+/// passed to itself, and the seconds it spent in each phase.
+struct ExchangeStats {
+  std::uint64_t reduceElements = 0;     ///< to owners, after a round
+  std::uint64_t directElements = 0;     ///< straight to the ranks of the next round
+  std::uint64_t broadcastElements = 0;  ///< from owners, before a round
+  double reduceSeconds = 0;             ///< the reduce + direct alltoallv and the owner's step
+  double broadcastSeconds = 0;          ///< the broadcast alltoallv
+};
+
+/// One rank's side of sparse synchronous SGD over a schedule (existing or
+/// direct): w <- w - rate sum_n g_n per round (paper 001 Algorithm 1), with
+/// each sum taken in rank order starting from +0.0, so that every schedule
+/// gives the same bits as a dense sum of the N gradient vectors in rank
+/// order. See optimizers/src/sparse_sync/exchange.cpp for the steps.
+///
+/// Parameters are a d x width row-major table of float64 (row j: feature
+/// j's values, e.g. [w_j, v_j] of a factorization machine). Every rank keeps
+/// a working copy of the whole table; only the rows a round touches are read
+/// or written in it. The owner of each range (bounds) keeps the reference
+/// copy of its rows.
+class SparseExchange {
+ public:
+  /// Compiles this rank's messages for every round (pure; no I/O).
+  /// @param transport   N = touched.size() ranks; this rank = transport.rank()
+  /// @param touched     D for every rank (every rank passes the same)
+  /// @param bounds      the owners' ranges (partitionRanges), d = bounds.back()
+  /// @param schedule    existingSchedule(touched) or planDirectTransmission(touched)
+  /// @param width       values per feature, >= 1
+  /// @param initial     d x width: the initial table, the same on every rank
+  /// @param timeoutSeconds bound on every wait, > 0
+  /// @param sequence    first collective sequence number to use (2 per round
+  ///                    and 1 for gather() are taken from it)
+  /// @throws InvalidArgument as checkTouched / checkRanges, for a world size
+  ///         other than N, a schedule of other shape, width 0, an initial
+  ///         table of other size, a feature >= d, or timeout <= 0.
+  SparseExchange(Transport& transport, const TouchedFeatures& touched, const std::vector<std::size_t>& bounds,
+                 const DirectSchedule& schedule, std::size_t width, std::span<const double> initial,
+                 double timeoutSeconds, std::uint64_t sequence = 1);
+  ~SparseExchange();
+  SparseExchange(const SparseExchange&) = delete;
+  SparseExchange& operator=(const SparseExchange&) = delete;
+
+  /// Before computing round m: receives into `params` (d x width, this
+  /// rank's working copy) the rows of F^B_{rank,m} from their owners.
+  /// @throws InvalidArgument for m >= M, m out of order (rounds run 0, 1, ...
+  ///         with broadcast before reduce) or a wrong size; TimeoutError,
+  ///         PeerFailure, ProtocolError from the transport.
+  void broadcast(std::size_t m, std::span<double> params);
+
+  /// After computing round m: `grads` holds |D_{rank,m}| x width float64, the
+  /// gradient rows in the order of touched[rank][m]. Sends the reduce and the
+  /// direct parts (one alltoallv), applies the step at the owners and at the
+  /// receivers of direct gradients, and writes the rows this rank updates
+  /// itself (single-rank features) into `params`.
+  /// @throws InvalidArgument as broadcast, for a wrong grads size or a rate
+  ///         that is not finite; transport errors as broadcast.
+  void reduce(std::size_t m, std::span<const double> grads, double rate, std::span<double> params);
+
+  /// After the last round: the final table, assembled from the owners'
+  /// reference rows, on every rank (d x width). @throws as broadcast.
+  std::vector<double> gather();
+
+  /// Elements sent and seconds spent so far by this rank.
+  const ExchangeStats& stats() const { return stats_; }
+
+ private:
+  struct Round;
+  void exchange(std::span<const double> send, const std::vector<std::size_t>& sendCounts,
+                std::span<double> recv, const std::vector<std::size_t>& recvCounts);
+
+  Transport& transport_;
+  std::size_t width_, lo_, hi_, dimension_;
+  std::vector<std::size_t> bounds_;
+  std::vector<Round> rounds_;
+  std::vector<double> owned_, sum_, sendBuf_, recvBuf_;
+  double timeout_;
+  std::uint64_t sequence_;
+  std::size_t next_ = 0;  // 2 m: broadcast of m next; 2 m + 1: reduce of m next
+  ExchangeStats stats_;
+};
 
 }  // namespace gossamer::optimizers::sparse_sync

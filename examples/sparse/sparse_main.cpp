@@ -1,0 +1,96 @@
+// gossamer-sparse: sparse mini-batch SGD (logistic regression or a
+// factorization machine on LIBSVM data) over N processes, synchronised by
+// dense allreduce, the existing sparse reduce + broadcast, or direct
+// transmission (paper 001_0e82f64010384eaf.txt; docs/sparse-sync.md).
+//
+//   gossamer-sparse --config examples/sparse/sparse-sync.yaml [--set sparse.method=existing]
+//       launches world_size ranks as processes on this machine;
+//   gossamer-sparse --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
+//       runs one rank.
+// Rank 0 prints a one-line JSON summary (sparseSummaryJson) last.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "components.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/launcher.hpp"
+#include "gossamer/transports/zmq.hpp"
+#include "sparse_trainer.hpp"
+
+namespace {
+
+int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, int rank,
+               const std::string& rendezvous, const std::string& summaryPath) {
+  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
+  const auto s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
+  if (s.writer) {
+    const std::string json = gossamer::sparse::sparseSummaryJson(s, c);
+    std::printf("%s\n", json.c_str());
+    std::fflush(stdout);
+    if (!summaryPath.empty()) {
+      std::ofstream out(summaryPath);
+      out << json << '\n';
+      if (!out) throw gossamer::Error("cannot write summary to '" + summaryPath + "'");
+    }
+  }
+  return 0;
+}
+
+int launchProcesses(const gossamer::Config& c, const std::string& configPath,
+                    const std::vector<std::string>& overrides, const std::string& summaryPath) {
+  gossamer::LaunchOptions o;
+  o.worldSize = c.worldSize;
+  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  o.name = "gossamer-sparse";
+  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
+    std::vector<std::string> args = {"gossamer-sparse", "--config",     configPath, "--rank",
+                                     std::to_string(r), "--rendezvous", rendezvous};
+    for (const auto& kv : overrides) {
+      args.push_back("--set");
+      args.push_back(kv);
+    }
+    if (r == 0 && !summaryPath.empty()) {
+      args.push_back("--summary-json");
+      args.push_back(summaryPath);
+    }
+    return args;
+  });
+  if (result.signal != 0) return 128 + result.signal;
+  return result.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gossamer-sparse: sparse models trained with sparse synchronisation"};
+  std::string configPath, rendezvous, summaryPath;
+  int rank = -1;
+  std::vector<std::string> overrides;
+  app.add_option("--config", configPath, "YAML config (docs/sparse-sync.md)")->required();
+  app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
+  app.add_option("--rendezvous", rendezvous,
+                 "with --rank: a shared directory, or tcp://HOST:PORT served by rank 0");
+  app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  app.add_option("--set", overrides, "KEY=VALUE overriding a key of the config (repeatable)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    gossamer::Registry registry = gossamer::train::makeTrainRegistry();
+    gossamer::sparse::registerSparseSection(registry);
+    const gossamer::Config c = registry.load(configPath, overrides);
+    if (rank >= 0) {
+      if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous");
+      if (rank >= c.worldSize)
+        throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
+                                        std::to_string(c.worldSize));
+      return runOneRank(registry, c, rank, rendezvous, summaryPath);
+    }
+    return launchProcesses(c, configPath, overrides, summaryPath);
+  } catch (const std::exception& e) {
+    if (rank >= 0)
+      std::fprintf(stderr, "gossamer-sparse rank %d: error: %s\n", rank, e.what());
+    else
+      std::fprintf(stderr, "gossamer-sparse: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# gossamer-sparse with 3 processes for a few rounds, each model with the
+# existing sparse method and with direct transmission: the two models must
+# have the same CRC (bit for bit) and direct transmission must send fewer
+# elements. Skips (77) without the SpamAssassin files (scripts/spam-data.sh).
+#   tests/sparse_sync_methods.sh GOSSAMER_SPARSE SOURCE_DIR
+set -euo pipefail
+exe="$1"
+src="$2"
+data="${GOSSAMER_DATA_DIR:-$src/data}/spam"
+if [ ! -f "$data/spam-train.libsvm" ] || [ ! -f "$data/spam-test.libsvm" ]; then
+  echo "no $data/spam-{train,test}.libsvm (scripts/spam-data.sh): skipped"
+  exit 77
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for model in fm lr; do
+  for method in existing direct; do
+    "$exe" --config "$src/examples/sparse/sparse-sync.yaml" --summary-json "$work/$model-$method.json" \
+      --set world_size=3 --set sparse.model=$model --set sparse.method=$method --set sparse.rounds=6 \
+      --set sparse.batch_size=32 --set sparse.factors=4 --set "sparse.train=$data/spam-train.libsvm" \
+      --set "sparse.test=$data/spam-test.libsvm" >/dev/null
+  done
+  e="$work/$model-existing.json"
+  d="$work/$model-direct.json"
+  crc_e="$(jq -r .crc32c "$e")"
+  crc_d="$(jq -r .crc32c "$d")"
+  sent_e="$(jq '.elements_reduce + .elements_broadcast + .elements_direct' "$e")"
+  sent_d="$(jq '.elements_reduce + .elements_broadcast + .elements_direct' "$d")"
+  echo "$model: crc existing $crc_e direct $crc_d; elements existing $sent_e direct $sent_d"
+  [ "$crc_e" = "$crc_d" ] || { echo "$model: the models differ"; exit 1; }
+  [ "$sent_d" -lt "$sent_e" ] || { echo "$model: direct transmission sent no fewer elements"; exit 1; }
+done
