@@ -25,9 +25,9 @@
 #include "admm_objective.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/launcher.hpp"
 #include "gossamer/optimizers/admm.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "launch_ranks.hpp"
 #include "libsvm.hpp"
 #include "partition.hpp"
 
@@ -163,30 +163,6 @@ void emitSummary(const nlohmann::json& summary, const std::string& path) {
   }
 }
 
-// Launches every rank as a child process (gossamer/launcher.hpp) and waits.
-int launchProcesses(const Config& c, const std::string& configPath, const std::vector<std::string>& overrides,
-                    const std::string& summaryPath) {
-  gossamer::LaunchOptions o;
-  o.worldSize = c.worldSize;
-  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
-  o.name = "gossamer-admm";
-  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
-    std::vector<std::string> args = {"gossamer-admm",   "--config",     configPath, "--rank",
-                                     std::to_string(r), "--rendezvous", rendezvous};
-    for (const auto& kv : overrides) {
-      args.push_back("--set");
-      args.push_back(kv);
-    }
-    if (r == 0 && !summaryPath.empty()) {
-      args.push_back("--summary-json");
-      args.push_back(summaryPath);
-    }
-    return args;
-  });
-  if (result.signal != 0) return 128 + result.signal;
-  return result.ok() ? 0 : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,7 +196,7 @@ int main(int argc, char** argv) {
     if (c.transport.kind == "inproc")
       throw gossamer::ConfigError(c.sourceFile, 0, "transport.kind",
                                   "gossamer-admm runs its ranks as processes: use zmq, socket or libfabric");
-    return launchProcesses(c, configPath, overrides, summaryPath);
+    return gossamer::sparse::launchRanks("gossamer-admm", c, configPath, overrides, summaryPath);
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "gossamer-admm rank %d: error: %s\n", rank, e.what());

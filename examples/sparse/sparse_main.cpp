@@ -14,8 +14,8 @@
 
 #include "components.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/launcher.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "launch_ranks.hpp"
 #include "sparse_trainer.hpp"
 
 namespace {
@@ -35,29 +35,6 @@ int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, in
     }
   }
   return 0;
-}
-
-int launchProcesses(const gossamer::Config& c, const std::string& configPath,
-                    const std::vector<std::string>& overrides, const std::string& summaryPath) {
-  gossamer::LaunchOptions o;
-  o.worldSize = c.worldSize;
-  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
-  o.name = "gossamer-sparse";
-  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
-    std::vector<std::string> args = {"gossamer-sparse", "--config",     configPath, "--rank",
-                                     std::to_string(r), "--rendezvous", rendezvous};
-    for (const auto& kv : overrides) {
-      args.push_back("--set");
-      args.push_back(kv);
-    }
-    if (r == 0 && !summaryPath.empty()) {
-      args.push_back("--summary-json");
-      args.push_back(summaryPath);
-    }
-    return args;
-  });
-  if (result.signal != 0) return 128 + result.signal;
-  return result.ok() ? 0 : 1;
 }
 
 }  // namespace
@@ -85,7 +62,7 @@ int main(int argc, char** argv) {
                                         std::to_string(c.worldSize));
       return runOneRank(registry, c, rank, rendezvous, summaryPath);
     }
-    return launchProcesses(c, configPath, overrides, summaryPath);
+    return gossamer::sparse::launchRanks("gossamer-sparse", c, configPath, overrides, summaryPath);
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "gossamer-sparse rank %d: error: %s\n", rank, e.what());

@@ -128,9 +128,16 @@ bool Request::waitFor(double timeoutSeconds) {
 }
 
 void Request::wait(double timeoutSeconds) {
-  if (!waitFor(timeoutSeconds))
-    throw TimeoutError("timed out after " + std::to_string(timeoutSeconds) + " s waiting for " +
-                       state_->what);
+  if (waitFor(timeoutSeconds)) return;
+  std::string what = state_->what;
+  if (state_->peerNames) {
+    // The ranks in `what` are an inner transport's: say which job ranks they are.
+    what += " (ranks of an inner transport; its ranks 0..";
+    what += std::to_string(state_->peerNames->size() - 1) + " are job ranks";
+    for (int r : *state_->peerNames) what += " " + std::to_string(r);
+    what += ")";
+  }
+  throw TimeoutError("timed out after " + std::to_string(timeoutSeconds) + " s waiting for " + what);
 }
 
 bool Request::test() {

@@ -264,9 +264,7 @@ class CompositeTransport final : public Transport {
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
     checkRank(dst, "destination");
-    if (isLocal(dst))
-      return onLocal([&] { return local_->isend(localIndex(dst), tag, data, dtype); },
-                     "send to rank " + std::to_string(dst) + " " + toString(tag));
+    if (isLocal(dst)) return onLocal([&] { return local_->isend(localIndex(dst), tag, data, dtype); });
     return remote_->isend(dst, tag, data, dtype);
   }
 
@@ -274,8 +272,7 @@ class CompositeTransport final : public Transport {
                         std::optional<std::uint32_t> checksum) override {
     checkRank(dst, "destination");
     if (isLocal(dst))
-      return onLocal([&] { return local_->isendBorrowed(localIndex(dst), tag, data, dtype, checksum); },
-                     "send to rank " + std::to_string(dst) + " " + toString(tag));
+      return onLocal([&] { return local_->isendBorrowed(localIndex(dst), tag, data, dtype, checksum); });
     return remote_->isendBorrowed(dst, tag, data, dtype, checksum);
   }
 
@@ -305,18 +302,17 @@ class CompositeTransport final : public Transport {
         remotes.push_back(s);
     }
     if (auto kept = engine_->takeKept(sources, tag, buffer)) return Request(std::move(kept));
-    const std::string what = "recv from " + listOf(sources) + " " + toString(tag);
-    if (remotes.empty()) return onLocal([&] { return local_->irecv(locals, tag, buffer); }, what);
+    if (remotes.empty()) return onLocal([&] { return local_->irecv(locals, tag, buffer); });
     if (locals.empty()) return remote_->irecv(remotes, tag, buffer);
 
     auto m = std::make_shared<Mixed>();
     m->outer = std::make_shared<RequestState>();
-    m->outer->what = what;
+    m->outer->what = "recv from " + listOf(sources) + " " + toString(tag);
     m->outer->engine = engine_;
     m->buffer = buffer;
     m->tag = tag;
     m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
-    m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); }, what);
+    m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); });
     m->remote = remote_->irecv(remotes, tag, std::span<std::byte>(m->scratch.get(), buffer.size()));
     engine_->add(m);
     return Request(m->outer);
@@ -326,9 +322,7 @@ class CompositeTransport final : public Transport {
     checkRank(source, "source");
     if (auto kept = engine_->takeKept(std::span<const int>(&source, 1), tag, buffer))
       return Request(std::move(kept));
-    if (isLocal(source))
-      return onLocal([&] { return local_->irecvView(localIndex(source), tag, buffer); },
-                     "recv from {" + std::to_string(source) + "} " + toString(tag));
+    if (isLocal(source)) return onLocal([&] { return local_->irecvView(localIndex(source), tag, buffer); });
     return remote_->irecvView(source, tag, buffer);
   }
 
@@ -369,9 +363,10 @@ class CompositeTransport final : public Transport {
   int localIndex(int r) const { return localIndex_[static_cast<std::size_t>(r)]; }
 
   // Runs a call on the local transport: its request reports job ranks, and a
-  // failure it throws at once names the job rank.
+  // failure it throws at once names the job rank. (Its timeout message keeps
+  // the local transport's ranks; Request::wait adds the job ranks.)
   template <typename Call>
-  Request onLocal(Call call, const std::string& what) {
+  Request onLocal(Call call) {
     Request r;
     try {
       r = call();
@@ -382,7 +377,6 @@ class CompositeTransport final : public Transport {
     if (auto s = r.watch().lock()) {
       std::lock_guard<std::mutex> lk(s->mu);
       s->peerNames = names_;
-      s->what = what + " (local transport)";
     }
     return r;
   }

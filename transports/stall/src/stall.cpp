@@ -83,6 +83,13 @@ class StallWatch final : public Transport {
     if (state.expired()) return r;
     {
       std::lock_guard<std::mutex> lk(mu_);
+      // Most requests settle in the order they were posted: dropping settled
+      // ones from the front keeps the list about as long as what is in flight.
+      for (int i = 0; i < 2 && !watched_.empty(); ++i) {
+        auto front = watched_.front().state.lock();
+        if (front && front->pending()) break;
+        watched_.pop_front();
+      }
       watched_.push_back(Watched{std::move(state), std::move(peers), send, tag});
     }
     return r;

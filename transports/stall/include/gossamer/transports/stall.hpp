@@ -45,8 +45,10 @@ struct Options {
 /// Wraps `inner`: every send and receive it posts (but the membership
 /// service's heartbeats and control messages, which wait by design) is
 /// watched by a thread that wakes every thresholdSeconds / 4 and reports,
-/// once, each one that a thread has waited on for the threshold. Costs per request: one clock
-/// read and one short critical section.
+/// once, each one that a thread has waited on for the threshold. Costs per
+/// request: a copy of its peer list and one short critical section, which
+/// also drops up to two settled requests (Request::waitFor records when a
+/// thread first waits).
 /// @throws InvalidArgument if inner is null or thresholdSeconds <= 0.
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, Options options);
 
