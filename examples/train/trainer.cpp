@@ -115,6 +115,19 @@ double trainEpoch(Model& model, DistributedOptimizer& optimizer, std::span<float
   return lossSum;
 }
 
+// The error record's `error` field: the library's exception type.
+std::string errorKind(const std::exception& e) {
+  if (dynamic_cast<const Expelled*>(&e)) return "Expelled";
+  if (dynamic_cast<const PeerFailure*>(&e)) return "PeerFailure";
+  if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
+  if (dynamic_cast<const ProtocolError*>(&e)) return "ProtocolError";
+  if (dynamic_cast<const ConfigError*>(&e)) return "ConfigError";
+  if (dynamic_cast<const DataError*>(&e)) return "DataError";
+  if (dynamic_cast<const InvalidArgument*>(&e)) return "InvalidArgument";
+  if (dynamic_cast<const Error*>(&e)) return "Error";
+  return "std::exception";
+}
+
 std::string checkpointPath(const std::string& dir, int rank, std::uint64_t step) {
   return dir + "/rank-" + std::to_string(rank) + "-step-" + std::to_string(step) + ".ckpt";
 }
@@ -308,7 +321,10 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       const auto epochStart = Clock::now();
       const std::uint64_t firstStep = optimizer.steps();
       const auto before = agent.transport().stats();
+      double notedSum = lossSum;  // the loss of each step goes to the step records
       const auto afterStep = [&](std::uint64_t step, double sum) {
+        agent.metrics().note("loss", sum - notedSum);
+        notedSum = sum;
         weightLow = std::min(weightLow, optimizer.pushSumWeight());
         weightHigh = std::max(weightHigh, optimizer.pushSumWeight());
         if (ck.everySteps > 0 && step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)
@@ -377,7 +393,18 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       // A rank that went back to the survivors' step (a healed partition) redoes epochs.
       while (!summary.history.empty() && summary.history.back().epoch >= epoch) summary.history.pop_back();
       summary.history.push_back(m);
-      if (evaluator && onEpoch) onEpoch(m);
+      if (evaluator) {
+        agent.metrics().emit("epoch", optimizer.steps(),
+                             {{"epoch", std::int64_t{epoch}},
+                              {"loss", m.trainLoss},
+                              {"test_accuracy", m.testAccuracyAverage},
+                              {"test_accuracy_rank0", m.testAccuracyRank0},
+                              {"consensus_distance", m.consensusDistance},
+                              {"seconds", m.seconds},
+                              {"bytes_sent_per_peer", m.bytesSentPerPeer},
+                              {"survivors", std::int64_t{m.survivors}}});
+        if (onEpoch) onEpoch(m);
+      }
     }
     agent.setCollectivePending({});
     if (!closed) agent.survive(closing);
@@ -411,10 +438,21 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       for (int p : change.joined)
         summary.joined.push_back({p, change.resumeStep, change.installedAtUnixSeconds});
     }
+    summary.runDir = agent.metrics().dir();
     agent.close();
     return summary;
-  } catch (...) {
+  } catch (const std::exception& e) {
+    std::uint64_t steps = 0;
+    try {
+      steps = agent.optimizer().steps();
+    } catch (const InvalidArgument&) {
+      // no optimizer yet
+    }
+    agent.metrics().emit("error", steps, {{"error", errorKind(e)}, {"message", std::string(e.what())}});
     agent.abort();  // do not linger on messages to peers that are gone
+    throw;
+  } catch (...) {
+    agent.abort();
     throw;
   }
 }
@@ -423,6 +461,7 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   const TrainConfig t = trainConfigFrom(c);
   nlohmann::json j;
   j["algorithm"] = s.algorithm;
+  j["run_dir"] = s.runDir;
   j["world_size"] = s.worldSize;
   j["epochs"] = s.epochs;
   j["test_accuracy"] = s.testAccuracy;

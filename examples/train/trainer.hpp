@@ -76,6 +76,9 @@ struct TrainSummary {
   std::int64_t resumedFromStep = -1;
   /// CRC-32C of each rank's final model (float32 bytes), -1 for ranks lost.
   std::vector<double> modelCrcByRank;
+  /// The run directory (run.dir) holding every rank's metrics, empty when
+  /// the run writes none.
+  std::string runDir;
   /// This rank's transport counters at the end (bytes, messages, refused
   /// connections, rejected frames by kind).
   TransportStats transportStats;

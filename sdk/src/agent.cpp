@@ -1,11 +1,17 @@
 #include "gossamer/agent.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
 #include <optional>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/network.hpp"
+#include "metered_optimizer.hpp"
 #include "resilient_optimizer.hpp"
 
 namespace gossamer {
@@ -32,6 +38,37 @@ std::vector<std::string> names(const std::map<std::string, F>& m) {
   std::vector<std::string> out;
   for (const auto& [k, v] : m) out.push_back(k);
   return out;
+}
+}  // namespace
+
+namespace {
+// run.dir: "auto" is a new directory results/runs/<UTC time>-<pid>[-n] that
+// rank 0 creates and publishes through the rendezvous; every other rank (a
+// process that rejoins later too) reads it there.
+std::string resolveRunDir(const Config& c, int rank, Store& store) {
+  const std::string dir = c.getOr<std::string>("run.dir", "");
+  if (dir != "auto") return dir;
+  const std::string key = "gossamer.run.dir";
+  if (rank != 0) return store.get(key, c.transport.timeoutSeconds);
+  if (auto known = store.tryGet(key)) return *known;  // rank 0 restarted into a running job
+  char stamp[32] = "run";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  if (gmtime_r(&now, &utc) != nullptr) std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  const std::string base = "results/runs/" + std::string(stamp) + "-" + std::to_string(::getpid());
+  std::error_code ec;
+  std::filesystem::create_directories("results/runs", ec);
+  if (ec) throw Error("run.dir auto: cannot create results/runs: " + ec.message());
+  std::string chosen;
+  for (int n = 1; chosen.empty(); ++n) {  // several jobs of one process in one second
+    const std::string candidate = n == 1 ? base : base + "-" + std::to_string(n);
+    if (std::filesystem::create_directory(candidate, ec)) chosen = candidate;
+    if (ec) throw Error("run.dir auto: cannot create " + candidate + ": " + ec.message());
+    GOSSAMER_CHECK(n < 100000, "run.dir auto: no free directory name below results/runs");
+  }
+  chosen = std::filesystem::absolute(chosen).lexically_normal().string();
+  store.set(key, chosen);
+  return chosen;
 }
 }  // namespace
 
@@ -99,6 +136,8 @@ struct Agent::Impl {
   Config config;
   const Registry* registry;
   int rank;
+  std::unique_ptr<Metrics> metrics;  // before the transport: its services report into it
+  std::uint64_t viewNumber = 0;      // the view in force, for step records
   std::unique_ptr<Transport> transport;
   Membership* membership = nullptr;  // the transport, when the membership service is on
   Config viewConfig;                 // config with the view's world size
@@ -163,10 +202,15 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   const auto& makeTransport = registry.transport(c.transport.kind);
   impl_->viewConfig = c;
   impl_->topology = makeTopology(impl_->config);
-  impl_->transport = makeTransport(TransportContext{impl_->config, rank, store, &registry});
+  MetricsOptions mo;
+  mo.enabled = c.getOr("run.metrics", true);
+  mo.every = static_cast<std::uint64_t>(c.getOr("run.metrics_every", 1));
+  if (mo.enabled) mo.dir = resolveRunDir(c, rank, store);
+  impl_->metrics = std::make_unique<Metrics>(rank, c.worldSize, std::move(mo));
+  const TransportContext ctx{impl_->config, rank, store, &registry, impl_->metrics.get()};
+  impl_->transport = makeTransport(ctx);
   for (const auto& wrap : registry.transportServices()) {
-    impl_->transport =
-        wrap(TransportContext{impl_->config, rank, store, &registry}, std::move(impl_->transport));
+    impl_->transport = wrap(ctx, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
   }
   impl_->membership = dynamic_cast<Membership*>(impl_->transport.get());
@@ -187,6 +231,16 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   // Every rank measures together and keeps rank 0's model (same choices everywhere).
   if (cc.calibrate) impl_->communicator->calibrate();
   impl_->collectiveOptions = impl_->communicator->options();
+  char host[256] = "";
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  impl_->metrics->emit("start", 0,
+                       {{"world_size", std::int64_t{c.worldSize}},
+                        {"algorithm", c.algorithm.name},
+                        {"topology", c.topology.kind},
+                        {"transport", c.transport.kind},
+                        {"host", std::string(host)},
+                        {"pid", std::int64_t{::getpid()}},
+                        {"metrics_every", static_cast<std::int64_t>(impl_->metrics->every())}});
 }
 
 Agent::~Agent() {
@@ -229,6 +283,9 @@ DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tenso
     m.resilient = r.get();
     m.optimizer = std::move(r);
   }
+  if (m.metrics->enabled())
+    m.optimizer = std::make_unique<detail::MeteredOptimizer>(std::move(m.optimizer), *m.metrics,
+                                                             [impl = &m] { return impl->viewNumber; });
   return *m.optimizer;
 }
 
@@ -275,6 +332,14 @@ ViewChange Agent::recover() {
   } else {
     m.changes.push_back(change);
   }
+  m.viewNumber = change.view.number;
+  m.metrics->emit("view", m.resilient ? m.resilient->steps() : completed,
+                  {{"view", static_cast<std::int64_t>(change.view.number)},
+                   {"members", change.view.members},
+                   {"lost", change.lost},
+                   {"joined", change.joined},
+                   {"agreement_s", change.seconds},
+                   {"resume_step", static_cast<std::int64_t>(change.resumeStep)}});
   if (logEnabled(LogLevel::kWarning) && !change.lost.empty()) {
     std::string lost;
     for (int p : change.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(p);
@@ -342,11 +407,15 @@ DistributedOptimizer& Agent::optimizer() {
 
 void Agent::average(std::span<float> data) { impl_->communicator->allreduce(data, ReduceOp::kAverage); }
 
+Metrics& Agent::metrics() { return *impl_->metrics; }
+
 void Agent::close() {
+  if (impl_ && impl_->metrics) impl_->metrics->finish(impl_->optimizer ? impl_->optimizer->steps() : 0);
   if (impl_ && impl_->transport) impl_->transport->close();
 }
 
 void Agent::abort() {
+  if (impl_ && impl_->metrics) impl_->metrics->finish(impl_->optimizer ? impl_->optimizer->steps() : 0);
   if (impl_ && impl_->transport) impl_->transport->abort();
 }
 

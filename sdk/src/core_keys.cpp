@@ -139,6 +139,16 @@ void addCoreKeys(ConfigSchema& schema) {
   bindMember<bool>(schema, "collectives", "calibrate",
                    [](Config& c) -> bool& { return c.collectives.calibrate; });
 
+  schema.addSection("run", "What a run records and reports while it goes (docs/metrics.md).");
+  schema.addKeys(
+      "run", KeySet()
+                 .text("dir", "auto", {},
+                       "run directory for each rank's metrics (rank-R.jsonl) and the summary; auto: "
+                       "results/runs/<UTC time>-<pid> below rank 0's working directory, shared with every "
+                       "rank through the rendezvous; empty: no files")
+                 .boolean("metrics", true, "record per-step metrics (files and Agent callbacks)")
+                 .integer("metrics_every", 1, 1, 1000000, "steps per step record (each sums its steps)"));
+
   addSecurityKeys(schema);
   addNetworkKeys(schema);
 }

@@ -5,10 +5,25 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/mailbox.hpp"
+#include "gossamer/metrics.hpp"
 
 namespace gossamer {
 
 namespace detail {
+
+void addThreadWait(std::int64_t nanos) noexcept;  // metrics.cpp
+
+namespace {
+int renamed(const RequestState& s, int peer) {
+  if (!s.peerNames || peer < 0 || peer >= static_cast<int>(s.peerNames->size())) return peer;
+  return (*s.peerNames)[static_cast<std::size_t>(peer)];
+}
+
+// Caller holds s.mu and has just completed the receive.
+void countLocked(const RequestState& s) {
+  if (s.meter) s.meter->received(renamed(s, s.peer), s.bytes, s.meterTag);
+}
+}  // namespace
 
 void RequestState::complete(int peerRank, std::size_t n, std::optional<std::uint32_t> payloadChecksum) {
   {
@@ -18,6 +33,7 @@ void RequestState::complete(int peerRank, std::size_t n, std::optional<std::uint
     bytes = n;
     checksum = payloadChecksum;
     status = Status::kDone;
+    countLocked(*this);
   }
   cv.notify_all();
 }
@@ -33,6 +49,7 @@ void RequestState::handOver(int peerRank, std::shared_ptr<const void> owner, std
     viewOwner = std::move(owner);
     view = bytes;
     status = Status::kDone;
+    countLocked(*this);
   }
   cv.notify_all();
 }
@@ -61,6 +78,16 @@ void RequestState::cancelIfPending() {
   cv.notify_all();
 }
 
+void RequestState::attachMeter(std::shared_ptr<LinkMeter> m, const Tag& tag) {
+  std::lock_guard<std::mutex> lk(mu);
+  meterTag = tag.packed();
+  if (status == Status::kPending) {
+    meter = std::move(m);
+  } else if (status == Status::kDone && m) {
+    m->received(renamed(*this, peer), bytes, meterTag);
+  }
+}
+
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
   auto s = std::make_shared<RequestState>();
   s->peer = peer;
@@ -70,11 +97,6 @@ std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
 }
 
 namespace {
-int renamed(const RequestState& s, int peer) {
-  if (!s.peerNames || peer < 0 || peer >= static_cast<int>(s.peerNames->size())) return peer;
-  return (*s.peerNames)[static_cast<std::size_t>(peer)];
-}
-
 // Rethrows s.error; a PeerFailure or ProtocolError of an inner transport
 // (peerNames set) is thrown again naming the outer rank.
 [[noreturn]] void rethrowFailure(const RequestState& s) {
@@ -119,6 +141,15 @@ bool Request::waitFor(double timeoutSeconds) {
     state_->firstWaitNanos.store(
         std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
         std::memory_order_relaxed);
+  // The time this thread is blocked here counts as waiting (threadWaitSeconds).
+  struct Waited {
+    std::chrono::steady_clock::time_point start;
+    ~Waited() {
+      detail::addThreadWait(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+  } waited{start};
   if (state_->engine) state_->engine->waitUntil(*state_, deadline);
   std::unique_lock<std::mutex> lk(state_->mu);
   while (!detail::settledLocked(*state_)) {
@@ -262,6 +293,7 @@ bool Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
       s.bytes = payload.bytes.size();
       s.checksum = payload.checksum;
       s.status = detail::RequestState::Status::kDone;
+      detail::countLocked(s);
     }
   }
   s.cv.notify_all();

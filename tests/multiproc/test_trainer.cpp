@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "job_config.hpp"
@@ -295,8 +296,9 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   // AllReduce-SGD over a ring of 3: rank 2 receives from rank 1 every step.
   const int n = 3, epochs = 60, victim = 1;
   TempDir dir;
-  writeFile(dir / "job.yaml", smallConfig("zmq", "allreduce_sgd", n, epochs, 30.0) +
-                                  "membership:\n  enabled: false\nrun:\n  stall_seconds: 1\n");
+  writeFile(dir / "job.yaml",
+            smallConfig("zmq", "allreduce_sgd", n, epochs, 30.0) +
+                "membership:\n  enabled: false\nrun:\n  stall_seconds: 1\n  dir: " + (dir / "run") + "\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -316,6 +318,25 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   INFO("rank 2 stderr:\n" << readFile(dir / "err2"));
   REQUIRE_FALSE(named.empty());
   CHECK(named.find("allreduce, step ") != std::string::npos);
+  // The same report is a `stall` record in the waiting rank's metrics, with
+  // when the stopped rank's last message came.
+  bool recorded = false;
+  for (int r : {0, 2}) {
+    std::istringstream lines(readFile(dir / ("run/rank-" + std::to_string(r) + ".jsonl")));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] != "stall" || j["peers"] != nlohmann::json({victim})) continue;
+      INFO(line);
+      CHECK(j["rank"] == r);
+      CHECK(j["operation"] == "allreduce");
+      CHECK(j["waited_s"].get<double>() >= 1.0);
+      REQUIRE(j["last_from_peer"].size() == 1);
+      CHECK(j["last_from_peer"][0]["rank"] == victim);
+      CHECK(j["last_from_peer"][0]["seconds_ago"].get<double>() > 0.5);  // it was stopped
+      recorded = true;
+    }
+  }
+  CHECK(recorded);
 }
 
 TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and report the lost rank",

@@ -1,4 +1,4 @@
-// The stall report (transports/stall): which waits it reports, once, with
+// The stall report (transports/run): which waits it reports, once, with
 // the peer, the operation and how long; and what it leaves alone.
 #include <catch2/catch.hpp>
 

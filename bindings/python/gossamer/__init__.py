@@ -328,6 +328,67 @@ class Agent:
         ``bytes_received``, ``messages_sent``, ``messages_received``."""
         return self._core.stats()
 
+    # -- metrics ----------------------------------------------------------
+    @property
+    def run_dir(self) -> Optional[str]:
+        """The run directory (``run.dir``) where every rank appends its
+        metrics records (``rank-R.jsonl``, docs/metrics.md), or None when the
+        run writes no files (``run.dir: ""`` or ``run.metrics: false``)."""
+        return self._core.run_dir or None
+
+    def metrics(self) -> list:
+        """This rank's metrics records made since the last call (the first
+        call also returns the ``start`` record), oldest first, each a dict as
+        in docs/metrics.md: ``kind`` (``start``, ``step``, ``view``,
+        ``stall``, ``end`` or your own), ``rank``, ``time`` (Unix seconds),
+        ``step``, and the kind's fields (a ``step`` record has ``compute_s``,
+        ``communication_s``, ``waiting_s`` in seconds, ``sent_bytes`` and
+        ``received_bytes`` by peer, ``push_sum_weight``, ``view``, and the
+        means of what :meth:`note_metric` noted). Records wait in a queue of
+        at most 65,536 until taken; older ones are dropped beyond that
+        (counted by :attr:`metrics_dropped`). Empty with ``run.metrics:
+        false``."""
+        return [json.loads(line) for line in self._core.take_metrics()]
+
+    @property
+    def metrics_dropped(self) -> int:
+        """Records dropped because :meth:`metrics` was not called often enough."""
+        return self._core.metrics_dropped
+
+    def note_metric(self, name: str, value: float) -> None:
+        """Adds ``value`` to the next ``step`` record's ``name`` field, which
+        carries the mean of the values noted since the previous one (e.g.
+        ``agent.note_metric("loss", loss.item())`` every step).
+
+        Raises:
+            TypeError: ``name`` not a str or ``value`` not a real number.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"value must be a real number, got {type(value).__name__}")
+        self._core.note_metric(name, float(value))
+
+    def emit_metrics(self, kind: str, step: Optional[int] = None, **fields: Any) -> None:
+        """Appends a record of your own (e.g. ``kind="eval"``, ``accuracy=0.9``)
+        to this rank's metrics file and queue. ``step`` defaults to the
+        optimizer's steps (0 without one). Field values must be JSON-
+        serialisable.
+
+        Raises:
+            TypeError: a value that is not JSON-serialisable. InvalidArgument:
+            an empty kind, or a field named kind, rank, time or step.
+        """
+        if step is None:
+            step = self._optimizer.steps if self._optimizer is not None else 0
+        pairs = []
+        for name, value in fields.items():
+            try:
+                pairs.append((name, json.dumps(value, allow_nan=True)))
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"metrics field {name!r}: {e}") from None
+        self._core.emit_metrics(kind, int(step), pairs)
+
     # -- lifetime ---------------------------------------------------------
     def close(self) -> None:
         """Delivers what is queued (within ``transport.linger_seconds``),

@@ -9,7 +9,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -138,9 +140,13 @@ struct OptimizerHandle {
 
 class PyAgent {
  public:
-  PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout) {
+  PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout)
+      : records_(std::make_shared<RecordQueue>()) {
     rv_ = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
     agent_ = std::make_unique<Agent>(config, rank, rv_->store(), builtins());
+    // Records queue up here (no GIL needed on the threads that make them)
+    // until Python takes them with Agent.metrics().
+    agent_->metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });
   }
   Agent& agent() {
     if (!agent_) throw InvalidArgument("the agent is closed");
@@ -159,8 +165,34 @@ class PyAgent {
   bool closed() const { return agent_ == nullptr; }
   std::uint64_t& exchangeRound() { return exchangeRound_; }
 
+  /// Metrics records (JSON text) not yet taken by Python: at most kCapacity,
+  /// the oldest dropped beyond that (and counted).
+  struct RecordQueue {
+    static constexpr std::size_t kCapacity = 65536;
+    std::mutex mu;
+    std::deque<std::string> lines;
+    std::uint64_t dropped = 0;
+    void push(const std::string& json) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (lines.size() == kCapacity) {
+        lines.pop_front();
+        ++dropped;
+      }
+      lines.push_back(json);
+    }
+    std::vector<std::string> take() {
+      std::lock_guard<std::mutex> lk(mu);
+      std::vector<std::string> out(std::make_move_iterator(lines.begin()),
+                                   std::make_move_iterator(lines.end()));
+      lines.clear();
+      return out;
+    }
+  };
+  RecordQueue& records() { return *records_; }
+
  private:
-  std::unique_ptr<zmq::Rendezvous> rv_;  // declared first: destroyed after the Agent
+  std::shared_ptr<RecordQueue> records_;  // shared with the Agent's subscription
+  std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Agent
   std::unique_ptr<Agent> agent_;
   std::uint64_t exchangeRound_ = 0;
 };
@@ -486,6 +518,32 @@ PYBIND11_MODULE(_core, m) {
              d["messages_received"] = s.messagesReceived;
              return d;
            })
+      .def("take_metrics", [](PyAgent& a) { return a.records().take(); })
+      .def_property_readonly("metrics_dropped",
+                             [](PyAgent& a) {
+                               std::lock_guard<std::mutex> lk(a.records().mu);
+                               return a.records().dropped;
+                             })
+      .def_property_readonly("run_dir", [](PyAgent& a) { return a.agent().metrics().dir(); })
+      .def(
+          "emit_metrics",
+          [](PyAgent& a, const std::string& kind, std::uint64_t step,
+             const std::vector<std::pair<std::string, std::string>>& fields) {
+            MetricFields f;
+            for (const auto& [name, text] : fields) f.emplace_back(name, JsonText{text});
+            Metrics& m = a.agent().metrics();
+            py::gil_scoped_release release;
+            m.emit(kind, step, f);
+          },
+          py::arg("kind"), py::arg("step"), py::arg("fields"))
+      .def(
+          "note_metric",
+          [](PyAgent& a, const std::string& name, double value) {
+            Metrics& m = a.agent().metrics();
+            py::gil_scoped_release release;
+            m.note(name, value);
+          },
+          py::arg("name"), py::arg("value"))
       .def("close",
            [](PyAgent& a) {
              py::gil_scoped_release release;

@@ -1,6 +1,7 @@
 """Single-process checks of every binding entry point: arguments, errors and
 their types, the optimizer handle, configs from files and mappings."""
 
+import json
 import tempfile
 
 import numpy as np
@@ -163,3 +164,40 @@ def test_malformed_launcher_variables_raise(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(gossamer.InvalidArgument, match="RANK='x' is not an integer"):
         gossamer.Agent.from_env(ONE)
+
+
+def test_metrics_records_reach_python_and_the_run_directory(tmp_path):
+    run = tmp_path / "run"
+    with gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"), overrides=[f"run.dir={run}"]) as a:
+        assert a.run_dir == str(run)
+        opt = a.make_optimizer([8])
+        params, grads = np.ones(8, dtype=np.float32), np.full(8, 0.5, dtype=np.float32)
+        for s in range(3):
+            a.note_metric("loss", float(s))
+            opt.step(params, grads)
+        a.emit_metrics("eval", accuracy=0.5, classes=[1, 2])
+        got = a.metrics()
+        assert [r["kind"] for r in got] == ["start", "step", "step", "step", "eval"]
+        assert [r["loss"] for r in got[1:4]] == [0.0, 1.0, 2.0]
+        assert all(r["compute_s"] >= 0 and r["waiting_s"] >= 0 for r in got[1:4])
+        assert got[4]["step"] == 3 and got[4]["accuracy"] == 0.5 and got[4]["classes"] == [1, 2]
+        assert a.metrics() == []  # taken
+        assert a.metrics_dropped == 0
+        with pytest.raises(TypeError):
+            a.note_metric("loss", "high")
+        with pytest.raises(TypeError):
+            a.emit_metrics("eval", model=object())
+        with pytest.raises(gossamer.InvalidArgument):
+            a.emit_metrics("eval", rank=3)
+        with pytest.raises(gossamer.InvalidArgument):
+            a.emit_metrics("")
+    lines = [json.loads(x) for x in (run / "rank-0.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in lines] == ["start", "step", "step", "step", "eval", "end"]
+    assert lines[:5] == got
+
+
+def test_metrics_off_records_nothing(tmp_path):
+    with gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"), overrides=["run.metrics=false"]) as a:
+        opt = a.make_optimizer([4])
+        opt.step(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.float32))
+        assert a.metrics() == [] and a.run_dir is None

@@ -8,6 +8,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/membership.hpp"
+#include "gossamer/metrics.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
@@ -22,14 +23,17 @@ namespace gossamer {
 /// inproc transport). Not thread-safe; move-only.
 class Agent final {
  public:
-  /// Connects this rank: creates the transport named by config.transport.kind
+  /// Connects this rank: opens its run metrics (run.dir; "auto": rank 0
+  /// makes a new results/runs/<UTC time>-<pid> and shares it through
+  /// `store`), creates the transport named by config.transport.kind
   /// (rendezvous through `store`, which must outlive construction only), the
   /// communicator and the topology named by config.topology.kind. Keys the
   /// config lacks take their registered defaults (Registry::complete); the
   /// registry must outlive the Agent.
   /// @throws ConfigError for an invalid config or unknown component name;
   ///         InvalidArgument for a rank outside [0, worldSize); TimeoutError
-  ///         if peers do not show up within transport.timeout_seconds.
+  ///         if peers do not show up within transport.timeout_seconds;
+  ///         Error if the run directory cannot be created.
   Agent(const Config& config, int rank, Store& store, const Registry& registry);
   ~Agent();
   Agent(Agent&&) noexcept;
@@ -110,6 +114,16 @@ class Agent final {
   /// it again. Called during recover() on this thread; empty (the default):
   /// only survive() counts.
   void setCollectivePending(std::function<bool()> pending);
+
+  /// This rank's run metrics (docs/metrics.md): subscribe() to get every
+  /// record (start, step, view, stall, end, and the application's own),
+  /// emit() to add records (gossamer-train's `epoch`), note() to attach a
+  /// value such as the loss to the next step record; dir() is the run
+  /// directory (run.dir), empty when records go to callbacks only. Step
+  /// records come from the optimizer made by makeOptimizer; per-peer bytes
+  /// from the `run` transport service. With run.metrics false it records
+  /// nothing.
+  Metrics& metrics();
 
   /// Delivers queued messages (within transport.linger_seconds), says goodbye
   /// to the peers and releases the transport. Idempotent; the destructor calls it.

@@ -18,6 +18,8 @@
 
 namespace gossamer {
 
+class LinkMeter;
+
 namespace detail {
 
 struct RequestState;
@@ -79,6 +81,10 @@ struct RequestState {
   /// When a thread first waited on this request (Request::waitFor, wait):
   /// steady_clock nanoseconds since its epoch, 0 before. For the stall report.
   std::atomic<std::int64_t> firstWaitNanos{0};
+  /// Counts this receive's bytes by source when it completes (the run
+  /// service's link meter); null: not counted. Set with attachMeter.
+  std::shared_ptr<LinkMeter> meter;
+  std::uint64_t meterTag = 0;  ///< Tag::packed() of the receive, for LinkMeter::received.
 
   // The transport's side of a request: these five are all a transport needs
   // (besides Mailbox::claim for filling a receive in place). Each takes `mu`
@@ -100,6 +106,9 @@ struct RequestState {
   /// Marks a pending request cancelled, without the engine's cancelLocked
   /// (for a transport that is shutting down); wakes its waiters.
   void cancelIfPending();
+  /// Counts this receive in `m` (under the job's ranks: peerNames applies)
+  /// when it completes, or at once if it completed already.
+  void attachMeter(std::shared_ptr<LinkMeter> m, const Tag& tag);
 };
 
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);

@@ -14,6 +14,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/metrics.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/schema.hpp"
 #include "gossamer/store.hpp"
@@ -32,6 +33,8 @@ struct TransportContext {
   int rank;
   Store& store;
   const Registry* registry = nullptr;
+  /// The Agent's run metrics (records, per-peer counters), or null outside an Agent.
+  Metrics* metrics = nullptr;
 };
 
 /// What an optimizer factory gets. `tensorSizes` are the element counts of the

@@ -1,7 +1,7 @@
 // The stall report (stall.hpp): a watcher thread over this rank's pending
-// sends and receives. Nothing goes on the wire; each request costs one clock
-// read and one push under a mutex, and the watcher drops settled requests as
-// it goes.
+// sends and receives, and the per-peer byte counters of the run metrics.
+// Nothing goes on the wire; each request costs one clock read and one push
+// under a mutex, and the watcher drops settled requests as it goes.
 #include "gossamer/transports/stall.hpp"
 
 #include <algorithm>
@@ -37,7 +37,9 @@ class StallWatch final : public Transport {
         threshold_(
             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.thresholdSeconds))),
         onStall_(std::move(o.onStall)),
-        watcher_([this] { watch(); }) {}
+        meter_(std::move(o.meter)) {
+    if (o.thresholdSeconds > 0) watcher_ = std::thread([this] { watch(); });
+  }
 
   ~StallWatch() override {
     {
@@ -45,7 +47,7 @@ class StallWatch final : public Transport {
       stop_ = true;
     }
     cv_.notify_all();
-    watcher_.join();
+    if (watcher_.joinable()) watcher_.join();
   }
 
   int rank() const override { return inner_->rank(); }
@@ -55,18 +57,22 @@ class StallWatch final : public Transport {
   TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return track(inner_->isend(dst, tag, data, dtype), {dst}, true, tag);
+    auto r = inner_->isend(dst, tag, data, dtype);
+    if (meter_) meter_->sent(dst, data.size());
+    return track(std::move(r), {dst}, true, tag);
   }
   Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
                         std::optional<std::uint32_t> checksum) override {
-    return track(inner_->isendBorrowed(dst, tag, data, dtype, checksum), {dst}, true, tag);
+    auto r = inner_->isendBorrowed(dst, tag, data, dtype, checksum);
+    if (meter_) meter_->sent(dst, data.size());
+    return track(std::move(r), {dst}, true, tag);
   }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
-    return track(inner_->irecv(sources, tag, buffer), std::vector<int>(sources.begin(), sources.end()), false,
-                 tag);
+    return track(metered(inner_->irecv(sources, tag, buffer), tag),
+                 std::vector<int>(sources.begin(), sources.end()), false, tag);
   }
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
-    return track(inner_->irecvView(source, tag, buffer), {source}, false, tag);
+    return track(metered(inner_->irecvView(source, tag, buffer), tag), {source}, false, tag);
   }
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return inner_->discardArrived(stale);
@@ -76,7 +82,15 @@ class StallWatch final : public Transport {
   TransportStats stats() const override { return inner_->stats(); }
 
  private:
+  Request metered(Request r, const Tag& tag) {
+    if (meter_) {
+      if (auto state = r.watch().lock()) state->attachMeter(meter_, tag);
+    }
+    return r;
+  }
+
   Request track(Request r, std::vector<int> peers, bool send, const Tag& tag) {
+    if (!watcher_.joinable()) return r;  // counting only
     // The membership service's own traffic waits for the next event by design.
     if (tag.op == Op::kMembership || tag.op == Op::kControl) return r;
     auto state = r.watch();
@@ -125,6 +139,10 @@ class StallWatch final : public Transport {
         r.tag = w.tag;
         r.waitedSeconds = std::chrono::duration<double>(waited).count();
         r.sinceUnixSeconds = wallNow - r.waitedSeconds;
+        if (meter_)
+          for (int p : r.peers)
+            r.lastFromPeers.push_back(p >= 0 && p < meter_->worldSize() ? meter_->lastFrom(p)
+                                                                        : LinkMeter::Last{});
         due.push_back(std::move(r));  // reported once, then dropped
       }
       watched_.swap(keep);
@@ -142,11 +160,12 @@ class StallWatch final : public Transport {
   std::unique_ptr<Transport> inner_;
   Clock::duration threshold_;
   std::function<void(const StallReport&)> onStall_;
+  std::shared_ptr<LinkMeter> meter_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Watched> watched_;
   bool stop_ = false;
-  std::thread watcher_;  // last: starts once the rest is built
+  std::thread watcher_;  // started by the constructor when there is a threshold
 };
 
 }  // namespace
@@ -169,29 +188,26 @@ std::string describe(const StallReport& r) {
                 : (r.peers.size() == 1 ? "a receive from rank " : "a receive from ranks "));
   for (std::size_t i = 0; i < r.peers.size(); ++i) os << (i ? ", " : "") << r.peers[i];
   os << ": " << opName(r.tag.op) << ", step " << r.tag.step << ", segment " << r.tag.segment;
+  for (std::size_t i = 0; i < r.lastFromPeers.size() && i < r.peers.size(); ++i) {
+    const auto& last = r.lastFromPeers[i];
+    os << "; rank " << r.peers[i];
+    if (!last.any) {
+      os << " has sent this rank nothing yet";
+      continue;
+    }
+    os << "'s last message came " << last.secondsAgo << " s ago (" << opName(last.tag.op) << ", step "
+       << last.tag.step << ", segment " << last.tag.segment << ")";
+  }
   return os.str();
 }
 
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, Options options) {
   GOSSAMER_ENFORCE(inner != nullptr, "no transport to watch");
-  GOSSAMER_ENFORCE(options.thresholdSeconds > 0 && options.thresholdSeconds < 1e9,
+  GOSSAMER_ENFORCE(options.thresholdSeconds >= 0 && options.thresholdSeconds < 1e9,
                    "stall threshold " << options.thresholdSeconds << " s");
+  GOSSAMER_ENFORCE(options.thresholdSeconds > 0 || options.meter != nullptr,
+                   "stall threshold 0 s and no meter: nothing to do");
   return std::make_unique<StallWatch>(std::move(inner), std::move(options));
-}
-
-void registerWith(Registry& registry) {
-  registry.addTransportService(
-      "run", "what a run reports while it goes",
-      KeySet().real("stall_seconds", 10.0, {0.0, true, 86400.0, true},
-                    "warn when this rank has waited this long on the same peer and operation (which rank, "
-                    "which operation and step, since when), seconds; 0: off"),
-      [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
-        const double seconds = ctx.config.get<double>("run.stall_seconds");
-        if (seconds <= 0) return inner;
-        Options o;
-        o.thresholdSeconds = seconds;
-        return wrap(std::move(inner), std::move(o));
-      });
 }
 
 }  // namespace gossamer::stall

@@ -1,0 +1,243 @@
+// Run metrics (metrics.hpp): JSON-lines records per rank, built with
+// nlohmann::json, and the per-peer traffic counters behind them.
+#include "gossamer/metrics.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+double unixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::int64_t steadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Json toJson(const std::string& name, const MetricValue& v) {
+  if (const auto* t = std::get_if<JsonText>(&v)) {
+    Json j = Json::parse(t->text, nullptr, false);
+    GOSSAMER_ENFORCE(!j.is_discarded(), "metrics field '" << name << "' is not JSON: " << t->text);
+    return j;
+  }
+  return std::visit(
+      [](const auto& x) -> Json {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, JsonText>)
+          return Json();
+        else
+          return Json(x);
+      },
+      v);
+}
+
+// {"1": 5120, "3": 5120}: the peers with a non-zero count.
+Json perPeer(const std::vector<std::uint64_t>& now, std::vector<std::uint64_t>& atLast) {
+  Json out = Json::object();
+  for (std::size_t p = 0; p < now.size(); ++p) {
+    const std::uint64_t d = now[p] - atLast[p];
+    if (d != 0) out[std::to_string(p)] = d;
+    atLast[p] = now[p];
+  }
+  return out;
+}
+
+thread_local std::int64_t tWaitNanos = 0;
+
+}  // namespace
+
+namespace detail {
+void addThreadWait(std::int64_t nanos) noexcept { tWaitNanos += nanos; }
+}  // namespace detail
+
+double threadWaitSeconds() noexcept { return static_cast<double>(tWaitNanos) * 1e-9; }
+
+LinkMeter::LinkMeter(int worldSize)
+    : sent_(static_cast<std::size_t>(std::max(worldSize, 0))),
+      received_(sent_.size()),
+      lastTag_(sent_.size()),
+      lastNanos_(sent_.size()) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "link meter for world size " << worldSize);
+}
+
+void LinkMeter::sent(int peer, std::size_t bytes) noexcept {
+  if (peer < 0 || peer >= worldSize()) return;
+  sent_[static_cast<std::size_t>(peer)].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void LinkMeter::received(int peer, std::size_t bytes, std::uint64_t tagPacked) noexcept {
+  if (peer < 0 || peer >= worldSize()) return;
+  const auto p = static_cast<std::size_t>(peer);
+  received_[p].fetch_add(bytes, std::memory_order_relaxed);
+  lastTag_[p].store(tagPacked, std::memory_order_relaxed);
+  lastNanos_[p].store(steadyNanos(), std::memory_order_relaxed);
+}
+
+std::vector<std::uint64_t> LinkMeter::sentBytes() const {
+  std::vector<std::uint64_t> out(sent_.size());
+  for (std::size_t p = 0; p < out.size(); ++p) out[p] = sent_[p].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::vector<std::uint64_t> LinkMeter::receivedBytes() const {
+  std::vector<std::uint64_t> out(received_.size());
+  for (std::size_t p = 0; p < out.size(); ++p) out[p] = received_[p].load(std::memory_order_relaxed);
+  return out;
+}
+
+LinkMeter::Last LinkMeter::lastFrom(int peer) const {
+  GOSSAMER_ENFORCE(peer >= 0 && peer < worldSize(), "peer " << peer << " outside world size " << worldSize());
+  const auto p = static_cast<std::size_t>(peer);
+  Last out;
+  const std::int64_t at = lastNanos_[p].load(std::memory_order_relaxed);
+  if (at == 0) return out;
+  out.any = true;
+  out.secondsAgo = static_cast<double>(steadyNanos() - at) * 1e-9;
+  const std::uint64_t packed = lastTag_[p].load(std::memory_order_relaxed);
+  out.tag.op = static_cast<Op>(packed >> 56);
+  out.tag.segment = static_cast<std::uint32_t>((packed >> 40) & Tag::kMaxSegment);
+  out.tag.step = packed & Tag::kMaxStep;
+  return out;
+}
+
+Metrics::Metrics(int rank, int worldSize, MetricsOptions o)
+    : rank_(rank), options_(std::move(o)), startUnix_(unixNow()) {
+  GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize, "rank " << rank << " outside world size " << worldSize);
+  GOSSAMER_ENFORCE(options_.every >= 1, "run.metrics_every must be at least 1");
+  if (!options_.enabled) return;
+  links_ = std::make_shared<LinkMeter>(worldSize);
+  sentAtLast_.assign(static_cast<std::size_t>(worldSize), 0);
+  receivedAtLast_.assign(static_cast<std::size_t>(worldSize), 0);
+  if (options_.dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.dir, ec);
+  if (ec) throw Error("run.dir: cannot create '" + options_.dir + "': " + ec.message());
+  const std::string path = options_.dir + "/rank-" + std::to_string(rank) + ".jsonl";
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) throw Error("run.dir: cannot open '" + path + "': " + std::strerror(errno));
+}
+
+Metrics::~Metrics() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+int Metrics::subscribe(std::function<void(const MetricsRecord&)> f) {
+  GOSSAMER_ENFORCE(f, "null metrics callback");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (start_) f(*start_);
+  callbacks_.emplace_back(nextId_, std::move(f));
+  return nextId_++;
+}
+
+void Metrics::unsubscribe(int id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::erase_if(callbacks_, [id](const auto& c) { return c.first == id; });
+}
+
+void Metrics::write(MetricsRecord&& r, bool flushNow) {
+  // Caller holds mu_.
+  if (r.kind == "start" && !start_) start_ = r;
+  if (file_ != nullptr) {
+    std::fwrite(r.json.data(), 1, r.json.size(), file_);
+    std::fputc('\n', file_);
+    if (flushNow || r.unixSeconds - lastFlush_ >= 1.0) {
+      std::fflush(file_);
+      lastFlush_ = r.unixSeconds;
+    }
+  }
+  for (const auto& c : callbacks_) c.second(r);
+}
+
+// The fields every record starts with, also set on `r`.
+static Json begin(MetricsRecord& r, std::string_view kind, int rank, std::uint64_t step) {
+  r.kind = std::string(kind);
+  r.rank = rank;
+  r.step = step;
+  r.unixSeconds = unixNow();
+  Json j;
+  j["kind"] = r.kind;
+  j["rank"] = rank;
+  j["time"] = r.unixSeconds;
+  j["step"] = step;
+  return j;
+}
+
+void Metrics::emit(std::string_view kind, std::uint64_t step, const MetricFields& fields) {
+  if (!options_.enabled) return;
+  GOSSAMER_ENFORCE(!kind.empty(), "metrics record without a kind");
+  MetricsRecord r;
+  Json j = begin(r, kind, rank_, step);
+  for (const auto& [name, value] : fields) {
+    GOSSAMER_ENFORCE(name != "kind" && name != "rank" && name != "time" && name != "step",
+                     "metrics field '" << name << "' is one every record has");
+    j[name] = toJson(name, value);
+  }
+  r.json = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::lock_guard<std::mutex> lk(mu_);
+  write(std::move(r), true);
+}
+
+void Metrics::note(const std::string& name, double value) {
+  if (!options_.enabled) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& n : noted_)
+    if (n.first == name) {
+      n.second.first += value;
+      ++n.second.second;
+      return;
+    }
+  noted_.emplace_back(name, std::make_pair(value, std::uint64_t{1}));
+}
+
+void Metrics::accountStep(std::uint64_t step, double computeSeconds, double communicationSeconds,
+                          double waitingSeconds, double pushSumWeight, std::uint64_t view) {
+  if (!options_.enabled) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  ++pendingSteps_;
+  compute_ += computeSeconds;
+  communication_ += communicationSeconds;
+  waiting_ += waitingSeconds;
+  if (pendingSteps_ < options_.every) return;
+  MetricsRecord r;
+  Json j = begin(r, "step", rank_, step);
+  j["steps"] = pendingSteps_;
+  j["compute_s"] = compute_;
+  j["communication_s"] = communication_;
+  j["waiting_s"] = waiting_;
+  j["sent_bytes"] = perPeer(links_->sentBytes(), sentAtLast_);
+  j["received_bytes"] = perPeer(links_->receivedBytes(), receivedAtLast_);
+  j["push_sum_weight"] = pushSumWeight;
+  j["view"] = view;
+  for (auto& n : noted_) {
+    if (n.second.second == 0) continue;
+    j[n.first] = n.second.first / static_cast<double>(n.second.second);
+    n.second = {0.0, 0};
+  }
+  r.json = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  pendingSteps_ = 0;
+  compute_ = communication_ = waiting_ = 0;
+  write(std::move(r), false);
+}
+
+void Metrics::finish(std::uint64_t steps) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (finished_ || !options_.enabled) return;
+    finished_ = true;
+  }
+  emit("end", steps, {{"steps", static_cast<std::int64_t>(steps)}, {"wall_s", unixNow() - startUnix_}});
+}
+
+}  // namespace gossamer
