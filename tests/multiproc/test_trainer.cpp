@@ -318,6 +318,11 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   INFO("rank 2 stderr:\n" << readFile(dir / "err2"));
   REQUIRE_FALSE(named.empty());
   CHECK(named.find("allreduce, step ") != std::string::npos);
+  // The stopped rank blames no one for the time it did not run itself.
+  const std::string victimErr = readFile(dir / ("err" + std::to_string(victim)));
+  INFO("rank 1 stderr:\n" << victimErr);
+  CHECK(victimErr.find("stall: rank 1 has waited") == std::string::npos);
+  CHECK(victimErr.find("stall watch: rank 1 itself did not run for") != std::string::npos);
   // The same report is a `stall` record in the waiting rank's metrics, with
   // when the stopped rank's last message came.
   bool recorded = false;

@@ -58,6 +58,12 @@ void registerWith(Registry& registry) {
             log(LogLevel::kWarning, text);
             record(*metrics, r, text);
           };
+          const int rank = ctx.rank;
+          o.onPause = [metrics, rank](double seconds, double since) {
+            const std::string text = stall::describePause(rank, seconds);
+            log(LogLevel::kWarning, text);
+            metrics->emit("pause", 0, {{"paused_s", seconds}, {"since", since}, {"message", text}});
+          };
         }
         return stall::wrap(std::move(inner), std::move(o));
       });

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -37,6 +38,7 @@ class StallWatch final : public Transport {
         threshold_(
             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.thresholdSeconds))),
         onStall_(std::move(o.onStall)),
+        onPause_(std::move(o.onPause)),
         meter_(std::move(o.meter)) {
     if (o.thresholdSeconds > 0) watcher_ = std::thread([this] { watch(); });
   }
@@ -109,8 +111,21 @@ class StallWatch final : public Transport {
     return r;
   }
 
+  // Time this process did not run (SIGSTOP, a debugger, CPU starvation)
+  // during [from, to): a wait across it is not the peer's fault.
+  Clock::duration pausedWithin(Clock::time_point from, Clock::time_point to) const {
+    Clock::duration out{};
+    for (const auto& [a, b] : pauses_) {
+      const auto lo = std::max(a, from), hi = std::min(b, to);
+      if (hi > lo) out += hi - lo;
+    }
+    return out;
+  }
+
   void watch() {
     const auto period = std::max<Clock::duration>(threshold_ / 4, std::chrono::milliseconds(10));
+    const auto lateBy = std::max<Clock::duration>(threshold_ / 2, std::chrono::milliseconds(200));
+    auto lastWake = Clock::now();
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {
       cv_.wait_for(lk, period, [this] { return stop_; });
@@ -118,6 +133,14 @@ class StallWatch final : public Transport {
       const auto now = Clock::now();
       const double wallNow =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::optional<double> pausedSeconds;
+      if (now - lastWake > period + lateBy) {
+        // This watcher woke far too late: the whole process was not running.
+        pauses_.emplace_back(lastWake + period, now);
+        if (pauses_.size() > 16) pauses_.pop_front();
+        pausedSeconds = std::chrono::duration<double>(now - lastWake - period).count();
+      }
+      lastWake = now;
       std::vector<StallReport> due;
       std::deque<Watched> keep;
       for (auto& w : watched_) {
@@ -125,9 +148,9 @@ class StallWatch final : public Transport {
         if (!s || !s->pending()) continue;  // settled (or gone): no longer watched
         // Pending is not stalled: only a wait that has lasted the threshold is.
         const std::int64_t first = s->firstWaitNanos.load(std::memory_order_relaxed);
-        const auto waited = first == 0 ? Clock::duration::zero()
-                                       : now - Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::nanoseconds(first)));
+        const auto began =
+            Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(first)));
+        const auto waited = first == 0 ? Clock::duration::zero() : now - began - pausedWithin(began, now);
         if (waited < threshold_) {
           keep.push_back(std::move(w));
           continue;
@@ -147,6 +170,12 @@ class StallWatch final : public Transport {
       }
       watched_.swap(keep);
       lk.unlock();
+      if (pausedSeconds) {
+        if (onPause_)
+          onPause_(*pausedSeconds, wallNow - *pausedSeconds);
+        else
+          log(LogLevel::kWarning, describePause(inner_->rank(), *pausedSeconds));
+      }
       for (const auto& r : due) {
         if (onStall_)
           onStall_(r);
@@ -160,7 +189,9 @@ class StallWatch final : public Transport {
   std::unique_ptr<Transport> inner_;
   Clock::duration threshold_;
   std::function<void(const StallReport&)> onStall_;
+  std::function<void(double, double)> onPause_;
   std::shared_ptr<LinkMeter> meter_;
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> pauses_;  // the watcher's own
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Watched> watched_;
@@ -198,6 +229,15 @@ std::string describe(const StallReport& r) {
     os << "'s last message came " << last.secondsAgo << " s ago (" << opName(last.tag.op) << ", step "
        << last.tag.step << ", segment " << last.tag.segment << ")";
   }
+  return os.str();
+}
+
+std::string describePause(int rank, double seconds) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "stall watch: rank " << rank << " itself did not run for " << seconds
+     << " s (stopped, or starved of CPU); waits across that time do not count against its peers";
   return os.str();
 }
 

@@ -38,6 +38,10 @@ struct StallReport {
 /// 2.1 s ago (allreduce, step 41, segment 2)".
 std::string describe(const StallReport& report);
 
+/// "stall watch: rank 1 itself did not run for 2.3 s (stopped, or starved of
+/// CPU); waits across that time do not count against its peers".
+std::string describePause(int rank, double seconds);
+
 /// Options of wrap().
 struct Options {
   /// Report a request that a thread has waited on (Request::wait, waitFor)
@@ -51,6 +55,12 @@ struct Options {
   /// Called once per stalled request, from the watcher's thread; the default
   /// (empty) logs describe(report) as a warning.
   std::function<void(const StallReport&)> onStall;
+  /// Called when the watcher finds that this process itself did not run for
+  /// a while (it woke more than max(threshold / 2, 0.2 s) late: SIGSTOP, a
+  /// debugger, CPU starvation), with the seconds it lost and since when
+  /// (Unix seconds); that time is not counted in any wait. The default
+  /// (empty) logs describePause as a warning.
+  std::function<void(double seconds, double sinceUnixSeconds)> onPause;
 };
 
 /// Wraps `inner`: every send and receive it posts (but the membership
