@@ -3,7 +3,8 @@
 processes over zmq on loopback) with run.metrics on and off, interleaved
 round by round, the median training step time of each and their ratio. The
 step time is 1 / steps_per_second of gossamer-train's summary (training
-steps only, mean over the ranks). A third variant, "all off", also turns off
+steps only, mean over the ranks). Ranks are bound to cores (--bind core) so
+that where the scheduler puts them does not decide the comparison. A third variant, "all off", also turns off
 the stall report (run.stall_seconds 0), for reference.
 
 Run through scripts/metrics-overhead.sh (which builds first).
@@ -34,7 +35,8 @@ def run(name, args, round_):
     tag = name.replace(" ", "-")
     out = os.path.join(WORK, f"{tag}-{round_}.json")
     log = os.path.join(WORK, f"{tag}-{round_}.log")
-    cmd = [TRAIN, "--config", CONFIG, "--summary-json", out, "--set", f"training.epochs={args.epochs}",
+    cmd = [TRAIN, "--config", CONFIG, "--summary-json", out, "--bind", args.bind,
+           "--set", f"training.epochs={args.epochs}",
            "--set", f"run.dir={os.path.join(WORK, 'runs', f'{tag}-{round_}')}"]
     for kv in VARIANTS[name] + args.set:
         cmd += ["--set", kv]
@@ -52,6 +54,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     p.add_argument("--epochs", type=int, default=3, help="epochs per job (default 3, the quickstart's)")
+    p.add_argument("--bind", choices=["core", "none"], default="core",
+                   help="gossamer-train --bind: core (default) pins rank r to CPU r mod C, which removes the "
+                        "scheduler's placement from the comparison")
     p.add_argument("--timeout", type=float, default=600, help="seconds per job")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE for every job (repeatable)")
     args = p.parse_args()
@@ -79,6 +84,7 @@ def main():
     overhead = med["metrics on"] / base - 1
     print(f"\nmetrics overhead: {overhead * 100:+.2f}% of step time (median of {args.rounds} interleaved rounds)")
     result = {"config": os.path.relpath(CONFIG, ROOT), "epochs": args.epochs, "rounds": args.rounds,
+              "bind": args.bind,
               "rows": rows, "metrics_overhead_fraction": overhead}
     path = os.path.join(RESULTS, "metrics-overhead.json")
     with open(path, "w") as f:
