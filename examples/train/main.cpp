@@ -10,7 +10,11 @@
 //       runs the rank the launcher's variables name (--from-env, automatic
 //       when they name more than one rank; see gossamer/launch_env.hpp).
 //
-// Rank 0 prints one progress line per epoch and, last, a one-line JSON summary.
+// On a terminal the progress rank (--progress-rank, default 0) draws a bar
+// (epoch, step, steps/s, loss, ETA); otherwise it prints a plain line every
+// --progress-seconds. Rank 0 prints one line per epoch and, last, one line
+// that sums up the run; the JSON summary goes to <run.dir>/summary.json and
+// to --summary-json.
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -20,6 +24,8 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -33,6 +39,7 @@
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
+#include "progress.hpp"
 #include "train_config.hpp"
 #include "trainer.hpp"
 #ifdef GOSSAMER_HAVE_LIBFABRIC
@@ -44,23 +51,65 @@ namespace {
 using gossamer::Config;
 namespace train = gossamer::train;
 
-void printEpoch(const Config& c, const train::EpochMetrics& m) {
-  std::printf(
-      "epoch %d/%d  loss %.4f  test acc (avg model) %.2f%%  (rank 0) %.2f%%  consensus %.3e  "
-      "sent/peer %.1f MB  %.1f s\n",
-      m.epoch, c.get<int>("training.epochs"), m.trainLoss, 100 * m.testAccuracyAverage,
-      100 * m.testAccuracyRank0, m.consensusDistance, m.bytesSentPerPeer / 1e6, m.seconds);
-  std::fflush(stdout);
+std::string epochLine(const Config& c, const train::EpochMetrics& m) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "epoch %d/%d  loss %.4f  test acc (avg model) %.2f%%  (rank 0) %.2f%%  consensus %.3e  "
+                "sent/peer %.1f MB  %.1f s",
+                m.epoch, c.get<int>("training.epochs"), m.trainLoss, 100 * m.testAccuracyAverage,
+                100 * m.testAccuracyRank0, m.consensusDistance, m.bytesSentPerPeer / 1e6, m.seconds);
+  return buf;
 }
 
-void emitSummary(const std::string& json, const std::string& path) {
-  std::printf("%s\n", json.c_str());
-  std::fflush(stdout);
-  if (!path.empty()) {
-    std::ofstream out(path);
-    out << json << '\n';
-    if (!out) throw gossamer::Error("cannot write summary to '" + path + "'");
+// How this process shows progress: the options, and the display when this
+// process runs the progress rank (or prints epoch lines).
+struct Display {
+  train::ProgressMode mode = train::ProgressMode::kAuto;
+  double lineSeconds = 10;
+  int rank = 0;  // --progress-rank
+  std::unique_ptr<train::Progress> progress;
+  std::mutex mu;  // threads of the inproc job
+
+  train::Progress& get() {
+    if (!progress) progress = std::make_unique<train::Progress>(mode, lineSeconds);
+    return *progress;
   }
+  void epoch(const Config& c, const train::EpochMetrics& m) {
+    std::lock_guard<std::mutex> lk(mu);
+    get().line(epochLine(c, m));
+  }
+  std::function<void(const train::StepProgress&)> stepsOf(int r) {
+    if (r != rank || mode == train::ProgressMode::kOff) return {};
+    return [this, started = false](const train::StepProgress& p) mutable {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!started) get().start(p.epochs, p.stepsPerEpoch);
+      started = true;
+      get().update(p.step, p.epoch, p.loss);
+    };
+  }
+};
+
+// Writes the JSON summary to `path` (if any) and to the run directory, and
+// prints one line that sums the run up.
+void emitSummary(Display& display, const train::TrainSummary& s, const Config& c, const std::string& path) {
+  const std::string json = train::summaryJson(s, c);
+  std::vector<std::string> written;
+  for (const std::string& p : {path, s.runDir.empty() ? std::string() : s.runDir + "/summary.json"}) {
+    if (p.empty()) continue;
+    std::ofstream out(p);
+    out << json << '\n';
+    if (!out) throw gossamer::Error("cannot write summary to '" + p + "'");
+    written.push_back(p);
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "done: %s, %d ranks, %d epochs in %.1f s: test accuracy %.2f%% (average model), consensus "
+                "%.2e, %.1f MB sent per peer%s%s",
+                s.algorithm.c_str(), s.worldSize, s.epochs, s.wallSeconds, 100 * s.testAccuracy,
+                s.consensusDistance, s.bytesSentPerPeer / 1e6,
+                written.empty() ? "" : "; summary: ", written.empty() ? "" : written.back().c_str());
+  std::lock_guard<std::mutex> lk(display.mu);
+  display.get().finish(buf);
 }
 
 train::FashionMnist loadData(const Config& c) {
@@ -71,18 +120,20 @@ train::FashionMnist loadData(const Config& c) {
 // One rank of a multi-process job. `rendezvous` is a directory shared by all
 // ranks (FileStore), or tcp://HOST:PORT, where rank 0 serves the store.
 int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, const std::string& rendezvous,
-               const std::string& summaryPath) {
+               const std::string& summaryPath, Display& display) {
   const auto data = loadData(c);
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
   auto& store = rv.store();
-  const auto s =
-      train::runRank(c, rank, data, store, registry, [&](const train::EpochMetrics& m) { printEpoch(c, m); });
-  if (s.writer) emitSummary(train::summaryJson(s, c), summaryPath);
+  const auto s = train::runRank(
+      c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
+      display.stepsOf(rank));
+  if (s.writer) emitSummary(display, s, c, summaryPath);
   return 0;
 }
 
 // Every rank as a thread of this process over the inproc transport.
-int runThreads(const gossamer::Registry& registry, const Config& c, const std::string& summaryPath) {
+int runThreads(const gossamer::Registry& registry, const Config& c, const std::string& summaryPath,
+               Display& display) {
   const auto data = loadData(c);
   gossamer::MemoryStore store;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize));
@@ -91,8 +142,9 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
   for (int r = 0; r < c.worldSize; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto s = train::runRank(c, r, data, store, registry,
-                                [&](const train::EpochMetrics& m) { printEpoch(c, m); });
+        auto s = train::runRank(
+            c, r, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
+            display.stepsOf(r));
         if (s.writer) summary0 = std::move(s);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
@@ -109,7 +161,7 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
       }
       return 1;
     }
-  emitSummary(train::summaryJson(summary0, c), summaryPath);
+  emitSummary(display, summary0, c, summaryPath);
   return 0;
 }
 
@@ -117,7 +169,8 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
 int launchProcesses(const Config& c, const std::string& configPath, const std::vector<std::string>& overrides,
-                    const std::string& summaryPath, const std::string& binding) {
+                    const std::string& summaryPath, const std::string& binding,
+                    const std::vector<std::string>& progressArgs) {
   gossamer::LaunchOptions o;
   o.worldSize = c.worldSize;
   o.binding = gossamer::parseCpuBinding(binding);
@@ -134,6 +187,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       args.push_back("--set");
       args.push_back(o);
     }
+    args.insert(args.end(), progressArgs.begin(), progressArgs.end());
     if ((r == 0 || membership) && !summaryPath.empty()) {  // the lowest survivor writes it
       args.push_back("--summary-json");
       args.push_back(summaryPath);
@@ -163,7 +217,22 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
   app.add_option("--rendezvous", rendezvous,
                  "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
-  app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  app.add_option(
+      "--summary-json", summaryPath,
+      "also write the JSON summary to this file (it always goes to <run.dir>/summary.json when the "
+      "run has a run directory)");
+  std::string progress = "auto";
+  app.add_option(
+         "--progress", progress,
+         "auto (default): a bar on a terminal, plain lines otherwise; bar; lines; off (epoch lines and "
+         "the final line only)")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}));
+  int progressRank = 0;
+  app.add_option("--progress-rank", progressRank, "the rank that shows step progress (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  double progressSeconds = 10;
+  app.add_option("--progress-seconds", progressSeconds, "seconds between plain progress lines (default 10)")
+      ->check(CLI::PositiveNumber);
   std::vector<std::string> overrides;
   app.add_option("--set", overrides,
                  "KEY=VALUE: overrides a key of the config after loading it, e.g. --set training.epochs=1 "
@@ -207,6 +276,14 @@ int main(int argc, char** argv) {
         overrides.emplace_back(kv);
     }
     const Config c = registry.load(configPath, overrides);
+    Display display;
+    display.mode = train::parseProgressMode(progress);
+    display.lineSeconds = progressSeconds;
+    display.rank = progressRank;
+    // The children of the local launcher show what this process was asked to.
+    const std::vector<std::string> progressArgs = {"--progress",         progress,
+                                                   "--progress-rank",    std::to_string(progressRank),
+                                                   "--progress-seconds", std::to_string(progressSeconds)};
     if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
@@ -216,10 +293,10 @@ int main(int argc, char** argv) {
       if (rank >= c.worldSize)
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
                                         std::to_string(c.worldSize));
-      return runOneRank(registry, c, rank, rendezvous, summaryPath);
+      return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
-    if (c.transport.kind == "inproc") return runThreads(registry, c, summaryPath);
-    return launchProcesses(c, configPath, overrides, summaryPath, binding);
+    if (c.transport.kind == "inproc") return runThreads(registry, c, summaryPath, display);
+    return launchProcesses(c, configPath, overrides, summaryPath, binding, progressArgs);
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "gossamer-train rank %d: error: %s\n", rank, e.what());

@@ -153,7 +153,8 @@ std::vector<std::uint64_t> checkpointSteps(const std::string& dir, int rank) {
 // evaluation (loss, bytes, the average model's accuracy, consensus distance)
 // and the run's summary.
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
-                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch) {
+                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch,
+                     const std::function<void(const StepProgress&)>& onStep) {
   const auto start = Clock::now();
   const TrainConfig t = trainConfigFrom(config);
   const int n = config.worldSize;
@@ -325,6 +326,11 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       const auto afterStep = [&](std::uint64_t step, double sum) {
         agent.metrics().note("loss", sum - notedSum);
         notedSum = sum;
+        if (onStep) {
+          const std::uint64_t inEpoch = step - spe * static_cast<std::uint64_t>(epoch - 1);
+          onStep(StepProgress{step, spe, epoch, t.training.epochs,
+                              inEpoch > 0 ? sum / static_cast<double>(inEpoch) : 0.0});
+        }
         weightLow = std::min(weightLow, optimizer.pushSumWeight());
         weightHigh = std::max(weightHigh, optimizer.pushSumWeight());
         if (ck.everySteps > 0 && step % static_cast<std::uint64_t>(ck.everySteps) == 0 && step < totalSteps)

@@ -84,13 +84,24 @@ struct TrainSummary {
   TransportStats transportStats;
 };
 
+/// Where a rank is after a training step (the progress display's input).
+struct StepProgress {
+  std::uint64_t step = 0;           ///< Steps done in all.
+  std::uint64_t stepsPerEpoch = 0;  ///< Steps of one epoch.
+  int epoch = 0;                    ///< The epoch in progress, 1-based.
+  int epochs = 0;                   ///< Epochs of the run.
+  double loss = 0;                  ///< Mean training loss of this epoch's steps so far.
+};
+
 /// Runs one rank of the job described by `config`: shards `data` (shared,
 /// read-only) by config.data.partition, creates the Agent through `registry`
 /// and `store`, trains for config.training.epochs and evaluates after each
-/// epoch. `onEpoch` is called on rank 0 after each epoch.
+/// epoch. `onEpoch` is called on rank 0 after each epoch; `onStep` (may be
+/// empty) after each of this rank's training steps, on its thread.
 /// @throws ConfigError, TimeoutError, PeerFailure, ProtocolError, DataError.
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
-                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch);
+                     const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch,
+                     const std::function<void(const StepProgress&)>& onStep = {});
 
 /// The summary as the one-line JSON object printed at the end of a run.
 std::string summaryJson(const TrainSummary& summary, const Config& config);

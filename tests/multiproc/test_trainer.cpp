@@ -50,12 +50,11 @@ struct Reaper {
   }
 };
 
-nlohmann::json lastJsonLine(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  REQUIRE(end != std::string::npos);
-  auto begin = out.rfind('\n', end);
-  begin = begin == std::string::npos ? 0 : begin + 1;
-  return nlohmann::json::parse(out.substr(begin, end + 1 - begin));
+// The JSON summary a run wrote to --summary-json `path`.
+nlohmann::json summaryAt(const std::string& path) {
+  const std::string text = readFile(path);
+  REQUIRE_FALSE(text.empty());
+  return nlohmann::json::parse(text);
 }
 
 // Every algorithm as 3 processes over `transport` for 2 epochs; checks the summary.
@@ -75,7 +74,9 @@ void trainEveryAlgorithm(const std::string& transport) {
     REQUIRE(WEXITSTATUS(*status) == 0);
     CHECK(out.find("epoch 1/2") != std::string::npos);
     CHECK(out.find("epoch 2/2") != std::string::npos);
-    const auto j = lastJsonLine(out);
+    const auto j = summaryAt(dir / "s.json");
+    CHECK(out.find("\ndone: " + algorithm + ", 3 ranks, 2 epochs") != std::string::npos);
+    CHECK(out.find("{\"") == std::string::npos);  // the JSON is in files, not on stdout
     CHECK(j["algorithm"] == algorithm);
     CHECK(j["transport"] == transport.substr(0, transport.find('-')));
     CHECK(j["world_size"] == 3);
@@ -87,7 +88,7 @@ void trainEveryAlgorithm(const std::string& transport) {
     if (algorithm == "allreduce_sgd") CHECK(j["consensus_distance"].get<double>() < 1e-10);
     CHECK(j["steps_per_second_by_rank"].size() == 3);
     CHECK(j["bytes_per_step"].get<double>() > 0);
-    CHECK(nlohmann::json::parse(readFile(dir / "s.json")) == j);
+    std::filesystem::remove_all(j["run_dir"].get<std::string>());
   }
 }
 
@@ -101,12 +102,14 @@ TEST_CASE("gossamer-train trains over the native socket transport as well as ove
   int i = 0;
   for (const std::string transport : {"zmq", "socket"}) {
     writeFile(dir / "run.yaml", smallConfig(transport, "allreduce_sgd", 3, 1, 20));
-    const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml"}, dir / "out", dir / "err");
+    const pid_t pid =
+        spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "summary"},
+              dir / "out", dir / "err");
     const auto status = waitBounded(pid, 120);
     INFO(transport << " stderr:\n" << readFile(dir / "err"));
     REQUIRE(status.has_value());
     REQUIRE(WEXITSTATUS(*status) == 0);
-    const auto j = lastJsonLine(readFile(dir / "out"));
+    const auto j = summaryAt(dir / "summary");
     CHECK(j["transport"] == transport);
     CHECK(j["consensus_distance"].get<double>() < 1e-10);
     accuracy[i++] = j["test_accuracy"].get<double>();
@@ -141,12 +144,20 @@ TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[mu
   gossamer::testing::requireFashionMnist();
   TempDir dir;
   writeFile(dir / "run.yaml", smallConfig("inproc", "crossover_sgd", 4, 1, 20));
-  const pid_t pid = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml"}, dir / "out", dir / "err");
+  const pid_t pid =
+      spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--summary-json", dir / "summary"},
+            dir / "out", dir / "err");
   const auto status = waitBounded(pid, 120);
   INFO("stderr:\n" << readFile(dir / "err"));
   REQUIRE(status.has_value());
   REQUIRE(WEXITSTATUS(*status) == 0);
-  const auto j = lastJsonLine(readFile(dir / "out"));
+  const auto j = summaryAt(dir / "summary");
+  // The same summary is in the run directory, which has every rank's metrics.
+  const std::string runDir = j["run_dir"].get<std::string>();
+  REQUIRE_FALSE(runDir.empty());
+  CHECK(nlohmann::json::parse(readFile(runDir + "/summary.json")) == j);
+  for (int r = 0; r < 4; ++r) CHECK_FALSE(readFile(runDir + "/rank-" + std::to_string(r) + ".jsonl").empty());
+  std::filesystem::remove_all(runDir);
   CHECK(j["transport"] == "inproc");
   CHECK(j["world_size"] == 4);
   CHECK(j["test_accuracy"].get<double>() > 0.5);
@@ -236,16 +247,16 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   const std::string addr = "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 12000);
   std::vector<pid_t> pids;
   for (int r = 2; r >= 0; --r)  // rank 0 last: clients wait for the server
-    pids.push_back(spawn(
-        {GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--rank", std::to_string(r), "--rendezvous", addr},
-        dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+    pids.push_back(spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "run.yaml", "--rank", std::to_string(r),
+                          "--rendezvous", addr, "--summary-json", dir / ("summary" + std::to_string(r))},
+                         dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
   for (pid_t pid : pids) {
     const auto status = waitBounded(pid, 120);
     INFO("stderr of rank 0: " << readFile(dir / "err0") << "\nrank 1: " << readFile(dir / "err1"));
     REQUIRE(status.has_value());
     CHECK(WEXITSTATUS(*status) == 0);
   }
-  const auto j = lastJsonLine(readFile(dir / "out0"));
+  const auto j = summaryAt(dir / "summary0");
   CHECK(j["world_size"] == 3);
   CHECK(j["test_accuracy"].get<double>() > 0.5);
 }
