@@ -5,7 +5,9 @@ hierarchical Crossover-SGD at several world sizes and compares them.
 Run through scripts/compare-gossip.sh (which installs and builds first).
 
   compare_gossip.py                 accuracy / consensus / traffic / time table,
-                                    results/compare-gossip.json and a PNG plot
+                                    results/compare-gossip.json, and per world size
+                                    gossamer-report --compare plots of the runs
+                                    (results/compare-gossip-report/n<N>/)
   compare_gossip.py --straggler     steps per second of the other peers when one
                                     peer is slowed 10x (8 peers)
   compare_gossip.py --overlap       seconds per step with and without overlap (8 peers)
@@ -13,6 +15,7 @@ Run through scripts/compare-gossip.sh (which installs and builds first).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,7 +63,9 @@ def run(tag, text):
     with open(cfg, "w") as f:
         f.write(text)
     t0 = time.time()
-    proc = subprocess.run([TRAIN, "--config", cfg, "--summary-json", out],
+    run_dir = os.path.join(WORK, "runs", tag)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    proc = subprocess.run([TRAIN, "--config", cfg, "--summary-json", out, "--set", f"run.dir={run_dir}"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
@@ -83,6 +88,7 @@ def compare(args):
                 "consensus_distance": s["consensus_distance"], "bytes_per_step": s["bytes_per_step"],
                 "seconds_per_epoch": s["seconds_per_epoch"],
                 "accuracy_per_epoch": [h["test_accuracy"] for h in s["history"]],
+                "run_dir": s["run_dir"],
             })
     header = (f"{'algorithm':<28}{'N':>4}{'acc(avg)':>10}{'acc(r0)':>10}{'consensus':>12}"
               f"{'bytes/step':>12}{'s/epoch':>9}")
@@ -93,34 +99,23 @@ def compare(args):
               f"{r['bytes_per_step']:>12.0f}{r['seconds_per_epoch']:>9.2f}")
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "compare-gossip.json"), "w") as f:
-        json.dump([{k: v for k, v in r.items() if k not in ("accuracy_per_epoch", "transport")}
+        json.dump([{k: v for k, v in r.items() if k not in ("accuracy_per_epoch", "transport", "run_dir")}
                    for r in rows], f, indent=1)
     plot(rows, args.world_sizes)
 
 
 def plot(rows, world_sizes):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(world_sizes), figsize=(5 * len(world_sizes), 4), sharey=True)
-    if len(world_sizes) == 1:
-        axes = [axes]
-    for ax, n in zip(axes, world_sizes):
-        for r in rows:
-            if r["world_size"] != n:
-                continue
-            acc = [100 * a for a in r["accuracy_per_epoch"]]
-            ax.plot(range(1, len(acc) + 1), acc, marker="o", label=r["algorithm"])
-        ax.set_title(f"{n} peers")
-        ax.set_xticks(range(1, max(len(r["accuracy_per_epoch"]) for r in rows) + 1))
-        ax.set_xlabel("epoch")
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("test accuracy of the average model (%)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(RESULTS, "compare-gossip.png")
-    fig.savefig(path, dpi=110)
-    print(f"plot: {path}")
+    """The runs of each world size overlaid by gossamer-report --compare
+    (accuracy and loss against steps and wall time, consensus distance,
+    bytes sent), in results/compare-gossip-report/n<N>/."""
+    for n in world_sizes:
+        runs = [r for r in rows if r["world_size"] == n]
+        out = os.path.join(RESULTS, "compare-gossip-report", f"n{n}")
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gossamer-report"), "--compare"]
+                       + [r["run_dir"] for r in runs]
+                       + ["--labels", ",".join(r["algorithm"] for r in runs), "--out", out],
+                       check=True, stdout=subprocess.DEVNULL, timeout=600)
+        print(f"plots: {os.path.relpath(out, ROOT)}/report.md")
 
 
 def straggler(args):
