@@ -12,8 +12,9 @@ Run it with any launcher (the same script, unchanged):
     mpirun -n 4 /usr/bin/python3 examples/python/train_fashion_mnist.py
 
 Rank 0 prints one line per epoch and writes results/python-fashion-mnist.json
-(world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, and
-the per-epoch history). The data are Debian's dataset-fashion-mnist files,
+(world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, the
+per-epoch history, and run_dir: every rank's metrics records, with the step
+losses and rank 0's epoch records, which scripts/gossamer-report plots). The data are Debian's dataset-fashion-mnist files,
 read here (no downloads).
 """
 
@@ -130,6 +131,7 @@ def train(args):
             loss.backward()
             opt.step()
             loss_sum += float(loss)
+            agent.note_metric("loss", float(loss))  # the step record's loss (docs/metrics.md)
         opt.flush()
         consensus = gt.consensus_distance(model, agent)
         own = opt.flat_parameters.clone()
@@ -140,14 +142,17 @@ def train(args):
         agent.allreduce(loss_avg)
         history.append({"epoch": epoch, "train_loss": float(loss_avg[0]), "test_accuracy": acc,
                         "consensus_distance": consensus, "seconds": time.monotonic() - t0})
-        if rank == 0:
+        if rank == 0:  # an epoch record, as gossamer-train writes: gossamer-report plots it
+            agent.emit_metrics("epoch", epoch=epoch, loss=float(loss_avg[0]), test_accuracy=acc,
+                               consensus_distance=consensus, seconds=time.monotonic() - t0)
             print(f"epoch {epoch}/{args.epochs}  loss {loss_avg[0]:.4f}  test acc (avg model) {100 * acc:.2f}%  "
                   f"consensus {consensus:.3e}  {time.monotonic() - t0:.1f} s", flush=True)
     gt.average_parameters(model, agent)
     acc = evaluate(model, x_test, y_test, agent)
     result = {"world_size": n, "launcher": launcher, "algorithm": agent.algorithm, "optimizer": "Adam",
               "transport": agent.transport, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-              "test_accuracy": acc, "wall_seconds": time.monotonic() - start, "history": history}
+              "test_accuracy": acc, "wall_seconds": time.monotonic() - start, "history": history,
+              "run_dir": agent.run_dir}
     agent.close()
     if rank == 0:
         print(f"final test accuracy {100 * acc:.2f}% (average model, {n} peers, {launcher})", flush=True)
