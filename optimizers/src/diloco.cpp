@@ -11,10 +11,11 @@
 //    (the paper's is AdamW); its velocity carries over from round to round.
 //  - Kolehmainen et al. 2025, "NoLoCo: No-all-reduce Low Communication
 //    Training Method for Large Models", arXiv 2506.10911: no all-reduce,
-//    each sync with one randomly chosen peer. Our gossip outer step takes
-//    that idea; NoLoCo's own modified Nesterov step (a separate term pulling
-//    the weights of a pair together) is not reproduced: here the pair's outer
-//    parameters are averaged outright before the outer step.
+//    each sync with one randomly chosen peer. The gossip exchange takes that
+//    idea and averages the pair's outer parameters outright before the outer
+//    step; the noloco exchange takes NoLoCo's modified outer step instead, in
+//    which the pair's mean theta enters the momentum with a weight gamma (as
+//    the authors' reference implementation does it: heavy-ball form, step 3').
 //  - Overlap (one round late): the "delayed outer gradients" of Kale,
 //    Douillard and Donchev 2025, "Eager Updates For Overlapped Communication
 //    and Computation in DiLoCo", arXiv 2502.12996; the local copy keeps this
@@ -42,6 +43,11 @@
 //                 rank goes on as if it had sat out.
 //   3. Nesterov (PyTorch's SGD with nesterov=True, as the paper's OuterOpt):
 //      m <- mu m + Delta_bar;  theta <- theta_bar - lr (Delta_bar + mu m).
+//   3'. noloco (the gossip exchange's pairs and messages):
+//      m <- mu m + lr Delta_bar + gamma (theta - theta_bar);  theta <- theta - m.
+//      Each rank keeps its own theta; a pair's two thetas move towards each
+//      other by gamma of their gap per round (momentum 0), and the sum of
+//      theta over the ranks moves by -lr sum(Delta) as in step 3.
 //   4. x <- theta; a <- theta.
 // With lr 1 and mu 0, step 3 gives theta = mean(x): model averaging every H
 // steps (over all ranks, or over the pair). Momentum 0: the sum of theta over
@@ -76,7 +82,7 @@
 //              segments out and N-1 back), 4P log2 N with recursive doubling;
 //              per step that is 1/H of AllReduce-SGD's.
 //   gossip     one message of 8P bytes ([theta | Delta], float32) to the
-//              partner, and one received: N/2 independent pairs, no
+//   (noloco)   partner, and one received: N/2 independent pairs, no
 //              collective. Per step 8P / H.
 // Tags: gossip Op::kGossip, step = round (mod 2^40), segment 0.
 #include <Eigen/Core>
@@ -100,7 +106,8 @@ Eigen::Map<const Eigen::VectorXf> view(const float* p, std::size_t n) {
 DilocoOuter parseDilocoOuter(const std::string& name) {
   if (name == "allreduce") return DilocoOuter::kAllreduce;
   if (name == "gossip") return DilocoOuter::kGossip;
-  throw InvalidArgument("unknown DiLoCo outer exchange '" + name + "' (allreduce, gossip)");
+  if (name == "noloco") return DilocoOuter::kNoloco;
+  throw InvalidArgument("unknown DiLoCo outer exchange '" + name + "' (allreduce, gossip, noloco)");
 }
 
 struct Diloco::InFlight {
@@ -126,6 +133,8 @@ Diloco::Diloco(Communicator& communicator, std::size_t numParams, const DilocoOp
   GOSSAMER_ENFORCE(o.outerMomentum >= 0 && o.outerMomentum < 1,
                    "outer momentum " << o.outerMomentum << " outside [0, 1)");
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.nolocoGamma >= 0 && o.nolocoGamma <= 10,
+                   "noloco gamma " << o.nolocoGamma << " outside [0, 10]");
 }
 
 Diloco::~Diloco() {
@@ -255,17 +264,24 @@ void Diloco::finish(std::span<float> params, bool resetToTheta) {
              lr = static_cast<float>(options_.outerLearningRate);
   auto theta = view(theta_.data(), p), m = view(momentum_.data(), p);
   const auto d = view(deltaBar, p);
-  m = mu * m + d;
+  Eigen::VectorXf next;
+  if (options_.outer == DilocoOuter::kNoloco) {
+    const auto gamma = static_cast<float>(options_.nolocoGamma);
+    m = mu * m + lr * d + gamma * (theta - view(thetaBar, p));
+    next = theta - m;
+  } else {
+    m = mu * m + d;
+    next = view(thetaBar, p) - lr * (d + mu * m);
+  }
   auto x = view(params.data(), p), a = view(anchor_.data(), p);
   if (resetToTheta) {
-    theta = view(thetaBar, p) - lr * (d + mu * m);
+    theta = next;
     x = theta;
     a = theta;
   } else {
     // theta_new computed as in the synchronous round (the same bits on every
     // rank of the allreduce), then the local copy moves by theta_new -
     // theta_old + this rank's own Delta of the round, now part of theta.
-    const Eigen::VectorXf next = view(thetaBar, p) - lr * (d + mu * m);
     const Eigen::VectorXf shift = next - theta + view(f.delta.data(), p);
     theta = next;
     x += shift;

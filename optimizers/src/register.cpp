@@ -161,6 +161,7 @@ void registerDiloco(Registry& registry) {
         o.outerLearningRate = c.get<double>("algorithm.outer_learning_rate");
         o.outerMomentum = c.get<double>("algorithm.outer_momentum");
         o.outer = parseDilocoOuter(c.get<std::string>("algorithm.outer"));
+        o.nolocoGamma = c.get<double>("algorithm.noloco_gamma");
         o.overlap = c.get<bool>("algorithm.overlap");
         o.seed = c.seed;
         o.timeoutSeconds = c.transport.timeoutSeconds;
@@ -173,9 +174,12 @@ void registerDiloco(Registry& registry) {
                 "DiLoCo: step size of the outer Nesterov step on the averaged pseudo-gradient")
           .real("outer_momentum", d.outerMomentum, {0.0, true, 1.0, false},
                 "DiLoCo: Nesterov momentum of the outer step (0 with outer_learning_rate 1: model averaging)")
-          .text("outer", "allreduce", {"allreduce", "gossip"},
+          .text("outer", "allreduce", {"allreduce", "gossip", "noloco"},
                 "DiLoCo: average the pseudo-gradients over every rank (allreduce, as collectives.allreduce) "
-                "or with one random peer per round (gossip, a perfect matching seeded by seed)")
+                "or with one random peer per round (gossip, a perfect matching seeded by seed; noloco: the "
+                "same pairs with NoLoCo's outer step, which pulls theta towards the pair's mean)")
+          .real("noloco_gamma", d.nolocoGamma, {0.0, true, 10.0, true},
+                "DiLoCo with outer noloco: weight of the pull of theta towards the pair's mean theta")
           .boolean(
               "overlap", d.overlap,
               "DiLoCo: overlap each outer exchange with the next inner steps and apply it one round late")

@@ -263,6 +263,82 @@ TEST_CASE("diloco: a gossip round pairs every rank and keeps the sum of theta ov
   CHECK(matchings.size() > 1);  // a new matching drawn each round
 }
 
+TEST_CASE("diloco: the noloco outer step pulls each theta towards its pair's mean and keeps the sum",
+          "[diloco]") {
+  // Momentum 0, lr 1, gamma 0.5: theta_i <- theta_i - Delta_bar - gamma
+  // (theta_i - theta_bar), computed here in double from the thetas and local
+  // copies before the round; a pair's gap shrinks by half; the sum of theta
+  // over the ranks moves by -sum(Delta). Ranks start from different models.
+  const int n = 4, h = 2, rounds = 3;
+  const double gamma = 0.5;
+  const std::size_t p = 12;
+  auto fabric = inproc::makeFabric(n);
+  struct Round {
+    std::vector<float> thetaBefore, local, thetaAfter;
+    int partner = -1;
+  };
+  std::vector<std::vector<Round>> got(static_cast<std::size_t>(n));  // [rank][round]
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 20.0);
+    Communicator comm(*t, 20.0);
+    auto o = options(h, 1.0, 0.0, optimizers::DilocoOuter::kNoloco, false);
+    o.nolocoGamma = gamma;
+    optimizers::Diloco opt(comm, p, o);
+    optimizers::LocalSgd sgd(p, o.sgd);
+    std::mt19937 rng(static_cast<unsigned>(r) + 300);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(p), g(p);
+    for (auto& v : x) v = normal(rng) + 2.0f * static_cast<float>(r);
+    for (int s = 0; s < 1 + rounds * h; ++s) {
+      for (auto& v : g) v = normal(rng);
+      sgd.apply(x, g);
+      const std::uint64_t applied = opt.rounds();
+      Round k;
+      k.thetaBefore.assign(opt.outerParameters().begin(), opt.outerParameters().end());
+      k.local = x;
+      opt.mixParameters(x);
+      if (opt.rounds() == applied) continue;
+      k.thetaAfter.assign(opt.outerParameters().begin(), opt.outerParameters().end());
+      k.partner = opt.lastPartner();
+      CHECK(x == k.thetaAfter);  // the local copy restarts from theta
+      got[static_cast<std::size_t>(r)].push_back(std::move(k));
+    }
+  });
+  for (int k = 0; k < rounds; ++k) {
+    CAPTURE(k);
+    double sumDelta = 0, sumBefore = 0, sumAfter = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto& mine = got[static_cast<std::size_t>(r)].at(static_cast<std::size_t>(k));
+      const int q = mine.partner;
+      REQUIRE(q != r);
+      const auto& other = got[static_cast<std::size_t>(q)].at(static_cast<std::size_t>(k));
+      CHECK(other.partner == r);
+      for (std::size_t i = 0; i < p; ++i) {
+        // Delta = anchor - x, the anchor being theta before the round (synchronous rounds).
+        const double dMine = double(mine.thetaBefore[i]) - mine.local[i];
+        const double dOther = double(other.thetaBefore[i]) - other.local[i];
+        const double thetaBar = (double(mine.thetaBefore[i]) + other.thetaBefore[i]) / 2;
+        const double expected =
+            mine.thetaBefore[i] - (dMine + dOther) / 2 - gamma * (mine.thetaBefore[i] - thetaBar);
+        CHECK(mine.thetaAfter[i] == Approx(expected).margin(1e-5));
+        const double gapBefore = double(mine.thetaBefore[i]) - other.thetaBefore[i];
+        const double gapAfter = double(mine.thetaAfter[i]) - other.thetaAfter[i];
+        CHECK(gapAfter == Approx((1 - gamma) * gapBefore).margin(1e-5));
+        if (i == 0) {
+          sumDelta += dMine;
+          sumBefore += mine.thetaBefore[i];
+          sumAfter += mine.thetaAfter[i];
+        }
+      }
+    }
+    CHECK(sumAfter == Approx(sumBefore - sumDelta).margin(1e-4));
+  }
+  // The thetas stay apart (gamma < 1): not the outright average of gossip.
+  const auto& a = got[0].back();
+  const auto& b = got[static_cast<std::size_t>(a.partner)].back();
+  CHECK(a.thetaAfter != b.thetaAfter);
+}
+
 TEST_CASE("diloco: overlap applies each round one round late and keeps the ranks' own progress", "[diloco]") {
   // Reference in double (diloco.cpp, "Overlap"): at the end of round k the
   // mean pseudo-gradient of round k-1 is applied: theta moves, and each local

@@ -420,7 +420,11 @@ class Hierarchical final : public DistributedOptimizer {
 /// Where DiLoCo averages its pseudo-gradients.
 enum class DilocoOuter {
   kAllreduce,  ///< Over every rank: the communicator's allreduce (collectives.allreduce).
-  kGossip,     ///< With one peer per round, a random perfect matching (NoLoCo-style).
+  kGossip,     ///< With one peer per round, a random perfect matching; the pair's theta averaged outright.
+  /// As kGossip, with NoLoCo's outer step instead (Kolehmainen et al. 2025,
+  /// arXiv 2506.10911): theta is not averaged but pulled towards the pair's
+  /// mean through the momentum, with weight nolocoGamma.
+  kNoloco,
 };
 
 /// Parses "allreduce" / "gossip". @throws InvalidArgument.
@@ -436,6 +440,10 @@ struct DilocoOptions {
   /// Start round k's exchange and apply it one round late, at the end of
   /// round k+1, so that it overlaps round k+1's inner steps.
   bool overlap = false;
+  /// kNoloco: gamma, the weight of the pull towards the pair's mean theta
+  /// in the momentum, in [0, 10] (the reference implementation uses the
+  /// outer learning rate).
+  double nolocoGamma = 0.7;
   std::uint64_t seed = 0;  ///< Gossip: seeds the pairing of each round (topologies::randomPairing).
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait (gossip).
 };
@@ -458,7 +466,12 @@ struct DilocoOptions {
 /// rank computes from the seed and the round; the two of a pair swap
 /// (theta, Delta), take the pair's means of both, and make the outer step
 /// from the mean theta. The sum of theta over the ranks then moves by
-/// exactly -lr sum(Delta) (momentum 0), as with the allreduce.
+/// exactly -lr sum(Delta) (momentum 0), as with the allreduce. kNoloco:
+/// the same pairs and messages, and NoLoCo's modified outer step, in which
+/// each rank keeps its own theta and the pair's mean enters the momentum:
+///   m <- mu m + lr mean(Delta) + gamma (theta - mean(theta));  theta <- theta - m.
+/// With gamma 1, lr 1 and mu 0 it is the kGossip round; with momentum 0 the
+/// gap between the two thetas of a pair shrinks by the factor 1 - gamma.
 ///
 /// Bytes sent per rank per round (every H steps), P float32 parameters:
 /// allreduce 2 (N-1)/N * 4P with the ring (what collectives.allreduce picks);
