@@ -173,11 +173,15 @@ struct Agent::Impl {
   void buildOverView() {
     viewConfig = config;
     viewConfig.worldSize = transport->worldSize();
-    // network.islands names the job's ranks; over a view, the view's (the
-    // bandwidth roulette and hierarchical groups read it).
-    const auto islands = config.getOr<std::vector<std::vector<int>>>("network.islands", {});
-    if (membership != nullptr && !islands.empty())
-      viewConfig.set("network.islands", islandsInView(islands, membership->view().members));
+    // network.islands and algorithm.groups name the job's ranks; over a
+    // view, the view's (the bandwidth roulette and hierarchical groups read them).
+    if (membership != nullptr) {
+      const auto members = membership->view().members;
+      for (const char* key : {"network.islands", "algorithm.groups"}) {
+        const auto partition = config.getOr<std::vector<std::vector<int>>>(key, {});
+        if (!partition.empty()) viewConfig.set(key, islandsInView(partition, members));
+      }
+    }
     topology = registry->topology(viewConfig.topology.kind)(viewConfig);
     communicator = std::make_unique<Communicator>(*transport, config.transport.timeoutSeconds);
     communicator->setOptions(collectiveOptions);

@@ -47,6 +47,10 @@ std::string configText(int n, const std::string& algorithm, double learningRate,
   if (algorithm == "hierarchical") algorithmKeys = "\n  group_size: 2";
   if (algorithm == "crossover_sgd") algorithmKeys = "\n  segments: 2";
   std::string name = algorithm;
+  if (algorithm == "hierarchical_groups") {  // explicit leader groups of the job's ranks
+    name = "hierarchical";
+    algorithmKeys = "\n  groups: [[0, 1, 2], [3, 4, 5]]";
+  }
   if (algorithm.starts_with("diloco")) {  // diloco, diloco_gossip, diloco_overlap
     name = "diloco";
     algorithmKeys = "\n  inner_steps: 7";
@@ -165,6 +169,26 @@ TEST_CASE("membership: over the survivors the network's islands name the ranks o
     CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
     for (float v : res.params) {
       CHECK(v > 0.0f);  // the survivors' models mixed within their range (0..5)
+      CHECK(v < 5.0f);
+    }
+  }
+}
+
+TEST_CASE("membership: over the survivors explicit leader groups name the ranks of the view",
+          "[membership]") {
+  // algorithm.groups names the job's ranks; rank 4 dies, so over the view
+  // {0, 1, 2, 3, 5} the groups are {0, 1, 2} and {3, 4} in its own ranks.
+  const int n = 6, victim = 4, steps = 40;
+  const auto results = runWithVictim("hierarchical_groups", n, victim, 10, steps, 0.0, 1.0f);
+  for (int r = 0; r < n; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r);
+    if (r == victim) continue;
+    REQUIRE(res.survived);
+    CHECK(res.steps == static_cast<std::uint64_t>(steps));
+    CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
+    for (float v : res.params) {
+      CHECK(v > 0.0f);
       CHECK(v < 5.0f);
     }
   }

@@ -67,8 +67,9 @@ std::optional<ConfigIssue> checkRankPartition(const Config& c, const std::string
 /// the view): each island keeps the ranks that are members, as their ranks in
 /// the view, and an island with none left is dropped. Ranks of the job that
 /// are not members are left out; empty islands give empty (one island).
-/// The Agent rebuilds network.islands with it over every view, so that the
-/// components that read the islands see the view's ranks.
+/// The Agent rebuilds network.islands and algorithm.groups (any partition of
+/// the job's ranks) with it over every view, so that the components that
+/// read them see the view's ranks.
 std::vector<std::vector<int>> islandsInView(const std::vector<std::vector<int>>& islands,
                                             const std::vector<int>& members);
 
