@@ -12,8 +12,9 @@ GOSSAMER_PACKAGES=(
   openmpi-bin
 )
 # What only the test suite needs (scripts/test.sh): clang and its libFuzzer
-# runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz.
-GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev)
+# runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz,
+# and MPICH (mpiexec.mpich, beside Open MPI's mpirun) for the launcher test.
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich)
 
 # Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
 # (e.g. GOSSAMER_TEST_PACKAGES) that are missing.

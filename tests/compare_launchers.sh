@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trains one config briefly under gossamer-train's own launcher, under Open
-# MPI's mpirun, under torchrun (--no_python), and with the variables that
+# MPI's mpirun, under MPICH's mpiexec (when installed), under torchrun
+# (--no_python), and with the variables that
 # Slurm's srun and MPICH's Hydra set (4 processes started here with
 # SLURM_PROCID / SLURM_NTASKS / SLURM_NNODES=1 / SLURM_JOB_ID, and with
 # PMI_RANK / PMI_SIZE / MASTER_ADDR / MASTER_PORT), and checks that the five
@@ -29,6 +30,12 @@ run() {
 run self "$train" "${common[@]}" --set world_size=$n --summary-json "$work/self.json"
 # Rank 0 writes the summary; the others get the same flag and write nothing.
 run mpirun mpirun --allow-run-as-root --oversubscribe -n $n "$train" "${common[@]}" --summary-json "$work/mpirun.json"
+launchers=(mpirun torchrun srun hydra)
+# MPICH's own mpiexec (Hydra), when installed beside Open MPI (Debian: mpich).
+if command -v mpiexec.mpich >/dev/null; then
+  run mpich mpiexec.mpich -n $n "$train" "${common[@]}" --summary-json "$work/mpich.json"
+  launchers+=(mpich)
+fi
 port=$((20000 + RANDOM % 20000))
 run torchrun /usr/bin/python3 -m torch.distributed.run --nproc_per_node $n --redirects 1 --tee 1 \
   --master_addr 127.0.0.1 --master_port $port --no_python "$train" "${common[@]}" --summary-json "$work/torchrun.json"
@@ -58,7 +65,7 @@ vars() { echo "PMI_RANK=$1"; }
 bylaunchervars hydra PMI_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 fields='[.world_size, [.history[] | [.train_loss, .consensus_distance, .test_accuracy, .test_accuracy_rank0]]]'
 self="$(jq -c "$fields" "$work/self.json")"
-for l in mpirun torchrun srun hydra; do
+for l in "${launchers[@]}"; do
   other="$(jq -c "$fields" "$work/$l.json")"
   if [ "$self" != "$other" ]; then
     echo "the run under $l differs from gossamer-train's own:"
@@ -67,4 +74,4 @@ for l in mpirun torchrun srun hydra; do
     exit 1
   fi
 done
-echo "own launcher, mpirun, torchrun, srun-style and Hydra-style: the same run in every epoch: $self"
+echo "own launcher and ${launchers[*]}: the same run in every epoch: $self"

@@ -2,10 +2,14 @@
 // launch_env.hpp).
 #include "gossamer/launch_env.hpp"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
@@ -43,7 +47,13 @@ constexpr Launcher kLaunchers[] = {
 };
 
 // A job id when every rank runs on this host, else "".
-std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l) {
+std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l,
+                            const std::function<std::string()>& parentProcess) {
+  if (l.launcher == "hydra" && env("MPI_LOCALNRANKS") == std::to_string(l.worldSize)) {
+    // Hydra names no job in the environment, but every rank on a host is a
+    // child of that host's hydra_pmi_proxy.
+    if (std::string parent = parentProcess(); !parent.empty()) return "proxy-" + parent;
+  }
   if (l.launcher == "mpirun" && env("OMPI_COMM_WORLD_LOCAL_SIZE") == std::to_string(l.worldSize)) {
     if (auto ns = env("PMIX_NAMESPACE")) return *ns;
     if (auto id = env("OMPI_MCA_ess_base_jobid")) return *id;
@@ -114,7 +124,25 @@ EnvLookup processEnvironment() {
   };
 }
 
-std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env) {
+std::string parentProcessId() {
+  const pid_t parent = ::getppid();
+  std::ifstream in("/proc/" + std::to_string(parent) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  // Field 22 (start time, clock ticks since boot) counts from after the
+  // command name, which ends at the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::to_string(parent) + "-" + field;
+  }
+  return "";
+}
+
+std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env,
+                                                const std::function<std::string()>& parentProcess) {
   LaunchEnvironment l;
   const Launcher* found = nullptr;
   for (const auto& k : kLaunchers)
@@ -146,7 +174,7 @@ std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env) {
       return l;
     }
   }
-  if (const std::string job = singleHostJobId(env, l); safeForPath(job)) {
+  if (const std::string job = singleHostJobId(env, l, parentProcess); safeForPath(job)) {
     const std::string tmp = env("TMPDIR").value_or("/tmp");
     l.rendezvous =
         (tmp.empty() ? std::string("/tmp") : tmp) + "/gossamer-rendezvous-" + l.launcher + "-" + job;

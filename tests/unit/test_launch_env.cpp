@@ -1,6 +1,8 @@
 // discoverLaunch: each launcher's variables, the rendezvous rules and the
 // errors for malformed values.
 #include <catch2/catch.hpp>
+
+#include <unistd.h>
 #include <map>
 #include <string>
 
@@ -83,6 +85,21 @@ TEST_CASE("MPICH Hydra and Slurm", "[launch]") {
   CHECK(h->launcher == "hydra");
   CHECK(h->rank == 1);
   CHECK(h->rendezvous == "tcp://127.0.0.1:7000");
+  // mpiexec on one host: every rank is a child of the host's proxy.
+  const auto proxy = [] { return std::string("4242-1700"); };
+  auto local = discoverLaunch(envOf({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}, {"MPI_LOCALNRANKS", "3"}}), proxy);
+  REQUIRE(local);
+  CHECK(local->rendezvous == "/tmp/gossamer-rendezvous-hydra-proxy-4242-1700");
+  // Across hosts (fewer local ranks than the world) there is no shared directory.
+  CHECK_THROWS_AS(
+      discoverLaunch(envOf({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}, {"MPI_LOCALNRANKS", "2"}}), proxy),
+      InvalidArgument);
+  CHECK_THROWS_AS(discoverLaunch(envOf({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}, {"MPI_LOCALNRANKS", "3"}}),
+                                 [] { return std::string(); }),
+                  InvalidArgument);
+  // This test's own parent: "<pid>-<start time>".
+  const std::string mine = gossamer::parentProcessId();
+  CHECK(mine.rfind(std::to_string(getppid()) + "-", 0) == 0);
   auto s = discoverLaunch(envOf({{"SLURM_PROCID", "5"},
                                  {"SLURM_NTASKS", "6"},
                                  {"SLURM_NNODES", "1"},

@@ -27,6 +27,11 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 /// The process environment (getenv).
 EnvLookup processEnvironment();
 
+/// This process's parent as "<pid>-<start time in clock ticks since boot>"
+/// (from /proc; unique on the host while it runs, also across pid reuse),
+/// "" if it cannot be read.
+std::string parentProcessId();
+
 /// Reads the rank and world size from the first launcher whose variables are
 /// set, in this order: RANK / WORLD_SIZE (torchrun, or by hand),
 /// OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open MPI), PMI_RANK /
@@ -42,15 +47,19 @@ EnvLookup processEnvironment();
 ///      PORT 29500 + (7 * SLURM_JOB_ID + SLURM_STEP_ID) mod 10000;
 ///   4. a job on one host with a job id (Open MPI's PMIX_NAMESPACE when
 ///      OMPI_COMM_WORLD_LOCAL_SIZE equals the world size; Slurm's
-///      SLURM_JOB_ID and SLURM_STEP_ID when SLURM_NNODES is 1): the directory
-///      ${TMPDIR:-/tmp}/gossamer-rendezvous-<launcher>-<job id>.
+///      SLURM_JOB_ID and SLURM_STEP_ID when SLURM_NNODES is 1; under MPICH's
+///      Hydra, when MPI_LOCALNRANKS equals the world size, the parent
+///      process, the host's hydra_pmi_proxy, as `parentProcess` names it):
+///      the directory ${TMPDIR:-/tmp}/gossamer-rendezvous-<launcher>-<job id>.
 ///
 /// @returns nullopt when no launcher's variables are set.
 /// @throws InvalidArgument naming the variable when a value is malformed
 ///         (not an integer, rank outside [0, world size), port outside
 ///         1..65535) or when no rendezvous can be found (the message says
 ///         which variables to set).
-std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env = processEnvironment());
+std::optional<LaunchEnvironment> discoverLaunch(
+    const EnvLookup& env = processEnvironment(),
+    const std::function<std::string()>& parentProcess = parentProcessId);
 
 /// The first host of a Slurm node list in its compressed form:
 /// "node[07-10,12],gpu3" gives "node07", "rack1-[2-4]-ib" gives "rack1-2-ib",
