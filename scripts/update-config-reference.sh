@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 tool="$build/examples/gossamer-config"
-[ -x "$tool" ] || cmake --build "$build" --target gossamer-config -j "$(nproc)"
+cmake --build "$build" --target gossamer-config -j "$(nproc)" >/dev/null  # never a stale one
 reference="$(mktemp)"
 trap 'rm -f "$reference"' EXIT
 "$tool" --schema --markdown >"$reference"
