@@ -28,8 +28,10 @@ timeout 120 "$train" "${common[@]}" --set "run.dir=$work/file-run" --summary-jso
   >"$work/file.out" 2>"$work/file.err" || { echo "gossamer-train into a file failed:"; cat "$work/file.err"; exit 1; }
 check "! grep -q \$'\\r' '$work/file.out'" "a carriage return in a file"
 check "! grep -q \$'\\x1b' '$work/file.out'" "an escape code in a file"
-check "grep -qE '^epoch [12]/2  step [0-9]+/[0-9]+  [0-9.]+ steps/s  loss [0-9.]+  ETA [0-9]+ s$' '$work/file.out'" \
+check "grep -qE '^progress: step [0-9]+/[0-9]+ [(]epoch [12] of 2[)]  [0-9.]+ steps/s  loss [0-9.]+  ETA [0-9]+ s$' '$work/file.out'" \
   "no plain progress line in a file"
+# Only the epoch results lines start with "epoch N/M" (what logs are searched for).
+check "[ \"\$(grep -c '^epoch [12]/2' '$work/file.out')\" = 2 ]" "lines other than the results start with epoch N/M"
 check "grep -qE '^epoch 2/2  loss ' '$work/file.out'" "no epoch line in a file"
 check "tail -n 1 '$work/file.out' | grep -q '^done: .* summary: '" "the last line is not the final line"
 check "! grep -q '^{' '$work/file.out'" "JSON on stdout"

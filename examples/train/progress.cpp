@@ -80,9 +80,10 @@ std::string Progress::lineText() const {
                                       static_cast<double>(total - std::min(step_, total)) / r))) +
                                       " s"
                                 : "?";
-  std::snprintf(buf, sizeof buf, "epoch %d/%d  step %llu/%llu  %s steps/s  loss %.4f  ETA %s", epoch_,
-                epochs_, static_cast<unsigned long long>(step_), static_cast<unsigned long long>(total),
-                rateText, loss_, eta.c_str());
+  // Not "epoch N/M": that starts the line of an epoch's results, which logs are searched for.
+  std::snprintf(buf, sizeof buf, "progress: step %llu/%llu (epoch %d of %d)  %s steps/s  loss %.4f  ETA %s",
+                static_cast<unsigned long long>(step_), static_cast<unsigned long long>(total), epoch_,
+                epochs_, rateText, loss_, eta.c_str());
   return buf;
 }
 

@@ -49,7 +49,8 @@ class Progress {
   /// The bar as drawn for `columns` terminal columns (for tests and line()):
   /// "epoch 2/3 [#####.....] 812/1407 steps  41.3 steps/s  loss 0.4321  ETA 0:23".
   std::string barText(int columns) const;
-  /// The plain line: "epoch 2/3  step 812/1407  41.3 steps/s  loss 0.4321  ETA 23 s".
+  /// The plain line: "progress: step 812/1407 (epoch 2 of 3)  41.3 steps/s  loss 0.4321  ETA 23 s"
+  /// (not "epoch 2/3 ...", the start of an epoch's results line).
   std::string lineText() const;
 
  private:
