@@ -39,6 +39,7 @@ ALGORITHMS = {
     "a2sgd": ("examples/configs/a2sgd-gossip.yaml", []),
     "diloco_allreduce": ("examples/configs/quickstart-diloco.yaml", ["algorithm.outer=allreduce"]),
     "diloco_gossip": ("examples/configs/quickstart-diloco.yaml", ["algorithm.outer=gossip"]),
+    "diloco_noloco": ("examples/configs/quickstart-diloco.yaml", ["algorithm.outer=noloco"]),
 }
 
 
