@@ -7,11 +7,7 @@
 set -euo pipefail
 exe="$1"
 src="$2"
-data="${GOSSAMER_DATA_DIR:-$src/data}/spam"
-if [ ! -f "$data/spam-train.libsvm" ] || [ ! -f "$data/spam-test.libsvm" ]; then
-  echo "no $data/spam-{train,test}.libsvm (scripts/spam-data.sh): skipped"
-  exit 77
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/support/spam_data.sh" "$src"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for model in fm lr; do

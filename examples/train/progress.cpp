@@ -70,16 +70,22 @@ double Progress::rate() const {
   return dt > 0 ? static_cast<double>(s1 - s0) / dt : 0;
 }
 
+std::uint64_t Progress::totalSteps() const {
+  return stepsPerEpoch_ * static_cast<std::uint64_t>(std::max(epochs_, 0));
+}
+
+double Progress::etaSeconds(double rate) const {
+  const std::uint64_t total = totalSteps();
+  return rate > 0 ? static_cast<double>(total - std::min(step_, total)) / rate : -1;
+}
+
 std::string Progress::lineText() const {
-  const std::uint64_t total = stepsPerEpoch_ * static_cast<std::uint64_t>(std::max(epochs_, 0));
+  const std::uint64_t total = totalSteps();
   const double r = rate();
   char buf[256];
   char rateText[32] = "?";
   if (r > 0) std::snprintf(rateText, sizeof rateText, "%.1f", r);
-  const std::string eta = r > 0 ? std::to_string(static_cast<long long>(std::llround(
-                                      static_cast<double>(total - std::min(step_, total)) / r))) +
-                                      " s"
-                                : "?";
+  const std::string eta = r > 0 ? std::to_string(std::llround(etaSeconds(r))) + " s" : "?";
   // Not "epoch N/M": that starts the line of an epoch's results, which logs are searched for.
   std::snprintf(buf, sizeof buf, "progress: step %llu/%llu (epoch %d of %d)  %s steps/s  loss %.4f  ETA %s",
                 static_cast<unsigned long long>(step_), static_cast<unsigned long long>(total), epoch_,
@@ -88,9 +94,9 @@ std::string Progress::lineText() const {
 }
 
 std::string Progress::barText(int columns) const {
-  const std::uint64_t total = stepsPerEpoch_ * static_cast<std::uint64_t>(std::max(epochs_, 0));
+  const std::uint64_t total = totalSteps();
   const double r = rate();
-  const double eta = r > 0 ? static_cast<double>(total - std::min(step_, total)) / r : -1;
+  const double eta = etaSeconds(r);
   char head[32], tail[160];
   std::snprintf(head, sizeof head, "epoch %d/%d ", epoch_, epochs_);
   std::snprintf(tail, sizeof tail, " %llu/%llu steps  %.1f steps/s  loss %.4f  ETA %s",

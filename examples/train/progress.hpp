@@ -57,7 +57,9 @@ class Progress {
   using Clock = std::chrono::steady_clock;
   void draw();
   void clearBar();
-  double rate() const;  // steps/s over the last few seconds, 0 before two samples
+  double rate() const;                   // steps/s over the last few seconds, 0 before two samples
+  std::uint64_t totalSteps() const;      // of the whole run
+  double etaSeconds(double rate) const;  // at `rate` steps/s; -1 when the rate is unknown (0)
 
   ProgressMode mode_;
   Clock::duration lineEvery_;

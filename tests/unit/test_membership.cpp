@@ -148,6 +148,24 @@ TEST_CASE("membership: the survivors of a failed rank agree on a view without it
   }
 }
 
+// 6 ranks of which rank 4 died: every other one survived in the view
+// {0, 1, 2, 3, 5}, took every step, and its model mixed within the
+// survivors' range (they start at 0..5).
+static void checkSurvivorsOfRank4(const std::vector<RankResult>& results, int steps) {
+  for (int r = 0; r < 6; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    INFO("rank " << r);
+    if (r == 4) continue;
+    REQUIRE(res.survived);
+    CHECK(res.steps == static_cast<std::uint64_t>(steps));
+    CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
+    for (float v : res.params) {
+      CHECK(v > 0.0f);
+      CHECK(v < 5.0f);
+    }
+  }
+}
+
 TEST_CASE("membership: over the survivors the network's islands name the ranks of the view",
           "[membership][network]") {
   // Islands of the job's ranks; rank 4 dies, so the view {0, 1, 2, 3, 5}
@@ -160,18 +178,7 @@ TEST_CASE("membership: over the survivors the network's islands name the ranks o
   const auto results = runWithVictim(algorithm, n, victim, 10, steps, 0.0, 1.0f,
                                      algorithm == "crossover_sgd" ? "bandwidth_roulette" : "",
                                      "network:\n  islands: [[0, 1, 2], [3, 4, 5]]\n  between_gbps: 1\n");
-  for (int r = 0; r < n; ++r) {
-    const auto& res = results[static_cast<std::size_t>(r)];
-    INFO("rank " << r);
-    if (r == victim) continue;
-    REQUIRE(res.survived);
-    CHECK(res.steps == static_cast<std::uint64_t>(steps));
-    CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
-    for (float v : res.params) {
-      CHECK(v > 0.0f);  // the survivors' models mixed within their range (0..5)
-      CHECK(v < 5.0f);
-    }
-  }
+  checkSurvivorsOfRank4(results, steps);
 }
 
 TEST_CASE("membership: over the survivors explicit leader groups name the ranks of the view",
@@ -180,18 +187,7 @@ TEST_CASE("membership: over the survivors explicit leader groups name the ranks 
   // {0, 1, 2, 3, 5} the groups are {0, 1, 2} and {3, 4} in its own ranks.
   const int n = 6, victim = 4, steps = 40;
   const auto results = runWithVictim("hierarchical_groups", n, victim, 10, steps, 0.0, 1.0f);
-  for (int r = 0; r < n; ++r) {
-    const auto& res = results[static_cast<std::size_t>(r)];
-    INFO("rank " << r);
-    if (r == victim) continue;
-    REQUIRE(res.survived);
-    CHECK(res.steps == static_cast<std::uint64_t>(steps));
-    CHECK(res.view.members == std::vector<int>{0, 1, 2, 3, 5});
-    for (float v : res.params) {
-      CHECK(v > 0.0f);
-      CHECK(v < 5.0f);
-    }
-  }
+  checkSurvivorsOfRank4(results, steps);
 }
 
 TEST_CASE("membership: gossip at learning rate 0 brings the survivors to consensus after a failure",
