@@ -343,7 +343,10 @@ ViewChange Agent::recover() {
                    {"lost", change.lost},
                    {"joined", change.joined},
                    {"agreement_s", change.seconds},
-                   {"resume_step", static_cast<std::int64_t>(change.resumeStep)}});
+                   {"resume_step", static_cast<std::int64_t>(change.resumeStep)},
+                   {"evaluating", change.evaluating},
+                   {"completed_step", static_cast<std::int64_t>(completed)},
+                   {"pending", pending}});
   if (logEnabled(LogLevel::kWarning) && !change.lost.empty()) {
     std::string lost;
     for (int p : change.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(p);
@@ -388,6 +391,8 @@ bool Agent::survive(const std::function<void()>& f) {
         failed = true;
         recover();
         failed = false;
+        // The caller learns here whether this rank moved (the return value).
+        if (impl_->resilient) impl_->resilient->settleOutsideStep();
       }
       // A rank that rejoined jumped to the survivors' step, or the
       // survivors are past this collective: it belongs to a step they

@@ -154,7 +154,10 @@ void ResilientOptimizer::mixParameters(std::span<float> params) {
 
 void ResilientOptimizer::flush(std::span<float> params) {
   lastParams_ = params;
-  if (membership_.revoked()) recover();
+  if (membership_.revoked()) {
+    recover();
+    settleOutsideStep();
+  }
   // A rank that has just rejoined has nothing in flight (its optimizer was
   // rebuilt), and the others are mid-epoch: a flush here (hierarchical
   // groups broadcast in it) would meet nobody.
@@ -166,6 +169,7 @@ void ResilientOptimizer::flush(std::span<float> params) {
     // What was in flight is dropped with the old view.
     std::copy(saved_.begin(), saved_.end(), params.begin());
     recover();
+    settleOutsideStep();
   }
 }
 

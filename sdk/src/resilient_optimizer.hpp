@@ -68,10 +68,16 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// over up to four members) and jumps to change.resumeStep: returns true
   /// then. @throws PeerFailure from the model transfer.
   bool afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport);
-  /// The step in progress (or the next one) returns without stepping and
+  /// The step in progress returns without stepping and
   /// steps() stays: the caller runs, with the others, the collective of the
   /// step it had completed (Agent::recover).
   void returnWithoutStepping() { jumped_ = true; }
+  /// A view change handled outside a step (Agent::survive, flush): the
+  /// caller learns there that this rank moved (steps(), the view changes),
+  /// so the next step steps. Without this, a rank that rejoined inside an
+  /// evaluation would return from its next step without stepping, take that
+  /// for the end of an epoch and run an evaluation nobody else runs.
+  void settleOutsideStep() { jumped_ = false; }
   DistributedOptimizer& inner() { return *inner_; }
 
  private:

@@ -14,6 +14,7 @@
 #include "job_config.hpp"
 #include "process.hpp"
 
+using gossamer::testing::errorsFirst;
 using gossamer::testing::readFile;
 using gossamer::testing::removeShmRegionsOf;
 using gossamer::testing::smallConfig;
@@ -287,7 +288,7 @@ void expectFinished(const TempDir& dir, std::vector<pid_t>& pids, const std::vec
   for (int r : ranks) {
     const auto status = waitBounded(pids[static_cast<std::size_t>(r)], seconds);
     pids[static_cast<std::size_t>(r)] = -1;
-    INFO("rank " << r << " stderr:\n" << readFile(dir / ("err" + std::to_string(r))));
+    INFO("rank " << r << " stderr:\n" << errorsFirst(readFile(dir / ("err" + std::to_string(r)))));
     REQUIRE(status.has_value());
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 0);

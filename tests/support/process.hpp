@@ -89,6 +89,15 @@ inline std::string readFile(const std::string& path) {
   return ss.str();
 }
 
+/// A process's stderr for a failure message: its lines that say "error"
+/// first (a log cut short still shows why the process stopped), then the rest.
+inline std::string errorsFirst(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, errors, rest;
+  while (std::getline(in, line)) (line.find("error") != std::string::npos ? errors : rest) += line + "\n";
+  return errors.empty() ? rest : errors + "(the whole log:)\n" + rest;
+}
+
 inline void writeFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

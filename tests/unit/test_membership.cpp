@@ -7,11 +7,14 @@
 // message of a view that was left never reaches a receive of a later view.
 // When a view change interrupts an evaluation (a collective of the caller's
 // own) that one survivor completed and another did not, both run it again.
+// A rank that rejoins inside such a collective steps at its next step.
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/membership.hpp"
 #include "threads.hpp"
@@ -31,6 +35,7 @@ namespace {
 Registry registryWith(std::shared_ptr<inproc::Fabric> fabric) {
   Registry reg;
   inproc::registerWith(reg, std::move(fabric));
+  faults::registerWith(reg);  // below membership (registration order): a partition cuts heartbeats too
   membership::registerWith(reg);
   topologies::registerBuiltins(reg);
   optimizers::registerBuiltins(reg);
@@ -325,6 +330,99 @@ TEST_CASE(
     // Every evaluation after rank 2 stopped is over {0, 1}: 1 + 2.
     CHECK(sums[static_cast<std::size_t>(r)].back() == 3.0f);
     CHECK(sums[static_cast<std::size_t>(r)].front() == 6.0f);
+  }
+}
+
+TEST_CASE("membership: a half of a healed partition that rejoins inside an evaluation steps at its next step",
+          "[membership]") {
+  // Ranks {0, 1} and {2, 3} cannot reach each other from 0.5 s to 3.5 s
+  // after start-up. Each half removes the other, and every rank then runs an
+  // evaluation of its own inside survive(): barriers over its half, until
+  // the heal revokes that view. One half asks to join the other's view and
+  // is taken back from inside survive(), which returns false; the other
+  // half runs the evaluation again over all four ranks (it returns at once
+  // then). After that every rank takes 20 more steps, each of which must
+  // count one: the rank that rejoined must not return from its first step
+  // without stepping (that looks to a training loop like the end of an
+  // epoch, and it would evaluate alone).
+  const int n = 4, after = 20;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  std::string text = configText(n, "crossover_sgd", 0.1, "",
+                                "faults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
+                                "  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
+  text.replace(text.find("  suspect_seconds: 2\n"), 21, "  suspect_seconds: 0.5\n  rejoin: true\n");
+  const Config config = reg.parse(text);
+  MemoryStore store;
+  std::vector<int> joinedInside(static_cast<std::size_t>(n), 0), uncounted(static_cast<std::size_t>(n), 0);
+  std::vector<std::uint64_t> finalSteps(static_cast<std::size_t>(n)), targets(static_cast<std::size_t>(n));
+  std::vector<std::size_t> finalView(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Agent agent(config, r, store, reg);
+    const std::size_t p = 4;
+    auto& opt = agent.makeOptimizer({p});
+    opt.setTotalSteps(1000000);
+    std::vector<float> x(p, static_cast<float>(r)), g(p);
+    auto step = [&] {
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+      const std::uint64_t before = opt.steps();
+      opt.step(x, g);
+      return opt.steps() == before + 1;
+    };
+    // Train until this half has removed the other (bounded: 30 s; Catch's
+    // assertions are for the main thread: errors here are exceptions).
+    const auto start = std::chrono::steady_clock::now();
+    auto bounded = [&] {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30))
+        throw std::runtime_error("rank " + std::to_string(r) + ": still in view " +
+                                 std::to_string(agent.view().number) + " after 30 s");
+    };
+    while (agent.view().members.size() != 2) {
+      bounded();
+      step();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (agent.view().members.size() == static_cast<std::size_t>(n) && !agent.viewChanges().empty())
+        throw std::runtime_error("rank " + std::to_string(r) + " never saw its half alone: view " +
+                                 std::to_string(agent.view().number));
+    }
+    // Both ranks of the half leave their steps at the same step: one may
+    // have skipped to the resume step while the other redid its last one.
+    while (opt.steps() < agent.viewChanges().back().resumeStep + 5) {
+      bounded();
+      step();
+    }
+    const bool completed = agent.survive([&] {
+      while (agent.communicator().worldSize() < n) {
+        bounded();
+        agent.communicator().barrier();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    const auto& last = agent.viewChanges().back();
+    joinedInside[static_cast<std::size_t>(r)] =
+        !completed && std::find(last.joined.begin(), last.joined.end(), r) != last.joined.end();
+    // Steps to 20 past the resume step of the latest view (the other half
+    // may rejoin in two views, one rank at a time). A step may return
+    // without stepping only in a view change.
+    while (opt.steps() < agent.viewChanges().back().resumeStep + after) {
+      const std::size_t views = agent.viewChanges().size();
+      if (!step() && agent.viewChanges().size() == views) ++uncounted[static_cast<std::size_t>(r)];
+    }
+    targets[static_cast<std::size_t>(r)] = agent.viewChanges().back().resumeStep + after;
+    opt.flush(x);
+    finalSteps[static_cast<std::size_t>(r)] = opt.steps();
+    finalView[static_cast<std::size_t>(r)] = agent.view().members.size();
+    agent.close();
+  });
+  // One half rejoined from inside survive() (a rank of it may have rejoined
+  // in a later view than the other).
+  CHECK((joinedInside[0] || joinedInside[1]) != (joinedInside[2] || joinedInside[3]));
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(uncounted[static_cast<std::size_t>(r)] == 0);
+    CHECK(finalSteps[static_cast<std::size_t>(r)] == targets[static_cast<std::size_t>(r)]);
+    CHECK(targets[static_cast<std::size_t>(r)] == targets[0]);
+    CHECK(finalView[static_cast<std::size_t>(r)] == static_cast<std::size_t>(n));
   }
 }
 

@@ -13,7 +13,7 @@ namespace gossamer::transports {
 /// transports/CMakeLists.txt adds them (transport services such as fault
 /// injection and membership wrap in that order): inproc (with a fabric made
 /// on first use), zmq (the default transport.kind), socket, composite,
-/// faults, stall (the stall report), membership and, when built, libfabric.
+/// faults, run (the stall report and the run metrics' byte counters), membership and, when built, libfabric.
 void registerBuiltins(Registry& registry);
 
 }  // namespace gossamer::transports
