@@ -391,8 +391,6 @@ bool Agent::survive(const std::function<void()>& f) {
         failed = true;
         recover();
         failed = false;
-        // The caller learns here whether this rank moved (the return value).
-        if (impl_->resilient) impl_->resilient->settleOutsideStep();
       }
       // A rank that rejoined jumped to the survivors' step, or the
       // survivors are past this collective: it belongs to a step they

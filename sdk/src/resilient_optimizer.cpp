@@ -69,7 +69,7 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     // step of the view it joined, not its own (less one: reportedSteps()).
     completed_ = change.resumeStep;
     inner_->setTotalSteps(remainingSteps());
-    jumped_ = true;
+    jumped_ = stepping_;
     fresh_ = true;
     modelPending_ = true;
   }
@@ -120,6 +120,11 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
 
 template <typename Step>
 void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&& once) {
+  struct Stepping {
+    bool& b;
+    explicit Stepping(bool& x) : b(x) { b = true; }
+    ~Stepping() { b = false; }
+  } stepping(stepping_);
   if (membership_.revoked() || !inner_) recover();
   if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
   saved_.assign(state.begin(), state.end());
@@ -154,10 +159,7 @@ void ResilientOptimizer::mixParameters(std::span<float> params) {
 
 void ResilientOptimizer::flush(std::span<float> params) {
   lastParams_ = params;
-  if (membership_.revoked()) {
-    recover();
-    settleOutsideStep();
-  }
+  if (membership_.revoked()) recover();
   // A rank that has just rejoined has nothing in flight (its optimizer was
   // rebuilt), and the others are mid-epoch: a flush here (hierarchical
   // groups broadcast in it) would meet nobody.
@@ -169,7 +171,6 @@ void ResilientOptimizer::flush(std::span<float> params) {
     // What was in flight is dropped with the old view.
     std::copy(saved_.begin(), saved_.end(), params.begin());
     recover();
-    settleOutsideStep();
   }
 }
 

@@ -70,14 +70,9 @@ class ResilientOptimizer final : public DistributedOptimizer {
   bool afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport);
   /// The step in progress returns without stepping and
   /// steps() stays: the caller runs, with the others, the collective of the
-  /// step it had completed (Agent::recover).
-  void returnWithoutStepping() { jumped_ = true; }
-  /// A view change handled outside a step (Agent::survive, flush): the
-  /// caller learns there that this rank moved (steps(), the view changes),
-  /// so the next step steps. Without this, a rank that rejoined inside an
-  /// evaluation would return from its next step without stepping, take that
-  /// for the end of an epoch and run an evaluation nobody else runs.
-  void settleOutsideStep() { jumped_ = false; }
+  /// step it had completed (Agent::recover). Outside a step (a view change
+  /// in Agent::survive or flush) it does nothing: the caller learns there.
+  void returnWithoutStepping() { jumped_ = stepping_; }
   DistributedOptimizer& inner() { return *inner_; }
 
  private:
@@ -98,8 +93,13 @@ class ResilientOptimizer final : public DistributedOptimizer {
   std::uint64_t completed_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t skip_ = 0;
-  bool jumped_ = false;  // the call in progress returns without stepping (rejoined, or back to a collective)
-  bool fresh_ = false;   // rejoined and not stepped since: nothing to flush
+  // The step in progress returns without stepping (rejoined, or back to a
+  // collective). Set only inside a step: a rank that moved elsewhere (inside
+  // an evaluation) steps at its next step, or it would take that step for the
+  // end of an epoch and run an evaluation nobody else runs.
+  bool jumped_ = false;
+  bool stepping_ = false;        // inside attempt(): a step or one of its halves
+  bool fresh_ = false;           // rejoined and not stepped since: nothing to flush
   bool modelPending_ = false;    // rejoined, and the model transfer did not complete
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
