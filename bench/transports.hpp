@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 #include "gossamer/transports/socket.hpp"

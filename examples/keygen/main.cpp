@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 int main(int argc, char** argv) {

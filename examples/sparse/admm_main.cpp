@@ -128,7 +128,7 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
   const double iters = static_cast<double>(result.history.size());
   return {{"program", "gossamer-admm"},
           {"allreduce_algorithm", gossamer::toString(comm.options().algorithm)},
-          {"transport", c.transport.kind},
+          {"transport", c.get<std::string>("transport.kind")},
           {"world_size", n},
           {"rho", o.rho},
           {"features", local.dimension()},
@@ -184,16 +184,16 @@ int main(int argc, char** argv) {
     const Config c = registry.load(configPath, overrides);
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
-      if (rank >= c.worldSize)
+      if (rank >= c.worldSize())
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
-                                        std::to_string(c.worldSize));
+                                        std::to_string(c.worldSize()));
       const Data data = loadData(sparse::admmConfigFrom(c));
-      gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
+      gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
       const auto summary = runRank(c, rank, data, rv.store(), registry);
       if (rank == 0) emitSummary(summary, summaryPath);
       return 0;
     }
-    if (c.transport.kind == "inproc")
+    if (c.get<std::string>("transport.kind") == "inproc")
       throw gossamer::ConfigError(c.sourceFile, 0, "transport.kind",
                                   "gossamer-admm runs its ranks as processes: use zmq, socket or libfabric");
     return gossamer::sparse::launchRanks("gossamer-admm", c, configPath, overrides, summaryPath);

@@ -8,8 +8,9 @@ namespace gossamer::sparse {
 int launchRanks(const std::string& program, const Config& c, const std::string& configPath,
                 const std::vector<std::string>& overrides, const std::string& summaryPath) {
   LaunchOptions o;
-  o.worldSize = c.worldSize;
-  o.failureGraceSeconds = c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  o.worldSize = c.worldSize();
+  o.failureGraceSeconds =
+      c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
   o.name = program;
   const auto result = launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     std::vector<std::string> args = {program,           "--config",     configPath, "--rank",

@@ -22,7 +22,7 @@ namespace {
 
 int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, int rank,
                const std::string& rendezvous, const std::string& summaryPath) {
-  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
+  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   const auto s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
   if (s.writer) {
     const std::string json = gossamer::sparse::sparseSummaryJson(s, c);
@@ -57,9 +57,9 @@ int main(int argc, char** argv) {
     const gossamer::Config c = registry.load(configPath, overrides);
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous");
-      if (rank >= c.worldSize)
+      if (rank >= c.worldSize())
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
-                                        std::to_string(c.worldSize));
+                                        std::to_string(c.worldSize()));
       return runOneRank(registry, c, rank, rendezvous, summaryPath);
     }
     return gossamer::sparse::launchRanks("gossamer-sparse", c, configPath, overrides, summaryPath);

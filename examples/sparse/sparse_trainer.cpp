@@ -24,8 +24,8 @@
 #include "factorization_machine.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/optimizers/sparse_sync.hpp"
-#include "gossamer/wire.hpp"
 #include "libsvm.hpp"
 #include "logistic_loss.hpp"
 #include "partition.hpp"
@@ -113,7 +113,7 @@ double sumOverRanks(Communicator& comm, double x, ReduceOp op = ReduceOp::kSum) 
 
 SparseSummary runSparseRank(const Config& config, int rank, Store& store, const Registry& registry) {
   const SparseTrainConfig sc = sparseConfigFrom(config);
-  const int n = config.worldSize;
+  const int n = config.worldSize();
   const auto planStart = Clock::now();
   SparseDataset all = readLibsvm(sc.train, sc.features);
   const int d = all.features();
@@ -152,7 +152,7 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
   std::optional<FactorizationMachine> machine;
   if (fm) {
     machine.emplace(d, sc.factors, sc.lambda);
-    p = machine->initialParameters(sc.initStddev, config.seed);
+    p = machine->initialParameters(sc.initStddev, config.seed());
   } else {
     p.table = DenseRows::Zero(d, 1);
   }
@@ -169,8 +169,8 @@ SparseSummary runSparseRank(const Config& config, int rank, Store& store, const 
     const auto schedule =
         sc.method == "direct" ? ss::planDirectTransmission(touched) : ss::existingSchedule(touched);
     // A sequence range of its own, far above the communicator's.
-    exchange.emplace(agent.transport(), touched, bounds, schedule, width, w, config.transport.timeoutSeconds,
-                     std::uint64_t{1} << 36);
+    exchange.emplace(agent.transport(), touched, bounds, schedule, width, w,
+                     config.get<double>("transport.timeout_seconds"), std::uint64_t{1} << 36);
   }
   SparseSummary s;
   s.writer = rank == 0;
@@ -278,7 +278,7 @@ std::string sparseSummaryJson(const SparseSummary& s, const Config& config) {
   std::ostringstream o;
   o.precision(9);
   o << "{\"model\":\"" << sc.model << "\",\"method\":\"" << sc.method
-    << "\",\"world_size\":" << config.worldSize << ",\"batch_size\":" << sc.batchSize
+    << "\",\"world_size\":" << config.worldSize() << ",\"batch_size\":" << sc.batchSize
     << ",\"epochs\":" << sc.epochs << ",\"rounds_per_epoch\":" << s.roundsPerEpoch
     << ",\"elements_reduce\":" << s.elementsReduce << ",\"elements_direct\":" << s.elementsDirect
     << ",\"elements_broadcast\":" << s.elementsBroadcast << ",\"epoch_seconds\":" << s.epochSeconds

@@ -39,7 +39,7 @@
 #include "components.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/mixing.hpp"
@@ -94,16 +94,16 @@ std::unique_ptr<gossamer::Topology> makeTopology(const std::string& name, const 
   const auto& probabilities = c.get<std::vector<std::vector<double>>>("topology.probabilities");
   const auto& edges = c.get<std::vector<std::pair<int, int>>>("topology.edges");
   if (name == "fair_roulette")
-    return std::make_unique<topo::FairRoulette>(c.worldSize, c.seed, probabilities);
+    return std::make_unique<topo::FairRoulette>(c.worldSize(), c.seed(), probabilities);
   if (name == "roulette_unfair")
-    return std::make_unique<topo::UnfairRoulette>(c.worldSize, c.seed, probabilities);
-  if (name == "directed_exponential") return std::make_unique<topo::DirectedExponential>(c.worldSize, 1);
-  if (name == "directed_exponential2") return std::make_unique<topo::DirectedExponential>(c.worldSize, 2);
-  if (name == "ring") return std::make_unique<topo::Ring>(c.worldSize);
+    return std::make_unique<topo::UnfairRoulette>(c.worldSize(), c.seed(), probabilities);
+  if (name == "directed_exponential") return std::make_unique<topo::DirectedExponential>(c.worldSize(), 1);
+  if (name == "directed_exponential2") return std::make_unique<topo::DirectedExponential>(c.worldSize(), 2);
+  if (name == "ring") return std::make_unique<topo::Ring>(c.worldSize());
   if (name == "explicit") {
     if (edges.empty())
       throw gossamer::InvalidArgument("topology 'explicit' needs topology.edges (use --config)");
-    return std::make_unique<topo::ExplicitGraph>(c.worldSize, edges);
+    return std::make_unique<topo::ExplicitGraph>(c.worldSize(), edges);
   }
   return registry().topology(name)(c);
 }
@@ -278,21 +278,22 @@ int main(int argc, char** argv) {
                                       "algorithm.segments=" + std::to_string(segments)};
       all.insert(all.end(), overrides.begin(), overrides.end());
       c = registry().parse("{}", "<command line>", all);
-      if (topoOpt->count() == 0 && kindSet) selected = {c.topology.kind};
+      if (topoOpt->count() == 0 && kindSet) selected = {c.get<std::string>("topology.kind")};
     } else {
       c = registry().load(configPath, overrides);
       // Only Crossover-SGD (also as the inter-leader algorithm) exchanges segments.
-      const bool segmented = c.algorithm.name == "crossover_sgd" ||
-                             (c.algorithm.name == "hierarchical" &&
+      const bool segmented = c.get<std::string>("algorithm.name") == "crossover_sgd" ||
+                             (c.get<std::string>("algorithm.name") == "hierarchical" &&
                               c.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
       if (!segmented) c.set("algorithm.segments", 1);
       if (topoOpt->count() == 0)
-        selected = {c.topology.kind == "directed_exponential" && c.get<int>("topology.peers_per_step") == 2
+        selected = {c.get<std::string>("topology.kind") == "directed_exponential" &&
+                            c.get<int>("topology.peers_per_step") == 2
                         ? "directed_exponential2"
-                        : c.topology.kind};
+                        : c.get<std::string>("topology.kind")};
     }
-    if (c.worldSize < 2)
-      throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize) + " in " +
+    if (c.worldSize() < 2)
+      throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize()) + " in " +
                                       (configPath.empty() ? std::string("--set") : configPath) +
                                       ": nothing to mix with fewer than 2 ranks");
     if (selected.empty()) {
@@ -319,8 +320,8 @@ int main(int argc, char** argv) {
 
     std::string sizeList;
     for (auto s : sizes) sizeList += (sizeList.empty() ? "" : " ") + std::to_string(s);
-    std::printf("# world_size %d  segments %zu (sizes %s)  seed %llu  steps %llu%s%s\n", c.worldSize,
-                sizes.size(), sizeList.c_str(), static_cast<unsigned long long>(c.seed),
+    std::printf("# world_size %d  segments %zu (sizes %s)  seed %llu  steps %llu%s%s\n", c.worldSize(),
+                sizes.size(), sizeList.c_str(), static_cast<unsigned long long>(c.seed()),
                 static_cast<unsigned long long>(steps), configPath.empty() ? "" : "  config ",
                 configPath.c_str());
     std::printf(
@@ -328,7 +329,7 @@ int main(int argc, char** argv) {
         "imbalance = mean_ij (P_k(i,j) - 1/N)^2\n");
     printTable(runs, steps);
     if (expectedRounds > 0) printExpected(selected, c, expectedRounds, static_cast<int>(sizes.size()));
-    if (!csvPath.empty()) writeCsv(csv, csvPath, runs, c.worldSize, sizes.size());
+    if (!csvPath.empty()) writeCsv(csv, csvPath, runs, c.worldSize(), sizes.size());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gossamer-topology: error: %s\n", e.what());

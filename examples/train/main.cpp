@@ -122,7 +122,7 @@ train::FashionMnist loadData(const Config& c) {
 int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, const std::string& rendezvous,
                const std::string& summaryPath, Display& display) {
   const auto data = loadData(c);
-  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.transport.timeoutSeconds);
+  gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   auto& store = rv.store();
   const auto s = train::runRank(
       c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
@@ -136,10 +136,10 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
                Display& display) {
   const auto data = loadData(c);
   gossamer::MemoryStore store;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize()));
   train::TrainSummary summary0;
   std::vector<std::thread> threads;
-  for (int r = 0; r < c.worldSize; ++r) {
+  for (int r = 0; r < c.worldSize(); ++r) {
     threads.emplace_back([&, r] {
       try {
         auto s = train::runRank(
@@ -152,7 +152,7 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < c.worldSize; ++r)
+  for (int r = 0; r < c.worldSize(); ++r)
     if (errors[static_cast<std::size_t>(r)]) {
       try {
         std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
@@ -172,13 +172,14 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
                     const std::string& summaryPath, const std::string& binding,
                     const std::vector<std::string>& progressArgs) {
   gossamer::LaunchOptions o;
-  o.worldSize = c.worldSize;
+  o.worldSize = c.worldSize();
   o.binding = gossamer::parseCpuBinding(binding);
   // With the membership service the survivors of a dead rank go on to the
   // end; without it they stop within their transport timeout.
   const bool membership = c.getOr("membership.enabled", false);
-  o.failureGraceSeconds = membership ? std::numeric_limits<double>::infinity()
-                                     : c.transport.timeoutSeconds + c.transport.lingerSeconds + 5;
+  o.failureGraceSeconds =
+      membership ? std::numeric_limits<double>::infinity()
+                 : c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
   o.name = "gossamer-train";
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
@@ -284,18 +285,19 @@ int main(int argc, char** argv) {
     const std::vector<std::string> progressArgs = {"--progress",         progress,
                                                    "--progress-rank",    std::to_string(progressRank),
                                                    "--progress-seconds", std::to_string(progressSeconds)};
-    if (binding != "none" && (rank >= 0 || c.transport.kind == "inproc"))
+    if (binding != "none" && (rank >= 0 || c.get<std::string>("transport.kind") == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
                              : "inproc ranks are threads of this process");
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
-      if (rank >= c.worldSize)
+      if (rank >= c.worldSize())
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
-                                        std::to_string(c.worldSize));
+                                        std::to_string(c.worldSize()));
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
-    if (c.transport.kind == "inproc") return runThreads(registry, c, summaryPath, display);
+    if (c.get<std::string>("transport.kind") == "inproc")
+      return runThreads(registry, c, summaryPath, display);
     return launchProcesses(c, configPath, overrides, summaryPath, binding, progressArgs);
   } catch (const std::exception& e) {
     if (rank >= 0)

@@ -10,9 +10,9 @@ namespace {
 /// training.straggler_rank: -1 (none) or an existing rank.
 std::optional<gossamer::ConfigIssue> checkStraggler(const gossamer::Config& c) {
   const int r = c.get<int>("training.straggler_rank");
-  if (r < c.worldSize) return std::nullopt;
+  if (r < c.worldSize()) return std::nullopt;
   return gossamer::ConfigIssue{"training.straggler_rank", "rank " + std::to_string(r) + " does not exist (" +
-                                                              gossamer::rankRangeText(c.worldSize) +
+                                                              gossamer::rankRangeText(c.worldSize()) +
                                                               "; -1 means no straggler)"};
 }
 

@@ -15,9 +15,9 @@
 #include "gossamer/agent.hpp"
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/topologies/topologies.hpp"
-#include "gossamer/wire.hpp"
 #include "model.hpp"
 #include "train_config.hpp"
 
@@ -157,7 +157,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
                      const std::function<void(const StepProgress&)>& onStep) {
   const auto start = Clock::now();
   const TrainConfig t = trainConfigFrom(config);
-  const int n = config.worldSize;
+  const int n = config.worldSize();
   const int batch = t.training.batchSize;
   const int stepsPerEpoch = data.train.size() / (n * batch);
   if (stepsPerEpoch < 1)
@@ -168,13 +168,13 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
                           std::to_string(n * batch));
 
   auto shards = partitionIndices(data.train.labels, data.train.numClasses, n, t.data.partition,
-                                 t.data.dirichletAlpha, config.seed);
+                                 t.data.dirichletAlpha, config.seed());
   BatchSampler sampler(
       std::move(shards[static_cast<std::size_t>(rank)]),
-      topologies::splitmix64(config.seed ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
+      topologies::splitmix64(config.seed() ^ (0x5EEDull << 32) ^ static_cast<std::uint64_t>(rank)));
   Model model = makeModel(t.model, static_cast<int>(data.train.images.cols()), data.train.numClasses);
   std::vector<float> params(model.numParams()), grads(model.numParams()), average(model.numParams());
-  model.init(params, config.seed);  // same seed on every rank: identical starting models
+  model.init(params, config.seed());  // same seed on every rank: identical starting models
 
   Agent agent(config, rank, store, registry);
   try {
@@ -183,7 +183,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     optimizer.setTotalSteps(static_cast<std::uint64_t>(stepsPerEpoch) *
                             static_cast<std::uint64_t>(t.training.epochs));
     TrainSummary summary;
-    summary.algorithm = config.algorithm.name;
+    summary.algorithm = config.get<std::string>("algorithm.name");
     summary.worldSize = n;
     summary.epochs = t.training.epochs;
     summary.stepsPerEpoch = stepsPerEpoch;
@@ -213,7 +213,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
                                  << ", the newest every rank has");
         const Checkpoint c = Checkpoint::load(checkpointPath(ck.dir, rank, step));
         GOSSAMER_ENFORCE(
-            c.getValue<std::int32_t>("world_size") == n && c.getValue<std::uint64_t>("seed") == config.seed,
+            c.getValue<std::int32_t>("world_size") == n && c.getValue<std::uint64_t>("seed") == config.seed(),
             "checkpoint of step " << step << " was written by a job of another world size or seed");
         auto saved = c.getArray<float>("model");
         GOSSAMER_ENFORCE(saved.size() == params.size(), "checkpoint model of "
@@ -237,7 +237,7 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
       c.putArray<float>("model", params);
       c.putValue<std::uint64_t>("step", step);
       c.putValue<std::int32_t>("world_size", n);
-      c.putValue<std::uint64_t>("seed", config.seed);
+      c.putValue<std::uint64_t>("seed", config.seed());
       c.putValue<double>("epoch_loss_sum", lossSum);
       const auto members = agent.view().members;
       c.putArray<int>("view", members);
@@ -493,14 +493,14 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   j["segments"] = c.getOr("algorithm.segments", 1);
   j["straggler_rank"] = t.training.stragglerRank;
   j["straggler_delay_seconds"] = t.training.stragglerDelaySeconds;
-  j["transport"] = c.transport.kind;
-  j["topology"] = c.topology.kind;
+  j["transport"] = c.get<std::string>("transport.kind");
+  j["topology"] = c.get<std::string>("topology.kind");
   j["model"] = t.model.kind;
   j["partition"] = t.data.partition;
   j["batch_size"] = t.training.batchSize;
   j["learning_rate"] = t.training.learningRate;
-  j["compression"] = c.compression.kind;
-  if (c.compression.kind != "none") {
+  j["compression"] = c.get<std::string>("compression.kind");
+  if (c.get<std::string>("compression.kind") != "none") {
     // Every key the compressors declare, as configured.
     const std::string prefix = "compression.";
     nlohmann::json settings = nlohmann::json::object();

@@ -4,7 +4,7 @@
 // (src/compressors/*.cpp); registerBuiltins lists them all.
 #include <climits>
 
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -25,7 +25,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.sgd = sgdFrom(c);
   o.segments = c.get<int>("algorithm.segments");
   o.interval = c.get<int>("algorithm.interval");
-  o.timeoutSeconds = c.transport.timeoutSeconds;
+  o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
   o.mode = modeFrom(c);
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
@@ -38,7 +38,7 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
   return p;
 }
 SgpOptions sgpFrom(const Config& c) {
-  SgpOptions o{sgdFrom(c), c.transport.timeoutSeconds, modeFrom(c)};
+  SgpOptions o{sgdFrom(c), c.get<double>("transport.timeout_seconds"), modeFrom(c)};
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   o.checkReceived = c.get<bool>("algorithm.check_received");
@@ -125,7 +125,7 @@ void registerHierarchical(Registry& registry) {
         // Without explicit groups, the leader groups follow the network's islands.
         auto given = c.get<std::vector<std::vector<int>>>("algorithm.groups");
         if (given.empty()) given = c.get<std::vector<std::vector<int>>>("network.islands");
-        auto groups = topologies::makeGroups(c.worldSize, c.get<int>("algorithm.group_size"), given);
+        auto groups = topologies::makeGroups(c.worldSize(), c.get<int>("algorithm.group_size"), given);
         const int leaders = static_cast<int>(groups.size());
         const std::string& inter = c.get<std::string>("algorithm.inter_algorithm");
         std::unique_ptr<Topology> topo;
@@ -133,7 +133,7 @@ void registerHierarchical(Registry& registry) {
           topo = std::make_unique<topologies::DirectedExponential>(leaders,
                                                                    c.get<int>("topology.peers_per_step"));
         else if (leaders >= 2)
-          topo = std::make_unique<topologies::FairRoulette>(leaders, c.seed);
+          topo = std::make_unique<topologies::FairRoulette>(leaders, c.seed());
         else
           topo = std::make_unique<topologies::Ring>(leaders);
         return std::make_unique<Hierarchical>(ctx.transport, std::move(groups), inter, std::move(topo),
@@ -163,8 +163,8 @@ void registerDiloco(Registry& registry) {
         o.outer = parseDilocoOuter(c.get<std::string>("algorithm.outer"));
         o.nolocoGamma = c.get<double>("algorithm.noloco_gamma");
         o.overlap = c.get<bool>("algorithm.overlap");
-        o.seed = c.seed;
-        o.timeoutSeconds = c.transport.timeoutSeconds;
+        o.seed = c.seed();
+        o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
         return std::make_unique<Diloco>(ctx.communicator, total(ctx.tensorSizes), o);
       },
       KeySet()

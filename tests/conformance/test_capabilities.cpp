@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/sub_transport.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"

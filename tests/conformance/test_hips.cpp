@@ -14,9 +14,9 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/hips.hpp"
+#include "gossamer/kit/hips.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/sub_transport.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/zmq.hpp"
 

@@ -129,7 +129,7 @@ TEST_CASE("transport.provider comes from YAML, and a missing one is a ConfigErro
           "[config][libfabric]") {
   Config c = gossamer::test::trainRegistry().parse(
       "world_size: 1\ntransport:\n  kind: libfabric\n  provider: shm\n", "run.yaml");
-  CHECK(c.transport.kind == "libfabric");
+  CHECK(c.get<std::string>("transport.kind") == "libfabric");
   CHECK(c.get<std::string>("transport.provider") == "shm");
   CHECK(gossamer::test::trainRegistry().parse("world_size: 1\n").get<std::string>("transport.provider") ==
         "tcp");

@@ -8,10 +8,10 @@
 #include <zmq.hpp>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transports/zmq.hpp"
-#include "gossamer/wire.hpp"
 #include "log_capture.hpp"
 #include "process.hpp"
 #include "threads.hpp"

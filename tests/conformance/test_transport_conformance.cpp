@@ -19,11 +19,11 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/sub_transport.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/composite.hpp"
 #include "gossamer/transports/inproc.hpp"

@@ -8,7 +8,7 @@
 
 #include "fuzz_support.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "fuzz_support.hpp"
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace {
 

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(e.line() >= 0 && (e.file() != "fuzz.yaml" || e.line() <= lines));
     return 0;
   }
-  FUZZ_CHECK(config.worldSize >= 1 && config.worldSize <= gossamer::kMaxWorldSize);
+  FUZZ_CHECK(config.worldSize() >= 1 && config.worldSize() <= gossamer::kMaxWorldSize);
   gossamer::validateConfig(config, registry.schema());  // a ConfigError here is a finding
   (void)gossamer::train::trainConfigFrom(config);
   return 0;

@@ -13,8 +13,8 @@
 
 #include "fuzz_support.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/single_copy.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/single_copy.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/):
 valid inputs in each decoder's format, as the encoders of the SDK write them
-(frame layout: sdk/include/gossamer/wire.hpp; membership messages:
+(frame layout: sdk/include/gossamer/kit/wire.hpp; membership messages:
 transports/membership/src/membership_codec.hpp; checkpoints:
 sdk/include/gossamer/checkpoint.hpp), and the example configs. Run it again
 after a format changes: python3 tests/fuzz/make_seeds.py. Inputs that once

@@ -45,7 +45,7 @@
 
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "job_config.hpp"
 #include "process.hpp"
 

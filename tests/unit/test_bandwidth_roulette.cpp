@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"

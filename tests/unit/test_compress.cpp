@@ -891,7 +891,7 @@ TEST_CASE("config: the compression section", "[compress][config]") {
       "algorithm:\n  name: crossover_sgd\ncompression:\n  kind: a2sgd\n  means: gossip\n  gossip_rounds: 2\n"
       "  sync: gossip\n  sync_period: 50\n  final_sync: false\n  keep_error: true\n",
       "c.yaml");
-  CHECK(c.compression.kind == "a2sgd");
+  CHECK(c.get<std::string>("compression.kind") == "a2sgd");
   CHECK(c.get<std::string>("compression.means") == "gossip");
   CHECK(c.get<int>("compression.gossip_rounds") == 2);
   CHECK(c.get<std::string>("compression.sync") == "gossip");
@@ -954,12 +954,12 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
                         Case{"sgp", "a2sgd", "directed_exponential", "compressed_sgd/a2sgd"},
                         Case{"allreduce_sgd", "none", "ring", "allreduce_sgd"}}) {
     Config c = gossamer::test::defaultConfig();
-    c.worldSize = 4;
-    c.transport.kind = "inproc";
-    c.transport.timeoutSeconds = 10;
-    c.topology.kind = k.topology;
-    c.algorithm.name = k.algorithm;
-    c.compression.kind = k.kind;
+    c.set("world_size", 4);
+    c.set<std::string>("transport.kind", "inproc");
+    c.set<double>("transport.timeout_seconds", 10);
+    c.set<std::string>("topology.kind", k.topology);
+    c.set<std::string>("algorithm.name", k.algorithm);
+    c.set<std::string>("compression.kind", k.kind);
     c.set("compression.sync_period", int(k.kind == "a2sgd" ? 3 : 0));
     gossamer::validateConfig(c, gossamer::test::trainRegistry().schema());
     auto fabric = inproc::makeFabric(4);
@@ -990,18 +990,18 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
 TEST_CASE("config: the compression example configs hold what they promise", "[compress][config][examples]") {
   const std::string dir = std::string(GOSSAMER_SOURCE_DIR) + "/examples/configs/";
   const Config allreduce = gossamer::test::trainRegistry().load(dir + "a2sgd-allreduce.yaml");
-  CHECK(allreduce.worldSize == 8);
-  CHECK(allreduce.algorithm.name == "allreduce_sgd");
-  CHECK(allreduce.compression.kind == "a2sgd");
+  CHECK(allreduce.worldSize() == 8);
+  CHECK(allreduce.get<std::string>("algorithm.name") == "allreduce_sgd");
+  CHECK(allreduce.get<std::string>("compression.kind") == "a2sgd");
   CHECK(allreduce.get<std::string>("compression.means") == "allreduce");
   CHECK(allreduce.get<std::string>("compression.sync") == "allreduce");
   CHECK(allreduce.get<int>("compression.sync_period") == 25);
   CHECK(allreduce.get<bool>("compression.final_sync"));
   const Config gossip = gossamer::test::trainRegistry().load(dir + "a2sgd-gossip.yaml");
-  CHECK(gossip.worldSize == 8);
-  CHECK(gossip.algorithm.name == "crossover_sgd");
-  CHECK(gossip.topology.kind == "fair_roulette");
-  CHECK(gossip.compression.kind == "a2sgd");
+  CHECK(gossip.worldSize() == 8);
+  CHECK(gossip.get<std::string>("algorithm.name") == "crossover_sgd");
+  CHECK(gossip.get<std::string>("topology.kind") == "fair_roulette");
+  CHECK(gossip.get<std::string>("compression.kind") == "a2sgd");
   CHECK(gossip.get<std::string>("compression.means") == "gossip");
   CHECK(gossip.get<std::string>("compression.sync") == "gossip");
   CHECK(gossip.get<int>("compression.sync_period") == 50);

@@ -132,20 +132,20 @@ const std::string kFullConfig =
 
 void requireDefaultsExceptSource(const Config& c) {
   const Config d = defaults();
-  CHECK(c.worldSize == d.worldSize);
-  CHECK(c.seed == d.seed);
-  CHECK(c.transport.kind == d.transport.kind);
-  CHECK(c.transport.host == d.transport.host);
-  CHECK(c.transport.protocol == d.transport.protocol);
-  CHECK(c.transport.timeoutSeconds == d.transport.timeoutSeconds);
-  CHECK(c.transport.lingerSeconds == d.transport.lingerSeconds);
-  CHECK(c.topology.kind == d.topology.kind);
+  CHECK(c.worldSize() == d.worldSize());
+  CHECK(c.seed() == d.seed());
+  CHECK(c.get<std::string>("transport.kind") == d.get<std::string>("transport.kind"));
+  CHECK(c.get<std::string>("transport.host") == d.get<std::string>("transport.host"));
+  CHECK(c.get<std::string>("transport.protocol") == d.get<std::string>("transport.protocol"));
+  CHECK(c.get<double>("transport.timeout_seconds") == d.get<double>("transport.timeout_seconds"));
+  CHECK(c.get<double>("transport.linger_seconds") == d.get<double>("transport.linger_seconds"));
+  CHECK(c.get<std::string>("topology.kind") == d.get<std::string>("topology.kind"));
   CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") ==
         d.get<std::vector<std::vector<double>>>("topology.probabilities"));
   CHECK(c.get<int>("topology.peers_per_step") == d.get<int>("topology.peers_per_step"));
   CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") ==
         d.get<std::vector<std::pair<int, int>>>("topology.edges"));
-  CHECK(c.algorithm.name == d.algorithm.name);
+  CHECK(c.get<std::string>("algorithm.name") == d.get<std::string>("algorithm.name"));
   CHECK(c.get<int>("algorithm.segments") == d.get<int>("algorithm.segments"));
   CHECK(c.get<int>("algorithm.interval") == d.get<int>("algorithm.interval"));
   CHECK(c.get<std::string>("algorithm.mode") == d.get<std::string>("algorithm.mode"));
@@ -180,14 +180,14 @@ using Groups = std::vector<std::vector<int>>;
 TEST_CASE("config: a full config sets every field", "[config]") {
   const Config c = reg().parse(kFullConfig, "full.yaml");
   CHECK(c.sourceFile == "full.yaml");
-  CHECK(c.worldSize == 8);
-  CHECK(c.seed == std::numeric_limits<std::uint64_t>::max());
-  CHECK(c.transport.kind == "inproc");
-  CHECK(c.transport.host == "10.0.0.7");
-  CHECK(c.transport.protocol == "ipc");
-  CHECK(c.transport.timeoutSeconds == 12.5);
-  CHECK(c.transport.lingerSeconds == 0.0);
-  CHECK(c.topology.kind == "ring");
+  CHECK(c.worldSize() == 8);
+  CHECK(c.seed() == std::numeric_limits<std::uint64_t>::max());
+  CHECK(c.get<std::string>("transport.kind") == "inproc");
+  CHECK(c.get<std::string>("transport.host") == "10.0.0.7");
+  CHECK(c.get<std::string>("transport.protocol") == "ipc");
+  CHECK(c.get<double>("transport.timeout_seconds") == 12.5);
+  CHECK(c.get<double>("transport.linger_seconds") == 0.0);
+  CHECK(c.get<std::string>("topology.kind") == "ring");
   REQUIRE(c.get<std::vector<std::vector<double>>>("topology.probabilities").size() == 8);
   CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities")[0] ==
         std::vector<double>{0, 1, 1, 1, 1, 1, 1, 1});
@@ -196,7 +196,7 @@ TEST_CASE("config: a full config sets every field", "[config]") {
   CHECK(c.get<int>("topology.peers_per_step") == 2);
   CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") ==
         Edges{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
-  CHECK(c.algorithm.name == "allreduce_sgd");
+  CHECK(c.get<std::string>("algorithm.name") == "allreduce_sgd");
   CHECK(c.get<int>("algorithm.segments") == 16);
   CHECK(c.get<int>("algorithm.interval") == 3);
   CHECK(c.get<std::string>("algorithm.mode") == "overlap");
@@ -225,7 +225,7 @@ TEST_CASE("config: loadConfig reads a file and records its path", "[config]") {
   TempFile file(kFullConfig);
   const Config c = reg().load(file.path());
   CHECK(c.sourceFile == file.path());
-  CHECK(c.worldSize == 8);
+  CHECK(c.worldSize() == 8);
   CHECK(c.get<double>("training.weight_decay") == 1e-4);
 }
 
@@ -249,11 +249,11 @@ TEST_CASE("config: missing keys keep their defaults", "[config]") {
         "world_size: 2\n"
         "training:\n"
         "  epochs: 10\n");
-    CHECK(c.worldSize == 2);
+    CHECK(c.worldSize() == 2);
     CHECK(c.get<int>("training.epochs") == 10);
     CHECK(c.get<int>("training.batch_size") == defaults().get<int>("training.batch_size"));
     CHECK(c.get<std::vector<int>>("model.hidden") == defaults().get<std::vector<int>>("model.hidden"));
-    CHECK(c.seed == 42);
+    CHECK(c.seed() == 42);
   }
   SECTION("an empty hidden list means no hidden layer") {
     const Config c = reg().parse("model:\n  hidden: []\n");
@@ -410,10 +410,13 @@ TEST_CASE("config: unknown enum values are errors listing the allowed ones", "[c
 TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
   SECTION("every topology kind, algorithm, mode and inter-algorithm") {
     for (const char* kind : {"fair_roulette", "ring", "directed_exponential"}) {
-      CHECK(reg().parse(std::string("topology:\n  kind: ") + kind + "\n").topology.kind == kind);
+      CHECK(reg().parse(std::string("topology:\n  kind: ") + kind + "\n").get<std::string>("topology.kind") ==
+            kind);
     }
     for (const char* name : {"crossover_sgd", "allreduce_sgd", "sgp", "hierarchical"}) {
-      CHECK(reg().parse(std::string("algorithm:\n  name: ") + name + "\n").algorithm.name == name);
+      CHECK(
+          reg().parse(std::string("algorithm:\n  name: ") + name + "\n").get<std::string>("algorithm.name") ==
+          name);
     }
     for (const char* mode : {"sync", "overlap", "async"}) {
       CHECK(
@@ -448,7 +451,7 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
               .empty());
   }
   SECTION("fair_roulette with a single rank (degenerate)") {
-    CHECK(reg().parse("world_size: 1\ntopology:\n  kind: fair_roulette\n").worldSize == 1);
+    CHECK(reg().parse("world_size: 1\ntopology:\n  kind: fair_roulette\n").worldSize() == 1);
     const Config c = reg().parse("world_size: 1\ntopology:\n  probabilities: [[0]]\n");
     CHECK(c.get<std::vector<std::vector<double>>>("topology.probabilities") == Table{{0}});
   }
@@ -466,7 +469,7 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
         "    - [1, 2]\n"
         "    - [2, 0]\n"
         "    - [0, 2]\n");
-    CHECK(c.topology.kind == "explicit");
+    CHECK(c.get<std::string>("topology.kind") == "explicit");
     CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") == Edges{{0, 1}, {1, 2}, {2, 0}, {0, 2}});
   }
   SECTION("explicit edges, flow style, world_size last") {
@@ -876,22 +879,22 @@ TEST_CASE("config: validateConfig checks in-code configs", "[config]") {
   };
   {
     Config bad = c;
-    bad.worldSize = 0;
+    bad.set("world_size", 0);
     requireInvalid(bad, "world_size");
   }
   {
     Config bad = c;
-    bad.transport.kind = "udp";
+    bad.set<std::string>("transport.kind", "udp");
     requireInvalid(bad, "transport.kind");
   }
   {
     Config bad = c;
-    bad.transport.timeoutSeconds = 0.0;
+    bad.set<double>("transport.timeout_seconds", 0.0);
     requireInvalid(bad, "transport.timeout_seconds");
   }
   {
     Config bad = c;
-    bad.topology.kind = "star";
+    bad.set<std::string>("topology.kind", "star");
     requireInvalid(bad, "topology.kind");
   }
   {
@@ -929,7 +932,7 @@ TEST_CASE("config: validateConfig checks in-code configs", "[config]") {
 TEST_CASE("config: validateConfig checks the cross-field rules of in-code configs", "[config]") {
   Config c = defaults();
   c.sourceFile = "in-code";
-  c.worldSize = 4;
+  c.set("world_size", 4);
 
   auto requireInvalid = [](const Config& bad, const std::string& key, const std::string& text) {
     try {
@@ -945,7 +948,7 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
   };
   SECTION("valid configs pass") {
     Config ok = c;
-    ok.topology.kind = "explicit";
+    ok.set<std::string>("topology.kind", "explicit");
     ok.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}}));
     ok.set("topology.probabilities",
            std::vector<std::vector<double>>(Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}}));
@@ -954,8 +957,8 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
     ok.set("training.straggler_delay_seconds", double(2.0));
     CHECK_NOTHROW(gossamer::validateConfig(ok, reg().schema()));
     Config single = c;
-    single.worldSize = 1;
-    single.topology.kind = "fair_roulette";
+    single.set("world_size", 1);
+    single.set<std::string>("topology.kind", "fair_roulette");
     CHECK_NOTHROW(gossamer::validateConfig(single, reg().schema()));
   }
   SECTION("probabilities") {
@@ -989,7 +992,7 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
   }
   SECTION("explicit needs edges") {
     Config bad = c;
-    bad.topology.kind = "explicit";
+    bad.set<std::string>("topology.kind", "explicit");
     requireInvalid(bad, "topology.kind", "topology.edges");
   }
   SECTION("groups") {
@@ -1062,14 +1065,14 @@ TEST_CASE("config: every example config is valid", "[config][examples]") {
 TEST_CASE("config: example configs hold what they promise", "[config][examples]") {
   const fs::path dir = fs::path(GOSSAMER_SOURCE_DIR) / "examples" / "configs";
   const Config crossover = reg().load((dir / "quickstart-crossover.yaml").string());
-  CHECK(crossover.worldSize == 4);
-  CHECK(crossover.seed == 42);
-  CHECK(crossover.transport.kind == "zmq");
-  CHECK(crossover.transport.protocol == "tcp");
-  CHECK(crossover.transport.host == "127.0.0.1");
-  CHECK(crossover.transport.timeoutSeconds == 30.0);
-  CHECK(crossover.topology.kind == "fair_roulette");
-  CHECK(crossover.algorithm.name == "crossover_sgd");
+  CHECK(crossover.worldSize() == 4);
+  CHECK(crossover.seed() == 42);
+  CHECK(crossover.get<std::string>("transport.kind") == "zmq");
+  CHECK(crossover.get<std::string>("transport.protocol") == "tcp");
+  CHECK(crossover.get<std::string>("transport.host") == "127.0.0.1");
+  CHECK(crossover.get<double>("transport.timeout_seconds") == 30.0);
+  CHECK(crossover.get<std::string>("topology.kind") == "fair_roulette");
+  CHECK(crossover.get<std::string>("algorithm.name") == "crossover_sgd");
   CHECK(crossover.get<int>("algorithm.segments") == 4);
   CHECK(crossover.get<int>("algorithm.interval") == 1);
   CHECK(crossover.get<std::string>("model.kind") == "mlp");
@@ -1082,13 +1085,13 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   CHECK(crossover.get<double>("training.momentum") == 0.9);
 
   const Config allreduce = reg().load((dir / "quickstart-allreduce.yaml").string());
-  CHECK(allreduce.algorithm.name == "allreduce_sgd");
-  CHECK(allreduce.topology.kind == "ring");
-  CHECK(allreduce.worldSize == 4);
+  CHECK(allreduce.get<std::string>("algorithm.name") == "allreduce_sgd");
+  CHECK(allreduce.get<std::string>("topology.kind") == "ring");
+  CHECK(allreduce.worldSize() == 4);
 
   const Config diloco = reg().load((dir / "quickstart-diloco.yaml").string());
-  CHECK(diloco.algorithm.name == "diloco");
-  CHECK(diloco.worldSize == 4);
+  CHECK(diloco.get<std::string>("algorithm.name") == "diloco");
+  CHECK(diloco.worldSize() == 4);
   CHECK(diloco.get<int>("algorithm.inner_steps") == 50);
   CHECK(diloco.get<double>("algorithm.outer_learning_rate") == 0.7);
   CHECK(diloco.get<double>("algorithm.outer_momentum") == 0.9);
@@ -1104,19 +1107,19 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   const Config noniid = reg().load((dir / "noniid-crossover.yaml").string());
   CHECK(noniid.get<std::string>("data.partition") == "non_iid");
   CHECK(noniid.get<double>("data.dirichlet_alpha") == 0.5);
-  CHECK(noniid.algorithm.name == "crossover_sgd");
+  CHECK(noniid.get<std::string>("algorithm.name") == "crossover_sgd");
 
   const Config smoke = reg().load((dir / "smoke.yaml").string());
-  CHECK(smoke.worldSize == 3);
+  CHECK(smoke.worldSize() == 3);
   CHECK(smoke.get<int>("data.train_limit") == 3000);
   CHECK(smoke.get<int>("data.test_limit") == 1000);
   CHECK(smoke.get<int>("training.epochs") == 1);
-  CHECK(smoke.transport.timeoutSeconds == 10.0);
+  CHECK(smoke.get<double>("transport.timeout_seconds") == 10.0);
 
   const Config sgp = reg().load((dir / "sgp.yaml").string());
-  CHECK(sgp.worldSize == 8);
-  CHECK(sgp.algorithm.name == "sgp");
-  CHECK(sgp.topology.kind == "directed_exponential");
+  CHECK(sgp.worldSize() == 8);
+  CHECK(sgp.get<std::string>("algorithm.name") == "sgp");
+  CHECK(sgp.get<std::string>("topology.kind") == "directed_exponential");
   CHECK(sgp.get<int>("topology.peers_per_step") == 1);
   CHECK(sgp.get<std::string>("algorithm.mode") == "sync");
   CHECK(sgp.get<std::string>("model.kind") == "mlp");
@@ -1127,24 +1130,24 @@ TEST_CASE("config: example configs hold what they promise", "[config][examples]"
   CHECK(sgp.get<double>("training.momentum") == 0.9);
 
   const Config hierarchical = reg().load((dir / "hierarchical.yaml").string());
-  CHECK(hierarchical.worldSize == 8);
-  CHECK(hierarchical.algorithm.name == "hierarchical");
+  CHECK(hierarchical.worldSize() == 8);
+  CHECK(hierarchical.get<std::string>("algorithm.name") == "hierarchical");
   CHECK(hierarchical.get<int>("algorithm.group_size") == 4);
   CHECK(hierarchical.get<std::vector<std::vector<int>>>("algorithm.groups").empty());
   CHECK(hierarchical.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
-  CHECK(hierarchical.topology.kind == "fair_roulette");
+  CHECK(hierarchical.get<std::string>("topology.kind") == "fair_roulette");
 
   const Config roulette = reg().load((dir / "roulette-table.yaml").string());
-  CHECK(roulette.worldSize == 4);
-  CHECK(roulette.algorithm.name == "crossover_sgd");
-  CHECK(roulette.topology.kind == "fair_roulette");
+  CHECK(roulette.worldSize() == 4);
+  CHECK(roulette.get<std::string>("algorithm.name") == "crossover_sgd");
+  CHECK(roulette.get<std::string>("topology.kind") == "fair_roulette");
   CHECK(roulette.get<std::vector<std::vector<double>>>("topology.probabilities") ==
         Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}});
 
   const Config graph = reg().load((dir / "explicit-graph.yaml").string());
-  CHECK(graph.worldSize == 4);
-  CHECK(graph.algorithm.name == "sgp");
-  CHECK(graph.topology.kind == "explicit");
+  CHECK(graph.worldSize() == 4);
+  CHECK(graph.get<std::string>("algorithm.name") == "sgp");
+  CHECK(graph.get<std::string>("topology.kind") == "explicit");
   CHECK(graph.get<std::vector<std::pair<int, int>>>("topology.edges") ==
         Edges{{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
 }

@@ -12,7 +12,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/sub_transport.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/transports/inproc.hpp"
 
 using namespace gossamer;

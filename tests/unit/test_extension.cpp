@@ -82,7 +82,7 @@ Registry makeAppRegistry(std::shared_ptr<inproc::Fabric> fabric, std::shared_ptr
           .real("step_scale", 1.0, {0.0, false, 10.0, true}, "multiplies base_rate")
           .real("base_rate", 0.1, {0.0, false, 1.0, true}, "step size before scaling")
           .rule([](const Config& c) -> std::optional<ConfigIssue> {
-            if (c.algorithm.name != "scaled_sgd") return std::nullopt;
+            if (c.get<std::string>("algorithm.name") != "scaled_sgd") return std::nullopt;
             const double rate = c.get<double>("algorithm.step_scale") * c.get<double>("algorithm.base_rate");
             if (rate <= 1.0) return std::nullopt;
             return ConfigIssue{"algorithm.step_scale", "step_scale * base_rate must be <= 1"};
@@ -132,13 +132,13 @@ TEST_CASE("extension: an application's transport, optimizer and section load fro
   const Registry reg = makeAppRegistry(fabric, probe);
 
   const Config c = reg.parse(kAppYaml, "app.yaml");
-  CHECK(c.transport.kind == "probe_inproc");
+  CHECK(c.get<std::string>("transport.kind") == "probe_inproc");
   CHECK(c.get<int>("transport.probe_tag") == 17);
   CHECK(c.get<double>("transport.probe_timeout_seconds") == 7.5);
   CHECK(c.get<double>("algorithm.step_scale") == 2.5);
   CHECK(c.get<std::string>("experiment.label") == "sweep-a");
   CHECK(c.get<int>("experiment.repeats") == 3);
-  CHECK(c.topology.kind == "ring");  // the application's default
+  CHECK(c.get<std::string>("topology.kind") == "ring");  // the application's default
 
   // Rank r's gradient is (r + 1) * (i + 1); the mean over 3 ranks is 2 * (i + 1).
   const std::size_t len = 8;

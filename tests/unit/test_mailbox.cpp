@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
+#include "gossamer/kit/mailbox.hpp"
 
 using namespace gossamer;
 using Clock = std::chrono::steady_clock;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "registry.hpp"
 
 using gossamer::InvalidArgument;

@@ -160,9 +160,9 @@ TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to central
 TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[agent]") {
   const int n = 3;
   Config c = gossamer::test::defaultConfig();
-  c.worldSize = n;
-  c.transport.kind = "inproc";
-  c.transport.timeoutSeconds = 10;
+  c.set("world_size", n);
+  c.set<std::string>("transport.kind", "inproc");
+  c.set<double>("transport.timeout_seconds", 10);
   auto fabric = inproc::makeFabric(n);
   Registry reg;
   inproc::registerWith(reg, fabric);
@@ -188,8 +188,8 @@ TEST_CASE("an Agent built from a Config averages a vector over inproc peers", "[
 
 TEST_CASE("an Agent rejects unknown component names before connecting", "[agent]") {
   Config c = gossamer::test::defaultConfig();
-  c.worldSize = 2;
-  c.transport.kind = "inproc";
+  c.set("world_size", 2);
+  c.set<std::string>("transport.kind", "inproc");
   Registry reg;  // nothing registered
   MemoryStore store;
   try {
@@ -238,11 +238,11 @@ TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[age
       "world_size: 6\ntransport:\n  kind: inproc\ncollectives:\n  allreduce: tga2d\n  group_size: 3\n"
       "  chunk_bytes: 64\n  cost_model: true\n  alpha_seconds: 0.0001\n",
       "collectives.yaml");
-  CHECK(parsed.collectives.allreduce == "tga2d");
-  CHECK(parsed.collectives.groupSize == 3);
-  CHECK(parsed.collectives.chunkBytes == 64);
-  CHECK(parsed.collectives.costModel);
-  CHECK(parsed.collectives.alphaSeconds == 0.0001);
+  CHECK(parsed.get<std::string>("collectives.allreduce") == "tga2d");
+  CHECK(parsed.get<int>("collectives.group_size") == 3);
+  CHECK(parsed.get<int>("collectives.chunk_bytes") == 64);
+  CHECK(parsed.get<bool>("collectives.cost_model"));
+  CHECK(parsed.get<double>("collectives.alpha_seconds") == 0.0001);
   try {
     gossamer::test::trainRegistry().parse("world_size: 6\ncollectives:\n  torus_rows: 4\n", "bad.yaml");
     FAIL("expected ConfigError");
@@ -254,7 +254,7 @@ TEST_CASE("the collectives section picks the Agent's allreduce algorithm", "[age
                   ConfigError);
   for (const std::string algorithm : {"tga2d", "torus2d", "hips", "hierarchical", "recursive_doubling"}) {
     Config c = parsed;
-    c.collectives.allreduce = algorithm;
+    c.set<std::string>("collectives.allreduce", algorithm);
     auto fabric = inproc::makeFabric(6);
     Registry reg;
     inproc::registerWith(reg, fabric);
@@ -280,12 +280,12 @@ TEST_CASE("collectives.calibrate measures the cost model at start, and auto uses
       "world_size: 3\ntransport:\n  kind: inproc\ncollectives:\n  gamma_seconds_per_byte: 2e-10\n"
       "  contention: 0.5\n",
       "collectives.yaml");
-  CHECK(c.collectives.gammaSecondsPerByte == 2e-10);
-  CHECK(c.collectives.contention == 0.5);
-  CHECK_FALSE(c.collectives.calibrate);
+  CHECK(c.get<double>("collectives.gamma_seconds_per_byte") == 2e-10);
+  CHECK(c.get<double>("collectives.contention") == 0.5);
+  CHECK_FALSE(c.get<bool>("collectives.calibrate"));
   CHECK_THROWS_AS(gossamer::test::trainRegistry().parse("collectives:\n  contention: -1\n", "bad.yaml"),
                   ConfigError);
-  c.collectives.calibrate = true;  // without cost_model: calibrating implies using the model
+  c.set<bool>("collectives.calibrate", true);  // without cost_model: calibrating implies using the model
   auto fabric = inproc::makeFabric(3);
   Registry reg;
   inproc::registerWith(reg, fabric);

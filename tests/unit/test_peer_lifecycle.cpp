@@ -1,4 +1,4 @@
-// PeerLifecycle (gossamer/peer_lifecycle.hpp), the goodbye, failure-verdict,
+// PeerLifecycle (gossamer/kit/peer_lifecycle.hpp), the goodbye, failure-verdict,
 // grace and statistics bookkeeping every network transport shares: a verdict
 // fails exactly the receives that wait only on the departed peer, the first
 // verdict stands, close() waits only for peers that have not settled, and a
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/peer_lifecycle.hpp"
-#include "gossamer/single_copy.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/peer_lifecycle.hpp"
+#include "gossamer/kit/single_copy.hpp"
 
 using gossamer::Mailbox;
 using gossamer::PeerLifecycle;

@@ -9,7 +9,7 @@
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "process.hpp"
 

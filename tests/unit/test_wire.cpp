@@ -1,4 +1,4 @@
-// Tests of the wire frame (gossamer/wire.hpp): encoding, decoding and the
+// Tests of the wire frame (gossamer/kit/wire.hpp): encoding, decoding and the
 // rejection of every malformed header field with the right ProtocolError.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The bandwidth-aware fair roulette: the random topology with fair peer
 // selection of Crossover-SGD (paper 004_659e3573d5645e2e.txt, Sec. 3.2,
 // Algorithm 2 and Theorem 3.1), made symmetric and weighted by the links'
-// bandwidths from the job's `network:` section (gossamer/network.hpp), so
+// bandwidths from the job's `network:` section (gossamer/kit/network.hpp), so
 // that segments cross the slow links between islands less often while the
 // islands still mix. Registered as "bandwidth_roulette" with the key
 // `topology.bandwidth_exponent`.
@@ -120,7 +120,7 @@ std::string exponentProblem(double exponent, double slow, double fast) {
 // topology.bandwidth_exponent against the network's bandwidths, when this
 // topology is the selected one.
 std::optional<ConfigIssue> checkExponent(const Config& c) {
-  if (c.topology.kind != "bandwidth_roulette" || c.worldSize < 2) return std::nullopt;
+  if (c.get<std::string>("topology.kind") != "bandwidth_roulette" || c.worldSize() < 2) return std::nullopt;
   const auto [slow, fast] = linkRange(NetworkLayout::from(c));
   const std::string why = exponentProblem(c.get<double>(kExponentKey), slow, fast);
   if (why.empty()) return std::nullopt;
@@ -272,8 +272,8 @@ void registerBandwidthRoulette(Registry& registry) {
   registry.addTopology(
       "bandwidth_roulette",
       [](const Config& c) -> std::unique_ptr<Topology> {
-        if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
-        return std::make_unique<BandwidthRoulette>(NetworkLayout::from(c), c.seed,
+        if (c.worldSize() < 2) return std::make_unique<Ring>(c.worldSize());  // one rank: nothing to mix
+        return std::make_unique<BandwidthRoulette>(NetworkLayout::from(c), c.seed(),
                                                    c.get<double>(kExponentKey));
       },
       KeySet()

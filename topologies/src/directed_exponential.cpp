@@ -53,7 +53,7 @@ void registerDirectedExponential(Registry& registry) {
   registry.addTopology(
       "directed_exponential",
       [](const Config& c) {
-        return std::make_unique<DirectedExponential>(c.worldSize, c.get<int>("topology.peers_per_step"));
+        return std::make_unique<DirectedExponential>(c.worldSize(), c.get<int>("topology.peers_per_step"));
       },
       KeySet().integer("peers_per_step", 1, 1, 2,
                        "out-peers per step (also the SGP leaders' graph of hierarchical)"));

@@ -51,14 +51,14 @@ std::optional<ConfigIssue> checkEdges(const Config& c) {
   const std::string key = "topology.edges";
   const std::vector<std::pair<int, int>>& edges = edgesOf(c);
   if (edges.empty()) return std::nullopt;
-  const auto n = toIndex(c.worldSize);
+  const auto n = toIndex(c.worldSize());
   std::vector<std::vector<int>> out(n), in(n);
   for (std::size_t i = 0; i < edges.size(); ++i) {
     const auto [from, to] = edges[i];
     for (int r : {from, to}) {
       if (toIndex(r) >= n) {
         return ConfigIssue{indexedKey(key, i), "rank " + std::to_string(r) + " in " + pairText(edges[i]) +
-                                                   " does not exist (" + rankRangeText(c.worldSize) + ")"};
+                                                   " does not exist (" + rankRangeText(c.worldSize()) + ")"};
       }
     }
     out[toIndex(from)].push_back(to);
@@ -87,7 +87,7 @@ std::optional<ConfigIssue> checkEdges(const Config& c) {
 
 /// topology.kind explicit takes its graph from topology.edges.
 std::optional<ConfigIssue> checkExplicitHasEdges(const Config& c) {
-  if (c.topology.kind != "explicit" || !edgesOf(c).empty()) return std::nullopt;
+  if (c.get<std::string>("topology.kind") != "explicit" || !edgesOf(c).empty()) return std::nullopt;
   return ConfigIssue{"topology.kind",
                      "'explicit' needs the graph in topology.edges (a non-empty list of [from, to] pairs)"};
 }
@@ -123,7 +123,7 @@ PeerSet ExplicitGraph::peers(int rank, std::uint64_t, int) const {
 
 void registerExplicitGraph(Registry& registry) {
   registry.addTopology(
-      "explicit", [](const Config& c) { return std::make_unique<ExplicitGraph>(c.worldSize, edgesOf(c)); },
+      "explicit", [](const Config& c) { return std::make_unique<ExplicitGraph>(c.worldSize(), edgesOf(c)); },
       KeySet()
           .intPairList("edges", 0, kMaxWorldSize - 1, true, true,
                        "directed edges [from, to]: no self-loops or duplicates, strongly connected")

@@ -33,7 +33,7 @@ std::optional<ConfigIssue> checkProbabilities(const Config& c) {
   const std::string key = "topology.probabilities";
   const std::vector<std::vector<double>>& rows = probabilitiesOf(c);
   if (rows.empty()) return std::nullopt;  // Uniform.
-  const auto n = toIndex(c.worldSize);
+  const auto n = toIndex(c.worldSize());
   if (rows.size() != n) {
     return ConfigIssue{key, "must be a world_size x world_size table (" + std::to_string(n) + " rows), got " +
                                 std::to_string(rows.size()) + " rows"};
@@ -256,12 +256,12 @@ void registerFairRoulette(Registry& registry) {
   registry.addTopology(
       "fair_roulette",
       [](const Config& c) -> std::unique_ptr<Topology> {
-        if (c.worldSize < 2) return std::make_unique<Ring>(c.worldSize);  // one rank: nothing to mix
+        if (c.worldSize() < 2) return std::make_unique<Ring>(c.worldSize());  // one rank: nothing to mix
         // With a probability table the draws follow it exactly (Selection::kMatched);
         // without one, the paper's sequential Algorithm 2.
         const auto& table = probabilitiesOf(c);
         return std::make_unique<FairRoulette>(
-            c.worldSize, c.seed, table,
+            c.worldSize(), c.seed(), table,
             table.empty() ? FairRoulette::Selection::kSequential : FairRoulette::Selection::kMatched);
       },
       KeySet()

@@ -40,7 +40,7 @@ PeerSet Ring::peers(int rank, std::uint64_t, int) const {
 }
 
 void registerRing(Registry& registry) {
-  registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize); });
+  registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize()); });
 }
 
 }  // namespace gossamer::topologies

@@ -358,7 +358,7 @@ PYBIND11_MODULE(_core, m) {
       "check_config",
       [](const std::string& source, bool isText, const std::vector<std::string>& overrides) {
         const Config c = loadConfig(source, isText, overrides);
-        return c.worldSize;
+        return c.worldSize();
       },
       py::arg("source"), py::arg("is_text"), py::arg("overrides"),
       "Loads and validates a config; returns its world size. Raises ConfigError.");
@@ -425,23 +425,26 @@ PYBIND11_MODULE(_core, m) {
           py::arg("total_steps"), "Announces the run's length in steps (A2SGD's final synchronisation).");
 
   py::class_<PyAgent>(m, "Agent")
-      .def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
-                       int rank, const std::string& rendezvous) {
-             const Config c = loadConfig(source, isText, overrides);
-             if (rank < 0 || rank >= c.worldSize)
-               throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
-                                     std::to_string(c.worldSize) + ")");
-             py::gil_scoped_release release;
-             return std::make_unique<PyAgent>(c, rank, rendezvous, c.transport.timeoutSeconds);
-           }),
-           py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"),
-           py::arg("rendezvous"))
+      .def(
+          py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
+                      int rank, const std::string& rendezvous) {
+            const Config c = loadConfig(source, isText, overrides);
+            if (rank < 0 || rank >= c.worldSize())
+              throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
+                                    std::to_string(c.worldSize()) + ")");
+            py::gil_scoped_release release;
+            return std::make_unique<PyAgent>(c, rank, rendezvous, c.get<double>("transport.timeout_seconds"));
+          }),
+          py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"), py::arg("rendezvous"))
       .def_property_readonly("rank", [](PyAgent& a) { return a.agent().rank(); })
       .def_property_readonly("world_size", [](PyAgent& a) { return a.agent().worldSize(); })
-      .def_property_readonly("algorithm", [](PyAgent& a) { return a.agent().config().algorithm.name; })
-      .def_property_readonly("transport_kind", [](PyAgent& a) { return a.agent().config().transport.kind; })
-      .def_property_readonly("timeout_seconds",
-                             [](PyAgent& a) { return a.agent().config().transport.timeoutSeconds; })
+      .def_property_readonly("algorithm",
+                             [](PyAgent& a) { return a.agent().config().get<std::string>("algorithm.name"); })
+      .def_property_readonly("transport_kind",
+                             [](PyAgent& a) { return a.agent().config().get<std::string>("transport.kind"); })
+      .def_property_readonly(
+          "timeout_seconds",
+          [](PyAgent& a) { return a.agent().config().get<double>("transport.timeout_seconds"); })
       .def_property_readonly("closed", &PyAgent::closed)
       .def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
            py::arg("algorithm") = py::none())
@@ -476,7 +479,8 @@ PYBIND11_MODULE(_core, m) {
             if (!exchange)
               throw InvalidArgument(
                   "exchange: the agent has no optimizer with a model exchange (algorithm '" +
-                  agent.config().algorithm.name + "'): call make_optimizer first, with a gossip algorithm");
+                  agent.config().get<std::string>("algorithm.name") +
+                  "'): call make_optimizer first, with a gossip algorithm");
             std::uint64_t& round = a.exchangeRound();
             py::gil_scoped_release release;
             exchange(p.as<float>(), round++);

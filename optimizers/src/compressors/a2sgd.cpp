@@ -199,8 +199,9 @@ namespace {
 /// A2SGD needs an optimizer whose exchange is an allreduce or a model gossip.
 /// (Listed, so that an optimizer added later is refused until it is made to fit.)
 std::optional<ConfigIssue> checkOptimizer(const Config& c) {
-  const std::string& name = c.algorithm.name;
-  if (c.compression.kind != "a2sgd" || name == "allreduce_sgd" || name == "crossover_sgd" || name == "sgp")
+  const std::string& name = c.get<std::string>("algorithm.name");
+  if (c.get<std::string>("compression.kind") != "a2sgd" || name == "allreduce_sgd" ||
+      name == "crossover_sgd" || name == "sgp")
     return std::nullopt;
   return ConfigIssue{
       "compression.kind",
@@ -209,13 +210,15 @@ std::optional<ConfigIssue> checkOptimizer(const Config& c) {
 
 /// compression.sync gossip runs the gossip optimizer's exchange.
 std::optional<ConfigIssue> checkGossipSync(const Config& c) {
-  if (c.compression.kind != "a2sgd" || c.get<std::string>("compression.sync") != "gossip")
+  if (c.get<std::string>("compression.kind") != "a2sgd" || c.get<std::string>("compression.sync") != "gossip")
     return std::nullopt;
-  if (c.algorithm.name == "crossover_sgd" || c.algorithm.name == "sgp") return std::nullopt;
+  if (c.get<std::string>("algorithm.name") == "crossover_sgd" ||
+      c.get<std::string>("algorithm.name") == "sgp")
+    return std::nullopt;
   return ConfigIssue{"compression.sync",
                      "'gossip' synchronises the models with one exchange of algorithm.name, which must be "
                      "'crossover_sgd' or 'sgp', got '" +
-                         c.algorithm.name + "'"};
+                         c.get<std::string>("algorithm.name") + "'"};
 }
 }  // namespace
 

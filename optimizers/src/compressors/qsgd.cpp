@@ -154,7 +154,7 @@ void registerQsgd(Registry& registry) {
         QsgdOptions o;
         o.levels = ctx.config.get<int>("compression.qsgd_levels");
         o.bucketSize = static_cast<std::size_t>(ctx.config.get<int>("compression.qsgd_bucket_size"));
-        o.seed = ctx.config.seed;
+        o.seed = ctx.config.seed();
         o.rank = ctx.transport.rank();
         return std::make_unique<QsgdCompressor>(n, o);
       },

@@ -27,8 +27,9 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
 /// Compressed exchanges are synchronous.
 std::optional<ConfigIssue> checkCompressedMode(const Config& c) {
   const std::string mode = c.getOr<std::string>("algorithm.mode", "sync");
-  if (c.compression.kind == "none" || mode == "sync") return std::nullopt;
-  return ConfigIssue{"algorithm.mode", "compressed exchanges (compression.kind '" + c.compression.kind +
+  if (c.get<std::string>("compression.kind") == "none" || mode == "sync") return std::nullopt;
+  return ConfigIssue{"algorithm.mode", "compressed exchanges (compression.kind '" +
+                                           c.get<std::string>("compression.kind") +
                                            "') are synchronous: mode must be 'sync', got '" + mode + "'"};
 }
 
@@ -48,7 +49,7 @@ CompressedSgdOptions compressedFrom(const Config& c, bool gossipOptimizer) {
   o.sync = gossipSync ? ModelSync::kGossip : ModelSync::kAllreduce;
   o.syncPeriod = static_cast<std::uint64_t>(c.getOr("compression.sync_period", 0));
   o.finalSync = c.getOr("compression.final_sync", o.finalSync);
-  o.timeoutSeconds = c.transport.timeoutSeconds;
+  o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
   return o;
 }
 
@@ -56,12 +57,14 @@ CompressedSgdOptions compressedFrom(const Config& c, bool gossipOptimizer) {
 
 ConfigRule needsAllReduceSgd(const std::string& kind) {
   return [kind](const Config& c) -> std::optional<ConfigIssue> {
-    if (c.compression.kind != kind || c.algorithm.name == "allreduce_sgd") return std::nullopt;
+    if (c.get<std::string>("compression.kind") != kind ||
+        c.get<std::string>("algorithm.name") == "allreduce_sgd")
+      return std::nullopt;
     return ConfigIssue{"compression.kind",
                        "'" + kind +
                            "' compresses AllReduce-SGD's gradients: it needs algorithm.name "
                            "'allreduce_sgd', got '" +
-                           c.algorithm.name + "'"};
+                           c.get<std::string>("algorithm.name") + "'"};
   };
 }
 

@@ -25,9 +25,9 @@ class Agent final {
  public:
   /// Connects this rank: opens its run metrics (run.dir; "auto": rank 0
   /// makes a new results/runs/<UTC time>-<pid> and shares it through
-  /// `store`), creates the transport named by config.transport.kind
+  /// `store`), creates the transport named by `transport.kind`
   /// (rendezvous through `store`, which must outlive construction only), the
-  /// communicator and the topology named by config.topology.kind. Keys the
+  /// communicator and the topology named by `topology.kind`. Keys the
   /// config lacks take their registered defaults (Registry::complete); the
   /// registry must outlive the Agent.
   /// @throws ConfigError for an invalid config or unknown component name;
@@ -52,9 +52,9 @@ class Agent final {
   /// The topology over the current view; replaced by recover().
   const Topology& topology() const;
 
-  /// Creates the optimizer named by config.algorithm.name for a model whose
+  /// Creates the optimizer named by `algorithm.name` for a model whose
   /// flat parameter vector is made of tensors of `tensorSizes` elements,
-  /// wrapped by the compressor named by config.compression.kind, and keeps
+  /// wrapped by the compressor named by `compression.kind`, and keeps
   /// it; replaces any previous one. With the membership service on, the
   /// optimizer survives peers that die or fall silent: a step that fails
   /// with PeerFailure is undone, the survivors agree on a new view

@@ -81,7 +81,7 @@ struct CollectiveOptions {
   CollectiveOptions() = default;
   /// The common fields first; the others keep their defaults.
   CollectiveOptions(std::uint64_t seq, double timeout, AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto,
-                    std::size_t chunk = std::size_t{1} << 20)
+                    std::size_t chunk = defaults::kChunkBytes)
       : sequence(seq), timeoutSeconds(timeout), algorithm(algo), chunkBytes(chunk) {}
 
   std::uint64_t sequence = 0;                         ///< Distinct per call, same on all ranks (< 2^40).
@@ -89,10 +89,10 @@ struct CollectiveOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   /// Ring pipelining: each ring step's chunk travels as pieces of at most this
   /// many bytes, so that receiving, reducing and forwarding overlap.
-  std::size_t chunkBytes = std::size_t{1} << 20;
+  std::size_t chunkBytes = defaults::kChunkBytes;
   /// kAuto: vectors of at most this many bytes use recursive doubling
   /// (log2 N latency-bound rounds), larger ones the bandwidth-optimal ring.
-  std::size_t smallMessageBytes = std::size_t{64} << 10;
+  std::size_t smallMessageBytes = defaults::kSmallMessageBytes;
   /// kTorus2d: rows of the rank grid (0 = the largest divisor of N that is at
   /// most sqrt(N); a prime N degenerates to one row, i.e. a ring).
   int torusRows = 0;
@@ -105,6 +105,16 @@ struct CollectiveOptions {
   bool useCostModel = false;
   CostModel model;  ///< Used by kAuto with useCostModel, and by predictAllreduceSeconds.
 };
+
+struct Config;
+
+/// The Communicator's options from the `collectives:` section of a completed
+/// Config (timeoutSeconds from transport.timeout_seconds; sequence 0). The
+/// section's keys and their defaults (CollectiveOptions' own) are declared
+/// by every Registry.
+/// @throws InvalidArgument if a key is not set (a Config not completed by
+///         Registry::complete), ConfigError for an unknown algorithm name.
+CollectiveOptions collectiveOptionsFrom(const Config& config);
 
 /// Predicted seconds of one allreduce of a vector of `bytes` over `worldSize`
 /// ranks with `algorithm` under `options.model` (see CostModel), with the

@@ -1,13 +1,15 @@
 // Run configuration loaded from YAML.
 //
-// The SDK itself owns only a few keys: the top level (world_size, seed), the
-// network settings every transport shares, the selectors that name the
-// components (transport.kind, topology.kind, algorithm.name,
-// compression.kind) and the collectives' options. Those are typed members
-// below. Every other key is declared by the component that reads it (see
-// gossamer/schema.hpp and Registry) and lives in Config::values, read with
-// Config::get. The reference of all keys is generated from what is
-// registered: `gossamer-config --schema --markdown`.
+// A Config is the values of the keys a Registry declared, by dotted name
+// ("world_size", "transport.timeout_seconds", "algorithm.segments"). Every
+// key, the SDK's own included, is declared once with its type, range and
+// default in a KeySet next to the code that reads it (gossamer/schema.hpp)
+// and read with Config::get. The SDK's own sections: the top level
+// (world_size, seed), `transport:` (the keys every network transport shares
+// and the selector `kind`), the selectors `topology.kind`, `algorithm.name`
+// and `compression.kind`, `collectives:` (collectiveOptionsFrom), `run:`,
+// `network:`, `security:` and `checkpoint:`. The reference of all keys is
+// generated from what is registered: `gossamer-config --schema --markdown`.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,6 @@
 #include <variant>
 #include <vector>
 
-#include "gossamer/defaults.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/schema.hpp"
 
@@ -26,64 +27,20 @@ namespace gossamer {
 /// Largest world size a config may ask for; ranks are 0..kMaxWorldSize-1.
 inline constexpr int kMaxWorldSize = 4096;
 
-/// `transport:` keys every network transport shares. The selected
-/// transport's own keys (e.g. libfabric's `provider`) are in Config::values.
-struct TransportConfig {
-  std::string kind;                            ///< Registered transport name; "" = the registry's default.
-  std::string host = defaults::kHost;          ///< Address the transport binds to; ports are ephemeral.
-  std::string protocol = defaults::kProtocol;  ///< Endpoint protocol: "tcp" or "ipc".
-  double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on every network wait, seconds (> 0).
-  double lingerSeconds = defaults::kLingerSeconds;    ///< On close: delivery of queued sends, seconds (>= 0).
-};
-
-/// `topology:` selector; the topology's own keys are in Config::values.
-struct TopologyConfig {
-  std::string kind;  ///< Registered topology name; "" = the registry's default.
-};
-
-/// `algorithm:` selector; the optimizer's own keys are in Config::values.
-struct AlgorithmConfig {
-  std::string name;  ///< Registered optimizer name; "" = the registry's default.
-};
-
-/// `compression:` selector; the compressor's own keys are in Config::values.
-struct CompressionConfig {
-  std::string kind;  ///< Registered compressor name or "none"; "" = the registry's default.
-};
-
-/// `collectives:` section: how the synchronous collectives run (the
-/// Communicator's options; see gossamer/collectives.hpp).
-struct CollectivesConfig {
-  /// "auto" or the name of an allreduce algorithm (allreduceAlgorithms()).
-  std::string allreduce = "auto";
-  int chunkBytes = 1 << 20;              ///< Ring pipelining piece, bytes (>= 1).
-  int smallMessageBytes = 64 << 10;      ///< auto without cost model: small-message bound, bytes (>= 0).
-  int groupSize = 0;                     ///< Ranks per group of the grouped algorithms (0 = about sqrt(N)).
-  int torusRows = 0;                     ///< Grid rows of the 2D torus (0 = about sqrt(N); must divide N).
-  bool costModel = false;                ///< auto picks by the alpha-beta-gamma model (CostModel).
-  double alphaSeconds = 50e-6;           ///< Model: per-message latency, seconds (>= 0).
-  double betaSecondsPerByte = 1e-9;      ///< Model: inverse bandwidth, seconds per byte (>= 0).
-  double gammaSecondsPerByte = 0.25e-9;  ///< Model: reduction cost, seconds per byte (>= 0).
-  double contention = 0.0;               ///< Model: cost growth per extra concurrent sender (>= 0).
-  /// Measure the model when the Agent starts (Communicator::calibrate, about
-  /// a second; replaces the four numbers above) and let auto use it.
-  bool calibrate = false;
-};
-
 /// A whole run: what every peer of one job agrees on.
 struct Config {
-  std::string sourceFile;   ///< File the config was read from ("" when built in code).
-  int worldSize = 4;        ///< Number of peers (>= 1).
-  std::uint64_t seed = 42;  ///< Shared seed: initial model, shards, topology.
-  TransportConfig transport;
-  TopologyConfig topology;
-  AlgorithmConfig algorithm;
-  CompressionConfig compression;
-  CollectivesConfig collectives;
-  /// The registered components' keys by dotted name ("topology.edges",
+  std::string sourceFile;  ///< File the config was read from ("" when built in code).
+  /// Every key's value by dotted name ("world_size", "transport.kind",
   /// "training.epochs"). Filled with every declared key's default by
   /// parseConfig and ConfigSchema::complete.
   std::map<std::string, ConfigValue> values;
+
+  /// `world_size`, the number of peers (>= 1): get<int>("world_size").
+  /// @throws InvalidArgument if the Config was not completed by a schema.
+  int worldSize() const { return get<int>("world_size"); }
+  /// `seed`, the shared seed of the initial model, shards and topology:
+  /// get<std::uint64_t>("seed"). @throws InvalidArgument as worldSize().
+  std::uint64_t seed() const { return get<std::uint64_t>("seed"); }
 
   /// The value of a component's key, e.g. get<int>("algorithm.segments").
   /// T is the key's type: int, std::uint64_t, double, bool, std::string,
@@ -116,6 +73,8 @@ struct Config {
   void set(const std::string& dottedKey, T value) {
     values[dottedKey] = ConfigValue(std::move(value));
   }
+  /// A text key: set("transport.kind", "zmq") stores a std::string.
+  void set(const std::string& dottedKey, const char* value) { values[dottedKey] = std::string(value); }
 };
 
 /// Reads and validates a YAML config file against `schema` (a Registry's

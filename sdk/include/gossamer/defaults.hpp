@@ -2,6 +2,8 @@
 // YAML schema and the docs take their defaults from here.
 #pragma once
 
+#include <cstddef>
+
 namespace gossamer::defaults {
 
 /// Bound on every network wait (rendezvous, receives, collectives, gossip
@@ -16,5 +18,12 @@ inline constexpr const char* kHost = "127.0.0.1";
 
 /// Endpoint protocol of the zmq and socket transports: "tcp" or "ipc".
 inline constexpr const char* kProtocol = "tcp";
+
+/// Ring allreduce pipelining: the largest piece of a chunk sent at once, bytes.
+inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+
+/// `auto` allreduce without a cost model: vectors up to this size use
+/// recursive doubling, larger ones the ring, bytes.
+inline constexpr std::size_t kSmallMessageBytes = std::size_t{64} << 10;
 
 }  // namespace gossamer::defaults

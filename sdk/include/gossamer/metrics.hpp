@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace gossamer {
 

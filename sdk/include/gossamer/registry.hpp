@@ -61,11 +61,11 @@ template <typename Options>
 Options networkOptionsFrom(const TransportContext& ctx) {
   Options o;
   o.rank = ctx.rank;
-  o.worldSize = ctx.config.worldSize;
-  o.protocol = ctx.config.transport.protocol;
+  o.worldSize = ctx.config.worldSize();
+  o.protocol = ctx.config.get<std::string>("transport.protocol");
   o.host = transportHost(ctx);
-  o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
-  o.lingerSeconds = ctx.config.transport.lingerSeconds;
+  o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
+  o.lingerSeconds = ctx.config.get<double>("transport.linger_seconds");
   return o;
 }
 
@@ -107,7 +107,7 @@ using TransportWrapper =
 ///                           KeySet().real("step_scale", 1.0, {0, false, 10, true}, "scale of each step"));
 ///
 /// after which `algorithm: {name: my_sgd, step_scale: 2}` loads, is checked
-/// with file:line errors, and `config.get<double>("algorithm.step_scale")`
+/// with file:line errors, and ``algorithm.step_scale``
 /// reads it.
 class Registry {
  public:

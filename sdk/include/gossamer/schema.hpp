@@ -141,11 +141,6 @@ class ConfigSchema {
     KeySpec spec;
     std::vector<std::string> owners;
     bool exclusive = false;  ///< Applies only while one of `owners` is selected.
-    /// Where the value lives when it is a typed member of Config (the SDK's
-    /// own keys: Config::worldSize, Config::transport, ...); empty
-    /// functions: in Config::values under the dotted key.
-    std::function<ConfigValue(const Config&)> get;
-    std::function<void(Config&, const ConfigValue&)> set;
   };
   /// A section ("" is the top level).
   struct Section {
@@ -182,16 +177,9 @@ class ConfigSchema {
   ///         type, range or default (an identical declaration is merged).
   void addKeys(const std::string& section, const KeySet& keys);
 
-  /// Stores `section.key` (declared already) in a typed member of Config
-  /// instead of Config::values. For the SDK's own keys.
-  /// @throws InvalidArgument if the key is not declared.
-  void bind(const std::string& section, const std::string& key, std::function<ConfigValue(const Config&)> get,
-            std::function<void(Config&, const ConfigValue&)> set);
-
-  /// The key's value in `config`: the typed member it is bound to, else
-  /// config.values, else its default.
+  /// The key's value in `config`: config.values, else its default.
   ConfigValue valueOf(const Config& config, const std::string& section, const Entry& entry) const;
-  /// Writes the key's value to its typed member or config.values.
+  /// Writes the key's value to config.values.
   void assign(Config& config, const std::string& section, const Entry& entry, const ConfigValue& value) const;
 
   /// `config` with every key it lacks set to its default and every unset

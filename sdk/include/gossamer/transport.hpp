@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace gossamer {
 

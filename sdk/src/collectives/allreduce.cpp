@@ -7,7 +7,7 @@
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/sub_transport.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "table.hpp"
 
 namespace gossamer {

@@ -10,8 +10,8 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/sub_transport.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/sub_transport.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace gossamer::detail {
 

@@ -10,7 +10,7 @@
 
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
-#include "gossamer/sub_transport.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 
 namespace gossamer::detail {
 

@@ -8,7 +8,7 @@
 // of the portion, reduced over the group. After stage h a portion is reduced
 // over all N ranks; the allgathers then run over the same groups in reverse
 // order and rebuild the whole vector everywhere. See docs/hips.md.
-#include "gossamer/hips.hpp"
+#include "gossamer/kit/hips.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +23,7 @@
 
 #include "detail.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/sub_transport.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "table.hpp"
 
 namespace gossamer {

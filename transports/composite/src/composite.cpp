@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/network.hpp"
 
 namespace gossamer::composite {
 
@@ -470,27 +470,27 @@ void registerWith(Registry& registry) {
         const auto& remoteFactory = registry.transport(remoteKind);
         Options o;
         o.rank = ctx.rank;
-        o.worldSize = c.worldSize;
-        o.timeoutSeconds = c.transport.timeoutSeconds;
+        o.worldSize = c.worldSize();
+        o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
         if (c.get<std::string>("transport.local_scope") == "island") {
           const auto layout = NetworkLayout::from(c);
           o.localGroup = layout.islands()[static_cast<std::size_t>(layout.islandOf(ctx.rank))];
         } else {
-          o.localGroup = sameHostRanks(ctx.rank, c.worldSize, ctx.store, "composite/", o.timeoutSeconds);
+          o.localGroup = sameHostRanks(ctx.rank, c.worldSize(), ctx.store, "composite/", o.timeoutSeconds);
         }
         const auto inner = [&](const TransportFactory& factory, const std::string& kind,
                                const std::string& protocol) {
           return [&, kind, protocol](int rank, int worldSize, Store& store) {
             Config ic = c;
-            ic.worldSize = worldSize;
-            ic.transport.kind = kind;
-            ic.transport.protocol = protocol;
+            ic.set("world_size", worldSize);
+            ic.set<std::string>("transport.kind", kind);
+            ic.set<std::string>("transport.protocol", protocol);
             return factory(TransportContext{ic, rank, store, ctx.registry});
           };
         };
         return makeTransport(o, ctx.store,
                              inner(localFactory, localKind, c.get<std::string>("transport.local_protocol")),
-                             inner(remoteFactory, remoteKind, c.transport.protocol));
+                             inner(remoteFactory, remoteKind, c.get<std::string>("transport.protocol")));
       },
       KeySet()
           .text("local", "zmq", {},

@@ -28,8 +28,8 @@
 #include <utility>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/registry.hpp"
 
 namespace gossamer::faults {
@@ -420,10 +420,10 @@ void registerWith(Registry& registry) {
         o.dropProbability = c.get<double>("faults.drop");
         o.duplicateProbability = c.get<double>("faults.duplicate");
         const int seed = c.get<int>("faults.seed");
-        o.seed = seed < 0 ? c.seed : static_cast<std::uint64_t>(seed);
+        o.seed = seed < 0 ? c.seed() : static_cast<std::uint64_t>(seed);
         o.gossipOnly = c.get<std::string>("faults.messages") == "gossip";
         try {
-          o.partitionGroups = parsePartition(c.get<std::string>("faults.partition"), c.worldSize);
+          o.partitionGroups = parsePartition(c.get<std::string>("faults.partition"), c.worldSize());
         } catch (const InvalidArgument& e) {
           throw ConfigError(c.sourceFile, 0, "faults.partition", e.what());
         }
@@ -434,7 +434,7 @@ void registerWith(Registry& registry) {
         o.reorderProbability = c.get<double>("faults.reorder");
         if (c.get<bool>("faults.island_delay")) {
           const NetworkLayout net = NetworkLayout::from(c);
-          for (int d = 0; d < c.worldSize; ++d) o.linkDelaySeconds.push_back(net.delaySeconds(ctx.rank, d));
+          for (int d = 0; d < c.worldSize(); ++d) o.linkDelaySeconds.push_back(net.delaySeconds(ctx.rank, d));
         }
         return wrap(std::move(inner), o);
       });

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/transports/inproc.hpp"
 
 namespace gossamer::inproc {
@@ -158,13 +158,13 @@ void registerWith(Registry& registry) {
     std::shared_ptr<Fabric> fabric;
     {
       std::lock_guard<std::mutex> lock(lazy->mu);
-      if (!lazy->fabric) lazy->fabric = makeFabric(ctx.config.worldSize);
+      if (!lazy->fabric) lazy->fabric = makeFabric(ctx.config.worldSize());
       fabric = lazy->fabric;
     }
     GOSSAMER_ENFORCE(
-        ctx.config.worldSize == fabric->worldSize(),
-        "config world size " << ctx.config.worldSize << " != fabric world size " << fabric->worldSize());
-    return makeTransport(fabric, ctx.rank, ctx.config.transport.timeoutSeconds);
+        ctx.config.worldSize() == fabric->worldSize(),
+        "config world size " << ctx.config.worldSize() << " != fabric world size " << fabric->worldSize());
+    return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
   });
 }
 
@@ -172,9 +172,9 @@ void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric) {
   GOSSAMER_ENFORCE(fabric, "null fabric");
   registry.addTransport("inproc", [fabric](const TransportContext& ctx) {
     GOSSAMER_ENFORCE(
-        ctx.config.worldSize == fabric->worldSize(),
-        "config world size " << ctx.config.worldSize << " != fabric world size " << fabric->worldSize());
-    return makeTransport(fabric, ctx.rank, ctx.config.transport.timeoutSeconds);
+        ctx.config.worldSize() == fabric->worldSize(),
+        "config world size " << ctx.config.worldSize() << " != fabric world size " << fabric->worldSize());
+    return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
   });
 }
 }  // namespace gossamer::inproc

@@ -103,9 +103,9 @@
 
 #include "fabric.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/peer_lifecycle.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/transports/libfabric.hpp"
 

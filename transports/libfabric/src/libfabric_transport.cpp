@@ -3,7 +3,7 @@
 // libfabric_impl.hpp and docs/libfabric.md.
 #include "gossamer/transports/libfabric.hpp"
 
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 #include "libfabric_impl.hpp"
 
 namespace gossamer::libfabric {
@@ -253,7 +253,8 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 namespace {
 /// transport.provider must name one when libfabric is the transport.
 std::optional<ConfigIssue> checkProvider(const Config& c) {
-  if (c.transport.kind != "libfabric" || !c.get<std::string>("transport.provider").empty())
+  if (c.get<std::string>("transport.kind") != "libfabric" ||
+      !c.get<std::string>("transport.provider").empty())
     return std::nullopt;
   return ConfigIssue{
       "transport.provider",
@@ -269,11 +270,11 @@ void registerWith(Registry& registry) {
         requireNoSecurity(ctx.config, "libfabric");
         Options o;
         o.rank = ctx.rank;
-        o.worldSize = ctx.config.worldSize;
+        o.worldSize = ctx.config.worldSize();
         o.provider = ctx.config.get<std::string>("transport.provider");
         o.host = transportHost(ctx);
-        o.timeoutSeconds = ctx.config.transport.timeoutSeconds;
-        o.lingerSeconds = ctx.config.transport.lingerSeconds;
+        o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
+        o.lingerSeconds = ctx.config.get<double>("transport.linger_seconds");
         try {
           return makeTransport(o, ctx.store);
         } catch (const ProviderNotFound& e) {

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "membership_codec.hpp"
 

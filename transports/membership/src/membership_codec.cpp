@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "gossamer/detail/byte_io.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/byte_io.hpp"
 
 namespace gossamer::membership::codec {
 

@@ -39,12 +39,9 @@ void record(Metrics& metrics, const stall::StallReport& r, const std::string& me
 }  // namespace
 
 void registerWith(Registry& registry) {
+  // Its keys (run.stall_seconds, run.metrics) are the SDK's `run:` section.
   registry.addTransportService(
-      "run", "",
-      KeySet().real("stall_seconds", 10.0, {0.0, true, 86400.0, true},
-                    "warn when this rank has waited this long on the same peer and operation (which rank, "
-                    "which operation and step, since when, when that peer's last message came), seconds; "
-                    "0: off"),
+      "run", "", KeySet(),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const double seconds = ctx.config.get<double>("run.stall_seconds");
         Metrics* metrics = ctx.metrics != nullptr && ctx.metrics->enabled() ? ctx.metrics : nullptr;

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/mailbox.hpp"
 
 namespace gossamer::stall {
 

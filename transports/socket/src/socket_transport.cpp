@@ -46,12 +46,12 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/peer_lifecycle.hpp"
+#include "gossamer/kit/security.hpp"
+#include "gossamer/kit/single_copy.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
-#include "gossamer/security.hpp"
-#include "gossamer/single_copy.hpp"
 #include "gossamer/transports/socket.hpp"
 
 namespace gossamer::sock {

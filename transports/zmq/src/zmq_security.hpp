@@ -11,8 +11,8 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "gossamer/kit/security.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/security.hpp"
 
 namespace gossamer::zmq::curve {
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "store_request.hpp"
 

@@ -56,11 +56,11 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/peer_lifecycle.hpp"
+#include "gossamer/kit/single_copy.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/mailbox.hpp"
-#include "gossamer/peer_lifecycle.hpp"
 #include "gossamer/registry.hpp"
-#include "gossamer/single_copy.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "zmq_security.hpp"
 

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "gossamer/collectives.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/optimizer.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
-#include "gossamer/sub_transport.hpp"
 #include "gossamer/topology.hpp"
 
 namespace gossamer::optimizers {

@@ -15,7 +15,7 @@
 
 #include <Eigen/Core>
 
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/topology.hpp"
 
 namespace gossamer::topologies {

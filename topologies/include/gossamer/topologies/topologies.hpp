@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/topology.hpp"
 
 namespace gossamer::topologies {

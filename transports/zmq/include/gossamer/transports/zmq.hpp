@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "gossamer/defaults.hpp"
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 

@@ -19,9 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gossamer/mailbox.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/store.hpp"
-#include "gossamer/wire.hpp"
 
 namespace gossamer::single_copy {
 

@@ -1,9 +1,9 @@
 // Redo-after-recovery around the configured optimizer (resilient_optimizer.hpp).
-#include "resilient_optimizer.hpp"
+#include "elastic/resilient_optimizer.hpp"
 
 #include <algorithm>
 
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"

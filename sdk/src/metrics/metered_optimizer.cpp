@@ -1,5 +1,5 @@
 // MeteredOptimizer (metered_optimizer.hpp): step timing for run metrics.
-#include "metered_optimizer.hpp"
+#include "metrics/metered_optimizer.hpp"
 
 #include <algorithm>
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "gossamer/mailbox.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer {

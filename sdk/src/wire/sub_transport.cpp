@@ -1,4 +1,4 @@
-#include "gossamer/sub_transport.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 
 #include <algorithm>
 

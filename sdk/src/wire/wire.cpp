@@ -1,11 +1,11 @@
 // Wire frame encoding and validation; see wire.hpp for the layout.
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "gossamer/detail/byte_io.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/byte_io.hpp"
 
 namespace gossamer {
 

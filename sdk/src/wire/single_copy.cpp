@@ -1,4 +1,4 @@
-#include "gossamer/single_copy.hpp"
+#include "gossamer/kit/single_copy.hpp"
 
 #include <sys/uio.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
 //       public-key = "<40 Z85 characters>"
 //       secret-key = "<40 Z85 characters>"     (secret certificates only)
 // Only the key lines are read; the rest is ignored.
-#include "gossamer/security.hpp"
+#include "gossamer/kit/security.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -135,7 +135,7 @@ CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& pub
 }
 
 std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
-  if (!config.getOr<bool>("security.enabled", false)) return std::nullopt;
+  if (!config.get<bool>("security.enabled")) return std::nullopt;
   std::string secret = config.get<std::string>("security.secret_key");
   for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
     secret.replace(at, 6, std::to_string(rank));
@@ -146,7 +146,7 @@ std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
 }
 
 void requireNoSecurity(const Config& config, const std::string& transport) {
-  GOSSAMER_ENFORCE(!config.getOr<bool>("security.enabled", false),
+  GOSSAMER_ENFORCE(!config.get<bool>("security.enabled"),
                    "transport " << transport
                                 << " cannot authenticate or encrypt (security.enabled is true): use "
                                    "transport.kind: zmq, which runs CURVE with the same keys");

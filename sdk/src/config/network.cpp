@@ -1,6 +1,6 @@
 // The `network:` section: islands of ranks and their links' bandwidths
 // (see network.hpp).
-#include "gossamer/network.hpp"
+#include "gossamer/kit/network.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -50,7 +50,7 @@ std::optional<ConfigIssue> checkRankPartition(const Config& c, const std::string
                                               const std::string& noun) {
   const auto& parts = c.get<std::vector<std::vector<int>>>(key);
   if (parts.empty()) return std::nullopt;
-  return partitionIssue(c.worldSize, parts, key, noun);
+  return partitionIssue(c.worldSize(), parts, key, noun);
 }
 
 NetworkLayout::NetworkLayout(int worldSize, std::vector<std::vector<int>> islands, double insideGbps,
@@ -79,7 +79,7 @@ NetworkLayout::NetworkLayout(int worldSize, std::vector<std::vector<int>> island
 }
 
 NetworkLayout NetworkLayout::from(const Config& c) {
-  return NetworkLayout(c.worldSize, c.get<std::vector<std::vector<int>>>("network.islands"),
+  return NetworkLayout(c.worldSize(), c.get<std::vector<std::vector<int>>>("network.islands"),
                        c.get<double>("network.inside_gbps"), c.get<double>("network.between_gbps"),
                        c.get<double>("network.between_delay_ms") / 1000.0);
 }

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/wire.hpp"
+#include "gossamer/kit/wire.hpp"
 
 namespace gossamer {
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/mailbox.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/metrics.hpp"
 
 namespace gossamer {

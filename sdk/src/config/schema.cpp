@@ -371,20 +371,8 @@ void ConfigSchema::addKeys(const std::string& section, const KeySet& keys) {
   merge(s, keys, "");
 }
 
-void ConfigSchema::bind(const std::string& section, const std::string& key,
-                        std::function<ConfigValue(const Config&)> get,
-                        std::function<void(Config&, const ConfigValue&)> set) {
-  Section& s = sectionFor(section);
-  auto it =
-      std::find_if(s.entries.begin(), s.entries.end(), [&](const Entry& e) { return e.spec.name == key; });
-  GOSSAMER_ENFORCE(it != s.entries.end(), "key '" << dottedKey(section, key) << "' is not declared");
-  it->get = std::move(get);
-  it->set = std::move(set);
-}
-
 ConfigValue ConfigSchema::valueOf(const Config& config, const std::string& section,
                                   const Entry& entry) const {
-  if (entry.get) return entry.get(config);
   auto it = config.values.find(dottedKey(section, entry.spec.name));
   if (it != config.values.end()) return it->second;
   return entry.spec.defaultValue;
@@ -392,11 +380,7 @@ ConfigValue ConfigSchema::valueOf(const Config& config, const std::string& secti
 
 void ConfigSchema::assign(Config& config, const std::string& section, const Entry& entry,
                           const ConfigValue& value) const {
-  if (entry.set) {
-    entry.set(config, value);
-  } else {
-    config.values[dottedKey(section, entry.spec.name)] = value;
-  }
+  config.values[dottedKey(section, entry.spec.name)] = value;
 }
 
 Config ConfigSchema::complete(const Config& config) const {

@@ -8,48 +8,23 @@
 #include <filesystem>
 #include <optional>
 
+#include "elastic/resilient_optimizer.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/log.hpp"
-#include "gossamer/network.hpp"
-#include "metered_optimizer.hpp"
-#include "resilient_optimizer.hpp"
+#include "metrics/metered_optimizer.hpp"
 
 namespace gossamer {
-
-namespace {
-template <typename F>
-const F& lookup(const std::map<std::string, F>& m, const std::string& name, const char* key) {
-  auto it = m.find(name);
-  if (it == m.end()) {
-    std::string known;
-    for (const auto& [k, v] : m) known += (known.empty() ? "" : ", ") + k;
-    throw ConfigError("", 0, key, "'" + name + "' is not registered (known: " + known + ")");
-  }
-  return it->second;
-}
-template <typename F>
-void insert(std::map<std::string, F>& m, const std::string& name, F f) {
-  GOSSAMER_ENFORCE(!name.empty(), "component name is empty");
-  GOSSAMER_ENFORCE(f, "null factory for '" << name << "'");
-  GOSSAMER_ENFORCE(m.emplace(name, std::move(f)).second, "'" << name << "' is already registered");
-}
-template <typename F>
-std::vector<std::string> names(const std::map<std::string, F>& m) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : m) out.push_back(k);
-  return out;
-}
-}  // namespace
 
 namespace {
 // run.dir: "auto" is a new directory results/runs/<UTC time>-<pid>[-n] that
 // rank 0 creates and publishes through the rendezvous; every other rank (a
 // process that rejoins later too) reads it there.
 std::string resolveRunDir(const Config& c, int rank, Store& store) {
-  const std::string dir = c.getOr<std::string>("run.dir", "");
+  const std::string dir = c.get<std::string>("run.dir");
   if (dir != "auto") return dir;
   const std::string key = "gossamer.run.dir";
-  if (rank != 0) return store.get(key, c.transport.timeoutSeconds);
+  if (rank != 0) return store.get(key, c.get<double>("transport.timeout_seconds"));
   if (auto known = store.tryGet(key)) return *known;  // rank 0 restarted into a running job
   char stamp[32] = "run";
   const std::time_t now = std::time(nullptr);
@@ -71,66 +46,6 @@ std::string resolveRunDir(const Config& c, int rank, Store& store) {
   return chosen;
 }
 }  // namespace
-
-std::string transportHost(const TransportContext& ctx) {
-  const std::string& host = ctx.config.transport.host;
-  if (host != "auto") return host;
-  return ctx.store.localAddress().value_or("127.0.0.1");
-}
-
-Registry::Registry() {
-  detail::addCoreKeys(schema_);
-  // "none" leaves the optimizer as it is.
-  addCompressor("none",
-                [](const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner) { return inner; });
-  setDefault("compression", "none");
-}
-
-void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys) {
-  insert(transports_, n, std::move(f));
-  schema_.addChoice("transport", n, keys);
-}
-void Registry::addTopology(const std::string& n, TopologyFactory f, const KeySet& keys) {
-  insert(topologies_, n, std::move(f));
-  schema_.addChoice("topology", n, keys);
-}
-void Registry::addOptimizer(const std::string& n, OptimizerFactory f, const KeySet& keys) {
-  insert(optimizers_, n, std::move(f));
-  schema_.addChoice("algorithm", n, keys);
-}
-void Registry::addCompressor(const std::string& n, CompressorFactory f, const KeySet& keys) {
-  insert(compressors_, n, std::move(f));
-  schema_.addChoice("compression", n, keys);
-}
-void Registry::addSection(const std::string& section, const std::string& doc, const KeySet& keys) {
-  schema_.addSection(section, doc);
-  schema_.addKeys(section, keys);
-}
-void Registry::addTransportService(const std::string& section, const std::string& doc, const KeySet& keys,
-                                   TransportWrapper wrap) {
-  GOSSAMER_ENFORCE(wrap, "null transport wrapper for section '" << section << "'");
-  addSection(section, doc, keys);
-  services_.push_back(std::move(wrap));
-}
-void Registry::setDefault(const std::string& section, const std::string& name) {
-  schema_.setDefaultChoice(section, name);
-}
-const TransportFactory& Registry::transport(const std::string& n) const {
-  return lookup(transports_, n, "transport.kind");
-}
-const TopologyFactory& Registry::topology(const std::string& n) const {
-  return lookup(topologies_, n, "topology.kind");
-}
-const OptimizerFactory& Registry::optimizer(const std::string& n) const {
-  return lookup(optimizers_, n, "algorithm.name");
-}
-const CompressorFactory& Registry::compressor(const std::string& n) const {
-  return lookup(compressors_, n, "compression.kind");
-}
-std::vector<std::string> Registry::transportNames() const { return names(transports_); }
-std::vector<std::string> Registry::topologyNames() const { return names(topologies_); }
-std::vector<std::string> Registry::optimizerNames() const { return names(optimizers_); }
-std::vector<std::string> Registry::compressorNames() const { return names(compressors_); }
 
 struct Agent::Impl {
   Config config;
@@ -163,16 +78,17 @@ struct Agent::Impl {
   std::unique_ptr<DistributedOptimizer> makeInner() {
     const Config& c = viewConfig;
     const OptimizerContext ctx{c, *transport, *communicator, *topology, tensorSizes};
-    auto inner = registry->optimizer(c.algorithm.name)(ctx);
-    auto out = registry->compressor(c.compression.kind)(ctx, std::move(inner));
-    GOSSAMER_CHECK(out != nullptr, "compressor '" << c.compression.kind << "' returned no optimizer");
+    auto inner = registry->optimizer(c.get<std::string>("algorithm.name"))(ctx);
+    auto out = registry->compressor(c.get<std::string>("compression.kind"))(ctx, std::move(inner));
+    GOSSAMER_CHECK(out != nullptr,
+                   "compressor '" << c.get<std::string>("compression.kind") << "' returned no optimizer");
     return out;
   }
 
   // Communicator and topology over the transport's current view.
   void buildOverView() {
     viewConfig = config;
-    viewConfig.worldSize = transport->worldSize();
+    viewConfig.set("world_size", transport->worldSize());
     // network.islands and algorithm.groups name the job's ranks; over a
     // view, the view's (the bandwidth roulette and hierarchical groups read them).
     if (membership != nullptr) {
@@ -182,8 +98,9 @@ struct Agent::Impl {
         if (!partition.empty()) viewConfig.set(key, islandsInView(partition, members));
       }
     }
-    topology = registry->topology(viewConfig.topology.kind)(viewConfig);
-    communicator = std::make_unique<Communicator>(*transport, config.transport.timeoutSeconds);
+    topology = registry->topology(viewConfig.get<std::string>("topology.kind"))(viewConfig);
+    communicator =
+        std::make_unique<Communicator>(*transport, config.get<double>("transport.timeout_seconds"));
     communicator->setOptions(collectiveOptions);
   }
 };
@@ -194,23 +111,23 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   // against what is registered (components registered by the application included).
   impl_->config = registry.complete(config);
   validateConfig(impl_->config, registry.schema());
-  GOSSAMER_ENFORCE(rank >= 0 && rank < config.worldSize,
-                   "rank " << rank << " outside world size " << config.worldSize);
+  GOSSAMER_ENFORCE(rank >= 0 && rank < config.worldSize(),
+                   "rank " << rank << " outside world size " << config.worldSize());
   impl_->registry = &registry;
   impl_->rank = rank;
   // Look every name up before connecting, so a bad config fails before any peer waits.
   const Config& c = impl_->config;
-  const auto& makeTopology = registry.topology(c.topology.kind);
-  registry.optimizer(c.algorithm.name);
-  registry.compressor(c.compression.kind);
-  const auto& makeTransport = registry.transport(c.transport.kind);
+  const auto& makeTopology = registry.topology(c.get<std::string>("topology.kind"));
+  registry.optimizer(c.get<std::string>("algorithm.name"));
+  registry.compressor(c.get<std::string>("compression.kind"));
+  const auto& makeTransport = registry.transport(c.get<std::string>("transport.kind"));
   impl_->viewConfig = c;
   impl_->topology = makeTopology(impl_->config);
   MetricsOptions mo;
-  mo.enabled = c.getOr("run.metrics", true);
-  mo.every = static_cast<std::uint64_t>(c.getOr("run.metrics_every", 1));
+  mo.enabled = c.get<bool>("run.metrics");
+  mo.every = static_cast<std::uint64_t>(c.get<int>("run.metrics_every"));
   if (mo.enabled) mo.dir = resolveRunDir(c, rank, store);
-  impl_->metrics = std::make_unique<Metrics>(rank, c.worldSize, std::move(mo));
+  impl_->metrics = std::make_unique<Metrics>(rank, c.worldSize(), std::move(mo));
   const TransportContext ctx{impl_->config, rank, store, &registry, impl_->metrics.get()};
   impl_->transport = makeTransport(ctx);
   for (const auto& wrap : registry.transportServices()) {
@@ -218,30 +135,20 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
   }
   impl_->membership = dynamic_cast<Membership*>(impl_->transport.get());
-  impl_->communicator = std::make_unique<Communicator>(*impl_->transport, c.transport.timeoutSeconds);
-  const auto& cc = c.collectives;
-  CollectiveOptions co;
-  co.algorithm = parseAllreduceAlgorithm(cc.allreduce);
-  co.chunkBytes = static_cast<std::size_t>(cc.chunkBytes);
-  co.smallMessageBytes = static_cast<std::size_t>(cc.smallMessageBytes);
-  co.groupSize = cc.groupSize;
-  co.torusRows = cc.torusRows;
-  co.useCostModel = cc.costModel || cc.calibrate;  // a measured model is there to be used
-  co.model.alphaSeconds = cc.alphaSeconds;
-  co.model.betaSecondsPerByte = cc.betaSecondsPerByte;
-  co.model.gammaSecondsPerByte = cc.gammaSecondsPerByte;
-  co.model.contention = cc.contention;
+  impl_->communicator =
+      std::make_unique<Communicator>(*impl_->transport, c.get<double>("transport.timeout_seconds"));
+  const CollectiveOptions co = collectiveOptionsFrom(c);
   impl_->communicator->setOptions(co);
   // Every rank measures together and keeps rank 0's model (same choices everywhere).
-  if (cc.calibrate) impl_->communicator->calibrate();
+  if (c.get<bool>("collectives.calibrate")) impl_->communicator->calibrate();
   impl_->collectiveOptions = impl_->communicator->options();
   char host[256] = "";
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   impl_->metrics->emit("start", 0,
-                       {{"world_size", std::int64_t{c.worldSize}},
-                        {"algorithm", c.algorithm.name},
-                        {"topology", c.topology.kind},
-                        {"transport", c.transport.kind},
+                       {{"world_size", std::int64_t{c.worldSize()}},
+                        {"algorithm", c.get<std::string>("algorithm.name")},
+                        {"topology", c.get<std::string>("topology.kind")},
+                        {"transport", c.get<std::string>("transport.kind")},
                         {"host", std::string(host)},
                         {"pid", std::int64_t{::getpid()}},
                         {"metrics_every", static_cast<std::int64_t>(impl_->metrics->every())}});
@@ -258,7 +165,7 @@ Agent::Agent(Agent&&) noexcept = default;
 Agent& Agent::operator=(Agent&&) noexcept = default;
 
 int Agent::rank() const { return impl_->rank; }
-int Agent::worldSize() const { return impl_->config.worldSize; }
+int Agent::worldSize() const { return impl_->config.worldSize(); }
 const Config& Agent::config() const { return impl_->config; }
 Transport& Agent::transport() { return *impl_->transport; }
 Communicator& Agent::communicator() { return *impl_->communicator; }
@@ -367,7 +274,7 @@ void Agent::setCollectivePending(std::function<bool()> pending) {
 View Agent::view() const {
   if (impl_->membership != nullptr) return impl_->membership->view();
   View v;
-  for (int r = 0; r < impl_->config.worldSize; ++r) v.members.push_back(r);
+  for (int r = 0; r < impl_->config.worldSize(); ++r) v.members.push_back(r);
   return v;
 }
 

@@ -1,7 +1,7 @@
 // PeerLifecycle: the peer table, goodbye bookkeeping, failure verdicts, grace
 // timers, argument checks and statistics of the network transports
-// (gossamer/peer_lifecycle.hpp).
-#include "gossamer/peer_lifecycle.hpp"
+// (gossamer/kit/peer_lifecycle.hpp).
+#include "gossamer/kit/peer_lifecycle.hpp"
 
 #include <utility>
 

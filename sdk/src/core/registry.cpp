@@ -1,0 +1,94 @@
+// Registry: the name -> factory maps and the schema they declare (see
+// gossamer/registry.hpp).
+#include "gossamer/registry.hpp"
+
+#include "gossamer/errors.hpp"
+
+namespace gossamer {
+
+namespace {
+template <typename F>
+const F& lookup(const std::map<std::string, F>& m, const std::string& name, const char* key) {
+  auto it = m.find(name);
+  if (it == m.end()) {
+    std::string known;
+    for (const auto& [k, v] : m) known += (known.empty() ? "" : ", ") + k;
+    throw ConfigError("", 0, key, "'" + name + "' is not registered (known: " + known + ")");
+  }
+  return it->second;
+}
+template <typename F>
+void insert(std::map<std::string, F>& m, const std::string& name, F f) {
+  GOSSAMER_ENFORCE(!name.empty(), "component name is empty");
+  GOSSAMER_ENFORCE(f, "null factory for '" << name << "'");
+  GOSSAMER_ENFORCE(m.emplace(name, std::move(f)).second, "'" << name << "' is already registered");
+}
+template <typename F>
+std::vector<std::string> names(const std::map<std::string, F>& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m) out.push_back(k);
+  return out;
+}
+}  // namespace
+
+std::string transportHost(const TransportContext& ctx) {
+  const std::string& host = ctx.config.get<std::string>("transport.host");
+  if (host != "auto") return host;
+  return ctx.store.localAddress().value_or("127.0.0.1");
+}
+
+Registry::Registry() {
+  detail::addCoreKeys(schema_);
+  // "none" leaves the optimizer as it is.
+  addCompressor("none",
+                [](const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner) { return inner; });
+  setDefault("compression", "none");
+}
+
+void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys) {
+  insert(transports_, n, std::move(f));
+  schema_.addChoice("transport", n, keys);
+}
+void Registry::addTopology(const std::string& n, TopologyFactory f, const KeySet& keys) {
+  insert(topologies_, n, std::move(f));
+  schema_.addChoice("topology", n, keys);
+}
+void Registry::addOptimizer(const std::string& n, OptimizerFactory f, const KeySet& keys) {
+  insert(optimizers_, n, std::move(f));
+  schema_.addChoice("algorithm", n, keys);
+}
+void Registry::addCompressor(const std::string& n, CompressorFactory f, const KeySet& keys) {
+  insert(compressors_, n, std::move(f));
+  schema_.addChoice("compression", n, keys);
+}
+void Registry::addSection(const std::string& section, const std::string& doc, const KeySet& keys) {
+  schema_.addSection(section, doc);
+  schema_.addKeys(section, keys);
+}
+void Registry::addTransportService(const std::string& section, const std::string& doc, const KeySet& keys,
+                                   TransportWrapper wrap) {
+  GOSSAMER_ENFORCE(wrap, "null transport wrapper for section '" << section << "'");
+  addSection(section, doc, keys);
+  services_.push_back(std::move(wrap));
+}
+void Registry::setDefault(const std::string& section, const std::string& name) {
+  schema_.setDefaultChoice(section, name);
+}
+const TransportFactory& Registry::transport(const std::string& n) const {
+  return lookup(transports_, n, "transport.kind");
+}
+const TopologyFactory& Registry::topology(const std::string& n) const {
+  return lookup(topologies_, n, "topology.kind");
+}
+const OptimizerFactory& Registry::optimizer(const std::string& n) const {
+  return lookup(optimizers_, n, "algorithm.name");
+}
+const CompressorFactory& Registry::compressor(const std::string& n) const {
+  return lookup(compressors_, n, "compression.kind");
+}
+std::vector<std::string> Registry::transportNames() const { return names(transports_); }
+std::vector<std::string> Registry::topologyNames() const { return names(topologies_); }
+std::vector<std::string> Registry::optimizerNames() const { return names(optimizers_); }
+std::vector<std::string> Registry::compressorNames() const { return names(compressors_); }
+
+}  // namespace gossamer
