@@ -53,7 +53,7 @@ def allreduce(transport, env, tmp, timeout):
 
 def quickstart(curve, keys, epochs, tmp, timeout):
     summary = os.path.join(tmp, "summary.json")
-    cmd = [f"{BUILD}/examples/gossamer-train", "--config",
+    cmd = [f"{BUILD}/apps/gossamer-train", "--config",
            os.path.join(ROOT, "examples/configs/quickstart-crossover.yaml"), "--summary-json", summary,
            "--set", f"training.epochs={epochs}"]
     if curve:
@@ -76,9 +76,9 @@ def main():
         keys = os.path.join(tmp, "keys")
         os.makedirs(os.path.join(keys, "admitted"))
         for r in range(4):
-            run([f"{BUILD}/examples/gossamer-keygen", f"{keys}/rank{r}"], 30)
+            run([f"{BUILD}/apps/gossamer-keygen", f"{keys}/rank{r}"], 30)
             os.rename(f"{keys}/rank{r}.pub", f"{keys}/admitted/rank{r}.pub")
-        run([f"{BUILD}/examples/gossamer-keygen", f"{keys}/bench"], 30)
+        run([f"{BUILD}/apps/gossamer-keygen", f"{keys}/bench"], 30)
         env = dict(os.environ, GOSSAMER_BENCH_CURVE_KEY=f"{keys}/bench")
         cases = {
             "exchange-4MiB": lambda c: exchange("zmq-tcp-curve" if c else "zmq-tcp", env, tmp, args.timeout),

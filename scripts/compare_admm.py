@@ -18,8 +18,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-ADMM = os.path.join(BUILD, "examples", "gossamer-admm")
-CONFIG = os.path.join(ROOT, "examples", "sparse", "admm-spam.yaml")
+ADMM = os.path.join(BUILD, "apps", "gossamer-admm")
+CONFIG = os.path.join(ROOT, "examples", "configs", "sparse", "admm-spam.yaml")
 RESULTS = os.path.join(ROOT, "results")
 WORK = os.path.join(RESULTS, "compare-admm")
 ROW_KEYS = ["allreduce_algorithm", "world_size", "iterations_to_1e-3", "update_seconds_per_iteration",

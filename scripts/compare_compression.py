@@ -42,7 +42,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-TRAIN = os.path.join(BUILD, "examples", "gossamer-train")
+TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
 RESULTS = os.path.join(ROOT, "results")
 WORK = os.path.join(RESULTS, "compare-compression")
 

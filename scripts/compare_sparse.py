@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs gossamer-sparse (examples/sparse/sparse-sync.yaml) for each model (fm,
+"""Runs gossamer-sparse (examples/configs/sparse/sparse-sync.yaml) for each model (fm,
 lr), world size (4, 8) and global batch size (rows per round over all ranks,
 split evenly), with the three methods dense, existing and direct interleaved
 (repeats: the fastest run's seconds, the least disturbed on a shared host;
@@ -38,7 +38,7 @@ METHODS = ["dense", "existing", "direct"]
 
 def run(args, work, model, world, batch, method, rep):
     summary = os.path.join(work, f"{model}-{world}-{batch}-{method}-{rep}.json")
-    exe = os.path.join(os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build")), "examples",
+    exe = os.path.join(os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build")), "apps",
                        "gossamer-sparse")
     sets = [f"world_size={world}", f"sparse.model={model}", f"sparse.batch_size={batch // world}",
             f"sparse.method={method}", f"sparse.rounds={args.rounds}", f"sparse.epochs={args.epochs}",
@@ -56,7 +56,7 @@ def run(args, work, model, world, batch, method, rep):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="examples/sparse/sparse-sync.yaml")
+    ap.add_argument("--config", default="examples/configs/sparse/sparse-sync.yaml")
     ap.add_argument("--models", default="fm,lr")
     ap.add_argument("--worlds", default="4,8")
     ap.add_argument("--batches", default="256,512,1024", help="global batch sizes (rows per round)")

@@ -95,7 +95,9 @@ def main():
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated, of: " + ", ".join(ALGORITHMS))
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--target", type=float, default=0.84)
-    ap.add_argument("--spec", default="tests/hosts/two-islands.yaml")
+    ap.add_argument("--spec", default="tests/hosts/two-islands.yaml",
+                    help="the test hosts: a job config whose world_size and network: section "
+                         "(islands, inside_gbps, between_gbps, between_delay_ms) give them (tests/hosts/hosts.py)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run")
     ap.add_argument("--timeout", type=int, default=1800, help="bound on each run, seconds")
     ap.add_argument("--json", default="results/compare-wan.json")

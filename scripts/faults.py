@@ -201,7 +201,7 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build/examples/gossamer-train"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build/apps/gossamer-train"))
     ap.add_argument("--algorithms", default=DEFAULT_ALGORITHMS, help=f"of {','.join(ALGORITHMS)}")
     ap.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"of {','.join(SCENARIOS)}")
     ap.add_argument("--epochs", type=int, default=10)

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs a gossamer-train job across test hosts: network namespaces on this
 # machine, grouped in islands whose links are shaped with tc tbf
-# (tests/hosts/hosts.py; spec format there). One rank per host, or
+# (tests/hosts/hosts.py). The spec is a job config: its world_size is the
+# number of hosts and its network: section their islands (network.islands,
+# one rank per host), the rates inside and between islands (inside_gbps,
+# between_gbps) and the delay between them (between_delay_ms); its other
+# sections are ignored (--config gives the job). One rank per host, or
 # --ranks-per-host K (ranks h*K .. h*K+K-1 on host h); rank 0's host serves
 # the TCP rendezvous; every rank binds its transport to its host's
 # address (transport.host: auto: the address facing the rendezvous). The
-# job's network: section is set from the spec (islands, rates,
-# delay), and when the spec has a delay between islands the fault injector
+# job's network: section is the spec's (each host's rank standing for its K
+# ranks), and when the spec has a delay between islands the fault injector
 # adds it (faults.island_delay: tc cannot without netem). --set after that
 # overrides. The namespaces are removed when the job ends, fails or is
 # interrupted. Needs root; exits 77 (skipped) where namespaces cannot be made.
@@ -43,7 +47,7 @@ while [ $# -gt 0 ]; do
     --link-stats) linkstats=(--stats "$2"); shift ;;
     --ranks-per-host) per="$2"; shift ;;
     --inside) inside=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0"; exit 0 ;;
     *) echo "hosts: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -54,8 +58,8 @@ if ! [[ "$per" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 if [ "$inside" = 0 ]; then
-  if [ ! -x "$build/examples/gossamer-train" ]; then
-    echo "hosts: $build/examples/gossamer-train is not built (cmake --build build)" >&2
+  if [ ! -x "$build/apps/gossamer-train" ]; then
+    echo "hosts: $build/apps/gossamer-train is not built (cmake --build build)" >&2
     exit 2
   fi
   mkdir -p "$(dirname "$summary")"
@@ -70,7 +74,8 @@ n=$((hosts * per))
 first=$(jq -r '.[0].address' <<<"$GOSSAMER_HOSTS")
 port=$((29400 + $$ % 500))
 echo "== $n ranks on $hosts hosts ($(jq -r '[.[] | .address] | join(" ")' <<<"$GOSSAMER_HOSTS")), rendezvous tcp://$first:$port"
-# The spec's islands are lists of hosts: each host stands for its ranks.
+# The spec's islands list one rank per host (host h = spec rank h): each
+# host stands for its K ranks. Empty islands (one island) stay empty.
 net=$(jq -c --argjson k "$per" '.islands |= [.[] | [.[] as $h | range($h * $k; $h * $k + $k)]]' \
   <<<"$GOSSAMER_HOSTS_NETWORK")
 netsets=(--set "network.islands=$(jq -c .islands <<<"$net")"
@@ -87,7 +92,7 @@ for ((r = 0; r < n; ++r)); do
   ns=$(jq -r ".[$((r / per))].namespace" <<<"$GOSSAMER_HOSTS")
   extra=()
   [ "$r" = 0 ] && extra=(--summary-json "$summary")
-  timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/examples/gossamer-train" --config "$config" \
+  timeout --foreground --kill-after=10 "$limit" ip netns exec "$ns" "$build/apps/gossamer-train" --config "$config" \
     --rank "$r" --rendezvous "tcp://$first:$port" --set "world_size=$n" --set transport.host=auto \
     "${netsets[@]}" "${sets[@]}" "${extra[@]}" >"$logs/out$r" 2>"$logs/err$r" &
   pids+=($!)

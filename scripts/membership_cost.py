@@ -40,7 +40,7 @@ def steps_per_second(binary, config, epochs, membership, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build/examples/gossamer-train"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build/apps/gossamer-train"))
     ap.add_argument("--algorithms", default=",".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)

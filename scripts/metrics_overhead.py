@@ -19,7 +19,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-TRAIN = os.path.join(BUILD, "examples", "gossamer-train")
+TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
 CONFIG = os.path.join(ROOT, "examples", "configs", "quickstart-crossover.yaml")
 RESULTS = os.path.join(ROOT, "results")
 WORK = os.path.join(RESULTS, "metrics-overhead")

@@ -15,7 +15,7 @@ mkdir -p results
 start=$(date +%s)
 for algo in crossover allreduce; do
   echo "== ${algo}: examples/configs/quickstart-${algo}.yaml"
-  "$build/examples/gossamer-train" --config "examples/configs/quickstart-${algo}.yaml" \
+  "$build/apps/gossamer-train" --config "examples/configs/quickstart-${algo}.yaml" \
     --summary-json "results/quickstart-${algo}.json"
 done
 jq -s '.' results/quickstart-crossover.json results/quickstart-allreduce.json > results/quickstart.json

@@ -23,7 +23,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
-train="$build/examples/gossamer-train"
+train="$build/apps/gossamer-train"
 transport=libfabric-shm
 runs=40
 algorithm=allreduce_sgd

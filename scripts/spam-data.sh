@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the hashed bag-of-words LIBSVM files of the SpamAssassin corpus for the
-# sparse models of examples/sparse (docs/sparse-data.md): logistic regression
+# sparse models of apps/sparse (docs/sparse-data.md): logistic regression
 # of paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8) and the
 # factorization machine of paper 001 (001_0e82f64010384eaf.txt, Sec. VI-B).
 #   scripts/spam-data.sh [OUT_DIR] [spam_features.py options, e.g. --bits 20]

@@ -6,7 +6,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/deps.sh
 gossamer_install_deps GOSSAMER_TEST_PACKAGES
-# The sparse data of examples/sparse (npm corpus -> LIBSVM; its tests read it when present).
+# The sparse data of apps/sparse (npm corpus -> LIBSVM; its tests read it when present).
 scripts/spam-data.sh >/dev/null
 gossamer_build
 build="${GOSSAMER_BUILD_DIR:-$root/build}"

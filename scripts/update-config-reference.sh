@@ -5,7 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
-tool="$build/examples/gossamer-config"
+tool="$build/apps/gossamer-config"
 cmake --build "$build" --target gossamer-config -j "$(nproc)" >/dev/null  # never a stale one
 reference="$(mktemp)"
 trap 'rm -f "$reference"' EXIT

@@ -10,7 +10,7 @@ src="$2"
 source "$(dirname "${BASH_SOURCE[0]}")/support/spam_data.sh" "$src"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$exe" --config "$src/examples/sparse/admm-spam.yaml" --summary-json "$work/summary.json" \
+"$exe" --config "$src/examples/configs/sparse/admm-spam.yaml" --summary-json "$work/summary.json" \
   --set world_size=4 --set admm.max_iterations=60 --set collectives.allreduce=tga2d \
   --set "admm.train=$data/spam-train.libsvm" --set "admm.test=$data/spam-test.libsvm"
 /usr/bin/python3 - "$work/summary.json" <<'PY'

@@ -12,7 +12,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for model in fm lr; do
   for method in existing direct; do
-    "$exe" --config "$src/examples/sparse/sparse-sync.yaml" --summary-json "$work/$model-$method.json" \
+    "$exe" --config "$src/examples/configs/sparse/sparse-sync.yaml" --summary-json "$work/$model-$method.json" \
       --set world_size=3 --set sparse.model=$model --set sparse.method=$method --set sparse.rounds=6 \
       --set sparse.batch_size=32 --set sparse.factors=4 --set "sparse.train=$data/spam-train.libsvm" \
       --set "sparse.test=$data/spam-test.libsvm" >/dev/null

@@ -1,68 +1,125 @@
-// Embedding example: a program outside the Gossamer tree that averages a vector
-// over N processes with an installed Gossamer (find_package(gossamer)).
+// A training loop to copy: least-squares regression on each rank's own data,
+// trained by the configured algorithm through a gossamer::Session, which
+// keeps the job going over the survivors when a rank dies (kill -9 one and
+// watch). Built against an installed Gossamer (CMakeLists.txt here) or in
+// the Gossamer tree (examples/CMakeLists.txt).
 //
-// Usage: embed_average <config.yaml> <rank> <rendezvous-dir>
-// Start one process per rank 0..world_size-1 with the same config and
-// rendezvous directory (a fresh, empty one per run). Exit code 0 = the
-// average is correct, 1 = wrong result, 2 = error (bad usage, config, timeout).
+// Usage: embed_train <config.yaml> <rank> <rendezvous-dir>
+// Start one process per rank 0..world_size-1 with the same config and a
+// fresh, empty rendezvous directory. Exit 0: trained; 1: the model did not
+// learn; 2: an error (bad usage, config, timeout).
 #include <cmath>
-#include <cstddef>
+#include <cstdio>
 #include <exception>
-#include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
-#include <gossamer/agent.hpp>
-#include <gossamer/config.hpp>
 #include <gossamer/errors.hpp>
 #include <gossamer/optimizers/optimizers.hpp>
 #include <gossamer/registry.hpp>
+#include <gossamer/session.hpp>
 #include <gossamer/store.hpp>
 #include <gossamer/topologies/topologies.hpp>
-#include <gossamer/transports/zmq.hpp>
+#include <gossamer/transports/builtins.hpp>
+
+namespace {
+
+constexpr int kFeatures = 16;
+
+// Rank r's samples: x ~ N(0, 1)^16, y = <w*, x> + noise, with w*_i = i / 8.
+struct Data {
+  std::vector<float> x, y;
+  Data(int rank, int samples) : x(static_cast<std::size_t>(samples) * kFeatures), y(samples) {
+    std::mt19937 rng(1234u + static_cast<unsigned>(rank));
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < samples; ++s) {
+      float dot = 0;
+      for (int i = 0; i < kFeatures; ++i) {
+        const float v = normal(rng);
+        x[static_cast<std::size_t>(s * kFeatures + i)] = v;
+        dot += v * static_cast<float>(i) / 8.0f;
+      }
+      y[static_cast<std::size_t>(s)] = dot + 0.1f * normal(rng);
+    }
+  }
+};
+
+// The mean squared error of `w` on samples [begin, end) and its gradient.
+double lossAndGradient(const Data& d, int begin, int end, const std::vector<float>& w, std::vector<float>& g) {
+  std::fill(g.begin(), g.end(), 0.0f);
+  double loss = 0;
+  for (int s = begin; s < end; ++s) {
+    const float* x = &d.x[static_cast<std::size_t>(s * kFeatures)];
+    float err = -d.y[static_cast<std::size_t>(s)];
+    for (int i = 0; i < kFeatures; ++i) err += w[static_cast<std::size_t>(i)] * x[i];
+    loss += 0.5 * err * err;
+    for (int i = 0; i < kFeatures; ++i) g[static_cast<std::size_t>(i)] += err * x[i] / float(end - begin);
+  }
+  return loss / (end - begin);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::cerr << "usage: " << argv[0] << " <config.yaml> <rank> <rendezvous-dir>\n";
+    std::fprintf(stderr, "usage: %s <config.yaml> <rank> <rendezvous-dir>\n", argv[0]);
     return 2;
   }
   try {
-    // The caller chooses which components exist: no global registry. What
-    // is registered is also what a config may name and set.
+    // The components this program offers, and its own `example:` section.
     gossamer::Registry registry;
-    gossamer::zmq::registerWith(registry);
+    gossamer::transports::registerBuiltins(registry);  // zmq, socket, ..., faults, membership
     gossamer::topologies::registerBuiltins(registry);
-    gossamer::optimizers::registerBuiltins(registry);
-
+    gossamer::optimizers::registerBuiltins(registry);  // also training.learning_rate, momentum
+    registry.addSection("example", "embed_train's run",
+                        gossamer::KeySet()
+                            .integer("epochs", 20, 1, 100000, "epochs")
+                            .integer("steps_per_epoch", 50, 1, 1000000, "steps per epoch")
+                            .integer("batch", 8, 1, 4096, "samples per step"));
     const gossamer::Config config = registry.load(argv[1]);
-    const int rank = std::stoi(argv[2]);
-
-    // Peers find each other's endpoints through files in a shared directory.
+    const int rank = std::stoi(argv[2]), batch = config.get<int>("example.batch");
     gossamer::FileStore store(argv[3]);
-    gossamer::Agent agent(config, rank, store, registry);
+    gossamer::Session session(config, rank, store, registry);
 
-    // Rank r holds (r+1)*(i+1); the mean over ranks is (n+1)/2*(i+1).
-    std::vector<float> vec(1000);
-    for (std::size_t i = 0; i < vec.size(); ++i) vec[i] = float(rank + 1) * float(i + 1);
-    agent.average(vec);
-
-    const int n = agent.worldSize();
-    for (std::size_t i = 0; i < vec.size(); ++i) {
-      const double expected = (n + 1) / 2.0 * double(i + 1);
-      if (std::abs(vec[i] - expected) > 1e-4 * std::abs(expected)) {
-        std::cerr << "rank " << rank << ": vec[" << i << "] = " << vec[i] << ", expected " << expected
-                  << "\n";
-        return 1;
+    const Data data(rank, 1024);
+    std::vector<float> w(kFeatures, 0.0f), g(kFeatures), avg(kFeatures);
+    gossamer::TrainingPlan plan;
+    plan.params = w;
+    plan.tensorSizes = {kFeatures};
+    plan.stepsPerEpoch = static_cast<std::uint64_t>(config.get<int>("example.steps_per_epoch"));
+    plan.epochs = config.get<int>("example.epochs");
+    session.train(plan);
+    double error = 0;  // of the average model against w*
+    while (session.nextEpoch()) {
+      while (session.stepping()) {
+        const int begin = static_cast<int>(session.steps() * batch % 1024);
+        const double loss = lossAndGradient(data, begin, begin + batch, w, g);
+        session.step(g, loss);
       }
+      // The evaluation: the mean loss and the average model, over the view.
+      double loss = 0;
+      const bool evaluated = session.evaluate([&](const gossamer::EpochEnd& e) {
+        loss = e.loss;
+        auto& comm = session.agent().communicator();
+        comm.allreduce(std::span<double>(&loss, 1), gossamer::ReduceOp::kAverage);
+        avg = w;
+        session.agent().average(avg);
+        error = 0;
+        for (int i = 0; i < kFeatures; ++i) error += std::pow(avg[static_cast<std::size_t>(i)] - i / 8.0, 2);
+      });
+      if (evaluated && session.agent().communicator().rank() == 0)
+        std::printf("epoch %d/%d  loss %.5f  |avg - w*|^2 %.2e  ranks %zu\n", session.epoch(), plan.epochs, loss,
+                    error, session.view().members.size());
+      std::fflush(stdout);
     }
-    agent.close();
-    std::cout << "rank " << rank << ": average ok (n=" << n << ")\n";
-    return 0;
-  } catch (const gossamer::Error& e) {
-    std::cerr << "gossamer error: " << e.what() << "\n";
-    return 2;
+    session.finish();
+    std::printf("rank %d: done after %llu steps, %zu ranks left\n", rank,
+                static_cast<unsigned long long>(session.steps()), session.view().members.size());
+    session.close();
+    return error < 1e-2 ? 0 : 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::fprintf(stderr, "rank %s: error: %s\n", argv[2], e.what());
     return 2;
   }
 }

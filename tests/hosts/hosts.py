@@ -11,12 +11,12 @@ the next one):
 - one namespace per host (``h<i>-<j>``) with a veth ``eth0`` on its island's
   bridge, address 10.231.<i>.<j+1>/24 and a default route via the gateway.
 
-Shaping: each host's ``eth0`` egress carries a tbf at the island's ``rate``
+Shaping: each host's ``eth0`` egress carries a tbf at ``network.inside_gbps``
 (what the host can send at all); each bridge's egress in the fabric
-namespace carries a tbf at ``between_islands.rate``, which only routed
+namespace carries a tbf at ``network.between_gbps``, which only routed
 packets pass: traffic from other islands into island i. Propagation delay
 is not shaped here (this kernel has no netem): a job adds it itself
-(``between_islands.delay_ms`` is passed on as GOSSAMER_HOSTS_DELAY_MS).
+(``network.between_delay_ms`` is passed on as GOSSAMER_HOSTS_DELAY_MS).
 
 Only the namespaces and the 10.231.0.0/16 addresses created here are used,
 never the machine's own interfaces; everything is removed on exit, after an
@@ -24,16 +24,26 @@ exception, SIGINT or SIGTERM. Where namespaces cannot be made (not root, no
 CAP_NET_ADMIN, no veth or bridge support) the harness exits with status 77,
 which ctest reports as skipped.
 
-Spec (YAML)::
+Spec: a gossamer job config (YAML; ``gossamer-config --check`` loads it).
+One host per rank; the harness reads ``world_size`` and the ``network:``
+section and ignores every other section (a whole job config will do)::
 
-    islands:                 # one entry per island
-      - hosts: 4             # hosts in the island (1..250)
-        rate: 10gbit         # tc rate of each host's link (tc syntax)
-      - hosts: 4
-        rate: 10gbit
-    between_islands:
-      rate: 100mbit          # into each island from the others
-      delay_ms: 20           # passed on to the job (GOSSAMER_HOSTS_DELAY_MS)
+    world_size: 8                # hosts (one per rank)
+    network:
+      islands: [[0, 1, 2, 3], [4, 5, 6, 7]]   # a partition of 0..world_size-1
+      inside_gbps: 10            # each host's link, Gbit/s
+      between_gbps: 0.1          # into each island from the others, Gbit/s
+      between_delay_ms: 20       # passed on to the job (GOSSAMER_HOSTS_DELAY_MS)
+
+A key left out has the job's default: world_size 4, islands [] (one island
+of every rank), inside_gbps 10, between_gbps 10, between_delay_ms 0. Hosts
+are numbered island by island, host r running rank r, so island 0 must
+hold ranks 0..n0-1, island 1 the next n1 ranks, and so on (in any order
+inside an island); 1 to 200 islands of 1 to 250 ranks. A rate must lie in
+[1e-06, 1000] Gbit/s (1 kbit/s to 1 Tbit/s, what tbf shapes here); it
+becomes the tc rate of the same value (0.1 -> 100mbit, 1 -> 1gbit); the
+delay in [0, 60000] ms. A spec that breaks one of these is refused naming
+the file and the key.
 
 Usage::
 
@@ -47,69 +57,156 @@ Usage::
     hosts.py clean                    # remove what dead runs left behind
 
 COMMAND sees GOSSAMER_HOSTS: a JSON list of {"name", "namespace",
-"address", "island"} in host order (island by island);
+"address", "island"} in host order (island by island, host r for rank r);
 GOSSAMER_HOSTS_DELAY_MS; and GOSSAMER_HOSTS_NETWORK, the job's `network:`
-section for one rank per host in that order (JSON: islands, inside_gbps,
-between_gbps, between_delay_ms).
+section for one rank per host in that order: the spec's own (JSON:
+islands, inside_gbps, between_gbps, between_delay_ms, defaults filled in).
 """
 
 import json
+import math
 import os
 import re
 import signal
 import subprocess
 import sys
+from decimal import Decimal
 
 import yaml
 
 SKIP = 77
 NET = "10.231"
-RATE = re.compile(r"^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+MAX_ISLANDS = 200
+MAX_HOSTS_PER_ISLAND = 250
+GBPS_RANGE = (Decimal("0.000001"), Decimal(1000))  # 1 kbit/s .. 1 Tbit/s
+DELAY_MAX_MS = 60000
+# The network: section's keys and the job's defaults (gossamer-config --schema).
+NETWORK_DEFAULTS = {"islands": [], "inside_gbps": 10, "between_gbps": 10, "between_delay_ms": 0}
+WORLD_SIZE_DEFAULT = 4
 
 
 class SpecError(Exception):
     """A spec file that is not as the module docstring describes."""
 
 
+class Spec:
+    """A loaded spec: world_size; network, the spec's network section with
+    the job's defaults filled in (what GOSSAMER_HOSTS_NETWORK carries);
+    islands, the host count of each island in host order; inside_rate and
+    between_rate, the tc rates of a host's link and of the way into an
+    island."""
+
+    def __init__(self, world_size, network, islands, inside_rate, between_rate):
+        self.world_size = world_size
+        self.network = network
+        self.islands = islands
+        self.inside_rate = inside_rate
+        self.between_rate = between_rate
+
+    @property
+    def delay_ms(self):
+        return self.network["between_delay_ms"]
+
+
+def is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def tc_rate(gbps_value):
+    """The tc rate string of `gbps_value` Gbit/s, exact: the largest of gbit,
+    mbit, kbit and bit that gives a whole number, else decimal bits
+    (0.1 -> "100mbit", 1 -> "1gbit", 2.5 -> "2500mbit")."""
+    d = Decimal(repr(gbps_value))  # the number as written: 0.1 is one tenth
+    for unit, scale in (("gbit", 1), ("mbit", 10**3), ("kbit", 10**6), ("bit", 10**9)):
+        v = d * scale
+        if v == v.to_integral_value():
+            return f"{int(v)}{unit}"
+    return f"{format((d * 10**9).normalize(), 'f')}bit"
+
+
 def load_spec(path):
-    """Reads and checks a spec file. Returns (islands, between) where islands
-    is a list of (hosts, rate) and between a dict with rate and delay_ms.
-    Raises SpecError naming the file and the key."""
+    """Reads and checks a spec file (a job config; see the module docstring).
+    Returns a Spec. Raises SpecError naming the file and the key."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as e:
         raise SpecError(f"{path}: {e}") from e
     if not isinstance(doc, dict):
-        raise SpecError(f"{path}: expected a mapping with 'islands' and 'between_islands'")
-    unknown = set(doc) - {"islands", "between_islands"}
+        raise SpecError(f"{path}: expected a mapping (a gossamer job config with world_size and network:)")
+    world = doc.get("world_size", WORLD_SIZE_DEFAULT)
+    if not is_int(world) or not 1 <= world <= MAX_ISLANDS * MAX_HOSTS_PER_ISLAND:
+        raise SpecError(f"{path}: world_size: expected an integer in [1, {MAX_ISLANDS * MAX_HOSTS_PER_ISLAND}] "
+                        f"(one host per rank), got {world!r}")
+    net = doc.get("network")
+    if net is None:
+        net = {}
+    if not isinstance(net, dict):
+        raise SpecError(f"{path}: network: expected a mapping with keys {sorted(NETWORK_DEFAULTS)}, got {net!r}")
+    unknown = set(net) - set(NETWORK_DEFAULTS)
     if unknown:
-        raise SpecError(f"{path}: unknown key(s) {sorted(unknown)}")
-    islands = doc.get("islands")
-    if not isinstance(islands, list) or not 1 <= len(islands) <= 200:
-        raise SpecError(f"{path}: 'islands' must be a list of 1 to 200 islands")
-    out = []
-    for i, isl in enumerate(islands):
-        where = f"{path}: islands[{i}]"
-        if not isinstance(isl, dict) or set(isl) - {"hosts", "rate"}:
-            raise SpecError(f"{where}: expected keys 'hosts' and 'rate'")
-        hosts = isl.get("hosts")
-        if not isinstance(hosts, int) or isinstance(hosts, bool) or not 1 <= hosts <= 250:
-            raise SpecError(f"{where}.hosts: expected an integer in [1, 250], got {hosts!r}")
-        rate = str(isl.get("rate", "10gbit"))
-        if not RATE.match(rate):
-            raise SpecError(f"{where}.rate: '{rate}' is not a tc rate (e.g. 10gbit, 100mbit)")
-        out.append((hosts, rate))
-    between = doc.get("between_islands") or {}
-    if not isinstance(between, dict) or set(between) - {"rate", "delay_ms"}:
-        raise SpecError(f"{path}: between_islands: expected keys 'rate' and 'delay_ms'")
-    rate = str(between.get("rate", "1gbit"))
-    if not RATE.match(rate):
-        raise SpecError(f"{path}: between_islands.rate: '{rate}' is not a tc rate")
-    delay = between.get("delay_ms", 0)
-    if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= 10000:
-        raise SpecError(f"{path}: between_islands.delay_ms: expected a number in [0, 10000]")
-    return out, {"rate": rate, "delay_ms": delay}
+        raise SpecError(f"{path}: network: unknown key(s) {sorted(unknown, key=str)}; "
+                        f"known: {sorted(NETWORK_DEFAULTS)}")
+    net = {**NETWORK_DEFAULTS, **net}
+    sizes = check_islands(path, world, net["islands"])
+    rates = {}
+    for key in ("inside_gbps", "between_gbps"):
+        v = net[key]
+        lo, hi = GBPS_RANGE
+        if not is_number(v) or not math.isfinite(v) or not lo <= Decimal(repr(v)) <= hi:
+            raise SpecError(f"{path}: network.{key}: expected a number of Gbit/s in [{lo}, {hi}] "
+                            f"(1 kbit/s to 1 Tbit/s), got {v!r}")
+        rates[key] = tc_rate(v)
+    delay = net["between_delay_ms"]
+    if not is_number(delay) or not math.isfinite(delay) or not 0 <= delay <= DELAY_MAX_MS:
+        raise SpecError(f"{path}: network.between_delay_ms: expected a number in [0, {DELAY_MAX_MS}], "
+                        f"got {delay!r}")
+    return Spec(world, net, sizes, rates["inside_gbps"], rates["between_gbps"])
+
+
+def check_islands(path, world, islands):
+    """Checks network.islands against world_size and the host order (island
+    by island, host r for rank r). Returns the host count of each island."""
+    key = f"{path}: network.islands"
+    ranks = f"world_size is {world}, so ranks are 0..{world - 1}"
+    if not isinstance(islands, list):
+        raise SpecError(f"{key}: expected a list of islands, each a list of ranks, got {islands!r}")
+    if not islands:  # one island of every rank
+        if world > MAX_HOSTS_PER_ISLAND:
+            raise SpecError(f"{key}: one island (islands empty) holds at most {MAX_HOSTS_PER_ISLAND} "
+                            f"hosts, but world_size is {world}: split the ranks into islands")
+        return [world]
+    if len(islands) > MAX_ISLANDS:
+        raise SpecError(f"{key}: expected 1 to {MAX_ISLANDS} islands, got {len(islands)}")
+    owner = {}
+    for i, island in enumerate(islands):
+        if not isinstance(island, list) or not 1 <= len(island) <= MAX_HOSTS_PER_ISLAND:
+            raise SpecError(f"{key}[{i}]: expected a list of 1 to {MAX_HOSTS_PER_ISLAND} ranks, got {island!r}")
+        for j, r in enumerate(island):
+            if not is_int(r):
+                raise SpecError(f"{key}[{i}][{j}]: expected a rank (an integer), got {r!r}")
+            if not 0 <= r < world:
+                raise SpecError(f"{key}[{i}][{j}]: rank {r} does not exist ({ranks})")
+            if r in owner:
+                raise SpecError(f"{key}[{i}][{j}]: rank {r} is already in network.islands[{owner[r]}] "
+                                "(islands must not overlap)")
+            owner[r] = i
+    missing = [r for r in range(world) if r not in owner]
+    if missing:
+        raise SpecError(f"{key}: the islands must cover every rank exactly once ({ranks}), "
+                        f"but rank {missing[0]} is in no island")
+    first = 0
+    for i, island in enumerate(islands):
+        want = list(range(first, first + len(island)))
+        if sorted(island) != want:
+            raise SpecError(f"{key}[{i}]: hosts are numbered island by island (host r runs rank r), so "
+                            f"island {i} must hold ranks {first}..{first + len(island) - 1}, got {island}")
+        first += len(island)
+    return [len(island) for island in islands]
 
 
 def ip(*args, check=True):
@@ -141,9 +238,10 @@ def clean():
 class Hosts:
     """Builds the namespaces of a spec; use as a context manager."""
 
-    def __init__(self, islands, between):
-        self.islands = islands
-        self.between = between
+    def __init__(self, spec):
+        self.islands = spec.islands
+        self.inside_rate = spec.inside_rate
+        self.between_rate = spec.between_rate
         self.prefix = f"gsm{os.getpid()}-"
         self.fabric = self.prefix + "fab"
         self.hosts = []
@@ -182,15 +280,16 @@ class Hosts:
         ip("-n", self.fabric, "link", "set", "lo", "up")
         subprocess.run(["ip", "netns", "exec", self.fabric, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
                        check=True, capture_output=True, timeout=30)
-        for i, (count, rate) in enumerate(self.islands):
+        rate = self.inside_rate
+        for i, count in enumerate(self.islands):
             br = f"br{i}"
             ip("-n", self.fabric, "link", "add", "name", br, "type", "bridge")
             ip("-n", self.fabric, "addr", "add", f"{NET}.{i}.254/24", "dev", br)
             ip("-n", self.fabric, "link", "set", br, "up")
             # Routed packets into island i leave the fabric through br<i>.
             if len(self.islands) > 1:
-                tc(self.fabric, "qdisc", "add", "dev", br, "root", "tbf", "rate", self.between["rate"],
-                   "burst", burst(self.between["rate"]), "latency", "100ms")
+                tc(self.fabric, "qdisc", "add", "dev", br, "root", "tbf", "rate", self.between_rate,
+                   "burst", burst(self.between_rate), "latency", "100ms")
             for j in range(count):
                 name = f"h{i}-{j}"
                 ns = self.prefix + name
@@ -215,13 +314,6 @@ def gbps(rate):
     bits = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
     byts = {"bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
     return value * (bits.get(unit) or byts[unit]) / 1e9
-
-
-def network_section(hosts, islands, between):
-    """The `network:` keys of a job with one rank per host, in host order."""
-    groups = [[r for r, h in enumerate(hosts) if h["island"] == i] for i in range(len(islands))]
-    return {"islands": groups, "inside_gbps": min(gbps(rate) for _, rate in islands),
-            "between_gbps": gbps(between["rate"]), "between_delay_ms": between["delay_ms"]}
 
 
 def burst(rate):
@@ -265,7 +357,7 @@ def main(argv):
         print(__doc__.split("Usage::")[1], file=sys.stderr)
         return 2
     try:
-        islands, between = load_spec(argv[1])
+        spec = load_spec(argv[1])
     except SpecError as e:
         print(f"hosts: {e}", file=sys.stderr)
         return 2
@@ -282,10 +374,10 @@ def main(argv):
     signal.signal(signal.SIGINT, stop)  # also when started in the background, where it is ignored
     child = None
     try:
-        with Hosts(islands, between) as h:
+        with Hosts(spec) as h:
             env = dict(os.environ, GOSSAMER_HOSTS=json.dumps(h.hosts),
-                       GOSSAMER_HOSTS_DELAY_MS=str(between["delay_ms"]),
-                       GOSSAMER_HOSTS_NETWORK=json.dumps(network_section(h.hosts, islands, between)))
+                       GOSSAMER_HOSTS_DELAY_MS=str(spec.delay_ms),
+                       GOSSAMER_HOSTS_NETWORK=json.dumps(spec.network))
             child = subprocess.Popen(argv[3:], env=env, start_new_session=True)
             status = child.wait()
             if stats:

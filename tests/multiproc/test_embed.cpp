@@ -1,6 +1,6 @@
 // Embeddability: installs this build into a temporary prefix, builds the
 // stand-alone project examples/embed against it with find_package(gossamer),
-// and runs its 3 peers over ZeroMQ on loopback.
+// and trains with its 4 peers over ZeroMQ on loopback.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -135,7 +135,9 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
     const int rc = run({cmake, "--install", GOSSAMER_BINARY_DIR, "--prefix", prefix.string()}, log);
     INFO("cmake --install output:\n" << slurp(log));
     REQUIRE(rc == 0);
-    REQUIRE(fs::exists(prefix / "include" / "gossamer" / "agent.hpp"));
+    REQUIRE(fs::exists(prefix / "include" / "gossamer" / "session.hpp"));
+    REQUIRE(fs::exists(prefix / "include" / "gossamer" / "kit" / "wire.hpp"));
+    CHECK_FALSE(fs::exists(prefix / "include" / "gossamer" / "kit" / "detail"));  // not installed
   }
 
   // (b) Configure and build examples/embed against the prefix only.
@@ -153,11 +155,11 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
     INFO("build output:\n" << slurp(log));
     REQUIRE(rc == 0);
   }
-  const fs::path exe = build / "embed_average";
+  const fs::path exe = build / "embed_train";
   REQUIRE(fs::exists(exe));
 
-  // (c) Three peers rendezvous through a fresh directory and average a vector.
-  const int kPeers = 3;
+  // (c) Four peers rendezvous through a fresh directory and train 20 epochs.
+  const int kPeers = 4;
   const std::string config = (source / "examples" / "embed" / "peer.yaml").string();
   const std::string rdv = (tmp.path() / "rdv").string();
   std::vector<pid_t> pids;
@@ -173,7 +175,7 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
                  << out);
     CHECK(codes[r] == 0);
     const std::string expected =
-        "rank " + std::to_string(r) + ": average ok (n=" + std::to_string(kPeers) + ")";
+        "rank " + std::to_string(r) + ": done after 1000 steps, " + std::to_string(kPeers) + " ranks left";
     const bool printedOk = out.find(expected) != std::string::npos;
     CHECK(printedOk);
   }

@@ -5,8 +5,10 @@
 
 #include "dataset.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -264,15 +266,31 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
 
 namespace {
 
+// The arguments of rank r of a job started by hand in `dir`: its summary
+// file, the run directory dir/run (rank-R.jsonl) and the stop file dir/stop.
+std::vector<std::string> rankArgs(const TempDir& dir, int r) {
+  return {GOSSAMER_TRAIN_EXE,
+          "--config",
+          dir / "job.yaml",
+          "--rank",
+          std::to_string(r),
+          "--rendezvous",
+          dir / "rdv",
+          "--summary-json",
+          dir / ("summary" + std::to_string(r)),
+          "--set",
+          "run.dir=" + (dir / "run"),
+          "--set",
+          "training.stop_file=" + (dir / "stop")};
+}
+
 // Starts n ranks of `config` by hand, each with its own summary file, and
 // waits (bounded) until rank 0 has printed its first epoch.
 std::vector<pid_t> startRanks(const TempDir& dir, int n) {
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r)
     pids.push_back(
-        spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "job.yaml", "--rank", std::to_string(r), "--rendezvous",
-               dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r))},
-              dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
+        spawn(rankArgs(dir, r), dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r))));
   const auto start = std::chrono::steady_clock::now();
   while (readFile(dir / "out0").find("epoch 1/") == std::string::npos) {
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(90)) break;
@@ -298,6 +316,59 @@ void expectFinished(const TempDir& dir, std::vector<pid_t>& pids, const std::vec
 std::string membershipConfig(const std::string& transport, const std::string& algorithm, int n, int epochs) {
   return smallConfig(transport, algorithm, n, epochs, 10.0) +
          "membership:\n  enabled: true\n  heartbeat_seconds: 0.1\n  suspect_seconds: 1.5\n";
+}
+
+// The job's event the membership tests wait for, in rank 0's metrics.
+using Event = std::function<bool(const nlohmann::json& record)>;
+
+/// Ends a job started by startRanks on an event instead of after a fixed
+/// number of epochs: reads rank 0's records (dir/run/rank-0.jsonl) until
+/// `event` accepts one, then until `epochsAfter` more `epoch` records came,
+/// then creates the stop file, so that every rank stops after the epoch
+/// whose evaluation sees it. Bounded by `seconds`; fails the test if the
+/// event does not come.
+void stopAfter(const TempDir& dir, const Event& event, int epochsAfter, int seconds = 120) {
+  const auto start = std::chrono::steady_clock::now();
+  bool seen = false;
+  int epochs = 0;
+  std::size_t consumed = 0;  // bytes of whole lines read so far
+  while (!seen || epochs < epochsAfter) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(seconds)) {
+      const std::string records = readFile(dir / "run/rank-0.jsonl");
+      FAIL("no " << (seen ? "epochs after the event" : "event") << " in rank 0's records within " << seconds
+                 << " s; they end with:\n"
+                 << records.substr(records.size() > 4000 ? records.size() - 4000 : 0));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string text = readFile(dir / "run/rank-0.jsonl");
+    for (std::size_t end; (end = text.find('\n', consumed)) != std::string::npos; consumed = end + 1) {
+      const auto j = nlohmann::json::parse(text.substr(consumed, end - consumed), nullptr, false);
+      if (j.is_discarded()) continue;
+      if (seen && j["kind"] == "epoch") ++epochs;
+      if (!seen && event(j)) seen = true;
+    }
+  }
+  writeFile(dir / "stop", "");
+}
+
+/// A `view` record without `rank` (a loss) or with it back (a merge or rejoin).
+Event viewWithout(int rank) {
+  return [rank](const nlohmann::json& j) {
+    return j["kind"] == "view" && std::find(j["lost"].begin(), j["lost"].end(), rank) != j["lost"].end();
+  };
+}
+Event viewWithAll(int n) {
+  return [n](const nlohmann::json& j) {
+    return j["kind"] == "view" && j["members"].size() == static_cast<std::size_t>(n) && j["view"] != 0;
+  };
+}
+
+/// The summary of a job stopped by stopAfter: it stopped early, after the
+/// epochs its history has.
+void expectStoppedEarly(const nlohmann::json& s, int epochs) {
+  REQUIRE(s["stopped_at_epoch"].get<int>() > 0);
+  CHECK(s["stopped_at_epoch"].get<int>() < epochs);
+  CHECK(s["history"].size() == s["stopped_at_epoch"].get<std::size_t>());
 }
 
 }  // namespace
@@ -356,13 +427,14 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   CHECK(recorded);
 }
 
-TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and report the lost rank",
-          "[multiproc][failure][membership]") {
+namespace {
+
+// Rank 2 of 4 is killed with SIGKILL after the first epoch; the survivors
+// train on (two more epochs after the loss, then the stop file) and report
+// the lost rank.
+void survivorsOfKill9(const std::string& algorithm, const std::string& transport) {
   gossamer::testing::requireFashionMnist();
-  const int n = 4, epochs = 40, victim = 2;
-  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
-  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket");
-  INFO("algorithm " << algorithm << ", transport " << transport);
+  const int n = 4, epochs = 1000, victim = 2;
   TempDir dir;
   writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs));
   auto pids = startRanks(dir, n);
@@ -371,10 +443,11 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
   kill(pids[victim], SIGKILL);
   waitBounded(pids[victim], 5);
   pids[victim] = -1;
+  stopAfter(dir, viewWithout(victim), 2);
   expectFinished(dir, pids, {0, 1, 3});
   // Rank 0 (the lowest survivor) wrote the summary: every epoch, over the survivors.
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
-  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  expectStoppedEarly(s, epochs);
   CHECK(s["survivors"] == nlohmann::json({0, 1, 3}));
   REQUIRE(s["lost"].size() == 1);
   CHECK(s["lost"][0]["rank"] == victim);
@@ -383,14 +456,13 @@ TEST_CASE("with membership on, the survivors of a kill -9 finish every epoch and
   CHECK(readFile(dir / "summary1").empty());
 }
 
-TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resumes, and every rank finishes",
-          "[multiproc][failure][membership]") {
+// Rank 1 of 3 is stopped (SIGSTOP) for longer than suspect_seconds, then
+// resumed: the others removed it; with rejoin it asks to come back and is
+// taken back (the job stops two epochs after that), without it exits.
+void stoppedPeer(const std::string& algorithm, bool rejoin) {
   gossamer::testing::requireFashionMnist();
   // Hierarchical: groups {0, 1} and {2}; the stopped rank is a member of a group.
-  const int n = 3, epochs = 80, victim = 1;
-  const auto [algorithm, rejoin] = GENERATE(
-      table<std::string, bool>({{"crossover_sgd", true}, {"crossover_sgd", false}, {"hierarchical", true}}));
-  INFO("algorithm " << algorithm << ", rejoin " << rejoin);
+  const int n = 3, epochs = 1000, victim = 1;
   TempDir dir;
   writeFile(dir / "job.yaml",
             membershipConfig("zmq", algorithm, n, epochs) + (rejoin ? "  rejoin: true\n" : ""));
@@ -400,6 +472,7 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   kill(pids[victim], SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(3));  // > suspect_seconds
   kill(pids[victim], SIGCONT);
+  stopAfter(dir, rejoin ? viewWithAll(n) : viewWithout(victim), 2);
   const auto stopped = waitBounded(pids[victim], 120);
   pids[victim] = -1;
   const std::string err = readFile(dir / ("err" + std::to_string(victim)));
@@ -415,7 +488,7 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   }
   expectFinished(dir, pids, {0, 2});
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
-  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  expectStoppedEarly(s, epochs);
   CHECK(s["lost"].size() == 1);
   if (rejoin) {
     // Back in the view at the end.
@@ -426,27 +499,103 @@ TEST_CASE("with membership on, a stopped peer is removed, rejoins when it resume
   }
 }
 
+// Rank 2 of 4 is killed with SIGKILL and restarted with --rejoin from its
+// checkpoint after `restartAfterMs`; the job takes it back (and stops two
+// epochs after that).
+void restartedPeer(const std::string& algorithm, int restartAfterMs) {
+  gossamer::testing::requireFashionMnist();
+  const int n = 4, epochs = 1000, victim = 2;
+  TempDir dir;
+  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
+                                  "  rejoin: true\ncheckpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") +
+                                  "\n");
+  auto pids = startRanks(dir, n);
+  Reaper reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  kill(pids[victim], SIGKILL);
+  waitBounded(pids[victim], 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(restartAfterMs));
+  auto args = rankArgs(dir, victim);
+  args.push_back("--rejoin");
+  pids[victim] = spawn(args, dir / "out2", dir / "err2");
+  stopAfter(
+      dir, [](const nlohmann::json& j) { return j["kind"] == "view" && !j["joined"].empty(); }, 2);
+  expectFinished(dir, pids, {0, 1, 2, 3});
+  const std::string err = readFile(dir / "err2");
+  CHECK(err.find("restarts from its checkpoint of step") != std::string::npos);
+  CHECK(err.find("asking to rejoin") != std::string::npos);
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  INFO("rank 0's summary: " << s.dump());
+  expectStoppedEarly(s, epochs);
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
+  CHECK(s["history"].back()["survivors"] == 4);
+  REQUIRE(s["lost"].size() == 1);
+  CHECK(s["lost"][0]["rank"] == victim);
+  REQUIRE(s["joined"].size() == 1);
+  CHECK(s["joined"][0]["rank"] == victim);
+  CHECK(s["joined"][0]["step"].get<std::uint64_t>() >= s["lost"][0]["step"].get<std::uint64_t>());
+  CHECK(s["test_accuracy"].get<double>() > 0.6);
+  if (algorithm == "allreduce_sgd") CHECK(s["consensus_distance"].get<double>() < 1e-10);
+}
+
+}  // namespace
+
+TEST_CASE("with membership on, the survivors of a kill -9 go on and report the lost rank: crossover_sgd, zmq",
+          "[multiproc][failure][membership]") {
+  survivorsOfKill9("crossover_sgd", "zmq");
+}
+TEST_CASE(
+    "with membership on, the survivors of a kill -9 go on and report the lost rank: crossover_sgd, socket",
+    "[multiproc][failure][membership]") {
+  survivorsOfKill9("crossover_sgd", "socket");
+}
+TEST_CASE("with membership on, the survivors of a kill -9 go on and report the lost rank: allreduce_sgd, zmq",
+          "[multiproc][failure][membership]") {
+  survivorsOfKill9("allreduce_sgd", "zmq");
+}
+TEST_CASE(
+    "with membership on, the survivors of a kill -9 go on and report the lost rank: allreduce_sgd, socket",
+    "[multiproc][failure][membership]") {
+  survivorsOfKill9("allreduce_sgd", "socket");
+}
+
+TEST_CASE(
+    "with membership on, a stopped peer is removed, rejoins when it resumes, and every rank finishes: "
+    "crossover_sgd",
+    "[multiproc][failure][membership]") {
+  stoppedPeer("crossover_sgd", true);
+}
+TEST_CASE("with membership on, a stopped peer is removed and, without rejoin, exits: crossover_sgd",
+          "[multiproc][failure][membership]") {
+  stoppedPeer("crossover_sgd", false);
+}
+TEST_CASE(
+    "with membership on, a stopped peer is removed, rejoins when it resumes, and every rank finishes: "
+    "hierarchical",
+    "[multiproc][failure][membership]") {
+  stoppedPeer("hierarchical", true);
+}
+
 TEST_CASE("with membership on, a job partitioned in two halves trains on both and merges when it heals",
           "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();
-  // 400 epochs of 47 steps: at about 1,100 steps a second the job outlasts
-  // the partition several times over, so neither half can finish its
-  // epochs before the heal (with 120, a half sometimes did).
-  const int n = 4, epochs = 400;
+  const int n = 4, epochs = 100000;
   TempDir dir;
   // Ranks 0, 1 and 2, 3 cannot reach each other from 2 s to 5 s after
   // start-up; each half removes the other (suspect_seconds 1.5) and trains as
   // a view of its own; once healed, the half whose view is older ({2, 3}: the
   // views are alike but for the coordinator) learns the other's and joins it.
+  // The job stops two epochs after rank 0 is in a view of all four again.
   writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs) +
                                   "  rejoin: true\nfaults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
                                   "  partition_start_seconds: 2\n  partition_seconds: 3\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
+  stopAfter(dir, viewWithAll(n), 2);
   expectFinished(dir, pids, {0, 1, 2, 3}, 150);
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   INFO("rank 0's summary: " << s.dump());
-  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  expectStoppedEarly(s, epochs);
   CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
   CHECK(s["history"].back()["survivors"] == 4);
   CHECK(s["test_accuracy"].get<double>() > 0.6);
@@ -466,46 +615,23 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   CHECK(lost == std::vector<int>{2, 3});
 }
 
-TEST_CASE("with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back",
-          "[multiproc][failure][membership]") {
-  gossamer::testing::requireFashionMnist();
-  const int n = 4, epochs = 150, victim = 2;
-  // Restarted after the others removed it, soon after the kill, or at once
-  // (the view without it may still be in the making when the new one says
-  // hello). Hierarchical: groups {0, 1} and {2, 3}, so the restarted rank
-  // leads a group.
-  const auto [algorithm, restartAfterMs] = GENERATE(
-      table<std::string, int>({{"crossover_sgd", 2000}, {"allreduce_sgd", 0}, {"hierarchical", 500}}));
-  INFO("algorithm " << algorithm << ", restarted after " << restartAfterMs << " ms");
-  TempDir dir;
-  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
-                                  "  rejoin: true\ncheckpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") +
-                                  "\n");
-  auto pids = startRanks(dir, n);
-  Reaper reaper{pids};
-  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
-  kill(pids[victim], SIGKILL);
-  waitBounded(pids[victim], 5);
-  std::this_thread::sleep_for(std::chrono::milliseconds(restartAfterMs));
-  pids[victim] = spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "job.yaml", "--rank", std::to_string(victim),
-                        "--rendezvous", dir / "rdv", "--rejoin"},
-                       dir / "out2", dir / "err2");
-  expectFinished(dir, pids, {0, 1, 2, 3});
-  const std::string err = readFile(dir / "err2");
-  CHECK(err.find("restarts from its checkpoint of step") != std::string::npos);
-  CHECK(err.find("asking to rejoin") != std::string::npos);
-  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
-  INFO("rank 0's summary: " << s.dump());
-  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
-  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
-  CHECK(s["history"].back()["survivors"] == 4);
-  REQUIRE(s["lost"].size() == 1);
-  CHECK(s["lost"][0]["rank"] == victim);
-  REQUIRE(s["joined"].size() == 1);
-  CHECK(s["joined"][0]["rank"] == victim);
-  CHECK(s["joined"][0]["step"].get<std::uint64_t>() >= s["lost"][0]["step"].get<std::uint64_t>());
-  CHECK(s["test_accuracy"].get<double>() > 0.6);
-  if (algorithm == "allreduce_sgd") CHECK(s["consensus_distance"].get<double>() < 1e-10);
+TEST_CASE(
+    "with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back: "
+    "crossover_sgd, restarted after 2 s",
+    "[multiproc][failure][membership]") {
+  restartedPeer("crossover_sgd", 2000);
+}
+TEST_CASE(
+    "with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back: "
+    "allreduce_sgd, restarted at once",
+    "[multiproc][failure][membership]") {
+  restartedPeer("allreduce_sgd", 0);
+}
+TEST_CASE(
+    "with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back: "
+    "hierarchical, restarted after 500 ms",
+    "[multiproc][failure][membership]") {
+  restartedPeer("hierarchical", 500);
 }
 
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",

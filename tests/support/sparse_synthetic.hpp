@@ -1,4 +1,4 @@
-// Synthetic sparse classification data for the tests of examples/sparse:
+// Synthetic sparse classification data for the tests of apps/sparse:
 // random sparse samples labelled by a hidden linear rule, so that the set is
 // separable, drawn from a seeded generator (the same data on every run). The
 // labels are -1/+1 as in paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8)

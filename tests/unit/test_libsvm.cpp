@@ -1,4 +1,4 @@
-// Tests of the LIBSVM reader of examples/sparse (libsvm.hpp): what it reads,
+// Tests of the LIBSVM reader of apps/sparse (libsvm.hpp): what it reads,
 // every kind of malformed line it rejects with file, line and column, and the
 // SpamAssassin files of scripts/spam-data.sh (paper 000 Sec. 5.2 and paper
 // 001 Sec. VI-B train on such data).

@@ -1,4 +1,4 @@
-// The membership service (transports/membership) under Agents on inproc
+// The membership service (transports/membership) under Sessions on inproc
 // threads: a rank that stops with an error mid-run is removed from the view
 // on every survivor, the survivors agree on one view, finish every step, and
 // each algorithm keeps what it promises over the survivors (identical models
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "gossamer/agent.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -91,14 +91,14 @@ std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int v
   MemoryStore store;
   std::vector<RankResult> results(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
-    Agent agent(config, r, store, reg);
+    Session session(config, r, store, reg);
     const std::size_t p = 8;
-    auto& opt = agent.makeOptimizer({p});
+    auto& opt = session.makeOptimizer({p});
     opt.setTotalSteps(static_cast<std::uint64_t>(steps));
     std::vector<float> x(p, static_cast<float>(r) * startSpread), g(p);
     for (int s = 0; s < steps; ++s) {
       if (r == victim && s == dieAt) {
-        agent.abort();
+        session.abort();
         return;
       }
       for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
@@ -108,10 +108,10 @@ std::vector<RankResult> runWithVictim(const std::string& algorithm, int n, int v
     auto& out = results[static_cast<std::size_t>(r)];
     out.survived = true;
     out.steps = opt.steps();
-    out.view = agent.view();
-    out.changes = agent.viewChanges();
+    out.view = session.view();
+    out.changes = session.viewChanges();
     out.params = x;
-    agent.close();
+    session.close();
   });
   return results;
 }
@@ -247,61 +247,40 @@ TEST_CASE(
   std::vector<std::vector<float>> sums(static_cast<std::size_t>(n));
   std::vector<std::uint64_t> steps(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
-    Agent agent(config, r, store, reg);
+    Session session(config, r, store, reg);
     const std::size_t p = 4;
-    auto& opt = agent.makeOptimizer({p});
-    const auto spe = static_cast<std::uint64_t>(stepsPerEpoch);
-    opt.setTotalSteps(spe * epochs);
     std::vector<float> x(p, 0.0f), g(p);
-    int evaluated = 0;
+    TrainingPlan plan;
+    plan.params = x;
+    plan.tensorSizes = {p};
+    plan.stepsPerEpoch = static_cast<std::uint64_t>(stepsPerEpoch);
+    plan.epochs = epochs;
+    session.train(plan);
     bool stopped = false;
-    agent.setCollectivePending(
-        [&] { return evaluated < epochs && opt.steps() >= spe * static_cast<std::uint64_t>(evaluated + 1); });
-    // As gossamer-train: after view changes, the epochs whose evaluation is
-    // behind every member (an epoch that ends at the resume step is not, if
-    // a survivor was still to evaluate it).
-    std::size_t seen = 0;
-    auto realign = [&] {
-      const int was = evaluated;
-      for (; seen < agent.viewChanges().size(); ++seen) {
-        const auto& c = agent.viewChanges()[seen];
-        evaluated = static_cast<int>(c.resumeStep / spe);
-        if (c.evaluating && c.resumeStep % spe == 0 && evaluated > 0) --evaluated;
-      }
-      return evaluated != was;
-    };
     auto& mine = evaluations[static_cast<std::size_t>(r)];
-    while (evaluated < epochs) {
-      const int epoch = evaluated + 1;
-      bool moved = false;
-      while (opt.steps() < spe * static_cast<std::uint64_t>(epoch)) {
+    while (session.nextEpoch()) {
+      while (session.stepping()) {
         for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
-        const std::uint64_t before = opt.steps();
-        opt.step(x, g);
-        if (opt.steps() != before + 1) {
-          moved = true;
-          break;
-        }
+        session.step(g, 0.0);
       }
-      opt.flush(x);
-      if (realign() || moved) continue;
       float sum = 0;
-      const bool completed = agent.survive([&] {
-        Transport& t = agent.transport();
-        const Tag tag = Tag::make(Op::kUser, static_cast<std::uint64_t>(epoch));
+      const bool completed = session.evaluate([&](const EpochEnd& e) {
+        Transport& t = session.agent().transport();
+        const Tag tag = Tag::make(Op::kUser, static_cast<std::uint64_t>(e.epoch));
         const float value = static_cast<float>(r + 1);
         std::vector<float> got(static_cast<std::size_t>(t.worldSize()), 0.0f);
         std::vector<Request> requests;
+        const bool stopsHere = r == victim && e.epoch == lostIn;
         for (int q = 0; q < t.worldSize(); ++q)
-          if (q != t.rank() && !(r == victim && epoch == lostIn))
+          if (q != t.rank() && !stopsHere)
             requests.push_back(
                 t.irecvOf<float>(q, tag, std::span<float>(&got[static_cast<std::size_t>(q)], 1)));
-        if (r == victim && epoch == lostIn) {
+        if (stopsHere) {
           // Rank 0's value first, so that rank 0's send to this rank completes.
           float from0 = 0;
           t.irecvOf<float>(0, tag, std::span<float>(&from0, 1)).wait(5);
           t.isendOf<float>(0, tag, std::span<const float>(&value, 1)).wait(5);
-          agent.abort();
+          session.abort();
           stopped = true;
           return;
         }
@@ -312,13 +291,13 @@ TEST_CASE(
         for (float v : got) sum += v;
       });
       if (stopped) return;
-      if (!completed || realign()) continue;
-      mine.push_back(epoch);
+      if (!completed) continue;
+      mine.push_back(session.epoch());
       sums[static_cast<std::size_t>(r)].push_back(sum);
-      evaluated = epoch;
     }
-    steps[static_cast<std::size_t>(r)] = opt.steps();
-    agent.close();
+    session.finish();
+    steps[static_cast<std::size_t>(r)] = session.steps();
+    session.close();
   });
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
@@ -358,9 +337,10 @@ TEST_CASE("membership: a half of a healed partition that rejoins inside an evalu
   std::vector<std::uint64_t> finalSteps(static_cast<std::size_t>(n)), targets(static_cast<std::size_t>(n));
   std::vector<std::size_t> finalView(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
-    Agent agent(config, r, store, reg);
+    Session session(config, r, store, reg);
+    Agent& agent = session.agent();
     const std::size_t p = 4;
-    auto& opt = agent.makeOptimizer({p});
+    auto& opt = session.makeOptimizer({p});
     opt.setTotalSteps(1000000);
     std::vector<float> x(p, static_cast<float>(r)), g(p);
     auto step = [&] {
@@ -381,38 +361,38 @@ TEST_CASE("membership: a half of a healed partition that rejoins inside an evalu
       bounded();
       step();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (agent.view().members.size() == static_cast<std::size_t>(n) && !agent.viewChanges().empty())
+      if (agent.view().members.size() == static_cast<std::size_t>(n) && !session.viewChanges().empty())
         throw std::runtime_error("rank " + std::to_string(r) + " never saw its half alone: view " +
                                  std::to_string(agent.view().number));
     }
     // Both ranks of the half leave their steps at the same step: one may
     // have skipped to the resume step while the other redid its last one.
-    while (opt.steps() < agent.viewChanges().back().resumeStep + 5) {
+    while (opt.steps() < session.viewChanges().back().resumeStep + 5) {
       bounded();
       step();
     }
-    const bool completed = agent.survive([&] {
+    const bool completed = session.survive([&] {
       while (agent.communicator().worldSize() < n) {
         bounded();
         agent.communicator().barrier();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     });
-    const auto& last = agent.viewChanges().back();
+    const auto& last = session.viewChanges().back();
     joinedInside[static_cast<std::size_t>(r)] =
         !completed && std::find(last.joined.begin(), last.joined.end(), r) != last.joined.end();
     // Steps to 20 past the resume step of the latest view (the other half
     // may rejoin in two views, one rank at a time). A step may return
     // without stepping only in a view change.
-    while (opt.steps() < agent.viewChanges().back().resumeStep + after) {
-      const std::size_t views = agent.viewChanges().size();
-      if (!step() && agent.viewChanges().size() == views) ++uncounted[static_cast<std::size_t>(r)];
+    while (opt.steps() < session.viewChanges().back().resumeStep + after) {
+      const std::size_t views = session.viewChanges().size();
+      if (!step() && session.viewChanges().size() == views) ++uncounted[static_cast<std::size_t>(r)];
     }
-    targets[static_cast<std::size_t>(r)] = agent.viewChanges().back().resumeStep + after;
+    targets[static_cast<std::size_t>(r)] = session.viewChanges().back().resumeStep + after;
     opt.flush(x);
     finalSteps[static_cast<std::size_t>(r)] = opt.steps();
     finalView[static_cast<std::size_t>(r)] = agent.view().members.size();
-    agent.close();
+    session.close();
   });
   // One half rejoined from inside survive() (a rank of it may have rejoined
   // in a later view than the other).
@@ -443,10 +423,11 @@ TEST_CASE("membership: a message of a view that was left is never received in a 
   std::vector<float> perView;
   float lastGot = 0;
   onEveryRank(n, [&](int r) {
-    Agent agent(config, r, store, reg);
+    Session session(config, r, store, reg);
+    Agent& agent = session.agent();
     Transport& t = agent.transport();
     for (int k = 1; k <= changes; ++k) {
-      agent.recover();
+      session.recover();
       const auto number = static_cast<float>(agent.view().number);
       if (r == 0 && (k == 1 || k == changes))
         t.isendOf<float>(1, late, std::span<const float>(&number, 1)).wait(5);
@@ -461,7 +442,7 @@ TEST_CASE("membership: a message of a view that was left is never received in a 
       sync.arrive_and_wait();
     }
     if (r == 1) CHECK(agent.view().number == static_cast<std::uint64_t>(changes));
-    agent.close();
+    session.close();
   });
   CHECK(perView == std::vector<float>(static_cast<std::size_t>(changes), 0.0f));
   CHECK(lastGot == static_cast<float>(changes));
@@ -486,7 +467,8 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     membership::MembershipOptions o;
     o.heartbeatSeconds = 0.05;
     o.suspectSeconds = 30;
-    auto wrapped = membership::wrap(inproc::makeTransport(fabric, 1, 5.0), o);
+    auto service = membership::wrap(inproc::makeTransport(fabric, 1, 5.0), o);
+    auto& wrapped = service.transport;
     const Tag control{Op::kMembership, 0, 0};
     std::vector<std::byte> shortMessage(10, std::byte{0});
     std::vector<std::byte> badMagic(56, std::byte{0});
@@ -510,7 +492,7 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    CHECK_FALSE(dynamic_cast<Membership&>(*wrapped).revoked());
+    CHECK_FALSE(service.membership->revoked());
     wrapped->abort();
     raw->abort();
   }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -58,9 +59,11 @@ std::vector<double> initialTable(std::size_t d, std::size_t width) {
 
 // Dense synchronous SGD: the N full gradient vectors summed in rank order
 // from +0.0, every row stepped, every round.
-std::vector<double> denseReference(const TouchedFeatures& t, std::size_t d, std::size_t width) {
+// `rounds`: the first that many rounds (all: SIZE_MAX).
+std::vector<double> denseReference(const TouchedFeatures& t, std::size_t d, std::size_t width,
+                                   std::size_t rounds = SIZE_MAX) {
   std::vector<double> w = initialTable(d, width);
-  const std::size_t rounds = t[0].size();
+  rounds = std::min(rounds, t[0].size());
   for (std::size_t m = 0; m < rounds; ++m) {
     std::vector<double> sum(d * width, 0.0);
     for (std::size_t r = 0; r < t.size(); ++r) {
@@ -77,6 +80,7 @@ std::vector<double> denseReference(const TouchedFeatures& t, std::size_t d, std:
 
 struct Run {
   std::vector<std::vector<double>> gathered;  // per rank
+  std::vector<std::vector<double>> middle;    // per rank: gathered after the first half of the rounds
   ExchangeStats total;
 };
 
@@ -86,6 +90,7 @@ Run runSparse(const TouchedFeatures& t, std::size_t d, std::size_t width, const 
   auto fabric = inproc::makeFabric(n);
   Run run;
   run.gathered.resize(t.size());
+  run.middle.resize(t.size());
   std::vector<ExchangeStats> stats(t.size());
   testing::onEveryRank(n, [&](int r) {
     auto transport = inproc::makeTransport(fabric, r, 20.0);
@@ -94,6 +99,7 @@ Run runSparse(const TouchedFeatures& t, std::size_t d, std::size_t width, const 
     std::vector<double> params(d * width, -99.0);  // nothing but the exchange fills the rows used
     const auto rank = static_cast<std::size_t>(r);
     for (std::size_t m = 0; m < t[0].size(); ++m) {
+      if (m == t[0].size() / 2) run.middle[rank] = ex.gather();  // between rounds: a commit
       ex.broadcast(m, params);
       const auto g = gradient(t[rank][m], params.data(), width, rank, m);
       ex.reduce(m, g, kRate, params);
@@ -133,12 +139,18 @@ TEST_CASE("sparse exchange: existing and direct equal dense synchronous SGD bit 
       const std::size_t width = 3, rounds = 7;
       const auto t = randomTouched(n, rounds, d, seed * 100 + n);
       const auto reference = denseReference(t, d, width);
+      const auto half = denseReference(t, d, width, rounds / 2);
       const auto existing = runSparse(t, d, width, existingSchedule(t));
       const auto direct = runSparse(t, d, width, planDirectTransmission(t));
       INFO("N " << n << " seed " << seed);
       for (std::size_t r = 0; r < n; ++r) {
         CHECK(sameBits(existing.gathered[r], reference));
         CHECK(sameBits(direct.gathered[r], reference));
+        // With the existing schedule the owners hold every row after each
+        // round: a gather between rounds is the table so far, and changes
+        // nothing after it. (Direct transmission's owners hold every row at
+        // the end only; what it gathered between rounds changed nothing either.)
+        CHECK(sameBits(existing.middle[r], half));
       }
       // Elements sent: the schedules' lists minus what a rank owns itself.
       const auto bounds = partitionRanges(featureCounts(t, d), static_cast<int>(n));
@@ -227,5 +239,4 @@ TEST_CASE("sparse exchange: bad input is InvalidArgument", "[sparse_sync]") {
   CHECK_THROWS_AS(ex.broadcast(1, params), InvalidArgument);                              // out of order
   std::vector<double> small(6, 0.0);
   CHECK_THROWS_AS(ex.broadcast(0, small), InvalidArgument);  // wrong table
-  CHECK_THROWS_AS(ex.gather(), InvalidArgument);
 }

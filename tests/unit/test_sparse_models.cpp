@@ -1,4 +1,4 @@
-// Tests of the sparse models of examples/sparse: L2-regularised logistic
+// Tests of the sparse models of apps/sparse: L2-regularised logistic
 // regression (paper 000, 000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8) and the
 // order-2 factorization machine (paper 001, 001_0e82f64010384eaf.txt,
 // Sec. VI-B). Values are checked against direct dense evaluations of the

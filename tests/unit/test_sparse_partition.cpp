@@ -1,4 +1,4 @@
-// Tests of the data split of examples/sparse (partition.hpp): per-rank shards,
+// Tests of the data split of apps/sparse (partition.hpp): per-rank shards,
 // mini-batches and the features each mini-batch touches (paper 001,
 // 001_0e82f64010384eaf.txt, Sec. II-B Fig. 1 and Sec. IV-B).
 #include <Eigen/Core>

@@ -149,6 +149,12 @@ class Agent:
             ``transport.timeout_seconds``.
         Error: rank 0 cannot bind the rendezvous address.
 
+    With the membership service on (``membership.enabled``, the default) the
+    agent is elastic (a C++ ``gossamer::Session``): its optimizer's steps go
+    on over the survivors when a peer dies or falls silent, and
+    :meth:`survive` does the same for collectives of your own, such as an
+    evaluation.
+
     Not thread-safe: one thread issues an agent's calls, and every rank issues
     the same collectives in the same order. Use as a context manager, or call
     :meth:`close`.
@@ -266,7 +272,11 @@ class Agent:
         """Creates the configured training algorithm (``algorithm.name``,
         wrapped by ``compression.kind``) for a flat float32 parameter vector
         made of tensors of ``tensor_sizes`` elements, and keeps it (replacing
-        any previous one). Collective for hierarchical groups.
+        any previous one). Collective for hierarchical groups. With the
+        membership service on, a step that fails because a peer died is
+        undone, the survivors agree on a view without it, and the step is
+        redone over it (or skipped by a rank behind the others; ``steps``
+        says so).
 
         The returned :class:`Optimizer` has ``step(params, grads)`` (the C++
         local SGD step and the exchange), the communication-only pair
@@ -307,13 +317,42 @@ class Agent:
         membership service)."""
         return self._core.view
 
+    def survive(self, fn) -> bool:
+        """Runs ``fn()`` (collectives of your own, e.g. an evaluation or
+        :func:`gossamer.torch.average_parameters`) until it completes: when a
+        peer dies inside it (:class:`PeerFailure`) and the membership service
+        is on, agrees with the survivors on a view without it and runs
+        ``fn`` again over that view, so ``fn`` must recompute its inputs each
+        time. Every survivor must call it with the same ``fn``.
+
+        Returns:
+            True once ``fn`` completed; False when a view change moved this
+            rank past the step where ``fn`` belonged (it rejoined the job, or
+            the others are past that step and did not run theirs there).
+
+        Raises:
+            PeerFailure: the membership service is off. Expelled: the
+            survivors removed this rank. TimeoutError: no agreement within
+            ``membership.agreement_seconds``. Whatever else ``fn`` raises.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+        return self._core.survive(fn)
+
+    @property
+    def view_changes(self) -> list:
+        """The view changes so far, oldest first: dicts as :meth:`recover`
+        returns."""
+        return self._core.view_changes
+
     def recover(self) -> dict:
         """After a :class:`PeerFailure` (or :class:`ViewChanged`) in a
         collective of your own: agrees with the survivors on a view without
         the lost peers and rebuilds the communicator and optimizer over it
-        (the optimizer's steps do this themselves). Every survivor must call
-        it. Returns ``number``, ``members``, ``lost`` (ranks), ``resume_step``
-        and ``seconds`` (how long the agreement took).
+        (the optimizer's steps and :meth:`survive` do this themselves). Every
+        survivor must call it. Returns ``number``, ``members``, ``lost``
+        (ranks), ``joined`` (ranks taken back), ``resume_step`` and
+        ``seconds`` (how long the agreement took).
 
         Raises:
             InvalidArgument: the membership service is off. Expelled: the

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/builtins.hpp"
@@ -129,8 +129,8 @@ Config loadConfig(const std::string& source, bool isText, const std::vector<std:
 
 // ---- the optimizer handle -------------------------------------------------------
 
-// A DistributedOptimizer owned by an Agent; the Python object keeps the Agent
-// alive (py::keep_alive).
+// A DistributedOptimizer owned by an Agent (its Session's); the Python object
+// keeps the Agent alive (py::keep_alive).
 struct OptimizerHandle {
   DistributedOptimizer* opt;
   std::size_t size;
@@ -138,31 +138,35 @@ struct OptimizerHandle {
 
 // ---- the Agent --------------------------------------------------------------------
 
+// Python's Agent: a gossamer::Session (the rank's Agent and the elastic
+// protocol: its optimizer survives view changes, survive() redoes the
+// caller's own collectives over the survivors) and its rendezvous.
 class PyAgent {
  public:
   PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout)
       : records_(std::make_shared<RecordQueue>()) {
     rv_ = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
-    agent_ = std::make_unique<Agent>(config, rank, rv_->store(), builtins());
+    session_ = std::make_unique<Session>(config, rank, rv_->store(), builtins());
     // Records queue up here (no GIL needed on the threads that make them)
     // until Python takes them with Agent.metrics().
-    agent_->metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });
+    session_->agent().metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });
   }
-  Agent& agent() {
-    if (!agent_) throw InvalidArgument("the agent is closed");
-    return *agent_;
+  Session& session() {
+    if (!session_) throw InvalidArgument("the agent is closed");
+    return *session_;
   }
+  Agent& agent() { return session().agent(); }
   void close() {
-    if (agent_) agent_->close();
-    agent_.reset();
+    if (session_) session_->close();
+    session_.reset();
     rv_.reset();
   }
   void abort() {
-    if (agent_) agent_->abort();
-    agent_.reset();
+    if (session_) session_->abort();
+    session_.reset();
     rv_.reset();
   }
-  bool closed() const { return agent_ == nullptr; }
+  bool closed() const { return session_ == nullptr; }
   std::uint64_t& exchangeRound() { return exchangeRound_; }
 
   /// Metrics records (JSON text) not yet taken by Python: at most kCapacity,
@@ -192,8 +196,8 @@ class PyAgent {
 
  private:
   std::shared_ptr<RecordQueue> records_;  // shared with the Agent's subscription
-  std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Agent
-  std::unique_ptr<Agent> agent_;
+  std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Session
+  std::unique_ptr<Session> session_;
   std::uint64_t exchangeRound_ = 0;
 };
 
@@ -302,11 +306,39 @@ void translate(std::exception_ptr p) {
   }
 }
 
-}  // namespace
+// A ViewChange as Python sees it.
+py::dict changeDict(const ViewChange& c) {
+  py::dict d;
+  d["number"] = c.view.number;
+  d["members"] = c.view.members;
+  d["lost"] = c.lost;
+  d["joined"] = c.joined;
+  d["resume_step"] = c.resumeStep;
+  d["seconds"] = c.seconds;
+  return d;
+}
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "Gossamer's C++ core (use the 'gossamer' package, which wraps it).";
+// Session::survive over a Python callable: the callable runs with the GIL,
+// and a gossamer.PeerFailure it raises (a collective of its own failed)
+// becomes the C++ PeerFailure again, so that the survivors agree on a view
+// and run it again; anything else it raises propagates as it is.
+bool pySurvive(PyAgent& a, const py::function& fn) {
+  Session& session = a.session();
+  py::gil_scoped_release release;
+  return session.survive([&] {
+    py::gil_scoped_acquire acquire;
+    try {
+      fn();
+    } catch (py::error_already_set& e) {
+      const int peer = e.value() && py::hasattr(e.value(), "peer") ? e.value().attr("peer").cast<int>() : -1;
+      if (e.matches(exc.expelled)) throw Expelled(peer, py::str(e.value()).cast<std::string>());
+      if (e.matches(exc.peerFailure)) throw PeerFailure(peer, py::str(e.value()).cast<std::string>());
+      throw;
+    }
+  });
+}
 
+void defineExceptions(py::module_& m) {
   exc.error = newException(m, "Error", PyExc_RuntimeError, "Base class of every error raised by Gossamer.");
   {
     py::tuple bases = py::make_tuple(py::handle(exc.error), py::handle(PyExc_ValueError));
@@ -331,7 +363,8 @@ PYBIND11_MODULE(_core, m) {
                                  "A peer left or died while others still needed it; .peer is its rank.");
   exc.viewChanged = newException(
       m, "ViewChanged", exc.peerFailure,
-      "The membership view was revoked (a peer died or fell silent): call Agent.recover(); .peer "
+      "The membership view was revoked (a peer died or fell silent): Agent.survive() and the optimizer "
+      "recover by themselves, or call Agent.recover(); .peer "
       "is the rank suspected first (-1 if unknown).");
   exc.expelled =
       newException(m, "Expelled", exc.peerFailure,
@@ -339,7 +372,9 @@ PYBIND11_MODULE(_core, m) {
                    "is this rank.");
   exc.cancelled = newException(m, "Cancelled", exc.error, "A request cancelled before it completed.");
   py::register_exception_translator(&translate);
+}
 
+void defineFunctions(py::module_& m) {
   m.def(
       "discover_launch",
       []() -> std::optional<py::dict> {
@@ -372,7 +407,9 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       "Names accepted by Agent.allreduce(algorithm=...).");
+}
 
+void defineOptimizer(py::module_& m) {
   py::class_<OptimizerHandle>(m, "Optimizer")
       .def_property_readonly("name", [](const OptimizerHandle& h) { return h.opt->name(); })
       .def_property_readonly("size", [](const OptimizerHandle& h) { return h.size; })
@@ -423,48 +460,30 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.opt->setTotalSteps(n); },
           py::arg("total_steps"), "Announces the run's length in steps (A2SGD's final synchronisation).");
+}
 
-  py::class_<PyAgent>(m, "Agent")
-      .def(
-          py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
-                      int rank, const std::string& rendezvous) {
-            const Config c = loadConfig(source, isText, overrides);
-            if (rank < 0 || rank >= c.worldSize())
-              throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
-                                    std::to_string(c.worldSize()) + ")");
-            py::gil_scoped_release release;
-            return std::make_unique<PyAgent>(c, rank, rendezvous, c.get<double>("transport.timeout_seconds"));
-          }),
-          py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"), py::arg("rendezvous"))
-      .def_property_readonly("rank", [](PyAgent& a) { return a.agent().rank(); })
-      .def_property_readonly("world_size", [](PyAgent& a) { return a.agent().worldSize(); })
-      .def_property_readonly("algorithm",
-                             [](PyAgent& a) { return a.agent().config().get<std::string>("algorithm.name"); })
-      .def_property_readonly("transport_kind",
-                             [](PyAgent& a) { return a.agent().config().get<std::string>("transport.kind"); })
-      .def_property_readonly(
-          "timeout_seconds",
-          [](PyAgent& a) { return a.agent().config().get<double>("transport.timeout_seconds"); })
-      .def_property_readonly("closed", &PyAgent::closed)
-      .def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
-           py::arg("algorithm") = py::none())
+void defineAgentCollectives(py::class_<PyAgent>& cls) {
+  cls.def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
+          py::arg("algorithm") = py::none())
       .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0)
-      .def("barrier",
-           [](PyAgent& a) {
-             Communicator& c = a.agent().communicator();
-             py::gil_scoped_release release;
-             c.barrier();
-           })
-      .def(
-          "make_optimizer",
-          [](PyAgent& a, const std::vector<std::size_t>& tensorSizes) {
-            std::size_t n = 0;
-            for (auto s : tensorSizes) n += s;
-            Agent& agent = a.agent();
-            py::gil_scoped_release release;
-            return OptimizerHandle{&agent.makeOptimizer(tensorSizes), n};
-          },
-          py::arg("tensor_sizes"), py::keep_alive<0, 1>())
+      .def("barrier", [](PyAgent& a) {
+        Communicator& c = a.agent().communicator();
+        py::gil_scoped_release release;
+        c.barrier();
+      });
+}
+
+void defineAgentTraining(py::class_<PyAgent>& cls) {
+  cls.def(
+         "make_optimizer",
+         [](PyAgent& a, const std::vector<std::size_t>& tensorSizes) {
+           std::size_t n = 0;
+           for (auto s : tensorSizes) n += s;
+           Session& session = a.session();
+           py::gil_scoped_release release;
+           return OptimizerHandle{&session.makeOptimizer(tensorSizes), n};
+         },
+         py::arg("tensor_sizes"), py::keep_alive<0, 1>())
       .def(
           "exchange",
           [](PyAgent& a, const py::buffer& params) {
@@ -485,8 +504,11 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             exchange(p.as<float>(), round++);
           },
-          py::arg("params"))
-      .def_property_readonly("has_membership", [](PyAgent& a) { return a.agent().hasMembership(); })
+          py::arg("params"));
+}
+
+void defineAgentMembership(py::class_<PyAgent>& cls) {
+  cls.def_property_readonly("has_membership", [](PyAgent& a) { return a.session().elastic(); })
       .def_property_readonly("view",
                              [](PyAgent& a) {
                                const View v = a.agent().view();
@@ -498,30 +520,35 @@ PYBIND11_MODULE(_core, m) {
                              })
       .def("recover",
            [](PyAgent& a) {
-             Agent& agent = a.agent();
+             Session& session = a.session();
              ViewChange c;
              {
                py::gil_scoped_release release;
-               c = agent.recover();
+               c = session.recover();
              }
-             py::dict d;
-             d["number"] = c.view.number;
-             d["members"] = c.view.members;
-             d["lost"] = c.lost;
-             d["resume_step"] = c.resumeStep;
-             d["seconds"] = c.seconds;
-             return d;
+             return changeDict(c);
            })
-      .def("stats",
-           [](PyAgent& a) {
-             const TransportStats s = a.agent().transport().stats();
-             py::dict d;
-             d["bytes_sent"] = s.bytesSent;
-             d["bytes_received"] = s.bytesReceived;
-             d["messages_sent"] = s.messagesSent;
-             d["messages_received"] = s.messagesReceived;
-             return d;
-           })
+      .def_property_readonly("view_changes",
+                             [](PyAgent& a) {
+                               py::list out;
+                               for (const ViewChange& c : a.session().viewChanges())
+                                 out.append(changeDict(c));
+                               return out;
+                             })
+      .def("survive", &pySurvive, py::arg("fn"));
+}
+
+void defineAgentMetrics(py::class_<PyAgent>& cls) {
+  cls.def("stats",
+          [](PyAgent& a) {
+            const TransportStats s = a.agent().transport().stats();
+            py::dict d;
+            d["bytes_sent"] = s.bytesSent;
+            d["bytes_received"] = s.bytesReceived;
+            d["messages_sent"] = s.messagesSent;
+            d["messages_received"] = s.messagesReceived;
+            return d;
+          })
       .def("take_metrics", [](PyAgent& a) { return a.records().take(); })
       .def_property_readonly("metrics_dropped",
                              [](PyAgent& a) {
@@ -557,4 +584,38 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         a.abort();
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Gossamer's C++ core (use the 'gossamer' package, which wraps it).";
+  defineExceptions(m);
+  defineFunctions(m);
+  defineOptimizer(m);
+  py::class_<PyAgent> cls(m, "Agent");
+  cls.def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
+                      int rank, const std::string& rendezvous) {
+            const Config c = loadConfig(source, isText, overrides);
+            if (rank < 0 || rank >= c.worldSize())
+              throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
+                                    std::to_string(c.worldSize()) + ")");
+            py::gil_scoped_release release;
+            return std::make_unique<PyAgent>(c, rank, rendezvous, c.get<double>("transport.timeout_seconds"));
+          }),
+          py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"), py::arg("rendezvous"))
+      .def_property_readonly("rank", [](PyAgent& a) { return a.agent().rank(); })
+      .def_property_readonly("world_size", [](PyAgent& a) { return a.agent().worldSize(); })
+      .def_property_readonly("algorithm",
+                             [](PyAgent& a) { return a.agent().config().get<std::string>("algorithm.name"); })
+      .def_property_readonly("transport_kind",
+                             [](PyAgent& a) { return a.agent().config().get<std::string>("transport.kind"); })
+      .def_property_readonly(
+          "timeout_seconds",
+          [](PyAgent& a) { return a.agent().config().get<double>("transport.timeout_seconds"); })
+      .def_property_readonly("closed", &PyAgent::closed);
+  defineAgentCollectives(cls);
+  defineAgentTraining(cls);
+  defineAgentMembership(cls);
+  defineAgentMetrics(cls);
 }

@@ -229,3 +229,52 @@ with gossamer.Agent.from_env(CONFIG) as a:
     outs = [json.loads((tmp_path / f"out-{r}.json").read_text()) for r in range(3)]
     assert [o["rank"] for o in outs] == [0, 1, 2]
     assert all(o["launcher"] == "mpirun" and o["sum"] == 3.0 for o in outs), outs
+
+
+def test_torch_training_goes_on_over_the_survivors_of_a_kill_9(run_ranks):
+    # 4 ranks train a linear model with the torch optimizer wrapper and
+    # Crossover-SGD; rank 2 kills itself with SIGKILL at step 40. The
+    # survivors' steps recover by themselves (the elastic agent), the final
+    # average runs inside survive(), and every survivor ends with the same
+    # model after 150 steps, over the view {0, 1, 3}.
+    job = run_ranks(4, HEADER + """
+import signal
+import torch
+import gossamer.torch as gt
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10},
+           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 1.5},
+           algorithm={"name": "crossover_sgd", "segments": 2}, topology={"kind": "fair_roulette"})
+a = gossamer.Agent.from_env(cfg)
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+gt.broadcast_parameters(model, a)
+opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
+g = torch.Generator().manual_seed(a.rank)
+w = torch.arange(8, dtype=torch.float32) / 8
+while opt.steps < 150:
+    if a.rank == 2 and opt.steps == 40:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = torch.randn(16, 8, generator=g)
+    loss = ((model(x).squeeze(1) - x @ w) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+opt.flush()
+done = a.survive(lambda: gt.average_parameters(model, a))
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+print(json.dumps({"done": done, "steps": opt.steps, "view": a.view["members"],
+                  "lost": [c["lost"] for c in a.view_changes], "model": flat.tolist()}))
+a.close()
+""")
+    assert job.codes[2] == -9, job.err[2]
+    models = []
+    for r in (0, 1, 3):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["done"] and res["steps"] == 150, res
+        assert res["view"] == [0, 1, 3], res
+        assert res["lost"] == [[2]], res
+        models.append(res["model"])
+    assert models[0] == models[1] == models[2]
+    w = [i / 8 for i in range(8)]
+    assert max(abs(m - t) for m, t in zip(models[0][:8], w)) < 0.1, models[0]

@@ -81,50 +81,72 @@ void checkOptions(const LocalObjective& f, const AdmmOptions& o) {
 
 }  // namespace
 
+ConsensusAdmm::ConsensusAdmm(LocalObjective& f, const AdmmOptions& options) : f_(&f), options_(options) {
+  checkOptions(f, options);
+  const int d = f.dimension();
+  state_.x = Eigen::VectorXd::Zero(d);
+  state_.lambda = Eigen::VectorXd::Zero(d);
+  state_.z = Eigen::VectorXd::Zero(d);
+}
+
+void ConsensusAdmm::setState(const State& state) {
+  const auto d = static_cast<Eigen::Index>(f_->dimension());
+  GOSSAMER_ENFORCE(state.x.size() == d && state.lambda.size() == d && state.z.size() == d,
+                   "ADMM state of dimension " << state.x.size() << ", expected " << d);
+  state_ = state;
+}
+
+void ConsensusAdmm::setObjective(LocalObjective& f) {
+  GOSSAMER_ENFORCE(f.dimension() == f_->dimension(),
+                   "objective of dimension " << f.dimension() << ", expected " << f_->dimension());
+  f_ = &f;
+}
+
+AdmmIteration ConsensusAdmm::iterate(Communicator& comm) {
+  const AdmmOptions& o = options_;
+  State& s = state_;
+  const double n = comm.worldSize();
+  AugmentedObjective sub(*f_, s.lambda, s.z, o.rho);
+  auto t0 = std::chrono::steady_clock::now();
+  const NewtonCgResult solved = minimizeNewtonCg(sub, s.x, o.solver);  // (6a)
+  s.x = solved.x;
+  Eigen::VectorXd w = s.x + s.lambda / o.rho;  // (7)
+  const double updateSeconds = secondsSince(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  comm.allreduce(std::span<double>(w.data(), static_cast<std::size_t>(w.size())), ReduceOp::kSum);
+  s.z = w / n;  // (6b)
+  const double syncSeconds = secondsSince(t0);
+
+  s.lambda += o.rho * (s.x - s.z);  // (6c)
+
+  double sums[3] = {f_->value(s.z), (s.x - s.z).squaredNorm(), syncSeconds};
+  double maxima[2] = {updateSeconds, static_cast<double>(solved.iterations)};
+  comm.allreduce(std::span<double>(sums), ReduceOp::kSum);
+  comm.allreduce(std::span<double>(maxima), ReduceOp::kMax);
+  AdmmIteration it;
+  it.iteration = ++s.iterations;
+  it.objective = sums[0];
+  it.primalResidual = std::sqrt(sums[1]);
+  it.syncWaitSeconds = sums[2] / n;
+  it.updateSeconds = maxima[0];
+  it.solverIterations = static_cast<int>(maxima[1]);
+  if (o.referenceObjective)
+    it.relativeError = std::abs(it.objective - *o.referenceObjective) / *o.referenceObjective;  // (9)
+  s.converged = o.referenceObjective && o.tolerance > 0 && it.relativeError <= o.tolerance;
+  return it;
+}
+
 AdmmResult runAdmm(Communicator& comm, LocalObjective& f, const AdmmOptions& o,
                    const std::function<void(const AdmmIteration&)>& onIteration) {
-  checkOptions(f, o);
-  const int d = f.dimension();
-  const double n = comm.worldSize();
-  Eigen::VectorXd x = Eigen::VectorXd::Zero(d), lambda = Eigen::VectorXd::Zero(d);
+  ConsensusAdmm admm(f, o);
   AdmmResult res;
-  res.z = Eigen::VectorXd::Zero(d);
-  Eigen::VectorXd w(d);
-  AugmentedObjective sub(f, lambda, res.z, o.rho);
-  for (int k = 0; k < o.maxIterations; ++k) {
-    auto t0 = std::chrono::steady_clock::now();
-    const NewtonCgResult solved = minimizeNewtonCg(sub, x, o.solver);  // (6a)
-    x = solved.x;
-    w = x + lambda / o.rho;  // (7)
-    const double updateSeconds = secondsSince(t0);
-
-    t0 = std::chrono::steady_clock::now();
-    comm.allreduce(std::span<double>(w.data(), static_cast<std::size_t>(d)), ReduceOp::kSum);
-    res.z = w / n;  // (6b)
-    const double syncSeconds = secondsSince(t0);
-
-    lambda += o.rho * (x - res.z);  // (6c)
-
-    double sums[3] = {f.value(res.z), (x - res.z).squaredNorm(), syncSeconds};
-    double maxima[2] = {updateSeconds, static_cast<double>(solved.iterations)};
-    comm.allreduce(std::span<double>(sums), ReduceOp::kSum);
-    comm.allreduce(std::span<double>(maxima), ReduceOp::kMax);
-    AdmmIteration it;
-    it.iteration = k + 1;
-    it.objective = sums[0];
-    it.primalResidual = std::sqrt(sums[1]);
-    it.syncWaitSeconds = sums[2] / n;
-    it.updateSeconds = maxima[0];
-    it.solverIterations = static_cast<int>(maxima[1]);
-    if (o.referenceObjective)
-      it.relativeError = std::abs(it.objective - *o.referenceObjective) / *o.referenceObjective;  // (9)
-    res.history.push_back(it);
-    if (onIteration) onIteration(it);
-    if (o.referenceObjective && o.tolerance > 0 && it.relativeError <= o.tolerance) {
-      res.converged = true;
-      break;
-    }
+  for (int k = 0; k < o.maxIterations && !admm.converged(); ++k) {
+    res.history.push_back(admm.iterate(comm));
+    if (onIteration) onIteration(res.history.back());
   }
+  res.z = admm.z();
+  res.converged = admm.converged();
   return res;
 }
 

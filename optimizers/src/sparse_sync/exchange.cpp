@@ -31,7 +31,8 @@
 //                    gradients), then row <- row - rate sum.
 //                 Bytes sent by r: 8 width (sum_{j != owner} |F^R_{r,m} in
 //                 j's range| + sum_{j != r} |F^D(r, j, m)|).
-//   gather()      one alltoallv of each owner's range to every rank.
+//   gather()      one alltoallv of each owner's range to every rank (after
+//                 the last round, or between rounds: a commit of the table).
 // The sums run over the touching ranks in rank order from +0.0; a dense sum
 // over all N ranks in rank order adds +0.0 for the others, which changes no
 // bit (a sum that starts at +0.0 is never -0.0), so the table equals dense
@@ -208,7 +209,7 @@ SparseExchange::SparseExchange(Transport& transport, const TouchedFeatures& touc
 
 void SparseExchange::exchange(std::span<const double> send, const std::vector<std::size_t>& sendCounts,
                               std::span<double> recv, const std::vector<std::size_t>& recvCounts) {
-  CollectiveOptions options(sequence_ + next_, timeout_);
+  CollectiveOptions options(sequence_ + collectives_++, timeout_);
   alltoallv<double>(transport_, send, sendCounts, recv, recvCounts, options);
 }
 
@@ -303,7 +304,7 @@ void SparseExchange::reduce(std::size_t m, std::span<const double> grads, double
 }
 
 std::vector<double> SparseExchange::gather() {
-  GOSSAMER_ENFORCE(next_ == 2 * rounds_.size(), "sparse exchange: gather before the last round's reduce");
+  GOSSAMER_ENFORCE(next_ % 2 == 0, "sparse exchange: gather between a round's broadcast and its reduce");
   const std::size_t n = bounds_.size() - 1;
   std::vector<std::size_t> sendCounts(n, owned_.size()), recvCounts(n);
   for (std::size_t j = 0; j < n; ++j) recvCounts[j] = (bounds_[j + 1] - bounds_[j]) * width_;

@@ -24,6 +24,25 @@
 namespace gossamer {
 
 class Registry;
+class Membership;
+
+/// What the transport services of one Agent offer it besides the transport
+/// they return, filled while they wrap it and read by the Agent and its
+/// Session: the handle of a membership service. The Agent finds the
+/// capability here, whatever the order in which services were registered or
+/// wrap each other.
+class ServiceCapabilities {
+ public:
+  /// Offers the membership handle; `membership` must live as long as the
+  /// transport the service returned.
+  /// @throws InvalidArgument if another service offered one already.
+  void offerMembership(Membership& membership);
+  /// The membership handle, or null when no service offered one.
+  Membership* membership() const noexcept { return membership_; }
+
+ private:
+  Membership* membership_ = nullptr;
+};
 
 /// What a transport factory gets. `registry` is the one the factory was
 /// found in (Agent sets it), so that a transport made of other transports
@@ -35,6 +54,9 @@ struct TransportContext {
   const Registry* registry = nullptr;
   /// The Agent's run metrics (records, per-peer counters), or null outside an Agent.
   Metrics* metrics = nullptr;
+  /// Where a transport service offers capabilities (a membership handle) to
+  /// the Agent; null outside an Agent.
+  ServiceCapabilities* capabilities = nullptr;
 };
 
 /// What an optimizer factory gets. `tensorSizes` are the element counts of the
@@ -91,9 +113,11 @@ using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(con
 /// the inner optimizer would exchange.
 using CompressorFactory = std::function<std::unique_ptr<DistributedOptimizer>(
     const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner)>;
-/// A service that sits on the transport (fault injection; later security,
+/// A service that sits on the transport (fault injection, stall reports,
 /// membership): it gets the transport built so far and returns the one the
-/// Agent uses, the same one when its section of the config leaves it off.
+/// Agent uses, the same one when its section of the config leaves it off. A
+/// service with a capability of its own offers it through
+/// TransportContext::capabilities.
 using TransportWrapper =
     std::function<std::unique_ptr<Transport>(const TransportContext&, std::unique_ptr<Transport> inner)>;
 

@@ -1,11 +1,13 @@
 // The SDK's own configuration keys: the top level, the network settings every
 // transport shares, the four component selectors and `run:`. The
 // collectives' keys are declared by the collectives (collectives/keys.cpp),
-// `network:` and `security:` by their own files; every key is read with
-// Config::get like a component's.
+// `checkpoint:` by the Session (elastic/checkpoints.cpp), `network:` and
+// `security:` by their own files; every key is read with Config::get like a
+// component's.
 #include <string>
 
 #include "collectives/keys.hpp"
+#include "elastic/checkpoint_settings.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/defaults.hpp"
 #include "gossamer/kit/network.hpp"
@@ -69,6 +71,7 @@ void addCoreKeys(ConfigSchema& schema) {
   addSelectors(schema);
   addCollectiveKeys(schema);
   addRunKeys(schema);
+  addCheckpointKeys(schema);
   addSecurityKeys(schema);
   addNetworkKeys(schema);
 }

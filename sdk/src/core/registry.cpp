@@ -31,6 +31,11 @@ std::vector<std::string> names(const std::map<std::string, F>& m) {
 }
 }  // namespace
 
+void ServiceCapabilities::offerMembership(Membership& membership) {
+  GOSSAMER_ENFORCE(membership_ == nullptr, "two transport services offer a membership handle");
+  membership_ = &membership;
+}
+
 std::string transportHost(const TransportContext& ctx) {
   const std::string& host = ctx.config.get<std::string>("transport.host");
   if (host != "auto") return host;

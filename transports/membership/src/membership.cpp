@@ -340,7 +340,7 @@ class MembershipTransport final : public Transport, public Membership {
   ViewChanged revokedError() const {
     return ViewChanged(firstSuspect_, "rank " + std::to_string(self_) + ": view " +
                                           std::to_string(view_.number) + " was revoked (" + revokeReason_ +
-                                          "); recover with Agent::recover()");
+                                          "); recover with Session::recover()");
   }
   // Registers a receive posted through the view, for revokeLocked to fail.
   // `revocations` is revocations_ when the receive was checked against
@@ -800,21 +800,23 @@ class MembershipTransport final : public Transport, public Membership {
 
 }  // namespace
 
-std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
+Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
   GOSSAMER_ENFORCE(inner != nullptr, "no transport to wrap");
   GOSSAMER_ENFORCE(o.heartbeatSeconds > 0, "heartbeat " << o.heartbeatSeconds << " s");
   GOSSAMER_ENFORCE(
       o.suspectSeconds > o.heartbeatSeconds,
       "suspect_seconds " << o.suspectSeconds << " must exceed heartbeat_seconds " << o.heartbeatSeconds);
   GOSSAMER_ENFORCE(o.agreementSeconds >= 0, "agreement " << o.agreementSeconds << " s");
-  return std::make_unique<MembershipTransport>(std::move(inner), o);
+  auto transport = std::make_unique<MembershipTransport>(std::move(inner), o);
+  Membership* handle = transport.get();
+  return {std::move(transport), handle};
 }
 
 void registerWith(Registry& registry) {
   registry.addTransportService(
       "membership",
       "failure detector and agreed membership views: survivors of a dead or silent peer go on "
-      "(Agent::recover)",
+      "(Session::recover)",
       KeySet()
           .boolean("enabled", true,
                    "run the membership service (heartbeats, views, recovery; false: a dead peer is a "
@@ -845,7 +847,9 @@ void registerWith(Registry& registry) {
           throw ConfigError(
               c.sourceFile, 0, "membership.suspect_seconds",
               "must exceed membership.heartbeat_seconds (" + std::to_string(o.heartbeatSeconds) + " s)");
-        return wrap(std::move(inner), o);
+        Service service = wrap(std::move(inner), o);
+        if (ctx.capabilities != nullptr) ctx.capabilities->offerMembership(*service.membership);
+        return std::move(service.transport);
       });
 }
 

@@ -112,29 +112,70 @@ struct AdmmResult {
   bool converged = false;              ///< stopped by the f_rerr tolerance
 };
 
-/// Consensus ADMM over the ranks of `comm` (paper 000, Algorithm 2): from
-/// x_i = lambda_i = z = 0, each iteration
+/// One rank's consensus ADMM (paper 000, Algorithm 2), an iteration at a time:
+/// its x_i and lambda_i, and z, the consensus, the same on every rank. From
+/// x_i = lambda_i = z = 0, each iterate(comm)
 ///   1. x_i <- argmin_x f_i(x) + <lambda_i, x - z> + rho/2 ||x - z||^2 (Eq. 6a),
 ///      by minimizeNewtonCg from the previous x_i ("update" time);
 ///   2. w_i <- x_i + lambda_i / rho (Eq. 7);
 ///   3. w <- allreduce-sum of w_i with the communicator's algorithm (2D-TGA,
-///      ring, hierarchical, ...: comm.setOptions) and z <- w / N (Eq. 6b;
-///      "sync wait" time: the allreduce call, which includes waiting for the
-///      slowest rank's update);
+///      ring, hierarchical, ...: comm.setOptions) and z <- w / N, N the
+///      communicator's world size (Eq. 6b; "sync wait" time: the allreduce
+///      call, which includes waiting for the slowest rank's update);
 ///   4. lambda_i <- lambda_i + rho (x_i - z) (Eq. 6c);
 ///   5. monitoring, not timed: one sum-allreduce of [f_i(z), ||x_i - z||^2,
 ///      sync time] and one max-allreduce of [update time, Newton steps]
-///      (5 doubles), giving AdmmIteration; `onIteration`, if set, is called
-///      with it on every rank.
+///      (5 doubles), giving the AdmmIteration.
 /// On the wire per iteration: one allreduce of d float64 (8 d bytes of input
 /// per rank; the algorithm decides what travels) and two of 3 and 2 float64.
-/// Stops after maxIterations, or when f_rerr <= tolerance (the same decision
-/// on every rank: it is taken on allreduced values).
-/// Collective: every rank of comm calls it with the same options and the same
-/// dimension.
-/// @throws InvalidArgument for options out of range (rho <= 0, maxIterations
-///         < 1, tolerance < 0, referenceObjective <= 0 or not finite, solver
-///         options); TimeoutError, PeerFailure as the allreduce.
+/// Every rank of comm runs the same iterations with the same options and the
+/// same dimension. A rank's state (state(), setState()) is what a program
+/// keeps to return to an iteration after a view change (gossamer-admm).
+class ConsensusAdmm {
+ public:
+  /// x_i, lambda_i and z as one rank holds them (d doubles each).
+  struct State {
+    Eigen::VectorXd x, lambda, z;
+    int iterations = 0;      ///< Iterations done.
+    bool converged = false;  ///< The last one's f_rerr reached the tolerance.
+  };
+
+  /// `f` (this rank's f_i) must outlive the object (or be replaced by
+  /// setObjective).
+  /// @throws InvalidArgument for options out of range (rho <= 0, maxIterations
+  ///         < 1, tolerance < 0, referenceObjective <= 0 or not finite, solver
+  ///         options) or f.dimension() < 1.
+  ConsensusAdmm(LocalObjective& f, const AdmmOptions& options);
+
+  /// One iteration over `comm` (steps 1-5); returns its record, the same on
+  /// every rank. @throws TimeoutError, PeerFailure as the allreduce.
+  AdmmIteration iterate(Communicator& comm);
+  /// Whether the last iteration's f_rerr (Eq. 9) is <= tolerance (with a
+  /// reference objective and a tolerance > 0): decided alike on every rank.
+  bool converged() const { return state_.converged; }
+  /// The consensus model z, d doubles.
+  const Eigen::VectorXd& z() const { return state_.z; }
+  /// This rank's state, to return to later.
+  const State& state() const { return state_; }
+  /// Returns to a state of the same dimension. @throws InvalidArgument otherwise.
+  void setState(const State& state);
+  /// Replaces f_i (same dimension), e.g. after a view change.
+  /// @throws InvalidArgument for another dimension.
+  void setObjective(LocalObjective& f);
+
+ private:
+  LocalObjective* f_;
+  AdmmOptions options_;
+  State state_;
+};
+
+/// Consensus ADMM over the ranks of `comm` (paper 000, Algorithm 2): the
+/// iterations of ConsensusAdmm until maxIterations, or until f_rerr <=
+/// tolerance (the same decision on every rank: it is taken on allreduced
+/// values); `onIteration`, if set, is called with each iteration's record on
+/// every rank. Collective: every rank of comm calls it with the same options
+/// and the same dimension.
+/// @throws InvalidArgument as ConsensusAdmm; TimeoutError, PeerFailure as the allreduce.
 AdmmResult runAdmm(Communicator& comm, LocalObjective& f, const AdmmOptions& options,
                    const std::function<void(const AdmmIteration&)>& onIteration = {});
 

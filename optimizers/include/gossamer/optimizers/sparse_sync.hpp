@@ -215,8 +215,8 @@ class SparseExchange {
   /// @param width       values per feature, >= 1
   /// @param initial     d x width: the initial table, the same on every rank
   /// @param timeoutSeconds bound on every wait, > 0
-  /// @param sequence    first collective sequence number to use (2 per round
-  ///                    and 1 for gather() are taken from it)
+  /// @param sequence    first collective sequence number to use (each
+  ///                    alltoallv takes the next: 2 per round, 1 per gather())
   /// @throws InvalidArgument as checkTouched / checkRanges, for a world size
   ///         other than N, a schedule of other shape, width 0, an initial
   ///         table of other size, a feature >= d, or timeout <= 0.
@@ -243,8 +243,14 @@ class SparseExchange {
   ///         that is not finite; transport errors as broadcast.
   void reduce(std::size_t m, std::span<const double> grads, double rate, std::span<double> params);
 
-  /// After the last round: the final table, assembled from the owners'
-  /// reference rows, on every rank (d x width). @throws as broadcast.
+  /// The owners' reference rows, assembled on every rank (d x width):
+  /// after the last round, the final table; between a round's reduce and the
+  /// next one's broadcast, the table so far with existingSchedule (its owners
+  /// update every row each round), but not with planDirectTransmission's
+  /// schedules, whose rows travel between ranks and reach their owners by
+  /// the last round. Changes nothing the rounds after it compute. Collective.
+  /// @throws InvalidArgument between a round's broadcast and its reduce;
+  ///         transport errors as broadcast.
   std::vector<double> gather();
 
   /// Elements sent and seconds spent so far by this rank.
@@ -262,7 +268,8 @@ class SparseExchange {
   std::vector<double> owned_, sum_, sendBuf_, recvBuf_;
   double timeout_;
   std::uint64_t sequence_;
-  std::size_t next_ = 0;  // 2 m: broadcast of m next; 2 m + 1: reduce of m next
+  std::size_t next_ = 0;         // 2 m: broadcast of m next; 2 m + 1: reduce of m next
+  std::uint64_t collectives_ = 0;  // alltoallvs so far: the next one's sequence is sequence_ + this
   ExchangeStats stats_;
 };
 

@@ -14,7 +14,7 @@
 //      revokes its view: pending receives through it fail with ViewChanged.
 //      Every rank that hears a suspicion does the same, so all survivors
 //      stop using the view within one message delay.
-//   2. Each survivor, from Agent::recover (at its own step boundary or inside
+//   2. Each survivor, from Session::recover (at its own step boundary or inside
 //      the step that failed), sends every member a state message with the
 //      steps it completed.
 //   3. The coordinator, once every member it does not suspect reported,
@@ -89,16 +89,23 @@ struct MembershipOptions {
   bool restarted = false;
 };
 
+/// The membership service over a transport: `transport` is the current view
+/// (rank() and worldSize() are the view's), `membership` its handle (the
+/// same object, valid as long as `transport` lives).
+struct Service {
+  std::unique_ptr<Transport> transport;
+  Membership* membership = nullptr;
+};
+
 /// Wraps `inner` (whose ranks are the job's global ranks) in the membership
-/// service: the returned Transport is the current view (rank() and
-/// worldSize() are the view's) and implements Membership. Starts a
-/// background thread (heartbeats and control messages), joined by close(),
-/// abort() and the destructor.
+/// service. Starts a background thread (heartbeats and control messages),
+/// joined by close(), abort() and the destructor.
 /// @throws InvalidArgument for a null transport or bad options.
-std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const MembershipOptions& options);
+Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& options);
 
 /// Registers the `membership:` section (enabled, heartbeat_seconds,
-/// suspect_seconds, agreement_seconds) as a transport service.
+/// suspect_seconds, agreement_seconds, rejoin, restarted) as a transport
+/// service that offers its handle to the Agent (ServiceCapabilities).
 void registerWith(Registry& registry);
 
 }  // namespace gossamer::membership

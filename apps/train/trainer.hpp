@@ -1,4 +1,4 @@
-// The main job's per-rank training loop (examples/train/main.cpp drives it).
+// The main job's per-rank training loop (apps/train/main.cpp drives it).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@ struct EpochMetrics {
   double messagesSentPerPeer = 0;  ///< Training messages sent, mean over ranks, cumulative.
   double seconds = 0;              ///< Wall time of the epoch (training + evaluation), seconds.
   int survivors = 0;               ///< Ranks in the view at the end of the epoch.
+  bool stop = false;               ///< A rank saw training.stop_file: the run ends after this epoch.
 };
 
 /// What a finished run reports (rank 0's view).
@@ -74,6 +75,8 @@ struct TrainSummary {
   std::vector<std::uint64_t> rejoinedAtStep;
   /// The step the run resumed from (checkpoint.resume), or -1.
   std::int64_t resumedFromStep = -1;
+  /// The epoch after which training.stop_file stopped the run, or -1.
+  int stoppedAtEpoch = -1;
   /// CRC-32C of each rank's final model (float32 bytes), -1 for ranks lost.
   std::vector<double> modelCrcByRank;
   /// The run directory (run.dir) holding every rank's metrics, empty when

@@ -47,15 +47,10 @@ void registerTrainSections(gossamer::Registry& registry) {
                    "straggler emulation: this rank sleeps after each step (-1 = none)")
           .real("straggler_delay_seconds", d.training.stragglerDelaySeconds, {0.0, true, kUnbounded, false},
                 "the straggler's sleep after each step, seconds")
+          .text("stop_file", d.training.stopFile, {},
+                "when this file exists, every rank stops after the epoch in whose evaluation one of them "
+                "saw it, before training.epochs (empty: never)")
           .rule(checkStraggler));
-  registry.addSection(
-      "checkpoint", "Each rank's state saved atomically, to resume an interrupted run bit for bit.",
-      KeySet()
-          .integer("every_steps", d.checkpoint.everySteps, 0, INT_MAX,
-                   "save every N steps (0 = never); every rank at the same step")
-          .text("dir", d.checkpoint.dir, {}, "folder of the files rank-R-step-S.ckpt (the last two are kept)")
-          .boolean("resume", d.checkpoint.resume,
-                   "start from the newest step for which every rank has a checkpoint (none: from scratch)"));
 }
 
 TrainConfig trainConfigFrom(const gossamer::Config& c) {
@@ -73,12 +68,7 @@ TrainConfig trainConfigFrom(const gossamer::Config& c) {
   t.training.learningRate = c.getOr("training.learning_rate", t.training.learningRate);
   t.training.stragglerRank = c.get<int>("training.straggler_rank");
   t.training.stragglerDelaySeconds = c.get<double>("training.straggler_delay_seconds");
-  t.checkpoint.everySteps = c.get<int>("checkpoint.every_steps");
-  t.checkpoint.dir = c.get<std::string>("checkpoint.dir");
-  t.checkpoint.resume = c.get<bool>("checkpoint.resume");
-  if ((t.checkpoint.everySteps > 0 || t.checkpoint.resume) && t.checkpoint.dir.empty())
-    throw gossamer::ConfigError(c.sourceFile, 0, "checkpoint.dir",
-                                "checkpoint.every_steps or checkpoint.resume needs a folder");
+  t.training.stopFile = c.get<std::string>("training.stop_file");
   return t;
 }
 

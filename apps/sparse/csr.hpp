@@ -1,4 +1,4 @@
-// The sparse data types of the examples/sparse models: a CSR matrix of
+// The sparse data types of the apps/sparse models: a CSR matrix of
 // samples, its labels, and row ranges. The samples D_i of L2-regularised
 // logistic regression (paper 000, 000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8)
 // and the samples x of the factorization machine (paper 001,

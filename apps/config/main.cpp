@@ -1,5 +1,7 @@
-// gossamer-config: the configuration reference and checker of gossamer-train's
-// configs, generated from the registered components (nothing here lists a key).
+// gossamer-config: the configuration reference and checker of every program's
+// configs (gossamer-train, gossamer-sparse, gossamer-admm), generated from one
+// registry of the built-in components and every program's sections (nothing
+// here lists a key).
 //
 //   gossamer-config --schema             every section and key, as text
 //   gossamer-config --schema --markdown  the same as Markdown (README's reference)
@@ -13,9 +15,21 @@
 #include <vector>
 
 #include "admm_config.hpp"
+#include "components.hpp"
 #include "gossamer/errors.hpp"
+#include "sparse_trainer.hpp"
 
 namespace {
+
+/// The built-in components and the sections of gossamer-train (`model:`,
+/// `data:`, `training:`), gossamer-admm (`admm:`) and gossamer-sparse
+/// (`sparse:`): a config of any of them loads against it.
+gossamer::Registry programsRegistry() {
+  gossamer::Registry registry = gossamer::train::makeTrainRegistry();
+  gossamer::sparse::registerAdmmSection(registry);
+  gossamer::sparse::registerSparseSection(registry);
+  return registry;
+}
 
 /// The reference as plain text: one line per key.
 std::string plainSchema(const gossamer::ConfigSchema& schema) {
@@ -36,7 +50,7 @@ std::string plainSchema(const gossamer::ConfigSchema& schema) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gossamer-config: reference and checker of gossamer-train's YAML configs"};
+  CLI::App app{"gossamer-config: reference and checker of the YAML configs of gossamer-train, -sparse and -admm"};
   bool schema = false, markdown = false;
   std::vector<std::string> check;
   app.add_flag("--schema", schema, "print every registered section and key with its default and meaning");
@@ -48,8 +62,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    // gossamer-train's sections and gossamer-admm's (docs/admm.md).
-    const gossamer::Registry registry = gossamer::sparse::makeAdmmRegistry();
+    const gossamer::Registry registry = programsRegistry();
     if (schema) {
       const std::string text = markdown ? registry.schema().markdown() : plainSchema(registry.schema());
       std::fputs(text.c_str(), stdout);

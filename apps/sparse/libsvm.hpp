@@ -13,7 +13,7 @@
 
 namespace gossamer::sparse {
 
-/// A malformed LIBSVM file: a DataError (examples/train/dataset.hpp) that also
+/// A malformed LIBSVM file: a DataError (apps/train/dataset.hpp) that also
 /// knows the 1-based line and column of the problem.
 ///
 /// `file()` is the name given to the reader, `offset()` the byte offset of the

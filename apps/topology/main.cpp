@@ -61,7 +61,7 @@ struct Analysed {
 };
 
 // Element counts of the model's tensors (weights, bias per layer), as
-// Model::tensorSizes in examples/train.
+// Model::tensorSizes in apps/train.
 std::vector<std::size_t> mlpTensorSizes(const gossamer::train::ModelConfig& m) {
   std::vector<int> widths{kInputs};
   if (m.kind != "softmax") widths.insert(widths.end(), m.hidden.begin(), m.hidden.end());

@@ -38,15 +38,9 @@ struct TrainingConfig {
   /// after each local step. -1 = none.
   int stragglerRank = -1;
   double stragglerDelaySeconds = 0.0;  ///< >= 0.
-};
-
-/// `checkpoint:`: each rank's state (model, optimizer, step, sampler) saved
-/// atomically every `everySteps` steps to `dir`/rank-R-step-S.ckpt (the last
-/// two kept), and resumed from with `resume`.
-struct CheckpointConfig {
-  int everySteps = 0;   ///< 0 = never.
-  std::string dir;      ///< Folder of the files (created if missing); needed when everySteps > 0 or resume.
-  bool resume = false;  ///< Start from the newest step every rank has a checkpoint for (none: from scratch).
+  /// A file whose existence stops the job after the epoch whose evaluation
+  /// sees it on some rank (every rank stops there); "" = never.
+  std::string stopFile;
 };
 
 /// Everything gossamer-train reads beyond the SDK's keys.
@@ -54,7 +48,6 @@ struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   TrainingConfig training;
-  CheckpointConfig checkpoint;
 };
 
 /// Declares `model:`, `data:` and the trainer's `training:` keys (with their

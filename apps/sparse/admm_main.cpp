@@ -2,18 +2,21 @@
 // logistic regression (paper 000, 000_a4345579c41fcb1d.txt, Algorithm 2,
 // Eqs. 6-9, Table 4; docs/admm.md).
 //
-//   gossamer-admm --config examples/sparse/admm-spam.yaml
+//   gossamer-admm --config examples/configs/sparse/admm-spam.yaml
 //       launches world_size ranks as processes on this machine;
 //   gossamer-admm --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
 //       runs one rank.
 //
 // Each rank reads the LIBSVM files, keeps its contiguous shard of the
 // training rows (partition.hpp shard()) and runs optimizers::runAdmm with
-// the allreduce of `collectives.allreduce`. Rank 0 first solves Eq. 8 on the
-// whole training set with the same Newton-CG solver (the reference optimum f*
-// of Eq. 9 and the central model) and broadcasts f* (one float64). Rank 0
-// prints one line per iteration (f_rerr, update and sync-wait seconds) and,
-// last, a one-line JSON summary (also written to --summary-json).
+// the allreduce of `collectives.allreduce`, its iterations as the rounds of a
+// gossamer::Session: with the membership service on, the survivors of a rank
+// that dies go back to the last iteration all of them completed and finish
+// over the view. Rank 0 first solves Eq. 8 on the whole training set with the
+// same Newton-CG solver (the reference optimum f* of Eq. 9 and the central
+// model) and broadcasts f*, the central accuracy and time (three float64). The lowest rank alive prints one
+// line per iteration (f_rerr, update and sync-wait seconds) and, last, a
+// one-line JSON summary (also written to --summary-json).
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -23,7 +26,7 @@
 
 #include "admm_config.hpp"
 #include "admm_objective.hpp"
-#include "gossamer/agent.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/admm.hpp"
 #include "gossamer/transports/zmq.hpp"
@@ -74,11 +77,119 @@ Central solveCentral(const sparse::AdmmConfig& a, const Data& data) {
   return {r.value, sparse::linearAccuracy(data.test, r.x), secondsSince(t0), r.iterations, r.gradientNorm};
 }
 
+// The ADMM iterations as a Session's lockstep rounds: one iteration a round.
+// With the membership service on, this rank commits its x_i, lambda_i and z
+// after every iteration; after a view change the survivors return to the
+// newest iteration every one of them completed and go on over the view (z
+// is then the survivors' consensus; the lost ranks' data leaves the
+// objective). The lowest rank of the view prints each iteration.
+class AdmmRounds final : public gossamer::RoundProgram {
+ public:
+  AdmmRounds(gossamer::Session& session, opt::LocalObjective& local, const opt::AdmmOptions& o)
+      : session_(session), admm_(local, o) {}
+  bool run(std::uint64_t) override {
+    auto& comm = session_.agent().communicator();
+    history_.push_back(admm_.iterate(comm));
+    if (comm.rank() == 0) {
+      const auto& it = history_.back();
+      std::printf("iter %3d  f_rerr %.3e  f %.8g  residual %.3e  update %.4f s  sync wait %.4f s  newton %d\n",
+                  it.iteration, it.relativeError, it.objective, it.primalResidual, it.updateSeconds,
+                  it.syncWaitSeconds, it.solverIterations);
+      std::fflush(stdout);
+    }
+    return !admm_.converged();
+  }
+  bool commit(std::uint64_t rounds) override {
+    if (!session_.elastic()) return false;  // nothing to return to without view changes
+    previous_ = std::move(newest_);
+    newest_ = {rounds, admm_.state(), history_.size()};
+    return true;
+  }
+  void restore(std::uint64_t rounds, const gossamer::ViewChange& change) override {
+    const Commit c = newest_.rounds == rounds ? newest_ : previous_;
+    admm_.setState(c.state);
+    history_.resize(c.history);
+    newest_ = previous_ = c;
+    if (session_.agent().communicator().rank() == 0) {
+      std::printf("view %llu: %zu ranks, back to iteration %llu\n",
+                  static_cast<unsigned long long>(change.view.number), change.view.members.size(),
+                  static_cast<unsigned long long>(rounds));
+      std::fflush(stdout);
+    }
+  }
+  const opt::ConsensusAdmm& admm() const { return admm_; }
+  const std::vector<opt::AdmmIteration>& history() const { return history_; }
+
+ private:
+  struct Commit {
+    std::uint64_t rounds = 0;
+    opt::ConsensusAdmm::State state;
+    std::size_t history = 0;
+  };
+  gossamer::Session& session_;
+  opt::ConsensusAdmm admm_;
+  std::vector<opt::AdmmIteration> history_;
+  Commit newest_{0, admm_.state(), 0}, previous_ = newest_;
+};
+
+// The rank-0 summary of a run: the convergence curve, the times split as in
+// Table 4, the test accuracies, and the ranks the job lost on the way.
+nlohmann::json summaryOf(const Config& c, const sparse::AdmmConfig& a, const opt::AdmmOptions& o,
+                         const Data& data, const Central& central, const AdmmRounds& rounds,
+                         gossamer::Session& session, double seconds) {
+  auto& comm = session.agent().communicator();
+  nlohmann::json curve = nlohmann::json::array();
+  double update = 0, sync = 0;
+  int toTolerance = -1;
+  for (const auto& it : rounds.history()) {
+    curve.push_back({{"iteration", it.iteration},
+                     {"f_rerr", it.relativeError},
+                     {"objective", it.objective},
+                     {"primal_residual", it.primalResidual},
+                     {"update_seconds", it.updateSeconds},
+                     {"sync_wait_seconds", it.syncWaitSeconds}});
+    update += it.updateSeconds;
+    sync += it.syncWaitSeconds;
+    if (toTolerance < 0 && it.relativeError <= 1e-3) toTolerance = it.iteration;
+  }
+  const double iters = static_cast<double>(rounds.history().size());
+  std::vector<int> lost;
+  for (const auto& change : session.viewChanges()) lost.insert(lost.end(), change.lost.begin(), change.lost.end());
+  return {{"program", "gossamer-admm"},
+          {"allreduce_algorithm", gossamer::toString(comm.options().algorithm)},
+          {"transport", c.get<std::string>("transport.kind")},
+          {"world_size", c.worldSize()},
+          {"survivors", session.view().members},
+          {"lost", lost},
+          {"rho", o.rho},
+          {"features", rounds.admm().z().size()},
+          {"train_rows", data.train.rows()},
+          {"test_rows", data.test.rows()},
+          {"iterations", rounds.history().size()},
+          {"converged", rounds.admm().converged()},
+          {"tolerance", o.tolerance},
+          {"iterations_to_1e-3", toTolerance < 0 ? nlohmann::json(nullptr) : nlohmann::json(toTolerance)},
+          {"final_f_rerr", rounds.history().back().relativeError},
+          {"update_seconds", update},  // the totals, as paper 000's Table 4
+          {"sync_wait_seconds", sync},
+          {"update_seconds_per_iteration", update / iters},
+          {"sync_wait_seconds_per_iteration", sync / iters},
+          {"seconds", seconds},
+          {"reference_objective", central.objective},
+          {"test_accuracy", sparse::linearAccuracy(data.test, rounds.admm().z())},
+          {"central_test_accuracy", central.testAccuracy},
+          {"central_seconds", central.seconds},
+          {"curve", curve}};
+}
+
+// One rank: its shard, the central reference on rank 0, then the ADMM
+// iterations over the Session. Returns the summary on the lowest rank of the
+// last view, null elsewhere.
 nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::Store& store,
                        const gossamer::Registry& registry) {
   const sparse::AdmmConfig a = sparse::admmConfigFrom(c);
-  gossamer::Agent agent(c, rank, store, registry);
-  auto& comm = agent.communicator();
+  gossamer::Session session(c, rank, store, registry);
+  auto& comm = session.agent().communicator();
   const int n = comm.worldSize();
   const sparse::SparseDataset shard = sparse::shard(data.train, rank, n);
   sparse::LogisticObjective local(shard, a.l2 / n);
@@ -91,64 +202,28 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
                 central.seconds);
     std::fflush(stdout);
   }
-  double fStar = central.objective;
-  comm.broadcast(std::span<double>(&fStar, 1), 0);
+  // f*, and the central model's accuracy and time for whichever rank writes the summary.
+  double reference[3] = {central.objective, central.testAccuracy, central.seconds};
+  comm.broadcast(std::span<double>(reference, 3), 0);
+  central.objective = reference[0];
+  central.testAccuracy = reference[1];
+  central.seconds = reference[2];
 
   opt::AdmmOptions o = a.admm;
-  o.referenceObjective = fStar;
+  o.referenceObjective = central.objective;
   if (rank == 0)
     std::printf("admm: %d ranks, allreduce %s, rho %g, d %d, %d training rows (%d on rank 0)\n", n,
                 gossamer::toString(comm.options().algorithm), o.rho, local.dimension(), data.train.rows(),
                 shard.rows());
   const auto t0 = std::chrono::steady_clock::now();
-  const auto result = opt::runAdmm(comm, local, o, [&](const opt::AdmmIteration& it) {
-    if (rank != 0) return;
-    std::printf("iter %3d  f_rerr %.3e  f %.8g  residual %.3e  update %.4f s  sync wait %.4f s  newton %d\n",
-                it.iteration, it.relativeError, it.objective, it.primalResidual, it.updateSeconds,
-                it.syncWaitSeconds, it.solverIterations);
-    std::fflush(stdout);
-  });
+  AdmmRounds rounds(session, local, o);
+  session.runRounds(static_cast<std::uint64_t>(o.maxIterations), rounds);
   const double seconds = secondsSince(t0);
-  if (rank != 0) return {};
-
-  nlohmann::json curve = nlohmann::json::array();
-  double update = 0, sync = 0;
-  int toTolerance = -1;
-  for (const auto& it : result.history) {
-    curve.push_back({{"iteration", it.iteration},
-                     {"f_rerr", it.relativeError},
-                     {"objective", it.objective},
-                     {"primal_residual", it.primalResidual},
-                     {"update_seconds", it.updateSeconds},
-                     {"sync_wait_seconds", it.syncWaitSeconds}});
-    update += it.updateSeconds;
-    sync += it.syncWaitSeconds;
-    if (toTolerance < 0 && it.relativeError <= 1e-3) toTolerance = it.iteration;
-  }
-  const double iters = static_cast<double>(result.history.size());
-  return {{"program", "gossamer-admm"},
-          {"allreduce_algorithm", gossamer::toString(comm.options().algorithm)},
-          {"transport", c.get<std::string>("transport.kind")},
-          {"world_size", n},
-          {"rho", o.rho},
-          {"features", local.dimension()},
-          {"train_rows", data.train.rows()},
-          {"test_rows", data.test.rows()},
-          {"iterations", result.history.size()},
-          {"converged", result.converged},
-          {"tolerance", o.tolerance},
-          {"iterations_to_1e-3", toTolerance < 0 ? nlohmann::json(nullptr) : nlohmann::json(toTolerance)},
-          {"final_f_rerr", result.history.back().relativeError},
-          {"update_seconds", update},  // the totals, as paper 000's Table 4
-          {"sync_wait_seconds", sync},
-          {"update_seconds_per_iteration", update / iters},
-          {"sync_wait_seconds_per_iteration", sync / iters},
-          {"seconds", seconds},
-          {"reference_objective", central.objective},
-          {"test_accuracy", sparse::linearAccuracy(data.test, result.z)},
-          {"central_test_accuracy", central.testAccuracy},
-          {"central_seconds", central.seconds},
-          {"curve", curve}};
+  nlohmann::json summary;
+  if (session.agent().communicator().rank() == 0)
+    summary = summaryOf(c, a, o, data, central, rounds, session, seconds);
+  session.close();
+  return summary;
 }
 
 void emitSummary(const nlohmann::json& summary, const std::string& path) {
@@ -190,7 +265,7 @@ int main(int argc, char** argv) {
       const Data data = loadData(sparse::admmConfigFrom(c));
       gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
       const auto summary = runRank(c, rank, data, rv.store(), registry);
-      if (rank == 0) emitSummary(summary, summaryPath);
+      if (!summary.is_null()) emitSummary(summary, summaryPath);
       return 0;
     }
     if (c.get<std::string>("transport.kind") == "inproc")

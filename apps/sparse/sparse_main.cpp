@@ -3,7 +3,7 @@
 // dense allreduce, the existing sparse reduce + broadcast, or direct
 // transmission (paper 001_0e82f64010384eaf.txt; docs/sparse-sync.md).
 //
-//   gossamer-sparse --config examples/sparse/sparse-sync.yaml [--set sparse.method=existing]
+//   gossamer-sparse --config examples/configs/sparse/sparse-sync.yaml [--set sparse.method=existing]
 //       launches world_size ranks as processes on this machine;
 //   gossamer-sparse --config x.yaml --rank R --rendezvous DIR|tcp://HOST:PORT
 //       runs one rank.

@@ -1,7 +1,7 @@
 // gossamer-sparse's training: mini-batch SGD of logistic regression or a
 // factorization machine on sparse data, every rank on its shard, the ranks
-// synchronised every round by one of three methods (paper 001,
-// 001_0e82f64010384eaf.txt, Algorithm 1 and Sections IV-V):
+// synchronised every round by one of three methods (Yokoyama and Araki's
+// sparse synchronisation, Algorithm 1 and Sections IV-V):
 //   dense     allreduce of the full gradient vector (d x width float64)
 //   existing  SparseExchange over existingSchedule: reduce of the touched
 //             rows to their owners and broadcast back, keys omitted
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gossamer/config.hpp"
 #include "gossamer/registry.hpp"
@@ -47,17 +48,24 @@ SparseTrainConfig sparseConfigFrom(const Config& config);
 struct SparseSummary {
   std::uint64_t elementsReduce = 0, elementsDirect = 0, elementsBroadcast = 0;
   double epochSeconds = 0, reduceSeconds = 0, broadcastSeconds = 0, computeSeconds = 0;
-  double planSeconds = 0;  ///< building the schedule and the exchange, once
+  double planSeconds = 0;    ///< building the schedule and the exchange (again after a view change)
+  double commitSeconds = 0;  ///< the end-of-epoch commits (elastic runs), in all; not in epochSeconds
   std::size_t roundsPerEpoch = 0;
   std::uint32_t crc = 0;  ///< crc32c of the final (d + 1) x width table's float64 bytes, bias row last
   double trainLoss = 0;   ///< mean of the ranks' batch losses over the last epoch
   double testAccuracy = -1;
-  bool writer = false;  ///< rank 0
+  bool writer = false;          ///< the lowest rank of the last view
+  std::vector<int> survivors;   ///< the ranks of the last view
+  std::vector<int> lost;        ///< the ranks lost on the way
 };
 
-/// Trains rank `rank` (see the file comment); collective over the job.
-/// @throws ConfigError, InvalidArgument, IoError for bad config or data;
-///         TimeoutError, PeerFailure from the transport.
+/// Trains rank `rank` (see the file comment) through a gossamer::Session:
+/// with the membership service on, the survivors of a rank that dies return
+/// to the newest epoch every one of them committed and finish over the view.
+/// Collective over the job.
+/// @throws ConfigError, InvalidArgument, IoError for bad config or data (and
+///         ConfigError for membership.rejoin, which round programs refuse);
+///         TimeoutError; PeerFailure without the membership service.
 SparseSummary runSparseRank(const Config& config, int rank, Store& store, const Registry& registry);
 
 /// One line of JSON with the config's identifying keys and the summary.

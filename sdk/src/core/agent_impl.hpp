@@ -1,0 +1,39 @@
+// What an Agent holds (agent.cpp), shared with the Session (elastic/), which
+// rebuilds the communicator, topology and optimizer over each new view.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gossamer/agent.hpp"
+
+namespace gossamer {
+
+struct Agent::Impl {
+  Config config;
+  const Registry* registry = nullptr;
+  int rank = 0;
+  std::unique_ptr<Metrics> metrics;  // before the transport: its services report into it
+  std::uint64_t viewNumber = 0;      // the view in force, for step records
+  std::unique_ptr<Transport> transport;
+  ServiceCapabilities capabilities;  // what the transport services offered (the membership handle)
+  Config viewConfig;                 // config with the view's world size and its islands
+  CollectiveOptions collectiveOptions;
+  std::unique_ptr<Communicator> communicator;
+  std::unique_ptr<Topology> topology;
+  std::unique_ptr<DistributedOptimizer> optimizer;  // makeOptimizer's, or the Session's
+
+  /// The membership handle, null when the service is off.
+  Membership* membership() const { return capabilities.membership(); }
+  /// The configured optimizer, wrapped by its compressor, over the current
+  /// view (communicator and topology), for a model of `tensorSizes`.
+  std::unique_ptr<DistributedOptimizer> createOptimizer(const std::vector<std::size_t>& tensorSizes) const;
+  /// `inner` with step records in the metrics (when run.metrics is on).
+  std::unique_ptr<DistributedOptimizer> metered(std::unique_ptr<DistributedOptimizer> inner);
+  /// Communicator and topology over the transport's current view (the
+  /// previous ones, and anything built over them, must be gone).
+  void rebuildOverView();
+};
+
+}  // namespace gossamer

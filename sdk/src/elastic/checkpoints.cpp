@@ -1,0 +1,128 @@
+// Session: checkpoints of a training run and the resume from them (the
+// `checkpoint:` section). Every rank saves its own state at the same steps,
+// rank-R-step-S.ckpt in checkpoint.dir (gossamer/checkpoint.hpp's atomic
+// files), and keeps its last two: a rank killed while writing still has the
+// one before. A resumed job starts from the newest step every rank has (one
+// allreduce of a float64); a process that replaces a failed rank of a running
+// job (membership.restarted) takes its own newest one and asks the job to
+// take it back. A checkpoint holds: the model (float32), the step, the job's
+// world size and seed, the epoch's loss sum so far, the view, the
+// optimizer's state ("optimizer." sections) and the application's
+// (TrainingPlan::saveState).
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "elastic/session_impl.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+
+namespace gossamer {
+
+namespace {
+
+std::string checkpointPath(const std::string& dir, int rank, std::uint64_t step) {
+  return dir + "/rank-" + std::to_string(rank) + "-step-" + std::to_string(step) + ".ckpt";
+}
+
+// The steps this rank has checkpoints for in `dir`, ascending.
+std::vector<std::uint64_t> checkpointSteps(const std::string& dir, int rank) {
+  std::vector<std::uint64_t> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  const std::regex name("rank-" + std::to_string(rank) + "-step-([0-9]+)\\.ckpt");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name)) out.push_back(std::stoull(m[1].str()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// checkpoint.every_steps and checkpoint.resume need checkpoint.dir.
+std::optional<ConfigIssue> dirWhenUsed(const Config& c) {
+  if (!c.get<std::string>("checkpoint.dir").empty()) return std::nullopt;
+  if (c.get<int>("checkpoint.every_steps") == 0 && !c.get<bool>("checkpoint.resume")) return std::nullopt;
+  return ConfigIssue{"checkpoint.dir", "checkpoint.every_steps or checkpoint.resume needs a folder"};
+}
+
+}  // namespace
+
+void detail::addCheckpointKeys(ConfigSchema& schema) {
+  const CheckpointSettings d;
+  schema.addSection("checkpoint",
+                    "Each rank's state saved atomically, to resume an interrupted run bit for bit (Session).");
+  schema.addKeys("checkpoint",
+                 KeySet()
+                     .integer("every_steps", static_cast<int>(d.everySteps), 0, INT_MAX,
+                              "save every N steps (0 = never); every rank at the same step")
+                     .text("dir", d.dir, {}, "folder of the files rank-R-step-S.ckpt (the last two are kept)")
+                     .boolean("resume", d.resume,
+                              "start from the newest step for which every rank has a checkpoint (none: from "
+                              "scratch)")
+                     .rule(dirWhenUsed));
+}
+
+CheckpointSettings detail::checkpointSettingsFrom(const Config& c) {
+  CheckpointSettings s;
+  s.everySteps = static_cast<std::uint64_t>(c.get<int>("checkpoint.every_steps"));
+  s.dir = c.get<std::string>("checkpoint.dir");
+  s.resume = c.get<bool>("checkpoint.resume");
+  return s;
+}
+
+void Session::Impl::save(std::uint64_t step) {
+  EpochLoop& l = *loop;
+  a.optimizer->flush(l.params);  // a consistent cut: nothing in flight
+  Checkpoint c;
+  c.putArray<float>("model", l.params);
+  c.putValue<std::uint64_t>("step", step);
+  c.putValue<std::int32_t>("world_size", a.config.worldSize());
+  c.putValue<std::uint64_t>("seed", a.config.seed());
+  c.putValue<double>("epoch_loss_sum", l.lossSum);
+  c.putArray<int>("view", agent.view().members);
+  if (l.plan.saveState) l.plan.saveState(c);
+  a.optimizer->saveState(c, "optimizer.");
+  std::filesystem::create_directories(checkpoint.dir);
+  c.save(checkpointPath(checkpoint.dir, a.rank, step));
+  // Keep the last two.
+  const auto have = checkpointSteps(checkpoint.dir, a.rank);
+  for (std::size_t i = 0; i + 2 < have.size(); ++i)
+    std::filesystem::remove(checkpointPath(checkpoint.dir, a.rank, have[i]));
+}
+
+void Session::Impl::resume() {
+  EpochLoop& l = *loop;
+  const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");
+  if (!checkpoint.resume && !restarted) return;
+  const auto mine = checkpointSteps(checkpoint.dir, a.rank);
+  double newest = mine.empty() ? 1.0 : -static_cast<double>(mine.back());  // max of -x: the min of x
+  if (!restarted) a.communicator->allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
+  if (newest > 0) return;  // some rank has none: from scratch
+  const auto step = static_cast<std::uint64_t>(-newest);
+  GOSSAMER_ENFORCE(std::find(mine.begin(), mine.end(), step) != mine.end(),
+                   "rank " << a.rank << " has no checkpoint of step " << step << " in " << checkpoint.dir
+                           << ", the newest every rank has");
+  const Checkpoint c = Checkpoint::load(checkpointPath(checkpoint.dir, a.rank, step));
+  if (c.getValue<std::int32_t>("world_size") != a.config.worldSize() ||
+      c.getValue<std::uint64_t>("seed") != a.config.seed())
+    throw Error("checkpoint of step " + std::to_string(step) +
+                    " was written by a job of another world size or seed");
+  const auto saved = c.getArray<float>("model");
+  if (saved.size() != l.params.size())
+    throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
+                    std::to_string(l.params.size()));
+  std::copy(saved.begin(), saved.end(), l.params.begin());
+  if (l.plan.loadState) l.plan.loadState(c);
+  a.optimizer->loadState(c, "optimizer.");
+  l.lossSum = c.getValue<double>("epoch_loss_sum");
+  l.resumedFrom = static_cast<std::int64_t>(step);
+  if (restarted)
+    GOSSAMER_LOG(kWarning, "rank " << a.rank << " restarts from its checkpoint of step " << step
+                                   << " and asks the running job to take it back");
+}
+
+}  // namespace gossamer

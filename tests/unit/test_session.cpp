@@ -1,0 +1,255 @@
+// The Session (gossamer/session.hpp) on inproc threads: it finds the
+// membership service by the capability the service offers, so a transport
+// service of the application's own, registered after the built-ins and
+// wrapped around the membership service, leaves recovery working; its epoch
+// protocol trains every epoch over the survivors of a rank that stops; and
+// lockstep round programs roll back to the newest commit every survivor
+// holds and finish over the new view.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/session.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/faults.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/membership.hpp"
+#include "gossamer/transports/run.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+// An application's own transport service: forwards everything and counts
+// the messages this rank sends.
+class CountingTransport final : public Transport {
+ public:
+  CountingTransport(std::unique_ptr<Transport> inner, std::shared_ptr<std::atomic<long>> sent)
+      : inner_(std::move(inner)), sent_(std::move(sent)) {}
+  int rank() const override { return inner_->rank(); }
+  int worldSize() const override { return inner_->worldSize(); }
+  std::string name() const override { return "counting(" + inner_->name() + ")"; }
+  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    ++*sent_;
+    return inner_->isend(dst, tag, data, dtype);
+  }
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    ++*sent_;
+    return inner_->isendBorrowed(dst, tag, data, dtype, checksum);
+  }
+  TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    return inner_->irecv(sources, tag, buffer);
+  }
+  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
+    return inner_->irecvView(source, tag, buffer);
+  }
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return inner_->discardArrived(stale);
+  }
+  void close() override { inner_->close(); }
+  void abort() override { inner_->abort(); }
+  TransportStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::shared_ptr<std::atomic<long>> sent_;
+};
+
+// Every built-in service, then the application's `counting:` service after them.
+Registry registryWith(std::shared_ptr<inproc::Fabric> fabric, std::shared_ptr<std::atomic<long>> sent) {
+  Registry reg;
+  inproc::registerWith(reg, std::move(fabric));
+  faults::registerWith(reg);
+  run::registerWith(reg);
+  membership::registerWith(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  reg.addTransportService("counting", "an application's own service: counts the messages sent",
+                          KeySet().boolean("enabled", true, "count them"),
+                          [sent](const TransportContext& ctx, std::unique_ptr<Transport> inner) {
+                            if (!ctx.config.get<bool>("counting.enabled")) return inner;
+                            return std::unique_ptr<Transport>(
+                                std::make_unique<CountingTransport>(std::move(inner), sent));
+                          });
+  return reg;
+}
+
+std::string configText(int n, const std::string& algorithm) {
+  return "world_size: " + std::to_string(n) +
+         "\nseed: 5\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
+         "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\nrun:\n  metrics: false\ntopology:\n  kind: " +
+         std::string(algorithm == "allreduce_sgd" ? "ring" : "fair_roulette") + "\nalgorithm:\n  name: " +
+         algorithm + "\ntraining:\n  learning_rate: 0.1\n  momentum: 0\n";
+}
+
+}  // namespace
+
+TEST_CASE("session: a service registered after the built-ins leaves recovery to the membership service",
+          "[session][membership]") {
+  // 4 ranks train 6 epochs of 10 steps on f_r(x) = |x - r|^2 / 2, each epoch
+  // ending with an evaluation (an allreduce of the model); rank 2 stops at
+  // its 25th step. The application's service wraps the membership
+  // service's transport: the Session still finds the membership handle, and
+  // the survivors evaluate every epoch over {0, 1, 3}.
+  const std::string algorithm = GENERATE(as<std::string>{}, "allreduce_sgd", "crossover_sgd");
+  INFO(algorithm);
+  const int n = 4, victim = 2, epochs = 6;
+  const std::uint64_t spe = 10;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric, sent);
+  const Config config = reg.parse(configText(n, algorithm));
+  MemoryStore store;
+  std::vector<std::vector<int>> evaluated(static_cast<std::size_t>(n));
+  std::vector<std::vector<int>> members(static_cast<std::size_t>(n));
+  std::vector<float> averages(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    if (!session.elastic()) throw std::runtime_error("the Session found no membership handle");
+    std::vector<float> x(4, 0.0f), g(4), avg(4);
+    TrainingPlan plan;
+    plan.params = x;
+    plan.tensorSizes = {4};
+    plan.stepsPerEpoch = spe;
+    plan.epochs = epochs;
+    session.train(plan);
+    while (session.nextEpoch()) {
+      while (session.stepping()) {
+        if (r == victim && session.steps() == 25) {
+          session.abort();
+          return;
+        }
+        for (std::size_t i = 0; i < x.size(); ++i) g[i] = x[i] - static_cast<float>(r);
+        session.step(g, 0.5);
+      }
+      if (session.evaluate([&](const EpochEnd&) {
+            avg = x;
+            session.agent().average(avg);
+          }))
+        evaluated[static_cast<std::size_t>(r)].push_back(session.epoch());
+    }
+    session.finish();
+    members[static_cast<std::size_t>(r)] = session.view().members;
+    averages[static_cast<std::size_t>(r)] = avg[0];
+    session.close();
+  });
+  CHECK(*sent > 0);  // the application's service was in the path
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r);
+    CHECK(evaluated[static_cast<std::size_t>(r)] == std::vector<int>{1, 2, 3, 4, 5, 6});
+    CHECK(members[static_cast<std::size_t>(r)] == std::vector<int>{0, 1, 3});
+    CHECK(averages[static_cast<std::size_t>(r)] == averages[0]);
+  }
+}
+
+namespace {
+
+// A lockstep program of `rounds` rounds: each adds the sum over the view of
+// (global rank + 1) to a replicated value, with an allreduce; it commits
+// after every second round. Rank `victim` stops before round `stopAt`.
+class Accumulate final : public RoundProgram {
+ public:
+  Accumulate(Session& s, int victim, std::uint64_t stopAt) : s_(s), victim_(victim), stopAt_(stopAt) {}
+  bool run(std::uint64_t round) override {
+    if (s_.agent().rank() == victim_ && round == stopAt_) {
+      s_.abort();
+      throw Expelled(victim_, "stops here");  // leaves runRounds on this rank
+    }
+    double contribution = s_.agent().rank() + 1.0;
+    s_.agent().communicator().allreduce(std::span<double>(&contribution, 1), ReduceOp::kSum);
+    value_ += contribution;
+    return true;
+  }
+  bool commit(std::uint64_t rounds) override {
+    if (rounds % 2 != 0) return false;
+    previous_ = newest_;
+    newest_ = {rounds, value_};
+    return true;
+  }
+  void restore(std::uint64_t rounds, const ViewChange& change) override {
+    value_ = newest_.first == rounds ? newest_.second : previous_.second;
+    REQUIRE((newest_.first == rounds || previous_.first == rounds));
+    newest_ = previous_ = {rounds, value_};
+    members_ = change.view.members;
+    ++restores_;
+  }
+  double value() const { return value_; }
+  int restores() const { return restores_; }
+  const std::vector<int>& members() const { return members_; }
+
+ private:
+  Session& s_;
+  int victim_;
+  std::uint64_t stopAt_;
+  double value_ = 0;
+  std::pair<std::uint64_t, double> newest_{0, 0}, previous_{0, 0};
+  std::vector<int> members_;
+  int restores_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("session: round programs roll back to the newest commit every survivor holds and finish",
+          "[session][membership]") {
+  const int n = 4, victim = 2;
+  const std::uint64_t rounds = 12, stopAt = 5;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric, sent);
+  const Config config = reg.parse(configText(n, "allreduce_sgd"));
+  MemoryStore store;
+  std::vector<double> values(static_cast<std::size_t>(n));
+  std::vector<std::uint64_t> done(static_cast<std::size_t>(n));
+  std::vector<int> restores(static_cast<std::size_t>(n));
+  std::vector<std::vector<int>> members(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    Accumulate program(session, victim, stopAt);
+    try {
+      done[static_cast<std::size_t>(r)] = session.runRounds(rounds, program);
+    } catch (const Expelled&) {
+      if (r != victim) throw;
+      return;
+    }
+    values[static_cast<std::size_t>(r)] = program.value();
+    restores[static_cast<std::size_t>(r)] = program.restores();
+    members[static_cast<std::size_t>(r)] = program.members();
+    session.close();
+  });
+  // Rounds 0..4 over all four ranks (1 + 2 + 3 + 4 each); round 5 failed on
+  // every survivor, so they went back to the commit after round 4 (rounds
+  // 0..3) and ran rounds 4..11 over {0, 1, 3} (1 + 2 + 4 each).
+  const double expected = 4 * 10.0 + 8 * 7.0;
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r);
+    CHECK(done[static_cast<std::size_t>(r)] == rounds);
+    CHECK(values[static_cast<std::size_t>(r)] == expected);
+    CHECK(restores[static_cast<std::size_t>(r)] == 1);
+    CHECK(members[static_cast<std::size_t>(r)] == std::vector<int>{0, 1, 3});
+  }
+}
+
+TEST_CASE("session: round programs refuse settings they cannot honour", "[session]") {
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  for (const std::string extra : {"  rejoin: true\n", "checkpoint:\n  every_steps: 5\n  dir: /tmp/x\n"}) {
+    INFO(extra);
+    const Registry reg = registryWith(inproc::makeFabric(1), sent);
+    std::string text = configText(1, "allreduce_sgd");
+    text.insert(text.find("  heartbeat_seconds"), extra.starts_with("  ") ? extra : "");
+    if (!extra.starts_with("  ")) text += extra;
+    const Config config = reg.parse(text);
+    MemoryStore store;
+    Session session(config, 0, store, reg);
+    Accumulate program(session, -1, 0);
+    CHECK_THROWS_AS(session.runRounds(3, program), ConfigError);
+    session.close();
+  }
+}
