@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "gossamer/session.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/faults.hpp"
 #include "gossamer/transports/inproc.hpp"
@@ -232,8 +232,10 @@ TEST_CASE(
   // only and stops. Rank 0 completes the evaluation and goes on to step 21;
   // rank 1 waits for rank 2 and recovers from inside the evaluation. In the
   // view {0, 1} both run it again (rank 0's step returns without stepping),
-  // then every epoch.
-  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd");
+  // then every epoch. Hierarchical (groups {0, 1} and {2}) flushes with a
+  // group broadcast: rank 0, sent back to the evaluation, must not flush
+  // (rank 1 does not), or its group's collectives go out of step.
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "allreduce_sgd", "hierarchical");
   INFO(algorithm);
   const int n = 3, victim = 2, stepsPerEpoch = 10, epochs = 4, lostIn = 2;
   auto fabric = inproc::makeFabric(n);

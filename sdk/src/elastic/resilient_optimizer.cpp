@@ -56,6 +56,14 @@ bool ResilientOptimizer::skipped() {
 
 bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator& comm, Transport& transport) {
   skip_ = 0;
+  // The optimizer was rebuilt: nothing is in flight. In a lockstep algorithm
+  // no member flushes over the new view before its next step (one inside a
+  // flush drops it, one inside the caller's collective runs that again), so
+  // neither does this rank: one that skips to the resume step (an epoch's
+  // end, a checkpoint) or goes back to the collective of the step it had
+  // completed would flush alone (hierarchical: a group broadcast that meets
+  // the others' reduce, or nobody).
+  if (inner_->lockstep()) fresh_ = true;
   // Every member decides alike from the change alone (and from the
   // optimizer, the same everywhere), so all of them take part in the transfers.
   const bool rejoined = !change.joined.empty();
@@ -160,9 +168,10 @@ void ResilientOptimizer::mixParameters(std::span<float> params) {
 void ResilientOptimizer::flush(std::span<float> params) {
   lastParams_ = params;
   if (membership_.revoked()) recover();
-  // A rank that has just rejoined has nothing in flight (its optimizer was
-  // rebuilt), and the others are mid-epoch: a flush here (hierarchical
-  // groups broadcast in it) would meet nobody.
+  // After a view change (a lockstep algorithm), or after rejoining, nothing
+  // is in flight until the next step (the optimizer was rebuilt), and no
+  // other member flushes: a flush here (hierarchical groups broadcast in it)
+  // would meet nobody.
   if (fresh_ || !inner_) return;
   saved_.assign(params.begin(), params.end());
   try {

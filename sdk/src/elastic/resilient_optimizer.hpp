@@ -99,7 +99,7 @@ class ResilientOptimizer final : public DistributedOptimizer {
   // end of an epoch and run an evaluation nobody else runs.
   bool jumped_ = false;
   bool stepping_ = false;        // inside attempt(): a step or one of its halves
-  bool fresh_ = false;           // rejoined and not stepped since: nothing to flush
+  bool fresh_ = false;           // rejoined or (lockstep) a view changed, not stepped since: nothing to flush
   bool modelPending_ = false;    // rejoined, and the model transfer did not complete
   std::span<float> lastParams_;  // the model of the last step, for the catch-up broadcast
   std::vector<float> saved_;     // the input of the step in progress
