@@ -14,22 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "admm_config.hpp"
-#include "components.hpp"
 #include "gossamer/errors.hpp"
-#include "sparse_trainer.hpp"
+#include "programs.hpp"
 
 namespace {
-
-/// The built-in components and the sections of gossamer-train (`model:`,
-/// `data:`, `training:`), gossamer-admm (`admm:`) and gossamer-sparse
-/// (`sparse:`): a config of any of them loads against it.
-gossamer::Registry programsRegistry() {
-  gossamer::Registry registry = gossamer::train::makeTrainRegistry();
-  gossamer::sparse::registerAdmmSection(registry);
-  gossamer::sparse::registerSparseSection(registry);
-  return registry;
-}
 
 /// The reference as plain text: one line per key.
 std::string plainSchema(const gossamer::ConfigSchema& schema) {
@@ -50,7 +38,8 @@ std::string plainSchema(const gossamer::ConfigSchema& schema) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gossamer-config: reference and checker of the YAML configs of gossamer-train, -sparse and -admm"};
+  CLI::App app{
+      "gossamer-config: reference and checker of the YAML configs of gossamer-train, -sparse and -admm"};
   bool schema = false, markdown = false;
   std::vector<std::string> check;
   app.add_flag("--schema", schema, "print every registered section and key with its default and meaning");
@@ -62,7 +51,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const gossamer::Registry registry = programsRegistry();
+    const gossamer::Registry registry = gossamer::apps::makeProgramsRegistry();
     if (schema) {
       const std::string text = markdown ? registry.schema().markdown() : plainSchema(registry.schema());
       std::fputs(text.c_str(), stdout);

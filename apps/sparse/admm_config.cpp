@@ -16,7 +16,8 @@ void registerAdmmSection(Registry& registry) {
           .text("test", d.test, {}, "LIBSVM test file (accuracy of the consensus and the central model)")
           .integer("features", d.features, 0, INT_MAX,
                    "model dimension d (0: the largest feature index of the training file)")
-          .real("l2", d.l2, {0.0, true, kUnbounded, false}, "L2 coefficient of the loss (paper 000 Eq. 8: 1)")
+          .real("l2", d.l2, {0.0, true, kUnbounded, false},
+                "L2 coefficient of the loss (Eq. 8 of Wang et al. 2023: 1)")
           .real("rho", d.admm.rho, {0.0, false, kUnbounded, false}, "ADMM penalty rho (Eq. 5)")
           .integer("max_iterations", d.admm.maxIterations, 1, INT_MAX, "ADMM iterations at most")
           .real("tolerance", d.admm.tolerance, {0.0, true, kUnbounded, false},

@@ -1,8 +1,9 @@
 // gossamer-admm's own YAML section `admm:` (consensus ADMM on sparse logistic
-// regression, paper 000, 000_a4345579c41fcb1d.txt, Algorithm 2, Eq. 8-9;
-// docs/admm.md). Registered like any component's keys (registerAdmmSection),
-// so configs are checked with file:line errors; the allreduce of the z-update
-// is `collectives.allreduce`.
+// regression, Wang et al., "A Communication Efficient ADMM-based Distributed
+// Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023),
+// Algorithm 2, Eq. 8-9; docs/admm.md). Registered like any component's keys
+// (registerAdmmSection), so configs are checked with file:line errors; the
+// allreduce of the z-update is `collectives.allreduce`.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 // gossamer-admm: 2D-TGA-ADMM, consensus ADMM on L2-regularised sparse
-// logistic regression (paper 000, 000_a4345579c41fcb1d.txt, Algorithm 2,
-// Eqs. 6-9, Table 4; docs/admm.md).
+// logistic regression (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce"
+// (2023), Algorithm 2, Eqs. 6-9, Table 4; docs/admm.md).
 //
 //   gossamer-admm --config examples/configs/sparse/admm-spam.yaml
 //       launches world_size ranks as processes on this machine;
@@ -26,9 +27,9 @@
 
 #include "admm_config.hpp"
 #include "admm_objective.hpp"
-#include "gossamer/session.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/admm.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "launch_ranks.hpp"
 #include "libsvm.hpp"
@@ -92,9 +93,10 @@ class AdmmRounds final : public gossamer::RoundProgram {
     history_.push_back(admm_.iterate(comm));
     if (comm.rank() == 0) {
       const auto& it = history_.back();
-      std::printf("iter %3d  f_rerr %.3e  f %.8g  residual %.3e  update %.4f s  sync wait %.4f s  newton %d\n",
-                  it.iteration, it.relativeError, it.objective, it.primalResidual, it.updateSeconds,
-                  it.syncWaitSeconds, it.solverIterations);
+      std::printf(
+          "iter %3d  f_rerr %.3e  f %.8g  residual %.3e  update %.4f s  sync wait %.4f s  newton %d\n",
+          it.iteration, it.relativeError, it.objective, it.primalResidual, it.updateSeconds,
+          it.syncWaitSeconds, it.solverIterations);
       std::fflush(stdout);
     }
     return !admm_.converged();
@@ -154,7 +156,8 @@ nlohmann::json summaryOf(const Config& c, const sparse::AdmmConfig& a, const opt
   }
   const double iters = static_cast<double>(rounds.history().size());
   std::vector<int> lost;
-  for (const auto& change : session.viewChanges()) lost.insert(lost.end(), change.lost.begin(), change.lost.end());
+  for (const auto& change : session.viewChanges())
+    lost.insert(lost.end(), change.lost.begin(), change.lost.end());
   return {{"program", "gossamer-admm"},
           {"allreduce_algorithm", gossamer::toString(comm.options().algorithm)},
           {"transport", c.get<std::string>("transport.kind")},
@@ -170,7 +173,7 @@ nlohmann::json summaryOf(const Config& c, const sparse::AdmmConfig& a, const opt
           {"tolerance", o.tolerance},
           {"iterations_to_1e-3", toTolerance < 0 ? nlohmann::json(nullptr) : nlohmann::json(toTolerance)},
           {"final_f_rerr", rounds.history().back().relativeError},
-          {"update_seconds", update},  // the totals, as paper 000's Table 4
+          {"update_seconds", update},  // the totals, as the paper's Table 4
           {"sync_wait_seconds", sync},
           {"update_seconds_per_iteration", update / iters},
           {"sync_wait_seconds_per_iteration", sync / iters},

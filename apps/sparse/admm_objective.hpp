@@ -1,8 +1,9 @@
 // The ADMM local objective (gossamer/optimizers/admm.hpp) of L2-regularised
 // logistic regression on a rank's shard, and the test accuracy of a linear
-// model: paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8; each worker's
-// f_i of Eq. 4 is the loss of its samples plus lambda/N of the regulariser, so
-// that the f_i add up to Eq. 8).
+// model: the 2D-TGA paper (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce", 2023;
+// Sec. 5.2, Eq. 8; each worker's f_i of Eq. 4 is the loss of its samples plus
+// lambda/N of the regulariser, so that the f_i add up to Eq. 8).
 #pragma once
 
 #include <Eigen/Core>

@@ -1,8 +1,11 @@
 // The sparse data types of the apps/sparse models: a CSR matrix of
 // samples, its labels, and row ranges. The samples D_i of L2-regularised
-// logistic regression (paper 000, 000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8)
-// and the samples x of the factorization machine (paper 001,
-// 001_0e82f64010384eaf.txt, Sec. II-C and VI-B) are rows of a CsrMatrix.
+// logistic regression (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023),
+// Sec. 5.2, Eq. 8) and the samples x of the factorization machine (Yokoyama and
+// Araki, "Efficient Distributed Machine Learning for Large-scale Models by
+// Reducing Redundant Communication", Sec. II-C and VI-B) are rows of a
+// CsrMatrix.
 #pragma once
 
 #include <Eigen/Core>
@@ -19,8 +22,8 @@ using CsrMatrix = Eigen::SparseMatrix<double, Eigen::RowMajor, int>;
 struct SparseDataset {
   /// samples x features; feature j of the LIBSVM file (1-based) is column j-1.
   CsrMatrix x;
-  /// One label per row of x, each -1.0 or +1.0 (b_i of paper 000 Eq. 8, y of
-  /// paper 001 Sec. VI-B).
+  /// One label per row of x, each -1.0 or +1.0 (b_i of the 2D-TGA paper's
+  /// Eq. 8, y of Yokoyama and Araki's Sec. VI-B).
   Eigen::VectorXd y;
 
   /// Number of samples (rows of x).

@@ -1,6 +1,8 @@
 // The order-2 factorization machine with logistic loss and sparse mini-batch
-// gradients (factorization_machine.hpp; paper 001, 001_0e82f64010384eaf.txt,
-// Sec. VI-B and Sec. II-A; its ref. [19], Rendle 2010, for the O(k nnz) form).
+// gradients (factorization_machine.hpp; Yokoyama and Araki, "Efficient
+// Distributed Machine Learning for Large-scale Models by Reducing Redundant
+// Communication", Sec. VI-B and Sec. II-A; its ref. [19], Rendle 2010, for the
+// O(k nnz) form).
 #include "factorization_machine.hpp"
 
 #include <algorithm>

@@ -1,11 +1,12 @@
 // An order-2 factorization machine for binary classification with the
 // logistic loss, evaluated in O(k nnz) and differentiated sparsely: the
 // gradient of a mini-batch covers only the features its rows touch, which is
-// what sparse synchronisation reduces. Paper 001 (001_0e82f64010384eaf.txt,
-// Sec. VI-B, the model equation and l(y, yhat) = -ln sigma(y yhat); the
-// mini-batch objective V_m of Sec. II-A), after its ref. [19] (Rendle,
-// "Factorization machines", ICDM 2010: the linear-time form of the pairwise
-// term and its gradient).
+// what sparse synchronisation reduces. Yokoyama and Araki, "Efficient
+// Distributed Machine Learning for Large-scale Models by Reducing Redundant
+// Communication" (Sec. VI-B, the model equation and l(y, yhat) = -ln
+// sigma(y yhat); the mini-batch objective V_m of Sec. II-A), after its
+// ref. [19] (Rendle, "Factorization machines", ICDM 2010: the linear-time form
+// of the pairwise term and its gradient).
 #pragma once
 
 #include <Eigen/Core>
@@ -24,8 +25,9 @@ using DenseRows = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 /// The parameters of a factorization machine over d features with k factors.
 ///
 /// The per-feature parameters are rows of one table, so that the unit that
-/// sparse synchronisation exchanges for feature j (paper 001's "feature") is
-/// the contiguous row table.row(j) = [w_j, v_{j,1}, ..., v_{j,k}].
+/// sparse synchronisation exchanges for feature j (Yokoyama and Araki's
+/// "feature") is the contiguous row
+/// table.row(j) = [w_j, v_{j,1}, ..., v_{j,k}].
 struct FmParameters {
   /// The bias w_0.
   double w0 = 0;
@@ -49,17 +51,17 @@ struct FmGradient {
   DenseRows rows;
 };
 
-/// yhat(x) = w_0 + sum_j w_j x_j + sum_{i<j} <v_i, v_j> x_i x_j (paper 001
-/// Sec. VI-B), with the pairwise term computed as
+/// yhat(x) = w_0 + sum_j w_j x_j + sum_{i<j} <v_i, v_j> x_i x_j (Yokoyama and
+/// Araki, Sec. VI-B), with the pairwise term computed as
 /// 1/2 sum_f [(sum_j v_{j,f} x_j)^2 - sum_j v_{j,f}^2 x_j^2] in O(k nnz(x)).
 ///
 /// Mini-batch objective, for the rows B of a batch and the set F_B of the
 /// features they touch:
 ///   V_B = (1/|B|) sum_{i in B} log(1 + exp(-y_i yhat(x_i)))
 ///         + (lambda/2) sum_{j in F_B} ||table.row(j)||^2,
-/// the mean logistic loss (paper 001 Sec. II-A, V_m, and Sec. VI-B) plus an L2
-/// penalty on the touched rows only (so the gradient stays sparse; w_0 is not
-/// penalised). Labels y_i are -1 or +1.
+/// the mean logistic loss (Yokoyama and Araki, Sec. II-A, V_m, and Sec. VI-B)
+/// plus an L2 penalty on the touched rows only (so the gradient stays sparse;
+/// w_0 is not penalised). Labels y_i are -1 or +1.
 ///
 /// All members are const and reentrant; the model holds only its sizes.
 class FactorizationMachine {

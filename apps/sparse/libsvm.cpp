@@ -1,8 +1,10 @@
 // A validating reader of LIBSVM text files into CSR matrices (libsvm.hpp):
 // one pass over the text, building the row pointers, column indices and
 // values of the CSR arrays directly. The file format of the sparse datasets
-// of paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Table 3) and paper 001
-// (001_0e82f64010384eaf.txt, Sec. VI-B).
+// of Wang et al., "A Communication Efficient ADMM-based Distributed
+// Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 5.2,
+// Table 3, and Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Sec. VI-B.
 #include "libsvm.hpp"
 
 #include <charconv>

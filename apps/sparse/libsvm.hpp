@@ -1,7 +1,10 @@
 // A validating reader of LIBSVM / SVMlight text files into CSR matrices: the
-// sparse data format of the datasets of paper 000 (000_a4345579c41fcb1d.txt,
-// Sec. 5.2, Table 3: url, webspam) and paper 001 (001_0e82f64010384eaf.txt,
-// Sec. VI-B: news20, url, criteo), and of scripts/spam_features.py.
+// sparse data format of the datasets of Wang et al. (2023), "A Communication
+// Efficient ADMM-based Distributed Algorithm Using Two-Dimensional Torus
+// Grouping AllReduce" (Sec. 5.2, Table 3: url, webspam) and Yokoyama and Araki,
+// "Efficient Distributed Machine Learning for Large-scale Models by Reducing
+// Redundant Communication" (Sec. VI-B: news20, url, criteo), and of
+// scripts/spam_features.py.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,10 @@
 // The logistic loss of a margin, log(1 + e^{-m}), and its sigmoid
 // derivatives, computed without overflow for any finite margin. The loss of
-// paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8: m = b_i x^T D_i) and
-// of paper 001 (001_0e82f64010384eaf.txt, Sec. VI-B: -ln sigma(y * yhat)).
+// Wang et al. (2023), "A Communication Efficient ADMM-based Distributed
+// Algorithm Using Two-Dimensional Torus Grouping AllReduce" (Sec. 5.2, Eq. 8:
+// m = b_i x^T D_i) and of Yokoyama and Araki, "Efficient Distributed Machine
+// Learning for Large-scale Models by Reducing Redundant Communication"
+// (Sec. VI-B: -ln sigma(y * yhat)).
 #pragma once
 
 #include <algorithm>

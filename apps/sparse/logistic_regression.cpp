@@ -1,6 +1,8 @@
 // L2-regularised logistic regression: loss, gradient and Hessian-vector
-// product (logistic_regression.hpp; paper 000, 000_a4345579c41fcb1d.txt,
-// Sec. 5.2, Eq. 8; Hessian form as used by TRON, paper 000 ref. [19]).
+// product (logistic_regression.hpp; Wang et al., "A Communication Efficient
+// ADMM-based Distributed Algorithm Using Two-Dimensional Torus Grouping
+// AllReduce" (2023), Sec. 5.2, Eq. 8; Hessian form as used by TRON, its
+// ref. [19]).
 #include "logistic_regression.hpp"
 
 #include <cmath>

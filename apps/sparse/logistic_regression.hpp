@@ -1,7 +1,8 @@
 // L2-regularised logistic regression on sparse samples, with the loss, its
 // gradient and Hessian-vector products for a trust-region Newton (TRON) or
-// Newton-CG solver of the ADMM subproblem: paper 000
-// (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8; the subproblem Eq. 6a is solved
+// Newton-CG solver of the ADMM subproblem: Wang et al. (2023), "A Communication
+// Efficient ADMM-based Distributed Algorithm Using Two-Dimensional Torus
+// Grouping AllReduce" (Sec. 5.2, Eq. 8; the subproblem Eq. 6a is solved
 // with TRON, ref. [19] Lin, Weng, Keerthi 2008).
 #pragma once
 
@@ -12,10 +13,10 @@
 namespace gossamer::sparse {
 
 /// f(x) = sum_i log(1 + exp(-b_i x^T D_i)) + (lambda / 2) ||x||_2^2 over the
-/// samples D_i (rows of data.x) with labels b_i in {-1, +1} (data.y): paper 000
-/// Eq. 8, which has lambda = 1. A sum over samples, not a mean. Under ADMM
-/// consensus (Eq. 4) each of N workers may carry lambda / N (or lambda on one
-/// worker) so that the worker objectives f_i add up to Eq. 8.
+/// samples D_i (rows of data.x) with labels b_i in {-1, +1} (data.y): Eq. 8 of
+/// the 2D-TGA paper, which has lambda = 1. A sum over samples, not a mean.
+/// Under ADMM consensus (Eq. 4) each of N workers may carry lambda / N (or
+/// lambda on one worker) so that the worker objectives f_i add up to Eq. 8.
 ///
 /// Shapes and types: x, gradients and Hessian-vector products are double
 /// vectors of data.features() entries; curvature() has data.rows() entries.
@@ -24,7 +25,7 @@ namespace gossamer::sparse {
 class LogisticRegression {
  public:
   /// @param data    samples (rows) x features, labels in {-1, +1}
-  /// @param lambda  L2 coefficient, finite and >= 0 (paper 000 Eq. 8: 1)
+  /// @param lambda  L2 coefficient, finite and >= 0 (the 2D-TGA paper's Eq. 8: 1)
   /// @throws InvalidArgument if data.y.size() != data.rows(), a label is not
   ///         -1 or +1, data.x is not compressed, or lambda is negative or not
   ///         finite.

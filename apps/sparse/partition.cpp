@@ -1,5 +1,7 @@
 // Shards, mini-batches and the features a mini-batch touches (partition.hpp;
-// paper 001, 001_0e82f64010384eaf.txt, Sec. II-B, Fig. 1 and Sec. IV-B).
+// Yokoyama and Araki, "Efficient Distributed Machine Learning for Large-scale
+// Models by Reducing Redundant Communication", Sec. II-B, Fig. 1 and
+// Sec. IV-B).
 #include "partition.hpp"
 
 #include <algorithm>

@@ -1,11 +1,12 @@
 // How sparse data is split for distributed training: each rank takes a
 // contiguous block of rows (its shard), walks it in mini-batches of
 // consecutive rows, and for each mini-batch lists the distinct features its
-// rows touch. The split of paper 001 (001_0e82f64010384eaf.txt, Sec. II-B,
-// Fig. 1: every mini-batch divided among the nodes; here global mini-batch m
-// is the union of the ranks' m-th local batches), and the per-batch feature
-// set that its sparse synchronisation exchanges (Sec. II-C, IV-B: the
-// features F_n updated by node n).
+// rows touch. The split of Yokoyama and Araki, "Efficient Distributed Machine
+// Learning for Large-scale Models by Reducing Redundant Communication"
+// (Sec. II-B, Fig. 1: every mini-batch divided among the nodes; here global
+// mini-batch m is the union of the ranks' m-th local batches), and the
+// per-batch feature set that its sparse synchronisation exchanges (Sec. II-C,
+// IV-B: the features F_n updated by node n).
 #pragma once
 
 #include <vector>

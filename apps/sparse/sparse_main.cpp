@@ -1,7 +1,9 @@
 // gossamer-sparse: sparse mini-batch SGD (logistic regression or a
 // factorization machine on LIBSVM data) over N processes, synchronised by
 // dense allreduce, the existing sparse reduce + broadcast, or direct
-// transmission (paper 001_0e82f64010384eaf.txt; docs/sparse-sync.md).
+// transmission (Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication";
+// docs/sparse-sync.md).
 //
 //   gossamer-sparse --config examples/configs/sparse/sparse-sync.yaml [--set sparse.method=existing]
 //       launches world_size ranks as processes on this machine;

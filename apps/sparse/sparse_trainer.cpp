@@ -2,7 +2,9 @@
 //
 // Every rank reads the whole training file and derives every rank's shard
 // (shardRows) and mini-batches, so every rank knows D_{n,m} for all n and m
-// before training: the keys of the key omission (paper 001, Sec. V-B) and the
+// before training: the keys of the key omission (Yokoyama and Araki,
+// "Efficient Distributed Machine Learning for Large-scale Models by Reducing
+// Redundant Communication", Sec. V-B) and the
 // input of Algorithms 2-3 (Sec. IV-C), computed before the data is used. Round
 // m of epoch e is round e M + m of the schedule (the same batches each epoch;
 // a rank whose shard has fewer batches has empty rounds).
@@ -19,14 +21,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "factorization_machine.hpp"
-#include "gossamer/session.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
 #include "gossamer/optimizers/sparse_sync.hpp"
+#include "gossamer/session.hpp"
 #include "libsvm.hpp"
 #include "logistic_loss.hpp"
 #include "partition.hpp"
@@ -200,8 +202,10 @@ class SparseRounds final : public RoundProgram {
       ExchangeTotals st = totals_;
       st.add(exchange_->stats());
       s.broadcastSeconds = sumOverRanks(comm, st.broadcastSeconds, ReduceOp::kMax) / epochs;
-      s.elementsReduce = static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.reduceElements)));
-      s.elementsDirect = static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.directElements)));
+      s.elementsReduce =
+          static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.reduceElements)));
+      s.elementsDirect =
+          static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.directElements)));
       s.elementsBroadcast =
           static_cast<std::uint64_t>(sumOverRanks(comm, static_cast<double>(st.broadcastElements)));
     } else {
@@ -291,7 +295,8 @@ class SparseRounds final : public RoundProgram {
     exchange_.reset();
     if (sc_.method != "dense") {
       const int n = static_cast<int>(members.size());
-      const auto bounds = ss::partitionRanges(ss::featureCounts(touched_, static_cast<std::size_t>(d_) + 1), n);
+      const auto bounds =
+          ss::partitionRanges(ss::featureCounts(touched_, static_cast<std::size_t>(d_) + 1), n);
       const auto schedule =
           sc_.method == "direct" ? ss::planDirectTransmission(touched_) : ss::existingSchedule(touched_);
       // A sequence range of its own, far above the communicator's, and apart
@@ -331,9 +336,11 @@ class SparseRounds final : public RoundProgram {
   void denseStep(std::size_t m, bool active) {
     std::fill(dense_.begin(), dense_.end(), 0.0);
     if (active) {
-      const auto& keys = touched_[static_cast<std::size_t>(session_.agent().communicator().rank())][m - first_];
+      const auto& keys =
+          touched_[static_cast<std::size_t>(session_.agent().communicator().rank())][m - first_];
       for (std::size_t k = 0; k < keys.size(); ++k)
-        std::copy_n(grads_.data() + k * width_, width_, dense_.data() + static_cast<std::size_t>(keys[k]) * width_);
+        std::copy_n(grads_.data() + k * width_, width_,
+                    dense_.data() + static_cast<std::size_t>(keys[k]) * width_);
     }
     session_.agent().communicator().allreduce(std::span<double>(dense_), ReduceOp::kSum);
     for (std::size_t i = 0; i < w_.size(); ++i) w_[i] = w_[i] - sc_.learningRate * dense_[i];

@@ -54,9 +54,9 @@ struct SparseSummary {
   std::uint32_t crc = 0;  ///< crc32c of the final (d + 1) x width table's float64 bytes, bias row last
   double trainLoss = 0;   ///< mean of the ranks' batch losses over the last epoch
   double testAccuracy = -1;
-  bool writer = false;          ///< the lowest rank of the last view
-  std::vector<int> survivors;   ///< the ranks of the last view
-  std::vector<int> lost;        ///< the ranks lost on the way
+  bool writer = false;         ///< the lowest rank of the last view
+  std::vector<int> survivors;  ///< the ranks of the last view
+  std::vector<int> lost;       ///< the ranks lost on the way
 };
 
 /// Trains rank `rank` (see the file comment) through a gossamer::Session:

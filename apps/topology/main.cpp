@@ -1,8 +1,10 @@
-// gossamer-topology: mixing analysis of the gossip topologies (paper
-// 004_659e3573d5645e2e.txt, Sec. 3.2, Fig. 6). For every step k it prints the
-// second largest eigenvalue modulus and singular value of the product of the
-// first k mixing matrices, and the imbalance factor against the AllReduce
-// matrix (definitions: gossamer/topologies/mixing.hpp, docs/mixing.md).
+// gossamer-topology: mixing analysis of the gossip topologies (Yeo et al.,
+// "Crossover-SGD: A gossip-based communication in distributed deep learning for
+// alleviating large mini-batch problem and enhancing scalability", Sec. 3.2,
+// Fig. 6). For every step k it prints the second largest eigenvalue modulus and
+// singular value of the product of the first k mixing matrices, and the
+// imbalance factor against the AllReduce matrix (definitions:
+// gossamer/topologies/mixing.hpp, docs/mixing.md).
 //
 //   gossamer-topology --world-size 16 --steps 20 --segments 4
 //       fair roulette, roulette without fair selection, directed exponential
@@ -199,7 +201,7 @@ void writeCsv(std::ofstream& out, const std::string& path, const std::vector<Ana
 int main(int argc, char** argv) {
   CLI::App app{
       "gossamer-topology: consensus rate and imbalance of products of gossip mixing matrices "
-      "(paper 004, Fig. 6)"};
+      "(Yeo et al., Crossover-SGD, Fig. 6)"};
   int worldSize = 16, segments = 4;
   std::uint64_t steps = 20, seed = 42;
   std::string topologyName = "all", configPath, csvPath;

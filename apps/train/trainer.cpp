@@ -4,8 +4,8 @@
 #include "trainer.hpp"
 
 #include <chrono>
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -13,11 +13,11 @@
 #include <sstream>
 #include <thread>
 
-#include "gossamer/session.hpp"
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
 #include "gossamer/log.hpp"
+#include "gossamer/session.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "model.hpp"
 #include "train_config.hpp"
@@ -101,8 +101,8 @@ std::string errorKind(const std::exception& e) {
 // the average model's accuracy, consensus distance) and the run's summary.
 class RankTrainer {
  public:
-  RankTrainer(const Config& config, int rank, const FashionMnist& data, Store& store, const Registry& registry,
-              const std::function<void(const EpochMetrics&)>& onEpoch,
+  RankTrainer(const Config& config, int rank, const FashionMnist& data, Store& store,
+              const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch,
               const std::function<void(const StepProgress&)>& onStep)
       : config_(config),
         t_(trainConfigFrom(config)),
@@ -156,9 +156,10 @@ class RankTrainer {
     const int n = config_.worldSize(), batch = t_.training.batchSize;
     const int spe = data_.train.size() / (n * batch);
     if (spe < 1)
-      throw ConfigError(config_.sourceFile, 0, "training.batch_size",
-                        "the training set (" + std::to_string(data_.train.size()) +
-                            " samples) is smaller than world_size * batch_size = " + std::to_string(n * batch));
+      throw ConfigError(
+          config_.sourceFile, 0, "training.batch_size",
+          "the training set (" + std::to_string(data_.train.size()) +
+              " samples) is smaller than world_size * batch_size = " + std::to_string(n * batch));
     return spe;
   }
 
@@ -206,7 +207,8 @@ class RankTrainer {
       weightLow_ = std::min(weightLow_, optimizer.pushSumWeight());
       weightHigh_ = std::max(weightHigh_, optimizer.pushSumWeight());
       if (onStep_) {
-        const std::uint64_t step = session_.steps(), inEpoch = step > epochStartStep ? step - epochStartStep : 0;
+        const std::uint64_t step = session_.steps(),
+                            inEpoch = step > epochStartStep ? step - epochStartStep : 0;
         onStep_(StepProgress{step, static_cast<std::uint64_t>(spe_), session_.epoch(), t_.training.epochs,
                              inEpoch > 0 ? lossSum / static_cast<double>(inEpoch) : 0.0});
       }

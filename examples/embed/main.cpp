@@ -26,6 +26,7 @@
 namespace {
 
 constexpr int kFeatures = 16;
+constexpr int kEpochs = 20, kStepsPerEpoch = 50, kBatch = 8;  // samples per step
 
 // Rank r's samples: x ~ N(0, 1)^16, y = <w*, x> + noise, with w*_i = i / 8.
 struct Data {
@@ -46,7 +47,8 @@ struct Data {
 };
 
 // The mean squared error of `w` on samples [begin, end) and its gradient.
-double lossAndGradient(const Data& d, int begin, int end, const std::vector<float>& w, std::vector<float>& g) {
+double lossAndGradient(const Data& d, int begin, int end, const std::vector<float>& w,
+                       std::vector<float>& g) {
   std::fill(g.begin(), g.end(), 0.0f);
   double loss = 0;
   for (int s = begin; s < end; ++s) {
@@ -67,18 +69,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    // The components this program offers, and its own `example:` section.
+    // The components this program offers (a section of its own would be
+    // registry.addSection("example", ..., KeySet()...)).
     gossamer::Registry registry;
     gossamer::transports::registerBuiltins(registry);  // zmq, socket, ..., faults, membership
     gossamer::topologies::registerBuiltins(registry);
     gossamer::optimizers::registerBuiltins(registry);  // also training.learning_rate, momentum
-    registry.addSection("example", "embed_train's run",
-                        gossamer::KeySet()
-                            .integer("epochs", 20, 1, 100000, "epochs")
-                            .integer("steps_per_epoch", 50, 1, 1000000, "steps per epoch")
-                            .integer("batch", 8, 1, 4096, "samples per step"));
     const gossamer::Config config = registry.load(argv[1]);
-    const int rank = std::stoi(argv[2]), batch = config.get<int>("example.batch");
+    const int rank = std::stoi(argv[2]);
     gossamer::FileStore store(argv[3]);
     gossamer::Session session(config, rank, store, registry);
 
@@ -87,14 +85,14 @@ int main(int argc, char** argv) {
     gossamer::TrainingPlan plan;
     plan.params = w;
     plan.tensorSizes = {kFeatures};
-    plan.stepsPerEpoch = static_cast<std::uint64_t>(config.get<int>("example.steps_per_epoch"));
-    plan.epochs = config.get<int>("example.epochs");
+    plan.stepsPerEpoch = kStepsPerEpoch;
+    plan.epochs = kEpochs;
     session.train(plan);
     double error = 0;  // of the average model against w*
     while (session.nextEpoch()) {
       while (session.stepping()) {
-        const int begin = static_cast<int>(session.steps() * batch % 1024);
-        const double loss = lossAndGradient(data, begin, begin + batch, w, g);
+        const int begin = static_cast<int>(session.steps() * kBatch % 1024);
+        const double loss = lossAndGradient(data, begin, begin + kBatch, w, g);
         session.step(g, loss);
       }
       // The evaluation: the mean loss and the average model, over the view.
@@ -109,8 +107,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < kFeatures; ++i) error += std::pow(avg[static_cast<std::size_t>(i)] - i / 8.0, 2);
       });
       if (evaluated && session.agent().communicator().rank() == 0)
-        std::printf("epoch %d/%d  loss %.5f  |avg - w*|^2 %.2e  ranks %zu\n", session.epoch(), plan.epochs, loss,
-                    error, session.view().members.size());
+        std::printf("epoch %d/%d  loss %.5f  |avg - w*|^2 %.2e  ranks %zu\n", session.epoch(), plan.epochs,
+                    loss, error, session.view().members.size());
       std::fflush(stdout);
     }
     session.finish();

@@ -1,5 +1,6 @@
 // CompressedSgd: SGD steps with compressed gradient exchanges (A2SGD, Top-K,
-// QSGD, dense), paper 002_924d025a547be22c.txt, Algorithm 1: encode (lines
+// QSGD, dense), Bhattacharya et al., "O(1) Communication for Distributed SGD
+// through Two-Level Gradient Averaging", Algorithm 1: encode (lines
 // 3-4), exchange the payloads (line 5), rebuild (line 6), step (line 7), and
 // synchronise the models after the last step (lines 9-10). See compress.hpp.
 //

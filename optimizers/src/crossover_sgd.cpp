@@ -1,8 +1,10 @@
 // Crossover-SGD: segment-wise gossip over the fair roulette topology.
-// Paper 004_659e3573d5645e2e.txt, Algorithm 1 (segments, all sends and
-// receives in flight at once, then averaging) and Algorithm 2 (topology);
-// the overlap of communication with the next computation is the paper's
-// future work (Sec. 3.1), done here with a snapshot correction.
+// Yeo et al., "Crossover-SGD: A gossip-based communication in distributed deep
+// learning for alleviating large mini-batch problem and enhancing scalability",
+// Algorithm 1 (segments, all sends and receives in flight at once, then
+// averaging) and Algorithm 2 (topology); the overlap of communication with the
+// next computation is the paper's future work (Sec. 3.1), done here with a
+// snapshot correction.
 //
 // Per exchange each rank sends every segment once (4P bytes in all) and
 // receives one message per segment per in-neighbour. Receives are posted for

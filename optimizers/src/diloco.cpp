@@ -1,7 +1,7 @@
 // DiLoCo: H inner steps of local SGD with no communication, then one outer
 // step of Nesterov momentum on the averaged pseudo-gradient.
 //
-// Papers (neither is among ../shared/papers/, so by arXiv id):
+// Papers (cited by arXiv id):
 //  - Douillard et al. 2023, "DiLoCo: Distributed Low-Communication Training
 //    of Language Models", arXiv 2311.08105, Algorithm 1: each worker i copies
 //    theta and takes H inner steps to theta_i; the outer gradient is

@@ -1,6 +1,8 @@
-// Hierarchical gossip with leader groups (paper 004_659e3573d5645e2e.txt,
-// Sec. 3.3): intra-group reduce of the gradients to the leader, gossip among
-// the leaders (Crossover-SGD or SGP), broadcast of the leader's model.
+// Hierarchical gossip with leader groups (Yeo et al., "Crossover-SGD: A
+// gossip-based communication in distributed deep learning for alleviating large
+// mini-batch problem and enhancing scalability", Sec. 3.3): intra-group reduce
+// of the gradients to the leader, gossip among the leaders (Crossover-SGD or
+// SGP), broadcast of the leader's model.
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"

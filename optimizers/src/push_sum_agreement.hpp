@@ -16,9 +16,10 @@
 // Bytes: the two allreduces, 8 n + 8 (P + B) bytes of payload per rank
 // before the algorithm's factor (a ring: about twice that).
 // Paper: the push-sum average that SGP (Assran, Loizou, Ballas, Rabbat,
-// ICML 2019, Alg. 1; the baseline of 004_659e3573d5645e2e.txt) de-biases
-// towards; Kempe, Dobra and Gehrke (FOCS 2003) for push-sum's invariant
-// sum_i w_i z_i.
+// ICML 2019, Alg. 1; the baseline of Yeo et al., "Crossover-SGD: A gossip-based
+// communication in distributed deep learning for alleviating large mini-batch
+// problem and enhancing scalability") de-biases towards; Kempe, Dobra and
+// Gehrke (FOCS 2003) for push-sum's invariant sum_i w_i z_i.
 #pragma once
 
 #include <cstdint>

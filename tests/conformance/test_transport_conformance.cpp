@@ -201,7 +201,7 @@ TEMPLATE_TEST_CASE("receives match on the whole tag, whether posted before or af
   CHECK(rc == 3);
 }
 
-TEMPLATE_TEST_CASE("discardArrived drops the queued messages it is given; later ones are received",
+TEMPLATE_TEST_CASE("discardArrived drops the queued messages it is given, and later ones are received",
                    "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   const auto a = Tag::make(Op::kUser, 9, 0), b = Tag::make(Op::kUser, 9, 1);

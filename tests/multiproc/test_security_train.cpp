@@ -47,7 +47,7 @@ std::pair<int, nlohmann::json> train(const TempDir& dir, const std::string& yaml
 
 }  // namespace
 
-TEST_CASE("under security, gossamer-train trains the same models as without it; socket refuses it",
+TEST_CASE("under security, gossamer-train trains the same models as without it, and socket refuses it",
           "[multiproc][train][security]") {
   gossamer::testing::requireFashionMnist();
   TempDir dir;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "admm_config.hpp"
+#include "programs.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/registry.hpp"
@@ -258,6 +259,6 @@ TEST_CASE("extension: README's configuration reference is the one the registry g
   REQUIRE(b < e);
   const std::string inReadme = text.substr(b + begin.size(), e - b - begin.size());
   INFO("regenerate with scripts/update-config-reference.sh");
-  // gossamer-config's registry: gossamer-train's sections and gossamer-admm's.
-  CHECK(inReadme == gossamer::sparse::makeAdmmRegistry().schema().markdown());
+  // gossamer-config's registry: every program's sections.
+  CHECK(inReadme == gossamer::apps::makeProgramsRegistry().schema().markdown());
 }

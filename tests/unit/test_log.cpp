@@ -36,7 +36,7 @@ TEST_CASE("log: messages at or above the level reach the sink, the rest are not 
   CHECK(formatted == 1);
 }
 
-TEST_CASE("log: kOff silences everything; a throwing sink is contained", "[log]") {
+TEST_CASE("log: kOff silences everything, and a throwing sink is contained", "[log]") {
   {
     Capture capture(gossamer::LogLevel::kOff);
     gossamer::log(gossamer::LogLevel::kError, "silenced");

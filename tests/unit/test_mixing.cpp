@@ -67,7 +67,7 @@ TEST_CASE("stepMixingMatrix is the segment-size-weighted mean of the segments' m
   CHECK_THROWS_AS(stepMixingMatrix(t, 0, {0, 0}), InvalidArgument);
 }
 
-TEST_CASE("analyzeMixing: one entry per step; world size 1 gives zeros", "[mixing]") {
+TEST_CASE("analyzeMixing: one entry per step, and world size 1 gives zeros", "[mixing]") {
   const auto one = analyzeMixing(Ring(1), 3);
   REQUIRE(one.size() == 3);
   for (std::size_t k = 0; k < one.size(); ++k) {

@@ -98,8 +98,9 @@ TEST_CASE("lifecycle: argument checks and statistics", "[lifecycle]") {
   CHECK(s.messagesPulled == 1);
 }
 
-TEST_CASE("single-copy ledger: a pull-done completes only its own peer's send; a departed peer's sends fail",
-          "[lifecycle][single_copy]") {
+TEST_CASE(
+    "single-copy ledger: a pull-done completes only its own peer's send, and a departed peer's sends fail",
+    "[lifecycle][single_copy]") {
   gossamer::single_copy::Ledger ledger;
   auto a = std::make_shared<gossamer::detail::RequestState>();
   auto b = std::make_shared<gossamer::detail::RequestState>();

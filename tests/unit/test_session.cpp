@@ -72,13 +72,13 @@ Registry registryWith(std::shared_ptr<inproc::Fabric> fabric, std::shared_ptr<st
   membership::registerWith(reg);
   topologies::registerBuiltins(reg);
   optimizers::registerBuiltins(reg);
-  reg.addTransportService("counting", "an application's own service: counts the messages sent",
-                          KeySet().boolean("enabled", true, "count them"),
-                          [sent](const TransportContext& ctx, std::unique_ptr<Transport> inner) {
-                            if (!ctx.config.get<bool>("counting.enabled")) return inner;
-                            return std::unique_ptr<Transport>(
-                                std::make_unique<CountingTransport>(std::move(inner), sent));
-                          });
+  reg.addTransportService(
+      "counting", "an application's own service: counts the messages sent",
+      KeySet().boolean("enabled", true, "count them"),
+      [sent](const TransportContext& ctx, std::unique_ptr<Transport> inner) {
+        if (!ctx.config.get<bool>("counting.enabled")) return inner;
+        return std::unique_ptr<Transport>(std::make_unique<CountingTransport>(std::move(inner), sent));
+      });
   return reg;
 }
 
@@ -86,8 +86,8 @@ std::string configText(int n, const std::string& algorithm) {
   return "world_size: " + std::to_string(n) +
          "\nseed: 5\ntransport:\n  kind: inproc\n  timeout_seconds: 20\nmembership:\n  enabled: true\n"
          "  heartbeat_seconds: 0.05\n  suspect_seconds: 2\nrun:\n  metrics: false\ntopology:\n  kind: " +
-         std::string(algorithm == "allreduce_sgd" ? "ring" : "fair_roulette") + "\nalgorithm:\n  name: " +
-         algorithm + "\ntraining:\n  learning_rate: 0.1\n  momentum: 0\n";
+         std::string(algorithm == "allreduce_sgd" ? "ring" : "fair_roulette") +
+         "\nalgorithm:\n  name: " + algorithm + "\ntraining:\n  learning_rate: 0.1\n  momentum: 0\n";
 }
 
 }  // namespace

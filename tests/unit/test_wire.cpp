@@ -242,7 +242,7 @@ TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
   }
 }
 
-TEST_CASE("wire: a hello carries its incarnation and endpoint; a bad one is rejected at its offset",
+TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is rejected at its offset",
           "[wire]") {
   const gossamer::Hello hello{0x0123456789ABCDEFull, "tcp://127.0.0.1:40000"};
   const auto payload = gossamer::encodeHello(hello);

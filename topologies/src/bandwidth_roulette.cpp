@@ -1,10 +1,11 @@
 // The bandwidth-aware fair roulette: the random topology with fair peer
-// selection of Crossover-SGD (paper 004_659e3573d5645e2e.txt, Sec. 3.2,
-// Algorithm 2 and Theorem 3.1), made symmetric and weighted by the links'
-// bandwidths from the job's `network:` section (gossamer/kit/network.hpp), so
-// that segments cross the slow links between islands less often while the
-// islands still mix. Registered as "bandwidth_roulette" with the key
-// `topology.bandwidth_exponent`.
+// selection of Crossover-SGD (Yeo et al., "Crossover-SGD: A gossip-based
+// communication in distributed deep learning for alleviating large mini-batch
+// problem and enhancing scalability", Sec. 3.2, Algorithm 2 and Theorem 3.1),
+// made symmetric and weighted by the links' bandwidths from the job's
+// `network:` section (gossamer/kit/network.hpp), so that segments cross the
+// slow links between islands less often while the islands still mix. Registered
+// as "bandwidth_roulette" with the key `topology.bandwidth_exponent`.
 //
 // A round (one step, one segment) pairs the ranks: a perfect matching for an
 // even world size N, a matching that leaves one rank out for an odd N. The

@@ -1,8 +1,9 @@
 // SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
-// Sec. 3 / App. A; the SGP baseline of paper 004_659e3573d5645e2e.txt): at
-// step k rank i pushes to i + 2^(k mod m) (or two such peers), 4P + 4 bytes
-// (model and push-sum weight) per out-peer. Registered as
-// "directed_exponential" with key `peers_per_step`.
+// Sec. 3 / App. A; the SGP baseline of Yeo et al., "Crossover-SGD: A
+// gossip-based communication in distributed deep learning for alleviating large
+// mini-batch problem and enhancing scalability"): at step k rank i pushes to
+// i + 2^(k mod m) (or two such peers), 4P + 4 bytes (model and push-sum weight)
+// per out-peer. Registered as "directed_exponential" with key `peers_per_step`.
 #include "gossamer/topologies/topologies.hpp"
 
 #include <algorithm>

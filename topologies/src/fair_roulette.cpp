@@ -1,5 +1,7 @@
-// The fair roulette of Crossover-SGD (paper 004_659e3573d5645e2e.txt, Sec. 3.2,
-// Algorithm 2): per (step, segment) the destinations form a derangement, so
+// The fair roulette of Crossover-SGD (Yeo et al., "Crossover-SGD: A
+// gossip-based communication in distributed deep learning for alleviating large
+// mini-batch problem and enhancing scalability", Sec. 3.2, Algorithm 2): per
+// (step, segment) the destinations form a derangement, so
 // every rank sends and receives exactly one segment (4P/S bytes each way for
 // S segments of P float32 parameters); with a probability table, Sinkhorn
 // balancing and a Birkhoff-von Neumann decomposition make the draws follow the

@@ -1,5 +1,7 @@
-// Leader groups (paper 004_659e3573d5645e2e.txt, Sec. 3.3) and
-// tensor-aligned segmentation of a model into S segments.
+// Leader groups (Yeo et al., "Crossover-SGD: A gossip-based communication in
+// distributed deep learning for alleviating large mini-batch problem and
+// enhancing scalability", Sec. 3.3) and tensor-aligned segmentation of a model
+// into S segments.
 #include "gossamer/topologies/topologies.hpp"
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // Mixing analysis: products of per-round mixing matrices, their second
 // eigenvalue / singular value and the imbalance against AllReduce
-// (paper 004_659e3573d5645e2e.txt, Sec. 3.2, Fig. 6). See mixing.hpp.
+// (Yeo et al., "Crossover-SGD: A gossip-based communication in distributed deep
+// learning for alleviating large mini-batch problem and enhancing scalability",
+// Sec. 3.2, Fig. 6). See mixing.hpp.
 #include "gossamer/topologies/mixing.hpp"
 
 #include <algorithm>

@@ -1,7 +1,9 @@
-// The random topology without fair selection that paper
-// 004_659e3573d5645e2e.txt compares with (Sec. 3.2, Theorem 3.3): each rank
-// draws its destination independently, so some receive several segments and
-// others none. For the mixing analysis only; not registered.
+// The random topology without fair selection that Yeo et al. compare with in
+// "Crossover-SGD: A gossip-based communication in distributed deep learning for
+// alleviating large mini-batch problem and enhancing scalability" (Sec. 3.2,
+// Theorem 3.3): each rank draws its destination independently, so some receive
+// several segments and others none. For the mixing analysis only; not
+// registered.
 #include "gossamer/topologies/topologies.hpp"
 
 #include <algorithm>

@@ -1,9 +1,11 @@
-// 2D-TGA-ADMM: consensus ADMM whose z-update is an allreduce (paper 000,
-// 000_a4345579c41fcb1d.txt, Sec. 4.1-4.2, Algorithm 2, Eqs. 5, 6a-6c, 7; the
-// relative error f_rerr of Eq. 9; updating vs synchronisation wait time as in
-// Table 4). The allreduce is whichever the communicator is set to
-// (collectives.allreduce: 2D-TGA in the paper, or ring, torus, hierarchical,
-// HiPS); the algorithms change only the order of the summation.
+// 2D-TGA-ADMM: consensus ADMM whose z-update is an allreduce (Wang et al., "A
+// Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 4.1-4.2, Algorithm 2,
+// Eqs. 5, 6a-6c, 7; the relative error f_rerr of Eq. 9; updating vs
+// synchronisation wait time as in Table 4). The allreduce is whichever the
+// communicator is set to (collectives.allreduce: 2D-TGA in the paper, or ring,
+// torus, hierarchical, HiPS); the algorithms change only the order of the
+// summation.
 //
 // Per rank i, from x_i = lambda_i = z = 0, iteration k:
 //   1. x_i <- argmin f_i(x) + <lambda_i, x - z> + rho/2 ||x - z||^2   (6a)

@@ -1,9 +1,10 @@
-// Trust-region Newton-CG: the local solver of the ADMM x-update (paper 000,
-// 000_a4345579c41fcb1d.txt, Sec. 5.2: "we employ the Trust Region Newton
-// method (TRON) [19]" for the subproblem Eq. 6a; ref. [19] Lin, Weng &
-// Keerthi 2008, "Trust region Newton method for large-scale logistic
-// regression"; Nocedal & Wright, Numerical Optimization, Algorithms 4.1 and
-// 7.2).
+// Trust-region Newton-CG: the local solver of the ADMM x-update (Wang et al.,
+// "A Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 5.2: "we employ the
+// Trust Region Newton method (TRON) [19]" for the subproblem Eq. 6a; ref. [19]
+// Lin, Weng & Keerthi 2008, "Trust region Newton method for large-scale
+// logistic regression"; Nocedal & Wright, Numerical Optimization,
+// Algorithms 4.1 and 7.2).
 //
 // Each Newton step k at x with gradient g and Hessian H:
 //   1. CG on H s = -g from s = 0, stopped when ||H s + g|| <= eta ||g||

@@ -1,5 +1,6 @@
-// A2SGD, two-level gradient averaging (paper 002_924d025a547be22c.txt, Eq. 2
-// and Algorithm 1 lines 3-6): each rank sends the two means of its gradient,
+// A2SGD, two-level gradient averaging (Bhattacharya et al., "O(1) Communication
+// for Distributed SGD through Two-Level Gradient Averaging", Eq. 2 and
+// Algorithm 1 lines 3-6): each rank sends the two means of its gradient,
 // mu+ over the non-negative entries and mu- over the magnitudes of the
 // negative ones (8 bytes per step for any n, averaged over the ranks), and
 // decodes g' = g + pos(g) (mu+bar - mu+) - neg(g) (mu-bar - mu-), which keeps

@@ -7,8 +7,9 @@
 // Distributed Deep Learning" (2019), and its code (github.com/hclhkbu/
 // GaussianK-SGD, compression.py, GaussianCompressor: threshold from
 // scipy.stats.norm.ppf, at most 3 corrections: halve it below 2k/3
-// candidates, times 1.5 above 4k/3); the Gaussian-K baseline of paper
-// 002_924d025a547be22c.txt (Section 4, Table 2: O(n) computation, k values
+// candidates, times 1.5 above 4k/3); the Gaussian-K baseline of
+// Bhattacharya et al., "O(1) Communication for Distributed SGD through
+// Two-Level Gradient Averaging" (Section 4, Table 2: O(n) computation, k values
 // sent).
 //
 // Steps of one encode (the class comment in compress.hpp has the formulas):

@@ -1,8 +1,9 @@
-// QSGD (Alistarh et al., NeurIPS 2017; a baseline of paper
-// 002_924d025a547be22c.txt, Table 2): unbiased stochastic quantisation of
-// each bucket to s levels of its norm, bit-packed and gathered: 4 bytes per
-// bucket (the norm) + n (1 + bit_width(s)) / 8, padded to 4 (about n/2 +
-// 4n/512 bytes for s = 4, bucket 512).
+// QSGD (Alistarh et al., NeurIPS 2017; a baseline of Bhattacharya et al., "O(1)
+// Communication for Distributed SGD through Two-Level Gradient Averaging",
+// Table 2): unbiased stochastic quantisation of each bucket to s levels of its
+// norm, bit-packed and gathered: 4 bytes per bucket (the norm) + n
+// (1 + bit_width(s)) / 8, padded to 4 (about n/2 + 4n/512 bytes for s = 4,
+// bucket 512).
 #include <algorithm>
 #include <bit>
 #include <climits>

@@ -1,5 +1,6 @@
 // Top-K sparsification with error feedback (Stich et al., "Sparsified SGD with
-// memory"; a baseline of paper 002_924d025a547be22c.txt, Table 2): each rank
+// memory"; a baseline of Bhattacharya et al., "O(1) Communication for
+// Distributed SGD through Two-Level Gradient Averaging", Table 2): each rank
 // sends its k = ceil(ratio * n) largest-magnitude entries of g + residual
 // (k uint32 indices then k float32 values: 8k bytes per step, gathered) and
 // keeps the rest as the residual for the next step.

@@ -4,11 +4,12 @@
 // between those ranks instead of reducing it to its owner and broadcasting it
 // back; count the elements of both schedules (the form of Table II).
 //
-// Source: paper 001_0e82f64010384eaf.txt, Section IV-C (Algorithm 3, "Search
-// of neighbor rounds": forward / backward, the nearest round in which any
-// node deals with f, and all nodes updating f there), Section IV-D
-// ("Replacement with Direct Communication between Workers": f0 leaves
-// F^R_{n,m'0}, F^B_{n0,m0}, F^R_{n0,m0}, F^B_{n,m''0} and joins
+// Source: Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Section IV-C
+// (Algorithm 3, "Search of neighbor rounds": forward / backward, the nearest
+// round in which any node deals with f, and all nodes updating f there),
+// Section IV-D ("Replacement with Direct Communication between Workers": f0
+// leaves F^R_{n,m'0}, F^B_{n0,m0}, F^R_{n0,m0}, F^B_{n,m''0} and joins
 // F^D(n, n0, m'0) and F^D(n0, n, m0)), Section VI-C and Table II (elements
 // of reduce / broadcast and of direct transmission).
 //

@@ -4,7 +4,8 @@
 // wire: every rank derives every message's feature list from D up front, so a
 // round moves float64 values only.
 //
-// Source: paper 001_0e82f64010384eaf.txt (Yokoyama & Araki), Algorithm 1 (the
+// Source: Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Algorithm 1 (the
 // step w <- w - alpha sum_n g_n), Section V-A (symmetric nodes, each owning a
 // range of the parameters), Section V-B (all-to-all with the keys omitted),
 // Section IV-D (direct transmission; the exact form is planDirectTransmission's,

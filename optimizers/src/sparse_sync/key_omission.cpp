@@ -2,10 +2,11 @@
 // each round, split by the owners' ranges, are exchanged once before
 // training; every round then carries values only, in that key order.
 //
-// Source: paper 001_0e82f64010384eaf.txt, Section V-B ("The array of keys is
-// split on the basis of the range defined before, and all pieces of the split
-// arrays are sent to all nodes once at the beginning of the training ...
-// the nodes exchange only the vector of values every after batch
+// Source: Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Section V-B ("The
+// array of keys is split on the basis of the range defined before, and all
+// pieces of the split arrays are sent to all nodes once at the beginning of the
+// training ... the nodes exchange only the vector of values every after batch
 // computation").
 //
 // Steps, for each round m and rank src: D_{src,m} is sorted and the ranges are

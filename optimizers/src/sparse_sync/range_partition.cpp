@@ -1,11 +1,12 @@
 // Range partition of the parameter vector [0, d) into one contiguous range
 // per rank, balanced by how often each feature occurs in the training data.
 //
-// Source: paper 001_0e82f64010384eaf.txt, Section V-A ("we identify the
-// unique features in a batch (D_{n,m}) and count the number of mini-batches
-// in which each feature appears. We partition an array of parameters into as
-// many sections as nodes, in order that the sums of the counts are nearly
-// equal to each other").
+// Source: Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Section V-A ("we
+// identify the unique features in a batch (D_{n,m}) and count the number of
+// mini-batches in which each feature appears. We partition an array of
+// parameters into as many sections as nodes, in order that the sums of the
+// counts are nearly equal to each other").
 //
 // Steps: (1) featureCounts: counts[f] = #{(n, m) : f in D_{n,m}};
 // (2) partitionRanges: one pass over the prefix sums, ending range r - 1 at

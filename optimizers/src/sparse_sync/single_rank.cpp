@@ -1,9 +1,10 @@
 // Algorithm 2: per round, the features that exactly one rank updates (the
 // candidates for direct transmission between ranks).
 //
-// Source: paper 001_0e82f64010384eaf.txt, Section IV-C, Algorithm 2
-// ("Identification of features transmittable directly": for m = 1..M,
-// extract the features updated at only one node from D_{.,m}; S gets
+// Source: Yokoyama and Araki, "Efficient Distributed Machine Learning for
+// Large-scale Models by Reducing Redundant Communication", Section IV-C,
+// Algorithm 2 ("Identification of features transmittable directly": for
+// m = 1..M, extract the features updated at only one node from D_{.,m}; S gets
 // (f, n, m)).
 //
 // Steps, for each round m: gather the (feature, rank) pairs of every D_{n,m},

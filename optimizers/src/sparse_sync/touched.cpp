@@ -1,8 +1,9 @@
 // Input checks of the sparse synchronisation schedules: D_{n,m}, the sorted
-// features each rank touches in each round (paper 001_0e82f64010384eaf.txt,
-// Section IV-B, Table I). Steps: at least one rank; the same number of rounds
-// M on every rank; each list strictly ascending; each feature below d when d
-// is given.
+// features each rank touches in each round (Yokoyama and Araki, "Efficient
+// Distributed Machine Learning for Large-scale Models by Reducing Redundant
+// Communication", Section IV-B, Table I). Steps: at least one rank; the same
+// number of rounds M on every rank; each list strictly ascending; each feature
+// below d when d is given.
 #include <string>
 
 #include "gossamer/errors.hpp"

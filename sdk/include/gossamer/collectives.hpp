@@ -39,13 +39,15 @@ struct CostCorrection {
   friend bool operator==(const CostCorrection&, const CostCorrection&) = default;
 };
 
-/// Gossamer's alpha-beta-gamma cost model (the notation of paper
-/// 000_a4345579c41fcb1d.txt, Table 1; not the formulas of its Table 2, which
-/// model idealised schedules): a message of B bytes costs alpha + B beta on
-/// the wire, plus B gamma to reduce it. predictAllreduceSeconds sums these over the messages of each
-/// algorithm as implemented here (ring pieces of at most chunkBytes counted
-/// as messages, recursive doubling's fold for non-powers of two, the grids'
-/// and groups' sub-rings and binomial trees, HiPS's stages).
+/// Gossamer's alpha-beta-gamma cost model (the notation of Wang et al., "A
+/// Communication Efficient ADMM-based Distributed Algorithm Using
+/// Two-Dimensional Torus Grouping AllReduce" (2023), Table 1; not the formulas
+/// of its Table 2, which model idealised schedules): a message of B bytes costs
+/// alpha + B beta on the wire, plus B gamma to reduce it.
+/// predictAllreduceSeconds sums these over the messages of each algorithm as
+/// implemented here (ring pieces of at most chunkBytes counted as messages,
+/// recursive doubling's fold for non-powers of two, the grids' and groups'
+/// sub-rings and binomial trees, HiPS's stages).
 ///
 /// Two additions measure what the paper's formula leaves out on a real
 /// machine (calibrateCostModel sets both; the defaults leave them out):
@@ -270,7 +272,7 @@ template <typename T>
 void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                                 const CollectiveOptions& options);
 
-/// Ring allreduce (paper 000_a4345579c41fcb1d.txt, Eq. 2 and Section 2): a
+/// Ring allreduce (the 2D-TGA paper, Eq. 2 and Section 2): a
 /// reduce-scatter of N-1 steps followed by an allgather of N-1 steps over the
 /// ring rank -> rank+1. Each rank sends 2(N-1)/N of the vector in all. The
 /// vector is split into N chunks whose lengths differ by at most one element,
@@ -284,7 +286,7 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
 
-/// 2D-torus allreduce (paper 000_a4345579c41fcb1d.txt, Sec. 2.2): ranks in an
+/// 2D-torus allreduce (the 2D-TGA paper, Sec. 2.2): ranks in an
 /// R x C grid (rank = row * C + col); a ring reduce-scatter along each row,
 /// a ring allreduce of the owned 1/C chunk along each column, and a ring
 /// allgather along the row. Per rank: 2(C-1)/C + 2(R-1)/(RC) of the vector
@@ -294,14 +296,14 @@ void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
 template <typename T>
 void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
 
-/// Hierarchical allreduce (paper 000, Sec. 2.3): binomial reduce inside each
-/// group to its leader (lowest rank), ring allreduce among the leaders, then
-/// binomial broadcast inside each group. @throws as torus2dAllreduce.
+/// Hierarchical allreduce (the 2D-TGA paper, Sec. 2.3): binomial reduce inside
+/// each group to its leader (lowest rank), ring allreduce among the leaders,
+/// then binomial broadcast inside each group. @throws as torus2dAllreduce.
 template <typename T>
 void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                            const CollectiveOptions& options);
 
-/// 2D-TGA, two-dimensional torus grouping allreduce (paper 000, Algorithm 1):
+/// 2D-TGA, two-dimensional torus grouping allreduce (Wang et al., Algorithm 1):
 /// ring allreduce inside each group; the L leaders, in a sqrt(L) x sqrt(L)
 /// grid (or the nearest R x C with R C = L), run reduce-scatter along rows,
 /// the segmented ring along columns and allgather along rows (the 2D torus

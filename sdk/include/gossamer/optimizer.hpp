@@ -54,7 +54,8 @@ class DistributedOptimizer {
   /// Announces how many steps the run takes in all (the trainer knows it, the
   /// config does not), before the first step. Algorithms with a special last
   /// step use it: A2SGD synchronises the models after step `totalSteps`
-  /// (paper 002_924d025a547be22c.txt, Algorithm 1, lines 9-10). Optional;
+  /// (Bhattacharya et al., "O(1) Communication for Distributed SGD through
+  /// Two-Level Gradient Averaging", Algorithm 1, lines 9-10). Optional;
   /// the default ignores it. 0 means unknown.
   virtual void setTotalSteps(std::uint64_t totalSteps) { (void)totalSteps; }
   /// True when every rank holds the same model after each step (AllReduce-SGD,

@@ -5,8 +5,10 @@
 // image: in the round of mask m the ranks with bit m set send their partial
 // result to v - m and stop, the others combine what they receive;
 // ceil(log2 N) rounds, N-1 messages of the whole vector. Used on their own
-// and inside the hierarchical allreduce and 2D-TGA (paper
-// 000_a4345579c41fcb1d.txt, Sec. 2.3 and Algorithm 1 line 17).
+// and inside the hierarchical allreduce and 2D-TGA (Wang et al., "A
+// Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 2.3 and Algorithm 1
+// line 17).
 #include <cstdint>
 #include <vector>
 

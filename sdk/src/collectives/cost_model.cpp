@@ -1,16 +1,18 @@
 // The cost model of the allreduce algorithms, auto's choice, and the
 // calibration that measures the model on a transport.
 //
-// Gossamer's own alpha-beta-gamma model, in the notation of paper
-// 000_a4345579c41fcb1d.txt (Table 1: alpha per message, beta per byte sent,
-// gamma per byte reduced) but not the paper's formulas (its Table 2 models
-// idealised schedules): each algorithm describes the rounds its own
-// implementation runs (AllreduceEntry::rounds, in the algorithm's file), and a
-// round in which every sender sends `hops` messages carrying `bytes` in all
-// and every receiver reduces `reduced` bytes costs hops alpha + bytes beta +
-// reduced gamma. Two terms measure what the formula leaves out (see
-// CostModel): the contention factor 1 + contention (c - 1) of a round with c
-// concurrent senders, and per-algorithm corrections measured at a few sizes.
+// Gossamer's own alpha-beta-gamma model, in the notation of Wang et al., "A
+// Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023), Table 1 (alpha per message,
+// beta per byte sent, gamma per byte reduced), but not the paper's formulas
+// (its Table 2 models idealised schedules): each algorithm describes the rounds
+// its own implementation runs (AllreduceEntry::rounds, in the algorithm's
+// file), and a round in which every sender sends `hops` messages carrying
+// `bytes` in all and every receiver reduces `reduced` bytes costs hops
+// alpha + bytes beta + reduced gamma. Two terms measure what the formula leaves
+// out (see CostModel): the contention factor 1 + contention (c - 1) of a round
+// with c concurrent senders, and per-algorithm corrections measured at a few
+// sizes.
 #include <algorithm>
 #include <array>
 #include <chrono>

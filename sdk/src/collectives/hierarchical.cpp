@@ -1,12 +1,14 @@
-// Hierarchical allreduce (paper 000_a4345579c41fcb1d.txt, Sec. 2.3). The N
-// ranks form groups of g consecutive ranks (g = collectives.group_size,
-// default the largest divisor of N not above sqrt(N)); each group's lowest
-// rank is its leader. Steps: binomial reduce to the leader inside each group
-// (ceil(log2 g) rounds, the whole vector per message), ring allreduce among
-// the L leaders (2(L-1) steps), binomial broadcast from the leader
-// (ceil(log2 g) rounds). Bytes per rank for a vector of B bytes: members B
-// (reduce) + B (broadcast); leaders additionally 2B(L-1)/L. The groups and
-// the leaders are SubTransport views with their own contexts (detail.hpp).
+// Hierarchical allreduce (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023),
+// Sec. 2.3). The N ranks form groups of g consecutive ranks
+// (g = collectives.group_size, default the largest divisor of N not above
+// sqrt(N)); each group's lowest rank is its leader. Steps: binomial reduce to
+// the leader inside each group (ceil(log2 g) rounds, the whole vector per
+// message), ring allreduce among the L leaders (2(L-1) steps), binomial
+// broadcast from the leader (ceil(log2 g) rounds). Bytes per rank for a vector
+// of B bytes: members B (reduce) + B (broadcast); leaders additionally
+// 2B(L-1)/L. The groups and the leaders are SubTransport views with their own
+// contexts (detail.hpp).
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "grid.hpp"

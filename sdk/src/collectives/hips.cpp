@@ -1,13 +1,15 @@
-// HiPS hierarchical allreduce (paper 003_0a9d9006d335ff19.txt, Algorithms 1
-// and 2). Rank r has the mixed-radix address (digit_1, ..., digit_h) over the
-// radices k_1..k_h. Stage i works on the portion [b, e) of the vector handed
-// down by stage i-1 (the whole vector for stage 1) together with the k_i
-// ranks that share every digit but digit i (GetPeers). Those ranks hold the
-// same portion boundaries (they agree on digits 1..i-1), so they can
-// reduce-scatter it: afterwards rank r holds chunkRange(e - b, k_i, digit_i)
-// of the portion, reduced over the group. After stage h a portion is reduced
-// over all N ranks; the allgathers then run over the same groups in reverse
-// order and rebuild the whole vector everywhere. See docs/hips.md.
+// HiPS hierarchical allreduce (Geng et al., "HiPS: Hierarchical Parameter
+// Synchronization in Large-Scale Distributed Machine Learning" (NetAI '18),
+// Algorithms 1 and 2). Rank r has the mixed-radix address (digit_1, ...,
+// digit_h) over the radices k_1..k_h. Stage i works on the portion
+// [b, e) of the vector handed down by stage i-1 (the whole vector for stage 1)
+// together with the k_i ranks that share every digit but digit i (GetPeers).
+// Those ranks hold the same portion boundaries (they agree on digits 1..i-1),
+// so they can reduce-scatter it: afterwards rank r holds
+// chunkRange(e - b, k_i, digit_i) of the portion, reduced over the group. After
+// stage h a portion is reduced over all N ranks; the allgathers then run over
+// the same groups in reverse order and rebuild the whole vector everywhere. See
+// docs/hips.md.
 #include "gossamer/kit/hips.hpp"
 
 #include <algorithm>

@@ -1,7 +1,8 @@
 // Recursive doubling allreduce (Thakur, Rabenseifner and Gropp, "Optimization
-// of Collective Communication Operations in MPICH", IJHPCA 2005; paper
-// 000_a4345579c41fcb1d.txt names it among the optimised allreduces of its
-// related work but does not analyse it). With p the
+// of Collective Communication Operations in MPICH", IJHPCA 2005; Wang et al.,
+// "A Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023) names it among the optimised
+// allreduces of its related work but does not analyse it). With p the
 // largest power of two <= N and rem = N - p: the first 2 rem ranks fold
 // pairwise (each even rank hands its vector to the odd one above it), the p
 // remaining ranks exchange whole vectors with the partner whose new rank

@@ -1,12 +1,14 @@
 // Ring allreduce and binomial broadcast.
 //
-// Ring allreduce (paper 000_a4345579c41fcb1d.txt, Eq. 2): with N ranks the
-// vector is cut into N chunks. Reduce-scatter: at step s (0..N-2) rank r sends
-// chunk (r - s) mod N to r+1 and adds the chunk (r - s - 1) mod N received from
-// r-1; afterwards rank r holds the full reduction of chunk (r + 1) mod N.
-// Allgather: at step s rank r forwards chunk (r + 1 - s) mod N and stores chunk
-// (r - s) mod N. Bytes sent per rank: 2 (N-1)/N * L * sizeof(T); 2 (N-1) steps.
-// The receive is posted before the send, so each step overlaps both directions.
+// Ring allreduce (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023),
+// Eq. 2): with N ranks the vector is cut into N chunks. Reduce-scatter: at step
+// s (0..N-2) rank r sends chunk (r - s) mod N to r+1 and adds the chunk
+// (r - s - 1) mod N received from r-1; afterwards rank r holds the full
+// reduction of chunk (r + 1) mod N. Allgather: at step s rank r forwards chunk
+// (r + 1 - s) mod N and stores chunk (r - s) mod N. Bytes sent per rank: 2
+// (N-1)/N * L * sizeof(T); 2 (N-1) steps. The receive is posted before the
+// send, so each step overlaps both directions.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -1,11 +1,13 @@
-// 2D-TGA, the two-dimensional torus grouping allreduce (paper
-// 000_a4345579c41fcb1d.txt, Algorithm 1). The N ranks form groups of g
-// consecutive ranks as in the hierarchical allreduce (collectives.group_size).
-// Steps: ring allreduce inside each group (Alg. 1 line 6; 2(g-1) steps); the
-// L leaders run the 2D torus on a near-square grid (lines 7-16); binomial
-// broadcast from each leader to its group (line 17; ceil(log2 g) rounds).
-// Bytes per rank for a vector of B bytes: 2B(g-1)/g in the group, the torus's
-// 2B(C-1)/C + 2B(R-1)/(RC) on the leaders, then B per broadcast round.
+// 2D-TGA, the two-dimensional torus grouping allreduce (Wang et al., "A
+// Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce" (2023), Algorithm 1). The N ranks
+// form groups of g consecutive ranks as in the hierarchical allreduce
+// (collectives.group_size). Steps: ring allreduce inside each group (Alg. 1
+// line 6; 2(g-1) steps); the L leaders run the 2D torus on a near-square grid
+// (lines 7-16); binomial broadcast from each leader to its group (line 17;
+// ceil(log2 g) rounds). Bytes per rank for a vector of B bytes: 2B(g-1)/g in
+// the group, the torus's 2B(C-1)/C + 2B(R-1)/(RC) on the leaders, then B per
+// broadcast round.
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "grid.hpp"

@@ -1,10 +1,12 @@
-// 2D-torus allreduce (paper 000_a4345579c41fcb1d.txt, Sec. 2.2). The N ranks
-// form an R x C grid (R = collectives.torus_rows, default the largest divisor
-// of N not above sqrt(N)), row-major by rank. Steps: ring reduce-scatter
-// along each row (C-1 steps), ring allreduce of the owned 1/C chunk down each
-// column (2(R-1) steps), ring allgather along each row (C-1 steps). Bytes
-// sent per rank for a vector of B bytes: 2B(C-1)/C + 2B(R-1)/(RC). The rows
-// and columns are SubTransport views with their own contexts (detail.hpp).
+// 2D-torus allreduce (Wang et al., "A Communication Efficient ADMM-based
+// Distributed Algorithm Using Two-Dimensional Torus Grouping AllReduce" (2023),
+// Sec. 2.2). The N ranks form an R x C grid (R = collectives.torus_rows,
+// default the largest divisor of N not above sqrt(N)), row-major by rank.
+// Steps: ring reduce-scatter along each row (C-1 steps), ring allreduce of the
+// owned 1/C chunk down each column (2(R-1) steps), ring allgather along each
+// row (C-1 steps). Bytes sent per rank for a vector of B bytes:
+// 2B(C-1)/C + 2B(R-1)/(RC). The rows and columns are SubTransport views with
+// their own contexts (detail.hpp).
 #include <vector>
 
 #include "detail.hpp"

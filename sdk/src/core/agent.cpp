@@ -106,7 +106,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   mo.every = static_cast<std::uint64_t>(c.get<int>("run.metrics_every"));
   if (mo.enabled) mo.dir = resolveRunDir(c, rank, store);
   impl_->metrics = std::make_unique<Metrics>(rank, c.worldSize(), std::move(mo));
-  const TransportContext ctx{impl_->config, rank, store, &registry, impl_->metrics.get(),
+  const TransportContext ctx{impl_->config,       rank, store, &registry, impl_->metrics.get(),
                              &impl_->capabilities};
   impl_->transport = makeTransport(ctx);
   for (const auto& wrap : registry.transportServices()) {

@@ -53,8 +53,9 @@ std::optional<ConfigIssue> dirWhenUsed(const Config& c) {
 
 void detail::addCheckpointKeys(ConfigSchema& schema) {
   const CheckpointSettings d;
-  schema.addSection("checkpoint",
-                    "Each rank's state saved atomically, to resume an interrupted run bit for bit (Session).");
+  schema.addSection(
+      "checkpoint",
+      "Each rank's state saved atomically, to resume an interrupted run bit for bit (Session).");
   schema.addKeys("checkpoint",
                  KeySet()
                      .integer("every_steps", static_cast<int>(d.everySteps), 0, INT_MAX,
@@ -110,11 +111,11 @@ void Session::Impl::resume() {
   if (c.getValue<std::int32_t>("world_size") != a.config.worldSize() ||
       c.getValue<std::uint64_t>("seed") != a.config.seed())
     throw Error("checkpoint of step " + std::to_string(step) +
-                    " was written by a job of another world size or seed");
+                " was written by a job of another world size or seed");
   const auto saved = c.getArray<float>("model");
   if (saved.size() != l.params.size())
     throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
-                    std::to_string(l.params.size()));
+                std::to_string(l.params.size()));
   std::copy(saved.begin(), saved.end(), l.params.begin());
   if (l.plan.loadState) l.plan.loadState(c);
   a.optimizer->loadState(c, "optimizer.");

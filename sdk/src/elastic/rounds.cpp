@@ -42,9 +42,9 @@ std::uint64_t Session::Impl::agreeAndRestore(RoundProgram& program, std::uint64_
       const ViewChange change = recover();
       if (membership->revoked()) continue;  // revoked again meanwhile: the next view
       const std::uint64_t back = change.fewestSteps;
-      GOSSAMER_CHECK(back == newest || back == previous,
-                     "the survivors return to the commit after " << back << " rounds; this rank holds "
-                                                                 << newest << " and " << previous);
+      GOSSAMER_CHECK(back == newest || back == previous, "the survivors return to the commit after "
+                                                             << back << " rounds; this rank holds " << newest
+                                                             << " and " << previous);
       program.restore(back, change);
       return back;
     } catch (const Expelled&) {

@@ -30,11 +30,13 @@ std::uint64_t Session::Impl::steps() const {
 bool Session::Impl::collectivePending() const {
   if (!loop) return false;
   const std::uint64_t spe = loop->plan.stepsPerEpoch;
-  return loop->evaluated < loop->plan.epochs && steps() >= spe * static_cast<std::uint64_t>(loop->evaluated + 1);
+  return loop->evaluated < loop->plan.epochs &&
+         steps() >= spe * static_cast<std::uint64_t>(loop->evaluated + 1);
 }
 
 ViewChange Session::Impl::recover() {
-  GOSSAMER_ENFORCE(membership != nullptr, "recover() needs the membership service (membership.enabled: true)");
+  GOSSAMER_ENFORCE(membership != nullptr,
+                   "recover() needs the membership service (membership.enabled: true)");
   const std::uint64_t completed = steps();
   const bool owed = owedCollective && *owedCollective == completed;
   const bool pending = evaluating || owed || collectivePending();

@@ -35,8 +35,8 @@ struct Session::Impl {
   Impl(const Config& config, int rank, Store& store, const Registry& registry);
 
   Agent agent;
-  Agent::Impl& a;            ///< agent's insides (Session is its friend)
-  Membership* membership;    ///< null without the membership service
+  Agent::Impl& a;          ///< agent's insides (Session is its friend)
+  Membership* membership;  ///< null without the membership service
   CheckpointSettings checkpoint;
   detail::ResilientOptimizer* resilient = nullptr;  ///< inside a.optimizer, when elastic
   std::vector<std::size_t> tensorSizes;
@@ -50,8 +50,8 @@ struct Session::Impl {
   // after this many steps (the others were still in it): until it runs it
   // again, it reports it as pending.
   std::optional<std::uint64_t> owedCollective;
-  std::optional<EpochLoop> loop;     ///< train()'s
-  bool rounds = false;               ///< inside runRounds
+  std::optional<EpochLoop> loop;      ///< train()'s
+  bool rounds = false;                ///< inside runRounds
   std::uint64_t roundsCommitted = 0;  ///< runRounds: the newest commit, reported as the steps
 
   // session.cpp
@@ -70,6 +70,5 @@ struct Session::Impl {
   void resume();
   void save(std::uint64_t step);
 };
-
 
 }  // namespace gossamer

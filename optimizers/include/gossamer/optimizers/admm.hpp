@@ -1,8 +1,10 @@
 // Consensus ADMM with an allreduce z-update (2D-TGA-ADMM) and its local
-// solver, a trust-region Newton-CG method: paper 000
-// (000_a4345579c41fcb1d.txt, "2D-TGA", Sec. 4, Algorithm 2, Eqs. 5-7; the
-// x-subproblem Eq. 6a is solved with TRON, ref. [19] Lin, Weng & Keerthi 2008;
-// convergence measured by f_rerr, Eq. 9; times split as in Table 4).
+// solver, a trust-region Newton-CG method: the 2D-TGA paper (Wang et al., "A
+// Communication Efficient ADMM-based Distributed Algorithm Using
+// Two-Dimensional Torus Grouping AllReduce", 2023; Sec. 4, Algorithm 2,
+// Eqs. 5-7; the x-subproblem Eq. 6a is solved with TRON, ref. [19] Lin,
+// Weng & Keerthi 2008; convergence measured by f_rerr, Eq. 9; times split as in
+// Table 4).
 //
 // The algorithm knows nothing of the data: each rank brings a LocalObjective
 // f_i (value, gradient, Hessian-vector products on Eigen::VectorXd), and the
@@ -62,7 +64,7 @@ struct NewtonCgResult {
 
 /// Minimises f from x0 by a trust-region Newton method whose steps solve
 /// H s = -g by conjugate gradients truncated at the trust region's boundary
-/// (Steihaug-Toint), as TRON (paper 000 ref. [19]; Nocedal & Wright,
+/// (Steihaug-Toint), as TRON (ref. [19] of the 2D-TGA paper; Nocedal & Wright,
 /// Algorithms 4.1 and 7.2): a step is accepted when its actual reduction is
 /// above 1e-4 of the predicted one; the radius (initially ||g(x0)||) shrinks
 /// to ||s||/4 when the ratio is below 1/4 and doubles when it is above 3/4 at
@@ -112,9 +114,9 @@ struct AdmmResult {
   bool converged = false;              ///< stopped by the f_rerr tolerance
 };
 
-/// One rank's consensus ADMM (paper 000, Algorithm 2), an iteration at a time:
-/// its x_i and lambda_i, and z, the consensus, the same on every rank. From
-/// x_i = lambda_i = z = 0, each iterate(comm)
+/// One rank's consensus ADMM (the 2D-TGA paper, Algorithm 2), an iteration at a
+/// time: its x_i and lambda_i, and z, the consensus, the same on every rank.
+/// From x_i = lambda_i = z = 0, each iterate(comm)
 ///   1. x_i <- argmin_x f_i(x) + <lambda_i, x - z> + rho/2 ||x - z||^2 (Eq. 6a),
 ///      by minimizeNewtonCg from the previous x_i ("update" time);
 ///   2. w_i <- x_i + lambda_i / rho (Eq. 7);
@@ -169,7 +171,7 @@ class ConsensusAdmm {
   State state_;
 };
 
-/// Consensus ADMM over the ranks of `comm` (paper 000, Algorithm 2): the
+/// Consensus ADMM over the ranks of `comm` (the 2D-TGA paper, Algorithm 2): the
 /// iterations of ConsensusAdmm until maxIterations, or until f_rerr <=
 /// tolerance (the same decision on every rank: it is taken on allreduced
 /// values); `onIteration`, if set, is called with each iteration's record on

@@ -1,7 +1,8 @@
 // Gradient compressors (A2SGD, Top-K, Gaussian-K, QSGD, dense) and the optimizer that
-// exchanges compressed gradients (CompressedSgd). Paper:
-// 002_924d025a547be22c.txt (A2SGD, Eq. 2 and Algorithm 1; Top-K, Gaussian-K
-// and QSGD are its baselines, Table 2).
+// exchanges compressed gradients (CompressedSgd). Paper: Bhattacharya et al.,
+// "O(1) Communication for Distributed SGD through Two-Level Gradient Averaging"
+// (A2SGD, Eq. 2 and Algorithm 1; Top-K, Gaussian-K and QSGD are its baselines,
+// Table 2).
 //
 // A Compressor is pure local math, no I/O: encode() turns this rank's
 // gradient (n float32 elements) into a payload of payloadBytes() bytes and
@@ -117,8 +118,8 @@ struct A2sgdOptions {
   std::size_t streamingFloats = std::size_t{16} << 20;
 };
 
-/// A2SGD, two-level gradient averaging (paper 002_924d025a547be22c.txt,
-/// Eq. 2 and Algorithm 1 lines 3-6). For a gradient g of n elements:
+/// A2SGD, two-level gradient averaging (the A2SGD paper, Eq. 2 and Algorithm 1
+/// lines 3-6). For a gradient g of n elements:
 ///   mu+ = mean of the entries g_i >= 0,   mu- = mean of |g_i| over g_i < 0
 ///   (0 when there is no such entry),
 ///   enc(g) = pos(g) mu+ - neg(g) mu-,     eps = g - enc(g)  (kept locally),
@@ -193,8 +194,8 @@ class SparseCompressor : public Compressor {
 };
 
 /// Top-K sparsification with error feedback (Stich et al., "Sparsified SGD
-/// with memory"; the Top-K baseline of paper 002, Table 2). Each encode adds
-/// the residual e to the gradient, a = g + e, selects the k entries of
+/// with memory"; the Top-K baseline of the A2SGD paper, Table 2). Each encode
+/// adds the residual e to the gradient, a = g + e, selects the k entries of
 /// largest |a| (ties broken by the lower index), sends them as k uint32
 /// indices (ascending) then k float32 values (8k bytes, kGather), and keeps
 /// the rest as the new residual: e = a with the selected entries zeroed.
@@ -225,7 +226,7 @@ struct GaussianKOptions {
 /// Gaussian-K sparsification with error feedback (Shi et al., "Understanding
 /// Top-k Sparsification in Distributed Deep Learning", 2019, and its code,
 /// github.com/hclhkbu/GaussianK-SGD, compression.py GaussianCompressor; the
-/// Gaussian-K baseline of paper 002_924d025a547be22c.txt, Section 4 and
+/// Gaussian-K baseline of the A2SGD paper, Section 4 and
 /// Table 2). Like Top-K it forms a = g + e (e: the residual) and sends about
 /// k = ceil(ratio * n) entries of large |a|, but it finds them without a
 /// selection over all n entries: it assumes a ~ N(mu, sigma^2) and takes the
@@ -287,7 +288,7 @@ struct QsgdOptions {
   int rank = 0;                  ///< This rank: gives each rank its own stream.
 };
 
-/// QSGD (Alistarh et al., NeurIPS 2017; the QSGD baseline of paper 002,
+/// QSGD (Alistarh et al., NeurIPS 2017; the QSGD baseline of the A2SGD paper,
 /// Table 2) with s levels and stochastic rounding, bucketed: for each bucket
 /// v of `bucketSize` elements with norm ||v||_2, each element is sent as its
 /// sign and a level l in {0..s} with
@@ -363,7 +364,7 @@ struct CompressedSgdOptions {
   /// Steps between model synchronisations (0 = none besides the final one).
   /// Only for compressors whose ranks' models drift (A2SGD) or gossiped means.
   std::uint64_t syncPeriod = 0;
-  /// Synchronise the models after the last step (paper 002, Algorithm 1,
+  /// Synchronise the models after the last step (the A2SGD paper, Algorithm 1,
   /// lines 9-10), when the total is known (DistributedOptimizer::setTotalSteps).
   bool finalSync = true;
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on every wait.
@@ -377,8 +378,8 @@ struct CompressionStats {
   std::uint64_t syncs = 0;          ///< Model synchronisations done.
 };
 
-/// AllReduce-SGD (or gossip) with compressed gradient exchanges (paper
-/// 002_924d025a547be22c.txt, Algorithm 1, generalised to any Compressor and
+/// AllReduce-SGD (or gossip) with compressed gradient exchanges (the A2SGD
+/// paper, Algorithm 1, generalised to any Compressor and
 /// to gossip deployments). Each step:
 ///   1. encode this rank's gradient (Compressor::encode);
 ///   2. combine the payloads: kAverage by the communicator's allreduce

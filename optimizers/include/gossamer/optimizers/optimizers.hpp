@@ -51,9 +51,10 @@ class LocalSgd {
 };
 
 /// AllReduce-SGD: every step the gradients (P float32) are averaged over all
-/// ranks with the ring allreduce (paper 000_a4345579c41fcb1d.txt, Eq. 2), then
-/// each rank applies the same LocalSgd step, so models stay identical. Bytes
-/// sent per rank per step: 2 (N-1)/N * 4P.
+/// ranks with the ring allreduce (Wang et al., "A Communication Efficient
+/// ADMM-based Distributed Algorithm Using Two-Dimensional Torus Grouping
+/// AllReduce" (2023), Eq. 2), then each rank applies the same LocalSgd step, so
+/// models stay identical. Bytes sent per rank per step: 2 (N-1)/N * 4P.
 class AllReduceSgd final : public DistributedOptimizer {
  public:
   AllReduceSgd(Communicator& communicator, std::size_t numParams, const SgdOptions& options);
@@ -112,12 +113,14 @@ struct CrossoverOptions {
   bool checkReceived = true;
 };
 
-/// Crossover-SGD (paper 004_659e3573d5645e2e.txt, Algorithm 1): after each
-/// local SGD step (every `interval` steps) the flat parameter vector is cut
-/// into S segments along tensor boundaries; for every segment s the topology
-/// (normally FairRoulette, Algorithm 2) names one destination per rank; all S
-/// receives are posted and all S sends issued at once, then each segment is
-/// mixed with the topology's weights — for the fair roulette
+/// Crossover-SGD (Yeo et al., "Crossover-SGD: A gossip-based communication in
+/// distributed deep learning for alleviating large mini-batch problem and
+/// enhancing scalability", Algorithm 1): after each local SGD step (every
+/// `interval` steps) the flat parameter vector is cut into S segments along
+/// tensor boundaries; for every segment s the topology (normally FairRoulette,
+/// Algorithm 2) names one destination per rank; all S receives are posted and
+/// all S sends issued at once, then each segment is mixed with the topology's
+/// weights — for the fair roulette
 ///   x_s <- (x_s + received_s) / 2.
 /// Bytes sent per rank per exchange: 4P (the model once). With a doubly
 /// stochastic mixing matrix the average of the models over ranks is unchanged
@@ -222,7 +225,7 @@ struct SgpOptions {
 };
 
 /// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019,
-/// Alg. 1; the baseline of paper 004): push-sum gossip over a directed,
+/// Alg. 1; the baseline of Yeo et al.): push-sum gossip over a directed,
 /// possibly time-varying graph. Each rank keeps a numerator x (P floats) and a
 /// push-sum weight w (a double, initially 1) and trains the de-biased model
 /// z = x / w, which is what `params` holds between steps. A step:
@@ -365,7 +368,7 @@ class LossTolerantSgp final : public DistributedOptimizer {
   GossipScreen screen_;  // refuses running sums holding a NaN or infinity
 };
 
-/// Hierarchical gossip with leader groups (paper 004, Sec. 3.3). Ranks are
+/// Hierarchical gossip with leader groups (Yeo et al., Sec. 3.3). Ranks are
 /// split into groups; the first rank of each is its leader. Each step:
 ///   1. the gradients are averaged inside the group to the leader (binomial
 ///      reduce on the group's communicator, split from `transport`);

@@ -1,9 +1,8 @@
-// Schedules for synchronising a sparse model over symmetric ranks (paper
-// 001_0e82f64010384eaf.txt, Yokoyama & Araki, "Efficient Distributed Machine
-// Learning for Large-scale Models by Reducing Redundant Communication"):
-// pure functions of which features each rank touches in each round, computed
-// once before training (no I/O), and SparseExchange, which runs them over a
-// Transport.
+// Schedules for synchronising a sparse model over symmetric ranks (Yokoyama and
+// Araki, "Efficient Distributed Machine Learning for Large-scale Models by
+// Reducing Redundant Communication"): pure functions of which features each
+// rank touches in each round, computed once before training (no I/O), and
+// SparseExchange, which runs them over a Transport.
 //
 //   partitionRanges / featureCounts   Section V-A: the parameter vector [0, d)
 //                                     split into one contiguous range per rank,
@@ -195,10 +194,10 @@ struct ExchangeStats {
 };
 
 /// One rank's side of sparse synchronous SGD over a schedule (existing or
-/// direct): w <- w - rate sum_n g_n per round (paper 001 Algorithm 1), with
-/// each sum taken in rank order starting from +0.0, so that every schedule
-/// gives the same bits as a dense sum of the N gradient vectors in rank
-/// order. See optimizers/src/sparse_sync/exchange.cpp for the steps.
+/// direct): w <- w - rate sum_n g_n per round (Yokoyama and Araki,
+/// Algorithm 1), with each sum taken in rank order starting from +0.0, so that
+/// every schedule gives the same bits as a dense sum of the N gradient vectors
+/// in rank order. See optimizers/src/sparse_sync/exchange.cpp for the steps.
 ///
 /// Parameters are a d x width row-major table of float64 (row j: feature
 /// j's values, e.g. [w_j, v_j] of a factorization machine). Every rank keeps
@@ -268,7 +267,7 @@ class SparseExchange {
   std::vector<double> owned_, sum_, sendBuf_, recvBuf_;
   double timeout_;
   std::uint64_t sequence_;
-  std::size_t next_ = 0;         // 2 m: broadcast of m next; 2 m + 1: reduce of m next
+  std::size_t next_ = 0;           // 2 m: broadcast of m next; 2 m + 1: reduce of m next
   std::uint64_t collectives_ = 0;  // alltoallvs so far: the next one's sequence is sequence_ + this
   ExchangeStats stats_;
 };

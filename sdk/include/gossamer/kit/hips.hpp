@@ -1,5 +1,6 @@
-// HiPS: hierarchical parameter synchronisation (paper 003_0a9d9006d335ff19.txt,
-// Geng et al., NetAI '18, Algorithms 1 and 2) as an allreduce over a Transport.
+// HiPS: hierarchical parameter synchronisation (Geng et al., "HiPS:
+// Hierarchical Parameter Synchronization in Large-Scale Distributed Machine
+// Learning" (NetAI '18), Algorithms 1 and 2) as an allreduce over a Transport.
 #pragma once
 
 #include <span>
@@ -42,7 +43,7 @@ std::vector<int> hipsAutoLevels(int worldSize);
 ///         world size containing `rank`, or `level` is out of range.
 std::vector<int> hipsPeers(int rank, std::span<const int> levels, int level);
 
-/// Hierarchical allreduce (HiPS, paper 003 Algorithm 1 with Sync1/Sync2 =
+/// Hierarchical allreduce (HiPS, Geng et al.'s Algorithm 1 with Sync1/Sync2 =
 /// Algorithm 2's Scatter/Gather (kRing) or diffuse/collect (kMesh)).
 ///
 /// `data`: L elements (the same L on every rank; any L >= 0), reduced in place

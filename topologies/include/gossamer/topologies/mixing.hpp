@@ -1,12 +1,14 @@
 // Mixing analysis of a topology: how fast repeated gossip rounds drive the
 // ranks' models to the uniform (AllReduce) average. Pure math, no I/O.
 //
-// Source: paper 004_659e3573d5645e2e.txt (Crossover-SGD), Section 3.2 and
-// Figure 6: the second largest eigenvalue of M^k, the product of k mixing
-// matrices, and the "imbalance factor" between M^k and the AllReduce matrix
-// M_AR (every entry 1/N); Theorems 3.1 and 3.3 (products of doubly stochastic
-// matrices converge to M_AR, products of merely row-stochastic ones to a
-// rank-one matrix with identical but in general non-uniform rows).
+// Source: Yeo et al., "Crossover-SGD: A gossip-based communication in
+// distributed deep learning for alleviating large mini-batch problem and
+// enhancing scalability", Section 3.2 and Figure 6: the second largest
+// eigenvalue of M^k, the product of k mixing matrices, and the "imbalance
+// factor" between M^k and the AllReduce matrix M_AR (every entry 1/N);
+// Theorems 3.1 and 3.3 (products of doubly stochastic matrices converge to
+// M_AR, products of merely row-stochastic ones to a rank-one matrix with
+// identical but in general non-uniform rows).
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@ namespace gossamer::topologies {
 /// The N x N mixing matrix of gossip round `step` for the whole model
 /// (N = t.worldSize()).
 ///
-/// Segment-wise topologies (Crossover-SGD, paper 004 Sec. 3.1) mix every
+/// Segment-wise topologies (Crossover-SGD; Yeo et al., Sec. 3.1) mix every
 /// segment s of the flat parameter vector with its own matrix
 /// W_s = t.mixingMatrix(step, s). Coordinate c of segment s of rank i becomes
 /// sum_j W_s(i,j) x_j[c], so over all P = sum_s size_s coordinates the

@@ -26,13 +26,15 @@ class Ring final : public Topology {
   int n_;
 };
 
-/// Random topology with fair peer selection (Crossover-SGD; paper
-/// 004_659e3573d5645e2e.txt, Algorithm 2). For every (step, segment) each rank
-/// gets one destination such that nobody sends to itself and every rank
-/// receives exactly one segment: the destinations form a permutation without
-/// fixed points (a derangement). Ranks are visited in order 0..N-1; rank i
-/// draws from its roulette row (probabilities over destinations, zero on the
-/// diagonal) after zeroing the destinations already taken and renormalising.
+/// Random topology with fair peer selection (Crossover-SGD; Yeo et al.,
+/// "Crossover-SGD: A gossip-based communication in distributed deep learning
+/// for alleviating large mini-batch problem and enhancing scalability",
+/// Algorithm 2). For every (step, segment) each rank gets one destination such
+/// that nobody sends to itself and every rank receives exactly one segment: the
+/// destinations form a permutation without fixed points (a derangement). Ranks
+/// are visited in order 0..N-1; rank i draws from its roulette row
+/// (probabilities over destinations, zero on the diagonal) after zeroing the
+/// destinations already taken and renormalising.
 ///
 /// Dead end: when only rank N-1 is left and the only destination not yet
 /// taken is N-1 itself, we swap: an earlier rank j is drawn from rank N-1's
@@ -106,7 +108,7 @@ class FairRoulette final : public Topology {
 };
 
 /// The bandwidth-aware fair roulette: Crossover-SGD's random topology with
-/// fair peer selection (paper 004_659e3573d5645e2e.txt, Sec. 3.2, Algorithm 2)
+/// fair peer selection (Yeo et al., Sec. 3.2, Algorithm 2)
 /// made symmetric and weighted by the links' bandwidths, so that segments
 /// cross the slow links between islands (NetworkLayout) less often.
 ///
@@ -203,7 +205,7 @@ class BandwidthRoulette final : public Topology {
 };
 
 /// SGP's time-varying directed exponential graph (Assran et al., ICML 2019,
-/// Sec. 3 / App. A; paper 004 uses it as the SGP baseline). With offsets
+/// Sec. 3 / App. A; Yeo et al. use it as the SGP baseline). With offsets
 /// 2^0, 2^1, ..., 2^(m-1) (all powers of two below N), at step k rank i sends
 /// to i + 2^(k mod m) (1-peer), or to i + offsets[2k mod m] and
 /// i + offsets[(2k+1) mod m] (2-peer), modulo N. Every rank has the same out-
@@ -246,7 +248,7 @@ class ExplicitGraph final : public Topology {
   std::vector<std::vector<int>> out_, in_;
 };
 
-/// The random topology *without* fair selection that paper 004 compares with
+/// The random topology *without* fair selection that Yeo et al. compare with
 /// (Sec. 3.2, Theorem 3.3): each rank draws a destination from its roulette
 /// row independently, so some ranks receive several segments and others none;
 /// a receiver averages itself with everything it got, equally. The mixing
@@ -264,7 +266,7 @@ class UnfairRoulette final : public Topology {
   FairRoulette roulette_;
 };
 
-/// Splits ranks into leader groups (paper 004, Sec. 3.3): `groups` if given
+/// Splits ranks into leader groups (Yeo et al., Sec. 3.3): `groups` if given
 /// (must partition [0, worldSize)), else consecutive groups of `groupSize`
 /// (the last one may be smaller). Each group is sorted; its leader is its
 /// lowest rank (groups[g][0]). Groups are ordered by leader.
@@ -275,7 +277,7 @@ std::vector<std::vector<int>> makeGroups(int worldSize, int groupSize,
 
 /// Splits a flat vector made of tensors of `tensorSizes` elements into
 /// `segments` contiguous [begin, end) ranges along tensor boundaries
-/// (paper 004, Section 3.1: a segment is a group of layers). Tensors larger
+/// (Yeo et al., Section 3.1: a segment is a group of layers). Tensors larger
 /// than total/segments are first cut into equal pieces, so the segments stay
 /// balanced when one tensor dominates. Returns min(segments, total) non-empty
 /// ranges covering [0, total) in order (none when total == 0).
