@@ -14,8 +14,9 @@ GOSSAMER_PACKAGES=(
 # What only the test suite needs (scripts/test.sh): clang and its libFuzzer
 # runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz
 # and the sanitizer build, MPICH (mpiexec.mpich, beside Open MPI's mpirun)
-# for the launcher test, universal-ctags for the function-length check.
-GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags)
+# for the launcher test, universal-ctags for the function-length check, Ninja
+# for the builds.
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags ninja-build)
 
 # Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
 # (e.g. GOSSAMER_TEST_PACKAGES) that are missing.
@@ -71,27 +72,48 @@ gossamer_ensure_spam_corpus() {
   echo "$pkg"
 }
 
-# Configures (once) and builds the tree in $GOSSAMER_BUILD_DIR (default build/).
+# The CMake generator: Ninja when it is installed (it schedules the two
+# cores better than make), else the default.
+gossamer_generator() {
+  if command -v ninja >/dev/null 2>&1; then echo "-GNinja"; fi
+}
+
+# Configures (once; again when $GOSSAMER_CMAKE_ARGS, e.g.
+# "-DGOSSAMER_TEST_SUITES=multiproc", is given) and builds the tree in
+# $GOSSAMER_BUILD_DIR (default build/). Arguments go to cmake --build.
 gossamer_build() {
   local root build
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   build="${GOSSAMER_BUILD_DIR:-$root/build}"
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+    # shellcheck disable=SC2046
+    cmake -S "$root" -B "$build" $(gossamer_generator) -DCMAKE_BUILD_TYPE=Release ${GOSSAMER_CMAKE_ARGS:-}
+  elif [ -n "${GOSSAMER_CMAKE_ARGS:-}" ]; then
+    # shellcheck disable=SC2086
+    cmake -S "$root" -B "$build" $GOSSAMER_CMAKE_ARGS >/dev/null
   fi
   cmake --build "$build" -j "$(nproc)" "$@"
 }
 
-# Configures (once, with clang and GOSSAMER_FUZZ=ON) and builds the fuzz
-# targets in $GOSSAMER_FUZZ_BUILD_DIR (default build-fuzz/).
+# Configures (once, with clang and GOSSAMER_FUZZ=ON; again with
+# $GOSSAMER_CMAKE_ARGS) the sanitizer build in $GOSSAMER_FUZZ_BUILD_DIR
+# (default build-fuzz/) and builds its fuzz targets, or the targets given
+# (`all`: the fuzz targets and the test suites of GOSSAMER_TEST_SUITES).
 gossamer_build_fuzz() {
   local root build
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   build="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DGOSSAMER_FUZZ=ON -DCMAKE_BUILD_TYPE=Release
+    # shellcheck disable=SC2046,SC2086
+    CC=clang CXX=clang++ cmake -S "$root" -B "$build" $(gossamer_generator) -DGOSSAMER_FUZZ=ON \
+      -DCMAKE_BUILD_TYPE=Release -DGOSSAMER_TEST_SUITES= ${GOSSAMER_CMAKE_ARGS:-}
+  elif [ -n "${GOSSAMER_CMAKE_ARGS:-}" ]; then
+    # shellcheck disable=SC2086
+    cmake -S "$root" -B "$build" $GOSSAMER_CMAKE_ARGS >/dev/null
   fi
-  cmake --build "$build" -j "$(nproc)" --target gossamer_fuzzers "$@"
+  local targets=("$@")
+  [ ${#targets[@]} -gt 0 ] || targets=(gossamer_fuzzers)
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
-# Builds everything and runs the whole test suite through ctest, then builds
-# the fuzz targets in a sanitizer build and runs each for 30 s (its ctest).
+# The whole test suite (what CI runs: .ci/run). Two builds:
+#   build/       gcc, Release: the library, the programs, the examples, the
+#                Python package and the multi-process suite; ctest runs them
+#                with the programs' and Python's cases and the lint cases;
+#   build-fuzz/  clang with the address and undefined-behaviour sanitizers:
+#                the unit and conformance suites and the fuzz targets, whose
+#                ctest runs the suites and replays every fuzz corpus.
+# The sanitizer build compiles while the main build's tests run (they wait on
+# sockets and timers more than they compute). Every phase prints its time.
+# Timed fuzzing is scripts/fuzz.sh's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/deps.sh
+start=$(date +%s)
+phase() { echo "test.sh: $1 at $(($(date +%s) - start)) s"; }
 gossamer_install_deps GOSSAMER_TEST_PACKAGES
 # The sparse data of apps/sparse (npm corpus -> LIBSVM; its tests read it when present).
 scripts/spam-data.sh >/dev/null
-gossamer_build
+phase "dependencies and data ready"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 600
-gossamer_build_fuzz
-ctest --test-dir "${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}" --output-on-failure -j "$(nproc)" --timeout 900
+fuzz="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=multiproc" gossamer_build
+phase "main build done"
+GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=unit;conformance" gossamer_build_fuzz all >"$fuzz.log" 2>&1 &
+fuzz_build=$!
+status=0
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 600 || status=$?
+phase "main suite done (status $status)"
+if ! wait "$fuzz_build"; then
+  tail -50 "$fuzz.log"
+  echo "test.sh: the sanitizer build failed (log: $fuzz.log)" >&2
+  exit 1
+fi
+phase "sanitizer build done"
+ctest --test-dir "$fuzz" --output-on-failure -j "$(nproc)" --timeout 900 || status=$?
+phase "sanitizer suite done (status $status)"
+exit "$status"
