@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -196,31 +197,44 @@ void writeCsv(std::ofstream& out, const std::string& path, const std::vector<Ana
   if (!out) throw gossamer::Error("cannot write '" + path + "'");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "gossamer-topology: consensus rate and imbalance of products of gossip mixing matrices "
-      "(Yeo et al., Crossover-SGD, Fig. 6)"};
+// The command line's values.
+struct CommandLine {
   int worldSize = 16, segments = 4;
   std::uint64_t steps = 20, seed = 42;
   std::string topologyName = "all", configPath, csvPath;
-  auto* wsOpt =
-      app.add_option("--world-size", worldSize, "number of ranks N (default 16)")->check(CLI::Range(2, 4096));
-  app.add_option("--steps", steps, "number of gossip rounds k to multiply (default 20)")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1000000}));
-  auto* segOpt = app.add_option("--segments", segments,
-                                "Crossover-SGD segments S of the 784-128-10 MLP (default 4; 1 = whole model)")
-                     ->check(CLI::Range(1, 1024));
-  auto* seedOpt = app.add_option("--seed", seed, "shared seed of the random topologies (default 42)");
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::uint64_t expectedRounds = 0;    // --expected (0: none)
+  bool topologyGiven = false;          // --topology was given
+};
+
+// The names --topology accepts: the tool's own, "all", then the registry's.
+std::vector<std::string> topologyChoices() {
   std::vector<std::string> names = kAll;
   names.insert(names.end(), {"directed_exponential2", "explicit", "all"});
   for (const auto& n : registry().topologyNames())
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  return names;
+}
+
+// Parses the command line into `cl`. Returns the exit status when the tool
+// is to stop here (0 after --help, 2 for a bad command line), else nothing.
+std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& cl) {
+  CLI::App app{
+      "gossamer-topology: consensus rate and imbalance of products of gossip mixing matrices "
+      "(Yeo et al., Crossover-SGD, Fig. 6)"};
+  auto* wsOpt = app.add_option("--world-size", cl.worldSize, "number of ranks N (default 16)")
+                    ->check(CLI::Range(2, 4096));
+  app.add_option("--steps", cl.steps, "number of gossip rounds k to multiply (default 20)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1000000}));
+  auto* segOpt = app.add_option("--segments", cl.segments,
+                                "Crossover-SGD segments S of the 784-128-10 MLP (default 4; 1 = whole model)")
+                     ->check(CLI::Range(1, 1024));
+  auto* seedOpt = app.add_option("--seed", cl.seed, "shared seed of the random topologies (default 42)");
+  const std::vector<std::string> names = topologyChoices();
   std::string known;
   for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
   auto* topoOpt =
-      app.add_option("--topology", topologyName,
+      app.add_option("--topology", cl.topologyName,
                      "one or more, comma-separated: fair_roulette | roulette_unfair | directed_exponential "
                      "(1 peer/step) | directed_exponential2 (2 peers/step) | ring | bandwidth_roulette "
                      "(islands from network:, use --set or --config) | explicit (needs --config) | all (the "
@@ -234,7 +248,7 @@ int main(int argc, char** argv) {
                 return "";
               },
               "NAME[,NAME...]"));
-  app.add_option("--config", configPath,
+  app.add_option("--config", cl.configPath,
                  "YAML run config: takes world_size, seed, topology (kind, probabilities, peers_per_step, "
                  "edges, bandwidth_exponent), network (islands, bandwidths), algorithm.segments and model "
                  "from it")
@@ -242,13 +256,11 @@ int main(int argc, char** argv) {
       ->excludes(wsOpt)
       ->excludes(segOpt)
       ->excludes(seedOpt);
-  app.add_option("--csv", csvPath, "also write long-format CSV here");
-  std::vector<std::string> overrides;
-  app.add_option("--set", overrides,
+  app.add_option("--csv", cl.csvPath, "also write long-format CSV here");
+  app.add_option("--set", cl.overrides,
                  "KEY=VALUE: overrides a key of the config (repeatable; checked like a file), e.g. --set "
                  "'network.islands=[[0,1],[2,3]]' --set topology.kind=bandwidth_roulette");
-  std::uint64_t expectedRounds = 0;
-  app.add_option("--expected", expectedRounds,
+  app.add_option("--expected", cl.expectedRounds,
                  "also print one round's expected mixing (slem and gap of E[W], mean-square rate, share of "
                  "segments between the network's islands), estimated over this many rounds (0 = no)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{10000000}));
@@ -258,45 +270,92 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);  // prints help, or the error and a usage hint
     return code == 0 ? 0 : 2;
   }
-  const std::vector<std::string> topologyNames = splitNames(topologyName);
-  if (expectedRounds == 1) {
+  cl.topologyGiven = topoOpt->count() != 0;
+  return std::nullopt;
+}
+
+// The run config from --config or the command line's values, with --set
+// applied. Where --topology was not given, `selected` gets the configured
+// topology kind from --config, or without it from a --set topology.kind=...
+gossamer::Config loadConfig(const CommandLine& cl, std::vector<std::string>& selected) {
+  gossamer::Config c;
+  const bool kindSet = std::any_of(cl.overrides.begin(), cl.overrides.end(),
+                                   [](const std::string& o) { return o.rfind("topology.kind=", 0) == 0; });
+  if (cl.configPath.empty()) {
+    std::vector<std::string> all = {"world_size=" + std::to_string(cl.worldSize),
+                                    "seed=" + std::to_string(cl.seed),
+                                    "algorithm.segments=" + std::to_string(cl.segments)};
+    all.insert(all.end(), cl.overrides.begin(), cl.overrides.end());
+    c = registry().parse("{}", "<command line>", all);
+    if (!cl.topologyGiven && kindSet) selected = {c.get<std::string>("topology.kind")};
+  } else {
+    c = registry().load(cl.configPath, cl.overrides);
+    // Only Crossover-SGD (also as the inter-leader algorithm) exchanges segments.
+    const bool segmented = c.get<std::string>("algorithm.name") == "crossover_sgd" ||
+                           (c.get<std::string>("algorithm.name") == "hierarchical" &&
+                            c.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
+    if (!segmented) c.set("algorithm.segments", 1);
+    if (!cl.topologyGiven)
+      selected = {c.get<std::string>("topology.kind") == "directed_exponential" &&
+                          c.get<int>("topology.peers_per_step") == 2
+                      ? "directed_exponential2"
+                      : c.get<std::string>("topology.kind")};
+  }
+  return c;
+}
+
+// Analyses the `selected` topologies under config `c` and prints the table
+// (then the expected mixing with --expected, and the CSV with --csv).
+void analyse(const CommandLine& cl, const gossamer::Config& c, const std::vector<std::string>& selected) {
+  std::ofstream csv;  // opened first: fail before any work
+  if (!cl.csvPath.empty()) {
+    csv.open(cl.csvPath);
+    if (!csv) throw gossamer::Error("cannot open '" + cl.csvPath + "' for writing");
+  }
+  const auto sizes =
+      segmentSizes(gossamer::train::trainConfigFrom(c).model, c.get<int>("algorithm.segments"));
+  std::vector<Analysed> runs;
+  for (const auto& name : selected) {
+    const auto t = makeTopology(name, c);
+    runs.push_back({name, topo::analyzeMixing(*t, cl.steps, sizes)});
+  }
+
+  std::string sizeList;
+  for (auto s : sizes) sizeList += (sizeList.empty() ? "" : " ") + std::to_string(s);
+  std::printf("# world_size %d  segments %zu (sizes %s)  seed %llu  steps %llu%s%s\n", c.worldSize(),
+              sizes.size(), sizeList.c_str(), static_cast<unsigned long long>(c.seed()),
+              static_cast<unsigned long long>(cl.steps), cl.configPath.empty() ? "" : "  config ",
+              cl.configPath.c_str());
+  std::printf(
+      "# P_k = M_(k-1) ... M_0; slem, sigma2 = 2nd largest eigenvalue modulus / singular value of P_k; "
+      "imbalance = mean_ij (P_k(i,j) - 1/N)^2\n");
+  printTable(runs, cl.steps);
+  if (cl.expectedRounds > 0) printExpected(selected, c, cl.expectedRounds, static_cast<int>(sizes.size()));
+  if (!cl.csvPath.empty()) writeCsv(csv, cl.csvPath, runs, c.worldSize(), sizes.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CommandLine cl;
+  if (const auto stop = parseCommandLine(argc, argv, cl)) return *stop;
+  const std::vector<std::string> topologyNames = splitNames(cl.topologyName);
+  if (cl.expectedRounds == 1) {
     std::fprintf(stderr, "gossamer-topology: error: --expected needs at least 2 rounds (0 = none)\n");
     return 2;
   }
   if (std::find(topologyNames.begin(), topologyNames.end(), "explicit") != topologyNames.end() &&
-      configPath.empty()) {
+      cl.configPath.empty()) {
     std::fprintf(stderr, "gossamer-topology: error: --topology explicit needs --config (topology.edges)\n");
     return 2;
   }
 
   try {
-    gossamer::Config c;
     std::vector<std::string> selected;
-    const bool kindSet = std::any_of(overrides.begin(), overrides.end(),
-                                     [](const std::string& o) { return o.rfind("topology.kind=", 0) == 0; });
-    if (configPath.empty()) {
-      std::vector<std::string> all = {"world_size=" + std::to_string(worldSize),
-                                      "seed=" + std::to_string(seed),
-                                      "algorithm.segments=" + std::to_string(segments)};
-      all.insert(all.end(), overrides.begin(), overrides.end());
-      c = registry().parse("{}", "<command line>", all);
-      if (topoOpt->count() == 0 && kindSet) selected = {c.get<std::string>("topology.kind")};
-    } else {
-      c = registry().load(configPath, overrides);
-      // Only Crossover-SGD (also as the inter-leader algorithm) exchanges segments.
-      const bool segmented = c.get<std::string>("algorithm.name") == "crossover_sgd" ||
-                             (c.get<std::string>("algorithm.name") == "hierarchical" &&
-                              c.get<std::string>("algorithm.inter_algorithm") == "crossover_sgd");
-      if (!segmented) c.set("algorithm.segments", 1);
-      if (topoOpt->count() == 0)
-        selected = {c.get<std::string>("topology.kind") == "directed_exponential" &&
-                            c.get<int>("topology.peers_per_step") == 2
-                        ? "directed_exponential2"
-                        : c.get<std::string>("topology.kind")};
-    }
+    const gossamer::Config c = loadConfig(cl, selected);
     if (c.worldSize() < 2)
       throw gossamer::InvalidArgument("world_size " + std::to_string(c.worldSize()) + " in " +
-                                      (configPath.empty() ? std::string("--set") : configPath) +
+                                      (cl.configPath.empty() ? std::string("--set") : cl.configPath) +
                                       ": nothing to mix with fewer than 2 ranks");
     if (selected.empty()) {
       for (const auto& n : topologyNames) {
@@ -306,32 +365,7 @@ int main(int argc, char** argv) {
           selected.push_back(n);
       }
     }
-
-    std::ofstream csv;  // opened first: fail before any work
-    if (!csvPath.empty()) {
-      csv.open(csvPath);
-      if (!csv) throw gossamer::Error("cannot open '" + csvPath + "' for writing");
-    }
-    const auto sizes =
-        segmentSizes(gossamer::train::trainConfigFrom(c).model, c.get<int>("algorithm.segments"));
-    std::vector<Analysed> runs;
-    for (const auto& name : selected) {
-      const auto t = makeTopology(name, c);
-      runs.push_back({name, topo::analyzeMixing(*t, steps, sizes)});
-    }
-
-    std::string sizeList;
-    for (auto s : sizes) sizeList += (sizeList.empty() ? "" : " ") + std::to_string(s);
-    std::printf("# world_size %d  segments %zu (sizes %s)  seed %llu  steps %llu%s%s\n", c.worldSize(),
-                sizes.size(), sizeList.c_str(), static_cast<unsigned long long>(c.seed()),
-                static_cast<unsigned long long>(steps), configPath.empty() ? "" : "  config ",
-                configPath.c_str());
-    std::printf(
-        "# P_k = M_(k-1) ... M_0; slem, sigma2 = 2nd largest eigenvalue modulus / singular value of P_k; "
-        "imbalance = mean_ij (P_k(i,j) - 1/N)^2\n");
-    printTable(runs, steps);
-    if (expectedRounds > 0) printExpected(selected, c, expectedRounds, static_cast<int>(sizes.size()));
-    if (!csvPath.empty()) writeCsv(csv, csvPath, runs, c.worldSize(), sizes.size());
+    analyse(cl, c, selected);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gossamer-topology: error: %s\n", e.what());

@@ -274,10 +274,9 @@ CostModel fit(const std::vector<std::size_t>& sizes, const std::vector<Allreduce
   return m;
 }
 
-}  // namespace
-
-CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
-                             const CalibrationOptions& calibration) {
+// Throws InvalidArgument unless the sizes are at least two ascending positive
+// multiples of 4 bytes and the counts and the time budget are in range.
+void checkCalibration(const CalibrationOptions& calibration) {
   const auto& sizes = calibration.sizes;
   GOSSAMER_ENFORCE(sizes.size() >= 2, "calibration needs at least two sizes, got " << sizes.size());
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -290,11 +289,14 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
                    "calibration reps " << calibration.reps << ", warm-ups " << calibration.warmups
                                        << ", passes " << calibration.passes << ", seconds per size "
                                        << calibration.secondsPerSize);
-  const int n = transport.worldSize();
-  if (n == 1) return options.model;
-  const bool views = dynamic_cast<SubTransport*>(&transport) == nullptr;
+}
 
-  // The ring first (the fit needs it), then the others, each once.
+// The algorithms to time on `transport` (n ranks): the ring first (the fit
+// needs it), then the others asked for (all when none are), each once, less
+// those that need views the transport cannot give or do not fit n ranks.
+std::vector<AllreduceAlgorithm> algorithmsToCalibrate(Transport& transport, const CollectiveOptions& options,
+                                                      const CalibrationOptions& calibration, int n) {
+  const bool views = dynamic_cast<SubTransport*>(&transport) == nullptr;
   std::vector<AllreduceAlgorithm> algorithms = {AllreduceAlgorithm::kRing};
   std::vector<AllreduceAlgorithm> all;
   for (const auto* e : detail::allreduceAlgorithms()) all.push_back(e->id);
@@ -306,102 +308,176 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
     if ((entry.needsViews && !views) || !entry.fitsOn(n, options)) continue;
     algorithms.push_back(a);
   }
+  return algorithms;
+}
 
-  const double gamma = measureGamma();
-  const std::size_t k = algorithms.size(), count = sizes.size();
-  std::vector<float> buffer(sizes.back() / sizeof(float));
-  CollectiveOptions o = options;
-  o.useCostModel = false;
-  auto run = [&](AllreduceAlgorithm a, std::span<float> data) {
+// The timed allreduce calls of a calibration and the broadcast of its
+// result. Collective: every rank makes the same calls in the same order
+// (each takes the next options.sequence), and sees the slowest rank's times.
+class Calibrator {
+ public:
+  Calibrator(Transport& transport, CollectiveOptions& options, const CalibrationOptions& calibration,
+             std::vector<AllreduceAlgorithm> algorithms)
+      : transport_(transport),
+        options_(options),
+        calibration_(calibration),
+        algorithms_(std::move(algorithms)),
+        buffer_(calibration.sizes.back() / sizeof(float)),
+        o_(options),
+        order_(algorithms_.size()),
+        passes_(static_cast<std::size_t>(calibration.passes)),
+        reps_(calibration.sizes.size(), static_cast<std::size_t>(calibration.reps)),
+        times_(calibration.sizes.size(), std::vector<std::vector<double>>(algorithms_.size())) {
+    o_.useCostModel = false;
+  }
+
+  // The algorithms timed, the ring first.
+  const std::vector<AllreduceAlgorithm>& algorithms() const { return algorithms_; }
+
+  // Times every algorithm at every size; returns the median seconds, by
+  // algorithm (outer) and size (inner). Pass 0 warms every size up and
+  // sizes its repetitions; the timed calls of a size are then spread over
+  // the passes (each later one starting the size with one untimed round),
+  // and the median is over all of them.
+  std::vector<std::vector<double>> measure() {
+    const auto& sizes = calibration_.sizes;
+    const std::size_t k = algorithms_.size(), count = sizes.size();
+    // The very first calls also set up connections and fault in scratch: one
+    // untimed round at the first size, so that the warm-up round that sizes its
+    // repetitions is not this one (it was 10-30 times slower at 8 ranks, and
+    // the 4-byte size got 7 timed calls where the budget allows about 130).
+    {
+      std::span<float> data(buffer_.data(), sizes.front() / sizeof(float));
+      for (auto a : algorithms_) {
+        controlBarrier(transport_, options_.sequence++, options_.timeoutSeconds);
+        run(a, data);
+      }
+    }
+    for (std::size_t pass = 0; pass < passes_; ++pass) {
+      for (std::size_t s = 0; s < count; ++s) {
+        std::span<float> data(buffer_.data(), sizes[s] / sizeof(float));
+        warmUp(pass, s, data);
+        timeShare(pass, s, data);
+      }
+    }
+    std::vector<std::vector<double>> seconds(k, std::vector<double>(count));
+    for (std::size_t s = 0; s < count; ++s)
+      for (std::size_t a = 0; a < k; ++a) seconds[a][s] = median(times_[s][a]);
+    return seconds;
+  }
+
+  // Rank 0's `model`, on every rank.
+  CostModel broadcast(const CostModel& model) {
+    const std::size_t count = calibration_.sizes.size();
+    auto packed = pack(model, count);
+    o_.sequence = options_.sequence++;
+    gossamer::broadcast<double>(transport_, std::span<double>(packed), 0, o_);
+    return unpack(packed, count);
+  }
+
+ private:
+  // One allreduce of ones by algorithm `a` over `data`.
+  void run(AllreduceAlgorithm a, std::span<float> data) {
     std::fill(data.begin(), data.end(), 1.0f);
-    o.algorithm = a;
-    o.sequence = options.sequence++;
-    allreduce<float>(transport, data, ReduceOp::kSum, o);
-  };
-  // The slowest rank's value of every entry, on every rank.
-  auto slowest = [&](std::span<double> values) {
-    o.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
-    o.sequence = options.sequence++;
-    allreduce<double>(transport, values, ReduceOp::kMax, o);
-  };
-  std::vector<std::size_t> order(k);
-  std::uint64_t state = 0x9E3779B97F4A7C15ULL;  // xorshift64: the same shuffles on every rank
-  auto random = [&](std::size_t bound) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return static_cast<std::size_t>(state % bound);
-  };
-  // Pass 0 warms every size up and sizes its repetitions; the timed calls
-  // of a size are then spread over the passes (each later one starting the
-  // size with one untimed round), and the median is over all of them.
-  const auto passes = static_cast<std::size_t>(calibration.passes);
-  std::vector<std::size_t> reps(count, static_cast<std::size_t>(calibration.reps));
-  std::vector<std::vector<std::vector<double>>> times(count, std::vector<std::vector<double>>(k));
-  // The very first calls also set up connections and fault in scratch: one
-  // untimed round at the first size, so that the warm-up round that sizes its
-  // repetitions is not this one (it was 10-30 times slower at 8 ranks, and
-  // the 4-byte size got 7 timed calls where the budget allows about 130).
-  {
-    std::span<float> data(buffer.data(), sizes.front() / sizeof(float));
-    for (auto a : algorithms) {
-      controlBarrier(transport, options.sequence++, options.timeoutSeconds);
-      run(a, data);
-    }
+    o_.algorithm = a;
+    o_.sequence = options_.sequence++;
+    allreduce<float>(transport_, data, ReduceOp::kSum, o_);
   }
-  for (std::size_t pass = 0; pass < passes; ++pass) {
-    for (std::size_t s = 0; s < count; ++s) {
-      std::span<float> data(buffer.data(), sizes[s] / sizeof(float));
-      const int warmups = pass == 0 ? calibration.warmups : std::min(calibration.warmups, 1);
-      for (int w = 0; w < warmups; ++w) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (auto a : algorithms) {
-          // The barrier as in a timed round, so that the round's time sizes
-          // the repetitions with it (on a loaded host it can cost more than
-          // a small allreduce).
-          controlBarrier(transport, options.sequence++, options.timeoutSeconds);
-          run(a, data);
-        }
-        if (pass == 0 && w == 0 &&
-            calibration.secondsPerSize > 0) {  // the first warm-up sizes the repetitions
-          double round = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          slowest(std::span<double>(&round, 1));
-          const double fit = std::floor(calibration.secondsPerSize / std::max(round, 1e-9));
-          reps[s] = static_cast<std::size_t>(
-              std::clamp(fit, static_cast<double>(calibration.reps),
-                         static_cast<double>(std::max(calibration.maxReps, calibration.reps))));
-        }
-      }
-      // This pass's share of the repetitions (at least one).
-      const std::size_t share =
-          std::max<std::size_t>(1, reps[s] / passes + (pass < reps[s] % passes ? 1 : 0));
-      std::vector<double> t(k * share);  // [algorithm * share + rep]
-      for (std::size_t rep = 0; rep < share; ++rep) {
-        for (std::size_t i = 0; i < k; ++i) order[i] = i;
-        for (std::size_t i = k; i > 1; --i) std::swap(order[i - 1], order[random(i)]);
-        for (std::size_t a : order) {
-          controlBarrier(transport, options.sequence++, options.timeoutSeconds);
-          const auto t0 = std::chrono::steady_clock::now();
-          run(algorithms[a], data);
-          t[a * share + rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
-      }
-      slowest(std::span<double>(t));
-      for (std::size_t a = 0; a < k; ++a)
-        times[s][a].insert(times[s][a].end(), t.begin() + static_cast<std::ptrdiff_t>(a * share),
-                           t.begin() + static_cast<std::ptrdiff_t>((a + 1) * share));
-    }
-  }
-  std::vector<std::vector<double>> seconds(k, std::vector<double>(count));
-  for (std::size_t s = 0; s < count; ++s)
-    for (std::size_t a = 0; a < k; ++a) seconds[a][s] = median(times[s][a]);
 
+  // The slowest rank's value of every entry, on every rank.
+  void slowest(std::span<double> values) {
+    o_.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+    o_.sequence = options_.sequence++;
+    allreduce<double>(transport_, values, ReduceOp::kMax, o_);
+  }
+
+  // A pseudo-random number below `bound` (xorshift64: the same sequence on
+  // every rank).
+  std::size_t random(std::size_t bound) {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return static_cast<std::size_t>(state_ % bound);
+  }
+
+  // The untimed rounds of size s in `pass` (all warm-ups in pass 0, at most
+  // one later); in pass 0 the first one's time, the slowest rank's, sizes
+  // the repetitions of size s to fit secondsPerSize.
+  void warmUp(std::size_t pass, std::size_t s, std::span<float> data) {
+    const int warmups = pass == 0 ? calibration_.warmups : std::min(calibration_.warmups, 1);
+    for (int w = 0; w < warmups; ++w) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (auto a : algorithms_) {
+        // The barrier as in a timed round, so that the round's time sizes
+        // the repetitions with it (on a loaded host it can cost more than
+        // a small allreduce).
+        controlBarrier(transport_, options_.sequence++, options_.timeoutSeconds);
+        run(a, data);
+      }
+      if (pass == 0 && w == 0 &&
+          calibration_.secondsPerSize > 0) {  // the first warm-up sizes the repetitions
+        double round = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        slowest(std::span<double>(&round, 1));
+        const double fit = std::floor(calibration_.secondsPerSize / std::max(round, 1e-9));
+        reps_[s] = static_cast<std::size_t>(
+            std::clamp(fit, static_cast<double>(calibration_.reps),
+                       static_cast<double>(std::max(calibration_.maxReps, calibration_.reps))));
+      }
+    }
+  }
+
+  // Times this pass's share of the repetitions of size s (at least one),
+  // every algorithm once per repetition in a random order, and adds the
+  // slowest rank's seconds to times_.
+  void timeShare(std::size_t pass, std::size_t s, std::span<float> data) {
+    const std::size_t k = algorithms_.size();
+    const std::size_t share =
+        std::max<std::size_t>(1, reps_[s] / passes_ + (pass < reps_[s] % passes_ ? 1 : 0));
+    std::vector<double> t(k * share);  // [algorithm * share + rep]
+    for (std::size_t rep = 0; rep < share; ++rep) {
+      for (std::size_t i = 0; i < k; ++i) order_[i] = i;
+      for (std::size_t i = k; i > 1; --i) std::swap(order_[i - 1], order_[random(i)]);
+      for (std::size_t a : order_) {
+        controlBarrier(transport_, options_.sequence++, options_.timeoutSeconds);
+        const auto t0 = std::chrono::steady_clock::now();
+        run(algorithms_[a], data);
+        t[a * share + rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+    slowest(std::span<double>(t));
+    for (std::size_t a = 0; a < k; ++a)
+      times_[s][a].insert(times_[s][a].end(), t.begin() + static_cast<std::ptrdiff_t>(a * share),
+                          t.begin() + static_cast<std::ptrdiff_t>((a + 1) * share));
+  }
+
+  Transport& transport_;
+  CollectiveOptions& options_;  // the caller's: its sequence numbers every call
+  const CalibrationOptions& calibration_;
+  const std::vector<AllreduceAlgorithm> algorithms_;
+  std::vector<float> buffer_;       // the largest size's floats
+  CollectiveOptions o_;             // the calls' options: no cost model, algorithm and sequence set per call
+  std::vector<std::size_t> order_;  // the algorithms' order in one timed repetition
+  std::uint64_t state_ = 0x9E3779B97F4A7C15ULL;  // random()'s state
+  const std::size_t passes_;
+  std::vector<std::size_t> reps_;                        // timed calls per size
+  std::vector<std::vector<std::vector<double>>> times_;  // [size][algorithm]: the slowest rank's seconds
+};
+
+}  // namespace
+
+CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
+                             const CalibrationOptions& calibration) {
+  checkCalibration(calibration);
+  const int n = transport.worldSize();
+  if (n == 1) return options.model;
+  auto algorithms = algorithmsToCalibrate(transport, options, calibration, n);
+  const double gamma = measureGamma();
+  Calibrator calibrator(transport, options, calibration, std::move(algorithms));
+  const auto seconds = calibrator.measure();
   CostModel model;
-  if (transport.rank() == 0) model = fit(sizes, algorithms, seconds, n, gamma, options);
-  auto packed = pack(model, count);
-  o.sequence = options.sequence++;
-  broadcast<double>(transport, std::span<double>(packed), 0, o);
-  return unpack(packed, count);
+  if (transport.rank() == 0)
+    model = fit(calibration.sizes, calibrator.algorithms(), seconds, n, gamma, options);
+  return calibrator.broadcast(model);
 }
 
 }  // namespace gossamer

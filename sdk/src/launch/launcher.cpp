@@ -153,19 +153,17 @@ const char* toString(RankOutcome outcome) noexcept {
   return "?";
 }
 
-LaunchResult launchLocalRanks(const LaunchOptions& o,
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Forks and executes o.executable once per rank with argsFor(rank,
+// rendezvous), each bound to its CPU of `cpus` (none when empty; `bindTo`
+// is the mask's scratch); returns the children's pids by rank. If a fork
+// fails, kills and reaps the ranks already started and throws.
+std::vector<pid_t> startRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
-                              const std::function<void(const std::string&)>& beforeCleanup) {
-  using Clock = std::chrono::steady_clock;
-  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
-  // Read before the directory exists, so that a failure leaves nothing behind.
-  const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
-  CpuSet bindTo(cpus.empty() ? 1 : cpus.back() + 1);
-  char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
-  if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
-  const std::string rendezvous = tmpl;
-  // Caught from here on; exec resets the children's handlers to the default.
-  SignalForwarding forwarding(o.forwardSignals);
+                              const std::string& rendezvous, const std::vector<int>& cpus, CpuSet& bindTo) {
   std::vector<pid_t> pids;
   for (int r = 0; r < o.worldSize; ++r) {
     std::vector<std::string> args = argsFor(r, rendezvous);  // built before fork: no allocation in the child
@@ -196,85 +194,145 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
     }
     pids.push_back(pid);
   }
-  LaunchResult result;
-  result.ranks.resize(pids.size());
-  std::vector<bool> running(pids.size(), true);
-  const auto start = Clock::now();
-  std::optional<Clock::time_point> firstFailure, forwardedAt;
-  std::size_t alive = pids.size();
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  while (alive > 0) {
-    if (const int sig = caughtSignal; sig != 0 && !forwardedAt) {
-      GOSSAMER_LOG(kWarning, o.name << ": caught signal " << sig << "; forwarding it to the ranks");
-      result.signal = sig;
-      forwardedAt = Clock::now();
-      for (std::size_t r = 0; r < pids.size(); ++r)
-        if (running[r]) kill(pids[r], sig);
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      const auto it = std::find(pids.begin(), pids.end(), pid);
-      if (it == pids.end()) continue;
-      --alive;
-      const auto rank = static_cast<std::size_t>(it - pids.begin());
-      running[rank] = false;
-      RankExit& x = result.ranks[rank];
-      x.seconds = since(start);
-      if (WIFSIGNALED(status)) x.signal = WTERMSIG(status);
-      if (WIFEXITED(status)) x.status = WEXITSTATUS(status);
-      if (WIFEXITED(status) && x.status == 0) continue;  // kFinished
-      ++result.failures;
-      if (result.killed && x.signal == SIGKILL)
-        x.outcome = RankOutcome::kKilled;
-      else if (forwardedAt)
-        x.outcome = RankOutcome::kInterrupted;
-      else if (result.killed)
-        x.outcome = RankOutcome::kKilled;
-      else if (firstFailure && !WIFSIGNALED(status))
-        x.outcome = RankOutcome::kFollowed;
-      else
-        x.outcome = RankOutcome::kDied;
-      if (x.outcome == RankOutcome::kDied || x.outcome == RankOutcome::kFollowed) {
-        if (WIFSIGNALED(status))
-          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " was killed by signal " << x.signal);
-        else
-          GOSSAMER_LOG(kError, o.name << ": rank " << rank << " exited with status " << x.status
-                                      << exitReason(x.status, o, cpus, static_cast<long>(rank))
-                                      << (x.outcome == RankOutcome::kFollowed ? " after a failed peer" : ""));
-      }
-      if (!firstFailure) firstFailure = Clock::now();
-      continue;
-    }
-    const bool afterFailure = firstFailure && !forwardedAt && since(*firstFailure) > o.failureGraceSeconds;
-    const bool late = o.deadlineSeconds > 0 && since(start) > o.deadlineSeconds;
-    const bool stopOverdue = forwardedAt && since(*forwardedAt) > o.stopGraceSeconds;
-    if (!result.killed && (afterFailure || late || stopOverdue)) {
-      GOSSAMER_LOG(kWarning, o.name << ": killing the ranks still running ("
-                                    << (stopOverdue    ? "they outlived the forwarded signal"
-                                        : afterFailure ? "after a failure"
-                                                       : "deadline exceeded")
-                                    << ")");
-      for (std::size_t r = 0; r < pids.size(); ++r)
-        if (running[r]) kill(pids[r], SIGKILL);
-      result.killed = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return pids;
+}
+
+// Waits for the started ranks to exit, polling every 20 ms: forwards a
+// signal the launcher caught, records each rank's exit and outcome, and
+// kills the ranks still running failureGraceSeconds after a failure, after
+// deadlineSeconds, or stopGraceSeconds after a forwarded signal.
+class RankSupervisor {
+ public:
+  // `pids`: the ranks' processes, by rank; `cpus`: their CPUs (for the
+  // reasons of exit statuses).
+  RankSupervisor(const LaunchOptions& o, const std::vector<int>& cpus, std::vector<pid_t> pids)
+      : o_(o), cpus_(cpus), pids_(std::move(pids)), running_(pids_.size(), true), alive_(pids_.size()) {
+    result_.ranks.resize(pids_.size());
   }
+
+  // Returns once every rank has exited: how each one ended.
+  LaunchResult waitAll() {
+    while (alive_ > 0) {
+      if (const int sig = caughtSignal; sig != 0 && !forwardedAt_) forward(sig);
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        const auto it = std::find(pids_.begin(), pids_.end(), pid);
+        if (it != pids_.end()) recordExit(static_cast<std::size_t>(it - pids_.begin()), status);
+        continue;
+      }
+      killIfOverdue();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::move(result_);
+  }
+
+ private:
+  // Seconds since `t`.
+  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+  // Sends the caught signal `sig` to the ranks still running.
+  void forward(int sig) {
+    GOSSAMER_LOG(kWarning, o_.name << ": caught signal " << sig << "; forwarding it to the ranks");
+    result_.signal = sig;
+    forwardedAt_ = Clock::now();
+    for (std::size_t r = 0; r < pids_.size(); ++r)
+      if (running_[r]) kill(pids_[r], sig);
+  }
+
+  // Records the exit of `rank` with wait status `status`, its outcome, and
+  // logs a rank that died or followed a failed peer.
+  void recordExit(std::size_t rank, int status) {
+    --alive_;
+    running_[rank] = false;
+    RankExit& x = result_.ranks[rank];
+    x.seconds = since(start_);
+    if (WIFSIGNALED(status)) x.signal = WTERMSIG(status);
+    if (WIFEXITED(status)) x.status = WEXITSTATUS(status);
+    if (WIFEXITED(status) && x.status == 0) return;  // kFinished
+    ++result_.failures;
+    if (result_.killed && x.signal == SIGKILL)
+      x.outcome = RankOutcome::kKilled;
+    else if (forwardedAt_)
+      x.outcome = RankOutcome::kInterrupted;
+    else if (result_.killed)
+      x.outcome = RankOutcome::kKilled;
+    else if (firstFailure_ && !WIFSIGNALED(status))
+      x.outcome = RankOutcome::kFollowed;
+    else
+      x.outcome = RankOutcome::kDied;
+    if (x.outcome == RankOutcome::kDied || x.outcome == RankOutcome::kFollowed) {
+      if (WIFSIGNALED(status))
+        GOSSAMER_LOG(kError, o_.name << ": rank " << rank << " was killed by signal " << x.signal);
+      else
+        GOSSAMER_LOG(kError, o_.name << ": rank " << rank << " exited with status " << x.status
+                                     << exitReason(x.status, o_, cpus_, static_cast<long>(rank))
+                                     << (x.outcome == RankOutcome::kFollowed ? " after a failed peer" : ""));
+    }
+    if (!firstFailure_) firstFailure_ = Clock::now();
+  }
+
+  // Kills the ranks still running (once) when the grace after a failure,
+  // the deadline or the grace after a forwarded signal has run out.
+  void killIfOverdue() {
+    const bool afterFailure =
+        firstFailure_ && !forwardedAt_ && since(*firstFailure_) > o_.failureGraceSeconds;
+    const bool late = o_.deadlineSeconds > 0 && since(start_) > o_.deadlineSeconds;
+    const bool stopOverdue = forwardedAt_ && since(*forwardedAt_) > o_.stopGraceSeconds;
+    if (result_.killed || !(afterFailure || late || stopOverdue)) return;
+    GOSSAMER_LOG(kWarning, o_.name << ": killing the ranks still running ("
+                                   << (stopOverdue    ? "they outlived the forwarded signal"
+                                       : afterFailure ? "after a failure"
+                                                      : "deadline exceeded")
+                                   << ")");
+    for (std::size_t r = 0; r < pids_.size(); ++r)
+      if (running_[r]) kill(pids_[r], SIGKILL);
+    result_.killed = true;
+  }
+
+  const LaunchOptions& o_;
+  const std::vector<int>& cpus_;
+  const std::vector<pid_t> pids_;  // by rank
+  LaunchResult result_;
+  std::vector<bool> running_;  // by rank
+  const Clock::time_point start_ = Clock::now();
+  std::optional<Clock::time_point> firstFailure_, forwardedAt_;
+  std::size_t alive_;  // ranks not yet reaped
+};
+
+// Logs which ranks did not finish, by outcome.
+void reportFailures(const LaunchOptions& o, const LaunchResult& result) {
+  std::string report;
+  for (auto outcome : {RankOutcome::kDied, RankOutcome::kFollowed, RankOutcome::kKilled,
+                       RankOutcome::kInterrupted, RankOutcome::kFinished}) {
+    const std::string who = ranksWith(result.ranks, outcome);
+    if (who.empty()) continue;
+    report += std::string(report.empty() ? "" : "; ") + toString(outcome) + ": " + who;
+  }
+  GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize << " ranks did not finish ("
+                              << report << ")");
+}
+
+}  // namespace
+
+LaunchResult launchLocalRanks(const LaunchOptions& o,
+                              const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
+                              const std::function<void(const std::string&)>& beforeCleanup) {
+  GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
+  // Read before the directory exists, so that a failure leaves nothing behind.
+  const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
+  CpuSet bindTo(cpus.empty() ? 1 : cpus.back() + 1);
+  char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
+  if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
+  const std::string rendezvous = tmpl;
+  // Caught from here on; exec resets the children's handlers to the default.
+  SignalForwarding forwarding(o.forwardSignals);
+  RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));
+  LaunchResult result = supervisor.waitAll();
   if (beforeCleanup) beforeCleanup(rendezvous);
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
-  if (!result.ok()) {
-    std::string report;
-    for (auto outcome : {RankOutcome::kDied, RankOutcome::kFollowed, RankOutcome::kKilled,
-                         RankOutcome::kInterrupted, RankOutcome::kFinished}) {
-      const std::string who = ranksWith(result.ranks, outcome);
-      if (who.empty()) continue;
-      report += std::string(report.empty() ? "" : "; ") + toString(outcome) + ": " + who;
-    }
-    GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize
-                                << " ranks did not finish (" << report << ")");
-  }
+  if (!result.ok()) reportFailures(o, result);
   return result;
 }
 

@@ -1094,7 +1094,16 @@ std::string randomName(int rank) {
   return s.str();
 }
 
-Links connectAll(const Options& o, Store& store) {
+// This rank's listening socket (non-blocking) and the address published for
+// it in the store: "tcp:HOST:PORT" or "ipc:NAME".
+struct Listener {
+  FdGuard fd;
+  std::string published;
+};
+
+// Binds and listens: tcp on o.host at a port the kernel picks, ipc at a
+// random abstract-namespace name.
+Listener openListener(const Options& o) {
   const bool tcp = o.protocol == "tcp";
   FdGuard listener(::socket(tcp ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (listener.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
@@ -1119,123 +1128,178 @@ Links connectAll(const Options& o, Store& store) {
   if (::listen(listener.get(), SOMAXCONN) != 0)
     throw Error("socket transport: listen(): " + errnoText(errno));
   setNonBlocking(listener.get());
+  return Listener{std::move(listener), std::move(published)};
+}
 
+// Connects to lower rank `p` at the address it published under `prefix`
+// (waiting for it in the store until `deadline`) and sends it this rank's
+// hello; throws TimeoutError once `deadline` passes.
+FdGuard connectToLower(const Options& o, Store& store, const std::string& prefix, int p,
+                       Clock::time_point deadline) {
+  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+  const SockAddr a = parseAddress(store.get(prefix + std::to_string(p), std::max(left, 0.0)), p);
+  FdGuard fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
+  tuneConnection(fd.get(), a.family);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.length) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) throw PeerFailure(p, "cannot connect: " + errnoText(errno));
+    pollfd pfd{fd.get(), POLLOUT, 0};
+    while (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0)
+      if (Clock::now() >= deadline)
+        throw TimeoutError("socket transport: connecting to rank " + std::to_string(p));
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) throw PeerFailure(p, "cannot connect: " + errnoText(err));
+  }
+  const std::uint32_t hello[2] = {kHelloMagic, static_cast<std::uint32_t>(o.rank)};
+  writeAll(fd.get(), hello, sizeof hello, deadline, p);
+  return fd;
+}
+
+// Accepts every higher rank; each names itself in its hello. Connections
+// wait for their hello side by side, so one that says nothing holds up no
+// other: a connection whose first bytes are not a hello, that closes or
+// stays silent for kHelloSeconds, or that names a rank not expected (or
+// already connected) is dropped and counted, and the wait goes on as if
+// it never came.
+class HigherRankAcceptor {
+ public:
+  // `listener`: this rank's listening socket; `fds` (by peer rank) receives
+  // the connection of each higher rank that says hello.
+  HigherRankAcceptor(const Options& o, int listener, std::vector<FdGuard>& fds)
+      : o_(o), listener_(listener), fds_(fds) {}
+
+  // Waits until every higher rank has connected and said hello; throws
+  // TimeoutError once `deadline` passes.
+  void acceptAll(Clock::time_point deadline) {
+    for (int pending = o_.worldSize - 1 - o_.rank; pending > 0;) {
+      if (Clock::now() >= deadline)
+        throw TimeoutError("socket transport: rank " + std::to_string(o_.rank) + " timed out after " +
+                           std::to_string(o_.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
+                           " higher rank(s) to connect");
+      std::vector<pollfd> pfds{{listener_, POLLIN, 0}};
+      for (const auto& in : incoming_) pfds.push_back({in.fd.get(), POLLIN, 0});
+      if (::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100)) < 0 && errno != EINTR)
+        throw Error("socket transport: poll(): " + errnoText(errno));
+      for (std::size_t i = incoming_.size(); i-- > 0;)
+        if (readHello(i, pfds[i + 1].revents)) --pending;
+      if (pfds[0].revents & POLLIN) acceptOne();
+    }
+    strays_.flush();
+  }
+
+  // Stray connections dropped (Links::refused) and their bytes by kind
+  // (Links::rejected).
+  std::uint64_t refused() const { return refused_; }
+  const std::array<std::uint64_t, kFrameFaultCount>& rejected() const { return rejected_; }
+
+ private:
+  // An accepted connection waiting for its hello.
+  struct Incoming {
+    FdGuard fd;
+    std::uint32_t hello[2] = {0, 0};
+    std::size_t got = 0;  // bytes of the hello read so far
+    Clock::time_point since;
+  };
+
+  // Closes incoming connection i, counting it as refused with `fault`, and
+  // logs `why` (rate-limited).
+  void drop(std::size_t i, FrameFault fault, const std::string& why) {
+    ++refused_;
+    ++rejected_[static_cast<std::size_t>(fault)];
+    strays_("socket rank " + std::to_string(o_.rank) + ": dropped a connection: " + why);
+    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // Reads what incoming connection i (polled with `revents`) has sent of its
+  // hello, dropping it if it is silent for kHelloSeconds, closes, or sends
+  // anything but a hello from an expected rank. True when the hello is
+  // complete: the connection then moves to fds_.
+  bool readHello(std::size_t i, short revents) {
+    auto& in = incoming_[i];
+    if (revents == 0) {
+      if (std::chrono::duration<double>(Clock::now() - in.since).count() > kHelloSeconds)
+        drop(i, FrameFault::kTruncated, "no hello within " + std::to_string(kHelloSeconds) + " s");
+      return false;
+    }
+    const ssize_t r =
+        ::recv(in.fd.get(), reinterpret_cast<char*>(in.hello) + in.got, sizeof in.hello - in.got, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (r <= 0) {
+      drop(i, FrameFault::kTruncated,
+           r == 0 ? "closed after " + std::to_string(in.got) + " bytes, before its hello ended"
+                  : "reading its hello: " + errnoText(errno));
+      return false;
+    }
+    in.got += static_cast<std::size_t>(r);
+    std::uint32_t magic = 0;
+    std::memcpy(&magic, in.hello, std::min<std::size_t>(in.got, 4));
+    const std::uint32_t expectedPrefix =
+        in.got >= 4 ? kHelloMagic : kHelloMagic & ((std::uint32_t{1} << (8 * in.got)) - 1);
+    if (magic != expectedPrefix) {
+      drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
+      return false;
+    }
+    if (in.got < sizeof in.hello) return false;
+    const auto p = static_cast<std::int64_t>(in.hello[1]);
+    if (p <= o_.rank || p >= o_.worldSize || fds_[static_cast<std::size_t>(p)].get() >= 0) {
+      drop(i, FrameFault::kStranger,
+           "hello from rank " + std::to_string(in.hello[1]) + " not expected by rank " +
+               std::to_string(o_.rank) + " (byte offset 4)");
+      return false;
+    }
+    fds_[static_cast<std::size_t>(p)] = FdGuard(in.fd.release());
+    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+    return true;
+  }
+
+  // Accepts one connection from the listener to wait for its hello; when
+  // kMaxIncoming already wait (a flood), the oldest is dropped.
+  void acceptOne() {
+    FdGuard fd(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (fd.get() < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+      throw Error("socket transport: accept(): " + errnoText(errno));
+    }
+    if (incoming_.size() >= kMaxIncoming) {  // a flood: the oldest waits longest
+      drop(0, FrameFault::kTruncated,
+           "more than " + std::to_string(kMaxIncoming) + " connections without a hello");
+    }
+    tuneConnection(fd.get(), o_.protocol == "tcp" ? AF_INET : AF_UNIX);
+    incoming_.push_back(Incoming{std::move(fd), {0, 0}, 0, Clock::now()});
+  }
+
+  const Options& o_;
+  int listener_;
+  std::vector<FdGuard>& fds_;
+  std::vector<Incoming> incoming_;
+  std::uint64_t refused_ = 0;
+  std::array<std::uint64_t, kFrameFaultCount> rejected_{};
+  LogLimiter strays_{LogLevel::kWarning, 10, "stray connections"};
+};
+
+// Connects this rank to every peer within o.timeoutSeconds: publishes its
+// listener, connects to the lower ranks, accepts the higher ones, then (ipc)
+// probes which peers single copy reaches.
+Links connectAll(const Options& o, Store& store) {
+  const Listener listener = openListener(o);
   const std::string prefix = o.storePrefix + "/sock/";
-  store.set(prefix + std::to_string(o.rank), published);
+  store.set(prefix + std::to_string(o.rank), listener.published);
   const auto deadline = deadlineAfter(o.timeoutSeconds);
   std::vector<FdGuard> fds(static_cast<std::size_t>(o.worldSize));
 
   // Connect to every lower rank (their listeners exist: they published after listen()).
-  for (int p = 0; p < o.rank; ++p) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    const SockAddr a = parseAddress(store.get(prefix + std::to_string(p), std::max(left, 0.0)), p);
-    FdGuard fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (fd.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
-    tuneConnection(fd.get(), a.family);
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.length) != 0) {
-      if (errno != EINPROGRESS && errno != EAGAIN)
-        throw PeerFailure(p, "cannot connect: " + errnoText(errno));
-      pollfd pfd{fd.get(), POLLOUT, 0};
-      while (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0)
-        if (Clock::now() >= deadline)
-          throw TimeoutError("socket transport: connecting to rank " + std::to_string(p));
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) throw PeerFailure(p, "cannot connect: " + errnoText(err));
-    }
-    const std::uint32_t hello[2] = {kHelloMagic, static_cast<std::uint32_t>(o.rank)};
-    writeAll(fd.get(), hello, sizeof hello, deadline, p);
-    fds[static_cast<std::size_t>(p)] = FdGuard(fd.release());
-  }
-  // Accept every higher rank; each names itself in its hello. Connections
-  // wait for their hello side by side, so one that says nothing holds up no
-  // other: a connection whose first bytes are not a hello, that closes or
-  // stays silent for kHelloSeconds, or that names a rank not expected (or
-  // already connected) is dropped and counted, and the wait goes on as if
-  // it never came.
-  struct Incoming {
-    FdGuard fd;
-    std::uint32_t hello[2] = {0, 0};
-    std::size_t got = 0;
-    Clock::time_point since;
-  };
-  std::vector<Incoming> incoming;
-  std::uint64_t refused = 0;
-  std::array<std::uint64_t, kFrameFaultCount> rejected{};
-  LogLimiter strays(LogLevel::kWarning, 10, "stray connections");
-  auto drop = [&](std::size_t i, FrameFault fault, const std::string& why) {
-    ++refused;
-    ++rejected[static_cast<std::size_t>(fault)];
-    strays("socket rank " + std::to_string(o.rank) + ": dropped a connection: " + why);
-    incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  for (int pending = o.worldSize - 1 - o.rank; pending > 0;) {
-    if (Clock::now() >= deadline)
-      throw TimeoutError("socket transport: rank " + std::to_string(o.rank) + " timed out after " +
-                         std::to_string(o.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
-                         " higher rank(s) to connect");
-    std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
-    for (const auto& in : incoming) pfds.push_back({in.fd.get(), POLLIN, 0});
-    if (::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100)) < 0 && errno != EINTR)
-      throw Error("socket transport: poll(): " + errnoText(errno));
-    for (std::size_t i = incoming.size(); i-- > 0;) {
-      auto& in = incoming[i];
-      if (pfds[i + 1].revents == 0) {
-        if (std::chrono::duration<double>(Clock::now() - in.since).count() > kHelloSeconds)
-          drop(i, FrameFault::kTruncated, "no hello within " + std::to_string(kHelloSeconds) + " s");
-        continue;
-      }
-      const ssize_t r =
-          ::recv(in.fd.get(), reinterpret_cast<char*>(in.hello) + in.got, sizeof in.hello - in.got, 0);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      if (r <= 0) {
-        drop(i, FrameFault::kTruncated,
-             r == 0 ? "closed after " + std::to_string(in.got) + " bytes, before its hello ended"
-                    : "reading its hello: " + errnoText(errno));
-        continue;
-      }
-      in.got += static_cast<std::size_t>(r);
-      std::uint32_t magic = 0;
-      std::memcpy(&magic, in.hello, std::min<std::size_t>(in.got, 4));
-      const std::uint32_t expectedPrefix =
-          in.got >= 4 ? kHelloMagic : kHelloMagic & ((std::uint32_t{1} << (8 * in.got)) - 1);
-      if (magic != expectedPrefix) {
-        drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
-        continue;
-      }
-      if (in.got < sizeof in.hello) continue;
-      const auto p = static_cast<std::int64_t>(in.hello[1]);
-      if (p <= o.rank || p >= o.worldSize || fds[static_cast<std::size_t>(p)].get() >= 0) {
-        drop(i, FrameFault::kStranger,
-             "hello from rank " + std::to_string(in.hello[1]) + " not expected by rank " +
-                 std::to_string(o.rank) + " (byte offset 4)");
-        continue;
-      }
-      fds[static_cast<std::size_t>(p)] = FdGuard(in.fd.release());
-      incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
-      --pending;
-    }
-    if (!(pfds[0].revents & POLLIN)) continue;
-    FdGuard fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (fd.get() < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-      throw Error("socket transport: accept(): " + errnoText(errno));
-    }
-    if (incoming.size() >= kMaxIncoming) {  // a flood: the oldest waits longest
-      drop(0, FrameFault::kTruncated,
-           "more than " + std::to_string(kMaxIncoming) + " connections without a hello");
-    }
-    tuneConnection(fd.get(), tcp ? AF_INET : AF_UNIX);
-    incoming.push_back(Incoming{std::move(fd), {0, 0}, 0, Clock::now()});
-  }
-  strays.flush();
+  for (int p = 0; p < o.rank; ++p)
+    fds[static_cast<std::size_t>(p)] = connectToLower(o, store, prefix, p, deadline);
+  HigherRankAcceptor acceptor(o, listener.fd.get(), fds);
+  acceptor.acceptAll(deadline);
   Links links;
-  links.refused = refused;
-  links.rejected = rejected;
+  links.refused = acceptor.refused();
+  links.rejected = acceptor.rejected();
   links.pids.assign(static_cast<std::size_t>(o.worldSize), 0);
   links.pullTo.assign(static_cast<std::size_t>(o.worldSize), false);
-  if (!tcp && o.singleCopy) {
+  if (o.protocol != "tcp" && o.singleCopy) {
     auto peers = single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/sock/", o.timeoutSeconds);
     links.pids = std::move(peers.pids);
     links.pullTo = std::move(peers.pullTo);
