@@ -15,8 +15,8 @@ GOSSAMER_PACKAGES=(
 # runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz
 # and the sanitizer build, MPICH (mpiexec.mpich, beside Open MPI's mpirun)
 # for the launcher test, universal-ctags for the function-length check, Ninja
-# for the builds.
-GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags ninja-build)
+# and ccache for the builds.
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags ninja-build ccache)
 
 # Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
 # (e.g. GOSSAMER_TEST_PACKAGES) that are missing.
@@ -72,10 +72,25 @@ gossamer_ensure_spam_corpus() {
   echo "$pkg"
 }
 
-# The CMake generator: Ninja when it is installed (it schedules the two
-# cores better than make), else the default.
+# The CMake generator (Ninja when it is installed: it schedules the two
+# cores better than make) and, when ccache is installed, ccache as the
+# compiler launcher: a build of sources compiled before, in this clone or
+# another one, takes the objects from the cache (~/.cache/ccache).
 gossamer_generator() {
   if command -v ninja >/dev/null 2>&1; then echo "-GNinja"; fi
+  if command -v ccache >/dev/null 2>&1; then
+    echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
+# ccache's settings for these builds: paths below the source tree are hashed
+# relative to it (another clone hits the same entries), the compiler's working
+# directory is not hashed (-g builds), and a fresh clone's headers, newer
+# than the cache, do not make it skip the cache; precompiled headers allowed.
+gossamer_ccache_env() {
+  local root="$1"
+  export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 }
 
 # Configures (once; again when $GOSSAMER_CMAKE_ARGS, e.g.
@@ -85,8 +100,9 @@ gossamer_build() {
   local root build
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   build="${GOSSAMER_BUILD_DIR:-$root/build}"
+  gossamer_ccache_env "$root"
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046,SC2086
     cmake -S "$root" -B "$build" $(gossamer_generator) -DCMAKE_BUILD_TYPE=Release ${GOSSAMER_CMAKE_ARGS:-}
   elif [ -n "${GOSSAMER_CMAKE_ARGS:-}" ]; then
     # shellcheck disable=SC2086
@@ -103,6 +119,7 @@ gossamer_build_fuzz() {
   local root build
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   build="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  gossamer_ccache_env "$root"
   if [ ! -f "$build/CMakeCache.txt" ]; then
     # shellcheck disable=SC2046,SC2086
     CC=clang CXX=clang++ cmake -S "$root" -B "$build" $(gossamer_generator) -DGOSSAMER_FUZZ=ON \

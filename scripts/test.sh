@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs: .ci/run). Two builds:
 #   build/       gcc, Release: the library, the programs, the examples, the
-#                Python package and the multi-process suite; ctest runs them
-#                with the programs' and Python's cases and the lint cases;
+#                Python package and the unit, conformance and multi-process
+#                suites; its ctest runs them with the programs', Python's and
+#                the lint cases;
 #   build-fuzz/  clang with the address and undefined-behaviour sanitizers:
-#                the unit and conformance suites and the fuzz targets, whose
-#                ctest runs the suites and replays every fuzz corpus.
+#                the fuzz targets, whose ctest replays every fuzz corpus.
 # The sanitizer build compiles while the main build's tests run (they wait on
-# sockets and timers more than they compute). Every phase prints its time.
-# Timed fuzzing is scripts/fuzz.sh's.
+# sockets and timers more than they compute). With ccache installed (deps.sh
+# installs it), sources compiled before, in any clone, come from its cache.
+# Every phase prints when it ended. Timed fuzzing is scripts/fuzz.sh's, and
+# the unit and conformance suites run under the sanitizers with
+#   GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=unit;conformance" gossamer_build_fuzz all
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,9 +24,9 @@ scripts/spam-data.sh >/dev/null
 phase "dependencies and data ready"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
 fuzz="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=multiproc" gossamer_build
+gossamer_build
 phase "main build done"
-GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=unit;conformance" gossamer_build_fuzz all >"$fuzz.log" 2>&1 &
+gossamer_build_fuzz >"$fuzz.log" 2>&1 &
 fuzz_build=$!
 status=0
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 600 || status=$?
@@ -35,5 +38,5 @@ if ! wait "$fuzz_build"; then
 fi
 phase "sanitizer build done"
 ctest --test-dir "$fuzz" --output-on-failure -j "$(nproc)" --timeout 900 || status=$?
-phase "sanitizer suite done (status $status)"
+phase "fuzz corpora replayed (status $status)"
 exit "$status"

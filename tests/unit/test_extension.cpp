@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "admm_config.hpp"
-#include "programs.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "programs.hpp"
 
 using namespace gossamer;
 
