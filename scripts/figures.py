@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Regenerates the figures that README.md and docs/ quote.
+
+A figure is one module in scripts/figures/ (the module's file name is the
+figure's name). It declares
+
+    COMMAND   the measurement, an argument list run from the repository root
+              (a script of scripts/ that writes JSON);
+    JSON      the file, relative to the root, that COMMAND writes;
+    render(data) -> str
+              the Markdown (a table, perhaps a sentence) that the docs quote,
+              from that JSON's contents.
+
+In README.md and docs/*.md a figure is quoted between two markers:
+
+    <!-- figure NAME -->
+    ...generated, never edited by hand...
+    <!-- /figure NAME -->
+
+One measurement may be quoted in several ways: the block
+`<!-- figure NAME.VIEW -->` is rendered by the module's render_VIEW(data).
+
+Running a figure measures it and stores what it measured, with the command,
+the date (UTC) and the commit, in docs/figures/NAME.json; rendering writes,
+between the markers, a stamp line that names all three, then render(data).
+The stored JSON is committed with the docs, so a block can always be rendered
+again from the data it came from (tests/figures checks that every block is).
+A block whose figure has no stored data yet (measured before this script
+existed) is left as it is; it opens with a stamp line of the same form, the
+commit being the one its table was measured at, and --check lists it.
+
+Usage:
+    scripts/figures.sh                 measure and render every figure
+    scripts/figures.sh NAME ...        only these
+    scripts/figures.sh --render-only   render every block from docs/figures/
+    scripts/figures.sh --list          the figures, their commands and blocks
+    scripts/figures.sh --check         exit 1 if a block names no figure or
+                                       lacks its stamp line, a figure has no
+                                       block, or a block differs from what its
+                                       stored data renders; lists the blocks
+                                       not measured by this script yet
+"""
+import argparse
+import datetime
+import glob
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIGURE_DIR = os.path.join(ROOT, "scripts", "figures")
+STORE_DIR = os.path.join(ROOT, "docs", "figures")
+STAMP = re.compile(r"\*Measured (?P<date>\d{4}-\d{2}-\d{2}[^*]*?) at commit (?P<commit>[0-9a-f]{7,40})[^*]*?: `(?P<command>[^`]+)`\*\n")
+BLOCK = re.compile(r"<!-- figure (?P<name>[a-z0-9_-]+(?:\.[a-z0-9_]+)?) -->\n(?P<body>.*?)<!-- /figure (?P=name) -->", re.S)
+
+
+def load_figures():
+    """Every figure module of scripts/figures/, by name.
+
+    Raises SystemExit naming the module that lacks COMMAND, JSON or render.
+    """
+    figures = {}
+    for path in sorted(glob.glob(os.path.join(FIGURE_DIR, "*.py"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"figure_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for attr in ("COMMAND", "JSON", "render"):
+            if not hasattr(module, attr):
+                raise SystemExit(f"{path}: a figure declares COMMAND, JSON and render(); {attr} is missing")
+        figures[name.replace("_", "-")] = module
+    return figures
+
+
+def documents():
+    """README.md and every docs/*.md, the files whose blocks are rendered."""
+    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def blocks(text):
+    """(name, body) of every figure block of a Markdown text, in order."""
+    return [(m.group("name"), m.group("body")) for m in BLOCK.finditer(text)]
+
+
+def stamp(stored):
+    """The line above a figure: command, date and commit it came from."""
+    return f"*Measured {stored['date']} at commit {stored['commit']}: `{stored['command']}`*\n"
+
+
+def split(block_name):
+    """(figure name, render function name) of a block's name."""
+    name, _, view = block_name.partition(".")
+    return name, f"render_{view}" if view else "render"
+
+
+def rendered(figure, stored, block_name):
+    """A block's body: the stamp, a blank line, the figure's Markdown."""
+    render = getattr(figure, split(block_name)[1])
+    return stamp(stored) + "\n" + render(stored["data"]).rstrip("\n") + "\n"
+
+
+def stored_path(name):
+    return os.path.join(STORE_DIR, name + ".json")
+
+
+def load_stored(name):
+    path = stored_path(name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def measure(name, figure):
+    """Runs the figure's command and stores its JSON with command, date and commit."""
+    command = [str(a) for a in figure.COMMAND]
+    print(f"figures: {name}: {shlex.join(command)}", flush=True)
+    commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " (with uncommitted changes)"
+    subprocess.run(command, cwd=ROOT, check=True)
+    with open(os.path.join(ROOT, figure.JSON)) as f:
+        data = json.load(f)
+    stored = {
+        "figure": name,
+        "command": shlex.join(command),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "data": data,
+    }
+    os.makedirs(STORE_DIR, exist_ok=True)
+    with open(stored_path(name), "w") as f:
+        json.dump(stored, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def render_documents(figures, only=None):
+    """Rewrites every block of README.md and docs/*.md from docs/figures/."""
+    for path in documents():
+        with open(path) as f:
+            text = f.read()
+
+        def body(m):
+            block = m.group("name")
+            name = split(block)[0]
+            stored = load_stored(name) if name in figures and (only is None or name in only) else None
+            inner = rendered(figures[name], stored, block) if stored else m.group("body")
+            return f"<!-- figure {block} -->\n{inner}<!-- /figure {block} -->"
+
+        new = BLOCK.sub(body, text)
+        if new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            print(f"figures: rendered {os.path.relpath(path, ROOT)}")
+
+
+def check(figures):
+    """(problems, pending): blocks naming no figure, without a stamp line or
+    differing from their stored data, and figures quoted nowhere; and the
+    blocks whose figure has no stored data yet."""
+    problems, pending, quoted = [], [], set()
+    for path in documents():
+        with open(path) as f:
+            text = f.read()
+        rel = os.path.relpath(path, ROOT)
+        for block, body in blocks(text):
+            name, render = split(block)
+            quoted.add(name)
+            if name not in figures or not hasattr(figures[name], render):
+                problems.append(f"{rel}: block '{block}' names no figure of scripts/figures/ (or no {render})")
+            elif not STAMP.match(body):
+                problems.append(f"{rel}: block '{block}' does not open with '*Measured DATE at commit C: `COMMAND`*'")
+            elif (stored := load_stored(name)) is None:
+                pending.append(f"{rel}: figure '{block}' has no stored data yet (scripts/figures.sh {name})")
+            elif body != rendered(figures[name], stored, block):
+                problems.append(f"{rel}: block '{block}' differs from what docs/figures/{name}.json renders "
+                                f"(scripts/figures.sh --render-only)")
+    for name in figures:
+        if name not in quoted:
+            problems.append(f"figure '{name}' is quoted nowhere")
+    return problems, pending
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="figures to measure (default: every one)")
+    ap.add_argument("--render-only", action="store_true", help="render from docs/figures/ without measuring")
+    ap.add_argument("--list", action="store_true", help="list the figures and exit")
+    ap.add_argument("--check", action="store_true", help="check the blocks against the stored data and exit")
+    args = ap.parse_args()
+    figures = load_figures()
+    unknown = [n for n in args.names if n not in figures]
+    if unknown:
+        raise SystemExit(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(figures)}")
+    if args.list:
+        for name, figure in figures.items():
+            where = [os.path.relpath(p, ROOT) for p in documents()
+                     if any(split(b)[0] == name for b, _ in blocks(open(p).read()))]
+            print(f"{name}: {shlex.join(str(a) for a in figure.COMMAND)} -> {figure.JSON}; in {', '.join(where)}")
+        return 0
+    if args.check:
+        problems, pending = check(figures)
+        for p in pending:
+            print("pending: " + p)
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 1 if problems else 0
+    selected = args.names or list(figures)
+    if not args.render_only:
+        for name in selected:
+            measure(name, figures[name])
+    render_documents(figures, only=set(selected))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
