@@ -128,7 +128,9 @@ def measure(name, figure):
     commit = git("rev-parse", "--short", "HEAD")
     if git("status", "--porcelain", "--untracked-files=no"):
         commit += " (with uncommitted changes)"
-    subprocess.run(command, cwd=ROOT, check=True)
+    done = subprocess.run(command, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"figures: {name}: the command exited with {done.returncode}; nothing stored")
     with open(os.path.join(ROOT, figure.JSON)) as f:
         data = json.load(f)
     stored = {
