@@ -11,7 +11,8 @@
 #          escaped for you)  --load (one busy process per core for the whole
 #          run, niced to 0 like the tests)  --out FILE (results/repeat-tests.json)
 # One line per run and case (pass/fail, seconds), then totals; the JSON has
-# the same rows. A failed run's output is kept in results/repeat-tests/.
+# the same rows. A failed run's output is kept in
+# results/repeat-tests/run<R>-case<C>.log (C counts the --case options from 1).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
@@ -48,9 +49,10 @@ fi
 rows=()
 declare -A passed
 for r in $(seq "$runs"); do
-  for c in "${cases[@]}"; do
+  for i in "${!cases[@]}"; do
+    c="${cases[$i]}"
     start=$(date +%s.%N)
-    log="$root/results/repeat-tests/run$r.log"
+    log="$root/results/repeat-tests/run$r-case$((i + 1)).log"
     # Catch2 reads ',' in a test name as a separator: escape it.
     if timeout 900 "$exe" "${c//,/\\,}" >"$log" 2>&1; then ok=true; else ok=false; fi
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
