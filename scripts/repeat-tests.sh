@@ -4,8 +4,8 @@
 # kill -9 tests hold up under load (docs/operations.md, "When a peer dies").
 #
 #   scripts/repeat-tests.sh --runs 20 --load \
-#     --case 'without the membership service, killing one peer makes the others exit with a clear error' \
-#     --case 'with membership on, the survivors of a kill -9 finish every epoch and report the lost rank'
+#     --case 'without the membership service, killing one peer makes the others exit with a clear error: crossover_sgd' \
+#     --case 'with membership on, the survivors of a kill -9 go on and report the lost rank: crossover_sgd, zmq'
 #
 # Options: --runs N (20)  --case NAME (repeatable; a Catch2 test name, commas
 #          escaped for you)  --load (one busy process per core for the whole

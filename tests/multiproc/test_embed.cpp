@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "build_paths.hpp"
+
 extern char** environ;
 
 namespace {
@@ -123,8 +125,8 @@ int run(const std::vector<std::string>& argv, const fs::path& log,
 }  // namespace
 
 TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
-  const std::string cmake = GOSSAMER_CMAKE_COMMAND;
-  const fs::path source = GOSSAMER_SOURCE_DIR;
+  const std::string cmake = gossamer::testing::cmakeCommand();
+  const fs::path source = gossamer::testing::sourceDir();
   const TempDir tmp;
   const fs::path prefix = tmp.path() / "prefix";
   const fs::path build = tmp.path() / "build";
@@ -132,7 +134,8 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
   // (a) Install headers, static libraries and the package config.
   {
     const fs::path log = tmp.path() / "install.log";
-    const int rc = run({cmake, "--install", GOSSAMER_BINARY_DIR, "--prefix", prefix.string()}, log);
+    const int rc =
+        run({cmake, "--install", gossamer::testing::binaryDir(), "--prefix", prefix.string()}, log);
     INFO("cmake --install output:\n" << slurp(log));
     REQUIRE(rc == 0);
     REQUIRE(fs::exists(prefix / "include" / "gossamer" / "session.hpp"));

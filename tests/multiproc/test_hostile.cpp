@@ -43,6 +43,7 @@
 #include <rdma/fi_tagged.h>
 #endif
 
+#include "build_paths.hpp"
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
@@ -400,18 +401,10 @@ Counts floodFabric(const std::string& address, int n, std::uint32_t seed, std::s
 }
 #endif
 
-}  // namespace
-
-TEST_CASE(
-    "10,000 hostile frames to a peer while its job starts and trains: counted by kind, logged briefly, "
-    "training goes on",
-    "[multiproc][security][hostile]") {
+/// The hostile-frames job over `transport` ("zmq", "socket" or
+/// "libfabric-tcp"): see the top of this file.
+void hostileJob(const std::string& transport) {
   gossamer::testing::requireFashionMnist();
-#ifdef GOSSAMER_HAVE_LIBFABRIC
-  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket", "libfabric-tcp");
-#else
-  const std::string transport = GENERATE(as<std::string>{}, "zmq", "socket");
-#endif
   const bool fabric = transport == "libfabric-tcp";
   INFO("transport " << transport);
   const int n = 4, epochs = 60, half = 5000;
@@ -427,8 +420,8 @@ TEST_CASE(
   } reap{pids};
   auto start = [&](int r) {
     pids[static_cast<std::size_t>(r)] =
-        spawn({GOSSAMER_TRAIN_EXE, "--config", dir / "job.yaml", "--rank", std::to_string(r), "--rendezvous",
-               dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r))},
+        spawn({gossamer::testing::trainExe(), "--config", dir / "job.yaml", "--rank", std::to_string(r),
+               "--rendezvous", dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r))},
               dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r)));
   };
   // Start-up: rank 0 alone, waiting for its peers, takes the first half.
@@ -565,3 +558,26 @@ TEST_CASE(
   CHECK(rssAfterStartUp - rssBefore < 1024);
   CHECK((rssAfterTraining - rssFirstRound) - std::max(0L, controlAfter - controlFirstRound) < 1024);
 }
+
+}  // namespace
+
+TEST_CASE(
+    "10,000 hostile frames to a peer while its job starts and trains are counted, logged briefly, and "
+    "training goes on: zmq",
+    "[multiproc][security][hostile]") {
+  hostileJob("zmq");
+}
+TEST_CASE(
+    "10,000 hostile frames to a peer while its job starts and trains are counted, logged briefly, and "
+    "training goes on: socket",
+    "[multiproc][security][hostile]") {
+  hostileJob("socket");
+}
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+TEST_CASE(
+    "10,000 hostile frames to a peer while its job starts and trains are counted, logged briefly, and "
+    "training goes on: libfabric tcp",
+    "[multiproc][security][hostile]") {
+  hostileJob("libfabric-tcp");
+}
+#endif

@@ -3,6 +3,7 @@
 // without security, and a transport that cannot authenticate refuses it.
 #include <catch2/catch.hpp>
 
+#include "build_paths.hpp"
 #include "dataset.hpp"
 
 #include <filesystem>
@@ -19,7 +20,8 @@ using gossamer::testing::writeFile;
 
 namespace {
 
-const std::string kKeygen = std::filesystem::path(GOSSAMER_TRAIN_EXE).parent_path() / "gossamer-keygen";
+const std::string kKeygen =
+    std::filesystem::path(gossamer::testing::trainExe()).parent_path() / "gossamer-keygen";
 
 std::string config(const std::string& transport, int n) {
   return "world_size: " + std::to_string(n) + "\nseed: 7\ntransport:\n  kind: " + transport +
@@ -34,9 +36,9 @@ std::string config(const std::string& transport, int n) {
 /// Runs gossamer-train on `yaml`; returns its exit status and summary.
 std::pair<int, nlohmann::json> train(const TempDir& dir, const std::string& yaml, const std::string& name) {
   writeFile(dir / (name + ".yaml"), yaml);
-  const pid_t pid = spawn(
-      {GOSSAMER_TRAIN_EXE, "--config", dir / (name + ".yaml"), "--summary-json", dir / (name + ".json")},
-      dir / (name + ".out"), dir / (name + ".err"));
+  const pid_t pid = spawn({gossamer::testing::trainExe(), "--config", dir / (name + ".yaml"),
+                           "--summary-json", dir / (name + ".json")},
+                          dir / (name + ".out"), dir / (name + ".err"));
   const auto status = waitBounded(pid, 180);
   INFO(name << " stderr:\n" << readFile(dir / (name + ".err")));
   REQUIRE(status.has_value());

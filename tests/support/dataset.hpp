@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <string>
 
+#include "build_paths.hpp"
+
 namespace gossamer::testing {
 
 /// $GOSSAMER_FASHION_MNIST when set (to run the tests on another copy, or to
@@ -40,7 +42,7 @@ inline void requireFashionMnist() {
 /// spam-stats.json by default.
 inline std::string spamDataDir() {
   const char* env = std::getenv("GOSSAMER_SPAM_DATA");
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(GOSSAMER_SOURCE_DIR "/data/spam");
+  return env != nullptr && *env != '\0' ? std::string(env) : gossamer::testing::sourceDir() + "/data/spam";
 }
 
 /// Fails the calling test unless the files of scripts/spam-data.sh are in

@@ -2,6 +2,7 @@
 // inproc transport; the `compression:` config section.
 #include <catch2/catch.hpp>
 
+#include "build_paths.hpp"
 #include "registry.hpp"
 
 #include "threads.hpp"
@@ -988,7 +989,7 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
 }
 
 TEST_CASE("config: the compression example configs hold what they promise", "[compress][config][examples]") {
-  const std::string dir = std::string(GOSSAMER_SOURCE_DIR) + "/examples/configs/";
+  const std::string dir = gossamer::testing::sourceDir() + "/examples/configs/";
   const Config allreduce = gossamer::test::trainRegistry().load(dir + "a2sgd-allreduce.yaml");
   CHECK(allreduce.worldSize() == 8);
   CHECK(allreduce.get<std::string>("algorithm.name") == "allreduce_sgd");

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "build_paths.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
 #include "registry.hpp"
@@ -1045,7 +1046,7 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
 }
 
 TEST_CASE("config: every example config is valid", "[config][examples]") {
-  const fs::path dir = fs::path(GOSSAMER_SOURCE_DIR) / "examples" / "configs";
+  const fs::path dir = fs::path(gossamer::testing::sourceDir()) / "examples" / "configs";
   REQUIRE(fs::is_directory(dir));
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -1063,7 +1064,7 @@ TEST_CASE("config: every example config is valid", "[config][examples]") {
 }
 
 TEST_CASE("config: example configs hold what they promise", "[config][examples]") {
-  const fs::path dir = fs::path(GOSSAMER_SOURCE_DIR) / "examples" / "configs";
+  const fs::path dir = fs::path(gossamer::testing::sourceDir()) / "examples" / "configs";
   const Config crossover = reg().load((dir / "quickstart-crossover.yaml").string());
   CHECK(crossover.worldSize() == 4);
   CHECK(crossover.seed() == 42);

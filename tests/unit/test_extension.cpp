@@ -4,6 +4,7 @@
 // in the SDK names them.
 #include <catch2/catch.hpp>
 
+#include "build_paths.hpp"
 #include "registry.hpp"
 #include "threads.hpp"
 
@@ -246,7 +247,7 @@ TEST_CASE("extension: the generated reference lists every registered key", "[ext
 
 TEST_CASE("extension: README's configuration reference is the one the registry generates",
           "[extension][docs]") {
-  const std::string path = std::string(GOSSAMER_SOURCE_DIR) + "/README.md";
+  const std::string path = gossamer::testing::sourceDir() + "/README.md";
   std::ifstream in(path);
   REQUIRE(in.good());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
