@@ -706,9 +706,13 @@ class MembershipTransport final : public Transport, public Membership {
             for (int p = 0; p < world_; ++p)
               if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
         }
-        // A view change that waits for a joiner's report decides when it
-        // arrives or when the wait is over.
-        if (revoked_ && !joiners_.empty()) coordinateLocked();
+        // A view change decides on the pass after the last thing it waited
+        // for: a joiner's report or the end of its wait, and also this
+        // rank's own pause. (A coordinator starved while the others
+        // reported would otherwise hear only heartbeats afterwards, and
+        // nothing would make it decide: the job would hang until
+        // membership.agreement_seconds.)
+        if (revoked_) coordinateLocked();
         // This pass itself took long: this process was stopped in it. The
         // silence is its own, not its peers'.
         const bool stalled =
