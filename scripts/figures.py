@@ -126,7 +126,9 @@ def measure(name, figure):
     command = [str(a) for a in figure.COMMAND]
     print(f"figures: {name}: {shlex.join(command)}", flush=True)
     commit = git("rev-parse", "--short", "HEAD")
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # What is measured is the code: rendered documents and stored figures
+    # that differ from the commit do not count.
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!README.md", ":!docs"):
         commit += " (with uncommitted changes)"
     done = subprocess.run(command, cwd=ROOT)
     if done.returncode != 0:
