@@ -11,7 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _composite import table  # noqa: E402
 
-COMMAND = ["sudo", "scripts/compare-composite.sh"]
+COMMAND = ["scripts/compare-composite.sh"]
 JSON = "results/compare-composite.json"
 
 

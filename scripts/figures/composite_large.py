@@ -11,7 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _composite import table  # noqa: E402
 
-COMMAND = ["sudo", "scripts/compare-composite.sh", "--jobs", "crossover,allreduce",
+COMMAND = ["scripts/compare-composite.sh", "--jobs", "crossover,allreduce",
            "--transports", "zmq,composite_zmq,composite_shm", "--rounds", "3", "--epochs", "1",
            "--set", "model.hidden=[512, 512]", "--json", "results/compare-composite-large.json"]
 JSON = "results/compare-composite-large.json"
