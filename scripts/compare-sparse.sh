@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sparse synchronisation of paper 001 (docs/sparse-sync.md): trains the
+# Sparse synchronisation of the sparse-synchronisation paper (Yokoyama, Araki) (docs/sparse-sync.md): trains the
 # factorization machine and logistic regression on the SpamAssassin features
 # with 4 and 8 processes at three batch sizes, each with dense allreduce, the
 # existing sparse method and direct transmission; prints the forms of the

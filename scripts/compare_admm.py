@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs gossamer-admm (2D-TGA-ADMM, paper 000 Algorithm 2) on the SpamAssassin
+"""Runs gossamer-admm (2D-TGA-ADMM, the 2D-TGA-ADMM paper (Wang et al.) Algorithm 2) on the SpamAssassin
 logistic regression once per allreduce algorithm and compares them: iterations
 to f_rerr <= 1e-3 (Eq. 9), the convergence curves side by side (Figs. 5b/6b),
 updating and synchronisation wait seconds per iteration (Table 4; the median

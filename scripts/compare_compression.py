@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Trains the Fashion-MNIST MLP with 8 peers and compressed gradient exchanges
-(paper 002: A2SGD and its Top-K / Gaussian-K / QSGD baselines) and compares them with the
+(the A2SGD paper: A2SGD and its Top-K / Gaussian-K / QSGD baselines) and compares them with the
 uncompressed algorithms.
 
 Run through scripts/compare-compression.sh (which installs and builds first).
@@ -11,7 +11,7 @@ processes over zmq on loopback):
                   the last) | A2SGD with the final sync only (Algorithm 1 as
                   written) | Top-K 1% with error feedback | Gaussian-K 1%
                   with error feedback | QSGD s=4, buckets of
-                  512 | QSGD s=4 with one norm for the whole vector (as paper 002
+                  512 | QSGD s=4 with one norm for the whole vector (as the A2SGD paper
                   counts it, 2.8n + 32 bits)
   Crossover-SGD:  uncompressed | A2SGD with gossiped means (push-sum over the
                   fair roulette) and a Crossover-SGD exchange of the model every

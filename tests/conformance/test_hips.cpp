@@ -1,4 +1,4 @@
-// HiPS hierarchical allreduce (paper 003, Algorithms 1 and 2): exact results
+// HiPS hierarchical allreduce (the HiPS paper, Algorithms 1 and 2): exact results
 // against a float64 reference, bitwise agreement between ranks, argument
 // checks; over inproc for world sizes 1..16 and over zmq tcp.
 #include <catch2/catch.hpp>

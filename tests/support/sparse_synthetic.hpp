@@ -1,8 +1,8 @@
 // Synthetic sparse classification data for the tests of apps/sparse:
 // random sparse samples labelled by a hidden linear rule, so that the set is
 // separable, drawn from a seeded generator (the same data on every run). The
-// labels are -1/+1 as in paper 000 (000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8)
-// and paper 001 (001_0e82f64010384eaf.txt, Sec. VI-B).
+// labels are -1/+1 as in the 2D-TGA-ADMM paper (Wang et al., Sec. 5.2, Eq. 8)
+// and the sparse-synchronisation paper (Yokoyama, Araki, Sec. VI-B).
 #pragma once
 
 #include <Eigen/Core>

@@ -1,4 +1,4 @@
-// Consensus ADMM (optimizers/src/admm/admm.cpp, paper 000 Algorithm 2) and
+// Consensus ADMM (optimizers/src/admm/admm.cpp, the 2D-TGA-ADMM paper (Wang et al.) Algorithm 2) and
 // its trust-region Newton-CG solver (optimizers/src/admm/newton_cg.cpp):
 // the solver against the closed-form minimiser of a quadratic; ADMM over the
 // inproc transport (ranks as threads) against the closed-form optimum of a

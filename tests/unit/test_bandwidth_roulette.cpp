@@ -1,5 +1,5 @@
 // The bandwidth-aware fair roulette (topologies/src/bandwidth_roulette.cpp;
-// paper 004_659e3573d5645e2e.txt, Sec. 3.2, Algorithm 2): symmetric pairings
+// the Crossover-SGD paper, Sec. 3.2, Algorithm 2): symmetric pairings
 // every round, drawn the same on every rank, slow links between islands drawn
 // less often by the designed (exactly computed) probabilities, uniform with
 // one island, a doubly stochastic expected mixing matrix with a spectral gap,

@@ -79,7 +79,7 @@ double consensusDistance(const std::vector<std::vector<float>>& xs) {
 
 }  // namespace
 
-// ---- A2SGD equations (paper 002, Eq. 2, Algorithm 1 lines 3-6) ----------------------
+// ---- A2SGD equations (the A2SGD paper, Eq. 2, Algorithm 1 lines 3-6) ----------------------
 
 TEST_CASE("A2SGD: the two means and the rebuild on a hand-made vector", "[compress][a2sgd]") {
   const std::vector<float> g = {1.0f, 2.0f, -3.0f, 0.0f, -1.0f};

@@ -1,6 +1,6 @@
 // Tests of the LIBSVM reader of apps/sparse (libsvm.hpp): what it reads,
 // every kind of malformed line it rejects with file, line and column, and the
-// SpamAssassin files of scripts/spam-data.sh (paper 000 Sec. 5.2 and paper
+// SpamAssassin files of scripts/spam-data.sh (the 2D-TGA-ADMM paper (Wang et al.) Sec. 5.2 and paper
 // 001 Sec. VI-B train on such data).
 #include <Eigen/Core>
 #include <catch2/catch.hpp>

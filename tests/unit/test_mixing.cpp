@@ -1,7 +1,7 @@
 // Tests of the mixing analysis (gossamer/topologies/mixing.hpp): products of
 // per-step mixing matrices, their second eigenvalue / singular value and the
-// imbalance against AllReduce, and the qualitative findings of paper 004
-// (004_659e3573d5645e2e.txt, Sec. 3.2, Fig. 6, Theorems 3.1 / 3.3).
+// imbalance against AllReduce, and the qualitative findings of the Crossover-SGD paper
+// (Sec. 3.2, Fig. 6, Theorems 3.1 / 3.3).
 #include <Eigen/Core>
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -159,8 +159,10 @@ TEST_CASE("roulette without fair selection keeps a nonzero imbalance (Theorem 3.
   }
 }
 
-TEST_CASE("paper 004 Fig. 6: fair roulette (S = 4) has a lower slem than the directed exponential early on",
-          "[mixing]") {
+TEST_CASE(
+    "the Crossover-SGD paper Fig. 6: fair roulette (S = 4) has a lower slem than the directed exponential "
+    "early on",
+    "[mixing]") {
   // Measured over 200 seeds (S = 4 equal segments): N = 16 fair slem in
   // [0.60, 0.80] / [0.30, 0.54] / [0.16, 0.30] vs directed exponential
   // 0.981 / 0.906 / 0.641 at steps 1 / 2 / 3; N = 8 fair [0.50, 0.80] /

@@ -1,7 +1,7 @@
 // SparseExchange (optimizers/src/sparse_sync/exchange.cpp) over the inproc
 // transport, ranks as threads: sparse synchronous SGD with the existing
 // schedule and with direct transmission against dense synchronous SGD
-// (paper 001_0e82f64010384eaf.txt, Algorithm 1) computed here in one
+// (the sparse-synchronisation paper (Yokoyama, Araki)_0e82f64010384eaf.txt, Algorithm 1) computed here in one
 // process, bit for bit; the elements sent against the schedules' counts.
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // Tests of the sparse models of apps/sparse: L2-regularised logistic
-// regression (paper 000, 000_a4345579c41fcb1d.txt, Sec. 5.2, Eq. 8) and the
-// order-2 factorization machine (paper 001, 001_0e82f64010384eaf.txt,
+// regression (the 2D-TGA-ADMM paper (Wang et al.), Sec. 5.2, Eq. 8) and the
+// order-2 factorization machine (the sparse-synchronisation paper (Yokoyama, Araki),
 // Sec. VI-B). Values are checked against direct dense evaluations of the
 // papers' formulas, gradients and Hessian-vector products against central
 // finite differences, and both models must learn a separable synthetic set
@@ -50,7 +50,8 @@ double denseLogisticLoss(const SparseDataset& d, const Eigen::VectorXd& x, doubl
   return f;
 }
 
-/// The FM model equation of paper 001 Sec. VI-B with its O(d^2) double sum.
+/// The FM model equation of the sparse-synchronisation paper (Yokoyama, Araki) Sec. VI-B with its O(d^2)
+/// double sum.
 double denseFmScore(const FmParameters& p, const Eigen::RowVectorXd& x) {
   const int k = p.factors();
   double y = p.w0;
@@ -143,7 +144,7 @@ TEST_CASE("logistic regression rejects bad labels, lambda and sizes", "[sparse][
   CHECK_THROWS_AS(LogisticRegression(d, -1.0), InvalidArgument);
   CHECK_THROWS_AS(LogisticRegression(d, std::nan("")), InvalidArgument);
   const LogisticRegression lr(d);
-  CHECK(lr.lambda() == 1.0);  // paper 000 Eq. 8
+  CHECK(lr.lambda() == 1.0);  // the 2D-TGA-ADMM paper (Wang et al.) Eq. 8
   Eigen::VectorXd g;
   CHECK_THROWS_AS(lr.loss(Eigen::VectorXd::Zero(4)), InvalidArgument);
   CHECK_THROWS_AS(lr.lossAndGradient(Eigen::VectorXd::Zero(6), g), InvalidArgument);

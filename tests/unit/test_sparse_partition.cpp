@@ -1,6 +1,6 @@
 // Tests of the data split of apps/sparse (partition.hpp): per-rank shards,
-// mini-batches and the features each mini-batch touches (paper 001,
-// 001_0e82f64010384eaf.txt, Sec. II-B Fig. 1 and Sec. IV-B).
+// mini-batches and the features each mini-batch touches (the sparse-synchronisation paper (Yokoyama, Araki),
+// Sec. II-B Fig. 1 and Sec. IV-B).
 #include <Eigen/Core>
 #include <catch2/catch.hpp>
 

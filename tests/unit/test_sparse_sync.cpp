@@ -1,6 +1,6 @@
-// Sparse synchronisation schedules (paper 001_0e82f64010384eaf.txt): range
-// partition, key omission, Algorithm 2 and Algorithm 3 with the direct
-// transmission, on small schedules worked out by hand.
+// Sparse synchronisation schedules (the sparse-synchronisation paper (Yokoyama, Araki)_0e82f64010384eaf.txt):
+// range partition, key omission, Algorithm 2 and Algorithm 3 with the direct transmission, on small schedules
+// worked out by hand.
 #include <catch2/catch.hpp>
 
 #include <functional>

@@ -1,5 +1,5 @@
 // Tests of the concrete topologies (gossamer/topologies/topologies.hpp): the
-// fair roulette of Crossover-SGD (paper 004, Algorithm 2), the ring, and the
+// fair roulette of Crossover-SGD (the Crossover-SGD paper, Algorithm 2), the ring, and the
 // tensor-aligned segmentation.
 #include <Eigen/Core>
 #include <algorithm>
@@ -398,7 +398,7 @@ TEST_CASE("fair roulette: without fairness there are duplicates and mixing is on
   CHECK(withDuplicates >= steps - 2);
 
   // Both products approach a rank-one matrix; only the fair one approaches
-  // the uniform average (paper 004, Theorems 3.1 and 3.3).
+  // the uniform average (the Crossover-SGD paper, Theorems 3.1 and 3.3).
   CHECK(stochasticError(unfair, /*rowsOnly=*/true) < 1e-9);
   const double columnError = (unfair.colwise().sum().array() - 1.0).abs().maxCoeff();
   INFO("largest column-sum deviation of the unfair product: " << columnError);
