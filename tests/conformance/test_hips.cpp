@@ -3,6 +3,7 @@
 // checks; over inproc for world sizes 1..16 and over zmq tcp.
 #include <catch2/catch.hpp>
 
+#include "groups.hpp"
 #include "threads.hpp"
 
 #include <algorithm>
@@ -27,29 +28,10 @@ using Stage = HipsOptions::Stage;
 namespace {
 
 constexpr double kTimeout = 10.0;
-using Group = std::vector<std::unique_ptr<Transport>>;
+using gossamer::testing::Group;
 
-Group inprocGroup(int n) {
-  auto fabric = inproc::makeFabric(n);
-  Group g;
-  for (int r = 0; r < n; ++r) g.push_back(inproc::makeTransport(fabric, r, kTimeout));
-  return g;
-}
-
-Group zmqGroup(int n) {
-  MemoryStore store;
-  Group g(static_cast<std::size_t>(n));
-  onEveryRank(n, [&](int r) {
-    zmq::Options o;
-    o.rank = r;
-    o.worldSize = n;
-    o.protocol = "tcp";
-    o.timeoutSeconds = kTimeout;
-    o.lingerSeconds = 2;
-    g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
-  });
-  return g;
-}
+Group inprocGroup(int n) { return gossamer::testing::inprocGroup(n, kTimeout); }
+Group zmqGroup(int n) { return gossamer::testing::zmqGroup(n, kTimeout); }
 
 // Integer-valued inputs in [-1000, 1000]: every partial sum is exact in float32 and float64.
 double inputValue(int rank, std::size_t i) {

@@ -137,7 +137,12 @@ TEST_CASE("wire: dtype sizes and the C++ type mapping agree", "[wire]") {
   CHECK(gossamer::DTypeOf<std::int32_t>::value == DType::kInt32);
   CHECK(gossamer::DTypeOf<std::int64_t>::value == DType::kInt64);
   CHECK(gossamer::DTypeOf<std::byte>::value == DType::kBytes);
-  CHECK_THROWS_AS(gossamer::dtypeSize(DType(5)), InvalidArgument);
+  CHECK(gossamer::dtypeSize(DType::kFloat16) == 2);
+  CHECK(gossamer::dtypeSize(DType::kBfloat16) == 2);
+  CHECK(gossamer::DTypeOf<gossamer::float16>::value == DType::kFloat16);
+  CHECK(gossamer::DTypeOf<gossamer::bfloat16>::value == DType::kBfloat16);
+  CHECK(std::string(gossamer::dtypeName(DType::kBfloat16)) == "bfloat16");
+  CHECK_THROWS_AS(gossamer::dtypeSize(DType(7)), InvalidArgument);
 }
 
 TEST_CASE("wire: different payloads of the same length get different checksums", "[wire]") {
@@ -277,7 +282,7 @@ TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is 
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {
-  for (std::uint8_t t : {std::uint8_t{5}, std::uint8_t{6}, std::uint8_t{0x80}, std::uint8_t{0xFF}}) {
+  for (std::uint8_t t : {std::uint8_t{7}, std::uint8_t{8}, std::uint8_t{0x80}, std::uint8_t{0xFF}}) {
     Frame f = makeFrame();
     poke<std::uint8_t>(f.header, fo::kDType, t);
     INFO("dtype " << int(t));

@@ -1,4 +1,16 @@
 // Synchronous collectives over any Transport.
+//
+// Element types: the collective templates below are instantiated for float,
+// double, float16 and bfloat16 (gossamer/half.hpp; alltoallv for
+// std::int64_t too). A 16-bit vector travels as 2 bytes per element; every
+// reduction of 16-bit elements converts both operands to float32, combines
+// them there and rounds once to nearest even, so an element is rounded once
+// per hop that reduces it. With u the type's unit roundoff (kUnitRoundoff:
+// 2^-11 binary16, 2^-8 bfloat16) and x_1..x_N the ranks' values of an element,
+// a sum over N ranks differs from the exact sum by at most
+// (N - 1) u sum_i |x_i| (to first order in u; the ring rounds N - 1 times,
+// the trees and grids fewer), and kAverage adds one more rounding, u |result|.
+// kMax is exact. Every rank gets the same bits.
 #pragma once
 
 #include <array>
@@ -11,6 +23,7 @@
 #include <vector>
 
 #include "gossamer/defaults.hpp"
+#include "gossamer/half.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer {
@@ -372,14 +385,23 @@ class Communicator {
   /// algorithm settings (setOptions); see gossamer::allreduce.
   void allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
   void allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
+  /// In-place allreduce of 16-bit vectors (2 bytes per element on the wire;
+  /// reduced in float32, rounded once per hop: see the bound at the top).
+  void allreduce(std::span<float16> data, ReduceOp op = ReduceOp::kSum);
+  void allreduce(std::span<bfloat16> data, ReduceOp op = ReduceOp::kSum);
   /// Algorithm, chunk size and small-message threshold for later calls (the
   /// sequence and timeout fields are ignored). Same on every rank.
   void setOptions(const CollectiveOptions& options) { defaults_ = options; }
   /// Broadcast from `root`; see broadcast.
   void broadcast(std::span<float> data, int root);
   void broadcast(std::span<double> data, int root);
+  void broadcast(std::span<float16> data, int root);
+  void broadcast(std::span<bfloat16> data, int root);
   /// Reduce to `root`; see reduce.
   void reduce(std::span<float> data, int root, ReduceOp op = ReduceOp::kSum);
+  void reduce(std::span<double> data, int root, ReduceOp op = ReduceOp::kSum);
+  void reduce(std::span<float16> data, int root, ReduceOp op = ReduceOp::kSum);
+  void reduce(std::span<bfloat16> data, int root, ReduceOp op = ReduceOp::kSum);
   /// Measures the cost model with calibrateCostModel (`reps` timed calls per
   /// algorithm and size, the default sizes) and stores it in this
   /// communicator's options, so that later allreduce calls with kAuto and

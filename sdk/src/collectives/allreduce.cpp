@@ -30,12 +30,12 @@ void allreduce(Transport& transport, std::span<const T> in, std::span<T> out, Re
   allreduce(transport, out, op, options);
 }
 
-template void allreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-template void allreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
-template void allreduce<float>(Transport&, std::span<const float>, std::span<float>, ReduceOp,
-                               const CollectiveOptions&);
-template void allreduce<double>(Transport&, std::span<const double>, std::span<double>, ReduceOp,
-                                const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T)                                                             \
+  template void allreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&); \
+  template void allreduce<T>(Transport&, std::span<const T>, std::span<T>, ReduceOp,        \
+                             const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name) {
   if (name == "auto") return AllreduceAlgorithm::kAuto;

@@ -71,10 +71,11 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
   waitAll(sends, options.timeoutSeconds);
 }
 
-template void alltoallv<float>(Transport&, std::span<const float>, std::span<const std::size_t>,
-                               std::span<float>, std::span<const std::size_t>, const CollectiveOptions&);
-template void alltoallv<double>(Transport&, std::span<const double>, std::span<const std::size_t>,
-                                std::span<double>, std::span<const std::size_t>, const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T)                                                                          \
+  template void alltoallv<T>(Transport&, std::span<const T>, std::span<const std::size_t>, std::span<T>, \
+                             std::span<const std::size_t>, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 template void alltoallv<std::int64_t>(Transport&, std::span<const std::int64_t>, std::span<const std::size_t>,
                                       std::span<std::int64_t>, std::span<const std::size_t>,
                                       const CollectiveOptions&);

@@ -78,9 +78,10 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
   if (transport.rank() == root) detail::scaleIfAverage(op, data, n);
 }
 
-template void reduce<float>(Transport&, std::span<float>, int, ReduceOp, const CollectiveOptions&);
-template void reduce<double>(Transport&, std::span<double>, int, ReduceOp, const CollectiveOptions&);
-template void broadcast<float>(Transport&, std::span<float>, int, const CollectiveOptions&);
-template void broadcast<double>(Transport&, std::span<double>, int, const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T)                                                               \
+  template void reduce<T>(Transport&, std::span<T>, int, ReduceOp, const CollectiveOptions&); \
+  template void broadcast<T>(Transport&, std::span<T>, int, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 }  // namespace gossamer

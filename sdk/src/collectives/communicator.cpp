@@ -132,22 +132,18 @@ CollectiveOptions Communicator::next() {
   return o;
 }
 
-void Communicator::allreduce(std::span<float> data, ReduceOp op) {
-  gossamer::allreduce(transport_, data, op, next());
-}
-void Communicator::allreduce(std::span<double> data, ReduceOp op) {
-  gossamer::allreduce(transport_, data, op, next());
-}
-void Communicator::broadcast(std::span<float> data, int root) {
-  gossamer::broadcast(transport_, data, root, next());
-}
-void Communicator::broadcast(std::span<double> data, int root) {
-  gossamer::broadcast(transport_, data, root, next());
-}
-
-void Communicator::reduce(std::span<float> data, int root, ReduceOp op) {
-  gossamer::reduce(transport_, data, root, op, next());
-}
+#define GOSSAMER_COMMUNICATOR_CALLS(T)                                  \
+  void Communicator::allreduce(std::span<T> data, ReduceOp op) {        \
+    gossamer::allreduce(transport_, data, op, next());                  \
+  }                                                                     \
+  void Communicator::broadcast(std::span<T> data, int root) {           \
+    gossamer::broadcast(transport_, data, root, next());                \
+  }                                                                     \
+  void Communicator::reduce(std::span<T> data, int root, ReduceOp op) { \
+    gossamer::reduce(transport_, data, root, op, next());               \
+  }
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_COMMUNICATOR_CALLS)
+#undef GOSSAMER_COMMUNICATOR_CALLS
 
 CostModel Communicator::calibrate(int reps) {
   CalibrationOptions c;

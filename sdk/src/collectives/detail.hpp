@@ -10,6 +10,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/half.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/kit/wire.hpp"
 
@@ -75,10 +76,21 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const Colle
 /// @throws TimeoutError, PeerFailure from the transport.
 void disseminationBarrier(Transport& t, Op op, std::uint64_t sequence, double timeoutSeconds);
 
-/// dst op= src over n elements (kAverage sums; see scaleIfAverage).
+/// Applies X to every element type the collectives are instantiated for:
+/// float32, float64, binary16 and bfloat16 (gossamer/half.hpp). Each
+/// algorithm's file instantiates its templates with it.
+#define GOSSAMER_COLLECTIVE_TYPES(X) X(float) X(double) X(::gossamer::float16) X(::gossamer::bfloat16)
+
+/// dst op= src over n elements (kAverage sums; see scaleIfAverage). 16-bit
+/// elements are combined in float32 and rounded once (half::add, half::max).
 template <typename T>
 void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
-  if (op == ReduceOp::kMax) {
+  if constexpr (kIsHalf<T>) {
+    if (op == ReduceOp::kMax)
+      half::max(dst, src, n);
+    else
+      half::add(dst, src, n);
+  } else if (op == ReduceOp::kMax) {
     for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
   } else {
     for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
@@ -102,12 +114,17 @@ std::span<T> scratch(ScratchSlot slot, std::size_t n) {
 /// The op partial results are combined with: an average sums first.
 inline ReduceOp partialOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
-/// Divides by the world size n when op is kAverage.
+/// Divides by the world size n when op is kAverage (16-bit elements: times
+/// the float32 1/n, rounded once).
 template <typename T>
 void scaleIfAverage(ReduceOp op, std::span<T> data, int n) {
   if (op != ReduceOp::kAverage) return;
-  const T scale = T(1) / static_cast<T>(n);
-  for (auto& v : data) v *= scale;
+  if constexpr (kIsHalf<T>) {
+    half::scale(data.data(), 1.0f / static_cast<float>(n), data.size());
+  } else {
+    const T scale = T(1) / static_cast<T>(n);
+    for (auto& v : data) v *= scale;
+  }
 }
 
 }  // namespace gossamer::detail

@@ -33,9 +33,10 @@ void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   detail::scaleIfAverage(op, data, n);
 }
 
-template void hierarchicalAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-template void hierarchicalAllreduce<double>(Transport&, std::span<double>, ReduceOp,
-                                            const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T) \
+  template void hierarchicalAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 namespace detail {
 
@@ -56,8 +57,7 @@ const AllreduceEntry kHierarchicalEntry{AllreduceAlgorithm::kHierarchical,
                                         "binomial reduce in groups, ring allreduce among the leaders, "
                                         "binomial broadcast",
                                         true,
-                                        &hierarchicalAllreduce<float>,
-                                        &hierarchicalAllreduce<double>,
+                                        GOSSAMER_ALLREDUCE_RUNNERS(hierarchicalAllreduce),
                                         &hierarchicalRounds};
 
 }  // namespace detail

@@ -190,10 +190,7 @@ void runStages(Transport& transport, std::span<T> data, ReduceOp op, const Colle
     end = begin + e;
     begin += b;
   }
-  if (op == ReduceOp::kAverage) {
-    const T scale = T(1) / static_cast<T>(transport.worldSize());
-    for (auto& v : data.subspan(begin, end - begin)) v *= scale;
-  }
+  detail::scaleIfAverage(op, data.subspan(begin, end - begin), transport.worldSize());
   for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
     auto portion = data.subspan(it->begin, it->end - it->begin);
     if (stage == HipsOptions::Stage::kRing)
@@ -289,19 +286,18 @@ void hipsAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
     if (e) std::rethrow_exception(e);
 }
 
-template void hipsAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&,
-                                   const HipsOptions&);
-template void hipsAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&,
-                                    const HipsOptions&);
+#define GOSSAMER_INSTANTIATE(T)                                                                \
+  template void hipsAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&, \
+                                 const HipsOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 namespace detail {
 
 namespace {
 
-void hipsAll(Transport& t, std::span<float> d, ReduceOp op, const CollectiveOptions& o) {
-  hipsAllreduce(t, d, op, o, HipsOptions{});
-}
-void hipsAll(Transport& t, std::span<double> d, ReduceOp op, const CollectiveOptions& o) {
+template <typename T>
+void hipsAll(Transport& t, std::span<T> d, ReduceOp op, const CollectiveOptions& o) {
   hipsAllreduce(t, d, op, o, HipsOptions{});
 }
 
@@ -327,15 +323,13 @@ void hipsRounds(Rounds& out, std::size_t bytes, int n, const CollectiveOptions& 
 
 }  // namespace
 
-const AllreduceEntry kHipsEntry{
-    AllreduceAlgorithm::kHips,
-    "hips",
-    "HiPS: ring reduce-scatter stages over the prime factors of N, then the "
-    "allgathers in reverse",
-    true,
-    static_cast<void (*)(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&)>(&hipsAll),
-    static_cast<void (*)(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&)>(&hipsAll),
-    &hipsRounds};
+const AllreduceEntry kHipsEntry{AllreduceAlgorithm::kHips,
+                                "hips",
+                                "HiPS: ring reduce-scatter stages over the prime factors of N, then the "
+                                "allgathers in reverse",
+                                true,
+                                GOSSAMER_ALLREDUCE_RUNNERS(hipsAll),
+                                &hipsRounds};
 
 }  // namespace detail
 

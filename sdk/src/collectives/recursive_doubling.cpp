@@ -79,10 +79,10 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
   detail::scaleIfAverage(op, data, n);
 }
 
-template void recursiveDoublingAllreduce<float>(Transport&, std::span<float>, ReduceOp,
-                                                const CollectiveOptions&);
-template void recursiveDoublingAllreduce<double>(Transport&, std::span<double>, ReduceOp,
-                                                 const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T) \
+  template void recursiveDoublingAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 namespace detail {
 
@@ -106,8 +106,7 @@ const AllreduceEntry kRecursiveDoublingEntry{
     "recursive_doubling",
     "whole-vector exchanges with partners 2^k apart, log2(N) (+2) steps: for small vectors",
     false,
-    &recursiveDoublingAllreduce<float>,
-    &recursiveDoublingAllreduce<double>,
+    GOSSAMER_ALLREDUCE_RUNNERS(recursiveDoublingAllreduce),
     &recursiveDoublingRounds};
 
 }  // namespace detail

@@ -236,19 +236,16 @@ const AllreduceEntry kRingEntry{AllreduceAlgorithm::kRing,
                                 "ring",
                                 "pipelined ring: reduce-scatter then allgather, 2(N-1) steps",
                                 false,
-                                &ringAllreduce<float>,
-                                &ringAllreduce<double>,
+                                GOSSAMER_ALLREDUCE_RUNNERS(ringAllreduce),
                                 &ringRounds};
 
 }  // namespace detail
 
-template std::span<float> ringReduceScatter<float>(Transport&, std::span<float>, ReduceOp,
-                                                   const CollectiveOptions&);
-template std::span<double> ringReduceScatter<double>(Transport&, std::span<double>, ReduceOp,
-                                                     const CollectiveOptions&);
-template void ringAllgather<float>(Transport&, std::span<float>, const CollectiveOptions&);
-template void ringAllgather<double>(Transport&, std::span<double>, const CollectiveOptions&);
-template void ringAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-template void ringAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T)                                                                             \
+  template std::span<T> ringReduceScatter<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&); \
+  template void ringAllgather<T>(Transport&, std::span<T>, const CollectiveOptions&);                       \
+  template void ringAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 }  // namespace gossamer

@@ -7,11 +7,39 @@
 
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "gossamer/collectives.hpp"
+#include "gossamer/half.hpp"
 #include "schedule.hpp"
 
 namespace gossamer::detail {
+
+/// One algorithm's allreduce for each element type the collectives take
+/// (GOSSAMER_COLLECTIVE_TYPES). Build it with GOSSAMER_ALLREDUCE_RUNNERS(fn)
+/// from a function template fn<T>(Transport&, std::span<T>, ReduceOp,
+/// const CollectiveOptions&).
+struct AllreduceRunners {
+  template <typename T>
+  using Fn = void (*)(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+  Fn<float> f32;
+  Fn<double> f64;
+  Fn<float16> f16;
+  Fn<bfloat16> bf16;
+  template <typename T>
+  Fn<T> get() const {
+    if constexpr (std::is_same_v<T, float>)
+      return f32;
+    else if constexpr (std::is_same_v<T, double>)
+      return f64;
+    else if constexpr (std::is_same_v<T, float16>)
+      return f16;
+    else
+      return bf16;
+  }
+};
+#define GOSSAMER_ALLREDUCE_RUNNERS(fn) \
+  ::gossamer::detail::AllreduceRunners { &fn<float>, &fn<double>, &fn<float16>, &fn<bfloat16> }
 
 /// One allreduce algorithm: how to run it, and its schedule for the model.
 struct AllreduceEntry {
@@ -20,18 +48,15 @@ struct AllreduceEntry {
   std::string_view summary;  ///< One line for the configuration reference.
   /// Builds SubTransport views of its transport, so it cannot run on a view.
   bool needsViews;
-  void (*runFloat)(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-  void (*runDouble)(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
+  AllreduceRunners runners;  ///< The algorithm, one instantiation per element type.
   /// Appends its rounds for a vector of `bytes` over n ranks (n >= 2, bytes > 0).
   void (*rounds)(Rounds& out, std::size_t bytes, int n, const CollectiveOptions& options);
   /// False if it cannot run over n ranks with these options (null: always can).
   bool (*fits)(int n, const CollectiveOptions& options) = nullptr;
 
-  void run(Transport& t, std::span<float> data, ReduceOp op, const CollectiveOptions& o) const {
-    runFloat(t, data, op, o);
-  }
-  void run(Transport& t, std::span<double> data, ReduceOp op, const CollectiveOptions& o) const {
-    runDouble(t, data, op, o);
+  template <typename T>
+  void run(Transport& t, std::span<T> data, ReduceOp op, const CollectiveOptions& o) const {
+    runners.get<T>()(t, data, op, o);
   }
   bool fitsOn(int n, const CollectiveOptions& o) const { return fits == nullptr || fits(n, o); }
 };

@@ -32,8 +32,10 @@ void tga2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const 
   detail::scaleIfAverage(op, data, n);
 }
 
-template void tga2dAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-template void tga2dAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T) \
+  template void tga2dAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 namespace detail {
 
@@ -53,8 +55,7 @@ const AllreduceEntry kTga2dEntry{AllreduceAlgorithm::kTga2d,
                                  "tga2d",
                                  "ring allreduce in groups, 2D torus among the leaders, binomial broadcast",
                                  true,
-                                 &tga2dAllreduce<float>,
-                                 &tga2dAllreduce<double>,
+                                 GOSSAMER_ALLREDUCE_RUNNERS(tga2dAllreduce),
                                  &tga2dRounds};
 
 }  // namespace detail

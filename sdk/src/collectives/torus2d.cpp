@@ -30,8 +30,10 @@ void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   detail::scaleIfAverage(op, data, n);
 }
 
-template void torus2dAllreduce<float>(Transport&, std::span<float>, ReduceOp, const CollectiveOptions&);
-template void torus2dAllreduce<double>(Transport&, std::span<double>, ReduceOp, const CollectiveOptions&);
+#define GOSSAMER_INSTANTIATE(T) \
+  template void torus2dAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
+GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+#undef GOSSAMER_INSTANTIATE
 
 namespace detail {
 
@@ -50,8 +52,7 @@ const AllreduceEntry kTorus2dEntry{AllreduceAlgorithm::kTorus2d,
                                    "R x C grid: ring reduce-scatter on rows, ring allreduce on columns, "
                                    "allgather on rows",
                                    true,
-                                   &torus2dAllreduce<float>,
-                                   &torus2dAllreduce<double>,
+                                   GOSSAMER_ALLREDUCE_RUNNERS(torus2dAllreduce),
                                    &torus2dRounds,
                                    &torusFits};
 

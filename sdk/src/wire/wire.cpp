@@ -21,6 +21,9 @@ std::size_t dtypeSize(DType t) {
       return 4;
     case DType::kInt64:
       return 8;
+    case DType::kFloat16:
+    case DType::kBfloat16:
+      return 2;
   }
   throw InvalidArgument("unknown dtype " + std::to_string(int(t)));
 }
@@ -57,6 +60,10 @@ const char* dtypeName(DType t) {
       return "int32";
     case DType::kInt64:
       return "int64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBfloat16:
+      return "bfloat16";
   }
   return "unknown";
 }
@@ -224,7 +231,7 @@ std::uint32_t crc32cPortable(std::span<const std::byte> data) {
 
 namespace {
 
-bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kInt64); }
+bool knownDType(std::uint8_t v) { return v <= std::uint8_t(DType::kBfloat16); }
 
 }  // namespace
 

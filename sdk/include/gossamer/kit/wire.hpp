@@ -25,11 +25,21 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/half.hpp"
+
 namespace gossamer {
 
 /// Element type of a payload. Transports move bytes; the dtype lets the
 /// receiver check that a frame holds what it expects.
-enum class DType : std::uint8_t { kBytes = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kInt64 = 4 };
+enum class DType : std::uint8_t {
+  kBytes = 0,
+  kFloat32 = 1,
+  kFloat64 = 2,
+  kInt32 = 3,
+  kInt64 = 4,
+  kFloat16 = 5,   ///< IEEE 754 binary16 (gossamer::float16).
+  kBfloat16 = 6,  ///< bfloat16 (gossamer::bfloat16).
+};
 
 /// Size of one element of `t`, bytes. @throws InvalidArgument on an unknown value.
 std::size_t dtypeSize(DType t);
@@ -59,6 +69,14 @@ struct DTypeOf<std::int32_t> {
 template <>
 struct DTypeOf<std::int64_t> {
   static constexpr DType value = DType::kInt64;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<float16> {
+  static constexpr DType value = DType::kFloat16;  // NOLINT(readability-identifier-naming): trait
+};
+template <>
+struct DTypeOf<bfloat16> {
+  static constexpr DType value = DType::kBfloat16;  // NOLINT(readability-identifier-naming): trait
 };
 
 /// Which part of the SDK a message belongs to: keeps the traffic of

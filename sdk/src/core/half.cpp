@@ -1,0 +1,271 @@
+// Conversion and reduction kernels of the 16-bit floating-point types
+// (gossamer/half.hpp): IEEE 754 binary16 and bfloat16 to and from float32,
+// and the element-wise sum, max and scaling the collectives reduce with.
+//
+// Every operation converts to float32, computes there and rounds once to
+// nearest, ties to even. Two implementations give the same bits: F16C + AVX2
+// (8 elements per instruction; `vcvtph2ps`/`vcvtps2ph` for binary16, shifts
+// and the integer rounding below for bfloat16), chosen once at run time with
+// __builtin_cpu_supports, and a portable scalar path for other CPUs.
+//
+// Rounding float32 to bfloat16 (ties to even) is integer arithmetic on the
+// bits: add 0x7FFF plus the lowest kept bit, then drop the low 16 bits (a
+// carry into the exponent is the correct result, up to infinity); NaNs are
+// kept quiet instead. Rounding to binary16 rebiases the exponent and rounds
+// the same way, with a shift for results below the normal range.
+#include "gossamer/half.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gossamer/errors.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GOSSAMER_HALF_X86 1
+#endif
+
+namespace gossamer {
+
+float toFloat(float16 x) {
+  const std::uint32_t h = x.bits;
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in float32.
+    const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&u, &f, sizeof u);
+    u |= sign;
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);  // infinity or NaN (payload kept)
+  } else {
+    u = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+float16 toFloat16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u)  // NaN: quiet, upper payload bits kept (as vcvtps2ph)
+    return float16{static_cast<std::uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu))};
+  if (u >= 0x38800000u) {  // at least 2^-14: normal in binary16, or overflow
+    std::uint32_t r = u - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    r >>= 13;
+    return float16{static_cast<std::uint16_t>(sign | std::min<std::uint32_t>(r, 0x7c00u))};
+  }
+  if (u <= 0x33000000u) return float16{sign};  // at most 2^-25: rounds to zero (a tie goes to even 0)
+  // Subnormal result: the 24-bit significand shifted right by 126 - exponent (14..24).
+  const std::uint32_t m = (u & 0x7fffffu) | 0x800000u;
+  const std::uint32_t shift = 126u - (u >> 23);
+  std::uint32_t r = m >> shift;
+  const std::uint32_t rest = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+  if (rest > halfway || (rest == halfway && (r & 1u))) ++r;
+  return float16{static_cast<std::uint16_t>(sign | r)};
+}
+
+namespace {
+
+// The portable kernels: one element at a time through float32.
+template <typename H>
+float widen(H x) {
+  return toFloat(x);
+}
+template <typename H>
+H narrow(float f);
+template <>
+float16 narrow<float16>(float f) {
+  return toFloat16(f);
+}
+template <>
+bfloat16 narrow<bfloat16>(float f) {
+  return toBfloat16(f);
+}
+
+float maxOf(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::max(a, b); }
+
+template <typename H>
+void addPortable(H* dst, const H* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(widen(dst[i]) + widen(src[i]));
+}
+template <typename H>
+void maxPortable(H* dst, const H* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(maxOf(widen(dst[i]), widen(src[i])));
+}
+template <typename H>
+void scalePortable(H* x, float s, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = narrow<H>(widen(x[i]) * s);
+}
+template <typename H>
+void toFloatPortable(const H* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = widen(in[i]);
+}
+template <typename H>
+void fromFloatPortable(const float* in, H* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = narrow<H>(in[i]);
+}
+
+#ifdef GOSSAMER_HALF_X86
+#define GOSSAMER_HALF_TARGET __attribute__((target("avx2,f16c")))
+
+// 8 elements of H to float32 and back; the rounding matches narrow<H>.
+struct F16Lanes {
+  GOSSAMER_HALF_TARGET static __m256 load(const float16* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  GOSSAMER_HALF_TARGET static void store(float16* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+
+struct Bf16Lanes {
+  GOSSAMER_HALF_TARGET static __m256 load(const bfloat16* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  GOSSAMER_HALF_TARGET static void store(bfloat16* p, __m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    // 8 x 32-bit values < 2^16 -> 8 x 16-bit, in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+};
+
+template <typename H>
+struct LanesOf;
+template <>
+struct LanesOf<float16> {
+  using type = F16Lanes;
+};
+template <>
+struct LanesOf<bfloat16> {
+  using type = Bf16Lanes;
+};
+
+template <typename H>
+GOSSAMER_HALF_TARGET void addVector(H* dst, const H* src, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) L::store(dst + i, _mm256_add_ps(L::load(dst + i), L::load(src + i)));
+  addPortable(dst + i, src + i, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void maxVector(H* dst, const H* src, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = L::load(dst + i), b = L::load(src + i);
+    const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+    // max_ps(b, a) is b > a ? b : a, std::max(a, b)'s choice when they are equal (-0, +0).
+    L::store(dst + i, _mm256_blendv_ps(_mm256_max_ps(b, a), _mm256_add_ps(a, b), nan));
+  }
+  maxPortable(dst + i, src + i, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void scaleVector(H* x, float s, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  const __m256 k = _mm256_set1_ps(s);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) L::store(x + i, _mm256_mul_ps(L::load(x + i), k));
+  scalePortable(x + i, s, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void toFloatVector(const H* in, float* out, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, L::load(in + i));
+  toFloatPortable(in + i, out + i, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void fromFloatVector(const float* in, H* out, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) L::store(out + i, _mm256_loadu_ps(in + i));
+  fromFloatPortable(in + i, out + i, n - i);
+}
+
+bool vectorKernels() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+#define GOSSAMER_HALF_DISPATCH(vector_call, portable_call) \
+  do {                                                     \
+    if (vectorKernels())                                   \
+      vector_call;                                         \
+    else                                                   \
+      portable_call;                                       \
+  } while (0)
+#else
+#define GOSSAMER_HALF_DISPATCH(vector_call, portable_call) portable_call
+#endif
+
+void requireSameLength(std::size_t in, std::size_t out) {
+  GOSSAMER_ENFORCE(in == out, "convert: input has " << in << " elements, output " << out);
+}
+
+}  // namespace
+
+void convert(std::span<const float16> in, std::span<float> out) {
+  requireSameLength(in.size(), out.size());
+  GOSSAMER_HALF_DISPATCH(toFloatVector(in.data(), out.data(), in.size()),
+                         toFloatPortable(in.data(), out.data(), in.size()));
+}
+void convert(std::span<const bfloat16> in, std::span<float> out) {
+  requireSameLength(in.size(), out.size());
+  GOSSAMER_HALF_DISPATCH(toFloatVector(in.data(), out.data(), in.size()),
+                         toFloatPortable(in.data(), out.data(), in.size()));
+}
+void convert(std::span<const float> in, std::span<float16> out) {
+  requireSameLength(in.size(), out.size());
+  GOSSAMER_HALF_DISPATCH(fromFloatVector(in.data(), out.data(), in.size()),
+                         fromFloatPortable(in.data(), out.data(), in.size()));
+}
+void convert(std::span<const float> in, std::span<bfloat16> out) {
+  requireSameLength(in.size(), out.size());
+  GOSSAMER_HALF_DISPATCH(fromFloatVector(in.data(), out.data(), in.size()),
+                         fromFloatPortable(in.data(), out.data(), in.size()));
+}
+
+namespace half {
+
+void add(float16* dst, const float16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(addVector(dst, src, n), addPortable(dst, src, n));
+}
+void add(bfloat16* dst, const bfloat16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(addVector(dst, src, n), addPortable(dst, src, n));
+}
+void max(float16* dst, const float16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(maxVector(dst, src, n), maxPortable(dst, src, n));
+}
+void max(bfloat16* dst, const bfloat16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(maxVector(dst, src, n), maxPortable(dst, src, n));
+}
+void scale(float16* x, float s, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(scaleVector(x, s, n), scalePortable(x, s, n));
+}
+void scale(bfloat16* x, float s, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(scaleVector(x, s, n), scalePortable(x, s, n));
+}
+
+const char* kernelName() {
+#ifdef GOSSAMER_HALF_X86
+  if (vectorKernels()) return "f16c+avx2";
+#endif
+  return "portable";
+}
+
+}  // namespace half
+
+}  // namespace gossamer
