@@ -11,6 +11,11 @@ Run it with any launcher (the same script, unchanged):
         examples/python/train_fashion_mnist.py
     mpirun -n 4 /usr/bin/python3 examples/python/train_fashion_mnist.py
 
+With ``--autocast bfloat16`` (or ``float16``) the forward pass runs under
+``torch.autocast("cpu", dtype=...)``: the parameters, the optimizer state and
+what Gossamer exchanges stay float32 (master weights), only the layers'
+arithmetic is 16-bit.
+
 Rank 0 prints one line per epoch and writes results/python-fashion-mnist.json
 (world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, the
 per-epoch history, and run_dir: every rank's metrics records, with the step
@@ -114,6 +119,7 @@ def train(args):
     shard = order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]
     x_train, y_train = x_train[shard], y_train[shard]
 
+    autocast_dtype = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.autocast]
     model = Net()
     gt.broadcast_parameters(model, agent)  # every rank starts from rank 0's model
     steps_per_epoch = len(x_train) // args.batch_size
@@ -127,7 +133,9 @@ def train(args):
         for s in range(steps_per_epoch):
             idx = order[s * args.batch_size:(s + 1) * args.batch_size]
             opt.zero_grad()
-            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+                logits = model(x_train[idx])
+            loss = F.cross_entropy(logits.float(), y_train[idx])
             loss.backward()
             opt.step()
             loss_sum += float(loss)
@@ -150,6 +158,7 @@ def train(args):
     gt.average_parameters(model, agent)
     acc = evaluate(model, x_test, y_test, agent)
     result = {"world_size": n, "launcher": launcher, "algorithm": agent.algorithm, "optimizer": "Adam",
+              "autocast": args.autocast,
               "transport": agent.transport, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
               "test_accuracy": acc, "wall_seconds": time.monotonic() - start, "history": history,
               "run_dir": agent.run_dir}
@@ -187,6 +196,8 @@ def main():
     p.add_argument("--test-limit", type=int, default=0, help="evaluate on only this many test images (0: all)")
     p.add_argument("--world-size", type=int, default=4, help="ranks to start when no launcher started us")
     p.add_argument("--results", default="results/python-fashion-mnist.json", help="rank 0 writes its JSON here")
+    p.add_argument("--autocast", choices=["none", "bfloat16", "float16"], default="none",
+                   help="run the forward pass under torch.autocast('cpu') with this dtype (float32 master weights)")
     args = p.parse_args()
     if gossamer.discover_launch() is None and args.world_size > 1:
         return launch_self(args)

@@ -98,10 +98,17 @@ def _config_source(config: ConfigSource) -> tuple:
     )
 
 
-def _as_array(data: Any, name: str) -> Any:
+def _as_array(data: Any, name: str, wide: bool = False) -> Any:
     """A buffer over the caller's memory: NumPy arrays pass as they are; a
     torch tensor must be a CPU tensor and is viewed through ``.numpy()``
-    (shared memory, no copy)."""
+    (shared memory, no copy).
+
+    With ``wide`` (the collectives) float64, float16 and bfloat16 are
+    accepted besides float32; returns ``(buffer, dtype)`` where ``dtype`` is
+    ``"bfloat16"`` or ``"float16"`` for a torch 16-bit tensor, which NumPy
+    cannot hold and which is passed as its raw 16-bit integers, else ``""``.
+    Without ``wide`` returns the buffer alone."""
+    tag = ""
     mod = type(data).__module__
     if mod.startswith("torch"):
         if data.device.type != "cpu":
@@ -115,13 +122,20 @@ def _as_array(data: Any, name: str) -> Any:
             )
         import torch  # only when given a tensor: `import gossamer` does not need torch
 
-        if data.dtype not in (torch.float32, torch.float64):
+        halves = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+        allowed = (torch.float32, torch.float64) + tuple(halves) if wide else (torch.float32,)
+        if data.dtype not in allowed:
+            kinds = "float32, float64, float16 or bfloat16" if wide else "float32"
             raise TypeError(
-                f"{name} must hold float32 or float64 elements; got shape "
+                f"{name} must hold {kinds} elements; got shape "
                 f"{tuple(data.shape)}, dtype {data.dtype}"
             )
-        return data.detach().numpy()
-    return data
+        if data.dtype in halves:
+            tag = halves[data.dtype]
+            data = data.detach().view(torch.int16).numpy()
+        else:
+            data = data.detach().numpy()
+    return (data, tag) if wide else data
 
 
 class Agent:
@@ -240,9 +254,11 @@ class Agent:
         """Reduces ``data`` over all ranks, in place.
 
         Args:
-            data: NumPy array or CPU torch tensor, float32 or float64,
-                C-contiguous and writable, any shape; the same number of
-                elements on every rank.
+            data: NumPy array or CPU torch tensor, float32, float64,
+                float16 or bfloat16 (torch), C-contiguous and writable, any
+                shape; the same number of elements and dtype on every rank.
+                16-bit elements travel as 2 bytes and are reduced in float32,
+                rounded once per hop (docs/collectives.md, "16-bit vectors").
             op: ``"average"`` (default), ``"sum"`` or ``"max"``.
             algorithm: one of :func:`allreduce_algorithms` for this call
                 (default: the config's ``collectives.allreduce``); the same on
@@ -253,14 +269,17 @@ class Agent:
             unknown op or algorithm. PeerFailure, TimeoutError: a peer died
             or did not answer within the timeout (on every rank).
         """
-        self._core.allreduce(_as_array(data, "data"), op, algorithm)
+        array, dtype = _as_array(data, "data", wide=True)
+        self._core.allreduce(array, op, algorithm, dtype)
 
     def broadcast(self, data: Any, root: int = 0) -> None:
-        """Copies ``root``'s ``data`` (float32/float64, contiguous, writable;
+        """Copies ``root``'s ``data`` (float32, float64, float16 or bfloat16,
+        contiguous, writable;
         same element count on every rank) into every rank's ``data``, in
         place. Raises as :meth:`allreduce`; ValueError for a root outside
         ``[0, world_size)``."""
-        self._core.broadcast(_as_array(data, "data"), root)
+        array, dtype = _as_array(data, "data", wide=True)
+        self._core.broadcast(array, root, dtype)
 
     def barrier(self) -> None:
         """Returns once every rank has entered the barrier. Raises

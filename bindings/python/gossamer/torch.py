@@ -8,9 +8,15 @@
     for x, y in loader:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
 
-The model's parameters (float32, CPU) are fused once into one flat buffer and
-their gradients into another; the parameters and ``.grad`` tensors become
-views of them, so no step copies the model. Each ``step()``:
+The model's parameters (CPU tensors, all float32, or all bfloat16 or all
+float16) are fused once into one flat buffer and their gradients into
+another; the parameters and ``.grad`` tensors become views of them, so no step
+copies a float32 model. A 16-bit model is communicated through a float32
+copy of each flat buffer (the C++ optimizers keep float32 state, push-sum
+weights in float64): each step widens the gradients and parameters into it
+and rounds the results back to the model's dtype, ties to even. Under
+``torch.autocast`` the parameters stay float32 and nothing changes. Each
+``step()``:
 
 1. ``reduce_gradients``: AllReduce-SGD and the compressors (Top-K, QSGD,
    A2SGD) average the flat gradient over the ranks; the gossip algorithms
@@ -42,6 +48,9 @@ __all__ = [
 
 Parameters = Union[torch.nn.Module, Iterable[torch.Tensor]]
 
+# The parameter dtypes DistributedOptimizer trains.
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 
 def _tensors(params: Parameters) -> List[torch.Tensor]:
     if isinstance(params, torch.nn.Module):
@@ -54,8 +63,8 @@ class DistributedOptimizer:
     the agent's configured algorithm (``algorithm.name``) across the ranks.
 
     Args:
-        optimizer: the local optimizer, built on ``model``'s parameters (all
-            of them float32 CPU tensors).
+        optimizer: the local optimizer, built on ``model``'s parameters (CPU
+            tensors, all float32, all bfloat16 or all float16).
         model: the ``torch.nn.Module`` (or an iterable of its parameters, in
             the optimizer's order). Build this wrapper before the first step:
             the parameters are moved into a flat buffer (their values kept).
@@ -64,7 +73,8 @@ class DistributedOptimizer:
             the models after the last one); 0 = unknown.
 
     Raises:
-        TypeError: a parameter that is not float32 on the CPU.
+        TypeError: a parameter that is not on the CPU, of another dtype, or
+            of a dtype other than the first parameter's.
         ValueError: parameters the optimizer does not hold, or none at all.
         gossamer.InvalidArgument: an algorithm without a communication-only
             form. During ``step()``: gossamer.PeerFailure,
@@ -82,11 +92,13 @@ class DistributedOptimizer:
         if not params:
             raise ValueError("model has no parameters")
         held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        dtype = params[0].dtype
         for i, p in enumerate(params):
-            if p.dtype != torch.float32 or p.device.type != "cpu":
+            if p.dtype not in _DTYPES or p.device.type != "cpu" or p.dtype != dtype:
                 raise TypeError(
                     f"parameter {i} (shape {tuple(p.shape)}) is {p.dtype} on {p.device}; "
-                    "Gossamer trains float32 CPU parameters"
+                    "Gossamer trains CPU parameters of one dtype: float32, bfloat16 or float16"
+                    + (f" (parameter 0 is {dtype})" if p.dtype != dtype else "")
                 )
             if id(p) not in held:
                 raise ValueError(f"parameter {i} (shape {tuple(p.shape)}) is not in the optimizer")
@@ -95,9 +107,10 @@ class DistributedOptimizer:
         self._params = params
         sizes = [p.numel() for p in params]
         total = sum(sizes)
+        self.dtype = dtype
         with torch.no_grad():
-            self._flat = torch.empty(total, dtype=torch.float32)
-            self._flat_grad = torch.zeros(total, dtype=torch.float32)
+            self._flat = torch.empty(total, dtype=dtype)
+            self._flat_grad = torch.zeros(total, dtype=dtype)
             self._views = []
             self._grad_views = []
             offset = 0
@@ -111,8 +124,15 @@ class DistributedOptimizer:
                 self._views.append(p.data)
                 self._grad_views.append(gv)
                 offset += n
-        self._flat_np = self._flat.numpy()
-        self._flat_grad_np = self._flat_grad.numpy()
+        # What the C++ optimizer reads and writes: the flat buffers
+        # themselves for float32, a float32 copy of each for a 16-bit model.
+        if dtype == torch.float32:
+            self._wide, self._wide_grad = self._flat, self._flat_grad
+        else:
+            self._wide = self._flat.to(torch.float32)
+            self._wide_grad = torch.zeros(total, dtype=torch.float32)
+        self._flat_np = self._wide.numpy()
+        self._flat_grad_np = self._wide_grad.numpy()
         self._comm = agent.make_optimizer(sizes)
         if not self._comm.has_communication_only_form:
             raise ValueError(
@@ -175,15 +195,29 @@ class DistributedOptimizer:
         Returns what the wrapped ``step(closure)`` returns."""
         self._check_params()
         self._rebind_grads()
-        self._comm.reduce_gradients(self._flat_grad_np)
+        narrow = self._wide is not self._flat
+        with torch.no_grad():
+            if narrow:
+                self._wide_grad.copy_(self._flat_grad)
+            self._comm.reduce_gradients(self._flat_grad_np)
+            if narrow:
+                self._flat_grad.copy_(self._wide_grad)
         loss = self.optimizer.step(closure)
-        self._comm.mix_parameters(self._flat_np)
+        with torch.no_grad():
+            if narrow:
+                self._wide.copy_(self._flat)
+            self._comm.mix_parameters(self._flat_np)
+            if narrow:
+                self._flat.copy_(self._wide)
         return loss
 
     def flush(self) -> None:
         """Completes an exchange still in flight (overlap mode) so that the
         parameters include every message; call before evaluating or saving."""
         self._comm.flush(self._flat_np)
+        if self._wide is not self._flat:
+            with torch.no_grad():
+                self._flat.copy_(self._wide)
 
     @property
     def steps(self) -> int:
@@ -192,8 +226,8 @@ class DistributedOptimizer:
 
     @property
     def flat_parameters(self) -> torch.Tensor:
-        """The fused parameters (float32, all parameters in order); the
-        model's parameters are views of it."""
+        """The fused parameters (all parameters in order, in the model's
+        dtype); the model's parameters are views of it."""
         return self._flat
 
     def __repr__(self) -> str:
@@ -203,8 +237,17 @@ class DistributedOptimizer:
         )
 
 
-def _flat_copy(params: List[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params])
+def _flat_copy(params: List[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).to(dtype) for p in params])
+
+
+def _wire_dtype(params: List[torch.Tensor]) -> torch.dtype:
+    """The parameters' own dtype when they all share one 16-bit dtype (they
+    then travel as 2 bytes per element), float32 otherwise."""
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) == 1 and next(iter(dtypes)) in (torch.bfloat16, torch.float16):
+        return next(iter(dtypes))
+    return torch.float32
 
 
 def _scatter(flat: torch.Tensor, params: List[torch.Tensor]) -> None:
@@ -218,21 +261,24 @@ def _scatter(flat: torch.Tensor, params: List[torch.Tensor]) -> None:
 
 def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0) -> None:
     """Copies rank ``root``'s parameters into every rank's (one broadcast of
-    the concatenated float32 parameters). Call once before training so that
-    every rank starts from the same model. Raises PeerFailure, TimeoutError."""
+    the concatenated parameters: 16-bit when they all are bfloat16 or all
+    float16, float32 otherwise). Call once before training so that every rank
+    starts from the same model. Raises PeerFailure, TimeoutError."""
     params = _tensors(model)
-    flat = _flat_copy(params)
-    agent.broadcast(flat.numpy(), root)
+    flat = _flat_copy(params, _wire_dtype(params))
+    agent.broadcast(flat, root)
     _scatter(flat, params)
 
 
 def average_parameters(model: Parameters, agent: Agent) -> None:
     """Replaces every rank's parameters by their average over all ranks
-    (one allreduce of the concatenated float32 parameters), e.g. at the end
-    of a gossip run. Raises PeerFailure, TimeoutError."""
+    (one allreduce of the concatenated parameters: 16-bit when they all are
+    bfloat16 or all float16, reduced in float32 and rounded once per hop;
+    float32 otherwise), e.g. at the end of a gossip run. Raises PeerFailure,
+    TimeoutError."""
     params = _tensors(model)
-    flat = _flat_copy(params)
-    agent.allreduce(flat.numpy(), op="average")
+    flat = _flat_copy(params, _wire_dtype(params))
+    agent.allreduce(flat, op="average")
     _scatter(flat, params)
 
 

@@ -35,7 +35,7 @@ namespace {
 
 // ---- arrays -----------------------------------------------------------------
 
-enum class DType { kFloat32, kFloat64 };
+enum class DType { kFloat32, kFloat64, kFloat16, kBfloat16 };
 
 // NumPy's name for a buffer format, e.g. "float32" for "f" or "<f".
 std::string dtypeName(const py::buffer_info& b) {
@@ -58,7 +58,8 @@ std::string describe(const py::buffer_info& b) {
   return os.str();
 }
 
-// A writable, C-contiguous float32/float64 buffer of the caller's memory.
+// A writable, C-contiguous buffer of the caller's memory: float32, or (for
+// the collectives) float64, float16 and bfloat16.
 struct Array {
   py::buffer_info info;
   DType dtype;
@@ -67,15 +68,57 @@ struct Array {
   std::span<T> as() {
     return {static_cast<T*>(info.ptr), size};
   }
+  // fn(std::span<T>) with T the element type of `dtype`.
+  template <typename F>
+  void visit(F&& fn) {
+    switch (dtype) {
+      case DType::kFloat64:
+        fn(as<double>());
+        break;
+      case DType::kFloat16:
+        fn(as<float16>());
+        break;
+      case DType::kBfloat16:
+        fn(as<bfloat16>());
+        break;
+      default:
+        fn(as<float>());
+    }
+  }
 };
 
-Array checkedArray(const py::buffer& obj, const char* name, bool allowFloat64) {
+bool hasFormat(const py::buffer_info& b, char f) {
+  return b.format.size() == 1
+             ? b.format[0] == f
+             : b.format.size() == 2 && (b.format[0] == '<' || b.format[0] == '=') && b.format[1] == f;
+}
+
+// The element type of `b`: float32 always; float64 and float16 when `wide`; a
+// buffer of 16-bit integers that the Python side viewed from a torch.bfloat16
+// or torch.float16 tensor when `half` names that dtype. Nullopt otherwise.
+std::optional<DType> elementType(const py::buffer_info& b, bool wide, const std::string& half) {
+  if (!half.empty()) {
+    if (b.itemsize != 2 || !(hasFormat(b, 'h') || hasFormat(b, 'H') || hasFormat(b, 'e')))
+      return std::nullopt;
+    if (half == "bfloat16") return DType::kBfloat16;
+    if (half == "float16") return DType::kFloat16;
+    throw py::value_error("dtype must be 'bfloat16' or 'float16'; got '" + half + "'");
+  }
+  if (b.itemsize == 4 && hasFormat(b, 'f')) return DType::kFloat32;
+  if (wide && b.itemsize == 8 && hasFormat(b, 'd')) return DType::kFloat64;
+  if (wide && b.itemsize == 2 && hasFormat(b, 'e')) return DType::kFloat16;
+  return std::nullopt;
+}
+
+// `wide`: float64 and the 16-bit types are accepted too (the collectives);
+// `half`: "bfloat16" or "float16" for 16-bit integer buffers holding those bits.
+Array checkedArray(const py::buffer& obj, const char* name, bool wide, const std::string& half = "") {
   py::buffer_info b = obj.request(/*writable=*/false);
-  const bool f32 = b.itemsize == 4 && (b.format == "f" || b.format == "<f" || b.format == "=f");
-  const bool f64 = b.itemsize == 8 && (b.format == "d" || b.format == "<d" || b.format == "=d");
-  if (!f32 && !(f64 && allowFloat64))
+  const auto dtype = elementType(b, wide, half);
+  if (!dtype)
     throw py::type_error(std::string(name) + " must hold " +
-                         (allowFloat64 ? "float32 or float64" : "float32") + " elements; got " + describe(b));
+                         (wide ? "float32, float64, float16 or bfloat16" : "float32") + " elements; got " +
+                         describe(b));
   if (b.readonly) throw py::value_error(std::string(name) + " is read-only (" + describe(b) + ")");
   py::ssize_t expect = b.itemsize;
   for (auto d = static_cast<py::ssize_t>(b.ndim) - 1; d >= 0; --d) {
@@ -88,7 +131,7 @@ Array checkedArray(const py::buffer& obj, const char* name, bool allowFloat64) {
   }
   std::size_t n = 1;
   for (auto s : b.shape) n *= static_cast<std::size_t>(s);
-  return Array{std::move(b), f32 ? DType::kFloat32 : DType::kFloat64, n};
+  return Array{std::move(b), *dtype, n};
 }
 
 Array float32Array(const py::buffer& obj, const char* name,
@@ -202,8 +245,8 @@ class PyAgent {
 };
 
 void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
-                 const std::optional<std::string>& algorithm) {
-  Array a = checkedArray(data, "data", true);
+                 const std::optional<std::string>& algorithm, const std::string& half) {
+  Array a = checkedArray(data, "data", true, half);
   const ReduceOp rop = parseOp(op);
   Communicator& comm = self.agent().communicator();
   std::optional<AllreduceAlgorithm> algo;
@@ -222,10 +265,7 @@ void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
     comm.setOptions(o);
   }
   try {
-    if (a.dtype == DType::kFloat32)
-      comm.allreduce(a.as<float>(), rop);
-    else
-      comm.allreduce(a.as<double>(), rop);
+    a.visit([&](auto span) { comm.allreduce(span, rop); });
   } catch (...) {
     comm.setOptions(saved);
     throw;
@@ -233,17 +273,14 @@ void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
   comm.setOptions(saved);
 }
 
-void pyBroadcast(PyAgent& self, const py::buffer& data, int root) {
-  Array a = checkedArray(data, "data", true);
+void pyBroadcast(PyAgent& self, const py::buffer& data, int root, const std::string& half) {
+  Array a = checkedArray(data, "data", true, half);
   Communicator& comm = self.agent().communicator();
   if (root < 0 || root >= comm.worldSize())
     throw py::value_error("root " + std::to_string(root) + " outside [0, " +
                           std::to_string(comm.worldSize()) + ")");
   py::gil_scoped_release release;
-  if (a.dtype == DType::kFloat32)
-    comm.broadcast(a.as<float>(), root);
-  else
-    comm.broadcast(a.as<double>(), root);
+  a.visit([&](auto span) { comm.broadcast(span, root); });
 }
 
 // ---- exceptions ---------------------------------------------------------------------
@@ -464,8 +501,8 @@ void defineOptimizer(py::module_& m) {
 
 void defineAgentCollectives(py::class_<PyAgent>& cls) {
   cls.def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
-          py::arg("algorithm") = py::none())
-      .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0)
+          py::arg("algorithm") = py::none(), py::arg("dtype") = "")
+      .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "")
       .def("barrier", [](PyAgent& a) {
         Communicator& c = a.agent().communicator();
         py::gil_scoped_release release;

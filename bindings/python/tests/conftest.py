@@ -42,10 +42,15 @@ def run_ranks(tmp_path):
     `script` (Python source; the environment names the rank) in n processes
     with RANK/WORLD_SIZE set and a fresh rendezvous directory."""
 
+    jobs = []
+
     def run(n, script, env=None, timeout=120, per_rank_env=None, launcher_vars=True):
-        path = tmp_path / "rank_script.py"
+        # Each job of a test its own script and rendezvous: a second job must
+        # not meet the first one's addresses in the store.
+        jobs.append(n)
+        path = tmp_path / f"rank_script_{len(jobs)}.py"
         path.write_text(textwrap.dedent(script))
-        rendezvous = tmp_path / "rendezvous"
+        rendezvous = tmp_path / f"rendezvous_{len(jobs)}"
         procs = []
         for r in range(n):
             e = dict(os.environ)

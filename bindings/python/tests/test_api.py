@@ -77,7 +77,7 @@ def test_bad_rank_world_size_and_rendezvous(tmp_path):
 
 
 def test_bad_arrays_raise_naming_argument_shape_and_dtype(agent):
-    with pytest.raises(TypeError, match=r"data must hold float32 or float64 elements; got shape \(2, 3\), dtype int64"):
+    with pytest.raises(TypeError, match=r"data must hold float32, float64, float16 or bfloat16 elements; got shape \(2, 3\), dtype int64"):
         agent.allreduce(np.zeros((2, 3), dtype=np.int64))
     with pytest.raises(ValueError, match=r"data is not contiguous \(shape \(5,\), dtype float32\)"):
         agent.allreduce(np.zeros(10, dtype=np.float32)[::2])
@@ -96,7 +96,7 @@ def test_bad_arrays_raise_naming_argument_shape_and_dtype(agent):
 
 
 def test_bad_tensors_raise_naming_argument(agent):
-    with pytest.raises(TypeError, match=r"data must hold float32 or float64 elements; got shape \(3,\), dtype torch.int32"):
+    with pytest.raises(TypeError, match=r"data must hold float32, float64, float16 or bfloat16 elements; got shape \(3,\), dtype torch.int32"):
         agent.allreduce(torch.zeros(3, dtype=torch.int32))
     with pytest.raises(ValueError, match=r"data is not contiguous \(shape \(3, 2\)"):
         agent.allreduce(torch.zeros(2, 3).t())

@@ -59,6 +59,39 @@ print(json.dumps(out))
         assert res and all(res.values()), res
 
 
+def test_16_bit_tensors_and_arrays_are_reduced_in_place_with_torchs_rounding(run_ranks):
+    # torch.bfloat16 / torch.float16 tensors and NumPy float16 arrays: every
+    # algorithm's sum equals torch's own 16-bit rounding of the exact sum for
+    # values whose partial sums are exact, the caller's memory is the result,
+    # and a broadcast carries the bits.
+    job = run_ranks(4, HEADER + """
+import torch
+out = {}
+with gossamer.Agent.from_env(CONFIG) as a:
+    r = a.rank
+    for dtype in (torch.bfloat16, torch.float16):
+        for algo in gossamer.allreduce_algorithms():
+            t = (torch.arange(1001, dtype=torch.float32) % 17 + r).to(dtype)
+            ptr = t.data_ptr()
+            a.allreduce(t, op="sum", algorithm=algo)
+            want = (4 * (torch.arange(1001, dtype=torch.float32) % 17) + 6).to(dtype)
+            out[f"{dtype}/{algo}"] = bool(torch.equal(t, want)) and t.data_ptr() == ptr and t.dtype == dtype
+        m = torch.full((9,), 0.1 * (r + 1)).to(dtype)
+        a.allreduce(m, op="average")
+        out[f"{dtype}/average"] = abs(m[0].item() - 0.25) <= 0.25 * 2 ** -6 and bool((m == m[0]).all())
+        b = torch.full((33,), float(r) + 0.5).to(dtype)
+        a.broadcast(b, root=3)
+        out[f"{dtype}/broadcast"] = bool((b == 3.5).all())
+    x = np.full(70000, r + 1, dtype=np.float16)
+    a.allreduce(x, op="max")
+    out["numpy/float16"] = bool((x == 4).all()) and x.dtype == np.float16
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res and all(res.values()), res
+
+
 def test_broadcast_and_barrier(run_ranks):
     job = run_ranks(3, HEADER + """
 import time

@@ -18,10 +18,18 @@ def data(rank, n=256):
     y = x @ w + 0.5 + 0.05 * torch.randn(n, generator=g)
     return x, y.unsqueeze(1)
 
+class Wide(torch.nn.Linear):
+    # A Linear computed in float32 whatever its parameters' dtype (torch 1.13's
+    # CPU kernels have no float16 matmul or tanh); the gradients reach the
+    # parameters in their own dtype.
+    def forward(self, x):
+        return torch.nn.functional.linear(x.float(), self.weight.float(), self.bias.float())
+
 def mse(model, rank):
     x, y = data(rank)
+    dt = next(model.parameters()).dtype
     with torch.no_grad():
-        return float(torch.nn.functional.mse_loss(model(x), y))
+        return float(torch.nn.functional.mse_loss(model(x.to(dt)).float(), y))
 """
 
 
@@ -63,24 +71,28 @@ with gossamer.Agent.from_env(cfg) as a:
         assert res["w"] == job.results[0]["w"]  # identical models on every rank
 
 
-def _train(run_ranks, n, algorithm, optimizer, extra="", top=""):
+def _train(run_ranks, n, algorithm, optimizer, extra="", top="", dtype="float32", autocast=False):
     job = run_ranks(n, HEADER + f"""
 cfg = dict(CONFIG, algorithm={{"name": "{algorithm}"{extra}}}{top})
+dt = torch.{dtype}
 with gossamer.Agent.from_env(cfg) as a:
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(Wide(8, 16), torch.nn.Tanh(), Wide(16, 1)).to(dt)
     gt.broadcast_parameters(model, a)
     before = mse(model, a.rank)
     opt = gt.DistributedOptimizer({optimizer}, model, a)
     for step in range(60):
         x, y = data(a.rank)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled={autocast}):
+            out = model(x.to(dt))
+        torch.nn.functional.mse_loss(out.float(), y).backward()
         opt.step()
+    dtypes = sorted({{str(p.dtype) for p in model.parameters()}})
     opt.flush()
     consensus = gt.consensus_distance(model, a)
     gt.average_parameters(model, a)
     after = mse(model, a.rank)
-    print(json.dumps({{"before": before, "after": after, "consensus": consensus,
+    print(json.dumps({{"before": before, "after": after, "consensus": consensus, "dtypes": dtypes,
                       "final_consensus": gt.consensus_distance(model, a)}}))
 """, timeout=180)
     job.check()
@@ -106,6 +118,30 @@ def test_wrapped_adamw_under_topk_compression_trains(run_ranks):
                       top=', compression={"kind": "topk", "topk_ratio": 0.25}'):
         assert res["after"] < 0.2 * res["before"], res
         assert res["consensus"] < 1e-10, res  # every rank decodes the same gradient
+
+
+def test_bfloat16_and_float16_models_train_under_gossip_and_allreduce(run_ranks):
+    # A 16-bit model: parameters and gradients stay views of 16-bit flat
+    # buffers; the exchanges run on float32 copies rounded back once.
+    for res in _train(run_ranks, 3, "crossover_sgd", "torch.optim.Adam(model.parameters(), lr=0.01)",
+                      dtype="bfloat16"):
+        assert res["dtypes"] == ["torch.bfloat16"], res
+        assert res["after"] < 0.25 * res["before"], res
+        assert res["final_consensus"] == 0.0, res  # a 16-bit average: the same bits everywhere
+    results = _train(run_ranks, 2, "allreduce_sgd", "torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)",
+                     dtype="float16")
+    for res in results:
+        assert res["dtypes"] == ["torch.float16"], res
+        assert res["after"] < 0.25 * res["before"], res
+        assert res["consensus"] == 0.0, res  # averaged gradients, rounded alike: identical models
+
+
+def test_training_under_autocast_keeps_float32_master_weights(run_ranks):
+    for res in _train(run_ranks, 2, "allreduce_sgd", "torch.optim.Adam(model.parameters(), lr=0.01)",
+                      autocast=True):
+        assert res["dtypes"] == ["torch.float32"], res
+        assert res["after"] < 0.2 * res["before"], res
+        assert res["consensus"] < 1e-12, res
 
 
 def test_the_model_becomes_views_of_one_flat_buffer(run_ranks):
@@ -148,6 +184,11 @@ with gossamer.Agent.from_env(CONFIG) as a:
         gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, a)
     except TypeError as e:
         out.append(str(e))
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(torch.bfloat16))
+    try:
+        gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, a)
+    except TypeError as e:
+        out.append(str(e))
     m = torch.nn.Linear(2, 2)
     other = torch.nn.Linear(2, 2)
     try:
@@ -158,5 +199,7 @@ print(json.dumps(out))
 """)
     job.check()
     msgs = job.results[0]
-    assert "is torch.float64 on cpu; Gossamer trains float32 CPU parameters" in msgs[0]
-    assert "is not in the optimizer" in msgs[1]
+    assert "is torch.float64 on cpu; Gossamer trains CPU parameters of one dtype: float32, bfloat16 or float16" in msgs[0]
+    assert "parameter 2 (shape (2, 2)) is torch.bfloat16 on cpu" in msgs[1]
+    assert "(parameter 0 is torch.float32)" in msgs[1]
+    assert "is not in the optimizer" in msgs[2]

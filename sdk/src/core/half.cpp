@@ -22,6 +22,7 @@
 #include "gossamer/errors.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define GOSSAMER_HALF_X86 1
 #endif
@@ -196,8 +197,14 @@ GOSSAMER_HALF_TARGET void fromFloatVector(const float* in, H* out, std::size_t n
   fromFloatPortable(in + i, out + i, n - i);
 }
 
+// AVX2 (which implies the OS saves the AVX state) and F16C (CPUID leaf 1,
+// ECX bit 29; clang's __builtin_cpu_supports does not know "f16c").
 bool vectorKernels() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
   return yes;
 }
 #define GOSSAMER_HALF_DISPATCH(vector_call, portable_call) \
