@@ -8,8 +8,14 @@ sizes, interleaved rounds.
 
 impls (one job of N processes per impl and round, every size in it):
   gossamer-python  gossamer.Agent.allreduce(numpy float32 array, op="sum", algorithm=A)
+  gossamer-python-bfloat16, gossamer-python-float16
+                   the same call on a torch.bfloat16 / torch.float16 tensor of as
+                   many elements (half the bytes on the wire; not in the default
+                   --impls)
   gossamer-cpp     build/bench/allreduce: Communicator::allreduce, the same transport and algorithm
   torch-gloo       torch.distributed.all_reduce(tensor) with the gloo backend
+Every row names its dtype; "bytes" is the float32 vector's size, the 16-bit
+rows have as many elements ("wire_bytes": half of it).
 Method (the C++ benchmark's): per repetition refill the vector, barrier, time
 one call; the slowest rank's time is the repetition's; a round's figure is the
 median over repetitions, and the reported one the median over rounds. Rank r
@@ -43,7 +49,8 @@ def worker(args):
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     bind(rank)
     sizes = [int(s) for s in args.sizes.split(",")]
-    if args.worker == "gossamer-python":
+    half = {"gossamer-python-bfloat16": "bfloat16", "gossamer-python-float16": "float16"}.get(args.worker)
+    if args.worker == "gossamer-python" or half:
         import gossamer
 
         # No membership service: the C++ side's Communicator has none either.
@@ -61,11 +68,21 @@ def worker(args):
             agent.allreduce(t, op="max")
             return t.tolist()
 
-        def make(elems):
-            return np.empty(elems, dtype=np.float32)
+        if half:
+            import torch
 
-        def fill(x, value):
-            x.fill(value)
+            def make(elems):
+                return torch.empty(elems, dtype=getattr(torch, half))
+
+            def fill(x, value):
+                x.fill_(value)
+        else:
+
+            def make(elems):
+                return np.empty(elems, dtype=np.float32)
+
+            def fill(x, value):
+                x.fill(value)
     else:
         import torch
         import torch.distributed as dist
@@ -104,7 +121,7 @@ def worker(args):
             if rep >= args.warmup:
                 times.append(dt)
         out[size] = slowest(times)
-    if args.worker == "gossamer-python":
+    if args.worker == "gossamer-python" or half:
         agent.close()
     else:
         dist.destroy_process_group()
@@ -180,7 +197,9 @@ def main():
     rows = []
     for i in impls:
         for s in args.sizes:
-            rows.append({"impl": i, "world_size": args.world_size, "bytes": s, "seconds": med[i][s],
+            dtype = i.rsplit("-", 1)[1] if i.endswith("16") else "float32"
+            rows.append({"impl": i, "world_size": args.world_size, "bytes": s, "dtype": dtype,
+                         "wire_bytes": s // 2 if dtype != "float32" else s, "seconds": med[i][s],
                          "rounds": samples[i][s], "algorithm": args.algorithm if i != "torch-gloo" else "gloo",
                          "transport": "zmq-tcp" if i != "torch-gloo" else "gloo-tcp", "reps": args.reps,
                          "date": stamp, "machine": f"{platform.node()} {os.cpu_count()} CPUs"})

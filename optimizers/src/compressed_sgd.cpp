@@ -7,7 +7,9 @@
 // Wire, per rank per step:
 //   kAverage + allreduce  the communicator's allreduce of payloadBytes / 4
 //                         floats (A2SGD: 2 floats; kAuto runs recursive
-//                         doubling, 8 bytes per round, ceil(log2 N) rounds).
+//                         doubling, 8 bytes per round, ceil(log2 N) rounds),
+//                         or of payloadBytes / 2 16-bit elements for a
+//                         16-bit payloadType (bf16, fp16).
 //   kAverage + gossip     push-sum: one message of payloadBytes + 4 bytes
 //                         ([s shares..., w share], float32) per out-peer per
 //                         round; tag (kGossip, exchange number) on the view.
@@ -57,6 +59,11 @@ CompressedSgd::CompressedSgd(Communicator& communicator, const Topology* topolog
     GOSSAMER_ENFORCE(compressor_->combine() == PayloadCombine::kAverage,
                      "gossiped means need a compressor whose payloads are averaged (a2sgd, none), not '"
                          << compressor_->name() << "'");
+    GOSSAMER_ENFORCE(compressor_->payloadType() == DType::kFloat32,
+                     "gossiped means average float32 payloads; '"
+                         << compressor_->name()
+                         << "' sends 16-bit ones: use compression.means "
+                            "allreduce");
     GOSSAMER_ENFORCE(topology_ != nullptr, "gossiped means need a topology");
     GOSSAMER_ENFORCE(topology_->worldSize() == n,
                      "topology world size " << topology_->worldSize() << " != " << n);
@@ -114,6 +121,10 @@ void CompressedSgd::exchangeGradient(std::span<const float> grads) {
   if (compressor_->combine() == PayloadCombine::kAverage) {
     if (options_.means == MeansExchange::kGossip) {
       gossipAverage(payload_);
+    } else if (compressor_->payloadType() == DType::kBfloat16) {
+      comm_.allreduce(halfPayload<bfloat16>(), ReduceOp::kAverage);
+    } else if (compressor_->payloadType() == DType::kFloat16) {
+      comm_.allreduce(halfPayload<float16>(), ReduceOp::kAverage);
     } else {
       comm_.allreduce(std::span<float>(payload_), ReduceOp::kAverage);
     }

@@ -197,6 +197,7 @@ void registerBuiltins(Registry& registry) {
   registerGaussianK(registry);
   registerQsgd(registry);
   registerA2sgd(registry);
+  registerHalfCompressors(registry);
   registry.setDefault("algorithm", "crossover_sgd");
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -1006,4 +1007,105 @@ TEST_CASE("config: the compression example configs hold what they promise", "[co
   CHECK(gossip.get<std::string>("compression.means") == "gossip");
   CHECK(gossip.get<std::string>("compression.sync") == "gossip");
   CHECK(gossip.get<int>("compression.sync_period") == 50);
+}
+
+TEMPLATE_TEST_CASE(
+    "16-bit compression: the rounding error is fed back, so sent plus residual is the gradient",
+    "[compress][half]", bfloat16, float16) {
+  const std::size_t n = 1001;  // odd: one padding element
+  HalfCompressor<TestType> c(n);
+  CHECK(c.payloadBytes() == 2004);  // 2 bytes per element, rounded up to 4
+  CHECK(c.payloadType() == DTypeOf<TestType>::value);
+  std::vector<std::byte> payload(c.payloadBytes());
+  std::vector<float> before(n, 0.0f), sentTotal(n, 0.0f), gTotal(n, 0.0f), out(n);
+  for (int step = 0; step < 5; ++step) {
+    const auto g = normalVector(n, static_cast<unsigned>(step), 1e-3f);
+    c.encode(g, payload);
+    const auto* h = reinterpret_cast<const TestType*>(payload.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("step " << step << " element " << i);
+      // a = g + e_old is rounded to h; e_new = a - h exactly.
+      REQUIRE(toFloat(h[i]) + c.error()[i] == g[i] + before[i]);
+      sentTotal[i] += toFloat(h[i]);
+      gTotal[i] += g[i];
+    }
+    CHECK(h[n].bits == 0);  // the padding
+    std::copy(c.error().begin(), c.error().end(), before.begin());
+    c.decode(payload, g, out);  // world size 1: the average is this rank's own 16-bit vector
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == toFloat(h[i]));
+  }
+  // What was sent over 5 steps differs from the gradients' sum only by the last residual.
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(gTotal[i]) - sentTotal[i] - c.error()[i]));
+  CHECK(worst < 1e-9);
+  std::vector<float> bad(n, 0.0f);
+  bad[7] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_AS(c.encode(bad, payload), InvalidArgument);
+}
+
+TEST_CASE("16-bit compression over inproc: half of dense's bytes, the same model on every rank",
+          "[compress][half][optimizer]") {
+  const int n = 4, steps = 6;
+  const std::size_t p = 4097;
+  std::map<std::string, std::vector<std::vector<float>>> models;
+  std::map<std::string, std::uint64_t> bytes;
+  for (const std::string kind : {"none", "bf16", "fp16"}) {
+    auto fabric = inproc::makeFabric(n);
+    models[kind].resize(n);
+    std::vector<std::uint64_t> sent(n);
+    onEveryRank(n, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, 10.0);
+      Communicator comm(*t, 10.0);
+      CollectiveOptions ring = comm.options();
+      ring.algorithm = AllreduceAlgorithm::kRing;
+      comm.setOptions(ring);
+      CompressedSgdOptions o;
+      o.sgd = {0.1, 0.9, 0.0};
+      std::unique_ptr<Compressor> c;
+      if (kind == "none") c = std::make_unique<DenseCompressor>(p);
+      if (kind == "bf16") c = std::make_unique<HalfCompressor<bfloat16>>(p);
+      if (kind == "fp16") c = std::make_unique<HalfCompressor<float16>>(p);
+      CompressedSgd opt(comm, nullptr, std::move(c), nullptr, o);
+      std::vector<float> x(p, 0.5f);
+      for (int s = 0; s < steps; ++s) opt.step(x, normalVector(p, static_cast<unsigned>(r * 100 + s)));
+      models[kind][static_cast<std::size_t>(r)] = x;
+      sent[static_cast<std::size_t>(r)] = opt.stats().exchangeBytes;
+      t->close();
+    });
+    bytes[kind] = sent[0];
+    INFO(kind);
+    for (int r = 1; r < n; ++r) CHECK(models[kind][static_cast<std::size_t>(r)] == models[kind][0]);
+  }
+  // Ring allreduce of p floats vs (p + 1) 16-bit elements (one padding).
+  const std::uint64_t dense = bytes["none"];
+  CHECK(bytes["bf16"] * 2 <= dense + 8 * n);
+  CHECK(bytes["bf16"] * 2 >= dense);
+  CHECK(bytes["fp16"] == bytes["bf16"]);
+  // Close to the float32 run: 6 steps of lr 0.1 on unit-variance gradients.
+  double worst = 0;
+  for (std::size_t i = 0; i < p; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(models["bf16"][0][i]) - models["none"][0][i]));
+  CHECK(worst < 0.05);
+}
+
+TEST_CASE("16-bit compression needs AllReduce-SGD and allreduced means", "[compress][half][config]") {
+  CHECK_NOTHROW(gossamer::test::trainRegistry().parse(
+      "algorithm:\n  name: allreduce_sgd\ncompression:\n  kind: bf16\n", "ok.yaml"));
+  try {
+    gossamer::test::trainRegistry().parse("algorithm:\n  name: crossover_sgd\ncompression:\n  kind: fp16\n",
+                                          "bad.yaml");
+    FAIL("a gossip algorithm with fp16 was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "compression.kind");
+    CHECK(std::string(e.what()).find("'fp16' compresses AllReduce-SGD's gradients") != std::string::npos);
+  }
+  auto fabric = inproc::makeFabric(1);
+  auto t = inproc::makeTransport(fabric, 0, 1.0);
+  Communicator comm(*t, 1.0);
+  topologies::Ring topo(1);
+  CompressedSgdOptions o;
+  o.means = MeansExchange::kGossip;
+  CHECK_THROWS_WITH(CompressedSgd(comm, &topo, std::make_unique<HalfCompressor<bfloat16>>(10), nullptr, o),
+                    Catch::Contains("gossiped means average float32 payloads"));
 }

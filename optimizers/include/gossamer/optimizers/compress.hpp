@@ -79,6 +79,10 @@ class Compressor {
   /// the residual fed back into the next encode; A2SGD with keepError: the
   /// last step's g - enc(g)); empty otherwise.
   virtual std::span<const float> error() const { return {}; }
+  /// With PayloadCombine::kAverage, the payload's element type: float32
+  /// (the default), or DType::kBfloat16 / kFloat16 for a 16-bit payload,
+  /// averaged by a 16-bit allreduce (reduced in float32, rounded once per hop).
+  virtual DType payloadType() const { return DType::kFloat32; }
 
  protected:
   /// @throws InvalidArgument if n is 0 or does not fit in 32 bits.
@@ -280,6 +284,34 @@ class GaussianKCompressor final : public SparseCompressor {
   int adjustmentsMade_ = 0;
 };
 
+/// 16-bit gradients with error feedback (compression.kind bf16 or fp16;
+/// H = bfloat16 or float16): each step a = g + e is rounded to H to nearest
+/// even, the 16-bit vector is averaged over the ranks by a 16-bit allreduce
+/// (2 bytes per element on the wire, half of dense), and the rounding error
+/// e = a - float(round(a)) is kept for the next step, as Top-K keeps its
+/// residual (Stich et al., "Sparsified SGD with memory"). decode widens the
+/// average to float32: every rank decodes the same gradient.
+template <typename H>
+class HalfCompressor final : public Compressor {
+ public:
+  explicit HalfCompressor(std::size_t n);
+  std::string name() const override;
+  PayloadCombine combine() const override { return PayloadCombine::kAverage; }
+  /// 2n bytes, rounded up to a multiple of 4 (one zero element pads an odd n).
+  std::size_t payloadBytes() const override { return (size() + 1) / 2 * 4; }
+  bool identicalDecode() const override { return true; }
+  DType payloadType() const override { return DTypeOf<H>::value; }
+  /// @throws InvalidArgument on a length mismatch or a non-finite entry.
+  void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  void decode(std::span<const std::byte> combined, std::span<const float> gradient,
+              std::span<float> out) override;
+  /// The rounding error carried into the next encode (n elements).
+  std::span<const float> error() const override { return residual_; }
+
+ private:
+  std::vector<float> residual_;
+};
+
 /// Options of QSGD.
 struct QsgdOptions {
   int levels = 4;                ///< s: quantisation levels (1 .. 65535).
@@ -455,11 +487,16 @@ class CompressedSgd final : public DistributedOptimizer {
   LocalSgd sgd_;
   std::unique_ptr<Communicator> exchange_;  // all ranks, split from comm_
   std::vector<float> payload_;              // this rank's payload (payloadBytes / 4 floats)
-  std::vector<float> gathered_;             // kGather: N payloads
-  std::vector<float> gradient_;             // decoded gradient, n floats
-  std::vector<float> pushSum_;              // gossip: [s..., w]
-  std::vector<float> pushSumIn_;            // gossip: received messages
-  std::vector<Request> requests_;           // gossip: this round's receives, then sends
+  // payload_'s storage as payloadBytes / 2 16-bit elements (a 16-bit payloadType).
+  template <typename H>
+  std::span<H> halfPayload() {
+    return {reinterpret_cast<H*>(payload_.data()), payload_.size() * sizeof(float) / sizeof(H)};
+  }
+  std::vector<float> gathered_;    // kGather: N payloads
+  std::vector<float> gradient_;    // decoded gradient, n floats
+  std::vector<float> pushSum_;     // gossip: [s..., w]
+  std::vector<float> pushSumIn_;   // gossip: received messages
+  std::vector<Request> requests_;  // gossip: this round's receives, then sends
   std::uint64_t steps_ = 0;
   std::uint64_t totalSteps_ = 0;
   std::uint64_t exchanges_ = 0;  // sequence of the view's collectives and gossip rounds

@@ -581,5 +581,7 @@ void registerTopK(Registry& registry);
 void registerGaussianK(Registry& registry);
 void registerQsgd(Registry& registry);
 void registerA2sgd(Registry& registry);
+/// compression.kind bf16 and fp16 (HalfCompressor; optimizers/src/compressors/half.cpp).
+void registerHalfCompressors(Registry& registry);
 
 }  // namespace gossamer::optimizers

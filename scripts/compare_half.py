@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""AllReduce-SGD on the quickstart job with float32 gradients and with the
+16-bit gradient compressors (compression.kind bf16 and fp16), side by side.
+
+Run through scripts/compare-half.sh (which installs and builds first). For each
+world size, the three runs of quickstart-allreduce.yaml (4 processes, or N with
+--set world_size=N) one after the other over zmq on loopback; a row per run:
+test accuracy of the average model, payload bytes per peer per step, seconds
+per epoch. Writes results/compare-half.json and prints the table with the
+accuracy gap and the bytes' ratio to float32.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
+TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
+CONFIG = os.path.join(ROOT, "examples", "configs", "quickstart-allreduce.yaml")
+WORK = os.path.join(ROOT, "results", "compare-half")
+KINDS = ["none", "bf16", "fp16"]
+
+
+def train(world_size, kind):
+    """One gossamer-train run; its summary. Raises SystemExit with its output if it fails."""
+    tag = f"n{world_size}-{kind}"
+    out, run_dir = os.path.join(WORK, tag + ".json"), os.path.join(WORK, "runs", tag)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [TRAIN, "--config", CONFIG, "--summary-json", out, "--set", f"run.dir={run_dir}",
+           "--set", f"world_size={world_size}", "--set", f"compression.kind={kind}"]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout)
+        raise SystemExit(f"run {tag} failed (exit {proc.returncode})")
+    with open(out) as f:
+        s = json.load(f)
+    print(f"  {tag}: {100 * s['test_accuracy']:.2f}%", file=sys.stderr, flush=True)
+    return s
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world-sizes", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--json", default=os.path.join(ROOT, "results", "compare-half.json"))
+    args = p.parse_args()
+    if not os.path.exists(TRAIN):
+        raise SystemExit(f"{TRAIN} not built: run scripts/compare-half.sh")
+    os.makedirs(WORK, exist_ok=True)
+    rows = []
+    for n in args.world_sizes:
+        for kind in KINDS:
+            s = train(n, kind)
+            rows.append({"algorithm": "allreduce_sgd", "world_size": n, "compression": kind,
+                         "test_accuracy": s["test_accuracy"], "bytes_per_step": s["bytes_per_step"],
+                         "seconds_per_epoch": s["seconds_per_epoch"], "epochs": s["epochs"]})
+    base = {r["world_size"]: r for r in rows if r["compression"] == "none"}
+    print(f"{'N':>3} {'gradients':<10}{'test acc':>9}{'vs float32':>12}{'bytes/step':>12}{'ratio':>7}{'s/epoch':>9}")
+    for r in rows:
+        b = base[r["world_size"]]
+        print(f"{r['world_size']:>3} {r['compression'] if r['compression'] != 'none' else 'float32':<10}"
+              f"{100 * r['test_accuracy']:>8.2f}%{100 * (r['test_accuracy'] - b['test_accuracy']):>+11.2f} "
+              f"{r['bytes_per_step']:>12.0f}{r['bytes_per_step'] / b['bytes_per_step']:>7.3f}"
+              f"{r['seconds_per_epoch']:>9.2f}")
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
