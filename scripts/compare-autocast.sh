@@ -2,7 +2,7 @@
 # The Python CNN example in float32 and under torch.autocast bfloat16, side by
 # side (see scripts/compare_autocast.py). Prints the table and writes
 # results/compare-autocast.json.
-#   scripts/compare-autocast.sh [--epochs 2] [--train-limit 20000] [--rounds 1]
+#   scripts/compare-autocast.sh [--epochs 3] [--train-limit 0 (all)] [--rounds 1]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

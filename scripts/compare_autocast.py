@@ -41,8 +41,8 @@ def run(precision, rnd, args, env):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world-size", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--train-limit", type=int, default=20000, help="training images used (0: all 60,000)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--train-limit", type=int, default=0, help="training images used (0: all 60,000)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved runs of each precision")
     p.add_argument("--json", default=os.path.join(ROOT, "results", "compare-autocast.json"))
     args = p.parse_args()
