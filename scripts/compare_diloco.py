@@ -17,14 +17,12 @@ Writes results/compare-diloco.json: {"runs": [...], "variants": [...]}.
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_job import TRAIN, train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
 RESULTS = os.path.join(ROOT, "results")
 WORK = os.path.join(RESULTS, "compare-diloco")
 CONFIGS = {"diloco": "examples/configs/quickstart-diloco.yaml",
@@ -42,29 +40,6 @@ VARIANTS = [
 ]
 
 
-def train(tag, config, overrides=()):
-    """Runs gossamer-train on CONFIG with OVERRIDES; returns (summary, elapsed seconds).
-
-    Raises SystemExit with the job's output when it fails.
-    """
-    out = os.path.join(WORK, tag + ".json")
-    run_dir = os.path.join(WORK, "runs", tag)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [TRAIN, "--config", os.path.join(ROOT, config), "--summary-json", out, "--set", f"run.dir={run_dir}"]
-    for o in overrides:
-        cmd += ["--set", o]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
-    elapsed = time.monotonic() - t0
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise SystemExit(f"run {tag} failed (exit {proc.returncode})")
-    with open(out) as f:
-        summary = json.load(f)
-    print(f"  {tag}: {elapsed:.1f} s", file=sys.stderr, flush=True)
-    return summary, elapsed
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each config")
@@ -76,14 +51,14 @@ def main():
     runs = []
     for rnd in range(args.rounds):
         for name, config in CONFIGS.items():
-            s, elapsed = train(f"{name}-{rnd}", config)
+            s, elapsed = train(f"{name}-{rnd}", os.path.join(ROOT, config), WORK)
             runs.append({"config": os.path.basename(config), "round": rnd,
                          "test_accuracy": s["test_accuracy"], "wall_seconds": s["wall_seconds"],
                          "seconds_per_epoch": s["seconds_per_epoch"], "elapsed_seconds": elapsed,
                          "bytes_per_step": s["bytes_per_step"], "epochs": s["epochs"]})
     variants = []
     for i, (label, overrides) in enumerate(VARIANTS):
-        s, _ = train(f"variant-{i}", CONFIGS["diloco"], overrides)
+        s, _ = train(f"variant-{i}", os.path.join(ROOT, CONFIGS["diloco"]), WORK, overrides)
         hist = s["history"]
         variants.append({"variant": label, "overrides": overrides, "test_accuracy": s["test_accuracy"],
                          "bytes_per_step": s["bytes_per_step"],

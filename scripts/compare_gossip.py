@@ -15,15 +15,14 @@ Run through scripts/compare-gossip.sh (which installs and builds first).
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_job import TRAIN, train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
 RESULTS = os.path.join(ROOT, "results")
 WORK = os.path.join(RESULTS, "compare-gossip")
 
@@ -57,23 +56,12 @@ def config_text(label, world_size, epochs, mode="sync", transport="zmq", train_l
 
 
 def run(tag, text):
+    """Writes config `text` to WORK/TAG.yaml and trains it; the job's summary."""
     os.makedirs(WORK, exist_ok=True)
     cfg = os.path.join(WORK, tag + ".yaml")
-    out = os.path.join(WORK, tag + ".json")
     with open(cfg, "w") as f:
         f.write(text)
-    t0 = time.time()
-    run_dir = os.path.join(WORK, "runs", tag)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    proc = subprocess.run([TRAIN, "--config", cfg, "--summary-json", out, "--set", f"run.dir={run_dir}"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise SystemExit(f"run {tag} failed (exit {proc.returncode})")
-    with open(out) as f:
-        summary = json.load(f)
-    print(f"  {tag}: {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
-    return summary
+    return train(tag, cfg, WORK)[0]
 
 
 def compare(args):

@@ -12,33 +12,15 @@ accuracy gap and the bytes' ratio to float32.
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_job import TRAIN, train  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
-TRAIN = os.path.join(BUILD, "apps", "gossamer-train")
 CONFIG = os.path.join(ROOT, "examples", "configs", "quickstart-allreduce.yaml")
 WORK = os.path.join(ROOT, "results", "compare-half")
 KINDS = ["none", "bf16", "fp16"]
-
-
-def train(world_size, kind):
-    """One gossamer-train run; its summary. Raises SystemExit with its output if it fails."""
-    tag = f"n{world_size}-{kind}"
-    out, run_dir = os.path.join(WORK, tag + ".json"), os.path.join(WORK, "runs", tag)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [TRAIN, "--config", CONFIG, "--summary-json", out, "--set", f"run.dir={run_dir}",
-           "--set", f"world_size={world_size}", "--set", f"compression.kind={kind}"]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout)
-        raise SystemExit(f"run {tag} failed (exit {proc.returncode})")
-    with open(out) as f:
-        s = json.load(f)
-    print(f"  {tag}: {100 * s['test_accuracy']:.2f}%", file=sys.stderr, flush=True)
-    return s
 
 
 def main():
@@ -52,7 +34,8 @@ def main():
     rows = []
     for n in args.world_sizes:
         for kind in KINDS:
-            s = train(n, kind)
+            s, _ = train(f"n{n}-{kind}", CONFIG, WORK, [f"world_size={n}", f"compression.kind={kind}"])
+            print(f"  n{n}-{kind}: {100 * s['test_accuracy']:.2f}%", file=sys.stderr, flush=True)
             rows.append({"algorithm": "allreduce_sgd", "world_size": n, "compression": kind,
                          "test_accuracy": s["test_accuracy"], "bytes_per_step": s["bytes_per_step"],
                          "seconds_per_epoch": s["seconds_per_epoch"], "epochs": s["epochs"]})
