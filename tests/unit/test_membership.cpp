@@ -8,8 +8,10 @@
 // When a view change interrupts an evaluation (a collective of the caller's
 // own) that one survivor completed and another did not, both run it again.
 // A rank that rejoins inside such a collective steps at its next step.
+#include <atomic>
 #include <barrier>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -248,6 +250,7 @@ TEST_CASE(
   std::vector<std::vector<int>> evaluations(static_cast<std::size_t>(n));  // epochs, in order evaluated
   std::vector<std::vector<float>> sums(static_cast<std::size_t>(n));
   std::vector<std::uint64_t> steps(static_cast<std::size_t>(n));
+  std::atomic<bool> rank0Completed{false};
   onEveryRank(n, [&](int r) {
     Session session(config, r, store, reg);
     const std::size_t p = 4;
@@ -282,6 +285,12 @@ TEST_CASE(
           float from0 = 0;
           t.irecvOf<float>(0, tag, std::span<float>(&from0, 1)).wait(5);
           t.isendOf<float>(0, tag, std::span<const float>(&value, 1)).wait(5);
+          // Stops only once rank 0's evaluate() has returned. Rank 0 needs
+          // rank 1's value too, and on a loaded machine rank 1 can reach the
+          // evaluation late: stopping before that lets the view change reach
+          // rank 0 inside its evaluation, which then does not complete.
+          for (int i = 0; i < 1000 && !rank0Completed.load(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
           session.abort();
           stopped = true;
           return;
@@ -294,6 +303,7 @@ TEST_CASE(
       });
       if (stopped) return;
       if (!completed) continue;
+      if (r == 0 && session.epoch() == lostIn) rank0Completed.store(true);
       mine.push_back(session.epoch());
       sums[static_cast<std::size_t>(r)].push_back(sum);
     }
