@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -828,23 +829,47 @@ TEST_CASE("transport.host: auto binds to the address that reaches the rendezvous
 }
 
 namespace {
+// Integer-valued doubles of every rank (exact sums), with their sum and max.
+struct AllreduceInputs {
+  std::vector<std::vector<double>> data;
+  std::vector<double> sum, max;
+};
+
+// The inputs of world size n and length len, drawn once: they depend on the
+// rank and the length only, so every algorithm and operation reuses them.
+const AllreduceInputs& allreduceInputs(int n, std::size_t len) {
+  static std::map<std::pair<int, std::size_t>, AllreduceInputs> cache;
+  if (!cache.empty() && cache.begin()->first.first != n) cache.clear();  // one world size at a time
+  auto [it, fresh] = cache.try_emplace({n, len});
+  AllreduceInputs& in = it->second;
+  if (!fresh) return in;
+  in.data.assign(static_cast<std::size_t>(n), std::vector<double>(len));
+  in.sum.assign(len, 0.0);
+  in.max.assign(len, -1e300);
+  for (int r = 0; r < n; ++r) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(r) * 7919 + len);
+    for (std::size_t i = 0; i < len; ++i) {
+      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000);
+      in.data[static_cast<std::size_t>(r)][i] = v;
+      in.sum[i] += v;
+      in.max[i] = std::max(in.max[i], v);
+    }
+  }
+  return in;
+}
+
 // Runs `algorithm` on every rank of `g` with integer-valued doubles (exact
 // sums) and checks sum / max / average against a float64 reference.
 void checkAllreduce(Group& g, AllreduceAlgorithm algorithm, std::size_t len, std::size_t chunkBytes,
                     std::uint64_t seq, int groupSize = 0, int torusRows = 0) {
   const int n = static_cast<int>(g.size());
+  const AllreduceInputs& in = allreduceInputs(n, len);
+  const auto& sum = in.sum;
+  const auto& max = in.max;
+  static std::vector<std::vector<double>> data;  // reused across runs: no fresh pages each time
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAverage}) {
-    std::vector<std::vector<double>> data(static_cast<std::size_t>(n), std::vector<double>(len));
-    std::vector<double> sum(len, 0.0), max(len, -1e300);
-    for (int r = 0; r < n; ++r) {
-      std::mt19937_64 rng(static_cast<std::uint64_t>(r) * 7919 + len);
-      for (std::size_t i = 0; i < len; ++i) {
-        const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000);
-        data[static_cast<std::size_t>(r)][i] = v;
-        sum[i] += v;
-        max[i] = std::max(max[i], v);
-      }
-    }
+    data.resize(in.data.size());
+    for (std::size_t r = 0; r < in.data.size(); ++r) data[r].assign(in.data[r].begin(), in.data[r].end());
     CollectiveOptions o{seq * 4 + static_cast<std::uint64_t>(op), kTimeout, algorithm, chunkBytes};
     o.groupSize = groupSize;
     o.torusRows = torusRows;
