@@ -35,12 +35,7 @@
 #include <zmq.hpp>
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_tagged.h>
+#include "fabric.hpp"  // the transport's own libfabric loader (private header)
 #endif
 
 #include "build_paths.hpp"
@@ -286,16 +281,17 @@ int libfabricPort(const std::string& entry) {
 class FabricAttacker {
  public:
   explicit FabricAttacker(const std::string& address) {
-    fi_info* hints = fi_allocinfo();
+    const auto& fabric = gossamer::libfabric::detail::api();
+    fi_info* hints = fabric.dupinfo(nullptr);  // fi_allocinfo()
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
     hints->fabric_attr->prov_name = strdup("tcp;ofi_rxm");
-    const int rc = fi_getinfo(FI_VERSION(1, 9), "127.0.0.1", nullptr, FI_SOURCE, hints, &info_);
-    fi_freeinfo(hints);
+    const int rc = fabric.getinfo(FI_VERSION(1, 9), "127.0.0.1", nullptr, FI_SOURCE, hints, &info_);
+    fabric.freeinfo(hints);
     REQUIRE(rc == 0);
-    REQUIRE(fi_fabric(info_->fabric_attr, &fabric_, nullptr) == 0);
+    REQUIRE(fabric.fabric(info_->fabric_attr, &fabric_, nullptr) == 0);
     REQUIRE(fi_domain(fabric_, info_, &domain_, nullptr) == 0);
     fi_cq_attr cq{};
     cq.format = FI_CQ_FORMAT_TAGGED;
@@ -315,7 +311,7 @@ class FabricAttacker {
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
     if (fabric_) fi_close(&fabric_->fid);
-    if (info_) fi_freeinfo(info_);
+    if (info_) gossamer::libfabric::detail::api().freeinfo(info_);
   }
   FabricAttacker(const FabricAttacker&) = delete;
   FabricAttacker& operator=(const FabricAttacker&) = delete;

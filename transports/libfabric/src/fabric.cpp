@@ -33,7 +33,7 @@ constexpr std::uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERS
 /// match only one sender (FI_DIRECTED_RECV), so that an endpoint outside the
 /// job can neither speak for a rank nor write into a payload under way.
 InfoPtr makeHints(const std::string& provider, bool sources) {
-  InfoPtr hints(fi_allocinfo());
+  InfoPtr hints(api().dupinfo(nullptr));  // fi_allocinfo()
   if (!hints) throw Error("libfabric: fi_allocinfo failed (out of memory)");
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED | (sources ? FI_SOURCE | FI_DIRECTED_RECV : 0);
@@ -61,7 +61,7 @@ std::string uniqueShmName() {
 
 }  // namespace
 
-std::string errorText(long rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
+std::string errorText(long rc) { return api().strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
 
 void check(long rc, const char* what) {
   if (rc < 0)
@@ -97,8 +97,8 @@ InfoPtr selectProvider(const Options& o) {
   int rc = -FI_ENODATA;
   for (const bool sources : {true, false}) {
     auto hints = makeHints(name, sources);
-    rc = fi_getinfo(kApiVersion, node.empty() ? nullptr : node.c_str(), nullptr, node.empty() ? 0 : FI_SOURCE,
-                    hints.get(), &raw);
+    rc = api().getinfo(kApiVersion, node.empty() ? nullptr : node.c_str(), nullptr,
+                       node.empty() ? 0 : FI_SOURCE, hints.get(), &raw);
     if (rc != -FI_ENODATA && (rc != 0 || raw)) break;
   }
   InfoPtr info(raw);
@@ -153,7 +153,7 @@ std::string providerName(const std::string& provider) {
 std::vector<std::string> availableProviders() {
   auto hints = detail::makeHints("", false);
   fi_info* raw = nullptr;
-  const int rc = fi_getinfo(detail::kApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
+  const int rc = detail::api().getinfo(detail::kApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
   detail::InfoPtr info(raw);
   std::vector<std::string> names;
   if (rc != 0) return names;

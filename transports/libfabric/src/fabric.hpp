@@ -26,8 +26,29 @@ struct FidCloser {
 template <typename T>
 using FidPtr = std::unique_ptr<T, FidCloser>;
 
+/// The five functions of libfabric's library that the transport calls (the
+/// rest of libfabric's API is inline functions of its headers, calling through
+/// the objects' ops tables), resolved from libfabric.so.1 with dlopen on first
+/// use. Loading libfabric costs a process about 0.2 s (its PSM provider
+/// library calibrates a clock with 600 short sleeps when it is loaded), so
+/// gossamer links it only into the processes that use this transport.
+struct Api {
+  decltype(&::fi_getinfo) getinfo = nullptr;
+  decltype(&::fi_freeinfo) freeinfo = nullptr;
+  decltype(&::fi_dupinfo) dupinfo = nullptr;
+  decltype(&::fi_fabric) fabric = nullptr;
+  decltype(&::fi_strerror) strerror = nullptr;
+};
+
+/// libfabric's functions, loaded by the first call (thread-safe).
+/// @throws Error when libfabric.so.1 cannot be loaded (naming dlopen's reason)
+///   or lacks one of the functions; a later call tries again.
+const Api& api();
+
 struct InfoDeleter {
-  void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
+  void operator()(fi_info* info) const noexcept {
+    if (info) api().freeinfo(info);  // an fi_info exists only once api() loaded
+  }
 };
 /// An fi_info list (from fi_getinfo or fi_allocinfo).
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;

@@ -112,6 +112,7 @@
 namespace gossamer::libfabric::impl {
 
 using Clock = std::chrono::steady_clock;
+using detail::api;
 using detail::check;
 using detail::errorText;
 using detail::FidPtr;

@@ -155,7 +155,7 @@ void LibfabricTransport::handleError() {
   if (!op) return;
   std::array<char, 256> buf{};
   const char* prov = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, buf.data(), buf.size());
-  const std::string why = std::string(fi_strerror(err.err)) + " (provider " + provider_ + ": " +
+  const std::string why = std::string(api().strerror(err.err)) + " (provider " + provider_ + ": " +
                           (prov ? prov : "no detail") + ")";
   const bool cancelled = err.err == FI_ECANCELED;
   switch (op->kind) {

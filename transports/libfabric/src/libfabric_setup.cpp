@@ -7,7 +7,7 @@ namespace gossamer::libfabric::impl {
 void LibfabricTransport::openEndpoint() {
   fi_info* fi = info_.get();
   fid_fabric* fabric = nullptr;
-  check(fi_fabric(fi->fabric_attr, &fabric, nullptr), "fi_fabric");
+  check(api().fabric(fi->fabric_attr, &fabric, nullptr), "fi_fabric");
   fabric_.reset(fabric);
   fid_domain* domain = nullptr;
   check(fi_domain(fabric_.get(), fi, &domain, nullptr), "fi_domain");
