@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# AllReduce-SGD with float32 gradients against compression.kind bf16 and fp16
-# (16-bit gradients with error feedback), 4 and 8 peers, side by side (see
-# scripts/compare_half.py). Prints the table and writes results/compare-half.json.
-#   scripts/compare-half.sh [--world-sizes 4 8]
+# The quickstart job in float32 against compression.kind bf16 and fp16, 4 and 8
+# peers, side by side: AllReduce-SGD (16-bit gradients with error feedback) and
+# Crossover-SGD (16-bit model segments) (see scripts/compare_half.py). Prints
+# the table and writes results/compare-half.json.
+#   scripts/compare-half.sh [--world-sizes 4 8] [--algorithms allreduce_sgd crossover_sgd]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -36,6 +36,18 @@
 //           transport still mixes (sgp.cpp has the reasons). flush() ends the async phase
 //           (push_sum_agreement.hpp): the pushes in flight are taken in and
 //           every rank gets each segment's push-sum average.
+//
+// 16-bit wire (setExchangeType, compression.kind bf16 / fp16; sync and
+// overlap modes): each segment goes out rounded to nearest even, Q(x_s),
+// 2|s| bytes instead of 4|s|, and is mixed in difference form,
+//   x_s <- x_s + (selfWeight - 1) Q(s_s) + sum_k w_k recv_k,
+// s the model when the round started (sync: x itself): the overlap formula
+// with Q(s) for s. Each rank's own rounding cancels against what it sends
+// (with a symmetric doubly stochastic topology, as the fair roulette's, the
+// mean over ranks is kept exactly in exact arithmetic), and ranks that agree
+// stop moving: the quantised consensus of Aysal, Coates and Rabbat,
+// "Distributed average consensus with dithered quantization" (IEEE TSP
+// 2008), Sec. II, without the dither.
 #include <Eigen/Core>
 #include <chrono>
 #include <cstring>
@@ -46,6 +58,7 @@
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "push_sum_agreement.hpp"
+#include "wire16.hpp"
 
 namespace gossamer::optimizers {
 
@@ -61,7 +74,9 @@ struct CrossoverSgd::Pending {
   std::vector<float> recvBuffer;
   std::vector<std::size_t> recvOffset;
   std::vector<Request> recvs, sends;
-  std::vector<float> snapshot;
+  std::vector<float> snapshot;                // overlap: the model at the start; 16-bit: Q(that model)
+  std::vector<std::uint16_t> send16, recv16;  // 16-bit wire: Q(x), and the segments received
+  std::vector<float> segment;                 // 16-bit wire: one received segment as float32
 };
 
 namespace {
@@ -207,29 +222,53 @@ void CrossoverSgd::start(std::span<const float> params, std::uint64_t round, Pen
     p.peerSets[s] = topology_.peers(rank, round, static_cast<int>(s));
     need += p.peerSets[s].recvFrom.size() * (segments_[s].second - segments_[s].first);
   }
-  p.recvBuffer.resize(need);
+  const bool half = detail::isWire16(wire_);
+  if (half)
+    p.recv16.resize(need);
+  else
+    p.recvBuffer.resize(need);
   std::size_t off = 0;
   for (std::size_t s = 0; s < numSeg; ++s) {
     const auto [b, e] = segments_[s];
     const auto tag = Tag::make(Op::kGossip, round & Tag::kMaxStep, static_cast<std::uint32_t>(s));
     for (int src : p.peerSets[s].recvFrom) {
       p.recvs.push_back(
-          transport_.irecvOf<float>(src, tag, std::span<float>(p.recvBuffer.data() + off, e - b)));
+          half ? transport_.irecvOf<std::uint16_t>(src, tag,
+                                                   std::span<std::uint16_t>(p.recv16.data() + off, e - b))
+               : transport_.irecvOf<float>(src, tag, std::span<float>(p.recvBuffer.data() + off, e - b)));
       p.recvOffset.push_back(off);
       off += e - b;
     }
+  }
+  if (half) {  // Q(x) for the wire, and as float32 for the difference form
+    p.send16.resize(numParams_);
+    detail::encode16(wire_, params, p.send16.data());
+    p.snapshot.resize(numParams_);
+    detail::decode16(wire_, p.send16.data(), p.snapshot);
   }
   for (std::size_t s = 0; s < numSeg; ++s) {
     const auto [b, e] = segments_[s];
     const auto tag = Tag::make(Op::kGossip, round & Tag::kMaxStep, static_cast<std::uint32_t>(s));
     for (int dst : p.peerSets[s].sendTo)
       p.sends.push_back(
-          transport_.isendOf<float>(dst, tag, std::span<const float>(params.data() + b, e - b)));
+          half ? detail::isend16(transport_, dst, tag, wire_, p.send16.data() + b, e - b)
+               : transport_.isendOf<float>(dst, tag, std::span<const float>(params.data() + b, e - b)));
   }
-  if (options_.mode == GossipMode::kOverlap) p.snapshot.assign(params.begin(), params.end());
+  if (options_.mode == GossipMode::kOverlap && !half) p.snapshot.assign(params.begin(), params.end());
+}
+
+bool CrossoverSgd::setExchangeType(DType wire) {
+  detail::checkExchangeType(wire);
+  if (options_.mode == GossipMode::kAsync) return wire == DType::kFloat32;
+  GOSSAMER_ENFORCE(steps_ == 0, "setExchangeType after the first step");
+  wire_ = wire;
+  return true;
 }
 
 void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorrection) {
+  const bool half = detail::isWire16(wire_);
+  snapshotCorrection = snapshotCorrection || half;  // the difference form, with Q(x) as the snapshot
+  const std::size_t elementBytes = half ? sizeof(std::uint16_t) : sizeof(float);
   std::size_t r = 0;
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     const auto [b, e] = segments_[s];
@@ -242,16 +281,21 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
     double refused = 0;  // mixing weight of segments the screen refused
     for (std::size_t k = 0; k < ps.recvFrom.size(); ++k, ++r) {
       p.recvs[r].wait(options_.timeoutSeconds);
-      if (p.recvs[r].bytes() != (e - b) * sizeof(float))
+      if (p.recvs[r].bytes() != (e - b) * elementBytes)
         throw ProtocolError(ps.recvFrom[k], frame_offset::kPayloadBytes,
                             "gossip segment of " + std::to_string(p.recvs[r].bytes()) + " bytes, expected " +
-                                std::to_string((e - b) * sizeof(float)));
-      if (!screen_.admit(ps.recvFrom[k],
-                         std::span<const float>(p.recvBuffer.data() + p.recvOffset[r], e - b))) {
+                                std::to_string((e - b) * elementBytes));
+      float* got = p.recvBuffer.data() + (half ? 0 : p.recvOffset[r]);
+      if (half) {
+        p.segment.resize(e - b);
+        detail::decode16(wire_, p.recv16.data() + p.recvOffset[r], p.segment);
+        got = p.segment.data();
+      }
+      if (!screen_.admit(ps.recvFrom[k], std::span<const float>(got, e - b))) {
         refused += ps.recvWeights[k];
         continue;
       }
-      x += static_cast<float>(ps.recvWeights[k]) * view(p.recvBuffer.data() + p.recvOffset[r], e - b);
+      x += static_cast<float>(ps.recvWeights[k]) * view(got, e - b);
     }
     // A refused segment's share goes to this rank's own: its snapshot, or
     // (the mix scaled in place) by renormalising what was kept.

@@ -9,6 +9,17 @@
 // segment 0); in async mode the round in the tag is 0 and receives take
 // messages from anyone, in arrival order.
 //
+// 16-bit wire (setExchangeType, compression.kind bf16 / fp16):
+// [w share: float64][Q(z): P bfloat16 or binary16] (8 + 2P bytes), Q rounding
+// to nearest even; the weight stays exact. A sender that pushed Q(z) to m
+// peers with the share s of its mass, keeping the share k, keeps
+//   z <- z + (m s / k) (z - Q(z)),
+// the mass it did not push (w z - m s w Q(z) = k w z_kept), so that the sum
+// of w z over ranks and messages in flight is kept as with float32 (up to
+// float32 arithmetic), the rounding error staying with its owner rather
+// than being lost: the error feedback of Stich et al., "Sparsified SGD with
+// memory" (NeurIPS 2018), applied to the push-sum mass.
+//
 // Async mode (waits for no peer in particular). Each step:
 //   1. the SGD step on the numerator, as in Alg. 1 (x <- x - lr u, so
 //      z <- z - lr u / w): every gradient moves the push-sum average
@@ -45,6 +56,7 @@
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "push_sum_agreement.hpp"
+#include "wire16.hpp"
 
 namespace gossamer::optimizers {
 
@@ -107,23 +119,48 @@ void Sgp::mixParameters(std::span<float> params) {
 // Keeps the self share of w and pushes the other shares with the de-biased
 // model z. In async mode a send to a peer known to be gone keeps its share,
 // and a rank with too little weight keeps its mass.
-void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
+void Sgp::send(std::span<float> z, const PeerSet& p, Tag tag) {
   if (options_.mode == GossipMode::kAsync && !canPush()) return;  // keep the mass
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
   const double wShare = weight_ * share;
+  const bool half = detail::isWire16(wire_);
+  auto* values = sendBuf_.data() + sizeof(double);
   std::memcpy(sendBuf_.data(), &wShare, sizeof(double));
-  std::memcpy(sendBuf_.data() + sizeof(double), z.data(), numParams_ * sizeof(float));
+  if (half)
+    detail::encode16(wire_, z, reinterpret_cast<std::uint16_t*>(values));
+  else
+    std::memcpy(values, z.data(), numParams_ * sizeof(float));
   double keep = share;
+  std::size_t pushed = 0;
   for (int dst : p.sendTo) {
     try {
       transport_.isend(dst, tag, sendBuf_);
       ++sentTo_[static_cast<std::size_t>(dst)];
+      ++pushed;
     } catch (const PeerFailure&) {
       if (options_.mode != GossipMode::kAsync) throw;
       keep += share;  // route around: the share stays here
     }
   }
   weight_ *= keep;
+  if (half && pushed > 0) {
+    // Keeps the mass not pushed: z <- z + (m s / k) (z - Q(z)) (see the top).
+    decoded_.resize(numParams_);
+    detail::decode16(wire_, reinterpret_cast<const std::uint16_t*>(values), decoded_);
+    const auto c = static_cast<float>(static_cast<double>(pushed) * share / keep);
+    auto zv = view(z.data(), numParams_);
+    zv +=
+        c * (zv - Eigen::Map<const Eigen::VectorXf>(decoded_.data(), static_cast<Eigen::Index>(numParams_)));
+  }
+}
+
+bool Sgp::setExchangeType(DType wire) {
+  detail::checkExchangeType(wire);
+  GOSSAMER_ENFORCE(steps_ == 0 && asyncRecv_.empty(), "setExchangeType after the first step");
+  wire_ = wire;
+  const std::size_t elementBytes = detail::isWire16(wire) ? 2 : sizeof(float);
+  sendBuf_.assign(sizeof(double) + numParams_ * elementBytes, std::byte{0});
+  return true;
 }
 
 // Folds one received (w_j, z_j) into (w, z): x = w z + w_j z_j, w += w_j, as
@@ -132,7 +169,12 @@ void Sgp::send(std::span<const float> z, const PeerSet& p, Tag tag) {
 void Sgp::addMessage(std::span<float> z, std::span<const std::byte> msg, int from) {
   double wj;
   std::memcpy(&wj, msg.data(), sizeof(double));
-  const auto* zj = reinterpret_cast<const float*>(msg.data() + sizeof(double));
+  const float* zj = reinterpret_cast<const float*>(msg.data() + sizeof(double));
+  if (detail::isWire16(wire_)) {
+    decoded_.resize(numParams_);
+    detail::decode16(wire_, reinterpret_cast<const std::uint16_t*>(msg.data() + sizeof(double)), decoded_);
+    zj = decoded_.data();
+  }
   if (!screen_.admit(from, wj, std::span<const float>(zj, numParams_), transport_.worldSize())) return;
   if (!(wj > 0)) return;  // nothing to fold in (a peer with no mass left)
   const double total = weight_ + wj;

@@ -1,6 +1,7 @@
-"""AllReduce-SGD with float32 gradients against the 16-bit compressors (docs/compression.md).
+"""The quickstart job in float32 against compression.kind bf16 and fp16 (docs/compression.md).
 
-quickstart-allreduce.yaml at 4 and 8 peers over zmq on loopback, with
+quickstart-allreduce.yaml (16-bit gradients) and quickstart-crossover.yaml
+(16-bit model segments) at 4 and 8 peers over zmq on loopback, with
 compression.kind none, bf16 and fp16, one after the other
 (scripts/compare_half.py): test accuracy of the average model, its gap to
 float32, payload bytes per peer per step and their ratio, seconds per epoch.
@@ -10,14 +11,15 @@ JSON = "results/compare-half.json"
 
 
 def render(data):
-    """One row per world size and gradient precision."""
-    base = {r["world_size"]: r for r in data if r["compression"] == "none"}
-    lines = ["| peers | gradients | test acc | vs float32 | bytes/step | ratio | s/epoch |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    """One row per algorithm, world size and precision on the wire."""
+    base = {(r.get("algorithm", "allreduce_sgd"), r["world_size"]): r for r in data if r["compression"] == "none"}
+    lines = ["| algorithm | peers | on the wire | test acc | vs float32 | bytes/step | ratio | s/epoch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in data:
-        b = base[r["world_size"]]
+        algorithm = r.get("algorithm", "allreduce_sgd")
+        b = base[(algorithm, r["world_size"])]
         label = "float32" if r["compression"] == "none" else f"`{r['compression']}`"
-        lines.append(f"| {r['world_size']} | {label} | {100 * r['test_accuracy']:.2f}% "
+        lines.append(f"| {algorithm} | {r['world_size']} | {label} | {100 * r['test_accuracy']:.2f}% "
                      f"| {100 * (r['test_accuracy'] - b['test_accuracy']):+.2f} | {r['bytes_per_step']:,.0f} "
                      f"| {r['bytes_per_step'] / b['bytes_per_step']:.3f} | {r['seconds_per_epoch']:.2f} |")
     return "\n".join(lines) + "\n"

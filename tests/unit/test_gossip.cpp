@@ -15,31 +15,15 @@
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "models.hpp"
 #include "threads.hpp"
 
 using namespace gossamer;
+using gossamer::testing::consensusDistance;
 using gossamer::testing::onEveryRank;
+using gossamer::testing::randomModels;
 
 namespace {
-
-std::vector<std::vector<float>> randomModels(int n, std::size_t p, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::vector<float>> xs(static_cast<std::size_t>(n), std::vector<float>(p));
-  for (auto& x : xs)
-    for (auto& v : x) v = normal(rng);
-  return xs;
-}
-
-double consensusDistance(const std::vector<std::vector<float>>& xs) {
-  std::vector<double> m(xs[0].size(), 0.0);
-  for (const auto& x : xs)
-    for (std::size_t i = 0; i < x.size(); ++i) m[i] += x[i] / static_cast<double>(xs.size());
-  double d = 0;
-  for (const auto& x : xs)
-    for (std::size_t i = 0; i < x.size(); ++i) d += (m[i] - x[i]) * (m[i] - x[i]);
-  return d / static_cast<double>(xs.size());
-}
 
 // Runs SGP with learning rate 0 (or random gradients) for `steps` steps on
 // every rank; returns the final weights (after flush). The ranks wait for

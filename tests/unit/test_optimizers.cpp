@@ -3,6 +3,7 @@
 
 #include "registry.hpp"
 
+#include "models.hpp"
 #include "threads.hpp"
 
 #include <cmath>
@@ -17,27 +18,11 @@
 #include "gossamer/transports/inproc.hpp"
 
 using namespace gossamer;
+using gossamer::testing::consensusDistance;
+using gossamer::testing::meanOver;
 using gossamer::testing::onEveryRank;
 
-namespace {
-
-std::vector<double> meanOver(const std::vector<std::vector<float>>& xs) {
-  std::vector<double> m(xs[0].size(), 0.0);
-  for (const auto& x : xs)
-    for (std::size_t i = 0; i < x.size(); ++i) m[i] += x[i];
-  for (auto& v : m) v /= static_cast<double>(xs.size());
-  return m;
-}
-
-double consensusDistance(const std::vector<std::vector<float>>& xs) {
-  const auto m = meanOver(xs);
-  double d = 0;
-  for (const auto& x : xs)
-    for (std::size_t i = 0; i < x.size(); ++i) d += (m[i] - x[i]) * (m[i] - x[i]);
-  return d / static_cast<double>(xs.size());
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("LocalSgd applies heavy-ball momentum and weight decay", "[optimizer]") {
   optimizers::LocalSgd sgd(2, {0.1, 0.5, 0.01});

@@ -8,6 +8,8 @@
 //
 // Wire, per rank per step: the ring allreduce of n 16-bit elements (2n bytes
 // rounded up to 4), 2(N-1)/N of it sent: half of dense AllReduce-SGD's.
+// With a gossip optimizer (Crossover-SGD, SGP) the same kinds send its model
+// exchanges in 16 bits instead (setExchangeType: crossover_sgd.cpp, sgp.cpp).
 // The conversions are gossamer/half.hpp's vectorised kernels.
 #include <cmath>
 #include <cstring>
@@ -64,19 +66,36 @@ void HalfCompressor<H>::decode(std::span<const std::byte> combined, std::span<co
 template class HalfCompressor<bfloat16>;
 template class HalfCompressor<float16>;
 
+namespace {
+
+/// compression.kind bf16 / fp16: a gossip optimizer that can send its model
+/// in 16 bits (Crossover-SGD, SGP: setExchangeType) does, with no
+/// compressor around it; an optimizer without a model exchange
+/// (AllReduce-SGD) gets its gradients rounded with error feedback
+/// (HalfCompressor under CompressedSgd); any other is refused.
+template <typename H>
+CompressorFactory halfFactory(const std::string& kind) {
+  auto compressGradients =
+      compressedSgdFactory([](const OptimizerContext&, std::size_t n) -> std::unique_ptr<Compressor> {
+        return std::make_unique<HalfCompressor<H>>(n);
+      });
+  return [kind, compressGradients](
+             const OptimizerContext& ctx,
+             std::unique_ptr<DistributedOptimizer> inner) -> std::unique_ptr<DistributedOptimizer> {
+    if (!inner) return compressGradients(ctx, std::move(inner));
+    if (inner->setExchangeType(DTypeOf<H>::value)) return inner;
+    if (!inner->modelExchange()) return compressGradients(ctx, std::move(inner));
+    throw InvalidArgument("compression.kind '" + kind + "': algorithm '" + inner->name() +
+                          "' cannot send its model in 16 bits (allreduce_sgd rounds its gradients; "
+                          "crossover_sgd and sgp in mode sync send 16-bit models)");
+  };
+}
+
+}  // namespace
+
 void registerHalfCompressors(Registry& registry) {
-  registerCompressor(
-      registry, "bf16",
-      [](const OptimizerContext&, std::size_t n) -> std::unique_ptr<Compressor> {
-        return std::make_unique<HalfCompressor<bfloat16>>(n);
-      },
-      KeySet().rule(needsAllReduceSgd("bf16")));
-  registerCompressor(
-      registry, "fp16",
-      [](const OptimizerContext&, std::size_t n) -> std::unique_ptr<Compressor> {
-        return std::make_unique<HalfCompressor<float16>>(n);
-      },
-      KeySet().rule(needsAllReduceSgd("fp16")));
+  registerCompressorFactory(registry, "bf16", halfFactory<bfloat16>("bf16"), KeySet());
+  registerCompressorFactory(registry, "fp16", halfFactory<float16>("fp16"), KeySet());
 }
 
 }  // namespace gossamer::optimizers

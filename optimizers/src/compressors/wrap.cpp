@@ -69,26 +69,30 @@ ConfigRule needsAllReduceSgd(const std::string& kind) {
 }
 
 void registerCompressor(Registry& registry, const std::string& name, MakeCompressor make, KeySet keys) {
+  registerCompressorFactory(registry, name, compressedSgdFactory(std::move(make)), std::move(keys));
+}
+
+void registerCompressorFactory(Registry& registry, const std::string& name, CompressorFactory factory,
+                               KeySet keys) {
   keys.rule(checkCompressedMode);
-  registry.addCompressor(
-      name,
-      [make = std::move(make)](const OptimizerContext& ctx, std::unique_ptr<DistributedOptimizer> inner)
-          -> std::unique_ptr<DistributedOptimizer> {
-        std::shared_ptr<DistributedOptimizer> keep = std::move(inner);
-        ModelExchange exchange = keep ? keep->modelExchange() : ModelExchange{};
-        const bool gossip = static_cast<bool>(exchange);
-        ModelAverager averager;
-        if (gossip) {
-          // The lambda owns the inner optimizer its exchange refers to.
-          averager = [keep, exchange](std::span<float> params, std::uint64_t round) {
-            exchange(params, round);
-          };
-        }
-        return std::make_unique<CompressedSgd>(ctx.communicator, &ctx.topology,
-                                               make(ctx, total(ctx.tensorSizes)), std::move(averager),
-                                               compressedFrom(ctx.config, gossip));
-      },
-      keys);
+  registry.addCompressor(name, std::move(factory), keys);
+}
+
+CompressorFactory compressedSgdFactory(MakeCompressor make) {
+  return [make = std::move(make)](
+             const OptimizerContext& ctx,
+             std::unique_ptr<DistributedOptimizer> inner) -> std::unique_ptr<DistributedOptimizer> {
+    std::shared_ptr<DistributedOptimizer> keep = std::move(inner);
+    ModelExchange exchange = keep ? keep->modelExchange() : ModelExchange{};
+    const bool gossip = static_cast<bool>(exchange);
+    ModelAverager averager;
+    if (gossip) {
+      // The lambda owns the inner optimizer its exchange refers to.
+      averager = [keep, exchange](std::span<float> params, std::uint64_t round) { exchange(params, round); };
+    }
+    return std::make_unique<CompressedSgd>(ctx.communicator, &ctx.topology, make(ctx, total(ctx.tensorSizes)),
+                                           std::move(averager), compressedFrom(ctx.config, gossip));
+  };
 }
 
 }  // namespace gossamer::optimizers::detail

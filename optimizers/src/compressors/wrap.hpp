@@ -19,6 +19,16 @@ using MakeCompressor = std::function<std::unique_ptr<Compressor>(const Optimizer
 /// exchanges are synchronous is added to `keys`.
 void registerCompressor(Registry& registry, const std::string& name, MakeCompressor make, KeySet keys);
 
+/// registerCompressor with a factory of the caller's (which may use
+/// compressedSgdFactory for some optimizers and not for others); the rule
+/// that compressed exchanges are synchronous is added to `keys`.
+void registerCompressorFactory(Registry& registry, const std::string& name, CompressorFactory factory,
+                               KeySet keys);
+
+/// What registerCompressor registers: CompressedSgd over the inner optimizer,
+/// with make's compressor for its gradients (see the top of wrap.cpp).
+CompressorFactory compressedSgdFactory(MakeCompressor make);
+
 /// The rule of a gradient compressor (Top-K, QSGD): with compression.kind
 /// `kind`, algorithm.name must be allreduce_sgd, whose gradients it compresses.
 ConfigRule needsAllReduceSgd(const std::string& kind);

@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "gossamer/kit/wire.hpp"
+
 namespace gossamer {
 
 class Checkpoint;
@@ -92,6 +94,18 @@ class DistributedOptimizer {
   /// empty when it has none (e.g. AllReduce-SGD, whose exchange is the
   /// allreduce). The function refers to this optimizer, which must outlive it.
   virtual ModelExchange modelExchange() { return {}; }
+  /// Asks the optimizer to send its model exchanges' values as `wire`
+  /// (DType::kBfloat16 or kFloat16: 2 bytes per element instead of 4; push-sum
+  /// weights stay float64), before the first step; the model itself stays
+  /// float32. Returns false when it has no model exchange that can (the
+  /// default, e.g. AllReduce-SGD: compression.kind bf16 compresses its
+  /// gradients instead). Crossover-SGD and SGP can (sync mode; SGP in every
+  /// mode); how each keeps the models' mean despite the rounding is in its file.
+  /// @throws InvalidArgument for a `wire` other than float32, float16, bfloat16.
+  virtual bool setExchangeType(DType wire) {
+    (void)wire;
+    return false;
+  }
 };
 
 }  // namespace gossamer

@@ -166,6 +166,9 @@ class CrossoverSgd final : public DistributedOptimizer {
   ModelExchange modelExchange() override {
     return [this](std::span<float> params, std::uint64_t round) { exchange(params, round); };
   }
+  /// 16-bit segments on the wire (sync and overlap modes; false in async
+  /// mode): see DistributedOptimizer::setExchangeType and crossover_sgd.cpp.
+  bool setExchangeType(DType wire) override;
   const std::vector<std::pair<std::size_t, std::size_t>>& segments() const { return segments_; }
   /// Async mode: each segment's push-sum weight (empty before the first exchange).
   const std::vector<double>& asyncWeights() const { return asyncWeight_; }
@@ -200,7 +203,8 @@ class CrossoverSgd final : public DistributedOptimizer {
   std::vector<float> stepStart_;       // async: z before the SGD step
   std::uint64_t steps_ = 0;
   std::uint64_t rounds_ = 0;
-  GossipScreen screen_;  // refuses segments with NaN, Inf or an impossible weight
+  DType wire_ = DType::kFloat32;  // the segments' type on the wire
+  GossipScreen screen_;           // refuses segments with NaN, Inf or an impossible weight
 };
 
 /// Options of SGP.
@@ -283,9 +287,12 @@ class Sgp final : public DistributedOptimizer {
   ModelExchange modelExchange() override {
     return [this](std::span<float> params, std::uint64_t round) { gossip(params, round); };
   }
+  /// 16-bit de-biased models on the wire, the weight float64 (every mode):
+  /// see DistributedOptimizer::setExchangeType and sgp.cpp. Before the first step.
+  bool setExchangeType(DType wire) override;
 
  private:
-  void send(std::span<const float> z, const PeerSet& p, Tag tag);
+  void send(std::span<float> z, const PeerSet& p, Tag tag);
   void addMessage(std::span<float> z, std::span<const std::byte> msg, int from);
   void receiveRound(std::span<float> z, std::uint64_t round);
   /// Async mode: folds in what has arrived; waits up to waitSeconds for
@@ -310,7 +317,9 @@ class Sgp final : public DistributedOptimizer {
   bool roundPending_ = false;          // overlap: a round's messages not yet consumed
   std::uint64_t pendingRound_ = 0;
   std::uint64_t steps_ = 0;
-  GossipScreen screen_;  // refuses messages with NaN, Inf or an impossible weight
+  DType wire_ = DType::kFloat32;  // z's type on the wire
+  std::vector<float> decoded_;    // 16-bit wire: a message's z, or the z sent, as float32
+  GossipScreen screen_;           // refuses messages with NaN, Inf or an impossible weight
 };
 
 /// Loss-tolerant SGP (`algorithm: {name: sgp, loss_tolerant: true}`): push-sum
