@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,10 +29,12 @@ inline int cancelAtRandomMoments(Transport& sender, Transport& receiver, const s
   constexpr auto kUntouched = std::byte{0xA5};
   std::mt19937 rng(static_cast<std::uint32_t>(firstStep));
   int cancelled = 0;
+  // Allocated once: fresh pages every round would cost more than the rounds.
+  std::vector<std::byte> first(sent.size()), second(sent.size()), snapshot(sent.size());
   for (int i = 0; i < rounds; ++i) {
     INFO("round " << i);
     const auto tag = Tag::make(Op::kUser, firstStep + static_cast<std::uint64_t>(i));
-    std::vector<std::byte> first(sent.size(), kUntouched);
+    std::fill(first.begin(), first.end(), kUntouched);
     auto r1 = receiver.irecv(sender.rank(), tag, first);
     sender.isend(receiver.rank(), tag, sent);
     const auto until = std::chrono::steady_clock::now() +
@@ -46,8 +49,8 @@ inline int cancelAtRandomMoments(Transport& sender, Transport& receiver, const s
     } catch (const Cancelled&) {
       ++cancelled;
     }
-    const auto snapshot = first;
-    std::vector<std::byte> second(sent.size());
+    snapshot = first;
+    std::fill(second.begin(), second.end(), kUntouched);
     auto r2 = receiver.irecv(sender.rank(), tag, second);
     r2.wait(timeoutSeconds);  // nothing lost
     REQUIRE(second == sent);
