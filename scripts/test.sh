@@ -26,14 +26,6 @@ build="${GOSSAMER_BUILD_DIR:-$root/build}"
 fuzz="${GOSSAMER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 gossamer_build
 phase "main build done"
-# ctest starts the longest cases first when it knows how long each takes,
-# which a fresh build directory does not: it gets the times of
-# tests/ctest-costs.txt (scripts/update-ctest-costs.sh writes it from a run).
-costs="$build/Testing/Temporary/CTestCostData.txt"
-if [ ! -s "$costs" ] && [ -f tests/ctest-costs.txt ]; then
-  mkdir -p "$(dirname "$costs")"
-  cp tests/ctest-costs.txt "$costs"
-fi
 gossamer_build_fuzz >"$fuzz.log" 2>&1 &
 fuzz_build=$!
 status=0
