@@ -40,6 +40,7 @@ __all__ = [
     "Agent",
     "Optimizer",
     "discover_launch",
+    "Work",
     "allreduce_algorithms",
     "Error",
     "InvalidArgument",
@@ -136,6 +137,24 @@ def _as_array(data: Any, name: str, wide: bool = False) -> Any:
         else:
             data = data.detach().numpy()
     return (data, tag) if wide else data
+
+
+class Work:
+    """A non-blocking allreduce started by :meth:`Agent.allreduce_async`."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Blocks until the allreduce is done (each of its waits is bounded by
+        ``transport.timeout_seconds``), then raises its error if it failed:
+        PeerFailure, TimeoutError. With ``timeout`` (seconds), raises
+        TimeoutError if it is not done by then (the allreduce goes on)."""
+        self._core.wait(timeout)
+
+    def is_completed(self) -> bool:
+        """True once the allreduce has finished, successfully or not. Never blocks."""
+        return self._core.is_completed()
 
 
 class Agent:
@@ -271,6 +290,31 @@ class Agent:
         """
         array, dtype = _as_array(data, "data", wide=True)
         self._core.allreduce(array, op, algorithm, dtype)
+
+    def allreduce_async(self, data: Any, op: str = "average", algorithm: Optional[str] = None) -> "Work":
+        """Starts reducing ``data`` over all ranks, in place, and returns at
+        once; the reduction runs on the communicator's communication thread.
+
+        Collectives run in the order they were called on each rank (a
+        blocking one waits for the asynchronous ones before it), so every
+        rank must start the same ones in the same order. ``data`` must not be
+        read or written until the returned :class:`Work` is done; the Work
+        keeps it alive, and dropping the Work waits for the reduction.
+
+        Args:
+            data, op, algorithm: as :meth:`allreduce`.
+
+        Returns:
+            A :class:`Work`: ``wait(timeout=None)`` blocks until it is done and
+            raises its error; ``is_completed()`` never blocks.
+
+        Raises:
+            TypeError, ValueError: as :meth:`allreduce`, at the call. Errors of
+            the reduction itself (PeerFailure, TimeoutError) come from
+            ``Work.wait()``; one that fails fails those queued behind it.
+        """
+        array, dtype = _as_array(data, "data", wide=True)
+        return Work(self._core.allreduce_async(array, op, algorithm, dtype))
 
     def broadcast(self, data: Any, root: int = 0) -> None:
         """Copies ``root``'s ``data`` (float32, float64, float16 or bfloat16,

@@ -29,11 +29,24 @@ and rounds the results back to the model's dtype, ties to even. Under
 Push-sum weights, overlap and async modes keep the C++ semantics (see
 ``docs/algorithms.md``). The C++ side is
 ``DistributedOptimizer::reduceGradients`` / ``mixParameters``.
+
+Under AllReduce-SGD (``algorithm.name: allreduce_sgd``, no compression) the
+gradient average is bucketed as DDP does it (Li et al., "PyTorch Distributed:
+Experiences on Accelerating Data Parallel Training", VLDB 2020, Sec. 3.2):
+the parameters, in reverse order, are cut into buckets of about
+``bucket_bytes`` (25 MiB) of float32 gradients, and each bucket is averaged by
+one allreduce (4 bytes an element, the configured allreduce algorithm). With
+``overlap=True`` (the default) a hook on each parameter's gradient
+accumulation starts a bucket's allreduce (``Agent.allreduce_async``) as soon
+as backward has produced all of its gradients, buckets in order, so that the
+communication runs while backward goes on; ``step()`` starts any bucket not
+started yet and waits for all of them. With ``overlap=False`` the same
+allreduces run in ``step()``: the results are the same bits either way.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
@@ -50,6 +63,9 @@ Parameters = Union[torch.nn.Module, Iterable[torch.Tensor]]
 
 # The parameter dtypes DistributedOptimizer trains.
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# DDP's default bucket size (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb).
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 
 
 def _tensors(params: Parameters) -> List[torch.Tensor]:
@@ -71,6 +87,12 @@ class DistributedOptimizer:
         agent: the :class:`gossamer.Agent` of this rank.
         total_steps: steps of the whole run, if known (A2SGD synchronises
             the models after the last one); 0 = unknown.
+        overlap: AllReduce-SGD only: start each bucket's allreduce during
+            backward (True, the default) or in ``step()`` (False); the same
+            results. Needs one backward per step: a gradient accumulated twice
+            before a step raises RuntimeError in ``step()``.
+        bucket_bytes: AllReduce-SGD only: the bucket size, bytes of float32
+            gradients (> 0; a parameter larger than it is a bucket of its own).
 
     Raises:
         TypeError: a parameter that is not on the CPU, of another dtype, or
@@ -87,7 +109,11 @@ class DistributedOptimizer:
         model: Parameters,
         agent: Agent,
         total_steps: int = 0,
+        overlap: bool = True,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     ) -> None:
+        if int(bucket_bytes) <= 0:
+            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         params = _tensors(model)
         if not params:
             raise ValueError("model has no parameters")
@@ -141,6 +167,15 @@ class DistributedOptimizer:
             )
         if total_steps:
             self._comm.set_total_steps(int(total_steps))
+        # Bucketed gradient averages: plain AllReduce-SGD, whose
+        # reduce_gradients is one average allreduce of the flat gradient.
+        self._buckets: List[Tuple[int, int]] = []  # [begin, end) element ranges, in launch order
+        self._works: list = []
+        self._hooks: list = []
+        if self._comm.name == "allreduce_sgd" and agent.world_size > 1:
+            self._make_buckets(sizes, int(bucket_bytes))
+            if overlap:
+                self._install_hooks()
 
     # -- the torch.optim.Optimizer interface ------------------------------
     @property
@@ -188,20 +223,114 @@ class DistributedOptimizer:
                     "(e.g. model.to() or load_state_dict(assign)); build the wrapper after that"
                 )
 
+    # -- buckets (AllReduce-SGD) ------------------------------------------
+    def _make_buckets(self, sizes: List[int], bucket_bytes: int) -> None:
+        offsets = [0]
+        for n in sizes:
+            offsets.append(offsets[-1] + n)
+        limit = max(1, bucket_bytes // 4)  # float32 elements
+        self._bucket_of = [0] * len(sizes)
+        self._bucket_params: List[List[int]] = []
+        end = offsets[-1]
+        members: List[int] = []
+        for i in reversed(range(len(sizes))):  # backward produces the last parameters first
+            if members and end - offsets[i] > limit:
+                self._buckets.append((offsets[members[-1]], end))
+                self._bucket_params.append(members)
+                end = offsets[members[-1]]
+                members = []
+            members.append(i)
+            self._bucket_of[i] = len(self._buckets)
+        self._buckets.append((offsets[members[-1]], end))
+        self._bucket_params.append(members)
+        self._pending = [len(m) for m in self._bucket_params]
+        self._ready = [False] * len(sizes)
+        self._twice = False
+        self._next = 0  # the first bucket not started
+
+    def _install_hooks(self) -> None:
+        # The gradient accumulator of each parameter (torch 1.13 and 2.x):
+        # its hook runs once the gradient is in p.grad.
+        for i, p in enumerate(self._params):
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append((acc, acc.register_hook(self._hook_for(i))))
+
+    def _hook_for(self, i: int):
+        def hook(*_):
+            self._on_ready(i)
+
+        return hook
+
+    def _on_ready(self, i: int) -> None:
+        if self._ready[i]:
+            self._twice = True
+            return
+        self._ready[i] = True
+        b = self._bucket_of[i]
+        self._pending[b] -= 1
+        # Buckets start in order, the same on every rank.
+        while self._next < len(self._buckets) and self._pending[self._next] == 0:
+            self._start(self._next)
+
+    def _start(self, b: int) -> None:
+        begin, end = self._buckets[b]
+        with torch.no_grad():
+            if self._wide is not self._flat:
+                self._wide_grad[begin:end].copy_(self._flat_grad[begin:end])
+        self._works.append(self.agent.allreduce_async(self._wide_grad[begin:end], op="average"))
+        self._next = b + 1
+
+    def _average_buckets(self) -> None:
+        if self._twice:
+            self._reset_buckets(wait=True)
+            raise RuntimeError(
+                "a gradient was accumulated twice before step(): with overlap=True each step "
+                "takes one backward; use DistributedOptimizer(..., overlap=False) to accumulate"
+            )
+        while self._next < len(self._buckets):
+            self._start(self._next)
+        self._reset_buckets(wait=True)
+        if self._hooks:
+            for i, (p, gv) in enumerate(zip(self._params, self._grad_views)):
+                if p.grad is None or p.grad.data_ptr() != gv.data_ptr():
+                    raise RuntimeError(
+                        f"the .grad of parameter {i} was replaced or set to None after the "
+                        "DistributedOptimizer bound it, so backward's gradient was not averaged; "
+                        "use the DistributedOptimizer's zero_grad(), or overlap=False"
+                    )
+
+    def _reset_buckets(self, wait: bool) -> None:
+        works, self._works = self._works, []
+        self._pending = [len(m) for m in self._bucket_params]
+        self._ready = [False] * len(self._params)
+        self._twice = False
+        self._next = 0
+        if wait:
+            for w in works:
+                w.wait()
+        if self._wide is not self._flat:
+            with torch.no_grad():
+                self._flat_grad.copy_(self._wide_grad)
+
     def step(self, closure=None):
         """Averages the gradients (allreduce-style algorithms), runs the
         wrapped optimizer's step, then mixes the parameters with the peers
         (gossip algorithms). Collective: every rank steps together.
         Returns what the wrapped ``step(closure)`` returns."""
         self._check_params()
-        self._rebind_grads()
         narrow = self._wide is not self._flat
-        with torch.no_grad():
-            if narrow:
-                self._wide_grad.copy_(self._flat_grad)
-            self._comm.reduce_gradients(self._flat_grad_np)
-            if narrow:
-                self._flat_grad.copy_(self._wide_grad)
+        if self._buckets:
+            if not self._hooks:
+                self._rebind_grads()
+            self._average_buckets()
+        else:
+            self._rebind_grads()
+            with torch.no_grad():
+                if narrow:
+                    self._wide_grad.copy_(self._flat_grad)
+                self._comm.reduce_gradients(self._flat_grad_np)
+                if narrow:
+                    self._flat_grad.copy_(self._wide_grad)
         loss = self.optimizer.step(closure)
         with torch.no_grad():
             if narrow:

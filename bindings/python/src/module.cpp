@@ -174,9 +174,18 @@ Config loadConfig(const std::string& source, bool isText, const std::vector<std:
 
 // A DistributedOptimizer owned by an Agent (its Session's); the Python object
 // keeps the Agent alive (py::keep_alive).
+class PyAgent;
+
+// Python's Optimizer: the agent's optimizer as make_optimizer built it. A
+// later make_optimizer replaces (and destroys) it, so each call checks that
+// it is still the agent's.
 struct OptimizerHandle {
   DistributedOptimizer* opt;
   std::size_t size;
+  PyAgent* agent;            // kept alive by make_optimizer's keep_alive
+  std::uint64_t generation;  // the agent's make_optimizer count when it was made
+  /// @throws InvalidArgument if a later make_optimizer replaced it.
+  DistributedOptimizer& get() const;
 };
 
 // ---- the Agent --------------------------------------------------------------------
@@ -199,6 +208,9 @@ class PyAgent {
     return *session_;
   }
   Agent& agent() { return session().agent(); }
+  /// How many optimizers make_optimizer built (the last one is the agent's).
+  std::uint64_t optimizerGeneration() const { return optimizerGeneration_; }
+  std::uint64_t newOptimizerGeneration() { return ++optimizerGeneration_; }
   void close() {
     if (session_) session_->close();
     session_.reset();
@@ -242,7 +254,16 @@ class PyAgent {
   std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Session
   std::unique_ptr<Session> session_;
   std::uint64_t exchangeRound_ = 0;
+  std::uint64_t optimizerGeneration_ = 0;
 };
+
+DistributedOptimizer& OptimizerHandle::get() const {
+  if (agent->optimizerGeneration() != generation)
+    throw InvalidArgument(
+        "this Optimizer was replaced by a later Agent.make_optimizer (an agent keeps one; "
+        "a second DistributedOptimizer on the same agent replaces the first)");
+  return *opt;
+}
 
 void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
                  const std::optional<std::string>& algorithm, const std::string& half) {
@@ -271,6 +292,52 @@ void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
     throw;
   }
   comm.setOptions(saved);
+}
+
+// A non-blocking allreduce's handle for Python: the Work, and the array it
+// writes into, kept (with its buffer export) until the collective is done.
+struct PyWork {
+  Work work;
+  std::shared_ptr<Array> array;
+  // Waits (without the GIL) for the collective before the buffer is released:
+  // the communication thread may still be writing into it.
+  ~PyWork() {
+    if (!work.valid()) return;
+    py::gil_scoped_release release;
+    try {
+      work.wait();
+    } catch (...) {
+      // Its error belongs to wait(); dropping the handle only waits.
+    }
+  }
+};
+
+std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::buffer& data, const std::string& op,
+                                         const std::optional<std::string>& algorithm,
+                                         const std::string& half) {
+  auto a = std::make_shared<Array>(checkedArray(data, "data", true, half));
+  const ReduceOp rop = parseOp(op);
+  Communicator& comm = self.agent().communicator();
+  const CollectiveOptions saved = comm.options();
+  if (algorithm) {
+    CollectiveOptions o = saved;
+    try {
+      o.algorithm = parseAllreduceAlgorithm(*algorithm);
+    } catch (const InvalidArgument& e) {
+      throw py::value_error(std::string("algorithm: ") + e.what());
+    }
+    comm.setOptions(o);  // captured by the call, then restored
+  }
+  auto w = std::make_unique<PyWork>();
+  w->array = a;
+  try {
+    a->visit([&](auto span) { w->work = comm.iallreduce(span, rop); });
+  } catch (...) {
+    comm.setOptions(saved);
+    throw;
+  }
+  comm.setOptions(saved);
+  return w;
 }
 
 void pyBroadcast(PyAgent& self, const py::buffer& data, int root, const std::string& half) {
@@ -448,17 +515,17 @@ void defineFunctions(py::module_& m) {
 
 void defineOptimizer(py::module_& m) {
   py::class_<OptimizerHandle>(m, "Optimizer")
-      .def_property_readonly("name", [](const OptimizerHandle& h) { return h.opt->name(); })
+      .def_property_readonly("name", [](const OptimizerHandle& h) { return h.get().name(); })
       .def_property_readonly("size", [](const OptimizerHandle& h) { return h.size; })
-      .def_property_readonly("steps", [](const OptimizerHandle& h) { return h.opt->steps(); })
+      .def_property_readonly("steps", [](const OptimizerHandle& h) { return h.get().steps(); })
       .def_property_readonly("has_communication_only_form",
-                             [](const OptimizerHandle& h) { return h.opt->hasCommunicationOnlyForm(); })
+                             [](const OptimizerHandle& h) { return h.get().hasCommunicationOnlyForm(); })
       .def(
           "step",
           [](OptimizerHandle& h, const py::buffer& params, const py::buffer& grads) {
             Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
             py::gil_scoped_release release;
-            h.opt->step(p.as<float>(), g.as<const float>());
+            h.get().step(p.as<float>(), g.as<const float>());
           },
           py::arg("params"), py::arg("grads"),
           "One training step: the C++ local SGD step and the algorithm's exchange, on float32 arrays of "
@@ -470,7 +537,7 @@ void defineOptimizer(py::module_& m) {
           [](OptimizerHandle& h, const py::buffer& grads) {
             Array g = float32Array(grads, "grads", h.size);
             py::gil_scoped_release release;
-            h.opt->reduceGradients(g.as<float>());
+            h.get().reduceGradients(g.as<float>());
           },
           py::arg("grads"),
           "Communication-only form, before a local step made elsewhere: averages `grads` (float32, `size`) "
@@ -481,7 +548,7 @@ void defineOptimizer(py::module_& m) {
           [](OptimizerHandle& h, const py::buffer& params) {
             Array p = float32Array(params, "params", h.size);
             py::gil_scoped_release release;
-            h.opt->mixParameters(p.as<float>());
+            h.get().mixParameters(p.as<float>());
           },
           py::arg("params"),
           "Communication-only form, after the local step: mixes `params` (float32, `size`) in place with the "
@@ -491,17 +558,35 @@ void defineOptimizer(py::module_& m) {
           [](OptimizerHandle& h, const py::buffer& params) {
             Array p = float32Array(params, "params", h.size);
             py::gil_scoped_release release;
-            h.opt->flush(p.as<float>());
+            h.get().flush(p.as<float>());
           },
           py::arg("params"), "Completes an exchange still in flight (overlap mode) into `params`.")
       .def(
-          "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.opt->setTotalSteps(n); },
+          "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.get().setTotalSteps(n); },
           py::arg("total_steps"), "Announces the run's length in steps (A2SGD's final synchronisation).");
 }
 
 void defineAgentCollectives(py::class_<PyAgent>& cls) {
+  py::class_<PyWork>(cls, "Work", "A non-blocking allreduce (Agent.allreduce_async).")
+      .def(
+          "wait",
+          [](PyWork& w, std::optional<double> timeout) {
+            py::gil_scoped_release release;
+            if (timeout)
+              w.work.wait(*timeout);
+            else
+              w.work.wait();
+          },
+          py::arg("timeout") = py::none(),
+          "Blocks until the allreduce is done; raises its error (PeerFailure, TimeoutError), or "
+          "TimeoutError after `timeout` seconds if given.")
+      .def(
+          "is_completed", [](const PyWork& w) { return w.work.test(); },
+          "True once the allreduce has finished, successfully or not.");
   cls.def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
           py::arg("algorithm") = py::none(), py::arg("dtype") = "")
+      .def("allreduce_async", &pyAllreduceAsync, py::arg("data"), py::arg("op") = "average",
+           py::arg("algorithm") = py::none(), py::arg("dtype") = "")
       .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "")
       .def("barrier", [](PyAgent& a) {
         Communicator& c = a.agent().communicator();
@@ -517,8 +602,9 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
            std::size_t n = 0;
            for (auto s : tensorSizes) n += s;
            Session& session = a.session();
+           const std::uint64_t generation = a.newOptimizerGeneration();
            py::gil_scoped_release release;
-           return OptimizerHandle{&session.makeOptimizer(tensorSizes), n};
+           return OptimizerHandle{&session.makeOptimizer(tensorSizes), n, &a, generation};
          },
          py::arg("tensor_sizes"), py::keep_alive<0, 1>())
       .def(

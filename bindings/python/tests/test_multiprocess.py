@@ -43,6 +43,46 @@ with gossamer.Agent.from_env(CONFIG) as a:
         assert res["t"] == [3.0, 3.0]
 
 
+def test_allreduce_async_overlaps_the_caller_and_gives_the_blocking_bits(run_ranks):
+    job = run_ranks(3, HEADER + """
+import torch
+with gossamer.Agent.from_env(CONFIG) as a:
+    r = a.rank
+    rng = np.random.default_rng(r)
+    buckets = [rng.standard_normal(n).astype(np.float32) for n in (5, 100003, 1, 4096)]
+    blocking = [b.copy() for b in buckets]
+    for b in blocking:
+        a.allreduce(b)
+    t = torch.arange(1000, dtype=torch.bfloat16) * (r + 1)
+    t_blocking = t.clone()
+    a.allreduce(t_blocking, op="sum")
+    works = [a.allreduce_async(b) for b in buckets] + [a.allreduce_async(t, op="sum")]
+    # Rank 1 starts late: rank 0's call has returned before it could finish.
+    if r == 1:
+        import time
+        time.sleep(0.3)
+    started = a.allreduce_async(np.ones(8, dtype=np.float32), op="sum")
+    early = started.is_completed()
+    started.wait()
+    for w in works:
+        w.wait()
+    out = {"same": [bool(np.array_equal(x, y)) for x, y in zip(buckets, blocking)],
+           "t": bool(torch.equal(t, t_blocking)), "early": early, "all_done": all(w.is_completed() for w in works)}
+    try:
+        a.allreduce_async(np.zeros(3, dtype=np.int32))
+        out["int32"] = "accepted"
+    except TypeError:
+        out["int32"] = "TypeError"
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res["same"] == [True] * 4 and res["t"] and res["all_done"]
+        assert res["int32"] == "TypeError"
+    # Rank 0 saw its reduction unfinished while rank 1 slept.
+    assert job.results[0]["early"] is False
+
+
 def test_every_allreduce_algorithm_from_python(run_ranks):
     job = run_ranks(4, HEADER + """
 out = {}

@@ -71,6 +71,60 @@ with gossamer.Agent.from_env(cfg) as a:
         assert res["w"] == job.results[0]["w"]  # identical models on every rank
 
 
+def test_bucketed_allreduce_overlaps_backward_and_gives_the_same_bits(run_ranks):
+    job = run_ranks(3, HEADER + """
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+with gossamer.Agent.from_env(cfg) as a:
+    def make():
+        torch.manual_seed(1)
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 16),
+                                   torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    def train(overlap):
+        # An agent keeps one optimizer: each run builds its own, one after the other.
+        model = make()
+        opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model, a,
+                                      overlap=overlap, bucket_bytes=512)
+        started = []
+        for step in range(6):
+            x, y = data(a.rank)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            started.append(len(opt._works))  # buckets already started when backward returns
+            opt.step()
+        return model, opt, started
+    m1, o1, started1 = train(True)
+    w1 = [p.detach().clone() for p in m1.parameters()]
+    # One backward too many with overlap=True: refused at step().
+    o1.zero_grad()
+    x, y = data(a.rank)
+    torch.nn.functional.mse_loss(m1(x), y).backward()
+    torch.nn.functional.mse_loss(m1(x), y).backward()
+    try:
+        o1.step()
+        twice = "accepted"
+    except RuntimeError as e:
+        twice = "gradient was accumulated twice" in str(e)
+    m2, o2, started2 = train(False)
+    same = all(torch.equal(p, q) for p, q in zip(w1, m2.parameters()))
+    try:
+        o1.step()
+        replaced = "accepted"
+    except gossamer.InvalidArgument as e:
+        replaced = "replaced by a later" in str(e)
+    print(json.dumps({"same": same, "buckets": len(o1._buckets), "started1": started1, "started2": started2,
+                      "w": w1[0].reshape(-1).tolist(), "twice": twice, "replaced": replaced}))
+""")
+    job.check()
+    for res in job.results:
+        assert res["same"], res
+        assert res["buckets"] >= 4  # 512-byte buckets over 833 parameters
+        # When backward returned, the overlap run had started buckets; the other none.
+        assert all(n > 0 for n in res["started1"]), res["started1"]
+        assert res["started2"] == [0] * 6
+        assert res["twice"] is True and res["replaced"] is True
+        assert res["w"] == job.results[0]["w"]
+
+
 def _train(run_ranks, n, algorithm, optimizer, extra="", top="", dtype="float32", autocast=False):
     job = run_ranks(n, HEADER + f"""
 cfg = dict(CONFIG, algorithm={{"name": "{algorithm}"{extra}}}{top})

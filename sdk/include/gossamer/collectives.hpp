@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -369,6 +370,38 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op, cons
 /// Numbers collective calls so that every rank uses the same sequence, and
 /// carries the default timeout. One per Transport; not thread-safe (all ranks
 /// must issue collectives in the same order, as in MPI).
+/// The handle of a non-blocking collective (Communicator::iallreduce,
+/// ibroadcast): the collective runs on the communicator's communication
+/// thread, in the order the calls were made, while the caller goes on. The
+/// caller must not touch the collective's buffer until it is done. Copies
+/// share one state. (As gloo's process group runs its work.)
+class Work {
+ public:
+  /// An empty handle: test() and wait() throw InvalidArgument.
+  Work() = default;
+  /// True once the collective has finished, successfully or not. Never blocks.
+  /// @throws InvalidArgument on an empty handle.
+  bool test() const;
+  /// Blocks until the collective has finished, then rethrows its error if it
+  /// failed (TimeoutError, PeerFailure, ProtocolError, ...), on every call.
+  /// Each of the collective's own waits is bounded by the communicator's
+  /// timeout, so this returns or throws in bounded time.
+  /// @throws InvalidArgument on an empty handle; the collective's error.
+  void wait() const;
+  /// wait(), but gives up after `timeoutSeconds` (>= 0) with TimeoutError;
+  /// the collective itself goes on.
+  void wait(double timeoutSeconds) const;
+  /// Whether this handle refers to a collective.
+  bool valid() const { return static_cast<bool>(state_); }
+
+  struct State;  ///< Shared by the handle and the communication thread.
+
+ private:
+  friend class Communicator;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
 class Communicator {
  public:
   /// @param timeoutSeconds bound on each wait (> 0).
@@ -392,6 +425,26 @@ class Communicator {
   /// Algorithm, chunk size and small-message threshold for later calls (the
   /// sequence and timeout fields are ignored). Same on every rank.
   void setOptions(const CollectiveOptions& options) { defaults_ = options; }
+  /// Non-blocking allreduce: starts the allreduce of `data` (in place, as
+  /// allreduce()) on this communicator's communication thread (started by
+  /// the first non-blocking call) and returns at once. Collectives run in call
+  /// order, non-blocking ones first: a blocking call waits for those started
+  /// before it. The options (algorithm, chunk size) are those in force at the
+  /// call. When one fails, the ones queued behind it fail with the same error
+  /// (they were started as if it had succeeded). `data` must stay valid and
+  /// untouched until the Work is done.
+  Work iallreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
+  Work iallreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
+  Work iallreduce(std::span<float16> data, ReduceOp op = ReduceOp::kSum);
+  Work iallreduce(std::span<bfloat16> data, ReduceOp op = ReduceOp::kSum);
+  /// Non-blocking broadcast from `root`, as iallreduce.
+  Work ibroadcast(std::span<float> data, int root);
+  Work ibroadcast(std::span<double> data, int root);
+  Work ibroadcast(std::span<float16> data, int root);
+  Work ibroadcast(std::span<bfloat16> data, int root);
+  /// Waits until every non-blocking collective started so far has finished
+  /// (their errors stay with their Work). Returns at once without any.
+  void synchronize();
   /// Broadcast from `root`; see broadcast.
   void broadcast(std::span<float> data, int root);
   void broadcast(std::span<double> data, int root);
@@ -458,6 +511,9 @@ class Communicator {
   Communicator(std::unique_ptr<Transport> view, double timeoutSeconds, const CollectiveOptions& defaults,
                std::shared_ptr<SplitContexts> contexts, std::uint8_t context);
   CollectiveOptions next();
+  CollectiveOptions ordered();  // next(), after the non-blocking collectives started before
+  struct Worker;                // the communication thread of the non-blocking calls (nonblocking.cpp)
+  Work enqueue(std::function<void()> job);
   std::unique_ptr<Transport> owned_;  // a split's view (declared before transport_, which refers to it)
   Transport& transport_;
   double timeout_;
@@ -465,6 +521,7 @@ class Communicator {
   std::uint64_t sequence_ = 0;
   std::shared_ptr<SplitContexts> contexts_;  // of the top-level transport, from the first split on
   std::uint8_t context_ = 0;                 // this communicator's own (0: not a split)
+  std::unique_ptr<Worker> worker_;           // declared last: stopped (drained) first
 };
 
 }  // namespace gossamer

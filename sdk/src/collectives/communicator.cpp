@@ -13,6 +13,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/sub_transport.hpp"
+#include "work_queue.hpp"
 
 namespace gossamer {
 
@@ -70,6 +71,7 @@ Communicator::~Communicator() {
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  synchronize();
   GOSSAMER_ENFORCE(
       color >= 0 || color == kUndefinedColor,
       "split: color " << color << " must be >= 0 or kUndefinedColor (" << kUndefinedColor << ")");
@@ -134,13 +136,13 @@ CollectiveOptions Communicator::next() {
 
 #define GOSSAMER_COMMUNICATOR_CALLS(T)                                  \
   void Communicator::allreduce(std::span<T> data, ReduceOp op) {        \
-    gossamer::allreduce(transport_, data, op, next());                  \
+    gossamer::allreduce(transport_, data, op, ordered());               \
   }                                                                     \
   void Communicator::broadcast(std::span<T> data, int root) {           \
-    gossamer::broadcast(transport_, data, root, next());                \
+    gossamer::broadcast(transport_, data, root, ordered());             \
   }                                                                     \
   void Communicator::reduce(std::span<T> data, int root, ReduceOp op) { \
-    gossamer::reduce(transport_, data, root, op, next());               \
+    gossamer::reduce(transport_, data, root, op, ordered());            \
   }
 GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_COMMUNICATOR_CALLS)
 #undef GOSSAMER_COMMUNICATOR_CALLS
@@ -152,6 +154,7 @@ CostModel Communicator::calibrate(int reps) {
 }
 
 CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
+  synchronize();
   CollectiveOptions o = defaults_;
   const std::uint64_t first = sequence_ & Tag::kMaxStep;
   o.sequence = first;
@@ -162,7 +165,7 @@ CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
 }
 
 void Communicator::barrier() {
-  const CollectiveOptions o = next();
+  const CollectiveOptions o = ordered();
   detail::disseminationBarrier(transport_, Op::kBarrier, o.sequence, o.timeoutSeconds);
 }
 

@@ -1,0 +1,107 @@
+// Non-blocking collectives (Communicator::iallreduce / ibroadcast, Work) over
+// the inproc transport: the same bits as the blocking calls, in call order,
+// the caller free while they run, and failures that reach every Work.
+#include <catch2/catch.hpp>
+
+#include <latch>
+#include <random>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/transports/inproc.hpp"
+#include "threads.hpp"
+
+using namespace gossamer;
+using gossamer::testing::onEveryRank;
+
+namespace {
+
+std::vector<float> values(int rank, std::size_t n, unsigned salt) {
+  std::mt19937 rng(static_cast<unsigned>(rank) * 131 + salt);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("iallreduce and ibroadcast give the blocking calls' bits, in call order, mixed with blocking calls",
+          "[collectives][nonblocking]") {
+  const int n = 5;
+  const std::vector<std::size_t> sizes = {1, 1000, 7, 100003, 0, 64};  // buckets of a model
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::vector<std::vector<float>>> blocking(n), async(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    Communicator comm(*t, 10.0);
+    auto& b = blocking[static_cast<std::size_t>(r)];
+    auto& a = async[static_cast<std::size_t>(r)];
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      b.push_back(values(r, sizes[k], static_cast<unsigned>(k)));
+      a.push_back(b.back());
+    }
+    for (auto& v : b) comm.allreduce(std::span<float>(v), ReduceOp::kSum);
+    std::vector<float> root = values(r, 33, 99), rootAsync = root;
+    comm.broadcast(std::span<float>(root), 2);
+    std::vector<Work> works;
+    for (auto& v : a) works.push_back(comm.iallreduce(std::span<float>(v), ReduceOp::kSum));
+    works.push_back(comm.ibroadcast(std::span<float>(rootAsync), 2));
+    // A blocking call after them runs after them (same sequence on every rank).
+    std::vector<double> one = {static_cast<double>(r)};
+    comm.allreduce(std::span<double>(one), ReduceOp::kSum);
+    CHECK(one[0] == 10.0);
+    for (const auto& w : works) {
+      CHECK(w.test());  // the blocking call waited for them
+      w.wait();
+    }
+    CHECK(rootAsync == root);
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      INFO("rank " << r << ", bucket " << k);
+      REQUIRE(async[static_cast<std::size_t>(r)][k] == blocking[static_cast<std::size_t>(r)][k]);
+      REQUIRE(async[static_cast<std::size_t>(r)][k] == async[0][k]);
+    }
+}
+
+TEST_CASE("iallreduce returns before its peers have joined, and the caller goes on",
+          "[collectives][nonblocking]") {
+  auto fabric = inproc::makeFabric(2);
+  std::latch checked(1);
+  onEveryRank(2, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    Communicator comm(*t, 10.0);
+    std::vector<float> v(4096, static_cast<float>(r + 1));
+    if (r == 1) checked.wait();  // joins only once rank 0 has looked
+    Work w = comm.iallreduce(std::span<float>(v), ReduceOp::kAverage);
+    if (r == 0) {
+      CHECK_FALSE(w.test());  // rank 1 has not started: rank 0's call did not block
+      CHECK_THROWS_AS(w.wait(0.05), TimeoutError);
+      checked.count_down();
+    }
+    w.wait();
+    CHECK(v == std::vector<float>(4096, 1.5f));
+    comm.synchronize();
+  });
+}
+
+TEST_CASE("a failed non-blocking collective fails the ones queued behind it with its error",
+          "[collectives][nonblocking]") {
+  auto fabric = inproc::makeFabric(2);
+  auto t0 = inproc::makeTransport(fabric, 0, 0.3);
+  Communicator c0(*t0, 0.3);
+  std::vector<float> a(8, 1.0f), b(8, 2.0f);
+  // Rank 1 never takes part: the first times out after 0.3 s, and the second,
+  // started as if the first had succeeded, fails with it at once.
+  Work first = c0.iallreduce(std::span<float>(a));
+  Work second = c0.iallreduce(std::span<float>(b));
+  CHECK_THROWS_AS(first.wait(), TimeoutError);
+  CHECK_THROWS_AS(second.wait(5.0), TimeoutError);
+  CHECK_THROWS_AS(second.wait(), TimeoutError);  // every call rethrows
+  CHECK(second.test());
+  c0.synchronize();
+  CHECK_THROWS_AS(Work().wait(), InvalidArgument);
+  CHECK_THROWS_AS(Work().test(), InvalidArgument);
+  CHECK_FALSE(Work().valid());
+}
