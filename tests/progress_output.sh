@@ -9,7 +9,7 @@ train="$1"
 config="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-common=(--config "$config" --set training.epochs=2 --set data.train_limit=60000 --set data.test_limit=500
+common=(--config "$config" --set training.epochs=2 --set data.train_limit=12000 --set data.test_limit=500
         --progress-seconds 0.05)
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
