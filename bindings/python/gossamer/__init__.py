@@ -99,6 +99,26 @@ def _config_source(config: ConfigSource) -> tuple:
     )
 
 
+def _on_device(data: Any) -> bool:
+    """A torch tensor that is not on the CPU (staged through host memory)."""
+    return type(data).__module__.startswith("torch") and data.device.type != "cpu"
+
+
+def _check_device_tensor(data: Any) -> None:
+    """The checks _as_array makes, for a tensor on a device (before any copy)."""
+    import torch
+
+    if data.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"data must hold float32, float64, float16 or bfloat16 elements; got shape "
+            f"{tuple(data.shape)}, dtype {data.dtype} on {data.device}"
+        )
+    if not data.is_contiguous():
+        raise ValueError(
+            f"data is not contiguous (shape {tuple(data.shape)}, dtype {data.dtype}): pass tensor.contiguous()"
+        )
+
+
 def _as_array(data: Any, name: str, wide: bool = False) -> Any:
     """A buffer over the caller's memory: NumPy arrays pass as they are; a
     torch tensor must be a CPU tensor and is viewed through ``.numpy()``
@@ -273,9 +293,12 @@ class Agent:
         """Reduces ``data`` over all ranks, in place.
 
         Args:
-            data: NumPy array or CPU torch tensor, float32, float64,
+            data: NumPy array or torch tensor, float32, float64,
                 float16 or bfloat16 (torch), C-contiguous and writable, any
                 shape; the same number of elements and dtype on every rank.
+                A tensor on another device than the CPU is staged through
+                host memory in 4 MiB chunks, copies overlapping the
+                communication (``gossamer/_staging.py``).
                 16-bit elements travel as 2 bytes and are reduced in float32,
                 rounded once per hop (docs/collectives.md, "16-bit vectors").
             op: ``"average"`` (default), ``"sum"`` or ``"max"``.
@@ -288,6 +311,12 @@ class Agent:
             unknown op or algorithm. PeerFailure, TimeoutError: a peer died
             or did not answer within the timeout (on every rank).
         """
+        if _on_device(data):
+            from . import _staging
+
+            _check_device_tensor(data)
+            _staging.staged(data, lambda host: self.allreduce_async(host, op, algorithm), lambda w: w.wait())
+            return
         array, dtype = _as_array(data, "data", wide=True)
         self._core.allreduce(array, op, algorithm, dtype)
 
@@ -322,6 +351,12 @@ class Agent:
         same element count on every rank) into every rank's ``data``, in
         place. Raises as :meth:`allreduce`; ValueError for a root outside
         ``[0, world_size)``."""
+        if _on_device(data):
+            from . import _staging
+
+            _check_device_tensor(data)
+            _staging.staged(data, lambda host: self.broadcast(host, root), lambda _: None)
+            return
         array, dtype = _as_array(data, "data", wide=True)
         self._core.broadcast(array, root, dtype)
 
