@@ -31,7 +31,7 @@
 // rank's; the reported time is the median over repetitions. Bandwidths follow
 // nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n-1) / n, in GB/s.
 // With `auto` among several algorithms the launcher also prints the auto
-// check (issue 4): per size, auto's pick (chooseAllreduce) against the
+// check: per size, auto's pick (chooseAllreduce) against the
 // fastest algorithm measured, algorithms that send the same messages
 // (gossamer::sameAllreduceSchedule) counted as one candidate whose time is
 // the median of their pooled repetitions; PASS if within 10%. With a
@@ -435,8 +435,8 @@ void printTable(const json& results) {
   std::fflush(stdout);
 }
 
-/// Done-when of issue 4: auto's pick within 10% of the fastest measured
-/// algorithm. For every (transport, size) with an `auto` row (which carries
+/// The auto check: `auto` must pick an algorithm within 10% of the fastest
+/// one measured. For every (transport, size) with an `auto` row (which carries
 /// chooseAllreduce's pick and `same_schedule`): algorithms that send the same
 /// messages (gossamer::sameAllreduceSchedule, e.g. the five ring-based ones
 /// at N = 2) are one candidate, timed by the median of all their

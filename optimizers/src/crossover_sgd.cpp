@@ -268,7 +268,7 @@ bool CrossoverSgd::setExchangeType(DType wire) {
 void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorrection) {
   const bool half = detail::isWire16(wire_);
   snapshotCorrection = snapshotCorrection || half;  // the difference form, with Q(x) as the snapshot
-  const std::size_t elementBytes = half ? sizeof(std::uint16_t) : sizeof(float);
+  const std::size_t elementBytes = dtypeSize(wire_);
   std::size_t r = 0;
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     const auto [b, e] = segments_[s];
@@ -285,17 +285,20 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
         throw ProtocolError(ps.recvFrom[k], frame_offset::kPayloadBytes,
                             "gossip segment of " + std::to_string(p.recvs[r].bytes()) + " bytes, expected " +
                                 std::to_string((e - b) * elementBytes));
-      float* got = p.recvBuffer.data() + (half ? 0 : p.recvOffset[r]);
+      const float* got = nullptr;
       if (half) {
         p.segment.resize(e - b);
         detail::decode16(wire_, p.recv16.data() + p.recvOffset[r], p.segment);
         got = p.segment.data();
+      } else {
+        got = p.recvBuffer.data() + p.recvOffset[r];
       }
       if (!screen_.admit(ps.recvFrom[k], std::span<const float>(got, e - b))) {
         refused += ps.recvWeights[k];
         continue;
       }
-      x += static_cast<float>(ps.recvWeights[k]) * view(got, e - b);
+      x += static_cast<float>(ps.recvWeights[k]) *
+           Eigen::Map<const Eigen::VectorXf>(got, static_cast<Eigen::Index>(e - b));
     }
     // A refused segment's share goes to this rank's own: its snapshot, or
     // (the mix scaled in place) by renormalising what was kept.

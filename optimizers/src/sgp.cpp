@@ -158,8 +158,7 @@ bool Sgp::setExchangeType(DType wire) {
   detail::checkExchangeType(wire);
   GOSSAMER_ENFORCE(steps_ == 0 && asyncRecv_.empty(), "setExchangeType after the first step");
   wire_ = wire;
-  const std::size_t elementBytes = detail::isWire16(wire) ? 2 : sizeof(float);
-  sendBuf_.assign(sizeof(double) + numParams_ * elementBytes, std::byte{0});
+  sendBuf_.assign(sizeof(double) + numParams_ * dtypeSize(wire), std::byte{0});
   return true;
 }
 

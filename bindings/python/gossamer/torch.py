@@ -243,23 +243,14 @@ class DistributedOptimizer:
             self._bucket_of[i] = len(self._buckets)
         self._buckets.append((offsets[members[-1]], end))
         self._bucket_params.append(members)
-        self._pending = [len(m) for m in self._bucket_params]
-        self._ready = [False] * len(sizes)
-        self._twice = False
-        self._next = 0  # the first bucket not started
+        self._clear_buckets()
 
     def _install_hooks(self) -> None:
         # The gradient accumulator of each parameter (torch 1.13 and 2.x):
         # its hook runs once the gradient is in p.grad.
         for i, p in enumerate(self._params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self._hooks.append((acc, acc.register_hook(self._hook_for(i))))
-
-    def _hook_for(self, i: int):
-        def hook(*_):
-            self._on_ready(i)
-
-        return hook
+            self._hooks.append((acc, acc.register_hook(lambda *_, i=i: self._on_ready(i))))
 
     def _on_ready(self, i: int) -> None:
         if self._ready[i]:
@@ -282,14 +273,14 @@ class DistributedOptimizer:
 
     def _average_buckets(self) -> None:
         if self._twice:
-            self._reset_buckets(wait=True)
+            self._finish_buckets()
             raise RuntimeError(
                 "a gradient was accumulated twice before step(): with overlap=True each step "
                 "takes one backward; use DistributedOptimizer(..., overlap=False) to accumulate"
             )
         while self._next < len(self._buckets):
             self._start(self._next)
-        self._reset_buckets(wait=True)
+        self._finish_buckets()
         if self._hooks:
             for i, (p, gv) in enumerate(zip(self._params, self._grad_views)):
                 if p.grad is None or p.grad.data_ptr() != gv.data_ptr():
@@ -299,15 +290,21 @@ class DistributedOptimizer:
                         "use the DistributedOptimizer's zero_grad(), or overlap=False"
                     )
 
-    def _reset_buckets(self, wait: bool) -> None:
-        works, self._works = self._works, []
+    def _clear_buckets(self) -> None:
+        # No bucket started, no gradient ready: the state at the start of a step.
+        self._works = []
         self._pending = [len(m) for m in self._bucket_params]
         self._ready = [False] * len(self._params)
         self._twice = False
-        self._next = 0
-        if wait:
-            for w in works:
-                w.wait()
+        self._next = 0  # the first bucket not started
+
+    def _finish_buckets(self) -> None:
+        # Waits for the started buckets, and brings a 16-bit model's averaged
+        # gradient back from its float32 copy.
+        works = self._works
+        self._clear_buckets()
+        for w in works:
+            w.wait()
         if self._wide is not self._flat:
             with torch.no_grad():
                 self._flat_grad.copy_(self._wide_grad)

@@ -265,33 +265,43 @@ DistributedOptimizer& OptimizerHandle::get() const {
   return *opt;
 }
 
-void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
-                 const std::optional<std::string>& algorithm, const std::string& half) {
-  Array a = checkedArray(data, "data", true, half);
-  const ReduceOp rop = parseOp(op);
-  Communicator& comm = self.agent().communicator();
-  std::optional<AllreduceAlgorithm> algo;
-  if (algorithm) {
-    try {
-      algo = parseAllreduceAlgorithm(*algorithm);
-    } catch (const InvalidArgument& e) {
-      throw py::value_error(std::string("algorithm: ") + e.what());
-    }
-  }
-  py::gil_scoped_release release;
-  const CollectiveOptions saved = comm.options();
-  if (algo) {
-    CollectiveOptions o = saved;
-    o.algorithm = *algo;
-    comm.setOptions(o);
-  }
+// The collectives options of one call: the communicator's, with `algorithm`
+// (an allreduce_algorithms() name) when given.
+// @throws ValueError for an unknown algorithm.
+CollectiveOptions optionsWith(const Communicator& comm, const std::optional<std::string>& algorithm) {
+  CollectiveOptions o = comm.options();
+  if (!algorithm) return o;
   try {
-    a.visit([&](auto span) { comm.allreduce(span, rop); });
+    o.algorithm = parseAllreduceAlgorithm(*algorithm);
+  } catch (const InvalidArgument& e) {
+    throw py::value_error(std::string("algorithm: ") + e.what());
+  }
+  return o;
+}
+
+// Runs fn() with the communicator's options set to `o` for its calls, then
+// restores them, also when fn throws.
+template <typename F>
+void withOptions(Communicator& comm, const CollectiveOptions& o, F&& fn) {
+  const CollectiveOptions saved = comm.options();
+  comm.setOptions(o);
+  try {
+    fn();
   } catch (...) {
     comm.setOptions(saved);
     throw;
   }
   comm.setOptions(saved);
+}
+
+void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
+                 const std::optional<std::string>& algorithm, const std::string& half) {
+  Array a = checkedArray(data, "data", true, half);
+  const ReduceOp rop = parseOp(op);
+  Communicator& comm = self.agent().communicator();
+  const CollectiveOptions o = optionsWith(comm, algorithm);
+  py::gil_scoped_release release;
+  withOptions(comm, o, [&] { a.visit([&](auto span) { comm.allreduce(span, rop); }); });
 }
 
 // A non-blocking allreduce's handle for Python: the Work, and the array it
@@ -315,28 +325,13 @@ struct PyWork {
 std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::buffer& data, const std::string& op,
                                          const std::optional<std::string>& algorithm,
                                          const std::string& half) {
-  auto a = std::make_shared<Array>(checkedArray(data, "data", true, half));
+  auto w = std::make_unique<PyWork>();
+  w->array = std::make_shared<Array>(checkedArray(data, "data", true, half));
   const ReduceOp rop = parseOp(op);
   Communicator& comm = self.agent().communicator();
-  const CollectiveOptions saved = comm.options();
-  if (algorithm) {
-    CollectiveOptions o = saved;
-    try {
-      o.algorithm = parseAllreduceAlgorithm(*algorithm);
-    } catch (const InvalidArgument& e) {
-      throw py::value_error(std::string("algorithm: ") + e.what());
-    }
-    comm.setOptions(o);  // captured by the call, then restored
-  }
-  auto w = std::make_unique<PyWork>();
-  w->array = a;
-  try {
-    a->visit([&](auto span) { w->work = comm.iallreduce(span, rop); });
-  } catch (...) {
-    comm.setOptions(saved);
-    throw;
-  }
-  comm.setOptions(saved);
+  // The options are captured by the call, so they can be restored at once.
+  withOptions(comm, optionsWith(comm, algorithm),
+              [&] { w->array->visit([&](auto span) { w->work = comm.iallreduce(span, rop); }); });
   return w;
 }
 
