@@ -27,7 +27,7 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -63,11 +63,18 @@ def read_idx(path, kind):
 
 
 def load(data_dir, split):
+    """The split's images (N, 28, 28) and labels (N,) as uint8 arrays."""
     prefix = "train" if split == "train" else "t10k"
     x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), "images")
     y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), "labels")
     if len(x) != len(y):
         raise ValueError(f"{data_dir}: {len(x)} {split} images but {len(y)} labels")
+    return x, y
+
+
+def tensors(x, y):
+    """uint8 images and labels as normalised float32 (N, 1, 28, 28) and int64 (N,)
+    tensors; a rank converts only its own shard."""
     x = torch.from_numpy((x.astype(np.float32) / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
     return x, torch.from_numpy(y.astype(np.int64))
 
@@ -102,7 +109,9 @@ def evaluate(model, x, y, agent):
     return counts[0] / counts[1]
 
 
-def train(args):
+def train(args, data=None):
+    """One rank's training; `data` is ((train images, labels), (test images,
+    labels)) as load() returns them, read here when None."""
     start = time.monotonic()
     config = args.config if args.config else DEFAULT_CONFIG
     agent = gossamer.Agent.from_env(config)
@@ -111,13 +120,13 @@ def train(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
 
-    x_train, y_train = load(args.data, "train")
-    x_test, y_test = load(args.data, "test")
+    (x_train, y_train), (x_test, y_test) = data or (load(args.data, "train"), load(args.data, "test"))
     if args.test_limit:
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
-    shard = order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]
-    x_train, y_train = x_train[shard], y_train[shard]
+    shard = (order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]).numpy()
+    x_train, y_train = tensors(x_train[shard], y_train[shard])
+    x_test, y_test = tensors(x_test, y_test)
 
     autocast_dtype = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.autocast]
     model = Net()
@@ -173,15 +182,26 @@ def train(args):
 
 
 def launch_self(args):
-    """No launcher around us: start args.world_size ranks of this script."""
+    """No launcher around us: fork args.world_size ranks of this process.
+    The data are read once, here, and the forked ranks share them; torch and
+    Gossamer are imported once (forking is safe: nothing has started a thread
+    yet)."""
     rendezvous = tempfile.mkdtemp(prefix="gossamer-rendezvous-")
-    procs = []
-    for r in range(args.world_size):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), GOSSAMER_RENDEZVOUS=rendezvous,
-                   GOSSAMER_EXAMPLE_LAUNCHER="self", OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
-    codes = [p.wait() for p in procs]
-    return 0 if all(c == 0 for c in codes) else 1
+    data = (load(args.data, "train"), load(args.data, "test"))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=run_forked_rank, args=(args, r, rendezvous, data)) for r in range(args.world_size)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return 0 if all(p.exitcode == 0 for p in procs) else 1
+
+
+def run_forked_rank(args, rank, rendezvous, data):
+    """One rank started by launch_self: the launcher variables, then train()."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.world_size), GOSSAMER_RENDEZVOUS=rendezvous,
+                      GOSSAMER_EXAMPLE_LAUNCHER="self", OMP_NUM_THREADS="1")
+    sys.exit(train(args, data))
 
 
 def main():

@@ -1,25 +1,40 @@
-"""Shared helpers of the Python suite: start N ranks as processes of this
-interpreter on loopback, each running one script, with every wait bounded."""
+"""Shared helpers of the Python suite: start N ranks as processes on loopback,
+each running one script, with every wait bounded.
+
+A script that imports torch runs in ranks forked from one multiprocessing
+forkserver that has imported NumPy, torch and gossamer once (torch's import
+alone takes about 1.7 s of CPU here) instead of in N interpreters importing
+them each; the forkserver is a fresh single-threaded process, so forking it is
+safe. Other scripts run in fresh interpreters, which start faster than the
+forkserver's torch import."""
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+
+import forked_rank
 
 SOURCE_DIR = os.environ.get(
     "GOSSAMER_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 )
 
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(["numpy", "torch", "gossamer", "gossamer.torch"])
+
 
 class Ranks:
-    """The finished processes of one job: .codes, .out (stdout), .err, and
-    .results, each rank's last stdout line parsed as JSON (None if absent)."""
+    """The finished processes of one job: .codes (exit codes, -N for signal
+    N), .out (stdout), .err, and .results, each rank's last stdout line
+    parsed as JSON (None if absent)."""
 
-    def __init__(self, procs, outs):
-        self.codes = [p.returncode for p in procs]
+    def __init__(self, codes, outs):
+        self.codes = codes
         self.out = [o[0] for o in outs]
         self.err = [o[1] for o in outs]
         self.results = []
@@ -40,7 +55,8 @@ class Ranks:
 def run_ranks(tmp_path):
     """run_ranks(n, script, env=None, timeout=120, per_rank_env=None) runs
     `script` (Python source; the environment names the rank) in n processes
-    with RANK/WORLD_SIZE set and a fresh rendezvous directory."""
+    with RANK/WORLD_SIZE set and a fresh rendezvous directory; a rank still
+    running after `timeout` seconds is killed (exit code -9)."""
 
     jobs = []
 
@@ -48,10 +64,12 @@ def run_ranks(tmp_path):
         # Each job of a test its own script and rendezvous: a second job must
         # not meet the first one's addresses in the store.
         jobs.append(n)
-        path = tmp_path / f"rank_script_{len(jobs)}.py"
+        job = len(jobs)
+        path = tmp_path / f"rank_script_{job}.py"
         path.write_text(textwrap.dedent(script))
-        rendezvous = tmp_path / f"rendezvous_{len(jobs)}"
-        procs = []
+        forked = "torch" in script
+        rendezvous = tmp_path / f"rendezvous_{job}"
+        procs, files = [], []
         for r in range(n):
             e = dict(os.environ)
             for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
@@ -65,17 +83,32 @@ def run_ranks(tmp_path):
                 e.update(env)
             if per_rank_env:
                 e.update(per_rank_env(r))
-            procs.append(subprocess.Popen([sys.executable, str(path)], env=e, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        outs = []
+            out, err = tmp_path / f"job{job}_rank{r}.out", tmp_path / f"job{job}_rank{r}.err"
+            files.append((out, err))
+            if forked:
+                p = _CONTEXT.Process(target=forked_rank.main, args=(str(path), e, str(out), str(err)))
+                p.start()
+            else:
+                with open(out, "w") as o, open(err, "w") as w:
+                    p = subprocess.Popen([sys.executable, str(path)], env=e, stdout=o, stderr=w)
+            procs.append(p)
+        deadline = time.monotonic() + timeout
         try:
             for p in procs:
-                outs.append(p.communicate(timeout=timeout))
+                left = max(0.0, deadline - time.monotonic())
+                if forked:
+                    p.join(left)
+                else:
+                    try:
+                        p.wait(left)
+                    except subprocess.TimeoutExpired:
+                        pass
         finally:
             for p in procs:
-                if p.poll() is None:
+                if (p.exitcode if forked else p.poll()) is None:
                     p.kill()
-                    p.communicate()
-        return Ranks(procs, outs)
+                    p.join(10) if forked else p.wait(10)
+        outs = [(out.read_text(), err.read_text()) for out, err in files]
+        return Ranks([p.exitcode if forked else p.returncode for p in procs], outs)
 
     return run
