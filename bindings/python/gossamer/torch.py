@@ -420,3 +420,71 @@ def consensus_distance(model: Parameters, agent: Agent) -> float:
     d = torch.tensor([float(((mine.double() - avg.double()) ** 2).sum())], dtype=torch.float64)
     agent.allreduce(d.numpy(), op="average")
     return float(d[0])
+
+
+# ---- the torch.distributed backend "gossamer" ------------------------------------
+
+#: The Gossamer config a "gossamer" process group uses when neither
+#: ``pg_options`` nor ``GOSSAMER_CONFIG`` names one: zmq over TCP with the
+#: library's defaults.
+DEFAULT_PROCESS_GROUP_CONFIG = {"transport": {"kind": "zmq"}}
+
+
+def _create_process_group(opts, pg_options):
+    """c10d's creator of a "gossamer" process group (the extended API of
+    ``torch.distributed.Backend.register_backend``): called by
+    ``init_process_group("gossamer", ...)`` and ``new_group``.
+
+    Args:
+        opts: torch's ``_DistributedBackendOptions`` (the group's store, rank,
+            size and timeout).
+        pg_options: ``init_process_group``'s ``pg_options``: ``None``, a
+            config (path or mapping of YAML keys), or a mapping with the keys
+            ``gossamer_config`` (a config) and ``overrides`` (``"key=value"``
+            strings). Without a config, ``$GOSSAMER_CONFIG`` names the YAML
+            file, else ``DEFAULT_PROCESS_GROUP_CONFIG`` applies.
+
+    Returns:
+        a ``gossamer._c10d.ProcessGroupGossamer``.
+
+    Raises:
+        TypeError for pg_options of another type; RuntimeError from the
+        rendezvous (a peer that never arrives: a timeout naming it).
+    """
+    import os
+    from collections.abc import Mapping
+
+    from . import _c10d, _config_source
+
+    config, overrides = None, []
+    if isinstance(pg_options, Mapping) and ("gossamer_config" in pg_options or "overrides" in pg_options):
+        config = pg_options.get("gossamer_config")
+        overrides = [str(o) for o in pg_options.get("overrides", ())]
+    elif pg_options is not None:
+        config = pg_options
+    if config is None:
+        config = os.environ.get("GOSSAMER_CONFIG") or DEFAULT_PROCESS_GROUP_CONFIG
+    source, is_text = _config_source(config)
+    timeout = opts.timeout.total_seconds() if hasattr(opts.timeout, "total_seconds") else float(opts.timeout)
+    return _c10d.ProcessGroupGossamer(opts.store, opts.group_rank, opts.group_size, source, is_text, overrides,
+                                      timeout)
+
+
+def _register_backend() -> bool:
+    """Registers the c10d backend "gossamer" once per process; False if the
+    extension was not built (no libtorch-dev) or torch lacks distributed."""
+    import torch.distributed as dist
+
+    try:
+        from . import _c10d  # noqa: F401
+    except ImportError:
+        return False
+    if not dist.is_available():
+        return False
+    if "GOSSAMER" not in getattr(dist.Backend, "_plugins", {}):
+        dist.Backend.register_backend("gossamer", _create_process_group, extended_api=True)
+    return True
+
+
+#: Whether ``torch.distributed.init_process_group("gossamer")`` is available.
+HAS_PROCESS_GROUP = _register_backend()

@@ -29,8 +29,10 @@
 
 namespace gossamer {
 
-/// Element-wise reduction. kAverage is the sum divided by the world size.
-enum class ReduceOp { kSum, kAverage, kMax };
+/// Element-wise reduction. kAverage is the sum divided by the world size
+/// (for integers, the quotient truncated toward zero). A NaN wins in kMax and
+/// kMin; integer sums and products wrap around.
+enum class ReduceOp { kSum, kAverage, kMax, kMin, kProduct };
 
 /// Allreduce algorithms. kAuto picks by message size (see allreduce()).
 enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHierarchical, kTga2d, kHips };

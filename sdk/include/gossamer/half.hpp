@@ -98,6 +98,12 @@ void add(bfloat16* dst, const bfloat16* src, std::size_t n);
 /// dst[i] = the larger of dst[i] and src[i] (NaN if either is NaN).
 void max(float16* dst, const float16* src, std::size_t n);
 void max(bfloat16* dst, const bfloat16* src, std::size_t n);
+/// dst[i] = the smaller of dst[i] and src[i] (NaN if either is NaN).
+void min(float16* dst, const float16* src, std::size_t n);
+void min(bfloat16* dst, const bfloat16* src, std::size_t n);
+/// dst[i] = round(float(dst[i]) * float(src[i])): the product in float32, rounded once.
+void mul(float16* dst, const float16* src, std::size_t n);
+void mul(bfloat16* dst, const bfloat16* src, std::size_t n);
 /// x[i] = round(float(x[i]) * s) over n elements.
 void scale(float16* x, float s, std::size_t n);
 void scale(bfloat16* x, float s, std::size_t n);

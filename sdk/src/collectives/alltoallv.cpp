@@ -76,8 +76,5 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
                              std::span<const std::size_t>, const CollectiveOptions&);
 GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
 #undef GOSSAMER_INSTANTIATE
-template void alltoallv<std::int64_t>(Transport&, std::span<const std::int64_t>, std::span<const std::size_t>,
-                                      std::span<std::int64_t>, std::span<const std::size_t>,
-                                      const CollectiveOptions&);
 
 }  // namespace gossamer

@@ -144,7 +144,7 @@ CollectiveOptions Communicator::next() {
   void Communicator::reduce(std::span<T> data, int root, ReduceOp op) { \
     gossamer::reduce(transport_, data, root, op, ordered());            \
   }
-GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_COMMUNICATOR_CALLS)
+GOSSAMER_FLOAT_TYPES(GOSSAMER_COMMUNICATOR_CALLS)
 #undef GOSSAMER_COMMUNICATOR_CALLS
 
 CostModel Communicator::calibrate(int reps) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
@@ -76,24 +77,58 @@ AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int worldSize, const Colle
 /// @throws TimeoutError, PeerFailure from the transport.
 void disseminationBarrier(Transport& t, Op op, std::uint64_t sequence, double timeoutSeconds);
 
-/// Applies X to every element type the collectives are instantiated for:
-/// float32, float64, binary16 and bfloat16 (gossamer/half.hpp). Each
-/// algorithm's file instantiates its templates with it.
-#define GOSSAMER_COLLECTIVE_TYPES(X) X(float) X(double) X(::gossamer::float16) X(::gossamer::bfloat16)
+/// Applies X to the floating element types: float32, float64, binary16 and
+/// bfloat16 (gossamer/half.hpp), those Communicator's methods take.
+#define GOSSAMER_FLOAT_TYPES(X) X(float) X(double) X(::gossamer::float16) X(::gossamer::bfloat16)
+/// Applies X to every element type the collective templates are instantiated
+/// for: the floating ones and int32, int64. Each algorithm's file
+/// instantiates its templates with it.
+#define GOSSAMER_COLLECTIVE_TYPES(X) GOSSAMER_FLOAT_TYPES(X) X(std::int32_t) X(std::int64_t)
 
 /// dst op= src over n elements (kAverage sums; see scaleIfAverage). 16-bit
-/// elements are combined in float32 and rounded once (half::add, half::max).
+/// elements are combined in float32 and rounded once (half::add, max, min,
+/// mul). Integers wrap around on overflow (two's complement, as torch's do).
 template <typename T>
 void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
   if constexpr (kIsHalf<T>) {
-    if (op == ReduceOp::kMax)
-      half::max(dst, src, n);
-    else
-      half::add(dst, src, n);
-  } else if (op == ReduceOp::kMax) {
-    for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
+    switch (op) {
+      case ReduceOp::kMax: half::max(dst, src, n); return;
+      case ReduceOp::kMin: half::min(dst, src, n); return;
+      case ReduceOp::kProduct: half::mul(dst, src, n); return;
+      default: half::add(dst, src, n); return;
+    }
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // wrap-around sums and products, without signed overflow
+    switch (op) {
+      case ReduceOp::kMax:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = std::max(dst[k], src[k]);
+        return;
+      case ReduceOp::kMin:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = std::min(dst[k], src[k]);
+        return;
+      case ReduceOp::kProduct:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(static_cast<U>(dst[k]) * static_cast<U>(src[k]));
+        return;
+      default:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(static_cast<U>(dst[k]) + static_cast<U>(src[k]));
+        return;
+    }
   } else {
-    for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
+    // NaN wins in max and min, as in torch (std::max and std::min would keep dst's value).
+    switch (op) {
+      case ReduceOp::kMax:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = src[k] != src[k] || src[k] > dst[k] ? src[k] : dst[k];
+        return;
+      case ReduceOp::kMin:
+        for (std::size_t k = 0; k < n; ++k) dst[k] = src[k] != src[k] || src[k] < dst[k] ? src[k] : dst[k];
+        return;
+      case ReduceOp::kProduct:
+        for (std::size_t k = 0; k < n; ++k) dst[k] *= src[k];
+        return;
+      default:
+        for (std::size_t k = 0; k < n; ++k) dst[k] += src[k];
+        return;
+    }
   }
 }
 
@@ -115,12 +150,14 @@ std::span<T> scratch(ScratchSlot slot, std::size_t n) {
 inline ReduceOp partialOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 /// Divides by the world size n when op is kAverage (16-bit elements: times
-/// the float32 1/n, rounded once).
+/// the float32 1/n, rounded once; integers: the quotient, truncated toward 0).
 template <typename T>
 void scaleIfAverage(ReduceOp op, std::span<T> data, int n) {
   if (op != ReduceOp::kAverage) return;
   if constexpr (kIsHalf<T>) {
     half::scale(data.data(), 1.0f / static_cast<float>(n), data.size());
+  } else if constexpr (std::is_integral_v<T>) {
+    for (auto& v : data) v = static_cast<T>(v / static_cast<T>(n));
   } else {
     const T scale = T(1) / static_cast<T>(n);
     for (auto& v : data) v *= scale;

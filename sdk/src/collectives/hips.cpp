@@ -169,7 +169,7 @@ template <typename T>
 void runStages(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options,
                HipsOptions::Stage stage, const std::vector<int>& levels, const std::vector<int>& order,
                int contextBase) {
-  const ReduceOp reduceOp = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+  const ReduceOp reduceOp = detail::partialOp(op);
   const int rank = transport.rank();
   struct Level {
     std::unique_ptr<SubTransport> sub;

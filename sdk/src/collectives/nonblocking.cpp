@@ -116,7 +116,7 @@ CollectiveOptions Communicator::ordered() {
   Work Communicator::ibroadcast(std::span<T> data, int root) {                                          \
     return enqueue([this, data, root, o = next()] { gossamer::broadcast(transport_, data, root, o); }); \
   }
-GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_NONBLOCKING_CALLS)
+GOSSAMER_FLOAT_TYPES(GOSSAMER_NONBLOCKING_CALLS)
 #undef GOSSAMER_NONBLOCKING_CALLS
 
 }  // namespace gossamer

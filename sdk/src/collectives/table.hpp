@@ -5,6 +5,7 @@
 // Not installed.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -26,6 +27,8 @@ struct AllreduceRunners {
   Fn<double> f64;
   Fn<float16> f16;
   Fn<bfloat16> bf16;
+  Fn<std::int32_t> i32;
+  Fn<std::int64_t> i64;
   template <typename T>
   Fn<T> get() const {
     if constexpr (std::is_same_v<T, float>)
@@ -34,12 +37,18 @@ struct AllreduceRunners {
       return f64;
     else if constexpr (std::is_same_v<T, float16>)
       return f16;
-    else
+    else if constexpr (std::is_same_v<T, bfloat16>)
       return bf16;
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+      return i32;
+    else
+      return i64;
   }
 };
-#define GOSSAMER_ALLREDUCE_RUNNERS(fn) \
-  ::gossamer::detail::AllreduceRunners { &fn<float>, &fn<double>, &fn<float16>, &fn<bfloat16> }
+#define GOSSAMER_ALLREDUCE_RUNNERS(fn)                                                                  \
+  ::gossamer::detail::AllreduceRunners {                                                                \
+    &fn<float>, &fn<double>, &fn<float16>, &fn<bfloat16>, &fn<std::int32_t>, &fn<std::int64_t> \
+  }
 
 /// One allreduce algorithm: how to run it, and its schedule for the model.
 struct AllreduceEntry {

@@ -1,6 +1,7 @@
 // Conversion and reduction kernels of the 16-bit floating-point types
 // (gossamer/half.hpp): IEEE 754 binary16 and bfloat16 to and from float32,
-// and the element-wise sum, max and scaling the collectives reduce with.
+// and the element-wise sum, max, min, product and scaling the collectives
+// reduce with.
 //
 // Every operation converts to float32, computes there and rounds once to
 // nearest, ties to even. Two implementations give the same bits: F16C + AVX2
@@ -92,6 +93,7 @@ bfloat16 narrow<bfloat16>(float f) {
 }
 
 float maxOf(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::max(a, b); }
+float minOf(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::min(a, b); }
 
 template <typename H>
 void addPortable(H* dst, const H* src, std::size_t n) {
@@ -100,6 +102,14 @@ void addPortable(H* dst, const H* src, std::size_t n) {
 template <typename H>
 void maxPortable(H* dst, const H* src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(maxOf(widen(dst[i]), widen(src[i])));
+}
+template <typename H>
+void minPortable(H* dst, const H* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(minOf(widen(dst[i]), widen(src[i])));
+}
+template <typename H>
+void mulPortable(H* dst, const H* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(widen(dst[i]) * widen(src[i]));
 }
 template <typename H>
 void scalePortable(H* x, float s, std::size_t n) {
@@ -173,6 +183,25 @@ GOSSAMER_HALF_TARGET void maxVector(H* dst, const H* src, std::size_t n) {
     L::store(dst + i, _mm256_blendv_ps(_mm256_max_ps(b, a), _mm256_add_ps(a, b), nan));
   }
   maxPortable(dst + i, src + i, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void minVector(H* dst, const H* src, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = L::load(dst + i), b = L::load(src + i);
+    const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+    // min_ps(b, a) is b < a ? b : a, std::min(a, b)'s choice when they are equal.
+    L::store(dst + i, _mm256_blendv_ps(_mm256_min_ps(b, a), _mm256_add_ps(a, b), nan));
+  }
+  minPortable(dst + i, src + i, n - i);
+}
+template <typename H>
+GOSSAMER_HALF_TARGET void mulVector(H* dst, const H* src, std::size_t n) {
+  using L = typename LanesOf<H>::type;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) L::store(dst + i, _mm256_mul_ps(L::load(dst + i), L::load(src + i)));
+  mulPortable(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void scaleVector(H* x, float s, std::size_t n) {
@@ -258,6 +287,18 @@ void max(float16* dst, const float16* src, std::size_t n) {
 }
 void max(bfloat16* dst, const bfloat16* src, std::size_t n) {
   GOSSAMER_HALF_DISPATCH(maxVector(dst, src, n), maxPortable(dst, src, n));
+}
+void min(float16* dst, const float16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(minVector(dst, src, n), minPortable(dst, src, n));
+}
+void min(bfloat16* dst, const bfloat16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(minVector(dst, src, n), minPortable(dst, src, n));
+}
+void mul(float16* dst, const float16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(mulVector(dst, src, n), mulPortable(dst, src, n));
+}
+void mul(bfloat16* dst, const bfloat16* src, std::size_t n) {
+  GOSSAMER_HALF_DISPATCH(mulVector(dst, src, n), mulPortable(dst, src, n));
 }
 void scale(float16* x, float s, std::size_t n) {
   GOSSAMER_HALF_DISPATCH(scaleVector(x, s, n), scalePortable(x, s, n));

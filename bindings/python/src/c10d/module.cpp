@@ -1,0 +1,60 @@
+// gossamer._c10d: the Python face of ProcessGroupGossamer (process_group.hpp).
+// gossamer.torch imports it and registers its constructor as the c10d
+// backend "gossamer" (torch.distributed.Backend.register_backend).
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/builtins.hpp"
+#include "process_group.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// Every built-in component (one registry per process).
+const gossamer::Registry& builtins() {
+  static const gossamer::Registry r = [] {
+    gossamer::Registry reg;
+    gossamer::transports::registerBuiltins(reg);
+    gossamer::topologies::registerBuiltins(reg);
+    gossamer::optimizers::registerBuiltins(reg);
+    return reg;
+  }();
+  return r;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_c10d, m) {
+  m.doc() = "Gossamer's torch.distributed backend (import gossamer.torch, which registers it as \"gossamer\").";
+  py::module_::import("torch.distributed");  // c10d's ProcessGroup and Store types, which these derive from and take
+  using gossamer::c10d_backend::ProcessGroupGossamer;
+  py::class_<ProcessGroupGossamer, ::c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGossamer>>(
+      m, "ProcessGroupGossamer",
+      "torch.distributed process group over a Gossamer transport (CPU tensors of float32, float64, float16,\n"
+      "bfloat16, int32, int64; ops SUM, AVG, PRODUCT, MIN, MAX).")
+      .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                       const std::string& source, bool isText, std::vector<std::string> overrides,
+                       double timeoutSeconds) {
+             overrides.push_back("world_size=" + std::to_string(size));
+             const gossamer::Config config = isText ? builtins().parse(source, "<config>", overrides)
+                                                    : builtins().load(source, overrides);
+             py::gil_scoped_release release;  // the rendezvous waits for the peers
+             return c10::make_intrusive<ProcessGroupGossamer>(store, rank, size, config, builtins(),
+                                                              timeoutSeconds);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("source"), py::arg("is_text"),
+           py::arg("overrides"), py::arg("timeout_seconds"),
+           "Joins the group through the c10d `store`: `source` is the Gossamer config (YAML text if\n"
+           "`is_text`, else a file path), `overrides` \"key=value\" strings; `timeout_seconds` bounds\n"
+           "each collective's waits. Raises gossamer's errors as RuntimeError (a peer that never\n"
+           "arrives: a timeout naming it).")
+      .def_property_readonly("transport", &ProcessGroupGossamer::transportName,
+                             "The transport's kind (\"zmq\", \"socket\", ...).");
+}

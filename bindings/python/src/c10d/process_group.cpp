@@ -1,0 +1,570 @@
+// ProcessGroupGossamer (see process_group.hpp): argument checks, the dtype
+// dispatch onto Gossamer's collective templates, and the two threads.
+#include "process_group.hpp"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <utility>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/half.hpp"
+#include "gossamer/kit/wire.hpp"
+
+namespace gossamer::c10d_backend {
+
+namespace {
+
+// ---- the c10d store as a Gossamer rendezvous store ----------------------------
+
+class C10dStore final : public Store {
+ public:
+  explicit C10dStore(c10::intrusive_ptr<::c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::string& value) override {
+    checkStoreKey(key);
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::optional<std::string> tryGet(const std::string& key) override {
+    checkStoreKey(key);
+    if (!store_->check({key})) return std::nullopt;
+    const std::vector<uint8_t> v = store_->get(key);
+    return std::string(v.begin(), v.end());
+  }
+
+ private:
+  c10::intrusive_ptr<::c10d::Store> store_;
+};
+
+// ---- arguments -------------------------------------------------------------------
+
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "gossamer: ", what, " takes one tensor per call, got ", tensors.size());
+  return tensors[0];
+}
+
+void checkTensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK_VALUE(t.defined(), "gossamer: ", what, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "gossamer: ", what, ": the tensor is on ", t.device().str(),
+                    "; the gossamer backend takes CPU tensors (gossamer.Agent stages other devices)");
+  TORCH_CHECK_VALUE(t.is_contiguous(), "gossamer: ", what, ": the tensor (shape ", t.sizes(),
+                    ") is not contiguous");
+  const auto s = t.scalar_type();
+  TORCH_CHECK_TYPE(s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16 ||
+                       s == at::kInt || s == at::kLong,
+                   "gossamer: ", what, ": dtype ", s,
+                   " is not supported (float32, float64, float16, bfloat16, int32, int64)");
+}
+
+/// b is a usable tensor of a's dtype.
+void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  checkTensor(b, what);
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "gossamer: ", what, ": dtypes differ (",
+                   a.scalar_type(), " and ", b.scalar_type(), ")");
+}
+
+/// b is a usable tensor of a's dtype and number of elements.
+void checkSame(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  checkSameType(a, b, what);
+  TORCH_CHECK_VALUE(a.numel() == b.numel(), "gossamer: ", what, ": sizes differ (", a.sizes(), " and ",
+                    b.sizes(), ")");
+}
+
+void checkRank(int r, int size, const char* what) {
+  TORCH_CHECK_VALUE(r >= 0 && r < size, "gossamer: ", what, ": rank ", r, " outside [0, ", size, ")");
+}
+
+ReduceOp reduceOpOf(const ::c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case ::c10d::ReduceOp::SUM: return ReduceOp::kSum;
+    case ::c10d::ReduceOp::AVG: return ReduceOp::kAverage;
+    case ::c10d::ReduceOp::PRODUCT: return ReduceOp::kProduct;
+    case ::c10d::ReduceOp::MIN: return ReduceOp::kMin;
+    case ::c10d::ReduceOp::MAX: return ReduceOp::kMax;
+    default: break;
+  }
+  TORCH_CHECK_VALUE(false, "gossamer: reduce op ", static_cast<int>(op.op_),
+                    " is not supported (SUM, AVG, PRODUCT, MIN, MAX)");
+}
+
+/// Calls f(T{}) with T the element type of a checked tensor's dtype.
+template <typename F>
+void withElement(at::ScalarType s, F&& f) {
+  switch (s) {
+    case at::kFloat: f(float{}); return;
+    case at::kDouble: f(double{}); return;
+    case at::kHalf: f(float16{}); return;
+    case at::kBFloat16: f(bfloat16{}); return;
+    case at::kInt: f(std::int32_t{}); return;
+    case at::kLong: f(std::int64_t{}); return;
+    default: TORCH_CHECK_TYPE(false, "gossamer: dtype ", s, " is not supported");
+  }
+}
+
+template <typename T>
+std::span<T> elements(const at::Tensor& t) {
+  return std::span<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
+}
+
+std::span<std::byte> bytes(const at::Tensor& t) {
+  return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), t.numel() * t.element_size());
+}
+
+/// Elements per dim-0 row of `t` times each split (even splits when empty).
+std::vector<std::size_t> countsOf(const at::Tensor& t, const std::vector<int64_t>& splits, int size,
+                                  const char* what) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const auto perRow = static_cast<std::size_t>(rows == 0 ? 0 : t.numel() / rows);
+  std::vector<std::size_t> counts(static_cast<std::size_t>(size));
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(rows % size == 0, "gossamer: ", what, ": dim 0 (", rows, ") does not divide by the ",
+                      size, " ranks");
+    std::fill(counts.begin(), counts.end(), static_cast<std::size_t>(rows / size) * perRow);
+    return counts;
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "gossamer: ", what, ": ", splits.size(),
+                    " split sizes for ", size, " ranks");
+  TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows, "gossamer: ", what,
+                    ": split sizes add up to ", std::accumulate(splits.begin(), splits.end(), int64_t{0}),
+                    ", dim 0 is ", rows);
+  for (int r = 0; r < size; ++r) {
+    TORCH_CHECK_VALUE(splits[r] >= 0, "gossamer: ", what, ": negative split size");
+    counts[r] = static_cast<std::size_t>(splits[r]) * perRow;
+  }
+  return counts;
+}
+
+/// One tensor made of the list's tensors, in order (a copy).
+at::Tensor flat(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> views;
+  views.reserve(list.size());
+  for (const auto& t : list) views.push_back(t.reshape({-1}));
+  return at::cat(views);
+}
+
+/// Copies consecutive pieces of `from` into the tensors of `to`.
+void unflatten(const at::Tensor& from, std::vector<at::Tensor>& to) {
+  int64_t at = 0;
+  for (auto& t : to) {
+    t.view({-1}).copy_(from.narrow(0, at, t.numel()));
+    at += t.numel();
+  }
+}
+
+}  // namespace
+
+// ---- Work --------------------------------------------------------------------------
+
+GossamerWork::GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs)
+    : ::c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void GossamerWork::complete(std::exception_ptr error) {
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+  finish(error);
+}
+
+// ---- construction and the threads ---------------------------------------------------
+
+ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                                           const Config& config, const Registry& registry, double timeoutSeconds)
+    : ::c10d::ProcessGroup(rank, size), store_(std::make_unique<C10dStore>(store)) {
+  GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
+  agent_ = std::make_unique<Agent>(config, rank, *store_, registry);
+  GOSSAMER_ENFORCE(agent_->worldSize() == size,
+                   "the config's world_size " << agent_->worldSize() << " is not the group's " << size);
+  defaults_ = agent_->communicator().options();
+  defaults_.timeoutSeconds = timeoutSeconds;
+  collectiveThread_ = std::thread([this] { runCollectives(); });
+  p2pThread_ = std::thread([this] { runPointToPoint(); });
+}
+
+ProcessGroupGossamer::~ProcessGroupGossamer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (collectiveThread_.joinable()) collectiveThread_.join();
+  if (p2pThread_.joinable()) p2pThread_.join();
+  try {
+    agent_->close();
+  } catch (...) {  // a destructor does not throw; the peers see the connection end
+  }
+}
+
+std::string ProcessGroupGossamer::transportName() const { return agent_->transport().name(); }
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                               Job job) {
+  auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
+    collectives_.push_back({work, std::move(job)});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+// Runs the queued collectives in order, each with the next sequence number.
+// After a failure the later ones still run (and most fail fast: the failed
+// peer is known), as every rank's calls keep their sequence numbers.
+void ProcessGroupGossamer::runCollectives() {
+  for (;;) {
+    Queued q;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !collectives_.empty(); });
+      if (collectives_.empty()) return;
+      q = std::move(collectives_.front());
+      collectives_.pop_front();
+    }
+    CollectiveOptions o = defaults_;
+    o.sequence = sequence_++ & Tag::kMaxStep;
+    std::exception_ptr error;
+    try {
+      q.job(o);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    q.work->complete(error);
+  }
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpType type,
+                                                                     std::vector<at::Tensor> outputs,
+                                                                     Request request, bool anySource) {
+  auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
+    pointToPoint_.push_back({work, std::move(request), anySource});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+// Waits on the posted sends and receives in the order they were posted (all
+// are posted already, so the order cannot deadlock), each bounded by the
+// timeout.
+void ProcessGroupGossamer::runPointToPoint() {
+  for (;;) {
+    Posted p;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
+      if (pointToPoint_.empty()) return;
+      p = std::move(pointToPoint_.front());
+      pointToPoint_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      p.request.wait(defaults_.timeoutSeconds);
+      if (p.anySource) p.work->setSourceRank(p.request.peer());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    p.work->complete(error);
+  }
+}
+
+// ---- collectives --------------------------------------------------------------------
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::broadcast(std::vector<at::Tensor>& tensors,
+                                                                 const ::c10d::BroadcastOptions& opts) {
+  const at::Tensor t = single(tensors, "broadcast");
+  checkTensor(t, "broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  checkRank(root, size_, "broadcast root");
+  return enqueue(::c10d::OpType::BROADCAST, tensors, [this, t, root](const CollectiveOptions& o) {
+    withElement(t.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::broadcast<T>(agent_->transport(), elements<T>(t), root, o);
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce(std::vector<at::Tensor>& tensors,
+                                                                 const ::c10d::AllreduceOptions& opts) {
+  const at::Tensor t = single(tensors, "allreduce");
+  checkTensor(t, "allreduce");
+  const ReduceOp op = reduceOpOf(opts.reduceOp);
+  return enqueue(::c10d::OpType::ALLREDUCE, tensors, [this, t, op](const CollectiveOptions& o) {
+    withElement(t.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::allreduce<T>(agent_->transport(), elements<T>(t), op, o);
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const ::c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "gossamer: allreduce_coalesced: no tensors");
+  for (const auto& t : tensors) checkSameType(tensors[0], t, "allreduce_coalesced");
+  const ReduceOp op = reduceOpOf(opts.reduceOp);
+  std::vector<at::Tensor> list = tensors;
+  return enqueue(::c10d::OpType::ALLREDUCE_COALESCED, tensors, [this, list, op](const CollectiveOptions& o) mutable {
+    at::Tensor all = flat(list);  // one allreduce for all of them
+    withElement(all.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::allreduce<T>(agent_->transport(), elements<T>(all), op, o);
+    });
+    unflatten(all, list);
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Tensor>& tensors,
+                                                              const ::c10d::ReduceOptions& opts) {
+  const at::Tensor t = single(tensors, "reduce");
+  checkTensor(t, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  checkRank(root, size_, "reduce root");
+  const ReduceOp op = reduceOpOf(opts.reduceOp);
+  return enqueue(::c10d::OpType::REDUCE, tensors, [this, t, root, op](const CollectiveOptions& o) {
+    withElement(t.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::reduce<T>(agent_->transport(), elements<T>(t), root, op, o);
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const ::c10d::AllgatherOptions&) {
+  const at::Tensor in = single(inputs, "allgather");
+  checkTensor(in, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                    "gossamer: allgather needs one list of ", size_, " output tensors");
+  for (const auto& t : outputs[0]) checkSame(in, t, "allgather output");
+  std::vector<at::Tensor> outs = outputs[0];
+  return enqueue(::c10d::OpType::ALLGATHER, outs, [this, in, outs](const CollectiveOptions& o) mutable {
+    at::Tensor all = at::empty({in.numel() * size_}, in.options());
+    all.narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
+    withElement(in.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::ringAllgather<T>(agent_->transport(), elements<T>(all), o);
+    });
+    unflatten(all, outs);
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                       const ::c10d::AllgatherOptions&) {
+  checkTensor(input, "allgather_into_tensor");
+  checkTensor(output, "allgather_into_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: allgather_into_tensor: dtypes differ");
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "gossamer: allgather_into_tensor: the output has ",
+                    output.numel(), " elements, not ", size_, " x ", input.numel());
+  const at::Tensor in = input, out = output;
+  return enqueue(::c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out](const CollectiveOptions& o) {
+    out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
+    withElement(in.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const ::c10d::GatherOptions& opts) {
+  const at::Tensor in = single(inputs, "gather");
+  checkTensor(in, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  checkRank(root, size_, "gather root");
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                      "gossamer: gather needs one list of ", size_, " output tensors on the root");
+    for (const auto& t : outputs[0]) checkSame(in, t, "gather output");
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "gossamer: gather: only the root takes outputs");
+  }
+  return enqueue(::c10d::OpType::GATHER, outs, [this, in, outs, root](const CollectiveOptions& o) mutable {
+    const auto n = static_cast<std::size_t>(in.numel());
+    std::vector<std::size_t> sendCounts(size_, 0), recvCounts(size_, rank_ == root ? n : 0);
+    sendCounts[root] = n;
+    at::Tensor all = at::empty({rank_ == root ? in.numel() * size_ : 0}, in.options());
+    withElement(in.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      const std::span<T> mine = elements<T>(in);
+      gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(mine), sendCounts, elements<T>(all),
+                             recvCounts, o);
+    });
+    if (rank_ == root) unflatten(all, outs);
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const ::c10d::ScatterOptions& opts) {
+  const at::Tensor out = single(outputs, "scatter");
+  checkTensor(out, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  checkRank(root, size_, "scatter root");
+  at::Tensor all = at::empty({0}, out.options());
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                      "gossamer: scatter needs one list of ", size_, " input tensors on the root");
+    for (const auto& t : inputs[0]) checkSame(out, t, "scatter input");
+    all = flat(inputs[0]);
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "gossamer: scatter: only the root takes inputs");
+  }
+  return enqueue(::c10d::OpType::SCATTER, outputs, [this, out, all, root](const CollectiveOptions& o) {
+    const auto n = static_cast<std::size_t>(out.numel());
+    std::vector<std::size_t> sendCounts(size_, rank_ == root ? n : 0), recvCounts(size_, 0);
+    recvCounts[root] = n;
+    withElement(out.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      const std::span<T> from = elements<T>(all);
+      gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
+                             recvCounts, o);
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                      std::vector<std::vector<at::Tensor>>& inputs,
+                                                                      const ::c10d::ReduceScatterOptions& opts) {
+  const at::Tensor out = single(outputs, "reduce_scatter");
+  checkTensor(out, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                    "gossamer: reduce_scatter needs one list of ", size_, " input tensors");
+  for (const auto& t : inputs[0]) checkSame(out, t, "reduce_scatter input");
+  const ReduceOp op = reduceOpOf(opts.reduceOp);
+  std::vector<at::Tensor> ins = inputs[0];
+  return enqueue(::c10d::OpType::REDUCE_SCATTER, outputs, [this, out, ins, op](const CollectiveOptions& o) {
+    at::Tensor all = flat(ins);
+    withElement(out.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      const std::span<T> mine = gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
+      std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) {
+  checkTensor(input, "reduce_scatter_tensor");
+  checkTensor(output, "reduce_scatter_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: reduce_scatter_tensor: dtypes differ");
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * size_, "gossamer: reduce_scatter_tensor: the input has ",
+                    input.numel(), " elements, not ", size_, " x ", output.numel());
+  const ReduceOp op = reduceOpOf(opts.reduceOp);
+  const at::Tensor in = input, out = output;
+  return enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, in, out, op](const CollectiveOptions& o) {
+    at::Tensor all = in.clone();  // the reduce-scatter works in place; the input stays the caller's
+    withElement(out.scalar_type(), [&](auto e) {
+      using T = decltype(e);
+      const std::span<T> mine = gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
+      std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
+    });
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                     std::vector<int64_t>& outputSplits,
+                                                                     std::vector<int64_t>& inputSplits,
+                                                                     const ::c10d::AllToAllOptions&) {
+  checkTensor(input, "all_to_all_single");
+  checkTensor(output, "all_to_all_single");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: all_to_all_single: dtypes differ");
+  const auto sendCounts = countsOf(input, inputSplits, size_, "all_to_all_single input");
+  const auto recvCounts = countsOf(output, outputSplits, size_, "all_to_all_single output");
+  const at::Tensor in = input, out = output;
+  return enqueue(::c10d::OpType::ALLTOALL_BASE, {out},
+                 [this, in, out, sendCounts, recvCounts](const CollectiveOptions& o) {
+                   withElement(in.scalar_type(), [&](auto e) {
+                     using T = decltype(e);
+                     const std::span<T> from = elements<T>(in);
+                     gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts,
+                                            elements<T>(out), recvCounts, o);
+                   });
+                 });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::Tensor>& outputs,
+                                                                std::vector<at::Tensor>& inputs,
+                                                                const ::c10d::AllToAllOptions&) {
+  TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+                    "gossamer: all_to_all needs ", size_, " input and ", size_, " output tensors");
+  std::vector<std::size_t> sendCounts, recvCounts;
+  for (const auto& t : inputs) {
+    checkSameType(inputs[0], t, "all_to_all input");
+    sendCounts.push_back(static_cast<std::size_t>(t.numel()));
+  }
+  for (const auto& t : outputs) {
+    checkSameType(inputs[0], t, "all_to_all output");
+    recvCounts.push_back(static_cast<std::size_t>(t.numel()));
+  }
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return enqueue(::c10d::OpType::ALLTOALL, outs,
+                 [this, ins, outs, sendCounts, recvCounts](const CollectiveOptions& o) mutable {
+                   at::Tensor from = flat(ins);
+                   at::Tensor to = at::empty({static_cast<int64_t>(std::accumulate(
+                                                 recvCounts.begin(), recvCounts.end(), std::size_t{0}))},
+                                             from.options());
+                   withElement(from.scalar_type(), [&](auto e) {
+                     using T = decltype(e);
+                     const std::span<T> send = elements<T>(from);
+                     gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(send), sendCounts,
+                                            elements<T>(to), recvCounts, o);
+                   });
+                   unflatten(to, outs);
+                 });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::BarrierOptions&) {
+  return enqueue(::c10d::OpType::BARRIER, {}, [this](const CollectiveOptions& o) {
+    std::int32_t one = 1;
+    gossamer::allreduce<std::int32_t>(agent_->transport(), std::span<std::int32_t>(&one, 1), ReduceOp::kSum, o);
+  });
+}
+
+// ---- point to point -------------------------------------------------------------------
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                            int tag) {
+  const at::Tensor t = single(tensors, "send");
+  checkTensor(t, "send");
+  checkRank(dstRank, size_, "send destination");
+  TORCH_CHECK_VALUE(tag >= 0, "gossamer: send: negative tag ", tag);
+  Request r = agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
+  return completeLater(::c10d::OpType::SEND, tensors, std::move(r), false);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                            int tag) {
+  const at::Tensor t = single(tensors, "recv");
+  checkTensor(t, "recv");
+  checkRank(srcRank, size_, "recv source");
+  TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
+  Request r = agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
+  return completeLater(::c10d::OpType::RECV, tensors, std::move(r), false);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const at::Tensor t = single(tensors, "recv");
+  checkTensor(t, "recv");
+  TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
+  std::vector<int> sources;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) sources.push_back(r);
+  TORCH_CHECK_VALUE(!sources.empty(), "gossamer: recv from any source in a group of one");
+  Request r = agent_->transport().irecv(std::span<const int>(sources),
+                                        Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
+  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r), true);
+}
+
+}  // namespace gossamer::c10d_backend

@@ -1,0 +1,149 @@
+// ProcessGroupGossamer: torch.distributed's c10d::ProcessGroup (torch 1.13)
+// over a Gossamer Agent's transport, so that
+// torch.distributed.init_process_group("gossamer") and DistributedDataParallel
+// run on Gossamer's transports, with their CURVE keys, timeouts and failure
+// verdicts.
+//
+// Collectives run in call order on one thread per process group (as gloo's
+// process group does): every rank issues them in the same order, so the
+// sequence number each gets, which names its messages on the wire, agrees.
+// send/recv are posted on the caller's thread at once and completed by a
+// second thread, so a receive never holds up a collective, nor a send a
+// receive. A failure (PeerFailure naming the peer, TimeoutError) ends the
+// Work with the error: wait() raises it in Python as RuntimeError.
+//
+// Bytes on the wire are those of the Gossamer collectives it calls
+// (gossamer/collectives.hpp): allreduce by the configured algorithm
+// (collectives.algorithm, default auto), binomial-tree broadcast and reduce,
+// ring allgather and reduce-scatter, direct-exchange alltoallv; gather and
+// scatter are alltoallv with one non-empty side.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gossamer/agent.hpp"
+#include "gossamer/collectives.hpp"
+#include "gossamer/store.hpp"
+
+namespace gossamer::c10d_backend {
+
+/// The Work of one operation: completed by the process group's threads;
+/// getFuture() completes with the output tensors (what DDP's communication
+/// hook waits on).
+class GossamerWork final : public ::c10d::Work {
+ public:
+  GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs);
+  /// Ends the work: the future gets the outputs, or the error (nullptr: success).
+  void complete(std::exception_ptr error);
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  /// The rank a recvAnysource matched (-1 otherwise).
+  int sourceRank() const override { return source_; }
+  void setSourceRank(int r) { source_ = r; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_ = -1;
+};
+
+/// The c10d process group. Tensors: CPU, contiguous, one per call (the
+/// per-device lists of c10d hold one CPU tensor), of dtype float32, float64,
+/// float16, bfloat16, int32 or int64; ops SUM, AVG (integers: the truncated
+/// quotient), PRODUCT, MIN, MAX.
+class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
+ public:
+  /// Joins the group: publishes this rank's endpoints in `store` (the c10d
+  /// store init_process_group made) and connects to every peer.
+  /// @param config the Gossamer configuration (world_size is set to `size`).
+  /// @param timeoutSeconds bound on each collective's waits (the c10d timeout).
+  /// @throws gossamer::Error (TimeoutError if a peer never arrives).
+  ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                       const Config& config, const Registry& registry, double timeoutSeconds);
+  ~ProcessGroupGossamer() override;
+
+  const std::string getBackendName() const override { return "gossamer"; }
+  /// The transport's kind ("zmq", "socket", ...).
+  std::string transportName() const;
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                       const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                          const ::c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const ::c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                  const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                        const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                 std::vector<int64_t>& outputSplits,
+                                                 std::vector<int64_t>& inputSplits,
+                                                 const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                            const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+
+ private:
+  using Job = std::function<void(const CollectiveOptions&)>;
+  /// Queues `job` for the collective thread; its Work completes when it returns or throws.
+  c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs, Job job);
+  /// Completes `work` once `request` (posted already) completes, on the p2p thread.
+  c10::intrusive_ptr<::c10d::Work> completeLater(::c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                 Request request, bool anySource);
+  void runCollectives();
+  void runPointToPoint();
+
+  std::unique_ptr<Store> store_;  // the c10d store, seen as a Gossamer store
+  std::unique_ptr<Agent> agent_;
+  CollectiveOptions defaults_;
+  std::uint64_t sequence_ = 0;  // the collective thread's
+
+  struct Queued {
+    c10::intrusive_ptr<GossamerWork> work;
+    Job job;
+  };
+  struct Posted {
+    c10::intrusive_ptr<GossamerWork> work;
+    Request request;
+    bool anySource;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Queued> collectives_;
+  std::deque<Posted> pointToPoint_;
+  bool stop_ = false;
+  std::thread collectiveThread_;
+  std::thread p2pThread_;
+};
+
+}  // namespace gossamer::c10d_backend

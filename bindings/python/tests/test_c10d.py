@@ -1,0 +1,501 @@
+"""The torch.distributed backend "gossamer" (gossamer._c10d), tested as torch
+tests its gloo backend (test/distributed/test_c10d_gloo.py: checks, basics and
+stress of every collective and op, dtypes and sizes, point to point, errors)
+plus a killed peer and DistributedDataParallel. Each case is one job of 2-3
+ranks forked from the suite's forkserver; ctest runs the module as one case,
+so torch is imported once for all of them."""
+
+import socket
+
+import pytest
+
+
+def store_env(env=None):
+    """MASTER_ADDR/MASTER_PORT of a free loopback port for the job's c10d
+    TCPStore (rank 0 serves it), plus `env`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(env or {})}
+
+HEADER = """
+import datetime, json, os, signal, sys, time
+import torch
+import torch.distributed as dist
+import gossamer.torch as gt
+
+rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+assert gt.HAS_PROCESS_GROUP
+dist.init_process_group("gossamer", init_method="env://", rank=rank, world_size=n, timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "30"))),
+                        pg_options={"gossamer_config": {"transport": {"kind": os.environ.get("PG_TRANSPORT", "zmq"),
+                                                                      "host": "127.0.0.1", "timeout_seconds": 10}}})
+
+def raises(exc, match, fn):
+    try:
+        fn()
+    except exc as e:
+        assert match in str(e), f"{type(e).__name__}: {e} (expected {match!r})"
+        return
+    raise AssertionError(f"no {exc.__name__} ({match!r})")
+"""
+
+FOOTER = """
+dist.barrier()
+dist.destroy_process_group()
+print(json.dumps({"rank": rank, "ok": True}))
+"""
+
+
+def job(run_ranks, n, body, footer=FOOTER, **kw):
+    """Runs HEADER + body + footer on n ranks and checks that every rank
+    exited 0 and printed its result."""
+    kw["env"] = store_env(kw.get("env"))
+    ranks = run_ranks(n, HEADER + body + footer, **kw).check()
+    for r, res in enumerate(ranks.results):
+        assert res is not None and res["rank"] == r, ranks.out[r] + ranks.err[r]
+    return ranks
+
+
+# ---- broadcast -------------------------------------------------------------------
+
+
+def test_broadcast_checks(run_ranks):
+    job(run_ranks, 2, """
+t = torch.zeros(3)
+raises(ValueError, "root", lambda: dist.broadcast(t, src=5))
+raises(ValueError, "contiguous", lambda: dist.broadcast(torch.zeros(3, 2).t(), src=0))
+raises(TypeError, "dtype", lambda: dist.broadcast(torch.zeros(3, dtype=torch.int8), src=0))
+""")
+
+
+def test_broadcast_basics(run_ranks):
+    job(run_ranks, 3, """
+for root in range(n):
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64):
+        t = torch.full((7,), rank * 10 + 1).to(dt)
+        dist.broadcast(t, src=root)
+        assert torch.equal(t, torch.full((7,), root * 10 + 1).to(dt)), (root, dt, t)
+""")
+
+
+def test_broadcast_stress_1000_tensors(run_ranks):
+    job(run_ranks, 2, """
+inputs = [torch.full((4,), float(i if rank == 0 else -1)) for i in range(1000)]
+works = [dist.broadcast(t, src=0, async_op=True) for t in inputs]
+for w in works:
+    w.wait()
+for i, t in enumerate(inputs):
+    assert torch.equal(t, torch.full((4,), float(i))), i
+""")
+
+
+# ---- allreduce -------------------------------------------------------------------
+
+ALLREDUCE_OP = """
+op = dist.ReduceOp.{op}
+for dt in (torch.float32, torch.float64, torch.int32, torch.int64):
+    t = torch.arange(1, 6).to(dt) * (rank + 1)
+    dist.all_reduce(t, op=op)
+    base = torch.arange(1, 6, dtype=torch.float64)
+    per = [base * (r + 1) for r in range(n)]
+    want = {{"SUM": sum(per), "PRODUCT": torch.stack(per).prod(0), "MIN": per[0], "MAX": per[-1],
+             "AVG": sum(per) / n}}["{op}"]
+    if dt in (torch.int32, torch.int64):
+        want = want.trunc()
+    assert torch.equal(t.double(), want), ("{op}", dt, t, want)
+"""
+
+
+def test_allreduce_sum(run_ranks):
+    job(run_ranks, 3, ALLREDUCE_OP.format(op="SUM"))
+
+
+def test_allreduce_avg(run_ranks):
+    job(run_ranks, 3, ALLREDUCE_OP.format(op="AVG"))
+
+
+def test_allreduce_product(run_ranks):
+    job(run_ranks, 3, ALLREDUCE_OP.format(op="PRODUCT"))
+
+
+def test_allreduce_min(run_ranks):
+    job(run_ranks, 3, ALLREDUCE_OP.format(op="MIN"))
+
+
+def test_allreduce_max(run_ranks):
+    job(run_ranks, 3, ALLREDUCE_OP.format(op="MAX"))
+
+
+def test_allreduce_16_bit_is_one_rounding_per_hop(run_ranks):
+    job(run_ranks, 3, """
+for dt, u in ((torch.float16, 2.0 ** -11), (torch.bfloat16, 2.0 ** -8)):
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(1001, generator=g)
+    t = x.to(dt)
+    dist.all_reduce(t)
+    ref = torch.zeros(1001, dtype=torch.float64)
+    for r in range(n):
+        ref += torch.randn(1001, generator=torch.Generator().manual_seed(r)).to(dt).double()
+    bound = (n + 1) * u * sum(torch.randn(1001, generator=torch.Generator().manual_seed(r)).to(dt).double().abs() for r in range(n))
+    assert ((t.double() - ref).abs() <= bound).all(), dt
+""")
+
+
+def test_allreduce_checks(run_ranks):
+    job(run_ranks, 2, """
+raises(TypeError, "dtype", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.uint8)))
+raises(TypeError, "dtype", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.bool)))
+raises(ValueError, "contiguous", lambda: dist.all_reduce(torch.zeros(2, 3).t()))
+raises(ValueError, "reduce op", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int32), op=dist.ReduceOp.BAND))
+""")
+
+
+def test_allreduce_odd_lengths_and_shapes(run_ranks):
+    job(run_ranks, 3, """
+for shape in ((1,), (7,), (3, 5), (2, 3, 4), (1001,), (65537,)):
+    t = torch.ones(shape) * (rank + 1)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full(shape, 6.0)), shape
+""")
+
+
+def test_allreduce_large_tensor(run_ranks):
+    job(run_ranks, 2, """
+t = torch.arange(4 * 1024 * 1024, dtype=torch.float32) * (rank + 1)
+dist.all_reduce(t)
+assert torch.equal(t, torch.arange(4 * 1024 * 1024, dtype=torch.float32) * 3)
+""")
+
+
+def test_allreduce_stress_async(run_ranks):
+    job(run_ranks, 3, """
+ts = [torch.full((9,), float(i + rank)) for i in range(200)]
+works = [dist.all_reduce(t, async_op=True) for t in ts]
+for w in works:
+    assert w.wait()
+for i, t in enumerate(ts):
+    assert torch.equal(t, torch.full((9,), float(3 * i + 3))), i
+""")
+
+
+def test_allreduce_future_completes_with_the_tensor(run_ranks):
+    job(run_ranks, 2, """
+t = torch.ones(4) * (rank + 1)
+fut = dist.all_reduce(t, async_op=True).get_future()
+out = fut.wait()
+assert torch.equal(out[0], torch.full((4,), 3.0)) and out[0].data_ptr() == t.data_ptr()
+""")
+
+
+def test_allreduce_coalesced(run_ranks):
+    job(run_ranks, 2, """
+ts = [torch.ones(3) * (rank + 1), torch.ones(2, 2) * (rank + 2)]
+dist.all_reduce_coalesced(ts)
+assert torch.equal(ts[0], torch.full((3,), 3.0)) and torch.equal(ts[1], torch.full((2, 2), 5.0))
+""")
+
+
+def test_empty_tensors(run_ranks):
+    job(run_ranks, 2, """
+t = torch.zeros(0)
+dist.all_reduce(t)
+dist.broadcast(t, src=1)
+out = [torch.zeros(0), torch.zeros(0)]
+dist.all_gather(out, torch.zeros(0))
+assert t.numel() == 0
+""")
+
+
+# ---- reduce, allgather, gather, scatter, reduce-scatter ------------------------------
+
+
+def test_reduce_checks(run_ranks):
+    job(run_ranks, 2, """
+raises(ValueError, "root", lambda: dist.reduce(torch.zeros(2), dst=-1))
+raises(ValueError, "root", lambda: dist.reduce(torch.zeros(2), dst=2))
+""")
+
+
+def test_reduce_basics(run_ranks):
+    job(run_ranks, 3, """
+for root in range(n):
+    for op, want in ((dist.ReduceOp.SUM, 6.0), (dist.ReduceOp.MAX, 3.0), (dist.ReduceOp.MIN, 1.0),
+                     (dist.ReduceOp.PRODUCT, 6.0)):
+        t = torch.full((5,), float(rank + 1))
+        dist.reduce(t, dst=root, op=op)
+        if rank == root:
+            assert torch.equal(t, torch.full((5,), want)), (root, op, t)
+""")
+
+
+def test_allgather_checks(run_ranks):
+    job(run_ranks, 2, """
+raises(ValueError, "output tensors", lambda: dist.all_gather([torch.zeros(3)], torch.zeros(3)))
+raises(ValueError, "sizes differ", lambda: dist.all_gather([torch.zeros(3), torch.zeros(4)], torch.zeros(3)))
+raises(TypeError, "dtype", lambda: dist.all_gather([torch.zeros(3, dtype=torch.int8)] * 2,
+                                                  torch.zeros(3, dtype=torch.int8)))
+""")
+
+
+def test_allgather_basics(run_ranks):
+    job(run_ranks, 3, """
+for dt in (torch.float32, torch.bfloat16, torch.int64):
+    out = [torch.zeros(2, 3, dtype=dt) for _ in range(n)]
+    dist.all_gather(out, torch.full((2, 3), rank + 1).to(dt))
+    for r in range(n):
+        assert torch.equal(out[r], torch.full((2, 3), r + 1).to(dt)), (dt, r)
+""")
+
+
+def test_allgather_into_tensor(run_ranks):
+    job(run_ranks, 3, """
+out = torch.zeros(n * 4)
+dist.all_gather_into_tensor(out, torch.full((4,), float(rank)))
+assert torch.equal(out, torch.arange(n).repeat_interleave(4).float())
+raises(ValueError, "elements", lambda: dist.all_gather_into_tensor(torch.zeros(5), torch.zeros(4)))
+""")
+
+
+def test_gather_basics(run_ranks):
+    job(run_ranks, 3, """
+for root in range(n):
+    out = [torch.zeros(3) for _ in range(n)] if rank == root else None
+    dist.gather(torch.full((3,), float(rank * 2)), gather_list=out, dst=root)
+    if rank == root:
+        for r in range(n):
+            assert torch.equal(out[r], torch.full((3,), float(r * 2))), (root, r)
+""")
+
+
+def test_scatter_basics(run_ranks):
+    job(run_ranks, 3, """
+for root in range(n):
+    t = torch.zeros(2, dtype=torch.int32)
+    inputs = [torch.full((2,), 10 * root + r, dtype=torch.int32) for r in range(n)] if rank == root else None
+    dist.scatter(t, scatter_list=inputs, src=root)
+    assert torch.equal(t, torch.full((2,), 10 * root + rank, dtype=torch.int32)), (root, t)
+""")
+
+
+def test_scatter_and_gather_checks(run_ranks):
+    job(run_ranks, 2, """
+if rank == 0:
+    raises(ValueError, "input tensors", lambda: dist.scatter(torch.zeros(2), scatter_list=[torch.zeros(2)], src=0))
+    raises(ValueError, "output tensors", lambda: dist.gather(torch.zeros(2), gather_list=[torch.zeros(2)], dst=0))
+""")
+
+
+def test_reduce_scatter_basics(run_ranks):
+    job(run_ranks, 3, """
+for op, f in ((dist.ReduceOp.SUM, lambda v: sum(v)), (dist.ReduceOp.MAX, max), (dist.ReduceOp.AVG, lambda v: sum(v) / n)):
+    out = torch.zeros(5)
+    dist.reduce_scatter(out, [torch.full((5,), float(rank * 10 + j)) for j in range(n)], op=op)
+    assert torch.allclose(out, torch.full((5,), float(f([r * 10 + rank for r in range(n)])))), (op, out)
+""")
+
+
+def test_reduce_scatter_tensor(run_ranks):
+    job(run_ranks, 2, """
+inp = torch.arange(6, dtype=torch.float64) + rank
+keep = inp.clone()
+out = torch.zeros(3, dtype=torch.float64)
+dist.reduce_scatter_tensor(out, inp)
+assert torch.equal(out, (2 * torch.arange(6, dtype=torch.float64) + 1)[rank * 3:(rank + 1) * 3])
+assert torch.equal(inp, keep)  # the input is left alone
+""")
+
+
+# ---- all-to-all, point to point, barrier ----------------------------------------------
+
+
+def test_all_to_all_single_even(run_ranks):
+    job(run_ranks, 3, """
+inp = torch.arange(6, dtype=torch.float32) + 100 * rank
+out = torch.zeros(6)
+dist.all_to_all_single(out, inp)
+assert torch.equal(out, torch.tensor([100.0 * r + 2 * rank + k for r in range(n) for k in range(2)]))
+""")
+
+
+def test_all_to_all_single_uneven_splits(run_ranks):
+    job(run_ranks, 2, """
+# rank 0 sends 1 row to 0 and 2 rows to 1; rank 1 sends 3 rows to 0 and 0 to 1.
+splits_in = [[1, 2], [3, 0]][rank]
+splits_out = [[1, 3], [2, 0]][rank]
+inp = torch.full((sum(splits_in), 2), float(rank + 1))
+out = torch.zeros(sum(splits_out), 2)
+dist.all_to_all_single(out, inp, output_split_sizes=splits_out, input_split_sizes=splits_in)
+want = torch.cat([torch.full((splits_out[r], 2), float(r + 1)) for r in range(n)])
+assert torch.equal(out, want)
+raises(ValueError, "split", lambda: dist.all_to_all_single(out, inp, input_split_sizes=[1, 1]))
+""")
+
+
+def test_all_to_all_lists(run_ranks):
+    job(run_ranks, 3, """
+ins = [torch.full((r + 1,), float(10 * rank + r)) for r in range(n)]
+outs = [torch.zeros(rank + 1) for _ in range(n)]
+dist.all_to_all(outs, ins)
+for r in range(n):
+    assert torch.equal(outs[r], torch.full((rank + 1,), float(10 * r + rank))), r
+""")
+
+
+def test_send_recv_with_tags(run_ranks):
+    job(run_ranks, 2, """
+if rank == 0:
+    dist.send(torch.full((3,), 1.0), dst=1, tag=7)
+    dist.send(torch.full((3,), 2.0), dst=1, tag=8)
+else:
+    b, a = torch.zeros(3), torch.zeros(3)
+    wb = dist.irecv(b, src=0, tag=8)   # posted first, matches the second message
+    dist.recv(a, src=0, tag=7)
+    wb.wait()
+    assert torch.equal(a, torch.full((3,), 1.0)) and torch.equal(b, torch.full((3,), 2.0))
+""")
+
+
+def test_recv_from_any_source(run_ranks):
+    job(run_ranks, 3, """
+if rank == 0:
+    got = set()
+    for _ in range(n - 1):
+        t = torch.zeros(1, dtype=torch.int64)
+        src = dist.recv(t)
+        assert int(t) == 100 + src
+        got.add(src)
+    assert got == {1, 2}
+else:
+    dist.send(torch.tensor([100 + rank]), dst=0)
+""")
+
+
+def test_isend_irecv_ring_does_not_deadlock(run_ranks):
+    job(run_ranks, 3, """
+right, left = (rank + 1) % n, (rank - 1) % n
+got = torch.zeros(1000)
+reqs = [dist.irecv(got, src=left), dist.isend(torch.full((1000,), float(rank)), dst=right)]
+for r in reqs:
+    r.wait()
+assert torch.equal(got, torch.full((1000,), float(left)))
+""")
+
+
+def test_barrier_implies_wait(run_ranks):
+    job(run_ranks, 2, """
+ts = [torch.full((10,), float(i)) for i in range(50)]
+for t in ts:
+    dist.all_reduce(t, async_op=True)
+dist.barrier()
+for i, t in enumerate(ts):
+    assert torch.equal(t, torch.full((10,), 2.0 * i)), i
+""")
+
+
+def test_new_group_reduces_apart(run_ranks):
+    job(run_ranks, 3, """
+pair = dist.new_group([0, 2], backend="gossamer")
+t = torch.full((2,), float(rank + 1))
+if rank in (0, 2):
+    dist.all_reduce(t, group=pair)
+    assert torch.equal(t, torch.full((2,), 4.0))
+whole = torch.ones(2)
+dist.all_reduce(whole)
+assert torch.equal(whole, torch.full((2,), 3.0))
+""")
+
+
+def test_same_results_as_gloo(run_ranks):
+    job(run_ranks, 2, """
+gloo = dist.new_group([0, 1], backend="gloo")
+g = torch.Generator().manual_seed(rank)
+x = torch.randn(1000, generator=g, dtype=torch.float64)
+a, b = x.clone(), x.clone()
+dist.all_reduce(a)
+dist.all_reduce(b, group=gloo)
+assert torch.equal(a, b)  # two ranks: one addition, the same bits
+""")
+
+
+def test_socket_transport(run_ranks):
+    job(run_ranks, 2, """
+t = torch.full((100,), float(rank))
+dist.all_reduce(t)
+assert torch.equal(t, torch.full((100,), 1.0))
+""", env={"PG_TRANSPORT": "socket"})
+
+
+# ---- failures ----------------------------------------------------------------------------
+
+
+def test_killed_peer_is_an_error_naming_it_not_a_hang(run_ranks):
+    ranks = run_ranks(3, HEADER + """
+t = torch.ones(1000)
+dist.all_reduce(t)
+if rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+start = time.monotonic()
+try:
+    for _ in range(100):
+        dist.all_reduce(t)
+        time.sleep(0.01)
+except RuntimeError as e:
+    print(json.dumps({"rank": rank, "error": str(e), "seconds": time.monotonic() - start}))
+    sys.stdout.flush()
+    os._exit(0)
+print(json.dumps({"rank": rank, "error": None}))
+""", env=store_env({"PG_TIMEOUT": "20"}), timeout=90)
+    assert ranks.codes[2] == -9
+    for r in (0, 1):
+        assert ranks.codes[r] == 0, ranks.err[r]
+        res = ranks.results[r]
+        assert res["error"] is not None, ranks.out[r]
+        assert "2" in res["error"] and ("peer" in res["error"].lower() or "rank" in res["error"].lower()), res
+        assert res["seconds"] < 20, res
+
+
+def test_a_rank_that_never_joins_times_out_the_group(run_ranks):
+    ranks = run_ranks(2, """
+import datetime, json, os, time
+import torch.distributed as dist
+import gossamer.torch
+rank = int(os.environ["RANK"])
+if rank == 1:
+    raise SystemExit(0)  # never joins
+start = time.monotonic()
+try:
+    dist.init_process_group("gossamer", init_method="env://", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=2),
+                            pg_options={"gossamer_config": {"transport": {"kind": "zmq", "host": "127.0.0.1",
+                                                                          "timeout_seconds": 2}}})
+    print(json.dumps({"rank": 0, "error": None}))
+except RuntimeError as e:
+    print(json.dumps({"rank": 0, "error": str(e), "seconds": time.monotonic() - start}))
+""", env=store_env(), timeout=60)
+    res = ranks.results[0]
+    assert res is not None and res["error"], ranks.out[0] + ranks.err[0]
+    assert res["seconds"] < 8, res  # the store's wait for its workers, then the transport's for rank 1
+
+
+# ---- DistributedDataParallel ----------------------------------------------------------------
+
+
+def test_ddp_on_gossamer_gives_gloos_bits(run_ranks):
+    job(run_ranks, 2, """
+from torch.nn.parallel import DistributedDataParallel as DDP
+gloo = dist.new_group([0, 1], backend="gloo")
+def train(group):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)  # several buckets
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(10 + rank)
+    for _ in range(20):
+        x = torch.randn(16, 8, generator=g)
+        opt.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+a = train(dist.group.WORLD)
+b = train(gloo)
+assert torch.equal(a, b)
+""")
