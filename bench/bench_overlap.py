@@ -2,7 +2,8 @@
 """Communication hidden behind backward: gossamer.torch.DistributedOptimizer
 under AllReduce-SGD with its bucketed gradient allreduces started during
 backward (overlap=True) against the same allreduces started after it
-(overlap=False), and DDP on torch's gloo backend, on two test hosts.
+(overlap=False), and DDP on torch's gloo backend and on Gossamer's
+("gossamer", gossamer.torch), on two test hosts.
 
 The two hosts are network namespaces joined by a 1 Gbit/s link shaped with
 tc tbf (tests/hosts/hosts.py; on loopback the copies would compete with
@@ -16,10 +17,10 @@ overlap and no overlap must give the same bits (the script fails otherwise).
 
 Writes results/bench-overlap.json: one row per model with model, parameters,
 bucket_bytes, step_seconds_no_overlap, step_seconds_overlap,
-step_seconds_ddp_gloo, step_seconds_ddp_gossamer (null: there is no
-"gossamer" torch.distributed backend to run DDP on), allreduce_fraction (the
-share of a no-overlap step spent waiting for the allreduces), the ratio of
-overlap to no overlap, bit_identical and rounds (each round's medians).
+step_seconds_ddp_gloo, step_seconds_ddp_gossamer, ddp_gossamer_to_gloo,
+allreduce_fraction (the share of a no-overlap step spent waiting for the
+allreduces), the ratio of overlap to no overlap, bit_identical and rounds
+(each round's medians).
 
 Needs root for the namespaces; exits 77 (skipped) where they cannot be made.
 
@@ -44,7 +45,7 @@ BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 MODELS = {
     "mlp-6x1536": ([1024, 1536, 1536, 1536, 1536, 1536, 10], 32),
 }
-MODES = ["no_overlap", "overlap", "ddp_gloo"]
+MODES = ["no_overlap", "overlap", "ddp_gloo", "ddp_gossamer"]
 
 
 def parse_args():
@@ -83,11 +84,16 @@ def run_rank(args):
     y = torch.randint(0, widths[-1], (batch,), generator=g)
     loss_fn = torch.nn.CrossEntropyLoss()
     times, waits = [], []
-    if args.mode == "ddp_gloo":
+    if args.mode in ("ddp_gloo", "ddp_gossamer"):
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", init_method=f"tcp://{args.address}:{args.port}", rank=args.rank,
-                                world_size=2)
+        import gossamer.torch  # noqa: F401  registers the backend "gossamer"
+
+        os.environ["MASTER_ADDR"] = args.address  # transport.host auto: the address facing rank 0's host
+        dist.init_process_group(args.mode[4:], init_method=f"tcp://{args.address}:{args.port}", rank=args.rank,
+                                world_size=2,
+                                pg_options={"transport": {"kind": "zmq", "host": "auto", "timeout_seconds": 60}}
+                                if args.mode == "ddp_gossamer" else None)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         for step in range(3 + args.steps):
@@ -162,7 +168,8 @@ def run_inside(args):
         rows.append({"model": name, "parameters": rounds[0]["overlap"]["parameters"],
                      "bucket_bytes": 25 * 1024 * 1024, "link_gbps": args.gbps, "steps": args.steps,
                      "step_seconds_no_overlap": med["no_overlap"], "step_seconds_overlap": med["overlap"],
-                     "step_seconds_ddp_gloo": med["ddp_gloo"], "step_seconds_ddp_gossamer": None,
+                     "step_seconds_ddp_gloo": med["ddp_gloo"], "step_seconds_ddp_gossamer": med["ddp_gossamer"],
+                     "ddp_gossamer_to_gloo": med["ddp_gossamer"] / med["ddp_gloo"],
                      "allreduce_fraction": wait / med["no_overlap"],
                      "overlap_ratio": med["overlap"] / med["no_overlap"],
                      "bit_identical": len(digests) == 1,
@@ -192,10 +199,11 @@ def main():
         sys.exit(f"bench_overlap: the runs failed (exit {done.returncode})")
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"{'model':<12}{'params':>11}{'no overlap':>12}{'overlap':>9}{'ratio':>7}{'ddp gloo':>10}"
-          f"{'allreduce %':>13}{'same bits':>11}")
+          f"{'ddp gossamer':>14}{'ratio':>7}{'allreduce %':>13}{'same bits':>11}")
     for r in rows:
         print(f"{r['model']:<12}{r['parameters']:>11,}{r['step_seconds_no_overlap']:>11.3f}s"
               f"{r['step_seconds_overlap']:>8.3f}s{r['overlap_ratio']:>7.2f}{r['step_seconds_ddp_gloo']:>9.3f}s"
+              f"{r['step_seconds_ddp_gossamer']:>13.3f}s{r['ddp_gossamer_to_gloo']:>7.2f}"
               f"{100 * r['allreduce_fraction']:>12.0f}%{str(r['bit_identical']):>11}")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:

@@ -442,7 +442,9 @@ def _create_process_group(opts, pg_options):
             config (path or mapping of YAML keys), or a mapping with the keys
             ``gossamer_config`` (a config) and ``overrides`` (``"key=value"``
             strings). Without a config, ``$GOSSAMER_CONFIG`` names the YAML
-            file, else ``DEFAULT_PROCESS_GROUP_CONFIG`` applies.
+            file, else ``DEFAULT_PROCESS_GROUP_CONFIG`` applies. With
+            ``transport.host: auto`` each rank binds to its address facing
+            ``$MASTER_ADDR`` (127.0.0.1 without it).
 
     Returns:
         a ``gossamer._c10d.ProcessGroupGossamer``.
@@ -467,7 +469,7 @@ def _create_process_group(opts, pg_options):
     source, is_text = _config_source(config)
     timeout = opts.timeout.total_seconds() if hasattr(opts.timeout, "total_seconds") else float(opts.timeout)
     return _c10d.ProcessGroupGossamer(opts.store, opts.group_rank, opts.group_size, source, is_text, overrides,
-                                      timeout)
+                                      timeout, os.environ.get("MASTER_ADDR", ""))
 
 
 def _register_backend() -> bool:

@@ -41,19 +41,19 @@ PYBIND11_MODULE(_c10d, m) {
       "bfloat16, int32, int64; ops SUM, AVG, PRODUCT, MIN, MAX).")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const std::string& source, bool isText, std::vector<std::string> overrides,
-                       double timeoutSeconds) {
+                       double timeoutSeconds, const std::string& storeHost) {
              overrides.push_back("world_size=" + std::to_string(size));
              const gossamer::Config config = isText ? builtins().parse(source, "<config>", overrides)
                                                     : builtins().load(source, overrides);
              py::gil_scoped_release release;  // the rendezvous waits for the peers
              return c10::make_intrusive<ProcessGroupGossamer>(store, rank, size, config, builtins(),
-                                                              timeoutSeconds);
+                                                              timeoutSeconds, storeHost);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("source"), py::arg("is_text"),
-           py::arg("overrides"), py::arg("timeout_seconds"),
+           py::arg("overrides"), py::arg("timeout_seconds"), py::arg("store_host") = "",
            "Joins the group through the c10d `store`: `source` is the Gossamer config (YAML text if\n"
            "`is_text`, else a file path), `overrides` \"key=value\" strings; `timeout_seconds` bounds\n"
-           "each collective's waits. Raises gossamer's errors as RuntimeError (a peer that never\n"
+           "each collective's waits; `store_host` (MASTER_ADDR) is what `transport.host: auto` faces. Raises gossamer's errors as RuntimeError (a peer that never\n"
            "arrives: a timeout naming it).")
       .def_property_readonly("transport", &ProcessGroupGossamer::transportName,
                              "The transport's kind (\"zmq\", \"socket\", ...).");

@@ -14,6 +14,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/half.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/kit/wire.hpp"
 
 namespace gossamer::c10d_backend {
@@ -24,7 +25,13 @@ namespace {
 
 class C10dStore final : public Store {
  public:
-  explicit C10dStore(c10::intrusive_ptr<::c10d::Store> store) : store_(std::move(store)) {}
+  C10dStore(c10::intrusive_ptr<::c10d::Store> store, std::string routeHost)
+      : store_(std::move(store)), routeHost_(std::move(routeHost)) {}
+  /// The address facing the store's host (transport.host: auto), if known.
+  std::optional<std::string> localAddress() override {
+    if (routeHost_.empty()) return std::nullopt;
+    return routeAddressTo(routeHost_);
+  }
   void set(const std::string& key, const std::string& value) override {
     checkStoreKey(key);
     store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
@@ -38,6 +45,7 @@ class C10dStore final : public Store {
 
  private:
   c10::intrusive_ptr<::c10d::Store> store_;
+  std::string routeHost_;
 };
 
 // ---- arguments -------------------------------------------------------------------
@@ -175,8 +183,9 @@ void GossamerWork::complete(std::exception_ptr error) {
 // ---- construction and the threads ---------------------------------------------------
 
 ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                                           const Config& config, const Registry& registry, double timeoutSeconds)
-    : ::c10d::ProcessGroup(rank, size), store_(std::make_unique<C10dStore>(store)) {
+                                           const Config& config, const Registry& registry, double timeoutSeconds,
+                                           const std::string& storeHost)
+    : ::c10d::ProcessGroup(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
   agent_ = std::make_unique<Agent>(config, rank, *store_, registry);
   GOSSAMER_ENFORCE(agent_->worldSize() == size,

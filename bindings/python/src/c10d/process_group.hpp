@@ -69,9 +69,12 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
   /// store init_process_group made) and connects to every peer.
   /// @param config the Gossamer configuration (world_size is set to `size`).
   /// @param timeoutSeconds bound on each collective's waits (the c10d timeout).
+  /// @param storeHost the store server's host (MASTER_ADDR): `transport.host:
+  ///        auto` binds to this host's address facing it; empty: 127.0.0.1.
   /// @throws gossamer::Error (TimeoutError if a peer never arrives).
   ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                       const Config& config, const Registry& registry, double timeoutSeconds);
+                       const Config& config, const Registry& registry, double timeoutSeconds,
+                       const std::string& storeHost);
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
