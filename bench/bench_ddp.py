@@ -17,7 +17,7 @@ Writes results/bench-ddp.json: world_size, epochs, train_images, rounds
 step_seconds (medians), plus step_ratio (gossamer / gloo) and
 accuracy_difference_points (gossamer - gloo).
 
-    bench/bench_ddp.py                      # 4 ranks, 3 rounds, 12,000 images
+    bench/bench_ddp.py                      # 4 ranks, 3 rounds, all 60,000 images
     bench/bench_ddp.py --rounds 1 --train-limit 3000
 """
 
@@ -40,11 +40,12 @@ def parse_args():
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--train-limit", type=int, default=12000, help="training images in all (0: all 60,000)")
-    p.add_argument("--test-limit", type=int, default=2000, help="test images (0: all 10,000)")
+    p.add_argument("--train-limit", type=int, default=0, help="training images in all (0: all 60,000)")
+    p.add_argument("--test-limit", type=int, default=0, help="test images (0: all 10,000)")
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--transport", default="zmq", help="the gossamer backend's transport.kind")
     p.add_argument("--json", default=os.path.join(ROOT, "results", "bench-ddp.json"))
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--backend", default="", help=argparse.SUPPRESS)
@@ -67,7 +68,7 @@ def run_rank(args):
     rank, n = args.rank, args.world_size
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=n,
-                            pg_options={"transport": {"kind": "zmq", "host": "127.0.0.1"}}
+                            pg_options={"transport": {"kind": args.transport, "host": "127.0.0.1"}}
                             if args.backend == "gossamer" else None)
     x_train, y_train = example.load(args.data, "train")
     x_test, y_test = example.load(args.data, "test")
@@ -117,7 +118,7 @@ def run(args, backend):
                                "--port", str(port), "--world-size", str(args.world_size), "--epochs",
                                str(args.epochs), "--train-limit", str(args.train_limit), "--test-limit",
                                str(args.test_limit), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-                               "--data", args.data],
+                               "--data", args.data, "--transport", args.transport],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for r in range(args.world_size)]
     outs = []

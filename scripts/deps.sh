@@ -8,7 +8,7 @@ GOSSAMER_PACKAGES=(
   libzmq3-dev cppzmq-dev libfabric-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev
   catch2 libcli11-dev nlohmann-json3-dev jq
   dataset-fashion-mnist
-  python3-dev python3-numpy python3-torch python3-pybind11 pybind11-dev python3-pytest python3-matplotlib
+  python3-dev python3-numpy python3-torch libtorch-dev python3-pybind11 pybind11-dev python3-pytest python3-matplotlib
   openmpi-bin
 )
 # What only the test suite needs (scripts/test.sh): clang and its libFuzzer
