@@ -440,8 +440,16 @@ try:
         dist.all_reduce(t)
         time.sleep(0.01)
 except RuntimeError as e:
-    print(json.dumps({"rank": rank, "error": str(e), "seconds": time.monotonic() - start}))
+    # The group stays broken: a later collective fails at once with the same error.
+    again = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        later = "ran"
+    except RuntimeError as e2:
+        later = str(e2) if str(e2) == str(e) and time.monotonic() - again < 1 else "other: " + str(e2)
+    print(json.dumps({"rank": rank, "error": str(e), "later": later, "seconds": time.monotonic() - start}))
     sys.stdout.flush()
+    time.sleep(3)  # the other survivor must see rank 2's death, not this rank's exit
     os._exit(0)
 print(json.dumps({"rank": rank, "error": None}))
 """, env=store_env({"PG_TIMEOUT": "20"}), timeout=90)
@@ -452,6 +460,7 @@ print(json.dumps({"rank": rank, "error": None}))
         assert res["error"] is not None, ranks.out[r]
         assert "2" in res["error"] and ("peer" in res["error"].lower() or "rank" in res["error"].lower()), res
         assert res["seconds"] < 20, res
+        assert res["later"] == res["error"], res
 
 
 def test_a_rank_that_never_joins_times_out_the_group(run_ranks):

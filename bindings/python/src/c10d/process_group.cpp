@@ -212,6 +212,16 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
 
 std::string ProcessGroupGossamer::transportName() const { return agent_->transport().name(); }
 
+std::exception_ptr ProcessGroupGossamer::failure() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failure_;
+}
+
+void ProcessGroupGossamer::fail(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!failure_) failure_ = error;
+}
+
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs,
                                                                Job job) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
@@ -225,8 +235,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType ty
 }
 
 // Runs the queued collectives in order, each with the next sequence number.
-// After a failure the later ones still run (and most fail fast: the failed
-// peer is known), as every rank's calls keep their sequence numbers.
+// After a failure (a dead peer, a timeout) the group is broken: c10d has no
+// view changes, so every later operation fails with the first error instead
+// of running over whichever ranks are left.
 void ProcessGroupGossamer::runCollectives() {
   for (;;) {
     Queued q;
@@ -239,11 +250,14 @@ void ProcessGroupGossamer::runCollectives() {
     }
     CollectiveOptions o = defaults_;
     o.sequence = sequence_++ & Tag::kMaxStep;
-    std::exception_ptr error;
-    try {
-      q.job(o);
-    } catch (...) {
-      error = std::current_exception();
+    std::exception_ptr error = failure();
+    if (!error) {
+      try {
+        q.job(o);
+      } catch (...) {
+        error = std::current_exception();
+        fail(error);
+      }
     }
     q.work->complete(error);
   }
@@ -282,7 +296,7 @@ void ProcessGroupGossamer::runPointToPoint() {
     } catch (...) {
       error = std::current_exception();
     }
-    p.work->complete(error);
+    p.work->complete(error);  // a failed send or receive does not break the group's collectives
   }
 }
 

@@ -10,7 +10,10 @@
 // send/recv are posted on the caller's thread at once and completed by a
 // second thread, so a receive never holds up a collective, nor a send a
 // receive. A failure (PeerFailure naming the peer, TimeoutError) ends the
-// Work with the error: wait() raises it in Python as RuntimeError.
+// Work with the error: wait() raises it in Python as RuntimeError; the group
+// is broken from then on (c10d has no view changes): every later collective
+// fails with the same error, on every rank, rather than run over the
+// survivors.
 //
 // Bytes on the wire are those of the Gossamer collectives it calls
 // (gossamer/collectives.hpp): allreduce by the configured algorithm
@@ -125,6 +128,9 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
                                                  Request request, bool anySource);
   void runCollectives();
   void runPointToPoint();
+  /// The error that broke the group (null while it works), and recording it.
+  std::exception_ptr failure();
+  void fail(std::exception_ptr error);
 
   std::unique_ptr<Store> store_;  // the c10d store, seen as a Gossamer store
   std::unique_ptr<Agent> agent_;
@@ -145,6 +151,7 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
   std::deque<Queued> collectives_;
   std::deque<Posted> pointToPoint_;
   bool stop_ = false;
+  std::exception_ptr failure_;  // the first collective's error: every later collective fails with it
   std::thread collectiveThread_;
   std::thread p2pThread_;
 };
