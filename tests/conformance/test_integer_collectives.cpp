@@ -66,8 +66,8 @@ void checkIntegers(Group& g, AllreduceAlgorithm algorithm, std::size_t len, Redu
   o.groupSize = 2;
   onEveryRank(static_cast<int>(n), [&](int r) { allreduce<T>(*g[r], std::span<T>(data[r]), op, o); });
   for (std::size_t r = 0; r < n; ++r) {
-    INFO("algorithm " << toString(algorithm) << ", op " << int(op) << ", world size " << n << ", length " << len
-                      << ", rank " << r << ", " << sizeof(T) * 8 << "-bit");
+    INFO("algorithm " << toString(algorithm) << ", op " << int(op) << ", world size " << n << ", length "
+                      << len << ", rank " << r << ", " << sizeof(T) * 8 << "-bit");
     REQUIRE(data[r] == want);
   }
 }
@@ -79,22 +79,25 @@ TEST_CASE("int32 and int64 allreduce of every algorithm and op equals the exact 
   std::uint64_t seq = 1;
   for (int n = 1; n <= 9; ++n) {
     Group g = gossamer::testing::inprocGroup(n, kTimeout);
-    for (auto a : {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
-                   AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d,
-                   AllreduceAlgorithm::kHips})
+    for (auto a : {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kRing,
+                   AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kTorus2d,
+                   AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d, AllreduceAlgorithm::kHips})
       for (std::size_t len : {1, 7, 1001})
-        for (auto op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+        for (auto op :
+             {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
           checkIntegers<std::int32_t>(g, a, len, op, ++seq);
           checkIntegers<std::int64_t>(g, a, len, op, ++seq);
         }
   }
 }
 
-TEST_CASE("MIN and PRODUCT of doubles and 16-bit values, and NaN wins in MIN and MAX", "[collectives][integer]") {
+TEST_CASE("MIN and PRODUCT of doubles and 16-bit values, and NaN wins in MIN and MAX",
+          "[collectives][integer]") {
   const int n = 5;
   Group g = gossamer::testing::inprocGroup(n, kTimeout);
   std::uint64_t seq = 1;
-  for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kHips}) {
+  for (auto a :
+       {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kHips}) {
     // Rank r holds r + 1 - 2 (i % 3): products of small integers are exact in every type here.
     std::vector<std::vector<double>> d(n, std::vector<double>(33));
     std::vector<std::vector<bfloat16>> b(n, std::vector<bfloat16>(33));
@@ -140,7 +143,9 @@ TEST_CASE("MIN and PRODUCT of doubles and 16-bit values, and NaN wins in MIN and
   nan[3][1] = std::nan("");
   auto nanMax = nan;
   ++seq;
-  onEveryRank(n, [&](int r) { allreduce<double>(*g[r], std::span<double>(nan[r]), ReduceOp::kMin, {seq, kTimeout}); });
+  onEveryRank(n, [&](int r) {
+    allreduce<double>(*g[r], std::span<double>(nan[r]), ReduceOp::kMin, {seq, kTimeout});
+  });
   ++seq;
   onEveryRank(n, [&](int r) {
     allreduce<double>(*g[r], std::span<double>(nanMax[r]), ReduceOp::kMax, {seq, kTimeout});
@@ -160,23 +165,28 @@ TEST_CASE("int64 broadcast, reduce, reduce-scatter, allgather and alltoallv", "[
   for (int r = 0; r < n; ++r)
     for (std::size_t i = 0; i < 8; ++i) v[r][i] = big + r * 8 + static_cast<std::int64_t>(i);
   auto b = v, red = v, rs = v, ag = v;
-  onEveryRank(n, [&](int r) { broadcast<std::int64_t>(*g[r], std::span<std::int64_t>(b[r]), 1, {1, kTimeout}); });
+  onEveryRank(n, [&](int r) {
+    broadcast<std::int64_t>(*g[r], std::span<std::int64_t>(b[r]), 1, {1, kTimeout});
+  });
   onEveryRank(n, [&](int r) {
     reduce<std::int64_t>(*g[r], std::span<std::int64_t>(red[r]), 2, ReduceOp::kMax, {2, kTimeout});
   });
   std::vector<std::span<std::int64_t>> mine(n);
   onEveryRank(n, [&](int r) {
-    mine[r] = ringReduceScatter<std::int64_t>(*g[r], std::span<std::int64_t>(rs[r]), ReduceOp::kMin, {3, kTimeout});
+    mine[r] =
+        ringReduceScatter<std::int64_t>(*g[r], std::span<std::int64_t>(rs[r]), ReduceOp::kMin, {3, kTimeout});
   });
   for (int r = 0; r < n; ++r)  // rank r's 2 elements of ag are valid; the allgather fills the rest
     for (std::size_t i = 0; i < 8; ++i)
       if (i / 2 != static_cast<std::size_t>(r)) ag[r][i] = -1;
-  onEveryRank(n, [&](int r) { ringAllgather<std::int64_t>(*g[r], std::span<std::int64_t>(ag[r]), {4, kTimeout}); });
+  onEveryRank(n, [&](int r) {
+    ringAllgather<std::int64_t>(*g[r], std::span<std::int64_t>(ag[r]), {4, kTimeout});
+  });
   std::vector<std::vector<std::int64_t>> got(n, std::vector<std::int64_t>(8));
   const std::vector<std::size_t> counts(n, 2);
   onEveryRank(n, [&](int r) {
-    alltoallv<std::int64_t>(*g[r], std::span<const std::int64_t>(v[r]), counts, std::span<std::int64_t>(got[r]),
-                            counts, {5, kTimeout});
+    alltoallv<std::int64_t>(*g[r], std::span<const std::int64_t>(v[r]), counts,
+                            std::span<std::int64_t>(got[r]), counts, {5, kTimeout});
   });
   std::vector<std::int64_t> gathered;  // chunk s from rank s
   for (int s = 0; s < n; ++s) gathered.insert(gathered.end(), v[s].begin() + 2 * s, v[s].begin() + 2 * s + 2);

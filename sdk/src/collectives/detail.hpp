@@ -92,10 +92,18 @@ template <typename T>
 void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
   if constexpr (kIsHalf<T>) {
     switch (op) {
-      case ReduceOp::kMax: half::max(dst, src, n); return;
-      case ReduceOp::kMin: half::min(dst, src, n); return;
-      case ReduceOp::kProduct: half::mul(dst, src, n); return;
-      default: half::add(dst, src, n); return;
+      case ReduceOp::kMax:
+        half::max(dst, src, n);
+        return;
+      case ReduceOp::kMin:
+        half::min(dst, src, n);
+        return;
+      case ReduceOp::kProduct:
+        half::mul(dst, src, n);
+        return;
+      default:
+        half::add(dst, src, n);
+        return;
     }
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;  // wrap-around sums and products, without signed overflow
@@ -107,10 +115,12 @@ void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
         for (std::size_t k = 0; k < n; ++k) dst[k] = std::min(dst[k], src[k]);
         return;
       case ReduceOp::kProduct:
-        for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(static_cast<U>(dst[k]) * static_cast<U>(src[k]));
+        for (std::size_t k = 0; k < n; ++k)
+          dst[k] = static_cast<T>(static_cast<U>(dst[k]) * static_cast<U>(src[k]));
         return;
       default:
-        for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(static_cast<U>(dst[k]) + static_cast<U>(src[k]));
+        for (std::size_t k = 0; k < n; ++k)
+          dst[k] = static_cast<T>(static_cast<U>(dst[k]) + static_cast<U>(src[k]));
         return;
     }
   } else {

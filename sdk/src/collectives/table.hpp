@@ -45,8 +45,8 @@ struct AllreduceRunners {
       return i64;
   }
 };
-#define GOSSAMER_ALLREDUCE_RUNNERS(fn)                                                                  \
-  ::gossamer::detail::AllreduceRunners {                                                                \
+#define GOSSAMER_ALLREDUCE_RUNNERS(fn)                                                         \
+  ::gossamer::detail::AllreduceRunners {                                                       \
     &fn<float>, &fn<double>, &fn<float16>, &fn<bfloat16>, &fn<std::int32_t>, &fn<std::int64_t> \
   }
 

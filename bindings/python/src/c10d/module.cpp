@@ -32,8 +32,10 @@ const gossamer::Registry& builtins() {
 }  // namespace
 
 PYBIND11_MODULE(_c10d, m) {
-  m.doc() = "Gossamer's torch.distributed backend (import gossamer.torch, which registers it as \"gossamer\").";
-  py::module_::import("torch.distributed");  // c10d's ProcessGroup and Store types, which these derive from and take
+  m.doc() =
+      "Gossamer's torch.distributed backend (import gossamer.torch, which registers it as \"gossamer\").";
+  py::module_::import(
+      "torch.distributed");  // c10d's ProcessGroup and Store types, which these derive from and take
   using gossamer::c10d_backend::ProcessGroupGossamer;
   py::class_<ProcessGroupGossamer, ::c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGossamer>>(
       m, "ProcessGroupGossamer",
@@ -53,8 +55,9 @@ PYBIND11_MODULE(_c10d, m) {
            py::arg("overrides"), py::arg("timeout_seconds"), py::arg("store_host") = "",
            "Joins the group through the c10d `store`: `source` is the Gossamer config (YAML text if\n"
            "`is_text`, else a file path), `overrides` \"key=value\" strings; `timeout_seconds` bounds\n"
-           "each collective's waits; `store_host` (MASTER_ADDR) is what `transport.host: auto` faces. Raises gossamer's errors as RuntimeError (a peer that never\n"
-           "arrives: a timeout naming it).")
+           "each collective's waits; `store_host` (MASTER_ADDR) is what `transport.host: auto`\n"
+           "faces. Raises gossamer's errors as RuntimeError (a peer that never arrives: a timeout\n"
+           "naming it).")
       .def_property_readonly("transport", &ProcessGroupGossamer::transportName,
                              "The transport's kind (\"zmq\", \"socket\", ...).");
 }

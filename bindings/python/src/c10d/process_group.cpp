@@ -51,7 +51,8 @@ class C10dStore final : public Store {
 // ---- arguments -------------------------------------------------------------------
 
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "gossamer: ", what, " takes one tensor per call, got ", tensors.size());
+  TORCH_CHECK_VALUE(tensors.size() == 1, "gossamer: ", what, " takes one tensor per call, got ",
+                    tensors.size());
   return tensors[0];
 }
 
@@ -88,12 +89,18 @@ void checkRank(int r, int size, const char* what) {
 
 ReduceOp reduceOpOf(const ::c10d::ReduceOp& op) {
   switch (op.op_) {
-    case ::c10d::ReduceOp::SUM: return ReduceOp::kSum;
-    case ::c10d::ReduceOp::AVG: return ReduceOp::kAverage;
-    case ::c10d::ReduceOp::PRODUCT: return ReduceOp::kProduct;
-    case ::c10d::ReduceOp::MIN: return ReduceOp::kMin;
-    case ::c10d::ReduceOp::MAX: return ReduceOp::kMax;
-    default: break;
+    case ::c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case ::c10d::ReduceOp::AVG:
+      return ReduceOp::kAverage;
+    case ::c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProduct;
+    case ::c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case ::c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    default:
+      break;
   }
   TORCH_CHECK_VALUE(false, "gossamer: reduce op ", static_cast<int>(op.op_),
                     " is not supported (SUM, AVG, PRODUCT, MIN, MAX)");
@@ -103,13 +110,26 @@ ReduceOp reduceOpOf(const ::c10d::ReduceOp& op) {
 template <typename F>
 void withElement(at::ScalarType s, F&& f) {
   switch (s) {
-    case at::kFloat: f(float{}); return;
-    case at::kDouble: f(double{}); return;
-    case at::kHalf: f(float16{}); return;
-    case at::kBFloat16: f(bfloat16{}); return;
-    case at::kInt: f(std::int32_t{}); return;
-    case at::kLong: f(std::int64_t{}); return;
-    default: TORCH_CHECK_TYPE(false, "gossamer: dtype ", s, " is not supported");
+    case at::kFloat:
+      f(float{});
+      return;
+    case at::kDouble:
+      f(double{});
+      return;
+    case at::kHalf:
+      f(float16{});
+      return;
+    case at::kBFloat16:
+      f(bfloat16{});
+      return;
+    case at::kInt:
+      f(std::int32_t{});
+      return;
+    case at::kLong:
+      f(std::int64_t{});
+      return;
+    default:
+      TORCH_CHECK_TYPE(false, "gossamer: dtype ", s, " is not supported");
   }
 }
 
@@ -183,8 +203,8 @@ void GossamerWork::complete(std::exception_ptr error) {
 // ---- construction and the threads ---------------------------------------------------
 
 ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                                           const Config& config, const Registry& registry, double timeoutSeconds,
-                                           const std::string& storeHost)
+                                           const Config& config, const Registry& registry,
+                                           double timeoutSeconds, const std::string& storeHost)
     : ::c10d::ProcessGroup(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
   agent_ = std::make_unique<Agent>(config, rank, *store_, registry);
@@ -222,8 +242,8 @@ void ProcessGroupGossamer::fail(std::exception_ptr error) {
   if (!failure_) failure_ = error;
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                               Job job) {
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType type,
+                                                               std::vector<at::Tensor> outputs, Job job) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -335,14 +355,15 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce_coalesced(
   for (const auto& t : tensors) checkSameType(tensors[0], t, "allreduce_coalesced");
   const ReduceOp op = reduceOpOf(opts.reduceOp);
   std::vector<at::Tensor> list = tensors;
-  return enqueue(::c10d::OpType::ALLREDUCE_COALESCED, tensors, [this, list, op](const CollectiveOptions& o) mutable {
-    at::Tensor all = flat(list);  // one allreduce for all of them
-    withElement(all.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::allreduce<T>(agent_->transport(), elements<T>(all), op, o);
-    });
-    unflatten(all, list);
-  });
+  return enqueue(::c10d::OpType::ALLREDUCE_COALESCED, tensors,
+                 [this, list, op](const CollectiveOptions& o) mutable {
+                   at::Tensor all = flat(list);  // one allreduce for all of them
+                   withElement(all.scalar_type(), [&](auto e) {
+                     using T = decltype(e);
+                     gossamer::allreduce<T>(agent_->transport(), elements<T>(all), op, o);
+                   });
+                   unflatten(all, list);
+                 });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Tensor>& tensors,
@@ -360,9 +381,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Te
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                                 std::vector<at::Tensor>& inputs,
-                                                                 const ::c10d::AllgatherOptions&) {
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const ::c10d::AllgatherOptions&) {
   const at::Tensor in = single(inputs, "allgather");
   checkTensor(in, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
@@ -384,9 +405,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
                                                                        const ::c10d::AllgatherOptions&) {
   checkTensor(input, "allgather_into_tensor");
   checkTensor(output, "allgather_into_tensor");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: allgather_into_tensor: dtypes differ");
-  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "gossamer: allgather_into_tensor: the output has ",
-                    output.numel(), " elements, not ", size_, " x ", input.numel());
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "gossamer: allgather_into_tensor: dtypes differ");
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_,
+                    "gossamer: allgather_into_tensor: the output has ", output.numel(), " elements, not ",
+                    size_, " x ", input.numel());
   const at::Tensor in = input, out = output;
   return enqueue(::c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out](const CollectiveOptions& o) {
     out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
@@ -457,9 +480,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::T
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                                      std::vector<std::vector<at::Tensor>>& inputs,
-                                                                      const ::c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const ::c10d::ReduceScatterOptions& opts) {
   const at::Tensor out = single(outputs, "reduce_scatter");
   checkTensor(out, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
@@ -481,19 +504,23 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) {
   checkTensor(input, "reduce_scatter_tensor");
   checkTensor(output, "reduce_scatter_tensor");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: reduce_scatter_tensor: dtypes differ");
-  TORCH_CHECK_VALUE(input.numel() == output.numel() * size_, "gossamer: reduce_scatter_tensor: the input has ",
-                    input.numel(), " elements, not ", size_, " x ", output.numel());
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "gossamer: reduce_scatter_tensor: dtypes differ");
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * size_,
+                    "gossamer: reduce_scatter_tensor: the input has ", input.numel(), " elements, not ",
+                    size_, " x ", output.numel());
   const ReduceOp op = reduceOpOf(opts.reduceOp);
   const at::Tensor in = input, out = output;
-  return enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, in, out, op](const CollectiveOptions& o) {
-    at::Tensor all = in.clone();  // the reduce-scatter works in place; the input stays the caller's
-    withElement(out.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      const std::span<T> mine = gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
-      std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
-    });
-  });
+  return enqueue(
+      ::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, in, out, op](const CollectiveOptions& o) {
+        at::Tensor all = in.clone();  // the reduce-scatter works in place; the input stays the caller's
+        withElement(out.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> mine =
+              gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
+          std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
+        });
+      });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -532,26 +559,28 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
     recvCounts.push_back(static_cast<std::size_t>(t.numel()));
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return enqueue(::c10d::OpType::ALLTOALL, outs,
-                 [this, ins, outs, sendCounts, recvCounts](const CollectiveOptions& o) mutable {
-                   at::Tensor from = flat(ins);
-                   at::Tensor to = at::empty({static_cast<int64_t>(std::accumulate(
-                                                 recvCounts.begin(), recvCounts.end(), std::size_t{0}))},
-                                             from.options());
-                   withElement(from.scalar_type(), [&](auto e) {
-                     using T = decltype(e);
-                     const std::span<T> send = elements<T>(from);
-                     gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(send), sendCounts,
-                                            elements<T>(to), recvCounts, o);
-                   });
-                   unflatten(to, outs);
-                 });
+  return enqueue(
+      ::c10d::OpType::ALLTOALL, outs,
+      [this, ins, outs, sendCounts, recvCounts](const CollectiveOptions& o) mutable {
+        at::Tensor from = flat(ins);
+        at::Tensor to = at::empty(
+            {static_cast<int64_t>(std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0}))},
+            from.options());
+        withElement(from.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> send = elements<T>(from);
+          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(send), sendCounts, elements<T>(to),
+                                 recvCounts, o);
+        });
+        unflatten(to, outs);
+      });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::BarrierOptions&) {
   return enqueue(::c10d::OpType::BARRIER, {}, [this](const CollectiveOptions& o) {
     std::int32_t one = 1;
-    gossamer::allreduce<std::int32_t>(agent_->transport(), std::span<std::int32_t>(&one, 1), ReduceOp::kSum, o);
+    gossamer::allreduce<std::int32_t>(agent_->transport(), std::span<std::int32_t>(&one, 1), ReduceOp::kSum,
+                                      o);
   });
 }
 
@@ -563,7 +592,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tens
   checkTensor(t, "send");
   checkRank(dstRank, size_, "send destination");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: send: negative tag ", tag);
-  Request r = agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
+  Request r =
+      agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
   return completeLater(::c10d::OpType::SEND, tensors, std::move(r), false);
 }
 
@@ -573,11 +603,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tens
   checkTensor(t, "recv");
   checkRank(srcRank, size_, "recv source");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
-  Request r = agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
+  Request r =
+      agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
   return completeLater(::c10d::OpType::RECV, tensors, std::move(r), false);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                     int tag) {
   const at::Tensor t = single(tensors, "recv");
   checkTensor(t, "recv");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);

@@ -88,8 +88,8 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
                                              const ::c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                              const ::c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                       const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const ::c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                           const ::c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
