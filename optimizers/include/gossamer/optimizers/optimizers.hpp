@@ -346,7 +346,9 @@ class LossTolerantSgp final : public DistributedOptimizer {
   /// Never waits for a peer's message: each rank steps at its own pace.
   bool lockstep() const override { return false; }
   /// Re-sends every edge's latest sums kFlushRepeats times and takes in what
-  /// arrives (about 60 ms): after every rank flushed, what was lost is made up.
+  /// arrives (about 210 ms): after every rank flushed, what was lost is made
+  /// up. Sums that arrive later (a peer that started its flush over 200 ms
+  /// after this rank) are taken in by the next step or flush.
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return steps_; }
   double pushSumWeight() const override { return weight_; }
