@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "builtins.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -152,23 +153,8 @@ ReduceOp parseOp(const std::string& op) {
 
 // ---- components ---------------------------------------------------------------
 
-// Every built-in component: the registry the Python Agent builds from. One
-// per process (the inproc transport's fabric is made on first use).
-const Registry& builtins() {
-  static const Registry r = [] {
-    Registry reg;
-    transports::registerBuiltins(reg);
-    topologies::registerBuiltins(reg);
-    optimizers::registerBuiltins(reg);
-    return reg;
-  }();
-  return r;
-}
-
-Config loadConfig(const std::string& source, bool isText, const std::vector<std::string>& overrides) {
-  if (isText) return builtins().parse(source, "<config>", overrides);
-  return builtins().load(source, overrides);
-}
+using gossamer::python::builtins;
+using gossamer::python::loadConfig;
 
 // ---- the optimizer handle -------------------------------------------------------
 

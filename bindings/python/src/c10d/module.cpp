@@ -7,35 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "gossamer/optimizers/optimizers.hpp"
-#include "gossamer/registry.hpp"
-#include "gossamer/topologies/topologies.hpp"
-#include "gossamer/transports/builtins.hpp"
+#include "../builtins.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
 
-namespace {
-
-// Every built-in component (one registry per process).
-const gossamer::Registry& builtins() {
-  static const gossamer::Registry r = [] {
-    gossamer::Registry reg;
-    gossamer::transports::registerBuiltins(reg);
-    gossamer::topologies::registerBuiltins(reg);
-    gossamer::optimizers::registerBuiltins(reg);
-    return reg;
-  }();
-  return r;
-}
-
-}  // namespace
-
 PYBIND11_MODULE(_c10d, m) {
   m.doc() =
       "Gossamer's torch.distributed backend (import gossamer.torch, which registers it as \"gossamer\").";
-  py::module_::import(
-      "torch.distributed");  // c10d's ProcessGroup and Store types, which these derive from and take
+  // c10d's ProcessGroup and Store types, which these derive from and take.
+  py::module_::import("torch.distributed");
   using gossamer::c10d_backend::ProcessGroupGossamer;
   py::class_<ProcessGroupGossamer, ::c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGossamer>>(
       m, "ProcessGroupGossamer",
@@ -45,11 +26,10 @@ PYBIND11_MODULE(_c10d, m) {
                        const std::string& source, bool isText, std::vector<std::string> overrides,
                        double timeoutSeconds, const std::string& storeHost) {
              overrides.push_back("world_size=" + std::to_string(size));
-             const gossamer::Config config = isText ? builtins().parse(source, "<config>", overrides)
-                                                    : builtins().load(source, overrides);
+             const gossamer::Config config = gossamer::python::loadConfig(source, isText, overrides);
              py::gil_scoped_release release;  // the rendezvous waits for the peers
-             return c10::make_intrusive<ProcessGroupGossamer>(store, rank, size, config, builtins(),
-                                                              timeoutSeconds, storeHost);
+             return c10::make_intrusive<ProcessGroupGossamer>(
+                 store, rank, size, config, gossamer::python::builtins(), timeoutSeconds, storeHost);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("source"), py::arg("is_text"),
            py::arg("overrides"), py::arg("timeout_seconds"), py::arg("store_host") = "",
