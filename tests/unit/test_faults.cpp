@@ -205,6 +205,81 @@ TEST_CASE("faults: with 5% loss and 1% duplication, loss-tolerant SGP averages t
   CHECK(plain > 100 * robust);  // plain push-sum loses the mass of the lost messages
 }
 
+namespace {
+// 4 ranks: for the first `quietRounds` rounds rank 1 only sends (to 0) and
+// the others gossip on the ring 0 -> 2 -> 3 -> 0, so rank 1 receives nothing;
+// afterwards the ring 0 -> 1 -> 2 -> 3 -> 0.
+class StarvesRankOne final : public Topology {
+ public:
+  explicit StarvesRankOne(std::uint64_t quietRounds) : quiet_(quietRounds) {}
+  int worldSize() const override { return 4; }
+  std::string name() const override { return "starves_rank_one"; }
+  PeerSet peers(int rank, std::uint64_t step, int /*segment*/) const override {
+    static const int kQuietNext[4] = {2, 0, 3, 0}, kRingNext[4] = {1, 2, 3, 0};
+    PeerSet p;
+    p.sendTo = {step < quiet_ ? kQuietNext[rank] : kRingNext[rank]};
+    for (int q = 0; q < 4; ++q)
+      if (q != rank && (step < quiet_ ? kQuietNext[q] : kRingNext[q]) == rank) p.recvFrom.push_back(q);
+    return p;
+  }
+
+ private:
+  std::uint64_t quiet_;
+};
+}  // namespace
+
+TEST_CASE(
+    "faults: loss-tolerant SGP keeps a finite weight and model on a rank that receives nothing for "
+    "5,000 steps, and the mass stays exact",
+    "[faults][sgp]") {
+  const int n = 4;
+  const std::size_t p = 8;
+  const std::uint64_t quiet = 5000;
+  auto fabric = inproc::makeFabric(n);
+  const StarvesRankOne topology(quiet);
+  std::vector<std::vector<float>> xs(n, std::vector<float>(p));
+  std::vector<double> mean(p, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < p; ++i) {
+      xs[static_cast<std::size_t>(r)][i] = static_cast<float>(r * 10 + static_cast<int>(i));
+      mean[i] += xs[static_cast<std::size_t>(r)][i] / n;
+    }
+  std::vector<double> starvedWeight(n, 0.0);
+  std::vector<int> finiteAfterQuiet(n, 0);
+  std::barrier sync(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    const optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 1.0, optimizers::GossipMode::kAsync};
+    optimizers::LossTolerantSgp opt(*t, topology, p, o);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    const std::vector<float> g(p, 0.0f);
+    for (std::uint64_t s = 0; s < quiet; ++s) opt.step(x, g);
+    starvedWeight[static_cast<std::size_t>(r)] = opt.pushSumWeight();
+    finiteAfterQuiet[static_cast<std::size_t>(r)] =
+        std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }) ? 1 : 0;
+    sync.arrive_and_wait();  // every rank is past the quiet rounds before rank 1 hears anything
+    for (int s = 0; s < 300; ++s) {
+      opt.step(x, g);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the ranks' rounds interleave
+    }
+    for (int k = 0; k < 2; ++k) {
+      sync.arrive_and_wait();
+      opt.flush(x);
+    }
+    sync.arrive_and_wait();
+    t->close();
+  });
+  INFO("rank 1's push-sum weight after 5,000 steps with no arrival: " << starvedWeight[1]);
+  CHECK(starvedWeight[1] >= optimizers::SgpOptions{}.weightFloor / 2);  // one push below the floor at most
+  CHECK(starvedWeight[1] < optimizers::SgpOptions{}.weightFloor);
+  CHECK(finiteAfterQuiet == std::vector<int>(n, 1));
+  double err = 0;
+  for (const auto& x : xs)
+    for (std::size_t i = 0; i < p; ++i) err = std::max(err, std::abs(static_cast<double>(x[i]) - mean[i]));
+  INFO("largest |z - mean| after rank 1 hears from rank 0 again: " << err);
+  CHECK(err < 1e-4);
+}
+
 TEST_CASE("faults: a partition drops sends between groups only while it is in force", "[faults]") {
   CHECK(faults::parsePartition("", 4).empty());
   CHECK(faults::parsePartition("0,1|2,3", 4) == std::vector<std::vector<int>>{{0, 1}, {2, 3}});

@@ -341,6 +341,8 @@ class LossTolerantSgp final : public DistributedOptimizer {
   /// Leaves the gradients alone: SGP mixes models.
   void reduceGradients(std::span<float> grads) override;
   /// The running-sum push-sum round on the de-biased model `params` (P float32).
+  /// While the push-sum weight is below options.weightFloor the rank pushes
+  /// nothing and only takes in arrivals (the weight cannot underflow).
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
   /// Never waits for a peer's message: each rank steps at its own pace.
