@@ -33,6 +33,9 @@ void registerAdmmSection(Registry& registry) {
 Registry makeAdmmRegistry() {
   Registry r = train::makeTrainRegistry();
   registerAdmmSection(r);
+  // ADMM's rounds go back to the newest commit every member holds: a rank
+  // that was away has none of them, so a removed rank is not taken back.
+  r.setKeyDefault("membership", "rejoin", false);
   return r;
 }
 

@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "KEY=VALUE overriding a key of the config (repeatable)");
   CLI11_PARSE(app, argc, argv);
   try {
-    gossamer::Registry registry = gossamer::train::makeTrainRegistry();
-    gossamer::sparse::registerSparseSection(registry);
+    const gossamer::Registry registry = gossamer::sparse::makeSparseRegistry();
     const gossamer::Config c = registry.load(configPath, overrides);
     if (rank >= 0) {
       if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous");

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "components.hpp"
 #include "factorization_machine.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
@@ -36,6 +37,13 @@
 namespace gossamer::sparse {
 
 namespace ss = gossamer::optimizers::sparse_sync;
+
+Registry makeSparseRegistry() {
+  Registry registry = train::makeTrainRegistry();
+  registerSparseSection(registry);
+  registry.setKeyDefault("membership", "rejoin", false);
+  return registry;
+}
 
 void registerSparseSection(Registry& registry) {
   const SparseTrainConfig d;

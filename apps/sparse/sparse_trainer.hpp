@@ -38,6 +38,11 @@ struct SparseTrainConfig {
 /// Declares `sparse:` in `registry`. @throws InvalidArgument on a clash.
 void registerSparseSection(Registry& registry);
 
+/// gossamer-sparse's registry: gossamer-train's components, `sparse:`, and
+/// membership.rejoin false by default (the rounds go back to the newest
+/// commit every member holds, which a rank that was away does not hold).
+Registry makeSparseRegistry();
+
 /// The section's values. @throws InvalidArgument if a key is missing.
 SparseTrainConfig sparseConfigFrom(const Config& config);
 

@@ -485,15 +485,16 @@ void survivorsOfKill9(const std::string& algorithm, const std::string& transport
 }
 
 // Rank 1 of 3 is stopped (SIGSTOP) for longer than suspect_seconds, then
-// resumed: the others removed it; with rejoin it asks to come back and is
-// taken back (the job stops two epochs after that), without it exits.
+// resumed: the others removed it; with rejoin (the default) it asks to come
+// back and is taken back (the job stops two epochs after that), with
+// `rejoin: false` it exits.
 void stoppedPeer(const std::string& algorithm, bool rejoin) {
   gossamer::testing::requireFashionMnist();
   // Hierarchical: groups {0, 1} and {2}; the stopped rank is a member of a group.
   const int n = 3, epochs = 1000, victim = 1;
   TempDir dir;
   writeFile(dir / "job.yaml",
-            membershipConfig("zmq", algorithm, n, epochs) + (rejoin ? "  rejoin: true\n" : ""));
+            membershipConfig("zmq", algorithm, n, epochs) + (rejoin ? "" : "  rejoin: false\n"));
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -528,15 +529,14 @@ void stoppedPeer(const std::string& algorithm, bool rejoin) {
 }
 
 // Rank 2 of 4 is killed with SIGKILL and restarted with --rejoin from its
-// checkpoint after `restartAfterMs`; the job takes it back (and stops two
-// epochs after that).
+// checkpoint after `restartAfterMs`; the job, started with the membership
+// defaults, takes it back (and stops two epochs after that).
 void restartedPeer(const std::string& algorithm, int restartAfterMs) {
   gossamer::testing::requireFashionMnist();
   const int n = 4, epochs = 1000, victim = 2;
   TempDir dir;
   writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
-                                  "  rejoin: true\ncheckpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") +
-                                  "\n");
+                                  "checkpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") + "\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -615,7 +615,7 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   // views are alike but for the coordinator) learns the other's and joins it.
   // The job stops two epochs after rank 0 is in a view of all four again.
   writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs) +
-                                  "  rejoin: true\nfaults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
+                                  "faults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
                                   "  partition_start_seconds: 2\n  partition_seconds: 3\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};

@@ -23,6 +23,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "programs.hpp"
+#include "sparse_trainer.hpp"
 
 using namespace gossamer;
 
@@ -232,6 +233,28 @@ TEST_CASE("extension: a registry refuses clashing or malformed declarations", "[
   // Without a default, a config must name the component.
   ConfigError e = errorOf(reg, "world_size: 1\n");
   CHECK(e.key() == "transport.kind");
+}
+
+TEST_CASE("extension: a program sets its own default for a declared key", "[extension][config]") {
+  Registry reg = makeAppRegistry(inproc::makeFabric(1), std::make_shared<TransportProbe>());
+  reg.addSection("app", "", KeySet().integer("k", 1, 0, 3, "doc").boolean("flag", true, "doc"));
+  reg.setKeyDefault("app", "flag", false);
+  reg.setKeyDefault("app", "k", 2);
+  Config c = reg.parse("world_size: 1\nalgorithm: {name: scaled_sgd}\n");
+  CHECK_FALSE(c.get<bool>("app.flag"));
+  CHECK(c.get<int>("app.k") == 2);
+  CHECK(reg.complete(Config{}).get<bool>("app.flag") == false);
+  CHECK(reg.schema().markdown().find("| `flag` | bool | `false` |") != std::string::npos);
+  // The YAML still decides.
+  c = reg.parse("world_size: 1\nalgorithm: {name: scaled_sgd}\napp:\n  flag: true\n");
+  CHECK(c.get<bool>("app.flag"));
+  CHECK_THROWS_AS(reg.setKeyDefault("app", "flag", 1), InvalidArgument);         // another type
+  CHECK_THROWS_AS(reg.setKeyDefault("app", "nope", true), InvalidArgument);      // not declared
+  CHECK_THROWS_AS(reg.setKeyDefault("nowhere", "flag", true), InvalidArgument);  // no such section
+  // gossamer-admm and gossamer-sparse take no rank back; every other program does.
+  CHECK_FALSE(sparse::makeAdmmRegistry().parse("world_size: 1\n").get<bool>("membership.rejoin"));
+  CHECK_FALSE(sparse::makeSparseRegistry().parse("world_size: 1\n").get<bool>("membership.rejoin"));
+  CHECK(apps::makeProgramsRegistry().parse("world_size: 1\n").get<bool>("membership.rejoin"));
 }
 
 TEST_CASE("extension: the generated reference lists every registered key", "[extension][config]") {

@@ -203,7 +203,8 @@ TEST_CASE("session: round programs roll back to the newest commit every survivor
   const std::uint64_t rounds = 12, stopAt = 5;
   auto sent = std::make_shared<std::atomic<long>>(0);
   auto fabric = inproc::makeFabric(n);
-  const Registry reg = registryWith(fabric, sent);
+  Registry reg = registryWith(fabric, sent);
+  reg.setKeyDefault("membership", "rejoin", false);  // as gossamer-sparse and gossamer-admm do
   const Config config = reg.parse(configText(n, "allreduce_sgd"));
   MemoryStore store;
   std::vector<double> values(static_cast<std::size_t>(n));
@@ -241,7 +242,8 @@ TEST_CASE("session: round programs refuse settings they cannot honour", "[sessio
   auto sent = std::make_shared<std::atomic<long>>(0);
   for (const std::string extra : {"  rejoin: true\n", "checkpoint:\n  every_steps: 5\n  dir: /tmp/x\n"}) {
     INFO(extra);
-    const Registry reg = registryWith(inproc::makeFabric(1), sent);
+    Registry reg = registryWith(inproc::makeFabric(1), sent);
+    reg.setKeyDefault("membership", "rejoin", false);  // as gossamer-sparse and gossamer-admm do
     std::string text = configText(1, "allreduce_sgd");
     text.insert(text.find("  heartbeat_seconds"), extra.starts_with("  ") ? extra : "");
     if (!extra.starts_with("  ")) text += extra;

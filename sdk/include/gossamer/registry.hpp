@@ -167,6 +167,13 @@ class Registry {
   /// @throws InvalidArgument if `name` is not registered there.
   void setDefault(const std::string& section, const std::string& name);
 
+  /// This program's default for a declared key, e.g.
+  /// setKeyDefault("membership", "rejoin", false) (ConfigSchema::setKeyDefault).
+  /// @throws InvalidArgument if the key is not declared or `value` has another type.
+  void setKeyDefault(const std::string& section, const std::string& key, const ConfigValue& value) {
+    schema_.setKeyDefault(section, key, value);
+  }
+
   /// @throws ConfigError (key transport.kind / topology.kind / algorithm.name
   ///         / compression.kind) listing the registered names when `name` is unknown.
   const TransportFactory& transport(const std::string& name) const;

@@ -167,6 +167,14 @@ class ConfigSchema {
   /// @throws InvalidArgument unless `choice` is registered under `section`.
   void setDefaultChoice(const std::string& section, const std::string& choice);
 
+  /// Changes the default of key `key` of `section`, for the program that owns
+  /// this schema (gossamer-sparse and gossamer-admm, which take no rank back,
+  /// set membership.rejoin to false). Configs completed afterwards get it;
+  /// markdown() shows it.
+  /// @throws InvalidArgument if the key is not declared there or `value` is
+  ///         of another type than the key.
+  void setKeyDefault(const std::string& section, const std::string& key, const ConfigValue& value);
+
   /// Registers component `choice` under `section`'s selector with its keys.
   /// @throws InvalidArgument if the section has no selector or the choice exists.
   void addChoice(const std::string& section, const std::string& choice, const KeySet& keys);

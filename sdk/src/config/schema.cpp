@@ -327,6 +327,20 @@ void ConfigSchema::setDefaultChoice(const std::string& section, const std::strin
   s.entries.front().spec.defaultValue = choice;
 }
 
+void ConfigSchema::setKeyDefault(const std::string& section, const std::string& key,
+                                 const ConfigValue& value) {
+  Section* s = nullptr;
+  for (Section& candidate : sections_)
+    if (candidate.name == section) s = &candidate;
+  GOSSAMER_ENFORCE(s != nullptr, "no section '" << section << "'");
+  const auto it =
+      std::find_if(s->entries.begin(), s->entries.end(), [&](const Entry& e) { return e.spec.name == key; });
+  GOSSAMER_ENFORCE(it != s->entries.end(), "key '" << dottedKey(section, key) << "' is not declared");
+  GOSSAMER_ENFORCE(it->spec.defaultValue.index() == value.index(),
+                   "key '" << dottedKey(section, key) << "' holds another type");
+  it->spec.defaultValue = value;
+}
+
 void ConfigSchema::merge(Section& section, const KeySet& keys, const std::string& owner) {
   for (const KeySpec& k : keys.keys()) {
     auto it = std::find_if(section.entries.begin(), section.entries.end(),

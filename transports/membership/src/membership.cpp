@@ -831,8 +831,10 @@ void registerWith(Registry& registry) {
                 "silence after which a member is suspected and removed (> heartbeat_seconds)")
           .real("agreement_seconds", 0.0, {0.0, true, 3600.0, true},
                 "longest wait for the survivors to agree on a new view (0: transport.timeout_seconds)")
-          .boolean("rejoin", false,
-                   "a rank removed while it was stopped asks to rejoin (false: it stops with Expelled)")
+          .boolean("rejoin", true,
+                   "a rank removed while it was stopped (or cut off by a partition) asks to rejoin and is "
+                   "taken back at the next view change (false: it stops with Expelled; gossamer-sparse and "
+                   "gossamer-admm default to false: their rounds take no rank back)")
           .boolean("restarted", false,
                    "this process replaces a failed rank of the running job and joins it (gossamer-train "
                    "--rejoin sets it; needs rejoin and the zmq transport)"),

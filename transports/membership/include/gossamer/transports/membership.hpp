@@ -80,7 +80,7 @@ struct MembershipOptions {
   /// A rank the others removed while it was stopped asks to rejoin (and its
   /// peers take it back at the next view change) instead of stopping with
   /// Expelled.
-  bool rejoin = false;
+  bool rejoin = true;
   /// This process was started in place of a rank of a running job that
   /// failed (gossamer-train --rejoin; needs `rejoin` and a transport that
   /// takes a restarted peer back: zmq). It learns the job's current view from
