@@ -17,6 +17,7 @@
 // to --summary-json.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -165,6 +167,23 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
   return 0;
 }
 
+// The ranks that joined the job and are in its final view, from the summary
+// the lowest survivor wrote (none when it cannot be read).
+std::vector<int> ranksTakenBack(const std::string& summaryFile) {
+  std::vector<int> out;
+  std::ifstream in(summaryFile);
+  if (summaryFile.empty() || !in) return out;
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("joined") || !j.contains("survivors")) return out;
+  for (const auto& joined : j["joined"]) {
+    const int r = joined.value("rank", -1);
+    for (const auto& s : j["survivors"])
+      if (s.is_number_integer() && s.get<int>() == r && std::find(out.begin(), out.end(), r) == out.end())
+        out.push_back(r);
+  }
+  return out;
+}
+
 // Launches every rank as a child process and waits for them. A rank that
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
@@ -181,20 +200,47 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       membership ? std::numeric_limits<double>::infinity()
                  : c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
   o.name = "gossamer-train";
-  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
-    std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
-                                     std::to_string(r), "--rendezvous", rendezvous};
-    for (const auto& o : overrides) {
-      args.push_back("--set");
-      args.push_back(o);
-    }
-    args.insert(args.end(), progressArgs.begin(), progressArgs.end());
-    if ((r == 0 || membership) && !summaryPath.empty()) {  // the lowest survivor writes it
-      args.push_back("--summary-json");
-      args.push_back(summaryPath);
-    }
-    return args;
-  });
+  // With membership, the ranks also write the summary into the rendezvous
+  // directory (unless --summary-json names a file), so that the launcher
+  // can tell a rank whose process it saw killed but that a restarted
+  // process brought back.
+  std::string summaryFile = summaryPath;
+  std::vector<int> cameBack;
+  const auto result = gossamer::launchLocalRanks(
+      o,
+      [&](int r, const std::string& rendezvous) {
+        if (r == 0) {
+          if (membership && summaryFile.empty()) summaryFile = rendezvous + "/summary.json";
+          std::fprintf(stderr,
+                       "gossamer-train: rendezvous %s (restart a failed rank R with --config %s --rank R "
+                       "--rendezvous %s --rejoin)\n",
+                       rendezvous.c_str(), configPath.c_str(), rendezvous.c_str());
+        }
+        std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
+                                         std::to_string(r), "--rendezvous", rendezvous};
+        for (const auto& o : overrides) {
+          args.push_back("--set");
+          args.push_back(o);
+        }
+        args.insert(args.end(), progressArgs.begin(), progressArgs.end());
+        if ((r == 0 || membership) && !summaryFile.empty()) {  // the lowest survivor writes it
+          args.push_back("--summary-json");
+          args.push_back(summaryFile);
+        }
+        return args;
+      },
+      [&](const std::string&) {
+        if (membership) cameBack = ranksTakenBack(summaryFile);
+      });
+  for (int r : cameBack) {
+    const auto& x = result.ranks[static_cast<std::size_t>(r)];
+    if (x.outcome != gossamer::RankOutcome::kFinished && x.signal != 0)
+      std::fprintf(
+          stderr,
+          "gossamer-train: rank %d's first process was killed (signal %d); a process restarted in its "
+          "place rejoined the job and finished with it\n",
+          r, x.signal);
+  }
   if (result.signal != 0) return 128 + result.signal;  // as a shell reports a process ended by it
   if (membership && !result.killed) {
     // The job succeeded if every rank that was not killed from outside finished.

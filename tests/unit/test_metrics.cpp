@@ -97,6 +97,36 @@ TEST_CASE("a metrics record is one JSON line with kind, rank, time, step and its
   CHECK(json::parse(seen[0].json) == p);
 }
 
+TEST_CASE("a process restarted in place of a killed one cuts the torn last record off before appending",
+          "[metrics]") {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  MetricsOptions o;
+  o.dir = dir.path.string();
+  // Rank 1's file: two whole records, then one cut short by a kill -9.
+  // Rank 2's: a torn record only. Rank 3's: whole records only.
+  const std::string whole = R"({"kind":"start","rank":1,"time":1.0,"step":0})"
+                            "\n" +
+                            std::string(R"({"kind":"step","rank":1,"time":2.0,"step":5})") + "\n";
+  { std::ofstream(dir.path / "rank-1.jsonl") << whole << R"({"kind":"step","rank":1,"ti)"; }
+  { std::ofstream(dir.path / "rank-2.jsonl") << std::string(100000, 'x'); }
+  { std::ofstream(dir.path / "rank-3.jsonl") << whole; }
+  for (int rank : {1, 2, 3}) {
+    Metrics m(rank, 4, o);
+    m.emit("probe", 9);
+    m.finish(10);
+  }
+  const auto one = readLines(dir.path / "rank-1.jsonl");  // every line parses
+  REQUIRE(one.size() == 4);
+  CHECK(one[1]["step"] == 5);
+  CHECK(one[2]["kind"] == "probe");
+  CHECK(one[3]["kind"] == "end");
+  const auto two = readLines(dir.path / "rank-2.jsonl");
+  REQUIRE(two.size() == 2);
+  CHECK(two[0]["kind"] == "probe");
+  CHECK(readLines(dir.path / "rank-3.jsonl").size() == 4);
+}
+
 TEST_CASE("a step record sums its steps, carries the bytes per peer since the last one and the noted means",
           "[metrics]") {
   MetricsOptions o;

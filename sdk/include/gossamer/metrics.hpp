@@ -88,9 +88,13 @@ struct MetricsOptions {
 class Metrics {
  public:
   /// Opens <o.dir>/rank-<rank>.jsonl for appending (creating o.dir) when
-  /// o.enabled and o.dir is not empty.
+  /// o.enabled and o.dir is not empty. A last line without its newline (the
+  /// file's earlier process was killed while writing it; this one was
+  /// restarted in its place) is cut off first, with a warning, so that
+  /// every line stays one whole record.
   /// @throws InvalidArgument for rank outside [0, worldSize) or o.every == 0;
-  ///         Error if the directory or file cannot be created.
+  ///         Error if the directory or file cannot be created, or a torn
+  ///         line cannot be cut off.
   Metrics(int rank, int worldSize, MetricsOptions o);
   ~Metrics();
   Metrics(const Metrics&) = delete;

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
 
 namespace gossamer {
 
@@ -112,6 +114,37 @@ LinkMeter::Last LinkMeter::lastFrom(int peer) const {
   return out;
 }
 
+// A process killed while writing its records (kill -9) may leave a last
+// line without its newline; a process restarted in its place appends to the
+// same file. Cuts that torn line off first, so that every line of the file
+// stays one whole JSON record. Reads the file's tail only.
+static void dropTornRecord(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size == 0) return;  // no file yet, or an empty one
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return;  // opening it for appending reports the error
+  std::vector<char> chunk(64 * 1024);
+  std::uintmax_t keep = 0;  // the bytes up to and with the last newline
+  bool read = true;
+  for (std::uintmax_t end = size; end > 0 && keep == 0;) {
+    const std::uintmax_t begin = end > chunk.size() ? end - chunk.size() : 0;
+    const auto n = static_cast<std::size_t>(end - begin);
+    read = std::fseek(f, static_cast<long>(begin), SEEK_SET) == 0 && std::fread(chunk.data(), 1, n, f) == n;
+    if (!read) break;
+    for (std::size_t i = n; i-- > 0 && keep == 0;)
+      if (chunk[i] == '\n') keep = begin + i + 1;
+    end = begin;
+  }
+  std::fclose(f);
+  if (!read || keep == size) return;  // unreadable (appending reports it), or nothing torn
+  std::filesystem::resize_file(path, keep, ec);
+  if (ec) throw Error("run.dir: cannot cut the torn last record of '" + path + "': " + ec.message());
+  GOSSAMER_LOG(kWarning, "run.dir: " << path << " ended in a torn record (" << size - keep
+                                     << " bytes: its process was killed while writing); cut off before "
+                                        "appending");
+}
+
 Metrics::Metrics(int rank, int worldSize, MetricsOptions o)
     : rank_(rank), options_(std::move(o)), startUnix_(unixNow()) {
   GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize, "rank " << rank << " outside world size " << worldSize);
@@ -125,6 +158,7 @@ Metrics::Metrics(int rank, int worldSize, MetricsOptions o)
   std::filesystem::create_directories(options_.dir, ec);
   if (ec) throw Error("run.dir: cannot create '" + options_.dir + "': " + ec.message());
   const std::string path = options_.dir + "/rank-" + std::to_string(rank) + ".jsonl";
+  dropTornRecord(path);
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) throw Error("run.dir: cannot open '" + path + "': " + std::strerror(errno));
 }

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""gossamer-train's own launcher runs 4 ranks of quickstart-crossover.yaml
+(a small data set) with the membership defaults, and one rank is paused or
+replaced while the job trains:
+
+    pause_and_restart.py stop SECONDS GOSSAMER_TRAIN SOURCE_DIR
+        rank 1 gets SIGSTOP for SECONDS, then SIGCONT: the others remove it
+        and, when it runs again, take it back;
+    pause_and_restart.py restart GOSSAMER_TRAIN SOURCE_DIR
+        rank 2 gets SIGKILL and a new process is started in its place with
+        the command the launcher printed (--rank 2 --rendezvous DIR --rejoin).
+
+Once rank 0's metrics show the rank back in a view of all 4 and two more
+epochs, the stop file ends the job. Checks: the launcher exits 0 (and, after
+a restart, says the rank's restarted process rejoined), the summary's final
+view has all 4 ranks and lists the rank as joined, every line of every
+rank-R.jsonl is one JSON record, and scripts/gossamer-report reads the run
+directory. Every wait is bounded; every process is killed on any failure.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+N = 4
+
+
+def fail(msg, work):
+    for name in ("out", "err", "out-restarted", "err-restarted"):
+        path = os.path.join(work, name)
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                print(f"---- {name} (last 40 lines)\n" + "".join(f.readlines()[-40:]))
+    raise SystemExit(f"FAILED: {msg}")
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_until(cond, seconds, what, work):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    fail(f"no {what} within {seconds} s", work)
+
+
+def records(path):
+    """The whole lines of a rank's metrics file, parsed (a last line still
+    being written is left out)."""
+    out = []
+    text = read(path)
+    for line in text.split("\n")[:-1]:
+        out.append(json.loads(line))
+    return out
+
+
+def rank_pids(launcher):
+    """{rank: pid} of the launcher's children, from their command lines."""
+    pids = {}
+    children = read(f"/proc/{launcher}/task/{launcher}/children").split()
+    for pid in children:
+        args = read(f"/proc/{pid}/cmdline").split("\0")
+        if "--rank" in args:
+            pids[int(args[args.index("--rank") + 1])] = int(pid)
+    return pids
+
+
+def main():
+    mode = sys.argv[1]
+    seconds = float(sys.argv[2]) if mode == "stop" else 0.0
+    exe, src = sys.argv[-2], sys.argv[-1]
+    victim = 1 if mode == "stop" else 2
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        print("no /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist): skipped")
+        raise SystemExit(77)
+    work = tempfile.mkdtemp(prefix="gossamer-pause-")
+    run, stop = os.path.join(work, "run"), os.path.join(work, "stop")
+    config = os.path.join(src, "examples", "configs", "quickstart-crossover.yaml")
+    sets = ["--set", "training.epochs=100000", "--set", "data.train_limit=6000", "--set",
+            "data.test_limit=500", "--set", f"run.dir={run}", "--set", f"training.stop_file={stop}"]
+    procs = []
+    try:
+        with open(os.path.join(work, "out"), "w") as out, open(os.path.join(work, "err"), "w") as err:
+            launcher = subprocess.Popen([exe, "--config", config, "--progress", "off"] + sets, stdout=out,
+                                        stderr=err, start_new_session=True)
+        procs.append(launcher)
+        wait_until(lambda: "epoch 1/" in read(os.path.join(work, "out")), 120, "first epoch", work)
+        pids = wait_until(lambda: (lambda p: p if len(p) == N else None)(rank_pids(launcher.pid)), 10,
+                          "4 ranks", work)
+        if mode == "stop":
+            os.kill(pids[victim], signal.SIGSTOP)
+            time.sleep(seconds)
+            os.kill(pids[victim], signal.SIGCONT)
+        else:
+            m = re.search(r"gossamer-train: rendezvous (\S+) ", read(os.path.join(work, "err")))
+            if not m:
+                fail("the launcher did not print the rendezvous", work)
+            os.kill(pids[victim], signal.SIGKILL)
+            time.sleep(0.5)
+            with open(os.path.join(work, "out-restarted"), "w") as out, \
+                    open(os.path.join(work, "err-restarted"), "w") as err:
+                procs.append(subprocess.Popen(
+                    [exe, "--config", config, "--progress", "off", "--rank", str(victim), "--rendezvous",
+                     m.group(1), "--rejoin"] + sets, stdout=out, stderr=err, start_new_session=True))
+
+        rank0 = os.path.join(run, "rank-0.jsonl")
+
+        def back_and_two_epochs():
+            recs = records(rank0)
+            at = next((i for i, r in enumerate(recs) if r["kind"] == "view" and victim in r["joined"]), None)
+            return at is not None and sum(1 for r in recs[at:] if r["kind"] == "epoch") >= 2
+
+        wait_until(back_and_two_epochs, 120, f"view taking rank {victim} back, then two epochs", work)
+        open(stop, "w").close()
+        for p in procs:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                fail(f"process {p.args[:6]} still running 120 s after the stop file", work)
+        if launcher.returncode != 0:
+            fail(f"the launcher exited with {launcher.returncode}", work)
+        if mode == "restart":
+            if procs[1].returncode != 0:
+                fail(f"the restarted rank exited with {procs[1].returncode}", work)
+            if "a process restarted in its place rejoined the job" not in read(os.path.join(work, "err")):
+                fail("the launcher did not say that the restarted rank rejoined", work)
+        summary = json.loads(read(os.path.join(run, "summary.json")))
+        if summary["survivors"] != list(range(N)):
+            fail(f"final view {summary['survivors']}", work)
+        if victim not in [j["rank"] for j in summary.get("joined", [])]:
+            fail(f"rank {victim} is not listed as joined: {summary.get('joined')}", work)
+        for path in sorted(glob.glob(os.path.join(run, "rank-*.jsonl"))):
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    try:
+                        json.loads(line)
+                    except ValueError as e:
+                        fail(f"{path}:{n} is not a JSON record ({e})", work)
+        report = subprocess.run(["/usr/bin/python3", os.path.join(src, "scripts", "gossamer-report"), run,
+                                 "--out", os.path.join(work, "report")], capture_output=True, text=True,
+                                timeout=300)
+        if report.returncode != 0:
+            fail(f"gossamer-report exited with {report.returncode}: {report.stderr[-2000:]}", work)
+        print(f"{mode}: rank {victim} taken back; launcher exit 0; final view {summary['survivors']}; "
+              f"gossamer-report read {run}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    main()
