@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -482,6 +483,26 @@ void survivorsOfKill9(const std::string& algorithm, const std::string& transport
   CHECK(s["history"].back()["survivors"] == 3);
   CHECK(s["test_accuracy"].get<double>() > 0.6);
   CHECK(readFile(dir / "summary1").empty());
+  // Each survivor's `view` record of the loss carries its push-sum weight
+  // before and after the change (1 for AllReduce-SGD, which has none).
+  for (int r : {0, 1, 3}) {
+    std::istringstream lines(readFile(dir / ("run/rank-" + std::to_string(r) + ".jsonl")));
+    int views = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] != "view" || j["lost"] != nlohmann::json({victim})) continue;
+      INFO(line);
+      ++views;
+      for (const char* key : {"push_sum_weight_before", "push_sum_weight_after"}) {
+        const double w = j[key].get<double>();
+        CHECK(std::isfinite(w));
+        CHECK(w > 0);
+        CHECK(w <= n);
+        if (algorithm == "allreduce_sgd") CHECK(w == 1.0);
+      }
+    }
+    CHECK(views == 1);
+  }
 }
 
 // Rank 1 of 3 is stopped (SIGSTOP) for longer than suspect_seconds, then

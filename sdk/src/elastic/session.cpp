@@ -42,6 +42,9 @@ ViewChange Session::Impl::recover() {
   const bool pending = evaluating || owed || collectivePending();
   const std::uint64_t reported = resilient != nullptr ? resilient->reportedSteps() : completed;
   ViewChange change = membership->recover(reported, pending);
+  // This rank's push-sum weight (1 for optimizers without one) before and
+  // after the change, for the `view` record: the mass a change moves.
+  const double weightBefore = resilient != nullptr ? resilient->pushSumWeight() : 1.0;
   // Everything built over the old view goes first (it refers to the old communicator).
   if (resilient != nullptr) resilient->dropInner();
   a.communicator.reset();
@@ -55,7 +58,7 @@ ViewChange Session::Impl::recover() {
     changes.push_back(change);
   }
   a.viewNumber = change.view.number;
-  record(change, completed, pending);
+  record(change, completed, pending, weightBefore, resilient != nullptr ? resilient->pushSumWeight() : 1.0);
   return change;
 }
 
@@ -86,7 +89,8 @@ void Session::Impl::realignOptimizer(const ViewChange& change, std::uint64_t com
 }
 
 // The `view` record and, when ranks were lost, a warning.
-void Session::Impl::record(const ViewChange& change, std::uint64_t completed, bool pending) {
+void Session::Impl::record(const ViewChange& change, std::uint64_t completed, bool pending,
+                           double weightBefore, double weightAfter) {
   a.metrics->emit("view", steps(),
                   {{"view", static_cast<std::int64_t>(change.view.number)},
                    {"members", change.view.members},
@@ -96,7 +100,9 @@ void Session::Impl::record(const ViewChange& change, std::uint64_t completed, bo
                    {"resume_step", static_cast<std::int64_t>(change.resumeStep)},
                    {"evaluating", change.evaluating},
                    {"completed_step", static_cast<std::int64_t>(completed)},
-                   {"pending", pending}});
+                   {"pending", pending},
+                   {"push_sum_weight_before", weightBefore},
+                   {"push_sum_weight_after", weightAfter}});
   if (!logEnabled(LogLevel::kWarning) || change.lost.empty()) return;
   std::string lost;
   for (int p : change.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(p);

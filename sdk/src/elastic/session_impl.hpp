@@ -59,7 +59,8 @@ struct Session::Impl {
   bool collectivePending() const;
   ViewChange recover();
   void realignOptimizer(const ViewChange& change, std::uint64_t completed, bool pending);
-  void record(const ViewChange& change, std::uint64_t completed, bool pending);
+  void record(const ViewChange& change, std::uint64_t completed, bool pending, double weightBefore,
+              double weightAfter);
   bool survive(const std::function<void()>& f);
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
   // epochs.cpp
