@@ -726,6 +726,49 @@ TEMPLATE_TEST_CASE("messages sent just before close are delivered, not dropped",
   CHECK(got == big);
 }
 
+TEST_CASE("zmq: a hello claiming a live rank from a process that did not read the rendezvous changes nothing",
+          "[zmq][rejoin]") {
+  MemoryStore store;
+  auto options = [](int r) {
+    zmq::Options o;
+    o.rank = r;
+    o.worldSize = 2;
+    o.protocol = "tcp";
+    o.timeoutSeconds = kTimeout;
+    o.lingerSeconds = 1;
+    return o;
+  };
+  Group g(2);
+  onEveryRank(2, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
+  // A process that reached rank 0's port (its address is all it knows)
+  // starts as rank 1 over a rendezvous of its own, with another job key,
+  // says hello with a new incarnation and sends a message.
+  MemoryStore elsewhere;
+  const std::string prefix = options(0).storePrefix;
+  elsewhere.set(prefix + "/zmq/0", store.get(prefix + "/zmq/0", kTimeout));
+  elsewhere.set(prefix + "/zmq-job-key", std::string(64, 'a'));
+  CHECK(store.get(prefix + "/zmq-job-key", kTimeout) != std::string(64, 'a'));
+  auto forger = zmq::makeTransport(options(1), elsewhere);
+  const auto tag = Tag::make(Op::kUser, 9);
+  const double forged = 666.0, real = 7.0;
+  forger->isendOf<double>(0, tag, std::span<const double>(&forged, 1)).wait(kTimeout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 has read the hello and the message
+  // Rank 0 still talks to the real rank 1, both ways, and got nothing from the forger.
+  g[1]->isendOf<double>(0, tag, std::span<const double>(&real, 1)).wait(kTimeout);
+  double got = 0;
+  g[0]->irecvOf<double>(1, tag, std::span<double>(&got, 1)).wait(kTimeout);
+  CHECK(got == real);
+  double more = 0;
+  CHECK_FALSE(g[0]->irecvOf<double>(1, tag, std::span<double>(&more, 1)).waitFor(0.3));
+  const double back = 8.0;
+  g[0]->isendOf<double>(1, tag, std::span<const double>(&back, 1)).wait(kTimeout);
+  double echo = 0;
+  g[1]->irecvOf<double>(0, tag, std::span<double>(&echo, 1)).wait(kTimeout);
+  CHECK(echo == back);
+  forger->abort();
+  for (auto& t : g) t->close();
+}
+
 TEST_CASE("zmq: a transport started in place of a failed rank is taken back, and messages flow both ways",
           "[zmq][rejoin]") {
   for (const std::string protocol : {"tcp", "ipc"}) {

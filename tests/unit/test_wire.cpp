@@ -249,9 +249,10 @@ TEST_CASE("wire: an unknown frame kind is rejected at its offset", "[wire]") {
 
 TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is rejected at its offset",
           "[wire]") {
-  const gossamer::Hello hello{0x0123456789ABCDEFull, "tcp://127.0.0.1:40000"};
+  gossamer::Hello hello{0x0123456789ABCDEFull, {}, "tcp://127.0.0.1:40000"};
+  for (std::size_t i = 0; i < hello.proof.size(); ++i) hello.proof[i] = std::byte(i * 7 + 1);
   const auto payload = gossamer::encodeHello(hello);
-  REQUIRE(payload.size() == 8 + hello.endpoint.size());
+  REQUIRE(payload.size() == 8 + gossamer::kHelloProofBytes + hello.endpoint.size());
   const auto header = gossamer::encodeFrameHeader(FrameKind::kHello, DType::kBytes, kPeer,
                                                   gossamer::Tag{Op::kControl, 0, 0}, payload);
   const FrameHeader d = gossamer::decodeFrameHeader(header, kPeer, kWorld);
@@ -259,9 +260,12 @@ TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is 
   CHECK_FALSE(verifyError(header, payload).has_value());
   const auto back = gossamer::decodeHello(payload, kPeer);
   CHECK(back.incarnation == hello.incarnation);
+  CHECK(back.proof == hello.proof);
   CHECK(back.endpoint == hello.endpoint);
-  // A hello without an endpoint, or with one longer than kMaxHelloEndpoint.
-  for (std::size_t bytes : {std::size_t{0}, std::size_t{8}, 9 + gossamer::kMaxHelloEndpoint}) {
+  // A hello without a proof or an endpoint, or with one longer than kMaxHelloEndpoint.
+  constexpr std::size_t kFixed = 8 + gossamer::kHelloProofBytes;
+  for (std::size_t bytes :
+       {std::size_t{0}, std::size_t{8}, kFixed, kFixed + 1 + gossamer::kMaxHelloEndpoint}) {
     INFO(bytes << " payload bytes");
     auto h = header;
     poke<std::uint64_t>(h, fo::kCount, bytes);
@@ -276,8 +280,8 @@ TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is 
       CHECK(e.offset() == gossamer::kFrameHeaderBytes);
     }
   }
-  CHECK_THROWS_AS(gossamer::encodeHello({1, ""}), InvalidArgument);
-  CHECK_THROWS_AS(gossamer::encodeHello({1, std::string(gossamer::kMaxHelloEndpoint + 1, 'x')}),
+  CHECK_THROWS_AS(gossamer::encodeHello({1, {}, ""}), InvalidArgument);
+  CHECK_THROWS_AS(gossamer::encodeHello({1, {}, std::string(gossamer::kMaxHelloEndpoint + 1, 'x')}),
                   InvalidArgument);
 }
 

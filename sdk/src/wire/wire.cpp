@@ -336,10 +336,12 @@ FrameHeader decodeFrameHeader(std::span<const std::byte> header, int peer, int w
     throw ProtocolError(peer, fo::kPayloadBytes,
                         "pull frame with a payload of " + std::to_string(d.payloadBytes) + " bytes, not " +
                             std::to_string(kPullDescriptorBytes));
-  if (d.kind == FrameKind::kHello && (d.payloadBytes <= 8 || d.payloadBytes > 8 + kMaxHelloEndpoint))
+  if (d.kind == FrameKind::kHello &&
+      (d.payloadBytes <= 8 + kHelloProofBytes || d.payloadBytes > 8 + kHelloProofBytes + kMaxHelloEndpoint))
     throw ProtocolError(peer, fo::kPayloadBytes,
-                        "hello frame with a payload of " + std::to_string(d.payloadBytes) +
-                            " bytes, not 9 to " + std::to_string(8 + kMaxHelloEndpoint));
+                        "hello frame with a payload of " + std::to_string(d.payloadBytes) + " bytes, not " +
+                            std::to_string(9 + kHelloProofBytes) + " to " +
+                            std::to_string(8 + kHelloProofBytes + kMaxHelloEndpoint));
   if (d.kind != FrameKind::kData && d.kind != FrameKind::kDataTrailing && d.kind != FrameKind::kPull &&
       d.kind != FrameKind::kHello && d.payloadBytes != 0)
     throw ProtocolError(peer, fo::kPayloadBytes, "control frame carries a payload");
@@ -413,23 +415,26 @@ void StreamFrameVerifier::finish(std::span<const std::byte> trailer) const {
 std::vector<std::byte> encodeHello(const Hello& hello) {
   GOSSAMER_ENFORCE(!hello.endpoint.empty() && hello.endpoint.size() <= kMaxHelloEndpoint,
                    "hello endpoint of " << hello.endpoint.size() << " bytes, not 1 to " << kMaxHelloEndpoint);
-  std::vector<std::byte> out(8 + hello.endpoint.size());
+  std::vector<std::byte> out(8 + kHelloProofBytes + hello.endpoint.size());
   for (int i = 0; i < 8; ++i)
     out[static_cast<std::size_t>(i)] = std::byte((hello.incarnation >> (8 * i)) & 0xFF);
-  std::memcpy(out.data() + 8, hello.endpoint.data(), hello.endpoint.size());
+  std::memcpy(out.data() + 8, hello.proof.data(), kHelloProofBytes);
+  std::memcpy(out.data() + 8 + kHelloProofBytes, hello.endpoint.data(), hello.endpoint.size());
   return out;
 }
 
 Hello decodeHello(std::span<const std::byte> payload, int peer) {
-  if (payload.size() <= 8 || payload.size() > 8 + kMaxHelloEndpoint)
+  constexpr std::size_t kFixed = 8 + kHelloProofBytes;
+  if (payload.size() <= kFixed || payload.size() > kFixed + kMaxHelloEndpoint)
     throw ProtocolError(peer, kFrameHeaderBytes,
-                        "hello payload of " + std::to_string(payload.size()) + " bytes, not 9 to " +
-                            std::to_string(8 + kMaxHelloEndpoint));
+                        "hello payload of " + std::to_string(payload.size()) + " bytes, not " +
+                            std::to_string(kFixed + 1) + " to " + std::to_string(kFixed + kMaxHelloEndpoint));
   Hello h;
   for (int i = 0; i < 8; ++i)
     h.incarnation |= std::uint64_t(std::to_integer<std::uint8_t>(payload[static_cast<std::size_t>(i)]))
                      << (8 * i);
-  h.endpoint.assign(reinterpret_cast<const char*>(payload.data() + 8), payload.size() - 8);
+  std::memcpy(h.proof.data(), payload.data() + 8, kHelloProofBytes);
+  h.endpoint.assign(reinterpret_cast<const char*>(payload.data() + kFixed), payload.size() - kFixed);
   return h;
 }
 

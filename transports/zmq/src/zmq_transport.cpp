@@ -32,7 +32,12 @@
 // failed rank) makes its peers drop the old connection and what was queued on
 // it, connect to the new process's address and take the rank back
 // (PeerLifecycle::revive); frames of the old incarnation still queued are
-// dropped unread.
+// dropped unread. Only a process that read the job's rendezvous can do so:
+// rank 0 puts a random 32-byte job key there when the job starts, and every
+// hello carries HMAC-SHA-512-256(job key, incarnation || rank) (libsodium's
+// crypto_auth); a hello whose MAC does not verify is counted, logged and
+// ignored, so a process that only reached a port cannot evict a live peer.
+#include <sodium.h>
 #include <zmq.hpp>
 
 #include <malloc.h>
@@ -128,15 +133,14 @@ class ZmqTransport final : public Transport {
     } catch (const ::zmq::error_t& e) {
       throw Error("rank " + std::to_string(o.rank) + ": cannot bind " + bindAt + ": " + e.what());
     }
-    const std::string me = rx_.get(::zmq::sockopt::last_endpoint);
+    me_ = rx_.get(::zmq::sockopt::last_endpoint);
     incarnation_ = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
-    hello_ = encodeHello(Hello{incarnation_, me});
     // The progress thread reads the ROUTER from now on, while this rank
     // waits for its peers: what a stray client sends meanwhile is checked
     // and dropped at once instead of piling up in memory (see stashEarly).
     progress_ = std::thread([this] { progressLoop(); });
     try {
-      connectPeers(store, me);
+      connectPeers(store, me_);
     } catch (...) {
       stop_ = true;
       progress_.join();
@@ -154,6 +158,10 @@ class ZmqTransport final : public Transport {
     const std::string keyPrefix = o.storePrefix + "/zmq-key/";
     if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
     store.set(prefix + std::to_string(o.rank), me);
+    readJobKey(store);
+    Hello hello{incarnation_, {}, me};
+    hello.proof = proofOf(incarnation_, o.rank);
+    hello_ = encodeHello(hello);
     std::vector<std::string> keys;
     for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
     store.wait(keys, o.timeoutSeconds);
@@ -179,6 +187,41 @@ class ZmqTransport final : public Transport {
       connectLocked(p, store.get(prefix + std::to_string(p), o.timeoutSeconds));
     }
     ready_.store(true, std::memory_order_release);
+  }
+
+  // The job's key (see the top of the file): rank 0 draws it once per
+  // rendezvous (a rank 0 started in place of a failed one finds it there);
+  // every rank reads it before it says hello.
+  void readJobKey(Store& store) {
+    if (sodium_init() < 0) throw Error("zmq: libsodium cannot be initialised");
+    const std::string key = opt_.storePrefix + "/zmq-job-key";
+    if (opt_.rank == 0 && !store.tryGet(key)) {
+      std::array<unsigned char, crypto_auth_KEYBYTES> k{};
+      crypto_auth_keygen(k.data());
+      std::array<char, 2 * crypto_auth_KEYBYTES + 1> hex{};
+      sodium_bin2hex(hex.data(), hex.size(), k.data(), k.size());
+      store.set(key, hex.data());
+    }
+    const std::string hex = store.get(key, opt_.timeoutSeconds);
+    std::size_t got = 0;
+    if (hex.size() != 2 * jobKey_.size() ||
+        sodium_hex2bin(jobKey_.data(), jobKey_.size(), hex.data(), hex.size(), nullptr, &got, nullptr) != 0 ||
+        got != jobKey_.size())
+      throw Error("zmq rank " + std::to_string(opt_.rank) + ": the rendezvous's " + key + " is not " +
+                  std::to_string(2 * jobKey_.size()) + " hex digits");
+  }
+  // MAC of (incarnation, rank) under the job's key.
+  std::array<std::byte, kHelloProofBytes> proofOf(std::uint64_t incarnation, int rank) const {
+    static_assert(kHelloProofBytes == crypto_auth_BYTES);
+    std::array<unsigned char, 12> m{};
+    for (int i = 0; i < 8; ++i)
+      m[static_cast<std::size_t>(i)] = static_cast<unsigned char>(incarnation >> (8 * i));
+    for (int i = 0; i < 4; ++i)
+      m[static_cast<std::size_t>(8 + i)] =
+          static_cast<unsigned char>(static_cast<std::uint32_t>(rank) >> (8 * i));
+    std::array<std::byte, kHelloProofBytes> out{};
+    crypto_auth(reinterpret_cast<unsigned char*>(out.data()), m.data(), m.size(), jobKey_.data());
+    return out;
   }
 
   ~ZmqTransport() override {
@@ -561,6 +604,17 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     if (std::find(peer.replaced.begin(), peer.replaced.end(), hello.incarnation) != peer.replaced.end())
       return;
+    if (sodium_memcmp(proofOf(hello.incarnation, p).data(), hello.proof.data(), kHelloProofBytes) != 0) {
+      // Not from a process of this job (it did not read the rendezvous):
+      // the rank's connection stays as it is.
+      const auto n = forgedHellos_.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (n <= 3 || (n & (n - 1)) == 0)
+        GOSSAMER_LOG(kWarning, "zmq rank " << opt_.rank << ": ignored a hello claiming rank " << p
+                                           << " (incarnation " << hello.incarnation << ", " << hello.endpoint
+                                           << ") whose proof does not verify under the job's key (" << n
+                                           << " so far)");
+      return;
+    }
     // The first hello of a peer that is there, from the address this rank
     // connected to; the old process may also have gone, or been replaced,
     // before its own hello was read.
@@ -1118,8 +1172,11 @@ class ZmqTransport final : public Transport {
   std::thread progress_;
   std::atomic<bool> stop_{false}, aborting_{false};
   std::uint64_t incarnation_ = 0;  // this process's, drawn at random (odd: never 0)
-  std::vector<std::byte> hello_;   // its hello (encodeHello): incarnation_ and rx_'s address
-  bool rebuildPoll_ = false;       // progress thread: a monitor socket changed
+  std::string me_;                 // rx_'s address
+  std::array<unsigned char, crypto_auth_KEYBYTES> jobKey_{};  // from the rendezvous (readJobKey)
+  std::atomic<std::uint64_t> forgedHellos_{0};                // hellos whose proof did not verify
+  std::vector<std::byte> hello_;  // its hello (encodeHello): incarnation_ and rx_'s address
+  bool rebuildPoll_ = false;      // progress thread: a monitor socket changed
   // Set-up is over (peers_ complete); until then the progress thread keeps
   // well-formed frames from ranks' connections in early_ (stashEarly).
   std::atomic<bool> ready_{false};

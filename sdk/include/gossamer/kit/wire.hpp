@@ -117,7 +117,7 @@ struct Tag {
 std::string toString(const Tag& tag);
 
 constexpr std::uint32_t kFrameMagic = 0x524D5347u;
-constexpr std::uint16_t kProtocolVersion = 3;  // 2: FrameKind::kDataTrailing; 3: FrameKind::kHello
+constexpr std::uint16_t kProtocolVersion = 4;  // 2: kDataTrailing; 3: kHello; 4: Hello::proof
 constexpr std::size_t kFrameHeaderBytes = 48;
 /// Largest payload a frame may announce: 1 GiB. Protects receivers from
 /// allocating from an unchecked length.
@@ -148,12 +148,17 @@ enum class FrameKind : std::uint8_t {
 };
 
 /// Payload of a hello frame (zmq: the first frame on every connection):
-/// [incarnation: u64][endpoint: the sender's address, 1 to kMaxHelloEndpoint
-/// bytes]. The incarnation is drawn at random when a transport starts, so a
-/// process started in place of a failed rank is told apart from the one it
-/// replaces, and reached at its own address.
+/// [incarnation: u64][proof: kHelloProofBytes][endpoint: the sender's
+/// address, 1 to kMaxHelloEndpoint bytes]. The incarnation is drawn at random
+/// when a transport starts, so a process started in place of a failed rank
+/// is told apart from the one it replaces, and reached at its own address.
+/// The proof is a MAC of (incarnation, rank) under the job's key, which only
+/// processes that read the job's rendezvous hold: a hello without it does
+/// not replace a live peer (zmq_transport.cpp).
+constexpr std::size_t kHelloProofBytes = 32;
 struct Hello {
   std::uint64_t incarnation = 0;
+  std::array<std::byte, kHelloProofBytes> proof{};
   std::string endpoint;
 };
 /// Longest endpoint a hello may carry, bytes.
