@@ -104,6 +104,7 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
+  GOSSAMER_ENFORCE(o.flushWaitSeconds >= 0, "flush wait " << o.flushWaitSeconds << " s");
   GOSSAMER_ENFORCE(
       o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
       "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
@@ -186,7 +187,7 @@ void CrossoverSgd::flush(std::span<float> params) {
             return received_;
           },
           params, segments_, asyncWeight_, detail::kAgreementSequenceBase + 2 * agreements_++,
-          options_.timeoutSeconds);
+          options_.timeoutSeconds, options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning,

@@ -43,6 +43,7 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
     if (interAlgorithm == "sgp") {
       SgpOptions so{options.sgd, options.timeoutSeconds, options.mode, options.weightFloor};
       so.asyncWaitSeconds = options.asyncWaitSeconds;
+      so.flushWaitSeconds = options.flushWaitSeconds;
       so.checkReceived = options.checkReceived;
       inter_ = std::make_unique<Sgp>(leaders, *leaderTopology_, numParams, so);
     } else {

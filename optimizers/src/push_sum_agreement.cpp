@@ -1,6 +1,7 @@
 // Agreement at the end of an async push-sum phase; see push_sum_agreement.hpp.
 #include "push_sum_agreement.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -13,17 +14,17 @@ namespace gossamer::optimizers::detail {
 void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
                   const std::function<std::uint64_t()>& foldArrived, std::span<float> z,
                   std::span<const std::pair<std::size_t, std::size_t>> blocks, std::span<double> weights,
-                  std::uint64_t sequence, double timeoutSeconds) {
+                  std::uint64_t sequence, double timeoutSeconds, double arrivalSeconds) {
   const int n = transport.worldSize(), rank = transport.rank();
   GOSSAMER_ENFORCE(sentTo.size() == static_cast<std::size_t>(n),
                    "expected " << n << " message counts, got " << sentTo.size());
   GOSSAMER_ENFORCE(blocks.size() == weights.size(), blocks.size()
                                                         << " blocks but " << weights.size() << " weights");
-  const CollectiveOptions options(sequence, timeoutSeconds);
-
-  // 1. Nothing in flight: take in every message sent to this rank.
+  // 1. Nothing in flight: take in every message sent to this rank. Every
+  // rank must reach it first: the wait is arrivalSeconds.
   std::vector<double> counts(sentTo.begin(), sentTo.end());
-  allreduce(transport, std::span<double>(counts), ReduceOp::kSum, options);
+  allreduce(transport, std::span<double>(counts), ReduceOp::kSum,
+            CollectiveOptions(sequence, std::max(timeoutSeconds, arrivalSeconds)));
   const auto expected = static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank)]);
   // Half the timeout, so that the others (waiting in step 2) are still there.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds / 2);

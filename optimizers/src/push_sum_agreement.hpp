@@ -42,13 +42,16 @@ namespace gossamer::optimizers::detail {
 ///                     one block; Crossover-SGD: its segments).
 /// @param weights      the blocks' push-sum weights; each becomes 1.
 /// @param sequence     the collectives' sequence (distinct per call, same on all ranks).
+/// @param arrivalSeconds the longest wait for every rank to reach step 1
+///         (ranks that step slower come later); the rest is bounded by
+///         `timeoutSeconds`.
 /// @throws PeerFailure if a rank is gone (nothing is changed then);
 ///         TimeoutError if another rank does not take part within
-///         `timeoutSeconds`.
+///         `arrivalSeconds`, or a step then takes over `timeoutSeconds`.
 void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
                   const std::function<std::uint64_t()>& foldArrived, std::span<float> z,
                   std::span<const std::pair<std::size_t, std::size_t>> blocks, std::span<double> weights,
-                  std::uint64_t sequence, double timeoutSeconds);
+                  std::uint64_t sequence, double timeoutSeconds, double arrivalSeconds);
 
 /// Collective sequences the optimizers' own agreements use, clear of the
 /// ones a Communicator on the same transport counts up from 0.

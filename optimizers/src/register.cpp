@@ -19,6 +19,9 @@ SgdOptions sgdFrom(const Config& c) {
   return SgdOptions{c.get<double>("training.learning_rate"), c.get<double>("training.momentum"),
                     c.get<double>("training.weight_decay")};
 }
+// Async flush: with the membership service on, a rank behind is waited for
+// as long as it lives (the service ends the wait for a dead or silent one).
+double flushWaitFrom(const Config& c) { return c.getOr<bool>("membership.enabled", false) ? 86400.0 : 0.0; }
 GossipMode modeFrom(const Config& c) { return parseGossipMode(c.get<std::string>("algorithm.mode")); }
 CrossoverOptions crossoverFrom(const Config& c) {
   CrossoverOptions o;
@@ -29,6 +32,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.mode = modeFrom(c);
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
+  o.flushWaitSeconds = flushWaitFrom(c);
   o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }
@@ -41,6 +45,7 @@ SgpOptions sgpFrom(const Config& c) {
   SgpOptions o{sgdFrom(c), c.get<double>("transport.timeout_seconds"), modeFrom(c)};
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
+  o.flushWaitSeconds = flushWaitFrom(c);
   o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }

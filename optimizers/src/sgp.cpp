@@ -81,6 +81,7 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
+  GOSSAMER_ENFORCE(o.flushWaitSeconds >= 0, "flush wait " << o.flushWaitSeconds << " s");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
@@ -269,7 +270,8 @@ void Sgp::flush(std::span<float> params) {
             return asyncReceived_;
           },
           params, std::span(&all, 1), std::span(&weight_, 1),
-          detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds);
+          detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds,
+          options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning, "sgp: the ranks cannot agree (" << e.what() << "); folding in what arrived");

@@ -98,7 +98,7 @@ void LossTolerantSgp::mixParameters(std::span<float> params) {
       x_[i] += weight_ * (static_cast<double>(params[i]) - static_cast<double>(lastZ_[i]));
   }
   const PeerSet p = topology_.peers(transport_.rank(), rounds_++);
-  if (false && weight_ < options_.weightFloor) {  // starved: keep the mass, take in what came
+  if (weight_ < options_.weightFloor) {  // starved: keep the mass, take in what came
     takeArrived();
     writeModel(params);
     return;

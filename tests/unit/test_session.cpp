@@ -150,6 +150,61 @@ TEST_CASE("session: a service registered after the built-ins leaves recovery to 
   }
 }
 
+TEST_CASE(
+    "session: async gossip with a rank ten times slower ends every epoch on every rank, the flush "
+    "waiting for it past transport.timeout_seconds",
+    "[session][membership]") {
+  // 3 ranks, one epoch of 40 steps: rank 2 takes 60 ms a step, the others
+  // 6 ms, so they reach the epoch's flush about 2 s before it, twice the
+  // transport timeout of 1 s. The membership service hears rank 2's
+  // heartbeats all along, so the flush waits for it instead of timing out;
+  // every rank ends with the same push-sum average.
+  const std::string algorithm = GENERATE(as<std::string>{}, "sgp", "crossover_sgd");
+  INFO(algorithm);
+  const int n = 3, slow = 2;
+  const std::uint64_t spe = 40;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric, sent);
+  std::string text = configText(n, algorithm);
+  text.replace(text.find("timeout_seconds: 20"), 19, "timeout_seconds: 1");
+  const std::string name = "\nalgorithm:\n  name: " + algorithm + "\n";
+  text.replace(text.find(name), name.size(), name + "  mode: async\n");
+  const Config config = reg.parse(text);
+  REQUIRE(config.get<double>("transport.timeout_seconds") == 1.0);
+  REQUIRE(config.get<std::string>("algorithm.mode") == "async");
+  MemoryStore store;
+  std::vector<std::vector<float>> finals(static_cast<std::size_t>(n));
+  std::vector<int> evaluated(static_cast<std::size_t>(n), 0);
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    std::vector<float> x(4, static_cast<float>(r)), g(4, 0.0f);
+    TrainingPlan plan;
+    plan.params = x;
+    plan.tensorSizes = {4};
+    plan.stepsPerEpoch = spe;
+    plan.epochs = 1;
+    session.train(plan);
+    while (session.nextEpoch()) {
+      while (session.stepping()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(r == slow ? 60 : 6));
+        session.step(g, 0.0);
+      }
+      if (session.evaluate([](const EpochEnd&) {})) ++evaluated[static_cast<std::size_t>(r)];
+    }
+    session.finish();
+    finals[static_cast<std::size_t>(r)] = x;
+    session.close();
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(evaluated[static_cast<std::size_t>(r)] == 1);
+    REQUIRE(finals[static_cast<std::size_t>(r)].size() == 4);
+    for (float v : finals[static_cast<std::size_t>(r)])
+      CHECK(v == Approx(1.0f).epsilon(1e-5));  // mean of 0, 1, 2
+  }
+}
+
 namespace {
 
 // A lockstep program of `rounds` rounds: each adds the sum over the view of

@@ -107,6 +107,13 @@ struct CrossoverOptions {
   /// up to this long (seconds, >= 0) for its peers' pushes before it steps
   /// on; 0 never waits (bounded staleness, as SgpOptions::asyncWaitSeconds).
   double asyncWaitSeconds = 0.005;
+  /// Async mode: the longest wait (seconds) in flush() for every rank to
+  /// reach the agreement that ends the phase (0: timeoutSeconds). A rank
+  /// that steps slower arrives later by the time it is behind. With the
+  /// membership service on, the registry sets it to a day: the service
+  /// removes a dead or silent rank, which ends the wait, so only a live rank
+  /// that is behind (it still heartbeats) is waited for.
+  double flushWaitSeconds = 0;
   /// Refuse a received segment with a NaN or infinite value, or (async) a
   /// push-sum weight outside [0, world size], instead of mixing it in
   /// (GossipScreen; rejectedMessages() counts them).
@@ -222,6 +229,13 @@ struct SgpOptions {
   /// waits. A bounded staleness that yields the CPU to the transport when
   /// the steps outpace it (sgp.cpp).
   double asyncWaitSeconds = 0.005;
+  /// Async mode: the longest wait (seconds) in flush() for every rank to
+  /// reach the agreement that ends the phase (0: timeoutSeconds). A rank
+  /// that steps slower arrives later by the time it is behind. With the
+  /// membership service on, the registry sets it to a day: the service
+  /// removes a dead or silent rank, which ends the wait, so only a live rank
+  /// that is behind (it still heartbeats) is waited for.
+  double flushWaitSeconds = 0;
   /// Refuse a received message whose push-sum weight is not finite or lies
   /// outside [0, world size], or whose values hold a NaN or infinity,
   /// instead of mixing it in (GossipScreen; rejectedMessages() counts them).
