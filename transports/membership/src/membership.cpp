@@ -34,6 +34,10 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 /// peer that asked to join, before it decides without it.
 constexpr double kJoinWaitBeats = 5;
 
+/// The background thread's pass interval: it reads what its peers sent,
+/// sends heartbeats when due and suspects the silent once a pass.
+constexpr auto kPassInterval = std::chrono::milliseconds(10);
+
 using codec::decode;
 using codec::encode;
 using codec::kHeaderBytes;
@@ -730,8 +734,12 @@ class MembershipTransport final : public Transport, public Membership {
         }
       }
       for (int p : repost) post(p);
+      // A pass every 10 ms: a control message waits 5 ms on average before
+      // it is read (a view change takes three or four of them). An idle
+      // rank of a 2-rank torch process group used 0.07 s of CPU in 5 s with
+      // 10 ms passes, 0.12 s with 2 ms ones (gloo: 0.03 s).
       std::unique_lock<std::mutex> lk(stopMu_);
-      stopCv_.wait_for(lk, std::chrono::milliseconds(2), [this] { return stopping_.load(); });
+      stopCv_.wait_for(lk, kPassInterval, [this] { return stopping_.load(); });
     }
   }
 
