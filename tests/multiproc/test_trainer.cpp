@@ -662,6 +662,8 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   std::vector<int> lost;
   for (const auto& l : s["lost"]) lost.push_back(l["rank"].get<int>());
   CHECK(lost == std::vector<int>{2, 3});
+  // One job, one summary: rank 2, which led the other half, wrote none.
+  for (int r : {1, 2, 3}) CHECK(readFile(dir / ("summary" + std::to_string(r))).empty());
 }
 
 TEST_CASE(
