@@ -111,6 +111,7 @@ def main():
                 fail("the launcher did not print the rendezvous", work)
             os.kill(pids[victim], signal.SIGKILL)
             time.sleep(0.5)
+            restarted_at = time.time()
             with open(os.path.join(work, "out-restarted"), "w") as out, \
                     open(os.path.join(work, "err-restarted"), "w") as err:
                 procs.append(subprocess.Popen(
@@ -138,6 +139,17 @@ def main():
                 fail(f"the restarted rank exited with {procs[1].returncode}", work)
             if "a process restarted in its place rejoined the job" not in read(os.path.join(work, "err")):
                 fail("the launcher did not say that the restarted rank rejoined", work)
+        took = ""
+        if mode == "restart":
+            # The restart costs at most 2 view changes after the one that
+            # removed the killed process (a rejoin may take an empty one first).
+            views = [r for r in records(rank0) if r["kind"] == "view"]
+            lost_at = next(i for i, r in enumerate(views) if victim in r["lost"])
+            joined_at = next(i for i, r in enumerate(views) if victim in r["joined"])
+            if joined_at - lost_at > 2:
+                fail(f"{joined_at - lost_at} view changes after the loss to take rank {victim} back", work)
+            took = (f"; taken back {views[joined_at]['time'] - restarted_at:.2f} s after its process started, "
+                    f"{joined_at - lost_at} view change(s) after the loss")
         summary = json.loads(read(os.path.join(run, "summary.json")))
         if summary["survivors"] != list(range(N)):
             fail(f"final view {summary['survivors']}", work)
@@ -156,7 +168,7 @@ def main():
         if report.returncode != 0:
             fail(f"gossamer-report exited with {report.returncode}: {report.stderr[-2000:]}", work)
         print(f"{mode}: rank {victim} taken back; launcher exit 0; final view {summary['survivors']}; "
-              f"gossamer-report read {run}")
+              f"gossamer-report read {run}{took}")
     finally:
         for p in procs:
             if p.poll() is None:
