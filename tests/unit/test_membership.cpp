@@ -324,6 +324,68 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "membership: under partition: majority only the side holding a majority trains on, and the minority "
+    "pauses and joins it on heal",
+    "[membership]") {
+  // Ranks {0, 1, 2} and {3, 4} cannot reach each other from 0.5 s to 3.5 s
+  // after start-up. The three remove the other two and train on; the two
+  // hold no majority of the view they leave and decide nothing: they wait in
+  // their step (its view change) until the majority's view reaches them on
+  // heal, and join it. Every rank then takes 20 steps in the view of five.
+  // Their wait outlasts membership.agreement_seconds (1 s), which bounds the
+  // agreement of a side that can decide, not the pause of one that cannot.
+  const int n = 5, after = 20;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  std::string text = configText(n, "crossover_sgd", 0.1, "",
+                                "faults:\n  enabled: true\n  partition: \"0,1,2|3,4\"\n"
+                                "  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
+  text.replace(text.find("  suspect_seconds: 2\n"), 21,
+               "  suspect_seconds: 0.5\n  partition: majority\n  agreement_seconds: 1\n");
+  const Config config = reg.parse(text);
+  MemoryStore store;
+  std::vector<std::vector<std::size_t>> sizes(static_cast<std::size_t>(n));
+  std::vector<std::size_t> finalView(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    Agent& agent = session.agent();
+    const std::size_t p = 4;
+    auto& opt = session.makeOptimizer({p});
+    opt.setTotalSteps(1000000);
+    std::vector<float> x(p, static_cast<float>(r)), g(p);
+    const auto start = std::chrono::steady_clock::now();
+    // Until the view of five is back after a change, then 20 steps in it
+    // (bounded: 30 s; errors here are exceptions, for the main thread).
+    auto done = [&] {
+      const auto& changes = session.viewChanges();
+      return !changes.empty() && agent.view().members.size() == static_cast<std::size_t>(n) &&
+             opt.steps() >= changes.back().resumeStep + after;
+    };
+    while (!done()) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30))
+        throw std::runtime_error("rank " + std::to_string(r) + ": view " +
+                                 std::to_string(agent.view().number) + " of " +
+                                 std::to_string(agent.view().members.size()) + " ranks after 30 s");
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+      opt.step(x, g);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    opt.flush(x);
+    for (const auto& c : session.viewChanges())
+      sizes[static_cast<std::size_t>(r)].push_back(c.view.members.size());
+    finalView[static_cast<std::size_t>(r)] = agent.view().members.size();
+    session.close();
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const auto& v = sizes[static_cast<std::size_t>(r)];
+    CHECK(finalView[static_cast<std::size_t>(r)] == static_cast<std::size_t>(n));
+    CHECK(std::find(v.begin(), v.end(), std::size_t{2}) == v.end());  // the minority never trained alone
+    if (r < 3) CHECK(std::find(v.begin(), v.end(), std::size_t{3}) != v.end());  // the majority did
+  }
+}
+
 TEST_CASE("membership: a half of a healed partition that rejoins inside an evaluation steps at its next step",
           "[membership]") {
   // Ranks {0, 1} and {2, 3} cannot reach each other from 0.5 s to 3.5 s

@@ -184,12 +184,28 @@ class MembershipTransport final : public Transport, public Membership {
     const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
     auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    bool paused = false;
     for (;;) {
       while (!decided_) {
         if (outsider_ && everyMemberGoneLocked())
           throw Expelled(self_, "rank " + std::to_string(self_) +
                                     " cannot rejoin: the other ranks finished or left while it was stopped");
-        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_)
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_ && options_.majority &&
+            !outsider_ && !holdsMajorityLocked(survivorsLocked())) {
+          // A minority under membership.partition: majority waits for the
+          // majority's view (the heal), holding its state.
+          if (!paused && logEnabled(LogLevel::kWarning))
+            log(LogLevel::kWarning, "rank " + std::to_string(self_) + ": " +
+                                        std::to_string(survivorsLocked().size()) + " of the " +
+                                        std::to_string(view_.members.size()) + " ranks of view " +
+                                        std::to_string(view_.number) +
+                                        " are reachable, no majority: paused until the others' view reaches "
+                                        "it (membership.partition: majority)");
+          paused = true;
+          deadline = Clock::now() + std::chrono::hours(24);
+          continue;
+        }
+        if (!decided_ && Clock::now() >= deadline)
           throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
                              std::to_string(limit) + " s after view " + std::to_string(view_.number) +
                              " was revoked (membership.agreement_seconds)");
@@ -438,6 +454,19 @@ class MembershipTransport final : public Transport, public Membership {
     coordinateLocked();
   }
 
+  // Partition policy `majority`: whether `survivors` may decide the next
+  // view. Ranks the transport lost (dead_) or that left do not count: they
+  // are gone, not on the other side of a partition.
+  bool holdsMajorityLocked(const std::vector<int>& survivors) const {
+    std::vector<int> base;
+    for (int p : view_.members)
+      if (!dead_[static_cast<std::size_t>(p)] && !left_[static_cast<std::size_t>(p)]) base.push_back(p);
+    if (base.empty()) return true;
+    if (2 * survivors.size() > base.size()) return true;
+    return 2 * survivors.size() == base.size() &&
+           std::find(survivors.begin(), survivors.end(), base.front()) != survivors.end();
+  }
+
   // The members that take part in the next view.
   std::vector<int> survivorsLocked() const {
     std::vector<int> out;
@@ -458,6 +487,7 @@ class MembershipTransport final : public Transport, public Membership {
     if (!revoked_ || closed_ || resumed_ || outsider_ || decided_) return;
     const auto survivors = survivorsLocked();
     if (survivors.empty() || survivors.front() != self_) return;
+    if (options_.majority && !holdsMajorityLocked(survivors)) return;  // a minority decides nothing
     const auto key = viewKey(view_);
     if (issuedFor_ == key) return;
     const auto& reports = reports_[key];
@@ -843,6 +873,10 @@ void registerWith(Registry& registry) {
                    "a rank removed while it was stopped (or cut off by a partition) asks to rejoin and is "
                    "taken back at the next view change (false: it stops with Expelled; gossamer-sparse and "
                    "gossamer-admm default to false: their rounds take no rank back)")
+          .text("partition", "merge", {"merge", "majority"},
+                "when the job splits: merge (every side trains on as a view of its own, and on heal the side "
+                "with the older view joins the other) or majority (only a side holding a strict majority of "
+                "the last view trains on; the others pause with their state and join it on heal)")
           .boolean("restarted", false,
                    "this process replaces a failed rank of the running job and joins it (gossamer-train "
                    "--rejoin sets it; needs rejoin and the zmq transport)"),
@@ -855,6 +889,10 @@ void registerWith(Registry& registry) {
         o.agreementSeconds = c.get<double>("membership.agreement_seconds");
         o.rejoin = c.get<bool>("membership.rejoin");
         o.restarted = c.get<bool>("membership.restarted");
+        o.majority = c.get<std::string>("membership.partition") == "majority";
+        if (o.majority && !o.rejoin)
+          throw ConfigError(c.sourceFile, 0, "membership.partition",
+                            "majority needs membership.rejoin: true (a paused minority joins on heal)");
         if (o.restarted && !o.rejoin)
           throw ConfigError(c.sourceFile, 0, "membership.restarted", "needs membership.rejoin: true");
         if (o.suspectSeconds <= o.heartbeatSeconds)

@@ -87,6 +87,14 @@ struct MembershipOptions {
   /// the members' answers, asks to join it and is added at the next view
   /// change, as a rank that was stopped is.
   bool restarted = false;
+  /// Partition policy `majority` (membership.partition): a side decides a
+  /// view without the others only while it holds a strict majority of the
+  /// view it leaves (half of it with that view's lowest rank breaks a tie),
+  /// ranks the transport lost (dead, not silent) left out of the count. A
+  /// minority decides nothing: its ranks wait in recover() (up to a day,
+  /// the pause) until the majority's view reaches them, then ask to join it.
+  /// false (`merge`): every side goes on as a view of its own.
+  bool majority = false;
 };
 
 /// The membership service over a transport: `transport` is the current view
