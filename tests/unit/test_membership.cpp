@@ -324,6 +324,19 @@ TEST_CASE(
   }
 }
 
+namespace {
+// Crossover-SGD on n ranks whose `groups` ("0,1|2,3") cannot reach each
+// other from 0.5 s to 3.5 s after start-up (faults.partition), suspected
+// after 0.5 s of silence; `membershipKeys` are added to membership:.
+std::string partitionedConfig(int n, const std::string& groups, const std::string& membershipKeys) {
+  std::string text = configText(n, "crossover_sgd", 0.1, "",
+                                "faults:\n  enabled: true\n  partition: \"" + groups +
+                                    "\"\n  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
+  text.replace(text.find("  suspect_seconds: 2\n"), 21, "  suspect_seconds: 0.5\n" + membershipKeys);
+  return text;
+}
+}  // namespace
+
 TEST_CASE(
     "membership: under partition: majority only the side holding a majority trains on, and the minority "
     "pauses and joins it on heal",
@@ -338,12 +351,8 @@ TEST_CASE(
   const int n = 5, after = 20;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  std::string text = configText(n, "crossover_sgd", 0.1, "",
-                                "faults:\n  enabled: true\n  partition: \"0,1,2|3,4\"\n"
-                                "  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
-  text.replace(text.find("  suspect_seconds: 2\n"), 21,
-               "  suspect_seconds: 0.5\n  partition: majority\n  agreement_seconds: 1\n");
-  const Config config = reg.parse(text);
+  const Config config =
+      reg.parse(partitionedConfig(n, "0,1,2|3,4", "  partition: majority\n  agreement_seconds: 1\n"));
   MemoryStore store;
   std::vector<std::vector<std::size_t>> sizes(static_cast<std::size_t>(n));
   std::vector<std::size_t> finalView(static_cast<std::size_t>(n));
@@ -401,11 +410,7 @@ TEST_CASE("membership: a half of a healed partition that rejoins inside an evalu
   const int n = 4, after = 20;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  std::string text = configText(n, "crossover_sgd", 0.1, "",
-                                "faults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
-                                "  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
-  text.replace(text.find("  suspect_seconds: 2\n"), 21, "  suspect_seconds: 0.5\n  rejoin: true\n");
-  const Config config = reg.parse(text);
+  const Config config = reg.parse(partitionedConfig(n, "0,1|2,3", "  rejoin: true\n"));
   MemoryStore store;
   std::vector<int> joinedInside(static_cast<std::size_t>(n), 0), uncounted(static_cast<std::size_t>(n), 0);
   std::vector<std::uint64_t> finalSteps(static_cast<std::size_t>(n)), targets(static_cast<std::size_t>(n));
