@@ -190,18 +190,8 @@ class MembershipTransport final : public Transport, public Membership {
         if (outsider_ && everyMemberGoneLocked())
           throw Expelled(self_, "rank " + std::to_string(self_) +
                                     " cannot rejoin: the other ranks finished or left while it was stopped");
-        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_ && options_.majority &&
-            !outsider_ && !holdsMajorityLocked(survivorsLocked())) {
-          // A minority under membership.partition: majority waits for the
-          // majority's view (the heal), holding its state.
-          if (!paused && logEnabled(LogLevel::kWarning))
-            log(LogLevel::kWarning, "rank " + std::to_string(self_) + ": " +
-                                        std::to_string(survivorsLocked().size()) + " of the " +
-                                        std::to_string(view_.members.size()) + " ranks of view " +
-                                        std::to_string(view_.number) +
-                                        " are reachable, no majority: paused until the others' view reaches "
-                                        "it (membership.partition: majority)");
-          paused = true;
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_ &&
+            pausesAsMinorityLocked(paused)) {
           deadline = Clock::now() + std::chrono::hours(24);
           continue;
         }
@@ -452,6 +442,21 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : view_.members)
       if (!suspects_.count(p)) sendLocked(p, m);
     coordinateLocked();
+  }
+
+  // Partition policy `majority`: whether this rank is on a side that holds
+  // no majority, and so waits for the majority's view (the heal) holding its
+  // state instead of timing out; logs it the first time (`paused`).
+  bool pausesAsMinorityLocked(bool& paused) {
+    if (!options_.majority || outsider_ || holdsMajorityLocked(survivorsLocked())) return false;
+    if (!paused && logEnabled(LogLevel::kWarning))
+      log(LogLevel::kWarning,
+          "rank " + std::to_string(self_) + ": " + std::to_string(survivorsLocked().size()) + " of the " +
+              std::to_string(view_.members.size()) + " ranks of view " + std::to_string(view_.number) +
+              " are reachable, no majority: paused until the others' view reaches it "
+              "(membership.partition: majority)");
+    paused = true;
+    return true;
   }
 
   // Partition policy `majority`: whether `survivors` may decide the next
