@@ -329,13 +329,11 @@ void ConfigSchema::setDefaultChoice(const std::string& section, const std::strin
 
 void ConfigSchema::setKeyDefault(const std::string& section, const std::string& key,
                                  const ConfigValue& value) {
-  Section* s = nullptr;
-  for (Section& candidate : sections_)
-    if (candidate.name == section) s = &candidate;
-  GOSSAMER_ENFORCE(s != nullptr, "no section '" << section << "'");
+  GOSSAMER_ENFORCE(findSection(section) != nullptr, "no section '" << section << "'");
+  Section& s = sectionFor(section);
   const auto it =
-      std::find_if(s->entries.begin(), s->entries.end(), [&](const Entry& e) { return e.spec.name == key; });
-  GOSSAMER_ENFORCE(it != s->entries.end(), "key '" << dottedKey(section, key) << "' is not declared");
+      std::find_if(s.entries.begin(), s.entries.end(), [&](const Entry& e) { return e.spec.name == key; });
+  GOSSAMER_ENFORCE(it != s.entries.end(), "key '" << dottedKey(section, key) << "' is not declared");
   GOSSAMER_ENFORCE(it->spec.defaultValue.index() == value.index(),
                    "key '" << dottedKey(section, key) << "' holds another type");
   it->spec.defaultValue = value;

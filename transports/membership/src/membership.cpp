@@ -448,13 +448,15 @@ class MembershipTransport final : public Transport, public Membership {
   // no majority, and so waits for the majority's view (the heal) holding its
   // state instead of timing out; logs it the first time (`paused`).
   bool pausesAsMinorityLocked(bool& paused) {
-    if (!options_.majority || outsider_ || holdsMajorityLocked(survivorsLocked())) return false;
+    if (!options_.majority || outsider_) return false;
+    const auto survivors = survivorsLocked();
+    if (holdsMajorityLocked(survivors)) return false;
     if (!paused && logEnabled(LogLevel::kWarning))
-      log(LogLevel::kWarning,
-          "rank " + std::to_string(self_) + ": " + std::to_string(survivorsLocked().size()) + " of the " +
-              std::to_string(view_.members.size()) + " ranks of view " + std::to_string(view_.number) +
-              " are reachable, no majority: paused until the others' view reaches it "
-              "(membership.partition: majority)");
+      log(LogLevel::kWarning, "rank " + std::to_string(self_) + ": " + std::to_string(survivors.size()) +
+                                  " of the " + std::to_string(view_.members.size()) + " ranks of view " +
+                                  std::to_string(view_.number) +
+                                  " are reachable, no majority: paused until the others' view reaches it "
+                                  "(membership.partition: majority)");
     paused = true;
     return true;
   }
