@@ -941,13 +941,17 @@ void checkAllreduce(Group& g, AllreduceAlgorithm algorithm, std::size_t len, std
 TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 1..16 over inproc",
           "[collectives]") {
   std::uint64_t seq = 1000;
+  // The long vector, 2 MB, in 256 KiB chunks: 8 chunks, many pieces per
+  // segment at every world size (at a quarter of the bytes of 8 MB in 1 MiB).
+  constexpr std::size_t kLong = 250007, kLongChunk = std::size_t{1} << 18;
   for (int n = 1; n <= 16; ++n) {
     Group g = Inproc::make(n);
-    for (std::size_t len : {0, 1, 2, 7, 1000, 1000003}) {
-      if (len == 1000003 && n % 5 != 1) continue;  // the long vector at n = 1, 6, 11, 16
+    for (std::size_t len :
+         {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000}, kLong}) {
+      if (len == kLong && n % 5 != 1) continue;  // the long vector at n = 1, 6, 11, 16
       for (auto a :
            {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kAuto})
-        checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq);
+        checkAllreduce(g, a, len, len == kLong ? kLongChunk : std::size_t{1} << 20, ++seq);
     }
     // Grids and groups that divide N and that do not.
     for (std::size_t len : {0, 1, 2, 7, 1000}) {
@@ -962,10 +966,11 @@ TEST_CASE("every allreduce algorithm equals the exact reduction for world sizes 
     if (n % 5 == 1)
       for (auto a :
            {AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kTga2d})
-        checkAllreduce(g, a, 1000003, std::size_t{1} << 20, ++seq, 4);
-    // Pipelining with tiny pieces, and the clamp on the number of pieces per chunk.
+        checkAllreduce(g, a, kLong, kLongChunk, ++seq, 4);
+    // Pipelining with tiny pieces, and the clamp on the number of pieces per
+    // chunk (8-byte pieces: 83,336 per chunk at n = 3, clamped to 16,384).
     checkAllreduce(g, AllreduceAlgorithm::kRing, 1000, 64, ++seq);
-    if (n == 3) checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, 8, ++seq);
+    if (n == 3) checkAllreduce(g, AllreduceAlgorithm::kRing, kLong, 8, ++seq);
   }
 }
 
@@ -983,7 +988,7 @@ void checkEveryAllreduceOver() {
         checkAllreduce(g, a, len, std::size_t{1} << 20, ++seq, 2);
     }
     if (n == 4 || n == 7) {
-      checkAllreduce(g, AllreduceAlgorithm::kRing, 1000003, std::size_t{1} << 20, ++seq);
+      checkAllreduce(g, AllreduceAlgorithm::kRing, 250007, std::size_t{1} << 18, ++seq);  // 8 chunks
       checkAllreduce(g, AllreduceAlgorithm::kRing, 1000, 256, ++seq);
     }
   }

@@ -51,6 +51,23 @@ class Ranks:
         return self
 
 
+def _await_listening(port, proc, forked, limit=20.0):
+    """Waits (at most `limit` seconds, or until `proc` exits) until a socket
+    listens on TCP `port` (any address, IPv4 or IPv6), read from /proc/net
+    without connecting. Rank 0 serves torch's TCPStore there; a client that
+    finds nothing listening retries only after a second, so the other ranks
+    start once it is up."""
+    suffix = f":{port:04X}"
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and (proc.exitcode if forked else proc.poll()) is None:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                rows = [l.split() for l in list(f)[1:]]
+            if any(row[1].endswith(suffix) and row[3] == "0A" for row in rows):
+                return
+        time.sleep(0.005)
+
+
 @pytest.fixture
 def run_ranks(tmp_path):
     """run_ranks(n, script, env=None, timeout=120, per_rank_env=None) runs
@@ -92,6 +109,8 @@ def run_ranks(tmp_path):
                 with open(out, "w") as o, open(err, "w") as w:
                     p = subprocess.Popen([sys.executable, str(path)], env=e, stdout=o, stderr=w)
             procs.append(p)
+            if r == 0 and n > 1 and "MASTER_PORT" in (env or {}):
+                _await_listening(int(env["MASTER_PORT"]), procs[0], forked)
         deadline = time.monotonic() + timeout
         try:
             for p in procs:
