@@ -109,9 +109,9 @@ def certificates():
 
 # ---- membership messages ---------------------------------------------------------------
 def membership():
-    def msg(kind, view, coord, arg, value, flags, fewest, members=(), previous=-1):
-        b = struct.pack("<IB3xQiiQIIQi4x", 0x524D4247, kind, view, coord, arg, value, len(members), flags,
-                        fewest, previous)
+    def msg(kind, view, coord, arg, value, flags, fewest, members=(), previous=-1, skipped=0):
+        b = struct.pack("<IB3xQiiQIIQiI", 0x524D4247, kind, view, coord, arg, value, len(members), flags,
+                        fewest, previous, skipped)
         return b + b"".join(struct.pack("<i", m) for m in members)
 
     world = bytes([8 - 1])
@@ -119,6 +119,8 @@ def membership():
     write("fuzz_membership", "suspect", world + msg(2, 3, 0, 5, 0, 0, 0))
     write("fuzz_membership", "state", world + msg(3, 3, 0, -1, 120, 1, 0))
     write("fuzz_membership", "view", world + msg(4, 4, 1, 2, 130, 0, 118, [0, 1, 2, 4, 7], previous=0))
+    write("fuzz_membership", "view-skipping", world + msg(4, 9, 0, -1, 300, 0, 300, [0, 1, 2, 3, 4], previous=0,
+                                                         skipped=4))
     write("fuzz_membership", "leave", world + msg(5, 4, 1, -1, 0, 0, 0))
     write("fuzz_membership", "join", world + msg(6, 0, -1, -1, 0, 0, 0))
 

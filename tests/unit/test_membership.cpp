@@ -395,6 +395,77 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "membership: a healed 5|3 partition whose smaller side saw more view changes resolves to the larger "
+    "side's "
+    "view",
+    "[membership]") {
+  // Ranks {0..4} and {5..8} cannot reach each other from 0.5 s to 3.5 s
+  // after start-up; rank 8 dies at 1.6 s. The five go through one view
+  // change, the three through two (without the four, then without rank 8),
+  // so their view is numbered higher. On heal the larger side goes first:
+  // it numbers its next view above the three's, and they join it.
+  const int n = 9, victim = 8, after = 20;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  const Config config = reg.parse(partitionedConfig(n, "0,1,2,3,4|5,6,7,8", ""));
+  MemoryStore store;
+  std::vector<std::vector<ViewChange>> changes(static_cast<std::size_t>(n));
+  std::vector<View> finalView(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    Agent& agent = session.agent();
+    const std::size_t p = 4;
+    auto& opt = session.makeOptimizer({p});
+    opt.setTotalSteps(1000000);
+    std::vector<float> x(p, static_cast<float>(r)), g(p);
+    const auto start = std::chrono::steady_clock::now();
+    auto done = [&] {
+      const auto& c = session.viewChanges();
+      return !c.empty() && agent.view().members.size() == static_cast<std::size_t>(n - 1) &&
+             opt.steps() >= c.back().resumeStep + after;
+    };
+    while (!done()) {  // bounded: 30 s (errors here are exceptions, for the main thread)
+      const auto elapsed = std::chrono::steady_clock::now() - start;
+      if (r == victim && elapsed > std::chrono::milliseconds(1600)) {
+        session.abort();
+        return;
+      }
+      if (elapsed > std::chrono::seconds(30))
+        throw std::runtime_error("rank " + std::to_string(r) + ": view " +
+                                 std::to_string(agent.view().number) + " of " +
+                                 std::to_string(agent.view().members.size()) + " ranks after 30 s");
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+      opt.step(x, g);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    opt.flush(x);
+    changes[static_cast<std::size_t>(r)] = session.viewChanges();
+    finalView[static_cast<std::size_t>(r)] = agent.view();
+    session.close();
+  });
+  // The five's first view alone, and the three's last one alone: the three
+  // saw more view changes, so theirs is numbered higher.
+  std::uint64_t five = UINT64_MAX, three = 0;
+  for (const auto& c : changes[0])
+    if (c.view.members.size() == 5) five = std::min(five, c.view.number);
+  for (const auto& c : changes[5])
+    if (c.view.members.size() == 3) three = std::max(three, c.view.number);
+  INFO("the five's first view alone " << five << ", the three's last " << three);
+  REQUIRE(five != UINT64_MAX);
+  REQUIRE(three > five);
+  for (int r = 0; r < victim; ++r) {
+    INFO("rank " << r);
+    CHECK(finalView[static_cast<std::size_t>(r)].members == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+    CHECK(finalView[static_cast<std::size_t>(r)].number == finalView[0].number);
+    CHECK(finalView[static_cast<std::size_t>(r)].number > three);
+    bool rejoined = false;
+    for (const auto& c : changes[static_cast<std::size_t>(r)])
+      rejoined = rejoined || std::find(c.joined.begin(), c.joined.end(), r) != c.joined.end();
+    CHECK(rejoined == (r >= 5));  // the three joined the five, never the other way
+  }
+}
+
 TEST_CASE("membership: a half of a healed partition that rejoins inside an evaluation steps at its next step",
           "[membership]") {
   // Ranks {0, 1} and {2, 3} cannot reach each other from 0.5 s to 3.5 s

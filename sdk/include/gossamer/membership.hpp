@@ -24,9 +24,11 @@ namespace gossamer {
 /// are alive, and the view's identity (number, coordinator). Views are
 /// ordered by number, then by size (more members), then by coordinator
 /// (lower first); a rank always moves to a newer view. After a partition
-/// heals, the side whose view is older joins the other.
+/// heals, the smaller side joins the larger (which numbers its next view
+/// above the smaller side's to that end); of two sides of one size, the one
+/// whose view is older joins the other.
 struct View {
-  std::uint64_t number = 0;  ///< 0 for the job's first view, +1 per change.
+  std::uint64_t number = 0;  ///< 0 for the job's first view, +1 per change (or more: see above).
   int coordinator = -1;      ///< Global rank that issued it (-1: the first view).
   std::vector<int> members;  ///< Global ranks, ascending.
 

@@ -533,9 +533,10 @@ class MembershipTransport final : public Transport, public Membership {
     issuedFor_ = key;
     Message m;
     m.kind = Kind::kView;
-    m.viewNumber = view_.number + 1;
+    m.viewNumber = std::max(view_.number, numberFloor_) + 1;
     m.viewCoordinator = self_;
     m.fromCoordinator = view_.coordinator;
+    m.skipped = static_cast<std::uint32_t>(m.viewNumber - view_.number - 1);
     m.arg = source;
     m.value = resume;
     m.fewest = fewest;
@@ -550,6 +551,27 @@ class MembershipTransport final : public Transport, public Membership {
     acceptLocked(m);
   }
 
+  // A healed partition: `m` is the view of a side this side cannot see in
+  // its own (no member in common) with fewer members but a higher number.
+  // The larger side goes first: its next view is numbered above m's (the
+  // coordinator starts that change now), so the smaller side takes it for
+  // the newer one and joins it, whatever view changes it went through
+  // alone. Returns whether m is such a view (it is then not accepted).
+  bool outnumberLocked(const Message& m) {
+    if (!options_.rejoin || outsider_ || m.members.size() >= view_.members.size()) return false;
+    for (int p : m.members)
+      if (view_.localRank(p) >= 0) return false;
+    if (m.viewNumber <= std::max(view_.number, numberFloor_)) return true;  // outnumbered already
+    numberFloor_ = m.viewNumber;
+    const auto survivors = survivorsLocked();
+    if (!survivors.empty() && survivors.front() == self_ && !revoked_)
+      revokeLocked(-1, "a smaller side of the job (" + std::to_string(m.members.size()) +
+                           " ranks) holds view " + std::to_string(m.viewNumber) +
+                           ": this side's next view is numbered above it");
+    coordinateLocked();
+    return true;
+  }
+
   // A view message: keep it if it is newer than anything seen.
   void acceptLocked(const Message& m) {
     Decided d;
@@ -560,7 +582,7 @@ class MembershipTransport final : public Transport, public Membership {
     d.fewestSteps = m.fewest;
     d.evaluating = (m.flags & 1) != 0;
     d.modelSource = m.arg;
-    d.from = {m.viewNumber - 1, m.fromCoordinator};
+    d.from = {m.viewNumber - 1 - m.skipped, m.fromCoordinator};
     d.message = m;
     if (!newer(d.view, view_)) return;
     if (decided_ && !newer(d.view, decided_->view)) return;
@@ -675,7 +697,7 @@ class MembershipTransport final : public Transport, public Membership {
         }
         break;
       case Kind::kView:
-        acceptLocked(m);
+        if (!outnumberLocked(m)) acceptLocked(m);
         break;
       case Kind::kJoin:
         if (view_.localRank(from) < 0 && !outsider_ && options_.rejoin) {
@@ -825,6 +847,9 @@ class MembershipTransport final : public Transport, public Membership {
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
   bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)
   std::optional<std::pair<std::uint64_t, int>> issuedFor_;
+  // The next view this rank decides is numbered above this: a smaller side
+  // of a healed partition holds a view numbered this high (outnumberLocked).
+  std::uint64_t numberFloor_ = 0;
   std::optional<Decided> decided_;
   std::optional<Message> lastView_;  // the newest view message seen, for peers that missed it
   std::vector<Clock::time_point> heard_;
@@ -882,7 +907,7 @@ void registerWith(Registry& registry) {
                    "gossamer-admm default to false: their rounds take no rank back)")
           .text("partition", "merge", {"merge", "majority"},
                 "when the job splits: merge (every side trains on as a view of its own, and on heal the side "
-                "with the older view joins the other) or majority (only a side holding a strict majority of "
+                "with fewer ranks joins the other) or majority (only a side holding a strict majority of "
                 "the last view trains on; the others pause with their state and join it on heal)")
           .boolean("restarted", false,
                    "this process replaces a failed rank of the running job and joins it (gossamer-train "

@@ -27,6 +27,7 @@ std::vector<std::byte> encode(const Message& m) {
   put<std::uint32_t>(b, 36, m.flags);
   put<std::uint64_t>(b, 40, m.fewest);
   put<std::int32_t>(b, 48, m.fromCoordinator);
+  put<std::uint32_t>(b, 52, m.skipped);
   for (std::size_t i = 0; i < m.members.size(); ++i) put<std::int32_t>(b, kHeaderBytes + 4 * i, m.members[i]);
   return b;
 }
@@ -41,7 +42,7 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   const auto kind = get<std::uint8_t>(b, 4);
   if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
   m.kind = static_cast<Kind>(kind);
-  for (std::size_t off : {5, 6, 7, 52, 53, 54, 55})
+  for (std::size_t off : {5, 6, 7})
     if (get<std::uint8_t>(b, off) != 0) throw bad(off, "reserved byte is not zero");
   m.viewNumber = get<std::uint64_t>(b, 8);
   m.viewCoordinator = get<std::int32_t>(b, 16);
@@ -58,6 +59,10 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   m.fromCoordinator = get<std::int32_t>(b, 48);
   if (m.fromCoordinator < -1 || m.fromCoordinator >= worldSize)
     throw bad(48, "coordinator " + std::to_string(m.fromCoordinator) + " of the previous view");
+  m.skipped = get<std::uint32_t>(b, 52);
+  if (m.skipped != 0 && (m.kind != Kind::kView || m.skipped >= m.viewNumber))
+    throw bad(52,
+              std::to_string(m.skipped) + " view numbers skipped from view " + std::to_string(m.viewNumber));
   if (count > static_cast<std::uint32_t>(worldSize)) throw bad(32, "count " + std::to_string(count));
   if (b.size() != kHeaderBytes + 4 * std::size_t{count})
     throw bad(32,

@@ -15,9 +15,12 @@
 //              collective of its own between steps; kView: a survivor at the
 //              resume step did)
 //  40      8   fewest completed steps among the survivors (kView)
-//  48      4   coordinator of the view it was decided from, numbered one less
-//              (kView; -1: the first view), else -1
-//  52      4   zero
+//  48      4   coordinator of the view it was decided from (kView; -1: the
+//              first view), else -1
+//  52      4   view numbers skipped (kView): the view it was decided from is
+//              numbered 1 + skipped less (a side of a partition numbers its
+//              next view above a smaller side's so that this one joins it),
+//              else 0
 //  56   4 x count  members, ascending global ranks (kView)
 #pragma once
 
@@ -41,10 +44,11 @@ struct Message {
   int viewCoordinator = -1;
   int arg = -1;
   std::uint64_t value = 0;
-  std::uint64_t fewest = 0;  // kView
-  std::uint32_t flags = 0;   // bit 0: evaluating
-  int fromCoordinator = -1;  // kView: coordinator of the view it was decided from
-  std::vector<int> members;  // kView
+  std::uint64_t fewest = 0;   // kView
+  std::uint32_t flags = 0;    // bit 0: evaluating
+  int fromCoordinator = -1;   // kView: coordinator of the view it was decided from
+  std::uint32_t skipped = 0;  // kView: numbers skipped since the view it was decided from
+  std::vector<int> members;   // kView
 };
 
 /// The bytes of `m`: kHeaderBytes + 4 per member.
@@ -53,7 +57,8 @@ std::vector<std::byte> encode(const Message& m);
 /// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
 /// every field before use: the length (kHeaderBytes + 4 * count), magic,
 /// kind, reserved bytes zero, coordinator, arg and the previous view's coordinator in
-/// [-1, worldSize), flags <= 1, fewest <= value,
+/// [-1, worldSize), flags <= 1, fewest <= value, skipped < view number
+/// (kView) or 0,
 /// count <= worldSize and > 0 exactly for kView, members ascending in
 /// [0, worldSize).
 /// @throws ProtocolError naming `peer` and the byte offset of the bad field.

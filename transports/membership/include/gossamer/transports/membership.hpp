@@ -48,8 +48,12 @@
 //      next one.
 //   Views are ordered (newer(): number, then size, then coordinator) and a
 //   rank only moves to newer ones, so the ranks that can reach each other
-//   end in one view: after a partition heals, the side with the older view
-//   joins the other.
+//   end in one view. After a partition heals, the smaller side joins the
+//   larger: a rank that hears the view of a side with no member in common,
+//   fewer members and a higher number numbers its side's next view above
+//   it (the view message says how many numbers it skipped), so that side
+//   finds this one newer and joins it. Of two sides of one size, the one
+//   with the older view joins the other.
 // Bytes on the wire: 56 bytes per heartbeat, suspect or state message, 56 +
 // 4 x members per view message (Op::kMembership, step 0, segment 0).
 //
