@@ -2,7 +2,7 @@
 // membership_codec.hpp) to its decoder: the first byte is the world size
 // (1..256), the rest the message from rank 0. Checks: only ProtocolError
 // escapes; a decoded message has its fields in range (coordinator and arg in
-// [-1, world), flags <= 1, fewest <= value, views skipped only
+// [-1, world), flags <= 3 and only on a state or view, fewest <= value, views skipped only
 // by a view and fewer than its number, members only for a view,
 // ascending in [0, world)); encode gives back the input.
 #include <algorithm>
@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   FUZZ_CHECK(m.viewCoordinator >= -1 && m.viewCoordinator < world && m.arg >= -1 && m.arg < world);
-  FUZZ_CHECK(m.flags <= 1 && m.fewest <= m.value);
+  FUZZ_CHECK(m.flags <= 3 && m.fewest <= m.value);
+  FUZZ_CHECK(m.flags == 0 || m.kind == Kind::kState || m.kind == Kind::kView);
   FUZZ_CHECK(m.skipped == 0 || (m.kind == Kind::kView && m.skipped < m.viewNumber));
   FUZZ_CHECK((m.kind == Kind::kView) == !m.members.empty());
   FUZZ_CHECK(std::is_sorted(m.members.begin(), m.members.end()) &&

@@ -118,6 +118,7 @@ def membership():
     write("fuzz_membership", "heartbeat", world + msg(1, 3, 0, -1, 0, 0, 0))
     write("fuzz_membership", "suspect", world + msg(2, 3, 0, 5, 0, 0, 0))
     write("fuzz_membership", "state", world + msg(3, 3, 0, -1, 120, 1, 0))
+    write("fuzz_membership", "state-from-side", world + msg(3, 5, 2, -1, 410, 3, 0))
     write("fuzz_membership", "view", world + msg(4, 4, 1, 2, 130, 0, 118, [0, 1, 2, 4, 7], previous=0))
     write("fuzz_membership", "view-skipping", world + msg(4, 9, 0, -1, 300, 0, 300, [0, 1, 2, 3, 4], previous=0,
                                                          skipped=4))

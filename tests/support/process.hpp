@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -26,9 +27,15 @@ class TempDir {
     const char* p = mkdtemp(tmpl);
     path_ = p ? p : "";
   }
+  // GOSSAMER_KEEP_TEST_DIRS=1 keeps the directory (the ranks' output and
+  // records) for a look after a failure.
   ~TempDir() {
     std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    if (path_.empty()) return;
+    if (const char* keep = std::getenv("GOSSAMER_KEEP_TEST_DIRS"); keep != nullptr && *keep == '1')
+      std::fprintf(stderr, "kept %s\n", path_.c_str());
+    else
+      std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -325,11 +325,13 @@ TEST_CASE(
 }
 
 namespace {
-// Crossover-SGD on n ranks whose `groups` ("0,1|2,3") cannot reach each
-// other from 0.5 s to 3.5 s after start-up (faults.partition), suspected
-// after 0.5 s of silence; `membershipKeys` are added to membership:.
-std::string partitionedConfig(int n, const std::string& groups, const std::string& membershipKeys) {
-  std::string text = configText(n, "crossover_sgd", 0.1, "",
+// `algorithm` (Crossover-SGD) on n ranks whose `groups` ("0,1|2,3") cannot
+// reach each other from 0.5 s to 3.5 s after start-up (faults.partition),
+// suspected after 0.5 s of silence; `membershipKeys` are added to
+// membership:.
+std::string partitionedConfig(int n, const std::string& groups, const std::string& membershipKeys,
+                              const std::string& algorithm = "crossover_sgd") {
+  std::string text = configText(n, algorithm, 0.1, "",
                                 "faults:\n  enabled: true\n  partition: \"" + groups +
                                     "\"\n  partition_start_seconds: 0.5\n  partition_seconds: 3\n");
   text.replace(text.find("  suspect_seconds: 2\n"), 21, "  suspect_seconds: 0.5\n" + membershipKeys);
@@ -464,6 +466,90 @@ TEST_CASE(
       rejoined = rejoined || std::find(c.joined.begin(), c.joined.end(), r) != c.joined.end();
     CHECK(rejoined == (r >= 5));  // the three joined the five, never the other way
   }
+}
+
+TEST_CASE(
+    "membership: under partition: merge a healed 5|3 partition merges the sides' models weighted by their "
+    "sizes",
+    "[membership]") {
+  // Ranks {0..4} and {5..7} cannot reach each other from 0.5 s to 3.5 s
+  // after start-up; rank r minimises |x - r|^2 / 2. Alone, each side
+  // settles at the mean of its ranks' optima (2 and 6). On heal the three
+  // join the five with their model: AllReduce-SGD averages the models over
+  // the eight, (5 x 2 + 3 x 6) / 8 = 3.5, the optimum of all eight; gossip
+  // keeps each rank's model and push-sum weight, so the mean model over
+  // the eight is 3.5 as well. (The five redo the step the change
+  // interrupted with the gradient they had computed before it, which moves
+  // the model a little; that fades by a factor 0.9 per step.) The three may
+  // come back one view change apart: the first to leave its side merges as
+  // a side of its own, which gives (5 x 2 + 6) / 6, and so on; a joiner's
+  // model right after its change is at least that. Had the three taken the
+  // five's model instead, they would be at 2 after the change, and the mean
+  // would move to 3.5 by that factor (3.32 after 20 steps).
+  const std::string algorithm = GENERATE(as<std::string>{}, "allreduce_sgd", "sgp");
+  INFO(algorithm);
+  const int n = 8, after = 20;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  const Config config = reg.parse(partitionedConfig(n, "0,1,2,3,4|5,6,7", "", algorithm));
+  MemoryStore store;
+  std::vector<std::vector<ViewChange>> changes(static_cast<std::size_t>(n));
+  std::vector<float> model(static_cast<std::size_t>(n)), atMerge(static_cast<std::size_t>(n), -1.0f);
+  std::vector<double> weight(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    Agent& agent = session.agent();
+    const std::size_t p = 4;
+    auto& opt = session.makeOptimizer({p});
+    opt.setTotalSteps(1000000);
+    std::vector<float> x(p, static_cast<float>(r)), g(p);
+    const auto start = std::chrono::steady_clock::now();
+    auto done = [&] {
+      const auto& c = session.viewChanges();
+      return !c.empty() && agent.view().members.size() == static_cast<std::size_t>(n) &&
+             opt.steps() >= c.back().resumeStep + after;
+    };
+    while (!done()) {  // bounded: 30 s (errors here are exceptions, for the main thread)
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30))
+        throw std::runtime_error("rank " + std::to_string(r) + ": view " +
+                                 std::to_string(agent.view().number) + " of " +
+                                 std::to_string(agent.view().members.size()) + " ranks after 30 s");
+      for (std::size_t i = 0; i < p; ++i) g[i] = x[i] - static_cast<float>(r);
+      const std::size_t views = session.viewChanges().size();
+      opt.step(x, g);
+      const auto& c = session.viewChanges();
+      if (c.size() > views && c.back().merged && atMerge[static_cast<std::size_t>(r)] < 0)
+        atMerge[static_cast<std::size_t>(r)] = x[0];  // the model the merge left (a joiner takes no step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    weight[static_cast<std::size_t>(r)] = opt.pushSumWeight();
+    opt.flush(x);
+    model[static_cast<std::size_t>(r)] = x[0];
+    changes[static_cast<std::size_t>(r)] = session.viewChanges();
+    session.close();
+  });
+  double mean = 0, mass = 0;
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const auto& c = changes[static_cast<std::size_t>(r)];
+    REQUIRE(c.size() >= 2);
+    CHECK(c.back().view.members.size() == static_cast<std::size_t>(n));
+    // The view that took the three back merged them (they may come in two).
+    CHECK(std::any_of(c.begin(), c.end(), [&](const ViewChange& v) {
+      return v.merged && v.view.members.size() == static_cast<std::size_t>(n);
+    }));
+    mean += model[static_cast<std::size_t>(r)] / n;
+    mass += weight[static_cast<std::size_t>(r)];
+  }
+  CHECK(mean == Approx(3.5).margin(0.1));
+  for (int r = 5; r < n; ++r) {
+    INFO("rank " << r << " right after the merge");
+    if (algorithm == "allreduce_sgd")
+      CHECK((atMerge[static_cast<std::size_t>(r)] > 2.6f && atMerge[static_cast<std::size_t>(r)] < 3.6f));
+    else
+      CHECK(atMerge[static_cast<std::size_t>(r)] == Approx(6.0).margin(0.5));  // its own model, kept
+  }
+  if (algorithm == "sgp") CHECK(mass == Approx(n).epsilon(1e-12));  // each rank brought its mass: n in all
 }
 
 TEST_CASE("membership: a half of a healed partition that rejoins inside an evaluation steps at its next step",

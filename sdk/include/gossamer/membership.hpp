@@ -62,6 +62,12 @@ struct ViewChange {
   /// collective, ranks that catch up and ranks that had completed it alike.
   /// False: in lockstep algorithms none does (ranks still in it drop it).
   bool evaluating = false;
+  /// The ranks that joined were a side of a partition that trained on as a
+  /// view of its own (membership.partition: merge): their models are merged
+  /// with the members', not replaced. Replicated models (AllReduce-SGD) are
+  /// averaged over the new view, which weights each side by its size;
+  /// gossip keeps every rank's model and push-sum weight (the mass adds).
+  bool merged = false;
   /// Seconds from the revocation of the old view (on this rank) to the new one.
   double seconds = 0;
   /// When the new view was installed on this rank: seconds since the Unix

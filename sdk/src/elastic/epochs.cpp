@@ -74,6 +74,7 @@ bool Session::nextEpoch() {
   Impl& m = *impl_;
   GOSSAMER_ENFORCE(m.loop, "nextEpoch() before train()");
   EpochLoop& l = *m.loop;
+  m.realign();  // view changes not looked at yet (they may move the epoch back)
   if (l.evaluated >= l.plan.epochs) return false;
   l.epoch = l.evaluated + 1;
   l.firstStep = m.steps();
@@ -134,7 +135,11 @@ bool Session::evaluate(const std::function<void(const EpochEnd&)>& f) {
     if (end.last && l.plan.closing) l.plan.closing();
   });
   l.closed = false;
-  if (!completed || m.realign()) {
+  // Realigned also when the evaluation did not complete: this rank rejoined
+  // inside it, maybe behind its own last evaluation (its side of a healed
+  // partition was ahead), and the next epoch is the view's, not its own.
+  const bool realigned = m.realign();
+  if (!completed || realigned) {
     l.lossSum = 0;
     return false;
   }

@@ -81,9 +81,11 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     fresh_ = true;
     modelPending_ = true;
   }
-  if (rejoined && !inner_->replicatedModel()) {
+  if (rejoined && !inner_->replicatedModel() && !change.merged) {
     // Each rank that rejoined gets the model of up to four members that did
-    // not, one stripe from each, sent at once (as a torrent would).
+    // not, one stripe from each, sent at once (as a torrent would). A side
+    // of a healed partition that merges keeps its own model instead: gossip
+    // mixes it in, each rank with its push-sum weight.
     std::vector<int> sources;
     for (int g : change.view.members)
       if (std::find(change.joined.begin(), change.joined.end(), g) == change.joined.end() &&
@@ -107,7 +109,13 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     waitAll(requests, transport.timeoutSeconds());
   }
   if (!inner_->lockstep() && !rejoined) return false;
-  if (change.modelSource >= 0 && inner_->replicatedModel()) {
+  if (change.merged && inner_->replicatedModel()) {
+    // A side of a healed partition joined with the model it trained: every
+    // member holds its side's model, and their average over the new view
+    // weights each side by its number of ranks.
+    GOSSAMER_CHECK(!lastParams_.empty(), "no model to merge: a view changed before the first step");
+    comm.allreduce(lastParams_, ReduceOp::kAverage);
+  } else if (change.modelSource >= 0 && inner_->replicatedModel()) {
     // The ranks behind (or back) take the model of a rank that completed
     // resumeStep steps; the others receive a copy of what they hold.
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to realign: a view changed before the first step");

@@ -99,6 +99,7 @@ void Session::Impl::record(const ViewChange& change, std::uint64_t completed, bo
                    {"agreement_s", change.seconds},
                    {"resume_step", static_cast<std::int64_t>(change.resumeStep)},
                    {"evaluating", change.evaluating},
+                   {"merged", change.merged},
                    {"completed_step", static_cast<std::int64_t>(completed)},
                    {"pending", pending},
                    {"push_sum_weight_before", weightBefore},

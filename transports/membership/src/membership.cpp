@@ -54,6 +54,7 @@ struct Decided {
   std::uint64_t resumeStep = 0;
   std::uint64_t fewestSteps = 0;
   bool evaluating = false;
+  bool merged = false;
   int modelSource = -1;
 };
 
@@ -223,12 +224,14 @@ class MembershipTransport final : public Transport, public Membership {
           if (view_.localRank(p) < 0) change.joined.push_back(p);
         if (outsider_) change.lost.clear();  // it was this rank that was away
         outsider_ = false;
+        fromSide_ = false;
         installLocked(d.view);
         change.view = view_;
         change.resumeStep = d.resumeStep;
         change.fewestSteps = d.fewestSteps;
         change.modelSource = d.modelSource;
         change.evaluating = d.evaluating;
+        change.merged = d.merged;
         change.seconds = since(start);
         change.installedAtUnixSeconds =
             std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -263,6 +266,12 @@ class MembershipTransport final : public Transport, public Membership {
       // that takes it back is decided after it asks, so none of its
       // messages is here yet.
       dropQueuedExceptLocked(d.view.number, d.view.number);
+      // A side of a healed partition (its view has no member of the one it
+      // goes to) trained on its own: it says so in its reports (merged).
+      if (!outsider_) {
+        fromSide_ = true;
+        for (int p : view_.members) fromSide_ = fromSide_ && d.view.localRank(p) < 0;
+      }
       // The members of the view it leaves (the other half of a healed
       // partition) would wait for its messages: it sends them the view it
       // goes to (they follow it there unless they hold a newer one) and a
@@ -382,10 +391,11 @@ class MembershipTransport final : public Transport, public Membership {
 
   // Step 2: this rank's completed steps, to every member it does not suspect.
   void reportLocked(std::uint64_t completedSteps, bool evaluating) {
-    reports_[viewKey(view_)][self_] = {completedSteps, evaluating};
+    const bool side = outsider_ && fromSide_;
+    reports_[viewKey(view_)][self_] = {completedSteps, evaluating, side};
     Message state = headerLocked(Kind::kState);
     state.value = completedSteps;
-    state.flags = evaluating ? 1 : 0;
+    state.flags = (evaluating ? 1u : 0u) | (side ? 2u : 0u);
     for (int p : view_.members)
       if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
   }
@@ -517,10 +527,14 @@ class MembershipTransport final : public Transport, public Membership {
         return;
     std::vector<int> members = survivors;
     bool behind = fewest < resume;
+    // Under membership.partition: merge, joiners that trained on as a side
+    // of a partition bring their models: the members merge them (merged).
+    bool merged = false;
     for (int p : joiners_)
       if (reports.count(p) && view_.localRank(p) < 0) {
         members.push_back(p);
         behind = behind || reports.at(p).steps < resume;
+        merged = merged || (reports.at(p).side && !options_.majority);
       }
     std::sort(members.begin(), members.end());
     int source = -1;
@@ -540,7 +554,7 @@ class MembershipTransport final : public Transport, public Membership {
     m.arg = source;
     m.value = resume;
     m.fewest = fewest;
-    m.flags = evaluating ? 1 : 0;
+    m.flags = (evaluating ? 1u : 0u) | (merged ? 2u : 0u);
     m.members = members;
     // The members, the suspects (so that they learn) and the joiners, also
     // those not taken this time (they report for the new view).
@@ -581,6 +595,7 @@ class MembershipTransport final : public Transport, public Membership {
     d.resumeStep = m.value;
     d.fewestSteps = m.fewest;
     d.evaluating = (m.flags & 1) != 0;
+    d.merged = (m.flags & 2) != 0;
     d.modelSource = m.arg;
     d.from = {m.viewNumber - 1 - m.skipped, m.fromCoordinator};
     d.message = m;
@@ -690,7 +705,7 @@ class MembershipTransport final : public Transport, public Membership {
         }
         break;
       case Kind::kState:
-        reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0};
+        reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0, (m.flags & 2) != 0};
         if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
           revokeLocked(-1, "rank " + std::to_string(from) + " started a view change");
           coordinateLocked();
@@ -838,12 +853,14 @@ class MembershipTransport final : public Transport, public Membership {
   struct Report {
     std::uint64_t steps = 0;
     bool evaluating = false;
+    bool side = false;  // a joiner that trained on as a side of a partition (flags bit 1)
   };
   std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
   // Suspicions sent in views this rank had not installed: view -> suspect -> by whom.
   std::map<std::pair<std::uint64_t, int>, std::map<int, int>> earlySuspects_;
   std::set<int> joiners_;   // peers outside the view that asked to rejoin
   bool outsider_ = false;   // this rank was removed and asked to rejoin
+  bool fromSide_ = false;   // ... from a side of a partition that trained on its own
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
   bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)
   std::optional<std::pair<std::uint64_t, int>> issuedFor_;
@@ -906,8 +923,9 @@ void registerWith(Registry& registry) {
                    "taken back at the next view change (false: it stops with Expelled; gossamer-sparse and "
                    "gossamer-admm default to false: their rounds take no rank back)")
           .text("partition", "merge", {"merge", "majority"},
-                "when the job splits: merge (every side trains on as a view of its own, and on heal the side "
-                "with fewer ranks joins the other) or majority (only a side holding a strict majority of "
+                "when the job splits: merge (every side trains on as a view of its own; on heal the side "
+                "with fewer ranks joins the other, and their models merge: averaged, weighted by side size, "
+                "for AllReduce-SGD, kept with their push-sum weights for gossip) or majority (only a side holding a strict majority of "
                 "the last view trains on; the others pause with their state and join it on heal)")
           .boolean("restarted", false,
                    "this process replaces a failed rank of the running job and joins it (gossamer-train "

@@ -53,7 +53,8 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   m.value = get<std::uint64_t>(b, 24);
   const auto count = get<std::uint32_t>(b, 32);
   m.flags = get<std::uint32_t>(b, 36);
-  if (m.flags > 1) throw bad(36, "unknown flags " + std::to_string(m.flags));
+  if (m.flags > 3 || (m.flags != 0 && m.kind != Kind::kState && m.kind != Kind::kView))
+    throw bad(36, "unknown flags " + std::to_string(m.flags));
   m.fewest = get<std::uint64_t>(b, 40);
   if (m.fewest > m.value) throw bad(40, "fewest steps above the resume step");
   m.fromCoordinator = get<std::int32_t>(b, 48);

@@ -11,9 +11,11 @@
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
 //  24      8   value: completed steps (kState), resume step (kView)
 //  32      4   count: members that follow (kView), else 0
-//  36      4   flags: bit 0 = evaluating (kState: the sender recovers from a
-//              collective of its own between steps; kView: a survivor at the
-//              resume step did)
+//  36      4   flags (kState, kView; else 0): bit 0 = evaluating (kState:
+//              the sender recovers from a collective of its own between
+//              steps; kView: a survivor at the resume step did); bit 1 =
+//              side (kState: the sender joins from a side of a partition
+//              that trained on its own; kView: such joiners are merged)
 //  40      8   fewest completed steps among the survivors (kView)
 //  48      4   coordinator of the view it was decided from (kView; -1: the
 //              first view), else -1
@@ -45,7 +47,7 @@ struct Message {
   int arg = -1;
   std::uint64_t value = 0;
   std::uint64_t fewest = 0;   // kView
-  std::uint32_t flags = 0;    // bit 0: evaluating
+  std::uint32_t flags = 0;    // bit 0: evaluating, bit 1: side (kState) / merged (kView)
   int fromCoordinator = -1;   // kView: coordinator of the view it was decided from
   std::uint32_t skipped = 0;  // kView: numbers skipped since the view it was decided from
   std::vector<int> members;   // kView
@@ -57,7 +59,7 @@ std::vector<std::byte> encode(const Message& m);
 /// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
 /// every field before use: the length (kHeaderBytes + 4 * count), magic,
 /// kind, reserved bytes zero, coordinator, arg and the previous view's coordinator in
-/// [-1, worldSize), flags <= 1, fewest <= value, skipped < view number
+/// [-1, worldSize), flags <= 3 (kState, kView) or 0, fewest <= value, skipped < view number
 /// (kView) or 0,
 /// count <= worldSize and > 0 exactly for kView, members ascending in
 /// [0, worldSize).
