@@ -113,8 +113,12 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     // A side of a healed partition joined with the model it trained: every
     // member holds its side's model, and their average over the new view
     // weights each side by its number of ranks.
+    // Reduced in a copy: an allreduce that a further view change interrupts
+    // leaves partial sums in its buffer, and the model must stay whole.
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to merge: a view changed before the first step");
-    comm.allreduce(lastParams_, ReduceOp::kAverage);
+    std::vector<float> merged(lastParams_.begin(), lastParams_.end());
+    comm.allreduce(std::span<float>(merged), ReduceOp::kAverage);
+    std::copy(merged.begin(), merged.end(), lastParams_.begin());
   } else if (change.modelSource >= 0 && inner_->replicatedModel()) {
     // The ranks behind (or back) take the model of a rank that completed
     // resumeStep steps; the others receive a copy of what they hold.

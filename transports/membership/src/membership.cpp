@@ -260,50 +260,56 @@ class MembershipTransport final : public Transport, public Membership {
                                                   " from a view it has left; asking to join it again"
                                             : " was removed from the job by its peers (view " +
                                                   std::to_string(d.view.number) + "); asking to rejoin"));
-      // Out of every view until one takes it back: what peers sent it in the
-      // views it held is stale. (A view of the same number from another
-      // coordinator may still take it in: its messages are kept.) The view
-      // that takes it back is decided after it asks, so none of its
-      // messages is here yet.
-      dropQueuedExceptLocked(d.view.number, d.view.number);
-      // A side of a healed partition (its view has no member of the one it
-      // goes to) trained on its own: it says so in its reports (merged).
-      if (!outsider_) {
-        fromSide_ = true;
-        for (int p : view_.members) fromSide_ = fromSide_ && d.view.localRank(p) < 0;
-      }
-      // The members of the view it leaves (the other half of a healed
-      // partition) would wait for its messages: it sends them the view it
-      // goes to (they follow it there unless they hold a newer one) and a
-      // suspicion of itself in the view it leaves.
-      if (!outsider_ && !sameView(view_, d.view.number, d.view.coordinator)) {
-        Message gone = headerLocked(Kind::kSuspect);
-        gone.arg = self_;
-        for (int p : view_.members) {
-          sendLocked(p, d.message);
-          sendLocked(p, gone);
-        }
-      }
-      outsider_ = true;
-      joinAsked_ = true;
-      view_ = d.view;
-      suspects_.clear();
-      revoked_ = true;
-      for (auto it = reports_.begin(); it != reports_.end();)
-        it = it->first < viewKey(view_) ? reports_.erase(it) : std::next(it);
-      // Listed in it, it is not a stranger its members would take in: they
-      // would wait for it. A suspicion of itself in that view makes them
-      // decide the next one without it, which it then asks to join.
-      Message ask = headerLocked(listed ? Kind::kSuspect : Kind::kJoin);
-      if (listed) ask.arg = self_;
-      for (int p : view_.members) sendLocked(p, ask);
-      reportLocked(completedSteps, evaluating);
+      leaveForLocked(d, listed, completedSteps, evaluating);
       deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     }
   }
 
  private:
+  // Step 5: this rank leaves the view it holds for `d`, which it cannot take
+  // its place in (see recover()), and asks to join it.
+  void leaveForLocked(const Decided& d, bool listed, std::uint64_t completedSteps, bool evaluating) {
+    // Out of every view until one takes it back: what peers sent it in the
+    // views it held is stale. (A view of the same number from another
+    // coordinator may still take it in: its messages are kept.) The view
+    // that takes it back is decided after it asks, so none of its
+    // messages is here yet.
+    dropQueuedExceptLocked(d.view.number, d.view.number);
+    // A side of a healed partition (its view has no member of the one it
+    // goes to) trained on its own: it says so in its reports (merged).
+    if (!outsider_) {
+      fromSide_ = true;
+      for (int p : view_.members) fromSide_ = fromSide_ && d.view.localRank(p) < 0;
+    }
+    // The members of the view it leaves (the other half of a healed
+    // partition) would wait for its messages: it sends them the view it
+    // goes to (they follow it there unless they hold a newer one) and a
+    // suspicion of itself in the view it leaves.
+    if (!outsider_ && !sameView(view_, d.view.number, d.view.coordinator)) {
+      Message gone = headerLocked(Kind::kSuspect);
+      gone.arg = self_;
+      for (int p : view_.members) {
+        sendLocked(p, d.message);
+        sendLocked(p, gone);
+      }
+    }
+    outsider_ = true;
+    joinAsked_ = true;
+    view_ = d.view;
+    suspects_.clear();
+    revoked_ = true;
+    for (auto it = reports_.begin(); it != reports_.end();)
+      it = it->first < viewKey(view_) ? reports_.erase(it) : std::next(it);
+    // Listed in it, it is not a stranger its members would take in: they
+    // would wait for it. A suspicion of itself in that view makes them
+    // decide the next one without it, which it then asks to join.
+    Message ask = headerLocked(listed ? Kind::kSuspect : Kind::kJoin);
+    if (listed) ask.arg = self_;
+    for (int p : view_.members) sendLocked(p, ask);
+    reportLocked(completedSteps, evaluating);
+  }
+
   static std::pair<std::uint64_t, int> viewKey(const View& v) { return {v.number, v.coordinator}; }
 
   // The epoch of the view numbered `number` that `coordinator` issued, in tag
@@ -615,6 +621,10 @@ class MembershipTransport final : public Transport, public Membership {
     // is further ahead, since that needs this rank's report for v.
     dropQueuedExceptLocked(v.number, v.number + 1);
     for (int p : v.members) joiners_.erase(p);
+    if (const auto it = earlyJoins_.find(viewKey(v)); it != earlyJoins_.end())
+      for (int p : it->second)
+        if (v.localRank(p) < 0 && !outsider_) joiners_.insert(p);
+    std::erase_if(earlyJoins_, [&](const auto& e) { return e.first.first <= v.number; });
     std::set<int> keep;
     for (int p : suspects_)
       if (v.localRank(p) >= 0) keep.insert(p);
@@ -622,6 +632,18 @@ class MembershipTransport final : public Transport, public Membership {
     revoked_ = false;
     if (!suspects_.empty()) revokeLocked(*suspects_.begin(), "a member was suspected during the view change");
     if (!joiners_.empty()) revokeLocked(-1, "a peer asks to rejoin");
+    // A member that installed v first may have started its next change
+    // already (a peer asked to join while this rank, rejoining, had not
+    // installed v and could not take the request): its report for v is
+    // here, and this rank takes part in that change rather than step in v
+    // alone until its receives time out.
+    if (const auto it = reports_.find(viewKey(v)); it != reports_.end())
+      for (const auto& entry : it->second)
+        if (entry.first != self_ && v.localRank(entry.first) >= 0) {
+          revokeLocked(-1, "rank " + std::to_string(entry.first) + " started a change of view " +
+                               std::to_string(v.number));
+          break;
+        }
     const auto now = Clock::now();
     for (int p : v.members) heard_[static_cast<std::size_t>(p)] = now;
     for (auto it = reports_.begin(); it != reports_.end();)
@@ -715,10 +737,18 @@ class MembershipTransport final : public Transport, public Membership {
         if (!outnumberLocked(m)) acceptLocked(m);
         break;
       case Kind::kJoin:
-        if (view_.localRank(from) < 0 && !outsider_ && options_.rejoin) {
-          joiners_.insert(from);
-          revokeLocked(-1, "rank " + std::to_string(from) + " asks to rejoin");
-          coordinateLocked();
+        if (!options_.rejoin) break;
+        if (m.viewNumber <= view_.number &&
+            !(decided_ && sameView(decided_->view, m.viewNumber, m.viewCoordinator))) {
+          if (view_.localRank(from) < 0 && !outsider_) {
+            joiners_.insert(from);
+            revokeLocked(-1, "rank " + std::to_string(from) + " asks to rejoin");
+            coordinateLocked();
+          }
+        } else {
+          // It asks to join a view this rank has not installed yet (the view
+          // message is still on its way here): kept for then, as a suspicion is.
+          earlyJoins_[{m.viewNumber, m.viewCoordinator}].insert(from);
         }
         break;
     }
@@ -858,6 +888,8 @@ class MembershipTransport final : public Transport, public Membership {
   std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
   // Suspicions sent in views this rank had not installed: view -> suspect -> by whom.
   std::map<std::pair<std::uint64_t, int>, std::map<int, int>> earlySuspects_;
+  // Peers that asked to join a view this rank had not installed: view -> peers.
+  std::map<std::pair<std::uint64_t, int>, std::set<int>> earlyJoins_;
   std::set<int> joiners_;   // peers outside the view that asked to rejoin
   bool outsider_ = false;   // this rank was removed and asked to rejoin
   bool fromSide_ = false;   // ... from a side of a partition that trained on its own
@@ -925,7 +957,8 @@ void registerWith(Registry& registry) {
           .text("partition", "merge", {"merge", "majority"},
                 "when the job splits: merge (every side trains on as a view of its own; on heal the side "
                 "with fewer ranks joins the other, and their models merge: averaged, weighted by side size, "
-                "for AllReduce-SGD, kept with their push-sum weights for gossip) or majority (only a side holding a strict majority of "
+                "for AllReduce-SGD, kept with their push-sum weights for gossip) or majority (only a side "
+                "holding a strict majority of "
                 "the last view trains on; the others pause with their state and join it on heal)")
           .boolean("restarted", false,
                    "this process replaces a failed rank of the running job and joins it (gossamer-train "
