@@ -36,13 +36,38 @@ namespace gossamer::faults {
 
 namespace {
 
+// Seconds since rank 0's fault injector was made: rank 0 puts its wall
+// clock (Unix seconds) in the store, once, and every rank reads it, so that a
+// partition's window is the same on every rank (and on a process restarted
+// in place of one). Waits up to `timeoutSeconds` for rank 0.
+double partitionClockOffset(const TransportContext& ctx, double timeoutSeconds) {
+  const std::string key = "faults-partition-clock";
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  if (ctx.rank == 0 && !ctx.store.tryGet(key)) {
+    std::ostringstream text;
+    text.precision(17);
+    text << now();
+    ctx.store.set(key, text.str());
+  }
+  const std::string value = ctx.store.get(key, timeoutSeconds);
+  double start = 0;
+  std::istringstream in(value);
+  if (!(in >> start) || !std::isfinite(start))
+    throw Error("faults: the partition clock in the store (" + key + ") is not a time: '" + value + "'");
+  return std::max(0.0, now() - start);
+}
+
 class FaultyTransport final : public Transport {
  public:
   FaultyTransport(std::unique_ptr<Transport> inner, const FaultOptions& o)
       : inner_(std::move(inner)),
         options_(o),
         rng_(o.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(inner_->rank())),
-        start_(std::chrono::steady_clock::now()),
+        start_(std::chrono::steady_clock::now() -
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(o.partitionClockOffsetSeconds))),
         group_(static_cast<std::size_t>(inner_->worldSize()), -1),
         held_(static_cast<std::size_t>(inner_->worldSize())) {
     for (std::size_t g = 0; g < o.partitionGroups.size(); ++g)
@@ -399,7 +424,8 @@ void registerWith(Registry& registry) {
                 "groups cut off from each other for a while, e.g. \"0,1,2,3|4,5,6,7\" (empty: none); every "
                 "send between groups is dropped")
           .real("partition_start_seconds", 0.0, {0.0, true, 1e9, true},
-                "when the partition starts, seconds after the transport is made")
+                "when the partition starts, seconds after rank 0's transport was made (the same moment on "
+                "every rank: rank 0 shares its clock through the rendezvous)")
           .real("partition_seconds", 0.0, {0.0, true, 1e9, true}, "how long the partition lasts, seconds")
           .real("delay", 0.0, {0.0, true, 1.0, true},
                 "probability that a send goes out late, after a time drawn uniformly from [0, delay_seconds]")
@@ -429,6 +455,9 @@ void registerWith(Registry& registry) {
         }
         o.partitionStartSeconds = c.get<double>("faults.partition_start_seconds");
         o.partitionSeconds = c.get<double>("faults.partition_seconds");
+        if (!o.partitionGroups.empty())
+          o.partitionClockOffsetSeconds =
+              partitionClockOffset(ctx, c.get<double>("transport.timeout_seconds"));
         o.delayProbability = c.get<double>("faults.delay");
         o.delaySeconds = c.get<double>("faults.delay_seconds");
         o.reorderProbability = c.get<double>("faults.reorder");

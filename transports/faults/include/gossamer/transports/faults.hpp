@@ -30,8 +30,15 @@ struct FaultOptions {
   /// A partition: each rank's group (empty: none). While it is in force,
   /// every send (gossip or not) to a rank of another group is dropped.
   std::vector<std::vector<int>> partitionGroups;
-  double partitionStartSeconds = 0;  ///< When it starts, seconds after the wrapper is made (>= 0).
-  double partitionSeconds = 0;       ///< How long it lasts, seconds (>= 0).
+  /// When it starts, seconds after the partition's clock started (>= 0).
+  double partitionStartSeconds = 0;
+  double partitionSeconds = 0;  ///< How long it lasts, seconds (>= 0).
+  /// How long before the wrapper is made the partition's clock started,
+  /// seconds (>= 0; 0: when it is made). The registered factory passes the
+  /// time since rank 0's injector was made, shared through the store, so
+  /// that the window is the same on every rank however far apart their
+  /// transports start.
+  double partitionClockOffsetSeconds = 0;
   /// Each send that is not lost goes out later with this probability, in
   /// [0, 1] (1: every send): after a time drawn uniformly from
   /// [0, delaySeconds].
