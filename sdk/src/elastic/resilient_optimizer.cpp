@@ -2,6 +2,8 @@
 #include "elastic/resilient_optimizer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "gossamer/kit/wire.hpp"
 
@@ -25,6 +27,15 @@ void ResilientOptimizer::setInner(std::unique_ptr<DistributedOptimizer> inner) {
 void ResilientOptimizer::setTotalSteps(std::uint64_t totalSteps) {
   total_ = totalSteps;
   if (inner_) inner_->setTotalSteps(remainingSteps());
+}
+
+bool revokedSoon(const Membership& membership, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!membership.revoked()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 void ResilientOptimizer::recover() {
@@ -158,6 +169,11 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
       std::copy(saved_.begin(), saved_.end(), state.begin());
       recover();
       if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
+    } catch (const TimeoutError&) {
+      if (!revokedSoon(membership_)) throw;  // (this rank was stopped past the timeout: see revokedSoon)
+      std::copy(saved_.begin(), saved_.end(), state.begin());
+      recover();
+      if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
     }
   }
 }
@@ -190,6 +206,10 @@ void ResilientOptimizer::flush(std::span<float> params) {
     inner_->flush(params);
   } catch (const PeerFailure&) {
     // What was in flight is dropped with the old view.
+    std::copy(saved_.begin(), saved_.end(), params.begin());
+    recover();
+  } catch (const TimeoutError&) {
+    if (!revokedSoon(membership_)) throw;
     std::copy(saved_.begin(), saved_.end(), params.begin());
     recover();
   }

@@ -25,6 +25,15 @@
 
 namespace gossamer::detail {
 
+/// After a TimeoutError in a step or a collective: whether the membership
+/// service revokes the view within `seconds` (polled every 10 ms). A rank
+/// that was stopped for longer than the transport's timeout (SIGSTOP, a VM
+/// freeze) wakes up past its receive's deadline: the view that removed it
+/// is already waiting for its membership service, which revokes within a
+/// pass, and the timeout is a view change, not an error. False: a real
+/// timeout (rethrow it).
+bool revokedSoon(const Membership& membership, double seconds = 5.0);
+
 class ResilientOptimizer final : public DistributedOptimizer {
  public:
   /// `recover` runs Agent::recover (agree on a view, rebuild, then call

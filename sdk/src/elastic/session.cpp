@@ -143,6 +143,10 @@ bool Session::Impl::survive(const std::function<void()>& f) {
     } catch (const PeerFailure&) {
       if (membership == nullptr) throw;
       failed = true;
+    } catch (const TimeoutError&) {
+      // This rank was stopped past the timeout, and removed meanwhile.
+      if (membership == nullptr || !detail::revokedSoon(*membership)) throw;
+      failed = true;
     }
   }
 }
