@@ -8,7 +8,7 @@ replaced while the job trains:
         and, when it runs again, take it back;
     pause_and_restart.py restart GOSSAMER_TRAIN SOURCE_DIR
         rank 2 gets SIGKILL and a new process is started in its place with
-        the command the launcher printed (--rank 2 --rendezvous DIR --rejoin).
+        the command the launcher printed (--job ID --rank 2 --rejoin).
 
 Once rank 0's metrics show the rank back in a view of all 4 and two more
 epochs, the stop file ends the job. Checks: the launcher exits 0 (and, after
@@ -106,17 +106,18 @@ def main():
             time.sleep(seconds)
             os.kill(pids[victim], signal.SIGCONT)
         else:
-            m = re.search(r"gossamer-train: rendezvous (\S+) ", read(os.path.join(work, "err")))
+            m = re.search(r"restart a failed rank R with: .* --job ([A-Za-z0-9]{6}) --rank R --rejoin",
+                          read(os.path.join(work, "err")))
             if not m:
-                fail("the launcher did not print the rendezvous", work)
+                fail("the launcher did not print the command that restarts a rank", work)
             os.kill(pids[victim], signal.SIGKILL)
             time.sleep(0.5)
             restarted_at = time.time()
             with open(os.path.join(work, "out-restarted"), "w") as out, \
                     open(os.path.join(work, "err-restarted"), "w") as err:
                 procs.append(subprocess.Popen(
-                    [exe, "--config", config, "--progress", "off", "--rank", str(victim), "--rendezvous",
-                     m.group(1), "--rejoin"] + sets, stdout=out, stderr=err, start_new_session=True))
+                    [exe, "--config", config, "--progress", "off", "--job", m.group(1), "--rank", str(victim),
+                     "--rejoin"] + sets, stdout=out, stderr=err, start_new_session=True))
 
         rank0 = os.path.join(run, "rank-0.jsonl")
 

@@ -16,6 +16,8 @@
 // that sums up the run; the JSON summary goes to <run.dir>/summary.json and
 // to --summary-json.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -36,6 +38,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/launcher.hpp"
+#include "gossamer/membership.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
@@ -103,12 +106,13 @@ void emitSummary(Display& display, const train::TrainSummary& s, const Config& c
     if (!out) throw gossamer::Error("cannot write summary to '" + p + "'");
     written.push_back(p);
   }
+  // The ranks of the final view: those that finished the job together.
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "done: %s, %d ranks, %d epochs in %.1f s: test accuracy %.2f%% (average model), consensus "
                 "%.2e, %.1f MB sent per peer%s%s",
-                s.algorithm.c_str(), s.worldSize, s.epochs, s.wallSeconds, 100 * s.testAccuracy,
-                s.consensusDistance, s.bytesSentPerPeer / 1e6,
+                s.algorithm.c_str(), s.survivors.empty() ? s.worldSize : static_cast<int>(s.survivors.size()),
+                s.epochs, s.wallSeconds, 100 * s.testAccuracy, s.consensusDistance, s.bytesSentPerPeer / 1e6,
                 written.empty() ? "" : "; summary: ", written.empty() ? "" : written.back().c_str());
   std::lock_guard<std::mutex> lk(display.mu);
   display.get().finish(buf);
@@ -131,6 +135,44 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
       display.stepsOf(rank));
   if (s.writer) emitSummary(display, s, c, summaryPath);
   return 0;
+}
+
+// --job ID (the running job's rendezvous on this host) and --join ID: the
+// rendezvous they name; --join and --rejoin also turn the membership
+// service's joining on.
+void resolveJob(const std::string& job, const std::string& join, bool rejoin, int rank,
+                std::string& rendezvous, std::vector<std::string>& overrides) {
+  if (!job.empty()) {
+    if (!rendezvous.empty()) throw gossamer::InvalidArgument("--job and --rendezvous both name the job");
+    rendezvous = gossamer::jobRendezvous(job);
+  }
+  if (!join.empty()) {
+    if (rank >= 0 || rejoin || !rendezvous.empty())
+      throw gossamer::InvalidArgument(
+          "--join takes no --rank, --rejoin, --job or --rendezvous: it claims a rank");
+    rendezvous = join.find('/') == std::string::npos ? gossamer::jobRendezvous(join) : join;
+  }
+  if (rejoin || !join.empty()) {
+    if (rank < 0 && join.empty()) throw gossamer::InvalidArgument("--rejoin needs --rank and --job");
+    for (const char* kv : {"membership.enabled=true", "membership.rejoin=true", "membership.restarted=true"})
+      overrides.emplace_back(kv);
+  }
+}
+
+// The rank a process started with --join takes: the lowest free one from
+// world_size up to membership.max_world_size (claimJoinRank).
+int claimRank(const Config& c, const std::string& rendezvous) {
+  const int most = gossamer::maxWorldSize(c);
+  if (most <= c.worldSize())
+    throw gossamer::ConfigError(c.sourceFile, 0, "membership.max_world_size",
+                                "the job takes no rank beyond world_size " + std::to_string(c.worldSize()) +
+                                    ": start it with membership.max_world_size above that");
+  // (A rank other than 0: it does not serve a tcp rendezvous.)
+  gossamer::zmq::Rendezvous rv(rendezvous, c.worldSize(), c.get<double>("transport.timeout_seconds"));
+  char host[256] = "";
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return gossamer::claimJoinRank(rv.store(), c.worldSize(), most,
+                                 std::string(host) + ":" + std::to_string(::getpid()));
 }
 
 // Every rank as a thread of this process over the inproc transport.
@@ -211,10 +253,19 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       [&](int r, const std::string& rendezvous) {
         if (r == 0) {
           if (membership && summaryFile.empty()) summaryFile = rendezvous + "/summary.json";
-          std::fprintf(stderr,
-                       "gossamer-train: rendezvous %s (restart a failed rank R with --config %s --rank R "
-                       "--rendezvous %s --rejoin)\n",
-                       rendezvous.c_str(), configPath.c_str(), rendezvous.c_str());
+          const std::string id = gossamer::jobIdOf(rendezvous);
+          std::fprintf(stderr, "gossamer-train: job %s (rendezvous %s)\n", id.c_str(), rendezvous.c_str());
+          if (membership) {
+            std::fprintf(stderr,
+                         "gossamer-train: restart a failed rank R with: gossamer-train --config %s --job %s "
+                         "--rank R --rejoin\n",
+                         configPath.c_str(), id.c_str());
+            if (gossamer::maxWorldSize(c) > c.worldSize())
+              std::fprintf(
+                  stderr,
+                  "gossamer-train: add a rank (up to %d) with: gossamer-train --config %s --join %s\n",
+                  gossamer::maxWorldSize(c), configPath.c_str(), id.c_str());
+          }
         }
         std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
                                          std::to_string(r), "--rendezvous", rendezvous};
@@ -295,6 +346,16 @@ int main(int argc, char** argv) {
                "with --rank: this process replaces that rank of a running job, which failed; it loads its "
                "newest checkpoint (checkpoint.dir) if there is one, asks the others to take it back and "
                "receives their model (sets membership.enabled, rejoin and restarted; zmq transport)");
+  std::string job;
+  app.add_option("--job", job,
+                 "with --rank: the running job's id, which the launcher printed (its rendezvous directory on "
+                 "this host), instead of --rendezvous");
+  std::string join;
+  app.add_option(
+      "--join", join,
+      "join the running job with this id (or rendezvous directory, or tcp://HOST:PORT) as a new rank: "
+      "it claims the lowest free rank from world_size up to membership.max_world_size, and the "
+      "members take it in and give it their model (sets membership.enabled, rejoin and restarted)");
   bool fromEnv = false;
   app.add_flag("--from-env", fromEnv,
                "run the rank that the launcher's variables name (torchrun, mpirun, srun, Hydra; automatic "
@@ -316,12 +377,7 @@ int main(int argc, char** argv) {
         rendezvous = launch->rendezvous;
       }
     }
-    if (rejoin) {
-      if (rank < 0) throw gossamer::InvalidArgument("--rejoin needs --rank and --rendezvous");
-      for (const char* kv :
-           {"membership.enabled=true", "membership.rejoin=true", "membership.restarted=true"})
-        overrides.emplace_back(kv);
-    }
+    resolveJob(job, join, rejoin, rank, rendezvous, overrides);
     const Config c = registry.load(configPath, overrides);
     Display display;
     display.mode = train::parseProgressMode(progress);
@@ -335,11 +391,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
                              : "inproc ranks are threads of this process");
+    if (!join.empty()) {
+      rank = claimRank(c, rendezvous);
+      std::fprintf(stderr, "gossamer-train: joins the job as rank %d\n", rank);
+      if (summaryPath.empty() && rendezvous.rfind("tcp://", 0) != 0)
+        summaryPath = rendezvous + "/summary.json";
+      return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
+    }
     if (rank >= 0) {
-      if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR");
-      if (rank >= c.worldSize())
+      if (rendezvous.empty()) throw gossamer::InvalidArgument("--rank needs --rendezvous DIR or --job ID");
+      // A rank beyond world_size that joined and failed may be restarted too.
+      const int most = rejoin ? gossamer::maxWorldSize(c) : c.worldSize();
+      if (rank >= most)
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
-                                        std::to_string(c.worldSize()));
+                                        std::to_string(most));
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
     if (c.get<std::string>("transport.kind") == "inproc")

@@ -117,8 +117,8 @@ class RankTrainer {
         params_(model_.numParams()),
         grads_(model_.numParams()),
         average_(model_.numParams()),
-        rates_(static_cast<std::size_t>(config.worldSize()), 0.0),
-        crcs_(static_cast<std::size_t>(config.worldSize()), -1.0),
+        rates_(static_cast<std::size_t>(maxWorldSize(config)), 0.0),
+        crcs_(static_cast<std::size_t>(maxWorldSize(config)), -1.0),
         session_(config, rank, store, registry) {
     model_.init(params_, config.seed());  // same seed on every rank: identical starting models
     if (rank == t_.training.stragglerRank) {
@@ -166,7 +166,9 @@ class RankTrainer {
   std::vector<int> shardOf(int rank) const {
     auto shards = partitionIndices(data_.train.labels, data_.train.numClasses, config_.worldSize(),
                                    t_.data.partition, t_.data.dirichletAlpha, config_.seed());
-    return std::move(shards[static_cast<std::size_t>(rank)]);
+    // A rank that joined beyond world_size trains on a copy of rank
+    // (rank mod world_size)'s shard.
+    return std::move(shards[static_cast<std::size_t>(rank % config_.worldSize())]);
   }
 
   // The plan the Session trains: the model, the epochs, the closing

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "cancel_race.hpp"
+#include "process.hpp"
 #include "threads.hpp"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/kit/sub_transport.hpp"
+#include "gossamer/membership.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
@@ -36,6 +38,7 @@
 
 using namespace gossamer;
 using gossamer::testing::onEveryRank;
+using gossamer::testing::TempDir;
 
 namespace {
 
@@ -832,6 +835,105 @@ TEST_CASE("zmq: a transport started in place of a failed rank is taken back, and
     }
     onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
   }
+}
+
+TEST_CASE("zmq: ranks beyond the world size join a running job and messages flow both ways", "[zmq][join]") {
+  for (const std::string protocol : {"tcp", "ipc"}) {
+    INFO("protocol " << protocol);
+    MemoryStore store;
+    auto options = [&](int r) {
+      zmq::Options o;
+      o.rank = r;
+      o.worldSize = 3;
+      o.maxWorldSize = 5;
+      o.protocol = protocol;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 1;
+      return o;
+    };
+    Group g(5);
+    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
+    CHECK(g[0]->worldSize() == 3);
+    CHECK(g[0]->capacity() == 5);
+    const auto tag = Tag::make(Op::kUser, 6);
+    double x = 1;
+    // Before it joins, rank 3 is gone: a send or a receive fails at once.
+    CHECK_THROWS_AS(g[0]->isendOf<double>(3, tag, std::span<const double>(&x, 1)).wait(kTimeout),
+                    PeerFailure);
+    CHECK_THROWS_AS(g[1]->irecvOf<double>(4, tag, std::span<double>(&x, 1)).wait(kTimeout), PeerFailure);
+    // Rank 3 joins, then rank 4, which finds rank 3 in the store.
+    g[3] = zmq::makeTransport(options(3), store);
+    g[4] = zmq::makeTransport(options(4), store);
+    CHECK(g[4]->rank() == 4);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (int from : {3, 4})
+      for (int to = 0; to < 5; ++to) {
+        if (to == from) continue;
+        INFO("from " << from << " to " << to);
+        const double v = 10.0 * from + to;
+        g[static_cast<std::size_t>(from)]
+            ->isendOf<double>(to, tag, std::span<const double>(&v, 1))
+            .wait(kTimeout);
+        double got = 0;
+        bool received = false;
+        while (!received && std::chrono::steady_clock::now() < until) {
+          try {  // fails at once until the joiner's hello has been read
+            g[static_cast<std::size_t>(to)]
+                ->irecvOf<double>(from, tag, std::span<double>(&got, 1))
+                .wait(kTimeout);
+            received = true;
+          } catch (const PeerFailure&) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }
+        REQUIRE(received);
+        CHECK(got == v);
+        // And back: the member connected to the address in the hello.
+        const double back = -v;
+        g[static_cast<std::size_t>(to)]
+            ->isendOf<double>(from, tag, std::span<const double>(&back, 1))
+            .wait(kTimeout);
+        double echo = 0;
+        g[static_cast<std::size_t>(from)]
+            ->irecvOf<double>(to, tag, std::span<double>(&echo, 1))
+            .wait(kTimeout);
+        CHECK(echo == back);
+      }
+    // A rank at or beyond the capacity is refused.
+    auto beyond = options(5);
+    CHECK_THROWS_AS(zmq::makeTransport(beyond, store), InvalidArgument);
+    onEveryRank(5, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+  }
+}
+
+TEST_CASE("Store::claim gives a key to exactly one of the processes claiming it at once", "[store]") {
+  TempDir dir;
+  zmq::StoreServer server("tcp://127.0.0.1:*");
+  MemoryStore memory;
+  FileStore file(dir.path());
+  zmq::RemoteStore remote(server.endpoint(), 5.0);
+  for (Store* store : std::initializer_list<Store*>{&memory, &file, &remote}) {
+    const std::string key = "job/join/" + std::to_string(reinterpret_cast<std::uintptr_t>(store) % 1000);
+    std::atomic<int> won{0};
+    std::vector<std::thread> claimants;
+    for (int t = 0; t < 6; ++t)
+      claimants.emplace_back([&, t] {
+        if (store->claim(key, "claimant-" + std::to_string(t))) ++won;
+      });
+    for (auto& c : claimants) c.join();
+    CHECK(won.load() == 1);
+    const auto value = store->tryGet(key);
+    REQUIRE(value.has_value());
+    CHECK(value->rfind("claimant-", 0) == 0);
+    CHECK_FALSE(store->claim(key, "late"));
+    CHECK(store->tryGet(key) == value);
+    CHECK_THROWS_AS(store->claim("bad key", "v"), InvalidArgument);
+  }
+  // claimJoinRank: the lowest free rank from the world size up, then "full".
+  MemoryStore job;
+  CHECK(claimJoinRank(job, 4, 6, "a") == 4);
+  CHECK(claimJoinRank(job, 4, 6, "b") == 5);
+  CHECK_THROWS_WITH(claimJoinRank(job, 4, 6, "c"), Catch::Contains("the job is full"));
 }
 
 TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out", "[store][zmq]") {

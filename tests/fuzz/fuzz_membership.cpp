@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(m.flags <= 3 && m.fewest <= m.value);
   FUZZ_CHECK(m.flags == 0 || m.kind == Kind::kState || m.kind == Kind::kView);
   FUZZ_CHECK(m.skipped == 0 || (m.kind == Kind::kView && m.skipped < m.viewNumber));
-  FUZZ_CHECK((m.kind == Kind::kView) == !m.members.empty());
+  FUZZ_CHECK(m.kind != Kind::kView || !m.members.empty());
+  FUZZ_CHECK(m.members.empty() || m.kind == Kind::kView || m.kind == Kind::kState);
   FUZZ_CHECK(std::is_sorted(m.members.begin(), m.members.end()) &&
              std::adjacent_find(m.members.begin(), m.members.end()) == m.members.end());
   for (int r : m.members) FUZZ_CHECK(r >= 0 && r < world);

@@ -83,6 +83,7 @@ def store():
     write("fuzz_store", "set", b"client-1\0\0set\0rank/0/address\0tcp://127.0.0.1:5555")
     write("fuzz_store", "get", b"client-2\0req-7\0\0get\0rank/3/pull")
     write("fuzz_store", "set-empty-value", b"c\0\0set\0job.ready\0")
+    write("fuzz_store", "claim", b"c\0\0claim\0gossamer/join/8\0vm:4242")
     write("fuzz_store", "get-missing-key", b"c\0\0get\0")
     write("fuzz_store", "no-envelope", b"\0set\0k\0v")
     write("fuzz_store", "bad-key", b"c\0\0get\0../etc/passwd")
@@ -119,6 +120,7 @@ def membership():
     write("fuzz_membership", "suspect", world + msg(2, 3, 0, 5, 0, 0, 0))
     write("fuzz_membership", "state", world + msg(3, 3, 0, -1, 120, 1, 0))
     write("fuzz_membership", "state-from-side", world + msg(3, 5, 2, -1, 410, 3, 0))
+    write("fuzz_membership", "state-with-joiners", world + msg(3, 5, 2, -1, 410, 0, 0, [6, 7]))
     write("fuzz_membership", "view", world + msg(4, 4, 1, 2, 130, 0, 118, [0, 1, 2, 4, 7], previous=0))
     write("fuzz_membership", "view-skipping", world + msg(4, 9, 0, -1, 300, 0, 300, [0, 1, 2, 3, 4], previous=0,
                                                          skipped=4))

@@ -587,6 +587,54 @@ void restartedPeer(const std::string& algorithm, int restartAfterMs) {
   if (algorithm == "allreduce_sgd") CHECK(s["consensus_distance"].get<double>() < 1e-10);
 }
 
+// A 4-rank job with room for 6 (membership.max_world_size): two processes
+// started with --join claim ranks 4 and 5, are taken in (one view change
+// per join, or one for both) and finish with the others.
+void joinedPeers(const std::string& algorithm) {
+  gossamer::testing::requireFashionMnist();
+  const int n = 4, epochs = 1000;
+  TempDir dir;
+  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) + "  max_world_size: 6\n");
+  auto pids = startRanks(dir, n);
+  Reaper reaper{pids};
+  REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
+  for (int j : {4, 5}) {
+    auto args = rankArgs(dir, j);
+    // --join DIR claims the rank: the arguments keep everything but --rank R.
+    args.erase(args.begin() + 3, args.begin() + 5);
+    args[3] = "--join";
+    pids.push_back(spawn(args, dir / ("out" + std::to_string(j)), dir / ("err" + std::to_string(j))));
+  }
+  stopAfter(dir, viewWithAll(6), 2);
+  expectFinished(dir, pids, {0, 1, 2, 3, 4, 5});
+  for (int j : {4, 5}) {
+    INFO("joiner " << j);
+    CHECK(readFile(dir / ("err" + std::to_string(j))).find("joins the job as rank") != std::string::npos);
+  }
+  const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  INFO("rank 0's summary: " << s.dump());
+  expectStoppedEarly(s, epochs);
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3, 4, 5}));
+  CHECK(s["lost"].empty());
+  std::vector<int> joined;
+  for (const auto& j : s["joined"]) joined.push_back(j["rank"].get<int>());
+  std::sort(joined.begin(), joined.end());
+  CHECK(joined == std::vector<int>{4, 5});
+  // One view change per join, or one for both: none without a joiner.
+  int changes = 0;
+  std::istringstream records(readFile(dir / "run/rank-0.jsonl"));
+  for (std::string line; std::getline(records, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || j["kind"] != "view" || j["view"] == 0) continue;
+    ++changes;
+    CHECK_FALSE(j["joined"].empty());
+  }
+  CHECK(changes >= 1);
+  CHECK(changes <= 2);
+  CHECK(s["test_accuracy"].get<double>() > 0.6);
+  if (algorithm == "allreduce_sgd") CHECK(s["consensus_distance"].get<double>() < 1e-10);
+}
+
 }  // namespace
 
 TEST_CASE("with membership on, the survivors of a kill -9 go on and report the lost rank: crossover_sgd, zmq",
@@ -683,6 +731,19 @@ TEST_CASE(
     "hierarchical, restarted after 500 ms",
     "[multiproc][failure][membership]") {
   restartedPeer("hierarchical", 500);
+}
+
+TEST_CASE(
+    "with membership on, ranks beyond world_size join a running job with --join and finish with it: "
+    "crossover_sgd",
+    "[multiproc][membership][join]") {
+  joinedPeers("crossover_sgd");
+}
+TEST_CASE(
+    "with membership on, ranks beyond world_size join a running job with --join and finish with it: "
+    "allreduce_sgd",
+    "[multiproc][membership][join]") {
+  joinedPeers("allreduce_sgd");
 }
 
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",

@@ -114,4 +114,15 @@ LaunchResult launchLocalRanks(const LaunchOptions& options,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup = {});
 
+/// The id of the job whose rendezvous directory launchLocalRanks made
+/// (/tmp/gossamer-rdv-ID: the six characters after the prefix), which names
+/// the job to processes that join it or restart one of its ranks
+/// (jobRendezvous). Empty for a directory not made by launchLocalRanks.
+std::string jobIdOf(const std::string& rendezvous);
+
+/// The rendezvous directory of the running job `id` (jobIdOf) on this host.
+/// @throws InvalidArgument if `id` is not six characters of [A-Za-z0-9];
+///         Error if no such job runs here (the directory is missing).
+std::string jobRendezvous(const std::string& id);
+
 }  // namespace gossamer

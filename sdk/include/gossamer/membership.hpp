@@ -20,6 +20,28 @@
 
 namespace gossamer {
 
+class Config;
+
+/// The most ranks a job may hold, counting the ranks that join it while it
+/// runs: `membership.max_world_size` when the membership service is on and
+/// that is above `world_size`, else `world_size`. Ranks world_size ..
+/// max_world_size-1 join with Session on a rank of their own
+/// (MembershipOptions::restarted; gossamer-train --join).
+int maxWorldSize(const Config& config);
+
+class Store;
+
+/// Claims a rank for a process that joins the running job: the lowest of
+/// worldSize .. maxWorldSize-1 that no process claimed before, through the
+/// job's rendezvous (Store::claim of "<prefix>/join/<rank>", whose value
+/// names this process: `who`). Build the Session with that rank and
+/// membership.restarted: true.
+/// @throws Error if every rank up to maxWorldSize is taken ("the job is
+///         full"), or from the store (InvalidArgument for one that cannot
+///         claim).
+int claimJoinRank(Store& store, int worldSize, int maxWorldSize, const std::string& who,
+                  const std::string& prefix = "gossamer");
+
 /// A membership view: the ranks of the job (global ranks, ascending) that
 /// are alive, and the view's identity (number, coordinator). Views are
 /// ordered by number, then by size (more members), then by coordinator

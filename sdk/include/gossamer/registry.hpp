@@ -5,6 +5,7 @@
 // against.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,10 @@ struct TransportContext {
   /// Where a transport service offers capabilities (a membership handle) to
   /// the Agent; null outside an Agent.
   ServiceCapabilities* capabilities = nullptr;
+  /// The most ranks the job may hold (membership.max_world_size, at least
+  /// world_size): a transport that can take joins sizes itself for this
+  /// many global ranks (Transport::capacity). 0: world_size.
+  int maxWorldSize = 0;
 };
 
 /// What an optimizer factory gets. `tensorSizes` are the element counts of the
@@ -92,13 +97,15 @@ Options networkOptionsFrom(const TransportContext& ctx) {
 }
 
 /// Checks the fields networkOptionsFrom fills: world size >= 1, rank in
-/// [0, world size), protocol "tcp" or "ipc", timeout > 0 s, linger >= 0 s.
+/// [0, world size) (or [0, maxWorldSize) for Options that have that field:
+/// a rank that joins a running job), protocol "tcp" or "ipc", timeout > 0 s, linger >= 0 s.
 /// @throws InvalidArgument naming the bad field.
 template <typename Options>
 void checkNetworkOptions(const Options& o) {
   GOSSAMER_ENFORCE(o.worldSize >= 1, "world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
-                   "rank " << o.rank << " outside world size " << o.worldSize);
+  int most = o.worldSize;
+  if constexpr (requires { o.maxWorldSize; }) most = std::max(most, o.maxWorldSize);
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < most, "rank " << o.rank << " outside world size " << most);
   GOSSAMER_ENFORCE(o.protocol == "tcp" || o.protocol == "ipc",
                    "protocol must be tcp or ipc, got '" << o.protocol << "'");
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);

@@ -21,6 +21,12 @@ class Store {
   virtual void set(const std::string& key, const std::string& value) = 0;
   /// Returns the value if the key is set, without waiting.
   virtual std::optional<std::string> tryGet(const std::string& key) = 0;
+  /// Sets `key` to `value` only if it is not set yet, atomically: of
+  /// processes that claim one key at once, exactly one gets true (a rank
+  /// that joins a running job claims its rank this way).
+  /// @throws InvalidArgument for a bad key, or from a store that cannot
+  ///         claim (the default).
+  virtual bool claim(const std::string& key, const std::string& value);
   /// Waits up to `timeoutSeconds` for `key`, then returns its value.
   /// @throws TimeoutError naming the key.
   std::string get(const std::string& key, double timeoutSeconds);
@@ -44,6 +50,7 @@ class MemoryStore final : public Store {
  public:
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  bool claim(const std::string& key, const std::string& value) override;
 
  protected:
   void idle(double seconds) override;
@@ -63,6 +70,9 @@ class FileStore final : public Store {
   explicit FileStore(std::string dir);
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  /// A hard link of a temp file to the key's file: link(2) fails if it exists.
+  /// @throws Error if the directory cannot be written.
+  bool claim(const std::string& key, const std::string& value) override;
   const std::string& dir() const noexcept { return dir_; }
 
  private:
@@ -80,6 +90,7 @@ class PrefixedStore final : public Store {
   PrefixedStore(Store& inner, std::string prefix);
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  bool claim(const std::string& key, const std::string& value) override;
   /// The inner store's.
   std::optional<std::string> localAddress() override { return inner_.localAddress(); }
 

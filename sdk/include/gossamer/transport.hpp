@@ -161,6 +161,13 @@ class Transport {
 
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
+  /// How many global ranks this transport can ever address: worldSize()
+  /// plus the ranks that may join the running job later (a transport built
+  /// with room for them: membership.max_world_size). A rank in
+  /// [worldSize(), capacity()) is gone (sends and receives fail with
+  /// PeerFailure) until its process says hello. A rank that joined may
+  /// itself be at or above worldSize(). Default: worldSize() (no joins).
+  virtual int capacity() const { return worldSize(); }
   /// Short name: "inproc", "zmq", ...
   virtual std::string name() const = 0;
   /// Default bound for waits on this transport's requests, seconds.

@@ -89,8 +89,9 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   // against what is registered (components registered by the application included).
   impl_->config = registry.complete(config);
   validateConfig(impl_->config, registry.schema());
-  GOSSAMER_ENFORCE(rank >= 0 && rank < impl_->config.worldSize(),
-                   "rank " << rank << " outside world size " << impl_->config.worldSize());
+  // Ranks from world_size up join a running job (membership.max_world_size).
+  const int most = maxWorldSize(impl_->config);
+  GOSSAMER_ENFORCE(rank >= 0 && rank < most, "rank " << rank << " outside world size " << most);
   impl_->registry = &registry;
   impl_->rank = rank;
   // Look every name up before connecting, so a bad config fails before any peer waits.
@@ -105,10 +106,15 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   mo.enabled = c.get<bool>("run.metrics");
   mo.every = static_cast<std::uint64_t>(c.get<int>("run.metrics_every"));
   if (mo.enabled) mo.dir = resolveRunDir(c, rank, store);
-  impl_->metrics = std::make_unique<Metrics>(rank, c.worldSize(), std::move(mo));
-  const TransportContext ctx{impl_->config,       rank, store, &registry, impl_->metrics.get(),
-                             &impl_->capabilities};
+  impl_->metrics = std::make_unique<Metrics>(rank, most, std::move(mo));
+  const TransportContext ctx{impl_->config,        rank, store, &registry, impl_->metrics.get(),
+                             &impl_->capabilities, most};
   impl_->transport = makeTransport(ctx);
+  if (impl_->transport->capacity() < most)
+    throw ConfigError(c.sourceFile, 0, "membership.max_world_size",
+                      std::to_string(most) + " ranks, but transport " + impl_->transport->name() +
+                          " takes no rank beyond world_size (" + std::to_string(c.worldSize()) +
+                          "): ranks join a running job over zmq");
   for (const auto& wrap : registry.transportServices()) {
     impl_->transport = wrap(ctx, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");

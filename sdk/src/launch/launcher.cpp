@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -315,6 +316,29 @@ void reportFailures(const LaunchOptions& o, const LaunchResult& result) {
 
 }  // namespace
 
+namespace {
+constexpr const char* kRendezvousPrefix = "/tmp/gossamer-rdv-";
+}  // namespace
+
+std::string jobIdOf(const std::string& rendezvous) {
+  const std::string prefix = kRendezvousPrefix;
+  if (rendezvous.size() != prefix.size() + 6 || rendezvous.rfind(prefix, 0) != 0) return {};
+  return rendezvous.substr(prefix.size());
+}
+
+std::string jobRendezvous(const std::string& id) {
+  GOSSAMER_ENFORCE(
+      id.size() == 6 && std::all_of(id.begin(), id.end(),
+                                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }),
+      "job id '" << id << "' is not the six letters and digits the launcher printed");
+  const std::string dir = kRendezvousPrefix + id;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error("no job " + id + " runs on this host (" + dir +
+                " is missing: the job ended, or runs elsewhere)");
+  return dir;
+}
+
 LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup) {
@@ -322,9 +346,11 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   // Read before the directory exists, so that a failure leaves nothing behind.
   const std::vector<int> cpus = o.binding == CpuBinding::kCore ? allowedCpus() : std::vector<int>{};
   CpuSet bindTo(cpus.empty() ? 1 : cpus.back() + 1);
-  char tmpl[] = "/tmp/gossamer-rdv-XXXXXX";
-  if (!mkdtemp(tmpl)) throw Error("cannot create a rendezvous directory in /tmp");
-  const std::string rendezvous = tmpl;
+  std::string pattern = std::string(kRendezvousPrefix) + "XXXXXX";
+  std::vector<char> tmpl(pattern.begin(), pattern.end());
+  tmpl.push_back('\0');
+  if (!mkdtemp(tmpl.data())) throw Error("cannot create a rendezvous directory in /tmp");
+  const std::string rendezvous = tmpl.data();
   // Caught from here on; exec resets the children's handlers to the default.
   SignalForwarding forwarding(o.forwardSignals);
   RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));

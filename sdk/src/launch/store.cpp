@@ -1,7 +1,9 @@
 #include "gossamer/store.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,6 +58,21 @@ void Store::wait(std::span<const std::string> keys, double timeoutSeconds) {
   }
 }
 
+bool Store::claim(const std::string& key, const std::string&) {
+  checkStoreKey(key);
+  throw InvalidArgument("this rendezvous store cannot claim a key ('" + key + "')");
+}
+
+bool MemoryStore::claim(const std::string& key, const std::string& value) {
+  checkStoreKey(key);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!kv_.emplace(key, value).second) return false;
+  }
+  cv_.notify_all();
+  return true;
+}
+
 void MemoryStore::set(const std::string& key, const std::string& value) {
   checkStoreKey(key);
   {
@@ -106,6 +123,25 @@ void FileStore::set(const std::string& key, const std::string& value) {
   if (ec) throw Error("cannot publish store key '" + key + "' in '" + dir_ + "': " + ec.message());
 }
 
+bool FileStore::claim(const std::string& key, const std::string& value) {
+  checkStoreKey(key);
+  const std::string path = pathOf(key);
+  std::ostringstream tmpName;
+  tmpName << path << ".claim." << ::getpid() << '.' << std::this_thread::get_id();
+  {
+    std::ofstream out(tmpName.str(), std::ios::binary | std::ios::trunc);
+    out.write(value.data(), static_cast<std::streamsize>(value.size()));
+    if (!out) throw Error("cannot write store file '" + tmpName.str() + "'");
+  }
+  const int rc = ::link(tmpName.str().c_str(), path.c_str());
+  const int err = errno;
+  std::error_code ec;
+  fs::remove(tmpName.str(), ec);
+  if (rc == 0) return true;
+  if (err == EEXIST) return false;
+  throw Error("cannot claim store key '" + key + "' in '" + dir_ + "': " + std::strerror(err));
+}
+
 std::optional<std::string> FileStore::tryGet(const std::string& key) {
   checkStoreKey(key);
   std::ifstream in(pathOf(key), std::ios::binary);
@@ -125,6 +161,10 @@ void PrefixedStore::set(const std::string& key, const std::string& value) {
 
 std::optional<std::string> PrefixedStore::tryGet(const std::string& key) {
   return inner_.tryGet(prefix_ + key);
+}
+
+bool PrefixedStore::claim(const std::string& key, const std::string& value) {
+  return inner_.claim(prefix_ + key, value);
 }
 
 }  // namespace gossamer

@@ -68,11 +68,11 @@ class FaultyTransport final : public Transport {
         start_(std::chrono::steady_clock::now() -
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(o.partitionClockOffsetSeconds))),
-        group_(static_cast<std::size_t>(inner_->worldSize()), -1),
-        held_(static_cast<std::size_t>(inner_->worldSize())) {
+        group_(static_cast<std::size_t>(inner_->capacity()), -1),
+        held_(static_cast<std::size_t>(inner_->capacity())) {
     for (std::size_t g = 0; g < o.partitionGroups.size(); ++g)
       for (int r : o.partitionGroups[g]) group_[static_cast<std::size_t>(r)] = static_cast<int>(g);
-    linkDelay_.assign(static_cast<std::size_t>(inner_->worldSize()), Clock::duration::zero());
+    linkDelay_.assign(static_cast<std::size_t>(inner_->capacity()), Clock::duration::zero());
     for (std::size_t d = 0; d < o.linkDelaySeconds.size() && d < linkDelay_.size(); ++d)
       linkDelay_[d] = seconds(o.linkDelaySeconds[d]);
     const bool linkDelays = std::any_of(linkDelay_.begin(), linkDelay_.end(),
@@ -90,6 +90,7 @@ class FaultyTransport final : public Transport {
 
   int rank() const override { return inner_->rank(); }
   int worldSize() const override { return inner_->worldSize(); }
+  int capacity() const override { return inner_->capacity(); }
   std::string name() const override { return inner_->name() + "+faults"; }
   double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
 
@@ -204,7 +205,7 @@ class FaultyTransport final : public Transport {
 
   template <typename SendFn>
   Request send(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, SendFn sendOnce) {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(), "destination " << dst << " outside " << worldSize());
+    GOSSAMER_ENFORCE(dst >= 0 && dst < capacity(), "destination " << dst << " outside " << capacity());
     const Fate fate = draw(dst, tag);
     if (fate.drop) return Request(detail::completedRequest(dst, data.size()));
     if (fate.duplicate) {

@@ -69,23 +69,28 @@ class MembershipTransport final : public Transport, public Membership {
         options_(o),
         self_(inner_->rank()),
         world_(inner_->worldSize()),
-        heard_(static_cast<std::size_t>(world_), Clock::now()),
-        left_(static_cast<std::size_t>(world_), false),
-        dead_(static_cast<std::size_t>(world_), false),
-        lastAnswer_(static_cast<std::size_t>(world_), Clock::time_point{}) {
+        capacity_(inner_->capacity()),
+        heard_(static_cast<std::size_t>(capacity_), Clock::now()),
+        left_(static_cast<std::size_t>(capacity_), false),
+        dead_(static_cast<std::size_t>(capacity_), false),
+        lastAnswer_(static_cast<std::size_t>(capacity_), Clock::time_point{}) {
     for (int r = 0; r < world_; ++r) view_.members.push_back(r);
     localRank_ = self_;
-    localSize_ = world_;
-    buffers_.resize(static_cast<std::size_t>(world_));
-    standing_.resize(static_cast<std::size_t>(world_));
+    localSize_ = std::max(world_, self_ + 1);  // (a joiner's rank is world_ or more)
+    buffers_.resize(static_cast<std::size_t>(capacity_));
+    standing_.resize(static_cast<std::size_t>(capacity_));
+    GOSSAMER_ENFORCE(self_ < world_ || o.restarted,
+                     "rank " << self_ << " is beyond the job's first " << world_
+                             << " ranks: it can only join the running job (MembershipOptions::restarted)");
     if (o.restarted) {
       // Outside the job until a view takes it in: it suspects nobody,
       // decides nothing, and its first step recovers (asks to join).
       outsider_ = true;
       restarted_ = true;
-      revokeLocked(-1, "this process restarts a failed rank: it joins the running job");
+      revokeLocked(-1, self_ < world_ ? "this process restarts a failed rank: it joins the running job"
+                                      : "this process is a new rank: it joins the running job");
     }
-    for (int p = 0; p < world_; ++p)
+    for (int p = 0; p < capacity_; ++p)
       if (p != self_) post(p);
     thread_ = std::thread([this] { run(); });
   }
@@ -142,7 +147,7 @@ class MembershipTransport final : public Transport, public Membership {
         // Every rank still reachable, members or not: a rank that is
         // rejoining learns that the job is ending.
         Message m = headerLocked(Kind::kLeave);
-        for (int p = 0; p < world_; ++p)
+        for (int p = 0; p < capacity_; ++p)
           if (p != self_) sendLocked(p, m);
       }
       closed_ = true;
@@ -180,6 +185,15 @@ class MembershipTransport final : public Transport, public Membership {
     GOSSAMER_ENFORCE(!closed_, "recover() after close");
     revokeLocked(-1, "this rank saw a peer fail");
     const auto start = revokedAt_;
+    if (restarted_ && !joinAsked_ && view_.localRank(self_) < 0) {
+      // A new rank (beyond the job's first view) asks at once: the members
+      // take it in at their next view change (one change, whatever view
+      // they hold: one that holds a newer view answers with it, and the
+      // rank asks again there).
+      joinAsked_ = true;
+      const Message ask = headerLocked(Kind::kJoin);
+      for (int p : view_.members) sendLocked(p, ask);
+    }
     reportLocked(completedSteps, evaluating);
     coordinateLocked();
     const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
@@ -325,7 +339,7 @@ class MembershipTransport final : public Transport, public Membership {
     std::bitset<256> out;
     for (std::uint64_t n = from; n <= to; ++n) {
       if (n == 0) out.set(epochOf(0, -1));
-      for (int c = 0; n > 0 && c < world_; ++c) out.set(epochOf(n, c));
+      for (int c = 0; n > 0 && c < capacity_; ++c) out.set(epochOf(n, c));
     }
     return out;
   }
@@ -402,6 +416,10 @@ class MembershipTransport final : public Transport, public Membership {
     Message state = headerLocked(Kind::kState);
     state.value = completedSteps;
     state.flags = (evaluating ? 1u : 0u) | (side ? 2u : 0u);
+    // The peers that asked this rank to join: the coordinator, which may
+    // not have heard them yet, waits for their reports too.
+    for (int p : joiners_)
+      if (view_.localRank(p) < 0) state.members.push_back(p);
     for (int p : view_.members)
       if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
   }
@@ -528,7 +546,7 @@ class MembershipTransport final : public Transport, public Membership {
     // heartbeat period or so): wait for that, for a bounded time, rather
     // than issue a view without it and revoke that one at once.
     for (int p : joiners_)
-      if (!reports.count(p) && !dead_[static_cast<std::size_t>(p)] && view_.localRank(p) < 0 &&
+      if (!reports.count(p) && view_.localRank(p) < 0 &&
           since(revokedAt_) < kJoinWaitBeats * options_.heartbeatSeconds)
         return;
     std::vector<int> members = survivors;
@@ -631,6 +649,12 @@ class MembershipTransport final : public Transport, public Membership {
     suspects_ = keep;
     revoked_ = false;
     if (!suspects_.empty()) revokeLocked(*suspects_.begin(), "a member was suspected during the view change");
+    // A peer that asked to join and has been silent since (it died, or its
+    // request came through another member's report only) is dropped: a
+    // live one asks again when the view reaches it.
+    std::erase_if(joiners_, [&](int p) {
+      return since(heard_[static_cast<std::size_t>(p)]) > options_.suspectSeconds;
+    });
     if (!joiners_.empty()) revokeLocked(-1, "a peer asks to rejoin");
     // A member that installed v first may have started its next change
     // already (a peer asked to join while this rank, rejoining, had not
@@ -670,7 +694,7 @@ class MembershipTransport final : public Transport, public Membership {
 
   void post(int p) {
     auto& buf = buffers_[static_cast<std::size_t>(p)];
-    buf.resize(kHeaderBytes + 4 * static_cast<std::size_t>(world_));
+    buf.resize(kHeaderBytes + 4 * static_cast<std::size_t>(capacity_));
     try {
       standing_[static_cast<std::size_t>(p)] = inner_->irecv(p, kControlTag, buf);
     } catch (const Error&) {
@@ -730,6 +754,9 @@ class MembershipTransport final : public Transport, public Membership {
       case Kind::kState:
         reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0, (m.flags & 2) != 0};
         if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
+          if (options_.rejoin && !outsider_ && view_.localRank(from) >= 0)
+            for (int p : m.members)
+              if (p != self_ && view_.localRank(p) < 0) joiners_.insert(p);
           revokeLocked(-1, "rank " + std::to_string(from) + " started a view change");
           coordinateLocked();
         }
@@ -769,14 +796,14 @@ class MembershipTransport final : public Transport, public Membership {
         resumed_ = true;
       }
       lastPass = passStart;
-      for (int p = 0; p < world_; ++p) {
+      for (int p = 0; p < capacity_; ++p) {
         auto& r = standing_[static_cast<std::size_t>(p)];
         if (!r.valid()) continue;
         std::optional<Message> m;
         try {
           if (!r.test()) continue;
           const auto bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
-          m = decode(bytes, p, world_);
+          m = decode(bytes, p, capacity_);
         } catch (const PeerFailure&) {
           r = Request();
           std::lock_guard<std::mutex> lk(mu_);
@@ -800,7 +827,7 @@ class MembershipTransport final : public Transport, public Membership {
                                std::chrono::duration<double>(options_.heartbeatSeconds));
           // Ranks whose receive failed are listened to again: the transport
           // may have taken back a process restarted in place of one.
-          for (int p = 0; p < world_; ++p)
+          for (int p = 0; p < capacity_; ++p)
             if (p != self_ && dead_[static_cast<std::size_t>(p)] &&
                 !standing_[static_cast<std::size_t>(p)].valid())
               repost.push_back(p);
@@ -812,7 +839,7 @@ class MembershipTransport final : public Transport, public Membership {
           // heals, the side with the older view learns the newer one and
           // asks to join it.
           if (options_.rejoin && ++beats_ % 5 == 0 && lastView_ && !outsider_ && !revoked_)
-            for (int p = 0; p < world_; ++p)
+            for (int p = 0; p < capacity_; ++p)
               if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
         }
         // A view change decides on the pass after the last thing it waited
@@ -864,7 +891,8 @@ class MembershipTransport final : public Transport, public Membership {
   std::unique_ptr<Transport> inner_;
   MembershipOptions options_;
   const int self_;
-  const int world_;
+  const int world_;     // the job's first view: ranks 0..world_-1
+  const int capacity_;  // global ranks there may ever be (the inner transport's capacity: joins)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -962,9 +990,15 @@ void registerWith(Registry& registry) {
                 "for AllReduce-SGD, kept with their push-sum weights for gossip) or majority (only a side "
                 "holding a strict majority of "
                 "the last view trains on; the others pause with their state and join it on heal)")
-          .boolean("restarted", false,
-                   "this process replaces a failed rank of the running job and joins it (gossamer-train "
-                   "--rejoin sets it; needs rejoin and the zmq transport)"),
+          .boolean(
+              "restarted", false,
+              "this process replaces a failed rank of the running job, or is a new rank beyond "
+              "world_size, and joins it (gossamer-train --rejoin and --join set it; needs rejoin and the "
+              "zmq transport)")
+          .integer(
+              "max_world_size", 0, 0, 65535,
+              "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
+              "runs (gossamer-train --join; needs rejoin and the zmq transport; 0: world_size, no joins)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("membership.enabled")) return inner;
@@ -980,6 +1014,15 @@ void registerWith(Registry& registry) {
                             "majority needs membership.rejoin: true (a paused minority joins on heal)");
         if (o.restarted && !o.rejoin)
           throw ConfigError(c.sourceFile, 0, "membership.restarted", "needs membership.rejoin: true");
+        if (maxWorldSize(c) > c.worldSize() && !o.rejoin)
+          throw ConfigError(
+              c.sourceFile, 0, "membership.max_world_size",
+              "needs membership.rejoin: true (a rank that joins is taken in as a rejoining one)");
+        if (ctx.rank >= c.worldSize() && !o.restarted)
+          throw ConfigError(c.sourceFile, 0, "membership.restarted",
+                            "rank " + std::to_string(ctx.rank) + " is beyond world_size " +
+                                std::to_string(c.worldSize()) +
+                                ": it joins the running job (restarted: true)");
         if (o.suspectSeconds <= o.heartbeatSeconds)
           throw ConfigError(
               c.sourceFile, 0, "membership.suspect_seconds",

@@ -68,7 +68,7 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   if (b.size() != kHeaderBytes + 4 * std::size_t{count})
     throw bad(32,
               "count " + std::to_string(count) + " does not match " + std::to_string(b.size()) + " bytes");
-  if ((m.kind == Kind::kView) != (count > 0))
+  if ((m.kind == Kind::kView && count == 0) || (count > 0 && m.kind != Kind::kView && m.kind != Kind::kState))
     throw bad(32, "count " + std::to_string(count) + " for this kind");
   for (std::uint32_t i = 0; i < count; ++i) {
     const int r = get<std::int32_t>(b, kHeaderBytes + 4 * i);

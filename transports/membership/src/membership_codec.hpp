@@ -10,7 +10,8 @@
 //  16      4   sender's view coordinator (-1: the first view)
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
 //  24      8   value: completed steps (kState), resume step (kView)
-//  32      4   count: members that follow (kView), else 0
+//  32      4   count: ranks that follow (kView: the members; kState: the
+//              peers outside the view that asked the sender to join it), else 0
 //  36      4   flags (kState, kView; else 0): bit 0 = evaluating (kState:
 //              the sender recovers from a collective of its own between
 //              steps; kView: a survivor at the resume step did); bit 1 =
@@ -23,7 +24,7 @@
 //              numbered 1 + skipped less (a side of a partition numbers its
 //              next view above a smaller side's so that this one joins it),
 //              else 0
-//  56   4 x count  members, ascending global ranks (kView)
+//  56   4 x count  ranks, ascending global ranks (kView, kState)
 #pragma once
 
 #include <cstddef>

@@ -54,6 +54,7 @@ class StallWatch final : public Transport {
 
   int rank() const override { return inner_->rank(); }
   int worldSize() const override { return inner_->worldSize(); }
+  int capacity() const override { return inner_->capacity(); }
   std::string name() const override { return inner_->name(); }
   double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
   TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }

@@ -20,9 +20,9 @@ StoreRequest parseStoreRequest(std::span<const std::string_view> body) {
   const std::string_view op = body[0];
   r.key = std::string(body[1]);
   checkStoreKey(r.key);
-  if (op == "set" && n == 3) {
+  if ((op == "set" || op == "claim") && n == 3) {
     GOSSAMER_ENFORCE(body[2].size() <= kMaxStoreValueBytes, "value larger than 1 MiB");
-    r.op = StoreRequest::Op::kSet;
+    r.op = op == "set" ? StoreRequest::Op::kSet : StoreRequest::Op::kClaim;
     r.value = std::string(body[2]);
   } else if (op == "get" && n == 2) {
     r.op = StoreRequest::Op::kGet;

@@ -2,7 +2,7 @@
 // its socket so that it can be tested and fuzzed on bytes alone
 // (tests/fuzz/fuzz_store.cpp). A request arrives on the ROUTER socket as
 // frames: the envelope (client id, REQ's request id, ...) up to an empty
-// delimiter frame, then [op "set"|"get"][key][value (set only)].
+// delimiter frame, then [op "set"|"claim"|"get"][key][value (set, claim)].
 #pragma once
 
 #include <cstddef>
@@ -17,10 +17,10 @@ inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{1} << 20;
 
 /// A request's body, checked.
 struct StoreRequest {
-  enum class Op { kSet, kGet };
+  enum class Op { kSet, kGet, kClaim };
   Op op = Op::kGet;
   std::string key;    ///< A valid store key (checkStoreKey).
-  std::string value;  ///< kSet only: at most kMaxStoreValueBytes bytes.
+  std::string value;  ///< kSet, kClaim: at most kMaxStoreValueBytes bytes.
 };
 
 /// The number of envelope frames of a request, the empty delimiter included:
@@ -32,8 +32,9 @@ std::size_t storeEnvelopeFrames(std::span<const std::string_view> frames) noexce
 
 /// Reads the body of a request (the frames after the envelope).
 /// @throws InvalidArgument for fewer than two frames ("malformed request"), a
-///         key checkStoreKey refuses, a set value above kMaxStoreValueBytes,
-///         or an operation other than set with three frames or get with two
+///         key checkStoreKey refuses, a set or claim value above
+///         kMaxStoreValueBytes, or an operation other than set or claim with
+///         three frames or get with two
 ///         ("unknown operation"); the server answers ["error"][message].
 StoreRequest parseStoreRequest(std::span<const std::string_view> body);
 

@@ -69,6 +69,8 @@ struct StoreServer::Impl {
       if (request.op == store_wire::StoreRequest::Op::kSet) {
         kv[request.key] = std::move(request.value);
         reply = {"ok", ""};
+      } else if (request.op == store_wire::StoreRequest::Op::kClaim) {
+        reply = {"ok", kv.emplace(request.key, std::move(request.value)).second ? "1" : "0"};
       } else {
         auto it = kv.find(request.key);
         reply =
@@ -154,6 +156,16 @@ void RemoteStore::set(const std::string& key, const std::string& value) {
   GOSSAMER_ENFORCE(value.size() <= store_wire::kMaxStoreValueBytes,
                    "store value of " << value.size() << " bytes exceeds 1 MiB");
   impl_->request({"set", key, value});
+}
+
+bool RemoteStore::claim(const std::string& key, const std::string& value) {
+  checkStoreKey(key);
+  GOSSAMER_ENFORCE(value.size() <= store_wire::kMaxStoreValueBytes,
+                   "store value of " << value.size() << " bytes exceeds 1 MiB");
+  auto reply = impl_->request({"claim", key, value});
+  if (reply[0] != "ok" || reply.size() != 2 || (reply[1] != "1" && reply[1] != "0"))
+    throw Error("malformed reply from rendezvous server " + impl_->endpoint);
+  return reply[1] == "1";
 }
 
 std::optional<std::string> RemoteStore::tryGet(const std::string& key) {

@@ -37,6 +37,13 @@
 // hello carries HMAC-SHA-512-256(job key, incarnation || rank) (libsodium's
 // crypto_auth); a hello whose MAC does not verify is counted, logged and
 // ignored, so a process that only reached a port cannot evict a live peer.
+//
+// Join: with Options::maxWorldSize above worldSize, ranks worldSize ..
+// maxWorldSize-1 have a Peer from the start but no connection, and are gone
+// (PeerLifecycle) until a hello for one arrives with a valid proof: it is
+// then taken in as a restarted rank is (connect to the hello's address,
+// revive). A joining rank connects to ranks 0..worldSize-1 and to the joined
+// ranks whose addresses are in the store; the others reach it by its hello.
 #include <sodium.h>
 #include <zmq.hpp>
 
@@ -111,8 +118,9 @@ class ZmqTransport final : public Transport {
  public:
   ZmqTransport(const Options& o, Store& store)
       : opt_(o),
-        box_(o.worldSize),
-        life_("zmq", o.rank, o.worldSize, box_),
+        capacity_(std::max(o.worldSize, o.maxWorldSize)),
+        box_(capacity_),
+        life_("zmq", o.rank, capacity_, box_),
         ctx_(1),
         rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
@@ -173,18 +181,34 @@ class ZmqTransport final : public Transport {
               store.get(keyPrefix + std::to_string(p), o.timeoutSeconds);
     }
     // Single copy reads the peer's memory directly, outside CURVE: not under security.
-    if (o.protocol == "ipc" && o.singleCopy && !o.curve) {
+    // (A rank that joins later is not in the probe, which all ranks below
+    // worldSize run together.)
+    if (o.protocol == "ipc" && o.singleCopy && !o.curve && o.rank < o.worldSize) {
       auto probed =
           single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/zmq-pull/", o.timeoutSeconds);
       pids_ = std::move(probed.pids);
       pullTo_ = std::move(probed.pullTo);
     }
 
-    peers_.resize(static_cast<std::size_t>(o.worldSize));
-    for (int p = 0; p < o.worldSize; ++p) {
+    // Every rank this transport may ever address has its Peer from the
+    // start (sending threads read peers_ without a lock); a rank that has
+    // not joined has no connection and is gone until its hello comes.
+    peers_.resize(static_cast<std::size_t>(capacity_));
+    pullTo_.resize(pullTo_.empty() ? 0 : static_cast<std::size_t>(capacity_), false);
+    for (int p = 0; p < capacity_; ++p) {
       if (p == o.rank) continue;
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>();
-      connectLocked(p, store.get(prefix + std::to_string(p), o.timeoutSeconds));
+      std::optional<std::string> at;
+      if (p < o.worldSize)
+        at = store.get(prefix + std::to_string(p), o.timeoutSeconds);
+      else if (o.rank >= o.worldSize)  // a joiner also connects to the ranks that joined before it
+        at = store.tryGet(prefix + std::to_string(p));
+      if (at) {
+        connectLocked(p, *at);
+      } else {
+        peers_[static_cast<std::size_t>(p)]->tornDown = true;
+        (void)life_.declareFailed(p, "rank " + std::to_string(p) + " has not joined the job");
+      }
     }
     ready_.store(true, std::memory_order_release);
   }
@@ -234,6 +258,7 @@ class ZmqTransport final : public Transport {
 
   int rank() const override { return opt_.rank; }
   int worldSize() const override { return opt_.worldSize; }
+  int capacity() const override { return capacity_; }
   std::string name() const override { return "zmq"; }
   double timeoutSeconds() const override { return opt_.timeoutSeconds; }
 
@@ -490,7 +515,7 @@ class ZmqTransport final : public Transport {
     // same connections; a peer acknowledges it once it has read all of that.
     // Wait (bounded by the linger period) until every peer acknowledged, is
     // closing itself, or is gone; then nothing queued can still matter.
-    for (int p = 0; p < opt_.worldSize; ++p)
+    for (int p = 0; p < capacity_; ++p)
       if (peers_[static_cast<std::size_t>(p)] && !life_.leaving(p))
         sendControl(p, FrameKind::kBye, PeerLifecycle::byeSegment(aborting_));
     (void)life_.waitSettled(opt_.lingerSeconds);
@@ -498,7 +523,7 @@ class ZmqTransport final : public Transport {
     if (progress_.joinable()) progress_.join();
     box_.close();
     failPullsTo(-1, "the transport is closed");
-    for (int p = 0; p < opt_.worldSize; ++p) {
+    for (int p = 0; p < capacity_; ++p) {
       auto& peer = peers_[static_cast<std::size_t>(p)];
       if (!peer) continue;
       // What may still be queued: acks to peers that are closing (short grace)
@@ -596,7 +621,8 @@ class ZmqTransport final : public Transport {
 
   // A hello from p (progress thread). The first one names p's process; one
   // with another incarnation, or any once p is gone, comes from a process
-  // started in its place (the old one failed: gossamer-train --rejoin). The old one is declared failed
+  // started in its place (the old one failed: gossamer-train --rejoin), or
+  // from a rank joining the job (no connection to it yet: --join). The old one is declared failed
   // if it was not yet, what was lent to it comes back, and the connection is
   // made anew to the new process's address; p is then there again
   // (PeerLifecycle::revive), for the membership service to take it back.
@@ -630,8 +656,14 @@ class ZmqTransport final : public Transport {
     if (peer.incarnation != 0) peer.replaced.push_back(peer.incarnation);
     peer.incarnation = hello.incarnation;
     const std::string why = "a new process took its place";
-    GOSSAMER_LOG(kInfo,
-                 "zmq rank " << opt_.rank << ": rank " << p << " restarted (" << hello.endpoint << ")");
+    int connections;
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      connections = peer.connections;
+    }
+    GOSSAMER_LOG(kInfo, "zmq rank " << opt_.rank << ": rank " << p
+                                    << (connections == 0 ? " joined (" : " restarted (") << hello.endpoint
+                                    << ")");
     tearDown(p, 0.0, why);
     (void)life_.declareFailed(p, why);
     failPullsTo(p, why);
@@ -680,8 +712,9 @@ class ZmqTransport final : public Transport {
         rebuildPoll_ = false;
         items.assign(1, {rx_.handle(), 0, ZMQ_POLLIN, 0});
         itemPeer.assign(1, -1);
-        for (int p = 0; p < opt_.worldSize; ++p) {
-          if (!peers_[static_cast<std::size_t>(p)]) continue;
+        for (int p = 0; p < capacity_; ++p) {
+          // (A rank that has not joined has no monitor yet.)
+          if (!peers_[static_cast<std::size_t>(p)] || !peers_[static_cast<std::size_t>(p)]->monitor) continue;
           items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
           itemPeer.push_back(p);
         }
@@ -741,7 +774,7 @@ class ZmqTransport final : public Transport {
           peer, 0,
           "expected a 2-part message (header, payload), got " + std::to_string(parts.size()) + " parts");
     std::span<const std::byte> header(static_cast<const std::byte*>(parts[0].data()), parts[0].size());
-    CheckedFrame c{decodeFrameHeader(header, peer, opt_.worldSize)};
+    CheckedFrame c{decodeFrameHeader(header, peer, capacity_)};
     std::span<const std::byte> payload(static_cast<const std::byte*>(parts[1].data()), parts[1].size());
     if (c.header.kind != FrameKind::kData || payload.size() < kClaimMinBytes) {
       verifyFramePayload(header, c.header, payload, peer);
@@ -807,7 +840,7 @@ class ZmqTransport final : public Transport {
     };
     if (!digits(rank, 6) || !digits(incarnation, 20)) return {};
     const int r = std::stoi(rank);
-    if (r >= opt_.worldSize || r == opt_.rank) return {};
+    if (r >= capacity_ || r == opt_.rank) return {};
     try {
       return {r, std::stoull(incarnation)};
     } catch (const std::out_of_range&) {  // 20 digits above 2^64
@@ -1071,14 +1104,14 @@ class ZmqTransport final : public Transport {
       sendControl(peer, FrameKind::kPullDone, kPullFailed, d.ticket);
       std::rethrow_exception(error);
     };
-    if (pids_.empty() || d.pid != pids_[static_cast<std::size_t>(peer)])
-      refuse(
-          std::make_exception_ptr(ProtocolError(
-              peer, kFrameHeaderBytes + 20,
-              "pull frame names process " + std::to_string(d.pid) + ", but rank " + std::to_string(peer) +
-                  (pids_.empty() ? std::string(" was not probed (single copy is off on this rank)")
-                                 : " is process " + std::to_string(pids_[static_cast<std::size_t>(peer)])))),
-          nullptr);
+    const bool probed = static_cast<std::size_t>(peer) < pids_.size();  // (a rank that joined was not)
+    if (!probed || d.pid != pids_[static_cast<std::size_t>(peer)])
+      refuse(std::make_exception_ptr(ProtocolError(
+                 peer, kFrameHeaderBytes + 20,
+                 "pull frame names process " + std::to_string(d.pid) + ", but rank " + std::to_string(peer) +
+                     (!probed ? std::string(" was not probed (single copy is off on this rank, or it joined)")
+                              : " is process " + std::to_string(pids_[static_cast<std::size_t>(peer)])))),
+             nullptr);
     auto copy = [&](std::span<std::byte> dst, detail::RequestState* claimed) {
       if (const int err = single_copy::pull(d, dst); err != 0)
         refuse(err == ESRCH ? std::make_exception_ptr(PeerFailure(peer, "its process is gone (pull: ESRCH)"))
@@ -1153,6 +1186,7 @@ class ZmqTransport final : public Transport {
   }
 
   Options opt_;
+  const int capacity_;  // global ranks this transport can address: worldSize plus the ranks that may join
   std::shared_ptr<detail::BackgroundEngine> engine_ = std::make_shared<detail::BackgroundEngine>();
   std::mutex loansMu_;  // after Peer::mu
   std::condition_variable loansCv_;
@@ -1199,6 +1233,9 @@ class ZmqTransport final : public Transport {
 
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   checkNetworkOptions(o);
+  GOSSAMER_ENFORCE(o.maxWorldSize <= o.worldSize || !o.curve,
+                   "zmq: ranks cannot join a running job under CURVE (maxWorldSize "
+                       << o.maxWorldSize << " > worldSize " << o.worldSize << ")");
   return std::make_unique<ZmqTransport>(o, store);
 }
 
@@ -1212,6 +1249,7 @@ void registerWith(Registry& registry) {
         auto o = networkOptionsFrom<Options>(ctx);
         o.recycleReceiveBuffers = ctx.config.get<bool>("transport.recycle_receive_buffers");
         o.curve = curveKeysFrom(ctx.config, ctx.rank);
+        o.maxWorldSize = ctx.maxWorldSize;
         return makeTransport(o, ctx.store);
       },
       KeySet().boolean(

@@ -21,6 +21,15 @@ namespace gossamer::zmq {
 struct Options {
   int rank = 0;
   int worldSize = 1;
+  /// Room for ranks that join the running job (membership.max_world_size):
+  /// ranks worldSize..maxWorldSize-1 are gone until their process says
+  /// hello (one that read the rendezvous: its hello carries the job key's
+  /// proof); this rank then connects to the address in that hello. A rank
+  /// that joins has rank >= worldSize itself; it connects to ranks
+  /// 0..worldSize-1 and to the joined ranks it finds in the store. 0 or at
+  /// most worldSize: no joins. Not under CURVE (a joiner's key is not in
+  /// the admitted set).
+  int maxWorldSize = 0;
   std::string protocol = defaults::kProtocol;  ///< "tcp" or "ipc".
   std::string host = defaults::kHost;          ///< tcp: interface to bind (its port is picked by the OS).
   /// Bound on rendezvous and default for waits, seconds.
@@ -69,7 +78,8 @@ struct Options {
 };
 
 /// Creates the transport: binds, publishes "<prefix>/zmq/<rank>" in `store`,
-/// waits for every peer's endpoint and connects; over ipc with singleCopy,
+/// waits for the endpoint of every rank below worldSize (and reads those of
+/// ranks that joined, when this rank joins) and connects; over ipc with singleCopy,
 /// also probes single copy under "<prefix>/zmq-pull/". The store is used only here.
 /// @throws InvalidArgument for bad options, TimeoutError if peers do not show
 ///         up within timeoutSeconds (the single-copy probe may wait that long
@@ -126,6 +136,8 @@ class RemoteStore final : public Store {
   ///         rejects the request; InvalidArgument for a bad key.
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
+  /// The server keeps the first value it is sent for `key` (op "claim").
+  bool claim(const std::string& key, const std::string& value) override;
   /// This host's address facing the server's host (routeAddressTo).
   /// @throws Error if that host cannot be resolved or routed to.
   std::optional<std::string> localAddress() override;
