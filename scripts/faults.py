@@ -19,6 +19,21 @@ baseline's training time:
              rank 3 (gossamer-train --rank 3 --rejoin): it loads its newest
              checkpoint (checkpoint.every_steps 100), asks to join, receives
              the model and finishes with the others
+  join       membership.max_world_size 10: at 30% a process started with
+             `gossamer-train --join ID` (the id the launcher printed), 2 s
+             later a second one: ranks 8 and 9 are taken in and finish with
+             the others (10 survivors)
+  restart-defaults
+             kill -9 of rank 3 at 30%, and 2 s later the README's command
+             (`gossamer-train --job ID --rank 3 --rejoin`) with nothing else
+             set: no checkpoint, the job's defaults
+  stop-defaults
+             SIGSTOP of rank 3 at 5% for 10 s with the defaults
+  stop-60s   SIGSTOP of rank 3 at 5% for 60 s with the defaults (past the
+             transport's timeout): it is removed, and taken back when it
+             resumes; the job trains four times the epochs so that it
+             outlasts the stop (its accuracy is not comparable with the
+             fault-free run's)
   none       the fault-free run itself, as a row (not in the default list)
   straggler  rank 3 sleeps after each step for 9 of the fault-free run's
              step times: a 10x straggler (not in the default list)
@@ -32,20 +47,32 @@ with the fields: algorithm, scenario, world_size, survivors,
 survivors_finished (every surviving rank completed every epoch, exit status
 0), test_accuracy (the survivors' average model), baseline_accuracy,
 detection_seconds (from the fault until the survivors started the view
-change), resume_seconds (from the fault until the new view was installed,
-after which every survivor steps again), steps_lost (steps the ranks furthest
+change), resume_seconds (from the fault until the new view was installed on
+the rank that wrote the summary), every_stepped_seconds (from the fault
+until every member of the first view without the lost rank had completed a
+step in it, from the ranks' step records: what users feel), steps_lost (steps the ranks furthest
 behind skipped to realign), steps_per_second (survivors' mean over the run)
 and baseline_steps_per_second; for rejoin also reconverge_steps: steps from
 the rejoin to the end of the first epoch whose consensus distance is back at
 or below the largest one the fault-free run had up to that epoch (epoch
-granularity).
+granularity); view_changes (view records of the lowest surviving rank);
+joins: for each rank taken in (join, restart-defaults, rejoin) the seconds
+from its process's start until the view that took it in was installed
+(seconds), and from its start record (written once it has loaded the data
+and built its model: from_ready_seconds);
+step rates of the lowest surviving rank over the 5 s before the first fault
+and the 5 s after every survivor stepped again (rate_before, rate_after).
 
 Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce]
-                         [--scenarios kill-1,kill-3,stop-10s,rejoin,partition] [--epochs N]
+                         [--scenarios kill-1,kill-3,stop-10s,rejoin,partition,join,restart-defaults,
+                                      stop-defaults,stop-60s] [--epochs N]
        scripts/faults.sh --algorithms sgp,sgp-async --scenarios none,straggler,kill-1 --epochs 20
 """
 import argparse
+import glob
 import json
+import re
+import statistics
 import os
 import signal
 import subprocess
@@ -71,6 +98,10 @@ SCENARIOS = {
     "kill-3": [(0.1, "kill", 3), (0.3, "kill", 5), (0.5, "kill", 6)],
     "stop-10s": [(0.05, "stop", 3), (None, "cont", 3)],
     "rejoin": [(0.3, "kill", 3), (None, "restart", 3)],
+    "join": [(0.3, "join", 8), (None, "join", 9)],
+    "restart-defaults": [(0.3, "kill", 3), (None, "restart-job", 3)],
+    "stop-defaults": [(0.05, "stop", 3), (None, "cont", 3)],
+    "stop-60s": [(0.05, "stop", 3), (None, "cont-60", 3)],
     # Set in the config (the fault injector's partition), not by a signal.
     "partition": [],
     # The fault-free run itself (the baseline), as a row.
@@ -78,7 +109,7 @@ SCENARIOS = {
     # Rank 3 sleeps after each step for 9 of the baseline's step times.
     "straggler": [],
 }
-DEFAULT_SCENARIOS = "kill-1,kill-3,stop-10s,rejoin,partition"
+DEFAULT_SCENARIOS = "kill-1,kill-3,stop-10s,rejoin,partition,join,restart-defaults,stop-defaults"
 
 
 def rank_pids(launcher_pid):
@@ -121,17 +152,52 @@ def rendezvous_of(pid):
     return args[args.index(b"--rendezvous") + 1].decode()
 
 
+def read_records(run_dir):
+    """Global rank -> its metrics records (run.dir's rank-R.jsonl), in order."""
+    out = {}
+    for path in glob.glob(os.path.join(run_dir, "rank-*.jsonl")):
+        rank = int(os.path.basename(path)[5:-6])
+        with open(path) as f:
+            out[rank] = [json.loads(line) for line in f if line.strip().endswith("}")]
+    return out
+
+
+def every_stepped(records, fault_time, lost_rank):
+    """Seconds from `fault_time` until every member of the first view that
+    left out `lost_rank` (installed after the fault) had completed a step in
+    it or a later view, from the members' step records; None if none did."""
+    views = [r for r in records.get(min(records), []) if r["kind"] == "view" and r["time"] >= fault_time and
+             lost_rank not in r["members"]]
+    if not views:
+        return None
+    view = views[0]
+    latest = fault_time
+    for member in view["members"]:
+        first = next((r["time"] for r in records.get(member, []) if r["kind"] == "step" and
+                      r.get("view", 0) >= view["view"] and r["time"] >= fault_time), None)
+        if first is None:
+            return None
+        latest = max(latest, first)
+    return latest - fault_time
+
+
+def step_rate(records, rank, t0, t1):
+    """Steps per second of `rank` between times t0 and t1 (its step records)."""
+    steps = [r for r in records.get(rank, []) if r["kind"] == "step" and t0 <= r["time"] <= t1]
+    return len(steps) / (t1 - t0) if steps and t1 > t0 else None
+
+
 def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
     """Runs the job. The faults are placed after rank 0 printed its first
     epoch, at fractions of the rest of the baseline's training time
     (`baseline`, seconds). "{tmp}" in `extra` is the run's temporary directory."""
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "summary.json")
-        sets = ["world_size=8", f"training.epochs={epochs}"]
+        sets = ["world_size=8", f"training.epochs={epochs}", f"run.dir={tmp}/run"]
         sets += [kv.replace("{tmp}", tmp) for kv in extra]
         cmd = [binary, "--config", os.path.join(ROOT, config), "--summary-json", summary]
         cmd += [a for kv in sets for a in ("--set", kv)]
-        restarted = None
+        started = []  # (process, log path, rank, start time): restarted and joining ranks
         start = time.time()
         log_path = os.path.join(tmp, "log")
         log = open(log_path, "w")
@@ -147,17 +213,29 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
                     time.sleep(0.02)
             rdv = None
             for frac, action, rank in SCENARIOS.get(scenario, []):
-                if action == "restart":
-                    time.sleep(max(0.0, events[-1][0] + 2.0 - time.time()))
-                    rlog = open(os.path.join(tmp, "restarted.log"), "w")
-                    restarted = subprocess.Popen(
-                        [binary, "--config", os.path.join(ROOT, config), "--rank", str(rank), "--rendezvous", rdv,
-                         "--rejoin"] + [a for kv in sets for a in ("--set", kv)],
-                        stdout=rlog, stderr=subprocess.STDOUT, text=True)
+                if action in ("restart", "restart-job", "join"):
+                    if frac is None:
+                        time.sleep(max(0.0, events[-1][0] + 2.0 - time.time()))
+                    else:
+                        time.sleep(max(0.0, first_epoch + frac * baseline * (epochs - 1) / epochs - time.time()))
+                    with open(log_path) as f:
+                        job = re.search(r"gossamer-train: job ([A-Za-z0-9]{6})", f.read()).group(1)
+                    if action == "restart":  # the rendezvous directory and a checkpoint
+                        how = ["--rank", str(rank), "--rendezvous", rdv, "--rejoin"]
+                    elif action == "restart-job":  # the README's command
+                        how = ["--job", job, "--rank", str(rank), "--rejoin"]
+                    else:
+                        how = ["--join", job]
+                    rlog_path = os.path.join(tmp, f"started-{rank}.log")
+                    with open(rlog_path, "w") as rlog:
+                        p = subprocess.Popen([binary, "--config", os.path.join(ROOT, config)] + how +
+                                             [a for kv in sets for a in ("--set", kv)],
+                                             stdout=rlog, stderr=subprocess.STDOUT, text=True)
+                    started.append((p, rlog_path, rank, time.time()))
                     events.append((time.time(), action, rank))
                     continue
-                if action == "cont":
-                    when = events[-1][0] + 10.0
+                if action.startswith("cont"):
+                    when = events[-1][0] + (60.0 if action == "cont-60" else 10.0)
                 else:
                     when = first_epoch + frac * baseline * (epochs - 1) / epochs
                 time.sleep(max(0.0, when - time.time()))
@@ -170,29 +248,30 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
                 if pid is None:
                     raise RuntimeError(f"{scenario}: rank {rank} is not running (the run ended before the fault)")
                 rdv = rendezvous_of(pid)
-                sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}[action]
+                sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}.get(action, signal.SIGCONT)
                 os.kill(pid, sig)
                 events.append((time.time(), action, rank))
             proc.wait(timeout=timeout)
-            if restarted:
-                restarted.wait(timeout=max(1.0, timeout - (time.time() - start)))
+            for p, _, _, _ in started:
+                p.wait(timeout=max(1.0, timeout - (time.time() - start)))
         except BaseException:
-            proc.kill()
-            proc.wait()
-            if restarted:
-                restarted.kill()
-                restarted.wait()
+            for p in [proc] + [x[0] for x in started]:
+                p.kill()
+                p.wait()
             raise
         finally:
             log.close()
         wall = time.time() - start
         with open(log_path) as f:
             out = f.read()
-        result = {"exit": proc.returncode, "wall": wall, "events": events, "log": out}
-        if restarted:
-            with open(os.path.join(tmp, "restarted.log")) as f:
-                result["restarted_log"] = f.read()
-            result["restarted_exit"] = restarted.returncode
+        result = {"exit": proc.returncode, "wall": wall, "events": events, "log": out, "started": []}
+        for p, path, rank, at in started:
+            with open(path) as f:
+                result["started"].append({"rank": rank, "at": at, "exit": p.returncode, "log": f.read()})
+        # Only the failures of the started processes count against the job.
+        result["restarted_exit"] = max([0] + [x["exit"] for x in result["started"]])
+        result["restarted_log"] = "".join(x["log"] for x in result["started"])
+        result["records"] = read_records(os.path.join(tmp, "run"))
         if os.path.exists(summary):
             with open(summary) as f:
                 result["summary"] = json.load(f)
@@ -210,9 +289,9 @@ def main():
     args = ap.parse_args()
 
     rows = []
-    header = (f"{'algorithm':13} {'scenario':9} {'surv':>4} {'finished':>8} {'acc %':>6} {'base %':>6} "
-              f"{'detect s':>8} {'resume s':>8} {'lost st':>7} {'steps/s':>8} {'base st/s':>9} {'reconv st':>9} "
-              f"{'min w':>8} {'max w':>6}")
+    header = (f"{'algorithm':13} {'scenario':16} {'surv':>4} {'finished':>8} {'acc %':>6} {'base %':>6} "
+              f"{'detect s':>8} {'resume s':>8} {'all s':>6} {'views':>5} {'ready s':>7} {'lost st':>7} "
+              f"{'steps/s':>8} {'base st/s':>9} {'reconv st':>9} {'min w':>8} {'max w':>6}")
     print(header)
     for algo in args.algorithms.split(","):
         config, algo_sets = ALGORITHMS[algo]
@@ -229,6 +308,12 @@ def main():
                 start = 1.5 * bs["history"][0]["seconds"]
                 extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
                          f"faults.partition_start_seconds={start:.2f}", "faults.partition_seconds=10")
+            if scenario == "join":
+                extra = ("membership.max_world_size=10",)
+            if scenario in ("restart-defaults", "stop-defaults"):
+                extra = ()
+            if scenario == "stop-60s":  # a job that outlasts the stop: four times the epochs
+                extra = (f"training.epochs={4 * args.epochs}",)
             if scenario == "straggler":
                 extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
             r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
@@ -241,10 +326,27 @@ def main():
             first_fault = faults[0][0] if faults else None
             resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
             detect = [l["resumed_at_unix_seconds"] - l["agreement_seconds"] - f[0] for l, f in zip(lost, faults)]
-            restarts = len([e for e in r["events"] if e[1] == "restart"])
+            restarts = len(r["started"])
             expected = 8 - len([e for e in r["events"] if e[1] == "kill"]) + restarts
             survivors = len(s.get("survivors", []))
-            finished = finished_count(r["log"]) + (1 if r.get("restarted_exit") == 0 else 0)
+            finished = finished_count(r["log"]) + len([x for x in r["started"] if x["exit"] == 0])
+            records = r["records"]
+            low = min(s.get("survivors", [0]))
+            views = [x for x in records.get(low, []) if x["kind"] == "view" and x["view"] != 0]
+            stepped = [every_stepped(records, f[0], f[2]) for f in faults]
+            joins = []
+            for x in r["started"]:
+                took = [v for v in views if x["rank"] in v["joined"] and v["time"] >= x["at"]]
+                # Its process's start record: written once it has loaded the data and built the model.
+                ready = [y["time"] for y in records.get(x["rank"], []) if y["kind"] == "start" and y["time"] >= x["at"]]
+                joins.append({"rank": x["rank"], "seconds": took[0]["time"] - x["at"] if took else None,
+                              "from_ready_seconds": took[0]["time"] - ready[0] if took and ready else None})
+            rate_before = rate_after = None
+            if faults:
+                rate_before = step_rate(records, low, faults[0][0] - 5, faults[0][0])
+                if stepped and stepped[0] is not None:
+                    back = faults[0][0] + stepped[0]
+                    rate_after = step_rate(records, low, back, back + 5)
             reconverge = None
             joined = s.get("joined", [])
             if scenario == "rejoin" and joined and lost:
@@ -263,18 +365,27 @@ def main():
                 "config": config,
                 "scenario": scenario,
                 "world_size": 8,
+                "expected_survivors": expected,
                 "survivors": survivors,
                 # Every survivor completed every epoch (the launcher's report names them finished).
-                "survivors_finished": survivors == expected and len(s.get("history", [])) == args.epochs
+                "survivors_finished": survivors == expected
+                and len(s.get("history", [])) == (4 if scenario == "stop-60s" else 1) * args.epochs
                 and finished == expected,
                 "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
                 "test_accuracy": s.get("test_accuracy"),
                 "baseline_accuracy": bs["test_accuracy"],
                 "detection_seconds": max(detect) if detect else None,
                 "resume_seconds": max(resume) if resume else None,
+                "every_stepped_seconds": max(stepped) if stepped and None not in stepped else None,
+                "every_stepped_per_fault": [[fault[1], x] for fault, x in zip(faults, stepped)],
+                "view_changes": len(views),
+                "joins": joins,
+                "rate_before": rate_before,
+                "rate_after": rate_after,
                 "steps_lost": sum(l["steps_skipped"] for l in lost),
                 "lost_ranks": [l["rank"] for l in lost],
-                "rejoined": scenario in ("stop-10s", "partition", "rejoin") and survivors == 8,
+                "rejoined": scenario in ("stop-10s", "partition", "rejoin", "restart-defaults", "stop-defaults",
+                                         "stop-60s") and survivors == 8,
                 "reconverge_steps": reconverge,
                 "steps_per_second": s.get("steps_per_second"),
                 "push_sum_weight_min": s.get("push_sum_weight_min"),
@@ -289,9 +400,12 @@ def main():
             def f(v, fmt):
                 return format(v, fmt) if isinstance(v, (int, float)) and v is not None else "-"
 
-            print(f"{algo:13} {scenario:9} {survivors:4d} {str(row['survivors_finished']):>8} "
+            join_s = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
+            print(f"{algo:13} {scenario:16} {survivors:4d} {str(row['survivors_finished']):>8} "
                   f"{f(100 * (row['test_accuracy'] or 0), '6.2f')} {f(100 * row['baseline_accuracy'], '6.2f')} "
-                  f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} {row['steps_lost']:7d} "
+                  f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} "
+                  f"{f(row['every_stepped_seconds'], '6.2f')} {len(views):5d} "
+                  f"{f(max(join_s) if join_s else None, '7.2f')} {row['steps_lost']:7d} "
                   f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')} "
                   f"{f(row['reconverge_steps'], '9d')} {f(row['push_sum_weight_min'], '8.2g')} "
                   f"{f(row['push_sum_weight_max'], '6.2f')}", flush=True)
@@ -299,6 +413,11 @@ def main():
                 log = r["log"] + r.get("restarted_log", "")
                 tail = "\n".join(l for l in log.splitlines() if "error" in l or "warning" in l)[-1500:]
                 print(tail, file=sys.stderr)
+    for kind in ("kill", "stop"):
+        xs = [x for row in rows for action, x in row["every_stepped_per_fault"] if action == kind and x is not None]
+        if xs:
+            print(f"every survivor stepped again after a {kind}: p50 {statistics.median(xs):.2f} s, "
+                  f"worst {max(xs):.2f} s over {len(xs)} faults")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:
         json.dump({"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, fh,

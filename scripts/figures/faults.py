@@ -7,13 +7,14 @@ restart with --rejoin, and a 4+4 partition for 10 s, each beside the
 fault-free run of the same seed (scripts/faults.py): survivors, accuracy,
 detection and resume times, steps lost, steps to reconverge.
 """
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _faults import NAMES, number, percent  # noqa: E402
+
 COMMAND = ["scripts/faults.sh"]
 JSON = "results/faults.json"
-NAMES = {"crossover": "crossover_sgd", "allreduce": "allreduce_sgd"}
-
-
-def number(value, fmt):
-    return "-" if value is None else format(value, fmt)
 
 
 def render(data):
@@ -22,10 +23,9 @@ def render(data):
              "| steps lost | reconverge steps |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
-        accuracy = "-" if row["test_accuracy"] is None else f"{100 * row['test_accuracy']:.2f}"
         lines.append(f"| {NAMES.get(row['algorithm'], row['algorithm'])} | {row['scenario']} | {row['survivors']} | "
                      f"{'yes' if row['survivors_finished'] else 'no'} | "
-                     f"{accuracy} ({100 * row['baseline_accuracy']:.2f}) | "
+                     f"{percent(row['test_accuracy'])} ({percent(row['baseline_accuracy'])}) | "
                      f"{number(row['detection_seconds'], '.2f')} | {number(row['resume_seconds'], '.2f')} | "
                      f"{row['steps_lost']} | {number(row['reconverge_steps'], 'd')} |")
     return "\n".join(lines) + "\n"

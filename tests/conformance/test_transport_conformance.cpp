@@ -772,20 +772,26 @@ TEST_CASE("zmq: a hello claiming a live rank from a process that did not read th
   for (auto& t : g) t->close();
 }
 
+namespace {
+// Options of zmq rank r of `world` ranks with room for `most` (joins).
+zmq::Options zmqOptions(int r, int world, int most, const std::string& protocol) {
+  zmq::Options o;
+  o.rank = r;
+  o.worldSize = world;
+  o.maxWorldSize = most;
+  o.protocol = protocol;
+  o.timeoutSeconds = kTimeout;
+  o.lingerSeconds = 1;
+  return o;
+}
+}  // namespace
+
 TEST_CASE("zmq: a transport started in place of a failed rank is taken back, and messages flow both ways",
           "[zmq][rejoin]") {
   for (const std::string protocol : {"tcp", "ipc"}) {
     INFO("protocol " << protocol);
     MemoryStore store;
-    auto options = [&](int r) {
-      zmq::Options o;
-      o.rank = r;
-      o.worldSize = 3;
-      o.protocol = protocol;
-      o.timeoutSeconds = kTimeout;
-      o.lingerSeconds = 1;
-      return o;
-    };
+    auto options = [&](int r) { return zmqOptions(r, 3, 3, protocol); };
     Group g(3);
     onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
     // Rank 2 stops after an error of its own; its peers see it gone.
@@ -841,16 +847,7 @@ TEST_CASE("zmq: ranks beyond the world size join a running job and messages flow
   for (const std::string protocol : {"tcp", "ipc"}) {
     INFO("protocol " << protocol);
     MemoryStore store;
-    auto options = [&](int r) {
-      zmq::Options o;
-      o.rank = r;
-      o.worldSize = 3;
-      o.maxWorldSize = 5;
-      o.protocol = protocol;
-      o.timeoutSeconds = kTimeout;
-      o.lingerSeconds = 1;
-      return o;
-    };
+    auto options = [&](int r) { return zmqOptions(r, 3, 5, protocol); };
     Group g(5);
     onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
     CHECK(g[0]->worldSize() == 3);

@@ -415,6 +415,96 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "membership: under partition: majority a 5|3 partition that never heals leaves the five training and the "
+    "three paused",
+    "[membership]") {
+  // Ranks {0..4} and {5, 6, 7} cannot reach each other from 0.5 s on, for
+  // good. The five remove the three and take 20 steps in their view of
+  // five; the three hold no majority and decide nothing: they stay in the
+  // step where their view was revoked, with their state, installing no view
+  // of their own (never two jobs). Once the five are done and the three have
+  // not stepped for 0.5 s, their transports are aborted: the wait ends with
+  // Cancelled. (The five stay open until then: a peer that closed is gone,
+  // not cut off, and the three would hold a majority of those left.)
+  const int n = 8, after = 20;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  std::string text =
+      partitionedConfig(n, "0,1,2,3,4|5,6,7", "  partition: majority\n  agreement_seconds: 1\n");
+  text.replace(text.find("partition_seconds: 3"), 20, "partition_seconds: 3600");
+  const Config config = reg.parse(text);
+  MemoryStore store;
+  std::vector<std::vector<ViewChange>> changes(static_cast<std::size_t>(n));
+  std::vector<std::atomic<std::uint64_t>> steps(static_cast<std::size_t>(n));
+  std::vector<std::atomic<Transport*>> transports(static_cast<std::size_t>(n));
+  std::atomic<int> done{0};
+  std::atomic<bool> released{false};
+  std::vector<bool> cancelled(static_cast<std::size_t>(n), false);
+  bool paused = false;
+  onEveryRank(n, [&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    Session session(config, r, store, reg);
+    auto& opt = session.makeOptimizer({4});
+    transports[i] = &session.agent().transport();
+    if (r < 5) {
+      auto x = *stepUntilWhole(session, opt, r, 5, after);
+      opt.flush(x);
+      changes[i] = session.viewChanges();
+      ++done;
+      if (r == 0) {
+        // The three: no step for 0.5 s once the five are done (bounded: 30 s).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (done.load() < 5 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::vector<std::uint64_t> before;
+        for (int m = 5; m < n; ++m) before.push_back(steps[static_cast<std::size_t>(m)].load());
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        paused = true;
+        for (int m = 5; m < n; ++m)
+          paused =
+              paused && steps[static_cast<std::size_t>(m)].load() == before[static_cast<std::size_t>(m - 5)];
+        for (int m = 5; m < n; ++m) {
+          while (transports[static_cast<std::size_t>(m)].load() == nullptr &&
+                 std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          if (auto* t = transports[static_cast<std::size_t>(m)].load()) t->abort();
+        }
+        released = true;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+      while (!released.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      session.close();
+      return;
+    }
+    try {
+      stepUntilWhole(
+          session, opt, r, 8, after, [](double) { return true; },
+          [&](const std::vector<float>&) { steps[i] = opt.steps(); });
+    } catch (const Cancelled&) {
+      cancelled[i] = true;
+    }
+    changes[i] = session.viewChanges();
+    // Rank 0 may still be inside this rank's abort().
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+    while (!released.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  CHECK(paused);
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const auto& c = changes[static_cast<std::size_t>(r)];
+    if (r < 5) {
+      REQUIRE_FALSE(c.empty());
+      CHECK(c.back().view.members == std::vector<int>{0, 1, 2, 3, 4});
+    } else {
+      CHECK(cancelled[static_cast<std::size_t>(r)]);
+      CHECK(c.empty());  // no view of their own
+    }
+  }
+}
+
+TEST_CASE(
     "membership: a healed 5|3 partition whose smaller side saw more view changes resolves to the larger "
     "side's "
     "view",

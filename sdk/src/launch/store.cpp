@@ -108,35 +108,36 @@ std::string FileStore::pathOf(const std::string& key) const {
   return dir_ + "/" + flat;
 }
 
+namespace {
+// Writes `value` to a file beside `path` of this process and thread alone
+// (`kind`: "tmp", "claim"), and returns its name.
+std::string writeBeside(const std::string& path, const char* kind, const std::string& value) {
+  std::ostringstream name;
+  name << path << '.' << kind << '.' << ::getpid() << '.' << std::this_thread::get_id();
+  std::ofstream out(name.str(), std::ios::binary | std::ios::trunc);
+  out.write(value.data(), static_cast<std::streamsize>(value.size()));
+  if (!out) throw Error("cannot write store file '" + name.str() + "'");
+  return name.str();
+}
+}  // namespace
+
 void FileStore::set(const std::string& key, const std::string& value) {
   checkStoreKey(key);
   const std::string path = pathOf(key);
-  std::ostringstream tmpName;
-  tmpName << path << ".tmp." << ::getpid() << '.' << std::this_thread::get_id();
-  {
-    std::ofstream out(tmpName.str(), std::ios::binary | std::ios::trunc);
-    out.write(value.data(), static_cast<std::streamsize>(value.size()));
-    if (!out) throw Error("cannot write store file '" + tmpName.str() + "'");
-  }
+  const std::string tmp = writeBeside(path, "tmp", value);
   std::error_code ec;
-  fs::rename(tmpName.str(), path, ec);
+  fs::rename(tmp, path, ec);
   if (ec) throw Error("cannot publish store key '" + key + "' in '" + dir_ + "': " + ec.message());
 }
 
 bool FileStore::claim(const std::string& key, const std::string& value) {
   checkStoreKey(key);
   const std::string path = pathOf(key);
-  std::ostringstream tmpName;
-  tmpName << path << ".claim." << ::getpid() << '.' << std::this_thread::get_id();
-  {
-    std::ofstream out(tmpName.str(), std::ios::binary | std::ios::trunc);
-    out.write(value.data(), static_cast<std::streamsize>(value.size()));
-    if (!out) throw Error("cannot write store file '" + tmpName.str() + "'");
-  }
-  const int rc = ::link(tmpName.str().c_str(), path.c_str());
+  const std::string tmp = writeBeside(path, "claim", value);
+  const int rc = ::link(tmp.c_str(), path.c_str());
   const int err = errno;
   std::error_code ec;
-  fs::remove(tmpName.str(), ec);
+  fs::remove(tmp, ec);
   if (rc == 0) return true;
   if (err == EEXIST) return false;
   throw Error("cannot claim store key '" + key + "' in '" + dir_ + "': " + std::strerror(err));

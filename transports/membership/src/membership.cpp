@@ -202,6 +202,10 @@ class MembershipTransport final : public Transport, public Membership {
     bool paused = false;
     for (;;) {
       while (!decided_) {
+        if (closed_)
+          throw Cancelled("rank " + std::to_string(self_) +
+                          ": the transport was closed while it waited for view " +
+                          std::to_string(view_.number + 1));
         if (outsider_ && everyMemberGoneLocked())
           throw Expelled(self_, "rank " + std::to_string(self_) +
                                     " cannot rejoin: the other ranks finished or left while it was stopped");

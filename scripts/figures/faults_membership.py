@@ -1,0 +1,40 @@
+"""Joins, restarts and pauses with the defaults (docs/operations.md).
+
+8 gossamer-train processes over zmq on loopback, 10 epochs of the
+Fashion-MNIST MLP, for Crossover-SGD, SGP, hierarchical and AllReduce-SGD
+(scripts/faults.py): two new ranks join with `--join` (job started with
+membership.max_world_size 10), a rank killed with kill -9 is restarted 2 s
+later with the README's command and nothing else set, a rank is stopped for
+10 s and for 60 s. Survivors (expected), whether all finished, accuracy
+beside the fault-free run, the view changes, the seconds until every
+survivor stepped again after the kill or stop, and the seconds from a
+joining or restarted process's start, and from its start record (data
+loaded, model built), until the view that took it in.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _faults import NAMES, number, percent  # noqa: E402
+
+COMMAND = ["scripts/faults.sh", "--scenarios", "join,restart-defaults,stop-defaults,stop-60s", "--out",
+           "results/faults-membership.json"]
+JSON = "results/faults-membership.json"
+
+
+def render(data):
+    """The table: one row per algorithm and scenario."""
+    lines = ["| algorithm | scenario | survivors (expected) | all finished | accuracy % (fault-free) | view changes "
+             "| every survivor stepped, s | taken in after process start, s | after its start record, s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        joins = row.get("joins", [])
+        start = [j["seconds"] for j in joins if j["seconds"] is not None]
+        ready = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
+        lines.append(f"| {NAMES.get(row['algorithm'], row['algorithm'])} | {row['scenario']} | "
+                     f"{row['survivors']} ({row['expected_survivors']}) | "
+                     f"{'yes' if row['survivors_finished'] else 'no'} | "
+                     f"{percent(row['test_accuracy'])} ({percent(row['baseline_accuracy'])}) | {row['view_changes']} | "
+                     f"{number(row['every_stepped_seconds'], '.2f')} | "
+                     f"{number(max(start) if start else None, '.2f')} | {number(max(ready) if ready else None, '.2f')} |")
+    return "\n".join(lines) + "\n"
