@@ -1000,7 +1000,7 @@ void registerWith(Registry& registry) {
               "world_size, and joins it (gossamer-train --rejoin and --join set it; needs rejoin and the "
               "zmq transport)")
           .integer(
-              "max_world_size", 0, 0, 65535,
+              "max_world_size", 0, 0, 1024,
               "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
               "runs (gossamer-train --join; needs rejoin and the zmq transport; 0: world_size, no joins)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
