@@ -73,6 +73,14 @@ def rss_kib(pid):
     return None
 
 
+def signal_quietly(pid, sig):
+    """Sends `sig` to `pid` unless it is gone already (killed meanwhile)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def records(run_dir, rank):
     path = os.path.join(run_dir, f"rank-{rank}.jsonl")
     if not os.path.exists(path):
@@ -123,9 +131,13 @@ class Job:
                                               self.args(), stdout=log, stderr=subprocess.STDOUT)
 
 
-def run(binary, config, minutes, rng, churn, timeout=300):
-    """Runs the job for `minutes`, with events if `churn`; returns the measurements."""
-    with tempfile.TemporaryDirectory() as tmp:
+def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
+    """Runs the job for `minutes`, with events if `churn`; returns the measurements.
+    `keep`: leave the run's directory (logs, records) and print its path."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = tempfile.mkdtemp(prefix="gossamer-churn-") if keep else scratch
+        if keep:
+            print(f"keeping {tmp}", file=sys.stderr)
         run_dir, stop = os.path.join(tmp, "run"), os.path.join(tmp, "stop")
         sets = [f"world_size={WORLD}", "training.epochs=100000", f"run.dir={run_dir}", f"training.stop_file={stop}",
                 f"membership.max_world_size={CAPACITY}"]
@@ -170,7 +182,7 @@ def run(binary, config, minutes, rng, churn, timeout=300):
                                                                        "--rejoin"], rank))
                 else:
                     os.kill(pid, signal.SIGSTOP)
-                    t = threading.Timer(rng.uniform(5, 15), lambda p=pid: os.kill(p, signal.SIGCONT))
+                    t = threading.Timer(rng.uniform(5, 15), signal_quietly, (pid, signal.SIGCONT))
                 t.start()
                 timers.append(t)
             for t in timers:
@@ -229,14 +241,17 @@ def main():
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "results/churn.json"))
+    ap.add_argument("--hang-seconds", type=float, default=300,
+                    help="how long the processes may take to end after the stop file")
+    ap.add_argument("--keep", action="store_true", help="keep each run's directory (logs, records)")
     args = ap.parse_args()
     rows = []
     print(f"{'algorithm':10} {'kills':>5} {'stops':>5} {'joins':>5} {'hangs':>5} {'crashes':>7} {'mismatch':>8} "
           f"{'mass err':>8} {'RSS 1 min MiB':>13} {'RSS end MiB':>11} {'acc %':>6} {'fault-free %':>12}")
     for algo in args.algorithms.split(","):
         rng = random.Random(f"{args.seed}-{algo}")
-        churned = run(args.binary, ALGORITHMS[algo], args.minutes, rng, True)
-        clean = run(args.binary, ALGORITHMS[algo], args.minutes, rng, False)
+        churned = run(args.binary, ALGORITHMS[algo], args.minutes, rng, True, args.hang_seconds, args.keep)
+        clean = run(args.binary, ALGORITHMS[algo], args.minutes, rng, False, args.hang_seconds, args.keep)
         row = {"algorithm": algo, "config": ALGORITHMS[algo], "minutes": args.minutes, "seed": args.seed,
                "events": churned["events"], "hangs": churned["hangs"], "crashes": churned["crashes"],
                "exit_status": churned["exit"],

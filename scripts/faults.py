@@ -31,7 +31,7 @@ baseline's training time:
              SIGSTOP of rank 3 at 5% for 10 s with the defaults
   stop-60s   SIGSTOP of rank 3 at 5% for 60 s with the defaults (past the
              transport's timeout): it is removed, and taken back when it
-             resumes; the job trains four times the epochs so that it
+             resumes; the job trains eight times the epochs so that it
              outlasts the stop (its accuracy is not comparable with the
              fault-free run's)
   none       the fault-free run itself, as a row (not in the default list)
@@ -312,8 +312,8 @@ def main():
                 extra = ("membership.max_world_size=10",)
             if scenario in ("restart-defaults", "stop-defaults"):
                 extra = ()
-            if scenario == "stop-60s":  # a job that outlasts the stop: four times the epochs
-                extra = (f"training.epochs={4 * args.epochs}",)
+            if scenario == "stop-60s":  # a job that outlasts the stop: eight times the epochs
+                extra = (f"training.epochs={8 * args.epochs}",)
             if scenario == "straggler":
                 extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
             r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
@@ -369,7 +369,7 @@ def main():
                 "survivors": survivors,
                 # Every survivor completed every epoch (the launcher's report names them finished).
                 "survivors_finished": survivors == expected
-                and len(s.get("history", [])) == (4 if scenario == "stop-60s" else 1) * args.epochs
+                and len(s.get("history", [])) == (8 if scenario == "stop-60s" else 1) * args.epochs
                 and finished == expected,
                 "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
                 "test_accuracy": s.get("test_accuracy"),

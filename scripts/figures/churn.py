@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _faults import NAMES, number, percent  # noqa: E402
 
-COMMAND = ["scripts/churn.sh", "--minutes", "30"]
+COMMAND = ["scripts/churn.sh", "--minutes", "4", "--hang-seconds", "120"]
 JSON = "results/churn.json"
 
 

@@ -42,8 +42,10 @@
 // maxWorldSize-1 have a Peer from the start but no connection, and are gone
 // (PeerLifecycle) until a hello for one arrives with a valid proof: it is
 // then taken in as a restarted rank is (connect to the hello's address,
-// revive). A joining rank connects to ranks 0..worldSize-1 and to the joined
-// ranks whose addresses are in the store; the others reach it by its hello.
+// revive). Every rank connects to ranks 0..worldSize-1 and to the joined
+// ranks whose addresses are in the store when it starts (a rank that joins,
+// or one restarted in place of a failed one, finds them there); ranks that
+// join later reach it by their hello.
 #include <sodium.h>
 #include <zmq.hpp>
 
@@ -199,9 +201,12 @@ class ZmqTransport final : public Transport {
       if (p == o.rank) continue;
       peers_[static_cast<std::size_t>(p)] = std::make_unique<Peer>();
       std::optional<std::string> at;
+      // Ranks that joined before this process started are in the store too
+      // (this rank joins, or restarts a rank that failed): it connects to
+      // them as well, or they would never hear from it.
       if (p < o.worldSize)
         at = store.get(prefix + std::to_string(p), o.timeoutSeconds);
-      else if (o.rank >= o.worldSize)  // a joiner also connects to the ranks that joined before it
+      else
         at = store.tryGet(prefix + std::to_string(p));
       if (at) {
         connectLocked(p, *at);

@@ -25,7 +25,7 @@ struct Options {
   /// ranks worldSize..maxWorldSize-1 are gone until their process says
   /// hello (one that read the rendezvous: its hello carries the job key's
   /// proof); this rank then connects to the address in that hello. A rank
-  /// that joins has rank >= worldSize itself; it connects to ranks
+  /// that joins has rank >= worldSize itself. Every rank connects to ranks
   /// 0..worldSize-1 and to the joined ranks it finds in the store. 0 or at
   /// most worldSize: no joins. Not under CURVE (a joiner's key is not in
   /// the admitted set).
