@@ -12,7 +12,8 @@ outlast the soak, the stop file set), and every 10-40 s (seeded) does one of:
   join      a new process with `gossamer-train --join ID` (up to rank 11)
 
 and one partition of ranks 0-3 from 4-7 for 10 s at a seeded time in the
-first half (faults.partition, set when the job starts). After --minutes it
+first half (faults.partition, set when the job starts). No event comes in
+the last 40 s. After --minutes it
 creates the stop file: every rank stops after the epoch that sees it. Then
 it checks, and writes to results/churn.json per algorithm:
 
@@ -160,7 +161,9 @@ def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
                     break
                 if rss_start is None and time.time() - start >= 60:
                     rss_start = [rss_kib(pid) for pid in job.pids().values()]
-                if time.time() < next_event:
+                # No event in the last 40 s: a process restarted or joining
+                # then would still be loading the data set when the job ends.
+                if time.time() < next_event or time.time() - start > 60 * minutes - 40:
                     continue
                 next_event = time.time() + rng.uniform(10, 40)
                 live = job.pids()

@@ -284,6 +284,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
         if (membership) cameBack = ranksTakenBack(summaryFile);
       });
   for (int r : cameBack) {
+    if (r >= static_cast<int>(result.ranks.size())) continue;  // a rank that joined: not the launcher's
     const auto& x = result.ranks[static_cast<std::size_t>(r)];
     if (x.outcome != gossamer::RankOutcome::kFinished && x.signal != 0)
       std::fprintf(
