@@ -51,7 +51,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faults import rank_pids  # noqa: E402  (the launcher's rank processes, from /proc)
+from faults import rank_pids, write_results  # noqa: E402  (the launcher's rank processes, from /proc)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = {
@@ -279,11 +279,7 @@ def main():
               f"{f(100 * row['fault_free_accuracy'] if row['fault_free_accuracy'] else None, '12.2f')}", flush=True)
         if churned["log_tail"]:
             print(churned["log_tail"], file=sys.stderr)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump({"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, fh,
-                  indent=1)
-    print(f"wrote {args.out}")
+    write_results(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,15 @@ def rendezvous_of(pid):
     return args[args.index(b"--rendezvous") + 1].decode()
 
 
+def write_results(path, rows):
+    """Writes {command, date, rows} as JSON to `path` (folders made) and says so."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump({"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, fh,
+                  indent=1)
+    print(f"wrote {path}")
+
+
 def read_records(run_dir):
     """Global rank -> its metrics records (run.dir's rank-R.jsonl), in order."""
     out = {}
@@ -418,11 +427,7 @@ def main():
         if xs:
             print(f"every survivor stepped again after a {kind}: p50 {statistics.median(xs):.2f} s, "
                   f"worst {max(xs):.2f} s over {len(xs)} faults")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump({"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, fh,
-                  indent=1)
-    print(f"wrote {args.out}")
+    write_results(args.out, rows)
 
 
 if __name__ == "__main__":
