@@ -5,8 +5,8 @@
 // parseStoreRequest; the first frame also goes to checkStoreKey alone.
 // Checks: only InvalidArgument escapes; the envelope ends at the first empty
 // frame; a parsed request has a key checkStoreKey accepts (1..200
-// characters of [A-Za-z0-9._/-], no "..") and a set's value within 1 MiB,
-// which a MemoryStore then holds.
+// characters of [A-Za-z0-9._/-], no "..") and a set's or claim's value
+// within 1 MiB, which a MemoryStore then holds (a claim only once).
 #include <algorithm>
 #include <string_view>
 #include <vector>
@@ -72,6 +72,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(body.size() == 3 && body[0] == "set" && r.value == body[2] &&
                r.value.size() <= kMaxStoreValueBytes);
     store.set(r.key, r.value);
+    FUZZ_CHECK(store.tryGet(r.key) == r.value);
+  } else if (r.op == StoreRequest::Op::kClaim) {
+    FUZZ_CHECK(body.size() == 3 && body[0] == "claim" && r.value == body[2] &&
+               r.value.size() <= kMaxStoreValueBytes);
+    FUZZ_CHECK(store.claim(r.key, r.value));
+    FUZZ_CHECK(!store.claim(r.key, r.value + "x"));
     FUZZ_CHECK(store.tryGet(r.key) == r.value);
   } else {
     FUZZ_CHECK(body.size() == 2 && body[0] == "get" && r.value.empty());
