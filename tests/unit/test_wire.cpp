@@ -13,18 +13,25 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/wire.hpp"
+#include "gossamer/store.hpp"
 
 namespace {
 
+using gossamer::drawIncarnation;
 using gossamer::DType;
+using gossamer::Error;
 using gossamer::FrameHeader;
 using gossamer::FrameKind;
 using gossamer::HeaderBytes;
 using gossamer::InvalidArgument;
+using gossamer::JobKey;
+using gossamer::MemoryStore;
 using gossamer::Op;
 using gossamer::ProtocolError;
 using gossamer::Tag;
+using gossamer::TimeoutError;
 namespace fo = gossamer::frame_offset;
 
 constexpr int kWorld = 8;
@@ -283,6 +290,33 @@ TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is 
   CHECK_THROWS_AS(gossamer::encodeHello({1, {}, ""}), InvalidArgument);
   CHECK_THROWS_AS(gossamer::encodeHello({1, {}, std::string(gossamer::kMaxHelloEndpoint + 1, 'x')}),
                   InvalidArgument);
+}
+
+TEST_CASE(
+    "wire: a job key proves a hello for its incarnation and rank only, and is drawn once per rendezvous",
+    "[wire]") {
+  MemoryStore store;
+  const JobKey key = JobKey::fromStore(store, "job/key", /*draw=*/true, 1.0, "rank 0");
+  const JobKey again = JobKey::fromStore(store, "job/key", /*draw=*/true, 1.0, "rank 0 restarted");
+  const JobKey reader = JobKey::fromStore(store, "job/key", /*draw=*/false, 1.0, "rank 1");
+  const std::uint64_t incarnation = drawIncarnation();
+  CHECK(incarnation % 2 == 1);
+  CHECK(drawIncarnation() != incarnation);
+  const auto proof = key.proof(incarnation, 3);
+  CHECK(again.verify(incarnation, 3, proof));  // a rank 0 started again keeps the job's key
+  CHECK(reader.verify(incarnation, 3, proof));
+  CHECK_FALSE(reader.verify(incarnation, 4, proof));
+  CHECK_FALSE(reader.verify(incarnation + 2, 3, proof));
+  auto flipped = proof;
+  flipped[31] ^= std::byte{1};
+  CHECK_FALSE(reader.verify(incarnation, 3, flipped));
+  MemoryStore other;
+  const JobKey foreign = JobKey::fromStore(other, "job/key", true, 1.0, "elsewhere");
+  CHECK_FALSE(foreign.verify(incarnation, 3, proof));
+  // A key that is not 64 hex digits, or none in time, is an error.
+  other.set("bad/key", "xyz");
+  CHECK_THROWS_AS(JobKey::fromStore(other, "bad/key", false, 1.0, "rank 2"), Error);
+  CHECK_THROWS_AS(JobKey::fromStore(other, "no/key", false, 0.05, "rank 2"), TimeoutError);
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {

@@ -35,7 +35,7 @@
 // dropped unread. Only a process that read the job's rendezvous can do so:
 // rank 0 puts a random 32-byte job key there when the job starts, and every
 // hello carries HMAC-SHA-512-256(job key, incarnation || rank) (libsodium's
-// crypto_auth); a hello whose MAC does not verify is counted, logged and
+// crypto_auth, kit/job_key.hpp); a hello whose MAC does not verify is counted, logged and
 // ignored, so a process that only reached a port cannot evict a live peer.
 //
 // Join: with Options::maxWorldSize above worldSize, ranks worldSize ..
@@ -46,7 +46,6 @@
 // ranks whose addresses are in the store when it starts (a rank that joins,
 // or one restarted in place of a failed one, finds them there); ranks that
 // join later reach it by their hello.
-#include <sodium.h>
 #include <zmq.hpp>
 
 #include <malloc.h>
@@ -70,6 +69,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
 #include "gossamer/kit/single_copy.hpp"
@@ -144,7 +144,7 @@ class ZmqTransport final : public Transport {
       throw Error("rank " + std::to_string(o.rank) + ": cannot bind " + bindAt + ": " + e.what());
     }
     me_ = rx_.get(::zmq::sockopt::last_endpoint);
-    incarnation_ = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
+    incarnation_ = drawIncarnation();
     // The progress thread reads the ROUTER from now on, while this rank
     // waits for its peers: what a stray client sends meanwhile is checked
     // and dropped at once instead of piling up in memory (see stashEarly).
@@ -168,9 +168,10 @@ class ZmqTransport final : public Transport {
     const std::string keyPrefix = o.storePrefix + "/zmq-key/";
     if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
     store.set(prefix + std::to_string(o.rank), me);
-    readJobKey(store);
+    jobKey_ = JobKey::fromStore(store, o.storePrefix + "/zmq-job-key", o.rank == 0, o.timeoutSeconds,
+                                "zmq rank " + std::to_string(o.rank));
     Hello hello{incarnation_, {}, me};
-    hello.proof = proofOf(incarnation_, o.rank);
+    hello.proof = jobKey_.proof(incarnation_, o.rank);
     hello_ = encodeHello(hello);
     std::vector<std::string> keys;
     for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
@@ -216,41 +217,6 @@ class ZmqTransport final : public Transport {
       }
     }
     ready_.store(true, std::memory_order_release);
-  }
-
-  // The job's key (see the top of the file): rank 0 draws it once per
-  // rendezvous (a rank 0 started in place of a failed one finds it there);
-  // every rank reads it before it says hello.
-  void readJobKey(Store& store) {
-    if (sodium_init() < 0) throw Error("zmq: libsodium cannot be initialised");
-    const std::string key = opt_.storePrefix + "/zmq-job-key";
-    if (opt_.rank == 0 && !store.tryGet(key)) {
-      std::array<unsigned char, crypto_auth_KEYBYTES> k{};
-      crypto_auth_keygen(k.data());
-      std::array<char, 2 * crypto_auth_KEYBYTES + 1> hex{};
-      sodium_bin2hex(hex.data(), hex.size(), k.data(), k.size());
-      store.set(key, hex.data());
-    }
-    const std::string hex = store.get(key, opt_.timeoutSeconds);
-    std::size_t got = 0;
-    if (hex.size() != 2 * jobKey_.size() ||
-        sodium_hex2bin(jobKey_.data(), jobKey_.size(), hex.data(), hex.size(), nullptr, &got, nullptr) != 0 ||
-        got != jobKey_.size())
-      throw Error("zmq rank " + std::to_string(opt_.rank) + ": the rendezvous's " + key + " is not " +
-                  std::to_string(2 * jobKey_.size()) + " hex digits");
-  }
-  // MAC of (incarnation, rank) under the job's key.
-  std::array<std::byte, kHelloProofBytes> proofOf(std::uint64_t incarnation, int rank) const {
-    static_assert(kHelloProofBytes == crypto_auth_BYTES);
-    std::array<unsigned char, 12> m{};
-    for (int i = 0; i < 8; ++i)
-      m[static_cast<std::size_t>(i)] = static_cast<unsigned char>(incarnation >> (8 * i));
-    for (int i = 0; i < 4; ++i)
-      m[static_cast<std::size_t>(8 + i)] =
-          static_cast<unsigned char>(static_cast<std::uint32_t>(rank) >> (8 * i));
-    std::array<std::byte, kHelloProofBytes> out{};
-    crypto_auth(reinterpret_cast<unsigned char*>(out.data()), m.data(), m.size(), jobKey_.data());
-    return out;
   }
 
   ~ZmqTransport() override {
@@ -635,7 +601,7 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     if (std::find(peer.replaced.begin(), peer.replaced.end(), hello.incarnation) != peer.replaced.end())
       return;
-    if (sodium_memcmp(proofOf(hello.incarnation, p).data(), hello.proof.data(), kHelloProofBytes) != 0) {
+    if (!jobKey_.verify(hello.incarnation, p, hello.proof)) {
       // Not from a process of this job (it did not read the rendezvous):
       // the rank's connection stays as it is.
       const auto n = forgedHellos_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -1210,12 +1176,12 @@ class ZmqTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::thread progress_;
   std::atomic<bool> stop_{false}, aborting_{false};
-  std::uint64_t incarnation_ = 0;  // this process's, drawn at random (odd: never 0)
-  std::string me_;                 // rx_'s address
-  std::array<unsigned char, crypto_auth_KEYBYTES> jobKey_{};  // from the rendezvous (readJobKey)
-  std::atomic<std::uint64_t> forgedHellos_{0};                // hellos whose proof did not verify
-  std::vector<std::byte> hello_;  // its hello (encodeHello): incarnation_ and rx_'s address
-  bool rebuildPoll_ = false;      // progress thread: a monitor socket changed
+  std::uint64_t incarnation_ = 0;               // this process's, drawn at random (odd: never 0)
+  std::string me_;                              // rx_'s address
+  JobKey jobKey_;                               // from the rendezvous (kit/job_key.hpp)
+  std::atomic<std::uint64_t> forgedHellos_{0};  // hellos whose proof did not verify
+  std::vector<std::byte> hello_;                // its hello (encodeHello): incarnation_ and rx_'s address
+  bool rebuildPoll_ = false;                    // progress thread: a monitor socket changed
   // Set-up is over (peers_ complete); until then the progress thread keeps
   // well-formed frames from ranks' connections in early_ (stashEarly).
   std::atomic<bool> ready_{false};

@@ -1,0 +1,56 @@
+// The job's key and the hello proof (kit/job_key.hpp).
+#include "gossamer/kit/job_key.hpp"
+
+#include <sodium.h>
+
+#include <random>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/store.hpp"
+
+namespace gossamer {
+
+JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double timeoutSeconds,
+                         const std::string& who) {
+  static_assert(kBytes == crypto_auth_KEYBYTES && kHelloProofBytes == crypto_auth_BYTES);
+  if (sodium_init() < 0) throw Error(who + ": libsodium cannot be initialised");
+  if (draw && !store.tryGet(key)) {
+    std::array<unsigned char, kBytes> k{};
+    crypto_auth_keygen(k.data());
+    std::array<char, 2 * kBytes + 1> hex{};
+    sodium_bin2hex(hex.data(), hex.size(), k.data(), k.size());
+    sodium_memzero(k.data(), k.size());
+    store.set(key, hex.data());
+  }
+  const std::string hex = store.get(key, timeoutSeconds);
+  JobKey out;
+  std::size_t got = 0;
+  if (hex.size() != 2 * kBytes ||
+      sodium_hex2bin(out.key_.data(), out.key_.size(), hex.data(), hex.size(), nullptr, &got, nullptr) != 0 ||
+      got != kBytes)
+    throw Error(who + ": the rendezvous's " + key + " is not " + std::to_string(2 * kBytes) + " hex digits");
+  return out;
+}
+
+std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation, int rank) const {
+  std::array<unsigned char, 12> m{};
+  for (std::size_t i = 0; i < 8; ++i) m[i] = static_cast<unsigned char>(incarnation >> (8 * i));
+  for (std::size_t i = 0; i < 4; ++i)
+    m[8 + i] = static_cast<unsigned char>(static_cast<std::uint32_t>(rank) >> (8 * i));
+  std::array<std::byte, kHelloProofBytes> out{};
+  crypto_auth(reinterpret_cast<unsigned char*>(out.data()), m.data(), m.size(), key_.data());
+  return out;
+}
+
+bool JobKey::verify(std::uint64_t incarnation, int rank,
+                    const std::array<std::byte, kHelloProofBytes>& proof) const {
+  const auto expected = this->proof(incarnation, rank);
+  return sodium_memcmp(expected.data(), proof.data(), kHelloProofBytes) == 0;
+}
+
+std::uint64_t drawIncarnation() {
+  std::random_device rd;
+  return (std::uint64_t{rd()} | (std::uint64_t{rd()} << 32)) | 1;
+}
+
+}  // namespace gossamer
