@@ -73,7 +73,12 @@ void RequestState::cancelIfPending() {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (status != Status::kPending) return;
-    status = Status::kCancelled;
+    if (settleError) {
+      error = std::move(settleError);
+      status = Status::kFailed;
+    } else {
+      status = Status::kCancelled;
+    }
   }
   cv.notify_all();
 }
@@ -186,6 +191,7 @@ void Request::settle(std::exception_ptr error) noexcept {
     {
       std::lock_guard<std::mutex> lk(state_->mu);
       if (state_->status != detail::RequestState::Status::kPending) return;
+      state_->settleError = error;  // (an engine that settles the request itself uses it)
     }
     engineLock = std::unique_lock<std::mutex>(state_->engine->exclusive);
     state_->engine->cancelLocked(*state_);

@@ -85,6 +85,10 @@ struct RequestState {
   /// service's link meter); null: not counted. Set with attachMeter.
   std::shared_ptr<LinkMeter> meter;
   std::uint64_t meterTag = 0;  ///< Tag::packed() of the receive, for LinkMeter::received.
+  /// Request::fail's error while the engine's cancelLocked runs (under mu):
+  /// an engine that settles the request itself (cancelIfPending) fails it
+  /// with this error rather than cancelling it.
+  std::exception_ptr settleError;
 
   // The transport's side of a request: these five are all a transport needs
   // (besides Mailbox::claim for filling a receive in place). Each takes `mu`
@@ -103,8 +107,11 @@ struct RequestState {
   /// A transport filling a claimed receive checks it under the engine's
   /// `exclusive` lock before it writes into the buffer.
   bool pending();
-  /// Marks a pending request cancelled, without the engine's cancelLocked
-  /// (for a transport that is shutting down); wakes its waiters.
+  /// Settles a pending request as its Request::cancel or Request::fail asked
+  /// (failed with the error that fail() was given, else cancelled), without
+  /// the engine's cancelLocked: what an engine's cancelLocked calls to settle
+  /// the request itself, and what a transport that is shutting down calls
+  /// (cancelled). Wakes its waiters.
   void cancelIfPending();
   /// Counts this receive in `m` (under the job's ranks: peerNames applies)
   /// when it completes, or at once if it completed already.
