@@ -63,7 +63,11 @@ and built its model: from_ready_seconds);
 step rates of the lowest surviving rank over the 5 s before the first fault
 and the 5 s after every survivor stepped again (rate_before, rate_after).
 
-Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce]
+--transport socket (or libfabric-tcp, or a comma-separated list, run in
+turn) runs every job over the native socket transport (or libfabric's tcp
+provider) instead of ZeroMQ (the "transport" field of each row).
+
+Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce] [--transport zmq|socket|libfabric-tcp]
                          [--scenarios kill-1,kill-3,stop-10s,rejoin,partition,join,restart-defaults,
                                       stop-defaults,stop-60s] [--epochs N]
        scripts/faults.sh --algorithms sgp,sgp-async --scenarios none,straggler,kill-1 --epochs 20
@@ -81,6 +85,13 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# --transport name -> its --set overrides
+TRANSPORTS = {
+    "zmq": ("transport.kind=zmq",),
+    "socket": ("transport.kind=socket",),
+    "libfabric-tcp": ("transport.kind=libfabric", "transport.provider=tcp"),
+}
 
 # name -> (config, --set overrides)
 ALGORITHMS = {
@@ -293,6 +304,8 @@ def main():
     ap.add_argument("--algorithms", default=DEFAULT_ALGORITHMS, help=f"of {','.join(ALGORITHMS)}")
     ap.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"of {','.join(SCENARIOS)}")
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--transport", default="zmq",
+                    help=f"the transports to run over, in turn: of {','.join(TRANSPORTS)} (default zmq, the configs' own)")
     ap.add_argument("--timeout", type=float, default=900, help="bound on each run, seconds")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/faults.json"))
     args = ap.parse_args()
@@ -302,126 +315,135 @@ def main():
               f"{'detect s':>8} {'resume s':>8} {'all s':>6} {'views':>5} {'ready s':>7} {'lost st':>7} "
               f"{'steps/s':>8} {'base st/s':>9} {'reconv st':>9} {'min w':>8} {'max w':>6}")
     print(header)
-    for algo in args.algorithms.split(","):
-        config, algo_sets = ALGORITHMS[algo]
-        base = run(args.binary, config, args.epochs, "none", 0, args.timeout, algo_sets)
-        if base["exit"] != 0 or "summary" not in base:
-            print(base["log"][-3000:], file=sys.stderr)
-            raise SystemExit(f"{algo}: the fault-free run failed (exit {base['exit']})")
-        bs = base["summary"]
-        for scenario in args.scenarios.split(","):
-            extra = ("membership.rejoin=true",) if scenario == "stop-10s" else ()
-            if scenario == "rejoin":
-                extra = ("membership.rejoin=true", "checkpoint.every_steps=100", "checkpoint.dir={tmp}/ck")
-            if scenario == "partition":
-                start = 1.5 * bs["history"][0]["seconds"]
-                extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
-                         f"faults.partition_start_seconds={start:.2f}", "faults.partition_seconds=10")
-            if scenario == "join":
-                extra = ("membership.max_world_size=10",)
-            if scenario in ("restart-defaults", "stop-defaults"):
-                extra = ()
-            if scenario == "stop-60s":  # a job that outlasts the stop: eight times the epochs
-                extra = (f"training.epochs={8 * args.epochs}",)
-            if scenario == "straggler":
-                extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
-            r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
-                                                    args.timeout, algo_sets + extra)
-            s = r.get("summary", {})
-            faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
-            # (A partition has no signal time to measure from: its detection is
-            # membership.suspect_seconds by construction.)
-            lost = s.get("lost", [])
-            first_fault = faults[0][0] if faults else None
-            resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
-            detect = [l["resumed_at_unix_seconds"] - l["agreement_seconds"] - f[0] for l, f in zip(lost, faults)]
-            restarts = len(r["started"])
-            expected = 8 - len([e for e in r["events"] if e[1] == "kill"]) + restarts
-            survivors = len(s.get("survivors", []))
-            finished = finished_count(r["log"]) + len([x for x in r["started"] if x["exit"] == 0])
-            records = r["records"]
-            low = min(s.get("survivors", [0]))
-            views = [x for x in records.get(low, []) if x["kind"] == "view" and x["view"] != 0]
-            stepped = [every_stepped(records, f[0], f[2]) for f in faults]
-            joins = []
-            for x in r["started"]:
-                took = [v for v in views if x["rank"] in v["joined"] and v["time"] >= x["at"]]
-                # Its process's start record: written once it has loaded the data and built the model.
-                ready = [y["time"] for y in records.get(x["rank"], []) if y["kind"] == "start" and y["time"] >= x["at"]]
-                joins.append({"rank": x["rank"], "seconds": took[0]["time"] - x["at"] if took else None,
-                              "from_ready_seconds": took[0]["time"] - ready[0] if took and ready else None})
-            rate_before = rate_after = None
-            if faults:
-                rate_before = step_rate(records, low, faults[0][0] - 5, faults[0][0])
-                if stepped and stepped[0] is not None:
-                    back = faults[0][0] + stepped[0]
-                    rate_after = step_rate(records, low, back, back + 5)
-            reconverge = None
-            joined = s.get("joined", [])
-            if scenario == "rejoin" and joined and lost:
-                # Back at the fault-free run's level: the first epoch after the
-                # rejoin whose consensus distance is at most the largest the
-                # baseline had up to that epoch.
-                spe = s["steps_per_epoch"]
-                base_cd = [h["consensus_distance"] for h in bs["history"]]
-                back = joined[0]["step"]
-                for h in s["history"][back // spe:]:
-                    if h["consensus_distance"] <= max(base_cd[: h["epoch"]]):
-                        reconverge = h["epoch"] * spe - back
-                        break
-            row = {
-                "algorithm": algo,
-                "config": config,
-                "scenario": scenario,
-                "world_size": 8,
-                "expected_survivors": expected,
-                "survivors": survivors,
-                # Every survivor completed every epoch (the launcher's report names them finished).
-                "survivors_finished": survivors == expected
-                and len(s.get("history", [])) == (8 if scenario == "stop-60s" else 1) * args.epochs
-                and finished == expected,
-                "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
-                "test_accuracy": s.get("test_accuracy"),
-                "baseline_accuracy": bs["test_accuracy"],
-                "detection_seconds": max(detect) if detect else None,
-                "resume_seconds": max(resume) if resume else None,
-                "every_stepped_seconds": max(stepped) if stepped and None not in stepped else None,
-                "every_stepped_per_fault": [[fault[1], x] for fault, x in zip(faults, stepped)],
-                "view_changes": len(views),
-                "joins": joins,
-                "rate_before": rate_before,
-                "rate_after": rate_after,
-                "steps_lost": sum(l["steps_skipped"] for l in lost),
-                "lost_ranks": [l["rank"] for l in lost],
-                "rejoined": scenario in ("stop-10s", "partition", "rejoin", "restart-defaults", "stop-defaults",
-                                         "stop-60s") and survivors == 8,
-                "reconverge_steps": reconverge,
-                "steps_per_second": s.get("steps_per_second"),
-                "push_sum_weight_min": s.get("push_sum_weight_min"),
-                "push_sum_weight_max": s.get("push_sum_weight_max"),
-                "baseline_steps_per_second": bs["steps_per_second"],
-                "epochs": args.epochs,
-                "wall_seconds": r["wall"],
-                "first_fault_after_seconds": (first_fault - (r["events"][0][0] if r["events"] else 0)) if faults else None,
-            }
-            rows.append(row)
+    transports = args.transport.split(",")
+    for name in transports:
+        if name not in TRANSPORTS:
+            raise SystemExit(f"--transport: unknown transport {name!r} (of {', '.join(TRANSPORTS)})")
+    for transport in transports:
+        if len(transports) > 1:
+            print(f"transport {transport}", flush=True)
+        for algo in args.algorithms.split(","):
+            config, algo_sets = ALGORITHMS[algo]
+            algo_sets = algo_sets + TRANSPORTS[transport]
+            base = run(args.binary, config, args.epochs, "none", 0, args.timeout, algo_sets)
+            if base["exit"] != 0 or "summary" not in base:
+                print(base["log"][-3000:], file=sys.stderr)
+                raise SystemExit(f"{algo}: the fault-free run failed (exit {base['exit']})")
+            bs = base["summary"]
+            for scenario in args.scenarios.split(","):
+                extra = ("membership.rejoin=true",) if scenario == "stop-10s" else ()
+                if scenario == "rejoin":
+                    extra = ("membership.rejoin=true", "checkpoint.every_steps=100", "checkpoint.dir={tmp}/ck")
+                if scenario == "partition":
+                    start = 1.5 * bs["history"][0]["seconds"]
+                    extra = ("membership.rejoin=true", "faults.enabled=true", "faults.partition=0,1,2,3|4,5,6,7",
+                             f"faults.partition_start_seconds={start:.2f}", "faults.partition_seconds=10")
+                if scenario == "join":
+                    extra = ("membership.max_world_size=10",)
+                if scenario in ("restart-defaults", "stop-defaults"):
+                    extra = ()
+                if scenario == "stop-60s":  # a job that outlasts the stop: eight times the epochs
+                    extra = (f"training.epochs={8 * args.epochs}",)
+                if scenario == "straggler":
+                    extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
+                r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
+                                                        args.timeout, algo_sets + extra)
+                s = r.get("summary", {})
+                faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
+                # (A partition has no signal time to measure from: its detection is
+                # membership.suspect_seconds by construction.)
+                lost = s.get("lost", [])
+                first_fault = faults[0][0] if faults else None
+                resume = [l["resumed_at_unix_seconds"] - f[0] for l, f in zip(lost, faults)]
+                detect = [l["resumed_at_unix_seconds"] - l["agreement_seconds"] - f[0] for l, f in zip(lost, faults)]
+                restarts = len(r["started"])
+                expected = 8 - len([e for e in r["events"] if e[1] == "kill"]) + restarts
+                survivors = len(s.get("survivors", []))
+                finished = finished_count(r["log"]) + len([x for x in r["started"] if x["exit"] == 0])
+                records = r["records"]
+                low = min(s.get("survivors", [0]))
+                views = [x for x in records.get(low, []) if x["kind"] == "view" and x["view"] != 0]
+                stepped = [every_stepped(records, f[0], f[2]) for f in faults]
+                joins = []
+                for x in r["started"]:
+                    took = [v for v in views if x["rank"] in v["joined"] and v["time"] >= x["at"]]
+                    # Its process's start record: written once it has loaded the data and built the model.
+                    ready = [y["time"] for y in records.get(x["rank"], []) if y["kind"] == "start" and y["time"] >= x["at"]]
+                    joins.append({"rank": x["rank"], "seconds": took[0]["time"] - x["at"] if took else None,
+                                  "from_ready_seconds": took[0]["time"] - ready[0] if took and ready else None})
+                rate_before = rate_after = None
+                if faults:
+                    rate_before = step_rate(records, low, faults[0][0] - 5, faults[0][0])
+                    if stepped and stepped[0] is not None:
+                        back = faults[0][0] + stepped[0]
+                        rate_after = step_rate(records, low, back, back + 5)
+                reconverge = None
+                joined = s.get("joined", [])
+                if scenario == "rejoin" and joined and lost:
+                    # Back at the fault-free run's level: the first epoch after the
+                    # rejoin whose consensus distance is at most the largest the
+                    # baseline had up to that epoch.
+                    spe = s["steps_per_epoch"]
+                    base_cd = [h["consensus_distance"] for h in bs["history"]]
+                    back = joined[0]["step"]
+                    for h in s["history"][back // spe:]:
+                        if h["consensus_distance"] <= max(base_cd[: h["epoch"]]):
+                            reconverge = h["epoch"] * spe - back
+                            break
+                row = {
+                    "algorithm": algo,
+                    "config": config,
+                    "transport": transport,
+                    "scenario": scenario,
+                    "world_size": 8,
+                    "expected_survivors": expected,
+                    "survivors": survivors,
+                    # Every survivor completed every epoch (the launcher's report names them finished).
+                    "survivors_finished": survivors == expected
+                    and len(s.get("history", [])) == (8 if scenario == "stop-60s" else 1) * args.epochs
+                    and finished == expected,
+                    "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
+                    "test_accuracy": s.get("test_accuracy"),
+                    "baseline_accuracy": bs["test_accuracy"],
+                    "detection_seconds": max(detect) if detect else None,
+                    "resume_seconds": max(resume) if resume else None,
+                    "every_stepped_seconds": max(stepped) if stepped and None not in stepped else None,
+                    "every_stepped_per_fault": [[fault[1], x] for fault, x in zip(faults, stepped)],
+                    "view_changes": len(views),
+                    "joins": joins,
+                    "rate_before": rate_before,
+                    "rate_after": rate_after,
+                    "steps_lost": sum(l["steps_skipped"] for l in lost),
+                    "lost_ranks": [l["rank"] for l in lost],
+                    "rejoined": scenario in ("stop-10s", "partition", "rejoin", "restart-defaults", "stop-defaults",
+                                             "stop-60s") and survivors == 8,
+                    "reconverge_steps": reconverge,
+                    "steps_per_second": s.get("steps_per_second"),
+                    "push_sum_weight_min": s.get("push_sum_weight_min"),
+                    "push_sum_weight_max": s.get("push_sum_weight_max"),
+                    "baseline_steps_per_second": bs["steps_per_second"],
+                    "epochs": args.epochs,
+                    "wall_seconds": r["wall"],
+                    "first_fault_after_seconds": (first_fault - (r["events"][0][0] if r["events"] else 0)) if faults else None,
+                }
+                rows.append(row)
 
-            def f(v, fmt):
-                return format(v, fmt) if isinstance(v, (int, float)) and v is not None else "-"
+                def f(v, fmt):
+                    return format(v, fmt) if isinstance(v, (int, float)) and v is not None else "-"
 
-            join_s = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
-            print(f"{algo:13} {scenario:16} {survivors:4d} {str(row['survivors_finished']):>8} "
-                  f"{f(100 * (row['test_accuracy'] or 0), '6.2f')} {f(100 * row['baseline_accuracy'], '6.2f')} "
-                  f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} "
-                  f"{f(row['every_stepped_seconds'], '6.2f')} {len(views):5d} "
-                  f"{f(max(join_s) if join_s else None, '7.2f')} {row['steps_lost']:7d} "
-                  f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')} "
-                  f"{f(row['reconverge_steps'], '9d')} {f(row['push_sum_weight_min'], '8.2g')} "
-                  f"{f(row['push_sum_weight_max'], '6.2f')}", flush=True)
-            if r["exit"] != 0 or r.get("restarted_exit", 0) != 0:
-                log = r["log"] + r.get("restarted_log", "")
-                tail = "\n".join(l for l in log.splitlines() if "error" in l or "warning" in l)[-1500:]
-                print(tail, file=sys.stderr)
+                join_s = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
+                print(f"{algo:13} {scenario:16} {survivors:4d} {str(row['survivors_finished']):>8} "
+                      f"{f(100 * (row['test_accuracy'] or 0), '6.2f')} {f(100 * row['baseline_accuracy'], '6.2f')} "
+                      f"{f(row['detection_seconds'], '8.2f')} {f(row['resume_seconds'], '8.2f')} "
+                      f"{f(row['every_stepped_seconds'], '6.2f')} {len(views):5d} "
+                      f"{f(max(join_s) if join_s else None, '7.2f')} {row['steps_lost']:7d} "
+                      f"{f(row['steps_per_second'], '8.1f')} {f(row['baseline_steps_per_second'], '9.1f')} "
+                      f"{f(row['reconverge_steps'], '9d')} {f(row['push_sum_weight_min'], '8.2g')} "
+                      f"{f(row['push_sum_weight_max'], '6.2f')}", flush=True)
+                if r["exit"] != 0 or r.get("restarted_exit", 0) != 0:
+                    log = r["log"] + r.get("restarted_log", "")
+                    tail = "\n".join(l for l in log.splitlines() if "error" in l or "warning" in l)[-1500:]
+                    print(tail, file=sys.stderr)
     for kind in ("kill", "stop"):
         xs = [x for row in rows for action, x in row["every_stepped_per_fault"] if action == kind and x is not None]
         if xs:

@@ -11,3 +11,19 @@ def number(value, fmt):
 def percent(value):
     """A fraction as a percentage with two decimals, or "-" for None."""
     return number(None if value is None else 100 * value, ".2f")
+
+
+def join_row(row, finished):
+    """The cells the join and restart tables share, from one row of
+    scripts/faults.py: algorithm, scenario, survivors (expected), `finished`
+    (yes/no), accuracy (fault-free), view changes, seconds until every
+    survivor stepped, and the slowest join's seconds from its process's start
+    and from its start record."""
+    joins = row.get("joins", [])
+    start = [j["seconds"] for j in joins if j["seconds"] is not None]
+    ready = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
+    return [NAMES.get(row["algorithm"], row["algorithm"]), row["scenario"],
+            f"{row['survivors']} ({row['expected_survivors']})", "yes" if finished else "no",
+            f"{percent(row['test_accuracy'])} ({percent(row['baseline_accuracy'])})", str(row["view_changes"]),
+            number(row["every_stepped_seconds"], ".2f"), number(max(start) if start else None, ".2f"),
+            number(max(ready) if ready else None, ".2f")]

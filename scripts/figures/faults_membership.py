@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _faults import NAMES, number, percent  # noqa: E402
+from _faults import join_row  # noqa: E402
 
 COMMAND = ["scripts/faults.sh", "--scenarios", "join,restart-defaults,stop-defaults", "--out",
            "results/faults-membership.json"]
@@ -28,13 +28,5 @@ def render(data):
              "| every survivor stepped, s | taken in after process start, s | after its start record, s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
-        joins = row.get("joins", [])
-        start = [j["seconds"] for j in joins if j["seconds"] is not None]
-        ready = [j["from_ready_seconds"] for j in joins if j["from_ready_seconds"] is not None]
-        lines.append(f"| {NAMES.get(row['algorithm'], row['algorithm'])} | {row['scenario']} | "
-                     f"{row['survivors']} ({row['expected_survivors']}) | "
-                     f"{'yes' if row['survivors_finished'] else 'no'} | "
-                     f"{percent(row['test_accuracy'])} ({percent(row['baseline_accuracy'])}) | {row['view_changes']} | "
-                     f"{number(row['every_stepped_seconds'], '.2f')} | "
-                     f"{number(max(start) if start else None, '.2f')} | {number(max(ready) if ready else None, '.2f')} |")
+        lines.append("| " + " | ".join(join_row(row, row["survivors_finished"])) + " |")
     return "\n".join(lines) + "\n"

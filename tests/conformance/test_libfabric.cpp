@@ -216,7 +216,8 @@ class LyingStore final : public Store {
   void set(const std::string& key, const std::string& value) override {
     std::string v = value;
     if (key.size() > 12 && key.compare(key.size() - 12, 12, "/libfabric/1") == 0) {
-      const auto a = v.find('\n'), b = v.find('\n', a + 1);
+      // "<provider>\n<incarnation>\n<frame bytes>\n...": the third line.
+      const auto a = v.find('\n', v.find('\n') + 1), b = v.find('\n', a + 1);
       v = v.substr(0, a + 1) + "1000000" + v.substr(b);
     }
     inner_.set(key, v);

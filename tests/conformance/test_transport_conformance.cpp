@@ -729,178 +729,258 @@ TEMPLATE_TEST_CASE("messages sent just before close are delivered, not dropped",
   CHECK(got == big);
 }
 
-TEST_CASE("zmq: a hello claiming a live rank from a process that did not read the rendezvous changes nothing",
-          "[zmq][rejoin]") {
-  MemoryStore store;
-  auto options = [](int r) {
-    zmq::Options o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.protocol = "tcp";
-    o.timeoutSeconds = kTimeout;
-    o.lingerSeconds = 1;
-    return o;
-  };
-  Group g(2);
-  onEveryRank(2, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
-  // A process that reached rank 0's port (its address is all it knows)
-  // starts as rank 1 over a rendezvous of its own, with another job key,
-  // says hello with a new incarnation and sends a message.
-  MemoryStore elsewhere;
-  const std::string prefix = options(0).storePrefix;
-  elsewhere.set(prefix + "/zmq/0", store.get(prefix + "/zmq/0", kTimeout));
-  elsewhere.set(prefix + "/zmq-job-key", std::string(64, 'a'));
-  CHECK(store.get(prefix + "/zmq-job-key", kTimeout) != std::string(64, 'a'));
-  auto forger = zmq::makeTransport(options(1), elsewhere);
-  const auto tag = Tag::make(Op::kUser, 9);
-  const double forged = 666.0, real = 7.0;
-  forger->isendOf<double>(0, tag, std::span<const double>(&forged, 1)).wait(kTimeout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 has read the hello and the message
-  // Rank 0 still talks to the real rank 1, both ways, and got nothing from the forger.
-  g[1]->isendOf<double>(0, tag, std::span<const double>(&real, 1)).wait(kTimeout);
-  double got = 0;
-  g[0]->irecvOf<double>(1, tag, std::span<double>(&got, 1)).wait(kTimeout);
-  CHECK(got == real);
-  double more = 0;
-  CHECK_FALSE(g[0]->irecvOf<double>(1, tag, std::span<double>(&more, 1)).waitFor(0.3));
-  const double back = 8.0;
-  g[0]->isendOf<double>(1, tag, std::span<const double>(&back, 1)).wait(kTimeout);
-  double echo = 0;
-  g[1]->irecvOf<double>(0, tag, std::span<double>(&echo, 1)).wait(kTimeout);
-  CHECK(echo == back);
-  forger->abort();
-  for (auto& t : g) t->close();
-}
-
 namespace {
-// Options of zmq rank r of `world` ranks with room for `most` (joins).
-zmq::Options zmqOptions(int r, int world, int most, const std::string& protocol) {
-  zmq::Options o;
+// A network transport that takes back restarted ranks and lets ranks join:
+// its name, where it publishes addresses and its job key, and its factory
+// for rank r of `world` ranks with room for `most`.
+struct RejoinKind {
+  std::string name;
+  std::string addressKey;  // after the store prefix: "/zmq/" or "/sock/"
+  std::string jobKey;      // after the store prefix
+  std::string startedKey;  // after the store prefix: set once the job runs (empty: none)
+  std::vector<std::string> protocols;
+  std::function<std::unique_ptr<Transport>(int r, int world, int most, const std::string& protocol, Store&)>
+      make;
+};
+
+template <typename Options, auto Make>
+std::unique_ptr<Transport> makeRejoinable(int r, int world, int most, const std::string& protocol,
+                                          Store& store) {
+  Options o;
   o.rank = r;
   o.worldSize = world;
   o.maxWorldSize = most;
   o.protocol = protocol;
   o.timeoutSeconds = kTimeout;
   o.lingerSeconds = 1;
-  return o;
+  return Make(o, store);
+}
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+std::unique_ptr<Transport> makeRejoinableFabric(int r, int world, int most, const std::string& /*protocol*/,
+                                                Store& store) {
+  libfabric::Options o;
+  o.rank = r;
+  o.worldSize = world;
+  o.maxWorldSize = most;
+  o.provider = "tcp";
+  o.timeoutSeconds = kTimeout;
+  o.lingerSeconds = 1;
+  return libfabric::makeTransport(o, store);
+}
+#endif
+
+std::vector<RejoinKind> rejoinKinds() {
+  std::vector<RejoinKind> kinds{
+      {"zmq", "/zmq/", "/zmq-job-key", "", {"tcp", "ipc"}, makeRejoinable<zmq::Options, zmq::makeTransport>},
+      {"socket",
+       "/sock/",
+       "/sock-job-key",
+       "/sock-started",
+       {"tcp", "ipc"},
+       makeRejoinable<sock::Options, sock::makeTransport>}};
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+  kinds.push_back({"libfabric tcp",
+                   "/libfabric/",
+                   "/libfabric-job-key",
+                   "/libfabric-started",
+                   {"tcp"},
+                   makeRejoinableFabric});
+#endif
+  return kinds;
+}
+
+// Receives one double from `from` at `to`, retrying while the receive fails
+// at once (until `to` has read the new process's hello), until `until`.
+std::optional<double> receiveOnceThere(Transport& to, int from, const Tag& tag,
+                                       std::chrono::steady_clock::time_point until) {
+  double got = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    try {
+      to.irecvOf<double>(from, tag, std::span<double>(&got, 1)).wait(kTimeout);
+      return got;
+    } catch (const PeerFailure&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return std::nullopt;
 }
 }  // namespace
 
-TEST_CASE("zmq: a transport started in place of a failed rank is taken back, and messages flow both ways",
-          "[zmq][rejoin]") {
-  for (const std::string protocol : {"tcp", "ipc"}) {
-    INFO("protocol " << protocol);
+TEST_CASE(
+    "zmq and socket: a hello claiming a live rank from a process that did not read the rendezvous "
+    "changes nothing",
+    "[zmq][socket][rejoin]") {
+  for (const auto& kind : rejoinKinds()) {
+    INFO("transport " << kind.name);
     MemoryStore store;
-    auto options = [&](int r) { return zmqOptions(r, 3, 3, protocol); };
-    Group g(3);
-    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
-    // Rank 2 stops after an error of its own; its peers see it gone.
-    g[2]->abort();
-    g[2].reset();
-    const auto tag = Tag::make(Op::kUser, 5);
-    double x = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    bool gone = false;
-    while (!gone && std::chrono::steady_clock::now() < until) {
-      try {
-        g[0]->isendOf<double>(2, tag, std::span<const double>(&x, 1)).wait(kTimeout);
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      } catch (const PeerFailure&) {
-        gone = true;
-      }
+    const std::string prefix = zmq::Options{}.storePrefix;
+    Group g(2);
+    onEveryRank(2, [&](int r) { g[static_cast<std::size_t>(r)] = kind.make(r, 2, 2, "tcp", store); });
+    // A process that reached rank 0's port (its address is all it knows)
+    // starts as rank 1 over a rendezvous of its own, with another job key,
+    // says hello with a new incarnation and sends a message.
+    MemoryStore elsewhere;
+    elsewhere.set(prefix + kind.addressKey + "0", store.get(prefix + kind.addressKey + "0", kTimeout));
+    elsewhere.set(prefix + kind.jobKey, std::string(64, 'a'));
+    // (It comes as a process that starts once the job runs: it says hello.)
+    if (!kind.startedKey.empty()) elsewhere.set(prefix + kind.startedKey, "1");
+    CHECK(store.get(prefix + kind.jobKey, kTimeout) != std::string(64, 'a'));
+    const auto refusedBefore = g[0]->stats().refusedConnections;
+    auto forger = kind.make(1, 2, 2, "tcp", elsewhere);
+    const auto tag = Tag::make(Op::kUser, 9);
+    const double forged = 666.0, real = 7.0;
+    try {  // (the socket transport may see its connection closed already)
+      forger->isendOf<double>(0, tag, std::span<const double>(&forged, 1)).wait(kTimeout);
+    } catch (const PeerFailure&) {
     }
-    REQUIRE(gone);
-    // A new process for rank 2 (the rendezvous still holds the others'
-    // addresses) says hello with a new incarnation: ranks 0 and 1 connect to
-    // it anew, and its messages and theirs are delivered, none from before.
-    g[2] = zmq::makeTransport(options(2), store);
-    for (int p : {0, 1}) {
-      const double v = 40.0 + p;
-      g[2]->isendOf<double>(p, tag, std::span<const double>(&v, 1)).wait(kTimeout);
-    }
-    for (int p : {0, 1}) {
-      double got = 0;
-      bool received = false;
-      while (!received && std::chrono::steady_clock::now() < until + std::chrono::seconds(5)) {
-        try {  // fails at once until the hello has been read
-          g[static_cast<std::size_t>(p)]->irecvOf<double>(2, tag, std::span<double>(&got, 1)).wait(kTimeout);
-          received = true;
-        } catch (const PeerFailure&) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-      }
-      REQUIRE(received);
-      CHECK(got == 40.0 + p);
-      const double back = 50.0 + p;
-      g[static_cast<std::size_t>(p)]
-          ->isendOf<double>(2, tag, std::span<const double>(&back, 1))
-          .wait(kTimeout);
-      double echo = 0;
-      g[2]->irecvOf<double>(p, tag, std::span<double>(&echo, 1)).wait(kTimeout);
-      CHECK(echo == back);
-    }
-    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 has read the hello and the message
+    // Rank 0 still talks to the real rank 1, both ways, and got nothing from the forger.
+    g[1]->isendOf<double>(0, tag, std::span<const double>(&real, 1)).wait(kTimeout);
+    double got = 0;
+    g[0]->irecvOf<double>(1, tag, std::span<double>(&got, 1)).wait(kTimeout);
+    CHECK(got == real);
+    double more = 0;
+    CHECK_FALSE(g[0]->irecvOf<double>(1, tag, std::span<double>(&more, 1)).waitFor(0.3));
+    const double back = 8.0;
+    g[0]->isendOf<double>(1, tag, std::span<const double>(&back, 1)).wait(kTimeout);
+    double echo = 0;
+    g[1]->irecvOf<double>(0, tag, std::span<double>(&echo, 1)).wait(kTimeout);
+    CHECK(echo == back);
+    if (kind.name == "socket") CHECK(g[0]->stats().refusedConnections > refusedBefore);
+    if (kind.name == "libfabric tcp")
+      CHECK(g[0]->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kStranger)] > 0);
+    forger->abort();
+    for (auto& t : g) t->close();
   }
 }
 
-TEST_CASE("zmq: ranks beyond the world size join a running job and messages flow both ways", "[zmq][join]") {
-  for (const std::string protocol : {"tcp", "ipc"}) {
-    INFO("protocol " << protocol);
-    MemoryStore store;
-    auto options = [&](int r) { return zmqOptions(r, 3, 5, protocol); };
-    Group g(5);
-    onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = zmq::makeTransport(options(r), store); });
-    CHECK(g[0]->worldSize() == 3);
-    CHECK(g[0]->capacity() == 5);
-    const auto tag = Tag::make(Op::kUser, 6);
-    double x = 1;
-    // Before it joins, rank 3 is gone: a send or a receive fails at once.
-    CHECK_THROWS_AS(g[0]->isendOf<double>(3, tag, std::span<const double>(&x, 1)).wait(kTimeout),
-                    PeerFailure);
-    CHECK_THROWS_AS(g[1]->irecvOf<double>(4, tag, std::span<double>(&x, 1)).wait(kTimeout), PeerFailure);
-    // Rank 3 joins, then rank 4, which finds rank 3 in the store.
-    g[3] = zmq::makeTransport(options(3), store);
-    g[4] = zmq::makeTransport(options(4), store);
-    CHECK(g[4]->rank() == 4);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (int from : {3, 4})
-      for (int to = 0; to < 5; ++to) {
-        if (to == from) continue;
-        INFO("from " << from << " to " << to);
-        const double v = 10.0 * from + to;
-        g[static_cast<std::size_t>(from)]
-            ->isendOf<double>(to, tag, std::span<const double>(&v, 1))
-            .wait(kTimeout);
-        double got = 0;
-        bool received = false;
-        while (!received && std::chrono::steady_clock::now() < until) {
-          try {  // fails at once until the joiner's hello has been read
-            g[static_cast<std::size_t>(to)]
-                ->irecvOf<double>(from, tag, std::span<double>(&got, 1))
-                .wait(kTimeout);
-            received = true;
-          } catch (const PeerFailure&) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
+TEST_CASE(
+    "zmq and socket: a transport started in place of a failed rank is taken back, and messages flow "
+    "both ways",
+    "[zmq][socket][rejoin]") {
+  for (const auto& kind : rejoinKinds())
+    for (const std::string& protocol : kind.protocols) {
+      INFO("transport " << kind.name << ", protocol " << protocol);
+      MemoryStore store;
+      Group g(3);
+      onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = kind.make(r, 3, 3, protocol, store); });
+      // Rank 2 stops after an error of its own; its peers see it gone.
+      g[2]->abort();
+      g[2].reset();
+      const auto tag = Tag::make(Op::kUser, 5);
+      double x = 0;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      bool gone = false;
+      while (!gone && std::chrono::steady_clock::now() < until) {
+        try {
+          g[0]->isendOf<double>(2, tag, std::span<const double>(&x, 1)).wait(kTimeout);
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        } catch (const PeerFailure&) {
+          gone = true;
         }
-        REQUIRE(received);
-        CHECK(got == v);
-        // And back: the member connected to the address in the hello.
-        const double back = -v;
-        g[static_cast<std::size_t>(to)]
-            ->isendOf<double>(from, tag, std::span<const double>(&back, 1))
+      }
+      REQUIRE(gone);
+      // A new process for rank 2 (the rendezvous still holds the others'
+      // addresses) says hello with a new incarnation: ranks 0 and 1 take it
+      // in, and its messages and theirs are delivered, none from before.
+      g[2] = kind.make(2, 3, 3, protocol, store);
+      for (int p : {0, 1}) {
+        const double v = 40.0 + p;
+        g[2]->isendOf<double>(p, tag, std::span<const double>(&v, 1)).wait(kTimeout);
+      }
+      for (int p : {0, 1}) {
+        const auto got =
+            receiveOnceThere(*g[static_cast<std::size_t>(p)], 2, tag, until + std::chrono::seconds(5));
+        REQUIRE(got.has_value());
+        CHECK(*got == 40.0 + p);
+        const double back = 50.0 + p;
+        g[static_cast<std::size_t>(p)]
+            ->isendOf<double>(2, tag, std::span<const double>(&back, 1))
             .wait(kTimeout);
         double echo = 0;
-        g[static_cast<std::size_t>(from)]
-            ->irecvOf<double>(to, tag, std::span<double>(&echo, 1))
-            .wait(kTimeout);
+        g[2]->irecvOf<double>(p, tag, std::span<double>(&echo, 1)).wait(kTimeout);
         CHECK(echo == back);
       }
-    // A rank at or beyond the capacity is refused.
-    auto beyond = options(5);
-    CHECK_THROWS_AS(zmq::makeTransport(beyond, store), InvalidArgument);
-    onEveryRank(5, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
-  }
+      // A collective over the three runs as before.
+      std::vector<std::vector<float>> data(3, std::vector<float>(1000));
+      for (int r = 0; r < 3; ++r)
+        std::fill(data[static_cast<std::size_t>(r)].begin(), data[static_cast<std::size_t>(r)].end(),
+                  float(r + 1));
+      onEveryRank(3, [&](int r) {
+        ringAllreduce<float>(*g[static_cast<std::size_t>(r)],
+                             std::span<float>(data[static_cast<std::size_t>(r)]), ReduceOp::kSum,
+                             CollectiveOptions{1, kTimeout});
+      });
+      for (const auto& d : data) CHECK(d == std::vector<float>(1000, 6.0f));
+      onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+    }
+}
+
+TEST_CASE("zmq and socket: ranks beyond the world size join a running job and messages flow both ways",
+          "[zmq][socket][join]") {
+  for (const auto& kind : rejoinKinds())
+    for (const std::string& protocol : kind.protocols) {
+      INFO("transport " << kind.name << ", protocol " << protocol);
+      MemoryStore store;
+      Group g(5);
+      onEveryRank(3, [&](int r) { g[static_cast<std::size_t>(r)] = kind.make(r, 3, 5, protocol, store); });
+      CHECK(g[0]->worldSize() == 3);
+      CHECK(g[0]->capacity() == 5);
+      const auto tag = Tag::make(Op::kUser, 6);
+      double x = 1;
+      // Before it joins, rank 3 is gone: a send or a receive fails at once.
+      CHECK_THROWS_AS(g[0]->isendOf<double>(3, tag, std::span<const double>(&x, 1)).wait(kTimeout),
+                      PeerFailure);
+      CHECK_THROWS_AS(g[1]->irecvOf<double>(4, tag, std::span<double>(&x, 1)).wait(kTimeout), PeerFailure);
+      // Ranks 3 and 4 join at the same time: each may find the other in the store.
+      onEveryRank(
+          2, [&](int k) { g[static_cast<std::size_t>(3 + k)] = kind.make(3 + k, 3, 5, protocol, store); });
+      CHECK(g[4]->rank() == 4);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      for (int from : {3, 4})
+        for (int to = 0; to < 5; ++to) {
+          if (to == from) continue;
+          INFO("from " << from << " to " << to);
+          const double v = 10.0 * from + to;
+          auto& sender = *g[static_cast<std::size_t>(from)];
+          auto& receiver = *g[static_cast<std::size_t>(to)];
+          // (A joiner that started before the other one published cannot send
+          // to it until the other's hello arrived.)
+          std::optional<double> got;
+          while (!got && std::chrono::steady_clock::now() < until) {
+            try {
+              sender.isendOf<double>(to, tag, std::span<const double>(&v, 1)).wait(kTimeout);
+            } catch (const PeerFailure&) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              continue;
+            }
+            got = receiveOnceThere(receiver, from, tag, until);
+          }
+          REQUIRE(got.has_value());
+          CHECK(*got == v);
+          const double back = -v;
+          receiver.isendOf<double>(from, tag, std::span<const double>(&back, 1)).wait(kTimeout);
+          double echo = 0;
+          sender.irecvOf<double>(to, tag, std::span<double>(&echo, 1)).wait(kTimeout);
+          CHECK(echo == back);
+        }
+      // An allreduce over all five.
+      std::vector<std::vector<double>> data(5, std::vector<double>(3000));
+      for (int r = 0; r < 5; ++r)
+        std::fill(data[static_cast<std::size_t>(r)].begin(), data[static_cast<std::size_t>(r)].end(),
+                  double(r));
+      const std::vector<int> members{0, 1, 2, 3, 4};
+      onEveryRank(5, [&](int r) {
+        SubTransport sub(*g[static_cast<std::size_t>(r)], members, 0x60);
+        ringAllreduce<double>(sub, std::span<double>(data[static_cast<std::size_t>(r)]), ReduceOp::kSum,
+                              CollectiveOptions{1, kTimeout});
+      });
+      for (const auto& d : data) CHECK(d == std::vector<double>(3000, 10.0));
+      // A rank at or beyond the capacity is refused.
+      CHECK_THROWS_AS(kind.make(5, 3, 5, protocol, store), InvalidArgument);
+      onEveryRank(5, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
+    }
 }
 
 TEST_CASE("Store::claim gives a key to exactly one of the processes claiming it at once", "[store]") {

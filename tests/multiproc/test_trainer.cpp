@@ -552,11 +552,11 @@ void stoppedPeer(const std::string& algorithm, bool rejoin) {
 // Rank 2 of 4 is killed with SIGKILL and restarted with --rejoin from its
 // checkpoint after `restartAfterMs`; the job, started with the membership
 // defaults, takes it back (and stops two epochs after that).
-void restartedPeer(const std::string& algorithm, int restartAfterMs) {
+void restartedPeer(const std::string& algorithm, int restartAfterMs, const std::string& transport = "zmq") {
   gossamer::testing::requireFashionMnist();
   const int n = 4, epochs = 1000, victim = 2;
   TempDir dir;
-  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) +
+  writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs) +
                                   "checkpoint:\n  every_steps: 40\n  dir: " + (dir / "ck") + "\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
@@ -590,11 +590,11 @@ void restartedPeer(const std::string& algorithm, int restartAfterMs) {
 // A 4-rank job with room for 6 (membership.max_world_size): two processes
 // started with --join claim ranks 4 and 5, are taken in (one view change
 // per join, or one for both) and finish with the others.
-void joinedPeers(const std::string& algorithm) {
+void joinedPeers(const std::string& algorithm, const std::string& transport = "zmq") {
   gossamer::testing::requireFashionMnist();
   const int n = 4, epochs = 1000;
   TempDir dir;
-  writeFile(dir / "job.yaml", membershipConfig("zmq", algorithm, n, epochs) + "  max_world_size: 6\n");
+  writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs) + "  max_world_size: 6\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -728,9 +728,9 @@ TEST_CASE(
 }
 TEST_CASE(
     "with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back: "
-    "hierarchical, restarted after 500 ms",
+    "hierarchical over socket, restarted after 500 ms",
     "[multiproc][failure][membership]") {
-  restartedPeer("hierarchical", 500);
+  restartedPeer("hierarchical", 500, "socket");
 }
 
 TEST_CASE(
@@ -741,10 +741,31 @@ TEST_CASE(
 }
 TEST_CASE(
     "with membership on, ranks beyond world_size join a running job with --join and finish with it: "
-    "allreduce_sgd",
+    "allreduce_sgd over socket",
     "[multiproc][membership][join]") {
-  joinedPeers("allreduce_sgd");
+  joinedPeers("allreduce_sgd", "socket");
 }
+
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+TEST_CASE(
+    "with membership on, the survivors of a kill -9 go on and report the lost rank: crossover_sgd, libfabric "
+    "tcp",
+    "[multiproc][failure][membership][libfabric]") {
+  survivorsOfKill9("crossover_sgd", "libfabric-tcp");
+}
+TEST_CASE(
+    "with membership on, a peer killed with kill -9 and restarted with --rejoin is taken back: "
+    "crossover_sgd over libfabric tcp, restarted after 500 ms",
+    "[multiproc][failure][membership][libfabric]") {
+  restartedPeer("crossover_sgd", 500, "libfabric-tcp");
+}
+TEST_CASE(
+    "with membership on, ranks beyond world_size join a running job with --join and finish with it: "
+    "crossover_sgd over libfabric tcp",
+    "[multiproc][membership][join][libfabric]") {
+  joinedPeers("crossover_sgd", "libfabric-tcp");
+}
+#endif
 
 TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with the same models, bit for bit",
           "[multiproc][checkpoint]") {

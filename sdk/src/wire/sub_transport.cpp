@@ -13,8 +13,8 @@ SubTransport::SubTransport(Transport& parent, std::vector<int> members, std::uin
   auto sorted = members_;
   std::sort(sorted.begin(), sorted.end());
   GOSSAMER_ENFORCE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "duplicate member rank");
-  GOSSAMER_ENFORCE(sorted.front() >= 0 && sorted.back() < parent.worldSize(),
-                   "member ranks must be in [0, " << parent.worldSize() << ")");
+  GOSSAMER_ENFORCE(sorted.front() >= 0 && sorted.back() < parent.capacity(),
+                   "member ranks must be in [0, " << parent.capacity() << ")");
   const auto it = std::find(members_.begin(), members_.end(), parent.rank());
   GOSSAMER_ENFORCE(it != members_.end(),
                    "rank " << parent.rank() << " is not a member of this sub-transport");

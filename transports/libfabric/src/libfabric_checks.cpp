@@ -111,7 +111,7 @@ bool LibfabricTransport::progressStuckFor(Clock::duration d) const {
 
 void LibfabricTransport::watchWhileStuck() {
   if (!progressStuckFor(std::chrono::milliseconds(100)) || stop_) return;
-  for (int p = 0; p < opt_.worldSize; ++p) {
+  for (int p = 0; p < capacity_; ++p) {
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     if (p == opt_.rank || peer.gone || !processExited(peer)) continue;
     auto why = std::make_exception_ptr(PeerFailure(p, kProcessExited));
@@ -156,7 +156,7 @@ void LibfabricTransport::drainVerified() {
 }
 
 void LibfabricTransport::checkSilence(Clock::time_point now) {
-  for (int p = 0; p < opt_.worldSize; ++p) {
+  for (int p = 0; p < capacity_; ++p) {
     auto& rx = rx_[static_cast<std::size_t>(p)];
     if (p == opt_.rank || rx.gone) continue;
     if (processExited(*tx_[static_cast<std::size_t>(p)])) {
@@ -198,7 +198,9 @@ void LibfabricTransport::failPeer(int p, std::exception_ptr why) {
     std::lock_guard<std::mutex> lk(peer.mu);
     queued_ -= peer.pending.size();
     peer.pending.clear();
+    peer.awaitingHello = false;
   }
+  held_ = 0;  // counted again by the next flushPending
   {
     // Its posted sends may never complete (a dead peer): stop waiting for them.
     std::lock_guard<std::mutex> lk(opsMu_);

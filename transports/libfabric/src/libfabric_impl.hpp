@@ -91,6 +91,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -103,6 +106,7 @@
 
 #include "fabric.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
 #include "gossamer/log.hpp"
@@ -245,7 +249,9 @@ struct SendOp : FabricOp {
   std::size_t len = 0;
   FidPtr<fid_mr> mr;  ///< registration of `own` (FI_MR_LOCAL providers only)
   void* desc = nullptr;
-  bool live = false;  ///< counted in liveSends_ (posted to a peer not known to be gone)
+  bool live = false;             ///< counted in liveSends_ (posted to a peer not known to be gone)
+  bool hello = false;            ///< this rank's hello: posted while the peer has not answered it yet
+  std::uint64_t generation = 0;  ///< PeerTx::generation when queued: an error on it is the old process's
 };
 
 struct PoolOp : FabricOp {
@@ -307,8 +313,15 @@ struct PeerTx {
   std::exception_ptr why;       ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
   /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
-  int pidfd = -1;
+  std::atomic<int> pidfd{-1};
   std::atomic<bool> exited{false};
+  /// This process started once the job ran and said hello to the peer: what
+  /// else is queued for it waits until the peer's hello answers (under mu).
+  bool awaitingHello = false;
+  /// This rank's hello to the peer's current process is queued (under mu).
+  bool saidHello = false;
+  /// Bumped when a new process takes the peer's place (under mu).
+  std::uint64_t generation = 0;
 };
 
 /// Receiving side of one peer (progress thread only).
@@ -396,6 +409,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   ~LibfabricTransport() override;
   int rank() const override { return opt_.rank; }
   int worldSize() const override { return opt_.worldSize; }
+  int capacity() const override { return capacity_; }
   std::string name() const override { return "libfabric"; }
   double timeoutSeconds() const override { return opt_.timeoutSeconds; }
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override;
@@ -416,11 +430,25 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   void openEndpoint();
 
-  // Publishes "<provider>\n<frame bytes>\n<address>" (frame bytes: the largest
-  // frame, header included, this rank's buffers take) and inserts every peer's
-  // address. A rank sends a peer payloads inside frames only up to what that
-  // peer's buffers take, so ranks may differ in inlineBytes.
+  // Publishes "<provider>\n<frame bytes>\n<pid>\n<incarnation, hex>\n<address>"
+  // (frame bytes: the largest frame, header included, this rank's buffers
+  // take) and inserts every peer's address. A rank sends a peer payloads
+  // inside frames only up to what that peer's buffers take, so ranks may
+  // differ in inlineBytes. A process that starts once the job runs (restarted
+  // or joining) reads the addresses that are there and says hello to each.
   void exchangeAddresses(Store& store);
+  // The peer described by "<frame bytes>\n<pid>\n<address>" (a store entry's
+  // tail, or a hello's endpoint): its address inserted into the address
+  // vector, its inline limit, and (shm) a pidfd of its process.
+  struct PeerAddress {
+    fi_addr_t addr = FI_ADDR_UNSPEC;
+    std::size_t inlineLimit = 0;
+    int pidfd = -1;
+  };
+  PeerAddress insertPeer(int p, const std::string& description, const std::string& where);
+  // This rank's hello to `p` (payload: wire.hpp's Hello, whose endpoint is
+  // "<frame bytes>\n<pid>\n<address>" with the address in hex).
+  std::unique_ptr<SendOp> makeHello(int p);
   FidPtr<fid_mr> registerLocal(const void* buf, std::size_t len, std::uint64_t access, void** desc);
   void postPool();
   void repost(PoolOp& op);
@@ -497,6 +525,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   // One frame or announcement from `src`, in sequence order.
   void processFrame(int src, std::uint64_t channel, std::span<const std::byte> bytes);
+
+  // A hello frame naming `src` (before any sequence or sender check): from a
+  // process this rank does not know yet (restarted in place of `src`, or a
+  // rank that joins), whose proof verifies under the job's key, the peer is
+  // taken in: its old process's traffic fails with PeerFailure, the new
+  // address replaces the old, both sequences start over, this rank answers
+  // with its own hello, and `src` is back (PeerLifecycle::revive). From the
+  // process it knows: the answer to this rank's hello, after which what was
+  // queued for it goes out. Returns false if the message is no hello.
+  bool onHello(int src, std::uint64_t envelope, std::span<const std::byte> message, fi_addr_t from);
 
   // Posts the next pieces of `msg`, in order, while fewer than kBulkWindow of
   // its pieces are with the provider. A provider matches an announced piece
@@ -596,6 +634,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   /// into or hand back alive, for the rest of the process (see teardown()).
   void abandonEndpoint();
   Options opt_;
+  int capacity_ = 0;  ///< global ranks: worldSize and the ranks that may join
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
   std::shared_ptr<CopyGuard> guard_;  ///< attached to posted receives (set in the constructor)
   Mailbox box_;
@@ -618,7 +657,15 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::vector<PoolOp> pool_;
   HeaderBytes beatHeader_{};
   std::vector<std::unique_ptr<PeerTx>> tx_;
-  std::atomic<std::size_t> queued_{0};  ///< sends waiting in PeerTx::pending, all peers
+  JobKey jobKey_;                            ///< the job's key: proves hellos (kit/job_key.hpp)
+  std::uint64_t incarnation_ = 0;            ///< this process's
+  std::string myEndpoint_;                   ///< "<frame bytes>\n<pid>\n<address in hex>", for hellos
+  std::vector<std::uint64_t> incarnations_;  ///< progress thread: of each peer's process (0: unknown)
+  std::vector<std::vector<std::uint64_t>> replaced_;  ///< progress thread: incarnations a newer one replaced
+  std::atomic<std::size_t> queued_{0};                ///< sends waiting in PeerTx::pending, all peers
+  /// Of those, the ones held back until a peer answers this rank's hello
+  /// (progress thread: flushPending, onHello).
+  std::size_t held_ = 0;
   std::mutex opsMu_;
   std::unordered_set<FabricOp*> inflight_;
   /// Posted sends to peers not known to be gone (written under opsMu_): while

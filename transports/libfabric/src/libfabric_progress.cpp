@@ -43,7 +43,7 @@ void LibfabricTransport::progressLoop() {
       lastLoop = now;
       ssize_t n = fi_cq_readfrom(cq_.get(), entries.data(), entries.size(), from.data());
       const bool active = handleCq(n, entries.data(), from.data());
-      if (queued_ > 0) flushPending();
+      if (queued_ > held_) flushPending();
       if (!unposted_.empty()) retryUnposted();
       if (bulkPump_) pumpBulk();
       if (verifying_ > 0) drainVerified();
@@ -64,7 +64,7 @@ void LibfabricTransport::progressLoop() {
       const Clock::time_point kicked{Clock::duration(lastKick_.load(std::memory_order_relaxed))};
       // Keep polling while sends wait or are under way, or payload pieces are due.
       // (Not for payloads with the checksum thread: it wakes this one when done.)
-      if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > 0 || liveSends_ > 0 ||
+      if (Clock::now() - std::max(lastActivity, kicked) < spin || queued_ > held_ || liveSends_ > 0 ||
           bulkPosted_ > 0) {
         std::this_thread::yield();
         continue;
@@ -73,7 +73,7 @@ void LibfabricTransport::progressLoop() {
       // (sleeping_ is set before queued_ is read again, and isend queues before it
       // reads sleeping_: a send queued meanwhile is seen here or wakes this thread.)
       sleeping_ = true;
-      if (queued_ > 0) {
+      if (queued_ > held_) {
         sleeping_ = false;
         continue;
       }
@@ -91,7 +91,7 @@ void LibfabricTransport::progressLoop() {
     } catch (const std::exception& e) {
       // A libfabric call failed outside any one peer's traffic: the endpoint is unusable.
       GOSSAMER_LOG(kError, "libfabric rank " << opt_.rank << ": progress error: " << e.what());
-      for (int p = 0; p < opt_.worldSize; ++p)
+      for (int p = 0; p < capacity_; ++p)
         if (p != opt_.rank)
           failPeer(
               p, std::make_exception_ptr(PeerFailure(p, std::string("local libfabric error: ") + e.what())));
@@ -162,8 +162,15 @@ void LibfabricTransport::handleError() {
     case OpKind::kSend: {
       auto* s = static_cast<SendOp*>(op);
       const int dst = s->dst;
+      // (A send to a process that another has replaced since says nothing of the new one.)
+      bool current = false;
+      {
+        auto& peer = *tx_[static_cast<std::size_t>(dst)];
+        std::lock_guard<std::mutex> lk(peer.mu);
+        current = s->generation == peer.generation;
+      }
       finishSend(s);
-      if (!cancelled)
+      if (!cancelled && current)
         failPeer(dst, std::make_exception_ptr(
                           PeerFailure(dst, "connection lost: libfabric failed a send to it: " + why)));
       break;
@@ -178,7 +185,7 @@ void LibfabricTransport::handleError() {
         countFault(FrameFault::kOversized);
         const std::uint64_t envelope = getU64(p->buf);
         const int named = sourceOf(envelope);
-        if (named < opt_.worldSize && named != opt_.rank && channelOf(envelope) != kChanBeat)
+        if (named < capacity_ && named != opt_.rank && channelOf(envelope) != kChanBeat)
           rx_[static_cast<std::size_t>(named)].oversized =
               "a frame-channel message that named it as sender was dropped: it exceeded the largest frame "
               "this rank takes (" +
@@ -238,10 +245,11 @@ void LibfabricTransport::onPoolMessage(std::span<const std::byte> message, fi_ad
   const auto bytes = message.subspan(kEnvelopeBytes);
   const std::uint64_t channel = channelOf(envelope);
   const int src = sourceOf(envelope);
-  if (src >= opt_.worldSize || src == opt_.rank) {
+  if (src >= capacity_ || src == opt_.rank) {
     rejectStranger(message, "its envelope names rank " + std::to_string(src));
     return;
   }
+  if (channel == kChanFrame && onHello(src, envelope, message, from)) return;
   if (namesSenders_ && from != tx_[static_cast<std::size_t>(src)]->addr) {
     rejectStranger(message, "its envelope names rank " + std::to_string(src) + ", which did not send it");
     return;
@@ -301,7 +309,7 @@ void LibfabricTransport::rejectStranger(std::span<const std::byte> message, cons
     if (channel != kChanFrame && channel != kChanBeat && channel != kChanAnnounce)
       throw ProtocolError(-1, 0, "unknown channel", FrameFault::kMalformed);
     const auto header = bytes.first(std::min(bytes.size(), kFrameHeaderBytes));
-    const FrameHeader h = decodeFrameHeader(header, -1, opt_.worldSize);
+    const FrameHeader h = decodeFrameHeader(header, -1, capacity_);
     if (channel == kChanFrame)
       verifyFramePayload(header, h, bytes.subspan(header.size()), -1);
     else if (bytes.size() != (channel == kChanBeat ? kFrameHeaderBytes : kAnnounceBytes))
@@ -321,7 +329,7 @@ void LibfabricTransport::checkBeat(int src, std::span<const std::byte> bytes) {
     throw ProtocolError(src, std::min(bytes.size(), kFrameHeaderBytes),
                         "heartbeat of " + std::to_string(bytes.size()) + " bytes, expected " +
                             std::to_string(kFrameHeaderBytes));
-  const FrameHeader h = decodeFrameHeader(bytes, src, opt_.worldSize);
+  const FrameHeader h = decodeFrameHeader(bytes, src, capacity_);
   if (h.kind != FrameKind::kData || h.tag.op != Op::kControl || h.payloadBytes != 0 ||
       static_cast<int>(h.source) != src)
     throw ProtocolError(src, frame_offset::kKind, "malformed heartbeat frame");
@@ -334,7 +342,7 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
         src, bytes.size(),
         "message of " + std::to_string(bytes.size()) + " bytes is shorter than a frame header");
   const auto headerSpan = bytes.first(kFrameHeaderBytes);
-  const FrameHeader h = decodeFrameHeader(headerSpan, src, opt_.worldSize);
+  const FrameHeader h = decodeFrameHeader(headerSpan, src, capacity_);
   if (static_cast<int>(h.source) != src)
     throw ProtocolError(src, frame_offset::kSource,
                         "frame claims source rank " + std::to_string(h.source) +
@@ -347,6 +355,26 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
   if (channel == kChanFrame) {
     const auto payload = bytes.subspan(kFrameHeaderBytes);
     verifyFramePayload(headerSpan, h, payload, src);
+    if (h.kind == FrameKind::kHello) {
+      // The process this rank knows said hello (onHello took the others):
+      // the answer to this rank's hello, or the first word of a process that
+      // started beside this one. What waited for it goes out now.
+      if (decodeHello(payload, src).incarnation != incarnations_[static_cast<std::size_t>(src)])
+        throw ProtocolError(src, kFrameHeaderBytes,
+                            "a hello of another incarnation in the stream of this one");
+      auto& peer = *tx_[static_cast<std::size_t>(src)];
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.awaitingHello = false;
+      held_ = 0;
+      if (!peer.saidHello) {
+        auto answer = makeHello(src);
+        putU64(answer->own.data(), fabricTag(kChanFrame, opt_.rank, peer.frameSeq++));
+        answer->generation = peer.generation;
+        peer.saidHello = true;
+        queueLocked(peer, std::move(answer));
+      }
+      return;
+    }
     if (h.kind == FrameKind::kBye && h.tag.segment == PeerLifecycle::kByeAfterError) {
       // The peer aborted: it dropped what it had queued and closes its
       // endpoint without waiting, so payloads still under way from it will
@@ -402,6 +430,86 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
     op.tag = fabricTag(kChanBulk, src, first + i);
   }
   postMore(*m);
+}
+
+bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<const std::byte> message,
+                                 fi_addr_t from) {
+  (void)from;  // (a new process's endpoint is not in the address vector yet: the proof stands for it)
+  const auto bytes = message.subspan(kEnvelopeBytes);
+  if (bytes.size() < kFrameHeaderBytes || std::to_integer<std::uint8_t>(bytes[frame_offset::kKind]) !=
+                                              static_cast<std::uint8_t>(FrameKind::kHello))
+    return false;
+  Hello hello;
+  try {  // checked as any frame first: magic, version, lengths, checksum
+    const auto header = bytes.first(kFrameHeaderBytes);
+    const FrameHeader h = decodeFrameHeader(header, src, capacity_);
+    const auto payload = bytes.subspan(kFrameHeaderBytes);
+    verifyFramePayload(header, h, payload, src);
+    if (static_cast<int>(h.source) != src)
+      throw ProtocolError(src, frame_offset::kSource, "a hello whose header names another rank");
+    hello = decodeHello(payload, src);
+  } catch (const ProtocolError& e) {
+    rejectStranger(message, std::string("a hello that does not parse: ") + e.what());
+    return true;
+  }
+  auto& known = incarnations_[static_cast<std::size_t>(src)];
+  if (hello.incarnation == known) return false;  // in its stream, checked as any frame (processFrame)
+  const std::string claim = "a hello claiming rank " + std::to_string(src);
+  if (!jobKey_.verify(hello.incarnation, src, hello.proof)) {
+    rejectStranger(message, claim +
+                                " whose proof does not verify under the job's key: the process did not read "
+                                "this job's rendezvous");
+    return true;
+  }
+  auto& old = replaced_[static_cast<std::size_t>(src)];
+  if (std::find(old.begin(), old.end(), hello.incarnation) != old.end()) {
+    rejectStranger(message, claim + " from a process that another one replaced since");
+    return true;
+  }
+  PeerAddress a;
+  try {
+    a = insertPeer(src, hello.endpoint, "in its hello");
+  } catch (const Error& e) {
+    rejectStranger(message, claim + ": " + e.what());
+    return true;
+  }
+  // A new process in place of src, or src joins: the old one's traffic fails.
+  const bool joined = known == 0 && src >= opt_.worldSize;
+  const auto why = std::make_exception_ptr(PeerFailure(src, "a new process took its place"));
+  failPeer(src, why);  // (nothing if it was gone already)
+  if (known != 0) old.push_back(known);
+  known = hello.incarnation;
+  auto& rx = rx_[static_cast<std::size_t>(src)];
+  rx = PeerRx{};
+  rx.lastHeard = Clock::now();
+  rx.nextSeq = ((envelope & kSeqMask) + 1) & kSeqMask;  // its hello opens its stream
+  auto& peer = *tx_[static_cast<std::size_t>(src)];
+  {
+    std::lock_guard<std::mutex> lk(peer.mu);
+    ++peer.generation;
+    peer.addr = a.addr;
+    peer.inlineLimit = a.inlineLimit;
+    // (The old pidfd stays open: the checksum thread may be polling it.)
+    if (a.pidfd >= 0) peer.pidfd = a.pidfd;
+    peer.exited = false;
+    peer.why = nullptr;
+    peer.frameSeq = 0;
+    peer.bulkSeq = 0;
+    queued_ -= peer.pending.size();
+    peer.pending.clear();
+    peer.awaitingHello = false;
+    auto answer = makeHello(src);
+    putU64(answer->own.data(), fabricTag(kChanFrame, opt_.rank, peer.frameSeq++));
+    answer->generation = peer.generation;
+    peer.saidHello = true;
+    queueLocked(peer, std::move(answer));
+  }
+  peer.gone = false;
+  life_.revive(src);
+  GOSSAMER_LOG(kInfo, "libfabric rank " << opt_.rank << ": rank " << src
+                                        << (joined ? " joined" : " restarted") << " (incarnation " << std::hex
+                                        << hello.incarnation << std::dec << ")");
+  return true;
 }
 
 bool LibfabricTransport::postMore(InboundMsg& msg) {
@@ -496,7 +604,7 @@ void LibfabricTransport::flushInbound(int src) {
       case FrameKind::kPull:
       case FrameKind::kPullDone:      // the socket transport's single-copy frames
       case FrameKind::kDataTrailing:  // and its stream-only data frames
-      case FrameKind::kHello:         // zmq's
+      case FrameKind::kHello:         // (processFrame takes it)
         failPeer(src,
                  std::make_exception_ptr(ProtocolError(
                      src, frame_offset::kKind,

@@ -89,6 +89,7 @@ void LibfabricTransport::sendFrame(int dst, std::uint64_t channel, std::span<con
   if (peer.shut) throw Cancelled("send on a closed transport (rank " + std::to_string(opt_.rank) + ")");
   if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
   putU64(op->own.data(), fabricTag(channel, opt_.rank, peer.frameSeq++));
+  op->generation = peer.generation;
   queueLocked(peer, std::move(op));
 }
 
@@ -128,9 +129,11 @@ void LibfabricTransport::sendLarge(int dst, const Tag& tag, DType dtype, std::sp
   peer.bulkSeq += pieces;
   putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
   putU64(annOp->own.data(), fabricTag(kChanAnnounce, opt_.rank, peer.frameSeq++));
+  annOp->generation = peer.generation;
   queueLocked(peer, std::move(annOp));
   for (std::size_t i = 0; i < pieces; ++i) {
     ops[i]->tag = fabricTag(kChanBulk, opt_.rank, first + i);
+    ops[i]->generation = peer.generation;
     queueLocked(peer, std::move(ops[i]));
   }
 }
@@ -146,13 +149,22 @@ void LibfabricTransport::sendControl(int p, FrameKind kind, std::uint32_t detail
 }
 
 void LibfabricTransport::flushPending() {
-  for (int p = 0; p < opt_.worldSize && queued_ > 0; ++p) {
+  std::size_t held = 0;
+  for (int p = 0; p < capacity_ && queued_ > 0; ++p) {
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     std::deque<std::unique_ptr<SendOp>> batch;
     {
       std::lock_guard<std::mutex> lk(peer.mu);
       if (peer.shut) continue;
-      batch.swap(peer.pending);
+      if (peer.awaitingHello) {  // only the hello goes out until the peer answers it
+        while (!peer.pending.empty() && peer.pending.front()->hello) {
+          batch.push_back(std::move(peer.pending.front()));
+          peer.pending.pop_front();
+        }
+        held += peer.pending.size();
+      } else {
+        batch.swap(peer.pending);
+      }
     }
     if (batch.empty()) continue;
     std::exception_ptr failure;
@@ -178,16 +190,21 @@ void LibfabricTransport::flushPending() {
     }
     if (failure) failPeer(p, failure);
   }
+  held_ = held;
 }
 
 void LibfabricTransport::sendBeats() {
   if (!heartbeats_) return;
-  for (int p = 0; p < opt_.worldSize; ++p) {
+  for (int p = 0; p < capacity_; ++p) {
     if (p == opt_.rank || rx_[static_cast<std::size_t>(p)].gone) continue;
     // Unordered and dropped when the provider is busy: the next one will do. A
     // provider that knows the peer is gone says so here (sockets: -FI_ENOENT).
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     if (peer.gone || processExited(peer)) continue;  // checkSilence reports an exited one
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      if (peer.awaitingHello) continue;  // it does not know this process yet
+    }
     auto op = makeSendOp(p, beatHeader_, {});
     putU64(op->own.data(), fabricTag(kChanBeat, opt_.rank, 0));  // unordered: sequence number 0
     const ssize_t rc = post(op, peer.addr);

@@ -44,6 +44,90 @@ void LibfabricTransport::openEndpoint() {
   check(fi_enable(ep_.get()), "fi_enable");
 }
 
+namespace {
+std::string toHex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (const unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 0xF]);
+  }
+  return out;
+}
+
+// The bytes of `hex` (even length, lowercase or uppercase digits); nullopt if it is not hex.
+std::optional<std::string> fromHex(const std::string& hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out(hex.size() / 2, '\0');
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    unsigned v = 0;
+    const auto [end, ec] = std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, v, 16);
+    if (ec != std::errc() || end != hex.data() + 2 * i + 2) return std::nullopt;
+    out[i] = static_cast<char>(v);
+  }
+  return out;
+}
+
+// Splits off the text up to the next newline of `rest` (advancing it);
+// nullopt when there is none.
+std::optional<std::string> nextLine(std::string_view& rest) {
+  const auto nl = rest.find('\n');
+  if (nl == std::string_view::npos) return std::nullopt;
+  std::string line(rest.substr(0, nl));
+  rest.remove_prefix(nl + 1);
+  return line;
+}
+}  // namespace
+
+LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std::string& description,
+                                                               const std::string& where) {
+  const auto bad = [&](const std::string& what) {
+    return Error("rank " + std::to_string(p) + " published " + what + " (" + where + ")");
+  };
+  std::string_view rest(description);
+  const auto frameText = nextLine(rest);
+  const auto pidText = nextLine(rest);
+  if (!frameText || !pidText || rest.empty()) throw bad("a malformed libfabric address");
+  std::size_t frameBytes = 0;
+  const auto [end, ec] =
+      std::from_chars(frameText->data(), frameText->data() + frameText->size(), frameBytes);
+  if (ec != std::errc() || end != frameText->data() + frameText->size() || frameBytes < kAnnounceBytes ||
+      frameBytes > maxMsgBytes_ - kEnvelopeBytes)
+    throw bad("a frame buffer size of '" + *frameText + "' bytes; expected " +
+              std::to_string(kAnnounceBytes) + " to " + std::to_string(maxMsgBytes_ - kEnvelopeBytes));
+  long pid = 0;
+  const auto [pidEnd, pidEc] = std::from_chars(pidText->data(), pidText->data() + pidText->size(), pid);
+  if (pidEc != std::errc() || pidEnd != pidText->data() + pidText->size() || pid <= 0)
+    throw bad("a process id of '" + *pidText + "'");
+  const auto address = fromHex(std::string(rest));
+  if (!address) throw bad("an address that is not hex");
+  PeerAddress out;
+  out.inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
+  // Same host by construction for shm: watch the peer's process, so that
+  // nothing is sent to it once it exited (see processExited).
+  if (provider_.rfind("shm", 0) == 0)
+    out.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  const int n = fi_av_insert(av_.get(), address->data(), 1, &out.addr, 0, nullptr);
+  if (n != 1) {
+    if (out.pidfd >= 0) ::close(out.pidfd);
+    throw Error("libfabric fi_av_insert: cannot use the address rank " + std::to_string(p) + " published (" +
+                (n < 0 ? errorText(n) : std::to_string(n) + " inserted") + ")");
+  }
+  return out;
+}
+
+std::unique_ptr<SendOp> LibfabricTransport::makeHello(int p) {
+  Hello hello{incarnation_, jobKey_.proof(incarnation_, opt_.rank), myEndpoint_};
+  const auto payload = encodeHello(hello);
+  const auto header =
+      encodeFrameHeader(FrameKind::kHello, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
+                        Tag{Op::kControl, 0, 0}, std::span<const std::byte>(payload));
+  auto op = makeSendOp(p, header, payload);
+  op->hello = true;
+  return op;
+}
+
 void LibfabricTransport::exchangeAddresses(Store& store) {
   std::size_t len = 0;
   const int rc = fi_getname(&ep_->fid, nullptr, &len);
@@ -51,60 +135,72 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
   std::string address(len, '\0');
   check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
   address.resize(len);
+  const std::string who = "libfabric rank " + std::to_string(opt_.rank);
   const std::string prefix = opt_.storePrefix + "/libfabric/";
-  store.set(prefix + std::to_string(opt_.rank), provider_ + '\n' +
-                                                    std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' +
-                                                    std::to_string(::getpid()) + '\n' + address);
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(opt_.worldSize));
-  for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
-  store.wait(keys, opt_.timeoutSeconds);
+  const std::string startedKey = opt_.storePrefix + "/libfabric-started";
+  // A process that starts once the job runs: no rank finishes its set-up
+  // before every rank of the job has published, and each looks before it does.
+  const bool late = opt_.rank >= opt_.worldSize || store.tryGet(startedKey).has_value();
+  incarnation_ = drawIncarnation();
+  jobKey_ = JobKey::fromStore(store, opt_.storePrefix + "/libfabric-job-key", opt_.rank == 0,
+                              opt_.timeoutSeconds, who);
+  myEndpoint_ =
+      std::to_string(poolBytes_ - kEnvelopeBytes) + '\n' + std::to_string(::getpid()) + '\n' + toHex(address);
+  std::ostringstream inc;
+  inc << std::hex << incarnation_;
+  store.set(prefix + std::to_string(opt_.rank), provider_ + '\n' + inc.str() + '\n' + myEndpoint_);
+  if (!late) {
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(opt_.worldSize));
+    for (int p = 0; p < opt_.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
+    store.wait(keys, opt_.timeoutSeconds);
+  }
 
-  for (int p = 0; p < opt_.worldSize; ++p) {
+  incarnations_.assign(static_cast<std::size_t>(capacity_), 0);
+  replaced_.assign(static_cast<std::size_t>(capacity_), {});
+  for (int p = 0; p < capacity_; ++p) {
     tx_.push_back(std::make_unique<PeerTx>());
     if (p == opt_.rank) continue;
+    auto& peer = *tx_.back();
     const std::string key = prefix + std::to_string(p);
-    const std::string value = store.get(key, opt_.timeoutSeconds);
-    const auto nl1 = value.find('\n');
-    const auto nl2 = nl1 == std::string::npos ? nl1 : value.find('\n', nl1 + 1);
-    const auto nl3 = nl2 == std::string::npos ? nl2 : value.find('\n', nl2 + 1);
-    if (nl3 == std::string::npos || nl3 + 1 >= value.size())
+    // Ranks of the job have published; one beyond it only if it joined.
+    const auto value =
+        p < opt_.worldSize ? std::optional(store.get(key, opt_.timeoutSeconds)) : store.tryGet(key);
+    if (!value) {
+      peer.why =
+          std::make_exception_ptr(PeerFailure(p, "rank " + std::to_string(p) + " has not joined the job"));
+      peer.gone = true;
+      continue;
+    }
+    std::string_view rest(*value);
+    const auto theirs = nextLine(rest);
+    const auto incText = nextLine(rest);
+    std::uint64_t incarnation = 0;
+    if (!theirs || !incText ||
+        std::from_chars(incText->data(), incText->data() + incText->size(), incarnation, 16).ec !=
+            std::errc())
       throw Error("rank " + std::to_string(p) + " published a malformed libfabric address (store key " + key +
                   ")");
-    const std::string theirs = value.substr(0, nl1);
-    if (theirs != provider_)
-      throw Error("rank " + std::to_string(p) + " uses libfabric provider '" + theirs + "' but rank " +
+    if (*theirs != provider_)
+      throw Error("rank " + std::to_string(p) + " uses libfabric provider '" + *theirs + "' but rank " +
                   std::to_string(opt_.rank) + " uses '" + provider_ +
                   "': every rank must configure the same transport.provider");
-    const std::string frameText = value.substr(nl1 + 1, nl2 - nl1 - 1);
-    std::size_t frameBytes = 0;
-    const auto [end, ec] = std::from_chars(frameText.data(), frameText.data() + frameText.size(), frameBytes);
-    if (ec != std::errc() || end != frameText.data() + frameText.size() || frameBytes < kAnnounceBytes ||
-        frameBytes > maxMsgBytes_ - kEnvelopeBytes)
-      throw Error("rank " + std::to_string(p) + " published a frame buffer size of '" + frameText +
-                  "' bytes (store key " + key + "); expected " + std::to_string(kAnnounceBytes) + " to " +
-                  std::to_string(maxMsgBytes_ - kEnvelopeBytes));
-    tx_.back()->inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
-    const std::string pidText = value.substr(nl2 + 1, nl3 - nl2 - 1);
-    long pid = 0;
-    const auto [pidEnd, pidEc] = std::from_chars(pidText.data(), pidText.data() + pidText.size(), pid);
-    if (pidEc != std::errc() || pidEnd != pidText.data() + pidText.size() || pid <= 0)
-      throw Error("rank " + std::to_string(p) + " published a process id of '" + pidText + "' (store key " +
-                  key + ")");
-    // Same host by construction for shm: watch the peer's process, so that
-    // nothing is sent to it once it exited (see processExited).
-    if (provider_.rfind("shm", 0) == 0) {
-      tx_.back()->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-      watchesPids_ = watchesPids_ || tx_.back()->pidfd >= 0;
+    const auto a = insertPeer(p, std::string(rest), "store key " + key);
+    peer.addr = a.addr;
+    peer.inlineLimit = a.inlineLimit;
+    peer.pidfd = a.pidfd;
+    watchesPids_ = watchesPids_ || a.pidfd >= 0;
+    incarnations_[static_cast<std::size_t>(p)] = incarnation;
+    if (late) {
+      // Its first frame; the rest waits for the answer (flushPending).
+      auto hello = makeHello(p);
+      putU64(hello->own.data(), fabricTag(kChanFrame, opt_.rank, peer.frameSeq++));
+      peer.awaitingHello = true;
+      peer.saidHello = true;
+      queueLocked(peer, std::move(hello));
     }
-    const std::string peerAddress = value.substr(nl3 + 1);
-    fi_addr_t addr = FI_ADDR_UNSPEC;
-    const int n = fi_av_insert(av_.get(), peerAddress.data(), 1, &addr, 0, nullptr);
-    if (n != 1)
-      throw Error("libfabric fi_av_insert: cannot use the address rank " + std::to_string(p) +
-                  " published (" + (n < 0 ? errorText(n) : std::to_string(n) + " inserted") + ")");
-    tx_.back()->addr = addr;
   }
+  store.set(startedKey, "1");
 }
 
 FidPtr<fid_mr> LibfabricTransport::registerLocal(const void* buf, std::size_t len, std::uint64_t access,

@@ -12,9 +12,10 @@ namespace impl {
 
 LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
     : opt_(o),
+      capacity_(std::max(o.worldSize, o.maxWorldSize)),
       guard_(std::make_shared<CopyGuard>(o.timeoutSeconds)),
-      box_(o.worldSize),
-      life_("libfabric", o.rank, o.worldSize, box_) {
+      box_(capacity_),
+      life_("libfabric", o.rank, capacity_, box_) {
   peerTimeout_ = o.peerTimeoutSeconds > 0 ? o.peerTimeoutSeconds : std::min(o.timeoutSeconds / 2, 5.0);
   GOSSAMER_ENFORCE(peerTimeout_ > o.heartbeatSeconds,
                    "peer timeout " << peerTimeout_ << " s must exceed the heartbeat interval "
@@ -43,9 +44,15 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   openEndpoint();
   exchangeAddresses(store);
 
-  rx_ = std::vector<PeerRx>(static_cast<std::size_t>(o.worldSize));
+  rx_ = std::vector<PeerRx>(static_cast<std::size_t>(capacity_));
   const auto now = Clock::now();
   for (auto& r : rx_) r.lastHeard = now;
+  for (int p = 0; p < capacity_; ++p) {  // ranks that have not joined
+    auto& peer = *tx_[static_cast<std::size_t>(p)];
+    if (p == o.rank || !peer.gone) continue;
+    rx_[static_cast<std::size_t>(p)].gone = true;
+    (void)life_.declareFailed(p, peer.why);
+  }
   beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(o.rank),
                                   Tag{Op::kControl, 0, 0}, {});
   postPool();
@@ -131,7 +138,7 @@ void LibfabricTransport::close() {
   // this rank sent to the peer (same sequence); the peer acknowledges it once
   // it has received all of that. Wait, bounded by the linger period, until
   // every peer acknowledged, is closing itself, or is gone.
-  for (int p = 0; p < opt_.worldSize; ++p) {
+  for (int p = 0; p < capacity_; ++p) {
     if (p == opt_.rank || tx_[static_cast<std::size_t>(p)]->gone || life_.leaving(p)) continue;
     sendControl(p, FrameKind::kBye, PeerLifecycle::byeSegment(aborting_));
   }
@@ -208,6 +215,7 @@ class TransportHandle final : public Transport {
   }
   int rank() const override { return impl_->rank(); }
   int worldSize() const override { return impl_->worldSize(); }
+  int capacity() const override { return impl_->capacity(); }
   std::string name() const override { return impl_->name(); }
   double timeoutSeconds() const override { return impl_->timeoutSeconds(); }
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
@@ -236,8 +244,10 @@ using impl::TransportHandle;
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.worldSize >= 1 && o.worldSize <= static_cast<int>(kSourceMask) + 1,
                    "world size " << o.worldSize);
-  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
-                   "rank " << o.rank << " outside world size " << o.worldSize);
+  const int most = std::max(o.worldSize, o.maxWorldSize);
+  GOSSAMER_ENFORCE(most <= static_cast<int>(kSourceMask) + 1 && o.maxWorldSize <= 1024,
+                   "maxWorldSize " << o.maxWorldSize << " (at most 1024)");
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < most, "rank " << o.rank << " outside world size " << most);
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(o.lingerSeconds >= 0, "linger " << o.lingerSeconds);
   GOSSAMER_ENFORCE(o.heartbeatSeconds > 0, "heartbeat interval " << o.heartbeatSeconds);
@@ -275,6 +285,7 @@ void registerWith(Registry& registry) {
         o.host = transportHost(ctx);
         o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
         o.lingerSeconds = ctx.config.get<double>("transport.linger_seconds");
+        o.maxWorldSize = ctx.maxWorldSize;
         try {
           return makeTransport(o, ctx.store);
         } catch (const ProviderNotFound& e) {

@@ -994,15 +994,14 @@ void registerWith(Registry& registry) {
                 "for AllReduce-SGD, kept with their push-sum weights for gossip) or majority (only a side "
                 "holding a strict majority of "
                 "the last view trains on; the others pause with their state and join it on heal)")
-          .boolean(
-              "restarted", false,
-              "this process replaces a failed rank of the running job, or is a new rank beyond "
-              "world_size, and joins it (gossamer-train --rejoin and --join set it; needs rejoin and the "
-              "zmq transport)")
-          .integer(
-              "max_world_size", 0, 0, 1024,
-              "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
-              "runs (gossamer-train --join; needs rejoin and the zmq transport; 0: world_size, no joins)"),
+          .boolean("restarted", false,
+                   "this process replaces a failed rank of the running job, or is a new rank beyond "
+                   "world_size, and joins it (gossamer-train --rejoin and --join set it; needs rejoin and a "
+                   "transport that takes restarted ranks back: zmq, socket, libfabric)")
+          .integer("max_world_size", 0, 0, 1024,
+                   "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
+                   "runs (gossamer-train --join; needs rejoin and zmq, socket or libfabric; 0: world_size, "
+                   "no joins)"),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("membership.enabled")) return inner;

@@ -18,6 +18,17 @@
 // means the peer died: receives waiting only on it fail with PeerFailure at
 // once. A malformed frame fails that peer with the ProtocolError (peer, byte
 // offset) and drops its connection. Every wait is bounded by its deadline.
+//
+// Restarts and joins: the listener stays open for the job's life. A process
+// started once the job runs (in place of a failed rank, or a rank beyond the
+// world size that joins: Options::maxWorldSize) connects to every rank
+// published in the store and says hello (48 bytes: rank, incarnation, and a
+// MAC of both under the job's key, kit/job_key.hpp). A peer takes it in when
+// the proof verifies: a new incarnation replaces the rank's old connection
+// (what was queued or being received on it fails with PeerFailure) and the
+// rank is back (PeerLifecycle::revive); a second connection from the process
+// already there (two that started at once connected to each other) is read
+// like the first. Hellos that do not verify are counted and dropped.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -39,13 +50,17 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <list>
+#include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
 #include "gossamer/kit/security.hpp"
@@ -76,6 +91,9 @@ constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the by
 // (seconds), and how many may wait for theirs at once.
 constexpr double kHelloSeconds = 5.0;
 constexpr std::size_t kMaxIncoming = 64;
+// A process that starts once the job runs: how long it tries to reach each
+// published peer before it counts that one gone, seconds.
+constexpr double kLateConnectSeconds = 5.0;
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -198,6 +216,195 @@ void writeAll(int fd, const void* data, std::size_t n, Clock::time_point deadlin
   }
 }
 
+// --- hellos ----------------------------------------------------------------
+
+// Every connection starts with the connecting process's hello, 48 bytes
+// (little-endian): [magic u32 "GSHL"][rank u32][incarnation u64][proof: 32
+// bytes, JobKey::proof(incarnation, rank)]. The incarnation tells a process
+// started in place of a failed rank apart from the one it replaces; the proof
+// shows that the process read the job's rendezvous.
+constexpr std::size_t kHelloBytes = 16 + kHelloProofBytes;
+
+std::array<std::byte, kHelloBytes> encodeHello(int rank, std::uint64_t incarnation, const JobKey& key) {
+  std::array<std::byte, kHelloBytes> out{};
+  const auto put = [&](std::size_t at, std::uint64_t v, std::size_t bytes) {
+    for (std::size_t i = 0; i < bytes; ++i) out[at + i] = std::byte((v >> (8 * i)) & 0xFF);
+  };
+  put(0, kHelloMagic, 4);
+  put(4, static_cast<std::uint32_t>(rank), 4);
+  put(8, incarnation, 8);
+  const auto proof = key.proof(incarnation, rank);
+  std::memcpy(out.data() + 16, proof.data(), proof.size());
+  return out;
+}
+
+std::uint64_t readLittle(const std::byte* p, std::size_t bytes) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < bytes; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+// A connection whose hello was read and verified.
+struct Greeted {
+  FdGuard fd;
+  int rank = -1;
+  std::uint64_t incarnation = 0;
+};
+
+// This rank's listening socket and the connections accepted from it that
+// have not finished their hello. Connections wait for their hello side by
+// side, so one that says nothing holds up no other: a connection whose first
+// bytes are not a hello, that closes or stays silent for kHelloSeconds, that
+// names this rank or one beyond the job's capacity, or whose proof does not
+// verify under the job's key, is dropped and counted (refused(), rejected()),
+// and the wait goes on as if it never came. Used by set-up and, once the job
+// runs, by the engine (under ProgressEngine::exclusive), where it takes in
+// restarted and joining ranks.
+class HelloGate {
+ public:
+  HelloGate(const Options& o, int capacity, FdGuard listener, JobKey key)
+      : rank_(o.rank),
+        family_(o.protocol == "tcp" ? AF_INET : AF_UNIX),
+        capacity_(capacity),
+        listener_(std::move(listener)),
+        key_(key) {}
+
+  // Appends the listener and every connection waiting for its hello (POLLIN).
+  void pollSet(std::vector<pollfd>& pfds) const {
+    pfds.push_back({listener_.get(), POLLIN, 0});
+    for (const auto& in : incoming_) pfds.push_back({in.fd.get(), POLLIN, 0});
+  }
+  // Entries pollSet() appends.
+  std::size_t pollCount() const { return 1 + incoming_.size(); }
+
+  // Reads what the entries pollSet() appended (polled since, in that order)
+  // report, accepts new connections and returns the hellos completed.
+  std::vector<Greeted> service(std::span<const pollfd> polled) {
+    std::vector<Greeted> done;
+    for (std::size_t i = incoming_.size(); i-- > 0;)
+      if (i + 1 < polled.size()) readHello(i, polled[i + 1].revents, done);
+    if (!polled.empty() && (polled[0].revents & POLLIN)) acceptSome();
+    return done;
+  }
+
+  // A verified hello the caller does not take (a rank already connected at
+  // set-up): closes it and counts it as refused.
+  void refuse(Greeted&& g, const std::string& why) {
+    countRefused(FrameFault::kStranger, "hello from rank " + std::to_string(g.rank) + " " + why);
+    g.fd = FdGuard();
+  }
+
+  void flushLog() { strays_.flush(); }
+  std::uint64_t refused() const { return refused_.load(); }
+  std::uint64_t rejected(std::size_t kind) const { return rejected_[kind].load(); }
+
+ private:
+  struct Incoming {
+    FdGuard fd;
+    std::array<std::byte, kHelloBytes> hello{};
+    std::size_t got = 0;  // bytes of the hello read so far
+    Clock::time_point since;
+  };
+
+  void countRefused(FrameFault fault, const std::string& why) {
+    ++refused_;
+    ++rejected_[static_cast<std::size_t>(fault)];
+    strays_([&] { return "socket rank " + std::to_string(rank_) + ": dropped a connection: " + why; });
+  }
+  void drop(std::size_t i, FrameFault fault, const std::string& why) {
+    countRefused(fault, why);
+    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  void readHello(std::size_t i, short revents, std::vector<Greeted>& done) {
+    auto& in = incoming_[i];
+    if (revents == 0) {
+      if (std::chrono::duration<double>(Clock::now() - in.since).count() > kHelloSeconds)
+        drop(i, FrameFault::kTruncated, "no hello within " + std::to_string(kHelloSeconds) + " s");
+      return;
+    }
+    const ssize_t r = ::recv(in.fd.get(), in.hello.data() + in.got, kHelloBytes - in.got, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (r <= 0) {
+      drop(i, FrameFault::kTruncated,
+           r == 0 ? "closed after " + std::to_string(in.got) + " bytes, before its hello ended"
+                  : "reading its hello: " + errnoText(errno));
+      return;
+    }
+    in.got += static_cast<std::size_t>(r);
+    const std::size_t m = std::min<std::size_t>(in.got, 4);
+    if (readLittle(in.hello.data(), m) != (kHelloMagic & (m == 4 ? 0xFFFFFFFFu : (1u << (8 * m)) - 1))) {
+      drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
+      return;
+    }
+    if (in.got < kHelloBytes) return;
+    const auto rank = readLittle(in.hello.data() + 4, 4);
+    const auto incarnation = readLittle(in.hello.data() + 8, 8);
+    if (rank >= static_cast<std::uint64_t>(capacity_) || rank == static_cast<std::uint64_t>(rank_)) {
+      drop(i, FrameFault::kStranger,
+           "hello from rank " + std::to_string(rank) + ", which is not a peer of rank " +
+               std::to_string(rank_) + " in a job of at most " + std::to_string(capacity_) +
+               " ranks (byte offset 4)");
+      return;
+    }
+    std::array<std::byte, kHelloProofBytes> proof{};
+    std::memcpy(proof.data(), in.hello.data() + 16, proof.size());
+    if (!key_.verify(incarnation, static_cast<int>(rank), proof)) {
+      drop(i, FrameFault::kStranger,
+           "hello claiming rank " + std::to_string(rank) +
+               " whose proof does not verify under the job's key (byte offset 16): the process did not "
+               "read this job's rendezvous");
+      return;
+    }
+    done.push_back(Greeted{FdGuard(in.fd.release()), static_cast<int>(rank), incarnation});
+    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // Accepts what waits on the listener; when kMaxIncoming connections already
+  // wait for their hello (a flood), the oldest is dropped.
+  void acceptSome() {
+    for (int k = 0; k < 16; ++k) {
+      FdGuard fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          strays_("socket rank " + std::to_string(rank_) + ": accept(): " + errnoText(errno));
+          return;
+        }
+        throw Error("socket transport: accept(): " + errnoText(errno));
+      }
+      if (incoming_.size() >= kMaxIncoming)
+        drop(0, FrameFault::kTruncated,
+             "more than " + std::to_string(kMaxIncoming) + " connections without a hello");
+      tuneConnection(fd.get(), family_);
+      incoming_.push_back(Incoming{std::move(fd), {}, 0, Clock::now()});
+    }
+  }
+
+  int rank_;
+  int family_;
+  int capacity_;
+  FdGuard listener_;
+  JobKey key_;
+  std::vector<Incoming> incoming_;
+  std::atomic<std::uint64_t> refused_{0};
+  std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};
+  LogLimiter strays_{LogLevel::kWarning, 10, "stray connections"};
+};
+
+// What connection set-up hands the engine, by peer rank (global ranks
+// 0..capacity-1).
+struct Links {
+  std::vector<int> fds;                     // -1: no connection (this rank, a rank not joined or not reached)
+  std::vector<std::uint64_t> incarnations;  // of the process each connection reached
+  std::vector<std::string> why;             // for a rank without a connection: why (empty: this rank)
+  std::vector<bool> pullTo;                 // single copy towards this peer (it can read our memory)
+  std::vector<std::uint32_t> pids;
+  std::uint64_t incarnation = 0;    // this process's
+  std::shared_ptr<HelloGate> gate;  // the listener, from now on the engine's
+  std::vector<Greeted> later;       // hellos of processes that started once the job ran
+};
+
 // --- the engine ------------------------------------------------------------
 
 struct TxItem {
@@ -231,15 +438,6 @@ struct TxItem {
     offset -= done;
     summed = summed > done ? summed - done : 0;
   }
-};
-
-// What connection set-up hands the engine, by peer rank.
-struct Links {
-  std::vector<int> fds;      // -1 for this rank
-  std::vector<bool> pullTo;  // single copy towards this peer (it can read our memory)
-  std::vector<std::uint32_t> pids;
-  std::uint64_t refused = 0;  // stray connections dropped while waiting for the peers
-  std::array<std::uint64_t, kFrameFaultCount> rejected{};  // their bytes, by kind
 };
 
 // Reusable buffers for messages that arrive before their receive is posted:
@@ -284,10 +482,11 @@ class PayloadPool : public std::enable_shared_from_this<PayloadPool> {
 struct Conn {
   int peer = -1;
   int fd = -1;
-  bool gone = false;           // connection closed (failed, or after a bye)
-  std::exception_ptr failure;  // why the connection is gone, if it failed
-  bool pullTo = false;         // ipc single copy: the peer can read our memory
-  std::uint32_t pid = 0;       // the peer's process id (ipc)
+  std::uint64_t incarnation = 0;  // of the peer's process on this connection
+  bool gone = false;              // connection closed (failed, or after a bye)
+  std::exception_ptr failure;     // why the connection is gone, if it failed
+  bool pullTo = false;            // ipc single copy: the peer can read our memory
+  std::uint32_t pid = 0;          // the peer's process id (ipc)
   // Receive side.
   std::vector<std::byte> stage = std::vector<std::byte>(kStageBytes);
   std::size_t stageBegin = 0, stageEnd = 0;
@@ -307,24 +506,30 @@ struct Conn {
 
 class Engine final : public detail::ProgressEngine, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(const Options& o, const Links& links)
-      : opt_(o), box_(o.worldSize), life_("socket", o.rank, o.worldSize, box_) {
-    conns_.resize(static_cast<std::size_t>(o.worldSize));
-    refusedAtStart_ = links.refused;
-    for (std::size_t i = 0; i < kFrameFaultCount; ++i) rejected_[i] = links.rejected[i];
-    for (int p = 0; p < o.worldSize; ++p) {
+  Engine(const Options& o, Links links)
+      : opt_(o),
+        capacity_(static_cast<int>(links.fds.size())),
+        box_(capacity_),
+        life_("socket", o.rank, capacity_, box_),
+        gate_(std::move(links.gate)),
+        replaced_(static_cast<std::size_t>(capacity_)) {
+    conns_.resize(static_cast<std::size_t>(capacity_));
+    for (int p = 0; p < capacity_; ++p) {
       auto& c = conns_[static_cast<std::size_t>(p)];
       c.peer = p;
       c.fd = links.fds[static_cast<std::size_t>(p)];
+      c.incarnation = links.incarnations[static_cast<std::size_t>(p)];
       c.pullTo = links.pullTo[static_cast<std::size_t>(p)];
       c.pid = links.pids[static_cast<std::size_t>(p)];
       c.gone = c.fd < 0;
       if (c.fd < 0) c.stage.clear();
+      if (c.fd < 0 && p != o.rank) (void)life_.declareFailed(p, links.why[static_cast<std::size_t>(p)]);
     }
     wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wakeFd_ < 0) throw Error("socket transport: eventfd: " + errnoText(errno));
     spin_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.spinSeconds));
     lastActivity_ = Clock::now();
+    for (auto& g : links.later) admitLocked(std::move(g));  // (no other thread yet)
     background_ = std::thread([this] { backgroundLoop(); });
   }
 
@@ -332,8 +537,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     stopBackground();
     for (auto& c : conns_)
       if (c.fd >= 0) ::close(c.fd);
+    for (auto& c : extras_)
+      if (c.fd >= 0) ::close(c.fd);
+    for (int fd : retired_) ::close(fd);
     if (wakeFd_ >= 0) ::close(wakeFd_);
   }
+
+  /// Global ranks this transport can address: worldSize and the ranks that may join.
+  int capacity() const noexcept { return capacity_; }
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -436,6 +647,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     } leave{*this};
     auto spinEnd = Clock::now() + spin_;
     std::vector<pollfd> pfds;
+    std::size_t gateFrom = 0;
     for (;;) {
       {
         std::lock_guard<std::mutex> lk(exclusive);
@@ -448,13 +660,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           std::this_thread::yield();  // let the peers (maybe on this core) run
           continue;
         }
-        pollSetLocked(pfds);
+        gateFrom = pollSetLocked(pfds);
         ++sleepers_;  // before unlocking: a sender queueing bytes now must wake us
       }
       // Sleep until a socket is ready, a sender queued bytes (wakeFd_) or 100 ms
       // pass; without the lock, so other threads can send and progress.
       ::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100));
       --sleepers_;
+      noteGate(pfds, gateFrom);
       if (pfds.back().revents & POLLIN) {
         std::uint64_t v;
         (void)!::read(wakeFd_, &v, sizeof v);
@@ -489,9 +702,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       {
         std::lock_guard<std::mutex> lk(exclusive);
         progressLocked();
-        const bool settled = std::all_of(conns_.begin(), conns_.end(), [&](const Conn& c) {
-          return c.gone || (life_.settled(c.peer) && c.txq.empty());
-        });
+        const auto done = [&](const Conn& c) { return c.gone || (life_.settled(c.peer) && c.txq.empty()); };
+        const bool settled = std::all_of(conns_.begin(), conns_.end(), done) &&
+                             std::all_of(extras_.begin(), extras_.end(), done);
         if (settled || Clock::now() >= deadline) break;
         pollSetLocked(pfds);
       }
@@ -500,14 +713,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     {
       std::lock_guard<std::mutex> lk(exclusive);
       stopped_ = true;
-      for (auto& c : conns_) {
+      const auto stop = [](Conn& c) {
         if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);  // fds close in the destructor: pollers may hold them
         if (c.claimed) c.claimed->fail(std::make_exception_ptr(Cancelled("transport closed")));
         c.claimed.reset();
         c.owned.reset();
         dropQueue(c, std::make_exception_ptr(Cancelled("transport closed before the send was written")));
         c.gone = true;
-      }
+      };
+      for (auto& c : conns_) stop(c);
+      for (auto& c : extras_) stop(c);
       failPulls(-1,
                 std::make_exception_ptr(Cancelled("transport closed before the peer pulled the message")));
     }
@@ -517,8 +732,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   TransportStats stats() const {
     TransportStats s = life_.stats();
-    s.refusedConnections = refusedAtStart_;
-    for (std::size_t i = 0; i < kFrameFaultCount; ++i) s.rejectedFrames[i] = rejected_[i].load();
+    s.refusedConnections = gate_->refused();
+    for (std::size_t i = 0; i < kFrameFaultCount; ++i)
+      s.rejectedFrames[i] = rejected_[i].load() + gate_->rejected(i);
     return s;
   }
 
@@ -530,6 +746,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // buffers drain and incoming bytes are taken off the wire.
   void backgroundLoop() {
     std::vector<pollfd> pfds;
+    std::size_t gateFrom = 0;
     for (;;) {
       bool idle;
       {
@@ -538,12 +755,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         idle = activeWaiters_ == 0 && Clock::now() - lastActivity_.load() > std::chrono::milliseconds(1);
         if (idle) {
           progressLocked();
-          pollSetLocked(pfds);
+          gateFrom = pollSetLocked(pfds);
         } else {
           pfds.assign(1, pollfd{wakeFd_, POLLIN, 0});
+          gateFrom = 1;
         }
       }
       ::poll(pfds.data(), pfds.size(), idle ? 50 : 1);
+      noteGate(pfds, gateFrom);
       if (pfds.back().revents & POLLIN) {
         std::uint64_t v;
         (void)!::read(wakeFd_, &v, sizeof v);
@@ -570,12 +789,28 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   // Caller holds exclusive. The poll set for sleeping: every live connection
-  // (POLLOUT too where bytes wait), then wakeFd_ last.
-  void pollSetLocked(std::vector<pollfd>& pfds) const {
+  // (POLLOUT too where bytes wait), the hello gate's sockets, then wakeFd_ last.
+  std::size_t pollSetLocked(std::vector<pollfd>& pfds) const {
     pfds.clear();
-    for (const auto& c : conns_)
+    const auto add = [&](const Conn& c) {
       if (!c.gone) pfds.push_back({c.fd, static_cast<short>(POLLIN | (c.txq.empty() ? 0 : POLLOUT)), 0});
+    };
+    for (const auto& c : conns_) add(c);
+    for (const auto& c : extras_) add(c);
+    const std::size_t gateFrom = pfds.size();
+    gate_->pollSet(pfds);
     pfds.push_back({wakeFd_, POLLIN, 0});
+    return gateFrom;
+  }
+
+  // After sleeping on pollSetLocked's set: if the gate's sockets have
+  // something, the next progress pass serves them.
+  void noteGate(const std::vector<pollfd>& pfds, std::size_t from) {
+    for (std::size_t i = from; i + 1 < pfds.size(); ++i)
+      if (pfds[i].revents != 0) {
+        gateDue_ = true;
+        return;
+      }
   }
 
   // --- sending ---
@@ -701,7 +936,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // rest follows, and the message goes to the next receive (nothing is lost;
   // the caller's buffer is not touched once cancel() returns).
   void cancelLocked(detail::RequestState& state) override {
-    for (auto& c : conns_) {
+    for (Conn* cp : allConnsLocked()) {
+      Conn& c = *cp;
       if (c.claimed.get() != &state) continue;
       c.claimed.reset();
       const std::size_t n = c.frame.payloadBytes;
@@ -749,19 +985,101 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   void progressLocked() {
     pollScratch_.clear();
     pollConn_.clear();
-    for (auto& c : conns_) {
-      if (c.gone) continue;
+    const auto add = [&](Conn& c) {
+      if (c.gone) return;
       pollScratch_.push_back({c.fd, static_cast<short>(POLLIN | (c.txq.empty() ? 0 : POLLOUT)), 0});
       pollConn_.push_back(&c);
+    };
+    for (auto& c : conns_) add(c);
+    for (auto& c : extras_) add(c);
+    if (!pollScratch_.empty() && ::poll(pollScratch_.data(), pollScratch_.size(), 0) > 0) {
+      for (std::size_t i = 0; i < pollScratch_.size(); ++i) {
+        const short ev = pollScratch_[i].revents;
+        Conn& c = *pollConn_[i];
+        if (ev & POLLOUT) flushLocked(c);
+        if (ev & (POLLIN | POLLHUP | POLLERR)) readLocked(c);
+      }
     }
-    if (pollScratch_.empty()) return;
-    if (::poll(pollScratch_.data(), pollScratch_.size(), 0) <= 0) return;
-    for (std::size_t i = 0; i < pollScratch_.size(); ++i) {
-      const short ev = pollScratch_[i].revents;
-      Conn& c = *pollConn_[i];
-      if (ev & POLLOUT) flushLocked(c);
-      if (ev & (POLLIN | POLLHUP | POLLERR)) readLocked(c);
+    gateLocked();
+  }
+
+  // Every connection: one per peer, then the extra ones.
+  std::vector<Conn*> allConnsLocked() {
+    std::vector<Conn*> all;
+    for (auto& c : conns_) all.push_back(&c);
+    for (auto& c : extras_) all.push_back(&c);
+    return all;
+  }
+
+  // --- restarts and joins ---
+
+  // Serves the hello gate (the listener and the connections accepted from
+  // it) when a sleeper saw it ready, while connections wait for their hello,
+  // and every 32nd pass otherwise: a new process waits a few progress passes
+  // at most, and the hot path pays one poll(2) of one socket in 32.
+  void gateLocked() {
+    if (!gateDue_.exchange(false) && (++gatePasses_ & 31) != 0 && gate_->pollCount() == 1) return;
+    gateScratch_.clear();
+    gate_->pollSet(gateScratch_);
+    if (::poll(gateScratch_.data(), gateScratch_.size(), 0) < 0) return;
+    try {
+      for (auto& g : gate_->service(gateScratch_)) admitLocked(std::move(g));
+    } catch (const Error& e) {  // accept() failed: the job goes on with the peers it has
+      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": taking in a connection: " << e.what());
     }
+    // Extra connections whose peer left are dropped.
+    for (auto it = extras_.begin(); it != extras_.end();) {
+      if (it->gone && !it->claimed) {
+        retired_.push_back(std::exchange(it->fd, -1));
+        it = extras_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // A connection whose hello verified (gate or set-up). From the process
+  // this rank talks to as rank p: a second connection (two processes that
+  // started at once connected to each other), read like the first, while
+  // sends keep to the first. From another process (one started in place of
+  // p, or a rank that joins): p's old connection and what was queued or
+  // being received on it fail with PeerFailure, and p is taken back
+  // (PeerLifecycle::revive) on the new one. Hellos of an incarnation already
+  // replaced are refused.
+  void admitLocked(Greeted g) {
+    const int p = g.rank;
+    auto& c = conns_[static_cast<std::size_t>(p)];
+    auto& old = replaced_[static_cast<std::size_t>(p)];
+    if (std::find(old.begin(), old.end(), g.incarnation) != old.end() ||
+        (c.gone && c.incarnation == g.incarnation)) {
+      gate_->refuse(std::move(g), "from a process this rank no longer talks to");
+      return;
+    }
+    if (!c.gone && c.incarnation == g.incarnation) {
+      Conn& extra = extras_.emplace_back();
+      extra.peer = p;
+      extra.fd = g.fd.release();
+      extra.incarnation = g.incarnation;
+      return;
+    }
+    const bool joined = c.incarnation == 0 && p >= opt_.worldSize;
+    const std::string why = "a new process took its place";
+    auto error = std::make_exception_ptr(PeerFailure(p, why));
+    if (!c.gone) failPeer(c, error);
+    for (auto& e : extras_)
+      if (e.peer == p && !e.gone) failPeer(e, error);
+    (void)life_.declareFailed(p, error);
+    failPulls(p, error);
+    if (c.incarnation != 0) old.push_back(c.incarnation);
+    if (c.fd >= 0) retired_.push_back(c.fd);
+    c = Conn{};
+    c.peer = p;
+    c.fd = g.fd.release();
+    c.incarnation = g.incarnation;
+    life_.revive(p);
+    GOSSAMER_LOG(kInfo, "socket rank " << opt_.rank << ": rank " << p << (joined ? " joined" : " restarted")
+                                       << " (incarnation " << std::hex << g.incarnation << std::dec << ")");
+    if (sleepers_ > 0) wake();  // a sleeper must add the new connection to its poll set
   }
 
   // Reads into the stage; false when nothing more is there now (or the
@@ -818,7 +1136,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   void startFrame(Conn& c) {
-    c.frame = decodeFrameHeader(c.header, c.peer, opt_.worldSize);
+    c.frame = decodeFrameHeader(c.header, c.peer, capacity_);
     if (static_cast<int>(c.frame.source) != c.peer)
       throw ProtocolError(c.peer, frame_offset::kSource,
                           "frame claims source rank " + std::to_string(c.frame.source) +
@@ -1019,9 +1337,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   Options opt_;
+  int capacity_;  // global ranks: worldSize plus the ranks that may join
   Mailbox box_;
-  PeerLifecycle life_;                // peer table, goodbye, failure verdicts, statistics
-  std::uint64_t refusedAtStart_ = 0;  // TransportStats::refusedConnections
+  PeerLifecycle life_;               // peer table, goodbye, failure verdicts, statistics
+  std::shared_ptr<HelloGate> gate_;  // the listener: restarted and joining ranks come in there
+  std::vector<std::vector<std::uint64_t>> replaced_;  // by rank: incarnations a newer process replaced
+  std::list<Conn> extras_;    // second connections of a peer's process (read; sends use conns_)
+  std::vector<int> retired_;  // fds of replaced connections: closed in the destructor (pollers may hold them)
+  std::atomic<bool> gateDue_{false};
+  unsigned gatePasses_ = 0;
+  std::vector<pollfd> gateScratch_;
   std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};  // TransportStats::rejectedFrames
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
   single_copy::Ledger pulls_;  // borrowed sends the peers still have to pull
@@ -1052,6 +1377,7 @@ class SocketTransport final : public Transport {
 
   int rank() const override { return e_->options().rank; }
   int worldSize() const override { return e_->options().worldSize; }
+  int capacity() const override { return e_->capacity(); }
   std::string name() const override { return "socket"; }
   double timeoutSeconds() const override { return e_->options().timeoutSeconds; }
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
@@ -1094,11 +1420,11 @@ std::string randomName(int rank) {
   return s.str();
 }
 
-// This rank's listening socket (non-blocking) and the address published for
-// it in the store: "tcp:HOST:PORT" or "ipc:NAME".
+// This rank's listening socket (non-blocking) and its address: "tcp:HOST:PORT"
+// or "ipc:NAME".
 struct Listener {
   FdGuard fd;
-  std::string published;
+  std::string address;
 };
 
 // Binds and listens: tcp on o.host at a port the kernel picks, ipc at a
@@ -1107,7 +1433,7 @@ Listener openListener(const Options& o) {
   const bool tcp = o.protocol == "tcp";
   FdGuard listener(::socket(tcp ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (listener.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
-  std::string published;
+  std::string address;
   if (tcp) {
     const int one = 1;
     ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -1117,27 +1443,47 @@ Listener openListener(const Options& o) {
     sockaddr_in bound{};
     socklen_t len = sizeof bound;
     ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-    published = "tcp:" + o.host + ":" + std::to_string(ntohs(bound.sin_port));
+    address = "tcp:" + o.host + ":" + std::to_string(ntohs(bound.sin_port));
   } else {
     const std::string name = randomName(o.rank);
     SockAddr a = unixAddress(name);
     if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&a.storage), a.length) != 0)
       throw Error("rank " + std::to_string(o.rank) + ": cannot bind ipc " + name + ": " + errnoText(errno));
-    published = "ipc:" + name;
+    address = "ipc:" + name;
   }
   if (::listen(listener.get(), SOMAXCONN) != 0)
     throw Error("socket transport: listen(): " + errnoText(errno));
   setNonBlocking(listener.get());
-  return Listener{std::move(listener), std::move(published)};
+  return Listener{std::move(listener), std::move(address)};
 }
 
-// Connects to lower rank `p` at the address it published under `prefix`
-// (waiting for it in the store until `deadline`) and sends it this rank's
-// hello; throws TimeoutError once `deadline` passes.
-FdGuard connectToLower(const Options& o, Store& store, const std::string& prefix, int p,
-                       Clock::time_point deadline) {
-  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-  const SockAddr a = parseAddress(store.get(prefix + std::to_string(p), std::max(left, 0.0)), p);
+// What a rank publishes under "<prefix>/sock/<rank>": "ADDRESS INCARNATION"
+// (the incarnation in hex), so that a peer that connects to it knows which
+// process it reached.
+struct Published {
+  std::string address;
+  std::uint64_t incarnation = 0;
+};
+
+std::string publishedForm(const std::string& address, std::uint64_t incarnation) {
+  std::ostringstream s;
+  s << address << ' ' << std::hex << incarnation;
+  return s.str();
+}
+
+Published parsePublished(const std::string& s, int peer) {
+  const auto space = s.rfind(' ');
+  const std::string inc = space == std::string::npos ? "" : s.substr(space + 1);
+  if (inc.empty() || inc.size() > 16 || inc.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw ProtocolError(peer, 0, "bad socket address in the store (no incarnation): '" + s + "'");
+  return Published{s.substr(0, space), std::stoull(inc, nullptr, 16)};
+}
+
+// Connects to rank `p` at `address` and sends it `hello`; throws TimeoutError
+// once `deadline` passes, PeerFailure if the peer refuses.
+FdGuard connectTo(const std::string& address, int p, Clock::time_point deadline,
+                  std::span<const std::byte> hello) {
+  const SockAddr a = parseAddress(address, p);
   FdGuard fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
   tuneConnection(fd.get(), a.family);
@@ -1152,159 +1498,105 @@ FdGuard connectToLower(const Options& o, Store& store, const std::string& prefix
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) throw PeerFailure(p, "cannot connect: " + errnoText(err));
   }
-  const std::uint32_t hello[2] = {kHelloMagic, static_cast<std::uint32_t>(o.rank)};
-  writeAll(fd.get(), hello, sizeof hello, deadline, p);
+  writeAll(fd.get(), hello.data(), hello.size(), deadline, p);
   return fd;
 }
 
-// Accepts every higher rank; each names itself in its hello. Connections
-// wait for their hello side by side, so one that says nothing holds up no
-// other: a connection whose first bytes are not a hello, that closes or
-// stays silent for kHelloSeconds, or that names a rank not expected (or
-// already connected) is dropped and counted, and the wait goes on as if
-// it never came.
-class HigherRankAcceptor {
- public:
-  // `listener`: this rank's listening socket; `fds` (by peer rank) receives
-  // the connection of each higher rank that says hello.
-  HigherRankAcceptor(const Options& o, int listener, std::vector<FdGuard>& fds)
-      : o_(o), listener_(listener), fds_(fds) {}
+// Connects this rank to its peers within o.timeoutSeconds.
+//
+// Start of the job: publish the listener, connect to every lower rank, accept
+// every higher one, then (ipc) probe which peers single copy reaches.
+//
+// A process that starts once the job runs (one restarted in place of a failed
+// rank, or a rank >= worldSize that joins; "<prefix>/sock-started" is set by
+// then: no rank finishes the start before every rank of the job has published)
+// connects to every rank published in the store instead; those take it in by
+// its hello (Engine::admitLocked). A rank it cannot reach starts gone.
+// Hellos of such processes that reach a rank still in its start are handed to
+// the engine (Links::later).
+Links connectAll(const Options& o, Store& store) {
+  const int capacity = std::max(o.worldSize, o.maxWorldSize);
+  const std::string prefix = o.storePrefix + "/sock/";
+  const std::string startedKey = o.storePrefix + "/sock-started";
+  const std::string who = "socket rank " + std::to_string(o.rank);
+  const bool late = o.rank >= o.worldSize || store.tryGet(startedKey).has_value();
+  const auto deadline = deadlineAfter(o.timeoutSeconds);
 
-  // Waits until every higher rank has connected and said hello; throws
-  // TimeoutError once `deadline` passes.
-  void acceptAll(Clock::time_point deadline) {
-    for (int pending = o_.worldSize - 1 - o_.rank; pending > 0;) {
+  Links links;
+  links.incarnation = drawIncarnation();
+  const JobKey key =
+      JobKey::fromStore(store, o.storePrefix + "/sock-job-key", o.rank == 0, o.timeoutSeconds, who);
+  const auto hello = encodeHello(o.rank, links.incarnation, key);
+  Listener listener = openListener(o);
+  store.set(prefix + std::to_string(o.rank), publishedForm(listener.address, links.incarnation));
+  links.gate = std::make_shared<HelloGate>(o, capacity, std::move(listener.fd), key);
+  links.fds.assign(static_cast<std::size_t>(capacity), -1);
+  links.incarnations.assign(static_cast<std::size_t>(capacity), 0);
+  links.why.assign(static_cast<std::size_t>(capacity), "");
+  links.pids.assign(static_cast<std::size_t>(capacity), 0);
+  links.pullTo.assign(static_cast<std::size_t>(capacity), false);
+  std::vector<FdGuard> fds(static_cast<std::size_t>(capacity));
+  const auto at = [](auto& v, int p) -> auto& { return v[static_cast<std::size_t>(p)]; };
+
+  if (!late) {
+    // Every lower rank listens already: it published after listen().
+    for (int p = 0; p < o.rank; ++p) {
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      const Published peer = parsePublished(store.get(prefix + std::to_string(p), std::max(left, 0.0)), p);
+      at(fds, p) = connectTo(peer.address, p, deadline, hello);
+      at(links.incarnations, p) = peer.incarnation;
+    }
+    std::vector<pollfd> pfds;
+    for (int pending = o.worldSize - 1 - o.rank; pending > 0;) {
       if (Clock::now() >= deadline)
-        throw TimeoutError("socket transport: rank " + std::to_string(o_.rank) + " timed out after " +
-                           std::to_string(o_.timeoutSeconds) + " s waiting for " + std::to_string(pending) +
-                           " higher rank(s) to connect");
-      std::vector<pollfd> pfds{{listener_, POLLIN, 0}};
-      for (const auto& in : incoming_) pfds.push_back({in.fd.get(), POLLIN, 0});
+        throw TimeoutError(who + " timed out after " + std::to_string(o.timeoutSeconds) + " s waiting for " +
+                           std::to_string(pending) + " higher rank(s) to connect");
+      pfds.clear();
+      links.gate->pollSet(pfds);
       if (::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100)) < 0 && errno != EINTR)
         throw Error("socket transport: poll(): " + errnoText(errno));
-      for (std::size_t i = incoming_.size(); i-- > 0;)
-        if (readHello(i, pfds[i + 1].revents)) --pending;
-      if (pfds[0].revents & POLLIN) acceptOne();
+      for (auto& g : links.gate->service(pfds)) {
+        if (g.rank > o.rank && g.rank < o.worldSize && at(fds, g.rank).get() < 0) {
+          at(fds, g.rank) = std::move(g.fd);
+          at(links.incarnations, g.rank) = g.incarnation;
+          --pending;
+        } else {
+          links.later.push_back(std::move(g));  // a process started in place of one, or a joiner
+        }
+      }
     }
-    strays_.flush();
+    links.gate->flushLog();
+    if (o.protocol != "tcp" && o.singleCopy) {
+      auto peers = single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/sock/", o.timeoutSeconds);
+      for (int p = 0; p < o.worldSize; ++p) {
+        at(links.pids, p) = peers.pids[static_cast<std::size_t>(p)];
+        links.pullTo[static_cast<std::size_t>(p)] = peers.pullTo[static_cast<std::size_t>(p)];
+      }
+    }
+  } else {
+    for (int p = 0; p < capacity; ++p) {
+      if (p == o.rank) continue;
+      const double left = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+      // Ranks of the job have published (maybe a process that has died
+      // since); a rank beyond it only if it joined.
+      const auto value = p < o.worldSize ? std::optional(store.get(prefix + std::to_string(p), left))
+                                         : store.tryGet(prefix + std::to_string(p));
+      if (!value) {
+        at(links.why, p) = "rank " + std::to_string(p) + " has not joined the job";
+        continue;
+      }
+      const Published peer = parsePublished(*value, p);
+      try {
+        at(fds, p) =
+            connectTo(peer.address, p, std::min(deadline, deadlineAfter(kLateConnectSeconds)), hello);
+        at(links.incarnations, p) = peer.incarnation;
+      } catch (const Error& e) {
+        at(links.why, p) = std::string("not reachable when this process started: ") + e.what();
+      }
+    }
   }
-
-  // Stray connections dropped (Links::refused) and their bytes by kind
-  // (Links::rejected).
-  std::uint64_t refused() const { return refused_; }
-  const std::array<std::uint64_t, kFrameFaultCount>& rejected() const { return rejected_; }
-
- private:
-  // An accepted connection waiting for its hello.
-  struct Incoming {
-    FdGuard fd;
-    std::uint32_t hello[2] = {0, 0};
-    std::size_t got = 0;  // bytes of the hello read so far
-    Clock::time_point since;
-  };
-
-  // Closes incoming connection i, counting it as refused with `fault`, and
-  // logs `why` (rate-limited).
-  void drop(std::size_t i, FrameFault fault, const std::string& why) {
-    ++refused_;
-    ++rejected_[static_cast<std::size_t>(fault)];
-    strays_("socket rank " + std::to_string(o_.rank) + ": dropped a connection: " + why);
-    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
-
-  // Reads what incoming connection i (polled with `revents`) has sent of its
-  // hello, dropping it if it is silent for kHelloSeconds, closes, or sends
-  // anything but a hello from an expected rank. True when the hello is
-  // complete: the connection then moves to fds_.
-  bool readHello(std::size_t i, short revents) {
-    auto& in = incoming_[i];
-    if (revents == 0) {
-      if (std::chrono::duration<double>(Clock::now() - in.since).count() > kHelloSeconds)
-        drop(i, FrameFault::kTruncated, "no hello within " + std::to_string(kHelloSeconds) + " s");
-      return false;
-    }
-    const ssize_t r =
-        ::recv(in.fd.get(), reinterpret_cast<char*>(in.hello) + in.got, sizeof in.hello - in.got, 0);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-    if (r <= 0) {
-      drop(i, FrameFault::kTruncated,
-           r == 0 ? "closed after " + std::to_string(in.got) + " bytes, before its hello ended"
-                  : "reading its hello: " + errnoText(errno));
-      return false;
-    }
-    in.got += static_cast<std::size_t>(r);
-    std::uint32_t magic = 0;
-    std::memcpy(&magic, in.hello, std::min<std::size_t>(in.got, 4));
-    const std::uint32_t expectedPrefix =
-        in.got >= 4 ? kHelloMagic : kHelloMagic & ((std::uint32_t{1} << (8 * in.got)) - 1);
-    if (magic != expectedPrefix) {
-      drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
-      return false;
-    }
-    if (in.got < sizeof in.hello) return false;
-    const auto p = static_cast<std::int64_t>(in.hello[1]);
-    if (p <= o_.rank || p >= o_.worldSize || fds_[static_cast<std::size_t>(p)].get() >= 0) {
-      drop(i, FrameFault::kStranger,
-           "hello from rank " + std::to_string(in.hello[1]) + " not expected by rank " +
-               std::to_string(o_.rank) + " (byte offset 4)");
-      return false;
-    }
-    fds_[static_cast<std::size_t>(p)] = FdGuard(in.fd.release());
-    incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
-    return true;
-  }
-
-  // Accepts one connection from the listener to wait for its hello; when
-  // kMaxIncoming already wait (a flood), the oldest is dropped.
-  void acceptOne() {
-    FdGuard fd(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (fd.get() < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
-      throw Error("socket transport: accept(): " + errnoText(errno));
-    }
-    if (incoming_.size() >= kMaxIncoming) {  // a flood: the oldest waits longest
-      drop(0, FrameFault::kTruncated,
-           "more than " + std::to_string(kMaxIncoming) + " connections without a hello");
-    }
-    tuneConnection(fd.get(), o_.protocol == "tcp" ? AF_INET : AF_UNIX);
-    incoming_.push_back(Incoming{std::move(fd), {0, 0}, 0, Clock::now()});
-  }
-
-  const Options& o_;
-  int listener_;
-  std::vector<FdGuard>& fds_;
-  std::vector<Incoming> incoming_;
-  std::uint64_t refused_ = 0;
-  std::array<std::uint64_t, kFrameFaultCount> rejected_{};
-  LogLimiter strays_{LogLevel::kWarning, 10, "stray connections"};
-};
-
-// Connects this rank to every peer within o.timeoutSeconds: publishes its
-// listener, connects to the lower ranks, accepts the higher ones, then (ipc)
-// probes which peers single copy reaches.
-Links connectAll(const Options& o, Store& store) {
-  const Listener listener = openListener(o);
-  const std::string prefix = o.storePrefix + "/sock/";
-  store.set(prefix + std::to_string(o.rank), listener.published);
-  const auto deadline = deadlineAfter(o.timeoutSeconds);
-  std::vector<FdGuard> fds(static_cast<std::size_t>(o.worldSize));
-
-  // Connect to every lower rank (their listeners exist: they published after listen()).
-  for (int p = 0; p < o.rank; ++p)
-    fds[static_cast<std::size_t>(p)] = connectToLower(o, store, prefix, p, deadline);
-  HigherRankAcceptor acceptor(o, listener.fd.get(), fds);
-  acceptor.acceptAll(deadline);
-  Links links;
-  links.refused = acceptor.refused();
-  links.rejected = acceptor.rejected();
-  links.pids.assign(static_cast<std::size_t>(o.worldSize), 0);
-  links.pullTo.assign(static_cast<std::size_t>(o.worldSize), false);
-  if (o.protocol != "tcp" && o.singleCopy) {
-    auto peers = single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/sock/", o.timeoutSeconds);
-    links.pids = std::move(peers.pids);
-    links.pullTo = std::move(peers.pullTo);
-  }
-  for (auto& f : fds) links.fds.push_back(f.release());
+  store.set(startedKey, "1");
+  for (auto& f : fds) links.fds[static_cast<std::size_t>(&f - fds.data())] = f.release();
   return links;
 }
 
@@ -1313,14 +1605,16 @@ Links connectAll(const Options& o, Store& store) {
 std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   checkNetworkOptions(o);
   GOSSAMER_ENFORCE(o.spinSeconds >= 0 && o.spinSeconds <= 1, "spin " << o.spinSeconds << " s (0..1)");
-  const auto links = connectAll(o, store);
-  return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, links));
+  GOSSAMER_ENFORCE(o.maxWorldSize <= 1024, "socket: maxWorldSize " << o.maxWorldSize << " (at most 1024)");
+  return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, connectAll(o, store)));
 }
 
 void registerWith(Registry& registry) {
   registry.addTransport("socket", [](const TransportContext& ctx) {
     requireNoSecurity(ctx.config, "socket");
-    return makeTransport(networkOptionsFrom<Options>(ctx), ctx.store);
+    auto o = networkOptionsFrom<Options>(ctx);
+    o.maxWorldSize = ctx.maxWorldSize;
+    return makeTransport(o, ctx.store);
   });
 }
 

@@ -23,6 +23,15 @@ namespace gossamer::libfabric {
 struct Options {
   int rank = 0;
   int worldSize = 1;
+  /// Room for ranks that join the running job (membership.max_world_size,
+  /// at most 1024): ranks worldSize..maxWorldSize-1 are gone until their
+  /// process says hello with the job key's proof (a process that read the
+  /// rendezvous). A process started once the job runs (a joiner, rank >=
+  /// worldSize, or one restarted in place of a failed rank) says hello to
+  /// every published rank; each takes it in (its old process's traffic fails
+  /// with PeerFailure) and answers, and only then does the rest of what it
+  /// sends go out. 0 or at most worldSize: no joins.
+  int maxWorldSize = 0;
   /// libfabric provider: "tcp" (= "tcp;ofi_rxm"), "verbs" (= "verbs;ofi_rxm"),
   /// "shm" (shared memory, one host), "sockets", or any name `fi_info -l`
   /// lists, e.g. "net" or "udp;ofi_rxd". Never chosen implicitly: "sockets"

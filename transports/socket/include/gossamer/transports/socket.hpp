@@ -43,6 +43,12 @@ namespace gossamer::sock {
 struct Options {
   int rank = 0;
   int worldSize = 1;
+  /// Room for ranks that join the running job (membership.max_world_size,
+  /// at most 1024): ranks worldSize..maxWorldSize-1 are gone until their
+  /// process connects and says hello (with the job key's proof: a process
+  /// that read the rendezvous). A rank that joins has rank >= worldSize
+  /// itself. 0 or at most worldSize: no joins.
+  int maxWorldSize = 0;
   /// "tcp" (IPv4; `host` is the address to listen on and publish) or "ipc"
   /// (Unix-domain stream sockets in the abstract namespace: one host only).
   std::string protocol = defaults::kProtocol;
@@ -75,10 +81,15 @@ struct Options {
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
 };
 
-/// Creates the transport: listens, publishes "<prefix>/sock/<rank>" in
-/// `store`, connects to every lower rank and accepts every higher one (each
-/// connection starts with a hello naming the connecting rank, checked against
-/// the world size and duplicates).
+/// Creates the transport: listens, publishes "<prefix>/sock/<rank>" (address
+/// and incarnation) in `store`, connects to every lower rank and accepts
+/// every higher one. Each connection starts with a 48-byte hello: the
+/// connecting rank, its process's incarnation (drawn at random) and the proof
+/// that it read the rendezvous (kit/job_key.hpp). A process started once the
+/// job runs (in place of a failed rank, or a rank >= worldSize that joins)
+/// connects to every published rank instead; the listener stays open, and
+/// each peer takes it in by its hello (a rank restarted: the old connection
+/// fails with PeerFailure and the rank is back, PeerLifecycle::revive).
 /// @throws InvalidArgument for bad options; TimeoutError if peers do not show
 ///         up within timeoutSeconds; Error if a socket cannot be created,
 ///         bound or connected; ProtocolError for a bad hello.
