@@ -123,6 +123,15 @@ class StallWatch final : public Transport {
     return out;
   }
 
+  // The watcher's report of a pause of `seconds` that ended at `wallNow`
+  // (Unix seconds): onPause_, or a warning.
+  void reportPause(double seconds, double wallNow) {
+    if (onPause_)
+      onPause_(seconds, wallNow - seconds);
+    else
+      log(LogLevel::kWarning, describePause(inner_->rank(), seconds));
+  }
+
   void watch() {
     const auto period = std::max<Clock::duration>(threshold_ / 4, std::chrono::milliseconds(10));
     const auto lateBy = std::max<Clock::duration>(threshold_ / 2, std::chrono::milliseconds(200));
@@ -130,7 +139,6 @@ class StallWatch final : public Transport {
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {
       cv_.wait_for(lk, period, [this] { return stop_; });
-      if (stop_) return;
       const auto now = Clock::now();
       const double wallNow =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -142,6 +150,13 @@ class StallWatch final : public Transport {
         pausedSeconds = std::chrono::duration<double>(now - lastWake - period).count();
       }
       lastWake = now;
+      if (stop_) {
+        // Closing: a pause that ends just before (a process stopped, then
+        // finishing at once when it resumes) is still reported.
+        lk.unlock();
+        if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
+        return;
+      }
       std::vector<StallReport> due;
       std::deque<Watched> keep;
       for (auto& w : watched_) {
@@ -171,12 +186,7 @@ class StallWatch final : public Transport {
       }
       watched_.swap(keep);
       lk.unlock();
-      if (pausedSeconds) {
-        if (onPause_)
-          onPause_(*pausedSeconds, wallNow - *pausedSeconds);
-        else
-          log(LogLevel::kWarning, describePause(inner_->rank(), *pausedSeconds));
-      }
+      if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
       for (const auto& r : due) {
         if (onStall_)
           onStall_(r);

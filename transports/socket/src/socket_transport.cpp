@@ -798,7 +798,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     for (const auto& c : conns_) add(c);
     for (const auto& c : extras_) add(c);
     const std::size_t gateFrom = pfds.size();
-    gate_->pollSet(pfds);
+    if (!life_.closed()) gate_->pollSet(pfds);
     pfds.push_back({wakeFd_, POLLIN, 0});
     return gateFrom;
   }
@@ -1018,6 +1018,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // and every 32nd pass otherwise: a new process waits a few progress passes
   // at most, and the hot path pays one poll(2) of one socket in 32.
   void gateLocked() {
+    if (life_.closed()) return;  // (closing: no one is taken in any more)
     if (!gateDue_.exchange(false) && (++gatePasses_ & 31) != 0 && gate_->pollCount() == 1) return;
     gateScratch_.clear();
     gate_->pollSet(gateScratch_);

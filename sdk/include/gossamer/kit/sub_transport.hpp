@@ -21,8 +21,8 @@ namespace gossamer {
 class SubTransport final : public Transport {
  public:
   /// @throws InvalidArgument if members is empty, has duplicates or ranks
-  ///         outside the parent (below its capacity(): joined ranks count), if the parent's rank is not a member, or if
-  ///         context is 0.
+  ///         outside the parent (below its capacity(): joined ranks count), if the parent's rank is not a
+  ///         member, or if context is 0.
   SubTransport(Transport& parent, std::vector<int> members, std::uint8_t context);
 
   int rank() const override { return rank_; }
