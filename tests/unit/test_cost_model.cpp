@@ -23,9 +23,9 @@ namespace {
 constexpr double kTimeout = 10.0;
 
 const AllreduceAlgorithm kAlgorithms[] = {
-    AllreduceAlgorithm::kRing,    AllreduceAlgorithm::kRecursiveDoubling,
-    AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical,
-    AllreduceAlgorithm::kTga2d,   AllreduceAlgorithm::kHips};
+    AllreduceAlgorithm::kRing,    AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kRabenseifner,
+    AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical,      AllreduceAlgorithm::kTga2d,
+    AllreduceAlgorithm::kHips};
 
 std::vector<std::unique_ptr<Transport>> inprocGroup(int n) {
   auto fabric = inproc::makeFabric(n);
@@ -140,7 +140,9 @@ TEST_CASE("auto: recursive doubling for tiny vectors, a bandwidth-optimal algori
   // Without the cost model: the size threshold.
   CollectiveOptions plain;
   CHECK(chooseAllreduce(plain.smallMessageBytes, 8, plain) == AllreduceAlgorithm::kRecursiveDoubling);
-  CHECK(chooseAllreduce(plain.smallMessageBytes + 4, 8, plain) == AllreduceAlgorithm::kRing);
+  CHECK(chooseAllreduce(plain.smallMessageBytes + 4, 8, plain) == AllreduceAlgorithm::kRabenseifner);
+  CHECK(chooseAllreduce(plain.midMessageBytes, 8, plain) == AllreduceAlgorithm::kRabenseifner);
+  CHECK(chooseAllreduce(plain.midMessageBytes + 4, 8, plain) == AllreduceAlgorithm::kRing);
   // A torus whose rows do not divide N is no candidate.
   CollectiveOptions rows = costModelOptions();
   rows.torusRows = 3;
@@ -153,10 +155,13 @@ TEST_CASE("auto: HiPS is a candidate, and a calibrated model picks among what it
   CollectiveOptions o = costModelOptions();
   for (auto a : kAlgorithms)
     o.model.corrections[static_cast<std::size_t>(a)] = {{4, a == AllreduceAlgorithm::kHips ? 0.01 : 1.0}};
-  CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kHips);
+  CHECK(chooseAllreduce(4096, 6, o) == AllreduceAlgorithm::kHips);
+  CHECK(chooseAllreduce(4004, 8, o) == AllreduceAlgorithm::kHips);
   // Where HiPS sends the same messages as an earlier candidate, that one
-  // stands for it: at N = 4 the 2 x 2 torus, at N = 2 the ring.
-  CHECK(chooseAllreduce(std::size_t{1} << 20, 4, o) == AllreduceAlgorithm::kTorus2d);
+  // stands for it: at N = 8 (stages 2, 2, 2) and N = 4 Rabenseifner's
+  // halving and doubling, at N = 2 the ring.
+  CHECK(chooseAllreduce(4096, 8, o) == AllreduceAlgorithm::kRecursiveDoubling);
+  CHECK(chooseAllreduce(std::size_t{1} << 20, 4, o) == AllreduceAlgorithm::kRabenseifner);
   CHECK(chooseAllreduce(std::size_t{256} << 20, 2, o) == AllreduceAlgorithm::kRing);
   // Only ring and recursive doubling measured: nothing else is picked.
   CollectiveOptions two = costModelOptions();
@@ -381,12 +386,35 @@ TEST_CASE("auto: which algorithms send the same messages", "[cost]") {
       }
     return out;
   };
-  const std::vector<std::vector<A>> prime = {{A::kRing, A::kTorus2d, A::kHierarchical, A::kTga2d, A::kHips},
-                                             {A::kRecursiveDoubling}};
-  const std::vector<std::vector<A>> four = {
-      {A::kRing}, {A::kRecursiveDoubling}, {A::kTorus2d, A::kHips}, {A::kHierarchical}, {A::kTga2d}};
-  const std::vector<std::vector<A>> distinct = {
-      {A::kRing}, {A::kRecursiveDoubling}, {A::kTorus2d}, {A::kHierarchical}, {A::kTga2d}, {A::kHips}};
+  // Rabenseifner (halving and doubling over the largest power of two) is
+  // the ring at N = 2, the 2 x 2 torus at N = 4 and HiPS at N = 8 (its stages
+  // of two), where each chunk holds something; at N = 3 it folds first.
+  const std::vector<std::vector<A>> prime = {
+      {A::kRing, A::kRabenseifner, A::kTorus2d, A::kHierarchical, A::kTga2d, A::kHips},
+      {A::kRecursiveDoubling}};
+  const std::vector<std::vector<A>> three = {{A::kRing, A::kTorus2d, A::kHierarchical, A::kTga2d, A::kHips},
+                                             {A::kRecursiveDoubling},
+                                             {A::kRabenseifner}};
+  const std::vector<std::vector<A>> four = {{A::kRing},
+                                            {A::kRecursiveDoubling},
+                                            {A::kRabenseifner, A::kTorus2d, A::kHips},
+                                            {A::kHierarchical},
+                                            {A::kTga2d}};
+  const std::vector<std::vector<A>> eight = {
+      {A::kRing},    {A::kRecursiveDoubling}, {A::kRabenseifner, A::kHips},
+      {A::kTorus2d}, {A::kHierarchical},      {A::kTga2d}};
+  // Where a chunk is empty (one element) or the lengths are odd, the model's
+  // chunks of Rabenseifner and of the grids differ: it stands alone.
+  const auto alone = [](std::vector<std::vector<A>> c) {
+    for (auto& k : c) std::erase(k, A::kRabenseifner);
+    c.push_back({A::kRabenseifner});
+    std::erase_if(c, [](const auto& k) { return k.empty(); });
+    // Classes in the order of their first member among kAlgorithms.
+    const auto at = [](A a) { return std::find(std::begin(kAlgorithms), std::end(kAlgorithms), a); };
+    std::sort(c.begin(), c.end(),
+              [&](const auto& x, const auto& y) { return at(x.front()) < at(y.front()); });
+    return c;
+  };
   // At N = 4 on one element the tree reduce of two ranks is the 2-ring's
   // reduce-scatter (one message to the leader), so hierarchical joins them:
   // 1->0 and 3->2, 0->2, 2->0, 0->1 and 2->3 for all three.
@@ -396,10 +424,11 @@ TEST_CASE("auto: which algorithms send the same messages", "[cost]") {
   for (std::size_t bytes : {std::size_t{4}, std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20,
                             std::size_t{16} << 20, std::size_t{4} * 1001}) {
     INFO(bytes << " bytes");
-    CHECK(classes(bytes, 2) == prime);
-    CHECK(classes(bytes, 3) == prime);
-    CHECK(classes(bytes, 4) == (bytes == 4 ? fourTiny : four));
-    CHECK(classes(bytes, 8) == distinct);
+    const bool tiny = bytes == 4, odd = bytes == 4 * 1001;
+    CHECK(classes(bytes, 2) == (tiny ? alone(prime) : prime));
+    CHECK(classes(bytes, 3) == three);
+    CHECK(classes(bytes, 4) == (tiny ? alone(fourTiny) : odd ? alone(four) : four));
+    CHECK(classes(bytes, 8) == (tiny || odd ? alone(eight) : eight));
   }
   // Other grid and group sizes change the schedules: a 4 x 1 torus is a
   // ring of the columns, groups of one rank make hierarchical the ring of

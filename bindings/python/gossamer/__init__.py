@@ -61,8 +61,8 @@ ConfigSource = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 def allreduce_algorithms() -> list:
     """Names accepted by ``Agent.allreduce(algorithm=...)``: ``"auto"``,
-    ``"ring"``, ``"recursive_doubling"``, ``"torus2d"``, ``"hierarchical"``,
-    ``"tga2d"``, ``"hips"``."""
+    ``"ring"``, ``"recursive_doubling"``, ``"rabenseifner"``, ``"torus2d"``,
+    ``"hierarchical"``, ``"tga2d"``, ``"hips"``."""
     return list(_core.allreduce_algorithms())
 
 

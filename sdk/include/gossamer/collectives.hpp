@@ -35,17 +35,26 @@ namespace gossamer {
 enum class ReduceOp { kSum, kAverage, kMax, kMin, kProduct };
 
 /// Allreduce algorithms. kAuto picks by message size (see allreduce()).
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kTorus2d, kHierarchical, kTga2d, kHips };
+enum class AllreduceAlgorithm {
+  kAuto,
+  kRing,
+  kRecursiveDoubling,
+  kTorus2d,
+  kHierarchical,
+  kTga2d,
+  kHips,
+  kRabenseifner
+};
 
-/// Parses "auto", "ring", "recursive_doubling", "torus2d", "hierarchical",
-/// "tga2d", "hips" (HiPS with automatic levels and ring stages; see hips.hpp
-/// for the other options). @throws InvalidArgument.
+/// Parses "auto", "ring", "recursive_doubling", "rabenseifner", "torus2d",
+/// "hierarchical", "tga2d", "hips" (HiPS with automatic levels and ring
+/// stages; see hips.hpp for the other options). @throws InvalidArgument.
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
 
 /// Number of AllreduceAlgorithm values (kAuto included): the size of
 /// per-algorithm tables indexed by static_cast<std::size_t>(algorithm).
-inline constexpr std::size_t kAllreduceAlgorithmCount = 7;
+inline constexpr std::size_t kAllreduceAlgorithmCount = 8;
 
 /// One calibration point of one algorithm: at a vector of `bytes`, the
 /// measured time divided by the formula's prediction (dimensionless, > 0).
@@ -108,9 +117,14 @@ struct CollectiveOptions {
   /// Ring pipelining: each ring step's chunk travels as pieces of at most this
   /// many bytes, so that receiving, reducing and forwarding overlap.
   std::size_t chunkBytes = defaults::kChunkBytes;
-  /// kAuto: vectors of at most this many bytes use recursive doubling
-  /// (log2 N latency-bound rounds), larger ones the bandwidth-optimal ring.
+  /// kAuto without the cost model: vectors of at most this many bytes use
+  /// recursive doubling (log2 N latency-bound rounds), larger ones
+  /// Rabenseifner's algorithm up to midMessageBytes, the ring above.
   std::size_t smallMessageBytes = defaults::kSmallMessageBytes;
+  /// kAuto without the cost model: vectors above smallMessageBytes and up to
+  /// this many bytes use Rabenseifner's algorithm (the ring's bytes in 2 log2 N
+  /// steps), larger ones the ring (bytes).
+  std::size_t midMessageBytes = defaults::kMidMessageBytes;
   /// kTorus2d: rows of the rank grid (0 = the largest divisor of N that is at
   /// most sqrt(N); a prime N degenerates to one row, i.e. a ring).
   int torusRows = 0;
@@ -149,7 +163,8 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
 
 /// The algorithm kAuto runs for a vector of `bytes` over `worldSize` ranks.
 /// Without options.useCostModel: recursive doubling up to
-/// options.smallMessageBytes, the ring above. With it: the lowest
+/// options.smallMessageBytes, Rabenseifner up to options.midMessageBytes,
+/// the ring above. With it: the lowest
 /// predictAllreduceSeconds among ring, recursive doubling, 2D torus (unless
 /// options.torusRows does not divide worldSize), hierarchical, 2D-TGA and
 /// HiPS; if the model is calibrated, only among the algorithms calibrated
@@ -287,6 +302,19 @@ void allreduce(Transport& transport, std::span<const T> in, std::span<T> out, Re
 template <typename T>
 void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                                 const CollectiveOptions& options);
+
+/// Rabenseifner's allreduce (Thakur, Rabenseifner and Gropp, IJHPCA 2005,
+/// Sec. 4.4): a reduce-scatter by recursive halving (log2 P steps, each
+/// exchanging half of the previous step's window with the rank 2^k away)
+/// then an allgather by recursive doubling, over the P = 2^floor(log2 N)
+/// ranks of the largest power of two; the N - P other ranks first fold their
+/// vector into a partner and get the result back at the end. Each rank sends
+/// 2 (P-1)/P of the vector, the ring's bytes, in 2 log2 P messages instead of
+/// 2 (N-1): for mid-sized vectors. Any length works (chunks as chunkRange
+/// over P). In place, like ringAllreduce. @throws as ringAllreduce.
+template <typename T>
+void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
+                           const CollectiveOptions& options);
 
 /// Ring allreduce (the 2D-TGA paper, Eq. 2 and Section 2): a
 /// reduce-scatter of N-1 steps followed by an allgather of N-1 steps over the

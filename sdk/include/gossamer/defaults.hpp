@@ -23,7 +23,11 @@ inline constexpr const char* kProtocol = "tcp";
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 /// `auto` allreduce without a cost model: vectors up to this size use
-/// recursive doubling, larger ones the ring, bytes.
+/// recursive doubling, larger ones Rabenseifner or the ring, bytes.
 inline constexpr std::size_t kSmallMessageBytes = std::size_t{64} << 10;
+/// Allreduce `auto` without a cost model: Rabenseifner up to this size (bytes),
+/// the ring above. At 4 and 8 ranks over socket and zmq tcp it beat the ring
+/// from 64 KiB to 1 MiB (docs/collectives.md).
+inline constexpr std::size_t kMidMessageBytes = std::size_t{1} << 20;
 
 }  // namespace gossamer::defaults

@@ -147,8 +147,10 @@ struct ChoiceCache {
 namespace detail {
 
 AllreduceAlgorithm chooseAllreduce(std::size_t bytes, int n, const CollectiveOptions& o, bool viewsAllowed) {
-  if (!o.useCostModel)
-    return bytes <= o.smallMessageBytes ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+  if (!o.useCostModel) {
+    if (bytes <= o.smallMessageBytes) return AllreduceAlgorithm::kRecursiveDoubling;
+    return bytes <= o.midMessageBytes ? AllreduceAlgorithm::kRabenseifner : AllreduceAlgorithm::kRing;
+  }
   thread_local ChoiceCache cache;
   const ChoiceKey key{bytes, o.chunkBytes, n, o.torusRows, o.groupSize, viewsAllowed};
   const bool sameModel = cache.valid && cache.model == o.model;

@@ -44,6 +44,10 @@ void detail::addCollectiveKeys(ConfigSchema& schema) {
           .integer("chunk_bytes", static_cast<int>(d.chunkBytes), 1, INT_MAX, "ring pipelining piece, bytes")
           .integer("small_message_bytes", static_cast<int>(d.smallMessageBytes), 0, INT_MAX,
                    "auto without a cost model: recursive doubling up to this size, bytes")
+          .integer(
+              "mid_message_bytes", static_cast<int>(d.midMessageBytes), 0, INT_MAX,
+              "auto without a cost model: Rabenseifner above small_message_bytes up to this size, the ring "
+              "above, bytes")
           .integer("group_size", d.groupSize, 0, kMaxWorldSize,
                    "ranks per group of hierarchical and tga2d (0 = about sqrt(N))")
           .integer("torus_rows", d.torusRows, 0, kMaxWorldSize, "rows of torus2d's grid (0 = about sqrt(N))")
@@ -66,6 +70,7 @@ CollectiveOptions collectiveOptionsFrom(const Config& c) {
   o.algorithm = parseAllreduceAlgorithm(c.get<std::string>("collectives.allreduce"));
   o.chunkBytes = static_cast<std::size_t>(c.get<int>("collectives.chunk_bytes"));
   o.smallMessageBytes = static_cast<std::size_t>(c.get<int>("collectives.small_message_bytes"));
+  o.midMessageBytes = static_cast<std::size_t>(c.get<int>("collectives.mid_message_bytes"));
   o.groupSize = c.get<int>("collectives.group_size");
   o.torusRows = c.get<int>("collectives.torus_rows");
   // A measured model is there to be used.

@@ -12,8 +12,10 @@ namespace gossamer::detail {
 
 namespace {
 
-const std::array<const AllreduceEntry*, 6> kTable = {
-    &kRingEntry, &kRecursiveDoublingEntry, &kTorus2dEntry, &kHierarchicalEntry, &kTga2dEntry, &kHipsEntry};
+const std::array<const AllreduceEntry*, 7> kTable = {&kRingEntry,         &kRecursiveDoublingEntry,
+                                                     &kRabenseifnerEntry, &kTorus2dEntry,
+                                                     &kHierarchicalEntry, &kTga2dEntry,
+                                                     &kHipsEntry};
 
 static_assert(std::tuple_size_v<decltype(kTable)> + 1 == kAllreduceAlgorithmCount,
               "every AllreduceAlgorithm but kAuto has one entry");

@@ -80,6 +80,7 @@ const AllreduceEntry& allreduceEntry(AllreduceAlgorithm algorithm);
 // Each defined in its algorithm's file.
 extern const AllreduceEntry kRingEntry;
 extern const AllreduceEntry kRecursiveDoublingEntry;
+extern const AllreduceEntry kRabenseifnerEntry;
 extern const AllreduceEntry kTorus2dEntry;
 extern const AllreduceEntry kHierarchicalEntry;
 extern const AllreduceEntry kTga2dEntry;
