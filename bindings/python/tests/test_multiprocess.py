@@ -180,7 +180,16 @@ cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_secon
 a = gossamer.Agent.from_env(cfg)
 x = np.ones(100000, dtype=np.float32)
 a.allreduce(x)
+# Rank 2 dies between two calls: once the others have all of the first
+# (its last sends are asynchronous, and a process that exits at once may
+# take them with it, whichever rank finishes the algorithm first).
+mark = os.path.join(os.environ["GOSSAMER_RENDEZVOUS"], "first-done-%d" % a.rank)
+open(mark, "w").close()
 if a.rank == 2:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(os.environ["GOSSAMER_RENDEZVOUS"], "first-done-%d" % r)) for r in (0, 1)):
+        time.sleep(0.01)
     os._exit(3)                                 # dies without a goodbye
 t0 = time.monotonic()
 try:
