@@ -39,8 +39,7 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                            const CollectiveOptions& options) {
   const int n = transport.worldSize(), r = transport.rank();
   if (n == 1 || data.empty()) return;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   const std::size_t length = data.size();
   const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, length);
@@ -160,8 +159,7 @@ void rabenseifnerRounds(Rounds& out, std::size_t bytes, int n, const CollectiveO
   const double b = static_cast<double>(bytes);
   const double piece = std::max(1.0, static_cast<double>(o.chunkBytes));
   const auto hops = [&](double x) { return std::max(1.0, std::ceil(x / piece)); };
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   const double chunk = std::ceil(modelElements(bytes) / p) * kModelElementBytes;
   if (rem > 0) out.push_back({hops(b), static_cast<double>(rem), b, b});  // fold

@@ -27,8 +27,7 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
                                 const CollectiveOptions& options) {
   const int n = transport.worldSize(), r = transport.rank();
   if (n == 1 || data.empty()) return;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, data.size());
   std::uint32_t round = 0;
@@ -91,8 +90,7 @@ namespace {
 // Fold, log2(p) exchanges among p ranks, unfold; every message the whole vector.
 void recursiveDoublingRounds(Rounds& out, std::size_t bytes, int n, const CollectiveOptions&) {
   const double b = static_cast<double>(bytes);
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   if (rem > 0) out.push_back({1, static_cast<double>(rem), b, b});  // fold
   for (int m = 1; m < p; m <<= 1) out.push_back({1, static_cast<double>(p), b, b});
