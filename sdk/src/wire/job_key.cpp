@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/byte_io.hpp"
 #include "gossamer/store.hpp"
 
 namespace gossamer {
@@ -33,12 +34,12 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
 }
 
 std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation, int rank) const {
-  std::array<unsigned char, 12> m{};
-  for (std::size_t i = 0; i < 8; ++i) m[i] = static_cast<unsigned char>(incarnation >> (8 * i));
-  for (std::size_t i = 0; i < 4; ++i)
-    m[8 + i] = static_cast<unsigned char>(static_cast<std::uint32_t>(rank) >> (8 * i));
+  std::array<std::byte, 12> m{};
+  detail::put(m, 0, incarnation);
+  detail::put(m, 8, static_cast<std::uint32_t>(rank));
   std::array<std::byte, kHelloProofBytes> out{};
-  crypto_auth(reinterpret_cast<unsigned char*>(out.data()), m.data(), m.size(), key_.data());
+  crypto_auth(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(m.data()),
+              m.size(), key_.data());
   return out;
 }
 
@@ -47,6 +48,12 @@ bool JobKey::verify(std::uint64_t incarnation, int rank,
   const auto expected = this->proof(incarnation, rank);
   return sodium_memcmp(expected.data(), proof.data(), kHelloProofBytes) == 0;
 }
+
+bool joinsRunningJob(Store& store, const std::string& runningKey, int rank, int worldSize) {
+  return rank >= worldSize || store.tryGet(runningKey).has_value();
+}
+
+void markJobRunning(Store& store, const std::string& runningKey) { store.set(runningKey, "1"); }
 
 std::uint64_t drawIncarnation() {
   std::random_device rd;

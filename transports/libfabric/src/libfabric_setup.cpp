@@ -138,9 +138,7 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
   const std::string who = "libfabric rank " + std::to_string(opt_.rank);
   const std::string prefix = opt_.storePrefix + "/libfabric/";
   const std::string startedKey = opt_.storePrefix + "/libfabric-started";
-  // A process that starts once the job runs: no rank finishes its set-up
-  // before every rank of the job has published, and each looks before it does.
-  const bool late = opt_.rank >= opt_.worldSize || store.tryGet(startedKey).has_value();
+  const bool late = joinsRunningJob(store, startedKey, opt_.rank, opt_.worldSize);
   incarnation_ = drawIncarnation();
   jobKey_ = JobKey::fromStore(store, opt_.storePrefix + "/libfabric-job-key", opt_.rank == 0,
                               opt_.timeoutSeconds, who);
@@ -200,7 +198,7 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
       queueLocked(peer, std::move(hello));
     }
   }
-  store.set(startedKey, "1");
+  markJobRunning(store, startedKey);
 }
 
 FidPtr<fid_mr> LibfabricTransport::registerLocal(const void* buf, std::size_t len, std::uint64_t access,

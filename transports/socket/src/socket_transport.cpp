@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/byte_io.hpp"
 #include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
@@ -227,21 +228,12 @@ constexpr std::size_t kHelloBytes = 16 + kHelloProofBytes;
 
 std::array<std::byte, kHelloBytes> encodeHello(int rank, std::uint64_t incarnation, const JobKey& key) {
   std::array<std::byte, kHelloBytes> out{};
-  const auto put = [&](std::size_t at, std::uint64_t v, std::size_t bytes) {
-    for (std::size_t i = 0; i < bytes; ++i) out[at + i] = std::byte((v >> (8 * i)) & 0xFF);
-  };
-  put(0, kHelloMagic, 4);
-  put(4, static_cast<std::uint32_t>(rank), 4);
-  put(8, incarnation, 8);
+  detail::put(out, 0, kHelloMagic);
+  detail::put(out, 4, static_cast<std::uint32_t>(rank));
+  detail::put(out, 8, incarnation);
   const auto proof = key.proof(incarnation, rank);
   std::memcpy(out.data() + 16, proof.data(), proof.size());
   return out;
-}
-
-std::uint64_t readLittle(const std::byte* p, std::size_t bytes) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < bytes; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-  return v;
 }
 
 // A connection whose hello was read and verified.
@@ -333,13 +325,15 @@ class HelloGate {
     }
     in.got += static_cast<std::size_t>(r);
     const std::size_t m = std::min<std::size_t>(in.got, 4);
-    if (readLittle(in.hello.data(), m) != (kHelloMagic & (m == 4 ? 0xFFFFFFFFu : (1u << (8 * m)) - 1))) {
+    std::array<std::byte, 4> magic{};
+    detail::put(magic, 0, kHelloMagic);
+    if (std::memcmp(in.hello.data(), magic.data(), m) != 0) {
       drop(i, FrameFault::kGarbage, "connection without the Gossamer hello (bad magic at byte offset 0)");
       return;
     }
     if (in.got < kHelloBytes) return;
-    const auto rank = readLittle(in.hello.data() + 4, 4);
-    const auto incarnation = readLittle(in.hello.data() + 8, 8);
+    const std::uint64_t rank = detail::get<std::uint32_t>(in.hello, 4);
+    const auto incarnation = detail::get<std::uint64_t>(in.hello, 8);
     if (rank >= static_cast<std::uint64_t>(capacity_) || rank == static_cast<std::uint64_t>(rank_)) {
       drop(i, FrameFault::kStranger,
            "hello from rank " + std::to_string(rank) + ", which is not a peer of rank " +
@@ -1019,7 +1013,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // at most, and the hot path pays one poll(2) of one socket in 32.
   void gateLocked() {
     if (life_.closed()) return;  // (closing: no one is taken in any more)
-    if (!gateDue_.exchange(false) && (++gatePasses_ & 31) != 0 && gate_->pollCount() == 1) return;
+    // (A plain load first: the exchange, a locked instruction, only when a sleeper set it.)
+    const bool due = gateDue_.load(std::memory_order_relaxed) && gateDue_.exchange(false);
+    if (!due && (++gatePasses_ & 31) != 0 && gate_->pollCount() == 1) return;
     gateScratch_.clear();
     gate_->pollSet(gateScratch_);
     if (::poll(gateScratch_.data(), gateScratch_.size(), 0) < 0) return;
@@ -1509,9 +1505,8 @@ FdGuard connectTo(const std::string& address, int p, Clock::time_point deadline,
 // every higher one, then (ipc) probe which peers single copy reaches.
 //
 // A process that starts once the job runs (one restarted in place of a failed
-// rank, or a rank >= worldSize that joins; "<prefix>/sock-started" is set by
-// then: no rank finishes the start before every rank of the job has published)
-// connects to every rank published in the store instead; those take it in by
+// rank, or a rank >= worldSize that joins: joinsRunningJob, over
+// "<prefix>/sock-started") connects to every rank published in the store instead; those take it in by
 // its hello (Engine::admitLocked). A rank it cannot reach starts gone.
 // Hellos of such processes that reach a rank still in its start are handed to
 // the engine (Links::later).
@@ -1520,7 +1515,7 @@ Links connectAll(const Options& o, Store& store) {
   const std::string prefix = o.storePrefix + "/sock/";
   const std::string startedKey = o.storePrefix + "/sock-started";
   const std::string who = "socket rank " + std::to_string(o.rank);
-  const bool late = o.rank >= o.worldSize || store.tryGet(startedKey).has_value();
+  const bool late = joinsRunningJob(store, startedKey, o.rank, o.worldSize);
   const auto deadline = deadlineAfter(o.timeoutSeconds);
 
   Links links;
@@ -1596,7 +1591,7 @@ Links connectAll(const Options& o, Store& store) {
       }
     }
   }
-  store.set(startedKey, "1");
+  markJobRunning(store, startedKey);
   for (auto& f : fds) links.fds[static_cast<std::size_t>(&f - fds.data())] = f.release();
   return links;
 }

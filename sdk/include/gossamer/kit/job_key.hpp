@@ -54,4 +54,15 @@ class JobKey {
 /// (0 means "not known yet").
 std::uint64_t drawIncarnation();
 
+/// Whether a transport of `rank` starts once its job already runs (a rank
+/// that joins, rank >= worldSize, or a process started in place of a failed
+/// rank): then it reaches out to every rank published in the store instead
+/// of the start-up's fixed pattern. `runningKey` is set by every rank once
+/// its set-up is done (markJobRunning). Look before publishing this rank's
+/// address: no rank's set-up ends before every rank of the job has
+/// published, so no rank of the start-up can see the key.
+bool joinsRunningJob(Store& store, const std::string& runningKey, int rank, int worldSize);
+/// Sets `runningKey` once this rank's set-up is done (see joinsRunningJob).
+void markJobRunning(Store& store, const std::string& runningKey);
+
 }  // namespace gossamer
