@@ -411,7 +411,9 @@ void hostileJob(const std::string& transport) {
   gossamer::testing::requireFashionMnist();
   const bool fabric = transport == "libfabric-tcp";
   INFO("transport " << transport);
-  const int n = 4, epochs = 60, half = 5000;
+  // The job trains until the flood is over (the stop file ends it): a fast
+  // transport must not finish first.
+  const int n = 4, epochs = 100000, half = 5000;
   TempDir dir;
   writeFile(dir / "job.yaml", smallConfig(transport, "crossover_sgd", n, epochs, 20));
   std::vector<pid_t> pids(n, -1);
@@ -425,7 +427,8 @@ void hostileJob(const std::string& transport) {
   auto start = [&](int r) {
     pids[static_cast<std::size_t>(r)] =
         spawn({gossamer::testing::trainExe(), "--config", dir / "job.yaml", "--rank", std::to_string(r),
-               "--rendezvous", dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r))},
+               "--rendezvous", dir / "rdv", "--summary-json", dir / ("summary" + std::to_string(r)), "--set",
+               "training.stop_file=" + (dir / "stop")},
               dir / ("out" + std::to_string(r)), dir / ("err" + std::to_string(r)));
   };
   // Start-up: rank 0 alone, waiting for its peers, takes the first half.
@@ -510,7 +513,12 @@ void hostileJob(const std::string& transport) {
     controlAfter = rssKb(pids[1]);
   }
   INFO("the training flood took " << floodSeconds << " s");
-  REQUIRE(readFile(dir / "out0").find("epoch " + std::to_string(epochs) + "/") == std::string::npos);
+  // Rank 0 trained through the whole flood; now every rank stops after its epoch under way.
+  REQUIRE(::waitpid(pids[0], nullptr, WNOHANG) == 0);
+  std::size_t epochsDuringFlood = 0;  // rank 0's "epoch E/100000  loss ..." lines
+  const std::string out0 = readFile(dir / "out0"), line = "/" + std::to_string(epochs) + "  loss";
+  for (std::size_t at = 0; (at = out0.find(line, at)) != std::string::npos; ++at) ++epochsDuringFlood;
+  writeFile(dir / "stop", "");
 
   for (int r = 0; r < n; ++r) {
     const auto status = waitBounded(pids[static_cast<std::size_t>(r)], 180);
@@ -523,7 +531,7 @@ void hostileJob(const std::string& transport) {
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   const auto& ts = s["transport_stats"];
   INFO("rank 0's transport stats: " << ts.dump());
-  CHECK(s["history"].size() == static_cast<std::size_t>(epochs));
+  CHECK(s["history"].size() >= std::max<std::size_t>(epochsDuringFlood, 2));
   // No frame, whatever rank it names, failed a peer: no rank was lost.
   CHECK(s["lost"].empty());
   CHECK(s["test_accuracy"].get<double>() > 0.6);
