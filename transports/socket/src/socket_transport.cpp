@@ -88,7 +88,7 @@ constexpr std::size_t kTrailingMinBytes = std::size_t{64} << 10;
 // direct read checksummed right after it: well inside the L2 cache.
 constexpr std::size_t kHotBytes = std::size_t{256} << 10;
 constexpr double kAbortByeSeconds = 0.2;  // abort(): bound on delivering the bye, seconds
-// Set-up: how long an accepted connection may take to send its 8-byte hello
+// How long an accepted connection may take to send its 48-byte hello
 // (seconds), and how many may wait for theirs at once.
 constexpr double kHelloSeconds = 5.0;
 constexpr std::size_t kMaxIncoming = 64;
