@@ -568,6 +568,41 @@ TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transp
     }
 }
 
+// Several threads of one rank wait at once (zmq: one of them reads the
+// ROUTER, the others are woken by it), on messages small and large (64 KiB
+// and more: copied into the posted receive as they are checked) that arrive
+// while they wait; every message reaches its own thread's receive, in order.
+TEMPLATE_TEST_CASE("several threads may wait on receives on one transport at once", "[transport]",
+                   TRANSPORTS) {
+  Group g = TestType::make(2);
+  const int threads = 4, per = 40;
+  auto length = [](int t, int i) {
+    return (t + i) % 5 == 0 ? std::size_t{20000} : std::size_t{3};
+  };  // int32s
+  std::vector<std::thread> ts;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per; ++i) {
+        std::vector<std::int32_t> got(length(t, i), -1);
+        auto r = g[1]->irecvOf<std::int32_t>(0, Tag::make(Op::kUser, static_cast<std::uint64_t>(t)),
+                                             std::span<std::int32_t>(got));
+        r.wait(kTimeout);
+        if (r.bytes() != got.size() * 4 || got.front() != i || got.back() != t * 1000 + i) ++wrong;
+      }
+    });
+  for (int i = 0; i < per; ++i)
+    for (int t = 0; t < threads; ++t) {
+      std::vector<std::int32_t> v(length(t, i), i);
+      v.back() = t * 1000 + i;
+      g[0]->isendOf<std::int32_t>(1, Tag::make(Op::kUser, static_cast<std::uint64_t>(t)),
+                                  std::span<const std::int32_t>(v));
+      if (i % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the waiters catch up
+    }
+  for (auto& t : ts) t.join();
+  CHECK(wrong == 0);
+}
+
 TEMPLATE_TEST_CASE("a peer that closes fails receives waiting on it, well before the timeout", "[transport]",
                    TRANSPORTS) {
   Group g = TestType::make(3);

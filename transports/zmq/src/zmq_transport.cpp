@@ -6,11 +6,18 @@
 // hello (wire.hpp: the incarnation and the ROUTER's address). A message is a
 // two-part zmq message [48-byte frame header][payload]; the ROUTER adds the
 // routing id in front. A DEALER is used by the sending threads under its own mutex; the
-// ROUTER and the DEALERs' monitor sockets belong to the progress thread, which
-// validates every frame (wire.hpp) and hands the payload, without copying it
-// again, to the Mailbox that matches it with posted receives; a payload of
-// 64 KiB or more whose receive is already posted is checked and copied into it
-// in one pass instead (Mailbox::claim, deliverLarge).
+// DEALERs' monitor sockets belong to the progress thread. The ROUTER is read
+// under rxMu_ by one thread at a time: a thread waiting on a receive, when no
+// other thread is (ReceiveEngine, drive), else the progress thread. That
+// reader validates every frame (wire.hpp) and hands the payload, without
+// copying it again, to the Mailbox that matches it with posted receives; a
+// payload of 64 KiB or more whose receive is already posted is checked and
+// copied into it in one pass instead (Mailbox::claim, deliverLarge). So a
+// waiting thread is woken by libzmq's I/O thread itself (the ROUTER's
+// ZMQ_FD), not by the progress thread after that woke: one thread hand-off
+// fewer per message. A hello (which may replace a peer's sockets) is always
+// handled by the progress thread: a waiter that reads one hands it over and
+// stops reading.
 //
 // Sends: isend copies the payload into a ZeroMQ message. isendBorrowed of 64
 // KiB or more lends the caller's buffer instead (zmq_msg_init_data): its
@@ -49,6 +56,9 @@
 #include <zmq.hpp>
 
 #include <malloc.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -116,6 +126,33 @@ class LoanGuard final : public detail::BackgroundEngine {
   std::function<void(detail::RequestState&)> onCancel_;
 };
 
+class ZmqTransport;
+
+/// The receive engine: as BackgroundEngine, the thread that fills a claimed
+/// receive holds `exclusive` while it writes; in addition a thread that waits
+/// on a receive (Request::waitFor) reads the ROUTER itself while no other
+/// waiter does (ZmqTransport::drive), and otherwise falls back to sleeping on
+/// the request until the reader (another waiter or the progress thread)
+/// completes it.
+class ReceiveEngine final : public detail::BackgroundEngine {
+ public:
+  void waitUntil(detail::RequestState& state, Clock::time_point deadline) override;
+  /// From now on waiters may read `owner`'s ROUTER.
+  void attach(ZmqTransport* owner) {
+    std::lock_guard<std::mutex> lk(driverMu_);
+    owner_ = owner;
+  }
+  /// No waiter reads the ROUTER after this returns (it waits for the one that does).
+  void detach() {
+    std::lock_guard<std::mutex> lk(driverMu_);
+    owner_ = nullptr;
+  }
+
+ private:
+  std::mutex driverMu_;  // held by the one waiter reading the ROUTER
+  ZmqTransport* owner_ = nullptr;
+};
+
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(const Options& o, Store& store)
@@ -144,6 +181,9 @@ class ZmqTransport final : public Transport {
       throw Error("rank " + std::to_string(o.rank) + ": cannot bind " + bindAt + ": " + e.what());
     }
     me_ = rx_.get(::zmq::sockopt::last_endpoint);
+    rxFd_ = rx_.get(::zmq::sockopt::fd);
+    wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeFd_ < 0) throw std::system_error(errno, std::generic_category(), "zmq: eventfd");
     incarnation_ = drawIncarnation();
     // The progress thread reads the ROUTER from now on, while this rank
     // waits for its peers: what a stray client sends meanwhile is checked
@@ -154,8 +194,10 @@ class ZmqTransport final : public Transport {
     } catch (...) {
       stop_ = true;
       progress_.join();
+      ::close(wakeFd_);
       throw;
     }
+    engine_->attach(this);
   }
 
   // The rest of set-up: publish `me` (rx_'s address), wait for every
@@ -224,6 +266,45 @@ class ZmqTransport final : public Transport {
       close();
     } catch (...) {
       // Destructors must not throw; close() failures were already reported.
+    }
+    engine_->detach();
+    ::close(wakeFd_);
+  }
+
+  /// ReceiveEngine::waitUntil, in the one waiting thread that reads the
+  /// ROUTER: reads and handles every frame queued there, sleeps on the
+  /// ROUTER's ZMQ_FD (at most 2 ms at a time, to see a receive that another
+  /// thread settled), and again, until `state` is settled or `deadline`
+  /// passes; returns at once before set-up is over, while a hello waits for
+  /// the progress thread, and once the transport is closing.
+  void drive(detail::RequestState& state, Clock::time_point deadline) {
+    if (!started_.load(std::memory_order_acquire)) return;
+    driving_.store(true, std::memory_order_release);
+    struct Leave {  // the progress thread reads the ROUTER again
+      ZmqTransport& t;
+      ~Leave() {
+        t.driving_.store(false, std::memory_order_release);
+        t.wakeProgress();
+      }
+    } leave{*this};
+    while (!stop_) {
+      {
+        std::lock_guard<std::mutex> lk(rxMu_);
+        if (handingOff_) return;
+        try {
+          drainRouter(true);
+        } catch (const ::zmq::error_t& e) {
+          if (e.num() == ETERM) return;
+          GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": receive error: " << e.what());
+          return;
+        }
+      }
+      if (!state.pending()) return;
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) return;
+      pollfd fd{rxFd_, POLLIN, 0};
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+      (void)::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(ms, 2)));
     }
   }
 
@@ -492,6 +573,7 @@ class ZmqTransport final : public Transport {
     (void)life_.waitSettled(opt_.lingerSeconds);
     stop_ = true;
     if (progress_.joinable()) progress_.join();
+    engine_->detach();
     box_.close();
     failPullsTo(-1, "the transport is closed");
     for (int p = 0; p < capacity_; ++p) {
@@ -657,45 +739,74 @@ class ZmqTransport final : public Transport {
     rebuildPoll_ = true;
   }
 
+  // Wakes the progress thread from its poll (wakeFd_).
+  void wakeProgress() {
+    const std::uint64_t one = 1;
+    (void)!::write(wakeFd_, &one, sizeof one);
+  }
+
   void progressLoop() {
+    // [wakeFd_, the ROUTER's ZMQ_FD (polled only while no waiter reads the
+    // ROUTER), each peer's monitor socket]
     std::vector<::zmq::pollitem_t> items;
     std::vector<int> itemPeer;
     while (!stop_) {
-      if (!started_ && ready_.load(std::memory_order_acquire)) {
-        for (auto& e : early_) handleFrame(e.id, e.parts, e.checked);
-        early_.clear();
-        early_.shrink_to_fit();
-        started_ = true;
-        rebuildPoll_ = true;
-      }
-      if (!started_) {
+      if (!started_.load(std::memory_order_relaxed)) {  // set-up: this thread alone reads the ROUTER
+        if (ready_.load(std::memory_order_acquire)) {
+          std::lock_guard<std::mutex> lk(rxMu_);
+          for (auto& e : early_) handleFrame(e.id, e.parts, e.checked);
+          early_.clear();
+          early_.shrink_to_fit();
+          rebuildPoll_ = true;
+          started_.store(true, std::memory_order_release);
+          continue;
+        }
         ::zmq::pollitem_t item{rx_.handle(), 0, ZMQ_POLLIN, 0};
         try {
           ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
-          if (item.revents & ZMQ_POLLIN) drainRouter();
+          if (item.revents & ZMQ_POLLIN) drainRouter(false);
         } catch (const ::zmq::error_t& e) {
           if (e.num() == ETERM) return;
           GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
         }
         continue;
       }
-      if (items.empty() || rebuildPoll_) {  // a peer's monitor socket was replaced (onHello)
-        rebuildPoll_ = false;
-        items.assign(1, {rx_.handle(), 0, ZMQ_POLLIN, 0});
-        itemPeer.assign(1, -1);
-        for (int p = 0; p < capacity_; ++p) {
-          // (A rank that has not joined has no monitor yet.)
-          if (!peers_[static_cast<std::size_t>(p)] || !peers_[static_cast<std::size_t>(p)]->monitor) continue;
-          items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
-          itemPeer.push_back(p);
-        }
-      }
       try {
+        {
+          std::lock_guard<std::mutex> lk(rxMu_);
+          if (handingOff_) {  // a waiter read a hello: handle it, then what followed it
+            HandedOff h = std::move(handoff_);
+            handoff_ = {};
+            handingOff_ = false;
+            handleFrame(h.id, h.parts);
+            drainRouter(false);
+          } else if (!driving_.load(std::memory_order_acquire)) {
+            drainRouter(false);
+          }
+          for (std::size_t i = 2; i < items.size(); ++i)
+            if (items[i].revents & ZMQ_POLLIN) readMonitor(itemPeer[i]);
+          checkLostPeers();
+          if (items.empty() || rebuildPoll_) {  // a peer's monitor socket was replaced (onHello)
+            rebuildPoll_ = false;
+            items.assign({{nullptr, wakeFd_, ZMQ_POLLIN, 0}, {nullptr, rxFd_, ZMQ_POLLIN, 0}});
+            itemPeer.assign(2, -1);
+            for (int p = 0; p < capacity_; ++p) {
+              // (A rank that has not joined has no monitor yet.)
+              if (!peers_[static_cast<std::size_t>(p)] || !peers_[static_cast<std::size_t>(p)]->monitor)
+                continue;
+              items.push_back({peers_[static_cast<std::size_t>(p)]->monitor.handle(), 0, ZMQ_POLLIN, 0});
+              itemPeer.push_back(p);
+            }
+          }
+        }
+        // A waiter that reads the ROUTER wakes this thread (wakeFd_) when it stops.
+        items[1].events = driving_.load(std::memory_order_acquire) ? 0 : ZMQ_POLLIN;
+        for (auto& item : items) item.revents = 0;
         ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(10));
-        if (items[0].revents & ZMQ_POLLIN) drainRouter();
-        for (std::size_t i = 1; i < items.size(); ++i)
-          if (items[i].revents & ZMQ_POLLIN) readMonitor(itemPeer[i]);
-        checkLostPeers();
+        if (items[0].revents & ZMQ_POLLIN) {
+          std::uint64_t n = 0;
+          (void)!::read(wakeFd_, &n, sizeof n);
+        }
       } catch (const ::zmq::error_t& e) {
         if (e.num() == ETERM) return;
         GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
@@ -703,10 +814,27 @@ class ZmqTransport final : public Transport {
     }
   }
 
-  void drainRouter() {
+  // True for a [header][payload] message whose header's kind byte says hello.
+  static bool isHello(const std::vector<::zmq::message_t>& parts) {
+    return parts.size() == 2 && parts[0].size() > frame_offset::kKind &&
+           static_cast<const std::uint8_t*>(parts[0].data())[frame_offset::kKind] ==
+               std::uint8_t(FrameKind::kHello);
+  }
+
+  // Reads and handles every message queued on the ROUTER (caller holds
+  // rxMu_). `waiter`: called by a waiting thread (drive), which hands a
+  // hello to the progress thread (handoff_) and stops there.
+  void drainRouter(bool waiter) {
+    bool rechecked = false;
     for (;;) {
       ::zmq::message_t id;
-      if (!rx_.recv(id, ::zmq::recv_flags::dontwait)) return;
+      if (!rx_.recv(id, ::zmq::recv_flags::dontwait)) {
+        // ZMQ_FD signals again only once ZMQ_EVENTS shows no input left.
+        if (rechecked || !(rx_.get(::zmq::sockopt::events) & ZMQ_POLLIN)) return;
+        rechecked = true;
+        continue;
+      }
+      rechecked = false;
       std::vector<::zmq::message_t> parts;
       while (rx_.get(::zmq::sockopt::rcvmore)) {
         parts.emplace_back();
@@ -717,10 +845,15 @@ class ZmqTransport final : public Transport {
           break;
         }
       }
-      if (started_) {
-        handleFrame(id, parts);
-      } else {
+      if (!started_.load(std::memory_order_relaxed)) {
         stashEarly(std::move(id), parts);
+      } else if (waiter && isHello(parts)) {
+        handoff_ = {std::move(id), std::move(parts)};
+        handingOff_ = true;
+        wakeProgress();
+        return;
+      } else {
+        handleFrame(id, parts);
       }
     }
   }
@@ -832,9 +965,7 @@ class ZmqTransport final : public Transport {
     const int peer = sender.rank;
     const Peer* known = peer >= 0 ? peers_[static_cast<std::size_t>(peer)].get() : nullptr;
     const bool own = known != nullptr && known->incarnation != 0 && sender.incarnation == known->incarnation;
-    const bool helloKind = parts.size() == 2 && parts[0].size() > frame_offset::kKind &&
-                           static_cast<const std::uint8_t*>(parts[0].data())[frame_offset::kKind] ==
-                               std::uint8_t(FrameKind::kHello);
+    const bool helloKind = isHello(parts);
     // Frames still queued from a process that another took the place of
     // (whose hello came first) are dropped unread.
     if (known != nullptr && !own && !helloKind &&
@@ -1158,7 +1289,7 @@ class ZmqTransport final : public Transport {
 
   Options opt_;
   const int capacity_;  // global ranks this transport can address: worldSize plus the ranks that may join
-  std::shared_ptr<detail::BackgroundEngine> engine_ = std::make_shared<detail::BackgroundEngine>();
+  std::shared_ptr<ReceiveEngine> engine_ = std::make_shared<ReceiveEngine>();
   std::mutex loansMu_;  // after Peer::mu
   std::condition_variable loansCv_;
   std::unordered_map<detail::RequestState*, Loan*> loans_;  // lent buffers ZeroMQ still holds
@@ -1181,12 +1312,25 @@ class ZmqTransport final : public Transport {
   JobKey jobKey_;                               // from the rendezvous (kit/job_key.hpp)
   std::atomic<std::uint64_t> forgedHellos_{0};  // hellos whose proof did not verify
   std::vector<std::byte> hello_;                // its hello (encodeHello): incarnation_ and rx_'s address
-  bool rebuildPoll_ = false;                    // progress thread: a monitor socket changed
+  bool rebuildPoll_ = false;                    // under rxMu_: a monitor socket changed
+  // The ROUTER, and all that handling its frames touches (below, peers_'s
+  // incarnations, early_), are used under rxMu_, by one thread at a time: a
+  // waiter that reads it (drive) or the progress thread.
+  std::mutex rxMu_;
+  int rxFd_ = -1;                     // the ROUTER's ZMQ_FD: readable when its input may have changed
+  int wakeFd_ = -1;                   // eventfd: wakes the progress thread's poll (wakeProgress)
+  std::atomic<bool> driving_{false};  // a waiter reads the ROUTER (drive): the progress thread does not
+  struct HandedOff {
+    ::zmq::message_t id;
+    std::vector<::zmq::message_t> parts;
+  };
+  bool handingOff_ = false;  // under rxMu_: a waiter read a hello, for the progress thread (handoff_)
+  HandedOff handoff_;
   // Set-up is over (peers_ complete); until then the progress thread keeps
   // well-formed frames from ranks' connections in early_ (stashEarly).
   std::atomic<bool> ready_{false};
-  bool started_ = false;           // progress thread: it has seen ready_ and handled early_
-  std::set<std::string> greeted_;  // progress thread, during set-up: routing ids that sent a hello
+  std::atomic<bool> started_{false};  // the progress thread has seen ready_ and handled early_
+  std::set<std::string> greeted_;     // progress thread, during set-up: routing ids that sent a hello
   struct EarlyFrame {
     ::zmq::message_t id;
     std::vector<::zmq::message_t> parts;
@@ -1199,6 +1343,11 @@ class ZmqTransport final : public Transport {
   std::vector<bool> pullTo_;
   single_copy::Ledger pulls_;  // the pulls this rank's peers still owe it
 };
+
+void ReceiveEngine::waitUntil(detail::RequestState& state, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lk(driverMu_, std::try_to_lock);
+  if (lk.owns_lock() && owner_ != nullptr) owner_->drive(state, deadline);
+}
 
 }  // namespace
 
