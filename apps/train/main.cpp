@@ -209,20 +209,17 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
   return 0;
 }
 
-// The ranks that joined the job and are in its final view, from the summary
-// the lowest survivor wrote (none when it cannot be read).
-std::vector<int> ranksTakenBack(const std::string& summaryFile) {
+// The ranks of the job's final view, from the summary its lowest member
+// wrote (none when it cannot be read). A rank there whose launched process
+// was killed came back in a process restarted in its place.
+std::vector<int> finalMembers(const std::string& summaryFile) {
   std::vector<int> out;
   std::ifstream in(summaryFile);
   if (summaryFile.empty() || !in) return out;
   const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("joined") || !j.contains("survivors")) return out;
-  for (const auto& joined : j["joined"]) {
-    const int r = joined.value("rank", -1);
-    for (const auto& s : j["survivors"])
-      if (s.is_number_integer() && s.get<int>() == r && std::find(out.begin(), out.end(), r) == out.end())
-        out.push_back(r);
-  }
+  if (j.is_discarded() || !j.contains("survivors") || !j["survivors"].is_array()) return out;
+  for (const auto& s : j["survivors"])
+    if (s.is_number_integer()) out.push_back(s.get<int>());
   return out;
 }
 
@@ -242,6 +239,9 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       membership ? std::numeric_limits<double>::infinity()
                  : c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
   o.name = "gossamer-train";
+  // A rank killed and restarted in place (--job ID --rank R --rejoin), or
+  // one that joined, runs on without the launcher: it waits for them.
+  o.followJob = membership;
   // With membership, the ranks also write the summary into the rendezvous
   // directory (unless --summary-json names a file), so that the launcher
   // can tell a rank whose process it saw killed but that a restarted
@@ -281,7 +281,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
         return args;
       },
       [&](const std::string&) {
-        if (membership) cameBack = ranksTakenBack(summaryFile);
+        if (membership) cameBack = finalMembers(summaryFile);
       });
   for (int r : cameBack) {
     if (r >= static_cast<int>(result.ranks.size())) continue;  // a rank that joined: not the launcher's
@@ -295,11 +295,15 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   }
   if (result.signal != 0) return 128 + result.signal;  // as a shell reports a process ended by it
   if (membership && !result.killed) {
-    // The job succeeded if every rank that was not killed from outside finished.
+    // The job succeeded if every rank that was not killed from outside
+    // finished, and some rank finished: one of the launcher's, or a process
+    // restarted in place of one that was killed.
     bool finished = false, failed = false;
-    for (const auto& r : result.ranks) {
-      finished = finished || r.outcome == gossamer::RankOutcome::kFinished;
-      failed = failed || (r.outcome != gossamer::RankOutcome::kFinished && r.signal == 0);
+    for (std::size_t r = 0; r < result.ranks.size(); ++r) {
+      const auto& x = result.ranks[r];
+      const bool back = std::find(cameBack.begin(), cameBack.end(), static_cast<int>(r)) != cameBack.end();
+      finished = finished || x.outcome == gossamer::RankOutcome::kFinished || (x.signal != 0 && back);
+      failed = failed || (x.outcome != gossamer::RankOutcome::kFinished && x.signal == 0);
     }
     return finished && !failed ? 0 : 1;
   }
@@ -397,6 +401,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gossamer-train: joins the job as rank %d\n", rank);
       if (summaryPath.empty() && rendezvous.rfind("tcp://", 0) != 0)
         summaryPath = rendezvous + "/summary.json";
+      const gossamer::JobProcessMark mark(rendezvous);  // the launcher waits for this process
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
     if (rank >= 0) {
@@ -406,6 +411,11 @@ int main(int argc, char** argv) {
       if (rank >= most)
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
                                         std::to_string(most));
+      // A restarted rank writes the summary where the launcher reads it,
+      // as the launcher's own ranks do (it may be the one that writes it).
+      if (rejoin && summaryPath.empty() && rendezvous.rfind("tcp://", 0) != 0)
+        summaryPath = rendezvous + "/summary.json";
+      const gossamer::JobProcessMark mark(rendezvous);  // the launcher waits for this process
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
     if (c.get<std::string>("transport.kind") == "inproc")

@@ -49,6 +49,14 @@ struct LaunchOptions {
   /// After forwarding a signal, how long the ranks may take to exit before
   /// they are killed, seconds.
   double stopGraceSeconds = 5;
+  /// Once every rank's process has ended, and before the rendezvous
+  /// directory goes, wait while a process that marked itself there
+  /// (JobProcessMark) still runs: one started in place of a killed rank, or
+  /// one that joined the job. It is the job's now, so a signal caught
+  /// meanwhile is forwarded to it as to the ranks, and after
+  /// stopGraceSeconds it is killed. Off: the directory goes at once, and
+  /// such processes lose the job's rendezvous.
+  bool followJob = false;
 };
 
 /// How one rank's process ended.
@@ -113,6 +121,23 @@ std::vector<int> allowedCpus();
 LaunchResult launchLocalRanks(const LaunchOptions& options,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup = {});
+
+/// Marks this process, for as long as the object lives, as one of the job
+/// whose rendezvous is `rendezvous`: a file "process-PID" in that directory
+/// holding the process's start time (/proc/self/stat), which the launcher
+/// that made the directory waits for (LaunchOptions::followJob). Nothing for
+/// a rendezvous that is not a directory (tcp://...), and nothing if the file
+/// cannot be written (the launcher then does not wait for this process).
+class JobProcessMark {
+ public:
+  explicit JobProcessMark(const std::string& rendezvous);
+  ~JobProcessMark();
+  JobProcessMark(const JobProcessMark&) = delete;
+  JobProcessMark& operator=(const JobProcessMark&) = delete;
+
+ private:
+  std::string path_;  // empty: nothing marked
+};
 
 /// The id of the job whose rendezvous directory launchLocalRanks made
 /// (/tmp/gossamer-rdv-ID: the six characters after the prefix), which names

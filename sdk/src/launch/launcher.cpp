@@ -16,7 +16,10 @@
 #include <iterator>
 #include <new>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
@@ -301,6 +304,87 @@ class RankSupervisor {
   std::size_t alive_;  // ranks not yet reaped
 };
 
+// Field 22 of /proc/PID/stat (the process's start time, clock ticks after
+// boot), and whether the process is a zombie; nullopt if it does not exist.
+std::optional<std::pair<std::string, bool>> processStart(const std::string& pid) {
+  std::FILE* f = std::fopen(("/proc/" + pid + "/stat").c_str(), "r");
+  if (!f) return std::nullopt;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // after the command name, which may hold spaces
+  if (!p) return std::nullopt;
+  std::vector<std::string> fields;
+  for (const char* q = p + 1; *q;) {
+    while (*q == ' ') ++q;
+    const char* e = q;
+    while (*e && *e != ' ' && *e != '\n') ++e;
+    if (e == q) break;
+    fields.emplace_back(q, e);
+    q = e;
+  }
+  // fields[0] is field 3 (the state), so field 22 is fields[19].
+  if (fields.size() < 20) return std::nullopt;
+  return std::make_pair(fields[19], fields[0] == "Z");
+}
+
+// The processes marked in `dir` (JobProcessMark) that still run: their
+// start time matches the mark's (no reused pid), and they are no zombie.
+std::vector<pid_t> markedProcesses(const std::string& dir) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("process-", 0) != 0) continue;
+    const std::string pid = name.substr(8);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    std::FILE* f = std::fopen(entry.path().c_str(), "r");
+    if (!f) continue;
+    char mark[64] = "";
+    const std::size_t n = std::fread(mark, 1, sizeof mark - 1, f);
+    std::fclose(f);
+    mark[n] = '\0';
+    const auto now = processStart(pid);
+    if (now && !now->second && now->first == mark) out.push_back(static_cast<pid_t>(std::stol(pid)));
+  }
+  return out;
+}
+
+// LaunchOptions::followJob: waits while a process marked in `dir` runs; a
+// caught signal is forwarded to them, and stopGraceSeconds later they are
+// killed. Records a caught signal in `result`.
+void followMarkedProcesses(const std::string& dir, const LaunchOptions& o, LaunchResult& result) {
+  using Clock = std::chrono::steady_clock;
+  bool said = false;
+  std::optional<Clock::time_point> forwardedAt;
+  for (;;) {
+    const std::vector<pid_t> alive = markedProcesses(dir);
+    if (alive.empty()) return;
+    if (!said) {
+      GOSSAMER_LOG(kInfo,
+                   o.name << ": its ranks' processes have ended; " << alive.size()
+                          << " process(es) of the job started in their place or beside them still run: "
+                             "waiting for them");
+      said = true;
+    }
+    if (const int sig = caughtSignal; sig != 0 && !forwardedAt) {
+      GOSSAMER_LOG(kWarning, o.name << ": caught signal " << sig << "; forwarding it to the job's processes");
+      result.signal = sig;
+      forwardedAt = Clock::now();
+      for (pid_t p : alive) kill(p, sig);
+    }
+    if (forwardedAt &&
+        std::chrono::duration<double>(Clock::now() - *forwardedAt).count() > o.stopGraceSeconds) {
+      GOSSAMER_LOG(kWarning,
+                   o.name << ": killing the job's processes still running (they outlived the signal)");
+      for (pid_t p : alive) kill(p, SIGKILL);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 // Logs which ranks did not finish, by outcome.
 void reportFailures(const LaunchOptions& o, const LaunchResult& result) {
   std::string report;
@@ -339,6 +423,23 @@ std::string jobRendezvous(const std::string& id) {
   return dir;
 }
 
+JobProcessMark::JobProcessMark(const std::string& rendezvous) {
+  std::error_code ec;
+  if (rendezvous.rfind("tcp://", 0) == 0 || !std::filesystem::is_directory(rendezvous, ec)) return;
+  const std::string pid = std::to_string(::getpid());
+  const auto start = processStart(pid);
+  if (!start) return;
+  const std::string path = rendezvous + "/process-" + pid;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  const bool ok = std::fputs(start->first.c_str(), f) >= 0;
+  if (std::fclose(f) == 0 && ok) path_ = path;
+}
+
+JobProcessMark::~JobProcessMark() {
+  if (!path_.empty()) std::remove(path_.c_str());
+}
+
 LaunchResult launchLocalRanks(const LaunchOptions& o,
                               const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
                               const std::function<void(const std::string&)>& beforeCleanup) {
@@ -355,6 +456,7 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   SignalForwarding forwarding(o.forwardSignals);
   RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));
   LaunchResult result = supervisor.waitAll();
+  if (o.followJob && result.signal == 0) followMarkedProcesses(rendezvous, o, result);
   if (beforeCleanup) beforeCleanup(rendezvous);
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
