@@ -20,7 +20,9 @@ it checks, and writes to results/churn.json per algorithm:
   events           how many of each kind were injected (and the partition)
   hangs            processes still running 300 s after the stop file
   crashes          processes that exited with a status other than 0 and that
-                   the script did not kill
+                   the script did not kill: every process it started, and
+                   the launcher (crashed: each one's rank, exit status and
+                   last error lines)
   hash_mismatches  AllReduce-SGD: epochs whose consensus distance (the
                    survivors' models, compared by an allreduce) is above
                    1e-9, that is whose models were not identical on every
@@ -100,6 +102,7 @@ class Job:
         self.launcher = subprocess.Popen([binary, "--config", config, "--progress", "off"] + self.args(),
                                          stdout=self.log, stderr=subprocess.STDOUT)
         self.started = {}  # global rank -> Popen of the newest process started by the script
+        self.all_started = []  # (global rank, Popen, log path) of every process started by the script
         self.killed = set()  # pids killed by the script
         self.job = None
 
@@ -127,9 +130,11 @@ class Job:
         return {r: pid for r, pid in out.items() if pid not in self.killed and rss_kib(pid) is not None}
 
     def start(self, how, rank):
-        log = open(os.path.join(self.tmp, f"started-{rank}-{len(self.started)}.log"), "w")
-        self.started[rank] = subprocess.Popen([self.binary, "--config", self.config, "--progress", "off"] + how +
-                                              self.args(), stdout=log, stderr=subprocess.STDOUT)
+        path = os.path.join(self.tmp, f"started-{rank}-{len(self.all_started)}.log")
+        with open(path, "w") as log:
+            self.started[rank] = subprocess.Popen([self.binary, "--config", self.config, "--progress", "off"] + how +
+                                                  self.args(), stdout=log, stderr=subprocess.STDOUT)
+        self.all_started.append((rank, self.started[rank], path))
 
 
 def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
@@ -194,13 +199,13 @@ def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
             open(stop, "w").close()
             stopped = time.time()
             hangs = 0
-            for p in [job.launcher] + list(job.started.values()):
+            for p in [job.launcher] + [x[1] for x in job.all_started]:
                 try:
                     p.wait(timeout=max(1.0, timeout - (time.time() - stopped)))
                 except subprocess.TimeoutExpired:
                     hangs += 1
         finally:
-            for p in [job.launcher] + list(job.started.values()):
+            for p in [job.launcher] + [x[1] for x in job.all_started]:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
@@ -209,9 +214,15 @@ def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
             log = f.read()
         # The launcher reports rank processes it saw die; those the script
         # killed are not crashes. Started processes count by exit status.
-        crashes = sum(1 for p in job.started.values() if p.returncode not in (0, -9, None))
+        crashed = [(rank, p.returncode, path) for rank, p, path in job.all_started if p.returncode not in (0, -9, None)]
+        crashes = len(crashed)
         if job.launcher.returncode not in (0, None):
             crashes += 1
+        why = []  # each crashed process's last error lines
+        for rank, code, path in crashed:
+            with open(path) as f:
+                errors = [l for l in f.read().splitlines() if "error" in l]
+            why.append({"rank": rank, "exit": code, "errors": errors[-5:]})
         summary_path = os.path.join(run_dir, "summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
         survivors = summary.get("survivors", [])
@@ -234,7 +245,7 @@ def run(binary, config, minutes, rng, churn, timeout=300, keep=False):
                 "consensus_mismatch_epochs": mismatches,
                 "mass_error": abs(sum(weights) - len(weights)) if len(weights) == len(survivors) and weights else None,
                 "rss_start_mib": mib(rss_start), "rss_end_mib": mib(rss_end), "wall_seconds": time.time() - start,
-                "log_tail": "\n".join(l for l in log.splitlines() if "error" in l)[-2000:]}
+                "log_tail": "\n".join(l for l in log.splitlines() if "error" in l)[-2000:], "crashed": why}
 
 
 def main():
@@ -265,7 +276,7 @@ def main():
                "rss_end_mib_per_process": churned["rss_end_mib"][1],
                "final_members": churned["survivors"], "epochs": churned["epochs"],
                "accuracy": churned["accuracy"], "fault_free_accuracy": clean["accuracy"],
-               "fault_free_epochs": clean["epochs"]}
+               "fault_free_epochs": clean["epochs"], "crashed": churned["crashed"]}
         rows.append(row)
         e = row["events"]
 
@@ -279,6 +290,9 @@ def main():
               f"{f(100 * row['fault_free_accuracy'] if row['fault_free_accuracy'] else None, '12.2f')}", flush=True)
         if churned["log_tail"]:
             print(churned["log_tail"], file=sys.stderr)
+        for c in churned["crashed"]:
+            print(f"crashed: a process of rank {c['rank']} (exit {c['exit']}): " + " | ".join(c["errors"]),
+                  file=sys.stderr)
     write_results(args.out, rows)
 
 
