@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Allreduce benchmark: our algorithms (bench/allreduce.cpp) over our native
-# socket transport and zmq, each over tcp and ipc, and Open MPI's MPI_Allreduce (bench/mpi_allreduce.c) with its default
-# transports (shared memory) and with --mca btl self,tcp, as N processes on this
-# machine. Float32 sum; time per call = median over repetitions of the slowest
-# rank, after warm-up; algbw and busbw as nccl-tests define them (GB/s).
+# socket transport and zmq, each over tcp and ipc, Open MPI's MPI_Allreduce (bench/mpi_allreduce.c) with its default
+# transports (shared memory) and with --mca btl self,tcp, and torch.distributed's
+# gloo backend (bench/gloo_allreduce.py, when /usr/bin/python3 has torch), as N
+# processes on this machine, each with its default settings. Float32 sum; time
+# per call = median over repetitions of the slowest rank, after warm-up; algbw
+# and busbw as nccl-tests define them (GB/s).
 # For each world size and each size the runs are interleaved (ours over every
-# transport, MPI tcp, MPI shared memory), so a change in machine load hits all alike;
-# with --rounds R the whole sequence is repeated R times and each measurement
-# reported is the one with the median time over the rounds.
-# Prints one table per world size with the ratios ours/MPI, and writes
-# results/bench-allreduce.json. See docs/collectives.md, "Performance against Open MPI".
+# transport, MPI tcp, MPI shared memory); gloo runs once per round and world
+# size, every size in one job, after them. So a change in machine load hits all
+# alike; with --rounds R the whole sequence is repeated R times and each
+# measurement reported is the one with the median time over the rounds.
+# Prints, per world size, one block per implementation in the columns of
+# nccl-tests and the OSU benchmarks (size, count, type, redop, time, algbw,
+# busbw, #wrong: every run checks its sums, a wrong one fails it, so a row
+# printed has 0) and the ratios against Open MPI and gloo; writes one JSON row
+# per measurement (impl: gossamer, openmpi or gloo; algorithm, transport,
+# world_size, bytes, count, seconds, algbw, busbw, wrong, rounds) to
+# results/bench-allreduce.json. See docs/collectives.md, "Performance against
+# Open MPI and gloo".
 #
 #   scripts/bench-allreduce.sh            # 2, 4, 8 processes; 4 B .. 256 MiB (x4); 3 rounds; ~25 min with libfabric, ~9 without
 #   scripts/bench-allreduce.sh --quick    # 4 processes; 4 KiB, 1 MiB, 64 MiB; 3 rounds; socket and zmq
-#                                         # transports only (unless --transports); under a minute;
-#                                         # writes results/bench-allreduce-quick.json
+#                                         # transports only (unless --transports), no gloo (unless
+#                                         # --gloo); under a minute; writes results/bench-allreduce-quick.json
 #   scripts/bench-allreduce.sh --auto-check
 #       every algorithm and auto, 2, 4, 8 processes, 4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, no MPI, 3 rounds
 #       (~5 min): the cost model (calibrated once per launch and transport) predicts each time, and
@@ -27,16 +36,13 @@
 #          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc[,libfabric-tcp,libfabric-shm]
 #              (default: those four, and libfabric's two when the build has libfabric, except with --quick)
 #          --rounds R  --budget SECONDS (timed calls per measurement, ~)  --reps MAX  --min-reps MIN  --no-mpi
-#          --json PATH
+#          --gloo / --no-gloo (default: gloo rows unless --quick or --auto-check)  --json PATH
 #          --bind core|none: core (default) binds rank r to the (r mod C)-th of the C CPUs allowed, ours
 #              (LaunchOptions::binding) and MPI's alike (--map-by core --bind-to core:overload-allowed,
 #              unless GOSSAMER_MPIRUN_ARGS maps or binds); none lets the OS place them
 # Environment: GOSSAMER_MPIRUN_ARGS (extra mpirun arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# zmq with transport.recycle_receive_buffers (process-wide mallopt), as the
-# docs' zmq figures were measured; GOSSAMER_BENCH_ZMQ_RECYCLE=0 measures without.
-export GOSSAMER_BENCH_ZMQ_RECYCLE="${GOSSAMER_BENCH_ZMQ_RECYCLE:-1}"
 cd "$root"
 
 world_sizes="2,4,8"
@@ -48,6 +54,7 @@ reps="200"
 min_reps="5"
 min_reps_set=0
 use_mpi=1
+use_gloo=""
 json="results/bench-allreduce.json"
 quick=0
 rounds=3
@@ -68,6 +75,8 @@ while [ $# -gt 0 ]; do
     --reps) reps="$2"; shift ;;
     --min-reps) min_reps="$2"; min_reps_set=1; shift ;;
     --no-mpi) use_mpi=0 ;;
+    --gloo) use_gloo=1 ;;
+    --no-gloo) use_gloo=0 ;;
     --json) json="$2"; json_set=1; shift ;;
     --auto-check) auto_check=1 ;;
     --bind)
@@ -87,8 +96,10 @@ if [ "$auto_check" = 1 ]; then
   # at 16 MiB and 8 processes (60 ms each) on a loaded 2-core machine.
   [ "$min_reps_set" = 1 ] || min_reps=12
   use_mpi=0
+  use_gloo=0
   [ "$json_set" = 1 ] || json="results/bench-allreduce-auto.json"
 fi
+[ -n "$use_gloo" ] || { [ "$quick" = 1 ] && use_gloo=0 || use_gloo=1; }
 if [ -z "$sizes" ]; then  # 4 B .. 256 MiB, powers of 4
   sizes=""
   for ((b = 4; b <= 268435456; b *= 4)); do sizes+="${sizes:+,}$b"; done
@@ -123,6 +134,10 @@ if [ "$use_mpi" = 1 ]; then
 fi
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
+if [ "$use_gloo" = 1 ] && ! "$python" -c 'import torch.distributed' 2>/dev/null; then
+  echo "bench-allreduce: torch not importable by $python (python3-torch): gloo rows skipped" >&2
+  use_gloo=0
+fi
 
 mpirun_args=(--oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
@@ -177,6 +192,8 @@ def dur(s):
 def key(r):
     if r["impl"] == "openmpi":
         return "mpi/" + r["transport"]
+    if r["impl"] == "gloo":
+        return "gloo/" + r["transport"]
     return r["algorithm"] + "/" + r["transport"]
 
 # Which MPI run each of ours is compared with: tcp with MPI's tcp BTL, ipc and
@@ -188,7 +205,7 @@ def peer_of(k):
 
 def order(k):
     a, t = k.split("/")
-    return (a == "mpi", a, {"tcp": 0, "ipc": 1, "sm": 1}.get(t.split("-")[-1], 2), t)
+    return (a in ("mpi", "gloo"), a, {"tcp": 0, "ipc": 1, "sm": 1}.get(t.split("-")[-1], 2), t)
 
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == "progress":
@@ -323,6 +340,9 @@ for g in groups.values():
     m = dict(g[(len(g) - 1) // 2])
     m["rounds"] = len(g)
     rs.append(m)
+for r in rs:
+    r["count"] = r["bytes"] // 4  # float32 elements
+    r["wrong"] = 0  # every implementation's run fails on a wrong sum
 rs.sort(key=lambda r: (r["world_size"], r["bytes"], r["impl"] != "gossamer", r["algorithm"], r["transport"]))
 with open(out, "w") as f:
     json.dump(rs, f, indent=2)
@@ -330,22 +350,28 @@ with open(out, "w") as f:
 for n in sorted({r["world_size"] for r in rs}):
     at = {(r["bytes"], key(r)): r for r in rs if r["world_size"] == n}
     cols = sorted({k for _, k in at}, key=order)
-    ratios = [(k, peer_of(k)) for k in cols if not k.startswith("mpi/") and peer_of(k) in cols]
-    print("\n== %d processes: time per call (median over repetitions of the slowest rank) and busbw (GB/s);" % n)
-    print("   ratio = MPI time / our time = our busbw / MPI busbw (1.00x: as fast as MPI, above: faster)")
-    cw = {k: max(22, len(k) + 2) for k in cols}
-    rlabels = [a + " vs mpi/" + b.split("/")[1] for a, b in ratios]
-    rw = [max(18, len(l) + 2) for l in rlabels]
-    print("%-9s" % "size" + "".join("%*s" % (cw[k], k) for k in cols)
-          + "".join("%*s" % (w, l) for w, l in zip(rw, rlabels)))
+    print("\n== %d processes, float32 sum in place; time = median over repetitions of the slowest rank's, the"
+          " median of %d round(s)" % (n, max(r["rounds"] for r in at.values())))
+    for k in cols:
+        print("\n-- %s\n%10s %12s %6s %6s %12s %12s %12s %7s" % (
+            k, "size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"))
+        for b in sorted(b for b, kk in at if kk == k):
+            r = at[(b, k)]
+            print("%10d %12d %6s %6s %12.1f %12.3f %12.3f %7d" % (
+                b, r["count"], "float", "sum", r["seconds"] * 1e6, r["algbw"], r["busbw"], r["wrong"]))
+    ours = [k for k in cols if not k.startswith(("mpi/", "gloo/"))]
+    ratios = [(a, peer_of(a)) for a in ours if peer_of(a) in cols]
+    ratios += [(a, "gloo/tcp") for a in ours if a.endswith("tcp") and "gloo/tcp" in cols]
+    if not ratios:
+        continue
+    labels = [a + " vs " + b for a, b in ratios]
+    print("\n-- ratios: their time / ours (1.00x: as fast, above: ours faster)")
+    print("%-9s" % "size" + "".join("%*s" % (max(12, len(l) + 2), l) for l in labels))
     for b in sorted({b for b, _ in at}):
         line = "%-9s" % size(b)
-        for k in cols:
-            r = at.get((b, k))
-            line += "%*s" % (cw[k], "%s %7.3f" % (dur(r["seconds"]), r["busbw"]) if r else "-")
-        for w, (a, m) in zip(rw, ratios):
+        for l, (a, m) in zip(labels, ratios):
             ra, rm = at.get((b, a)), at.get((b, m))
-            line += "%*s" % (w, "%.2fx" % (rm["seconds"] / ra["seconds"]) if ra and rm else "-")
+            line += "%*s" % (max(12, len(l) + 2), "%.2fx" % (rm["seconds"] / ra["seconds"]) if ra and rm else "-")
         print(line)
 print("\nwrote %s (%d measurements)" % (out, len(rs)))
 PY
@@ -401,10 +427,18 @@ fi
 for ((round = 1; round <= rounds; ++round)); do
   for n in "${ns[@]}"; do
     echo "== round $round/$rounds, $n processes: $algorithms over $transports$(
-      [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory"); ranks bound: $bind"
+      [ "$use_mpi" = 1 ] && echo "; MPI_Allreduce over tcp and shared memory")$(
+      [ "$use_gloo" = 1 ] && echo "; gloo"); ranks bound: $bind"
     for b in "${byte_sizes[@]}"; do
       measure "$round" "$n" "$b"
     done
+    if [ "$use_gloo" = 1 ]; then
+      f="$tmp/gloo-$round-$n.jsonl"
+      "$python" bench/gloo_allreduce.py --world-size "$n" --sizes "$sizes" --reps "$reps" --min-reps "$min_reps" \
+        --budget "$budget" --bind "$bind" >"$f"
+      echo "  gloo, $n processes: $(grep -c '^{' "$f") sizes"
+      files+=("$f")
+    fi
   done
 done
 mkdir -p "$(dirname "$json")"

@@ -34,12 +34,25 @@ baseline's training time:
              resumes; the job trains eight times the epochs so that it
              outlasts the stop (its accuracy is not comparable with the
              fault-free run's)
+  repeated-kills
+             --kills (20) kills -9 in one job, each of one of ranks 1-7 (a seeded
+             order, every rank in turn), each followed 2 s later by the
+             README's restart command for it, at least 8 s apart; every other
+             kill is aimed at the end of an epoch (0-300 ms before the next
+             epoch line the launcher is predicted to print, from the period
+             of the last ones: inside the epoch's flush, in async mode its
+             agreement), the others at a random point of an epoch; the job
+             trains as many epochs as that takes (not in the default list;
+             accuracy not comparable with the fault-free run's). The row
+             gives every kill's every_stepped time, how many were aimed at
+             an epoch's end, and how many times a survivor's agreement saw a
+             rank fail ("cannot agree" in the logs)
   none       the fault-free run itself, as a row (not in the default list)
   straggler  rank 3 sleeps after each step for 9 of the fault-free run's
              step times: a 10x straggler (not in the default list)
 
-Algorithms: crossover, sgp, hierarchical, allreduce (the default list) and
-sgp-async (SGP with algorithm.mode=async). For SGP the rows also give the
+Algorithms: crossover, sgp, hierarchical, allreduce (the default list),
+sgp-async and crossover-async (algorithm.mode=async). For SGP the rows also give the
 lowest and highest push-sum weight of any rank after any step.
 
 It prints one row per (algorithm, scenario) and writes results/faults.json
@@ -50,7 +63,9 @@ detection_seconds (from the fault until the survivors started the view
 change), resume_seconds (from the fault until the new view was installed on
 the rank that wrote the summary), every_stepped_seconds (from the fault
 until every member of the first view without the lost rank had completed a
-step in it, from the ranks' step records: what users feel), steps_lost (steps the ranks furthest
+step in it, from the ranks' step records: what users feel; the worst over
+the run's faults, every_stepped_p50_seconds their median, and
+every_stepped_per_fault each), steps_lost (steps the ranks furthest
 behind skipped to realign), steps_per_second (survivors' mean over the run)
 and baseline_steps_per_second; for rejoin also reconverge_steps: steps from
 the rejoin to the end of the first epoch whose consensus distance is back at
@@ -69,12 +84,15 @@ provider) instead of ZeroMQ (the "transport" field of each row).
 
 Usage: scripts/faults.sh [--algorithms crossover,sgp,hierarchical,allreduce] [--transport zmq|socket|libfabric-tcp]
                          [--scenarios kill-1,kill-3,stop-10s,rejoin,partition,join,restart-defaults,
-                                      stop-defaults,stop-60s] [--epochs N]
+                                      stop-defaults,stop-60s,repeated-kills] [--epochs N] [--kills 20]
        scripts/faults.sh --algorithms sgp,sgp-async --scenarios none,straggler,kill-1 --epochs 20
+       scripts/faults.sh --algorithms crossover,crossover-async,sgp,sgp-async,hierarchical,allreduce \
+                         --scenarios repeated-kills
 """
 import argparse
 import glob
 import json
+import math
 import re
 import statistics
 import os
@@ -100,6 +118,7 @@ ALGORITHMS = {
     "hierarchical": ("examples/configs/hierarchical.yaml", ()),
     "allreduce": ("examples/configs/quickstart-allreduce.yaml", ()),
     "sgp-async": ("examples/configs/sgp.yaml", ("algorithm.mode=async",)),
+    "crossover-async": ("examples/configs/quickstart-crossover.yaml", ("algorithm.mode=async",)),
 }
 DEFAULT_ALGORITHMS = "crossover,sgp,hierarchical,allreduce"
 
@@ -115,6 +134,8 @@ SCENARIOS = {
     "stop-60s": [(0.05, "stop", 3), (None, "cont-60", 3)],
     # Set in the config (the fault injector's partition), not by a signal.
     "partition": [],
+    # Driven by repeated_kills, not by this table.
+    "repeated-kills": [],
     # The fault-free run itself (the baseline), as a row.
     "none": [],
     # Rank 3 sleeps after each step for 9 of the baseline's step times.
@@ -207,7 +228,69 @@ def step_rate(records, rank, t0, t1):
     return len(steps) / (t1 - t0) if steps and t1 > t0 else None
 
 
-def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
+REPEATED_KILLS = 20  # repeated-kills
+KILL_SPACING = 8.0  # seconds, at least, between two kills of repeated-kills
+
+
+def repeated_kills(proc, log_path, restart, events, aims, kills=REPEATED_KILLS, seed=1):
+    """repeated-kills: `kills` kills -9 of ranks 1-7 (each rank in turn, in a
+    seeded order per cycle), at least KILL_SPACING s apart, each followed 2 s
+    later by restart(rank) (which returns the new process's pid); odd ones
+    aimed at an epoch's end, from the times the launcher's "epoch k/" lines
+    appeared (polled every 10 ms). Appends (time, action, rank) to `events`
+    and "epoch-end" or "mid-epoch" per kill to `aims`."""
+    import random
+    rng = random.Random(seed)
+    pids = {}  # rank -> pid of the newest process this function started for it
+    stamps, seen = [], 0
+
+    def watch():
+        nonlocal seen
+        with open(log_path) as f:
+            n = len(re.findall(r"epoch \d+/", f.read()))
+        if n > seen:
+            stamps.extend([time.time()] * (n - seen))
+            seen = n
+
+    def sleep_until(t):
+        while time.time() < t:
+            if proc.poll() is not None:
+                raise RuntimeError(f"repeated-kills: the job ended after {len(aims)} kills")
+            watch()
+            time.sleep(0.01)
+
+    order = []
+    last = time.time() - KILL_SPACING
+    for i in range(kills):
+        if not order:
+            order = rng.sample(range(1, 8), 7)
+        victim = order.pop()
+        sleep_until(last + KILL_SPACING)
+        recent = stamps[-6:]
+        gaps = [b - a for a, b in zip(recent, recent[1:]) if b > a]
+        period = statistics.median(gaps) if gaps else 1.0
+        if i % 2 == 1 and gaps:
+            when = stamps[-1]
+            while when - 0.3 < time.time() + 0.05:
+                when += period
+            when -= rng.uniform(0.0, 0.3)
+            aims.append("epoch-end")
+        else:
+            when = time.time() + rng.uniform(0.0, period)
+            aims.append("mid-epoch")
+        sleep_until(when)
+        pid = pids.get(victim) or rank_pids(proc.pid).get(victim)
+        if pid is None:
+            raise RuntimeError(f"repeated-kills: rank {victim} is not running")
+        os.kill(pid, signal.SIGKILL)
+        last = time.time()
+        events.append((last, "kill", victim))
+        sleep_until(last + 2.0)
+        pids[victim] = restart(victim)
+        events.append((time.time(), "restart-job", victim))
+
+
+def run(binary, config, epochs, scenario, baseline, timeout, extra=(), kills=REPEATED_KILLS):
     """Runs the job. The faults are placed after rank 0 printed its first
     epoch, at fractions of the rest of the baseline's training time
     (`baseline`, seconds). "{tmp}" in `extra` is the run's temporary directory."""
@@ -222,16 +305,30 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
         log_path = os.path.join(tmp, "log")
         log = open(log_path, "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
-        events = []
+        events, aims = [], []
         try:
             first_epoch = None
-            if SCENARIOS.get(scenario):
+            if SCENARIOS.get(scenario) or scenario == "repeated-kills":
                 while first_epoch is None and proc.poll() is None and time.time() - start < timeout:
                     with open(log_path) as f:
                         if "epoch 1/" in f.read():
                             first_epoch = time.time()
                     time.sleep(0.02)
             rdv = None
+            if scenario == "repeated-kills":
+                with open(log_path) as f:
+                    job = re.search(r"gossamer-train: job ([A-Za-z0-9]{6})", f.read()).group(1)
+
+                def restart(rank):
+                    rlog_path = os.path.join(tmp, f"started-{rank}-{len(started)}.log")
+                    with open(rlog_path, "w") as rlog:
+                        p = subprocess.Popen([binary, "--config", os.path.join(ROOT, config), "--job", job,
+                                              "--rank", str(rank), "--rejoin"] + [a for kv in sets for a in ("--set", kv)],
+                                             stdout=rlog, stderr=subprocess.STDOUT, text=True)
+                    started.append((p, rlog_path, rank, time.time()))
+                    return p.pid
+
+                repeated_kills(proc, log_path, restart, events, aims, kills)
             for frac, action, rank in SCENARIOS.get(scenario, []):
                 if action in ("restart", "restart-job", "join"):
                     if frac is None:
@@ -284,11 +381,12 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
         wall = time.time() - start
         with open(log_path) as f:
             out = f.read()
-        result = {"exit": proc.returncode, "wall": wall, "events": events, "log": out, "started": []}
+        result = {"exit": proc.returncode, "wall": wall, "events": events, "aims": aims, "log": out, "started": []}
         for p, path, rank, at in started:
             with open(path) as f:
                 result["started"].append({"rank": rank, "at": at, "exit": p.returncode, "log": f.read()})
-        # Only the failures of the started processes count against the job.
+        # Only the failures of the started processes count against the job
+        # (one this script killed later exits with -9).
         result["restarted_exit"] = max([0] + [x["exit"] for x in result["started"]])
         result["restarted_log"] = "".join(x["log"] for x in result["started"])
         result["records"] = read_records(os.path.join(tmp, "run"))
@@ -298,12 +396,18 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=()):
         return result
 
 
+def last_started(started, rank):
+    """The newest of the processes started for `rank` (run()'s "started" entries)."""
+    return [x for x in started if x["rank"] == rank][-1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/apps/gossamer-train"))
     ap.add_argument("--algorithms", default=DEFAULT_ALGORITHMS, help=f"of {','.join(ALGORITHMS)}")
     ap.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help=f"of {','.join(SCENARIOS)}")
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--kills", type=int, default=REPEATED_KILLS, help="kills of the repeated-kills scenario")
     ap.add_argument("--transport", default="zmq",
                     help=f"the transports to run over, in turn: of {','.join(TRANSPORTS)} (default zmq, the configs' own)")
     ap.add_argument("--timeout", type=float, default=900, help="bound on each run, seconds")
@@ -344,10 +448,15 @@ def main():
                     extra = ()
                 if scenario == "stop-60s":  # a job that outlasts the stop: eight times the epochs
                     extra = (f"training.epochs={8 * args.epochs}",)
+                epochs_run = {"stop-60s": 8 * args.epochs}.get(scenario, args.epochs)
+                if scenario == "repeated-kills":  # a job that outlasts the kills, from the fault-free epoch times
+                    epoch_seconds = min(h["seconds"] for h in bs["history"][1:] or bs["history"])
+                    epochs_run = max(args.epochs, math.ceil((args.kills * (KILL_SPACING + 1.5) + 30) / epoch_seconds))
+                    extra = (f"training.epochs={epochs_run}",)
                 if scenario == "straggler":
                     extra = ("training.straggler_rank=3", f"training.straggler_delay_seconds={9 / bs['steps_per_second']:.5f}")
                 r = base if scenario == "none" else run(args.binary, config, args.epochs, scenario, bs["wall_seconds"],
-                                                        args.timeout, algo_sets + extra)
+                                                        args.timeout, algo_sets + extra, args.kills)
                 s = r.get("summary", {})
                 faults = [e for e in r["events"] if e[1] in ("kill", "stop")]
                 # (A partition has no signal time to measure from: its detection is
@@ -400,8 +509,9 @@ def main():
                     "survivors": survivors,
                     # Every survivor completed every epoch (the launcher's report names them finished).
                     "survivors_finished": survivors == expected
-                    and len(s.get("history", [])) == (8 if scenario == "stop-60s" else 1) * args.epochs
-                    and finished == expected,
+                    and len(s.get("history", [])) == epochs_run
+                    and (finished == expected if scenario != "repeated-kills" else r["exit"] == 0 and all(
+                        x["exit"] == 0 for x in r["started"] if x is last_started(r["started"], x["rank"]))),
                     "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
                     "test_accuracy": s.get("test_accuracy"),
                     "baseline_accuracy": bs["test_accuracy"],
@@ -409,6 +519,10 @@ def main():
                     "resume_seconds": max(resume) if resume else None,
                     "every_stepped_seconds": max(stepped) if stepped and None not in stepped else None,
                     "every_stepped_per_fault": [[fault[1], x] for fault, x in zip(faults, stepped)],
+                    "every_stepped_p50_seconds": statistics.median([x for x in stepped if x is not None])
+                    if any(x is not None for x in stepped) else None,
+                    "kill_aims": r["aims"],
+                    "agreement_saw_failure": (r["log"] + r.get("restarted_log", "")).count("cannot agree"),
                     "view_changes": len(views),
                     "joins": joins,
                     "rate_before": rate_before,
@@ -422,7 +536,7 @@ def main():
                     "push_sum_weight_min": s.get("push_sum_weight_min"),
                     "push_sum_weight_max": s.get("push_sum_weight_max"),
                     "baseline_steps_per_second": bs["steps_per_second"],
-                    "epochs": args.epochs,
+                    "epochs": epochs_run,
                     "wall_seconds": r["wall"],
                     "first_fault_after_seconds": (first_fault - (r["events"][0][0] if r["events"] else 0)) if faults else None,
                 }
