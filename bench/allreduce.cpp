@@ -119,6 +119,7 @@ struct Args {
   int warmup = 5;                                 // untimed calls (the checked first call included), at most
   double calibrationSeconds = -1;                 // CalibrationOptions::secondsPerSize (< 0: its default)
   int calibrationPasses = 0;                      // CalibrationOptions::passes (0: its default)
+  bool noCalibration = false;                     // auto by its size thresholds, as configured by default
   double budget = 1.0;  // seconds of timed calls per (protocol, size, algorithm), roughly
   std::string jsonPath = "results/bench-allreduce.json";
   bool quiet = false;
@@ -350,8 +351,8 @@ json runProtocol(const Args& a, const std::string& protocol, gossamer::Store& st
   try {
     RankBench bench(a, *transport);
     // Several algorithms (or auto): calibrate the cost model once, at the start.
-    if (a.algorithms.size() > 1 ||
-        std::find(a.algorithms.begin(), a.algorithms.end(), "auto") != a.algorithms.end())
+    if (!a.noCalibration && (a.algorithms.size() > 1 || std::find(a.algorithms.begin(), a.algorithms.end(),
+                                                                  "auto") != a.algorithms.end()))
       bench.calibrate();
     const auto sizes = sizesOf(a);
     std::vector<float> buffer(*std::max_element(sizes.begin(), sizes.end()) / sizeof(float));
@@ -399,6 +400,7 @@ json launch(const Args& a) {
                    {"--calibration-seconds", gossamer::bench::exactArgument(a.calibrationSeconds)});
   if (a.calibrationPasses > 0)
     options.insert(options.end(), {"--calibration-passes", std::to_string(a.calibrationPasses)});
+  if (a.noCalibration) options.push_back("--no-calibration");
   auto results =
       gossamer::bench::launchAndCollect("allreduce", a.worldSize, a.timeout, a.deadline, options, a.binding);
   for (auto& row : results) row["binding"] = a.binding;
@@ -573,6 +575,9 @@ int main(int argc, char** argv) {
   app.add_option("--calibration-passes", a.calibrationPasses,
                  "cost model calibration: passes over the sizes (CalibrationOptions::passes)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--no-calibration", a.noCalibration,
+               "no cost model: auto picks by its size thresholds (collectives.small_message_bytes, "
+               "mid_message_bytes), as a job configured by default does");
   app.add_option("--json", a.jsonPath, "write the results here (empty: do not write)");
   app.add_flag("--quiet", a.quiet, "do not print the table");
   gossamer::bench::addBindOption(app, a.binding);

@@ -382,8 +382,9 @@ PY
 measure() {
   local round=$1 n=$2 b=$3 f t step=()
   f="$tmp/ours-$round-$n-$b.json"
+  # Default settings: auto without a calibrated cost model (its size thresholds).
   "$build/bench/allreduce" --world-size "$n" --sizes "$b" --transports "$transports" --algorithm "$algorithms" \
-    --reps "$reps" --min-reps "$min_reps" --budget "$budget" --bind "$bind" --json "$f" --quiet
+    --reps "$reps" --min-reps "$min_reps" --budget "$budget" --bind "$bind" --no-calibration --json "$f" --quiet
   step+=("$f")
   if [ "$use_mpi" = 1 ]; then
     for t in tcp sm; do
