@@ -432,7 +432,16 @@ def test_killed_peer_is_an_error_naming_it_not_a_hang(run_ranks):
     ranks = run_ranks(3, HEADER + """
 t = torch.ones(1000)
 dist.all_reduce(t)
+# Rank 2 dies between two calls: once the others have all of the first (its
+# last sends are asynchronous, and a process that exits at once may take
+# them with it, whichever rank finishes the algorithm first).
+here = os.path.dirname(os.path.abspath(__file__))
+open(os.path.join(here, "first-done-%d" % rank), "w").close()
 if rank == 2:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(here, "first-done-%d" % r)) for r in (0, 1)):
+        time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGKILL)
 start = time.monotonic()
 try:
