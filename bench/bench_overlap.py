@@ -16,16 +16,20 @@ rounds and the ratios. Every gossamer run ends with a digest of the model:
 overlap and no overlap must give the same bits (the script fails otherwise).
 
 Writes results/bench-overlap.json: one row per model with model, parameters,
-bucket_bytes, step_seconds_no_overlap, step_seconds_overlap,
+bucket_bytes, batch, transport, step_seconds_no_overlap, step_seconds_overlap,
 step_seconds_ddp_gloo, step_seconds_ddp_gossamer, ddp_gossamer_to_gloo,
 allreduce_fraction (the share of a no-overlap step spent waiting for the
-allreduces), the ratio of overlap to no overlap, bit_identical and rounds
-(each round's medians).
+allreduces), the ratio of overlap to no overlap, backward_seconds_no_overlap
+and backward_seconds_overlap (rank 0's median backward pass: with overlap the
+transport's work shares the cores with it), bit_identical and rounds (each
+round's medians). DDP runs with bucket_cap_mb = --bucket-mib; --modes leaves
+out the DDP runs (their columns are then null).
 
 Needs root for the namespaces; exits 77 (skipped) where they cannot be made.
 
     bench/bench_overlap.py                      # 3 rounds of 50 steps
     bench/bench_overlap.py --rounds 1 --steps 10
+    bench/bench_overlap.py --bucket-mib 4 --transport socket --modes overlap
 """
 
 import argparse
@@ -54,6 +58,13 @@ def parse_args():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--gbps", type=float, default=1.0, help="the link between the two hosts, Gbit/s")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--bucket-mib", type=float, default=25.0,
+                   help="DistributedOptimizer's bucket_bytes, MiB (DDP's bucket_cap_mb likewise)")
+    p.add_argument("--batch", type=int, default=0, help="batch size (default: the model's)")
+    p.add_argument("--modes", nargs="+", default=MODES, choices=MODES,
+                   help="the runs (no_overlap and overlap always)")
+    p.add_argument("--transport", default="zmq", choices=["zmq", "socket"],
+                   help="DistributedOptimizer's transport (DDP on gossamer: zmq)")
     p.add_argument("--json", default=os.path.join(ROOT, "results", "bench-overlap.json"))
     # Internal: inside the hosts harness, and one rank of one run.
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -63,6 +74,7 @@ def parse_args():
     p.add_argument("--address", default="", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.modes = [m for m in MODES if m in set(args.modes) | {"no_overlap", "overlap"}]
     if args.rounds < 1 or args.steps < 1 or args.gbps <= 0:
         p.error("--rounds and --steps must be at least 1, --gbps positive")
     return args
@@ -74,6 +86,8 @@ def run_rank(args):
 
     torch.set_num_threads(1)
     widths, batch = MODELS[args.model]
+    batch = args.batch or batch
+    bucket_bytes = int(args.bucket_mib * 1024 * 1024)
     torch.manual_seed(0)
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -83,7 +97,7 @@ def run_rank(args):
     x = torch.randn(batch, widths[0], generator=g)
     y = torch.randint(0, widths[-1], (batch,), generator=g)
     loss_fn = torch.nn.CrossEntropyLoss()
-    times, waits = [], []
+    times, waits, backward = [], [], []
     if args.mode in ("ddp_gloo", "ddp_gossamer"):
         import torch.distributed as dist
 
@@ -94,7 +108,7 @@ def run_rank(args):
                                 world_size=2,
                                 pg_options={"transport": {"kind": "zmq", "host": "auto", "timeout_seconds": 60}}
                                 if args.mode == "ddp_gossamer" else None)
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mib)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         for step in range(3 + args.steps):
             t0 = time.perf_counter()
@@ -111,24 +125,28 @@ def run_rank(args):
 
         os.environ.update({"RANK": str(args.rank), "WORLD_SIZE": "2",
                            "GOSSAMER_RENDEZVOUS": f"tcp://{args.address}:{args.port}"})
-        cfg = {"transport": {"kind": "zmq", "host": "auto", "timeout_seconds": 60},
+        cfg = {"transport": {"kind": args.transport, "host": "auto", "timeout_seconds": 60},
                "algorithm": {"name": "allreduce_sgd"}}
         with gossamer.Agent.from_env(cfg) as agent:
             opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), model,
-                                          agent, overlap=args.mode == "overlap")
+                                          agent, overlap=args.mode == "overlap", bucket_bytes=bucket_bytes)
             for step in range(3 + args.steps):
                 t0 = time.perf_counter()
                 opt.zero_grad()
-                loss_fn(model(x), y).backward()
+                loss = loss_fn(model(x), y)
+                tf = time.perf_counter()
+                loss.backward()
                 t1 = time.perf_counter()
                 opt.step()
                 if step >= 3:
                     times.append(time.perf_counter() - t0)
+                    backward.append(t1 - tf)
                     waits.append(time.perf_counter() - t1)
             digest = hashlib.sha256(opt.flat_parameters.detach().numpy().tobytes()).hexdigest()
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"step_seconds": statistics.median(times),
                       "step_wait_seconds": statistics.median(waits) if waits else None,
+                      "backward_seconds": statistics.median(backward) if backward else None,
                       "digest": digest, "parameters": params}), flush=True)
 
 
@@ -142,12 +160,13 @@ def run_inside(args):
         rounds = []
         for rnd in range(args.rounds):
             medians = {}
-            for mode in MODES:
+            for mode in args.modes:
                 port += 2
                 procs = [subprocess.Popen(
                     ["ip", "netns", "exec", hosts[r]["namespace"], "/usr/bin/python3", os.path.abspath(__file__),
                      "--rank", str(r), "--mode", mode, "--model", name, "--steps", str(args.steps),
-                     "--address", address, "--port", str(port)],
+                     "--bucket-mib", str(args.bucket_mib), "--batch", str(args.batch),
+                     "--transport", args.transport, "--address", address, "--port", str(port)],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                     env=dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), OMP_NUM_THREADS="1",
                              GLOO_SOCKET_IFNAME="eth0"))  # each host's veth
@@ -159,21 +178,29 @@ def run_inside(args):
                         raise SystemExit(f"bench_overlap: {name} {mode} rank {r} exited {proc.returncode}:\n{err}")
                     outs.append(json.loads(out.strip().splitlines()[-1]))
                 medians[mode] = outs[0]
-                print(f"  round {rnd + 1} {name} {mode}: {outs[0]['step_seconds']:.3f} s/step", file=sys.stderr,
-                      flush=True)
+                bwd = outs[0].get("backward_seconds")
+                print(f"  round {rnd + 1} {name} {mode}: {outs[0]['step_seconds']:.3f} s/step"
+                      + (f", backward {bwd:.3f} s" if bwd is not None else ""), file=sys.stderr, flush=True)
             rounds.append(medians)
-        med = {m: statistics.median(r[m]["step_seconds"] for r in rounds) for m in MODES}
+        med = {m: statistics.median(r[m]["step_seconds"] for r in rounds) if m in args.modes else None
+               for m in MODES}
         wait = statistics.median(r["no_overlap"]["step_wait_seconds"] for r in rounds)
         digests = {r[m]["digest"] for r in rounds for m in ("overlap", "no_overlap")}
         rows.append({"model": name, "parameters": rounds[0]["overlap"]["parameters"],
-                     "bucket_bytes": 25 * 1024 * 1024, "link_gbps": args.gbps, "steps": args.steps,
+                     "bucket_bytes": int(args.bucket_mib * 1024 * 1024),
+                     "batch": args.batch or MODELS[name][1], "link_gbps": args.gbps, "steps": args.steps,
                      "step_seconds_no_overlap": med["no_overlap"], "step_seconds_overlap": med["overlap"],
                      "step_seconds_ddp_gloo": med["ddp_gloo"], "step_seconds_ddp_gossamer": med["ddp_gossamer"],
-                     "ddp_gossamer_to_gloo": med["ddp_gossamer"] / med["ddp_gloo"],
+                     "ddp_gossamer_to_gloo": med["ddp_gossamer"] / med["ddp_gloo"]
+                     if med["ddp_gossamer"] and med["ddp_gloo"] else None,
                      "allreduce_fraction": wait / med["no_overlap"],
                      "overlap_ratio": med["overlap"] / med["no_overlap"],
+                     "transport": args.transport,
+                     "backward_seconds_no_overlap": statistics.median(
+                         r["no_overlap"]["backward_seconds"] for r in rounds),
+                     "backward_seconds_overlap": statistics.median(r["overlap"]["backward_seconds"] for r in rounds),
                      "bit_identical": len(digests) == 1,
-                     "rounds": [{m: r[m]["step_seconds"] for m in MODES} for r in rounds]})
+                     "rounds": [{m: r[m]["step_seconds"] for m in args.modes} for r in rounds]})
     print(json.dumps(rows))
 
 
@@ -189,7 +216,9 @@ def main():
     spec.close()
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "tests/hosts/hosts.py"), "run", spec.name, "--",
            "/usr/bin/python3", os.path.abspath(__file__), "--inside", "--rounds", str(args.rounds),
-           "--steps", str(args.steps), "--gbps", str(args.gbps), "--models", *args.models]
+           "--steps", str(args.steps), "--gbps", str(args.gbps), "--models", *args.models,
+           "--bucket-mib", str(args.bucket_mib), "--batch", str(args.batch), "--modes", *args.modes,
+           "--transport", args.transport]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     os.unlink(spec.name)
     if done.returncode == 77:
@@ -201,9 +230,11 @@ def main():
     print(f"{'model':<12}{'params':>11}{'no overlap':>12}{'overlap':>9}{'ratio':>7}{'ddp gloo':>10}"
           f"{'ddp gossamer':>14}{'ratio':>7}{'allreduce %':>13}{'same bits':>11}")
     for r in rows:
+        def cell(v, width, fmt):
+            return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
         print(f"{r['model']:<12}{r['parameters']:>11,}{r['step_seconds_no_overlap']:>11.3f}s"
-              f"{r['step_seconds_overlap']:>8.3f}s{r['overlap_ratio']:>7.2f}{r['step_seconds_ddp_gloo']:>9.3f}s"
-              f"{r['step_seconds_ddp_gossamer']:>13.3f}s{r['ddp_gossamer_to_gloo']:>7.2f}"
+              f"{r['step_seconds_overlap']:>8.3f}s{r['overlap_ratio']:>7.2f}{cell(r['step_seconds_ddp_gloo'], 9, '.3f')}s"
+              f"{cell(r['step_seconds_ddp_gossamer'], 13, '.3f')}s{cell(r['ddp_gossamer_to_gloo'], 7, '.2f')}"
               f"{100 * r['allreduce_fraction']:>12.0f}%{str(r['bit_identical']):>11}")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
