@@ -7,12 +7,11 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "proc_stat.hpp"
 
 namespace gossamer {
 
@@ -126,19 +125,8 @@ EnvLookup processEnvironment() {
 
 std::string parentProcessId() {
   const pid_t parent = ::getppid();
-  std::ifstream in("/proc/" + std::to_string(parent) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  // Field 22 (start time, clock ticks since boot) counts from after the
-  // command name, which ends at the last ')'.
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream fields(stat.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return std::to_string(parent) + "-" + field;
-  }
-  return "";
+  const auto stat = detail::readProcessStat(parent);
+  return stat ? std::to_string(parent) + "-" + stat->startTime : "";
 }
 
 std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env,

@@ -23,6 +23,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
+#include "proc_stat.hpp"
 
 namespace gossamer {
 
@@ -304,31 +305,6 @@ class RankSupervisor {
   std::size_t alive_;  // ranks not yet reaped
 };
 
-// Field 22 of /proc/PID/stat (the process's start time, clock ticks after
-// boot), and whether the process is a zombie; nullopt if it does not exist.
-std::optional<std::pair<std::string, bool>> processStart(const std::string& pid) {
-  std::FILE* f = std::fopen(("/proc/" + pid + "/stat").c_str(), "r");
-  if (!f) return std::nullopt;
-  char buf[1024];
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // after the command name, which may hold spaces
-  if (!p) return std::nullopt;
-  std::vector<std::string> fields;
-  for (const char* q = p + 1; *q;) {
-    while (*q == ' ') ++q;
-    const char* e = q;
-    while (*e && *e != ' ' && *e != '\n') ++e;
-    if (e == q) break;
-    fields.emplace_back(q, e);
-    q = e;
-  }
-  // fields[0] is field 3 (the state), so field 22 is fields[19].
-  if (fields.size() < 20) return std::nullopt;
-  return std::make_pair(fields[19], fields[0] == "Z");
-}
-
 // The processes marked in `dir` (JobProcessMark) that still run: their
 // start time matches the mark's (no reused pid), and they are no zombie.
 std::vector<pid_t> markedProcesses(const std::string& dir) {
@@ -345,8 +321,9 @@ std::vector<pid_t> markedProcesses(const std::string& dir) {
     const std::size_t n = std::fread(mark, 1, sizeof mark - 1, f);
     std::fclose(f);
     mark[n] = '\0';
-    const auto now = processStart(pid);
-    if (now && !now->second && now->first == mark) out.push_back(static_cast<pid_t>(std::stol(pid)));
+    const auto id = static_cast<pid_t>(std::stol(pid));
+    const auto now = detail::readProcessStat(id);
+    if (now && !now->zombie && now->startTime == mark) out.push_back(id);
   }
   return out;
 }
@@ -426,13 +403,12 @@ std::string jobRendezvous(const std::string& id) {
 JobProcessMark::JobProcessMark(const std::string& rendezvous) {
   std::error_code ec;
   if (rendezvous.rfind("tcp://", 0) == 0 || !std::filesystem::is_directory(rendezvous, ec)) return;
-  const std::string pid = std::to_string(::getpid());
-  const auto start = processStart(pid);
+  const auto start = detail::readProcessStat(::getpid());
   if (!start) return;
-  const std::string path = rendezvous + "/process-" + pid;
+  const std::string path = rendezvous + "/process-" + std::to_string(::getpid());
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return;
-  const bool ok = std::fputs(start->first.c_str(), f) >= 0;
+  const bool ok = std::fputs(start->startTime.c_str(), f) >= 0;
   if (std::fclose(f) == 0 && ok) path_ = path;
 }
 

@@ -1,0 +1,33 @@
+#include "proc_stat.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace gossamer::detail {
+
+std::optional<ProcessStat> readProcessStat(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return std::nullopt;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // The fields count from after the command name, which ends at the last ')'
+  // (the name itself may hold spaces and parentheses).
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return std::nullopt;
+  std::vector<std::string> fields;  // fields[0] is field 3 (the state), so field 22 is fields[19]
+  for (const char* q = p + 1; *q && fields.size() < 20;) {
+    while (*q == ' ') ++q;
+    const char* e = q;
+    while (*e && *e != ' ' && *e != '\n') ++e;
+    if (e == q) break;
+    fields.emplace_back(q, e);
+    q = e;
+  }
+  if (fields.size() < 20) return std::nullopt;
+  return ProcessStat{fields[19], fields[0] == "Z"};
+}
+
+}  // namespace gossamer::detail

@@ -1,0 +1,23 @@
+// One process's identity on this host from /proc/PID/stat: its start time
+// (field 22, clock ticks after boot), which with the pid names the process
+// also across pid reuse, and whether it is a zombie (field 3 "Z").
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+namespace gossamer::detail {
+
+/// What launchers read of /proc/PID/stat.
+struct ProcessStat {
+  std::string startTime;  ///< field 22: clock ticks after boot, as written there
+  bool zombie = false;    ///< field 3 is "Z": exited, not yet reaped
+};
+
+/// Reads /proc/`pid`/stat; nullopt if the process does not exist or the
+/// line is not what proc(5) describes. Never throws on a missing process.
+std::optional<ProcessStat> readProcessStat(pid_t pid);
+
+}  // namespace gossamer::detail
