@@ -673,34 +673,37 @@ TEST_CASE(
   stoppedPeer("hierarchical", true);
 }
 
-TEST_CASE("with membership on, a job partitioned in two halves trains on both and merges when it heals",
-          "[multiproc][failure][membership]") {
+TEST_CASE(
+    "with membership on and its defaults, a 4|4 partition healed after 10 s trains on both halves and ends "
+    "as "
+    "one job with one summary",
+    "[multiproc][failure][membership]") {
   gossamer::testing::requireFashionMnist();
-  const int n = 4, epochs = 100000;
+  const int n = 8, epochs = 100000;
   TempDir dir;
-  // Ranks 0, 1 and 2, 3 cannot reach each other from 2 s to 5 s after
-  // start-up; each half removes the other (suspect_seconds 1.5) and trains as
-  // a view of its own; once healed, the half whose view is older ({2, 3}: the
-  // views are alike but for the coordinator) learns the other's and joins it.
-  // The job stops two epochs after rank 0 is in a view of all four again.
-  writeFile(dir / "job.yaml", membershipConfig("zmq", "crossover_sgd", n, epochs) +
-                                  "faults:\n  enabled: true\n  partition: \"0,1|2,3\"\n"
-                                  "  partition_start_seconds: 2\n  partition_seconds: 3\n");
+  // Ranks 0-3 and 4-7 cannot reach each other from 4 s to 14 s after rank
+  // 0's transport was made. With the membership defaults (suspect_seconds 3,
+  // partition: merge) each half removes the other and trains as a view of its
+  // own; once healed, one half asks to rejoin the other's view and the two
+  // models are merged. The job stops two epochs after rank 0 is in a view of
+  // all eight again.
+  writeFile(dir / "job.yaml", smallConfig("zmq", "crossover_sgd", n, epochs, 10.0) +
+                                  "membership:\n  enabled: true\n"
+                                  "faults:\n  enabled: true\n  partition: \"0,1,2,3|4,5,6,7\"\n"
+                                  "  partition_start_seconds: 4\n  partition_seconds: 10\n");
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
-  stopAfter(dir, viewWithAll(n), 2);
-  expectFinished(dir, pids, {0, 1, 2, 3}, 150);
+  stopAfter(dir, viewWithAll(n), 2, 150);
+  expectFinished(dir, pids, {0, 1, 2, 3, 4, 5, 6, 7}, 150);
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
   INFO("rank 0's summary: " << s.dump());
   expectStoppedEarly(s, epochs);
-  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3}));
-  CHECK(s["history"].back()["survivors"] == 4);
+  CHECK(s["survivors"] == nlohmann::json({0, 1, 2, 3, 4, 5, 6, 7}));
+  CHECK(s["history"].back()["survivors"] == n);
   CHECK(s["test_accuracy"].get<double>() > 0.6);
-  // The other half trained on its own meanwhile (rank 2 led its view and
-  // evaluated its epochs). Then one half joined the other: mostly {2, 3},
-  // whose view is older, but a view change of either half in the last
-  // moments before the heal can make {0, 1}'s the older one.
-  CHECK(readFile(dir / "out2").find("epoch ") != std::string::npos);
+  // The other half trained on its own meanwhile (rank 4 led its view and
+  // evaluated its epochs); then one half asked to rejoin the other's view.
+  CHECK(readFile(dir / "out4").find("epoch ") != std::string::npos);
   int asked = 0;
   for (int r = 0; r < n; ++r)
     asked +=
@@ -709,9 +712,12 @@ TEST_CASE("with membership on, a job partitioned in two halves trains on both an
   // Rank 0 reports the other half as lost while the partition lasted.
   std::vector<int> lost;
   for (const auto& l : s["lost"]) lost.push_back(l["rank"].get<int>());
-  CHECK(lost == std::vector<int>{2, 3});
-  // One job, one summary: rank 2, which led the other half, wrote none.
-  for (int r : {1, 2, 3}) CHECK(readFile(dir / ("summary" + std::to_string(r))).empty());
+  CHECK(lost == std::vector<int>{4, 5, 6, 7});
+  // One job, one summary: rank 4, which led the other half, wrote none.
+  for (int r = 1; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(readFile(dir / ("summary" + std::to_string(r))).empty());
+  }
 }
 
 TEST_CASE(
