@@ -401,6 +401,19 @@ def last_started(started, rank):
     return [x for x in started if x["rank"] == rank][-1]
 
 
+def survivors_finished(scenario, summary, expected, epochs_run, finished, run):
+    """Every survivor completed every epoch: as many survivors as expected, a
+    history of every epoch, and either the launcher's report names that many
+    finished or, with repeated kills (where a rank's processes come and go),
+    the launcher and the newest process started for each rank exited 0."""
+    if len(summary.get("survivors", [])) != expected or len(summary.get("history", [])) != epochs_run:
+        return False
+    if scenario != "repeated-kills":
+        return finished == expected
+    started = run["started"]
+    return run["exit"] == 0 and all(x["exit"] == 0 for x in started if x is last_started(started, x["rank"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/apps/gossamer-train"))
@@ -508,10 +521,7 @@ def main():
                     "expected_survivors": expected,
                     "survivors": survivors,
                     # Every survivor completed every epoch (the launcher's report names them finished).
-                    "survivors_finished": survivors == expected
-                    and len(s.get("history", [])) == epochs_run
-                    and (finished == expected if scenario != "repeated-kills" else r["exit"] == 0 and all(
-                        x["exit"] == 0 for x in r["started"] if x is last_started(r["started"], x["rank"]))),
+                    "survivors_finished": survivors_finished(scenario, s, expected, epochs_run, finished, r),
                     "exit_status": r["exit"] if r.get("restarted_exit", 0) == 0 else r["restarted_exit"],
                     "test_accuracy": s.get("test_accuracy"),
                     "baseline_accuracy": bs["test_accuracy"],
