@@ -37,6 +37,14 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DEFAULT_SIZES = [4096, 65536, 1048576, 16777216, 67108864]
 
 
+def reps_for(size, reps):
+    """Timed calls per round at `size` bytes: `reps` from 1 MiB up, more below
+    (as many as `reps` calls of 1 MiB take bytes, at most 50 times `reps`),
+    so that a small size's median is not decided by a handful of calls that
+    the machine's other work happened to slow."""
+    return max(reps, min(50 * reps, reps * (1 << 20) // max(size, 1)))
+
+
 def bind(rank):
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
@@ -110,7 +118,7 @@ def worker(args):
     for size in sizes:
         x = make(size // 4)
         times = []
-        for rep in range(args.warmup + args.reps):
+        for rep in range(args.warmup + reps_for(size, args.reps)):
             fill(x, rank + 1)
             barrier()
             t0 = time.perf_counter()
@@ -147,16 +155,20 @@ def run_python_job(impl, args):
 
 
 def run_cpp_job(args):
-    out = tempfile.mktemp(suffix=".json")
-    cmd = [args.cpp_bench, "--world-size", str(args.world_size), "--transports", "zmq-tcp", "--algorithms",
-           args.algorithm, "--sizes", ",".join(map(str, args.sizes)), "--reps", str(args.reps), "--min-reps",
-           str(args.reps), "--warmup", str(args.warmup), "--chunk-bytes", str(args.chunk_bytes), "--bind", "core",
-           "--json", out, "--quiet"]
-    subprocess.run(cmd, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        rows = json.load(f)
-    os.unlink(out)
-    return {r["bytes"]: r["seconds"] for r in rows if r.get("impl") == "gossamer"}
+    """One launch of the C++ benchmark per size, with that size's repetitions."""
+    result = {}
+    for size in args.sizes:
+        out = tempfile.mktemp(suffix=".json")
+        reps = str(reps_for(size, args.reps))
+        cmd = [args.cpp_bench, "--world-size", str(args.world_size), "--transports", "zmq-tcp", "--algorithms",
+               args.algorithm, "--sizes", str(size), "--reps", reps, "--min-reps", reps, "--warmup",
+               str(args.warmup), "--chunk-bytes", str(args.chunk_bytes), "--bind", "core", "--json", out, "--quiet"]
+        subprocess.run(cmd, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            rows = json.load(f)
+        os.unlink(out)
+        result.update({r["bytes"]: r["seconds"] for r in rows if r.get("impl") == "gossamer"})
+    return result
 
 
 def human(b):
@@ -171,7 +183,8 @@ def main():
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="bytes, comma-separated")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every impl")
-    p.add_argument("--reps", type=int, default=10, help="timed calls per size and round")
+    p.add_argument("--reps", type=int, default=10,
+                   help="timed calls per round from 1 MiB up; more below (reps_for: 4 KiB gets 50x)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per size and round")
     p.add_argument("--algorithm", default="ring", help="Gossamer's allreduce algorithm (both sides)")
     p.add_argument("--chunk-bytes", type=int, default=1 << 20)
@@ -201,7 +214,7 @@ def main():
             rows.append({"impl": i, "world_size": args.world_size, "bytes": s, "dtype": dtype,
                          "wire_bytes": s // 2 if dtype != "float32" else s, "seconds": med[i][s],
                          "rounds": samples[i][s], "algorithm": args.algorithm if i != "torch-gloo" else "gloo",
-                         "transport": "zmq-tcp" if i != "torch-gloo" else "gloo-tcp", "reps": args.reps,
+                         "transport": "zmq-tcp" if i != "torch-gloo" else "gloo-tcp", "reps": reps_for(s, args.reps),
                          "date": stamp, "machine": f"{platform.node()} {os.cpu_count()} CPUs"})
     head = f"{'size':>8} " + " ".join(f"{i + ' ms':>20}" for i in impls)
     has = lambda i: i in impls  # noqa: E731
@@ -210,7 +223,7 @@ def main():
     if has("gossamer-python") and has("torch-gloo"):
         head += f" {'python/gloo':>12}"
     print(f"allreduce, {args.world_size} processes, {args.algorithm} over zmq-tcp (gloo: its own), "
-          f"median of {args.rounds} rounds x {args.reps} reps, {stamp}")
+          f"median of {args.rounds} rounds x {args.reps} reps (more below 1 MiB), {stamp}")
     print(head)
     for s in args.sizes:
         line = f"{human(s):>8} " + " ".join(f"{1e3 * med[i][s]:>20.3f}" for i in impls)
