@@ -306,6 +306,23 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=(), kills=REP
         log = open(log_path, "w")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
         events, aims = [], []
+
+        def job_id():
+            """The job id the launcher printed."""
+            with open(log_path) as f:
+                return re.search(r"gossamer-train: job ([A-Za-z0-9]{6})", f.read()).group(1)
+
+        def start_process(how, rank):
+            """Starts gossamer-train with the arguments `how` for `rank` (its
+            log in tmp, counted in `started`) and returns it."""
+            rlog_path = os.path.join(tmp, f"started-{rank}-{len(started)}.log")
+            with open(rlog_path, "w") as rlog:
+                p = subprocess.Popen([binary, "--config", os.path.join(ROOT, config)] + how +
+                                     [a for kv in sets for a in ("--set", kv)],
+                                     stdout=rlog, stderr=subprocess.STDOUT, text=True)
+            started.append((p, rlog_path, rank, time.time()))
+            return p
+
         try:
             first_epoch = None
             if SCENARIOS.get(scenario) or scenario == "repeated-kills":
@@ -316,39 +333,24 @@ def run(binary, config, epochs, scenario, baseline, timeout, extra=(), kills=REP
                     time.sleep(0.02)
             rdv = None
             if scenario == "repeated-kills":
-                with open(log_path) as f:
-                    job = re.search(r"gossamer-train: job ([A-Za-z0-9]{6})", f.read()).group(1)
-
-                def restart(rank):
-                    rlog_path = os.path.join(tmp, f"started-{rank}-{len(started)}.log")
-                    with open(rlog_path, "w") as rlog:
-                        p = subprocess.Popen([binary, "--config", os.path.join(ROOT, config), "--job", job,
-                                              "--rank", str(rank), "--rejoin"] + [a for kv in sets for a in ("--set", kv)],
-                                             stdout=rlog, stderr=subprocess.STDOUT, text=True)
-                    started.append((p, rlog_path, rank, time.time()))
-                    return p.pid
-
-                repeated_kills(proc, log_path, restart, events, aims, kills)
+                job = job_id()
+                repeated_kills(proc, log_path,
+                               lambda rank: start_process(["--job", job, "--rank", str(rank), "--rejoin"], rank).pid,
+                               events, aims, kills)
             for frac, action, rank in SCENARIOS.get(scenario, []):
                 if action in ("restart", "restart-job", "join"):
                     if frac is None:
                         time.sleep(max(0.0, events[-1][0] + 2.0 - time.time()))
                     else:
                         time.sleep(max(0.0, first_epoch + frac * baseline * (epochs - 1) / epochs - time.time()))
-                    with open(log_path) as f:
-                        job = re.search(r"gossamer-train: job ([A-Za-z0-9]{6})", f.read()).group(1)
+                    job = job_id()
                     if action == "restart":  # the rendezvous directory and a checkpoint
                         how = ["--rank", str(rank), "--rendezvous", rdv, "--rejoin"]
                     elif action == "restart-job":  # the README's command
                         how = ["--job", job, "--rank", str(rank), "--rejoin"]
                     else:
                         how = ["--join", job]
-                    rlog_path = os.path.join(tmp, f"started-{rank}.log")
-                    with open(rlog_path, "w") as rlog:
-                        p = subprocess.Popen([binary, "--config", os.path.join(ROOT, config)] + how +
-                                             [a for kv in sets for a in ("--set", kv)],
-                                             stdout=rlog, stderr=subprocess.STDOUT, text=True)
-                    started.append((p, rlog_path, rank, time.time()))
+                    start_process(how, rank)
                     events.append((time.time(), action, rank))
                     continue
                 if action.startswith("cont"):

@@ -209,6 +209,13 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
   return 0;
 }
 
+// Where the ranks of a job whose rendezvous is a directory write the summary
+// when --summary-json names no file, so that the launcher that made the
+// directory reads it; "" for a tcp:// rendezvous.
+std::string rendezvousSummary(const std::string& rendezvous) {
+  return rendezvous.rfind("tcp://", 0) == 0 ? std::string() : rendezvous + "/summary.json";
+}
+
 // The ranks of the job's final view, from the summary its lowest member
 // wrote (none when it cannot be read). A rank there whose launched process
 // was killed came back in a process restarted in its place.
@@ -252,7 +259,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       o,
       [&](int r, const std::string& rendezvous) {
         if (r == 0) {
-          if (membership && summaryFile.empty()) summaryFile = rendezvous + "/summary.json";
+          if (membership && summaryFile.empty()) summaryFile = rendezvousSummary(rendezvous);
           const std::string id = gossamer::jobIdOf(rendezvous);
           std::fprintf(stderr, "gossamer-train: job %s (rendezvous %s)\n", id.c_str(), rendezvous.c_str());
           if (membership) {
@@ -399,8 +406,7 @@ int main(int argc, char** argv) {
     if (!join.empty()) {
       rank = claimRank(c, rendezvous);
       std::fprintf(stderr, "gossamer-train: joins the job as rank %d\n", rank);
-      if (summaryPath.empty() && rendezvous.rfind("tcp://", 0) != 0)
-        summaryPath = rendezvous + "/summary.json";
+      if (summaryPath.empty()) summaryPath = rendezvousSummary(rendezvous);
       const gossamer::JobProcessMark mark(rendezvous);  // the launcher waits for this process
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }
@@ -413,8 +419,7 @@ int main(int argc, char** argv) {
                                         std::to_string(most));
       // A restarted rank writes the summary where the launcher reads it,
       // as the launcher's own ranks do (it may be the one that writes it).
-      if (rejoin && summaryPath.empty() && rendezvous.rfind("tcp://", 0) != 0)
-        summaryPath = rendezvous + "/summary.json";
+      if (rejoin && summaryPath.empty()) summaryPath = rendezvousSummary(rendezvous);
       const gossamer::JobProcessMark mark(rendezvous);  // the launcher waits for this process
       return runOneRank(registry, c, rank, rendezvous, summaryPath, display);
     }

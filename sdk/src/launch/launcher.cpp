@@ -315,15 +315,11 @@ std::vector<pid_t> markedProcesses(const std::string& dir) {
     if (name.rfind("process-", 0) != 0) continue;
     const std::string pid = name.substr(8);
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
-    std::FILE* f = std::fopen(entry.path().c_str(), "r");
-    if (!f) continue;
-    char mark[64] = "";
-    const std::size_t n = std::fread(mark, 1, sizeof mark - 1, f);
-    std::fclose(f);
-    mark[n] = '\0';
+    const auto mark = detail::readFileHead(entry.path(), 63);
+    if (!mark) continue;
     const auto id = static_cast<pid_t>(std::stol(pid));
     const auto now = detail::readProcessStat(id);
-    if (now && !now->zombie && now->startTime == mark) out.push_back(id);
+    if (now && !now->zombie && now->startTime == *mark) out.push_back(id);
   }
   return out;
 }

@@ -6,16 +6,21 @@
 
 namespace gossamer::detail {
 
-std::optional<ProcessStat> readProcessStat(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+std::optional<std::string> readFileHead(const std::string& path, std::size_t maxBytes) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
   if (!f) return std::nullopt;
-  char buf[1024];
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::string out(maxBytes, '\0');
+  out.resize(std::fread(out.data(), 1, maxBytes, f));
   std::fclose(f);
-  buf[n] = '\0';
+  return out;
+}
+
+std::optional<ProcessStat> readProcessStat(pid_t pid) {
+  const auto stat = readFileHead("/proc/" + std::to_string(pid) + "/stat", 1023);
+  if (!stat) return std::nullopt;
   // The fields count from after the command name, which ends at the last ')'
   // (the name itself may hold spaces and parentheses).
-  const char* p = std::strrchr(buf, ')');
+  const char* p = std::strrchr(stat->c_str(), ')');
   if (!p) return std::nullopt;
   std::vector<std::string> fields;  // fields[0] is field 3 (the state), so field 22 is fields[19]
   for (const char* q = p + 1; *q && fields.size() < 20;) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -15,6 +16,10 @@ struct ProcessStat {
   std::string startTime;  ///< field 22: clock ticks after boot, as written there
   bool zombie = false;    ///< field 3 is "Z": exited, not yet reaped
 };
+
+/// The first `maxBytes` bytes of the file at `path` (a /proc file, a
+/// marker); nullopt if it cannot be opened.
+std::optional<std::string> readFileHead(const std::string& path, std::size_t maxBytes);
 
 /// Reads /proc/`pid`/stat; nullopt if the process does not exist or the
 /// line is not what proc(5) describes. Never throws on a missing process.
