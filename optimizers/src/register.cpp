@@ -8,21 +8,24 @@
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/topologies/topologies.hpp"
+#include "gossip_config.hpp"
 
 namespace gossamer::optimizers {
 
-namespace {
+namespace detail {
 
+namespace {
 const std::vector<std::string> kModes{"sync", "overlap", "async"};
+// Async flush: with the membership service on, a rank behind is waited for
+// as long as it lives (the service ends the wait for a dead or silent one).
+double flushWaitFrom(const Config& c) { return c.getOr<bool>("membership.enabled", false) ? 86400.0 : 0.0; }
+GossipMode modeFrom(const Config& c) { return parseGossipMode(c.get<std::string>("algorithm.mode")); }
+}  // namespace
 
 SgdOptions sgdFrom(const Config& c) {
   return SgdOptions{c.get<double>("training.learning_rate"), c.get<double>("training.momentum"),
                     c.get<double>("training.weight_decay")};
 }
-// Async flush: with the membership service on, a rank behind is waited for
-// as long as it lives (the service ends the wait for a dead or silent one).
-double flushWaitFrom(const Config& c) { return c.getOr<bool>("membership.enabled", false) ? 86400.0 : 0.0; }
-GossipMode modeFrom(const Config& c) { return parseGossipMode(c.get<std::string>("algorithm.mode")); }
 CrossoverOptions crossoverFrom(const Config& c) {
   CrossoverOptions o;
   o.sgd = sgdFrom(c);
@@ -50,7 +53,6 @@ SgpOptions sgpFrom(const Config& c) {
   return o;
 }
 
-/// The keys every gossip optimizer reads.
 KeySet gossipKeys() {
   return KeySet()
       .text("mode", "sync", kModes,
@@ -73,6 +75,31 @@ KeySet crossoverKeys() {
       .integer("segments", 4, 1, 4096, "Crossover-SGD segments S per model")
       .integer("interval", 1, 1, INT_MAX, "local steps between exchanges");
 }
+
+KeySet correctedGossipKeys() {
+  return crossoverKeys().text("base", "crossover_sgd", {"crossover_sgd", "sgp"},
+                              "gradient_tracking, d2, quasi_global_momentum: the gossip algorithm whose exchange "
+                              "mixes the models (crossover_sgd: fair roulette segments, any symmetric topology; "
+                              "sgp: push-sum over any topology.kind, directed ones included)");
+}
+
+std::unique_ptr<DistributedOptimizer> makeGossipBase(const OptimizerContext& ctx,
+                                                     const std::vector<std::size_t>& tensorSizes) {
+  const Config& c = ctx.config;
+  if (c.get<std::string>("algorithm.base") == "sgp")
+    return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(tensorSizes), sgpFrom(c));
+  return std::make_unique<CrossoverSgd>(ctx.transport, ctx.topology, tensorSizes, crossoverFrom(c));
+}
+
+}  // namespace detail
+
+namespace {
+using detail::crossoverFrom;
+using detail::crossoverKeys;
+using detail::gossipKeys;
+using detail::sgdFrom;
+using detail::sgpFrom;
+using detail::total;
 
 /// algorithm.groups: when given, a partition of [0, world_size).
 std::optional<ConfigIssue> checkGroups(const Config& c) {
@@ -204,6 +231,7 @@ void registerBuiltins(Registry& registry) {
   registerQsgd(registry);
   registerA2sgd(registry);
   registerHalfCompressors(registry);
+  registerAlgorithms(registry);
   registry.setDefault("algorithm", "crossover_sgd");
 }
 

@@ -586,7 +586,7 @@ class Diloco final : public DistributedOptimizer {
 };
 
 /// Registers the optimizers "allreduce_sgd", "crossover_sgd", "sgp",
-/// "hierarchical" and "diloco" (keys under `algorithm:`; the local SGD step's
+/// "hierarchical", "diloco" and those of registerAlgorithms (keys under `algorithm:`; the local SGD step's
 /// learning_rate, momentum and weight_decay under `training:`) and the
 /// compressors "topk", "gaussk", "qsgd" and "a2sgd" (keys under
 /// `compression:`), and makes crossover_sgd the default algorithm. A
@@ -610,5 +610,9 @@ void registerQsgd(Registry& registry);
 void registerA2sgd(Registry& registry);
 /// compression.kind bf16 and fp16 (HalfCompressor; optimizers/src/compressors/half.cpp).
 void registerHalfCompressors(Registry& registry);
+/// Every optimizer in its own file under optimizers/src/algorithms/ (the list
+/// is generated at build time): "gradient_tracking", "d2" and
+/// "quasi_global_momentum" (gossamer/optimizers/heterogeneity.hpp).
+void registerAlgorithms(Registry& registry);
 
 }  // namespace gossamer::optimizers
