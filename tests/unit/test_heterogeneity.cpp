@@ -101,7 +101,7 @@ optimizers::CrossoverOptions crossoverOptions(std::vector<std::size_t> tensors =
   o.timeoutSeconds = 20;
   return o;
 }
-// Random perfect matchings (symmetric, doubly stochastic: what D² needs).
+// Random perfect matchings: symmetric and doubly stochastic, but a new one each round.
 topologies::BandwidthRoulette pairings(int n, std::uint64_t seed) {
   return topologies::BandwidthRoulette(NetworkLayout::uniform(n), seed, 0.0);
 }
@@ -119,7 +119,7 @@ TEST_CASE("on a quadratic whose ranks have different minima, gossip SGD at a con
   const int n = 8;
   const Quadratic q(n, kElements, 11);
   topologies::FairRoulette roulette(n, 5);
-  const auto pairs = pairings(n, 5);
+  const topologies::Ring ring(n, 0.5);  // fixed, symmetric, eigenvalues >= 0: what D² needs
   const int steps = 1500;
 
   const auto plain = trainQuadratic(q, steps, [&](Transport& t, int) {
@@ -130,19 +130,19 @@ TEST_CASE("on a quadratic whose ranks have different minima, gossip SGD at a con
                                                            crossoverOptions(twice(kTensors)));
     return std::make_unique<optimizers::GradientTracking>(std::move(base), kElements, kPlainSgd);
   });
-  const auto plainPairs = trainQuadratic(q, steps, [&](Transport& t, int) {
-    return std::make_unique<optimizers::CrossoverSgd>(t, pairs, kTensors, crossoverOptions());
+  const auto plainRing = trainQuadratic(q, steps, [&](Transport& t, int) {
+    return std::make_unique<optimizers::CrossoverSgd>(t, ring, kTensors, crossoverOptions());
   });
   const auto d2 = trainQuadratic(q, steps, [&](Transport& t, int) {
-    auto base = std::make_unique<optimizers::CrossoverSgd>(t, pairs, kTensors, crossoverOptions());
-    return std::make_unique<optimizers::D2>(std::move(base), pairs, 2, kElements, kPlainSgd);
+    auto base = std::make_unique<optimizers::CrossoverSgd>(t, ring, kTensors, crossoverOptions());
+    return std::make_unique<optimizers::D2>(std::move(base), ring, 2, kElements, kPlainSgd);
   });
-  INFO("worst |x - x*|: plain " << q.worstError(plain) << " (fair roulette), " << q.worstError(plainPairs)
-                                << " (pairings), gradient tracking " << q.worstError(tracking) << ", D2 "
+  INFO("worst |x - x*|: plain " << q.worstError(plain) << " (fair roulette), " << q.worstError(plainRing)
+                                << " (ring), gradient tracking " << q.worstError(tracking) << ", D2 "
                                 << q.worstError(d2));
   // Plain gossip settles where each rank's pull to its own minimum balances the mixing.
   CHECK(q.worstError(plain) > 1e-2);
-  CHECK(q.worstError(plainPairs) > 1e-2);
+  CHECK(q.worstError(plainRing) > 1e-2);
   CHECK(q.worstError(tracking) < 1e-6);
   CHECK(q.worstError(d2) < 1e-6);
 }
@@ -190,9 +190,9 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
   const int n = 4;
   const Quadratic q(n, kElements, 2);
   topologies::FairRoulette roulette(n, 1);
-  const auto pairs = pairings(n, 1);
-  std::vector<std::uint64_t> bytes(4);
-  for (int which = 0; which < 4; ++which) {
+  const topologies::Ring ring(n, 0.5);
+  std::vector<std::uint64_t> bytes(5);
+  for (int which = 0; which < 5; ++which) {
     auto fabric = inproc::makeFabric(n);
     std::vector<std::uint64_t> sent(n);
     onEveryRank(n, [&](int r) {
@@ -206,12 +206,13 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
             kElements, kPlainSgd);
       if (which == 2)
         opt = std::make_unique<optimizers::D2>(
-            std::make_unique<optimizers::CrossoverSgd>(*t, pairs, kTensors, crossoverOptions()), pairs, 2,
+            std::make_unique<optimizers::CrossoverSgd>(*t, ring, kTensors, crossoverOptions()), ring, 2,
             kElements, kPlainSgd);
       if (which == 3)
         opt = std::make_unique<optimizers::QuasiGlobalMomentum>(
             std::make_unique<optimizers::CrossoverSgd>(*t, roulette, kTensors, crossoverOptions()), kElements,
             optimizers::SgdOptions{0.1, 0.9, 0.0});
+      if (which == 4) opt = std::make_unique<optimizers::CrossoverSgd>(*t, ring, kTensors, crossoverOptions());
       std::vector<float> x(kElements, 0.0f), g(kElements);
       for (int s = 0; s < 10; ++s) {
         q.gradient(r, x, g);
@@ -223,7 +224,8 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
   }
   CHECK(bytes[0] == 10 * kElements * sizeof(float));
   CHECK(bytes[1] == 2 * bytes[0]);
-  CHECK(bytes[2] == bytes[0]);
+  CHECK(bytes[2] == bytes[4]);  // the ring sends to both neighbours: 2 * 4P
+  CHECK(bytes[4] == 2 * bytes[0]);
   CHECK(bytes[3] == bytes[0]);
 }
 
@@ -284,8 +286,10 @@ TEST_CASE("D2 refuses a mixing matrix it cannot use, naming the eigenvalue", "[o
   }
   // On 5 ranks the smallest is 1/3 + 2/3 cos(4 pi / 5) = -0.206: accepted.
   CHECK_NOTHROW(optimizers::D2::checkMixing(topologies::Ring(5), 1));
-  CHECK_NOTHROW(optimizers::D2::checkMixing(pairings(16, 3), 4));
-  // The fair roulette's rounds are permutations, not symmetric; a directed graph's neither.
+  CHECK_NOTHROW(optimizers::D2::checkMixing(topologies::Ring(6, 0.5), 1));
+  // Random pairings are symmetric but change every round; the fair roulette's
+  // rounds are permutations, not symmetric; nor is a directed graph.
+  CHECK_THROWS_WITH(optimizers::D2::checkMixing(pairings(16, 3), 4), Catch::Contains("differs from round 0"));
   CHECK_THROWS_WITH(optimizers::D2::checkMixing(topologies::FairRoulette(8, 3), 1),
                     Catch::Contains("not symmetric"));
   try {
@@ -312,7 +316,10 @@ TEST_CASE("gradient_tracking, d2 and quasi_global_momentum are built from a conf
     c.set<double>("transport.timeout_seconds", 20);
     c.set<std::string>("algorithm.name", name);
     c.set<int>("algorithm.segments", 2);
-    if (name == "d2") c.set<std::string>("topology.kind", "bandwidth_roulette");
+    if (name == "d2") {
+      c.set<std::string>("topology.kind", "ring");
+      c.set<double>("topology.self_weight", 0.5);
+    }
     MemoryStore store;
     std::vector<std::vector<float>> x(n, std::vector<float>(kElements, 0.0f));
     onEveryRank(n, [&](int r) {

@@ -1,7 +1,9 @@
 // The undirected ring: each rank averages itself with its two neighbours,
-// weight 1/3 each (1/2 each for two ranks). Per step each rank sends its
-// model to both neighbours: 2 * 4P bytes for P float32 parameters. Static;
-// doubly stochastic. Registered as topology "ring" (no keys).
+// weight s on itself and (1 - s) / 2 on each (s = topology.self_weight, 1/3
+// by default: equal weights; 1/2 each for two ranks). Per step each rank
+// sends its model to both neighbours: 2 * 4P bytes for P float32 parameters.
+// Static; symmetric and doubly stochastic. Registered as topology "ring" with
+// the key self_weight.
 #include "gossamer/topologies/topologies.hpp"
 
 #include <algorithm>
@@ -18,7 +20,10 @@ namespace gossamer::topologies {
 
 using namespace detail;
 
-Ring::Ring(int worldSize) : n_(worldSize) { GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize); }
+Ring::Ring(int worldSize, double selfWeight) : n_(worldSize), selfWeight_(selfWeight) {
+  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+  GOSSAMER_ENFORCE(selfWeight > 0 && selfWeight < 1, "ring self weight " << selfWeight << " outside (0, 1)");
+}
 
 PeerSet Ring::peers(int rank, std::uint64_t, int) const {
   checkRank(rank, n_);
@@ -34,13 +39,22 @@ PeerSet Ring::peers(int rank, std::uint64_t, int) const {
   }
   p.sendTo = {left, right};
   p.recvFrom = {left, right};
-  p.selfWeight = 1.0 / 3;
-  p.recvWeights = {1.0 / 3, 1.0 / 3};
+  p.selfWeight = selfWeight_;
+  p.recvWeights = {(1 - selfWeight_) / 2, (1 - selfWeight_) / 2};
   return p;
 }
 
 void registerRing(Registry& registry) {
-  registry.addTopology("ring", [](const Config& c) { return std::make_unique<Ring>(c.worldSize()); });
+  registry.addTopology(
+      "ring",
+      [](const Config& c) {
+        return std::make_unique<Ring>(c.worldSize(), c.get<double>("topology.self_weight"));
+      },
+      KeySet()
+          .real("self_weight", 1.0 / 3, {0.0, false, 1.0, false},
+                "ring: the weight each rank keeps on its own model, (1 - self_weight) / 2 going to each "
+                "neighbour's (1/3: equal weights; 1/2 keeps every eigenvalue >= 0, as d2 needs on an even ring)")
+          .onlyWhenSelected());
 }
 
 }  // namespace gossamer::topologies

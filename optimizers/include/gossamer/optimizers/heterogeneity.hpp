@@ -95,9 +95,10 @@ class GradientTracking final : public DistributedOptimizer {
 /// mean model follows SGD on the average gradient, and at a fixed point the
 /// average gradient is 0: the bias of plain gossip under non-IID data is
 /// removed with no extra bytes on the wire (the base's, 4P per destination).
-/// Needs a symmetric doubly stochastic mixing matrix whose smallest
-/// eigenvalue exceeds -1/3 (Theorem 1's condition), checked on the topology's
-/// first rounds; sync mode only. The communication-only form works with any
+/// Needs a fixed symmetric doubly stochastic mixing matrix whose smallest
+/// eigenvalue exceeds -1/3 (Theorem 1's conditions), checked on the
+/// topology's first rounds (the ring; with an even number of ranks at
+/// topology.self_weight 0.5); sync mode only. The communication-only form works with any
 /// local step (d_t is what the local optimizer applied).
 class D2 final : public DistributedOptimizer {
  public:
@@ -105,9 +106,10 @@ class D2 final : public DistributedOptimizer {
   /// @param topology the base's topology, checked here (kept only for the check).
   /// @param segments the base's segments (each segment's matrix is checked).
   /// @throws InvalidArgument for a null base, one that is not a sync
-  ///         Crossover-SGD, or a mixing matrix of rounds 0-7 that is not
-  ///         symmetric and doubly stochastic or has an eigenvalue <= -1/3
-  ///         (the message names the round, segment and eigenvalue).
+  ///         Crossover-SGD, or mixing matrices of rounds 0-7 that change from
+  ///         round to round, are not symmetric and doubly stochastic or have
+  ///         an eigenvalue <= -1/3 (the message names the round, segment and
+  ///         eigenvalue).
   D2(std::unique_ptr<DistributedOptimizer> base, const Topology& topology, int segments, std::size_t numParams,
      const SgdOptions& sgd);
   std::string name() const override { return "d2"; }
@@ -127,8 +129,8 @@ class D2 final : public DistributedOptimizer {
   bool setExchangeType(DType wire) override { return base_->setExchangeType(wire); }
 
   /// Checks the D² condition on `topology`'s rounds [0, rounds) and segments
-  /// [0, segments): each mixing matrix symmetric and doubly stochastic
-  /// (1e-9) with smallest eigenvalue > -1/3.
+  /// [0, segments): each segment's mixing matrix the same in every round,
+  /// symmetric and doubly stochastic (1e-9), with smallest eigenvalue > -1/3.
   /// @throws InvalidArgument naming the round, segment and eigenvalue.
   static void checkMixing(const Topology& topology, int segments, int rounds = 8);
 

@@ -12,18 +12,23 @@
 namespace gossamer::topologies {
 
 /// Undirected ring: rank i exchanges with i-1 and i+1 and averages the three
-/// models with weight 1/3 each (N = 2: weight 1/2 with the single neighbour;
-/// N = 1: the identity). Symmetric and doubly stochastic; static in `step`.
+/// models with weight s on its own and (1 - s) / 2 on each neighbour's, s = 1/3
+/// by default (N = 2: weight 1/2 with the single neighbour; N = 1: the
+/// identity). Symmetric and doubly stochastic; static in `step`. Its
+/// eigenvalues are s + (1 - s) cos(2 pi k / N): the smallest is 2s - 1 for an
+/// even N (-1/3 at s = 1/3; 0 at s = 1/2, as D² needs above -1/3).
 class Ring final : public Topology {
  public:
-  /// @throws InvalidArgument if worldSize < 1.
-  explicit Ring(int worldSize);
+  /// @param selfWeight s, in (0, 1).
+  /// @throws InvalidArgument if worldSize < 1 or s is outside (0, 1).
+  explicit Ring(int worldSize, double selfWeight = 1.0 / 3);
   int worldSize() const override { return n_; }
   std::string name() const override { return "ring"; }
   PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
 
  private:
   int n_;
+  double selfWeight_;
 };
 
 /// Random topology with fair peer selection (Crossover-SGD; Yeo et al.,
