@@ -461,11 +461,21 @@ namespace {
 // Rank 2 of 4 is killed with SIGKILL after the first epoch; the survivors
 // train on (two more epochs after the loss, then the stop file) and report
 // the lost rank.
-void survivorsOfKill9(const std::string& algorithm, const std::string& transport) {
+// `n` ranks (4 unless given), rank 2 killed; `topology` replaces the fair
+// roulette's YAML lines when given (D² needs a fixed symmetric matrix).
+void survivorsOfKill9(const std::string& algorithm, const std::string& transport, int n = 4,
+                      const std::string& topology = "") {
   gossamer::testing::requireFashionMnist();
-  const int n = 4, epochs = 1000, victim = 2;
+  const int epochs = 1000, victim = 2;
   TempDir dir;
-  writeFile(dir / "job.yaml", membershipConfig(transport, algorithm, n, epochs));
+  std::string config = membershipConfig(transport, algorithm, n, epochs);
+  if (!topology.empty()) {
+    const std::string roulette = "topology:\n  kind: fair_roulette\n";
+    const auto at = config.find(roulette);
+    REQUIRE(at != std::string::npos);
+    config.replace(at, roulette.size(), topology);
+  }
+  writeFile(dir / "job.yaml", config);
   auto pids = startRanks(dir, n);
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
@@ -473,19 +483,23 @@ void survivorsOfKill9(const std::string& algorithm, const std::string& transport
   waitBounded(pids[victim], 5);
   pids[victim] = -1;
   stopAfter(dir, viewWithout(victim), 2);
-  expectFinished(dir, pids, {0, 1, 3});
+  std::vector<int> survivors;
+  for (int r = 0; r < n; ++r)
+    if (r != victim) survivors.push_back(r);
+  expectFinished(dir, pids, survivors);
   // Rank 0 (the lowest survivor) wrote the summary: every epoch, over the survivors.
   const auto s = nlohmann::json::parse(readFile(dir / "summary0"));
+  INFO("rank 0's summary: " << s.dump());
   expectStoppedEarly(s, epochs);
-  CHECK(s["survivors"] == nlohmann::json({0, 1, 3}));
+  CHECK(s["survivors"] == nlohmann::json(survivors));
   REQUIRE(s["lost"].size() == 1);
   CHECK(s["lost"][0]["rank"] == victim);
-  CHECK(s["history"].back()["survivors"] == 3);
+  CHECK(s["history"].back()["survivors"] == n - 1);
   CHECK(s["test_accuracy"].get<double>() > 0.6);
   CHECK(readFile(dir / "summary1").empty());
   // Each survivor's `view` record of the loss carries its push-sum weight
   // before and after the change (1 for AllReduce-SGD, which has none).
-  for (int r : {0, 1, 3}) {
+  for (int r : survivors) {
     std::istringstream lines(readFile(dir / ("run/rank-" + std::to_string(r) + ".jsonl")));
     int views = 0;
     for (std::string line; std::getline(lines, line);) {
@@ -654,6 +668,20 @@ TEST_CASE(
     "with membership on, the survivors of a kill -9 go on and report the lost rank: allreduce_sgd, socket",
     "[multiproc][failure][membership]") {
   survivorsOfKill9("allreduce_sgd", "socket");
+}
+
+TEST_CASE("with membership on, the survivors of a kill -9 of one of 8 peers go on: gradient_tracking, zmq",
+          "[multiproc][failure][membership][heterogeneity]") {
+  survivorsOfKill9("gradient_tracking", "zmq", 8);
+}
+TEST_CASE("with membership on, the survivors of a kill -9 of one of 8 peers go on: d2 on the ring, zmq",
+          "[multiproc][failure][membership][heterogeneity]") {
+  survivorsOfKill9("d2", "zmq", 8, "topology:\n  kind: ring\n  self_weight: 0.5\n");
+}
+TEST_CASE(
+    "with membership on, the survivors of a kill -9 of one of 8 peers go on: quasi_global_momentum, zmq",
+    "[multiproc][failure][membership][heterogeneity]") {
+  survivorsOfKill9("quasi_global_momentum", "zmq", 8);
 }
 
 TEST_CASE(
