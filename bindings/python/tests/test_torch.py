@@ -167,6 +167,24 @@ def test_wrapped_sgd_under_sgp_overlap_trains(run_ranks):
         assert res["consensus"] < 1e-2, res
 
 
+def test_heterogeneity_corrected_gossip_trains_a_torch_model(run_ranks):
+    # Gradient tracking (the wrapped SGD steps along the tracker), D² on the
+    # ring (Adam: the correction is the last mix's displacement) and
+    # quasi-global momentum (plain SGD at training.learning_rate: the
+    # algorithm brings the momentum), on data that differ by rank.
+    cases = [
+        ("gradient_tracking", "torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)", "", ""),
+        ("d2", "torch.optim.Adam(model.parameters(), lr=0.01)", "",
+         ', topology={"kind": "ring", "self_weight": 0.5}'),
+        ("quasi_global_momentum", "torch.optim.SGD(model.parameters(), lr=0.02)", "",
+         ', training={"learning_rate": 0.02, "momentum": 0.9}'),
+    ]
+    for algorithm, optimizer, extra, top in cases:
+        for res in _train(run_ranks, 4, algorithm, optimizer, extra, top):
+            assert res["after"] < 0.2 * res["before"], (algorithm, res)
+            assert res["consensus"] < 1e-2, (algorithm, res)
+
+
 def test_wrapped_adamw_under_topk_compression_trains(run_ranks):
     for res in _train(run_ranks, 2, "allreduce_sgd", "torch.optim.AdamW(model.parameters(), lr=0.01)",
                       top=', compression={"kind": "topk", "topk_ratio": 0.25}'):
