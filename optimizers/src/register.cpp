@@ -77,10 +77,12 @@ KeySet crossoverKeys() {
 }
 
 KeySet correctedGossipKeys() {
-  return crossoverKeys().text("base", "crossover_sgd", {"crossover_sgd", "sgp"},
-                              "gradient_tracking, d2, quasi_global_momentum: the gossip algorithm whose exchange "
-                              "mixes the models (crossover_sgd: fair roulette segments, any symmetric topology; "
-                              "sgp: push-sum over any topology.kind, directed ones included)");
+  return crossoverKeys().text(
+      "base", "crossover_sgd", {"crossover_sgd", "sgp"},
+      "gradient_tracking, d2, quasi_global_momentum: the gossip algorithm whose exchange "
+      "mixes the models (crossover_sgd: segments over a doubly stochastic topology, fair or "
+      "bandwidth roulette or ring; sgp: push-sum over any topology.kind, directed ones "
+      "included; d2 takes crossover_sgd on a fixed symmetric one, the ring)");
 }
 
 std::unique_ptr<DistributedOptimizer> makeGossipBase(const OptimizerContext& ctx,

@@ -113,9 +113,10 @@ std::vector<std::size_t> twice(std::vector<std::size_t> t) {
 
 }  // namespace
 
-TEST_CASE("on a quadratic whose ranks have different minima, gossip SGD at a constant step stays biased while "
-          "gradient tracking and D2 reach the global minimizer to 1e-6",
-          "[optimizer][heterogeneity]") {
+TEST_CASE(
+    "on a quadratic whose ranks have different minima, gossip SGD at a constant step stays biased while "
+    "gradient tracking and D2 reach the global minimizer to 1e-6",
+    "[optimizer][heterogeneity]") {
   const int n = 8;
   const Quadratic q(n, kElements, 11);
   topologies::FairRoulette roulette(n, 5);
@@ -147,17 +148,17 @@ TEST_CASE("on a quadratic whose ranks have different minima, gossip SGD at a con
   CHECK(q.worstError(d2) < 1e-6);
 }
 
-TEST_CASE("gradient tracking over SGP's push-sum on the directed exponential graph reaches the global minimizer",
-          "[optimizer][heterogeneity]") {
+TEST_CASE(
+    "gradient tracking over SGP's push-sum on the directed exponential graph reaches the global minimizer",
+    "[optimizer][heterogeneity]") {
   const int n = 8;
   const Quadratic q(n, kElements, 3);
   topologies::DirectedExponential graph(n, 1);
   optimizers::SgpOptions o;
   o.sgd = kPlainSgd;
   o.timeoutSeconds = 20;
-  const auto plain = trainQuadratic(q, 1500, [&](Transport& t, int) {
-    return std::make_unique<optimizers::Sgp>(t, graph, kElements, o);
-  });
+  const auto plain = trainQuadratic(
+      q, 1500, [&](Transport& t, int) { return std::make_unique<optimizers::Sgp>(t, graph, kElements, o); });
   const auto tracking = trainQuadratic(q, 1500, [&](Transport& t, int) {
     auto base = std::make_unique<optimizers::Sgp>(t, graph, 2 * kElements, o);
     return std::make_unique<optimizers::GradientTracking>(std::move(base), kElements, kPlainSgd);
@@ -198,7 +199,8 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
     onEveryRank(n, [&](int r) {
       auto t = inproc::makeTransport(fabric, r, 20.0);
       std::unique_ptr<DistributedOptimizer> opt;
-      if (which == 0) opt = std::make_unique<optimizers::CrossoverSgd>(*t, roulette, kTensors, crossoverOptions());
+      if (which == 0)
+        opt = std::make_unique<optimizers::CrossoverSgd>(*t, roulette, kTensors, crossoverOptions());
       if (which == 1)
         opt = std::make_unique<optimizers::GradientTracking>(
             std::make_unique<optimizers::CrossoverSgd>(*t, roulette, twice(kTensors),
@@ -212,7 +214,8 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
         opt = std::make_unique<optimizers::QuasiGlobalMomentum>(
             std::make_unique<optimizers::CrossoverSgd>(*t, roulette, kTensors, crossoverOptions()), kElements,
             optimizers::SgdOptions{0.1, 0.9, 0.0});
-      if (which == 4) opt = std::make_unique<optimizers::CrossoverSgd>(*t, ring, kTensors, crossoverOptions());
+      if (which == 4)
+        opt = std::make_unique<optimizers::CrossoverSgd>(*t, ring, kTensors, crossoverOptions());
       std::vector<float> x(kElements, 0.0f), g(kElements);
       for (int s = 0; s < 10; ++s) {
         q.gradient(r, x, g);
@@ -237,9 +240,9 @@ TEST_CASE("quasi-global momentum on one rank is heavy-ball fed with its own disp
   auto t = inproc::makeTransport(fabric, 0, 1.0);
   topologies::Ring alone(1);
   const double lr = 0.1, beta = 0.8;
-  optimizers::QuasiGlobalMomentum opt(
-      std::make_unique<optimizers::CrossoverSgd>(*t, alone, std::vector<std::size_t>{3}, crossoverOptions({3})),
-      3, {lr, beta, 0.0});
+  optimizers::QuasiGlobalMomentum opt(std::make_unique<optimizers::CrossoverSgd>(
+                                          *t, alone, std::vector<std::size_t>{3}, crossoverOptions({3})),
+                                      3, {lr, beta, 0.0});
   std::vector<float> x = {1.0f, -1.0f, 0.5f};
   std::vector<double> ref(x.begin(), x.end()), mhat(3, 0.0);
   for (int s = 0; s < 20; ++s) {
@@ -336,8 +339,8 @@ TEST_CASE("gradient_tracking, d2 and quasi_global_momentum are built from a conf
     });
   }
   // D2 over SGP, or in overlap mode: refused with the key named.
-  for (const auto& [key, value] :
-       std::vector<std::pair<std::string, std::string>>{{"algorithm.base", "sgp"}, {"algorithm.mode", "overlap"}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"algorithm.base", "sgp"}, {"algorithm.mode", "overlap"}}) {
     Config c = gossamer::test::defaultConfig();
     c.set("world_size", 1);
     c.set<std::string>("transport.kind", "inproc");

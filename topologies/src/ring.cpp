@@ -53,7 +53,8 @@ void registerRing(Registry& registry) {
       KeySet()
           .real("self_weight", 1.0 / 3, {0.0, false, 1.0, false},
                 "ring: the weight each rank keeps on its own model, (1 - self_weight) / 2 going to each "
-                "neighbour's (1/3: equal weights; 1/2 keeps every eigenvalue >= 0, as d2 needs on an even ring)")
+                "neighbour's (1/3: equal weights; 1/2 keeps every eigenvalue >= 0, as d2 needs on an even "
+                "ring)")
           .onlyWhenSelected());
 }
 

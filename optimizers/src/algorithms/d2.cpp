@@ -62,19 +62,21 @@ void D2::checkMixing(const Topology& topology, int segments, int rounds) {
   for (int s = 0; s < segments; ++s) {
     const Eigen::MatrixXd first = topology.mixingMatrix(0, s);
     for (int round = 0; round < rounds; ++round) {
-      const Eigen::MatrixXd w = round == 0 ? first : topology.mixingMatrix(static_cast<std::uint64_t>(round), s);
+      const Eigen::MatrixXd w =
+          round == 0 ? first : topology.mixingMatrix(static_cast<std::uint64_t>(round), s);
       const auto where = [&] {
         std::ostringstream o;
-        o << "d2: topology " << topology.name() << " (" << n << " ranks), round " << round << ", segment " << s;
+        o << "d2: topology " << topology.name() << " (" << n << " ranks), round " << round << ", segment "
+          << s;
         return o.str();
       };
       const double change = (w - first).cwiseAbs().maxCoeff();
       if (change > 1e-12)
-        throw InvalidArgument(where() + ": the mixing matrix differs from round 0's (by up to " +
-                              std::to_string(change) +
-                              "); D² needs a fixed one: its correction 2 x_t - x_{t-1} compounds across changing "
-                              "matrices and diverges (use topology.kind ring, with self_weight 0.5 on an even "
-                              "number of ranks)");
+        throw InvalidArgument(
+            where() + ": the mixing matrix differs from round 0's (by up to " + std::to_string(change) +
+            "); D² needs a fixed one: its correction 2 x_t - x_{t-1} compounds across changing "
+            "matrices and diverges (use topology.kind ring, with self_weight 0.5 on an even "
+            "number of ranks)");
       const double asym = (w - w.transpose()).cwiseAbs().maxCoeff();
       if (asym > 1e-9)
         throw InvalidArgument(where() + ": the mixing matrix is not symmetric (|W - W^T| up to " +
@@ -95,20 +97,22 @@ void D2::checkMixing(const Topology& topology, int segments, int rounds) {
   }
 }
 
-D2::D2(std::unique_ptr<DistributedOptimizer> base, const Topology& topology, int segments, std::size_t numParams,
-       const SgdOptions& sgd)
+D2::D2(std::unique_ptr<DistributedOptimizer> base, const Topology& topology, int segments,
+       std::size_t numParams, const SgdOptions& sgd)
     : base_(std::move(base)), numParams_(numParams), sgd_(numParams, sgd) {
   GOSSAMER_ENFORCE(base_ != nullptr, "d2: no base optimizer");
-  GOSSAMER_ENFORCE(base_->name() == "crossover_sgd",
-                   "d2: base " << base_->name()
-                               << " cannot be used: D² needs a symmetric mixing matrix (algorithm.base crossover_sgd)");
+  GOSSAMER_ENFORCE(
+      base_->name() == "crossover_sgd",
+      "d2: base " << base_->name()
+                  << " cannot be used: D² needs a symmetric mixing matrix (algorithm.base crossover_sgd)");
   GOSSAMER_ENFORCE(segments >= 1, "d2: segments " << segments);
   checkMixing(topology, segments);
   correction_.assign(numParams_, 0.0f);
 }
 
 void D2::reduceGradients(std::span<float> grads) {
-  GOSSAMER_ENFORCE(grads.size() == numParams_, "d2: expected " << numParams_ << " gradients, got " << grads.size());
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "d2: expected " << numParams_ << " gradients, got " << grads.size());
 }
 
 void D2::mixParameters(std::span<float> params) {
@@ -139,8 +143,8 @@ void D2::saveState(Checkpoint& out, const std::string& prefix) const {
 
 void D2::loadState(const Checkpoint& in, const std::string& prefix) {
   const auto c = in.getArray<float>(prefix + "correction");
-  GOSSAMER_ENFORCE(c.size() == numParams_,
-                   "d2: checkpoint holds a correction of " << c.size() << " elements, expected " << numParams_);
+  GOSSAMER_ENFORCE(c.size() == numParams_, "d2: checkpoint holds a correction of "
+                                               << c.size() << " elements, expected " << numParams_);
   base_->loadState(in, prefix + "base.");
   sgd_.loadState(in, prefix);
   correction_ = c;

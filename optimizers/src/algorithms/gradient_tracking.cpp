@@ -57,8 +57,8 @@ std::span<const float> GradientTracking::tracker() const {
 }
 
 void GradientTracking::reduceGradients(std::span<float> grads) {
-  GOSSAMER_ENFORCE(grads.size() == numParams_, "gradient_tracking: expected " << numParams_ << " gradients, got "
-                                                                              << grads.size());
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "gradient_tracking: expected " << numParams_ << " gradients, got " << grads.size());
   auto y = vec(stacked_.data() + numParams_, numParams_);
   auto g = vec(grads.data(), numParams_);
   if (!started_) {
@@ -78,45 +78,40 @@ void GradientTracking::reduceGradients(std::span<float> grads) {
   trackerReady_ = true;
 }
 
-void GradientTracking::mixParameters(std::span<float> params) {
-  GOSSAMER_ENFORCE(params.size() == numParams_, "gradient_tracking: expected " << numParams_
-                                                                               << " parameters, got "
-                                                                               << params.size());
-  GOSSAMER_ENFORCE(trackerReady_, "gradient_tracking: reduceGradients must come before each mixParameters");
-  trackerReady_ = false;
+void GradientTracking::throughBase(std::span<float> params, bool mix) {
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "gradient_tracking: expected " << numParams_ << " parameters, got " << params.size());
   std::copy(params.begin(), params.end(), stacked_.begin());
+  // Over push-sum the numerators w y are mixed: y enters as y / w and leaves as (its mix) * w'.
   auto y = vec(stacked_.data() + numParams_, numParams_);
   const double before = base_->pushSumWeight();
   if (before != 1.0) y *= static_cast<float>(1.0 / before);
-  base_->mixParameters(stacked_);
+  if (mix)
+    base_->mixParameters(stacked_);
+  else
+    base_->flush(stacked_);
   const double after = base_->pushSumWeight();
   if (after != 1.0) y *= static_cast<float>(after);
   std::copy(stacked_.begin(), stacked_.begin() + static_cast<std::ptrdiff_t>(numParams_), params.begin());
+}
+
+void GradientTracking::mixParameters(std::span<float> params) {
+  GOSSAMER_ENFORCE(trackerReady_, "gradient_tracking: reduceGradients must come before each mixParameters");
+  throughBase(params, true);
+  trackerReady_ = false;
   ++steps_;
 }
 
 void GradientTracking::step(std::span<float> params, std::span<const float> grads) {
-  GOSSAMER_ENFORCE(grads.size() == numParams_, "gradient_tracking: expected " << numParams_ << " gradients, got "
-                                                                              << grads.size());
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "gradient_tracking: expected " << numParams_ << " gradients, got " << grads.size());
   scratch_.assign(grads.begin(), grads.end());
   reduceGradients(scratch_);
   sgd_.apply(params, scratch_);
   mixParameters(params);
 }
 
-void GradientTracking::flush(std::span<float> params) {
-  GOSSAMER_ENFORCE(params.size() == numParams_, "gradient_tracking: expected " << numParams_
-                                                                               << " parameters, got "
-                                                                               << params.size());
-  std::copy(params.begin(), params.end(), stacked_.begin());
-  auto y = vec(stacked_.data() + numParams_, numParams_);
-  const double before = base_->pushSumWeight();
-  if (before != 1.0) y *= static_cast<float>(1.0 / before);
-  base_->flush(stacked_);
-  const double after = base_->pushSumWeight();
-  if (after != 1.0) y *= static_cast<float>(after);
-  std::copy(stacked_.begin(), stacked_.begin() + static_cast<std::ptrdiff_t>(numParams_), params.begin());
-}
+void GradientTracking::flush(std::span<float> params) { throughBase(params, false); }
 
 void GradientTracking::saveState(Checkpoint& out, const std::string& prefix) const {
   out.putValue<std::uint64_t>(prefix + "steps", steps_);
@@ -132,9 +127,9 @@ void GradientTracking::loadState(const Checkpoint& in, const std::string& prefix
   const auto last = in.getArray<float>(prefix + "last_gradient");
   const bool started = in.getValue<std::uint8_t>(prefix + "started") != 0;
   GOSSAMER_ENFORCE(tracker.size() == numParams_ && last.size() == (started ? numParams_ : 0),
-                   "gradient_tracking: checkpoint holds a tracker of " << tracker.size() << " and a gradient of "
-                                                                       << last.size() << " elements, expected "
-                                                                       << numParams_);
+                   "gradient_tracking: checkpoint holds a tracker of "
+                       << tracker.size() << " and a gradient of " << last.size() << " elements, expected "
+                       << numParams_);
   base_->loadState(in, prefix + "base.");
   sgd_.loadState(in, prefix);
   std::copy(tracker.begin(), tracker.end(), stacked_.begin() + static_cast<std::ptrdiff_t>(numParams_));
@@ -153,7 +148,8 @@ void register_gradient_tracking(Registry& registry) {
         std::vector<std::size_t> stacked = ctx.tensorSizes;
         stacked.insert(stacked.end(), ctx.tensorSizes.begin(), ctx.tensorSizes.end());
         return std::make_unique<GradientTracking>(detail::makeGossipBase(ctx, stacked),
-                                                  detail::total(ctx.tensorSizes), detail::sgdFrom(ctx.config));
+                                                  detail::total(ctx.tensorSizes),
+                                                  detail::sgdFrom(ctx.config));
       },
       detail::correctedGossipKeys());
 }

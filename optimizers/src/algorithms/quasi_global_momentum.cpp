@@ -31,7 +31,9 @@ namespace gossamer::optimizers {
 
 namespace {
 Eigen::Map<Eigen::VectorXf> vec(float* p, std::size_t n) { return {p, static_cast<Eigen::Index>(n)}; }
-Eigen::Map<const Eigen::VectorXf> vec(const float* p, std::size_t n) { return {p, static_cast<Eigen::Index>(n)}; }
+Eigen::Map<const Eigen::VectorXf> vec(const float* p, std::size_t n) {
+  return {p, static_cast<Eigen::Index>(n)};
+}
 }  // namespace
 
 QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
@@ -50,9 +52,8 @@ QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> b
 }
 
 void QuasiGlobalMomentum::reduceGradients(std::span<float> grads) {
-  GOSSAMER_ENFORCE(grads.size() == numParams_, "quasi_global_momentum: expected " << numParams_
-                                                                                  << " gradients, got "
-                                                                                  << grads.size());
+  GOSSAMER_ENFORCE(grads.size() == numParams_,
+                   "quasi_global_momentum: expected " << numParams_ << " gradients, got " << grads.size());
   auto m = vec(direction_.data(), numParams_);
   m = static_cast<float>(sgd_.momentum) * vec(momentum_.data(), numParams_) + vec(grads.data(), numParams_);
   vec(grads.data(), numParams_) = m;
@@ -60,10 +61,10 @@ void QuasiGlobalMomentum::reduceGradients(std::span<float> grads) {
 }
 
 void QuasiGlobalMomentum::mixParameters(std::span<float> params) {
-  GOSSAMER_ENFORCE(params.size() == numParams_, "quasi_global_momentum: expected " << numParams_
-                                                                                   << " parameters, got "
-                                                                                   << params.size());
-  GOSSAMER_ENFORCE(haveDirection_, "quasi_global_momentum: reduceGradients must come before each mixParameters");
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "quasi_global_momentum: expected " << numParams_ << " parameters, got " << params.size());
+  GOSSAMER_ENFORCE(haveDirection_,
+                   "quasi_global_momentum: reduceGradients must come before each mixParameters");
   haveDirection_ = false;
   stepped_.assign(params.begin(), params.end());
   base_->mixParameters(params);
@@ -71,9 +72,9 @@ void QuasiGlobalMomentum::mixParameters(std::span<float> params) {
   const auto beta = static_cast<float>(sgd_.momentum);
   const auto inverseRate = static_cast<float>(1.0 / sgd_.learningRate);
   auto mhat = vec(momentum_.data(), numParams_);
-  mhat = beta * mhat + (1.0f - beta) * (vec(direction_.data(), numParams_) +
-                                        inverseRate * (vec(stepped_.data(), numParams_) -
-                                                       vec(params.data(), numParams_)));
+  mhat = beta * mhat +
+         (1.0f - beta) * (vec(direction_.data(), numParams_) +
+                          inverseRate * (vec(stepped_.data(), numParams_) - vec(params.data(), numParams_)));
   ++steps_;
 }
 
@@ -114,7 +115,8 @@ void register_quasi_global_momentum(Registry& registry) {
       "quasi_global_momentum",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
         return std::make_unique<QuasiGlobalMomentum>(detail::makeGossipBase(ctx, ctx.tensorSizes),
-                                                     detail::total(ctx.tensorSizes), detail::sgdFrom(ctx.config));
+                                                     detail::total(ctx.tensorSizes),
+                                                     detail::sgdFrom(ctx.config));
       },
       detail::correctedGossipKeys());
 }

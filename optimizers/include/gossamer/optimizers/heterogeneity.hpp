@@ -76,6 +76,9 @@ class GradientTracking final : public DistributedOptimizer {
   std::span<const float> tracker() const;
 
  private:
+  // [params; y] through the base's mixParameters (mix) or flush, y as numerators over push-sum.
+  void throughBase(std::span<float> params, bool mix);
+
   std::unique_ptr<DistributedOptimizer> base_;
   std::size_t numParams_;
   LocalSgd sgd_;
@@ -110,8 +113,8 @@ class D2 final : public DistributedOptimizer {
   ///         round to round, are not symmetric and doubly stochastic or have
   ///         an eigenvalue <= -1/3 (the message names the round, segment and
   ///         eigenvalue).
-  D2(std::unique_ptr<DistributedOptimizer> base, const Topology& topology, int segments, std::size_t numParams,
-     const SgdOptions& sgd);
+  D2(std::unique_ptr<DistributedOptimizer> base, const Topology& topology, int segments,
+     std::size_t numParams, const SgdOptions& sgd);
   std::string name() const override { return "d2"; }
   /// The local SGD step, then mixParameters.
   void step(std::span<float> params, std::span<const float> grads) override;
@@ -159,7 +162,8 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   /// @param sgd learning rate (> 0), beta = momentum, weight decay.
   /// @throws InvalidArgument for a null base, one without a communication-only
   ///         form, or a learning rate of 0.
-  QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams, const SgdOptions& sgd);
+  QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
+                      const SgdOptions& sgd);
   std::string name() const override { return "quasi_global_momentum"; }
   /// The step above on `params` (P float32, in place) from `grads` (P float32).
   void step(std::span<float> params, std::span<const float> grads) override;
@@ -183,9 +187,9 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   std::unique_ptr<DistributedOptimizer> base_;
   std::size_t numParams_;
   SgdOptions sgd_;
-  std::vector<float> momentum_;  // m^ (P)
-  std::vector<float> direction_; // m_t, this step's (set by reduceGradients)
-  std::vector<float> stepped_;   // x_t - lr m_t, before the mix
+  std::vector<float> momentum_;   // m^ (P)
+  std::vector<float> direction_;  // m_t, this step's (set by reduceGradients)
+  std::vector<float> stepped_;    // x_t - lr m_t, before the mix
   bool haveDirection_ = false;
   std::uint64_t steps_ = 0;
 };
