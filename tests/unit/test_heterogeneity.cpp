@@ -186,14 +186,16 @@ TEST_CASE("gradient tracking with momentum and in overlap mode still reaches the
   }
 }
 
-TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global momentum none extra",
-          "[optimizer][heterogeneity]") {
+TEST_CASE(
+    "gradient tracking sends twice the base's bytes (as many in bfloat16); D2 and quasi-global momentum none "
+    "extra",
+    "[optimizer][heterogeneity]") {
   const int n = 4;
   const Quadratic q(n, kElements, 2);
   topologies::FairRoulette roulette(n, 1);
   const topologies::Ring ring(n, 0.5);
-  std::vector<std::uint64_t> bytes(5);
-  for (int which = 0; which < 5; ++which) {
+  std::vector<std::uint64_t> bytes(6);
+  for (int which = 0; which < 6; ++which) {
     auto fabric = inproc::makeFabric(n);
     std::vector<std::uint64_t> sent(n);
     onEveryRank(n, [&](int r) {
@@ -216,6 +218,13 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
             optimizers::SgdOptions{0.1, 0.9, 0.0});
       if (which == 4)
         opt = std::make_unique<optimizers::CrossoverSgd>(*t, ring, kTensors, crossoverOptions());
+      if (which == 5) {  // compression.kind bf16: x and y go out as bfloat16
+        opt = std::make_unique<optimizers::GradientTracking>(
+            std::make_unique<optimizers::CrossoverSgd>(*t, roulette, twice(kTensors),
+                                                       crossoverOptions(twice(kTensors))),
+            kElements, kPlainSgd);
+        REQUIRE(opt->setExchangeType(DType::kBfloat16));
+      }
       std::vector<float> x(kElements, 0.0f), g(kElements);
       for (int s = 0; s < 10; ++s) {
         q.gradient(r, x, g);
@@ -229,6 +238,7 @@ TEST_CASE("gradient tracking sends twice the base's bytes; D2 and quasi-global m
   CHECK(bytes[1] == 2 * bytes[0]);
   CHECK(bytes[2] == bytes[4]);  // the ring sends to both neighbours: 2 * 4P
   CHECK(bytes[4] == 2 * bytes[0]);
+  CHECK(bytes[5] == bytes[0]);  // 2 bytes an element, twice the elements
   CHECK(bytes[3] == bytes[0]);
 }
 
