@@ -1,0 +1,168 @@
+/* Gossamer's C ABI (C11, usable from C++): an agent of a decentralized
+ * training job behind an opaque handle, its collectives on the caller's
+ * memory, and the configured training algorithm in its communication-only
+ * form, for languages that bind C (Swift, Kotlin, Rust, Go, Python's ctypes).
+ *
+ * Library: libgossamer_c (link -lgossamer_c); it exports only gossamer_*
+ * symbols. Every call returns a gossamer_status; GOSSAMER_OK is 0. No C++
+ * exception crosses this boundary: a failed call returns the error's kind
+ * and leaves its details (message, peer, file, line, key) readable on the
+ * calling thread until that thread's next failed call
+ * (gossamer_last_error_*). A NULL handle or pointer argument is
+ * GOSSAMER_E_INVALID_ARGUMENT.
+ *
+ *   gossamer_agent* a;
+ *   if (gossamer_agent_create("job.yaml", 0, NULL, 0, rank, 0, "/shared/rv", &a) != GOSSAMER_OK)
+ *     fprintf(stderr, "%s\n", gossamer_last_error_message());
+ *   gossamer_allreduce(a, grads, n, GOSSAMER_FLOAT32, GOSSAMER_AVERAGE);
+ *   gossamer_agent_close(a);
+ *
+ * The C++ side is gossamer::Session (sdk/include/gossamer/session.hpp) over
+ * every built-in component; bindings/c/src/gossamer_c.cpp maps each call. */
+#ifndef GOSSAMER_GOSSAMER_H
+#define GOSSAMER_GOSSAMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The version of this header's ABI; gossamer_c_api_version() gives the
+ *  library's. A program built against version V runs against a library
+ *  whose version is V. */
+#define GOSSAMER_C_API_VERSION 1
+
+#if defined(__GNUC__)
+#define GOSSAMER_C_EXPORT __attribute__((visibility("default")))
+#else
+#define GOSSAMER_C_EXPORT
+#endif
+
+/** What a call returns: 0 on success, else the kind of error. */
+typedef enum gossamer_status {
+  GOSSAMER_OK = 0,
+  GOSSAMER_E_INVALID_ARGUMENT = 1, /**< a bad argument: NULL, a length or dtype the call cannot take */
+  GOSSAMER_E_CONFIG = 2,           /**< a bad configuration: file, line and key are set */
+  GOSSAMER_E_TIMEOUT = 3,          /**< a wait ran past transport.timeout_seconds */
+  GOSSAMER_E_PEER_FAILURE = 4,     /**< a peer died or left: the peer is set */
+  GOSSAMER_E_EXPELLED = 5,         /**< this rank was removed from the job's view */
+  GOSSAMER_E_PROTOCOL = 6,         /**< a malformed frame from a peer: the peer is set */
+  GOSSAMER_E_CANCELLED = 7,        /**< cancelled by a close */
+  GOSSAMER_E_INTERNAL = 8,         /**< a bug in Gossamer: please report the message */
+  GOSSAMER_E_ERROR = 9,            /**< any other failure (the message says what) */
+  GOSSAMER_E_NO_MEMORY = 10        /**< an allocation failed */
+} gossamer_status;
+
+/** Element types of the collectives. */
+typedef enum gossamer_dtype {
+  GOSSAMER_FLOAT32 = 1, /**< float, 4 bytes */
+  GOSSAMER_FLOAT64 = 2, /**< double, 8 bytes */
+  GOSSAMER_FLOAT16 = 5, /**< IEEE 754 binary16 bits in a uint16_t, 2 bytes */
+  GOSSAMER_BFLOAT16 = 6 /**< bfloat16 bits (a float's upper half) in a uint16_t, 2 bytes */
+} gossamer_dtype;
+
+/** Reductions of gossamer_allreduce. */
+typedef enum gossamer_op {
+  GOSSAMER_SUM = 0,
+  GOSSAMER_AVERAGE = 1,
+  GOSSAMER_MAX = 2,
+  GOSSAMER_MIN = 3
+} gossamer_op;
+
+/** One rank's agent: its transport, communicator, optimizer and membership. */
+typedef struct gossamer_agent gossamer_agent;
+
+/** The library's ABI version (GOSSAMER_C_API_VERSION of the header it was built with). */
+GOSSAMER_C_EXPORT int gossamer_c_api_version(void);
+/** The library's version, "MAJOR.MINOR.PATCH" (static storage). */
+GOSSAMER_C_EXPORT const char* gossamer_version(void);
+/** A status's name, e.g. "GOSSAMER_E_PEER_FAILURE" (static storage; "unknown" for other values). */
+GOSSAMER_C_EXPORT const char* gossamer_status_name(gossamer_status status);
+
+/** Creates rank `rank`'s agent and connects it to the job: blocks until
+ *  every rank has joined the rendezvous (bounded by
+ *  transport.timeout_seconds).
+ *  @param config a YAML file's path, or YAML text when `config_is_text` is nonzero.
+ *  @param overrides `n_overrides` strings "key=value" applied after the YAML (may be NULL when 0).
+ *  @param rank this process's rank, in [0, world size).
+ *  @param world_size ranks in the job; 0 keeps the config's world_size.
+ *  @param rendezvous "tcp://HOST:PORT" (rank 0 serves there) or a directory every rank sees.
+ *  @param out receives the agent; NULL on failure.
+ *  @return GOSSAMER_E_CONFIG for a bad YAML (gossamer_last_error_file/line/key),
+ *          GOSSAMER_E_INVALID_ARGUMENT, GOSSAMER_E_TIMEOUT, GOSSAMER_E_ERROR. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_agent_create(const char* config, int config_is_text,
+                                                        const char* const* overrides, size_t n_overrides,
+                                                        int rank, int world_size, const char* rendezvous,
+                                                        gossamer_agent** out);
+/** gossamer_agent_create with the rank, world size and rendezvous a launcher
+ *  set in the environment (torchrun, mpirun, mpiexec, srun, or RANK,
+ *  WORLD_SIZE and GOSSAMER_RENDEZVOUS by hand).
+ *  @return as gossamer_agent_create; GOSSAMER_E_INVALID_ARGUMENT when no launcher is found. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_agent_from_env(const char* config, int config_is_text,
+                                                          const char* const* overrides, size_t n_overrides,
+                                                          gossamer_agent** out);
+/** Closes the agent (ends its metrics, closes its transport) and frees it. NULL is a no-op.
+ *  @return GOSSAMER_OK, or the close's error (the agent is freed either way). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_agent_close(gossamer_agent* agent);
+
+/** This agent's rank. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_agent_rank(const gossamer_agent* agent, int* rank);
+/** The job's world size. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* world_size);
+
+/** Allreduce of `count` elements of `dtype` at `data`, in place, over every
+ *  rank (the configured collectives.allreduce algorithm). Collective: every
+ *  rank calls it with the same count, dtype and op.
+ *  @return GOSSAMER_E_PEER_FAILURE naming the peer (on every rank), GOSSAMER_E_TIMEOUT, ... */
+GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count,
+                                                     gossamer_dtype dtype, gossamer_op op);
+/** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in place. Collective. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count,
+                                                     gossamer_dtype dtype, int root);
+/** Returns once every rank has entered the barrier. Collective. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
+
+/** Builds the configured algorithm (algorithm.name) for a model whose
+ *  tensors have `tensor_sizes[0..n_tensors)` float32 elements, flattened in
+ *  that order; it replaces an earlier one. Collective for some algorithms. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes,
+                                                          size_t n_tensors);
+/** One training step of the algorithm with its own local SGD
+ *  (training.learning_rate, momentum, weight_decay): `params` (count
+ *  float32, updated in place) from this rank's gradient `grads` (count float32). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads,
+                                                size_t count);
+/** Communication-only form, before a local step made by the caller: averages
+ *  `grads` (count float32, in place) for allreduce-style algorithms; gossip
+ *  algorithms leave it (gradient tracking replaces it with its tracker). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads,
+                                                            size_t count);
+/** Communication-only form, after the caller's local step: mixes `params`
+ *  (count float32, in place) with the peers' for gossip algorithms, and counts the step. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count);
+/** Completes communication still in flight into `params` (count float32);
+ *  call before evaluating or saving the model. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count);
+/** Steps the optimizer has taken. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps);
+
+/** The status of this thread's last failed call (GOSSAMER_OK before any). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_last_error(void);
+/** Its message ("" before any); valid until this thread's next failed call. */
+GOSSAMER_C_EXPORT const char* gossamer_last_error_message(void);
+/** The peer it names (GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_PROTOCOL), else -1. */
+GOSSAMER_C_EXPORT int gossamer_last_error_peer(void);
+/** GOSSAMER_E_CONFIG: the YAML file ("" for text or none). */
+GOSSAMER_C_EXPORT const char* gossamer_last_error_file(void);
+/** GOSSAMER_E_CONFIG: the line in that file (0 when unknown). */
+GOSSAMER_C_EXPORT int gossamer_last_error_line(void);
+/** GOSSAMER_E_CONFIG: the dotted key, e.g. "transport.kind" ("" when none). */
+GOSSAMER_C_EXPORT const char* gossamer_last_error_key(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GOSSAMER_GOSSAMER_H */

@@ -1,0 +1,361 @@
+// The C ABI (gossamer/gossamer.h) over gossamer::Session and every built-in
+// component. Each entry point runs its body inside guarded(): any exception
+// becomes a status and this thread's last-error record, so none crosses into
+// C. The agent is a Session over a zmq::Rendezvous store, as the Python
+// module's Agent (bindings/python/src/module.cpp).
+#include "gossamer/gossamer.h"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gossamer/config.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/half.hpp"
+#include "gossamer/launch_env.hpp"
+#include "gossamer/membership.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/session.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/builtins.hpp"
+#include "gossamer/transports/zmq.hpp"
+
+struct gossamer_agent {
+  std::unique_ptr<gossamer::zmq::Rendezvous> rendezvous;  // declared first: destroyed after the session
+  std::unique_ptr<gossamer::Session> session;
+  gossamer::DistributedOptimizer* optimizer = nullptr;
+  std::size_t parameters = 0;  // the optimizer's P
+};
+
+namespace {
+
+using namespace gossamer;
+
+struct LastError {
+  gossamer_status status = GOSSAMER_OK;
+  std::string message, file, key;
+  int peer = -1;
+  int line = 0;
+};
+thread_local LastError lastError;
+
+gossamer_status fail(gossamer_status status, const char* message, int peer = -1) {
+  LastError e;
+  e.status = status;
+  e.peer = peer;
+  try {
+    e.message = message;
+  } catch (...) {  // no memory for the message: the status alone
+  }
+  lastError = std::move(e);
+  return status;
+}
+
+// Runs `body`; an exception becomes its status and the last-error record.
+template <typename F>
+gossamer_status guarded(F&& body) noexcept {
+  try {
+    body();
+    return GOSSAMER_OK;
+  } catch (const ConfigError& e) {
+    const gossamer_status s = fail(GOSSAMER_E_CONFIG, e.what());
+    try {
+      lastError.file = e.file();
+      lastError.key = e.key();
+    } catch (...) {
+    }
+    lastError.line = e.line();
+    return s;
+  } catch (const Expelled& e) {
+    return fail(GOSSAMER_E_EXPELLED, e.what(), e.peer());
+  } catch (const PeerFailure& e) {
+    return fail(GOSSAMER_E_PEER_FAILURE, e.what(), e.peer());
+  } catch (const ProtocolError& e) {
+    return fail(GOSSAMER_E_PROTOCOL, e.what(), e.peer());
+  } catch (const TimeoutError& e) {
+    return fail(GOSSAMER_E_TIMEOUT, e.what());
+  } catch (const Cancelled& e) {
+    return fail(GOSSAMER_E_CANCELLED, e.what());
+  } catch (const InvalidArgument& e) {
+    return fail(GOSSAMER_E_INVALID_ARGUMENT, e.what());
+  } catch (const InternalError& e) {
+    return fail(GOSSAMER_E_INTERNAL, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(GOSSAMER_E_NO_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(GOSSAMER_E_ERROR, e.what());
+  } catch (...) {
+    return fail(GOSSAMER_E_ERROR, "unknown error");
+  }
+}
+
+void require(bool ok, const char* what) {
+  if (!ok) throw InvalidArgument(what);
+}
+
+const Registry& builtins() {
+  static const Registry r = [] {
+    Registry reg;
+    transports::registerBuiltins(reg);
+    topologies::registerBuiltins(reg);
+    optimizers::registerBuiltins(reg);
+    return reg;
+  }();
+  return r;
+}
+
+Config loadConfig(const char* config, int isText, const char* const* overrides, std::size_t n,
+                  const std::vector<std::string>& more) {
+  require(config != nullptr, "config is NULL");
+  require(n == 0 || overrides != nullptr, "overrides is NULL with n_overrides > 0");
+  std::vector<std::string> all;
+  for (std::size_t i = 0; i < n; ++i) {
+    require(overrides[i] != nullptr, "an override is NULL");
+    all.emplace_back(overrides[i]);
+  }
+  all.insert(all.end(), more.begin(), more.end());
+  return isText ? builtins().parse(config, "<config>", all) : builtins().load(config, all);
+}
+
+void create(const Config& c, int rank, const std::string& rendezvous, gossamer_agent** out) {
+  require(rank >= 0 && rank < c.worldSize(),
+          ("rank " + std::to_string(rank) + " outside [0, " + std::to_string(c.worldSize()) + ")").c_str());
+  require(!rendezvous.empty(),
+          "rendezvous is empty: give \"tcp://HOST:PORT\" or a directory every rank sees");
+  auto a = std::make_unique<gossamer_agent>();
+  a->rendezvous =
+      std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
+  a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), builtins());
+  *out = a.release();
+}
+
+Agent& agentOf(gossamer_agent* a) {
+  require(a != nullptr && a->session != nullptr, "agent is NULL");
+  return a->session->agent();
+}
+
+DistributedOptimizer& optimizerOf(gossamer_agent* a, std::size_t count) {
+  agentOf(a);
+  require(a->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
+  if (count != a->parameters)
+    throw InvalidArgument("count " + std::to_string(count) + " != the optimizer's " +
+                          std::to_string(a->parameters) + " parameters");
+  return *a->optimizer;
+}
+
+ReduceOp opOf(gossamer_op op) {
+  switch (op) {
+    case GOSSAMER_SUM:
+      return ReduceOp::kSum;
+    case GOSSAMER_AVERAGE:
+      return ReduceOp::kAverage;
+    case GOSSAMER_MAX:
+      return ReduceOp::kMax;
+    case GOSSAMER_MIN:
+      return ReduceOp::kMin;
+  }
+  throw InvalidArgument("op " + std::to_string(static_cast<int>(op)) +
+                        " is not a gossamer_op (GOSSAMER_SUM, _AVERAGE, _MAX, _MIN)");
+}
+
+// Calls f(std::span<T>) with the element type `dtype` names.
+template <typename F>
+void withSpan(void* data, std::size_t count, gossamer_dtype dtype, F&& f) {
+  require(data != nullptr || count == 0, "data is NULL");
+  switch (dtype) {
+    case GOSSAMER_FLOAT32:
+      return f(std::span<float>(static_cast<float*>(data), count));
+    case GOSSAMER_FLOAT64:
+      return f(std::span<double>(static_cast<double*>(data), count));
+    case GOSSAMER_FLOAT16:
+      return f(std::span<float16>(static_cast<float16*>(data), count));
+    case GOSSAMER_BFLOAT16:
+      return f(std::span<bfloat16>(static_cast<bfloat16*>(data), count));
+  }
+  throw InvalidArgument("dtype " + std::to_string(static_cast<int>(dtype)) +
+                        " is not a gossamer_dtype (GOSSAMER_FLOAT32, _FLOAT64, _FLOAT16, _BFLOAT16)");
+}
+
+}  // namespace
+
+extern "C" {
+
+int gossamer_c_api_version(void) { return GOSSAMER_C_API_VERSION; }
+
+const char* gossamer_version(void) { return GOSSAMER_VERSION_STRING; }
+
+const char* gossamer_status_name(gossamer_status status) {
+  switch (status) {
+    case GOSSAMER_OK:
+      return "GOSSAMER_OK";
+    case GOSSAMER_E_INVALID_ARGUMENT:
+      return "GOSSAMER_E_INVALID_ARGUMENT";
+    case GOSSAMER_E_CONFIG:
+      return "GOSSAMER_E_CONFIG";
+    case GOSSAMER_E_TIMEOUT:
+      return "GOSSAMER_E_TIMEOUT";
+    case GOSSAMER_E_PEER_FAILURE:
+      return "GOSSAMER_E_PEER_FAILURE";
+    case GOSSAMER_E_EXPELLED:
+      return "GOSSAMER_E_EXPELLED";
+    case GOSSAMER_E_PROTOCOL:
+      return "GOSSAMER_E_PROTOCOL";
+    case GOSSAMER_E_CANCELLED:
+      return "GOSSAMER_E_CANCELLED";
+    case GOSSAMER_E_INTERNAL:
+      return "GOSSAMER_E_INTERNAL";
+    case GOSSAMER_E_ERROR:
+      return "GOSSAMER_E_ERROR";
+    case GOSSAMER_E_NO_MEMORY:
+      return "GOSSAMER_E_NO_MEMORY";
+  }
+  return "unknown";
+}
+
+gossamer_status gossamer_agent_create(const char* config, int config_is_text, const char* const* overrides,
+                                      size_t n_overrides, int rank, int world_size, const char* rendezvous,
+                                      gossamer_agent** out) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    require(world_size >= 0, "world_size < 0");
+    require(rendezvous != nullptr, "rendezvous is NULL");
+    std::vector<std::string> more;
+    if (world_size > 0) more.push_back("world_size=" + std::to_string(world_size));
+    create(loadConfig(config, config_is_text, overrides, n_overrides, more), rank, rendezvous, out);
+  });
+}
+
+gossamer_status gossamer_agent_from_env(const char* config, int config_is_text, const char* const* overrides,
+                                        size_t n_overrides, gossamer_agent** out) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    const auto launch = discoverLaunch();
+    if (!launch)
+      throw InvalidArgument(
+          "no launcher found: set RANK, WORLD_SIZE and GOSSAMER_RENDEZVOUS, or start under torchrun, mpirun, "
+          "mpiexec or srun");
+    create(loadConfig(config, config_is_text, overrides, n_overrides,
+                      {"world_size=" + std::to_string(launch->worldSize)}),
+           launch->rank, launch->rendezvous, out);
+  });
+}
+
+gossamer_status gossamer_agent_close(gossamer_agent* agent) {
+  if (agent == nullptr) return GOSSAMER_OK;
+  const gossamer_status s = guarded([&] {
+    if (agent->session) agent->session->close();
+  });
+  // Destroying never throws (the destructors catch); free it either way.
+  agent->optimizer = nullptr;
+  agent->session.reset();
+  agent->rendezvous.reset();
+  delete agent;
+  return s;
+}
+
+gossamer_status gossamer_agent_rank(const gossamer_agent* agent, int* rank) {
+  return guarded([&] {
+    require(rank != nullptr, "rank is NULL");
+    *rank = agentOf(const_cast<gossamer_agent*>(agent)).rank();
+  });
+}
+
+gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* world_size) {
+  return guarded([&] {
+    require(world_size != nullptr, "world_size is NULL");
+    *world_size = agentOf(const_cast<gossamer_agent*>(agent)).worldSize();
+  });
+}
+
+gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
+                                   gossamer_op op) {
+  return guarded([&] {
+    Communicator& c = agentOf(agent).communicator();
+    const ReduceOp o = opOf(op);
+    withSpan(data, count, dtype, [&](auto span) { c.allreduce(span, o); });
+  });
+}
+
+gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
+                                   int root) {
+  return guarded([&] {
+    Communicator& c = agentOf(agent).communicator();
+    withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, root); });
+  });
+}
+
+gossamer_status gossamer_barrier(gossamer_agent* agent) {
+  return guarded([&] { agentOf(agent).communicator().barrier(); });
+}
+
+gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes, size_t n_tensors) {
+  return guarded([&] {
+    agentOf(agent);
+    require(n_tensors > 0 && tensor_sizes != nullptr, "no tensor sizes");
+    std::vector<std::size_t> sizes(tensor_sizes, tensor_sizes + n_tensors);
+    std::size_t total = 0;
+    for (auto s : sizes) {
+      require(s > 0, "a tensor of 0 elements");
+      total += s;
+    }
+    agent->optimizer = nullptr;
+    agent->optimizer = &agent->session->makeOptimizer(sizes);
+    agent->parameters = total;
+  });
+}
+
+gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads, size_t count) {
+  return guarded([&] {
+    auto& o = optimizerOf(agent, count);
+    require(params != nullptr && grads != nullptr, "params or grads is NULL");
+    o.step(std::span<float>(params, count), std::span<const float>(grads, count));
+  });
+}
+
+gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads, size_t count) {
+  return guarded([&] {
+    auto& o = optimizerOf(agent, count);
+    require(grads != nullptr, "grads is NULL");
+    o.reduceGradients(std::span<float>(grads, count));
+  });
+}
+
+gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count) {
+  return guarded([&] {
+    auto& o = optimizerOf(agent, count);
+    require(params != nullptr, "params is NULL");
+    o.mixParameters(std::span<float>(params, count));
+  });
+}
+
+gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count) {
+  return guarded([&] {
+    auto& o = optimizerOf(agent, count);
+    require(params != nullptr, "params is NULL");
+    o.flush(std::span<float>(params, count));
+  });
+}
+
+gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
+  return guarded([&] {
+    require(steps != nullptr, "steps is NULL");
+    agentOf(agent);
+    require(agent->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
+    *steps = agent->optimizer->steps();
+  });
+}
+
+gossamer_status gossamer_last_error(void) { return lastError.status; }
+const char* gossamer_last_error_message(void) { return lastError.message.c_str(); }
+int gossamer_last_error_peer(void) { return lastError.peer; }
+const char* gossamer_last_error_file(void) { return lastError.file.c_str(); }
+int gossamer_last_error_line(void) { return lastError.line; }
+const char* gossamer_last_error_key(void) { return lastError.key.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,229 @@
+/* Calls every entry point of gossamer/gossamer.h from strict C11, the error
+ * paths included: NULL and out-of-range arguments, a YAML file with a
+ * misspelt key (status, file, line and key), YAML text that does not parse,
+ * and, in a 2-process job over the socket transport, a peer killed with
+ * SIGKILL, which the survivor's next allreduce returns as
+ * GOSSAMER_E_PEER_FAILURE naming the peer. Exit status 0 when every check
+ * holds; each failed check is printed with its line. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gossamer/gossamer.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                              \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error %s: %s\n", __FILE__, __LINE__, #cond, \
+              gossamer_status_name(gossamer_last_error()), gossamer_last_error_message());       \
+      ++failures;                                                                                \
+    }                                                                                            \
+  } while (0)
+
+static char scratch[256];
+
+static const char* path_in(const char* name) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", scratch, name);
+  return path;
+}
+
+static void write_file(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  if (f == NULL) {
+    perror(path);
+    exit(2);
+  }
+  fputs(text, f);
+  fclose(f);
+}
+
+static void versions(void) {
+  CHECK(gossamer_c_api_version() == GOSSAMER_C_API_VERSION);
+  CHECK(strlen(gossamer_version()) >= 5);
+  CHECK(strcmp(gossamer_status_name(GOSSAMER_E_PEER_FAILURE), "GOSSAMER_E_PEER_FAILURE") == 0);
+  CHECK(strcmp(gossamer_status_name((gossamer_status)99), "unknown") == 0);
+  CHECK(gossamer_last_error() == GOSSAMER_OK);
+  CHECK(gossamer_last_error_peer() == -1);
+}
+
+static void null_arguments(void) {
+  gossamer_agent* a = (gossamer_agent*)1;
+  CHECK(gossamer_agent_create(NULL, 1, NULL, 0, 0, 1, scratch, &a) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(a == NULL);
+  CHECK(strstr(gossamer_last_error_message(), "config is NULL") != NULL);
+  CHECK(gossamer_agent_create("world_size: 1", 1, NULL, 0, 0, 1, scratch, NULL) ==
+        GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_create("world_size: 1", 1, NULL, 3, 0, 1, scratch, &a) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_create("world_size: 2", 1, NULL, 0, 5, 0, scratch, &a) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "rank 5 outside [0, 2)") != NULL);
+  CHECK(gossamer_barrier(NULL) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_allreduce(NULL, NULL, 0, GOSSAMER_FLOAT32, GOSSAMER_SUM) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_close(NULL) == GOSSAMER_OK);
+  int rank = -1;
+  CHECK(gossamer_agent_rank(NULL, &rank) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_last_error_peer() == -1);
+}
+
+static void bad_config(void) {
+  /* A misspelt key on line 4 of a file. */
+  const char* path = path_in("bad.yaml");
+  write_file(path, "world_size: 1\ntransport:\n  kind: inproc\n  timeout_secnds: 3\n");
+  gossamer_agent* a = NULL;
+  CHECK(gossamer_agent_create(path, 0, NULL, 0, 0, 0, scratch, &a) == GOSSAMER_E_CONFIG);
+  CHECK(a == NULL);
+  CHECK(gossamer_last_error() == GOSSAMER_E_CONFIG);
+  CHECK(strcmp(gossamer_last_error_file(), path) == 0);
+  CHECK(gossamer_last_error_line() == 4);
+  CHECK(strcmp(gossamer_last_error_key(), "transport.timeout_secnds") == 0);
+  /* An override of an unknown key. */
+  const char* overrides[] = {"algorithm.nme=sgp"};
+  CHECK(gossamer_agent_create("world_size: 1", 1, overrides, 1, 0, 0, scratch, &a) == GOSSAMER_E_CONFIG);
+  CHECK(strcmp(gossamer_last_error_key(), "algorithm.nme") == 0);
+  /* Text that is not YAML. */
+  CHECK(gossamer_agent_create("world_size: [1", 1, NULL, 0, 0, 0, scratch, &a) == GOSSAMER_E_CONFIG);
+  CHECK(strlen(gossamer_last_error_message()) > 0);
+  /* A file that does not exist. */
+  CHECK(gossamer_agent_create(path_in("missing.yaml"), 0, NULL, 0, 0, 0, scratch, &a) != GOSSAMER_OK);
+}
+
+/* Rank 1 (a child process) joins, takes part in one allreduce and kills
+ * itself; rank 0's next allreduce fails with the peer named. */
+static void killed_peer(void) {
+  const char* config =
+      "world_size: 2\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeout_seconds: 10\n"
+      "membership:\n  enabled: false\nrun:\n  metrics: false\n";
+  char rendezvous[512];
+  snprintf(rendezvous, sizeof rendezvous, "%s/rv-killed", scratch);
+  fflush(NULL);
+  const pid_t child = fork();
+  if (child < 0) {
+    perror("fork");
+    exit(2);
+  }
+  const int rank = child == 0 ? 1 : 0;
+  gossamer_agent* a = NULL;
+  if (gossamer_agent_create(config, 1, NULL, 0, rank, 0, rendezvous, &a) != GOSSAMER_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, gossamer_last_error_message());
+    if (child == 0) _exit(3);
+    ++failures;
+    waitpid(child, NULL, 0);
+    return;
+  }
+  float v[4] = {1.0f + (float)rank, 2.0f, 3.0f, 4.0f};
+  const gossamer_status s = gossamer_allreduce(a, v, 4, GOSSAMER_FLOAT32, GOSSAMER_SUM);
+  if (child == 0) {
+    if (s != GOSSAMER_OK || v[0] != 3.0f) _exit(4);
+    raise(SIGKILL); /* dies without closing anything */
+    _exit(5);
+  }
+  CHECK(s == GOSSAMER_OK);
+  CHECK(v[0] == 3.0f && v[3] == 8.0f);
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  const gossamer_status after = gossamer_allreduce(a, v, 4, GOSSAMER_FLOAT32, GOSSAMER_SUM);
+  CHECK(after == GOSSAMER_E_PEER_FAILURE);
+  CHECK(gossamer_last_error() == GOSSAMER_E_PEER_FAILURE);
+  CHECK(gossamer_last_error_peer() == 1);
+  CHECK(strlen(gossamer_last_error_message()) > 0);
+  gossamer_agent_close(a);
+}
+
+/* One rank: the collectives on every dtype, the optimizer calls, bad dtype,
+ * op and lengths, and the agent from the launcher's variables. */
+static void one_rank(void) {
+  char rendezvous[512];
+  snprintf(rendezvous, sizeof rendezvous, "%s/rv-one", scratch);
+  const char* overrides[] = {"transport.kind=inproc", "run.metrics=false"};
+  gossamer_agent* a = NULL;
+  CHECK(gossamer_agent_create("world_size: 1\nalgorithm:\n  name: allreduce_sgd\n", 1, overrides, 2, 0, 1,
+                              rendezvous, &a) == GOSSAMER_OK);
+  if (a == NULL) return;
+  int rank = -1, n = -1;
+  CHECK(gossamer_agent_rank(a, &rank) == GOSSAMER_OK && rank == 0);
+  CHECK(gossamer_agent_world_size(a, &n) == GOSSAMER_OK && n == 1);
+  CHECK(gossamer_agent_rank(a, NULL) == GOSSAMER_E_INVALID_ARGUMENT);
+
+  float f[3] = {1.5f, -2.0f, 0.25f};
+  double d[2] = {3.0, 4.0};
+  uint16_t half[2] = {0x3C00, 0x4000};  /* binary16 1.0, 2.0 */
+  uint16_t bhalf[2] = {0x3F80, 0x4040}; /* bfloat16 1.0, 3.0 */
+  CHECK(gossamer_allreduce(a, f, 3, GOSSAMER_FLOAT32, GOSSAMER_AVERAGE) == GOSSAMER_OK && f[0] == 1.5f);
+  CHECK(gossamer_allreduce(a, d, 2, GOSSAMER_FLOAT64, GOSSAMER_MAX) == GOSSAMER_OK && d[1] == 4.0);
+  CHECK(gossamer_allreduce(a, half, 2, GOSSAMER_FLOAT16, GOSSAMER_SUM) == GOSSAMER_OK && half[1] == 0x4000);
+  CHECK(gossamer_allreduce(a, bhalf, 2, GOSSAMER_BFLOAT16, GOSSAMER_MIN) == GOSSAMER_OK &&
+        bhalf[0] == 0x3F80);
+  CHECK(gossamer_allreduce(a, f, 3, (gossamer_dtype)42, GOSSAMER_SUM) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "dtype 42") != NULL);
+  CHECK(gossamer_allreduce(a, f, 3, GOSSAMER_FLOAT32, (gossamer_op)7) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_allreduce(a, NULL, 3, GOSSAMER_FLOAT32, GOSSAMER_SUM) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 0) == GOSSAMER_OK && d[0] == 3.0);
+  CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 3) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_barrier(a) == GOSSAMER_OK);
+
+  /* The optimizer: AllReduce-SGD with the default SGD (lr 0.01, momentum 0.9). */
+  uint64_t steps = 99;
+  float params[5] = {1, 1, 1, 1, 1}, grads[5] = {1, 2, 3, 4, 5};
+  CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_E_INVALID_ARGUMENT); /* before make_optimizer */
+  CHECK(gossamer_steps(a, &steps) == GOSSAMER_E_INVALID_ARGUMENT);
+  const size_t tensors[2] = {3, 2};
+  CHECK(gossamer_make_optimizer(a, tensors, 0) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_make_optimizer(a, tensors, 2) == GOSSAMER_OK);
+  CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_OK);
+  CHECK(params[0] < 1.0f && params[4] < params[0]);
+  CHECK(gossamer_step(a, params, grads, 4) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "count 4") != NULL);
+  CHECK(gossamer_reduce_gradients(a, grads, 5) == GOSSAMER_OK && grads[2] == 3.0f);
+  CHECK(gossamer_mix_parameters(a, params, 5) == GOSSAMER_OK);
+  CHECK(gossamer_flush(a, params, 5) == GOSSAMER_OK);
+  CHECK(gossamer_steps(a, &steps) == GOSSAMER_OK && steps == 2);
+  CHECK(gossamer_steps(a, NULL) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
+
+  /* From the launcher's variables: none set, then RANK/WORLD_SIZE/GOSSAMER_RENDEZVOUS by hand. */
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("GOSSAMER_RENDEZVOUS");
+  a = NULL;
+  CHECK(gossamer_agent_from_env("world_size: 1", 1, overrides, 2, &a) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "launcher") != NULL);
+  char rendezvous2[512];
+  snprintf(rendezvous2, sizeof rendezvous2, "%s/rv-env", scratch);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("GOSSAMER_RENDEZVOUS", rendezvous2, 1);
+  /* The inproc fabric's rank 0 stays taken in this process: a second agent goes over the socket transport. */
+  const char* socket_overrides[] = {"transport.kind=socket", "transport.host=127.0.0.1", "run.metrics=false"};
+  CHECK(gossamer_agent_from_env("world_size: 4", 1, socket_overrides, 3, &a) == GOSSAMER_OK);
+  if (a != NULL) {
+    CHECK(gossamer_agent_world_size(a, &n) == GOSSAMER_OK && n == 1);
+    CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
+  }
+}
+
+int main(void) {
+  const char* tmp = getenv("TMPDIR");
+  snprintf(scratch, sizeof scratch, "%s/gossamer-c-api-XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
+  if (mkdtemp(scratch) == NULL) {
+    perror("mkdtemp");
+    return 2;
+  }
+  versions();
+  null_arguments();
+  bad_config();
+  killed_peer(); /* forks: before this process starts any agent's threads */
+  one_rank();
+  char command[600];
+  snprintf(command, sizeof command, "rm -rf '%s'", scratch);
+  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", scratch);
+  if (failures == 0) printf("gossamer C API: every check passed\n");
+  return failures == 0 ? 0 : 1;
+}
