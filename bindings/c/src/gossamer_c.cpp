@@ -1,9 +1,12 @@
 // The C ABI (gossamer/gossamer.h) over gossamer::Session and every built-in
 // component. Each entry point runs its body inside guarded(): any exception
 // becomes a status and this thread's last-error record, so none crosses into
-// C. The agent is a Session over a zmq::Rendezvous store, as the Python
+// C. The agent is a Session over a zmq::Rendezvous store and the registry of
+// every built-in component (bindings/common/builtins.hpp), as the Python
 // module's Agent (bindings/python/src/module.cpp).
 #include "gossamer/gossamer.h"
+
+#include "../../common/builtins.hpp"
 
 #include <cstring>
 #include <memory>
@@ -17,11 +20,7 @@
 #include "gossamer/half.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/membership.hpp"
-#include "gossamer/optimizers/optimizers.hpp"
-#include "gossamer/registry.hpp"
 #include "gossamer/session.hpp"
-#include "gossamer/topologies/topologies.hpp"
-#include "gossamer/transports/builtins.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 struct gossamer_agent {
@@ -97,17 +96,6 @@ void require(bool ok, const char* what) {
   if (!ok) throw InvalidArgument(what);
 }
 
-const Registry& builtins() {
-  static const Registry r = [] {
-    Registry reg;
-    transports::registerBuiltins(reg);
-    topologies::registerBuiltins(reg);
-    optimizers::registerBuiltins(reg);
-    return reg;
-  }();
-  return r;
-}
-
 Config loadConfig(const char* config, int isText, const char* const* overrides, std::size_t n,
                   const std::vector<std::string>& more) {
   require(config != nullptr, "config is NULL");
@@ -118,7 +106,7 @@ Config loadConfig(const char* config, int isText, const char* const* overrides, 
     all.emplace_back(overrides[i]);
   }
   all.insert(all.end(), more.begin(), more.end());
-  return isText ? builtins().parse(config, "<config>", all) : builtins().load(config, all);
+  return bindings::loadConfig(config, isText != 0, all);
 }
 
 void create(const Config& c, int rank, const std::string& rendezvous, gossamer_agent** out) {
@@ -129,7 +117,7 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
   auto a = std::make_unique<gossamer_agent>();
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-  a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), builtins());
+  a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
   *out = a.release();
 }
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "builtins.hpp"
+#include "../../common/builtins.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -153,8 +153,8 @@ ReduceOp parseOp(const std::string& op) {
 
 // ---- components ---------------------------------------------------------------
 
-using gossamer::python::builtins;
-using gossamer::python::loadConfig;
+using gossamer::bindings::builtins;
+using gossamer::bindings::loadConfig;
 
 // ---- the optimizer handle -------------------------------------------------------
 

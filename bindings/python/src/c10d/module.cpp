@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../builtins.hpp"
+#include "../../../common/builtins.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -26,10 +26,10 @@ PYBIND11_MODULE(_c10d, m) {
                        const std::string& source, bool isText, std::vector<std::string> overrides,
                        double timeoutSeconds, const std::string& storeHost) {
              overrides.push_back("world_size=" + std::to_string(size));
-             const gossamer::Config config = gossamer::python::loadConfig(source, isText, overrides);
+             const gossamer::Config config = gossamer::bindings::loadConfig(source, isText, overrides);
              py::gil_scoped_release release;  // the rendezvous waits for the peers
              return c10::make_intrusive<ProcessGroupGossamer>(
-                 store, rank, size, config, gossamer::python::builtins(), timeoutSeconds, storeHost);
+                 store, rank, size, config, gossamer::bindings::builtins(), timeoutSeconds, storeHost);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("source"), py::arg("is_text"),
            py::arg("overrides"), py::arg("timeout_seconds"), py::arg("store_host") = "",

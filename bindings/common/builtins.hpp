@@ -1,6 +1,7 @@
 // The registry of every built-in component and the config loader, shared by
-// the Python extensions gossamer._core and gossamer._c10d (each extension,
-// one shared object, holds its own registry). Not installed.
+// the bindings: the Python extensions gossamer._core and gossamer._c10d and
+// the C ABI's libgossamer_c (each shared object holds its own registry). Not
+// installed.
 #pragma once
 
 #include <string>
@@ -12,10 +13,10 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/builtins.hpp"
 
-namespace gossamer::python {
+namespace gossamer::bindings {
 
-/// Every built-in component: the registry the Python Agent and process group
-/// build from. One per extension (the inproc transport's fabric is made on
+/// Every built-in component: the registry the Python Agent and process group,
+/// and the C ABI's agents, build from. One per shared object (the inproc transport's fabric is made on
 /// first use).
 inline const Registry& builtins() {
   static const Registry r = [] {
@@ -35,4 +36,4 @@ inline Config loadConfig(const std::string& source, bool isText, const std::vect
   return builtins().load(source, overrides);
 }
 
-}  // namespace gossamer::python
+}  // namespace gossamer::bindings
