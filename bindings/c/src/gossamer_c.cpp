@@ -8,8 +8,11 @@
 
 #include "../../common/builtins.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -20,10 +23,21 @@
 #include "gossamer/half.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/membership.hpp"
+#include "gossamer/metrics.hpp"
 #include "gossamer/session.hpp"
 #include "gossamer/transports/zmq.hpp"
 
+// Metrics records (JSON text) not yet taken by gossamer_metrics_poll: at most
+// kCapacity, the oldest dropped beyond that. Filled from any thread that
+// makes records (training, the stall watcher).
+struct RecordQueue {
+  static constexpr std::size_t kCapacity = 65536;
+  std::mutex mu;
+  std::deque<std::string> lines;
+};
+
 struct gossamer_agent {
+  std::shared_ptr<RecordQueue> records = std::make_shared<RecordQueue>();  // shared with the subscription
   std::unique_ptr<gossamer::zmq::Rendezvous> rendezvous;  // declared first: destroyed after the session
   std::unique_ptr<gossamer::Session> session;
   gossamer::DistributedOptimizer* optimizer = nullptr;
@@ -118,6 +132,11 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
+  a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
+    std::lock_guard<std::mutex> lk(q->mu);
+    if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
+    q->lines.push_back(r.json);
+  });
   *out = a.release();
 }
 
@@ -336,6 +355,52 @@ gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
     agentOf(agent);
     require(agent->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
     *steps = agent->optimizer->steps();
+  });
+}
+
+gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members, size_t capacity,
+                              size_t* count) {
+  return guarded([&] {
+    agentOf(agent);
+    require(number != nullptr && count != nullptr, "number or count is NULL");
+    require(capacity == 0 || members != nullptr, "members is NULL with capacity > 0");
+    const View v = agent->session->view();
+    *number = v.number;
+    *count = v.members.size();
+    if (v.members.size() > capacity)
+      throw InvalidArgument("the view has " + std::to_string(v.members.size()) + " members, capacity " +
+                            std::to_string(capacity));
+    std::copy(v.members.begin(), v.members.end(), members);
+  });
+}
+
+gossamer_status gossamer_recover(gossamer_agent* agent) {
+  return guarded([&] {
+    agentOf(agent);
+    agent->session->recover();
+  });
+}
+
+gossamer_status gossamer_metrics_poll(gossamer_agent* agent, char* buffer, size_t capacity, size_t* length) {
+  return guarded([&] {
+    agentOf(agent);
+    require(length != nullptr, "length is NULL");
+    require(capacity == 0 || buffer != nullptr, "buffer is NULL with capacity > 0");
+    RecordQueue& q = *agent->records;
+    std::lock_guard<std::mutex> lk(q.mu);
+    *length = 0;
+    if (q.lines.empty()) {
+      if (capacity > 0) buffer[0] = '\0';
+      return;
+    }
+    const std::string& line = q.lines.front();
+    *length = line.size();
+    if (line.size() + 1 > capacity)
+      throw InvalidArgument("the record has " + std::to_string(line.size()) + " bytes and a NUL, capacity " +
+                            std::to_string(capacity));
+    std::memcpy(buffer, line.data(), line.size());
+    buffer[line.size()] = '\0';
+    q.lines.pop_front();
   });
 }
 

@@ -3,7 +3,9 @@
  * misspelt key (status, file, line and key), YAML text that does not parse,
  * and, in a 2-process job over the socket transport, a peer killed with
  * SIGKILL, which the survivor's next allreduce returns as
- * GOSSAMER_E_PEER_FAILURE naming the peer. Exit status 0 when every check
+ * GOSSAMER_E_PEER_FAILURE naming the peer; in a 3-process job with the
+ * membership service the survivors recover a view of two and go on; metrics
+ * come by polling. Exit status 0 when every check
  * holds; each failed check is printed with its line. */
 #include <signal.h>
 #include <stdint.h>
@@ -137,6 +139,69 @@ static void killed_peer(void) {
   gossamer_agent_close(a);
 }
 
+/* A 3-process job with the membership service on: rank 2 kills itself
+ * after one allreduce; ranks 0 and 1 get GOSSAMER_E_PEER_FAILURE naming it,
+ * agree on a view of the two of them with gossamer_recover, and allreduce
+ * again over it. Rank 1 (a child) reports by its exit status. */
+static void recovered_job(void) {
+  const char* config =
+      "world_size: 3\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeout_seconds: 10\n"
+      "membership:\n  enabled: true\n  heartbeat_seconds: 0.1\n  suspect_seconds: 1.5\n"
+      "run:\n  metrics: false\n";
+  char rendezvous[512];
+  snprintf(rendezvous, sizeof rendezvous, "%s/rv-recovered", scratch);
+  fflush(NULL);
+  pid_t children[2] = {-1, -1};
+  int rank = 0;
+  for (int c = 1; c <= 2; ++c) {
+    children[c - 1] = fork();
+    if (children[c - 1] < 0) {
+      perror("fork");
+      exit(2);
+    }
+    if (children[c - 1] == 0) {
+      rank = c;
+      break;
+    }
+  }
+  gossamer_agent* a = NULL;
+  if (gossamer_agent_create(config, 1, NULL, 0, rank, 0, rendezvous, &a) != GOSSAMER_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, gossamer_last_error_message());
+    if (rank != 0) _exit(3);
+    ++failures;
+    return;
+  }
+  double v[2] = {1.0, (double)rank};
+  const gossamer_status first = gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM);
+  if (rank == 2) raise(SIGKILL);
+  int ok = first == GOSSAMER_OK && v[0] == 3.0 && v[1] == 3.0;
+  v[0] = 1.0;
+  gossamer_status s = gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM);
+  ok = ok && s == GOSSAMER_E_PEER_FAILURE && gossamer_last_error_peer() == 2;
+  s = gossamer_recover(a);
+  while (s == GOSSAMER_E_PEER_FAILURE) s = gossamer_recover(a); /* another failure during the change */
+  ok = ok && s == GOSSAMER_OK;
+  uint64_t number = 0;
+  int members[3] = {-1, -1, -1};
+  size_t count = 0;
+  ok = ok && gossamer_view(a, &number, members, 3, &count) == GOSSAMER_OK;
+  ok = ok && number >= 1 && count == 2 && members[0] == 0 && members[1] == 1;
+  ok = ok && gossamer_view(a, &number, members, 1, &count) == GOSSAMER_E_INVALID_ARGUMENT && count == 2;
+  v[0] = 1.0;
+  v[1] = (double)rank;
+  ok = ok && gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM) == GOSSAMER_OK && v[0] == 2.0 &&
+       v[1] == 1.0;
+  if (!ok)
+    fprintf(stderr, "rank %d: recovery failed; last error %s: %s\n", rank,
+            gossamer_status_name(gossamer_last_error()), gossamer_last_error_message());
+  gossamer_agent_close(a);
+  if (rank != 0) _exit(ok ? 0 : 4);
+  CHECK(ok);
+  int status = 0;
+  CHECK(waitpid(children[0], &status, 0) == children[0] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(waitpid(children[1], &status, 0) == children[1] && WIFSIGNALED(status));
+}
+
 /* One rank: the collectives on every dtype, the optimizer calls, bad dtype,
  * op and lengths, and the agent from the launcher's variables. */
 static void one_rank(void) {
@@ -168,6 +233,13 @@ static void one_rank(void) {
   CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 0) == GOSSAMER_OK && d[0] == 3.0);
   CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 3) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_barrier(a) == GOSSAMER_OK);
+  uint64_t number = 99;
+  int members[2] = {-1, -1};
+  size_t count = 0;
+  CHECK(gossamer_view(a, &number, members, 2, &count) == GOSSAMER_OK && number == 0 && count == 1 &&
+        members[0] == 0);
+  CHECK(gossamer_view(a, NULL, members, 2, &count) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_recover(NULL) == GOSSAMER_E_INVALID_ARGUMENT);
 
   /* The optimizer: AllReduce-SGD with the default SGD (lr 0.01, momentum 0.9). */
   uint64_t steps = 99;
@@ -187,6 +259,36 @@ static void one_rank(void) {
   CHECK(gossamer_steps(a, &steps) == GOSSAMER_OK && steps == 2);
   CHECK(gossamer_steps(a, NULL) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
+
+  /* Metrics by polling: an agent with run.metrics on queues its records. */
+  char run_dir[600];
+  snprintf(run_dir, sizeof run_dir, "run.dir=%s/run", scratch);
+  const char* metrics_overrides[] = {"transport.kind=socket", "transport.host=127.0.0.1", run_dir,
+                                     "run.metrics_every=1"};
+  char rendezvous3[512];
+  snprintf(rendezvous3, sizeof rendezvous3, "%s/rv-metrics", scratch);
+  CHECK(gossamer_agent_create("world_size: 1\nalgorithm:\n  name: allreduce_sgd\n", 1, metrics_overrides, 4,
+                              0, 1, rendezvous3, &a) == GOSSAMER_OK);
+  if (a != NULL) {
+    CHECK(gossamer_make_optimizer(a, tensors, 2) == GOSSAMER_OK);
+    CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_OK);
+    char small[4], record[4096];
+    size_t length = 0;
+    CHECK(gossamer_metrics_poll(a, small, sizeof small, &length) == GOSSAMER_E_INVALID_ARGUMENT &&
+          length > 4);
+    CHECK(gossamer_metrics_poll(a, record, sizeof record, &length) == GOSSAMER_OK &&
+          length == strlen(record));
+    CHECK(strstr(record, "\"kind\":\"start\"") != NULL);
+    int records = 1, steps_seen = 0;
+    while (gossamer_metrics_poll(a, record, sizeof record, &length) == GOSSAMER_OK && length > 0) {
+      ++records;
+      steps_seen += strstr(record, "\"kind\":\"step\"") != NULL;
+    }
+    CHECK(length == 0 && record[0] == '\0');
+    CHECK(steps_seen >= 1);
+    CHECK(gossamer_metrics_poll(a, NULL, 0, &length) == GOSSAMER_OK && length == 0);
+    CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
+  }
 
   /* From the launcher's variables: none set, then RANK/WORLD_SIZE/GOSSAMER_RENDEZVOUS by hand. */
   unsetenv("RANK");
@@ -219,7 +321,8 @@ int main(void) {
   versions();
   null_arguments();
   bad_config();
-  killed_peer(); /* forks: before this process starts any agent's threads */
+  killed_peer(); /* these fork: before this process starts any agent's threads */
+  recovered_job();
   one_rank();
   char command[600];
   snprintf(command, sizeof command, "rm -rf '%s'", scratch);

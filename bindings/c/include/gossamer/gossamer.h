@@ -148,6 +148,30 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* p
 /** Steps the optimizer has taken. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps);
 
+/** The view in force: its number (0 for the job's first, +1 or more per
+ *  change) and its members' global ranks, ascending. Writes at most
+ *  `capacity` ranks to `members` (may be NULL when 0) and their count to
+ *  `*count`; GOSSAMER_E_INVALID_ARGUMENT when they do not fit (`*count` set). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members,
+                                                size_t capacity, size_t* count);
+/** After GOSSAMER_E_PEER_FAILURE from a collective of the caller's own (with
+ *  membership.enabled, the default): agrees with the survivors on the next
+ *  view and rebuilds the communicator, topology and optimizer over it
+ *  (every survivor calls it); then repeat the collective. gossamer_step does
+ *  this by itself.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service,
+ *          GOSSAMER_E_EXPELLED if the survivors removed this rank,
+ *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_PEER_FAILURE (another peer failed: call it again). */
+GOSSAMER_C_EXPORT gossamer_status gossamer_recover(gossamer_agent* agent);
+/** Takes the oldest metrics record not yet taken (one JSON object, no
+ *  newline; run.metrics, the default) into `buffer` with a terminating NUL,
+ *  `*length` its bytes without the NUL; `*length` 0 when none is queued.
+ *  Records queue from the agent's creation (at most 65,536; beyond that the
+ *  oldest are dropped). When `capacity` is too small the record stays queued,
+ *  `*length` is its size and the call returns GOSSAMER_E_INVALID_ARGUMENT. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_metrics_poll(gossamer_agent* agent, char* buffer, size_t capacity,
+                                                        size_t* length);
+
 /** The status of this thread's last failed call (GOSSAMER_OK before any). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_last_error(void);
 /** Its message ("" before any); valid until this thread's next failed call. */
