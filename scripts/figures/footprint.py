@@ -1,0 +1,21 @@
+"""Footprint of libgossamer_c and of an agent per build profile
+(docs/embedding.md): scripts/footprint.sh builds the full and minimal
+profiles and runs bindings/c/examples/footprint.c, 2 ranks on loopback
+(scripts/footprint.py): stripped library size, resident memory of rank 0
+with an idle agent and after training 100,000 parameters, threads, sockets.
+"""
+COMMAND = ["scripts/footprint.sh"]
+JSON = "results/footprint.json"
+
+
+def render(data):
+    """One row per profile, architecture and transport."""
+    lines = ["| profile | arch | transport | libgossamer_c stripped, MB | idle agent: RSS, MB | of which the agent, MB "
+             "| training 100k parameters: RSS, MB | of which agent and training, MB | threads | sockets |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['profile']} | {r['arch']} | {r['transport']} | {r['library_bytes'] / 1e6:.2f} | "
+                     f"{r['idle']['rss_kib'] / 1024:.1f} | {r['idle_added_kib'] / 1024:.1f} | "
+                     f"{r['training']['rss_kib'] / 1024:.1f} | {r['training_added_kib'] / 1024:.1f} | "
+                     f"{r['idle']['threads']} | {r['idle']['sockets']} |")
+    return "\n".join(lines) + "\n"
