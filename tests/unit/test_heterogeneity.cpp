@@ -187,8 +187,9 @@ TEST_CASE("gradient tracking with momentum and in overlap mode still reaches the
 }
 
 TEST_CASE(
-    "gradient tracking sends twice the base's bytes (as many in bfloat16); D2 and quasi-global momentum none "
-    "extra",
+    "gradient tracking sends twice the base's bytes (as many in bfloat16), while D2 and quasi-global "
+    "momentum "
+    "send no more than the base",
     "[optimizer][heterogeneity]") {
   const int n = 4;
   const Quadratic q(n, kElements, 2);
