@@ -115,7 +115,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent
 /** Allreduce of `count` elements of `dtype` at `data`, in place, over every
  *  rank (the configured collectives.allreduce algorithm). Collective: every
  *  rank calls it with the same count, dtype and op.
- *  @return GOSSAMER_E_PEER_FAILURE naming the peer (on every rank), GOSSAMER_E_TIMEOUT, ... */
+ *  @return GOSSAMER_E_PEER_FAILURE on every rank, naming the peer (-1 on a rank whose view the
+ *          membership service revoked first: call gossamer_recover), GOSSAMER_E_TIMEOUT, ... */
 GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, gossamer_op op);
 /** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in place. Collective. */
