@@ -11,9 +11,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/deps.sh
-set +e +o pipefail
 gossamer_install_deps
-set -e -o pipefail
 gossamer_build --target gossamer_c gossamer_c_footprint
 GOSSAMER_BUILD_DIR="$root/build-minimal" \
   GOSSAMER_CMAKE_ARGS="-DGOSSAMER_WITH_LIBFABRIC=OFF -DGOSSAMER_BUILD_PYTHON=OFF -DGOSSAMER_BUILD_TESTS=OFF \

@@ -8,7 +8,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import churn  # noqa: E402
 
-COMMAND = ["scripts/churn.sh", "--minutes", "30", "--algorithms", "crossover,sgp", "--seed", "2"]
+COMMAND = ["scripts/churn.sh", "--minutes", "30", "--algorithms", "crossover,sgp", "--seed", "2", "--out",
+           "results/churn-30.json"]
 JSON = "results/churn-30.json"
 
 

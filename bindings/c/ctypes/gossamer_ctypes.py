@@ -23,6 +23,7 @@ __all__ = ["CAgent", "GossamerCError", "library"]
 _STATUS_OK = 0
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 _OPS = {"sum": 0, "average": 1, "max": 2, "min": 3}
+_LIB = None  # the loaded library, once library() has run
 
 
 class GossamerCError(RuntimeError):
@@ -74,9 +75,6 @@ def library():
         fn.argtypes, fn.restype = args, res
     _LIB = lib
     return lib
-
-
-_LIB = None
 
 
 def _check(status):

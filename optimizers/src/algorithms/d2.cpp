@@ -121,10 +121,9 @@ void D2::mixParameters(std::span<float> params) {
   stepped_.assign(params.begin(), params.end());
   auto x = vec(params.data(), numParams_);
   auto c = vec(correction_.data(), numParams_);
-  if (started_) x += c;
+  x += c;  // c_0 = 0
   base_->mixParameters(params);
   c = x - vec(stepped_.data(), numParams_);
-  started_ = true;
   ++steps_;
 }
 
@@ -135,7 +134,6 @@ void D2::step(std::span<float> params, std::span<const float> grads) {
 
 void D2::saveState(Checkpoint& out, const std::string& prefix) const {
   out.putValue<std::uint64_t>(prefix + "steps", steps_);
-  out.putValue<std::uint8_t>(prefix + "started", started_ ? 1 : 0);
   out.putArray<float>(prefix + "correction", correction_);
   sgd_.saveState(out, prefix);
   base_->saveState(out, prefix + "base.");
@@ -148,7 +146,6 @@ void D2::loadState(const Checkpoint& in, const std::string& prefix) {
   base_->loadState(in, prefix + "base.");
   sgd_.loadState(in, prefix);
   correction_ = c;
-  started_ = in.getValue<std::uint8_t>(prefix + "started") != 0;
   steps_ = in.getValue<std::uint64_t>(prefix + "steps");
 }
 

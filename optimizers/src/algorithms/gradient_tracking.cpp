@@ -52,7 +52,7 @@ GradientTracking::GradientTracking(std::unique_ptr<DistributedOptimizer> base, s
 }
 
 std::span<const float> GradientTracking::tracker() const {
-  if (!started_) return {};
+  if (lastGrad_.empty()) return {};
   return {stacked_.data() + numParams_, numParams_};
 }
 
@@ -61,10 +61,9 @@ void GradientTracking::reduceGradients(std::span<float> grads) {
                    "gradient_tracking: expected " << numParams_ << " gradients, got " << grads.size());
   auto y = vec(stacked_.data() + numParams_, numParams_);
   auto g = vec(grads.data(), numParams_);
-  if (!started_) {
+  if (lastGrad_.empty()) {  // the first step: y_0 = g_0
     y = g;
     lastGrad_.assign(grads.begin(), grads.end());
-    started_ = true;
   } else {
     auto last = vec(lastGrad_.data(), numParams_);
     y += g - last;
@@ -115,7 +114,6 @@ void GradientTracking::flush(std::span<float> params) { throughBase(params, fals
 
 void GradientTracking::saveState(Checkpoint& out, const std::string& prefix) const {
   out.putValue<std::uint64_t>(prefix + "steps", steps_);
-  out.putValue<std::uint8_t>(prefix + "started", started_ ? 1 : 0);
   out.putArray<float>(prefix + "tracker", std::span<const float>(stacked_.data() + numParams_, numParams_));
   out.putArray<float>(prefix + "last_gradient", lastGrad_);
   sgd_.saveState(out, prefix);
@@ -124,17 +122,15 @@ void GradientTracking::saveState(Checkpoint& out, const std::string& prefix) con
 
 void GradientTracking::loadState(const Checkpoint& in, const std::string& prefix) {
   const auto tracker = in.getArray<float>(prefix + "tracker");
-  const auto last = in.getArray<float>(prefix + "last_gradient");
-  const bool started = in.getValue<std::uint8_t>(prefix + "started") != 0;
-  GOSSAMER_ENFORCE(tracker.size() == numParams_ && last.size() == (started ? numParams_ : 0),
+  auto last = in.getArray<float>(prefix + "last_gradient");  // empty before the first step
+  GOSSAMER_ENFORCE(tracker.size() == numParams_ && (last.empty() || last.size() == numParams_),
                    "gradient_tracking: checkpoint holds a tracker of "
                        << tracker.size() << " and a gradient of " << last.size() << " elements, expected "
                        << numParams_);
   base_->loadState(in, prefix + "base.");
   sgd_.loadState(in, prefix);
   std::copy(tracker.begin(), tracker.end(), stacked_.begin() + static_cast<std::ptrdiff_t>(numParams_));
-  lastGrad_ = last;
-  started_ = started;
+  lastGrad_ = std::move(last);
   steps_ = in.getValue<std::uint64_t>(prefix + "steps");
 }
 

@@ -51,13 +51,17 @@ QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> b
   direction_.assign(numParams_, 0.0f);
 }
 
-void QuasiGlobalMomentum::reduceGradients(std::span<float> grads) {
+void QuasiGlobalMomentum::setDirection(std::span<const float> grads) {
   GOSSAMER_ENFORCE(grads.size() == numParams_,
                    "quasi_global_momentum: expected " << numParams_ << " gradients, got " << grads.size());
-  auto m = vec(direction_.data(), numParams_);
-  m = static_cast<float>(sgd_.momentum) * vec(momentum_.data(), numParams_) + vec(grads.data(), numParams_);
-  vec(grads.data(), numParams_) = m;
+  vec(direction_.data(), numParams_) =
+      static_cast<float>(sgd_.momentum) * vec(momentum_.data(), numParams_) + vec(grads.data(), numParams_);
   haveDirection_ = true;
+}
+
+void QuasiGlobalMomentum::reduceGradients(std::span<float> grads) {
+  setDirection(grads);
+  std::copy(direction_.begin(), direction_.end(), grads.begin());
 }
 
 void QuasiGlobalMomentum::mixParameters(std::span<float> params) {
@@ -79,17 +83,15 @@ void QuasiGlobalMomentum::mixParameters(std::span<float> params) {
 }
 
 void QuasiGlobalMomentum::step(std::span<float> params, std::span<const float> grads) {
-  GOSSAMER_ENFORCE(params.size() == numParams_ && grads.size() == numParams_,
-                   "quasi_global_momentum: expected " << numParams_ << " parameters and gradients, got "
-                                                      << params.size() << " and " << grads.size());
+  GOSSAMER_ENFORCE(params.size() == numParams_,
+                   "quasi_global_momentum: expected " << numParams_ << " parameters, got " << params.size());
+  setDirection(grads);
   auto m = vec(direction_.data(), numParams_);
   auto x = vec(params.data(), numParams_);
-  m = static_cast<float>(sgd_.momentum) * vec(momentum_.data(), numParams_) + vec(grads.data(), numParams_);
   if (sgd_.weightDecay != 0) m += static_cast<float>(sgd_.weightDecay) * x;
   // Async push-sum takes the step on the numerator w z (as Sgp::step): z <- z - lr m / w.
   const double w = base_->lockstep() ? 1.0 : base_->pushSumWeight();
   x -= static_cast<float>(sgd_.learningRate / w) * m;
-  haveDirection_ = true;
   mixParameters(params);
 }
 

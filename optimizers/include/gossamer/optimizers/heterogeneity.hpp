@@ -83,10 +83,9 @@ class GradientTracking final : public DistributedOptimizer {
   std::size_t numParams_;
   LocalSgd sgd_;
   std::vector<float> stacked_;   // [x; y] (2P): y holds W y_{t-1} between steps
-  std::vector<float> lastGrad_;  // g_{t-1}
+  std::vector<float> lastGrad_;  // g_{t-1}; empty before the first step
   std::vector<float> scratch_;   // step(): the gradient, replaced by y
-  bool started_ = false;
-  bool trackerReady_ = false;  // reduceGradients ran since the last mixParameters
+  bool trackerReady_ = false;    // reduceGradients ran since the last mixParameters
   std::uint64_t steps_ = 0;
 };
 
@@ -143,7 +142,6 @@ class D2 final : public DistributedOptimizer {
   LocalSgd sgd_;
   std::vector<float> correction_;  // x_t - a_{t-1}
   std::vector<float> stepped_;     // a_t, kept across the mix
-  bool started_ = false;
   std::uint64_t steps_ = 0;
 };
 
@@ -184,6 +182,8 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   bool setExchangeType(DType wire) override { return base_->setExchangeType(wire); }
 
  private:
+  void setDirection(std::span<const float> grads);  // m_t = beta m^ + g_t, into direction_
+
   std::unique_ptr<DistributedOptimizer> base_;
   std::size_t numParams_;
   SgdOptions sgd_;
