@@ -182,8 +182,8 @@ TEST_CASE("half: the bulk kernels give the scalar conversions' bits at every len
   CHECK_THROWS_AS(convert(std::span<const float>(three), std::span<float16>(two)), InvalidArgument);
 }
 
-TEMPLATE_TEST_CASE("half: sum, max and scale are computed in float32 and rounded once", "[half]", float16,
-                   bfloat16) {
+TEMPLATE_TEST_CASE("half: sum, max, min, product and scale are computed in float32 and rounded once",
+                   "[half]", float16, bfloat16) {
   const auto narrow = [](float f) {
     if constexpr (std::is_same_v<TestType, float16>)
       return toFloat16(f);
@@ -192,25 +192,33 @@ TEMPLATE_TEST_CASE("half: sum, max and scale are computed in float32 and rounded
   };
   const auto a = sampleFloats(1003, 3), b = sampleFloats(1003, 5);
   for (std::size_t n : {std::size_t{5}, std::size_t{16}, std::size_t{1003}}) {
-    std::vector<TestType> x(n), y(n), sum(n), mx(n), sc(n);
+    std::vector<TestType> x(n), y(n), sum(n), mx(n), mn(n), prod(n), sc(n);
     for (std::size_t i = 0; i < n; ++i) {
       x[i] = narrow(a[i]);
       y[i] = narrow(b[i]);
     }
     sum = x;
     mx = x;
+    mn = x;
+    prod = x;
     sc = x;
     half::add(sum.data(), y.data(), n);
     half::max(mx.data(), y.data(), n);
+    half::min(mn.data(), y.data(), n);
+    half::mul(prod.data(), y.data(), n);
     half::scale(sc.data(), 0.125f, n);
     for (std::size_t i = 0; i < n; ++i) {
       const float fx = toFloat(x[i]), fy = toFloat(y[i]);
       INFO("n " << n << " i " << i << ": " << fx << ", " << fy);
       REQUIRE(sum[i].bits == narrow(fx + fy).bits);
-      if (std::isnan(fx) || std::isnan(fy))
+      if (std::isnan(fx) || std::isnan(fy)) {
         REQUIRE(std::isnan(toFloat(mx[i])));
-      else
+        REQUIRE(std::isnan(toFloat(mn[i])));
+      } else {
         REQUIRE(mx[i].bits == narrow(std::max(fx, fy)).bits);
+        REQUIRE(mn[i].bits == narrow(std::min(fx, fy)).bits);
+      }
+      REQUIRE(prod[i].bits == narrow(fx * fy).bits);
       REQUIRE(sc[i].bits == narrow(fx * 0.125f).bits);
     }
   }

@@ -107,7 +107,8 @@ void mul(bfloat16* dst, const bfloat16* src, std::size_t n);
 /// x[i] = round(float(x[i]) * s) over n elements.
 void scale(float16* x, float s, std::size_t n);
 void scale(bfloat16* x, float s, std::size_t n);
-/// The kernels in use: "f16c+avx2" or "portable" (for logs and benchmarks).
+/// The kernels in use: "f16c+avx2" (x86-64 with F16C and AVX2), "neon" (AArch64) or
+/// "portable" (for logs and benchmarks).
 const char* kernelName();
 
 }  // namespace half

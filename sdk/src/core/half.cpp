@@ -4,10 +4,12 @@
 // reduce with.
 //
 // Every operation converts to float32, computes there and rounds once to
-// nearest, ties to even. Two implementations give the same bits: F16C + AVX2
-// (8 elements per instruction; `vcvtph2ps`/`vcvtps2ph` for binary16, shifts
-// and the integer rounding below for bfloat16), chosen once at run time with
-// __builtin_cpu_supports, and a portable scalar path for other CPUs.
+// nearest, ties to even. Three implementations give the same bits: F16C +
+// AVX2 on x86-64 (8 elements per instruction; `vcvtph2ps`/`vcvtps2ph` for
+// binary16), chosen once at run time from CPUID; NEON on AArch64 (4 elements;
+// `fcvtl`/`fcvtn`, part of every ARMv8-A CPU, so always used); and a portable
+// scalar path for other CPUs. bfloat16 is shifts and the integer rounding
+// below on every path.
 //
 // Rounding float32 to bfloat16 (ties to even) is integer arithmetic on the
 // bits: add 0x7FFF plus the lowest kept bit, then drop the low 16 bits (a
@@ -26,6 +28,9 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define GOSSAMER_HALF_X86 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define GOSSAMER_HALF_NEON 1
 #endif
 
 namespace gossamer {
@@ -127,7 +132,28 @@ void fromFloatPortable(const float* in, H* out, std::size_t n) {
 #ifdef GOSSAMER_HALF_X86
 #define GOSSAMER_HALF_TARGET __attribute__((target("avx2,f16c")))
 
-// 8 elements of H to float32 and back; the rounding matches narrow<H>.
+// The float32 lanes of one vector register, and the operations the kernels
+// below need; max and min make the portable kernels' choices (see maxOf).
+struct Simd {
+  using V = __m256;
+  static constexpr std::size_t kWidth = 8;
+  GOSSAMER_HALF_TARGET static V loadFloats(const float* p) { return _mm256_loadu_ps(p); }
+  GOSSAMER_HALF_TARGET static void storeFloats(float* p, V v) { _mm256_storeu_ps(p, v); }
+  GOSSAMER_HALF_TARGET static V splat(float s) { return _mm256_set1_ps(s); }
+  GOSSAMER_HALF_TARGET static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  GOSSAMER_HALF_TARGET static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  // max_ps(b, a) is b > a ? b : a, std::max(a, b)'s choice when they are
+  // equal (-0, +0); a NaN on either side gives a + b.
+  GOSSAMER_HALF_TARGET static V max(V a, V b) {
+    return _mm256_blendv_ps(_mm256_max_ps(b, a), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+  }
+  // min_ps(b, a) is b < a ? b : a, std::min(a, b)'s choice when they are equal.
+  GOSSAMER_HALF_TARGET static V min(V a, V b) {
+    return _mm256_blendv_ps(_mm256_min_ps(b, a), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+  }
+};
+
+// kWidth elements of H to float32 and back; the rounding matches narrow<H>.
 struct F16Lanes {
   GOSSAMER_HALF_TARGET static __m256 load(const float16* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -154,6 +180,70 @@ struct Bf16Lanes {
   }
 };
 
+// AVX2 (which implies the OS saves the AVX state) and F16C (CPUID leaf 1,
+// ECX bit 29; clang's __builtin_cpu_supports does not know "f16c").
+bool vectorKernels() {
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
+  return yes;
+}
+constexpr const char* kVectorKernels = "f16c+avx2";
+#endif
+
+#ifdef GOSSAMER_HALF_NEON
+#define GOSSAMER_HALF_TARGET
+
+struct Simd {
+  using V = float32x4_t;
+  static constexpr std::size_t kWidth = 4;
+  static V loadFloats(const float* p) { return vld1q_f32(p); }
+  static void storeFloats(float* p, V v) { vst1q_f32(p, v); }
+  static V splat(float s) { return vdupq_n_f32(s); }
+  static V add(V a, V b) { return vaddq_f32(a, b); }
+  static V mul(V a, V b) { return vmulq_f32(a, b); }
+  // b where takeB, else a; a + b where either is a NaN. Compare-and-select
+  // rather than fmax/fmin, which order -0 below +0 where maxOf keeps a.
+  static V pick(uint32x4_t takeB, V a, V b) {
+    const uint32x4_t ordered = vandq_u32(vceqq_f32(a, a), vceqq_f32(b, b));
+    return vbslq_f32(ordered, vbslq_f32(takeB, b, a), vaddq_f32(a, b));
+  }
+  static V max(V a, V b) { return pick(vcgtq_f32(b, a), a, b); }
+  static V min(V a, V b) { return pick(vcltq_f32(b, a), a, b); }
+};
+
+// fcvtl/fcvtn round to nearest even under Linux's default FPCR (no flush to
+// zero), as narrow<float16> does, and keep a NaN's upper payload bits quiet.
+struct F16Lanes {
+  static float32x4_t load(const float16* p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const std::uint16_t*>(p))));
+  }
+  static void store(float16* p, float32x4_t v) {
+    vst1_u16(reinterpret_cast<std::uint16_t*>(p), vreinterpret_u16_f16(vcvt_f16_f32(v)));
+  }
+};
+
+struct Bf16Lanes {
+  static float32x4_t load(const bfloat16* p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const std::uint16_t*>(p)), 16));
+  }
+  static void store(bfloat16* p, float32x4_t v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vshrq_n_u32(vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fff), lsb)), 16);
+    const uint32x4_t quiet = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
+    vst1_u16(reinterpret_cast<std::uint16_t*>(p), vmovn_u32(vbslq_u32(vceqq_f32(v, v), r, quiet)));
+  }
+};
+
+// Advanced SIMD and its half-precision conversions are part of ARMv8-A.
+bool vectorKernels() { return true; }
+constexpr const char* kVectorKernels = "neon";
+#endif
+
+#ifdef GOSSAMER_HALF_TARGET
 template <typename H>
 struct LanesOf;
 template <>
@@ -165,77 +255,62 @@ struct LanesOf<bfloat16> {
   using type = Bf16Lanes;
 };
 
+// Whole vectors of Simd::kWidth elements, then the portable kernel for the rest.
 template <typename H>
 GOSSAMER_HALF_TARGET void addVector(H* dst, const H* src, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) L::store(dst + i, _mm256_add_ps(L::load(dst + i), L::load(src + i)));
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
+    L::store(dst + i, Simd::add(L::load(dst + i), L::load(src + i)));
   addPortable(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void maxVector(H* dst, const H* src, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 a = L::load(dst + i), b = L::load(src + i);
-    const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
-    // max_ps(b, a) is b > a ? b : a, std::max(a, b)'s choice when they are equal (-0, +0).
-    L::store(dst + i, _mm256_blendv_ps(_mm256_max_ps(b, a), _mm256_add_ps(a, b), nan));
-  }
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
+    L::store(dst + i, Simd::max(L::load(dst + i), L::load(src + i)));
   maxPortable(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void minVector(H* dst, const H* src, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 a = L::load(dst + i), b = L::load(src + i);
-    const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
-    // min_ps(b, a) is b < a ? b : a, std::min(a, b)'s choice when they are equal.
-    L::store(dst + i, _mm256_blendv_ps(_mm256_min_ps(b, a), _mm256_add_ps(a, b), nan));
-  }
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
+    L::store(dst + i, Simd::min(L::load(dst + i), L::load(src + i)));
   minPortable(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void mulVector(H* dst, const H* src, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) L::store(dst + i, _mm256_mul_ps(L::load(dst + i), L::load(src + i)));
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
+    L::store(dst + i, Simd::mul(L::load(dst + i), L::load(src + i)));
   mulPortable(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void scaleVector(H* x, float s, std::size_t n) {
   using L = typename LanesOf<H>::type;
-  const __m256 k = _mm256_set1_ps(s);
+  const Simd::V k = Simd::splat(s);
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) L::store(x + i, _mm256_mul_ps(L::load(x + i), k));
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth) L::store(x + i, Simd::mul(L::load(x + i), k));
   scalePortable(x + i, s, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void toFloatVector(const H* in, float* out, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, L::load(in + i));
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth) Simd::storeFloats(out + i, L::load(in + i));
   toFloatPortable(in + i, out + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void fromFloatVector(const float* in, H* out, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) L::store(out + i, _mm256_loadu_ps(in + i));
+  for (; i + Simd::kWidth <= n; i += Simd::kWidth) L::store(out + i, Simd::loadFloats(in + i));
   fromFloatPortable(in + i, out + i, n - i);
 }
 
-// AVX2 (which implies the OS saves the AVX state) and F16C (CPUID leaf 1,
-// ECX bit 29; clang's __builtin_cpu_supports does not know "f16c").
-bool vectorKernels() {
-  static const bool yes = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-    return f16c && __builtin_cpu_supports("avx2");
-  }();
-  return yes;
-}
 #define GOSSAMER_HALF_DISPATCH(vector_call, portable_call) \
   do {                                                     \
     if (vectorKernels())                                   \
@@ -308,8 +383,8 @@ void scale(bfloat16* x, float s, std::size_t n) {
 }
 
 const char* kernelName() {
-#ifdef GOSSAMER_HALF_X86
-  if (vectorKernels()) return "f16c+avx2";
+#ifdef GOSSAMER_HALF_TARGET
+  if (vectorKernels()) return kVectorKernels;
 #endif
   return "portable";
 }
