@@ -111,6 +111,51 @@ gossamer_build() {
   cmake --build "$build" -j "$(nproc)" "$@"
 }
 
+# Cross builds for 64-bit Arm (scripts/cross-test.sh, scripts/footprint.sh):
+# Debian's cross compiler, qemu-user-static to run what it builds, and the
+# libraries the build links as multiarch :arm64 packages, each installed
+# beside the host's. The header-only ones (cppzmq, Eigen, nlohmann-json,
+# CLI11, Catch2 v2) are the host's. libyaml-cpp-dev and catch2 must not be
+# installed as :arm64: either would remove the host's package; yaml-cpp is
+# its arm64 runtime library with the host's headers (the toolchain file).
+GOSSAMER_CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static
+  libzmq3-dev:arm64 libsodium-dev:arm64 libfabric-dev:arm64 libyaml-cpp0.7:arm64 zlib1g-dev:arm64)
+
+# Adds the arm64 architecture to dpkg (once) and installs GOSSAMER_PACKAGES,
+# GOSSAMER_CROSS_PACKAGES and the lists named as arguments that are missing.
+gossamer_install_cross_deps() {
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "gossamer: adding the arm64 architecture to dpkg" >&2
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo dpkg --add-architecture arm64
+  fi
+  gossamer_install_deps GOSSAMER_CROSS_PACKAGES "$@"
+}
+
+# Configures (once; again when arguments after -- differ from the cache's)
+# an aarch64 tree in DIR with cmake/toolchains/aarch64-linux-gnu.cmake and
+# builds the targets given:
+#   gossamer_build_cross DIR TARGET... [-- CMAKE_ARG...]
+gossamer_build_cross() {
+  local root build="$1"
+  shift
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  local targets=() args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do targets+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  args=("$@")
+  gossamer_ccache_env "$root"
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    # shellcheck disable=SC2046
+    cmake -S "$root" -B "$build" $(gossamer_generator) -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_TOOLCHAIN_FILE="$root/cmake/toolchains/aarch64-linux-gnu.cmake" "${args[@]}"
+  elif [ ${#args[@]} -gt 0 ]; then
+    cmake -S "$root" -B "$build" "${args[@]}" >/dev/null
+  fi
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+}
+
 # Configures (once, with clang and GOSSAMER_FUZZ=ON; again with
 # $GOSSAMER_CMAKE_ARGS) the sanitizer build in $GOSSAMER_FUZZ_BUILD_DIR
 # (default build-fuzz/) and builds its fuzz targets, or the targets given
