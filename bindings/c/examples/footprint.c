@@ -9,18 +9,26 @@
  *   {"transport", "rank", "world_size", "parameters", "steps",
  *    "base": {"rss_kib", "threads", "sockets"}, "idle": {...}, "training": {...}}
  * "training" is measured after the steps, with the model still allocated;
- * its rss_kib minus the model's 8P bytes is what training adds. */
+ * its rss_kib minus the model's 8P bytes is what training adds.
+ * Each also has "mapped_kib": the resident pages of the program's own
+ * mappings (/proc/self/maps, each page asked with mincore). Natively it is
+ * close to VmRSS (file pages are counted when they are in the page cache);
+ * under qemu-user, where VmRSS is the emulator's and /proc/self/maps lists
+ * only the program's mappings, it is the program's own memory. */
+#define _DEFAULT_SOURCE /* mincore */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gossamer/gossamer.h"
 
 typedef struct {
   long rss_kib;
+  long mapped_kib;
   int threads;
   int sockets;
 } usage;
@@ -52,17 +60,40 @@ static int count_sockets(void) {
   return sockets;
 }
 
+/* Resident KiB of the mappings of /proc/self/maps, by mincore; -1 on error. */
+static long mapped_resident_kib(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (f == NULL) return -1;
+  const unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+  unsigned char resident[1024];
+  unsigned long pages = 0;
+  char line[512];
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long begin = 0, end = 0;
+    if (sscanf(line, "%lx-%lx", &begin, &end) != 2) continue;
+    if (strstr(line, "[vsyscall]") != NULL || strstr(line, "[vvar]") != NULL) continue;
+    for (unsigned long at = begin; at < end; at += sizeof resident * page) {
+      const unsigned long len = end - at < sizeof resident * page ? end - at : sizeof resident * page;
+      if (mincore((void*)at, len, resident) != 0) continue;
+      for (unsigned long i = 0; i < len / page; ++i) pages += resident[i] & 1u;
+    }
+  }
+  fclose(f);
+  return (long)(pages * page / 1024);
+}
+
 static usage measure(void) {
   usage u;
   u.rss_kib = status_field("VmRSS");
+  u.mapped_kib = mapped_resident_kib();
   u.threads = (int)status_field("Threads");
   u.sockets = count_sockets();
   return u;
 }
 
 static void print_usage(const char* name, usage u, const char* after) {
-  printf("\"%s\": {\"rss_kib\": %ld, \"threads\": %d, \"sockets\": %d}%s", name, u.rss_kib, u.threads,
-         u.sockets, after);
+  printf("\"%s\": {\"rss_kib\": %ld, \"mapped_kib\": %ld, \"threads\": %d, \"sockets\": %d}%s", name,
+         u.rss_kib, u.mapped_kib, u.threads, u.sockets, after);
 }
 
 int main(int argc, char** argv) {
