@@ -15,10 +15,10 @@ writes results/footprint.json.
 A profile built for another architecture (aarch64 on an x86-64 host, read
 from the library's ELF header) is stripped with that architecture's strip
 and run under qemu-ARCH-static. There VmRSS is the emulator's process, so
-the memory reported is the program's own: the resident pages of the
-mappings it sees in /proc/self/maps, by mincore ("mapped_kib"; natively it
-is within a few percent of VmRSS, and both are in the JSON). Threads under
-qemu include the emulator's RCU thread.
+the memory reported is the program's own: the Rss, from the host's
+/proc/self/smaps, of the mappings it sees in its emulated /proc/self/maps
+("mapped_kib"; natively it equals VmRSS, and both are in the JSON). Threads
+under qemu include the emulator's own.
 """
 import json
 import os

@@ -3,7 +3,8 @@
 profiles and runs bindings/c/examples/footprint.c, 2 ranks on loopback
 (scripts/footprint.py): stripped library size, resident memory of rank 0
 with an idle agent and after training 100,000 parameters, threads, sockets;
-the aarch64 profiles under qemu-aarch64, their memory by mincore.
+the aarch64 profiles under qemu-aarch64, their memory the Rss of the
+program's own mappings (the emulator's left out).
 """
 COMMAND = ["scripts/footprint.sh"]
 JSON = "results/footprint.json"
@@ -18,7 +19,7 @@ def render(data):
     for r in data["rows"]:
         # Rows measured before the aarch64 profiles existed are native, measured by VmRSS.
         emulated = r.get("emulated", False)
-        how = "mincore of its mappings, under qemu" if emulated else "VmRSS"
+        how = "Rss of its own mappings, under qemu" if emulated else "VmRSS"
         idle = r.get("idle_kib", r["idle"]["rss_kib"])
         training = r.get("training_kib", r["training"]["rss_kib"])
         lines.append(f"| {r['profile']} | {r['arch']} | {r['transport']} | {r['library_bytes'] / 1e6:.2f} | "

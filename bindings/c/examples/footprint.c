@@ -10,18 +10,17 @@
  *    "base": {"rss_kib", "threads", "sockets"}, "idle": {...}, "training": {...}}
  * "training" is measured after the steps, with the model still allocated;
  * its rss_kib minus the model's 8P bytes is what training adds.
- * Each also has "mapped_kib": the resident pages of the program's own
- * mappings (/proc/self/maps, each page asked with mincore). Natively it is
- * close to VmRSS (file pages are counted when they are in the page cache);
- * under qemu-user, where VmRSS is the emulator's and /proc/self/maps lists
- * only the program's mappings, it is the program's own memory. */
-#define _DEFAULT_SOURCE /* mincore */
+ * Each also has "mapped_kib": the Rss of the /proc/self/smaps entries that
+ * overlap the program's own mappings (/proc/self/maps). Natively the two
+ * files list the same mappings and it equals VmRSS; under qemu-user, where
+ * VmRSS is the emulator's process, /proc/self/maps lists only the
+ * program's mappings and smaps is the host's, so it is the program's own
+ * memory. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gossamer/gossamer.h"
@@ -60,26 +59,39 @@ static int count_sockets(void) {
   return sockets;
 }
 
-/* Resident KiB of the mappings of /proc/self/maps, by mincore; -1 on error. */
-static long mapped_resident_kib(void) {
+/* The address ranges of /proc/self/maps, at most `most`; how many, or -1. */
+static int own_ranges(unsigned long (*ranges)[2], int most) {
   FILE* f = fopen("/proc/self/maps", "r");
   if (f == NULL) return -1;
-  const unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
-  unsigned char resident[1024];
-  unsigned long pages = 0;
   char line[512];
+  int n = 0;
+  while (n < most && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "%lx-%lx", &ranges[n][0], &ranges[n][1]) == 2) ++n;
+  fclose(f);
+  return n;
+}
+
+/* The Rss (KiB) of the /proc/self/smaps entries that overlap a range of
+ * /proc/self/maps; -1 on error. */
+static long mapped_resident_kib(void) {
+  static unsigned long ranges[4096][2];
+  const int n = own_ranges(ranges, 4096);
+  FILE* f = n < 0 ? NULL : fopen("/proc/self/smaps", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  long kib = 0;
+  int own = 0;
   while (fgets(line, sizeof line, f) != NULL) {
     unsigned long begin = 0, end = 0;
-    if (sscanf(line, "%lx-%lx", &begin, &end) != 2) continue;
-    if (strstr(line, "[vsyscall]") != NULL || strstr(line, "[vvar]") != NULL) continue;
-    for (unsigned long at = begin; at < end; at += sizeof resident * page) {
-      const unsigned long len = end - at < sizeof resident * page ? end - at : sizeof resident * page;
-      if (mincore((void*)at, len, resident) != 0) continue;
-      for (unsigned long i = 0; i < len / page; ++i) pages += resident[i] & 1u;
+    if (sscanf(line, "%lx-%lx", &begin, &end) == 2) { /* an entry's first line */
+      own = 0;
+      for (int i = 0; i < n && !own; ++i) own = begin < ranges[i][1] && ranges[i][0] < end;
+    } else if (own && strncmp(line, "Rss:", 4) == 0) {
+      kib += atol(line + 4);
     }
   }
   fclose(f);
-  return (long)(pages * page / 1024);
+  return kib;
 }
 
 static usage measure(void) {
