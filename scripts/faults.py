@@ -165,13 +165,20 @@ def rank_pids(launcher_pid):
 
 
 def finished_count(log):
-    """How many ranks the launcher's last report names finished."""
+    """How many of the launcher's own 8 processes finished, from its last
+    report ("N of 8 ranks did not finish (...)" or "every rank finished,
+    some in a process restarted ... (replaced: ...; finished: ...)"); all 8
+    when it made none. Processes restarted in place of killed ones are
+    counted by the caller."""
     import re
-    m = re.findall(r"finished: ([0-9, -]+)\)", log)
+    reports = re.findall(r"(?:ranks did not finish|every rank finished[^(]*) \(([^)]*)\)", log)
+    if not reports:
+        return 8
+    m = re.search(r"finished: ([0-9, -]+)$", reports[-1])
     if not m:
-        return 8 if "did not finish" not in log else 0
+        return 0
     n = 0
-    for part in m[-1].split(","):
+    for part in m.group(1).split(","):
         a, _, b = part.strip().partition("-")
         n += int(b) - int(a) + 1 if b else 1
     return n

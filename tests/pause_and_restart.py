@@ -165,6 +165,10 @@ def main():
                     fail(f"the process restarted for rank {r} exited with {p.returncode}", work)
                 if f"rank {r}'s first process was killed" not in read(os.path.join(work, "err")):
                     fail(f"the launcher did not say that rank {r}'s restarted process rejoined", work)
+            err = read(os.path.join(work, "err"))
+            if "did not finish" in err or "every rank finished" not in err or "replaced: " not in err:
+                fail("the launcher's last report does not say that every rank finished, the killed ones "
+                     "replaced", work)
         took = ""
         if mode == "restart":
             # How many view changes after the one that removed the first

@@ -254,63 +254,54 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   // can tell a rank whose process it saw killed but that a restarted
   // process brought back.
   std::string summaryFile = summaryPath;
-  std::vector<int> cameBack;
-  const auto result = gossamer::launchLocalRanks(
-      o,
-      [&](int r, const std::string& rendezvous) {
-        if (r == 0) {
-          if (membership && summaryFile.empty()) summaryFile = rendezvousSummary(rendezvous);
-          const std::string id = gossamer::jobIdOf(rendezvous);
-          std::fprintf(stderr, "gossamer-train: job %s (rendezvous %s)\n", id.c_str(), rendezvous.c_str());
-          if (membership) {
-            std::fprintf(stderr,
-                         "gossamer-train: restart a failed rank R with: gossamer-train --config %s --job %s "
-                         "--rank R --rejoin\n",
-                         configPath.c_str(), id.c_str());
-            if (gossamer::maxWorldSize(c) > c.worldSize())
-              std::fprintf(
-                  stderr,
-                  "gossamer-train: add a rank (up to %d) with: gossamer-train --config %s --join %s\n",
-                  gossamer::maxWorldSize(c), configPath.c_str(), id.c_str());
-          }
-        }
-        std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
-                                         std::to_string(r), "--rendezvous", rendezvous};
-        for (const auto& o : overrides) {
-          args.push_back("--set");
-          args.push_back(o);
-        }
-        args.insert(args.end(), progressArgs.begin(), progressArgs.end());
-        if ((r == 0 || membership) && !summaryFile.empty()) {  // the lowest survivor writes it
-          args.push_back("--summary-json");
-          args.push_back(summaryFile);
-        }
-        return args;
-      },
-      [&](const std::string&) {
-        if (membership) cameBack = finalMembers(summaryFile);
-      });
-  for (int r : cameBack) {
-    if (r >= static_cast<int>(result.ranks.size())) continue;  // a rank that joined: not the launcher's
-    const auto& x = result.ranks[static_cast<std::size_t>(r)];
-    if (x.outcome != gossamer::RankOutcome::kFinished && x.signal != 0)
+  if (membership) o.replacedRanks = [&](const std::string&) { return finalMembers(summaryFile); };
+  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
+    if (r == 0) {
+      if (membership && summaryFile.empty()) summaryFile = rendezvousSummary(rendezvous);
+      const std::string id = gossamer::jobIdOf(rendezvous);
+      std::fprintf(stderr, "gossamer-train: job %s (rendezvous %s)\n", id.c_str(), rendezvous.c_str());
+      if (membership) {
+        std::fprintf(stderr,
+                     "gossamer-train: restart a failed rank R with: gossamer-train --config %s --job %s "
+                     "--rank R --rejoin\n",
+                     configPath.c_str(), id.c_str());
+        if (gossamer::maxWorldSize(c) > c.worldSize())
+          std::fprintf(stderr,
+                       "gossamer-train: add a rank (up to %d) with: gossamer-train --config %s --join %s\n",
+                       gossamer::maxWorldSize(c), configPath.c_str(), id.c_str());
+      }
+    }
+    std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",
+                                     std::to_string(r), "--rendezvous", rendezvous};
+    for (const auto& o : overrides) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
+    args.insert(args.end(), progressArgs.begin(), progressArgs.end());
+    if ((r == 0 || membership) && !summaryFile.empty()) {  // the lowest survivor writes it
+      args.push_back("--summary-json");
+      args.push_back(summaryFile);
+    }
+    return args;
+  });
+  for (std::size_t r = 0; r < result.ranks.size(); ++r)
+    if (result.ranks[r].outcome == gossamer::RankOutcome::kReplaced)
       std::fprintf(
           stderr,
-          "gossamer-train: rank %d's first process was killed (signal %d); a process restarted in its "
+          "gossamer-train: rank %zu's first process was killed (signal %d); a process restarted in its "
           "place rejoined the job and finished with it\n",
-          r, x.signal);
-  }
+          r, result.ranks[r].signal);
   if (result.signal != 0) return 128 + result.signal;  // as a shell reports a process ended by it
   if (membership && !result.killed) {
     // The job succeeded if every rank that was not killed from outside
     // finished, and some rank finished: one of the launcher's, or a process
     // restarted in place of one that was killed.
     bool finished = false, failed = false;
-    for (std::size_t r = 0; r < result.ranks.size(); ++r) {
-      const auto& x = result.ranks[r];
-      const bool back = std::find(cameBack.begin(), cameBack.end(), static_cast<int>(r)) != cameBack.end();
-      finished = finished || x.outcome == gossamer::RankOutcome::kFinished || (x.signal != 0 && back);
-      failed = failed || (x.outcome != gossamer::RankOutcome::kFinished && x.signal == 0);
+    for (const auto& x : result.ranks) {
+      const bool done =
+          x.outcome == gossamer::RankOutcome::kFinished || x.outcome == gossamer::RankOutcome::kReplaced;
+      finished = finished || done;
+      failed = failed || (!done && x.signal == 0);
     }
     return finished && !failed ? 0 : 1;
   }

@@ -138,8 +138,13 @@ namespace {
 // Launches one /bin/sh rank per script; returns the result and the
 // rendezvous directory (removed by then).
 std::pair<gossamer::LaunchResult, std::string> launchScripts(const std::vector<std::string>& scripts,
-                                                             double failureGrace = 20) {
+                                                             double failureGrace = 20,
+                                                             const std::vector<int>& replaced = {}) {
   gossamer::LaunchOptions o;
+  if (!replaced.empty()) {
+    o.followJob = true;
+    o.replacedRanks = [replaced](const std::string&) { return replaced; };
+  }
   o.worldSize = static_cast<int>(scripts.size());
   o.executable = "/bin/sh";
   o.deadlineSeconds = 60;
@@ -178,6 +183,30 @@ TEST_CASE(
       summary = true;
   CHECK(summary);
   CHECK_FALSE(std::filesystem::exists(dir));
+}
+
+TEST_CASE("launcher: a rank killed from outside whose restarted process finished is replaced, not a failure",
+          "[launcher]") {
+  gossamer::testing::LogCapture log(gossamer::LogLevel::kWarning);
+  // Rank 1 is killed; the job says that rank 1 (killed), rank 2 (finished
+  // itself) and a rank 6 that joined (not the launcher's) finished.
+  const auto [result, dir] =
+      launchScripts({"sleep 0.3; exit 0", "kill -9 $$", "sleep 0.3; exit 0", "exit 0"}, 20, {1, 2, 6});
+  REQUIRE(result.ranks.size() == 4);
+  CHECK(result.ranks[1].outcome == gossamer::RankOutcome::kReplaced);
+  CHECK(result.ranks[1].signal == SIGKILL);
+  CHECK(result.ranks[2].outcome == gossamer::RankOutcome::kFinished);
+  CHECK(result.failures == 0);
+  CHECK(result.ok());
+  bool summary = false, error = false;
+  for (const auto& [level, text] : log.lines()) {
+    summary = summary || text.find(
+                             "every rank finished, some in a process restarted in place of the launcher's "
+                             "(replaced: 1; finished: 0, 2, 3)") != std::string::npos;
+    error = error || text.find("did not finish") != std::string::npos;
+  }
+  CHECK(summary);
+  CHECK_FALSE(error);
 }
 
 TEST_CASE("launcher: a SIGTERM to the launcher is forwarded, every rank is reaped and the directory removed",

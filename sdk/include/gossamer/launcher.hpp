@@ -57,6 +57,13 @@ struct LaunchOptions {
   /// stopGraceSeconds it is killed. Off: the directory goes at once, and
   /// such processes lose the job's rendezvous.
   bool followJob = false;
+  /// With followJob: called once the job's processes are gone, before the
+  /// rendezvous directory is removed, with that directory; returns the
+  /// ranks that finished in a process started in place of the launcher's
+  /// (e.g. read from a summary the job wrote there). Each of those whose
+  /// launcher process was killed by a signal becomes RankOutcome::kReplaced
+  /// and is not a failure. Unset: none.
+  std::function<std::vector<int>(const std::string& rendezvous)> replacedRanks;
 };
 
 /// How one rank's process ended.
@@ -66,9 +73,11 @@ enum class RankOutcome {
   kFollowed,     ///< Exited non-zero after another rank had died or failed (it left because of it).
   kKilled,       ///< Killed by the launcher: still running after the failure grace or the deadline.
   kInterrupted,  ///< Ended after the launcher forwarded it a signal (LaunchOptions::forwardSignals).
+  kReplaced,     ///< Killed by a signal from outside, and a process restarted in its place finished
+                 ///< the job (LaunchOptions::replacedRanks); not a failure.
 };
 
-/// "finished", "died", "followed", "killed" or "interrupted".
+/// "finished", "died", "followed", "killed", "interrupted" or "replaced".
 const char* toString(RankOutcome outcome) noexcept;
 
 /// How one rank ended.
@@ -101,7 +110,11 @@ std::vector<int> allowedCpus();
 /// failure is reported through the log hook (gossamer/log.hpp, level error)
 /// with the rank and its exit status or signal; at the end one line says
 /// which ranks died, which stopped after them, which the launcher killed or
-/// interrupted and which finished (LaunchResult::ranks).
+/// interrupted, which were replaced and which finished (LaunchResult::ranks):
+/// at level error "N of W ranks did not finish (...)" when some failed, at
+/// level warning "every rank finished, some in a process restarted in place
+/// of the launcher's (replaced: ...; finished: ...)" when every failure was
+/// replaced.
 /// SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to the ranks
 /// (forwardSignals); ranks still running `stopGraceSeconds` later are killed,
 /// every rank is reaped and the directory removed before returning.

@@ -154,6 +154,8 @@ const char* toString(RankOutcome outcome) noexcept {
       return "killed";
     case RankOutcome::kInterrupted:
       return "interrupted";
+    case RankOutcome::kReplaced:
+      return "replaced";
   }
   return "?";
 }
@@ -358,17 +360,35 @@ void followMarkedProcesses(const std::string& dir, const LaunchOptions& o, Launc
   }
 }
 
-// Logs which ranks did not finish, by outcome.
-void reportFailures(const LaunchOptions& o, const LaunchResult& result) {
+// The ranks the job's restarted processes finished for: each whose process
+// was killed by a signal from outside is replaced, no longer a failure.
+void markReplaced(LaunchResult& result, const std::vector<int>& finishedElsewhere) {
+  for (int r : finishedElsewhere) {
+    if (r < 0 || static_cast<std::size_t>(r) >= result.ranks.size()) continue;  // joined: not the launcher's
+    RankExit& x = result.ranks[static_cast<std::size_t>(r)];
+    if (x.outcome != RankOutcome::kDied || x.signal == 0) continue;
+    x.outcome = RankOutcome::kReplaced;
+    --result.failures;
+  }
+}
+
+// Logs which ranks did not finish, by outcome; or, when every rank the
+// launcher saw fail was replaced, which were.
+void reportOutcomes(const LaunchOptions& o, const LaunchResult& result) {
   std::string report;
   for (auto outcome : {RankOutcome::kDied, RankOutcome::kFollowed, RankOutcome::kKilled,
-                       RankOutcome::kInterrupted, RankOutcome::kFinished}) {
+                       RankOutcome::kInterrupted, RankOutcome::kReplaced, RankOutcome::kFinished}) {
     const std::string who = ranksWith(result.ranks, outcome);
     if (who.empty()) continue;
     report += std::string(report.empty() ? "" : "; ") + toString(outcome) + ": " + who;
   }
-  GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize << " ranks did not finish ("
-                              << report << ")");
+  if (!result.ok())
+    GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize
+                                << " ranks did not finish (" << report << ")");
+  else if (!ranksWith(result.ranks, RankOutcome::kReplaced).empty())
+    GOSSAMER_LOG(kWarning, o.name << ": every rank finished, some in a process restarted in place of the "
+                                     "launcher's ("
+                                  << report << ")");
 }
 
 }  // namespace
@@ -429,10 +449,11 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));
   LaunchResult result = supervisor.waitAll();
   if (o.followJob && result.signal == 0) followMarkedProcesses(rendezvous, o, result);
+  if (o.followJob && o.replacedRanks && result.signal == 0) markReplaced(result, o.replacedRanks(rendezvous));
   if (beforeCleanup) beforeCleanup(rendezvous);
   std::error_code ec;
   std::filesystem::remove_all(rendezvous, ec);
-  if (!result.ok()) reportFailures(o, result);
+  reportOutcomes(o, result);
   return result;
 }
 
