@@ -97,24 +97,17 @@ bfloat16 narrow<bfloat16>(float f) {
   return toBfloat16(f);
 }
 
+// The element-wise reductions in float32; max and min return a NaN (a + b)
+// when either side is one.
+float addOf(float a, float b) { return a + b; }
+float mulOf(float a, float b) { return a * b; }
 float maxOf(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::max(a, b); }
 float minOf(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::min(a, b); }
 
-template <typename H>
-void addPortable(H* dst, const H* src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(widen(dst[i]) + widen(src[i]));
-}
-template <typename H>
-void maxPortable(H* dst, const H* src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(maxOf(widen(dst[i]), widen(src[i])));
-}
-template <typename H>
-void minPortable(H* dst, const H* src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(minOf(widen(dst[i]), widen(src[i])));
-}
-template <typename H>
-void mulPortable(H* dst, const H* src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(widen(dst[i]) * widen(src[i]));
+// dst[i] = round(Op(dst[i], src[i])), one element at a time.
+template <typename H, float (*Op)(float, float)>
+void zipPortable(H* dst, const H* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<H>(Op(widen(dst[i]), widen(src[i])));
 }
 template <typename H>
 void scalePortable(H* x, float s, std::size_t n) {
@@ -255,38 +248,15 @@ struct LanesOf<bfloat16> {
   using type = Bf16Lanes;
 };
 
-// Whole vectors of Simd::kWidth elements, then the portable kernel for the rest.
-template <typename H>
-GOSSAMER_HALF_TARGET void addVector(H* dst, const H* src, std::size_t n) {
+// Whole vectors of Simd::kWidth elements, then the portable kernel for the
+// rest: dst[i] = round(VectorOp(dst[i], src[i])), ScalarOp on the tail.
+template <typename H, Simd::V (*VectorOp)(Simd::V, Simd::V), float (*ScalarOp)(float, float)>
+GOSSAMER_HALF_TARGET void zipVector(H* dst, const H* src, std::size_t n) {
   using L = typename LanesOf<H>::type;
   std::size_t i = 0;
   for (; i + Simd::kWidth <= n; i += Simd::kWidth)
-    L::store(dst + i, Simd::add(L::load(dst + i), L::load(src + i)));
-  addPortable(dst + i, src + i, n - i);
-}
-template <typename H>
-GOSSAMER_HALF_TARGET void maxVector(H* dst, const H* src, std::size_t n) {
-  using L = typename LanesOf<H>::type;
-  std::size_t i = 0;
-  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
-    L::store(dst + i, Simd::max(L::load(dst + i), L::load(src + i)));
-  maxPortable(dst + i, src + i, n - i);
-}
-template <typename H>
-GOSSAMER_HALF_TARGET void minVector(H* dst, const H* src, std::size_t n) {
-  using L = typename LanesOf<H>::type;
-  std::size_t i = 0;
-  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
-    L::store(dst + i, Simd::min(L::load(dst + i), L::load(src + i)));
-  minPortable(dst + i, src + i, n - i);
-}
-template <typename H>
-GOSSAMER_HALF_TARGET void mulVector(H* dst, const H* src, std::size_t n) {
-  using L = typename LanesOf<H>::type;
-  std::size_t i = 0;
-  for (; i + Simd::kWidth <= n; i += Simd::kWidth)
-    L::store(dst + i, Simd::mul(L::load(dst + i), L::load(src + i)));
-  mulPortable(dst + i, src + i, n - i);
+    L::store(dst + i, VectorOp(L::load(dst + i), L::load(src + i)));
+  zipPortable<H, ScalarOp>(dst + i, src + i, n - i);
 }
 template <typename H>
 GOSSAMER_HALF_TARGET void scaleVector(H* x, float s, std::size_t n) {
@@ -352,28 +322,36 @@ void convert(std::span<const float> in, std::span<bfloat16> out) {
 namespace half {
 
 void add(float16* dst, const float16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(addVector(dst, src, n), addPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<float16, Simd::add, addOf>(dst, src, n)),
+                         (zipPortable<float16, addOf>(dst, src, n)));
 }
 void add(bfloat16* dst, const bfloat16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(addVector(dst, src, n), addPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<bfloat16, Simd::add, addOf>(dst, src, n)),
+                         (zipPortable<bfloat16, addOf>(dst, src, n)));
 }
 void max(float16* dst, const float16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(maxVector(dst, src, n), maxPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<float16, Simd::max, maxOf>(dst, src, n)),
+                         (zipPortable<float16, maxOf>(dst, src, n)));
 }
 void max(bfloat16* dst, const bfloat16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(maxVector(dst, src, n), maxPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<bfloat16, Simd::max, maxOf>(dst, src, n)),
+                         (zipPortable<bfloat16, maxOf>(dst, src, n)));
 }
 void min(float16* dst, const float16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(minVector(dst, src, n), minPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<float16, Simd::min, minOf>(dst, src, n)),
+                         (zipPortable<float16, minOf>(dst, src, n)));
 }
 void min(bfloat16* dst, const bfloat16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(minVector(dst, src, n), minPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<bfloat16, Simd::min, minOf>(dst, src, n)),
+                         (zipPortable<bfloat16, minOf>(dst, src, n)));
 }
 void mul(float16* dst, const float16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(mulVector(dst, src, n), mulPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<float16, Simd::mul, mulOf>(dst, src, n)),
+                         (zipPortable<float16, mulOf>(dst, src, n)));
 }
 void mul(bfloat16* dst, const bfloat16* src, std::size_t n) {
-  GOSSAMER_HALF_DISPATCH(mulVector(dst, src, n), mulPortable(dst, src, n));
+  GOSSAMER_HALF_DISPATCH((zipVector<bfloat16, Simd::mul, mulOf>(dst, src, n)),
+                         (zipPortable<bfloat16, mulOf>(dst, src, n)));
 }
 void scale(float16* x, float s, std::size_t n) {
   GOSSAMER_HALF_DISPATCH(scaleVector(x, s, n), scalePortable(x, s, n));
