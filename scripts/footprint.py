@@ -54,8 +54,9 @@ def emulator(arch):
     if arch == HOST:
         return []
     for name in (f"qemu-{arch}-static", f"qemu-{arch}"):
-        if shutil.which(name):
-            return [shutil.which(name)]
+        path = shutil.which(name)
+        if path:
+            return [path]
     raise SystemExit(f"no qemu-{arch}-static to run the {arch} profile (scripts/deps.sh installs it)")
 
 

@@ -3,6 +3,13 @@
 NAMES = {"crossover": "crossover_sgd", "allreduce": "allreduce_sgd"}
 
 
+def mode_of(row):
+    """The algorithm name and mode of a row of scripts/faults.py:
+    "crossover-async" -> ("crossover_sgd", "async")."""
+    name, _, mode = row["algorithm"].partition("-")
+    return NAMES.get(name, name), mode or "sync"
+
+
 def number(value, fmt):
     """`value` formatted, or "-" for None."""
     return "-" if value is None else format(value, fmt)

@@ -18,17 +18,11 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _faults import NAMES, number, percent  # noqa: E402
+from _faults import mode_of, number, percent  # noqa: E402
 
 COMMAND = ["scripts/faults.sh", "--algorithms", "crossover,crossover-async,sgp,sgp-async,hierarchical,allreduce",
            "--scenarios", "repeated-kills", "--out", "results/faults-kills.json"]
 JSON = "results/faults-kills.json"
-
-
-def _mode(row):
-    """The algorithm name and mode: "crossover-async" -> ("crossover_sgd", "async")."""
-    name, _, mode = row["algorithm"].partition("-")
-    return NAMES.get(name, name), mode or "sync"
 
 
 def render(data):
@@ -46,7 +40,7 @@ def render(data):
         steps = (f"{number(statistics.median(times), '.2f')} / {number(max(times), '.2f')}" if times else "-")
         if missing:
             steps += f" ({missing} not measured)"
-        name, mode = _mode(row)
+        name, mode = mode_of(row)
         lines.append(f"| {name} | {mode} | {kills} ({aimed}) | {'yes' if row['survivors_finished'] else 'no'} "
                      f"| {row.get('agreement_saw_failure', 0)} | {steps} | {row['epochs']} "
                      f"| {percent(row['test_accuracy'])} |")

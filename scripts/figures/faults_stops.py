@@ -15,8 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _faults import number, percent  # noqa: E402
-from faults_kills import _mode  # noqa: E402
+from _faults import mode_of, number, percent  # noqa: E402
 
 COMMAND = ["scripts/faults.sh", "--algorithms", "crossover,crossover-async,sgp,sgp-async,hierarchical,allreduce",
            "--scenarios", "stop-defaults", "--out", "results/faults-stops.json"]
@@ -30,7 +29,7 @@ def render(data):
              "| every survivor stepped, s | within suspect_seconds + 0.5 s | view changes |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
-        name, mode = _mode(row)
+        name, mode = mode_of(row)
         stepped = row["every_stepped_seconds"]
         within = "-" if stepped is None else ("yes" if stepped <= SUSPECT_SECONDS + 0.5 else "no")
         lines.append(f"| {name} | {mode} | {row['survivors']} | {'yes' if row['survivors_finished'] else 'no'} "

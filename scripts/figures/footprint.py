@@ -17,13 +17,9 @@ def render(data):
              "| threads | sockets | memory measured as |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
-        # Rows measured before the aarch64 profiles existed are native, measured by VmRSS.
-        emulated = r.get("emulated", False)
-        how = "Rss of its own mappings, under qemu" if emulated else "VmRSS"
-        idle = r.get("idle_kib", r["idle"]["rss_kib"])
-        training = r.get("training_kib", r["training"]["rss_kib"])
+        how = "Rss of its own mappings, under qemu" if r["emulated"] else "VmRSS"
         lines.append(f"| {r['profile']} | {r['arch']} | {r['transport']} | {r['library_bytes'] / 1e6:.2f} | "
-                     f"{idle / 1024:.1f} | {r['idle_added_kib'] / 1024:.1f} | "
-                     f"{training / 1024:.1f} | {r['training_added_kib'] / 1024:.1f} | "
+                     f"{r['idle_kib'] / 1024:.1f} | {r['idle_added_kib'] / 1024:.1f} | "
+                     f"{r['training_kib'] / 1024:.1f} | {r['training_added_kib'] / 1024:.1f} | "
                      f"{r['idle']['threads']} | {r['idle']['sockets']} | {how} |")
     return "\n".join(lines) + "\n"

@@ -376,16 +376,18 @@ void markReplaced(LaunchResult& result, const std::vector<int>& finishedElsewher
 // launcher saw fail was replaced, which were.
 void reportOutcomes(const LaunchOptions& o, const LaunchResult& result) {
   std::string report;
+  bool replaced = false;
   for (auto outcome : {RankOutcome::kDied, RankOutcome::kFollowed, RankOutcome::kKilled,
                        RankOutcome::kInterrupted, RankOutcome::kReplaced, RankOutcome::kFinished}) {
     const std::string who = ranksWith(result.ranks, outcome);
     if (who.empty()) continue;
+    replaced = replaced || outcome == RankOutcome::kReplaced;
     report += std::string(report.empty() ? "" : "; ") + toString(outcome) + ": " + who;
   }
   if (!result.ok())
     GOSSAMER_LOG(kError, o.name << ": " << result.failures << " of " << o.worldSize
                                 << " ranks did not finish (" << report << ")");
-  else if (!ranksWith(result.ranks, RankOutcome::kReplaced).empty())
+  else if (replaced)
     GOSSAMER_LOG(kWarning, o.name << ": every rank finished, some in a process restarted in place of the "
                                      "launcher's ("
                                   << report << ")");
