@@ -31,6 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARAMETERS, STEPS = 100000, 200
+MODEL_KIB = 2 * 4 * PARAMETERS / 1024  # the model's float32 params and grads
 
 
 HOST = platform.machine()
@@ -94,14 +95,13 @@ def main():
         size = stripped_size(lib, arch)
         for transport in ("zmq", "socket"):
             m = run_pair(program, transport, prefix)
-            model_kib = 2 * 4 * PARAMETERS / 1024
             rows.append({"profile": name, "arch": arch, "emulated": bool(prefix), "memory": key,
                          "transport": transport, "library_bytes": size,
                          "base": m["base"], "idle": m["idle"], "training": m["training"],
                          "idle_kib": m["idle"][key],
                          "idle_added_kib": m["idle"][key] - m["base"][key],
                          "training_kib": m["training"][key],
-                         "training_added_kib": m["training"][key] - m["base"][key] - model_kib,
+                         "training_added_kib": m["training"][key] - m["base"][key] - MODEL_KIB,
                          "parameters": PARAMETERS, "steps": STEPS})
     print(f"{'profile':<9}{'arch':<8}{'transport':<10}{'lib MB':>8}{'idle RSS MB':>12}{'+agent MB':>10}"
           f"{'train RSS MB':>13}{'+train MB':>10}{'threads':>8}{'sockets':>8}")

@@ -131,17 +131,20 @@ class CAgent:
         _check(library().gossamer_agent_world_size(self._h, ctypes.byref(out)))
         return out.value
 
-    def allreduce(self, data, op="average"):
-        """In place on a float32 or float64 numpy array."""
+    @staticmethod
+    def _buffer(data):
+        """(address, element count, gossamer_dtype) of a C-contiguous float32 or float64 array."""
         if data.dtype not in _DTYPES or not data.flags.c_contiguous:
             raise TypeError("data must be a C-contiguous float32 or float64 numpy array")
-        _check(library().gossamer_allreduce(self._h, data.ctypes.data, data.size, _DTYPES[data.dtype], _OPS[op]))
+        return data.ctypes.data, data.size, _DTYPES[data.dtype]
+
+    def allreduce(self, data, op="average"):
+        """In place on a float32 or float64 numpy array."""
+        _check(library().gossamer_allreduce(self._h, *self._buffer(data), _OPS[op]))
 
     def broadcast(self, data, root=0):
         """In place on a float32 or float64 numpy array, from rank `root`."""
-        if data.dtype not in _DTYPES or not data.flags.c_contiguous:
-            raise TypeError("data must be a C-contiguous float32 or float64 numpy array")
-        _check(library().gossamer_broadcast(self._h, data.ctypes.data, data.size, _DTYPES[data.dtype], root))
+        _check(library().gossamer_broadcast(self._h, *self._buffer(data), root))
 
     def barrier(self):
         _check(library().gossamer_barrier(self._h))

@@ -32,15 +32,16 @@ typedef struct {
   int sockets;
 } usage;
 
-static long status_field(const char* name) {
+/* VmRSS (KiB) and Threads from one read of /proc/self/status; -1 if absent. */
+static void read_status(long* rss_kib, long* threads) {
   FILE* f = fopen("/proc/self/status", "r");
   char line[256];
-  long value = -1;
-  const size_t n = strlen(name);
-  while (f != NULL && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, name, n) == 0 && line[n] == ':') value = atol(line + n + 1);
+  *rss_kib = *threads = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    if (strncmp(line, "VmRSS:", 6) == 0) *rss_kib = atol(line + 6);
+    if (strncmp(line, "Threads:", 8) == 0) *threads = atol(line + 8);
+  }
   if (f != NULL) fclose(f);
-  return value;
 }
 
 static int count_sockets(void) {
@@ -96,9 +97,10 @@ static long mapped_resident_kib(void) {
 
 static usage measure(void) {
   usage u;
-  u.rss_kib = status_field("VmRSS");
+  long threads = -1;
+  read_status(&u.rss_kib, &threads);
   u.mapped_kib = mapped_resident_kib();
-  u.threads = (int)status_field("Threads");
+  u.threads = (int)threads;
   u.sockets = count_sockets();
   return u;
 }

@@ -145,13 +145,29 @@ Agent& agentOf(gossamer_agent* a) {
   return a->session->agent();
 }
 
-DistributedOptimizer& optimizerOf(gossamer_agent* a, std::size_t count) {
+DistributedOptimizer& optimizerOf(gossamer_agent* a) {
   agentOf(a);
   require(a->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
+  return *a->optimizer;
+}
+
+DistributedOptimizer& optimizerOf(gossamer_agent* a, std::size_t count) {
+  optimizerOf(a);
   if (count != a->parameters)
     throw InvalidArgument("count " + std::to_string(count) + " != the optimizer's " +
                           std::to_string(a->parameters) + " parameters");
   return *a->optimizer;
+}
+
+// The communication-only calls on the caller's count floats at data: the
+// optimizer's method, after the agent, optimizer, count and NULL checks.
+template <void (DistributedOptimizer::*Method)(std::span<float>)>
+gossamer_status onFloats(gossamer_agent* agent, float* data, std::size_t count, const char* nullMessage) {
+  return guarded([&] {
+    auto& o = optimizerOf(agent, count);
+    require(data != nullptr, nullMessage);
+    (o.*Method)(std::span<float>(data, count));
+  });
 }
 
 ReduceOp opOf(gossamer_op op) {
@@ -259,9 +275,6 @@ gossamer_status gossamer_agent_close(gossamer_agent* agent) {
     if (agent->session) agent->session->close();
   });
   // Destroying never throws (the destructors catch); free it either way.
-  agent->optimizer = nullptr;
-  agent->session.reset();
-  agent->rendezvous.reset();
   delete agent;
   return s;
 }
@@ -326,35 +339,21 @@ gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float*
 }
 
 gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads, size_t count) {
-  return guarded([&] {
-    auto& o = optimizerOf(agent, count);
-    require(grads != nullptr, "grads is NULL");
-    o.reduceGradients(std::span<float>(grads, count));
-  });
+  return onFloats<&DistributedOptimizer::reduceGradients>(agent, grads, count, "grads is NULL");
 }
 
 gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count) {
-  return guarded([&] {
-    auto& o = optimizerOf(agent, count);
-    require(params != nullptr, "params is NULL");
-    o.mixParameters(std::span<float>(params, count));
-  });
+  return onFloats<&DistributedOptimizer::mixParameters>(agent, params, count, "params is NULL");
 }
 
 gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count) {
-  return guarded([&] {
-    auto& o = optimizerOf(agent, count);
-    require(params != nullptr, "params is NULL");
-    o.flush(std::span<float>(params, count));
-  });
+  return onFloats<&DistributedOptimizer::flush>(agent, params, count, "params is NULL");
 }
 
 gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
   return guarded([&] {
     require(steps != nullptr, "steps is NULL");
-    agentOf(agent);
-    require(agent->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
-    *steps = agent->optimizer->steps();
+    *steps = optimizerOf(agent).steps();
   });
 }
 
