@@ -5,7 +5,7 @@ set -euo pipefail
 
 GOSSAMER_PACKAGES=(
   build-essential cmake pkg-config
-  libzmq3-dev libsodium-dev cppzmq-dev libfabric-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev
+  libzmq3-dev libsodium-dev cppzmq-dev libfabric-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev libdeflate-dev
   catch2 libcli11-dev nlohmann-json3-dev jq
   dataset-fashion-mnist
   python3-dev python3-numpy python3-torch libtorch-dev python3-pybind11 pybind11-dev python3-pytest python3-matplotlib
@@ -119,7 +119,7 @@ gossamer_build() {
 # installed as :arm64: either would remove the host's package; yaml-cpp is
 # its arm64 runtime library with the host's headers (the toolchain file).
 GOSSAMER_CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static
-  libzmq3-dev:arm64 libsodium-dev:arm64 libfabric-dev:arm64 libyaml-cpp0.7:arm64 zlib1g-dev:arm64)
+  libzmq3-dev:arm64 libsodium-dev:arm64 libfabric-dev:arm64 libyaml-cpp0.7:arm64 zlib1g-dev:arm64 libdeflate-dev:arm64)
 
 # Adds the arm64 architecture to dpkg (once) and installs GOSSAMER_PACKAGES,
 # GOSSAMER_CROSS_PACKAGES and the lists named as arguments that are missing.

@@ -1,14 +1,19 @@
 #include "dataset.hpp"
 
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -30,6 +35,8 @@ namespace {
 constexpr std::uint32_t kImagesMagic = 0x00000803;  // uint8 data, 3 dimensions.
 constexpr std::uint32_t kLabelsMagic = 0x00000801;  // uint8 data, 1 dimension.
 constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 31;
+// The largest file read in full: an IDX header and the largest payload.
+constexpr std::size_t kMaxFileBytes = 16 + std::size_t{kMaxPayloadBytes};
 constexpr std::size_t kReadChunk = std::size_t{4} << 20;
 constexpr int kIdxClasses = 10;
 
@@ -40,14 +47,20 @@ std::string hex32(std::uint32_t v) {
 }
 
 // Sequential reader over one (usually gzip-compressed) file that tracks the
-// decompressed byte offset for error messages.
+// decompressed byte offset for error messages. A file read in full is
+// inflated in one call by libdeflate (about twice zlib's speed); a file read
+// only in part (a limit), or one libdeflate refuses, is streamed through
+// zlib, which also names the offset where a corrupt stream breaks.
 class GzReader {
+  using Buffer = std::unique_ptr<unsigned char, decltype(&std::free)>;
+
  public:
-  explicit GzReader(std::string path) : path_(std::move(path)) {
+  GzReader(std::string path, bool whole) : path_(std::move(path)) {
     std::error_code ec;
     const auto st = std::filesystem::status(path_, ec);
     if (!std::filesystem::exists(st)) fail(0, "file not found");
     if (std::filesystem::is_directory(st)) fail(0, "is a directory, expected a file");
+    if (whole && inflateWhole()) return;
     errno = 0;
     file_ = gzopen(path_.c_str(), "rb");
     if (file_ == nullptr) {
@@ -70,6 +83,12 @@ class GzReader {
   // Reads up to n bytes; fewer only at the end of the data.
   std::size_t readSome(void* dst, std::size_t n) {
     auto* out = static_cast<unsigned char*>(dst);
+    if (file_ == nullptr) {  // inflated in full
+      const std::size_t got = std::min<std::size_t>(n, inflatedBytes_ - static_cast<std::size_t>(offset_));
+      if (got > 0) std::memcpy(out, inflated_.get() + offset_, got);
+      offset_ += got;
+      return got;
+    }
     std::size_t done = 0;
     while (done < n) {
       const auto want = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
@@ -130,7 +149,59 @@ class GzReader {
   }
 
  private:
+  // Inflates the whole file into inflated_ with libdeflate: every gzip
+  // member in turn, or the bytes as they are when the file is not gzip.
+  // The output starts at the last member's stated size (ISIZE, capped by
+  // deflate's largest ratio, 1032:1) and doubles as needed up to
+  // kMaxFileBytes; it is not zeroed, so a lying ISIZE costs address space,
+  // not memory. False (nothing kept) when libdeflate finds the data bad or
+  // too large: the zlib stream then reports where.
+  bool inflateWhole() {
+    std::ifstream in(path_, std::ios::binary);
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(path_, ec);
+    if (!in || ec || size > kMaxFileBytes) return false;  // gzopen says why
+    std::vector<unsigned char> packed(static_cast<std::size_t>(size));
+    if (!in.read(reinterpret_cast<char*>(packed.data()), static_cast<std::streamsize>(size))) return false;
+    if (size < 18 || packed[0] != 0x1f || packed[1] != 0x8b) {  // not gzip: the bytes themselves
+      inflated_.reset(static_cast<unsigned char*>(std::malloc(std::max<std::size_t>(packed.size(), 1))));
+      if (!inflated_) return false;
+      std::memcpy(inflated_.get(), packed.data(), packed.size());
+      inflatedBytes_ = packed.size();
+      return true;
+    }
+    const std::size_t stated = std::size_t{packed[size - 4]} | std::size_t{packed[size - 3]} << 8 |
+                               std::size_t{packed[size - 2]} << 16 | std::size_t{packed[size - 1]} << 24;
+    std::size_t capacity = std::clamp<std::size_t>(stated, 4096, std::min(1032 * packed.size(), kMaxFileBytes));
+    Buffer out(static_cast<unsigned char*>(std::malloc(capacity)), &std::free);
+    std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> inflater(
+        libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
+    if (!out || !inflater) return false;
+    std::size_t read = 0, written = 0;
+    while (read < packed.size()) {
+      std::size_t inBytes = 0, outBytes = 0;
+      const libdeflate_result r = libdeflate_gzip_decompress_ex(inflater.get(), packed.data() + read,
+                                                                packed.size() - read, out.get() + written,
+                                                                capacity - written, &inBytes, &outBytes);
+      if (r == LIBDEFLATE_INSUFFICIENT_SPACE && capacity < kMaxFileBytes) {
+        capacity = std::min(capacity * 2, kMaxFileBytes);
+        auto* grown = static_cast<unsigned char*>(std::realloc(out.get(), capacity));
+        if (grown == nullptr) return false;
+        out.release();
+        out.reset(grown);
+        continue;
+      }
+      if (r != LIBDEFLATE_SUCCESS) return false;
+      read += inBytes;
+      written += outBytes;
+    }
+    inflated_ = std::move(out);
+    inflatedBytes_ = written;
+    return true;
+  }
+
   [[noreturn]] void failTruncated(const std::string& detail) const {
+    if (file_ == nullptr) fail(offset_, "truncated file: data ends early, " + detail);
     int code = Z_OK;
     gzerror(file_, &code);
     const char* why =
@@ -139,7 +210,9 @@ class GzReader {
   }
 
   std::string path_;
-  gzFile file_ = nullptr;
+  gzFile file_ = nullptr;               // the zlib stream, or null when inflated in full
+  Buffer inflated_{nullptr, &std::free};  // the whole file, inflated
+  std::size_t inflatedBytes_ = 0;
   std::uint64_t offset_ = 0;
 };
 
@@ -242,13 +315,20 @@ class Sampler {
   std::mt19937_64 rng_;
 };
 
-}  // namespace
 
-Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int limit) {
+
+// An IDX image set as stored: one byte per pixel, samples x features.
+struct RawIdx {
+  std::vector<std::uint8_t> pixels;
+  std::uint64_t features = 0;
+  std::vector<std::uint8_t> labels;
+};
+
+RawIdx readIdx(const std::string& imagesGz, const std::string& labelsGz, int limit) {
   GOSSAMER_ENFORCE(limit >= 0, "limit=" << limit);
-  GzReader images(imagesGz);
+  GzReader images(imagesGz, limit == 0);
   const ImagesHeader header = readImagesHeader(images);
-  GzReader labels(labelsGz);
+  GzReader labels(labelsGz, limit == 0);
   const std::uint32_t labelCount = readLabelsHeader(labels);
   if (labelCount != header.count) {
     labels.fail(4, "label count " + std::to_string(labelCount) + " does not match image count " +
@@ -257,26 +337,48 @@ Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int li
 
   const std::uint32_t keep =
       limit > 0 ? std::min(header.count, static_cast<std::uint32_t>(limit)) : header.count;
-  Dataset data;
-  data.numClasses = kIdxClasses;
-  {
-    const std::vector<std::uint8_t> pixels =
-        images.readPayload(std::uint64_t{keep} * header.features, "image data");
-    if (keep == header.count) images.expectEnd();
-    using ByteMatrix = Eigen::Matrix<std::uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    const Eigen::Map<const ByteMatrix> raw(pixels.data(), keep, static_cast<Eigen::Index>(header.features));
-    data.images = raw.cast<float>() * (1.0f / 255.0f);
-  }
+  RawIdx raw;
+  raw.features = header.features;
+  raw.pixels = images.readPayload(std::uint64_t{keep} * header.features, "image data");
+  if (keep == header.count) images.expectEnd();
   constexpr std::uint64_t kLabelsPayloadOffset = 8;
-  data.labels = labels.readPayload(keep, "label data");
+  raw.labels = labels.readPayload(keep, "label data");
   if (keep == header.count) labels.expectEnd();
-  for (std::size_t i = 0; i < data.labels.size(); ++i) {
-    if (data.labels[i] >= kIdxClasses) {
-      labels.fail(kLabelsPayloadOffset + i, "label value " + std::to_string(data.labels[i]) + " of sample " +
+  for (std::size_t i = 0; i < raw.labels.size(); ++i) {
+    if (raw.labels[i] >= kIdxClasses) {
+      labels.fail(kLabelsPayloadOffset + i, "label value " + std::to_string(raw.labels[i]) + " of sample " +
                                                 std::to_string(i) + " out of range [0, 9]");
     }
   }
+  return raw;
+}
+
+// The float each byte value becomes.
+using PixelTable = std::array<float, 256>;
+
+// p / 255, as float(p) * (1 / 255).
+PixelTable unitScale() {
+  PixelTable t{};
+  for (std::size_t p = 0; p < t.size(); ++p) t[p] = static_cast<float>(p) * (1.0f / 255.0f);
+  return t;
+}
+
+// One pass over the bytes: every pixel through the table.
+Dataset toDataset(RawIdx raw, const PixelTable& table) {
+  Dataset data;
+  data.numClasses = kIdxClasses;
+  const auto rows = static_cast<Eigen::Index>(raw.labels.size());
+  data.images.resize(rows, static_cast<Eigen::Index>(raw.features));
+  float* out = data.images.data();
+  for (std::size_t i = 0; i < raw.pixels.size(); ++i) out[i] = table[raw.pixels[i]];
+  data.labels = std::move(raw.labels);
   return data;
+}
+
+}  // namespace
+
+Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int limit) {
+  return toDataset(readIdx(imagesGz, labelsGz, limit), unitScale());
 }
 
 FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLimit, bool standardize) {
@@ -284,27 +386,52 @@ FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLi
                    "trainLimit=" << trainLimit << " testLimit=" << testLimit);
   const std::filesystem::path base(dir);
   const std::string testImages = (base / "t10k-images-idx3-ubyte.gz").string();
-  FashionMnist out;
-  out.train = loadIdx((base / "train-images-idx3-ubyte.gz").string(),
-                      (base / "train-labels-idx1-ubyte.gz").string(), trainLimit);
-  out.test = loadIdx(testImages, (base / "t10k-labels-idx1-ubyte.gz").string(), testLimit);
-  if (out.test.images.cols() != out.train.images.cols()) {
+  RawIdx train = readIdx((base / "train-images-idx3-ubyte.gz").string(),
+                         (base / "train-labels-idx1-ubyte.gz").string(), trainLimit);
+  RawIdx test = readIdx(testImages, (base / "t10k-labels-idx1-ubyte.gz").string(), testLimit);
+  if (test.features != train.features) {
     throw DataError(testImages, 8,
-                    "test images have " + std::to_string(out.test.images.cols()) +
-                        " pixels each, training images " + std::to_string(out.train.images.cols()));
+                    "test images have " + std::to_string(test.features) + " pixels each, training images " +
+                        std::to_string(train.features));
   }
+  FashionMnist out;
+  PixelTable table = unitScale();
   if (standardize) {
-    const auto count = static_cast<double>(out.train.images.size());
-    const double mean = out.train.images.cast<double>().sum() / count;
-    const double var = (out.train.images.cast<double>().array() - mean).square().sum() / count;
-    const double stddev = std::sqrt(var);
+    // The mean and variance of the scaled training pixels, from the count of
+    // each byte value: exact sums in double, one pass over the bytes.
+    // Four tables: a run of equal bytes (blank borders) then updates four
+    // counters in turn instead of waiting on one.
+    std::array<std::array<std::uint64_t, 256>, 4> counts{};
+    const std::uint8_t* px = train.pixels.data();
+    const std::size_t n = train.pixels.size();
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      ++counts[0][px[i]];
+      ++counts[1][px[i + 1]];
+      ++counts[2][px[i + 2]];
+      ++counts[3][px[i + 3]];
+    }
+    for (; i < n; ++i) ++counts[0][px[i]];
+    for (std::size_t t = 1; t < counts.size(); ++t)
+      for (std::size_t v = 0; v < 256; ++v) counts[0][v] += counts[t][v];
+    const auto count = static_cast<double>(train.pixels.size());
+    double sum = 0;
+    for (std::size_t p = 0; p < table.size(); ++p) sum += static_cast<double>(counts[0][p]) * table[p];
+    const double mean = sum / count;
+    double squares = 0;
+    for (std::size_t p = 0; p < table.size(); ++p) {
+      const double d = table[p] - mean;
+      squares += static_cast<double>(counts[0][p]) * d * d;
+    }
+    const double stddev = std::sqrt(squares / count);
     const auto m = static_cast<float>(mean);
     const float scale = stddev > 1e-12 ? static_cast<float>(1.0 / stddev) : 1.0f;
-    out.train.images = (out.train.images.array() - m) * scale;
-    out.test.images = (out.test.images.array() - m) * scale;
+    for (float& v : table) v = (v - m) * scale;
     out.pixelMean = m;
     out.pixelStd = stddev > 1e-12 ? static_cast<float>(stddev) : 1.0f;
   }
+  out.train = toDataset(std::move(train), table);
+  out.test = toDataset(std::move(test), table);
   return out;
 }
 

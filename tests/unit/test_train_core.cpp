@@ -378,6 +378,24 @@ TEST_CASE("train_core: IDX loader reads valid files", "[train_core]") {
   std::ofstream(raw, std::ios::binary)
       .write(reinterpret_cast<const char*>(rawBytes.data()), static_cast<std::streamsize>(rawBytes.size()));
   CHECK(loadIdx(raw, lab, 0).images == all.images);
+
+  // Two gzip members, read in full (inflated whole, the output growing past
+  // the last member's stated size) and in part (streamed): the same data.
+  const Bytes big = imagesFile(200, 28, 28, pixelsFor(200, 784));
+  const std::string twoMembers = dir.file("two-members.gz");
+  const std::string first = dir.file("first.gz"), second = dir.file("second.gz");
+  writeGz(first, Bytes(big.begin(), big.end() - 100));
+  writeGz(second, Bytes(big.end() - 100, big.end()));
+  {
+    std::ofstream out(twoMembers, std::ios::binary);
+    out << std::ifstream(first, std::ios::binary).rdbuf() << std::ifstream(second, std::ios::binary).rdbuf();
+  }
+  const std::string bigLab = dir.file("big-lab.gz");
+  writeGz(bigLab, labelsFile(200, Bytes(200, 3)));
+  const Dataset whole = loadIdx(twoMembers, bigLab, 0);
+  REQUIRE(whole.size() == 200);
+  CHECK(whole.images(199, 783) == Approx(pixel(199, 783) / 255.0f));
+  CHECK(loadIdx(twoMembers, bigLab, 199).images == whole.images.topRows(199));
 }
 
 TEST_CASE("train_core: IDX loader rejects bad files", "[train_core]") {
