@@ -6,11 +6,13 @@ replaced while the job trains:
     pause_and_restart.py stop SECONDS GOSSAMER_TRAIN SOURCE_DIR
         rank 1 gets SIGSTOP for SECONDS, then SIGCONT: the others remove it
         and, when it runs again, take it back;
-    pause_and_restart.py restart GOSSAMER_TRAIN SOURCE_DIR
+    pause_and_restart.py restart [--transport socket|libfabric-tcp] GOSSAMER_TRAIN SOURCE_DIR
         rank 2 gets SIGKILL and a new process is started in its place with
         the command the launcher printed (--job ID --rank 2 --rejoin); once
         it is back, ranks 0, 1 and 3 in turn the same way, so that none of
-        the launcher's own processes is left.
+        the launcher's own processes is left. The job runs over ZeroMQ, or
+        over the transport named (its --set overrides are given to the
+        launcher and to every restarted process alike).
 
 Once the metrics show the rank (the last one restarted) back in a view of
 all 4 and two more epochs, the stop file ends the job. Checks: the launcher
@@ -34,6 +36,13 @@ import tempfile
 import time
 
 N = 4
+
+# --transport name -> its --set overrides (the quickstart config's own: zmq)
+TRANSPORTS = {
+    "zmq": [],
+    "socket": ["--set", "transport.kind=socket"],
+    "libfabric-tcp": ["--set", "transport.kind=libfabric", "--set", "transport.provider=tcp"],
+}
 
 
 def fail(msg, work):
@@ -88,6 +97,9 @@ def main():
     mode = sys.argv[1]
     seconds = float(sys.argv[2]) if mode == "stop" else 0.0
     exe, src = sys.argv[-2], sys.argv[-1]
+    transport = sys.argv[sys.argv.index("--transport") + 1] if "--transport" in sys.argv else "zmq"
+    if transport not in TRANSPORTS:
+        raise SystemExit(f"unknown transport {transport!r}: one of {', '.join(TRANSPORTS)}")
     victim = 1 if mode == "stop" else 2
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         print("no /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist): skipped")
@@ -97,6 +109,7 @@ def main():
     config = os.path.join(src, "examples", "configs", "quickstart-crossover.yaml")
     sets = ["--set", "training.epochs=100000", "--set", "data.train_limit=6000", "--set",
             "data.test_limit=500", "--set", f"run.dir={run}", "--set", f"training.stop_file={stop}"]
+    sets += TRANSPORTS[transport]
     procs = []
     try:
         with open(os.path.join(work, "out"), "w") as out, open(os.path.join(work, "err"), "w") as err:
@@ -196,7 +209,7 @@ def main():
                                 timeout=300)
         if report.returncode != 0:
             fail(f"gossamer-report exited with {report.returncode}: {report.stderr[-2000:]}", work)
-        print(f"{mode}: rank {victim} taken back; launcher exit 0; final view {summary['survivors']}; "
+        print(f"{mode} over {transport}: rank {victim} taken back; launcher exit 0; final view {summary['survivors']}; "
               f"gossamer-report read {run}{took}")
     finally:
         for p in procs:
