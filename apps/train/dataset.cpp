@@ -163,13 +163,14 @@ class GzReader {
     if (!in || ec || size > kMaxFileBytes) return false;  // gzopen says why
     std::vector<unsigned char> packed(static_cast<std::size_t>(size));
     if (!in.read(reinterpret_cast<char*>(packed.data()), static_cast<std::streamsize>(size))) return false;
-    if (size < 18 || packed[0] != 0x1f || packed[1] != 0x8b) {  // not gzip: the bytes themselves
+    if (size < 2 || packed[0] != 0x1f || packed[1] != 0x8b) {  // not gzip: the bytes themselves
       inflated_.reset(static_cast<unsigned char*>(std::malloc(std::max<std::size_t>(packed.size(), 1))));
       if (!inflated_) return false;
       std::memcpy(inflated_.get(), packed.data(), packed.size());
       inflatedBytes_ = packed.size();
       return true;
     }
+    if (size < 18) return false;  // shorter than a gzip header and trailer
     const std::size_t stated = std::size_t{packed[size - 4]} | std::size_t{packed[size - 3]} << 8 |
                                std::size_t{packed[size - 2]} << 16 | std::size_t{packed[size - 1]} << 24;
     std::size_t capacity = std::clamp<std::size_t>(stated, 4096, std::min(1032 * packed.size(), kMaxFileBytes));
@@ -315,8 +316,6 @@ class Sampler {
   std::mt19937_64 rng_;
 };
 
-
-
 // An IDX image set as stored: one byte per pixel, samples x features.
 struct RawIdx {
   std::vector<std::uint8_t> pixels;
@@ -375,6 +374,26 @@ Dataset toDataset(RawIdx raw, const PixelTable& table) {
   return data;
 }
 
+// How many times each byte value occurs. Four tables: a run of equal bytes
+// (blank image borders) then updates four counters in turn instead of
+// waiting on one.
+std::array<std::uint64_t, 256> byteCounts(const std::vector<std::uint8_t>& bytes) {
+  std::array<std::array<std::uint64_t, 256>, 4> counts{};
+  const std::uint8_t* px = bytes.data();
+  const std::size_t n = bytes.size();
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++counts[0][px[i]];
+    ++counts[1][px[i + 1]];
+    ++counts[2][px[i + 2]];
+    ++counts[3][px[i + 3]];
+  }
+  for (; i < n; ++i) ++counts[0][px[i]];
+  for (std::size_t t = 1; t < counts.size(); ++t)
+    for (std::size_t v = 0; v < 256; ++v) counts[0][v] += counts[t][v];
+  return counts[0];
+}
+
 }  // namespace
 
 Dataset loadIdx(const std::string& imagesGz, const std::string& labelsGz, int limit) {
@@ -397,31 +416,17 @@ FashionMnist loadFashionMnist(const std::string& dir, int trainLimit, int testLi
   FashionMnist out;
   PixelTable table = unitScale();
   if (standardize) {
-    // The mean and variance of the scaled training pixels, from the count of
-    // each byte value: exact sums in double, one pass over the bytes.
-    // Four tables: a run of equal bytes (blank borders) then updates four
-    // counters in turn instead of waiting on one.
-    std::array<std::array<std::uint64_t, 256>, 4> counts{};
-    const std::uint8_t* px = train.pixels.data();
-    const std::size_t n = train.pixels.size();
-    std::size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      ++counts[0][px[i]];
-      ++counts[1][px[i + 1]];
-      ++counts[2][px[i + 2]];
-      ++counts[3][px[i + 3]];
-    }
-    for (; i < n; ++i) ++counts[0][px[i]];
-    for (std::size_t t = 1; t < counts.size(); ++t)
-      for (std::size_t v = 0; v < 256; ++v) counts[0][v] += counts[t][v];
+    // The mean and variance of the scaled training pixels from the count of
+    // each byte value: 256 terms in double instead of one per pixel.
+    const std::array<std::uint64_t, 256> counts = byteCounts(train.pixels);
     const auto count = static_cast<double>(train.pixels.size());
     double sum = 0;
-    for (std::size_t p = 0; p < table.size(); ++p) sum += static_cast<double>(counts[0][p]) * table[p];
+    for (std::size_t p = 0; p < table.size(); ++p) sum += static_cast<double>(counts[p]) * table[p];
     const double mean = sum / count;
     double squares = 0;
     for (std::size_t p = 0; p < table.size(); ++p) {
       const double d = table[p] - mean;
-      squares += static_cast<double>(counts[0][p]) * d * d;
+      squares += static_cast<double>(counts[p]) * d * d;
     }
     const double stddev = std::sqrt(squares / count);
     const auto m = static_cast<float>(mean);
