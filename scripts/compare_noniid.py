@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Non-IID data: AllReduce-SGD, Crossover-SGD, SGP and the heterogeneity-
 corrected gossip algorithms (gradient tracking over Crossover-SGD and over SGP,
-D² with Crossover-SGD on the ring beside it, quasi-global momentum)
+D² with Crossover-SGD on the ring beside it, quasi-global momentum in its
+heavy-ball and Nesterov forms)
 trained side by side on the Fashion-MNIST MLP, each peer's label mix drawn
 from a Dirichlet distribution with concentration alpha (smaller: more skew).
 
@@ -40,8 +41,11 @@ ALGORITHMS = {
     # the ring, keeping half of each rank's own model (eigenvalues >= 0).
     "d2": ("d2", "ring", {"segments": 4, "base": "crossover_sgd"}, {"self_weight": 0.5}),
     "crossover_sgd_ring": ("crossover_sgd", "ring", {"segments": 4}, {"self_weight": 0.5}),
-    "quasi_global_momentum": ("quasi_global_momentum", "fair_roulette", {"segments": 4, "base": "crossover_sgd"},
-                              {}),
+    # Quasi-global momentum in its two forms (algorithm.nesterov).
+    "quasi_global_momentum_heavy_ball": ("quasi_global_momentum", "fair_roulette",
+                                         {"segments": 4, "base": "crossover_sgd", "nesterov": "false"}, {}),
+    "quasi_global_momentum_nesterov": ("quasi_global_momentum", "fair_roulette",
+                                       {"segments": 4, "base": "crossover_sgd", "nesterov": "true"}, {}),
 }
 
 
@@ -76,7 +80,7 @@ def main():
             raise SystemExit(f"unknown algorithm {label!r} (of {', '.join(ALGORITHMS)})")
     os.makedirs(WORK, exist_ok=True)
     rows = []
-    print(f"{'algorithm':<24}{'N':>4}{'alpha':>7}{'acc %':>8}{'consensus':>11}{'bytes/step':>12}{'s':>7}",
+    print(f"{'algorithm':<32}{'N':>4}{'alpha':>7}{'acc %':>8}{'consensus':>11}{'bytes/step':>12}{'s':>7}",
           flush=True)
     for n in [int(x) for x in args.world_sizes.split(",")]:
         transport = "inproc" if n > args.max_processes else "zmq"
@@ -93,7 +97,7 @@ def main():
                        "consensus_distance": s["consensus_distance"], "bytes_per_step": s["bytes_per_step"],
                        "seconds": seconds}
                 rows.append(row)
-                print(f"{label:<24}{n:>4}{alpha:>7}{100 * row['test_accuracy']:>8.2f}"
+                print(f"{label:<32}{n:>4}{alpha:>7}{100 * row['test_accuracy']:>8.2f}"
                       f"{row['consensus_distance']:>11.2e}{row['bytes_per_step']:>12.0f}{seconds:>7.0f}",
                       flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

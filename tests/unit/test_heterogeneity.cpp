@@ -243,17 +243,20 @@ TEST_CASE(
   CHECK(bytes[3] == bytes[0]);
 }
 
-TEST_CASE("quasi-global momentum on one rank is heavy-ball fed with its own displacement",
+TEST_CASE("quasi-global momentum on one rank is heavy-ball (or Nesterov) fed with its own displacement",
           "[optimizer][heterogeneity]") {
-  // With no peers x_{t+1} = x_t - lr m_t, so d_t = m_t and
-  // m^ <- beta m^ + (1 - beta) m_t, m_t = beta m^ + g_t.
+  // With no peers x_{t+1} = x_t - lr s_t, so d_t = s_t and
+  // m^ <- beta m^ + (1 - beta) s_t, with m_t = beta m^ + g_t and s_t = m_t
+  // (heavy ball) or g_t + beta m_t (Nesterov); weight decay adds wd x_t to g_t.
+  const bool nesterov = GENERATE(false, true);
+  INFO((nesterov ? "Nesterov" : "heavy ball"));
   auto fabric = inproc::makeFabric(1);
   auto t = inproc::makeTransport(fabric, 0, 1.0);
   topologies::Ring alone(1);
-  const double lr = 0.1, beta = 0.8;
+  const double lr = 0.1, beta = 0.8, wd = 0.05;
   optimizers::QuasiGlobalMomentum opt(std::make_unique<optimizers::CrossoverSgd>(
                                           *t, alone, std::vector<std::size_t>{3}, crossoverOptions({3})),
-                                      3, {lr, beta, 0.0});
+                                      3, {lr, beta, wd}, nesterov);
   std::vector<float> x = {1.0f, -1.0f, 0.5f};
   std::vector<double> ref(x.begin(), x.end()), mhat(3, 0.0);
   for (int s = 0; s < 20; ++s) {
@@ -261,9 +264,11 @@ TEST_CASE("quasi-global momentum on one rank is heavy-ball fed with its own disp
     for (std::size_t k = 0; k < 3; ++k) g[k] = static_cast<float>(2.0 * x[k] - 0.3 * static_cast<double>(k));
     opt.step(x, g);
     for (std::size_t k = 0; k < 3; ++k) {
-      const double m = beta * mhat[k] + (2.0 * ref[k] - 0.3 * static_cast<double>(k));
-      ref[k] -= lr * m;
-      mhat[k] = beta * mhat[k] + (1 - beta) * m;
+      const double grad = 2.0 * ref[k] - 0.3 * static_cast<double>(k) + wd * ref[k];
+      const double m = beta * mhat[k] + grad;
+      const double step = nesterov ? grad + beta * m : m;
+      ref[k] -= lr * step;
+      mhat[k] = beta * mhat[k] + (1 - beta) * step;
     }
   }
   for (std::size_t k = 0; k < 3; ++k) CHECK(x[k] == Approx(ref[k]).margin(1e-5));

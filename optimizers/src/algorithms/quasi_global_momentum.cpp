@@ -8,16 +8,19 @@
 //
 // Each step t, with gradient g_t at x_t and m^ the quasi-global buffer (P):
 //   1. m_t = beta m^ + g_t + weight_decay x_t          (reduceGradients)
-//   2. x_{t+1/2} = x_t - lr m_t                         (the local step)
+//      the step's direction s_t = m_t (heavy ball), or with
+//      algorithm.nesterov s_t = g_t + weight_decay x_t + beta m_t
+//      (QG-DSGDm-N, the Nesterov form of the same algorithm)
+//   2. x_{t+1/2} = x_t - lr s_t                         (the local step)
 //   3. x_{t+1} = W x_{t+1/2}, one round of the base's gossip (mixParameters)
-//   4. d_t = (x_t - x_{t+1}) / lr = m_t + (x_{t+1/2} - x_{t+1}) / lr
+//   4. d_t = (x_t - x_{t+1}) / lr = s_t + (x_{t+1/2} - x_{t+1}) / lr
 //      m^ <- beta m^ + (1 - beta) d_t
 // With beta = 0 it is the base's plain SGD. No extra bytes on the wire: the
 // base's exchange (Crossover-SGD: 4P bytes per rank; SGP: 8 + 4P per
 // destination), in any of its modes (in overlap and async modes x_{t+1} is
 // what the base returned, the mix of what had arrived). Memory: 3P floats.
 // Registered as algorithm.name quasi_global_momentum with algorithm.base and
-// the base's keys; beta is training.momentum.
+// the base's keys and algorithm.nesterov; beta is training.momentum.
 #include <Eigen/Core>
 #include <algorithm>
 
@@ -37,8 +40,8 @@ Eigen::Map<const Eigen::VectorXf> vec(const float* p, std::size_t n) {
 }  // namespace
 
 QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
-                                         const SgdOptions& sgd)
-    : base_(std::move(base)), numParams_(numParams), sgd_(sgd) {
+                                         const SgdOptions& sgd, bool nesterov)
+    : base_(std::move(base)), numParams_(numParams), sgd_(sgd), nesterov_(nesterov) {
   GOSSAMER_ENFORCE(base_ != nullptr, "quasi_global_momentum: no base optimizer");
   GOSSAMER_ENFORCE(base_->hasCommunicationOnlyForm(),
                    "quasi_global_momentum: base " << base_->name() << " has no communication-only form");
@@ -51,16 +54,24 @@ QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> b
   direction_.assign(numParams_, 0.0f);
 }
 
-void QuasiGlobalMomentum::setDirection(std::span<const float> grads) {
+void QuasiGlobalMomentum::setDirection(std::span<const float> grads, std::span<const float> params) {
   GOSSAMER_ENFORCE(grads.size() == numParams_,
                    "quasi_global_momentum: expected " << numParams_ << " gradients, got " << grads.size());
-  vec(direction_.data(), numParams_) =
-      static_cast<float>(sgd_.momentum) * vec(momentum_.data(), numParams_) + vec(grads.data(), numParams_);
+  const auto beta = static_cast<float>(sgd_.momentum);
+  auto s = vec(direction_.data(), numParams_);
+  s = vec(grads.data(), numParams_);
+  if (sgd_.weightDecay != 0 && !params.empty())
+    s += static_cast<float>(sgd_.weightDecay) * vec(params.data(), numParams_);
+  // m_t = beta m^ + g; Nesterov: g + beta m_t = (1 + beta) g + beta^2 m^.
+  if (nesterov_)
+    s = (1.0f + beta) * s + (beta * beta) * vec(momentum_.data(), numParams_);
+  else
+    s += beta * vec(momentum_.data(), numParams_);
   haveDirection_ = true;
 }
 
 void QuasiGlobalMomentum::reduceGradients(std::span<float> grads) {
-  setDirection(grads);
+  setDirection(grads, {});
   std::copy(direction_.begin(), direction_.end(), grads.begin());
 }
 
@@ -85,13 +96,11 @@ void QuasiGlobalMomentum::mixParameters(std::span<float> params) {
 void QuasiGlobalMomentum::step(std::span<float> params, std::span<const float> grads) {
   GOSSAMER_ENFORCE(params.size() == numParams_,
                    "quasi_global_momentum: expected " << numParams_ << " parameters, got " << params.size());
-  setDirection(grads);
-  auto m = vec(direction_.data(), numParams_);
+  setDirection(grads, params);
   auto x = vec(params.data(), numParams_);
-  if (sgd_.weightDecay != 0) m += static_cast<float>(sgd_.weightDecay) * x;
-  // Async push-sum takes the step on the numerator w z (as Sgp::step): z <- z - lr m / w.
+  // Async push-sum takes the step on the numerator w z (as Sgp::step): z <- z - lr s / w.
   const double w = base_->lockstep() ? 1.0 : base_->pushSumWeight();
-  x -= static_cast<float>(sgd_.learningRate / w) * m;
+  x -= static_cast<float>(sgd_.learningRate / w) * vec(direction_.data(), numParams_);
   mixParameters(params);
 }
 
@@ -116,11 +125,13 @@ void register_quasi_global_momentum(Registry& registry) {
   registry.addOptimizer(
       "quasi_global_momentum",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
-        return std::make_unique<QuasiGlobalMomentum>(detail::makeGossipBase(ctx, ctx.tensorSizes),
-                                                     detail::total(ctx.tensorSizes),
-                                                     detail::sgdFrom(ctx.config));
+        return std::make_unique<QuasiGlobalMomentum>(
+            detail::makeGossipBase(ctx, ctx.tensorSizes), detail::total(ctx.tensorSizes),
+            detail::sgdFrom(ctx.config), ctx.config.get<bool>("algorithm.nesterov"));
       },
-      detail::correctedGossipKeys());
+      detail::correctedGossipKeys().boolean(
+          "nesterov", false,
+          "quasi_global_momentum: step along g + beta m (QG-DSGDm-N) instead of m (heavy ball, QG-DSGDm)"));
 }
 
 }  // namespace algorithms

@@ -150,25 +150,29 @@ class D2 final : public DistributedOptimizer {
 /// ICML 2021, Algorithm 1, QG-DSGDm): the momentum buffer is fed not with the
 /// rank's own gradient but with the model's whole displacement over a step,
 /// local step and gossip together, which approximates the global direction:
-///   m_t = beta m^_{t-1} + g_t;   x_{t+1} = W (x_t - lr m_t)
+///   m_t = beta m^_{t-1} + g_t;   x_{t+1} = W (x_t - lr s_t)
 ///   d_t = (x_t - x_{t+1}) / lr;  m^_t = beta m^_{t-1} + (1 - beta) d_t
-/// (beta = training.momentum, the paper's mu = beta; weight decay is added
-/// to g). No extra bytes: the base's exchange, in any of its modes.
+/// with s_t = m_t (heavy ball) or, with algorithm.nesterov, s_t = g_t +
+/// beta m_t (QG-DSGDm-N); beta = training.momentum, the paper's mu = beta;
+/// weight decay is added to g. No extra bytes: the base's exchange, in any
+/// of its modes.
 class QuasiGlobalMomentum final : public DistributedOptimizer {
  public:
   /// @param base a gossip optimizer over the model's P elements with a communication-only form. Owned.
   /// @param sgd learning rate (> 0), beta = momentum, weight decay.
+  /// @param nesterov step along g + beta m_t (QG-DSGDm-N) instead of m_t.
   /// @throws InvalidArgument for a null base, one without a communication-only
   ///         form, or a learning rate of 0.
   QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
-                      const SgdOptions& sgd);
+                      const SgdOptions& sgd, bool nesterov = false);
   std::string name() const override { return "quasi_global_momentum"; }
   /// The step above on `params` (P float32, in place) from `grads` (P float32).
   void step(std::span<float> params, std::span<const float> grads) override;
   /// Communication-only form, for a local optimizer that is plain SGD at
-  /// training.learning_rate without momentum: replaces `grads` with m_t.
+  /// training.learning_rate without momentum (weight decay left to it):
+  /// replaces `grads` with the step's direction (m_t, or g + beta m_t).
   void reduceGradients(std::span<float> grads) override;
-  /// Mixes `params` (x_t - lr m_t) and updates m^ from the displacement.
+  /// Mixes `params` (x_t - lr s_t) and updates m^ from the displacement.
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return true; }
   void flush(std::span<float> params) override { base_->flush(params); }
@@ -182,14 +186,16 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   bool setExchangeType(DType wire) override { return base_->setExchangeType(wire); }
 
  private:
-  void setDirection(std::span<const float> grads);  // m_t = beta m^ + g_t, into direction_
+  // The step's direction s_t from g_t (+ weight_decay params, when given), into direction_.
+  void setDirection(std::span<const float> grads, std::span<const float> params);
 
   std::unique_ptr<DistributedOptimizer> base_;
   std::size_t numParams_;
   SgdOptions sgd_;
+  bool nesterov_;
   std::vector<float> momentum_;   // m^ (P)
-  std::vector<float> direction_;  // m_t, this step's (set by reduceGradients)
-  std::vector<float> stepped_;    // x_t - lr m_t, before the mix
+  std::vector<float> direction_;  // s_t, this step's (set by reduceGradients)
+  std::vector<float> stepped_;    // x_t - lr s_t, before the mix
   bool haveDirection_ = false;
   std::uint64_t steps_ = 0;
 };
