@@ -8,13 +8,16 @@
     for x, y in loader:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
 
-The model's parameters (CPU tensors, all float32, or all bfloat16 or all
-float16) are fused once into one flat buffer and their gradients into
-another; the parameters and ``.grad`` tensors become views of them, so no step
-copies a float32 model. A 16-bit model is communicated through a float32
-copy of each flat buffer (the C++ optimizers keep float32 state, push-sum
-weights in float64): each step widens the gradients and parameters into it
-and rounds the results back to the model's dtype, ties to even. Under
+The model's parameters (all float32, or all bfloat16 or all float16, on
+one device) are fused once into one flat buffer and their gradients into
+another, on that device; the parameters and ``.grad`` tensors become views
+of them, so no step copies a float32 CPU model. A 16-bit model, or one on
+another device than the CPU (CUDA, ...), is communicated through a float32
+host copy of each flat buffer (the C++ optimizers keep float32 state,
+push-sum weights in float64, and never see a device pointer): each step
+copies the gradients and parameters into it (pinned memory on CUDA; torch's
+blocking copies, so the host buffer is complete before the exchange reads
+it) and the results back, rounded to the model's dtype, ties to even. Under
 ``torch.autocast`` the parameters stay float32 and nothing changes. Each
 ``step()``:
 
@@ -68,6 +71,19 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 
 
+def _needs_host_copy(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the C++ optimizer works on a float32 host copy of the flat
+    buffers (a 16-bit model, or one off the CPU) rather than on the buffers
+    themselves."""
+    return device.type != "cpu" or dtype != torch.float32
+
+
+def _host_float32(numel: int, device: torch.device) -> torch.Tensor:
+    """A float32 host buffer to stage a flat buffer of ``device`` through:
+    pinned when the device is CUDA (faster copies both ways)."""
+    return torch.zeros(numel, dtype=torch.float32, pin_memory=device.type == "cuda")
+
+
 def _tensors(params: Parameters) -> List[torch.Tensor]:
     if isinstance(params, torch.nn.Module):
         return list(params.parameters())
@@ -79,8 +95,9 @@ class DistributedOptimizer:
     the agent's configured algorithm (``algorithm.name``) across the ranks.
 
     Args:
-        optimizer: the local optimizer, built on ``model``'s parameters (CPU
-            tensors, all float32, all bfloat16 or all float16).
+        optimizer: the local optimizer, built on ``model``'s parameters (all
+            float32, all bfloat16 or all float16, all on one device: the CPU,
+            CUDA, or any other torch device).
         model: the ``torch.nn.Module`` (or an iterable of its parameters, in
             the optimizer's order). Build this wrapper before the first step:
             the parameters are moved into a flat buffer (their values kept).
@@ -95,8 +112,8 @@ class DistributedOptimizer:
             gradients (> 0; a parameter larger than it is a bucket of its own).
 
     Raises:
-        TypeError: a parameter that is not on the CPU, of another dtype, or
-            of a dtype other than the first parameter's.
+        TypeError: a parameter of another dtype than float32, bfloat16 or
+            float16, or of another dtype or device than the first parameter's.
         ValueError: parameters the optimizer does not hold, or none at all.
         gossamer.InvalidArgument: an algorithm without a communication-only
             form. During ``step()``: gossamer.PeerFailure,
@@ -118,13 +135,13 @@ class DistributedOptimizer:
         if not params:
             raise ValueError("model has no parameters")
         held = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        dtype = params[0].dtype
+        dtype, device = params[0].dtype, params[0].device
         for i, p in enumerate(params):
-            if p.dtype not in _DTYPES or p.device.type != "cpu" or p.dtype != dtype:
+            if p.dtype not in _DTYPES or p.dtype != dtype or p.device != device:
                 raise TypeError(
                     f"parameter {i} (shape {tuple(p.shape)}) is {p.dtype} on {p.device}; "
-                    "Gossamer trains CPU parameters of one dtype: float32, bfloat16 or float16"
-                    + (f" (parameter 0 is {dtype})" if p.dtype != dtype else "")
+                    "Gossamer trains parameters of one dtype (float32, bfloat16 or float16) on one device"
+                    + (f" (parameter 0 is {dtype} on {device})" if p.dtype != dtype or p.device != device else "")
                 )
             if id(p) not in held:
                 raise ValueError(f"parameter {i} (shape {tuple(p.shape)}) is not in the optimizer")
@@ -134,9 +151,10 @@ class DistributedOptimizer:
         sizes = [p.numel() for p in params]
         total = sum(sizes)
         self.dtype = dtype
+        self.device = device
         with torch.no_grad():
-            self._flat = torch.empty(total, dtype=dtype)
-            self._flat_grad = torch.zeros(total, dtype=dtype)
+            self._flat = torch.empty(total, dtype=dtype, device=device)
+            self._flat_grad = torch.zeros(total, dtype=dtype, device=device)
             self._views = []
             self._grad_views = []
             offset = 0
@@ -151,12 +169,14 @@ class DistributedOptimizer:
                 self._grad_views.append(gv)
                 offset += n
         # What the C++ optimizer reads and writes: the flat buffers
-        # themselves for float32, a float32 copy of each for a 16-bit model.
-        if dtype == torch.float32:
-            self._wide, self._wide_grad = self._flat, self._flat_grad
+        # themselves for a float32 CPU model, a float32 host copy of each
+        # otherwise.
+        if _needs_host_copy(device, dtype):
+            self._wide = _host_float32(total, device)
+            self._wide.copy_(self._flat)
+            self._wide_grad = _host_float32(total, device)
         else:
-            self._wide = self._flat.to(torch.float32)
-            self._wide_grad = torch.zeros(total, dtype=torch.float32)
+            self._wide, self._wide_grad = self._flat, self._flat_grad
         self._flat_np = self._wide.numpy()
         self._flat_grad_np = self._wide_grad.numpy()
         self._comm = agent.make_optimizer(sizes)
@@ -315,7 +335,7 @@ class DistributedOptimizer:
         (gossip algorithms). Collective: every rank steps together.
         Returns what the wrapped ``step(closure)`` returns."""
         self._check_params()
-        narrow = self._wide is not self._flat
+        staged = self._wide is not self._flat
         if self._buckets:
             if not self._hooks:
                 self._rebind_grads()
@@ -323,17 +343,17 @@ class DistributedOptimizer:
         else:
             self._rebind_grads()
             with torch.no_grad():
-                if narrow:
+                if staged:
                     self._wide_grad.copy_(self._flat_grad)
                 self._comm.reduce_gradients(self._flat_grad_np)
-                if narrow:
+                if staged:
                     self._flat_grad.copy_(self._wide_grad)
         loss = self.optimizer.step(closure)
         with torch.no_grad():
-            if narrow:
+            if staged:
                 self._wide.copy_(self._flat)
             self._comm.mix_parameters(self._flat_np)
-            if narrow:
+            if staged:
                 self._flat.copy_(self._wide)
         return loss
 
@@ -353,7 +373,7 @@ class DistributedOptimizer:
     @property
     def flat_parameters(self) -> torch.Tensor:
         """The fused parameters (all parameters in order, in the model's
-        dtype); the model's parameters are views of it."""
+        dtype, on its device); the model's parameters are views of it."""
         return self._flat
 
     def __repr__(self) -> str:
@@ -412,9 +432,10 @@ def consensus_distance(model: Parameters, agent: Agent) -> float:
     """The mean over ranks of ``||x_i - x_avg||^2``, where ``x_i`` is rank
     i's concatenated parameters and ``x_avg`` their average (0 when all ranks
     hold the same model). Collective; the same value on every rank. Costs two
-    allreduces (4 P bytes and 8 bytes)."""
+    allreduces (4 P bytes and 8 bytes); parameters off the CPU are copied to
+    it first."""
     params = _tensors(model)
-    mine = _flat_copy(params)
+    mine = _flat_copy(params).cpu()
     avg = mine.clone()
     agent.allreduce(avg.numpy(), op="average")
     d = torch.tensor([float(((mine.double() - avg.double()) ** 2).sum())], dtype=torch.float64)
