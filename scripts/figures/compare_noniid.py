@@ -18,8 +18,8 @@ LABELS = {
     "gradient_tracking_sgp": "GT (SGP)",
     "d2": "D² (ring)",
     "crossover_sgd_ring": "Crossover (ring)",
-    "quasi_global_momentum_heavy_ball": "QGM (Crossover)",
-    "quasi_global_momentum_nesterov": "QGM-N (Crossover)",
+    "quasi_global_momentum_heavy_ball": "QGM, heavy ball",
+    "quasi_global_momentum_nesterov": "QGM, Nesterov",
 }
 
 

@@ -8,9 +8,9 @@
 //
 // Each step t, with gradient g_t at x_t and m^ the quasi-global buffer (P):
 //   1. m_t = beta m^ + g_t + weight_decay x_t          (reduceGradients)
-//      the step's direction s_t = m_t (heavy ball), or with
-//      algorithm.nesterov s_t = g_t + weight_decay x_t + beta m_t
-//      (QG-DSGDm-N, the Nesterov form of the same algorithm)
+//      the step's direction s_t = g_t + weight_decay x_t + beta m_t
+//      (algorithm.nesterov, the default: QG-DSGDm-N, the paper's Nesterov
+//      form), or s_t = m_t (heavy ball, QG-DSGDm)
 //   2. x_{t+1/2} = x_t - lr s_t                         (the local step)
 //   3. x_{t+1} = W x_{t+1/2}, one round of the base's gossip (mixParameters)
 //   4. d_t = (x_t - x_{t+1}) / lr = s_t + (x_{t+1/2} - x_{t+1}) / lr
@@ -130,8 +130,9 @@ void register_quasi_global_momentum(Registry& registry) {
             detail::sgdFrom(ctx.config), ctx.config.get<bool>("algorithm.nesterov"));
       },
       detail::correctedGossipKeys().boolean(
-          "nesterov", false,
-          "quasi_global_momentum: step along g + beta m (QG-DSGDm-N) instead of m (heavy ball, QG-DSGDm)"));
+          "nesterov", true,
+          "quasi_global_momentum: step along g + beta m (QG-DSGDm-N, the default) or, false, along m "
+          "(heavy ball, QG-DSGDm)"));
 }
 
 }  // namespace algorithms

@@ -152,19 +152,19 @@ class D2 final : public DistributedOptimizer {
 /// local step and gossip together, which approximates the global direction:
 ///   m_t = beta m^_{t-1} + g_t;   x_{t+1} = W (x_t - lr s_t)
 ///   d_t = (x_t - x_{t+1}) / lr;  m^_t = beta m^_{t-1} + (1 - beta) d_t
-/// with s_t = m_t (heavy ball) or, with algorithm.nesterov, s_t = g_t +
-/// beta m_t (QG-DSGDm-N); beta = training.momentum, the paper's mu = beta;
+/// with s_t = g_t + beta m_t (QG-DSGDm-N; algorithm.nesterov, the config's
+/// default) or s_t = m_t (heavy ball); beta = training.momentum, the paper's mu = beta;
 /// weight decay is added to g. No extra bytes: the base's exchange, in any
 /// of its modes.
 class QuasiGlobalMomentum final : public DistributedOptimizer {
  public:
   /// @param base a gossip optimizer over the model's P elements with a communication-only form. Owned.
   /// @param sgd learning rate (> 0), beta = momentum, weight decay.
-  /// @param nesterov step along g + beta m_t (QG-DSGDm-N) instead of m_t.
+  /// @param nesterov step along g + beta m_t (QG-DSGDm-N, as algorithm.nesterov's default) or, false, along m_t.
   /// @throws InvalidArgument for a null base, one without a communication-only
   ///         form, or a learning rate of 0.
   QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
-                      const SgdOptions& sgd, bool nesterov = false);
+                      const SgdOptions& sgd, bool nesterov = true);
   std::string name() const override { return "quasi_global_momentum"; }
   /// The step above on `params` (P float32, in place) from `grads` (P float32).
   void step(std::span<float> params, std::span<const float> grads) override;
