@@ -173,7 +173,8 @@ class GzReader {
     if (size < 18) return false;  // shorter than a gzip header and trailer
     const std::size_t stated = std::size_t{packed[size - 4]} | std::size_t{packed[size - 3]} << 8 |
                                std::size_t{packed[size - 2]} << 16 | std::size_t{packed[size - 1]} << 24;
-    std::size_t capacity = std::clamp<std::size_t>(stated, 4096, std::min(1032 * packed.size(), kMaxFileBytes));
+    std::size_t capacity =
+        std::clamp<std::size_t>(stated, 4096, std::min(1032 * packed.size(), kMaxFileBytes));
     Buffer out(static_cast<unsigned char*>(std::malloc(capacity)), &std::free);
     std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> inflater(
         libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
@@ -181,9 +182,9 @@ class GzReader {
     std::size_t read = 0, written = 0;
     while (read < packed.size()) {
       std::size_t inBytes = 0, outBytes = 0;
-      const libdeflate_result r = libdeflate_gzip_decompress_ex(inflater.get(), packed.data() + read,
-                                                                packed.size() - read, out.get() + written,
-                                                                capacity - written, &inBytes, &outBytes);
+      const libdeflate_result r =
+          libdeflate_gzip_decompress_ex(inflater.get(), packed.data() + read, packed.size() - read,
+                                        out.get() + written, capacity - written, &inBytes, &outBytes);
       if (r == LIBDEFLATE_INSUFFICIENT_SPACE && capacity < kMaxFileBytes) {
         capacity = std::min(capacity * 2, kMaxFileBytes);
         auto* grown = static_cast<unsigned char*>(std::realloc(out.get(), capacity));
@@ -211,7 +212,7 @@ class GzReader {
   }
 
   std::string path_;
-  gzFile file_ = nullptr;               // the zlib stream, or null when inflated in full
+  gzFile file_ = nullptr;                 // the zlib stream, or null when inflated in full
   Buffer inflated_{nullptr, &std::free};  // the whole file, inflated
   std::size_t inflatedBytes_ = 0;
   std::uint64_t offset_ = 0;

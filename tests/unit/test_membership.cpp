@@ -673,13 +673,15 @@ Points points(std::uint64_t seed, const std::vector<std::size_t>& classes, std::
 // The class scores of point i under model w.
 std::array<float, kClasses> scores(const std::vector<float>& w, const Points& p, std::size_t i) {
   std::array<float, kClasses> z{};
-  for (std::size_t c = 0; c < kClasses; ++c) z[c] = w[c] * p.x[i] + w[kClasses + c] * p.y[i] + w[2 * kClasses + c];
+  for (std::size_t c = 0; c < kClasses; ++c)
+    z[c] = w[c] * p.x[i] + w[kClasses + c] * p.y[i] + w[2 * kClasses + c];
   return z;
 }
 
 // The mean cross-entropy gradient over `p` at w.
 Objective softmaxRegression(const Points& p) {
-  return {std::vector<float>(kInputs * kClasses, 0.0f), [p](const std::vector<float>& w, std::vector<float>& g) {
+  return {std::vector<float>(kInputs * kClasses, 0.0f),
+          [p](const std::vector<float>& w, std::vector<float>& g) {
             std::fill(g.begin(), g.end(), 0.0f);
             const float scale = 1.0f / static_cast<float>(p.label.size());
             for (std::size_t i = 0; i < p.label.size(); ++i) {
@@ -727,17 +729,17 @@ TEST_CASE(
   const int n = 8, after = 20;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  const Config config = reg.parse(partitionedConfig(n, "0,1,2,3,4|5,6,7", "  partition: merge\n", "allreduce_sgd"));
+  const Config config =
+      reg.parse(partitionedConfig(n, "0,1,2,3,4|5,6,7", "  partition: merge\n", "allreduce_sgd"));
   MemoryStore store;
   const Points test = points(99, {0, 1, 2, 3}, 2000);
   std::vector<std::vector<float>> lastApart(static_cast<std::size_t>(n)), merged(static_cast<std::size_t>(n)),
       final(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
     const auto i = static_cast<std::size_t>(r);
-    const Objective objective =
-        softmaxRegression(points(static_cast<std::uint64_t>(r), r < 5 ? std::vector<std::size_t>{0, 1}
-                                                                      : std::vector<std::size_t>{2, 3},
-                                 64));
+    const Objective objective = softmaxRegression(
+        points(static_cast<std::uint64_t>(r),
+               r < 5 ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{2, 3}, 64));
     Session session(config, r, store, reg);
     auto& opt = session.makeOptimizer({kInputs * kClasses});
     std::size_t views = 0;
@@ -745,10 +747,11 @@ TEST_CASE(
         session, opt, objective, r, n, after, [](double) { return true; },
         [&](const std::vector<float>& model) {
           const auto& c = session.viewChanges();
-          const bool mergedYet = std::any_of(c.begin(), c.end(), [](const ViewChange& v) { return v.merged; });
+          const bool mergedYet =
+              std::any_of(c.begin(), c.end(), [](const ViewChange& v) { return v.merged; });
           if (!c.empty() && !mergedYet) lastApart[i] = model;  // a step in its side's view
-          if (c.size() > views && c.back().merged && c.back().view.members.size() == static_cast<std::size_t>(n) &&
-              merged[i].empty())
+          if (c.size() > views && c.back().merged &&
+              c.back().view.members.size() == static_cast<std::size_t>(n) && merged[i].empty())
             merged[i] = model;  // the change that made the view whole
           views = c.size();
         });

@@ -160,7 +160,8 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
  public:
   /// @param base a gossip optimizer over the model's P elements with a communication-only form. Owned.
   /// @param sgd learning rate (> 0), beta = momentum, weight decay.
-  /// @param nesterov step along g + beta m_t (QG-DSGDm-N, as algorithm.nesterov's default) or, false, along m_t.
+  /// @param nesterov step along g + beta m_t (QG-DSGDm-N, as algorithm.nesterov's default) or, false, along
+  /// m_t.
   /// @throws InvalidArgument for a null base, one without a communication-only
   ///         form, or a learning rate of 0.
   QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
