@@ -37,12 +37,6 @@ import time
 
 N = 4
 
-# --transport name -> its --set overrides (the quickstart config's own: zmq)
-TRANSPORTS = {
-    "zmq": [],
-    "socket": ["--set", "transport.kind=socket"],
-    "libfabric-tcp": ["--set", "transport.kind=libfabric", "--set", "transport.provider=tcp"],
-}
 
 
 def fail(msg, work):
@@ -97,6 +91,9 @@ def main():
     mode = sys.argv[1]
     seconds = float(sys.argv[2]) if mode == "stop" else 0.0
     exe, src = sys.argv[-2], sys.argv[-1]
+    # --transport name -> its --set overrides: scripts/faults.py's table.
+    sys.path.insert(0, os.path.join(src, "scripts"))
+    from faults import TRANSPORTS
     transport = sys.argv[sys.argv.index("--transport") + 1] if "--transport" in sys.argv else "zmq"
     if transport not in TRANSPORTS:
         raise SystemExit(f"unknown transport {transport!r}: one of {', '.join(TRANSPORTS)}")
@@ -109,7 +106,8 @@ def main():
     config = os.path.join(src, "examples", "configs", "quickstart-crossover.yaml")
     sets = ["--set", "training.epochs=100000", "--set", "data.train_limit=6000", "--set",
             "data.test_limit=500", "--set", f"run.dir={run}", "--set", f"training.stop_file={stop}"]
-    sets += TRANSPORTS[transport]
+    for kv in TRANSPORTS[transport]:
+        sets += ["--set", kv]
     procs = []
     try:
         with open(os.path.join(work, "out"), "w") as out, open(os.path.join(work, "err"), "w") as err:
