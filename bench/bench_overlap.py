@@ -21,13 +21,15 @@ step_seconds_ddp_gloo, step_seconds_ddp_gossamer, ddp_gossamer_to_gloo,
 allreduce_fraction (the share of a no-overlap step spent waiting for the
 allreduces), the ratio of overlap to no overlap, backward_seconds_no_overlap
 and backward_seconds_overlap (rank 0's median backward pass: with overlap the
-transport's work shares the cores with it), bit_identical and rounds (each
-round's medians). DDP runs with bucket_cap_mb = --bucket-mib; --modes leaves
+transport's work shares the cores with it), cpu_seconds_no_overlap and
+cpu_seconds_overlap (rank 0's user + system CPU seconds per step, all its
+threads), bit_identical and rounds (each round's medians). DDP runs with bucket_cap_mb = --bucket-mib; --modes leaves
 out the DDP runs (their columns are then null).
 
 Needs root for the namespaces; exits 77 (skipped) where they cannot be made.
 
     bench/bench_overlap.py                      # 3 rounds of 50 steps
+    bench/bench_overlap.py --bucket-mib 4       # the figure in docs/python.md
     bench/bench_overlap.py --rounds 1 --steps 10
     bench/bench_overlap.py --bucket-mib 4 --transport socket --modes overlap
 """
@@ -36,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,9 +48,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 
-# name -> (layer widths, batch size)
+# name -> (layer widths, batch size). mlp-11x1024's small first layer is the
+# bucket that cannot start before backward ends; mlp-6x1536's is 6 MiB.
 MODELS = {
     "mlp-6x1536": ([1024, 1536, 1536, 1536, 1536, 1536, 10], 32),
+    "mlp-11x1024": ([256] + [1024] * 10 + [10], 32),
 }
 MODES = ["no_overlap", "overlap", "ddp_gloo", "ddp_gossamer"]
 
@@ -98,6 +103,7 @@ def run_rank(args):
     y = torch.randint(0, widths[-1], (batch,), generator=g)
     loss_fn = torch.nn.CrossEntropyLoss()
     times, waits, backward = [], [], []
+    cpu = []  # (user, system) seconds of this process at the first timed step and at the end
     if args.mode in ("ddp_gloo", "ddp_gossamer"):
         import torch.distributed as dist
 
@@ -117,6 +123,9 @@ def run_rank(args):
             opt.step()
             if step >= 3:
                 times.append(time.perf_counter() - t0)
+            if step == 2:
+                cpu.append(resource.getrusage(resource.RUSAGE_SELF))
+        cpu.append(resource.getrusage(resource.RUSAGE_SELF))
         digest = ""
         dist.destroy_process_group()
     else:
@@ -142,11 +151,16 @@ def run_rank(args):
                     times.append(time.perf_counter() - t0)
                     backward.append(t1 - tf)
                     waits.append(time.perf_counter() - t1)
+                if step == 2:
+                    cpu.append(resource.getrusage(resource.RUSAGE_SELF))
+            cpu.append(resource.getrusage(resource.RUSAGE_SELF))
             digest = hashlib.sha256(opt.flat_parameters.detach().numpy().tobytes()).hexdigest()
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"step_seconds": statistics.median(times),
                       "step_wait_seconds": statistics.median(waits) if waits else None,
                       "backward_seconds": statistics.median(backward) if backward else None,
+                      "user_seconds": (cpu[1].ru_utime - cpu[0].ru_utime) / args.steps,
+                      "system_seconds": (cpu[1].ru_stime - cpu[0].ru_stime) / args.steps,
                       "digest": digest, "parameters": params}), flush=True)
 
 
@@ -180,7 +194,9 @@ def run_inside(args):
                 medians[mode] = outs[0]
                 bwd = outs[0].get("backward_seconds")
                 print(f"  round {rnd + 1} {name} {mode}: {outs[0]['step_seconds']:.3f} s/step"
-                      + (f", backward {bwd:.3f} s" if bwd is not None else ""), file=sys.stderr, flush=True)
+                      + (f", backward {bwd:.3f} s" if bwd is not None else "")
+                      + f", cpu {outs[0]['user_seconds']:.3f} s user + {outs[0]['system_seconds']:.3f} s system per step",
+                      file=sys.stderr, flush=True)
             rounds.append(medians)
         med = {m: statistics.median(r[m]["step_seconds"] for r in rounds) if m in args.modes else None
                for m in MODES}
@@ -199,6 +215,10 @@ def run_inside(args):
                      "backward_seconds_no_overlap": statistics.median(
                          r["no_overlap"]["backward_seconds"] for r in rounds),
                      "backward_seconds_overlap": statistics.median(r["overlap"]["backward_seconds"] for r in rounds),
+                     "cpu_seconds_no_overlap": statistics.median(
+                         r["no_overlap"]["user_seconds"] + r["no_overlap"]["system_seconds"] for r in rounds),
+                     "cpu_seconds_overlap": statistics.median(
+                         r["overlap"]["user_seconds"] + r["overlap"]["system_seconds"] for r in rounds),
                      "bit_identical": len(digests) == 1,
                      "rounds": [{m: r[m]["step_seconds"] for m in args.modes} for r in rounds]})
     print(json.dumps(rows))

@@ -36,8 +36,8 @@ Push-sum weights, overlap and async modes keep the C++ semantics (see
 Under AllReduce-SGD (``algorithm.name: allreduce_sgd``, no compression) the
 gradient average is bucketed as DDP does it (Li et al., "PyTorch Distributed:
 Experiences on Accelerating Data Parallel Training", VLDB 2020, Sec. 3.2):
-the parameters, in reverse order, are cut into buckets of about
-``bucket_bytes`` (25 MiB) of float32 gradients, and each bucket is averaged by
+the parameters, in reverse order, are cut into buckets, each closed once it
+holds at least ``bucket_bytes`` (25 MiB) of float32 gradients, and each bucket is averaged by
 one allreduce (4 bytes an element, the configured allreduce algorithm). With
 ``overlap=True`` (the default) a hook on each parameter's gradient
 accumulation starts a bucket's allreduce (``Agent.allreduce_async``) as soon
@@ -109,7 +109,8 @@ class DistributedOptimizer:
             results. Needs one backward per step: a gradient accumulated twice
             before a step raises RuntimeError in ``step()``.
         bucket_bytes: AllReduce-SGD only: the bucket size, bytes of float32
-            gradients (> 0; a parameter larger than it is a bucket of its own).
+            gradients (> 0). Walking the parameters last first, a bucket is
+            closed at the first parameter that brings it to this size or more.
 
     Raises:
         TypeError: a parameter of another dtype than float32, bfloat16 or
@@ -253,16 +254,17 @@ class DistributedOptimizer:
         self._bucket_params: List[List[int]] = []
         end = offsets[-1]
         members: List[int] = []
-        for i in reversed(range(len(sizes))):  # backward produces the last parameters first
-            if members and end - offsets[i] > limit:
-                self._buckets.append((offsets[members[-1]], end))
-                self._bucket_params.append(members)
-                end = offsets[members[-1]]
-                members = []
+        # Backward produces the last parameters first. A bucket is closed once
+        # it holds at least `limit` elements (as DDP's buckets are), so a
+        # layer's bias travels with its weight rather than in a bucket of its own.
+        for i in reversed(range(len(sizes))):
             members.append(i)
             self._bucket_of[i] = len(self._buckets)
-        self._buckets.append((offsets[members[-1]], end))
-        self._bucket_params.append(members)
+            if end - offsets[i] >= limit or i == 0:
+                self._buckets.append((offsets[i], end))
+                self._bucket_params.append(members)
+                end = offsets[i]
+                members = []
         self._clear_buckets()
 
     def _install_hooks(self) -> None:
