@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# The GPU machine's checks (docs/python.md, "On a GPU"), in one command: unpacks
+# the Debian packages that scripts/device-deps.sh collected, builds the SDK and
+# the Python package against that machine's own Python and torch 2.x, and runs
+#
+#   1  the package and the torch.distributed backend build and import; the
+#      ported c10d module (bindings/python/tests/test_c10d.py) runs
+#   2  CUDA float32, bfloat16 and float16 tensors through allreduce, broadcast
+#      and a gossip exchange equal the CPU results     (bench/device_checks.py tensors)
+#   3  the CNN example trains on the GPU under bf16 autocast: Crossover-SGD,
+#      DDP on "gossamer", "gloo" and "nccl"             (bench/device_checks.py train)
+#   4  a 64 MiB CUDA allreduce against the same CPU one (bench/device_checks.py staging)
+#   5  ring and auto allreduce at 4, 8 and 16 ranks bound to cores, 4 KiB to
+#      64 MiB, every transport the build has           (scripts/bench-allreduce.sh)
+#
+# Results go to $OUT (the device tool's folder; results/device here): one JSON
+# file per check, device-check.json (each step's exit status and seconds) and
+# device-check.log. A step that fails is recorded and the next one runs.
+#
+#   through the device tool, after scripts/device-deps.sh here:
+#     run(command="bash scripts/device-check.sh", carry=[".device"], timeout_s=560)
+#     run(command="bash scripts/device-check.sh build 5", carry=[".device"])   # some steps
+#   here, a dry run on the CPU with the system's packages:
+#     scripts/device-check.sh --local build 1 2 4
+#
+# Steps: build 1 2 3 4 5 (default: all, in that order; each check needs build,
+# which a warm machine keeps in build-device/). GOSSAMER_DEVICE_TRAIN_ARGS and
+# GOSSAMER_DEVICE_ALLREDUCE_ARGS add options to steps 3 and 5.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+local_run=0
+if [ "${1:-}" = "--local" ]; then
+  local_run=1
+  shift
+fi
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build 1 2 3 4 5)
+out="${OUT:-$root/results/device}"
+mkdir -p "$out"
+log="$out/device-check.log"
+summary="$out/device-check.json"
+: >"$log"
+build="${GOSSAMER_DEVICE_BUILD:-$root/build-device}"
+prefix="${GOSSAMER_DEVICE_PREFIX:-/tmp/gossamer-prefix}"
+arch_lib="lib/x86_64-linux-gnu"
+
+say() { echo "device-check: $*" | tee -a "$log" >&2; }
+
+# The device machine's python3 holds torch; here, Debian's.
+if [ "$local_run" = 1 ]; then
+  python=/usr/bin/python3
+else
+  python="$(command -v python3)"
+fi
+
+# ---- the packages: unpacked into a private prefix, never into / ----------------
+if [ "$local_run" = 0 ]; then
+  if ! compgen -G "$root/.device/debs/*.deb" >/dev/null; then
+    say "no .device/debs/*.deb: run scripts/device-deps.sh here and carry .device"
+    exit 1
+  fi
+  if [ ! -f "$prefix/.unpacked" ]; then
+    mkdir -p "$prefix"
+    for deb in "$root"/.device/debs/*.deb; do dpkg -x "$deb" "$prefix" || { say "dpkg -x $deb failed"; exit 1; }; done
+    touch "$prefix/.unpacked"
+  fi
+  export PATH="$prefix/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$prefix/usr/$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_SYSROOT_DIR="$prefix"
+  export PKG_CONFIG_LIBDIR="$prefix/usr/$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
+  export GOSSAMER_NO_APT=1  # scripts/deps.sh: the packages are here already
+  data_args=(--data "$prefix/usr/share/datasets/fashion-mnist")
+else
+  data_args=()
+fi
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+export GOSSAMER_BUILD_DIR="$build"
+export PYTHONUNBUFFERED=1
+
+declare -A status seconds
+run_step() {  # run_step NAME COMMAND...: runs it, logs it, records exit status and time
+  local name="$1" t0 rc
+  shift
+  say "step $name: $*"
+  t0=$(date +%s%N)
+  "$@" >>"$log" 2>&1
+  rc=$?
+  status[$name]=$rc
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  seconds[$name]=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+  say "step $name: exit $rc after ${seconds[$name]} s"
+  return $rc
+}
+
+configure_and_build() {
+  local torch_prefix pybind_dir cmake_prefix extra=()
+  torch_prefix="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" || return 1
+  pybind_dir="$("$python" -m pybind11 --cmakedir 2>/dev/null || true)"
+  cmake_prefix="$torch_prefix"
+  [ -z "$pybind_dir" ] || extra+=("-Dpybind11_DIR=$pybind_dir")
+  if [ "$local_run" = 0 ]; then
+    cmake_prefix="$prefix/usr;$cmake_prefix"
+    extra+=("-DCMAKE_CXX_FLAGS=-isystem $prefix/usr/include")  # for headers found through no CMake config
+  fi
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGOSSAMER_BUILD_TESTS=OFF -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_C=OFF \
+      -DPython3_EXECUTABLE="$python" -DCMAKE_PREFIX_PATH="$cmake_prefix" "${extra[@]}" || return 1
+  fi
+  cmake --build "$build" -j "$(nproc)" --target gossamer_python_core gossamer-bench-allreduce || return 1
+  # The backend is its own target: a torch whose c10d the extension does not
+  # compile against leaves the rest of the checks runnable.
+  if grep -q gossamer_python_c10d "$build/build.ninja"; then
+    cmake --build "$build" -j "$(nproc)" --target gossamer_python_c10d || return 2
+  else
+    echo "the c10d backend was not configured (torch headers or libraries not found)"
+    return 2
+  fi
+}
+
+check_import() {
+  "$python" - <<'EOF' || return 1
+import json, os, sys
+import torch
+import gossamer, gossamer.torch as gt
+row = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.cuda.is_available(),
+       "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+       "gossamer": getattr(gossamer, "__version__", None), "backend": gt.HAS_PROCESS_GROUP}
+print(json.dumps(row))
+json.dump(row, open(os.path.join(os.environ["OUT_DIR"], "check-1-import.json"), "w"), indent=1)
+sys.exit(0 if row["backend"] else 3)
+EOF
+  "$python" -m pytest -q -p no:cacheprovider bindings/python/tests/test_c10d.py \
+    --junitxml="$OUT_DIR/check-1-c10d.xml"
+}
+
+export OUT_DIR="$out"
+say "machine: $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1 || echo 'no nvidia-smi'); python $python"
+for step in "${steps[@]}"; do
+  case "$step" in
+    build) run_step build configure_and_build ;;
+    1) run_step 1 check_import ;;
+    2) run_step 2 "$python" bench/device_checks.py tensors --json "$out/check-2-tensors.json" ;;
+    3) # shellcheck disable=SC2086
+       run_step 3 "$python" bench/device_checks.py train --json "$out/check-3-train.json" "${data_args[@]}" \
+         ${GOSSAMER_DEVICE_TRAIN_ARGS:-} ;;
+    4) run_step 4 "$python" bench/device_checks.py staging --json "$out/check-4-staging.json" ;;
+    5) # shellcheck disable=SC2086
+       run_step 5 bash scripts/bench-allreduce.sh --world-sizes 4,8,16 --algorithms ring,auto --no-mpi --no-gloo \
+         --sizes 4096,65536,1048576,16777216,67108864 --rounds 1 --json "$out/check-5-allreduce.json" \
+         ${GOSSAMER_DEVICE_ALLREDUCE_ARGS:-} ;;
+    *) say "unknown step $step (build 1 2 3 4 5)"; exit 2 ;;
+  esac
+done
+
+{
+  echo "{"
+  first=1
+  for step in "${steps[@]}"; do
+    [ "$first" = 1 ] || echo ","
+    first=0
+    printf '  "%s": {"exit": %s, "seconds": %s}' "$step" "${status[$step]}" "${seconds[$step]}"
+  done
+  echo
+  echo "}"
+} >"$summary"
+say "summary ($summary):"
+cat "$summary" >&2
+for step in "${steps[@]}"; do [ "${status[$step]}" = 0 ] || exit 1; done
