@@ -12,9 +12,10 @@ Run it with any launcher (the same script, unchanged):
     mpirun -n 4 /usr/bin/python3 examples/python/train_fashion_mnist.py
 
 With ``--autocast bfloat16`` (or ``float16``) the forward pass runs under
-``torch.autocast("cpu", dtype=...)``: the parameters, the optimizer state and
-what Gossamer exchanges stay float32 (master weights), only the layers'
-arithmetic is 16-bit.
+``torch.autocast(device type, dtype=...)``: the parameters, the optimizer state
+and what Gossamer exchanges stay float32 (master weights), only the layers'
+arithmetic is 16-bit. ``--device cuda`` trains on the GPU (every rank on the
+same one, or ``cuda:N``); Gossamer stages the exchanges through host memory.
 
 Rank 0 prints one line per epoch and writes results/python-fashion-mnist.json
 (world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, the
@@ -125,11 +126,12 @@ def train(args, data=None):
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
     shard = (order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]).numpy()
-    x_train, y_train = tensors(x_train[shard], y_train[shard])
-    x_test, y_test = tensors(x_test, y_test)
+    device = torch.device(args.device)
+    x_train, y_train = (t.to(device) for t in tensors(x_train[shard], y_train[shard]))
+    x_test, y_test = (t.to(device) for t in tensors(x_test, y_test))
 
     autocast_dtype = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.autocast]
-    model = Net()
+    model = Net().to(device)
     gt.broadcast_parameters(model, agent)  # every rank starts from rank 0's model
     steps_per_epoch = len(x_train) // args.batch_size
     opt = gt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=args.lr), model, agent,
@@ -142,7 +144,8 @@ def train(args, data=None):
         for s in range(steps_per_epoch):
             idx = order[s * args.batch_size:(s + 1) * args.batch_size]
             opt.zero_grad()
-            with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16,
+                                enabled=autocast_dtype is not None):
                 logits = model(x_train[idx])
             loss = F.cross_entropy(logits.float(), y_train[idx])
             loss.backward()
@@ -167,7 +170,7 @@ def train(args, data=None):
     gt.average_parameters(model, agent)
     acc = evaluate(model, x_test, y_test, agent)
     result = {"world_size": n, "launcher": launcher, "algorithm": agent.algorithm, "optimizer": "Adam",
-              "autocast": args.autocast,
+              "autocast": args.autocast, "device": str(device),
               "transport": agent.transport, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
               "test_accuracy": acc, "wall_seconds": time.monotonic() - start, "history": history,
               "run_dir": agent.run_dir}
@@ -216,8 +219,10 @@ def main():
     p.add_argument("--test-limit", type=int, default=0, help="evaluate on only this many test images (0: all)")
     p.add_argument("--world-size", type=int, default=4, help="ranks to start when no launcher started us")
     p.add_argument("--results", default="results/python-fashion-mnist.json", help="rank 0 writes its JSON here")
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the model and data: cpu, cuda, cuda:N (the exchanges are staged on the host)")
     p.add_argument("--autocast", choices=["none", "bfloat16", "float16"], default="none",
-                   help="run the forward pass under torch.autocast('cpu') with this dtype (float32 master weights)")
+                   help="run the forward pass under torch.autocast with this dtype (float32 master weights)")
     args = p.parse_args()
     if gossamer.discover_launch() is None and args.world_size > 1:
         return launch_self(args)
