@@ -19,6 +19,7 @@ accuracy_difference_points (gossamer - gloo).
 
     bench/bench_ddp.py                      # 4 ranks, 3 rounds, all 60,000 images
     bench/bench_ddp.py --rounds 1 --train-limit 3000
+    bench/bench_ddp.py --rounds 1 --device cuda --autocast bfloat16 --backends gloo nccl
 """
 
 import argparse
@@ -33,6 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 BACKENDS = ["gloo", "gossamer"]
+AUTOCAST = {"none": None, "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def parse_args():
@@ -46,6 +48,11 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--transport", default="zmq", help="the gossamer backend's transport.kind")
+    p.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS + ["nccl"],
+                   help="the torch.distributed backends to run (step_ratio needs gloo and gossamer)")
+    p.add_argument("--device", default="cpu", help="torch device of the model and data (cpu, cuda, cuda:N)")
+    p.add_argument("--autocast", choices=list(AUTOCAST), default="none",
+                   help="run the forward pass under torch.autocast with this dtype (float32 master weights)")
     p.add_argument("--json", default=os.path.join(ROOT, "results", "bench-ddp.json"))
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--backend", default="", help=argparse.SUPPRESS)
@@ -76,11 +83,13 @@ def run_rank(args):
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
     shard = (order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]).numpy()
-    x_train, y_train = example.tensors(x_train[shard], y_train[shard])
-    x_test, y_test = example.tensors(x_test, y_test)
+    device = torch.device(args.device)
+    x_train, y_train = (t.to(device) for t in example.tensors(x_train[shard], y_train[shard]))
+    x_test, y_test = (t.to(device) for t in example.tensors(x_test, y_test))
+    dtype = getattr(torch, AUTOCAST[args.autocast]) if AUTOCAST[args.autocast] else torch.bfloat16
 
     torch.manual_seed(args.seed)
-    model = torch.nn.parallel.DistributedDataParallel(example.Net())
+    model = torch.nn.parallel.DistributedDataParallel(example.Net().to(device))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     steps = len(x_train) // args.batch_size
     times = []
@@ -90,14 +99,16 @@ def run_rank(args):
             idx = perm[s * args.batch_size:(s + 1) * args.batch_size]
             t0 = time.perf_counter()
             opt.zero_grad()
-            F.cross_entropy(model(x_train[idx]), y_train[idx]).backward()
+            with torch.autocast(device.type, dtype=dtype, enabled=AUTOCAST[args.autocast] is not None):
+                logits = model(x_train[idx])
+            F.cross_entropy(logits.float(), y_train[idx]).backward()
             opt.step()
             times.append(time.perf_counter() - t0)
     model.eval()
     lo, hi = rank * len(x_test) // n, (rank + 1) * len(x_test) // n
     with torch.no_grad():
         correct = (model.module(x_test[lo:hi]).argmax(1) == y_test[lo:hi]).sum().double()
-    counts = torch.stack([correct, torch.tensor(float(hi - lo), dtype=torch.float64)])
+    counts = torch.stack([correct.cpu(), torch.tensor(float(hi - lo), dtype=torch.float64)])
     dist.all_reduce(counts)
     dist.destroy_process_group()
     print(json.dumps({"test_accuracy": float(counts[0] / counts[1]), "step_seconds": statistics.median(times[3:]),
@@ -114,11 +125,12 @@ def run(args, backend):
     """One run of `backend`: rank 0's result."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen(["/usr/bin/python3", os.path.abspath(__file__), "--rank", str(r), "--backend", backend,
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), "--backend", backend,
                                "--port", str(port), "--world-size", str(args.world_size), "--epochs",
                                str(args.epochs), "--train-limit", str(args.train_limit), "--test-limit",
                                str(args.test_limit), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-                               "--data", args.data, "--transport", args.transport],
+                               "--data", args.data, "--transport", args.transport, "--device", args.device,
+                               "--autocast", args.autocast],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for r in range(args.world_size)]
     outs = []
@@ -137,25 +149,28 @@ def main():
     rounds = []
     for rnd in range(args.rounds):
         result = {}
-        for backend in (BACKENDS if rnd % 2 == 0 else BACKENDS[::-1]):
+        for backend in (args.backends if rnd % 2 == 0 else args.backends[::-1]):
             result[backend] = run(args, backend)
             print(f"  round {rnd + 1} {backend}: accuracy {100 * result[backend]['test_accuracy']:.2f}%, "
                   f"{result[backend]['step_seconds'] * 1000:.1f} ms/step", file=sys.stderr, flush=True)
         rounds.append(result)
     summary = {"world_size": args.world_size, "epochs": args.epochs,
                "train_images": args.train_limit or 60000, "test_images": args.test_limit or 10000,
-               "batch_size": args.batch_size, "seed": args.seed, "rounds": rounds}
-    for b in BACKENDS:
+               "batch_size": args.batch_size, "seed": args.seed, "device": args.device,
+               "autocast": args.autocast, "rounds": rounds}
+    for b in args.backends:
         summary[b] = {"test_accuracy": statistics.median(r[b]["test_accuracy"] for r in rounds),
-                      "step_seconds": statistics.median(r[b]["step_seconds"] for r in rounds)}
-    summary["step_ratio"] = summary["gossamer"]["step_seconds"] / summary["gloo"]["step_seconds"]
-    summary["accuracy_difference_points"] = 100 * (summary["gossamer"]["test_accuracy"] -
-                                                   summary["gloo"]["test_accuracy"])
+                      "step_seconds": statistics.median(r[b]["step_seconds"] for r in rounds),
+                      "steps_per_epoch": rounds[0][b]["steps"] // args.epochs}
     print(f"{'backend':<10}{'test accuracy':>15}{'ms/step':>10}")
-    for b in BACKENDS:
+    for b in args.backends:
         print(f"{b:<10}{100 * summary[b]['test_accuracy']:>14.2f}%{1000 * summary[b]['step_seconds']:>10.1f}")
-    print(f"gossamer / gloo step time {summary['step_ratio']:.2f}, accuracy difference "
-          f"{summary['accuracy_difference_points']:+.2f} points")
+    if "gloo" in summary and "gossamer" in summary:
+        summary["step_ratio"] = summary["gossamer"]["step_seconds"] / summary["gloo"]["step_seconds"]
+        summary["accuracy_difference_points"] = 100 * (summary["gossamer"]["test_accuracy"] -
+                                                       summary["gloo"]["test_accuracy"])
+        print(f"gossamer / gloo step time {summary['step_ratio']:.2f}, accuracy difference "
+              f"{summary['accuracy_difference_points']:+.2f} points")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(summary, f, indent=1)
