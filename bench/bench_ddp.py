@@ -12,10 +12,15 @@ allreduces the gradients) and the median seconds per step after 3 warm-up
 steps. The table gives per backend the median over rounds, the ratio of
 gossamer's step time to gloo's and the accuracy difference.
 
-Writes results/bench-ddp.json: world_size, epochs, train_images, rounds
-(each run's accuracy and step seconds) and, per backend, test_accuracy and
-step_seconds (medians), plus step_ratio (gossamer / gloo) and
-accuracy_difference_points (gossamer - gloo).
+--device runs the model and data on that torch device, --autocast the
+forward pass under torch.autocast, and --backends picks the backends (nccl
+too; the ratios need gloo and gossamer).
+
+Writes results/bench-ddp.json: world_size, epochs, train_images, device,
+autocast, rounds (each run's accuracy and step seconds) and, per backend,
+test_accuracy and step_seconds (medians) and steps_per_epoch, plus, when
+both ran, step_ratio (gossamer / gloo) and accuracy_difference_points
+(gossamer - gloo).
 
     bench/bench_ddp.py                      # 4 ranks, 3 rounds, all 60,000 images
     bench/bench_ddp.py --rounds 1 --train-limit 3000

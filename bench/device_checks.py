@@ -20,8 +20,8 @@ last and writes the JSON file (check, ok, device, world size, torch version,
 GPU, date, commit and rows; every row names its device) even when a check
 fails. Exit status: 0 when every row passed, 1 when one failed (a rank that
 exits with an error or runs past --timeout is a failed row), 77 when none
-failed but some were skipped (train: what the example cannot do yet), 2 for
-bad arguments.
+failed but some were skipped (train: DDP over "gossamer" where its extension
+is not built), 2 for bad arguments.
 
 tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
           of each --sizes element count. For each: agent.allreduce (sum and
@@ -484,13 +484,6 @@ def merge_rows(results, check, device):
 
 
 # ---- train ------------------------------------------------------------------------------
-def example_options(env):
-    """The options the example's --help lists (the words starting with --)."""
-    proc = subprocess.run([sys.executable, EXAMPLE, "--help"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300)
-    return {w.strip("[],") for w in proc.stdout.split() if w.startswith("--")}
-
-
 def run_example(cmd, env, timeout):
     """Runs the example in a session of its own (it forks its ranks); kills
     that session past `timeout` seconds. Returns (returncode or None on
@@ -519,26 +512,21 @@ def train_runs(args):
     return [("crossover-sgd", None)] + [(f"ddp-{b}", b) for b in backends]
 
 
-def missing_for(backend, options, device):
-    """Why the example (whose --help lists `options`) cannot make the run on
-    `device` with DDP over `backend` (None: Crossover-SGD), or None if it can."""
-    if device != "cpu" and "--device" not in options:
-        return ("examples/python/train_fashion_mnist.py has no --device option: its model and data stay on the "
-                "CPU and its torch.autocast is hard-coded to 'cpu'")
+def missing_for(backend):
+    """Why the run with DDP over `backend` (None: Crossover-SGD) cannot be
+    made, or None if it can."""
     if backend == "gossamer":
         import gossamer.torch as gt
 
         if not gt.HAS_PROCESS_GROUP:
             return ("gossamer.torch.HAS_PROCESS_GROUP is False: the c10d extension gossamer._c10d was not built "
-                    "(it builds against libtorch 1.13's c10d::ProcessGroup; torch 2.x's c10d::Backend is not "
-                    "supported yet)")
+                    "against this torch")
     return None
 
 
 def run_train(args):
-    """The train check's rows: one run of the example per algorithm/backend."""
+    """The train check's rows: one run per algorithm or DDP backend."""
     env = child_env({k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES})  # it launches itself
-    options = example_options(env)
     rows = []
     tmp = tempfile.mkdtemp(prefix="device-checks-train-")
     for name, backend in train_runs(args):
@@ -546,7 +534,7 @@ def run_train(args):
                "world_size": args.world_size, "autocast": "bfloat16", "epochs": args.epochs,
                "train_images": args.limit or 60000, "test_images": args.test_limit or 10000,
                "accuracy": None, "seconds_per_epoch": None}
-        missing = missing_for(backend, options, args.device)
+        missing = missing_for(backend)
         if missing:
             row.update(ok=None, skipped=missing)
             rows.append(row)

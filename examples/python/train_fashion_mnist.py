@@ -18,10 +18,11 @@ arithmetic is 16-bit. ``--device cuda`` trains on the GPU (every rank on the
 same one, or ``cuda:N``); Gossamer stages the exchanges through host memory.
 
 Rank 0 prints one line per epoch and writes results/python-fashion-mnist.json
-(world_size, launcher, algorithm, optimizer, test_accuracy, wall_seconds, the
-per-epoch history, and run_dir: every rank's metrics records, with the step
-losses and rank 0's epoch records, which scripts/gossamer-report plots). The data are Debian's dataset-fashion-mnist files,
-read here (no downloads).
+(world_size, launcher, algorithm, optimizer, autocast, device, test_accuracy,
+wall_seconds, the per-epoch history, and run_dir: every rank's metrics
+records, with the step losses and rank 0's epoch records, which
+scripts/gossamer-report plots). The data are Debian's dataset-fashion-mnist
+files, read here (no downloads).
 """
 
 import argparse
