@@ -43,7 +43,10 @@ tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
           (N-1)u / (1 - (N-1)u), u the unit roundoff, 2^-24 for float32; an
           average rounds once more). Every allreduce result, device and CPU,
           must also be within that bound of the float64 sum of all ranks'
-          inputs.
+          inputs. Then torch.distributed over the backend "gossamer" (its
+          c10d extension; c10d-* rows): all_reduce, broadcast and all_gather
+          of the device tensor against the same on a CPU copy, the same bits
+          (the backend stages a device tensor whole).
 staging   A --mib MiB float32 allreduce (sum) of a device tensor against the
           same of a CPU tensor, --reps interleaved repetitions (the order
           alternating) after --warmup, a barrier before each timed call (CUDA
@@ -320,6 +323,62 @@ def rank_tensors(args, agent, device, dry):
     return rows
 
 
+def c10d_rows(args, rank, n, device, dry):
+    """The tensors check's rows of torch.distributed over the backend
+    "gossamer" on this rank: all_reduce (sum, waited on through its
+    future), broadcast (root N-1) and all_gather of the tensor on --device
+    against the same call on a CPU copy. The backend stages a device tensor
+    whole through host memory (one collective), so a row passes when the
+    device result is still on its device and has the CPU result's bits, for
+    every dtype. One skipped row when the extension is not built."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    import gossamer.torch as gt
+
+    if not gt.HAS_PROCESS_GROUP:
+        return [{"check": "tensors", "op": "c10d", "device": str(device), "dry_run": dry, "ok": None,
+                 "skipped": "gossamer.torch.HAS_PROCESS_GROUP is False: gossamer._c10d was not built"}]
+    dist.init_process_group("gossamer", init_method="env://", rank=rank, world_size=n,  # MASTER_ADDR, _PORT
+                            timeout=datetime.timedelta(seconds=120),
+                            pg_options={"gossamer_config": {"transport": {"kind": "zmq", "host": "127.0.0.1",
+                                                                          "timeout_seconds": 60}}})
+    root = n - 1
+    rows = []
+    for dtype_name in DTYPES:
+        dtype = getattr(torch, dtype_name)
+        for elements in args.sizes:
+            mine = rank_data(rank, elements, dtype)
+            for op in ("all_reduce-sum", "broadcast", "all_gather"):
+                results = {}
+                for side in ("device", "cpu"):
+                    x = mine.clone() if side == "cpu" or dry else mine.to(device)
+                    if op == "all_reduce-sum":
+                        got = dist.all_reduce(x, async_op=True).get_future().wait()[0]
+                        same_object = got.data_ptr() == x.data_ptr()
+                    elif op == "broadcast":
+                        dist.broadcast(x, root)
+                        got, same_object = x, True
+                    else:
+                        outs = [torch.empty_like(x) for _ in range(n)]
+                        dist.all_gather(outs, x)
+                        got, same_object = torch.cat(outs), True
+                    results[side] = (got, same_object)
+                (dev, same_object), (cpu, _) = results["device"], results["cpu"]
+                diff = (dev.detach().cpu().double() - cpu.double()).abs()
+                same = bool((bits(dev) == bits(cpu)).all())
+                stayed = dev.device.type == ("cpu" if dry else device.type)
+                rows.append({"check": "tensors", "op": f"c10d-{op}", "dtype": dtype_name, "elements": elements,
+                             "device": str(device), "dry_run": dry, "world_size": n, "chunks": 1,
+                             "max_abs_diff": float(diff.max()), "bound": "0 (the same bits)",
+                             "differing": int((diff > 0).sum()), "same_bits_as_cpu_chunks": same,
+                             "future_holds_the_tensor": same_object, "stayed_on_device": stayed,
+                             "ok": same and stayed and same_object})
+    dist.barrier()
+    dist.destroy_process_group()
+    return rows
+
+
 def rank_staging(args, agent, device, dry):
     """The staging check's row on this rank: interleaved timed allreduces of
     a CPU and a device tensor; the times are the slowest rank's."""
@@ -380,6 +439,8 @@ def run_rank(args):
         else:
             rows = [rank_staging(args, agent, device, dry)]
         agent.barrier()
+    if args.check == "tensors" and n > 1:
+        rows += c10d_rows(args, rank, n, device, dry)
     print(json.dumps({"rank": rank, "rows": rows}), flush=True)
     return 0
 
@@ -408,11 +469,17 @@ def launch_ranks(args):
     """Starts --world-size rank processes of this script and waits for them
     (at most --timeout seconds in all; the late ones are killed). Returns one
     dict per rank: rank, returncode, rows (None if it printed none), error."""
+    import socket
+
     tmp = tempfile.mkdtemp(prefix=f"device-checks-{args.check}-")
+    with socket.socket() as s:  # the c10d store's port (rank 0 listens on it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     procs = []
     for r in range(args.world_size):
         env = child_env(dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), OMP_NUM_THREADS="1",
-                             GOSSAMER_RENDEZVOUS=os.path.join(tmp, "rendezvous")))
+                             GOSSAMER_RENDEZVOUS=os.path.join(tmp, "rendezvous"), MASTER_ADDR="127.0.0.1",
+                             MASTER_PORT=str(port)))
         cmd = [sys.executable, os.path.abspath(__file__), args.check, "--rank", str(r),
                "--world-size", str(args.world_size), "--device", args.device]
         if args.check == "tensors":
@@ -573,6 +640,9 @@ def run_train(args):
                        ok=result["test_accuracy"] >= threshold)
         rows.append(row)
         print(f"  {name}: accuracy {row['accuracy']}, ok {row['ok']}", file=sys.stderr, flush=True)
+        if args.json:  # the runs so far, should the check be stopped before it ends (main writes the whole)
+            with open(args.json, "w") as f:
+                json.dump({"check": "train", "partial": True, "rows": rows}, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
     return rows
 

@@ -470,7 +470,9 @@ def _create_process_group(opts, pg_options):
             ``$MASTER_ADDR`` (127.0.0.1 without it).
 
     Returns:
-        a ``gossamer._c10d.ProcessGroupGossamer``.
+        a ``gossamer._c10d.ProcessGroupGossamer`` (a ``c10d.ProcessGroup`` under
+        torch 1.13, a ``c10d.Backend`` that torch wraps for the CPU and CUDA
+        device types under torch 2.x).
 
     Raises:
         TypeError for pg_options of another type; RuntimeError from the
@@ -507,7 +509,13 @@ def _register_backend() -> bool:
     if not dist.is_available():
         return False
     if "GOSSAMER" not in getattr(dist.Backend, "_plugins", {}):
-        dist.Backend.register_backend("gossamer", _create_process_group, extended_api=True)
+        import inspect
+
+        kwargs = {"extended_api": True}
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            # torch 2.x: one c10d::Backend serves both device types (CUDA tensors are staged through host memory)
+            kwargs["devices"] = ["cpu", "cuda"]
+        dist.Backend.register_backend("gossamer", _create_process_group, **kwargs)
     return True
 
 

@@ -18,10 +18,12 @@ PYBIND11_MODULE(_c10d, m) {
   // c10d's ProcessGroup and Store types, which these derive from and take.
   py::module_::import("torch.distributed");
   using gossamer::c10d_backend::ProcessGroupGossamer;
-  py::class_<ProcessGroupGossamer, ::c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGossamer>>(
+  py::class_<ProcessGroupGossamer, gossamer::c10d_backend::BackendBase,
+             c10::intrusive_ptr<ProcessGroupGossamer>>(
       m, "ProcessGroupGossamer",
-      "torch.distributed process group over a Gossamer transport (CPU tensors of float32, float64, float16,\n"
-      "bfloat16, int32, int64; ops SUM, AVG, PRODUCT, MIN, MAX).")
+      "torch.distributed process group over a Gossamer transport (CPU tensors, or CUDA ones staged\n"
+      "through host memory; float32, float64, float16, bfloat16, int32, int64; ops SUM, AVG, PRODUCT,\n"
+      "MIN, MAX).")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const std::string& source, bool isText, std::vector<std::string> overrides,
                        double timeoutSeconds, const std::string& storeHost) {

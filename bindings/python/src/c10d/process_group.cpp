@@ -3,6 +3,7 @@
 #include "process_group.hpp"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -58,8 +59,6 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* wha
 
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK_VALUE(t.defined(), "gossamer: ", what, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "gossamer: ", what, ": the tensor is on ", t.device().str(),
-                    "; the gossamer backend takes CPU tensors (gossamer.Agent stages other devices)");
   TORCH_CHECK_VALUE(t.is_contiguous(), "gossamer: ", what, ": the tensor (shape ", t.sizes(),
                     ") is not contiguous");
   const auto s = t.scalar_type();
@@ -185,6 +184,35 @@ void unflatten(const at::Tensor& from, std::vector<at::Tensor>& to) {
 
 }  // namespace
 
+// ---- staging through host memory ----------------------------------------------------
+
+at::Tensor Staging::operator()(const at::Tensor& t, bool read, bool written) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  // to(kCPU) waits for the work queued on t's current stream, then copies.
+  at::Tensor host = read ? t.to(at::kCPU) : at::empty(t.sizes(), t.options().device(at::kCPU));
+  if (written)
+    back_.emplace_back(t, host);
+  else
+    keep_.push_back(host);
+  return host;
+}
+
+std::vector<at::Tensor> Staging::operator()(const std::vector<at::Tensor>& ts, bool read, bool written) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back((*this)(t, read, written));
+  return out;
+}
+
+void Staging::copyBack() {
+  for (auto& [device, host] : back_) {
+    const c10::OptionalDeviceGuard guard(device.device());
+    device.copy_(host);  // not non_blocking: returns once the copy is on the device
+  }
+  back_.clear();
+  keep_.clear();
+}
+
 // ---- Work --------------------------------------------------------------------------
 
 GossamerWork::GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs)
@@ -205,7 +233,7 @@ void GossamerWork::complete(std::exception_ptr error) {
 ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                                            const Config& config, const Registry& registry,
                                            double timeoutSeconds, const std::string& storeHost)
-    : ::c10d::ProcessGroup(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
+    : BackendBase(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
   agent_ = std::make_unique<Agent>(config, rank, *store_, registry);
   GOSSAMER_ENFORCE(agent_->worldSize() == size,
@@ -243,12 +271,13 @@ void ProcessGroupGossamer::fail(std::exception_ptr error) {
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType type,
-                                                               std::vector<at::Tensor> outputs, Job job) {
+                                                               std::vector<at::Tensor> outputs, Job job,
+                                                               Staging staging) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    collectives_.push_back({work, std::move(job)});
+    collectives_.push_back({work, std::move(job), std::move(staging)});
   }
   cv_.notify_all();
   return work;
@@ -274,6 +303,7 @@ void ProcessGroupGossamer::runCollectives() {
     if (!error) {
       try {
         q.job(o);
+        q.staging.copyBack();
       } catch (...) {
         error = std::current_exception();
         fail(error);
@@ -285,12 +315,13 @@ void ProcessGroupGossamer::runCollectives() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpType type,
                                                                      std::vector<at::Tensor> outputs,
-                                                                     Request request, bool anySource) {
+                                                                     Request request, bool anySource,
+                                                                     Staging staging) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    pointToPoint_.push_back({work, std::move(request), anySource});
+    pointToPoint_.push_back({work, std::move(request), anySource, std::move(staging)});
   }
   cv_.notify_all();
   return work;
@@ -313,6 +344,7 @@ void ProcessGroupGossamer::runPointToPoint() {
     try {
       p.request.wait(defaults_.timeoutSeconds);
       if (p.anySource) p.work->setSourceRank(p.request.peer());
+      p.staging.copyBack();
     } catch (...) {
       error = std::current_exception();
     }
@@ -324,29 +356,37 @@ void ProcessGroupGossamer::runPointToPoint() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::broadcast(std::vector<at::Tensor>& tensors,
                                                                  const ::c10d::BroadcastOptions& opts) {
-  const at::Tensor t = single(tensors, "broadcast");
-  checkTensor(t, "broadcast");
+  checkTensor(single(tensors, "broadcast"), "broadcast");
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "broadcast root");
-  return enqueue(::c10d::OpType::BROADCAST, tensors, [this, t, root](const CollectiveOptions& o) {
-    withElement(t.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::broadcast<T>(agent_->transport(), elements<T>(t), root, o);
-    });
-  });
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], rank_ == root, rank_ != root);
+  return enqueue(
+      ::c10d::OpType::BROADCAST, tensors,
+      [this, t, root](const CollectiveOptions& o) {
+        withElement(t.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::broadcast<T>(agent_->transport(), elements<T>(t), root, o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce(std::vector<at::Tensor>& tensors,
                                                                  const ::c10d::AllreduceOptions& opts) {
-  const at::Tensor t = single(tensors, "allreduce");
-  checkTensor(t, "allreduce");
+  checkTensor(single(tensors, "allreduce"), "allreduce");
   const ReduceOp op = reduceOpOf(opts.reduceOp);
-  return enqueue(::c10d::OpType::ALLREDUCE, tensors, [this, t, op](const CollectiveOptions& o) {
-    withElement(t.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::allreduce<T>(agent_->transport(), elements<T>(t), op, o);
-    });
-  });
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], true, true);
+  return enqueue(
+      ::c10d::OpType::ALLREDUCE, tensors,
+      [this, t, op](const CollectiveOptions& o) {
+        withElement(t.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::allreduce<T>(agent_->transport(), elements<T>(t), op, o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce_coalesced(
@@ -354,51 +394,62 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce_coalesced(
   TORCH_CHECK_VALUE(!tensors.empty(), "gossamer: allreduce_coalesced: no tensors");
   for (const auto& t : tensors) checkSameType(tensors[0], t, "allreduce_coalesced");
   const ReduceOp op = reduceOpOf(opts.reduceOp);
-  std::vector<at::Tensor> list = tensors;
-  return enqueue(::c10d::OpType::ALLREDUCE_COALESCED, tensors,
-                 [this, list, op](const CollectiveOptions& o) mutable {
-                   at::Tensor all = flat(list);  // one allreduce for all of them
-                   withElement(all.scalar_type(), [&](auto e) {
-                     using T = decltype(e);
-                     gossamer::allreduce<T>(agent_->transport(), elements<T>(all), op, o);
-                   });
-                   unflatten(all, list);
-                 });
+  Staging staging;
+  std::vector<at::Tensor> list = staging(tensors, true, true);
+  return enqueue(
+      ::c10d::OpType::ALLREDUCE_COALESCED, tensors,
+      [this, list, op](const CollectiveOptions& o) mutable {
+        at::Tensor all = flat(list);  // one allreduce for all of them
+        withElement(all.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::allreduce<T>(agent_->transport(), elements<T>(all), op, o);
+        });
+        unflatten(all, list);
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Tensor>& tensors,
                                                               const ::c10d::ReduceOptions& opts) {
-  const at::Tensor t = single(tensors, "reduce");
-  checkTensor(t, "reduce");
+  checkTensor(single(tensors, "reduce"), "reduce");
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "reduce root");
   const ReduceOp op = reduceOpOf(opts.reduceOp);
-  return enqueue(::c10d::OpType::REDUCE, tensors, [this, t, root, op](const CollectiveOptions& o) {
-    withElement(t.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::reduce<T>(agent_->transport(), elements<T>(t), root, op, o);
-    });
-  });
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], true, true);
+  return enqueue(
+      ::c10d::OpType::REDUCE, tensors,
+      [this, t, root, op](const CollectiveOptions& o) {
+        withElement(t.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::reduce<T>(agent_->transport(), elements<T>(t), root, op, o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const ::c10d::AllgatherOptions&) {
-  const at::Tensor in = single(inputs, "allgather");
-  checkTensor(in, "allgather");
+  checkTensor(single(inputs, "allgather"), "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                     "gossamer: allgather needs one list of ", size_, " output tensors");
-  for (const auto& t : outputs[0]) checkSame(in, t, "allgather output");
-  std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(::c10d::OpType::ALLGATHER, outs, [this, in, outs](const CollectiveOptions& o) mutable {
-    at::Tensor all = at::empty({in.numel() * size_}, in.options());
-    all.narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
-    withElement(in.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::ringAllgather<T>(agent_->transport(), elements<T>(all), o);
-    });
-    unflatten(all, outs);
-  });
+  for (const auto& t : outputs[0]) checkSame(inputs[0], t, "allgather output");
+  Staging staging;
+  const at::Tensor in = staging(inputs[0], true, false);
+  std::vector<at::Tensor> outs = staging(outputs[0], false, true);
+  return enqueue(
+      ::c10d::OpType::ALLGATHER, outputs[0],
+      [this, in, outs](const CollectiveOptions& o) mutable {
+        at::Tensor all = at::empty({in.numel() * size_}, in.options());
+        all.narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
+        withElement(in.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::ringAllgather<T>(agent_->transport(), elements<T>(all), o);
+        });
+        unflatten(all, outs);
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -410,94 +461,112 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
   TORCH_CHECK_VALUE(output.numel() == input.numel() * size_,
                     "gossamer: allgather_into_tensor: the output has ", output.numel(), " elements, not ",
                     size_, " x ", input.numel());
-  const at::Tensor in = input, out = output;
-  return enqueue(::c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out](const CollectiveOptions& o) {
-    out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
-    withElement(in.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
-    });
-  });
+  Staging staging;
+  const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
+  return enqueue(
+      ::c10d::OpType::_ALLGATHER_BASE, {output},
+      [this, in, out](const CollectiveOptions& o) {
+        out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
+        withElement(in.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const ::c10d::GatherOptions& opts) {
-  const at::Tensor in = single(inputs, "gather");
-  checkTensor(in, "gather");
+  checkTensor(single(inputs, "gather"), "gather");
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "gather root");
-  std::vector<at::Tensor> outs;
+  Staging staging;
+  const at::Tensor in = staging(inputs[0], true, false);
+  std::vector<at::Tensor> results, outs;
   if (rank_ == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                       "gossamer: gather needs one list of ", size_, " output tensors on the root");
-    for (const auto& t : outputs[0]) checkSame(in, t, "gather output");
-    outs = outputs[0];
+    for (const auto& t : outputs[0]) checkSame(inputs[0], t, "gather output");
+    results = outputs[0];
+    outs = staging(results, false, true);
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "gossamer: gather: only the root takes outputs");
   }
-  return enqueue(::c10d::OpType::GATHER, outs, [this, in, outs, root](const CollectiveOptions& o) mutable {
-    const auto n = static_cast<std::size_t>(in.numel());
-    std::vector<std::size_t> sendCounts(size_, 0), recvCounts(size_, rank_ == root ? n : 0);
-    sendCounts[root] = n;
-    at::Tensor all = at::empty({rank_ == root ? in.numel() * size_ : 0}, in.options());
-    withElement(in.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      const std::span<T> mine = elements<T>(in);
-      gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(mine), sendCounts, elements<T>(all),
-                             recvCounts, o);
-    });
-    if (rank_ == root) unflatten(all, outs);
-  });
+  return enqueue(
+      ::c10d::OpType::GATHER, results,
+      [this, in, outs, root](const CollectiveOptions& o) mutable {
+        const auto n = static_cast<std::size_t>(in.numel());
+        std::vector<std::size_t> sendCounts(size_, 0), recvCounts(size_, rank_ == root ? n : 0);
+        sendCounts[root] = n;
+        at::Tensor all = at::empty({rank_ == root ? in.numel() * size_ : 0}, in.options());
+        withElement(in.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> mine = elements<T>(in);
+          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(mine), sendCounts, elements<T>(all),
+                                 recvCounts, o);
+        });
+        if (rank_ == root) unflatten(all, outs);
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::Tensor>& outputs,
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const ::c10d::ScatterOptions& opts) {
-  const at::Tensor out = single(outputs, "scatter");
-  checkTensor(out, "scatter");
+  checkTensor(single(outputs, "scatter"), "scatter");
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "scatter root");
+  Staging staging;
+  const at::Tensor out = staging(outputs[0], false, true);
   at::Tensor all = at::empty({0}, out.options());
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                       "gossamer: scatter needs one list of ", size_, " input tensors on the root");
-    for (const auto& t : inputs[0]) checkSame(out, t, "scatter input");
-    all = flat(inputs[0]);
+    for (const auto& t : inputs[0]) checkSame(outputs[0], t, "scatter input");
+    all = flat(staging(inputs[0], true, false));
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "gossamer: scatter: only the root takes inputs");
   }
-  return enqueue(::c10d::OpType::SCATTER, outputs, [this, out, all, root](const CollectiveOptions& o) {
-    const auto n = static_cast<std::size_t>(out.numel());
-    std::vector<std::size_t> sendCounts(size_, rank_ == root ? n : 0), recvCounts(size_, 0);
-    recvCounts[root] = n;
-    withElement(out.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      const std::span<T> from = elements<T>(all);
-      gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
-                             recvCounts, o);
-    });
-  });
+  return enqueue(
+      ::c10d::OpType::SCATTER, outputs,
+      [this, out, all, root](const CollectiveOptions& o) {
+        const auto n = static_cast<std::size_t>(out.numel());
+        std::vector<std::size_t> sendCounts(size_, rank_ == root ? n : 0), recvCounts(size_, 0);
+        recvCounts[root] = n;
+        withElement(out.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> from = elements<T>(all);
+          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
+                                 recvCounts, o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const ::c10d::ReduceScatterOptions& opts) {
-  const at::Tensor out = single(outputs, "reduce_scatter");
-  checkTensor(out, "reduce_scatter");
+  checkTensor(single(outputs, "reduce_scatter"), "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                     "gossamer: reduce_scatter needs one list of ", size_, " input tensors");
-  for (const auto& t : inputs[0]) checkSame(out, t, "reduce_scatter input");
+  for (const auto& t : inputs[0]) checkSame(outputs[0], t, "reduce_scatter input");
   const ReduceOp op = reduceOpOf(opts.reduceOp);
-  std::vector<at::Tensor> ins = inputs[0];
-  return enqueue(::c10d::OpType::REDUCE_SCATTER, outputs, [this, out, ins, op](const CollectiveOptions& o) {
-    at::Tensor all = flat(ins);
-    withElement(out.scalar_type(), [&](auto e) {
-      using T = decltype(e);
-      const std::span<T> mine = gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
-      std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
-    });
-  });
+  Staging staging;
+  const at::Tensor out = staging(outputs[0], false, true);
+  std::vector<at::Tensor> ins = staging(inputs[0], true, false);
+  return enqueue(
+      ::c10d::OpType::REDUCE_SCATTER, outputs,
+      [this, out, ins, op](const CollectiveOptions& o) {
+        at::Tensor all = flat(ins);
+        withElement(out.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> mine =
+              gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
+          std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
@@ -510,9 +579,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
                     "gossamer: reduce_scatter_tensor: the input has ", input.numel(), " elements, not ",
                     size_, " x ", output.numel());
   const ReduceOp op = reduceOpOf(opts.reduceOp);
-  const at::Tensor in = input, out = output;
+  Staging staging;
+  const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
   return enqueue(
-      ::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, in, out, op](const CollectiveOptions& o) {
+      ::c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+      [this, in, out, op](const CollectiveOptions& o) {
         at::Tensor all = in.clone();  // the reduce-scatter works in place; the input stays the caller's
         withElement(out.scalar_type(), [&](auto e) {
           using T = decltype(e);
@@ -520,7 +591,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
               gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
           std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
         });
-      });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -532,16 +604,19 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor&
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: all_to_all_single: dtypes differ");
   const auto sendCounts = countsOf(input, inputSplits, size_, "all_to_all_single input");
   const auto recvCounts = countsOf(output, outputSplits, size_, "all_to_all_single output");
-  const at::Tensor in = input, out = output;
-  return enqueue(::c10d::OpType::ALLTOALL_BASE, {out},
-                 [this, in, out, sendCounts, recvCounts](const CollectiveOptions& o) {
-                   withElement(in.scalar_type(), [&](auto e) {
-                     using T = decltype(e);
-                     const std::span<T> from = elements<T>(in);
-                     gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts,
-                                            elements<T>(out), recvCounts, o);
-                   });
-                 });
+  Staging staging;
+  const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
+  return enqueue(
+      ::c10d::OpType::ALLTOALL_BASE, {output},
+      [this, in, out, sendCounts, recvCounts](const CollectiveOptions& o) {
+        withElement(in.scalar_type(), [&](auto e) {
+          using T = decltype(e);
+          const std::span<T> from = elements<T>(in);
+          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
+                                 recvCounts, o);
+        });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::Tensor>& outputs,
@@ -558,9 +633,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
     checkSameType(inputs[0], t, "all_to_all output");
     recvCounts.push_back(static_cast<std::size_t>(t.numel()));
   }
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  Staging staging;
+  std::vector<at::Tensor> ins = staging(inputs, true, false), outs = staging(outputs, false, true);
   return enqueue(
-      ::c10d::OpType::ALLTOALL, outs,
+      ::c10d::OpType::ALLTOALL, outputs,
       [this, ins, outs, sendCounts, recvCounts](const CollectiveOptions& o) mutable {
         at::Tensor from = flat(ins);
         at::Tensor to = at::empty(
@@ -573,7 +649,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
                                  recvCounts, o);
         });
         unflatten(to, outs);
-      });
+      },
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::BarrierOptions&) {
@@ -588,38 +665,41 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::Bar
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                             int tag) {
-  const at::Tensor t = single(tensors, "send");
-  checkTensor(t, "send");
+  checkTensor(single(tensors, "send"), "send");
   checkRank(dstRank, size_, "send destination");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: send: negative tag ", tag);
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], true, false);
   Request r =
       agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::SEND, tensors, std::move(r), false);
+  return completeLater(::c10d::OpType::SEND, tensors, std::move(r), false, std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                             int tag) {
-  const at::Tensor t = single(tensors, "recv");
-  checkTensor(t, "recv");
+  checkTensor(single(tensors, "recv"), "recv");
   checkRank(srcRank, size_, "recv source");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], false, true);
   Request r =
       agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::RECV, tensors, std::move(r), false);
+  return completeLater(::c10d::OpType::RECV, tensors, std::move(r), false, std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                      int tag) {
-  const at::Tensor t = single(tensors, "recv");
-  checkTensor(t, "recv");
+  checkTensor(single(tensors, "recv"), "recv");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
+  Staging staging;
+  const at::Tensor t = staging(tensors[0], false, true);
   std::vector<int> sources;
   for (int r = 0; r < size_; ++r)
     if (r != rank_) sources.push_back(r);
   TORCH_CHECK_VALUE(!sources.empty(), "gossamer: recv from any source in a group of one");
   Request r = agent_->transport().irecv(std::span<const int>(sources),
                                         Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r), true);
+  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r), true, std::move(staging));
 }
 
 }  // namespace gossamer::c10d_backend

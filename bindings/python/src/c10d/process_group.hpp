@@ -1,5 +1,6 @@
-// ProcessGroupGossamer: torch.distributed's c10d::ProcessGroup (torch 1.13)
-// over a Gossamer Agent's transport, so that
+// ProcessGroupGossamer: torch.distributed's c10d::ProcessGroup (torch 1.13) or
+// c10d::Backend (torch 2.x, which wraps it in a ProcessGroup for the CPU and
+// CUDA device types) over a Gossamer Agent's transport, so that
 // torch.distributed.init_process_group("gossamer") and DistributedDataParallel
 // run on Gossamer's transports, with their CURVE keys, timeouts and failure
 // verdicts.
@@ -15,6 +16,11 @@
 // fails with the same error, on every rank, rather than run over the
 // survivors.
 //
+// Tensors on another device (CUDA) are staged through host memory: copied to
+// a CPU tensor on the caller's thread (after the work queued on its current
+// stream), reduced or sent there, and the outputs copied back, synchronously,
+// on the thread that completes the Work, before its future completes.
+//
 // Bytes on the wire are those of the Gossamer collectives it calls
 // (gossamer/collectives.hpp): allreduce by the configured algorithm
 // (collectives.algorithm, default auto), binomial-tree broadcast and reduce,
@@ -22,9 +28,13 @@
 // scatter are alltoallv with one non-empty side.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 #include <condition_variable>
 #include <cstdint>
@@ -41,6 +51,34 @@
 #include "gossamer/store.hpp"
 
 namespace gossamer::c10d_backend {
+
+/// What a c10d backend derives from: c10d::Backend from torch 2.0 on (torch
+/// wraps it in a ProcessGroup per device type), c10d::ProcessGroup before.
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = ::c10d::Backend;
+#else
+using BackendBase = ::c10d::ProcessGroup;
+#endif
+
+/// Host copies of one operation's tensors that live on another device
+/// (CUDA): inputs are copied in on the caller's thread, outputs copied back
+/// by copyBack() once the operation has succeeded. CPU tensors pass through.
+class Staging {
+ public:
+  /// The CPU tensor to use for `t`. `read`: the operation reads its values
+  /// (copied in now, synchronously with t's device); `written`: it writes
+  /// them (copied back to `t` by copyBack()).
+  at::Tensor operator()(const at::Tensor& t, bool read, bool written);
+  /// The same for each tensor of a list.
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& ts, bool read, bool written);
+  /// Copies the written host tensors back to their devices (blocking until
+  /// the copies are done). Throws what torch's copy throws.
+  void copyBack();
+
+ private:
+  std::vector<at::Tensor> keep_;                         // host copies of read-only inputs
+  std::vector<std::pair<at::Tensor, at::Tensor>> back_;  // (device tensor, its host copy)
+};
 
 /// The Work of one operation: completed by the process group's threads;
 /// getFuture() completes with the output tensors (what DDP's communication
@@ -62,11 +100,12 @@ class GossamerWork final : public ::c10d::Work {
   int source_ = -1;
 };
 
-/// The c10d process group. Tensors: CPU, contiguous, one per call (the
-/// per-device lists of c10d hold one CPU tensor), of dtype float32, float64,
+/// The c10d process group. Tensors: contiguous, one per call (the
+/// per-device lists of c10d hold one tensor), on the CPU or staged through it
+/// from another device (CUDA), of dtype float32, float64,
 /// float16, bfloat16, int32 or int64; ops SUM, AVG (integers: the truncated
 /// quotient), PRODUCT, MIN, MAX.
-class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
+class ProcessGroupGossamer final : public BackendBase {
  public:
   /// Joins the group: publishes this rank's endpoints in `store` (the c10d
   /// store init_process_group made) and connects to every peer.
@@ -122,10 +161,12 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
  private:
   using Job = std::function<void(const CollectiveOptions&)>;
   /// Queues `job` for the collective thread; its Work completes when it returns or throws.
-  c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs, Job job);
+  /// `staging`'s outputs are copied back after the job succeeds.
+  c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs, Job job,
+                                           Staging staging = {});
   /// Completes `work` once `request` (posted already) completes, on the p2p thread.
   c10::intrusive_ptr<::c10d::Work> completeLater(::c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                 Request request, bool anySource);
+                                                 Request request, bool anySource, Staging staging);
   void runCollectives();
   void runPointToPoint();
   /// The error that broke the group (null while it works), and recording it.
@@ -140,11 +181,13 @@ class ProcessGroupGossamer final : public ::c10d::ProcessGroup {
   struct Queued {
     c10::intrusive_ptr<GossamerWork> work;
     Job job;
+    Staging staging;
   };
   struct Posted {
     c10::intrusive_ptr<GossamerWork> work;
     Request request;
     bool anySource;
+    Staging staging;
   };
   std::mutex mu_;
   std::condition_variable cv_;
