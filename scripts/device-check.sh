@@ -74,6 +74,7 @@ if [ "$local_run" = 0 ]; then
   fi
   export PATH="$prefix/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$prefix/usr/$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LIBRARY_PATH="$prefix/usr/$arch_lib${LIBRARY_PATH:+:$LIBRARY_PATH}"  # for -l of pkg-config (which drops -L of /usr/lib)
   export PKG_CONFIG_SYSROOT_DIR="$prefix"
   export PKG_CONFIG_LIBDIR="$prefix/usr/$arch_lib/pkgconfig:$prefix/usr/share/pkgconfig"
   export GOSSAMER_NO_APT=1  # scripts/deps.sh: the packages are here already
