@@ -87,7 +87,7 @@ export GOSSAMER_BUILD_DIR="$build"
 export PYTHONUNBUFFERED=1
 
 declare -A status seconds
-declare -A cap=([build]=240 [1]=120 [2]=120 [3]=280 [4]=90 [5]=150)
+declare -A cap=([build]=150 [1]=60 [2]=90 [3]=150 [4]=45 [5]=60)
 run_step() {  # run_step NAME COMMAND...: runs it under its cap, logs it, records exit status and time
   local name="$1" t0 rc limit
   shift
@@ -114,13 +114,29 @@ configure_and_build() {
   if [ "$local_run" = 0 ]; then
     cmake_prefix="$prefix/usr;$cmake_prefix"
     extra+=("-DCMAKE_CXX_FLAGS=-isystem $prefix/usr/include")  # for headers found through no CMake config
+    # The GPU machine's g++ first on the PATH is a wrapper that links libstdc++
+    # statically: in a Python module that exports a second copy of it, and
+    # std::regex (the config parser) crashed on the mixed locale data. Take the
+    # compiler it wraps where there is one, and keep any static copy private.
+    local cxx
+    for cxx in "$(dirname "$(command -v g++)")/g++-real" /usr/bin/g++-real /usr/bin/g++-13 /usr/bin/g++; do
+      if [ -x "$cxx" ] && echo '#include <regex>
+int main() { return std::regex("[a-z]+").mark_count(); }' | "$cxx" -std=c++20 -x c++ - -o /tmp/cxx-probe; then
+        extra+=("-DCMAKE_CXX_COMPILER=$cxx")
+        break
+      fi
+    done
+    extra+=("-DCMAKE_MODULE_LINKER_FLAGS=-Wl,--exclude-libs,ALL")
   fi
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DGOSSAMER_BUILD_TESTS=OFF -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_C=OFF \
       -DPython3_EXECUTABLE="$python" -DCMAKE_PREFIX_PATH="$cmake_prefix" "${extra[@]}" || return 1
   fi
+  grep -E '^CMAKE_CXX_COMPILER:|^CMAKE_MODULE_LINKER_FLAGS:' "$build/CMakeCache.txt"
   cmake --build "$build" -j "$(nproc)" --target gossamer_python_core gossamer-bench-allreduce || return 1
+  # libstdc++ inside the module, and exported, is what crashed before (see above).
+  echo "libstdc++ symbols exported by _core: $(nm -D --defined-only "$build"/python/gossamer/_core*.so | grep -c 'St6locale')"
   # The backend is its own target: a torch whose c10d the extension does not
   # compile against leaves the rest of the checks runnable.
   if grep -q gossamer_python_c10d "$build/build.ninja"; then
