@@ -17,6 +17,11 @@ In README.md and docs/*.md a figure is quoted between two markers:
     ...generated, never edited by hand...
     <!-- /figure NAME -->
 
+A figure measured on another machine (the GPU machine of
+scripts/device-check.sh) also declares ELSEWHERE, a sentence saying where
+and how; it is not measured by a plain run, and its data are stored with
+--import once COMMAND's JSON has been brought here.
+
 One measurement may be quoted in several ways: the block
 `<!-- figure NAME.VIEW -->` is rendered by the module's render_VIEW(data).
 
@@ -34,6 +39,9 @@ Usage:
     scripts/figures.sh NAME ...        only these
     scripts/figures.sh --render-only   render every block from docs/figures/
     scripts/figures.sh --list          the figures, their commands and blocks
+    scripts/figures.sh --import NAME --date TEXT --commit C
+                                       store NAME's JSON, already written (by a
+                                       run elsewhere), as measured on TEXT at C
     scripts/figures.sh --check         exit 1 if a block names no figure or
                                        lacks its stamp line, a figure has no
                                        block, or a block differs from what its
@@ -121,6 +129,32 @@ def git(*args):
     return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def store(name, command, date, commit, data):
+    """Writes docs/figures/NAME.json: the data with its command, date and commit."""
+    stored = {"figure": name, "command": command, "date": date, "commit": commit, "data": data}
+    os.makedirs(STORE_DIR, exist_ok=True)
+    with open(stored_path(name), "w") as f:
+        json.dump(stored, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def import_data(name, figure, date, commit):
+    """Stores a figure's JSON that was measured elsewhere, as measured on
+    `date` (free text: the date, the time, the machine) at `commit`.
+
+    Raises SystemExit if the JSON is missing or the commit is unknown here."""
+    path = os.path.join(ROOT, figure.JSON)
+    if not os.path.exists(path):
+        raise SystemExit(f"figures: {name}: no {figure.JSON} to import ({getattr(figure, 'ELSEWHERE', '')})")
+    try:
+        commit = git("rev-parse", "--short", commit)
+    except subprocess.CalledProcessError:
+        raise SystemExit(f"figures: {name}: commit {commit!r} is not in this repository")
+    with open(path) as f:
+        data = json.load(f)
+    store(name, shlex.join(str(a) for a in figure.COMMAND), date, commit, data)
+
+
 def measure(name, figure):
     """Runs the figure's command and stores its JSON with command, date and commit."""
     command = [str(a) for a in figure.COMMAND]
@@ -135,17 +169,8 @@ def measure(name, figure):
         raise SystemExit(f"figures: {name}: the command exited with {done.returncode}; nothing stored")
     with open(os.path.join(ROOT, figure.JSON)) as f:
         data = json.load(f)
-    stored = {
-        "figure": name,
-        "command": shlex.join(command),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit,
-        "data": data,
-    }
-    os.makedirs(STORE_DIR, exist_ok=True)
-    with open(stored_path(name), "w") as f:
-        json.dump(stored, f, indent=1, sort_keys=True)
-        f.write("\n")
+    store(name, shlex.join(command), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+          commit, data)
 
 
 def render_documents(figures, only=None):
@@ -201,7 +226,15 @@ def main():
     ap.add_argument("--render-only", action="store_true", help="render from docs/figures/ without measuring")
     ap.add_argument("--list", action="store_true", help="list the figures and exit")
     ap.add_argument("--check", action="store_true", help="check the blocks against the stored data and exit")
+    ap.add_argument("--import", dest="import_name", metavar="NAME",
+                    help="store NAME's JSON, measured elsewhere, and render its blocks (needs --date, --commit)")
+    ap.add_argument("--date", help="with --import: when and where it was measured (free text)")
+    ap.add_argument("--commit", help="with --import: the commit that was measured")
     args = ap.parse_args()
+    if args.import_name:
+        if not (args.date and args.commit):
+            ap.error("--import needs --date and --commit")
+        args.names = args.names or [args.import_name]
     figures = load_figures()
     unknown = [n for n in args.names if n not in figures]
     if unknown:
@@ -219,9 +252,18 @@ def main():
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0
+    if args.import_name:
+        import_data(args.import_name, figures[args.import_name], args.date, args.commit)
+        render_documents(figures, only={args.import_name})
+        return 0
     selected = args.names or list(figures)
     if not args.render_only:
         for name in selected:
+            if hasattr(figures[name], "ELSEWHERE"):
+                if args.names:
+                    raise SystemExit(f"figures: {name} is measured elsewhere: {figures[name].ELSEWHERE}")
+                print(f"figures: {name}: measured elsewhere, not here ({figures[name].ELSEWHERE})", flush=True)
+                continue
             measure(name, figures[name])
     render_documents(figures, only=set(selected))
     return 0

@@ -2,8 +2,9 @@
 in chunks (used by ``Agent.allreduce`` and ``Agent.broadcast``; the C++ core
 never sees a device pointer).
 
-Pipeline, for chunks of ``chunk_bytes`` (4 MiB) of the flat tensor and three
-host slots (pinned memory where the device has it)::
+Pipeline, for chunks of ``chunk_bytes`` (64 MiB) of the flat tensor and up
+to three host slots (pinned memory where the device has it; one slot of the
+tensor's size when it fits in one chunk)::
 
     chunk k:   D2H into slot k % 3  ->  collective on the slot  ->  H2D back
 
@@ -16,12 +17,21 @@ for the copies back before the call returns), so the caller sees an ordinary
 in-place collective. The chunks are the same on every rank (they depend on
 the element count alone), and each is one collective of the configured
 algorithm: the bytes on the wire are those of the CPU call on the whole
-tensor.
+tensor. A tensor of one chunk is one collective, with the bits of the CPU
+call.
+
+Chunks are large because each is a collective of its own, and on the GPU
+machine of scripts/device-check.sh (an H200, a copy engine at tens of GB/s,
+loopback at about 1 GB/s) a 64 MiB allreduce of 4 ranks took 1.78 times as
+long as on the CPU when staged in 4 MiB chunks (docs/python.md, "On a
+GPU"): the copies of a chunk are far shorter than its collective, so the
+pipeline gains little from small chunks, and every extra collective costs
+its set-up.
 
 ``DeviceOps`` is the device boundary: ``CudaOps`` uses CUDA streams, events
 and pinned memory; ``SyncOps`` copies synchronously for any other device.
 Tests drive the pipeline with an instrumented ``DeviceOps`` over CPU tensors;
-the run on a real GPU is left to a machine that has one.
+bench/device_checks.py runs it on a GPU.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 SLOTS = 3
 
 
@@ -100,10 +110,16 @@ class CudaOps(DeviceOps):
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
 
+_CUDA_OPS = {}  # device -> CudaOps: one copy stream per device, made once
+
+
 def ops_for(tensor: torch.Tensor) -> DeviceOps:
-    """The DeviceOps for ``tensor``'s device."""
+    """The DeviceOps for ``tensor``'s device (CUDA: one per device, reused)."""
     if tensor.device.type == "cuda":
-        return CudaOps(tensor.device)
+        ops = _CUDA_OPS.get(tensor.device)
+        if ops is None:
+            ops = _CUDA_OPS[tensor.device] = CudaOps(tensor.device)
+        return ops
     return SyncOps()
 
 
