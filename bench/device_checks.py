@@ -54,7 +54,9 @@ staging   A --mib MiB float32 allreduce (sum) of a device tensor staged in
           --warmup, a barrier before each timed call (CUDA synchronised
           before and after it), the slowest rank's time per repetition (an
           allreduce of the times with op max); one row per chunk size with
-          the medians and their ratio. The row of the library's chunk size
+          the medians and their ratio, and on CUDA the median time of
+          copying the whole tensor to pinned memory and back (rank 0's,
+          copy_down_seconds and copy_up_seconds). The row of the library's chunk size
           (64 MiB) passes when the sums are right, the tensor stayed on its
           device and device / CPU <= --max-ratio (1.15); the others are
           reported; in a dry run no ratio is judged.
@@ -419,6 +421,21 @@ def rank_staging(args, agent, device, dry):
                 correct = correct and float(x.min()) == want and float(x.max()) == want
             if rep >= args.warmup:
                 times[side].append(dt)
+    copies = {"copy_down_seconds": None, "copy_up_seconds": None}
+    if not dry and device.type == "cuda":  # the copies alone: the whole tensor to pinned memory and back
+        pinned = torch.empty(elements, pin_memory=True)
+        down, up = [], []
+        for _ in range(5):
+            sync()
+            t0 = time.perf_counter()
+            pinned.copy_(tensors["device"], non_blocking=True)
+            sync()
+            t1 = time.perf_counter()
+            tensors["device"].copy_(pinned, non_blocking=True)
+            sync()
+            down.append(t1 - t0)
+            up.append(time.perf_counter() - t1)
+        copies = {"copy_down_seconds": statistics.median(down), "copy_up_seconds": statistics.median(up)}
     slowest = np.array([t for side in sides for t in times[side]])
     agent.allreduce(slowest, op="max")
     per_side = {side: slowest[i * args.reps:(i + 1) * args.reps].tolist() for i, side in enumerate(sides)}
@@ -432,7 +449,7 @@ def rank_staging(args, agent, device, dry):
                "op": "sum", "bytes": elements * 4, "chunk_bytes": c, "chunks": -(-elements * 4 // c),
                "default_chunk": c == _staging.DEFAULT_CHUNK_BYTES, "reps": args.reps, "warmup": args.warmup,
                "cpu_seconds": cpu_s, "device_seconds": dev_s, "ratio": dev_s / cpu_s, "max_ratio": args.max_ratio,
-               "correct": correct, "stayed_on_device": stayed, "ratio_judged": judged,
+               "correct": correct, "stayed_on_device": stayed, "ratio_judged": judged, **copies,
                "ok": correct and stayed and (not judged or dev_s / cpu_s <= args.max_ratio)}
         if dry:
             row["note"] = ("dry run: the 'device' side is a CPU tensor taken through the staging pipeline "
