@@ -137,6 +137,15 @@ std::span<T> elements(const at::Tensor& t) {
   return std::span<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
 }
 
+/// A collective thread's job that calls fn(elements<T>(t), options) with T
+/// the element type of t's dtype (a checked tensor).
+template <typename F>
+std::function<void(const CollectiveOptions&)> onElements(const at::Tensor& t, F fn) {
+  return [t, fn](const CollectiveOptions& o) {
+    withElement(t.scalar_type(), [&](auto e) { fn(elements<decltype(e)>(t), o); });
+  };
+}
+
 std::span<std::byte> bytes(const at::Tensor& t) {
   return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), t.numel() * t.element_size());
 }
@@ -361,15 +370,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::broadcast(std::vector<at:
   checkRank(root, size_, "broadcast root");
   Staging staging;
   const at::Tensor t = staging(tensors[0], rank_ == root, rank_ != root);
-  return enqueue(
-      ::c10d::OpType::BROADCAST, tensors,
-      [this, t, root](const CollectiveOptions& o) {
-        withElement(t.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          gossamer::broadcast<T>(agent_->transport(), elements<T>(t), root, o);
-        });
-      },
-      std::move(staging));
+  return enqueue(::c10d::OpType::BROADCAST, tensors,
+                 onElements(t,
+                            [this, root](auto data, const CollectiveOptions& o) {
+                              gossamer::broadcast(agent_->transport(), data, root, o);
+                            }),
+                 std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce(std::vector<at::Tensor>& tensors,
@@ -378,15 +384,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce(std::vector<at:
   const ReduceOp op = reduceOpOf(opts.reduceOp);
   Staging staging;
   const at::Tensor t = staging(tensors[0], true, true);
-  return enqueue(
-      ::c10d::OpType::ALLREDUCE, tensors,
-      [this, t, op](const CollectiveOptions& o) {
-        withElement(t.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          gossamer::allreduce<T>(agent_->transport(), elements<T>(t), op, o);
-        });
-      },
-      std::move(staging));
+  return enqueue(::c10d::OpType::ALLREDUCE, tensors,
+                 onElements(t,
+                            [this, op](auto data, const CollectiveOptions& o) {
+                              gossamer::allreduce(agent_->transport(), data, op, o);
+                            }),
+                 std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allreduce_coalesced(
@@ -417,15 +420,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Te
   const ReduceOp op = reduceOpOf(opts.reduceOp);
   Staging staging;
   const at::Tensor t = staging(tensors[0], true, true);
-  return enqueue(
-      ::c10d::OpType::REDUCE, tensors,
-      [this, t, root, op](const CollectiveOptions& o) {
-        withElement(t.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          gossamer::reduce<T>(agent_->transport(), elements<T>(t), root, op, o);
-        });
-      },
-      std::move(staging));
+  return enqueue(::c10d::OpType::REDUCE, tensors,
+                 onElements(t,
+                            [this, root, op](auto data, const CollectiveOptions& o) {
+                              gossamer::reduce(agent_->transport(), data, root, op, o);
+                            }),
+                 std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
