@@ -137,6 +137,28 @@ std::span<T> elements(const at::Tensor& t) {
   return std::span<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
 }
 
+/// gossamer::alltoallv of `from`'s elements into `to` (checked tensors of one dtype).
+void alltoallvTensors(Transport& transport, const at::Tensor& from,
+                      const std::vector<std::size_t>& sendCounts, const at::Tensor& to,
+                      const std::vector<std::size_t>& recvCounts, const CollectiveOptions& o) {
+  withElement(from.scalar_type(), [&](auto e) {
+    using T = decltype(e);
+    const std::span<T> send = elements<T>(from);
+    gossamer::alltoallv<T>(transport, std::span<const T>(send), sendCounts, elements<T>(to), recvCounts, o);
+  });
+}
+
+/// Ring reduce-scatter of `all` (reduced in place); this rank's piece is
+/// copied into `out` (checked tensors of one dtype, all = size x out).
+void reduceScatterInto(Transport& transport, const at::Tensor& all, const at::Tensor& out, ReduceOp op,
+                       const CollectiveOptions& o) {
+  withElement(out.scalar_type(), [&](auto e) {
+    using T = decltype(e);
+    const std::span<T> mine = gossamer::ringReduceScatter<T>(transport, elements<T>(all), op, o);
+    std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
+  });
+}
+
 /// A collective thread's job that calls fn(elements<T>(t), options) with T
 /// the element type of t's dtype (a checked tensor).
 template <typename F>
@@ -500,12 +522,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::v
         std::vector<std::size_t> sendCounts(size_, 0), recvCounts(size_, rank_ == root ? n : 0);
         sendCounts[root] = n;
         at::Tensor all = at::empty({rank_ == root ? in.numel() * size_ : 0}, in.options());
-        withElement(in.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> mine = elements<T>(in);
-          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(mine), sendCounts, elements<T>(all),
-                                 recvCounts, o);
-        });
+        alltoallvTensors(agent_->transport(), in, sendCounts, all, recvCounts, o);
         if (rank_ == root) unflatten(all, outs);
       },
       std::move(staging));
@@ -534,12 +551,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::T
         const auto n = static_cast<std::size_t>(out.numel());
         std::vector<std::size_t> sendCounts(size_, rank_ == root ? n : 0), recvCounts(size_, 0);
         recvCounts[root] = n;
-        withElement(out.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> from = elements<T>(all);
-          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
-                                 recvCounts, o);
-        });
+        alltoallvTensors(agent_->transport(), all, sendCounts, out, recvCounts, o);
       },
       std::move(staging));
 }
@@ -559,12 +571,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce_scatter(
       ::c10d::OpType::REDUCE_SCATTER, outputs,
       [this, out, ins, op](const CollectiveOptions& o) {
         at::Tensor all = flat(ins);
-        withElement(out.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> mine =
-              gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
-          std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
-        });
+        reduceScatterInto(agent_->transport(), all, out, op, o);
       },
       std::move(staging));
 }
@@ -585,12 +592,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_reduce_scatter_base(
       ::c10d::OpType::_REDUCE_SCATTER_BASE, {output},
       [this, in, out, op](const CollectiveOptions& o) {
         at::Tensor all = in.clone();  // the reduce-scatter works in place; the input stays the caller's
-        withElement(out.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> mine =
-              gossamer::ringReduceScatter<T>(agent_->transport(), elements<T>(all), op, o);
-          std::copy(mine.begin(), mine.end(), elements<T>(out).begin());
-        });
+        reduceScatterInto(agent_->transport(), all, out, op, o);
       },
       std::move(staging));
 }
@@ -609,12 +611,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor&
   return enqueue(
       ::c10d::OpType::ALLTOALL_BASE, {output},
       [this, in, out, sendCounts, recvCounts](const CollectiveOptions& o) {
-        withElement(in.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> from = elements<T>(in);
-          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(from), sendCounts, elements<T>(out),
-                                 recvCounts, o);
-        });
+        alltoallvTensors(agent_->transport(), in, sendCounts, out, recvCounts, o);
       },
       std::move(staging));
 }
@@ -642,12 +639,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
         at::Tensor to = at::empty(
             {static_cast<int64_t>(std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0}))},
             from.options());
-        withElement(from.scalar_type(), [&](auto e) {
-          using T = decltype(e);
-          const std::span<T> send = elements<T>(from);
-          gossamer::alltoallv<T>(agent_->transport(), std::span<const T>(send), sendCounts, elements<T>(to),
-                                 recvCounts, o);
-        });
+        alltoallvTensors(agent_->transport(), from, sendCounts, to, recvCounts, o);
         unflatten(to, outs);
       },
       std::move(staging));
