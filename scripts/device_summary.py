@@ -8,8 +8,8 @@ of the figure device-checks (scripts/figures/device_checks.py).
 Written: {"steps": {step: {"exit", "seconds"}}, "machine": {...}, "checks":
 {"1": {...import..., "c10d_passed", "c10d_failed"}, "2": {rows...},
 "3": {...}, "4": {...}, "5-composite": [rows], "5-allreduce": [rows]}}; a
-check whose file is missing is absent. Exit status 2 if FOLDER has no
-device-check.json.
+check whose file is missing is absent. Exit status 1 (and a message) if
+FOLDER has no device-check.json.
 """
 import argparse
 import json

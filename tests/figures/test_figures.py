@@ -116,3 +116,44 @@ def test_a_failing_command_stores_nothing_and_changes_no_document(scratch):
     assert out.returncode != 0
     assert not (scratch / "docs" / "figures" / "emit-demo.json").exists()
     assert (scratch / "README.md").read_text() == before
+
+
+def add_elsewhere_figure(root):
+    """A figure measured on another machine: its command would fail here."""
+    (root / "scripts" / "figures" / "far_demo.py").write_text(textwrap.dedent("""\
+        COMMAND = ["scripts/far-away.sh"]
+        JSON = "results/far.json"
+        ELSEWHERE = "on the far machine"
+        def render(data):
+            return f"far: {data['value']}\\n"
+        """))
+    readme = root / "README.md"
+    readme.write_text(readme.read_text() + "\n<!-- figure far-demo -->\nold\n<!-- /figure far-demo -->\n")
+
+
+def test_a_figure_measured_elsewhere_is_skipped_by_a_plain_run_and_stored_by_import(scratch):
+    add_elsewhere_figure(scratch)
+    plain = run_figures(scratch)
+    assert plain.returncode == 0, plain.stderr
+    assert "far-demo: measured elsewhere" in plain.stdout
+    assert not (scratch / "docs" / "figures" / "far-demo.json").exists()
+    named = run_figures(scratch, "far-demo")
+    assert named.returncode != 0 and "measured elsewhere" in named.stderr
+    missing = run_figures(scratch, "--import", "far-demo", "--date", "2026-01-02 03:04 UTC there", "--commit", "HEAD")
+    assert missing.returncode != 0 and "no results/far.json" in missing.stderr
+    (scratch / "results").mkdir(exist_ok=True)
+    (scratch / "results" / "far.json").write_text(json.dumps({"value": 42}))
+    assert run_figures(scratch, "--import", "far-demo").returncode != 0  # no --date, --commit
+    unknown = run_figures(scratch, "--import", "far-demo", "--date", "2026-01-02 03:04 UTC there", "--commit",
+                          "0123456789abcdef")
+    assert unknown.returncode != 0 and "not in this repository" in unknown.stderr
+    done = run_figures(scratch, "--import", "far-demo", "--date", "2026-01-02 03:04 UTC there", "--commit", "HEAD")
+    assert done.returncode == 0, done.stderr
+    stored = json.loads((scratch / "docs" / "figures" / "far-demo.json").read_text())
+    head = subprocess.run(["git", "-C", str(scratch), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert stored["data"] == {"value": 42} and stored["commit"] == head
+    assert stored["date"] == "2026-01-02 03:04 UTC there" and stored["command"] == "scripts/far-away.sh"
+    text = (scratch / "README.md").read_text()
+    assert f"*Measured 2026-01-02 03:04 UTC there at commit {head}: `scripts/far-away.sh`*\n\nfar: 42\n" in text
+    assert run_figures(scratch, "--check").returncode == 0
