@@ -48,7 +48,7 @@ tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
           of the device tensor against the same on a CPU copy, the same bits
           (the backend stages a device tensor whole).
 staging   A --mib MiB float32 allreduce (sum) of a device tensor staged in
-          chunks of each --chunk-mib (4 and 64 MiB; the pipeline of
+          chunks of each --chunk-mib (4, 16 and 64 MiB; the pipeline of
           Agent.allreduce, gossamer/_staging.py) against the same of a CPU
           tensor, --reps interleaved repetitions (the order rotating) after
           --warmup, a barrier before each timed call (CUDA synchronised
@@ -751,8 +751,8 @@ def parse_args():
     s.add_argument("--reps", type=int, default=10, help="timed calls per side (default 10)")
     s.add_argument("--warmup", type=int, default=2, help="untimed calls per side first (default 2)")
     s.add_argument("--max-ratio", type=float, default=1.15, help="device / CPU time that passes (default 1.15)")
-    s.add_argument("--chunk-mib", default="4,64",
-                   help="staging chunk sizes timed, MiB, comma-separated (default 4,64; the library's, 64, is judged)")
+    s.add_argument("--chunk-mib", default="4,16,64",
+                   help="staging chunk sizes timed, MiB, comma-separated (default 4,16,64; the library's, 64, is judged)")
     r = sub.add_parser("train", parents=[common], help="the CNN example under bfloat16 autocast")
     r.add_argument("--epochs", type=int, default=3,
                    help="the example's default: one epoch reaches about 0.87 on the CPU")
