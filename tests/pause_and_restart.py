@@ -40,7 +40,10 @@ N = 4
 
 
 def fail(msg, work):
-    for name in ("out", "err", "out-restarted", "err-restarted"):
+    """Prints the tails of the launcher's and of every restarted process's
+    output, then exits with the failure."""
+    restarted = sorted(os.path.basename(p) for p in glob.glob(os.path.join(work, "*-restarted*")))
+    for name in ["out", "err"] + restarted:
         path = os.path.join(work, name)
         if os.path.exists(path):
             with open(path, errors="replace") as f:
