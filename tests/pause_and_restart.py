@@ -220,7 +220,11 @@ def main():
                 except ProcessLookupError:
                     pass
                 p.wait()
-        subprocess.run(["rm", "-rf", work])
+        # GOSSAMER_KEEP_TEST_DIRS=1 keeps the directory (outputs, metrics) for a look after a failure.
+        if os.environ.get("GOSSAMER_KEEP_TEST_DIRS") == "1":
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
