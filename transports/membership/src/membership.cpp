@@ -224,7 +224,7 @@ class MembershipTransport final : public Transport, public Membership {
         if (!decided_ && Clock::now() >= deadline)
           throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
                              std::to_string(limit) + " s after view " + std::to_string(view_.number) +
-                             " was revoked (membership.agreement_seconds)");
+                             " was revoked (membership.agreement_seconds; " + agreementStateLocked() + ")");
       }
       Decided d = *decided_;
       decided_.reset();
@@ -433,6 +433,7 @@ class MembershipTransport final : public Transport, public Membership {
       if (view_.localRank(p) < 0) state.members.push_back(p);
     for (int p : view_.members)
       if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
+    lastReport_ = state;
   }
 
   Message headerLocked(Kind k) const {
@@ -525,6 +526,25 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : view_.members)
       if (!suspects_.count(p) && !left_[static_cast<std::size_t>(p)]) out.push_back(p);
     return out;
+  }
+
+  // What this rank's part in the view change stood at, for the error of an
+  // agreement that timed out: the survivors it sees (the first coordinates),
+  // the reports it holds for its view, and the states that keep a
+  // coordinator from deciding.
+  std::string agreementStateLocked() {
+    auto list = [](const auto& ranks) {
+      std::string out;
+      for (int p : ranks) out += (out.empty() ? "" : ",") + std::to_string(p);
+      return "[" + out + "]";
+    };
+    std::vector<int> reported;
+    if (const auto it = reports_.find(viewKey(view_)); it != reports_.end())
+      for (const auto& r : it->second) reported.push_back(r.first);
+    const bool issued = issuedFor_ && *issuedFor_ == viewKey(view_);
+    return "survivors " + list(survivorsLocked()) + ", reports " + list(reported) + ", suspects " +
+           list(suspects_) + ", joiners " + list(joiners_) + (resumed_ ? ", resumed" : "") +
+           (outsider_ ? ", outsider" : "") + (restarted_ ? ", restarted" : "") + (issued ? ", issued" : "");
   }
 
   // Step 3: the coordinator decides once every survivor reported. Peers
@@ -849,6 +869,14 @@ class MembershipTransport final : public Transport, public Membership {
           const Message beat = headerLocked(Kind::kHeartbeat);
           for (int p : view_.members)
             if (!suspects_.count(p)) sendLocked(p, beat);
+          // While the change waits, this rank's report goes again each beat:
+          // a report can miss a peer (sent while this rank still counted a
+          // process restarted in its place as dead), and the coordinator
+          // decides nothing without it. Receivers store it once.
+          if (revoked_ && !decided_ && lastReport_ &&
+              sameView(view_, lastReport_->viewNumber, lastReport_->viewCoordinator))
+            for (int p : view_.members)
+              if (p != self_ && !suspects_.count(p)) sendLocked(p, *lastReport_);
           // With rejoin on, every fifth beat, ranks of the job outside the
           // view that are still reachable get this view: after a partition
           // heals, the side with the older view learns the newer one and
@@ -941,7 +969,8 @@ class MembershipTransport final : public Transport, public Membership {
   // of a healed partition holds a view numbered this high (outnumberLocked).
   std::uint64_t numberFloor_ = 0;
   std::optional<Decided> decided_;
-  std::optional<Message> lastView_;  // the newest view message seen, for peers that missed it
+  std::optional<Message> lastView_;    // the newest view message seen, for peers that missed it
+  std::optional<Message> lastReport_;  // this rank's last state message, sent again while its change waits
   std::vector<Clock::time_point> heard_;
   std::vector<bool> left_, dead_;
   std::vector<Clock::time_point> lastAnswer_;

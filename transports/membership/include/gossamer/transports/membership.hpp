@@ -16,7 +16,10 @@
 //      stop using the view within one message delay.
 //   2. Each survivor, from Session::recover (at its own step boundary or inside
 //      the step that failed), sends every member a state message with the
-//      steps it completed.
+//      steps it completed, and sends it again with each heartbeat until a
+//      view is decided: a report that missed a member (one that still
+//      counted a restarted process as dead) would otherwise hold the
+//      coordinator until membership.agreement_seconds.
 //   3. The coordinator, once every member it does not suspect reported,
 //      sends the new view (number+1, the survivors, the largest completed
 //      step and the lowest survivor that completed it, and the view it was
@@ -54,7 +57,8 @@
 //   it (the view message says how many numbers it skipped), so that side
 //   finds this one newer and joins it. Of two sides of one size, the one
 //   with the older view joins the other.
-// Bytes on the wire: 56 bytes per heartbeat, suspect or state message, 56 +
+// Bytes on the wire: 56 bytes per heartbeat, suspect or state message (while
+// a change waits, a state message rides with each heartbeat), 56 +
 // 4 x members per view message (Op::kMembership, step 0, segment 0).
 //
 // The design follows the view-synchronous group membership of Birman and
