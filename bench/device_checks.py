@@ -145,13 +145,15 @@ def as_float64(t):
     return t.detach().cpu().double().numpy()
 
 
-def staged_allreduce(agent, tensor, op):
-    """`tensor` (any device) allreduced through the staging pipeline with
-    synchronous copies: the chunks and collectives Agent.allreduce gives a
-    device tensor (gossamer/_staging.py), here also for a CPU tensor."""
+def staged_allreduce(agent, tensor, op, chunk_bytes=None, sync=True):
+    """`tensor` (any device) allreduced through the staging pipeline: the
+    chunks and collectives Agent.allreduce gives a device tensor
+    (gossamer/_staging.py), here also for a CPU tensor. chunk_bytes: the
+    library's unless given; sync: synchronous copies (else the device's own)."""
     from gossamer import _staging
 
-    _staging.staged(tensor, lambda host: agent.allreduce_async(host, op), lambda w: w.wait(), ops=_staging.SyncOps())
+    _staging.staged(tensor, lambda host: agent.allreduce_async(host, op), lambda w: w.wait(),
+                    chunk_bytes=chunk_bytes or _staging.DEFAULT_CHUNK_BYTES, ops=_staging.SyncOps() if sync else None)
 
 
 def staged_broadcast(agent, tensor, root):
@@ -413,8 +415,7 @@ def rank_staging(args, agent, device, dry):
             if side == "cpu":
                 agent.allreduce(x, op="sum")
             else:  # what Agent.allreduce does with a device tensor, at this chunk size
-                _staging.staged(x, lambda host: agent.allreduce_async(host, "sum"), lambda w: w.wait(),
-                                chunk_bytes=int(side.split("@")[1]), ops=_staging.SyncOps() if dry else None)
+                staged_allreduce(agent, x, "sum", chunk_bytes=int(side.split("@")[1]), sync=dry)
             sync()
             dt = time.perf_counter() - t0
             if rep in (0, args.warmup + args.reps - 1):
@@ -502,12 +503,10 @@ def launch_ranks(args):
     """Starts --world-size rank processes of this script and waits for them
     (at most --timeout seconds in all; the late ones are killed). Returns one
     dict per rank: rank, returncode, rows (None if it printed none), error."""
-    import socket
+    from bench_ddp import free_port  # this script's folder, bench/, is on sys.path
 
     tmp = tempfile.mkdtemp(prefix=f"device-checks-{args.check}-")
-    with socket.socket() as s:  # the c10d store's port (rank 0 listens on it)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # the c10d store's (rank 0 listens on it)
     procs = []
     for r in range(args.world_size):
         env = child_env(dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), OMP_NUM_THREADS="1",
@@ -752,7 +751,8 @@ def parse_args():
     s.add_argument("--warmup", type=int, default=2, help="untimed calls per side first (default 2)")
     s.add_argument("--max-ratio", type=float, default=1.15, help="device / CPU time that passes (default 1.15)")
     s.add_argument("--chunk-mib", default="4,16,64",
-                   help="staging chunk sizes timed, MiB, comma-separated (default 4,16,64; the library's, 64, is judged)")
+                   help="staging chunk sizes timed, MiB, comma-separated (default 4,16,64; "
+                        "the library's, 64, is judged)")
     r = sub.add_parser("train", parents=[common], help="the CNN example under bfloat16 autocast")
     r.add_argument("--epochs", type=int, default=3,
                    help="the example's default: one epoch reaches about 0.87 on the CPU")

@@ -431,9 +431,15 @@ class MembershipTransport final : public Transport, public Membership {
     // not have heard them yet, waits for their reports too.
     for (int p : joiners_)
       if (view_.localRank(p) < 0) state.members.push_back(p);
-    for (int p : view_.members)
-      if (p != self_ && !suspects_.count(p)) sendLocked(p, state);
+    sendToViewLocked(state);
     lastReport_ = state;
+  }
+
+  // `m` to every member of the view this rank does not suspect (sendLocked
+  // skips this rank and the peers it counts as dead).
+  void sendToViewLocked(const Message& m) {
+    for (int p : view_.members)
+      if (!suspects_.count(p)) sendLocked(p, m);
   }
 
   Message headerLocked(Kind k) const {
@@ -485,8 +491,7 @@ class MembershipTransport final : public Transport, public Membership {
     revokeLocked(peer, "rank " + std::to_string(peer) + " " + why);
     Message m = headerLocked(Kind::kSuspect);
     m.arg = peer;
-    for (int p : view_.members)
-      if (!suspects_.count(p)) sendLocked(p, m);
+    sendToViewLocked(m);
     coordinateLocked();
   }
 
@@ -866,17 +871,14 @@ class MembershipTransport final : public Transport, public Membership {
             if (p != self_ && dead_[static_cast<std::size_t>(p)] &&
                 !standing_[static_cast<std::size_t>(p)].valid())
               repost.push_back(p);
-          const Message beat = headerLocked(Kind::kHeartbeat);
-          for (int p : view_.members)
-            if (!suspects_.count(p)) sendLocked(p, beat);
+          sendToViewLocked(headerLocked(Kind::kHeartbeat));
           // While the change waits, this rank's report goes again each beat:
           // a report can miss a peer (sent while this rank still counted a
           // process restarted in its place as dead), and the coordinator
           // decides nothing without it. Receivers store it once.
           if (revoked_ && !decided_ && lastReport_ &&
               sameView(view_, lastReport_->viewNumber, lastReport_->viewCoordinator))
-            for (int p : view_.members)
-              if (p != self_ && !suspects_.count(p)) sendLocked(p, *lastReport_);
+            sendToViewLocked(*lastReport_);
           // With rejoin on, every fifth beat, ranks of the job outside the
           // view that are still reachable get this view: after a partition
           // heals, the side with the older view learns the newer one and
