@@ -26,7 +26,7 @@ DEST="$ROOT/.device/debs"
 GOSSAMER_DEVICE_PACKAGES=(
   libzmq3-dev libzmq5 cppzmq-dev libsodium-dev libsodium23 libnorm1 libpgm-5.3-0 libbsd0 libmd0
   libyaml-cpp-dev libyaml-cpp0.7 libeigen3-dev nlohmann-json3-dev libcli11-dev
-  libdeflate-dev libdeflate0 zlib1g-dev
+  libdeflate-dev libdeflate0 zlib1g-dev libisal-dev libisal2
   libfabric-dev libfabric1 libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
   dataset-fashion-mnist
 )
