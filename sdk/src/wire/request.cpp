@@ -155,6 +155,12 @@ bool Request::waitFor(double timeoutSeconds) {
               .count());
     }
   } waited{start};
+  if (state_->engine && state_->engine->keepsTime()) {
+    // A simulator's engine: the timeout is its time; a failure throws here.
+    state_->engine->waitFor(*state_, timeoutSeconds);
+    std::lock_guard<std::mutex> lk(state_->mu);
+    return detail::settledLocked(*state_);
+  }
   if (state_->engine) state_->engine->waitUntil(*state_, deadline);
   std::unique_lock<std::mutex> lk(state_->mu);
   while (!detail::settledLocked(*state_)) {

@@ -42,6 +42,17 @@ class ProgressEngine {
   /// Called by Request::cancel with `exclusive` held, before the request is
   /// marked cancelled: the engine drops any reference to the request's buffer.
   virtual void cancelLocked(RequestState& state) { (void)state; }
+  /// True for an engine with a clock of its own (a simulator's): Request::
+  /// waitFor then calls waitFor below and measures its timeout on that clock,
+  /// never sleeping on the request's condition variable in real time.
+  virtual bool keepsTime() const noexcept { return false; }
+  /// For an engine that keepsTime: waits up to `timeoutSeconds` of its own
+  /// time for `state` to settle; returns whether it did.
+  virtual bool waitFor(RequestState& state, double timeoutSeconds) {
+    (void)state;
+    (void)timeoutSeconds;
+    return false;
+  }
   std::mutex exclusive;
 };
 

@@ -1,0 +1,327 @@
+// The simgrid transport: the SDK's own collectives and point-to-point
+// semantics inside a SimGrid simulation, with simulated time checked against
+// what the platform's links give. SimGrid's engine can be made once per
+// process, so every case runs its simulation in a child process (fork) and
+// reads back what failed.
+#ifdef GOSSAMER_HAVE_SIMGRID
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gossamer/collectives.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/transports/simgrid.hpp"
+#include "process.hpp"
+
+using namespace gossamer;
+
+namespace {
+
+// Network model settings under which a transfer takes latency + bytes / rate
+// exactly (SimGrid's default TCP model scales both by measured factors).
+const std::vector<std::string> kExactLinks{"network/latency-factor:1", "network/bandwidth-factor:1"};
+
+// Runs `body` in a child process and returns what it wrote (empty: it
+// passed), or why the child did not finish.
+std::string inChild(const std::function<std::string()>& body, double seconds = 120) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child reports through the pipe, not through Catch's handlers.
+    for (const int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTERM}) std::signal(sig, SIG_DFL);
+    ::close(fds[0]);
+    std::string out;
+    try {
+      out = body();
+    } catch (const std::exception& e) {
+      out = std::string("threw: ") + e.what();
+    }
+    if (!out.empty()) {
+      const ssize_t n = ::write(fds[1], out.data(), out.size());
+      (void)n;
+    }
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  const auto status = gossamer::testing::waitBounded(pid, seconds);
+  if (!status) return out + " [child killed after " + std::to_string(seconds) + " s]";
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
+    return out + " [child ended with status " + std::to_string(*status) + "]";
+  return out;
+}
+
+// Every rank's error, one per line.
+std::string errorsOf(const simgrid::Outcome& o) {
+  std::string s;
+  for (const auto& e : o.errors) s += e + "\n";
+  return s;
+}
+
+std::unique_ptr<Transport> transportOf(int rank, int n, double timeout = 30) {
+  simgrid::Options o;
+  o.rank = rank;
+  o.worldSize = n;
+  o.timeoutSeconds = timeout;
+  return simgrid::makeTransport(o);
+}
+
+}  // namespace
+
+TEST_CASE("simgrid: receives from any of several ranks and keeps each pair's order", "[simgrid]") {
+  const std::string failed = inChild([] {
+    constexpr int kRanks = 4, kEach = 5;
+    simgrid::StarPlatform p;
+    p.hosts = kRanks;
+    const auto out = simgrid::simulate(p, [](int r) {
+      auto t = transportOf(r, kRanks);
+      const Tag tag = Tag::make(Op::kUser, 7, 0);
+      if (r != 0) {
+        for (int k = 0; k < kEach; ++k) {
+          const std::int32_t v = r * 100 + k;
+          t->isendOf<std::int32_t>(0, tag, std::span<const std::int32_t>(&v, 1)).wait(t->timeoutSeconds());
+        }
+        return;
+      }
+      const std::vector<int> sources{1, 2, 3};
+      std::vector<int> next(kRanks, 0);
+      for (int k = 0; k < (kRanks - 1) * kEach; ++k) {
+        std::int32_t v = -1;
+        Request q = t->irecv(sources, tag, std::as_writable_bytes(std::span<std::int32_t>(&v, 1)));
+        q.wait(t->timeoutSeconds());
+        const int from = q.peer();
+        if (v != from * 100 + next[static_cast<std::size_t>(from)])
+          throw Error("from rank " + std::to_string(from) + " got " + std::to_string(v) + ", expected " +
+                      std::to_string(from * 100 + next[static_cast<std::size_t>(from)]));
+        ++next[static_cast<std::size_t>(from)];
+      }
+    });
+    return errorsOf(out);
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a message takes latency plus bytes over rate in simulated time", "[simgrid]") {
+  std::string failed = inChild([] {
+    simgrid::StarPlatform p;
+    p.hosts = 2;
+    p.bytesPerSecond = 125e6;  // 1 Gbit/s
+    p.latencySeconds = 50e-6;
+    double arrived = -1;
+    constexpr std::size_t kBytes = 1000000;
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, 2);
+          std::vector<std::byte> b(kBytes, std::byte{3});
+          const Tag tag = Tag::make(Op::kUser, 1, 0);
+          if (r == 0) {
+            t->isend(1, tag, b).wait(t->timeoutSeconds());
+          } else {
+            std::fill(b.begin(), b.end(), std::byte{0});
+            t->irecv(0, tag, b).wait(t->timeoutSeconds());
+            if (b.front() != std::byte{3} || b.back() != std::byte{3}) throw Error("wrong bytes");
+            arrived = simgrid::now();
+          }
+        },
+        kExactLinks);
+    // Two links (the sender's up, the receiver's down), each 50 us; the
+    // 48-byte header travels with the payload.
+    const double expected = 2 * 50e-6 + (kBytes + 48) / 125e6;
+    std::string s = errorsOf(out);
+    if (std::abs(arrived - expected) > 0.01 * expected)
+      s += "arrived at " + std::to_string(arrived) + " s, expected " + std::to_string(expected) + " s\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: ring recursive doubling and Rabenseifner allreduce give exact sums on 6 ranks",
+          "[simgrid]") {
+  const std::string failed = inChild([] {
+    constexpr int kRanks = 6;
+    simgrid::StarPlatform p;
+    p.hosts = kRanks;
+    const auto out = simgrid::simulate(p, [](int r) {
+      auto t = transportOf(r, kRanks);
+      std::uint64_t sequence = 0;
+      for (const auto algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
+                                   AllreduceAlgorithm::kRabenseifner}) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300001}}) {
+          std::vector<float> v(n);
+          for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+          CollectiveOptions o;
+          o.sequence = ++sequence;
+          o.timeoutSeconds = 30;
+          o.algorithm = algorithm;
+          allreduce<float>(*t, v, ReduceOp::kSum, o);
+          for (std::size_t i = 0; i < n; ++i) {
+            const auto expected =
+                static_cast<float>(kRanks * (kRanks + 1) / 2 + kRanks * static_cast<int>(i % 7));
+            if (v[i] != expected)
+              throw Error(std::string(toString(algorithm)) + ", " + std::to_string(n) +
+                          " elements: element " + std::to_string(i) + " is " + std::to_string(v[i]) +
+                          ", expected " + std::to_string(expected));
+          }
+        }
+      }
+    });
+    return errorsOf(out);
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a ring allreduce takes the time its bytes need on the links", "[simgrid]") {
+  std::string failed = inChild([] {
+    constexpr int kRanks = 8;
+    constexpr std::size_t kElems = 2000000;  // 8 MB of float32
+    simgrid::StarPlatform p;
+    p.hosts = kRanks;
+    p.bytesPerSecond = 125e6;
+    p.latencySeconds = 50e-6;
+    double took = -1;
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, kRanks);
+          std::vector<float> v(kElems, 1.0f);
+          CollectiveOptions o;
+          o.sequence = 1;
+          o.timeoutSeconds = 60;
+          o.algorithm = AllreduceAlgorithm::kRing;
+          const double t0 = simgrid::now();
+          allreduce<float>(*t, v, ReduceOp::kSum, o);
+          if (v.front() != kRanks || v.back() != kRanks) throw Error("wrong sum");
+          if (r == 0) took = simgrid::now() - t0;
+        },
+        kExactLinks);
+    // Each rank sends and receives 2 (N-1)/N of the vector, at once in both
+    // directions of its link (full duplex); 2 (N-1) steps of two link latencies.
+    const double bytes = 4.0 * kElems;
+    const double expected = 2.0 * (kRanks - 1) / kRanks * bytes / 125e6 + 2 * (kRanks - 1) * 2 * 50e-6;
+    std::string s = errorsOf(out);
+    if (std::abs(took - expected) > 0.10 * expected)
+      s += "ring took " + std::to_string(took) + " s simulated, alpha-beta gives " +
+           std::to_string(expected) + " s\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a receive from a silent peer times out in simulated seconds", "[simgrid]") {
+  const auto wall0 = std::chrono::steady_clock::now();
+  std::string failed = inChild([] {
+    simgrid::StarPlatform p;
+    p.hosts = 2;
+    double gaveUp = -1;
+    bool timedOut = false;
+    const auto out = simgrid::simulate(p, [&](int r) {
+      auto t = transportOf(r, 2, 500);  // 500 simulated seconds
+      if (r == 0) {
+        simgrid::sleepFor(1000);  // silent past the timeout, then closes
+        return;
+      }
+      std::int32_t v = 0;
+      try {
+        t->irecvOf<std::int32_t>(0, Tag::make(Op::kUser, 1, 0), std::span<std::int32_t>(&v, 1))
+            .wait(t->timeoutSeconds());
+      } catch (const TimeoutError&) {
+        timedOut = true;
+        gaveUp = simgrid::now();
+      }
+    });
+    std::string s = errorsOf(out);
+    if (!timedOut) s += "the receive did not time out\n";
+    if (std::abs(gaveUp - 500) > 1e-6)
+      s += "gave up at " + std::to_string(gaveUp) + " s simulated, not 500\n";
+    if (std::abs(out.simulatedSeconds - 1000) > 1e-6)
+      s += "the simulation ended at " + std::to_string(out.simulatedSeconds) + " s, not 1000\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+  // 1,000 simulated seconds are not waited in real time.
+  CHECK(std::chrono::steady_clock::now() - wall0 < std::chrono::seconds(30));
+}
+
+TEST_CASE("simgrid: a rank that closes its transport fails the receives waiting on it", "[simgrid]") {
+  std::string failed = inChild([] {
+    simgrid::StarPlatform p;
+    p.hosts = 3;
+    int failures = 0;
+    const auto out = simgrid::simulate(p, [&](int r) {
+      auto t = transportOf(r, 3, 100);
+      if (r == 0) {
+        simgrid::sleepFor(2);
+        t->close();
+        return;
+      }
+      std::int32_t v = 0;
+      try {
+        t->irecvOf<std::int32_t>(0, Tag::make(Op::kUser, 1, 0), std::span<std::int32_t>(&v, 1))
+            .wait(t->timeoutSeconds());
+      } catch (const PeerFailure& e) {
+        // The bye crosses two links after rank 0 closes at 2 s.
+        if (e.peer() == 0 && simgrid::now() >= 2 && simgrid::now() < 2.01) ++failures;
+      }
+    });
+    std::string s = errorsOf(out);
+    if (failures != 2) s += std::to_string(failures) + " of 2 waiting ranks got PeerFailure(0) at 2 s\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: the transport refuses use outside a simulation and a second engine", "[simgrid]") {
+  std::string failed = inChild([] {
+    std::string s;
+    try {
+      transportOf(0, 1);
+      s += "makeTransport outside simulate() did not throw\n";
+    } catch (const InvalidArgument&) {
+    }
+    simgrid::StarPlatform p;
+    p.hosts = 1;
+    const auto out = simgrid::simulate(p, [](int r) { transportOf(r, 1); });
+    s += errorsOf(out);
+    try {
+      simgrid::simulate(p, [](int) {});
+      s += "a second simulate() did not throw\n";
+    } catch (const Error&) {
+    }
+    try {
+      p.hosts = 0;
+      simgrid::simulate(p, [](int) {});
+      s += "0 hosts did not throw\n";
+    } catch (const InvalidArgument&) {
+    }
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+#endif  // GOSSAMER_HAVE_SIMGRID

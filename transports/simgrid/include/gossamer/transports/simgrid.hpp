@@ -1,0 +1,96 @@
+// The simgrid transport: the job's ranks as SimGrid actors in one process,
+// their messages timed by SimGrid's flow-level network model.
+//
+// Every rank is an S4U actor on a simulated host (Platform). isend copies the
+// bytes and puts them, with their simulated size (payload plus the 48-byte
+// frame header of the real transports), on the destination rank's S4U mailbox
+// as a detached communication: the transfer starts at once and takes what the
+// platform's links give it, shared with every other flow on them. A daemon
+// actor per rank takes what arrives, at its simulated arrival time, into the
+// rank's kit Mailbox, which matches receives by source and tag exactly as the
+// real transports do. A thread waiting on a request waits in simulated time
+// (ProgressEngine::keepsTime), so timeouts are simulated seconds too.
+//
+// What runs is the SDK's own code: collectives, optimizers and services call
+// the Transport interface as they do over zmq; nothing in them knows it is
+// simulated. Computation takes no simulated time unless the caller says so
+// (simgrid::compute).
+//
+// SimGrid runs one engine per process: simulate() may be called once. Actors
+// are threads that SimGrid runs one at a time (contexts/factory:thread), so
+// thread-local state of the SDK (collective scratch) stays per rank.
+//
+// Source: SimGrid's S4U interface (Casanova et al., "Versatile, Scalable, and
+// Accurate Simulation of Distributed Applications and Platforms", JPDC 2014);
+// its flow-level TCP model (Velho et al., "On the Validity of Flow-level TCP
+// Network Models for Grid and Cloud Simulations", TOMACS 2013).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gossamer/transport.hpp"
+
+namespace gossamer {
+class Registry;
+}
+
+namespace gossamer::simgrid {
+
+/// A star of hosts: rank r runs on host "rank-r", whose own full-duplex link
+/// (bytesPerSecond each way, latencySeconds) joins a switch that adds nothing.
+/// Islands, WAN links and SimGrid platform files come later.
+struct StarPlatform {
+  int hosts = 2;                  ///< Number of hosts (= world size), >= 1.
+  double bytesPerSecond = 125e6;  ///< Each host link's rate, bytes per second (125e6: 1 Gbit/s).
+  double latencySeconds = 50e-6;  ///< Each host link's latency, seconds.
+  double flopsPerSecond = 1e9;    ///< Each host's speed, for simgrid::compute.
+};
+
+/// Options of one rank's transport.
+struct Options {
+  int rank = 0;                ///< This rank, 0 <= rank < worldSize.
+  int worldSize = 1;           ///< Ranks in the job (the platform's hosts).
+  double timeoutSeconds = 60;  ///< Bound on every wait, simulated seconds.
+};
+
+/// The result of one simulation.
+struct Outcome {
+  double simulatedSeconds = 0;      ///< Simulated time when the last rank returned.
+  std::vector<std::string> errors;  ///< "rank R: what()" for every rank whose function threw.
+};
+
+/// Builds `platform`, runs `rank(r)` as the actor of rank r on host "rank-r"
+/// for every r < platform.hosts, and returns when all have returned. Each
+/// function makes its rank's transport with makeTransport (or through a
+/// Registry given registerWith). Exceptions thrown by a rank are caught and
+/// reported in Outcome::errors; the other ranks go on (their waits on it
+/// time out, or fail with PeerFailure once its transport is closed).
+/// @param argv0 the program's name (SimGrid's logs); configuration comes
+///        from `config` ("key:value", as SimGrid's --cfg).
+/// @throws InvalidArgument on a bad platform; Error if called a second time
+///         in this process (SimGrid's engine cannot be made twice).
+Outcome simulate(const StarPlatform& platform, const std::function<void(int rank)>& rank,
+                 const std::vector<std::string>& config = {});
+
+/// This rank's transport. Call it from the rank's actor, inside simulate().
+/// @throws InvalidArgument on bad options; Error outside simulate().
+std::unique_ptr<Transport> makeTransport(const Options& options);
+
+/// Simulated seconds since simulate() started (SimGrid's clock).
+double now();
+
+/// Takes `flops` floating-point operations of simulated time on this rank's
+/// host (at StarPlatform::flopsPerSecond): the compute part of a step.
+void compute(double flops);
+
+/// Sleeps `seconds` of simulated time in the calling actor.
+void sleepFor(double seconds);
+
+/// Registers "simgrid" (transport.kind: simgrid; keys: transport.timeout_seconds)
+/// with `registry`: for programs that run jobs inside simulate().
+void registerWith(Registry& registry);
+
+}  // namespace gossamer::simgrid

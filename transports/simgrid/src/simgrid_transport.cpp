@@ -1,0 +1,368 @@
+// The simgrid transport (see simgrid.hpp): ranks as S4U actors, messages as
+// detached S4U communications of their real bytes, matched by the kit's
+// Mailbox, waits in simulated time.
+//
+// Per message: isend copies the payload (one allocation) and puts it on the
+// destination's S4U mailbox with a simulated size of payload + 48 bytes (the
+// frame header the real transports send); the destination's mailbox has a
+// permanent receiver (its daemon actor), so the transfer starts at once and
+// shares the links with every other flow. The daemon takes each message at
+// its simulated arrival and delivers it to the rank's kit Mailbox, then wakes
+// the rank's waiters (an S4U condition variable, so waiting costs simulated
+// time, not real time). A send to oneself is delivered at once.
+//
+// Order: like a TCP stream, what one rank sends another arrives in the order
+// sent. The flow model lets a small message overtake a large one sent before
+// it, so every message carries a per-pair sequence number and the daemon
+// holds early ones until those before them have arrived. close() sends a bye
+// (48 simulated bytes) after the rank's last messages; the peer marks the
+// rank gone when the bye is delivered, after all that came before it.
+#include <simgrid/s4u.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/transports/simgrid.hpp"
+
+namespace gossamer::simgrid {
+
+namespace s4u = ::simgrid::s4u;
+
+namespace {
+
+constexpr double kFrameHeaderBytes = 48;  // wire.hpp's header, counted in every simulated message
+
+// One message in flight: who sent it, under which tag, and its bytes.
+struct Message {
+  int source;
+  Tag tag;
+  std::shared_ptr<std::vector<std::byte>> bytes;  // null for a bye
+  std::uint64_t sequence = 0;                     // per (source, destination), from 0
+  bool bye = false;                               // the source closed its transport
+  bool afterError = false;                        // a bye sent by abort()
+};
+
+// What every rank's transport shares while simulate() runs.
+struct World {
+  explicit World(int n)
+      : boxes(static_cast<std::size_t>(n)),
+        inbound(static_cast<std::size_t>(n)),
+        mu(static_cast<std::size_t>(n)),
+        cv(static_cast<std::size_t>(n)),
+        attached(static_cast<std::size_t>(n), false),
+        bytesIn(static_cast<std::size_t>(n)),
+        messagesIn(static_cast<std::size_t>(n)),
+        expected(static_cast<std::size_t>(n), std::vector<std::uint64_t>(static_cast<std::size_t>(n), 0)),
+        early(static_cast<std::size_t>(n),
+              std::vector<std::map<std::uint64_t, Message>>(static_cast<std::size_t>(n))) {
+    for (int r = 0; r < n; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      boxes[i] = std::make_unique<Mailbox>(n);
+      inbound[i] = s4u::Mailbox::by_name("gossamer-rank-" + std::to_string(r));
+      mu[i] = s4u::Mutex::create();
+      cv[i] = s4u::ConditionVariable::create();
+    }
+  }
+  int size() const { return static_cast<int>(boxes.size()); }
+  // Wakes rank r's waiters (a request of theirs may have settled). Without
+  // the mutex: SimGrid runs one actor at a time, and a waiter checks its
+  // request and sleeps without another actor running in between.
+  void wake(int r) { cv[static_cast<std::size_t>(r)]->notify_all(); }
+
+  std::vector<std::unique_ptr<Mailbox>> boxes;
+  std::vector<s4u::Mailbox*> inbound;
+  std::vector<s4u::MutexPtr> mu;
+  std::vector<s4u::ConditionVariablePtr> cv;
+  std::vector<bool> attached;  // guarded by SimGrid running one actor at a time
+  std::vector<std::atomic<std::uint64_t>> bytesIn, messagesIn;
+  // [destination][source]: the next sequence number to deliver, and the
+  // messages that arrived before it (touched by the destination's daemon only).
+  std::vector<std::vector<std::uint64_t>> expected;
+  std::vector<std::vector<std::map<std::uint64_t, Message>>> early;
+};
+
+World* gWorld = nullptr;  // set while simulate() runs
+std::atomic<bool> gSimulated{false};
+
+World& world() {
+  GOSSAMER_ENFORCE(
+      gWorld != nullptr && s4u::Actor::self() != nullptr,
+      "the simgrid transport is used only inside gossamer::simgrid::simulate(), from a rank's actor");
+  return *gWorld;
+}
+
+// Waits in simulated time: until the request settles or the simulated
+// timeout passes, sleeping on the rank's S4U condition variable.
+class SimEngine final : public detail::ProgressEngine {
+ public:
+  SimEngine(World& w, int rank) : w_(w), rank_(rank) {}
+  void waitUntil(detail::RequestState& /*state*/,
+                 std::chrono::steady_clock::time_point /*deadline*/) override {}
+  void poke() override {}
+  bool keepsTime() const noexcept override { return true; }
+  bool waitFor(detail::RequestState& state, double timeoutSeconds) override {
+    const auto i = static_cast<std::size_t>(rank_);
+    const double end = s4u::Engine::get_clock() + timeoutSeconds;
+    std::unique_lock<s4u::Mutex> lock(*w_.mu[i]);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> g(state.mu);
+        if (state.status != detail::RequestState::Status::kPending) return true;
+      }
+      const double left = end - s4u::Engine::get_clock();
+      if (left <= 0) return false;
+      w_.cv[i]->wait_for(lock, left);
+    }
+  }
+
+ private:
+  World& w_;
+  int rank_;
+};
+
+class SimTransport final : public Transport {
+ public:
+  SimTransport(World& w, const Options& o)
+      : w_(w), rank_(o.rank), timeout_(o.timeoutSeconds), engine_(std::make_shared<SimEngine>(w, o.rank)) {
+    const auto i = static_cast<std::size_t>(rank_);
+    GOSSAMER_ENFORCE(!w_.attached[i], "rank " << rank_ << " already has a simgrid transport");
+    w_.attached[i] = true;
+  }
+  ~SimTransport() override { close(); }
+
+  int rank() const override { return rank_; }
+  int worldSize() const override { return w_.size(); }
+  std::string name() const override { return "simgrid"; }
+  double timeoutSeconds() const override { return timeout_; }
+
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(),
+                     "destination rank " << dst << " outside world size " << worldSize());
+    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0,
+                     "payload is not a whole number of " << dtypeName(dtype));
+    if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
+    if (dst != rank_ && box().isGone(dst)) throw PeerFailure(dst, "cannot send: peer closed its transport");
+    auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
+    bytesSent_ += data.size();
+    ++messagesSent_;
+    if (dst == rank_) {
+      deliver(w_, rank_, Message{rank_, tag, std::move(owned)});
+    } else {
+      put(dst, Message{rank_, tag, std::move(owned)}, static_cast<double>(data.size()));
+    }
+    return Request(detail::completedRequest(dst, data.size()));
+  }
+
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(rank_) + ")");
+    return box().post(sources, tag, buffer, engine_);
+  }
+
+  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
+    return box().discard(stale);
+  }
+
+  void close() override { shut(false); }
+  void abort() override { shut(true); }
+
+  TransportStats stats() const override {
+    const auto i = static_cast<std::size_t>(rank_);
+    TransportStats s;
+    s.bytesSent = bytesSent_;
+    s.messagesSent = messagesSent_;
+    s.bytesReceived = w_.bytesIn[i];
+    s.messagesReceived = w_.messagesIn[i];
+    return s;
+  }
+
+  // The daemon's (and a self-send's) delivery into rank `to`'s Mailbox, or
+  // the end of the peer that said bye.
+  static void deliver(World& w, int to, Message m) {
+    if (m.bye) {
+      w.boxes[static_cast<std::size_t>(to)]->peerGone(
+          m.source,
+          std::make_exception_ptr(PeerFailure(m.source, m.afterError ? "it stopped after an error of its own"
+                                                                     : "peer closed its transport")));
+      w.wake(to);
+      return;
+    }
+    const auto i = static_cast<std::size_t>(to);
+    w.bytesIn[i] += m.bytes->size();
+    ++w.messagesIn[i];
+    const std::span<const std::byte> bytes(m.bytes->data(), m.bytes->size());
+    w.boxes[i]->deliver(m.source, m.tag, InboundPayload{std::move(m.bytes), bytes});
+    w.wake(to);
+  }
+
+ private:
+  Mailbox& box() { return *w_.boxes[static_cast<std::size_t>(rank_)]; }
+
+  // Starts m's transfer to `dst` (payloadBytes + the header, simulated) with
+  // the pair's next sequence number.
+  void put(int dst, Message m, double payloadBytes) {
+    m.sequence = nextSequence_[static_cast<std::size_t>(dst)]++;
+    auto* heap = new Message(std::move(m));
+    w_.inbound[static_cast<std::size_t>(dst)]
+        ->put_init(heap, static_cast<std::uint64_t>(payloadBytes + kFrameHeaderBytes))
+        ->detach([](void* p) { delete static_cast<Message*>(p); });
+  }
+
+  void shut(bool afterError) {
+    if (closed_.exchange(true)) return;
+    // The bye follows this rank's last messages to each peer.
+    if (s4u::Actor::self() != nullptr)
+      for (int q = 0; q < worldSize(); ++q)
+        if (q != rank_) {
+          Message bye{rank_, Tag{}, nullptr};
+          bye.bye = true;
+          bye.afterError = afterError;
+          put(q, std::move(bye), 0);
+        }
+    box().close();
+  }
+
+  World& w_;
+  int rank_;
+  double timeout_;
+  std::shared_ptr<SimEngine> engine_;
+  std::vector<std::uint64_t> nextSequence_ =
+      std::vector<std::uint64_t>(static_cast<std::size_t>(w_.size()), 0);
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
+};
+
+// Rank r's daemon: takes what arrives on its S4U mailbox into its Mailbox.
+void receiveLoop(World& w, int r) {
+  s4u::Actor::self()->daemonize();
+  auto* inbound = w.inbound[static_cast<std::size_t>(r)];
+  const auto i = static_cast<std::size_t>(r);
+  for (;;) {
+    std::unique_ptr<Message> m(inbound->get<Message>());
+    const auto s = static_cast<std::size_t>(m->source);
+    auto& next = w.expected[i][s];
+    auto& early = w.early[i][s];
+    if (m->sequence != next) {
+      early.emplace(m->sequence, std::move(*m));
+      continue;
+    }
+    ++next;
+    SimTransport::deliver(w, r, std::move(*m));
+    for (auto it = early.find(next); it != early.end(); it = early.find(next)) {
+      Message held = std::move(it->second);
+      early.erase(it);
+      ++next;
+      SimTransport::deliver(w, r, std::move(held));
+    }
+  }
+}
+
+// A star: host "rank-r" with its own split-duplex link to a switch.
+void buildStar(const StarPlatform& p) {
+  auto* zone = s4u::create_star_zone("gossamer-star");
+  for (int r = 0; r < p.hosts; ++r) {
+    const std::string name = "rank-" + std::to_string(r);
+    auto* host = zone->create_host(name, p.flopsPerSecond);
+    auto* link = zone->create_split_duplex_link("link-" + std::to_string(r), p.bytesPerSecond);
+    link->set_latency(p.latencySeconds);
+    link->seal();
+    zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
+                    {s4u::LinkInRoute(link, s4u::LinkInRoute::Direction::UP)}, true);
+  }
+  zone->seal();
+}
+
+}  // namespace
+
+Outcome simulate(const StarPlatform& platform, const std::function<void(int rank)>& rank,
+                 const std::vector<std::string>& config) {
+  GOSSAMER_ENFORCE(platform.hosts >= 1, "simgrid platform: hosts " << platform.hosts << " (at least 1)");
+  GOSSAMER_ENFORCE(platform.bytesPerSecond > 0,
+                   "simgrid platform: link rate " << platform.bytesPerSecond << " B/s");
+  GOSSAMER_ENFORCE(platform.latencySeconds >= 0,
+                   "simgrid platform: latency " << platform.latencySeconds << " s");
+  GOSSAMER_ENFORCE(platform.flopsPerSecond > 0, "simgrid platform: host speed " << platform.flopsPerSecond);
+  GOSSAMER_ENFORCE(rank, "simulate: no rank function");
+  if (gSimulated.exchange(true))
+    throw Error("gossamer::simgrid::simulate runs once per process (SimGrid's engine cannot be made twice)");
+
+  // Actors on threads of their own (run one at a time): thread-local state
+  // of the SDK stays per rank. Set on the command line the engine parses:
+  // the context factory is chosen when the engine is made.
+  std::vector<std::string> args{"gossamer-simgrid", "--cfg=contexts/factory:thread",
+                                "--log=root.thresh:warning"};
+  for (const auto& c : config) args.push_back("--cfg=" + c);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  s4u::Engine engine(&argc, argv.data());
+  buildStar(platform);
+
+  World w(platform.hosts);
+  gWorld = &w;
+  Outcome out;
+  std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
+  for (int r = 0; r < platform.hosts; ++r) {
+    auto* host = s4u::Host::by_name("rank-" + std::to_string(r));
+    auto daemon = s4u::Actor::create("inbox-" + std::to_string(r), host, [&w, r] { receiveLoop(w, r); });
+    w.inbound[static_cast<std::size_t>(r)]->set_receiver(daemon);
+    s4u::Actor::create("rank-" + std::to_string(r), host, [&errors, &rank, r] {
+      try {
+        rank(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  engine.run();
+  gWorld = nullptr;
+  out.simulatedSeconds = s4u::Engine::get_clock();
+  for (int r = 0; r < platform.hosts; ++r)
+    if (!errors[static_cast<std::size_t>(r)].empty())
+      out.errors.push_back("rank " + std::to_string(r) + ": " + errors[static_cast<std::size_t>(r)]);
+  return out;
+}
+
+std::unique_ptr<Transport> makeTransport(const Options& o) {
+  World& w = world();
+  GOSSAMER_ENFORCE(o.worldSize == w.size(), "simgrid transport: world size "
+                                                << o.worldSize << " but the platform has " << w.size()
+                                                << " hosts");
+  GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
+                   "rank " << o.rank << " outside world size " << o.worldSize);
+  GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds << " s");
+  return std::make_unique<SimTransport>(w, o);
+}
+
+double now() { return s4u::Engine::get_clock(); }
+
+void compute(double flops) {
+  GOSSAMER_ENFORCE(flops >= 0, "compute: " << flops << " flops");
+  (void)world();
+  s4u::this_actor::execute(flops);
+}
+
+void sleepFor(double seconds) {
+  GOSSAMER_ENFORCE(seconds >= 0, "sleepFor: " << seconds << " s");
+  (void)world();
+  s4u::this_actor::sleep_for(seconds);
+}
+
+void registerWith(Registry& registry) {
+  registry.addTransport("simgrid", [](const TransportContext& ctx) {
+    Options o;
+    o.rank = ctx.rank;
+    o.worldSize = ctx.config.worldSize();
+    o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
+    return makeTransport(o);
+  });
+}
+
+}  // namespace gossamer::simgrid
