@@ -19,8 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/agent.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/simgrid.hpp"
 #include "process.hpp"
 
@@ -322,6 +327,127 @@ TEST_CASE("simgrid: the transport refuses use outside a simulation and a second 
   });
   INFO(failed);
   CHECK(failed.empty());
+}
+
+namespace {
+
+// Trains `steps` steps of `algorithm` on 4 ranks through an Agent made from a
+// config with transport.kind: simgrid: the shipped optimizer, unchanged, in
+// simulated time. Each rank's parameters start at `start(r, i)` and every
+// step's gradient is `grad(r, i)`; returns each rank's final parameters, or
+// the errors in `errors`.
+std::vector<std::vector<float>> trainSimulated(const std::string& algorithm, int steps,
+                                               float (*start)(int, std::size_t),
+                                               float (*grad)(int, std::size_t), std::string& errors,
+                                               double& secondsPerStep) {
+  constexpr int kRanks = 4;
+  constexpr std::size_t kParams = 25000;  // 100 KB of float32
+  Registry registry;
+  simgrid::registerWith(registry);
+  topologies::registerBuiltins(registry);
+  optimizers::registerBuiltins(registry);
+  const Config c = registry.parse(
+      "world_size: 4\ntransport:\n  kind: simgrid\n  timeout_seconds: 60\n"
+      "topology:\n  kind: ring\nalgorithm:\n  name: " +
+          algorithm + "\ntraining:\n  learning_rate: 0.1\n  momentum: 0\n",
+      "simgrid-train.yaml");
+  MemoryStore store;
+  std::vector<std::vector<float>> params(kRanks, std::vector<float>(kParams));
+  simgrid::StarPlatform p;
+  p.hosts = kRanks;
+  double first = 0, last = 0;
+  const auto out = simgrid::simulate(p, [&](int r) {
+    auto& x = params[static_cast<std::size_t>(r)];
+    std::vector<float> g(kParams);
+    for (std::size_t i = 0; i < kParams; ++i) {
+      x[i] = start(r, i);
+      g[i] = grad(r, i);
+    }
+    Agent agent(c, r, store, registry);
+    auto& opt = agent.makeOptimizer({kParams});
+    if (r == 0) first = simgrid::now();
+    for (int s = 0; s < steps; ++s) opt.step(x, g);
+    opt.flush(x);
+    if (r == 0) last = simgrid::now();
+    agent.close();
+  });
+  errors = errorsOf(out);
+  secondsPerStep = (last - first) / steps;
+  return params;
+}
+
+float same(int /*r*/, std::size_t /*i*/) { return 0.5f; }
+float byRank(int r, std::size_t i) { return static_cast<float>(r) + 0.001f * static_cast<float>(i % 10); }
+float rankGradient(int r, std::size_t i) {
+  return 0.01f * static_cast<float>((r + 1) * (static_cast<int>(i % 5) + 1));
+}
+float noGradient(int /*r*/, std::size_t /*i*/) { return 0.0f; }
+
+// Largest |x_r[i] - mean_i| over ranks and elements, and the largest
+// |mean_i - target(i)|.
+std::pair<double, double> spread(const std::vector<std::vector<float>>& x,
+                                 const std::function<double(std::size_t)>& target) {
+  double dev = 0, drift = 0;
+  for (std::size_t i = 0; i < x[0].size(); ++i) {
+    double m = 0;
+    for (const auto& v : x) m += v[i];
+    m /= static_cast<double>(x.size());
+    for (const auto& v : x) dev = std::max(dev, std::abs(v[i] - m));
+    drift = std::max(drift, std::abs(m - target(i)));
+  }
+  return {dev, drift};
+}
+
+}  // namespace
+
+TEST_CASE("simgrid: AllReduce-SGD trains through an Agent and keeps every rank's model equal to central SGD",
+          "[simgrid][train]") {
+  const std::string failed = inChild([] {
+    std::string errors;
+    double perStep = 0;
+    constexpr int kSteps = 10;
+    const auto x = trainSimulated("allreduce_sgd", kSteps, same, rankGradient, errors, perStep);
+    if (!errors.empty()) return errors;
+    for (std::size_t r = 1; r < x.size(); ++r)
+      if (x[r] != x[0]) return "rank " + std::to_string(r) + "'s model differs from rank 0's";
+    // Central SGD with the mean gradient: 0.5 - lr * steps * mean_r g_r(i).
+    for (std::size_t i = 0; i < x[0].size(); ++i) {
+      double g = 0;
+      for (int r = 0; r < 4; ++r) g += rankGradient(r, i) / 4.0;
+      const double expected = 0.5 - 0.1 * kSteps * g;
+      if (std::abs(x[0][i] - expected) > 1e-5)
+        return "element " + std::to_string(i) + " is " + std::to_string(x[0][i]) + ", central SGD gives " +
+               std::to_string(expected);
+    }
+    if (!(perStep > 0)) return "a step took " + std::to_string(perStep) + " simulated seconds";
+    return std::string();
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: Crossover-SGD and SGP gossip through an Agent towards the mean and keep it",
+          "[simgrid][train]") {
+  for (const std::string algorithm : {"crossover_sgd", "sgp"}) {
+    DYNAMIC_SECTION(algorithm) {
+      const std::string failed = inChild([&] {
+        std::string errors;
+        double perStep = 0;
+        const auto x = trainSimulated(algorithm, 30, byRank, noGradient, errors, perStep);
+        if (!errors.empty()) return errors;
+        // Ranks start 1 apart (0..3): consensus distance 1.5; the mean is kept.
+        const auto [dev, drift] =
+            spread(x, [](std::size_t i) { return 1.5 + 0.001 * static_cast<double>(i % 10); });
+        std::string s;
+        if (dev > 0.1) s += "after 30 steps ranks are still " + std::to_string(dev) + " from the mean\n";
+        if (drift > 1e-3) s += "the mean moved by " + std::to_string(drift) + "\n";
+        if (!(perStep > 0)) s += "a step took " + std::to_string(perStep) + " simulated seconds\n";
+        return s;
+      });
+      INFO(failed);
+      CHECK(failed.empty());
+    }
+  }
 }
 
 #endif  // GOSSAMER_HAVE_SIMGRID
