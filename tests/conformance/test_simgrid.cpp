@@ -22,6 +22,7 @@
 #include "gossamer/agent.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
@@ -34,8 +35,11 @@ using namespace gossamer;
 namespace {
 
 // Network model settings under which a transfer takes latency + bytes / rate
-// exactly (SimGrid's default TCP model scales both by measured factors).
-const std::vector<std::string> kExactLinks{"network/latency-factor:1", "network/bandwidth-factor:1"};
+// exactly: SimGrid's default TCP model scales both by measured factors, and
+// sends 5% of every flow back along the reverse route (the ACKs), which a
+// link used both ways (the platform file's) shares with the flow.
+const std::vector<std::string> kExactLinks{"network/latency-factor:1", "network/bandwidth-factor:1",
+                                           "network/crosstraffic:0"};
 
 // Runs `body` in a child process and returns what it wrote (empty: it
 // passed), or why the child did not finish.
@@ -94,7 +98,7 @@ std::unique_ptr<Transport> transportOf(int rank, int n, double timeout = 30) {
 TEST_CASE("simgrid: receives from any of several ranks and keeps each pair's order", "[simgrid]") {
   const std::string failed = inChild([] {
     constexpr int kRanks = 4, kEach = 5;
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = kRanks;
     const auto out = simgrid::simulate(p, [](int r) {
       auto t = transportOf(r, kRanks);
@@ -127,10 +131,10 @@ TEST_CASE("simgrid: receives from any of several ranks and keeps each pair's ord
 
 TEST_CASE("simgrid: a message takes latency plus bytes over rate in simulated time", "[simgrid]") {
   std::string failed = inChild([] {
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = 2;
-    p.bytesPerSecond = 125e6;  // 1 Gbit/s
-    p.latencySeconds = 50e-6;
+    p.insideBytesPerSecond = 125e6;  // 1 Gbit/s
+    p.insideLatencySeconds = 50e-6;
     double arrived = -1;
     constexpr std::size_t kBytes = 1000000;
     const auto out = simgrid::simulate(
@@ -149,9 +153,9 @@ TEST_CASE("simgrid: a message takes latency plus bytes over rate in simulated ti
           }
         },
         kExactLinks);
-    // Two links (the sender's up, the receiver's down), each 50 us; the
-    // 48-byte header travels with the payload.
-    const double expected = 2 * 50e-6 + (kBytes + 48) / 125e6;
+    // The sender's up link (50 us) and the receiver's down link, both at
+    // 1 Gbit/s; the 48-byte header travels with the payload.
+    const double expected = 50e-6 + (kBytes + 48) / 125e6;
     std::string s = errorsOf(out);
     if (std::abs(arrived - expected) > 0.01 * expected)
       s += "arrived at " + std::to_string(arrived) + " s, expected " + std::to_string(expected) + " s\n";
@@ -165,7 +169,7 @@ TEST_CASE("simgrid: ring recursive doubling and Rabenseifner allreduce give exac
           "[simgrid]") {
   const std::string failed = inChild([] {
     constexpr int kRanks = 6;
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = kRanks;
     const auto out = simgrid::simulate(p, [](int r) {
       auto t = transportOf(r, kRanks);
@@ -201,10 +205,10 @@ TEST_CASE("simgrid: a ring allreduce takes the time its bytes need on the links"
   std::string failed = inChild([] {
     constexpr int kRanks = 8;
     constexpr std::size_t kElems = 2000000;  // 8 MB of float32
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = kRanks;
-    p.bytesPerSecond = 125e6;
-    p.latencySeconds = 50e-6;
+    p.insideBytesPerSecond = 125e6;
+    p.insideLatencySeconds = 50e-6;
     double took = -1;
     const auto out = simgrid::simulate(
         p,
@@ -222,9 +226,9 @@ TEST_CASE("simgrid: a ring allreduce takes the time its bytes need on the links"
         },
         kExactLinks);
     // Each rank sends and receives 2 (N-1)/N of the vector, at once in both
-    // directions of its link (full duplex); 2 (N-1) steps of two link latencies.
+    // directions (its up and down links); 2 (N-1) steps of one latency each.
     const double bytes = 4.0 * kElems;
-    const double expected = 2.0 * (kRanks - 1) / kRanks * bytes / 125e6 + 2 * (kRanks - 1) * 2 * 50e-6;
+    const double expected = 2.0 * (kRanks - 1) / kRanks * bytes / 125e6 + 2 * (kRanks - 1) * 50e-6;
     std::string s = errorsOf(out);
     if (std::abs(took - expected) > 0.10 * expected)
       s += "ring took " + std::to_string(took) + " s simulated, alpha-beta gives " +
@@ -238,7 +242,7 @@ TEST_CASE("simgrid: a ring allreduce takes the time its bytes need on the links"
 TEST_CASE("simgrid: a receive from a silent peer times out in simulated seconds", "[simgrid]") {
   const auto wall0 = std::chrono::steady_clock::now();
   std::string failed = inChild([] {
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = 2;
     double gaveUp = -1;
     bool timedOut = false;
@@ -273,7 +277,7 @@ TEST_CASE("simgrid: a receive from a silent peer times out in simulated seconds"
 
 TEST_CASE("simgrid: a rank that closes its transport fails the receives waiting on it", "[simgrid]") {
   std::string failed = inChild([] {
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = 3;
     int failures = 0;
     const auto out = simgrid::simulate(p, [&](int r) {
@@ -308,7 +312,7 @@ TEST_CASE("simgrid: the transport refuses use outside a simulation and a second 
       s += "makeTransport outside simulate() did not throw\n";
     } catch (const InvalidArgument&) {
     }
-    simgrid::StarPlatform p;
+    simgrid::Platform p;
     p.hosts = 1;
     const auto out = simgrid::simulate(p, [](int r) { transportOf(r, 1); });
     s += errorsOf(out);
@@ -327,6 +331,142 @@ TEST_CASE("simgrid: the transport refuses use outside a simulation and a second 
   });
   INFO(failed);
   CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: islands give inside and between links their rates and latencies, shared by their flows",
+          "[simgrid][platform]") {
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 8;
+    p.islands = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    p.insideBytesPerSecond = 125e6;  // 1 Gbit/s
+    p.insideLatencySeconds = 50e-6;
+    p.betweenBytesPerSecond = 12.5e6;  // 100 Mbit/s into each island
+    p.betweenLatencySeconds = 10e-3;
+    constexpr std::size_t kBytes = 1000000;
+    std::vector<double> arrived(8, -1);
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, 8, 100);
+          std::vector<std::byte> b(kBytes);
+          const Tag tag = Tag::make(Op::kUser, 1, 0);
+          // 0 -> 1 inside island 0; 2 -> 4 and 3 -> 5 at once into island 1.
+          const int to = r == 0 ? 1 : r == 2 ? 4 : r == 3 ? 5 : -1;
+          const int from = r == 1 ? 0 : r == 4 ? 2 : r == 5 ? 3 : -1;
+          if (to >= 0) t->isend(to, tag, b).wait(t->timeoutSeconds());
+          if (from >= 0) {
+            t->irecv(from, tag, b).wait(t->timeoutSeconds());
+            arrived[static_cast<std::size_t>(r)] = simgrid::now();
+          }
+        },
+        kExactLinks);
+    const double bytes = kBytes + 48;
+    const double inside = 50e-6 + bytes / 125e6;
+    // Two flows share island 1's 100 Mbit/s: each gets half.
+    const double between = 50e-6 + 10e-3 + bytes / (12.5e6 / 2);
+    std::string s = errorsOf(out);
+    const auto near = [&](int r, double expected) {
+      const double got = arrived[static_cast<std::size_t>(r)];
+      if (std::abs(got - expected) > 0.01 * expected)
+        s += "rank " + std::to_string(r) + " received at " + std::to_string(got) + " s, expected " +
+             std::to_string(expected) + " s\n";
+    };
+    near(1, inside);
+    near(4, between);
+    near(5, between);
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a platform file stands in for the generated platform", "[simgrid][platform]") {
+  gossamer::testing::TempDir dir;
+  const std::string file = dir / "two.xml";
+  gossamer::testing::writeFile(file, R"(<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+  <zone id="two" routing="Full">
+    <host id="rank-0" speed="1Gf"/>
+    <host id="rank-1" speed="1Gf"/>
+    <link id="wire" bandwidth="10MBps" latency="1ms"/>
+    <route src="rank-0" dst="rank-1"><link_ctn id="wire"/></route>
+  </zone>
+</platform>
+)");
+  const std::string failed = inChild([&] {
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = file;
+    double arrived = -1;
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, 2);
+          std::vector<std::byte> b(100000);
+          const Tag tag = Tag::make(Op::kUser, 1, 0);
+          if (r == 0) t->isend(1, tag, b).wait(t->timeoutSeconds());
+          if (r == 1) {
+            t->irecv(0, tag, b).wait(t->timeoutSeconds());
+            arrived = simgrid::now();
+          }
+        },
+        kExactLinks);
+    const double expected = 1e-3 + 100048 / 10e6;
+    std::string s = errorsOf(out);
+    if (std::abs(arrived - expected) > 0.01 * expected)
+      s += "arrived at " + std::to_string(arrived) + " s, the file's link gives " + std::to_string(expected) +
+           "\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+  // A file without the hosts of every rank is refused.
+  const std::string refused = inChild([&] {
+    simgrid::Platform p;
+    p.hosts = 3;
+    p.file = file;
+    try {
+      simgrid::simulate(p, [](int) {});
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what()).find("rank-2") != std::string::npos ? std::string()
+                                                                       : std::string(e.what());
+    }
+    return std::string("a file without rank-2 was taken for 3 ranks");
+  });
+  INFO(refused);
+  CHECK(refused.empty());
+}
+
+TEST_CASE("simgrid: a platform's fields are validated", "[simgrid][platform]") {
+  simgrid::Platform p;
+  p.hosts = 4;
+  CHECK_NOTHROW(p.validate());
+  p.islands = {{0, 1}, {1, 2, 3}};
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.islands = {{0, 1}, {2}};
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.islands = {{0, 1}, {2, 3}};
+  CHECK_NOTHROW(p.validate());
+  p.insideBytesPerSecond = 0;
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.insideBytesPerSecond = 1;
+  p.betweenLatencySeconds = -1;
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.betweenLatencySeconds = 0;
+  p.hosts = 0;
+  p.islands.clear();
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  // From the job's network: section.
+  const NetworkLayout layout(8, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 10, 0.1, 0.02);
+  const auto q = simgrid::Platform::fromNetwork(layout, 20e-6);
+  CHECK(q.hosts == 8);
+  CHECK(q.islands == layout.islands());
+  CHECK(q.insideBytesPerSecond == Approx(1.25e9));
+  CHECK(q.betweenBytesPerSecond == Approx(12.5e6));
+  CHECK(q.betweenLatencySeconds == Approx(0.02));
+  CHECK(q.insideLatencySeconds == Approx(20e-6));
 }
 
 namespace {
@@ -353,7 +493,7 @@ std::vector<std::vector<float>> trainSimulated(const std::string& algorithm, int
       "simgrid-train.yaml");
   MemoryStore store;
   std::vector<std::vector<float>> params(kRanks, std::vector<float>(kParams));
-  simgrid::StarPlatform p;
+  simgrid::Platform p;
   p.hosts = kRanks;
   double first = 0, last = 0;
   const auto out = simgrid::simulate(p, [&](int r) {

@@ -30,6 +30,7 @@
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/transports/simgrid.hpp"
+#include "platform.hpp"
 
 namespace gossamer::simgrid {
 
@@ -263,31 +264,11 @@ void receiveLoop(World& w, int r) {
   }
 }
 
-// A star: host "rank-r" with its own split-duplex link to a switch.
-void buildStar(const StarPlatform& p) {
-  auto* zone = s4u::create_star_zone("gossamer-star");
-  for (int r = 0; r < p.hosts; ++r) {
-    const std::string name = "rank-" + std::to_string(r);
-    auto* host = zone->create_host(name, p.flopsPerSecond);
-    auto* link = zone->create_split_duplex_link("link-" + std::to_string(r), p.bytesPerSecond);
-    link->set_latency(p.latencySeconds);
-    link->seal();
-    zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                    {s4u::LinkInRoute(link, s4u::LinkInRoute::Direction::UP)}, true);
-  }
-  zone->seal();
-}
-
 }  // namespace
 
-Outcome simulate(const StarPlatform& platform, const std::function<void(int rank)>& rank,
+Outcome simulate(const Platform& platform, const std::function<void(int rank)>& rank,
                  const std::vector<std::string>& config) {
-  GOSSAMER_ENFORCE(platform.hosts >= 1, "simgrid platform: hosts " << platform.hosts << " (at least 1)");
-  GOSSAMER_ENFORCE(platform.bytesPerSecond > 0,
-                   "simgrid platform: link rate " << platform.bytesPerSecond << " B/s");
-  GOSSAMER_ENFORCE(platform.latencySeconds >= 0,
-                   "simgrid platform: latency " << platform.latencySeconds << " s");
-  GOSSAMER_ENFORCE(platform.flopsPerSecond > 0, "simgrid platform: host speed " << platform.flopsPerSecond);
+  platform.validate();
   GOSSAMER_ENFORCE(rank, "simulate: no rank function");
   if (gSimulated.exchange(true))
     throw Error("gossamer::simgrid::simulate runs once per process (SimGrid's engine cannot be made twice)");
@@ -303,7 +284,7 @@ Outcome simulate(const StarPlatform& platform, const std::function<void(int rank
   argv.push_back(nullptr);
   int argc = static_cast<int>(args.size());
   s4u::Engine engine(&argc, argv.data());
-  buildStar(platform);
+  build(platform);
 
   World w(platform.hosts);
   gWorld = &w;

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/kit/network.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer {
@@ -39,14 +40,33 @@ class Registry;
 
 namespace gossamer::simgrid {
 
-/// A star of hosts: rank r runs on host "rank-r", whose own full-duplex link
-/// (bytesPerSecond each way, latencySeconds) joins a switch that adds nothing.
-/// Islands, WAN links and SimGrid platform files come later.
-struct StarPlatform {
-  int hosts = 2;                  ///< Number of hosts (= world size), >= 1.
-  double bytesPerSecond = 125e6;  ///< Each host link's rate, bytes per second (125e6: 1 Gbit/s).
-  double latencySeconds = 50e-6;  ///< Each host link's latency, seconds.
-  double flopsPerSecond = 1e9;    ///< Each host's speed, for simgrid::compute.
+/// The simulated network (platform.cpp): one host per rank, "rank-R", in
+/// islands. Inside an island every host has its own link to the island's
+/// switch: sending at insideBytesPerSecond with a one-way latency of
+/// insideLatencySeconds, receiving at the same rate (unbounded with
+/// receiveUnshaped). Between islands, what enters island b shares b's link of
+/// betweenBytesPerSecond, which adds betweenLatencySeconds; what leaves an
+/// island is not limited. So a message inside an island takes
+/// insideLatencySeconds + bytes / insideBytesPerSecond when alone on its links.
+struct Platform {
+  int hosts = 2;                          ///< Number of hosts (= world size), >= 1.
+  std::vector<std::vector<int>> islands;  ///< A partition of [0, hosts); empty: one island.
+  double insideBytesPerSecond = 125e6;    ///< A host's link, bytes per second (125e6: 1 Gbit/s).
+  double insideLatencySeconds = 50e-6;    ///< One-way latency inside an island, seconds.
+  double betweenBytesPerSecond = 125e6;   ///< Each island's link from the others, bytes per second.
+  double betweenLatencySeconds = 0;       ///< Added one-way latency between islands, seconds.
+  bool receiveUnshaped = false;           ///< Hosts receive at any rate (as tc shapes only egress).
+  double flopsPerSecond = 1e9;            ///< Each host's speed, for simgrid::compute.
+  /// A SimGrid platform file (XML) instead of all of the above but `hosts`:
+  /// it must hold hosts "rank-0" .. "rank-<hosts-1>".
+  std::string file;
+
+  /// The job's `network:` section (islands, inside_gbps, between_gbps,
+  /// between_delay_ms), with `insideLatencySeconds` inside islands.
+  static Platform fromNetwork(const NetworkLayout& layout, double insideLatencySeconds);
+  /// @throws InvalidArgument naming the field that is out of range, or the
+  ///         rank an island partition misses or repeats.
+  void validate() const;
 };
 
 /// Options of one rank's transport.
@@ -72,7 +92,7 @@ struct Outcome {
 ///        from `config` ("key:value", as SimGrid's --cfg).
 /// @throws InvalidArgument on a bad platform; Error if called a second time
 ///         in this process (SimGrid's engine cannot be made twice).
-Outcome simulate(const StarPlatform& platform, const std::function<void(int rank)>& rank,
+Outcome simulate(const Platform& platform, const std::function<void(int rank)>& rank,
                  const std::vector<std::string>& config = {});
 
 /// This rank's transport. Call it from the rank's actor, inside simulate().
@@ -83,7 +103,7 @@ std::unique_ptr<Transport> makeTransport(const Options& options);
 double now();
 
 /// Takes `flops` floating-point operations of simulated time on this rank's
-/// host (at StarPlatform::flopsPerSecond): the compute part of a step.
+/// host (at Platform::flopsPerSecond): the compute part of a step.
 void compute(double flops);
 
 /// Sleeps `seconds` of simulated time in the calling actor.

@@ -1,0 +1,128 @@
+// The simulated network of a job: its islands as SimGrid zones.
+//
+// Each island is a star zone: host "rank-R" with an up link (its NIC's
+// sending side: insideBytesPerSecond, one-way latency insideLatencySeconds)
+// and a down link (its receiving side: the same rate, or unbounded with
+// receiveUnshaped, no latency) to the island's switch, a router that adds
+// nothing. Islands hang under a full zone: from island a to island b a
+// message crosses a's out link (unbounded: what leaves an island is not
+// shaped) and b's in link (betweenBytesPerSecond, shared by every flow
+// entering b; latency betweenLatencySeconds). So a message inside an island
+// takes insideLatency + bytes / insideRate, one between islands
+// insideLatency + betweenLatency + bytes / min(insideRate, betweenRate), and
+// flows share what they cross (SimGrid's flow model, Velho et al., TOMACS
+// 2013). This is the shaping of the namespace hosts that real runs use
+// (tests/hosts/hosts.py: tbf on each host's egress and on each island's
+// ingress), so that the two can be compared.
+#include <simgrid/s4u.hpp>
+
+#include <string>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/kit/network.hpp"
+#include "gossamer/transports/simgrid.hpp"
+#include "platform.hpp"
+
+namespace gossamer::simgrid {
+
+namespace s4u = ::simgrid::s4u;
+using NetPoint = ::simgrid::kernel::routing::NetPoint;
+
+namespace {
+
+constexpr double kUnbounded = 1e15;  // bytes per second: a link that never limits
+
+// Star zone `name` under `parent` (null: the root), with one host per rank of
+// `ranks`; returns its router.
+s4u::NetZone* buildIsland(const Platform& p, const std::string& name, const std::vector<int>& ranks,
+                          const s4u::NetZone* parent, NetPoint** router) {
+  auto* zone = s4u::create_star_zone(name);
+  if (parent != nullptr) zone->set_parent(parent);
+  const double down = p.receiveUnshaped ? kUnbounded : p.insideBytesPerSecond;
+  for (const int r : ranks) {
+    const std::string host = "rank-" + std::to_string(r);
+    auto* h = zone->create_host(host, p.flopsPerSecond);
+    auto* up =
+        zone->create_link(host + "-up", p.insideBytesPerSecond)->set_latency(p.insideLatencySeconds)->seal();
+    auto* in = zone->create_link(host + "-down", down)->seal();
+    zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
+    zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(in)}, false);
+  }
+  *router = nullptr;
+  if (parent != nullptr) {
+    *router = zone->create_router(name + "-switch");
+    zone->add_route(*router, nullptr, nullptr, nullptr, {}, false);
+    zone->add_route(nullptr, *router, nullptr, nullptr, {}, false);
+  }
+  return zone;
+}
+
+}  // namespace
+
+Platform Platform::fromNetwork(const NetworkLayout& layout, double insideLatencySeconds) {
+  Platform p;
+  p.hosts = layout.worldSize();
+  if (layout.islands().size() > 1) p.islands = layout.islands();
+  p.insideBytesPerSecond = layout.insideGbps() * 1e9 / 8;
+  p.betweenBytesPerSecond = layout.betweenGbps() * 1e9 / 8;
+  p.insideLatencySeconds = insideLatencySeconds;
+  // NetworkLayout::delaySeconds: the one-way delay added between islands.
+  p.betweenLatencySeconds = layout.delaySeconds(
+      layout.islands().front().front(), layout.islands().size() > 1 ? layout.islands()[1].front() : 0);
+  return p;
+}
+
+void Platform::validate() const {
+  GOSSAMER_ENFORCE(hosts >= 1, "simgrid platform: hosts " << hosts << " (at least 1)");
+  GOSSAMER_ENFORCE(insideBytesPerSecond > 0,
+                   "simgrid platform: inside rate " << insideBytesPerSecond << " B/s");
+  GOSSAMER_ENFORCE(betweenBytesPerSecond > 0,
+                   "simgrid platform: between rate " << betweenBytesPerSecond << " B/s");
+  GOSSAMER_ENFORCE(insideLatencySeconds >= 0,
+                   "simgrid platform: inside latency " << insideLatencySeconds << " s");
+  GOSSAMER_ENFORCE(betweenLatencySeconds >= 0,
+                   "simgrid platform: between latency " << betweenLatencySeconds << " s");
+  GOSSAMER_ENFORCE(flopsPerSecond > 0, "simgrid platform: host speed " << flopsPerSecond << " flop/s");
+  if (!islands.empty()) NetworkLayout(hosts, islands, 1, 1);  // a partition of [0, hosts), or it throws
+}
+
+void build(const Platform& p) {
+  if (!p.file.empty()) {
+    s4u::Engine::get_instance()->load_platform(p.file);
+    for (int r = 0; r < p.hosts; ++r)
+      GOSSAMER_ENFORCE(s4u::Host::by_name_or_null("rank-" + std::to_string(r)) != nullptr,
+                       "simgrid platform file " << p.file << " has no host rank-" << r << " (world size "
+                                                << p.hosts << ")");
+    return;
+  }
+  NetPoint* unused = nullptr;
+  if (p.islands.empty()) {
+    std::vector<int> all(static_cast<std::size_t>(p.hosts));
+    for (int r = 0; r < p.hosts; ++r) all[static_cast<std::size_t>(r)] = r;
+    buildIsland(p, "island-0", all, nullptr, &unused)->seal();
+    return;
+  }
+  auto* root = s4u::create_full_zone("islands");
+  std::vector<s4u::NetZone*> zones;
+  std::vector<NetPoint*> routers;
+  std::vector<s4u::Link*> in, out;
+  for (std::size_t k = 0; k < p.islands.size(); ++k) {
+    const std::string name = "island-" + std::to_string(k);
+    NetPoint* router = nullptr;
+    zones.push_back(buildIsland(p, name, p.islands[k], root, &router));
+    zones.back()->seal();
+    routers.push_back(router);
+    in.push_back(root->create_link(name + "-in", p.betweenBytesPerSecond)
+                     ->set_latency(p.betweenLatencySeconds)
+                     ->seal());
+    out.push_back(root->create_link(name + "-out", kUnbounded)->seal());
+  }
+  for (std::size_t a = 0; a < zones.size(); ++a)
+    for (std::size_t b = 0; b < zones.size(); ++b)
+      if (a != b)
+        root->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), routers[a], routers[b],
+                        {s4u::LinkInRoute(out[a]), s4u::LinkInRoute(in[b])}, false);
+  root->seal();
+}
+
+}  // namespace gossamer::simgrid
