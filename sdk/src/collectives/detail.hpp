@@ -12,6 +12,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/half.hpp"
+#include "gossamer/kit/context_local.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/kit/wire.hpp"
 
@@ -142,18 +143,21 @@ void combine(ReduceOp op, T* dst, const T* src, std::size_t n) {
   }
 }
 
-/// Receive scratch of at least n elements that lives on this thread across
-/// calls (grow-only), so a large collective does not allocate and page-fault
-/// fresh memory on every call. Slots keep simultaneously used buffers apart:
-/// 0-1 ring reduce-scatter, 2 recursive doubling, 3 reduce. A collective must
-/// not call another one that uses the same slot while it holds its span.
+/// Receive scratch of at least n elements that lives on this thread of
+/// execution across calls (grow-only; contextLocal(): the OS thread's, or a
+/// simulated rank's), so a large collective does not allocate and
+/// page-fault fresh memory on every call. Slots keep simultaneously used
+/// buffers apart: 0-1 ring reduce-scatter, 2 recursive doubling, 3 reduce. A
+/// collective must not call another one that uses the same slot while it
+/// holds its span. T is trivially copyable; the bytes come from operator new,
+/// aligned for every element type the collectives take.
 enum class ScratchSlot { kRing0 = 0, kRing1 = 1, kRecursiveDoubling = 2, kReduce = 3 };
 template <typename T>
 std::span<T> scratch(ScratchSlot slot, std::size_t n) {
-  thread_local std::vector<T> pool[4];
-  auto& v = pool[static_cast<int>(slot)];
-  if (v.size() < n) v.resize(n);
-  return std::span<T>(v.data(), n);
+  static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+  auto& v = contextLocal().scratch[static_cast<std::size_t>(slot)];
+  if (v.size() < n * sizeof(T)) v.resize(n * sizeof(T));
+  return std::span<T>(reinterpret_cast<T*>(v.data()), n);
 }
 
 /// The op partial results are combined with: an average sums first.

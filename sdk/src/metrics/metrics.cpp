@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/context_local.hpp"
 #include "gossamer/log.hpp"
 
 namespace gossamer {
@@ -56,15 +57,13 @@ Json perPeer(const std::vector<std::uint64_t>& now, std::vector<std::uint64_t>& 
   return out;
 }
 
-thread_local std::int64_t tWaitNanos = 0;
-
 }  // namespace
 
 namespace detail {
-void addThreadWait(std::int64_t nanos) noexcept { tWaitNanos += nanos; }
+void addThreadWait(std::int64_t nanos) noexcept { contextLocal().waitNanos += nanos; }
 }  // namespace detail
 
-double threadWaitSeconds() noexcept { return static_cast<double>(tWaitNanos) * 1e-9; }
+double threadWaitSeconds() noexcept { return static_cast<double>(contextLocal().waitNanos) * 1e-9; }
 
 LinkMeter::LinkMeter(int worldSize)
     : sent_(static_cast<std::size_t>(std::max(worldSize, 0))),

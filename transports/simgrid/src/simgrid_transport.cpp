@@ -14,9 +14,12 @@
 // Order: like a TCP stream, what one rank sends another arrives in the order
 // sent. The flow model lets a small message overtake a large one sent before
 // it, so every message carries a per-pair sequence number and the daemon
-// holds early ones until those before them have arrived. close() sends a bye
-// (48 simulated bytes) after the rank's last messages; the peer marks the
-// rank gone when the bye is delivered, after all that came before it.
+// holds early ones until those before them have arrived. close() records how
+// many messages the rank sent each peer; a peer marks the rank gone once it
+// has delivered that many (at once if it has), like a stream's end after its
+// last bytes, without a message per pair (that would be N^2 at the end of a
+// job of N ranks). Per-pair state is kept only for pairs that exchanged
+// messages, so a job's memory grows with its traffic, not with N^2.
 #include <simgrid/s4u.hpp>
 
 #include <atomic>
@@ -24,9 +27,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/context_local.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/transports/simgrid.hpp"
@@ -44,10 +49,21 @@ constexpr double kFrameHeaderBytes = 48;  // wire.hpp's header, counted in every
 struct Message {
   int source;
   Tag tag;
-  std::shared_ptr<std::vector<std::byte>> bytes;  // null for a bye
-  std::uint64_t sequence = 0;                     // per (source, destination), from 0
-  bool bye = false;                               // the source closed its transport
-  bool afterError = false;                        // a bye sent by abort()
+  std::shared_ptr<std::vector<std::byte>> bytes;
+  std::uint64_t sequence = 0;  // per (source, destination), from 0
+};
+
+// What a destination knows of one source: the next sequence number to
+// deliver and the messages that arrived before it.
+struct FromSource {
+  std::uint64_t expected = 0;
+  std::map<std::uint64_t, Message> early;
+};
+
+// A rank that closed: how many messages it sent each peer, and why it left.
+struct Closed {
+  std::unordered_map<int, std::uint64_t> sent;
+  bool afterError = false;
 };
 
 // What every rank's transport shares while simulate() runs.
@@ -60,9 +76,8 @@ struct World {
         attached(static_cast<std::size_t>(n), false),
         bytesIn(static_cast<std::size_t>(n)),
         messagesIn(static_cast<std::size_t>(n)),
-        expected(static_cast<std::size_t>(n), std::vector<std::uint64_t>(static_cast<std::size_t>(n), 0)),
-        early(static_cast<std::size_t>(n),
-              std::vector<std::map<std::uint64_t, Message>>(static_cast<std::size_t>(n))) {
+        from(static_cast<std::size_t>(n)),
+        closed(static_cast<std::size_t>(n)) {
     for (int r = 0; r < n; ++r) {
       const auto i = static_cast<std::size_t>(r);
       boxes[i] = std::make_unique<Mailbox>(n);
@@ -77,20 +92,61 @@ struct World {
   // request and sleeps without another actor running in between.
   void wake(int r) { cv[static_cast<std::size_t>(r)]->notify_all(); }
 
+  // Rank `gone` has left `to`: its receives from it fail from now on.
+  void markGone(int to, int gone) {
+    const bool afterError = closed[static_cast<std::size_t>(gone)]->afterError;
+    boxes[static_cast<std::size_t>(to)]->peerGone(
+        gone, std::make_exception_ptr(PeerFailure(
+                  gone, afterError ? "it stopped after an error of its own" : "peer closed its transport")));
+    wake(to);
+  }
+
+  // Rank r closed after sending `sent` messages to each peer: each peer that
+  // has delivered them all learns it now, the others once they have.
+  void close(int r, std::unordered_map<int, std::uint64_t> sent, bool afterError) {
+    closed[static_cast<std::size_t>(r)] = std::make_unique<Closed>(Closed{std::move(sent), afterError});
+    for (int q = 0; q < size(); ++q)
+      if (q != r && allDelivered(q, r)) markGone(q, r);
+  }
+
+  // Whether `to` has delivered every message of the closed rank `source`.
+  bool allDelivered(int to, int source) const {
+    const auto& c = *closed[static_cast<std::size_t>(source)];
+    const auto it = c.sent.find(to);
+    const std::uint64_t sent = it == c.sent.end() ? 0 : it->second;
+    const auto& f = from[static_cast<std::size_t>(to)];
+    const auto got = f.find(source);
+    return (got == f.end() ? 0 : got->second.expected) == sent;
+  }
+
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<s4u::Mailbox*> inbound;
   std::vector<s4u::MutexPtr> mu;
   std::vector<s4u::ConditionVariablePtr> cv;
   std::vector<bool> attached;  // guarded by SimGrid running one actor at a time
   std::vector<std::atomic<std::uint64_t>> bytesIn, messagesIn;
-  // [destination][source]: the next sequence number to deliver, and the
-  // messages that arrived before it (touched by the destination's daemon only).
-  std::vector<std::vector<std::uint64_t>> expected;
-  std::vector<std::vector<std::map<std::uint64_t, Message>>> early;
+  // [destination]: what it knows of each source that sent it something
+  // (touched by the destination's daemon only).
+  std::vector<std::unordered_map<int, FromSource>> from;
+  // [rank]: set once the rank closed its transport.
+  std::vector<std::unique_ptr<Closed>> closed;
+  // Every actor's ContextLocal (collective scratch, wait time): the actors
+  // share one OS thread.
+  std::unordered_map<::aid_t, std::unique_ptr<ContextLocal>> locals;
 };
 
 World* gWorld = nullptr;  // set while simulate() runs
 std::atomic<bool> gSimulated{false};
+
+// The ContextLocal of the running actor (outside actors: the OS thread's).
+ContextLocal* actorLocal() noexcept {
+  if (gWorld == nullptr) return nullptr;
+  const s4u::Actor* self = s4u::Actor::self();
+  if (self == nullptr) return nullptr;
+  auto& slot = gWorld->locals[self->get_pid()];
+  if (!slot) slot = std::make_unique<ContextLocal>();
+  return slot.get();
+}
 
 World& world() {
   GOSSAMER_ENFORCE(
@@ -183,17 +239,8 @@ class SimTransport final : public Transport {
     return s;
   }
 
-  // The daemon's (and a self-send's) delivery into rank `to`'s Mailbox, or
-  // the end of the peer that said bye.
+  // The daemon's (and a self-send's) delivery into rank `to`'s Mailbox.
   static void deliver(World& w, int to, Message m) {
-    if (m.bye) {
-      w.boxes[static_cast<std::size_t>(to)]->peerGone(
-          m.source,
-          std::make_exception_ptr(PeerFailure(m.source, m.afterError ? "it stopped after an error of its own"
-                                                                     : "peer closed its transport")));
-      w.wake(to);
-      return;
-    }
     const auto i = static_cast<std::size_t>(to);
     w.bytesIn[i] += m.bytes->size();
     ++w.messagesIn[i];
@@ -208,24 +255,17 @@ class SimTransport final : public Transport {
   // Starts m's transfer to `dst` (payloadBytes + the header, simulated) with
   // the pair's next sequence number.
   void put(int dst, Message m, double payloadBytes) {
-    m.sequence = nextSequence_[static_cast<std::size_t>(dst)]++;
-    auto* heap = new Message(std::move(m));
+    m.sequence = nextSequence_[dst]++;
     w_.inbound[static_cast<std::size_t>(dst)]
-        ->put_init(heap, static_cast<std::uint64_t>(payloadBytes + kFrameHeaderBytes))
+        ->put_init(new Message(std::move(m)), static_cast<std::uint64_t>(payloadBytes + kFrameHeaderBytes))
         ->detach([](void* p) { delete static_cast<Message*>(p); });
   }
 
   void shut(bool afterError) {
     if (closed_.exchange(true)) return;
-    // The bye follows this rank's last messages to each peer.
-    if (s4u::Actor::self() != nullptr)
-      for (int q = 0; q < worldSize(); ++q)
-        if (q != rank_) {
-          Message bye{rank_, Tag{}, nullptr};
-          bye.bye = true;
-          bye.afterError = afterError;
-          put(q, std::move(bye), 0);
-        }
+    if (gWorld == &w_ && s4u::Actor::self() != nullptr) {
+      w_.close(rank_, nextSequence_, afterError);
+    }
     box().close();
   }
 
@@ -233,8 +273,7 @@ class SimTransport final : public Transport {
   int rank_;
   double timeout_;
   std::shared_ptr<SimEngine> engine_;
-  std::vector<std::uint64_t> nextSequence_ =
-      std::vector<std::uint64_t>(static_cast<std::size_t>(w_.size()), 0);
+  std::unordered_map<int, std::uint64_t> nextSequence_;  // by destination
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
@@ -243,24 +282,29 @@ class SimTransport final : public Transport {
 void receiveLoop(World& w, int r) {
   s4u::Actor::self()->daemonize();
   auto* inbound = w.inbound[static_cast<std::size_t>(r)];
-  const auto i = static_cast<std::size_t>(r);
+  auto& from = w.from[static_cast<std::size_t>(r)];
   for (;;) {
-    std::unique_ptr<Message> m(inbound->get<Message>());
-    const auto s = static_cast<std::size_t>(m->source);
-    auto& next = w.expected[i][s];
-    auto& early = w.early[i][s];
-    if (m->sequence != next) {
-      early.emplace(m->sequence, std::move(*m));
+    std::unique_ptr<Message> m;
+    try {
+      m.reset(inbound->get<Message>());
+    } catch (const ::simgrid::NetworkFailureException&) {
+      continue;  // a transfer that failed: nothing arrived
+    }
+    const int source = m->source;
+    auto& f = from[source];
+    if (m->sequence != f.expected) {
+      f.early.emplace(m->sequence, std::move(*m));
       continue;
     }
-    ++next;
+    ++f.expected;
     SimTransport::deliver(w, r, std::move(*m));
-    for (auto it = early.find(next); it != early.end(); it = early.find(next)) {
+    for (auto it = f.early.find(f.expected); it != f.early.end(); it = f.early.find(f.expected)) {
       Message held = std::move(it->second);
-      early.erase(it);
-      ++next;
+      f.early.erase(it);
+      ++f.expected;
       SimTransport::deliver(w, r, std::move(held));
     }
+    if (w.closed[static_cast<std::size_t>(source)] && w.allDelivered(r, source)) w.markGone(r, source);
   }
 }
 
@@ -273,11 +317,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   if (gSimulated.exchange(true))
     throw Error("gossamer::simgrid::simulate runs once per process (SimGrid's engine cannot be made twice)");
 
-  // Actors on threads of their own (run one at a time): thread-local state
-  // of the SDK stays per rank. Set on the command line the engine parses:
-  // the context factory is chosen when the engine is made.
-  std::vector<std::string> args{"gossamer-simgrid", "--cfg=contexts/factory:thread",
-                                "--log=root.thresh:warning"};
+  std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
   for (const auto& c : config) args.push_back("--cfg=" + c);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -288,6 +328,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
 
   World w(platform.hosts);
   gWorld = &w;
+  // The actors share one OS thread: the SDK's per-thread state is per actor.
+  setContextLocalProvider(&actorLocal);
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
   for (int r = 0; r < platform.hosts; ++r) {
@@ -303,6 +345,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
     });
   }
   engine.run();
+  setContextLocalProvider(nullptr);
   gWorld = nullptr;
   out.simulatedSeconds = s4u::Engine::get_clock();
   for (int r = 0; r < platform.hosts; ++r)

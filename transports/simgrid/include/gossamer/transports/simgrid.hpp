@@ -17,8 +17,10 @@
 // (simgrid::compute).
 //
 // SimGrid runs one engine per process: simulate() may be called once. Actors
-// are threads that SimGrid runs one at a time (contexts/factory:thread), so
-// thread-local state of the SDK (collective scratch) stays per rank.
+// share one OS thread (SimGrid's default contexts), so simulate() installs a
+// ContextLocal provider (kit/context_local.hpp): the SDK's per-thread state
+// (collective scratch, wait time) is per actor. A rank must not start
+// threads of its own, nor wait on anything but its transport's requests.
 //
 // Source: SimGrid's S4U interface (Casanova et al., "Versatile, Scalable, and
 // Accurate Simulation of Distributed Applications and Platforms", JPDC 2014);
