@@ -375,6 +375,10 @@ TEST_CASE("simgrid: islands give inside and between links their rates and latenc
     near(1, inside);
     near(4, between);
     near(5, between);
+    if (out.bytesSent != 3 * bytes || out.bytesBetweenIslands != 2 * bytes)
+      s += "counted " + std::to_string(out.bytesSent) + " bytes sent, " +
+           std::to_string(out.bytesBetweenIslands) + " between islands; expected 3 and 2 messages of " +
+           std::to_string(bytes) + "\n";
     return s;
   });
   INFO(failed);

@@ -15,4 +15,12 @@ std::string trainExe() {
 #endif
 }
 
+std::string simExe() {
+#ifdef GOSSAMER_SIM_EXE
+  return GOSSAMER_SIM_EXE;
+#else
+  return {};
+#endif
+}
+
 }  // namespace gossamer::testing

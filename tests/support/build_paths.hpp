@@ -17,5 +17,8 @@ std::string cmakeCommand();
 /// The gossamer-train executable of this build; "" where the suite is built
 /// without the programs (the sanitizer build).
 std::string trainExe();
+/// The gossamer-sim executable of this build; "" where it is not built
+/// (no SimGrid, or the sanitizer build).
+std::string simExe();
 
 }  // namespace gossamer::testing

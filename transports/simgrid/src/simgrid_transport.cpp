@@ -68,8 +68,9 @@ struct Closed {
 
 // What every rank's transport shares while simulate() runs.
 struct World {
-  explicit World(int n)
-      : boxes(static_cast<std::size_t>(n)),
+  World(int n, const std::vector<std::vector<int>>& islands)
+      : island(static_cast<std::size_t>(n), 0),
+        boxes(static_cast<std::size_t>(n)),
         inbound(static_cast<std::size_t>(n)),
         mu(static_cast<std::size_t>(n)),
         cv(static_cast<std::size_t>(n)),
@@ -78,6 +79,8 @@ struct World {
         messagesIn(static_cast<std::size_t>(n)),
         from(static_cast<std::size_t>(n)),
         closed(static_cast<std::size_t>(n)) {
+    for (std::size_t k = 0; k < islands.size(); ++k)
+      for (const int r : islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
     for (int r = 0; r < n; ++r) {
       const auto i = static_cast<std::size_t>(r);
       boxes[i] = std::make_unique<Mailbox>(n);
@@ -119,6 +122,8 @@ struct World {
     return (got == f.end() ? 0 : got->second.expected) == sent;
   }
 
+  std::vector<int> island;  // by rank
+  double bytesSent = 0, bytesBetween = 0;
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<s4u::Mailbox*> inbound;
   std::vector<s4u::MutexPtr> mu;
@@ -205,6 +210,7 @@ class SimTransport final : public Transport {
     GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0,
                      "payload is not a whole number of " << dtypeName(dtype));
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
+    onActor("isend");
     if (dst != rank_ && box().isGone(dst)) throw PeerFailure(dst, "cannot send: peer closed its transport");
     auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     bytesSent_ += data.size();
@@ -219,6 +225,7 @@ class SimTransport final : public Transport {
 
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     if (closed_) throw Cancelled("irecv on a closed transport (rank " + std::to_string(rank_) + ")");
+    onActor("irecv");
     return box().post(sources, tag, buffer, engine_);
   }
 
@@ -252,12 +259,26 @@ class SimTransport final : public Transport {
  private:
   Mailbox& box() { return *w_.boxes[static_cast<std::size_t>(rank_)]; }
 
+  // A call from a thread SimGrid does not run (a service's own thread)
+  // cannot take part in the simulation.
+  void onActor(const char* what) const {
+    GOSSAMER_ENFORCE(s4u::Actor::self() != nullptr,
+                     "simgrid transport, rank "
+                         << rank_ << ": " << what
+                         << " from a thread that is not the rank's actor (a thread of its "
+                            "own, such as a service's, cannot run in the simulation)");
+  }
+
   // Starts m's transfer to `dst` (payloadBytes + the header, simulated) with
   // the pair's next sequence number.
   void put(int dst, Message m, double payloadBytes) {
     m.sequence = nextSequence_[dst]++;
+    const double simulated = payloadBytes + kFrameHeaderBytes;
+    w_.bytesSent += simulated;
+    if (w_.island[static_cast<std::size_t>(rank_)] != w_.island[static_cast<std::size_t>(dst)])
+      w_.bytesBetween += simulated;
     w_.inbound[static_cast<std::size_t>(dst)]
-        ->put_init(new Message(std::move(m)), static_cast<std::uint64_t>(payloadBytes + kFrameHeaderBytes))
+        ->put_init(new Message(std::move(m)), static_cast<std::uint64_t>(simulated))
         ->detach([](void* p) { delete static_cast<Message*>(p); });
   }
 
@@ -326,7 +347,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   s4u::Engine engine(&argc, argv.data());
   build(platform);
 
-  World w(platform.hosts);
+  World w(platform.hosts, platform.islands);
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
   setContextLocalProvider(&actorLocal);
@@ -348,6 +369,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   setContextLocalProvider(nullptr);
   gWorld = nullptr;
   out.simulatedSeconds = s4u::Engine::get_clock();
+  out.bytesSent = w.bytesSent;
+  out.bytesBetweenIslands = w.bytesBetween;
   for (int r = 0; r < platform.hosts; ++r)
     if (!errors[static_cast<std::size_t>(r)].empty())
       out.errors.push_back("rank " + std::to_string(r) + ": " + errors[static_cast<std::size_t>(r)]);

@@ -82,6 +82,10 @@ struct Options {
 struct Outcome {
   double simulatedSeconds = 0;      ///< Simulated time when the last rank returned.
   std::vector<std::string> errors;  ///< "rank R: what()" for every rank whose function threw.
+  /// Bytes the ranks sent each other (payloads plus the 48-byte header of
+  /// each message; a rank's sends to itself left out), and of those the
+  /// bytes that crossed from one island to another.
+  double bytesSent = 0, bytesBetweenIslands = 0;
 };
 
 /// Builds `platform`, runs `rank(r)` as the actor of rank r on host "rank-r"

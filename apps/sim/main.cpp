@@ -1,0 +1,225 @@
+// gossamer-sim: a gossamer-train job definition run in a SimGrid simulation
+// (transports/simgrid) at any world size, with the job's own optimizer and
+// topology, unchanged, over the network its `network:` section describes.
+//
+// No forward or backward pass is computed: each step a rank spends
+// --step-seconds of simulated time (its compute), then calls the optimizer's
+// step with a zero gradient on parameters of the model's real size
+// (`model:`, Fashion-MNIST's 784 inputs and 10 classes, or --params). Ranks
+// start from different parameters (r + 0.001 (i mod 10) at rank r, element
+// i) unless the optimizer keeps one replicated model, so what the run shows is
+// what communication costs and how fast the ranks agree: simulated seconds
+// per step, bytes sent and across islands, and the consensus distance
+// (root-mean-square distance of the ranks' parameters from their mean, over
+// 64 evenly spaced elements) after every step.
+//
+// The membership service is off (its heartbeats run on a thread of their
+// own, which the simulation cannot run yet), and so is every other part of a
+// job that starts threads (HiPS, DiLoCo's outer step in the background).
+//
+// Output: a table on stdout and, with --json, one JSON object.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "components.hpp"
+#include "gossamer/agent.hpp"
+#include "gossamer/errors.hpp"
+#include "gossamer/kit/network.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/transports/simgrid.hpp"
+#include "model.hpp"
+#include "train_config.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace gossamer;
+
+constexpr std::size_t kSampled = 64;  // elements the consensus distance is measured on
+
+struct Options {
+  std::string config;
+  std::vector<std::string> overrides;
+  int worldSize = 0;  // 0: the config's
+  int islands = 0;    // 0: the config's network.islands
+  int steps = 20;
+  double stepSeconds = 0;
+  std::size_t params = 0;  // 0: the model's
+  double insideLatencyUs = 50;
+  bool receiveUnshaped = false;
+  std::string platformFile;
+  std::string jsonPath;
+};
+
+// "[[0,...,k-1],[k,...],...]": `count` islands of equal size (the last one
+// takes what remains).
+std::string equalIslands(int worldSize, int count) {
+  std::string s = "[";
+  const int per = worldSize / count;
+  for (int k = 0; k < count; ++k) {
+    s += k == 0 ? "[" : ",[";
+    const int end = k + 1 == count ? worldSize : (k + 1) * per;
+    for (int r = k * per; r < end; ++r) s += (r == k * per ? "" : ",") + std::to_string(r);
+    s += "]";
+  }
+  return s + "]";
+}
+
+std::vector<std::size_t> tensorSizes(const Config& c, std::size_t params) {
+  if (params > 0) return {params};
+  const auto m = train::trainConfigFrom(c).model;
+  const auto model =
+      m.kind == "softmax" ? train::Model::softmax(784, 10) : train::Model::mlp(784, m.hidden, 10);
+  return model.tensorSizes();
+}
+
+json run(const Options& o) {
+  const Registry registry = [] {
+    Registry r = train::makeTrainRegistry();
+    simgrid::registerWith(r);
+    return r;
+  }();
+  // The membership service's heartbeats run on a thread of their own, which
+  // a simulation cannot run yet: it is left out.
+  std::vector<std::string> overrides{"transport.kind=simgrid", "membership.enabled=false"};
+  if (o.worldSize > 0) overrides.push_back("world_size=" + std::to_string(o.worldSize));
+  if (o.islands > 0) {
+    const int n = o.worldSize > 0 ? o.worldSize : registry.load(o.config, o.overrides).worldSize();
+    GOSSAMER_ENFORCE(o.islands <= n, "--islands " << o.islands << " exceeds the world size " << n);
+    overrides.push_back("network.islands=" + equalIslands(n, o.islands));
+  }
+  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  const Config config = registry.load(o.config, overrides);
+  const int n = config.worldSize();
+  const auto sizes = tensorSizes(config, o.params);
+  std::size_t total = 0;
+  for (const auto s : sizes) total += s;
+
+  simgrid::Platform platform =
+      simgrid::Platform::fromNetwork(NetworkLayout::from(config), o.insideLatencyUs * 1e-6);
+  platform.receiveUnshaped = o.receiveUnshaped;
+  platform.file = o.platformFile;
+
+  MemoryStore store;
+  // [rank][step][k]: the sampled elements after each step.
+  std::vector<std::vector<float>> samples(static_cast<std::size_t>(n));
+  std::vector<double> finished(static_cast<std::size_t>(n), 0);
+  std::string algorithm;
+  bool replicated = false;
+  const auto wall0 = std::chrono::steady_clock::now();
+  const auto outcome = simgrid::simulate(platform, [&](int r) {
+    Agent agent(config, r, store, registry);
+    auto& opt = agent.makeOptimizer(sizes);
+    if (r == 0) {
+      algorithm = opt.name();
+      replicated = opt.replicatedModel();
+    }
+    std::vector<float> x(total), g(total, 0.0f);
+    const float shift = opt.replicatedModel() ? 0.0f : static_cast<float>(r);
+    for (std::size_t i = 0; i < total; ++i) x[i] = shift + 0.001f * static_cast<float>(i % 10);
+    auto& mine = samples[static_cast<std::size_t>(r)];
+    mine.reserve(static_cast<std::size_t>(o.steps) * kSampled);
+    for (int s = 0; s < o.steps; ++s) {
+      if (o.stepSeconds > 0) simgrid::sleepFor(o.stepSeconds);
+      opt.step(x, g);
+      for (std::size_t k = 0; k < kSampled; ++k) mine.push_back(x[k * total / kSampled]);
+    }
+    opt.flush(x);
+    finished[static_cast<std::size_t>(r)] = simgrid::now();
+    agent.close();
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (!outcome.errors.empty()) {
+    std::string all;
+    for (const auto& e : outcome.errors) all += "\n  " + e;
+    throw Error("gossamer-sim: " + std::to_string(outcome.errors.size()) + " rank(s) failed:" + all);
+  }
+  // Consensus distance after each step, over the sampled elements.
+  json distance = json::array();
+  for (int s = 0; s < o.steps; ++s) {
+    double sum = 0;
+    for (std::size_t k = 0; k < kSampled; ++k) {
+      const std::size_t at = static_cast<std::size_t>(s) * kSampled + k;
+      double mean = 0;
+      for (const auto& v : samples) mean += v[at];
+      mean /= n;
+      for (const auto& v : samples) sum += (v[at] - mean) * (v[at] - mean);
+    }
+    distance.push_back(std::sqrt(sum / (static_cast<double>(n) * kSampled)));
+  }
+  const double last = *std::max_element(finished.begin(), finished.end());
+  return json{{"algorithm", algorithm},
+              {"topology", config.get<std::string>("topology.kind")},
+              {"world_size", n},
+              {"islands", std::max<std::size_t>(1, platform.islands.size())},
+              {"inside_gbps", platform.insideBytesPerSecond * 8 / 1e9},
+              {"between_gbps", platform.betweenBytesPerSecond * 8 / 1e9},
+              {"between_delay_ms", platform.betweenLatencySeconds * 1e3},
+              {"inside_latency_us", o.insideLatencyUs},
+              {"platform_file", o.platformFile},
+              {"parameters", total},
+              {"steps", o.steps},
+              {"step_compute_seconds", o.stepSeconds},
+              {"replicated_model", replicated},
+              {"simulated_seconds_per_step", last / o.steps},
+              {"bytes_sent", outcome.bytesSent},
+              {"bytes_between_islands", outcome.bytesBetweenIslands},
+              {"consensus_distance", distance},
+              {"wall_seconds", wall}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gossamer-sim: a gossamer-train config in a SimGrid simulation, at any world size"};
+  Options o;
+  app.add_option("config", o.config, "the job's YAML (gossamer-train's format)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", o.overrides, "KEY=VALUE: overrides a key of the config, as gossamer-train --set");
+  app.add_option("--world-size", o.worldSize, "ranks (default: the config's world_size)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--islands", o.islands, "network.islands: this many equal islands (default: the config's)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", o.steps, "optimizer steps per rank")->check(CLI::Range(1, 1000000));
+  app.add_option("--step-seconds", o.stepSeconds, "simulated compute per step, seconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--params", o.params, "parameters (float32 elements) instead of the model's");
+  app.add_option("--inside-latency-us", o.insideLatencyUs, "one-way latency inside an island, microseconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--receive-unshaped", o.receiveUnshaped,
+               "hosts receive at any rate (tc shapes only what a host sends, as on the namespace hosts)");
+  app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
+      ->check(CLI::ExistingFile);
+  app.add_option("--json", o.jsonPath, "write the result here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const json r = run(o);
+    const auto& d = r["consensus_distance"];
+    std::printf("%-16s %6s %8s %12s %14s %14s %12s %10s\n", "algorithm", "ranks", "islands", "s/step",
+                "bytes sent", "bytes between", "consensus", "wall s");
+    std::printf("%-16s %6d %8zu %12.6f %14.0f %14.0f %12.3g %10.2f\n",
+                r["algorithm"].get<std::string>().c_str(), r["world_size"].get<int>(),
+                r["islands"].get<std::size_t>(), r["simulated_seconds_per_step"].get<double>(),
+                r["bytes_sent"].get<double>(), r["bytes_between_islands"].get<double>(),
+                d.back().get<double>(), r["wall_seconds"].get<double>());
+    if (!o.jsonPath.empty()) {
+      std::ofstream out(o.jsonPath);
+      out << r.dump(2) << "\n";
+      if (!out) throw Error("cannot write " + o.jsonPath);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "gossamer-sim: " << e.what() << "\n";
+    return 1;
+  }
+}
