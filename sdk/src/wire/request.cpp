@@ -93,6 +93,12 @@ void RequestState::attachMeter(std::shared_ptr<LinkMeter> m, const Tag& tag) {
   }
 }
 
+void checkSendArguments(int dst, int worldSize, std::size_t bytes, DType dtype) {
+  GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize,
+                   "destination rank " << dst << " outside world size " << worldSize);
+  GOSSAMER_ENFORCE(bytes % dtypeSize(dtype) == 0, "payload is not a whole number of " << dtypeName(dtype));
+}
+
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
   auto s = std::make_shared<RequestState>();
   s->peer = peer;

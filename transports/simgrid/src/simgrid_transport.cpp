@@ -205,10 +205,7 @@ class SimTransport final : public Transport {
   double timeoutSeconds() const override { return timeout_; }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    GOSSAMER_ENFORCE(dst >= 0 && dst < worldSize(),
-                     "destination rank " << dst << " outside world size " << worldSize());
-    GOSSAMER_ENFORCE(data.size() % dtypeSize(dtype) == 0,
-                     "payload is not a whole number of " << dtypeName(dtype));
+    detail::checkSendArguments(dst, worldSize(), data.size(), dtype);
     if (closed_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
     onActor("isend");
     if (dst != rank_ && box().isGone(dst)) throw PeerFailure(dst, "cannot send: peer closed its transport");

@@ -131,6 +131,11 @@ struct RequestState {
 
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);
 
+/// The checks of a send's arguments that a transport makes before anything
+/// else: `dst` in [0, worldSize), and `bytes` a whole number of `dtype`
+/// elements. @throws InvalidArgument naming the rank or the dtype.
+void checkSendArguments(int dst, int worldSize, std::size_t bytes, DType dtype);
+
 }  // namespace detail
 
 /// An arrived message's bytes and whatever owns them (a vector, a zmq message).
