@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <utility>
 #include <vector>
@@ -142,6 +143,65 @@ TEST_CASE("fair roulette: destinations form a derangement for every world size 2
         REQUIRE(d.size() == std::size_t(n));
         REQUIRE(isDerangement(d));
       }
+  }
+}
+
+namespace {
+// The uniform roulette's sequential draws as a scan over every rank per draw
+// (O(n^2) per call): the reference the O(n log n) draws must equal exactly.
+std::vector<int> scannedDerangement(int n, std::uint64_t seed, std::uint64_t step, int segment) {
+  using gossamer::topologies::splitmix64;
+  std::mt19937_64 g(
+      splitmix64(seed ^ splitmix64(step ^ splitmix64(static_cast<std::uint64_t>(segment) + 1))));
+  const auto uniform01 = [&g] { return static_cast<double>(g() >> 11) * 0x1.0p-53; };
+  // Index drawn with probability proportional to w (as the topologies draw).
+  const auto draw = [&](const std::vector<double>& w, double sum) {
+    double u = uniform01() * sum;
+    int last = -1;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      if (w[k] <= 0) continue;
+      last = static_cast<int>(k);
+      if (u < w[k]) return last;
+      u -= w[k];
+    }
+    return last;
+  };
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<int> dest(un, -1);
+  std::vector<char> taken(un, 0);
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> row(un, 0.0);
+    double sum = 0;
+    for (int j = 0; j < n; ++j)
+      if (j != i && !taken[static_cast<std::size_t>(j)]) sum += row[static_cast<std::size_t>(j)] = 1.0;
+    if (sum <= 0) {
+      std::vector<double> w(un, 0.0);
+      for (int j = 0; j < i; ++j) w[static_cast<std::size_t>(j)] = 1.0;
+      const int j = draw(w, static_cast<double>(i));
+      dest[static_cast<std::size_t>(i)] = dest[static_cast<std::size_t>(j)];
+      dest[static_cast<std::size_t>(j)] = i;
+      taken[static_cast<std::size_t>(i)] = 1;
+      continue;
+    }
+    const int d = draw(row, sum);
+    dest[static_cast<std::size_t>(i)] = d;
+    taken[static_cast<std::size_t>(d)] = 1;
+  }
+  return dest;
+}
+}  // namespace
+
+TEST_CASE("fair roulette: the uniform draws equal a scan over every rank, for world sizes 2..300",
+          "[topology]") {
+  for (const int n : {2, 3, 4, 5, 7, 8, 16, 33, 64, 100, 255, 256, 300}) {
+    for (const std::uint64_t seed : {std::uint64_t{1}, std::uint64_t{42}, std::uint64_t{0xDEADBEEF}}) {
+      const gossamer::topologies::FairRoulette t(n, seed);
+      for (std::uint64_t step = 0; step < 12; ++step)
+        for (int segment = 0; segment < 3; ++segment) {
+          INFO("n " << n << " seed " << seed << " step " << step << " segment " << segment);
+          REQUIRE(t.destinations(step, segment) == scannedDerangement(n, seed, step, segment));
+        }
+    }
   }
 }
 

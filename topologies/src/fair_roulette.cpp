@@ -64,6 +64,75 @@ std::optional<ConfigIssue> checkProbabilities(const Config& c) {
   return std::nullopt;
 }
 
+// The ranks not yet taken as a destination, in increasing order: a Fenwick
+// tree of 0/1 flags, whose k-th set flag is found by binary lifting, so that
+// each draw of the uniform roulette costs O(log n) instead of a scan of n.
+class FreeRanks {
+ public:
+  explicit FreeRanks(int n) : n_(n), count_(n), tree_(toIndex(n) + 1, 0) {
+    for (int i = 1; i <= n; ++i) {
+      tree_[toIndex(i)] += 1;
+      const int parent = i + (i & -i);
+      if (parent <= n) tree_[toIndex(parent)] += tree_[toIndex(i)];
+    }
+    while (top_ * 2 <= n) top_ *= 2;
+  }
+  int count() const { return count_; }
+  bool isFree(int r) const { return before(r + 1) - before(r) == 1; }
+  void take(int r) {
+    for (int i = r + 1; i <= n_; i += i & -i) --tree_[toIndex(i)];
+    --count_;
+  }
+  /// Free ranks below r.
+  int before(int r) const {
+    int s = 0;
+    for (int i = r; i > 0; i -= i & -i) s += tree_[toIndex(i)];
+    return s;
+  }
+  /// The k-th free rank, 0-based (k < count()).
+  int kth(int k) const {
+    int pos = 0, rest = k + 1;
+    for (int step = top_; step > 0; step >>= 1)
+      if (pos + step <= n_ && tree_[toIndex(pos + step)] < rest) {
+        pos += step;
+        rest -= tree_[toIndex(pos)];
+      }
+    return pos;
+  }
+
+ private:
+  int n_, count_, top_ = 1;
+  std::vector<int> tree_;  // 1-based
+};
+
+// The sequential draws of FairRoulette::destinations for the uniform roulette
+// (no table), n >= 2: rank i draws uniformly among the free ranks but itself.
+// drawWeighted over weights of 1 picks the floor(u)-th positive entry of
+// u = uniform01 * count (subtracting 1.0 from u is exact below 2^53), the
+// last one if rounding made u reach count: the same draw, found in O(log n).
+std::vector<int> uniformDerangement(int n, std::mt19937_64& g) {
+  std::vector<int> dest(toIndex(n), -1);
+  FreeRanks free(n);
+  for (int i = 0; i < n; ++i) {
+    const bool selfFree = free.isFree(i);
+    const int choices = free.count() - (selfFree ? 1 : 0);
+    if (choices == 0) {
+      // Dead end: i == n-1 and only i is free. Swap with an earlier rank j.
+      const int j = std::min(static_cast<int>(uniform01(g) * static_cast<double>(i)), i - 1);
+      dest[toIndex(i)] = dest[toIndex(j)];
+      dest[toIndex(j)] = i;
+      free.take(i);
+      continue;
+    }
+    int k = std::min(static_cast<int>(uniform01(g) * static_cast<double>(choices)), choices - 1);
+    if (selfFree && k >= free.before(i)) ++k;  // skip i itself
+    const int d = free.kth(k);
+    dest[toIndex(i)] = d;
+    free.take(d);
+  }
+  return dest;
+}
+
 }  // namespace
 
 FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::vector<double>> probabilities,
@@ -180,6 +249,7 @@ std::vector<int> FairRoulette::destinations(std::uint64_t step, int segment) con
                                             cumulative_.begin());
     return perms_[std::min(k, perms_.size() - 1)];
   }
+  if (table_.empty() && n_ >= 2) return uniformDerangement(n_, g);
   std::vector<int> dest(static_cast<std::size_t>(n_), -1);
   std::vector<char> taken(static_cast<std::size_t>(n_), 0);
   std::vector<double> row(static_cast<std::size_t>(n_));
