@@ -99,6 +99,11 @@ void checkSendArguments(int dst, int worldSize, std::size_t bytes, DType dtype) 
   GOSSAMER_ENFORCE(bytes % dtypeSize(dtype) == 0, "payload is not a whole number of " << dtypeName(dtype));
 }
 
+std::exception_ptr closedPeerFailure(int rank, bool afterError) {
+  return std::make_exception_ptr(
+      PeerFailure(rank, afterError ? "it stopped after an error of its own" : "peer closed its transport"));
+}
+
 std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
   auto s = std::make_shared<RequestState>();
   s->peer = peer;

@@ -32,8 +32,7 @@ class Fabric {
     attached_[static_cast<std::size_t>(rank)] = true;
   }
   void leave(int rank, bool afterError) {
-    auto why = std::make_exception_ptr(
-        PeerFailure(rank, afterError ? "it stopped after an error of its own" : "peer closed its transport"));
+    const auto why = detail::closedPeerFailure(rank, afterError);
     for (int i = 0; i < worldSize(); ++i)
       if (i != rank) box(i).peerGone(rank, why);
   }

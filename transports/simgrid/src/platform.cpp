@@ -66,9 +66,7 @@ Platform Platform::fromNetwork(const NetworkLayout& layout, double insideLatency
   p.insideBytesPerSecond = layout.insideGbps() * 1e9 / 8;
   p.betweenBytesPerSecond = layout.betweenGbps() * 1e9 / 8;
   p.insideLatencySeconds = insideLatencySeconds;
-  // NetworkLayout::delaySeconds: the one-way delay added between islands.
-  p.betweenLatencySeconds = layout.delaySeconds(
-      layout.islands().front().front(), layout.islands().size() > 1 ? layout.islands()[1].front() : 0);
+  p.betweenLatencySeconds = layout.betweenDelaySeconds();
   return p;
 }
 

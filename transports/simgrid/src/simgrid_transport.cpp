@@ -97,10 +97,8 @@ struct World {
 
   // Rank `gone` has left `to`: its receives from it fail from now on.
   void markGone(int to, int gone) {
-    const bool afterError = closed[static_cast<std::size_t>(gone)]->afterError;
     boxes[static_cast<std::size_t>(to)]->peerGone(
-        gone, std::make_exception_ptr(PeerFailure(
-                  gone, afterError ? "it stopped after an error of its own" : "peer closed its transport")));
+        gone, detail::closedPeerFailure(gone, closed[static_cast<std::size_t>(gone)]->afterError));
     wake(to);
   }
 

@@ -136,6 +136,10 @@ std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes);
 /// elements. @throws InvalidArgument naming the rank or the dtype.
 void checkSendArguments(int dst, int worldSize, std::size_t bytes, DType dtype);
 
+/// The PeerFailure that a transport's peers see once `rank` closed its
+/// transport: after an error of its own (abort) or a plain close.
+std::exception_ptr closedPeerFailure(int rank, bool afterError);
+
 }  // namespace detail
 
 /// An arrived message's bytes and whatever owns them (a vector, a zmq message).

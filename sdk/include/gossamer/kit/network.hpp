@@ -48,6 +48,8 @@ class NetworkLayout {
   double delaySeconds(int a, int b) const { return sameIsland(a, b) ? 0.0 : betweenDelaySeconds_; }
   double insideGbps() const { return insideGbps_; }
   double betweenGbps() const { return betweenGbps_; }
+  /// One-way delay added between islands, seconds (network.between_delay_ms).
+  double betweenDelaySeconds() const { return betweenDelaySeconds_; }
 
  private:
   std::vector<std::vector<int>> islands_;
