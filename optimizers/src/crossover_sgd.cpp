@@ -54,6 +54,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -192,10 +193,10 @@ void CrossoverSgd::flush(std::span<float> params) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
       GOSSAMER_LOG(kWarning,
                    "crossover_sgd: the ranks cannot agree (" << e.what() << "); folding in what arrived");
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-      while (std::chrono::steady_clock::now() < deadline) {
+      const auto deadline = Clock::now() + clockDuration(std::chrono::milliseconds(50));
+      while (Clock::now() < deadline) {
         foldArrived(params);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        sleepFor(1e-3);
       }
     }
   }
@@ -325,11 +326,11 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
   };
   if (options_.asyncWaitSeconds > 0 && lacking()) {
     const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.asyncWaitSeconds);
+        Clock::now() + clockDuration(std::chrono::duration<double>(options_.asyncWaitSeconds));
     do {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      sleepFor(200e-6);
       foldArrived(params);
-    } while (lacking() && std::chrono::steady_clock::now() < deadline);
+    } while (lacking() && Clock::now() < deadline);
   }
   for (std::size_t s = 0; s < numSeg; ++s) {
     double& w = asyncWeight_[s];

@@ -7,6 +7,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/log.hpp"
 
 namespace gossamer::optimizers::detail {
@@ -27,16 +28,16 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
             CollectiveOptions(sequence, std::max(timeoutSeconds, arrivalSeconds)));
   const auto expected = static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank)]);
   // Half the timeout, so that the others (waiting in step 2) are still there.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds / 2);
+  const auto deadline = Clock::now() + clockDuration(std::chrono::duration<double>(timeoutSeconds / 2));
   for (std::uint64_t got = foldArrived(); got < expected; got = foldArrived()) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (Clock::now() >= deadline) {
       GOSSAMER_LOG(kWarning, "push-sum agreement: rank "
                                  << rank << " received " << got << " of the " << expected
                                  << " messages sent to it within " << timeoutSeconds / 2
                                  << " s; the mass of the others is not in the average");
       break;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    sleepFor(200e-6);
   }
 
   // 2. The push-sum average of each block, in float64.

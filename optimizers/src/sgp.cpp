@@ -53,6 +53,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "push_sum_agreement.hpp"
@@ -215,7 +216,7 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable)
     recvBufs_.assign(1, std::vector<std::byte>(sendBuf_.size()));
     asyncRecv_.push_back(transport_.irecv(others, tag, recvBufs_[0]));
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(waitSeconds);
+  const auto deadline = Clock::now() + clockDuration(std::chrono::duration<double>(waitSeconds));
   for (;;) {
     for (;;) {
       try {
@@ -227,8 +228,8 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable)
       ++asyncReceived_;
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }
-    if ((untilPushable && canPush()) || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if ((untilPushable && canPush()) || Clock::now() >= deadline) break;
+    sleepFor(1e-3);
   }
 }
 

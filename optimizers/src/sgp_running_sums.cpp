@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 
 namespace gossamer::optimizers {
@@ -186,14 +187,14 @@ void LossTolerantSgp::flush(std::span<float> params) {
     for (std::size_t q = 0; q < out_.size(); ++q)
       if (out_[q].seq > 0) sendEdge(static_cast<int>(q));
     takeArrived();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    sleepFor(2e-3);
   }
   // 200 ms: a peer's flush that started late on a loaded machine (its thread
   // not scheduled for tens of milliseconds) still lands within it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const auto deadline = Clock::now() + clockDuration(std::chrono::milliseconds(200));
+  while (Clock::now() < deadline) {
     takeArrived();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    sleepFor(1e-3);
   }
   writeModel(params);
 }

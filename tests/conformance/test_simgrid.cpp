@@ -22,6 +22,7 @@
 #include "gossamer/agent.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
@@ -483,7 +484,7 @@ namespace {
 std::vector<std::vector<float>> trainSimulated(const std::string& algorithm, int steps,
                                                float (*start)(int, std::size_t),
                                                float (*grad)(int, std::size_t), std::string& errors,
-                                               double& secondsPerStep) {
+                                               double& secondsPerStep, const std::string& extra = "") {
   constexpr int kRanks = 4;
   constexpr std::size_t kParams = 25000;  // 100 KB of float32
   Registry registry;
@@ -493,7 +494,7 @@ std::vector<std::vector<float>> trainSimulated(const std::string& algorithm, int
   const Config c = registry.parse(
       "world_size: 4\ntransport:\n  kind: simgrid\n  timeout_seconds: 60\n"
       "topology:\n  kind: ring\nalgorithm:\n  name: " +
-          algorithm + "\ntraining:\n  learning_rate: 0.1\n  momentum: 0\n",
+          algorithm + "\n" + extra + "training:\n  learning_rate: 0.1\n  momentum: 0\n",
       "simgrid-train.yaml");
   MemoryStore store;
   std::vector<std::vector<float>> params(kRanks, std::vector<float>(kParams));
@@ -570,28 +571,65 @@ TEST_CASE("simgrid: AllReduce-SGD trains through an Agent and keeps every rank's
   CHECK(failed.empty());
 }
 
-TEST_CASE("simgrid: Crossover-SGD and SGP gossip through an Agent towards the mean and keep it",
+TEST_CASE("simgrid: Crossover-SGD and SGP gossip through an Agent towards the mean and keep it in every mode",
           "[simgrid][train]") {
   for (const std::string algorithm : {"crossover_sgd", "sgp"}) {
-    DYNAMIC_SECTION(algorithm) {
-      const std::string failed = inChild([&] {
-        std::string errors;
-        double perStep = 0;
-        const auto x = trainSimulated(algorithm, 30, byRank, noGradient, errors, perStep);
-        if (!errors.empty()) return errors;
-        // Ranks start 1 apart (0..3): consensus distance 1.5; the mean is kept.
-        const auto [dev, drift] =
-            spread(x, [](std::size_t i) { return 1.5 + 0.001 * static_cast<double>(i % 10); });
-        std::string s;
-        if (dev > 0.1) s += "after 30 steps ranks are still " + std::to_string(dev) + " from the mean\n";
-        if (drift > 1e-3) s += "the mean moved by " + std::to_string(drift) + "\n";
-        if (!(perStep > 0)) s += "a step took " + std::to_string(perStep) + " simulated seconds\n";
-        return s;
-      });
-      INFO(failed);
-      CHECK(failed.empty());
+    for (const std::string mode : {"sync", "overlap", "async"}) {
+      DYNAMIC_SECTION(algorithm << " " << mode) {
+        const std::string failed = inChild([&] {
+          std::string errors;
+          double perStep = 0;
+          // async: a rank waits up to 1 ms (simulated) for its partners' segments.
+          const auto x = trainSimulated(algorithm, 30, byRank, noGradient, errors, perStep,
+                                        "  mode: " + mode + "\n  async_wait_seconds: 0.001\n");
+          if (!errors.empty()) return errors;
+          // Ranks start 1 apart (0..3): consensus distance 1.5; the mean is kept.
+          const auto [dev, drift] =
+              spread(x, [](std::size_t i) { return 1.5 + 0.001 * static_cast<double>(i % 10); });
+          std::string s;
+          if (dev > 0.1) s += "after 30 steps ranks are still " + std::to_string(dev) + " from the mean\n";
+          if (drift > 1e-3) s += "the mean moved by " + std::to_string(drift) + "\n";
+          if (!(perStep > 0)) s += "a step took " + std::to_string(perStep) + " simulated seconds\n";
+          return s;
+        });
+        INFO(failed);
+        CHECK(failed.empty());
+      }
     }
   }
+}
+
+TEST_CASE("simgrid: the SDK's clock pauses and metrics records keep simulated time", "[simgrid][clock]") {
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 2;
+    std::string s;
+    const double unixStart = unixSeconds();
+    const auto wall0 = std::chrono::steady_clock::now();
+    const auto out = simgrid::simulate(p, [&](int r) {
+      const auto t0 = Clock::now();
+      const double u0 = unixSeconds();
+      if (r == 1) {
+        // An hour of polling pauses, in the SDK's own call, passes in simulated time.
+        for (int k = 0; k < 3600; ++k) sleepFor(1.0);
+        if (std::abs(secondsSince(t0) - 3600) > 1e-6)
+          s += "the SDK clock advanced " + std::to_string(secondsSince(t0)) + " s over 3600 s of pauses\n";
+        if (std::abs(simgrid::now() - 3600) > 1e-6)
+          s += "the simulation is at " + std::to_string(simgrid::now()) + " s\n";
+        if (std::abs(unixSeconds() - u0 - 3600) > 1e-3)
+          s += "the records' time advanced " + std::to_string(unixSeconds() - u0) + " s\n";
+      }
+      if (u0 < unixStart - 1) s += "the records' time starts before the simulation\n";
+    });
+    s += errorsOf(out);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    if (wall > 30) s += "an hour of simulated pauses took " + std::to_string(wall) + " s of wall time\n";
+    // Outside the simulation the machine's clock is back.
+    if (std::abs(unixSeconds() - unixStart) > 600) s += "the machine's clock is not restored\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
 }
 
 #endif  // GOSSAMER_HAVE_SIMGRID

@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/optimizers/admm.hpp"
 
 namespace gossamer::optimizers {
@@ -58,10 +59,6 @@ class AugmentedObjective final : public LocalObjective {
   double rho_;
   Eigen::VectorXd diff_;
 };
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void checkOptions(const LocalObjective& f, const AdmmOptions& o) {
   GOSSAMER_ENFORCE(f.dimension() >= 1, "dimension " << f.dimension());
@@ -109,13 +106,13 @@ AdmmIteration ConsensusAdmm::iterate(Communicator& comm) {
   State& s = state_;
   const double n = comm.worldSize();
   AugmentedObjective sub(*f_, s.lambda, s.z, o.rho);
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   const NewtonCgResult solved = minimizeNewtonCg(sub, s.x, o.solver);  // (6a)
   s.x = solved.x;
   Eigen::VectorXd w = s.x + s.lambda / o.rho;  // (7)
   const double updateSeconds = secondsSince(t0);
 
-  t0 = std::chrono::steady_clock::now();
+  t0 = Clock::now();
   comm.allreduce(std::span<double>(w.data(), static_cast<std::size_t>(w.size())), ReduceOp::kSum);
   s.z = w / n;  // (6b)
   const double syncSeconds = secondsSince(t0);

@@ -45,6 +45,7 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/optimizers/sparse_sync.hpp"
 
 namespace gossamer::optimizers::sparse_sync {
@@ -74,9 +75,7 @@ std::pair<Features::const_iterator, Features::const_iterator> inRange(const Feat
   return {b, e};
 }
 
-double seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
+double seconds(Clock::time_point since) { return secondsSince(since); }
 
 }  // namespace
 
@@ -221,7 +220,7 @@ void SparseExchange::broadcast(std::size_t m, std::span<double> params) {
   GOSSAMER_ENFORCE(params.size() == dimension_ * width_, "sparse exchange: the table has "
                                                              << params.size() << " values, expected "
                                                              << dimension_ * width_);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const Round& rd = rounds_[m];
   const std::size_t w = width_;
   sendBuf_.resize(rd.bcastSendRows.size() * w);
@@ -252,7 +251,7 @@ void SparseExchange::reduce(std::size_t m, std::span<const double> grads, double
                    "sparse exchange: " << grads.size() << " gradient values in round " << m << ", expected "
                                        << rd.single.size() * w);
   GOSSAMER_ENFORCE(std::isfinite(rate), "sparse exchange: the rate must be finite");
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const Features& keys = rd.keys;
   // 1. New values of the features this rank alone touches (the owner's step).
   for (std::size_t i = 0; i < keys.size(); ++i) {

@@ -24,6 +24,7 @@
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "table.hpp"
 
@@ -408,7 +409,7 @@ class Calibrator {
   void warmUp(std::size_t pass, std::size_t s, std::span<float> data) {
     const int warmups = pass == 0 ? calibration_.warmups : std::min(calibration_.warmups, 1);
     for (int w = 0; w < warmups; ++w) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       for (auto a : algorithms_) {
         // The barrier as in a timed round, so that the round's time sizes
         // the repetitions with it (on a loaded host it can cost more than
@@ -418,7 +419,7 @@ class Calibrator {
       }
       if (pass == 0 && w == 0 &&
           calibration_.secondsPerSize > 0) {  // the first warm-up sizes the repetitions
-        double round = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double round = secondsSince(t0);
         slowest(std::span<double>(&round, 1));
         const double fit = std::floor(calibration_.secondsPerSize / std::max(round, 1e-9));
         reps_[s] = static_cast<std::size_t>(
@@ -441,9 +442,9 @@ class Calibrator {
       for (std::size_t i = k; i > 1; --i) std::swap(order_[i - 1], order_[random(i)]);
       for (std::size_t a : order_) {
         controlBarrier(transport_, options_.sequence++, options_.timeoutSeconds);
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = Clock::now();
         run(algorithms_[a], data);
-        t[a * share + rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        t[a * share + rep] = secondsSince(t0);
       }
     }
     slowest(std::span<double>(t));

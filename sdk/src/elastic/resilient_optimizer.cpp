@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/wire.hpp"
 
 #include "gossamer/checkpoint.hpp"
@@ -30,10 +31,10 @@ void ResilientOptimizer::setTotalSteps(std::uint64_t totalSteps) {
 }
 
 bool revokedSoon(const Membership& membership, double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const auto until = Clock::now() + clockDuration(std::chrono::duration<double>(seconds));
   while (!membership.revoked()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (Clock::now() >= until) return false;
+    sleepFor(10e-3);
   }
   return true;
 }

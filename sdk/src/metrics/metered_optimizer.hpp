@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/metrics.hpp"
 #include "gossamer/optimizer.hpp"
 
@@ -43,7 +44,6 @@ class MeteredOptimizer final : public DistributedOptimizer {
   ModelExchange modelExchange() override { return inner_->modelExchange(); }
 
  private:
-  using Clock = std::chrono::steady_clock;
   // Times `f` as part of the step in progress; accounts the step when it counted one.
   template <typename F>
   void timed(F&& f, bool endsStep);

@@ -1,6 +1,7 @@
 // Run metrics (metrics.hpp): JSON-lines records per rank, built with
 // nlohmann::json, and the per-peer traffic counters behind them.
 #include "gossamer/metrics.hpp"
+#include "gossamer/kit/clock.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -20,14 +21,10 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unixNow() { return unixSeconds(); }
 
 std::int64_t steadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
 Json toJson(const std::string& name, const MetricValue& v) {

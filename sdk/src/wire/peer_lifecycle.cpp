@@ -2,6 +2,7 @@
 // timers, argument checks and statistics of the network transports
 // (gossamer/kit/peer_lifecycle.hpp).
 #include "gossamer/kit/peer_lifecycle.hpp"
+#include "gossamer/kit/clock.hpp"
 
 #include <utility>
 
@@ -142,12 +143,12 @@ void PeerLifecycle::noteLost(int peer) {
   checkRank(peer);
   std::lock_guard<std::mutex> lk(mu_);
   auto& p = peers_[static_cast<std::size_t>(peer)];
-  if (p.state == State::kHere && !p.lostAt) p.lostAt = std::chrono::steady_clock::now();
+  if (p.state == State::kHere && !p.lostAt) p.lostAt = Clock::now();
 }
 
 std::vector<int> PeerLifecycle::expireLost(double graceSeconds) {
   std::vector<int> expired;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Clock::now();
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (int p = 0; p < worldSize_; ++p) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/metrics.hpp"
 
@@ -157,15 +158,15 @@ bool Request::waitFor(double timeoutSeconds) {
     state_->firstWaitNanos.store(
         std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
         std::memory_order_relaxed);
-  // The time this thread is blocked here counts as waiting (threadWaitSeconds).
+  // The time this thread is blocked here counts as waiting
+  // (threadWaitSeconds), on the SDK's clock (a simulator's time in a simulation).
   struct Waited {
-    std::chrono::steady_clock::time_point start;
+    Clock::time_point start = Clock::now();
     ~Waited() {
       detail::addThreadWait(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-              .count());
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     }
-  } waited{start};
+  } waited;
   if (state_->engine && state_->engine->keepsTime()) {
     // A simulator's engine: the timeout is its time; a failure throws here.
     state_->engine->waitFor(*state_, timeoutSeconds);

@@ -23,14 +23,18 @@
 #include <simgrid/s4u.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/context_local.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/registry.hpp"
@@ -150,6 +154,19 @@ ContextLocal* actorLocal() noexcept {
   if (!slot) slot = std::make_unique<ContextLocal>();
   return slot.get();
 }
+
+// The SDK's time in a simulation (kit/clock.hpp): SimGrid's simulated
+// seconds, counted from the real Unix time at which simulate() began.
+double gStartUnix = 0;
+const TimeSource kSimulatedTime{
+    []() noexcept { return static_cast<std::int64_t>(std::llround(s4u::Engine::get_clock() * 1e9)); },
+    []() noexcept { return gStartUnix + s4u::Engine::get_clock(); },
+    [](double seconds) noexcept {
+      if (gWorld != nullptr && s4u::Actor::self() != nullptr)
+        s4u::this_actor::sleep_for(seconds);
+      else
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    }};
 
 World& world() {
   GOSSAMER_ENFORCE(
@@ -346,6 +363,9 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
   setContextLocalProvider(&actorLocal);
+  // Deadlines, polling pauses and metrics records in simulated time.
+  gStartUnix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  setTimeSource(&kSimulatedTime);
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
   for (int r = 0; r < platform.hosts; ++r) {
@@ -361,6 +381,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
     });
   }
   engine.run();
+  setTimeSource(nullptr);
   setContextLocalProvider(nullptr);
   gWorld = nullptr;
   out.simulatedSeconds = s4u::Engine::get_clock();

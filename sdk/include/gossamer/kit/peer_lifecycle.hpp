@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/transport.hpp"
 
@@ -153,7 +154,7 @@ class PeerLifecycle {
     State state = State::kHere;
     bool acked = false;
     std::exception_ptr why;
-    std::optional<std::chrono::steady_clock::time_point> lostAt;
+    std::optional<Clock::time_point> lostAt;
   };
   /// Sets the verdict under mu_; true if it is the first.
   bool setGoneLocked(int peer, State state, std::exception_ptr why);

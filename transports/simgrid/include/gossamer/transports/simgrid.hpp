@@ -19,7 +19,10 @@
 // SimGrid runs one engine per process: simulate() may be called once. Actors
 // share one OS thread (SimGrid's default contexts), so simulate() installs a
 // ContextLocal provider (kit/context_local.hpp): the SDK's per-thread state
-// (collective scratch, wait time) is per actor. A rank must not start
+// (collective scratch, wait time) is per actor; and it installs a TimeSource
+// (kit/clock.hpp): the SDK's deadlines, polling pauses and metrics records
+// are in simulated seconds (the records' "time" counts from the real Unix
+// time at which simulate() began). A rank must not start
 // threads of its own, nor wait on anything but its transport's requests.
 //
 // Source: SimGrid's S4U interface (Casanova et al., "Versatile, Scalable, and

@@ -1,0 +1,33 @@
+// The SDK's time seam (kit/clock.hpp): the machine's clocks unless a
+// simulator installs its own.
+#include "gossamer/kit/clock.hpp"
+
+#include <atomic>
+#include <thread>
+
+namespace gossamer {
+
+namespace {
+std::atomic<const TimeSource*> gSource{nullptr};
+}  // namespace
+
+void setTimeSource(const TimeSource* source) noexcept { gSource.store(source, std::memory_order_release); }
+
+Clock::time_point Clock::now() noexcept {
+  if (const auto* s = gSource.load(std::memory_order_acquire)) return time_point(duration(s->steadyNanos()));
+  return time_point(
+      std::chrono::duration_cast<duration>(std::chrono::steady_clock::now().time_since_epoch()));
+}
+
+double unixSeconds() noexcept {
+  if (const auto* s = gSource.load(std::memory_order_acquire)) return s->unixSeconds();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void sleepFor(double seconds) noexcept {
+  if (!(seconds > 0)) return;
+  if (const auto* s = gSource.load(std::memory_order_acquire)) return s->sleepSeconds(seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace gossamer
