@@ -3,7 +3,9 @@
 // topology, unchanged, over the network its `network:` section describes.
 //
 // No forward or backward pass is computed: each step a rank spends
-// --step-seconds of simulated time (its compute), then calls the optimizer's
+// --step-seconds of simulated time (its compute), or with --compute-from the
+// compute_s that the same rank recorded at the same step of a real run (its
+// run directory's step records, replayed in a cycle), then calls the optimizer's
 // step with a zero gradient on parameters of the model's real size
 // (`model:`, Fashion-MNIST's 784 inputs and 10 classes, or --params). Ranks
 // start from different parameters (r + 0.001 (i mod 10) at rank r, element
@@ -14,8 +16,8 @@
 // 64 evenly spaced elements) after every step.
 //
 // The membership service is off (its heartbeats run on a thread of their
-// own, which the simulation cannot run yet), and so is every other part of a
-// job that starts threads (HiPS, DiLoCo's outer step in the background).
+// own with condition variables, which the simulation cannot run yet). HiPS's
+// streams and DiLoCo's overlapped outer step run as actors (kit/executor.hpp).
 //
 // Output: a table on stdout and, with --json, one JSON object.
 #include <CLI/CLI.hpp>
@@ -57,8 +59,36 @@ struct Options {
   double insideLatencyUs = 50;
   bool receiveUnshaped = false;
   std::string platformFile;
+  std::string computeFrom;                 // a real run's directory: per-rank, per-step compute
+  std::vector<std::string> simgridConfig;  // SimGrid --cfg items
   std::string jsonPath;
 };
+
+// Each rank's compute seconds per step from a run directory's step records
+// (rank-R.jsonl; a record of k steps counts as k steps of compute_s / k).
+// Throws when a rank's file is missing or holds no step record.
+std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize) {
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(worldSize));
+  for (int r = 0; r < worldSize; ++r) {
+    const std::string path = dir + "/rank-" + std::to_string(r) + ".jsonl";
+    std::ifstream in(path);
+    GOSSAMER_ENFORCE(in, "--compute-from: cannot read " << path);
+    auto& mine = out[static_cast<std::size_t>(r)];
+    std::string line;
+    for (int at = 1; std::getline(in, line); ++at) {
+      const json j = json::parse(line, nullptr, false);
+      GOSSAMER_ENFORCE(!j.is_discarded() && j.is_object(), path << ":" << at << ": not a JSON object");
+      if (j.value("kind", "") != "step") continue;
+      const auto steps = j.value("steps", 1);
+      const double c = j.value("compute_s", -1.0);
+      GOSSAMER_ENFORCE(steps >= 1 && c >= 0,
+                       path << ":" << at << ": a step record without steps >= 1 and compute_s >= 0");
+      for (int k = 0; k < steps; ++k) mine.push_back(c / steps);
+    }
+    GOSSAMER_ENFORCE(!mine.empty(), "--compute-from: " << path << " has no step record");
+  }
+  return out;
+}
 
 // "[[0,...,k-1],[k,...],...]": `count` islands of equal size (the last one
 // takes what remains).
@@ -109,6 +139,8 @@ json run(const Options& o) {
   platform.receiveUnshaped = o.receiveUnshaped;
   platform.file = o.platformFile;
 
+  const auto replay =
+      o.computeFrom.empty() ? std::vector<std::vector<double>>{} : computeOf(o.computeFrom, n);
   MemoryStore store;
   // [rank][step][k]: the sampled elements after each step.
   std::vector<std::vector<float>> samples(static_cast<std::size_t>(n));
@@ -116,27 +148,35 @@ json run(const Options& o) {
   std::string algorithm;
   bool replicated = false;
   const auto wall0 = std::chrono::steady_clock::now();
-  const auto outcome = simgrid::simulate(platform, [&](int r) {
-    Agent agent(config, r, store, registry);
-    auto& opt = agent.makeOptimizer(sizes);
-    if (r == 0) {
-      algorithm = opt.name();
-      replicated = opt.replicatedModel();
-    }
-    std::vector<float> x(total), g(total, 0.0f);
-    const float shift = opt.replicatedModel() ? 0.0f : static_cast<float>(r);
-    for (std::size_t i = 0; i < total; ++i) x[i] = shift + 0.001f * static_cast<float>(i % 10);
-    auto& mine = samples[static_cast<std::size_t>(r)];
-    mine.reserve(static_cast<std::size_t>(o.steps) * kSampled);
-    for (int s = 0; s < o.steps; ++s) {
-      if (o.stepSeconds > 0) simgrid::sleepFor(o.stepSeconds);
-      opt.step(x, g);
-      for (std::size_t k = 0; k < kSampled; ++k) mine.push_back(x[k * total / kSampled]);
-    }
-    opt.flush(x);
-    finished[static_cast<std::size_t>(r)] = simgrid::now();
-    agent.close();
-  });
+  const auto outcome = simgrid::simulate(
+      platform,
+      [&](int r) {
+        Agent agent(config, r, store, registry);
+        auto& opt = agent.makeOptimizer(sizes);
+        if (r == 0) {
+          algorithm = opt.name();
+          replicated = opt.replicatedModel();
+        }
+        std::vector<float> x(total), g(total, 0.0f);
+        const float shift = opt.replicatedModel() ? 0.0f : static_cast<float>(r);
+        for (std::size_t i = 0; i < total; ++i) x[i] = shift + 0.001f * static_cast<float>(i % 10);
+        auto& mine = samples[static_cast<std::size_t>(r)];
+        mine.reserve(static_cast<std::size_t>(o.steps) * kSampled);
+        for (int s = 0; s < o.steps; ++s) {
+          if (!replay.empty()) {
+            const auto& mineCompute = replay[static_cast<std::size_t>(r)];
+            simgrid::sleepFor(mineCompute[static_cast<std::size_t>(s) % mineCompute.size()]);
+          } else if (o.stepSeconds > 0) {
+            simgrid::sleepFor(o.stepSeconds);
+          }
+          opt.step(x, g);
+          for (std::size_t k = 0; k < kSampled; ++k) mine.push_back(x[k * total / kSampled]);
+        }
+        opt.flush(x);
+        finished[static_cast<std::size_t>(r)] = simgrid::now();
+        agent.close();
+      },
+      o.simgridConfig);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (!outcome.errors.empty()) {
     std::string all;
@@ -169,6 +209,7 @@ json run(const Options& o) {
               {"parameters", total},
               {"steps", o.steps},
               {"step_compute_seconds", o.stepSeconds},
+              {"compute_from", o.computeFrom},
               {"replicated_model", replicated},
               {"simulated_seconds_per_step", last / o.steps},
               {"bytes_sent", outcome.bytesSent},
@@ -200,6 +241,12 @@ int main(int argc, char** argv) {
                "hosts receive at any rate (tc shapes only what a host sends, as on the namespace hosts)");
   app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
       ->check(CLI::ExistingFile);
+  app.add_option("--compute-from", o.computeFrom,
+                 "a real run's directory: each rank replays its recorded compute_s step by step")
+      ->check(CLI::ExistingDirectory);
+  app.add_option(
+      "--cfg", o.simgridConfig,
+      "KEY:VALUE: a SimGrid configuration item (as SimGrid's --cfg), e.g. network/latency-factor:1");
   app.add_option("--json", o.jsonPath, "write the result here");
   CLI11_PARSE(app, argc, argv);
   try {

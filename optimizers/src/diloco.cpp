@@ -91,6 +91,7 @@
 
 #include "gossamer/checkpoint.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/executor.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 
@@ -116,7 +117,7 @@ struct Diloco::InFlight {
   std::vector<float> recv;   // gossip: the partner's [theta | Delta]
   int partner = -1;          // gossip: the partner (this rank: it sits out)
   Request sendReq, recvReq;  // gossip
-  std::thread worker;        // allreduce in overlap mode
+  Task worker;               // allreduce in overlap mode
   std::exception_ptr error;  // what the worker threw
 };
 
@@ -204,7 +205,7 @@ void Diloco::start(std::span<const float> delta) {
       return;
     }
     f.error = nullptr;
-    f.worker = std::thread([&f, this] {
+    f.worker = startTask([&f, this] {
       try {
         comm_.allreduce(std::span<float>(f.send), ReduceOp::kAverage);
       } catch (...) {

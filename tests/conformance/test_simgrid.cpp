@@ -23,6 +23,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/hips.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
@@ -194,6 +195,37 @@ TEST_CASE("simgrid: ring recursive doubling and Rabenseifner allreduce give exac
                           ", expected " + std::to_string(expected));
           }
         }
+      }
+    });
+    return errorsOf(out);
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: HiPS's parallel streams run as actors of their rank and give exact sums", "[simgrid]") {
+  const std::string failed = inChild([] {
+    constexpr int kRanks = 6;
+    simgrid::Platform p;
+    p.hosts = kRanks;
+    const auto out = simgrid::simulate(p, [](int r) {
+      auto t = transportOf(r, kRanks);
+      constexpr std::size_t n = 100003;
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+      CollectiveOptions o;
+      o.sequence = 1;
+      o.timeoutSeconds = 30;
+      HipsOptions h;
+      h.levels = {2, 3};
+      h.parallelStreams = true;  // stream 1 is a task: here an actor (a thread would be refused)
+      hipsAllreduce<float>(*t, v, ReduceOp::kSum, o, h);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto expected =
+            static_cast<float>(kRanks * (kRanks + 1) / 2 + kRanks * static_cast<int>(i % 7));
+        if (v[i] != expected)
+          throw Error("element " + std::to_string(i) + " is " + std::to_string(v[i]) + ", expected " +
+                      std::to_string(expected));
       }
     });
     return errorsOf(out);
@@ -527,6 +559,9 @@ float rankGradient(int r, std::size_t i) {
   return 0.01f * static_cast<float>((r + 1) * (static_cast<int>(i % 5) + 1));
 }
 float noGradient(int /*r*/, std::size_t /*i*/) { return 0.0f; }
+float sharedGradient(int /*r*/, std::size_t i) {
+  return 0.01f * static_cast<float>(static_cast<int>(i % 5) + 1);
+}
 
 // Largest |x_r[i] - mean_i| over ranks and elements, and the largest
 // |mean_i - target(i)|.
@@ -597,6 +632,27 @@ TEST_CASE("simgrid: Crossover-SGD and SGP gossip through an Agent towards the me
       }
     }
   }
+}
+
+TEST_CASE("simgrid: DiLoCo's outer allreduce overlapped with the inner steps runs as an actor",
+          "[simgrid][train]") {
+  const std::string failed = inChild([] {
+    std::string errors;
+    double perStep = 0;
+    // Every rank the same gradient: each rank's model follows the same path.
+    const auto x = trainSimulated("diloco", 24, same, sharedGradient, errors, perStep,
+                                  "  overlap: true\n  inner_steps: 4\n");
+    if (!errors.empty()) return errors;
+    const auto [dev, drift] = spread(x, [](std::size_t) { return 0.0; });
+    (void)drift;
+    std::string s;
+    if (dev > 1e-6) s += "ranks are " + std::to_string(dev) + " apart after 6 outer rounds\n";
+    if (!(perStep > 0)) s += "a step took " + std::to_string(perStep) + " simulated seconds\n";
+    if (x[0][0] == 0.5f) s += "the model did not move\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
 }
 
 TEST_CASE("simgrid: the SDK's clock pauses and metrics records keep simulated time", "[simgrid][clock]") {

@@ -11,6 +11,7 @@
 // the same groups in reverse order and rebuild the whole vector everywhere. See
 // docs/hips.md.
 #include "gossamer/kit/hips.hpp"
+#include "gossamer/kit/executor.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -271,17 +272,17 @@ void hipsAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
       errors[static_cast<std::size_t>(s)] = std::current_exception();
     }
   };
-  // Streams whose thread cannot be started run on this thread after stream 0:
+  // Streams whose task cannot be started run on this thread after stream 0:
   // they use their own contexts, so running them one after another is safe.
-  std::vector<std::thread> threads;
+  std::vector<Task> tasks;
   int started = 1;
   try {
-    for (; started < streams; ++started) threads.emplace_back(run, started);
+    for (; started < streams; ++started) tasks.push_back(startTask([&run, started] { run(started); }));
   } catch (const std::system_error&) {
   }
   run(0);
   for (int s = started; s < streams; ++s) run(s);
-  for (auto& t : threads) t.join();
+  for (auto& t : tasks) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

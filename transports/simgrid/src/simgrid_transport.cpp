@@ -36,6 +36,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/context_local.hpp"
+#include "gossamer/kit/executor.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/transports/simgrid.hpp"
@@ -167,6 +168,34 @@ const TimeSource kSimulatedTime{
       else
         std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     }};
+
+// A task that a rank starts (kit/executor.hpp: HiPS's streams, DiLoCo's
+// outer allreduce): an actor on the rank's host. Outside the simulation's
+// actors, an OS thread.
+class ActorTask final : public TaskHandle {
+ public:
+  explicit ActorTask(s4u::ActorPtr actor) : actor_(std::move(actor)) {}
+  void join() override { actor_->join(); }
+
+ private:
+  s4u::ActorPtr actor_;
+};
+
+class ThreadTask final : public TaskHandle {
+ public:
+  explicit ThreadTask(std::function<void()> body) : thread_(std::move(body)) {}
+  void join() override { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
+  const s4u::Actor* self = gWorld != nullptr ? s4u::Actor::self() : nullptr;
+  if (self == nullptr) return std::make_unique<ThreadTask>(std::move(body));
+  return std::make_unique<ActorTask>(
+      s4u::Actor::create(self->get_name() + "-task", s4u::this_actor::get_host(), std::move(body)));
+}
 
 World& world() {
   GOSSAMER_ENFORCE(
@@ -366,6 +395,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   // Deadlines, polling pauses and metrics records in simulated time.
   gStartUnix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   setTimeSource(&kSimulatedTime);
+  // Tasks a rank starts are actors of its host.
+  setTaskStarter(&startActorTask);
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
   for (int r = 0; r < platform.hosts; ++r) {
@@ -381,6 +412,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
     });
   }
   engine.run();
+  setTaskStarter(nullptr);
   setTimeSource(nullptr);
   setContextLocalProvider(nullptr);
   gWorld = nullptr;

@@ -22,8 +22,10 @@
 // (collective scratch, wait time) is per actor; and it installs a TimeSource
 // (kit/clock.hpp): the SDK's deadlines, polling pauses and metrics records
 // are in simulated seconds (the records' "time" counts from the real Unix
-// time at which simulate() began). A rank must not start
-// threads of its own, nor wait on anything but its transport's requests.
+// time at which simulate() began); and a TaskStarter (kit/executor.hpp):
+// a task a rank starts (HiPS's streams, DiLoCo's overlapped outer step) is an
+// actor on the rank's host. A rank must not start
+// OS threads of its own, nor wait on anything but its transport's requests.
 //
 // Source: SimGrid's S4U interface (Casanova et al., "Versatile, Scalable, and
 // Accurate Simulation of Distributed Applications and Platforms", JPDC 2014);
