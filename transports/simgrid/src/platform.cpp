@@ -1,14 +1,18 @@
 // The simulated network of a job: its islands as SimGrid zones.
 //
 // Each island is a star zone: host "rank-R" with an up link (its NIC's
-// sending side: insideBytesPerSecond, one-way latency insideLatencySeconds)
+// sending side: insideBytesPerSecond)
 // and a down link (its receiving side: the same rate, or unbounded with
 // receiveUnshaped, no latency) to the island's switch, a router that adds
 // nothing. Islands hang under a full zone: from island a to island b a
 // message crosses a's out link (unbounded: what leaves an island is not
 // shaped) and b's in link (betweenBytesPerSecond, shared by every flow
-// entering b; latency betweenLatencySeconds). So a message inside an island
-// takes insideLatency + bytes / insideRate, one between islands
+// entering b). The links carry no latency: the transport holds a message for
+// its route's latency (insideLatency, plus betweenLatency between islands)
+// before its bytes go, as the namespace hosts' fault injector holds a
+// message for the delay between islands, so that messages that follow one
+// another on a pair go back to back, as on a TCP stream. So a message inside
+// an island takes insideLatency + bytes / insideRate, one between islands
 // insideLatency + betweenLatency + bytes / min(insideRate, betweenRate), and
 // flows share what they cross (SimGrid's flow model, Velho et al., TOMACS
 // 2013). This is the shaping of the namespace hosts that real runs use
@@ -17,6 +21,8 @@
 #include <simgrid/s4u.hpp>
 
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/network.hpp"
@@ -30,7 +36,7 @@ using NetPoint = ::simgrid::kernel::routing::NetPoint;
 
 namespace {
 
-constexpr double kUnbounded = 1e15;  // bytes per second: a link that never limits
+constexpr double kUnbounded = 1e11;  // bytes per second: a link that never limits
 
 // Star zone `name` under `parent` (null: the root), with one host per rank of
 // `ranks`; returns its router.
@@ -42,8 +48,7 @@ s4u::NetZone* buildIsland(const Platform& p, const std::string& name, const std:
   for (const int r : ranks) {
     const std::string host = "rank-" + std::to_string(r);
     auto* h = zone->create_host(host, p.flopsPerSecond);
-    auto* up =
-        zone->create_link(host + "-up", p.insideBytesPerSecond)->set_latency(p.insideLatencySeconds)->seal();
+    auto* up = zone->create_link(host + "-up", p.insideBytesPerSecond)->seal();
     auto* in = zone->create_link(host + "-down", down)->seal();
     zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
     zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(in)}, false);
@@ -84,21 +89,49 @@ void Platform::validate() const {
   if (!islands.empty()) NetworkLayout(hosts, islands, 1, 1);  // a partition of [0, hosts), or it throws
 }
 
-void build(const Platform& p) {
+RouteLatency build(const Platform& p) {
   if (!p.file.empty()) {
-    s4u::Engine::get_instance()->load_platform(p.file);
-    for (int r = 0; r < p.hosts; ++r)
-      GOSSAMER_ENFORCE(s4u::Host::by_name_or_null("rank-" + std::to_string(r)) != nullptr,
-                       "simgrid platform file " << p.file << " has no host rank-" << r << " (world size "
-                                                << p.hosts << ")");
-    return;
+    auto* engine = s4u::Engine::get_instance();
+    engine->load_platform(p.file);
+    std::vector<s4u::Host*> hosts;
+    for (int r = 0; r < p.hosts; ++r) {
+      hosts.push_back(s4u::Host::by_name_or_null("rank-" + std::to_string(r)));
+      GOSSAMER_ENFORCE(hosts.back() != nullptr, "simgrid platform file " << p.file << " has no host rank-"
+                                                                         << r << " (world size " << p.hosts
+                                                                         << ")");
+    }
+    // The file's latencies move from the links to the transport's hold.
+    auto original = std::make_shared<std::unordered_map<const s4u::Link*, double>>();
+    for (auto* link : engine->get_all_links()) {
+      (*original)[link] = link->get_latency();
+      link->set_latency(0);
+    }
+    auto cache = std::make_shared<std::unordered_map<std::uint64_t, double>>();
+    return [hosts, original, cache](int src, int dst) {
+      const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
+      if (const auto it = cache->find(key); it != cache->end()) return it->second;
+      std::vector<s4u::Link*> links;
+      hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], links, nullptr);
+      double latency = 0;
+      for (const auto* link : links) latency += original->at(link);
+      (*cache)[key] = latency;
+      return latency;
+    };
   }
+  std::vector<int> island(static_cast<std::size_t>(p.hosts), 0);
+  for (std::size_t k = 0; k < p.islands.size(); ++k)
+    for (const int r : p.islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
+  const RouteLatency latency = [island, inside = p.insideLatencySeconds, between = p.betweenLatencySeconds](
+                                   int src, int dst) {
+    return inside +
+           (island[static_cast<std::size_t>(src)] != island[static_cast<std::size_t>(dst)] ? between : 0);
+  };
   NetPoint* unused = nullptr;
   if (p.islands.empty()) {
     std::vector<int> all(static_cast<std::size_t>(p.hosts));
     for (int r = 0; r < p.hosts; ++r) all[static_cast<std::size_t>(r)] = r;
     buildIsland(p, "island-0", all, nullptr, &unused)->seal();
-    return;
+    return latency;
   }
   auto* root = s4u::create_full_zone("islands");
   std::vector<s4u::NetZone*> zones;
@@ -110,9 +143,7 @@ void build(const Platform& p) {
     zones.push_back(buildIsland(p, name, p.islands[k], root, &router));
     zones.back()->seal();
     routers.push_back(router);
-    in.push_back(root->create_link(name + "-in", p.betweenBytesPerSecond)
-                     ->set_latency(p.betweenLatencySeconds)
-                     ->seal());
+    in.push_back(root->create_link(name + "-in", p.betweenBytesPerSecond)->seal());
     out.push_back(root->create_link(name + "-out", kUnbounded)->seal());
   }
   for (std::size_t a = 0; a < zones.size(); ++a)
@@ -121,6 +152,7 @@ void build(const Platform& p) {
         root->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), routers[a], routers[b],
                         {s4u::LinkInRoute(out[a]), s4u::LinkInRoute(in[b])}, false);
   root->seal();
+  return latency;
 }
 
 }  // namespace gossamer::simgrid

@@ -2,19 +2,28 @@
 // detached S4U communications of their real bytes, matched by the kit's
 // Mailbox, waits in simulated time.
 //
-// Per message: isend copies the payload (one allocation) and puts it on the
+// Per message: isend copies the payload (one allocation) and queues it on the
+// pair's stream. Each pair (source, destination) with messages queued has a
+// stream actor on the source's host that takes them in order: it holds each
+// one until its route's latency has passed since it was sent (the links
+// carry no latency of their own, platform.cpp), then puts it on the
 // destination's S4U mailbox with a simulated size of payload + 48 bytes (the
-// frame header the real transports send); the destination's mailbox has a
-// permanent receiver (its daemon actor), so the transfer starts at once and
-// shares the links with every other flow. The daemon takes each message at
-// its simulated arrival and delivers it to the rank's kit Mailbox, then wakes
-// the rank's waiters (an S4U condition variable, so waiting costs simulated
-// time, not real time). A send to oneself is delivered at once.
+// frame header the real transports send) and waits for its bytes to arrive.
+// So the messages of a pair go one after another, back to back, as on a
+// TCP stream (not sharing the pair's bandwidth among themselves, which lets
+// later ones delay earlier ones), while each still arrives latency + bytes /
+// rate after it was sent on an idle path; flows of different pairs share the
+// links (SimGrid's flow model). The stream actor ends when its queue is
+// empty. The destination's mailbox has a permanent receiver (its daemon
+// actor), which takes each message at its simulated arrival and delivers it
+// to the rank's kit Mailbox, then wakes the rank's waiters (an S4U condition
+// variable, so waiting costs simulated time, not real time). A send to
+// oneself is delivered at once.
 //
-// Order: like a TCP stream, what one rank sends another arrives in the order
-// sent. The flow model lets a small message overtake a large one sent before
-// it, so every message carries a per-pair sequence number and the daemon
-// holds early ones until those before them have arrived. close() records how
+// Order: what one rank sends another arrives in the order sent (the stream
+// goes one message at a time); every message also carries a per-pair
+// sequence number, and the daemon holds one that arrives early until those
+// before it have arrived. close() records how
 // many messages the rank sent each peer; a peer marks the rank gone once it
 // has delivered that many (at once if it has), like a stream's end after its
 // last bytes, without a message per pair (that would be N^2 at the end of a
@@ -25,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,6 +68,20 @@ struct Message {
   std::uint64_t sequence = 0;  // per (source, destination), from 0
 };
 
+// A message waiting on its pair's stream: its simulated bytes, and when its
+// route's latency has passed (simulated seconds).
+struct Queued {
+  Message message;
+  double simulatedBytes;
+  double due;
+};
+
+// A pair's stream: what waits to go, and whether its actor is running.
+struct Stream {
+  std::deque<Queued> queue;
+  bool running = false;
+};
+
 // What a destination knows of one source: the next sequence number to
 // deliver and the messages that arrived before it.
 struct FromSource {
@@ -73,8 +97,9 @@ struct Closed {
 
 // What every rank's transport shares while simulate() runs.
 struct World {
-  World(int n, const std::vector<std::vector<int>>& islands)
-      : island(static_cast<std::size_t>(n), 0),
+  World(int n, const std::vector<std::vector<int>>& islands, RouteLatency routeLatency)
+      : latency(std::move(routeLatency)),
+        island(static_cast<std::size_t>(n), 0),
         boxes(static_cast<std::size_t>(n)),
         inbound(static_cast<std::size_t>(n)),
         mu(static_cast<std::size_t>(n)),
@@ -83,6 +108,7 @@ struct World {
         bytesIn(static_cast<std::size_t>(n)),
         messagesIn(static_cast<std::size_t>(n)),
         from(static_cast<std::size_t>(n)),
+        streams(static_cast<std::size_t>(n)),
         closed(static_cast<std::size_t>(n)) {
     for (std::size_t k = 0; k < islands.size(); ++k)
       for (const int r : islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
@@ -125,6 +151,7 @@ struct World {
     return (got == f.end() ? 0 : got->second.expected) == sent;
   }
 
+  RouteLatency latency;     // one-way, by (source, destination)
   std::vector<int> island;  // by rank
   double bytesSent = 0, bytesBetween = 0;
   std::vector<std::unique_ptr<Mailbox>> boxes;
@@ -136,6 +163,9 @@ struct World {
   // [destination]: what it knows of each source that sent it something
   // (touched by the destination's daemon only).
   std::vector<std::unordered_map<int, FromSource>> from;
+  // [source]: its streams by destination (touched by the source's actors
+  // and its streams' actors).
+  std::vector<std::unordered_map<int, Stream>> streams;
   // [rank]: set once the rank closed its transport.
   std::vector<std::unique_ptr<Closed>> closed;
   // Every actor's ContextLocal (collective scratch, wait time): the actors
@@ -310,17 +340,40 @@ class SimTransport final : public Transport {
                             "own, such as a service's, cannot run in the simulation)");
   }
 
-  // Starts m's transfer to `dst` (payloadBytes + the header, simulated) with
-  // the pair's next sequence number.
+  // Queues m (payloadBytes + the header, simulated) on the stream to `dst`
+  // with the pair's next sequence number, and starts the stream's actor if
+  // it is not running.
   void put(int dst, Message m, double payloadBytes) {
     m.sequence = nextSequence_[dst]++;
     const double simulated = payloadBytes + kFrameHeaderBytes;
     w_.bytesSent += simulated;
     if (w_.island[static_cast<std::size_t>(rank_)] != w_.island[static_cast<std::size_t>(dst)])
       w_.bytesBetween += simulated;
-    w_.inbound[static_cast<std::size_t>(dst)]
-        ->put_init(new Message(std::move(m)), static_cast<std::uint64_t>(simulated))
-        ->detach([](void* p) { delete static_cast<Message*>(p); });
+    Stream& stream = w_.streams[static_cast<std::size_t>(rank_)][dst];
+    stream.queue.push_back(
+        Queued{std::move(m), simulated, s4u::Engine::get_clock() + w_.latency(rank_, dst)});
+    if (stream.running) return;
+    stream.running = true;
+    s4u::Actor::create("stream-" + std::to_string(rank_) + "-" + std::to_string(dst),
+                       s4u::this_actor::get_host(), [&w = w_, src = rank_, dst] { drain(w, src, dst); });
+  }
+
+  // A stream's actor: sends what is queued, one message at a time, each once
+  // its latency has passed, and ends when nothing is left.
+  static void drain(World& w, int src, int dst) {
+    Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+    while (!stream.queue.empty()) {
+      const double wait = stream.queue.front().due - s4u::Engine::get_clock();
+      if (wait > 0) s4u::this_actor::sleep_for(wait);
+      auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
+      const auto bytes = static_cast<std::uint64_t>(stream.queue.front().simulatedBytes);
+      stream.queue.pop_front();
+      // Blocks until the bytes have arrived (the mailbox's receiver is
+      // permanent); the daemon owns the message from then on.
+      w.inbound[static_cast<std::size_t>(dst)]->put(m.get(), bytes);
+      (void)m.release();
+    }
+    stream.running = false;
   }
 
   void shut(bool afterError) {
@@ -386,9 +439,9 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   argv.push_back(nullptr);
   int argc = static_cast<int>(args.size());
   s4u::Engine engine(&argc, argv.data());
-  build(platform);
+  RouteLatency latency = build(platform);
 
-  World w(platform.hosts, platform.islands);
+  World w(platform.hosts, platform.islands, std::move(latency));
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
   setContextLocalProvider(&actorLocal);

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""The simulator against real runs: the same jobs on namespace hosts and in gossamer-sim.
+
+For each network shape (--shapes) and each job (--jobs), per round (--rounds):
+
+  real: scripts/hosts.sh runs the job (gossamer-train, one rank per network
+        namespace host, links shaped with tc tbf, the delay between islands
+        added by faults.island_delay) for one epoch of --train-limit samples,
+        with metrics on (run.metrics_every 1) into a run directory;
+  sim:  build/apps/gossamer-sim runs the same config, with the same overrides,
+        on the platform of the same shape (--receive-unshaped: a host's
+        ingress is not shaped there either) for as many steps, each rank
+        replaying the compute_s that it recorded at each step of the real run
+        (--compute-from), into a run directory of its own.
+
+Both sides' seconds per step come from their run directories alike: per rank,
+the time between its step records at step --skip and at its last step over
+the steps between, averaged over ranks (the real records' time is the
+machine's, the simulated ones' the simulation's). Rounds interleave real and
+simulated runs job by job; with several rounds the medians are compared.
+
+Prints a table (shape, job, real and simulated seconds per step, ratio,
+error) and writes results/validate-sim.json: arguments, shapes, and rows
+(shape, job, config, overrides, hosts, real_seconds_per_step,
+sim_seconds_per_step, ratio (sim / real), error (|ratio - 1|), the rounds'
+values, steps, real and simulated bytes sent), and per shape the geometric
+mean error (exp(mean(log(ratio)))'s distance from 1 taken per job's |log|).
+
+    scripts/validate-sim.sh [--shapes a,b] [--jobs ring,crossover-sync,...] [--rounds 1]
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
+ISLANDS = [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+# name -> (inside_gbps, between_gbps, between_delay_ms)
+SHAPES = {
+    "lan-wan": (1.0, 0.1, 10.0),  # a 1 Gbit/s cluster, 100 Mbit/s and 10 ms to the other one
+    "edge": (0.2, 0.05, 5.0),  # edge sites: 200 Mbit/s inside, 50 Mbit/s and 5 ms between
+}
+
+# name -> (example config, overrides). Every job names its allreduce, so
+# that the calibration of `auto` (timed differently on each side) cannot
+# pick different algorithms.
+JOBS = {
+    "allreduce-ring": ("quickstart-allreduce", ["collectives.allreduce=ring"]),
+    "allreduce-recursive_doubling": ("quickstart-allreduce", ["collectives.allreduce=recursive_doubling"]),
+    "allreduce-rabenseifner": ("quickstart-allreduce", ["collectives.allreduce=rabenseifner"]),
+    "allreduce-torus2d": ("quickstart-allreduce", ["collectives.allreduce=torus2d"]),
+    "allreduce-tga2d": ("quickstart-allreduce", ["collectives.allreduce=tga2d"]),
+    "allreduce-hierarchical": ("quickstart-allreduce", ["collectives.allreduce=hierarchical"]),
+    "allreduce-hips": ("quickstart-allreduce", ["collectives.allreduce=hips"]),
+    "crossover-sync": ("quickstart-crossover", ["algorithm.mode=sync", "collectives.allreduce=ring"]),
+    "crossover-overlap": ("quickstart-crossover", ["algorithm.mode=overlap", "collectives.allreduce=ring"]),
+    "crossover-async": ("quickstart-crossover", ["algorithm.mode=async", "collectives.allreduce=ring"]),
+    "sgp": ("sgp", ["collectives.allreduce=ring"]),
+    "hierarchical": ("hierarchical", ["collectives.allreduce=ring"]),
+    "diloco": ("quickstart-diloco", ["collectives.allreduce=ring"]),
+    "a2sgd": ("a2sgd-gossip", ["collectives.allreduce=ring"]),
+}
+
+
+def seconds_per_step(run_dir, skip):
+    """Mean over ranks of (time at last step - time at step `skip`) / steps between; steps; bytes sent."""
+    rates, steps, sent = [], 0, 0
+    files = sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl")))
+    if not files:
+        raise SystemExit(f"validate-sim: no rank-*.jsonl in {run_dir}")
+    for path in files:
+        done, points = 0, []
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("kind") != "step":
+                    continue
+                done += r.get("steps", 1)
+                points.append((done, r["time"]))
+                sent += sum(r.get("sent_bytes", {}).values())
+        window = [p for p in points if p[0] >= skip]
+        if len(window) < 2:
+            raise SystemExit(f"validate-sim: {path} has {done} steps, too few after step {skip}")
+        (s0, t0), (s1, t1) = window[0], window[-1]
+        rates.append((t1 - t0) / (s1 - s0))
+        steps = max(steps, done)
+    return statistics.mean(rates), steps, sent
+
+
+def run(cmd, what, timeout):
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+        raise SystemExit(f"validate-sim: {what} failed ({p.returncode})")
+    return p.stdout
+
+
+def network_sets(shape):
+    inside, between, delay = SHAPES[shape]
+    return [f"network.islands={json.dumps(ISLANDS, separators=(',', ':'))}", f"network.inside_gbps={inside:g}",
+            f"network.between_gbps={between:g}", f"network.between_delay_ms={delay:g}"]
+
+
+def one_round(shape, job, tmp, args, k):
+    config, sets = JOBS[job]
+    cfg = os.path.join(ROOT, "examples", "configs", config + ".yaml")
+    common = sets + ["training.epochs=1", f"data.train_limit={args.train_limit}", "data.test_limit=200",
+                     "run.metrics=true", "run.metrics_every=1", "membership.enabled=false"]
+    spec = os.path.join(tmp, f"{shape}.yaml")
+    inside, between, delay = SHAPES[shape]
+    with open(spec, "w") as f:
+        f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
+                f"  between_gbps: {between:g}\n  between_delay_ms: {delay:g}\n")
+    real_dir = os.path.join(tmp, f"real-{shape}-{job}-{k}")
+    cmd = ["bash", "scripts/hosts.sh", "--spec", spec, "--config", cfg, "--timeout", "600",
+           "--summary-json", os.path.join(tmp, "summary.json")]
+    for s in common + [f"run.dir={real_dir}"]:
+        cmd += ["--set", s]
+    run(cmd, f"the real run of {job} on {shape}", 700)
+    real, steps, real_sent = seconds_per_step(real_dir, args.skip)
+
+    sim_dir = os.path.join(tmp, f"sim-{shape}-{job}-{k}")
+    cmd = [os.path.join(BUILD, "apps", "gossamer-sim"), cfg, "--world-size", "8", "--steps", str(steps),
+           "--receive-unshaped", "--inside-latency-us", f"{args.inside_latency_us:g}", "--compute-from", real_dir]
+    for c in args.cfg:
+        cmd += ["--cfg", c]
+    for s in common + network_sets(shape) + [f"run.dir={sim_dir}"]:
+        cmd += ["--set", s]
+    run(cmd, f"the simulation of {job} on {shape}", 600)
+    sim, _, sim_sent = seconds_per_step(sim_dir, args.skip)
+    return {"real": real, "sim": sim, "steps": steps, "real_bytes_sent": real_sent, "sim_bytes_sent": sim_sent,
+            "overrides": sets}
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--train-limit", type=int, default=16000, help="training samples (8 ranks x 32: 62 steps)")
+    ap.add_argument("--skip", type=int, default=5, help="steps before the timed window")
+    ap.add_argument("--inside-latency-us", type=float, default=30)
+    ap.add_argument("--cfg", action="append", default=None,
+                    help="SimGrid --cfg items (default: latency and bandwidth factors 1, no cross traffic)")
+    ap.add_argument("--keep", help="keep the run directories under this directory")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "validate-sim.json"))
+    args = ap.parse_args(argv)
+    if args.cfg is None:
+        args.cfg = ["network/latency-factor:1", "network/bandwidth-factor:1", "network/crosstraffic:0"]
+    shapes, jobs = args.shapes.split(","), args.jobs.split(",")
+    for s in shapes:
+        if s not in SHAPES:
+            raise SystemExit(f"validate-sim: unknown shape {s} ({', '.join(SHAPES)})")
+    for j in jobs:
+        if j not in JOBS:
+            raise SystemExit(f"validate-sim: unknown job {j} ({', '.join(JOBS)})")
+
+    rows = []
+    print(f"{'shape':<8} {'job':<30} {'real s/step':>12} {'sim s/step':>12} {'ratio':>7} {'error':>7}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="validate-sim-") as scratch:
+        tmp = os.path.abspath(args.keep) if args.keep else scratch
+        os.makedirs(tmp, exist_ok=True)
+        for shape in shapes:
+            for job in jobs:
+                rounds = [one_round(shape, job, tmp, args, k) for k in range(args.rounds)]
+                real = statistics.median(r["real"] for r in rounds)
+                sim = statistics.median(r["sim"] for r in rounds)
+                ratio = sim / real
+                row = {"shape": shape, "job": job, "config": JOBS[job][0], "overrides": JOBS[job][1], "hosts": 8,
+                       "inside_gbps": SHAPES[shape][0], "between_gbps": SHAPES[shape][1],
+                       "between_delay_ms": SHAPES[shape][2], "real_seconds_per_step": real,
+                       "sim_seconds_per_step": sim, "ratio": ratio, "error": abs(ratio - 1),
+                       "real_rounds": [r["real"] for r in rounds], "sim_rounds": [r["sim"] for r in rounds],
+                       "steps": rounds[0]["steps"], "real_bytes_sent": rounds[0]["real_bytes_sent"],
+                       "sim_bytes_sent": rounds[0]["sim_bytes_sent"]}
+                rows.append(row)
+                print(f"{shape:<8} {job:<30} {real:12.4f} {sim:12.4f} {ratio:7.3f} {abs(ratio - 1):7.1%}", flush=True)
+    summary = {}
+    for shape in shapes:
+        logs = [abs(math.log(r["ratio"])) for r in rows if r["shape"] == shape]
+        summary[shape] = {"geometric_mean_error": math.exp(statistics.mean(logs)) - 1,
+                          "max_error": max(r["error"] for r in rows if r["shape"] == shape),
+                          "jobs": len(logs)}
+        print(f"{shape}: geometric mean error {summary[shape]['geometric_mean_error']:.1%}, "
+              f"largest {summary[shape]['max_error']:.1%} over {len(logs)} jobs")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"arguments": vars(args), "shapes": {k: dict(zip(["inside_gbps", "between_gbps",
+                                                                    "between_delay_ms"], v))
+                                                        for k, v in SHAPES.items() if k in shapes},
+                   "summary": summary, "rows": rows}, f, indent=1)
+    print(f"wrote {os.path.relpath(args.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
