@@ -123,12 +123,15 @@ def one_round(shape, job, tmp, args, k):
            "--summary-json", os.path.join(tmp, "summary.json")]
     for s in common + [f"run.dir={real_dir}"]:
         cmd += ["--set", s]
-    run(cmd, f"the real run of {job} on {shape}", 700)
+    if not (args.reuse and glob.glob(os.path.join(real_dir, "rank-*.jsonl"))):
+        run(cmd, f"the real run of {job} on {shape}", 700)
     real, steps, real_sent = seconds_per_step(real_dir, args.skip)
 
     sim_dir = os.path.join(tmp, f"sim-{shape}-{job}-{k}")
+    for old in glob.glob(os.path.join(sim_dir, "*")):
+        os.remove(old)
     cmd = [os.path.join(BUILD, "apps", "gossamer-sim"), cfg, "--world-size", "8", "--steps", str(steps),
-           "--receive-unshaped", "--inside-latency-us", f"{args.inside_latency_us:g}", "--compute-from", real_dir]
+           "--receive-unshaped", "--tbf", "--inside-latency-us", f"{args.inside_latency_us:g}", "--compute-from", real_dir]
     for c in args.cfg:
         cmd += ["--cfg", c]
     for s in common + network_sets(shape) + [f"run.dir={sim_dir}"]:
@@ -150,6 +153,8 @@ def main(argv):
     ap.add_argument("--cfg", action="append", default=None,
                     help="SimGrid --cfg items (default: latency and bandwidth factors 1, no cross traffic)")
     ap.add_argument("--keep", help="keep the run directories under this directory")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: simulate again against the real runs kept there instead of running them")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "validate-sim.json"))
     args = ap.parse_args(argv)
     if args.cfg is None:

@@ -58,6 +58,7 @@ struct Options {
   std::size_t params = 0;  // 0: the model's
   double insideLatencyUs = 50;
   bool receiveUnshaped = false;
+  bool tbf = false;
   std::string platformFile;
   std::string computeFrom;                 // a real run's directory: per-rank, per-step compute
   std::vector<std::string> simgridConfig;  // SimGrid --cfg items
@@ -137,6 +138,7 @@ json run(const Options& o) {
   simgrid::Platform platform =
       simgrid::Platform::fromNetwork(NetworkLayout::from(config), o.insideLatencyUs * 1e-6);
   platform.receiveUnshaped = o.receiveUnshaped;
+  if (o.tbf) platform.shapeLikeNamespaceHosts();
   platform.file = o.platformFile;
 
   const auto replay =
@@ -239,6 +241,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--receive-unshaped", o.receiveUnshaped,
                "hosts receive at any rate (tc shapes only what a host sends, as on the namespace hosts)");
+  app.add_flag("--tbf", o.tbf,
+               "links are token buckets with the bursts that tc tbf has on the namespace hosts "
+               "(1 ms at the link's rate, at least 64 KiB)");
   app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
       ->check(CLI::ExistingFile);
   app.add_option("--compute-from", o.computeFrom,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -412,6 +413,63 @@ TEST_CASE("simgrid: islands give inside and between links their rates and latenc
       s += "counted " + std::to_string(out.bytesSent) + " bytes sent, " +
            std::to_string(out.bytesBetweenIslands) + " between islands; expected 3 and 2 messages of " +
            std::to_string(bytes) + "\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a pair's messages go back to back and token buckets let a burst through at once",
+          "[simgrid][platform]") {
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 4;
+    p.islands = {{0, 1}, {2, 3}};
+    p.insideBytesPerSecond = 125e6;
+    p.insideLatencySeconds = 50e-6;
+    p.betweenBytesPerSecond = 12.5e6;
+    p.betweenLatencySeconds = 10e-3;
+    p.shapeLikeNamespaceHosts();  // 125,000-byte and 65,536-byte buckets
+    constexpr std::size_t kBytes = 200000;
+    std::vector<double> arrived;
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, 4, 100);
+          std::vector<std::byte> b(kBytes);
+          const Tag tag = Tag::make(Op::kUser, 1, 0);
+          if (r == 0) {
+            // Two messages at once to the other island, then one inside it later.
+            t->isend(2, tag, b);
+            t->isend(2, tag, b);
+            simgrid::sleepFor(1.0);
+            t->isend(1, tag, b);
+          } else if (r == 2 || r == 1) {
+            for (int k = 0; k < (r == 2 ? 2 : 1); ++k) {
+              t->irecv(0, tag, b).wait(t->timeoutSeconds());
+              arrived.push_back(simgrid::now());
+            }
+          }
+        },
+        kExactLinks);
+    const double bytes = kBytes + 48;
+    // The first message: its first 65,536 bytes at once (the island's
+    // bucket is the smaller), the rest at 100 Mbit/s, after both latencies.
+    const double first = 50e-6 + 10e-3 + (bytes - 65536) / 12.5e6;
+    // The second goes after it on the stream, when the island's bucket has
+    // just paid off the first one's debt: its bytes at the rate (all but a
+    // few hundred), without paying the latency again.
+    const double second = first + bytes / 12.5e6;
+    // A second later the host's bucket is full again: 125,000 bytes at once.
+    const double inside = 1.0 + 50e-6 + (bytes - 125000) / 125e6;
+    std::string s = errorsOf(out);
+    const std::vector<double> expected{first, second, inside};
+    std::sort(arrived.begin(), arrived.end());
+    if (arrived.size() != 3) return s + "received " + std::to_string(arrived.size()) + " messages";
+    for (std::size_t k = 0; k < 3; ++k)
+      if (std::abs(arrived[k] - expected[k]) > 1e-3 * expected[k])
+        s += "message " + std::to_string(k) + " arrived at " + std::to_string(arrived[k]) + " s, expected " +
+             std::to_string(expected[k]) + " s\n";
     return s;
   });
   INFO(failed);

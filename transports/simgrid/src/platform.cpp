@@ -20,6 +20,7 @@
 // ingress), so that the two can be compared.
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,12 @@ Platform Platform::fromNetwork(const NetworkLayout& layout, double insideLatency
   return p;
 }
 
+void Platform::shapeLikeNamespaceHosts() {
+  constexpr double kMinimumBurst = 65536;  // hosts.py: burst()
+  insideBurstBytes = std::max(kMinimumBurst, insideBytesPerSecond * 1e-3);
+  betweenBurstBytes = std::max(kMinimumBurst, betweenBytesPerSecond * 1e-3);
+}
+
 void Platform::validate() const {
   GOSSAMER_ENFORCE(hosts >= 1, "simgrid platform: hosts " << hosts << " (at least 1)");
   GOSSAMER_ENFORCE(insideBytesPerSecond > 0,
@@ -85,6 +92,11 @@ void Platform::validate() const {
                    "simgrid platform: inside latency " << insideLatencySeconds << " s");
   GOSSAMER_ENFORCE(betweenLatencySeconds >= 0,
                    "simgrid platform: between latency " << betweenLatencySeconds << " s");
+  GOSSAMER_ENFORCE(insideBurstBytes >= 0 && betweenBurstBytes >= 0, "simgrid platform: burst sizes "
+                                                                        << insideBurstBytes << ", "
+                                                                        << betweenBurstBytes << " bytes");
+  GOSSAMER_ENFORCE(file.empty() || (insideBurstBytes == 0 && betweenBurstBytes == 0),
+                   "simgrid platform: token buckets are for generated platforms, not a platform file");
   GOSSAMER_ENFORCE(flopsPerSecond > 0, "simgrid platform: host speed " << flopsPerSecond << " flop/s");
   if (!islands.empty()) NetworkLayout(hosts, islands, 1, 1);  // a partition of [0, hosts), or it throws
 }

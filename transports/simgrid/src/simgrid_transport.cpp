@@ -31,6 +31,8 @@
 // messages, so a job's memory grows with its traffic, not with N^2.
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -76,6 +78,18 @@ struct Queued {
   double due;
 };
 
+// A token bucket (tc tbf) in front of a link: tokens (bytes) come at `rate`
+// up to `burst`; a message takes its bytes from it, into debt if needed.
+struct Bucket {
+  double rate = 0, burst = 0, tokens = 0, at = 0;
+  // Tokens at simulated time `now`.
+  double available(double now) {
+    tokens = std::min(burst, tokens + rate * (now - at));
+    at = now;
+    return tokens;
+  }
+};
+
 // A pair's stream: what waits to go, and whether its actor is running.
 struct Stream {
   std::deque<Queued> queue;
@@ -97,6 +111,14 @@ struct Closed {
 
 // What every rank's transport shares while simulate() runs.
 struct World {
+  World(const Platform& p, RouteLatency routeLatency) : World(p.hosts, p.islands, std::move(routeLatency)) {
+    if (p.insideBurstBytes > 0)
+      up.assign(static_cast<std::size_t>(p.hosts),
+                Bucket{p.insideBytesPerSecond, p.insideBurstBytes, p.insideBurstBytes, 0});
+    if (p.betweenBurstBytes > 0)
+      into.assign(std::max<std::size_t>(1, p.islands.size()),
+                  Bucket{p.betweenBytesPerSecond, p.betweenBurstBytes, p.betweenBurstBytes, 0});
+  }
   World(int n, const std::vector<std::vector<int>>& islands, RouteLatency routeLatency)
       : latency(std::move(routeLatency)),
         island(static_cast<std::size_t>(n), 0),
@@ -151,8 +173,28 @@ struct World {
     return (got == f.end() ? 0 : got->second.expected) == sent;
   }
 
-  RouteLatency latency;     // one-way, by (source, destination)
-  std::vector<int> island;  // by rank
+  // The bytes of a `bytes`-byte message from src to dst that go at once
+  // (the tokens every bucket on its path holds now); takes `bytes` tokens
+  // from each of them.
+  double burst(int src, int dst, double bytes) {
+    if (up.empty() && into.empty()) return 0;
+    const double now = s4u::Engine::get_clock();
+    std::array<Bucket*, 2> path{};
+    std::size_t k = 0;
+    if (!up.empty()) path[k++] = &up[static_cast<std::size_t>(src)];
+    const int to = island[static_cast<std::size_t>(dst)];
+    if (!into.empty() && island[static_cast<std::size_t>(src)] != to)
+      path[k++] = &into[static_cast<std::size_t>(to)];
+    double free = bytes;
+    for (std::size_t i = 0; i < k; ++i) free = std::min(free, std::max(0.0, path[i]->available(now)));
+    for (std::size_t i = 0; i < k; ++i) path[i]->tokens -= bytes;
+    return free;
+  }
+
+  RouteLatency latency;      // one-way, by (source, destination)
+  std::vector<Bucket> up;    // by rank: its sending link's bucket (empty: none)
+  std::vector<Bucket> into;  // by island: its link's bucket (empty: none)
+  std::vector<int> island;   // by rank
   double bytesSent = 0, bytesBetween = 0;
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<s4u::Mailbox*> inbound;
@@ -366,7 +408,8 @@ class SimTransport final : public Transport {
       const double wait = stream.queue.front().due - s4u::Engine::get_clock();
       if (wait > 0) s4u::this_actor::sleep_for(wait);
       auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
-      const auto bytes = static_cast<std::uint64_t>(stream.queue.front().simulatedBytes);
+      const double total = stream.queue.front().simulatedBytes;
+      const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
       stream.queue.pop_front();
       // Blocks until the bytes have arrived (the mailbox's receiver is
       // permanent); the daemon owns the message from then on.
@@ -441,7 +484,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   s4u::Engine engine(&argc, argv.data());
   RouteLatency latency = build(platform);
 
-  World w(platform.hosts, platform.islands, std::move(latency));
+  World w(platform, std::move(latency));
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
   setContextLocalProvider(&actorLocal);

@@ -55,6 +55,14 @@ namespace gossamer::simgrid {
 /// betweenBytesPerSecond, which adds betweenLatencySeconds; what leaves an
 /// island is not limited. So a message inside an island takes
 /// insideLatencySeconds + bytes / insideBytesPerSecond when alone on its links.
+///
+/// With burst sizes, the host's sending link and the island's link from the
+/// others are token buckets, as tc tbf shapes them on the namespace hosts
+/// (tests/hosts/hosts.py): tokens (bytes) come at the link's rate up to the
+/// burst size, every message takes as many as its bytes (going into debt
+/// when there are too few), and the bytes of a message for which every
+/// shaped link on its path holds tokens at its start go at once; the rest
+/// flows at the links' rates.
 struct Platform {
   int hosts = 2;                          ///< Number of hosts (= world size), >= 1.
   std::vector<std::vector<int>> islands;  ///< A partition of [0, hosts); empty: one island.
@@ -63,6 +71,8 @@ struct Platform {
   double betweenBytesPerSecond = 125e6;   ///< Each island's link from the others, bytes per second.
   double betweenLatencySeconds = 0;       ///< Added one-way latency between islands, seconds.
   bool receiveUnshaped = false;           ///< Hosts receive at any rate (as tc shapes only egress).
+  double insideBurstBytes = 0;            ///< A host's sending link's token bucket, bytes (0: none).
+  double betweenBurstBytes = 0;           ///< Each island's link's token bucket, bytes (0: none).
   double flopsPerSecond = 1e9;            ///< Each host's speed, for simgrid::compute.
   /// A SimGrid platform file (XML) instead of all of the above but `hosts`:
   /// it must hold hosts "rank-0" .. "rank-<hosts-1>".
@@ -71,6 +81,9 @@ struct Platform {
   /// The job's `network:` section (islands, inside_gbps, between_gbps,
   /// between_delay_ms), with `insideLatencySeconds` inside islands.
   static Platform fromNetwork(const NetworkLayout& layout, double insideLatencySeconds);
+  /// Sets the burst sizes that tests/hosts/hosts.py gives tc tbf: one
+  /// millisecond at the link's rate, at least 64 KiB.
+  void shapeLikeNamespaceHosts();
   /// @throws InvalidArgument naming the field that is out of range, or the
   ///         rank an island partition misses or repeats.
   void validate() const;
