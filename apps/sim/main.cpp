@@ -4,8 +4,11 @@
 //
 // No forward or backward pass is computed: each step a rank spends
 // --step-seconds of simulated time (its compute), or with --compute-from the
-// compute_s that the same rank recorded at the same step of a real run (its
-// run directory's step records, replayed in a cycle), then calls the optimizer's
+// processor time that the same rank recorded at the same step of a real run
+// (its run directory's step records, replayed in a cycle: compute_s, the
+// forward and backward pass, plus communication_s, the SDK's own work in the
+// step when not waiting for a peer, which the simulation does not charge),
+// then calls the optimizer's
 // step with a zero gradient on parameters of the model's real size
 // (`model:`, Fashion-MNIST's 784 inputs and 10 classes, or --params). Ranks
 // start from different parameters (r + 0.001 (i mod 10) at rank r, element
@@ -65,8 +68,9 @@ struct Options {
   std::string jsonPath;
 };
 
-// Each rank's compute seconds per step from a run directory's step records
-// (rank-R.jsonl; a record of k steps counts as k steps of compute_s / k).
+// Each rank's processor seconds per step from a run directory's step records
+// (rank-R.jsonl: compute_s + communication_s; a record of k steps counts as
+// k steps of a k-th of that).
 // Throws when a rank's file is missing or holds no step record.
 std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize) {
   std::vector<std::vector<double>> out(static_cast<std::size_t>(worldSize));
@@ -81,7 +85,7 @@ std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize
       GOSSAMER_ENFORCE(!j.is_discarded() && j.is_object(), path << ":" << at << ": not a JSON object");
       if (j.value("kind", "") != "step") continue;
       const auto steps = j.value("steps", 1);
-      const double c = j.value("compute_s", -1.0);
+      const double c = j.value("compute_s", -1.0) + j.value("communication_s", 0.0);
       GOSSAMER_ENFORCE(steps >= 1 && c >= 0,
                        path << ":" << at << ": a step record without steps >= 1 and compute_s >= 0");
       for (int k = 0; k < steps; ++k) mine.push_back(c / steps);
@@ -246,8 +250,9 @@ int main(int argc, char** argv) {
                "(1 ms at the link's rate, at least 64 KiB)");
   app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
       ->check(CLI::ExistingFile);
-  app.add_option("--compute-from", o.computeFrom,
-                 "a real run's directory: each rank replays its recorded compute_s step by step")
+  app.add_option(
+         "--compute-from", o.computeFrom,
+         "a real run's directory: each rank replays its recorded compute_s + communication_s step by step")
       ->check(CLI::ExistingDirectory);
   app.add_option(
       "--cfg", o.simgridConfig,

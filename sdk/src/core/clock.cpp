@@ -7,6 +7,10 @@
 
 namespace gossamer {
 
+namespace detail {
+void addThreadWait(std::int64_t nanos) noexcept;  // metrics.cpp
+}  // namespace detail
+
 namespace {
 std::atomic<const TimeSource*> gSource{nullptr};
 }  // namespace
@@ -26,8 +30,14 @@ double unixSeconds() noexcept {
 
 void sleepFor(double seconds) noexcept {
   if (!(seconds > 0)) return;
-  if (const auto* s = gSource.load(std::memory_order_acquire)) return s->sleepSeconds(seconds);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const auto t0 = Clock::now();
+  if (const auto* s = gSource.load(std::memory_order_acquire))
+    s->sleepSeconds(seconds);
+  else
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  // The SDK pauses only to let a peer's messages arrive: the time counts as
+  // waiting (threadWaitSeconds), as a Request::wait's does.
+  detail::addThreadWait(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
 }  // namespace gossamer

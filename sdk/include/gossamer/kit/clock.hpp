@@ -49,6 +49,8 @@ double unixSeconds() noexcept;
 
 /// Pauses the running thread of execution for `seconds` of the installed
 /// source's time (std::this_thread::sleep_for by default); negative: none.
+/// The SDK pauses only for a peer's messages: the time counts as this
+/// thread's waiting (threadWaitSeconds, the metrics' waiting_s).
 void sleepFor(double seconds) noexcept;
 
 /// `d` (any std::chrono duration) as a Clock duration, for deadlines:
