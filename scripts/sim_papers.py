@@ -127,13 +127,16 @@ def bcube_xml(n, h):
 
 
 def simulate(args_list):
+    """sim-allreduce's JSON, or {"error": its first line of stderr} when it fails."""
     exe = os.path.join(BUILD, "bench", "sim-allreduce")
     if not os.path.exists(exe):
         raise SystemExit(f"sim-papers: {exe} is not built")
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         p = subprocess.run([exe, *args_list, "--json", out.name], capture_output=True, text=True)
         if p.returncode != 0:
-            raise SystemExit(f"sim-papers: sim-allreduce {' '.join(args_list)} failed: {p.stderr.strip()}")
+            first = (p.stderr.strip().splitlines() or ["no message"])[0]
+            print(f"sim-papers: sim-allreduce {' '.join(args_list)} failed: {first}", file=sys.stderr)
+            return {"error": first, "simulated_seconds": None, "wall_seconds": None}
         with open(out.name) as f:
             return json.load(f)
 
@@ -148,20 +151,27 @@ def main(argv):
     print(f"{'paper':<6} {'topology':<10} {'algorithm':<13} {'workers':>7} {'paper s':>10} {'simulated s':>12} "
           f"{'ratio':>6} {'wall s':>7}", flush=True)
 
-    def add(row):
-        row["ratio"] = row["simulated_seconds"] / row["paper_seconds"]
+    def add(row, result):
+        row["simulated_seconds"] = result["simulated_seconds"]
+        row["wall_seconds"] = result["wall_seconds"]
+        if "error" in result:
+            row["error"] = result["error"]
+            row["ratio"] = None
+            print(f"{row['paper']:<6} {row['topology']:<10} {row['algorithm']:<13} {row['workers']:>7} "
+                  f"{row['paper_seconds']:10.6f}  failed: {result['error']}", flush=True)
+        else:
+            row["ratio"] = row["simulated_seconds"] / row["paper_seconds"]
+            print(f"{row['paper']:<6} {row['topology']:<10} {row['algorithm']:<13} {row['workers']:>7} "
+                  f"{row['paper_seconds']:10.6f} {row['simulated_seconds']:12.6f} {row['ratio']:6.2f} "
+                  f"{row['wall_seconds']:7.1f}", flush=True)
         rows.append(row)
-        print(f"{row['paper']:<6} {row['topology']:<10} {row['algorithm']:<13} {row['workers']:>7} "
-              f"{row['paper_seconds']:10.6f} {row['simulated_seconds']:12.6f} {row['ratio']:6.2f} "
-              f"{row['wall_seconds']:7.1f}", flush=True)
 
     for n in (int(x) for x in args.workers.split(",")):
         for algorithm in ("ring", "hierarchical", "torus2d", "tga2d"):
             r = simulate(["--world-size", str(n), "--algorithm", algorithm, "--elements", str(S_ELEMENTS),
                           "--gbps", "56", "--latency-us", "0.7", "--groups", str(L)])
             add({"paper": "000", "table": "Table 2", "topology": "flat", "algorithm": algorithm, "workers": n,
-                 "paper_seconds": table2(algorithm, n), "simulated_seconds": r["simulated_seconds"],
-                 "wall_seconds": r["wall_seconds"], "bytes": S})
+                 "paper_seconds": table2(algorithm, n), "bytes": S}, r)
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.hips_shapes.split(","):
             n, h = (int(x) for x in shape.split("x"))
@@ -177,8 +187,7 @@ def main(argv):
                                   *flags])
                     add({"paper": "003", "table": "Table 3", "topology": topology, "algorithm": algorithm,
                          "workers": servers, "n": n, "h": h, "paper_seconds": table3(topology, algorithm, n, h),
-                         "simulated_seconds": r["simulated_seconds"], "wall_seconds": r["wall_seconds"],
-                         "bytes": W})
+                         "bytes": W}, r)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"s_bytes": S, "alpha_seconds": ALPHA, "b000_bytes_per_second": B000, "groups": L,

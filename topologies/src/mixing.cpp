@@ -13,6 +13,7 @@
 
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
+#include <Eigen/Sparse>
 
 #include "gossamer/errors.hpp"
 
@@ -92,14 +93,23 @@ ExpectedMixing estimateExpectedMixing(const Topology& t, const NetworkLayout& ne
   out.mean = Eigen::MatrixXd::Zero(n, n);
   const Eigen::MatrixXd centre =
       Eigen::MatrixXd::Identity(n, n) - Eigen::MatrixXd::Constant(n, n, 1.0 / static_cast<double>(n));
-  Eigen::MatrixXd square = Eigen::MatrixXd::Zero(n, n);  // sum of W^T (I - J) W
+  // Sum of W^T (I - J) W = W^T W - (W^T 1)(W^T 1)^T / N: W has a few
+  // entries per row, so W^T W is a sparse product (O(N) per sample, not the
+  // O(N^3) of the dense one), and the rank-one term O(N^2).
+  Eigen::MatrixXd square = Eigen::MatrixXd::Zero(n, n);
   double messages = 0, shareSum = 0, shareSquares = 0;
   for (std::uint64_t r = 0; r < rounds; ++r) {
     double sent = 0, cross = 0;
     for (int s = 0; s < segments; ++s) {
       const Eigen::MatrixXd w = t.mixingMatrix(r, s);
       out.mean += w;
-      square.noalias() += w.transpose() * centre * w;
+      const Eigen::SparseMatrix<double> sparse = w.sparseView();
+      const Eigen::SparseMatrix<double> wtw = Eigen::SparseMatrix<double>(sparse.transpose()) * sparse;
+      for (int k = 0; k < wtw.outerSize(); ++k)
+        for (Eigen::SparseMatrix<double>::InnerIterator it(wtw, k); it; ++it)
+          square(it.row(), it.col()) += it.value();
+      const Eigen::VectorXd v = w.colwise().sum().transpose();
+      square.noalias() -= (v * v.transpose()) / static_cast<double>(n);
       for (int i = 0; i < n; ++i)
         for (int j : t.peers(i, r, s).sendTo) {
           sent += 1;

@@ -60,7 +60,8 @@ namespace s4u = ::simgrid::s4u;
 
 namespace {
 
-constexpr double kFrameHeaderBytes = 48;  // wire.hpp's header, counted in every simulated message
+constexpr double kFrameHeaderBytes = 48;            // wire.hpp's header, counted in every simulated message
+constexpr unsigned kStreamStackBytes = 128 * 1024;  // a stream actor's stack
 
 // One message in flight: who sent it, under which tag, and its bytes.
 struct Message {
@@ -396,8 +397,12 @@ class SimTransport final : public Transport {
         Queued{std::move(m), simulated, s4u::Engine::get_clock() + w_.latency(rank_, dst)});
     if (stream.running) return;
     stream.running = true;
-    s4u::Actor::create("stream-" + std::to_string(rank_) + "-" + std::to_string(dst),
-                       s4u::this_actor::get_host(), [&w = w_, src = rank_, dst] { drain(w, src, dst); });
+    // A stream's actor calls nothing deep: a small stack (its pages are
+    // mapped on use), as there can be one per pair with messages in flight.
+    s4u::Actor::init("stream-" + std::to_string(rank_) + "-" + std::to_string(dst),
+                     s4u::this_actor::get_host())
+        ->set_stacksize(kStreamStackBytes)
+        ->start([&w = w_, src = rank_, dst] { drain(w, src, dst); });
   }
 
   // A stream's actor: sends what is queued, one message at a time, each once
