@@ -7,7 +7,7 @@ between), 4 segments of the MLP, seed 42, E[W] estimated over --rounds rounds:
 
   once for 12 steps with the default exponent (1), keeping its output;
   once per exponent (--exponents, default 0,0.5,1,2) for 1 step, keeping the
-  last table's rows: slem, gap, ms_rate, cross, cross_stderr,
+  last table's rows: slem, gap, ms_rate, ms_avg, cross, cross_stderr,
   messages_per_rank, exact_gap and exact_cross (null where not computed).
 
 For each exponent's row (and the fair roulette's, from the first exponent's
@@ -35,7 +35,7 @@ BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 ISLANDS = "[[0,1,2,3],[4,5,6,7]]"
 BETWEEN_GBPS = 0.1
 SEGMENT_BYTES = 100e3
-FIELDS = ["slem", "gap", "ms_rate", "cross", "cross_stderr", "messages_per_rank", "exact_gap", "exact_cross"]
+FIELDS = ["slem", "gap", "ms_rate", "ms_avg", "cross", "cross_stderr", "messages_per_rank", "exact_gap", "exact_cross"]
 
 
 def arguments(steps, rounds, exponent=None):

@@ -8,9 +8,10 @@ bandwidth_roulette under Crossover-SGD, directed_exponential under SGP) at
 the consensus distance d_k after each step. The measured per-step contraction
 is the geometric mean of d_{k+1}^2 / d_k^2 over the steps before d falls
 below 1e-6 of its start. The prediction is build/apps/gossamer-topology's
-mean-square rate per round of the same topology, world size, segments and
-seed, estimated over --rounds rounds (the largest eigenvalue of
-(I - J) E[W^T (I - J) W] (I - J)).
+mean-square rate per round averaged over directions (ms-avg: the mean
+eigenvalue of (I - J) E[W^T (I - J) W] (I - J) on the disagreement space)
+of the same topology, world size, segments and seed, estimated over
+--rounds rounds; its worst direction's rate (ms-rate) is kept beside it.
 
 Writes results/sim-mixing.json (rows: topology, config, world size, steps,
 consensus distances, measured and predicted contraction, their ratio,
@@ -57,8 +58,8 @@ def predicted_rate(topology, n, islands, segments, rounds, seed):
     wall = time.monotonic() - t0
     for line in out.splitlines():
         fields = line.split()
-        if fields and fields[0] == topology and len(fields) >= 4 and re.match(r"^[0-9.]+$", fields[3]):
-            return float(fields[3]), wall
+        if fields and fields[0] == topology and len(fields) >= 5 and re.match(r"^[0-9.]+$", fields[4]):
+            return float(fields[3]), float(fields[4]), wall
     raise SystemExit(f"sim-mixing: no expected-mixing row for {topology} in gossamer-topology's output")
 
 
@@ -95,11 +96,12 @@ def main(argv):
         rate, used = measured_rate(sim["consensus_distance"])
         seed = 42
         segments = 4 if topology != "directed_exponential" else 1
-        predicted, analysis_wall = predicted_rate(topology, n, islands, segments, args.rounds, seed)
+        worst, predicted, analysis_wall = predicted_rate(topology, n, islands, segments, args.rounds, seed)
         ratio = rate / predicted if rate is not None else None
         rows.append({"topology": topology, "config": config, "world_size": n, "steps": args.steps,
                      "segments": segments, "consensus_distance": sim["consensus_distance"],
-                     "measured_rate": rate, "steps_used": used, "predicted_rate": predicted, "ratio": ratio,
+                     "measured_rate": rate, "steps_used": used, "predicted_rate": predicted,
+                     "predicted_worst_rate": worst, "ratio": ratio,
                      "simulated_seconds_per_step": sim["simulated_seconds_per_step"],
                      "sim_wall_seconds": sim["wall_seconds"], "analysis_wall_seconds": analysis_wall,
                      "rounds": args.rounds})

@@ -220,8 +220,14 @@ TEST_CASE(
   CHECK(r.crossShare == 0.25);
   CHECK(r.crossShareStdError == 0.0);
   CHECK(r.messagesPerRank == 6.0);  // 2 neighbours x 3 segments
-  // Symmetric and doubly stochastic: the mean-square rate is lambda_2(W^2).
+  // Symmetric and doubly stochastic: the mean-square rate is lambda_2(W^2),
+  // and its average over directions the mean of W^2's other eigenvalues:
+  // (sum_k ((1 + 2 cos(2 pi k / 8)) / 3)^2 over k = 1..7) / 7.
   CHECK(r.meanSquareRate == Approx(r.slem * r.slem));
+  double average = 0;
+  for (int k = 1; k < 8; ++k) average += std::pow((1 + 2 * std::cos(2 * M_PI * k / 8)) / 3, 2) / 7;
+  CHECK(r.meanSquareRateAverage == Approx(average));
+  CHECK(r.meanSquareRateAverage < r.meanSquareRate);
 
   // A random topology: the estimate converges to the exact E[W]; for
   // pairings W^T W = W, so the mean-square rate is the slem.

@@ -131,6 +131,7 @@ ExpectedMixing estimateExpectedMixing(const Topology& t, const NetworkLayout& ne
     Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> sym((q + q.transpose()) / 2, Eigen::EigenvaluesOnly);
     GOSSAMER_ENFORCE(sym.info() == Eigen::Success, "eigenvalues of the expected mean-square matrix");
     out.meanSquareRate = sym.eigenvalues().maxCoeff();
+    out.meanSquareRateAverage = q.trace() / static_cast<double>(n - 1);
   }
   const auto rf = static_cast<double>(rounds);
   out.crossShare = messages > 0 ? shareSum / rf : 0.0;

@@ -118,6 +118,14 @@ struct ExpectedMixing {
   /// stochastic W it is the second largest eigenvalue of E[W^T W]; for the
   /// symmetric pairings of BandwidthRoulette (W^T W = W) it equals slem.
   double meanSquareRate = 0;
+  /// The same matrix's mean eigenvalue on the disagreement space,
+  /// trace / (N - 1): the expected mean-square contraction of a disagreement
+  /// vector drawn uniformly at random (meanSquareRate is the worst one's).
+  /// For a topology whose expected mixing is the same in every direction
+  /// (the uniform roulettes) the two are equal, and this one is the better
+  /// estimate from samples: the largest eigenvalue of a sampled matrix is
+  /// biased upwards by the sampling noise, the trace is not.
+  double meanSquareRateAverage = 0;
   /// Share of a round's segment messages (PeerSet::sendTo of every rank, all
   /// segments) whose two ranks are in different islands of `network`, the
   /// mean over the rounds. (The roulettes send as many messages every round,
