@@ -25,6 +25,10 @@ class ThreadHandle final : public TaskHandle {
 
 }  // namespace
 
+std::unique_ptr<TaskHandle> startThread(std::function<void()> body) {
+  return std::make_unique<ThreadHandle>(std::move(body));
+}
+
 void setTaskStarter(TaskStarter starter) noexcept { gStarter.store(starter, std::memory_order_release); }
 
 Task& Task::operator=(Task&& other) noexcept {
@@ -51,7 +55,7 @@ Task startTask(std::function<void()> body) {
   if (const auto starter = gStarter.load(std::memory_order_acquire))
     t.handle_ = starter(std::move(body));
   else
-    t.handle_ = std::make_unique<ThreadHandle>(std::move(body));
+    t.handle_ = startThread(std::move(body));
   return t;
 }
 

@@ -254,18 +254,9 @@ class ActorTask final : public TaskHandle {
   s4u::ActorPtr actor_;
 };
 
-class ThreadTask final : public TaskHandle {
- public:
-  explicit ThreadTask(std::function<void()> body) : thread_(std::move(body)) {}
-  void join() override { thread_.join(); }
-
- private:
-  std::thread thread_;
-};
-
 std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
   const s4u::Actor* self = gWorld != nullptr ? s4u::Actor::self() : nullptr;
-  if (self == nullptr) return std::make_unique<ThreadTask>(std::move(body));
+  if (self == nullptr) return startThread(std::move(body));
   return std::make_unique<ActorTask>(
       s4u::Actor::create(self->get_name() + "-task", s4u::this_actor::get_host(), std::move(body)));
 }

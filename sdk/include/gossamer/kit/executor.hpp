@@ -26,6 +26,11 @@ class TaskHandle {
 /// (as std::thread's constructor does); `body` must not throw.
 using TaskStarter = std::unique_ptr<TaskHandle> (*)(std::function<void()> body);
 
+/// The default TaskStarter: `body` on a new OS thread (std::thread). For a
+/// starter that falls back on it (a simulator's, outside its actors).
+/// Throws std::system_error when no thread can be started.
+std::unique_ptr<TaskHandle> startThread(std::function<void()> body);
+
 /// Installs `starter` for the whole process (null: OS threads, the
 /// default). Install it before the threads that use the SDK start, and
 /// remove it after they end.
