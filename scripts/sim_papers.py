@@ -48,6 +48,8 @@ S = 4 * S_ELEMENTS  # bytes
 L = 16
 
 # Paper 003: our choice of W and B (the paper's table is symbolic).
+POINT_TIMEOUT = 600  # seconds of wall time one simulation may take
+
 W_ELEMENTS = 1 << 20
 W = 4 * W_ELEMENTS
 B003 = 10e9 / 8
@@ -132,7 +134,13 @@ def simulate(args_list):
     if not os.path.exists(exe):
         raise SystemExit(f"sim-papers: {exe} is not built")
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        p = subprocess.run([exe, *args_list, "--json", out.name], capture_output=True, text=True)
+        try:
+            p = subprocess.run([exe, *args_list, "--json", out.name], capture_output=True, text=True,
+                               timeout=POINT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            print(f"sim-papers: sim-allreduce {' '.join(args_list)} took over {POINT_TIMEOUT} s", file=sys.stderr)
+            return {"error": f"over {POINT_TIMEOUT} s of wall time", "simulated_seconds": None,
+                    "wall_seconds": None}
         if p.returncode != 0:
             first = (p.stderr.strip().splitlines() or ["no message"])[0]
             print(f"sim-papers: sim-allreduce {' '.join(args_list)} failed: {first}", file=sys.stderr)

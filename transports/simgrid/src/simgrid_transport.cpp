@@ -3,22 +3,23 @@
 // Mailbox, waits in simulated time.
 //
 // Per message: isend copies the payload (one allocation) and queues it on the
-// pair's stream. Each pair (source, destination) with messages queued has a
-// stream actor on the source's host that takes them in order: it holds each
-// one until its route's latency has passed since it was sent (the links
-// carry no latency of their own, platform.cpp), then puts it on the
-// destination's S4U mailbox with a simulated size of payload + 48 bytes (the
-// frame header the real transports send) and waits for its bytes to arrive.
-// So the messages of a pair go one after another, back to back, as on a
-// TCP stream (not sharing the pair's bandwidth among themselves, which lets
-// later ones delay earlier ones), while each still arrives latency + bytes /
-// rate after it was sent on an idle path; flows of different pairs share the
-// links (SimGrid's flow model). The stream actor ends when its queue is
-// empty. The destination's mailbox has a permanent receiver (its daemon
-// actor), which takes each message at its simulated arrival and delivers it
-// to the rank's kit Mailbox, then wakes the rank's waiters (an S4U condition
-// variable, so waiting costs simulated time, not real time). A send to
-// oneself is delivered at once.
+// pair's stream. Each rank with messages queued has a sender actor on its
+// host that starts them, each stream's in order, one in flight per stream: it
+// holds a message until its route's latency has passed since it was sent
+// (the links carry no latency of their own, platform.cpp), then puts it on
+// the destination's S4U mailbox with a simulated size of payload + 48 bytes
+// (the frame header the real transports send), detached. So the messages of
+// a pair go one after another, back to back, as on a TCP stream (not sharing
+// the pair's bandwidth among themselves, which lets later ones delay earlier
+// ones), while each still arrives latency + bytes / rate after it was sent on
+// an idle path; flows of different pairs share the links (SimGrid's flow
+// model). The destination's mailbox has a permanent receiver (its daemon
+// actor), which takes each message at its simulated arrival, frees the
+// stream for its next message (waking the source's sender), delivers it to
+// the rank's kit Mailbox, and wakes the rank's waiters (S4U condition
+// variables, so waiting costs simulated time, not real time). The sender
+// ends when nothing is queued or in flight. Three actors per rank, whatever
+// the traffic. A send to oneself is delivered at once.
 //
 // Order: what one rank sends another arrives in the order sent (the stream
 // goes one message at a time); every message also carries a per-pair
@@ -37,9 +38,11 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -61,7 +64,7 @@ namespace s4u = ::simgrid::s4u;
 namespace {
 
 constexpr double kFrameHeaderBytes = 48;            // wire.hpp's header, counted in every simulated message
-constexpr unsigned kStreamStackBytes = 128 * 1024;  // a stream actor's stack
+constexpr unsigned kSenderStackBytes = 256 * 1024;  // a sender actor's stack
 
 // One message in flight: who sent it, under which tag, and its bytes.
 struct Message {
@@ -91,10 +94,21 @@ struct Bucket {
   }
 };
 
-// A pair's stream: what waits to go, and whether its actor is running.
+// A pair's stream: what waits to go, and whether a message is in flight.
 struct Stream {
   std::deque<Queued> queue;
+  bool inFlight = false;
+};
+
+// A rank's sending side: its streams' heads that wait for their latency to
+// pass (due time, destination; earliest first), how many messages are in
+// flight, and its actor.
+struct Sender {
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> due;
+  std::size_t inFlight = 0;
   bool running = false;
+  s4u::MutexPtr mu = s4u::Mutex::create();
+  s4u::ConditionVariablePtr cv = s4u::ConditionVariable::create();
 };
 
 // What a destination knows of one source: the next sequence number to
@@ -132,6 +146,7 @@ struct World {
         messagesIn(static_cast<std::size_t>(n)),
         from(static_cast<std::size_t>(n)),
         streams(static_cast<std::size_t>(n)),
+        senders(static_cast<std::size_t>(n)),
         closed(static_cast<std::size_t>(n)) {
     for (std::size_t k = 0; k < islands.size(); ++k)
       for (const int r : islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
@@ -192,6 +207,17 @@ struct World {
     return free;
   }
 
+  // The daemon of `dst` has taken a message of src's stream to it: the
+  // stream's next message may go once its latency has passed.
+  void arrived(int src, int dst) {
+    Stream& stream = streams[static_cast<std::size_t>(src)][dst];
+    Sender& sender = senders[static_cast<std::size_t>(src)];
+    stream.inFlight = false;
+    --sender.inFlight;
+    if (!stream.queue.empty()) sender.due.emplace(stream.queue.front().due, dst);
+    sender.cv->notify_all();
+  }
+
   RouteLatency latency;      // one-way, by (source, destination)
   std::vector<Bucket> up;    // by rank: its sending link's bucket (empty: none)
   std::vector<Bucket> into;  // by island: its link's bucket (empty: none)
@@ -209,6 +235,7 @@ struct World {
   // [source]: its streams by destination (touched by the source's actors
   // and its streams' actors).
   std::vector<std::unordered_map<int, Stream>> streams;
+  std::vector<Sender> senders;  // by source
   // [rank]: set once the rank closed its transport.
   std::vector<std::unique_ptr<Closed>> closed;
   // Every actor's ContextLocal (collective scratch, wait time): the actors
@@ -384,35 +411,53 @@ class SimTransport final : public Transport {
     if (w_.island[static_cast<std::size_t>(rank_)] != w_.island[static_cast<std::size_t>(dst)])
       w_.bytesBetween += simulated;
     Stream& stream = w_.streams[static_cast<std::size_t>(rank_)][dst];
-    stream.queue.push_back(
-        Queued{std::move(m), simulated, s4u::Engine::get_clock() + w_.latency(rank_, dst)});
-    if (stream.running) return;
-    stream.running = true;
-    // A stream's actor calls nothing deep: a small stack (its pages are
-    // mapped on use), as there can be one per pair with messages in flight.
-    s4u::Actor::init("stream-" + std::to_string(rank_) + "-" + std::to_string(dst),
-                     s4u::this_actor::get_host())
-        ->set_stacksize(kStreamStackBytes)
-        ->start([&w = w_, src = rank_, dst] { drain(w, src, dst); });
+    const double due = s4u::Engine::get_clock() + w_.latency(rank_, dst);
+    stream.queue.push_back(Queued{std::move(m), simulated, due});
+    if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
+    Sender& sender = w_.senders[static_cast<std::size_t>(rank_)];
+    sender.due.emplace(due, dst);
+    if (sender.running) {
+      sender.cv->notify_all();
+      return;
+    }
+    sender.running = true;
+    s4u::Actor::init("sender-" + std::to_string(rank_), s4u::this_actor::get_host())
+        ->set_stacksize(kSenderStackBytes)
+        ->start([&w = w_, src = rank_] { send(w, src); });
   }
 
-  // A stream's actor: sends what is queued, one message at a time, each once
-  // its latency has passed, and ends when nothing is left.
-  static void drain(World& w, int src, int dst) {
-    Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
-    while (!stream.queue.empty()) {
-      const double wait = stream.queue.front().due - s4u::Engine::get_clock();
-      if (wait > 0) s4u::this_actor::sleep_for(wait);
-      auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
-      const double total = stream.queue.front().simulatedBytes;
-      const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
-      stream.queue.pop_front();
-      // Blocks until the bytes have arrived (the mailbox's receiver is
-      // permanent); the daemon owns the message from then on.
-      w.inbound[static_cast<std::size_t>(dst)]->put(m.get(), bytes);
-      (void)m.release();
+  // A rank's sender actor: starts each stream's head once its latency has
+  // passed and the stream has nothing in flight; ends when nothing is queued
+  // or in flight. SimGrid runs one actor at a time, so the state it shares
+  // with the rank and the daemons needs no lock beyond the condition
+  // variable's.
+  static void send(World& w, int src) {
+    Sender& sender = w.senders[static_cast<std::size_t>(src)];
+    std::unique_lock<s4u::Mutex> lock(*sender.mu);
+    for (;;) {
+      const double now = s4u::Engine::get_clock();
+      while (!sender.due.empty() && sender.due.top().first <= now) {
+        const int dst = sender.due.top().second;
+        sender.due.pop();
+        Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+        auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
+        const double total = stream.queue.front().simulatedBytes;
+        const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
+        stream.queue.pop_front();
+        stream.inFlight = true;
+        ++sender.inFlight;
+        // The daemon owns the message once it has taken it.
+        w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
+          delete static_cast<Message*>(p);
+        });
+      }
+      if (sender.due.empty() && sender.inFlight == 0) break;
+      if (sender.due.empty())
+        sender.cv->wait(lock);
+      else
+        sender.cv->wait_for(lock, sender.due.top().first - now);
     }
-    stream.running = false;
+    sender.running = false;
   }
 
   void shut(bool afterError) {
@@ -445,6 +490,7 @@ void receiveLoop(World& w, int r) {
       continue;  // a transfer that failed: nothing arrived
     }
     const int source = m->source;
+    w.arrived(source, r);
     auto& f = from[source];
     if (m->sequence != f.expected) {
       f.early.emplace(m->sequence, std::move(*m));
