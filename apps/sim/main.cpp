@@ -18,8 +18,9 @@
 // (root-mean-square distance of the ranks' parameters from their mean, over
 // 64 evenly spaced elements) after every step.
 //
-// The membership service is off (its heartbeats run on a thread of their
-// own with condition variables, which the simulation cannot run yet). HiPS's
+// The membership service and the stall watcher are off (they run on threads
+// of their own with condition variables, which the simulation cannot run
+// yet). HiPS's
 // streams and DiLoCo's overlapped outer step run as actors (kit/executor.hpp).
 //
 // Output: a table on stdout and, with --json, one JSON object.
@@ -123,9 +124,12 @@ json run(const Options& o) {
     simgrid::registerWith(r);
     return r;
   }();
-  // The membership service's heartbeats run on a thread of their own, which
-  // a simulation cannot run yet: it is left out.
-  std::vector<std::string> overrides{"transport.kind=simgrid", "membership.enabled=false"};
+  // The membership service's heartbeats and the stall watcher run on
+  // threads of their own, which a simulation cannot run yet: they are left
+  // out (the watcher would measure the machine's time and report every wait
+  // that the simulation takes long to compute as a stall).
+  std::vector<std::string> overrides{"transport.kind=simgrid", "membership.enabled=false",
+                                     "run.stall_seconds=0"};
   if (o.worldSize > 0) overrides.push_back("world_size=" + std::to_string(o.worldSize));
   if (o.islands > 0) {
     const int n = o.worldSize > 0 ? o.worldSize : registry.load(o.config, o.overrides).worldSize();
