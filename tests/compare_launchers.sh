@@ -18,6 +18,29 @@ trap 'rm -rf "$work"' EXIT
 common=(--config "$config" --set training.epochs=2 --set data.train_limit=4000 --set data.test_limit=1000)
 if [ -n "${GOSSAMER_FASHION_MNIST:-}" ]; then common+=(--set "data.path=$GOSSAMER_FASHION_MNIST"); fi
 n=4
+# A port for a launcher's rendezvous: below the kernel's ephemeral range
+# (32768 and up, where the other tests' connections take theirs, so a
+# random pick there can be taken by the time the launcher binds it), and
+# free now on every address, as torchrun binds [::].
+free_port() {
+  /usr/bin/python3 - <<'PY'
+import random
+import socket
+
+for _ in range(200):
+    port = random.randrange(20000, 32768)
+    try:
+        for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((addr, port))
+    except OSError:
+        continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port in [20000, 32768)")
+PY
+}
 run() {
   local name="$1"
   shift
@@ -36,7 +59,7 @@ if command -v mpiexec.mpich >/dev/null; then
   run mpich mpiexec.mpich -n $n "$train" "${common[@]}" --summary-json "$work/mpich.json"
   launchers+=(mpich)
 fi
-port=$((20000 + RANDOM % 20000))
+port="$(free_port)"
 run torchrun /usr/bin/python3 -m torch.distributed.run --nproc_per_node $n --redirects 1 --tee 1 \
   --master_addr 127.0.0.1 --master_port $port --no_python "$train" "${common[@]}" --summary-json "$work/torchrun.json"
 # Processes started the way srun or Hydra starts them: only the variables
@@ -60,7 +83,7 @@ bylaunchervars() {
 }
 vars() { echo "SLURM_PROCID=$1"; }
 bylaunchervars srun SLURM_NTASKS=$n SLURM_NNODES=1 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 TMPDIR="$work"
-port=$((20000 + RANDOM % 20000))
+port="$(free_port)"
 vars() { echo "PMI_RANK=$1"; }
 bylaunchervars hydra PMI_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 fields='[.world_size, [.history[] | [.train_loss, .consensus_distance, .test_accuracy, .test_accuracy_rank0]]]'
