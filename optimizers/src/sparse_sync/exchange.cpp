@@ -75,8 +75,6 @@ std::pair<Features::const_iterator, Features::const_iterator> inRange(const Feat
   return {b, e};
 }
 
-double seconds(Clock::time_point since) { return secondsSince(since); }
-
 }  // namespace
 
 struct SparseExchange::Round {
@@ -234,7 +232,7 @@ void SparseExchange::broadcast(std::size_t m, std::span<double> params) {
                 params.begin() + static_cast<std::ptrdiff_t>(std::size_t{rd.bcastRecvRows[i]} * w));
   ++next_;
   stats_.broadcastElements += rd.bcastSent;
-  stats_.broadcastSeconds += seconds(start);
+  stats_.broadcastSeconds += secondsSince(start);
 }
 
 void SparseExchange::reduce(std::size_t m, std::span<const double> grads, double rate,
@@ -300,7 +298,7 @@ void SparseExchange::reduce(std::size_t m, std::span<const double> grads, double
   stats_.reduceElements += rd.reduceSent;
   stats_.directElements += rd.directSent;
   ++next_;
-  stats_.reduceSeconds += seconds(start);
+  stats_.reduceSeconds += secondsSince(start);
 }
 
 std::vector<double> SparseExchange::gather() {

@@ -21,8 +21,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-double unixNow() { return unixSeconds(); }
-
 std::int64_t steadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -142,7 +140,7 @@ static void dropTornRecord(const std::string& path) {
 }
 
 Metrics::Metrics(int rank, int worldSize, MetricsOptions o)
-    : rank_(rank), options_(std::move(o)), startUnix_(unixNow()) {
+    : rank_(rank), options_(std::move(o)), startUnix_(unixSeconds()) {
   GOSSAMER_ENFORCE(rank >= 0 && rank < worldSize, "rank " << rank << " outside world size " << worldSize);
   GOSSAMER_ENFORCE(options_.every >= 1, "run.metrics_every must be at least 1");
   if (!options_.enabled) return;
@@ -195,7 +193,7 @@ static Json begin(MetricsRecord& r, std::string_view kind, int rank, std::uint64
   r.kind = std::string(kind);
   r.rank = rank;
   r.step = step;
-  r.unixSeconds = unixNow();
+  r.unixSeconds = unixSeconds();
   Json j;
   j["kind"] = r.kind;
   j["rank"] = rank;
@@ -267,7 +265,7 @@ void Metrics::finish(std::uint64_t steps) {
     if (finished_ || !options_.enabled) return;
     finished_ = true;
   }
-  emit("end", steps, {{"steps", static_cast<std::int64_t>(steps)}, {"wall_s", unixNow() - startUnix_}});
+  emit("end", steps, {{"steps", static_cast<std::int64_t>(steps)}, {"wall_s", unixSeconds() - startUnix_}});
 }
 
 }  // namespace gossamer

@@ -22,9 +22,7 @@
 // the traffic. A send to oneself is delivered at once.
 //
 // Order: what one rank sends another arrives in the order sent (the stream
-// goes one message at a time); every message also carries a per-pair
-// sequence number, and the daemon holds one that arrives early until those
-// before it have arrived. close() records how
+// goes one message at a time). close() records how
 // many messages the rank sent each peer; a peer marks the rank gone once it
 // has delivered that many (at once if it has), like a stream's end after its
 // last bytes, without a message per pair (that would be N^2 at the end of a
@@ -39,7 +37,6 @@
 #include <cmath>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
@@ -71,7 +68,6 @@ struct Message {
   int source;
   Tag tag;
   std::shared_ptr<std::vector<std::byte>> bytes;
-  std::uint64_t sequence = 0;  // per (source, destination), from 0
 };
 
 // A message waiting on its pair's stream: its simulated bytes, and when its
@@ -111,13 +107,6 @@ struct Sender {
   s4u::ConditionVariablePtr cv = s4u::ConditionVariable::create();
 };
 
-// What a destination knows of one source: the next sequence number to
-// deliver and the messages that arrived before it.
-struct FromSource {
-  std::uint64_t expected = 0;
-  std::map<std::uint64_t, Message> early;
-};
-
 // A rank that closed: how many messages it sent each peer, and why it left.
 struct Closed {
   std::unordered_map<int, std::uint64_t> sent;
@@ -126,33 +115,31 @@ struct Closed {
 
 // What every rank's transport shares while simulate() runs.
 struct World {
-  World(const Platform& p, RouteLatency routeLatency) : World(p.hosts, p.islands, std::move(routeLatency)) {
+  World(const Platform& p, RouteLatency routeLatency)
+      : latency(std::move(routeLatency)),
+        island(static_cast<std::size_t>(p.hosts), 0),
+        boxes(static_cast<std::size_t>(p.hosts)),
+        inbound(static_cast<std::size_t>(p.hosts)),
+        mu(static_cast<std::size_t>(p.hosts)),
+        cv(static_cast<std::size_t>(p.hosts)),
+        attached(static_cast<std::size_t>(p.hosts), false),
+        bytesIn(static_cast<std::size_t>(p.hosts)),
+        messagesIn(static_cast<std::size_t>(p.hosts)),
+        delivered(static_cast<std::size_t>(p.hosts)),
+        streams(static_cast<std::size_t>(p.hosts)),
+        senders(static_cast<std::size_t>(p.hosts)),
+        closed(static_cast<std::size_t>(p.hosts)) {
+    for (std::size_t k = 0; k < p.islands.size(); ++k)
+      for (const int r : p.islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
     if (p.insideBurstBytes > 0)
       up.assign(static_cast<std::size_t>(p.hosts),
                 Bucket{p.insideBytesPerSecond, p.insideBurstBytes, p.insideBurstBytes, 0});
     if (p.betweenBurstBytes > 0)
       into.assign(std::max<std::size_t>(1, p.islands.size()),
                   Bucket{p.betweenBytesPerSecond, p.betweenBurstBytes, p.betweenBurstBytes, 0});
-  }
-  World(int n, const std::vector<std::vector<int>>& islands, RouteLatency routeLatency)
-      : latency(std::move(routeLatency)),
-        island(static_cast<std::size_t>(n), 0),
-        boxes(static_cast<std::size_t>(n)),
-        inbound(static_cast<std::size_t>(n)),
-        mu(static_cast<std::size_t>(n)),
-        cv(static_cast<std::size_t>(n)),
-        attached(static_cast<std::size_t>(n), false),
-        bytesIn(static_cast<std::size_t>(n)),
-        messagesIn(static_cast<std::size_t>(n)),
-        from(static_cast<std::size_t>(n)),
-        streams(static_cast<std::size_t>(n)),
-        senders(static_cast<std::size_t>(n)),
-        closed(static_cast<std::size_t>(n)) {
-    for (std::size_t k = 0; k < islands.size(); ++k)
-      for (const int r : islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < p.hosts; ++r) {
       const auto i = static_cast<std::size_t>(r);
-      boxes[i] = std::make_unique<Mailbox>(n);
+      boxes[i] = std::make_unique<Mailbox>(p.hosts);
       inbound[i] = s4u::Mailbox::by_name("gossamer-rank-" + std::to_string(r));
       mu[i] = s4u::Mutex::create();
       cv[i] = s4u::ConditionVariable::create();
@@ -184,9 +171,9 @@ struct World {
     const auto& c = *closed[static_cast<std::size_t>(source)];
     const auto it = c.sent.find(to);
     const std::uint64_t sent = it == c.sent.end() ? 0 : it->second;
-    const auto& f = from[static_cast<std::size_t>(to)];
+    const auto& f = delivered[static_cast<std::size_t>(to)];
     const auto got = f.find(source);
-    return (got == f.end() ? 0 : got->second.expected) == sent;
+    return (got == f.end() ? 0 : got->second) == sent;
   }
 
   // The bytes of a `bytes`-byte message from src to dst that go at once
@@ -229,9 +216,9 @@ struct World {
   std::vector<s4u::ConditionVariablePtr> cv;
   std::vector<bool> attached;  // guarded by SimGrid running one actor at a time
   std::vector<std::atomic<std::uint64_t>> bytesIn, messagesIn;
-  // [destination]: what it knows of each source that sent it something
-  // (touched by the destination's daemon only).
-  std::vector<std::unordered_map<int, FromSource>> from;
+  // [destination]: how many messages it has delivered from each source that
+  // sent it something (touched by the destination's daemon only).
+  std::vector<std::unordered_map<int, std::uint64_t>> delivered;
   // [source]: its streams by destination (touched by the source's actors
   // and its streams' actors).
   std::vector<std::unordered_map<int, Stream>> streams;
@@ -401,11 +388,10 @@ class SimTransport final : public Transport {
                             "own, such as a service's, cannot run in the simulation)");
   }
 
-  // Queues m (payloadBytes + the header, simulated) on the stream to `dst`
-  // with the pair's next sequence number, and starts the stream's actor if
-  // it is not running.
+  // Queues m (payloadBytes + the header, simulated) on the stream to `dst`,
+  // and starts the rank's sender actor if it is not running.
   void put(int dst, Message m, double payloadBytes) {
-    m.sequence = nextSequence_[dst]++;
+    ++sentTo_[dst];
     const double simulated = payloadBytes + kFrameHeaderBytes;
     w_.bytesSent += simulated;
     if (w_.island[static_cast<std::size_t>(rank_)] != w_.island[static_cast<std::size_t>(dst)])
@@ -463,7 +449,7 @@ class SimTransport final : public Transport {
   void shut(bool afterError) {
     if (closed_.exchange(true)) return;
     if (gWorld == &w_ && s4u::Actor::self() != nullptr) {
-      w_.close(rank_, nextSequence_, afterError);
+      w_.close(rank_, sentTo_, afterError);
     }
     box().close();
   }
@@ -472,7 +458,7 @@ class SimTransport final : public Transport {
   int rank_;
   double timeout_;
   std::shared_ptr<SimEngine> engine_;
-  std::unordered_map<int, std::uint64_t> nextSequence_;  // by destination
+  std::unordered_map<int, std::uint64_t> sentTo_;  // messages sent, by destination
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
@@ -481,7 +467,7 @@ class SimTransport final : public Transport {
 void receiveLoop(World& w, int r) {
   s4u::Actor::self()->daemonize();
   auto* inbound = w.inbound[static_cast<std::size_t>(r)];
-  auto& from = w.from[static_cast<std::size_t>(r)];
+  auto& delivered = w.delivered[static_cast<std::size_t>(r)];
   for (;;) {
     std::unique_ptr<Message> m;
     try {
@@ -489,21 +475,11 @@ void receiveLoop(World& w, int r) {
     } catch (const ::simgrid::NetworkFailureException&) {
       continue;  // a transfer that failed: nothing arrived
     }
+    // A stream has one message in flight: they arrive in the order sent.
     const int source = m->source;
     w.arrived(source, r);
-    auto& f = from[source];
-    if (m->sequence != f.expected) {
-      f.early.emplace(m->sequence, std::move(*m));
-      continue;
-    }
-    ++f.expected;
+    ++delivered[source];
     SimTransport::deliver(w, r, std::move(*m));
-    for (auto it = f.early.find(f.expected); it != f.early.end(); it = f.early.find(f.expected)) {
-      Message held = std::move(it->second);
-      f.early.erase(it);
-      ++f.expected;
-      SimTransport::deliver(w, r, std::move(held));
-    }
     if (w.closed[static_cast<std::size_t>(source)] && w.allDelivered(r, source)) w.markGone(r, source);
   }
 }
