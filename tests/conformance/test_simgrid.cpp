@@ -32,6 +32,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/simgrid.hpp"
 #include "process.hpp"
+#include "threads.hpp"
 
 using namespace gossamer;
 
@@ -359,6 +360,56 @@ TEST_CASE("simgrid: the transport refuses use outside a simulation and a second 
       p.hosts = 0;
       simgrid::simulate(p, [](int) {});
       s += "0 hosts did not throw\n";
+    } catch (const InvalidArgument&) {
+    }
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a hosted group's messages take simulated time on the links and exclude simulate()",
+          "[simgrid][hosted]") {
+  const std::string failed = inChild([] {
+    std::string s;
+    auto g = simgrid::makeHostedGroup(4, 10);
+    if (g.size() != 4 || g[2]->rank() != 2 || g[2]->worldSize() != 4 || g[0]->name() != "simgrid")
+      s += "the group's ranks are not 0..3 of 4\n";
+    // 12.5 MB at 1 Gbit/s: 0.1 s on the link (SimGrid's default TCP model
+    // gives a flow 97% of it), and 50 us of latency; no real time to speak of.
+    const std::vector<std::byte> big(12'500'000, std::byte{7});
+    std::vector<std::byte> got(big.size());
+    const double t0 = simgrid::hostedSeconds();
+    const auto real0 = std::chrono::steady_clock::now();
+    auto r = g[3]->irecv(1, Tag::make(Op::kUser, 1), got);
+    g[1]->isend(3, Tag::make(Op::kUser, 1), big).wait(10);
+    r.wait(10);
+    const double took = simgrid::hostedSeconds() - t0;
+    const double real = std::chrono::duration<double>(std::chrono::steady_clock::now() - real0).count();
+    if (got != big) s += "the message arrived changed\n";
+    if (took < 0.1 || took > 0.11)
+      s += "12.5 MB took " + std::to_string(took) + " s simulated, not 0.1 s / 0.97 + 50 us\n";
+    if (real > 5) s += "a 0.1 s simulated transfer took " + std::to_string(real) + " s of real time\n";
+    // A second group runs beside the first; the ranks are threads.
+    auto h = simgrid::makeHostedGroup(3, 10);
+    std::vector<std::vector<double>> d(3, std::vector<double>(1000));
+    for (int k = 0; k < 3; ++k)
+      std::fill(d[static_cast<std::size_t>(k)].begin(), d[static_cast<std::size_t>(k)].end(), k + 1.0);
+    gossamer::testing::onEveryRank(3, [&](int k) {
+      allreduce<double>(*h[static_cast<std::size_t>(k)], std::span<double>(d[static_cast<std::size_t>(k)]),
+                        ReduceOp::kSum, CollectiveOptions{1, 10, AllreduceAlgorithm::kRing});
+    });
+    for (const auto& v : d)
+      if (std::any_of(v.begin(), v.end(), [](double x) { return x != 6.0; })) s += "the allreduce is not 6\n";
+    try {
+      simgrid::Platform p;
+      simgrid::simulate(p, [](int) {});
+      s += "simulate() after makeHostedGroup did not throw\n";
+    } catch (const Error&) {
+    }
+    try {
+      simgrid::makeHostedGroup(65, 10);
+      s += "a group of 65 did not throw\n";
     } catch (const InvalidArgument&) {
     }
     return s;

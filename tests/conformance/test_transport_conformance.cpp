@@ -2,7 +2,9 @@
 // every transport: inproc, zmq and the native socket transport, each over tcp
 // (loopback) and ipc, the composite transport (socket over ipc inside a group,
 // zmq tcp between groups) in two layouts, and, when it is built, libfabric
-// with its tcp (loopback) and shm providers.
+// with its tcp (loopback) and shm providers, and, when it is built, the
+// simgrid transport (its ranks driven from the suite's threads, messages
+// timed in a SimGrid simulation on a thread of its own).
 #include <catch2/catch.hpp>
 
 #include "cancel_race.hpp"
@@ -34,6 +36,9 @@
 #include "gossamer/transports/zmq.hpp"
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 #include "gossamer/transports/libfabric.hpp"
+#endif
+#ifdef GOSSAMER_HAVE_SIMGRID
+#include "gossamer/transports/simgrid.hpp"
 #endif
 
 using namespace gossamer;
@@ -143,6 +148,14 @@ using LibfabricTcp = LibfabricKind<kTcp>;
 using LibfabricShm = LibfabricKind<kShm>;
 #endif
 
+#ifdef GOSSAMER_HAVE_SIMGRID
+// The simgrid transport's hosted groups: SimGrid's engine on a thread of its
+// own, the ranks driven by the suite's threads.
+struct Simgrid {
+  static Group make(int n) { return simgrid::makeHostedGroup(n, kTimeout); }
+};
+#endif
+
 std::vector<std::byte> bytesOf(const std::string& s) {
   std::vector<std::byte> v(s.size());
   std::memcpy(v.data(), s.data(), s.size());
@@ -152,11 +165,17 @@ std::vector<std::byte> bytesOf(const std::string& s) {
 }  // namespace
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
-#define TRANSPORTS \
-  Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, CompositeSplit, CompositeShared, LibfabricTcp, LibfabricShm
+#define LIBFABRIC_KINDS , LibfabricTcp, LibfabricShm
 #else
-#define TRANSPORTS Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, CompositeSplit, CompositeShared
+#define LIBFABRIC_KINDS
 #endif
+#ifdef GOSSAMER_HAVE_SIMGRID
+#define SIMGRID_KINDS , Simgrid
+#else
+#define SIMGRID_KINDS
+#endif
+#define TRANSPORTS \
+  Inproc, ZmqTcp, ZmqIpc, SockTcp, SockIpc, CompositeSplit, CompositeShared LIBFABRIC_KINDS SIMGRID_KINDS
 
 TEMPLATE_TEST_CASE("a message arrives intact with its source and length", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
@@ -1214,7 +1233,7 @@ void checkEveryAllreduceOver() {
 
 TEMPLATE_TEST_CASE(
     "every allreduce algorithm equals the exact reduction over the network for world sizes 2..8",
-    "[collectives]", ZmqTcp, SockTcp) {
+    "[collectives]", ZmqTcp, SockTcp SIMGRID_KINDS) {
   checkEveryAllreduceOver<TestType>();
 }
 

@@ -28,6 +28,14 @@
 // last bytes, without a message per pair (that would be N^2 at the end of a
 // job of N ranks). Per-pair state is kept only for pairs that exchanged
 // messages, so a job's memory grows with its traffic, not with N^2.
+//
+// Hosted groups (makeHostedGroup): the same World, streams and actors, but
+// the ranks are ordinary threads outside the simulation. SimGrid's engine
+// runs on a thread of its own (Hub) with a gateway actor that executes, in
+// order, what those threads hand it (a send's put, a close, a new or retired
+// World), then waits in simulated time until every queued message has
+// arrived (World::undelivered), then in real time for more. Receives wait on
+// their request's condition variable in real time (no ProgressEngine).
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
@@ -35,8 +43,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <queue>
@@ -113,34 +123,43 @@ struct Closed {
   bool afterError = false;
 };
 
-// What every rank's transport shares while simulate() runs.
+// What every rank's transport shares: one per simulate(), one per hosted
+// group (makeHostedGroup). Touched on the simulation's thread only, but for
+// the Mailboxes and the counters, which are thread-safe.
 struct World {
-  World(const Platform& p, RouteLatency routeLatency)
+  // Ranks 0..ranks-1 of `p` (ranks <= p.hosts); `name` makes its S4U
+  // mailboxes' names unique in the engine.
+  World(const Platform& p, RouteLatency routeLatency, int ranks, const std::string& name)
       : latency(std::move(routeLatency)),
-        island(static_cast<std::size_t>(p.hosts), 0),
-        boxes(static_cast<std::size_t>(p.hosts)),
-        inbound(static_cast<std::size_t>(p.hosts)),
-        mu(static_cast<std::size_t>(p.hosts)),
-        cv(static_cast<std::size_t>(p.hosts)),
-        attached(static_cast<std::size_t>(p.hosts), false),
-        bytesIn(static_cast<std::size_t>(p.hosts)),
-        messagesIn(static_cast<std::size_t>(p.hosts)),
-        delivered(static_cast<std::size_t>(p.hosts)),
-        streams(static_cast<std::size_t>(p.hosts)),
-        senders(static_cast<std::size_t>(p.hosts)),
-        closed(static_cast<std::size_t>(p.hosts)) {
+        island(static_cast<std::size_t>(ranks), 0),
+        hosts(static_cast<std::size_t>(ranks)),
+        boxes(static_cast<std::size_t>(ranks)),
+        inbound(static_cast<std::size_t>(ranks)),
+        mu(static_cast<std::size_t>(ranks)),
+        cv(static_cast<std::size_t>(ranks)),
+        attached(static_cast<std::size_t>(ranks), false),
+        bytesIn(static_cast<std::size_t>(ranks)),
+        messagesIn(static_cast<std::size_t>(ranks)),
+        delivered(static_cast<std::size_t>(ranks)),
+        sentTo(static_cast<std::size_t>(ranks)),
+        streams(static_cast<std::size_t>(ranks)),
+        senders(static_cast<std::size_t>(ranks)),
+        closed(static_cast<std::size_t>(ranks)),
+        daemons(static_cast<std::size_t>(ranks)) {
     for (std::size_t k = 0; k < p.islands.size(); ++k)
-      for (const int r : p.islands[k]) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
+      for (const int r : p.islands[k])
+        if (r < ranks) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
     if (p.insideBurstBytes > 0)
-      up.assign(static_cast<std::size_t>(p.hosts),
+      up.assign(static_cast<std::size_t>(ranks),
                 Bucket{p.insideBytesPerSecond, p.insideBurstBytes, p.insideBurstBytes, 0});
     if (p.betweenBurstBytes > 0)
       into.assign(std::max<std::size_t>(1, p.islands.size()),
                   Bucket{p.betweenBytesPerSecond, p.betweenBurstBytes, p.betweenBurstBytes, 0});
-    for (int r = 0; r < p.hosts; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       const auto i = static_cast<std::size_t>(r);
-      boxes[i] = std::make_unique<Mailbox>(p.hosts);
-      inbound[i] = s4u::Mailbox::by_name("gossamer-rank-" + std::to_string(r));
+      hosts[i] = s4u::Host::by_name("rank-" + std::to_string(r));
+      boxes[i] = std::make_unique<Mailbox>(ranks);
+      inbound[i] = s4u::Mailbox::by_name(name + "-rank-" + std::to_string(r));
       mu[i] = s4u::Mutex::create();
       cv[i] = s4u::ConditionVariable::create();
     }
@@ -158,10 +177,11 @@ struct World {
     wake(to);
   }
 
-  // Rank r closed after sending `sent` messages to each peer: each peer that
-  // has delivered them all learns it now, the others once they have.
-  void close(int r, std::unordered_map<int, std::uint64_t> sent, bool afterError) {
-    closed[static_cast<std::size_t>(r)] = std::make_unique<Closed>(Closed{std::move(sent), afterError});
+  // Rank r closed: each peer that has delivered all it sent learns it now,
+  // the others once they have.
+  void close(int r, bool afterError) {
+    closed[static_cast<std::size_t>(r)] =
+        std::make_unique<Closed>(Closed{sentTo[static_cast<std::size_t>(r)], afterError});
     for (int q = 0; q < size(); ++q)
       if (q != r && allDelivered(q, r)) markGone(q, r);
   }
@@ -205,11 +225,16 @@ struct World {
     sender.cv->notify_all();
   }
 
-  RouteLatency latency;      // one-way, by (source, destination)
-  std::vector<Bucket> up;    // by rank: its sending link's bucket (empty: none)
-  std::vector<Bucket> into;  // by island: its link's bucket (empty: none)
-  std::vector<int> island;   // by rank
+  RouteLatency latency;           // one-way, by (source, destination)
+  std::vector<Bucket> up;         // by rank: its sending link's bucket (empty: none)
+  std::vector<Bucket> into;       // by island: its link's bucket (empty: none)
+  std::vector<int> island;        // by rank
+  std::vector<s4u::Host*> hosts;  // by rank
   double bytesSent = 0, bytesBetween = 0;
+  // Messages queued or in flight; `settled` is notified when it drops to 0.
+  std::size_t undelivered = 0;
+  s4u::MutexPtr settleMu = s4u::Mutex::create();
+  s4u::ConditionVariablePtr settled = s4u::ConditionVariable::create();
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<s4u::Mailbox*> inbound;
   std::vector<s4u::MutexPtr> mu;
@@ -219,18 +244,22 @@ struct World {
   // [destination]: how many messages it has delivered from each source that
   // sent it something (touched by the destination's daemon only).
   std::vector<std::unordered_map<int, std::uint64_t>> delivered;
+  // [source]: how many messages it has sent each destination.
+  std::vector<std::unordered_map<int, std::uint64_t>> sentTo;
   // [source]: its streams by destination (touched by the source's actors
   // and its streams' actors).
   std::vector<std::unordered_map<int, Stream>> streams;
   std::vector<Sender> senders;  // by source
   // [rank]: set once the rank closed its transport.
   std::vector<std::unique_ptr<Closed>> closed;
+  std::vector<s4u::ActorPtr> daemons;  // by rank: its receiving actor
   // Every actor's ContextLocal (collective scratch, wait time): the actors
   // share one OS thread.
   std::unordered_map<::aid_t, std::unique_ptr<ContextLocal>> locals;
 };
 
-World* gWorld = nullptr;  // set while simulate() runs
+World* gWorld = nullptr;             // set while simulate() runs
+std::shared_ptr<World> gWorldOwner;  // simulate()'s world, for its transports
 std::atomic<bool> gSimulated{false};
 
 // The ContextLocal of the running actor (outside actors: the OS thread's).
@@ -311,10 +340,42 @@ class SimEngine final : public detail::ProgressEngine {
   int rank_;
 };
 
+class Hub;
+bool submitToHub(Hub& hub, std::function<void()> command) noexcept;
+
+// Queues m (payloadBytes + the header, simulated) on the stream from `src`
+// to `dst`, and starts src's sender actor if it is not running. On the
+// simulation's thread (a rank's actor, or the hosted gateway).
+void put(World& w, int src, int dst, Message m, double payloadBytes);
+
+// Simulated seconds of the latest delivery (hostedSeconds()).
+std::atomic<double> gLastDelivery{0};
+
+// Delivers m into rank `to`'s Mailbox (the daemon's delivery, and a
+// self-send's) and wakes the rank's waiters. On the simulation's thread.
+void deliver(World& w, int to, Message m) {
+  const auto i = static_cast<std::size_t>(to);
+  gLastDelivery.store(s4u::Engine::get_clock(), std::memory_order_relaxed);
+  w.bytesIn[i] += m.bytes->size();
+  ++w.messagesIn[i];
+  const std::span<const std::byte> bytes(m.bytes->data(), m.bytes->size());
+  w.boxes[i]->deliver(m.source, m.tag, InboundPayload{std::move(m.bytes), bytes});
+  w.wake(to);
+}
+
+// One rank's transport. Inside simulate() (hub == nullptr) it is called from
+// the rank's actors, and acts on the simulation at once; a hosted one
+// (makeHostedGroup) is called from ordinary threads, which hand what touches
+// the simulation to the hub's gateway actor and wait in real time.
 class SimTransport final : public Transport {
  public:
-  SimTransport(World& w, const Options& o)
-      : w_(w), rank_(o.rank), timeout_(o.timeoutSeconds), engine_(std::make_shared<SimEngine>(w, o.rank)) {
+  SimTransport(std::shared_ptr<World> w, const Options& o, Hub* hub)
+      : owner_(std::move(w)),
+        w_(*owner_),
+        rank_(o.rank),
+        timeout_(o.timeoutSeconds),
+        hub_(hub),
+        engine_(hub == nullptr ? std::make_shared<SimEngine>(w_, o.rank) : nullptr) {
     const auto i = static_cast<std::size_t>(rank_);
     GOSSAMER_ENFORCE(!w_.attached[i], "rank " << rank_ << " already has a simgrid transport");
     w_.attached[i] = true;
@@ -334,11 +395,17 @@ class SimTransport final : public Transport {
     auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     bytesSent_ += data.size();
     ++messagesSent_;
-    if (dst == rank_) {
-      deliver(w_, rank_, Message{rank_, tag, std::move(owned)});
-    } else {
-      put(dst, Message{rank_, tag, std::move(owned)}, static_cast<double>(data.size()));
-    }
+    auto send = [w = owner_, src = rank_, dst, m = Message{rank_, tag, std::move(owned)},
+                 n = static_cast<double>(data.size())]() mutable {
+      if (dst == src)
+        deliver(*w, src, std::move(m));
+      else
+        put(*w, src, dst, std::move(m), n);
+    };
+    if (hub_ == nullptr)
+      send();
+    else if (!submitToHub(*hub_, std::move(send)))
+      throw Error("simgrid transport, rank " + std::to_string(rank_) + ": the hosted simulation has stopped");
     return Request(detail::completedRequest(dst, data.size()));
   }
 
@@ -365,103 +432,94 @@ class SimTransport final : public Transport {
     return s;
   }
 
-  // The daemon's (and a self-send's) delivery into rank `to`'s Mailbox.
-  static void deliver(World& w, int to, Message m) {
-    const auto i = static_cast<std::size_t>(to);
-    w.bytesIn[i] += m.bytes->size();
-    ++w.messagesIn[i];
-    const std::span<const std::byte> bytes(m.bytes->data(), m.bytes->size());
-    w.boxes[i]->deliver(m.source, m.tag, InboundPayload{std::move(m.bytes), bytes});
-    w.wake(to);
-  }
-
  private:
   Mailbox& box() { return *w_.boxes[static_cast<std::size_t>(rank_)]; }
 
-  // A call from a thread SimGrid does not run (a service's own thread)
-  // cannot take part in the simulation.
+  // Inside simulate(), a call from a thread SimGrid does not run (a
+  // service's own thread) cannot take part in the simulation.
   void onActor(const char* what) const {
-    GOSSAMER_ENFORCE(s4u::Actor::self() != nullptr,
+    GOSSAMER_ENFORCE(hub_ != nullptr || s4u::Actor::self() != nullptr,
                      "simgrid transport, rank "
                          << rank_ << ": " << what
                          << " from a thread that is not the rank's actor (a thread of its "
                             "own, such as a service's, cannot run in the simulation)");
   }
 
-  // Queues m (payloadBytes + the header, simulated) on the stream to `dst`,
-  // and starts the rank's sender actor if it is not running.
-  void put(int dst, Message m, double payloadBytes) {
-    ++sentTo_[dst];
-    const double simulated = payloadBytes + kFrameHeaderBytes;
-    w_.bytesSent += simulated;
-    if (w_.island[static_cast<std::size_t>(rank_)] != w_.island[static_cast<std::size_t>(dst)])
-      w_.bytesBetween += simulated;
-    Stream& stream = w_.streams[static_cast<std::size_t>(rank_)][dst];
-    const double due = s4u::Engine::get_clock() + w_.latency(rank_, dst);
-    stream.queue.push_back(Queued{std::move(m), simulated, due});
-    if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
-    Sender& sender = w_.senders[static_cast<std::size_t>(rank_)];
-    sender.due.emplace(due, dst);
-    if (sender.running) {
-      sender.cv->notify_all();
-      return;
-    }
-    sender.running = true;
-    s4u::Actor::init("sender-" + std::to_string(rank_), s4u::this_actor::get_host())
-        ->set_stacksize(kSenderStackBytes)
-        ->start([&w = w_, src = rank_] { send(w, src); });
-  }
-
-  // A rank's sender actor: starts each stream's head once its latency has
-  // passed and the stream has nothing in flight; ends when nothing is queued
-  // or in flight. SimGrid runs one actor at a time, so the state it shares
-  // with the rank and the daemons needs no lock beyond the condition
-  // variable's.
-  static void send(World& w, int src) {
-    Sender& sender = w.senders[static_cast<std::size_t>(src)];
-    std::unique_lock<s4u::Mutex> lock(*sender.mu);
-    for (;;) {
-      const double now = s4u::Engine::get_clock();
-      while (!sender.due.empty() && sender.due.top().first <= now) {
-        const int dst = sender.due.top().second;
-        sender.due.pop();
-        Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
-        auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
-        const double total = stream.queue.front().simulatedBytes;
-        const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
-        stream.queue.pop_front();
-        stream.inFlight = true;
-        ++sender.inFlight;
-        // The daemon owns the message once it has taken it.
-        w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
-          delete static_cast<Message*>(p);
-        });
-      }
-      if (sender.due.empty() && sender.inFlight == 0) break;
-      if (sender.due.empty())
-        sender.cv->wait(lock);
-      else
-        sender.cv->wait_for(lock, sender.due.top().first - now);
-    }
-    sender.running = false;
-  }
-
   void shut(bool afterError) {
     if (closed_.exchange(true)) return;
-    if (gWorld == &w_ && s4u::Actor::self() != nullptr) {
-      w_.close(rank_, sentTo_, afterError);
-    }
+    if (hub_ != nullptr)
+      submitToHub(*hub_, [w = owner_, r = rank_, afterError] { w->close(r, afterError); });
+    else if (gWorld == &w_ && s4u::Actor::self() != nullptr)
+      w_.close(rank_, afterError);
     box().close();
   }
 
+  std::shared_ptr<World> owner_;
   World& w_;
   int rank_;
   double timeout_;
-  std::shared_ptr<SimEngine> engine_;
-  std::unordered_map<int, std::uint64_t> sentTo_;  // messages sent, by destination
+  Hub* hub_;
+  std::shared_ptr<SimEngine> engine_;  // null when hosted: waits are real
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
+
+// A rank's sender actor: starts each stream's head once its latency has
+// passed and the stream has nothing in flight; ends when nothing is queued
+// or in flight. SimGrid runs one actor at a time, so the state it shares
+// with the rank and the daemons needs no lock beyond the condition
+// variable's.
+void send(World& w, int src) {
+  Sender& sender = w.senders[static_cast<std::size_t>(src)];
+  std::unique_lock<s4u::Mutex> lock(*sender.mu);
+  for (;;) {
+    const double now = s4u::Engine::get_clock();
+    while (!sender.due.empty() && sender.due.top().first <= now) {
+      const int dst = sender.due.top().second;
+      sender.due.pop();
+      Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+      auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
+      const double total = stream.queue.front().simulatedBytes;
+      const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
+      stream.queue.pop_front();
+      stream.inFlight = true;
+      ++sender.inFlight;
+      // The daemon owns the message once it has taken it.
+      w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
+        delete static_cast<Message*>(p);
+      });
+    }
+    if (sender.due.empty() && sender.inFlight == 0) break;
+    if (sender.due.empty())
+      sender.cv->wait(lock);
+    else
+      sender.cv->wait_for(lock, sender.due.top().first - now);
+  }
+  sender.running = false;
+}
+
+void put(World& w, int src, int dst, Message m, double payloadBytes) {
+  ++w.sentTo[static_cast<std::size_t>(src)][dst];
+  ++w.undelivered;
+  const double simulated = payloadBytes + kFrameHeaderBytes;
+  w.bytesSent += simulated;
+  if (w.island[static_cast<std::size_t>(src)] != w.island[static_cast<std::size_t>(dst)])
+    w.bytesBetween += simulated;
+  Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+  const double due = s4u::Engine::get_clock() + w.latency(src, dst);
+  stream.queue.push_back(Queued{std::move(m), simulated, due});
+  if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
+  Sender& sender = w.senders[static_cast<std::size_t>(src)];
+  sender.due.emplace(due, dst);
+  if (sender.running) {
+    sender.cv->notify_all();
+    return;
+  }
+  sender.running = true;
+  s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
+      ->set_stacksize(kSenderStackBytes)
+      ->start([&w, src] { send(w, src); });
+}
 
 // Rank r's daemon: takes what arrives on its S4U mailbox into its Mailbox.
 void receiveLoop(World& w, int r) {
@@ -479,8 +537,168 @@ void receiveLoop(World& w, int r) {
     const int source = m->source;
     w.arrived(source, r);
     ++delivered[source];
-    SimTransport::deliver(w, r, std::move(*m));
+    deliver(w, r, std::move(*m));
     if (w.closed[static_cast<std::size_t>(source)] && w.allDelivered(r, source)) w.markGone(r, source);
+    if (--w.undelivered == 0) w.settled->notify_all();
+  }
+}
+
+// Starts rank r's daemon on its host.
+void startDaemon(World& w, int r) {
+  auto daemon = s4u::Actor::create("inbox-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
+                                   [&w, r] { receiveLoop(w, r); });
+  w.inbound[static_cast<std::size_t>(r)]->set_receiver(daemon);
+  w.daemons[static_cast<std::size_t>(r)] = std::move(daemon);
+}
+
+// The hosted simulation (makeHostedGroup): SimGrid's engine on a thread of
+// its own, over a platform of kHostedHosts hosts, with one gateway actor
+// that runs what the ranks' ordinary threads hand it (commands), in the
+// order handed: sends, closes, new worlds, retired worlds. After each batch
+// of commands the gateway waits, in simulated time, until every message
+// queued has arrived; while none is queued it waits in real time for the
+// next command (the engine, and simulated time, stand still meanwhile).
+constexpr int kHostedHosts = 64;
+
+class Hub {
+ public:
+  Hub() {
+    std::promise<void> ready;
+    auto started = ready.get_future();
+    thread_ = std::thread([this, &ready] { run(ready); });
+    started.get();  // rethrows what the engine's start threw
+  }
+  ~Hub() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  Hub(const Hub&) = delete;
+  Hub& operator=(const Hub&) = delete;
+
+  // Queues `command` for the gateway; false once the engine has stopped.
+  bool submit(std::function<void()> command) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stopped_) return false;
+      commands_.push_back(std::move(command));
+    }
+    cv_.notify_all();
+    return true;
+  }
+
+  // A world of `ranks` ranks on hosts rank-0.., its daemons running.
+  std::shared_ptr<World> makeWorld(int ranks) {
+    std::promise<World*> made;
+    auto future = made.get_future();
+    const bool queued = submit([this, ranks, &made] {
+      try {
+        auto* w = new World(platform_, latency_, ranks, "hosted-" + std::to_string(nextWorld_++));
+        for (int r = 0; r < ranks; ++r) startDaemon(*w, r);
+        live_.push_back(w);
+        made.set_value(w);
+      } catch (...) {
+        made.set_exception(std::current_exception());
+      }
+    });
+    if (!queued || future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+      throw Error("simgrid: the hosted simulation did not make a world of " + std::to_string(ranks) +
+                  " ranks (its engine stopped)");
+    World* w = future.get();
+    // The last owner hands the world back to the gateway, which frees it on
+    // the simulation's thread once its messages have arrived.
+    return std::shared_ptr<World>(w, [this](World* dead) {
+      if (!submit([this, dead] { retire(dead); })) {
+        // The engine has stopped: its actors are gone, the world is freed here.
+        delete dead;
+      }
+    });
+  }
+
+ private:
+  void run(std::promise<void>& ready) {
+    std::unique_ptr<s4u::Engine> engine;
+    try {
+      std::string a0 = "gossamer-simgrid-hosted", a1 = "--log=root.thresh:warning";
+      std::vector<char*> argv{a0.data(), a1.data(), nullptr};
+      int argc = 2;
+      engine = std::make_unique<s4u::Engine>(&argc, argv.data());
+      platform_.hosts = kHostedHosts;
+      latency_ = build(platform_);
+      s4u::Actor::create("gateway", s4u::Host::by_name("rank-0"), [this] { gateway(); });
+    } catch (...) {
+      ready.set_exception(std::current_exception());
+      return;
+    }
+    ready.set_value();
+    engine->run();
+    std::lock_guard<std::mutex> g(mu_);
+    stopped_ = true;
+  }
+
+  void gateway() {
+    for (;;) {
+      std::deque<std::function<void()>> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !commands_.empty() || stopping_; });
+        if (commands_.empty()) break;  // stopping, nothing left
+        batch.swap(commands_);
+      }
+      for (auto& command : batch) command();
+      batch.clear();  // drops the commands' world references (maybe queueing a retire)
+      for (World* w : live_) {
+        std::unique_lock<s4u::Mutex> lock(*w->settleMu);
+        while (w->undelivered > 0) w->settled->wait(lock);
+      }
+    }
+    // Worlds still owned at exit: their daemons end with the simulation.
+    for (World* w : live_)
+      for (auto& d : w->daemons) d->kill();
+    std::lock_guard<std::mutex> g(mu_);
+    stopped_ = true;
+  }
+
+  // Frees a world whose transports are gone: its messages have arrived (the
+  // gateway settled them); its senders end within this instant.
+  void retire(World* w) {
+    for (;;) {
+      const bool busy =
+          std::any_of(w->senders.begin(), w->senders.end(), [](const Sender& s) { return s.running; });
+      if (!busy && w->undelivered == 0) break;
+      s4u::this_actor::sleep_for(1e-6);
+    }
+    for (auto& d : w->daemons) d->kill();
+    live_.erase(std::remove(live_.begin(), live_.end(), w), live_.end());
+    delete w;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> commands_;  // guarded by mu_
+  bool stopping_ = false, stopped_ = false;     // guarded by mu_
+  std::thread thread_;
+  // On the simulation's thread only:
+  Platform platform_;
+  RouteLatency latency_;
+  std::vector<World*> live_;
+  int nextWorld_ = 0;
+};
+
+// The process's hosted simulation, once makeHostedGroup started it.
+std::unique_ptr<Hub>& hostedHub() {
+  static std::unique_ptr<Hub> hub;
+  return hub;
+}
+
+bool submitToHub(Hub& hub, std::function<void()> command) noexcept {
+  try {
+    return hub.submit(std::move(command));
+  } catch (...) {
+    return false;
   }
 }
 
@@ -491,7 +709,9 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   platform.validate();
   GOSSAMER_ENFORCE(rank, "simulate: no rank function");
   if (gSimulated.exchange(true))
-    throw Error("gossamer::simgrid::simulate runs once per process (SimGrid's engine cannot be made twice)");
+    throw Error(
+        "gossamer::simgrid::simulate runs once per process, and not after makeHostedGroup (SimGrid's engine "
+        "cannot be made twice)");
 
   std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
   for (const auto& c : config) args.push_back("--cfg=" + c);
@@ -502,7 +722,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   s4u::Engine engine(&argc, argv.data());
   RouteLatency latency = build(platform);
 
-  World w(platform, std::move(latency));
+  gWorldOwner = std::make_shared<World>(platform, std::move(latency), platform.hosts, "gossamer");
+  World& w = *gWorldOwner;
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
   setContextLocalProvider(&actorLocal);
@@ -514,16 +735,15 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
   for (int r = 0; r < platform.hosts; ++r) {
-    auto* host = s4u::Host::by_name("rank-" + std::to_string(r));
-    auto daemon = s4u::Actor::create("inbox-" + std::to_string(r), host, [&w, r] { receiveLoop(w, r); });
-    w.inbound[static_cast<std::size_t>(r)]->set_receiver(daemon);
-    s4u::Actor::create("rank-" + std::to_string(r), host, [&errors, &rank, r] {
-      try {
-        rank(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
+    startDaemon(w, r);
+    s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
+                       [&errors, &rank, r] {
+                         try {
+                           rank(r);
+                         } catch (const std::exception& e) {
+                           errors[static_cast<std::size_t>(r)] = e.what();
+                         }
+                       });
   }
   engine.run();
   setTaskStarter(nullptr);
@@ -533,6 +753,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   out.simulatedSeconds = s4u::Engine::get_clock();
   out.bytesSent = w.bytesSent;
   out.bytesBetweenIslands = w.bytesBetween;
+  w.daemons.clear();  // the engine has ended them
+  gWorldOwner.reset();
   for (int r = 0; r < platform.hosts; ++r)
     if (!errors[static_cast<std::size_t>(r)].empty())
       out.errors.push_back("rank " + std::to_string(r) + ": " + errors[static_cast<std::size_t>(r)]);
@@ -540,14 +762,45 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
 }
 
 std::unique_ptr<Transport> makeTransport(const Options& o) {
-  World& w = world();
+  (void)world();
+  World& w = *gWorldOwner;
   GOSSAMER_ENFORCE(o.worldSize == w.size(), "simgrid transport: world size "
                                                 << o.worldSize << " but the platform has " << w.size()
                                                 << " hosts");
   GOSSAMER_ENFORCE(o.rank >= 0 && o.rank < o.worldSize,
                    "rank " << o.rank << " outside world size " << o.worldSize);
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds << " s");
-  return std::make_unique<SimTransport>(w, o);
+  return std::make_unique<SimTransport>(gWorldOwner, o, nullptr);
+}
+
+std::vector<std::unique_ptr<Transport>> makeHostedGroup(int worldSize, double timeoutSeconds) {
+  GOSSAMER_ENFORCE(worldSize >= 1 && worldSize <= kHostedHosts,
+                   "makeHostedGroup: world size " << worldSize << " outside 1.." << kHostedHosts);
+  GOSSAMER_ENFORCE(timeoutSeconds > 0, "makeHostedGroup: timeout " << timeoutSeconds << " s");
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (gSimulated.exchange(true))
+      throw Error(
+          "gossamer::simgrid::makeHostedGroup: simulate() has run in this process (SimGrid's engine "
+          "cannot be made twice)");
+    hostedHub() = std::make_unique<Hub>();
+  });
+  Hub* hub = hostedHub().get();
+  GOSSAMER_ENFORCE(hub != nullptr, "makeHostedGroup: the hosted simulation failed to start");
+  auto w = hub->makeWorld(worldSize);
+  std::vector<std::unique_ptr<Transport>> group;
+  for (int r = 0; r < worldSize; ++r) {
+    Options o;
+    o.rank = r;
+    o.worldSize = worldSize;
+    o.timeoutSeconds = timeoutSeconds;
+    group.push_back(std::make_unique<SimTransport>(w, o, hub));
+  }
+  return group;
+}
+
+double hostedSeconds() {
+  return hostedHub() == nullptr ? 0.0 : gLastDelivery.load(std::memory_order_relaxed);
 }
 
 double now() { return s4u::Engine::get_clock(); }

@@ -16,7 +16,9 @@
 // simulated. Computation takes no simulated time unless the caller says so
 // (simgrid::compute).
 //
-// SimGrid runs one engine per process: simulate() may be called once. Actors
+// SimGrid runs one engine per process: simulate() may be called once, and
+// not in a process that used makeHostedGroup (ranks driven by ordinary
+// threads, with the engine on a thread of its own). Actors
 // share one OS thread (SimGrid's default contexts), so simulate() installs a
 // ContextLocal provider (kit/context_local.hpp): the SDK's per-thread state
 // (collective scratch, wait time) is per actor; and it installs a TimeSource
@@ -122,6 +124,29 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
 /// This rank's transport. Call it from the rank's actor, inside simulate().
 /// @throws InvalidArgument on bad options; Error outside simulate().
 std::unique_ptr<Transport> makeTransport(const Options& options);
+
+/// `worldSize` ranks of a simulated network for ordinary threads (tests,
+/// tools that drive ranks from threads of their own, such as the transport
+/// conformance suite): index r is rank r's transport, usable from any thread.
+/// The first call starts SimGrid's engine on a thread of its own, over a
+/// one-island platform of 64 hosts (Platform's defaults: 1 Gbit/s, 50 us);
+/// every later group shares it. Messages take the same path as inside
+/// simulate() (per-pair streams, sender and daemon actors, flows timed by
+/// SimGrid), handed to the engine's thread by a gateway actor; the engine
+/// runs a batch of them until all have arrived, then waits for more. Waits
+/// and timeouts are in real seconds (the callers are not actors), and
+/// simulated time advances only while messages are in flight.
+/// @param worldSize 1..64 ranks.
+/// @param timeoutSeconds the transports' timeoutSeconds() (real seconds).
+/// @throws InvalidArgument on a size or timeout out of range; Error if
+///         simulate() has run in this process, or the engine stopped.
+std::vector<std::unique_ptr<Transport>> makeHostedGroup(int worldSize, double timeoutSeconds);
+
+/// The hosted simulation's clock (makeHostedGroup): the simulated time, in
+/// seconds, at which its latest message arrived (set before the message is
+/// delivered, so a thread whose receive completed reads that time or a
+/// later one); 0 before the first group. Callable from any thread.
+double hostedSeconds();
 
 /// Simulated seconds since simulate() started (SimGrid's clock).
 double now();
