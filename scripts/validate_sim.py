@@ -38,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 
+from sim_jobs import JOBS  # scripts/ is on the path when run as a script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 ISLANDS = [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -47,27 +49,6 @@ SHAPES = {
     "lan-wan": (1.0, 0.1, 10.0),  # a 1 Gbit/s cluster, 100 Mbit/s and 10 ms to the other one
     "edge": (0.2, 0.05, 5.0),  # edge sites: 200 Mbit/s inside, 50 Mbit/s and 5 ms between
 }
-
-# name -> (example config, overrides). Every job names its allreduce, so
-# that the calibration of `auto` (timed differently on each side) cannot
-# pick different algorithms.
-JOBS = {
-    "allreduce-ring": ("quickstart-allreduce", ["collectives.allreduce=ring"]),
-    "allreduce-recursive_doubling": ("quickstart-allreduce", ["collectives.allreduce=recursive_doubling"]),
-    "allreduce-rabenseifner": ("quickstart-allreduce", ["collectives.allreduce=rabenseifner"]),
-    "allreduce-torus2d": ("quickstart-allreduce", ["collectives.allreduce=torus2d"]),
-    "allreduce-tga2d": ("quickstart-allreduce", ["collectives.allreduce=tga2d"]),
-    "allreduce-hierarchical": ("quickstart-allreduce", ["collectives.allreduce=hierarchical"]),
-    "allreduce-hips": ("quickstart-allreduce", ["collectives.allreduce=hips"]),
-    "crossover-sync": ("quickstart-crossover", ["algorithm.mode=sync", "collectives.allreduce=ring"]),
-    "crossover-overlap": ("quickstart-crossover", ["algorithm.mode=overlap", "collectives.allreduce=ring"]),
-    "crossover-async": ("quickstart-crossover", ["algorithm.mode=async", "collectives.allreduce=ring"]),
-    "sgp": ("sgp", ["collectives.allreduce=ring"]),
-    "hierarchical": ("hierarchical", ["collectives.allreduce=ring"]),
-    "diloco": ("quickstart-diloco", ["collectives.allreduce=ring"]),
-    "a2sgd": ("a2sgd-gossip", ["collectives.allreduce=ring"]),
-}
-
 
 def seconds_per_step(run_dir, skip):
     """Mean over ranks of (time at last step - time at step `skip`) / steps between; steps; bytes sent."""

@@ -155,6 +155,8 @@ json run(const Options& o) {
   // [rank][step][k]: the sampled elements after each step.
   std::vector<std::vector<float>> samples(static_cast<std::size_t>(n));
   std::vector<double> finished(static_cast<std::size_t>(n), 0);
+  // [rank][step]: simulated seconds when the rank's step returned.
+  std::vector<std::vector<double>> stepEnds(static_cast<std::size_t>(n));
   std::string algorithm;
   bool replicated = false;
   const auto wall0 = std::chrono::steady_clock::now();
@@ -172,6 +174,8 @@ json run(const Options& o) {
         for (std::size_t i = 0; i < total; ++i) x[i] = shift + 0.001f * static_cast<float>(i % 10);
         auto& mine = samples[static_cast<std::size_t>(r)];
         mine.reserve(static_cast<std::size_t>(o.steps) * kSampled);
+        auto& ends = stepEnds[static_cast<std::size_t>(r)];
+        ends.reserve(static_cast<std::size_t>(o.steps));
         for (int s = 0; s < o.steps; ++s) {
           if (!replay.empty()) {
             const auto& mineCompute = replay[static_cast<std::size_t>(r)];
@@ -180,6 +184,7 @@ json run(const Options& o) {
             simgrid::sleepFor(o.stepSeconds);
           }
           opt.step(x, g);
+          ends.push_back(simgrid::now());
           for (std::size_t k = 0; k < kSampled; ++k) mine.push_back(x[k * total / kSampled]);
         }
         opt.flush(x);
@@ -207,6 +212,13 @@ json run(const Options& o) {
     distance.push_back(std::sqrt(sum / (static_cast<double>(n) * kSampled)));
   }
   const double last = *std::max_element(finished.begin(), finished.end());
+  // When each step was over on every rank.
+  json stepEnd = json::array();
+  for (int s = 0; s < o.steps; ++s) {
+    double latest = 0;
+    for (const auto& e : stepEnds) latest = std::max(latest, e[static_cast<std::size_t>(s)]);
+    stepEnd.push_back(latest);
+  }
   return json{{"algorithm", algorithm},
               {"topology", config.get<std::string>("topology.kind")},
               {"world_size", n},
@@ -225,6 +237,7 @@ json run(const Options& o) {
               {"bytes_sent", outcome.bytesSent},
               {"bytes_between_islands", outcome.bytesBetweenIslands},
               {"consensus_distance", distance},
+              {"step_end_seconds", stepEnd},
               {"wall_seconds", wall}};
 }
 

@@ -1,23 +1,39 @@
-"""Every training algorithm's step in a SimGrid simulation at scale (docs/scale.md).
+"""Every training algorithm simulated at scale, ranked by time to agreement (docs/scale.md).
 
-gossamer-sim through scripts/sim-scale.sh: the example configs at 64 and 256
-ranks in islands of 64 (10 Gbit/s and 20 us inside, 1 Gbit/s and 20 ms
-between), 50 ms of compute per step, 20 steps; simulated seconds per step,
-the bytes that crossed between islands per step and rank, the consensus
-distance after the last step, and the simulation's wall time.
+scripts/sim-scale.sh (scripts/sim_scale.py): the jobs of scripts/sim_jobs.py
+in gossamer-sim at 256 and 4,096 ranks in islands of 64 (10 Gbit/s and 20 us
+inside, 1 Gbit/s and 20 ms between), 50 ms of compute per step, 16 steps, the
+ranks starting apart; simulated seconds per step, the simulated time until
+the consensus distance is 1% of its start, the bytes that crossed between
+islands per step and rank, and the simulation's wall time and memory.
 """
-COMMAND = ["scripts/sim-scale.sh"]
+COMMAND = ["scripts/sim-scale.sh", "--world-sizes", "256,4096", "--steps", "16", "--allreduce", "rabenseifner"]
 JSON = "results/sim-scale.json"
 
 
+def _key(r):
+    never = r.get("seconds_to_target") is None
+    return (r["world_size"], r["timed_out"], never, r.get("seconds_to_target") or 0,
+            r.get("simulated_seconds_per_step") or 0)
+
+
 def render(data):
-    """One row per world size and algorithm, fastest step first within a world size."""
-    lines = ["| ranks | islands | algorithm | s/step (simulated) | MB between islands per step and rank "
-             "| consensus distance after 20 steps | wall s |",
-             "|---|---|---|---|---|---|---|"]
-    for r in sorted(data, key=lambda r: (r["world_size"], r["simulated_seconds_per_step"])):
+    """One row per world size and job, the soonest to agree first."""
+    target = data["arguments"]["target"]
+    lines = [f"| ranks | islands | job | algorithm | s/step (simulated) | s to {target:.0%} of the start "
+             "(steps) | MB between islands per step and rank | wall s | peak GB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(data["rows"], key=_key):
+        if r["timed_out"]:
+            lines.append(f"| {r['world_size']} | {r['islands']} | {r['job']} | - | - | - | - "
+                         f"| killed at {r['wall_seconds']:.0f} | - |")
+            continue
         per = r["bytes_between_islands"] / r["steps"] / r["world_size"] / 1e6
-        dist = "replicated" if r["replicated_model"] else f"{r['consensus_distance'][-1]:.3g}"
-        lines.append(f"| {r['world_size']} | {r['islands']} | {r['algorithm']} | "
-                     f"{r['simulated_seconds_per_step']:.3f} | {per:.3f} | {dist} | {r['wall_seconds']:.1f} |")
+        if r["seconds_to_target"] is None:
+            to = f"not in {r['steps']} (distance {r['consensus_distance'][-1] / r['initial_distance']:.2g} of the start)"
+        else:
+            to = f"{r['seconds_to_target']:.3f} ({r['steps_to_target']})"
+        lines.append(f"| {r['world_size']} | {r['islands']} | {r['job']} | {r['algorithm']} | "
+                     f"{r['simulated_seconds_per_step']:.3f} | {to} | {per:.3f} | {r['wall_seconds']:.0f} "
+                     f"| {r['peak_resident_bytes'] / 1e9:.1f} |")
     return "\n".join(lines) + "\n"

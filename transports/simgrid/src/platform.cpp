@@ -2,12 +2,14 @@
 //
 // Each island is a star zone: host "rank-R" with an up link (its NIC's
 // sending side: insideBytesPerSecond)
-// and a down link (its receiving side: the same rate, or unbounded with
-// receiveUnshaped, no latency) to the island's switch, a router that adds
-// nothing. Islands hang under a full zone: from island a to island b a
-// message crosses a's out link (unbounded: what leaves an island is not
-// shaped) and b's in link (betweenBytesPerSecond, shared by every flow
-// entering b). The links carry no latency: the transport holds a message for
+// and a down link (its receiving side: the same rate; none with
+// receiveUnshaped) to the island's switch, a router that adds nothing.
+// Islands hang under a full zone: from island a to island b a message
+// crosses b's in link (betweenBytesPerSecond, shared by every flow entering
+// b); what leaves an island is not shaped. (A link that cannot limit is left
+// out rather than made unbounded: every link in SimGrid's sharing system
+// ties the flows that cross it together, and a solve after each flow's end
+// costs with the size of what is tied to it.) The links carry no latency: the transport holds a message for
 // its route's latency (insideLatency, plus betweenLatency between islands)
 // before its bytes go, as the namespace hosts' fault injector holds a
 // message for the delay between islands, so that messages that follow one
@@ -37,22 +39,23 @@ using NetPoint = ::simgrid::kernel::routing::NetPoint;
 
 namespace {
 
-constexpr double kUnbounded = 1e11;  // bytes per second: a link that never limits
-
 // Star zone `name` under `parent` (null: the root), with one host per rank of
 // `ranks`; returns its router.
 s4u::NetZone* buildIsland(const Platform& p, const std::string& name, const std::vector<int>& ranks,
                           const s4u::NetZone* parent, NetPoint** router) {
   auto* zone = s4u::create_star_zone(name);
   if (parent != nullptr) zone->set_parent(parent);
-  const double down = p.receiveUnshaped ? kUnbounded : p.insideBytesPerSecond;
   for (const int r : ranks) {
     const std::string host = "rank-" + std::to_string(r);
     auto* h = zone->create_host(host, p.flopsPerSecond);
     auto* up = zone->create_link(host + "-up", p.insideBytesPerSecond)->seal();
-    auto* in = zone->create_link(host + "-down", down)->seal();
     zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
-    zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(in)}, false);
+    if (p.receiveUnshaped) {
+      zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {}, false);
+    } else {
+      auto* down = zone->create_link(host + "-down", p.insideBytesPerSecond)->seal();
+      zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(down)}, false);
+    }
   }
   *router = nullptr;
   if (parent != nullptr) {
@@ -148,7 +151,7 @@ RouteLatency build(const Platform& p) {
   auto* root = s4u::create_full_zone("islands");
   std::vector<s4u::NetZone*> zones;
   std::vector<NetPoint*> routers;
-  std::vector<s4u::Link*> in, out;
+  std::vector<s4u::Link*> in;
   for (std::size_t k = 0; k < p.islands.size(); ++k) {
     const std::string name = "island-" + std::to_string(k);
     NetPoint* router = nullptr;
@@ -156,13 +159,12 @@ RouteLatency build(const Platform& p) {
     zones.back()->seal();
     routers.push_back(router);
     in.push_back(root->create_link(name + "-in", p.betweenBytesPerSecond)->seal());
-    out.push_back(root->create_link(name + "-out", kUnbounded)->seal());
   }
   for (std::size_t a = 0; a < zones.size(); ++a)
     for (std::size_t b = 0; b < zones.size(); ++b)
       if (a != b)
         root->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), routers[a], routers[b],
-                        {s4u::LinkInRoute(out[a]), s4u::LinkInRoute(in[b])}, false);
+                        {s4u::LinkInRoute(in[b])}, false);
   root->seal();
   return latency;
 }

@@ -3,8 +3,8 @@
 // Mailbox, waits in simulated time.
 //
 // Per message: isend copies the payload (one allocation) and queues it on the
-// pair's stream. Each rank with messages queued has a sender actor on its
-// host that starts them, each stream's in order, one in flight per stream: it
+// pair's stream. Each rank that has sent has a sender actor on its host
+// (from its first send on) that starts them, each stream's in order, one in flight per stream: it
 // holds a message until its route's latency has passed since it was sent
 // (the links carry no latency of their own, platform.cpp), then puts it on
 // the destination's S4U mailbox with a simulated size of payload + 48 bytes
@@ -18,8 +18,9 @@
 // stream for its next message (waking the source's sender), delivers it to
 // the rank's kit Mailbox, and wakes the rank's waiters (S4U condition
 // variables, so waiting costs simulated time, not real time). The sender
-// ends when nothing is queued or in flight. Three actors per rank, whatever
-// the traffic. A send to oneself is delivered at once.
+// and the daemon are SimGrid daemons, kept for the whole simulation: three
+// actors per rank, whatever the traffic. A send to oneself is delivered at
+// once.
 //
 // Order: what one rank sends another arrives in the order sent (the stream
 // goes one message at a time). close() records how
@@ -107,12 +108,12 @@ struct Stream {
 };
 
 // A rank's sending side: its streams' heads that wait for their latency to
-// pass (due time, destination; earliest first), how many messages are in
-// flight, and its actor.
+// pass (due time, destination; earliest first), and its actor (started with
+// the rank's first send, then kept: an actor's start and end cost a stack's
+// mapping and unmapping, which per message dominated large simulations).
 struct Sender {
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> due;
-  std::size_t inFlight = 0;
-  bool running = false;
+  s4u::ActorPtr actor;
   s4u::MutexPtr mu = s4u::Mutex::create();
   s4u::ConditionVariablePtr cv = s4u::ConditionVariable::create();
 };
@@ -220,8 +221,8 @@ struct World {
     Stream& stream = streams[static_cast<std::size_t>(src)][dst];
     Sender& sender = senders[static_cast<std::size_t>(src)];
     stream.inFlight = false;
-    --sender.inFlight;
-    if (!stream.queue.empty()) sender.due.emplace(stream.queue.front().due, dst);
+    if (stream.queue.empty()) return;
+    sender.due.emplace(stream.queue.front().due, dst);
     sender.cv->notify_all();
   }
 
@@ -464,12 +465,13 @@ class SimTransport final : public Transport {
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
 
-// A rank's sender actor: starts each stream's head once its latency has
-// passed and the stream has nothing in flight; ends when nothing is queued
-// or in flight. SimGrid runs one actor at a time, so the state it shares
-// with the rank and the daemons needs no lock beyond the condition
-// variable's.
+// A rank's sender actor (a daemon: it lasts as long as the simulation):
+// starts each stream's head once its latency has passed and the stream has
+// nothing in flight, and sleeps until the next is due or the rank sends
+// again. SimGrid runs one actor at a time, so the state it shares with the
+// rank and the daemons needs no lock beyond the condition variable's.
 void send(World& w, int src) {
+  s4u::Actor::self()->daemonize();
   Sender& sender = w.senders[static_cast<std::size_t>(src)];
   std::unique_lock<s4u::Mutex> lock(*sender.mu);
   for (;;) {
@@ -483,19 +485,16 @@ void send(World& w, int src) {
       const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
       stream.queue.pop_front();
       stream.inFlight = true;
-      ++sender.inFlight;
       // The daemon owns the message once it has taken it.
       w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
         delete static_cast<Message*>(p);
       });
     }
-    if (sender.due.empty() && sender.inFlight == 0) break;
     if (sender.due.empty())
       sender.cv->wait(lock);
     else
       sender.cv->wait_for(lock, sender.due.top().first - now);
   }
-  sender.running = false;
 }
 
 void put(World& w, int src, int dst, Message m, double payloadBytes) {
@@ -511,14 +510,13 @@ void put(World& w, int src, int dst, Message m, double payloadBytes) {
   if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
   Sender& sender = w.senders[static_cast<std::size_t>(src)];
   sender.due.emplace(due, dst);
-  if (sender.running) {
+  if (sender.actor) {
     sender.cv->notify_all();
     return;
   }
-  sender.running = true;
-  s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
-      ->set_stacksize(kSenderStackBytes)
-      ->start([&w, src] { send(w, src); });
+  sender.actor = s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
+                     ->set_stacksize(kSenderStackBytes)
+                     ->start([&w, src] { send(w, src); });
 }
 
 // Rank r's daemon: takes what arrives on its S4U mailbox into its Mailbox.
@@ -655,22 +653,25 @@ class Hub {
         while (w->undelivered > 0) w->settled->wait(lock);
       }
     }
-    // Worlds still owned at exit: their daemons end with the simulation.
-    for (World* w : live_)
+    // Worlds still owned at exit: their actors end with the simulation.
+    for (World* w : live_) {
+      for (auto& s : w->senders)
+        if (s.actor) s.actor->kill();
       for (auto& d : w->daemons) d->kill();
+    }
     std::lock_guard<std::mutex> g(mu_);
     stopped_ = true;
   }
 
-  // Frees a world whose transports are gone: its messages have arrived (the
-  // gateway settled them); its senders end within this instant.
+  // Frees a world whose transports are gone, once its messages have
+  // arrived (the gateway settles every batch), with its actors.
   void retire(World* w) {
-    for (;;) {
-      const bool busy =
-          std::any_of(w->senders.begin(), w->senders.end(), [](const Sender& s) { return s.running; });
-      if (!busy && w->undelivered == 0) break;
-      s4u::this_actor::sleep_for(1e-6);
+    {
+      std::unique_lock<s4u::Mutex> lock(*w->settleMu);
+      while (w->undelivered > 0) w->settled->wait(lock);
     }
+    for (auto& s : w->senders)
+      if (s.actor) s.actor->kill();
     for (auto& d : w->daemons) d->kill();
     live_.erase(std::remove(live_.begin(), live_.end(), w), live_.end());
     delete w;
@@ -754,6 +755,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   out.bytesSent = w.bytesSent;
   out.bytesBetweenIslands = w.bytesBetween;
   w.daemons.clear();  // the engine has ended them
+  for (auto& sender : w.senders) sender.actor.reset();
   gWorldOwner.reset();
   for (int r = 0; r < platform.hosts; ++r)
     if (!errors[static_cast<std::size_t>(r)].empty())

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Every training algorithm simulated at scale, ranked by time to agreement (docs/scale.md).
+
+For each world size (--world-sizes) and each job of sim_jobs.JOBS (--jobs),
+gossamer-sim runs the job's config with its overrides on islands of 64 ranks
+(fewer ranks: one island): 10 Gbit/s and 20 us inside an island, 1 Gbit/s and
+20 ms into each island, 50 ms of compute per step, --steps steps, the model of
+the config (101,770 float32); the AllReduce-SGD jobs, which agree after
+every step, run --replicated-steps steps. --allreduce replaces the other
+jobs' allreduce (DiLoCo's outer step, A2SGD's). Each run has --timeout seconds of wall time; one
+that takes longer is killed and reported as such.
+
+Ranks start apart (rank r at r), so the consensus distance starts at
+sqrt((N^2 - 1) / 12); a job's time to agreement is the simulated time at which
+every rank had finished the first step after which the distance was at most
+--target times that (a replicated model, AllReduce-SGD's, agrees after its
+first step). Jobs that do not get there within the steps run are listed last.
+
+Prints a table and writes results/sim-scale.json: arguments and rows (job,
+config, overrides, world_size, islands, algorithm, topology, simulated seconds
+per step, step_end_seconds, consensus_distance per step, initial_distance,
+steps_to_target, seconds_to_target, bytes sent and between islands, wall
+seconds, peak resident bytes, timed_out).
+
+    scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--target 0.01]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from sim_jobs import JOBS, REPLICATED  # scripts/ is on the path when run as a script
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
+ISLAND = 64  # ranks per island from 128 ranks on
+
+
+def time_to_target(row, target):
+    """(steps, simulated seconds) until the distance is at most target x initial; (None, None) if never."""
+    if row["replicated_model"]:
+        return 1, row["step_end_seconds"][0]
+    for s, d in enumerate(row["consensus_distance"]):
+        if d <= target * row["initial_distance"]:
+            return s + 1, row["step_end_seconds"][s]
+    return None, None
+
+
+def run_job(job, n, args, tmp):
+    config, sets = JOBS[job]
+    steps = args.replicated_steps if job in REPLICATED else args.steps
+    if args.allreduce and job not in REPLICATED:
+        sets = [s for s in sets if not s.startswith("collectives.allreduce=")] + [
+            f"collectives.allreduce={args.allreduce}"]
+    islands = n // ISLAND if n >= 2 * ISLAND else 1
+    out = os.path.join(tmp, f"{job}-{n}.json")
+    cmd = ["/usr/bin/time", "-f", "%M", os.path.join(BUILD, "apps", "gossamer-sim"),
+           os.path.join(ROOT, "examples", "configs", config + ".yaml"),
+           "--world-size", str(n), "--islands", str(islands), "--steps", str(steps),
+           "--step-seconds", "0.05", "--inside-latency-us", "20", "--json", out,
+           "--set", "network.inside_gbps=10", "--set", "network.between_gbps=1",
+           "--set", "network.between_delay_ms=20"]
+    for s in sets:
+        cmd += ["--set", s]
+    row = {"job": job, "config": config, "overrides": sets, "world_size": n, "islands": islands,
+           "steps": steps, "timed_out": False}
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        row.update(timed_out=True, wall_seconds=time.monotonic() - t0)
+        return row
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        raise SystemExit(f"sim-scale: {job} at {n} ranks failed ({p.returncode})")
+    with open(out) as f:
+        result = json.load(f)
+    row.update(result)
+    row["job"] = job
+    row["peak_resident_bytes"] = int(p.stderr.strip().splitlines()[-1]) * 1024
+    row["initial_distance"] = 0.0 if result["replicated_model"] else math.sqrt((n * n - 1) / 12)
+    row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
+    return row
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--world-sizes", default="64,256")
+    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--replicated-steps", type=int, default=2, help="steps of the AllReduce-SGD jobs")
+    ap.add_argument("--allreduce", default="",
+                    help="the allreduce of the other jobs (default: theirs, ring; at thousands of ranks a ring "
+                         "allreduce is 2(N-1) rounds of N messages)")
+    ap.add_argument("--target", type=float, default=0.01, help="agreement: distance at most this x the initial")
+    ap.add_argument("--timeout", type=float, default=600, help="wall seconds per job")
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.world_sizes.split(",")]
+    jobs = args.jobs.split(",")
+    for j in jobs:
+        if j not in JOBS:
+            raise SystemExit(f"sim-scale: unknown job {j} ({', '.join(JOBS)})")
+    os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
+    rows = []
+    print(f"{'ranks':>6} {'job':<30} {'s/step':>8} {'to target':>10} {'steps':>5} {'wall s':>7} {'GB':>5}",
+          flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            for job in jobs:
+                r = run_job(job, n, args, tmp)
+                rows.append(r)
+                with open(os.path.join(ROOT, "results", "sim-scale.json"), "w") as f:  # so far
+                    json.dump({"arguments": vars(args), "rows": rows}, f, indent=1)
+                if r["timed_out"]:
+                    print(f"{n:>6} {job:<30} killed after {r['wall_seconds']:.0f} s of wall time", flush=True)
+                    continue
+                to = "never" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3f}"
+                print(f"{n:>6} {job:<30} {r['simulated_seconds_per_step']:>8.3f} {to:>10} "
+                      f"{r['steps_to_target'] or '-':>5} {r['wall_seconds']:>7.1f} "
+                      f"{r['peak_resident_bytes'] / 1e9:>5.1f}", flush=True)
+    print("wrote results/sim-scale.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
