@@ -19,6 +19,12 @@
 //       R rounds: slem of E[W], its spectral gap, the mean-square consensus
 //       rate, and the share of segments that cross between the network's
 //       islands (exact figures too for bandwidth_roulette);
+//   ... --from-ramp  instead of the products' spectra, the consensus distance
+//       after every step of gossamer-sim's run, whose rank r starts at r:
+//       the elements it samples (64, evenly spaced over the model) each moved
+//       by its segment's mixing matrix, and the per-step contraction of the
+//       distance squared (geometric mean over the steps before it falls
+//       below 1e-6 of its start, as scripts/sim_mixing.py measures the run);
 //   --topology fair_roulette,bandwidth_roulette  names one or more topologies.
 //
 // Segments: the flat parameter vector of the configured MLP (784 inputs,
@@ -32,9 +38,11 @@
 #include <CLI/CLI.hpp>
 #include <Eigen/Eigenvalues>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -212,6 +220,7 @@ struct CommandLine {
   std::vector<std::string> overrides;  // --set KEY=VALUE
   std::uint64_t expectedRounds = 0;    // --expected (0: none)
   bool topologyGiven = false;          // --topology was given
+  bool fromRamp = false;               // --from-ramp
 };
 
 // The names --topology accepts: the tool's own, "all", then the registry's.
@@ -271,6 +280,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, CommandLine& cl) {
                  "also print one round's expected mixing (slem and gap of E[W], mean-square rate, share of "
                  "segments between the network's islands), estimated over this many rounds (0 = no)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{10000000}));
+  app.add_flag(
+      "--from-ramp", cl.fromRamp,
+      "instead of the products' spectra: the consensus distance after each step of a run whose rank "
+      "r starts at r (gossamer-sim's), over the 64 elements it samples, and its per-step contraction");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -311,6 +324,62 @@ gossamer::Config loadConfig(const CommandLine& cl, std::vector<std::string>& sel
   return c;
 }
 
+// The consensus distance after each of `steps` steps of gossamer-sim's run
+// (rank r starts at r + 0.001 (i mod 10) at element i; the second term is
+// the same on every rank, so the disagreement of every element is the ramp
+// r): its sampled elements k * total / 64, k < 64, each moved by the mixing
+// matrix of its segment at each step, root-mean-square over ranks and
+// elements; then the per-step contraction of the distance squared.
+void printFromRamp(const std::vector<std::string>& selected, const gossamer::Config& c, std::uint64_t steps,
+                   const std::vector<std::size_t>& sizes) {
+  constexpr std::size_t kSampled = 64;  // as apps/sim
+  const int n = c.worldSize();
+  const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
+  std::vector<std::size_t> perSegment(sizes.size(), 0);  // sampled elements in each segment
+  for (std::size_t k = 0; k < kSampled; ++k) {
+    std::size_t at = k * total / kSampled, s = 0;
+    while (at >= sizes[s]) at -= sizes[s++];
+    ++perSegment[s];
+  }
+  std::printf(
+      "# from the ramp: rank r starts at r; distance = rms over ranks and the %zu sampled elements of "
+      "(x - mean); contraction = geometric mean of d_(k+1)^2 / d_k^2 while d > 1e-6 d_0\n",
+      kSampled);
+  std::printf("%-22s %6s %14s\n", "topology", "step", "distance");
+  for (const auto& name : selected) {
+    const auto t = makeTopology(name, c);
+    std::vector<Eigen::VectorXd> x(sizes.size(), Eigen::VectorXd::LinSpaced(n, 0, n - 1));
+    std::vector<double> d;
+    const auto distance = [&] {
+      double sum = 0;
+      for (std::size_t s = 0; s < sizes.size(); ++s)
+        sum += static_cast<double>(perSegment[s]) * (x[s].array() - x[s].mean()).square().sum();
+      return std::sqrt(sum / (static_cast<double>(n) * kSampled));
+    };
+    const double d0 = distance();
+    for (std::uint64_t k = 1; k <= steps; ++k) {
+      for (std::size_t s = 0; s < sizes.size(); ++s)
+        if (perSegment[s] > 0) x[s] = t->mixingMatrix(k - 1, static_cast<int>(s)) * x[s];
+      d.push_back(distance());
+      std::printf("%-22s %6llu %14.6g\n", name.c_str(), static_cast<unsigned long long>(k), d.back());
+    }
+    double logs = 0;
+    int used = 0;
+    double before = d0;
+    for (const double now : d) {
+      if (before > 1e-6 * d0 && now > 1e-6 * d0) {
+        logs += 2 * std::log(now / before);
+        ++used;
+      }
+      before = now;
+    }
+    if (used > 0)
+      std::printf("%-22s %6s %14.6g  (over %d steps)\n", name.c_str(), "rate", std::exp(logs / used), used);
+    else
+      std::printf("%-22s %6s %14s\n", name.c_str(), "rate", "-");
+  }
+}
+
 // Analyses the `selected` topologies under config `c` and prints the table
 // (then the expected mixing with --expected, and the CSV with --csv).
 void analyse(const CommandLine& cl, const gossamer::Config& c, const std::vector<std::string>& selected) {
@@ -321,6 +390,10 @@ void analyse(const CommandLine& cl, const gossamer::Config& c, const std::vector
   }
   const auto sizes =
       segmentSizes(gossamer::train::trainConfigFrom(c).model, c.get<int>("algorithm.segments"));
+  if (cl.fromRamp) {
+    printFromRamp(selected, c, cl.steps, sizes);
+    return;
+  }
   std::vector<Analysed> runs;
   for (const auto& name : selected) {
     const auto t = makeTopology(name, c);
