@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,19 +70,25 @@ def run_job(job, n, args, tmp):
     row = {"job": job, "config": config, "overrides": sets, "world_size": n, "islands": islands,
            "steps": steps, "timed_out": False}
     t0 = time.monotonic()
+    # A session of its own, so that a run past the timeout is killed whole
+    # (/usr/bin/time and gossamer-sim under it).
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+        stdout, stderr = p.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         row.update(timed_out=True, wall_seconds=time.monotonic() - t0)
         return row
     if p.returncode != 0:
-        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        sys.stderr.write(stdout[-2000:] + stderr[-4000:])
         raise SystemExit(f"sim-scale: {job} at {n} ranks failed ({p.returncode})")
     with open(out) as f:
         result = json.load(f)
     row.update(result)
     row["job"] = job
-    row["peak_resident_bytes"] = int(p.stderr.strip().splitlines()[-1]) * 1024
+    row["peak_resident_bytes"] = int(stderr.strip().splitlines()[-1]) * 1024
     row["initial_distance"] = 0.0 if result["replicated_model"] else math.sqrt((n * n - 1) / 12)
     row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
     return row
