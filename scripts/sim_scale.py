@@ -14,7 +14,12 @@ Ranks start apart (rank r at r), so the consensus distance starts at
 sqrt((N^2 - 1) / 12); a job's time to agreement is the simulated time at which
 every rank had finished the first step after which the distance was at most
 --target times that (a replicated model, AllReduce-SGD's, agrees after its
-first step). Jobs that do not get there within the steps run are listed last.
+first step). A synchronous gossip job that stops short of it (--steps-for a
+job too slow to simulate for long) gets the steps that gossamer-topology's
+mixing analysis of its start (--from-ramp) needs, which its consensus
+follows exactly, times its simulated seconds per step. Jobs that do not get
+there within the steps run are listed last. --merge puts an earlier run's
+rows first (a world size run apart).
 
 Prints a table and writes results/sim-scale.json: arguments and rows (job,
 config, overrides, world_size, islands, algorithm, topology, simulated seconds
@@ -39,6 +44,10 @@ from sim_jobs import JOBS, REPLICATED  # scripts/ is on the path when run as a s
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 ISLAND = 64  # ranks per island from 128 ranks on
+# Synchronous gossip jobs and the topology and segments whose mixing their
+# consensus follows step for step (checked by tests/sim_follows_mixing.sh and
+# scripts/sim_mixing.py); their configs' seed is 42.
+FOLLOWS_RAMP = {"crossover-sync": ("fair_roulette", 4)}
 
 
 def time_to_target(row, target):
@@ -51,9 +60,21 @@ def time_to_target(row, target):
     return None, None
 
 
+def ramp_steps_to_target(topology, segments, n, seed, target, most):
+    """Steps until gossamer-topology --from-ramp's distance is at most target x its start (None: not in most)."""
+    cmd = [os.path.join(BUILD, "apps", "gossamer-topology"), "--world-size", str(n), "--steps", str(most),
+           "--segments", str(segments), "--seed", str(seed), "--topology", topology, "--from-ramp"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    d = [float(f[2]) for f in (line.split() for line in out.splitlines())
+         if len(f) == 3 and f[0] == topology and f[1].isdigit()]
+    start = math.sqrt((n * n - 1) / 12)
+    return next((k + 1 for k, v in enumerate(d) if v <= target * start), None)
+
+
 def run_job(job, n, args, tmp):
     config, sets = JOBS[job]
     steps = args.replicated_steps if job in REPLICATED else args.steps
+    steps = args.steps_for.get(f"{job}@{n}", args.steps_for.get(job, steps))
     if args.allreduce and job not in REPLICATED:
         sets = [s for s in sets if not s.startswith("collectives.allreduce=")] + [
             f"collectives.allreduce={args.allreduce}"]
@@ -91,6 +112,15 @@ def run_job(job, n, args, tmp):
     row["peak_resident_bytes"] = int(stderr.strip().splitlines()[-1]) * 1024
     row["initial_distance"] = 0.0 if result["replicated_model"] else math.sqrt((n * n - 1) / 12)
     row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
+    # A synchronous gossip job whose run stopped short of the target: its
+    # consensus follows the mixing analysis applied to its start exactly
+    # (docs/scale.md), which says how many steps it would take.
+    if row["seconds_to_target"] is None and job in FOLLOWS_RAMP:
+        topology, segments = FOLLOWS_RAMP[job]
+        k = ramp_steps_to_target(topology, segments, n, 42, args.target, 200)
+        row["predicted_steps_to_target"] = k
+        if k is not None:
+            row["predicted_seconds_to_target"] = k * row["simulated_seconds_per_step"]
     return row
 
 
@@ -105,14 +135,24 @@ def main(argv):
                          "allreduce is 2(N-1) rounds of N messages)")
     ap.add_argument("--target", type=float, default=0.01, help="agreement: distance at most this x the initial")
     ap.add_argument("--timeout", type=float, default=600, help="wall seconds per job")
+    ap.add_argument("--steps-for", action="append", default=[], metavar="JOB[@RANKS]=N",
+                    help="steps of one job (at one world size), whatever the others run (repeatable)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "sim-scale.json"))
+    ap.add_argument("--merge", default="", help="a results file of an earlier run whose rows come first")
     args = ap.parse_args(argv)
+    args.steps_for = {k: int(v) for k, v in (x.split("=", 1) for x in args.steps_for)}
     sizes = [int(x) for x in args.world_sizes.split(",")]
     jobs = args.jobs.split(",")
     for j in jobs:
         if j not in JOBS:
             raise SystemExit(f"sim-scale: unknown job {j} ({', '.join(JOBS)})")
-    os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows = []
+    if args.merge:
+        with open(args.merge) as f:
+            earlier = json.load(f)
+        rows = earlier["rows"]
+        args.merged = earlier["arguments"]
     print(f"{'ranks':>6} {'job':<30} {'s/step':>8} {'to target':>10} {'steps':>5} {'wall s':>7} {'GB':>5}",
           flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,16 +160,18 @@ def main(argv):
             for job in jobs:
                 r = run_job(job, n, args, tmp)
                 rows.append(r)
-                with open(os.path.join(ROOT, "results", "sim-scale.json"), "w") as f:  # so far
+                with open(args.out, "w") as f:  # so far
                     json.dump({"arguments": vars(args), "rows": rows}, f, indent=1)
                 if r["timed_out"]:
                     print(f"{n:>6} {job:<30} killed after {r['wall_seconds']:.0f} s of wall time", flush=True)
                     continue
                 to = "never" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3f}"
+                if r.get("predicted_seconds_to_target") is not None:
+                    to = f"~{r['predicted_seconds_to_target']:.3f}"
                 print(f"{n:>6} {job:<30} {r['simulated_seconds_per_step']:>8.3f} {to:>10} "
                       f"{r['steps_to_target'] or '-':>5} {r['wall_seconds']:>7.1f} "
                       f"{r['peak_resident_bytes'] / 1e9:>5.1f}", flush=True)
-    print("wrote results/sim-scale.json")
+    print(f"wrote {os.path.relpath(args.out, ROOT)}")
 
 
 if __name__ == "__main__":

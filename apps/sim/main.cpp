@@ -118,6 +118,18 @@ std::vector<std::size_t> tensorSizes(const Config& c, std::size_t params) {
   return model.tensorSizes();
 }
 
+// When each of `steps` steps was over on every rank, from each rank's step
+// end times ([rank][step], simulated seconds).
+json latestPerStep(const std::vector<std::vector<double>>& ends, int steps) {
+  json latest = json::array();
+  for (int s = 0; s < steps; ++s) {
+    double t = 0;
+    for (const auto& e : ends) t = std::max(t, e[static_cast<std::size_t>(s)]);
+    latest.push_back(t);
+  }
+  return latest;
+}
+
 json run(const Options& o) {
   const Registry registry = [] {
     Registry r = train::makeTrainRegistry();
@@ -212,13 +224,7 @@ json run(const Options& o) {
     distance.push_back(std::sqrt(sum / (static_cast<double>(n) * kSampled)));
   }
   const double last = *std::max_element(finished.begin(), finished.end());
-  // When each step was over on every rank.
-  json stepEnd = json::array();
-  for (int s = 0; s < o.steps; ++s) {
-    double latest = 0;
-    for (const auto& e : stepEnds) latest = std::max(latest, e[static_cast<std::size_t>(s)]);
-    stepEnd.push_back(latest);
-  }
+  const json stepEnd = latestPerStep(stepEnds, o.steps);
   return json{{"algorithm", algorithm},
               {"topology", config.get<std::string>("topology.kind")},
               {"world_size", n},
