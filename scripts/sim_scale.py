@@ -117,7 +117,7 @@ def run_job(job, n, args, tmp):
     # (docs/scale.md), which says how many steps it would take.
     if row["seconds_to_target"] is None and job in FOLLOWS_RAMP:
         topology, segments = FOLLOWS_RAMP[job]
-        k = ramp_steps_to_target(topology, segments, n, 42, args.target, 200)
+        k = ramp_steps_to_target(topology, segments, n, 42, args.target, 60)
         row["predicted_steps_to_target"] = k
         if k is not None:
             row["predicted_seconds_to_target"] = k * row["simulated_seconds_per_step"]

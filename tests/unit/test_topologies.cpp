@@ -230,6 +230,8 @@ TEST_CASE("fair roulette: peers() and mixingMatrix() agree with destinations()",
         Eigen::MatrixXd expected = 0.5 * Eigen::MatrixXd::Identity(n, n);
         for (int i = 0; i < n; ++i) expected(i, src[std::size_t(i)]) += 0.5;
         CHECK((w - expected).cwiseAbs().maxCoeff() == 0.0);
+        // The one-draw override builds the matrix that asking every rank's peers() builds.
+        CHECK((w - t.gossamer::Topology::mixingMatrix(step, segment)).cwiseAbs().maxCoeff() == 0.0);
       }
   }
 }

@@ -324,6 +324,20 @@ PeerSet FairRoulette::peers(int rank, std::uint64_t step, int segment) const {
   return p;
 }
 
+Eigen::MatrixXd FairRoulette::mixingMatrix(std::uint64_t step, int segment) const {
+  const auto dest = destinations(step, segment);
+  std::vector<int> senders(static_cast<std::size_t>(n_), 0);  // how many send to each rank
+  for (const int d : dest) ++senders[static_cast<std::size_t>(d)];
+  // As peers(): half stays, the other half is split among those who sent.
+  Eigen::MatrixXd w = Eigen::MatrixXd::Zero(n_, n_);
+  for (int i = 0; i < n_; ++i) w(i, i) = 0.5;
+  for (int j = 0; j < n_; ++j) {
+    const int i = dest[static_cast<std::size_t>(j)];
+    w(i, j) += 0.5 / senders[static_cast<std::size_t>(i)];
+  }
+  return w;
+}
+
 void registerFairRoulette(Registry& registry) {
   registry.addTopology(
       "fair_roulette",

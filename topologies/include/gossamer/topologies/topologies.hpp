@@ -92,6 +92,10 @@ class FairRoulette final : public Topology {
   int worldSize() const override { return n_; }
   std::string name() const override { return "fair_roulette"; }
   PeerSet peers(int rank, std::uint64_t step, int segment = 0) const override;
+  /// The step's mixing matrix (N x N, doubles) from one draw of the
+  /// destinations, O(N^2) (the default asks peers() of every rank, each of
+  /// which draws them again: O(N^2 log N)). Same matrix as the default.
+  Eigen::MatrixXd mixingMatrix(std::uint64_t step, int segment = 0) const override;
 
   /// dest[i] = the rank that rank i sends `segment` to at `step`; a derangement.
   std::vector<int> destinations(std::uint64_t step, int segment) const;
