@@ -489,29 +489,37 @@ void hostileJob(const std::string& transport) {
   // Training allocates too (evaluation, buffers that grow to their
   // working size): rank 1, which trains alike but is not flooded, is the
   // control, and what rank 0 grows beyond it is the flood's. The training
-  // flood comes in two rounds of frames with 1 kB payloads: the first
+  // flood comes in three rounds of frames with 1 kB payloads (libfabric:
+  // two, of 5,000 each, the second measured): the first
   // takes what a flood costs once (the attacker's connection, malloc's
   // pools at the high-water mark of messages in flight while rank 0 is
-  // busy), the second is measured: kept, its frames would add 2.5 MB or
-  // more.
+  // busy); the second and third, twice its size, are measured: kept, each
+  // round's frames would add 2 MB or more. A round in which rank 0 is
+  // busier than before raises that high-water mark once more (1.4 MB seen
+  // under a loaded CI), so it is the smaller growth of the two that must be
+  // small.
   const long rssTraining = rssKb(pids[0]);
-  long rssFirstRound = rssTraining, controlFirstRound = rssKb(pids[1]);
-  long rssAfterTraining = rssFirstRound, controlAfter = controlFirstRound;
+  std::vector<long> rss{rssTraining}, control{rssKb(pids[1])};  // after each round
   double floodSeconds = 0;
   {
-    const int round = (fabric ? 2 * half : half) / 2;
+    // libfabric: two rounds of 5,000 (each round also opens 100 raw
+    // connections, and more of them overrun the provider's backlog).
+    const std::vector<int> rounds = fabric ? std::vector<int>{half, half}
+                                           : std::vector<int>{half / 5, 2 * half / 5, half - 3 * (half / 5)};
     const auto floodStart = std::chrono::steady_clock::now();
-    const Counts first = flood(round, 3, 1024);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    rssFirstRound = rssKb(pids[0]);
-    controlFirstRound = rssKb(pids[1]);
-    const Counts second = flood(round, 4, 1024);
-    for (std::size_t k = 0; k < kKinds; ++k) sent[k] += first[k] + second[k];
+    for (std::uint32_t r = 0; r < rounds.size(); ++r) {
+      const Counts c = flood(rounds[r], 3 + r, 1024);
+      for (std::size_t k = 0; k < kKinds; ++k) sent[k] += c[k];
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      rss.push_back(rssKb(pids[0]));
+      control.push_back(rssKb(pids[1]));
+    }
     floodSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - floodStart).count();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    rssAfterTraining = rssKb(pids[0]);
-    controlAfter = rssKb(pids[1]);
   }
+  // Rank 0's growth over round k beyond the control's, kB.
+  const auto growth = [&](std::size_t k) {
+    return (rss[k] - rss[k - 1]) - std::max(0L, control[k] - control[k - 1]);
+  };
   INFO("the training flood took " << floodSeconds << " s");
   // Rank 0 trained through the whole flood; now every rank stops after its epoch under way.
   REQUIRE(::waitpid(pids[0], nullptr, WNOHANG) == 0);
@@ -553,11 +561,15 @@ void hostileJob(const std::string& transport) {
   // Memory: the frames are dropped, not kept.
   INFO("RSS kB: rank 0 before any frame "
        << rssStart << ", after " << warmUp << " frames " << rssBefore << ", after the start-up flood "
-       << rssAfterStartUp << ", in training " << rssTraining << ", after the first training round "
-       << rssFirstRound << ", after the second " << rssAfterTraining
-       << "; rank 1 (control) over the second round " << controlFirstRound << " -> " << controlAfter);
+       << rssAfterStartUp << ", in training " << rssTraining << ", after each training round "
+       << nlohmann::json(rss).dump() << "; rank 1 (control) " << nlohmann::json(control).dump());
   CHECK(rssAfterStartUp - rssBefore < 1024);
-  CHECK((rssAfterTraining - rssFirstRound) - std::max(0L, controlAfter - controlFirstRound) < 1024);
+  if (fabric) {
+    CHECK(growth(2) < 1024);
+  } else {
+    CHECK(std::min(growth(2), growth(3)) < 1024);
+    CHECK(growth(2) + growth(3) < 3072);  // kept frames: 4 MB or more
+  }
 }
 
 }  // namespace
