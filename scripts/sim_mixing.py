@@ -38,6 +38,8 @@ import sys
 import tempfile
 import time
 
+from sim_jobs import from_ramp_distances  # scripts/ is on the path when run as a script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 CONFIGS = {
@@ -72,19 +74,11 @@ def predicted_rate(topology, n, islands, segments, rounds, seed):
 
 
 def ramp_distances(topology, n, islands, segments, steps, seed):
-    """gossamer-topology --from-ramp: the predicted consensus distance after each step, and wall seconds."""
-    exe = os.path.join(BUILD, "apps", "gossamer-topology")
-    cmd = [exe, "--world-size", str(n), "--steps", str(steps), "--segments", str(segments), "--seed", str(seed),
-           "--topology", topology, "--from-ramp", "--set", f"network.islands={islands}",
-           "--set", "network.inside_gbps=10", "--set", "network.between_gbps=1"]
+    """gossamer-topology --from-ramp on this script's network: distances after each step, and wall seconds."""
     t0 = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    wall = time.monotonic() - t0
-    d = [float(f[2]) for f in (line.split() for line in out.splitlines())
-         if len(f) == 3 and f[0] == topology and f[1].isdigit()]
-    if len(d) != steps:
-        raise SystemExit(f"sim-mixing: {len(d)} --from-ramp distances for {topology}, expected {steps}")
-    return d, wall
+    d = from_ramp_distances(topology, n, segments, steps, seed,
+                            [f"network.islands={islands}", "network.inside_gbps=10", "network.between_gbps=1"])
+    return d, time.monotonic() - t0
 
 
 def equal_islands(n, per):

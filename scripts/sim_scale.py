@@ -32,7 +32,6 @@ seconds, peak resident bytes, timed_out).
 """
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -40,7 +39,8 @@ import sys
 import tempfile
 import time
 
-from sim_jobs import JOBS, REPLICATED  # scripts/ is on the path when run as a script
+# scripts/ is on the path when run as a script
+from sim_jobs import JOBS, REPLICATED, from_ramp_distances, start_distance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -68,13 +68,8 @@ def step_seconds(row):
 
 def ramp_steps_to_target(topology, segments, n, seed, target, most):
     """Steps until gossamer-topology --from-ramp's distance is at most target x its start (None: not in most)."""
-    cmd = [os.path.join(BUILD, "apps", "gossamer-topology"), "--world-size", str(n), "--steps", str(most),
-           "--segments", str(segments), "--seed", str(seed), "--topology", topology, "--from-ramp"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    d = [float(f[2]) for f in (line.split() for line in out.splitlines())
-         if len(f) == 3 and f[0] == topology and f[1].isdigit()]
-    start = math.sqrt((n * n - 1) / 12)
-    return next((k + 1 for k, v in enumerate(d) if v <= target * start), None)
+    d = from_ramp_distances(topology, n, segments, most, seed)
+    return next((k + 1 for k, v in enumerate(d) if v <= target * start_distance(n)), None)
 
 
 def run_job(job, n, args, tmp):
@@ -116,7 +111,7 @@ def run_job(job, n, args, tmp):
     row.update(result)
     row["job"] = job
     row["peak_resident_bytes"] = int(stderr.strip().splitlines()[-1]) * 1024
-    row["initial_distance"] = 0.0 if result["replicated_model"] else math.sqrt((n * n - 1) / 12)
+    row["initial_distance"] = 0.0 if result["replicated_model"] else start_distance(n)
     row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
     # A synchronous gossip job whose run stopped short of the target: its
     # consensus follows the mixing analysis applied to its start exactly

@@ -590,16 +590,17 @@ class Hub {
 
   // A world of `ranks` ranks on hosts rank-0.., its daemons running.
   std::shared_ptr<World> makeWorld(int ranks) {
-    std::promise<World*> made;
-    auto future = made.get_future();
-    const bool queued = submit([this, ranks, &made] {
+    // Shared with the command: it may run after a caller that gave up waiting has returned.
+    auto made = std::make_shared<std::promise<World*>>();
+    auto future = made->get_future();
+    const bool queued = submit([this, ranks, made] {
       try {
         auto* w = new World(platform_, latency_, ranks, "hosted-" + std::to_string(nextWorld_++));
         for (int r = 0; r < ranks; ++r) startDaemon(*w, r);
         live_.push_back(w);
-        made.set_value(w);
+        made->set_value(w);
       } catch (...) {
-        made.set_exception(std::current_exception());
+        made->set_exception(std::current_exception());
       }
     });
     if (!queued || future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
