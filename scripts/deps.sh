@@ -6,7 +6,7 @@ set -euo pipefail
 GOSSAMER_PACKAGES=(
   build-essential cmake pkg-config
   libzmq3-dev libsodium-dev cppzmq-dev libfabric-dev libeigen3-dev libyaml-cpp-dev zlib1g-dev libdeflate-dev libisal-dev
-  libsimgrid-dev
+  libsimgrid-dev libjemalloc-dev
   catch2 libcli11-dev nlohmann-json3-dev jq
   dataset-fashion-mnist
   python3-dev python3-numpy python3-torch libtorch-dev python3-pybind11 pybind11-dev python3-pytest python3-matplotlib

@@ -3,24 +3,25 @@
 // Mailbox, waits in simulated time.
 //
 // Per message: isend copies the payload (one allocation) and queues it on the
-// pair's stream. Each rank that has sent has a sender actor on its host
-// (from its first send on) that starts them, each stream's in order, one in flight per stream: it
-// holds a message until its route's latency has passed since it was sent
-// (the links carry no latency of their own, platform.cpp), then puts it on
-// the destination's S4U mailbox with a simulated size of payload + 48 bytes
-// (the frame header the real transports send), detached. So the messages of
+// pair's stream, one message in flight per stream. A stream's head goes once
+// its route's latency has passed since it was sent (the links carry no
+// latency of their own, platform.cpp): a SimGrid kernel timer set for that
+// moment hands it to the source's sender actor and resumes it, and the
+// sender puts it on the destination's S4U mailbox with a simulated size of
+// payload + 48 bytes (the frame header the real transports send), detached.
+// (A timer, not a condition variable: an S4U wait costs a synchronisation
+// object, a sleep action and a mutex per wake-up.) So the messages of
 // a pair go one after another, back to back, as on a TCP stream (not sharing
 // the pair's bandwidth among themselves, which lets later ones delay earlier
 // ones), while each still arrives latency + bytes / rate after it was sent on
 // an idle path; flows of different pairs share the links (SimGrid's flow
 // model). The destination's mailbox has a permanent receiver (its daemon
-// actor), which takes each message at its simulated arrival, frees the
-// stream for its next message (waking the source's sender), delivers it to
-// the rank's kit Mailbox, and wakes the rank's waiters (S4U condition
-// variables, so waiting costs simulated time, not real time). The sender
-// and the daemon are SimGrid daemons, kept for the whole simulation: three
-// actors per rank, whatever the traffic. A send to oneself is delivered at
-// once.
+// actor), which takes each message at its simulated arrival, sets the
+// stream's timer for its next message, delivers it to the rank's kit
+// Mailbox, and wakes the rank's waiters (S4U condition variables, so waiting
+// costs simulated time, not real time). The sender and the daemon are
+// SimGrid daemons, kept for the whole simulation: three actors per rank,
+// whatever the traffic. A send to oneself is delivered at once.
 //
 // Order: what one rank sends another arrives in the order sent (the stream
 // goes one message at a time). close() records how
@@ -37,6 +38,7 @@
 // World), then waits in simulated time until every queued message has
 // arrived (World::undelivered), then in real time for more. Receives wait on
 // their request's condition variable in real time (no ProgressEngine).
+#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
@@ -101,21 +103,21 @@ struct Bucket {
   }
 };
 
-// A pair's stream: what waits to go, and whether a message is in flight.
+// A pair's stream: what waits to go, whether a message is in flight, and the
+// timer set for its head's latency to pass (null: none).
 struct Stream {
   std::deque<Queued> queue;
   bool inFlight = false;
+  ::simgrid::kernel::timer::Timer* timer = nullptr;
 };
 
-// A rank's sending side: its streams' heads that wait for their latency to
-// pass (due time, destination; earliest first), and its actor (started with
-// the rank's first send, then kept: an actor's start and end cost a stack's
-// mapping and unmapping, which per message dominated large simulations).
+// A rank's sending side: the streams (by destination) whose heads may go,
+// and its actor (started with the rank's first send, then kept: an actor's
+// start and end cost a stack's mapping and unmapping, which per message
+// dominated large simulations).
 struct Sender {
-  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> due;
+  std::vector<int> ready;
   s4u::ActorPtr actor;
-  s4u::MutexPtr mu = s4u::Mutex::create();
-  s4u::ConditionVariablePtr cv = s4u::ConditionVariable::create();
 };
 
 // A rank that closed: how many messages it sent each peer, and why it left.
@@ -217,13 +219,17 @@ struct World {
 
   // The daemon of `dst` has taken a message of src's stream to it: the
   // stream's next message may go once its latency has passed.
-  void arrived(int src, int dst) {
-    Stream& stream = streams[static_cast<std::size_t>(src)][dst];
-    Sender& sender = senders[static_cast<std::size_t>(src)];
-    stream.inFlight = false;
-    if (stream.queue.empty()) return;
-    sender.due.emplace(stream.queue.front().due, dst);
-    sender.cv->notify_all();
+  void arrived(int src, int dst);
+
+  // Cancels every stream's timer (the simulation ends, or the world is freed
+  // while messages wait): what they would have started never goes.
+  void cancelTimers() {
+    for (auto& bySource : streams)
+      for (auto& [dst, stream] : bySource)
+        if (stream.timer != nullptr) {
+          stream.timer->remove();
+          stream.timer = nullptr;
+        }
   }
 
   RouteLatency latency;           // one-way, by (source, destination)
@@ -247,8 +253,8 @@ struct World {
   std::vector<std::unordered_map<int, std::uint64_t>> delivered;
   // [source]: how many messages it has sent each destination.
   std::vector<std::unordered_map<int, std::uint64_t>> sentTo;
-  // [source]: its streams by destination (touched by the source's actors
-  // and its streams' actors).
+  // [source]: its streams by destination (touched by the source's actors,
+  // the destinations' daemons and the streams' timers).
   std::vector<std::unordered_map<int, Stream>> streams;
   std::vector<Sender> senders;  // by source
   // [rank]: set once the rank closed its transport.
@@ -345,7 +351,7 @@ class Hub;
 bool submitToHub(Hub& hub, std::function<void()> command) noexcept;
 
 // Queues m (payloadBytes + the header, simulated) on the stream from `src`
-// to `dst`, and starts src's sender actor if it is not running. On the
+// to `dst`, and starts it (or sets its timer) if the stream is idle. On the
 // simulation's thread (a rank's actor, or the hosted gateway).
 void put(World& w, int src, int dst, Message m, double payloadBytes);
 
@@ -465,36 +471,56 @@ class SimTransport final : public Transport {
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
 
+// Puts the head of src's stream to dst on dst's S4U mailbox, detached: its
+// latency has passed and the stream has nothing in flight. On src's sender
+// actor (SimGrid takes a message's source host from the actor that puts it).
+void startHead(World& w, int src, int dst) {
+  Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+  auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
+  const double total = stream.queue.front().simulatedBytes;
+  const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
+  stream.queue.pop_front();
+  stream.inFlight = true;
+  // The daemon owns the message once it has taken it.
+  w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
+    delete static_cast<Message*>(p);
+  });
+}
+
 // A rank's sender actor (a daemon: it lasts as long as the simulation):
-// starts each stream's head once its latency has passed and the stream has
-// nothing in flight, and sleeps until the next is due or the rank sends
-// again. SimGrid runs one actor at a time, so the state it shares with the
-// rank and the daemons needs no lock beyond the condition variable's.
+// starts the streams' heads that timers have made ready, then suspends until
+// a timer resumes it.
 void send(World& w, int src) {
   s4u::Actor::self()->daemonize();
   Sender& sender = w.senders[static_cast<std::size_t>(src)];
-  std::unique_lock<s4u::Mutex> lock(*sender.mu);
   for (;;) {
-    const double now = s4u::Engine::get_clock();
-    while (!sender.due.empty() && sender.due.top().first <= now) {
-      const int dst = sender.due.top().second;
-      sender.due.pop();
-      Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
-      auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
-      const double total = stream.queue.front().simulatedBytes;
-      const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
-      stream.queue.pop_front();
-      stream.inFlight = true;
-      // The daemon owns the message once it has taken it.
-      w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
-        delete static_cast<Message*>(p);
-      });
-    }
-    if (sender.due.empty())
-      sender.cv->wait(lock);
-    else
-      sender.cv->wait_for(lock, sender.due.top().first - now);
+    for (std::size_t i = 0; i < sender.ready.size(); ++i) startHead(w, src, sender.ready[i]);
+    sender.ready.clear();
+    s4u::this_actor::suspend();
   }
+}
+
+// src's stream to dst has nothing in flight and a head waiting: sets the
+// stream's timer for the moment its latency has passed (now, if it has).
+// The timer (run by SimGrid's maestro, between the actors' turns) hands the
+// stream to src's sender and resumes it: resuming an actor that is not
+// suspended does nothing, and a sender that has not yet suspended still
+// finds the stream in its list.
+void scheduleHead(World& w, int src, int dst) {
+  Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+  const double due = std::max(stream.queue.front().due, s4u::Engine::get_clock());
+  stream.timer = ::simgrid::kernel::timer::Timer::set(due, [&w, src, dst] {
+    w.streams[static_cast<std::size_t>(src)][dst].timer = nullptr;
+    Sender& sender = w.senders[static_cast<std::size_t>(src)];
+    sender.ready.push_back(dst);
+    sender.actor->resume();
+  });
+}
+
+void World::arrived(int src, int dst) {
+  Stream& stream = streams[static_cast<std::size_t>(src)][dst];
+  stream.inFlight = false;
+  if (!stream.queue.empty()) scheduleHead(*this, src, dst);
 }
 
 void put(World& w, int src, int dst, Message m, double payloadBytes) {
@@ -504,19 +530,16 @@ void put(World& w, int src, int dst, Message m, double payloadBytes) {
   w.bytesSent += simulated;
   if (w.island[static_cast<std::size_t>(src)] != w.island[static_cast<std::size_t>(dst)])
     w.bytesBetween += simulated;
+  Sender& sender = w.senders[static_cast<std::size_t>(src)];
+  if (!sender.actor)
+    sender.actor = s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
+                       ->set_stacksize(kSenderStackBytes)
+                       ->start([&w, src] { send(w, src); });
   Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
   const double due = s4u::Engine::get_clock() + w.latency(src, dst);
   stream.queue.push_back(Queued{std::move(m), simulated, due});
   if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
-  Sender& sender = w.senders[static_cast<std::size_t>(src)];
-  sender.due.emplace(due, dst);
-  if (sender.actor) {
-    sender.cv->notify_all();
-    return;
-  }
-  sender.actor = s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
-                     ->set_stacksize(kSenderStackBytes)
-                     ->start([&w, src] { send(w, src); });
+  scheduleHead(w, src, dst);
 }
 
 // Rank r's daemon: takes what arrives on its S4U mailbox into its Mailbox.
@@ -656,6 +679,7 @@ class Hub {
     }
     // Worlds still owned at exit: their actors end with the simulation.
     for (World* w : live_) {
+      w->cancelTimers();
       for (auto& s : w->senders)
         if (s.actor) s.actor->kill();
       for (auto& d : w->daemons) d->kill();
@@ -736,15 +760,19 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   setTaskStarter(&startActorTask);
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
+  // The simulation ends with its last rank: what waits for its latency then
+  // never goes (as the daemons, which the engine ends then).
+  int running = platform.hosts;
   for (int r = 0; r < platform.hosts; ++r) {
     startDaemon(w, r);
     s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
-                       [&errors, &rank, r] {
+                       [&errors, &rank, &running, &w, r] {
                          try {
                            rank(r);
                          } catch (const std::exception& e) {
                            errors[static_cast<std::size_t>(r)] = e.what();
                          }
+                         if (--running == 0) w.cancelTimers();
                        });
   }
   engine.run();

@@ -131,7 +131,7 @@ std::unique_ptr<Transport> makeTransport(const Options& options);
 /// The first call starts SimGrid's engine on a thread of its own, over a
 /// one-island platform of 64 hosts (Platform's defaults: 1 Gbit/s, 50 us);
 /// every later group shares it. Messages take the same path as inside
-/// simulate() (per-pair streams, sender and daemon actors, flows timed by
+/// simulate() (per-pair streams, latency timers and daemon actors, flows timed by
 /// SimGrid), handed to the engine's thread by a gateway actor; the engine
 /// runs a batch of them until all have arrived, then waits for more. Waits
 /// and timeouts are in real seconds (the callers are not actors), and
