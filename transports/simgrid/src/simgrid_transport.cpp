@@ -138,8 +138,7 @@ struct World {
         hosts(static_cast<std::size_t>(ranks)),
         boxes(static_cast<std::size_t>(ranks)),
         inbound(static_cast<std::size_t>(ranks)),
-        mu(static_cast<std::size_t>(ranks)),
-        cv(static_cast<std::size_t>(ranks)),
+        waiters(static_cast<std::size_t>(ranks)),
         attached(static_cast<std::size_t>(ranks), false),
         bytesIn(static_cast<std::size_t>(ranks)),
         messagesIn(static_cast<std::size_t>(ranks)),
@@ -163,15 +162,21 @@ struct World {
       hosts[i] = s4u::Host::by_name("rank-" + std::to_string(r));
       boxes[i] = std::make_unique<Mailbox>(ranks);
       inbound[i] = s4u::Mailbox::by_name(name + "-rank-" + std::to_string(r));
-      mu[i] = s4u::Mutex::create();
-      cv[i] = s4u::ConditionVariable::create();
     }
   }
   int size() const { return static_cast<int>(boxes.size()); }
-  // Wakes rank r's waiters (a request of theirs may have settled). Without
-  // the mutex: SimGrid runs one actor at a time, and a waiter checks its
-  // request and sleeps without another actor running in between.
-  void wake(int r) { cv[static_cast<std::size_t>(r)]->notify_all(); }
+  // Resumes rank r's waiters (a request of theirs may have settled); each
+  // checks its request again. No lock: SimGrid runs one actor at a time, a
+  // waiter checks its request, lists itself and suspends in one turn, and
+  // the kernel carries out the actors' calls in the order the actors ran,
+  // so a waker that ran after it resumes it after it has suspended.
+  void wake(int r) {
+    auto& list = waiters[static_cast<std::size_t>(r)];
+    if (list.empty()) return;
+    std::vector<s4u::Actor*> woken;
+    woken.swap(list);
+    for (auto* actor : woken) actor->resume();
+  }
 
   // Rank `gone` has left `to`: its receives from it fail from now on.
   void markGone(int to, int gone) {
@@ -244,8 +249,8 @@ struct World {
   s4u::ConditionVariablePtr settled = s4u::ConditionVariable::create();
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<s4u::Mailbox*> inbound;
-  std::vector<s4u::MutexPtr> mu;
-  std::vector<s4u::ConditionVariablePtr> cv;
+  // [rank]: its actors suspended in a wait (SimEngine), until wake(rank).
+  std::vector<std::vector<s4u::Actor*>> waiters;
   std::vector<bool> attached;  // guarded by SimGrid running one actor at a time
   std::vector<std::atomic<std::uint64_t>> bytesIn, messagesIn;
   // [destination]: how many messages it has delivered from each source that
@@ -319,7 +324,10 @@ World& world() {
 }
 
 // Waits in simulated time: until the request settles or the simulated
-// timeout passes, sleeping on the rank's S4U condition variable.
+// timeout passes, the actor suspended (in the rank's waiters, and with a
+// kernel timer for the timeout). A suspension costs neither a
+// synchronisation object nor a sleep action, as an S4U condition variable's
+// wait does.
 class SimEngine final : public detail::ProgressEngine {
  public:
   SimEngine(World& w, int rank) : w_(w), rank_(rank) {}
@@ -328,21 +336,44 @@ class SimEngine final : public detail::ProgressEngine {
   void poke() override {}
   bool keepsTime() const noexcept override { return true; }
   bool waitFor(detail::RequestState& state, double timeoutSeconds) override {
-    const auto i = static_cast<std::size_t>(rank_);
     const double end = s4u::Engine::get_clock() + timeoutSeconds;
-    std::unique_lock<s4u::Mutex> lock(*w_.mu[i]);
     for (;;) {
       {
         std::lock_guard<std::mutex> g(state.mu);
         if (state.status != detail::RequestState::Status::kPending) return true;
       }
-      const double left = end - s4u::Engine::get_clock();
-      if (left <= 0) return false;
-      w_.cv[i]->wait_for(lock, left);
+      if (end - s4u::Engine::get_clock() <= 0) return false;
+      Suspension(w_.waiters[static_cast<std::size_t>(rank_)], end).wait();
     }
   }
 
  private:
+  // One suspension of the running actor: listed among `waiters`, resumed by
+  // World::wake or by its timer at `end`. Its end (a wake-up, or the actor
+  // killed while suspended) cancels the timer and unlists the actor.
+  class Suspension {
+   public:
+    Suspension(std::vector<s4u::Actor*>& waiters, double end) : waiters_(waiters), self_(s4u::Actor::self()) {
+      timer_ = ::simgrid::kernel::timer::Timer::set(end, [this] {
+        timer_ = nullptr;
+        self_->resume();
+      });
+      waiters_.push_back(self_);
+    }
+    ~Suspension() {
+      if (timer_ != nullptr) timer_->remove();
+      waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), self_), waiters_.end());
+    }
+    Suspension(const Suspension&) = delete;
+    Suspension& operator=(const Suspension&) = delete;
+    void wait() { s4u::this_actor::suspend(); }
+
+   private:
+    std::vector<s4u::Actor*>& waiters_;
+    s4u::Actor* self_;
+    ::simgrid::kernel::timer::Timer* timer_ = nullptr;
+  };
+
   World& w_;
   int rank_;
 };
