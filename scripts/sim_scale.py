@@ -19,13 +19,14 @@ job too slow to simulate for long) gets the steps that gossamer-topology's
 mixing analysis of its start (--from-ramp) needs, which its consensus
 follows exactly, times its simulated seconds per step. Jobs that do not get
 there within the steps run are listed last. --merge puts an earlier run's
-rows first (a world size run apart).
+rows first (a world size run apart). --cfg hands SimGrid configuration items
+to every run (docs/scale.md runs with network/crosstraffic:0).
 
 Prints a table and writes results/sim-scale.json: arguments and rows (job,
 config, overrides, world_size, islands, algorithm, topology, simulated seconds
 per step (gossamer-sim's, to the last rank's return, a final flush included),
 step_end_seconds (when every rank had finished each step), consensus_distance per step, initial_distance,
-steps_to_target, seconds_to_target, bytes sent and between islands, wall
+consensus_distance_after_100_steps (null where fewer steps ran), steps_to_target, seconds_to_target, bytes sent and between islands, wall
 seconds, peak resident bytes, timed_out).
 
     scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--target 0.01]
@@ -89,6 +90,8 @@ def run_job(job, n, args, tmp):
            "--set", "network.between_delay_ms=20"]
     for s in sets:
         cmd += ["--set", s]
+    for c in args.cfg:
+        cmd += ["--cfg", c]
     row = {"job": job, "config": config, "overrides": sets, "world_size": n, "islands": islands,
            "steps": steps, "timed_out": False}
     t0 = time.monotonic()
@@ -113,6 +116,8 @@ def run_job(job, n, args, tmp):
     row["peak_resident_bytes"] = int(stderr.strip().splitlines()[-1]) * 1024
     row["initial_distance"] = 0.0 if result["replicated_model"] else start_distance(n)
     row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
+    d = row["consensus_distance"]
+    row["consensus_distance_after_100_steps"] = d[99] if len(d) >= 100 else None
     # A synchronous gossip job whose run stopped short of the target: its
     # consensus follows the mixing analysis applied to its start exactly
     # (docs/scale.md), which says how many steps it would take.
@@ -138,6 +143,8 @@ def main(argv):
     ap.add_argument("--timeout", type=float, default=600, help="wall seconds per job")
     ap.add_argument("--steps-for", action="append", default=[], metavar="JOB[@RANKS]=N",
                     help="steps of one job (at one world size), whatever the others run (repeatable)")
+    ap.add_argument("--cfg", action="append", default=[], metavar="KEY:VALUE",
+                    help="a SimGrid configuration item for every run (gossamer-sim --cfg; repeatable)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "sim-scale.json"))
     ap.add_argument("--merge", default="", help="a results file of an earlier run whose rows come first")
     args = ap.parse_args(argv)

@@ -32,15 +32,24 @@ def _key(r):
     return (r["world_size"], r["timed_out"], _to_target(r) is None, _to_target(r) or 0, _step(r))
 
 
+def _after_100(r):
+    """The consensus distance after 100 steps as a fraction of the start; a replicated model's is 0 after every
+    step run; '-' where fewer steps ran."""
+    if r["replicated_model"] and not any(r["consensus_distance"]):
+        return "0 (one model)"
+    d = r.get("consensus_distance_after_100_steps")
+    return "-" if d is None else f"{d / r['initial_distance']:.2g}"
+
+
 def render(data):
     """One row per world size and job, the soonest to agree first."""
     target = data["arguments"]["target"]
     lines = [f"| ranks | islands | job | algorithm | s/step (simulated) | s to {target:.0%} of the start "
-             "(steps) | MB between islands per step and rank | wall s | peak GB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(steps) | distance after 100 steps | MB between islands per step and rank | wall s | peak GB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(data["rows"], key=_key):
         if r["timed_out"]:
-            lines.append(f"| {r['world_size']} | {r['islands']} | {r['job']} | - | - | - | - "
+            lines.append(f"| {r['world_size']} | {r['islands']} | {r['job']} | - | - | - | - | - "
                          f"| killed at {r['wall_seconds']:.0f} | - |")
             continue
         per = r["bytes_between_islands"] / r["steps"] / r["world_size"] / 1e6
@@ -53,6 +62,6 @@ def render(data):
         else:
             to = f"{r['seconds_to_target']:.3f} ({r['steps_to_target']})"
         lines.append(f"| {r['world_size']} | {r['islands']} | {r['job']} | {r['algorithm']} | "
-                     f"{_step(r):.3f} | {to} | {per:.3f} | {r['wall_seconds']:.0f} "
+                     f"{_step(r):.3f} | {to} | {_after_100(r)} | {per:.3f} | {r['wall_seconds']:.0f} "
                      f"| {r['peak_resident_bytes'] / 1e9:.1f} |")
     return "\n".join(lines) + "\n"

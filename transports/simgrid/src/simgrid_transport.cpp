@@ -6,22 +6,19 @@
 // pair's stream, one message in flight per stream. A stream's head goes once
 // its route's latency has passed since it was sent (the links carry no
 // latency of their own, platform.cpp): a SimGrid kernel timer set for that
-// moment hands it to the source's sender actor and resumes it, and the
-// sender puts it on the destination's S4U mailbox with a simulated size of
-// payload + 48 bytes (the frame header the real transports send), detached.
-// (A timer, not a condition variable: an S4U wait costs a synchronisation
-// object, a sleep action and a mutex per wake-up.) So the messages of
-// a pair go one after another, back to back, as on a TCP stream (not sharing
-// the pair's bandwidth among themselves, which lets later ones delay earlier
-// ones), while each still arrives latency + bytes / rate after it was sent on
-// an idle path; flows of different pairs share the links (SimGrid's flow
-// model). The destination's mailbox has a permanent receiver (its daemon
-// actor), which takes each message at its simulated arrival, sets the
-// stream's timer for its next message, delivers it to the rank's kit
-// Mailbox, and wakes the rank's waiters (S4U condition variables, so waiting
-// costs simulated time, not real time). The sender and the daemon are
-// SimGrid daemons, kept for the whole simulation: three actors per rank,
-// whatever the traffic. A send to oneself is delivered at once.
+// moment starts a host-to-host S4U communication of payload + 48 bytes (the
+// frame header the real transports send) from the source's host to the
+// destination's, detached. When its flow ends (SimGrid's signal of a
+// network action's new state), the message is delivered to the
+// destination's kit Mailbox, the rank's waiting actors are resumed, and the
+// stream's next message gets its timer. So the messages of a pair go one
+// after another, back to back, as on a TCP stream (not sharing the pair's
+// bandwidth among themselves, which lets later ones delay earlier ones),
+// while each still arrives latency + bytes / rate after it was sent on an
+// idle path; flows of different pairs share the links (SimGrid's flow
+// model). Timers and the signal run in SimGrid's maestro, between the
+// actors' turns: a message costs no actor a wake-up, and each rank is one
+// actor (and the tasks it starts). A send to oneself is delivered at once.
 //
 // Order: what one rank sends another arrives in the order sent (the stream
 // goes one message at a time). close() records how
@@ -73,8 +70,7 @@ namespace s4u = ::simgrid::s4u;
 
 namespace {
 
-constexpr double kFrameHeaderBytes = 48;            // wire.hpp's header, counted in every simulated message
-constexpr unsigned kSenderStackBytes = 256 * 1024;  // a sender actor's stack
+constexpr double kFrameHeaderBytes = 48;  // wire.hpp's header, counted in every simulated message
 
 // One message in flight: who sent it, under which tag, and its bytes.
 struct Message {
@@ -111,15 +107,6 @@ struct Stream {
   ::simgrid::kernel::timer::Timer* timer = nullptr;
 };
 
-// A rank's sending side: the streams (by destination) whose heads may go,
-// and its actor (started with the rank's first send, then kept: an actor's
-// start and end cost a stack's mapping and unmapping, which per message
-// dominated large simulations).
-struct Sender {
-  std::vector<int> ready;
-  s4u::ActorPtr actor;
-};
-
 // A rank that closed: how many messages it sent each peer, and why it left.
 struct Closed {
   std::unordered_map<int, std::uint64_t> sent;
@@ -130,14 +117,12 @@ struct Closed {
 // group (makeHostedGroup). Touched on the simulation's thread only, but for
 // the Mailboxes and the counters, which are thread-safe.
 struct World {
-  // Ranks 0..ranks-1 of `p` (ranks <= p.hosts); `name` makes its S4U
-  // mailboxes' names unique in the engine.
-  World(const Platform& p, RouteLatency routeLatency, int ranks, const std::string& name)
+  // Ranks 0..ranks-1 of `p` (ranks <= p.hosts).
+  World(const Platform& p, RouteLatency routeLatency, int ranks)
       : latency(std::move(routeLatency)),
         island(static_cast<std::size_t>(ranks), 0),
         hosts(static_cast<std::size_t>(ranks)),
         boxes(static_cast<std::size_t>(ranks)),
-        inbound(static_cast<std::size_t>(ranks)),
         waiters(static_cast<std::size_t>(ranks)),
         attached(static_cast<std::size_t>(ranks), false),
         bytesIn(static_cast<std::size_t>(ranks)),
@@ -145,9 +130,7 @@ struct World {
         delivered(static_cast<std::size_t>(ranks)),
         sentTo(static_cast<std::size_t>(ranks)),
         streams(static_cast<std::size_t>(ranks)),
-        senders(static_cast<std::size_t>(ranks)),
-        closed(static_cast<std::size_t>(ranks)),
-        daemons(static_cast<std::size_t>(ranks)) {
+        closed(static_cast<std::size_t>(ranks)) {
     for (std::size_t k = 0; k < p.islands.size(); ++k)
       for (const int r : p.islands[k])
         if (r < ranks) island[static_cast<std::size_t>(r)] = static_cast<int>(k);
@@ -161,7 +144,6 @@ struct World {
       const auto i = static_cast<std::size_t>(r);
       hosts[i] = s4u::Host::by_name("rank-" + std::to_string(r));
       boxes[i] = std::make_unique<Mailbox>(ranks);
-      inbound[i] = s4u::Mailbox::by_name(name + "-rank-" + std::to_string(r));
     }
   }
   int size() const { return static_cast<int>(boxes.size()); }
@@ -222,20 +204,14 @@ struct World {
     return free;
   }
 
-  // The daemon of `dst` has taken a message of src's stream to it: the
-  // stream's next message may go once its latency has passed.
+  // A message of src's stream to dst has arrived: the stream's next message
+  // may go once its latency has passed.
   void arrived(int src, int dst);
 
-  // Cancels every stream's timer (the simulation ends, or the world is freed
-  // while messages wait): what they would have started never goes.
-  void cancelTimers() {
-    for (auto& bySource : streams)
-      for (auto& [dst, stream] : bySource)
-        if (stream.timer != nullptr) {
-          stream.timer->remove();
-          stream.timer = nullptr;
-        }
-  }
+  // Cancels every stream's timer and every flow in flight (the simulation
+  // ends, or the world is freed while messages wait): what they carry never
+  // arrives. On the simulation's thread.
+  void cancelAll();
 
   RouteLatency latency;           // one-way, by (source, destination)
   std::vector<Bucket> up;         // by rank: its sending link's bucket (empty: none)
@@ -248,23 +224,19 @@ struct World {
   s4u::MutexPtr settleMu = s4u::Mutex::create();
   s4u::ConditionVariablePtr settled = s4u::ConditionVariable::create();
   std::vector<std::unique_ptr<Mailbox>> boxes;
-  std::vector<s4u::Mailbox*> inbound;
   // [rank]: its actors suspended in a wait (SimEngine), until wake(rank).
   std::vector<std::vector<s4u::Actor*>> waiters;
   std::vector<bool> attached;  // guarded by SimGrid running one actor at a time
   std::vector<std::atomic<std::uint64_t>> bytesIn, messagesIn;
   // [destination]: how many messages it has delivered from each source that
-  // sent it something (touched by the destination's daemon only).
+  // sent it something.
   std::vector<std::unordered_map<int, std::uint64_t>> delivered;
   // [source]: how many messages it has sent each destination.
   std::vector<std::unordered_map<int, std::uint64_t>> sentTo;
-  // [source]: its streams by destination (touched by the source's actors,
-  // the destinations' daemons and the streams' timers).
+  // [source]: its streams by destination.
   std::vector<std::unordered_map<int, Stream>> streams;
-  std::vector<Sender> senders;  // by source
   // [rank]: set once the rank closed its transport.
   std::vector<std::unique_ptr<Closed>> closed;
-  std::vector<s4u::ActorPtr> daemons;  // by rank: its receiving actor
   // Every actor's ContextLocal (collective scratch, wait time): the actors
   // share one OS thread.
   std::unordered_map<::aid_t, std::unique_ptr<ContextLocal>> locals;
@@ -389,7 +361,7 @@ void put(World& w, int src, int dst, Message m, double payloadBytes);
 // Simulated seconds of the latest delivery (hostedSeconds()).
 std::atomic<double> gLastDelivery{0};
 
-// Delivers m into rank `to`'s Mailbox (the daemon's delivery, and a
+// Delivers m into rank `to`'s Mailbox (an arrival, and a
 // self-send's) and wakes the rank's waiters. On the simulation's thread.
 void deliver(World& w, int to, Message m) {
   const auto i = static_cast<std::size_t>(to);
@@ -502,9 +474,57 @@ class SimTransport final : public Transport {
   std::atomic<std::uint64_t> bytesSent_{0}, messagesSent_{0};
 };
 
-// Puts the head of src's stream to dst on dst's S4U mailbox, detached: its
-// latency has passed and the stream has nothing in flight. On src's sender
-// actor (SimGrid takes a message's source host from the actor that puts it).
+// A message whose flow is in flight: its world, pair, and the comm that
+// carries its simulated bytes.
+struct InFlight {
+  World* world;
+  int src, dst;
+  std::unique_ptr<Message> message;
+  s4u::CommPtr comm;
+};
+
+// Every flow in flight, by its comm's kernel activity (the key of SimGrid's
+// signal of a network action's new state). On the simulation's thread.
+std::unordered_map<const void*, InFlight> gInFlight;
+
+// src's message to dst has arrived: the stream's next message may go once
+// its latency has passed; the message goes to dst's Mailbox, and dst learns
+// that src left if this was src's last. In SimGrid's maestro.
+void arrive(World& w, int src, int dst, Message m) {
+  w.arrived(src, dst);
+  ++w.delivered[static_cast<std::size_t>(dst)][src];
+  deliver(w, dst, std::move(m));
+  if (w.closed[static_cast<std::size_t>(src)] && w.allDelivered(dst, src)) w.markGone(dst, src);
+  if (--w.undelivered == 0) w.settled->notify_all();
+}
+
+// SimGrid's signal that a network action changed state: a flow of ours that
+// finished delivers its message; one that failed (cancelled: cancelAll) is
+// dropped. The signal declares the action's type only; it is an Action
+// (NetworkAction derives from it alone).
+void onFlowState(::simgrid::kernel::resource::NetworkAction& changed,
+                 ::simgrid::kernel::resource::Action::State /*previous*/) {
+  using State = ::simgrid::kernel::resource::Action::State;
+  const auto& action = reinterpret_cast<const ::simgrid::kernel::resource::Action&>(changed);
+  const State state = action.get_state();
+  if (state != State::FINISHED && state != State::FAILED) return;
+  const auto it = gInFlight.find(action.get_activity());
+  if (it == gInFlight.end()) return;
+  InFlight f = std::move(it->second);
+  gInFlight.erase(it);
+  if (state == State::FINISHED) arrive(*f.world, f.src, f.dst, std::move(*f.message));
+}
+
+// Connects onFlowState, once per process (SimGrid's engine is made once).
+void watchFlows() {
+  static std::once_flag once;
+  std::call_once(once, [] { s4u::Link::on_communication_state_change_cb(&onFlowState); });
+}
+
+// Starts the head of src's stream to dst: its latency has passed and the
+// stream has nothing in flight. A host-to-host flow of its simulated bytes,
+// less what the token buckets let go at once; none if that is nothing (it
+// arrives now). In SimGrid's maestro (a stream's timer).
 void startHead(World& w, int src, int dst) {
   Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
   auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
@@ -512,39 +532,26 @@ void startHead(World& w, int src, int dst) {
   const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
   stream.queue.pop_front();
   stream.inFlight = true;
-  // The daemon owns the message once it has taken it.
-  w.inbound[static_cast<std::size_t>(dst)]->put_init(m.release(), bytes)->detach([](void* p) {
-    delete static_cast<Message*>(p);
-  });
-}
-
-// A rank's sender actor (a daemon: it lasts as long as the simulation):
-// starts the streams' heads that timers have made ready, then suspends until
-// a timer resumes it.
-void send(World& w, int src) {
-  s4u::Actor::self()->daemonize();
-  Sender& sender = w.senders[static_cast<std::size_t>(src)];
-  for (;;) {
-    for (std::size_t i = 0; i < sender.ready.size(); ++i) startHead(w, src, sender.ready[i]);
-    sender.ready.clear();
-    s4u::this_actor::suspend();
+  if (bytes == 0) {
+    arrive(w, src, dst, std::move(*m));
+    return;
   }
+  auto comm =
+      s4u::Comm::sendto_init(w.hosts[static_cast<std::size_t>(src)], w.hosts[static_cast<std::size_t>(dst)]);
+  const void* key = comm->get_impl();
+  gInFlight.emplace(key, InFlight{&w, src, dst, std::move(m), comm});
+  comm->set_payload_size(bytes);
+  comm->detach();  // starts it
 }
 
 // src's stream to dst has nothing in flight and a head waiting: sets the
 // stream's timer for the moment its latency has passed (now, if it has).
-// The timer (run by SimGrid's maestro, between the actors' turns) hands the
-// stream to src's sender and resumes it: resuming an actor that is not
-// suspended does nothing, and a sender that has not yet suspended still
-// finds the stream in its list.
 void scheduleHead(World& w, int src, int dst) {
   Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
   const double due = std::max(stream.queue.front().due, s4u::Engine::get_clock());
   stream.timer = ::simgrid::kernel::timer::Timer::set(due, [&w, src, dst] {
     w.streams[static_cast<std::size_t>(src)][dst].timer = nullptr;
-    Sender& sender = w.senders[static_cast<std::size_t>(src)];
-    sender.ready.push_back(dst);
-    sender.actor->resume();
+    startHead(w, src, dst);
   });
 }
 
@@ -554,6 +561,21 @@ void World::arrived(int src, int dst) {
   if (!stream.queue.empty()) scheduleHead(*this, src, dst);
 }
 
+void World::cancelAll() {
+  for (auto& bySource : streams)
+    for (auto& [dst, stream] : bySource)
+      if (stream.timer != nullptr) {
+        stream.timer->remove();
+        stream.timer = nullptr;
+      }
+  std::vector<s4u::CommPtr> flows;
+  for (const auto& [key, f] : gInFlight)
+    if (f.world == this) flows.push_back(f.comm);
+  for (auto& c : flows) c->cancel();  // each drops its entry (onFlowState)
+  for (auto it = gInFlight.begin(); it != gInFlight.end();)
+    it = it->second.world == this ? gInFlight.erase(it) : std::next(it);
+}
+
 void put(World& w, int src, int dst, Message m, double payloadBytes) {
   ++w.sentTo[static_cast<std::size_t>(src)][dst];
   ++w.undelivered;
@@ -561,46 +583,11 @@ void put(World& w, int src, int dst, Message m, double payloadBytes) {
   w.bytesSent += simulated;
   if (w.island[static_cast<std::size_t>(src)] != w.island[static_cast<std::size_t>(dst)])
     w.bytesBetween += simulated;
-  Sender& sender = w.senders[static_cast<std::size_t>(src)];
-  if (!sender.actor)
-    sender.actor = s4u::Actor::init("sender-" + std::to_string(src), w.hosts[static_cast<std::size_t>(src)])
-                       ->set_stacksize(kSenderStackBytes)
-                       ->start([&w, src] { send(w, src); });
   Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
   const double due = s4u::Engine::get_clock() + w.latency(src, dst);
   stream.queue.push_back(Queued{std::move(m), simulated, due});
   if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
   scheduleHead(w, src, dst);
-}
-
-// Rank r's daemon: takes what arrives on its S4U mailbox into its Mailbox.
-void receiveLoop(World& w, int r) {
-  s4u::Actor::self()->daemonize();
-  auto* inbound = w.inbound[static_cast<std::size_t>(r)];
-  auto& delivered = w.delivered[static_cast<std::size_t>(r)];
-  for (;;) {
-    std::unique_ptr<Message> m;
-    try {
-      m.reset(inbound->get<Message>());
-    } catch (const ::simgrid::NetworkFailureException&) {
-      continue;  // a transfer that failed: nothing arrived
-    }
-    // A stream has one message in flight: they arrive in the order sent.
-    const int source = m->source;
-    w.arrived(source, r);
-    ++delivered[source];
-    deliver(w, r, std::move(*m));
-    if (w.closed[static_cast<std::size_t>(source)] && w.allDelivered(r, source)) w.markGone(r, source);
-    if (--w.undelivered == 0) w.settled->notify_all();
-  }
-}
-
-// Starts rank r's daemon on its host.
-void startDaemon(World& w, int r) {
-  auto daemon = s4u::Actor::create("inbox-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
-                                   [&w, r] { receiveLoop(w, r); });
-  w.inbound[static_cast<std::size_t>(r)]->set_receiver(daemon);
-  w.daemons[static_cast<std::size_t>(r)] = std::move(daemon);
 }
 
 // The hosted simulation (makeHostedGroup): SimGrid's engine on a thread of
@@ -642,15 +629,14 @@ class Hub {
     return true;
   }
 
-  // A world of `ranks` ranks on hosts rank-0.., its daemons running.
+  // A world of `ranks` ranks on hosts rank-0...
   std::shared_ptr<World> makeWorld(int ranks) {
     // Shared with the command: it may run after a caller that gave up waiting has returned.
     auto made = std::make_shared<std::promise<World*>>();
     auto future = made->get_future();
     const bool queued = submit([this, ranks, made] {
       try {
-        auto* w = new World(platform_, latency_, ranks, "hosted-" + std::to_string(nextWorld_++));
-        for (int r = 0; r < ranks; ++r) startDaemon(*w, r);
+        auto* w = new World(platform_, latency_, ranks);
         live_.push_back(w);
         made->set_value(w);
       } catch (...) {
@@ -681,6 +667,7 @@ class Hub {
       engine = std::make_unique<s4u::Engine>(&argc, argv.data());
       platform_.hosts = kHostedHosts;
       latency_ = build(platform_);
+      watchFlows();
       s4u::Actor::create("gateway", s4u::Host::by_name("rank-0"), [this] { gateway(); });
     } catch (...) {
       ready.set_exception(std::current_exception());
@@ -708,27 +695,19 @@ class Hub {
         while (w->undelivered > 0) w->settled->wait(lock);
       }
     }
-    // Worlds still owned at exit: their actors end with the simulation.
-    for (World* w : live_) {
-      w->cancelTimers();
-      for (auto& s : w->senders)
-        if (s.actor) s.actor->kill();
-      for (auto& d : w->daemons) d->kill();
-    }
+    // Worlds still owned at exit: what they had in flight never arrives.
+    for (World* w : live_) w->cancelAll();
     std::lock_guard<std::mutex> g(mu_);
     stopped_ = true;
   }
 
   // Frees a world whose transports are gone, once its messages have
-  // arrived (the gateway settles every batch), with its actors.
+  // arrived (the gateway settles every batch).
   void retire(World* w) {
     {
       std::unique_lock<s4u::Mutex> lock(*w->settleMu);
       while (w->undelivered > 0) w->settled->wait(lock);
     }
-    for (auto& s : w->senders)
-      if (s.actor) s.actor->kill();
-    for (auto& d : w->daemons) d->kill();
     live_.erase(std::remove(live_.begin(), live_.end(), w), live_.end());
     delete w;
   }
@@ -742,7 +721,6 @@ class Hub {
   Platform platform_;
   RouteLatency latency_;
   std::vector<World*> live_;
-  int nextWorld_ = 0;
 };
 
 // The process's hosted simulation, once makeHostedGroup started it.
@@ -778,8 +756,9 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   int argc = static_cast<int>(args.size());
   s4u::Engine engine(&argc, argv.data());
   RouteLatency latency = build(platform);
+  watchFlows();
 
-  gWorldOwner = std::make_shared<World>(platform, std::move(latency), platform.hosts, "gossamer");
+  gWorldOwner = std::make_shared<World>(platform, std::move(latency), platform.hosts);
   World& w = *gWorldOwner;
   gWorld = &w;
   // The actors share one OS thread: the SDK's per-thread state is per actor.
@@ -792,10 +771,9 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
   // The simulation ends with its last rank: what waits for its latency then
-  // never goes (as the daemons, which the engine ends then).
+  // never goes, and what is in flight never arrives.
   int running = platform.hosts;
   for (int r = 0; r < platform.hosts; ++r) {
-    startDaemon(w, r);
     s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
                        [&errors, &rank, &running, &w, r] {
                          try {
@@ -803,7 +781,7 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
                          } catch (const std::exception& e) {
                            errors[static_cast<std::size_t>(r)] = e.what();
                          }
-                         if (--running == 0) w.cancelTimers();
+                         if (--running == 0) w.cancelAll();
                        });
   }
   engine.run();
@@ -814,8 +792,6 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   out.simulatedSeconds = s4u::Engine::get_clock();
   out.bytesSent = w.bytesSent;
   out.bytesBetweenIslands = w.bytesBetween;
-  w.daemons.clear();  // the engine has ended them
-  for (auto& sender : w.senders) sender.actor.reset();
   gWorldOwner.reset();
   for (int r = 0; r < platform.hosts; ++r)
     if (!errors[static_cast<std::size_t>(r)].empty())
