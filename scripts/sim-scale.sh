@@ -2,7 +2,8 @@
 # Every training algorithm's step simulated at scale (gossamer-sim, the
 # simgrid transport), ranked by simulated time to a target consensus
 # distance; writes results/sim-scale.json. See scripts/sim_scale.py.
-#   scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--target 0.01] [--timeout 600]
+#   scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--steps-at 256=100]
+#                        [--cfg network/crosstraffic:0] [--target 0.01] [--timeout 600]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

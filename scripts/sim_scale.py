@@ -26,10 +26,11 @@ Prints a table and writes results/sim-scale.json: arguments and rows (job,
 config, overrides, world_size, islands, algorithm, topology, simulated seconds
 per step (gossamer-sim's, to the last rank's return, a final flush included),
 step_end_seconds (when every rank had finished each step), consensus_distance per step, initial_distance,
-consensus_distance_after_100_steps (null where fewer steps ran), steps_to_target, seconds_to_target, bytes sent and between islands, wall
-seconds, peak resident bytes, timed_out).
+consensus_distance_after_100_steps (null where fewer steps ran), steps_to_target, seconds_to_target, bytes
+sent and between islands, wall seconds, peak resident bytes, timed_out).
 
-    scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--target 0.01]
+    scripts/sim-scale.sh [--world-sizes 64,256] [--jobs sgp,...] [--steps 20] [--steps-at 256=100]
+                         [--cfg network/crosstraffic:0] [--target 0.01]
 """
 import argparse
 import json
@@ -75,7 +76,7 @@ def ramp_steps_to_target(topology, segments, n, seed, target, most):
 
 def run_job(job, n, args, tmp):
     config, sets = JOBS[job]
-    steps = args.replicated_steps if job in REPLICATED else args.steps
+    steps = args.replicated_steps if job in REPLICATED else args.steps_at.get(n, args.steps)
     steps = args.steps_for.get(f"{job}@{n}", args.steps_for.get(job, steps))
     if args.allreduce and job not in REPLICATED:
         sets = [s for s in sets if not s.startswith("collectives.allreduce=")] + [
@@ -141,6 +142,8 @@ def main(argv):
                          "allreduce is 2(N-1) rounds of N messages)")
     ap.add_argument("--target", type=float, default=0.01, help="agreement: distance at most this x the initial")
     ap.add_argument("--timeout", type=float, default=600, help="wall seconds per job")
+    ap.add_argument("--steps-at", action="append", default=[], metavar="RANKS=N",
+                    help="--steps at one world size (repeatable)")
     ap.add_argument("--steps-for", action="append", default=[], metavar="JOB[@RANKS]=N",
                     help="steps of one job (at one world size), whatever the others run (repeatable)")
     ap.add_argument("--cfg", action="append", default=[], metavar="KEY:VALUE",
@@ -149,6 +152,7 @@ def main(argv):
     ap.add_argument("--merge", default="", help="a results file of an earlier run whose rows come first")
     args = ap.parse_args(argv)
     args.steps_for = {k: int(v) for k, v in (x.split("=", 1) for x in args.steps_for)}
+    args.steps_at = {int(k): int(v) for k, v in (x.split("=", 1) for x in args.steps_at)}
     sizes = [int(x) for x in args.world_sizes.split(",")]
     jobs = args.jobs.split(",")
     for j in jobs:

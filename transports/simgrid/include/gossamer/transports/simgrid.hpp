@@ -2,14 +2,15 @@
 // their messages timed by SimGrid's flow-level network model.
 //
 // Every rank is an S4U actor on a simulated host (Platform). isend copies the
-// bytes and puts them, with their simulated size (payload plus the 48-byte
-// frame header of the real transports), on the destination rank's S4U mailbox
-// as a detached communication: the transfer starts at once and takes what the
-// platform's links give it, shared with every other flow on them. A daemon
-// actor per rank takes what arrives, at its simulated arrival time, into the
-// rank's kit Mailbox, which matches receives by source and tag exactly as the
-// real transports do. A thread waiting on a request waits in simulated time
-// (ProgressEngine::keepsTime), so timeouts are simulated seconds too.
+// bytes and queues them on the pair's stream; once the route's latency has
+// passed, a flow of their simulated size (payload plus the 48-byte frame
+// header of the real transports) goes from the source's host to the
+// destination's and takes what the platform's links give it, shared with
+// every other flow on them. At its simulated arrival the message goes into
+// the destination rank's kit Mailbox, which matches receives by source and
+// tag exactly as the real transports do. An actor waiting on a request waits
+// in simulated time (ProgressEngine::keepsTime), so timeouts are simulated
+// seconds too.
 //
 // What runs is the SDK's own code: collectives, optimizers and services call
 // the Transport interface as they do over zmq; nothing in them knows it is
@@ -131,7 +132,7 @@ std::unique_ptr<Transport> makeTransport(const Options& options);
 /// The first call starts SimGrid's engine on a thread of its own, over a
 /// one-island platform of 64 hosts (Platform's defaults: 1 Gbit/s, 50 us);
 /// every later group shares it. Messages take the same path as inside
-/// simulate() (per-pair streams, latency timers and daemon actors, flows timed by
+/// simulate() (per-pair streams, latency timers, flows timed by
 /// SimGrid), handed to the engine's thread by a gateway actor; the engine
 /// runs a batch of them until all have arrived, then waits for more. Waits
 /// and timeouts are in real seconds (the callers are not actors), and
