@@ -535,12 +535,11 @@ void watchFlows() {
   std::call_once(once, [] { s4u::Link::on_communication_state_change_cb(&onFlowState); });
 }
 
-// Starts the head of src's stream to dst: its latency has passed and the
+// Starts the head of `stream` (src's to dst): its latency has passed and the
 // stream has nothing in flight. A host-to-host flow of its simulated bytes,
 // less what the token buckets let go at once; none if that is nothing (it
-// arrives now). In SimGrid's maestro (a stream's timer).
-void startHead(World& w, int src, int dst) {
-  Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+// arrives now). In SimGrid's maestro (the stream's timer).
+void startHead(World& w, int src, int dst, Stream& stream) {
   auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
   const double total = stream.queue.front().simulatedBytes;
   const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
@@ -558,21 +557,21 @@ void startHead(World& w, int src, int dst) {
   comm->detach();  // starts it
 }
 
-// src's stream to dst has nothing in flight and a head waiting: sets the
-// stream's timer for the moment its latency has passed (now, if it has).
-void scheduleHead(World& w, int src, int dst) {
-  Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
+// `stream` (src's to dst) has nothing in flight and a head waiting: sets its
+// timer for the moment its latency has passed (now, if it has). A stream
+// stays where it is in its map (node-based) for the world's life.
+void scheduleHead(World& w, int src, int dst, Stream& stream) {
   const double due = std::max(stream.queue.front().due, s4u::Engine::get_clock());
-  stream.timer = ::simgrid::kernel::timer::Timer::set(due, [&w, src, dst] {
-    w.streams[static_cast<std::size_t>(src)][dst].timer = nullptr;
-    startHead(w, src, dst);
+  stream.timer = ::simgrid::kernel::timer::Timer::set(due, [&w, src, dst, &stream] {
+    stream.timer = nullptr;
+    startHead(w, src, dst, stream);
   });
 }
 
 void World::arrived(int src, int dst) {
   Stream& stream = streams[static_cast<std::size_t>(src)][dst];
   stream.inFlight = false;
-  if (!stream.queue.empty()) scheduleHead(*this, src, dst);
+  if (!stream.queue.empty()) scheduleHead(*this, src, dst, stream);
 }
 
 void World::cancelAll() {
@@ -582,12 +581,17 @@ void World::cancelAll() {
         stream.timer->remove();
         stream.timer = nullptr;
       }
+  // Unlisted first, so that the cancellations' signals find nothing to do.
   std::vector<s4u::CommPtr> flows;
-  for (const auto& [key, f] : gInFlight)
-    if (f.world == this) flows.push_back(f.comm);
-  for (auto& c : flows) c->cancel();  // each drops its entry (onFlowState)
-  for (auto it = gInFlight.begin(); it != gInFlight.end();)
-    it = it->second.world == this ? gInFlight.erase(it) : std::next(it);
+  for (auto it = gInFlight.begin(); it != gInFlight.end();) {
+    if (it->second.world != this) {
+      ++it;
+      continue;
+    }
+    flows.push_back(std::move(it->second.comm));
+    it = gInFlight.erase(it);
+  }
+  for (auto& c : flows) c->cancel();
 }
 
 void put(World& w, int src, int dst, Message m, double payloadBytes) {
@@ -601,7 +605,7 @@ void put(World& w, int src, int dst, Message m, double payloadBytes) {
   const double due = s4u::Engine::get_clock() + w.latency(src, dst);
   stream.queue.push_back(Queued{std::move(m), simulated, due});
   if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
-  scheduleHead(w, src, dst);
+  scheduleHead(w, src, dst, stream);
 }
 
 // The hosted simulation (makeHostedGroup): SimGrid's engine on a thread of
