@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -470,8 +471,10 @@ TEST_CASE("simgrid: islands give inside and between links their rates and latenc
   CHECK(failed.empty());
 }
 
-TEST_CASE("simgrid: a pair's messages go back to back and token buckets let a burst through at once",
-          "[simgrid][platform]") {
+TEST_CASE(
+    "simgrid: a pair's messages go back to back and token buckets let a burst through at once and count TCP "
+    "framing",
+    "[simgrid][platform]") {
   const std::string failed = inChild([] {
     simgrid::Platform p;
     p.hosts = 4;
@@ -480,7 +483,9 @@ TEST_CASE("simgrid: a pair's messages go back to back and token buckets let a bu
     p.insideLatencySeconds = 50e-6;
     p.betweenBytesPerSecond = 12.5e6;
     p.betweenLatencySeconds = 10e-3;
-    p.shapeLikeNamespaceHosts();  // 125,000-byte and 65,536-byte buckets
+    p.shapeLikeNamespaceHosts();  // 125,000-byte and 65,536-byte buckets, 1,514 bytes per 1,448
+    if (std::abs(p.wireBytesPerByte - 1514.0 / 1448.0) > 1e-12)
+      return "wireBytesPerByte " + std::to_string(p.wireBytesPerByte) + ", expected 1514 / 1448";
     constexpr std::size_t kBytes = 200000;
     std::vector<double> arrived;
     const auto out = simgrid::simulate(
@@ -503,7 +508,9 @@ TEST_CASE("simgrid: a pair's messages go back to back and token buckets let a bu
           }
         },
         kExactLinks);
-    const double bytes = kBytes + 48;
+    // What the links carry and the buckets count: the message and its frame
+    // header, in full TCP segments of the veth pairs' MTU.
+    const double bytes = (kBytes + 48) * 1514.0 / 1448.0;
     // The first message: its first 65,536 bytes at once (the island's
     // bucket is the smaller), the rest at 100 Mbit/s, after both latencies.
     const double first = 50e-6 + 10e-3 + (bytes - 65536) / 12.5e6;
@@ -601,6 +608,11 @@ TEST_CASE("simgrid: a platform's fields are validated", "[simgrid][platform]") {
   p.betweenLatencySeconds = -1;
   CHECK_THROWS_AS(p.validate(), InvalidArgument);
   p.betweenLatencySeconds = 0;
+  p.wireBytesPerByte = 0.97;  // fewer bytes on the wire than in the message
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.wireBytesPerByte = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_AS(p.validate(), InvalidArgument);
+  p.wireBytesPerByte = 1;
   p.hosts = 0;
   p.islands.clear();
   CHECK_THROWS_AS(p.validate(), InvalidArgument);

@@ -23,6 +23,7 @@
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -83,6 +84,11 @@ void Platform::shapeLikeNamespaceHosts() {
   constexpr double kMinimumBurst = 65536;  // hosts.py: burst()
   insideBurstBytes = std::max(kMinimumBurst, insideBytesPerSecond * 1e-3);
   betweenBurstBytes = std::max(kMinimumBurst, betweenBytesPerSecond * 1e-3);
+  // A full segment on the veth pairs' 1,500-byte MTU: 14 bytes of Ethernet
+  // header (tbf counts the frame from its destination address), 20 of IPv4,
+  // 32 of TCP with timestamps, 1,448 of stream.
+  constexpr double kFrame = 1514, kStream = 1448;
+  wireBytesPerByte = kFrame / kStream;
 }
 
 void Platform::validate() const {
@@ -100,6 +106,8 @@ void Platform::validate() const {
                                                                         << betweenBurstBytes << " bytes");
   GOSSAMER_ENFORCE(file.empty() || (insideBurstBytes == 0 && betweenBurstBytes == 0),
                    "simgrid platform: token buckets are for generated platforms, not a platform file");
+  GOSSAMER_ENFORCE(wireBytesPerByte >= 1 && std::isfinite(wireBytesPerByte),
+                   "simgrid platform: wire bytes per byte " << wireBytesPerByte << " (at least 1)");
   GOSSAMER_ENFORCE(flopsPerSecond > 0, "simgrid platform: host speed " << flopsPerSecond << " flop/s");
   if (!islands.empty()) NetworkLayout(hosts, islands, 1, 1);  // a partition of [0, hosts), or it throws
 }

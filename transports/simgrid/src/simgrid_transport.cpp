@@ -120,6 +120,7 @@ struct World {
   // Ranks 0..ranks-1 of `p` (ranks <= p.hosts).
   World(const Platform& p, RouteLatency routeLatency, int ranks)
       : latency(std::move(routeLatency)),
+        wireBytesPerByte(p.wireBytesPerByte),
         island(static_cast<std::size_t>(ranks), 0),
         hosts(static_cast<std::size_t>(ranks)),
         boxes(static_cast<std::size_t>(ranks)),
@@ -214,6 +215,7 @@ struct World {
   void cancelAll();
 
   RouteLatency latency;           // one-way, by (source, destination)
+  double wireBytesPerByte = 1;    // Platform::wireBytesPerByte
   std::vector<Bucket> up;         // by rank: its sending link's bucket (empty: none)
   std::vector<Bucket> into;       // by island: its link's bucket (empty: none)
   std::vector<int> island;        // by rank
@@ -541,7 +543,7 @@ void watchFlows() {
 // arrives now). In SimGrid's maestro (the stream's timer).
 void startHead(World& w, int src, int dst, Stream& stream) {
   auto m = std::make_unique<Message>(std::move(stream.queue.front().message));
-  const double total = stream.queue.front().simulatedBytes;
+  const double total = stream.queue.front().simulatedBytes * w.wireBytesPerByte;
   const auto bytes = static_cast<std::uint64_t>(std::llround(total - w.burst(src, dst, total)));
   stream.queue.pop_front();
   stream.inFlight = true;

@@ -77,6 +77,12 @@ struct Platform {
   double insideBurstBytes = 0;            ///< A host's sending link's token bucket, bytes (0: none).
   double betweenBurstBytes = 0;           ///< Each island's link's token bucket, bytes (0: none).
   double flopsPerSecond = 1e9;            ///< Each host's speed, for simgrid::compute.
+  /// Bytes the links carry (and the token buckets count) per byte of a
+  /// message (payload plus frame header), >= 1: the framing of the
+  /// protocols under the transport. 1: none (SimGrid's own bandwidth factor,
+  /// 0.97 by default, stands for it). shapeLikeNamespaceHosts() sets TCP's
+  /// over IPv4 and Ethernet at a 1,500-byte MTU, as tc tbf counts it.
+  double wireBytesPerByte = 1;
   /// A SimGrid platform file (XML) instead of all of the above but `hosts`:
   /// it must hold hosts "rank-0" .. "rank-<hosts-1>".
   std::string file;
@@ -84,8 +90,11 @@ struct Platform {
   /// The job's `network:` section (islands, inside_gbps, between_gbps,
   /// between_delay_ms), with `insideLatencySeconds` inside islands.
   static Platform fromNetwork(const NetworkLayout& layout, double insideLatencySeconds);
-  /// Sets the burst sizes that tests/hosts/hosts.py gives tc tbf: one
-  /// millisecond at the link's rate, at least 64 KiB.
+  /// Sets the burst sizes that tests/hosts/hosts.py gives tc tbf (one
+  /// millisecond at the link's rate, at least 64 KiB), and wireBytesPerByte
+  /// to what tbf counts of a TCP stream over the hosts' veth pairs: 1,514
+  /// bytes (Ethernet 14, IPv4 20, TCP with timestamps 32) per 1,448 bytes
+  /// of stream at their 1,500-byte MTU, 1.0456.
   void shapeLikeNamespaceHosts();
   /// @throws InvalidArgument naming the field that is out of range, or the
   ///         rank an island partition misses or repeats.
