@@ -8,8 +8,10 @@ For each network shape (--shapes) and each job (--jobs), per round (--rounds):
         added by faults.island_delay) for one epoch of --train-limit samples,
         with metrics on (run.metrics_every 1) into a run directory;
   sim:  build/apps/gossamer-sim runs the same config, with the same overrides,
-        on the platform of the same shape (--receive-unshaped: a host's
-        ingress is not shaped there either) for as many steps, each rank
+        on the platform of the same shape (--tbf: tc tbf's buckets, counting
+        TCP's framing; --receive-unshaped: a host's ingress is not shaped
+        there either) for as many steps as a whole run (--whole-run: the
+        optimizer knows the last step, as the real run's session tells it), each rank
         replaying the compute_s that it recorded at each step of the real run
         (--compute-from), into a run directory of its own.
 
@@ -112,7 +114,8 @@ def one_round(shape, job, tmp, args, k):
     for old in glob.glob(os.path.join(sim_dir, "*")):
         os.remove(old)
     cmd = [os.path.join(BUILD, "apps", "gossamer-sim"), cfg, "--world-size", "8", "--steps", str(steps),
-           "--receive-unshaped", "--tbf", "--inside-latency-us", f"{args.inside_latency_us:g}", "--compute-from", real_dir]
+           "--receive-unshaped", "--tbf", "--whole-run", "--inside-latency-us", f"{args.inside_latency_us:g}",
+           "--compute-from", real_dir]
     for c in args.cfg:
         cmd += ["--cfg", c]
     for s in common + network_sets(shape) + [f"run.dir={sim_dir}"]:
@@ -132,14 +135,15 @@ def main(argv):
     ap.add_argument("--skip", type=int, default=5, help="steps before the timed window")
     ap.add_argument("--inside-latency-us", type=float, default=30)
     ap.add_argument("--cfg", action="append", default=None,
-                    help="SimGrid --cfg items (default: latency and bandwidth factors 1, no cross traffic)")
+                    help="SimGrid --cfg items (default: latency and bandwidth factors 1: --tbf counts TCP's "
+                    "framing itself; cross traffic on, SimGrid's stand-in for TCP's acknowledgements)")
     ap.add_argument("--keep", help="keep the run directories under this directory")
     ap.add_argument("--reuse", action="store_true",
                     help="with --keep: simulate again against the real runs kept there instead of running them")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "validate-sim.json"))
     args = ap.parse_args(argv)
     if args.cfg is None:
-        args.cfg = ["network/latency-factor:1", "network/bandwidth-factor:1", "network/crosstraffic:0"]
+        args.cfg = ["network/latency-factor:1", "network/bandwidth-factor:1"]
     shapes, jobs = args.shapes.split(","), args.jobs.split(",")
     for s in shapes:
         if s not in SHAPES:

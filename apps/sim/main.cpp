@@ -63,6 +63,7 @@ struct Options {
   double insideLatencyUs = 50;
   bool receiveUnshaped = false;
   bool tbf = false;
+  bool wholeRun = false;  // the optimizer is told that the run ends after `steps`
   std::string platformFile;
   std::string computeFrom;                 // a real run's directory: per-rank, per-step compute
   std::vector<std::string> simgridConfig;  // SimGrid --cfg items
@@ -177,6 +178,7 @@ json run(const Options& o) {
       [&](int r) {
         Agent agent(config, r, store, registry);
         auto& opt = agent.makeOptimizer(sizes);
+        if (o.wholeRun) opt.setTotalSteps(static_cast<std::uint64_t>(o.steps));
         if (r == 0) {
           algorithm = opt.name();
           replicated = opt.replicatedModel();
@@ -236,6 +238,7 @@ json run(const Options& o) {
               {"platform_file", o.platformFile},
               {"parameters", total},
               {"steps", o.steps},
+              {"whole_run", o.wholeRun},
               {"step_compute_seconds", o.stepSeconds},
               {"compute_from", o.computeFrom},
               {"replicated_model", replicated},
@@ -271,6 +274,9 @@ int main(int argc, char** argv) {
   app.add_flag("--tbf", o.tbf,
                "links are token buckets with the bursts that tc tbf has on the namespace hosts "
                "(1 ms at the link's rate, at least 64 KiB)");
+  app.add_flag("--whole-run", o.wholeRun,
+               "the steps are the whole training run: the optimizer is told so, as gossamer-train's session "
+               "tells it (DiLoCo and A2SGD end with a synchronising round at the last step)");
   app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
       ->check(CLI::ExistingFile);
   app.add_option(

@@ -79,3 +79,36 @@ TEST_CASE("gossamer-sim refuses a bad request with a clear error", "[sim]") {
   CHECK(gossamer::testing::readFile(dir / "bad.err").find("--islands 9 exceeds the world size 8") !=
         std::string::npos);
 }
+
+TEST_CASE("gossamer-sim --whole-run tells the optimizer its last step as a training run does", "[sim]") {
+  // A2SGD mixes the models every sync_period (50) steps and after the run's
+  // last step: 10 steps hold no mixing unless the run ends there.
+  TempDir dir;
+  const std::vector<std::string> base{gossamer::testing::sourceDir() + "/examples/configs/a2sgd-gossip.yaml",
+                                      "--world-size",
+                                      "8",
+                                      "--islands",
+                                      "2",
+                                      "--steps",
+                                      "10",
+                                      "--step-seconds",
+                                      "0.01"};
+  const auto open = simulate(dir, "open", base);
+  auto args = base;
+  args.push_back("--whole-run");
+  const auto whole = simulate(dir, "whole", args);
+  CHECK(open["whole_run"] == false);
+  CHECK(whole["whole_run"] == true);
+  const auto& d0 = open["consensus_distance"];
+  const auto& d1 = whole["consensus_distance"];
+  REQUIRE(d0.size() == 10);
+  REQUIRE(d1.size() == 10);
+  // The same steps up to the last one (ranks 0..7 apart: distance 2.29);
+  // only the whole run mixes the models at its end.
+  CHECK(d1[8].get<double>() == d0[8].get<double>());
+  CHECK(d0.back().get<double>() == d0[8].get<double>());
+  CHECK(d1.back().get<double>() < 0.9 * d0.back().get<double>());
+  // The mixing sends whole models, across the islands too.
+  CHECK(whole["bytes_between_islands"].get<double>() > 10 * open["bytes_between_islands"].get<double>());
+  CHECK(whole["simulated_seconds_per_step"].get<double>() > open["simulated_seconds_per_step"].get<double>());
+}
