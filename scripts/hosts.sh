@@ -22,7 +22,7 @@
 #          --set KEY=VALUE (repeatable, passed to every rank)
 #          --summary-json FILE (rank 0's summary; default results/hosts.json)
 #          --timeout SECONDS (bound on the whole job; default 900)
-#          --link-stats FILE (bytes that crossed between islands, JSON)
+#          --link-stats FILE (what the links saw, JSON: bytes between islands, tbf drops, TCP retransmissions)
 #          --ranks-per-host K (default 1)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -25,7 +25,9 @@ Prints a table (shape, job, real and simulated seconds per step, ratio,
 error) and writes results/validate-sim.json: arguments, shapes, and rows
 (shape, job, config, overrides, hosts, real_seconds_per_step,
 sim_seconds_per_step, ratio (sim / real), error (|ratio - 1|), the rounds'
-values, steps, real and simulated bytes sent), and per shape the geometric
+values, steps, real and simulated bytes sent, and the real runs' medians of
+packets the islands' links dropped, TCP segments retransmitted and TCP
+retransmission timeouts: scripts/hosts.sh --link-stats), and per shape the geometric
 mean error (exp(mean(log(ratio)))'s distance from 1 taken per job's |log|).
 
     scripts/validate-sim.sh [--shapes a,b] [--jobs ring,crossover-sync,...] [--rounds 1]
@@ -51,6 +53,10 @@ SHAPES = {
     "lan-wan": (1.0, 0.1, 10.0),  # a 1 Gbit/s cluster, 100 Mbit/s and 10 ms to the other one
     "edge": (0.2, 0.05, 5.0),  # edge sites: 200 Mbit/s inside, 50 Mbit/s and 5 ms between
 }
+
+# What the real runs' links saw (hosts.sh --link-stats), summed over links or hosts.
+LINK_COUNTERS = ("real_island_link_drops", "real_tcp_retransmitted_segments", "real_tcp_timeouts")
+
 
 def seconds_per_step(run_dir, skip):
     """Mean over ranks of (time at last step - time at step `skip`) / steps between; steps; bytes sent."""
@@ -102,13 +108,18 @@ def one_round(shape, job, tmp, args, k):
         f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
                 f"  between_gbps: {between:g}\n  between_delay_ms: {delay:g}\n")
     real_dir = os.path.join(tmp, f"real-{shape}-{job}-{k}")
+    links = real_dir + ".links.json"
     cmd = ["bash", "scripts/hosts.sh", "--spec", spec, "--config", cfg, "--timeout", "600",
-           "--summary-json", os.path.join(tmp, "summary.json")]
+           "--summary-json", os.path.join(tmp, "summary.json"), "--link-stats", links]
     for s in common + [f"run.dir={real_dir}"]:
         cmd += ["--set", s]
     if not (args.reuse and glob.glob(os.path.join(real_dir, "rank-*.jsonl"))):
         run(cmd, f"the real run of {job} on {shape}", 700)
     real, steps, real_sent = seconds_per_step(real_dir, args.skip)
+    seen = {}
+    if os.path.exists(links):  # (real runs kept from before link stats have none)
+        with open(links) as f:
+            seen = json.load(f)
 
     sim_dir = os.path.join(tmp, f"sim-{shape}-{job}-{k}")
     for old in glob.glob(os.path.join(sim_dir, "*")):
@@ -123,7 +134,9 @@ def one_round(shape, job, tmp, args, k):
     run(cmd, f"the simulation of {job} on {shape}", 600)
     sim, _, sim_sent = seconds_per_step(sim_dir, args.skip)
     return {"real": real, "sim": sim, "steps": steps, "real_bytes_sent": real_sent, "sim_bytes_sent": sim_sent,
-            "overrides": sets}
+            "overrides": sets, "real_island_link_drops": sum(seen.get("island_link_drops", [])),
+            "real_tcp_retransmitted_segments": sum(seen.get("tcp_retransmitted_segments", [])),
+            "real_tcp_timeouts": sum(seen.get("tcp_timeouts", []))}
 
 
 def main(argv):
@@ -169,7 +182,8 @@ def main(argv):
                        "sim_seconds_per_step": sim, "ratio": ratio, "error": abs(ratio - 1),
                        "real_rounds": [r["real"] for r in rounds], "sim_rounds": [r["sim"] for r in rounds],
                        "steps": rounds[0]["steps"], "real_bytes_sent": rounds[0]["real_bytes_sent"],
-                       "sim_bytes_sent": rounds[0]["sim_bytes_sent"]}
+                       "sim_bytes_sent": rounds[0]["sim_bytes_sent"],
+                       **{key: statistics.median(r[key] for r in rounds) for key in LINK_COUNTERS}}
                 rows.append(row)
                 print(f"{shape:<8} {job:<30} {real:12.4f} {sim:12.4f} {ratio:7.3f} {abs(ratio - 1):7.1%}", flush=True)
     summary = {}

@@ -51,8 +51,9 @@ Usage::
                                       # set up, run COMMAND in the root
                                       # namespace with GOSSAMER_HOSTS set,
                                       # tear down; exits with its status;
-                                      # --stats writes the bytes that
-                                      # crossed between islands (JSON)
+                                      # --stats writes what the links saw
+                                      # (JSON: bytes between islands, tbf
+                                      # drops, TCP retransmissions)
     hosts.py exec HOST -- COMMAND...  # (inside COMMAND) run in host HOST
     hosts.py clean                    # remove what dead runs left behind
 
@@ -219,6 +220,24 @@ def tc(netns, *args):
                    text=True, timeout=30)
 
 
+def tcp_counters(netns):
+    """The TCP counters of namespace `netns`: {(table, name): value} from its
+    /proc/net/snmp (table Tcp) and /proc/net/netstat (table TcpExt), each a
+    header line of names and a line of values per table."""
+    out = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        r = subprocess.run(["ip", "netns", "exec", netns, "cat", path], check=True, capture_output=True,
+                           text=True, timeout=30)
+        lines = r.stdout.splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            table, _, names = names.partition(":")
+            if table not in ("Tcp", "TcpExt") or not values.startswith(table + ":"):
+                continue
+            for name, value in zip(names.split(), values.partition(":")[2].split()):
+                out[(table, name)] = int(value)
+    return out
+
+
 def namespaces():
     out = ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
@@ -257,18 +276,40 @@ class Hosts:
     def __exit__(self, *exc):
         self.teardown()
 
+    def _tbf(self, netns, dev):
+        """The tbf of `dev` in `netns`: its counters (bytes, packets, drops, ...) from tc -s -j."""
+        r = subprocess.run(["ip", "netns", "exec", netns, "tc", "-s", "-j", "qdisc", "show", "dev", dev],
+                           check=True, capture_output=True, text=True, timeout=30)
+        return [q for q in json.loads(r.stdout) if q.get("kind") == "tbf"]
+
     def crossed_bytes(self):
         """Bytes (IP packets, headers included) that entered each island from
         the others so far: what each bridge's tbf sent. A list by island."""
-        out = []
-        for i in range(len(self.islands)):
-            if len(self.islands) < 2:
-                out.append(0)
-                continue
-            r = subprocess.run(["ip", "netns", "exec", self.fabric, "tc", "-s", "-j", "qdisc", "show", "dev",
-                                f"br{i}"], check=True, capture_output=True, text=True, timeout=30)
-            out.append(sum(q.get("bytes", 0) for q in json.loads(r.stdout) if q.get("kind") == "tbf"))
-        return out
+        if len(self.islands) < 2:
+            return [0] * len(self.islands)
+        return [sum(q.get("bytes", 0) for q in self._tbf(self.fabric, f"br{i}")) for i in range(len(self.islands))]
+
+    def link_stats(self):
+        """What the links saw so far: bytes into each island from the others
+        (crossed_bytes), packets each tbf dropped (its queue full: 100 ms at
+        its rate), by island link and by host, and the hosts' TCP segments
+        retransmitted and retransmission timeouts (Tcp RetransSegs and
+        TcpExt TCPTimeouts of /proc/net in each host's namespace). A dict:
+        between_islands_bytes, into_island_bytes, island_link_drops,
+        host_link_drops, tcp_retransmitted_segments, tcp_timeouts (lists by
+        island or host, host order)."""
+        crossed = self.crossed_bytes()
+        island_drops = [sum(q.get("drops", 0) for q in self._tbf(self.fabric, f"br{i}"))
+                        if len(self.islands) > 1 else 0 for i in range(len(self.islands))]
+        host_drops, retrans, timeouts = [], [], []
+        for h in self.hosts:
+            host_drops.append(sum(q.get("drops", 0) for q in self._tbf(h["namespace"], "eth0")))
+            counters = tcp_counters(h["namespace"])
+            retrans.append(counters.get(("Tcp", "RetransSegs"), 0))
+            timeouts.append(counters.get(("TcpExt", "TCPTimeouts"), 0))
+        return {"between_islands_bytes": sum(crossed), "into_island_bytes": crossed,
+                "island_link_drops": island_drops, "host_link_drops": host_drops,
+                "tcp_retransmitted_segments": retrans, "tcp_timeouts": timeouts}
 
     def teardown(self):
         for ns in namespaces():
@@ -381,9 +422,8 @@ def main(argv):
             child = subprocess.Popen(argv[3:], env=env, start_new_session=True)
             status = child.wait()
             if stats:
-                crossed = h.crossed_bytes()
                 with open(stats, "w", encoding="utf-8") as f:
-                    json.dump({"between_islands_bytes": sum(crossed), "into_island_bytes": crossed}, f)
+                    json.dump(h.link_stats(), f)
             return status
     except KeyboardInterrupt:
         print("hosts: interrupted; removing the namespaces", file=sys.stderr)

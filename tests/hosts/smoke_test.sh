@@ -2,7 +2,8 @@
 # Suite smoke test of the test hosts: a 4-rank Crossover-SGD job on 4
 # namespace hosts in two islands (tests/hosts/smoke.yaml), one epoch on 6,000
 # images. Checks that every rank finished and learnt, that traffic crossed
-# the islands, and that no namespace of the run is left. Exits 77 (skipped)
+# the islands (and the link statistics say so), and that no namespace of the
+# run is left. Exits 77 (skipped)
 # where namespaces cannot be made.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -10,7 +11,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$root/scripts/hosts.sh" --spec "$root/tests/hosts/smoke.yaml" --timeout 120 \
   --set training.epochs=1 --set data.train_limit=6000 --set data.test_limit=2000 \
-  --summary-json "$out/summary.json" >"$out/log" 2>&1
+  --summary-json "$out/summary.json" --link-stats "$out/links.json" >"$out/log" 2>&1
 status=$?
 cat "$out/log"
 [ "$status" = 77 ] && exit 77
@@ -20,6 +21,13 @@ check() { if ! jq -e "$1" "$out/summary.json" >/dev/null; then echo "FAIL: $2"; 
 check '.world_size == 4 and (.survivors | length) == 4' "all 4 ranks survive"
 check '.test_accuracy > 0.6' "the average model learns (test accuracy above 60%)"
 check '.transport_stats.bytes_received > 1000000' "rank 0 received model segments"
+links() { if ! jq -e "$1" "$out/links.json" >/dev/null; then echo "FAIL: link stats: $2"; fail=1; fi; }
+links '.between_islands_bytes > 1000000 and .between_islands_bytes == (.into_island_bytes | add)' \
+  "models crossed between the islands, counted per island"
+links '(.island_link_drops | length) == 2 and (.host_link_drops | length) == 4' "drops by island and by host"
+links '(.tcp_retransmitted_segments | length) == 4 and (.tcp_timeouts | length) == 4' "TCP counters by host"
+links '[.island_link_drops[], .host_link_drops[], .tcp_retransmitted_segments[], .tcp_timeouts[]]
+       | all(type == "number" and . >= 0)' "counters are counts"
 grep -q "10.231.0.1 10.231.0.2 10.231.1.1 10.231.1.2" "$out/log" || { echo "FAIL: hosts not in two islands"; fail=1; }
 left=$(ip netns list | grep -c '^gsm' || true)
 [ "$left" = 0 ] || { echo "FAIL: $left namespace(s) left behind"; fail=1; }
