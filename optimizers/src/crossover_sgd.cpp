@@ -187,7 +187,8 @@ void CrossoverSgd::flush(std::span<float> params) {
             foldArrived(params);
             return received_;
           },
-          params, segments_, asyncWeight_, detail::kAgreementSequenceBase + 2 * agreements_++,
+          [&](double seconds) { return detail::awaitArrival(asyncRecv_, seconds); }, params, segments_,
+          asyncWeight_, options_.agreement, detail::kAgreementSequenceBase + 2 * agreements_++,
           options_.timeoutSeconds, options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
@@ -327,10 +328,11 @@ void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {
   if (options_.asyncWaitSeconds > 0 && lacking()) {
     const auto deadline =
         Clock::now() + clockDuration(std::chrono::duration<double>(options_.asyncWaitSeconds));
-    do {
-      sleepFor(200e-6);
+    while (lacking()) {
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left <= 0 || !detail::awaitArrival(asyncRecv_, left)) break;  // (false: every other rank left)
       foldArrived(params);
-    } while (lacking() && Clock::now() < deadline);
+    }
   }
   for (std::size_t s = 0; s < numSeg; ++s) {
     double& w = asyncWeight_[s];

@@ -12,10 +12,32 @@
 
 namespace gossamer::optimizers::detail {
 
+namespace {
+// `collectives` with the agreement's own sequence and timeout.
+CollectiveOptions withSequence(CollectiveOptions collectives, std::uint64_t sequence, double timeoutSeconds) {
+  collectives.sequence = sequence;
+  collectives.timeoutSeconds = timeoutSeconds;
+  return collectives;
+}
+}  // namespace
+
+bool awaitArrival(std::span<Request> receives, double seconds) {
+  const int k = Request::waitAny(receives, seconds);
+  if (k < 0) return true;
+  try {
+    receives[static_cast<std::size_t>(k)].test();
+  } catch (const PeerFailure&) {
+    return false;
+  }
+  return true;
+}
+
 void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
-                  const std::function<std::uint64_t()>& foldArrived, std::span<float> z,
+                  const std::function<std::uint64_t()>& foldArrived,
+                  const std::function<bool(double)>& awaitArrival, std::span<float> z,
                   std::span<const std::pair<std::size_t, std::size_t>> blocks, std::span<double> weights,
-                  std::uint64_t sequence, double timeoutSeconds, double arrivalSeconds) {
+                  const CollectiveOptions& collectives, std::uint64_t sequence, double timeoutSeconds,
+                  double arrivalSeconds) {
   const int n = transport.worldSize(), rank = transport.rank();
   GOSSAMER_ENFORCE(sentTo.size() == static_cast<std::size_t>(n),
                    "expected " << n << " message counts, got " << sentTo.size());
@@ -25,19 +47,21 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
   // rank must reach it first: the wait is arrivalSeconds.
   std::vector<double> counts(sentTo.begin(), sentTo.end());
   allreduce(transport, std::span<double>(counts), ReduceOp::kSum,
-            CollectiveOptions(sequence, std::max(timeoutSeconds, arrivalSeconds)));
+            withSequence(collectives, sequence, std::max(timeoutSeconds, arrivalSeconds)));
   const auto expected = static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank)]);
   // Half the timeout, so that the others (waiting in step 2) are still there.
   const auto deadline = Clock::now() + clockDuration(std::chrono::duration<double>(timeoutSeconds / 2));
   for (std::uint64_t got = foldArrived(); got < expected; got = foldArrived()) {
-    if (Clock::now() >= deadline) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (left <= 0 || !awaitArrival(left)) {
       GOSSAMER_LOG(kWarning, "push-sum agreement: rank "
                                  << rank << " received " << got << " of the " << expected
-                                 << " messages sent to it within " << timeoutSeconds / 2
-                                 << " s; the mass of the others is not in the average");
+                                 << " messages sent to it"
+                                 << (left <= 0 ? " within " + std::to_string(timeoutSeconds / 2) + " s"
+                                               : " before every other rank left")
+                                 << "; the mass of the others is not in the average");
       break;
     }
-    sleepFor(200e-6);
   }
 
   // 2. The push-sum average of each block, in float64.
@@ -50,7 +74,7 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
       mass[k++] = weights[i] * static_cast<double>(z[j]);
   for (std::size_t i = 0; i < blocks.size(); ++i) mass[p + i] = weights[i];
   allreduce(transport, std::span<double>(mass), ReduceOp::kSum,
-            CollectiveOptions(sequence + 1, timeoutSeconds));
+            withSequence(collectives, sequence + 1, timeoutSeconds));
   k = 0;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const double w = mass[p + i];

@@ -13,7 +13,10 @@
 //   2. an allreduce (sum, float64, P + B elements) of [w_b z_b for every
 //      block b; w_b for every block]: each block becomes
 //      z_b = sum_i w_ib z_ib / sum_i w_ib, and its weight 1.
-// Bytes: the two allreduces, 8 n + 8 (P + B) bytes of payload per rank
+//      Between arrivals the rank waits on its standing receives
+//      (Request::waitAny), not in a polling loop.
+// Bytes: the two allreduces, with the job's allreduce algorithm
+// (collectives.allreduce), 8 n + 8 (P + B) bytes of payload per rank
 // before the algorithm's factor (a ring: about twice that).
 // Paper: the push-sum average that SGP (Assran, Loizou, Ballas, Rabbat,
 // ICML 2019, Alg. 1; the baseline of Yeo et al., "Crossover-SGD: A gossip-based
@@ -28,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "gossamer/collectives.hpp"
 #include "gossamer/transport.hpp"
 
 namespace gossamer::optimizers::detail {
@@ -37,10 +41,15 @@ namespace gossamer::optimizers::detail {
 /// @param sentTo       messages this rank sent to each rank so far (n counts).
 /// @param foldArrived  folds in every message that has arrived and returns
 ///                     the number folded in so far (cumulative).
+/// @param awaitArrival waits up to the given seconds for a message to arrive
+///                     (awaitArrival below, on the rank's standing receives);
+///                     false once none can arrive any more.
 /// @param z            the de-biased model (P float32), replaced by the average.
 /// @param blocks       [begin, end) element ranges with a weight each (SGP:
 ///                     one block; Crossover-SGD: its segments).
 /// @param weights      the blocks' push-sum weights; each becomes 1.
+/// @param collectives  the allreduces' settings (algorithm, thresholds, cost
+///                     model); their sequence and timeout are set here.
 /// @param sequence     the collectives' sequence (distinct per call, same on all ranks).
 /// @param arrivalSeconds the longest wait for every rank to reach step 1
 ///         (ranks that step slower come later); the rest is bounded by
@@ -49,9 +58,19 @@ namespace gossamer::optimizers::detail {
 ///         TimeoutError if another rank does not take part within
 ///         `arrivalSeconds`, or a step then takes over `timeoutSeconds`.
 void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
-                  const std::function<std::uint64_t()>& foldArrived, std::span<float> z,
+                  const std::function<std::uint64_t()>& foldArrived,
+                  const std::function<bool(double)>& awaitArrival, std::span<float> z,
                   std::span<const std::pair<std::size_t, std::size_t>> blocks, std::span<double> weights,
-                  std::uint64_t sequence, double timeoutSeconds, double arrivalSeconds);
+                  const CollectiveOptions& collectives, std::uint64_t sequence, double timeoutSeconds,
+                  double arrivalSeconds);
+
+/// Waits up to `seconds` (SDK clock) for one of a rank's standing receives
+/// (from any rank) to settle (Request::waitAny). Returns false if the one
+/// that settled failed with PeerFailure (every rank it could come from has
+/// left: nothing more will arrive on it), true otherwise: a message
+/// arrived, or the time ran out. Other failures are left for the caller's
+/// test() to throw.
+bool awaitArrival(std::span<Request> receives, double seconds);
 
 /// Collective sequences the optimizers' own agreements use, clear of the
 /// ones a Communicator on the same transport counts up from 0.

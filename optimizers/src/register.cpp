@@ -36,6 +36,7 @@ CrossoverOptions crossoverFrom(const Config& c) {
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   o.flushWaitSeconds = flushWaitFrom(c);
+  o.agreement = collectiveOptionsFrom(c);
   o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }
@@ -49,6 +50,7 @@ SgpOptions sgpFrom(const Config& c) {
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   o.flushWaitSeconds = flushWaitFrom(c);
+  o.agreement = collectiveOptionsFrom(c);
   o.checkReceived = c.get<bool>("algorithm.check_received");
   return o;
 }

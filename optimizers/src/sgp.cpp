@@ -228,8 +228,10 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable)
       ++asyncReceived_;
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }
-    if ((untilPushable && canPush()) || Clock::now() >= deadline) break;
-    sleepFor(1e-3);
+    if (untilPushable && canPush()) break;
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (left <= 0) break;
+    Request::waitAny(asyncRecv_, left);  // an arrival, a failure (the loop above returns) or the deadline
   }
 }
 
@@ -270,7 +272,8 @@ void Sgp::flush(std::span<float> params) {
             drainAsync(params, 0.0);
             return asyncReceived_;
           },
-          params, std::span(&all, 1), std::span(&weight_, 1),
+          [&](double seconds) { return detail::awaitArrival(asyncRecv_, seconds); }, params,
+          std::span(&all, 1), std::span(&weight_, 1), options_.agreement,
           detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds,
           options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {

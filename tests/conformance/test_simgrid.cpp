@@ -311,6 +311,57 @@ TEST_CASE("simgrid: a receive from a silent peer times out in simulated seconds"
   CHECK(std::chrono::steady_clock::now() - wall0 < std::chrono::seconds(30));
 }
 
+TEST_CASE("simgrid: waitAny suspends a rank until one of its receives settles or its simulated time runs out",
+          "[simgrid]") {
+  const auto wall0 = std::chrono::steady_clock::now();
+  std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 3;
+    p.insideLatencySeconds = 1e-3;
+    std::vector<std::pair<int, double>> got;  // (waitAny's result, when)
+    const auto out = simgrid::simulate(
+        p,
+        [&](int r) {
+          auto t = transportOf(r, 3, 5000);
+          const std::int64_t v = r;
+          if (r == 1) simgrid::sleepFor(1000);  // silent, then closes
+          if (r == 2) {
+            simgrid::sleepFor(300);
+            t->isendOf<std::int64_t>(0, Tag::make(Op::kGossip, 2), std::span<const std::int64_t>(&v, 1));
+          }
+          if (r != 0) return;
+          std::int64_t a = 0, b = 0;
+          std::vector<Request> rs;
+          rs.push_back(
+              t->irecvOf<std::int64_t>(1, Tag::make(Op::kGossip, 1), std::span<std::int64_t>(&a, 1)));
+          rs.push_back(
+              t->irecvOf<std::int64_t>(2, Tag::make(Op::kGossip, 2), std::span<std::int64_t>(&b, 1)));
+          const auto waitAny = [&](double seconds) {
+            const int k = Request::waitAny(rs, seconds);
+            got.emplace_back(k, simgrid::now());
+          };
+          waitAny(100);  // nothing comes in 100 s
+          waitAny(400);  // rank 2's message at 300 s
+          rs[1] = Request();
+          waitAny(4000);  // rank 1 leaves at 1000 s
+        },
+        kExactLinks);
+    std::string s = errorsOf(out);
+    const std::vector<std::pair<int, double>> expected{{-1, 100}, {1, 300 + 1e-3 + 56 / 125e6}, {0, 1000}};
+    if (got.size() != expected.size()) return s + "waitAny returned " + std::to_string(got.size()) + " times";
+    for (std::size_t k = 0; k < got.size(); ++k)
+      if (got[k].first != expected[k].first || std::abs(got[k].second - expected[k].second) > 1e-6)
+        s += "waitAny " + std::to_string(k) + ": " + std::to_string(got[k].first) + " at " +
+             std::to_string(got[k].second) + " s, expected " + std::to_string(expected[k].first) + " at " +
+             std::to_string(expected[k].second) + " s\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+  // 1,000 simulated seconds are not waited in real time.
+  CHECK(std::chrono::steady_clock::now() - wall0 < std::chrono::seconds(30));
+}
+
 TEST_CASE("simgrid: a rank that closes its transport fails the receives waiting on it", "[simgrid]") {
   std::string failed = inChild([] {
     simgrid::Platform p;

@@ -274,6 +274,39 @@ TEMPLATE_TEST_CASE("a receive from any of a set of ranks takes one message from 
   CHECK(seen == std::vector<int>{1, 2, 3});
 }
 
+TEMPLATE_TEST_CASE("waitAny returns the receive that settles first and -1 when the time runs out",
+                   "[transport]", TRANSPORTS) {
+  const int n = 3;
+  Group g = TestType::make(n);
+  const auto tag1 = Tag::make(Op::kGossip, 1), tag2 = Tag::make(Op::kGossip, 2);
+  std::int64_t a = 0, b = 0;
+  std::vector<Request> rs;
+  rs.push_back(g[0]->irecvOf<std::int64_t>(1, tag1, std::span<std::int64_t>(&a, 1)));
+  rs.push_back(Request());  // empty handles are skipped
+  rs.push_back(g[0]->irecvOf<std::int64_t>(2, tag2, std::span<std::int64_t>(&b, 1)));
+  // Nothing sent: the time runs out, within its bound.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(Request::waitAny(rs, 0.05) == -1);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
+  // Rank 2's message settles the third receive, not the first.
+  const std::int64_t v = 7;
+  g[2]->isendOf<std::int64_t>(0, tag2, std::span<const std::int64_t>(&v, 1));
+  CHECK(Request::waitAny(rs, kTimeout) == 2);
+  CHECK(rs[2].test());
+  CHECK(b == 7);
+  CHECK_FALSE(rs[0].test());
+  // A settled request is returned at once (the lowest index first).
+  CHECK(Request::waitAny(rs, 0) == 2);
+  // A failure settles a receive too, without throwing: test() throws it.
+  rs[2] = Request();
+  g[1]->close();
+  CHECK(Request::waitAny(rs, kTimeout) == 0);
+  CHECK_THROWS_AS(rs[0].test(), PeerFailure);
+  CHECK_THROWS_AS(Request::waitAny(rs, -1), InvalidArgument);
+  std::vector<Request> none(2);
+  CHECK(Request::waitAny(none, kTimeout) == -1);
+}
+
 TEMPLATE_TEST_CASE("a message longer than the receive buffer fails the receive", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   const auto tag = Tag::make(Op::kUser, 1);

@@ -135,3 +135,47 @@ TEST_CASE("the communication-only form checks lengths", "[optimizer]") {
     agent.close();
   });
 }
+
+TEST_CASE("async push-sum's closing agreement allreduces with the job's collectives.allreduce",
+          "[sgp][crossover]") {
+  // Messages each rank sends in flush(): the agreement's two allreduces and
+  // nothing else. Over 8 ranks a ring allreduce is 2 (8 - 1) messages per
+  // rank, recursive doubling log2 8 = 3.
+  constexpr int kEight = 8;
+  const auto flushMessages = [](const std::string& algorithm, const std::string& allreduce) {
+    auto fabric = inproc::makeFabric(kEight);
+    Registry reg;
+    inproc::registerWith(reg, fabric);
+    topologies::registerBuiltins(reg);
+    optimizers::registerBuiltins(reg);
+    const Config c = reg.parse(
+        "world_size: 8\ntransport: {kind: inproc, timeout_seconds: 20}\n"
+        "topology: {kind: ring}\nalgorithm: {name: " +
+            algorithm + ", mode: async}\ncollectives: {allreduce: " + allreduce + "}\n",
+        "test");
+    MemoryStore store;
+    std::vector<std::uint64_t> sent(kEight);
+    std::vector<std::vector<float>> models(kEight);
+    onEveryRank(kEight, [&](int r) {
+      Agent agent(c, r, store, reg);
+      auto& opt = agent.makeOptimizer(kTensors);
+      std::vector<float> x(100, static_cast<float>(r)), g(100, 0.0f);
+      for (int s = 0; s < kSteps; ++s) opt.step(x, g);
+      const auto before = agent.transport().stats().messagesSent;
+      opt.flush(x);
+      sent[static_cast<std::size_t>(r)] = agent.transport().stats().messagesSent - before;
+      models[static_cast<std::size_t>(r)] = x;
+      agent.close();
+    });
+    // The agreement's end: every rank holds the push-sum average of the
+    // starts 0..7 (zero gradients), 3.5.
+    for (const auto& m : models)
+      for (const float v : m) CHECK(v == Approx(3.5f).epsilon(1e-5));
+    return sent;
+  };
+  for (const std::string algorithm : {"sgp", "crossover_sgd"}) {
+    INFO(algorithm);
+    for (const auto n : flushMessages(algorithm, "ring")) CHECK(n == 2 * 2 * (kEight - 1));
+    for (const auto n : flushMessages(algorithm, "recursive_doubling")) CHECK(n == 2 * 3);
+  }
+}

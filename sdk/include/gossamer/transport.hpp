@@ -61,6 +61,18 @@ class Request {
   void wait(double timeoutSeconds);
   /// Non-blocking completion check. @throws the request's failure, like wait.
   bool test();
+  /// Waits up to `timeoutSeconds` (>= 0, on the SDK's clock: a simulator's
+  /// time in a simulation) until one of `requests` has settled: completed,
+  /// failed or been cancelled. Returns the index of one that has (the lowest
+  /// such index when several have), or -1 if the time ran out; throws
+  /// nothing for a request's own failure (test() on it does). Empty handles
+  /// are skipped. For a rank that waits for a message from whichever of its
+  /// standing receives comes first (async push-sum gossip). A simulator's
+  /// engine suspends the rank until a message arrives; other transports
+  /// wait on a pending request's condition variable (or drive their engine)
+  /// in slices of 200 microseconds, checking them all after each.
+  /// @throws InvalidArgument for a negative timeout.
+  static int waitAny(std::span<Request> requests, double timeoutSeconds);
   /// Cancels a pending request; a no-op once it completed (or on an empty
   /// handle). After it returns the receive buffer is not written any more.
   void cancel() noexcept;

@@ -1,7 +1,9 @@
 // Request handles and the Mailbox that matches messages with receives.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
@@ -179,6 +181,64 @@ bool Request::waitFor(double timeoutSeconds) {
     if (state_->cv.wait_until(lk, deadline) == std::cv_status::timeout) return detail::settledLocked(*state_);
   }
   return true;
+}
+
+int Request::waitAny(std::span<Request> requests, double timeoutSeconds) {
+  GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
+  std::vector<detail::RequestState*> states;
+  std::vector<int> index;  // of each state's request
+  states.reserve(requests.size());
+  bool oneEngine = true;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto* s = requests[i].state_.get();
+    if (s == nullptr) continue;
+    if (!states.empty() && s->engine != states.front()->engine) oneEngine = false;
+    states.push_back(s);
+    index.push_back(static_cast<int>(i));
+  }
+  const auto settled = [&]() -> int {
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      std::lock_guard<std::mutex> lk(states[k]->mu);
+      if (states[k]->status != detail::RequestState::Status::kPending) return index[k];
+    }
+    return -1;
+  };
+  if (states.empty()) return -1;
+  struct Waited {  // counts as waiting (threadWaitSeconds), as in waitFor
+    Clock::time_point start = Clock::now();
+    ~Waited() {
+      detail::addThreadWait(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    }
+  } waited;
+  auto* engine = states.front()->engine.get();
+  if (oneEngine && engine != nullptr && engine->keepsTime()) {
+    engine->waitForAny(states, timeoutSeconds);
+    return settled();
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(timeoutSeconds));
+  constexpr auto kSlice = std::chrono::microseconds(200);
+  for (;;) {
+    for (auto* s : states)
+      if (s->engine) s->engine->poke();
+    if (const int k = settled(); k >= 0) return k;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return -1;
+    // A slice on the first pending request: it wakes this thread at once if
+    // that one settles, any other is seen at the slice's end.
+    const auto until = std::min(deadline, now + kSlice);
+    const auto pending = std::find_if(states.begin(), states.end(), [](detail::RequestState* s) {
+      std::lock_guard<std::mutex> lk(s->mu);
+      return s->status == detail::RequestState::Status::kPending;
+    });
+    if (pending == states.end()) continue;  // one settled meanwhile
+    auto* first = *pending;
+    if (first->engine) first->engine->waitUntil(*first, until);
+    std::unique_lock<std::mutex> lk(first->mu);
+    first->cv.wait_until(lk, until, [&] { return first->status != detail::RequestState::Status::kPending; });
+  }
 }
 
 void Request::wait(double timeoutSeconds) {

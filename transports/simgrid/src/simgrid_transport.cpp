@@ -310,11 +310,17 @@ class SimEngine final : public detail::ProgressEngine {
   void poke() override {}
   bool keepsTime() const noexcept override { return true; }
   bool waitFor(detail::RequestState& state, double timeoutSeconds) override {
+    detail::RequestState* one = &state;
+    return waitForAny(std::span<detail::RequestState* const>(&one, 1), timeoutSeconds);
+  }
+  // Every message delivered to the rank resumes it (World::wake), and it
+  // checks its requests again.
+  bool waitForAny(std::span<detail::RequestState* const> states, double timeoutSeconds) override {
     const double end = s4u::Engine::get_clock() + timeoutSeconds;
     for (;;) {
-      {
-        std::lock_guard<std::mutex> g(state.mu);
-        if (state.status != detail::RequestState::Status::kPending) return true;
+      for (auto* state : states) {
+        std::lock_guard<std::mutex> g(state->mu);
+        if (state->status != detail::RequestState::Status::kPending) return true;
       }
       if (end - s4u::Engine::get_clock() <= 0) return false;
       Suspension(w_.waiters[static_cast<std::size_t>(rank_)], end).wait();

@@ -114,6 +114,12 @@ struct CrossoverOptions {
   /// removes a dead or silent rank, which ends the wait, so only a live rank
   /// that is behind (it still heartbeats) is waited for.
   double flushWaitSeconds = 0;
+  /// Async mode: the collectives' settings of flush()'s agreement (its two
+  /// allreduces: algorithm, size thresholds, cost model; their sequence and
+  /// timeout are the agreement's own). The registry gives it the job's
+  /// `collectives:` section (collectiveOptionsFrom), so that a job that
+  /// names its allreduce gets it here too; the default is kAuto.
+  CollectiveOptions agreement;
   /// Refuse a received segment with a NaN or infinite value, or (async) a
   /// push-sum weight outside [0, world size], instead of mixing it in
   /// (GossipScreen; rejectedMessages() counts them).
@@ -236,6 +242,12 @@ struct SgpOptions {
   /// removes a dead or silent rank, which ends the wait, so only a live rank
   /// that is behind (it still heartbeats) is waited for.
   double flushWaitSeconds = 0;
+  /// Async mode: the collectives' settings of flush()'s agreement (its two
+  /// allreduces: algorithm, size thresholds, cost model; their sequence and
+  /// timeout are the agreement's own). The registry gives it the job's
+  /// `collectives:` section (collectiveOptionsFrom), so that a job that
+  /// names its allreduce gets it here too; the default is kAuto.
+  CollectiveOptions agreement;
   /// Refuse a received message whose push-sum weight is not finite or lies
   /// outside [0, world size], or whose values hold a NaN or infinity,
   /// instead of mixing it in (GossipScreen; rejectedMessages() counts them).

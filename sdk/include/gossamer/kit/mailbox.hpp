@@ -53,6 +53,14 @@ class ProgressEngine {
     (void)timeoutSeconds;
     return false;
   }
+  /// For an engine that keepsTime: waits up to `timeoutSeconds` of its own
+  /// time until one of `states` (all of this engine's) settles; returns
+  /// whether one did (Request::waitAny).
+  virtual bool waitForAny(std::span<RequestState* const> states, double timeoutSeconds) {
+    (void)states;
+    (void)timeoutSeconds;
+    return false;
+  }
   std::mutex exclusive;
 };
 
