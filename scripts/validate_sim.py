@@ -110,7 +110,8 @@ def one_round(shape, job, tmp, args, k):
     real_dir = os.path.join(tmp, f"real-{shape}-{job}-{k}")
     links = real_dir + ".links.json"
     cmd = ["bash", "scripts/hosts.sh", "--spec", spec, "--config", cfg, "--timeout", "600",
-           "--summary-json", os.path.join(tmp, "summary.json"), "--link-stats", links]
+           "--summary-json", os.path.join(tmp, "summary.json"), "--link-stats", links, "--queue-ms",
+           f"{args.queue_ms:g}"]
     for s in common + [f"run.dir={real_dir}"]:
         cmd += ["--set", s]
     if not (args.reuse and glob.glob(os.path.join(real_dir, "rank-*.jsonl"))):
@@ -146,6 +147,8 @@ def main(argv):
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--train-limit", type=int, default=16000, help="training samples (8 ranks x 32: 62 steps)")
     ap.add_argument("--skip", type=int, default=5, help="steps before the timed window")
+    ap.add_argument("--queue-ms", type=float, default=100,
+                    help="the real runs' tbf queues, milliseconds at their rates (hosts.sh --queue-ms)")
     ap.add_argument("--inside-latency-us", type=float, default=30)
     ap.add_argument("--cfg", action="append", default=None,
                     help="SimGrid --cfg items (default: latency and bandwidth factors 1: --tbf counts TCP's "

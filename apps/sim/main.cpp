@@ -4,7 +4,7 @@
 //
 // No forward or backward pass is computed: each step a rank spends
 // --step-seconds of simulated time (its compute), or with --compute-from the
-// processor time that the same rank recorded at the same step of a real run
+// time that the same rank spent on its own work at the same step of a real run
 // (its run directory's step records, replayed in a cycle: compute_s, the
 // forward and backward pass, plus communication_s, the SDK's own work in the
 // step when not waiting for a peer, which the simulation does not charge),

@@ -3,8 +3,8 @@
 scripts/validate-sim.sh: 14 jobs (AllReduce-SGD over seven allreduce
 algorithms, Crossover-SGD in three modes, SGP, hierarchical, DiLoCo, A2SGD),
 each for one epoch of 32,000 samples on 8 namespace hosts in two islands of 4
-(tc tbf links) and in gossamer-sim on the same platform replaying each rank's
-recorded processor time, three rounds interleaved; the medians of seconds
+(tc tbf links) and in gossamer-sim on the same platform replaying the time
+each rank spent on its own work, three rounds interleaved; the medians of seconds
 per step of both, their ratio, what the real runs' islands' links dropped and
 TCP sent again, and per shape the geometric mean and the largest error.
 """

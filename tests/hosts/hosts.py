@@ -14,7 +14,10 @@ the next one):
 Shaping: each host's ``eth0`` egress carries a tbf at ``network.inside_gbps``
 (what the host can send at all); each bridge's egress in the fabric
 namespace carries a tbf at ``network.between_gbps``, which only routed
-packets pass: traffic from other islands into island i. Propagation delay
+packets pass: traffic from other islands into island i. Each tbf has a
+bucket of about 1 ms at its rate (at least 64 KiB) and a queue of 100 ms at
+its rate (``--queue-ms``); a packet that finds the queue full is dropped,
+and TCP sends it again. Propagation delay
 is not shaped here (this kernel has no netem): a job adds it itself
 (``network.between_delay_ms`` is passed on as GOSSAMER_HOSTS_DELAY_MS).
 
@@ -47,13 +50,15 @@ the file and the key.
 
 Usage::
 
-    hosts.py run SPEC [--stats FILE] -- COMMAND...
+    hosts.py run SPEC [--stats FILE] [--queue-ms MS] -- COMMAND...
                                       # set up, run COMMAND in the root
                                       # namespace with GOSSAMER_HOSTS set,
                                       # tear down; exits with its status;
                                       # --stats writes what the links saw
                                       # (JSON: bytes between islands, tbf
-                                      # drops, TCP retransmissions)
+                                      # drops, TCP retransmissions);
+                                      # --queue-ms: each tbf's queue in ms
+                                      # at its rate (default 100)
     hosts.py exec HOST -- COMMAND...  # (inside COMMAND) run in host HOST
     hosts.py clean                    # remove what dead runs left behind
 
@@ -257,10 +262,12 @@ def clean():
 class Hosts:
     """Builds the namespaces of a spec; use as a context manager."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, queue_ms=100):
+        """`queue_ms`: each tbf's queue, in milliseconds at its rate (tc's latency)."""
         self.islands = spec.islands
         self.inside_rate = spec.inside_rate
         self.between_rate = spec.between_rate
+        self.queue = f"{queue_ms:g}ms"
         self.prefix = f"gsm{os.getpid()}-"
         self.fabric = self.prefix + "fab"
         self.hosts = []
@@ -330,7 +337,7 @@ class Hosts:
             # Routed packets into island i leave the fabric through br<i>.
             if len(self.islands) > 1:
                 tc(self.fabric, "qdisc", "add", "dev", br, "root", "tbf", "rate", self.between_rate,
-                   "burst", burst(self.between_rate), "latency", "100ms")
+                   "burst", burst(self.between_rate), "latency", self.queue)
             for j in range(count):
                 name = f"h{i}-{j}"
                 ns = self.prefix + name
@@ -344,7 +351,7 @@ class Hosts:
                 ip("-n", ns, "link", "set", "eth0", "up")
                 ip("-n", ns, "route", "add", "default", "via", f"{NET}.{i}.254")
                 tc(ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst(rate),
-                   "latency", "100ms")
+                   "latency", self.queue)
                 self.hosts.append({"name": name, "namespace": ns, "address": addr, "island": i})
 
 
@@ -390,9 +397,18 @@ def main(argv):
             print(f"hosts: no host '{argv[1]}' in GOSSAMER_HOSTS", file=sys.stderr)
             return 2
         os.execvp("ip", ["ip", "netns", "exec", match[0]["namespace"], *argv[3:]])
-    stats = None
-    if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--stats":
-        stats = argv[3]
+    stats, queue_ms = None, 100.0
+    while len(argv) >= 4 and argv[0] == "run" and argv[2] in ("--stats", "--queue-ms"):
+        if argv[2] == "--stats":
+            stats = argv[3]
+        else:
+            try:
+                queue_ms = float(argv[3])
+            except ValueError:
+                queue_ms = -1
+            if not 1 <= queue_ms <= 60000:
+                print(f"hosts: --queue-ms {argv[3]}: a number of milliseconds in [1, 60000]", file=sys.stderr)
+                return 2
         argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[0] != "run" or argv[2] != "--":
         print(__doc__.split("Usage::")[1], file=sys.stderr)
@@ -415,7 +431,7 @@ def main(argv):
     signal.signal(signal.SIGINT, stop)  # also when started in the background, where it is ignored
     child = None
     try:
-        with Hosts(spec) as h:
+        with Hosts(spec, queue_ms) as h:
             env = dict(os.environ, GOSSAMER_HOSTS=json.dumps(h.hosts),
                        GOSSAMER_HOSTS_DELAY_MS=str(spec.delay_ms),
                        GOSSAMER_HOSTS_NETWORK=json.dumps(spec.network))
