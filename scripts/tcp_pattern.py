@@ -92,8 +92,9 @@ def one_rank(args):
     acceptor.join()
     payload = b"\0" * args.bytes
     ends = []
+    hops = offsets(n)
     for k in range(args.steps):
-        d = offsets(n)[k % len(offsets(n))]
+        d = hops[k % len(hops)]
         dst, src = (r + d) % n, (r - d) % n
 
         def send(dst=dst):

@@ -289,25 +289,21 @@ class Hosts:
                            check=True, capture_output=True, text=True, timeout=30)
         return [q for q in json.loads(r.stdout) if q.get("kind") == "tbf"]
 
-    def crossed_bytes(self):
-        """Bytes (IP packets, headers included) that entered each island from
-        the others so far: what each bridge's tbf sent. A list by island."""
-        if len(self.islands) < 2:
-            return [0] * len(self.islands)
-        return [sum(q.get("bytes", 0) for q in self._tbf(self.fabric, f"br{i}")) for i in range(len(self.islands))]
-
     def link_stats(self):
-        """What the links saw so far: bytes into each island from the others
-        (crossed_bytes), packets each tbf dropped (its queue full: 100 ms at
-        its rate), by island link and by host, and the hosts' TCP segments
-        retransmitted and retransmission timeouts (Tcp RetransSegs and
-        TcpExt TCPTimeouts of /proc/net in each host's namespace). A dict:
-        between_islands_bytes, into_island_bytes, island_link_drops,
-        host_link_drops, tcp_retransmitted_segments, tcp_timeouts (lists by
-        island or host, host order)."""
-        crossed = self.crossed_bytes()
-        island_drops = [sum(q.get("drops", 0) for q in self._tbf(self.fabric, f"br{i}"))
-                        if len(self.islands) > 1 else 0 for i in range(len(self.islands))]
+        """What the links saw so far: the bytes (IP packets, Ethernet and IP
+        headers included) that entered each island from the others (what each
+        bridge's tbf sent), packets each tbf dropped (its queue full), by
+        island link and by host, and the hosts' TCP segments retransmitted
+        and retransmission timeouts (Tcp RetransSegs and TcpExt TCPTimeouts
+        of /proc/net in each host's namespace). A dict: between_islands_bytes,
+        into_island_bytes, island_link_drops, host_link_drops,
+        tcp_retransmitted_segments, tcp_timeouts (lists by island or host,
+        host order)."""
+        crossed, island_drops = [], []
+        for i in range(len(self.islands)):
+            bridge = self._tbf(self.fabric, f"br{i}") if len(self.islands) > 1 else []
+            crossed.append(sum(q.get("bytes", 0) for q in bridge))
+            island_drops.append(sum(q.get("drops", 0) for q in bridge))
         host_drops, retrans, timeouts = [], [], []
         for h in self.hosts:
             host_drops.append(sum(q.get("drops", 0) for q in self._tbf(h["namespace"], "eth0")))

@@ -150,6 +150,24 @@ bool settledLocked(RequestState& s) {
 
 }  // namespace detail
 
+namespace {
+// While it lives, the calling thread counts as waiting (threadWaitSeconds),
+// on the SDK's clock (a simulator's time in a simulation).
+class CountedWait {
+ public:
+  CountedWait() = default;
+  CountedWait(const CountedWait&) = delete;
+  CountedWait& operator=(const CountedWait&) = delete;
+  ~CountedWait() {
+    detail::addThreadWait(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+};
+}  // namespace
+
 bool Request::waitFor(double timeoutSeconds) {
   GOSSAMER_ENFORCE(state_, "wait on an empty Request");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
@@ -160,15 +178,8 @@ bool Request::waitFor(double timeoutSeconds) {
     state_->firstWaitNanos.store(
         std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
         std::memory_order_relaxed);
-  // The time this thread is blocked here counts as waiting
-  // (threadWaitSeconds), on the SDK's clock (a simulator's time in a simulation).
-  struct Waited {
-    Clock::time_point start = Clock::now();
-    ~Waited() {
-      detail::addThreadWait(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-    }
-  } waited;
+  // The time this thread is blocked here counts as waiting.
+  const CountedWait waited;
   if (state_->engine && state_->engine->keepsTime()) {
     // A simulator's engine: the timeout is its time; a failure throws here.
     state_->engine->waitFor(*state_, timeoutSeconds);
@@ -204,13 +215,7 @@ int Request::waitAny(std::span<Request> requests, double timeoutSeconds) {
     return -1;
   };
   if (states.empty()) return -1;
-  struct Waited {  // counts as waiting (threadWaitSeconds), as in waitFor
-    Clock::time_point start = Clock::now();
-    ~Waited() {
-      detail::addThreadWait(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-    }
-  } waited;
+  const CountedWait waited;
   auto* engine = states.front()->engine.get();
   if (oneEngine && engine != nullptr && engine->keepsTime()) {
     engine->waitForAny(states, timeoutSeconds);
@@ -221,8 +226,9 @@ int Request::waitAny(std::span<Request> requests, double timeoutSeconds) {
                                              std::chrono::duration<double>(timeoutSeconds));
   constexpr auto kSlice = std::chrono::microseconds(200);
   for (;;) {
-    for (auto* s : states)
-      if (s->engine) s->engine->poke();
+    for (std::size_t k = 0; k < states.size(); ++k)  // each engine once (a transport's requests share one)
+      if (states[k]->engine && (k == 0 || states[k]->engine != states[k - 1]->engine))
+        states[k]->engine->poke();
     if (const int k = settled(); k >= 0) return k;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return -1;
