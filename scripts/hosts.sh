@@ -25,6 +25,7 @@
 #          --link-stats FILE (what the links saw, JSON: bytes between islands, tbf drops, TCP retransmissions)
 #          --ranks-per-host K (default 1)
 #          --queue-ms MS (each tbf's queue, milliseconds at its rate; default 100)
+#          --initcwnd N (TCP connections start with a window of N segments; default the kernel's, 10)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
     --timeout) limit="$2"; shift ;;
     --link-stats) linkstats+=(--stats "$2"); shift ;;
     --queue-ms) linkstats+=(--queue-ms "$2"); shift ;;
+    --initcwnd) linkstats+=(--initcwnd "$2"); shift ;;
     --ranks-per-host) per="$2"; shift ;;
     --inside) inside=1 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0"; exit 0 ;;

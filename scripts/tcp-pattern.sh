@@ -5,7 +5,7 @@
 # prints both sides' seconds per step and their ratio, and writes
 # results/tcp-pattern.json. Needs root (namespaces). See
 # scripts/tcp_pattern.py for the options.
-#   scripts/tcp-pattern.sh [--shape lan-wan] [--queue-ms 100] [--steps 60] [--rounds 3]
+#   scripts/tcp-pattern.sh [--shape lan-wan] [--queue-ms 100] [--steps 60] [--rounds 3] [--initcwnd 300]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

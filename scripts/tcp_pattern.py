@@ -17,13 +17,17 @@ with no Gossamer code at all:
         (--tbf --receive-unshaped), its messages the same size (--params),
         --compute-ms of compute per step.
 
+With --initcwnd N each round also runs the real side on hosts whose TCP
+connections start with a window of N segments (hosts.py run --initcwnd),
+which takes TCP's window growth out of the real step.
+
 Seconds per step on each side: per rank, (time at the last step - time at
 step --skip) / the steps between, averaged over ranks. Rounds interleave the
 two sides; the medians and their ratio (sim / real) are printed, with the
 tbf drops and TCP retransmissions of the real runs (hosts.py --stats), and
 written to results/tcp-pattern.json.
 
-    scripts/tcp-pattern.sh [--shape lan-wan] [--queue-ms 100] [--steps 60] [--rounds 3]
+    scripts/tcp-pattern.sh [--shape lan-wan] [--queue-ms 100] [--steps 60] [--rounds 3] [--initcwnd 300]
 
 Inside hosts.py (internal): tcp_pattern.py --ranks ...  starts the ranks;
 tcp_pattern.py --rank R ... is one of them.
@@ -139,9 +143,10 @@ def per_step(ends_by_rank, skip):
     return statistics.mean((e[-1] - e[skip]) / (len(e) - 1 - skip) for e in ends_by_rank)
 
 
-def real_side(args, spec, stats):
+def real_side(args, spec, stats, initcwnd=None):
+    window = ["--initcwnd", str(initcwnd)] if initcwnd else []
     cmd = [sys.executable, os.path.join(ROOT, "tests", "hosts", "hosts.py"), "run", spec, "--stats", stats,
-           "--queue-ms", str(args.queue_ms), "--", sys.executable, os.path.abspath(__file__), "--ranks",
+           "--queue-ms", str(args.queue_ms), *window, "--", sys.executable, os.path.abspath(__file__), "--ranks",
            "--steps", str(args.steps), "--bytes", str(args.bytes), "--delay-ms", str(args.delay_ms),
            "--compute-ms", str(args.compute_ms)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -180,6 +185,9 @@ def main(argv):
     ap.add_argument("--delay-ms", type=float, default=None, help="default: the shape's delay between islands")
     ap.add_argument("--compute-ms", type=float, default=1.5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--initcwnd", type=int, default=None,
+                    help="also run the real side with TCP connections that start with this many segments "
+                    "(hosts.py --initcwnd), interleaved")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "tcp-pattern.json"))
     ap.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -196,8 +204,9 @@ def main(argv):
     if n < 2 or n & (n - 1) or args.steps <= args.skip + 1 or args.bytes < 12 or (args.bytes - 8) % 4:
         raise SystemExit("tcp-pattern: a world size that is a power of two (>= 2), --steps > --skip + 1, "
                          "and --bytes = 8 + 4P (P >= 1)")
-    reals, sims, drops, resent = [], [], [], []
-    print(f"{'round':>5} {'real s/step':>12} {'sim s/step':>12} {'drops':>7} {'resent':>7}", flush=True)
+    reals, sims, drops, resent, widened = [], [], [], [], []
+    wide = f" {'real iw ' + str(args.initcwnd):>14}" if args.initcwnd else ""
+    print(f"{'round':>5} {'real s/step':>12}{wide} {'sim s/step':>12} {'drops':>7} {'resent':>7}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         spec = os.path.join(tmp, "spec.yaml")
         with open(spec, "w") as f:
@@ -205,19 +214,29 @@ def main(argv):
                     f"  between_gbps: {between:g}\n  between_delay_ms: {args.delay_ms:g}\n")
         for k in range(args.rounds):
             real, seen = real_side(args, spec, os.path.join(tmp, "links.json"))
+            if args.initcwnd:
+                widened.append(real_side(args, spec, os.path.join(tmp, "links-wide.json"), args.initcwnd)[0])
             sim = sim_side(args, network, tmp)
             reals.append(real)
             sims.append(sim)
             drops.append(sum(seen["island_link_drops"]) + sum(seen["host_link_drops"]))
             resent.append(sum(seen["tcp_retransmitted_segments"]))
-            print(f"{k:>5} {real:12.4f} {sim:12.4f} {drops[-1]:>7} {resent[-1]:>7}", flush=True)
+            wide = f" {widened[-1]:14.4f}" if args.initcwnd else ""
+            print(f"{k:>5} {real:12.4f}{wide} {sim:12.4f} {drops[-1]:>7} {resent[-1]:>7}", flush=True)
     real, sim = statistics.median(reals), statistics.median(sims)
+    result = {"arguments": vars(args), "network": network, "real_seconds_per_step": real,
+              "sim_seconds_per_step": sim, "ratio": sim / real, "real_rounds": reals, "sim_rounds": sims,
+              "drops": drops, "tcp_retransmitted_segments": resent}
     print(f"median: real {real:.4f} s/step, simulated {sim:.4f} s/step, ratio {sim / real:.3f}")
+    if args.initcwnd:
+        wide = statistics.median(widened)
+        result.update({"real_initcwnd_seconds_per_step": wide, "ratio_initcwnd": sim / wide,
+                       "real_initcwnd_rounds": widened})
+        print(f"median with an initial window of {args.initcwnd} segments: real {wide:.4f} s/step, "
+              f"ratio {sim / wide:.3f}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"arguments": vars(args), "network": network, "real_seconds_per_step": real,
-                   "sim_seconds_per_step": sim, "ratio": sim / real, "real_rounds": reals, "sim_rounds": sims,
-                   "drops": drops, "tcp_retransmitted_segments": resent}, f, indent=1)
+        json.dump(result, f, indent=1)
     print(f"wrote {os.path.relpath(args.out, ROOT)}")
     return 0
 

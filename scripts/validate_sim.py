@@ -21,16 +21,23 @@ the steps between, averaged over ranks (the real records' time is the
 machine's, the simulated ones' the simulation's). Rounds interleave real and
 simulated runs job by job; with several rounds the medians are compared.
 
-Prints a table (shape, job, real and simulated seconds per step, ratio,
+The real network's TCP regime: each tbf's queue (--queue-ms, default 100 ms
+at its rate) and the hosts' initial TCP window (--initcwnd segments, default
+the kernel's 10); --regimes QUEUE_MS[:INITCWND],... runs each job under
+several, interleaved within each round, against the same simulation.
+
+Prints a table (shape, job, [regime,] real and simulated seconds per step, ratio,
 error) and writes results/validate-sim.json: arguments, shapes, and rows
-(shape, job, config, overrides, hosts, real_seconds_per_step,
+(shape, job, config, overrides, hosts, queue_ms, initcwnd, real_seconds_per_step,
 sim_seconds_per_step, ratio (sim / real), error (|ratio - 1|), the rounds'
 values, steps, real and simulated bytes sent, and the real runs' medians of
 packets the islands' links dropped, TCP segments retransmitted and TCP
 retransmission timeouts: scripts/hosts.sh --link-stats), and per shape the geometric
-mean error (exp(mean(log(ratio)))'s distance from 1 taken per job's |log|).
+mean error (exp(mean(log(ratio)))'s distance from 1 taken per job's |log|),
+the largest and the jobs within 15% (per shape and regime with --regimes).
 
     scripts/validate-sim.sh [--shapes a,b] [--jobs ring,crossover-sync,...] [--rounds 1]
+        [--queue-ms 100] [--initcwnd N] [--regimes 100,1000,1000:300]
 """
 import argparse
 import glob
@@ -97,7 +104,30 @@ def network_sets(shape):
             f"network.between_gbps={between:g}", f"network.between_delay_ms={delay:g}"]
 
 
-def one_round(shape, job, tmp, args, k):
+def parse_regimes(text):
+    """`--regimes` "100,1000,1000:300": each item a tbf queue in ms and, after a colon, an initial TCP window in
+    segments (none: the kernel's); a list of (queue_ms, initcwnd or None)."""
+    regimes = []
+    for item in text.split(","):
+        queue, _, window = item.partition(":")
+        try:
+            regime = (float(queue), int(window) if window else None)
+        except ValueError:
+            raise SystemExit(f"validate-sim: --regimes item '{item}': QUEUE_MS or QUEUE_MS:SEGMENTS") from None
+        if not 1 <= regime[0] <= 60000 or (regime[1] is not None and not 1 <= regime[1] <= 1000):
+            raise SystemExit(f"validate-sim: --regimes item '{item}': a queue in [1, 60000] ms, a window in "
+                             "[1, 1000] segments")
+        regimes.append(regime)
+    return regimes
+
+
+def regime_name(regime):
+    """"queue 100 ms" or "queue 1000 ms, initcwnd 300"."""
+    queue, window = regime
+    return f"queue {queue:g} ms" + (f", initcwnd {window}" if window else "")
+
+
+def one_round(shape, job, tmp, args, k, regime):
     config, sets = JOBS[job]
     cfg = os.path.join(ROOT, "examples", "configs", config + ".yaml")
     common = sets + ["training.epochs=1", f"data.train_limit={args.train_limit}", "data.test_limit=200",
@@ -107,11 +137,15 @@ def one_round(shape, job, tmp, args, k):
     with open(spec, "w") as f:
         f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
                 f"  between_gbps: {between:g}\n  between_delay_ms: {delay:g}\n")
-    real_dir = os.path.join(tmp, f"real-{shape}-{job}-{k}")
+    queue_ms, initcwnd = regime
+    tag = f"-q{queue_ms:g}" + (f"-w{initcwnd}" if initcwnd else "") if len(args.regimes) > 1 else ""
+    real_dir = os.path.join(tmp, f"real-{shape}-{job}{tag}-{k}")
     links = real_dir + ".links.json"
     cmd = ["bash", "scripts/hosts.sh", "--spec", spec, "--config", cfg, "--timeout", "600",
            "--summary-json", os.path.join(tmp, "summary.json"), "--link-stats", links, "--queue-ms",
-           f"{args.queue_ms:g}"]
+           f"{queue_ms:g}"]
+    if initcwnd:
+        cmd += ["--initcwnd", str(initcwnd)]
     for s in common + [f"run.dir={real_dir}"]:
         cmd += ["--set", s]
     if not (args.reuse and glob.glob(os.path.join(real_dir, "rank-*.jsonl"))):
@@ -122,7 +156,7 @@ def one_round(shape, job, tmp, args, k):
         with open(links) as f:
             seen = json.load(f)
 
-    sim_dir = os.path.join(tmp, f"sim-{shape}-{job}-{k}")
+    sim_dir = os.path.join(tmp, f"sim-{shape}-{job}{tag}-{k}")
     for old in glob.glob(os.path.join(sim_dir, "*")):
         os.remove(old)
     cmd = [os.path.join(BUILD, "apps", "gossamer-sim"), cfg, "--world-size", "8", "--steps", str(steps),
@@ -140,6 +174,21 @@ def one_round(shape, job, tmp, args, k):
             "real_tcp_timeouts": sum(seen.get("tcp_timeouts", []))}
 
 
+def job_row(shape, job, regime, rounds):
+    """One job's row on one shape under one regime: the medians of its rounds and their ratio."""
+    real = statistics.median(r["real"] for r in rounds)
+    sim = statistics.median(r["sim"] for r in rounds)
+    ratio = sim / real
+    return {"shape": shape, "job": job, "config": JOBS[job][0], "overrides": JOBS[job][1], "hosts": 8,
+            "inside_gbps": SHAPES[shape][0], "between_gbps": SHAPES[shape][1],
+            "between_delay_ms": SHAPES[shape][2], "queue_ms": regime[0], "initcwnd": regime[1],
+            "real_seconds_per_step": real, "sim_seconds_per_step": sim, "ratio": ratio, "error": abs(ratio - 1),
+            "real_rounds": [r["real"] for r in rounds], "sim_rounds": [r["sim"] for r in rounds],
+            "steps": rounds[0]["steps"], "real_bytes_sent": rounds[0]["real_bytes_sent"],
+            "sim_bytes_sent": rounds[0]["sim_bytes_sent"],
+            **{key: statistics.median(r[key] for r in rounds) for key in LINK_COUNTERS}}
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
@@ -149,6 +198,12 @@ def main(argv):
     ap.add_argument("--skip", type=int, default=5, help="steps before the timed window")
     ap.add_argument("--queue-ms", type=float, default=100,
                     help="the real runs' tbf queues, milliseconds at their rates (hosts.sh --queue-ms)")
+    ap.add_argument("--initcwnd", type=int, default=None,
+                    help="the real runs' TCP connections start with a window of this many segments "
+                    "(hosts.sh --initcwnd; default: the kernel's, 10)")
+    ap.add_argument("--regimes", default=None,
+                    help="run each job under several real-network regimes, interleaved: QUEUE_MS[:INITCWND],... "
+                    "(replaces --queue-ms and --initcwnd; e.g. 100,1000,1000:300)")
     ap.add_argument("--inside-latency-us", type=float, default=30)
     ap.add_argument("--cfg", action="append", default=None,
                     help="SimGrid --cfg items (default: latency and bandwidth factors 1: --tbf counts TCP's "
@@ -160,6 +215,8 @@ def main(argv):
     args = ap.parse_args(argv)
     if args.cfg is None:
         args.cfg = ["network/latency-factor:1", "network/bandwidth-factor:1"]
+    args.regimes = (parse_regimes(args.regimes) if args.regimes else
+                    parse_regimes(f"{args.queue_ms:g}" + (f":{args.initcwnd}" if args.initcwnd else "")))
     shapes, jobs = args.shapes.split(","), args.jobs.split(",")
     for s in shapes:
         if s not in SHAPES:
@@ -169,39 +226,41 @@ def main(argv):
             raise SystemExit(f"validate-sim: unknown job {j} ({', '.join(JOBS)})")
 
     rows = []
-    print(f"{'shape':<8} {'job':<30} {'real s/step':>12} {'sim s/step':>12} {'ratio':>7} {'error':>7}", flush=True)
+    several = len(args.regimes) > 1
+    print(f"{'shape':<8} {'job':<30} {'regime' if several else '':<28} {'real s/step':>12} {'sim s/step':>12} "
+          f"{'ratio':>7} {'error':>7}", flush=True)
     with tempfile.TemporaryDirectory(prefix="validate-sim-") as scratch:
         tmp = os.path.abspath(args.keep) if args.keep else scratch
         os.makedirs(tmp, exist_ok=True)
         for shape in shapes:
             for job in jobs:
-                rounds = [one_round(shape, job, tmp, args, k) for k in range(args.rounds)]
-                real = statistics.median(r["real"] for r in rounds)
-                sim = statistics.median(r["sim"] for r in rounds)
-                ratio = sim / real
-                row = {"shape": shape, "job": job, "config": JOBS[job][0], "overrides": JOBS[job][1], "hosts": 8,
-                       "inside_gbps": SHAPES[shape][0], "between_gbps": SHAPES[shape][1],
-                       "between_delay_ms": SHAPES[shape][2], "real_seconds_per_step": real,
-                       "sim_seconds_per_step": sim, "ratio": ratio, "error": abs(ratio - 1),
-                       "real_rounds": [r["real"] for r in rounds], "sim_rounds": [r["sim"] for r in rounds],
-                       "steps": rounds[0]["steps"], "real_bytes_sent": rounds[0]["real_bytes_sent"],
-                       "sim_bytes_sent": rounds[0]["sim_bytes_sent"],
-                       **{key: statistics.median(r[key] for r in rounds) for key in LINK_COUNTERS}}
-                rows.append(row)
-                print(f"{shape:<8} {job:<30} {real:12.4f} {sim:12.4f} {ratio:7.3f} {abs(ratio - 1):7.1%}", flush=True)
+                rounds = {g: [] for g in args.regimes}
+                for k in range(args.rounds):  # the regimes interleave round by round
+                    for g in args.regimes:
+                        rounds[g].append(one_round(shape, job, tmp, args, k, g))
+                for g in args.regimes:
+                    row = job_row(shape, job, g, rounds[g])
+                    rows.append(row)
+                    print(f"{shape:<8} {job:<30} {regime_name(g) if several else '':<28} "
+                          f"{row['real_seconds_per_step']:12.4f} {row['sim_seconds_per_step']:12.4f} "
+                          f"{row['ratio']:7.3f} {row['error']:7.1%}", flush=True)
     summary = {}
     for shape in shapes:
-        logs = [abs(math.log(r["ratio"])) for r in rows if r["shape"] == shape]
-        summary[shape] = {"geometric_mean_error": math.exp(statistics.mean(logs)) - 1,
-                          "max_error": max(r["error"] for r in rows if r["shape"] == shape),
-                          "jobs": len(logs)}
-        print(f"{shape}: geometric mean error {summary[shape]['geometric_mean_error']:.1%}, "
-              f"largest {summary[shape]['max_error']:.1%} over {len(logs)} jobs")
+        for g in args.regimes:
+            key = f"{shape}, {regime_name(g)}" if several else shape
+            of = [r for r in rows if r["shape"] == shape and (r["queue_ms"], r["initcwnd"]) == g]
+            logs = [abs(math.log(r["ratio"])) for r in of]
+            summary[key] = {"geometric_mean_error": math.exp(statistics.mean(logs)) - 1,
+                            "max_error": max(r["error"] for r in of), "jobs": len(logs),
+                            "within_15_percent": sum(1 for r in of if r["error"] <= 0.15)}
+            print(f"{key}: geometric mean error {summary[key]['geometric_mean_error']:.1%}, "
+                  f"largest {summary[key]['max_error']:.1%} over {len(logs)} jobs")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"arguments": vars(args), "shapes": {k: dict(zip(["inside_gbps", "between_gbps",
                                                                     "between_delay_ms"], v))
                                                         for k, v in SHAPES.items() if k in shapes},
+                   "regimes": [{"queue_ms": q, "initcwnd": w, "name": regime_name((q, w))} for q, w in args.regimes],
                    "summary": summary, "rows": rows}, f, indent=1)
     print(f"wrote {os.path.relpath(args.out, ROOT)}")
 

@@ -50,7 +50,7 @@ the file and the key.
 
 Usage::
 
-    hosts.py run SPEC [--stats FILE] [--queue-ms MS] -- COMMAND...
+    hosts.py run SPEC [--stats FILE] [--queue-ms MS] [--initcwnd N] -- COMMAND...
                                       # set up, run COMMAND in the root
                                       # namespace with GOSSAMER_HOSTS set,
                                       # tear down; exits with its status;
@@ -58,7 +58,10 @@ Usage::
                                       # (JSON: bytes between islands, tbf
                                       # drops, TCP retransmissions);
                                       # --queue-ms: each tbf's queue in ms
-                                      # at its rate (default 100)
+                                      # at its rate (default 100);
+                                      # --initcwnd N: TCP connections
+                                      # start with a window of N segments
+                                      # (default: the kernel's, 10)
     hosts.py exec HOST -- COMMAND...  # (inside COMMAND) run in host HOST
     hosts.py clean                    # remove what dead runs left behind
 
@@ -69,6 +72,7 @@ section for one rank per host in that order: the spec's own (JSON:
 islands, inside_gbps, between_gbps, between_delay_ms, defaults filled in).
 """
 
+import argparse
 import json
 import math
 import os
@@ -262,12 +266,14 @@ def clean():
 class Hosts:
     """Builds the namespaces of a spec; use as a context manager."""
 
-    def __init__(self, spec, queue_ms=100):
-        """`queue_ms`: each tbf's queue, in milliseconds at its rate (tc's latency)."""
+    def __init__(self, spec, queue_ms=100, initcwnd=None):
+        """`queue_ms`: each tbf's queue, in milliseconds at its rate (tc's latency); `initcwnd`: if set, the
+        hosts' routes start each TCP connection's congestion and receive windows at that many segments."""
         self.islands = spec.islands
         self.inside_rate = spec.inside_rate
         self.between_rate = spec.between_rate
         self.queue = f"{queue_ms:g}ms"
+        self.initcwnd = initcwnd
         self.prefix = f"gsm{os.getpid()}-"
         self.fabric = self.prefix + "fab"
         self.hosts = []
@@ -348,7 +354,16 @@ class Hosts:
                 ip("-n", ns, "route", "add", "default", "via", f"{NET}.{i}.254")
                 tc(ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst(rate),
                    "latency", self.queue)
+                if self.initcwnd:
+                    self._set_initial_windows(ns)
                 self.hosts.append({"name": name, "namespace": ns, "address": addr, "island": i})
+
+
+    def _set_initial_windows(self, ns):
+        """Every route of host namespace `ns` (its island's subnet, its default) with initcwnd and initrwnd."""
+        for route in ip("-n", ns, "route", "show").stdout.splitlines():
+            ip("-n", ns, "route", "change", *route.split(), "initcwnd", str(self.initcwnd), "initrwnd",
+               str(self.initcwnd))
 
 
 def gbps(rate):
@@ -382,6 +397,26 @@ def can_make_namespaces():
         ip("netns", "del", probe, check=False)
 
 
+def run_options(argv):
+    """`hosts.py run`'s arguments before its `--`: SPEC and the options; an exit status (2) if they are bad."""
+    ap = argparse.ArgumentParser(prog="hosts.py run", add_help=False)
+    ap.add_argument("spec")
+    ap.add_argument("--stats", default=None)
+    ap.add_argument("--queue-ms", type=float, default=100.0)
+    ap.add_argument("--initcwnd", type=int, default=None)
+    try:
+        options = ap.parse_args(argv)
+    except SystemExit:
+        return 2
+    if not 1 <= options.queue_ms <= 60000:
+        print(f"hosts: --queue-ms {options.queue_ms:g}: a number of milliseconds in [1, 60000]", file=sys.stderr)
+        return 2
+    if options.initcwnd is not None and not 1 <= options.initcwnd <= 1000:
+        print(f"hosts: --initcwnd {options.initcwnd}: a number of segments in [1, 1000]", file=sys.stderr)
+        return 2
+    return options
+
+
 def main(argv):
     if len(argv) >= 1 and argv[0] == "clean":
         print(f"hosts: removed {clean()} namespace(s) of runs that are gone")
@@ -393,22 +428,15 @@ def main(argv):
             print(f"hosts: no host '{argv[1]}' in GOSSAMER_HOSTS", file=sys.stderr)
             return 2
         os.execvp("ip", ["ip", "netns", "exec", match[0]["namespace"], *argv[3:]])
-    stats, queue_ms = None, 100.0
-    while len(argv) >= 4 and argv[0] == "run" and argv[2] in ("--stats", "--queue-ms"):
-        if argv[2] == "--stats":
-            stats = argv[3]
-        else:
-            try:
-                queue_ms = float(argv[3])
-            except ValueError:
-                queue_ms = -1
-            if not 1 <= queue_ms <= 60000:
-                print(f"hosts: --queue-ms {argv[3]}: a number of milliseconds in [1, 60000]", file=sys.stderr)
-                return 2
-        argv = argv[:2] + argv[4:]
-    if len(argv) < 4 or argv[0] != "run" or argv[2] != "--":
+    if len(argv) < 4 or argv[0] != "run" or "--" not in argv[2:] or argv.index("--", 2) == len(argv) - 1:
         print(__doc__.split("Usage::")[1], file=sys.stderr)
         return 2
+    cut = argv.index("--", 2)
+    options = run_options(argv[1:cut])
+    if isinstance(options, int):
+        return options
+    argv = ["run", options.spec, "--", *argv[cut + 1:]]
+    stats = options.stats
     try:
         spec = load_spec(argv[1])
     except SpecError as e:
@@ -427,7 +455,7 @@ def main(argv):
     signal.signal(signal.SIGINT, stop)  # also when started in the background, where it is ignored
     child = None
     try:
-        with Hosts(spec, queue_ms) as h:
+        with Hosts(spec, options.queue_ms, options.initcwnd) as h:
             env = dict(os.environ, GOSSAMER_HOSTS=json.dumps(h.hosts),
                        GOSSAMER_HOSTS_DELAY_MS=str(spec.delay_ms),
                        GOSSAMER_HOSTS_NETWORK=json.dumps(spec.network))

@@ -2,8 +2,8 @@
 # Suite smoke test of the test hosts: a 4-rank Crossover-SGD job on 4
 # namespace hosts in two islands (tests/hosts/smoke.yaml), one epoch on 6,000
 # images. Checks that every rank finished and learnt, that traffic crossed
-# the islands (and the link statistics say so), and that no namespace of the
-# run is left. Exits 77 (skipped)
+# the islands (and the link statistics say so), that --initcwnd sets the
+# hosts' routes, and that no namespace of the run is left. Exits 77 (skipped)
 # where namespaces cannot be made.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,6 +29,14 @@ links '(.tcp_retransmitted_segments | length) == 4 and (.tcp_timeouts | length) 
 links '[.island_link_drops[], .host_link_drops[], .tcp_retransmitted_segments[], .tcp_timeouts[]]
        | all(type == "number" and . >= 0)' "counters are counts"
 grep -q "10.231.0.1 10.231.0.2 10.231.1.1 10.231.1.2" "$out/log" || { echo "FAIL: hosts not in two islands"; fail=1; }
+# --initcwnd: every route of every host starts TCP's windows at that many segments; out of range is refused.
+/usr/bin/python3 "$root/tests/hosts/hosts.py" run "$root/tests/hosts/smoke.yaml" --initcwnd 40 -- bash -c \
+  'for ns in $(jq -r ".[].namespace" <<<"$GOSSAMER_HOSTS"); do ip -n "$ns" route show; done' >"$out/routes" 2>&1
+routes=$(grep -c . "$out/routes")
+widened=$(grep -c "initcwnd 40 initrwnd 40" "$out/routes")
+[ "$routes" = 8 ] && [ "$widened" = 8 ] || { cat "$out/routes"; echo "FAIL: --initcwnd 40 on $widened of $routes routes"; fail=1; }
+/usr/bin/python3 "$root/tests/hosts/hosts.py" run "$root/tests/hosts/smoke.yaml" --initcwnd 0 -- true 2>"$out/refused"
+[ $? = 2 ] && grep -q "initcwnd 0" "$out/refused" || { echo "FAIL: --initcwnd 0 was not refused"; fail=1; }
 left=$(ip netns list | grep -c '^gsm' || true)
 [ "$left" = 0 ] || { echo "FAIL: $left namespace(s) left behind"; fail=1; }
 exit "$fail"
