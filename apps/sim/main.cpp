@@ -3,12 +3,14 @@
 // topology, unchanged, over the network its `network:` section describes.
 //
 // No forward or backward pass is computed: each step a rank spends
-// --step-seconds of simulated time (its compute), or with --compute-from the
-// time that the same rank spent on its own work at the same step of a real run
-// (its run directory's step records, replayed in a cycle: compute_s, the
-// forward and backward pass, plus communication_s, the SDK's own work in the
-// step when not waiting for a peer, which the simulation does not charge),
-// then calls the optimizer's
+// sim.step_seconds (--step-seconds) of simulated time (its compute), or with
+// sim.compute_from (--compute-from) the time that the same rank spent on its
+// own work at the same step of a real run (its run directory's step records,
+// replayed in a cycle: compute_s, the forward and backward pass, plus
+// communication_s, the SDK's own work in the step when not waiting for a
+// peer, which the simulation does not charge), times the `sim:` section's
+// straggler factor and jitter draw for that rank and step
+// (apps/train/sim_config.hpp), then calls the optimizer's
 // step with a zero gradient on parameters of the model's real size
 // (`model:`, Fashion-MNIST's 784 inputs and 10 classes, or --params). Ranks
 // start from different parameters (r + 0.001 (i mod 10) at rank r, element
@@ -43,6 +45,7 @@
 #include "gossamer/store.hpp"
 #include "gossamer/transports/simgrid.hpp"
 #include "model.hpp"
+#include "sim_config.hpp"
 #include "train_config.hpp"
 
 namespace {
@@ -58,28 +61,28 @@ struct Options {
   int worldSize = 0;  // 0: the config's
   int islands = 0;    // 0: the config's network.islands
   int steps = 20;
-  double stepSeconds = 0;
-  std::size_t params = 0;  // 0: the model's
+  std::string stepSeconds;  // "" unless given: sim.step_seconds
+  std::size_t params = 0;   // 0: the model's
   double insideLatencyUs = 50;
   bool receiveUnshaped = false;
   bool tbf = false;
-  bool wholeRun = false;  // the optimizer is told that the run ends after `steps`
-  std::string platformFile;
-  std::string computeFrom;                 // a real run's directory: per-rank, per-step compute
+  bool wholeRun = false;                   // the optimizer is told that the run ends after `steps`
+  std::string platformFile;                // "" unless given: sim.platform
+  std::string computeFrom;                 // "" unless given: sim.compute_from
   std::vector<std::string> simgridConfig;  // SimGrid --cfg items
   std::string jsonPath;
 };
 
 // Each rank's processor seconds per step from a run directory's step records
 // (rank-R.jsonl: compute_s + communication_s; a record of k steps counts as
-// k steps of a k-th of that).
+// k steps of a k-th of that): sim.compute_from.
 // Throws when a rank's file is missing or holds no step record.
 std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize) {
   std::vector<std::vector<double>> out(static_cast<std::size_t>(worldSize));
   for (int r = 0; r < worldSize; ++r) {
     const std::string path = dir + "/rank-" + std::to_string(r) + ".jsonl";
     std::ifstream in(path);
-    GOSSAMER_ENFORCE(in, "--compute-from: cannot read " << path);
+    GOSSAMER_ENFORCE(in, "sim.compute_from: cannot read " << path);
     auto& mine = out[static_cast<std::size_t>(r)];
     std::string line;
     for (int at = 1; std::getline(in, line); ++at) {
@@ -92,7 +95,7 @@ std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize
                        path << ":" << at << ": a step record without steps >= 1 and compute_s >= 0");
       for (int k = 0; k < steps; ++k) mine.push_back(c / steps);
     }
-    GOSSAMER_ENFORCE(!mine.empty(), "--compute-from: " << path << " has no step record");
+    GOSSAMER_ENFORCE(!mine.empty(), "sim.compute_from: " << path << " has no step record");
   }
   return out;
 }
@@ -131,6 +134,26 @@ json latestPerStep(const std::vector<std::vector<double>>& ends, int steps) {
   return latest;
 }
 
+// Consensus distance after each of `steps` steps: the root-mean-square
+// distance of the ranks' sampled elements ([rank][step * kSampled + k]) from
+// their mean.
+json consensusDistance(const std::vector<std::vector<float>>& samples, int steps) {
+  const auto n = static_cast<double>(samples.size());
+  json distance = json::array();
+  for (int s = 0; s < steps; ++s) {
+    double sum = 0;
+    for (std::size_t k = 0; k < kSampled; ++k) {
+      const std::size_t at = static_cast<std::size_t>(s) * kSampled + k;
+      double mean = 0;
+      for (const auto& v : samples) mean += v[at];
+      mean /= n;
+      for (const auto& v : samples) sum += (v[at] - mean) * (v[at] - mean);
+    }
+    distance.push_back(std::sqrt(sum / (n * kSampled)));
+  }
+  return distance;
+}
+
 json run(const Options& o) {
   const Registry registry = [] {
     Registry r = train::makeTrainRegistry();
@@ -150,7 +173,14 @@ json run(const Options& o) {
     overrides.push_back("network.islands=" + equalIslands(n, o.islands));
   }
   overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  // The flags that stand for sim: keys win over the YAML and --set.
+  if (!o.stepSeconds.empty()) overrides.push_back("sim.step_seconds=" + o.stepSeconds);
+  if (!o.platformFile.empty()) overrides.push_back("sim.platform=" + o.platformFile);
+  if (!o.computeFrom.empty()) overrides.push_back("sim.compute_from=" + o.computeFrom);
   const Config config = registry.load(o.config, overrides);
+  const train::SimConfig sim = train::simConfigFrom(config);
+  GOSSAMER_ENFORCE(sim.platform.empty() || std::ifstream(sim.platform),
+                   "sim.platform: cannot read " << sim.platform);
   const int n = config.worldSize();
   const auto sizes = tensorSizes(config, o.params);
   std::size_t total = 0;
@@ -160,10 +190,10 @@ json run(const Options& o) {
       simgrid::Platform::fromNetwork(NetworkLayout::from(config), o.insideLatencyUs * 1e-6);
   platform.receiveUnshaped = o.receiveUnshaped;
   if (o.tbf) platform.shapeLikeNamespaceHosts();
-  platform.file = o.platformFile;
+  platform.file = sim.platform;
 
   const auto replay =
-      o.computeFrom.empty() ? std::vector<std::vector<double>>{} : computeOf(o.computeFrom, n);
+      sim.computeFrom.empty() ? std::vector<std::vector<double>>{} : computeOf(sim.computeFrom, n);
   MemoryStore store;
   // [rank][step][k]: the sampled elements after each step.
   std::vector<std::vector<float>> samples(static_cast<std::size_t>(n));
@@ -190,13 +220,15 @@ json run(const Options& o) {
         mine.reserve(static_cast<std::size_t>(o.steps) * kSampled);
         auto& ends = stepEnds[static_cast<std::size_t>(r)];
         ends.reserve(static_cast<std::size_t>(o.steps));
+        const auto factor = train::computeFactors(sim, config.seed(), r, o.steps);
         for (int s = 0; s < o.steps; ++s) {
+          const auto at = static_cast<std::size_t>(s);
+          double compute = sim.stepSeconds;
           if (!replay.empty()) {
             const auto& mineCompute = replay[static_cast<std::size_t>(r)];
-            simgrid::sleepFor(mineCompute[static_cast<std::size_t>(s) % mineCompute.size()]);
-          } else if (o.stepSeconds > 0) {
-            simgrid::sleepFor(o.stepSeconds);
+            compute = mineCompute[at % mineCompute.size()];
           }
+          if (compute * factor[at] > 0) simgrid::sleepFor(compute * factor[at]);
           opt.step(x, g);
           ends.push_back(simgrid::now());
           for (std::size_t k = 0; k < kSampled; ++k) mine.push_back(x[k * total / kSampled]);
@@ -212,19 +244,7 @@ json run(const Options& o) {
     for (const auto& e : outcome.errors) all += "\n  " + e;
     throw Error("gossamer-sim: " + std::to_string(outcome.errors.size()) + " rank(s) failed:" + all);
   }
-  // Consensus distance after each step, over the sampled elements.
-  json distance = json::array();
-  for (int s = 0; s < o.steps; ++s) {
-    double sum = 0;
-    for (std::size_t k = 0; k < kSampled; ++k) {
-      const std::size_t at = static_cast<std::size_t>(s) * kSampled + k;
-      double mean = 0;
-      for (const auto& v : samples) mean += v[at];
-      mean /= n;
-      for (const auto& v : samples) sum += (v[at] - mean) * (v[at] - mean);
-    }
-    distance.push_back(std::sqrt(sum / (static_cast<double>(n) * kSampled)));
-  }
+  const json distance = consensusDistance(samples, o.steps);
   const double last = *std::max_element(finished.begin(), finished.end());
   const json stepEnd = latestPerStep(stepEnds, o.steps);
   return json{{"algorithm", algorithm},
@@ -235,12 +255,16 @@ json run(const Options& o) {
               {"between_gbps", platform.betweenBytesPerSecond * 8 / 1e9},
               {"between_delay_ms", platform.betweenLatencySeconds * 1e3},
               {"inside_latency_us", o.insideLatencyUs},
-              {"platform_file", o.platformFile},
+              {"platform_file", sim.platform},
               {"parameters", total},
               {"steps", o.steps},
               {"whole_run", o.wholeRun},
-              {"step_compute_seconds", o.stepSeconds},
-              {"compute_from", o.computeFrom},
+              {"step_compute_seconds", sim.stepSeconds},
+              {"compute_from", sim.computeFrom},
+              {"slow_ranks", sim.slowRanks},
+              {"slow_factor", sim.slowFactor},
+              {"jitter", sim.jitter},
+              {"jitter_scale", sim.jitterScale},
               {"replicated_model", replicated},
               {"simulated_seconds_per_step", last / o.steps},
               {"bytes_sent", outcome.bytesSent},
@@ -264,7 +288,7 @@ int main(int argc, char** argv) {
   app.add_option("--islands", o.islands, "network.islands: this many equal islands (default: the config's)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", o.steps, "optimizer steps per rank")->check(CLI::Range(1, 1000000));
-  app.add_option("--step-seconds", o.stepSeconds, "simulated compute per step, seconds")
+  app.add_option("--step-seconds", o.stepSeconds, "simulated compute per step, seconds (sim.step_seconds)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--params", o.params, "parameters (float32 elements) instead of the model's");
   app.add_option("--inside-latency-us", o.insideLatencyUs, "one-way latency inside an island, microseconds")
@@ -277,11 +301,13 @@ int main(int argc, char** argv) {
   app.add_flag("--whole-run", o.wholeRun,
                "the steps are the whole training run: the optimizer is told so, as gossamer-train's session "
                "tells it (DiLoCo and A2SGD end with a synchronising round at the last step)");
-  app.add_option("--platform", o.platformFile, "a SimGrid platform file with hosts rank-0 .. rank-N-1")
+  app.add_option("--platform", o.platformFile,
+                 "a SimGrid platform file with hosts rank-0 .. rank-N-1 (sim.platform)")
       ->check(CLI::ExistingFile);
   app.add_option(
          "--compute-from", o.computeFrom,
-         "a real run's directory: each rank replays its recorded compute_s + communication_s step by step")
+         "a real run's directory: each rank replays its recorded compute_s + communication_s step by step "
+         "(sim.compute_from)")
       ->check(CLI::ExistingDirectory);
   app.add_option(
       "--cfg", o.simgridConfig,

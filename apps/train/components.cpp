@@ -4,6 +4,7 @@
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/builtins.hpp"
+#include "sim_config.hpp"
 #include "train_config.hpp"
 
 namespace gossamer::train {
@@ -14,6 +15,7 @@ Registry makeTrainRegistry() {
   topologies::registerBuiltins(r);
   optimizers::registerBuiltins(r);
   registerTrainSections(r);
+  registerSimSection(r);
   return r;
 }
 

@@ -112,3 +112,108 @@ TEST_CASE("gossamer-sim --whole-run tells the optimizer its last step as a train
   CHECK(whole["bytes_between_islands"].get<double>() > 10 * open["bytes_between_islands"].get<double>());
   CHECK(whole["simulated_seconds_per_step"].get<double>() > open["simulated_seconds_per_step"].get<double>());
 }
+
+namespace {
+
+// quickstart-allreduce.yaml with `extra` appended (a `sim:` section), in `dir`.
+std::string jobWith(const TempDir& dir, const std::string& name, const std::string& extra) {
+  const std::string path = dir / (name + ".yaml");
+  gossamer::testing::writeFile(path,
+                               gossamer::testing::readFile(gossamer::testing::sourceDir() +
+                                                           "/examples/configs/quickstart-allreduce.yaml") +
+                                   "\n" + extra);
+  return path;
+}
+
+// The step of an 8-rank AllReduce-SGD job (ring allreduce) in 2 islands, `steps` steps, with the extra
+// arguments.
+nlohmann::json allreduceStep(const TempDir& dir, const std::string& name, const std::string& config,
+                             std::vector<std::string> extra, int steps = 4) {
+  std::vector<std::string> args{config,
+                                "--world-size",
+                                "8",
+                                "--islands",
+                                "2",
+                                "--steps",
+                                std::to_string(steps),
+                                "--set",
+                                "collectives.allreduce=ring"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return simulate(dir, name, args);
+}
+
+}  // namespace
+
+TEST_CASE("gossamer-sim reads the sim section's step_seconds and its flag overrides it", "[sim]") {
+  TempDir dir;
+  const std::string plain = gossamer::testing::sourceDir() + "/examples/configs/quickstart-allreduce.yaml";
+  const auto flag = allreduceStep(dir, "flag", plain, {"--step-seconds", "0.05"});
+  const auto yaml = allreduceStep(dir, "yaml", jobWith(dir, "job", "sim:\n  step_seconds: 0.05\n"), {});
+  const auto both = allreduceStep(dir, "both", jobWith(dir, "job2", "sim:\n  step_seconds: 0.05\n"),
+                                  {"--step-seconds", "0.2"});
+  CHECK(yaml["step_compute_seconds"] == 0.05);
+  CHECK(yaml["simulated_seconds_per_step"] == flag["simulated_seconds_per_step"]);
+  CHECK(both["step_compute_seconds"] == 0.2);
+  // The allreduce is the same; the compute per step is 0.15 s longer.
+  CHECK(both["simulated_seconds_per_step"].get<double>() ==
+        Approx(flag["simulated_seconds_per_step"].get<double>() + 0.15).margin(1e-9));
+}
+
+TEST_CASE("gossamer-sim slows the sim section's slow ranks and a synchronous step waits for them", "[sim]") {
+  TempDir dir;
+  const auto base = allreduceStep(dir, "base", jobWith(dir, "base", "sim:\n  step_seconds: 0.05\n"), {});
+  const auto slow = allreduceStep(
+      dir, "slow", jobWith(dir, "slow", "sim:\n  step_seconds: 0.05\n  slow_ranks: [3]\n  slow_factor: 4\n"),
+      {});
+  CHECK(slow["slow_ranks"] == nlohmann::json::array({3}));
+  // Rank 3 computes 0.2 s a step instead of 0.05: the allreduce cannot end
+  // before it joins, and the fast ranks' first sends have gone meanwhile.
+  const double extra =
+      slow["simulated_seconds_per_step"].get<double>() - base["simulated_seconds_per_step"].get<double>();
+  CHECK(extra > 0.12);
+  CHECK(extra <= 0.15 + 1e-9);
+}
+
+TEST_CASE("gossamer-sim draws the sim section's jitter from the seed so a run repeats", "[sim]") {
+  TempDir dir;
+  const std::string jittered =
+      jobWith(dir, "jit", "sim:\n  step_seconds: 0.05\n  jitter: lognormal\n  jitter_scale: 0.3\n");
+  const auto base = allreduceStep(dir, "base", jobWith(dir, "base", "sim:\n  step_seconds: 0.05\n"), {}, 6);
+  const auto a = allreduceStep(dir, "a", jittered, {}, 6);
+  const auto b = allreduceStep(dir, "b", jittered, {}, 6);
+  const auto other = allreduceStep(dir, "other", jittered, {"--set", "seed=7"}, 6);
+  CHECK(a["jitter"] == "lognormal");
+  CHECK(a["step_end_seconds"] == b["step_end_seconds"]);
+  CHECK(a["step_end_seconds"] != other["step_end_seconds"]);
+  // A synchronous step waits for the slowest of 8 draws of mean 1.
+  CHECK(a["simulated_seconds_per_step"].get<double>() > base["simulated_seconds_per_step"].get<double>());
+}
+
+TEST_CASE("gossamer-sim refuses a sim section that names a missing rank or a scale without a jitter",
+          "[sim]") {
+  TempDir dir;
+  const std::string exe = gossamer::testing::simExe();
+  REQUIRE(!exe.empty());
+  const struct {
+    std::string yaml, expected;
+  } cases[] = {
+      {"sim:\n  slow_ranks: [2, 8]\n", "sim.slow_ranks[1]"},
+      {"sim:\n  slow_ranks: [2, 2]\n", "listed twice"},
+      {"sim:\n  jitter_scale: 0.2\n", "sim.jitter_scale"},
+      {"sim:\n  jitter: gaussian\n", "sim.jitter"},
+      {"sim:\n  platform: /nonexistent/platform.xml\n", "sim.platform: cannot read"},
+  };
+  int k = 0;
+  for (const auto& c : cases) {
+    const std::string name = "bad" + std::to_string(k++);
+    const pid_t pid =
+        gossamer::testing::spawn({exe, jobWith(dir, name, c.yaml), "--world-size", "8", "--steps", "1"},
+                                 dir / (name + ".out"), dir / (name + ".err"));
+    const auto status = gossamer::testing::waitBounded(pid, 60);
+    REQUIRE(status.has_value());
+    const std::string err = gossamer::testing::readFile(dir / (name + ".err"));
+    INFO(c.yaml << err);
+    CHECK(WEXITSTATUS(*status) == 1);
+    CHECK(err.find(c.expected) != std::string::npos);
+  }
+}
