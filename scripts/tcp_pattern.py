@@ -10,8 +10,9 @@ with no Gossamer code at all:
         each tbf's queue --queue-ms), one process per host; at step k rank r
         sends --bytes to rank r + 2^(k mod log2 n) over a TCP connection kept
         for the run (after --delay-ms of its own when the peer is in another
-        island, as faults.island_delay holds a message), receives as much
-        from rank r - 2^(k mod log2 n), then pauses --compute-ms: SGP's
+        island, as faults.island_delay holds a message), waits for as much
+        from rank r - 2^(k mod log2 n) (read by a thread per in-peer as it
+        comes, as a transport's I/O thread does), then pauses --compute-ms: SGP's
         synchronous step over the directed exponential graph with one peer;
   sim:  gossamer-sim runs examples/configs/sgp.yaml on the same platform
         (--tbf --receive-unshaped), its messages the same size (--params),
@@ -36,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import queue
 import socket
 import statistics
 import subprocess
@@ -97,6 +99,20 @@ def one_rank(args):
     payload = b"\0" * args.bytes
     ends = []
     hops = offsets(n)
+    # Each in-peer's messages are read as they come, by a thread of their own,
+    # as a transport's I/O thread reads its sockets: the kernel's receive
+    # buffer never fills while the rank is busy with another peer.
+    arrived = {src: queue.Queue() for src in inbound}
+
+    def reader(src):
+        for k in range(args.steps):
+            if (r - hops[k % len(hops)]) % n == src:
+                recv_exactly(inbound[src], args.bytes)
+                arrived[src].put(k)
+
+    readers = [threading.Thread(target=reader, args=(src,), daemon=True) for src in inbound]
+    for t in readers:
+        t.start()
     for k in range(args.steps):
         d = hops[k % len(hops)]
         dst, src = (r + d) % n, (r - d) % n
@@ -108,7 +124,8 @@ def one_rank(args):
 
         sender = threading.Thread(target=send)
         sender.start()
-        recv_exactly(inbound[src], args.bytes)
+        if arrived[src].get(timeout=120) != k:
+            raise SystemExit(f"tcp-pattern: rank {r} got rank {src}'s messages out of order")
         sender.join()
         time.sleep(args.compute_ms / 1e3)
         ends.append(time.time())
