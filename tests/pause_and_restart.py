@@ -39,15 +39,25 @@ N = 4
 
 
 
+# Lines that say why a rank lost its peers, printed from anywhere in the
+# outputs when the test fails: a transport-wide error, a silence verdict.
+CAUSES = ("progress error", "local libfabric error", "silent for", "lost rank", "revoke", "PeerFailure")
+
+
 def fail(msg, work):
     """Prints the tails of the launcher's and of every restarted process's
-    output, then exits with the failure."""
+    output, and every line in them that names why a rank lost a peer (CAUSES),
+    then exits with the failure."""
     restarted = sorted(os.path.basename(p) for p in glob.glob(os.path.join(work, "*-restarted*")))
     for name in ["out", "err"] + restarted:
         path = os.path.join(work, name)
         if os.path.exists(path):
             with open(path, errors="replace") as f:
-                print(f"---- {name} (last 40 lines)\n" + "".join(f.readlines()[-40:]))
+                lines = f.readlines()
+            print(f"---- {name} (last 40 lines)\n" + "".join(lines[-40:]))
+            causes = [line for line in lines[:-40] if any(c in line for c in CAUSES)]
+            if causes:
+                print(f"---- {name}: earlier lines on lost peers (up to 60)\n" + "".join(causes[-60:]))
     raise SystemExit(f"FAILED: {msg}")
 
 
