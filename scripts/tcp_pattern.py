@@ -51,6 +51,7 @@ from validate_sim import ISLANDS, SHAPES  # scripts/ is on the path when run as 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 PORT = 9300
+READ_TIMEOUT = 120  # seconds a rank waits for one message
 
 
 def offsets(n):
@@ -105,10 +106,14 @@ def one_rank(args):
     arrived = {src: queue.Queue() for src in inbound}
 
     def reader(src):
-        for k in range(args.steps):
-            if (r - hops[k % len(hops)]) % n == src:
-                recv_exactly(inbound[src], args.bytes)
-                arrived[src].put(k)
+        """Reads rank `src`'s messages in step order; puts None per message, or the error that ended it."""
+        try:
+            for k in range(args.steps):
+                if (r - hops[k % len(hops)]) % n == src:
+                    recv_exactly(inbound[src], args.bytes)
+                    arrived[src].put(None)
+        except BaseException as e:  # SystemExit from recv_exactly too: the main loop reports it
+            arrived[src].put(e)
 
     readers = [threading.Thread(target=reader, args=(src,), daemon=True) for src in inbound]
     for t in readers:
@@ -124,8 +129,12 @@ def one_rank(args):
 
         sender = threading.Thread(target=send)
         sender.start()
-        if arrived[src].get(timeout=120) != k:
-            raise SystemExit(f"tcp-pattern: rank {r} got rank {src}'s messages out of order")
+        try:
+            error = arrived[src].get(timeout=READ_TIMEOUT)
+        except queue.Empty:
+            raise SystemExit(f"tcp-pattern: rank {r}: nothing from rank {src} within {READ_TIMEOUT} s") from None
+        if error is not None:
+            raise SystemExit(f"tcp-pattern: rank {r}: reading rank {src}: {error}")
         sender.join()
         time.sleep(args.compute_ms / 1e3)
         ends.append(time.time())
@@ -161,6 +170,8 @@ def per_step(ends_by_rank, skip):
 
 
 def real_side(args, spec, stats, initcwnd=None):
+    """One real run on the namespace hosts (TCP windows of `initcwnd` segments if set): its seconds per step and
+    what its links saw (hosts.py --stats)."""
     window = ["--initcwnd", str(initcwnd)] if initcwnd else []
     cmd = [sys.executable, os.path.join(ROOT, "tests", "hosts", "hosts.py"), "run", spec, "--stats", stats,
            "--queue-ms", str(args.queue_ms), *window, "--", sys.executable, os.path.abspath(__file__), "--ranks",
@@ -218,11 +229,13 @@ def main(argv):
     if args.delay_ms is None:
         args.delay_ms = delay
     n = network["world_size"]
+    if args.initcwnd is not None and not 1 <= args.initcwnd <= 1000:
+        raise SystemExit("tcp-pattern: --initcwnd: a number of segments in [1, 1000]")
     if n < 2 or n & (n - 1) or args.steps <= args.skip + 1 or args.bytes < 12 or (args.bytes - 8) % 4:
         raise SystemExit("tcp-pattern: a world size that is a power of two (>= 2), --steps > --skip + 1, "
                          "and --bytes = 8 + 4P (P >= 1)")
-    reals, sims, drops, resent, widened = [], [], [], [], []
-    wide = f" {'real iw ' + str(args.initcwnd):>14}" if args.initcwnd else ""
+    reals, sims, drops, resent, widened, wide_drops = [], [], [], [], [], []
+    wide = f" {'real iw ' + str(args.initcwnd):>14}" if args.initcwnd is not None else ""
     print(f"{'round':>5} {'real s/step':>12}{wide} {'sim s/step':>12} {'drops':>7} {'resent':>7}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         spec = os.path.join(tmp, "spec.yaml")
@@ -231,24 +244,26 @@ def main(argv):
                     f"  between_gbps: {between:g}\n  between_delay_ms: {args.delay_ms:g}\n")
         for k in range(args.rounds):
             real, seen = real_side(args, spec, os.path.join(tmp, "links.json"))
-            if args.initcwnd:
-                widened.append(real_side(args, spec, os.path.join(tmp, "links-wide.json"), args.initcwnd)[0])
+            if args.initcwnd is not None:
+                wide_real, wide_seen = real_side(args, spec, os.path.join(tmp, "links-wide.json"), args.initcwnd)
+                widened.append(wide_real)
+                wide_drops.append(sum(wide_seen["island_link_drops"]) + sum(wide_seen["host_link_drops"]))
             sim = sim_side(args, network, tmp)
             reals.append(real)
             sims.append(sim)
             drops.append(sum(seen["island_link_drops"]) + sum(seen["host_link_drops"]))
             resent.append(sum(seen["tcp_retransmitted_segments"]))
-            wide = f" {widened[-1]:14.4f}" if args.initcwnd else ""
+            wide = f" {widened[-1]:14.4f}" if args.initcwnd is not None else ""
             print(f"{k:>5} {real:12.4f}{wide} {sim:12.4f} {drops[-1]:>7} {resent[-1]:>7}", flush=True)
     real, sim = statistics.median(reals), statistics.median(sims)
     result = {"arguments": vars(args), "network": network, "real_seconds_per_step": real,
               "sim_seconds_per_step": sim, "ratio": sim / real, "real_rounds": reals, "sim_rounds": sims,
               "drops": drops, "tcp_retransmitted_segments": resent}
     print(f"median: real {real:.4f} s/step, simulated {sim:.4f} s/step, ratio {sim / real:.3f}")
-    if args.initcwnd:
+    if args.initcwnd is not None:
         wide = statistics.median(widened)
         result.update({"real_initcwnd_seconds_per_step": wide, "ratio_initcwnd": sim / wide,
-                       "real_initcwnd_rounds": widened})
+                       "real_initcwnd_rounds": widened, "initcwnd_drops": wide_drops})
         print(f"median with an initial window of {args.initcwnd} segments: real {wide:.4f} s/step, "
               f"ratio {sim / wide:.3f}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -24,7 +24,8 @@ simulated runs job by job; with several rounds the medians are compared.
 The real network's TCP regime: each tbf's queue (--queue-ms, default 100 ms
 at its rate) and the hosts' initial TCP window (--initcwnd segments, default
 the kernel's 10); --regimes QUEUE_MS[:INITCWND],... runs each job under
-several, interleaved within each round, against the same simulation.
+several, interleaved within each round, each against a simulation that
+replays its own real run's compute.
 
 Prints a table (shape, job, [regime,] real and simulated seconds per step, ratio,
 error) and writes results/validate-sim.json: arguments, shapes, and rows
@@ -60,6 +61,9 @@ SHAPES = {
     "lan-wan": (1.0, 0.1, 10.0),  # a 1 Gbit/s cluster, 100 Mbit/s and 10 ms to the other one
     "edge": (0.2, 0.05, 5.0),  # edge sites: 200 Mbit/s inside, 50 Mbit/s and 5 ms between
 }
+
+# The real network's regime unless told: tbf queues of 100 ms, the kernel's initial TCP window.
+DEFAULT_REGIME = (100.0, None)
 
 # What the real runs' links saw (hosts.sh --link-stats), summed over links or hosts.
 LINK_COUNTERS = ("real_island_link_drops", "real_tcp_retransmitted_segments", "real_tcp_timeouts")
@@ -117,6 +121,8 @@ def parse_regimes(text):
         if not 1 <= regime[0] <= 60000 or (regime[1] is not None and not 1 <= regime[1] <= 1000):
             raise SystemExit(f"validate-sim: --regimes item '{item}': a queue in [1, 60000] ms, a window in "
                              "[1, 1000] segments")
+        if regime in regimes:
+            raise SystemExit(f"validate-sim: --regimes item '{item}' is listed twice")
         regimes.append(regime)
     return regimes
 
@@ -128,6 +134,8 @@ def regime_name(regime):
 
 
 def one_round(shape, job, tmp, args, k, regime):
+    """Round `k` of `job` on `shape` under `regime` (queue ms, initcwnd): its real run on the namespace hosts, then
+    its simulation replaying that run's compute; their seconds per step, steps, bytes and link counters."""
     config, sets = JOBS[job]
     cfg = os.path.join(ROOT, "examples", "configs", config + ".yaml")
     common = sets + ["training.epochs=1", f"data.train_limit={args.train_limit}", "data.test_limit=200",
@@ -138,7 +146,7 @@ def one_round(shape, job, tmp, args, k, regime):
         f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
                 f"  between_gbps: {between:g}\n  between_delay_ms: {delay:g}\n")
     queue_ms, initcwnd = regime
-    tag = f"-q{queue_ms:g}" + (f"-w{initcwnd}" if initcwnd else "") if len(args.regimes) > 1 else ""
+    tag = "" if regime == DEFAULT_REGIME else f"-q{queue_ms:g}" + (f"-w{initcwnd}" if initcwnd else "")
     real_dir = os.path.join(tmp, f"real-{shape}-{job}{tag}-{k}")
     links = real_dir + ".links.json"
     cmd = ["bash", "scripts/hosts.sh", "--spec", spec, "--config", cfg, "--timeout", "600",
@@ -196,8 +204,8 @@ def main(argv):
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--train-limit", type=int, default=16000, help="training samples (8 ranks x 32: 62 steps)")
     ap.add_argument("--skip", type=int, default=5, help="steps before the timed window")
-    ap.add_argument("--queue-ms", type=float, default=100,
-                    help="the real runs' tbf queues, milliseconds at their rates (hosts.sh --queue-ms)")
+    ap.add_argument("--queue-ms", type=float, default=None,
+                    help="the real runs' tbf queues, milliseconds at their rates (hosts.sh --queue-ms; default 100)")
     ap.add_argument("--initcwnd", type=int, default=None,
                     help="the real runs' TCP connections start with a window of this many segments "
                     "(hosts.sh --initcwnd; default: the kernel's, 10)")
@@ -215,8 +223,11 @@ def main(argv):
     args = ap.parse_args(argv)
     if args.cfg is None:
         args.cfg = ["network/latency-factor:1", "network/bandwidth-factor:1"]
-    args.regimes = (parse_regimes(args.regimes) if args.regimes else
-                    parse_regimes(f"{args.queue_ms:g}" + (f":{args.initcwnd}" if args.initcwnd else "")))
+    if args.regimes and (args.queue_ms is not None or args.initcwnd is not None):
+        raise SystemExit("validate-sim: --regimes replaces --queue-ms and --initcwnd; give one or the other")
+    queue_ms = DEFAULT_REGIME[0] if args.queue_ms is None else args.queue_ms
+    args.regimes = parse_regimes(args.regimes or f"{queue_ms:g}" + (
+        f":{args.initcwnd}" if args.initcwnd is not None else ""))
     shapes, jobs = args.shapes.split(","), args.jobs.split(",")
     for s in shapes:
         if s not in SHAPES:
@@ -227,8 +238,9 @@ def main(argv):
 
     rows = []
     several = len(args.regimes) > 1
-    print(f"{'shape':<8} {'job':<30} {'regime' if several else '':<28} {'real s/step':>12} {'sim s/step':>12} "
-          f"{'ratio':>7} {'error':>7}", flush=True)
+    regime_head = f" {'regime':<28}" if several else ""
+    print(f"{'shape':<8} {'job':<30}{regime_head} {'real s/step':>12} {'sim s/step':>12} {'ratio':>7} {'error':>7}",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="validate-sim-") as scratch:
         tmp = os.path.abspath(args.keep) if args.keep else scratch
         os.makedirs(tmp, exist_ok=True)
@@ -241,9 +253,9 @@ def main(argv):
                 for g in args.regimes:
                     row = job_row(shape, job, g, rounds[g])
                     rows.append(row)
-                    print(f"{shape:<8} {job:<30} {regime_name(g) if several else '':<28} "
-                          f"{row['real_seconds_per_step']:12.4f} {row['sim_seconds_per_step']:12.4f} "
-                          f"{row['ratio']:7.3f} {row['error']:7.1%}", flush=True)
+                    named = f" {regime_name(g):<28}" if several else ""
+                    print(f"{shape:<8} {job:<30}{named} {row['real_seconds_per_step']:12.4f} "
+                          f"{row['sim_seconds_per_step']:12.4f} {row['ratio']:7.3f} {row['error']:7.1%}", flush=True)
     summary = {}
     for shape in shapes:
         for g in args.regimes:

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -108,7 +109,10 @@ std::string equalIslands(int worldSize, int count) {
   for (int k = 0; k < count; ++k) {
     s += k == 0 ? "[" : ",[";
     const int end = k + 1 == count ? worldSize : (k + 1) * per;
-    for (int r = k * per; r < end; ++r) s += (r == k * per ? "" : ",") + std::to_string(r);
+    for (int r = k * per; r < end; ++r) {
+      if (r != k * per) s += ',';
+      s += std::to_string(r);
+    }
     s += "]";
   }
   return s + "]";
@@ -154,12 +158,10 @@ json consensusDistance(const std::vector<std::vector<float>>& samples, int steps
   return distance;
 }
 
-json run(const Options& o) {
-  const Registry registry = [] {
-    Registry r = train::makeTrainRegistry();
-    simgrid::registerWith(r);
-    return r;
-  }();
+// The overrides a simulation loads the job with: the simgrid transport, no
+// membership service or stall watcher, the flags' world size and islands,
+// the user's --set, then the flags that stand for sim: keys.
+std::vector<std::string> simOverrides(const Options& o, const Registry& registry) {
   // The membership service's heartbeats and the stall watcher run on
   // threads of their own, which a simulation cannot run yet: they are left
   // out (the watcher would measure the machine's time and report every wait
@@ -173,14 +175,25 @@ json run(const Options& o) {
     overrides.push_back("network.islands=" + equalIslands(n, o.islands));
   }
   overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
-  // The flags that stand for sim: keys win over the YAML and --set.
+  // The flags that stand for sim: keys win over the YAML and --set; a path
+  // goes as a double-quoted YAML string (JSON's), so that it is read as it is.
   if (!o.stepSeconds.empty()) overrides.push_back("sim.step_seconds=" + o.stepSeconds);
-  if (!o.platformFile.empty()) overrides.push_back("sim.platform=" + o.platformFile);
-  if (!o.computeFrom.empty()) overrides.push_back("sim.compute_from=" + o.computeFrom);
-  const Config config = registry.load(o.config, overrides);
+  if (!o.platformFile.empty()) overrides.push_back("sim.platform=" + json(o.platformFile).dump());
+  if (!o.computeFrom.empty()) overrides.push_back("sim.compute_from=" + json(o.computeFrom).dump());
+  return overrides;
+}
+
+json run(const Options& o) {
+  const Registry registry = [] {
+    Registry r = train::makeTrainRegistry();
+    simgrid::registerWith(r);
+    return r;
+  }();
+  const Config config = registry.load(o.config, simOverrides(o, registry));
   const train::SimConfig sim = train::simConfigFrom(config);
-  GOSSAMER_ENFORCE(sim.platform.empty() || std::ifstream(sim.platform),
-                   "sim.platform: cannot read " << sim.platform);
+  if (!sim.platform.empty() && !std::filesystem::is_regular_file(sim.platform))
+    throw ConfigError(config.sourceFile, 0, "sim.platform",
+                      "no file " + sim.platform + " (a relative path is from the working directory)");
   const int n = config.worldSize();
   const auto sizes = tensorSizes(config, o.params);
   std::size_t total = 0;

@@ -27,12 +27,18 @@ std::optional<ConfigIssue> checkSlowRanks(const Config& c) {
   return std::nullopt;
 }
 
-/// sim.jitter_scale: > 0 with a jitter, 0 without.
+/// Largest lognormal sigma: beyond it a draw's factor under- or overflows a double's useful range.
+constexpr double kMaxLognormalSigma = 3.0;
+
+/// sim.jitter_scale: > 0 with a jitter, 0 without; at most kMaxLognormalSigma for lognormal.
 std::optional<ConfigIssue> checkJitter(const Config& c) {
-  const bool on = c.get<std::string>("sim.jitter") != "none";
+  const std::string jitter = c.get<std::string>("sim.jitter");
   const double scale = c.get<double>("sim.jitter_scale");
-  if (on && scale <= 0) return ConfigIssue{"sim.jitter_scale", "must be > 0 when sim.jitter is not none"};
-  if (!on && scale != 0) return ConfigIssue{"sim.jitter_scale", "is set but sim.jitter is none"};
+  if (jitter != "none" && scale <= 0)
+    return ConfigIssue{"sim.jitter_scale", "must be > 0 when sim.jitter is not none"};
+  if (jitter == "none" && scale != 0) return ConfigIssue{"sim.jitter_scale", "is set but sim.jitter is none"};
+  if (jitter == "lognormal" && scale > kMaxLognormalSigma)
+    return ConfigIssue{"sim.jitter_scale", "a lognormal sigma of at most 3"};
   return std::nullopt;
 }
 
@@ -60,7 +66,7 @@ void registerSimSection(Registry& registry) {
                 "variation of each step's compute: none; lognormal (mean 1, sigma jitter_scale); "
                 "exponential (1 + an exponential draw of mean jitter_scale); drawn from the seed")
           .real("jitter_scale", d.jitterScale, {0.0, true, 100.0, true},
-                "the jitter's sigma (lognormal) or mean (exponential), a fraction of the compute")
+                "the jitter's sigma (lognormal, at most 3) or mean (exponential), a fraction of the compute")
           .rule(checkSlowRanks)
           .rule(checkJitter));
 }

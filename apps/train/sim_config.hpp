@@ -30,7 +30,7 @@ struct SimConfig {
   /// Variation of each step's compute: "none"; "lognormal" (times
   /// exp(N(-s^2/2, s^2)), mean 1, s = jitterScale); or "exponential" (times
   /// 1 + Exp with mean jitterScale). Drawn per rank and step from the
-  /// config's seed, so a run repeats exactly.
+  /// config's seed, so a run repeats exactly (with the same C++ library).
   std::string jitter = "none";
   double jitterScale = 0.0;  ///< >= 0.
 };

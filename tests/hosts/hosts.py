@@ -268,7 +268,8 @@ class Hosts:
 
     def __init__(self, spec, queue_ms=100, initcwnd=None):
         """`queue_ms`: each tbf's queue, in milliseconds at its rate (tc's latency); `initcwnd`: if set, the
-        hosts' routes start each TCP connection's congestion and receive windows at that many segments."""
+        hosts' routes start each TCP connection's congestion window at that many segments and let its first
+        advertised receive window be as large (initcwnd, initrwnd)."""
         self.islands = spec.islands
         self.inside_rate = spec.inside_rate
         self.between_rate = spec.between_rate
@@ -399,7 +400,7 @@ def can_make_namespaces():
 
 def run_options(argv):
     """`hosts.py run`'s arguments before its `--`: SPEC and the options; an exit status (2) if they are bad."""
-    ap = argparse.ArgumentParser(prog="hosts.py run", add_help=False)
+    ap = argparse.ArgumentParser(prog="hosts.py run", add_help=False, allow_abbrev=False)
     ap.add_argument("spec")
     ap.add_argument("--stats", default=None)
     ap.add_argument("--queue-ms", type=float, default=100.0)

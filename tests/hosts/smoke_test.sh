@@ -31,10 +31,14 @@ links '[.island_link_drops[], .host_link_drops[], .tcp_retransmitted_segments[],
 grep -q "10.231.0.1 10.231.0.2 10.231.1.1 10.231.1.2" "$out/log" || { echo "FAIL: hosts not in two islands"; fail=1; }
 # --initcwnd: every route of every host starts TCP's windows at that many segments; out of range is refused.
 /usr/bin/python3 "$root/tests/hosts/hosts.py" run "$root/tests/hosts/smoke.yaml" --initcwnd 40 -- bash -c \
-  'for ns in $(jq -r ".[].namespace" <<<"$GOSSAMER_HOSTS"); do ip -n "$ns" route show; done' >"$out/routes" 2>&1
-routes=$(grep -c . "$out/routes")
+  'jq length <<<"$GOSSAMER_HOSTS"; for ns in $(jq -r ".[].namespace" <<<"$GOSSAMER_HOSTS"); do ip -n "$ns" route show; done' \
+  >"$out/routes" 2>&1
+hosts=$(head -1 "$out/routes")
+routes=$(tail -n +2 "$out/routes" | grep -c .)
 widened=$(grep -c "initcwnd 40 initrwnd 40" "$out/routes")
-[ "$routes" = 8 ] && [ "$widened" = 8 ] || { cat "$out/routes"; echo "FAIL: --initcwnd 40 on $widened of $routes routes"; fail=1; }
+# Two routes per host: its island's subnet and its default route.
+[ "$routes" = $((2 * hosts)) ] && [ "$widened" = "$routes" ] ||
+  { cat "$out/routes"; echo "FAIL: --initcwnd 40 on $widened of $routes routes of $hosts hosts"; fail=1; }
 /usr/bin/python3 "$root/tests/hosts/hosts.py" run "$root/tests/hosts/smoke.yaml" --initcwnd 0 -- true 2>"$out/refused"
 [ $? = 2 ] && grep -q "initcwnd 0" "$out/refused" || { echo "FAIL: --initcwnd 0 was not refused"; fail=1; }
 left=$(ip netns list | grep -c '^gsm' || true)

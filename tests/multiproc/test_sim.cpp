@@ -201,7 +201,10 @@ TEST_CASE("gossamer-sim refuses a sim section that names a missing rank or a sca
       {"sim:\n  slow_ranks: [2, 2]\n", "listed twice"},
       {"sim:\n  jitter_scale: 0.2\n", "sim.jitter_scale"},
       {"sim:\n  jitter: gaussian\n", "sim.jitter"},
-      {"sim:\n  platform: /nonexistent/platform.xml\n", "sim.platform: cannot read"},
+      {"sim:\n  platform: /nonexistent/platform.xml\n",
+       "key 'sim.platform': no file /nonexistent/platform.xml"},
+      {"sim:\n  platform: /tmp\n", "key 'sim.platform': no file /tmp"},
+      {"sim:\n  jitter: lognormal\n  jitter_scale: 4\n", "a lognormal sigma of at most 3"},
   };
   int k = 0;
   for (const auto& c : cases) {
