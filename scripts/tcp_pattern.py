@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 
-from validate_sim import ISLANDS, SHAPES  # scripts/ is on the path when run as a script
+from validate_sim import ISLANDS, SHAPES, parse_regimes, write_spec  # scripts/ is on the path when run as a script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -229,8 +229,8 @@ def main(argv):
     if args.delay_ms is None:
         args.delay_ms = delay
     n = network["world_size"]
-    if args.initcwnd is not None and not 1 <= args.initcwnd <= 1000:
-        raise SystemExit("tcp-pattern: --initcwnd: a number of segments in [1, 1000]")
+    parse_regimes(f"{args.queue_ms:g}" + (f":{args.initcwnd}" if args.initcwnd is not None else ""),
+                  "tcp-pattern: --queue-ms:--initcwnd")  # refuses what hosts.py would
     if n < 2 or n & (n - 1) or args.steps <= args.skip + 1 or args.bytes < 12 or (args.bytes - 8) % 4:
         raise SystemExit("tcp-pattern: a world size that is a power of two (>= 2), --steps > --skip + 1, "
                          "and --bytes = 8 + 4P (P >= 1)")
@@ -238,10 +238,7 @@ def main(argv):
     wide = f" {'real iw ' + str(args.initcwnd):>14}" if args.initcwnd is not None else ""
     print(f"{'round':>5} {'real s/step':>12}{wide} {'sim s/step':>12} {'drops':>7} {'resent':>7}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        spec = os.path.join(tmp, "spec.yaml")
-        with open(spec, "w") as f:
-            f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
-                    f"  between_gbps: {between:g}\n  between_delay_ms: {args.delay_ms:g}\n")
+        spec = write_spec(os.path.join(tmp, "spec.yaml"), args.shape, args.delay_ms)
         for k in range(args.rounds):
             real, seen = real_side(args, spec, os.path.join(tmp, "links.json"))
             if args.initcwnd is not None:

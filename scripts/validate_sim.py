@@ -108,21 +108,31 @@ def network_sets(shape):
             f"network.between_gbps={between:g}", f"network.between_delay_ms={delay:g}"]
 
 
-def parse_regimes(text):
+def write_spec(path, shape, delay_ms=None):
+    """Writes the hosts spec (tests/hosts/hosts.py) of `shape`: 8 hosts in ISLANDS, the shape's rates, its delay
+    between islands or `delay_ms`; returns `path`."""
+    inside, between, delay = SHAPES[shape]
+    with open(path, "w") as f:
+        f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
+                f"  between_gbps: {between:g}\n  between_delay_ms: {delay if delay_ms is None else delay_ms:g}\n")
+    return path
+
+
+def parse_regimes(text, what="validate-sim: --regimes"):
     """`--regimes` "100,1000,1000:300": each item a tbf queue in ms and, after a colon, an initial TCP window in
-    segments (none: the kernel's); a list of (queue_ms, initcwnd or None)."""
+    segments (none: the kernel's); a list of (queue_ms, initcwnd or None). Refuses bad items, naming `what`."""
     regimes = []
     for item in text.split(","):
         queue, _, window = item.partition(":")
         try:
             regime = (float(queue), int(window) if window else None)
         except ValueError:
-            raise SystemExit(f"validate-sim: --regimes item '{item}': QUEUE_MS or QUEUE_MS:SEGMENTS") from None
+            raise SystemExit(f"{what} item '{item}': QUEUE_MS or QUEUE_MS:SEGMENTS") from None
         if not 1 <= regime[0] <= 60000 or (regime[1] is not None and not 1 <= regime[1] <= 1000):
-            raise SystemExit(f"validate-sim: --regimes item '{item}': a queue in [1, 60000] ms, a window in "
+            raise SystemExit(f"{what} item '{item}': a queue in [1, 60000] ms, a window in "
                              "[1, 1000] segments")
         if regime in regimes:
-            raise SystemExit(f"validate-sim: --regimes item '{item}' is listed twice")
+            raise SystemExit(f"{what} item '{item}' is listed twice")
         regimes.append(regime)
     return regimes
 
@@ -140,11 +150,7 @@ def one_round(shape, job, tmp, args, k, regime):
     cfg = os.path.join(ROOT, "examples", "configs", config + ".yaml")
     common = sets + ["training.epochs=1", f"data.train_limit={args.train_limit}", "data.test_limit=200",
                      "run.metrics=true", "run.metrics_every=1", "membership.enabled=false"]
-    spec = os.path.join(tmp, f"{shape}.yaml")
-    inside, between, delay = SHAPES[shape]
-    with open(spec, "w") as f:
-        f.write(f"world_size: 8\nnetwork:\n  islands: {json.dumps(ISLANDS)}\n  inside_gbps: {inside:g}\n"
-                f"  between_gbps: {between:g}\n  between_delay_ms: {delay:g}\n")
+    spec = write_spec(os.path.join(tmp, f"{shape}.yaml"), shape)
     queue_ms, initcwnd = regime
     tag = "" if regime == DEFAULT_REGIME else f"-q{queue_ms:g}" + (f"-w{initcwnd}" if initcwnd else "")
     real_dir = os.path.join(tmp, f"real-{shape}-{job}{tag}-{k}")
