@@ -14,11 +14,14 @@ Ranks start apart (rank r at r), so the consensus distance starts at
 sqrt((N^2 - 1) / 12); a job's time to agreement is the simulated time at which
 every rank had finished the first step after which the distance was at most
 --target times that (a replicated model, AllReduce-SGD's, agrees after its
-first step). A synchronous gossip job that stops short of it (--steps-for a
-job too slow to simulate for long) gets the steps that gossamer-topology's
-mixing analysis of its start (--from-ramp) needs, which its consensus
-follows exactly, times its simulated seconds per step. Jobs that do not get
-there within the steps run are listed last. --merge puts an earlier run's
+first step). A job whose consensus follows gossamer-topology's mixing
+analysis of its start (--from-ramp) step for step (FOLLOWS_RAMP:
+Crossover-SGD's sync mode; its overlap mode one step later; A2SGD at every
+sync_period-th step) and that stops short of it (--steps-for a job too slow
+to simulate for long) gets the steps that the analysis needs, mapped to the
+job's steps, times its simulated seconds per step (A2SGD: over whole sync
+periods only, each with its model exchange). Jobs that do not get there
+within the steps run are listed last. --merge puts an earlier run's
 rows first (a world size run apart). --cfg hands SimGrid configuration items
 to every run (docs/scale.md runs with network/crosstraffic:0).
 
@@ -47,10 +50,17 @@ from sim_jobs import JOBS, REPLICATED, from_ramp_distances, start_distance
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
 ISLAND = 64  # ranks per island from 128 ranks on
-# Synchronous gossip jobs and the topology and segments whose mixing their
-# consensus follows step for step (checked by tests/sim_follows_mixing.sh and
-# scripts/sim_mixing.py); their configs' seed is 42.
-FOLLOWS_RAMP = {"crossover-sync": ("fair_roulette", 4)}
+# Gossip jobs whose consensus, trained on a zero gradient, is the topology's
+# mixing applied to the start: job -> (topology, segments, delay, period).
+# The analysis's mixing round k (1, 2, ...) is the job's step delay + period k.
+# Crossover-SGD's sync mode mixes within each step; its overlap mode finishes
+# step k's round at step k + 1 from a snapshot that, with no local progress,
+# is the model itself; A2SGD's models move only at its model exchange, one
+# Crossover-SGD round every sync_period (50) steps
+# (examples/configs/a2sgd-gossip.yaml). tests/sim_follows_mixing.sh checks
+# all three at 64 ranks; their configs' seed is 42.
+FOLLOWS_RAMP = {"crossover-sync": ("fair_roulette", 4, 0, 1), "crossover-overlap": ("fair_roulette", 4, 1, 1),
+                "a2sgd": ("fair_roulette", 4, 0, 50)}
 
 
 def time_to_target(row, target):
@@ -123,11 +133,13 @@ def run_job(job, n, args, tmp):
     # consensus follows the mixing analysis applied to its start exactly
     # (docs/scale.md), which says how many steps it would take.
     if row["seconds_to_target"] is None and job in FOLLOWS_RAMP:
-        topology, segments = FOLLOWS_RAMP[job]
+        topology, segments, delay, period = FOLLOWS_RAMP[job]
         k = ramp_steps_to_target(topology, segments, n, 42, args.target, 60)
-        row["predicted_steps_to_target"] = k
-        if k is not None:
-            row["predicted_seconds_to_target"] = k * step_seconds(row)
+        row["predicted_steps_to_target"] = None if k is None else delay + period * k
+        # A2SGD's steps differ (one in `period` exchanges its model): its
+        # seconds per step hold only over whole periods.
+        if k is not None and len(row["step_end_seconds"]) % period == 0:
+            row["predicted_seconds_to_target"] = row["predicted_steps_to_target"] * step_seconds(row)
     return row
 
 
