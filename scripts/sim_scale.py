@@ -19,9 +19,10 @@ analysis of its start (--from-ramp) step for step (FOLLOWS_RAMP:
 Crossover-SGD's sync mode; its overlap mode one step later; A2SGD at every
 sync_period-th step) and that stops short of it (--steps-for a job too slow
 to simulate for long) gets the steps that the analysis needs, mapped to the
-job's steps, times its simulated seconds per step (A2SGD: over whole sync
-periods only, each with its model exchange). Jobs that do not get there
-within the steps run are listed last. --merge puts an earlier run's
+job's steps, and a time for them: its first step as simulated, then the rest
+at the simulated rate of the steps after the first (over whole sync periods
+for A2SGD, whose run then needs 1 + a multiple of sync_period steps). Jobs
+that do not get there within the steps run are listed last. --merge puts an earlier run's
 rows first (a world size run apart). --cfg hands SimGrid configuration items
 to every run (docs/scale.md runs with network/crosstraffic:0).
 
@@ -136,10 +137,14 @@ def run_job(job, n, args, tmp):
         topology, segments, delay, period = FOLLOWS_RAMP[job]
         k = ramp_steps_to_target(topology, segments, n, 42, args.target, 60)
         row["predicted_steps_to_target"] = None if k is None else delay + period * k
-        # A2SGD's steps differ (one in `period` exchanges its model): its
-        # seconds per step hold only over whole periods.
-        if k is not None and len(row["step_end_seconds"]) % period == 0:
-            row["predicted_seconds_to_target"] = row["predicted_steps_to_target"] * step_seconds(row)
+        # The first step as simulated, then the rate of the steps after it:
+        # a first step can differ (an overlap step has no round to finish),
+        # and A2SGD's rate holds only over whole periods, each with its model
+        # exchange, so its run is a period longer than the first step.
+        t = row["step_end_seconds"]
+        if k is not None and len(t) >= 2 and (len(t) - 1) % period == 0:
+            rate = (t[-1] - t[0]) / (len(t) - 1)
+            row["predicted_seconds_to_target"] = t[0] + (row["predicted_steps_to_target"] - 1) * rate
     return row
 
 
