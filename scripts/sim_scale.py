@@ -130,7 +130,7 @@ def run_job(job, n, args, tmp):
     row["steps_to_target"], row["seconds_to_target"] = time_to_target(row, args.target)
     d = row["consensus_distance"]
     row["consensus_distance_after_100_steps"] = d[99] if len(d) >= 100 else None
-    # A synchronous gossip job whose run stopped short of the target: its
+    # A job of FOLLOWS_RAMP whose run stopped short of the target: its
     # consensus follows the mixing analysis applied to its start exactly
     # (docs/scale.md), which says how many steps it would take.
     if row["seconds_to_target"] is None and job in FOLLOWS_RAMP:
