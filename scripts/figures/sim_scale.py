@@ -4,7 +4,7 @@ scripts/sim-scale.sh (scripts/sim_scale.py): the jobs of scripts/sim_jobs.py
 in gossamer-sim at 256 and 4,096 ranks in islands of 64 (10 Gbit/s and 20 us
 inside, 1 Gbit/s and 20 ms between), 50 ms of compute per step, the ranks
 starting apart, SimGrid's cross traffic off; 100 steps at 256 ranks, 16 at
-4,096 (Crossover-SGD: 4 and 7 in its sync and overlap modes; A2SGD: 101 and
+4,096 (Crossover-SGD: 4 and 3 in its sync and overlap modes; A2SGD: 101 and
 51, the first step and whole periods of its model exchange), one step of the
 AllReduce-SGD jobs.
 Simulated seconds per step, the simulated time until the consensus distance
@@ -14,7 +14,7 @@ memory.
 """
 COMMAND = ["scripts/sim-scale.sh", "--world-sizes", "256,4096", "--steps", "16", "--steps-at", "256=100",
            "--replicated-steps", "1", "--allreduce", "rabenseifner", "--cfg", "network/crosstraffic:0",
-           "--timeout", "900", "--steps-for", "crossover-sync@4096=4", "--steps-for", "crossover-overlap@4096=7",
+           "--timeout", "900", "--steps-for", "crossover-sync@4096=4", "--steps-for", "crossover-overlap@4096=3",
            "--steps-for", "a2sgd@256=101",
            "--steps-for", "a2sgd@4096=51"]
 JSON = "results/sim-scale.json"
