@@ -23,16 +23,17 @@ run sync quickstart-crossover --set algorithm.mode=sync
 run overlap quickstart-crossover --set algorithm.mode=overlap
 run a2sgd a2sgd-gossip --set compression.sync_period=3
 "$topology" --world-size 64 --steps 12 --segments 4 --seed 42 --topology fair_roulette --from-ramp >"$tmp/ramp.txt"
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" "$src" <<'PY'
 import json
-import math
 import os
 import sys
 tmp = sys.argv[1]
+sys.path.insert(0, os.path.join(sys.argv[2], "scripts"))
+from sim_jobs import start_distance  # noqa: E402
 ramp = [float(f[2]) for f in (l.split() for l in open(os.path.join(tmp, "ramp.txt")))
         if len(f) == 3 and f[1].isdigit()]
 assert len(ramp) == 12, len(ramp)
-start = math.sqrt((64 ** 2 - 1) / 12)  # ranks 0..63 at 0..63
+start = start_distance(64)  # ranks 0..63 at 0..63
 worst = 0.0
 for name, delay, period in (("sync", 0, 1), ("overlap", 1, 1), ("a2sgd", 0, 3)):
     sim = json.load(open(os.path.join(tmp, name + ".json")))["consensus_distance"]
