@@ -50,7 +50,11 @@ tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
 staging   A --mib MiB float32 allreduce (sum) of a device tensor staged in
           chunks of each --chunk-mib (4, 16 and 64 MiB; the pipeline of
           Agent.allreduce, gossamer/_staging.py) against the same of a CPU
-          tensor, --reps interleaved repetitions (the order rotating) after
+          tensor. Two more sides per chunk size take the staged call apart:
+          the CPU allreduce in the same chunks (the collectives alone,
+          cpu_chunked_seconds) and the pipeline's copies of the device
+          tensor with no collective (copies_seconds), every rank copying at
+          once. --reps interleaved repetitions (the order rotating) after
           --warmup, a barrier before each timed call (CUDA synchronised
           before and after it), the slowest rank's time per repetition (an
           allreduce of the times with op max); one row per chunk size with
@@ -386,10 +390,55 @@ def c10d_rows(args, rank, n, device, dry):
     return rows
 
 
+def chunked_allreduce(agent, tensor, op, chunk_bytes):
+    """`tensor` (CPU) allreduced in place in the chunks of chunk_bytes that the
+    staging pipeline uses, one collective per chunk in order, with no copies:
+    the collectives of a staged call alone."""
+    from gossamer import _staging
+
+    flat = tensor.view(-1)
+    for r in _staging.chunks(flat.numel(), flat.element_size(), chunk_bytes):
+        agent.allreduce(flat[r.start:r.stop], op=op)
+
+
+def staged_copies(tensor, chunk_bytes, sync):
+    """`tensor` (any device) taken through the staging pipeline in chunks of
+    chunk_bytes with no collective: each chunk down to its host slot and back,
+    the copies of a staged call alone (the tensor keeps its values)."""
+    from gossamer import _staging
+
+    _staging.staged(tensor, lambda host: None, lambda _: None, chunk_bytes=chunk_bytes,
+                    ops=_staging.SyncOps() if sync else None)
+
+
+def staging_sides(chunk_sizes):
+    """The timed sides of the staging check: the CPU call, then per chunk
+    size the chunked collectives alone, the pipeline's copies alone and the
+    staged call."""
+    return ["cpu"] + [f"{kind}@{c}" for c in chunk_sizes for kind in ("cpu", "copies", "device")]
+
+
+def staging_call(agent, side, tensors, dry):
+    """Runs one side of the staging check on its tensor; returns that tensor."""
+    kind, _, chunk = side.partition("@")
+    x = tensors["cpu" if kind == "cpu" else "device"]
+    if side == "cpu":
+        agent.allreduce(x, op="sum")
+    elif kind == "cpu":
+        chunked_allreduce(agent, x, "sum", int(chunk))
+    elif kind == "copies":
+        staged_copies(x, int(chunk), sync=dry)
+    else:  # what Agent.allreduce does with a device tensor, at this chunk size
+        staged_allreduce(agent, x, "sum", chunk_bytes=int(chunk), sync=dry)
+    return x
+
+
 def rank_staging(args, agent, device, dry):
-    """The staging check's rows on this rank: interleaved timed allreduces of
-    a CPU tensor and of a device tensor staged in chunks of each --chunk-mib
-    (the order rotating every repetition); the times are the slowest rank's.
+    """The staging check's rows on this rank: interleaved timed calls (the
+    order rotating every repetition, a barrier before each) of a CPU
+    allreduce, and for each --chunk-mib the same CPU allreduce in chunks (the
+    collectives alone), the pipeline's copies of a device tensor alone, and
+    the device tensor's staged allreduce. The times are the slowest rank's.
     One row per chunk size; the default chunk size's row is the judged one."""
     import numpy as np
     import torch
@@ -398,7 +447,7 @@ def rank_staging(args, agent, device, dry):
     n = agent.world_size
     elements = args.mib * (1 << 20) // 4
     chunk_sizes = [c << 20 for c in args.chunk_mib]
-    sides = ["cpu"] + [f"device@{c}" for c in chunk_sizes]
+    sides = staging_sides(chunk_sizes)
     tensors = {"cpu": torch.empty(elements), "device": torch.empty(elements, device="cpu" if dry else device)}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = {side: [] for side in sides}
@@ -407,19 +456,17 @@ def rank_staging(args, agent, device, dry):
     for rep in range(args.warmup + args.reps):
         for i in range(len(sides)):
             side = sides[(i + rep) % len(sides)]
-            x = tensors["cpu" if side == "cpu" else "device"]
-            x.fill_(agent.rank + 1)
+            for x in tensors.values():
+                x.fill_(agent.rank + 1)
             sync()
             agent.barrier()
             t0 = time.perf_counter()
-            if side == "cpu":
-                agent.allreduce(x, op="sum")
-            else:  # what Agent.allreduce does with a device tensor, at this chunk size
-                staged_allreduce(agent, x, "sum", chunk_bytes=int(side.split("@")[1]), sync=dry)
+            x = staging_call(agent, side, tensors, dry)
             sync()
             dt = time.perf_counter() - t0
             if rep in (0, args.warmup + args.reps - 1):
-                correct = correct and float(x.min()) == want and float(x.max()) == want
+                expect = agent.rank + 1 if side.startswith("copies@") else want
+                correct = correct and float(x.min()) == expect and float(x.max()) == expect
             if rep >= args.warmup:
                 times[side].append(dt)
     copies = {"copy_down_seconds": None, "copy_up_seconds": None}
@@ -439,18 +486,21 @@ def rank_staging(args, agent, device, dry):
         copies = {"copy_down_seconds": statistics.median(down), "copy_up_seconds": statistics.median(up)}
     slowest = np.array([t for side in sides for t in times[side]])
     agent.allreduce(slowest, op="max")
-    per_side = {side: slowest[i * args.reps:(i + 1) * args.reps].tolist() for i, side in enumerate(sides)}
-    cpu_s = statistics.median(per_side["cpu"])
+    med = {side: statistics.median(slowest[i * args.reps:(i + 1) * args.reps].tolist())
+           for i, side in enumerate(sides)}
+    cpu_s = med["cpu"]
     stayed = tensors["device"].device.type == ("cpu" if dry else device.type)
     rows = []
     for c in chunk_sizes:
-        dev_s = statistics.median(per_side[f"device@{c}"])
+        dev_s = med[f"device@{c}"]
         judged = not dry and c == _staging.DEFAULT_CHUNK_BYTES
         row = {"check": "staging", "device": str(device), "dry_run": dry, "world_size": n, "dtype": "float32",
                "op": "sum", "bytes": elements * 4, "chunk_bytes": c, "chunks": -(-elements * 4 // c),
                "default_chunk": c == _staging.DEFAULT_CHUNK_BYTES, "reps": args.reps, "warmup": args.warmup,
-               "cpu_seconds": cpu_s, "device_seconds": dev_s, "ratio": dev_s / cpu_s, "max_ratio": args.max_ratio,
-               "correct": correct, "stayed_on_device": stayed, "ratio_judged": judged, **copies,
+               "cpu_seconds": cpu_s, "cpu_chunked_seconds": med[f"cpu@{c}"],
+               "copies_seconds": med[f"copies@{c}"], "device_seconds": dev_s, "ratio": dev_s / cpu_s,
+               "max_ratio": args.max_ratio, "correct": correct, "stayed_on_device": stayed,
+               "ratio_judged": judged, **copies,
                "ok": correct and stayed and (not judged or dev_s / cpu_s <= args.max_ratio)}
         if dry:
             row["note"] = ("dry run: the 'device' side is a CPU tensor taken through the staging pipeline "
@@ -696,9 +746,9 @@ COLUMNS = {
                 ("same_bits_as_cpu_chunks", "bits=chunks", ">11", ""),
                 ("max_error_over_exact_bound", "err/bound", ">9", ".2f"), ("stayed_on_device", "stayed", ">6", "")],
     "staging": [("device", "device", "<7", ""), ("bytes", "bytes", ">10", ""), ("chunk_bytes", "chunk", ">9", ""),
-                ("cpu_seconds", "cpu s", ">9", ".4f"),
-                ("device_seconds", "device s", ">9", ".4f"), ("ratio", "ratio", ">6", ".3f"),
-                ("correct", "sums", ">5", ""), ("dry_run", "dry run", ">7", "")],
+                ("cpu_seconds", "cpu s", ">9", ".4f"), ("cpu_chunked_seconds", "chunked s", ">9", ".4f"),
+                ("copies_seconds", "copies s", ">9", ".4f"), ("device_seconds", "device s", ">9", ".4f"),
+                ("ratio", "ratio", ">6", ".3f"), ("correct", "sums", ">5", ""), ("dry_run", "dry run", ">7", "")],
     "train": [("run", "run", "<14", ""), ("device", "device", "<7", ""), ("epochs", "epochs", ">6", ""),
               ("train_images", "images", ">7", ""), ("accuracy", "accuracy", ">9", ".4f"),
               ("seconds_per_epoch", "s/epoch", ">8", ".1f")],

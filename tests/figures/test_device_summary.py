@@ -1,5 +1,6 @@
 """scripts/device_summary.py: a device-check output folder merged into the
-one JSON file of the figure device-checks."""
+one JSON file of the figure device-checks; and that figure's rendering of
+check 4 (scripts/figures/device_checks.py)."""
 import json
 import os
 import subprocess
@@ -41,3 +42,37 @@ def test_a_folder_without_the_step_summary_is_refused(tmp_path):
     done = run(tmp_path, tmp_path / "merged.json")
     assert done.returncode != 0 and "no device-check.json" in done.stderr
     assert not (tmp_path / "merged.json").exists()
+
+
+def _render(check4_rows):
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "figures"))
+    import device_checks
+    machine = {"gpu": "G", "machine": "m 16 CPUs", "python": "3.12", "torch": "2.11.0", "cuda": "13.0"}
+    return device_checks.render({"machine": machine, "checks": {"4": {"rows": check4_rows}}})
+
+
+def _staging_row(chunk_mib, staged_ms, judged):
+    return {"bytes": 64 << 20, "chunk_bytes": chunk_mib << 20, "chunks": 64 // chunk_mib, "reps": 10,
+            "cpu_seconds": 0.05, "cpu_chunked_seconds": 0.055, "copies_seconds": 0.004 * chunk_mib,
+            "device_seconds": staged_ms / 1000, "ratio": staged_ms / 50, "max_ratio": 1.15,
+            "ratio_judged": judged, "ok": not judged or staged_ms / 50 <= 1.15}
+
+
+def test_check_4_shows_the_judged_chunk_size_and_the_staged_call_taken_apart():
+    text = _render([_staging_row(4, 90.0, False), _staging_row(16, 60.0, False), _staging_row(64, 55.0, True)])
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 4 |"))
+    assert "staged in 64 MiB chunks" in line and "55.0 ms against 50.0 ms: ratio 1.10" in line and "pass" in line
+    table = [ln for ln in text.splitlines() if ln.startswith("| ") and " MiB | " in ln and "ratio" not in ln]
+    assert table == ["| 4 MiB | 16 | 50.0 | 55.0 | 16.0 | 90.0 | 1.80 |",
+                     "| 16 MiB | 4 | 50.0 | 55.0 | 64.0 | 60.0 | 1.20 |",
+                     "| 64 MiB | 1 | 50.0 | 55.0 | 256.0 | 55.0 | 1.10 |"]
+
+
+def test_check_4_of_a_run_that_timed_one_chunk_size_renders_without_the_breakdown():
+    row = {"bytes": 64 << 20, "reps": 10, "cpu_seconds": 0.0525, "device_seconds": 0.0932, "ratio": 1.776,
+           "max_ratio": 1.15, "ratio_judged": True, "ok": False}
+    text = _render([row])
+    assert "| 4 | a 64 MiB float32 allreduce of a CUDA tensor against a CPU one, median of 10 interleaved | " \
+           "93.2 ms against 52.5 ms: ratio 1.78, target ≤ 1.15: FAIL |" in text
+    assert "taken apart" not in text

@@ -20,13 +20,12 @@ algorithm: the bytes on the wire are those of the CPU call on the whole
 tensor. A tensor of one chunk is one collective, with the bits of the CPU
 call.
 
-Chunks are large because each is a collective of its own, and on the GPU
-machine of scripts/device-check.sh (an H200, a copy engine at tens of GB/s,
+Chunks are large: on the GPU machine of scripts/device-check.sh (an H200,
 loopback at about 1 GB/s) a 64 MiB allreduce of 4 ranks took 1.78 times as
-long as on the CPU when staged in 4 MiB chunks (docs/python.md, "On a
-GPU"): the copies of a chunk are far shorter than its collective, so the
-pipeline gains little from small chunks, and every extra collective costs
-its set-up.
+long as on the CPU when staged in 4 MiB chunks (docs/python.md, "On a GPU").
+Whether the 16 collectives or the 32 copies cost that is not established;
+``bench/device_checks.py staging`` times each apart (on this project's 2-core VM
+the 16 collectives alone take 8% longer than one: docs/python.md).
 
 ``DeviceOps`` is the device boundary: ``CudaOps`` uses CUDA streams, events
 and pinned memory; ``SyncOps`` copies synchronously for any other device.
