@@ -88,7 +88,7 @@ export GOSSAMER_BUILD_DIR="$build"
 export PYTHONUNBUFFERED=1
 
 declare -A status seconds
-declare -A cap=([build]=150 [1]=60 [2]=120 [3]=130 [4]=45 [5]=55)
+declare -A cap=([build]=150 [1]=60 [2]=120 [3]=130 [4]=75 [5]=55)
 run_step() {  # run_step NAME COMMAND...: runs it under its cap, logs it, records exit status and time
   local name="$1" t0 rc limit
   shift
