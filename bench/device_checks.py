@@ -79,7 +79,8 @@ train     Under --autocast bfloat16 on --device: Crossover-SGD with
           (this script, 2026-11-29), DDP 0.872 (docs/python.md); 0.89 takes
           two or three epochs (--epochs 3: 0.901). A run that cannot be made
           (the example without --device, the backend "gossamer" not built)
-          is a skipped row saying why.
+          is a skipped row saying why, and so is DDP over NCCL when NCCL
+          refuses ranks that share a GPU ("Duplicate GPU detected").
 
 On --device cpu the "device" side is a dry run: allreduce and broadcast take
 a CPU tensor through the staging pipeline with synchronous copies
@@ -673,6 +674,15 @@ def missing_for(backend):
     return None
 
 
+def nccl_refusal(world_size):
+    """The skip reason of DDP over NCCL with more ranks than GPUs."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    return (f"NCCL refuses more than one rank on a GPU (\"Duplicate GPU detected\"): {world_size} ranks, "
+            f"{gpus} GPU{'s' if gpus != 1 else ''}")
+
+
 def run_train(args):
     """The train check's rows: one run per algorithm or DDP backend."""
     env = child_env({k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES})  # it launches itself
@@ -704,7 +714,9 @@ def run_train(args):
         rc, output = run_example(cmd, env, args.timeout)
         row["wall_seconds"] = time.monotonic() - t0
         row["command"] = " ".join(cmd[1:])
-        if rc != 0 or not os.path.exists(results):
+        if rc != 0 and backend == "nccl" and "Duplicate GPU detected" in output:
+            row.update(ok=None, skipped=nccl_refusal(args.world_size))  # the issue's "where it runs"
+        elif rc != 0 or not os.path.exists(results):
             row.update(ok=False, error=(f"killed after the --timeout of {args.timeout:.0f} s" if rc is None
                                         else f"exited {rc}") + ": " + output[-3000:])
         else:

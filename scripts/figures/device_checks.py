@@ -14,7 +14,7 @@ ELSEWHERE = ("on a machine with a GPU through the device tool: run(command='bash
 
 
 def _status(ok):
-    return "pass" if ok else "FAIL"
+    return "skipped" if ok is None else "pass" if ok else "FAIL"
 
 
 def _machine(data):
@@ -57,7 +57,9 @@ def render(data):
             acc = f"{100 * r['accuracy']:.2f}%" if r.get("accuracy") is not None else "-"
             sec = f"{r['seconds_per_epoch']:.2f}" if r.get("seconds_per_epoch") is not None else "-"
             why = ""
-            if not r.get("ok") and r.get("error"):
+            if r.get("skipped"):
+                why = ": " + r["skipped"]
+            elif not r.get("ok") and r.get("error"):
                 err = r["error"]
                 why = (": NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\")"
                        if "Duplicate GPU" in err else ": " + err.strip().splitlines()[-1][:120])

@@ -44,12 +44,17 @@ def test_a_folder_without_the_step_summary_is_refused(tmp_path):
     assert not (tmp_path / "merged.json").exists()
 
 
-def _render(check4_rows):
+def _render(check4_rows=None, check3_rows=None):
     import sys
     sys.path.insert(0, os.path.join(ROOT, "scripts", "figures"))
     import device_checks
     machine = {"gpu": "G", "machine": "m 16 CPUs", "python": "3.12", "torch": "2.11.0", "cuda": "13.0"}
-    return device_checks.render({"machine": machine, "checks": {"4": {"rows": check4_rows}}})
+    checks = {}
+    if check4_rows is not None:
+        checks["4"] = {"rows": check4_rows}
+    if check3_rows is not None:
+        checks["3"] = {"rows": check3_rows}
+    return device_checks.render({"machine": machine, "checks": checks})
 
 
 def _staging_row(chunk_mib, staged_ms, judged):
@@ -76,3 +81,15 @@ def test_check_4_of_a_run_that_timed_one_chunk_size_renders_without_the_breakdow
     assert "| 4 | a 64 MiB float32 allreduce of a CUDA tensor against a CPU one, median of 10 interleaved | " \
            "93.2 ms against 52.5 ms: ratio 1.78, target ≤ 1.15: FAIL |" in text
     assert "taken apart" not in text
+
+
+def test_check_3_shows_a_skipped_run_with_its_reason_and_a_failed_one_with_its_error():
+    rows = [{"run": "ddp-gloo", "accuracy": 0.9065, "seconds_per_epoch": 3.3, "ok": True},
+            {"run": "ddp-nccl", "accuracy": None, "seconds_per_epoch": None, "ok": None,
+             "skipped": "NCCL refuses more than one rank on a GPU: 4 ranks, 1 GPU"},
+            {"run": "ddp-gossamer", "accuracy": None, "seconds_per_epoch": None, "ok": False,
+             "error": "exited 1: Traceback\nRuntimeError: boom"}]
+    text = _render(check3_rows=rows)
+    assert "| ddp-gloo | 90.65% | 3.30 | pass |" in text
+    assert "| ddp-nccl | - | - | skipped: NCCL refuses more than one rank on a GPU: 4 ranks, 1 GPU |" in text
+    assert "| ddp-gossamer | - | - | FAIL: RuntimeError: boom |" in text
