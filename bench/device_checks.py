@@ -419,10 +419,14 @@ def staging_sides(chunk_sizes):
     return ["cpu"] + [f"{kind}@{c}" for c in chunk_sizes for kind in ("cpu", "copies", "device")]
 
 
-def staging_call(agent, side, tensors, dry):
-    """Runs one side of the staging check on its tensor; returns that tensor."""
+def side_tensor(side, tensors):
+    """The tensor a side of the staging check works on: the CPU one for "cpu" and "cpu@C", else the device one."""
+    return tensors["cpu" if side.partition("@")[0] == "cpu" else "device"]
+
+
+def staging_call(agent, side, x, dry):
+    """Runs one side of the staging check on `x`, its tensor (side_tensor)."""
     kind, _, chunk = side.partition("@")
-    x = tensors["cpu" if kind == "cpu" else "device"]
     if side == "cpu":
         agent.allreduce(x, op="sum")
     elif kind == "cpu":
@@ -431,7 +435,6 @@ def staging_call(agent, side, tensors, dry):
         staged_copies(x, int(chunk), sync=dry)
     else:  # what Agent.allreduce does with a device tensor, at this chunk size
         staged_allreduce(agent, x, "sum", chunk_bytes=int(chunk), sync=dry)
-    return x
 
 
 def rank_staging(args, agent, device, dry):
@@ -457,12 +460,12 @@ def rank_staging(args, agent, device, dry):
     for rep in range(args.warmup + args.reps):
         for i in range(len(sides)):
             side = sides[(i + rep) % len(sides)]
-            for x in tensors.values():
-                x.fill_(agent.rank + 1)
+            x = side_tensor(side, tensors)
+            x.fill_(agent.rank + 1)
             sync()
             agent.barrier()
             t0 = time.perf_counter()
-            x = staging_call(agent, side, tensors, dry)
+            staging_call(agent, side, x, dry)
             sync()
             dt = time.perf_counter() - t0
             if rep in (0, args.warmup + args.reps - 1):

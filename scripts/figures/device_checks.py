@@ -78,8 +78,8 @@ def render(data):
 
 
 def _judged(rows):
-    """Check 4's judged row: the library's chunk size, or the only row of a run that timed one."""
-    return next((r for r in rows if r.get("ratio_judged")), rows[-1] if len(rows) > 1 else rows[0])
+    """Check 4's judged row: the library's chunk size; in a dry run (none judged) the largest chunk's."""
+    return next((r for r in rows if r.get("ratio_judged")), rows[-1])
 
 
 def _chunk_text(r):
