@@ -25,7 +25,7 @@ loopback at about 1 GB/s) a 64 MiB allreduce of 4 ranks took 1.78 times as
 long as on the CPU when staged in 4 MiB chunks (docs/python.md, "On a GPU").
 Whether the 16 collectives or the 32 copies cost that is not established;
 ``bench/device_checks.py staging`` times each apart (on this project's 2-core VM
-the 16 collectives alone take 8% longer than one: docs/python.md).
+the 16 collectives alone take 6-9% longer than one: docs/python.md).
 
 ``DeviceOps`` is the device boundary: ``CudaOps`` uses CUDA streams, events
 and pinned memory; ``SyncOps`` copies synchronously for any other device.
