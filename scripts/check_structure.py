@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks two rules of the house's layout and prints every breach:
+"""Checks three rules of the house's layout and prints every breach:
 
   functions  no function in sdk/, transports/, optimizers/, topologies/,
              apps/ or bindings/ is longer than 120 lines (measured by
@@ -26,6 +26,10 @@ MAX_LINES = 120
 FUNCTION_DIRS = ["sdk", "transports", "optimizers", "topologies", "apps", "bindings"]
 HEADER_DIRS = ["sdk", "transports", "optimizers"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+THREAD_START = re.compile(r"\bonEveryRank\s*\(|\bstd::thread\s*(\w+\s*)?[({]")
+CATCH_ASSERT = re.compile(r"(?<![\w])((?:CHECK|REQUIRE)(?:_\w+)?|FAIL|FAIL_CHECK|SUCCEED|WARN|INFO|CAPTURE)\s*\(")
+RANK_FORMS = {"CHECK", "REQUIRE", "CHECK_FALSE", "CHECK_THROWS_AS", "CHECK_THROWS_WITH"}
+LITERAL_OR_COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
 def long_functions(root):
@@ -81,6 +85,46 @@ def bad_includes(root):
     return found
 
 
+def blank_literals(text):
+    """`text` with its comments and string and character literals blanked
+    (same length, newlines kept), so braces and names in them do not count."""
+    return LITERAL_OR_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def thread_bodies(text):
+    """[begin, end) offsets of the body of the first lambda after each
+    onEveryRank( or std::thread in `text` (literals already blanked)."""
+    bodies = []
+    for m in THREAD_START.finditer(text):
+        intro = text.find("[", m.end() - 1)
+        begin = text.find("{", intro) if intro >= 0 else -1
+        if begin < 0 or text.find(";", m.end(), begin) >= 0:
+            continue  # not started with a lambda here (a named function, a declaration)
+        depth = 0
+        for end in range(begin, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0:
+                bodies.append((begin, end))
+                break
+    return bodies
+
+
+def thread_asserts(root):
+    """(file, line, macro) of every plain Catch2 macro on a test's thread."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(root, "tests")):
+        for name in sorted(files):
+            if not name.endswith((".cpp", ".hpp")):
+                continue
+            path = os.path.relpath(os.path.join(folder, name), root)
+            with open(os.path.join(root, path), encoding="utf-8") as f:
+                text = blank_literals(f.read())
+            for begin, end in thread_bodies(text):
+                for m in CATCH_ASSERT.finditer(text, begin, end):
+                    found.append((path, text.count("\n", 0, m.start()) + 1, m.group(1)))
+    return sorted(set(found))
+
+
 def reaches_above(root, here, src, include):
     if ".." in include.split("/"):
         return "names a folder above with '..'"
@@ -97,12 +141,12 @@ def reaches_above(root, here, src, include):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    parser.add_argument("rules", nargs="*", metavar="functions|includes")
+    parser.add_argument("rules", nargs="*", metavar="functions|includes|rank-asserts")
     args = parser.parse_args()
-    rules = args.rules or ["functions", "includes"]
+    rules = args.rules or ["functions", "includes", "rank-asserts"]
     for rule in rules:
-        if rule not in ("functions", "includes"):
-            parser.error(f"unknown rule {rule!r}: functions or includes")
+        if rule not in ("functions", "includes", "rank-asserts"):
+            parser.error(f"unknown rule {rule!r}: functions, includes or rank-asserts")
     failed = False
     if "functions" in rules:
         functions = long_functions(args.root)
@@ -116,6 +160,14 @@ def main():
             print(f"{path}:{number}: #include \"{include}\" {why}")
         print(f"includes: {len(includes)} headers include a folder above their own")
         failed |= bool(includes)
+    if "rank-asserts" in rules:
+        asserts = thread_asserts(args.root)
+        for path, number, macro in asserts:
+            fix = (f"use RANK_{macro} (tests/support/rank_checks.hpp)" if macro in RANK_FORMS else
+                   "it has no RANK_ form: let an exception leave the thread, or check on the test's thread")
+            print(f"{path}:{number}: {macro} on a test's thread: {fix}")
+        print(f"rank-asserts: {len(asserts)} plain Catch2 macros on threads a test starts")
+        failed |= bool(asserts)
     sys.exit(1 if failed else 0)
 
 

@@ -743,18 +743,18 @@ TEMPLATE_TEST_CASE("split communicators, nested, reduce apart from their parents
     Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
     auto half = world.split(r % 2, -r);            // {6,4,2,0}, {7,5,3,1}
     auto pair = half->split(half->rank() / 2, 0);  // {6,4}, {2,0}, {7,5}, {3,1}
-    REQUIRE(half->worldSize() == 4);
-    REQUIRE(pair->worldSize() == 2);
-    CHECK(half->rank() == 3 - r / 2);
+    RANK_REQUIRE(half->worldSize() == 4);
+    RANK_REQUIRE(pair->worldSize() == 2);
+    RANK_CHECK(half->rank() == 3 - r / 2);
     const float pairSum = static_cast<float>(r >= 4 ? (r % 2 ? 12 : 10) : (r % 2 ? 4 : 2));
     for (int round = 0; round < 5; ++round) {
       std::vector<float> big(100003, static_cast<float>(r)), mid(1000, static_cast<float>(r)), small(3, 1.0f);
       pair->allreduce(std::span<float>(big));
       world.allreduce(std::span<float>(small));
       half->allreduce(std::span<float>(mid));
-      REQUIRE(big[100002] == pairSum);
-      REQUIRE(mid[999] == static_cast<float>(r % 2 ? 16 : 12));
-      REQUIRE(small[0] == 8.0f);
+      RANK_REQUIRE(big[100002] == pairSum);
+      RANK_REQUIRE(mid[999] == static_cast<float>(r % 2 ? 16 : 12));
+      RANK_REQUIRE(small[0] == 8.0f);
     }
     world.barrier();
   });
@@ -1318,9 +1318,9 @@ TEST_CASE("ring reduce-scatter leaves rank r the reduced chunk r, and allgather 
         auto mine = ringReduceScatter<double>(*g[static_cast<std::size_t>(r)], d, ReduceOp::kSum,
                                               CollectiveOptions{len * 2, kTimeout});
         const auto [b, e] = chunkRange(len, n, r);
-        REQUIRE(mine.data() == d.data() + b);
-        REQUIRE(mine.size() == e - b);
-        for (std::size_t i = b; i < e; ++i) REQUIRE(d[i] == sum[i]);
+        RANK_REQUIRE(mine.data() == d.data() + b);
+        RANK_REQUIRE(mine.size() == e - b);
+        for (std::size_t i = b; i < e; ++i) RANK_REQUIRE(d[i] == sum[i]);
         // Poison the other chunks: the allgather must overwrite them.
         for (std::size_t i = 0; i < len; ++i)
           if (i < b || i >= e) d[i] = -1;
@@ -1351,7 +1351,7 @@ TEST_CASE("ring reduce-scatter averages, and an allgather sends the owned chunk 
     auto mine = ringReduceScatter<double>(*g[static_cast<std::size_t>(r)], d, ReduceOp::kAverage,
                                           CollectiveOptions{1, kTimeout});
     const auto [b, e] = chunkRange(len, n, r);
-    for (std::size_t i = b; i < e; ++i) REQUIRE(d[i] == Approx(mean[i]).margin(1e-12));
+    for (std::size_t i = b; i < e; ++i) RANK_REQUIRE(d[i] == Approx(mean[i]).margin(1e-12));
     for (auto& x : mine) x *= 2;  // changed between the two phases
     ringAllgather<double>(*g[static_cast<std::size_t>(r)], d, CollectiveOptions{2, kTimeout});
   });
@@ -1373,7 +1373,7 @@ TEST_CASE("calibration over zmq agrees on every rank and leaves the communicator
     models[static_cast<std::size_t>(r)] = comm.calibrate(c);
     double x = r;
     comm.allreduce(std::span<double>(&x, 1));  // still in step after calibrating
-    CHECK(x == 3.0);
+    RANK_CHECK(x == 3.0);
   });
   for (const auto& m : models) CHECK(m == models[0]);
   CHECK(models[0].alphaSeconds > 0);
@@ -1403,9 +1403,9 @@ TEST_CASE("alltoallv delivers every rank's personalised parts, empty ones includ
                               CollectiveOptions{42, kTimeout});
       std::vector<std::size_t> bad = sc;
       bad[0] += 1;
-      CHECK_THROWS_AS(alltoallv<std::int64_t>(*g[static_cast<std::size_t>(r)], send, bad, recv, rc,
-                                              CollectiveOptions{43, kTimeout}),
-                      InvalidArgument);
+      RANK_CHECK_THROWS_AS(alltoallv<std::int64_t>(*g[static_cast<std::size_t>(r)], send, bad, recv, rc,
+                                                   CollectiveOptions{43, kTimeout}),
+                           InvalidArgument);
     });
     for (int r = 0; r < n; ++r) {
       std::vector<std::int64_t> want;

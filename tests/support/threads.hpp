@@ -1,5 +1,8 @@
-// Test support: run one thread per rank and propagate failures.
+// Test support: run one thread per rank and propagate failures. Assertions
+// on those threads go through rank_checks.hpp's RANK_CHECK and RANK_REQUIRE.
 #pragma once
+
+#include "rank_checks.hpp"
 
 #include <exception>
 #include <thread>

@@ -161,7 +161,7 @@ TEST_CASE("bandwidth roulette: every rank, computing alone from the config, agre
   std::vector<std::vector<int>> seen(8, std::vector<int>(kSteps * kSegments));
   gossamer::testing::onEveryRank(8, [&](int rank) {
     const auto topology = factory(c);  // each rank its own object, as each process builds its own
-    REQUIRE(topology->name() == "bandwidth_roulette");
+    RANK_REQUIRE(topology->name() == "bandwidth_roulette");
     for (std::uint64_t step = 0; step < kSteps; ++step)
       for (int seg = 0; seg < kSegments; ++seg) {
         const auto p = topology->peers(rank, step, seg);

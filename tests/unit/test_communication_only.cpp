@@ -52,7 +52,7 @@ std::vector<std::vector<float>> runJob(const std::string& yaml, bool split) {
     for (int s = 0; s < kSteps; ++s) {
       gradientAt(r, s, x, g);
       if (split) {
-        REQUIRE(opt.hasCommunicationOnlyForm());
+        RANK_REQUIRE(opt.hasCommunicationOnlyForm());
         opt.reduceGradients(g);
         sgd.apply(x, g);
         opt.mixParameters(x);
@@ -61,7 +61,7 @@ std::vector<std::vector<float>> runJob(const std::string& yaml, bool split) {
       }
     }
     opt.flush(x);
-    CHECK(opt.steps() == static_cast<std::uint64_t>(kSteps));
+    RANK_CHECK(opt.steps() == static_cast<std::uint64_t>(kSteps));
     out[static_cast<std::size_t>(r)] = x;
     agent.close();
   });
@@ -130,8 +130,8 @@ TEST_CASE("the communication-only form checks lengths", "[optimizer]") {
     Agent agent(c, r, store, reg);
     auto& opt = agent.makeOptimizer({10});
     std::vector<float> shortVec(9);
-    CHECK_THROWS_WITH(opt.reduceGradients(shortVec), Catch::Contains("expected 10 gradients, got 9"));
-    CHECK_THROWS_WITH(opt.mixParameters(shortVec), Catch::Contains("expected 10 parameters, got 9"));
+    RANK_CHECK_THROWS_WITH(opt.reduceGradients(shortVec), Catch::Contains("expected 10 gradients, got 9"));
+    RANK_CHECK_THROWS_WITH(opt.mixParameters(shortVec), Catch::Contains("expected 10 parameters, got 9"));
     agent.close();
   });
 }

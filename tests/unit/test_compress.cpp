@@ -760,7 +760,7 @@ TEST_CASE("A2SGD training over inproc: models drift between syncs and agree afte
       opt.step(x, g);
       snapshots[static_cast<std::size_t>(s)][static_cast<std::size_t>(r)] = x;
     }
-    CHECK(opt.stats().syncs == 3);  // after steps 5, 10 and 12
+    RANK_CHECK(opt.stats().syncs == 3);  // after steps 5, 10 and 12
     t->close();
   });
   CHECK(consensusDistance(snapshots[3]) > 1e-4);  // drifted before the first sync
@@ -854,7 +854,7 @@ TEST_CASE("CompressedSgd with Top-K, Gaussian-K and QSGD keeps every rank's mode
       opt.setTotalSteps(steps);
       std::vector<float> x(p, 0.5f);
       for (int s = 0; s < steps; ++s) opt.step(x, normalVector(p, static_cast<unsigned>(r * 100 + s)));
-      CHECK(opt.stats().syncs == 0);  // nothing to synchronise
+      RANK_CHECK(opt.stats().syncs == 0);  // nothing to synchronise
       models[static_cast<std::size_t>(r)] = x;
       t->close();
     });
@@ -974,7 +974,7 @@ TEST_CASE("the registry builds CompressedSgd from the compression section", "[co
     onEveryRank(4, [&](int r) {
       Agent agent(c, r, store, reg);
       auto& opt = agent.makeOptimizer({20, 4});
-      CHECK(opt.name() == k.name);
+      RANK_CHECK(opt.name() == k.name);
       opt.setTotalSteps(6);
       std::vector<float> x(24, 0.0f);
       for (int s = 0; s < 6; ++s) opt.step(x, normalVector(24, static_cast<unsigned>(r * 10 + s)));

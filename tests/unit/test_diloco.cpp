@@ -224,11 +224,11 @@ TEST_CASE("diloco: a gossip round pairs every rank and keeps the sum of theta ov
         after[ku][static_cast<std::size_t>(r)].assign(opt.outerParameters().begin(),
                                                       opt.outerParameters().end());
         partners[ku][static_cast<std::size_t>(r)] = opt.lastPartner();
-        CHECK(x == after[ku][static_cast<std::size_t>(r)]);
+        RANK_CHECK(x == after[ku][static_cast<std::size_t>(r)]);
       }
     }
-    CHECK(k == rounds);
-    CHECK(opt.rejectedMessages() == 0);
+    RANK_CHECK(k == rounds);
+    RANK_CHECK(opt.rejectedMessages() == 0);
   });
   std::set<std::vector<int>> matchings;
   for (int k = 0; k < rounds; ++k) {
@@ -300,7 +300,7 @@ TEST_CASE("diloco: the noloco outer step pulls each theta towards its pair's mea
       if (opt.rounds() == applied) continue;
       k.thetaAfter.assign(opt.outerParameters().begin(), opt.outerParameters().end());
       k.partner = opt.lastPartner();
-      CHECK(x == k.thetaAfter);  // the local copy restarts from theta
+      RANK_CHECK(x == k.thetaAfter);  // the local copy restarts from theta
       got[static_cast<std::size_t>(r)].push_back(std::move(k));
     }
   });
@@ -471,7 +471,7 @@ TEST_CASE("diloco: built from YAML by an Agent, 4 ranks reach the mean of their 
     onEveryRank(n, [&](int r) {
       Agent agent(c, r, store, reg);
       auto& opt = agent.makeOptimizer({5});
-      CHECK(opt.name() == "diloco");
+      RANK_CHECK(opt.name() == "diloco");
       opt.setTotalSteps(steps);
       std::vector<float> x(5, 0.0f), g(5);
       for (int s = 0; s < steps; ++s) {

@@ -149,9 +149,9 @@ TEST_CASE("extension: an application's transport, optimizer and section load fro
   MemoryStore store;
   gossamer::testing::onEveryRank(n, [&](int r) {
     Agent agent(c, r, store, reg);
-    CHECK(agent.transport().timeoutSeconds() == 7.5);
+    RANK_CHECK(agent.transport().timeoutSeconds() == 7.5);
     auto& opt = agent.makeOptimizer({len});
-    CHECK(opt.name() == "scaled_sgd");
+    RANK_CHECK(opt.name() == "scaled_sgd");
     std::vector<float> params(len, 1.0f), grads(len);
     for (std::size_t i = 0; i < len; ++i) grads[i] = static_cast<float>((r + 1) * (i + 1));
     opt.step(params, grads);

@@ -63,7 +63,7 @@ std::pair<std::map<std::uint32_t, int>, faults::FaultStats> sendNumbered(const f
         q.wait(10.0);
         a.waitFor(0.05);
       }
-      REQUIRE(a.test());
+      RANK_REQUIRE(a.test());
     } else {
       std::uint32_t v = 0, done = 0;
       Request fin = t->irecv(0, Tag::make(Op::kGossip, 0, 1),
@@ -123,8 +123,8 @@ TEST_CASE("faults: the section wraps an Agent's transport only when enabled, and
   MemoryStore store;
   onEveryRank(2, [&](int r) {
     Agent a(on, r, store, reg);
-    CHECK(a.transport().name() == "inproc+faults");
-    CHECK(faults::faultStats(a.transport()) != nullptr);
+    RANK_CHECK(a.transport().name() == "inproc+faults");
+    RANK_CHECK(faults::faultStats(a.transport()) != nullptr);
     a.close();
   });
   const Config off = reg.parse("world_size: 1\ntransport: {kind: inproc}\n", "g.yaml");
@@ -548,26 +548,26 @@ TEST_CASE("faults: the section's delay reaches an Agent's gossip sends only, wit
     Transport& t = a.transport();
     std::uint32_t v = 0;
     if (r == 0) {
-      CHECK(sendNumber(t, 1, kNumbered, 42).test());
-      CHECK(sendNumber(t, 1, Tag::make(Op::kUser, 0, 0), 43).test());
+      RANK_CHECK(sendNumber(t, 1, kNumbered, 42).test());
+      RANK_CHECK(sendNumber(t, 1, Tag::make(Op::kUser, 0, 0), 43).test());
     } else {
       Request g = t.irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
-      REQUIRE(g.waitFor(5.0));
-      CHECK(v == 42);
+      RANK_REQUIRE(g.waitFor(5.0));
+      RANK_CHECK(v == 42);
       Request u =
           t.irecv(0, Tag::make(Op::kUser, 0, 0), std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
-      REQUIRE(u.waitFor(5.0));
-      CHECK(v == 43);
+      RANK_REQUIRE(u.waitFor(5.0));
+      RANK_CHECK(v == 43);
     }
     std::uint32_t one = 1;
     Request b =
         t.isend(1 - r, Tag::make(Op::kUser, 0, 1), std::as_bytes(std::span<const std::uint32_t>(&one, 1)));
     Request d =
         t.irecv(1 - r, Tag::make(Op::kUser, 0, 1), std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
-    REQUIRE(d.waitFor(5.0));  // both ranks are done before either closes
+    RANK_REQUIRE(d.waitFor(5.0));  // both ranks are done before either closes
     const faults::FaultStats* s = faults::faultStats(t);
-    REQUIRE(s != nullptr);
-    CHECK(s->delayed == (r == 0 ? 1u : 0u));
+    RANK_REQUIRE(s != nullptr);
+    RANK_CHECK(s->delayed == (r == 0 ? 1u : 0u));
     a.close();
   });
 }
@@ -627,39 +627,40 @@ TEST_CASE("faults: an island delay holds every send to another island for its li
     if (r == 0) {
       // Collective traffic (Op::kUser) is delayed too: propagation is not drawn.
       sentAt = std::chrono::steady_clock::now().time_since_epoch().count();
-      for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(t, 2, Tag::make(Op::kUser, 0, 0), i).test());
-      CHECK(sendNumber(t, 1, kNumbered, 7).test());
+      for (std::uint32_t i = 0; i < n; ++i)
+        RANK_CHECK(sendNumber(t, 2, Tag::make(Op::kUser, 0, 0), i).test());
+      RANK_CHECK(sendNumber(t, 1, kNumbered, 7).test());
       // close() would send what still waits at once: wait for rank 2 first.
       std::uint32_t done = 0;
       Request ack = t.irecv(2, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&done, 1)));
-      REQUIRE(ack.waitFor(5.0));
+      RANK_REQUIRE(ack.waitFor(5.0));
     } else if (r == 2) {
       std::uint32_t first = 0;
       Request q =
           t.irecv(0, Tag::make(Op::kUser, 0, 0), std::as_writable_bytes(std::span<std::uint32_t>(&first, 1)));
-      REQUIRE(q.waitFor(5.0));
+      RANK_REQUIRE(q.waitFor(5.0));
       // Not here sooner than the delay allows after it was sent (a busy
       // machine only makes it later).
       const std::chrono::steady_clock::time_point sent{std::chrono::steady_clock::duration(sentAt.load())};
-      CHECK(secondsSince(sent) >= 0.15);
-      CHECK(first == 0);
+      RANK_CHECK(secondsSince(sent) >= 0.15);
+      RANK_CHECK(first == 0);
       const auto rest = receiveNumbers(t, 0, Tag::make(Op::kUser, 0, 0), 1.0, n - 1);
-      CHECK(rest == [&] {
+      RANK_CHECK(rest == [&] {
         std::vector<std::uint32_t> v;
         for (std::uint32_t i = 1; i < n; ++i) v.push_back(i);
         return v;
       }());  // in the order sent
-      CHECK(sendNumber(t, 0, kNumbered, 1).test());
+      RANK_CHECK(sendNumber(t, 0, kNumbered, 1).test());
     } else {
       std::uint32_t v = 0;
       Request g = t.irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
-      REQUIRE(g.waitFor(5.0));
-      CHECK(v == 7);
+      RANK_REQUIRE(g.waitFor(5.0));
+      RANK_CHECK(v == 7);
     }
     const faults::FaultStats* s = faults::faultStats(t);
-    REQUIRE(s != nullptr);
-    CHECK(s->linkDelayed == (r == 0 ? n : r == 2 ? 1u : 0u));
-    CHECK(s->delayed == 0);
+    RANK_REQUIRE(s != nullptr);
+    RANK_CHECK(s->linkDelayed == (r == 0 ? n : r == 2 ? 1u : 0u));
+    RANK_CHECK(s->delayed == 0);
     a.close();
   });
 }

@@ -40,7 +40,7 @@ SgpRun runSgp(const Topology& topo, optimizers::GossipMode mode, DType wire,
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
     optimizers::Sgp sgp(*t, topo, xs[0].size(), {{0.0, 0.0, 0.0}, 10.0, mode});
-    REQUIRE(sgp.setExchangeType(wire));
+    RANK_REQUIRE(sgp.setExchangeType(wire));
     std::vector<float> g(xs[0].size(), 0.0f);
     for (int s = 0; s < steps; ++s) sgp.step(xs[static_cast<std::size_t>(r)], g);
     allSent.arrive_and_wait();
@@ -118,7 +118,7 @@ TEST_CASE("Crossover-SGD with 16-bit segments keeps the mean, reaches consensus 
     o.segments = 3;
     o.mode = mode;
     optimizers::CrossoverSgd opt(*t, topo, {40, 40, 41}, o);
-    REQUIRE(opt.setExchangeType(wire));
+    RANK_REQUIRE(opt.setExchangeType(wire));
     std::vector<float> g(p, 0.0f);
     for (int s = 0; s < steps; ++s) opt.step(xs[static_cast<std::size_t>(r)], g);
     opt.flush(xs[static_cast<std::size_t>(r)]);

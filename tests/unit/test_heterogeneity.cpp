@@ -224,7 +224,7 @@ TEST_CASE(
             std::make_unique<optimizers::CrossoverSgd>(*t, roulette, twice(kTensors),
                                                        crossoverOptions(twice(kTensors))),
             kElements, kPlainSgd);
-        REQUIRE(opt->setExchangeType(DType::kBfloat16));
+        RANK_REQUIRE(opt->setExchangeType(DType::kBfloat16));
       }
       std::vector<float> x(kElements, 0.0f), g(kElements);
       for (int s = 0; s < 10; ++s) {
@@ -344,13 +344,13 @@ TEST_CASE("gradient_tracking, d2 and quasi_global_momentum are built from a conf
     onEveryRank(n, [&](int r) {
       Agent agent(c, r, store, reg);
       auto& opt = agent.makeOptimizer(kTensors);
-      CHECK(opt.name() == name);
+      RANK_CHECK(opt.name() == name);
       std::vector<float> g(kElements);
       for (int s = 0; s < 5; ++s) {
         q.gradient(r, x[static_cast<std::size_t>(r)], g);
         opt.step(x[static_cast<std::size_t>(r)], g);
       }
-      CHECK(opt.steps() == 5);
+      RANK_CHECK(opt.steps() == 5);
       agent.close();
     });
   }

@@ -212,7 +212,7 @@ TEST_CASE("an Agent records start, each step's time split and bytes per peer, an
   std::vector<json> fromCallback;
   testing::onEveryRank(kRanks, [&](int r) {
     Agent agent(c, r, store, reg);
-    CHECK(agent.metrics().dir() == dir.path.string());
+    RANK_CHECK(agent.metrics().dir() == dir.path.string());
     if (r == 0)
       agent.metrics().subscribe([&](const MetricsRecord& rec) {
         std::lock_guard<std::mutex> lk(mu);

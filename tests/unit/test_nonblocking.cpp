@@ -50,12 +50,12 @@ TEST_CASE("iallreduce and ibroadcast give the blocking calls' bits, in call orde
     // A blocking call after them runs after them (same sequence on every rank).
     std::vector<double> one = {static_cast<double>(r)};
     comm.allreduce(std::span<double>(one), ReduceOp::kSum);
-    CHECK(one[0] == 10.0);
+    RANK_CHECK(one[0] == 10.0);
     for (const auto& w : works) {
-      CHECK(w.test());  // the blocking call waited for them
+      RANK_CHECK(w.test());  // the blocking call waited for them
       w.wait();
     }
-    CHECK(rootAsync == root);
+    RANK_CHECK(rootAsync == root);
   });
   for (int r = 0; r < n; ++r)
     for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -76,12 +76,12 @@ TEST_CASE("iallreduce returns before its peers have joined, and the caller goes 
     if (r == 1) checked.wait();  // joins only once rank 0 has looked
     Work w = comm.iallreduce(std::span<float>(v), ReduceOp::kAverage);
     if (r == 0) {
-      CHECK_FALSE(w.test());  // rank 1 has not started: rank 0's call did not block
-      CHECK_THROWS_AS(w.wait(0.05), TimeoutError);
+      RANK_CHECK_FALSE(w.test());  // rank 1 has not started: rank 0's call did not block
+      RANK_CHECK_THROWS_AS(w.wait(0.05), TimeoutError);
       checked.count_down();
     }
     w.wait();
-    CHECK(v == std::vector<float>(4096, 1.5f));
+    RANK_CHECK(v == std::vector<float>(4096, 1.5f));
     comm.synchronize();
   });
 }

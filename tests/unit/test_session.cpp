@@ -231,7 +231,7 @@ class Accumulate final : public RoundProgram {
   }
   void restore(std::uint64_t rounds, const ViewChange& change) override {
     value_ = newest_.first == rounds ? newest_.second : previous_.second;
-    REQUIRE((newest_.first == rounds || previous_.first == rounds));
+    RANK_REQUIRE((newest_.first == rounds || previous_.first == rounds));  // on the rank's thread
     newest_ = previous_ = {rounds, value_};
     members_ = change.view.members;
     ++restores_;

@@ -50,16 +50,16 @@ TEST_CASE("split: ranks of a color form a communicator ordered by key", "[collec
       const int color = r == 1 ? Communicator::kUndefinedColor : r % 3;
       auto sub = world.split(color, -r);
       if (r == 1) {
-        CHECK(sub == nullptr);
+        RANK_CHECK(sub == nullptr);
         return;
       }
-      REQUIRE(sub != nullptr);
+      RANK_REQUIRE(sub != nullptr);
       std::vector<int> expected;
       for (int j = n - 1; j >= 0; --j)
         if (j != 1 && j % 3 == color) expected.push_back(j);
-      CHECK(sub->worldSize() == static_cast<int>(expected.size()));
-      CHECK(parentRanksOf(*sub, r) == expected);
-      CHECK(expected[static_cast<std::size_t>(sub->rank())] == r);
+      RANK_CHECK(sub->worldSize() == static_cast<int>(expected.size()));
+      RANK_CHECK(parentRanksOf(*sub, r) == expected);
+      RANK_CHECK(expected[static_cast<std::size_t>(sub->rank())] == r);
       sub->barrier();
     });
   }
@@ -76,11 +76,11 @@ TEST_CASE("split: equal keys keep the parent's order, and the default options ca
     o.chunkBytes = 4096;
     world.setOptions(o);
     auto sub = world.split(r / 3, 0);
-    REQUIRE(sub != nullptr);
-    CHECK(parentRanksOf(*sub, r) == (r < 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4, 5}));
-    CHECK(sub->options().algorithm == AllreduceAlgorithm::kRecursiveDoubling);
-    CHECK(sub->options().chunkBytes == 4096);
-    CHECK(sub->timeoutSeconds() == kTimeout);
+    RANK_REQUIRE(sub != nullptr);
+    RANK_CHECK(parentRanksOf(*sub, r) == (r < 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4, 5}));
+    RANK_CHECK(sub->options().algorithm == AllreduceAlgorithm::kRecursiveDoubling);
+    RANK_CHECK(sub->options().chunkBytes == 4096);
+    RANK_CHECK(sub->timeoutSeconds() == kTimeout);
   });
 }
 
@@ -91,22 +91,22 @@ TEST_CASE("split: nested splits and their parents run collectives side by side",
     Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
     auto half = world.split(r % 2, r);                // {0,2,4,6}, {1,3,5,7}
     auto quarter = half->split(half->rank() / 2, 0);  // {0,2}, {4,6}, {1,3}, {5,7}
-    REQUIRE(quarter != nullptr);
+    RANK_REQUIRE(quarter != nullptr);
     // A split of a split is a view on the top-level transport.
     auto* view = dynamic_cast<SubTransport*>(&quarter->transport());
-    REQUIRE(view != nullptr);
-    CHECK(&view->parent() == g[static_cast<std::size_t>(r)].get());
+    RANK_REQUIRE(view != nullptr);
+    RANK_CHECK(&view->parent() == g[static_cast<std::size_t>(r)].get());
     const std::vector<int> pair = {r - (r % 4 >= 2 ? 2 : 0), r - (r % 4 >= 2 ? 2 : 0) + 2};
-    CHECK(parentRanksOf(*quarter, r) == pair);
+    RANK_CHECK(parentRanksOf(*quarter, r) == pair);
     // The three communicators in turn, many times: every sum is its own.
     for (int round = 0; round < 50; ++round) {
       std::vector<double> a(1000, r + round), b(7, r), c(3, 1.0);
       world.allreduce(std::span<double>(a));
       half->allreduce(std::span<double>(b));
       quarter->allreduce(std::span<double>(c));
-      REQUIRE(a[999] == 28.0 + 8.0 * round);
-      REQUIRE(b[6] == (r % 2 ? 16.0 : 12.0));
-      REQUIRE(c[2] == 2.0);
+      RANK_REQUIRE(a[999] == 28.0 + 8.0 * round);
+      RANK_REQUIRE(b[6] == (r % 2 ? 16.0 : 12.0));
+      RANK_REQUIRE(c[2] == 2.0);
     }
   });
 }
@@ -123,7 +123,7 @@ TEST_CASE("split: contexts are freed with their communicators and run out while 
       auto sub = world.split(0, r);
       std::vector<double> v(1, 1.0);
       sub->allreduce(std::span<double>(v));
-      REQUIRE(v[0] == 3.0);
+      RANK_REQUIRE(v[0] == 3.0);
     }
     // All held: the next split fails on every member, and a freed context
     // makes room again.
@@ -138,7 +138,7 @@ TEST_CASE("split: contexts are freed with their communicators and run out while 
     auto again = world.split(0, r);
     std::vector<double> v(2, 2.0);
     again->allreduce(std::span<double>(v));
-    CHECK(v[1] == 6.0);
+    RANK_CHECK(v[1] == 6.0);
     held.back()->barrier();  // the oldest and the newest still work
     held.front()->barrier();
   });
@@ -157,15 +157,15 @@ TEST_CASE("split: a context in use on one member is not taken by its group", "[c
     std::vector<std::uint8_t> contexts;
     if (pair) contexts.push_back(dynamic_cast<SubTransport&>(pair->transport()).context());
     const auto mine = dynamic_cast<SubTransport&>(other->transport()).context();
-    if (pair) CHECK(mine != contexts.front());
+    if (pair) RANK_CHECK(mine != contexts.front());
     for (int round = 0; round < 20; ++round) {
       std::vector<double> v(5, r);
       other->allreduce(std::span<double>(v));
-      REQUIRE(v[4] == (r % 2 ? 4.0 : 2.0));
+      RANK_REQUIRE(v[4] == (r % 2 ? 4.0 : 2.0));
       if (pair) {
         std::vector<double> w(3, 1.0);
         pair->allreduce(std::span<double>(w));
-        REQUIRE(w[0] == 2.0);
+        RANK_REQUIRE(w[0] == 2.0);
       }
     }
   });
@@ -177,18 +177,18 @@ TEST_CASE("split: bad colors are refused, and view-building algorithms refuse a 
   auto g = inprocGroup(n);
   onEveryRank(n, [&](int r) {
     Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
-    CHECK_THROWS_AS(world.split(-2, 0), InvalidArgument);
+    RANK_CHECK_THROWS_AS(world.split(-2, 0), InvalidArgument);
     auto sub = world.split(0, r);
     for (auto a : {AllreduceAlgorithm::kTorus2d, AllreduceAlgorithm::kHierarchical,
                    AllreduceAlgorithm::kTga2d, AllreduceAlgorithm::kHips}) {
       std::vector<float> v(16, 1.0f);
       CollectiveOptions o(1000 + static_cast<std::uint64_t>(a), kTimeout, a);
-      CHECK_THROWS_AS(allreduce<float>(sub->transport(), v, ReduceOp::kSum, o), InvalidArgument);
+      RANK_CHECK_THROWS_AS(allreduce<float>(sub->transport(), v, ReduceOp::kSum, o), InvalidArgument);
     }
     // auto falls back to what runs on a view.
     std::vector<float> v(100, 1.0f);
     sub->allreduce(std::span<float>(v));
-    CHECK(v[99] == 4.0f);
+    RANK_CHECK(v[99] == 4.0f);
   });
 }
 
@@ -200,10 +200,10 @@ TEST_CASE("split: ties follow the rank in the parent, also when it is not the gl
     Communicator world(*g[static_cast<std::size_t>(r)], kTimeout);
     auto reversed = world.split(0, n - r);  // rank 5 first, rank 0 last
     auto sub = reversed->split(r % 2, 0);   // equal keys: the order of `reversed`
-    CHECK(parentRanksOf(*sub, r) == (r % 2 ? std::vector<int>{5, 3, 1} : std::vector<int>{4, 2, 0}));
+    RANK_CHECK(parentRanksOf(*sub, r) == (r % 2 ? std::vector<int>{5, 3, 1} : std::vector<int>{4, 2, 0}));
     // Extreme colors and keys.
     auto extreme = world.split(r < 3 ? INT_MAX : 0, r == 0 ? INT_MIN : INT_MAX - r);
-    CHECK(parentRanksOf(*extreme, r) == (r < 3 ? std::vector<int>{0, 2, 1} : std::vector<int>{5, 4, 3}));
+    RANK_CHECK(parentRanksOf(*extreme, r) == (r < 3 ? std::vector<int>{0, 2, 1} : std::vector<int>{5, 4, 3}));
   });
 }
 
@@ -220,7 +220,7 @@ TEST_CASE("split: communicators of different trees over one transport never shar
     SubTransport groupView(t, r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, 1);
     Communicator group(groupView, kTimeout);
     SubTransport reserved(t, {0, 1, 2, 3}, Communicator::kFirstSplitContext + 5);
-    CHECK_THROWS_AS(Communicator(reserved, kTimeout), InvalidArgument);
+    RANK_CHECK_THROWS_AS(Communicator(reserved, kTimeout), InvalidArgument);
     SubTransport userView(t, {0, 1, 2, 3}, 0x0F);
     Communicator user(userView, kTimeout);
     auto a = world.split(0, r);
@@ -229,19 +229,19 @@ TEST_CASE("split: communicators of different trees over one transport never shar
     auto contextOf = [](Communicator& comm) {
       return dynamic_cast<SubTransport&>(comm.transport()).context();
     };
-    CHECK(contextOf(*a) != contextOf(*b));
-    CHECK(contextOf(*a) != contextOf(*c));
-    CHECK(contextOf(*b) != contextOf(*c));
+    RANK_CHECK(contextOf(*a) != contextOf(*b));
+    RANK_CHECK(contextOf(*a) != contextOf(*c));
+    RANK_CHECK(contextOf(*b) != contextOf(*c));
     for (int round = 0; round < 20; ++round) {
       std::vector<double> x(3, 1.0), y(3, r), z(3, 2.0), w(3, 1.0);
       a->allreduce(std::span<double>(x));
       b->allreduce(std::span<double>(y));
       c->allreduce(std::span<double>(z));
       user.allreduce(std::span<double>(w));
-      REQUIRE(x[0] == 4.0);
-      REQUIRE(y[0] == (r < 2 ? 1.0 : 5.0));
-      REQUIRE(z[0] == 8.0);
-      REQUIRE(w[0] == 4.0);
+      RANK_REQUIRE(x[0] == 4.0);
+      RANK_REQUIRE(y[0] == (r < 2 ? 1.0 : 5.0));
+      RANK_REQUIRE(z[0] == 8.0);
+      RANK_REQUIRE(w[0] == 4.0);
     }
   });
 }
@@ -258,10 +258,10 @@ TEST_CASE("split: a child outlives the communicator it was split from", "[collec
     }
     std::vector<double> v(10, r);
     child->allreduce(std::span<double>(v));
-    CHECK(v[9] == (r < 2 ? 1.0 : 5.0));
+    RANK_CHECK(v[9] == (r < 2 ? 1.0 : 5.0));
     Communicator again(*g[static_cast<std::size_t>(r)], kTimeout);
     auto other = again.split(0, r);  // must avoid the child's context
-    CHECK(dynamic_cast<SubTransport&>(other->transport()).context() !=
-          dynamic_cast<SubTransport&>(child->transport()).context());
+    RANK_CHECK(dynamic_cast<SubTransport&>(other->transport()).context() !=
+               dynamic_cast<SubTransport&>(child->transport()).context());
   });
 }
