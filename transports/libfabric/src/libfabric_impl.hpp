@@ -309,8 +309,11 @@ struct PeerTx {
   std::uint64_t frameSeq = 0, bulkSeq = 0;
   std::deque<std::unique_ptr<SendOp>> pending;  ///< not posted yet, in order (under mu)
   bool shut = false;                            ///< the endpoint is being closed: post nothing
-  std::size_t inlineLimit = 0;  ///< largest payload sent inside a frame: what the peer's buffers take
-  std::exception_ptr why;       ///< why it is gone (set before `gone`)
+  /// Largest payload sent inside a frame: what the peer's buffers take. Set
+  /// under mu (at set-up, and by the progress thread when a restarted peer's
+  /// hello arrives); read without it by isend, hence atomic.
+  std::atomic<std::size_t> inlineLimit{0};
+  std::exception_ptr why;  ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
   /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
   std::atomic<int> pidfd{-1};
