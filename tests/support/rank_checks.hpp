@@ -59,10 +59,12 @@ std::exception_ptr thrownBy(F&& f) {
   return nullptr;
 }
 
-/// Reports whether `thrown` is an `E` (CHECK_THROWS_AS), under catchLock().
-template <typename E>
-void reportThrowsAs(Catch::StringRef macro, const Catch::SourceLineInfo& line, Catch::StringRef text,
-                    const std::exception_ptr& thrown) {
+/// Reports a CHECK_THROWS-style assertion under catchLock(): a failure when
+/// nothing was thrown, else `judge(handler)` inside a handler of `thrown`
+/// (so `throw;` and Catch's translation of the active exception work there).
+template <typename Judge>
+void reportThrown(Catch::StringRef macro, const Catch::SourceLineInfo& line, Catch::StringRef text,
+                  const std::exception_ptr& thrown, Judge judge) {
   std::lock_guard<std::mutex> lock(catchLock());
   Catch::AssertionHandler handler(macro, line, text, Catch::ResultDisposition::ContinueOnFailure);
   if (!thrown) {
@@ -70,32 +72,36 @@ void reportThrowsAs(Catch::StringRef macro, const Catch::SourceLineInfo& line, C
   } else {
     try {
       std::rethrow_exception(thrown);
-    } catch (const E&) {
-      handler.handleExceptionThrownAsExpected();
     } catch (...) {
-      handler.handleUnexpectedInflightException();
+      judge(handler);
     }
   }
   handler.complete();
 }
 
+/// Reports whether `thrown` is an `E` (CHECK_THROWS_AS).
+template <typename E>
+void reportThrowsAs(Catch::StringRef macro, const Catch::SourceLineInfo& line, Catch::StringRef text,
+                    const std::exception_ptr& thrown) {
+  reportThrown(macro, line, text, thrown, [](Catch::AssertionHandler& handler) {
+    try {
+      throw;
+    } catch (const E&) {
+      handler.handleExceptionThrownAsExpected();
+    } catch (...) {
+      handler.handleUnexpectedInflightException();
+    }
+  });
+}
+
 /// Reports whether `thrown`'s message matches `matcher` (a string or a
-/// Catch string matcher, as CHECK_THROWS_WITH takes), under catchLock().
+/// Catch string matcher, as CHECK_THROWS_WITH takes).
 template <typename M>
 void reportThrowsWith(Catch::StringRef macro, const Catch::SourceLineInfo& line, Catch::StringRef text,
                       const std::exception_ptr& thrown, const M& matcher, Catch::StringRef matcherText) {
-  std::lock_guard<std::mutex> lock(catchLock());
-  Catch::AssertionHandler handler(macro, line, text, Catch::ResultDisposition::ContinueOnFailure);
-  if (!thrown) {
-    handler.handleUnexpectedExceptionNotThrown();
-  } else {
-    try {
-      std::rethrow_exception(thrown);
-    } catch (...) {
-      Catch::handleExceptionMatchExpr(handler, matcher, matcherText);
-    }
-  }
-  handler.complete();
+  reportThrown(macro, line, text, thrown, [&](Catch::AssertionHandler& handler) {
+    Catch::handleExceptionMatchExpr(handler, matcher, matcherText);
+  });
 }
 
 }  // namespace gossamer::testing
