@@ -7,9 +7,15 @@
   includes   no header of sdk/, transports/ or optimizers/ includes a header
              of a folder above its own (a quoted include must be the public
              "gossamer/..." or resolve in the header's folder, below it, or in
-             a sibling folder of the same source root; never "../").
+             a sibling folder of the same source root; never "../");
+  rank-asserts  no plain Catch2 macro (CHECK, REQUIRE, INFO, ...) in the
+             body of a lambda given to onEveryRank, or to a std::thread named
+             in tests/: Catch2 v2 is not thread-safe, so rank threads assert
+             with tests/support/rank_checks.hpp's RANK_CHECK and kin.
+             (Callbacks the library runs on a rank's thread are not seen
+             here: scripts/tsan.sh finds those.)
 
-    check_structure.py [--root DIR] [functions|includes]...   (default: both)
+    check_structure.py [--root DIR] [functions|includes|rank-asserts]...   (default: all)
 
 Exits 0 when every rule holds, 1 when one does not, 2 when universal-ctags
 is missing (Debian: apt-get install universal-ctags).
