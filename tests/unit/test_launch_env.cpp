@@ -64,6 +64,30 @@ TEST_CASE("Open MPI on one host: a directory named by the job", "[launch]") {
   CHECK(l->rendezvous == "/scratch/gossamer-rendezvous-mpirun-2040135681");
 }
 
+TEST_CASE("Open MPI on one host: two jobs with one job id but their own mpirun keys meet in two directories",
+          "[launch]") {
+  // The job id hashes the host name and mpirun's pid: a second host (a VM or
+  // container) with the same name and pid gets it too, and may share TMPDIR.
+  std::map<std::string, std::string> vars = {
+      {"OMPI_COMM_WORLD_RANK", "0"},
+      {"OMPI_COMM_WORLD_SIZE", "4"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+      {"PMIX_NAMESPACE", "1420689409"},
+      {"OMPI_MCA_orte_precondition_transports", "a22f7f05a4e5db54-83a2b6df0cb32889"}};
+  const auto first = discoverLaunch(envOf(vars));
+  vars["OMPI_MCA_orte_precondition_transports"] = "0b5e3c1d9a7f2468-1357924680abcdef";
+  const auto second = discoverLaunch(envOf(vars));
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->rendezvous == "/tmp/gossamer-rendezvous-mpirun-1420689409-a22f7f05a4e5db54-83a2b6df0cb32889");
+  CHECK(second->rendezvous != first->rendezvous);
+  // A key that is not safe in a path is left out: the directory stays under TMPDIR.
+  vars["OMPI_MCA_orte_precondition_transports"] = "../x";
+  const auto unsafe = discoverLaunch(envOf(vars));
+  REQUIRE(unsafe);
+  CHECK(unsafe->rendezvous == "/tmp/gossamer-rendezvous-mpirun-1420689409");
+}
+
 TEST_CASE("Open MPI over several hosts needs MASTER_ADDR or GOSSAMER_RENDEZVOUS", "[launch]") {
   std::map<std::string, std::string> vars = {{"OMPI_COMM_WORLD_RANK", "1"},
                                              {"OMPI_COMM_WORLD_SIZE", "8"},

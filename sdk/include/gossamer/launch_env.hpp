@@ -45,8 +45,9 @@ std::string parentProcessId();
 ///   3. srun over several nodes (SLURM_NNODES above 1): tcp://FIRST:PORT,
 ///      FIRST the first host of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST),
 ///      PORT 29500 + (7 * SLURM_JOB_ID + SLURM_STEP_ID) mod 10000;
-///   4. a job on one host with a job id (Open MPI's PMIX_NAMESPACE when
-///      OMPI_COMM_WORLD_LOCAL_SIZE equals the world size; Slurm's
+///   4. a job on one host with a job id (Open MPI's PMIX_NAMESPACE, and
+///      mpirun's random per-job key OMPI_MCA_orte_precondition_transports
+///      when set, when OMPI_COMM_WORLD_LOCAL_SIZE equals the world size; Slurm's
 ///      SLURM_JOB_ID and SLURM_STEP_ID when SLURM_NNODES is 1; under MPICH's
 ///      Hydra, when MPI_LOCALNRANKS equals the world size, the parent
 ///      process, the host's hydra_pmi_proxy, as `parentProcess` names it):

@@ -45,6 +45,12 @@ constexpr Launcher kLaunchers[] = {
     {"srun", "SLURM_PROCID", "SLURM_NTASKS"},
 };
 
+bool safeForPath(const std::string& s) {
+  for (char ch : s)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_')) return false;
+  return !s.empty();
+}
+
 // A job id when every rank runs on this host, else "".
 std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l,
                             const std::function<std::string()>& parentProcess) {
@@ -54,8 +60,17 @@ std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l,
     if (std::string parent = parentProcess(); !parent.empty()) return "proxy-" + parent;
   }
   if (l.launcher == "mpirun" && env("OMPI_COMM_WORLD_LOCAL_SIZE") == std::to_string(l.worldSize)) {
-    if (auto ns = env("PMIX_NAMESPACE")) return *ns;
-    if (auto id = env("OMPI_MCA_ess_base_jobid")) return *id;
+    // The job id alone is a hash of the host name and mpirun's pid, which
+    // repeats (another mpirun with the same pid: after a reboot, or in a
+    // container or VM with the same host name that shares TMPDIR), and the
+    // directory outlives the job; mpirun's random per-job key tells two
+    // such jobs apart.
+    auto id = env("PMIX_NAMESPACE");
+    if (!id) id = env("OMPI_MCA_ess_base_jobid");
+    if (!id) return "";
+    if (auto key = env("OMPI_MCA_orte_precondition_transports"); key && safeForPath(*key))
+      return *id + "-" + *key;
+    return *id;
   }
   if (l.launcher == "srun" && env("SLURM_NNODES") == std::string("1")) {
     if (auto job = env("SLURM_JOB_ID")) return *job + "." + env("SLURM_STEP_ID").value_or("0");
@@ -74,12 +89,6 @@ std::string slurmRendezvous(const EnvLookup& env) {
   const long job = parseInteger(env, "SLURM_JOB_ID", 0, std::numeric_limits<long>::max());
   const long step = env("SLURM_STEP_ID") ? parseInteger(env, "SLURM_STEP_ID", 0, 0xFFFFFFFFL) : 0;
   return "tcp://" + host + ":" + std::to_string(kSlurmBasePort + (job * 7 + step) % kSlurmPorts);
-}
-
-bool safeForPath(const std::string& s) {
-  for (char ch : s)
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_')) return false;
-  return !s.empty();
 }
 
 }  // namespace
