@@ -15,6 +15,10 @@ train="$1"
 config="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# The launchers' runs find each other in ${TMPDIR}/gossamer-rendezvous-*
+# (gossamer/launch_env.hpp): under this test's own directory, removed with
+# it, and apart from any other job's (another clone's run of this test).
+export TMPDIR="$work"
 common=(--config "$config" --set training.epochs=2 --set data.train_limit=4000 --set data.test_limit=1000)
 if [ -n "${GOSSAMER_FASHION_MNIST:-}" ]; then common+=(--set "data.path=$GOSSAMER_FASHION_MNIST"); fi
 n=4
