@@ -90,9 +90,8 @@ LibfabricTransport::~LibfabricTransport() {
 Request LibfabricTransport::isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) {
   life_.checkSend(dst);
   // (encodeFrameHeader validates the size and dtype: InvalidArgument before anything is queued.)
-  const std::size_t inlineLimit =
-      dst == opt_.rank ? 0 : tx_[static_cast<std::size_t>(dst)]->inlineLimit.load(std::memory_order_relaxed);
-  const bool large = dst != opt_.rank && data.size() > inlineLimit;
+  const bool large = dst != opt_.rank && data.size() > tx_[static_cast<std::size_t>(dst)]->inlineLimit.load(
+                                                           std::memory_order_relaxed);
   const auto header =
       large ? HeaderBytes{}
             : encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag, data);
