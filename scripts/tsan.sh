@@ -23,18 +23,16 @@ for tool in clang++ cmake; do
   command -v "$tool" >/dev/null || { echo "tsan.sh: $tool is missing (apt-get install clang cmake)" >&2; exit 2; }
 done
 
-flags="-fsanitize=thread -O1 -g -fno-omit-frame-pointer"
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread \
-    -DGOSSAMER_APPS_LIBRARIES_ONLY=ON -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_BENCH=OFF \
-    -DGOSSAMER_BUILD_PYTHON=OFF -DGOSSAMER_BUILD_C=OFF "-DGOSSAMER_TEST_SUITES=unit;conformance" >/dev/null
-fi
-cmake --build "$build" -j "$(nproc)" --target gossamer_unit_tests gossamer_conformance_tests
+# deps.sh's build: configured once (Ninja and ccache when installed), the
+# compilers and flags from the environment, which CMake reads at that first
+# configure.
+source scripts/deps.sh
+CC=clang CXX=clang++ CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+  CXXFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS=-fsanitize=thread \
+  GOSSAMER_BUILD_DIR="$build" GOSSAMER_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo \
+-DGOSSAMER_APPS_LIBRARIES_ONLY=ON -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_BENCH=OFF \
+-DGOSSAMER_BUILD_PYTHON=OFF -DGOSSAMER_BUILD_C=OFF -DGOSSAMER_TEST_SUITES=unit;conformance" \
+  gossamer_build --target gossamer_unit_tests gossamer_conformance_tests
 scripts/spam-data.sh >/dev/null  # the sparse-data tests' files (data/spam), as scripts/test.sh makes them
 
 logs="$build/tsan-logs"
