@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+import weakref
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import _core
@@ -237,6 +240,9 @@ class Agent:
         self._core = _core.Agent(source, is_text, ov, rank, os.fspath(rendezvous))
         self._optimizer: Optional[Optimizer] = None
         self.launcher: str = "explicit"
+        # A rendezvous directory this agent made for itself (from_env's world
+        # of one): removed when it closes, or when it is collected unclosed.
+        self._own_rendezvous: Optional[weakref.finalize] = None
 
     @classmethod
     def from_env(
@@ -245,7 +251,9 @@ class Agent:
         """An Agent whose rank, world size and rendezvous come from the
         launcher's environment (see :func:`discover_launch`): torchrun,
         ``mpirun``, ``srun`` or MPICH's Hydra. Without any launcher variables
-        it is the single rank of a world of one.
+        it is the single rank of a world of one, whose rendezvous is a new
+        directory under :func:`tempfile.gettempdir`, removed when the agent
+        closes (or is collected unclosed).
 
         Raises:
             as :class:`Agent`; InvalidArgument for malformed launcher
@@ -253,9 +261,13 @@ class Agent:
         """
         launch = discover_launch()
         if launch is None:
-            import tempfile
-
-            agent = cls(config, 0, 1, tempfile.mkdtemp(prefix="gossamer-rendezvous-"), overrides)
+            rendezvous = tempfile.mkdtemp(prefix="gossamer-rendezvous-")
+            try:
+                agent = cls(config, 0, 1, rendezvous, overrides)
+            except BaseException:
+                shutil.rmtree(rendezvous, ignore_errors=True)
+                raise
+            agent._own_rendezvous = weakref.finalize(agent, shutil.rmtree, rendezvous, True)
             agent.launcher = "none"
             return agent
         agent = cls(config, launch["rank"], launch["world_size"], launch["rendezvous"], overrides)
@@ -531,12 +543,22 @@ class Agent:
         """Delivers what is queued (within ``transport.linger_seconds``),
         says goodbye to the peers and releases the transport. Idempotent."""
         self._optimizer = None
-        self._core.close()
+        try:
+            self._core.close()
+        finally:
+            self._remove_own_rendezvous()
 
     def abort(self) -> None:
         """Closes without delivering what is still queued (error paths)."""
         self._optimizer = None
-        self._core.abort()
+        try:
+            self._core.abort()
+        finally:
+            self._remove_own_rendezvous()
+
+    def _remove_own_rendezvous(self) -> None:
+        if self._own_rendezvous is not None:
+            self._own_rendezvous()  # runs once: later calls do nothing
 
     @property
     def closed(self) -> bool:

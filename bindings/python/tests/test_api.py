@@ -1,6 +1,7 @@
 """Single-process checks of every binding entry point: arguments, errors and
 their types, the optimizer handle, configs from files and mappings."""
 
+import gc
 import json
 import tempfile
 
@@ -158,6 +159,40 @@ def test_from_env_without_a_launcher_is_a_world_of_one(monkeypatch):
     assert gossamer.discover_launch() is None
     with gossamer.Agent.from_env(ONE) as a:
         assert (a.rank, a.world_size, a.launcher) == (0, 1, "none")
+
+
+def _no_launcher(monkeypatch, tmp_path):
+    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return lambda: sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_a_world_of_one_removes_its_rendezvous_directory(monkeypatch, tmp_path):
+    listing = _no_launcher(monkeypatch, tmp_path)
+    a = gossamer.Agent.from_env(ONE)
+    made = listing()
+    assert len(made) == 1 and made[0].startswith("gossamer-rendezvous-")
+    a.barrier()
+    a.close()
+    assert listing() == []
+    a.close()  # idempotent, nothing left to remove
+    with gossamer.Agent.from_env(ONE) as b:
+        assert len(listing()) == 1
+        b.abort()
+    assert listing() == []
+
+
+def test_a_world_of_one_that_fails_to_start_or_is_dropped_leaves_no_directory(monkeypatch, tmp_path):
+    listing = _no_launcher(monkeypatch, tmp_path)
+    with pytest.raises(gossamer.ConfigError):
+        gossamer.Agent.from_env(ONE, overrides=["transport.kind=no_such_transport"])
+    assert listing() == []
+    a = gossamer.Agent.from_env(ONE)
+    assert len(listing()) == 1
+    del a
+    gc.collect()
+    assert listing() == []
 
 
 def test_malformed_launcher_variables_raise(monkeypatch):
