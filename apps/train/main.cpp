@@ -167,11 +167,12 @@ int claimRank(const Config& c, const std::string& rendezvous) {
     throw gossamer::ConfigError(c.sourceFile, 0, "membership.max_world_size",
                                 "the job takes no rank beyond world_size " + std::to_string(c.worldSize()) +
                                     ": start it with membership.max_world_size above that");
-  // (A rank other than 0: it does not serve a tcp rendezvous.)
-  gossamer::zmq::Rendezvous rv(rendezvous, c.worldSize(), c.get<double>("transport.timeout_seconds"));
+  // A client only: it serves nothing, and the Rendezvous of the rank it
+  // claims is still this process's first.
+  const auto store = gossamer::zmq::openStore(rendezvous, c.get<double>("transport.timeout_seconds"));
   char host[256] = "";
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return gossamer::claimJoinRank(rv.store(), c.worldSize(), most,
+  return gossamer::claimJoinRank(*store, c.worldSize(), most,
                                  std::string(host) + ":" + std::to_string(::getpid()));
 }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -1116,6 +1117,38 @@ TEST_CASE("the zmq rendezvous server answers set and get, and a silent server ti
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(lost.set("job/y", "v"), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+}
+
+TEST_CASE("a process's later Rendezvous on one address see keys of their own and rank 0 serves on",
+          "[store][zmq]") {
+  testing::TempDir dir;
+  std::string port;
+  {
+    zmq::StoreServer probe("tcp://127.0.0.1:*");  // a free port, released at once
+    port = probe.endpoint().substr(probe.endpoint().rfind(':') + 1);
+  }
+  for (const std::string address : {"tcp://127.0.0.1:" + port, dir / "rv"}) {
+    INFO(address);
+    auto first0 = std::make_unique<zmq::Rendezvous>(address, 0, 5.0);
+    zmq::Rendezvous first1(address, 1, 5.0);
+    CHECK(first0->generation() == 0);
+    CHECK(first1.generation() == 0);
+    first0->store().set("gossamer/k", "first");
+    CHECK(first1.store().get("gossamer/k", 5.0) == "first");
+    // Rank 0 is done with its first; rank 1 still uses its own, and rank 0's
+    // second is made meanwhile: the server answers all of them.
+    first0.reset();
+    zmq::Rendezvous second0(address, 0, 5.0);
+    CHECK(first1.store().get("gossamer/k", 5.0) == "first");
+    zmq::Rendezvous second1(address, 1, 5.0);
+    CHECK(second0.generation() == 1);
+    CHECK(second1.generation() == 1);
+    CHECK_FALSE(second1.store().tryGet("gossamer/k").has_value());
+    second1.store().set("gossamer/k", "second");
+    CHECK(second0.store().get("gossamer/k", 5.0) == "second");
+    CHECK(first1.store().get("gossamer/k", 5.0) == "first");
+    CHECK(zmq::Rendezvous(address, 2, 5.0).generation() == 0);  // counted per rank
+  }
 }
 
 TEST_CASE("transport.host: auto binds to the address that reaches the rendezvous", "[store][zmq]") {

@@ -213,7 +213,8 @@ class Agent:
 
     Not thread-safe: one thread issues an agent's calls, and every rank issues
     the same collectives in the same order. Use as a context manager, or call
-    :meth:`close`.
+    :meth:`close`. A job may make Agents one after another on one rendezvous:
+    every rank's n-th Agent (counted in its process) meets the others' n-th.
     """
 
     def __init__(

@@ -287,6 +287,33 @@ with gossamer.Agent.from_env(CONFIG) as a:
             assert res["rendezvous"].startswith(str(tmp_path) + "/gossamer-rendezvous-" + launcher)
 
 
+@pytest.mark.parametrize("launcher", ["env", "mpirun"])
+def test_agents_made_one_after_another_in_one_job_each_meet_their_own(run_ranks, tmp_path, launcher):
+    # Three Agents in turn on every rank, over one rendezvous (rank 0's tcp
+    # server, or one directory), the second with another transport. Rank 1
+    # lingers 1.5 s after its first, so ranks 0 and 2 make their second while
+    # it still holds its first: they must meet each other's second, never
+    # the first's addresses.
+    port = _free_port()
+    job = run_ranks(3, HEADER + """
+import time
+rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+sums = []
+for turn, kind in enumerate(["zmq", "socket", "zmq"]):
+    with gossamer.Agent.from_env({"transport": dict(CONFIG["transport"], kind=kind)}) as a:
+        x = np.array([10.0 * turn + a.rank], dtype=np.float32)
+        a.allreduce(x, op="sum")
+        sums.append(float(x[0]))
+    if rank == 1 and turn == 0:
+        time.sleep(1.5)
+print(json.dumps({"sums": sums}))
+""", launcher_vars=False, env={"TMPDIR": str(tmp_path)},
+                   per_rank_env=lambda r: LAUNCHERS[launcher](r, 3, port))
+    job.check()
+    for res in job.results:
+        assert res["sums"] == [3.0, 33.0, 63.0]
+
+
 def test_under_mpirun(tmp_path):
     mpirun = shutil.which("mpirun")
     if mpirun is None:

@@ -3,11 +3,15 @@
 // Reply: ["ok"][value] | ["missing"] | ["error"][message].
 #include <zmq.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/network.hpp"
@@ -186,15 +190,70 @@ std::optional<std::string> RemoteStore::localAddress() {
   return routeAddressTo(e.substr(6, colon - 6));
 }
 
+std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds) {
+  GOSSAMER_ENFORCE(!address.empty(), "empty rendezvous address");
+  if (address.rfind("tcp://", 0) == 0) return std::make_unique<RemoteStore>(address, requestTimeoutSeconds);
+  return std::make_unique<FileStore>(address);
+}
+
+namespace {
+// What the Rendezvous of one process share: rank 0's server per address
+// (serving until the process exits) and how many Rendezvous each (address,
+// rank) has made. A child forked after some were made starts afresh: the
+// parent's server threads do not exist in it, so their objects are left
+// untouched (never destroyed there).
+class ProcessRendezvous {
+ public:
+  static ProcessRendezvous& instance() {
+    static ProcessRendezvous shared;
+    std::lock_guard<std::mutex> lk(shared.mu_);
+    if (shared.pid_ != ::getpid()) {
+      // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's, left alone on purpose
+      new std::map<std::string, std::shared_ptr<StoreServer>>(std::move(shared.servers_));
+      shared.servers_.clear();
+      shared.made_.clear();
+      shared.pid_ = ::getpid();
+    }
+    return shared;
+  }
+
+  // The next generation of (address, rank), and rank 0's server for address.
+  std::pair<int, std::shared_ptr<StoreServer>> open(const std::string& address, int rank, bool serve) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::shared_ptr<StoreServer> server;
+    if (serve) {
+      auto& s = servers_[address];
+      if (!s) {
+        try {
+          s = std::make_shared<StoreServer>(address);
+        } catch (...) {
+          servers_.erase(address);
+          throw;
+        }
+      }
+      server = s;
+    }
+    return {made_[{address, rank}]++, std::move(server)};
+  }
+
+ private:
+  std::mutex mu_;
+  pid_t pid_ = ::getpid();
+  std::map<std::string, std::shared_ptr<StoreServer>> servers_;
+  std::map<std::pair<std::string, int>, int> made_;
+};
+}  // namespace
+
 Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds)
     : address_(address) {
-  GOSSAMER_ENFORCE(!address.empty(), "empty rendezvous address");
   GOSSAMER_ENFORCE(rank >= 0, "rank " << rank);
-  if (address.rfind("tcp://", 0) == 0) {
-    if (rank == 0) server_ = std::make_unique<StoreServer>(address);
-    store_ = std::make_unique<RemoteStore>(address, requestTimeoutSeconds);
-  } else {
-    store_ = std::make_unique<FileStore>(address);
+  const bool tcp = address.rfind("tcp://", 0) == 0;
+  base_ = openStore(address, requestTimeoutSeconds);  // validates the address before binding it
+  std::tie(generation_, server_) = ProcessRendezvous::instance().open(address, rank, tcp && rank == 0);
+  store_ = base_.get();
+  if (generation_ > 0) {
+    prefixed_ = std::make_unique<PrefixedStore>(*base_, "gen" + std::to_string(generation_) + "/");
+    store_ = prefixed_.get();
   }
 }
 

@@ -147,28 +147,54 @@ class RemoteStore final : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A client of the rendezvous named by `address`: a RemoteStore for
+/// "tcp://HOST:PORT", a FileStore on the directory otherwise (created if
+/// missing). It serves nothing and takes no generation (see Rendezvous):
+/// for a look at a running job's keys, such as claiming a rank to join it.
+/// @throws InvalidArgument for an empty or malformed address; Error if the
+///         directory cannot be created.
+std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds);
+
 /// One rank's side of a rendezvous named by an address: "tcp://HOST:PORT"
 /// (rank 0 serves a StoreServer bound there; every rank, rank 0 included,
 /// talks to it through a RemoteStore) or a directory (a FileStore, created if
 /// missing). Keep it alive until the Agent is built on every rank: rank 0's
 /// server answers the others until then (the Python Agent keeps it for its
 /// lifetime).
+///
+/// Agents made one after another in one job (train, then evaluate with
+/// another config) each get a rendezvous of their own: the n-th Rendezvous a
+/// process makes for one (address, rank), counted from 0, sees the store's
+/// keys under "gen<n>/" (n >= 1; the first sees them unprefixed), so every
+/// rank's n-th Agent meets the others' n-th and never an earlier one's keys.
+/// Rank 0's server is made once per address and serves until the process
+/// exits, so a rank still closing its first Agent and a rank already making
+/// its second talk to the same server. The count is per process: a rank
+/// whose process is restarted into the job counts from 0 again (it joins the
+/// job's first Agent, as `gossamer-launch` and `membership.restarted` expect).
 class Rendezvous {
  public:
   /// @param requestTimeoutSeconds bound on each request to the server (> 0).
-  /// @throws Error if rank 0 cannot bind the address (in use, not an address
-  ///         of this host); InvalidArgument for a malformed tcp:// address.
+  /// @throws Error if rank 0 cannot bind the address (in use by another
+  ///         process, not an address of this host); InvalidArgument for a
+  ///         malformed tcp:// address.
   Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
+  /// The store this Rendezvous's Agent uses (its generation's keys).
   Store& store() { return *store_; }
   const std::string& address() const { return address_; }
+  /// Which of this process's Rendezvous for (address, rank) this is, from 0.
+  int generation() const noexcept { return generation_; }
 
  private:
   std::string address_;
-  std::unique_ptr<StoreServer> server_;
-  std::unique_ptr<Store> store_;
+  int generation_ = 0;
+  std::shared_ptr<StoreServer> server_;
+  std::unique_ptr<Store> base_;
+  std::unique_ptr<Store> prefixed_;
+  Store* store_ = nullptr;
 };
 
 }  // namespace gossamer::zmq
