@@ -158,9 +158,8 @@ std::unique_ptr<Store> openStore(const std::string& address, double requestTimeo
 /// One rank's side of a rendezvous named by an address: "tcp://HOST:PORT"
 /// (rank 0 serves a StoreServer bound there; every rank, rank 0 included,
 /// talks to it through a RemoteStore) or a directory (a FileStore, created if
-/// missing). Keep it alive until the Agent is built on every rank: rank 0's
-/// server answers the others until then (the Python Agent keeps it for its
-/// lifetime).
+/// missing). Keep it alive as long as the Agent built on its store (the
+/// Python and C agents keep theirs for their lifetime).
 ///
 /// Agents made one after another in one job (train, then evaluate with
 /// another config) each get a rendezvous of their own: the n-th Rendezvous a
