@@ -3,6 +3,9 @@ their types, the optimizer handle, configs from files and mappings."""
 
 import gc
 import json
+import socket
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -193,6 +196,29 @@ def test_a_world_of_one_that_fails_to_start_or_is_dropped_leaves_no_directory(mo
     del a
     gc.collect()
     assert listing() == []
+
+
+def test_a_child_forked_after_rank_0_served_a_tcp_rendezvous_exits(tmp_path):
+    # Rank 0's store server serves until its process exits; a child forked
+    # after it (os.fork, then a normal exit that runs C++'s static
+    # destructors) must not wait for the parent's server thread.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = f"""
+import os, sys, gossamer
+cfg = {{"transport": {{"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}}}}
+with gossamer.Agent(cfg, 0, 1, "tcp://127.0.0.1:{port}") as a:
+    a.barrier()
+pid = os.fork()
+if pid == 0:
+    sys.exit(7)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["7"]
 
 
 def test_malformed_launcher_variables_raise(monkeypatch):

@@ -199,23 +199,22 @@ std::unique_ptr<Store> openStore(const std::string& address, double requestTimeo
 namespace {
 // What the Rendezvous of one process share: rank 0's server per address
 // (serving until the process exits) and how many Rendezvous each (address,
-// rank) has made. A child forked after some were made starts afresh: the
-// parent's server threads do not exist in it, so their objects are left
-// untouched (never destroyed there).
+// rank) has made. In a child forked after some were made, the parent's
+// servers' threads do not exist: the child starts afresh, and neither it nor
+// its exit ever destroys (joins) the parent's servers.
 class ProcessRendezvous {
  public:
   static ProcessRendezvous& instance() {
     static ProcessRendezvous shared;
     std::lock_guard<std::mutex> lk(shared.mu_);
-    if (shared.pid_ != ::getpid()) {
-      // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's, left alone on purpose
-      new std::map<std::string, std::shared_ptr<StoreServer>>(std::move(shared.servers_));
-      shared.servers_.clear();
-      shared.made_.clear();
-      shared.pid_ = ::getpid();
-    }
+    if (shared.pid_ != ::getpid()) shared.forgetParents();
     return shared;
   }
+  ~ProcessRendezvous() {
+    if (pid_ != ::getpid()) forgetParents();
+  }
+  ProcessRendezvous(const ProcessRendezvous&) = delete;
+  ProcessRendezvous& operator=(const ProcessRendezvous&) = delete;
 
   // The next generation of (address, rank), and rank 0's server for address.
   std::pair<int, std::shared_ptr<StoreServer>> open(const std::string& address, int rank, bool serve) {
@@ -237,6 +236,16 @@ class ProcessRendezvous {
   }
 
  private:
+  ProcessRendezvous() = default;
+
+  void forgetParents() {
+    // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's, left alone on purpose
+    new std::map<std::string, std::shared_ptr<StoreServer>>(std::move(servers_));
+    servers_.clear();
+    made_.clear();
+    pid_ = ::getpid();
+  }
+
   std::mutex mu_;
   pid_t pid_ = ::getpid();
   std::map<std::string, std::shared_ptr<StoreServer>> servers_;
