@@ -138,16 +138,22 @@ def worker(args):
 
 
 def run_python_job(impl, args):
-    tmp = tempfile.mkdtemp(prefix="bench-python-")
     procs = []
-    for r in range(args.world_size):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), OMP_NUM_THREADS="1",
-                   GOSSAMER_RENDEZVOUS=os.path.join(tmp, "rv"), GLOO_FILE=os.path.join(tmp, "gloo"))
-        cmd = [sys.executable, __file__, "--worker", impl, "--sizes", ",".join(map(str, args.sizes)),
-               "--reps", str(args.reps), "--warmup", str(args.warmup), "--algorithm", args.algorithm,
-               "--chunk-bytes", str(args.chunk_bytes)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=args.timeout)[0] for p in procs]
+    with tempfile.TemporaryDirectory(prefix="bench-python-") as tmp:  # the job's rendezvous and gloo's file
+        for r in range(args.world_size):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world_size), OMP_NUM_THREADS="1",
+                       GOSSAMER_RENDEZVOUS=os.path.join(tmp, "rv"), GLOO_FILE=os.path.join(tmp, "gloo"))
+            cmd = [sys.executable, __file__, "--worker", impl, "--sizes", ",".join(map(str, args.sizes)),
+                   "--reps", str(args.reps), "--warmup", str(args.warmup), "--algorithm", args.algorithm,
+                   "--chunk-bytes", str(args.chunk_bytes)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+        try:
+            outs = [p.communicate(timeout=args.timeout)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     if any(p.returncode != 0 for p in procs):
         raise SystemExit(f"{impl}: a rank failed ({[p.returncode for p in procs]})")
     data = json.loads(outs[0].strip().splitlines()[-1])

@@ -190,14 +190,15 @@ def launch_self(args):
     The data are read once, here, and the forked ranks share them; torch and
     Gossamer are imported once (forking is safe: nothing has started a thread
     yet)."""
-    rendezvous = tempfile.mkdtemp(prefix="gossamer-rendezvous-")
     data = (load(args.data, "train"), load(args.data, "test"))
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=run_forked_rank, args=(args, r, rendezvous, data)) for r in range(args.world_size)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
+    with tempfile.TemporaryDirectory(prefix="gossamer-rendezvous-") as rendezvous:  # removed when the ranks end
+        procs = [ctx.Process(target=run_forked_rank, args=(args, r, rendezvous, data))
+                 for r in range(args.world_size)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
     return 0 if all(p.exitcode == 0 for p in procs) else 1
 
 
