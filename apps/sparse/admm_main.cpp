@@ -136,9 +136,8 @@ class AdmmRounds final : public gossamer::RoundProgram {
 
 // The rank-0 summary of a run: the convergence curve, the times split as in
 // Table 4, the test accuracies, and the ranks the job lost on the way.
-nlohmann::json summaryOf(const Config& c, const sparse::AdmmConfig& a, const opt::AdmmOptions& o,
-                         const Data& data, const Central& central, const AdmmRounds& rounds,
-                         gossamer::Session& session, double seconds) {
+nlohmann::json summaryOf(const Config& c, const opt::AdmmOptions& o, const Data& data, const Central& central,
+                         const AdmmRounds& rounds, gossamer::Session& session, double seconds) {
   auto& comm = session.agent().communicator();
   nlohmann::json curve = nlohmann::json::array();
   double update = 0, sync = 0;
@@ -224,7 +223,7 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
   const double seconds = secondsSince(t0);
   nlohmann::json summary;
   if (session.agent().communicator().rank() == 0)
-    summary = summaryOf(c, a, o, data, central, rounds, session, seconds);
+    summary = summaryOf(c, o, data, central, rounds, session, seconds);
   session.close();
   return summary;
 }
