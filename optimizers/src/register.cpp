@@ -46,7 +46,10 @@ std::size_t total(const std::vector<std::size_t>& sizes) {
   return p;
 }
 SgpOptions sgpFrom(const Config& c) {
-  SgpOptions o{sgdFrom(c), c.get<double>("transport.timeout_seconds"), modeFrom(c)};
+  SgpOptions o;
+  o.sgd = sgdFrom(c);
+  o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
+  o.mode = modeFrom(c);
   o.weightFloor = c.get<double>("algorithm.weight_floor");
   o.asyncWaitSeconds = c.get<double>("algorithm.async_wait_seconds");
   o.flushWaitSeconds = flushWaitFrom(c);

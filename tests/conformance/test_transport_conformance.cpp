@@ -53,7 +53,6 @@ constexpr double kTimeout = 10.0;
 using Group = std::vector<std::unique_ptr<Transport>>;
 
 struct Inproc {
-  static constexpr const char* kName = "inproc";
   static Group make(int n) {
     auto fabric = inproc::makeFabric(n);
     Group g;
@@ -1127,7 +1126,7 @@ TEST_CASE("a process's later Rendezvous on one address see keys of their own and
     zmq::StoreServer probe("tcp://127.0.0.1:*");  // a free port, released at once
     port = probe.endpoint().substr(probe.endpoint().rfind(':') + 1);
   }
-  for (const std::string address : {"tcp://127.0.0.1:" + port, dir / "rv"}) {
+  for (const std::string& address : {"tcp://127.0.0.1:" + port, dir / "rv"}) {
     INFO(address);
     auto first0 = std::make_unique<zmq::Rendezvous>(address, 0, 5.0);
     zmq::Rendezvous first1(address, 1, 5.0);

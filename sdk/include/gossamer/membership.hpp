@@ -20,7 +20,7 @@
 
 namespace gossamer {
 
-class Config;
+struct Config;
 
 /// The most ranks a job may hold, counting the ranks that join it while it
 /// runs: `membership.max_world_size` when the membership service is on and
