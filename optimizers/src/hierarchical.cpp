@@ -41,9 +41,14 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
   if (leaderComm_) {
     Transport& leaders = leaderComm_->transport();
     if (interAlgorithm == "sgp") {
-      SgpOptions so{options.sgd, options.timeoutSeconds, options.mode, options.weightFloor};
+      SgpOptions so;  // the leaders' SGP: every setting the two share, the agreement's collectives too
+      so.sgd = options.sgd;
+      so.timeoutSeconds = options.timeoutSeconds;
+      so.mode = options.mode;
+      so.weightFloor = options.weightFloor;
       so.asyncWaitSeconds = options.asyncWaitSeconds;
       so.flushWaitSeconds = options.flushWaitSeconds;
+      so.agreement = options.agreement;
       so.checkReceived = options.checkReceived;
       inter_ = std::make_unique<Sgp>(leaders, *leaderTopology_, numParams, so);
     } else {

@@ -72,8 +72,11 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
 /// test() to throw.
 bool awaitArrival(std::span<Request> receives, double seconds);
 
-/// Collective sequences the optimizers' own agreements use, clear of the
-/// ones a Communicator on the same transport counts up from 0.
-constexpr std::uint64_t kAgreementSequenceBase = std::uint64_t{1} << 39;
+/// Collective sequences the optimizers' own agreements use: clear of the
+/// ones a Communicator on the same transport counts up from 0 (3 * 2^30
+/// collectives before it would meet them), and below 2^32, so that an
+/// optimizer over a SubTransport view (the leaders of Hierarchical) can
+/// agree too (a view's steps are 32 bits: SubTransport::translate).
+constexpr std::uint64_t kAgreementSequenceBase = std::uint64_t{3} << 30;
 
 }  // namespace gossamer::optimizers::detail

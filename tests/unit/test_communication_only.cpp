@@ -173,7 +173,11 @@ TEST_CASE("async push-sum's closing agreement allreduces with the job's collecti
       for (const float v : m) CHECK(v == Approx(3.5f).epsilon(1e-5));
     return sent;
   };
-  for (const std::string algorithm : {"sgp", "crossover_sgd"}) {
+  // Hierarchical groups of one: every rank leads, and the leaders' gossip
+  // (over a view of the transport) is all that sends.
+  for (const std::string algorithm :
+       {"sgp", "crossover_sgd", "hierarchical, inter_algorithm: sgp, group_size: 1",
+        "hierarchical, inter_algorithm: crossover_sgd, group_size: 1"}) {
     INFO(algorithm);
     for (const auto n : flushMessages(algorithm, "ring")) CHECK(n == 2 * 2 * (kEight - 1));
     for (const auto n : flushMessages(algorithm, "recursive_doubling")) CHECK(n == 2 * 3);
