@@ -354,13 +354,20 @@ TEST_CASE("gradient_tracking, d2 and quasi_global_momentum are built from a conf
       agent.close();
     });
   }
-  // D2 over SGP, or in overlap mode: refused with the key named.
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"algorithm.base", "sgp"}, {"algorithm.mode", "overlap"}}) {
+  // D2 over SGP, or in overlap mode, and gradient tracking in async mode:
+  // refused with the key named.
+  struct Refused {
+    std::string algorithm, key, value;
+  };
+  for (const auto& [algorithm, key, value] :
+       std::vector<Refused>{{"d2", "algorithm.base", "sgp"},
+                            {"d2", "algorithm.mode", "overlap"},
+                            {"gradient_tracking", "algorithm.mode", "async"}}) {
+    INFO(algorithm << " " << key << ": " << value);
     Config c = gossamer::test::defaultConfig();
     c.set("world_size", 1);
     c.set<std::string>("transport.kind", "inproc");
-    c.set<std::string>("algorithm.name", "d2");
+    c.set<std::string>("algorithm.name", algorithm);
     c.set<std::string>(key, value);
     auto one = inproc::makeFabric(1);
     Registry r1;

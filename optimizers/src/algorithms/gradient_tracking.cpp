@@ -140,6 +140,12 @@ void register_gradient_tracking(Registry& registry) {
   registry.addOptimizer(
       "gradient_tracking",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+        const Config& c = ctx.config;
+        if (c.get<std::string>("algorithm.mode") == "async")
+          throw ConfigError(
+              c.sourceFile, 0, "algorithm.mode",
+              "gradient_tracking needs every rank's tracker in each round: algorithm.mode sync or "
+              "overlap, not async");
         // The base mixes the model's tensors and then the tracker's, as one vector.
         std::vector<std::size_t> stacked = ctx.tensorSizes;
         stacked.insert(stacked.end(), ctx.tensorSizes.begin(), ctx.tensorSizes.end());
