@@ -188,7 +188,7 @@ void CrossoverSgd::flush(std::span<float> params) {
             return received_;
           },
           [&](double seconds) { return detail::awaitArrival(asyncRecv_, seconds); }, params, segments_,
-          asyncWeight_, options_.agreement, detail::kAgreementSequenceBase + 2 * agreements_++,
+          asyncWeight_, options_.agreement, detail::agreementSequence(transport_, agreements_++),
           options_.timeoutSeconds, options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.

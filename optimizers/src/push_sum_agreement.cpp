@@ -8,6 +8,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/log.hpp"
 
 namespace gossamer::optimizers::detail {
@@ -81,6 +82,14 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
     for (std::size_t j = blocks[i].first; j < blocks[i].second; ++j) z[j] = static_cast<float>(mass[k++] / w);
     weights[i] = 1.0;
   }
+}
+
+std::uint64_t agreementSequence(const Transport& transport, std::uint64_t n) {
+  if (dynamic_cast<const SubTransport*>(&transport) != nullptr) {
+    constexpr std::uint64_t kViewBase = std::uint64_t{1} << 23;
+    return kViewBase + ((2 * n) & (kViewBase - 1));
+  }
+  return (std::uint64_t{1} << 39) + 2 * (n & ((std::uint64_t{1} << 37) - 1));
 }
 
 }  // namespace gossamer::optimizers::detail

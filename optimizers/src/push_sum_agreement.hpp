@@ -72,11 +72,17 @@ void agreePushSum(Transport& transport, std::span<const std::uint64_t> sentTo,
 /// test() to throw.
 bool awaitArrival(std::span<Request> receives, double seconds);
 
-/// Collective sequences the optimizers' own agreements use: clear of the
-/// ones a Communicator on the same transport counts up from 0 (3 * 2^30
-/// collectives before it would meet them), and below 2^32, so that an
-/// optimizer over a SubTransport view (the leaders of Hierarchical) can
-/// agree too (a view's steps are 32 bits: SubTransport::translate).
-constexpr std::uint64_t kAgreementSequenceBase = std::uint64_t{3} << 30;
+/// The collective sequence of an optimizer's `n`-th agreement (n from 0; it
+/// takes this one and the next) on `transport`: apart from the sequences a
+/// Communicator on the same transport counts up from 0, in the bits of a
+/// message's step that reach the peer unchanged.
+///   - A top-level transport: 2^39 + 2n. The membership service writes its
+///     view's epoch into bits 24-31 of every step; bits 32-39 keep the
+///     agreement apart from the first 2^32 collectives.
+///   - A SubTransport view (the leaders of Hierarchical): 2^23 + (2n mod
+///     2^23). A view's steps are 32 bits (its context takes bits 32-39) and
+///     bits 24-31 again carry the epoch, so bit 23 keeps it apart from the
+///     view's first 2^23 collectives.
+std::uint64_t agreementSequence(const Transport& transport, std::uint64_t n);
 
 }  // namespace gossamer::optimizers::detail

@@ -274,7 +274,7 @@ void Sgp::flush(std::span<float> params) {
           },
           [&](double seconds) { return detail::awaitArrival(asyncRecv_, seconds); }, params,
           std::span(&all, 1), std::span(&weight_, 1), options_.agreement,
-          detail::kAgreementSequenceBase + 2 * agreements_++, options_.timeoutSeconds,
+          detail::agreementSequence(transport_, agreements_++), options_.timeoutSeconds,
           options_.flushWaitSeconds);
     } catch (const PeerFailure& e) {
       // A rank is gone and no view replaces it: only what arrived is taken in.
