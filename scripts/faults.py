@@ -52,8 +52,11 @@ baseline's training time:
              step times: a 10x straggler (not in the default list)
 
 Algorithms: crossover, sgp, hierarchical, allreduce (the default list),
-sgp-async and crossover-async (algorithm.mode=async). For SGP the rows also give the
-lowest and highest push-sum weight of any rank after any step.
+sgp-async, crossover-async, hierarchical-async and hierarchical-sgp-async
+(algorithm.mode=async; the last with SGP between the group leaders),
+diloco, d2, gradient-tracking and qgm-async (quasi_global_momentum, async).
+For SGP the rows also give the lowest and highest push-sum weight of any
+rank after any step.
 
 It prints one row per (algorithm, scenario) and writes results/faults.json
 with the fields: algorithm, scenario, world_size, survivors,
@@ -119,6 +122,15 @@ ALGORITHMS = {
     "allreduce": ("examples/configs/quickstart-allreduce.yaml", ()),
     "sgp-async": ("examples/configs/sgp.yaml", ("algorithm.mode=async",)),
     "crossover-async": ("examples/configs/quickstart-crossover.yaml", ("algorithm.mode=async",)),
+    "hierarchical-async": ("examples/configs/hierarchical.yaml", ("algorithm.mode=async",)),
+    "hierarchical-sgp-async": ("examples/configs/hierarchical.yaml",
+                               ("algorithm.mode=async", "algorithm.inter_algorithm=sgp")),
+    "diloco": ("examples/configs/quickstart-diloco.yaml", ()),
+    "d2": ("examples/configs/quickstart-crossover.yaml",
+           ("algorithm.name=d2", "topology.kind=ring", "topology.self_weight=0.5")),
+    "gradient-tracking": ("examples/configs/quickstart-crossover.yaml", ("algorithm.name=gradient_tracking",)),
+    "qgm-async": ("examples/configs/quickstart-crossover.yaml",
+                  ("algorithm.name=quasi_global_momentum", "algorithm.mode=async")),
 }
 DEFAULT_ALGORITHMS = "crossover,sgp,hierarchical,allreduce"
 
