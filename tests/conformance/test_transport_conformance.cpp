@@ -1147,6 +1147,18 @@ TEST_CASE("a process's later Rendezvous on one address see keys of their own and
     CHECK(second0.store().get("gossamer/k", 5.0) == "second");
     CHECK(first1.store().get("gossamer/k", 5.0) == "first");
     CHECK(zmq::Rendezvous(address, 2, 5.0).generation() == 0);  // counted per rank
+    // An Agent that did not come up gives its generation back to a retry,
+    // unless a later one was made meanwhile.
+    {
+      zmq::Rendezvous failed(address, 1, 5.0);
+      CHECK(failed.generation() == 2);
+      failed.giveBack();
+    }
+    zmq::Rendezvous retry(address, 1, 5.0);
+    CHECK(retry.generation() == 2);
+    zmq::Rendezvous later(address, 1, 5.0);
+    retry.giveBack();
+    CHECK(zmq::Rendezvous(address, 1, 5.0).generation() == 4);
   }
 }
 

@@ -131,7 +131,12 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
   auto a = std::make_unique<gossamer_agent>();
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-  a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
+  try {
+    a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
+  } catch (...) {
+    a->rendezvous->giveBack();  // a retry in this process meets the other ranks' same agent
+    throw;
+  }
   a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
     std::lock_guard<std::mutex> lk(q->mu);
     if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();

@@ -184,7 +184,12 @@ class PyAgent {
   PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout)
       : records_(std::make_shared<RecordQueue>()) {
     rv_ = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
-    session_ = std::make_unique<Session>(config, rank, rv_->store(), builtins());
+    try {
+      session_ = std::make_unique<Session>(config, rank, rv_->store(), builtins());
+    } catch (...) {
+      rv_->giveBack();  // a retry in this process meets the other ranks' same Agent
+      throw;
+    }
     // Records queue up here (no GIL needed on the threads that make them)
     // until Python takes them with Agent.metrics().
     session_->agent().metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });

@@ -314,6 +314,29 @@ print(json.dumps({"sums": sums}))
         assert res["sums"] == [3.0, 33.0, 63.0]
 
 
+def test_an_agent_that_timed_out_is_retried_and_meets_the_others(run_ranks):
+    # Rank 1 asks for its Agent before rank 0 starts and times out; its retry
+    # in the same process meets rank 0's first Agent, not a later one.
+    job = run_ranks(2, HEADER + """
+import time
+rank = int(os.environ["RANK"])
+if rank == 0:
+    time.sleep(3.0)
+else:
+    try:
+        gossamer.Agent.from_env({"transport": dict(CONFIG["transport"], timeout_seconds=0.5)})
+        raise SystemExit("rank 0 was not expected yet")
+    except gossamer.TimeoutError:
+        pass
+with gossamer.Agent.from_env(CONFIG) as a:
+    x = np.array([1.0 + a.rank], dtype=np.float32)
+    a.allreduce(x, op="sum")
+    print(json.dumps({"sum": float(x[0])}))
+""")
+    job.check()
+    assert [res["sum"] for res in job.results] == [3.0, 3.0]
+
+
 def test_under_mpirun(tmp_path):
     mpirun = shutil.which("mpirun")
     if mpirun is None:

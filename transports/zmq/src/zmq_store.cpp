@@ -3,7 +3,7 @@
 // Reply: ["ok"][value] | ["missing"] | ["error"][message].
 #include <zmq.hpp>
 
-#include <unistd.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <map>
@@ -199,19 +199,14 @@ std::unique_ptr<Store> openStore(const std::string& address, double requestTimeo
 namespace {
 // What the Rendezvous of one process share: rank 0's server per address
 // (serving until the process exits) and how many Rendezvous each (address,
-// rank) has made. In a child forked after some were made, the parent's
-// servers' threads do not exist: the child starts afresh, and neither it nor
-// its exit ever destroys (joins) the parent's servers.
+// rank) has made. A fork holds the lock across it (pthread_atfork), and the
+// child starts afresh: the parent's servers' threads do not exist in it, so
+// it leaves their objects alone and never destroys (joins) them.
 class ProcessRendezvous {
  public:
   static ProcessRendezvous& instance() {
     static ProcessRendezvous shared;
-    std::lock_guard<std::mutex> lk(shared.mu_);
-    if (shared.pid_ != ::getpid()) shared.forgetParents();
     return shared;
-  }
-  ~ProcessRendezvous() {
-    if (pid_ != ::getpid()) forgetParents();
   }
   ProcessRendezvous(const ProcessRendezvous&) = delete;
   ProcessRendezvous& operator=(const ProcessRendezvous&) = delete;
@@ -235,26 +230,38 @@ class ProcessRendezvous {
     return {made_[{address, rank}]++, std::move(server)};
   }
 
+  // Takes `generation` of (address, rank) back if no later one was made.
+  void giveBack(const std::string& address, int rank, int generation) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = made_.find({address, rank});
+    if (it != made_.end() && it->second == generation + 1) --it->second;
+  }
+
  private:
-  ProcessRendezvous() = default;
+  ProcessRendezvous() {
+    ::pthread_atfork([] { instance().mu_.lock(); }, [] { instance().mu_.unlock(); },
+                     [] {
+                       auto& self = instance();
+                       self.mu_.unlock();  // held by the forking thread, the child's only one
+                       self.forgetParents();
+                     });
+  }
 
   void forgetParents() {
     // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's, left alone on purpose
     new std::map<std::string, std::shared_ptr<StoreServer>>(std::move(servers_));
     servers_.clear();
     made_.clear();
-    pid_ = ::getpid();
   }
 
   std::mutex mu_;
-  pid_t pid_ = ::getpid();
   std::map<std::string, std::shared_ptr<StoreServer>> servers_;
   std::map<std::pair<std::string, int>, int> made_;
 };
 }  // namespace
 
 Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds)
-    : address_(address) {
+    : address_(address), rank_(rank) {
   GOSSAMER_ENFORCE(rank >= 0, "rank " << rank);
   const bool tcp = address.rfind("tcp://", 0) == 0;
   base_ = openStore(address, requestTimeoutSeconds);  // validates the address before binding it
@@ -267,5 +274,12 @@ Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeo
 }
 
 Rendezvous::~Rendezvous() = default;
+
+void Rendezvous::giveBack() noexcept {
+  try {
+    ProcessRendezvous::instance().giveBack(address_, rank_, generation_);
+  } catch (...) {  // a lock that cannot be taken: the generation stays used
+  }
+}
 
 }  // namespace gossamer::zmq

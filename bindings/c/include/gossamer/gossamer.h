@@ -89,8 +89,8 @@ GOSSAMER_C_EXPORT const char* gossamer_status_name(gossamer_status status);
  *  @param rank this process's rank, in [0, world size).
  *  @param world_size ranks in the job; 0 keeps the config's world_size.
  *  @param rendezvous "tcp://HOST:PORT" (rank 0 serves there, until its process exits) or a
- *         directory every rank sees. Agents made one after another on one rendezvous meet
- *         their like: every rank's n-th agent of the process the others' n-th.
+ *         directory every rank sees. Agents made one after another on one rendezvous:
+ *         each rank's n-th agent (counted in its process) meets the other ranks' n-th.
  *  @param out receives the agent; NULL on failure.
  *  @return GOSSAMER_E_CONFIG for a bad YAML (gossamer_last_error_file/line/key),
  *          GOSSAMER_E_INVALID_ARGUMENT, GOSSAMER_E_TIMEOUT, GOSSAMER_E_ERROR. */

@@ -168,15 +168,18 @@ std::unique_ptr<Store> openStore(const std::string& address, double requestTimeo
 /// rank's n-th Agent meets the others' n-th and never an earlier one's keys.
 /// Rank 0's server is made once per address and serves until the process
 /// exits, so a rank still closing its first Agent and a rank already making
-/// its second talk to the same server. The count is per process: a rank
-/// whose process is restarted into the job counts from 0 again (it joins the
-/// job's first Agent, as `gossamer-launch` and `membership.restarted` expect).
+/// its second talk to the same server (its port stays bound until then).
+/// The count is per process: a rank whose process is restarted into the job,
+/// or a new process that joins it, counts from 0 again and so meets the
+/// job's first Agent (as `gossamer-launch`, `membership.restarted` and
+/// `gossamer-train --join` expect); a forked child counts afresh too.
 class Rendezvous {
  public:
   /// @param requestTimeoutSeconds bound on each request to the server (> 0).
   /// @throws Error if rank 0 cannot bind the address (in use by another
-  ///         process, not an address of this host); InvalidArgument for a
-  ///         malformed tcp:// address.
+  ///         process or by a server this process made otherwise, not an
+  ///         address of this host); InvalidArgument for a malformed tcp://
+  ///         address.
   Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
@@ -186,9 +189,16 @@ class Rendezvous {
   const std::string& address() const { return address_; }
   /// Which of this process's Rendezvous for (address, rank) this is, from 0.
   int generation() const noexcept { return generation_; }
+  /// Gives the generation back: call it when the Agent built on this store
+  /// did not come up (its constructor threw), so that the process's next
+  /// Rendezvous for (address, rank), a retry, meets the other ranks' same
+  /// Agent. Does nothing once a later one was made. The Python and C agents
+  /// call it.
+  void giveBack() noexcept;
 
  private:
   std::string address_;
+  int rank_ = 0;
   int generation_ = 0;
   std::shared_ptr<StoreServer> server_;
   std::unique_ptr<Store> base_;
