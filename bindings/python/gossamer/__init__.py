@@ -69,6 +69,13 @@ def allreduce_algorithms() -> list:
     return list(_core.allreduce_algorithms())
 
 
+def _remove_in(pid: int, directory: str) -> None:
+    """Removes ``directory`` when called in process ``pid`` only: a child
+    forked from it (which inherits the finalizer) leaves the parent's alone."""
+    if os.getpid() == pid:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def discover_launch() -> Optional[dict]:
     """This process's place in a job started by a launcher.
 
@@ -268,7 +275,7 @@ class Agent:
             except BaseException:
                 shutil.rmtree(rendezvous, ignore_errors=True)
                 raise
-            agent._own_rendezvous = weakref.finalize(agent, shutil.rmtree, rendezvous, True)
+            agent._own_rendezvous = weakref.finalize(agent, _remove_in, os.getpid(), rendezvous)
             agent.launcher = "none"
             return agent
         agent = cls(config, launch["rank"], launch["world_size"], launch["rendezvous"], overrides)

@@ -198,6 +198,29 @@ def test_a_world_of_one_that_fails_to_start_or_is_dropped_leaves_no_directory(mo
     assert listing() == []
 
 
+def test_a_child_forked_from_a_world_of_one_leaves_its_rendezvous_directory(tmp_path):
+    # The child inherits the agent and its finalizer; its exit (which runs
+    # the finalizers) must not remove the parent's live directory.
+    script = f"""
+import os, sys, tempfile, gossamer
+tempfile.tempdir = {str(tmp_path)!r}
+for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+    os.environ.pop(k, None)
+a = gossamer.Agent.from_env({{"transport": {{"kind": "zmq", "host": "127.0.0.1"}}}})
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+os.waitpid(pid, 0)
+print(len(os.listdir({str(tmp_path)!r})))
+a.barrier()
+a.close()
+print(len(os.listdir({str(tmp_path)!r})))
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["1", "0"]
+
+
 def test_a_child_forked_after_rank_0_served_a_tcp_rendezvous_exits(tmp_path):
     # Rank 0's store server serves until its process exits; a child forked
     # after it (os.fork, then a normal exit that runs C++'s static
