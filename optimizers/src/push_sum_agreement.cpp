@@ -18,6 +18,13 @@ namespace {
 CollectiveOptions withSequence(CollectiveOptions collectives, std::uint64_t sequence, double timeoutSeconds) {
   collectives.sequence = sequence;
   collectives.timeoutSeconds = timeoutSeconds;
+  // An algorithm that builds views of its own (named, or auto's choice from
+  // a cost model) needs a sequence below 2^32, which the agreement's are not
+  // on a top-level transport: its few doubles go by recursive doubling.
+  const bool mayBuildViews = collectives.algorithm == AllreduceAlgorithm::kAuto
+                                 ? collectives.useCostModel
+                                 : allreduceBuildsViews(collectives.algorithm);
+  if (mayBuildViews) collectives.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
   return collectives;
 }
 }  // namespace

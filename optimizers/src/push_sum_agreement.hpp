@@ -49,7 +49,10 @@ namespace gossamer::optimizers::detail {
 ///                     one block; Crossover-SGD: its segments).
 /// @param weights      the blocks' push-sum weights; each becomes 1.
 /// @param collectives  the allreduces' settings (algorithm, thresholds, cost
-///                     model); their sequence and timeout are set here.
+///                     model); their sequence and timeout are set here. An
+///                     algorithm that builds views of its own (torus2d,
+///                     hierarchical, tga2d, hips, or auto with a cost model)
+///                     runs as recursive doubling.
 /// @param sequence     the collectives' sequence (distinct per call, same on all ranks).
 /// @param arrivalSeconds the longest wait for every rank to reach step 1
 ///         (ranks that step slower come later); the rest is bounded by

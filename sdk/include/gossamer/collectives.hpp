@@ -51,6 +51,11 @@ enum class AllreduceAlgorithm {
 /// stages; see hips.hpp for the other options). @throws InvalidArgument.
 AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name);
 const char* toString(AllreduceAlgorithm algorithm);
+/// Whether `algorithm` builds SubTransport views of its transport inside a
+/// call (torus2d, hierarchical, tga2d, hips): it then needs a top-level
+/// transport and a sequence below 2^32. False for kAuto, whose choice
+/// depends on the size and the transport.
+bool allreduceBuildsViews(AllreduceAlgorithm algorithm);
 
 /// Number of AllreduceAlgorithm values (kAuto included): the size of
 /// per-algorithm tables indexed by static_cast<std::size_t>(algorithm).

@@ -47,6 +47,11 @@ AllreduceAlgorithm parseAllreduceAlgorithm(const std::string& name) {
   throw InvalidArgument("unknown allreduce algorithm '" + name + "' (" + known + ")");
 }
 
+bool allreduceBuildsViews(AllreduceAlgorithm algorithm) {
+  if (algorithm == AllreduceAlgorithm::kAuto) return false;
+  return detail::allreduceEntry(algorithm).needsViews;
+}
+
 const char* toString(AllreduceAlgorithm a) {
   if (a == AllreduceAlgorithm::kAuto) return "auto";
   for (const auto* e : detail::allreduceAlgorithms())

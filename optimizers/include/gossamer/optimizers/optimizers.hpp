@@ -118,7 +118,9 @@ struct CrossoverOptions {
   /// allreduces: algorithm, size thresholds, cost model; their sequence and
   /// timeout are the agreement's own). The registry gives it the job's
   /// `collectives:` section (collectiveOptionsFrom), so that a job that
-  /// names its allreduce gets it here too; the default is kAuto.
+  /// names its allreduce gets it here too; the default is kAuto. Algorithms that
+  /// build views of their own (torus2d, hierarchical, tga2d, hips; auto with
+  /// a cost model) run the agreement as recursive doubling.
   CollectiveOptions agreement;
   /// Refuse a received segment with a NaN or infinite value, or (async) a
   /// push-sum weight outside [0, world size], instead of mixing it in
@@ -246,7 +248,9 @@ struct SgpOptions {
   /// allreduces: algorithm, size thresholds, cost model; their sequence and
   /// timeout are the agreement's own). The registry gives it the job's
   /// `collectives:` section (collectiveOptionsFrom), so that a job that
-  /// names its allreduce gets it here too; the default is kAuto.
+  /// names its allreduce gets it here too; the default is kAuto. Algorithms that
+  /// build views of their own (torus2d, hierarchical, tga2d, hips; auto with
+  /// a cost model) run the agreement as recursive doubling.
   CollectiveOptions agreement;
   /// Refuse a received message whose push-sum weight is not finite or lies
   /// outside [0, world size], or whose values hold a NaN or infinity,
