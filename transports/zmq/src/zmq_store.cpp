@@ -264,8 +264,15 @@ Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeo
     : address_(address), rank_(rank) {
   GOSSAMER_ENFORCE(rank >= 0, "rank " << rank);
   const bool tcp = address.rfind("tcp://", 0) == 0;
-  base_ = openStore(address, requestTimeoutSeconds);  // validates the address before binding it
+  // Rank 0's server is bound before its client connects: a connect that
+  // finds no listener yet retries only after zmq's reconnect interval.
   std::tie(generation_, server_) = ProcessRendezvous::instance().open(address, rank, tcp && rank == 0);
+  try {
+    base_ = openStore(address, requestTimeoutSeconds);
+  } catch (...) {
+    giveBack();
+    throw;
+  }
   store_ = base_.get();
   if (generation_ > 0) {
     prefixed_ = std::make_unique<PrefixedStore>(*base_, "gen" + std::to_string(generation_) + "/");
