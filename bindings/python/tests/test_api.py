@@ -156,19 +156,24 @@ def test_a_closed_agent_refuses_calls(tmp_path):
         a.barrier()
 
 
-def test_from_env_without_a_launcher_is_a_world_of_one(monkeypatch):
-    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(k, raising=False)
-    assert gossamer.discover_launch() is None
-    with gossamer.Agent.from_env(ONE) as a:
-        assert (a.rank, a.world_size, a.launcher) == (0, 1, "none")
+# The variables by which discover_launch finds a launcher (one per launcher).
+LAUNCHER_RANKS = ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def _no_launcher(monkeypatch, tmp_path):
-    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+    """No launcher variables, temporary directories under tmp_path; returns a
+    listing of tmp_path."""
+    for k in LAUNCHER_RANKS:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return lambda: sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_from_env_without_a_launcher_is_a_world_of_one(monkeypatch, tmp_path):
+    _no_launcher(monkeypatch, tmp_path)
+    assert gossamer.discover_launch() is None
+    with gossamer.Agent.from_env(ONE) as a:
+        assert (a.rank, a.world_size, a.launcher) == (0, 1, "none")
 
 
 def test_a_world_of_one_removes_its_rendezvous_directory(monkeypatch, tmp_path):
@@ -204,7 +209,7 @@ def test_a_child_forked_from_a_world_of_one_leaves_its_rendezvous_directory(tmp_
     script = f"""
 import os, sys, tempfile, gossamer
 tempfile.tempdir = {str(tmp_path)!r}
-for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+for k in {LAUNCHER_RANKS!r}:
     os.environ.pop(k, None)
 a = gossamer.Agent.from_env({{"transport": {{"kind": "zmq", "host": "127.0.0.1"}}}})
 pid = os.fork()

@@ -273,11 +273,8 @@ Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeo
     giveBack();
     throw;
   }
-  store_ = base_.get();
-  if (generation_ > 0) {
+  if (generation_ > 0)
     prefixed_ = std::make_unique<PrefixedStore>(*base_, "gen" + std::to_string(generation_) + "/");
-    store_ = prefixed_.get();
-  }
 }
 
 Rendezvous::~Rendezvous() = default;

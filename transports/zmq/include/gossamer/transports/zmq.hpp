@@ -185,7 +185,7 @@ class Rendezvous {
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
   /// The store this Rendezvous's Agent uses (its generation's keys).
-  Store& store() { return *store_; }
+  Store& store() { return prefixed_ ? *prefixed_ : *base_; }
   const std::string& address() const { return address_; }
   /// Which of this process's Rendezvous for (address, rank) this is, from 0.
   int generation() const noexcept { return generation_; }
@@ -202,8 +202,7 @@ class Rendezvous {
   int generation_ = 0;
   std::shared_ptr<StoreServer> server_;
   std::unique_ptr<Store> base_;
-  std::unique_ptr<Store> prefixed_;
-  Store* store_ = nullptr;
+  std::unique_ptr<Store> prefixed_;  // generation 1 on: base_'s keys under gen<n>/
 };
 
 }  // namespace gossamer::zmq
