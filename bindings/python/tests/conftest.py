@@ -11,6 +11,7 @@ forkserver's torch import."""
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -73,7 +74,9 @@ def run_ranks(tmp_path):
     """run_ranks(n, script, env=None, timeout=120, per_rank_env=None) runs
     `script` (Python source; the environment names the rank) in n processes
     with RANK/WORLD_SIZE set and a fresh rendezvous directory; a rank still
-    running after `timeout` seconds is killed (exit code -9)."""
+    running after `timeout` seconds is killed (exit code -9), a forked one
+    (a script that imports torch) after writing its Python stacks to its
+    stderr."""
 
     jobs = []
 
@@ -123,10 +126,14 @@ def run_ranks(tmp_path):
                     except subprocess.TimeoutExpired:
                         pass
         finally:
-            for p in procs:
-                if (p.exitcode if forked else p.poll()) is None:
-                    p.kill()
-                    p.join(10) if forked else p.wait(10)
+            late = [p for p in procs if (p.exitcode if forked else p.poll()) is None]
+            if forked and late:  # each writes its threads' Python stacks to its .err first
+                for p in late:
+                    os.kill(p.pid, signal.SIGUSR1)
+                time.sleep(1.0)
+            for p in late:
+                p.kill()
+                p.join(10) if forked else p.wait(10)
         outs = [(out.read_text(), err.read_text()) for out, err in files]
         return Ranks([p.exitcode if forked else p.returncode for p in procs], outs)
 

@@ -381,6 +381,21 @@ assert torch.equal(got, torch.full((1000,), float(left)))
 """)
 
 
+def test_destroying_the_group_under_a_receive_python_let_go_of_does_not_hang(run_ranks):
+    # Rank 1's receive ends (its peer leaves) while rank 1 is inside
+    # destroy_process_group: the group's thread then drops the last reference
+    # to a tensor Python let go of, which takes the GIL.
+    job(run_ranks, 2, """
+if rank == 1:
+    x = torch.zeros(3)
+    w = dist.irecv(x, src=0, tag=1)
+    del x, w
+else:
+    time.sleep(1.0)
+dist.destroy_process_group()
+""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', timeout=30)
+
+
 def test_barrier_implies_wait(run_ranks):
     job(run_ranks, 2, """
 ts = [torch.full((10,), float(i)) for i in range(50)]

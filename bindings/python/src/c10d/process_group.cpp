@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -276,6 +277,13 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
 }
 
 ProcessGroupGossamer::~ProcessGroupGossamer() {
+  // The threads may hold the last reference to a tensor that Python has let
+  // go of (a Work or a receive nobody waits on): torch then hands the Python
+  // object to the C++ tensor, whose destructor takes the GIL to free it. A
+  // destructor run from Python (destroy_process_group) holds the GIL, so it
+  // lets go of it while the threads finish, or the join would wait forever.
+  std::optional<pybind11::gil_scoped_release> nogil;
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) nogil.emplace();
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

@@ -117,6 +117,10 @@ class ProcessGroupGossamer final : public BackendBase {
   ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const Config& config, const Registry& registry, double timeoutSeconds,
                        const std::string& storeHost);
+  /// Runs the collectives still queued and completes the sends and receives
+  /// still posted (each bounded by the timeout; they fail once the peers
+  /// leave), then closes the transport, without the GIL if the calling thread
+  /// holds it. Never throws.
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
