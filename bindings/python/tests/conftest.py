@@ -25,6 +25,13 @@ SOURCE_DIR = os.environ.get(
     "GOSSAMER_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 )
 
+# A fresh interpreter's rank runs its script as __main__, its directory first
+# on sys.path as under `python script`, and SIGUSR1 writes every thread's
+# Python stack to its stderr (as forked_rank.main does for the forked ones).
+_LAUNCH = ("import faulthandler, os, runpy, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+           "sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
+           "runpy.run_path(sys.argv[0], run_name='__main__')")
+
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["numpy", "torch", "gossamer", "gossamer.torch"])
 
@@ -74,9 +81,8 @@ def run_ranks(tmp_path):
     """run_ranks(n, script, env=None, timeout=120, per_rank_env=None) runs
     `script` (Python source; the environment names the rank) in n processes
     with RANK/WORLD_SIZE set and a fresh rendezvous directory; a rank still
-    running after `timeout` seconds is killed (exit code -9), a forked one
-    (a script that imports torch) after writing its Python stacks to its
-    stderr."""
+    running after `timeout` seconds writes its threads' Python stacks to its
+    stderr and is killed (exit code -9)."""
 
     jobs = []
 
@@ -110,7 +116,7 @@ def run_ranks(tmp_path):
                 p.start()
             else:
                 with open(out, "w") as o, open(err, "w") as w:
-                    p = subprocess.Popen([sys.executable, str(path)], env=e, stdout=o, stderr=w)
+                    p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(path)], env=e, stdout=o, stderr=w)
             procs.append(p)
             if r == 0 and n > 1 and "MASTER_PORT" in (env or {}):
                 _await_listening(int(env["MASTER_PORT"]), procs[0], forked)
@@ -127,7 +133,7 @@ def run_ranks(tmp_path):
                         pass
         finally:
             late = [p for p in procs if (p.exitcode if forked else p.poll()) is None]
-            if forked and late:  # each writes its threads' Python stacks to its .err first
+            if late:  # each writes its threads' Python stacks to its .err first
                 for p in late:
                     os.kill(p.pid, signal.SIGUSR1)
                 time.sleep(1.0)
