@@ -381,17 +381,20 @@ assert torch.equal(got, torch.full((1000,), float(left)))
 """)
 
 
-def test_destroying_the_group_under_a_receive_python_let_go_of_does_not_hang(run_ranks):
-    # Rank 1's receive ends (its peer leaves) while rank 1 is inside
-    # destroy_process_group: the group's thread then drops the last reference
-    # to a tensor Python let go of, which takes the GIL.
+def test_destroying_the_group_under_work_python_let_go_of_does_not_hang(run_ranks):
+    # Rank 1's allreduce ends (rank 0 joins it) and its receive ends (rank 0
+    # leaves) while rank 1 is inside destroy_process_group: the group's two
+    # threads then drop the last references to tensors Python let go of,
+    # which takes the GIL.
     job(run_ranks, 2, """
 if rank == 1:
-    x = torch.zeros(3)
-    w = dist.irecv(x, src=0, tag=1)
-    del x, w
+    x, y = torch.ones(3), torch.zeros(3)
+    reduced = dist.all_reduce(x, async_op=True)
+    received = dist.irecv(y, src=0, tag=1)
+    del x, y, reduced, received
 else:
     time.sleep(1.0)
+    dist.all_reduce(torch.ones(3))
 dist.destroy_process_group()
 """, footer='print(json.dumps({"rank": rank, "ok": True}))\n', timeout=30)
 
