@@ -381,6 +381,49 @@ assert torch.equal(got, torch.full((1000,), float(left)))
 """)
 
 
+def test_a_send_completes_before_a_receive_posted_earlier(run_ranks):
+    # Rank 0 sends only after the barrier, which rank 1 reaches once its send
+    # has completed: a send that waited for the receive would time out.
+    job(run_ranks, 2, """
+x, y = torch.full((4,), float(rank)), torch.zeros(4)
+if rank == 1:
+    received = dist.irecv(y, src=0)
+    dist.send(x, dst=0)
+    dist.barrier()
+    received.wait()
+else:
+    dist.recv(y, src=1)
+    dist.barrier()
+    dist.send(x, dst=1)
+assert torch.equal(y, torch.full((4,), float(1 - rank)))
+""", env={"PG_TIMEOUT": "5"})
+
+
+def test_a_receive_nothing_matches_times_out_alone(run_ranks):
+    # Rank 1's receive of tag 5 is never sent: it fails with TimeoutError
+    # after its group's timeout (a pair made with 1.5 s, once both ranks are
+    # up), naming its peer and tag, while the sends and receives posted after
+    # it complete, and the group still works.
+    job(run_ranks, 2, """
+pair = dist.new_group([0, 1], backend="gossamer", timeout=datetime.timedelta(seconds=1.5))
+x = torch.zeros(2)
+if rank == 1:
+    posted = time.monotonic()
+    never = dist.irecv(torch.zeros(2), src=0, tag=5, group=pair)
+    dist.recv(x, src=0, tag=6, group=pair)
+    dist.send(x + 1, dst=0, tag=7, group=pair)
+    raises(Exception, "recv from rank 0 (tag 5) timed out after 1.5 s", never.wait)
+    assert time.monotonic() - posted >= 1.5
+else:
+    dist.send(torch.full((2,), 3.0), dst=1, tag=6, group=pair)
+    dist.recv(x, src=1, tag=7, group=pair)
+    assert torch.equal(x, torch.full((2,), 4.0)), x
+t = torch.ones(1)
+dist.all_reduce(t, group=pair)
+assert t.item() == 2.0
+""")
+
+
 def test_destroying_the_group_under_work_python_let_go_of_does_not_hang(run_ranks):
     # Rank 1's allreduce ends (rank 0 joins it) and its receive ends (rank 0
     # leaves) while rank 1 is inside destroy_process_group: the group's two

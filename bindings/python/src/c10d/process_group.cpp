@@ -8,10 +8,13 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "gossamer/errors.hpp"
@@ -354,40 +357,81 @@ void ProcessGroupGossamer::runCollectives() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpType type,
                                                                      std::vector<at::Tensor> outputs,
-                                                                     Request request, bool anySource,
-                                                                     Staging staging) {
+                                                                     Request request, std::string what,
+                                                                     bool anySource, Staging staging) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(defaults_.timeoutSeconds));
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    pointToPoint_.push_back({work, std::move(request), anySource, std::move(staging)});
+    pointToPoint_.push_back(
+        {work, std::move(request), std::move(what), anySource, deadline, std::move(staging)});
   }
   cv_.notify_all();
   return work;
 }
 
-// Waits on the posted sends and receives in the order they were posted (all
-// are posted already, so the order cannot deadlock), each bounded by the
-// timeout.
+// Completes the posted sends and receives as each settles, in whatever order
+// they do: a send is never held up by a receive posted before it, nor the
+// other way round (as on gloo). One still pending `timeout` seconds after it
+// was posted is cancelled and fails with TimeoutError. Sends and receives
+// posted while others are pending join the wait within kPickUpSeconds (the
+// thread wakes that often while any is pending; a lone one's completion
+// wakes it at once); with none pending it sleeps until one is posted or the
+// group stops.
 void ProcessGroupGossamer::runPointToPoint() {
-  for (;;) {
-    Posted p;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
-      if (pointToPoint_.empty()) return;
-      p = std::move(pointToPoint_.front());
-      pointToPoint_.pop_front();
-    }
+  constexpr double kPickUpSeconds = 0.001;
+  std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
+  std::vector<Request> requests;  // requests[i] is pending[i]'s
+  const auto settle = [&](std::size_t i) {
     std::exception_ptr error;
     try {
-      p.request.wait(defaults_.timeoutSeconds);
-      if (p.anySource) p.work->setSourceRank(p.request.peer());
-      p.staging.copyBack();
+      if (!requests[i].test()) {
+        std::ostringstream message;
+        message << pending[i].what << " timed out after " << defaults_.timeoutSeconds << " s";
+        throw TimeoutError(message.str());
+      }
+      if (pending[i].anySource) pending[i].work->setSourceRank(requests[i].peer());
+      pending[i].staging.copyBack();
     } catch (...) {
       error = std::current_exception();
     }
-    p.work->complete(error);  // a failed send or receive does not break the group's collectives
+    auto work = std::move(pending[i].work);
+    const auto at = static_cast<std::ptrdiff_t>(i);
+    requests.erase(requests.begin() + at);  // cancels it if still pending: its buffer is not written after
+    pending.erase(pending.begin() + at);
+    work->complete(error);  // a failed send or receive does not break the group's collectives
+  };
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
+      for (; !pointToPoint_.empty(); pointToPoint_.pop_front()) {
+        requests.push_back(std::move(pointToPoint_.front().request));
+        pending.push_back(std::move(pointToPoint_.front()));
+      }
+      if (pending.empty()) return;  // stopped, nothing left
+    }
+    int settled = -1;
+    if (requests.size() == 1) {  // the usual blocking send or recv: its own wait wakes at once
+      try {
+        settled = requests[0].waitFor(kPickUpSeconds) ? 0 : -1;
+      } catch (...) {
+        settled = 0;  // failed: settle() gives the Work its error
+      }
+    } else {
+      settled = Request::waitAny(requests, kPickUpSeconds);
+    }
+    if (settled >= 0) settle(static_cast<std::size_t>(settled));
+    const auto now = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < pending.size();) {
+      if (pending[i].deadline <= now)
+        settle(i);
+      else
+        ++i;
+    }
   }
 }
 
@@ -672,7 +716,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tens
   const at::Tensor t = staging(tensors[0], true, false);
   Request r =
       agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::SEND, tensors, std::move(r), false, std::move(staging));
+  return completeLater(
+      ::c10d::OpType::SEND, tensors, std::move(r),
+      "gossamer: send to rank " + std::to_string(dstRank) + " (tag " + std::to_string(tag) + ")", false,
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -684,7 +731,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tens
   const at::Tensor t = staging(tensors[0], false, true);
   Request r =
       agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::RECV, tensors, std::move(r), false, std::move(staging));
+  return completeLater(
+      ::c10d::OpType::RECV, tensors, std::move(r),
+      "gossamer: recv from rank " + std::to_string(srcRank) + " (tag " + std::to_string(tag) + ")", false,
+      std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -699,7 +749,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector
   TORCH_CHECK_VALUE(!sources.empty(), "gossamer: recv from any source in a group of one");
   Request r = agent_->transport().irecv(std::span<const int>(sources),
                                         Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r), true, std::move(staging));
+  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r),
+                       "gossamer: recv from any rank (tag " + std::to_string(tag) + ")", true,
+                       std::move(staging));
 }
 
 }  // namespace gossamer::c10d_backend

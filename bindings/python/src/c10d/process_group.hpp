@@ -9,8 +9,8 @@
 // process group does): every rank issues them in the same order, so the
 // sequence number each gets, which names its messages on the wire, agrees.
 // send/recv are posted on the caller's thread at once and completed by a
-// second thread, so a receive never holds up a collective, nor a send a
-// receive. A failure (PeerFailure naming the peer, TimeoutError) ends the
+// second thread as each settles, so a receive never holds up a collective,
+// nor one send or receive another. A failure (PeerFailure naming the peer, TimeoutError) ends the
 // Work with the error: wait() raises it in Python as RuntimeError; the group
 // is broken from then on (c10d has no view changes): every later collective
 // fails with the same error, on every rank, rather than run over the
@@ -36,6 +36,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -168,9 +169,12 @@ class ProcessGroupGossamer final : public BackendBase {
   /// `staging`'s outputs are copied back after the job succeeds.
   c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs, Job job,
                                            Staging staging = {});
-  /// Completes `work` once `request` (posted already) completes, on the p2p thread.
+  /// Completes the Work once `request` (posted already) settles, on the p2p
+  /// thread, or fails it with TimeoutError ("<what> timed out after N s") if
+  /// it is still pending the group's timeout after now.
   c10::intrusive_ptr<::c10d::Work> completeLater(::c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                 Request request, bool anySource, Staging staging);
+                                                 Request request, std::string what, bool anySource,
+                                                 Staging staging);
   void runCollectives();
   void runPointToPoint();
   /// The error that broke the group (null while it works), and recording it.
@@ -190,7 +194,9 @@ class ProcessGroupGossamer final : public BackendBase {
   struct Posted {
     c10::intrusive_ptr<GossamerWork> work;
     Request request;
+    std::string what;  // "gossamer: send to rank 1 (tag 7)": its timeout's message
     bool anySource;
+    std::chrono::steady_clock::time_point deadline;  // posted + the group's timeout
     Staging staging;
   };
   std::mutex mu_;
