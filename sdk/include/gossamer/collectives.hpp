@@ -375,7 +375,8 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
 
 /// Ring allgather (the second half of ringAllreduce), in place: on entry rank
 /// r's chunk r of `data` is valid; on return every chunk is, on every rank.
-/// @throws as ringAllreduce.
+/// T is also std::byte: the bytes of elements of any type (moved, never
+/// combined), chunks then counted in bytes. @throws as ringAllreduce.
 template <typename T>
 void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOptions& options);
 
@@ -383,7 +384,8 @@ void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOpti
 /// sendCounts[j] elements to rank j, taken consecutively from `send` in rank
 /// order, and receives recvCounts[j] elements from rank j into `recv`, also
 /// consecutively in rank order. Every pair exchanges directly (one message per
-/// non-empty pair, all posted at once); the part for itself is copied.
+/// non-empty pair, all posted at once); the part for itself is copied. T is
+/// also std::byte (elements of any type as bytes; counts then in bytes).
 /// @throws InvalidArgument if the counts do not have N entries or do not add
 ///         up to the buffer lengths; ProtocolError if a peer sends a count
 ///         other than the one expected; TimeoutError, PeerFailure.
@@ -392,7 +394,8 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
                std::span<T> recv, std::span<const std::size_t> recvCounts, const CollectiveOptions& options);
 
 /// Binomial-tree broadcast of `data` (L elements, same L on every rank) from
-/// `root`: ceil(log2 N) rounds. @throws as ringAllreduce.
+/// `root`: ceil(log2 N) rounds. T is also std::byte (elements of any type as
+/// bytes). @throws as ringAllreduce.
 template <typename T>
 void broadcast(Transport& transport, std::span<T> data, int root, const CollectiveOptions& options);
 

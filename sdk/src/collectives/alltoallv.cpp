@@ -75,6 +75,8 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
   template void alltoallv<T>(Transport&, std::span<const T>, std::span<const std::size_t>, std::span<T>, \
                              std::span<const std::size_t>, const CollectiveOptions&);
 GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
+// Raw bytes, for elements of any other type (moved, never combined).
+GOSSAMER_INSTANTIATE(std::byte)
 #undef GOSSAMER_INSTANTIATE
 
 }  // namespace gossamer

@@ -83,5 +83,7 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
   template void broadcast<T>(Transport&, std::span<T>, int, const CollectiveOptions&);
 GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
 #undef GOSSAMER_INSTANTIATE
+// Raw bytes, for elements of any other type (moved, never combined).
+template void broadcast<std::byte>(Transport&, std::span<std::byte>, int, const CollectiveOptions&);
 
 }  // namespace gossamer

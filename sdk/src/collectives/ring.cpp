@@ -247,5 +247,7 @@ const AllreduceEntry kRingEntry{AllreduceAlgorithm::kRing,
   template void ringAllreduce<T>(Transport&, std::span<T>, ReduceOp, const CollectiveOptions&);
 GOSSAMER_COLLECTIVE_TYPES(GOSSAMER_INSTANTIATE)
 #undef GOSSAMER_INSTANTIATE
+// Raw bytes, for elements of any other type (moved, never combined).
+template void ringAllgather<std::byte>(Transport&, std::span<std::byte>, const CollectiveOptions&);
 
 }  // namespace gossamer
