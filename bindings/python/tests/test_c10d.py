@@ -64,7 +64,9 @@ def test_broadcast_checks(run_ranks):
 t = torch.zeros(3)
 raises(ValueError, "root", lambda: dist.broadcast(t, src=5))
 raises(ValueError, "contiguous", lambda: dist.broadcast(torch.zeros(3, 2).t(), src=0))
-raises(TypeError, "dtype", lambda: dist.broadcast(torch.zeros(3, dtype=torch.int8), src=0))
+raises(ValueError, "sparse", lambda: dist.broadcast(torch.zeros(3).to_sparse(), src=0))
+raises(ValueError, "quantized", lambda: dist.broadcast(torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.quint8),
+                                                       src=0))
 """)
 
 
@@ -232,8 +234,8 @@ def test_allgather_checks(run_ranks):
     job(run_ranks, 2, """
 raises(ValueError, "output tensors", lambda: dist.all_gather([torch.zeros(3)], torch.zeros(3)))
 raises(ValueError, "sizes differ", lambda: dist.all_gather([torch.zeros(3), torch.zeros(4)], torch.zeros(3)))
-raises(TypeError, "dtype", lambda: dist.all_gather([torch.zeros(3, dtype=torch.int8)] * 2,
-                                                  torch.zeros(3, dtype=torch.int8)))
+raises(TypeError, "dtypes differ", lambda: dist.all_gather_into_tensor(torch.zeros(6, dtype=torch.int8),
+                                                                      torch.zeros(3, dtype=torch.uint8)))
 """)
 
 
@@ -244,6 +246,66 @@ for dt in (torch.float32, torch.bfloat16, torch.int64):
     dist.all_gather(out, torch.full((2, 3), rank + 1).to(dt))
     for r in range(n):
         assert torch.equal(out[r], torch.full((2, 3), r + 1).to(dt)), (dt, r)
+""")
+
+
+def test_moving_collectives_take_any_dtype(run_ranks):
+    # Operations that only move elements take dtypes the reductions do not
+    # (as their bytes): broadcast, all_gather (list and into one tensor),
+    # gather, scatter, all_to_all_single, all_to_all and send/recv.
+    job(run_ranks, 3, """
+def of(dt, value, shape=(5,)):
+    return (torch.arange(5).reshape(shape) + value).to(dt) if dt != torch.bool else torch.full(shape, value % 2 == 1)
+for dt in (torch.uint8, torch.int8, torch.bool, torch.int16, torch.complex64):
+    t = of(dt, rank)
+    dist.broadcast(t, src=2)
+    assert torch.equal(t, of(dt, 2)), (dt, t)
+    out = [torch.zeros(5, dtype=dt) for _ in range(n)]
+    dist.all_gather(out, of(dt, rank))
+    assert all(torch.equal(out[r], of(dt, r)) for r in range(n)), (dt, out)
+    flat = torch.zeros(5 * n, dtype=dt)
+    dist.all_gather_into_tensor(flat, of(dt, rank))
+    assert torch.equal(flat, torch.cat([of(dt, r) for r in range(n)])), (dt, flat)
+    got = [torch.zeros(5, dtype=dt) for _ in range(n)] if rank == 1 else None
+    dist.gather(of(dt, rank), got, dst=1)
+    assert rank != 1 or all(torch.equal(got[r], of(dt, r)) for r in range(n)), (dt, got)
+    mine = torch.zeros(5, dtype=dt)
+    dist.scatter(mine, [of(dt, 10 * r) for r in range(n)] if rank == 0 else None, src=0)
+    assert torch.equal(mine, of(dt, 10 * rank)), (dt, mine)
+    a2a = torch.zeros(n, 5, dtype=dt)
+    dist.all_to_all_single(a2a, torch.stack([of(dt, 10 * rank + r) for r in range(n)]))
+    assert torch.equal(a2a, torch.stack([of(dt, 10 * r + rank) for r in range(n)])), (dt, a2a)
+    lists = [torch.zeros(5, dtype=dt) for _ in range(n)]
+    dist.all_to_all(lists, [of(dt, 10 * rank + r) for r in range(n)])
+    assert all(torch.equal(lists[r], of(dt, 10 * r + rank)) for r in range(n)), (dt, lists)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    got = torch.zeros(5, dtype=dt)
+    works = [dist.irecv(got, src=left), dist.isend(of(dt, rank), dst=right)]
+    for w in works:
+        w.wait()
+    assert torch.equal(got, of(dt, left)), (dt, got)
+raises(TypeError, "broadcast, all_gather", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int16)))
+raises(TypeError, "dtype", lambda: dist.reduce_scatter(torch.zeros(1, dtype=torch.uint8),
+                                                      [torch.zeros(1, dtype=torch.uint8)] * n))
+""")
+
+
+def test_object_collectives(run_ranks):
+    # torch's *_object calls pickle into uint8 tensors and move them with
+    # all_gather, broadcast, gather and scatter.
+    job(run_ranks, 3, """
+everyone = [None] * n
+dist.all_gather_object(everyone, {"rank": rank, "name": "r" * (rank + 1)})
+assert everyone == [{"rank": r, "name": "r" * (r + 1)} for r in range(n)], everyone
+objects = [("config", 3.5, [1, 2])] if rank == 1 else [None]
+dist.broadcast_object_list(objects, src=1)
+assert objects == [("config", 3.5, [1, 2])], objects
+gathered = [None] * n if rank == 0 else None
+dist.gather_object(f"from {rank}", gathered, dst=0)
+assert rank != 0 or gathered == [f"from {r}" for r in range(n)], gathered
+mine = [None]
+dist.scatter_object_list(mine, [{"for": r} for r in range(n)] if rank == 2 else None, src=2)
+assert mine == [{"for": rank}], mine
 """)
 
 

@@ -22,8 +22,9 @@ PYBIND11_MODULE(_c10d, m) {
              c10::intrusive_ptr<ProcessGroupGossamer>>(
       m, "ProcessGroupGossamer",
       "torch.distributed process group over a Gossamer transport (CPU tensors, or CUDA ones staged\n"
-      "through host memory; float32, float64, float16, bfloat16, int32, int64; ops SUM, AVG, PRODUCT,\n"
-      "MIN, MAX).")
+      "through host memory). Reductions take float32, float64, float16, bfloat16, int32 and int64\n"
+      "(ops SUM, AVG, PRODUCT, MIN, MAX); broadcast, all_gather, gather, scatter, all_to_all and\n"
+      "send/recv take any dense dtype (uint8, bool, complex64, ...), moved as its bytes.")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const std::string& source, bool isText, std::vector<std::string> overrides,
                        double timeoutSeconds, const std::string& storeHost) {

@@ -15,6 +15,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "gossamer/errors.hpp"
@@ -61,27 +62,38 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* wha
   return tensors[0];
 }
 
-void checkTensor(const at::Tensor& t, const char* what) {
+/// What an operation does with a tensor's elements: combines them (the
+/// reductions: the dtypes Gossamer's collectives reduce), or only moves them
+/// (any dtype, as its bytes).
+enum class Use { kReduced, kMoved };
+
+bool reducible(at::ScalarType s) {
+  return s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16 || s == at::kInt ||
+         s == at::kLong;
+}
+
+void checkTensor(const at::Tensor& t, const char* what, Use use = Use::kReduced) {
   TORCH_CHECK_VALUE(t.defined(), "gossamer: ", what, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided && !t.is_quantized(), "gossamer: ", what, ": a ",
+                    t.is_quantized() ? "quantized" : "sparse", " tensor is not supported (dense ones are)");
   TORCH_CHECK_VALUE(t.is_contiguous(), "gossamer: ", what, ": the tensor (shape ", t.sizes(),
                     ") is not contiguous");
-  const auto s = t.scalar_type();
-  TORCH_CHECK_TYPE(s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16 ||
-                       s == at::kInt || s == at::kLong,
-                   "gossamer: ", what, ": dtype ", s,
-                   " is not supported (float32, float64, float16, bfloat16, int32, int64)");
+  TORCH_CHECK_TYPE(use == Use::kMoved || reducible(t.scalar_type()), "gossamer: ", what, ": dtype ",
+                   t.scalar_type(),
+                   " is not supported (float32, float64, float16, bfloat16, int32, int64; broadcast, "
+                   "all_gather, gather, scatter, all_to_all, send and recv take any dtype)");
 }
 
 /// b is a usable tensor of a's dtype.
-void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  checkTensor(b, what);
+void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what, Use use = Use::kReduced) {
+  checkTensor(b, what, use);
   TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "gossamer: ", what, ": dtypes differ (",
                    a.scalar_type(), " and ", b.scalar_type(), ")");
 }
 
 /// b is a usable tensor of a's dtype and number of elements.
-void checkSame(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  checkSameType(a, b, what);
+void checkSame(const at::Tensor& a, const at::Tensor& b, const char* what, Use use = Use::kReduced) {
+  checkSameType(a, b, what, use);
   TORCH_CHECK_VALUE(a.numel() == b.numel(), "gossamer: ", what, ": sizes differ (", a.sizes(), " and ",
                     b.sizes(), ")");
 }
@@ -136,19 +148,39 @@ void withElement(at::ScalarType s, F&& f) {
   }
 }
 
+/// For an operation that only moves elements: calls f(T{}) with T the
+/// element type of a reducible dtype, std::byte for any other (its elements
+/// then move as their bytes).
+template <typename F>
+void withMoved(at::ScalarType s, F&& f) {
+  if (reducible(s))
+    withElement(s, std::forward<F>(f));
+  else
+    f(std::byte{});
+}
+
+/// A contiguous tensor's storage as T (its elements, or its bytes for T = std::byte).
 template <typename T>
 std::span<T> elements(const at::Tensor& t) {
-  return std::span<T>(static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
+  return std::span<T>(static_cast<T*>(t.data_ptr()), t.nbytes() / sizeof(T));
 }
 
 /// gossamer::alltoallv of `from`'s elements into `to` (checked tensors of one dtype).
 void alltoallvTensors(Transport& transport, const at::Tensor& from,
                       const std::vector<std::size_t>& sendCounts, const at::Tensor& to,
                       const std::vector<std::size_t>& recvCounts, const CollectiveOptions& o) {
-  withElement(from.scalar_type(), [&](auto e) {
+  withMoved(from.scalar_type(), [&](auto e) {
     using T = decltype(e);
     const std::span<T> send = elements<T>(from);
-    gossamer::alltoallv<T>(transport, std::span<const T>(send), sendCounts, elements<T>(to), recvCounts, o);
+    if constexpr (std::is_same_v<T, std::byte>) {  // the counts in bytes
+      const auto size = static_cast<std::size_t>(from.element_size());
+      std::vector<std::size_t> sendBytes(sendCounts), recvBytes(recvCounts);
+      for (auto& c : sendBytes) c *= size;
+      for (auto& c : recvBytes) c *= size;
+      gossamer::alltoallv<T>(transport, std::span<const T>(send), sendBytes, elements<T>(to), recvBytes, o);
+    } else {
+      gossamer::alltoallv<T>(transport, std::span<const T>(send), sendCounts, elements<T>(to), recvCounts, o);
+    }
   });
 }
 
@@ -169,6 +201,14 @@ template <typename F>
 std::function<void(const CollectiveOptions&)> onElements(const at::Tensor& t, F fn) {
   return [t, fn](const CollectiveOptions& o) {
     withElement(t.scalar_type(), [&](auto e) { fn(elements<decltype(e)>(t), o); });
+  };
+}
+
+/// The same for an operation that only moves t's elements (withMoved).
+template <typename F>
+std::function<void(const CollectiveOptions&)> onMoved(const at::Tensor& t, F fn) {
+  return [t, fn](const CollectiveOptions& o) {
+    withMoved(t.scalar_type(), [&](auto e) { fn(elements<decltype(e)>(t), o); });
   };
 }
 
@@ -439,16 +479,16 @@ void ProcessGroupGossamer::runPointToPoint() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::broadcast(std::vector<at::Tensor>& tensors,
                                                                  const ::c10d::BroadcastOptions& opts) {
-  checkTensor(single(tensors, "broadcast"), "broadcast");
+  checkTensor(single(tensors, "broadcast"), "broadcast", Use::kMoved);
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "broadcast root");
   Staging staging;
   const at::Tensor t = staging(tensors[0], rank_ == root, rank_ != root);
   return enqueue(::c10d::OpType::BROADCAST, tensors,
-                 onElements(t,
-                            [this, root](auto data, const CollectiveOptions& o) {
-                              gossamer::broadcast(agent_->transport(), data, root, o);
-                            }),
+                 onMoved(t,
+                         [this, root](auto data, const CollectiveOptions& o) {
+                           gossamer::broadcast(agent_->transport(), data, root, o);
+                         }),
                  std::move(staging));
 }
 
@@ -505,10 +545,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::reduce(std::vector<at::Te
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const ::c10d::AllgatherOptions&) {
-  checkTensor(single(inputs, "allgather"), "allgather");
+  checkTensor(single(inputs, "allgather"), "allgather", Use::kMoved);
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                     "gossamer: allgather needs one list of ", size_, " output tensors");
-  for (const auto& t : outputs[0]) checkSame(inputs[0], t, "allgather output");
+  for (const auto& t : outputs[0]) checkSame(inputs[0], t, "allgather output", Use::kMoved);
   Staging staging;
   const at::Tensor in = staging(inputs[0], true, false);
   std::vector<at::Tensor> outs = staging(outputs[0], false, true);
@@ -517,7 +557,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
       [this, in, outs](const CollectiveOptions& o) mutable {
         at::Tensor all = at::empty({in.numel() * size_}, in.options());
         all.narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
-        withElement(in.scalar_type(), [&](auto e) {
+        withMoved(in.scalar_type(), [&](auto e) {
           using T = decltype(e);
           gossamer::ringAllgather<T>(agent_->transport(), elements<T>(all), o);
         });
@@ -528,8 +568,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                        const ::c10d::AllgatherOptions&) {
-  checkTensor(input, "allgather_into_tensor");
-  checkTensor(output, "allgather_into_tensor");
+  checkTensor(input, "allgather_into_tensor", Use::kMoved);
+  checkTensor(output, "allgather_into_tensor", Use::kMoved);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "gossamer: allgather_into_tensor: dtypes differ");
   TORCH_CHECK_VALUE(output.numel() == input.numel() * size_,
@@ -541,7 +581,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
       ::c10d::OpType::_ALLGATHER_BASE, {output},
       [this, in, out](const CollectiveOptions& o) {
         out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
-        withElement(in.scalar_type(), [&](auto e) {
+        withMoved(in.scalar_type(), [&](auto e) {
           using T = decltype(e);
           gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
         });
@@ -552,7 +592,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const ::c10d::GatherOptions& opts) {
-  checkTensor(single(inputs, "gather"), "gather");
+  checkTensor(single(inputs, "gather"), "gather", Use::kMoved);
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "gather root");
   Staging staging;
@@ -561,7 +601,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::v
   if (rank_ == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                       "gossamer: gather needs one list of ", size_, " output tensors on the root");
-    for (const auto& t : outputs[0]) checkSame(inputs[0], t, "gather output");
+    for (const auto& t : outputs[0]) checkSame(inputs[0], t, "gather output", Use::kMoved);
     results = outputs[0];
     outs = staging(results, false, true);
   } else {
@@ -583,7 +623,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::v
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::Tensor>& outputs,
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const ::c10d::ScatterOptions& opts) {
-  checkTensor(single(outputs, "scatter"), "scatter");
+  checkTensor(single(outputs, "scatter"), "scatter", Use::kMoved);
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "scatter root");
   Staging staging;
@@ -592,7 +632,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::T
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                       "gossamer: scatter needs one list of ", size_, " input tensors on the root");
-    for (const auto& t : inputs[0]) checkSame(outputs[0], t, "scatter input");
+    for (const auto& t : inputs[0]) checkSame(outputs[0], t, "scatter input", Use::kMoved);
     all = flat(staging(inputs[0], true, false));
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "gossamer: scatter: only the root takes inputs");
@@ -653,8 +693,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor&
                                                                      std::vector<int64_t>& outputSplits,
                                                                      std::vector<int64_t>& inputSplits,
                                                                      const ::c10d::AllToAllOptions&) {
-  checkTensor(input, "all_to_all_single");
-  checkTensor(output, "all_to_all_single");
+  checkTensor(input, "all_to_all_single", Use::kMoved);
+  checkTensor(output, "all_to_all_single", Use::kMoved);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: all_to_all_single: dtypes differ");
   const auto sendCounts = countsOf(input, inputSplits, size_, "all_to_all_single input");
   const auto recvCounts = countsOf(output, outputSplits, size_, "all_to_all_single output");
@@ -675,11 +715,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
                     "gossamer: all_to_all needs ", size_, " input and ", size_, " output tensors");
   std::vector<std::size_t> sendCounts, recvCounts;
   for (const auto& t : inputs) {
-    checkSameType(inputs[0], t, "all_to_all input");
+    checkSameType(inputs[0], t, "all_to_all input", Use::kMoved);
     sendCounts.push_back(static_cast<std::size_t>(t.numel()));
   }
   for (const auto& t : outputs) {
-    checkSameType(inputs[0], t, "all_to_all output");
+    checkSameType(inputs[0], t, "all_to_all output", Use::kMoved);
     recvCounts.push_back(static_cast<std::size_t>(t.numel()));
   }
   Staging staging;
@@ -709,7 +749,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::Bar
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                             int tag) {
-  checkTensor(single(tensors, "send"), "send");
+  checkTensor(single(tensors, "send"), "send", Use::kMoved);
   checkRank(dstRank, size_, "send destination");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: send: negative tag ", tag);
   Staging staging;
@@ -724,7 +764,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tens
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                             int tag) {
-  checkTensor(single(tensors, "recv"), "recv");
+  checkTensor(single(tensors, "recv"), "recv", Use::kMoved);
   checkRank(srcRank, size_, "recv source");
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
   Staging staging;
@@ -739,7 +779,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tens
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                      int tag) {
-  checkTensor(single(tensors, "recv"), "recv");
+  checkTensor(single(tensors, "recv"), "recv", Use::kMoved);
   TORCH_CHECK_VALUE(tag >= 0, "gossamer: recv: negative tag ", tag);
   Staging staging;
   const at::Tensor t = staging(tensors[0], false, true);

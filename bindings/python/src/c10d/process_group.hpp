@@ -101,11 +101,14 @@ class GossamerWork final : public ::c10d::Work {
   int source_ = -1;
 };
 
-/// The c10d process group. Tensors: contiguous, one per call (the
+/// The c10d process group. Tensors: dense and contiguous, one per call (the
 /// per-device lists of c10d hold one tensor), on the CPU or staged through it
-/// from another device (CUDA), of dtype float32, float64,
-/// float16, bfloat16, int32 or int64; ops SUM, AVG (integers: the truncated
-/// quotient), PRODUCT, MIN, MAX.
+/// from another device (CUDA). The reductions (allreduce, reduce,
+/// reduce-scatter) take float32, float64, float16, bfloat16, int32 or int64
+/// with ops SUM, AVG (integers: the truncated quotient), PRODUCT, MIN, MAX;
+/// the operations that only move elements (broadcast, allgather, gather,
+/// scatter, all-to-all, send, recv) take any dtype, moved as its bytes (what
+/// torch's *_object calls need: pickles in uint8 tensors).
 class ProcessGroupGossamer final : public BackendBase {
  public:
   /// Joins the group: publishes this rank's endpoints in `store` (the c10d
