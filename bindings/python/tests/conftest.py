@@ -135,7 +135,10 @@ def run_ranks(tmp_path):
             late = [p for p in procs if (p.exitcode if forked else p.poll()) is None]
             if late:  # each writes its threads' Python stacks to its .err first
                 for p in late:
-                    os.kill(p.pid, signal.SIGUSR1)
+                    try:
+                        os.kill(p.pid, signal.SIGUSR1)
+                    except ProcessLookupError:  # it ended meanwhile
+                        pass
                 time.sleep(1.0)
             for p in late:
                 p.kill()

@@ -284,6 +284,11 @@ for dt in (torch.uint8, torch.int8, torch.bool, torch.int16, torch.complex64):
     for w in works:
         w.wait()
     assert torch.equal(got, of(dt, left)), (dt, got)
+conjugated = torch.zeros(2, dtype=torch.complex64)  # a lazily conjugated view moves its values
+works = [dist.irecv(conjugated, src=left), dist.isend((torch.ones(2) * (1 + 2j)).conj(), dst=right)]
+for w in works:
+    w.wait()
+assert torch.equal(conjugated, torch.full((2,), 1 - 2j, dtype=torch.complex64)), conjugated
 raises(TypeError, "broadcast, all_gather", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int16)))
 raises(TypeError, "dtype", lambda: dist.reduce_scatter(torch.zeros(1, dtype=torch.uint8),
                                                       [torch.zeros(1, dtype=torch.uint8)] * n))
@@ -458,7 +463,7 @@ else:
     dist.barrier()
     dist.send(x, dst=1)
 assert torch.equal(y, torch.full((4,), float(1 - rank)))
-""", env={"PG_TIMEOUT": "5"})
+""")
 
 
 def test_a_receive_nothing_matches_times_out_alone(run_ranks):
@@ -467,14 +472,16 @@ def test_a_receive_nothing_matches_times_out_alone(run_ranks):
     # up), naming its peer and tag, while the sends and receives posted after
     # it complete, and the processes still work together.
     job(run_ranks, 2, """
+import gossamer
 pair = dist.new_group([0, 1], backend="gossamer", timeout=datetime.timedelta(seconds=2.5))
+dist.barrier()  # the world's 30 s: both ranks have made the pair before either posts on it
 x = torch.zeros(2)
 if rank == 1:
     posted = time.monotonic()
     never = dist.irecv(torch.zeros(2), src=0, tag=5, group=pair)
     dist.recv(x, src=0, tag=6, group=pair)
     dist.send(x + 1, dst=0, tag=7, group=pair)
-    raises(Exception, "recv from rank 0 (tag 5) timed out after 2.5 s", never.wait)
+    raises(gossamer.TimeoutError, "recv from rank 0 (tag 5) timed out after 2.5 s", never.wait)
     assert time.monotonic() - posted >= 2.5
 else:
     dist.send(torch.full((2,), 3.0), dst=1, tag=6, group=pair)
@@ -487,21 +494,42 @@ assert t.item() == 2.0
 
 
 def test_destroying_the_group_under_work_python_let_go_of_does_not_hang(run_ranks):
-    # Rank 1's allreduce ends (rank 0 joins it) and its receive ends (rank 0
-    # leaves) while rank 1 is inside destroy_process_group: the group's two
-    # threads then drop the last references to tensors Python let go of,
-    # which takes the GIL.
+    # Rank 1's allreduce ends (rank 0 joins it once rank 1 said it is about
+    # to destroy the group) and its receive is cancelled while rank 1 is
+    # inside destroy_process_group: the group's two threads then drop the last
+    # references to tensors Python let go of, which takes the GIL.
     job(run_ranks, 2, """
+store = dist.distributed_c10d._get_default_store()
 if rank == 1:
     x, y = torch.ones(3), torch.zeros(3)
     reduced = dist.all_reduce(x, async_op=True)
     received = dist.irecv(y, src=0, tag=1)
     del x, y, reduced, received
+    store.set("destroying", "1")
 else:
-    time.sleep(1.0)
+    store.wait(["destroying"])
+    time.sleep(0.5)
     dist.all_reduce(torch.ones(3))
 dist.destroy_process_group()
-""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', timeout=30)
+""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', timeout=60)
+
+
+def test_destroying_the_group_cancels_its_receives(run_ranks):
+    # Each rank posts a receive the other never sends, then destroys the
+    # group: the receives end at once (the group's timeout, 600 s, is far
+    # beyond the job's 60) and their waits raise: cancelled by the rank's own
+    # destroy, or failed by the peer's if that closed first.
+    job(run_ranks, 2, """
+import gossamer
+never = dist.irecv(torch.zeros(2), src=1 - rank, tag=9)
+dist.barrier()
+dist.destroy_process_group()
+try:
+    never.wait()
+    raise AssertionError("a receive nothing matched completed")
+except gossamer.Error as e:
+    assert "destroyed before it completed" in str(e) or "closed its transport" in str(e), e
+""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=60)
 
 
 def test_barrier_implies_wait(run_ranks):

@@ -376,7 +376,8 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
 /// Ring allgather (the second half of ringAllreduce), in place: on entry rank
 /// r's chunk r of `data` is valid; on return every chunk is, on every rank.
 /// T is also std::byte: the bytes of elements of any type (moved, never
-/// combined), chunks then counted in bytes. @throws as ringAllreduce.
+/// combined); chunkRange then cuts bytes, which are whole elements when the
+/// element count divides by N. @throws as ringAllreduce.
 template <typename T>
 void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOptions& options);
 

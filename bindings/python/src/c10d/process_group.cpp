@@ -67,11 +67,18 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* wha
 /// (any dtype, as its bytes).
 enum class Use { kReduced, kMoved };
 
+/// Whether Gossamer's collectives reduce elements of dtype `s` (float32,
+/// float64, float16, bfloat16, int32, int64).
 bool reducible(at::ScalarType s) {
   return s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16 || s == at::kInt ||
          s == at::kLong;
 }
 
+/// `t` is a tensor `what` (the operation, for the message) can take: defined,
+/// dense, contiguous, and of a reducible dtype where `use` is kReduced. (A
+/// lazily conjugated view arrives resolved: torch's dispatcher, which calls
+/// the backend, materialises it.)
+/// @throws c10::ValueError (layout, contiguity), c10::TypeError (dtype).
 void checkTensor(const at::Tensor& t, const char* what, Use use = Use::kReduced) {
   TORCH_CHECK_VALUE(t.defined(), "gossamer: ", what, ": undefined tensor");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided && !t.is_quantized(), "gossamer: ", what, ": a ",
@@ -212,8 +219,22 @@ std::function<void(const CollectiveOptions&)> onMoved(const at::Tensor& t, F fn)
   };
 }
 
-std::span<std::byte> bytes(const at::Tensor& t) {
-  return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), t.numel() * t.element_size());
+/// A contiguous tensor's memory as bytes.
+std::span<std::byte> bytes(const at::Tensor& t) { return elements<std::byte>(t); }
+
+/// For the operations that only move elements: a tensor of a reducible dtype
+/// as it is, any other as a 1-D uint8 view of its bytes (same memory), so that
+/// the copies around the collective (cat, copy_) never need the dtype's own
+/// kernels. `t` is contiguous.
+at::Tensor movable(const at::Tensor& t) {
+  return reducible(t.scalar_type()) ? t : t.reshape({-1}).view(at::kByte);
+}
+
+std::vector<at::Tensor> movable(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(movable(t));
+  return out;
 }
 
 /// Elements per dim-0 row of `t` times each split (even splits when empty).
@@ -310,11 +331,13 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
                                            double timeoutSeconds, const std::string& storeHost)
     : BackendBase(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
+  // About 31 years: a longer one (torch's timedelta.max) would overflow the clock's deadlines.
+  constexpr double kLongestTimeoutSeconds = 1e9;
   agent_ = std::make_unique<Agent>(config, rank, *store_, registry);
   GOSSAMER_ENFORCE(agent_->worldSize() == size,
                    "the config's world_size " << agent_->worldSize() << " is not the group's " << size);
   defaults_ = agent_->communicator().options();
-  defaults_.timeoutSeconds = timeoutSeconds;
+  defaults_.timeoutSeconds = std::min(timeoutSeconds, kLongestTimeoutSeconds);
   collectiveThread_ = std::thread([this] { runCollectives(); });
   p2pThread_ = std::thread([this] { runPointToPoint(); });
 }
@@ -403,11 +426,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                              std::chrono::duration<double>(defaults_.timeoutSeconds));
+  const bool receive = type != ::c10d::OpType::SEND;
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
     pointToPoint_.push_back(
-        {work, std::move(request), std::move(what), anySource, deadline, std::move(staging)});
+        {work, std::move(request), std::move(what), anySource, receive, deadline, std::move(staging)});
   }
   cv_.notify_all();
   return work;
@@ -416,27 +440,43 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
 // Completes the posted sends and receives as each settles, in whatever order
 // they do: a send is never held up by a receive posted before it, nor the
 // other way round (as on gloo). One still pending `timeout` seconds after it
-// was posted is cancelled and fails with TimeoutError. Sends and receives
-// posted while others are pending join the wait within kPickUpSeconds (the
-// thread wakes that often while any is pending; a lone one's completion
-// wakes it at once); with none pending it sleeps until one is posted or the
-// group stops.
+// was posted is cancelled and fails with TimeoutError; once the group is being
+// destroyed, so are the receives still pending (the sends go on, bounded by
+// their timeouts). Sends and receives posted while others are pending join
+// the wait within kPickUpSeconds (the thread wakes that often while any is
+// pending; a lone one's completion wakes it at once); with none pending it
+// sleeps until one is posted or the group stops. A failure of the
+// transport's progress itself fails every pending one with it.
 void ProcessGroupGossamer::runPointToPoint() {
   constexpr double kPickUpSeconds = 0.001;
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
   std::vector<Request> requests;  // requests[i] is pending[i]'s
-  const auto settle = [&](std::size_t i) {
-    std::exception_ptr error;
-    try {
-      if (!requests[i].test()) {
-        std::ostringstream message;
-        message << pending[i].what << " timed out after " << defaults_.timeoutSeconds << " s";
-        throw TimeoutError(message.str());
+  // Ends pending[i]: as its request settled (kSettled), or cut off: cancelled
+  // first, then failed with why, unless it completed meanwhile (it succeeds).
+  enum class End { kSettled, kTimedOut, kDestroyed };
+  const auto settle = [&](std::size_t i, End end, std::exception_ptr failed = nullptr) {
+    std::exception_ptr error = std::move(failed);
+    if (!error) {
+      try {
+        if (end != End::kSettled) requests[i].cancel();
+        try {
+          (void)requests[i].test();  // rethrows its failure
+        } catch (const Cancelled&) {
+          if (end == End::kSettled) throw;
+          std::ostringstream message;
+          message << pending[i].what;
+          if (end == End::kTimedOut) {
+            message << " timed out after " << defaults_.timeoutSeconds << " s";
+            throw TimeoutError(message.str());
+          }
+          message << ": the process group was destroyed before it completed";
+          throw Cancelled(message.str());
+        }
+        if (pending[i].anySource) pending[i].work->setSourceRank(requests[i].peer());
+        pending[i].staging.copyBack();
+      } catch (...) {
+        error = std::current_exception();
       }
-      if (pending[i].anySource) pending[i].work->setSourceRank(requests[i].peer());
-      pending[i].staging.copyBack();
-    } catch (...) {
-      error = std::current_exception();
     }
     auto work = std::move(pending[i].work);
     const auto at = static_cast<std::ptrdiff_t>(i);
@@ -445,6 +485,7 @@ void ProcessGroupGossamer::runPointToPoint() {
     work->complete(error);  // a failed send or receive does not break the group's collectives
   };
   for (;;) {
+    bool stopping = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
@@ -452,9 +493,21 @@ void ProcessGroupGossamer::runPointToPoint() {
         requests.push_back(std::move(pointToPoint_.front().request));
         pending.push_back(std::move(pointToPoint_.front()));
       }
-      if (pending.empty()) return;  // stopped, nothing left
+      stopping = stop_;
+    }
+    if (stopping)
+      for (std::size_t i = 0; i < pending.size();) {
+        if (pending[i].receive)
+          settle(i, End::kDestroyed);
+        else
+          ++i;
+      }
+    if (pending.empty()) {
+      if (stopping) return;
+      continue;
     }
     int settled = -1;
+    std::exception_ptr engineFailure;
     if (requests.size() == 1) {  // the usual blocking send or recv: its own wait wakes at once
       try {
         settled = requests[0].waitFor(kPickUpSeconds) ? 0 : -1;
@@ -462,13 +515,21 @@ void ProcessGroupGossamer::runPointToPoint() {
         settled = 0;  // failed: settle() gives the Work its error
       }
     } else {
-      settled = Request::waitAny(requests, kPickUpSeconds);
+      try {
+        settled = Request::waitAny(requests, kPickUpSeconds);
+      } catch (...) {  // not a request's own failure (waitAny throws none): the transport's progress
+        engineFailure = std::current_exception();
+      }
     }
-    if (settled >= 0) settle(static_cast<std::size_t>(settled));
+    if (engineFailure) {
+      while (!pending.empty()) settle(0, End::kSettled, engineFailure);
+      continue;
+    }
+    if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
     const auto now = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < pending.size();) {
       if (pending[i].deadline <= now)
-        settle(i);
+        settle(i, End::kTimedOut);
       else
         ++i;
     }
@@ -550,8 +611,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::allgather(
                     "gossamer: allgather needs one list of ", size_, " output tensors");
   for (const auto& t : outputs[0]) checkSame(inputs[0], t, "allgather output", Use::kMoved);
   Staging staging;
-  const at::Tensor in = staging(inputs[0], true, false);
-  std::vector<at::Tensor> outs = staging(outputs[0], false, true);
+  const at::Tensor in = movable(staging(inputs[0], true, false));
+  std::vector<at::Tensor> outs = movable(staging(outputs[0], false, true));
   return enqueue(
       ::c10d::OpType::ALLGATHER, outputs[0],
       [this, in, outs](const CollectiveOptions& o) mutable {
@@ -576,7 +637,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
                     "gossamer: allgather_into_tensor: the output has ", output.numel(), " elements, not ",
                     size_, " x ", input.numel());
   Staging staging;
-  const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
+  const at::Tensor in = movable(staging(input, true, false)), out = movable(staging(output, false, true));
   return enqueue(
       ::c10d::OpType::_ALLGATHER_BASE, {output},
       [this, in, out](const CollectiveOptions& o) {
@@ -596,14 +657,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::gather(std::vector<std::v
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "gather root");
   Staging staging;
-  const at::Tensor in = staging(inputs[0], true, false);
+  const at::Tensor in = movable(staging(inputs[0], true, false));
   std::vector<at::Tensor> results, outs;
   if (rank_ == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                       "gossamer: gather needs one list of ", size_, " output tensors on the root");
     for (const auto& t : outputs[0]) checkSame(inputs[0], t, "gather output", Use::kMoved);
     results = outputs[0];
-    outs = staging(results, false, true);
+    outs = movable(staging(results, false, true));
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "gossamer: gather: only the root takes outputs");
   }
@@ -627,13 +688,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::T
   const int root = static_cast<int>(opts.rootRank);
   checkRank(root, size_, "scatter root");
   Staging staging;
-  const at::Tensor out = staging(outputs[0], false, true);
+  const at::Tensor out = movable(staging(outputs[0], false, true));
   at::Tensor all = at::empty({0}, out.options());
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                       "gossamer: scatter needs one list of ", size_, " input tensors on the root");
     for (const auto& t : inputs[0]) checkSame(outputs[0], t, "scatter input", Use::kMoved);
-    all = flat(staging(inputs[0], true, false));
+    all = flat(movable(staging(inputs[0], true, false)));
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "gossamer: scatter: only the root takes inputs");
   }
@@ -713,17 +774,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
                                                                 const ::c10d::AllToAllOptions&) {
   TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
                     "gossamer: all_to_all needs ", size_, " input and ", size_, " output tensors");
-  std::vector<std::size_t> sendCounts, recvCounts;
-  for (const auto& t : inputs) {
-    checkSameType(inputs[0], t, "all_to_all input", Use::kMoved);
-    sendCounts.push_back(static_cast<std::size_t>(t.numel()));
-  }
-  for (const auto& t : outputs) {
-    checkSameType(inputs[0], t, "all_to_all output", Use::kMoved);
-    recvCounts.push_back(static_cast<std::size_t>(t.numel()));
-  }
+  for (const auto& t : inputs) checkSameType(inputs[0], t, "all_to_all input", Use::kMoved);
+  for (const auto& t : outputs) checkSameType(inputs[0], t, "all_to_all output", Use::kMoved);
   Staging staging;
-  std::vector<at::Tensor> ins = staging(inputs, true, false), outs = staging(outputs, false, true);
+  std::vector<at::Tensor> ins = movable(staging(inputs, true, false)),
+                          outs = movable(staging(outputs, false, true));
+  std::vector<std::size_t> sendCounts, recvCounts;  // elements of the movable tensors
+  for (const auto& t : ins) sendCounts.push_back(static_cast<std::size_t>(t.numel()));
+  for (const auto& t : outs) recvCounts.push_back(static_cast<std::size_t>(t.numel()));
   return enqueue(
       ::c10d::OpType::ALLTOALL, outputs,
       [this, ins, outs, sendCounts, recvCounts](const CollectiveOptions& o) mutable {

@@ -10,11 +10,12 @@
 // sequence number each gets, which names its messages on the wire, agrees.
 // send/recv are posted on the caller's thread at once and completed by a
 // second thread as each settles, so a receive never holds up a collective,
-// nor one send or receive another. A failure (PeerFailure naming the peer, TimeoutError) ends the
-// Work with the error: wait() raises it in Python as RuntimeError; the group
-// is broken from then on (c10d has no view changes): every later collective
-// fails with the same error, on every rank, rather than run over the
-// survivors.
+// nor one send or receive another. A failure (PeerFailure naming the peer,
+// TimeoutError) ends the Work with the error: wait() raises it in Python as
+// gossamer.PeerFailure or gossamer.TimeoutError (RuntimeErrors). A failed
+// collective breaks the group from then on (c10d has no view changes): every
+// later collective fails with the same error, on every rank, rather than run
+// over the survivors. A failed send or receive fails only its own Work.
 //
 // Tensors on another device (CUDA) are staged through host memory: copied to
 // a CPU tensor on the caller's thread (after the work queued on its current
@@ -121,10 +122,10 @@ class ProcessGroupGossamer final : public BackendBase {
   ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const Config& config, const Registry& registry, double timeoutSeconds,
                        const std::string& storeHost);
-  /// Runs the collectives still queued and completes the sends and receives
-  /// still posted (each bounded by the timeout; they fail once the peers
-  /// leave), then closes the transport, without the GIL if the calling thread
-  /// holds it. Never throws.
+  /// Runs the collectives still queued, cancels the receives still posted
+  /// (their Works fail with Cancelled), waits for the sends still posted
+  /// (each bounded by the timeout), then closes the transport; without the
+  /// GIL if the calling thread holds it. Never throws.
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
@@ -199,6 +200,7 @@ class ProcessGroupGossamer final : public BackendBase {
     Request request;
     std::string what;  // "gossamer: send to rank 1 (tag 7)": its timeout's message
     bool anySource;
+    bool receive;                                    // cancelled when the group is destroyed (sends go on)
     std::chrono::steady_clock::time_point deadline;  // posted + the group's timeout
     Staging staging;
   };
