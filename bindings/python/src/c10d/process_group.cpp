@@ -507,22 +507,19 @@ void ProcessGroupGossamer::runPointToPoint() {
       continue;
     }
     int settled = -1;
-    std::exception_ptr engineFailure;
-    if (requests.size() == 1) {  // the usual blocking send or recv: its own wait wakes at once
-      try {
+    std::exception_ptr thrown;
+    try {
+      if (requests.size() == 1)  // the usual blocking send or recv: its own wait wakes at once
         settled = requests[0].waitFor(kPickUpSeconds) ? 0 : -1;
-      } catch (...) {
-        settled = 0;  // failed: settle() gives the Work its error
-      }
-    } else {
-      try {
+      else
         settled = Request::waitAny(requests, kPickUpSeconds);
-      } catch (...) {  // not a request's own failure (waitAny throws none): the transport's progress
-        engineFailure = std::current_exception();
-      }
+    } catch (...) {
+      // The lone request's own failure, or the transport's progress failing
+      // (waitAny throws no request's own): either way theirs.
+      thrown = std::current_exception();
     }
-    if (engineFailure) {
-      while (!pending.empty()) settle(0, End::kSettled, engineFailure);
+    if (thrown) {
+      while (!pending.empty()) settle(0, End::kSettled, thrown);
       continue;
     }
     if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
