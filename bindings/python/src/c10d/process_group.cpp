@@ -15,7 +15,6 @@
 #include <span>
 #include <sstream>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "gossamer/errors.hpp"
@@ -178,16 +177,13 @@ void alltoallvTensors(Transport& transport, const at::Tensor& from,
                       const std::vector<std::size_t>& recvCounts, const CollectiveOptions& o) {
   withMoved(from.scalar_type(), [&](auto e) {
     using T = decltype(e);
+    // Counts of T: 1 per element, or its size per element for T = std::byte.
+    const auto scale = static_cast<std::size_t>(from.element_size()) / sizeof(T);
+    std::vector<std::size_t> sends(sendCounts), recvs(recvCounts);
+    for (auto& c : sends) c *= scale;
+    for (auto& c : recvs) c *= scale;
     const std::span<T> send = elements<T>(from);
-    if constexpr (std::is_same_v<T, std::byte>) {  // the counts in bytes
-      const auto size = static_cast<std::size_t>(from.element_size());
-      std::vector<std::size_t> sendBytes(sendCounts), recvBytes(recvCounts);
-      for (auto& c : sendBytes) c *= size;
-      for (auto& c : recvBytes) c *= size;
-      gossamer::alltoallv<T>(transport, std::span<const T>(send), sendBytes, elements<T>(to), recvBytes, o);
-    } else {
-      gossamer::alltoallv<T>(transport, std::span<const T>(send), sendCounts, elements<T>(to), recvCounts, o);
-    }
+    gossamer::alltoallv<T>(transport, std::span<const T>(send), sends, elements<T>(to), recvs, o);
   });
 }
 
@@ -420,8 +416,8 @@ void ProcessGroupGossamer::runCollectives() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpType type,
                                                                      std::vector<at::Tensor> outputs,
-                                                                     Request request, std::string what,
-                                                                     bool anySource, Staging staging) {
+                                                                     Request request, int peer, int tag,
+                                                                     Staging staging) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -430,8 +426,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    pointToPoint_.push_back(
-        {work, std::move(request), std::move(what), anySource, receive, deadline, std::move(staging)});
+    pointToPoint_.push_back({work, std::move(request), peer, tag, receive, deadline, std::move(staging)});
   }
   cv_.notify_all();
   return work;
@@ -464,7 +459,13 @@ void ProcessGroupGossamer::runPointToPoint() {
         } catch (const Cancelled&) {
           if (end == End::kSettled) throw;
           std::ostringstream message;
-          message << pending[i].what;
+          const Posted& p = pending[i];
+          message << "gossamer: " << (p.receive ? "recv from " : "send to ");
+          if (p.peer < 0)
+            message << "any rank";
+          else
+            message << "rank " << p.peer;
+          message << " (tag " << p.tag << ")";
           if (end == End::kTimedOut) {
             message << " timed out after " << defaults_.timeoutSeconds << " s";
             throw TimeoutError(message.str());
@@ -472,7 +473,7 @@ void ProcessGroupGossamer::runPointToPoint() {
           message << ": the process group was destroyed before it completed";
           throw Cancelled(message.str());
         }
-        if (pending[i].anySource) pending[i].work->setSourceRank(requests[i].peer());
+        if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
         pending[i].staging.copyBack();
       } catch (...) {
         error = std::current_exception();
@@ -811,10 +812,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::send(std::vector<at::Tens
   const at::Tensor t = staging(tensors[0], true, false);
   Request r =
       agent_->transport().isend(dstRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(
-      ::c10d::OpType::SEND, tensors, std::move(r),
-      "gossamer: send to rank " + std::to_string(dstRank) + " (tag " + std::to_string(tag) + ")", false,
-      std::move(staging));
+  return completeLater(::c10d::OpType::SEND, tensors, std::move(r), dstRank, tag, std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -826,10 +824,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recv(std::vector<at::Tens
   const at::Tensor t = staging(tensors[0], false, true);
   Request r =
       agent_->transport().irecv(srcRank, Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(
-      ::c10d::OpType::RECV, tensors, std::move(r),
-      "gossamer: recv from rank " + std::to_string(srcRank) + " (tag " + std::to_string(tag) + ")", false,
-      std::move(staging));
+  return completeLater(::c10d::OpType::RECV, tensors, std::move(r), srcRank, tag, std::move(staging));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -844,9 +839,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::recvAnysource(std::vector
   TORCH_CHECK_VALUE(!sources.empty(), "gossamer: recv from any source in a group of one");
   Request r = agent_->transport().irecv(std::span<const int>(sources),
                                         Tag::make(Op::kUser, static_cast<std::uint64_t>(tag)), bytes(t));
-  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r),
-                       "gossamer: recv from any rank (tag " + std::to_string(tag) + ")", true,
-                       std::move(staging));
+  return completeLater(::c10d::OpType::RECVANYSOURCE, tensors, std::move(r), -1, tag, std::move(staging));
 }
 
 }  // namespace gossamer::c10d_backend

@@ -173,12 +173,13 @@ class ProcessGroupGossamer final : public BackendBase {
   /// `staging`'s outputs are copied back after the job succeeds.
   c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, std::vector<at::Tensor> outputs, Job job,
                                            Staging staging = {});
-  /// Completes the Work once `request` (posted already) settles, on the p2p
-  /// thread, or fails it with TimeoutError ("<what> timed out after N s") if
-  /// it is still pending the group's timeout after now.
+  /// Completes the Work of `type` (SEND, RECV, RECVANYSOURCE) once `request`
+  /// (posted already, to or from `peer`, -1 for any, with user tag `tag`)
+  /// settles, on the p2p thread, or fails it with TimeoutError ("gossamer:
+  /// recv from rank 0 (tag 5) timed out after N s") if it is still pending
+  /// the group's timeout after now.
   c10::intrusive_ptr<::c10d::Work> completeLater(::c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                 Request request, std::string what, bool anySource,
-                                                 Staging staging);
+                                                 Request request, int peer, int tag, Staging staging);
   void runCollectives();
   void runPointToPoint();
   /// The error that broke the group (null while it works), and recording it.
@@ -198,8 +199,8 @@ class ProcessGroupGossamer final : public BackendBase {
   struct Posted {
     c10::intrusive_ptr<GossamerWork> work;
     Request request;
-    std::string what;  // "gossamer: send to rank 1 (tag 7)": its timeout's message
-    bool anySource;
+    int peer;                                        // the destination or source; -1: any source
+    int tag;                                         // the user's
     bool receive;                                    // cancelled when the group is destroyed (sends go on)
     std::chrono::steady_clock::time_point deadline;  // posted + the group's timeout
     Staging staging;
