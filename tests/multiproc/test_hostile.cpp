@@ -43,6 +43,7 @@
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
+#include "gossamer/store.hpp"
 #include "job_config.hpp"
 #include "process.hpp"
 
@@ -433,10 +434,10 @@ void hostileJob(const std::string& transport) {
   };
   // Start-up: rank 0 alone, waiting for its peers, takes the first half.
   start(0);
-  const std::string key = transport == "zmq" ? "gossamer%zmq%0"
-                          : fabric           ? "gossamer%libfabric%0"
-                                             : "gossamer%sock%0";
-  const std::string address = waitForFile(dir / ("rdv/" + key), 60);
+  const std::string key = transport == "zmq" ? "gossamer/zmq/0"
+                          : fabric           ? "gossamer/libfabric/0"
+                                             : "gossamer/sock/0";
+  const std::string address = waitForFile(gossamer::FileStore::fileOf(dir / "rdv", key), 60);
   REQUIRE(!address.empty());
   const int port = fabric ? libfabricPort(address) : portOf(address);
   REQUIRE(port > 0);

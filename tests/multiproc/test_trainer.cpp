@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gossamer/store.hpp"
 #include "job_config.hpp"
 #include "process.hpp"
 
@@ -290,6 +291,71 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   const auto j = summaryAt(dir / "summary0");
   CHECK(j["world_size"] == 3);
   CHECK(j["test_accuracy"].get<double>() > 0.5);
+}
+
+TEST_CASE("a rendezvous directory reused after a job was killed starts the next job afresh",
+          "[multiproc][train]") {
+  gossamer::testing::requireFashionMnist();
+  TempDir dir;
+  const int n = 3;
+  writeFile(dir / "long.yaml", smallConfig("zmq", "crossover_sgd", n, 500, 20));
+  writeFile(dir / "run.yaml", smallConfig("zmq", "crossover_sgd", n, 1, 20));
+  const std::string rdv = dir / "rdv";
+  // Rank `r` of a job, with rank 0 held back until the others have published
+  // their endpoints (so that they read whatever rank 0's key then is).
+  const auto startJob = [&](const std::string& config, const std::string& name) {
+    std::vector<pid_t> pids(n, -1);
+    for (int r = n - 1; r >= 0; --r) {
+      if (r == 0)
+        for (int other = 1; other < n; ++other) {
+          const std::string key = gossamer::FileStore::fileOf(rdv, "gossamer/zmq/" + std::to_string(other));
+          const auto start = std::chrono::steady_clock::now();
+          while (!std::filesystem::exists(key) &&
+                 std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      const std::string tag = name + std::to_string(r);
+      pids[static_cast<std::size_t>(r)] =
+          spawn({gossamer::testing::trainExe(), "--config", dir / config, "--rank", std::to_string(r),
+                 "--rendezvous", rdv, "--progress", "off", "--summary-json", dir / (tag + ".json"), "--set",
+                 "run.dir=" + (dir / (name + "-run"))},
+                dir / (tag + ".out"), dir / (tag + ".err"));
+    }
+    return pids;
+  };
+  {
+    std::vector<pid_t> killed = startJob("long.yaml", "killed");
+    Reaper reaper{killed};
+    const auto start = std::chrono::steady_clock::now();
+    while (readFile(dir / "killed0.out").find("epoch 1/") == std::string::npos) {
+      REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(90));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (pid_t& pid : killed) {
+      kill(pid, SIGKILL);
+      waitBounded(pid, 10);
+      pid = -1;
+    }
+  }
+  // Every key of the killed job is still there, its endpoints dead.
+  REQUIRE(std::filesystem::exists(gossamer::FileStore::fileOf(rdv, "gossamer/zmq/0")));
+  std::vector<pid_t> next = startJob("run.yaml", "next");
+  Reaper reaper{next};
+  for (int r = 0; r < n; ++r) {
+    const auto status = waitBounded(next[static_cast<std::size_t>(r)], 120);
+    next[static_cast<std::size_t>(r)] = -1;
+    INFO("rank " << r << " stderr:\n" << readFile(dir / ("next" + std::to_string(r) + ".err")));
+    REQUIRE(status.has_value());
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  const auto j = summaryAt(dir / "next0.json");
+  CHECK(j["world_size"] == n);
+  CHECK(j["lost"].empty());
+  CHECK(j["survivors"].size() == static_cast<std::size_t>(n));
+  // The first of ranks 1 and 2 to open the directory cleared it.
+  CHECK((readFile(dir / "next1.err") + readFile(dir / "next2.err")).find("removed 4 key file(s)") !=
+        std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(rdv));  // its last rank removed the directory it made
 }
 
 namespace {

@@ -139,8 +139,9 @@ LaunchResult launchLocalRanks(const LaunchOptions& options,
 /// whose rendezvous is `rendezvous`: a file "process-PID" in that directory
 /// holding the process's start time (/proc/self/stat), which the launcher
 /// that made the directory waits for (LaunchOptions::followJob). Nothing for
-/// a rendezvous that is not a directory (tcp://...), and nothing if the file
-/// cannot be written (the launcher then does not wait for this process).
+/// a rendezvous that is not such a directory (tcp://..., or one without the
+/// launcher's file "+launcher"), and nothing if the file cannot be written
+/// (the launcher then does not wait for this process).
 class JobProcessMark {
  public:
   explicit JobProcessMark(const std::string& rendezvous);

@@ -64,20 +64,53 @@ class MemoryStore final : public Store {
 /// Store on a shared directory, for processes on one host (or on a shared file
 /// system). set() writes a temp file and renames it, so readers never see a
 /// partial value.
+///
+/// A directory outlives the job that used it, so each FileStore is a holder
+/// of it for its lifetime (a file "+holder.*" naming its host, boot, pid
+/// namespace, pid and process start time; changes to the holders are made
+/// under flock(2) on "+lock"):
+/// - the last holder to go removes the keys, and the directory itself when a
+///   FileStore created it, so a directory given to the next job (the same
+///   --rendezvous, or a launcher's job id reused) holds none of this job's
+///   endpoints, job key or run directory;
+/// - holders whose process has ended (same host, boot and pid namespace:
+///   gone, a zombie, or a new process under the pid) are dropped when a
+///   FileStore opens the directory, and if none is left, the keys they left
+///   are removed first; a holder on another host counts as alive, so keys
+///   left by a job killed there stay until the directory is removed.
+/// Keys live in files "@<key, '/' as '%'>" (mode 0600), apart from anything
+/// else in the directory, which is never touched. A directory created here
+/// has mode 0700; one that exists must belong to this user and not be
+/// writable by others (anyone who can write it can plant endpoints and the
+/// job key; anyone who can read its keys can join the job).
 class FileStore final : public Store {
  public:
-  /// @param dir directory; created if missing. @throws Error if it cannot be.
+  /// @param dir directory; created (mode 0700, parents as the umask says)
+  ///        if missing.
+  /// @throws Error if it cannot be created or written, is not a directory,
+  ///         belongs to another user or is writable by others, or its lock
+  ///         stays taken for 30 s.
   explicit FileStore(std::string dir);
+  /// Lets go of the directory (see the class); never throws. A copy of the
+  /// object in a forked child lets go of nothing.
+  ~FileStore() override;
+  FileStore(const FileStore&) = delete;
+  FileStore& operator=(const FileStore&) = delete;
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> tryGet(const std::string& key) override;
   /// A hard link of a temp file to the key's file: link(2) fails if it exists.
   /// @throws Error if the directory cannot be written.
   bool claim(const std::string& key, const std::string& value) override;
   const std::string& dir() const noexcept { return dir_; }
+  /// The file in `dir` that holds `key`'s value (for tools and tests that
+  /// watch a rendezvous from outside). @throws InvalidArgument for a bad key.
+  static std::string fileOf(const std::string& dir, const std::string& key);
 
  private:
-  std::string pathOf(const std::string& key) const;
+  std::string pathOf(const std::string& key) const { return fileOf(dir_, key); }
   std::string dir_;
+  std::string holder_;  // this store's holder file; empty once let go of
+  long owner_ = 0;      // the pid that made it: a forked child's copy lets go of nothing
 };
 
 /// Another store's keys under `prefix`: a view for a component that runs its

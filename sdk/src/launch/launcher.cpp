@@ -397,6 +397,8 @@ void reportOutcomes(const LaunchOptions& o, const LaunchResult& result) {
 
 namespace {
 constexpr const char* kRendezvousPrefix = "/tmp/gossamer-rdv-";
+// In a directory launchLocalRanks made: its processes mark themselves there.
+constexpr const char* kLauncherFile = "+launcher";
 }  // namespace
 
 std::string jobIdOf(const std::string& rendezvous) {
@@ -420,7 +422,10 @@ std::string jobRendezvous(const std::string& id) {
 
 JobProcessMark::JobProcessMark(const std::string& rendezvous) {
   std::error_code ec;
-  if (rendezvous.rfind("tcp://", 0) == 0 || !std::filesystem::is_directory(rendezvous, ec)) return;
+  // Only where a launcher waits: a directory launchLocalRanks made (a job's
+  // own --rendezvous is removed by its last rank, which a mark would stop).
+  if (rendezvous.rfind("tcp://", 0) == 0 || !std::filesystem::exists(rendezvous + "/" + kLauncherFile, ec))
+    return;
   const auto start = detail::readProcessStat(::getpid());
   if (!start) return;
   const std::string path = rendezvous + "/process-" + std::to_string(::getpid());
@@ -446,6 +451,12 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   tmpl.push_back('\0');
   if (!mkdtemp(tmpl.data())) throw Error("cannot create a rendezvous directory in /tmp");
   const std::string rendezvous = tmpl.data();
+  if (std::FILE* f = std::fopen((rendezvous + "/" + kLauncherFile).c_str(), "w");
+      f == nullptr || std::fclose(f) != 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(rendezvous, ec);
+    throw Error("cannot write in the rendezvous directory " + rendezvous);
+  }
   // Caught from here on; exec resets the children's handlers to the default.
   SignalForwarding forwarding(o.forwardSignals);
   RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));

@@ -1,21 +1,13 @@
+// The Store interface's waits, MemoryStore and PrefixedStore (gossamer/store.hpp);
+// FileStore is in file_store.cpp.
 #include "gossamer/store.hpp"
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
-
-#include <unistd.h>
 
 #include "gossamer/errors.hpp"
 
 namespace gossamer {
-
-namespace fs = std::filesystem;
 
 void checkStoreKey(const std::string& key) {
   GOSSAMER_ENFORCE(!key.empty() && key.size() <= 200, "store key must have 1..200 characters");
@@ -93,63 +85,6 @@ std::optional<std::string> MemoryStore::tryGet(const std::string& key) {
 void MemoryStore::idle(double seconds) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait_for(lk, std::chrono::duration<double>(seconds));
-}
-
-FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec || !fs::is_directory(dir_))
-    throw Error("cannot create store directory '" + dir_ + "': " + ec.message());
-}
-
-std::string FileStore::pathOf(const std::string& key) const {
-  std::string flat = key;
-  std::replace(flat.begin(), flat.end(), '/', '%');
-  return dir_ + "/" + flat;
-}
-
-namespace {
-// Writes `value` to a file beside `path` of this process and thread alone
-// (`kind`: "tmp", "claim"), and returns its name.
-std::string writeBeside(const std::string& path, const char* kind, const std::string& value) {
-  std::ostringstream name;
-  name << path << '.' << kind << '.' << ::getpid() << '.' << std::this_thread::get_id();
-  std::ofstream out(name.str(), std::ios::binary | std::ios::trunc);
-  out.write(value.data(), static_cast<std::streamsize>(value.size()));
-  if (!out) throw Error("cannot write store file '" + name.str() + "'");
-  return name.str();
-}
-}  // namespace
-
-void FileStore::set(const std::string& key, const std::string& value) {
-  checkStoreKey(key);
-  const std::string path = pathOf(key);
-  const std::string tmp = writeBeside(path, "tmp", value);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot publish store key '" + key + "' in '" + dir_ + "': " + ec.message());
-}
-
-bool FileStore::claim(const std::string& key, const std::string& value) {
-  checkStoreKey(key);
-  const std::string path = pathOf(key);
-  const std::string tmp = writeBeside(path, "claim", value);
-  const int rc = ::link(tmp.c_str(), path.c_str());
-  const int err = errno;
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  if (rc == 0) return true;
-  if (err == EEXIST) return false;
-  throw Error("cannot claim store key '" + key + "' in '" + dir_ + "': " + std::strerror(err));
-}
-
-std::optional<std::string> FileStore::tryGet(const std::string& key) {
-  checkStoreKey(key);
-  std::ifstream in(pathOf(key), std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 PrefixedStore::PrefixedStore(Store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {
