@@ -207,3 +207,61 @@ TEST_CASE("a FileStore refuses a directory other users can write or own", "[stor
   gossamer::testing::writeFile(file, "x");
   CHECK_THROWS_WITH(FileStore(file), Catch::Contains("is not a directory"));
 }
+
+TEST_CASE("a FileStore follows a symlink of this user's and refuses one another user owns", "[store]") {
+  TempDir tmp;
+  const std::string target = tmp.path() + "/target";
+  REQUIRE(::mkdir(target.c_str(), 0700) == 0);
+  const std::string mine = tmp.path() + "/mine";
+  REQUIRE(::symlink(target.c_str(), mine.c_str()) == 0);
+  {
+    FileStore s(mine);
+    s.set("k", "v");
+    CHECK(gossamer::testing::readFile(FileStore::fileOf(target, "k")) == "v");
+  }
+  CHECK(fs::is_symlink(mine));  // neither the link nor the directory it names is removed
+  CHECK(fs::is_directory(target));
+  // Another user's link could be pointed anywhere after the check: as root, a
+  // link given to nobody; otherwise Debian's /lib (root's link to usr/lib).
+  std::string theirs = "/lib";
+  if (::geteuid() == 0) {
+    theirs = tmp.path() + "/theirs";
+    REQUIRE(::symlink(target.c_str(), theirs.c_str()) == 0);
+    REQUIRE(::lchown(theirs.c_str(), 65534, 65534) == 0);
+  }
+  REQUIRE(fs::is_symlink(theirs));
+  CHECK_THROWS_WITH(FileStore(theirs), Catch::Contains("a symlink that is not this user's"));
+}
+
+TEST_CASE("processes opening and leaving one FileStore directory at once never fail and leave nothing",
+          "[store]") {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/rdv";
+  constexpr int kProcesses = 4;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int failed = 0;
+      for (int i = 0; i < 40; ++i) {
+        try {
+          FileStore s(dir);  // made, or removed by the last one out just before
+          s.set("p" + std::to_string(p), std::to_string(i));
+          if (s.tryGet("p" + std::to_string(p)) != std::to_string(i)) ++failed;
+        } catch (...) {
+          ++failed;
+        }
+      }
+      ::_exit(failed == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  int exitedWell = 0;
+  for (pid_t pid : children) {
+    const auto status = gossamer::testing::waitBounded(pid, 60);
+    if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) ++exitedWell;
+  }
+  CHECK(exitedWell == kProcesses);
+  CHECK_FALSE(fs::exists(dir));
+}

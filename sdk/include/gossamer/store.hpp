@@ -76,20 +76,24 @@ class MemoryStore final : public Store {
 /// - holders whose process has ended (same host, boot and pid namespace:
 ///   gone, a zombie, or a new process under the pid) are dropped when a
 ///   FileStore opens the directory, and if none is left, the keys they left
-///   are removed first; a holder on another host counts as alive, so keys
-///   left by a job killed there stay until the directory is removed.
+///   are removed first; a holder on another host (or whose process cannot
+///   be read) counts as alive, so keys left by a job killed there stay until
+///   the directory is removed.
 /// Keys live in files "@<key, '/' as '%'>" (mode 0600), apart from anything
 /// else in the directory, which is never touched. A directory created here
 /// has mode 0700; one that exists must belong to this user and not be
 /// writable by others (anyone who can write it can plant endpoints and the
-/// job key; anyone who can read its keys can join the job).
+/// job key; anyone who can read its keys can join the job). It is opened
+/// once, not following a symlink that is not this user's, and every file is
+/// reached through that descriptor, so the path cannot be pointed elsewhere
+/// afterwards.
 class FileStore final : public Store {
  public:
   /// @param dir directory; created (mode 0700, parents as the umask says)
   ///        if missing.
   /// @throws Error if it cannot be created or written, is not a directory,
-  ///         belongs to another user or is writable by others, or its lock
-  ///         stays taken for 30 s.
+  ///         belongs to another user or is writable by others, is named by
+  ///         a symlink another user owns, or its lock stays taken for 30 s.
   explicit FileStore(std::string dir);
   /// Lets go of the directory (see the class); never throws. A copy of the
   /// object in a forked child lets go of nothing.
@@ -107,9 +111,11 @@ class FileStore final : public Store {
   static std::string fileOf(const std::string& dir, const std::string& key);
 
  private:
-  std::string pathOf(const std::string& key) const { return fileOf(dir_, key); }
   std::string dir_;
-  std::string holder_;  // this store's holder file; empty once let go of
+  std::string base_;    // dir_'s last component, in parentFd_
+  int parentFd_ = -1;   // the directory holding dir_ (-1: dir_ is "/"), to remove it
+  int dirFd_ = -1;      // dir_ itself: every file is opened at it
+  std::string holder_;  // this store's holder file's name; empty once let go of
   long owner_ = 0;      // the pid that made it: a forked child's copy lets go of nothing
 };
 
