@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,8 +78,10 @@ class Holder {
     REQUIRE(readByte(ready_[0]));
   }
   ~Holder() {
-    end();
-    ::waitpid(pid_, nullptr, 0);
+    if (pid_ > 0) {
+      end();
+      ::waitpid(pid_, nullptr, 0);
+    }
     ::close(ready_[0]);
   }
   Holder(const Holder&) = delete;
@@ -165,6 +168,11 @@ TEST_CASE("keys of a FileStore whose process ended are removed when the director
   }
   child.reap();
   CHECK_FALSE(fs::exists(dir));  // the child made it; the last holder removed it
+  // Reaped, its pid gone: the same.
+  Holder reaped(dir, "job/gone");
+  reaped.reap();
+  FileStore again(dir);
+  CHECK_FALSE(again.tryGet("job/gone").has_value());
 }
 
 TEST_CASE("a live holder keeps its keys while others come and go", "[store]") {
@@ -264,4 +272,53 @@ TEST_CASE("processes opening and leaving one FileStore directory at once never f
   }
   CHECK(exitedWell == kProcesses);
   CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("a holder whose main thread ended while another runs keeps its keys", "[store]") {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/rdv";
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(go[1]);
+    std::thread([&] {
+      try {
+        FileStore store(dir);
+        store.set("job/k", "alive");
+        (void)!::write(ready[1], "r", 1);
+        readByte(go[0]);
+        ::_exit(0);
+      } catch (...) {
+      }
+      ::_exit(1);
+    }).detach();
+    // Ends the main thread alone, unwinding nothing (pthread_exit would unwind
+    // through Catch): /proc shows the process as a zombie ("Z") from here on.
+    ::syscall(SYS_exit, 0);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  REQUIRE(readByte(ready[0]));
+  // Until its main thread is seen to have ended (bounded).
+  std::string state;
+  for (int i = 0; i < 500 && state != "Z"; ++i) {
+    const std::string stat = gossamer::testing::readFile("/proc/" + std::to_string(pid) + "/stat");
+    const auto paren = stat.rfind(')');
+    state = paren == std::string::npos ? "" : stat.substr(paren + 2, 1);
+    if (state != "Z") std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(state == "Z");
+  {
+    FileStore other(dir);
+    CHECK(other.tryGet("job/k") == "alive");
+  }
+  ::close(go[1]);
+  const auto status = gossamer::testing::waitBounded(pid, 30);
+  REQUIRE(status.has_value());
+  CHECK(WEXITSTATUS(*status) == 0);
+  ::close(ready[0]);
 }

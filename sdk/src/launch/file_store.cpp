@@ -69,23 +69,33 @@ class Fd {
 };
 
 // flock(2) on NFS is a POSIX lock of the whole process, which does not keep
-// two threads of one process apart: they take this first. Timed, so that a
-// child forked while another thread held it fails instead of waiting forever.
+// two threads of one process apart: they take this mutex first. It is never
+// destroyed (a FileStore may outlive static destructors), and a forked child
+// gets a fresh one: the thread that held the parent's does not exist there.
+std::timed_mutex*& processMutex() {
+  static std::timed_mutex* m = [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's is left as it was
+      processMutex() = new std::timed_mutex;
+    });
+    return new std::timed_mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
+  }();
+  return m;
+}
+
 class ThreadsOfThisProcess {
  public:
-  explicit ThreadsOfThisProcess(const std::string& dir) {
-    static std::timed_mutex m;
-    if (!m.try_lock_for(std::chrono::duration<double>(kLockWaitSeconds)))
+  explicit ThreadsOfThisProcess(const std::string& dir) : held_(processMutex()) {
+    if (!held_->try_lock_for(std::chrono::duration<double>(kLockWaitSeconds)))
       throw Error("store directory '" + dir + "': another thread of this process held the store's lock for " +
-                  std::to_string(static_cast<int>(kLockWaitSeconds)) + " s (or it was forked while one did)");
-    held_ = &m;
+                  std::to_string(static_cast<int>(kLockWaitSeconds)) + " s");
   }
   ThreadsOfThisProcess(const ThreadsOfThisProcess&) = delete;
   ThreadsOfThisProcess& operator=(const ThreadsOfThisProcess&) = delete;
   ~ThreadsOfThisProcess() { held_->unlock(); }
 
  private:
-  std::timed_mutex* held_ = nullptr;
+  std::timed_mutex* held_;
 };
 
 // Where a process runs, as far as telling whether it is alive from here goes.
@@ -120,6 +130,32 @@ std::string holderText(long pid, const std::string& startTime) {
   out << "host " << p.host << "\nboot " << p.boot << "\npidns " << p.pidNamespace << "\npid " << pid
       << "\nstart " << startTime << "\n";
   return out.str();
+}
+
+// The names of the entries of `dir`; nullopt if it cannot be listed.
+std::optional<std::vector<std::string>> namesIn(int dir) {
+  const int copy = ::fcntl(dir, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return std::nullopt;
+  DIR* d = ::fdopendir(copy);
+  if (d == nullptr) {
+    ::close(copy);
+    return std::nullopt;
+  }
+  ::rewinddir(d);
+  std::vector<std::string> names;
+  bool ok = true;
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      ok = errno == 0;
+      break;
+    }
+    names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  if (!ok) return std::nullopt;
+  return names;
 }
 
 // Whether the holder described by `text` has certainly ended: its process ran
@@ -157,7 +193,15 @@ bool holderEnded(const std::string& text) {
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
   const auto stat = detail::readProcessStat(static_cast<pid_t>(pid));
   if (!stat) return false;  // gone since, or unreadable: the next opener sees
-  return stat->zombie || stat->startTime != start;
+  if (stat->startTime != start) return true;
+  if (!stat->zombie) return false;
+  // A zombie has ended, unless only its main thread did (pthread_exit) and
+  // others still run: then /proc/PID/task lists more than the leader.
+  const Fd tasks(
+      ::open(("/proc/" + std::to_string(pid) + "/task").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (tasks.get() < 0) return errno == ENOENT;
+  const auto threads = namesIn(tasks.get());
+  return threads && threads->size() <= 3;  // ".", ".." and the leader
 }
 
 // The whole of file `name` in `dir`; nullopt if there is none.
@@ -199,59 +243,68 @@ void writeAt(int dir, const std::string& name, const std::string& text, int flag
   }
 }
 
-// The names of the entries of `dir`; nullopt if it cannot be listed.
-std::optional<std::vector<std::string>> namesIn(int dir) {
-  const int copy = ::dup(dir);
-  if (copy < 0) return std::nullopt;
-  DIR* d = ::fdopendir(copy);
-  if (d == nullptr) {
-    ::close(copy);
-    return std::nullopt;
-  }
-  ::rewinddir(d);
-  std::vector<std::string> names;
-  bool ok = true;
-  for (;;) {
-    errno = 0;
-    const dirent* e = ::readdir(d);
-    if (e == nullptr) {
-      ok = errno == 0;
-      break;
+// The lock of a directory, held while its holders are added, dropped or
+// counted: this process's mutex, then flock(2) on the directory's +lock. It is
+// released with LOCK_UN before the file is closed, so that a copy of the
+// descriptor in a child forked meanwhile does not keep it held.
+class DirectoryLock {
+ public:
+  // Takes it. locked() is false when the lock file is gone or was replaced
+  // meanwhile, or the directory was removed (by its last holder): the caller
+  // starts over.
+  // @throws Error if the file cannot be opened or checked, or the lock stays
+  //         taken kLockWaitSeconds.
+  DirectoryLock(int dir, const std::string& path) : threads_(path) {
+    const std::string what = "the rendezvous lock '" + path + "/" + kLockFile + "'";
+    fd_ = ::openat(dir, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) {
+      const int err = errno;
+      if (err == ENOENT) return;
+      throw Error("cannot open " + what + ": " + errnoText(err));
     }
-    names.emplace_back(e->d_name);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kLockWaitSeconds);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK && err != EINTR) {
+        ::close(std::exchange(fd_, -1));
+        throw Error("cannot lock " + what + ": " + errnoText(err));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::close(std::exchange(fd_, -1));
+        throw Error(what + " stayed taken for " + std::to_string(static_cast<int>(kLockWaitSeconds)) +
+                    " s (a process stopped while holding it?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) != 0) {
+      const int err = errno;
+      release();
+      throw Error("cannot check " + what + ": " + errnoText(err));
+    }
+    if (::fstatat(dir, kLockFile, &named, AT_SYMLINK_NOFOLLOW) != 0) {
+      const int err = errno;
+      release();
+      if (err == ENOENT) return;
+      throw Error("cannot check " + what + ": " + errnoText(err));
+    }
+    if (held.st_ino != named.st_ino || held.st_dev != named.st_dev) release();
   }
-  ::closedir(d);
-  if (!ok) return std::nullopt;
-  return names;
-}
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  ~DirectoryLock() { release(); }
+  bool locked() const noexcept { return fd_ >= 0; }
+  void release() noexcept {
+    if (fd_ < 0) return;
+    ::flock(fd_, LOCK_UN);
+    ::close(std::exchange(fd_, -1));
+  }
 
-// Opens and flock()s dir's +lock. Returns -1 when that lock file is gone or
-// was replaced meanwhile, or the directory was removed (its last holder did
-// so): the caller starts over.
-// @throws Error if it cannot be opened, or stays locked kLockWaitSeconds.
-int lockDirectory(int dir, const std::string& path) {
-  const std::string what = "the rendezvous lock '" + path + "/" + kLockFile + "'";
-  Fd fd(::openat(dir, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return -1;
-    throw Error("cannot open " + what + ": " + errnoText(errno));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kLockWaitSeconds);
-  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err != EWOULDBLOCK && err != EINTR) throw Error("cannot lock " + what + ": " + errnoText(err));
-    if (std::chrono::steady_clock::now() >= deadline)
-      throw Error(what + " stayed taken for " + std::to_string(static_cast<int>(kLockWaitSeconds)) +
-                  " s (a process stopped while holding it, or a child forked then kept it?)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  struct stat held {
-  }, named{};
-  if (::fstat(fd.get(), &held) != 0 || ::fstatat(dir, kLockFile, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
-      held.st_ino != named.st_ino || held.st_dev != named.st_dev)
-    return -1;
-  return fd.release();
-}
+ private:
+  ThreadsOfThisProcess threads_;
+  int fd_ = -1;
+};
 
 // Drops the holder files of processes that have ended; returns how many
 // holders are left, nullopt if that cannot be told. Caller holds the lock.
@@ -301,22 +354,32 @@ void checkDirectory(int fd, const std::string& dir) {
                 "`chmod o-w` it or use another directory");
 }
 
+// What opening the store's directory found.
+struct Opened {
+  int fd = -1;
+  int err = 0;        // errno when fd < 0
+  bool link = false;  // `base` is a symlink (of this user's: another's is ELOOP)
+};
+
 // Opens `base` in `parent`: not through a symlink, unless the link is this
-// user's (nobody else can point it elsewhere). -1 with errno on failure.
-int openDirectoryAt(int parent, const std::string& base) {
-  const int fd = ::openat(parent, base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd >= 0 || (errno != ELOOP && errno != ENOTDIR)) return fd;
-  const int err = errno;  // ELOOP or ENOTDIR for a symlink, ENOTDIR for a file
+// user's (nobody else can point it elsewhere).
+Opened openDirectoryAt(int parent, const std::string& base) {
+  Opened o;
+  o.fd = ::openat(parent, base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (o.fd >= 0) return o;
+  o.err = errno;  // ELOOP or ENOTDIR for a symlink, ENOTDIR for a file
   struct stat link {};
-  if (::fstatat(parent, base.c_str(), &link, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(link.st_mode)) {
-    errno = err;
-    return -1;
-  }
+  if ((o.err != ELOOP && o.err != ENOTDIR) ||
+      ::fstatat(parent, base.c_str(), &link, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(link.st_mode))
+    return o;
+  o.link = true;
   if (link.st_uid != ::geteuid()) {
-    errno = ELOOP;
-    return -1;
+    o.err = ELOOP;
+    return o;
   }
-  return ::openat(parent, base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  o.fd = ::openat(parent, base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  o.err = o.fd < 0 ? errno : 0;
+  return o;
 }
 
 std::string withoutTrailingSlashes(std::string dir) {
@@ -337,46 +400,55 @@ std::string FileStore::fileOf(const std::string& dir, const std::string& key) {
   return withoutTrailingSlashes(dir) + "/" + keyFile(key);
 }
 
-FileStore::FileStore(std::string dir) : dir_(withoutTrailingSlashes(std::move(dir))), owner_(::getpid()) {
+FileStore::FileStore(std::string dir)
+    : dir_(withoutTrailingSlashes(std::filesystem::path(std::move(dir)).lexically_normal().string())),
+      owner_(::getpid()) {
   GOSSAMER_ENFORCE(!dir_.empty(), "empty store directory");
   const auto self = detail::readProcessStat(::getpid());
   if (!self) throw Error("store directory '" + dir_ + "': cannot read /proc/self/stat");
   const std::filesystem::path path(dir_);
   base_ = path.filename().string();
+  if (base_ == "." || base_ == "..") base_.clear();  // opened as it is, never removed (like "/")
   const std::string parent = base_.empty()            ? dir_
                              : path.has_parent_path() ? path.parent_path().string()
                                                       : ".";
-  {
-    std::error_code ec;  // a missing parent is made as the umask says; the store's own directory is 0700
-    if (!base_.empty()) std::filesystem::create_directories(parent, ec);
-  }
-  const ThreadsOfThisProcess threads(dir_);
+  std::error_code made;  // a missing parent is made as the umask says; the store's own directory is 0700
+  if (!base_.empty()) std::filesystem::create_directories(parent, made);
   for (int attempt = 0;; ++attempt) {
     GOSSAMER_CHECK(attempt < 100, "store directory '" << dir_ << "' keeps being removed while it is opened");
     Fd parentFd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (parentFd.get() < 0) throw Error("cannot open '" + parent + "': " + errnoText(errno));
+    if (parentFd.get() < 0) {
+      const int err = errno;
+      throw Error("cannot open '" + parent + "': " + errnoText(err) +
+                  (made ? " (creating it failed: " + made.message() + ")" : ""));
+    }
     Fd dirFd;
     bool created = false;
-    if (base_.empty()) {  // "/"
-      dirFd.reset(::dup(parentFd.get()));
+    if (base_.empty()) {
+      dirFd.reset(::fcntl(parentFd.get(), F_DUPFD_CLOEXEC, 0));
+      if (dirFd.get() < 0) throw Error("cannot open store directory '" + dir_ + "': " + errnoText(errno));
       parentFd.reset();
     } else {
       created = ::mkdirat(parentFd.get(), base_.c_str(), 0700) == 0;
-      if (!created && errno != EEXIST)
-        throw Error("cannot create store directory '" + dir_ + "': " + errnoText(errno));
-      dirFd.reset(openDirectoryAt(parentFd.get(), base_));
-    }
-    if (dirFd.get() < 0) {
-      if (errno == ENOENT) continue;  // its last holder removed it just now
-      if (errno == ENOTDIR) throw Error("store directory '" + dir_ + "' is not a directory");
-      throw Error("cannot open store directory '" + dir_ + "': " + errnoText(errno) +
-                  (errno == ELOOP ? " (a symlink that is not this user's)" : ""));
+      if (!created && errno != EEXIST) {
+        const int err = errno;
+        throw Error("cannot create store directory '" + dir_ + "': " + errnoText(err));
+      }
+      const Opened o = openDirectoryAt(parentFd.get(), base_);
+      if (o.fd < 0) {
+        if (o.err == ENOENT && !o.link) continue;  // its last holder removed it just now
+        if (o.err == ENOTDIR) throw Error("store directory '" + dir_ + "' is not a directory");
+        throw Error("cannot open store directory '" + dir_ + "': " + errnoText(o.err) +
+                    (o.err == ELOOP ? " (a symlink that is not this user's)"
+                     : o.link       ? " (a symlink)"
+                                    : ""));
+      }
+      dirFd.reset(o.fd);
     }
     if (created) writeAt(dirFd.get(), kCreatedFile, "", O_TRUNC, "'" + dir_ + "/" + kCreatedFile + "'");
     checkDirectory(dirFd.get(), dir_);
-    const int lockFd = lockDirectory(dirFd.get(), dir_);
-    if (lockFd < 0) continue;  // its last holder was removing it: start over
-    const Fd lock(lockFd);
+    const DirectoryLock lock(dirFd.get(), dir_);
+    if (!lock.locked()) continue;  // its last holder was removing it: start over
     if (pruneHolders(dirFd.get()) == std::optional<std::size_t>(0)) {
       if (const std::size_t n = clearKeys(dirFd.get()); n > 0)
         GOSSAMER_LOG(kWarning, "store directory " << dir_ << ": removed " << n
@@ -399,23 +471,23 @@ FileStore::~FileStore() {
   const Fd parent(parentFd_), dir(dirFd_);  // closed on the way out
   if (holder_.empty() || owner_ != static_cast<long>(::getpid())) return;
   try {
-    const ThreadsOfThisProcess threads(dir_);
-    Fd lock(lockDirectory(dir.get(), dir_));
-    if (lock.get() < 0) return;  // the directory is gone, and this holder with it
+    DirectoryLock lock(dir.get(), dir_);
+    if (!lock.locked()) return;  // the directory is gone, and this holder with it
     ::unlinkat(dir.get(), holder_.c_str(), 0);
     if (pruneHolders(dir.get()) != std::optional<std::size_t>(0)) return;
     clearKeys(dir.get());
-    if (parent.get() < 0 || ::unlinkat(dir.get(), kCreatedFile, 0) != 0) return;
+    // Removed only by the path it was made at (not through a symlink).
+    struct stat named {
+    }, held{};
+    const bool same =
+        parent.get() >= 0 && ::fstatat(parent.get(), base_.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        ::fstat(dir.get(), &held) == 0 && named.st_ino == held.st_ino && named.st_dev == held.st_dev;
+    if (!same || ::unlinkat(dir.get(), kCreatedFile, 0) != 0) return;
     // A process opening the directory from here on finds its lock file gone
     // or replaced, or the directory gone, and starts over.
     ::unlinkat(dir.get(), kLockFile, 0);
-    lock.reset();  // closed before rmdir: NFS keeps an open unlinked file as .nfs*
-    struct stat named {
-    }, held{};
-    const bool same = ::fstatat(parent.get(), base_.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-                      ::fstat(dir.get(), &held) == 0 && named.st_ino == held.st_ino &&
-                      named.st_dev == held.st_dev;
-    if (same && ::unlinkat(parent.get(), base_.c_str(), AT_REMOVEDIR) != 0) {
+    lock.release();  // closed before rmdir: NFS keeps an open unlinked file as .nfs*
+    if (::unlinkat(parent.get(), base_.c_str(), AT_REMOVEDIR) != 0) {
       // Not empty (other files, or a lock file made meanwhile): the next
       // last holder removes it.
       const int fd = ::openat(dir.get(), kCreatedFile, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

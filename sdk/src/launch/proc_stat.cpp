@@ -7,7 +7,7 @@
 namespace gossamer::detail {
 
 std::optional<std::string> readFileHead(const std::string& path, std::size_t maxBytes) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
+  std::FILE* f = std::fopen(path.c_str(), "re");
   if (!f) return std::nullopt;
   std::string out(maxBytes, '\0');
   out.resize(std::fread(out.data(), 1, maxBytes, f));
