@@ -66,19 +66,18 @@ class MemoryStore final : public Store {
 /// partial value.
 ///
 /// A directory outlives the job that used it, so each FileStore is a holder
-/// of it for its lifetime (a file "+holder.*" naming its host, boot, pid
-/// namespace, pid and process start time; changes to the holders are made
-/// under flock(2) on "+lock"):
+/// of it for its lifetime: a file "+holder.*" that it keeps flock()ed, a lock
+/// the kernel (or the NFS server) drops when the process ends, however it
+/// ends. Holders come and go under flock(2) on "+lock":
 /// - the last holder to go removes the keys, and the directory itself when a
 ///   FileStore created it, so a directory given to the next job (the same
 ///   --rendezvous, or a launcher's job id reused) holds none of this job's
 ///   endpoints, job key or run directory;
-/// - holders whose process has ended (same host, boot and pid namespace:
-///   gone, a zombie, or a new process under the pid) are dropped when a
+/// - holders whose lock can be taken have ended and are dropped when a
 ///   FileStore opens the directory, and if none is left, the keys they left
-///   are removed first; a holder on another host (or whose process cannot
-///   be read) counts as alive, so keys left by a job killed there stay until
-///   the directory is removed.
+///   are removed first. On a file system without working locks a holder
+///   counts as alive, and keys left by a killed job stay until the directory
+///   is removed.
 /// Keys live in files "@<key, '/' as '%'>" (mode 0600), apart from anything
 /// else in the directory, which is never touched. A directory created here
 /// has mode 0700; one that exists must belong to this user and not be
@@ -96,7 +95,9 @@ class FileStore final : public Store {
   ///         a symlink another user owns, or its lock stays taken for 30 s.
   explicit FileStore(std::string dir);
   /// Lets go of the directory (see the class); never throws. A copy of the
-  /// object in a forked child lets go of nothing.
+  /// object in a forked child lets go of nothing (and a child forked without
+  /// exec keeps the holder's lock, so the holder counts as alive, until it
+  /// ends).
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;
@@ -115,6 +116,7 @@ class FileStore final : public Store {
   std::string base_;    // dir_'s last component, in parentFd_
   int parentFd_ = -1;   // the directory holding dir_ (-1: dir_ is "/"), to remove it
   int dirFd_ = -1;      // dir_ itself: every file is opened at it
+  int holderFd_ = -1;   // holder_, flock()ed while this store lives
   std::string holder_;  // this store's holder file's name; empty once let go of
   long owner_ = 0;      // the pid that made it: a forked child's copy lets go of nothing
 };

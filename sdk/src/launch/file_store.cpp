@@ -3,8 +3,8 @@
 //
 // The directory:
 //   +lock              flock(2)ed while holders are added, dropped or counted
-//   +holder.<hex>      one per FileStore alive: host, boot id, pid namespace,
-//                      pid and start time (/proc/PID/stat field 22)
+//   +holder.<hex>      one per FileStore, flock()ed by it while it lives (its
+//                      pid and host inside, for people)
 //   +created           a FileStore made the directory: its last holder removes it
 //   @<key>             a key's value, '/' written as '%' (mode 0600)
 //   @<key>~tmp.*, ~claim.*  a value being written (renamed or linked to @<key>)
@@ -22,12 +22,12 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -36,7 +36,6 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/store.hpp"
-#include "proc_stat.hpp"
 
 namespace gossamer {
 
@@ -98,38 +97,20 @@ class ThreadsOfThisProcess {
   std::timed_mutex* held_;
 };
 
-// Where a process runs, as far as telling whether it is alive from here goes.
-struct Place {
-  std::string host, boot, pidNamespace;
-  bool operator==(const Place&) const = default;
-};
-
-std::string trimmed(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
+// The holder files of this process's FileStores (changed and read under the
+// process mutex). On NFS, flock is a POSIX lock of the whole process: this
+// process could take the lock of its own holder file, and closing the
+// descriptor it tested with would drop that lock; so it never tests its own.
+std::set<std::string>& ownHolders() {
+  static auto* names = new std::set<std::string>;  // NOLINT(cppcoreguidelines-owning-memory): never destroyed
+  return *names;
 }
 
-const Place& here() {
-  static const Place place = [] {
-    Place p;
-    std::array<char, 256> name{};
-    p.host = ::gethostname(name.data(), name.size() - 1) == 0 ? name.data() : "?";
-    p.boot = trimmed(detail::readFileHead("/proc/sys/kernel/random/boot_id", 64).value_or("?"));
-    std::array<char, 64> ns{};
-    const ssize_t n = ::readlink("/proc/self/ns/pid", ns.data(), ns.size() - 1);
-    p.pidNamespace = n > 0 ? std::string(ns.data(), static_cast<std::size_t>(n)) : "?";
-    return p;
-  }();
-  return place;
-}
-
-// A holder file's text: one "name value" line per field.
-std::string holderText(long pid, const std::string& startTime) {
-  const Place& p = here();
-  std::ostringstream out;
-  out << "host " << p.host << "\nboot " << p.boot << "\npidns " << p.pidNamespace << "\npid " << pid
-      << "\nstart " << startTime << "\n";
-  return out.str();
+// A holder file's text, for people: which process, on which host.
+std::string holderText() {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  return "pid " + std::to_string(::getpid()) + "\nhost " + host.data() + "\n";
 }
 
 // The names of the entries of `dir`; nullopt if it cannot be listed.
@@ -158,50 +139,20 @@ std::optional<std::vector<std::string>> namesIn(int dir) {
   return names;
 }
 
-// Whether the holder described by `text` has certainly ended: its process ran
-// here (same host, boot and pid namespace) and is gone, a zombie, or another
-// process now has its pid. A text that does not parse is from a holder that
-// died while writing it. A holder elsewhere, or one whose process cannot be
-// read (out of descriptors), may be alive.
-bool holderEnded(const std::string& text) {
-  Place p;
-  long pid = 0;
-  std::string start;
-  std::istringstream in(text);
-  std::string line;
-  int fields = 0;
-  while (std::getline(in, line)) {
-    const auto space = line.find(' ');
-    if (space == std::string::npos) return true;
-    const std::string name = line.substr(0, space), value = line.substr(space + 1);
-    if (name == "host")
-      p.host = value;
-    else if (name == "boot")
-      p.boot = value;
-    else if (name == "pidns")
-      p.pidNamespace = value;
-    else if (name == "pid")
-      pid = std::strtol(value.c_str(), nullptr, 10);
-    else if (name == "start")
-      start = value;
-    else
-      continue;
-    ++fields;
-  }
-  if (fields != 5 || pid <= 0 || start.empty()) return true;
-  if (!(p == here())) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
-  const auto stat = detail::readProcessStat(static_cast<pid_t>(pid));
-  if (!stat) return false;  // gone since, or unreadable: the next opener sees
-  if (stat->startTime != start) return true;
-  if (!stat->zombie) return false;
-  // A zombie has ended, unless only its main thread did (pthread_exit) and
-  // others still run: then /proc/PID/task lists more than the leader.
-  const Fd tasks(
-      ::open(("/proc/" + std::to_string(pid) + "/task").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (tasks.get() < 0) return errno == ENOENT;
-  const auto threads = namesIn(tasks.get());
-  return threads && threads->size() <= 3;  // ".", ".." and the leader
+enum class Holder { kGone, kHeld, kEnded };
+
+// Whether holder file `name` still belongs to a live FileStore: each keeps
+// its file flock()ed for its lifetime, and the kernel (or the NFS server)
+// drops that lock when the process ends, however it ends. So a lock that can
+// be taken means the holder has ended; one that cannot be tested (a file
+// system without locks) counts as held.
+Holder holderState(int dir, const std::string& name) {
+  if (ownHolders().count(name) != 0) return Holder::kHeld;
+  const Fd fd(::openat(dir, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0) return errno == ENOENT ? Holder::kGone : Holder::kHeld;
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return Holder::kHeld;
+  ::flock(fd.get(), LOCK_UN);
+  return Holder::kEnded;
 }
 
 // The whole of file `name` in `dir`; nullopt if there is none.
@@ -306,7 +257,7 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
-// Drops the holder files of processes that have ended; returns how many
+// Drops the holder files of FileStores that have ended; returns how many
 // holders are left, nullopt if that cannot be told. Caller holds the lock.
 std::optional<std::size_t> pruneHolders(int dir) {
   const auto names = namesIn(dir);
@@ -314,18 +265,16 @@ std::optional<std::size_t> pruneHolders(int dir) {
   std::size_t left = 0;
   for (const auto& name : *names) {
     if (name.rfind(kHolderPrefix, 0) != 0) continue;
-    std::optional<std::string> text;
-    try {
-      text = readAt(dir, name, "holder " + name);
-    } catch (const Error&) {
-      ++left;  // unreadable now: alive, as far as anyone can tell
-      continue;
+    switch (holderState(dir, name)) {
+      case Holder::kGone:
+        break;
+      case Holder::kHeld:
+        ++left;
+        break;
+      case Holder::kEnded:
+        ::unlinkat(dir, name.c_str(), 0);
+        break;
     }
-    if (!text) continue;  // removed meanwhile
-    if (holderEnded(*text))
-      ::unlinkat(dir, name.c_str(), 0);
-    else
-      ++left;
   }
   return left;
 }
@@ -404,8 +353,6 @@ FileStore::FileStore(std::string dir)
     : dir_(withoutTrailingSlashes(std::filesystem::path(std::move(dir)).lexically_normal().string())),
       owner_(::getpid()) {
   GOSSAMER_ENFORCE(!dir_.empty(), "empty store directory");
-  const auto self = detail::readProcessStat(::getpid());
-  if (!self) throw Error("store directory '" + dir_ + "': cannot read /proc/self/stat");
   const std::filesystem::path path(dir_);
   base_ = path.filename().string();
   if (base_ == "." || base_ == "..") base_.clear();  // opened as it is, never removed (like "/")
@@ -458,8 +405,16 @@ FileStore::FileStore(std::string dir)
     std::random_device random;
     std::ostringstream name;
     name << kHolderPrefix << std::hex << random() << random();
-    writeAt(dirFd.get(), name.str(), holderText(owner_, self->startTime), O_EXCL,
-            "the holder file '" + dir_ + "/" + name.str() + "'");
+    const std::string what = "the holder file '" + dir_ + "/" + name.str() + "'";
+    writeAt(dirFd.get(), name.str(), holderText(), O_EXCL, what);
+    Fd holder(::openat(dirFd.get(), name.str().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+    if (holder.get() < 0 || ::flock(holder.get(), LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::unlinkat(dirFd.get(), name.str().c_str(), 0);
+      throw Error("cannot lock " + what + ": " + errnoText(err));
+    }
+    ownHolders().insert(name.str());
+    holderFd_ = holder.release();
     holder_ = name.str();
     parentFd_ = parentFd.release();
     dirFd_ = dirFd.release();
@@ -468,10 +423,11 @@ FileStore::FileStore(std::string dir)
 }
 
 FileStore::~FileStore() {
-  const Fd parent(parentFd_), dir(dirFd_);  // closed on the way out
+  const Fd parent(parentFd_), dir(dirFd_), holder(holderFd_);  // closed on the way out
   if (holder_.empty() || owner_ != static_cast<long>(::getpid())) return;
   try {
     DirectoryLock lock(dir.get(), dir_);
+    ownHolders().erase(holder_);
     if (!lock.locked()) return;  // the directory is gone, and this holder with it
     ::unlinkat(dir.get(), holder_.c_str(), 0);
     if (pruneHolders(dir.get()) != std::optional<std::size_t>(0)) return;
