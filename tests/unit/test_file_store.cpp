@@ -178,8 +178,7 @@ TEST_CASE("keys of a FileStore whose process ended are removed when the director
 TEST_CASE("a live holder keeps its keys while others come and go", "[store]") {
   TempDir tmp;
   const std::string dir = tmp.path() + "/rdv";
-  FileStore keeper(dir);
-  keeper.set("job/key", "kept");
+  Holder keeper(dir, "job/key");  // another process: its lock is what keeps it
   std::vector<std::thread> threads;
   std::atomic<int> missing{0};
   for (int t = 0; t < 4; ++t)
@@ -187,13 +186,14 @@ TEST_CASE("a live holder keeps its keys while others come and go", "[store]") {
       for (int i = 0; i < 25; ++i) {
         FileStore s(dir);
         s.set("job/t" + std::to_string(t), std::to_string(i));
-        if (s.tryGet("job/key") != "kept") ++missing;
+        if (s.tryGet("job/key") != "child") ++missing;
       }
     });
   for (auto& t : threads) t.join();
   CHECK(missing.load() == 0);
-  CHECK(keeper.tryGet("job/t3") == "24");
-  CHECK(namesIn(dir, "+holder.").size() == 1);
+  FileStore last(dir);
+  CHECK(last.tryGet("job/t3") == "24");
+  CHECK(namesIn(dir, "+holder.").size() == 2);  // the keeper's and last's
 }
 
 TEST_CASE("a FileStore refuses a directory other users can write or own", "[store]") {
@@ -274,6 +274,8 @@ TEST_CASE("processes opening and leaving one FileStore directory at once never f
   CHECK_FALSE(fs::exists(dir));
 }
 
+// The process's descriptors, its holder's locked file among them, live as
+// long as any of its threads.
 TEST_CASE("a holder whose main thread ended while another runs keeps its keys", "[store]") {
   TempDir tmp;
   const std::string dir = tmp.path() + "/rdv";
@@ -285,12 +287,12 @@ TEST_CASE("a holder whose main thread ended while another runs keeps its keys", 
   if (pid == 0) {
     ::close(ready[0]);
     ::close(go[1]);
-    std::thread([&] {
+    std::thread([dir, readyFd = ready[1], goFd = go[0]] {
       try {
         FileStore store(dir);
         store.set("job/k", "alive");
-        (void)!::write(ready[1], "r", 1);
-        readByte(go[0]);
+        (void)!::write(readyFd, "r", 1);
+        readByte(goFd);
         ::_exit(0);
       } catch (...) {
       }

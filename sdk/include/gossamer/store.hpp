@@ -67,17 +67,18 @@ class MemoryStore final : public Store {
 ///
 /// A directory outlives the job that used it, so each FileStore is a holder
 /// of it for its lifetime: a file "+holder.*" that it keeps flock()ed, a lock
-/// the kernel (or the NFS server) drops when the process ends, however it
-/// ends. Holders come and go under flock(2) on "+lock":
+/// the kernel drops when the process ends, however it ends. Holders come and
+/// go under flock(2) on "+lock":
 /// - the last holder to go removes the keys, and the directory itself when a
-///   FileStore created it, so a directory given to the next job (the same
-///   --rendezvous, or a launcher's job id reused) holds none of this job's
-///   endpoints, job key or run directory;
-/// - holders whose lock can be taken have ended and are dropped when a
-///   FileStore opens the directory, and if none is left, the keys they left
-///   are removed first. On a file system without working locks a holder
-///   counts as alive, and keys left by a killed job stay until the directory
-///   is removed.
+///   FileStore created it and nothing else was put in it, so a directory
+///   given to the next job (the same --rendezvous, or a launcher's job id
+///   reused) holds none of this job's endpoints, job key or run directory;
+/// - holders under this host's running kernel whose lock can be taken have
+///   ended and are dropped when a FileStore opens the directory, and if none
+///   is left, the keys they left are removed first. A holder on another host
+///   of a shared file system (whose locks may be per host), or on a file
+///   system without locks, counts as alive: keys left by a job killed there
+///   stay until the directory is removed.
 /// Keys live in files "@<key, '/' as '%'>" (mode 0600), apart from anything
 /// else in the directory, which is never touched. A directory created here
 /// has mode 0700; one that exists must belong to this user and not be

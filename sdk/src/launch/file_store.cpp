@@ -106,12 +106,32 @@ std::set<std::string>& ownHolders() {
   return *names;
 }
 
-// A holder file's text, for people: which process, on which host.
+// The running kernel's boot id: holders that share it share the kernel that
+// keeps their locks. Empty if it cannot be read.
+const std::string& bootId() {
+  static const std::string id = [] {
+    std::string text;
+    if (const Fd fd(::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC)); fd.get() >= 0) {
+      std::array<char, 64> buf{};
+      const ssize_t n = ::read(fd.get(), buf.data(), buf.size() - 1);
+      if (n > 0) text.assign(buf.data(), static_cast<std::size_t>(n));
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    return text;
+  }();
+  return id;
+}
+
+// A holder file's text: the kernel it runs under first (read back by
+// holderState), then, for people, its pid and host.
 std::string holderText() {
   std::array<char, 256> host{};
   if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
-  return "pid " + std::to_string(::getpid()) + "\nhost " + host.data() + "\n";
+  return "boot " + bootId() + "\npid " + std::to_string(::getpid()) + "\nhost " + host.data() + "\n";
 }
+
+// flock(2) errors of a file system without locks.
+bool noLocks(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL; }
 
 // The names of the entries of `dir`; nullopt if it cannot be listed.
 std::optional<std::vector<std::string>> namesIn(int dir) {
@@ -142,14 +162,21 @@ std::optional<std::vector<std::string>> namesIn(int dir) {
 enum class Holder { kGone, kHeld, kEnded };
 
 // Whether holder file `name` still belongs to a live FileStore: each keeps
-// its file flock()ed for its lifetime, and the kernel (or the NFS server)
-// drops that lock when the process ends, however it ends. So a lock that can
-// be taken means the holder has ended; one that cannot be tested (a file
-// system without locks) counts as held.
+// its file flock()ed for its lifetime, and the kernel drops that lock when the
+// process ends, however it ends. So a lock that can be taken means the holder
+// has ended, if it ran under this kernel: on a shared file system whose locks
+// are only local to each host (NFS with local_lock, Lustre's localflock) a
+// lock taken here says nothing of a holder elsewhere, which counts as held,
+// as does one whose lock cannot be tested.
 Holder holderState(int dir, const std::string& name) {
   if (ownHolders().count(name) != 0) return Holder::kHeld;
   const Fd fd(::openat(dir, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0) return errno == ENOENT ? Holder::kGone : Holder::kHeld;
+  std::array<char, 128> head{};
+  const ssize_t n = ::read(fd.get(), head.data(), head.size() - 1);
+  const std::string firstLine = n > 0 ? std::string(head.data(), static_cast<std::size_t>(n)) : std::string();
+  const bool here = !bootId().empty() && firstLine.rfind("boot " + bootId() + "\n", 0) == 0;
+  if (!here) return Holder::kHeld;
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return Holder::kHeld;
   ::flock(fd.get(), LOCK_UN);
   return Holder::kEnded;
@@ -216,6 +243,7 @@ class DirectoryLock {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kLockWaitSeconds);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
+      if (noLocks(err)) break;  // no locks here: this process's mutex alone
       if (err != EWOULDBLOCK && err != EINTR) {
         ::close(std::exchange(fd_, -1));
         throw Error("cannot lock " + what + ": " + errnoText(err));
@@ -331,6 +359,24 @@ Opened openDirectoryAt(int parent, const std::string& base) {
   return o;
 }
 
+// Whether `name` in `parent` is the directory open as `dir` (through a
+// symlink too when `follow`).
+bool namesDirectory(int parent, const std::string& name, int dir, bool follow) {
+  struct stat named {
+  }, held{};
+  return ::fstatat(parent, name.c_str(), &named, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 &&
+         ::fstat(dir, &held) == 0 && named.st_ino == held.st_ino && named.st_dev == held.st_dev;
+}
+
+// Whether nothing but the store's lock and +created is left in `dir`.
+bool onlyLockLeft(int dir) {
+  const auto names = namesIn(dir);
+  if (!names) return false;
+  return std::all_of(names->begin(), names->end(), [](const std::string& n) {
+    return n == "." || n == ".." || n == kLockFile || n == kCreatedFile;
+  });
+}
+
 std::string withoutTrailingSlashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir;
@@ -396,6 +442,9 @@ FileStore::FileStore(std::string dir)
     checkDirectory(dirFd.get(), dir_);
     const DirectoryLock lock(dirFd.get(), dir_);
     if (!lock.locked()) continue;  // its last holder was removing it: start over
+    // Still the directory at the path? Its last holder moves it away, under
+    // the lock, before removing it.
+    if (!base_.empty() && !namesDirectory(parentFd.get(), base_, dirFd.get(), true)) continue;
     if (pruneHolders(dirFd.get()) == std::optional<std::size_t>(0)) {
       if (const std::size_t n = clearKeys(dirFd.get()); n > 0)
         GOSSAMER_LOG(kWarning, "store directory " << dir_ << ": removed " << n
@@ -408,7 +457,7 @@ FileStore::FileStore(std::string dir)
     const std::string what = "the holder file '" + dir_ + "/" + name.str() + "'";
     writeAt(dirFd.get(), name.str(), holderText(), O_EXCL, what);
     Fd holder(::openat(dirFd.get(), name.str().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
-    if (holder.get() < 0 || ::flock(holder.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (holder.get() < 0 || (::flock(holder.get(), LOCK_EX | LOCK_NB) != 0 && !noLocks(errno))) {
       const int err = errno;
       ::unlinkat(dirFd.get(), name.str().c_str(), 0);
       throw Error("cannot lock " + what + ": " + errnoText(err));
@@ -423,33 +472,52 @@ FileStore::FileStore(std::string dir)
 }
 
 FileStore::~FileStore() {
-  const Fd parent(parentFd_), dir(dirFd_), holder(holderFd_);  // closed on the way out
+  const Fd parent(parentFd_), dir(dirFd_);  // closed on the way out
+  Fd holder(holderFd_);
   if (holder_.empty() || owner_ != static_cast<long>(::getpid())) return;
   try {
     DirectoryLock lock(dir.get(), dir_);
     ownHolders().erase(holder_);
+    holder.reset();              // closed before its file goes: NFS keeps an open unlinked file as .nfs*
     if (!lock.locked()) return;  // the directory is gone, and this holder with it
     ::unlinkat(dir.get(), holder_.c_str(), 0);
     if (pruneHolders(dir.get()) != std::optional<std::size_t>(0)) return;
     clearKeys(dir.get());
-    // Removed only by the path it was made at (not through a symlink).
-    struct stat named {
-    }, held{};
-    const bool same =
-        parent.get() >= 0 && ::fstatat(parent.get(), base_.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-        ::fstat(dir.get(), &held) == 0 && named.st_ino == held.st_ino && named.st_dev == held.st_dev;
-    if (!same || ::unlinkat(dir.get(), kCreatedFile, 0) != 0) return;
-    // A process opening the directory from here on finds its lock file gone
-    // or replaced, or the directory gone, and starts over.
+    // A directory a FileStore made goes too, by the path it was made at (not
+    // through a symlink), if nothing else was put in it.
+    if (parent.get() < 0 || !namesDirectory(parent.get(), base_, dir.get(), false) ||
+        ::faccessat(dir.get(), kCreatedFile, F_OK, AT_SYMLINK_NOFOLLOW) != 0 || !onlyLockLeft(dir.get()))
+      return;
+    // Moved out of the path first, still locked: a process that opened it and
+    // waits for the lock then finds the path naming another directory, or
+    // none, and starts over.
+    std::random_device random;
+    std::ostringstream away;
+    away << '.' << base_ << ".removed." << std::hex << random() << random();
+    if (::renameat(parent.get(), base_.c_str(), parent.get(), away.str().c_str()) != 0) return;
+    lock.release();
+    ::unlinkat(dir.get(), kCreatedFile, 0);
     ::unlinkat(dir.get(), kLockFile, 0);
-    lock.release();  // closed before rmdir: NFS keeps an open unlinked file as .nfs*
-    if (::unlinkat(parent.get(), base_.c_str(), AT_REMOVEDIR) != 0) {
-      // Not empty (other files, or a lock file made meanwhile): the next
-      // last holder removes it.
-      const int fd = ::openat(dir.get(), kCreatedFile, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd >= 0) ::close(fd);
+    // A process that was waiting closes its copy of the lock file at once
+    // (on NFS the file lingers as .nfs* until then).
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      if (::unlinkat(parent.get(), away.str().c_str(), AT_REMOVEDIR) == 0 ||
+          (errno != ENOTEMPTY && errno != EBUSY))
+        return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    // Something was put in it meanwhile: back where it was, for the next
+    // last holder (unless the path names a new directory by now).
+    const int marker = ::openat(dir.get(), kCreatedFile, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (marker >= 0) ::close(marker);
+    if (::renameat2(parent.get(), away.str().c_str(), parent.get(), base_.c_str(), RENAME_NOREPLACE) != 0)
+      GOSSAMER_LOG(kWarning, "store directory " << dir_ << ": something was put in it while its last holder "
+                                                << "removed it; it is left as " << away.str());
   } catch (...) {  // a destructor does not throw: the next FileStore prunes this holder
+    if (processMutex()->try_lock_for(std::chrono::duration<double>(kLockWaitSeconds))) {
+      ownHolders().erase(holder_);
+      processMutex()->unlock();
+    }
   }
 }
 
