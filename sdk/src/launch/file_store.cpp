@@ -227,11 +227,11 @@ void writeAt(int dir, const std::string& name, const std::string& text, int flag
 // descriptor in a child forked meanwhile does not keep it held.
 class DirectoryLock {
  public:
-  // Takes it. locked() is false when the lock file is gone or was replaced
-  // meanwhile, or the directory was removed (by its last holder): the caller
-  // starts over.
-  // @throws Error if the file cannot be opened or checked, or the lock stays
-  //         taken kLockWaitSeconds.
+  // Takes it. locked() is false when the directory was removed (by its last
+  // holder): the caller starts over. Whether the directory is still the one
+  // at its path is the caller's to check, once locked.
+  // @throws Error if the file cannot be opened, or the lock stays taken
+  //         kLockWaitSeconds.
   DirectoryLock(int dir, const std::string& path) : threads_(path) {
     const std::string what = "the rendezvous lock '" + path + "/" + kLockFile + "'";
     fd_ = ::openat(dir, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -255,20 +255,6 @@ class DirectoryLock {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    struct stat held {
-    }, named{};
-    if (::fstat(fd_, &held) != 0) {
-      const int err = errno;
-      release();
-      throw Error("cannot check " + what + ": " + errnoText(err));
-    }
-    if (::fstatat(dir, kLockFile, &named, AT_SYMLINK_NOFOLLOW) != 0) {
-      const int err = errno;
-      release();
-      if (err == ENOENT) return;
-      throw Error("cannot check " + what + ": " + errnoText(err));
-    }
-    if (held.st_ino != named.st_ino || held.st_dev != named.st_dev) release();
   }
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
@@ -441,7 +427,7 @@ FileStore::FileStore(std::string dir)
     if (created) writeAt(dirFd.get(), kCreatedFile, "", O_TRUNC, "'" + dir_ + "/" + kCreatedFile + "'");
     checkDirectory(dirFd.get(), dir_);
     const DirectoryLock lock(dirFd.get(), dir_);
-    if (!lock.locked()) continue;  // its last holder was removing it: start over
+    if (!lock.locked()) continue;  // its last holder removed it: start over
     // Still the directory at the path? Its last holder moves it away, under
     // the lock, before removing it.
     if (!base_.empty() && !namesDirectory(parentFd.get(), base_, dirFd.get(), true)) continue;
