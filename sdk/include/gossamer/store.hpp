@@ -102,7 +102,13 @@ class FileStore final : public Store {
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;
+  /// Writes "@<key>~tmp.*" and renames it to the key's file.
+  /// @throws InvalidArgument for a bad key; Error if the directory cannot be
+  ///         written.
   void set(const std::string& key, const std::string& value) override;
+  /// nullopt when the key's file does not exist.
+  /// @throws InvalidArgument for a bad key; Error if the file exists but
+  ///         cannot be read.
   std::optional<std::string> tryGet(const std::string& key) override;
   /// A hard link of a temp file to the key's file: link(2) fails if it exists.
   /// @throws Error if the directory cannot be written.
