@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/write_fully.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
 
@@ -32,14 +33,9 @@ void append(std::vector<std::byte>& out, T v) {
 
 // Writes all of `bytes` to `fd`.
 void writeAll(int fd, std::span<const std::byte> bytes, const std::string& path) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      systemError("write", path);
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = detail::writeFully(fd, bytes.data(), bytes.size()); err != 0) {
+    errno = err;
+    systemError("write", path);
   }
 }
 

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/write_fully.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/store.hpp"
@@ -205,15 +206,7 @@ std::optional<std::string> readAt(int dir, const std::string& name, const std::s
 void writeAt(int dir, const std::string& name, const std::string& text, int flags, const std::string& what) {
   Fd fd(::openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | flags, 0600));
   if (fd.get() < 0) throw Error("cannot write " + what + ": " + errnoText(errno));
-  int err = 0;
-  for (std::size_t done = 0; done < text.size() && err == 0;) {
-    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      err = n < 0 ? errno : EIO;
-    else
-      done += static_cast<std::size_t>(n);
-  }
+  int err = detail::writeFully(fd.get(), text.data(), text.size());
   if (::close(fd.release()) != 0 && err == 0) err = errno;
   if (err != 0) {
     ::unlinkat(dir, name.c_str(), 0);

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/write_fully.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/schema.hpp"
@@ -45,11 +46,14 @@ void writeFile(const std::string& path, const std::string& text, mode_t mode, bo
     throw Error("cannot write " + path + ": " + std::strerror(errno));
   }
   // An existing file keeps its mode under O_TRUNC: set it.
-  const bool ok =
-      ::fchmod(fd, mode) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int err = errno;
-  ::close(fd);
-  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(err));
+  int err = ::fchmod(fd, mode) == 0 ? detail::writeFully(fd, text.data(), text.size()) : errno;
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    if (regular) ::unlink(path.c_str());  // a key cut short is no key
+    throw Error("cannot write " + path + ": " + std::strerror(err));
+  }
 }
 
 }  // namespace
