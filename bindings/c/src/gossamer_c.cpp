@@ -9,6 +9,7 @@
 #include "../../common/builtins.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -16,6 +17,8 @@
 #include <new>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "gossamer/config.hpp"
@@ -123,12 +126,38 @@ Config loadConfig(const char* config, int isText, const char* const* overrides, 
   return bindings::loadConfig(config, isText != 0, all);
 }
 
+// The agents not yet closed, by handle. Each call looks its handle up here
+// and holds the agent while it runs, so a handle that was closed (or never
+// made) is an error rather than a read of freed memory, and a close from
+// another thread frees the agent only once the calls in flight on it have
+// returned (the close cancels them). Never destroyed: a static destructor
+// must not free agents the program still uses.
+struct LiveAgents {
+  std::mutex mu;
+  std::unordered_map<const gossamer_agent*, std::shared_ptr<gossamer_agent>> agents;
+};
+LiveAgents& live() {
+  static auto* table = new LiveAgents;  // NOLINT(cppcoreguidelines-owning-memory): never freed, see above
+  return *table;
+}
+
+// The live agent behind `handle`. @throws InvalidArgument for NULL or a
+// handle that is not a live agent.
+std::shared_ptr<gossamer_agent> hold(const gossamer_agent* handle) {
+  require(handle != nullptr, "agent is NULL");
+  LiveAgents& t = live();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const auto it = t.agents.find(handle);
+  require(it != t.agents.end(), "agent is not a live gossamer_agent (closed already, or never created)");
+  return it->second;
+}
+
 void create(const Config& c, int rank, const std::string& rendezvous, gossamer_agent** out) {
   require(rank >= 0 && rank < c.worldSize(),
           ("rank " + std::to_string(rank) + " outside [0, " + std::to_string(c.worldSize()) + ")").c_str());
   require(!rendezvous.empty(),
           "rendezvous is empty: give \"tcp://HOST:PORT\" or a directory every rank sees");
-  auto a = std::make_unique<gossamer_agent>();
+  auto a = std::make_shared<gossamer_agent>();
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   try {
@@ -142,26 +171,25 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
     if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
     q->lines.push_back(r.json);
   });
-  *out = a.release();
+  {
+    LiveAgents& t = live();
+    std::lock_guard<std::mutex> lk(t.mu);
+    t.agents.emplace(a.get(), a);
+  }
+  *out = a.get();
 }
 
-Agent& agentOf(gossamer_agent* a) {
-  require(a != nullptr && a->session != nullptr, "agent is NULL");
-  return a->session->agent();
+DistributedOptimizer& optimizerOf(gossamer_agent& a) {
+  require(a.optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
+  return *a.optimizer;
 }
 
-DistributedOptimizer& optimizerOf(gossamer_agent* a) {
-  agentOf(a);
-  require(a->optimizer != nullptr, "no optimizer: call gossamer_make_optimizer first");
-  return *a->optimizer;
-}
-
-DistributedOptimizer& optimizerOf(gossamer_agent* a, std::size_t count) {
+DistributedOptimizer& optimizerOf(gossamer_agent& a, std::size_t count) {
   optimizerOf(a);
-  if (count != a->parameters)
+  if (count != a.parameters)
     throw InvalidArgument("count " + std::to_string(count) + " != the optimizer's " +
-                          std::to_string(a->parameters) + " parameters");
-  return *a->optimizer;
+                          std::to_string(a.parameters) + " parameters");
+  return *a.optimizer;
 }
 
 // The communication-only calls on the caller's count floats at data: the
@@ -169,7 +197,8 @@ DistributedOptimizer& optimizerOf(gossamer_agent* a, std::size_t count) {
 template <void (DistributedOptimizer::*Method)(std::span<float>)>
 gossamer_status onFloats(gossamer_agent* agent, float* data, std::size_t count, const char* nullMessage) {
   return guarded([&] {
-    auto& o = optimizerOf(agent, count);
+    const auto a = hold(agent);
+    auto& o = optimizerOf(*a, count);
     require(data != nullptr, nullMessage);
     (o.*Method)(std::span<float>(data, count));
   });
@@ -194,15 +223,24 @@ ReduceOp opOf(gossamer_op op) {
 template <typename F>
 void withSpan(void* data, std::size_t count, gossamer_dtype dtype, F&& f) {
   require(data != nullptr || count == 0, "data is NULL");
+  const auto span = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    // No object is larger than PTRDIFF_MAX bytes: a larger count is a bad
+    // argument, not a buffer (its size in bytes would wrap).
+    if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      throw InvalidArgument("count " + std::to_string(count) + " of " + std::to_string(sizeof(T)) +
+                            "-byte elements is larger than any buffer");
+    return std::span<T>(typed, count);
+  };
   switch (dtype) {
     case GOSSAMER_FLOAT32:
-      return f(std::span<float>(static_cast<float*>(data), count));
+      return f(span(static_cast<float*>(data)));
     case GOSSAMER_FLOAT64:
-      return f(std::span<double>(static_cast<double*>(data), count));
+      return f(span(static_cast<double*>(data)));
     case GOSSAMER_FLOAT16:
-      return f(std::span<float16>(static_cast<float16*>(data), count));
+      return f(span(static_cast<float16*>(data)));
     case GOSSAMER_BFLOAT16:
-      return f(std::span<bfloat16>(static_cast<bfloat16*>(data), count));
+      return f(span(static_cast<bfloat16*>(data)));
   }
   throw InvalidArgument("dtype " + std::to_string(static_cast<int>(dtype)) +
                         " is not a gossamer_dtype (GOSSAMER_FLOAT32, _FLOAT64, _FLOAT16, _BFLOAT16)");
@@ -276,32 +314,42 @@ gossamer_status gossamer_agent_from_env(const char* config, int config_is_text, 
 
 gossamer_status gossamer_agent_close(gossamer_agent* agent) {
   if (agent == nullptr) return GOSSAMER_OK;
-  const gossamer_status s = guarded([&] {
-    if (agent->session) agent->session->close();
+  std::shared_ptr<gossamer_agent> a;
+  const gossamer_status found = guarded([&] {
+    a = hold(agent);
+    LiveAgents& t = live();
+    std::lock_guard<std::mutex> lk(t.mu);
+    // Two closes racing: only the one that takes it out closes it.
+    require(t.agents.erase(agent) == 1,
+            "agent is not a live gossamer_agent (closed already, or never created)");
   });
-  // Destroying never throws (the destructors catch); free it either way.
-  delete agent;
+  if (found != GOSSAMER_OK) return found;
+  const gossamer_status s = guarded([&] { a->session->close(); });
+  // Destroying never throws (the destructors catch). The agent is freed here,
+  // or by the last call still running on it once that returns.
+  a.reset();
   return s;
 }
 
 gossamer_status gossamer_agent_rank(const gossamer_agent* agent, int* rank) {
   return guarded([&] {
     require(rank != nullptr, "rank is NULL");
-    *rank = agentOf(const_cast<gossamer_agent*>(agent)).rank();
+    *rank = hold(agent)->session->agent().rank();
   });
 }
 
 gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* world_size) {
   return guarded([&] {
     require(world_size != nullptr, "world_size is NULL");
-    *world_size = agentOf(const_cast<gossamer_agent*>(agent)).worldSize();
+    *world_size = hold(agent)->session->agent().worldSize();
   });
 }
 
 gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
                                    gossamer_op op) {
   return guarded([&] {
-    Communicator& c = agentOf(agent).communicator();
+    const auto a = hold(agent);
+    Communicator& c = a->session->agent().communicator();
     const ReduceOp o = opOf(op);
     withSpan(data, count, dtype, [&](auto span) { c.allreduce(span, o); });
   });
@@ -310,34 +358,49 @@ gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t cou
 gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
                                    int root) {
   return guarded([&] {
-    Communicator& c = agentOf(agent).communicator();
+    const auto a = hold(agent);
+    Communicator& c = a->session->agent().communicator();
     withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, root); });
   });
 }
 
 gossamer_status gossamer_barrier(gossamer_agent* agent) {
-  return guarded([&] { agentOf(agent).communicator().barrier(); });
+  return guarded([&] {
+    const auto a = hold(agent);
+    a->session->agent().communicator().barrier();
+  });
 }
 
 gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes, size_t n_tensors) {
   return guarded([&] {
-    agentOf(agent);
+    const auto a = hold(agent);
     require(n_tensors > 0 && tensor_sizes != nullptr, "no tensor sizes");
+    // The model's float32 parameters form one buffer: at most PTRDIFF_MAX
+    // bytes, so its elements and tensors fit in that too (and the pointer
+    // range below cannot wrap).
+    constexpr std::size_t kMaxElements = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float);
+    if (n_tensors > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(std::size_t))
+      throw InvalidArgument("n_tensors " + std::to_string(n_tensors) + " is more than a model can hold");
     std::vector<std::size_t> sizes(tensor_sizes, tensor_sizes + n_tensors);
     std::size_t total = 0;
-    for (auto s : sizes) {
-      require(s > 0, "a tensor of 0 elements");
-      total += s;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      require(sizes[i] > 0, "a tensor of 0 elements");
+      if (sizes[i] > kMaxElements - total)
+        throw InvalidArgument("tensor_sizes add up to more than " + std::to_string(kMaxElements) +
+                              " float32 elements (at tensor " + std::to_string(i) + ")");
+      total += sizes[i];
     }
-    agent->optimizer = nullptr;
-    agent->optimizer = &agent->session->makeOptimizer(sizes);
-    agent->parameters = total;
+    a->optimizer = nullptr;
+    a->parameters = 0;
+    a->optimizer = &a->session->makeOptimizer(sizes);
+    a->parameters = total;
   });
 }
 
 gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads, size_t count) {
   return guarded([&] {
-    auto& o = optimizerOf(agent, count);
+    const auto a = hold(agent);
+    auto& o = optimizerOf(*a, count);
     require(params != nullptr && grads != nullptr, "params or grads is NULL");
     o.step(std::span<float>(params, count), std::span<const float>(grads, count));
   });
@@ -358,17 +421,17 @@ gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t coun
 gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
   return guarded([&] {
     require(steps != nullptr, "steps is NULL");
-    *steps = optimizerOf(agent).steps();
+    *steps = optimizerOf(*hold(agent)).steps();
   });
 }
 
 gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members, size_t capacity,
                               size_t* count) {
   return guarded([&] {
-    agentOf(agent);
+    const auto a = hold(agent);
     require(number != nullptr && count != nullptr, "number or count is NULL");
     require(capacity == 0 || members != nullptr, "members is NULL with capacity > 0");
-    const View v = agent->session->view();
+    const View v = a->session->view();
     *number = v.number;
     *count = v.members.size();
     if (v.members.size() > capacity)
@@ -379,18 +442,15 @@ gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* memb
 }
 
 gossamer_status gossamer_recover(gossamer_agent* agent) {
-  return guarded([&] {
-    agentOf(agent);
-    agent->session->recover();
-  });
+  return guarded([&] { hold(agent)->session->recover(); });
 }
 
 gossamer_status gossamer_metrics_poll(gossamer_agent* agent, char* buffer, size_t capacity, size_t* length) {
   return guarded([&] {
-    agentOf(agent);
+    const auto a = hold(agent);
     require(length != nullptr, "length is NULL");
     require(capacity == 0 || buffer != nullptr, "buffer is NULL with capacity > 0");
-    RecordQueue& q = *agent->records;
+    RecordQueue& q = *a->records;
     std::lock_guard<std::mutex> lk(q.mu);
     *length = 0;
     if (q.lines.empty()) {

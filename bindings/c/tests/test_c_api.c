@@ -244,6 +244,12 @@ static void one_rank(void) {
   CHECK(strstr(gossamer_last_error_message(), "dtype 42") != NULL);
   CHECK(gossamer_allreduce(a, f, 3, GOSSAMER_FLOAT32, (gossamer_op)7) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_allreduce(a, NULL, 3, GOSSAMER_FLOAT32, GOSSAMER_SUM) == GOSSAMER_E_INVALID_ARGUMENT);
+  /* Counts whose size in bytes would wrap around size_t. */
+  CHECK(gossamer_allreduce(a, f, SIZE_MAX / 4 + 2, GOSSAMER_FLOAT32, GOSSAMER_SUM) ==
+        GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "larger than any buffer") != NULL);
+  CHECK(gossamer_allreduce(a, f, SIZE_MAX, GOSSAMER_FLOAT16, GOSSAMER_SUM) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_broadcast(a, d, SIZE_MAX / 8 + 3, GOSSAMER_FLOAT64, 0) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 0) == GOSSAMER_OK && d[0] == 3.0);
   CHECK(gossamer_broadcast(a, d, 2, GOSSAMER_FLOAT64, 3) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_barrier(a) == GOSSAMER_OK);
@@ -262,6 +268,11 @@ static void one_rank(void) {
   CHECK(gossamer_steps(a, &steps) == GOSSAMER_E_INVALID_ARGUMENT);
   const size_t tensors[2] = {3, 2};
   CHECK(gossamer_make_optimizer(a, tensors, 0) == GOSSAMER_E_INVALID_ARGUMENT);
+  /* Sizes that add up past any buffer, and more tensors than an array can hold. */
+  const size_t huge[2] = {SIZE_MAX, 2};
+  CHECK(gossamer_make_optimizer(a, huge, 2) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "add up to more than") != NULL);
+  CHECK(gossamer_make_optimizer(a, tensors, SIZE_MAX / 8 + 3) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_make_optimizer(a, tensors, 2) == GOSSAMER_OK);
   CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_OK);
   CHECK(params[0] < 1.0f && params[4] < params[0]);
@@ -273,6 +284,12 @@ static void one_rank(void) {
   CHECK(gossamer_steps(a, &steps) == GOSSAMER_OK && steps == 2);
   CHECK(gossamer_steps(a, NULL) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
+  /* A closed agent's handle is an error, not freed memory read or freed twice. */
+  CHECK(gossamer_agent_rank(a, &rank) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(strstr(gossamer_last_error_message(), "not a live gossamer_agent") != NULL);
+  CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_close(a) == GOSSAMER_E_INVALID_ARGUMENT);
+  CHECK(gossamer_agent_close((gossamer_agent*)scratch) == GOSSAMER_E_INVALID_ARGUMENT);
 
   /* Metrics by polling: an agent with run.metrics on queues its records. */
   char run_dir[600];

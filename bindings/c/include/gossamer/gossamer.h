@@ -9,7 +9,15 @@
  * and leaves its details (message, peer, file, line, key) readable on the
  * calling thread until that thread's next failed call
  * (gossamer_last_error_*). A NULL handle or pointer argument is
- * GOSSAMER_E_INVALID_ARGUMENT.
+ * GOSSAMER_E_INVALID_ARGUMENT (where a call takes NULL with a count or
+ * capacity of 0, it says so), and so is a handle that was closed or never
+ * made. A count of elements whose size in bytes exceeds PTRDIFF_MAX is
+ * GOSSAMER_E_INVALID_ARGUMENT too.
+ *
+ * Threads: make one agent's calls from one thread at a time, except
+ * gossamer_agent_close, which another thread may call to cancel a call in
+ * flight (that call returns GOSSAMER_E_CANCELLED; the agent is freed once it
+ * has returned). Different agents are independent.
  *
  *   gossamer_agent* a;
  *   if (gossamer_agent_create("job.yaml", 0, NULL, 0, rank, 0, "/shared/rv", &a) != GOSSAMER_OK)
@@ -45,7 +53,8 @@ typedef enum gossamer_status {
   GOSSAMER_OK = 0,
   GOSSAMER_E_INVALID_ARGUMENT = 1, /**< a bad argument: NULL, a length or dtype the call cannot take */
   GOSSAMER_E_CONFIG = 2,           /**< a bad configuration: file, line and key are set */
-  GOSSAMER_E_TIMEOUT = 3,          /**< a wait ran past transport.timeout_seconds */
+  GOSSAMER_E_TIMEOUT = 3,          /**< a wait ran past its bound: transport.timeout_seconds
+                                        (membership.agreement_seconds in gossamer_recover) */
   GOSSAMER_E_PEER_FAILURE = 4,     /**< a peer died or left: the peer is set */
   GOSSAMER_E_EXPELLED = 5,         /**< this rank was removed from the job's view */
   GOSSAMER_E_PROTOCOL = 6,         /**< a malformed frame from a peer: the peer is set */
@@ -91,9 +100,14 @@ GOSSAMER_C_EXPORT const char* gossamer_status_name(gossamer_status status);
  *  @param rendezvous "tcp://HOST:PORT" (rank 0 serves there, until its process exits) or a
  *         directory every rank sees. Agents made one after another on one rendezvous:
  *         each rank's n-th agent (counted in its process) meets the other ranks' n-th.
+ *         Another scheme, a tcp:// address without HOST:PORT or a PORT outside
+ *         1..65535 is GOSSAMER_E_INVALID_ARGUMENT on every rank.
  *  @param out receives the agent; NULL on failure.
+ *  With run.dir "auto" (the default) the run directory is made in
+ *  results/runs/ below rank 0's working directory.
  *  @return GOSSAMER_E_CONFIG for a bad YAML (gossamer_last_error_file/line/key),
- *          GOSSAMER_E_INVALID_ARGUMENT, GOSSAMER_E_TIMEOUT, GOSSAMER_E_ERROR. */
+ *          GOSSAMER_E_INVALID_ARGUMENT, GOSSAMER_E_TIMEOUT, GOSSAMER_E_NO_MEMORY,
+ *          GOSSAMER_E_ERROR (the rendezvous port is taken, a file cannot be written). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_create(const char* config, int config_is_text,
                                                         const char* const* overrides, size_t n_overrides,
                                                         int rank, int world_size, const char* rendezvous,
@@ -105,36 +119,60 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_create(const char* config, int 
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_from_env(const char* config, int config_is_text,
                                                           const char* const* overrides, size_t n_overrides,
                                                           gossamer_agent** out);
-/** Closes the agent (ends its metrics, closes its transport) and frees it. NULL is a no-op.
- *  @return GOSSAMER_OK, or the close's error (the agent is freed either way). */
+/** Closes the agent (ends its metrics, closes its transport: it may wait up to
+ *  transport.linger_seconds for messages still queued) and frees it. NULL is
+ *  a no-op. Calls on the agent in flight on other threads are cancelled.
+ *  @return GOSSAMER_OK, the close's error (the agent is freed either way), or
+ *          GOSSAMER_E_INVALID_ARGUMENT for a handle closed already. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_close(gossamer_agent* agent);
 
-/** This agent's rank. */
+/** This agent's rank, in [0, world size). @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_rank(const gossamer_agent* agent, int* rank);
-/** The job's world size. */
+/** The job's world size (ranks). @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* world_size);
 
 /** Allreduce of `count` elements of `dtype` at `data`, in place, over every
  *  rank (the configured collectives.allreduce algorithm). Collective: every
- *  rank calls it with the same count, dtype and op.
- *  @return GOSSAMER_E_PEER_FAILURE on every rank, naming the peer (-1 on a rank whose view the
- *          membership service revoked first: call gossamer_recover), GOSSAMER_E_TIMEOUT, ... */
+ *  rank calls it with the same count, dtype and op. A different count is
+ *  GOSSAMER_E_PROTOCOL on the ranks that see it; the dtype and op are not
+ *  sent, so ranks that differ only in those get the wrong sums (as with MPI).
+ *  `data` may be NULL when `count` is 0.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT (NULL data, a dtype or op outside its
+ *          enum, a count past PTRDIFF_MAX bytes), GOSSAMER_E_PEER_FAILURE on
+ *          every rank, naming the peer (-1 on a rank whose view the membership
+ *          service revoked first: call gossamer_recover), GOSSAMER_E_PROTOCOL,
+ *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, gossamer_op op);
-/** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in place. Collective. */
+/** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in
+ *  place. Collective: every rank gives the same count, dtype and root.
+ *  @return as gossamer_allreduce; GOSSAMER_E_INVALID_ARGUMENT for a root
+ *          outside [0, world size). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, int root);
-/** Returns once every rank has entered the barrier. Collective. */
+/** Returns once every rank has entered the barrier. Collective.
+ *  @return GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
 
 /** Builds the configured algorithm (algorithm.name) for a model whose
  *  tensors have `tensor_sizes[0..n_tensors)` float32 elements, flattened in
- *  that order; it replaces an earlier one. Collective for some algorithms. */
+ *  that order; it replaces an earlier one. Collective for some algorithms
+ *  (hierarchical splits the ranks into groups): call it on every rank. A
+ *  failure leaves the agent with no optimizer (the earlier one is gone):
+ *  call it again before gossamer_step.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, or sizes
+ *          adding up past PTRDIFF_MAX bytes; GOSSAMER_E_NO_MEMORY;
+ *          GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes,
                                                           size_t n_tensors);
 /** One training step of the algorithm with its own local SGD
  *  (training.learning_rate, momentum, weight_decay): `params` (count
- *  float32, updated in place) from this rank's gradient `grads` (count float32). */
+ *  float32, updated in place) from this rank's gradient `grads` (count float32).
+ *  A peer that fails is recovered from inside the step (membership.enabled).
+ *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer, for a
+ *          count other than the sum of its sizes, or NULL arrays;
+ *          GOSSAMER_E_PEER_FAILURE (without the membership service),
+ *          GOSSAMER_E_EXPELLED, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads,
                                                 size_t count);
 /** Communication-only form, before a local step made by the caller: averages
@@ -146,9 +184,10 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agen
  *  (count float32, in place) with the peers' for gossip algorithms, and counts the step. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count);
 /** Completes communication still in flight into `params` (count float32);
- *  call before evaluating or saving the model. */
+ *  call before evaluating or saving the model. gossamer_reduce_gradients,
+ *  gossamer_mix_parameters and this return as gossamer_step does. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count);
-/** Steps the optimizer has taken. */
+/** Steps the optimizer has taken. @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps);
 
 /** The view in force: its number (0 for the job's first, +1 or more per

@@ -29,8 +29,10 @@
 
 namespace gossamer {
 
-/// Element type of a payload. Transports move bytes; the dtype lets the
-/// receiver check that a frame holds what it expects.
+/// Element type of a payload. Transports move bytes; a frame's dtype and
+/// count describe its payload, and the receiver checks that they agree with
+/// its length. A receive matches a frame by tag and length, not by dtype:
+/// the ranks of a collective agree on the element type (as in MPI).
 enum class DType : std::uint8_t {
   kBytes = 0,
   kFloat32 = 1,
