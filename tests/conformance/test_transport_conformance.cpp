@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1101,6 +1102,28 @@ TEST_CASE("Store::claim gives a key to exactly one of the processes claiming it 
   CHECK(claimJoinRank(job, 4, 6, "a") == 4);
   CHECK(claimJoinRank(job, 4, 6, "b") == 5);
   CHECK_THROWS_WITH(claimJoinRank(job, 4, 6, "c"), Catch::Contains("the job is full"));
+}
+
+TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory is refused on every rank",
+          "[store][zmq]") {
+  TempDir dir;
+  const std::string cwd = std::filesystem::current_path();
+  for (const std::string& address : std::vector<std::string>{
+           "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://127.0.0.1:*", "tcp://127.0.0.1:abc",
+           "tcp://127.0.0.1", "tcp://:4000", "udp://127.0.0.1:5000", "ipc://" + dir.path() + "/rv"}) {
+    INFO(address);
+    for (int rank : {0, 1}) {
+      // Rank 0 binds nothing, the others wait for nothing: the error is at once.
+      CHECK_THROWS_AS(zmq::Rendezvous(address, rank, 5.0), InvalidArgument);
+    }
+    CHECK_THROWS_WITH(zmq::openStore(address, 5.0), Catch::Contains("give tcp://HOST:PORT, or a directory"));
+  }
+  // A non-tcp scheme was once taken for a relative directory ("udp:/...").
+  CHECK_FALSE(std::filesystem::exists(cwd + "/udp:"));
+  CHECK_FALSE(std::filesystem::exists(cwd + "/ipc:"));
+  // Directories (with "://" nowhere) and well-formed tcp:// addresses are taken.
+  CHECK_NOTHROW(zmq::openStore(dir.path() + "/rv", 5.0));
+  CHECK_NOTHROW(zmq::openStore("tcp://127.0.0.1:65535", 5.0));
 }
 
 TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out", "[store][zmq]") {

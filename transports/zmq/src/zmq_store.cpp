@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -23,6 +24,30 @@ namespace gossamer::zmq {
 namespace {
 std::string str(const ::zmq::message_t& m) {
   return std::string(static_cast<const char*>(m.data()), m.size());
+}
+
+// A rendezvous address is "tcp://HOST:PORT" (PORT in 1..65535: rank 0 binds
+// it and the others connect to it, so neither 0 nor a wildcard can name it)
+// or a directory; anything else with "://" is a mistake, not a directory.
+// @throws InvalidArgument naming the address.
+void checkRendezvousAddress(const std::string& address) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("rendezvous address '" + address + "': " + why +
+                           " (give tcp://HOST:PORT, or a directory every rank sees)");
+  };
+  if (address.empty()) throw InvalidArgument("empty rendezvous address");
+  const auto scheme = address.find("://");
+  if (scheme == std::string::npos) return;  // a directory
+  if (address.compare(0, scheme, "tcp") != 0)
+    throw bad("'" + address.substr(0, scheme) + "://' is not tcp://");
+  const std::string rest = address.substr(scheme + 3);
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw bad("no HOST:PORT");
+  const std::string port = rest.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
+    throw bad("port '" + port + "' is not a number in 1..65535");
 }
 }  // namespace
 
@@ -191,7 +216,7 @@ std::optional<std::string> RemoteStore::localAddress() {
 }
 
 std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds) {
-  GOSSAMER_ENFORCE(!address.empty(), "empty rendezvous address");
+  checkRendezvousAddress(address);
   if (address.rfind("tcp://", 0) == 0) return std::make_unique<RemoteStore>(address, requestTimeoutSeconds);
   return std::make_unique<FileStore>(address);
 }
@@ -263,6 +288,7 @@ class ProcessRendezvous {
 Rendezvous::Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds)
     : address_(address), rank_(rank) {
   GOSSAMER_ENFORCE(rank >= 0, "rank " << rank);
+  checkRendezvousAddress(address);  // before rank 0 binds anything
   const bool tcp = address.rfind("tcp://", 0) == 0;
   // Rank 0's server is bound before its client connects: a connect that
   // finds no listener yet retries only after zmq's reconnect interval.

@@ -151,8 +151,9 @@ class RemoteStore final : public Store {
 /// "tcp://HOST:PORT", a FileStore on the directory otherwise (created if
 /// missing). It serves nothing and takes no generation (see Rendezvous):
 /// for a look at a running job's keys, such as claiming a rank to join it.
-/// @throws InvalidArgument for an empty or malformed address; Error if the
-///         directory cannot be created.
+/// @throws InvalidArgument for an empty address, a scheme other than tcp://,
+///         or a tcp:// address without HOST:PORT with PORT in 1..65535;
+///         Error if the directory cannot be created.
 std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds);
 
 /// One rank's side of a rendezvous named by an address: "tcp://HOST:PORT"
@@ -178,8 +179,8 @@ class Rendezvous {
   /// @param requestTimeoutSeconds bound on each request to the server (> 0).
   /// @throws Error if rank 0 cannot bind the address (in use by another
   ///         process or by a server this process made otherwise, not an
-  ///         address of this host); InvalidArgument for a malformed tcp://
-  ///         address.
+  ///         address of this host); InvalidArgument on every rank for an
+  ///         address openStore refuses (nothing is bound then).
   Rendezvous(const std::string& address, int rank, double requestTimeoutSeconds);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
