@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "build_paths.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
@@ -860,6 +863,70 @@ TEST_CASE("config: file errors", "[config]") {
       CHECK(contains(e.what(), file.path() + ":4:"));
     }
   }
+}
+
+TEST_CASE("config: only regular files of at most 16 MiB are read", "[config]") {
+  SECTION("a FIFO is refused at once, never waited on") {
+    const fs::path fifo =
+        fs::temp_directory_path() / ("gossamer_test_config_fifo_" + std::to_string(::getpid()));
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    std::optional<std::string> what;
+    try {
+      reg().load(fifo.string());
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    fs::remove(fifo);
+    REQUIRE(what.has_value());
+    CHECK(contains(*what, "not a regular file"));
+  }
+  SECTION("a device is refused, not read without end") {
+    CHECK_THROWS_WITH(reg().load("/dev/zero"), Catch::Contains("not a regular file"));
+  }
+  SECTION("a file past the limit is refused without reading it all") {
+    TempFile file("world_size: 1\n# " + std::string(gossamer::kMaxConfigBytes, 'x') + "\n");
+    CHECK_THROWS_WITH(reg().load(file.path()), Catch::Contains("larger than 16 MiB"));
+  }
+}
+
+TEST_CASE("config: a long unknown value is cut in the message and costs no table of its size", "[config]") {
+  // 8 MB: an edit-distance table against each allowed value would take
+  // gigabytes; the message shows 80 characters and the length.
+  const std::string blob(std::size_t{8} << 20, 'z');
+  const auto e = parseError("topology:\n  kind: " + blob + "\n");
+  REQUIRE(e.has_value());
+  CHECK(e->key() == "topology.kind");
+  CHECK(contains(e->what(), "... (8388608 bytes)"));
+  CHECK(std::string(e->what()).size() < 2000);
+  // A near miss still gets its suggestion.
+  const auto typo = parseError("topology:\n  kind: rign\n");
+  REQUIRE(typo.has_value());
+  CHECK(contains(typo->what(), "did you mean 'ring'"));
+}
+
+TEST_CASE("config: a cross-key rule broken by an override names the override", "[config]") {
+  // The file's torus_rows divides world_size 4; the override's 3 does not.
+  TempFile file("world_size: 4\ncollectives:\n  torus_rows: 2\n");
+  try {
+    reg().load(file.path(), {"collectives.torus_rows=3"});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.file() == "override 'collectives.torus_rows=3'");
+    CHECK(e.line() == 0);
+    CHECK(e.key() == "collectives.torus_rows");
+  }
+  // Broken by the file itself: the file and its line.
+  TempFile bad("world_size: 4\ncollectives:\n  torus_rows: 3\n");
+  try {
+    reg().load(bad.path(), {"training.epochs=1"});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.file() == bad.path());
+    CHECK(e.line() == 3);
+  }
+  // An override value holding a second YAML document is refused, as a file's is.
+  CHECK_THROWS_WITH(reg().load(file.path(), {"world_size=2\n---\n3"}),
+                    Catch::Contains("more than one YAML document"));
 }
 
 TEST_CASE("config: validateConfig checks in-code configs", "[config]") {

@@ -12,6 +12,7 @@
 // generated from what is registered: `gossamer-config --schema --markdown`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -77,8 +78,12 @@ struct Config {
   void set(const std::string& dottedKey, const char* value) { values[dottedKey] = std::string(value); }
 };
 
+/// Largest config file loadConfig reads, bytes.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
 /// Reads and validates a YAML config file against `schema` (a Registry's
-/// schema()).
+/// schema()). The file must be a regular file of at most kMaxConfigBytes
+/// (a FIFO or device is refused, never waited on or read without end).
 ///
 /// Every key is checked: unknown keys (with a did-you-mean), duplicates, wrong
 /// types, out-of-range values and broken cross-field rules throw ConfigError

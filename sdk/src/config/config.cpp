@@ -8,6 +8,9 @@
 // here knows a component by name.
 #include "gossamer/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -96,6 +99,14 @@ std::string formatReal(double v) {
   return std::string(buf.data(), res.ptr);
 }
 
+/// `v` as an error message shows it: at most 80 characters, a longer value
+/// cut there with its length in bytes.
+std::string shownValue(const std::string& v) {
+  constexpr std::size_t kShown = 80;
+  if (v.size() <= kShown) return v;
+  return v.substr(0, kShown) + "... (" + std::to_string(v.size()) + " bytes)";
+}
+
 std::string joinChoices(const std::vector<std::string>& choices) {
   std::string out;
   for (const std::string& c : choices) {
@@ -140,14 +151,18 @@ std::optional<std::string_view> closest(std::string_view word,
                                         const std::vector<std::string_view>& candidates) {
   std::optional<std::string_view> best;
   std::size_t bestDistance = std::numeric_limits<std::size_t>::max();
+  const std::size_t limit = std::max<std::size_t>(1, std::min<std::size_t>(3, word.size() / 3));
+  const std::string normalized = normalizedKey(word);
   for (std::string_view c : candidates) {
-    std::size_t d = normalizedKey(word) == normalizedKey(c) ? 0 : editDistance(word, c);
+    // The distance is at least the lengths' difference: a word far longer
+    // than every candidate (a pasted blob) costs no table of its size.
+    const std::size_t gap = word.size() > c.size() ? word.size() - c.size() : c.size() - word.size();
+    std::size_t d = normalized == normalizedKey(c) ? 0 : gap > limit ? gap : editDistance(word, c);
     if (d < bestDistance) {
       bestDistance = d;
       best = c;
     }
   }
-  std::size_t limit = std::max<std::size_t>(1, std::min<std::size_t>(3, word.size() / 3));
   if (best && bestDistance <= limit) return best;
   return std::nullopt;
 }
@@ -178,7 +193,7 @@ std::optional<std::string> checkReal(double v, const RealRange& r) {
 std::optional<std::string> checkText(const std::string& v, const std::vector<std::string>& choices) {
   if (choices.empty()) return std::nullopt;
   if (std::find(choices.begin(), choices.end(), v) != choices.end()) return std::nullopt;
-  std::string msg = "unknown value '" + v + "'";
+  std::string msg = "unknown value '" + shownValue(v) + "'";
   std::vector<std::string_view> candidates(choices.begin(), choices.end());
   if (auto guess = closest(v, candidates)) msg += " (did you mean '" + std::string(*guess) + "'?)";
   return msg + "; allowed values: " + joinChoices(choices);
@@ -366,11 +381,14 @@ class Parser {
     }
     const std::string key = text.substr(0, eq);
     YAML::Node value;
+    std::optional<YAML::Mark> second;
     try {
       value = YAML::Load(text.substr(eq + 1));
+      second = secondDocument(text.substr(eq + 1));
     } catch (const YAML::Exception& e) {
       throw ConfigError(file_, 0, key, "invalid YAML value: " + e.msg);
     }
+    if (second) throw ConfigError(file_, 0, key, "more than one YAML document in the value");
     // The same path a file takes: a map of one key, nested per dot.
     YAML::Node doc = value;
     std::string rest = key;
@@ -383,6 +401,7 @@ class Parser {
     YAML::Node root(YAML::NodeType::Map);
     root[rest] = doc;
     readSection(root, schema_.sections().front(), config);
+    overridden_[key] = file_;
   }
 
  private:
@@ -400,7 +419,21 @@ class Parser {
     return 0;
   }
 
+  /// The override that set `key` (or its closest parent, as lineFor walks),
+  /// if one did: the cross-key rules run once the overrides are applied, and
+  /// a rule broken by an override names it, not the file.
+  std::optional<std::string> overrideOf(std::string key) const {
+    while (!key.empty()) {
+      if (auto it = overridden_.find(key); it != overridden_.end()) return it->second;
+      const std::size_t cut = key.back() == ']' ? key.rfind('[') : key.rfind('.');
+      if (cut == std::string::npos || cut == 0) break;
+      key.resize(cut);
+    }
+    return std::nullopt;
+  }
+
   [[noreturn]] void fail(const Issue& issue) const {
+    if (auto o = overrideOf(issue.key)) throw ConfigError(*o, 0, issue.key, issue.message);
     throw ConfigError(file_, lineFor(issue.key), issue.key, issue.message);
   }
 
@@ -769,7 +802,8 @@ class Parser {
 
   const ConfigSchema& schema_;
   std::string file_;
-  std::map<std::string, int> lines_;  ///< Line of every key and list element read so far.
+  std::map<std::string, int> lines_;               ///< Line of every key and list element read so far.
+  std::map<std::string, std::string> overridden_;  ///< Dotted key -> "override '...'" that set it last.
 };
 
 }  // namespace
@@ -781,20 +815,39 @@ Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, cons
 
 Config loadConfig(const std::string& path, const ConfigSchema& schema,
                   const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw ConfigError(path, 0, "", "cannot read config: is a directory");
+  // Non-blocking, so that opening a FIFO returns at once (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open config file: ") + std::strerror(errno));
+  std::string text;
+  int err = 0;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    err = errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ConfigError(path, 0, "",
+                      S_ISDIR(st.st_mode)
+                          ? "cannot read config: is a directory"
+                          : "cannot read config: not a regular file (a device, FIFO or socket)");
+  } else {
+    // Read up to one byte past the limit (a file's size in st_size can be 0
+    // or wrong, as in /proc), then refuse what is past it.
+    std::array<char, 65536> buf{};
+    while (text.size() <= kMaxConfigBytes) {
+      const ssize_t n = ::read(fd, buf.data(), std::min(buf.size(), kMaxConfigBytes + 1 - text.size()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) err = errno;
+      if (n <= 0) break;
+      text.append(buf.data(), static_cast<std::size_t>(n));
+    }
   }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
+  ::close(fd);
+  if (err != 0)
+    throw ConfigError(path, 0, "", std::string("error while reading config file: ") + std::strerror(err));
+  if (text.size() > kMaxConfigBytes)
     throw ConfigError(
         path, 0, "",
-        std::string("cannot open config file: ") + (err != 0 ? std::strerror(err) : "unknown error"));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw ConfigError(path, 0, "", "error while reading config file");
+        "config file larger than " + std::to_string(kMaxConfigBytes >> 20) + " MiB (not a config)");
   return parseConfig(text, schema, path, overrides);
 }
 
