@@ -19,8 +19,10 @@ Errors keep their C++ type: :class:`PeerFailure`, :class:`TimeoutError`,
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -109,15 +111,45 @@ def _config_source(config: ConfigSource) -> tuple:
     )
 
 
+def _overrides(overrides: Any, what: str = "overrides") -> list:
+    """``overrides`` as a list of ``"key=value"`` strings.
+
+    Raises:
+        TypeError: a single str (which would be split into characters), or
+            an element that is not a str.
+    """
+    if isinstance(overrides, (str, bytes)):
+        raise TypeError(
+            f"{what} must be a sequence of 'key=value' strings, not a single {type(overrides).__name__}: "
+            f"write {what}=[{overrides!r}]"
+        )
+    out = list(overrides)
+    for o in out:
+        if not isinstance(o, str):
+            raise TypeError(f"{what} must hold 'key=value' strings, got {type(o).__name__} {o!r}")
+    return out
+
+
+def _is_tensor(data: Any) -> bool:
+    """A torch tensor (never imports torch: without it nothing is one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(data, torch.Tensor)
+
+
 def _on_device(data: Any) -> bool:
     """A torch tensor that is not on the CPU (staged through host memory)."""
-    return type(data).__module__.startswith("torch") and data.device.type != "cpu"
+    return _is_tensor(data) and data.device.type != "cpu"
 
 
 def _check_device_tensor(data: Any) -> None:
     """The checks _as_array makes, for a tensor on a device (before any copy)."""
     import torch
 
+    if data.device.type == "meta":
+        raise ValueError(
+            f"data is a tensor on the meta device (shape {tuple(data.shape)}, dtype {data.dtype}), "
+            "which holds no elements to communicate: pass a tensor on the CPU or an accelerator"
+        )
     if data.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         raise TypeError(
             f"data must hold float32, float64, float16 or bfloat16 elements; got shape "
@@ -140,8 +172,15 @@ def _as_array(data: Any, name: str, wide: bool = False) -> Any:
     cannot hold and which is passed as its raw 16-bit integers, else ``""``.
     Without ``wide`` returns the buffer alone."""
     tag = ""
-    mod = type(data).__module__
-    if mod.startswith("torch"):
+    if not _is_tensor(data):
+        try:
+            memoryview(data)
+        except TypeError:
+            raise TypeError(
+                f"{name} must be a NumPy array or a torch tensor (or another object with the buffer "
+                f"protocol), not {type(data).__module__}.{type(data).__qualname__}"
+            ) from None
+    else:
         if data.device.type != "cpu":
             raise ValueError(
                 f"{name} is on {data.device}; Gossamer works on CPU tensors"
@@ -202,10 +241,13 @@ class Agent:
             serves a store there; HOST must be an address of rank 0's host) or
             a directory that every rank sees (created if missing; use a fresh
             one per job).
-        overrides: ``"key=value"`` strings applied after the config, e.g.
-            ``["transport.timeout_seconds=10"]``.
+        overrides: a sequence of ``"key=value"`` strings applied after the
+            config, e.g. ``["transport.timeout_seconds=10"]`` (a single str is
+            a TypeError).
 
     Raises:
+        TypeError: a rank that is not an int, overrides that are not a
+            sequence of str, a config of another type.
         ConfigError: an invalid config (``.file``, ``.line``, ``.key``).
         InvalidArgument: a rank outside ``[0, world_size)``.
         TimeoutError: peers that do not show up within
@@ -233,7 +275,7 @@ class Agent:
         overrides: Sequence[str] = (),
     ) -> None:
         source, is_text = _config_source(config)
-        ov = list(overrides)
+        ov = _overrides(overrides)
         if world_size is not None:
             if not isinstance(world_size, int) or world_size < 1:
                 raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -327,9 +369,10 @@ class Agent:
                 every rank.
 
         Raises:
-            TypeError: another dtype. ValueError: not contiguous, read-only,
-            unknown op or algorithm. PeerFailure, TimeoutError: a peer died
-            or did not answer within the timeout (on every rank).
+            TypeError: another dtype, or not an array (a torch.Size, a
+            module, a list). ValueError: not contiguous, read-only, a meta
+            tensor, unknown op or algorithm. PeerFailure, TimeoutError: a
+            peer died or did not answer within the timeout (on every rank).
         """
         if _on_device(data):
             from . import _staging
@@ -403,9 +446,21 @@ class Agent:
         arrays are float32 with exactly ``sum(tensor_sizes)`` elements.
 
         Raises:
-            ConfigError: unknown algorithm. InvalidArgument: bad sizes.
+            TypeError: ``tensor_sizes`` not a sequence of ints (floats and
+            bools are refused; NumPy integers are ints). ValueError: a
+            negative size. ConfigError: unknown algorithm. InvalidArgument:
+            sizes the algorithm refuses.
         """
-        self._optimizer = self._core.make_optimizer([int(s) for s in tensor_sizes])
+        if isinstance(tensor_sizes, (str, bytes)) or not hasattr(tensor_sizes, "__iter__"):
+            raise TypeError(f"tensor_sizes must be a sequence of ints, not {type(tensor_sizes).__name__}")
+        sizes = []
+        for i, s in enumerate(tensor_sizes):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+                raise TypeError(f"tensor_sizes[{i}] must be an int, got {type(s).__name__} {s!r}")
+            if s < 0:
+                raise ValueError(f"tensor_sizes[{i}] is negative ({s})")
+            sizes.append(int(s))
+        self._optimizer = self._core.make_optimizer(sizes)
         return self._optimizer
 
     def exchange(self, params: Any) -> None:

@@ -475,18 +475,19 @@ def _create_process_group(opts, pg_options):
         device types under torch 2.x).
 
     Raises:
-        TypeError for pg_options of another type; RuntimeError from the
+        TypeError for pg_options of another type, or overrides that are not
+        a sequence of str (a single str included); RuntimeError from the
         rendezvous (a peer that never arrives: a timeout naming it).
     """
     import os
     from collections.abc import Mapping
 
-    from . import _c10d, _config_source
+    from . import _c10d, _config_source, _overrides
 
     config, overrides = None, []
     if isinstance(pg_options, Mapping) and ("gossamer_config" in pg_options or "overrides" in pg_options):
         config = pg_options.get("gossamer_config")
-        overrides = [str(o) for o in pg_options.get("overrides", ())]
+        overrides = _overrides(pg_options.get("overrides", ()), "pg_options['overrides']")
     elif pg_options is not None:
         config = pg_options
     if config is None:

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -38,15 +39,30 @@ namespace {
 
 enum class DType { kFloat32, kFloat64, kFloat16, kBfloat16 };
 
-// NumPy's name for a buffer format, e.g. "float32" for "f" or "<f".
+// Whether this host stores the low byte first.
+bool littleEndianHost() {
+  const std::uint16_t one = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+// NumPy's name for a buffer format, e.g. "float32" for "f" or "<f", with the
+// byte order named when it is not the host's ("float32, big-endian" for ">f"
+// on x86), which the collectives do not take.
 std::string dtypeName(const py::buffer_info& b) {
   std::string f = b.format;
-  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!'))
+  std::string order;
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!')) {
+    const bool big = f[0] == '>' || f[0] == '!';
+    if ((big && littleEndianHost()) || (f[0] == '<' && !littleEndianHost()))
+      order = big ? ", big-endian" : ", little-endian";
     f = f.substr(1);
+  }
   const std::string bits = std::to_string(8 * b.itemsize);
-  if (f == "f" || f == "d" || f == "e") return "float" + bits;
-  if (f == "b" || f == "h" || f == "i" || f == "l" || f == "q") return "int" + bits;
-  if (f == "B" || f == "H" || f == "I" || f == "L" || f == "Q") return "uint" + bits;
+  if (f == "f" || f == "d" || f == "e") return "float" + bits + order;
+  if (f == "b" || f == "h" || f == "i" || f == "l" || f == "q") return "int" + bits + order;
+  if (f == "B" || f == "H" || f == "I" || f == "L" || f == "Q") return "uint" + bits + order;
   if (f == "?") return "bool";
   return "format '" + b.format + "'";
 }
@@ -170,7 +186,8 @@ struct OptimizerHandle {
   std::size_t size;
   PyAgent* agent;            // kept alive by make_optimizer's keep_alive
   std::uint64_t generation;  // the agent's make_optimizer count when it was made
-  /// @throws InvalidArgument if a later make_optimizer replaced it.
+  /// @throws InvalidArgument if its Agent was closed or aborted (which
+  /// destroyed the optimizer), or a later make_optimizer replaced it.
   DistributedOptimizer& get() const;
 };
 
@@ -249,6 +266,10 @@ class PyAgent {
 };
 
 DistributedOptimizer& OptimizerHandle::get() const {
+  if (agent->closed())
+    throw InvalidArgument(
+        "this Optimizer's Agent is closed (Agent.close or Agent.abort destroyed its optimizer); "
+        "make a new Agent and call make_optimizer on it");
   if (agent->optimizerGeneration() != generation)
     throw InvalidArgument(
         "this Optimizer was replaced by a later Agent.make_optimizer (an agent keeps one; "
@@ -500,12 +521,32 @@ void defineFunctions(py::module_& m) {
 }
 
 void defineOptimizer(py::module_& m) {
-  py::class_<OptimizerHandle>(m, "Optimizer")
-      .def_property_readonly("name", [](const OptimizerHandle& h) { return h.get().name(); })
-      .def_property_readonly("size", [](const OptimizerHandle& h) { return h.size; })
-      .def_property_readonly("steps", [](const OptimizerHandle& h) { return h.get().steps(); })
-      .def_property_readonly("has_communication_only_form",
-                             [](const OptimizerHandle& h) { return h.get().hasCommunicationOnlyForm(); })
+  py::class_<OptimizerHandle>(
+      m, "Optimizer",
+      "The configured training algorithm of an Agent over a flat float32 parameter vector, as "
+      "Agent.make_optimizer(tensor_sizes) built it (not constructed directly). Its arrays are NumPy "
+      "float32 arrays or CPU float32 torch tensors, C-contiguous and writable, of exactly `size` "
+      "elements (any shape). Every method raises InvalidArgument once the agent is closed or aborted, "
+      "or once a later make_optimizer replaced this optimizer (an agent keeps one).")
+      .def_property_readonly(
+          "name", [](const OptimizerHandle& h) { return h.get().name(); },
+          "The algorithm's name (str), e.g. 'allreduce_sgd' or 'crossover_sgd', with its compressor's "
+          "when one wraps it. Raises InvalidArgument as every method.")
+      .def_property_readonly(
+          "size", [](const OptimizerHandle& h) { return h.size; },
+          "Elements of the flat parameter vector (int): sum(tensor_sizes) of make_optimizer; the length of "
+          "every array passed to the methods.")
+      .def_property_readonly(
+          "steps", [](const OptimizerHandle& h) { return h.get().steps(); },
+          "Steps completed (int): step() or mix_parameters() calls that counted. With the membership "
+          "service a view change may move it: a rank behind the survivors skips to their step. Raises "
+          "InvalidArgument as every method.")
+      .def_property_readonly(
+          "has_communication_only_form",
+          [](const OptimizerHandle& h) { return h.get().hasCommunicationOnlyForm(); },
+          "Whether the algorithm splits into reduce_gradients() before, and mix_parameters() after, a "
+          "local step made elsewhere (bool; gossamer.torch.DistributedOptimizer needs it). Raises "
+          "InvalidArgument as every method.")
       .def(
           "step",
           [](OptimizerHandle& h, const py::buffer& params, const py::buffer& grads) {

@@ -291,3 +291,76 @@ def test_metrics_off_records_nothing(tmp_path):
         opt = a.make_optimizer([4])
         opt.step(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.float32))
         assert a.metrics() == [] and a.run_dir is None
+
+
+def test_an_optimizer_of_a_closed_or_aborted_agent_raises(tmp_path):
+    for end in ("close", "abort"):
+        a = gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / f"rv-{end}"))
+        opt = a.make_optimizer([4])
+        assert opt.steps == 0
+        getattr(a, end)()
+        x, g = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+        for use in (lambda: opt.name, lambda: opt.steps, lambda: opt.has_communication_only_form,
+                    lambda: opt.step(x, g), lambda: opt.reduce_gradients(g), lambda: opt.mix_parameters(x),
+                    lambda: opt.flush(x), lambda: opt.set_total_steps(3)):
+            with pytest.raises(gossamer.InvalidArgument, match="this Optimizer's Agent is closed"):
+                use()
+        assert opt.size == 4  # what it was made for, which needs no optimizer
+        np.testing.assert_array_equal(x, np.ones(4, dtype=np.float32))
+
+
+def test_arguments_that_are_not_arrays_raise_type_error(agent):
+    import torch
+
+    for bad in (torch.Size([3]), torch.float32, torch.nn.Linear(2, 2), [1.0, 2.0], None, 1.5):
+        for call in (agent.allreduce, agent.allreduce_async, agent.broadcast):
+            with pytest.raises(TypeError, match="data must be a NumPy array or a torch tensor"):
+                call(bad)
+    with pytest.raises(ValueError, match="meta device"):
+        agent.allreduce(torch.ones(3, device="meta"))
+    with pytest.raises(ValueError, match="meta device"):
+        agent.broadcast(torch.ones(3, device="meta"))
+    with pytest.raises(TypeError, match=r"got shape \(3,\), dtype float32, big-endian"):
+        agent.allreduce(np.ones(3, dtype=">f4"))
+
+
+def test_make_optimizer_takes_integer_sizes_only(agent):
+    for bad in ([1.5], [2.0], [True], ["3"], None, 3):
+        with pytest.raises(TypeError, match="tensor_sizes"):
+            agent.make_optimizer(bad)
+    with pytest.raises(ValueError, match=r"tensor_sizes\[1\] is negative \(-1\)"):
+        agent.make_optimizer([2, -1])
+    assert agent.make_optimizer([np.int64(3), 2]).size == 5
+
+
+def test_overrides_must_be_a_sequence_of_strings(tmp_path):
+    with pytest.raises(TypeError, match=r"write overrides=\['transport.timeout_seconds=5'\]"):
+        gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"), overrides="transport.timeout_seconds=5")
+    with pytest.raises(TypeError, match="overrides must hold 'key=value' strings, got int"):
+        gossamer.Agent(ONE, 0, rendezvous=str(tmp_path / "rv"), overrides=[5])
+    from gossamer import torch as gt
+
+    class Opts:  # what torch hands the creator: the group's store, rank, size and timeout
+        store, group_rank, group_size, timeout = None, 0, 1, 5.0
+
+    with pytest.raises(TypeError, match=r"pg_options\['overrides'\] must be a sequence"):
+        gt._create_process_group(Opts(), {"gossamer_config": ONE, "overrides": "transport.timeout_seconds=5"})
+
+
+def test_every_public_name_has_a_docstring():
+    import inspect
+
+    from gossamer import torch as gt
+
+    missing = []
+    for mod in (gossamer, gt):
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            members = [(name, obj)]
+            if inspect.isclass(obj):
+                members += [(f"{name}.{k}", v) for k, v in vars(obj).items() if not k.startswith("_")]
+            for qual, o in members:
+                doc = inspect.getdoc(o)
+                if not doc or len(doc.strip()) < 15:
+                    missing.append(f"{mod.__name__}.{qual}")
+    assert not missing, missing
