@@ -668,3 +668,42 @@ a = train(dist.group.WORLD)
 b = train(gloo)
 assert torch.equal(a, b)
 """)
+
+
+def test_all_to_all_inconsistent_self_splits_raise_before_sending(run_ranks):
+    job(run_ranks, 2, """
+out, inp = torch.zeros(4), torch.arange(4.0) + 10 * rank
+# Each rank sends itself 1 element but expects 2 from itself: refused on the caller's thread.
+raises(ValueError, "sends itself 1 elements (input_split_sizes[%d]) but receives 2" % rank,
+       lambda: dist.all_to_all_single(out, inp, [2, 2], [1, 3] if rank == 0 else [3, 1]))
+raises(ValueError, "sends itself 1 elements (input %d) but receives 2" % rank,
+       lambda: dist.all_to_all([torch.zeros(2), torch.zeros(2)], [torch.zeros(1), torch.zeros(1)]))
+# Nothing was queued: the group goes on.
+dist.all_to_all_single(out, inp)
+assert torch.equal(out, torch.tensor([2.0 * rank, 2.0 * rank + 1, 10 + 2.0 * rank, 11 + 2.0 * rank]))
+""")
+
+
+def test_collectives_whose_input_is_their_output(run_ranks):
+    job(run_ranks, 3, """
+for trial in range(5):
+    t = torch.tensor([float(rank * 10 + j) for j in range(n)])
+    dist.all_to_all_single(t, t)
+    assert torch.equal(t, torch.tensor([float(r * 10 + rank) for r in range(n)])), (trial, t)
+# Uneven splits in place (each rank sends and receives 6 elements in all).
+t = torch.arange(6.0) + 100 * rank
+splits = [[2, 2, 2], [1, 2, 3], [3, 2, 1]][rank]
+recv = [[2, 1, 3], [2, 2, 2], [2, 3, 1]][rank]
+dist.all_to_all_single(t, t, output_split_sizes=recv, input_split_sizes=splits)
+sent = [[2, 2, 2], [1, 2, 3], [3, 2, 1]]
+want = []
+for r in range(n):
+    start = sum(sent[r][:rank])
+    want += [100.0 * r + start + k for k in range(sent[r][rank])]
+assert torch.equal(t, torch.tensor(want)), (t, want)
+# all_gather_into_tensor whose input is another rank's chunk of its output.
+out = torch.arange(3.0 * n) + 1000 * rank
+other = (rank + 1) % n
+dist.all_gather_into_tensor(out, out[3 * other:3 * other + 3])
+assert torch.equal(out, torch.cat([torch.arange(3.0) + 3 * ((r + 1) % n) + 1000 * r for r in range(n)])), out
+""")

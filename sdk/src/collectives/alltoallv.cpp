@@ -28,6 +28,11 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
                    "alltoallv counts add up to " << sendTotal << " / " << recvTotal
                                                  << " elements, buffers hold " << send.size() << " / "
                                                  << recv.size());
+  // Checked before any receive is posted into `recv`: a throw further down
+  // would leave them posted.
+  GOSSAMER_ENFORCE(sendCounts[static_cast<std::size_t>(r)] == recvCounts[static_cast<std::size_t>(r)],
+                   "alltoallv: " << sendCounts[static_cast<std::size_t>(r)] << " elements to itself but "
+                                 << recvCounts[static_cast<std::size_t>(r)] << " expected from itself");
   const auto tag = Tag::make(Op::kAllreduce, options.sequence, 0);
   std::vector<Request> recvs, sends;
   std::vector<int> from;
@@ -47,9 +52,6 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
   for (int j = 0; j < n; ++j) {
     const std::size_t c = sendCounts[static_cast<std::size_t>(j)];
     if (j == r) {
-      GOSSAMER_ENFORCE(c == recvCounts[static_cast<std::size_t>(r)],
-                       "alltoallv: " << c << " elements to itself but "
-                                     << recvCounts[static_cast<std::size_t>(r)] << " expected from itself");
       std::copy_n(send.begin() + static_cast<std::ptrdiff_t>(sendOff), c,
                   recv.begin() + static_cast<std::ptrdiff_t>(selfOff));
     } else if (c > 0) {

@@ -257,6 +257,22 @@ std::vector<std::size_t> countsOf(const at::Tensor& t, const std::vector<int64_t
   return counts;
 }
 
+/// Whether two contiguous tensors share any byte of memory (e.g. the same
+/// tensor passed as input and output).
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  const auto* pa = static_cast<const std::byte*>(a.data_ptr());
+  const auto* pb = static_cast<const std::byte*>(b.data_ptr());
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+/// `in`, or a copy of it when it overlaps `out`: alltoallv posts its
+/// receives into its output before it sends from its input, and the
+/// allgathers write into their output before they read their input, so an
+/// input that shares memory with the output must be copied first (on the
+/// collective thread, once the operations queued before have written it).
+at::Tensor apart(const at::Tensor& in, const at::Tensor& out) { return overlap(in, out) ? in.clone() : in; }
+
 /// One tensor made of the list's tensors, in order (a copy).
 at::Tensor flat(const std::vector<at::Tensor>& list) {
   std::vector<at::Tensor> views;
@@ -639,7 +655,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
   return enqueue(
       ::c10d::OpType::_ALLGATHER_BASE, {output},
       [this, in, out](const CollectiveOptions& o) {
-        out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(in.reshape({-1}));
+        out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(apart(in, out).reshape({-1}));
         withMoved(in.scalar_type(), [&](auto e) {
           using T = decltype(e);
           gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
@@ -687,18 +703,20 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::scatter(std::vector<at::T
   checkRank(root, size_, "scatter root");
   Staging staging;
   const at::Tensor out = movable(staging(outputs[0], false, true));
-  at::Tensor all = at::empty({0}, out.options());
+  std::vector<at::Tensor> ins;
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                       "gossamer: scatter needs one list of ", size_, " input tensors on the root");
     for (const auto& t : inputs[0]) checkSame(outputs[0], t, "scatter input", Use::kMoved);
-    all = flat(movable(staging(inputs[0], true, false)));
+    ins = movable(staging(inputs[0], true, false));
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "gossamer: scatter: only the root takes inputs");
   }
   return enqueue(
       ::c10d::OpType::SCATTER, outputs,
-      [this, out, all, root](const CollectiveOptions& o) {
+      [this, out, ins, root](const CollectiveOptions& o) {
+        // Read when it runs (after the operations queued before it), as a copy.
+        const at::Tensor all = ins.empty() ? at::empty({0}, out.options()) : flat(ins);
         const auto n = static_cast<std::size_t>(out.numel());
         std::vector<std::size_t> sendCounts(size_, rank_ == root ? n : 0), recvCounts(size_, 0);
         recvCounts[root] = n;
@@ -757,12 +775,18 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor&
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "gossamer: all_to_all_single: dtypes differ");
   const auto sendCounts = countsOf(input, inputSplits, size_, "all_to_all_single input");
   const auto recvCounts = countsOf(output, outputSplits, size_, "all_to_all_single output");
+  // Checked here, before anything is queued: on the collective thread the
+  // same check would break the group for every later operation.
+  TORCH_CHECK_VALUE(sendCounts[rank_] == recvCounts[rank_], "gossamer: all_to_all_single: rank ", rank_,
+                    " sends itself ", sendCounts[rank_], " elements (input_split_sizes[", rank_,
+                    "]) but receives ", recvCounts[rank_], " from itself (output_split_sizes[", rank_,
+                    "]); the two must agree");
   Staging staging;
   const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
   return enqueue(
       ::c10d::OpType::ALLTOALL_BASE, {output},
       [this, in, out, sendCounts, recvCounts](const CollectiveOptions& o) {
-        alltoallvTensors(agent_->transport(), in, sendCounts, out, recvCounts, o);
+        alltoallvTensors(agent_->transport(), apart(in, out), sendCounts, out, recvCounts, o);
       },
       std::move(staging));
 }
@@ -774,6 +798,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
                     "gossamer: all_to_all needs ", size_, " input and ", size_, " output tensors");
   for (const auto& t : inputs) checkSameType(inputs[0], t, "all_to_all input", Use::kMoved);
   for (const auto& t : outputs) checkSameType(inputs[0], t, "all_to_all output", Use::kMoved);
+  TORCH_CHECK_VALUE(inputs[rank_].numel() == outputs[rank_].numel(), "gossamer: all_to_all: rank ", rank_,
+                    " sends itself ", inputs[rank_].numel(), " elements (input ", rank_, ") but receives ",
+                    outputs[rank_].numel(), " from itself (output ", rank_, "); the two must agree");
   Staging staging;
   std::vector<at::Tensor> ins = movable(staging(inputs, true, false)),
                           outs = movable(staging(outputs, false, true));
