@@ -45,6 +45,17 @@ as backward has produced all of its gradients, buckets in order, so that the
 communication runs while backward goes on; ``step()`` starts any bucket not
 started yet and waits for all of them. With ``overlap=False`` the same
 allreduces run in ``step()``: the results are the same bits either way.
+With the membership service on, a bucketed average that fails because a
+peer died (PeerFailure, ViewChanged) is redone as the C++ optimizers'
+steps are: ``step()`` waits for every bucket, agrees on a view without the
+peer (``Agent.recover``), puts back the local gradient and averages it
+again over the survivors; a rank behind the survivors takes their model and
+skips the step (``steps`` says so).
+
+Parameters with ``requires_grad=False`` (frozen) are left out, as DDP leaves
+them out of its buckets: not fused, their gradients not averaged, their
+values not mixed; ``broadcast_parameters`` copies them with the others, so
+every rank starts with the same frozen values and keeps them.
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from . import Agent
+from . import Agent, Expelled, PeerFailure
 
 __all__ = [
     "DistributedOptimizer",
@@ -101,6 +112,10 @@ class DistributedOptimizer:
         model: the ``torch.nn.Module`` (or an iterable of its parameters, in
             the optimizer's order). Build this wrapper before the first step:
             the parameters are moved into a flat buffer (their values kept).
+            Parameters with ``requires_grad=False`` are left out (as DDP
+            does; they need not be in the optimizer and may have any dtype or
+            device); freezing or unfreezing one afterwards raises
+            RuntimeError in ``step()``: build the wrapper again.
         agent: the :class:`gossamer.Agent` of this rank.
         total_steps: steps of the whole run, if known (A2SGD synchronises
             the models after the last one); 0 = unknown.
@@ -115,10 +130,13 @@ class DistributedOptimizer:
     Raises:
         TypeError: a parameter of another dtype than float32, bfloat16 or
             float16, or of another dtype or device than the first parameter's.
-        ValueError: parameters the optimizer does not hold, or none at all.
+        ValueError: parameters the optimizer does not hold, or no trainable
+            parameter at all.
         gossamer.InvalidArgument: an algorithm without a communication-only
-            form. During ``step()``: gossamer.PeerFailure,
-            gossamer.TimeoutError as the exchange raises them.
+            form. During ``step()``: gossamer.PeerFailure (without the
+            membership service; with it, a dead peer's step is redone over
+            the survivors), gossamer.Expelled, gossamer.TimeoutError as the
+            exchange raises them.
     """
 
     def __init__(
@@ -132,20 +150,29 @@ class DistributedOptimizer:
     ) -> None:
         if int(bucket_bytes) <= 0:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-        params = _tensors(model)
-        if not params:
+        every = _tensors(model)
+        if not every:
             raise ValueError("model has no parameters")
+        # Frozen parameters are left out (DDP leaves them out of its buckets).
+        index = [i for i, p in enumerate(every) if p.requires_grad]
+        if not index:
+            raise ValueError(f"model has no trainable parameter (all {len(every)} have requires_grad=False)")
+        params = [every[i] for i in index]
         held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        first = index[0]
         dtype, device = params[0].dtype, params[0].device
-        for i, p in enumerate(params):
+        for i, p in zip(index, params):
             if p.dtype not in _DTYPES or p.dtype != dtype or p.device != device:
                 raise TypeError(
                     f"parameter {i} (shape {tuple(p.shape)}) is {p.dtype} on {p.device}; "
                     "Gossamer trains parameters of one dtype (float32, bfloat16 or float16) on one device"
-                    + (f" (parameter 0 is {dtype} on {device})" if p.dtype != dtype or p.device != device else "")
+                    + (f" (parameter {first} is {dtype} on {device})"
+                       if p.dtype != dtype or p.device != device else "")
                 )
             if id(p) not in held:
                 raise ValueError(f"parameter {i} (shape {tuple(p.shape)}) is not in the optimizer")
+        self._index = index
+        self._frozen = [(i, p) for i, p in enumerate(every) if not p.requires_grad]
         self.optimizer = optimizer
         self.agent = agent
         self._params = params
@@ -193,10 +220,21 @@ class DistributedOptimizer:
         self._buckets: List[Tuple[int, int]] = []  # [begin, end) element ranges, in launch order
         self._works: list = []
         self._hooks: list = []
+        # The local gradient of the step in progress, for its redo over the
+        # survivors (membership on): the float32 CPU model's own copy; a
+        # staged model's flat gradient stays local until the average is back.
+        self._local_grad: Optional[torch.Tensor] = None
         if self._comm.name == "allreduce_sgd" and agent.world_size > 1:
             self._make_buckets(sizes, int(bucket_bytes))
             if overlap:
                 self._install_hooks()
+            if agent.has_membership:
+                if self._wide is self._flat:
+                    self._local_grad = torch.zeros_like(self._flat_grad)
+                # The C++ optimizer learns where the model is (a view change
+                # before the first step broadcasts it to a rank behind); no
+                # message: AllReduce-SGD has nothing in flight.
+                self._comm.flush(self._flat_np)
 
     # -- the torch.optim.Optimizer interface ------------------------------
     @property
@@ -237,11 +275,23 @@ class DistributedOptimizer:
                     p.grad = gv
 
     def _check_params(self) -> None:
-        for p, v in zip(self._params, self._views):
+        for i, p, v in zip(self._index, self._params, self._views):
             if p.data_ptr() != v.data_ptr():
                 raise RuntimeError(
                     "a parameter was replaced after the DistributedOptimizer fused the model "
                     "(e.g. model.to() or load_state_dict(assign)); build the wrapper after that"
+                )
+            if not p.requires_grad:
+                raise RuntimeError(
+                    f"parameter {i} (shape {tuple(p.shape)}) was frozen (requires_grad=False) after the "
+                    "DistributedOptimizer was built, which averages its gradient; build the wrapper again"
+                )
+        for i, p in self._frozen:
+            if p.requires_grad:
+                raise RuntimeError(
+                    f"parameter {i} (shape {tuple(p.shape)}) was unfrozen (requires_grad=True) after the "
+                    "DistributedOptimizer was built without it, so its gradient would not be averaged; "
+                    "build the wrapper again"
                 )
 
     # -- buckets (AllReduce-SGD) ------------------------------------------
@@ -290,10 +340,15 @@ class DistributedOptimizer:
         with torch.no_grad():
             if self._wide is not self._flat:
                 self._wide_grad[begin:end].copy_(self._flat_grad[begin:end])
+            elif self._local_grad is not None:
+                self._local_grad[begin:end].copy_(self._flat_grad[begin:end])
         self._works.append(self.agent.allreduce_async(self._wide_grad[begin:end], op="average"))
         self._next = b + 1
 
-    def _average_buckets(self) -> None:
+    def _average_buckets(self, steps_before: int) -> bool:
+        """Averages the buckets' gradients; with the membership service, over
+        the survivors when a peer dies meanwhile. False: this rank skips the
+        step (see _redo_over_survivors)."""
         if self._twice:
             self._finish_buckets()
             raise RuntimeError(
@@ -302,15 +357,22 @@ class DistributedOptimizer:
             )
         while self._next < len(self._buckets):
             self._start(self._next)
-        self._finish_buckets()
+        try:
+            self._finish_buckets()
+        except PeerFailure as e:  # ViewChanged included
+            if isinstance(e, Expelled) or not self.agent.has_membership:
+                raise
+            if not self._redo_over_survivors(steps_before):
+                return False
         if self._hooks:
-            for i, (p, gv) in enumerate(zip(self._params, self._grad_views)):
+            for i, p, gv in zip(self._index, self._params, self._grad_views):
                 if p.grad is None or p.grad.data_ptr() != gv.data_ptr():
                     raise RuntimeError(
                         f"the .grad of parameter {i} was replaced or set to None after the "
                         "DistributedOptimizer bound it, so backward's gradient was not averaged; "
                         "use the DistributedOptimizer's zero_grad(), or overlap=False"
                     )
+        return True
 
     def _clear_buckets(self) -> None:
         # No bucket started, no gradient ready: the state at the start of a step.
@@ -321,27 +383,90 @@ class DistributedOptimizer:
         self._next = 0  # the first bucket not started
 
     def _finish_buckets(self) -> None:
-        # Waits for the started buckets, and brings a 16-bit model's averaged
-        # gradient back from its float32 copy.
+        # Waits for every started bucket (each wait is bounded), raises the
+        # first one's error, and brings a 16-bit model's averaged gradient
+        # back from its float32 copy. None is left writing into the buffer.
         works = self._works
         self._clear_buckets()
+        error = None
         for w in works:
-            w.wait()
+            try:
+                w.wait()
+            except Exception as e:  # the first error is raised once all are done
+                error = error or e
+        if error is not None:
+            raise error
         if self._wide is not self._flat:
             with torch.no_grad():
                 self._flat_grad.copy_(self._wide_grad)
+
+    def _recover(self) -> dict:
+        """Agrees with the survivors on a view without the lost peers, again
+        while another peer fails during the agreement (as the C++ optimizers'
+        recovery does). Raises Expelled, TimeoutError."""
+        for _ in range(self.agent.world_size):
+            try:
+                return self.agent.recover()
+            except PeerFailure as e:
+                if isinstance(e, Expelled):
+                    raise
+                last = e
+        raise last
+
+    def _redo_over_survivors(self, steps_before: int) -> bool:
+        """After a bucket failed because a peer died: installs the view
+        without it and averages this step's local gradient again over the
+        survivors, as ResilientOptimizer redoes a C++ step. Returns True once
+        the gradient is averaged; False when this rank skips the step: it was
+        behind a survivor that completed it (it holds that survivor's model
+        now, the step counted) or it rejoined the job (it holds the
+        survivors' model and step; its gradient belongs to another model).
+        Then the wrapped optimizer does not step either, and its state
+        (momentum, Adam's moments) misses that step's update."""
+        staged = self._wide is not self._flat
+        with torch.no_grad():
+            # Each round that fails lost a peer: at most one per rank.
+            for _ in range(self.agent.world_size):
+                if staged:
+                    # A realignment broadcasts the model into what the C++ side holds.
+                    self._wide.copy_(self._flat)
+                change = self._recover()
+                if self.agent.rank in change["joined"] or change["resume_step"] > steps_before:
+                    if self.agent.rank not in change["joined"]:
+                        self._comm.mix_parameters(self._flat_np)  # counts the step it skips
+                    if staged:
+                        self._flat.copy_(self._wide)
+                    return False
+                if staged:
+                    self._wide_grad.copy_(self._flat_grad)  # _start copies it again, bucket by bucket
+                else:
+                    self._flat_grad.copy_(self._local_grad)
+                self._clear_buckets()
+                for b in range(len(self._buckets)):
+                    self._start(b)
+                try:
+                    self._finish_buckets()
+                    return True
+                except PeerFailure as e:
+                    if isinstance(e, Expelled):
+                        raise
+                    last = e
+        raise last
 
     def step(self, closure=None):
         """Averages the gradients (allreduce-style algorithms), runs the
         wrapped optimizer's step, then mixes the parameters with the peers
         (gossip algorithms). Collective: every rank steps together.
-        Returns what the wrapped ``step(closure)`` returns."""
+        Returns what the wrapped ``step(closure)`` returns, or None when a
+        view change had this rank skip the step (``steps`` counts it, the
+        model is the survivors')."""
         self._check_params()
         staged = self._wide is not self._flat
         if self._buckets:
             if not self._hooks:
                 self._rebind_grads()
-            self._average_buckets()
+            if not self._average_buckets(self._comm.steps):
+                return None
         else:
             self._rebind_grads()
             with torch.no_grad():
@@ -385,59 +510,106 @@ class DistributedOptimizer:
         )
 
 
-def _flat_copy(params: List[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).to(dtype) for p in params])
+def _real(p: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as real numbers, sharing its memory: a complex
+    tensor as its (real, imaginary) pairs (``torch.view_as_real``), which a
+    broadcast moves and an average averages exactly, part by part."""
+    p = p.detach()
+    return torch.view_as_real(p) if p.is_complex() else p
 
 
-def _wire_dtype(params: List[torch.Tensor]) -> torch.dtype:
-    """The parameters' own dtype when they all share one 16-bit dtype (they
-    then travel as 2 bytes per element), float32 otherwise."""
-    dtypes = {p.dtype for p in params}
+def _checked(model: Parameters, what: str) -> List[torch.Tensor]:
+    """The model's parameters as real tensors (_real).
+
+    Raises:
+        ValueError: no parameters. TypeError: a parameter that is not
+            floating point or complex (its values would not survive the
+            float conversion)."""
+    params = _tensors(model)
+    if not params:
+        raise ValueError(f"{what}: model has no parameters")
+    out = []
+    for i, p in enumerate(params):
+        if not (p.is_floating_point() or p.is_complex()):
+            raise TypeError(
+                f"{what}: parameter {i} (shape {tuple(p.shape)}) is {p.dtype}; it moves floating-point and "
+                "complex tensors (use agent.broadcast or torch.distributed for other dtypes)"
+            )
+        out.append(_real(p))
+    return out
+
+
+def _wire_dtype(reals: List[torch.Tensor]) -> torch.dtype:
+    """The dtype the concatenated parameters travel in, which holds every one
+    of them exactly: their own when they all share one 16-bit dtype (2 bytes
+    per element), float64 when any is float64 (or complex128), float32
+    otherwise."""
+    dtypes = {p.dtype for p in reals}
     if len(dtypes) == 1 and next(iter(dtypes)) in (torch.bfloat16, torch.float16):
         return next(iter(dtypes))
-    return torch.float32
+    return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
-def _scatter(flat: torch.Tensor, params: List[torch.Tensor]) -> None:
+def _flat_copy(reals: List[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    return torch.cat([p.reshape(-1).to(dtype) for p in reals])
+
+
+def _scatter(flat: torch.Tensor, reals: List[torch.Tensor]) -> None:
     offset = 0
     with torch.no_grad():
-        for p in params:
+        for p in reals:
             n = p.numel()
             p.copy_(flat[offset : offset + n].view_as(p))
             offset += n
 
 
 def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0) -> None:
-    """Copies rank ``root``'s parameters into every rank's (one broadcast of
-    the concatenated parameters: 16-bit when they all are bfloat16 or all
-    float16, float32 otherwise). Call once before training so that every rank
-    starts from the same model. Raises PeerFailure, TimeoutError."""
-    params = _tensors(model)
-    flat = _flat_copy(params, _wire_dtype(params))
+    """Copies rank ``root``'s parameters into every rank's, exactly (one
+    broadcast of the concatenated parameters: 16-bit when they all are
+    bfloat16 or all float16, float64 when any is float64, float32
+    otherwise; a complex parameter as its real and imaginary parts). Frozen
+    parameters (``requires_grad=False``) are copied too. Call once before
+    training so that every rank starts from the same model.
+
+    Raises:
+        ValueError: no parameters. TypeError: a parameter that is not
+        floating point or complex. PeerFailure, TimeoutError."""
+    reals = _checked(model, "broadcast_parameters")
+    flat = _flat_copy(reals, _wire_dtype(reals))
     agent.broadcast(flat, root)
-    _scatter(flat, params)
+    _scatter(flat, reals)
 
 
 def average_parameters(model: Parameters, agent: Agent) -> None:
     """Replaces every rank's parameters by their average over all ranks
     (one allreduce of the concatenated parameters: 16-bit when they all are
     bfloat16 or all float16, reduced in float32 and rounded once per hop;
-    float32 otherwise), e.g. at the end of a gossip run. Raises PeerFailure,
-    TimeoutError."""
-    params = _tensors(model)
-    flat = _flat_copy(params, _wire_dtype(params))
+    float64 when any is float64; float32 otherwise; a complex parameter as
+    its real and imaginary parts, averaged each), e.g. at the end of a
+    gossip run. The same bits on every rank.
+
+    Raises:
+        ValueError: no parameters. TypeError: a parameter that is not
+        floating point or complex. PeerFailure, TimeoutError."""
+    reals = _checked(model, "average_parameters")
+    flat = _flat_copy(reals, _wire_dtype(reals))
     agent.allreduce(flat, op="average")
-    _scatter(flat, params)
+    _scatter(flat, reals)
 
 
 def consensus_distance(model: Parameters, agent: Agent) -> float:
     """The mean over ranks of ``||x_i - x_avg||^2``, where ``x_i`` is rank
-    i's concatenated parameters and ``x_avg`` their average (0 when all ranks
-    hold the same model). Collective; the same value on every rank. Costs two
-    allreduces (4 P bytes and 8 bytes); parameters off the CPU are copied to
-    it first."""
-    params = _tensors(model)
-    mine = _flat_copy(params).cpu()
+    i's concatenated parameters (a complex one as its real and imaginary
+    parts) and ``x_avg`` their average (0 when all ranks hold the same
+    model). Collective; the same value on every rank. Costs two allreduces
+    (4 P bytes, 8 P when a parameter is float64, and 8 bytes); parameters
+    off the CPU are copied to it first.
+
+    Raises:
+        ValueError: no parameters. TypeError: a parameter that is not
+        floating point or complex. PeerFailure, TimeoutError."""
+    reals = _checked(model, "consensus_distance")
+    mine = _flat_copy(reals, torch.float64 if _wire_dtype(reals) == torch.float64 else torch.float32).cpu()
     avg = mine.clone()
     agent.allreduce(avg.numpy(), op="average")
     d = torch.tensor([float(((mine.double() - avg.double()) ** 2).sum())], dtype=torch.float64)

@@ -410,3 +410,60 @@ a.close()
     assert models[0] == models[1] == models[2]
     w = [i / 8 for i in range(8)]
     assert max(abs(m - t) for m, t in zip(models[0][:8], w)) < 0.1, models[0]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_torch_allreduce_sgd_buckets_survive_a_dead_peer(run_ranks, overlap):
+    # AllReduce-SGD averages gradients bucket by bucket (Agent.allreduce_async);
+    # rank 2 is killed at step 3. The survivors' step 3 is redone over the
+    # view {0, 1}: every later step averages their two gradients, and both
+    # end with the same model after 8 steps, equal to a reference trained on
+    # their averaged gradients from step 3 on.
+    job = run_ranks(3, HEADER + f"""
+import signal
+import torch
+import gossamer.torch as gt
+cfg = dict(CONFIG, transport={{"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}},
+           membership={{"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 1.5}},
+           algorithm={{"name": "allreduce_sgd"}})
+a = gossamer.Agent.from_env(cfg)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+ref = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+ref.load_state_dict(model.state_dict())
+opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, a,
+                              overlap={overlap}, bucket_bytes=64)
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+while opt.steps < 8:
+    step = opt.steps
+    if a.rank == 2 and step == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x, y = batch(a.rank, step)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    grads = []
+    for r in (0, 1, 2) if step < 3 else (0, 1):
+        ref.zero_grad()
+        torch.nn.functional.mse_loss(ref(batch(r, step)[0]), batch(r, step)[1]).backward()
+        grads.append([p.grad.clone() for p in ref.parameters()])
+    for i, p in enumerate(ref.parameters()):
+        p.grad = sum(g[i] for g in grads) / len(grads)
+    ref_opt.step()
+diff = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), ref.parameters()))
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+print(json.dumps({{"steps": opt.steps, "view": a.view["members"], "lost": [c["lost"] for c in a.view_changes],
+                  "diff": diff, "model": flat.tolist()}}))
+a.close()
+""")
+    assert job.codes[2] == -9, job.err[2]
+    for r in (0, 1):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["steps"] == 8 and res["view"] == [0, 1], res
+        assert res["lost"] == [[2]], res
+        assert res["diff"] < 1e-5, res
+    assert job.results[0]["model"] == job.results[1]["model"]

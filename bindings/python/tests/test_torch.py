@@ -321,3 +321,97 @@ print(json.dumps(out))
     assert "parameter 2 (shape (2, 2)) is torch.bfloat16 on cpu" in msgs[1]
     assert "(parameter 0 is torch.float32 on cpu)" in msgs[1]
     assert "is not in the optimizer" in msgs[2]
+
+
+def test_parameters_move_exactly_float64_and_complex(run_ranks):
+    job = run_ranks(2, HEADER + """
+out = {}
+with gossamer.Agent.from_env(CONFIG) as a:
+    r = a.rank
+    # float64 beyond float32's precision, and complex parameters, as broadcast from rank 1.
+    p64 = torch.nn.Parameter(torch.full((2, 3), 0.1 + 1e-12 * (r + 1), dtype=torch.float64))
+    c = torch.nn.Parameter(torch.tensor([complex(1 + r, 2 + r), complex(-r, 0.5)], dtype=torch.complex64))
+    p32 = torch.nn.Parameter(torch.full((2,), 1.0 + r))
+    gt.broadcast_parameters([p64, c, p32], a, root=1)
+    out["b64"] = bool(torch.equal(p64.detach(), torch.full((2, 3), 0.1 + 2e-12, dtype=torch.float64)))
+    out["bc"] = [[z.real, z.imag] for z in c.detach().tolist()]
+    out["dtypes"] = [str(p64.dtype), str(c.dtype)]
+    # Averages: float64 kept beside float32, complex part by part.
+    q64 = torch.nn.Parameter(torch.full((3,), 1.0 + r + 1e-10, dtype=torch.float64))
+    q32 = torch.nn.Parameter(torch.full((2,), 1.0 + r))
+    z = torch.nn.Parameter(torch.tensor([complex(1 + r, 2 - r)], dtype=torch.complex128))
+    gt.average_parameters([q32, q64, z], a)
+    out["a64"] = q64.detach().tolist()
+    out["a32"] = q32.detach().tolist()
+    out["az"] = [z.detach()[0].real.item(), z.detach()[0].imag.item()]
+    out["consensus"] = gt.consensus_distance([q64, z], a)
+    try:
+        gt.broadcast_parameters([torch.zeros(3, dtype=torch.int64)], a)
+    except TypeError as e:
+        out["int"] = str(e)
+    try:
+        gt.average_parameters([], a)
+    except ValueError as e:
+        out["empty"] = str(e)
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res["b64"], res
+        assert res["bc"] == [[2.0, 3.0], [-1.0, 0.5]], res
+        assert res["dtypes"] == ["torch.float64", "torch.complex64"]
+        assert res["a64"] == [1.5 + 1e-10] * 3, res
+        assert res["a32"] == [1.5, 1.5]
+        assert res["az"] == [1.5, 1.5], res
+        assert res["consensus"] == 0.0
+        assert "parameter 0 (shape (3,)) is torch.int64" in res["int"]
+        assert "average_parameters: model has no parameters" in res["empty"]
+
+
+def test_frozen_parameters_are_left_out_as_ddp_does(run_ranks):
+    job = run_ranks(2, HEADER + """
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+out = {}
+with gossamer.Agent.from_env(cfg) as a:
+    torch.manual_seed(a.rank)  # different frozen values on each rank until the broadcast
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
+    model[0].weight.requires_grad_(False)
+    gt.broadcast_parameters(model, a)
+    frozen = model[0].weight.detach().clone()
+    opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, weight_decay=0.1), model, a)
+    for step in range(3):
+        x, y = data(a.rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    out["frozen_kept"] = bool(torch.equal(model[0].weight, frozen))
+    out["frozen_grad_none"] = model[0].weight.grad is None
+    out["trained"] = torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad]).tolist()
+    out["flat"] = opt.flat_parameters.numel()
+    out["steps"] = opt.steps
+    model[0].weight.requires_grad_(True)
+    try:
+        opt.step()
+    except RuntimeError as e:
+        out["unfrozen"] = str(e)
+    model[0].weight.requires_grad_(False)
+    model[1].weight.requires_grad_(False)
+    try:
+        opt.step()
+    except RuntimeError as e:
+        out["refrozen"] = str(e)
+    m = torch.nn.Linear(2, 2).requires_grad_(False)
+    try:
+        gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, a)
+    except ValueError as e:
+        out["none"] = str(e)
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res["frozen_kept"] and res["frozen_grad_none"], res
+        assert res["flat"] == 4 + 4 + 1 and res["steps"] == 3
+        assert res["trained"] == job.results[0]["trained"]  # averaged gradients: one model
+        assert "parameter 0 (shape (4, 8)) was unfrozen" in res["unfrozen"]
+        assert "parameter 2 (shape (1, 4)) was frozen" in res["refrozen"]
+        assert "no trainable parameter" in res["none"]
