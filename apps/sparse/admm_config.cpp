@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "components.hpp"
+#include "launch_ranks.hpp"
 
 namespace gossamer::sparse {
 
@@ -36,6 +37,7 @@ Registry makeAdmmRegistry() {
   // ADMM's rounds go back to the newest commit every member holds: a rank
   // that was away has none of them, so a removed rank is not taken back.
   r.setKeyDefault("membership", "rejoin", false);
+  requireProcessTransport(r, "gossamer-admm");
   return r;
 }
 

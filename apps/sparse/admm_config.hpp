@@ -32,7 +32,8 @@ struct AdmmConfig {
 void registerAdmmSection(Registry& registry);
 
 /// gossamer-train's registry (train::makeTrainRegistry) with the `admm:`
-/// section: gossamer-admm's, and gossamer-config's (the README reference).
+/// section, membership.rejoin false by default and a transport that links
+/// processes (requireProcessTransport): gossamer-admm's.
 /// @throws InvalidArgument if the keys clash (a bug).
 Registry makeAdmmRegistry();
 

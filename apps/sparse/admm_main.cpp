@@ -270,9 +270,6 @@ int main(int argc, char** argv) {
       if (!summary.is_null()) emitSummary(summary, summaryPath);
       return 0;
     }
-    if (c.get<std::string>("transport.kind") == "inproc")
-      throw gossamer::ConfigError(c.sourceFile, 0, "transport.kind",
-                                  "gossamer-admm runs its ranks as processes: use zmq, socket or libfabric");
     return gossamer::sparse::launchRanks("gossamer-admm", c, configPath, overrides, summaryPath);
   } catch (const std::exception& e) {
     if (rank >= 0)

@@ -1,9 +1,27 @@
 // Local processes for the ranks of a sparse program (launch_ranks.hpp).
 #include "launch_ranks.hpp"
 
+#include <memory>
+#include <optional>
+
 #include "gossamer/launcher.hpp"
 
 namespace gossamer::sparse {
+
+void requireProcessTransport(Registry& registry, const std::string& program) {
+  const std::shared_ptr<const TransportCatalog> catalog = registry.transportCatalog();
+  registry.addSection(
+      "transport", "", KeySet().rule([catalog, program](const Config& c) -> std::optional<ConfigIssue> {
+        const std::string& kind = c.get<std::string>("transport.kind");
+        const TransportTraits* t = catalog->find(kind);
+        if (t == nullptr || t->spansProcesses) return std::nullopt;
+        std::string usable;
+        for (const std::string& n : catalog->names())
+          if (catalog->find(n)->spansProcesses) usable += (usable.empty() ? "" : ", ") + n;
+        return ConfigIssue{"transport.kind", program + " runs its ranks as processes, which " + kind +
+                                                 " cannot link: use " + usable};
+      }));
+}
 
 int launchRanks(const std::string& program, const Config& c, const std::string& configPath,
                 const std::vector<std::string>& overrides, const std::string& summaryPath) {

@@ -6,8 +6,15 @@
 #include <vector>
 
 #include "gossamer/config.hpp"
+#include "gossamer/registry.hpp"
 
 namespace gossamer::sparse {
+
+/// Adds to `registry` the rule of `program` (e.g. "gossamer-admm"), which
+/// runs its ranks as processes: transport.kind must name a transport that
+/// links processes (TransportTraits::spansProcesses; not inproc), so that
+/// loading a config that asks otherwise is a ConfigError naming the key.
+void requireProcessTransport(Registry& registry, const std::string& program);
 
 /// Runs `program` (its argv[0] name, e.g. "gossamer-admm") once per rank of
 /// `c.worldSize` as child processes of this one (launchLocalRanks, launcher.hpp):

@@ -30,6 +30,7 @@
 #include "gossamer/kit/wire.hpp"
 #include "gossamer/optimizers/sparse_sync.hpp"
 #include "gossamer/session.hpp"
+#include "launch_ranks.hpp"
 #include "libsvm.hpp"
 #include "logistic_loss.hpp"
 #include "partition.hpp"
@@ -42,6 +43,7 @@ Registry makeSparseRegistry() {
   Registry registry = train::makeTrainRegistry();
   registerSparseSection(registry);
   registry.setKeyDefault("membership", "rejoin", false);
+  requireProcessTransport(registry, "gossamer-sparse");
   return registry;
 }
 

@@ -40,7 +40,8 @@ void registerSparseSection(Registry& registry);
 
 /// gossamer-sparse's registry: gossamer-train's components, `sparse:`, and
 /// membership.rejoin false by default (the rounds go back to the newest
-/// commit every member holds, which a rank that was away does not hold).
+/// commit every member holds, which a rank that was away does not hold), and
+/// a transport that links processes (requireProcessTransport).
 Registry makeSparseRegistry();
 
 /// The section's values. @throws InvalidArgument if a key is missing.

@@ -780,6 +780,42 @@ TEST_CASE("config: bad groups, modes and stragglers are errors", "[config]") {
   }
 }
 
+TEST_CASE("config: security and transport settings no rank could run with are errors at load", "[config]") {
+  // Each of these passed the loader once and failed on every rank after the
+  // job started, with an internal check's text.
+  SECTION("security without its keys") {
+    std::string what =
+        requireError("security:\n  enabled: true\n  public_keys: admitted\n", 1, "security.secret_key");
+    CHECK(contains(what, "required when security.enabled is true"));
+    CHECK_FALSE(contains(what, "check failed"));
+    requireError("security:\n  enabled: true\n  secret_key: k\n", 1, "security.public_keys");
+    CHECK_NOTHROW(reg().parse("security:\n  secret_key: \"\"\n", kName));
+  }
+  const std::string secured = "security:\n  enabled: true\n  secret_key: k\n  public_keys: p\n";
+  SECTION("security over a transport that cannot authenticate") {
+    std::string what = requireError("transport:\n  kind: socket\n" + secured, 2, "transport.kind");
+    CHECK(contains(what, "socket cannot authenticate or encrypt"));
+    CHECK(contains(what, "use transport.kind: zmq"));
+    requireError("transport:\n  kind: composite\n  local: socket\n" + secured, 3, "transport.local");
+    CHECK_NOTHROW(reg().parse("transport:\n  kind: zmq\n" + secured, kName));
+    CHECK_NOTHROW(reg().parse("transport:\n  kind: composite\n" + secured, kName));
+    // inproc's ranks are threads of one process: nothing to secure.
+    CHECK_NOTHROW(reg().parse("transport:\n  kind: inproc\n" + secured, kName));
+  }
+  SECTION("the composite transport's inner transports") {
+    std::string what =
+        requireError("world_size: 2\ntransport:\n  kind: composite\n  local: foo\n", 4, "transport.local");
+    CHECK(contains(what, "'foo' is not a registered transport"));
+    CHECK(contains(what, "zmq"));
+    CHECK(contains(what, "socket"));
+    CHECK_FALSE(contains(what, "inproc"));
+    what = requireError("transport:\n  kind: composite\n  local: inproc\n", 3, "transport.local");
+    CHECK(contains(what, "cannot link processes"));
+    requireError("transport:\n  kind: composite\n  remote: composite\n", 3, "transport.remote");
+    CHECK_NOTHROW(reg().parse("transport:\n  kind: composite\n  local: socket\n", kName));
+  }
+}
+
 TEST_CASE("config: malformed documents are errors", "[config]") {
   SECTION("unclosed flow sequence") {
     std::optional<ConfigError> err = parseError(

@@ -257,6 +257,27 @@ TEST_CASE("extension: a program sets its own default for a declared key", "[exte
   CHECK(apps::makeProgramsRegistry().parse("world_size: 1\n").get<bool>("membership.rejoin"));
 }
 
+TEST_CASE("extension: gossamer-sparse and gossamer-admm refuse a transport that cannot link processes",
+          "[extension][config]") {
+  const std::string yaml = "world_size: 2\ntransport:\n  kind: inproc\n";
+  for (const auto& [program, registry] : {std::pair{"gossamer-sparse", sparse::makeSparseRegistry()},
+                                          {"gossamer-admm", sparse::makeAdmmRegistry()}}) {
+    INFO(program);
+    try {
+      registry.parse(yaml, "job.yaml");
+      FAIL("inproc was accepted");
+    } catch (const ConfigError& e) {
+      CHECK(e.key() == "transport.kind");
+      CHECK(e.line() == 3);
+      CHECK(std::string(e.what()).find(std::string(program) + " runs its ranks as processes") !=
+            std::string::npos);
+    }
+    CHECK_NOTHROW(registry.parse("world_size: 2\ntransport:\n  kind: socket\n"));
+  }
+  // gossamer-train runs inproc ranks as threads.
+  CHECK_NOTHROW(apps::makeProgramsRegistry().parse(yaml));
+}
+
 TEST_CASE("extension: the generated reference lists every registered key", "[extension][config]") {
   const Registry reg = makeAppRegistry(inproc::makeFabric(2), std::make_shared<TransportProbe>());
   const std::string md = reg.schema().markdown();

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -57,6 +58,18 @@ TEST_CASE("security: keygen keeps existing files unless forced", "[security]") {
   writeCertificates(dir / "a", pub, sec, true);
   CHECK(readCertificate(dir / "a.pub").first == std::vector<std::string>{pub});
   CHECK(readCertificate(dir / "a").second == std::vector<std::string>{sec});
+}
+
+TEST_CASE("security: a key path that names no file is refused before anything is written", "[security]") {
+  TempDir dir;
+  const auto [pub, sec] = zmq::newCurveKeyPair();
+  CHECK_THROWS_WITH(writeCertificates("", pub, sec, false), Catch::Contains("path is empty"));
+  CHECK_THROWS_WITH(writeCertificates(dir.path(), pub, sec, false), Catch::Contains("is a directory"));
+  CHECK_THROWS_WITH(writeCertificates(dir / "", pub, sec, false), Catch::Contains("names a directory"));
+  CHECK_THROWS_WITH(writeCertificates(dir / "..", pub, sec, true), Catch::Contains("names a directory"));
+  // No stray ".pub" beside or inside it.
+  CHECK_FALSE(std::filesystem::exists(dir / ".pub"));
+  CHECK(std::filesystem::is_empty(dir.path()));
 }
 
 TEST_CASE("security: bad key files are refused with the file, the line and the reason", "[security]") {

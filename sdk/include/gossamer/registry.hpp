@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
@@ -113,6 +114,45 @@ void checkNetworkOptions(const Options& o) {
 }
 
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
+
+/// What a transport can do, declared with it (Registry::addTransport). The
+/// load-time rules read it, so that a config asking a transport for what it
+/// cannot do is a ConfigError naming the key before any rank starts.
+struct TransportTraits {
+  /// Links ranks that run in different processes (false: inproc, whose ranks
+  /// are threads of one process). A program that runs its ranks as processes
+  /// and the composite transport's inner transports need it.
+  bool spansProcesses = true;
+  /// Under security.enabled, authenticates and encrypts every link it makes
+  /// (zmq's CURVE). A transport without it that spans processes and is not
+  /// built of inner transports makes security.enabled a ConfigError.
+  bool secures = false;
+  /// Keys that name the inner transports this one is built of (composite:
+  /// "transport.local", "transport.remote"): each must name a registered
+  /// transport with no inner transports of its own, and security.enabled
+  /// applies to each.
+  std::vector<std::string> innerKeys;
+};
+
+/// The transports of a Registry with their traits, shared with the rules
+/// that read them (Registry::transportCatalog), so that a rule sees the
+/// transports registered after it too.
+class TransportCatalog {
+ public:
+  /// Null when `name` is not registered.
+  const TransportTraits* find(const std::string& name) const;
+  /// The registered names, in registration order.
+  const std::vector<std::string>& names() const noexcept { return names_; }
+  /// The transports `config` runs, each with the key naming it:
+  /// {"transport.kind", kind}, then {key, name} for each of kind's innerKeys
+  /// (names not registered included as they are).
+  std::vector<std::pair<std::string, std::string>> inUse(const Config& config) const;
+
+ private:
+  friend class Registry;
+  std::map<std::string, TransportTraits> traits_;
+  std::vector<std::string> names_;
+};
 using TopologyFactory = std::function<std::unique_ptr<Topology>(const Config&)>;
 using OptimizerFactory = std::function<std::unique_ptr<DistributedOptimizer>(const OptimizerContext&)>;
 /// A compressor wraps the optimizer the config names: it gets that optimizer
@@ -151,7 +191,8 @@ class Registry {
   /// topology, algorithm, compression).
   /// @throws InvalidArgument if the name is empty or already registered, the
   ///         factory is null, or a key clashes with one declared already.
-  void addTransport(const std::string& name, TransportFactory f, const KeySet& keys = {});
+  void addTransport(const std::string& name, TransportFactory f, const KeySet& keys = {},
+                    TransportTraits traits = {});
   void addTopology(const std::string& name, TopologyFactory f, const KeySet& keys = {});
   void addOptimizer(const std::string& name, OptimizerFactory f, const KeySet& keys = {});
   void addCompressor(const std::string& name, CompressorFactory f, const KeySet& keys = {});
@@ -188,6 +229,13 @@ class Registry {
   const OptimizerFactory& optimizer(const std::string& name) const;
   const CompressorFactory& compressor(const std::string& name) const;
 
+  /// What transport `name` can do (as registered).
+  /// @throws ConfigError (key transport.kind) as transport() when `name` is unknown.
+  const TransportTraits& transportTraits(const std::string& name) const;
+  /// The transports with their traits, for rules that read them; it grows
+  /// with each addTransport of this Registry (a copy of the Registry shares it).
+  std::shared_ptr<const TransportCatalog> transportCatalog() const noexcept { return catalog_; }
+
   std::vector<std::string> transportNames() const;
   std::vector<std::string> topologyNames() const;
   std::vector<std::string> optimizerNames() const;
@@ -214,6 +262,7 @@ class Registry {
  private:
   ConfigSchema schema_;
   std::map<std::string, TransportFactory> transports_;
+  std::shared_ptr<TransportCatalog> catalog_ = std::make_shared<TransportCatalog>();
   std::vector<TransportWrapper> services_;
   std::map<std::string, TopologyFactory> topologies_;
   std::map<std::string, OptimizerFactory> optimizers_;

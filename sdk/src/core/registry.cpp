@@ -3,6 +3,7 @@
 #include "gossamer/registry.hpp"
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/security.hpp"
 
 namespace gossamer {
 
@@ -42,17 +43,35 @@ std::string transportHost(const TransportContext& ctx) {
   return ctx.store.localAddress().value_or("127.0.0.1");
 }
 
+const TransportTraits* TransportCatalog::find(const std::string& name) const {
+  auto it = traits_.find(name);
+  return it == traits_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> TransportCatalog::inUse(const Config& config) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string& kind = config.get<std::string>("transport.kind");
+  out.emplace_back("transport.kind", kind);
+  if (const TransportTraits* t = find(kind))
+    for (const std::string& key : t->innerKeys) out.emplace_back(key, config.getOr<std::string>(key, ""));
+  return out;
+}
+
 Registry::Registry() {
   detail::addCoreKeys(schema_);
+  schema_.addKeys("security", KeySet().rule(detail::securedTransportsRule(catalog_)));
   // "none" leaves the optimizer as it is.
   addCompressor("none",
                 [](const OptimizerContext&, std::unique_ptr<DistributedOptimizer> inner) { return inner; });
   setDefault("compression", "none");
 }
 
-void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys) {
+void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys,
+                            TransportTraits traits) {
   insert(transports_, n, std::move(f));
   schema_.addChoice("transport", n, keys);
+  catalog_->traits_[n] = std::move(traits);
+  catalog_->names_.push_back(n);
 }
 void Registry::addTopology(const std::string& n, TopologyFactory f, const KeySet& keys) {
   insert(topologies_, n, std::move(f));
@@ -81,6 +100,10 @@ void Registry::setDefault(const std::string& section, const std::string& name) {
 }
 const TransportFactory& Registry::transport(const std::string& n) const {
   return lookup(transports_, n, "transport.kind");
+}
+const TransportTraits& Registry::transportTraits(const std::string& n) const {
+  transport(n);  // throws the ConfigError listing the registered names
+  return *catalog_->find(n);
 }
 const TopologyFactory& Registry::topology(const std::string& n) const {
   return lookup(topologies_, n, "topology.kind");

@@ -23,6 +23,7 @@
 #include "core/write_fully.hpp"
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/registry.hpp"
 #include "gossamer/schema.hpp"
 
 namespace gossamer {
@@ -144,21 +145,37 @@ std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
   for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
     secret.replace(at, 6, std::to_string(rank));
   const auto& pub = config.get<std::string>("security.public_keys");
-  GOSSAMER_ENFORCE(!secret.empty(), "security.secret_key: required when security.enabled is true");
-  GOSSAMER_ENFORCE(!pub.empty(), "security.public_keys: required when security.enabled is true");
+  // The load-time rule (keysWhenEnabled) says so with the line; this is for a
+  // Config that was never validated.
+  if (secret.empty() || pub.empty())
+    throw ConfigError(config.sourceFile, 0, secret.empty() ? "security.secret_key" : "security.public_keys",
+                      "required when security.enabled is true");
   return loadCurveKeys(secret, pub);
 }
 
 void requireNoSecurity(const Config& config, const std::string& transport) {
-  GOSSAMER_ENFORCE(!config.get<bool>("security.enabled"),
-                   "transport " << transport
-                                << " cannot authenticate or encrypt (security.enabled is true): use "
-                                   "transport.kind: zmq, which runs CURVE with the same keys");
+  if (config.get<bool>("security.enabled"))
+    throw ConfigError(
+        config.sourceFile, 0, "security.enabled",
+        "transport " + transport +
+            " cannot authenticate or encrypt: use transport.kind: zmq, which runs CURVE with the "
+            "same keys");
 }
 
 void writeCertificates(const std::string& path, const std::string& publicKey, const std::string& secretKey,
                        bool force) {
   GOSSAMER_ENFORCE(isZ85Key(publicKey) && isZ85Key(secretKey), "keys must be 40 characters of Z85");
+  // Checked before anything is written: "" or "keys/" would leave a stray
+  // ".pub" (or "keys/.pub") behind and then fail.
+  const std::filesystem::path p(path);
+  const std::string leaf = p.filename().string();
+  if (path.empty()) throw InvalidArgument("the key file's path is empty");
+  if (leaf.empty() || leaf == "." || leaf == "..")
+    throw InvalidArgument("key file path '" + path + "' names a directory, not a file in it");
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec))
+    throw InvalidArgument("key file path '" + path + "' is a directory (give a file in it, e.g. " +
+                          (p / "rank0").string() + ")");
   const std::string head = "# Gossamer CURVE certificate (ZeroMQ layout)\nmetadata\ncurve\n";
   const std::string pub = "    public-key = \"" + publicKey + "\"\n";
   // The public file first: a failure leaves no secret without its public half.
@@ -169,19 +186,57 @@ void writeCertificates(const std::string& path, const std::string& publicKey, co
             0600, force);
 }
 
+namespace {
+
+/// security.enabled needs secret_key and public_keys.
+std::optional<ConfigIssue> keysWhenEnabled(const Config& c) {
+  if (!c.get<bool>("security.enabled")) return std::nullopt;
+  for (const char* key : {"security.secret_key", "security.public_keys"})
+    if (c.get<std::string>(key).empty())
+      return ConfigIssue{key,
+                         "required when security.enabled is true (gossamer-keygen writes the key files)"};
+  return std::nullopt;
+}
+
+}  // namespace
+
 namespace detail {
+ConfigRule securedTransportsRule(std::shared_ptr<const TransportCatalog> catalog) {
+  return [catalog](const Config& c) -> std::optional<ConfigIssue> {
+    if (!c.get<bool>("security.enabled")) return std::nullopt;
+    for (const auto& [key, name] : catalog->inUse(c)) {
+      const TransportTraits* t = catalog->find(name);
+      // An unregistered name is its key's own error (the selector's, or the
+      // rule of the transport that reads it).
+      if (t == nullptr || t->secures || !t->spansProcesses || !t->innerKeys.empty()) continue;
+      std::string secure;
+      for (const std::string& n : catalog->names()) {
+        const TransportTraits* o = catalog->find(n);
+        if (o->secures) secure += (secure.empty() ? "" : " or ") + n;
+      }
+      return ConfigIssue{
+          key,
+          "transport " + name + " cannot authenticate or encrypt, and security.enabled is true: " +
+              (secure.empty() ? std::string("no registered transport can")
+                              : "use transport.kind: " + secure + ", which runs CURVE with the same keys")};
+    }
+    return std::nullopt;
+  };
+}
+
 void addSecurityKeys(ConfigSchema& schema) {
   schema.addSection("security",
                     "Admission by key: every link authenticated and encrypted with CURVE (zmq transport "
                     "only; the others refuse to start with it on).");
-  schema.addKeys("security",
-                 KeySet()
-                     .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
-                     .text("secret_key", "", {},
-                           "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
-                           "becomes the rank")
-                     .text("public_keys", "", {},
-                           "the admitted public keys: a certificate file, or a directory of them"));
+  schema.addKeys(
+      "security",
+      KeySet()
+          .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
+          .text("secret_key", "", {},
+                "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
+                "becomes the rank")
+          .text("public_keys", "", {}, "the admitted public keys: a certificate file, or a directory of them")
+          .rule(keysWhenEnabled));
 }
 }  // namespace detail
 

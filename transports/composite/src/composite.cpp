@@ -18,6 +18,8 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "gossamer/errors.hpp"
@@ -449,7 +451,36 @@ std::vector<int> sameHostRanks(int rank, int worldSize, Store& store, const std:
   return group;
 }
 
+namespace {
+
+/// transport.local and transport.remote name registered transports that
+/// link processes and are not built of other transports.
+std::optional<ConfigIssue> checkInner(const TransportCatalog& catalog, const Config& c) {
+  std::string usable;
+  for (const std::string& n : catalog.names()) {
+    const TransportTraits* t = catalog.find(n);
+    if (t->spansProcesses && t->innerKeys.empty()) usable += (usable.empty() ? "" : ", ") + n;
+  }
+  for (const char* key : {"transport.local", "transport.remote"}) {
+    const std::string& name = c.get<std::string>(key);
+    const TransportTraits* t = catalog.find(name);
+    std::string why;
+    if (t == nullptr)
+      why = "'" + name + "' is not a registered transport";
+    else if (!t->innerKeys.empty())
+      why = "'" + name + "' is built of other transports itself";
+    else if (!t->spansProcesses)
+      why = "'" + name + "' cannot link processes (the composite's ranks are processes; " + name +
+            " would leave each to itself)";
+    if (!why.empty()) return ConfigIssue{key, why + ": use one of " + usable};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void registerWith(Registry& registry) {
+  const std::shared_ptr<const TransportCatalog> catalog = registry.transportCatalog();
   registry.addTransport(
       "composite",
       [](const TransportContext& ctx) {
@@ -462,10 +493,8 @@ void registerWith(Registry& registry) {
         const Registry& registry = *ctx.registry;
         const auto localKind = c.get<std::string>("transport.local");
         const auto remoteKind = c.get<std::string>("transport.remote");
-        if (localKind == "composite" || remoteKind == "composite")
-          throw ConfigError(c.sourceFile, 0,
-                            localKind == "composite" ? "transport.local" : "transport.remote",
-                            "an inner transport cannot be composite");
+        if (auto issue = checkInner(*registry.transportCatalog(), c))
+          throw ConfigError(c.sourceFile, 0, issue->key, issue->message);
         const auto& localFactory = registry.transport(localKind);
         const auto& remoteFactory = registry.transport(remoteKind);
         Options o;
@@ -494,14 +523,20 @@ void registerWith(Registry& registry) {
       },
       KeySet()
           .text("local", "zmq", {},
-                "composite: the transport between ranks of one host (or island): zmq, socket, libfabric "
-                "(docs/transports.md compares them)")
+                "composite: the transport between ranks of one host (or island), any registered one that "
+                "links processes (zmq, socket, libfabric: docs/transports.md compares them)")
           .text("local_protocol", "ipc", {"ipc", "tcp"}, "composite: the local transport's protocol")
           .text("local_scope", "host", {"host", "island"},
                 "composite: which ranks use the local transport: those on one host (same kernel and network "
                 "namespace), or those of one island of network.islands")
           .text("remote", "zmq", {},
-                "composite: the transport to ranks of other hosts (or islands), with transport.protocol"));
+                "composite: the transport to ranks of other hosts (or islands), with transport.protocol")
+          .rule([catalog](const Config& c) -> std::optional<ConfigIssue> {
+            if (c.get<std::string>("transport.kind") != "composite") return std::nullopt;
+            return checkInner(*catalog, c);
+          }),
+      TransportTraits{
+          .spansProcesses = true, .secures = false, .innerKeys = {"transport.local", "transport.remote"}});
 }
 
 }  // namespace gossamer::composite

@@ -142,6 +142,12 @@ std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int ran
 #include "gossamer/registry.hpp"
 
 namespace gossamer::inproc {
+namespace {
+// The ranks are threads of one process: nothing crosses a process, so
+// nothing needs securing either.
+const TransportTraits kTraits{.spansProcesses = false, .secures = false, .innerKeys = {}};
+}  // namespace
+
 void registerWith(Registry& registry) {
   // The fabric is made by the first transport the registry creates, for that
   // config's world size, and shared by the ranks that follow.
@@ -150,27 +156,33 @@ void registerWith(Registry& registry) {
     std::shared_ptr<Fabric> fabric;
   };
   auto lazy = std::make_shared<Lazy>();
-  registry.addTransport("inproc", [lazy](const TransportContext& ctx) {
-    std::shared_ptr<Fabric> fabric;
-    {
-      std::lock_guard<std::mutex> lock(lazy->mu);
-      if (!lazy->fabric) lazy->fabric = makeFabric(ctx.config.worldSize());
-      fabric = lazy->fabric;
-    }
-    GOSSAMER_ENFORCE(
-        ctx.config.worldSize() == fabric->worldSize(),
-        "config world size " << ctx.config.worldSize() << " != fabric world size " << fabric->worldSize());
-    return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
-  });
+  registry.addTransport(
+      "inproc",
+      [lazy](const TransportContext& ctx) {
+        std::shared_ptr<Fabric> fabric;
+        {
+          std::lock_guard<std::mutex> lock(lazy->mu);
+          if (!lazy->fabric) lazy->fabric = makeFabric(ctx.config.worldSize());
+          fabric = lazy->fabric;
+        }
+        GOSSAMER_ENFORCE(ctx.config.worldSize() == fabric->worldSize(),
+                         "config world size " << ctx.config.worldSize() << " != fabric world size "
+                                              << fabric->worldSize());
+        return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
+      },
+      KeySet{}, kTraits);
 }
 
 void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric) {
   GOSSAMER_ENFORCE(fabric, "null fabric");
-  registry.addTransport("inproc", [fabric](const TransportContext& ctx) {
-    GOSSAMER_ENFORCE(
-        ctx.config.worldSize() == fabric->worldSize(),
-        "config world size " << ctx.config.worldSize() << " != fabric world size " << fabric->worldSize());
-    return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
-  });
+  registry.addTransport(
+      "inproc",
+      [fabric](const TransportContext& ctx) {
+        GOSSAMER_ENFORCE(ctx.config.worldSize() == fabric->worldSize(),
+                         "config world size " << ctx.config.worldSize() << " != fabric world size "
+                                              << fabric->worldSize());
+        return makeTransport(fabric, ctx.rank, ctx.config.get<double>("transport.timeout_seconds"));
+      },
+      KeySet{}, kTraits);
 }
 }  // namespace gossamer::inproc

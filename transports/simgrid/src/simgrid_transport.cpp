@@ -882,13 +882,19 @@ void sleepFor(double seconds) {
 }
 
 void registerWith(Registry& registry) {
-  registry.addTransport("simgrid", [](const TransportContext& ctx) {
-    Options o;
-    o.rank = ctx.rank;
-    o.worldSize = ctx.config.worldSize();
-    o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
-    return makeTransport(o);
-  });
+  registry.addTransport(
+      "simgrid",
+      [](const TransportContext& ctx) {
+        Options o;
+        o.rank = ctx.rank;
+        o.worldSize = ctx.config.worldSize();
+        o.timeoutSeconds = ctx.config.get<double>("transport.timeout_seconds");
+        return makeTransport(o);
+      },
+      KeySet{},
+      TransportTraits{.spansProcesses = false,
+                      .secures = false,
+                      .innerKeys = {}});  // simulated ranks: actors of one process
 }
 
 }  // namespace gossamer::simgrid

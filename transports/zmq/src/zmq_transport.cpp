@@ -1394,7 +1394,9 @@ void registerWith(Registry& registry) {
       KeySet().boolean(
           "recycle_receive_buffers", Options{}.recycleReceiveBuffers,
           "raise glibc's mmap and trim thresholds (mallopt: process-wide, for good) so large receive "
-          "buffers are reused; about 2x faster 64 MiB allreduces over zmq"));
+          "buffers are reused; about 2x faster 64 MiB allreduces over zmq"),
+      TransportTraits{
+          .spansProcesses = true, .secures = true, .innerKeys = {}});  // CURVE on every link (curveKeysFrom)
   registry.setDefault("transport", "zmq");
 }
 }  // namespace gossamer::zmq

@@ -1,17 +1,23 @@
 // Admission by key: the `security:` section and the CURVE key files every
-// transport that authenticates its peers reads. A transport that cannot
-// authenticate refuses to start when security is on (requireNoSecurity).
+// transport that authenticates its peers reads. A config that turns security
+// on over a transport that cannot authenticate (TransportTraits::secures) is
+// a ConfigError at load; such a transport also refuses to start with it
+// (requireNoSecurity), for a Config that was never validated.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gossamer/schema.hpp"
+
 namespace gossamer {
 
 struct Config;
 class ConfigSchema;
+class TransportCatalog;
 
 /// One peer's CURVE (Curve25519) identity and the public keys the job admits.
 /// Keys are Z85 text, 40 characters each (32 bytes; ZeroMQ RFC 32).
@@ -51,23 +57,29 @@ CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& pub
 /// The keys `security:` names for `rank`, loaded, when `security.enabled` is
 /// true; nullopt otherwise. "{rank}" in `security.secret_key` becomes the
 /// rank (one key pair per peer from one config). @throws InvalidArgument as
-/// loadCurveKeys, or when a key is missing.
+/// loadCurveKeys; ConfigError when a key path is empty.
 std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank);
 
-/// For a transport without authentication: @throws InvalidArgument saying
-/// that `transport` cannot run with `security.enabled` and which one can.
+/// For a transport without authentication: @throws ConfigError (key
+/// security.enabled) saying that `transport` cannot run with it and which one can.
 void requireNoSecurity(const Config& config, const std::string& transport);
 
 /// Writes a new key pair: `path` gets the secret certificate (mode 0600) and
 /// `path + ".pub"` the public one. Refuses to replace an existing file unless
-/// `force`. @throws InvalidArgument for a bad key or an existing file without
-/// force; Error if a file cannot be written.
+/// `force`. @throws InvalidArgument for a bad key, a path that is empty or
+/// names a directory (checked before anything is written), or an existing
+/// file without force; Error if a file cannot be written.
 void writeCertificates(const std::string& path, const std::string& publicKey, const std::string& secretKey,
                        bool force);
 
 namespace detail {
-/// Declares the `security:` section (enabled, secret_key, public_keys).
+/// Declares the `security:` section (enabled, secret_key, public_keys), with
+/// the rule that security.enabled needs both key paths.
 void addSecurityKeys(ConfigSchema& schema);
+/// The rule that every transport a config runs (TransportCatalog::inUse)
+/// can honour security.enabled (TransportTraits::secures); the Registry adds
+/// it with its catalog.
+ConfigRule securedTransportsRule(std::shared_ptr<const TransportCatalog> catalog);
 }  // namespace detail
 
 }  // namespace gossamer
