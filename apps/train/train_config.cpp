@@ -45,8 +45,8 @@ void registerTrainSections(gossamer::Registry& registry) {
           .integer("batch_size", d.training.batchSize, 1, INT_MAX, "per-peer mini-batch, samples")
           .integer("straggler_rank", d.training.stragglerRank, -1, gossamer::kMaxWorldSize - 1,
                    "straggler emulation: this rank sleeps after each step (-1 = none)")
-          .real("straggler_delay_seconds", d.training.stragglerDelaySeconds, {0.0, true, kUnbounded, false},
-                "the straggler's sleep after each step, seconds")
+          .real("straggler_delay_seconds", d.training.stragglerDelaySeconds, {0.0, true, 86400.0, true},
+                "the straggler's sleep after each step, seconds (at most a day)")
           .text("stop_file", d.training.stopFile, {},
                 "when this file exists, every rank stops after the epoch in whose evaluation one of them "
                 "saw it, before training.epochs (empty: never)")

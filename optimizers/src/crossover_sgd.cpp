@@ -107,7 +107,7 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
                    "weight floor " << o.weightFloor << " outside (0, 1)");
   GOSSAMER_ENFORCE(o.flushWaitSeconds >= 0, "flush wait " << o.flushWaitSeconds << " s");
   GOSSAMER_ENFORCE(
-      o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
+      o.asyncWaitSeconds >= 0 && (o.mode != GossipMode::kAsync || o.asyncWaitSeconds <= o.timeoutSeconds),
       "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
   GOSSAMER_ENFORCE(
       topology.worldSize() == transport.worldSize(),

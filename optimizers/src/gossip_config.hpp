@@ -24,14 +24,16 @@ SgpOptions sgpFrom(const Config& c);
 /// The sum of `sizes` (elements).
 std::size_t total(const std::vector<std::size_t>& sizes);
 /// The keys every gossip optimizer reads: mode, weight_floor,
-/// async_wait_seconds, check_received.
-KeySet gossipKeys();
-/// gossipKeys() and Crossover-SGD's segments and interval.
-KeySet crossoverKeys();
+/// async_wait_seconds, check_received; with the rules of async mode for
+/// optimizer `owner` (its algorithm.name): async_wait_seconds at most
+/// transport.timeout_seconds, and no checkpoints.
+KeySet gossipKeys(const std::string& owner);
+/// gossipKeys(owner) and Crossover-SGD's segments and interval.
+KeySet crossoverKeys(const std::string& owner);
 
-/// crossoverKeys() and `base` (crossover_sgd or sgp): the keys of an
+/// crossoverKeys(owner) and `base` (crossover_sgd or sgp): the keys of an
 /// algorithm that runs on a gossip optimizer's exchange.
-KeySet correctedGossipKeys();
+KeySet correctedGossipKeys(const std::string& owner);
 
 /// The gossip optimizer named by `algorithm.base` (crossover_sgd or sgp), with
 /// the options of `ctx.config`, over the flat vector whose tensors have

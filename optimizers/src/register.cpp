@@ -20,6 +20,29 @@ const std::vector<std::string> kModes{"sync", "overlap", "async"};
 // as long as it lives (the service ends the wait for a dead or silent one).
 double flushWaitFrom(const Config& c) { return c.getOr<bool>("membership.enabled", false) ? 86400.0 : 0.0; }
 GossipMode modeFrom(const Config& c) { return parseGossipMode(c.get<std::string>("algorithm.mode")); }
+
+/// What async mode of optimizer `owner` (when it is algorithm.name) cannot
+/// do: wait for pushes longer than the transport's bound, or be checkpointed.
+ConfigRule asyncLimits(std::string owner) {
+  return [owner](const Config& c) -> std::optional<ConfigIssue> {
+    if (c.get<std::string>("algorithm.name") != owner || c.get<std::string>("algorithm.mode") != "async")
+      return std::nullopt;
+    const double wait = c.get<double>("algorithm.async_wait_seconds");
+    const double timeout = c.get<double>("transport.timeout_seconds");
+    if (wait > timeout)
+      return ConfigIssue{"algorithm.async_wait_seconds",
+                         formatConfigValue(wait) + " s is above transport.timeout_seconds (" +
+                             formatConfigValue(timeout) + " s), which bounds every wait of async mode"};
+    const int every = c.getOr<int>("checkpoint.every_steps", 0);
+    if (every > 0 || c.getOr<bool>("checkpoint.resume", false))
+      return ConfigIssue{"algorithm.mode",
+                         owner + " in async mode cannot be checkpointed, and " +
+                             (every > 0 ? "checkpoint.every_steps is " + std::to_string(every)
+                                        : std::string("checkpoint.resume is true")) +
+                             " (sync and overlap can be; or turn checkpoints off)"};
+    return std::nullopt;
+  };
+}
 }  // namespace
 
 SgdOptions sgdFrom(const Config& c) {
@@ -58,7 +81,7 @@ SgpOptions sgpFrom(const Config& c) {
   return o;
 }
 
-KeySet gossipKeys() {
+KeySet gossipKeys(const std::string& owner) {
   return KeySet()
       .text("mode", "sync", kModes,
             "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
@@ -69,20 +92,22 @@ KeySet gossipKeys() {
             "mass stays exact)")
       .real("async_wait_seconds", SgpOptions{}.asyncWaitSeconds, {0.0, true, 3600.0, true},
             "async mode: a rank whose push-sum weight (SGP's, or a Crossover-SGD segment's) is too low to "
-            "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits)")
+            "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits; at most "
+            "transport.timeout_seconds; unused in sync and overlap)")
       .boolean("check_received", true,
                "refuse a peer's gossip message holding a NaN or infinite value, or a push-sum weight outside "
                "[0, world_size], instead of mixing it in (counted and logged: one corrupt peer cannot poison "
-               "the average)");
+               "the average)")
+      .rule(asyncLimits(owner));
 }
-KeySet crossoverKeys() {
-  return gossipKeys()
+KeySet crossoverKeys(const std::string& owner) {
+  return gossipKeys(owner)
       .integer("segments", 4, 1, 4096, "Crossover-SGD segments S per model")
       .integer("interval", 1, 1, INT_MAX, "local steps between exchanges");
 }
 
-KeySet correctedGossipKeys() {
-  return crossoverKeys().text(
+KeySet correctedGossipKeys(const std::string& owner) {
+  return crossoverKeys(owner).text(
       "base", "crossover_sgd", {"crossover_sgd", "sgp"},
       "gradient_tracking, d2, quasi_global_momentum: the gossip algorithm whose exchange "
       "mixes the models (crossover_sgd: segments over a doubly stochastic topology, fair or "
@@ -139,7 +164,7 @@ void registerCrossoverSgd(Registry& registry) {
         return std::make_unique<CrossoverSgd>(ctx.transport, ctx.topology, ctx.tensorSizes,
                                               crossoverFrom(ctx.config));
       },
-      crossoverKeys());
+      crossoverKeys("crossover_sgd"));
 }
 
 void registerSgp(Registry& registry) {
@@ -152,9 +177,10 @@ void registerSgp(Registry& registry) {
         return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
                                      sgpFrom(ctx.config));
       },
-      gossipKeys().boolean("loss_tolerant", false,
-                           "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
-                           "no mass (never waits; 16 + 8P bytes per message)"));
+      gossipKeys("sgp").boolean(
+          "loss_tolerant", false,
+          "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
+          "no mass (never waits; 16 + 8P bytes per message)"));
 }
 
 void registerHierarchical(Registry& registry) {
@@ -179,7 +205,7 @@ void registerHierarchical(Registry& registry) {
         return std::make_unique<Hierarchical>(ctx.transport, std::move(groups), inter, std::move(topo),
                                               ctx.tensorSizes, crossoverFrom(c));
       },
-      crossoverKeys()
+      crossoverKeys("hierarchical")
           .intListList("groups", 0, kMaxWorldSize - 1, true,
                        "explicit leader groups (a partition of the ranks); empty = the network's islands "
                        "(network.islands), else consecutive groups of group_size")

@@ -78,7 +78,7 @@ Sgp::Sgp(Transport& transport, const Topology& topology, std::size_t numParams, 
       screen_(o.checkReceived, "sgp") {
   GOSSAMER_ENFORCE(o.timeoutSeconds > 0, "timeout " << o.timeoutSeconds);
   GOSSAMER_ENFORCE(
-      o.asyncWaitSeconds >= 0 && o.asyncWaitSeconds <= o.timeoutSeconds,
+      o.asyncWaitSeconds >= 0 && (o.mode != GossipMode::kAsync || o.asyncWaitSeconds <= o.timeoutSeconds),
       "async wait " << o.asyncWaitSeconds << " s outside [0, timeout " << o.timeoutSeconds << " s]");
   GOSSAMER_ENFORCE(o.weightFloor > 0 && o.weightFloor < 1,
                    "weight floor " << o.weightFloor << " outside (0, 1)");

@@ -861,6 +861,56 @@ TEST_CASE("config: malformed documents are errors", "[config]") {
   }
 }
 
+TEST_CASE("config: optimizer, fault and membership settings no rank could run with are errors at load",
+          "[config]") {
+  SECTION("async mode's wait above the transport's timeout") {
+    std::string what = requireError(
+        "transport:\n  timeout_seconds: 10\nalgorithm:\n  name: crossover_sgd\n  mode: async\n"
+        "  async_wait_seconds: 3600\n",
+        6, "algorithm.async_wait_seconds");
+    CHECK(contains(what, "transport.timeout_seconds (10 s)"));
+    requireError(
+        "transport:\n  timeout_seconds: 1\nalgorithm:\n  name: sgp\n  mode: async\n"
+        "  async_wait_seconds: 2\n",
+        6, "algorithm.async_wait_seconds");
+    // The wait is unused in sync and overlap modes.
+    CHECK_NOTHROW(reg().parse(
+        "transport:\n  timeout_seconds: 10\nalgorithm:\n  mode: sync\n  async_wait_seconds: 3600\n", kName));
+  }
+  SECTION("async mode with checkpoints") {
+    std::string what = requireError("algorithm:\n  mode: async\ncheckpoint:\n  every_steps: 1\n  dir: ck\n",
+                                    2, "algorithm.mode");
+    CHECK(contains(what, "cannot be checkpointed"));
+    CHECK(contains(what, "checkpoint.every_steps is 1"));
+    what = requireError("algorithm:\n  name: sgp\n  mode: async\ncheckpoint:\n  resume: true\n  dir: ck\n", 3,
+                        "algorithm.mode");
+    CHECK(contains(what, "checkpoint.resume"));
+    CHECK_NOTHROW(
+        reg().parse("algorithm:\n  mode: overlap\ncheckpoint:\n  every_steps: 1\n  dir: ck\n", kName));
+  }
+  SECTION("a partition of ranks the job does not have") {
+    const std::string faults = "world_size: 2\nfaults:\n  enabled: true\n  partition: ";
+    for (const char* bad : {"\"0|5\"", "\"0|0\"", "\"0,1\"", "\"0|x\"", "\"0||1\""}) {
+      std::string what = requireError(faults + bad + "\n", 4, "faults.partition");
+      CHECK_FALSE(contains(what, "check failed"));
+    }
+    CHECK(contains(requireError(faults + "\"0|5\"\n", 4, "faults.partition"), "rank 5 is not in the job"));
+    CHECK_NOTHROW(reg().parse(faults + "\"0|1\"\n", kName));
+  }
+  SECTION("membership settings that contradict each other") {
+    std::string what = requireError("membership:\n  heartbeat_seconds: 5\n  suspect_seconds: 1\n", 3,
+                                    "membership.suspect_seconds");
+    CHECK(contains(what, "must exceed membership.heartbeat_seconds"));
+    requireError("membership:\n  rejoin: false\n  partition: majority\n", 3, "membership.partition");
+    requireError("membership:\n  rejoin: false\n  restarted: true\n", 3, "membership.restarted");
+    CHECK_NOTHROW(
+        reg().parse("membership:\n  enabled: false\n  heartbeat_seconds: 5\n  suspect_seconds: 1\n", kName));
+  }
+  SECTION("a straggler's delay beyond a day") {
+    requireError("training:\n  straggler_delay_seconds: 1.0e300\n", 2, "training.straggler_delay_seconds");
+  }
+}
+
 TEST_CASE("config: file errors", "[config]") {
   SECTION("missing file") {
     const std::string path = "/nonexistent/gossamer/missing-config.yaml";

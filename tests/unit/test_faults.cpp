@@ -286,6 +286,12 @@ TEST_CASE("faults: a partition drops sends between groups only while it is in fo
   for (const char* bad : {"0,1", "0,1|1,2", "0,1|4", "0,x|1", "0,1||2"}) {
     INFO(bad);
     CHECK_THROWS_AS(faults::parsePartition(bad, 4), InvalidArgument);
+    try {
+      faults::parsePartition(bad, 4);
+    } catch (const InvalidArgument& e) {
+      // What a user sees (a ConfigError at load quotes it): no internal check's text.
+      CHECK(std::string(e.what()).rfind("partition '", 0) == 0);
+    }
   }
   // Rank 0 (group {0}) sends to rank 1 (group {1}) before, during and after a
   // 0.4 s partition that starts 0.3 s in; rank 1 counts what arrives.

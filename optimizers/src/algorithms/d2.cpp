@@ -172,7 +172,7 @@ void register_d2(Registry& registry) {
                                     c.get<int>("algorithm.segments"), detail::total(ctx.tensorSizes),
                                     detail::sgdFrom(c));
       },
-      detail::correctedGossipKeys());
+      detail::correctedGossipKeys("d2"));
 }
 
 }  // namespace algorithms

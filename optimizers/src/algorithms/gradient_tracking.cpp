@@ -153,7 +153,7 @@ void register_gradient_tracking(Registry& registry) {
                                                   detail::total(ctx.tensorSizes),
                                                   detail::sgdFrom(ctx.config));
       },
-      detail::correctedGossipKeys());
+      detail::correctedGossipKeys("gradient_tracking"));
 }
 
 }  // namespace algorithms

@@ -129,10 +129,11 @@ void register_quasi_global_momentum(Registry& registry) {
             detail::makeGossipBase(ctx, ctx.tensorSizes), detail::total(ctx.tensorSizes),
             detail::sgdFrom(ctx.config), ctx.config.get<bool>("algorithm.nesterov"));
       },
-      detail::correctedGossipKeys().boolean(
-          "nesterov", true,
-          "quasi_global_momentum: step along g + beta m (QG-DSGDm-N, the default) or, false, along m "
-          "(heavy ball, QG-DSGDm)"));
+      detail::correctedGossipKeys("quasi_global_momentum")
+          .boolean(
+              "nesterov", true,
+              "quasi_global_momentum: step along g + beta m (QG-DSGDm-N, the default) or, false, along m "
+              "(heavy ball, QG-DSGDm)"));
 }
 
 }  // namespace algorithms

@@ -49,7 +49,8 @@ void detail::addCollectiveKeys(ConfigSchema& schema) {
               "auto without a cost model: Rabenseifner above small_message_bytes up to this size, the ring "
               "above, bytes")
           .integer("group_size", d.groupSize, 0, kMaxWorldSize,
-                   "ranks per group of hierarchical and tga2d (0 = about sqrt(N))")
+                   "ranks per group of hierarchical and tga2d (0 = about sqrt(N); more than the job's ranks "
+                   "makes one group of all of them)")
           .integer("torus_rows", d.torusRows, 0, kMaxWorldSize, "rows of torus2d's grid (0 = about sqrt(N))")
           .boolean("cost_model", d.useCostModel, "auto picks by the alpha-beta-gamma cost model")
           .real("alpha_seconds", d.model.alphaSeconds, unit, "model: per-message latency, seconds")

@@ -350,6 +350,7 @@ class FaultyTransport final : public Transport {
 std::vector<std::vector<int>> parsePartition(const std::string& text, int worldSize) {
   std::vector<std::vector<int>> groups;
   if (text.empty()) return groups;
+  const auto bad = [&](const std::string& why) { throw InvalidArgument("partition '" + text + "': " + why); };
   std::vector<bool> seen(static_cast<std::size_t>(worldSize), false);
   std::stringstream all(text);
   std::string group;
@@ -359,26 +360,23 @@ std::vector<std::vector<int>> parsePartition(const std::string& text, int worldS
     std::string r;
     while (std::getline(ranks, r, ',')) {
       int v = -1;
+      std::size_t used = 0;
       try {
-        std::size_t used = 0;
         v = std::stoi(r, &used);
-        GOSSAMER_ENFORCE(used == r.size(), "partition '" << text << "': '" << r << "' is not a rank");
       } catch (const std::logic_error&) {
-        throw InvalidArgument("partition '" + text + "': '" + r + "' is not a rank");
+        used = 0;
       }
-      GOSSAMER_ENFORCE(v >= 0 && v < worldSize, "partition '" << text << "': rank " << v
-                                                              << " is outside the job of " << worldSize
-                                                              << " ranks");
-      GOSSAMER_ENFORCE(!seen[static_cast<std::size_t>(v)],
-                       "partition '" << text << "': rank " << v << " is in two groups");
+      if (used == 0 || used != r.size()) bad("'" + r + "' is not a rank");
+      if (v < 0 || v >= worldSize)
+        bad("rank " + std::to_string(v) + " is not in the job (" + rankRangeText(worldSize) + ")");
+      if (seen[static_cast<std::size_t>(v)]) bad("rank " + std::to_string(v) + " is in two groups");
       seen[static_cast<std::size_t>(v)] = true;
       g.push_back(v);
     }
-    GOSSAMER_ENFORCE(!g.empty(), "partition '" << text << "': an empty group");
+    if (g.empty()) bad("an empty group");
     groups.push_back(std::move(g));
   }
-  GOSSAMER_ENFORCE(groups.size() >= 2,
-                   "partition '" << text << "': needs at least two groups separated by '|'");
+  if (groups.size() < 2) bad("needs at least two groups separated by '|'");
   return groups;
 }
 
@@ -410,6 +408,19 @@ const FaultStats* faultStats(const Transport& t) {
   return f != nullptr ? &f->faults() : nullptr;
 }
 
+namespace {
+/// faults.partition, when the injector is on: groups of this job's ranks.
+std::optional<ConfigIssue> checkPartition(const Config& c) {
+  if (!c.get<bool>("faults.enabled")) return std::nullopt;
+  try {
+    parsePartition(c.get<std::string>("faults.partition"), c.worldSize());
+  } catch (const InvalidArgument& e) {
+    return ConfigIssue{"faults.partition", e.what()};
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 void registerWith(Registry& registry) {
   registry.addTransportService(
       "faults", "fault injection on every rank's sends, for tests and demos (off unless enabled)",
@@ -428,6 +439,7 @@ void registerWith(Registry& registry) {
                 "when the partition starts, seconds after rank 0's transport was made (the same moment on "
                 "every rank: rank 0 shares its clock through the rendezvous)")
           .real("partition_seconds", 0.0, {0.0, true, 1e9, true}, "how long the partition lasts, seconds")
+          .rule(checkPartition)
           .real("delay", 0.0, {0.0, true, 1.0, true},
                 "probability that a send goes out late, after a time drawn uniformly from [0, delay_seconds]")
           .real("delay_seconds", 0.1, {0.0, false, 3600.0, true},

@@ -1007,6 +1007,27 @@ Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
   return {std::move(transport), handle};
 }
 
+namespace {
+/// The membership keys that constrain each other, when the service is on.
+std::optional<ConfigIssue> checkSettings(const Config& c) {
+  if (!c.get<bool>("membership.enabled")) return std::nullopt;
+  const double heartbeat = c.get<double>("membership.heartbeat_seconds");
+  if (c.get<double>("membership.suspect_seconds") <= heartbeat)
+    return ConfigIssue{"membership.suspect_seconds",
+                       "must exceed membership.heartbeat_seconds (" + formatConfigValue(heartbeat) + " s)"};
+  if (c.get<bool>("membership.rejoin")) return std::nullopt;
+  if (c.get<std::string>("membership.partition") == "majority")
+    return ConfigIssue{"membership.partition",
+                       "majority needs membership.rejoin: true (a paused minority joins on heal)"};
+  if (c.get<bool>("membership.restarted"))
+    return ConfigIssue{"membership.restarted", "needs membership.rejoin: true"};
+  if (maxWorldSize(c) > c.worldSize())
+    return ConfigIssue{"membership.max_world_size",
+                       "needs membership.rejoin: true (a rank that joins is taken in as a rejoining one)"};
+  return std::nullopt;
+}
+}  // namespace
+
 void registerWith(Registry& registry) {
   registry.addTransportService(
       "membership",
@@ -1039,7 +1060,8 @@ void registerWith(Registry& registry) {
           .integer("max_world_size", 0, 0, 1024,
                    "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
                    "runs (gossamer-train --join; needs rejoin and zmq, socket or libfabric; 0: world_size, "
-                   "no joins)"),
+                   "no joins)")
+          .rule(checkSettings),
       [](const TransportContext& ctx, std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
         const Config& c = ctx.config;
         if (!c.get<bool>("membership.enabled")) return inner;
@@ -1050,24 +1072,13 @@ void registerWith(Registry& registry) {
         o.rejoin = c.get<bool>("membership.rejoin");
         o.restarted = c.get<bool>("membership.restarted");
         o.majority = c.get<std::string>("membership.partition") == "majority";
-        if (o.majority && !o.rejoin)
-          throw ConfigError(c.sourceFile, 0, "membership.partition",
-                            "majority needs membership.rejoin: true (a paused minority joins on heal)");
-        if (o.restarted && !o.rejoin)
-          throw ConfigError(c.sourceFile, 0, "membership.restarted", "needs membership.rejoin: true");
-        if (maxWorldSize(c) > c.worldSize() && !o.rejoin)
-          throw ConfigError(
-              c.sourceFile, 0, "membership.max_world_size",
-              "needs membership.rejoin: true (a rank that joins is taken in as a rejoining one)");
+        // A Config the Agent runs passed checkSettings already (Agent validates it).
+        if (auto issue = checkSettings(c)) throw ConfigError(c.sourceFile, 0, issue->key, issue->message);
         if (ctx.rank >= c.worldSize() && !o.restarted)
           throw ConfigError(c.sourceFile, 0, "membership.restarted",
                             "rank " + std::to_string(ctx.rank) + " is beyond world_size " +
                                 std::to_string(c.worldSize()) +
                                 ": it joins the running job (restarted: true)");
-        if (o.suspectSeconds <= o.heartbeatSeconds)
-          throw ConfigError(
-              c.sourceFile, 0, "membership.suspect_seconds",
-              "must exceed membership.heartbeat_seconds (" + std::to_string(o.heartbeatSeconds) + " s)");
         Service service = wrap(std::move(inner), o);
         if (ctx.capabilities != nullptr) ctx.capabilities->offerMembership(*service.membership);
         return std::move(service.transport);

@@ -106,6 +106,7 @@ struct CrossoverOptions {
   /// Async mode: while a segment's weight is too low to push, the rank waits
   /// up to this long (seconds, >= 0) for its peers' pushes before it steps
   /// on; 0 never waits (bounded staleness, as SgpOptions::asyncWaitSeconds).
+  /// At most timeoutSeconds in async mode; unused in the others.
   double asyncWaitSeconds = 0.005;
   /// Async mode: the longest wait (seconds) in flush() for every rank to
   /// reach the agreement that ends the phase (0: timeoutSeconds). A rank
@@ -235,7 +236,8 @@ struct SgpOptions {
   /// Async mode: a rank whose weight is too low to push waits up to this
   /// long (seconds, >= 0) for its peers' pushes before it steps on; 0 never
   /// waits. A bounded staleness that yields the CPU to the transport when
-  /// the steps outpace it (sgp.cpp).
+  /// the steps outpace it (sgp.cpp). At most timeoutSeconds in async mode;
+  /// unused in the others.
   double asyncWaitSeconds = 0.005;
   /// Async mode: the longest wait (seconds) in flush() for every rank to
   /// reach the agreement that ends the phase (0: timeoutSeconds). A rank
