@@ -26,6 +26,8 @@
 // streams and DiLoCo's overlapped outer step run as actors (kit/executor.hpp).
 //
 // Output: a table on stdout and, with --json, one JSON object.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,27 @@ using json = nlohmann::json;
 using namespace gossamer;
 
 constexpr std::size_t kSampled = 64;  // elements the consensus distance is measured on
+// --params at most: 2^31 float32 elements, 8 GiB per copy (every simulated
+// rank holds its own copies in this one process).
+constexpr std::size_t kMaxParams = std::size_t{1} << 31;
+
+// A CLI check: a finite number >= 0 (CLI::NonNegativeNumber lets "nan" through).
+CLI::Validator finiteNonNegative() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        std::size_t used = 0;
+        double v = -1;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::logic_error&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0)
+          return "'" + text + "' is not a finite number >= 0";
+        return "";
+      },
+      "NONNEGATIVE");
+}
 
 struct Options {
   std::string config;
@@ -83,20 +107,33 @@ std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize
   for (int r = 0; r < worldSize; ++r) {
     const std::string path = dir + "/rank-" + std::to_string(r) + ".jsonl";
     std::ifstream in(path);
-    GOSSAMER_ENFORCE(in, "sim.compute_from: cannot read " << path);
+    if (!in)
+      throw InvalidArgument("sim.compute_from (--compute-from): cannot read " + path +
+                            " (a real run's directory holds rank-R.jsonl for each of its ranks)");
     auto& mine = out[static_cast<std::size_t>(r)];
     std::string line;
     for (int at = 1; std::getline(in, line); ++at) {
       const json j = json::parse(line, nullptr, false);
-      GOSSAMER_ENFORCE(!j.is_discarded() && j.is_object(), path << ":" << at << ": not a JSON object");
+      const auto bad = [&](const std::string& why) {
+        throw InvalidArgument("sim.compute_from (--compute-from): " + path + ":" + std::to_string(at) + ": " +
+                              why);
+      };
+      if (j.is_discarded() || !j.is_object()) bad("not a JSON object");
       if (j.value("kind", "") != "step") continue;
-      const auto steps = j.value("steps", 1);
-      const double c = j.value("compute_s", -1.0) + j.value("communication_s", 0.0);
-      GOSSAMER_ENFORCE(steps >= 1 && c >= 0,
-                       path << ":" << at << ": a step record without steps >= 1 and compute_s >= 0");
+      int steps = 0;
+      double c = -1;
+      try {
+        steps = j.value("steps", 1);
+        c = j.value("compute_s", -1.0) + j.value("communication_s", 0.0);
+      } catch (const json::exception&) {
+        bad("steps, compute_s or communication_s is not a number");
+      }
+      if (steps < 1 || !(c >= 0) || !std::isfinite(c))
+        bad("a step record without steps >= 1 and compute_s >= 0");
       for (int k = 0; k < steps; ++k) mine.push_back(c / steps);
     }
-    GOSSAMER_ENFORCE(!mine.empty(), "sim.compute_from: " << path << " has no step record");
+    if (mine.empty())
+      throw InvalidArgument("sim.compute_from (--compute-from): " + path + " has no step record");
   }
   return out;
 }
@@ -171,7 +208,11 @@ std::vector<std::string> simOverrides(const Options& o, const Registry& registry
   if (o.worldSize > 0) overrides.push_back("world_size=" + std::to_string(o.worldSize));
   if (o.islands > 0) {
     const int n = o.worldSize > 0 ? o.worldSize : registry.load(o.config, o.overrides).worldSize();
-    GOSSAMER_ENFORCE(o.islands <= n, "--islands " << o.islands << " exceeds the world size " << n);
+    if (o.islands > n)
+      throw InvalidArgument("--islands " + std::to_string(o.islands) + " is more than the " +
+                            std::to_string(n) + " ranks (" +
+                            (o.worldSize > 0 ? "--world-size" : "the config's world_size") +
+                            "): an island holds one rank at least");
     overrides.push_back("network.islands=" + equalIslands(n, o.islands));
   }
   overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
@@ -215,6 +256,18 @@ json run(const Options& o) {
   std::vector<std::vector<double>> stepEnds(static_cast<std::size_t>(n));
   std::string algorithm;
   bool replicated = false;
+  // Every rank's parameters and gradients live in this one process.
+  const double need = static_cast<double>(n) * static_cast<double>(total) * 8;
+  const double have =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have) {
+    std::ostringstream os;
+    os << n << " ranks of " << total << " parameters need " << need / (1 << 30)
+       << " GiB for their parameters and gradients alone, and this machine has " << have / (1 << 30)
+       << " GiB: lower " << (o.params > 0 ? "--params" : "model.hidden") << " or "
+       << (o.worldSize > 0 ? "--world-size" : "world_size");
+    throw InvalidArgument(os.str());
+  }
   const auto wall0 = std::chrono::steady_clock::now();
   const auto outcome = simgrid::simulate(
       platform,
@@ -297,15 +350,17 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--set", o.overrides, "KEY=VALUE: overrides a key of the config, as gossamer-train --set");
   app.add_option("--world-size", o.worldSize, "ranks (default: the config's world_size)")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--islands", o.islands, "network.islands: this many equal islands (default: the config's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, kMaxWorldSize));
+  app.add_option("--islands", o.islands,
+                 "network.islands: this many equal islands, at most the world size (default: the config's)")
+      ->check(CLI::Range(1, kMaxWorldSize));
   app.add_option("--steps", o.steps, "optimizer steps per rank")->check(CLI::Range(1, 1000000));
   app.add_option("--step-seconds", o.stepSeconds, "simulated compute per step, seconds (sim.step_seconds)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--params", o.params, "parameters (float32 elements) instead of the model's");
+      ->check(finiteNonNegative());
+  app.add_option("--params", o.params, "parameters (float32 elements) instead of the model's")
+      ->check(CLI::Range(std::size_t{1}, kMaxParams));
   app.add_option("--inside-latency-us", o.insideLatencyUs, "one-way latency inside an island, microseconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finiteNonNegative());
   app.add_flag("--receive-unshaped", o.receiveUnshaped,
                "hosts receive at any rate (tc shapes only what a host sends, as on the namespace hosts)");
   app.add_flag("--tbf", o.tbf,

@@ -56,6 +56,14 @@ namespace {
 using gossamer::Config;
 namespace train = gossamer::train;
 
+/// `v` as text that reads back as the same double ("1e-07", not
+/// std::to_string's "0.000000"), for a child's command line.
+std::string exactText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 std::string epochLine(const Config& c, const train::EpochMetrics& m) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
@@ -333,8 +341,9 @@ int main(int argc, char** argv) {
   app.add_option("--progress-rank", progressRank, "the rank that shows step progress (default 0)")
       ->check(CLI::NonNegativeNumber);
   double progressSeconds = 10;
-  app.add_option("--progress-seconds", progressSeconds, "seconds between plain progress lines (default 10)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--progress-seconds", progressSeconds,
+                 "seconds between plain progress lines, 0.001 to 86400 (default 10)")
+      ->check(CLI::Range(0.001, 86400.0));
   std::vector<std::string> overrides;
   app.add_option("--set", overrides,
                  "KEY=VALUE: overrides a key of the config after loading it, e.g. --set training.epochs=1 "
@@ -390,7 +399,7 @@ int main(int argc, char** argv) {
     // The children of the local launcher show what this process was asked to.
     const std::vector<std::string> progressArgs = {"--progress",         progress,
                                                    "--progress-rank",    std::to_string(progressRank),
-                                                   "--progress-seconds", std::to_string(progressSeconds)};
+                                                   "--progress-seconds", exactText(progressSeconds)};
     if (binding != "none" && (rank >= 0 || c.get<std::string>("transport.kind") == "inproc"))
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"

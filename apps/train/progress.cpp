@@ -44,8 +44,8 @@ ProgressMode parseProgressMode(const std::string& text) {
 }
 
 Progress::Progress(ProgressMode mode, double lineSeconds, std::FILE* out) : mode_(mode), out_(out) {
-  GOSSAMER_ENFORCE(lineSeconds > 0 && std::isfinite(lineSeconds),
-                   "progress line interval " << lineSeconds << " s");
+  GOSSAMER_ENFORCE(lineSeconds > 0 && lineSeconds <= 86400.0,
+                   "progress line interval " << lineSeconds << " s outside (0, 86400]");
   lineEvery_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(lineSeconds));
   if (mode_ == ProgressMode::kAuto) {
     const char* term = std::getenv("TERM");

@@ -23,9 +23,9 @@ ProgressMode parseProgressMode(const std::string& text);
 /// progress rank's training thread; epoch lines from the same process).
 class Progress {
  public:
-  /// `lineSeconds` (> 0): seconds between plain lines (kLines). kAuto is
+  /// `lineSeconds` (in (0, 86400]): seconds between plain lines (kLines). kAuto is
   /// resolved here from isatty(out) and $TERM.
-  /// @throws InvalidArgument if lineSeconds <= 0.
+  /// @throws InvalidArgument if lineSeconds is outside (0, 86400].
   Progress(ProgressMode mode, double lineSeconds, std::FILE* out = stdout);
   ~Progress();
   Progress(const Progress&) = delete;

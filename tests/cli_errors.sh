@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The programs' options are checked where they are read, and a bad one is an
+# error that names it, never an internal check's text ("check failed"):
+# gossamer-sim's --islands, --world-size, --inside-latency-us and
+# --compute-from; gossamer-train's --progress-seconds (a value it passes to
+# its children as it is); gossamer-keygen's path (nothing written); a
+# gossamer-sparse job over inproc (its ranks are processes).
+#   cli_errors.sh GOSSAMER_TRAIN GOSSAMER_KEYGEN GOSSAMER_SPARSE [GOSSAMER_SIM]
+set -uo pipefail
+train="$1" keygen="$2" sparse="$3" sim="${4:-}"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+failures=0
+printf 'world_size: 2\ntransport: {kind: inproc, timeout_seconds: 10}\nrun: {dir: ""}\n' >"$dir/job.yaml"
+
+# expect NAME TEXT COMMAND...: COMMAND fails, and its output holds TEXT and no "check failed".
+expect() {
+  local name="$1" text="$2"
+  shift 2
+  local out status
+  out="$(cd "$dir/cwd" && "$@" 2>&1)"
+  status=$?
+  if [ "$status" -eq 0 ]; then
+    echo "FAIL: $name: exit status 0: $out"
+    failures=$((failures + 1))
+  elif ! grep -qF -- "$text" <<<"$out" || grep -q "check failed" <<<"$out"; then
+    echo "FAIL: $name: expected '$text' (and no internal check) in: $out"
+    failures=$((failures + 1))
+  else
+    echo "ok: $name: $(head -c 300 <<<"$out")"
+  fi
+}
+mkdir "$dir/cwd" "$dir/empty"
+
+if [ -x "$sim" ]; then
+  expect "sim --islands above the world size" "--islands 5 is more than the 2 ranks (--world-size)" \
+    "$sim" "$dir/job.yaml" --world-size 2 --islands 5
+  expect "sim --islands above the config's world size" "the config's world_size" \
+    "$sim" "$dir/job.yaml" --islands 3
+  expect "sim --world-size above the most" "--world-size" "$sim" "$dir/job.yaml" --world-size 4097
+  expect "sim --inside-latency-us nan" "--inside-latency-us" "$sim" "$dir/job.yaml" --inside-latency-us nan
+  expect "sim --step-seconds inf" "--step-seconds" "$sim" "$dir/job.yaml" --step-seconds inf
+  expect "sim --compute-from a folder with no run" "sim.compute_from (--compute-from): cannot read" \
+    "$sim" "$dir/job.yaml" --compute-from "$dir/empty"
+  help="$("$sim" --help)"
+  if grep -q "1048576" <<<"$help" || ! grep -q "4096" <<<"$help"; then
+    echo "FAIL: sim --help does not give 4096 as the most ranks: $help"
+    failures=$((failures + 1))
+  fi
+fi
+
+expect "train --progress-seconds 1e-7" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds 1e-7
+expect "train --progress-seconds 1e300" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds 1e300
+
+expect "keygen ''" "path is empty" "$keygen" ""
+expect "keygen DIR" "is a directory" "$keygen" "$dir/empty"
+left="$(find "$dir/cwd" "$dir/empty" -mindepth 1)"
+if [ -n "$left" ]; then
+  echo "FAIL: keygen left files behind: $left"
+  failures=$((failures + 1))
+fi
+
+expect "sparse over inproc" "job.yaml:2: key 'transport.kind': gossamer-sparse runs its ranks as processes" \
+  "$sparse" --config "$dir/job.yaml"
+[ "$failures" -eq 0 ]
