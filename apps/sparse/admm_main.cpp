@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "admm_config.hpp"
@@ -264,10 +265,19 @@ int main(int argc, char** argv) {
       if (rank >= c.worldSize())
         throw gossamer::InvalidArgument("--rank " + std::to_string(rank) + " outside world_size " +
                                         std::to_string(c.worldSize()));
-      const Data data = loadData(sparse::admmConfigFrom(c));
-      gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-      const auto summary = runRank(c, rank, data, rv.store(), registry);
-      if (!summary.is_null()) emitSummary(summary, summaryPath);
+      try {
+        const Data data = loadData(sparse::admmConfigFrom(c));
+        gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
+        const auto summary = runRank(c, rank, data, rv.store(), registry);
+        if (!summary.is_null()) emitSummary(summary, summaryPath);
+      } catch (const std::bad_alloc&) {
+        const int features = c.get<int>("admm.features");
+        throw gossamer::Error("out of memory: each rank holds several float64 vectors of admm.features (" +
+                              (features > 0 ? std::to_string(features) + ", " +
+                                                  std::to_string(features / (1 << 17)) + " MiB each"
+                                            : std::string("0: the largest index in the files")) +
+                              ") entries: lower admm.features");
+      }
       return 0;
     }
     return gossamer::sparse::launchRanks("gossamer-admm", c, configPath, overrides, summaryPath);

@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <new>
+#include <string>
 
 #include "components.hpp"
 #include "gossamer/errors.hpp"
@@ -25,7 +27,17 @@ namespace {
 int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, int rank,
                const std::string& rendezvous, const std::string& summaryPath) {
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-  const auto s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
+  gossamer::sparse::SparseSummary s;
+  try {
+    s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
+  } catch (const std::bad_alloc&) {
+    const int features = c.get<int>("sparse.features");
+    throw gossamer::Error(
+        "out of memory: the model's weights are sparse.features (" +
+        (features > 0 ? std::to_string(features) : std::string("0: the largest index in the files")) +
+        ") x (sparse.factors + 1 for model fm, 1 for lr) float32 per copy, and each rank holds several: "
+        "lower sparse.features or sparse.factors");
+  }
   if (s.writer) {
     const std::string json = gossamer::sparse::sparseSummaryJson(s, c);
     std::printf("%s\n", json.c_str());

@@ -6,9 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -99,6 +102,27 @@ std::string errorKind(const std::exception& e) {
 // One rank of gossamer-train: its shard of the data, its model, the Session
 // that runs the elastic training protocol, per-epoch evaluation (loss, bytes,
 // the average model's accuracy, consensus distance) and the run's summary.
+/// What an allocation failure while building or training the model says:
+/// which keys ask for how much.
+std::string outOfMemoryText(const Config& c, const FashionMnist& data) {
+  const TrainConfig t = trainConfigFrom(c);
+  // The layer widths: inputs, hidden (an MLP's), classes; weights and biases.
+  std::vector<double> widths = {static_cast<double>(data.train.images.cols())};
+  if (t.model.kind == "mlp")
+    for (int h : t.model.hidden) widths.push_back(h);
+  widths.push_back(data.train.numClasses);
+  double params = 0;
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) params += widths[i] * widths[i + 1] + widths[i + 1];
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(0);
+  os << "out of memory building or training the model: model.kind " << t.model.kind;
+  if (t.model.kind == "mlp") os << " with model.hidden " << formatConfigValue(t.model.hidden);
+  os << " has " << params << " parameters, " << params * 4 / (1 << 20)
+     << " MiB per float32 copy, and each rank holds several (parameters, gradients, their average, the "
+        "optimizer's buffers): lower model.hidden";
+  return os.str();
+}
+
 class RankTrainer {
  public:
   RankTrainer(const Config& config, int rank, const FashionMnist& data, Store& store,
@@ -353,9 +377,18 @@ class RankTrainer {
 TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, Store& store,
                      const Registry& registry, const std::function<void(const EpochMetrics&)>& onEpoch,
                      const std::function<void(const StepProgress&)>& onStep) {
-  RankTrainer trainer(config, rank, data, store, registry, onEpoch, onStep);
+  std::optional<RankTrainer> made;
+  try {
+    made.emplace(config, rank, data, store, registry, onEpoch, onStep);
+  } catch (const std::bad_alloc&) {
+    throw Error(outOfMemoryText(config, data));
+  }
+  RankTrainer& trainer = *made;
   try {
     return trainer.run();
+  } catch (const std::bad_alloc&) {
+    trainer.session().abort();
+    throw Error(outOfMemoryText(config, data));
   } catch (const std::exception& e) {
     Session& session = trainer.session();
     session.agent().metrics().emit("error", session.steps(),
