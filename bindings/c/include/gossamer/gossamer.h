@@ -200,7 +200,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_view(gossamer_agent* agent, uint64_t*
  *  membership.enabled, the default): agrees with the survivors on the next
  *  view and rebuilds the communicator, topology and optimizer over it
  *  (every survivor calls it); then repeat the collective. gossamer_step does
- *  this by itself.
+ *  this by itself. Called with no failure, it still revokes the view and
+ *  starts an agreement, which every rank must join (else it times out).
  *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service,
  *          GOSSAMER_E_EXPELLED if the survivors removed this rank,
  *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_PEER_FAILURE (another peer failed: call it again). */
