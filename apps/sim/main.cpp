@@ -26,6 +26,7 @@
 // streams and DiLoCo's overlapped outer step run as actors (kit/executor.hpp).
 //
 // Output: a table on stdout and, with --json, one JSON object.
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -42,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.hpp"
 #include "components.hpp"
 #include "gossamer/agent.hpp"
 #include "gossamer/errors.hpp"
@@ -61,24 +63,6 @@ constexpr std::size_t kSampled = 64;  // elements the consensus distance is meas
 // --params at most: 2^31 float32 elements, 8 GiB per copy (every simulated
 // rank holds its own copies in this one process).
 constexpr std::size_t kMaxParams = std::size_t{1} << 31;
-
-// A CLI check: a finite number >= 0 (CLI::NonNegativeNumber lets "nan" through).
-CLI::Validator finiteNonNegative() {
-  return CLI::Validator(
-      [](const std::string& text) -> std::string {
-        std::size_t used = 0;
-        double v = -1;
-        try {
-          v = std::stod(text, &used);
-        } catch (const std::logic_error&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0)
-          return "'" + text + "' is not a finite number >= 0";
-        return "";
-      },
-      "NONNEGATIVE");
-}
 
 struct Options {
   std::string config;
@@ -207,7 +191,11 @@ std::vector<std::string> simOverrides(const Options& o, const Registry& registry
                                      "run.stall_seconds=0"};
   if (o.worldSize > 0) overrides.push_back("world_size=" + std::to_string(o.worldSize));
   if (o.islands > 0) {
-    const int n = o.worldSize > 0 ? o.worldSize : registry.load(o.config, o.overrides).worldSize();
+    // The config's world size, loaded as the run will be (with the fixed
+    // overrides above: rules about what they turn off do not apply).
+    std::vector<std::string> load = overrides;
+    load.insert(load.end(), o.overrides.begin(), o.overrides.end());
+    const int n = o.worldSize > 0 ? o.worldSize : registry.load(o.config, load).worldSize();
     if (o.islands > n)
       throw InvalidArgument("--islands " + std::to_string(o.islands) + " is more than the " +
                             std::to_string(n) + " ranks (" +
@@ -258,13 +246,17 @@ json run(const Options& o) {
   bool replicated = false;
   // Every rank's parameters and gradients live in this one process.
   const double need = static_cast<double>(n) * static_cast<double>(total) * 8;
+  // Memory and swap: a run that fits only with swap is slow, not refused.
+  struct sysinfo info {};
   const double have =
-      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+      ::sysinfo(&info) == 0
+          ? (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit
+          : 0.0;
   if (have > 0 && need > have) {
     std::ostringstream os;
     os << n << " ranks of " << total << " parameters need " << need / (1 << 30)
        << " GiB for their parameters and gradients alone, and this machine has " << have / (1 << 30)
-       << " GiB: lower " << (o.params > 0 ? "--params" : "model.hidden") << " or "
+       << " GiB of memory and swap: lower " << (o.params > 0 ? "--params" : "model.hidden") << " or "
        << (o.worldSize > 0 ? "--world-size" : "world_size");
     throw InvalidArgument(os.str());
   }
@@ -356,11 +348,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, kMaxWorldSize));
   app.add_option("--steps", o.steps, "optimizer steps per rank")->check(CLI::Range(1, 1000000));
   app.add_option("--step-seconds", o.stepSeconds, "simulated compute per step, seconds (sim.step_seconds)")
-      ->check(finiteNonNegative());
+      ->check(gossamer::apps::finiteIn(0));
   app.add_option("--params", o.params, "parameters (float32 elements) instead of the model's")
       ->check(CLI::Range(std::size_t{1}, kMaxParams));
   app.add_option("--inside-latency-us", o.insideLatencyUs, "one-way latency inside an island, microseconds")
-      ->check(finiteNonNegative());
+      ->check(gossamer::apps::finiteIn(0));
   app.add_flag("--receive-unshaped", o.receiveUnshaped,
                "hosts receive at any rate (tc shapes only what a host sends, as on the namespace hosts)");
   app.add_flag("--tbf", o.tbf,

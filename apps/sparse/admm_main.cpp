@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
         const int features = c.get<int>("admm.features");
         throw gossamer::Error("out of memory: each rank holds several float64 vectors of admm.features (" +
                               (features > 0 ? std::to_string(features) + ", " +
-                                                  std::to_string(features / (1 << 17)) + " MiB each"
+                                                  std::to_string((features + (1 << 17) - 1) / (1 << 17)) +
+                                                  " MiB each, rounded up"
                                             : std::string("0: the largest index in the files")) +
                               ") entries: lower admm.features");
       }

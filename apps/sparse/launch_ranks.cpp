@@ -15,9 +15,8 @@ void requireProcessTransport(Registry& registry, const std::string& program) {
         const std::string& kind = c.get<std::string>("transport.kind");
         const TransportTraits* t = catalog->find(kind);
         if (t == nullptr || t->spansProcesses) return std::nullopt;
-        std::string usable;
-        for (const std::string& n : catalog->names())
-          if (catalog->find(n)->spansProcesses) usable += (usable.empty() ? "" : ", ") + n;
+        const std::string usable =
+            catalog->namesWhere([](const TransportTraits& t) { return t.spansProcesses; });
         return ConfigIssue{"transport.kind", program + " runs its ranks as processes, which " + kind +
                                                  " cannot link: use " + usable};
       }));

@@ -33,6 +33,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli_checks.hpp"
 #include "components.hpp"
 #include "dataset.hpp"
 #include "gossamer/errors.hpp"
@@ -343,7 +344,7 @@ int main(int argc, char** argv) {
   double progressSeconds = 10;
   app.add_option("--progress-seconds", progressSeconds,
                  "seconds between plain progress lines, 0.001 to 86400 (default 10)")
-      ->check(CLI::Range(0.001, 86400.0));
+      ->check(gossamer::apps::finiteIn(0.001, 86400.0));
   std::vector<std::string> overrides;
   app.add_option("--set", overrides,
                  "KEY=VALUE: overrides a key of the config after loading it, e.g. --set training.epochs=1 "

@@ -99,9 +99,6 @@ std::string errorKind(const std::exception& e) {
   return "std::exception";
 }
 
-// One rank of gossamer-train: its shard of the data, its model, the Session
-// that runs the elastic training protocol, per-epoch evaluation (loss, bytes,
-// the average model's accuracy, consensus distance) and the run's summary.
 /// What an allocation failure while building or training the model says:
 /// which keys ask for how much.
 std::string outOfMemoryText(const Config& c, const FashionMnist& data) {
@@ -114,15 +111,19 @@ std::string outOfMemoryText(const Config& c, const FashionMnist& data) {
   double params = 0;
   for (std::size_t i = 0; i + 1 < widths.size(); ++i) params += widths[i] * widths[i + 1] + widths[i + 1];
   std::ostringstream os;
-  os << std::fixed << std::setprecision(0);
   os << "out of memory building or training the model: model.kind " << t.model.kind;
   if (t.model.kind == "mlp") os << " with model.hidden " << formatConfigValue(t.model.hidden);
-  os << " has " << params << " parameters, " << params * 4 / (1 << 20)
+  os << " has " << std::fixed << std::setprecision(0) << params << " parameters, " << std::setprecision(1)
+     << params * 4 / (1 << 20)
      << " MiB per float32 copy, and each rank holds several (parameters, gradients, their average, the "
-        "optimizer's buffers): lower model.hidden";
+        "optimizer's buffers)"
+     << (t.model.kind == "mlp" ? ": lower model.hidden, or run fewer ranks on this host" : "");
   return os.str();
 }
 
+// One rank of gossamer-train: its shard of the data, its model, the Session
+// that runs the elastic training protocol, per-epoch evaluation (loss, bytes,
+// the average model's accuracy, consensus distance) and the run's summary.
 class RankTrainer {
  public:
   RankTrainer(const Config& config, int rank, const FashionMnist& data, Store& store,
@@ -384,16 +385,21 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
     throw Error(outOfMemoryText(config, data));
   }
   RankTrainer& trainer = *made;
+  // The error record (metrics.md), then abort: do not linger on messages to
+  // peers that are gone.
+  const auto fail = [&](const std::string& kind, const std::string& message) {
+    Session& session = trainer.session();
+    session.agent().metrics().emit("error", session.steps(), {{"error", kind}, {"message", message}});
+    session.abort();
+  };
   try {
     return trainer.run();
   } catch (const std::bad_alloc&) {
-    trainer.session().abort();
-    throw Error(outOfMemoryText(config, data));
+    const std::string message = outOfMemoryText(config, data);
+    fail("OutOfMemory", message);
+    throw Error(message);
   } catch (const std::exception& e) {
-    Session& session = trainer.session();
-    session.agent().metrics().emit("error", session.steps(),
-                                   {{"error", errorKind(e)}, {"message", std::string(e.what())}});
-    session.abort();  // do not linger on messages to peers that are gone
+    fail(errorKind(e), e.what());
     throw;
   } catch (...) {
     trainer.session().abort();

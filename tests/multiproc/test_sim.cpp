@@ -76,8 +76,8 @@ TEST_CASE("gossamer-sim refuses a bad request with a clear error", "[sim]") {
   const auto status = gossamer::testing::waitBounded(pid, 60);
   REQUIRE(status.has_value());
   CHECK(WEXITSTATUS(*status) == 1);
-  CHECK(gossamer::testing::readFile(dir / "bad.err").find("--islands 9 exceeds the world size 8") !=
-        std::string::npos);
+  CHECK(gossamer::testing::readFile(dir / "bad.err")
+            .find("--islands 9 is more than the 8 ranks (--world-size)") != std::string::npos);
 }
 
 TEST_CASE("gossamer-sim --whole-run tells the optimizer its last step as a training run does", "[sim]") {

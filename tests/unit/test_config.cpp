@@ -790,6 +790,8 @@ TEST_CASE("config: security and transport settings no rank could run with are er
     CHECK_FALSE(contains(what, "check failed"));
     requireError("security:\n  enabled: true\n  secret_key: k\n", 1, "security.public_keys");
     CHECK_NOTHROW(reg().parse("security:\n  secret_key: \"\"\n", kName));
+    // Over inproc, whose ranks share one process, security runs as without: no keys needed.
+    CHECK_NOTHROW(reg().parse("transport:\n  kind: inproc\nsecurity:\n  enabled: true\n", kName));
   }
   const std::string secured = "security:\n  enabled: true\n  secret_key: k\n  public_keys: p\n";
   SECTION("security over a transport that cannot authenticate") {

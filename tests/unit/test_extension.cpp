@@ -73,7 +73,8 @@ Registry makeAppRegistry(std::shared_ptr<inproc::Fabric> fabric, std::shared_ptr
       },
       KeySet()
           .integer("probe_tag", 0, 0, 1000, "a number the factory records")
-          .real("probe_timeout_seconds", 5.0, {0.0, false, 60.0, true}, "bound on waits, seconds"));
+          .real("probe_timeout_seconds", 5.0, {0.0, false, 60.0, true}, "bound on waits, seconds"),
+      TransportTraits{.spansProcesses = false});  // threads of one process, as inproc
   reg.addOptimizer(
       "scaled_sgd",
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {

@@ -143,6 +143,10 @@ class TransportCatalog {
   const TransportTraits* find(const std::string& name) const;
   /// The registered names, in registration order.
   const std::vector<std::string>& names() const noexcept { return names_; }
+  /// The registered names whose traits satisfy `pred`, in registration
+  /// order, joined with `separator`: the "use ..." of a rule's message.
+  std::string namesWhere(const std::function<bool(const TransportTraits&)>& pred,
+                         const std::string& separator = ", ") const;
   /// The transports `config` runs, each with the key naming it:
   /// {"transport.kind", kind}, then {key, name} for each of kind's innerKeys
   /// (names not registered included as they are).
@@ -188,7 +192,12 @@ class Registry {
   Registry();
 
   /// Registers a component and its keys (under its section: transport,
-  /// topology, algorithm, compression).
+  /// topology, algorithm, compression). A transport declares what it can do
+  /// in `traits`; the defaults are a transport that links processes
+  /// (spansProcesses) and does not secure its links, so security.enabled
+  /// over it is a ConfigError at load: a transport that authenticates and
+  /// encrypts (through kit/security.hpp's keys) says secures = true, and one
+  /// whose ranks are threads of one process says spansProcesses = false.
   /// @throws InvalidArgument if the name is empty or already registered, the
   ///         factory is null, or a key clashes with one declared already.
   void addTransport(const std::string& name, TransportFactory f, const KeySet& keys = {},

@@ -48,6 +48,14 @@ const TransportTraits* TransportCatalog::find(const std::string& name) const {
   return it == traits_.end() ? nullptr : &it->second;
 }
 
+std::string TransportCatalog::namesWhere(const std::function<bool(const TransportTraits&)>& pred,
+                                         const std::string& separator) const {
+  std::string out;
+  for (const std::string& n : names_)
+    if (pred(traits_.at(n))) out += (out.empty() ? "" : separator) + n;
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> TransportCatalog::inUse(const Config& config) const {
   std::vector<std::pair<std::string, std::string>> out;
   const std::string& kind = config.get<std::string>("transport.kind");
@@ -68,6 +76,10 @@ Registry::Registry() {
 
 void Registry::addTransport(const std::string& n, TransportFactory f, const KeySet& keys,
                             TransportTraits traits) {
+  // A copy of a Registry shares its catalog (transportCatalog): a name one
+  // of them registered is taken in both.
+  GOSSAMER_ENFORCE(catalog_ != nullptr && catalog_->find(n) == nullptr,
+                   "transport '" << n << "' is registered already (in this registry or a copy of it)");
   insert(transports_, n, std::move(f));
   schema_.addChoice("transport", n, keys);
   catalog_->traits_[n] = std::move(traits);

@@ -186,57 +186,49 @@ void writeCertificates(const std::string& path, const std::string& publicKey, co
             0600, force);
 }
 
-namespace {
-
-/// security.enabled needs secret_key and public_keys.
-std::optional<ConfigIssue> keysWhenEnabled(const Config& c) {
-  if (!c.get<bool>("security.enabled")) return std::nullopt;
-  for (const char* key : {"security.secret_key", "security.public_keys"})
-    if (c.get<std::string>(key).empty())
-      return ConfigIssue{key,
-                         "required when security.enabled is true (gossamer-keygen writes the key files)"};
-  return std::nullopt;
-}
-
-}  // namespace
-
 namespace detail {
 ConfigRule securedTransportsRule(std::shared_ptr<const TransportCatalog> catalog) {
   return [catalog](const Config& c) -> std::optional<ConfigIssue> {
     if (!c.get<bool>("security.enabled")) return std::nullopt;
+    bool secured = false;  // a transport in use secures its links: it needs the keys
     for (const auto& [key, name] : catalog->inUse(c)) {
       const TransportTraits* t = catalog->find(name);
       // An unregistered name is its key's own error (the selector's, or the
-      // rule of the transport that reads it).
+      // rule of the transport that reads it). One whose ranks share a
+      // process has nothing to secure, and runs as without.
+      if (t != nullptr && t->secures) secured = true;
       if (t == nullptr || t->secures || !t->spansProcesses || !t->innerKeys.empty()) continue;
-      std::string secure;
-      for (const std::string& n : catalog->names()) {
-        const TransportTraits* o = catalog->find(n);
-        if (o->secures) secure += (secure.empty() ? "" : " or ") + n;
-      }
+      const std::string secure =
+          catalog->namesWhere([](const TransportTraits& o) { return o.secures; }, " or ");
       return ConfigIssue{
           key,
           "transport " + name + " cannot authenticate or encrypt, and security.enabled is true: " +
               (secure.empty() ? std::string("no registered transport can")
                               : "use transport.kind: " + secure + ", which runs CURVE with the same keys")};
     }
+    if (secured)
+      for (const char* key : {"security.secret_key", "security.public_keys"})
+        if (c.get<std::string>(key).empty())
+          return ConfigIssue{key,
+                             "required when security.enabled is true over a transport that secures its "
+                             "links (gossamer-keygen writes the key files)"};
     return std::nullopt;
   };
 }
 
 void addSecurityKeys(ConfigSchema& schema) {
   schema.addSection("security",
-                    "Admission by key: every link authenticated and encrypted with CURVE (zmq transport "
-                    "only; the others refuse to start with it on).");
-  schema.addKeys(
-      "security",
-      KeySet()
-          .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
-          .text("secret_key", "", {},
-                "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
-                "becomes the rank")
-          .text("public_keys", "", {}, "the admitted public keys: a certificate file, or a directory of them")
-          .rule(keysWhenEnabled));
+                    "Admission by key: every link authenticated and encrypted with CURVE (zmq; socket "
+                    "and libfabric are refused at load with it on; inproc and simgrid, whose ranks share "
+                    "one process, run as without).");
+  schema.addKeys("security",
+                 KeySet()
+                     .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
+                     .text("secret_key", "", {},
+                           "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
+                           "becomes the rank")
+                     .text("public_keys", "", {},
+                           "the admitted public keys: a certificate file, or a directory of them"));
 }
 }  // namespace detail
 

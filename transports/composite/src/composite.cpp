@@ -456,11 +456,8 @@ namespace {
 /// transport.local and transport.remote name registered transports that
 /// link processes and are not built of other transports.
 std::optional<ConfigIssue> checkInner(const TransportCatalog& catalog, const Config& c) {
-  std::string usable;
-  for (const std::string& n : catalog.names()) {
-    const TransportTraits* t = catalog.find(n);
-    if (t->spansProcesses && t->innerKeys.empty()) usable += (usable.empty() ? "" : ", ") + n;
-  }
+  const std::string usable =
+      catalog.namesWhere([](const TransportTraits& t) { return t.spansProcesses && t.innerKeys.empty(); });
   for (const char* key : {"transport.local", "transport.remote"}) {
     const std::string& name = c.get<std::string>(key);
     const TransportTraits* t = catalog.find(name);

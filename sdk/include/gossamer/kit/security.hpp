@@ -73,12 +73,12 @@ void writeCertificates(const std::string& path, const std::string& publicKey, co
                        bool force);
 
 namespace detail {
-/// Declares the `security:` section (enabled, secret_key, public_keys), with
-/// the rule that security.enabled needs both key paths.
+/// Declares the `security:` section (enabled, secret_key, public_keys).
 void addSecurityKeys(ConfigSchema& schema);
 /// The rule that every transport a config runs (TransportCatalog::inUse)
-/// can honour security.enabled (TransportTraits::secures); the Registry adds
-/// it with its catalog.
+/// can honour security.enabled (TransportTraits::secures; one whose ranks
+/// share a process runs as without), and that both key paths are set when
+/// one of them secures its links; the Registry adds it with its catalog.
 ConfigRule securedTransportsRule(std::shared_ptr<const TransportCatalog> catalog);
 }  // namespace detail
 
