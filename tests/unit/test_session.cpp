@@ -4,11 +4,16 @@
 // wrapped around the membership service, leaves recovery working; its epoch
 // protocol trains every epoch over the survivors of a rank that stops; and
 // lockstep round programs roll back to the newest commit every survivor
-// holds and finish over the new view.
+// holds and finish over the new view; a replicated model counts a step
+// whose average completed before it installs a view revoked meanwhile.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gossamer/optimizers/optimizers.hpp"
@@ -308,5 +313,85 @@ TEST_CASE("session: round programs refuse settings they cannot honour", "[sessio
     Accumulate program(session, -1, 0);
     CHECK_THROWS_AS(session.runRounds(3, program), ConfigError);
     session.close();
+  }
+}
+
+TEST_CASE(
+    "session: a replicated model counts a step whose average completed before it installs a view "
+    "revoked meanwhile",
+    "[session][membership]") {
+  // 3 ranks, AllReduce-SGD in its communication-only form. Step 1's
+  // gradient average completes on every rank, then rank 2 stops. Rank 0's
+  // mixParameters, the view revoked already, counts step 1 and returns
+  // without an agreement (before, it installed the view first and reported
+  // step 1 as not taken though its model held it); only then does rank 1
+  // call its own. Step 2 installs the view {0, 1} on both, equal.
+  const int n = 3, victim = 2;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(n), sent);
+  std::mutex mu;
+  std::vector<Membership*> handles(static_cast<std::size_t>(n), nullptr);
+  reg.addTransportService("spy", "keeps each rank's membership handle", KeySet(),
+                          [&](const TransportContext& ctx, std::unique_ptr<Transport> inner) {
+                            std::lock_guard<std::mutex> lk(mu);
+                            handles[static_cast<std::size_t>(ctx.rank)] =
+                                ctx.capabilities != nullptr ? ctx.capabilities->membership() : nullptr;
+                            return inner;
+                          });
+  const Config config = reg.parse(configText(n, "allreduce_sgd"));
+  MemoryStore store;
+  std::atomic<bool> rank0Counted{false};
+  std::vector<std::vector<float>> finals(static_cast<std::size_t>(n));
+  std::vector<std::uint64_t> steps(static_cast<std::size_t>(n), 0);
+  // A bounded wait for `done`, polled every 5 ms.
+  const auto within = [](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return done();
+  };
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    DistributedOptimizer& opt = session.makeOptimizer({4});
+    std::vector<float> x(4, 1.0f), g(4, 0.0f);
+    const auto exchangeAndStep = [&](float gradient) {
+      std::fill(g.begin(), g.end(), gradient);
+      opt.reduceGradients(g);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] -= 0.1f * g[i];
+    };
+    for (int step = 0; step < 2; ++step) {
+      exchangeAndStep(static_cast<float>(r + step));
+      if (step == 1) {
+        if (r == victim) {
+          session.abort();
+          return;
+        }
+        Membership* m = nullptr;
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          m = handles[static_cast<std::size_t>(r)];
+        }
+        RANK_REQUIRE(m != nullptr);
+        RANK_REQUIRE(within([m] { return m->revoked(); }));
+        if (r == 1) RANK_CHECK(within([&] { return rank0Counted.load(); }));
+      }
+      opt.mixParameters(x);
+      if (step == 1 && r == 0) {
+        RANK_CHECK(opt.steps() == 2);
+        rank0Counted = true;
+      }
+    }
+    exchangeAndStep(static_cast<float>(r));  // over the survivors: the view {0, 1} is installed here
+    opt.mixParameters(x);
+    finals[static_cast<std::size_t>(r)] = x;
+    steps[static_cast<std::size_t>(r)] = opt.steps();
+    session.close();
+  });
+  // x: 1 - 0.1 * mean(0, 1, 2) - 0.1 * mean(1, 2, 3) - 0.1 * mean(0, 1).
+  for (int r : {0, 1}) {
+    INFO("rank " << r);
+    CHECK(steps[static_cast<std::size_t>(r)] == 3);
+    REQUIRE(finals[static_cast<std::size_t>(r)].size() == 4);
+    for (float v : finals[static_cast<std::size_t>(r)]) CHECK(v == Approx(0.65f).epsilon(1e-6));
   }
 }

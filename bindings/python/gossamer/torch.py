@@ -226,15 +226,16 @@ class DistributedOptimizer:
         self._local_grad: Optional[torch.Tensor] = None
         if self._comm.name == "allreduce_sgd" and agent.world_size > 1:
             self._make_buckets(sizes, int(bucket_bytes))
-            if overlap:
-                self._install_hooks()
             if agent.has_membership:
                 if self._wide is self._flat:
                     self._local_grad = torch.zeros_like(self._flat_grad)
                 # The C++ optimizer learns where the model is (a view change
                 # before the first step broadcasts it to a rank behind); no
-                # message: AllReduce-SGD has nothing in flight.
+                # message: AllReduce-SGD has nothing in flight. Before the
+                # hooks: if it raises, no hook is left on the parameters.
                 self._comm.flush(self._flat_np)
+            if overlap:
+                self._install_hooks()
 
     # -- the torch.optim.Optimizer interface ------------------------------
     @property
@@ -362,8 +363,16 @@ class DistributedOptimizer:
         except PeerFailure as e:  # ViewChanged included
             if isinstance(e, Expelled) or not self.agent.has_membership:
                 raise
-            if not self._redo_over_survivors(steps_before):
-                return False
+            try:
+                if not self._redo_over_survivors(steps_before):
+                    return False
+            except BaseException:
+                # Given up: the gradient is this rank's own again, not a mix
+                # of averaged and local buckets (a caller may step again).
+                if self._local_grad is not None:
+                    with torch.no_grad():
+                        self._flat_grad.copy_(self._local_grad)
+                raise
         if self._hooks:
             for i, p, gv in zip(self._index, self._params, self._grad_views):
                 if p.grad is None or p.grad.data_ptr() != gv.data_ptr():
@@ -421,8 +430,8 @@ class DistributedOptimizer:
         behind a survivor that completed it (it holds that survivor's model
         now, the step counted) or it rejoined the job (it holds the
         survivors' model and step; its gradient belongs to another model).
-        Then the wrapped optimizer does not step either, and its state
-        (momentum, Adam's moments) misses that step's update."""
+        Then the wrapped optimizer does not step either; step() restarts
+        its state on every rank after a view change."""
         staged = self._wide is not self._flat
         with torch.no_grad():
             # Each round that fails lost a peer: at most one per rank.
@@ -465,7 +474,16 @@ class DistributedOptimizer:
         if self._buckets:
             if not self._hooks:
                 self._rebind_grads()
-            if not self._average_buckets(self._comm.steps):
+            changes = len(self.agent.view_changes) if self.agent.has_membership else 0
+            averaged = self._average_buckets(self._comm.steps)
+            if self.agent.has_membership and len(self.agent.view_changes) != changes:
+                # The view changed in this step's average: the wrapped
+                # optimizer's state (momentum, Adam's moments and step)
+                # starts afresh on every survivor before its next update, as
+                # the C++ optimizers' does, so that a rank that skipped the
+                # step and one that redid it hold the same state again.
+                self.optimizer.state.clear()
+            if not averaged:
                 return None
         else:
             self._rebind_grads()

@@ -151,13 +151,13 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
 }
 
 template <typename Step>
-void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&& once) {
+void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&& once, bool recoverFirst) {
   struct Stepping {
     bool& b;
     explicit Stepping(bool& x) : b(x) { b = true; }
     ~Stepping() { b = false; }
   } stepping(stepping_);
-  if (membership_.revoked() || !inner_) recover();
+  if ((recoverFirst && membership_.revoked()) || !inner_) recover();
   if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
   saved_.assign(state.begin(), state.end());
   for (;;) {
@@ -191,7 +191,15 @@ void ResilientOptimizer::reduceGradients(std::span<float> grads) {
 
 void ResilientOptimizer::mixParameters(std::span<float> params) {
   lastParams_ = params;
-  attempt(params, true, [&] { inner_->mixParameters(params); });
+  // A replicated model's mixParameters sends nothing: the step's exchange
+  // (reduceGradients, or the caller's own allreduce of the gradient)
+  // completed, and the step is counted before a view revoked meanwhile is
+  // installed (by the next exchange). Recovering first would report the
+  // step as not taken though the model holds it, and a survivor whose
+  // exchange failed would redo it against this rank's next step.
+  const bool sendsNothing = inner_ && inner_->replicatedModel();
+  attempt(
+      params, true, [&] { inner_->mixParameters(params); }, !sendsNothing);
 }
 
 void ResilientOptimizer::flush(std::span<float> params) {

@@ -92,9 +92,10 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// Runs `once` (one step, or its communication-only half) on `state`
   /// (the vector it changes in place); when it fails with PeerFailure,
   /// restores `state`, recovers and runs it again, unless the step is now
-  /// skipped. `countsStep`: a completed call counts a step.
+  /// skipped. `countsStep`: a completed call counts a step. `recoverFirst`:
+  /// a view revoked already is installed before `once` runs.
   template <typename Step>
-  void attempt(std::span<float> state, bool countsStep, Step&& once);
+  void attempt(std::span<float> state, bool countsStep, Step&& once, bool recoverFirst = true);
 
   std::unique_ptr<DistributedOptimizer> inner_;
   Membership& membership_;
