@@ -389,7 +389,10 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
   // peers that are gone.
   const auto fail = [&](const std::string& kind, const std::string& message) {
     Session& session = trainer.session();
-    session.agent().metrics().emit("error", session.steps(), {{"error", kind}, {"message", message}});
+    try {
+      session.agent().metrics().emit("error", session.steps(), {{"error", kind}, {"message", message}});
+    } catch (...) {  // no record (out of memory again, a full disk): the error itself still goes up
+    }
     session.abort();
   };
   try {

@@ -1123,6 +1123,7 @@ TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory 
   CHECK_FALSE(std::filesystem::exists(cwd + "/ipc:"));
   // Directories (with "://" nowhere) and well-formed tcp:// addresses are taken.
   CHECK_NOTHROW(zmq::openStore(dir.path() + "/rv", 5.0));
+  CHECK_NOTHROW(zmq::openStore(dir.path() + "/a://b", 5.0));  // "://" inside a path names no scheme
   CHECK_NOTHROW(zmq::openStore("tcp://127.0.0.1:65535", 5.0));
 }
 

@@ -1012,6 +1012,23 @@ TEST_CASE("config: a cross-key rule broken by an override names the override", "
     CHECK(e.file() == bad.path());
     CHECK(e.line() == 3);
   }
+  // A section given as one override names only the keys it sets: the file's
+  // own broken torus_rows is still the file's, on its line.
+  try {
+    reg().load(bad.path(), {"collectives={allreduce: ring}"});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.file() == bad.path());
+    CHECK(e.line() == 3);
+  }
+  // Of two overrides of one key, the one being read is named.
+  try {
+    reg().load(file.path(), {"training.epochs=2", "training.epochs=0"});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.file() == "override 'training.epochs=0'");
+    CHECK(e.key() == "training.epochs");
+  }
   // An override value holding a second YAML document is refused, as a file's is.
   CHECK_THROWS_WITH(reg().load(file.path(), {"world_size=2\n---\n3"}),
                     Catch::Contains("more than one YAML document"));

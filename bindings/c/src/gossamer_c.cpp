@@ -126,14 +126,15 @@ Config loadConfig(const char* config, int isText, const char* const* overrides, 
   return bindings::loadConfig(config, isText != 0, all);
 }
 
-// The agents not yet closed, by handle. Each call looks its handle up here
-// and holds the agent while it runs, so a handle that was closed (or never
-// made) is an error rather than a read of freed memory, and a close from
-// another thread frees the agent only once the calls in flight on it have
-// returned (the close cancels them). Never destroyed: a static destructor
-// must not free agents the program still uses.
+// The agents not yet closed, by handle. A handle is a number never handed
+// out twice (not the agent's address, which a later agent may get), so a
+// handle that was closed or never made is an error rather than a read of
+// freed memory or a call on another agent. Each call holds its agent while
+// it runs. Never destroyed: a static destructor must not free agents the
+// program still uses.
 struct LiveAgents {
   std::mutex mu;
+  std::uintptr_t last = 0;
   std::unordered_map<const gossamer_agent*, std::shared_ptr<gossamer_agent>> agents;
 };
 LiveAgents& live() {
@@ -171,12 +172,12 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
     if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
     q->lines.push_back(r.json);
   });
-  {
-    LiveAgents& t = live();
-    std::lock_guard<std::mutex> lk(t.mu);
-    t.agents.emplace(a.get(), a);
-  }
-  *out = a.get();
+  LiveAgents& t = live();
+  std::lock_guard<std::mutex> lk(t.mu);
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): an opaque handle, never dereferenced
+  auto* const handle = reinterpret_cast<gossamer_agent*>(++t.last);
+  t.agents.emplace(handle, std::move(a));
+  *out = handle;
 }
 
 DistributedOptimizer& optimizerOf(gossamer_agent& a) {

@@ -290,6 +290,7 @@ static void one_rank(void) {
   CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_agent_close(a) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_agent_close((gossamer_agent*)scratch) == GOSSAMER_E_INVALID_ARGUMENT);
+  gossamer_agent* const stale = a;
 
   /* Metrics by polling: an agent with run.metrics on queues its records. */
   char run_dir[600];
@@ -301,6 +302,9 @@ static void one_rank(void) {
   CHECK(gossamer_agent_create("world_size: 1\nalgorithm:\n  name: allreduce_sgd\n", 1, metrics_overrides, 4,
                               0, 1, rendezvous3, &a) == GOSSAMER_OK);
   if (a != NULL) {
+    /* A later agent never gets a closed one's handle. */
+    CHECK(a != stale);
+    CHECK(gossamer_agent_rank(stale, &rank) == GOSSAMER_E_INVALID_ARGUMENT);
     CHECK(gossamer_make_optimizer(a, tensors, 2) == GOSSAMER_OK);
     CHECK(gossamer_step(a, params, grads, 5) == GOSSAMER_OK);
     char small[4], record[4096];

@@ -400,8 +400,9 @@ class Parser {
     }
     YAML::Node root(YAML::NodeType::Map);
     root[rest] = doc;
+    applying_ = true;  // the keys it sets are recorded as its own (readSection)
     readSection(root, schema_.sections().front(), config);
-    overridden_[key] = file_;
+    applying_ = false;
   }
 
  private:
@@ -419,21 +420,22 @@ class Parser {
     return 0;
   }
 
-  /// The override that set `key` (or its closest parent, as lineFor walks),
-  /// if one did: the cross-key rules run once the overrides are applied, and
-  /// a rule broken by an override names it, not the file.
+  /// The override that set `key` last (`key` itself, or the key whose list
+  /// holds the element `key` names: "a.b[2][0]" is "a.b"'s), if one did:
+  /// the cross-key rules run once the overrides are applied, and a rule
+  /// broken by an override names it, not the file.
   std::optional<std::string> overrideOf(std::string key) const {
-    while (!key.empty()) {
+    for (;;) {
       if (auto it = overridden_.find(key); it != overridden_.end()) return it->second;
-      const std::size_t cut = key.back() == ']' ? key.rfind('[') : key.rfind('.');
-      if (cut == std::string::npos || cut == 0) break;
-      key.resize(cut);
+      if (key.empty() || key.back() != ']') return std::nullopt;
+      key.resize(key.rfind('['));
     }
-    return std::nullopt;
   }
 
   [[noreturn]] void fail(const Issue& issue) const {
-    if (auto o = overrideOf(issue.key)) throw ConfigError(*o, 0, issue.key, issue.message);
+    // While an override is read, its own errors are its (file_ names it).
+    if (!applying_)
+      if (auto o = overrideOf(issue.key)) throw ConfigError(*o, 0, issue.key, issue.message);
     throw ConfigError(file_, lineFor(issue.key), issue.key, issue.message);
   }
 
@@ -479,6 +481,7 @@ class Parser {
       }
       if (const Entry* field = findEntry(section, name)) {
         lines_[key] = keyLine;
+        if (applying_) overridden_[key] = file_;
         const ConfigValue v = readValue(field->spec, key, keyNode, value);
         // The same check validateConfig runs (readValue has already checked
         // what it could report more precisely, e.g. each scalar's range).
@@ -804,6 +807,7 @@ class Parser {
   std::string file_;
   std::map<std::string, int> lines_;               ///< Line of every key and list element read so far.
   std::map<std::string, std::string> overridden_;  ///< Dotted key -> "override '...'" that set it last.
+  bool applying_ = false;                          ///< An override is being read.
 };
 
 }  // namespace
@@ -816,7 +820,7 @@ Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, cons
 Config loadConfig(const std::string& path, const ConfigSchema& schema,
                   const std::vector<std::string>& overrides) {
   // Non-blocking, so that opening a FIFO returns at once (it is refused below).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open config file: ") + std::strerror(errno));
   std::string text;
   int err = 0;
@@ -829,6 +833,9 @@ Config loadConfig(const std::string& path, const ConfigSchema& schema,
                       S_ISDIR(st.st_mode)
                           ? "cannot read config: is a directory"
                           : "cannot read config: not a regular file (a device, FIFO or socket)");
+  } else if (const int flags = ::fcntl(fd, F_GETFL);
+             flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    err = errno;  // a regular file is read blocking (a network file system may say EAGAIN)
   } else {
     // Read up to one byte past the limit (a file's size in st_size can be 0
     // or wrong, as in /proc), then refuse what is past it.

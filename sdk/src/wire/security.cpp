@@ -40,7 +40,7 @@ std::string trim(const std::string& s) {
 }
 
 void writeFile(const std::string& path, const std::string& text, mode_t mode, bool force) {
-  const int flags = O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL);
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
   const int fd = ::open(path.c_str(), flags, mode);
   if (fd < 0) {
     if (errno == EEXIST) throw InvalidArgument(path + " exists (use --force to replace it)");

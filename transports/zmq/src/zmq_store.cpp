@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -36,8 +37,16 @@ void checkRendezvousAddress(const std::string& address) {
                            " (give tcp://HOST:PORT, or a directory every rank sees)");
   };
   if (address.empty()) throw InvalidArgument("empty rendezvous address");
+  // A scheme is letters, digits, '+', '-' and '.' from the start, the
+  // first a letter (RFC 3986); "dir://x" deeper in a path is a directory.
   const auto scheme = address.find("://");
-  if (scheme == std::string::npos) return;  // a directory
+  const auto isSchemeChar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '-' || c == '.';
+  };
+  if (scheme == std::string::npos || scheme == 0 ||
+      std::isalpha(static_cast<unsigned char>(address[0])) == 0 ||
+      !std::all_of(address.begin(), address.begin() + static_cast<std::ptrdiff_t>(scheme), isSchemeChar))
+    return;  // a directory
   if (address.compare(0, scheme, "tcp") != 0)
     throw bad("'" + address.substr(0, scheme) + "://' is not tcp://");
   const std::string rest = address.substr(scheme + 3);

@@ -14,10 +14,8 @@
  * made. A count of elements whose size in bytes exceeds PTRDIFF_MAX is
  * GOSSAMER_E_INVALID_ARGUMENT too.
  *
- * Threads: make one agent's calls from one thread at a time, except
- * gossamer_agent_close, which another thread may call to cancel a call in
- * flight (that call returns GOSSAMER_E_CANCELLED; the agent is freed once it
- * has returned). Different agents are independent.
+ * Threads: make one agent's calls, gossamer_agent_close included, from one
+ * thread at a time. Different agents are independent.
  *
  *   gossamer_agent* a;
  *   if (gossamer_agent_create("job.yaml", 0, NULL, 0, rank, 0, "/shared/rv", &a) != GOSSAMER_OK)
@@ -121,7 +119,7 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_from_env(const char* config, in
                                                           gossamer_agent** out);
 /** Closes the agent (ends its metrics, closes its transport: it may wait up to
  *  transport.linger_seconds for messages still queued) and frees it. NULL is
- *  a no-op. Calls on the agent in flight on other threads are cancelled.
+ *  a no-op; the handle is never given to another agent.
  *  @return GOSSAMER_OK, the close's error (the agent is freed either way), or
  *          GOSSAMER_E_INVALID_ARGUMENT for a handle closed already. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_close(gossamer_agent* agent);
