@@ -175,6 +175,8 @@ def _as_array(data: Any, name: str, wide: bool = False) -> Any:
     if not _is_tensor(data):
         try:
             memoryview(data)
+        except ValueError:
+            pass  # a buffer whose format Python cannot describe (datetime64): the dtype check names it
         except TypeError:
             raise TypeError(
                 f"{name} must be a NumPy array or a torch tensor (or another object with the buffer "

@@ -60,11 +60,13 @@ every rank starts with the same frozen values and keeps them.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from . import Agent, Expelled, PeerFailure
+from . import Agent, Expelled, InvalidArgument, PeerFailure
 
 __all__ = [
     "DistributedOptimizer",
@@ -224,6 +226,12 @@ class DistributedOptimizer:
         # survivors (membership on): the float32 CPU model's own copy; a
         # staged model's flat gradient stays local until the average is back.
         self._local_grad: Optional[torch.Tensor] = None
+        # A replicated model (AllReduce-SGD's buckets) needs the same wrapped
+        # optimizer state on every rank: the view its state was last updated
+        # under, and the state to start afresh from after a view change.
+        self._view_seen = agent.view["number"] if agent.has_membership else 0
+        replicated = self._comm.name == "allreduce_sgd" and agent.world_size > 1 and agent.has_membership
+        self._initial_state = _state_snapshot(optimizer) if replicated else {}
         if self._comm.name == "allreduce_sgd" and agent.world_size > 1:
             self._make_buckets(sizes, int(bucket_bytes))
             if agent.has_membership:
@@ -320,10 +328,20 @@ class DistributedOptimizer:
 
     def _install_hooks(self) -> None:
         # The gradient accumulator of each parameter (torch 1.13 and 2.x):
-        # its hook runs once the gradient is in p.grad.
+        # its hook runs once the gradient is in p.grad. The hook holds the
+        # wrapper weakly: a wrapper dropped or replaced (a later wrapper or
+        # make_optimizer on the agent) neither stays alive through it nor
+        # starts allreduces.
+        me = weakref.ref(self)
         for i, p in enumerate(self._params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self._hooks.append((acc, acc.register_hook(lambda *_, i=i: self._on_ready(i))))
+            self._hooks.append((acc, acc.register_hook(lambda *_, i=i: DistributedOptimizer._hook(me, i))))
+
+    @staticmethod
+    def _hook(me: "weakref.ref[DistributedOptimizer]", i: int) -> None:
+        self = me()
+        if self is not None and self._hooks:
+            self._on_ready(i)
 
     def _on_ready(self, i: int) -> None:
         if self._ready[i]:
@@ -334,6 +352,13 @@ class DistributedOptimizer:
         self._pending[b] -= 1
         # Buckets start in order, the same on every rank.
         while self._next < len(self._buckets) and self._pending[self._next] == 0:
+            try:
+                self._comm.name  # raises once the agent's optimizer is another one, or closed
+            except InvalidArgument:
+                for _, handle in self._hooks:
+                    handle.remove()
+                self._hooks = []
+                return
             self._start(self._next)
 
     def _start(self, b: int) -> None:
@@ -359,20 +384,20 @@ class DistributedOptimizer:
         while self._next < len(self._buckets):
             self._start(self._next)
         try:
-            self._finish_buckets()
-        except PeerFailure as e:  # ViewChanged included
-            if isinstance(e, Expelled) or not self.agent.has_membership:
-                raise
             try:
+                self._finish_buckets()
+            except PeerFailure as e:  # ViewChanged included
+                if isinstance(e, Expelled) or not self.agent.has_membership:
+                    raise
                 if not self._redo_over_survivors(steps_before):
                     return False
-            except BaseException:
-                # Given up: the gradient is this rank's own again, not a mix
-                # of averaged and local buckets (a caller may step again).
-                if self._local_grad is not None:
-                    with torch.no_grad():
-                        self._flat_grad.copy_(self._local_grad)
-                raise
+        except BaseException:
+            # Given up: the gradient is this rank's own again, not a mix of
+            # averaged and local buckets (a caller may step again).
+            if self._local_grad is not None:
+                with torch.no_grad():
+                    self._flat_grad.copy_(self._local_grad)
+            raise
         if self._hooks:
             for i, p, gv in zip(self._index, self._params, self._grad_views):
                 if p.grad is None or p.grad.data_ptr() != gv.data_ptr():
@@ -393,16 +418,19 @@ class DistributedOptimizer:
 
     def _finish_buckets(self) -> None:
         # Waits for every started bucket (each wait is bounded), raises the
-        # first one's error, and brings a 16-bit model's averaged gradient
-        # back from its float32 copy. None is left writing into the buffer.
+        # first one's error (a PeerFailure before any other: a lost peer is
+        # what the caller recovers from, whatever failed first), and brings a
+        # 16-bit model's averaged gradient back from its float32 copy. None
+        # is left writing into the buffer.
         works = self._works
         self._clear_buckets()
         error = None
         for w in works:
             try:
                 w.wait()
-            except Exception as e:  # the first error is raised once all are done
-                error = error or e
+            except Exception as e:  # raised once all are done
+                if error is None or (isinstance(e, PeerFailure) and not isinstance(error, PeerFailure)):
+                    error = e
         if error is not None:
             raise error
         if self._wide is not self._flat:
@@ -474,15 +502,19 @@ class DistributedOptimizer:
         if self._buckets:
             if not self._hooks:
                 self._rebind_grads()
-            changes = len(self.agent.view_changes) if self.agent.has_membership else 0
             averaged = self._average_buckets(self._comm.steps)
-            if self.agent.has_membership and len(self.agent.view_changes) != changes:
-                # The view changed in this step's average: the wrapped
-                # optimizer's state (momentum, Adam's moments and step)
-                # starts afresh on every survivor before its next update, as
-                # the C++ optimizers' does, so that a rank that skipped the
-                # step and one that redid it hold the same state again.
-                self.optimizer.state.clear()
+            if self.agent.has_membership:
+                view = self.agent.view["number"]
+                if view != self._view_seen:
+                    # A view was installed since the last update (in this
+                    # step's average, a flush, survive() or recover()): the
+                    # wrapped optimizer's state (momentum, Adam's moments and
+                    # step) starts afresh on every survivor before its next
+                    # update, as the C++ optimizers' does, so that a rank
+                    # that skipped the step and one that redid it hold the
+                    # same state again.
+                    _restore_state(self.optimizer, self._initial_state)
+                    self._view_seen = view
             if not averaged:
                 return None
         else:
@@ -613,6 +645,21 @@ def average_parameters(model: Parameters, agent: Agent) -> None:
     flat = _flat_copy(reals, _wire_dtype(reals))
     agent.allreduce(flat, op="average")
     _scatter(flat, reals)
+
+
+def _state_snapshot(optimizer: torch.optim.Optimizer) -> dict:
+    """A copy of the optimizer's per-parameter state as it is now (empty for
+    most; Adagrad makes its sums in its constructor)."""
+    return {p: copy.deepcopy(s) for p, s in optimizer.state.items()}
+
+
+def _restore_state(optimizer: torch.optim.Optimizer, snapshot: dict) -> None:
+    """Puts the optimizer's per-parameter state back to ``snapshot``
+    (_state_snapshot), leaving its parameter groups (learning rates a
+    scheduler set) as they are."""
+    optimizer.state.clear()
+    for p, s in snapshot.items():
+        optimizer.state[p] = copy.deepcopy(s)
 
 
 def consensus_distance(model: Parameters, agent: Agent) -> float:

@@ -674,7 +674,7 @@ def test_all_to_all_inconsistent_self_splits_raise_before_sending(run_ranks):
     job(run_ranks, 2, """
 out, inp = torch.zeros(4), torch.arange(4.0) + 10 * rank
 # Each rank sends itself 1 element but expects 2 from itself: refused on the caller's thread.
-raises(ValueError, "sends itself 1 elements (input_split_sizes[%d]) but receives 2" % rank,
+raises(ValueError, "(input_split_sizes[%d], or the input's even share) but receives 2" % rank,
        lambda: dist.all_to_all_single(out, inp, [2, 2], [1, 3] if rank == 0 else [3, 1]))
 raises(ValueError, "sends itself 1 elements (input %d) but receives 2" % rank,
        lambda: dist.all_to_all([torch.zeros(2), torch.zeros(2)], [torch.zeros(1), torch.zeros(1)]))
@@ -706,4 +706,12 @@ out = torch.arange(3.0 * n) + 1000 * rank
 other = (rank + 1) % n
 dist.all_gather_into_tensor(out, out[3 * other:3 * other + 3])
 assert torch.equal(out, torch.cat([torch.arange(3.0) + 3 * ((r + 1) % n) + 1000 * r for r in range(n)])), out
+# Its own chunk (FSDP's in-place call), and a slice over part of its own chunk.
+out = torch.arange(3.0 * n) + 1000 * rank
+dist.all_gather_into_tensor(out, out[3 * rank:3 * rank + 3])
+assert torch.equal(out, torch.cat([torch.arange(3.0) + 3 * r + 1000 * r for r in range(n)])), out
+start = [3 * r + 1 if r + 1 < n else 3 * r - 1 for r in range(n)]
+out = torch.arange(3.0 * n) + 1000 * rank
+dist.all_gather_into_tensor(out, out[start[rank]:start[rank] + 3])
+assert torch.equal(out, torch.cat([torch.arange(3.0) + start[r] + 1000 * r for r in range(n)])), out
 """)

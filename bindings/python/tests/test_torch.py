@@ -415,3 +415,65 @@ print(json.dumps(out))
         assert "parameter 0 (shape (4, 8)) was unfrozen" in res["unfrozen"]
         assert "parameter 2 (shape (1, 4)) was frozen" in res["refrozen"]
         assert "no trainable parameter" in res["none"]
+
+
+def test_a_replaced_wrapper_neither_stays_alive_nor_averages_through_its_hooks(run_ranks):
+    # Wrapping the same model again (after freezing a parameter, say) leaves
+    # the first wrapper's hooks on its gradient accumulators: they hold it
+    # weakly, and once the agent's optimizer is another one they remove
+    # themselves instead of starting allreduces of the old buffers.
+    job = run_ranks(2, HEADER + """
+import gc, weakref
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+out = {}
+with gossamer.Agent.from_env(cfg) as a:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
+    first = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
+    second = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
+    for step in range(2):
+        x, y = data(a.rank)
+        second.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if step == 0:
+            out["first_started"] = len(first._works)
+            out["first_hooks"] = len(first._hooks)
+        second.step()
+    out["steps"] = second.steps
+    out["model"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    out["first_freed"] = gone() is None
+print(json.dumps(out))
+""")
+    job.check()
+    for res in job.results:
+        assert res["first_started"] == 0 and res["first_hooks"] == 0, res
+        assert res["steps"] == 2 and res["first_freed"], res
+        assert res["model"] == job.results[0]["model"]
+
+
+def test_optimizer_state_restarts_as_made_even_when_the_constructor_made_it():
+    # After a view change the wrapped optimizer's state starts afresh; Adagrad
+    # makes its sums in its constructor, so clearing its state alone would
+    # make its next step fail (KeyError 'sum'). Learning rates stay as set.
+    import torch
+    import gossamer.torch as gt
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adagrad([w], lr=0.5, initial_accumulator_value=0.25)
+    initial = gt._state_snapshot(opt)
+    for _ in range(2):
+        w.grad = torch.full((3,), 2.0)
+        opt.step()
+    assert torch.equal(opt.state[w]["sum"], torch.full((3,), 8.25))
+    opt.param_groups[0]["lr"] = 0.1
+    gt._restore_state(opt, initial)
+    assert torch.equal(opt.state[w]["sum"], torch.full((3,), 0.25))
+    w.grad = torch.full((3,), 2.0)
+    opt.step()  # the sums are there again
+    assert torch.equal(opt.state[w]["sum"], torch.full((3,), 4.25))
+    assert opt.param_groups[0]["lr"] == 0.1
+    gt._restore_state(opt, initial)  # a second restart starts from the same copy
+    assert torch.equal(opt.state[w]["sum"], torch.full((3,), 0.25))

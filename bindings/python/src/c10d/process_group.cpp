@@ -655,7 +655,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::_allgather_base(at::Tenso
   return enqueue(
       ::c10d::OpType::_ALLGATHER_BASE, {output},
       [this, in, out](const CollectiveOptions& o) {
-        out.view({-1}).narrow(0, in.numel() * rank_, in.numel()).copy_(apart(in, out).reshape({-1}));
+        // This rank's piece of `out`: the input is copied there unless it is
+        // that piece already (FSDP's in-place call); cloned first only when
+        // it overlaps the piece otherwise.
+        at::Tensor mine = out.view({-1}).narrow(0, in.numel() * rank_, in.numel());
+        if (in.data_ptr() != mine.data_ptr()) mine.copy_(apart(in, mine).reshape({-1}));
         withMoved(in.scalar_type(), [&](auto e) {
           using T = decltype(e);
           gossamer::ringAllgather<T>(agent_->transport(), elements<T>(out), o);
@@ -779,8 +783,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall_base(at::Tensor&
   // same check would break the group for every later operation.
   TORCH_CHECK_VALUE(sendCounts[rank_] == recvCounts[rank_], "gossamer: all_to_all_single: rank ", rank_,
                     " sends itself ", sendCounts[rank_], " elements (input_split_sizes[", rank_,
-                    "]) but receives ", recvCounts[rank_], " from itself (output_split_sizes[", rank_,
-                    "]); the two must agree");
+                    "], or the input's even share) but receives ", recvCounts[rank_],
+                    " from itself (output_split_sizes[", rank_,
+                    "], or the output's even share); the two must agree");
   Staging staging;
   const at::Tensor in = staging(input, true, false), out = staging(output, false, true);
   return enqueue(
