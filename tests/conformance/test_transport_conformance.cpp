@@ -1127,6 +1127,25 @@ TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory 
   CHECK_NOTHROW(zmq::openStore("tcp://127.0.0.1:65535", 5.0));
 }
 
+TEST_CASE("a tcp rendezvous named by a host name is served on every interface and reached by the name",
+          "[store][zmq]") {
+  // zmq binds addresses, not names: rank 0 once failed on "tcp://localhost:PORT"
+  // ("No such device"), and so on every multi-node Slurm job (the first node's name).
+  int port = 0;
+  {
+    zmq::StoreServer probe("tcp://127.0.0.1:*");  // a free port, released at once
+    const std::string e = probe.endpoint();
+    port = std::stoi(e.substr(e.rfind(':') + 1));
+  }
+  const std::string address = "tcp://localhost:" + std::to_string(port);
+  zmq::Rendezvous server(address, 0, 5.0), client(address, 1, 5.0);
+  server.store().set("job/x", "from rank 0");
+  CHECK(client.store().get("job/x", 5.0) == "from rank 0");
+  // Every interface: the loopback address reaches it too.
+  zmq::RemoteStore byAddress("tcp://127.0.0.1:" + std::to_string(port), 5.0);
+  CHECK(byAddress.get("job/x", 5.0) == "from rank 0");
+}
+
 TEST_CASE("the zmq rendezvous server answers set and get, and a silent server times out", "[store][zmq]") {
   zmq::StoreServer server("tcp://127.0.0.1:*");
   zmq::RemoteStore a(server.endpoint(), 5.0), b(server.endpoint(), 5.0);

@@ -3,6 +3,8 @@
 // Reply: ["ok"][value] | ["missing"] | ["error"][message].
 #include <zmq.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -57,6 +59,20 @@ void checkRendezvousAddress(const std::string& address) {
                       std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
     throw bad("port '" + port + "' is not a number in 1..65535");
+}
+// Where rank 0's server binds for the rendezvous "tcp://HOST:PORT": HOST
+// itself when it is an IPv4 address (or '*'), every interface when it is a
+// host name (Slurm's first node, torchrun's MASTER_ADDR): zmq binds only
+// addresses and interface names, and the name may resolve here to a
+// loopback address (127.0.1.1 in Debian's /etc/hosts) the others cannot
+// reach. A bracketed IPv6 address is bound as it is.
+std::string bindEndpointOf(const std::string& address) {
+  const std::string rest = address.substr(6);  // after "tcp://", checked by checkRendezvousAddress
+  const auto colon = rest.rfind(':');
+  const std::string host = rest.substr(0, colon);
+  in_addr v4{};
+  if (host == "*" || host.front() == '[' || ::inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
+  return "tcp://*:" + rest.substr(colon + 1);
 }
 }  // namespace
 
@@ -253,7 +269,7 @@ class ProcessRendezvous {
       auto& s = servers_[address];
       if (!s) {
         try {
-          s = std::make_shared<StoreServer>(address);
+          s = std::make_shared<StoreServer>(bindEndpointOf(address));
         } catch (...) {
           servers_.erase(address);
           throw;

@@ -157,7 +157,8 @@ class RemoteStore final : public Store {
 std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds);
 
 /// One rank's side of a rendezvous named by an address: "tcp://HOST:PORT"
-/// (rank 0 serves a StoreServer bound there; every rank, rank 0 included,
+/// (rank 0 serves a StoreServer bound there, on every interface when HOST
+/// is a host name rather than an IPv4 address; every rank, rank 0 included,
 /// talks to it through a RemoteStore) or a directory (a FileStore, created if
 /// missing). Keep it alive as long as the Agent built on its store (the
 /// Python and C agents keep theirs for their lifetime).
