@@ -169,7 +169,8 @@ double averagingErrorUnderFaults(bool lossTolerant) {
     lossy.gossipOnly = true;
     auto t = faults::wrap(inproc::makeTransport(fabric, r, 10.0), lossy);
     // (Plain SGP's flush waits half this long for the messages lost on the way.)
-    const optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 1.0, optimizers::GossipMode::kAsync};
+    const optimizers::SgpOptions o{
+        .sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 1.0, .mode = optimizers::GossipMode::kAsync};
     std::unique_ptr<DistributedOptimizer> opt;
     if (lossTolerant)
       opt = std::make_unique<optimizers::LossTolerantSgp>(*t, expo, p, o);
@@ -249,7 +250,8 @@ TEST_CASE(
   std::barrier sync(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    const optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 1.0, optimizers::GossipMode::kAsync};
+    const optimizers::SgpOptions o{
+        .sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 1.0, .mode = optimizers::GossipMode::kAsync};
     optimizers::LossTolerantSgp opt(*t, topology, p, o);
     auto& x = xs[static_cast<std::size_t>(r)];
     const std::vector<float> g(p, 0.0f);

@@ -37,7 +37,9 @@ std::vector<double> runSgp(const Topology& topo, optimizers::GossipMode mode,
   std::barrier allSent(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, topo, xs[0].size(), {{randomGradients ? 0.01 : 0.0, 0.0, 0.0}, 10.0, mode});
+    optimizers::Sgp sgp(
+        *t, topo, xs[0].size(),
+        {.sgd = {randomGradients ? 0.01 : 0.0, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = mode});
     std::vector<float> g(xs[0].size(), 0.0f);
     std::mt19937 rng(static_cast<unsigned>(r));
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -391,7 +393,9 @@ TEST_CASE("SGP in async mode routes around a peer that left: the others keep ste
   std::barrier survivorsDone(n - 1);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 5.0);
-    optimizers::Sgp sgp(*t, expo, 16, {{0.0, 0.0, 0.0}, 5.0, optimizers::GossipMode::kAsync});
+    optimizers::Sgp sgp(
+        *t, expo, 16,
+        {.sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 5.0, .mode = optimizers::GossipMode::kAsync});
     const std::vector<float> g(16, 0.0f);
     const int steps = r == 3 ? 5 : 300;
     for (int s = 0; s < steps; ++s) {
@@ -433,7 +437,8 @@ std::vector<double> runAsyncSgpAhead(std::vector<std::vector<float>>& xs, const 
   std::barrier allSent(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::SgpOptions o{{lr, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+    optimizers::SgpOptions o{
+        .sgd = {lr, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = optimizers::GossipMode::kAsync};
     o.asyncWaitSeconds = waitSeconds;
     optimizers::Sgp sgp(*t, expo, 8, o);
     const std::vector<float> g(8, 1.0f);
@@ -513,7 +518,8 @@ TEST_CASE(
         } else {
           // The rank running ahead does not wait for pushes (it would
           // wait at most 1500 x 5 ms while the others are done).
-          optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+          optimizers::SgpOptions o{
+              .sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = optimizers::GossipMode::kAsync};
           if (ahead) o.asyncWaitSeconds = 0.0;
           auto s = std::make_unique<optimizers::Sgp>(*t, expo, 30, o);
           sgp = s.get();
@@ -562,7 +568,8 @@ TEST_CASE("SGP in async mode pushes only with a weight of at least 1/2 and waits
   std::barrier ahead(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, optimizers::GossipMode::kAsync};
+    optimizers::SgpOptions o{
+        .sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = optimizers::GossipMode::kAsync};
     o.asyncWaitSeconds = wait;
     optimizers::Sgp sgp(*t, expo, 8, o);
     const std::vector<float> g(8, 0.0f);
@@ -638,7 +645,7 @@ TEST_CASE(
           auto t = inproc::makeTransport(fabric, r, 10.0);
           std::unique_ptr<DistributedOptimizer> opt;
           if (algorithm == "sgp") {
-            optimizers::SgpOptions o{{0.0, 0.0, 0.0}, 10.0, mode};
+            optimizers::SgpOptions o{.sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = mode};
             o.checkReceived = check;
             opt = std::make_unique<optimizers::Sgp>(*t, expo, p, o);
           } else {

@@ -39,7 +39,8 @@ SgpRun runSgp(const Topology& topo, optimizers::GossipMode mode, DType wire,
   std::barrier allSent(n);
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);
-    optimizers::Sgp sgp(*t, topo, xs[0].size(), {{0.0, 0.0, 0.0}, 10.0, mode});
+    optimizers::Sgp sgp(*t, topo, xs[0].size(),
+                        {.sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 10.0, .mode = mode});
     RANK_REQUIRE(sgp.setExchangeType(wire));
     std::vector<float> g(xs[0].size(), 0.0f);
     for (int s = 0; s < steps; ++s) sgp.step(xs[static_cast<std::size_t>(r)], g);

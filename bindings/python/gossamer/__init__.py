@@ -449,9 +449,9 @@ class Agent:
 
         Raises:
             TypeError: ``tensor_sizes`` not a sequence of ints (floats and
-            bools are refused; NumPy integers are ints). ValueError: a
-            negative size. ConfigError: unknown algorithm. InvalidArgument:
-            sizes the algorithm refuses.
+            bools are refused; NumPy integers are ints). ValueError: no
+            sizes, or a negative one. ConfigError: unknown algorithm.
+            InvalidArgument: sizes the algorithm refuses.
         """
         if isinstance(tensor_sizes, (str, bytes)) or not hasattr(tensor_sizes, "__iter__"):
             raise TypeError(f"tensor_sizes must be a sequence of ints, not {type(tensor_sizes).__name__}")
@@ -462,6 +462,8 @@ class Agent:
             if s < 0:
                 raise ValueError(f"tensor_sizes[{i}] is negative ({s})")
             sizes.append(int(s))
+        if not sizes:
+            raise ValueError("tensor_sizes is empty: a model has one tensor at least")
         self._optimizer = self._core.make_optimizer(sizes)
         return self._optimizer
 

@@ -330,6 +330,8 @@ def test_make_optimizer_takes_integer_sizes_only(agent):
             agent.make_optimizer(bad)
     with pytest.raises(ValueError, match=r"tensor_sizes\[1\] is negative \(-1\)"):
         agent.make_optimizer([2, -1])
+    with pytest.raises(ValueError, match="tensor_sizes is empty"):
+        agent.make_optimizer([])
     assert agent.make_optimizer([np.int64(3), 2]).size == 5
 
 

@@ -253,7 +253,7 @@ struct SgpOptions {
   /// names its allreduce gets it here too; the default is kAuto. Algorithms that
   /// build views of their own (torus2d, hierarchical, tga2d, hips; auto with
   /// a cost model) run the agreement as recursive doubling.
-  CollectiveOptions agreement;
+  CollectiveOptions agreement{};
   /// Refuse a received message whose push-sum weight is not finite or lies
   /// outside [0, world size], or whose values hold a NaN or infinity,
   /// instead of mixing it in (GossipScreen; rejectedMessages() counts them).
