@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -992,43 +993,42 @@ TEST_CASE("config: a long unknown value is cut in the message and costs no table
   CHECK(contains(typo->what(), "did you mean 'ring'"));
 }
 
+namespace {
+
+/// The ConfigError loading `path` with `overrides` throws (REQUIREs one).
+ConfigError loadError(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    reg().load(path, overrides);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  FAIL("expected ConfigError loading " << path);
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
 TEST_CASE("config: a cross-key rule broken by an override names the override", "[config]") {
   // The file's torus_rows divides world_size 4; the override's 3 does not.
   TempFile file("world_size: 4\ncollectives:\n  torus_rows: 2\n");
-  try {
-    reg().load(file.path(), {"collectives.torus_rows=3"});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
-    CHECK(e.file() == "override 'collectives.torus_rows=3'");
-    CHECK(e.line() == 0);
-    CHECK(e.key() == "collectives.torus_rows");
-  }
+  ConfigError e = loadError(file.path(), {"collectives.torus_rows=3"});
+  CHECK(e.file() == "override 'collectives.torus_rows=3'");
+  CHECK(e.line() == 0);
+  CHECK(e.key() == "collectives.torus_rows");
   // Broken by the file itself: the file and its line.
   TempFile bad("world_size: 4\ncollectives:\n  torus_rows: 3\n");
-  try {
-    reg().load(bad.path(), {"training.epochs=1"});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
-    CHECK(e.file() == bad.path());
-    CHECK(e.line() == 3);
-  }
+  e = loadError(bad.path(), {"training.epochs=1"});
+  CHECK(e.file() == bad.path());
+  CHECK(e.line() == 3);
   // A section given as one override names only the keys it sets: the file's
   // own broken torus_rows is still the file's, on its line.
-  try {
-    reg().load(bad.path(), {"collectives={allreduce: ring}"});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
-    CHECK(e.file() == bad.path());
-    CHECK(e.line() == 3);
-  }
+  e = loadError(bad.path(), {"collectives={allreduce: ring}"});
+  CHECK(e.file() == bad.path());
+  CHECK(e.line() == 3);
   // Of two overrides of one key, the one being read is named.
-  try {
-    reg().load(file.path(), {"training.epochs=2", "training.epochs=0"});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
-    CHECK(e.file() == "override 'training.epochs=0'");
-    CHECK(e.key() == "training.epochs");
-  }
+  e = loadError(file.path(), {"training.epochs=2", "training.epochs=0"});
+  CHECK(e.file() == "override 'training.epochs=0'");
+  CHECK(e.key() == "training.epochs");
   // An override value holding a second YAML document is refused, as a file's is.
   CHECK_THROWS_WITH(reg().load(file.path(), {"world_size=2\n---\n3"}),
                     Catch::Contains("more than one YAML document"));

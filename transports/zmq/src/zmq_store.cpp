@@ -12,6 +12,7 @@
 #include <cctype>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <tuple>
@@ -27,6 +28,16 @@ namespace gossamer::zmq {
 namespace {
 std::string str(const ::zmq::message_t& m) {
   return std::string(static_cast<const char*>(m.data()), m.size());
+}
+
+// HOST and PORT of "tcp://HOST:PORT" (split at the last ':'; PORT may be
+// empty), or nullopt without "tcp://", a ':' or a HOST.
+std::optional<std::pair<std::string, std::string>> hostAndPort(const std::string& address) {
+  constexpr std::string_view kTcp = "tcp://";
+  if (address.rfind(kTcp, 0) != 0) return std::nullopt;
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon <= kTcp.size()) return std::nullopt;
+  return std::make_pair(address.substr(kTcp.size(), colon - kTcp.size()), address.substr(colon + 1));
 }
 
 // A rendezvous address is "tcp://HOST:PORT" (PORT in 1..65535: rank 0 binds
@@ -51,10 +62,9 @@ void checkRendezvousAddress(const std::string& address) {
     return;  // a directory
   if (address.compare(0, scheme, "tcp") != 0)
     throw bad("'" + address.substr(0, scheme) + "://' is not tcp://");
-  const std::string rest = address.substr(scheme + 3);
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw bad("no HOST:PORT");
-  const std::string port = rest.substr(colon + 1);
+  const auto parts = hostAndPort(address);
+  if (!parts) throw bad("no HOST:PORT");
+  const std::string& port = parts->second;
   const bool digits = !port.empty() && port.size() <= 5 &&
                       std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
@@ -67,12 +77,10 @@ void checkRendezvousAddress(const std::string& address) {
 // loopback address (127.0.1.1 in Debian's /etc/hosts) the others cannot
 // reach. A bracketed IPv6 address is bound as it is.
 std::string bindEndpointOf(const std::string& address) {
-  const std::string rest = address.substr(6);  // after "tcp://", checked by checkRendezvousAddress
-  const auto colon = rest.rfind(':');
-  const std::string host = rest.substr(0, colon);
+  const auto [host, port] = hostAndPort(address).value();  // checked by checkRendezvousAddress
   in_addr v4{};
   if (host == "*" || host.front() == '[' || ::inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
-  return "tcp://*:" + rest.substr(colon + 1);
+  return "tcp://*:" + port;
 }
 }  // namespace
 
@@ -233,11 +241,9 @@ std::optional<std::string> RemoteStore::tryGet(const std::string& key) {
 
 std::optional<std::string> RemoteStore::localAddress() {
   // The endpoint is "tcp://HOST:PORT": the address facing HOST.
-  const std::string& e = impl_->endpoint;
-  const auto colon = e.rfind(':');
-  GOSSAMER_CHECK(e.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6,
-                 "rendezvous endpoint '" << e << "'");
-  return routeAddressTo(e.substr(6, colon - 6));
+  const auto parts = hostAndPort(impl_->endpoint);
+  GOSSAMER_CHECK(parts.has_value(), "rendezvous endpoint '" << impl_->endpoint << "'");
+  return routeAddressTo(parts->first);
 }
 
 std::unique_ptr<Store> openStore(const std::string& address, double requestTimeoutSeconds) {
