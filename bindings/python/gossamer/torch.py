@@ -336,6 +336,9 @@ class DistributedOptimizer:
         for i, p in enumerate(self._params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             self._hooks.append((acc, acc.register_hook(lambda *_, i=i: DistributedOptimizer._hook(me, i))))
+        # A wrapper that is freed takes its hooks with it (removing a hook
+        # twice is harmless), so rebuilding wrappers leaves none behind.
+        weakref.finalize(self, _remove_hooks, [handle for _, handle in self._hooks])
 
     @staticmethod
     def _hook(me: "weakref.ref[DistributedOptimizer]", i: int) -> None:
@@ -645,6 +648,11 @@ def average_parameters(model: Parameters, agent: Agent) -> None:
     flat = _flat_copy(reals, _wire_dtype(reals))
     agent.allreduce(flat, op="average")
     _scatter(flat, reals)
+
+
+def _remove_hooks(handles: list) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 def _state_snapshot(optimizer: torch.optim.Optimizer) -> dict:

@@ -418,10 +418,10 @@ print(json.dumps(out))
 
 
 def test_a_replaced_wrapper_neither_stays_alive_nor_averages_through_its_hooks(run_ranks):
-    # Wrapping the same model again (after freezing a parameter, say) leaves
-    # the first wrapper's hooks on its gradient accumulators: they hold it
-    # weakly, and once the agent's optimizer is another one they remove
-    # themselves instead of starting allreduces of the old buffers.
+    # Wrapping the same model again (after freezing a parameter, say): the
+    # first wrapper's hooks hold it weakly, and once the agent's optimizer is
+    # another one they remove themselves instead of starting allreduces of the
+    # old buffers; a wrapper that is freed removes its hooks.
     job = run_ranks(2, HEADER + """
 import gc, weakref
 cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
@@ -431,6 +431,8 @@ with gossamer.Agent.from_env(cfg) as a:
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
     first = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
     second = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
+    hooks = second._hooks[0][1].hooks_dict_ref()  # the hooks on parameter 0's accumulator
+    out["hooks_both"] = len(hooks)
     for step in range(2):
         x, y = data(a.rank)
         second.zero_grad()
@@ -445,6 +447,10 @@ with gossamer.Agent.from_env(cfg) as a:
     del first
     gc.collect()
     out["first_freed"] = gone() is None
+    out["hooks_left"] = len(hooks)
+    del second
+    gc.collect()
+    out["hooks_none"] = len(hooks)
 print(json.dumps(out))
 """)
     job.check()
@@ -452,6 +458,8 @@ print(json.dumps(out))
         assert res["first_started"] == 0 and res["first_hooks"] == 0, res
         assert res["steps"] == 2 and res["first_freed"], res
         assert res["model"] == job.results[0]["model"]
+        # A freed wrapper removes its hooks: none is left behind per rebuild.
+        assert (res["hooks_both"], res["hooks_left"], res["hooks_none"]) == (2, 1, 0), res
 
 
 def test_optimizer_state_restarts_as_made_even_when_the_constructor_made_it():
