@@ -210,7 +210,8 @@ void registerHierarchical(Registry& registry) {
                        "explicit leader groups (a partition of the ranks); empty = the network's islands "
                        "(network.islands), else consecutive groups of group_size")
           .integer("group_size", 4, 1, kMaxWorldSize,
-                   "ranks per group when neither groups nor islands are given")
+                   "ranks per group when neither groups nor islands are given (the last group keeps the "
+                   "remainder; more than the job's ranks makes one group)")
           .text("inter_algorithm", "crossover_sgd", {"crossover_sgd", "sgp"}, "what the group leaders run")
           .rule(checkGroups));
 }
