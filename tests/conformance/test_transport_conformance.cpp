@@ -1108,9 +1108,10 @@ TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory 
           "[store][zmq]") {
   TempDir dir;
   const std::string cwd = std::filesystem::current_path();
-  for (const std::string& address : std::vector<std::string>{
-           "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://127.0.0.1:*", "tcp://127.0.0.1:abc",
-           "tcp://127.0.0.1", "tcp://:4000", "udp://127.0.0.1:5000", "ipc://" + dir.path() + "/rv"}) {
+  for (const std::string& address :
+       std::vector<std::string>{"tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://127.0.0.1:*",
+                                "tcp://127.0.0.1:abc", "tcp://127.0.0.1", "tcp://:4000", "tcp://[::1]:4000",
+                                "udp://127.0.0.1:5000", "ipc://" + dir.path() + "/rv"}) {
     INFO(address);
     for (int rank : {0, 1}) {
       // Rank 0 binds nothing, the others wait for nothing: the error is at once.
@@ -1118,6 +1119,9 @@ TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory 
     }
     CHECK_THROWS_WITH(zmq::openStore(address, 5.0), Catch::Contains("give tcp://HOST:PORT, or a directory"));
   }
+  // The transports listen on IPv4 only: an IPv6 rendezvous is refused by name.
+  for (const std::string& address : {"tcp://[::1]:4000", "tcp://::1:4000"})
+    CHECK_THROWS_WITH(zmq::openStore(address, 5.0), Catch::Contains("is an IPv6 address"));
   // A non-tcp scheme was once taken for a relative directory ("udp:/...").
   CHECK_FALSE(std::filesystem::exists(cwd + "/udp:"));
   CHECK_FALSE(std::filesystem::exists(cwd + "/ipc:"));

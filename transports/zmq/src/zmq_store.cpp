@@ -40,9 +40,10 @@ std::optional<std::pair<std::string, std::string>> hostAndPort(const std::string
   return std::make_pair(address.substr(kTcp.size(), colon - kTcp.size()), address.substr(colon + 1));
 }
 
-// A rendezvous address is "tcp://HOST:PORT" (PORT in 1..65535: rank 0 binds
-// it and the others connect to it, so neither 0 nor a wildcard can name it)
-// or a directory; anything else with "://" is a mistake, not a directory.
+// A rendezvous address is "tcp://HOST:PORT" (HOST an IPv4 address or a host
+// name; PORT in 1..65535: rank 0 binds it and the others connect to it, so
+// neither 0 nor a wildcard can name it) or a directory; anything else with "://" is a mistake, not a
+// directory.
 // @throws InvalidArgument naming the address.
 void checkRendezvousAddress(const std::string& address) {
   const auto bad = [&](const std::string& why) {
@@ -64,6 +65,11 @@ void checkRendezvousAddress(const std::string& address) {
     throw bad("'" + address.substr(0, scheme) + "://' is not tcp://");
   const auto parts = hostAndPort(address);
   if (!parts) throw bad("no HOST:PORT");
+  const std::string& host = parts->first;
+  if (host.front() == '[' || host.find(':') != std::string::npos)
+    throw bad("'" + host +
+              "' is an IPv6 address, and the transports listen on IPv4 only; give an IPv4 "
+              "address or a host name with one");
   const std::string& port = parts->second;
   const bool digits = !port.empty() && port.size() <= 5 &&
                       std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -75,11 +81,11 @@ void checkRendezvousAddress(const std::string& address) {
 // host name (Slurm's first node, torchrun's MASTER_ADDR): zmq binds only
 // addresses and interface names, and the name may resolve here to a
 // loopback address (127.0.1.1 in Debian's /etc/hosts) the others cannot
-// reach. A bracketed IPv6 address is bound as it is.
+// reach.
 std::string bindEndpointOf(const std::string& address) {
   const auto [host, port] = hostAndPort(address).value();  // checked by checkRendezvousAddress
   in_addr v4{};
-  if (host == "*" || host.front() == '[' || ::inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
+  if (host == "*" || ::inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
   return "tcp://*:" + port;
 }
 }  // namespace
