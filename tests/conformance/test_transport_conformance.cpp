@@ -1120,7 +1120,7 @@ TEST_CASE("a rendezvous address that is neither tcp://HOST:PORT nor a directory 
     CHECK_THROWS_WITH(zmq::openStore(address, 5.0), Catch::Contains("give tcp://HOST:PORT, or a directory"));
   }
   // The transports listen on IPv4 only: an IPv6 rendezvous is refused by name.
-  for (const std::string& address : {"tcp://[::1]:4000", "tcp://::1:4000"})
+  for (const char* address : {"tcp://[::1]:4000", "tcp://::1:4000"})
     CHECK_THROWS_WITH(zmq::openStore(address, 5.0), Catch::Contains("is an IPv6 address"));
   // A non-tcp scheme was once taken for a relative directory ("udp:/...").
   CHECK_FALSE(std::filesystem::exists(cwd + "/udp:"));

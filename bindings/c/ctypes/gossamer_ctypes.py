@@ -60,6 +60,7 @@ def library():
         "gossamer_make_optimizer": ([agent_p, ctypes.POINTER(size_t), size_t], ctypes.c_int),
         "gossamer_step": ([agent_p, float_p, float_p, size_t], ctypes.c_int),
         "gossamer_reduce_gradients": ([agent_p, float_p, size_t], ctypes.c_int),
+        "gossamer_skips_local_step": ([agent_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "gossamer_mix_parameters": ([agent_p, float_p, size_t], ctypes.c_int),
         "gossamer_flush": ([agent_p, float_p, size_t], ctypes.c_int),
         "gossamer_steps": ([agent_p, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
@@ -162,6 +163,14 @@ class CAgent:
 
     def reduce_gradients(self, grads):
         _check(library().gossamer_reduce_gradients(self._h, _floats(grads, "grads", self._size), self._size))
+
+    @property
+    def skips_local_step(self):
+        """True after a reduce_gradients() that left this step out (a view change found this rank
+        behind): make no local step, then call mix_parameters()."""
+        out = ctypes.c_int()
+        _check(library().gossamer_skips_local_step(self._h, ctypes.byref(out)))
+        return bool(out.value)
 
     def mix_parameters(self, params):
         _check(library().gossamer_mix_parameters(self._h, _floats(params, "params", self._size), self._size))

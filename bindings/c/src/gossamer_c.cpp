@@ -426,6 +426,13 @@ gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
   });
 }
 
+gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips) {
+  return guarded([&] {
+    require(skips != nullptr, "skips is NULL");
+    *skips = optimizerOf(*hold(agent)).skipsLocalStep() ? 1 : 0;
+  });
+}
+
 gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members, size_t capacity,
                               size_t* count) {
   return guarded([&] {

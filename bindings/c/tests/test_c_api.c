@@ -279,6 +279,9 @@ static void one_rank(void) {
   CHECK(gossamer_step(a, params, grads, 4) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(strstr(gossamer_last_error_message(), "count 4") != NULL);
   CHECK(gossamer_reduce_gradients(a, grads, 5) == GOSSAMER_OK && grads[2] == 3.0f);
+  int skips = -1;
+  CHECK(gossamer_skips_local_step(a, &skips) == GOSSAMER_OK && skips == 0); /* no view change */
+  CHECK(gossamer_skips_local_step(a, NULL) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(gossamer_mix_parameters(a, params, 5) == GOSSAMER_OK);
   CHECK(gossamer_flush(a, params, 5) == GOSSAMER_OK);
   CHECK(gossamer_steps(a, &steps) == GOSSAMER_OK && steps == 2);

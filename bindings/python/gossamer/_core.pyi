@@ -44,6 +44,13 @@ class Optimizer:
         """C++ local SGD step plus the exchange; float32 arrays of `size` elements."""
     def reduce_gradients(self, grads: Any) -> None:
         """Averages grads (float32, `size`) in place for allreduce-style algorithms."""
+    @property
+    def replicated_model(self) -> bool:
+        """Whether every rank holds the same model after each step (AllReduce-SGD, some compressors)."""
+    @property
+    def skips_local_step(self) -> bool:
+        """True after a reduce_gradients() that left this step out (a view change found this rank
+        behind the survivors): make no local step; mix_parameters() counts the step."""
     def mix_parameters(self, params: Any) -> None:
         """Mixes params (float32, `size`) with the peers' for gossip algorithms; counts a step."""
     def flush(self, params: Any) -> None: ...

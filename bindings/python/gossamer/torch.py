@@ -226,12 +226,13 @@ class DistributedOptimizer:
         # survivors (membership on): the float32 CPU model's own copy; a
         # staged model's flat gradient stays local until the average is back.
         self._local_grad: Optional[torch.Tensor] = None
-        # A replicated model (AllReduce-SGD's buckets) needs the same wrapped
-        # optimizer state on every rank: the view its state was last updated
-        # under, and the state to start afresh from after a view change.
+        # A replicated model (AllReduce-SGD, a compressor whose decoded
+        # average is the same everywhere) needs the same wrapped optimizer
+        # state on every rank: the view its state was last updated under, and
+        # the state to start afresh from after a view change.
         self._view_seen = agent.view["number"] if agent.has_membership else 0
-        replicated = self._comm.name == "allreduce_sgd" and agent.world_size > 1 and agent.has_membership
-        self._initial_state = _state_snapshot(optimizer) if replicated else {}
+        self._replicated = self._comm.replicated_model and agent.world_size > 1 and agent.has_membership
+        self._initial_state = _state_snapshot(optimizer) if self._replicated else {}
         if self._comm.name == "allreduce_sgd" and agent.world_size > 1:
             self._make_buckets(sizes, int(bucket_bytes))
             if agent.has_membership:
@@ -506,18 +507,7 @@ class DistributedOptimizer:
             if not self._hooks:
                 self._rebind_grads()
             averaged = self._average_buckets(self._comm.steps)
-            if self.agent.has_membership:
-                view = self.agent.view["number"]
-                if view != self._view_seen:
-                    # A view was installed since the last update (in this
-                    # step's average, a flush, survive() or recover()): the
-                    # wrapped optimizer's state (momentum, Adam's moments and
-                    # step) starts afresh on every survivor before its next
-                    # update, as the C++ optimizers' does, so that a rank
-                    # that skipped the step and one that redid it hold the
-                    # same state again.
-                    _restore_state(self.optimizer, self._initial_state)
-                    self._view_seen = view
+            self._restart_state_after_view_change()
             if not averaged:
                 return None
         else:
@@ -528,6 +518,17 @@ class DistributedOptimizer:
                 self._comm.reduce_gradients(self._flat_grad_np)
                 if staged:
                     self._flat_grad.copy_(self._wide_grad)
+            self._restart_state_after_view_change()
+            if self._comm.skips_local_step:
+                # A view change in the exchange found this rank behind the
+                # survivors: the model is theirs (a replicated model's
+                # realignment wrote it into what the C++ side holds), and
+                # this step's update is theirs too. mix_parameters counts it.
+                with torch.no_grad():
+                    self._comm.mix_parameters(self._flat_np)
+                    if staged:
+                        self._flat.copy_(self._wide)
+                return None
         loss = self.optimizer.step(closure)
         with torch.no_grad():
             if staged:
@@ -536,6 +537,19 @@ class DistributedOptimizer:
             if staged:
                 self._flat.copy_(self._wide)
         return loss
+
+    def _restart_state_after_view_change(self) -> None:
+        # A view was installed since the last update (in this step's
+        # exchange, a flush, survive() or recover()): a replicated model's
+        # wrapped optimizer state (momentum, Adam's moments and step) starts
+        # afresh on every survivor before its next update, as the C++
+        # optimizers' does, so that a rank that skipped the step and one that
+        # redid it hold the same state again.
+        if self._replicated:
+            view = self.agent.view["number"]
+            if view != self._view_seen:
+                _restore_state(self.optimizer, self._initial_state)
+                self._view_seen = view
 
     def flush(self) -> None:
         """Completes an exchange still in flight (overlap mode) so that the

@@ -570,6 +570,19 @@ void defineOptimizer(py::module_& m) {
           "Communication-only form, before a local step made elsewhere: averages `grads` (float32, `size`) "
           "in "
           "place for allreduce-style algorithms; gossip algorithms leave it. Raises as step.")
+      .def_property_readonly(
+          "replicated_model",
+          [](const OptimizerHandle& h) { return h.get().replicatedModel(); },
+          "Whether every rank holds the same model after each step (bool: AllReduce-SGD, a compressor "
+          "whose decoded average is the same everywhere); after a view change a rank behind takes the "
+          "survivors' model. Raises InvalidArgument as every method.")
+      .def_property_readonly(
+          "skips_local_step",
+          [](const OptimizerHandle& h) { return h.get().skipsLocalStep(); },
+          "True after a reduce_gradients() that leaves this step out (bool): with the membership service a "
+          "view change inside it found this rank behind the survivors (or rejoining), and the model is "
+          "theirs. Make no local step then; mix_parameters() counts the step. Raises InvalidArgument as "
+          "every method.")
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::buffer& params) {

@@ -48,6 +48,13 @@ class DistributedOptimizer {
   virtual void mixParameters(std::span<float> params);
   /// Whether reduceGradients and mixParameters are implemented.
   virtual bool hasCommunicationOnlyForm() const { return false; }
+  /// True after a reduceGradients that leaves this step out: with the
+  /// membership service, a view change inside it found this rank behind
+  /// the survivors (or rejoining), so it takes their model and step count
+  /// instead (`grads` is left as given). The caller then makes no local
+  /// step and calls mixParameters, which counts the step and exchanges
+  /// nothing. False otherwise (the default, and always without membership).
+  virtual bool skipsLocalStep() const { return false; }
   /// Completes communication still in flight (overlapping variants); a no-op
   /// for synchronous ones. Call before evaluating or saving the model.
   virtual void flush(std::span<float> params) { (void)params; }

@@ -48,6 +48,9 @@ class ResilientOptimizer final : public DistributedOptimizer {
   void reduceGradients(std::span<float> grads) override;
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return inner_ && inner_->hasCommunicationOnlyForm(); }
+  /// A skipped step (skip_) or one this rank returns from (jumped_) that
+  /// the next mixParameters consumes.
+  bool skipsLocalStep() const override { return skip_ > 0 || jumped_; }
   void flush(std::span<float> params) override;
   std::uint64_t steps() const override { return completed_; }
   /// The steps this rank reports to a view change: steps(), less one while

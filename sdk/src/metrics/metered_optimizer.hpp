@@ -30,6 +30,7 @@ class MeteredOptimizer final : public DistributedOptimizer {
   void reduceGradients(std::span<float> grads) override;
   void mixParameters(std::span<float> params) override;
   bool hasCommunicationOnlyForm() const override { return inner_->hasCommunicationOnlyForm(); }
+  bool skipsLocalStep() const override { return inner_->skipsLocalStep(); }
   void flush(std::span<float> params) override { inner_->flush(params); }
   std::uint64_t steps() const override { return inner_->steps(); }
   void setTotalSteps(std::uint64_t totalSteps) override { inner_->setTotalSteps(totalSteps); }

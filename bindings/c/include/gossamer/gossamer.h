@@ -178,6 +178,13 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* pa
  *  algorithms leave it (gradient tracking replaces it with its tracker). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads,
                                                             size_t count);
+/** After gossamer_reduce_gradients: `*skips` is 1 when that call left this
+ *  step out (membership.enabled: a view change inside it found this rank
+ *  behind the survivors, or rejoining, and the model is theirs), else 0.
+ *  Make no local step when it is 1; gossamer_mix_parameters counts the step.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer or for
+ *          a NULL `skips`. */
+GOSSAMER_C_EXPORT gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips);
 /** Communication-only form, after the caller's local step: mixes `params`
  *  (count float32, in place) with the peers' for gossip algorithms, and counts the step. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count);
