@@ -11,6 +11,11 @@
 #include "process.hpp"
 #include "threads.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,8 +30,11 @@
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/byte_io.hpp"
+#include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/kit/sub_transport.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/membership.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/registry.hpp"
@@ -941,6 +949,63 @@ TEST_CASE(
     forger->abort();
     for (auto& t : g) t->close();
   }
+}
+
+TEST_CASE(
+    "socket: a plain data frame announcing 64 KiB or more is refused before anything is allocated for "
+    "it, naming the peer and byte offset",
+    "[socket]") {
+  // The sender checksums a payload of 64 KiB or more in a trailer after a
+  // header checked on its own; a plain frame that large (here 1 GiB) could
+  // have a corrupt length, and its header is checked only with its payload.
+  MemoryStore store;
+  onEveryRank(2, [&](int r) {
+    if (r == 1) {
+      // Rank 1, by hand: the job's key, a hello, and the header alone.
+      const std::string published = store.get("gossamer/sock/0", kTimeout);  // "tcp:HOST:PORT"
+      const int port = std::stoi(published.substr(published.rfind(':') + 1));
+      const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      RANK_REQUIRE(fd >= 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+      RANK_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+      std::array<std::byte, 16 + kHelloProofBytes> hello{};
+      detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
+      detail::put<std::uint32_t>(hello, 4, 1);
+      detail::put<std::uint64_t>(hello, 8, 7);
+      const auto proof = key.proof(7, 1);
+      std::memcpy(hello.data() + 16, proof.data(), proof.size());
+      HeaderBytes h = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 5), 0, 0u);
+      detail::put<std::uint64_t>(h, frame_offset::kCount, std::uint64_t{1} << 30);
+      detail::put<std::uint64_t>(h, frame_offset::kPayloadBytes, std::uint64_t{1} << 30);
+      RANK_CHECK(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+      RANK_CHECK(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size()));
+      char byte = 0;  // until rank 0 closes the connection (bounded by SO_RCVTIMEO)
+      const timeval limit{static_cast<time_t>(kTimeout), 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      RANK_CHECK(::recv(fd, &byte, 1, 0) == 0);
+      ::close(fd);
+      return;
+    }
+    sock::Options o;
+    o.rank = 0;
+    o.worldSize = 2;
+    o.protocol = "tcp";
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = kTimeout;
+    auto rank0 = sock::makeTransport(o, store);
+    std::array<std::byte, 16> buf{};
+    const std::vector<int> one{1};
+    auto recv = rank0->irecv(one, Tag::make(Op::kUser, 5), buf);
+    RANK_CHECK_THROWS_WITH(recv.wait(kTimeout),
+                           Catch::Contains("peer 1") && Catch::Contains("byte offset 32") &&
+                               Catch::Contains("a plain data frame of 1073741824 bytes"));
+    RANK_CHECK(rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kOversized)] == 1);
+    rank0->abort();
+  });
 }
 
 TEST_CASE(

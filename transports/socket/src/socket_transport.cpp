@@ -154,7 +154,8 @@ SockAddr parseAddress(const std::string& s, int peer) {
     if (colon <= 4) throw ProtocolError(peer, 0, "bad socket address in the store: '" + s + "'");
     const std::string host = s.substr(4, colon - 4);
     const std::string port = s.substr(colon + 1);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(port) > 65535)
       throw ProtocolError(peer, 0, "bad port in socket address '" + s + "'");
     return tcpAddress(host, static_cast<std::uint16_t>(std::stoi(port)));
   }
@@ -748,7 +749,11 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (stopped_) return;
         idle = activeWaiters_ == 0 && Clock::now() - lastActivity_.load() > std::chrono::milliseconds(1);
         if (idle) {
-          progressLocked();
+          try {
+            progressLocked();
+          } catch (const std::exception& e) {  // never out of this thread (std::terminate)
+            GOSSAMER_LOG(kError, "socket rank " << opt_.rank << ": background progress: " << e.what());
+          }
           gateFrom = pollSetLocked(pfds);
         } else {
           pfds.assign(1, pollfd{wakeFd_, POLLIN, 0});
@@ -1140,6 +1145,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                               " but arrived on the connection of rank " + std::to_string(c.peer));
     c.verifier.begin(c.header, c.frame, c.peer);  // throws ProtocolError for a bad kDataTrailing header
     const std::size_t n = c.frame.payloadBytes;
+    // A plain data frame's header is checked only with its payload: the
+    // sender checksums a payload of kTrailingMinBytes or more in a trailer,
+    // after a header checked on its own, so nothing is allocated for a
+    // large payload whose header may be corrupt.
+    if (c.frame.kind == FrameKind::kData && n >= kTrailingMinBytes)
+      throw ProtocolError(c.peer, frame_offset::kPayloadBytes,
+                          "a plain data frame of " + std::to_string(n) + " bytes (one of " +
+                              std::to_string(kTrailingMinBytes) +
+                              " bytes or more carries its checksum in a trailer)",
+                          FrameFault::kOversized);
     c.inPayload = true;
     c.got = 0;
     c.discard = false;
@@ -1158,7 +1173,15 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         return;
       }
     }
-    c.owned = pool_->get(n);
+    try {
+      c.owned = pool_->get(n);
+    } catch (const std::bad_alloc&) {
+      // This process is out of memory: the peer's traffic fails with a
+      // reason (failPeer), the process stays up.
+      throw ProtocolError(c.peer, frame_offset::kPayloadBytes,
+                          "no memory for the " + std::to_string(n) + "-byte payload of its frame",
+                          FrameFault::kOversized);
+    }
     c.dst = std::span<std::byte>(c.owned.get(), n);
   }
 
