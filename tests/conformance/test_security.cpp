@@ -121,3 +121,37 @@ TEST_CASE("zmq under CURVE: a rendezvous entry with a key that is not admitted i
   o.curve = loadCurveKeys(dir / "rank0", dir / "rank0.pub");
   CHECK_THROWS_WITH(gossamer::zmq::makeTransport(o, store), Catch::Contains("not admitted"));
 }
+
+TEST_CASE("a client that reached the rendezvous port cannot grow rank 0's server without bound",
+          "[store][zmq][security]") {
+  gossamer::zmq::StoreServer server("tcp://127.0.0.1:*");
+  gossamer::zmq::RemoteStore a(server.endpoint(), 5.0), b(server.endpoint(), 5.0);
+  a.set("job/x", "kept");
+  // A frame above the longest request part drops its connection unread ...
+  {
+    ::zmq::context_t ctx;
+    ::zmq::socket_t raw(ctx, ::zmq::socket_type::req);
+    raw.set(::zmq::sockopt::linger, 0);
+    raw.connect(server.endpoint());
+    const std::string huge(std::size_t{2} << 20, 'x');
+    raw.send(::zmq::buffer(std::string("set")), ::zmq::send_flags::sndmore);
+    raw.send(::zmq::buffer(std::string("job/huge")), ::zmq::send_flags::sndmore);
+    raw.send(::zmq::buffer(huge), ::zmq::send_flags::none);
+    ::zmq::pollitem_t item{raw.handle(), 0, ZMQ_POLLIN, 0};
+    CHECK(::zmq::poll(&item, 1, std::chrono::milliseconds(500)) == 0);  // no answer
+    CHECK_FALSE(b.tryGet("job/huge").has_value());
+  }
+  // ... and the values it keeps add up to at most 256 MiB.
+  const std::string mib((std::size_t{1} << 20) - 64, 'v');
+  int kept = 0;
+  try {
+    for (; kept < 300; ++kept) a.set("job/fill/" + std::to_string(kept), mib);
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("the rendezvous store holds"));
+  }
+  CHECK(kept >= 250);
+  CHECK(kept < 300);
+  a.set("job/fill/0", "small");  // a value replaced frees its bytes
+  a.set("job/fill/" + std::to_string(kept), mib);
+  CHECK(b.get("job/x", 5.0) == "kept");
+}

@@ -95,6 +95,7 @@ struct StoreServer::Impl {
   ::zmq::socket_t sock{ctx, ::zmq::socket_type::router};
   std::string endpoint;
   std::map<std::string, std::string> kv;
+  std::size_t bytes = 0;  // keys and values in kv
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -134,11 +135,21 @@ struct StoreServer::Impl {
     try {
       store_wire::StoreRequest request =
           store_wire::parseStoreRequest(std::span<const std::string_view>(frames).subspan(envelope));
-      if (request.op == store_wire::StoreRequest::Op::kSet) {
-        kv[request.key] = std::move(request.value);
-        reply = {"ok", ""};
-      } else if (request.op == store_wire::StoreRequest::Op::kClaim) {
-        reply = {"ok", kv.emplace(request.key, std::move(request.value)).second ? "1" : "0"};
+      if (request.op != store_wire::StoreRequest::Op::kGet) {
+        const auto it = kv.find(request.key);
+        const bool exists = it != kv.end();
+        if (exists && request.op == store_wire::StoreRequest::Op::kClaim) {
+          reply = {"ok", "0"};
+        } else {
+          const std::size_t old = exists ? it->first.size() + it->second.size() : 0;
+          const std::size_t now = request.key.size() + request.value.size();
+          if (bytes - old + now > store_wire::kMaxStoreBytes)
+            throw Error("the rendezvous store holds " + std::to_string(bytes) + " bytes; '" + request.key +
+                        "' would take it past " + std::to_string(store_wire::kMaxStoreBytes));
+          bytes = bytes - old + now;
+          kv[request.key] = std::move(request.value);
+          reply = {"ok", request.op == store_wire::StoreRequest::Op::kClaim ? "1" : ""};
+        }
       } else {
         auto it = kv.find(request.key);
         reply =
@@ -156,6 +167,13 @@ struct StoreServer::Impl {
 
 StoreServer::StoreServer(const std::string& endpoint) : impl_(std::make_unique<Impl>()) {
   impl_->sock.set(::zmq::sockopt::linger, 0);
+  // A frame longer than the longest request part (a value of 1 MiB) makes
+  // libzmq drop its sender's connection before the frame is held in memory,
+  // and a few requests queue per connection: a client reaching the port
+  // cannot grow rank 0's memory by more than that.
+  impl_->sock.set(::zmq::sockopt::maxmsgsize,
+                  static_cast<std::int64_t>(store_wire::kMaxStoreValueBytes + 256));
+  impl_->sock.set(::zmq::sockopt::rcvhwm, 16);
   try {
     impl_->sock.bind(endpoint);
   } catch (const ::zmq::error_t& e) {
