@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "forwarding.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/session.hpp"
@@ -971,4 +972,63 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
   CHECK(warnings[0].find("only 10 bytes") != std::string::npos);
   CHECK(warnings[1].find("bad magic") != std::string::npos);
   CHECK(warnings[2].find("unknown kind 9") != std::string::npos);
+}
+
+namespace {
+// Rank 1's transport once `poisoned`: every receive from rank 0 fails with
+// the ProtocolError a transport gives after that peer sent a malformed frame
+// (the transport takes nothing more from it).
+class RefusingPeer final : public gossamer::testing::Forwarding {
+ public:
+  RefusingPeer(std::unique_ptr<Transport> inner, std::shared_ptr<std::atomic<bool>> poisoned)
+      : Forwarding(std::move(inner)), poisoned_(std::move(poisoned)) {}
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    if (!*poisoned_ || sources.size() != 1 || sources[0] != 0) return Forwarding::irecv(sources, tag, buffer);
+    // A receive nothing matches, failed at once.
+    Request r = Forwarding::irecv(sources, Tag::make(Op::kUser, Tag::kMaxStep), buffer);
+    r.fail(std::make_exception_ptr(ProtocolError(0, 0, "bad magic", FrameFault::kGarbage)));
+    return r;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> poisoned_;
+};
+}  // namespace
+
+TEST_CASE(
+    "membership: a peer whose frames the transport refused is taken for failed, not listened to in a "
+    "loop of warnings",
+    "[membership]") {
+  auto fabric = inproc::makeFabric(2);
+  std::mutex mu;
+  int refusals = 0;
+  const auto previous = setLogSink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::kWarning && m.find("bad magic") != std::string_view::npos) {
+      std::lock_guard<std::mutex> lk(mu);
+      ++refusals;
+    }
+  });
+  bool removed = false;
+  {
+    membership::MembershipOptions o;
+    o.heartbeatSeconds = 0.05;
+    o.suspectSeconds = 30;  // only the failure, not silence, can remove rank 0 in this test
+    auto poisoned = std::make_shared<std::atomic<bool>>(false);
+    auto other = membership::wrap(inproc::makeTransport(fabric, 0, 5.0), o);
+    auto service =
+        membership::wrap(std::make_unique<RefusingPeer>(inproc::makeTransport(fabric, 1, 5.0), poisoned), o);
+    *poisoned = true;  // from the next receive the service posts for rank 0 (after its next message)
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!removed && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      removed = service.membership->revoked() || service.membership->view().members.size() == 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // passes that would warn in a loop
+    service.transport->abort();
+    other.transport->abort();
+  }
+  setLogSink(previous);
+  CHECK(removed);
+  std::lock_guard<std::mutex> lk(mu);
+  CHECK(refusals == 1);  // said once, though rank 0 is listened to again each heartbeat
 }

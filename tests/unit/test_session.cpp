@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "forwarding.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/session.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -27,43 +28,10 @@
 #include "threads.hpp"
 
 using namespace gossamer;
+using gossamer::testing::Forwarding;
 using gossamer::testing::onEveryRank;
 
 namespace {
-
-// A transport service of the test's own: forwards everything to the
-// transport it wraps; a subclass changes what it watches.
-class Forwarding : public Transport {
- public:
-  explicit Forwarding(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int worldSize() const override { return inner_->worldSize(); }
-  std::string name() const override { return "forwarding(" + inner_->name() + ")"; }
-  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
-  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return inner_->isend(dst, tag, data, dtype);
-  }
-  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
-                        std::optional<std::uint32_t> checksum) override {
-    return inner_->isendBorrowed(dst, tag, data, dtype, checksum);
-  }
-  TransportCapabilities capabilities() const noexcept override { return inner_->capabilities(); }
-  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
-    return inner_->irecv(sources, tag, buffer);
-  }
-  Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
-    return inner_->irecvView(source, tag, buffer);
-  }
-  std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
-    return inner_->discardArrived(stale);
-  }
-  void close() override { inner_->close(); }
-  void abort() override { inner_->abort(); }
-  TransportStats stats() const override { return inner_->stats(); }
-
- private:
-  std::unique_ptr<Transport> inner_;
-};
 
 // An application's own transport service: counts the messages this rank sends.
 class CountingTransport final : public Forwarding {

@@ -836,20 +836,29 @@ class MembershipTransport final : public Transport, public Membership {
       for (int p = 0; p < capacity_; ++p) {
         auto& r = standing_[static_cast<std::size_t>(p)];
         if (!r.valid()) continue;
-        std::optional<Message> m;
+        std::span<const std::byte> bytes;
         try {
           if (!r.test()) continue;
-          const auto bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
-          m = decode(bytes, p, capacity_);
-        } catch (const PeerFailure&) {
-          r = Request();
-          std::lock_guard<std::mutex> lk(mu_);
-          peerDeadLocked(p);
-          continue;
+          bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
         } catch (const Cancelled&) {
           r = Request();
           continue;
         } catch (const Error& e) {
+          // The transport failed the peer: it left or died (PeerFailure),
+          // or sent a frame the transport refused (ProtocolError), after
+          // which the transport takes nothing more from it. Listened to
+          // again at the next heartbeat, as a peer that died is; said once.
+          r = Request();
+          std::lock_guard<std::mutex> lk(mu_);
+          if (dynamic_cast<const PeerFailure*>(&e) == nullptr && !dead_[static_cast<std::size_t>(p)])
+            log(LogLevel::kWarning, std::string("membership: ") + e.what());
+          peerDeadLocked(p);
+          continue;
+        }
+        std::optional<Message> m;
+        try {
+          m = decode(bytes, p, capacity_);
+        } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
           log(LogLevel::kWarning, std::string("membership: ") + e.what());
         }
         if (m) {
