@@ -2,7 +2,9 @@
 # The main job: trains the Fashion-MNIST MLP with 4 peers (one process each,
 # ZeroMQ over loopback), first with Crossover-SGD, then with AllReduce-SGD,
 # writes both JSON summaries to results/quickstart.json, and draws each run
-# directory's report (gossamer-report) and the two runs side by side.
+# directory's report (gossamer-report) and the two runs side by side. Also
+# builds the Python package in build/python (gossamer._core and, when
+# libtorch-dev is found, gossamer._c10d), which PYTHONPATH=build/python imports.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -10,6 +12,17 @@ source scripts/deps.sh
 gossamer_install_deps
 gossamer_build --target gossamer-train
 build="${GOSSAMER_BUILD_DIR:-$root/build}"
+# The Python package's extensions, those this configuration has (none when
+# GOSSAMER_BUILD_PYTHON is off or pybind11 is missing; no _c10d without
+# libtorch-dev). Its pure-Python modules are copied at configure time.
+targets_help="$(cmake --build "$build" --target help)"
+python_targets=()
+for target in gossamer_python_core gossamer_python_c10d; do
+  if grep -qw "$target" <<<"$targets_help"; then python_targets+=("$target"); fi
+done
+if [ ${#python_targets[@]} -gt 0 ]; then
+  gossamer_build --target "${python_targets[@]}"
+fi
 
 mkdir -p results
 start=$(date +%s)
