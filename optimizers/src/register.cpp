@@ -87,9 +87,10 @@ KeySet gossipKeys(const std::string& owner) {
             "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
             "or async (mix whatever has arrived)")
       .real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
-            "async mode and loss-tolerant SGP: a push-sum weight (SGP's, or a Crossover-SGD segment's) below "
-            "this keeps its mass instead of pushing, until the peers' pushes raise it (no underflow; the "
-            "mass stays exact)")
+            "async mode: a rank pushes its model (SGP) or a segment (Crossover-SGD) only while that push-sum "
+            "weight is at least max(0.5, this), otherwise keeping its mass until the peers' pushes raise it; "
+            "loss-tolerant SGP: a weight below this keeps its mass instead of pushing (no underflow; the mass "
+            "stays exact)")
       .real("async_wait_seconds", SgpOptions{}.asyncWaitSeconds, {0.0, true, 3600.0, true},
             "async mode: a rank whose push-sum weight (SGP's, or a Crossover-SGD segment's) is too low to "
             "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits; at most "
