@@ -100,8 +100,9 @@ struct CrossoverOptions {
   int interval = 1;  ///< Local steps between exchanges (>= 1).
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each exchange's waits.
   GossipMode mode = GossipMode::kSync;
-  /// Async mode: a segment whose push-sum weight is below this keeps its mass
-  /// instead of pushing until pushes from peers raise it, in (0, 1).
+  /// Async mode: a segment pushes only while its push-sum weight is at
+  /// least max(0.5, this), otherwise keeping its mass until pushes from
+  /// peers raise it; in (0, 1).
   double weightFloor = 1e-3;
   /// Async mode: while a segment's weight is too low to push, the rank waits
   /// up to this long (seconds, >= 0) for its peers' pushes before it steps
