@@ -49,7 +49,9 @@
 // "Distributed average consensus with dithered quantization" (IEEE TSP
 // 2008), Sec. II, without the dither.
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -114,6 +116,23 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
       "topology world size " << topology.worldSize() << " != transport world size " << transport.worldSize());
   segments_ = topologies::segmentsAlongTensors(tensorSizes, o.segments);
   pending_ = std::make_unique<Pending>();  // reused by every exchange: no allocation per step
+  // Plain averaging needs each rank's weights to sum to 1 (a row-stochastic
+  // mixing matrix); push-sum weights (a directed graph whose ranks have
+  // unequal in- and out-degrees) would leave the ranks apart, never at
+  // consensus. Every rank checks every row (of the first segments' first
+  // round), so all of them refuse alike.
+  for (int r = 0; r < topology.worldSize(); ++r)
+    for (int s = 0; s < std::min(o.segments, 4); ++s) {
+      const PeerSet p = topology.peers(r, 0, s);
+      double row = p.selfWeight;
+      for (double w : p.recvWeights) row += w;
+      GOSSAMER_ENFORCE(std::abs(row - 1.0) <= 1e-9,
+                       "crossover_sgd averages with weights that sum to 1 on every rank, but topology '"
+                           << topology.name() << "' gives rank " << r << " weights summing to " << row
+                           << " (push-sum weights: a directed graph whose ranks have unequal in- and "
+                              "out-degrees); use algorithm sgp, or a graph where every rank has as many "
+                              "in-edges as out-edges");
+    }
 }
 
 // Receives still posted write into buffers this object owns: cancel them

@@ -105,6 +105,15 @@ TEST_CASE("Crossover-SGD rejects mismatched sizes and options", "[optimizer][cro
   optimizers::CrossoverSgd opt(*t, topo, {4}, o);
   std::vector<float> x(5), g(5);
   CHECK_THROWS_AS(opt.step(x, g), InvalidArgument);
+  // Push-sum weights (a star: rank 0 sends to two ranks, each sends back to
+  // one) never average to consensus; a directed ring's do.
+  auto three = inproc::makeTransport(inproc::makeFabric(3), 0, 1.0);
+  const topologies::ExplicitGraph star(3, {{0, 1}, {1, 0}, {0, 2}, {2, 0}});
+  CHECK_THROWS_WITH(
+      optimizers::CrossoverSgd(*three, star, {4}, o),
+      Catch::Contains("gives rank 0 weights summing to 1.333") && Catch::Contains("use algorithm sgp"));
+  const topologies::ExplicitGraph ring(3, {{0, 1}, {1, 2}, {2, 0}});
+  CHECK_NOTHROW(optimizers::CrossoverSgd(*three, ring, {4}, o));
 }
 
 TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to centralised SGD",
