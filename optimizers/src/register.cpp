@@ -3,6 +3,8 @@
 // checks. The compressors register in their own files
 // (src/compressors/*.cpp); registerBuiltins lists them all.
 #include <climits>
+#include <optional>
+#include <sstream>
 
 #include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -86,11 +88,12 @@ KeySet gossipKeys(const std::string& owner) {
       .text("mode", "sync", kModes,
             "sync (wait for this step's messages), overlap (consume at step k+1 what was sent at step k) "
             "or async (mix whatever has arrived)")
-      .real("weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
-            "async mode: a rank pushes its model (SGP) or a segment (Crossover-SGD) only while that push-sum "
-            "weight is at least max(0.5, this), otherwise keeping its mass until the peers' pushes raise it; "
-            "loss-tolerant SGP: a weight below this keeps its mass instead of pushing (no underflow; the mass "
-            "stays exact)")
+      .real(
+          "weight_floor", SgpOptions{}.weightFloor, {0.0, false, 1.0, false},
+          "async mode: a rank pushes its model (SGP) or a segment (Crossover-SGD) only while that push-sum "
+          "weight is at least max(0.5, this), otherwise keeping its mass until the peers' pushes raise it; "
+          "loss-tolerant SGP: a weight below this keeps its mass instead of pushing (no underflow; the mass "
+          "stays exact)")
       .real("async_wait_seconds", SgpOptions{}.asyncWaitSeconds, {0.0, true, 3600.0, true},
             "async mode: a rank whose push-sum weight (SGP's, or a Crossover-SGD segment's) is too low to "
             "push waits up to this long for pushes from any peer (bounded staleness; 0 never waits; at most "
@@ -217,6 +220,23 @@ void registerHierarchical(Registry& registry) {
           .rule(checkGroups));
 }
 
+namespace {
+// NoLoCo's outer step moves the gap e between a pair's thetas (and the gap
+// of their momenta, m) as e' = (1 - gamma) e - mu m, m' = mu m + gamma e,
+// whose roots stay inside the unit circle only for 0 <= gamma < 2 (1 + mu):
+// a larger gamma drives the pair apart, round after round.
+std::optional<ConfigIssue> checkNolocoGamma(const Config& c) {
+  if (c.get<std::string>("algorithm.outer") != "noloco") return std::nullopt;
+  const double gamma = c.get<double>("algorithm.noloco_gamma"),
+               mu = c.get<double>("algorithm.outer_momentum");
+  if (gamma < 2 * (1 + mu)) return std::nullopt;
+  std::ostringstream m;
+  m << "noloco_gamma " << gamma << " drives each pair's thetas apart: the outer step is stable only below "
+    << "2 (1 + outer_momentum) = " << 2 * (1 + mu);
+  return ConfigIssue{"algorithm.noloco_gamma", m.str()};
+}
+}  // namespace
+
 void registerDiloco(Registry& registry) {
   const DilocoOptions d;
   registry.addOptimizer(
@@ -251,6 +271,7 @@ void registerDiloco(Registry& registry) {
           .boolean(
               "overlap", d.overlap,
               "DiLoCo: overlap each outer exchange with the next inner steps and apply it one round late")
+          .rule(checkNolocoGamma)
           .onlyWhenSelected());
 }
 
