@@ -271,6 +271,15 @@ TEST_CASE("Top-K sends the k largest entries and keeps the rest as the residual"
     sent += out[i] != 0.0f ? 1 : 0;
   }
   CHECK(sent == 10);
+  // A finite gradient whose sum with the residual overflows float32 is
+  // refused, the residual untouched; nothing infinite is sent.
+  TopKCompressor big(4, 0.25);
+  const std::vector<float> huge{3e38f, 3e38f, 0.0f, 0.0f};
+  auto p4 = payloadFor(big);
+  big.encode(huge, p4);  // sends one 3e38, keeps the other
+  const std::vector<float> kept(big.error().begin(), big.error().end());
+  CHECK_THROWS_WITH(big.encode(huge, p4), Catch::Contains("gradient + residual overflows float32"));
+  CHECK(std::equal(kept.begin(), kept.end(), big.error().begin()));
 }
 
 TEST_CASE("Top-K breaks ties by index, averages gathered payloads and rejects bad indices",
@@ -444,6 +453,25 @@ TEST_CASE("Gaussian-K bounds the count on non-Gaussian data", "[compress][gaussk
     t.decode(pt, g, ot);
     CHECK(oc == ot);
     CHECK(std::equal(c.error().begin(), c.error().end(), t.error().begin()));
+  }
+  SECTION("one magnitude: corrections that end with no candidate take the last threshold that had some") {
+    // Every entry 1: sigma 0, tau = 1 passes none (|a| > tau) -> 0.5 passes
+    // all (> 4k/3) -> 0.75 all -> 1.125 none. Sending nothing would repeat
+    // every step while the residual grows; 0.75 is taken again, and k are sent.
+    const std::size_t n = 64;
+    const std::vector<float> g(n, 1.0f);
+    GaussianKCompressor c(n, {0.1, 3});
+    auto payload = payloadFor(c);
+    std::vector<float> out(n);
+    for (int step = 1; step <= 3; ++step) {
+      INFO("step " << step);
+      c.encode(g, payload);
+      CHECK(c.candidates() >= c.k());
+      CHECK(c.selected() == c.k());
+      c.decode(payload, g, out);
+      CHECK(std::count(out.begin(), out.end(), 0.0f) == static_cast<std::ptrdiff_t>(n - c.k()));
+      CHECK(*std::max_element(c.error().begin(), c.error().end()) <= static_cast<float>(step));
+    }
   }
   SECTION("spikes: fewer than 2k/3 candidates after every correction, the rest of the slots are padding") {
     // n = 10000, k = 100; 50 entries of 10 at indices 7, 207, ..., the rest 0.
@@ -626,6 +654,16 @@ TEST_CASE("QSGD packs signs and levels and decodes to multiples of norm / s", "[
       REQUIRE(std::fabs(std::fabs(out[i]) - std::fabs(g[i])) <= unit * 1.0001);  // a neighbour of |g|
       if (out[i] != 0.0f) REQUIRE((out[i] < 0) == (g[i] < 0));                   // the sign survives
     }
+  }
+  // A bucket of tiny entries (whose float squares vanish) keeps its norm.
+  {
+    QsgdCompressor tiny(512, QsgdOptions{4, 512, 7, 0});
+    const std::vector<float> t(512, 1e-24f);
+    auto tp = payloadFor(tiny);
+    tiny.encode(t, tp);
+    float norm = 0;
+    std::memcpy(&norm, tp.data(), 4);
+    CHECK(norm == Approx(1e-24 * std::sqrt(512.0)).epsilon(1e-6));
   }
   CHECK(QsgdCompressor(n, QsgdOptions{1, 512, 1, 0}).bitsPerElement() == 2);
   CHECK(QsgdCompressor(n, QsgdOptions{255, 512, 1, 0}).bitsPerElement() == 9);

@@ -17,7 +17,9 @@
 //   2. tau = |mu| + sigma * Phi^-1(1 - ratio / 2);
 //   3. one pass writes a into e and collects the indices with |a| > tau;
 //   4. while the count is outside [2k/3, 4k/3] and corrections remain: tau *=
-//      0.5 (too few) or 1.5 (too many) and collect again from e;
+//      0.5 (too few) or 1.5 (too many) and collect again from e; should the
+//      last correction leave no candidate, the last threshold that left some
+//      is taken again;
 //   5. keep min(c, k) candidates (the k of largest |a| if c > k), write them in
 //      Top-K's wire format padded with zero values to k slots, zero them in e.
 #include <algorithm>
@@ -113,6 +115,7 @@ void GaussianKCompressor::encode(std::span<const float> gradient, std::span<std:
   // Steps 2-4: the threshold, corrected while the count is far from k.
   float tau = static_cast<float>(std::fabs(mean) + sigma * z_);
   std::size_t c = collect(tau, true, gradient);
+  float lastWithCandidates = c > 0 ? tau : -1.0f;  // the last threshold some entry passed
   int made = 0;
   for (; made < options_.adjustments; ++made) {
     if (3 * c < 2 * k_) {
@@ -123,6 +126,15 @@ void GaussianKCompressor::encode(std::span<const float> gradient, std::span<std:
     } else {
       break;
     }
+    c = collect(tau, false, gradient);
+    if (c > 0) lastWithCandidates = tau;
+  }
+  // Corrections that overshot to no candidate at all (entries of one
+  // magnitude: halving passes them all, x1.5 none) would send nothing, step
+  // after step, while the residual grows: the last threshold some entry
+  // passed is taken instead, and its k largest are sent.
+  if (c == 0 && lastWithCandidates >= 0.0f) {
+    tau = lastWithCandidates;
     c = collect(tau, false, gradient);
   }
   candidates_ = c;

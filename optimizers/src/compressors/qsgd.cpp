@@ -53,9 +53,13 @@ void QsgdCompressor::encode(std::span<const float> gradient, std::span<std::byte
 #pragma omp simd reduction(+ : sq)
     for (std::size_t i = 0; i < m; ++i) sq += v[i] * v[i];
     double norm = std::sqrt(static_cast<double>(sq));
-    if (!std::isfinite(norm)) {
+    // Squares below float32's range (entries under about 1e-19) vanish from
+    // a float sum: such a bucket, and one whose sum overflowed, is summed in
+    // double (entries of a bucket whose float sum is 1e-20 or more lose
+    // nothing that matters against it).
+    if (!std::isfinite(norm) || sq < 1e-20f) {
       throwIfNonFinite(gradient.subspan(b * bucket, m), "QSGD encode: gradient bucket");
-      double d = 0;  // finite entries whose float sum of squares overflowed
+      double d = 0;
       for (std::size_t i = 0; i < m; ++i) d += static_cast<double>(v[i]) * v[i];
       norm = std::sqrt(d);
     }

@@ -43,7 +43,12 @@ void TopKCompressor::encode(std::span<const float> gradient, std::span<std::byte
     mag[i] = std::fabs(a);
     probe += a * 0.0f;
   }
-  if (!(probe == 0.0f)) throwIfNonFinite(gradient, "Top-K encode: gradient");
+  if (!(probe == 0.0f)) {
+    // A finite gradient whose sum with the residual overflows: nothing is
+    // changed yet (pass 2 writes the residual), and nothing infinite is sent.
+    throwIfNonFinite(gradient, "Top-K encode: gradient");
+    throw InvalidArgument("Top-K encode: gradient + residual overflows float32");
+  }
   // The k-th largest magnitude.
   const auto kth = static_cast<std::ptrdiff_t>(n - k_);
   std::nth_element(magnitude_.begin(), magnitude_.begin() + kth, magnitude_.end());
