@@ -3,8 +3,12 @@
 // the caller free while they run, and failures that reach every Work.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <latch>
+#include <limits>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
@@ -104,4 +108,35 @@ TEST_CASE("a failed non-blocking collective fails the ones queued behind it with
   CHECK_THROWS_AS(Work().wait(), InvalidArgument);
   CHECK_THROWS_AS(Work().test(), InvalidArgument);
   CHECK_FALSE(Work().valid());
+}
+
+TEST_CASE("a timeout of 1e9 seconds or more, infinity included, waits without a deadline", "[nonblocking]") {
+  // As a duration in nanoseconds such a timeout overflows into the past,
+  // and every wait ended at once with TimeoutError.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const double timeout : {1e10, 1e300, inf}) {
+    INFO("timeout " << timeout);
+    auto fabric = inproc::makeFabric(2);
+    onEveryRank(2, [&](int r) {
+      auto t = inproc::makeTransport(fabric, r, timeout);
+      Communicator comm(*t, timeout);
+      std::vector<float> x(3, static_cast<float>(r));
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 waits meanwhile
+      comm.iallreduce(std::span<float>(x), ReduceOp::kSum).wait(timeout);
+      RANK_CHECK(x == std::vector<float>(3, 1.0f));
+      comm.allreduce(std::span<float>(x), ReduceOp::kSum);
+      RANK_CHECK(x == std::vector<float>(3, 2.0f));
+      float v = 7, got = 0;
+      if (r == 0) {
+        Request rx = t->irecvOf<float>(1, Tag::make(Op::kUser, 3), std::span<float>(&got, 1));
+        RANK_CHECK(rx.waitFor(timeout));
+        RANK_CHECK(got == 7.0f);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::vector<Request> sends;
+        sends.push_back(t->isendOf<float>(0, Tag::make(Op::kUser, 3), std::span<const float>(&v, 1)));
+        waitAll(sends, timeout);
+      }
+    });
+  }
 }

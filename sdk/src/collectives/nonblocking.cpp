@@ -10,6 +10,7 @@
 
 #include "detail.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "work_queue.hpp"
 
 namespace gossamer {
@@ -31,7 +32,8 @@ void Work::wait(double timeoutSeconds) const {
   GOSSAMER_ENFORCE(state_, "wait() on an empty Work");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "wait timeout " << timeoutSeconds << " s is negative");
   std::unique_lock<std::mutex> lk(state_->mu);
-  if (!state_->cv.wait_for(lk, std::chrono::duration<double>(timeoutSeconds), [&] { return state_->done; }))
+  if (!state_->cv.wait_until(lk, deadlineAfter<std::chrono::steady_clock>(timeoutSeconds),
+                             [&] { return state_->done; }))
     throw TimeoutError("a non-blocking collective did not finish within " + std::to_string(timeoutSeconds) +
                        " s");
   if (state_->error) std::rethrow_exception(state_->error);

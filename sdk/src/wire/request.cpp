@@ -172,8 +172,7 @@ bool Request::waitFor(double timeoutSeconds) {
   GOSSAMER_ENFORCE(state_, "wait on an empty Request");
   GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline = deadlineAfter<std::chrono::steady_clock>(timeoutSeconds, start);
   if (state_->firstWaitNanos.load(std::memory_order_relaxed) == 0)
     state_->firstWaitNanos.store(
         std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
@@ -221,9 +220,7 @@ int Request::waitAny(std::span<Request> requests, double timeoutSeconds) {
     engine->waitForAny(states, timeoutSeconds);
     return settled();
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline = deadlineAfter<std::chrono::steady_clock>(timeoutSeconds);
   constexpr auto kSlice = std::chrono::microseconds(200);
   for (;;) {
     for (std::size_t k = 0; k < states.size(); ++k)  // each engine once (a transport's requests share one)
@@ -329,9 +326,8 @@ std::span<const std::byte> Request::received(std::span<const std::byte> buffer) 
 }
 
 void waitAll(std::span<Request> requests, double timeoutSeconds) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(timeoutSeconds));
+  GOSSAMER_ENFORCE(timeoutSeconds >= 0, "negative timeout " << timeoutSeconds);
+  const auto deadline = deadlineAfter<std::chrono::steady_clock>(timeoutSeconds);
   for (auto& r : requests) {
     const double left =
         std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());

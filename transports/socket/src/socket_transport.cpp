@@ -98,9 +98,8 @@ constexpr double kLateConnectSeconds = 5.0;
 
 std::string errnoText(int err) { return std::strerror(err); }
 
-Clock::time_point deadlineAfter(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
+// On this file's clock, saturating (gossamer::deadlineAfter).
+Clock::time_point deadlineAfter(double seconds) { return gossamer::deadlineAfter<Clock>(seconds); }
 
 int millisLeft(Clock::time_point deadline, int cap) {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();

@@ -60,6 +60,19 @@ constexpr Clock::duration clockDuration(std::chrono::duration<Rep, Period> d) {
   return std::chrono::duration_cast<Clock::duration>(d);
 }
 
+/// The time point `seconds` after `now` on clock `C` (Clock, or
+/// std::chrono::steady_clock for a condition variable), saturating: a
+/// timeout of 1e9 seconds (31 years) or more, infinity included, is no
+/// deadline (C::time_point::max()), where converting it to nanoseconds would
+/// overflow into the past; 0 or less (NaN included) is `now`. Callers
+/// refuse a negative or NaN timeout first.
+template <typename C = Clock>
+typename C::time_point deadlineAfter(double seconds, typename C::time_point now = C::now()) noexcept {
+  if (!(seconds > 0)) return now;
+  if (seconds >= 1e9) return C::time_point::max();
+  return now + std::chrono::duration_cast<typename C::duration>(std::chrono::duration<double>(seconds));
+}
+
 /// Seconds elapsed since `t0` on Clock.
 inline double secondsSince(Clock::time_point t0) noexcept {
   return std::chrono::duration<double>(Clock::now() - t0).count();
