@@ -543,6 +543,27 @@ for i, t in enumerate(ts):
 """)
 
 
+def test_a_barrier_never_pairs_with_another_ranks_all_reduce(run_ranks):
+    # A barrier in the tag space of allreduce once completed against the
+    # other rank's one-element int32 all_reduce (which then held 1 + 5).
+    job(run_ranks, 2, """
+t = torch.tensor([5], dtype=torch.int32)
+failed = None
+try:
+    if rank == 0:
+        dist.barrier()
+    else:
+        dist.all_reduce(t)
+except AssertionError:
+    raise
+except Exception as e:  # the timeout of a collective the other rank never calls
+    failed = f"{type(e).__name__}: {e}"
+assert failed is not None, ("a barrier paired with an all_reduce", t)
+assert t.item() == 5, t
+""", footer='dist.destroy_process_group()\nprint(json.dumps({"rank": rank, "ok": True}))\n',
+        env={"PG_TIMEOUT": "2"}, timeout=60)
+
+
 def test_new_group_reduces_apart(run_ranks):
     job(run_ranks, 3, """
 pair = dist.new_group([0, 2], backend="gossamer")

@@ -284,6 +284,13 @@ struct CalibrationOptions {
 CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
                              const CalibrationOptions& calibration = {});
 
+/// Returns once every rank has entered it: the dissemination barrier
+/// (ceil(log2 N) rounds of one empty message each way, in the barrier's own
+/// tag space with options.sequence, so that it never pairs with another
+/// rank's allreduce). @throws TimeoutError after options.timeoutSeconds;
+/// PeerFailure from the transport.
+void barrier(Transport& transport, const CollectiveOptions& options);
+
 /// Allreduce of `data` (L elements, the same L on every rank), in place, with
 /// the algorithm in `options` (kAuto: chooseAllreduce; on a SubTransport only
 /// the ring or recursive doubling, since the others build views of their

@@ -164,9 +164,10 @@ CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
   return defaults_.model;
 }
 
-void Communicator::barrier() {
-  const CollectiveOptions o = ordered();
-  detail::disseminationBarrier(transport_, Op::kBarrier, o.sequence, o.timeoutSeconds);
+void Communicator::barrier() { gossamer::barrier(transport_, ordered()); }
+
+void barrier(Transport& transport, const CollectiveOptions& options) {
+  detail::disseminationBarrier(transport, Op::kBarrier, options.sequence, options.timeoutSeconds);
 }
 
 }  // namespace gossamer

@@ -826,11 +826,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::alltoall(std::vector<at::
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::barrier(const ::c10d::BarrierOptions&) {
-  return enqueue(::c10d::OpType::BARRIER, {}, [this](const CollectiveOptions& o) {
-    std::int32_t one = 1;
-    gossamer::allreduce<std::int32_t>(agent_->transport(), std::span<std::int32_t>(&one, 1), ReduceOp::kSum,
-                                      o);
-  });
+  // Its own tag space: a rank's barrier never pairs with another's allreduce.
+  return enqueue(::c10d::OpType::BARRIER, {},
+                 [this](const CollectiveOptions& o) { gossamer::barrier(agent_->transport(), o); });
 }
 
 // ---- point to point -------------------------------------------------------------------
