@@ -507,9 +507,15 @@ class Agent:
             rank past the step where ``fn`` belonged (it rejoined the job, or
             the others are past that step and did not run theirs there).
 
+        A :class:`TimeoutError` inside ``fn`` counts as a peer's failure
+        when the view is revoked within 5 seconds of it (a peer that stalled
+        past ``transport.timeout_seconds`` but not yet past
+        ``membership.suspect_seconds``, or this rank was stopped).
+
         Raises:
             PeerFailure: the membership service is off. Expelled: the
-            survivors removed this rank. TimeoutError: no agreement within
+            survivors removed this rank. TimeoutError: from ``fn`` with no
+            view change following it, or no agreement within
             ``membership.agreement_seconds``. Whatever else ``fn`` raises.
         """
         if not callable(fn):

@@ -430,9 +430,10 @@ py::dict changeDict(const ViewChange& c) {
 }
 
 // Session::survive over a Python callable: the callable runs with the GIL,
-// and a gossamer.PeerFailure it raises (a collective of its own failed)
-// becomes the C++ PeerFailure again, so that the survivors agree on a view
-// and run it again; anything else it raises propagates as it is.
+// and a gossamer.PeerFailure or TimeoutError it raises (a collective of its
+// own failed) becomes the C++ exception again, so that the survivors agree
+// on a view and run it again (a TimeoutError only when the view is revoked
+// within Session::survive's grace); anything else propagates as it is.
 bool pySurvive(PyAgent& a, const py::function& fn) {
   Session& session = a.session();
   py::gil_scoped_release release;
@@ -444,6 +445,10 @@ bool pySurvive(PyAgent& a, const py::function& fn) {
       const int peer = e.value() && py::hasattr(e.value(), "peer") ? e.value().attr("peer").cast<int>() : -1;
       if (e.matches(exc.expelled)) throw Expelled(peer, py::str(e.value()).cast<std::string>());
       if (e.matches(exc.peerFailure)) throw PeerFailure(peer, py::str(e.value()).cast<std::string>());
+      // As in C++: a timeout while the view is being revoked (a peer stalled
+      // past transport.timeout_seconds but not yet past suspect_seconds, or
+      // this rank was stopped) is a view change, not an error.
+      if (e.matches(exc.timeout)) throw TimeoutError(py::str(e.value()).cast<std::string>());
       throw;
     }
   });

@@ -470,3 +470,41 @@ a.close()
         assert res["lost"] == [[2]], res
         assert res["diff"] < 1e-5, res
     assert job.results[0]["model"] == job.results[1]["model"]
+
+
+def test_survive_takes_a_timeout_that_a_view_change_follows_for_the_peer_failure_it_is(run_ranks, tmp_path):
+    # Rank 2 stops itself (SIGSTOP) before an average. The survivors' waits
+    # time out after 1 s, before the membership service suspects rank 2
+    # (1.5 s): survive() takes that TimeoutError, once the view is revoked,
+    # for the peer failure it is, and averages again over {0, 1}.
+    job = run_ranks(3, HEADER + """
+import signal, time
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 1},
+           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 1.5},
+           algorithm={"name": "allreduce_sgd"})
+pidfile = os.path.join(os.environ["PIDS"], "rank2")
+a = gossamer.Agent.from_env(cfg)
+a.barrier()
+if a.rank == 2:
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pidfile + ".tmp", pidfile)
+    os.kill(os.getpid(), signal.SIGSTOP)
+x = np.zeros(4, dtype=np.float32)
+def average():
+    x[:] = a.rank + 1.0
+    a.allreduce(x, op="average")
+start = time.monotonic()
+done = a.survive(average)
+took = time.monotonic() - start
+if a.rank == 0:
+    os.kill(int(open(pidfile).read()), signal.SIGKILL)
+print(json.dumps({"done": done, "x": x.tolist(), "view": a.view["members"], "took": took}))
+a.close()
+""", env={"PIDS": str(tmp_path)}, timeout=60)
+    assert job.codes[2] == -9, job.err[2]
+    for r in (0, 1):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["done"] and res["view"] == [0, 1], res
+        assert res["x"] == [1.5] * 4, res  # the average of 1 and 2
