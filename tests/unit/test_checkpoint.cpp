@@ -65,6 +65,10 @@ TEST_CASE("checkpoint: sections round-trip through a file", "[checkpoint]") {
   // No temporary file is left behind.
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path), std::filesystem::directory_iterator()) ==
         1);
+  // A directory (whose size reads as -1) is refused by name, not sized.
+  CHECK_THROWS_WITH(Checkpoint::load(dir.path.string()), Catch::Contains("is not a regular file"));
+  CHECK_THROWS_WITH(Checkpoint::load((dir.path / "none.ckpt").string()),
+                    Catch::Contains("is not a regular file"));
 }
 
 TEST_CASE("checkpoint: torn, corrupt and foreign files are rejected with the byte offset", "[checkpoint]") {

@@ -102,6 +102,7 @@ Checkpoint Checkpoint::parse(std::span<const std::byte> file, const std::string&
     const std::uint32_t n = u32(off);
     if (n == 0 || n > 255 || body - off - 4 < std::size_t{n} + 8) throw bad(off, "bad section name length");
     std::string name(reinterpret_cast<const char*>(file.data() + off + 4), n);
+    if (c.sections_.count(name) != 0) throw bad(off, "section '" + name + "' appears twice");
     off += 4 + n;
     const std::uint64_t m = u64(off);
     if (m > body - off - 8)
@@ -146,10 +147,15 @@ void Checkpoint::save(const std::string& path) const {
 }
 
 Checkpoint Checkpoint::load(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error("checkpoint: '" + path + "' is not a regular file" + (ec ? " (" + ec.message() + ")" : ""));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("checkpoint: cannot open '" + path + "'");
   in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(in.tellg());
+  const auto end = in.tellg();
+  if (end < 0) throw Error("checkpoint: cannot read the size of '" + path + "'");
+  const auto size = static_cast<std::size_t>(end);
   in.seekg(0);
   std::vector<std::byte> file(size);
   if (size > 0 && !in.read(reinterpret_cast<char*>(file.data()), static_cast<std::streamsize>(size)))

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/wire.hpp"
@@ -106,12 +108,14 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
     const std::size_t n = lastParams_.size(), k = sources.size();
     std::vector<Request> requests;
+    std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
       const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, static_cast<std::uint32_t>(j));
       auto stripe = lastParams_.subspan(lo, hi - lo);
       if (joining) {
         requests.push_back(transport.irecvOf<float>(sources[j], tag, stripe));
+        expected.emplace_back(stripe.size_bytes(), sources[j]);
       } else if (sources[j] == me) {
         for (int g : change.joined)
           requests.push_back(
@@ -119,6 +123,13 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
       }
     }
     waitAll(requests, transport.timeoutSeconds());
+    // A short stripe (a member with a model of another size) would leave
+    // the rest of it as this rank's own values.
+    for (std::size_t j = 0; j < expected.size(); ++j)
+      if (requests[j].bytes() != expected[j].first)
+        throw ProtocolError(expected[j].second, frame_offset::kPayloadBytes,
+                            "model stripe of " + std::to_string(requests[j].bytes()) + " bytes, expected " +
+                                std::to_string(expected[j].first) + " (do all ranks train the same model?)");
   }
   if (!inner_->lockstep() && !rejoined) return false;
   if (change.merged && inner_->replicatedModel()) {

@@ -1,6 +1,7 @@
 // The membership service's control messages (membership_codec.hpp).
 #include "membership_codec.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "gossamer/errors.hpp"
@@ -45,6 +46,9 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   for (std::size_t off : {5, 6, 7})
     if (get<std::uint8_t>(b, off) != 0) throw bad(off, "reserved byte is not zero");
   m.viewNumber = get<std::uint64_t>(b, 8);
+  // Far beyond any job's view changes; a number near 2^64 would wrap the
+  // next coordinator's "newest + 1" to 0, and no later view would count.
+  if (m.viewNumber >= kMaxViewNumber) throw bad(8, "view number " + std::to_string(m.viewNumber));
   m.viewCoordinator = get<std::int32_t>(b, 16);
   if (m.viewCoordinator < -1 || m.viewCoordinator >= worldSize)
     throw bad(16, "view coordinator " + std::to_string(m.viewCoordinator));
@@ -76,6 +80,9 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
       throw bad(kHeaderBytes + 4 * i, "member " + std::to_string(r) + " out of range or order");
     m.members.push_back(r);
   }
+  // A view's model source is one of its members (every rank broadcasts from it).
+  if (m.kind == Kind::kView && m.arg >= 0 && !std::binary_search(m.members.begin(), m.members.end(), m.arg))
+    throw bad(20, "model source " + std::to_string(m.arg) + " is not a member of the view");
   return m;
 }
 

@@ -37,6 +37,8 @@ namespace gossamer::membership::codec {
 inline constexpr std::uint32_t kMagic = 0x524D4247u;
 /// Bytes of a message before its members.
 inline constexpr std::size_t kHeaderBytes = 56;
+/// View numbers at or above this are refused (decode): 2^62.
+inline constexpr std::uint64_t kMaxViewNumber = std::uint64_t{1} << 62;
 
 enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
 
