@@ -4,6 +4,7 @@
 // back. Private to optimizers/src.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -25,12 +26,25 @@ inline void checkExchangeType(DType wire) {
                           ": float32, float16 or bfloat16 only");
 }
 
-/// Rounds `in` to `wire` (16-bit) into out[0, in.size()).
+/// Rounds `in` to `wire` (16-bit) into out[0, in.size()). A finite value
+/// beyond the type's largest finite one (65504 for binary16) is sent as
+/// that value, never as infinity (which the receivers refuse, and which the
+/// sender's own correction term would take into its model); NaN and
+/// infinity stay what they are.
 inline void encode16(DType wire, std::span<const float> in, std::uint16_t* out) {
-  if (wire == DType::kBfloat16)
+  std::uint16_t infinity = 0, largest = 0;
+  if (wire == DType::kBfloat16) {
     convert(in, std::span<bfloat16>(reinterpret_cast<bfloat16*>(out), in.size()));
-  else
+    infinity = 0x7F80;
+    largest = 0x7F7F;
+  } else {
     convert(in, std::span<float16>(reinterpret_cast<float16*>(out), in.size()));
+    infinity = 0x7C00;
+    largest = 0x7BFF;
+  }
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if ((out[i] & 0x7FFF) == infinity && std::isfinite(in[i]))
+      out[i] = static_cast<std::uint16_t>((out[i] & 0x8000) | largest);
 }
 
 /// The float32 values of in[0, out.size()) of type `wire` (exact).

@@ -1079,7 +1079,33 @@ TEMPLATE_TEST_CASE(
   CHECK(worst < 1e-9);
   std::vector<float> bad(n, 0.0f);
   bad[7] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> kept(c.error().begin(), c.error().end());
   CHECK_THROWS_AS(c.encode(bad, payload), InvalidArgument);
+  CHECK(std::equal(kept.begin(), kept.end(), c.error().begin()));  // a refused gradient leaves it whole
+}
+
+TEMPLATE_TEST_CASE("16-bit compression sends an entry beyond the largest finite value as that value",
+                   "[compress][half]", bfloat16, float16) {
+  // binary16's largest finite value is 65504 (bfloat16's about 3.39e38): a
+  // larger entry was rounded to infinity, and the residual became -inf.
+  const float largest = std::is_same_v<TestType, float16> ? 65504.0f : 3.38953139e38f;
+  const float big = std::is_same_v<TestType, float16> ? 70000.0f : 3.4e38f;
+  HalfCompressor<TestType> c(4);
+  std::vector<std::byte> payload(c.payloadBytes());
+  const std::vector<float> g{big, 1.0f, -big, 2.0f}, zero(4, 0.0f);
+  c.encode(g, payload);
+  const auto* h = reinterpret_cast<const TestType*>(payload.data());
+  CHECK(toFloat(h[0]) == largest);
+  CHECK(toFloat(h[2]) == -largest);
+  CHECK(c.error()[0] == big - largest);  // the excess goes out later
+  CHECK(c.error()[2] == largest - big);
+  c.encode(zero, payload);
+  const float excess = big - largest;
+  if constexpr (std::is_same_v<TestType, float16>)
+    CHECK(toFloat(h[0]) == toFloat(toFloat16(excess)));
+  else
+    CHECK(toFloat(h[0]) == toFloat(toBfloat16(excess)));
+  for (float e : c.error()) CHECK(std::isfinite(e));
 }
 
 TEST_CASE("16-bit compression over inproc: half of dense's bytes, the same model on every rank",

@@ -6,7 +6,10 @@
 
 #include <barrier>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -133,6 +136,42 @@ TEST_CASE("Crossover-SGD with 16-bit segments keeps the mean, reaches consensus 
   for (std::size_t i = 0; i < p; ++i) REQUIRE(mean1[i] == Approx(mean0[i]).margin(1e-5));
   const double u = wire == DType::kBfloat16 ? 1.0 / 256 : wire == DType::kFloat16 ? 1.0 / 2048 : 1e-4;
   CHECK(consensusDistance(xs) < 4 * u * u * before);
+}
+
+TEST_CASE("16-bit model exchanges send a value beyond binary16's range as its largest, keeping models finite",
+          "[crossover][sgp][half]") {
+  // Rank 0 holds 70000 (binary16's largest finite value is 65504): rounded
+  // to infinity, it was refused by the receiver and, through the sender's
+  // own correction term, made the sender's model infinite (Crossover-SGD)
+  // or NaN (SGP).
+  const std::string algorithm = GENERATE(as<std::string>{}, "crossover_sgd", "sgp");
+  INFO(algorithm);
+  auto fabric = inproc::makeFabric(2);
+  topologies::FairRoulette topo(2, 1);
+  std::vector<std::vector<float>> xs{{70000.0f, 1.0f}, {0.0f, 1.0f}};
+  onEveryRank(2, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    std::vector<float> g(2, 0.0f);
+    std::unique_ptr<DistributedOptimizer> opt;
+    if (algorithm == "sgp") {
+      optimizers::SgpOptions o;
+      o.sgd = {0.0, 0.0, 0.0};
+      opt = std::make_unique<optimizers::Sgp>(*t, topo, 2, o);
+    } else {
+      optimizers::CrossoverOptions o;
+      o.sgd = {0.0, 0.0, 0.0};
+      opt = std::make_unique<optimizers::CrossoverSgd>(*t, topo, std::vector<std::size_t>{2}, o);
+    }
+    RANK_REQUIRE(opt->setExchangeType(DType::kFloat16));
+    for (int s = 0; s < 3; ++s) opt->step(x, g);
+    opt->flush(x);
+    RANK_CHECK(opt->rejectedMessages() == 0);
+  });
+  for (const auto& x : xs)
+    for (float v : x) CHECK(std::isfinite(v));
+  CHECK(xs[0][1] == 1.0f);
+  CHECK(xs[1][1] == 1.0f);
 }
 
 TEST_CASE("16-bit exchange types: async Crossover-SGD declines, other types are refused", "[half]") {

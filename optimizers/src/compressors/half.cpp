@@ -11,8 +11,11 @@
 // With a gossip optimizer (Crossover-SGD, SGP) the same kinds send its model
 // exchanges in 16 bits instead (setExchangeType: crossover_sgd.cpp, sgp.cpp).
 // The conversions are gossamer/half.hpp's vectorised kernels.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/half.hpp"
@@ -42,14 +45,30 @@ void HalfCompressor<H>::encode(std::span<const float> gradient, std::span<std::b
   const std::size_t n = size();
   float* e = residual_.data();
   const float* g = gradient.data();
-  float probe = 0.0f;
+  // Checked before the residual changes: a refused gradient leaves it whole.
+  float probe = 0.0f, peak = 0.0f;
   for (std::size_t i = 0; i < n; ++i) {
-    e[i] += g[i];  // a = g + e, kept in the residual until its rounding is known
-    probe += e[i] * 0.0f;
+    const float a = g[i] + e[i];
+    probe += a * 0.0f;
+    peak = std::max(peak, std::fabs(a));
   }
-  if (!(probe == 0.0f)) throwIfNonFinite(gradient, "16-bit encode: gradient");
+  if (!(probe == 0.0f)) {
+    throwIfNonFinite(gradient, "16-bit encode: gradient");
+    throw InvalidArgument("16-bit encode: gradient + residual overflows float32");
+  }
+  for (std::size_t i = 0; i < n; ++i) e[i] += g[i];  // a = g + e, kept until its rounding is known
   auto* out = reinterpret_cast<H*>(payload.data());
-  convert(std::span<const float>(residual_), std::span<H>(out, n));
+  // An entry beyond H's largest finite value (65504 for binary16) is sent
+  // as that value, not as infinity: the rest stays in the residual and
+  // goes out in later steps, as a rounding error does.
+  const float largest = std::is_same_v<H, float16> ? 65504.0f : 3.38953139e38f;
+  if (peak <= largest) {
+    convert(std::span<const float>(residual_), std::span<H>(out, n));
+  } else {
+    std::vector<float> clamped(residual_);
+    for (float& a : clamped) a = std::clamp(a, -largest, largest);
+    convert(std::span<const float>(clamped), std::span<H>(out, n));
+  }
   if (payloadBytes() / sizeof(H) > n) out[n] = H{};  // the padding element of an odd n
   for (std::size_t i = 0; i < n; ++i) e[i] -= toFloat(out[i]);
 }

@@ -289,7 +289,9 @@ class GaussianKCompressor final : public SparseCompressor {
 /// even, the 16-bit vector is averaged over the ranks by a 16-bit allreduce
 /// (2 bytes per element on the wire, half of dense), and the rounding error
 /// e = a - float(round(a)) is kept for the next step, as Top-K keeps its
-/// residual (Stich et al., "Sparsified SGD with memory"). decode widens the
+/// residual (Stich et al., "Sparsified SGD with memory"). An entry beyond
+/// H's largest finite value is sent as that value (its excess kept in e),
+/// never as infinity. decode widens the
 /// average to float32: every rank decodes the same gradient.
 template <typename H>
 class HalfCompressor final : public Compressor {
