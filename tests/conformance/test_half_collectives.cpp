@@ -84,8 +84,9 @@ std::uint64_t checkHalf(Group& g, CollectiveOptions o, std::size_t len, ReduceOp
     } else if (op == ReduceOp::kSum) {
       ok = std::fabs(got - exact[i]) <= gamma * absSum[i] + tiny;
     } else {
+      // Each value scaled by 1/n first (one rounding each), then summed.
       const double want = exact[i] / n;
-      ok = std::fabs(got - want) <= gamma * absSum[i] / n + u / (1 - u) * std::fabs(got) * (1 + 1e-6) + tiny;
+      ok = std::fabs(got - want) <= (gamma * (1 + u) + u * (1 + 1e-6)) * absSum[i] / n + tiny;
     }
     if (!ok && wrong++ == 0) first = i;
   }
@@ -178,6 +179,23 @@ TEST_CASE("16-bit broadcast, reduce and alltoallv move 2 bytes per element, exac
     reduce<float16>(*g[r], std::span<float16>(w[r]), 0, ReduceOp::kSum, {2, kTimeout});
   });
   for (std::size_t i = 0; i < 31; ++i) CHECK(toFloat(w[0][i]) == 7.5f);  // 0.5 (1 + ... + 5), exact
+}
+
+TEST_CASE("a 16-bit average overflows only where the average itself would", "[collectives][half]") {
+  // 4 ranks of float16 20000: summed first, 80000 overflowed 65504 to inf.
+  const int n = 4;
+  Group g = inprocGroup(n);
+  std::uint64_t seq = 100;
+  for (AllreduceAlgorithm a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
+                               AllreduceAlgorithm::kRabenseifner, AllreduceAlgorithm::kAuto}) {
+    INFO("algorithm " << toString(a));
+    std::vector<std::vector<float16>> v(n, std::vector<float16>(9, toFloat16(20000.0f)));
+    CollectiveOptions o{++seq, kTimeout, a, 4096};
+    onEveryRank(n,
+                [&](int r) { allreduce<float16>(*g[r], std::span<float16>(v[r]), ReduceOp::kAverage, o); });
+    for (int r = 0; r < n; ++r)
+      for (float16 x : v[r]) CHECK(toFloat(x) == 20000.0f);
+  }
 }
 
 TEST_CASE("16-bit ring allreduce over zmq and the socket transport equals the inproc result",

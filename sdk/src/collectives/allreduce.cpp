@@ -1,12 +1,16 @@
 // allreduce(): runs the algorithm options.algorithm names, through the table
 // of algorithms (table.hpp); kAuto asks the cost model (cost_model.cpp) which
-// one is fastest for this size and world size. Also the algorithms' names.
+// one is fastest for this size and world size. A 16-bit average scales each
+// rank's vector by 1/N before it is summed (NCCL's premultiplied sum), so
+// that it overflows only where the average itself would: summed first, N
+// values of 65504/N overflowed binary16. Also the algorithms' names.
 #include <algorithm>
 #include <string>
 
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/half.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "table.hpp"
 
@@ -14,6 +18,12 @@ namespace gossamer {
 
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
+  if constexpr (kIsHalf<T>) {
+    if (op == ReduceOp::kAverage && transport.worldSize() > 1) {
+      half::scale(data.data(), 1.0f / static_cast<float>(transport.worldSize()), data.size());
+      op = ReduceOp::kSum;
+    }
+  }
   auto algorithm = options.algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto)
     algorithm = detail::chooseAllreduce(data.size_bytes(), transport.worldSize(), options,
