@@ -2,7 +2,10 @@
 // gossip-based communication in distributed deep learning for alleviating large
 // mini-batch problem and enhancing scalability", Sec. 3.3): intra-group reduce
 // of the gradients to the leader, gossip among the leaders (Crossover-SGD or
-// SGP), broadcast of the leader's model.
+// SGP), broadcast of the leader's model. Groups of unequal sizes weight the
+// group's gradient by its size (its sum times L / N): see optimizers.hpp.
+#include <algorithm>
+
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -22,6 +25,11 @@ Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> g
   std::size_t numParams = 0;
   for (auto t : tensorSizes) numParams += t;
   grad_.resize(numParams);
+  const bool equal = std::all_of(groups_.begin(), groups_.end(),
+                                 [&](const std::vector<int>& g) { return g.size() == groups_[0].size(); });
+  if (!equal)
+    sumScale_ =
+        static_cast<float>(static_cast<double>(groups_.size()) / static_cast<double>(transport.worldSize()));
   // The group and the leaders are split communicators: their contexts are
   // handed out by the split, apart from every other user of the transport.
   // Within a group the ranks keep the group's order (its first is the
@@ -63,7 +71,9 @@ void Hierarchical::step(std::span<float> params, std::span<const float> grads) {
   GOSSAMER_ENFORCE(params.size() == grad_.size() && grads.size() == grad_.size(),
                    "expected " << grad_.size() << " parameters and gradients");
   std::copy(grads.begin(), grads.end(), grad_.begin());
-  groupComm_->reduce(grad_, 0, ReduceOp::kAverage);
+  groupComm_->reduce(grad_, 0, sumScale_ == 0.0f ? ReduceOp::kAverage : ReduceOp::kSum);
+  if (sumScale_ != 0.0f && inter_)
+    for (float& g : grad_) g *= sumScale_;
   if (inter_) inter_->step(params, grad_);
   groupComm_->broadcast(params, 0);
   ++steps_;
@@ -72,7 +82,9 @@ void Hierarchical::step(std::span<float> params, std::span<const float> grads) {
 void Hierarchical::reduceGradients(std::span<float> grads) {
   GOSSAMER_ENFORCE(grads.size() == grad_.size(),
                    "expected " << grad_.size() << " gradients, got " << grads.size());
-  groupComm_->allreduce(grads, ReduceOp::kAverage);
+  groupComm_->allreduce(grads, sumScale_ == 0.0f ? ReduceOp::kAverage : ReduceOp::kSum);
+  if (sumScale_ != 0.0f)
+    for (float& g : grads) g *= sumScale_;
 }
 
 void Hierarchical::mixParameters(std::span<float> params) {

@@ -20,6 +20,11 @@
 // than being lost: the error feedback of Stich et al., "Sparsified SGD with
 // memory" (NeurIPS 2018), applied to the push-sum mass.
 //
+// The SGD step is on the numerator in sync and async modes (Alg. 1: x <- x -
+// lr u, so z <- z - lr u / w; while w is 1, as on a regular graph in sync
+// mode, that is z's own step). Overlap mode, and the loss-tolerant variant
+// (whose weights may get small: 1/w would blow the step up), step z.
+//
 // Async mode (waits for no peer in particular). Each step:
 //   1. the SGD step on the numerator, as in Alg. 1 (x <- x - lr u, so
 //      z <- z - lr u / w): every gradient moves the push-sum average
@@ -93,10 +98,16 @@ Sgp::~Sgp() {
 }
 
 void Sgp::step(std::span<float> params, std::span<const float> grads) {
-  if (options_.mode != GossipMode::kAsync) {
-    sgd_.apply(params, grads);  // on the de-biased model z
+  if (options_.mode == GossipMode::kOverlap || (options_.mode == GossipMode::kSync && weight_ == 1.0)) {
+    // Sync: z = x while the weight is 1 (every rank's, on a regular graph).
+    // Overlap steps z: its weight is the share of its mass not in flight,
+    // and a 1/w scaling would follow that share rather than the graph.
+    sgd_.apply(params, grads);
   } else {
-    // On the numerator x = w z (Alg. 1): z <- z - lr u / w.
+    // On the numerator x = w z (Alg. 1): z <- z - lr u / w. A step on z
+    // itself would move x by w lr u, weighting each rank's gradient by its
+    // push-sum weight: on a graph whose weights drift from 1 the ranks
+    // would settle at a weighted optimum, not the average's.
     GOSSAMER_ENFORCE(params.size() == numParams_,
                      "expected " << numParams_ << " parameters, got " << params.size());
     stepStart_.assign(params.begin(), params.end());

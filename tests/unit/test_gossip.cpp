@@ -123,6 +123,32 @@ TEST_CASE("SGP reaches consensus on pure averaging at the rate the mixing matric
   CHECK(consensusDistance(xs) < 1e-10 * before);
 }
 
+TEST_CASE(
+    "sync SGP on a graph whose push-sum weights drift from 1 minimises the average of the ranks' losses",
+    "[sgp]") {
+  // f_r(x) = (x - r)^2 / 2 on 4 ranks: the average's minimiser is 1.5. A
+  // step on z moved the numerator by w lr g, weighting each rank's gradient
+  // by its push-sum weight: the ranks settled near 1.69 (sum w_r r / sum w_r).
+  const topologies::ExplicitGraph graph(4, {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}});
+  auto fabric = inproc::makeFabric(4);
+  std::vector<float> final(4);
+  onEveryRank(4, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::SgpOptions o;
+    o.sgd = {0.02, 0.0, 0.0};
+    optimizers::Sgp opt(*t, graph, 1, o);
+    std::vector<float> x{0.0f}, g(1);
+    for (int k = 0; k < 2000; ++k) {
+      g[0] = x[0] - static_cast<float>(r);
+      opt.step(x, g);
+    }
+    opt.flush(x);
+    final[static_cast<std::size_t>(r)] = x[0];
+  });
+  // Constant step size: within O(lr) of the minimiser, not 0.19 away.
+  for (float v : final) CHECK(v == Approx(1.5).margin(0.05));
+}
+
 TEST_CASE("SGP in async mode never waits, still mixes, and keeps the push-sum mass", "[sgp]") {
   topologies::DirectedExponential expo(4, 1);
   auto xs = randomModels(4, 16, 3);
@@ -341,13 +367,16 @@ TEST_CASE("the matched selection balances a table that is not doubly stochastic 
                   InvalidArgument);
 }
 
-TEST_CASE("hierarchical: the leader steps with its group's mean gradient, then the leaders mix",
-          "[hierarchical]") {
+TEST_CASE(
+    "hierarchical: the leader steps with its group's gradient weighted by its size, then the leaders mix",
+    "[hierarchical]") {
   // Groups {0,1,2} and {3,4}; leaders 0 and 3 run SGP on the 2-rank
   // exponential graph (each keeps half and sends half: one step averages
-  // them exactly). Learning rate 0.5, no momentum. After one step every rank
-  // holds ((x0 - lr mean(g0,g1,g2)) + (x3 - lr mean(g3,g4))) / 2: a leader
-  // stepping with its own gradient, or a sum, gives another model.
+  // them exactly). Learning rate 0.5, no momentum. Groups of unequal sizes
+  // step with their gradients' sum times L/N = 2/5, so that every rank's
+  // gradient counts alike: after one step every rank holds
+  // ((x0 - lr 6/5 mean(g0,g1,g2)) + (x3 - lr 4/5 mean(g3,g4))) / 2, which is
+  // the average model minus lr times the mean of all five gradients.
   const int n = 5;
   const std::size_t p = 12;
   const float lr = 0.5f;
@@ -359,7 +388,7 @@ TEST_CASE("hierarchical: the leader steps with its group's mean gradient, then t
   for (std::size_t i = 0; i < p; ++i) {
     const double meanA = (grads[0][i] + grads[1][i] + grads[2][i]) / 3.0;
     const double meanB = (grads[3][i] + grads[4][i]) / 2.0;
-    expected[i] = ((xs[0][i] - lr * meanA) + (xs[3][i] - lr * meanB)) / 2.0;
+    expected[i] = ((xs[0][i] - lr * 1.2 * meanA) + (xs[3][i] - lr * 0.8 * meanB)) / 2.0;
   }
   onEveryRank(n, [&](int r) {
     auto t = inproc::makeTransport(fabric, r, 10.0);

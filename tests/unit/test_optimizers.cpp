@@ -306,3 +306,29 @@ TEST_CASE("collectives.calibrate measures the cost model at start, and auto uses
   CHECK(models[0].calibrated(AllreduceAlgorithm::kRing));
   CHECK(models[0].calibrated(AllreduceAlgorithm::kHips));
 }
+
+TEST_CASE("hierarchical groups of unequal sizes minimise the average of every rank's loss",
+          "[optimizer][hierarchical]") {
+  // 5 ranks in groups {0, 1, 2, 3} and {4}, f_r(x) = (x - r)^2 / 2: the
+  // minimiser of the average is 2. Averaged per group and mixed with equal
+  // weights, the lone rank 4 weighed as much as the other four together and
+  // every rank settled at 2.75.
+  const int n = 5;
+  auto fabric = inproc::makeFabric(n);
+  const auto groups = topologies::makeGroups(n, 4);
+  std::vector<float> final(n);
+  onEveryRank(n, [&](int r) {
+    auto t = inproc::makeTransport(fabric, r, 10.0);
+    optimizers::CrossoverOptions o;
+    o.sgd = {0.05, 0.0, 0.0};
+    optimizers::Hierarchical opt(*t, groups, "crossover_sgd",
+                                 std::make_unique<topologies::FairRoulette>(2, 42), {1}, o);
+    std::vector<float> x{0.0f}, g(1);
+    for (int k = 0; k < 1000; ++k) {
+      g[0] = x[0] - static_cast<float>(r);
+      opt.step(x, g);
+    }
+    final[static_cast<std::size_t>(r)] = x[0];
+  });
+  for (float v : final) CHECK(v == Approx(2.0).margin(0.05));
+}

@@ -346,7 +346,7 @@ class Sgp final : public DistributedOptimizer {
   std::uint64_t asyncReceived_ = 0;    // async: messages folded in
   std::vector<std::uint64_t> sentTo_;  // async: messages pushed to each rank
   std::uint64_t agreements_ = 0;       // async: flushes so far
-  std::vector<float> stepStart_;       // async: z before the SGD step
+  std::vector<float> stepStart_;       // z before the SGD step (async, or sync with a weight other than 1)
   bool roundPending_ = false;          // overlap: a round's messages not yet consumed
   std::uint64_t pendingRound_ = 0;
   std::uint64_t steps_ = 0;
@@ -417,7 +417,11 @@ class LossTolerantSgp final : public DistributedOptimizer {
 /// Hierarchical gossip with leader groups (Yeo et al., Sec. 3.3). Ranks are
 /// split into groups; the first rank of each is its leader. Each step:
 ///   1. the gradients are averaged inside the group to the leader (binomial
-///      reduce on the group's communicator, split from `transport`);
+///      reduce on the group's communicator, split from `transport`); with
+///      groups of unequal sizes, summed and scaled by L/N instead (L groups,
+///      N ranks), so that each rank's gradient counts alike however large its
+///      group: the leaders' equal-weight mixing then minimises the average of
+///      all N ranks' losses, not of the L groups' averages;
 ///   2. the leader runs the inter-group optimizer (Crossover-SGD or SGP over
 ///      the leaders only) with that gradient: its local SGD step and gossip;
 ///   3. the leader broadcasts its model to the group.
@@ -464,6 +468,7 @@ class Hierarchical final : public DistributedOptimizer {
   std::unique_ptr<DistributedOptimizer> inter_;
   std::vector<float> grad_;
   std::uint64_t steps_ = 0;
+  float sumScale_ = 0.0f;  // groups of unequal sizes: L / N, applied to the group's sum; 0: equal groups
 };
 
 /// Where DiLoCo averages its pseudo-gradients.
