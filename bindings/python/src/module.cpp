@@ -230,7 +230,17 @@ class PyAgent {
     rv_.reset();
   }
   bool closed() const { return session_ == nullptr; }
-  std::uint64_t& exchangeRound() { return exchangeRound_; }
+  /// The round of the next exchange(): 0 again once a new view is installed
+  /// (every survivor starts the new view's exchanges at 0, whichever round
+  /// each was at when the old one failed).
+  std::uint64_t& exchangeRound() {
+    const std::uint64_t view = session_->elastic() ? session_->view().number : 0;
+    if (view != exchangeView_) {
+      exchangeView_ = view;
+      exchangeRound_ = 0;
+    }
+    return exchangeRound_;
+  }
 
   /// Metrics records (JSON text) not yet taken by Python: at most kCapacity,
   /// the oldest dropped beyond that (and counted).
@@ -262,6 +272,7 @@ class PyAgent {
   std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Session
   std::unique_ptr<Session> session_;
   std::uint64_t exchangeRound_ = 0;
+  std::uint64_t exchangeView_ = 0;  // the view exchangeRound_ counts in
   std::uint64_t optimizerGeneration_ = 0;
 };
 
@@ -576,14 +587,12 @@ void defineOptimizer(py::module_& m) {
           "in "
           "place for allreduce-style algorithms; gossip algorithms leave it. Raises as step.")
       .def_property_readonly(
-          "replicated_model",
-          [](const OptimizerHandle& h) { return h.get().replicatedModel(); },
+          "replicated_model", [](const OptimizerHandle& h) { return h.get().replicatedModel(); },
           "Whether every rank holds the same model after each step (bool: AllReduce-SGD, a compressor "
           "whose decoded average is the same everywhere); after a view change a rank behind takes the "
           "survivors' model. Raises InvalidArgument as every method.")
       .def_property_readonly(
-          "skips_local_step",
-          [](const OptimizerHandle& h) { return h.get().skipsLocalStep(); },
+          "skips_local_step", [](const OptimizerHandle& h) { return h.get().skipsLocalStep(); },
           "True after a reduce_gradients() that leaves this step out (bool): with the membership service a "
           "view change inside it found this rank behind the survivors (or rejoining), and the model is "
           "theirs. Make no local step then; mix_parameters() counts the step. Raises InvalidArgument as "
@@ -670,7 +679,8 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
                   "'): call make_optimizer first, with a gossip algorithm");
             std::uint64_t& round = a.exchangeRound();
             py::gil_scoped_release release;
-            exchange(p.as<float>(), round++);
+            exchange(p.as<float>(), round);
+            ++round;  // a failed exchange takes no round: the next try repeats it
           },
           py::arg("params"));
 }

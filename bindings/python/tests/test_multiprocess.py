@@ -474,22 +474,29 @@ a.close()
 
 def test_survive_takes_a_timeout_that_a_view_change_follows_for_the_peer_failure_it_is(run_ranks, tmp_path):
     # Rank 2 stops itself (SIGSTOP) before an average. The survivors' waits
-    # time out after 1 s, before the membership service suspects rank 2
-    # (1.5 s): survive() takes that TimeoutError, once the view is revoked,
+    # time out after 2 s, before the membership service suspects rank 2
+    # (3 s): survive() takes that TimeoutError, once the view is revoked,
     # for the peer failure it is, and averages again over {0, 1}.
     job = run_ranks(3, HEADER + """
 import signal, time
-cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 1},
-           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 1.5},
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 2},
+           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 3},
            algorithm={"name": "allreduce_sgd"})
-pidfile = os.path.join(os.environ["PIDS"], "rank2")
+pids = os.environ["PIDS"]
 a = gossamer.Agent.from_env(cfg)
 a.barrier()
 if a.rank == 2:
-    with open(pidfile + ".tmp", "w") as f:
+    # Stopped only once the others are past the barrier: a message of its
+    # still in the zmq I/O thread's hands would never leave a stopped process.
+    deadline = time.monotonic() + 20
+    while not all(os.path.exists(os.path.join(pids, f"passed{r}")) for r in (0, 1)):
+        assert time.monotonic() < deadline, "the others never passed the barrier"
+        time.sleep(0.01)
+    with open(os.path.join(pids, "rank2.tmp"), "w") as f:
         f.write(str(os.getpid()))
-    os.rename(pidfile + ".tmp", pidfile)
+    os.rename(os.path.join(pids, "rank2.tmp"), os.path.join(pids, "rank2"))
     os.kill(os.getpid(), signal.SIGSTOP)
+open(os.path.join(pids, f"passed{a.rank}"), "w").close()
 x = np.zeros(4, dtype=np.float32)
 def average():
     x[:] = a.rank + 1.0
@@ -498,13 +505,53 @@ start = time.monotonic()
 done = a.survive(average)
 took = time.monotonic() - start
 if a.rank == 0:
-    os.kill(int(open(pidfile).read()), signal.SIGKILL)
+    os.kill(int(open(os.path.join(pids, "rank2")).read()), signal.SIGKILL)
 print(json.dumps({"done": done, "x": x.tolist(), "view": a.view["members"], "took": took}))
 a.close()
 """, env={"PIDS": str(tmp_path)}, timeout=60)
     assert job.codes[2] == -9, job.err[2]
     for r in (0, 1):
         assert job.codes[r] == 0, job.err[r]
+    for r in (0, 1):
         res = job.results[r]
-        assert res["done"] and res["view"] == [0, 1], res
+        assert res["done"] and res["view"] == [0, 1], (res, job.err[r])
         assert res["x"] == [1.5] * 4, res  # the average of 1 and 2
+
+
+def test_gossip_exchanges_go_on_over_the_survivors_after_recover(run_ranks):
+    # SGP exchanges with the membership service; rank 2 kills itself after 3.
+    # A survivor whose exchange fails recovers and tries again: its failed
+    # exchange takes no number, and the new view's exchanges are numbered
+    # from 0 on every survivor (once each waited on a number of its own, and
+    # every exchange timed out). Each makes ten exchanges in the new view.
+    job = run_ranks(4, HEADER + """
+import signal, time
+cfg = dict(CONFIG, transport={"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 4},
+           membership={"enabled": True, "heartbeat_seconds": 0.1, "suspect_seconds": 1.5},
+           algorithm={"name": "sgp"})
+a = gossamer.Agent.from_env(cfg)
+a.make_optimizer([64])
+x = np.full(64, float(a.rank), dtype=np.float32)
+done, failures, timeouts = 0, 0, 0
+deadline = time.monotonic() + 30
+while done < 10 and time.monotonic() < deadline:
+    if a.rank == 2 and done == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        a.exchange(x)
+        done += 1
+    except gossamer.PeerFailure:
+        failures += 1
+        a.recover()
+        done = 0  # ten exchanges in the new view, on every survivor
+    except gossamer.TimeoutError:
+        timeouts += 1
+print(json.dumps({"done": done, "failures": failures, "timeouts": timeouts, "view": a.view["members"]}))
+a.close()
+""", timeout=90)
+    assert job.codes[2] == -9, job.err[2]
+    for r in (0, 1, 3):
+        assert job.codes[r] == 0, job.err[r]
+        res = job.results[r]
+        assert res["done"] == 10 and res["timeouts"] == 0 and res["failures"] >= 1, res
+        assert res["view"] == [0, 1, 3], res
