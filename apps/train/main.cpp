@@ -356,11 +356,12 @@ int main(int argc, char** argv) {
          "place them")
       ->check(CLI::IsMember({"core", "none"}));
   bool rejoin = false;
-  app.add_flag("--rejoin", rejoin,
-               "with --rank: this process replaces that rank of a running job, which failed; it loads its "
-               "newest checkpoint (checkpoint.dir) if there is one, asks the others to take it back and "
-               "receives their model (sets membership.enabled, rejoin and restarted; zmq, socket or libfabric "
-               "transport)");
+  app.add_flag(
+      "--rejoin", rejoin,
+      "with --rank: this process replaces that rank of a running job, which failed; it loads its "
+      "newest checkpoint (checkpoint.dir) if there is one, asks the others to take it back and "
+      "receives their model (sets membership.enabled, rejoin and restarted; zmq, socket or libfabric "
+      "transport)");
   std::string job;
   app.add_option("--job", job,
                  "with --rank: the running job's id, which the launcher printed (its rendezvous directory on "
