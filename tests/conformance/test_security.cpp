@@ -1,10 +1,16 @@
 // The zmq transport under CURVE (`security:`): admitted peers talk; a peer
 // with a key the job does not admit and a plaintext peer are refused, nothing
-// they send is delivered, and each refusal is logged and counted.
+// they send is delivered, and each refusal is logged and counted. Without
+// CURVE, a process that only reached a port (the rendezvous server's, or a
+// rank's during set-up) cannot grow that process's memory without bound nor
+// have its frames delivered.
+#include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "gossamer/errors.hpp"
@@ -154,4 +160,79 @@ TEST_CASE("a client that reached the rendezvous port cannot grow rank 0's server
   a.set("job/fill/0", "small");  // a value replaced frees its bytes
   a.set("job/fill/" + std::to_string(kept), mib);
   CHECK(b.get("job/x", 5.0) == "kept");
+}
+
+TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does not verify",
+          "[zmq][security]") {
+  // Rank 0 waits for rank 1 to start. Meanwhile a process that only reached
+  // its port says hello as rank 1 with a made-up proof and sends 50 frames:
+  // all are refused as they arrive (once they were kept until set-up ended,
+  // without bound, and the frames went to the real rank 1's receives).
+  LogCapture log;
+  MemoryStore store;
+  std::unique_ptr<Transport> rank0;
+  std::thread setUp([&] {
+    gossamer::zmq::Options o;
+    o.rank = 0;
+    o.worldSize = 2;
+    o.protocol = "tcp";
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = 20;
+    rank0 = gossamer::zmq::makeTransport(o, store);
+  });
+  const std::string address = store.get("gossamer/zmq/0", 10.0);
+  store.get("gossamer/zmq-job-key", 10.0);  // rank 0 drew it: it checks hellos from now on
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    ::zmq::context_t ctx;
+    ::zmq::socket_t forger(ctx, ::zmq::socket_type::dealer);
+    forger.set(::zmq::sockopt::routing_id, std::string("1.5"));
+    forger.set(::zmq::sockopt::linger, 0);
+    forger.connect(address);
+    const auto hello = encodeHello(Hello{5, {}, "tcp://127.0.0.1:1"});
+    const auto helloHeader = encodeFrameHeader(FrameKind::kHello, DType::kBytes, 1, Tag{}, hello);
+    forger.send(::zmq::buffer(helloHeader.data(), helloHeader.size()), ::zmq::send_flags::sndmore);
+    forger.send(::zmq::buffer(hello.data(), hello.size()), ::zmq::send_flags::none);
+    const std::vector<std::byte> payload(4096, std::byte{7});
+    const auto header =
+        encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 9), payload);
+    for (int i = 0; i < 50; ++i) {
+      forger.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+      forger.send(::zmq::buffer(payload.data(), payload.size()), ::zmq::send_flags::none);
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // read by rank 0's progress thread meanwhile
+  }
+  gossamer::zmq::Options o1;
+  o1.rank = 1;
+  o1.worldSize = 2;
+  o1.protocol = "tcp";
+  o1.host = "127.0.0.1";
+  o1.timeoutSeconds = 20;
+  auto rank1 = gossamer::zmq::makeTransport(o1, store);
+  setUp.join();
+  REQUIRE(rank0 != nullptr);
+  // Every data frame refused, during set-up or (read late) after it.
+  const auto strangers = [&] {
+    return rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kStranger)];
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (strangers() < 50 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(strangers() >= 50);
+  // The hello was refused as it arrived, during set-up.
+  const auto lines = log.lines();
+  CHECK(std::any_of(lines.begin(), lines.end(), [](const auto& l) {
+    return l.second.find("a hello whose proof does not verify under the job's key") != std::string::npos;
+  }));
+  std::array<std::byte, 4096> got{};
+  const std::vector<int> one{1};
+  CHECK_FALSE(rank0->irecv(one, Tag::make(Op::kUser, 9), got).waitFor(0.3));  // nothing of the forger's
+  // The real rank 1 is heard.
+  const double v = 3.0;
+  double w = 0;
+  rank1->isendOf<double>(0, Tag::make(Op::kUser, 10), std::span<const double>(&v, 1)).wait(10.0);
+  rank0->irecvOf<double>(1, Tag::make(Op::kUser, 10), std::span<double>(&w, 1)).wait(10.0);
+  CHECK(w == 3.0);
+  rank1->close();
+  rank0->close();
 }
