@@ -101,6 +101,13 @@ TEST_CASE("libfabric splits payloads into pieces and delivers them whole, in ord
   }
   CHECK(g[1]->stats().messagesReceived == sizes.size());
   CHECK(g[1]->stats().bytesReceived == std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
+  // Pieces below 4 KiB are refused: a receiver keeps one operation per piece.
+  MemoryStore unused;
+  libfabric::Options tiny;
+  tiny.worldSize = 2;
+  tiny.provider = provider;
+  tiny.maxPieceBytes = 100;
+  CHECK_THROWS_WITH(libfabric::makeTransport(tiny, unused), Catch::Contains("maxPieceBytes 100 below 4096"));
 }
 
 TEST_CASE("libfabric rejects a provider that is not there, listing those that are",

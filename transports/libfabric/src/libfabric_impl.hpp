@@ -152,6 +152,9 @@ constexpr const char* kProcessExited = "connection lost: its process exited";
 // Default piece size: a cancel of a receive filled in place waits for the
 // piece the provider is receiving (tcp;ofi_rxm cannot cancel a matched one).
 constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
+// Smallest piece a sender may use and a receiver takes (but a whole payload
+// smaller than it): the receiver keeps one operation per piece.
+constexpr std::size_t kMinPieceBytes = 4096;
 // Pieces of one payload posted at a time (postMore).
 constexpr std::size_t kBulkWindow = 4;
 constexpr std::size_t kVerifyOffloadBytes = std::size_t{256} << 10;

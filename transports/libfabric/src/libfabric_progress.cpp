@@ -404,10 +404,13 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
   const std::uint64_t piece = getU64(bytes.data() + kFrameHeaderBytes);
   const std::uint64_t first = getU64(bytes.data() + kFrameHeaderBytes + 8);
   if (n == 0) throw ProtocolError(src, frame_offset::kPayloadBytes, "announced an empty payload");
-  if (piece == 0 || piece > maxMsgBytes_)
+  // At least kMinPieceBytes (or the whole payload): the receiver keeps one
+  // operation per piece, so a 1-byte piece of 1 GiB would ask for 2^30.
+  const std::uint64_t smallest = std::min<std::uint64_t>({n, kMinPieceBytes, maxMsgBytes_});
+  if (piece < smallest || piece > maxMsgBytes_)
     throw ProtocolError(src, kFrameHeaderBytes,
-                        "piece size " + std::to_string(piece) + " outside [1, max_msg_size " +
-                            std::to_string(maxMsgBytes_) + "]");
+                        "piece size " + std::to_string(piece) + " outside [" + std::to_string(smallest) +
+                            ", max_msg_size " + std::to_string(maxMsgBytes_) + "]");
   if (first != rx.nextBulkSeq)
     throw ProtocolError(src, kFrameHeaderBytes + 8,
                         "first bulk sequence number " + std::to_string(first) + ", expected " +

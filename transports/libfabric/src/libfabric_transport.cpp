@@ -38,6 +38,9 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   inlineBytes_ = std::min(o.inlineBytes, maxMsgBytes_ - kEnvelopeBytes - kFrameHeaderBytes);
   poolBytes_ = kEnvelopeBytes + std::max(kFrameHeaderBytes + inlineBytes_, kAnnounceBytes);
   // (No frame payload exceeds kMaxPayloadBytes, so neither does a piece.)
+  GOSSAMER_ENFORCE(o.maxPieceBytes == 0 || o.maxPieceBytes >= kMinPieceBytes,
+                   "maxPieceBytes " << o.maxPieceBytes << " below " << kMinPieceBytes
+                                    << " (a receiver refuses smaller pieces)");
   pieceBytes_ = std::min<std::size_t>(
       std::min(o.maxPieceBytes > 0 ? o.maxPieceBytes : kDefaultPieceBytes, maxMsgBytes_), kMaxPayloadBytes);
 

@@ -63,8 +63,8 @@ struct Options {
   /// posted frame buffers; ranks may differ, a sender never exceeds what the
   /// receiver published.
   std::size_t inlineBytes = 8192;
-  /// Large payloads are sent in pieces of at most this many bytes (> 0; 0 =
-  /// 8 MiB). Pieces never exceed the provider's max_msg_size. A piece the
+  /// Large payloads are sent in pieces of at most this many bytes (at least
+  /// 4096; 0 = 8 MiB). Pieces never exceed the provider's max_msg_size. A piece the
   /// provider has begun to receive cannot be cancelled: cancelling a receive
   /// that a payload is filling in place waits for at most one piece.
   std::size_t maxPieceBytes = 0;
