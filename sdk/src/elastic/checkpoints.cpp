@@ -32,7 +32,8 @@ std::vector<std::uint64_t> checkpointSteps(const std::string& dir, int rank) {
   std::vector<std::uint64_t> out;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return out;
-  const std::regex name("rank-" + std::to_string(rank) + "-step-([0-9]+)\\.ckpt");
+  // At most 19 digits: a step fits in 64 bits (a longer name is not one of ours).
+  const std::regex name("rank-" + std::to_string(rank) + "-step-([0-9]{1,19})\\.ckpt");
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string f = e.path().filename().string();
