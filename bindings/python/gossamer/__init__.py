@@ -472,7 +472,9 @@ class Agent:
         configured gossip algorithm's peers, without a local step: Crossover-
         SGD's segment exchange, SGP's push-sum round. Needs
         :meth:`make_optimizer` first (with ``sum(tensor_sizes)`` equal to
-        ``params``' element count). Exchanges are numbered so that every
+        ``params``' element count). Crossover-SGD's exchange is its sync
+        one whatever ``algorithm.mode`` (a dead peer fails it; SGP's follows
+        the mode, and async routes around). Exchanges are numbered so that every
         rank's n-th meets the others' n-th: a failed one is repeated by the
         next call, and after a view change (:meth:`recover`) the numbering
         starts again on every survivor.

@@ -179,7 +179,7 @@ class CrossoverSgd final : public DistributedOptimizer {
   /// One synchronous gossip exchange of every segment in round `round` (no
   /// SGD step). Exposed for tests, benchmarks and averaging-only use.
   void exchange(std::span<float> params, std::uint64_t round);
-  /// exchange() as a ModelExchange.
+  /// exchange() as a ModelExchange: the sync exchange, whatever the mode.
   ModelExchange modelExchange() override {
     return [this](std::span<float> params, std::uint64_t round) { exchange(params, round); };
   }
