@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
@@ -209,11 +210,13 @@ class ZmqTransport final : public Transport {
     // Under CURVE each rank also publishes its public key; a client connects
     // only to a server whose published key is admitted.
     const std::string keyPrefix = o.storePrefix + "/zmq-key/";
-    if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
-    store.set(prefix + std::to_string(o.rank), me);
+    // The job's key before this rank's address: no peer reaches it before
+    // the progress thread can check hellos (stashEarly).
     jobKey_ = JobKey::fromStore(store, o.storePrefix + "/zmq-job-key", o.rank == 0, o.timeoutSeconds,
                                 "zmq rank " + std::to_string(o.rank));
-    keyReady_.store(true, std::memory_order_release);  // the progress thread checks hellos with it from now
+    keyReady_.store(true, std::memory_order_release);
+    if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
+    store.set(prefix + std::to_string(o.rank), me);
     Hello hello{incarnation_, {}, me};
     hello.proof = jobKey_.proof(incarnation_, o.rank);
     hello_ = encodeHello(hello);
@@ -503,8 +506,8 @@ class ZmqTransport final : public Transport {
       const auto it = loans_.find(&s);
       if (it == loans_.end()) return;
       dst = it->second->dst;
-      if (loansCv_.wait_for(ll, std::chrono::duration<double>(opt_.timeoutSeconds),
-                            [&] { return loans_.count(&s) == 0; }))
+      if (loansCv_.wait_until(ll, deadlineAfter<std::chrono::steady_clock>(opt_.timeoutSeconds),
+                              [&] { return loans_.count(&s) == 0; }))
         return;
     }
     tearDown(dst, 0.0,
@@ -912,15 +915,16 @@ class ZmqTransport final : public Transport {
                             "a frame from " + describe(id) + ", which names no rank of the job",
                             FrameFault::kStranger);
       // A peer's connection begins with its hello (connectLocked), whose
-      // proof shows it read the job's rendezvous: what a connection sends
-      // is kept only once that proof verified (a process that only reached
-      // the port cannot fill this rank's memory before set-up ends). Before
-      // this rank holds the job's key, a connection's hello is kept
-      // unverified, with at most kUnverifiedEarlyBytes of what follows it
-      // (peers send data only once they have this rank's hello, which
-      // follows the key).
+      // proof shows it read the job's rendezvous: what a connection sends is
+      // kept only once that proof verified, so a process that only reached
+      // the port cannot fill this rank's memory before set-up ends. The key
+      // is read before this rank's address is published (connectPeers):
+      // whatever comes before it comes from no peer.
       const std::string idText(static_cast<const char*>(id.data()), id.size());
-      const bool keyReady = keyReady_.load(std::memory_order_acquire);
+      if (!keyReady_.load(std::memory_order_acquire))
+        throw ProtocolError(sender.rank, 0,
+                            "a frame before this rank published its address, from " + describe(id),
+                            FrameFault::kStranger);
       if (h.kind == FrameKind::kHello) {
         if (greeted_.size() >= 4 * static_cast<std::size_t>(opt_.worldSize))
           throw ProtocolError(sender.rank, frame_offset::kKind, "too many hellos before set-up ended",
@@ -928,34 +932,14 @@ class ZmqTransport final : public Transport {
         const Hello hello = decodeHello(
             std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
             sender.rank);
-        if (keyReady) {
-          if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof))
-            throw ProtocolError(sender.rank, kFrameHeaderBytes,
-                                "a hello whose proof does not verify under the job's key on " + describe(id),
-                                FrameFault::kStranger);
-        } else {
-          unverified_[idText] = {hello.incarnation, hello.proof, 0};
-        }
+        if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof))
+          throw ProtocolError(sender.rank, kFrameHeaderBytes,
+                              "a hello whose proof does not verify under the job's key on " + describe(id),
+                              FrameFault::kStranger);
         greeted_.insert(idText);
       } else if (!greeted_.count(idText)) {
         throw ProtocolError(sender.rank, frame_offset::kKind, "a frame before any hello on " + describe(id),
                             FrameFault::kStranger);
-      } else if (auto it = unverified_.find(idText); it != unverified_.end()) {
-        if (keyReady) {
-          const bool genuine = jobKey_.verify(it->second.incarnation, sender.rank, it->second.proof);
-          unverified_.erase(it);
-          if (!genuine) {
-            greeted_.erase(idText);
-            throw ProtocolError(sender.rank, kFrameHeaderBytes,
-                                "a hello whose proof does not verify under the job's key on " + describe(id),
-                                FrameFault::kStranger);
-          }
-        } else if ((it->second.bytes += parts[1].size()) > kUnverifiedEarlyBytes) {
-          throw ProtocolError(sender.rank, frame_offset::kPayloadBytes,
-                              "more than " + std::to_string(kUnverifiedEarlyBytes) + " bytes on " +
-                                  describe(id) + " before this rank could check its hello",
-                              FrameFault::kOversized);
-        }
       }
     } catch (const ProtocolError& e) {
       ++rejected_[static_cast<std::size_t>(e.fault())];
@@ -1384,17 +1368,8 @@ class ZmqTransport final : public Transport {
   // Set-up is over (peers_ complete); until then the progress thread keeps
   // well-formed frames from ranks' connections in early_ (stashEarly).
   std::atomic<bool> ready_{false};
-  std::atomic<bool> started_{false};  // the progress thread has seen ready_ and handled early_
-  std::set<std::string> greeted_;     // progress thread, during set-up: routing ids that sent a hello
-  // Set-up, before jobKey_ is read: the hellos kept unverified, by routing
-  // id, and the payload bytes kept after each (stashEarly).
-  struct UnverifiedHello {
-    std::uint64_t incarnation = 0;
-    std::array<std::byte, kHelloProofBytes> proof{};
-    std::size_t bytes = 0;
-  };
-  static constexpr std::size_t kUnverifiedEarlyBytes = std::size_t{1} << 20;
-  std::map<std::string, UnverifiedHello> unverified_;
+  std::atomic<bool> started_{false};   // the progress thread has seen ready_ and handled early_
+  std::set<std::string> greeted_;      // progress thread, during set-up: routing ids that sent a hello
   std::atomic<bool> keyReady_{false};  // jobKey_ is read (connectPeers); stashEarly verifies hellos
   struct EarlyFrame {
     ::zmq::message_t id;
