@@ -86,6 +86,7 @@ class MembershipTransport final : public Transport, public Membership {
     localSize_ = std::max(world_, self_ + 1);  // (a joiner's rank is world_ or more)
     buffers_.resize(static_cast<std::size_t>(capacity_));
     standing_.resize(static_cast<std::size_t>(capacity_));
+    receiveErrors_.assign(static_cast<std::size_t>(capacity_), 0);
     GOSSAMER_ENFORCE(self_ < world_ || o.restarted,
                      "rank " << self_ << " is beyond the job's first " << world_
                              << " ranks: it can only join the running job (MembershipOptions::restarted)");
@@ -837,29 +838,42 @@ class MembershipTransport final : public Transport, public Membership {
         auto& r = standing_[static_cast<std::size_t>(p)];
         if (!r.valid()) continue;
         std::span<const std::byte> bytes;
+        auto& errors = receiveErrors_[static_cast<std::size_t>(p)];
+        bool received = false;
         try {
           if (!r.test()) continue;
           bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
+          received = true;
+          errors = 0;
         } catch (const Cancelled&) {
           r = Request();
           continue;
-        } catch (const Error& e) {
-          // The transport failed the peer: it left or died (PeerFailure),
-          // or sent a frame the transport refused (ProtocolError), after
-          // which the transport takes nothing more from it. Listened to
-          // again at the next heartbeat, as a peer that died is; said once.
+        } catch (const PeerFailure&) {  // it left or died
           r = Request();
           std::lock_guard<std::mutex> lk(mu_);
-          if (dynamic_cast<const PeerFailure*>(&e) == nullptr && !dead_[static_cast<std::size_t>(p)])
-            log(LogLevel::kWarning, std::string("membership: ") + e.what());
           peerDeadLocked(p);
           continue;
+        } catch (const Error& e) {
+          // One message the transport refused (longer than the buffer, say)
+          // is said and dropped, and the peer heard again; a receive that
+          // fails again at once means the transport takes nothing more from
+          // it (a peer that sent a malformed frame): failed, as one that died
+          // (listened to again at each heartbeat, as such a peer is).
+          if (errors++ > 0) {
+            r = Request();
+            std::lock_guard<std::mutex> lk(mu_);
+            peerDeadLocked(p);
+            continue;
+          }
+          log(LogLevel::kWarning, std::string("membership: ") + e.what());
         }
         std::optional<Message> m;
-        try {
-          m = decode(bytes, p, capacity_);
-        } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
-          log(LogLevel::kWarning, std::string("membership: ") + e.what());
+        if (received) {
+          try {
+            m = decode(bytes, p, capacity_);
+          } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
+            log(LogLevel::kWarning, std::string("membership: ") + e.what());
+          }
         }
         if (m) {
           busy = busy || m->kind != Kind::kHeartbeat;
@@ -996,6 +1010,7 @@ class MembershipTransport final : public Transport, public Membership {
   // The background thread's own.
   std::vector<std::vector<std::byte>> buffers_;
   std::vector<Request> standing_;
+  std::vector<int> receiveErrors_;  // by rank: receives in a row that failed other than PeerFailure
   std::atomic<bool> stopping_{false};
   std::mutex stopMu_;
   std::condition_variable stopCv_;
