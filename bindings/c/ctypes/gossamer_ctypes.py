@@ -167,7 +167,7 @@ class CAgent:
     @property
     def skips_local_step(self):
         """True after a reduce_gradients() that left this step out (a view change found this rank
-        behind): make no local step, then call mix_parameters()."""
+        behind): make no local step, then call mix_parameters(), which exchanges nothing."""
         out = ctypes.c_int()
         _check(library().gossamer_skips_local_step(self._h, ctypes.byref(out)))
         return bool(out.value)

@@ -50,7 +50,7 @@ class Optimizer:
     @property
     def skips_local_step(self) -> bool:
         """True after a reduce_gradients() that left this step out (a view change found this rank
-        behind the survivors): make no local step; mix_parameters() counts the step."""
+        behind the survivors): make no local step, then call mix_parameters(), which exchanges nothing."""
     def mix_parameters(self, params: Any) -> None:
         """Mixes params (float32, `size`) with the peers' for gossip algorithms; counts a step."""
     def flush(self, params: Any) -> None: ...

@@ -245,6 +245,11 @@ class DistributedOptimizer:
                 self._comm.flush(self._flat_np)
             if overlap:
                 self._install_hooks()
+        elif self._replicated:
+            # A compressor whose decoded average is the same everywhere: the
+            # C++ optimizer learns where the model is, as above (its flush
+            # sends nothing).
+            self._comm.flush(self._flat_np)
 
     # -- the torch.optim.Optimizer interface ------------------------------
     @property
@@ -521,9 +526,9 @@ class DistributedOptimizer:
             self._restart_state_after_view_change()
             if self._comm.skips_local_step:
                 # A view change in the exchange found this rank behind the
-                # survivors: the model is theirs (a replicated model's
-                # realignment wrote it into what the C++ side holds), and
-                # this step's update is theirs too. mix_parameters counts it.
+                # survivors: it skips to their step (a replicated model's
+                # realignment wrote their model into what the C++ side
+                # holds), so no local update; mix_parameters exchanges nothing.
                 with torch.no_grad():
                     self._comm.mix_parameters(self._flat_np)
                     if staged:

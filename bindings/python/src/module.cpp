@@ -594,9 +594,9 @@ void defineOptimizer(py::module_& m) {
       .def_property_readonly(
           "skips_local_step", [](const OptimizerHandle& h) { return h.get().skipsLocalStep(); },
           "True after a reduce_gradients() that leaves this step out (bool): with the membership service a "
-          "view change inside it found this rank behind the survivors (or rejoining), and the model is "
-          "theirs. Make no local step then; mix_parameters() counts the step. Raises InvalidArgument as "
-          "every method.")
+          "view change inside it found this rank behind the survivors (or rejoining); it takes their step "
+          "count and, for a replicated model, their model. Make no local step then, and call "
+          "mix_parameters(), which exchanges nothing. Raises InvalidArgument as every method.")
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::buffer& params) {

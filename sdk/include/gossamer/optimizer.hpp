@@ -50,10 +50,13 @@ class DistributedOptimizer {
   virtual bool hasCommunicationOnlyForm() const { return false; }
   /// True after a reduceGradients that leaves this step out: with the
   /// membership service, a view change inside it found this rank behind
-  /// the survivors (or rejoining), so it takes their model and step count
-  /// instead (`grads` is left as given). The caller then makes no local
-  /// step and calls mixParameters, which counts the step and exchanges
-  /// nothing. False otherwise (the default, and always without membership).
+  /// the survivors (or rejoining), so it takes their step count (and, with
+  /// a replicated model, their model) instead; `grads` is left as given.
+  /// The caller then makes no local step and calls mixParameters, which
+  /// exchanges nothing; steps() then gives the survivors' count. False
+  /// otherwise (the default, and always without membership). A replicated
+  /// model's realignment writes into the parameters last given to
+  /// mixParameters or flush: call flush(params) once before the first step.
   virtual bool skipsLocalStep() const { return false; }
   /// Completes communication still in flight (overlapping variants); a no-op
   /// for synchronous ones. Call before evaluating or saving the model.

@@ -180,8 +180,10 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agen
                                                             size_t count);
 /** After gossamer_reduce_gradients: `*skips` is 1 when that call left this
  *  step out (membership.enabled: a view change inside it found this rank
- *  behind the survivors, or rejoining, and the model is theirs), else 0.
- *  Make no local step when it is 1; gossamer_mix_parameters counts the step.
+ *  behind the survivors, or rejoining; it takes their step count and, for a
+ *  replicated model such as allreduce_sgd's, their model), else 0. Make no
+ *  local step when it is 1, then call gossamer_mix_parameters, which
+ *  exchanges nothing.
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer or for
  *          a NULL `skips`. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips);
