@@ -294,7 +294,10 @@ void barrier(Transport& transport, const CollectiveOptions& options);
 /// Allreduce of `data` (L elements, the same L on every rank), in place, with
 /// the algorithm in `options` (kAuto: chooseAllreduce; on a SubTransport only
 /// the ring or recursive doubling, since the others build views of their
-/// own). Every algorithm gives every rank bitwise the same result.
+/// own). Every algorithm gives every rank bitwise the same result. A 16-bit
+/// kAverage scales `data` by 1/N before the sum (docs/collectives.md). After
+/// an exception `data` holds no defined values (partial sums, or the 1/N
+/// scaling of a 16-bit average refused by an algorithm's own checks).
 /// @throws as ringAllreduce.
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options);
