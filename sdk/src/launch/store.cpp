@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 
 namespace gossamer {
 
@@ -31,8 +32,7 @@ std::string Store::get(const std::string& key, double timeoutSeconds) {
 
 void Store::wait(std::span<const std::string> keys, double timeoutSeconds) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline = deadlineAfter<Clock>(timeoutSeconds);  // saturating: 1e9 s or more waits for good
   double pause = 0.0005;
   std::vector<std::string> missing(keys.begin(), keys.end());
   for (;;) {

@@ -85,7 +85,7 @@ bool PeerLifecycle::acked(int peer) const {
 
 bool PeerLifecycle::waitSettled(double seconds, const std::function<bool(int)>& alsoSettled) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_for(lk, std::chrono::duration<double>(seconds < 0 ? 0 : seconds), [&] {
+  return cv_.wait_until(lk, deadlineAfter<std::chrono::steady_clock>(seconds), [&] {
     for (int p = 0; p < worldSize_; ++p) {
       if (p == rank_) continue;
       const auto& peer = peers_[static_cast<std::size_t>(p)];

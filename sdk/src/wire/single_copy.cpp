@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/clock.hpp"
 
 namespace gossamer::single_copy {
 
@@ -73,8 +74,7 @@ Peers probe(int rank, int worldSize, Store& store, const std::string& keyPrefix,
   store.set(
       keyPrefix + std::to_string(rank) + "/probe",
       std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(&kProbeValue)));
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeoutSeconds));
+  const auto deadline = deadlineAfter<Clock>(timeoutSeconds);
   auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
   std::string canRead(static_cast<std::size_t>(worldSize), '0');
   for (int p = 0; p < worldSize; ++p) {
@@ -184,8 +184,8 @@ int Ledger::destinationOf(std::uint64_t ticket) const {
 
 bool Ledger::waitSettled(std::uint64_t ticket, double seconds) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_for(lk, std::chrono::duration<double>(seconds < 0 ? 0 : seconds),
-                      [&] { return entries_.count(ticket) == 0; });
+  return cv_.wait_until(lk, deadlineAfter<std::chrono::steady_clock>(seconds),
+                        [&] { return entries_.count(ticket) == 0; });
 }
 
 }  // namespace gossamer::single_copy

@@ -751,7 +751,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           try {
             progressLocked();
           } catch (const std::exception& e) {  // never out of this thread (std::terminate)
-            GOSSAMER_LOG(kError, "socket rank " << opt_.rank << ": background progress: " << e.what());
+            const auto n = ++backgroundErrors_;
+            if (n <= 3 || (n & (n - 1)) == 0)  // the 1st, 2nd, 3rd, 4th, 8th, ...
+              GOSSAMER_LOG(kError, "socket rank " << opt_.rank << ": background progress (" << n
+                                                  << " errors so far): " << e.what());
           }
           gateFrom = pollSetLocked(pfds);
         } else {
@@ -1289,7 +1292,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (claim.state) {
       dst = claim.buffer.first(d.bytes);
     } else {
-      owned = pool_->get(d.bytes);
+      try {
+        owned = pool_->get(d.bytes);
+      } catch (const std::bad_alloc&) {  // as in startFrame: the peer's traffic fails with the reason
+        throw ProtocolError(c.peer, kFrameHeaderBytes,
+                            "no memory for the " + std::to_string(d.bytes) + "-byte message it lends",
+                            FrameFault::kOversized);
+      }
       dst = std::span<std::byte>(owned.get(), d.bytes);
     }
     if (const int err = single_copy::pull(d, dst); err != 0) {
@@ -1368,8 +1377,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   std::vector<pollfd> gateScratch_;
   std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};  // TransportStats::rejectedFrames
   std::shared_ptr<PayloadPool> pool_ = std::make_shared<PayloadPool>();
-  single_copy::Ledger pulls_;  // borrowed sends the peers still have to pull
-  std::vector<Conn> conns_;    // by peer rank; conns_[rank] is unused (gone)
+  std::uint64_t backgroundErrors_ = 0;  // under exclusive: errors the background thread caught
+  single_copy::Ledger pulls_;           // borrowed sends the peers still have to pull
+  std::vector<Conn> conns_;             // by peer rank; conns_[rank] is unused (gone)
   int wakeFd_ = -1;
   Clock::duration spin_{};
   std::vector<pollfd> pollScratch_;
