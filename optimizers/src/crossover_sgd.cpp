@@ -120,8 +120,9 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
   // mixing matrix); push-sum weights (a directed graph whose ranks have
   // unequal in- and out-degrees) would leave the ranks apart, never at
   // consensus. Every rank checks every row (of the first segments' first
-  // round), so all of them refuse alike.
-  for (int r = 0; r < topology.worldSize(); ++r)
+  // round), so all of them refuse alike. Async mode carries push-sum
+  // weights of its own, whatever the topology's.
+  for (int r = 0; r < (o.mode == GossipMode::kAsync ? 0 : topology.worldSize()); ++r)
     for (int s = 0; s < std::min(o.segments, 4); ++s) {
       const PeerSet p = topology.peers(r, 0, s);
       double row = p.selfWeight;

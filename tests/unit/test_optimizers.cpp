@@ -114,6 +114,8 @@ TEST_CASE("Crossover-SGD rejects mismatched sizes and options", "[optimizer][cro
       Catch::Contains("gives rank 0 weights summing to 1.333") && Catch::Contains("use algorithm sgp"));
   const topologies::ExplicitGraph ring(3, {{0, 1}, {1, 2}, {2, 0}});
   CHECK_NOTHROW(optimizers::CrossoverSgd(*three, ring, {4}, o));
+  o.mode = optimizers::GossipMode::kAsync;  // push-sum weights of its own
+  CHECK_NOTHROW(optimizers::CrossoverSgd(*three, star, {4}, o));
 }
 
 TEST_CASE("AllReduce-SGD keeps every rank's model identical and equal to centralised SGD",

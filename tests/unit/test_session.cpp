@@ -436,13 +436,18 @@ TEST_CASE(
   MemoryStore store;
   std::vector<std::vector<float>> afterSkip(static_cast<std::size_t>(n)), finals(static_cast<std::size_t>(n));
   std::vector<std::uint64_t> steps(static_cast<std::size_t>(n), 0);
-  std::atomic<bool> skipped{false};
+  std::atomic<bool> skipped{false}, rank0Stepped{false};
   onEveryRank(n, [&](int r) {
     Session session(config, r, store, reg);
     DistributedOptimizer& opt = session.makeOptimizer({4});
     std::vector<float> x(4, 1.0f), g(4, 0.0f);
     for (int step = 0; step < 3; ++step) {
       if (r == victim && step == 2) {
+        // Once rank 0 counted step 1 (a view revoked before would have it
+        // recover inside step 1 too, and nobody would be behind).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!rank0Stepped && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
         session.abort();
         return;
       }
@@ -460,6 +465,7 @@ TEST_CASE(
       opt.mixParameters(x);
       RANK_CHECK(!opt.skipsLocalStep());
       if (step == 1) afterSkip[static_cast<std::size_t>(r)] = x;
+      if (step == 1 && r == 0) rank0Stepped = true;
     }
     finals[static_cast<std::size_t>(r)] = x;
     steps[static_cast<std::size_t>(r)] = opt.steps();
