@@ -180,8 +180,9 @@ TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does
     o.timeoutSeconds = 20;
     rank0 = gossamer::zmq::makeTransport(o, store);
   });
-  // Published once rank 0 holds the job's key: it checks hellos from then on.
   const std::string address = store.get("gossamer/zmq/0", 10.0);
+  store.get("gossamer/zmq-job-key", 10.0);  // rank 0 drew it: it checks hellos from now on
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   {
     ::zmq::context_t ctx;
     ::zmq::socket_t forger(ctx, ::zmq::socket_type::dealer);

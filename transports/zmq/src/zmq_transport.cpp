@@ -210,13 +210,13 @@ class ZmqTransport final : public Transport {
     // Under CURVE each rank also publishes its public key; a client connects
     // only to a server whose published key is admitted.
     const std::string keyPrefix = o.storePrefix + "/zmq-key/";
-    // The job's key before this rank's address: no peer reaches it before
-    // the progress thread can check hellos (stashEarly).
-    jobKey_ = JobKey::fromStore(store, o.storePrefix + "/zmq-job-key", o.rank == 0, o.timeoutSeconds,
-                                "zmq rank " + std::to_string(o.rank));
-    keyReady_.store(true, std::memory_order_release);
+    // The address first: a rank publishes it whether or not rank 0 (which
+    // draws the job's key) has started.
     if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
     store.set(prefix + std::to_string(o.rank), me);
+    jobKey_ = JobKey::fromStore(store, o.storePrefix + "/zmq-job-key", o.rank == 0, o.timeoutSeconds,
+                                "zmq rank " + std::to_string(o.rank));
+    keyReady_.store(true, std::memory_order_release);  // stashEarly checks hellos from now on
     Hello hello{incarnation_, {}, me};
     hello.proof = jobKey_.proof(incarnation_, o.rank);
     hello_ = encodeHello(hello);
@@ -915,16 +915,21 @@ class ZmqTransport final : public Transport {
                             "a frame from " + describe(id) + ", which names no rank of the job",
                             FrameFault::kStranger);
       // A peer's connection begins with its hello (connectLocked), whose
-      // proof shows it read the job's rendezvous: what a connection sends is
-      // kept only once that proof verified, so a process that only reached
-      // the port cannot fill this rank's memory before set-up ends. The key
-      // is read before this rank's address is published (connectPeers):
-      // whatever comes before it comes from no peer.
+      // proof shows it read the job's rendezvous. Once this rank holds the
+      // job's key, a hello is checked as it arrives, and nothing is kept
+      // from a connection whose hello does not verify (a process that only
+      // reached the port cannot fill this rank's memory until set-up ends).
+      // Before (a rank other than 0 waits for rank 0's key after it
+      // published its address), a hello is kept unchecked and checked with
+      // the connection's first frame after the key, what was kept from a
+      // forger then dropped.
       const std::string idText(static_cast<const char*>(id.data()), id.size());
-      if (!keyReady_.load(std::memory_order_acquire))
-        throw ProtocolError(sender.rank, 0,
-                            "a frame before this rank published its address, from " + describe(id),
-                            FrameFault::kStranger);
+      const bool keyReady = keyReady_.load(std::memory_order_acquire);
+      const auto forged = [&] {
+        return ProtocolError(sender.rank, kFrameHeaderBytes,
+                             "a hello whose proof does not verify under the job's key on " + describe(id),
+                             FrameFault::kStranger);
+      };
       if (h.kind == FrameKind::kHello) {
         if (greeted_.size() >= 4 * static_cast<std::size_t>(opt_.worldSize))
           throw ProtocolError(sender.rank, frame_offset::kKind, "too many hellos before set-up ended",
@@ -932,14 +937,27 @@ class ZmqTransport final : public Transport {
         const Hello hello = decodeHello(
             std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
             sender.rank);
-        if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof))
-          throw ProtocolError(sender.rank, kFrameHeaderBytes,
-                              "a hello whose proof does not verify under the job's key on " + describe(id),
-                              FrameFault::kStranger);
+        if (keyReady) {
+          if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof)) throw forged();
+          unverified_.erase(idText);
+        } else {
+          unverified_[idText] = {hello.incarnation, hello.proof};
+        }
         greeted_.insert(idText);
       } else if (!greeted_.count(idText)) {
         throw ProtocolError(sender.rank, frame_offset::kKind, "a frame before any hello on " + describe(id),
                             FrameFault::kStranger);
+      } else if (const auto it = unverified_.find(idText); keyReady && it != unverified_.end()) {
+        const bool genuine = jobKey_.verify(it->second.incarnation, sender.rank, it->second.proof);
+        unverified_.erase(it);
+        if (!genuine) {
+          greeted_.erase(idText);
+          const auto kept = std::erase_if(early_, [&](const EarlyFrame& e) {
+            return e.id.size() == id.size() && std::memcmp(e.id.data(), id.data(), id.size()) == 0;
+          });
+          rejected_[static_cast<std::size_t>(FrameFault::kStranger)] += kept;
+          throw forged();
+        }
       }
     } catch (const ProtocolError& e) {
       ++rejected_[static_cast<std::size_t>(e.fault())];
@@ -1368,8 +1386,14 @@ class ZmqTransport final : public Transport {
   // Set-up is over (peers_ complete); until then the progress thread keeps
   // well-formed frames from ranks' connections in early_ (stashEarly).
   std::atomic<bool> ready_{false};
-  std::atomic<bool> started_{false};   // the progress thread has seen ready_ and handled early_
-  std::set<std::string> greeted_;      // progress thread, during set-up: routing ids that sent a hello
+  std::atomic<bool> started_{false};  // the progress thread has seen ready_ and handled early_
+  std::set<std::string> greeted_;     // progress thread, during set-up: routing ids that sent a hello
+  // Set-up, before jobKey_ is read: the hellos kept unchecked, by routing id.
+  struct UnverifiedHello {
+    std::uint64_t incarnation = 0;
+    std::array<std::byte, kHelloProofBytes> proof{};
+  };
+  std::map<std::string, UnverifiedHello> unverified_;
   std::atomic<bool> keyReady_{false};  // jobKey_ is read (connectPeers); stashEarly verifies hellos
   struct EarlyFrame {
     ::zmq::message_t id;
