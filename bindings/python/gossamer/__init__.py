@@ -365,7 +365,8 @@ class Agent:
                 communication (``gossamer/_staging.py``).
                 16-bit elements travel as 2 bytes and are reduced in float32,
                 rounded once per hop (docs/collectives.md, "16-bit vectors").
-            op: ``"average"`` (default), ``"sum"`` or ``"max"``.
+            op: ``"average"`` (default; ``"mean"`` is the same), ``"sum"``,
+                ``"max"`` or ``"min"``, as C's ``gossamer_allreduce``.
             algorithm: one of :func:`allreduce_algorithms` for this call
                 (default: the config's ``collectives.allreduce``); the same on
                 every rank.

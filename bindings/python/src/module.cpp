@@ -164,7 +164,8 @@ ReduceOp parseOp(const std::string& op) {
   if (op == "sum") return ReduceOp::kSum;
   if (op == "average" || op == "mean") return ReduceOp::kAverage;
   if (op == "max") return ReduceOp::kMax;
-  throw py::value_error("op must be 'sum', 'average' or 'max'; got '" + op + "'");
+  if (op == "min") return ReduceOp::kMin;
+  throw py::value_error("op must be 'sum', 'average' (or 'mean'), 'max' or 'min'; got '" + op + "'");
 }
 
 // ---- components ---------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_bad_arrays_raise_naming_argument_shape_and_dtype(agent):
     ro.setflags(write=False)
     with pytest.raises(ValueError, match=r"data is read-only \(shape \(4,\), dtype float32\)"):
         agent.allreduce(ro)
-    with pytest.raises(ValueError, match="op must be 'sum', 'average' or 'max'"):
+    with pytest.raises(ValueError, match="op must be 'sum', 'average' \\(or 'mean'\\), 'max' or 'min'"):
         agent.allreduce(np.zeros(4, dtype=np.float32), op="prod")
     with pytest.raises(ValueError, match="algorithm"):
         agent.allreduce(np.zeros(4, dtype=np.float32), algorithm="butterfly")

@@ -32,8 +32,16 @@ with gossamer.Agent.from_env(CONFIG) as a:
     t = torch.full((1000,), float(r))
     ptr = t.data_ptr()
     a.allreduce(t, op="max")
+    low = np.full(3, 10.0 - r, dtype=np.float32)
+    a.allreduce(low, op="min")
+    try:
+        a.allreduce(low, op="product")
+        bad = None
+    except ValueError as e:
+        bad = str(e)
     print(json.dumps({"x": x.tolist(), "same_x": x.ctypes.data == addr, "d": d.tolist(),
-                      "t": [t.min().item(), t.max().item()], "same_t": t.data_ptr() == ptr}))
+                      "t": [t.min().item(), t.max().item()], "same_t": t.data_ptr() == ptr,
+                      "low": low.tolist(), "bad": bad}))
 """)
     job.check()
     for res in job.results:
@@ -41,6 +49,8 @@ with gossamer.Agent.from_env(CONFIG) as a:
         assert res["same_x"] and res["same_t"]
         assert res["d"] == [2.5] * 5
         assert res["t"] == [3.0, 3.0]
+        assert res["low"] == [7.0] * 3
+        assert "'max' or 'min'; got 'product'" in res["bad"], res
 
 
 def test_allreduce_async_overlaps_the_caller_and_gives_the_blocking_bits(run_ranks):
