@@ -122,18 +122,19 @@ CrossoverSgd::CrossoverSgd(Transport& transport, const Topology& topology,
   // consensus. Every rank checks every row (of the first segments' first
   // round), so all of them refuse alike. Async mode carries push-sum
   // weights of its own, whatever the topology's.
-  for (int r = 0; r < (o.mode == GossipMode::kAsync ? 0 : topology.worldSize()); ++r)
-    for (int s = 0; s < std::min(o.segments, 4); ++s) {
-      const PeerSet p = topology.peers(r, 0, s);
-      double row = p.selfWeight;
-      for (double w : p.recvWeights) row += w;
-      GOSSAMER_ENFORCE(std::abs(row - 1.0) <= 1e-9,
-                       "crossover_sgd averages with weights that sum to 1 on every rank, but topology '"
-                           << topology.name() << "' gives rank " << r << " weights summing to " << row
-                           << " (push-sum weights: a directed graph whose ranks have unequal in- and "
-                              "out-degrees); use algorithm sgp, or a graph where every rank has as many "
-                              "in-edges as out-edges");
-    }
+  if (o.mode != GossipMode::kAsync)
+    for (int r = 0; r < topology.worldSize(); ++r)
+      for (int s = 0; s < std::min(o.segments, 4); ++s) {
+        const PeerSet p = topology.peers(r, 0, s);
+        double row = p.selfWeight;
+        for (double w : p.recvWeights) row += w;
+        GOSSAMER_ENFORCE(std::abs(row - 1.0) <= 1e-9,
+                         "crossover_sgd averages with weights that sum to 1 on every rank, but topology '"
+                             << topology.name() << "' gives rank " << r << " weights summing to " << row
+                             << " (push-sum weights: a directed graph whose ranks have unequal in- and "
+                                "out-degrees); use algorithm sgp, or a graph where every rank has as many "
+                                "in-edges as out-edges");
+      }
 }
 
 // Receives still posted write into buffers this object owns: cancel them

@@ -170,16 +170,17 @@ TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does
   // without bound, and the frames went to the real rank 1's receives).
   LogCapture log;
   MemoryStore store;
-  std::unique_ptr<Transport> rank0;
-  std::thread setUp([&] {
+  const auto rankOf = [&](int r) {
     gossamer::zmq::Options o;
-    o.rank = 0;
+    o.rank = r;
     o.worldSize = 2;
     o.protocol = "tcp";
     o.host = "127.0.0.1";
     o.timeoutSeconds = 20;
-    rank0 = gossamer::zmq::makeTransport(o, store);
-  });
+    return gossamer::zmq::makeTransport(o, store);
+  };
+  std::unique_ptr<Transport> rank0;
+  std::thread setUp([&] { rank0 = rankOf(0); });
   const std::string address = store.get("gossamer/zmq/0", 10.0);
   store.get("gossamer/zmq-job-key", 10.0);  // rank 0 drew it: it checks hellos from now on
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -202,13 +203,7 @@ TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));  // read by rank 0's progress thread meanwhile
   }
-  gossamer::zmq::Options o1;
-  o1.rank = 1;
-  o1.worldSize = 2;
-  o1.protocol = "tcp";
-  o1.host = "127.0.0.1";
-  o1.timeoutSeconds = 20;
-  auto rank1 = gossamer::zmq::makeTransport(o1, store);
+  auto rank1 = rankOf(1);
   setUp.join();
   REQUIRE(rank0 != nullptr);
   // Every data frame refused, during set-up or (read late) after it.

@@ -14,6 +14,10 @@
 
 namespace gossamer::testing {
 
+/// A tag no component sends on: a receive posted with it never completes,
+/// for a test service that withholds or fails a receive.
+inline const Tag kTagNobodySends = Tag::make(Op::kUser, Tag::kMaxStep);
+
 /// Forwards everything to `inner`.
 class Forwarding : public Transport {
  public:

@@ -1010,7 +1010,7 @@ class RefusingPeer final : public gossamer::testing::Forwarding {
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     if (!*poisoned_ || sources.size() != 1 || sources[0] != 0) return Forwarding::irecv(sources, tag, buffer);
     // A receive nothing matches, failed at once.
-    Request r = Forwarding::irecv(sources, Tag::make(Op::kUser, Tag::kMaxStep), buffer);
+    Request r = Forwarding::irecv(sources, gossamer::testing::kTagNobodySends, buffer);
     r.fail(std::make_exception_ptr(ProtocolError(0, 0, "bad magic", FrameFault::kGarbage)));
     return r;
   }

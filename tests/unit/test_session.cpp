@@ -390,14 +390,13 @@ class WithheldReceive final : public Forwarding {
   WithheldReceive(std::unique_ptr<Transport> inner, std::shared_ptr<std::atomic<int>> armedCount, int nth)
       : Forwarding(std::move(inner)), count_(std::move(armedCount)), nth_(nth) {}
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
-    return Forwarding::irecv(sources, withheld(tag) ? kNobodySends : tag, buffer);
+    return Forwarding::irecv(sources, withheld(tag) ? gossamer::testing::kTagNobodySends : tag, buffer);
   }
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
-    return Forwarding::irecvView(source, withheld(tag) ? kNobodySends : tag, buffer);
+    return Forwarding::irecvView(source, withheld(tag) ? gossamer::testing::kTagNobodySends : tag, buffer);
   }
 
  private:
-  inline static const Tag kNobodySends = Tag::make(Op::kUser, Tag::kMaxStep);
   // Counts the allreduce receives once armed (count_ >= 0).
   bool withheld(const Tag& tag) { return tag.op == Op::kAllreduce && *count_ >= 0 && ++*count_ == nth_; }
   std::shared_ptr<std::atomic<int>> count_;

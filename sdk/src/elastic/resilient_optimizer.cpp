@@ -169,7 +169,7 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
     ~Stepping() { b = false; }
   } stepping(stepping_);
   if ((recoverFirst && membership_.revoked()) || !inner_) recover();
-  if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
+  if (countsStep ? skipped() : skipsLocalStep()) return;
   saved_.assign(state.begin(), state.end());
   for (;;) {
     try {
@@ -180,12 +180,12 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
     } catch (const PeerFailure&) {
       std::copy(saved_.begin(), saved_.end(), state.begin());
       recover();
-      if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
+      if (countsStep ? skipped() : skipsLocalStep()) return;
     } catch (const TimeoutError&) {
       if (!revokedSoon(membership_)) throw;  // (this rank was stopped past the timeout: see revokedSoon)
       std::copy(saved_.begin(), saved_.end(), state.begin());
       recover();
-      if (countsStep ? skipped() : (skip_ > 0 || jumped_)) return;
+      if (countsStep ? skipped() : skipsLocalStep()) return;
     }
   }
 }

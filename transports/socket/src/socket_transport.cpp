@@ -98,9 +98,6 @@ constexpr double kLateConnectSeconds = 5.0;
 
 std::string errnoText(int err) { return std::strerror(err); }
 
-// On this file's clock, saturating (gossamer::deadlineAfter).
-Clock::time_point deadlineAfter(double seconds) { return gossamer::deadlineAfter<Clock>(seconds); }
-
 int millisLeft(Clock::time_point deadline, int cap) {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
@@ -681,7 +678,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     // error" still goes out (briefly bounded), so peers report the cause
     // rather than a lost connection.
     const auto deadline =
-        deadlineAfter(abort ? std::min(opt_.lingerSeconds, kAbortByeSeconds) : opt_.lingerSeconds);
+        deadlineAfter<Clock>(abort ? std::min(opt_.lingerSeconds, kAbortByeSeconds) : opt_.lingerSeconds);
     {
       std::lock_guard<std::mutex> lk(exclusive);
       for (auto& c : conns_) {
@@ -955,7 +952,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     }
     if (const auto ticket = pulls_.ticketOf(state)) {
       // The peer may be reading the buffer right now: let it finish (bounded).
-      const auto deadline = deadlineAfter(opt_.timeoutSeconds);
+      const auto deadline = deadlineAfter<Clock>(opt_.timeoutSeconds);
       std::vector<pollfd> pfds;
       while (pulls_.destinationOf(*ticket) >= 0 && Clock::now() < deadline && !stopped_) {
         progressLocked();
@@ -1548,7 +1545,7 @@ Links connectAll(const Options& o, Store& store) {
   const std::string startedKey = o.storePrefix + "/sock-started";
   const std::string who = "socket rank " + std::to_string(o.rank);
   const bool late = joinsRunningJob(store, startedKey, o.rank, o.worldSize);
-  const auto deadline = deadlineAfter(o.timeoutSeconds);
+  const auto deadline = deadlineAfter<Clock>(o.timeoutSeconds);
 
   Links links;
   links.incarnation = drawIncarnation();
@@ -1616,7 +1613,7 @@ Links connectAll(const Options& o, Store& store) {
       const Published peer = parsePublished(*value, p);
       try {
         at(fds, p) =
-            connectTo(peer.address, p, std::min(deadline, deadlineAfter(kLateConnectSeconds)), hello);
+            connectTo(peer.address, p, std::min(deadline, deadlineAfter<Clock>(kLateConnectSeconds)), hello);
         at(links.incarnations, p) = peer.incarnation;
       } catch (const Error& e) {
         at(links.why, p) = std::string("not reachable when this process started: ") + e.what();
