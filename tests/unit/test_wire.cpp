@@ -293,7 +293,8 @@ TEST_CASE("wire: a hello carries its incarnation and endpoint, and a bad one is 
 }
 
 TEST_CASE(
-    "wire: a job key proves a hello for its incarnation and rank only, and is drawn once per rendezvous",
+    "wire: a job key proves a hello for its incarnation, rank and endpoint only, and is drawn once per "
+    "rendezvous",
     "[wire]") {
   MemoryStore store;
   const JobKey key = JobKey::fromStore(store, "job/key", /*draw=*/true, 1.0, "rank 0");
@@ -310,6 +311,14 @@ TEST_CASE(
   auto flipped = proof;
   flipped[31] ^= std::byte{1};
   CHECK_FALSE(reader.verify(incarnation, 3, flipped));
+  // The endpoint a hello names is covered: another address (one byte
+  // changed, cut short, or added to one that had none) does not verify.
+  const auto named = key.proof(incarnation, 3, "tcp://127.0.0.1:5555");
+  CHECK(reader.verify(incarnation, 3, named, "tcp://127.0.0.1:5555"));
+  CHECK_FALSE(reader.verify(incarnation, 3, named, "tcp://127.0.0.1:5556"));
+  CHECK_FALSE(reader.verify(incarnation, 3, named, "tcp://127.0.0.1:555"));
+  CHECK_FALSE(reader.verify(incarnation, 3, named));
+  CHECK_FALSE(reader.verify(incarnation, 3, proof, "tcp://127.0.0.1:5555"));
   MemoryStore other;
   const JobKey foreign = JobKey::fromStore(other, "job/key", true, 1.0, "elsewhere");
   CHECK_FALSE(foreign.verify(incarnation, 3, proof));

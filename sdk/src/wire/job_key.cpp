@@ -3,7 +3,9 @@
 
 #include <sodium.h>
 
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/detail/byte_io.hpp"
@@ -33,19 +35,21 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
   return out;
 }
 
-std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation, int rank) const {
-  std::array<std::byte, 12> m{};
+std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation, int rank,
+                                                      std::string_view endpoint) const {
+  std::vector<std::byte> m(12 + endpoint.size());
   detail::put(m, 0, incarnation);
   detail::put(m, 8, static_cast<std::uint32_t>(rank));
+  std::memcpy(m.data() + 12, endpoint.data(), endpoint.size());
   std::array<std::byte, kHelloProofBytes> out{};
   crypto_auth(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(m.data()),
               m.size(), key_.data());
   return out;
 }
 
-bool JobKey::verify(std::uint64_t incarnation, int rank,
-                    const std::array<std::byte, kHelloProofBytes>& proof) const {
-  const auto expected = this->proof(incarnation, rank);
+bool JobKey::verify(std::uint64_t incarnation, int rank, const std::array<std::byte, kHelloProofBytes>& proof,
+                    std::string_view endpoint) const {
+  const auto expected = this->proof(incarnation, rank, endpoint);
   return sodium_memcmp(expected.data(), proof.data(), kHelloProofBytes) == 0;
 }
 

@@ -458,7 +458,7 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
   auto& known = incarnations_[static_cast<std::size_t>(src)];
   if (hello.incarnation == known) return false;  // in its stream, checked as any frame (processFrame)
   const std::string claim = "a hello claiming rank " + std::to_string(src);
-  if (!jobKey_.verify(hello.incarnation, src, hello.proof)) {
+  if (!jobKey_.verify(hello.incarnation, src, hello.proof, hello.endpoint)) {
     rejectStranger(message, claim +
                                 " whose proof does not verify under the job's key: the process did not read "
                                 "this job's rendezvous");

@@ -118,7 +118,7 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
 }
 
 std::unique_ptr<SendOp> LibfabricTransport::makeHello(int p) {
-  Hello hello{incarnation_, jobKey_.proof(incarnation_, opt_.rank), myEndpoint_};
+  Hello hello{incarnation_, jobKey_.proof(incarnation_, opt_.rank, myEndpoint_), myEndpoint_};
   const auto payload = encodeHello(hello);
   const auto header =
       encodeFrameHeader(FrameKind::kHello, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),

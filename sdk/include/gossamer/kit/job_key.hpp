@@ -6,15 +6,18 @@
 // process apart from the one it replaces) and proof() of it; a hello whose
 // proof does not verify() comes from outside the job and replaces no peer.
 //
-// The proof is HMAC-SHA-512-256 (libsodium's crypto_auth) of the 12 bytes
-// incarnation (u64, little-endian) || rank (u32, little-endian) under the
-// 32-byte key.
+// The proof is HMAC-SHA-512-256 (libsodium's crypto_auth) under the 32-byte
+// key of incarnation (u64, little-endian) || rank (u32, little-endian) ||
+// endpoint (the address the hello asks peers to reach it at, as sent; none
+// for a hello that names no address), so that a hello's address cannot be
+// changed on the way.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "gossamer/kit/wire.hpp"
 
@@ -40,11 +43,14 @@ class JobKey {
                           const std::string& who);
 
   /// The proof a process of rank `rank` and incarnation `incarnation` sends in
-  /// its hello (32 bytes).
-  std::array<std::byte, kHelloProofBytes> proof(std::uint64_t incarnation, int rank) const;
-  /// True if `proof` is proof(incarnation, rank) (compared in constant time).
-  bool verify(std::uint64_t incarnation, int rank,
-              const std::array<std::byte, kHelloProofBytes>& proof) const;
+  /// its hello (32 bytes), covering the `endpoint` that hello names (bytes as
+  /// sent; empty when it names none).
+  std::array<std::byte, kHelloProofBytes> proof(std::uint64_t incarnation, int rank,
+                                                std::string_view endpoint = {}) const;
+  /// True if `proof` is proof(incarnation, rank, endpoint) (compared in
+  /// constant time).
+  bool verify(std::uint64_t incarnation, int rank, const std::array<std::byte, kHelloProofBytes>& proof,
+              std::string_view endpoint = {}) const;
 
  private:
   std::array<unsigned char, kBytes> key_{};

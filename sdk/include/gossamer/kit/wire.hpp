@@ -119,7 +119,8 @@ struct Tag {
 std::string toString(const Tag& tag);
 
 constexpr std::uint32_t kFrameMagic = 0x524D5347u;
-constexpr std::uint16_t kProtocolVersion = 4;  // 2: kDataTrailing; 3: kHello; 4: Hello::proof
+constexpr std::uint16_t kProtocolVersion =
+    5;  // 2: kDataTrailing; 3: kHello; 4: Hello::proof; 5: it covers the endpoint
 constexpr std::size_t kFrameHeaderBytes = 48;
 /// Largest payload a frame may announce: 1 GiB. Protects receivers from
 /// allocating from an unchecked length.
