@@ -218,7 +218,7 @@ class ZmqTransport final : public Transport {
                                 "zmq rank " + std::to_string(o.rank));
     keyReady_.store(true, std::memory_order_release);  // stashEarly checks hellos from now on
     Hello hello{incarnation_, {}, me};
-    hello.proof = jobKey_.proof(incarnation_, o.rank);
+    hello.proof = jobKey_.proof(incarnation_, o.rank, me);
     hello_ = encodeHello(hello);
     std::vector<std::string> keys;
     for (int p = 0; p < o.worldSize; ++p) keys.push_back(prefix + std::to_string(p));
@@ -687,7 +687,7 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(p)];
     if (std::find(peer.replaced.begin(), peer.replaced.end(), hello.incarnation) != peer.replaced.end())
       return;
-    if (!jobKey_.verify(hello.incarnation, p, hello.proof)) {
+    if (!jobKey_.verify(hello.incarnation, p, hello.proof, hello.endpoint)) {
       // Not from a process of this job (it did not read the rendezvous):
       // the rank's connection stays as it is.
       const auto n = forgedHellos_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -770,6 +770,11 @@ class ZmqTransport final : public Transport {
           early_.shrink_to_fit();
           rebuildPoll_ = true;
           started_.store(true, std::memory_order_release);
+          continue;
+        }
+        if (keyReady_.load(std::memory_order_acquire)) verifyHeldHellos();
+        if (readsPaused()) {  // until connectPeers reads the key (or gives up at its timeout)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
           continue;
         }
         ::zmq::pollitem_t item{rx_.handle(), 0, ZMQ_POLLIN, 0};
@@ -860,6 +865,7 @@ class ZmqTransport final : public Transport {
       }
       if (!started_.load(std::memory_order_relaxed)) {
         stashEarly(std::move(id), parts);
+        if (readsPaused()) return;
       } else if (waiter && isHello(parts)) {
         handoff_ = {std::move(id), std::move(parts)};
         handingOff_ = true;
@@ -900,6 +906,44 @@ class ZmqTransport final : public Transport {
     return c;
   }
 
+  // The error for a hello on connection `id` whose proof does not verify.
+  ProtocolError forgedHello(int rank, const ::zmq::message_t& id) const {
+    return ProtocolError(rank, kFrameHeaderBytes,
+                         "a hello whose proof does not verify under the job's key on " + describe(id),
+                         FrameFault::kStranger);
+  }
+
+  // Set-up, once the job's key is read: checks the hellos kept unchecked
+  // before (stashEarly) and drops the connections, and what was kept from
+  // them, whose hello does not verify.
+  void verifyHeldHellos() {
+    if (unverified_.empty()) return;
+    for (const auto& [idText, hello] : unverified_) {
+      const int rank = senderOf(::zmq::message_t(idText.data(), idText.size())).rank;
+      if (jobKey_.verify(hello.incarnation, rank, hello.proof, hello.endpoint)) continue;
+      greeted_.erase(idText);
+      const auto kept = std::erase_if(early_, [&](const EarlyFrame& e) {
+        return e.id.size() == idText.size() && std::memcmp(e.id.data(), idText.data(), idText.size()) == 0;
+      });
+      rejected_[static_cast<std::size_t>(FrameFault::kStranger)] += kept + 1;
+      rejectLog_([&] {
+        return "zmq rank " + std::to_string(opt_.rank) + ": dropped a hello and " + std::to_string(kept) +
+               " frames kept after it from connection " + idText +
+               ": its proof does not verify under the job's key";
+      });
+    }
+    unverified_.clear();
+    unverifiedBytes_ = 0;
+  }
+
+  // Set-up, before the job's key is read: the ROUTER is not read while
+  // kMaxUnverifiedBytes are kept from connections whose hellos are not
+  // checked yet, so that their senders wait (ZeroMQ's high-water marks)
+  // instead of filling this rank's memory.
+  bool readsPaused() const {
+    return unverifiedBytes_ >= kMaxUnverifiedBytes && !keyReady_.load(std::memory_order_acquire);
+  }
+
   // Set-up is not over (peers_ is being filled): a frame that fails any
   // check, or whose routing id names no rank, is counted and dropped now; a
   // well-formed one from a rank's connection is kept for handleFrame, in
@@ -920,16 +964,13 @@ class ZmqTransport final : public Transport {
       // from a connection whose hello does not verify (a process that only
       // reached the port cannot fill this rank's memory until set-up ends).
       // Before (a rank other than 0 waits for rank 0's key after it
-      // published its address), a hello is kept unchecked and checked with
-      // the connection's first frame after the key, what was kept from a
-      // forger then dropped.
+      // published its address), a hello is kept unchecked, with at most
+      // kMaxUnverifiedBytes of what follows it on its connection
+      // (readsPaused), and all are checked as soon as the key is read
+      // (verifyHeldHellos): what a forger sent is then dropped.
       const std::string idText(static_cast<const char*>(id.data()), id.size());
       const bool keyReady = keyReady_.load(std::memory_order_acquire);
-      const auto forged = [&] {
-        return ProtocolError(sender.rank, kFrameHeaderBytes,
-                             "a hello whose proof does not verify under the job's key on " + describe(id),
-                             FrameFault::kStranger);
-      };
+      if (keyReady) verifyHeldHellos();
       if (h.kind == FrameKind::kHello) {
         if (greeted_.size() >= 4 * static_cast<std::size_t>(opt_.worldSize))
           throw ProtocolError(sender.rank, frame_offset::kKind, "too many hellos before set-up ended",
@@ -938,27 +979,18 @@ class ZmqTransport final : public Transport {
             std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
             sender.rank);
         if (keyReady) {
-          if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof)) throw forged();
-          unverified_.erase(idText);
+          if (!jobKey_.verify(hello.incarnation, sender.rank, hello.proof, hello.endpoint))
+            throw forgedHello(sender.rank, id);
         } else {
-          unverified_[idText] = {hello.incarnation, hello.proof};
+          unverified_[idText] = hello;
         }
         greeted_.insert(idText);
       } else if (!greeted_.count(idText)) {
         throw ProtocolError(sender.rank, frame_offset::kKind, "a frame before any hello on " + describe(id),
                             FrameFault::kStranger);
-      } else if (const auto it = unverified_.find(idText); keyReady && it != unverified_.end()) {
-        const bool genuine = jobKey_.verify(it->second.incarnation, sender.rank, it->second.proof);
-        unverified_.erase(it);
-        if (!genuine) {
-          greeted_.erase(idText);
-          const auto kept = std::erase_if(early_, [&](const EarlyFrame& e) {
-            return e.id.size() == id.size() && std::memcmp(e.id.data(), id.data(), id.size()) == 0;
-          });
-          rejected_[static_cast<std::size_t>(FrameFault::kStranger)] += kept;
-          throw forged();
-        }
       }
+      if (!keyReady)
+        for (const auto& part : parts) unverifiedBytes_ += part.size();
     } catch (const ProtocolError& e) {
       ++rejected_[static_cast<std::size_t>(e.fault())];
       rejectLog_([&] {
@@ -1389,11 +1421,9 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> started_{false};  // the progress thread has seen ready_ and handled early_
   std::set<std::string> greeted_;     // progress thread, during set-up: routing ids that sent a hello
   // Set-up, before jobKey_ is read: the hellos kept unchecked, by routing id.
-  struct UnverifiedHello {
-    std::uint64_t incarnation = 0;
-    std::array<std::byte, kHelloProofBytes> proof{};
-  };
-  std::map<std::string, UnverifiedHello> unverified_;
+  std::map<std::string, Hello> unverified_;  // hellos read before the job's key, by connection
+  std::size_t unverifiedBytes_ = 0;          // kept from their connections since (stashEarly)
+  static constexpr std::size_t kMaxUnverifiedBytes = std::size_t{64} << 20;
   std::atomic<bool> keyReady_{false};  // jobKey_ is read (connectPeers); stashEarly verifies hellos
   struct EarlyFrame {
     ::zmq::message_t id;
