@@ -36,6 +36,7 @@
 #include "threads.hpp"
 
 using namespace gossamer;
+using gossamer::testing::inChild;
 
 namespace {
 
@@ -45,43 +46,6 @@ namespace {
 // link used both ways (the platform file's) shares with the flow.
 const std::vector<std::string> kExactLinks{"network/latency-factor:1", "network/bandwidth-factor:1",
                                            "network/crosstraffic:0"};
-
-// Runs `body` in a child process and returns what it wrote (empty: it
-// passed), or why the child did not finish.
-std::string inChild(const std::function<std::string()>& body, double seconds = 120) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  std::fflush(nullptr);  // nothing buffered is written twice
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // The child reports through the pipe, not through Catch's handlers.
-    for (const int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTERM}) std::signal(sig, SIG_DFL);
-    ::close(fds[0]);
-    std::string out;
-    try {
-      out = body();
-    } catch (const std::exception& e) {
-      out = std::string("threw: ") + e.what();
-    }
-    if (!out.empty()) {
-      const ssize_t n = ::write(fds[1], out.data(), out.size());
-      (void)n;
-    }
-    ::close(fds[1]);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  const auto status = gossamer::testing::waitBounded(pid, seconds);
-  if (!status) return out + " [child killed after " + std::to_string(seconds) + " s]";
-  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-    return out + " [child ended with status " + std::to_string(*status) + "]";
-  return out;
-}
 
 // Every rank's error, one per line.
 std::string errorsOf(const simgrid::Outcome& o) {

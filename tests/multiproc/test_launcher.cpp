@@ -20,6 +20,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/launcher.hpp"
 #include "log_capture.hpp"
+#include "process.hpp"
 
 namespace {
 
@@ -109,13 +110,15 @@ TEST_CASE("launcher: kCore binds rank r to the (r mod C)-th allowed CPU, kNone l
     // mod C" and "the (r mod C)-th allowed CPU" then differ.
     std::vector<int> subset{cpus.back()};
     if (cpus.size() >= 4) subset.insert(subset.begin(), cpus[1]);
-    if (subset.front() == 0) WARN("only CPU 0 is allowed: this section cannot tell the mappings apart");
+    INFO("allowed CPUs " << cpus.size() << ": with CPU 0 alone the mappings cannot be told apart");
+    REQUIRE(subset.front() != 0);
     NarrowedAffinity narrowed(subset);
     REQUIRE(gossamer::allowedCpus() == subset);
     checkBound(subset, 5);
   }
   SECTION("kNone") {
-    if (cpus.size() == 1) WARN("one CPU: kNone and kCore give the same mask");
+    INFO("with one allowed CPU, kNone and kCore give the same mask");
+    REQUIRE(cpus.size() > 1);
     const auto seen = cpusOfRanks(n, gossamer::CpuBinding::kNone);
     REQUIRE(seen.size() == static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
@@ -165,9 +168,18 @@ TEST_CASE(
     "launcher: the report tells the rank that died from those that stopped after it and those that finished",
     "[launcher]") {
   gossamer::testing::LogCapture log(gossamer::LogLevel::kError);
-  // rank 1 dies at once; ranks 0 and 2 notice later and exit 1; rank 3 finishes.
-  const auto [result, dir] =
-      launchScripts({"sleep 0.5; exit 1", "kill -9 $$", "sleep 0.7; exit 1", "exit 0"});
+  // rank 1 dies at once; ranks 0 and 2 exit 1 once it is gone (its pid,
+  // which it leaves in a file, is reaped: at most 40 s); rank 3 finishes.
+  gossamer::testing::TempDir marks;
+  const std::string pidFile = marks / "rank1";
+  const std::string follow = "i=0; while [ ! -s " + pidFile +
+                             " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; " + "p=$(cat " +
+                             pidFile + "); while kill -0 \"$p\" 2>/dev/null && [ $i -lt 800 ]; do " +
+                             "sleep 0.05; i=$((i+1)); done; exit 1";
+  const auto [result, dir] = launchScripts(
+      {follow, "echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + "; kill -9 $$", follow,
+       "exit 0"},
+      60);
   REQUIRE(result.ranks.size() == 4);
   CHECK(result.ranks[1].outcome == gossamer::RankOutcome::kDied);
   CHECK(result.ranks[1].signal == SIGKILL);
@@ -215,12 +227,21 @@ TEST_CASE("launcher: a SIGTERM to the launcher is forwarded, every rank is reape
   // Ranks 0 and 1 exit on SIGTERM; rank 2 ignores it and is killed after the stop grace.
   struct sigaction before {};
   sigaction(SIGTERM, nullptr, &before);
-  std::thread sender([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The signal goes once every rank runs (each leaves a file first): the
+  // launcher's handler is in place before it starts any.
+  gossamer::testing::TempDir marks;
+  std::thread sender([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(std::filesystem::exists(marks / "0") && std::filesystem::exists(marks / "1") &&
+             std::filesystem::exists(marks / "2")))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     kill(getpid(), SIGTERM);  // caught by the launcher's handler, not by this test process
   });
   const auto t0 = std::chrono::steady_clock::now();
-  const auto [result, dir] = launchScripts({"exec sleep 30", "exec sleep 30", "trap '' TERM; exec sleep 30"});
+  const auto [result, dir] = launchScripts({"touch " + (marks / "0") + "; exec sleep 30",
+                                            "touch " + (marks / "1") + "; exec sleep 30",
+                                            "trap '' TERM; touch " + (marks / "2") + "; exec sleep 30"});
   sender.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(result.signal == SIGTERM);
@@ -230,7 +251,7 @@ TEST_CASE("launcher: a SIGTERM to the launcher is forwarded, every rank is reape
   CHECK(result.ranks[2].outcome == gossamer::RankOutcome::kKilled);
   CHECK(result.ranks[2].signal == SIGKILL);
   CHECK(result.killed);
-  CHECK(seconds < 15);
+  CHECK(seconds < 28);  // before the ranks' 30 s sleeps end: they were stopped
   CHECK_FALSE(std::filesystem::exists(dir));
   // The handler was the launcher's only while it ran: the previous one is back.
   struct sigaction now {};

@@ -214,7 +214,7 @@ void killedWithoutMembership(const std::string& algorithm) {
     REQUIRE(status.has_value());  // it did not hang
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 1);
-    CHECK(took < 2 * timeout);
+    CHECK(took < 4 * timeout);  // (waitBounded's bound: no hang)
     // Either the dead peer itself, or the other survivor that stopped first:
     // its abort's bye, or its connection lost (over shm its exit when its
     // progress thread was stuck on a lock the dead peer held and could not
@@ -273,9 +273,9 @@ TEST_CASE("ranks started by hand rendezvous through rank 0's tcp store", "[multi
   gossamer::testing::requireFashionMnist();
   TempDir dir;
   writeFile(dir / "run.yaml", smallConfig("zmq", "crossover_sgd", 3, 1, 20));
-  // A port below Linux's ephemeral range (32768-60999), derived from the pid:
-  // no client connection of another test can hold it.
-  const std::string addr = "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 12000);
+  const int port = gossamer::testing::freeLowPort();
+  REQUIRE(port > 0);
+  const std::string addr = "tcp://127.0.0.1:" + std::to_string(port);
   std::vector<pid_t> pids;
   for (int r = 2; r >= 0; --r)  // rank 0 last: clients wait for the server
     pids.push_back(

@@ -49,23 +49,23 @@ double since(std::chrono::steady_clock::time_point t) {
 
 /// Forks rank 1, which joins and then idles (up to 60 s); returns its pid once
 /// both ranks are connected, with rank 0's transport in `t`.
-pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t,
-                    const std::string& protocol) {
+pid_t startIdlePeer(const TempDir& dir, std::unique_ptr<gossamer::Transport>& t, const std::string& protocol,
+                    double timeout) {
   const pid_t child = fork();
   if (child == 0) {
     try {
       gossamer::FileStore store(dir / "rdv");
-      auto mine = gossamer::zmq::makeTransport(optionsFor(1, kTimeout, 0.2, protocol), store);
+      auto mine = gossamer::zmq::makeTransport(optionsFor(1, timeout, 0.2, protocol), store);
       std::vector<std::byte> one(1);
       mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one);  // "connected"
-      std::this_thread::sleep_for(std::chrono::seconds(60));
+      std::this_thread::sleep_for(std::chrono::seconds(120));
     } catch (...) {
     }
     _exit(0);
   }
   REQUIRE(child > 0);
   gossamer::FileStore store(dir / "rdv");
-  t = gossamer::zmq::makeTransport(optionsFor(0, kTimeout, 0.2, protocol), store);
+  t = gossamer::zmq::makeTransport(optionsFor(0, timeout, 0.2, protocol), store);
   std::vector<std::byte> one(1);
   t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
   return child;
@@ -80,7 +80,9 @@ std::string describe(const std::optional<int>& st) {
 
 /// Rank 0's borrowed send of kBytes to rank 1 (forked, then SIGSTOPped),
 /// which cannot finish: over tcp ZeroMQ finds the kernel's buffers full; over
-/// ipc it goes as a pull frame (single copy) that the peer never reads.
+/// ipc it goes as a pull frame (single copy) that the peer never reads. Both
+/// ranks' transports time out after `timeout` seconds. The child is killed
+/// and reaped by reap() or, whatever failed, by the destructor.
 struct StuckSend {
   TempDir dir;
   std::unique_ptr<gossamer::Transport> t;
@@ -88,14 +90,24 @@ struct StuckSend {
   std::vector<std::byte> big = std::vector<std::byte>(kBytes, std::byte{3});
   gossamer::Request s;
 
-  explicit StuckSend(const std::string& protocol) {
-    child = startIdlePeer(dir, t, protocol);
+  StuckSend(const std::string& protocol, double timeout) {
+    child = startIdlePeer(dir, t, protocol, timeout);
     kill(child, SIGSTOP);
-    if (protocol == "ipc" && t->checksumReuseMinBytes() != std::numeric_limits<std::size_t>::max())
-      WARN("single copy unavailable here (ptrace rules): the ipc case tests lending instead");
+    if (protocol == "ipc")  // single copy needs ptrace rights over the child (Yama)
+      REQUIRE(t->checksumReuseMinBytes() == std::numeric_limits<std::size_t>::max());
     s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     REQUIRE_FALSE(s.test());  // ZeroMQ still holds it: the peer reads nothing
+  }
+  StuckSend(const StuckSend&) = delete;
+  StuckSend& operator=(const StuckSend&) = delete;
+  ~StuckSend() { reap(); }
+  /// Kills rank 1 (stopped or not) and waits for it, once.
+  void reap() {
+    if (child <= 0) return;
+    kill(child, SIGKILL);
+    waitBounded(child, 10);
+    child = -1;
   }
 };
 
@@ -105,13 +117,13 @@ TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read retu
           "[multiproc][failure][zmq]") {
   const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
   INFO("protocol " << protocol);
-  StuckSend stuck(protocol);
+  StuckSend stuck(protocol, kTimeout);
   auto& [dir, t, child, big, s] = stuck;
   const auto start = std::chrono::steady_clock::now();
   s.cancel();
   const double took = since(start);
-  CHECK(took >= 0.9 * kTimeout);  // it waited for the peer first
-  CHECK(took < kTimeout + 3.0);
+  CHECK(took >= 0.9 * kTimeout);                    // it waited for the peer first
+  CHECK(took < kTimeout + 60.0);                    // and then returned (no hang)
   std::fill(big.begin(), big.end(), std::byte{0});  // released: no longer read
   CHECK_THROWS_AS(s.wait(1), gossamer::Error);      // cancelled (or failed), not done
   // The connection is gone: the peer counts as failed.
@@ -119,8 +131,7 @@ TEST_CASE("cancelling a zmq borrowed send that a stopped peer does not read retu
   std::vector<std::byte> buf(1);
   CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 3), buf).wait(5),
                   gossamer::PeerFailure);
-  kill(child, SIGKILL);
-  waitBounded(child, 5);
+  stuck.reap();
   t->close();
 }
 
@@ -128,28 +139,30 @@ TEST_CASE("a zmq peer killed while a borrowed send to it is stuck releases that 
           "[multiproc][failure][zmq]") {
   const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
   INFO("protocol " << protocol);
-  StuckSend stuck(protocol);
+  // A timeout far longer than the release takes, so that "at once" and
+  // "after the timeout" are 30 s apart.
+  constexpr double timeout = 30;
+  StuckSend stuck(protocol, timeout);
   auto& [dir, t, child, big, s] = stuck;
-  kill(child, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
-  waitBounded(child, 5);
+  stuck.reap();
   // ZeroMQ gives the buffer back when the connection breaks (the send then
   // completes: like isend, completion does not promise delivery) or when the
   // peer is declared failed (PeerFailure). Either way, no timeout.
   std::string what = "completed";
   try {
-    s.wait(10);
+    s.wait(2 * timeout);
   } catch (const gossamer::PeerFailure& e) {
     what = e.what();
     CHECK(e.peer() == 1);
   }
   const double took = since(killed);
   INFO("after " << took << " s: " << what);
-  CHECK(took < kTimeout);
+  CHECK(took < timeout);
   std::vector<std::byte> buf(1);
-  CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 3), buf).wait(5),
+  CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 3), buf).wait(timeout),
                   gossamer::PeerFailure);
-  CHECK(since(killed) < 2 * kTimeout);
+  CHECK(since(killed) < timeout);
   t->close();
 }
 
@@ -216,7 +229,9 @@ TEST_CASE("cancel() of a stuck borrowed send while close() lingers on another th
 // again after registering.
 TEST_CASE("a borrowed send that races the peer's bye fails or is rejected, never stuck until the timeout",
           "[multiproc][failure][zmq]") {
-  const double timeout = 2.0;
+  // Long, so that a cancel() that waits for the timeout is told apart from
+  // one that does not however loaded the machine is.
+  const double timeout = 20.0;
   gossamer::MemoryStore store;
   std::unique_ptr<gossamer::Transport> t0, t1;
   std::thread other([&] { t1 = gossamer::zmq::makeTransport(optionsFor(1, timeout, 0.5), store); });
@@ -250,7 +265,7 @@ TEST_CASE("a borrowed send that races the peer's bye fails or is rejected, never
   closer.join();
   INFO("outcome " << outcome << ", wait took " << waited << " s, cancel took " << cancelTook << " s");
   CHECK(outcome != "TimeoutError");
-  CHECK(cancelTook < 0.5);
+  CHECK(cancelTook < timeout / 2);
   t0->close();
 }
 
@@ -343,10 +358,9 @@ TEST_CASE("zmq ipc: a pull between two processes delivers the bytes and complete
   // Rank 0 may read rank 1, its child, under any Yama ptrace_scope below 2.
   std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
   int scope = 0;
-  if (yama >> scope && scope >= 2)
-    WARN("Yama ptrace_scope " << scope << ": no single copy here");
-  else
-    CHECK(t->stats().messagesPulled == 1);
+  yama >> scope;
+  INFO("Yama ptrace_scope " << scope << " (single copy needs one below 2)");
+  CHECK(t->stats().messagesPulled == 1);
   std::vector<std::byte> one(1);
   t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, 5), one).wait(10);
   const auto st = waitBounded(child, 20);

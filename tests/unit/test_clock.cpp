@@ -36,7 +36,7 @@ TEST_CASE("the SDK clock is the steady clock by default and an installed source'
   const auto wall0 = std::chrono::steady_clock::now();
   sleepFor(3600.0);  // an hour of the source's time, none of the machine's
   CHECK(secondsSince(f0) == Approx(3600.0));
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() < 1.0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() < 60.0);
   const auto deadline = f0 + clockDuration(std::chrono::duration<double>(1800.0));
   CHECK(Clock::now() > deadline);
 

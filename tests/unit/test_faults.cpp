@@ -296,37 +296,48 @@ TEST_CASE("faults: a partition drops sends between groups only while it is in fo
     }
   }
   // Rank 0 (group {0}) sends to rank 1 (group {1}) before, during and after a
-  // 0.4 s partition that starts 0.3 s in; rank 1 counts what arrives.
+  // 2 s partition that starts 0.5 s in; rank 1 counts what arrives. The
+  // wrapper's clock starts when it is made, between `start` and `made`: a
+  // send whose whole call lies clear of the window on that clock must arrive
+  // (before, after) or be dropped (inside), however the threads are
+  // scheduled; one that straddles an edge may do either.
   auto fabric = inproc::makeFabric(2);
   faults::FaultOptions o;
   o.partitionGroups = {{0}, {1}};
-  o.partitionStartSeconds = 0.3;
-  o.partitionSeconds = 0.4;
-  std::unique_ptr<Transport> sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
-  auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+  o.partitionStartSeconds = 0.5;
+  o.partitionSeconds = 2.0;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<double> sentAt;
+  std::unique_ptr<Transport> sender = faults::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+  const auto since = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const double made = since();
+  auto receiver = inproc::makeTransport(fabric, 1, 10.0);
+  std::vector<std::pair<double, double>> sentAt;  // [earliest, latest] on the wrapper's clock
   for (std::uint32_t i = 0;; ++i) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (t > 1.0) break;
+    const double before = since();
+    if (before > 3.0) break;
     sender->isend(1, Tag::make(Op::kGossip, i), std::as_bytes(std::span<const std::uint32_t>(&i, 1))).wait(5);
-    sentAt.push_back(t);
+    sentAt.emplace_back(before - made, since());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::size_t arrived = 0, inside = 0;
+  std::size_t arrived = 0, inside = 0, outside = 0;
   for (std::uint32_t i = 0; i < sentAt.size(); ++i) {
     std::uint32_t v = 0;
     Request r = receiver->irecv(0, Tag::make(Op::kGossip, i),
                                 std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
     const bool got = r.waitFor(0.02);
-    // Clear of the window's edges (scheduling), a send arrives iff it was outside it.
-    const double t = sentAt[i];
-    if (t < 0.28 || t > 0.72) CHECK(got);
-    if (t > 0.32 && t < 0.68) CHECK_FALSE(got);
+    const auto [earliest, latest] = sentAt[i];
+    INFO("send " << i << " between " << earliest << " and " << latest << " s");
+    const bool before = latest<0.5, after = earliest> 2.5, during = earliest > 0.5 && latest < 2.5;
+    if (before || after) CHECK(got);
+    if (during) CHECK_FALSE(got);
     arrived += got ? 1 : 0;
-    inside += (t > 0.32 && t < 0.68) ? 1 : 0;
+    inside += during ? 1 : 0;
+    outside += (before || after) ? 1 : 0;
   }
-  CHECK(inside > 10);
+  CHECK(inside > 0);
+  CHECK(outside > 0);
   CHECK(faults::faultStats(*sender)->partitioned + arrived == sentAt.size());
   sender->close();
   receiver->close();
@@ -414,25 +425,22 @@ TEST_CASE("faults: a delayed send arrives late, once, with its payload", "[fault
   std::uint32_t v = 0;
   Request r = receiver->irecv(0, kNumbered, std::as_writable_bytes(std::span<std::uint32_t>(&v, 1)));
   const auto start = std::chrono::steady_clock::now();
-  // The send is accepted at once although nothing is on the wire yet.
+  // The send is accepted at once although nothing is on the wire yet (seed 5
+  // draws 0.13 s for the first send: looked at before 0.1 s, it is not there).
   CHECK(sendNumber(*sender, 1, kNumbered, 7).test());
-  CHECK_FALSE(r.test());
-  // Polled every few milliseconds, it is not there before its delay (seed 5
-  // draws 0.13 s for the first send; a busy machine only makes it look later).
-  for (int k = 0; k < 400 && !r.test(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (secondsSince(start) < 0.1) CHECK_FALSE(r.test());
+  // Polled every few milliseconds (at most 30 s), it is not there before its
+  // delay; a busy machine only makes it look later.
+  for (int k = 0; k < 6000 && !r.test(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const double late = secondsSince(start);
   REQUIRE(r.test());
   CHECK(v == 7);
   CHECK(late >= 0.1);
-  CHECK(late < 0.2 + 1.0);
 
-  // Every message arrives exactly once, within the longest delay (and some
-  // slack for the scheduler).
+  // Every message arrives exactly once.
   const std::uint32_t n = 100;
   for (std::uint32_t i = 0; i < n; ++i) CHECK(sendNumber(*sender, 1, kNumbered, i).test());
-  const auto sent = std::chrono::steady_clock::now();
-  std::vector<std::uint32_t> got = receiveNumbers(*receiver, 0, kNumbered, 2.0, n);
-  CHECK(secondsSince(sent) < 0.2 + 2.0);
+  std::vector<std::uint32_t> got = receiveNumbers(*receiver, 0, kNumbered, 30.0, n);
   CHECK(receiveNumbers(*receiver, 0, kNumbered, 0.3, 1).empty());  // nothing more
   std::sort(got.begin(), got.end());
   CHECK(got == upTo(n));
@@ -601,7 +609,7 @@ TEST_CASE("faults: close() sends what is still held at once, abort() drops it, b
       sender->close();
     else
       sender->abort();
-    CHECK(secondsSince(start) < 1.0);
+    CHECK(secondsSince(start) < 30.0);  // not the held sends' 60 s
     CHECK_THROWS_AS(sendNumber(*sender, 1, kNumbered, n), Cancelled);
     std::vector<std::uint32_t> got = receiveNumbers(*receiver, 0, kNumbered, 0.3, 2 * n);
     std::sort(got.begin(), got.end());

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gossamer/gossamer.h"
@@ -45,6 +46,23 @@ static void write_file(const char* path, const char* text) {
   }
   fputs(text, f);
   fclose(f);
+}
+
+/* Waits up to `seconds` for `child` and stores its status; after that,
+ * kills it (SIGKILL) and reaps it. Returns `child` if it ended on its own,
+ * -1 if it was killed or cannot be waited for. */
+static pid_t wait_bounded(pid_t child, double seconds, int* status) {
+  for (double waited = 0; waited < seconds; waited += 0.01) {
+    const pid_t got = waitpid(child, status, WNOHANG);
+    if (got == child) return child;
+    if (got < 0) return -1;
+    const struct timespec tick = {0, 10000000L};
+    nanosleep(&tick, NULL);
+  }
+  fprintf(stderr, "child %d still running after %.0f s: killed\n", (int)child, seconds);
+  kill(child, SIGKILL);
+  waitpid(child, status, 0);
+  return -1;
 }
 
 static void versions(void) {
@@ -116,7 +134,9 @@ static void killed_peer(void) {
     fprintf(stderr, "rank %d: %s\n", rank, gossamer_last_error_message());
     if (child == 0) _exit(3);
     ++failures;
-    waitpid(child, NULL, 0);
+    int status = 0;
+    kill(child, SIGKILL);
+    wait_bounded(child, 30, &status);
     return;
   }
   float v[4] = {1.0f + (float)rank, 2.0f, 3.0f, 4.0f};
@@ -129,7 +149,7 @@ static void killed_peer(void) {
   CHECK(s == GOSSAMER_OK);
   CHECK(v[0] == 3.0f && v[3] == 8.0f);
   int status = 0;
-  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(wait_bounded(child, 30, &status) == child);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   const gossamer_status after = gossamer_allreduce(a, v, 4, GOSSAMER_FLOAT32, GOSSAMER_SUM);
   CHECK(after == GOSSAMER_E_PEER_FAILURE);
@@ -169,6 +189,11 @@ static void recovered_job(void) {
     fprintf(stderr, "rank %d: %s\n", rank, gossamer_last_error_message());
     if (rank != 0) _exit(3);
     ++failures;
+    int status = 0;
+    for (int c = 0; c < 2; ++c) {
+      kill(children[c], SIGKILL);
+      wait_bounded(children[c], 30, &status);
+    }
     return;
   }
   double v[2] = {1.0, (double)rank};
@@ -212,8 +237,9 @@ static void recovered_job(void) {
   if (rank != 0) _exit(ok ? 0 : 4);
   CHECK(ok);
   int status = 0;
-  CHECK(waitpid(children[0], &status, 0) == children[0] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK(waitpid(children[1], &status, 0) == children[1] && WIFSIGNALED(status));
+  CHECK(wait_bounded(children[0], 60, &status) == children[0] && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0);
+  CHECK(wait_bounded(children[1], 60, &status) == children[1] && WIFSIGNALED(status));
 }
 
 /* One rank: the collectives on every dtype, the optimizer calls, bad dtype,
