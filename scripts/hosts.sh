@@ -67,7 +67,7 @@ if [ "$inside" = 0 ]; then
     exit 2
   fi
   mkdir -p "$(dirname "$summary")"
-  exec /usr/bin/python3 tests/hosts/hosts.py run "$spec" "${linkstats[@]}" -- \
+  exec /usr/bin/python3 tests/hosts/hosts.py run --timeout "$((limit + 60))" "$spec" "${linkstats[@]}" -- \
     "$0" --inside --spec "$spec" --config "$config" --summary-json "$summary" --timeout "$limit" \
     --ranks-per-host "$per" "${sets[@]}"
 fi

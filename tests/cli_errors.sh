@@ -4,7 +4,8 @@
 # gossamer-sim's --islands, --world-size, --inside-latency-us and
 # --compute-from; gossamer-train's --progress-seconds (a value it passes to
 # its children as it is); gossamer-keygen's path (nothing written); a
-# gossamer-sparse job over inproc (its ranks are processes).
+# gossamer-sparse job over inproc (its ranks are processes), and
+# gossamer-train --rank over it; gossamer-sim's --cfg without NAME:VALUE.
 #   cli_errors.sh GOSSAMER_TRAIN GOSSAMER_KEYGEN GOSSAMER_SPARSE [GOSSAMER_SIM]
 set -uo pipefail
 train="$1" keygen="$2" sparse="$3" sim="${4:-}"
@@ -14,13 +15,18 @@ failures=0
 printf 'world_size: 2\ntransport: {kind: inproc, timeout_seconds: 10}\nrun: {dir: ""}\n' >"$dir/job.yaml"
 
 # expect NAME TEXT COMMAND...: COMMAND fails, and its output holds TEXT and no "check failed".
+# Each is refused at once; one that is not (a job that starts) is ended after
+# 10 s (its process group: a launcher and its ranks), SIGKILL 5 s later.
 expect() {
   local name="$1" text="$2"
   shift 2
   local out status
-  out="$(cd "$dir/cwd" && "$@" 2>&1)"
+  out="$(cd "$dir/cwd" && timeout -k 5 10 "$@" 2>&1)"
   status=$?
-  if [ "$status" -eq 0 ]; then
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "FAIL: $name: still running after 10 s (killed): $(head -c 300 <<<"$out")"
+    failures=$((failures + 1))
+  elif [ "$status" -eq 0 ]; then
     echo "FAIL: $name: exit status 0: $out"
     failures=$((failures + 1))
   elif ! grep -qF -- "$text" <<<"$out" || grep -q "check failed" <<<"$out"; then
@@ -40,9 +46,10 @@ if [ -x "$sim" ]; then
   expect "sim --world-size above the most" "--world-size" "$sim" "$dir/job.yaml" --world-size 4097
   expect "sim --inside-latency-us nan" "--inside-latency-us" "$sim" "$dir/job.yaml" --inside-latency-us nan
   expect "sim --step-seconds inf" "--step-seconds" "$sim" "$dir/job.yaml" --step-seconds inf
+  expect "sim --cfg without a colon" "is not NAME:VALUE" "$sim" "$dir/job.yaml" --world-size 2 --cfg nocolon
   expect "sim --compute-from a folder with no run" "sim.compute_from (--compute-from): cannot read" \
     "$sim" "$dir/job.yaml" --compute-from "$dir/empty"
-  help="$("$sim" --help)"
+  help="$(timeout -k 5 10 "$sim" --help)"
   if grep -q "1048576" <<<"$help" || ! grep -q "4096" <<<"$help"; then
     echo "FAIL: sim --help does not give 4096 as the most ranks: $help"
     failures=$((failures + 1))
@@ -51,6 +58,8 @@ else
   echo "skipped: gossamer-sim is not built (no SimGrid): its option checks did not run"
 fi
 
+expect "train --rank over inproc" "--rank with transport.kind inproc" \
+  "$train" --config "$dir/job.yaml" --rank 0 --rendezvous "$dir/rdv"
 expect "train --progress-seconds 1e-7" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds 1e-7
 expect "train --progress-seconds 1e300" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds 1e300
 expect "train --progress-seconds nan" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds nan

@@ -8,13 +8,37 @@
 # runs are the same run: every epoch's loss, consensus distance and
 # accuracies equal to the last bit. Who starts the ranks must not change what
 # is learned; under mpirun and torchrun the ranks find each other through the
-# launchers' variables (gossamer/launch_env.hpp).
+# launchers' variables (gossamer/launch_env.hpp). Without MPICH's
+# mpiexec.mpich its run is left out and the last line says so ("mpich:
+# skipped"); the other runs are still compared.
+# Every run is bounded (timeout, the sum under ctest's TIMEOUT of 600 s), and
+# the ranks this script starts itself are ended on every way out.
 # Usage: compare_launchers.sh GOSSAMER_TRAIN CONFIG.yaml
 set -euo pipefail
 train="$1"
 config="$2"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+# The background ranks of bylaunchervars still running: on any exit, each
+# one's timeout(1) gets SIGTERM (it passes it on to its rank, and SIGKILL
+# 5 s later), and what is left after 10 s gets SIGKILL.
+pids=()
+cleanup() {
+  local p alive i
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for ((i = 0; i < 100; ++i)); do
+      alive=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# Each run takes a few seconds; 6 runs of at most 90 s (and 5 s to end) fit in 600 s.
+limit=90
 # The launchers' runs find each other in ${TMPDIR}/gossamer-rendezvous-*
 # (gossamer/launch_env.hpp): under this test's own directory, removed with
 # it, and apart from any other job's (another clone's run of this test).
@@ -48,8 +72,9 @@ PY
 run() {
   local name="$1"
   shift
-  timeout 240 "$@" >"$work/$name.out" 2>&1 || {
-    echo "gossamer-train failed under $name:"
+  timeout -k 5 "$limit" "$@" >"$work/$name.out" 2>&1 || {
+    local status=$?
+    echo "gossamer-train failed under $name (exit $status$([ $status = 124 ] && echo ", still running after $limit s")):"
     cat "$work/$name.out"
     exit 1
   }
@@ -58,28 +83,44 @@ run self "$train" "${common[@]}" --set world_size=$n --summary-json "$work/self.
 # Rank 0 writes the summary; the others get the same flag and write nothing.
 run mpirun mpirun --allow-run-as-root --oversubscribe -n $n "$train" "${common[@]}" --summary-json "$work/mpirun.json"
 launchers=(mpirun torchrun srun hydra)
+skipped=()
 # MPICH's own mpiexec (Hydra), when installed beside Open MPI (Debian: mpich).
 if command -v mpiexec.mpich >/dev/null; then
   run mpich mpiexec.mpich -n $n "$train" "${common[@]}" --summary-json "$work/mpich.json"
   launchers+=(mpich)
+else
+  echo "mpich: skipped (mpiexec.mpich not found)"
+  skipped+=("mpich: skipped (mpiexec.mpich not found)")
 fi
 port="$(free_port)"
 run torchrun /usr/bin/python3 -m torch.distributed.run --nproc_per_node $n --redirects 1 --tee 1 \
   --master_addr 127.0.0.1 --master_port $port --no_python "$train" "${common[@]}" --summary-json "$work/torchrun.json"
 # Processes started the way srun or Hydra starts them: only the variables
 # say which rank each is.
+# The ranks are waited for in the order they end: the first that fails ends
+# the test at once (cleanup ends the others), not when its peers time out.
 bylaunchervars() {
   local name="$1"
   shift
-  local pids=() r
+  local r done pid status p rest
+  local -A rank_of=()
+  pids=()
   for ((r = 0; r < n; ++r)); do
-    env "$@" "$(vars "$r")" timeout 240 "$train" "${common[@]}" --summary-json "$work/$name.json" \
+    env "$@" "$(vars "$r")" timeout -k 5 "$limit" "$train" "${common[@]}" --summary-json "$work/$name.json" \
       >"$work/$name.out$r" 2>&1 &
     pids+=($!)
+    rank_of[$!]=$r
   done
-  for ((r = 0; r < n; ++r)); do
-    wait "${pids[$r]}" || {
-      echo "gossamer-train failed under $name-style variables (rank $r):"
+  for ((done = 0; done < n; ++done)); do
+    status=0
+    wait -n -p pid "${pids[@]}" || status=$?
+    r=${rank_of[$pid]}
+    rest=()
+    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || rest+=("$p"); done
+    pids=("${rest[@]}")
+    [ "$status" = 0 ] || {
+      echo "gossamer-train failed under $name-style variables (rank $r, exit $status$([ "$status" = 124 ] &&
+        echo ", still running after $limit s")):"
       cat "$work/$name.out$r"
       exit 1
     }
@@ -102,3 +143,4 @@ for l in "${launchers[@]}"; do
   fi
 done
 echo "own launcher and ${launchers[*]}: the same run in every epoch: $self"
+if [ ${#skipped[@]} -gt 0 ]; then printf '%s\n' "${skipped[@]}"; fi

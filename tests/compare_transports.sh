@@ -20,7 +20,7 @@ for kv in "$@"; do extra+=(--set "$kv"); done
 run() {
   local name="$1"
   shift
-  timeout 240 "$train" --config "$config" "${common[@]}" "$@" --summary-json "$work/$name.json" >"$work/$name.out" 2>&1 || {
+  timeout -k 10 240 "$train" --config "$config" "${common[@]}" "$@" --summary-json "$work/$name.json" >"$work/$name.out" 2>&1 || {
     echo "gossamer-train failed over $name:"
     cat "$work/$name.out"
     exit 1

@@ -10,9 +10,12 @@ model that learnt.
 
 sparse and admm need the SpamAssassin files (scripts/spam-data.sh): without
 them the script says so and exits 77 (ctest: skipped). Every wait is bounded;
-the ranks are killed on any failure.
+the ranks are killed on any way out of the script: a failure, SIGTERM or
+SIGINT, and (through PR_SET_PDEATHSIG) its own death by SIGKILL, ctest's
+TIMEOUT.
 """
 
+import ctypes
 import json
 import os
 import signal
@@ -57,6 +60,19 @@ def commands(kind, exe, src, work):
                        os.path.join(work, f"summary{r}.json")] + sets + MEMBERSHIP), trigger
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with(parent, sig):
+    """A preexec_fn: the child gets `sig` when process `parent` (this script)
+    ends, however it ends; and ends at once if `parent` is gone already."""
+    def preexec():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
 def wait_for(path, text, procs, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -94,26 +110,45 @@ def read(logs):
     return out
 
 
+def stop(procs):
+    """SIGKILL to every rank still running; waits for each at most 30 s."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            print(f"rank process {p.pid} did not end 30 s after SIGKILL", file=sys.stderr)
+
+
 def main():
     kind, exe, src = sys.argv[1:4]
+    # SIGTERM and SIGINT end the script through the finally below.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory() as work:
         argv, trigger = commands(kind, exe, src, work)
         logs = [open(os.path.join(work, f"out{r}"), "w+") for r in range(4)]
-        procs = [subprocess.Popen(argv(r), stdout=logs[r], stderr=subprocess.STDOUT) for r in range(4)]
+        procs = []
         codes = [None] * 4
         try:
+            # TMPDIR: what the killed rank leaves there (ZeroMQ's ipc:// directories) goes with `work`.
+            env = dict(os.environ, TMPDIR=work)
+            for r in range(4):
+                procs.append(subprocess.Popen(argv(r), stdout=logs[r], stderr=subprocess.STDOUT, env=env,
+                                              preexec_fn=dies_with(os.getpid(), signal.SIGKILL)))
             wait_for(logs[0].name, trigger, procs, 120)
             procs[VICTIM].send_signal(signal.SIGKILL)
-            codes = [p.wait(timeout=240) for p in procs]
+            deadline = time.monotonic() + 240  # for the 4 together
+            codes = [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
             print(f"{kind}: {check(kind, work, read(logs), codes)}")
         except (AssertionError, subprocess.TimeoutExpired):
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+            stop(procs)
             for r, out in enumerate(read(logs)):
                 print(f"--- rank {r} (exit {procs[r].returncode}):\n{out[-3000:]}")
             raise
+        finally:
+            stop(procs)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,13 @@ rank's restarted process rejoined, and every restarted process exits 0; the
 summary's final view has all 4 ranks and lists the rank(s) as joined, every
 line of every rank-R.jsonl is one JSON record, and scripts/gossamer-report
 reads the run directory. Every wait is bounded; every process is killed on
-any failure.
+any way out: a failure, SIGTERM or SIGINT; and if the script itself is
+killed (ctest's TIMEOUT sends SIGKILL), PR_SET_PDEATHSIG gives the launcher
+SIGTERM, which it passes on to its ranks, and each restarted process SIGKILL,
+so that no job of 100000 epochs outlives the test.
 """
 
+import ctypes
 import glob
 import json
 import os
@@ -69,6 +73,28 @@ def read(path):
         return ""
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with(parent, sig):
+    """A preexec_fn: the child gets `sig` when process `parent` (this script)
+    ends, however it ends; and ends at once if `parent` is gone already."""
+    def preexec():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+def gone(pid):
+    """Whether process `pid` has ended: reaped, or a zombie not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def wait_until(cond, seconds, what, work):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -101,6 +127,9 @@ def rank_pids(launcher):
 
 
 def main():
+    # SIGTERM and SIGINT end the script through main's finally, which kills the processes.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     mode = sys.argv[1]
     seconds = float(sys.argv[2]) if mode == "stop" else 0.0
     exe, src = sys.argv[-2], sys.argv[-1]
@@ -121,11 +150,14 @@ def main():
             "data.test_limit=500", "--set", f"run.dir={run}", "--set", f"training.stop_file={stop}"]
     for kv in TRANSPORTS[transport]:
         sets += ["--set", kv]
+    # TMPDIR: what killed ranks leave there (ZeroMQ's ipc:// directories) goes with `work`.
+    env = dict(os.environ, TMPDIR=work)
     procs = []
     try:
         with open(os.path.join(work, "out"), "w") as out, open(os.path.join(work, "err"), "w") as err:
             launcher = subprocess.Popen([exe, "--config", config, "--progress", "off"] + sets, stdout=out,
-                                        stderr=err, start_new_session=True)
+                                        stderr=err, start_new_session=True, env=env,
+                                        preexec_fn=dies_with(os.getpid(), signal.SIGTERM))
         procs.append(launcher)
         wait_until(lambda: "epoch 1/" in read(os.path.join(work, "out")), 120, "first epoch", work)
         pids = wait_until(lambda: (lambda p: p if len(p) == N else None)(rank_pids(launcher.pid)), 10,
@@ -150,7 +182,7 @@ def main():
         if mode == "restart":
             for n, r in enumerate([victim, 0, 1, 3]):
                 os.kill(pids[r], signal.SIGKILL)
-                time.sleep(0.5)
+                wait_until(lambda: gone(pids[r]), 10, f"end of rank {r}'s process after SIGKILL", work)
                 at = time.time()
                 if n == 0:
                     restarted_at = at
@@ -159,7 +191,8 @@ def main():
                         open(os.path.join(work, "err-restarted" + suffix), "w") as err:
                     procs.append(subprocess.Popen(
                         [exe, "--config", config, "--progress", "off", "--job", m.group(1), "--rank", str(r),
-                         "--rejoin"] + sets, stdout=out, stderr=err, start_new_session=True))
+                         "--rejoin"] + sets, stdout=out, stderr=err, start_new_session=True, env=env,
+                        preexec_fn=dies_with(os.getpid(), signal.SIGKILL)))
                 restarted.append((r, procs[-1]))
                 watcher = 2 if r != 2 else 0
                 wait_until(lambda: back(r, at, watcher) is not None, 120, f"view taking rank {r} back", work)
@@ -229,12 +262,15 @@ def main():
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.wait()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    print(f"process {p.pid} did not end 30 s after SIGKILL", file=sys.stderr)
         # GOSSAMER_KEEP_TEST_DIRS=1 keeps the directory (outputs, metrics) for a look after a failure.
         if os.environ.get("GOSSAMER_KEEP_TEST_DIRS") == "1":
             print(f"kept {work}", file=sys.stderr)
         else:
-            subprocess.run(["rm", "-rf", work])
+            subprocess.run(["rm", "-rf", work], timeout=60)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 common=(--config "$config" --set training.epochs=2 --set data.train_limit=12000 --set data.test_limit=500
         --progress-seconds 0.05)
+# Each run takes a second or two; three of at most 90 s (and 5 s to end)
+# fit in ctest's TIMEOUT of 300 s.
+limit=90
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
 
 # On a terminal. script -e returns the command's status; -f flushes as it goes.
 printf -v cmd '%q ' "$train" "${common[@]}" --set "run.dir=$work/tty-run"
-timeout 120 script -qefc "$cmd" /dev/null >"$work/tty.out" 2>&1 </dev/null || {
+timeout -k 5 "$limit" script -qefc "$cmd" /dev/null >"$work/tty.out" 2>&1 </dev/null || {
   echo "gossamer-train under a pty failed:"; cat -v "$work/tty.out"; exit 1; }
 check "grep -q \$'\\r' '$work/tty.out'" "no carriage return on a terminal"
 check "grep -qE 'epoch [12]/2 \\[#*\\.*\\] [0-9]+/[0-9]+ steps' '$work/tty.out'" "no bar on a terminal"
@@ -24,7 +27,7 @@ check "grep -q 'steps/s' '$work/tty.out' && grep -q 'ETA ' '$work/tty.out'" "the
 check "grep -q 'done: ' '$work/tty.out'" "no final line on a terminal"
 
 # Into a file.
-timeout 120 "$train" "${common[@]}" --set "run.dir=$work/file-run" --summary-json "$work/summary.json" \
+timeout -k 5 "$limit" "$train" "${common[@]}" --set "run.dir=$work/file-run" --summary-json "$work/summary.json" \
   >"$work/file.out" 2>"$work/file.err" || { echo "gossamer-train into a file failed:"; cat "$work/file.err"; exit 1; }
 check "! grep -q \$'\\r' '$work/file.out'" "a carriage return in a file"
 check "! grep -q \$'\\x1b' '$work/file.out'" "an escape code in a file"
@@ -39,7 +42,8 @@ check "jq -e '.epochs == 2 and (.history | length) == 2' '$work/summary.json' >/
 check "cmp -s '$work/summary.json' '$work/file-run/summary.json'" "the run directory's summary.json differs"
 
 # --progress off: no step progress, epoch lines and the final line stay.
-timeout 120 "$train" "${common[@]}" --set "run.dir=$work/off-run" --progress off >"$work/off.out" 2>&1
+timeout -k 5 "$limit" "$train" "${common[@]}" --set "run.dir=$work/off-run" --progress off >"$work/off.out" 2>&1 || {
+  echo "gossamer-train --progress off failed:"; cat "$work/off.out"; exit 1; }
 check "! grep -q ' steps/s ' '$work/off.out'" "step progress with --progress off"
 check "grep -q '^epoch 2/2  loss ' '$work/off.out' && grep -q '^done: ' '$work/off.out'" "--progress off lost lines"
 

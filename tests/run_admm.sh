@@ -10,9 +10,18 @@ src="$2"
 source "$(dirname "${BASH_SOURCE[0]}")/support/spam_data.sh" "$src"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$exe" --config "$src/examples/configs/sparse/admm-spam.yaml" --summary-json "$work/summary.json" \
+# What the ranks leave in TMPDIR when killed (ZeroMQ's ipc:// directories)
+# goes with the test's own directory.
+export TMPDIR="$work"
+# Bounded within ctest's TIMEOUT (300 s): timeout(1) signals the run's
+# process group (the program and the rank processes it starts), SIGKILL 10 s later.
+timeout -k 10 240 "$exe" --config "$src/examples/configs/sparse/admm-spam.yaml" --summary-json "$work/summary.json" \
   --set world_size=4 --set admm.max_iterations=60 --set collectives.allreduce=tga2d \
-  --set "admm.train=$data/spam-train.libsvm" --set "admm.test=$data/spam-test.libsvm"
+  --set "admm.train=$data/spam-train.libsvm" --set "admm.test=$data/spam-test.libsvm" || {
+  status=$?
+  echo "gossamer-admm exited with $status$([ $status = 124 ] && echo ' (still running after 240 s)')"
+  exit 1
+}
 /usr/bin/python3 - "$work/summary.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

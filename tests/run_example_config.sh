@@ -11,7 +11,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 overrides=(--set training.epochs=1 --set data.train_limit=4000 --set data.test_limit=1000)
 if [ -n "${GOSSAMER_FASHION_MNIST:-}" ]; then overrides+=(--set "data.path=$GOSSAMER_FASHION_MNIST"); fi
-timeout 240 "$train" --config "$config" "${overrides[@]}" --summary-json "$work/summary.json" >"$work/out" 2>&1 || {
+timeout -k 10 240 "$train" --config "$config" "${overrides[@]}" --summary-json "$work/summary.json" >"$work/out" 2>&1 || {
   echo "gossamer-train failed on $config:"
   cat "$work/out"
   exit 1

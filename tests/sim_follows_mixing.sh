@@ -13,16 +13,22 @@ set -euo pipefail
 sim="$1" topology="$2" src="$3"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# Each program runs for about a second; each is bounded so that all four
+# fit in ctest's TIMEOUT of 120 s.
 run() {  # NAME CONFIG --set ...
   local name="$1" config="$2"
   shift 2
-  "$sim" "$src/examples/configs/$config.yaml" --world-size 64 --steps 12 --step-seconds 0.05 \
-    --set run.metrics=false "$@" --json "$tmp/$name.json" >/dev/null
+  timeout -k 5 25 "$sim" "$src/examples/configs/$config.yaml" --world-size 64 --steps 12 --step-seconds 0.05 \
+    --set run.metrics=false "$@" --json "$tmp/$name.json" >/dev/null || {
+    local status=$?
+    echo "gossamer-sim $name exited with $status$([ $status = 124 ] && echo ' (still running after 25 s)')"
+    exit 1
+  }
 }
 run sync quickstart-crossover --set algorithm.mode=sync
 run overlap quickstart-crossover --set algorithm.mode=overlap
 run a2sgd a2sgd-gossip --set compression.sync_period=3
-"$topology" --world-size 64 --steps 12 --segments 4 --seed 42 --topology fair_roulette --from-ramp >"$tmp/ramp.txt"
+timeout -k 5 15 "$topology" --world-size 64 --steps 12 --segments 4 --seed 42 --topology fair_roulette --from-ramp >"$tmp/ramp.txt"
 /usr/bin/python3 - "$tmp" "$src" <<'PY'
 import json
 import os

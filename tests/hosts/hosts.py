@@ -50,10 +50,14 @@ the file and the key.
 
 Usage::
 
-    hosts.py run SPEC [--stats FILE] [--queue-ms MS] [--initcwnd N] -- COMMAND...
+    hosts.py run SPEC [--stats FILE] [--queue-ms MS] [--initcwnd N] [--timeout S] -- COMMAND...
                                       # set up, run COMMAND in the root
                                       # namespace with GOSSAMER_HOSTS set,
                                       # tear down; exits with its status;
+                                      # --timeout S: COMMAND's process group
+                                      # gets SIGTERM after S seconds, SIGKILL
+                                      # 10 s later, and the exit status is
+                                      # 124 (as timeout(1)); default: none;
                                       # --stats writes what the links saw
                                       # (JSON: bytes between islands, tbf
                                       # drops, TCP retransmissions);
@@ -67,9 +71,13 @@ Usage::
 
 COMMAND sees GOSSAMER_HOSTS: a JSON list of {"name", "namespace",
 "address", "island"} in host order (island by island, host r for rank r);
-GOSSAMER_HOSTS_DELAY_MS; and GOSSAMER_HOSTS_NETWORK, the job's `network:`
+GOSSAMER_HOSTS_DELAY_MS; GOSSAMER_HOSTS_NETWORK, the job's `network:`
 section for one rank per host in that order: the spec's own (JSON:
-islands, inside_gbps, between_gbps, between_delay_ms, defaults filled in).
+islands, inside_gbps, between_gbps, between_delay_ms, defaults filled in);
+and GOSSAMER_HOSTS_PREFIX, the prefix of every namespace of this run
+(``gsm<pid>-``), which ``hosts.py run`` also prints on stderr before it
+makes them ("hosts: namespaces gsm<pid>-*"), so that a caller can tell its
+own namespaces from another run's.
 """
 
 import argparse
@@ -405,6 +413,7 @@ def run_options(argv):
     ap.add_argument("--stats", default=None)
     ap.add_argument("--queue-ms", type=float, default=100.0)
     ap.add_argument("--initcwnd", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=None)
     try:
         options = ap.parse_args(argv)
     except SystemExit:
@@ -415,7 +424,34 @@ def run_options(argv):
     if options.initcwnd is not None and not 1 <= options.initcwnd <= 1000:
         print(f"hosts: --initcwnd {options.initcwnd}: a number of segments in [1, 1000]", file=sys.stderr)
         return 2
+    if options.timeout is not None and not (math.isfinite(options.timeout) and options.timeout > 0):
+        print(f"hosts: --timeout {options.timeout:g}: a positive number of seconds", file=sys.stderr)
+        return 2
     return options
+
+
+def kill_group(child, grace):
+    """Ends `child`'s process group (`child` leads its own session): SIGTERM
+    and up to `grace` seconds for `child` to end (none when `grace` is 0),
+    then SIGKILL to whatever of the group is left; waits for `child` at most
+    30 s more."""
+    def signal_group(sig):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    if grace > 0:
+        signal_group(signal.SIGTERM)
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    signal_group(signal.SIGKILL)
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        print(f"hosts: process {child.pid} did not end 30 s after SIGKILL", file=sys.stderr)
 
 
 def main(argv):
@@ -455,13 +491,24 @@ def main(argv):
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)  # also when started in the background, where it is ignored
     child = None
+    print(f"hosts: namespaces gsm{os.getpid()}-*", file=sys.stderr, flush=True)
     try:
         with Hosts(spec, options.queue_ms, options.initcwnd) as h:
             env = dict(os.environ, GOSSAMER_HOSTS=json.dumps(h.hosts),
                        GOSSAMER_HOSTS_DELAY_MS=str(spec.delay_ms),
-                       GOSSAMER_HOSTS_NETWORK=json.dumps(spec.network))
+                       GOSSAMER_HOSTS_NETWORK=json.dumps(spec.network),
+                       GOSSAMER_HOSTS_PREFIX=h.prefix)
             child = subprocess.Popen(argv[3:], env=env, start_new_session=True)
-            status = child.wait()
+            try:
+                status = child.wait(timeout=options.timeout)
+            except subprocess.TimeoutExpired:
+                print(f"hosts: {argv[3]} still running after {options.timeout:g} s (--timeout): "
+                      "ending its process group", file=sys.stderr, flush=True)
+                kill_group(child, 10)
+                return 124
+            # What COMMAND left running in its process group (background
+            # processes it did not wait for) does not outlive the hosts.
+            kill_group(child, 0)
             if stats:
                 with open(stats, "w", encoding="utf-8") as f:
                     json.dump(h.link_stats(), f)
@@ -474,8 +521,7 @@ def main(argv):
         return 1
     finally:
         if child is not None and child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+            kill_group(child, 0)
 
 
 if __name__ == "__main__":
