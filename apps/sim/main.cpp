@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -104,17 +105,24 @@ std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize
       };
       if (j.is_discarded() || !j.is_object()) bad("not a JSON object");
       if (j.value("kind", "") != "step") continue;
-      int steps = 0;
+      // A record may stand for several steps (metrics every k-th step): at
+      // most 10^6 each, and 10^7 per rank in all (80 MB of step times).
+      constexpr std::uint64_t kMostSteps = 10'000'000;
+      std::uint64_t steps = 1;
       double c = -1;
       try {
-        steps = j.value("steps", 1);
+        if (j.contains("steps")) {
+          if (!j["steps"].is_number_unsigned()) bad("steps is not a positive integer");
+          steps = j["steps"].get<std::uint64_t>();
+        }
         c = j.value("compute_s", -1.0) + j.value("communication_s", 0.0);
       } catch (const json::exception&) {
-        bad("steps, compute_s or communication_s is not a number");
+        bad("compute_s or communication_s is not a number");
       }
-      if (steps < 1 || !(c >= 0) || !std::isfinite(c))
-        bad("a step record without steps >= 1 and compute_s >= 0");
-      for (int k = 0; k < steps; ++k) mine.push_back(c / steps);
+      if (steps < 1 || steps > 1'000'000 || !(c >= 0) || !std::isfinite(c))
+        bad("a step record without 1 <= steps <= 1000000 and compute_s >= 0");
+      if (mine.size() + steps > kMostSteps) bad("more than 10^7 steps in this rank's records");
+      for (std::uint64_t k = 0; k < steps; ++k) mine.push_back(c / static_cast<double>(steps));
     }
     if (mine.empty())
       throw InvalidArgument("sim.compute_from (--compute-from): " + path + " has no step record");

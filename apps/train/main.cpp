@@ -186,6 +186,16 @@ int claimRank(const Config& c, const std::string& rendezvous) {
 }
 
 // Every rank as a thread of this process over the inproc transport.
+// One process per rank (`option`: --rank, --join) needs a transport that
+// links processes (not inproc, whose ranks are threads of one process): a
+// rank alone would lose its peers at once and train by itself.
+void requireProcessTransport(const gossamer::Registry& registry, const Config& c, const std::string& option) {
+  const std::string kind = c.get<std::string>("transport.kind");
+  if (!registry.transportTraits(kind).spansProcesses)
+    throw gossamer::InvalidArgument(option + " with transport.kind " + kind +
+                                    ", whose ranks are threads of one process: use zmq, socket or libfabric");
+}
+
 int runThreads(const gossamer::Registry& registry, const Config& c, const std::string& summaryPath,
                Display& display) {
   const auto data = loadData(c);
@@ -407,6 +417,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gossamer-train: --bind %s ignored: %s\n", binding.c_str(),
                    rank >= 0 ? "with --rank, whoever starts the ranks places them"
                              : "inproc ranks are threads of this process");
+    if (!join.empty() || rank >= 0) requireProcessTransport(registry, c, !join.empty() ? "--join" : "--rank");
     if (!join.empty()) {
       rank = claimRank(c, rendezvous);
       std::fprintf(stderr, "gossamer-train: joins the job as rank %d\n", rank);

@@ -67,17 +67,32 @@ class BatchSampler {
     const std::string text = rng.str();
     c.put("sampler.rng", std::as_bytes(std::span<const char>(text.data(), text.size())));
   }
+  // The checkpoint's order must be one of this rank's own shard (the same
+  // samples): anything else would read other samples, or past the data.
   void load(const Checkpoint& c) {
     auto shard = c.getArray<int>("sampler.shard");
-    GOSSAMER_ENFORCE(shard.size() == shard_.size(),
-                     "checkpoint shard of " << shard.size() << " samples, this rank's has " << shard_.size());
-    shard_ = std::move(shard);
-    pos_ = c.getValue<std::uint64_t>("sampler.position");
-    GOSSAMER_ENFORCE(pos_ <= shard_.size(), "checkpoint sampler position " << pos_);
+    if (shard.size() != shard_.size())
+      throw Error("checkpoint: sampler.shard holds " + std::to_string(shard.size()) +
+                  " samples, this rank's shard " + std::to_string(shard_.size()));
+    auto mine = shard_, theirs = shard;
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    if (mine != theirs)
+      throw Error(
+          "checkpoint: sampler.shard is not an order of this rank's samples (another data partition, "
+          "or a damaged file)");
+    const auto pos = c.getValue<std::uint64_t>("sampler.position");
+    if (pos > shard.size())
+      throw Error("checkpoint: sampler.position " + std::to_string(pos) + " is past the shard's " +
+                  std::to_string(shard.size()) + " samples");
     const auto& b = c.get("sampler.rng");
     std::istringstream rng(std::string(reinterpret_cast<const char*>(b.data()), b.size()));
-    rng >> rng_;
-    GOSSAMER_ENFORCE(!rng.fail(), "checkpoint sampler state is malformed");
+    std::mt19937_64 state;
+    rng >> state;
+    if (rng.fail()) throw Error("checkpoint: sampler.rng is not a generator state");
+    shard_ = std::move(shard);
+    pos_ = static_cast<std::size_t>(pos);
+    rng_ = state;
   }
 
  private:

@@ -109,6 +109,27 @@ TEST_CASE("zmq under CURVE: a peer with an unknown key and a plaintext peer are 
   onEveryRank(2, [&](int r) { g[static_cast<std::size_t>(r)]->close(); });
 }
 
+TEST_CASE("zmq under CURVE: a key file whose public key is not its secret key's half is refused at start",
+          "[zmq][security]") {
+  TempDir dir;
+  const auto [pub, sec] = gossamer::zmq::newCurveKeyPair();
+  const auto [otherPub, otherSec] = gossamer::zmq::newCurveKeyPair();
+  (void)otherSec;
+  writeCertificates(dir / "mixed", otherPub, sec, false);  // another pair's public key
+  writeCertificates(dir / "pub", pub, sec, false);
+  MemoryStore store;
+  gossamer::zmq::Options o;
+  o.rank = 0;
+  o.worldSize = 1;
+  o.timeoutSeconds = 5;
+  o.curve = loadCurveKeys(dir / "mixed", dir / "pub.pub");
+  CHECK_THROWS_WITH(gossamer::zmq::makeTransport(o, store),
+                    Catch::Contains("is not the public half of its secret-key") && Catch::Contains(pub));
+  o.curve = loadCurveKeys(dir / "pub", dir / "pub.pub");  // the pair as written: it starts
+  auto t = gossamer::zmq::makeTransport(o, store);
+  t->close();
+}
+
 TEST_CASE("zmq under CURVE: a rendezvous entry with a key that is not admitted is not connected to",
           "[zmq][security]") {
   TempDir dir;

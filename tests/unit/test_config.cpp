@@ -898,7 +898,25 @@ TEST_CASE("config: optimizer, fault and membership settings no rank could run wi
       CHECK_FALSE(contains(what, "check failed"));
     }
     CHECK(contains(requireError(faults + "\"0|5\"\n", 4, "faults.partition"), "rank 5 is not in the job"));
-    CHECK_NOTHROW(reg().parse(faults + "\"0|1\"\n", kName));
+    // Groups without a length (partition_seconds' default, 0) would never cut anything.
+    const auto never = parseError(faults + "\"0|1\"\n");
+    REQUIRE(never.has_value());
+    CHECK(never->key() == "faults.partition_seconds");
+    CHECK(contains(never->what(), "would never be in force"));
+    CHECK_NOTHROW(reg().parse(faults + "\"0|1\"\n  partition_seconds: 2\n", kName));
+  }
+  SECTION("a largest world size below the job's") {
+    const auto err = parseError("world_size: 8\nmembership:\n  max_world_size: 4\n");
+    REQUIRE(err.has_value());
+    CHECK(err->key() == "membership.max_world_size");
+    CHECK(contains(err->what(), "is below world_size 8"));
+  }
+  SECTION("auto's size bands out of order") {
+    const auto err = parseError("collectives:\n  small_message_bytes: 1000000\n  mid_message_bytes: 10\n");
+    REQUIRE(err.has_value());
+    CHECK(err->key() == "collectives.small_message_bytes");
+    CHECK(contains(err->what(), "exceeds collectives.mid_message_bytes 10"));
+    CHECK_NOTHROW(reg().parse("collectives:\n  small_message_bytes: 10\n  mid_message_bytes: 10\n", kName));
   }
   SECTION("membership settings that contradict each other") {
     std::string what = requireError("membership:\n  heartbeat_seconds: 5\n  suspect_seconds: 1\n", 3,

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -280,6 +281,24 @@ TEST_CASE("session: round programs roll back to the newest commit every survivor
     CHECK(restores[static_cast<std::size_t>(r)] == 1);
     CHECK(members[static_cast<std::size_t>(r)] == std::vector<int>{0, 1, 3});
   }
+}
+
+TEST_CASE("session: an optimizer for no tensors, an empty one, or more elements than memory holds is refused",
+          "[session]") {
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(1), sent);
+  const Config config = reg.parse(configText(1, "crossover_sgd"));
+  MemoryStore store;
+  Session session(config, 0, store, reg);
+  CHECK_THROWS_WITH(session.makeOptimizer({}), Catch::Contains("no tensor sizes"));
+  CHECK_THROWS_WITH(session.makeOptimizer({3, 0}), Catch::Contains("tensor 1 has 0 elements"));
+  // A sum that wraps around (2^64 - 1 + 2 = 1) would otherwise pass as a
+  // 1-element model and segment it into 2^64 pieces.
+  const std::size_t most = std::numeric_limits<std::size_t>::max();
+  CHECK_THROWS_AS(session.makeOptimizer({most, 2}), InvalidArgument);
+  CHECK_THROWS_WITH(session.makeOptimizer({most / 8, most / 8}), Catch::Contains("at tensor"));
+  CHECK_NOTHROW(session.makeOptimizer({3, 4}));
+  session.close();
 }
 
 TEST_CASE("session: round programs refuse settings they cannot honour", "[session]") {

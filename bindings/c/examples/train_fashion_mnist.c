@@ -16,6 +16,7 @@
  * rank averages its model with the others' (allreduce) and prints one line:
  *   {"rank": R, "steps": S, "test_accuracy": A}
  * with A the averaged model's accuracy on the 10,000 test images. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,16 +51,32 @@ static uint32_t be32(const unsigned char* b) {
   return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
 }
 
-/* Reads a gzip'd IDX file into a malloc'd buffer after its header. */
-static unsigned char* read_idx(const char* path, int dims, uint32_t* count) {
+/* Reads a gzip'd IDX file of unsigned bytes with `dims` dimensions, each
+ * item `item` bytes (784 for 28x28 images, 1 for labels), into a malloc'd
+ * buffer after its header; dies on a header that says otherwise. */
+static unsigned char* read_idx(const char* path, int dims, size_t item, uint32_t* count) {
   gzFile f = gzopen(path, "rb");
   if (f == NULL) die(path);
   unsigned char header[16];
   const int header_bytes = 4 + 4 * dims;
   if (gzread(f, header, (unsigned)header_bytes) != header_bytes) die(path);
+  if (header[0] != 0 || header[1] != 0 || header[2] != 0x08 || header[3] != (unsigned char)dims) {
+    fprintf(stderr, "train_fashion_mnist: %s: not an IDX file of %d-dimensional unsigned bytes\n", path,
+            dims);
+    exit(1);
+  }
   *count = be32(header + 4);
-  size_t item = 1;
-  for (int d = 1; d < dims; ++d) item *= be32(header + 4 + 4 * d);
+  size_t got_item = 1;
+  for (int d = 1; d < dims; ++d) {
+    const uint32_t extent = be32(header + 4 + 4 * d);
+    if (extent == 0 || extent > item) die("an IDX dimension does not match Fashion-MNIST's");
+    got_item *= extent;
+  }
+  if (got_item != item || *count == 0 || *count > 10000000u) {
+    fprintf(stderr, "train_fashion_mnist: %s: %u items of %zu bytes, expected up to 10^7 of %zu\n", path,
+            (unsigned)*count, got_item, item);
+    exit(1);
+  }
   const size_t bytes = (size_t)*count * item;
   unsigned char* out = malloc(bytes);
   if (out == NULL) die("out of memory");
@@ -74,15 +91,29 @@ static unsigned char* read_idx(const char* path, int dims, uint32_t* count) {
   return out;
 }
 
+/* A whole decimal argument in [lo, hi], or the program dies naming it. */
+static int int_arg(const char* text, const char* name, long lo, long hi) {
+  char* end = NULL;
+  errno = 0;
+  const long v = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
+    fprintf(stderr, "train_fashion_mnist: %s '%s' is not a whole number in [%ld, %ld]\n", name, text, lo, hi);
+    exit(2);
+  }
+  return (int)v;
+}
+
 static dataset load(const char* dir, const char* images, const char* labels, int limit) {
   char path[1024];
   uint32_t n_images = 0, n_labels = 0;
   snprintf(path, sizeof path, "%s/%s", dir, images);
-  unsigned char* pixels = read_idx(path, 3, &n_images);
+  unsigned char* pixels = read_idx(path, 3, kInputs, &n_images);
   snprintf(path, sizeof path, "%s/%s", dir, labels);
   dataset d;
-  d.labels = read_idx(path, 1, &n_labels);
+  d.labels = read_idx(path, 1, 1, &n_labels);
   if (n_images != n_labels) die("image and label counts differ");
+  for (uint32_t k = 0; k < n_labels; ++k)
+    if (d.labels[k] >= kClasses) die("a label outside 0..9");
   d.count = limit > 0 && (uint32_t)limit < n_images ? limit : (int)n_images;
   d.images = malloc((size_t)d.count * kInputs * sizeof(float));
   if (d.images == NULL) die("out of memory");
@@ -193,8 +224,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s CONFIG|- RANK WORLD_SIZE RENDEZVOUS DATA_DIR EPOCHS [TRAIN_LIMIT]\n", argv[0]);
     return 2;
   }
-  const int rank = atoi(argv[2]), world = atoi(argv[3]), epochs = atoi(argv[6]);
-  const int limit = argc > 7 ? atoi(argv[7]) : 0;
+  const int rank = int_arg(argv[2], "RANK", 0, 1 << 20), world = int_arg(argv[3], "WORLD_SIZE", 0, 1 << 20);
+  const int epochs = int_arg(argv[6], "EPOCHS", 1, 1 << 20);
+  const int limit = argc > 7 ? int_arg(argv[7], "TRAIN_LIMIT", 0, 1 << 30) : 0;
   dataset train = load(argv[5], "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", limit);
   dataset test = load(argv[5], "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0);
   /* Standardize by the training set's pixel mean and deviation. */

@@ -58,7 +58,9 @@ class Agent final {
   /// replaces any previous one. A peer that fails makes its steps throw
   /// PeerFailure; for training that goes on over the survivors, make it
   /// with a Session (Session::makeOptimizer, Session::train).
-  /// @throws ConfigError for an unknown algorithm, InvalidArgument.
+  /// @throws ConfigError for an unknown algorithm; InvalidArgument for no
+  ///         tensors, a tensor of 0 elements, or sizes adding up to more than
+  ///         PTRDIFF_MAX / 4 elements.
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
   /// The optimizer made by makeOptimizer (or by the Session that holds
   /// this Agent). @throws InvalidArgument if none.

@@ -22,6 +22,17 @@ std::optional<ConfigIssue> torusRowsDivide(const Config& c) {
                                                    std::to_string(c.worldSize()) + " (0 chooses a divisor)"};
 }
 
+/// collectives.small_message_bytes cannot exceed mid_message_bytes: the
+/// size bands of auto (recursive doubling, Rabenseifner, ring) are in order.
+std::optional<ConfigIssue> sizeBandsInOrder(const Config& c) {
+  const int small = c.get<int>("collectives.small_message_bytes");
+  const int mid = c.get<int>("collectives.mid_message_bytes");
+  if (small <= mid) return std::nullopt;
+  return ConfigIssue{"collectives.small_message_bytes",
+                     std::to_string(small) + " exceeds collectives.mid_message_bytes " + std::to_string(mid) +
+                         " (auto's size bands: recursive doubling up to small, Rabenseifner up to mid)"};
+}
+
 /// "auto" and every allreduce algorithm of the table the dispatch reads.
 std::vector<std::string> allreduceChoices() {
   std::vector<std::string> out = {"auto"};
@@ -62,7 +73,8 @@ void detail::addCollectiveKeys(ConfigSchema& schema) {
                 "model: cost growth per extra concurrent sender")
           .boolean("calibrate", false,
                    "measure the model when the Agent starts (about a second) and let auto use it")
-          .rule(torusRowsDivide));
+          .rule(torusRowsDivide)
+          .rule(sizeBandsInOrder));
 }
 
 CollectiveOptions collectiveOptionsFrom(const Config& c) {

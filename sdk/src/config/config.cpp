@@ -28,7 +28,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -580,6 +579,55 @@ class Parser {
     return "unknown key (known keys: " + list + ")";
   }
 
+  /// Whether `text` is a decimal integer literal: digits after an optional
+  /// '+' (or '-' when `sign`).
+  static bool isInteger(std::string_view text, bool sign) {
+    if (!text.empty() && (text[0] == '+' || (sign && text[0] == '-'))) text.remove_prefix(1);
+    return !text.empty() &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+
+  /// Whether `text` (its sign taken off) is a YAML 1.2 core-schema decimal:
+  /// (.D+ | D+(.D*)?)([eE][-+]?D+)?.
+  static bool isDecimal(std::string_view text) {
+    const auto digits = [&text] {
+      std::size_t n = 0;
+      while (n < text.size() && text[n] >= '0' && text[n] <= '9') ++n;
+      text.remove_prefix(n);
+      return n;
+    };
+    const std::size_t whole = digits();
+    if (!text.empty() && text[0] == '.') {
+      text.remove_prefix(1);
+      if (digits() == 0 && whole == 0) return false;
+    } else if (whole == 0) {
+      return false;
+    }
+    if (!text.empty() && (text[0] == 'e' || text[0] == 'E')) {
+      text.remove_prefix(1);
+      if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+      if (digits() == 0) return false;
+    }
+    return text.empty();
+  }
+
+  /// Counts one more list element read from the document (aliases repeat
+  /// elements without repeating their text): at most kMaxListElements, what a
+  /// config file of the largest size could hold written out.
+  void countElement(const std::string& key, int line) {
+    constexpr std::size_t kMaxListElements = kMaxConfigBytes / 2;
+    if (++elements_ > kMaxListElements)
+      throw ConfigError(file_, line, key,
+                        "more than " + std::to_string(kMaxListElements) +
+                            " list elements in the config (YAML aliases repeating a list?)");
+  }
+
+  /// Records the line of list element `key` when it is not its parent's
+  /// (lineFor falls back to the parent): one entry per line, not per element.
+  void noteElementLine(const std::string& key, const std::string& parent, int line) {
+    if (lineFor(parent) != line) lines_[key] = line;
+  }
+
   /// The scalar text of a value that must be a plain (unquoted) number or bool.
   const std::string& plainScalar(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
                                  const char* expected) const {
@@ -597,9 +645,8 @@ class Parser {
   /// Parses a decimal integer literal; nullopt when the text is not one;
   /// `overflow` is set when it is one but does not fit in a long long.
   static std::optional<long long> parseInteger(const std::string& text, bool& overflow) {
-    static const std::regex kInteger("[-+]?[0-9]+");
     overflow = false;
-    if (!std::regex_match(text, kInteger)) return std::nullopt;
+    if (!isInteger(text, true)) return std::nullopt;
     std::string_view digits = text;
     if (digits.front() == '+') digits.remove_prefix(1);
     long long v = 0;
@@ -633,10 +680,9 @@ class Parser {
   }
 
   ConfigValue readUint64(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value) const {
-    static const std::regex kUnsigned("\\+?[0-9]+");
     const std::string& text = plainScalar(key, keyNode, value, "a non-negative integer");
     const int line = valueLine(keyNode, value);
-    if (!std::regex_match(text, kUnsigned)) {
+    if (!isInteger(text, false)) {
       throw ConfigError(file_, line, key, "expected a non-negative integer, got " + describe(value));
     }
     std::string_view digits = text;
@@ -654,17 +700,16 @@ class Parser {
   double readReal(const std::string& key, const YAML::Node& keyNode, const YAML::Node& value,
                   const RealRange& range) const {
     // YAML 1.2 core-schema floats (and integers), plus .inf / .nan.
-    static const std::regex kReal("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-    static const std::regex kInfinity("[-+]?\\.(inf|Inf|INF)");
-    static const std::regex kNan("\\.(nan|NaN|NAN)");
     const std::string& text = plainScalar(key, keyNode, value, "a number");
     const int line = valueLine(keyNode, value);
+    const std::string_view unsigned_ =
+        std::string_view(text).substr(!text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0);
     double v = 0.0;
-    if (std::regex_match(text, kInfinity)) {
+    if (unsigned_ == ".inf" || unsigned_ == ".Inf" || unsigned_ == ".INF") {
       v = text.front() == '-' ? -kInf : kInf;
-    } else if (std::regex_match(text, kNan)) {
+    } else if (text == ".nan" || text == ".NaN" || text == ".NAN") {
       v = std::numeric_limits<double>::quiet_NaN();
-    } else if (std::regex_match(text, kReal)) {
+    } else if (isDecimal(unsigned_)) {
       std::string_view digits = text;
       if (digits.front() == '+') digits.remove_prefix(1);
       auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
@@ -718,7 +763,9 @@ class Parser {
     std::vector<int> out;
     for (const YAML::Node& element : value) {
       const std::string elementKey = indexed(key, out.size());
-      lines_[elementKey] = valueLine(keyNode, element);
+      const int line = valueLine(keyNode, element);
+      countElement(elementKey, line);
+      noteElementLine(elementKey, key, line);
       out.push_back(static_cast<int>(readInteger(elementKey, keyNode, element, f.min, f.max)));
     }
     return out;
@@ -740,7 +787,8 @@ class Parser {
     for (const YAML::Node& element : value) {
       const std::string elementKey = indexed(key, out.size());
       const int line = valueLine(keyNode, element);
-      lines_[elementKey] = line;
+      countElement(elementKey, line);
+      noteElementLine(elementKey, key, line);
       if (!element.IsSequence() || element.size() != 2) {
         throw ConfigError(file_, line, elementKey, "expected a pair [a, b], got " + describeSized(element));
       }
@@ -761,7 +809,8 @@ class Parser {
     std::vector<std::vector<double>> out;
     for (const YAML::Node& row : value) {
       const std::string rowKey = indexed(key, out.size());
-      lines_[rowKey] = valueLine(keyNode, row);
+      countElement(rowKey, valueLine(keyNode, row));
+      noteElementLine(rowKey, key, valueLine(keyNode, row));
       if (!row.IsSequence()) {
         throw ConfigError(file_, valueLine(keyNode, row), rowKey,
                           "expected a row (a list of numbers), got " + describe(row));
@@ -769,7 +818,9 @@ class Parser {
       std::vector<double> values;
       for (const YAML::Node& element : row) {
         const std::string elementKey = indexed(rowKey, values.size());
-        lines_[elementKey] = valueLine(row, element);
+        const int line = valueLine(row, element);
+        countElement(elementKey, line);
+        noteElementLine(elementKey, rowKey, line);
         values.push_back(readReal(elementKey, row, element, f.range));
       }
       out.push_back(std::move(values));
@@ -787,7 +838,8 @@ class Parser {
     std::vector<std::vector<int>> out;
     for (const YAML::Node& list : value) {
       const std::string listKey = indexed(key, out.size());
-      lines_[listKey] = valueLine(keyNode, list);
+      countElement(listKey, valueLine(keyNode, list));
+      noteElementLine(listKey, key, valueLine(keyNode, list));
       if (!list.IsSequence()) {
         throw ConfigError(file_, valueLine(keyNode, list), listKey,
                           "expected a list of integers, got " + describe(list));
@@ -795,7 +847,9 @@ class Parser {
       std::vector<int> values;
       for (const YAML::Node& element : list) {
         const std::string elementKey = indexed(listKey, values.size());
-        lines_[elementKey] = valueLine(list, element);
+        const int line = valueLine(list, element);
+        countElement(elementKey, line);
+        noteElementLine(elementKey, listKey, line);
         values.push_back(static_cast<int>(readInteger(elementKey, list, element, f.min, f.max)));
       }
       out.push_back(std::move(values));
@@ -805,7 +859,8 @@ class Parser {
 
   const ConfigSchema& schema_;
   std::string file_;
-  std::map<std::string, int> lines_;               ///< Line of every key and list element read so far.
+  std::map<std::string, int> lines_;  ///< Line of every key, and of list elements not on their parent's line.
+  std::size_t elements_ = 0;          ///< List elements read so far (countElement).
   std::map<std::string, std::string> overridden_;  ///< Dotted key -> "override '...'" that set it last.
   bool applying_ = false;                          ///< An override is being read.
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <optional>
@@ -49,8 +50,29 @@ std::string resolveRunDir(const Config& c, int rank, Store& store) {
 }
 }  // namespace
 
+namespace {
+// A model's float32 parameters form one buffer: at least one tensor, none
+// empty, and at most PTRDIFF_MAX bytes in all (so that no sum of sizes or
+// pointer range wraps).
+void checkTensorSizes(const std::vector<std::size_t>& sizes) {
+  if (sizes.empty()) throw InvalidArgument("makeOptimizer: no tensor sizes");
+  constexpr std::size_t kMaxElements = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0)
+      throw InvalidArgument("makeOptimizer: tensor " + std::to_string(i) + " has 0 elements");
+    if (sizes[i] > kMaxElements - total)
+      throw InvalidArgument("makeOptimizer: tensor sizes add up to more than " +
+                            std::to_string(kMaxElements) + " float32 elements (at tensor " +
+                            std::to_string(i) + ")");
+    total += sizes[i];
+  }
+}
+}  // namespace
+
 std::unique_ptr<DistributedOptimizer> Agent::Impl::createOptimizer(
     const std::vector<std::size_t>& tensorSizes) const {
+  checkTensorSizes(tensorSizes);
   const Config& c = viewConfig;
   const OptimizerContext ctx{c, *transport, *communicator, *topology, tensorSizes};
   auto inner = registry->optimizer(c.get<std::string>("algorithm.name"))(ctx);

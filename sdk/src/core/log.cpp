@@ -2,6 +2,7 @@
 #include "gossamer/log.hpp"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,15 +14,25 @@ namespace gossamer {
 
 namespace {
 
-// The initial level: GOSSAMER_LOG_LEVEL (debug, info, warning, error, off), else warning.
+// The initial level: GOSSAMER_LOG_LEVEL (debug, info, warning, error, off, in
+// any case), else warning; an unknown value is said once on stderr.
 LogLevel initialLevel() noexcept {
   const char* v = std::getenv("GOSSAMER_LOG_LEVEL");
   if (v == nullptr) return LogLevel::kWarning;
-  const std::string_view s(v);
+  char lower[16] = {};
+  std::size_t n = 0;
+  for (const char* p = v; *p != '\0'; ++p, ++n)
+    if (n < sizeof lower) lower[n] = static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  const std::string_view s = n <= sizeof lower ? std::string_view(lower, n) : std::string_view();
   if (s == "debug") return LogLevel::kDebug;
   if (s == "info") return LogLevel::kInfo;
+  if (s == "warning" || s == "warn") return LogLevel::kWarning;
   if (s == "error") return LogLevel::kError;
   if (s == "off") return LogLevel::kOff;
+  std::fprintf(stderr,
+               "gossamer [warning] GOSSAMER_LOG_LEVEL '%.32s' is none of debug, info, warning, error, off: "
+               "using warning\n",
+               v);
   return LogLevel::kWarning;
 }
 

@@ -11,6 +11,7 @@
 // (TrainingPlan::saveState).
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -100,6 +101,15 @@ void Session::Impl::resume() {
   EpochLoop& l = *loop;
   const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");
   if (!checkpoint.resume && !restarted) return;
+  {
+    std::error_code ec;
+    const auto status = std::filesystem::status(checkpoint.dir, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_directory(status))
+      throw ConfigError(a.config.sourceFile, 0, "checkpoint.dir", checkpoint.dir + " is not a directory");
+    if (!std::filesystem::exists(status))
+      GOSSAMER_LOG(kWarning, "rank " << a.rank << ": checkpoint.resume is on but checkpoint.dir "
+                                     << checkpoint.dir << " does not exist: starting from scratch");
+  }
   const auto mine = checkpointSteps(checkpoint.dir, a.rank);
   double newest = mine.empty() ? 1.0 : -static_cast<double>(mine.back());  // max of -x: the min of x
   if (!restarted) a.communicator->allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
@@ -113,10 +123,20 @@ void Session::Impl::resume() {
       c.getValue<std::uint64_t>("seed") != a.config.seed())
     throw Error("checkpoint of step " + std::to_string(step) +
                 " was written by a job of another world size or seed");
+  if (c.getValue<std::uint64_t>("step") != step)
+    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) + " holds step " +
+                std::to_string(c.getValue<std::uint64_t>("step")) + ", not the step its name says");
   const auto saved = c.getArray<float>("model");
   if (saved.size() != l.params.size())
     throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
                 std::to_string(l.params.size()));
+  const auto bad = std::find_if(saved.begin(), saved.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != saved.end())
+    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) + ": model parameter " +
+                std::to_string(bad - saved.begin()) + " is not finite");
+  if (!std::isfinite(c.getValue<double>("epoch_loss_sum")))
+    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) +
+                ": epoch_loss_sum is not finite");
   std::copy(saved.begin(), saved.end(), l.params.begin());
   if (l.plan.loadState) l.plan.loadState(c);
   a.optimizer->loadState(c, "optimizer.");

@@ -88,7 +88,11 @@ std::string slurmRendezvous(const EnvLookup& env) {
   const std::string host = firstSlurmHost(*list);
   const long job = parseInteger(env, "SLURM_JOB_ID", 0, std::numeric_limits<long>::max());
   const long step = env("SLURM_STEP_ID") ? parseInteger(env, "SLURM_STEP_ID", 0, 0xFFFFFFFFL) : 0;
-  return "tcp://" + host + ":" + std::to_string(kSlurmBasePort + (job * 7 + step) % kSlurmPorts);
+  // In unsigned arithmetic, reduced first: job * 7 could overflow a long.
+  const auto ports = static_cast<unsigned long>(kSlurmPorts);
+  const unsigned long offset =
+      ((static_cast<unsigned long>(job) % ports) * 7 + static_cast<unsigned long>(step) % ports) % ports;
+  return "tcp://" + host + ":" + std::to_string(kSlurmBasePort + static_cast<long>(offset));
 }
 
 }  // namespace

@@ -413,7 +413,10 @@ namespace {
 std::optional<ConfigIssue> checkPartition(const Config& c) {
   if (!c.get<bool>("faults.enabled")) return std::nullopt;
   try {
-    parsePartition(c.get<std::string>("faults.partition"), c.worldSize());
+    if (!parsePartition(c.get<std::string>("faults.partition"), c.worldSize()).empty() &&
+        c.get<double>("faults.partition_seconds") == 0)
+      return ConfigIssue{"faults.partition_seconds",
+                         "is 0 while faults.partition names groups: the partition would never be in force"};
   } catch (const InvalidArgument& e) {
     return ConfigIssue{"faults.partition", e.what()};
   }

@@ -1034,6 +1034,11 @@ Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
 namespace {
 /// The membership keys that constrain each other, when the service is on.
 std::optional<ConfigIssue> checkSettings(const Config& c) {
+  const int most = c.get<int>("membership.max_world_size");
+  if (most != 0 && most < c.worldSize())
+    return ConfigIssue{"membership.max_world_size",
+                       std::to_string(most) + " is below world_size " + std::to_string(c.worldSize()) +
+                           " (0, or at least world_size: the most ranks the job may hold)"};
   if (!c.get<bool>("membership.enabled")) return std::nullopt;
   const double heartbeat = c.get<double>("membership.heartbeat_seconds");
   if (c.get<double>("membership.suspect_seconds") <= heartbeat)

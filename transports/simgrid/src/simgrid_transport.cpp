@@ -775,7 +775,14 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
         "cannot be made twice)");
 
   std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
-  for (const auto& c : config) args.push_back("--cfg=" + c);
+  for (const auto& c : config) {
+    // SimGrid aborts the process on an item without "name:value".
+    const auto colon = c.find(':');
+    if (colon == std::string::npos || colon == 0 || c.find_first_of(" \t\n") < colon)
+      throw InvalidArgument("SimGrid configuration item '" + c +
+                            "' is not NAME:VALUE (e.g. network/latency-factor:1)");
+    args.push_back("--cfg=" + c);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

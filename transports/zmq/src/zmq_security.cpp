@@ -63,6 +63,14 @@ CurveAdmission::~CurveAdmission() {
 }
 
 void CurveAdmission::makeServer(::zmq::socket_t& socket, const CurveKeys& keys) {
+  // A key file whose public-key line is another's (edited, or two files
+  // mixed up) would publish a key this rank cannot answer for: every
+  // handshake with it would fail, and the job go on in pieces.
+  char derived[41] = {};
+  if (zmq_curve_public(derived, keys.secretKey.c_str()) == 0 && keys.publicKey != derived)
+    throw InvalidArgument("security.secret_key: the key file's public-key (" + keys.publicKey +
+                          ") is not the public half of its secret-key (that is " + derived +
+                          "): write the pair again with gossamer-keygen");
   socket.set(::zmq::sockopt::curve_server, true);
   socket.set(::zmq::sockopt::curve_secretkey, keys.secretKey);
   socket.set(::zmq::sockopt::zap_domain, "gossamer");

@@ -35,6 +35,8 @@ class CurveAdmission {
 
   /// Makes `socket` a CURVE server with this peer's keys, its handshakes
   /// sent to the handler.
+  /// @throws InvalidArgument if the public key is not the secret key's
+  ///         public half (libzmq's zmq_curve_public).
   static void makeServer(::zmq::socket_t& socket, const CurveKeys& keys);
   /// Makes `socket` a CURVE client of the server with `serverKey`.
   /// @throws Error if `serverKey` is not admitted (a rendezvous entry an
