@@ -8,10 +8,13 @@ them each; the forkserver is a fresh single-threaded process, so forking it is
 safe. Other scripts run in fresh interpreters, which start faster than the
 forkserver's torch import."""
 
+import errno
 import json
 import multiprocessing
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -59,21 +62,35 @@ class Ranks:
         return self
 
 
-def _await_listening(port, proc, forked, limit=20.0):
-    """Waits (at most `limit` seconds, or until `proc` exits) until a socket
-    listens on TCP `port` (any address, IPv4 or IPv6), read from /proc/net
-    without connecting. Rank 0 serves torch's TCPStore there; a client that
-    finds nothing listening retries only after a second, so the other ranks
-    start once it is up."""
-    suffix = f":{port:04X}"
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline and (proc.exitcode if forked else proc.poll()) is None:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            with open(table) as f:
-                rows = [l.split() for l in list(f)[1:]]
-            if any(row[1].endswith(suffix) and row[3] == "0A" for row in rows):
-                return
-        time.sleep(0.005)
+def free_loopback_port():
+    """A TCP port free on 127.0.0.1, for a rendezvous server rank 0 binds
+    later: drawn below the kernel's ephemeral range (ip_local_port_range), so
+    no outgoing connection or port-0 bind takes it meanwhile; another drawn if
+    one is taken."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    high = min(ephemeral, 32768)
+    low = max(1024, high - 12000)
+    for _ in range(100):
+        port = random.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                continue
+        return port
+    raise RuntimeError(f"no free port on 127.0.0.1 in {low}..{high - 1} after 100 tries")
+
+
+@pytest.fixture
+def loopback_port():
+    """A TCP port free on 127.0.0.1 below the ephemeral range (free_loopback_port)."""
+    return free_loopback_port()
 
 
 @pytest.fixture
@@ -118,8 +135,6 @@ def run_ranks(tmp_path):
                 with open(out, "w") as o, open(err, "w") as w:
                     p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(path)], env=e, stdout=o, stderr=w)
             procs.append(p)
-            if r == 0 and n > 1 and "MASTER_PORT" in (env or {}):
-                _await_listening(int(env["MASTER_PORT"]), procs[0], forked)
         deadline = time.monotonic() + timeout
         try:
             for p in procs:

@@ -3,7 +3,6 @@ their types, the optimizer handle, configs from files and mappings."""
 
 import gc
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -226,13 +225,11 @@ print(len(os.listdir({str(tmp_path)!r})))
     assert p.stdout.split() == ["1", "0"]
 
 
-def test_a_child_forked_after_rank_0_served_a_tcp_rendezvous_exits(tmp_path):
+def test_a_child_forked_after_rank_0_served_a_tcp_rendezvous_exits(tmp_path, loopback_port):
     # Rank 0's store server serves until its process exits; a child forked
     # after it (os.fork, then a normal exit that runs C++'s static
     # destructors) must not wait for the parent's server thread.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = loopback_port
     script = f"""
 import os, sys, gossamer
 cfg = {{"transport": {{"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}}}}
