@@ -14,6 +14,7 @@ The full Python package (bindings/python, gossamer) is the one to use from
 Python; this module exists to test the C ABI as a foreign language sees it.
 """
 import ctypes
+import numbers
 import os
 
 import numpy as np
@@ -22,7 +23,7 @@ __all__ = ["CAgent", "GossamerCError", "library"]
 
 _STATUS_OK = 0
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
-_OPS = {"sum": 0, "average": 1, "max": 2, "min": 3}
+_OPS = {"sum": 0, "average": 1, "mean": 1, "max": 2, "min": 3}  # gossamer_op ("mean" is GOSSAMER_AVERAGE)
 _LIB = None  # the loaded library, once library() has run
 
 
@@ -79,6 +80,8 @@ def library():
 
 
 def _check(status):
+    """Returns for GOSSAMER_OK; raises GossamerCError with this thread's
+    gossamer_last_error_* details for any other status."""
     if status == _STATUS_OK:
         return
     lib = library()
@@ -87,12 +90,30 @@ def _check(status):
                          lib.gossamer_last_error_line(), lib.gossamer_last_error_key().decode())
 
 
-def _floats(array, name, size=None):
+def _floats(array, name, size=None, written=True):
+    """A float* to `array`'s elements: a C-contiguous float32 numpy array of
+    `size` elements (any size when None), writable when the call writes into
+    it (`written`).
+
+    Raises:
+        TypeError: not a numpy array, not float32, not C-contiguous.
+        ValueError: another element count; read-only when `written`.
+    """
     if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous:
-        raise TypeError(f"{name} must be a C-contiguous float32 numpy array")
+        raise TypeError(f"{name} must be a C-contiguous float32 numpy array, not {_describe(array)}")
     if size is not None and array.size != size:
         raise ValueError(f"{name} has {array.size} elements, expected {size}")
+    if written and not array.flags.writeable:
+        raise ValueError(f"{name} is read-only: the call writes into it (pass a writable array)")
     return array.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def _describe(obj):
+    """`obj` for an error message: its dtype and flags if an array, else its type."""
+    if isinstance(obj, np.ndarray):
+        order = "C-contiguous" if obj.flags.c_contiguous else "not C-contiguous"
+        return f"a {order} {obj.dtype} array"
+    return type(obj).__name__
 
 
 class CAgent:
@@ -122,47 +143,102 @@ class CAgent:
 
     @property
     def rank(self):
+        """This agent's rank (int, in [0, world_size); gossamer_agent_rank).
+        Raises GossamerCError (GOSSAMER_E_INVALID_ARGUMENT once closed)."""
         out = ctypes.c_int()
         _check(library().gossamer_agent_rank(self._h, ctypes.byref(out)))
         return out.value
 
     @property
     def world_size(self):
+        """The job's number of ranks (int; gossamer_agent_world_size). Raises
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT once closed)."""
         out = ctypes.c_int()
         _check(library().gossamer_agent_world_size(self._h, ctypes.byref(out)))
         return out.value
 
     @staticmethod
     def _buffer(data):
-        """(address, element count, gossamer_dtype) of a C-contiguous float32 or float64 array."""
-        if data.dtype not in _DTYPES or not data.flags.c_contiguous:
-            raise TypeError("data must be a C-contiguous float32 or float64 numpy array")
+        """(address, element count, gossamer_dtype) of a writable, C-contiguous
+        float32 or float64 numpy array (the collectives write into it).
+
+        Raises:
+            TypeError: not a numpy array, another dtype, not C-contiguous.
+            ValueError: read-only.
+        """
+        if not isinstance(data, np.ndarray) or data.dtype not in _DTYPES or not data.flags.c_contiguous:
+            raise TypeError(f"data must be a C-contiguous float32 or float64 numpy array, not {_describe(data)}")
+        if not data.flags.writeable:
+            raise ValueError("data is read-only: the collective writes into it (pass a writable array)")
         return data.ctypes.data, data.size, _DTYPES[data.dtype]
 
+    @staticmethod
+    def _op(op):
+        """The gossamer_op of `op`. Raises ValueError for another name."""
+        if not isinstance(op, str) or op not in _OPS:
+            raise ValueError(f"op must be one of {', '.join(map(repr, _OPS))}; got {op!r}")
+        return _OPS[op]
+
+    def _count(self, array):
+        """The element count to pass: the optimizer's (make_optimizer), or the
+        array's before any, which the C ABI then refuses with "no optimizer:
+        call gossamer_make_optimizer first" (GOSSAMER_E_INVALID_ARGUMENT)."""
+        return self._size if self._size is not None else array.size
+
     def allreduce(self, data, op="average"):
-        """In place on a float32 or float64 numpy array."""
-        _check(library().gossamer_allreduce(self._h, *self._buffer(data), _OPS[op]))
+        """Reduces `data` (a writable, C-contiguous float32 or float64 numpy
+        array in host memory, any shape) over every rank, in place
+        (gossamer_allreduce). `op`: "average" (or "mean"), "sum", "max",
+        "min". Raises TypeError/ValueError for a bad array or op,
+        GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _PROTOCOL, ...)."""
+        code = self._op(op)
+        _check(library().gossamer_allreduce(self._h, *self._buffer(data), code))
 
     def broadcast(self, data, root=0):
-        """In place on a float32 or float64 numpy array, from rank `root`."""
+        """Copies rank `root`'s `data` (as allreduce's) into every rank's, in
+        place (gossamer_broadcast). Raises as allreduce; GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT) for a root outside [0, world_size)."""
         _check(library().gossamer_broadcast(self._h, *self._buffer(data), root))
 
     def barrier(self):
+        """Returns once every rank has entered the barrier (gossamer_barrier).
+        Raises GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _CANCELLED)."""
         _check(library().gossamer_barrier(self._h))
 
     def make_optimizer(self, tensor_sizes):
-        """The configured algorithm for tensors of these element counts (flat, in order)."""
-        sizes = (ctypes.c_size_t * len(tensor_sizes))(*tensor_sizes)
-        _check(library().gossamer_make_optimizer(self._h, sizes, len(tensor_sizes)))
-        self._size = int(sum(tensor_sizes))
+        """The configured algorithm for tensors of these element counts (ints
+        > 0; the model is one flat float32 vector of their sum, in order;
+        gossamer_make_optimizer). Raises TypeError (not ints; bools
+        refused), ValueError (a negative size), GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT for no sizes, a 0, too large a total;
+        GOSSAMER_E_CONFIG, _PEER_FAILURE, _TIMEOUT)."""
+        sizes = list(tensor_sizes)
+        for i, s in enumerate(sizes):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+                raise TypeError(f"tensor_sizes[{i}] must be an int, got {type(s).__name__} {s!r}")
+            if s < 0:
+                raise ValueError(f"tensor_sizes[{i}] is negative ({s})")
+        array = (ctypes.c_size_t * max(1, len(sizes)))(*sizes)
+        _check(library().gossamer_make_optimizer(self._h, array, len(sizes)))
+        self._size = int(sum(sizes))
 
     def step(self, params, grads):
-        """One step of the algorithm with its own SGD; `params` updated in place."""
-        p, g = _floats(params, "params", self._size), _floats(grads, "grads", self._size)
-        _check(library().gossamer_step(self._h, p, g, self._size))
+        """One step of the algorithm with its own SGD (gossamer_step):
+        `params` (float32, the optimizer's size) updated in place from
+        `grads` (float32, same size, only read). Raises TypeError/ValueError
+        for a bad array (params read-only), GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer, ...)."""
+        p = _floats(params, "params", self._size)
+        g = _floats(grads, "grads", self._size, written=False)
+        _check(library().gossamer_step(self._h, p, g, self._count(params)))
 
     def reduce_gradients(self, grads):
-        _check(library().gossamer_reduce_gradients(self._h, _floats(grads, "grads", self._size), self._size))
+        """Communication-only form, before a local step made by the caller
+        (gossamer_reduce_gradients): averages `grads` (a writable float32
+        array of the optimizer's size) in place for allreduce-style
+        algorithms. Raises as step."""
+        g = _floats(grads, "grads", self._size)
+        _check(library().gossamer_reduce_gradients(self._h, g, self._count(grads)))
 
     @property
     def skips_local_step(self):
@@ -173,13 +249,24 @@ class CAgent:
         return bool(out.value)
 
     def mix_parameters(self, params):
-        _check(library().gossamer_mix_parameters(self._h, _floats(params, "params", self._size), self._size))
+        """Communication-only form, after the caller's local step
+        (gossamer_mix_parameters): mixes `params` (a writable float32 array
+        of the optimizer's size) in place with the peers' for gossip
+        algorithms, and counts the step. Raises as step."""
+        p = _floats(params, "params", self._size)
+        _check(library().gossamer_mix_parameters(self._h, p, self._count(params)))
 
     def flush(self, params):
-        _check(library().gossamer_flush(self._h, _floats(params, "params", self._size), self._size))
+        """Completes communication still in flight into `params` (a writable
+        float32 array of the optimizer's size; gossamer_flush); call before
+        evaluating or saving the model. Raises as step."""
+        p = _floats(params, "params", self._size)
+        _check(library().gossamer_flush(self._h, p, self._count(params)))
 
     @property
     def steps(self):
+        """Steps the optimizer has taken (int; gossamer_steps). Raises
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer)."""
         out = ctypes.c_uint64()
         _check(library().gossamer_steps(self._h, ctypes.byref(out)))
         return out.value

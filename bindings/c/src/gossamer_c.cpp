@@ -385,7 +385,9 @@ gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* ten
     std::vector<std::size_t> sizes(tensor_sizes, tensor_sizes + n_tensors);
     std::size_t total = 0;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      require(sizes[i] > 0, "a tensor of 0 elements");
+      if (sizes[i] == 0)
+        throw InvalidArgument("tensor_sizes[" + std::to_string(i) +
+                              "] is 0: a tensor has one element at least");
       if (sizes[i] > kMaxElements - total)
         throw InvalidArgument("tensor_sizes add up to more than " + std::to_string(kMaxElements) +
                               " float32 elements (at tensor " + std::to_string(i) + ")");

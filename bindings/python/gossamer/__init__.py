@@ -19,6 +19,7 @@ Errors keep their C++ type: :class:`PeerFailure`, :class:`TimeoutError`,
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 import shutil
@@ -210,6 +211,48 @@ def _as_array(data: Any, name: str, wide: bool = False) -> Any:
     return (data, tag) if wide else data
 
 
+def _bump_version(data: Any) -> None:
+    """After Gossamer wrote into a torch tensor's memory in place (through
+    the NumPy view of :func:`_as_array`, which autograd does not see): bumps
+    the tensor's version counter as torch's own in-place operations do, so
+    that a backward() needing its old values raises torch's "modified by an
+    inplace operation" error instead of computing with the new ones. No data
+    pass: ``torch.autograd.graph.increment_version`` where torch has it
+    (2.1+), else an in-place fill of a 0-element view (which shares the
+    counter) under ``torch.no_grad()``. Anything but a tensor, and inference
+    tensors (which have no counter), are left alone."""
+    if not _is_tensor(data):
+        return
+    import torch
+
+    is_inference = getattr(data, "is_inference", None)
+    if is_inference is not None and is_inference():
+        return
+    increment = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+    if increment is not None:
+        increment(data)
+        return
+    with torch.no_grad():
+        data.detach().view(-1)[:0].zero_()
+
+
+def _int_arg(value: Any, name: str) -> int:
+    """``value`` as an int: a Python int or a NumPy integer, not a bool.
+
+    Raises:
+        TypeError: naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+_INT_MAX = 2**31 - 1  # the C++ int of ranks
+_UINT64_MAX = 2**64 - 1  # the C++ std::uint64_t of step counts
+# make_optimizer: at most PTRDIFF_MAX / 8 elements in all (its C++ bound).
+_MAX_MODEL_ELEMENTS = (2**63 - 1) // 8
+
+
 class Work:
     """A non-blocking allreduce started by :meth:`Agent.allreduce_async`."""
 
@@ -220,7 +263,20 @@ class Work:
         """Blocks until the allreduce is done (each of its waits is bounded by
         ``transport.timeout_seconds``), then raises its error if it failed:
         PeerFailure, TimeoutError. With ``timeout`` (seconds), raises
-        TimeoutError if it is not done by then (the allreduce goes on)."""
+        TimeoutError if it is not done by then (the allreduce goes on).
+        (C++: ``gossamer::Work::wait``.)
+
+        Raises:
+            PeerFailure, TimeoutError: as above. TypeError: a timeout that is
+            not a real number. InvalidArgument: a negative or NaN timeout.
+        """
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+            if math.isnan(timeout):
+                raise InvalidArgument("timeout is not a number (nan): give seconds >= 0, or None")
+            if timeout < 0:
+                raise InvalidArgument(f"timeout {timeout} s is negative: give seconds >= 0, or None")
         self._core.wait(timeout)
 
     def is_completed(self) -> bool:
@@ -248,10 +304,12 @@ class Agent:
             a TypeError).
 
     Raises:
-        TypeError: a rank that is not an int, overrides that are not a
-            sequence of str, a config of another type.
+        TypeError: a rank or world_size that is not an int (bools are
+            refused), overrides that are not a sequence of str, a config or
+            rendezvous of another type.
         ConfigError: an invalid config (``.file``, ``.line``, ``.key``).
-        InvalidArgument: a rank outside ``[0, world_size)``.
+        InvalidArgument: a rank outside ``[0, world_size)``, a world_size
+            below 1 or past 2**31 - 1, a rendezvous with a NUL character.
         TimeoutError: peers that do not show up within
             ``transport.timeout_seconds``.
         Error: rank 0 cannot bind the rendezvous address.
@@ -279,17 +337,25 @@ class Agent:
         source, is_text = _config_source(config)
         ov = _overrides(overrides)
         if world_size is not None:
-            if not isinstance(world_size, int) or world_size < 1:
-                raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+            world_size = _int_arg(world_size, "world_size")
+            if not 1 <= world_size <= _INT_MAX:
+                raise InvalidArgument(f"world_size must be a positive int (at most {_INT_MAX}), got {world_size}")
             ov.append(f"world_size={world_size}")
-        if not isinstance(rank, int):
-            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        rank = _int_arg(rank, "rank")
+        if not 0 <= rank <= _INT_MAX:
+            raise InvalidArgument(f"rank {rank} outside [0, world_size)")
         if rendezvous is None:
             raise ValueError(
                 "rendezvous is required: 'tcp://HOST:PORT' or a directory all ranks see "
                 "(or use Agent.from_env under a launcher)"
             )
-        self._core = _core.Agent(source, is_text, ov, rank, os.fspath(rendezvous))
+        rendezvous = os.fspath(rendezvous)  # TypeError for another type
+        if ("\0" if isinstance(rendezvous, str) else b"\0") in rendezvous:
+            raise InvalidArgument(f"rendezvous contains a NUL character: {rendezvous!r}")
+        # survive(fn) calls running: close, abort, make_optimizer and recover
+        # are refused inside them (they would free what survive is using).
+        self._surviving = 0
+        self._core = _core.Agent(source, is_text, ov, rank, rendezvous)
         self._optimizer: Optional[Optimizer] = None
         self.launcher: str = "explicit"
         # A rendezvous directory this agent made for itself (from_env's world
@@ -376,6 +442,10 @@ class Agent:
             module, a list). ValueError: not contiguous, read-only, a meta
             tensor, unknown op or algorithm. PeerFailure, TimeoutError: a
             peer died or did not answer within the timeout (on every rank).
+
+        A torch tensor's version counter is bumped, as by torch's in-place
+        operations: a backward() that needs its old values raises. (C++:
+        ``Communicator::allreduce``.)
         """
         if _on_device(data):
             from . import _staging
@@ -384,7 +454,10 @@ class Agent:
             _staging.staged(data, lambda host: self.allreduce_async(host, op, algorithm), lambda w: w.wait())
             return
         array, dtype = _as_array(data, "data", wide=True)
-        self._core.allreduce(array, op, algorithm, dtype)
+        try:
+            self._core.allreduce(array, op, algorithm, dtype)
+        finally:  # a failed reduction may have written part of it
+            _bump_version(data)
 
     def allreduce_async(self, data: Any, op: str = "average", algorithm: Optional[str] = None) -> "Work":
         """Starts reducing ``data`` over all ranks, in place, and returns at
@@ -397,26 +470,45 @@ class Agent:
         keeps it alive, and dropping the Work waits for the reduction.
 
         Args:
-            data, op, algorithm: as :meth:`allreduce`.
+            data: as :meth:`allreduce`, but in host memory: a NumPy array or
+                a CPU torch tensor. A tensor on another device is refused
+                (ValueError), not staged as :meth:`allreduce` stages it.
+            op, algorithm: as :meth:`allreduce`.
 
         Returns:
             A :class:`Work`: ``wait(timeout=None)`` blocks until it is done and
             raises its error; ``is_completed()`` never blocks.
 
         Raises:
-            TypeError, ValueError: as :meth:`allreduce`, at the call. Errors of
-            the reduction itself (PeerFailure, TimeoutError) come from
-            ``Work.wait()``; one that fails fails those queued behind it.
+            TypeError: as :meth:`allreduce`, at the call. ValueError: as
+            :meth:`allreduce`, and a tensor that is not on the CPU, at the
+            call. Errors of the reduction itself (PeerFailure, TimeoutError)
+            come from ``Work.wait()``; one that fails fails those queued
+            behind it.
+
+        A torch tensor's version counter is bumped at the call (the
+        reduction writes into it). (C++: ``Communicator::iallreduce``.)
         """
         array, dtype = _as_array(data, "data", wide=True)
-        return Work(self._core.allreduce_async(array, op, algorithm, dtype))
+        work = Work(self._core.allreduce_async(array, op, algorithm, dtype))
+        _bump_version(data)
+        return work
 
     def broadcast(self, data: Any, root: int = 0) -> None:
         """Copies ``root``'s ``data`` (float32, float64, float16 or bfloat16,
         contiguous, writable;
         same element count on every rank) into every rank's ``data``, in
-        place. Raises as :meth:`allreduce`; ValueError for a root outside
-        ``[0, world_size)``."""
+        place; a torch tensor's version counter is bumped. (C++:
+        ``Communicator::broadcast``.)
+
+        Raises:
+            as :meth:`allreduce`; TypeError for a root that is not an int
+            (bools are refused); ValueError for a root outside
+            ``[0, world_size)``.
+        """
+        root = _int_arg(root, "root")
+        if not 0 <= root < self.world_size:
+            raise ValueError(f"root {root} outside [0, {self.world_size})")
         if _on_device(data):
             from . import _staging
 
@@ -424,11 +516,14 @@ class Agent:
             _staging.staged(data, lambda host: self.broadcast(host, root), lambda _: None)
             return
         array, dtype = _as_array(data, "data", wide=True)
-        self._core.broadcast(array, root, dtype)
+        try:
+            self._core.broadcast(array, root, dtype)
+        finally:  # a failed broadcast may have written part of it
+            _bump_version(data)
 
     def barrier(self) -> None:
-        """Returns once every rank has entered the barrier. Raises
-        PeerFailure, TimeoutError."""
+        """Returns once every rank has entered the barrier (C++:
+        ``Communicator::barrier``). Raises PeerFailure, TimeoutError."""
         self._core.barrier()
 
     # -- training -------------------------------------------------------
@@ -446,25 +541,40 @@ class Agent:
         local SGD step and the exchange), the communication-only pair
         ``reduce_gradients(grads)`` / ``mix_parameters(params)`` for a local
         step made elsewhere, ``flush(params)``, ``steps`` and ``name``; its
-        arrays are float32 with exactly ``sum(tensor_sizes)`` elements.
+        arrays are NumPy float32 arrays (C-contiguous, writable; for a CPU
+        float32 torch tensor pass ``tensor.detach().numpy()``) with exactly
+        ``sum(tensor_sizes)`` elements. (C++: ``Session::makeOptimizer``.)
 
         Raises:
             TypeError: ``tensor_sizes`` not a sequence of ints (floats and
-            bools are refused; NumPy integers are ints). ValueError: no
-            sizes, or a negative one. ConfigError: unknown algorithm.
-            InvalidArgument: sizes the algorithm refuses.
+            bools are refused; NumPy integers are ints). InvalidArgument
+            (a ValueError), naming the index: no sizes, a size of 0 or a
+            negative one, sizes adding up to more than ``PTRDIFF_MAX / 8``
+            elements; called inside :meth:`survive`'s ``fn``; sizes the
+            algorithm refuses. ConfigError: unknown algorithm. PeerFailure,
+            TimeoutError: a collective of a hierarchical group's set-up.
         """
+        self._not_surviving("make_optimizer")
         if isinstance(tensor_sizes, (str, bytes)) or not hasattr(tensor_sizes, "__iter__"):
             raise TypeError(f"tensor_sizes must be a sequence of ints, not {type(tensor_sizes).__name__}")
         sizes = []
+        total = 0
         for i, s in enumerate(tensor_sizes):
             if isinstance(s, bool) or not isinstance(s, numbers.Integral):
                 raise TypeError(f"tensor_sizes[{i}] must be an int, got {type(s).__name__} {s!r}")
+            s = int(s)
             if s < 0:
-                raise ValueError(f"tensor_sizes[{i}] is negative ({s})")
-            sizes.append(int(s))
+                raise InvalidArgument(f"tensor_sizes[{i}] is negative ({s})")
+            if s == 0:
+                raise InvalidArgument(f"tensor_sizes[{i}] is 0: every tensor has one element at least")
+            total += s
+            if total > _MAX_MODEL_ELEMENTS:
+                raise InvalidArgument(
+                    f"tensor_sizes add up to more than {_MAX_MODEL_ELEMENTS} elements (at tensor_sizes[{i}])"
+                )
+            sizes.append(s)
         if not sizes:
-            raise ValueError("tensor_sizes is empty: a model has one tensor at least")
+            raise InvalidArgument("tensor_sizes is empty: a model has one tensor at least")
         self._optimizer = self._core.make_optimizer(sizes)
         return self._optimizer
 
@@ -480,11 +590,22 @@ class Agent:
         next call, and after a view change (:meth:`recover`) the numbering
         starts again on every survivor.
 
+        ``params``: a NumPy float32 array or a CPU float32 torch tensor,
+        C-contiguous and writable, updated in place (a tensor's version
+        counter is bumped). (C++: the optimizer's
+        ``DistributedOptimizer::modelExchange``.)
+
         Raises:
-            InvalidArgument: no optimizer, or one without a model exchange
-            (allreduce_sgd), or a length mismatch. PeerFailure, TimeoutError.
+            TypeError, ValueError: not a float32 array, not contiguous,
+            read-only, not on the CPU. InvalidArgument: no optimizer, or one
+            without a model exchange (allreduce_sgd), or a length mismatch.
+            PeerFailure, TimeoutError.
         """
-        self._core.exchange(_as_array(params, "params"))
+        array = _as_array(params, "params")
+        try:
+            self._core.exchange(array)
+        finally:  # a failed exchange may have written part of it
+            _bump_version(params)
 
     # -- membership -------------------------------------------------------
     @property
@@ -518,15 +639,30 @@ class Agent:
         past ``transport.timeout_seconds`` but not yet past
         ``membership.suspect_seconds``, or this rank was stopped).
 
+        While ``fn`` runs, :meth:`close`, :meth:`abort`,
+        :meth:`make_optimizer` and :meth:`recover` on this agent raise
+        InvalidArgument (they would free or replace what survive is using):
+        call them after survive returns. (C++: ``Session::survive``.)
+
         Raises:
-            PeerFailure: the membership service is off. Expelled: the
-            survivors removed this rank. TimeoutError: from ``fn`` with no
-            view change following it, or no agreement within
-            ``membership.agreement_seconds``. Whatever else ``fn`` raises.
+            TypeError: ``fn`` not callable. PeerFailure: the membership
+            service is off. Expelled: the survivors removed this rank.
+            TimeoutError: from ``fn`` with no view change following it, or no
+            agreement within ``membership.agreement_seconds``. Whatever else
+            ``fn`` raises.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
-        return self._core.survive(fn)
+        self._surviving += 1
+        try:
+            return self._core.survive(fn)
+        finally:
+            self._surviving -= 1
+
+    def _not_surviving(self, call: str) -> None:
+        """Raises InvalidArgument naming ``call`` inside :meth:`survive`'s ``fn``."""
+        if getattr(self, "_surviving", 0) > 0:
+            raise InvalidArgument(f"{call}() inside survive(fn): call it after survive returns")
 
     @property
     def view_changes(self) -> list:
@@ -543,12 +679,16 @@ class Agent:
         (ranks), ``joined`` (ranks taken back), ``resume_step`` and
         ``seconds`` (how long the agreement took).
 
+        (C++: ``Session::recover``.)
+
         Raises:
-            InvalidArgument: the membership service is off. Expelled: the
-            survivors removed this rank. TimeoutError: no agreement within
+            InvalidArgument: the membership service is off; called inside
+            :meth:`survive`'s ``fn``. Expelled: the survivors removed this
+            rank. TimeoutError: no agreement within
             ``membership.agreement_seconds``. PeerFailure: another peer failed
             meanwhile (call it again).
         """
+        self._not_surviving("recover")
         return self._core.recover()
 
     def stats(self) -> dict:
@@ -588,8 +728,15 @@ class Agent:
         carries the mean of the values noted since the previous one (e.g.
         ``agent.note_metric("loss", loss.item())`` every step).
 
+        (C++: ``Metrics::note``.)
+
         Raises:
             TypeError: ``name`` not a str or ``value`` not a real number.
+            InvalidArgument: ``name`` is a field every step record has
+            already (``kind``, ``rank``, ``time``, ``step``, ``steps``,
+            ``compute_s``, ``communication_s``, ``waiting_s``,
+            ``sent_bytes``, ``received_bytes``, ``push_sum_weight``,
+            ``view``: module.cpp's kRecordFields and kStepRecordFields).
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str, got {name!r}")
@@ -603,24 +750,37 @@ class Agent:
         optimizer's steps (0 without one). Field values must be JSON-
         serialisable.
 
+        ``step``: an int in ``[0, 2**64)``. (C++: ``Metrics::emit``.)
+
         Raises:
-            TypeError: a value that is not JSON-serialisable. InvalidArgument:
-            an empty kind, or a field named kind, rank, time or step.
+            TypeError: a value that is not JSON-serialisable, a step that is
+            not an int. InvalidArgument: an empty kind, a step outside
+            ``[0, 2**64)``, or a field named kind, rank, time or step.
         """
         if step is None:
             step = self._optimizer.steps if self._optimizer is not None else 0
+        step = _int_arg(step, "step")
+        if not 0 <= step <= _UINT64_MAX:
+            raise InvalidArgument(f"step {step} outside [0, 2**64)")
         pairs = []
         for name, value in fields.items():
             try:
                 pairs.append((name, json.dumps(value, allow_nan=True)))
             except (TypeError, ValueError) as e:
                 raise TypeError(f"metrics field {name!r}: {e}") from None
-        self._core.emit_metrics(kind, int(step), pairs)
+        self._core.emit_metrics(kind, step, pairs)
 
     # -- lifetime ---------------------------------------------------------
     def close(self) -> None:
         """Delivers what is queued (within ``transport.linger_seconds``),
-        says goodbye to the peers and releases the transport. Idempotent."""
+        says goodbye to the peers and releases the transport. Idempotent.
+        (C++: ``Session::close``.)
+
+        Raises:
+            InvalidArgument: called inside :meth:`survive`'s ``fn`` (nothing
+            is closed). The close's own error (the agent is closed anyway).
+        """
+        self._not_surviving("close")
         self._optimizer = None
         try:
             self._core.close()
@@ -628,7 +788,14 @@ class Agent:
             self._remove_own_rendezvous()
 
     def abort(self) -> None:
-        """Closes without delivering what is still queued (error paths)."""
+        """Closes without delivering what is still queued (error paths).
+        (C++: ``Session::abort``.)
+
+        Raises:
+            InvalidArgument: called inside :meth:`survive`'s ``fn`` (nothing
+            is closed).
+        """
+        self._not_surviving("abort")
         self._optimizer = None
         try:
             self._core.abort()

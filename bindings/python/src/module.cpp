@@ -9,8 +9,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,14 +116,14 @@ bool hasFormat(const py::buffer_info& b, char f) {
 
 // The element type of `b`: float32 always; float64 and float16 when `wide`; a
 // buffer of 16-bit integers that the Python side viewed from a torch.bfloat16
-// or torch.float16 tensor when `half` names that dtype. Nullopt otherwise.
+// or torch.float16 tensor when `half` names that dtype (float16 may also come
+// as NumPy float16, format 'e'; bfloat16 only as 16-bit integers, never as
+// float16, whose bits mean other values). Nullopt otherwise.
 std::optional<DType> elementType(const py::buffer_info& b, bool wide, const std::string& half) {
   if (!half.empty()) {
-    if (b.itemsize != 2 || !(hasFormat(b, 'h') || hasFormat(b, 'H') || hasFormat(b, 'e')))
-      return std::nullopt;
-    if (half == "bfloat16") return DType::kBfloat16;
-    if (half == "float16") return DType::kFloat16;
-    throw py::value_error("dtype must be 'bfloat16' or 'float16'; got '" + half + "'");
+    const bool ints = hasFormat(b, 'h') || hasFormat(b, 'H');
+    if (b.itemsize != 2 || !(ints || (half == "float16" && hasFormat(b, 'e')))) return std::nullopt;
+    return half == "bfloat16" ? DType::kBfloat16 : DType::kFloat16;
   }
   if (b.itemsize == 4 && hasFormat(b, 'f')) return DType::kFloat32;
   if (wide && b.itemsize == 8 && hasFormat(b, 'd')) return DType::kFloat64;
@@ -127,15 +131,37 @@ std::optional<DType> elementType(const py::buffer_info& b, bool wide, const std:
   return std::nullopt;
 }
 
+// `obj`'s type, "module.Name" ("Name" for a built-in type), for messages.
+std::string typeName(const py::handle& obj) {
+  const py::handle t = py::type::handle_of(obj);
+  const auto module = py::str(t.attr("__module__")).cast<std::string>();
+  const auto name = py::str(t.attr("__qualname__")).cast<std::string>();
+  return module == "builtins" ? name : module + "." + name;
+}
+
 // `wide`: float64 and the 16-bit types are accepted too (the collectives);
 // `half`: "bfloat16" or "float16" for 16-bit integer buffers holding those bits.
-Array checkedArray(const py::buffer& obj, const char* name, bool wide, const std::string& half = "") {
-  py::buffer_info b = obj.request(/*writable=*/false);
+// @throws TypeError (not a buffer, another element type), ValueError (an
+// unknown `half`, read-only, not C-contiguous).
+Array checkedArray(const py::object& obj, const char* name, bool wide, const std::string& half = "") {
+  if (!half.empty() && half != "bfloat16" && half != "float16")
+    throw py::value_error(
+        "dtype must be '' (the buffer's own element type), 'bfloat16' or 'float16' (a "
+        "buffer of 16-bit integers holding those bits); got '" +
+        half + "'");
+  if (PyObject_CheckBuffer(obj.ptr()) == 0)
+    throw py::type_error(std::string(name) +
+                         " must be a NumPy array (or another object with the buffer protocol), not " +
+                         typeName(obj) + " (for a CPU torch tensor pass tensor.detach().numpy())");
+  py::buffer_info b = py::reinterpret_borrow<py::buffer>(obj).request(/*writable=*/false);
   const auto dtype = elementType(b, wide, half);
-  if (!dtype)
-    throw py::type_error(std::string(name) + " must hold " +
-                         (wide ? "float32, float64, float16 or bfloat16" : "float32") + " elements; got " +
-                         describe(b));
+  if (!dtype) {
+    const std::string want =
+        !half.empty() ? "16-bit integer (the bits of " + half + ")" + (half == "float16" ? " or float16" : "")
+        : wide        ? "float32, float64, float16 or bfloat16"
+                      : "float32";
+    throw py::type_error(std::string(name) + " must hold " + want + " elements; got " + describe(b));
+  }
   if (b.readonly) throw py::value_error(std::string(name) + " is read-only (" + describe(b) + ")");
   py::ssize_t expect = b.itemsize;
   for (auto d = static_cast<py::ssize_t>(b.ndim) - 1; d >= 0; --d) {
@@ -151,7 +177,7 @@ Array checkedArray(const py::buffer& obj, const char* name, bool wide, const std
   return Array{std::move(b), *dtype, n};
 }
 
-Array float32Array(const py::buffer& obj, const char* name,
+Array float32Array(const py::object& obj, const char* name,
                    std::optional<std::size_t> length = std::nullopt) {
   Array a = checkedArray(obj, name, false);
   if (length && a.size != *length)
@@ -166,6 +192,87 @@ ReduceOp parseOp(const std::string& op) {
   if (op == "max") return ReduceOp::kMax;
   if (op == "min") return ReduceOp::kMin;
   throw py::value_error("op must be 'sum', 'average' (or 'mean'), 'max' or 'min'; got '" + op + "'");
+}
+
+// ---- integers -----------------------------------------------------------------
+
+// `v` as an int (a Python int or an object with __index__, e.g. a NumPy
+// integer; not a bool, not a float). @throws TypeError naming `name`.
+py::int_ integerOf(const py::handle& v, const std::string& name) {
+  if (PyBool_Check(v.ptr()) != 0 || PyIndex_Check(v.ptr()) == 0)
+    throw py::type_error(name + " must be an int, got " + typeName(v) + " " +
+                         py::repr(v).cast<std::string>());
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (i == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::int_>(i);
+}
+
+// `v` (an int, see integerOf) in [0, max].
+// @throws TypeError, InvalidArgument (outside the range) naming `name`.
+std::uint64_t unsignedOf(const py::handle& v, const std::string& name,
+                         std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  const py::int_ i = integerOf(v, name);
+  const auto u = PyLong_AsUnsignedLongLong(i.ptr());
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();  // negative, or past 64 bits
+  } else if (u <= max) {
+    return u;
+  }
+  throw InvalidArgument(name + " " + py::str(static_cast<const py::object&>(i)).cast<std::string>() +
+                        " outside [0, " + std::to_string(max) + "]");
+}
+
+// make_optimizer's tensor_sizes: element counts, each > 0, adding up to at
+// most kMaxModelElements (so that a model's bytes, and those of an optimizer
+// state of 8-byte elements, fit in a ptrdiff_t).
+constexpr std::size_t kMaxModelElements = static_cast<std::size_t>(PTRDIFF_MAX) / 8;
+
+// @throws TypeError (not a sequence of ints), InvalidArgument (empty, a size
+// <= 0, a total past kMaxModelElements) naming the index.
+std::vector<std::size_t> tensorSizesOf(const py::object& sizes) {
+  if (py::isinstance<py::str>(sizes) || py::isinstance<py::bytes>(sizes) ||
+      !py::isinstance<py::iterable>(sizes))
+    throw py::type_error("tensor_sizes must be a sequence of ints, not " + typeName(sizes));
+  std::vector<std::size_t> out;
+  std::size_t total = 0;
+  for (const py::handle s : py::reinterpret_borrow<py::iterable>(sizes)) {
+    const std::string at = "tensor_sizes[" + std::to_string(out.size()) + "]";
+    const py::int_ i = integerOf(s, at);
+    if (PyObject_RichCompareBool(i.ptr(), py::int_(0).ptr(), Py_LE) == 1)
+      throw InvalidArgument(at + " is " + py::str(static_cast<const py::object&>(i)).cast<std::string>() +
+                            ": every tensor has one element at least");
+    const std::uint64_t n = unsignedOf(i, at);
+    if (n > kMaxModelElements - total)
+      throw InvalidArgument("tensor_sizes add up to more than " + std::to_string(kMaxModelElements) +
+                            " elements (at " + at + ")");
+    total += n;
+    out.push_back(static_cast<std::size_t>(n));
+  }
+  if (out.empty()) throw InvalidArgument("tensor_sizes is empty: a model has one tensor at least");
+  return out;
+}
+
+// ---- metrics ---------------------------------------------------------------------
+
+// The fields every metrics record has (Metrics::emit refuses them as fields
+// of a record of the caller's), and those Metrics::accountStep writes into
+// every "step" record, next to the means of what note_metric noted.
+constexpr std::array<const char*, 4> kRecordFields = {"kind", "rank", "time", "step"};
+constexpr std::array<const char*, 8> kStepRecordFields = {"steps",           "compute_s",  "communication_s",
+                                                          "waiting_s",       "sent_bytes", "received_bytes",
+                                                          "push_sum_weight", "view"};
+
+// @throws InvalidArgument when `name` is one of kRecordFields, or with
+// `stepRecord` one of kStepRecordFields, naming `what` and the field.
+void checkFieldName(const std::string& name, bool stepRecord, const char* what) {
+  if (name.empty()) throw InvalidArgument(std::string(what) + ": a field needs a name");
+  for (const char* f : kRecordFields)
+    if (name == f)
+      throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every record has");
+  if (stepRecord)
+    for (const char* f : kStepRecordFields)
+      if (name == f)
+        throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every step record has");
 }
 
 // ---- components ---------------------------------------------------------------
@@ -230,6 +337,26 @@ class PyAgent {
     session_.reset();
     rv_.reset();
   }
+
+  /// While the agent runs Python code of the caller's (survive's fn), a
+  /// call that would destroy or replace what the running C++ frame uses
+  /// (close, abort, make_optimizer, recover) is refused. Called with the GIL.
+  /// @throws InvalidArgument naming `call` while such code runs.
+  void notInCallback(const char* call) const {
+    if (callbacks_ > 0)
+      throw InvalidArgument(std::string(call) + "() inside survive(fn): call it after survive returns");
+  }
+  /// Counts a callback into the caller's Python code as running while it lives.
+  class Callback {
+   public:
+    explicit Callback(PyAgent& a) : a_(a) { ++a_.callbacks_; }
+    ~Callback() { --a_.callbacks_; }
+    Callback(const Callback&) = delete;
+    Callback& operator=(const Callback&) = delete;
+
+   private:
+    PyAgent& a_;
+  };
   bool closed() const { return session_ == nullptr; }
   /// The round of the next exchange(): 0 again once a new view is installed
   /// (every survivor starts the new view's exchanges at 0, whichever round
@@ -275,6 +402,7 @@ class PyAgent {
   std::uint64_t exchangeRound_ = 0;
   std::uint64_t exchangeView_ = 0;  // the view exchangeRound_ counts in
   std::uint64_t optimizerGeneration_ = 0;
+  int callbacks_ = 0;  // survive(fn) calls running (changed with the GIL held)
 };
 
 DistributedOptimizer& OptimizerHandle::get() const {
@@ -318,7 +446,7 @@ void withOptions(Communicator& comm, const CollectiveOptions& o, F&& fn) {
   comm.setOptions(saved);
 }
 
-void pyAllreduce(PyAgent& self, const py::buffer& data, const std::string& op,
+void pyAllreduce(PyAgent& self, const py::object& data, const std::string& op,
                  const std::optional<std::string>& algorithm, const std::string& half) {
   Array a = checkedArray(data, "data", true, half);
   const ReduceOp rop = parseOp(op);
@@ -346,7 +474,7 @@ struct PyWork {
   }
 };
 
-std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::buffer& data, const std::string& op,
+std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::object& data, const std::string& op,
                                          const std::optional<std::string>& algorithm,
                                          const std::string& half) {
   auto w = std::make_unique<PyWork>();
@@ -359,7 +487,7 @@ std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::buffer& data, 
   return w;
 }
 
-void pyBroadcast(PyAgent& self, const py::buffer& data, int root, const std::string& half) {
+void pyBroadcast(PyAgent& self, const py::object& data, int root, const std::string& half) {
   Array a = checkedArray(data, "data", true, half);
   Communicator& comm = self.agent().communicator();
   if (root < 0 || root >= comm.worldSize())
@@ -446,8 +574,12 @@ py::dict changeDict(const ViewChange& c) {
 // own failed) becomes the C++ exception again, so that the survivors agree
 // on a view and run it again (a TimeoutError only when the view is revoked
 // within Session::survive's grace); anything else propagates as it is.
+// While fn runs, close(), abort(), make_optimizer() and recover() on this
+// agent are refused (they would free or replace what Session::survive is
+// using): PyAgent::Callback.
 bool pySurvive(PyAgent& a, const py::function& fn) {
   Session& session = a.session();
+  const PyAgent::Callback running(a);  // destroyed after `release`: with the GIL
   py::gil_scoped_release release;
   return session.survive([&] {
     py::gil_scoped_acquire acquire;
@@ -541,91 +673,112 @@ void defineOptimizer(py::module_& m) {
   py::class_<OptimizerHandle>(
       m, "Optimizer",
       "The configured training algorithm of an Agent over a flat float32 parameter vector, as "
-      "Agent.make_optimizer(tensor_sizes) built it (not constructed directly). Its arrays are NumPy "
-      "float32 arrays or CPU float32 torch tensors, C-contiguous and writable, of exactly `size` "
-      "elements (any shape). Every method raises InvalidArgument once the agent is closed or aborted, "
-      "or once a later make_optimizer replaced this optimizer (an agent keeps one).")
+      "Agent.make_optimizer(tensor_sizes) built it (not constructed directly; C++: the Session's "
+      "DistributedOptimizer). Its arrays are NumPy float32 arrays, or other objects with the buffer "
+      "protocol, C-contiguous and writable, of exactly `size` elements (any shape); a CPU float32 torch "
+      "tensor has no buffer protocol: pass tensor.detach().numpy() (the same memory). Every method raises "
+      "InvalidArgument once the agent is closed or aborted, or once a later make_optimizer replaced this "
+      "optimizer (an agent keeps one).")
       .def_property_readonly(
           "name", [](const OptimizerHandle& h) { return h.get().name(); },
           "The algorithm's name (str), e.g. 'allreduce_sgd' or 'crossover_sgd', with its compressor's "
-          "when one wraps it. Raises InvalidArgument as every method.")
+          "when one wraps it (DistributedOptimizer::name). Raises InvalidArgument as every method.")
       .def_property_readonly(
           "size", [](const OptimizerHandle& h) { return h.size; },
           "Elements of the flat parameter vector (int): sum(tensor_sizes) of make_optimizer; the length of "
           "every array passed to the methods.")
       .def_property_readonly(
           "steps", [](const OptimizerHandle& h) { return h.get().steps(); },
-          "Steps completed (int): step() or mix_parameters() calls that counted. With the membership "
-          "service a view change may move it: a rank behind the survivors skips to their step. Raises "
-          "InvalidArgument as every method.")
+          "Steps completed (int): step() or mix_parameters() calls that counted "
+          "(DistributedOptimizer::steps). With the membership service a view change may move it: a rank "
+          "behind the survivors skips to "
+          "their step. Raises InvalidArgument as every method.")
       .def_property_readonly(
           "has_communication_only_form",
           [](const OptimizerHandle& h) { return h.get().hasCommunicationOnlyForm(); },
           "Whether the algorithm splits into reduce_gradients() before, and mix_parameters() after, a "
-          "local step made elsewhere (bool; gossamer.torch.DistributedOptimizer needs it). Raises "
-          "InvalidArgument as every method.")
+          "local step made elsewhere (bool; gossamer.torch.DistributedOptimizer needs it; "
+          "DistributedOptimizer::hasCommunicationOnlyForm). Raises InvalidArgument as every method.")
       .def(
           "step",
-          [](OptimizerHandle& h, const py::buffer& params, const py::buffer& grads) {
+          [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
             Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
             py::gil_scoped_release release;
             h.get().step(p.as<float>(), g.as<const float>());
           },
           py::arg("params"), py::arg("grads"),
-          "One training step: the C++ local SGD step and the algorithm's exchange, on float32 arrays of "
-          "`size` "
-          "elements (params updated in place). Raises ValueError/TypeError for bad arrays, PeerFailure, "
+          "One training step (DistributedOptimizer::step): the C++ local SGD step and the algorithm's "
+          "exchange. params, grads: float32 buffers (NumPy arrays) of `size` elements; params is updated in "
+          "place, grads only read. Raises TypeError (not a buffer, not float32), ValueError (a length other "
+          "than `size`, read-only, not contiguous), InvalidArgument as every method, PeerFailure, Expelled, "
           "TimeoutError.")
       .def(
           "reduce_gradients",
-          [](OptimizerHandle& h, const py::buffer& grads) {
+          [](OptimizerHandle& h, const py::object& grads) {
             Array g = float32Array(grads, "grads", h.size);
             py::gil_scoped_release release;
             h.get().reduceGradients(g.as<float>());
           },
           py::arg("grads"),
-          "Communication-only form, before a local step made elsewhere: averages `grads` (float32, `size`) "
-          "in "
-          "place for allreduce-style algorithms; gossip algorithms leave it. Raises as step.")
+          "Communication-only form, before a local step made elsewhere "
+          "(DistributedOptimizer::reduceGradients): averages `grads` (a float32 buffer of `size` elements) "
+          "in place for allreduce-style algorithms; gossip algorithms leave it. Raises as step.")
       .def_property_readonly(
           "replicated_model", [](const OptimizerHandle& h) { return h.get().replicatedModel(); },
           "Whether every rank holds the same model after each step (bool: AllReduce-SGD, a compressor "
-          "whose decoded average is the same everywhere); after a view change a rank behind takes the "
-          "survivors' model. Raises InvalidArgument as every method.")
+          "whose decoded average is the same everywhere; DistributedOptimizer::replicatedModel); after a "
+          "view change a rank behind takes the survivors' model. Raises InvalidArgument as every method.")
       .def_property_readonly(
           "skips_local_step", [](const OptimizerHandle& h) { return h.get().skipsLocalStep(); },
-          "True after a reduce_gradients() that leaves this step out (bool): with the membership service a "
-          "view change inside it found this rank behind the survivors (or rejoining); it takes their step "
-          "count and, for a replicated model, their model. Make no local step then, and call "
-          "mix_parameters(), which exchanges nothing. Raises InvalidArgument as every method.")
+          "True after a reduce_gradients() that leaves this step out (bool; "
+          "DistributedOptimizer::skipsLocalStep): with the membership service a view change inside it found "
+          "this rank behind the survivors (or rejoining); it takes their step count and, for a replicated "
+          "model, their model. Make no local step then, and call mix_parameters(), which exchanges nothing. "
+          "Raises InvalidArgument as every method.")
       .def(
           "mix_parameters",
-          [](OptimizerHandle& h, const py::buffer& params) {
+          [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
             py::gil_scoped_release release;
             h.get().mixParameters(p.as<float>());
           },
           py::arg("params"),
-          "Communication-only form, after the local step: mixes `params` (float32, `size`) in place with the "
-          "peers' for gossip algorithms, and counts the step. Raises as step.")
+          "Communication-only form, after the local step (DistributedOptimizer::mixParameters): mixes "
+          "`params` (a float32 buffer of `size` elements) in place with the peers' for gossip algorithms, "
+          "and counts the step. Raises as step.")
       .def(
           "flush",
-          [](OptimizerHandle& h, const py::buffer& params) {
+          [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
             py::gil_scoped_release release;
             h.get().flush(p.as<float>());
           },
-          py::arg("params"), "Completes an exchange still in flight (overlap mode) into `params`.")
+          py::arg("params"),
+          "Completes an exchange still in flight (overlap mode) into `params` (a float32 buffer of `size` "
+          "elements, in place); call before evaluating or saving the model (DistributedOptimizer::flush). "
+          "Raises as step.")
       .def(
-          "set_total_steps", [](OptimizerHandle& h, std::uint64_t n) { h.get().setTotalSteps(n); },
-          py::arg("total_steps"), "Announces the run's length in steps (A2SGD's final synchronisation).");
+          "set_total_steps",
+          [](OptimizerHandle& h, const py::object& totalSteps) {
+            const std::uint64_t n = unsignedOf(totalSteps, "total_steps");
+            h.get().setTotalSteps(n);
+          },
+          py::arg("total_steps"),
+          "Announces the run's length in steps (int in [0, 2**64); A2SGD's final synchronisation; "
+          "DistributedOptimizer::setTotalSteps). Raises TypeError (not an int, a bool), InvalidArgument "
+          "(outside the range) and as every method.");
 }
 
 void defineAgentCollectives(py::class_<PyAgent>& cls) {
-  py::class_<PyWork>(cls, "Work", "A non-blocking allreduce (Agent.allreduce_async).")
+  py::class_<PyWork>(
+      cls, "Work",
+      "A non-blocking allreduce (Agent.allreduce_async; C++: gossamer::Work); dropping it waits "
+      "for the allreduce.")
       .def(
           "wait",
           [](PyWork& w, std::optional<double> timeout) {
+            if (timeout && std::isnan(*timeout))
+              throw InvalidArgument("timeout is not a number (nan): give seconds >= 0, or None");
             py::gil_scoped_release release;
             if (timeout)
               w.work.wait(*timeout);
@@ -633,38 +786,65 @@ void defineAgentCollectives(py::class_<PyAgent>& cls) {
               w.work.wait();
           },
           py::arg("timeout") = py::none(),
-          "Blocks until the allreduce is done; raises its error (PeerFailure, TimeoutError), or "
-          "TimeoutError after `timeout` seconds if given.")
+          "Blocks until the allreduce is done (Work::wait); raises its error (PeerFailure, TimeoutError), or "
+          "TimeoutError after `timeout` seconds (float >= 0) if given; InvalidArgument for a negative or "
+          "NaN timeout.")
       .def(
           "is_completed", [](const PyWork& w) { return w.work.test(); },
-          "True once the allreduce has finished, successfully or not.");
+          "True once the allreduce has finished, successfully or not (Work::test). Never blocks.");
   cls.def("allreduce", &pyAllreduce, py::arg("data"), py::arg("op") = "average",
-          py::arg("algorithm") = py::none(), py::arg("dtype") = "")
+          py::arg("algorithm") = py::none(), py::arg("dtype") = "",
+          "Reduces `data` over all ranks, in place (Communicator::allreduce). data: a C-contiguous, "
+          "writable buffer of float32, float64 or float16 elements, any shape, or of 16-bit integers "
+          "holding bfloat16 or float16 bits when `dtype` is 'bfloat16' or 'float16'; host memory only. "
+          "op: 'average' (or 'mean'), 'sum', 'max', 'min'. algorithm: an allreduce_algorithms() name for "
+          "this call (None: the config's). Raises TypeError (not a buffer, another element type), "
+          "ValueError (read-only, not contiguous, unknown op, algorithm or dtype), InvalidArgument (the "
+          "agent is closed), PeerFailure, ProtocolError, TimeoutError.")
       .def("allreduce_async", &pyAllreduceAsync, py::arg("data"), py::arg("op") = "average",
-           py::arg("algorithm") = py::none(), py::arg("dtype") = "")
-      .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "")
-      .def("barrier", [](PyAgent& a) {
-        Communicator& c = a.agent().communicator();
-        py::gil_scoped_release release;
-        c.barrier();
-      });
+           py::arg("algorithm") = py::none(), py::arg("dtype") = "",
+           "Starts allreduce(data, op, algorithm, dtype) on the communication thread and returns its Work at "
+           "once (Communicator::iallreduce); `data` (host memory, kept alive by the Work) must not be read "
+           "or written until the Work is done. Raises as allreduce for bad arguments, at the call; the "
+           "reduction's own errors come from Work.wait().")
+      .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "",
+           "Copies rank `root`'s `data` into every rank's, in place (Communicator::broadcast). data, dtype: "
+           "as allreduce; root: a rank in [0, world_size). Raises as allreduce; ValueError for a root "
+           "outside the range.")
+      .def(
+          "barrier",
+          [](PyAgent& a) {
+            Communicator& c = a.agent().communicator();
+            py::gil_scoped_release release;
+            c.barrier();
+          },
+          "Returns once every rank has entered the barrier (Communicator::barrier). Raises InvalidArgument "
+          "(closed), PeerFailure, TimeoutError.");
 }
 
 void defineAgentTraining(py::class_<PyAgent>& cls) {
   cls.def(
          "make_optimizer",
-         [](PyAgent& a, const std::vector<std::size_t>& tensorSizes) {
+         [](PyAgent& a, const py::object& sizes) {
+           a.notInCallback("make_optimizer");
+           const std::vector<std::size_t> tensorSizes = tensorSizesOf(sizes);
            std::size_t n = 0;
-           for (auto s : tensorSizes) n += s;
+           for (auto s : tensorSizes) n += s;  // at most kMaxModelElements
            Session& session = a.session();
            const std::uint64_t generation = a.newOptimizerGeneration();
            py::gil_scoped_release release;
            return OptimizerHandle{&session.makeOptimizer(tensorSizes), n, &a, generation};
          },
-         py::arg("tensor_sizes"), py::keep_alive<0, 1>())
+         py::arg("tensor_sizes"), py::keep_alive<0, 1>(),
+         "Builds the configured algorithm (Session::makeOptimizer) for a flat float32 parameter vector made "
+         "of tensors of `tensor_sizes` elements (a sequence of ints > 0, at most PTRDIFF_MAX / 8 in all) and "
+         "returns its Optimizer; it replaces the agent's earlier one, whose Optimizer then raises. "
+         "Collective for hierarchical groups. Raises TypeError (not a sequence of ints; bools refused), "
+         "InvalidArgument (no sizes, a size <= 0, too large a total, named by index; the agent is closed; "
+         "called inside survive(fn)), ConfigError, PeerFailure, TimeoutError.")
       .def(
           "exchange",
-          [](PyAgent& a, const py::buffer& params) {
+          [](PyAgent& a, const py::object& params) {
             Array p = float32Array(params, "params");
             Agent& agent = a.agent();
             DistributedOptimizer* opt = nullptr;
@@ -683,86 +863,148 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
             exchange(p.as<float>(), round);
             ++round;  // a failed exchange takes no round: the next try repeats it
           },
-          py::arg("params"));
+          py::arg("params"),
+          "One gossip exchange of `params` (a float32 buffer of the optimizer's size, in place) with the "
+          "algorithm's peers, without a local step (DistributedOptimizer::modelExchange). Raises TypeError, "
+          "ValueError (bad buffer), InvalidArgument (no optimizer, or one without a model exchange; a "
+          "length mismatch), PeerFailure, TimeoutError.");
 }
 
 void defineAgentMembership(py::class_<PyAgent>& cls) {
-  cls.def_property_readonly("has_membership", [](PyAgent& a) { return a.session().elastic(); })
-      .def_property_readonly("view",
-                             [](PyAgent& a) {
-                               const View v = a.agent().view();
-                               py::dict d;
-                               d["number"] = v.number;
-                               d["coordinator"] = v.coordinator;
-                               d["members"] = v.members;
-                               return d;
-                             })
-      .def("recover",
-           [](PyAgent& a) {
-             Session& session = a.session();
-             ViewChange c;
-             {
-               py::gil_scoped_release release;
-               c = session.recover();
-             }
-             return changeDict(c);
-           })
-      .def_property_readonly("view_changes",
-                             [](PyAgent& a) {
-                               py::list out;
-                               for (const ViewChange& c : a.session().viewChanges())
-                                 out.append(changeDict(c));
-                               return out;
-                             })
-      .def("survive", &pySurvive, py::arg("fn"));
+  cls.def_property_readonly(
+         "has_membership", [](PyAgent& a) { return a.session().elastic(); },
+         "Whether the membership service is on (bool; membership.enabled; Session::elastic). Raises "
+         "InvalidArgument once closed.")
+      .def_property_readonly(
+          "view",
+          [](PyAgent& a) {
+            const View v = a.agent().view();
+            py::dict d;
+            d["number"] = v.number;
+            d["coordinator"] = v.coordinator;
+            d["members"] = v.members;
+            return d;
+          },
+          "The view in force (Agent::view): a dict of number (int, 0 for the first), coordinator (the rank "
+          "that issued it, -1 for the first) and members (ranks, ascending). Raises InvalidArgument once "
+          "closed.")
+      .def(
+          "recover",
+          [](PyAgent& a) {
+            a.notInCallback("recover");
+            Session& session = a.session();
+            ViewChange c;
+            {
+              py::gil_scoped_release release;
+              c = session.recover();
+            }
+            return changeDict(c);
+          },
+          "After a PeerFailure in a collective of the caller's: agrees with the survivors on a view without "
+          "the lost peers and rebuilds the communicator and optimizer over it (Session::recover). Returns a "
+          "dict: number, members, lost, joined (ranks), resume_step, seconds (the agreement's duration). "
+          "Raises InvalidArgument (membership off, closed, called inside survive(fn)), Expelled, "
+          "TimeoutError, PeerFailure.")
+      .def_property_readonly(
+          "view_changes",
+          [](PyAgent& a) {
+            py::list out;
+            for (const ViewChange& c : a.session().viewChanges()) out.append(changeDict(c));
+            return out;
+          },
+          "The view changes so far, oldest first: dicts as recover() returns (Session::viewChanges). Raises "
+          "InvalidArgument once closed.")
+      .def(
+          "survive", &pySurvive, py::arg("fn"),
+          "Runs fn() (a callable, with the GIL) until it completes over a view (Session::survive): a "
+          "PeerFailure (or a TimeoutError followed by a view change) inside it makes the survivors agree on "
+          "a view without the lost peers and run fn again. Returns True once fn completed, False when a view "
+          "change moved this rank past it. While fn runs, close(), abort(), make_optimizer() and recover() "
+          "on this agent raise InvalidArgument (\"close() inside survive(fn): call it after survive "
+          "returns\"). Raises PeerFailure (membership off), Expelled, TimeoutError, InvalidArgument "
+          "(closed), and whatever else fn raises.");
 }
 
 void defineAgentMetrics(py::class_<PyAgent>& cls) {
-  cls.def("stats",
+  cls.def(
+         "stats",
+         [](PyAgent& a) {
+           const TransportStats s = a.agent().transport().stats();
+           py::dict d;
+           d["bytes_sent"] = s.bytesSent;
+           d["bytes_received"] = s.bytesReceived;
+           d["messages_sent"] = s.messagesSent;
+           d["messages_received"] = s.messagesReceived;
+           return d;
+         },
+         "This rank's transport counters (Transport::stats): a dict of bytes_sent, bytes_received (bytes), "
+         "messages_sent, messages_received (ints). Raises InvalidArgument once closed.")
+      .def(
+          "take_metrics", [](PyAgent& a) { return a.records().take(); },
+          "The metrics records made since the last call, oldest first, each one JSON object as a str "
+          "(docs/metrics.md; Metrics::subscribe). At most 65,536 wait; older ones are dropped "
+          "(metrics_dropped). Works after close too.")
+      .def_property_readonly(
+          "metrics_dropped",
           [](PyAgent& a) {
-            const TransportStats s = a.agent().transport().stats();
-            py::dict d;
-            d["bytes_sent"] = s.bytesSent;
-            d["bytes_received"] = s.bytesReceived;
-            d["messages_sent"] = s.messagesSent;
-            d["messages_received"] = s.messagesReceived;
-            return d;
-          })
-      .def("take_metrics", [](PyAgent& a) { return a.records().take(); })
-      .def_property_readonly("metrics_dropped",
-                             [](PyAgent& a) {
-                               std::lock_guard<std::mutex> lk(a.records().mu);
-                               return a.records().dropped;
-                             })
-      .def_property_readonly("run_dir", [](PyAgent& a) { return a.agent().metrics().dir(); })
+            std::lock_guard<std::mutex> lk(a.records().mu);
+            return a.records().dropped;
+          },
+          "Records dropped because take_metrics() was not called often enough (int).")
+      .def_property_readonly(
+          "run_dir", [](PyAgent& a) { return a.agent().metrics().dir(); },
+          "The run directory where this rank's rank-R.jsonl is written (str; \"\" when none; Metrics::dir). "
+          "Raises InvalidArgument once closed.")
       .def(
           "emit_metrics",
-          [](PyAgent& a, const std::string& kind, std::uint64_t step,
+          [](PyAgent& a, const std::string& kind, const py::object& step,
              const std::vector<std::pair<std::string, std::string>>& fields) {
+            const std::uint64_t s = unsignedOf(step, "step");
             MetricFields f;
-            for (const auto& [name, text] : fields) f.emplace_back(name, JsonText{text});
+            for (const auto& [name, text] : fields) {
+              checkFieldName(name, false, "emit_metrics");
+              f.emplace_back(name, JsonText{text});
+            }
             Metrics& m = a.agent().metrics();
             py::gil_scoped_release release;
-            m.emit(kind, step, f);
+            m.emit(kind, s, f);
           },
-          py::arg("kind"), py::arg("step"), py::arg("fields"))
+          py::arg("kind"), py::arg("step"), py::arg("fields"),
+          "Appends a record of the caller's (Metrics::emit): kind (a non-empty str), step (int in [0, "
+          "2**64)), fields: (name, JSON text) pairs. Raises TypeError (step not an int), InvalidArgument (an "
+          "empty kind, a step outside the range, a field named kind, rank, time or step, malformed JSON, "
+          "closed).")
       .def(
           "note_metric",
           [](PyAgent& a, const std::string& name, double value) {
+            checkFieldName(name, true, "note_metric");
             Metrics& m = a.agent().metrics();
             py::gil_scoped_release release;
             m.note(name, value);
           },
-          py::arg("name"), py::arg("value"))
-      .def("close",
-           [](PyAgent& a) {
-             py::gil_scoped_release release;
-             a.close();
-           })
-      .def("abort", [](PyAgent& a) {
-        py::gil_scoped_release release;
-        a.abort();
-      });
+          py::arg("name"), py::arg("value"),
+          "Adds `value` (float) to the mean the next step record carries as `name` (Metrics::note). Raises "
+          "InvalidArgument for a name that a record has already (kind, rank, time, step, steps, compute_s, "
+          "communication_s, waiting_s, sent_bytes, received_bytes, push_sum_weight, view), or once closed.")
+      .def(
+          "close",
+          [](PyAgent& a) {
+            a.notInCallback("close");
+            py::gil_scoped_release release;
+            a.close();
+          },
+          "Delivers what is queued (within transport.linger_seconds), says goodbye and releases the "
+          "transport (Session::close); destroys the optimizer. Idempotent. Raises InvalidArgument inside "
+          "survive(fn), and the close's own error.")
+      .def(
+          "abort",
+          [](PyAgent& a) {
+            a.notInCallback("abort");
+            py::gil_scoped_release release;
+            a.abort();
+          },
+          "Closes without delivering what is still queued (Session::abort); destroys the optimizer. "
+          "Idempotent. Raises InvalidArgument inside survive(fn).");
 }
 
 }  // namespace
@@ -772,9 +1014,16 @@ PYBIND11_MODULE(_core, m) {
   defineExceptions(m);
   defineFunctions(m);
   defineOptimizer(m);
-  py::class_<PyAgent> cls(m, "Agent");
+  py::class_<PyAgent> cls(
+      m, "Agent",
+      "One rank's agent (C++: gossamer::Session over a zmq::Rendezvous store and every built-in "
+      "component): its transport, collectives, optimizer, membership and metrics. Use gossamer.Agent, "
+      "which wraps it. Not thread-safe: one thread issues an agent's calls. Every member raises "
+      "InvalidArgument once the agent is closed, unless it says otherwise.");
   cls.def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
                       int rank, const std::string& rendezvous) {
+            if (rendezvous.find('\0') != std::string::npos)
+              throw InvalidArgument("rendezvous contains a NUL byte");
             const Config c = loadConfig(source, isText, overrides);
             if (rank < 0 || rank >= c.worldSize())
               throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
@@ -782,17 +1031,27 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release release;
             return std::make_unique<PyAgent>(c, rank, rendezvous, c.get<double>("transport.timeout_seconds"));
           }),
-          py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"), py::arg("rendezvous"))
-      .def_property_readonly("rank", [](PyAgent& a) { return a.agent().rank(); })
-      .def_property_readonly("world_size", [](PyAgent& a) { return a.agent().worldSize(); })
-      .def_property_readonly("algorithm",
-                             [](PyAgent& a) { return a.agent().config().get<std::string>("algorithm.name"); })
-      .def_property_readonly("transport_kind",
-                             [](PyAgent& a) { return a.agent().config().get<std::string>("transport.kind"); })
+          py::arg("source"), py::arg("is_text"), py::arg("overrides"), py::arg("rank"), py::arg("rendezvous"),
+          "Joins the job (Session::Session): source is a YAML file path, or YAML text when is_text; "
+          "overrides \"key=value\" strs; rank in [0, world_size); rendezvous \"tcp://HOST:PORT\" or a "
+          "directory every rank sees. Blocks until every rank has joined (transport.timeout_seconds). Raises "
+          "ConfigError, InvalidArgument (rank outside the range, a NUL in rendezvous), TimeoutError, Error.")
+      .def_property_readonly(
+          "rank", [](PyAgent& a) { return a.agent().rank(); }, "This rank (int, in [0, world_size)).")
+      .def_property_readonly(
+          "world_size", [](PyAgent& a) { return a.agent().worldSize(); }, "Ranks in the job (int).")
+      .def_property_readonly(
+          "algorithm", [](PyAgent& a) { return a.agent().config().get<std::string>("algorithm.name"); },
+          "The configured algorithm.name (str).")
+      .def_property_readonly(
+          "transport_kind", [](PyAgent& a) { return a.agent().config().get<std::string>("transport.kind"); },
+          "The configured transport.kind (str).")
       .def_property_readonly(
           "timeout_seconds",
-          [](PyAgent& a) { return a.agent().config().get<double>("transport.timeout_seconds"); })
-      .def_property_readonly("closed", &PyAgent::closed);
+          [](PyAgent& a) { return a.agent().config().get<double>("transport.timeout_seconds"); },
+          "The bound on every network wait (float, seconds; transport.timeout_seconds).")
+      .def_property_readonly("closed", &PyAgent::closed,
+                             "Whether close() or abort() was called (bool; never raises).");
   defineAgentCollectives(cls);
   defineAgentTraining(cls);
   defineAgentMembership(cls);

@@ -134,7 +134,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent
  *  rank calls it with the same count, dtype and op. A different count is
  *  GOSSAMER_E_PROTOCOL on the ranks that see it; the dtype and op are not
  *  sent, so ranks that differ only in those get the wrong sums (as with MPI).
- *  `data` may be NULL when `count` is 0.
+ *  `data` must be host (CPU-addressable) memory: a device pointer (CUDA,
+ *  ...) is not supported. It may be NULL when `count` is 0.
  *  @return GOSSAMER_E_INVALID_ARGUMENT (NULL data, a dtype or op outside its
  *          enum, a count past PTRDIFF_MAX bytes), GOSSAMER_E_PEER_FAILURE on
  *          every rank, naming the peer (-1 on a rank whose view the membership
@@ -144,6 +145,7 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void
                                                      gossamer_dtype dtype, gossamer_op op);
 /** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in
  *  place. Collective: every rank gives the same count, dtype and root.
+ *  `data`: host memory, as gossamer_allreduce's.
  *  @return as gossamer_allreduce; GOSSAMER_E_INVALID_ARGUMENT for a root
  *          outside [0, world size). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count,
@@ -156,6 +158,9 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
  *  tensors have `tensor_sizes[0..n_tensors)` float32 elements, flattened in
  *  that order; it replaces an earlier one. Collective for some algorithms
  *  (hierarchical splits the ranks into groups): call it on every rank. A
+ *  call refused by its argument checks (the GOSSAMER_E_INVALID_ARGUMENT
+ *  cases below, and a handle that is not a live agent), which run before
+ *  anything changes, leaves an earlier optimizer in place; any later
  *  failure leaves the agent with no optimizer (the earlier one is gone):
  *  call it again before gossamer_step.
  *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, or sizes
@@ -166,6 +171,7 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent,
 /** One training step of the algorithm with its own local SGD
  *  (training.learning_rate, momentum, weight_decay): `params` (count
  *  float32, updated in place) from this rank's gradient `grads` (count float32).
+ *  Both are host (CPU-addressable) memory; device pointers are not supported.
  *  A peer that fails is recovered from inside the step (membership.enabled).
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer, for a
  *          count other than the sum of its sizes, or NULL arrays;
@@ -174,8 +180,9 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent,
 GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads,
                                                 size_t count);
 /** Communication-only form, before a local step made by the caller: averages
- *  `grads` (count float32, in place) for allreduce-style algorithms; gossip
- *  algorithms leave it (gradient tracking replaces it with its tracker). */
+ *  `grads` (count float32 in host memory, in place) for allreduce-style
+ *  algorithms; gossip algorithms leave it (gradient tracking replaces it with
+ *  its tracker). Returns as gossamer_step. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads,
                                                             size_t count);
 /** After gossamer_reduce_gradients: `*skips` is 1 when that call left this
@@ -188,11 +195,13 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agen
  *          a NULL `skips`. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips);
 /** Communication-only form, after the caller's local step: mixes `params`
- *  (count float32, in place) with the peers' for gossip algorithms, and counts the step. */
+ *  (count float32 in host memory, in place) with the peers' for gossip
+ *  algorithms, and counts the step. Returns as gossamer_step. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count);
-/** Completes communication still in flight into `params` (count float32);
- *  call before evaluating or saving the model. gossamer_reduce_gradients,
- *  gossamer_mix_parameters and this return as gossamer_step does. */
+/** Completes communication still in flight into `params` (count float32 in
+ *  host memory); call before evaluating or saving the model.
+ *  gossamer_reduce_gradients, gossamer_mix_parameters and this return as
+ *  gossamer_step does. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count);
 /** Steps the optimizer has taken. @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps);

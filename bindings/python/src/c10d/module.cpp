@@ -28,6 +28,15 @@ PYBIND11_MODULE(_c10d, m) {
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        const std::string& source, bool isText, std::vector<std::string> overrides,
                        double timeoutSeconds, const std::string& storeHost) {
+             // Before anything uses them: a None store would be dereferenced
+             // by the rendezvous, and the rank and size shape the config.
+             if (!store.defined())
+               throw py::value_error("gossamer: store is None: pass the c10d Store of the group");
+             if (size < 1)
+               throw py::value_error("gossamer: size " + std::to_string(size) + " is not positive");
+             if (rank < 0 || rank >= size)
+               throw py::value_error("gossamer: rank " + std::to_string(rank) + " outside [0, " +
+                                     std::to_string(size) + ")");
              overrides.push_back("world_size=" + std::to_string(size));
              const gossamer::Config config = gossamer::bindings::loadConfig(source, isText, overrides);
              py::gil_scoped_release release;  // the rendezvous waits for the peers
@@ -38,9 +47,11 @@ PYBIND11_MODULE(_c10d, m) {
            py::arg("overrides"), py::arg("timeout_seconds"), py::arg("store_host") = "",
            "Joins the group through the c10d `store`: `source` is the Gossamer config (YAML text if\n"
            "`is_text`, else a file path), `overrides` \"key=value\" strings; `timeout_seconds` bounds\n"
-           "each collective's waits; `store_host` (MASTER_ADDR) is what `transport.host: auto`\n"
-           "faces. Raises gossamer's errors as RuntimeError (a peer that never arrives: a timeout\n"
-           "naming it).")
+           "each collective's waits (seconds, > 0); `store_host` (MASTER_ADDR) is what\n"
+           "`transport.host: auto` faces. `rank` is in [0, `size`), `size` >= 1. Raises ValueError\n"
+           "for a None store, a size below 1 or a rank outside [0, size) (before anything else);\n"
+           "gossamer's errors as RuntimeError (a peer that never arrives: a timeout naming it).\n"
+           "(C++: ProcessGroupGossamer::ProcessGroupGossamer.)")
       .def_property_readonly("transport", &ProcessGroupGossamer::transportName,
                              "The transport's kind (\"zmq\", \"socket\", ...).");
 }

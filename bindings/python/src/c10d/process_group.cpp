@@ -30,8 +30,14 @@ namespace {
 
 class C10dStore final : public Store {
  public:
+  // torch's FileStore makes its file only on a first write, and its check()
+  // waits for the file until the store's timeout (30 min under
+  // init_process_group): a write first, which every store takes, so that
+  // tryGet answers at once.
   C10dStore(c10::intrusive_ptr<::c10d::Store> store, std::string routeHost)
-      : store_(std::move(store)), routeHost_(std::move(routeHost)) {}
+      : store_(std::move(store)), routeHost_(std::move(routeHost)) {
+    store_->add("gossamer/c10d-store-opened", 1);
+  }
   /// The address facing the store's host (transport.host: auto), if known.
   std::optional<std::string> localAddress() override {
     if (routeHost_.empty()) return std::nullopt;
@@ -281,6 +287,15 @@ at::Tensor flat(const std::vector<at::Tensor>& list) {
   return at::cat(views);
 }
 
+/// Ends `work` with `error`, swallowing what completing it throws (a Work
+/// completed already): for the threads' last-resort handlers.
+void completeQuietly(GossamerWork& work, const std::exception_ptr& error) noexcept {
+  try {
+    work.complete(error);
+  } catch (...) {  // nothing left to tell: its future holds a result already
+  }
+}
+
 /// Copies consecutive pieces of `from` into the tensors of `to`.
 void unflatten(const at::Tensor& from, std::vector<at::Tensor>& to) {
   int64_t at = 0;
@@ -342,6 +357,10 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
                                            const Config& config, const Registry& registry,
                                            double timeoutSeconds, const std::string& storeHost)
     : BackendBase(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
+  // Before the rendezvous dereferences the store.
+  TORCH_CHECK_VALUE(store.defined(), "gossamer: the c10d store is null");
+  TORCH_CHECK_VALUE(size >= 1, "gossamer: size ", size, " is not positive");
+  checkRank(rank, size, "process group");
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
   // About 31 years: a longer one (torch's timedelta.max) would overflow the clock's deadlines.
   constexpr double kLongestTimeoutSeconds = 1e9;
@@ -351,7 +370,19 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
   defaults_ = agent_->communicator().options();
   defaults_.timeoutSeconds = std::min(timeoutSeconds, kLongestTimeoutSeconds);
   collectiveThread_ = std::thread([this] { runCollectives(); });
-  p2pThread_ = std::thread([this] { runPointToPoint(); });
+  try {
+    p2pThread_ = std::thread([this] { runPointToPoint(); });
+  } catch (...) {
+    // The first thread is stopped and joined: a joinable std::thread's
+    // destructor (run as this constructor unwinds) would terminate.
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    collectiveThread_.join();
+    throw;
+  }
 }
 
 ProcessGroupGossamer::~ProcessGroupGossamer() {
@@ -391,10 +422,16 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType ty
                                                                std::vector<at::Tensor> outputs, Job job,
                                                                Staging staging) {
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
+  std::exception_ptr gone;
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    collectives_.push_back({work, std::move(job), std::move(staging)});
+    gone = collectiveThreadError_;
+    if (!gone) collectives_.push_back({work, std::move(job), std::move(staging)});
+  }
+  if (gone) {
+    work->complete(gone);  // the collective thread ended: nothing would run it
+    return work;
   }
   cv_.notify_all();
   return work;
@@ -404,29 +441,52 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType ty
 // After a failure (a dead peer, a timeout) the group is broken: c10d has no
 // view changes, so every later operation fails with the first error instead
 // of running over whichever ranks are left.
+//
+// An exception outside a job (a lock, completing a Work) ends the thread:
+// the operation it was running and every one queued fail with it, and so do
+// those enqueued later (collectiveThreadError_). None escapes the thread.
 void ProcessGroupGossamer::runCollectives() {
-  for (;;) {
-    Queued q;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !collectives_.empty(); });
-      if (collectives_.empty()) return;
-      q = std::move(collectives_.front());
-      collectives_.pop_front();
-    }
-    CollectiveOptions o = defaults_;
-    o.sequence = sequence_++ & Tag::kMaxStep;
-    std::exception_ptr error = failure();
-    if (!error) {
-      try {
-        q.job(o);
-        q.staging.copyBack();
-      } catch (...) {
-        error = std::current_exception();
-        fail(error);
+  c10::intrusive_ptr<GossamerWork> running;  // until its Work is completed
+  try {
+    for (;;) {
+      Queued q;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !collectives_.empty(); });
+        if (collectives_.empty()) return;
+        q = std::move(collectives_.front());
+        collectives_.pop_front();
       }
+      running = q.work;
+      CollectiveOptions o = defaults_;
+      o.sequence = sequence_++ & Tag::kMaxStep;
+      std::exception_ptr error = failure();
+      if (!error) {
+        try {
+          q.job(o);
+          q.staging.copyBack();
+        } catch (...) {
+          error = std::current_exception();
+          fail(error);
+        }
+      }
+      q.work->complete(error);
+      running.reset();
     }
-    q.work->complete(error);
+  } catch (...) {
+    try {
+      const std::exception_ptr error = std::current_exception();
+      std::deque<Queued> left;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!failure_) failure_ = error;
+        collectiveThreadError_ = error;
+        left.swap(collectives_);
+      }
+      if (running) completeQuietly(*running, error);
+      for (auto& q : left) completeQuietly(*q.work, error);
+    } catch (...) {  // no way left to report it; the thread ends rather than terminate the process
+    }
   }
 }
 
@@ -439,10 +499,19 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                              std::chrono::duration<double>(defaults_.timeoutSeconds));
   const bool receive = type != ::c10d::OpType::SEND;
+  std::exception_ptr gone;
   {
     std::lock_guard<std::mutex> lk(mu_);
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
-    pointToPoint_.push_back({work, std::move(request), peer, tag, receive, deadline, std::move(staging)});
+    gone = p2pThreadError_;
+    if (!gone)
+      pointToPoint_.push_back({work, std::move(request), peer, tag, receive, deadline, std::move(staging)});
+  }
+  if (gone) {
+    // The thread that completes sends and receives ended: `request` is
+    // cancelled as it goes out of scope here, and its Work fails.
+    work->complete(gone);
+    return work;
   }
   cv_.notify_all();
   return work;
@@ -457,7 +526,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
 // the wait within kPickUpSeconds (the thread wakes that often while any is
 // pending; a lone one's completion wakes it at once); with none pending it
 // sleeps until one is posted or the group stops. A failure of the
-// transport's progress itself fails every pending one with it.
+// transport's progress itself fails every pending one with it. An exception
+// outside that (a lock, completing a Work) ends the thread: every pending and
+// queued one is cancelled and fails with it, and so do those posted later
+// (p2pThreadError_). None escapes the thread.
 void ProcessGroupGossamer::runPointToPoint() {
   constexpr double kPickUpSeconds = 0.001;
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
@@ -501,51 +573,72 @@ void ProcessGroupGossamer::runPointToPoint() {
     pending.erase(pending.begin() + at);
     work->complete(error);  // a failed send or receive does not break the group's collectives
   };
-  for (;;) {
-    bool stopping = false;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
-      for (; !pointToPoint_.empty(); pointToPoint_.pop_front()) {
-        requests.push_back(std::move(pointToPoint_.front().request));
-        pending.push_back(std::move(pointToPoint_.front()));
+  try {
+    for (;;) {
+      bool stopping = false;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
+        for (; !pointToPoint_.empty(); pointToPoint_.pop_front()) {
+          requests.push_back(std::move(pointToPoint_.front().request));
+          pending.push_back(std::move(pointToPoint_.front()));
+        }
+        stopping = stop_;
       }
-      stopping = stop_;
-    }
-    if (stopping)
+      if (stopping)
+        for (std::size_t i = 0; i < pending.size();) {
+          if (pending[i].receive)
+            settle(i, End::kDestroyed);
+          else
+            ++i;
+        }
+      if (pending.empty()) {
+        if (stopping) return;
+        continue;
+      }
+      int settled = -1;
+      std::exception_ptr thrown;
+      try {
+        if (requests.size() == 1)  // the usual blocking send or recv: its own wait wakes at once
+          settled = requests[0].waitFor(kPickUpSeconds) ? 0 : -1;
+        else
+          settled = Request::waitAny(requests, kPickUpSeconds);
+      } catch (...) {
+        // The lone request's own failure, or the transport's progress failing
+        // (waitAny throws no request's own): either way theirs.
+        thrown = std::current_exception();
+      }
+      if (thrown) {
+        while (!pending.empty()) settle(0, End::kSettled, thrown);
+        continue;
+      }
+      if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
+      const auto now = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < pending.size();) {
-        if (pending[i].receive)
-          settle(i, End::kDestroyed);
+        if (pending[i].deadline <= now)
+          settle(i, End::kTimedOut);
         else
           ++i;
       }
-    if (pending.empty()) {
-      if (stopping) return;
-      continue;
     }
-    int settled = -1;
-    std::exception_ptr thrown;
+  } catch (...) {
     try {
-      if (requests.size() == 1)  // the usual blocking send or recv: its own wait wakes at once
-        settled = requests[0].waitFor(kPickUpSeconds) ? 0 : -1;
-      else
-        settled = Request::waitAny(requests, kPickUpSeconds);
-    } catch (...) {
-      // The lone request's own failure, or the transport's progress failing
-      // (waitAny throws no request's own): either way theirs.
-      thrown = std::current_exception();
-    }
-    if (thrown) {
-      while (!pending.empty()) settle(0, End::kSettled, thrown);
-      continue;
-    }
-    if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
-    const auto now = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < pending.size();) {
-      if (pending[i].deadline <= now)
-        settle(i, End::kTimedOut);
-      else
-        ++i;
+      const std::exception_ptr error = std::current_exception();
+      std::vector<c10::intrusive_ptr<GossamerWork>> works;
+      for (auto& p : pending) works.push_back(std::move(p.work));
+      requests.clear();  // cancels them: their buffers are not written after
+      pending.clear();
+      std::deque<Posted> queued;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        p2pThreadError_ = error;
+        queued.swap(pointToPoint_);
+      }
+      for (auto& p : queued) works.push_back(std::move(p.work));
+      queued.clear();  // cancels their requests
+      for (auto& w : works)
+        if (w) completeQuietly(*w, error);
+    } catch (...) {  // no way left to report it; the thread ends rather than terminate the process
     }
   }
 }

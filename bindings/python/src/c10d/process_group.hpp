@@ -180,6 +180,9 @@ class ProcessGroupGossamer final : public BackendBase {
   /// the group's timeout after now.
   c10::intrusive_ptr<::c10d::Work> completeLater(::c10d::OpType type, std::vector<at::Tensor> outputs,
                                                  Request request, int peer, int tag, Staging staging);
+  /// The threads' bodies. Neither lets an exception escape: one thrown
+  /// outside an operation's job ends the thread after failing every Work it
+  /// holds or has queued (collectiveThreadError_, p2pThreadError_).
   void runCollectives();
   void runPointToPoint();
   /// The error that broke the group (null while it works), and recording it.
@@ -211,6 +214,11 @@ class ProcessGroupGossamer final : public BackendBase {
   std::deque<Posted> pointToPoint_;
   bool stop_ = false;
   std::exception_ptr failure_;  // the first collective's error: every later collective fails with it
+  // The error that ended a thread outside any operation's own work (a lock,
+  // completing a Work): null while it runs. Once set, that thread's queued
+  // operations have failed with it, and later ones fail with it at once.
+  std::exception_ptr collectiveThreadError_;
+  std::exception_ptr p2pThreadError_;
   std::thread collectiveThread_;
   std::thread p2pThread_;
 };
