@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -941,4 +942,34 @@ TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with 
   const auto a = plain["model_crc32c_by_rank"];
   REQUIRE(a.size() == static_cast<std::size_t>(n));
   CHECK(resumed["model_crc32c_by_rank"] == a);
+}
+
+TEST_CASE("a rank whose peers run another job (another world_size) fails before its first step, not alone",
+          "[multiproc][train][membership]") {
+  gossamer::testing::requireFashionMnist();
+  TempDir dir;
+  // Rank 0 of a world of 2 and rank 1 of a world of 3 on one rendezvous:
+  // rank 0 loses its only peer at once; it must not train on by itself and
+  // exit 0 as if the job had run.
+  writeFile(dir / "two.yaml",
+            smallConfig("zmq", "crossover_sgd", 2, 1, 10.0) + "membership:\n  enabled: true\n");
+  writeFile(dir / "three.yaml",
+            smallConfig("zmq", "crossover_sgd", 3, 1, 10.0) + "membership:\n  enabled: true\n");
+  std::vector<pid_t> pids;
+  pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / "three.yaml", "--rank", "1",
+                        "--rendezvous", dir / "rdv", "--progress", "off"},
+                       dir / "out1", dir / "err1"));
+  pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / "two.yaml", "--rank", "0",
+                        "--rendezvous", dir / "rdv", "--progress", "off"},
+                       dir / "out0", dir / "err0"));
+  std::vector<std::optional<int>> status;
+  for (pid_t pid : pids) status.push_back(waitBounded(pid, 120));
+  const std::string err0 = readFile(dir / "err0");
+  INFO("rank 0:\n" << err0 << "\nrank 1:\n" << readFile(dir / "err1"));
+  REQUIRE(status[1].has_value());
+  CHECK(WIFEXITED(*status[1]));
+  CHECK(WEXITSTATUS(*status[1]) == 1);
+  CHECK(err0.find("lost every peer of its world of 2 before the first step") != std::string::npos);
+  REQUIRE(status[0].has_value());
+  CHECK(WEXITSTATUS(*status[0]) != 0);  // rank 1 waits for a rank 2 that never comes
 }
