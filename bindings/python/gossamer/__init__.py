@@ -249,8 +249,8 @@ def _int_arg(value: Any, name: str) -> int:
 
 _INT_MAX = 2**31 - 1  # the C++ int of ranks
 _UINT64_MAX = 2**64 - 1  # the C++ std::uint64_t of step counts
-# make_optimizer: at most PTRDIFF_MAX / 8 elements in all (its C++ bound).
-_MAX_MODEL_ELEMENTS = (2**63 - 1) // 8
+# make_optimizer: at most PTRDIFF_MAX / 4 float32 elements in all (its C++ bound).
+_MAX_MODEL_ELEMENTS = (2**63 - 1) // 4
 
 
 class Work:
@@ -549,7 +549,7 @@ class Agent:
             TypeError: ``tensor_sizes`` not a sequence of ints (floats and
             bools are refused; NumPy integers are ints). InvalidArgument
             (a ValueError), naming the index: no sizes, a size of 0 or a
-            negative one, sizes adding up to more than ``PTRDIFF_MAX / 8``
+            negative one, sizes adding up to more than ``PTRDIFF_MAX / 4``
             elements; called inside :meth:`survive`'s ``fn``; sizes the
             algorithm refuses. ConfigError: unknown algorithm. PeerFailure,
             TimeoutError: a collective of a hierarchical group's set-up.

@@ -225,7 +225,7 @@ std::uint64_t unsignedOf(const py::handle& v, const std::string& name,
 // make_optimizer's tensor_sizes: element counts, each > 0, adding up to at
 // most kMaxModelElements (so that a model's bytes, and those of an optimizer
 // state of 8-byte elements, fit in a ptrdiff_t).
-constexpr std::size_t kMaxModelElements = static_cast<std::size_t>(PTRDIFF_MAX) / 8;
+constexpr std::size_t kMaxModelElements = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float);
 
 // @throws TypeError (not a sequence of ints), InvalidArgument (empty, a size
 // <= 0, a total past kMaxModelElements) naming the index.
@@ -837,7 +837,7 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
          },
          py::arg("tensor_sizes"), py::keep_alive<0, 1>(),
          "Builds the configured algorithm (Session::makeOptimizer) for a flat float32 parameter vector made "
-         "of tensors of `tensor_sizes` elements (a sequence of ints > 0, at most PTRDIFF_MAX / 8 in all) and "
+         "of tensors of `tensor_sizes` elements (a sequence of ints > 0, at most PTRDIFF_MAX / 4 in all) and "
          "returns its Optimizer; it replaces the agent's earlier one, whose Optimizer then raises. "
          "Collective for hierarchical groups. Raises TypeError (not a sequence of ints; bools refused), "
          "InvalidArgument (no sizes, a size <= 0, too large a total, named by index; the agent is closed; "

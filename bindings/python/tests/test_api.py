@@ -363,3 +363,182 @@ def test_every_public_name_has_a_docstring():
                 if not doc or len(doc.strip()) < 15:
                     missing.append(f"{mod.__name__}.{qual}")
     assert not missing, missing
+
+
+def test_close_abort_make_optimizer_and_recover_inside_survive_are_refused(agent):
+    # Each would free or replace the session that survive() is running fn
+    # over: refused, naming the call, with nothing closed or replaced.
+    opt = agent.make_optimizer([4])
+    calls = {"close": agent.close, "abort": agent.abort, "make_optimizer": lambda: agent.make_optimizer([3]),
+             "recover": agent.recover}
+    for name, call in calls.items():
+        with pytest.raises(gossamer.InvalidArgument, match=rf"^{name}\(\) inside survive\(fn\): call it after"):
+            agent.survive(call)
+        assert not agent.closed, name
+    # The C++ entry points refuse them too, for callers of _core.
+    core = agent._core
+    core_calls = {"close": core.close, "abort": core.abort, "make_optimizer": lambda: core.make_optimizer([3]),
+                  "recover": core.recover}
+    for name, call in core_calls.items():
+        with pytest.raises(gossamer.InvalidArgument, match=rf"^{name}\(\) inside survive\(fn\)"):
+            core.survive(call)
+        assert not core.closed, name
+    # fn may catch the refusal: survive then completes it.
+    refused = []
+
+    def fn():
+        with pytest.raises(gossamer.InvalidArgument, match=r"close\(\) inside survive") as e:
+            agent.close()
+        refused.append(str(e.value))
+
+    assert agent.survive(fn) is True and len(refused) == 1
+    # The agent, and the optimizer made before, are usable after survive returns.
+    x, g = np.ones(4, dtype=np.float32), np.full(4, 2.0, dtype=np.float32)
+    opt.step(x, g)
+    assert opt.steps == 1
+    data = np.arange(3, dtype=np.float32)
+    agent.allreduce(data, op="sum")
+    np.testing.assert_array_equal(data, np.arange(3, dtype=np.float32))
+    assert agent.survive(lambda: agent.barrier()) is True
+    assert agent.view["number"] == 0 and agent.view_changes == []  # the refused recover() changed nothing
+    assert agent.make_optimizer([2, 3]).size == 5  # outside survive, allowed again
+    change = agent.recover()
+    assert change["number"] == 1 and change["members"] == [0] and change["lost"] == []
+    agent.close()
+    assert agent.closed
+
+
+def test_make_optimizer_refuses_empty_zero_non_integer_and_too_large_sizes(agent):
+    kept = agent.make_optimizer([4])
+    cases = [([], gossamer.InvalidArgument, r"^tensor_sizes is empty: a model has one tensor at least"),
+             ([0], gossamer.InvalidArgument, r"^tensor_sizes\[0\] is 0: every tensor has one element at least"),
+             ([3, 0], gossamer.InvalidArgument, r"^tensor_sizes\[1\] is 0: every tensor has one element at least"),
+             ([True], TypeError, r"^tensor_sizes\[0\] must be an int, got bool True"),
+             ([2.5], TypeError, r"^tensor_sizes\[0\] must be an int, got float 2\.5"),
+             ([2**63, 2**63], gossamer.InvalidArgument,
+              r"^tensor_sizes add up to more than \d+ elements \(at tensor_sizes\[0\]\)")]
+    for sizes, error, match in cases:
+        with pytest.raises(error, match=match):
+            agent.make_optimizer(sizes)
+        with pytest.raises(error, match=match):  # the C++ entry point checks the same
+            agent._core.make_optimizer(sizes)
+    # Refused before anything changed: the earlier optimizer is still the agent's.
+    x = np.ones(4, dtype=np.float32)
+    kept.step(x, np.ones(4, dtype=np.float32))
+    assert kept.steps == 1
+    assert agent.make_optimizer([2**20, 1]).size == 2**20 + 1
+
+
+def test_collectives_bump_the_version_of_a_tensor_autograd_saved(agent):
+    # Gossamer writes through a NumPy view autograd does not see: the
+    # tensor's version counter must move as torch's in-place ops move it, so
+    # that a backward() needing the old values fails instead of using the new.
+    import torch
+
+    def ops():
+        return {"allreduce": lambda t: agent.allreduce(t, op="sum"),
+                "allreduce_async": lambda t: agent.allreduce_async(t, op="sum").wait(),
+                "broadcast": lambda t: agent.broadcast(t, root=0)}
+
+    for name, op in ops().items():
+        w = torch.ones(3, requires_grad=True)
+        t = torch.full((3,), 2.0)
+        loss = (w * t).sum()  # saves t for w's gradient
+        before = t._version
+        op(t)
+        assert t._version > before, name
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+        # An untouched graph still runs backward: the error is the version's.
+        w2 = torch.ones(3, requires_grad=True)
+        t2 = torch.full((3,), 2.0)
+        (w2 * t2).sum().backward()
+        assert torch.equal(w2.grad, torch.full((3,), 2.0)), name
+    # A leaf that requires grad, reduced through .detach(), is bumped too.
+    leaf = torch.ones(2, requires_grad=True)
+    v = leaf._version
+    agent.allreduce(leaf)
+    assert leaf._version > v
+
+
+def test_note_metric_and_emit_metrics_refuse_the_records_own_fields(tmp_path):
+    for metrics in ("true", "false"):  # refused whether records are kept or not
+        rv = str(tmp_path / f"rv-{metrics}")
+        with gossamer.Agent(ONE, 0, rendezvous=rv, overrides=[f"run.metrics={metrics}"]) as a:
+            for field, kind in (("kind", "record"), ("step", "record"), ("rank", "record"), ("time", "record"),
+                                ("compute_s", "step record"), ("steps", "step record"),
+                                ("waiting_s", "step record"), ("view", "step record")):
+                with pytest.raises(gossamer.InvalidArgument,
+                                   match=rf"^note_metric: field '{field}' is one every {kind} has"):
+                    a.note_metric(field, 1.0)
+            for field in ("rank", "time"):
+                with pytest.raises(gossamer.InvalidArgument,
+                                   match=rf"^emit_metrics: field '{field}' is one every record has"):
+                    a.emit_metrics("eval", **{field: 3})
+            for field in ("kind", "rank", "time", "step"):  # kind and step are arguments of the wrapper
+                with pytest.raises(gossamer.InvalidArgument,
+                                   match=rf"^emit_metrics: field '{field}' is one every record has"):
+                    a._core.emit_metrics("eval", 0, [(field, "3")])
+            if metrics == "true":
+                # Nothing refused was noted: the next step record is the algorithm's own.
+                opt = a.make_optimizer([2])
+                a.note_metric("loss", 0.25)
+                opt.step(np.ones(2, dtype=np.float32), np.ones(2, dtype=np.float32))
+                a.emit_metrics("eval", accuracy=0.5)
+                got = a.metrics()
+                assert [r["kind"] for r in got] == ["start", "step", "eval"]
+                assert got[1]["loss"] == 0.25 and got[1]["step"] == 1 and got[1]["compute_s"] >= 0
+                assert got[2]["rank"] == 0 and got[2]["accuracy"] == 0.5
+
+
+def test_float16_data_is_not_taken_for_bfloat16(agent):
+    half = np.array([1.5, -2.0, 3.25], dtype=np.float16)
+    # float16 bits mean other values as bfloat16: refused, the data untouched.
+    for call in (lambda: agent._core.allreduce(half, "sum", None, "bfloat16"),
+                 lambda: agent._core.allreduce_async(half, "sum", None, "bfloat16"),
+                 lambda: agent._core.broadcast(half, 0, "bfloat16")):
+        with pytest.raises(TypeError, match=r"data must hold 16-bit integer \(the bits of bfloat16\) elements; "
+                                            r"got shape \(3,\), dtype float16"):
+            call()
+    np.testing.assert_array_equal(half, np.array([1.5, -2.0, 3.25], dtype=np.float16))
+    # As float16 it is reduced; 16-bit integers holding bfloat16 bits are taken.
+    agent._core.allreduce(half, "sum", None, "float16")
+    agent._core.allreduce_async(half, "max", None, "float16").wait(None)
+    agent._core.broadcast(half, 0, "float16")
+    np.testing.assert_array_equal(half, np.array([1.5, -2.0, 3.25], dtype=np.float16))
+    bits = np.array([0x3FC0, 0xC000], dtype=np.uint16)  # bfloat16 1.5, -2.0
+    agent._core.allreduce(bits, "sum", None, "bfloat16")
+    np.testing.assert_array_equal(bits, np.array([0x3FC0, 0xC000], dtype=np.uint16))
+    with pytest.raises(ValueError, match="dtype must be '' .*'bfloat16' or 'float16'.*got 'float8'"):
+        agent._core.allreduce(half, "sum", None, "float8")
+
+
+def test_rank_rendezvous_wait_timeout_and_metrics_step_are_validated(agent, tmp_path):
+    for rank in (True, False):
+        with pytest.raises(TypeError, match=rf"^rank must be an int, got bool {rank}"):
+            gossamer.Agent(ONE, rank, rendezvous=str(tmp_path / "rv-bool"))
+    for rv in (str(tmp_path / "r\0v"), str(tmp_path / "r\0v").encode()):
+        with pytest.raises(gossamer.InvalidArgument, match="^rendezvous contains a NUL character"):
+            gossamer.Agent(ONE, 0, rendezvous=rv)
+    with pytest.raises(gossamer.InvalidArgument, match="^rendezvous contains a NUL byte"):
+        gossamer._core.Agent("world_size: 1\n", True, [], 0, str(tmp_path / "r\0v"))
+    assert not (tmp_path / "r").exists()  # nothing made at the path cut at the NUL
+    work = agent.allreduce_async(np.ones(3, dtype=np.float32))
+    with pytest.raises(gossamer.InvalidArgument, match=r"^timeout is not a number \(nan\)"):
+        work.wait(float("nan"))
+    with pytest.raises(gossamer.InvalidArgument, match=r"^timeout is not a number \(nan\)"):
+        work._core.wait(float("nan"))
+    with pytest.raises(gossamer.InvalidArgument, match=r"^timeout -1\.0 s is negative"):
+        work.wait(-1.0)
+    work.wait(5.0)
+    assert work.is_completed()
+    with pytest.raises(gossamer.InvalidArgument, match=r"^step -1 outside \[0, 2\*\*64\)"):
+        agent.emit_metrics("eval", step=-1)
+    with pytest.raises(gossamer.InvalidArgument, match=r"^step 18446744073709551616 outside \[0, 2\*\*64\)"):
+        agent.emit_metrics("eval", step=2**64)
+    with pytest.raises(TypeError, match="^step must be an int, got bool True"):
+        agent.emit_metrics("eval", step=True)
+    with pytest.raises(gossamer.InvalidArgument, match=r"^step -1 outside \[0, 18446744073709551615\]"):
+        agent._core.emit_metrics("eval", -1, [])
+    agent.emit_metrics("eval", step=2**64 - 1, accuracy=1.0)
+    assert [(r["kind"], r["step"]) for r in agent.metrics()][-1] == ("eval", 2**64 - 1)

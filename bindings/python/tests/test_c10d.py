@@ -682,6 +682,41 @@ except RuntimeError as e:
     assert res["timeout"] and "timed out after 2" in res["error"] and "gossamer/zmq/1" in res["error"], res
 
 
+
+def test_a_none_store_and_bad_ranks_are_refused_before_the_store_is_used(run_ranks):
+    # The backend's constructor, called as torch's creator calls it: a None
+    # store (which the rendezvous would dereference), a size below 1 and a
+    # rank outside [0, size) are ValueErrors raised before anything touches
+    # the store; a good call then joins a group of one over the same store.
+    ranks = run_ranks(1, """
+import json
+import pytest
+import torch
+import torch.distributed as dist
+import gossamer.torch
+from gossamer import _c10d
+CFG = "transport:\\n  kind: zmq\\n  host: 127.0.0.1\\n  timeout_seconds: 5\\n"
+store = dist.HashStore()
+def make(store, rank, size):
+    return _c10d.ProcessGroupGossamer(store, rank, size, CFG, True, [], 5.0)
+with pytest.raises(ValueError, match="^gossamer: store is None: pass the c10d Store of the group"):
+    make(None, 0, 1)
+for size in (0, -1):
+    with pytest.raises(ValueError, match=f"^gossamer: size {size} is not positive"):
+        make(store, 0, size)
+for rank, size in ((2, 2), (-1, 2), (1, 1)):
+    with pytest.raises(ValueError, match=rf"^gossamer: rank {rank} outside \\[0, {size}\\)"):
+        make(store, rank, size)
+untouched = store.num_keys()
+pg = make(store, 0, 1)
+t = torch.arange(3.0)
+pg.allreduce([t]).wait()
+print(json.dumps({"untouched": untouched, "opened": store.get("gossamer/c10d-store-opened").decode(),
+                  "rank": pg.rank(), "size": pg.size(), "sum": t.tolist()}))
+""", env=store_env(), timeout=60).check()
+    assert ranks.results[0] == {"untouched": 0, "opened": "1", "rank": 0, "size": 1, "sum": [0.0, 1.0, 2.0]}, \
+        ranks.out[0] + ranks.err[0]
+
 # ---- DistributedDataParallel ----------------------------------------------------------------
 
 
