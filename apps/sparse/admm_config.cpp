@@ -14,7 +14,9 @@ void registerAdmmSection(Registry& registry) {
       "admm", "gossamer-admm: consensus ADMM (2D-TGA-ADMM) on L2-regularised sparse logistic regression.",
       KeySet()
           .text("train", d.train, {}, "LIBSVM training file, split into one contiguous shard per rank")
+          .perRank()
           .text("test", d.test, {}, "LIBSVM test file (accuracy of the consensus and the central model)")
+          .perRank()
           .integer("features", d.features, 0, INT_MAX,
                    "model dimension d (0: the largest feature index of the training file)")
           .real("l2", d.l2, {0.0, true, kUnbounded, false},

@@ -64,7 +64,9 @@ void registerSparseSection(Registry& registry) {
           .text("method", d.method, {"dense", "existing", "direct"},
                 "dense allreduce, sparse reduce + broadcast, or with direct transmission")
           .text("train", d.train, {}, "LIBSVM training file")
+          .perRank()
           .text("test", d.test, {}, "LIBSVM test file (empty: no test accuracy)")
+          .perRank()
           .integer("features", d.features, 0, 1 << 30, "d (0: the largest index in the files)"));
 }
 

@@ -56,8 +56,10 @@ void registerSimSection(Registry& registry) {
           .text("compute_from", d.computeFrom, {},
                 "a real run's directory: each rank replays its step records' compute_s + communication_s "
                 "(empty: step_seconds)")
+          .perRank()
           .text("platform", d.platform, {},
                 "a SimGrid platform file with hosts rank-0 .. rank-N-1 (empty: the one network: describes)")
+          .perRank()
           .intList("slow_ranks", d.slowRanks, 0, kMaxWorldSize - 1,
                    "stragglers: ranks whose compute is slower")
           .real("slow_factor", d.slowFactor, {1.0, true, 1e6, true},

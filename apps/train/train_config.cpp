@@ -30,6 +30,7 @@ void registerTrainSections(gossamer::Registry& registry) {
       "data", "Fashion-MNIST and how it is split over the peers.",
       KeySet()
           .text("path", d.data.path, {}, "folder with the four IDX .gz files")
+          .perRank()
           .text("partition", d.data.partition, {"iid", "non_iid"}, "iid, or Dirichlet label skew per peer")
           .real("dirichlet_alpha", d.data.dirichletAlpha, {0.0, false, kUnbounded, false},
                 "non_iid concentration; smaller is more skewed")
@@ -50,6 +51,7 @@ void registerTrainSections(gossamer::Registry& registry) {
           .text("stop_file", d.training.stopFile, {},
                 "when this file exists, every rank stops after the epoch in whose evaluation one of them "
                 "saw it, before training.epochs (empty: never)")
+          .perRank()
           .rule(checkStraggler));
 }
 

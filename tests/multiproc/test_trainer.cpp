@@ -944,32 +944,52 @@ TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with 
   CHECK(resumed["model_crc32c_by_rank"] == a);
 }
 
-TEST_CASE("a rank whose peers run another job (another world_size) fails before its first step, not alone",
-          "[multiproc][train][membership]") {
+namespace {
+// Starts one gossamer-train process per config (rank r runs configs[r]) on
+// one rendezvous; returns each one's exit status (nullopt: killed after
+// 120 s) and stderr.
+std::vector<std::pair<std::optional<int>, std::string>> runRanks(const TempDir& dir,
+                                                                 const std::vector<std::string>& configs) {
+  std::vector<pid_t> pids;
+  for (std::size_t r = 0; r < configs.size(); ++r) {
+    const std::string tag = std::to_string(r);
+    writeFile(dir / ("rank" + tag + ".yaml"), configs[r]);
+    pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / ("rank" + tag + ".yaml"), "--rank",
+                          tag, "--rendezvous", dir / "rdv", "--progress", "off"},
+                         dir / ("out" + tag), dir / ("err" + tag)));
+  }
+  std::vector<std::pair<std::optional<int>, std::string>> out;
+  for (std::size_t r = 0; r < pids.size(); ++r) {
+    const auto status = waitBounded(pids[r], 120);
+    out.emplace_back(status && WIFEXITED(*status) ? std::optional<int>(WEXITSTATUS(*status)) : std::nullopt,
+                     readFile(dir / ("err" + std::to_string(r))));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ranks started with different settings fail at start, the one that differs naming the key",
+          "[multiproc][train]") {
   gossamer::testing::requireFashionMnist();
   TempDir dir;
-  // Rank 0 of a world of 2 and rank 1 of a world of 3 on one rendezvous:
-  // rank 0 loses its only peer at once; it must not train on by itself and
-  // exit 0 as if the job had run.
-  writeFile(dir / "two.yaml",
-            smallConfig("zmq", "crossover_sgd", 2, 1, 10.0) + "membership:\n  enabled: true\n");
-  writeFile(dir / "three.yaml",
-            smallConfig("zmq", "crossover_sgd", 3, 1, 10.0) + "membership:\n  enabled: true\n");
-  std::vector<pid_t> pids;
-  pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / "three.yaml", "--rank", "1",
-                        "--rendezvous", dir / "rdv", "--progress", "off"},
-                       dir / "out1", dir / "err1"));
-  pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / "two.yaml", "--rank", "0",
-                        "--rendezvous", dir / "rdv", "--progress", "off"},
-                       dir / "out0", dir / "err0"));
-  std::vector<std::optional<int>> status;
-  for (pid_t pid : pids) status.push_back(waitBounded(pid, 120));
-  const std::string err0 = readFile(dir / "err0");
-  INFO("rank 0:\n" << err0 << "\nrank 1:\n" << readFile(dir / "err1"));
-  REQUIRE(status[1].has_value());
-  CHECK(WIFEXITED(*status[1]));
-  CHECK(WEXITSTATUS(*status[1]) == 1);
-  CHECK(err0.find("lost every peer of its world of 2 before the first step") != std::string::npos);
-  REQUIRE(status[0].has_value());
-  CHECK(WEXITSTATUS(*status[0]) != 0);  // rank 1 waits for a rank 2 that never comes
+  // Rank 1 was started with another learning rate, and with its own data
+  // path (a per-rank key, which may differ: a link to the same files).
+  const std::string base = smallConfig("zmq", "crossover_sgd", 3, 1, 10.0);
+  std::filesystem::create_directory_symlink(gossamer::testing::fashionMnistDir(), dir / "data");
+  std::string other = base;
+  other.replace(other.find("learning_rate: 0.01"), 19, "learning_rate: 0.5");
+  const std::string path = "path: " + gossamer::testing::fashionMnistDir() + "\n";
+  other.replace(other.find(path), path.size(), "path: " + (dir / "data") + "\n");
+  const auto ranks = runRanks(dir, {base, other, base});
+  std::string all;
+  for (const auto& [status, err] : ranks) all += err + "\n---\n";
+  INFO(all);
+  for (const auto& [status, err] : ranks) {
+    REQUIRE(status.has_value());
+    CHECK(*status == 1);
+  }
+  CHECK(ranks[1].second.find("key 'training.learning_rate': is 0.5 at rank 1 but 0.01 at rank 0") !=
+        std::string::npos);
+  CHECK(ranks[0].second.find("rank 1 runs with other settings than rank 0") != std::string::npos);
+  CHECK(ranks[2].second.find("rank 1 runs with other settings than rank 0") != std::string::npos);
 }

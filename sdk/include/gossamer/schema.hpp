@@ -80,6 +80,9 @@ struct KeySpec {
   bool distinct = false;             ///< kIntPairList: a != b in every pair.
   bool unique = false;               ///< kIntPairList: no pair twice.
   bool nonEmpty = false;             ///< kIntListList: no empty inner list.
+  /// May differ between the ranks of one job (a path, an address to bind):
+  /// left out of sharedSettings, which every rank must agree on.
+  bool perRank = false;
 };
 
 /// The keys and rules one component declares, built fluently:
@@ -120,6 +123,10 @@ class KeySet {
   /// the selected one; setting one to a non-default value under another
   /// selection is an error naming the selector.
   KeySet& onlyWhenSelected();
+  /// Marks the key declared last as one that may differ between the ranks
+  /// of a job (KeySpec::perRank).
+  /// @throws InvalidArgument if no key is declared yet.
+  KeySet& perRank();
 
   const std::vector<KeySpec>& keys() const noexcept { return keys_; }
   const std::vector<ConfigRule>& rules() const noexcept { return rules_; }
@@ -199,6 +206,11 @@ class ConfigSchema {
   const Section* findSection(const std::string& name) const;
   /// Cross-field rules, in registration order.
   const std::vector<ConfigRule>& rules() const noexcept { return rules_; }
+
+  /// The settings every rank of a job must run with, as text: one
+  /// "dotted.key = value" line per declared key, in registration order, but
+  /// for the keys marked perRank. Ranks compare it at start (Agent).
+  std::string sharedSettings(const Config& config) const;
 
   /// The reference as Markdown: one table per section (key, type, default,
   /// allowed values, meaning, who declares it). Deterministic.

@@ -27,6 +27,7 @@ void addTransportKeys(ConfigSchema& schema) {
                                         "address the transport binds to (ports are ephemeral); auto: this "
                                         "host's address on the interface that reaches the tcp rendezvous "
                                         "(127.0.0.1 with a directory)")
+                                  .perRank()
                                   .text("protocol", defaults::kProtocol, {"tcp", "ipc"},
                                         "endpoint protocol of the zmq and socket transports")
                                   .real("timeout_seconds", defaults::kTimeoutSeconds,
@@ -53,12 +54,16 @@ void addRunKeys(ConfigSchema& schema) {
                        "run directory for each rank's metrics (rank-R.jsonl) and the summary; auto: "
                        "results/runs/<UTC time>-<pid> below rank 0's working directory, shared with every "
                        "rank through the rendezvous; empty: no files")
+                 .perRank()
                  .boolean("metrics", true, "record per-step metrics (files and Agent callbacks)")
+                 .perRank()
                  .integer("metrics_every", 1, 1, 1000000, "steps per step record (each sums its steps)")
+                 .perRank()
                  .real("stall_seconds", 10.0, {0.0, true, 86400.0, true},
                        "warn when this rank has waited this long on the same peer and operation (which "
                        "rank, which operation and step, since when, when that peer's last message came), "
-                       "seconds; 0: off (read by the `run` transport service)"));
+                       "seconds; 0: off (read by the `run` transport service)")
+                 .perRank());
 }
 
 }  // namespace

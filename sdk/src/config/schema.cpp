@@ -276,6 +276,12 @@ KeySet& KeySet::onlyWhenSelected() {
   return *this;
 }
 
+KeySet& KeySet::perRank() {
+  if (keys_.empty()) throw InvalidArgument("perRank() before any key is declared");
+  keys_.back().perRank = true;
+  return *this;
+}
+
 // ---- ConfigSchema -------------------------------------------------------------
 
 ConfigSchema::ConfigSchema() { sections_.push_back(Section{"", "", "", {}, {}}); }
@@ -357,6 +363,7 @@ void ConfigSchema::merge(Section& section, const KeySet& keys, const std::string
     GOSSAMER_ENFORCE(!owner.empty() && !it->owners.empty(),
                      "key '" << dottedKey(section.name, k.name) << "' is declared twice");
     it->owners.push_back(owner);
+    it->spec.perRank = it->spec.perRank || k.perRank;
     if (it->spec.doc.empty()) it->spec.doc = k.doc;
     it->exclusive = it->exclusive && keys.exclusive();
   }
@@ -410,6 +417,17 @@ Config ConfigSchema::complete(const Config& config) const {
   return out;
 }
 
+std::string ConfigSchema::sharedSettings(const Config& config) const {
+  std::string out;
+  for (const Section& section : sections_)
+    for (const Entry& entry : section.entries) {
+      if (entry.spec.perRank) continue;
+      out += dottedKey(section.name, entry.spec.name) + " = " +
+             formatConfigValue(valueOf(config, section.name, entry)) + "\n";
+    }
+  return out;
+}
+
 std::string ConfigSchema::markdown() const {
   std::ostringstream os;
   for (const Section& s : sections_) {
@@ -428,7 +446,8 @@ std::string ConfigSchema::markdown() const {
       if (e.exclusive) owners += " (only when selected)";
       os << "| `" << e.spec.name << "` | " << typeName(e.spec.type) << " | `"
          << cell(formatConfigValue(e.spec.defaultValue)) << "` | " << cell(allowedText(e.spec)) << " | "
-         << cell(e.spec.doc) << " | " << cell(owners) << " |\n";
+         << cell(e.spec.doc + (e.spec.perRank ? " (may differ between ranks)" : "")) << " | " << cell(owners)
+         << " |\n";
     }
     os << "\n";
   }

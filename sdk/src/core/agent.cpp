@@ -10,10 +10,12 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include "core/agent_impl.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/network.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/log.hpp"
 #include "metrics/metered_optimizer.hpp"
 
@@ -68,6 +70,84 @@ void checkTensorSizes(const std::vector<std::size_t>& sizes) {
     total += sizes[i];
   }
 }
+// Every rank of a job runs with the same settings (all keys but those
+// declared perRank: paths, addresses to bind). Ranks started by hand with
+// different --set values would otherwise train together on different
+// learning rates or seeds, or fail later over frame sizes.
+constexpr const char* kSettingsKey = "gossamer.settings";
+
+// The first line of `mine` that `theirs` (rank 0's) does not have, as a
+// ConfigError naming its key.
+ConfigError settingsDiffer(const Config& c, int rank, const std::string& mine, const std::string& theirs) {
+  std::istringstream a(mine), b(theirs);
+  std::string here, there;
+  while (std::getline(a, here)) {
+    if (!std::getline(b, there)) there.clear();
+    if (here == there) continue;
+    const auto eq = here.find(" = ");
+    const std::string name = here.substr(0, eq);
+    const std::string value = eq == std::string::npos ? here : here.substr(eq + 3);
+    const std::string other =
+        there.rfind(name + " = ", 0) == 0 ? there.substr(name.size() + 3) : "(not declared: another program)";
+    return ConfigError(
+        c.sourceFile, 0, name,
+        "is " + value + " at rank " + std::to_string(rank) + " but " + other +
+            " at rank 0: the ranks of a job run with the same settings (paths and addresses to "
+            "bind may differ)");
+  }
+  return ConfigError(
+      c.sourceFile, 0, "",
+      "rank " + std::to_string(rank) + " declares fewer settings than rank 0: another program");
+}
+
+// Once the ranks are connected, on the bare transport (before the services
+// that count, delay or drop messages wrap it): every rank sends rank 0 the
+// CRC-32C of its ConfigSchema::sharedSettings, and rank 0 answers every rank
+// with the lowest rank whose digest is not its own (world_size: none). Rank
+// 0 put its text in the store before it connected (so it is this job's, not
+// a killed one's left in a reused rendezvous), for the rank that differs to
+// name the key; the others fail naming that rank. A process restarted into a
+// running job compares with the store's text alone.
+void checkSettings(const Config& c, const ConfigSchema& schema, int rank, Store& store, Transport& t) {
+  const std::string mine = schema.sharedSettings(c);
+  const double timeout = c.get<double>("transport.timeout_seconds");
+  if (c.getOr("membership.restarted", false)) {
+    const auto theirs = store.tryGet(kSettingsKey);
+    if (theirs && *theirs != mine) throw settingsDiffer(c, rank, mine, *theirs);
+    return;
+  }
+  const int n = c.worldSize();
+  if (n == 1) return;
+  const auto digest =
+      static_cast<std::int64_t>(crc32c(std::as_bytes(std::span<const char>(mine.data(), mine.size()))));
+  const Tag toRoot = Tag::make(Op::kControl, Tag::kMaxStep, 1),
+            fromRoot = Tag::make(Op::kControl, Tag::kMaxStep, 2);
+  std::int64_t verdict = n;
+  if (rank == 0) {
+    std::vector<std::int64_t> digests(static_cast<std::size_t>(n), digest);
+    std::vector<Request> receives;
+    for (int p = 1; p < n; ++p)
+      receives.push_back(
+          t.irecvOf<std::int64_t>(p, toRoot, std::span(&digests[static_cast<std::size_t>(p)], 1)));
+    waitAll(receives, timeout);
+    for (int p = 1; p < n && verdict == n; ++p)
+      if (digests[static_cast<std::size_t>(p)] != digest) verdict = p;
+    std::vector<Request> sends;
+    for (int p = 1; p < n; ++p) sends.push_back(t.isendOf<std::int64_t>(p, fromRoot, std::span(&verdict, 1)));
+    waitAll(sends, timeout);
+  } else {
+    Request answer = t.irecvOf<std::int64_t>(0, fromRoot, std::span(&verdict, 1));
+    t.isendOf<std::int64_t>(0, toRoot, std::span<const std::int64_t>(&digest, 1)).wait(timeout);
+    answer.wait(timeout);
+  }
+  if (verdict == n) return;
+  if (verdict == rank) throw settingsDiffer(c, rank, mine, store.get(kSettingsKey, timeout));
+  throw ConfigError(
+      c.sourceFile, 0, "",
+      "rank " + std::to_string(verdict) +
+          " runs with other settings than rank 0 (its error names the key): the ranks of a job run "
+          "with the same settings");
+}
 }  // namespace
 
 std::unique_ptr<DistributedOptimizer> Agent::Impl::createOptimizer(
@@ -116,6 +196,9 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   GOSSAMER_ENFORCE(rank >= 0 && rank < most, "rank " << rank << " outside world size " << most);
   impl_->registry = &registry;
   impl_->rank = rank;
+  // Rank 0's settings, before it connects (checkSettings).
+  if (rank == 0 && !impl_->config.getOr("membership.restarted", false))
+    store.set(kSettingsKey, registry.schema().sharedSettings(impl_->config));
   // Look every name up before connecting, so a bad config fails before any peer waits.
   const Config& c = impl_->config;
   const auto& makeTopology = registry.topology(c.get<std::string>("topology.kind"));
@@ -137,6 +220,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
                       std::to_string(most) + " ranks, but transport " + impl_->transport->name() +
                           " takes no rank beyond world_size (" + std::to_string(c.worldSize()) +
                           "): ranks join a running job over zmq");
+  checkSettings(c, registry.schema(), rank, store, *impl_->transport);
   for (const auto& wrap : registry.transportServices()) {
     impl_->transport = wrap(ctx, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");

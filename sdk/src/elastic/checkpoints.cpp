@@ -63,6 +63,7 @@ void detail::addCheckpointKeys(ConfigSchema& schema) {
                      .integer("every_steps", static_cast<int>(d.everySteps), 0, INT_MAX,
                               "save every N steps (0 = never); every rank at the same step")
                      .text("dir", d.dir, {}, "folder of the files rank-R-step-S.ckpt (the last two are kept)")
+                     .perRank()
                      .boolean("resume", d.resume,
                               "start from the newest step for which every rank has a checkpoint (none: from "
                               "scratch)")

@@ -221,14 +221,16 @@ void addSecurityKeys(ConfigSchema& schema) {
                     "Admission by key: every link authenticated and encrypted with CURVE (zmq; socket "
                     "and libfabric are refused at load with it on; inproc and simgrid, whose ranks share "
                     "one process, run as without).");
-  schema.addKeys("security",
-                 KeySet()
-                     .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
-                     .text("secret_key", "", {},
-                           "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
-                           "becomes the rank")
-                     .text("public_keys", "", {},
-                           "the admitted public keys: a certificate file, or a directory of them"));
+  schema.addKeys(
+      "security",
+      KeySet()
+          .boolean("enabled", false, "authenticate and encrypt every link; admit only listed keys")
+          .text("secret_key", "", {},
+                "this peer's secret certificate (gossamer-keygen; mode 0600); {rank} in it "
+                "becomes the rank")
+          .perRank()
+          .text("public_keys", "", {}, "the admitted public keys: a certificate file, or a directory of them")
+          .perRank());
 }
 }  // namespace detail
 

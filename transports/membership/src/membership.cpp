@@ -1086,6 +1086,7 @@ void registerWith(Registry& registry) {
                    "this process replaces a failed rank of the running job, or is a new rank beyond "
                    "world_size, and joins it (gossamer-train --rejoin and --join set it; needs rejoin and a "
                    "transport that takes restarted ranks back: zmq, socket, libfabric)")
+          .perRank()
           .integer("max_world_size", 0, 0, 1024,
                    "the most ranks the job may hold: ranks world_size..max_world_size-1 may join it while it "
                    "runs (gossamer-train --join; needs rejoin and zmq, socket or libfabric; 0: world_size, "
