@@ -15,7 +15,6 @@ SIGINT, and (through PR_SET_PDEATHSIG) its own death by SIGKILL, ctest's
 TIMEOUT.
 """
 
-import ctypes
 import json
 import os
 import signal
@@ -23,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from child_processes import dies_with
 
 SKIP = 77
 VICTIM = 2
@@ -58,19 +59,6 @@ def commands(kind, exe, src, work):
         trigger = "iter   3"
     return (lambda r: [exe, "--config", config, "--rank", str(r), "--rendezvous", rdv, "--summary-json",
                        os.path.join(work, f"summary{r}.json")] + sets + MEMBERSHIP), trigger
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def dies_with(parent, sig):
-    """A preexec_fn: the child gets `sig` when process `parent` (this script)
-    ends, however it ends; and ends at once if `parent` is gone already."""
-    def preexec():
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
 
 
 def wait_for(path, text, procs, seconds):

@@ -28,7 +28,6 @@ SIGTERM, which it passes on to its ranks, and each restarted process SIGKILL,
 so that no job of 100000 epochs outlives the test.
 """
 
-import ctypes
 import glob
 import json
 import os
@@ -39,8 +38,9 @@ import sys
 import tempfile
 import time
 
-N = 4
+from child_processes import dies_with
 
+N = 4
 
 
 # Lines that say why a rank lost its peers, printed from anywhere in the
@@ -71,19 +71,6 @@ def read(path):
             return f.read()
     except FileNotFoundError:
         return ""
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def dies_with(parent, sig):
-    """A preexec_fn: the child gets `sig` when process `parent` (this script)
-    ends, however it ends; and ends at once if `parent` is gone already."""
-    def preexec():
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
 
 
 def gone(pid):
