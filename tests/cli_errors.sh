@@ -58,6 +58,8 @@ else
   echo "skipped: gossamer-sim is not built (no SimGrid): its option checks did not run"
 fi
 
+expect "train --join with a job id that is not one" "is not the six letters and digits" \
+  "$train" --config "$dir/job.yaml" --join abc
 expect "train --rank over inproc" "--rank with transport.kind inproc" \
   "$train" --config "$dir/job.yaml" --rank 0 --rendezvous "$dir/rdv"
 expect "train --progress-seconds 1e-7" "--progress-seconds" "$train" --config "$dir/job.yaml" --progress-seconds 1e-7

@@ -905,6 +905,11 @@ TEST_CASE("config: optimizer, fault and membership settings no rank could run wi
     CHECK(contains(never->what(), "would never be in force"));
     CHECK_NOTHROW(reg().parse(faults + "\"0|1\"\n  partition_seconds: 2\n", kName));
   }
+  SECTION("a plain YAML bool or null where text belongs") {
+    CHECK(contains(requireError("run:\n  dir: false\n", 2, "run.dir"), "quote it: \"false\""));
+    CHECK(contains(requireError("checkpoint:\n  dir: True\n", 2, "checkpoint.dir"), "the plain YAML True"));
+    CHECK(reg().parse("run:\n  dir: \"false\"\n", kName).get<std::string>("run.dir") == "false");
+  }
   SECTION("a largest world size below the job's") {
     const auto err = parseError("world_size: 8\nmembership:\n  max_world_size: 4\n");
     REQUIRE(err.has_value());

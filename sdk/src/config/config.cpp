@@ -28,6 +28,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -750,6 +751,14 @@ class Parser {
     if (!value.IsScalar()) {
       throw ConfigError(file_, line, key, "expected a string, got " + describe(value));
     }
+    // A plain true, false or null is YAML's bool or null, not the text: `dir:
+    // false` would name a folder "false". Quoted, it is the text.
+    static const std::set<std::string> kNotText{"true",  "True", "TRUE", "false", "False",
+                                                "FALSE", "null", "Null", "NULL",  "~"};
+    if (value.Tag() != "!" && value.Tag() != "tag:yaml.org,2002:str" && kNotText.count(value.Scalar()) != 0)
+      throw ConfigError(file_, line, key,
+                        "expected a string, got the plain YAML " + value.Scalar() + " (quote it: \"" +
+                            value.Scalar() + "\")");
     if (auto err = checkText(value.Scalar(), f.choices)) throw ConfigError(file_, line, key, *err);
     return value.Scalar();
   }

@@ -408,10 +408,9 @@ std::string jobIdOf(const std::string& rendezvous) {
 }
 
 std::string jobRendezvous(const std::string& id) {
-  GOSSAMER_ENFORCE(
-      id.size() == 6 && std::all_of(id.begin(), id.end(),
-                                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }),
-      "job id '" << id << "' is not the six letters and digits the launcher printed");
+  if (id.size() != 6 ||
+      !std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+    throw InvalidArgument("job id '" + id + "' is not the six letters and digits the launcher printed");
   const std::string dir = kRendezvousPrefix + id;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
