@@ -9,6 +9,7 @@
 #   cli_errors.sh GOSSAMER_TRAIN GOSSAMER_KEYGEN GOSSAMER_SPARSE [GOSSAMER_SIM]
 set -uo pipefail
 train="$1" keygen="$2" sparse="$3" sim="${4:-}"
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 failures=0
@@ -74,6 +75,13 @@ if [ -n "$left" ]; then
   failures=$((failures + 1))
 fi
 
+# A test file with no rows: an accuracy of nothing is refused, not 0 %.
+printf '+1 1:1\n-1 2:1\n+1 1:1 2:1\n-1 3:1\n+1 1:2\n-1 2:2\n' >"$dir/train.libsvm"
+: >"$dir/empty.libsvm"
+expect "sparse with an empty test file" "key 'sparse.test': $dir/empty.libsvm holds no rows" \
+  "$sparse" --config "$src/examples/configs/sparse/sparse-sync.yaml" --set world_size=2 --set sparse.rounds=1 \
+  --set sparse.batch_size=2 --set "sparse.train=$dir/train.libsvm" --set "sparse.test=$dir/empty.libsvm" \
+  --set 'run.dir=""'
 expect "sparse over inproc" "job.yaml:2: key 'transport.kind': gossamer-sparse runs its ranks as processes" \
   "$sparse" --config "$dir/job.yaml"
 [ "$failures" -eq 0 ]

@@ -53,7 +53,10 @@ struct Data {
 Data loadData(const sparse::AdmmConfig& a) {
   Data d;
   d.train = sparse::readLibsvm(a.train, a.features);
+  if (a.test.empty()) throw gossamer::ConfigError("", 0, "admm.test", "is empty: give a LIBSVM test file");
   d.test = sparse::readLibsvm(a.test, d.train.features());
+  // An accuracy over no rows would read as 0 %, a model that is always wrong.
+  if (d.test.rows() == 0) throw gossamer::ConfigError("", 0, "admm.test", a.test + " holds no rows");
   return d;
 }
 

@@ -360,6 +360,7 @@ class SparseRounds final : public RoundProgram {
 
   double testAccuracy() const {
     const SparseDataset test = readLibsvm(sc_.test, d_);
+    if (test.rows() == 0) throw ConfigError("", 0, "sparse.test", sc_.test + " holds no rows");
     int correct = 0;
     for (int i = 0; i < test.rows(); ++i) {
       double z = p_.w0;
