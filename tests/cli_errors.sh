@@ -59,6 +59,9 @@ else
   echo "skipped: gossamer-sim is not built (no SimGrid): its option checks did not run"
 fi
 
+expect "train diverging (learning rate 1e300)" "training diverged: the average training loss of epoch 1 is" \
+  "$train" --config "$dir/job.yaml" --set training.learning_rate=1e300 --set data.train_limit=600 \
+  --set data.test_limit=100 --set training.epochs=2 --progress off
 expect "train --join with a job id that is not one" "is not the six letters and digits" \
   "$train" --config "$dir/job.yaml" --join abc
 expect "train --rank over inproc" "--rank with transport.kind inproc" \

@@ -267,6 +267,12 @@ class RankTrainer {
     const bool stop = !t_.training.stopFile.empty() && std::filesystem::exists(t_.training.stopFile, ec);
     double sums[4] = {e.loss, trainBytes_, trainMessages_, stop ? 1.0 : 0.0};
     comm.allreduce(std::span<double>(sums, 4), ReduceOp::kAverage);
+    // The same average on every rank: they all stop here, with the reason,
+    // rather than train on a model of NaNs and report success.
+    if (!std::isfinite(sums[0]))
+      throw Error("training diverged: the average training loss of epoch " + std::to_string(e.epoch) +
+                  " is " + std::to_string(sums[0]) + " (training.learning_rate " +
+                  std::to_string(t_.training.learningRate) + " too large?)");
     std::copy(params_.begin(), params_.end(), average_.begin());
     session_.agent().average(average_);
     double dist = 0;
