@@ -396,7 +396,10 @@ class ZmqTransport final : public Transport {
     {
       auto& peer = *peers_[static_cast<std::size_t>(dst)];
       std::lock_guard<std::mutex> lk(peer.mu);
-      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      if (peer.tornDown) {
+        life_.checkOpen("isend");  // this rank closed: Cancelled, not its peer's failure
+        throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      }
       peer.tx.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
       peer.tx.send(body, ::zmq::send_flags::none);
     }
@@ -429,7 +432,10 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(dst)];
     {
       std::lock_guard<std::mutex> lk(peer.mu);
-      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      if (peer.tornDown) {
+        life_.checkOpen("isend");  // this rank closed: Cancelled, not its peer's failure
+        throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      }
       {
         std::lock_guard<std::mutex> ll(loansMu_);
         loans_.emplace(state.get(), loan.get());
@@ -1229,7 +1235,10 @@ class ZmqTransport final : public Transport {
     auto& peer = *peers_[static_cast<std::size_t>(dst)];
     {
       std::lock_guard<std::mutex> lk(peer.mu);
-      if (peer.tornDown) throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      if (peer.tornDown) {
+        life_.checkOpen("isend");  // this rank closed: Cancelled, not its peer's failure
+        throw PeerFailure(dst, "cannot send: " + closedWhy(dst));
+      }
       d.ticket = pulls_.add(dst, state, data.size());  // Cancelled once close() failed them all
       // As in lend(): registered first, so a peer found gone from now on fails it.
       if (life_.gone(dst)) {
