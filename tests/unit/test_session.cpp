@@ -335,6 +335,31 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("session: inproc jobs of different world sizes run one after another on one registry",
+          "[session]") {
+  // The registry's own fabric (inproc::registerWith without one), as the C
+  // and Python bindings use it: a job of 1, then a job of 2, then 1 again.
+  Registry reg;
+  inproc::registerWith(reg);
+  membership::registerWith(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  for (const int n : {1, 2, 1}) {
+    INFO("world of " << n);
+    const Config config = reg.parse(configText(n, "allreduce_sgd"));
+    MemoryStore store;
+    std::vector<double> sums(static_cast<std::size_t>(n));
+    onEveryRank(n, [&](int r) {
+      Session session(config, r, store, reg);
+      double x = r + 1;
+      session.agent().communicator().allreduce(std::span<double>(&x, 1));
+      sums[static_cast<std::size_t>(r)] = x;
+      session.close();
+    });
+    for (double s : sums) CHECK(s == n * (n + 1) / 2);
+  }
+}
+
 TEST_CASE("session: round programs refuse settings they cannot honour", "[session]") {
   auto sent = std::make_shared<std::atomic<long>>(0);
   for (const std::string extra : {"  rejoin: true\n", "checkpoint:\n  every_steps: 5\n  dir: /tmp/x\n"}) {

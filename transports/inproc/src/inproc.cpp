@@ -150,10 +150,12 @@ const TransportTraits kTraits{.spansProcesses = false, .secures = false, .innerK
 
 void registerWith(Registry& registry) {
   // The fabric is made by the first transport the registry creates, for that
-  // config's world size, and shared by the ranks that follow.
+  // config's world size, and shared by the ranks that follow while any of
+  // them lives: once every transport on it is gone, the next job (of any
+  // world size) gets a fabric of its own.
   struct Lazy {
     std::mutex mu;
-    std::shared_ptr<Fabric> fabric;
+    std::weak_ptr<Fabric> fabric;
   };
   auto lazy = std::make_shared<Lazy>();
   registry.addTransport(
@@ -162,8 +164,11 @@ void registerWith(Registry& registry) {
         std::shared_ptr<Fabric> fabric;
         {
           std::lock_guard<std::mutex> lock(lazy->mu);
-          if (!lazy->fabric) lazy->fabric = makeFabric(ctx.config.worldSize());
-          fabric = lazy->fabric;
+          fabric = lazy->fabric.lock();
+          if (!fabric) {
+            fabric = makeFabric(ctx.config.worldSize());
+            lazy->fabric = fabric;
+          }
         }
         GOSSAMER_ENFORCE(ctx.config.worldSize() == fabric->worldSize(),
                          "config world size " << ctx.config.worldSize() << " != fabric world size "

@@ -33,7 +33,9 @@ namespace gossamer::inproc {
 void registerWith(Registry& registry, std::shared_ptr<Fabric> fabric);
 /// Registers transport kind "inproc" on a fabric made by the first transport
 /// the registry creates (for that config's world size) and shared by the
-/// ranks after it: one job (one world) per registry.
+/// ranks after it while any of them lives: one job (one world) at a time per
+/// registry; once every transport of a job is destroyed, the next job gets a
+/// fabric of its own, of its own world size.
 /// @throws InvalidArgument if "inproc" is registered already.
 void registerWith(Registry& registry);
 }  // namespace gossamer::inproc
