@@ -253,6 +253,17 @@ std::vector<int> finalMembers(const std::string& summaryFile) {
 // Launches every rank as a child process and waits for them. A rank that
 // fails makes its peers fail within the transport timeout (PeerFailure or
 // TimeoutError); the launcher only reports, and reaps stragglers after that.
+// " --set 'K=V'" for each override, quoted for a POSIX shell.
+std::string shellSets(const std::vector<std::string>& overrides) {
+  std::string out;
+  for (const auto& o : overrides) {
+    std::string quoted = "'";
+    for (char ch : o) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    out += " --set " + quoted + "'";
+  }
+  return out;
+}
+
 int launchProcesses(const Config& c, const std::string& configPath, const std::vector<std::string>& overrides,
                     const std::string& summaryPath, const std::string& binding,
                     const std::vector<std::string>& progressArgs) {
@@ -281,14 +292,16 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
       const std::string id = gossamer::jobIdOf(rendezvous);
       std::fprintf(stderr, "gossamer-train: job %s (rendezvous %s)\n", id.c_str(), rendezvous.c_str());
       if (membership) {
+        // With this launch's overrides: a process of the job runs with its settings.
+        const std::string sets = shellSets(overrides);
         std::fprintf(stderr,
-                     "gossamer-train: restart a failed rank R with: gossamer-train --config %s --job %s "
+                     "gossamer-train: restart a failed rank R with: gossamer-train --config %s%s --job %s "
                      "--rank R --rejoin\n",
-                     configPath.c_str(), id.c_str());
+                     configPath.c_str(), sets.c_str(), id.c_str());
         if (gossamer::maxWorldSize(c) > c.worldSize())
           std::fprintf(stderr,
-                       "gossamer-train: add a rank (up to %d) with: gossamer-train --config %s --join %s\n",
-                       gossamer::maxWorldSize(c), configPath.c_str(), id.c_str());
+                       "gossamer-train: add a rank (up to %d) with: gossamer-train --config %s%s --join %s\n",
+                       gossamer::maxWorldSize(c), configPath.c_str(), sets.c_str(), id.c_str());
       }
     }
     std::vector<std::string> args = {"gossamer-train",  "--config",     configPath, "--rank",

@@ -301,40 +301,6 @@ TEST_CASE("session: an optimizer for no tensors, an empty one, or more elements 
   session.close();
 }
 
-TEST_CASE(
-    "session: a training rank cut off from every peer before its first step fails instead of training alone",
-    "[session]") {
-  // Two ranks, partitioned 3 s after they connected (every send between them
-  // dropped, heartbeats included); each makes its optimizer and waits for
-  // the partition before its first step: alone in its next view, with no
-  // step ever taken together, it must fail rather than train by itself.
-  auto sent = std::make_shared<std::atomic<long>>(0);
-  Registry reg = registryWith(inproc::makeFabric(2), sent);
-  const Config config =
-      reg.parse(configText(2, "allreduce_sgd") +
-                "faults:\n  enabled: true\n  partition: \"0|1\"\n  partition_start_seconds: 3\n"
-                "  partition_seconds: 1000\n");
-  MemoryStore store;
-  std::vector<std::string> errors(2);
-  const auto start = std::chrono::steady_clock::now();
-  onEveryRank(2, [&](int r) {
-    Session session(config, r, store, reg);
-    auto& opt = session.makeOptimizer({4});
-    std::this_thread::sleep_until(start + std::chrono::seconds(4));  // the partition is in force
-    std::vector<float> x(4, 1.0f), g(4, 0.5f);
-    try {
-      opt.step(x, g);
-    } catch (const Error& e) {
-      errors[static_cast<std::size_t>(r)] = e.what();
-    }
-    session.abort();
-  });
-  for (const auto& e : errors) {
-    INFO(e);
-    CHECK(e.find("lost every peer of its world of 2 before the first step") != std::string::npos);
-  }
-}
-
 TEST_CASE("session: inproc jobs of different world sizes run one after another on one registry",
           "[session]") {
   // The registry's own fabric (inproc::registerWith without one), as the C

@@ -117,7 +117,7 @@ void checkSettings(const Config& c, const ConfigSchema& schema, int rank, Store&
     return;
   }
   const int n = c.worldSize();
-  if (n == 1) return;
+  if (n == 1 || rank >= n) return;  // (a rank beyond world_size joins: membership.restarted)
   const auto digest =
       static_cast<std::int64_t>(crc32c(std::as_bytes(std::span<const char>(mine.data(), mine.size()))));
   const Tag toRoot = Tag::make(Op::kControl, Tag::kMaxStep, 1),
@@ -129,7 +129,13 @@ void checkSettings(const Config& c, const ConfigSchema& schema, int rank, Store&
     for (int p = 1; p < n; ++p)
       receives.push_back(
           t.irecvOf<std::int64_t>(p, toRoot, std::span(&digests[static_cast<std::size_t>(p)], 1)));
-    waitAll(receives, timeout);
+    try {
+      waitAll(receives, timeout);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(std::string("rank 0: not every rank reported its settings (a rank of another job, "
+                                     "world_size or rendezvous?): ") +
+                         e.what());
+    }
     for (int p = 1; p < n && verdict == n; ++p)
       if (digests[static_cast<std::size_t>(p)] != digest) verdict = p;
     std::vector<Request> sends;
@@ -137,8 +143,16 @@ void checkSettings(const Config& c, const ConfigSchema& schema, int rank, Store&
     waitAll(sends, timeout);
   } else {
     Request answer = t.irecvOf<std::int64_t>(0, fromRoot, std::span(&verdict, 1));
-    t.isendOf<std::int64_t>(0, toRoot, std::span<const std::int64_t>(&digest, 1)).wait(timeout);
-    answer.wait(timeout);
+    try {
+      t.isendOf<std::int64_t>(0, toRoot, std::span<const std::int64_t>(&digest, 1)).wait(timeout);
+      answer.wait(timeout);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(
+          "rank " + std::to_string(rank) +
+          ": rank 0 did not answer with the job's settings (a rank 0 of another job, world_size or "
+          "rendezvous?): " +
+          e.what());
+    }
   }
   if (verdict == n) return;
   if (verdict == rank) throw settingsDiffer(c, rank, mine, store.get(kSettingsKey, timeout));
@@ -220,7 +234,9 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
                       std::to_string(most) + " ranks, but transport " + impl_->transport->name() +
                           " takes no rank beyond world_size (" + std::to_string(c.worldSize()) +
                           "): ranks join a running job over zmq");
-  checkSettings(c, registry.schema(), rank, store, *impl_->transport);
+  // (Ranks that share one process share their config: nothing to compare.)
+  if (registry.transportTraits(c.get<std::string>("transport.kind")).spansProcesses)
+    checkSettings(c, registry.schema(), rank, store, *impl_->transport);
   for (const auto& wrap : registry.transportServices()) {
     impl_->transport = wrap(ctx, std::move(impl_->transport));
     GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
@@ -262,6 +278,7 @@ Communicator& Agent::communicator() { return *impl_->communicator; }
 const Topology& Agent::topology() const { return *impl_->topology; }
 
 DistributedOptimizer& Agent::makeOptimizer(const std::vector<std::size_t>& tensorSizes) {
+  checkTensorSizes(tensorSizes);  // a refused call keeps the optimizer there is
   impl_->optimizer.reset();
   impl_->optimizer = impl_->metered(impl_->createOptimizer(tensorSizes));
   return *impl_->optimizer;

@@ -102,12 +102,12 @@ void Session::Impl::resume() {
   EpochLoop& l = *loop;
   const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");
   if (!checkpoint.resume && !restarted) return;
-  {
+  if (!checkpoint.dir.empty()) {
     std::error_code ec;
     const auto status = std::filesystem::status(checkpoint.dir, ec);
     if (std::filesystem::exists(status) && !std::filesystem::is_directory(status))
       throw ConfigError(a.config.sourceFile, 0, "checkpoint.dir", checkpoint.dir + " is not a directory");
-    if (!std::filesystem::exists(status))
+    if (!std::filesystem::exists(status) && checkpoint.resume)
       GOSSAMER_LOG(kWarning, "rank " << a.rank << ": checkpoint.resume is on but checkpoint.dir "
                                      << checkpoint.dir << " does not exist: starting from scratch");
   }

@@ -42,17 +42,6 @@ ViewChange Session::Impl::recover() {
   const bool pending = evaluating || owed || collectivePending();
   const std::uint64_t reported = resilient != nullptr ? resilient->reportedSteps() : completed;
   ViewChange change = membership->recover(reported, pending);
-  // Training, alone before its first step, having never been with another
-  // rank: the others run another job (another world_size or rendezvous) or
-  // never started. Training on alone would end "successfully" with a model
-  // no peer ever saw.
-  if (resilient != nullptr && completed == 0 && a.config.worldSize() > 1 && change.view.members.size() == 1 &&
-      std::all_of(changes.begin(), changes.end(),
-                  [](const ViewChange& c) { return c.view.members.size() <= 1; }))
-    throw Error("rank " + std::to_string(a.rank) + " lost every peer of its world of " +
-                std::to_string(a.config.worldSize()) +
-                " before the first step: the others run another job (world_size, rendezvous, config) or did "
-                "not start");
   // This rank's push-sum weight (1 for optimizers without one) before and
   // after the change, for the `view` record: the mass a change moves.
   const double weightBefore = resilient != nullptr ? resilient->pushSumWeight() : 1.0;

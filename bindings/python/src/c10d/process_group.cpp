@@ -36,6 +36,7 @@ class C10dStore final : public Store {
   // tryGet answers at once.
   C10dStore(c10::intrusive_ptr<::c10d::Store> store, std::string routeHost)
       : store_(std::move(store)), routeHost_(std::move(routeHost)) {
+    TORCH_CHECK_VALUE(store_.defined(), "gossamer: the c10d store is null");
     store_->add("gossamer/c10d-store-opened", 1);
   }
   /// The address facing the store's host (transport.host: auto), if known.
@@ -357,8 +358,7 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
                                            const Config& config, const Registry& registry,
                                            double timeoutSeconds, const std::string& storeHost)
     : BackendBase(rank, size), store_(std::make_unique<C10dStore>(store, storeHost)) {
-  // Before the rendezvous dereferences the store.
-  TORCH_CHECK_VALUE(store.defined(), "gossamer: the c10d store is null");
+  // (A null store is refused by C10dStore's constructor, before it is used.)
   TORCH_CHECK_VALUE(size >= 1, "gossamer: size ", size, " is not positive");
   checkRank(rank, size, "process group");
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "timeout must be positive, got " << timeoutSeconds);
