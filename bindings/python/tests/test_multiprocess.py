@@ -467,14 +467,24 @@ ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum={momentum})
 def batch(rank, step):
     g = torch.Generator().manual_seed(1000 * rank + step)
     return torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+here = os.environ["GOSSAMER_RENDEZVOUS"]
 while opt.steps < 8:
     step = opt.steps
     if a.rank == 2 and step == 3:
+        # Once the others have all of step 2: its last sends are asynchronous, and a process killed at
+        # once may take them with it (the others would then redo step 2 without it).
+        import time
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(here, f"step2-done-{{r}}")) for r in (0, 1)):
+            assert time.monotonic() < deadline, "the others never finished step 2"
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
     x, y = batch(a.rank, step)
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step()
+    if step == 2:
+        open(os.path.join(here, f"step2-done-{{a.rank}}"), "w").close()
     grads = []
     for r in (0, 1, 2) if step < 3 else (0, 1):
         ref.zero_grad()
