@@ -924,7 +924,10 @@ class ZmqTransport final : public Transport {
   // them, whose hello does not verify.
   void verifyHeldHellos() {
     if (unverified_.empty()) return;
-    for (const auto& [idText, hello] : unverified_) {
+    for (const auto& entry : unverified_) {
+      const std::string& idText =
+          entry.first;  // (a structured binding cannot be captured before C++20's P1091)
+      const Hello& hello = entry.second;
       const int rank = senderOf(::zmq::message_t(idText.data(), idText.size())).rank;
       if (jobKey_.verify(hello.incarnation, rank, hello.proof, hello.endpoint)) continue;
       greeted_.erase(idText);
