@@ -607,6 +607,57 @@ TEST_CASE("simgrid: a platform file stands in for the generated platform", "[sim
   CHECK(refused.empty());
 }
 
+TEST_CASE("simgrid: a platform file's links without bandwidth and pairs without a route are refused",
+          "[simgrid][platform]") {
+  // SimGrid itself aborts the process on a flow over either.
+  gossamer::testing::TempDir dir;
+  const auto platform = [&](const std::string& name, const std::string& bandwidth, bool routed) {
+    const std::string file = dir / name;
+    gossamer::testing::writeFile(
+        file,
+        "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+        "<platform version=\"4.1\">\n  <zone id=\"two\" routing=\"Full\">\n"
+        "    <host id=\"rank-0\" speed=\"1Gf\"/>\n    <host id=\"rank-1\" speed=\"1Gf\"/>\n"
+        "    <link id=\"wire\" bandwidth=\"" +
+            bandwidth + "\" latency=\"1ms\"/>\n" +
+            (routed ? "    <route src=\"rank-0\" dst=\"rank-1\"><link_ctn id=\"wire\"/></route>\n" : "") +
+            "  </zone>\n</platform>\n");
+    return file;
+  };
+  // What a two-rank job over `file` reports: the error from simulate, or
+  // its ranks' errors.
+  const auto job = [](const std::string& file) {
+    return inChild([&] {
+      simgrid::Platform p;
+      p.hosts = 2;
+      p.file = file;
+      try {
+        const auto out = simgrid::simulate(p, [](int r) {
+          auto t = transportOf(r, 2);
+          std::vector<std::byte> b(1000);
+          const Tag tag = Tag::make(Op::kUser, 1, 0);
+          if (r == 0) t->isend(1, tag, b).wait(t->timeoutSeconds());
+          if (r == 1) t->irecv(0, tag, b).wait(t->timeoutSeconds());
+        });
+        return errorsOf(out);
+      } catch (const InvalidArgument& e) {
+        return std::string(e.what());
+      }
+    });
+  };
+  const std::string none = job(platform("none.xml", "0MBps", true));
+  INFO(none);
+  CHECK(none.find("link wire has bandwidth 0") != std::string::npos);
+  const std::string negative = job(platform("negative.xml", "-5MBps", true));
+  INFO(negative);
+  CHECK(negative.find("link wire has bandwidth -5e+06") != std::string::npos);
+  const std::string unrouted = job(platform("unrouted.xml", "10MBps", false));
+  INFO(unrouted);
+  CHECK(unrouted.find("rank 0: ") != std::string::npos);
+  CHECK(unrouted.find("no route from rank-0 to rank-1") != std::string::npos);
+  CHECK(job(platform("routed.xml", "10MBps", true)).empty());
+}
+
 TEST_CASE("simgrid: a platform's fields are validated", "[simgrid][platform]") {
   simgrid::Platform p;
   p.hosts = 4;

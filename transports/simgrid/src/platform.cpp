@@ -124,17 +124,30 @@ RouteLatency build(const Platform& p) {
                                                                          << ")");
     }
     // The file's latencies move from the links to the transport's hold.
+    // SimGrid aborts the process on a flow over a link without bandwidth, so
+    // such a link is refused here.
     auto original = std::make_shared<std::unordered_map<const s4u::Link*, double>>();
     for (auto* link : engine->get_all_links()) {
+      GOSSAMER_ENFORCE(link->get_bandwidth() > 0 && std::isfinite(link->get_bandwidth()),
+                       "simgrid platform file " << p.file << ": link " << link->get_name()
+                                                << " has bandwidth " << link->get_bandwidth()
+                                                << " B/s (it must be above 0)");
+      GOSSAMER_ENFORCE(link->get_latency() >= 0 && std::isfinite(link->get_latency()),
+                       "simgrid platform file " << p.file << ": link " << link->get_name() << " has latency "
+                                                << link->get_latency() << " s");
       (*original)[link] = link->get_latency();
       link->set_latency(0);
     }
     auto cache = std::make_shared<std::unordered_map<std::uint64_t, double>>();
-    return [hosts, original, cache](int src, int dst) {
+    return [hosts, original, cache, file = p.file](int src, int dst) {
       const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
       if (const auto it = cache->find(key); it != cache->end()) return it->second;
       std::vector<s4u::Link*> links;
       hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], links, nullptr);
+      // SimGrid aborts the process on a flow between hosts with no route.
+      GOSSAMER_ENFORCE(src == dst || !links.empty(), "simgrid platform file "
+                                                         << file << " has no route from rank-" << src
+                                                         << " to rank-" << dst);
       double latency = 0;
       for (const auto* link : links) latency += original->at(link);
       (*cache)[key] = latency;

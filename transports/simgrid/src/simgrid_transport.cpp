@@ -603,6 +603,8 @@ void World::cancelAll() {
 }
 
 void put(World& w, int src, int dst, Message m, double payloadBytes) {
+  const double due =
+      s4u::Engine::get_clock() + w.latency(src, dst);  // first: it throws on a pair without a route
   ++w.sentTo[static_cast<std::size_t>(src)][dst];
   ++w.undelivered;
   const double simulated = payloadBytes + kFrameHeaderBytes;
@@ -610,7 +612,6 @@ void put(World& w, int src, int dst, Message m, double payloadBytes) {
   if (w.island[static_cast<std::size_t>(src)] != w.island[static_cast<std::size_t>(dst)])
     w.bytesBetween += simulated;
   Stream& stream = w.streams[static_cast<std::size_t>(src)][dst];
-  const double due = s4u::Engine::get_clock() + w.latency(src, dst);
   stream.queue.push_back(Queued{std::move(m), simulated, due});
   if (stream.inFlight || stream.queue.size() > 1) return;  // it goes when those before it have
   scheduleHead(w, src, dst, stream);
