@@ -945,18 +945,27 @@ TEST_CASE("a job killed with kill -9 and resumed from its checkpoints ends with 
 }
 
 namespace {
-// Starts one gossamer-train process per config (rank r runs configs[r]) on
-// one rendezvous; returns each one's exit status (nullopt: killed after
-// 120 s) and stderr.
-std::vector<std::pair<std::optional<int>, std::string>> runRanks(const TempDir& dir,
-                                                                 const std::vector<std::string>& configs) {
+// Starts one gossamer-train process per config (rank r runs configs[r],
+// with the arguments sets[r] added when there is one) on one rendezvous;
+// returns each one's exit status (nullopt: killed after 120 s) and stderr.
+std::vector<std::pair<std::optional<int>, std::string>> runRanks(
+    const TempDir& dir, const std::vector<std::string>& configs,
+    const std::vector<std::vector<std::string>>& sets = {}) {
   std::vector<pid_t> pids;
   for (std::size_t r = 0; r < configs.size(); ++r) {
     const std::string tag = std::to_string(r);
     writeFile(dir / ("rank" + tag + ".yaml"), configs[r]);
-    pids.push_back(spawn({gossamer::testing::trainExe(), "--config", dir / ("rank" + tag + ".yaml"), "--rank",
-                          tag, "--rendezvous", dir / "rdv", "--progress", "off"},
-                         dir / ("out" + tag), dir / ("err" + tag)));
+    std::vector<std::string> args{gossamer::testing::trainExe(),
+                                  "--config",
+                                  dir / ("rank" + tag + ".yaml"),
+                                  "--rank",
+                                  tag,
+                                  "--rendezvous",
+                                  dir / "rdv",
+                                  "--progress",
+                                  "off"};
+    if (r < sets.size()) args.insert(args.end(), sets[r].begin(), sets[r].end());
+    pids.push_back(spawn(args, dir / ("out" + tag), dir / ("err" + tag)));
   }
   std::vector<std::pair<std::optional<int>, std::string>> out;
   for (std::size_t r = 0; r < pids.size(); ++r) {
@@ -992,4 +1001,16 @@ TEST_CASE("ranks started with different settings fail at start, the one that dif
         std::string::npos);
   CHECK(ranks[0].second.find("rank 1 runs with other settings than rank 0") != std::string::npos);
   CHECK(ranks[2].second.find("rank 1 runs with other settings than rank 0") != std::string::npos);
+  // A difference that comes from --set is named by the override, not the file.
+  TempDir again;
+  const auto set = runRanks(again, {base, base, base}, {{}, {"--set", "training.learning_rate=0.25"}});
+  all.clear();
+  for (const auto& [status, err] : set) all += err + "\n---\n";
+  INFO(all);
+  for (const auto& [status, err] : set) {
+    REQUIRE(status.has_value());
+    CHECK(*status == 1);
+  }
+  CHECK(set[1].second.find("override 'training.learning_rate=0.25'") != std::string::npos);
+  CHECK(set[1].second.find("is 0.25 at rank 1 but 0.01 at rank 0") != std::string::npos);
 }

@@ -35,6 +35,11 @@ struct Config {
   /// "training.epochs"). Filled with every declared key's default by
   /// parseConfig and ConfigSchema::complete.
   std::map<std::string, ConfigValue> values;
+  /// The keys that a KEY=VALUE override (parseConfig's `overrides`, the
+  /// programs' --set) set last, by dotted name, each with the override as
+  /// errors name it: "override 'training.lr=0.1'". Empty for a Config built
+  /// in code.
+  std::map<std::string, std::string> overriddenBy;
 
   /// `world_size`, the number of peers (>= 1): get<int>("world_size").
   /// @throws InvalidArgument if the Config was not completed by a schema.

@@ -365,6 +365,7 @@ class Parser {
     const std::string file = file_;
     for (const std::string& o : overrides) applyOverride(o, config);
     file_ = file;
+    config.overriddenBy = overridden_;
     // Keys that constrain each other: only now is every key known.
     if (auto issue = checkRules(schema_, config)) fail(*issue);
     return config;

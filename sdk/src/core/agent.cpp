@@ -89,8 +89,9 @@ ConfigError settingsDiffer(const Config& c, int rank, const std::string& mine, c
     const std::string value = eq == std::string::npos ? here : here.substr(eq + 3);
     const std::string other =
         there.rfind(name + " = ", 0) == 0 ? there.substr(name.size() + 3) : "(not declared: another program)";
+    const auto by = c.overriddenBy.find(name);
     return ConfigError(
-        c.sourceFile, 0, name,
+        by != c.overriddenBy.end() ? by->second : c.sourceFile, 0, name,
         "is " + value + " at rank " + std::to_string(rank) + " but " + other +
             " at rank 0: the ranks of a job run with the same settings (paths and addresses to "
             "bind may differ)");
