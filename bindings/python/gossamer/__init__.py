@@ -320,8 +320,10 @@ class Agent:
     :meth:`survive` does the same for collectives of your own, such as an
     evaluation.
 
-    Not thread-safe: one thread issues an agent's calls, and every rank issues
-    the same collectives in the same order. Use as a context manager, or call
+    One thread issues an agent's calls, and every rank issues the same
+    collectives in the same order; :meth:`close` and :meth:`abort` may come
+    from another thread (a watchdog's), which cancels the waits of a call in
+    flight (it raises). Use as a context manager, or call
     :meth:`close`. A job may make Agents one after another on one rendezvous:
     every rank's n-th Agent (counted in its process) meets the others' n-th.
     """
@@ -550,8 +552,9 @@ class Agent:
             bools are refused; NumPy integers are ints). InvalidArgument
             (a ValueError), naming the index: no sizes, a size of 0 or a
             negative one, sizes adding up to more than ``PTRDIFF_MAX / 4``
-            elements; called inside :meth:`survive`'s ``fn``; sizes the
-            algorithm refuses. ConfigError: unknown algorithm. PeerFailure,
+            elements; called inside :meth:`survive`'s ``fn`` or while a call
+            on this agent runs on another thread; sizes the algorithm
+            refuses. ConfigError: unknown algorithm. PeerFailure,
             TimeoutError: a collective of a hierarchical group's set-up.
         """
         self._not_surviving("make_optimizer")
@@ -683,7 +686,8 @@ class Agent:
 
         Raises:
             InvalidArgument: the membership service is off; called inside
-            :meth:`survive`'s ``fn``. Expelled: the survivors removed this
+            :meth:`survive`'s ``fn`` or while a call on this agent runs on
+            another thread. Expelled: the survivors removed this
             rank. TimeoutError: no agreement within
             ``membership.agreement_seconds``. PeerFailure: another peer failed
             meanwhile (call it again).
@@ -775,6 +779,10 @@ class Agent:
         """Delivers what is queued (within ``transport.linger_seconds``),
         says goodbye to the peers and releases the transport. Idempotent.
         (C++: ``Session::close``.)
+
+        May be called from another thread while a call runs: that call's
+        waits are cancelled and it raises (:class:`Cancelled`, or the error
+        of the wait it was in); the agent is freed once it returns.
 
         Raises:
             InvalidArgument: called inside :meth:`survive`'s ``fn`` (nothing

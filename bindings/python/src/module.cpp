@@ -142,7 +142,7 @@ std::string typeName(const py::handle& obj) {
 // `wide`: float64 and the 16-bit types are accepted too (the collectives);
 // `half`: "bfloat16" or "float16" for 16-bit integer buffers holding those bits.
 // @throws TypeError (not a buffer, another element type), ValueError (an
-// unknown `half`, read-only, not C-contiguous).
+// unknown `half`, read-only, not aligned to its elements, not C-contiguous).
 Array checkedArray(const py::object& obj, const char* name, bool wide, const std::string& half = "") {
   if (!half.empty() && half != "bfloat16" && half != "float16")
     throw py::value_error(
@@ -163,6 +163,9 @@ Array checkedArray(const py::object& obj, const char* name, bool wide, const std
     throw py::type_error(std::string(name) + " must hold " + want + " elements; got " + describe(b));
   }
   if (b.readonly) throw py::value_error(std::string(name) + " is read-only (" + describe(b) + ")");
+  if (reinterpret_cast<std::uintptr_t>(b.ptr) % static_cast<std::uintptr_t>(b.itemsize) != 0)
+    throw py::value_error(std::string(name) + " is not aligned to its " + std::to_string(b.itemsize) +
+                          "-byte elements (" + describe(b) + "): pass a copy, e.g. numpy.array(x)");
   py::ssize_t expect = b.itemsize;
   for (auto d = static_cast<py::ssize_t>(b.ndim) - 1; d >= 0; --d) {
     const auto i = static_cast<std::size_t>(d);
@@ -306,36 +309,66 @@ struct OptimizerHandle {
 // caller's own collectives over the survivors) and its rendezvous.
 class PyAgent {
  public:
+  /// The rank's Session and its rendezvous. The agent holds them until
+  /// close() or abort(), and every call that releases the GIL holds them
+  /// too until it returns (hold(), WithoutGil): a close() from another
+  /// thread (a watchdog's) cancels the waits of a call in flight, which
+  /// raises there, but frees nothing under it; the last holder frees them.
+  struct Live {
+    std::unique_ptr<zmq::Rendezvous> rv;  // declared first: destroyed after the Session
+    std::unique_ptr<Session> session;
+  };
+
   PyAgent(const Config& config, int rank, const std::string& rendezvous, double storeTimeout)
-      : records_(std::make_shared<RecordQueue>()) {
-    rv_ = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
+      : records_(std::make_shared<RecordQueue>()), live_(std::make_shared<Live>()) {
+    live_->rv = std::make_unique<zmq::Rendezvous>(rendezvous, rank, storeTimeout);
     try {
-      session_ = std::make_unique<Session>(config, rank, rv_->store(), builtins());
+      live_->session = std::make_unique<Session>(config, rank, live_->rv->store(), builtins());
     } catch (...) {
-      rv_->giveBack();  // a retry in this process meets the other ranks' same Agent
+      live_->rv->giveBack();  // a retry in this process meets the other ranks' same Agent
       throw;
     }
     // Records queue up here (no GIL needed on the threads that make them)
     // until Python takes them with Agent.metrics().
-    session_->agent().metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });
+    live_->session->agent().metrics().subscribe([q = records_](const MetricsRecord& r) { q->push(r.json); });
   }
-  Session& session() {
-    if (!session_) throw InvalidArgument("the agent is closed");
-    return *session_;
+  /// An agent collected unclosed closes its Session without the GIL: the
+  /// close may wait out transport.linger_seconds, and Python's other threads
+  /// run meanwhile.
+  ~PyAgent() {
+    if (!live_) return;
+    std::optional<py::gil_scoped_release> unlocked;
+    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) unlocked.emplace();
+    live_.reset();
   }
+  PyAgent(const PyAgent&) = delete;
+  PyAgent& operator=(const PyAgent&) = delete;
+
+  /// The agent's Live, for a call to hold while it runs. Called with the GIL.
+  /// @throws InvalidArgument once the agent is closed.
+  std::shared_ptr<Live> hold() const {
+    if (!live_) throw InvalidArgument("the agent is closed");
+    return live_;
+  }
+  /// Called with the GIL, for calls that keep it. @throws InvalidArgument once closed.
+  Session& session() { return *hold()->session; }
   Agent& agent() { return session().agent(); }
   /// How many optimizers make_optimizer built (the last one is the agent's).
   std::uint64_t optimizerGeneration() const { return optimizerGeneration_; }
   std::uint64_t newOptimizerGeneration() { return ++optimizerGeneration_; }
-  void close() {
-    if (session_) session_->close();
-    session_.reset();
-    rv_.reset();
-  }
-  void abort() {
-    if (session_) session_->abort();
-    session_.reset();
-    rv_.reset();
+  /// Takes the agent's Live out (null once closed): the agent is closed from
+  /// here on, for every thread. Called with the GIL; the caller closes or
+  /// aborts the Session without it.
+  std::shared_ptr<Live> takeLive() { return std::move(live_); }
+
+  /// A call that would destroy or replace what a call in flight on another
+  /// thread uses (make_optimizer, recover) is refused while one runs.
+  /// Called with the GIL. @throws InvalidArgument naming `call`.
+  void notWhileBusy(const char* call) const {
+    if (live_ && live_.use_count() > 1)
+      throw InvalidArgument(std::string(call) +
+                            "() while another call on this agent runs on another thread: an agent's calls "
+                            "come from one thread (close() and abort() excepted)");
   }
 
   /// While the agent runs Python code of the caller's (survive's fn), a
@@ -357,12 +390,12 @@ class PyAgent {
    private:
     PyAgent& a_;
   };
-  bool closed() const { return session_ == nullptr; }
+  bool closed() const { return live_ == nullptr; }
   /// The round of the next exchange(): 0 again once a new view is installed
   /// (every survivor starts the new view's exchanges at 0, whichever round
   /// each was at when the old one failed).
   std::uint64_t& exchangeRound() {
-    const std::uint64_t view = session_->elastic() ? session_->view().number : 0;
+    const std::uint64_t view = live_->session->elastic() ? live_->session->view().number : 0;
     if (view != exchangeView_) {
       exchangeView_ = view;
       exchangeRound_ = 0;
@@ -397,12 +430,29 @@ class PyAgent {
 
  private:
   std::shared_ptr<RecordQueue> records_;  // shared with the Agent's subscription
-  std::unique_ptr<zmq::Rendezvous> rv_;   // declared first: destroyed after the Session
-  std::unique_ptr<Session> session_;
+  std::shared_ptr<Live> live_;            // null once closed (changed with the GIL held)
   std::uint64_t exchangeRound_ = 0;
   std::uint64_t exchangeView_ = 0;  // the view exchangeRound_ counts in
   std::uint64_t optimizerGeneration_ = 0;
   int callbacks_ = 0;  // survive(fn) calls running (changed with the GIL held)
+};
+
+// The blocking part of a call: releases the GIL while holding the call's
+// agent's Live. Destroyed, it drops the Live first, still without the GIL
+// (the last holder's drop closes the Session, which may wait out
+// transport.linger_seconds), then takes the GIL back.
+class WithoutGil {
+ public:
+  explicit WithoutGil(std::shared_ptr<PyAgent::Live> live) : live_(std::move(live)) {}
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+  ~WithoutGil() = default;
+  /// The held Live (null when made from a closed agent's takeLive()).
+  PyAgent::Live* live() const { return live_.get(); }
+
+ private:
+  py::gil_scoped_release release_;  // first: released before live_ is taken, taken back after it goes
+  std::shared_ptr<PyAgent::Live> live_;
 };
 
 DistributedOptimizer& OptimizerHandle::get() const {
@@ -450,9 +500,10 @@ void pyAllreduce(PyAgent& self, const py::object& data, const std::string& op,
                  const std::optional<std::string>& algorithm, const std::string& half) {
   Array a = checkedArray(data, "data", true, half);
   const ReduceOp rop = parseOp(op);
-  Communicator& comm = self.agent().communicator();
+  auto live = self.hold();
+  Communicator& comm = live->session->agent().communicator();
   const CollectiveOptions o = optionsWith(comm, algorithm);
-  py::gil_scoped_release release;
+  const WithoutGil call(std::move(live));
   withOptions(comm, o, [&] { a.visit([&](auto span) { comm.allreduce(span, rop); }); });
 }
 
@@ -489,11 +540,12 @@ std::unique_ptr<PyWork> pyAllreduceAsync(PyAgent& self, const py::object& data, 
 
 void pyBroadcast(PyAgent& self, const py::object& data, int root, const std::string& half) {
   Array a = checkedArray(data, "data", true, half);
-  Communicator& comm = self.agent().communicator();
+  auto live = self.hold();
+  Communicator& comm = live->session->agent().communicator();
   if (root < 0 || root >= comm.worldSize())
     throw py::value_error("root " + std::to_string(root) + " outside [0, " +
                           std::to_string(comm.worldSize()) + ")");
-  py::gil_scoped_release release;
+  const WithoutGil call(std::move(live));
   a.visit([&](auto span) { comm.broadcast(span, root); });
 }
 
@@ -578,9 +630,10 @@ py::dict changeDict(const ViewChange& c) {
 // agent are refused (they would free or replace what Session::survive is
 // using): PyAgent::Callback.
 bool pySurvive(PyAgent& a, const py::function& fn) {
-  Session& session = a.session();
-  const PyAgent::Callback running(a);  // destroyed after `release`: with the GIL
-  py::gil_scoped_release release;
+  auto live = a.hold();
+  Session& session = *live->session;
+  const PyAgent::Callback running(a);  // destroyed after `call`: with the GIL
+  const WithoutGil call(std::move(live));
   return session.survive([&] {
     py::gil_scoped_acquire acquire;
     try {
@@ -703,8 +756,9 @@ void defineOptimizer(py::module_& m) {
           "step",
           [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
             Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
-            py::gil_scoped_release release;
-            h.get().step(p.as<float>(), g.as<const float>());
+            DistributedOptimizer& o = h.get();
+            const WithoutGil call(h.agent->hold());
+            o.step(p.as<float>(), g.as<const float>());
           },
           py::arg("params"), py::arg("grads"),
           "One training step (DistributedOptimizer::step): the C++ local SGD step and the algorithm's "
@@ -716,8 +770,9 @@ void defineOptimizer(py::module_& m) {
           "reduce_gradients",
           [](OptimizerHandle& h, const py::object& grads) {
             Array g = float32Array(grads, "grads", h.size);
-            py::gil_scoped_release release;
-            h.get().reduceGradients(g.as<float>());
+            DistributedOptimizer& o = h.get();
+            const WithoutGil call(h.agent->hold());
+            o.reduceGradients(g.as<float>());
           },
           py::arg("grads"),
           "Communication-only form, before a local step made elsewhere "
@@ -739,8 +794,9 @@ void defineOptimizer(py::module_& m) {
           "mix_parameters",
           [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
-            py::gil_scoped_release release;
-            h.get().mixParameters(p.as<float>());
+            DistributedOptimizer& o = h.get();
+            const WithoutGil call(h.agent->hold());
+            o.mixParameters(p.as<float>());
           },
           py::arg("params"),
           "Communication-only form, after the local step (DistributedOptimizer::mixParameters): mixes "
@@ -750,8 +806,9 @@ void defineOptimizer(py::module_& m) {
           "flush",
           [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
-            py::gil_scoped_release release;
-            h.get().flush(p.as<float>());
+            DistributedOptimizer& o = h.get();
+            const WithoutGil call(h.agent->hold());
+            o.flush(p.as<float>());
           },
           py::arg("params"),
           "Completes an exchange still in flight (overlap mode) into `params` (a float32 buffer of `size` "
@@ -814,8 +871,9 @@ void defineAgentCollectives(py::class_<PyAgent>& cls) {
       .def(
           "barrier",
           [](PyAgent& a) {
-            Communicator& c = a.agent().communicator();
-            py::gil_scoped_release release;
+            auto live = a.hold();
+            Communicator& c = live->session->agent().communicator();
+            const WithoutGil call(std::move(live));
             c.barrier();
           },
           "Returns once every rank has entered the barrier (Communicator::barrier). Raises InvalidArgument "
@@ -827,12 +885,14 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
          "make_optimizer",
          [](PyAgent& a, const py::object& sizes) {
            a.notInCallback("make_optimizer");
+           a.notWhileBusy("make_optimizer");
            const std::vector<std::size_t> tensorSizes = tensorSizesOf(sizes);
            std::size_t n = 0;
            for (auto s : tensorSizes) n += s;  // at most kMaxModelElements
-           Session& session = a.session();
+           auto live = a.hold();
+           Session& session = *live->session;
            const std::uint64_t generation = a.newOptimizerGeneration();
-           py::gil_scoped_release release;
+           const WithoutGil call(std::move(live));
            return OptimizerHandle{&session.makeOptimizer(tensorSizes), n, &a, generation};
          },
          py::arg("tensor_sizes"), py::keep_alive<0, 1>(),
@@ -846,7 +906,8 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
           "exchange",
           [](PyAgent& a, const py::object& params) {
             Array p = float32Array(params, "params");
-            Agent& agent = a.agent();
+            auto live = a.hold();
+            Agent& agent = live->session->agent();
             DistributedOptimizer* opt = nullptr;
             try {
               opt = &agent.optimizer();
@@ -859,7 +920,7 @@ void defineAgentTraining(py::class_<PyAgent>& cls) {
                   agent.config().get<std::string>("algorithm.name") +
                   "'): call make_optimizer first, with a gossip algorithm");
             std::uint64_t& round = a.exchangeRound();
-            py::gil_scoped_release release;
+            const WithoutGil call(std::move(live));
             exchange(p.as<float>(), round);
             ++round;  // a failed exchange takes no round: the next try repeats it
           },
@@ -892,10 +953,12 @@ void defineAgentMembership(py::class_<PyAgent>& cls) {
           "recover",
           [](PyAgent& a) {
             a.notInCallback("recover");
-            Session& session = a.session();
+            a.notWhileBusy("recover");
+            auto live = a.hold();
+            Session& session = *live->session;
             ViewChange c;
             {
-              py::gil_scoped_release release;
+              const WithoutGil call(std::move(live));
               c = session.recover();
             }
             return changeDict(c);
@@ -965,8 +1028,9 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
               checkFieldName(name, false, "emit_metrics");
               f.emplace_back(name, JsonText{text});
             }
-            Metrics& m = a.agent().metrics();
-            py::gil_scoped_release release;
+            auto live = a.hold();
+            Metrics& m = live->session->agent().metrics();
+            const WithoutGil call(std::move(live));
             m.emit(kind, s, f);
           },
           py::arg("kind"), py::arg("step"), py::arg("fields"),
@@ -978,8 +1042,9 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
           "note_metric",
           [](PyAgent& a, const std::string& name, double value) {
             checkFieldName(name, true, "note_metric");
-            Metrics& m = a.agent().metrics();
-            py::gil_scoped_release release;
+            auto live = a.hold();
+            Metrics& m = live->session->agent().metrics();
+            const WithoutGil call(std::move(live));
             m.note(name, value);
           },
           py::arg("name"), py::arg("value"),
@@ -990,21 +1055,24 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
           "close",
           [](PyAgent& a) {
             a.notInCallback("close");
-            py::gil_scoped_release release;
-            a.close();
+            const WithoutGil call(a.takeLive());  // closed from here on, also if the close raises
+            if (call.live() != nullptr) call.live()->session->close();
           },
           "Delivers what is queued (within transport.linger_seconds), says goodbye and releases the "
-          "transport (Session::close); destroys the optimizer. Idempotent. Raises InvalidArgument inside "
-          "survive(fn), and the close's own error.")
+          "transport (Session::close); destroys the optimizer. Idempotent. May be called from another "
+          "thread while a call runs (a watchdog's): that call's waits are cancelled and it raises; the "
+          "agent is freed once it returns. Raises InvalidArgument inside survive(fn), and the close's own "
+          "error (the agent is closed anyway).")
       .def(
           "abort",
           [](PyAgent& a) {
             a.notInCallback("abort");
-            py::gil_scoped_release release;
-            a.abort();
+            const WithoutGil call(a.takeLive());
+            if (call.live() != nullptr) call.live()->session->abort();
           },
           "Closes without delivering what is still queued (Session::abort); destroys the optimizer. "
-          "Idempotent. Raises InvalidArgument inside survive(fn).");
+          "Idempotent; may be called from another thread as close(). Raises InvalidArgument inside "
+          "survive(fn).");
 }
 
 }  // namespace
@@ -1018,7 +1086,8 @@ PYBIND11_MODULE(_core, m) {
       m, "Agent",
       "One rank's agent (C++: gossamer::Session over a zmq::Rendezvous store and every built-in "
       "component): its transport, collectives, optimizer, membership and metrics. Use gossamer.Agent, "
-      "which wraps it. Not thread-safe: one thread issues an agent's calls. Every member raises "
+      "which wraps it. One thread issues an agent's calls, but close() and abort() may come from another "
+      "(make_optimizer and recover refuse to run beside a call on another thread). Every member raises "
       "InvalidArgument once the agent is closed, unless it says otherwise.");
   cls.def(py::init([](const std::string& source, bool isText, const std::vector<std::string>& overrides,
                       int rank, const std::string& rendezvous) {

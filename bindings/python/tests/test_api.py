@@ -542,3 +542,73 @@ def test_rank_rendezvous_wait_timeout_and_metrics_step_are_validated(agent, tmp_
         agent._core.emit_metrics("eval", -1, [])
     agent.emit_metrics("eval", step=2**64 - 1, accuracy=1.0)
     assert [(r["kind"], r["step"]) for r in agent.metrics()][-1] == ("eval", 2**64 - 1)
+
+
+def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_under_it(tmp_path):
+    # Rank 0 blocks in an allreduce (rank 1 never enters it), and a watchdog
+    # thread closes rank 0's agent: the allreduce raises at once instead of
+    # waiting out its timeout, on an agent that is still whole (the Session
+    # is freed when the call returns), and make_optimizer is refused while it
+    # runs.
+    import threading
+    import time
+    two = {"world_size": 2, "transport": {"kind": "inproc", "timeout_seconds": 60}, "run": {"metrics": False}}
+    agents = [None, None]
+
+    def make(r):
+        agents[r] = gossamer.Agent(two, r, rendezvous=str(tmp_path / "rv"))
+
+    makers = [threading.Thread(target=make, args=(r,)) for r in range(2)]
+    for t in makers:
+        t.start()
+    for t in makers:
+        t.join(60)
+    assert all(agents), "the two agents did not start"
+    a0, a1 = agents
+    x = np.ones(1 << 12, dtype=np.float32)
+    outcome = {}
+
+    def blocked():
+        start = time.monotonic()
+        try:
+            a0.allreduce(x)
+            outcome["returned"] = True
+        except gossamer.Error as e:
+            outcome["error"] = e
+        outcome["seconds"] = time.monotonic() - start
+
+    caller = threading.Thread(target=blocked)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 30
+        refused = None
+        while refused is None and time.monotonic() < deadline:
+            try:
+                a0.make_optimizer([4])  # succeeds until the allreduce holds the agent
+                time.sleep(0.01)
+            except gossamer.InvalidArgument as e:
+                refused = str(e)
+        assert refused is not None and "another call on this agent runs on another thread" in refused
+        a0.close()
+        caller.join(30)
+        assert not caller.is_alive(), "the allreduce went on after its agent was closed"
+        assert "error" in outcome, outcome
+        assert isinstance(outcome["error"], gossamer.Cancelled), repr(outcome["error"])
+        assert outcome["seconds"] < 30
+        assert a0.closed
+        with pytest.raises(gossamer.InvalidArgument, match="the agent is closed"):
+            a0.allreduce(x)
+    finally:
+        a1.abort()
+        a0.abort()
+
+
+def test_misaligned_buffers_are_refused(agent):
+    raw = np.zeros(4 * 8 + 1, dtype=np.uint8)
+    shifted = raw[1:].view(np.float32)  # 8 float32 elements at an odd address
+    assert not shifted.flags.aligned
+    with pytest.raises(ValueError, match="data is not aligned to its 4-byte elements"):
+        agent.allreduce(shifted)
+    opt = agent.make_optimizer([8])
+    with pytest.raises(ValueError, match="params is not aligned"):
+        opt.step(shifted, np.zeros(8, dtype=np.float32))
