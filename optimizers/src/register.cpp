@@ -213,6 +213,7 @@ void registerHierarchical(Registry& registry) {
           .intListList("groups", 0, kMaxWorldSize - 1, true,
                        "explicit leader groups (a partition of the ranks); empty = the network's islands "
                        "(network.islands), else consecutive groups of group_size")
+          .namesRanks(RankKey::kPartition)
           .integer("group_size", 4, 1, kMaxWorldSize,
                    "ranks per group when neither groups nor islands are given (the last group keeps the "
                    "remainder; more than the job's ranks makes one group)")

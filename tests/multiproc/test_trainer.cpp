@@ -177,6 +177,71 @@ TEST_CASE("gossamer-train runs peers as threads over the inproc transport", "[mu
 
 namespace {
 
+/// A 4-rank inproc job of `algorithm` over the topology section `topology`
+/// in which rank 3 is cut off from 0.2 s on (the job takes a few seconds): ranks 0-2 go on as a view of
+/// their own (rank 3 as one of its own), the topology rebuilt over it from
+/// the keys that name ranks, renumbered. Returns gossamer-train's stderr
+/// once it finished with exit code 0.
+std::string cutOffRank3(const std::string& algorithm, const std::string& topology) {
+  TempDir dir;
+  std::string config = smallConfig("inproc", algorithm, 4, 20, 5.0);
+  const std::string plain = "topology:\n  kind: fair_roulette\n";
+  REQUIRE(config.find(plain) != std::string::npos);
+  config.replace(config.find(plain), plain.size(), topology);
+  config +=
+      "membership:\n  enabled: true\n  suspect_seconds: 1\n"
+      "faults:\n  enabled: true\n  partition: \"0,1,2|3\"\n  partition_start_seconds: 0.2\n"
+      "  partition_seconds: 600\n";
+  writeFile(dir / "run.yaml", config);
+  const pid_t pid = spawn({gossamer::testing::trainExe(), "--config", dir / "run.yaml", "--summary-json",
+                           dir / "summary", "--progress", "off"},
+                          dir / "out", dir / "err");
+  const auto status = waitBounded(pid, 240);
+  const std::string err = readFile(dir / "err");
+  INFO("config:\n" << config << "stderr:\n" << err);
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  CHECK(err.find("rank 0: lost rank(s) 3") != std::string::npos);
+  const auto j = summaryAt(dir / "summary");
+  CHECK(j["survivors"] == nlohmann::json({0, 1, 2}));
+  CHECK(j["test_accuracy"].get<double>() > 0.5);
+  if (j.contains("run_dir")) std::filesystem::remove_all(j["run_dir"].get<std::string>());
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "over a view without a lost rank, a roulette table and explicit edges are renumbered to the survivors",
+    "[multiproc][train][membership]") {
+  gossamer::testing::requireFashionMnist();
+  SECTION("a table that still holds over the survivors: its rows and columns for ranks 0-2") {
+    const std::string err = cutOffRank3(
+        "crossover_sgd",
+        "topology:\n  kind: fair_roulette\n  probabilities: [[0, 1, 2, 1], [1, 0, 1, 1], [2, 1, 0, 1], "
+        "[1, 1, 1, 0]]\n");
+    CHECK(err.find("instead") == std::string::npos);
+  }
+  SECTION("a table whose rank 0 sent only to the lost rank: the survivors' roulette is uniform") {
+    const std::string err = cutOffRank3(
+        "crossover_sgd",
+        "topology:\n  kind: fair_roulette\n  probabilities: [[0, 0, 0, 1], [0, 0, 1, 0], [0, 1, 0, 0], "
+        "[1, 0, 0, 0]]\n");
+    CHECK(err.find("key 'topology.probabilities[0]'") != std::string::npos);
+    CHECK(err.find("the topology is fair_roulette with those keys at their defaults instead") !=
+          std::string::npos);
+  }
+  SECTION("a ring that the lost rank broke: the survivors take the default topology") {
+    const std::string err =
+        cutOffRank3("sgp", "topology:\n  kind: explicit\n  edges: [[0, 1], [1, 2], [2, 3], [3, 0]]\n");
+    CHECK(err.find("key 'topology.edges") != std::string::npos);
+    CHECK(err.find("instead") != std::string::npos);
+  }
+}
+
+namespace {
+
 /// Without the membership service, a kill -9 of one of 3 peers running
 /// `algorithm` (gossip, or an allreduce every step, which the peer dies in
 /// the middle of) over each killable transport.

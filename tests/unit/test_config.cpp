@@ -582,6 +582,49 @@ TEST_CASE("config: bad probabilities tables are errors", "[config]") {
   }
 }
 
+TEST_CASE("config: over a view, the keys that name ranks name the view's", "[config][view]") {
+  const Config c = reg().parse(
+      "world_size: 5\n"
+      "network:\n  islands: [[0, 1, 2], [3, 4]]\n"
+      "topology:\n  kind: fair_roulette\n"
+      "  probabilities: [[0, 1, 2, 3, 4], [5, 0, 6, 7, 8], [9, 10, 0, 11, 12], [13, 14, 15, 0, 16],"
+      " [17, 18, 19, 20, 0]]\n"
+      "  edges: [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [1, 4]]\n",
+      kName);
+  std::vector<std::string> changed;
+  const Config v = reg().schema().inView(c, {0, 1, 4}, &changed);  // ranks 2 and 3 lost
+  CHECK(v.worldSize() == 3);
+  CHECK(v.get<std::vector<std::vector<int>>>("network.islands") ==
+        std::vector<std::vector<int>>{{0, 1}, {2}});
+  CHECK(v.get<std::vector<std::vector<double>>>("topology.probabilities") ==
+        std::vector<std::vector<double>>{{0, 1, 4}, {5, 0, 8}, {17, 18, 0}});
+  CHECK(v.get<std::vector<std::pair<int, int>>>("topology.edges") ==
+        std::vector<std::pair<int, int>>{{0, 1}, {2, 0}, {1, 2}});
+  std::sort(changed.begin(), changed.end());
+  CHECK(changed == std::vector<std::string>{"network.islands", "topology.edges", "topology.probabilities"});
+  // Keys that name no ranks are kept; an empty value stays empty.
+  CHECK(v.seed() == c.seed());
+  CHECK(v.get<std::vector<std::vector<int>>>("algorithm.groups").empty());
+  // A member beyond the table (a rank that joined past world_size) leaves
+  // the table at its default, empty (uniform).
+  changed.clear();
+  const Config joined = reg().schema().inView(c, {0, 1, 2, 3, 4, 5}, &changed);
+  CHECK(joined.worldSize() == 6);
+  CHECK(joined.get<std::vector<std::vector<double>>>("topology.probabilities").empty());
+  CHECK(std::find(changed.begin(), changed.end(), "topology.probabilities") != changed.end());
+  // Every member: nothing changes.
+  changed.clear();
+  const Config all = reg().schema().inView(c, {0, 1, 2, 3, 4}, &changed);
+  CHECK(changed.empty());
+  CHECK(all.values == c.values);
+  CHECK_THROWS_AS(reg().schema().inView(c, {}), gossamer::InvalidArgument);
+  CHECK_THROWS_AS(reg().schema().inView(c, {2, 1}), gossamer::InvalidArgument);
+  // A key is marked only with a kind that fits its type.
+  CHECK_THROWS_AS(gossamer::KeySet().integer("n", 1, 0, 9, "n").namesRanks(gossamer::RankKey::kTable),
+                  gossamer::InvalidArgument);
+  CHECK_THROWS_AS(gossamer::KeySet().namesRanks(gossamer::RankKey::kEdges), gossamer::InvalidArgument);
+}
+
 TEST_CASE("config: bad explicit graphs are errors", "[config]") {
   SECTION("a negative rank") {
     std::string what = requireError(

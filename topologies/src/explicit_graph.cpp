@@ -127,6 +127,7 @@ void registerExplicitGraph(Registry& registry) {
       KeySet()
           .intPairList("edges", 0, kMaxWorldSize - 1, true, true,
                        "directed edges [from, to]: no self-loops or duplicates, strongly connected")
+          .namesRanks(RankKey::kEdges)
           .rule(checkExplicitHasEdges)
           .rule(checkEdges));
 }

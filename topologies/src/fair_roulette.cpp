@@ -355,6 +355,7 @@ void registerFairRoulette(Registry& registry) {
               "probabilities", {0.0, true, kUnbounded, false},
               "world_size x world_size table of non-negative weights (row = sender, diagonal ignored); "
               "empty = uniform")
+          .namesRanks(RankKey::kTable)
           .rule(checkProbabilities));
 }
 

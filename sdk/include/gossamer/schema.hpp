@@ -56,6 +56,17 @@ enum class KeyType {
   kIntListList,  ///< [[0, 1], [2, 3]], each within [min, max]
 };
 
+/// How a key's value names ranks of the job. Over a membership view (some
+/// of the job's ranks, renumbered 0..M-1 in ascending order) the Agent
+/// renumbers such keys (ConfigSchema::inView) before it builds the view's
+/// topology and optimizer, which read them as ranks of the view.
+enum class RankKey {
+  kNone,       ///< names no ranks
+  kPartition,  ///< kIntListList: groups of ranks (network.islands, algorithm.groups)
+  kTable,      ///< kRealMatrix: world_size x world_size, row i and column j for ranks i and j
+  kEdges,      ///< kIntPairList: [from, to] pairs of ranks
+};
+
 /// A failed check: the dotted (possibly indexed) key at fault, e.g.
 /// "topology.edges[3]", and what is wrong with it.
 struct ConfigIssue {
@@ -83,6 +94,8 @@ struct KeySpec {
   /// May differ between the ranks of one job (a path, an address to bind):
   /// left out of sharedSettings, which every rank must agree on.
   bool perRank = false;
+  /// Whether and how the value names ranks of the job (renumbered over a view).
+  RankKey ranks = RankKey::kNone;
 };
 
 /// The keys and rules one component declares, built fluently:
@@ -127,6 +140,11 @@ class KeySet {
   /// of a job (KeySpec::perRank).
   /// @throws InvalidArgument if no key is declared yet.
   KeySet& perRank();
+  /// Marks the key declared last as one whose value names ranks of the job
+  /// (KeySpec::ranks), of a type that fits `how`.
+  /// @throws InvalidArgument if no key is declared yet, or `how` does not
+  ///         fit its type.
+  KeySet& namesRanks(RankKey how);
 
   const std::vector<KeySpec>& keys() const noexcept { return keys_; }
   const std::vector<ConfigRule>& rules() const noexcept { return rules_; }
@@ -206,6 +224,18 @@ class ConfigSchema {
   const Section* findSection(const std::string& name) const;
   /// Cross-field rules, in registration order.
   const std::vector<ConfigRule>& rules() const noexcept { return rules_; }
+
+  /// `config` over a membership view whose members are `members` (ranks of
+  /// the job, ascending; member k is rank k of the view): world_size is the
+  /// number of members, and every key marked namesRanks names the view's
+  /// ranks. A partition keeps each group's members and drops groups left
+  /// empty; a table keeps the members' rows and columns (and is left empty,
+  /// its default, when a member has no row: a rank that joined beyond
+  /// world_size); edges keep those between members. `changed` (if given)
+  /// receives the dotted keys whose value changed.
+  /// @throws InvalidArgument if `members` is empty or not ascending.
+  Config inView(const Config& config, const std::vector<int>& members,
+                std::vector<std::string>* changed = nullptr) const;
 
   /// The settings every rank of a job must run with, as text: one
   /// "dotted.key = value" line per declared key, in registration order, but

@@ -124,6 +124,7 @@ void addNetworkKeys(ConfigSchema& schema) {
       KeySet()
           .intListList("islands", 0, kMaxWorldSize - 1, true,
                        "the islands, each a list of ranks (a partition of the ranks); empty = one island")
+          .namesRanks(RankKey::kPartition)
           .real("inside_gbps", 10.0, positive, "bandwidth of a link inside an island, Gbit/s")
           .real("between_gbps", 10.0, positive, "bandwidth of a link between islands, Gbit/s")
           .real("between_delay_ms", 0.0, {0.0, true, 60000.0, true},

@@ -6,10 +6,12 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/network.hpp"
 
 namespace gossamer {
 
@@ -282,6 +284,19 @@ KeySet& KeySet::perRank() {
   return *this;
 }
 
+KeySet& KeySet::namesRanks(RankKey how) {
+  if (keys_.empty()) throw InvalidArgument("namesRanks() before any key is declared");
+  KeySpec& key = keys_.back();
+  const bool fits = how == RankKey::kNone ||
+                    (how == RankKey::kPartition && key.type == KeyType::kIntListList) ||
+                    (how == RankKey::kTable && key.type == KeyType::kRealMatrix) ||
+                    (how == RankKey::kEdges && key.type == KeyType::kIntPairList);
+  if (!fits)
+    throw InvalidArgument("namesRanks(): key '" + key.name + "' is of another type than the ranks it names");
+  key.ranks = how;
+  return *this;
+}
+
 // ---- ConfigSchema -------------------------------------------------------------
 
 ConfigSchema::ConfigSchema() { sections_.push_back(Section{"", "", "", {}, {}}); }
@@ -414,6 +429,71 @@ Config ConfigSchema::complete(const Config& config) const {
       assign(out, s.name, e, v);
     }
   }
+  return out;
+}
+
+namespace {
+
+// `value` (a RankKey `how` key's) over the view whose ascending members are
+// `members`; `viewRank` maps a rank of the job to its rank in the view (-1:
+// not a member).
+ConfigValue rankValueInView(RankKey how, const ConfigValue& value, const ConfigValue& defaultValue,
+                            const std::vector<int>& members, const std::function<int(int)>& viewRank) {
+  switch (how) {
+    case RankKey::kPartition:
+      return islandsInView(std::get<std::vector<std::vector<int>>>(value), members);
+    case RankKey::kTable: {
+      const auto& table = std::get<std::vector<std::vector<double>>>(value);
+      if (table.empty()) return value;
+      std::vector<std::vector<double>> out;
+      for (const int i : members) {
+        const auto row = static_cast<std::size_t>(i);
+        if (row >= table.size()) return defaultValue;  // a rank beyond the table (joined)
+        std::vector<double> kept;
+        for (const int j : members) {
+          const auto col = static_cast<std::size_t>(j);
+          if (col >= table[row].size()) return defaultValue;
+          kept.push_back(table[row][col]);
+        }
+        out.push_back(std::move(kept));
+      }
+      return out;
+    }
+    case RankKey::kEdges: {
+      std::vector<std::pair<int, int>> out;
+      for (const auto& [from, to] : std::get<std::vector<std::pair<int, int>>>(value))
+        if (viewRank(from) >= 0 && viewRank(to) >= 0) out.emplace_back(viewRank(from), viewRank(to));
+      return out;
+    }
+    case RankKey::kNone:
+      break;
+  }
+  return value;
+}
+
+}  // namespace
+
+Config ConfigSchema::inView(const Config& config, const std::vector<int>& members,
+                            std::vector<std::string>* changed) const {
+  GOSSAMER_ENFORCE(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
+                       std::adjacent_find(members.begin(), members.end()) == members.end(),
+                   "inView: the members must be distinct ranks in ascending order");
+  const auto viewRank = [&members](int r) {
+    const auto it = std::lower_bound(members.begin(), members.end(), r);
+    return it != members.end() && *it == r ? static_cast<int>(it - members.begin()) : -1;
+  };
+  Config out = config;
+  out.set("world_size", static_cast<int>(members.size()));
+  for (const Section& section : sections_)
+    for (const Entry& entry : section.entries) {
+      if (entry.spec.ranks == RankKey::kNone) continue;
+      const ConfigValue value = valueOf(config, section.name, entry);
+      ConfigValue renumbered =
+          rankValueInView(entry.spec.ranks, value, entry.spec.defaultValue, members, viewRank);
+      if (renumbered == value) continue;
+      if (changed != nullptr) changed->push_back(dottedKey(section.name, entry.spec.name));
+      assign(out, section.name, entry, std::move(renumbered));
+    }
   return out;
 }
 

@@ -183,21 +183,83 @@ std::unique_ptr<DistributedOptimizer> Agent::Impl::metered(std::unique_ptr<Distr
                                                     [this] { return viewNumber; });
 }
 
-void Agent::Impl::rebuildOverView() {
-  viewConfig = config;
-  viewConfig.set("world_size", transport->worldSize());
-  // network.islands and algorithm.groups name the job's ranks; over a
-  // view, the view's (the bandwidth roulette and hierarchical groups read them).
-  if (membership() != nullptr) {
-    const auto members = membership()->view().members;
-    for (const char* key : {"network.islands", "algorithm.groups"}) {
-      const auto partition = config.getOr<std::vector<std::vector<int>>>(key, {});
-      if (!partition.empty()) viewConfig.set(key, islandsInView(partition, members));
-    }
+namespace {
+// The first issue that `schema`'s rules find in `c` about one of `keys`
+// (dotted; an issue about "a.b[2]" is about "a.b"), if any.
+std::optional<ConfigIssue> issueAbout(const ConfigSchema& schema, const Config& c,
+                                      const std::vector<std::string>& keys) {
+  for (const ConfigRule& rule : schema.rules()) {
+    auto issue = rule(c);
+    if (!issue) continue;
+    const std::string key = issue->key.substr(0, issue->key.find('['));
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return issue;
   }
-  topology = registry->topology(viewConfig.get<std::string>("topology.kind"))(viewConfig);
+  return std::nullopt;
+}
+
+// Sets the declared key `dotted` ("section.key", or a top-level "key") of
+// `c` to its default.
+void resetKey(const ConfigSchema& schema, Config& c, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
+  const std::string name = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+  const ConfigSchema::Section* s = schema.findSection(section);
+  GOSSAMER_CHECK(s != nullptr, "resetKey: no section '" << section << "'");
+  for (const auto& entry : s->entries)
+    if (entry.spec.name == name) {
+      schema.assign(c, section, entry, entry.spec.defaultValue);
+      return;
+    }
+  GOSSAMER_CHECK(false, "resetKey: key '" << dotted << "' is not declared");
+}
+}  // namespace
+
+void Agent::Impl::rebuildOverView() {
+  std::vector<std::string> renumbered;
+  viewConfig = membership() != nullptr
+                   ? registry->schema().inView(config, membership()->view().members, &renumbered)
+                   : config;
+  viewConfig.set("world_size", transport->worldSize());
+  topology = membership() != nullptr
+                 ? topologyOverView(renumbered)
+                 : registry->topology(viewConfig.get<std::string>("topology.kind"))(viewConfig);
   communicator = std::make_unique<Communicator>(*transport, config.get<double>("transport.timeout_seconds"));
   communicator->setOptions(collectiveOptions);
+}
+
+std::unique_ptr<Topology> Agent::Impl::topologyOverView(const std::vector<std::string>& renumbered) {
+  const ConfigSchema& schema = registry->schema();
+  std::vector<std::string> watched = renumbered;
+  watched.emplace_back("topology.kind");  // (an explicit graph without edges is a rule of topology.kind)
+  std::string why;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt == 1) {
+      if (renumbered.empty()) continue;  // the same as the first
+      for (const auto& key : renumbered) resetKey(schema, viewConfig, key);
+    } else if (attempt == 2) {
+      resetKey(schema, viewConfig, "topology.kind");
+    }
+    const std::string kind = viewConfig.get<std::string>("topology.kind");
+    // The first attempt's reason is the one worth reporting (the later ones
+    // fail for want of the keys that it reset).
+    if (auto issue = issueAbout(schema, viewConfig, watched)) {
+      if (why.empty()) why = "key '" + issue->key + "': " + issue->message;
+    } else {
+      try {
+        auto out = registry->topology(kind)(viewConfig);
+        if (attempt > 0)
+          GOSSAMER_LOG(kWarning,
+                       "rank " << rank << ": over view " << membership()->view().number << " ("
+                               << transport->worldSize() << " ranks) " << why << "; the topology is " << kind
+                               << (attempt == 1 ? " with those keys at their defaults" : "") << " instead");
+        return out;
+      } catch (const InvalidArgument& e) {
+        if (why.empty()) why = std::string("topology ") + kind + ": " + e.what();
+      }
+    }
+  }
+  throw InvalidArgument("no topology can be built over view " + std::to_string(membership()->view().number) +
+                        " (" + std::to_string(transport->worldSize()) + " ranks): " + why);
 }
 
 Agent::Agent(const Config& config, int rank, Store& store, const Registry& registry)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gossamer/agent.hpp"
@@ -34,6 +35,15 @@ struct Agent::Impl {
   /// Communicator and topology over the transport's current view (the
   /// previous ones, and anything built over them, must be gone).
   void rebuildOverView();
+  /// The topology over a membership view, from viewConfig, whose keys that
+  /// name ranks inView renumbered (`renumbered`, dotted). Those may no longer
+  /// make a valid topology over the survivors (a table row whose every
+  /// weight went to lost ranks, edges that no longer connect them): then
+  /// they take their defaults, and if the topology still cannot be built,
+  /// topology.kind takes its default, with a warning. Every member decides
+  /// the same from the same view, and the job goes on.
+  /// @throws InvalidArgument if even the default topology cannot be built.
+  std::unique_ptr<Topology> topologyOverView(const std::vector<std::string>& renumbered);
 };
 
 }  // namespace gossamer

@@ -69,9 +69,9 @@ std::optional<ConfigIssue> checkRankPartition(const Config& c, const std::string
 /// the view): each island keeps the ranks that are members, as their ranks in
 /// the view, and an island with none left is dropped. Ranks of the job that
 /// are not members are left out; empty islands give empty (one island).
-/// The Agent rebuilds network.islands and algorithm.groups (any partition of
-/// the job's ranks) with it over every view, so that the components that
-/// read them see the view's ranks.
+/// ConfigSchema::inView renumbers the keys marked RankKey::kPartition
+/// (network.islands, algorithm.groups) with it over every view, so that the
+/// components that read them see the view's ranks.
 std::vector<std::vector<int>> islandsInView(const std::vector<std::vector<int>>& islands,
                                             const std::vector<int>& members);
 
