@@ -291,6 +291,31 @@ TEST_CASE("quasi-global momentum with momentum 0 is the base's plain gossip SGD,
   CHECK(plain == qgm);
 }
 
+TEST_CASE("quasi-global momentum with momentum 0 over sync SGP on a non-regular graph steps as SGP does",
+          "[optimizer][heterogeneity]") {
+  // Rank 0 has two out-neighbours and the others one, so the push-sum
+  // weights drift from 1: SGP takes its step on the numerator (divided by
+  // the weight), and so must quasi-global momentum over it.
+  const int n = 3;
+  const Quadratic q(n, kElements, 5);
+  const topologies::ExplicitGraph graph(n, {{0, 1}, {1, 2}, {2, 0}, {0, 2}});
+  const optimizers::SgpOptions o{
+      .sgd = kPlainSgd, .timeoutSeconds = 20.0, .mode = optimizers::GossipMode::kSync};
+  const auto sgp = trainQuadratic(
+      q, 40, [&](Transport& t, int) { return std::make_unique<optimizers::Sgp>(t, graph, kElements, o); });
+  const auto qgm = trainQuadratic(q, 40, [&](Transport& t, int) {
+    auto base = std::make_unique<optimizers::Sgp>(t, graph, kElements, o);
+    return std::make_unique<optimizers::QuasiGlobalMomentum>(std::move(base), kElements, kPlainSgd, true,
+                                                             optimizers::GossipMode::kSync);
+  });
+  for (int r = 0; r < n; ++r)
+    for (std::size_t k = 0; k < kElements; ++k) {
+      INFO("rank " << r << ", element " << k);
+      CHECK(qgm[static_cast<std::size_t>(r)][k] ==
+            Approx(sgp[static_cast<std::size_t>(r)][k]).margin(1e-5).epsilon(1e-4));
+    }
+}
+
 TEST_CASE("D2 refuses a mixing matrix it cannot use, naming the eigenvalue", "[optimizer][heterogeneity]") {
   // The ring with weights 1/3 on an even number of ranks has eigenvalue -1/3 exactly.
   topologies::Ring evenRing(6);

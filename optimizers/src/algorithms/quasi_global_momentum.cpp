@@ -40,8 +40,8 @@ Eigen::Map<const Eigen::VectorXf> vec(const float* p, std::size_t n) {
 }  // namespace
 
 QuasiGlobalMomentum::QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
-                                         const SgdOptions& sgd, bool nesterov)
-    : base_(std::move(base)), numParams_(numParams), sgd_(sgd), nesterov_(nesterov) {
+                                         const SgdOptions& sgd, bool nesterov, GossipMode mode)
+    : base_(std::move(base)), numParams_(numParams), sgd_(sgd), nesterov_(nesterov), mode_(mode) {
   GOSSAMER_ENFORCE(base_ != nullptr, "quasi_global_momentum: no base optimizer");
   GOSSAMER_ENFORCE(base_->hasCommunicationOnlyForm(),
                    "quasi_global_momentum: base " << base_->name() << " has no communication-only form");
@@ -98,8 +98,10 @@ void QuasiGlobalMomentum::step(std::span<float> params, std::span<const float> g
                    "quasi_global_momentum: expected " << numParams_ << " parameters, got " << params.size());
   setDirection(grads, params);
   auto x = vec(params.data(), numParams_);
-  // Async push-sum takes the step on the numerator w z (as Sgp::step): z <- z - lr s / w.
-  const double w = base_->lockstep() ? 1.0 : base_->pushSumWeight();
+  // On the push-sum numerator w z, as Sgp::step: z <- z - lr s / w (w is 1
+  // for Crossover-SGD, and for SGP in sync mode on a regular graph). Not in
+  // overlap mode, whose weight is the share of mass not in flight.
+  const double w = mode_ == GossipMode::kOverlap ? 1.0 : base_->pushSumWeight();
   x -= static_cast<float>(sgd_.learningRate / w) * vec(direction_.data(), numParams_);
   mixParameters(params);
 }
@@ -127,7 +129,8 @@ void register_quasi_global_momentum(Registry& registry) {
       [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
         return std::make_unique<QuasiGlobalMomentum>(
             detail::makeGossipBase(ctx, ctx.tensorSizes), detail::total(ctx.tensorSizes),
-            detail::sgdFrom(ctx.config), ctx.config.get<bool>("algorithm.nesterov"));
+            detail::sgdFrom(ctx.config), ctx.config.get<bool>("algorithm.nesterov"),
+            parseGossipMode(ctx.config.get<std::string>("algorithm.mode")));
       },
       detail::correctedGossipKeys("quasi_global_momentum")
           .boolean(

@@ -162,10 +162,13 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   /// @param sgd learning rate (> 0), beta = momentum, weight decay.
   /// @param nesterov step along g + beta m_t (QG-DSGDm-N, as algorithm.nesterov's default) or, false, along
   /// m_t.
+  /// @param mode the base's gossip mode. As Sgp::step, the step is taken on
+  /// the push-sum numerator, divided by the base's weight, except in overlap
+  /// mode (there the weight is the share of mass not in flight).
   /// @throws InvalidArgument for a null base, one without a communication-only
   ///         form, or a learning rate of 0.
   QuasiGlobalMomentum(std::unique_ptr<DistributedOptimizer> base, std::size_t numParams,
-                      const SgdOptions& sgd, bool nesterov = true);
+                      const SgdOptions& sgd, bool nesterov = true, GossipMode mode = GossipMode::kSync);
   std::string name() const override { return "quasi_global_momentum"; }
   /// The step above on `params` (P float32, in place) from `grads` (P float32).
   void step(std::span<float> params, std::span<const float> grads) override;
@@ -194,6 +197,7 @@ class QuasiGlobalMomentum final : public DistributedOptimizer {
   std::size_t numParams_;
   SgdOptions sgd_;
   bool nesterov_;
+  GossipMode mode_;
   std::vector<float> momentum_;   // m^ (P)
   std::vector<float> direction_;  // s_t, this step's (set by reduceGradients)
   std::vector<float> stepped_;    // x_t - lr s_t, before the mix
