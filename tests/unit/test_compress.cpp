@@ -710,6 +710,38 @@ TEST_CASE("QSGD is unbiased: the mean of many encodings is the input", "[compres
   }
 }
 
+TEST_CASE("QSGD stays unbiased on a bucket whose norm is below s / FLT_MAX", "[compress][qsgd]") {
+  // s / norm is infinite in float32 there: every nonzero entry used to come
+  // back as +-norm, and a zero entry took the level of NaN.
+  const int s = 65535, encodings = 2000;
+  QsgdCompressor c(3, QsgdOptions{s, 128, 7, 3});
+  const std::vector<float> g = {1e-35f, 2e-36f, 0.0f};
+  auto payload = payloadFor(c);
+  std::vector<float> out(3);
+  std::vector<double> sum(3, 0.0);
+  for (int k = 0; k < encodings; ++k) {
+    c.encode(g, payload);
+    c.decode(payload, g, out);
+    for (std::size_t i = 0; i < 3; ++i) sum[i] += out[i];
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("element " << i << ": g " << g[i] << ", mean " << sum[i] / encodings);
+    CHECK(sum[i] / encodings == Approx(g[i]).epsilon(0.02).margin(1e-40));
+  }
+  CHECK(sum[2] == 0.0);
+}
+
+TEST_CASE("Top-K sends ceil(ratio * n) entries of the decimal ratio (Gaussian-K's k is the same count)",
+          "[compress][topk]") {
+  // 0.07 * 100 is 7.000000000000001 in double: 7 entries, not 8.
+  CHECK(TopKCompressor(100, 0.07).k() == 7);
+  CHECK(TopKCompressor(100, 0.14).k() == 14);
+  CHECK(TopKCompressor(100, 0.071).k() == 8);
+  CHECK(TopKCompressor(1000, 0.0015).k() == 2);
+  CHECK(TopKCompressor(3, 1.0).k() == 3);
+  CHECK(TopKCompressor(1000, 1e-9).k() == 1);
+}
+
 TEST_CASE("the dense compressor and the factory", "[compress]") {
   const auto g = normalVector(10, 1);
   auto d = makeCompressor({}, 10);

@@ -79,8 +79,14 @@ void QsgdCompressor::encode(std::span<const float> gradient, std::span<std::byte
     float norm;
     std::memcpy(&norm, norms + 4 * b, 4);
     const float scale = norm > 0.0f ? s / norm : 0.0f;
+    // A norm below s / FLT_MAX (a bucket of subnormal entries) makes s / norm
+    // infinite: such a bucket's levels are |v| / norm * s, in double.
+    const bool tiny = !std::isfinite(scale);
     for (std::size_t i = 0; i < m; ++i) {
-      const float r = std::min(std::fabs(v[i]) * scale, s);
+      const float r = tiny ? static_cast<float>(std::min(std::fabs(static_cast<double>(v[i])) /
+                                                             static_cast<double>(norm) * options_.levels,
+                                                         static_cast<double>(s)))
+                           : std::min(std::fabs(v[i]) * scale, s);
       const float floor = std::floor(r);
       const float u = static_cast<float>(nextRandom(state_) >> 40) * 0x1p-24f;
       const auto level = static_cast<std::uint32_t>(floor) + (u < r - floor ? 1u : 0u);
