@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/network.hpp"
+#include "gossamer/log.hpp"
 
 namespace gossamer::composite {
 
@@ -218,9 +220,19 @@ class MixEngine final : public detail::ProgressEngine {
     keep(m.remote.peer(), m.tag, std::span<const std::byte>(m.scratch.get(), m.remote.bytes()));
   }
 
-  void keep(int source, const Tag& tag, std::span<const std::byte> bytes) {
-    std::lock_guard<std::mutex> lk(mu_);
-    kept_.push_back(Kept{source, tag, std::vector<std::byte>(bytes.begin(), bytes.end())});
+  // Reached from cancel paths that cannot throw (a request's settle, the
+  // destructor): without memory for the copy, the message is dropped, said
+  // in the log.
+  void keep(int source, const Tag& tag, std::span<const std::byte> bytes) noexcept {
+    try {
+      std::vector<std::byte> copy(bytes.begin(), bytes.end());
+      std::lock_guard<std::mutex> lk(mu_);
+      kept_.push_back(Kept{source, tag, std::move(copy)});
+    } catch (const std::exception& e) {
+      GOSSAMER_LOG(kWarning, "composite: a " << bytes.size() << "-byte message from rank " << source << " ("
+                                             << toString(tag) << ") that arrived after its receive was "
+                                             << "cancelled is dropped: " << e.what());
+    }
   }
 
   void finish(Mixed& m) {
@@ -242,6 +254,19 @@ std::string listOf(std::span<const int> ranks) {
   return os.str();
 }
 
+// Runs every step, also after one threw; then rethrows the first error.
+void everyStep(std::initializer_list<std::function<void()>> steps) {
+  std::exception_ptr first;
+  for (const auto& step : steps) {
+    try {
+      step();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 class CompositeTransport final : public Transport {
  public:
   CompositeTransport(const Options& o, std::unique_ptr<Transport> local, std::unique_ptr<Transport> remote)
@@ -257,7 +282,13 @@ class CompositeTransport final : public Transport {
       localIndex_[static_cast<std::size_t>(o.localGroup[i])] = static_cast<int>(i);
   }
 
-  ~CompositeTransport() override { engine_->cancelAll(); }
+  ~CompositeTransport() override {
+    try {
+      engine_->cancelAll();
+    } catch (const std::exception& e) {  // a destructor cannot throw
+      GOSSAMER_LOG(kWarning, "composite: cancelling the requests left at destruction: " << e.what());
+    }
+  }
 
   int rank() const override { return rank_; }
   int worldSize() const override { return worldSize_; }
@@ -332,16 +363,14 @@ class CompositeTransport final : public Transport {
     return local_->discardArrived(stale) + remote_->discardArrived(stale) + engine_->discardKept(stale);
   }
 
+  // Both inner transports are closed (aborted) whatever fails first; the
+  // first error is rethrown.
   void close() override {
-    engine_->cancelAll();
-    local_->close();
-    remote_->close();
+    everyStep({[this] { engine_->cancelAll(); }, [this] { local_->close(); }, [this] { remote_->close(); }});
   }
 
   void abort() override {
-    engine_->cancelAll();
-    local_->abort();
-    remote_->abort();
+    everyStep({[this] { engine_->cancelAll(); }, [this] { local_->abort(); }, [this] { remote_->abort(); }});
   }
 
   TransportStats stats() const override {
