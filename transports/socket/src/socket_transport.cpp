@@ -493,6 +493,9 @@ struct Conn {
   std::array<std::byte, kFrameTrailerBytes> trailer{};  // kDataTrailing: read after the payload
   // Send side.
   std::deque<TxItem> txq;
+  // When the socket last took bytes, or txq last became non-empty: a peer
+  // that takes none of what waits for timeoutSeconds is failed (stalled).
+  Clock::time_point writtenAt{};
 };
 
 class Engine final : public detail::ProgressEngine, public std::enable_shared_from_this<Engine> {
@@ -835,11 +838,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       item.req = std::make_shared<detail::RequestState>();
       item.req->engine = shared_from_this();
       auto req = item.req;
+      if (c.txq.empty()) c.writtenAt = Clock::now();
       c.txq.push_back(std::move(item));
       if (sleepers_ > 0) wake();
       return req;
     }
     item.keepRest();
+    if (c.txq.empty()) c.writtenAt = Clock::now();
     c.txq.push_back(std::move(item));
     if (sleepers_ > 0) wake();  // a sleeping waiter must add POLLOUT for this socket
     return nullptr;
@@ -886,6 +891,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       const ssize_t r = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r > 0) {
         item.offset += static_cast<std::size_t>(r);
+        c.writtenAt = Clock::now();
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
@@ -998,7 +1004,26 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (ev & (POLLIN | POLLHUP | POLLERR)) readLocked(c);
       }
     }
+    failStalledLocked();
     gateLocked();
+  }
+
+  // A peer whose socket took none of the bytes queued for it for
+  // timeoutSeconds (a stopped or hung process, a link that is down) is
+  // failed: its queue would otherwise grow with every send, and the peer
+  // never count as failed while its connection stays open.
+  void failStalledLocked() {
+    const auto now = Clock::now();
+    const auto limit = std::chrono::duration<double>(opt_.timeoutSeconds);
+    for (auto& c : conns_) {
+      if (c.gone || c.txq.empty() || now - c.writtenAt <= limit) continue;
+      std::size_t queued = 0;
+      for (const auto& item : c.txq) queued += item.total() - item.offset;
+      const std::string why = "took none of the " + std::to_string(queued) + " bytes queued for it in " +
+                              std::to_string(opt_.timeoutSeconds) + " s (a stopped or hung process?)";
+      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": rank " << c.peer << " " << why);
+      failPeer(c, std::make_exception_ptr(PeerFailure(c.peer, why)));
+    }
   }
 
   // Every connection: one per peer, then the extra ones.
