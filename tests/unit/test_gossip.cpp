@@ -16,6 +16,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "models.hpp"
+#include "registry.hpp"
 #include "threads.hpp"
 
 using namespace gossamer;
@@ -365,6 +366,42 @@ TEST_CASE("the matched selection balances a table that is not doubly stochastic 
   CHECK_THROWS_AS(topologies::FairRoulette(3, 1, {{0, 1, 0}, {1, 0, 0}, {1, 1, 0}},
                                            topologies::FairRoulette::Selection::kMatched),
                   InvalidArgument);
+}
+
+TEST_CASE("the matched selection takes a table whose nonzero entries are not all on a derangement",
+          "[topology][roulette]") {
+  // 0 -> 1 -> 2 -> 0 is the only derangement on this support: the other
+  // entries (0 -> 2, 1 -> 0) can carry no probability in a fair assignment.
+  // Sinkhorn balancing alone converges on them too slowly to finish.
+  const topologies::FairRoulette r(3, 1, {{0, 1, 1}, {1, 0, 1}, {1, 0, 0}},
+                                   topologies::FairRoulette::Selection::kMatched);
+  for (std::uint64_t step = 0; step < 50; ++step) CHECK(r.destinations(step, 0) == std::vector<int>{1, 2, 0});
+  const Eigen::MatrixXd& t = r.matchedMarginals();
+  CHECK(t(0, 1) == Approx(1.0));
+  CHECK(t(0, 2) == 0.0);
+  CHECK(t(1, 0) == 0.0);
+  // A larger support with a part on no derangement: balanced exactly on the rest.
+  const topologies::FairRoulette big(
+      5, 2, {{0, 1, 1, 0, 0}, {1, 0, 1, 0, 0}, {1, 1, 0, 0, 5}, {0, 0, 0, 0, 1}, {0, 0, 0, 1, 0}},
+      topologies::FairRoulette::Selection::kMatched);
+  const Eigen::MatrixXd& b = big.matchedMarginals();
+  CHECK((b.rowwise().sum().array() - 1).abs().maxCoeff() < 1e-9);
+  CHECK((b.colwise().sum().array() - 1).abs().maxCoeff() < 1e-9);
+  CHECK(b(2, 4) == 0.0);  // rank 4 receives from rank 3 in every derangement
+  // No derangement at all: refused, at load with the key named.
+  CHECK_THROWS_AS(topologies::FairRoulette(3, 1, {{0, 1, 0}, {1, 0, 0}, {1, 0, 0}},
+                                           topologies::FairRoulette::Selection::kMatched),
+                  InvalidArgument);
+  try {
+    gossamer::test::trainRegistry().parse(
+        "world_size: 3\ntopology:\n  kind: fair_roulette\n  probabilities: [[0, 1, 0], [1, 0, 0], [1, 0, "
+        "0]]\n",
+        "t.yaml");
+    FAIL("a table without a derangement was taken");
+  } catch (const ConfigError& e) {
+    CHECK(e.key() == "topology.probabilities");
+    CHECK(std::string(e.what()).find("no derangement") != std::string::npos);
+  }
 }
 
 TEST_CASE(

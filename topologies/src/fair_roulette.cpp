@@ -29,6 +29,104 @@ std::size_t toIndex(int v) { return static_cast<std::size_t>(v); }
 const auto& probabilitiesOf(const Config& c) {
   return c.get<std::vector<std::vector<double>>>("topology.probabilities");
 }
+// Kuhn's augmenting paths on the support {m(i,j) > eps}, trying large entries
+// first. Returns dest per row, or empty if there is no perfect matching.
+std::vector<int> perfectMatching(const Eigen::MatrixXd& m, double eps) {
+  const int n = static_cast<int>(m.rows());
+  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j)
+      if (m(i, j) > eps) adj[static_cast<std::size_t>(i)].push_back(j);
+    std::sort(adj[static_cast<std::size_t>(i)].begin(), adj[static_cast<std::size_t>(i)].end(),
+              [&](int a, int b) { return m(i, a) > m(i, b); });
+  }
+  std::vector<int> owner(static_cast<std::size_t>(n), -1), dest(static_cast<std::size_t>(n), -1);
+  std::vector<char> seen;
+  std::function<bool(int)> augment = [&](int i) {
+    for (int j : adj[static_cast<std::size_t>(i)]) {
+      if (seen[static_cast<std::size_t>(j)]) continue;
+      seen[static_cast<std::size_t>(j)] = 1;
+      const int o = owner[static_cast<std::size_t>(j)];
+      if (o < 0 || augment(o)) {
+        owner[static_cast<std::size_t>(j)] = i;
+        dest[static_cast<std::size_t>(i)] = j;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < n; ++i) {
+    seen.assign(static_cast<std::size_t>(n), 0);
+    if (!augment(i)) return {};
+  }
+  return dest;
+}
+
+// Zeroes the entries of m (n x n, non-negative) that lie on no perfect
+// matching of its support. Sinkhorn balancing converges only at about 1/k
+// on a support with such entries (it drives them to 0 in the limit), so they
+// go first: then the balanced matrix is exact to rounding. An entry (i, j)
+// off a perfect matching M lies on another one exactly when rank i and the
+// row that M gives column j are in one strongly connected component of
+// the graph with an arc from i to that row for every such entry (an
+// alternating cycle through it). Returns false if the support has no perfect
+// matching at all.
+bool pruneToMatchable(Eigen::MatrixXd& m) {
+  const int n = static_cast<int>(m.rows());
+  const std::vector<int> dest = perfectMatching(m, 0.0);
+  if (dest.empty()) return false;
+  std::vector<int> owner(toIndex(n));
+  for (int i = 0; i < n; ++i) owner[toIndex(dest[toIndex(i)])] = i;
+  std::vector<std::vector<int>> arcs(toIndex(n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (m(i, j) > 0 && j != dest[toIndex(i)]) arcs[toIndex(i)].push_back(owner[toIndex(j)]);
+  // Tarjan's strongly connected components, iteratively (n may be thousands).
+  std::vector<int> index(toIndex(n), -1), low(toIndex(n), 0), component(toIndex(n), -1), stack,
+      next(toIndex(n), 0);
+  std::vector<char> onStack(toIndex(n), 0);
+  int counter = 0, components = 0;
+  for (int root = 0; root < n; ++root) {
+    if (index[toIndex(root)] >= 0) continue;
+    std::vector<int> path{root};
+    index[toIndex(root)] = low[toIndex(root)] = counter++;
+    stack.push_back(root);
+    onStack[toIndex(root)] = 1;
+    while (!path.empty()) {
+      const int v = path.back();
+      auto& k = next[toIndex(v)];
+      if (k < static_cast<int>(arcs[toIndex(v)].size())) {
+        const int w = arcs[toIndex(v)][toIndex(k++)];
+        if (index[toIndex(w)] < 0) {
+          index[toIndex(w)] = low[toIndex(w)] = counter++;
+          stack.push_back(w);
+          onStack[toIndex(w)] = 1;
+          path.push_back(w);
+        } else if (onStack[toIndex(w)]) {
+          low[toIndex(v)] = std::min(low[toIndex(v)], index[toIndex(w)]);
+        }
+        continue;
+      }
+      path.pop_back();
+      if (!path.empty()) low[toIndex(path.back())] = std::min(low[toIndex(path.back())], low[toIndex(v)]);
+      if (low[toIndex(v)] != index[toIndex(v)]) continue;
+      for (int w = -1; w != v;) {
+        w = stack.back();
+        stack.pop_back();
+        onStack[toIndex(w)] = 0;
+        component[toIndex(w)] = components;
+      }
+      ++components;
+    }
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (m(i, j) > 0 && j != dest[toIndex(i)] &&
+          component[toIndex(i)] != component[toIndex(owner[toIndex(j)])])
+        m(i, j) = 0;
+  return true;
+}
+
 /// topology.probabilities: world_size x world_size, every row with some weight
 /// on another rank (a single rank has no one to pick: nothing to require).
 std::optional<ConfigIssue> checkProbabilities(const Config& c) {
@@ -61,6 +159,14 @@ std::optional<ConfigIssue> checkProbabilities(const Config& c) {
               formatConfigValue(offDiagonal)};
     }
   }
+  Eigen::MatrixXd support = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      if (i != j && rows[i][j] > 0) support(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = 1;
+  if (perfectMatching(support, 0.0).empty())
+    return ConfigIssue{key,
+                       "admits no round in which every rank sends to one other rank and receives from one "
+                       "(no derangement on its nonzero entries), so no fair assignment exists"};
   return std::nullopt;
 }
 
@@ -166,43 +272,6 @@ FairRoulette::FairRoulette(int worldSize, std::uint64_t seed, std::vector<std::v
   if (selection_ == Selection::kMatched) decompose();
 }
 
-namespace {
-
-// Kuhn's augmenting paths on the support {m(i,j) > eps}, trying large entries
-// first. Returns dest per row, or empty if there is no perfect matching.
-std::vector<int> perfectMatching(const Eigen::MatrixXd& m, double eps) {
-  const int n = static_cast<int>(m.rows());
-  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j)
-      if (m(i, j) > eps) adj[static_cast<std::size_t>(i)].push_back(j);
-    std::sort(adj[static_cast<std::size_t>(i)].begin(), adj[static_cast<std::size_t>(i)].end(),
-              [&](int a, int b) { return m(i, a) > m(i, b); });
-  }
-  std::vector<int> owner(static_cast<std::size_t>(n), -1), dest(static_cast<std::size_t>(n), -1);
-  std::vector<char> seen;
-  std::function<bool(int)> augment = [&](int i) {
-    for (int j : adj[static_cast<std::size_t>(i)]) {
-      if (seen[static_cast<std::size_t>(j)]) continue;
-      seen[static_cast<std::size_t>(j)] = 1;
-      const int o = owner[static_cast<std::size_t>(j)];
-      if (o < 0 || augment(o)) {
-        owner[static_cast<std::size_t>(j)] = i;
-        dest[static_cast<std::size_t>(i)] = j;
-        return true;
-      }
-    }
-    return false;
-  };
-  for (int i = 0; i < n; ++i) {
-    seen.assign(static_cast<std::size_t>(n), 0);
-    if (!augment(i)) return {};
-  }
-  return dest;
-}
-
-}  // namespace
-
 // Sinkhorn balancing, then a Birkhoff-von Neumann decomposition (greedy:
 // subtract the smallest entry along a perfect matching of the support).
 void FairRoulette::decompose() {
@@ -210,6 +279,8 @@ void FairRoulette::decompose() {
   for (int i = 0; i < n_; ++i)
     for (int j = 0; j < n_; ++j)
       target_(i, j) = table_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+  GOSSAMER_ENFORCE(pruneToMatchable(target_),
+                   "roulette table admits no fair assignment (no derangement on its nonzero entries)");
   bool balanced = false;
   for (int it = 0; it < 100000 && !balanced; ++it) {
     target_ = (target_.array().colwise() / target_.rowwise().sum().array()).matrix();
