@@ -221,7 +221,7 @@ TEST_CASE(
         "crossover_sgd",
         "topology:\n  kind: fair_roulette\n  probabilities: [[0, 1, 2, 1], [1, 0, 1, 1], [2, 1, 0, 1], "
         "[1, 1, 1, 0]]\n");
-    CHECK(err.find("instead") == std::string::npos);
+    CHECK(err.find("takes its default") == std::string::npos);
   }
   SECTION("a table whose rank 0 sent only to the lost rank: the survivors' roulette is uniform") {
     const std::string err = cutOffRank3(
@@ -229,14 +229,15 @@ TEST_CASE(
         "topology:\n  kind: fair_roulette\n  probabilities: [[0, 0, 0, 1], [0, 0, 1, 0], [0, 1, 0, 0], "
         "[1, 0, 0, 0]]\n");
     CHECK(err.find("key 'topology.probabilities[0]'") != std::string::npos);
-    CHECK(err.find("the topology is fair_roulette with those keys at their defaults instead") !=
+    CHECK(err.find("topology.probabilities takes its default, the topology is fair_roulette") !=
           std::string::npos);
   }
   SECTION("a ring that the lost rank broke: the survivors take the default topology") {
     const std::string err =
         cutOffRank3("sgp", "topology:\n  kind: explicit\n  edges: [[0, 1], [1, 2], [2, 3], [3, 0]]\n");
     CHECK(err.find("key 'topology.edges") != std::string::npos);
-    CHECK(err.find("instead") != std::string::npos);
+    CHECK(err.find("topology.edges takes its default, the topology is") != std::string::npos);
+    CHECK(err.find("(the default)") != std::string::npos);
   }
 }
 

@@ -612,6 +612,9 @@ TEST_CASE("config: over a view, the keys that name ranks name the view's", "[con
   CHECK(joined.worldSize() == 6);
   CHECK(joined.get<std::vector<std::vector<double>>>("topology.probabilities").empty());
   CHECK(std::find(changed.begin(), changed.end(), "topology.probabilities") != changed.end());
+  // So does a partition that leaves it in no group.
+  CHECK(joined.get<std::vector<std::vector<int>>>("network.islands").empty());
+  CHECK(std::find(changed.begin(), changed.end(), "network.islands") != changed.end());
   // Every member: nothing changes.
   changed.clear();
   const Config all = reg().schema().inView(c, {0, 1, 2, 3, 4}, &changed);

@@ -229,9 +229,9 @@ class ConfigSchema {
   /// the job, ascending; member k is rank k of the view): world_size is the
   /// number of members, and every key marked namesRanks names the view's
   /// ranks. A partition keeps each group's members and drops groups left
-  /// empty; a table keeps the members' rows and columns (and is left empty,
-  /// its default, when a member has no row: a rank that joined beyond
-  /// world_size); edges keep those between members. `changed` (if given)
+  /// empty; a table keeps the members' rows and columns; edges keep those
+  /// between members. A partition or table that does not cover a member (a
+  /// rank that joined beyond world_size) takes its default, empty. `changed` (if given)
   /// receives the dotted keys whose value changed.
   /// @throws InvalidArgument if `members` is empty or not ascending.
   Config inView(const Config& config, const std::vector<int>& members,

@@ -440,8 +440,16 @@ namespace {
 ConfigValue rankValueInView(RankKey how, const ConfigValue& value, const ConfigValue& defaultValue,
                             const std::vector<int>& members, const std::function<int(int)>& viewRank) {
   switch (how) {
-    case RankKey::kPartition:
-      return islandsInView(std::get<std::vector<std::vector<int>>>(value), members);
+    case RankKey::kPartition: {
+      const auto& groups = std::get<std::vector<std::vector<int>>>(value);
+      if (groups.empty()) return value;
+      auto out = islandsInView(groups, members);
+      std::size_t covered = 0;
+      for (const auto& g : out) covered += g.size();
+      // A member in no group (a rank that joined beyond world_size): the
+      // partition does not cover the view, so the key takes its default.
+      return covered == members.size() ? ConfigValue(std::move(out)) : defaultValue;
+    }
     case RankKey::kTable: {
       const auto& table = std::get<std::vector<std::vector<double>>>(value);
       if (table.empty()) return value;

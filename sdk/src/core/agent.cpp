@@ -231,35 +231,58 @@ std::unique_ptr<Topology> Agent::Impl::topologyOverView(const std::vector<std::s
   const ConfigSchema& schema = registry->schema();
   std::vector<std::string> watched = renumbered;
   watched.emplace_back("topology.kind");  // (an explicit graph without edges is a rule of topology.kind)
-  std::string why;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (attempt == 1) {
-      if (renumbered.empty()) continue;  // the same as the first
-      for (const auto& key : renumbered) resetKey(schema, viewConfig, key);
-    } else if (attempt == 2) {
-      resetKey(schema, viewConfig, "topology.kind");
-    }
+  const auto wasRenumbered = [&](const std::string& key) {
+    return std::find(renumbered.begin(), renumbered.end(), key) != renumbered.end();
+  };
+  std::string why;                 // the first reason: the later ones follow from the resets
+  std::vector<std::string> reset;  // renumbered keys put back to their defaults, in order
+  bool kindReset = false;
+  for (;;) {
     const std::string kind = viewConfig.get<std::string>("topology.kind");
-    // The first attempt's reason is the one worth reporting (the later ones
-    // fail for want of the keys that it reset).
+    std::string reason, culprit;
     if (auto issue = issueAbout(schema, viewConfig, watched)) {
-      if (why.empty()) why = "key '" + issue->key + "': " + issue->message;
+      reason = "key '" + issue->key + "': " + issue->message;
+      const std::string key = issue->key.substr(0, issue->key.find('['));
+      if (wasRenumbered(key) && std::find(reset.begin(), reset.end(), key) == reset.end()) culprit = key;
     } else {
       try {
         auto out = registry->topology(kind)(viewConfig);
-        if (attempt > 0)
-          GOSSAMER_LOG(kWarning,
-                       "rank " << rank << ": over view " << membership()->view().number << " ("
-                               << transport->worldSize() << " ranks) " << why << "; the topology is " << kind
-                               << (attempt == 1 ? " with those keys at their defaults" : "") << " instead");
+        if (!reset.empty() || kindReset) {
+          std::ostringstream what;
+          for (std::size_t k = 0; k < reset.size(); ++k) what << (k == 0 ? "" : ", ") << reset[k];
+          GOSSAMER_LOG(kWarning, "rank "
+                                     << rank << ": over view " << membership()->view().number << " ("
+                                     << transport->worldSize() << " ranks) " << why << "; "
+                                     << (reset.empty()
+                                             ? ""
+                                             : what.str() + (reset.size() == 1 ? " takes its default, "
+                                                                               : " take their defaults, "))
+                                     << "the topology is " << kind << (kindReset ? " (the default)" : ""));
+        }
         return out;
       } catch (const InvalidArgument& e) {
-        if (why.empty()) why = std::string("topology ") + kind + ": " + e.what();
+        reason = "topology " + kind + ": " + e.what();
+        // The topology's own renumbered keys (not the ones the optimizer reads).
+        for (const auto& key : renumbered)
+          if (key.rfind("topology.", 0) == 0 && std::find(reset.begin(), reset.end(), key) == reset.end()) {
+            culprit = key;
+            break;
+          }
       }
     }
+    if (why.empty()) why = reason;
+    if (!culprit.empty()) {
+      resetKey(schema, viewConfig, culprit);
+      reset.push_back(culprit);
+    } else if (!kindReset) {
+      resetKey(schema, viewConfig, "topology.kind");
+      kindReset = true;
+    } else {
+      throw InvalidArgument("no topology can be built over view " +
+                            std::to_string(membership()->view().number) + " (" +
+                            std::to_string(transport->worldSize()) + " ranks): " + why + "; then " + reason);
+    }
   }
-  throw InvalidArgument("no topology can be built over view " + std::to_string(membership()->view().number) +
-                        " (" + std::to_string(transport->worldSize()) + " ranks): " + why);
 }
 
 Agent::Agent(const Config& config, int rank, Store& store, const Registry& registry)

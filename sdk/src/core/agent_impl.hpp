@@ -37,10 +37,12 @@ struct Agent::Impl {
   void rebuildOverView();
   /// The topology over a membership view, from viewConfig, whose keys that
   /// name ranks inView renumbered (`renumbered`, dotted). Those may no longer
-  /// make a valid topology over the survivors (a table row whose every
-  /// weight went to lost ranks, edges that no longer connect them): then
-  /// they take their defaults, and if the topology still cannot be built,
-  /// topology.kind takes its default, with a warning. Every member decides
+  /// hold over the survivors (a table row whose every weight went to lost
+  /// ranks, edges that no longer connect them): then the key a rule names
+  /// takes its default (in viewConfig, which the optimizer reads too), or,
+  /// when the topology refuses its keys, the topology section's renumbered
+  /// keys do, one at a time; failing all that, topology.kind takes its
+  /// default. A warning names what was reset and why. Every member decides
   /// the same from the same view, and the job goes on.
   /// @throws InvalidArgument if even the default topology cannot be built.
   std::unique_ptr<Topology> topologyOverView(const std::vector<std::string>& renumbered);
