@@ -25,8 +25,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import weakref
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._core import (  # noqa: F401  (re-exported)
@@ -356,7 +357,8 @@ class Agent:
             raise InvalidArgument(f"rendezvous contains a NUL character: {rendezvous!r}")
         # survive(fn) calls running: close, abort, make_optimizer and recover
         # are refused inside them (they would free what survive is using).
-        self._surviving = 0
+        # Threads inside survive() on this agent (survive runs fn on its own thread).
+        self._surviving: List[int] = []
         self._core = _core.Agent(source, is_text, ov, rank, rendezvous)
         self._optimizer: Optional[Optimizer] = None
         self.launcher: str = "explicit"
@@ -656,15 +658,17 @@ class Agent:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
-        self._surviving += 1
+        me = threading.get_ident()
+        self._surviving.append(me)
         try:
             return self._core.survive(fn)
         finally:
-            self._surviving -= 1
+            self._surviving.remove(me)
 
     def _not_surviving(self, call: str) -> None:
-        """Raises InvalidArgument naming ``call`` inside :meth:`survive`'s ``fn``."""
-        if getattr(self, "_surviving", 0) > 0:
+        """Raises InvalidArgument naming ``call`` inside :meth:`survive`'s
+        ``fn`` (on the thread that runs it: a watchdog thread may close)."""
+        if threading.get_ident() in getattr(self, "_surviving", ()):
             raise InvalidArgument(f"{call}() inside survive(fn): call it after survive returns")
 
     @property

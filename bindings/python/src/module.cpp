@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../common/builtins.hpp"
@@ -372,18 +374,24 @@ class PyAgent {
   }
 
   /// While the agent runs Python code of the caller's (survive's fn), a
-  /// call that would destroy or replace what the running C++ frame uses
-  /// (close, abort, make_optimizer, recover) is refused. Called with the GIL.
-  /// @throws InvalidArgument naming `call` while such code runs.
+  /// call from that code that would destroy or replace what the running C++
+  /// frame uses (close, abort, make_optimizer, recover) is refused; another
+  /// thread's close or abort is not (the frame holds the Live). Called with
+  /// the GIL. @throws InvalidArgument naming `call` on the thread inside survive.
   void notInCallback(const char* call) const {
-    if (callbacks_ > 0)
+    if (std::find(callbackThreads_.begin(), callbackThreads_.end(), std::this_thread::get_id()) !=
+        callbackThreads_.end())
       throw InvalidArgument(std::string(call) + "() inside survive(fn): call it after survive returns");
   }
-  /// Counts a callback into the caller's Python code as running while it lives.
+  /// Counts a callback into the caller's Python code as running on this
+  /// thread while it lives. Made and destroyed with the GIL.
   class Callback {
    public:
-    explicit Callback(PyAgent& a) : a_(a) { ++a_.callbacks_; }
-    ~Callback() { --a_.callbacks_; }
+    explicit Callback(PyAgent& a) : a_(a) { a_.callbackThreads_.push_back(std::this_thread::get_id()); }
+    ~Callback() {
+      auto& t = a_.callbackThreads_;
+      t.erase(std::find(t.begin(), t.end(), std::this_thread::get_id()));
+    }
     Callback(const Callback&) = delete;
     Callback& operator=(const Callback&) = delete;
 
@@ -434,7 +442,7 @@ class PyAgent {
   std::uint64_t exchangeRound_ = 0;
   std::uint64_t exchangeView_ = 0;  // the view exchangeRound_ counts in
   std::uint64_t optimizerGeneration_ = 0;
-  int callbacks_ = 0;  // survive(fn) calls running (changed with the GIL held)
+  std::vector<std::thread::id> callbackThreads_;  // threads inside survive(fn) (changed with the GIL held)
 };
 
 // The blocking part of a call: releases the GIL while holding the call's
@@ -449,6 +457,8 @@ class WithoutGil {
   ~WithoutGil() = default;
   /// The held Live (null when made from a closed agent's takeLive()).
   PyAgent::Live* live() const { return live_.get(); }
+  /// Whether a call on another thread holds the Live too.
+  bool shared() const { return live_.use_count() > 1; }
 
  private:
   py::gil_scoped_release release_;  // first: released before live_ is taken, taken back after it goes
@@ -1056,7 +1066,14 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
           [](PyAgent& a) {
             a.notInCallback("close");
             const WithoutGil call(a.takeLive());  // closed from here on, also if the close raises
-            if (call.live() != nullptr) call.live()->session->close();
+            if (call.live() == nullptr) return;
+            // A call in flight on another thread holds the Session too: only
+            // its transport is closed now, which cancels that call's waits;
+            // the Session closes when the last holder lets it go.
+            if (call.shared())
+              call.live()->session->agent().transport().close();
+            else
+              call.live()->session->close();
           },
           "Delivers what is queued (within transport.linger_seconds), says goodbye and releases the "
           "transport (Session::close); destroys the optimizer. Idempotent. May be called from another "
@@ -1068,7 +1085,11 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
           [](PyAgent& a) {
             a.notInCallback("abort");
             const WithoutGil call(a.takeLive());
-            if (call.live() != nullptr) call.live()->session->abort();
+            if (call.live() == nullptr) return;
+            if (call.shared())  // as close()
+              call.live()->session->agent().transport().abort();
+            else
+              call.live()->session->abort();
           },
           "Closes without delivering what is still queued (Session::abort); destroys the optimizer. "
           "Idempotent; may be called from another thread as close(). Raises InvalidArgument inside "

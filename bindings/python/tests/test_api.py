@@ -544,15 +544,19 @@ def test_rank_rendezvous_wait_timeout_and_metrics_step_are_validated(agent, tmp_
     assert [(r["kind"], r["step"]) for r in agent.metrics()][-1] == ("eval", 2**64 - 1)
 
 
-def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_under_it(tmp_path):
+@pytest.mark.parametrize("inside_survive", [False, True])
+def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_under_it(tmp_path, inside_survive):
     # Rank 0 blocks in an allreduce (rank 1 never enters it), and a watchdog
     # thread closes rank 0's agent: the allreduce raises at once instead of
     # waiting out its timeout, on an agent that is still whole (the Session
-    # is freed when the call returns), and make_optimizer is refused while it
-    # runs.
+    # is freed when the call returns). recover() is refused while it runs
+    # (and, with membership off, refused for that at once otherwise: a probe
+    # that touches nothing the allreduce uses). Inside survive(fn) the same:
+    # only fn's own thread is refused close().
     import threading
     import time
-    two = {"world_size": 2, "transport": {"kind": "inproc", "timeout_seconds": 60}, "run": {"metrics": False}}
+    two = {"world_size": 2, "transport": {"kind": "inproc", "timeout_seconds": 60}, "run": {"metrics": False},
+           "membership": {"enabled": False}}
     agents = [None, None]
 
     def make(r):
@@ -571,7 +575,10 @@ def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_un
     def blocked():
         start = time.monotonic()
         try:
-            a0.allreduce(x)
+            if inside_survive:
+                a0.survive(lambda: a0.allreduce(x))
+            else:
+                a0.allreduce(x)
             outcome["returned"] = True
         except gossamer.Error as e:
             outcome["error"] = e
@@ -584,10 +591,12 @@ def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_un
         refused = None
         while refused is None and time.monotonic() < deadline:
             try:
-                a0.make_optimizer([4])  # succeeds until the allreduce holds the agent
-                time.sleep(0.01)
+                a0.recover()
             except gossamer.InvalidArgument as e:
-                refused = str(e)
+                if "needs the membership service" in str(e):  # the allreduce does not hold the agent yet
+                    time.sleep(0.01)
+                else:
+                    refused = str(e)
         assert refused is not None and "another call on this agent runs on another thread" in refused
         a0.close()
         caller.join(30)
