@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -56,11 +57,12 @@ inline std::size_t gatheredCount(std::size_t combinedBytes, std::size_t payloadB
 inline std::size_t sparseCount(double ratio, std::size_t n, const char* who) {
   GOSSAMER_ENFORCE(ratio > 0 && ratio <= 1, who << " ratio " << ratio << " outside (0, 1]");
   // ratio * n carries the rounding of ratio's decimal (0.07 * 100 is
-  // 7.000000000000001): a product within 1e-9 relative of a whole number is
-  // that number, so that k is the ceiling of the decimal product.
+  // 7.000000000000001): a product within a few units in the last place of
+  // a whole number is that number, so that k is the ceiling of the decimal
+  // product.
   const double exact = ratio * static_cast<double>(n);
   const double nearest = std::round(exact);
-  const double k = std::abs(exact - nearest) <= 1e-9 * nearest ? nearest : std::ceil(exact);
+  const double k = std::abs(exact - nearest) <= 4 * DBL_EPSILON * nearest ? nearest : std::ceil(exact);
   return std::clamp<std::size_t>(static_cast<std::size_t>(k), 1, n);
 }
 

@@ -220,9 +220,11 @@ class MixEngine final : public detail::ProgressEngine {
     keep(m.remote.peer(), m.tag, std::span<const std::byte>(m.scratch.get(), m.remote.bytes()));
   }
 
-  // Reached from cancel paths that cannot throw (a request's settle, the
-  // destructor): without memory for the copy, the message is dropped, said
-  // in the log.
+  // Keeps a message that arrived after its receive was cancelled, for the
+  // next receive. Reached from paths that cannot throw (a request's settle,
+  // the destructor) as well as from progress: without memory for the copy,
+  // the message is dropped, said in the log, and the receive that would have
+  // taken it waits out its timeout instead.
   void keep(int source, const Tag& tag, std::span<const std::byte> bytes) noexcept {
     try {
       std::vector<std::byte> copy(bytes.begin(), bytes.end());
@@ -285,8 +287,8 @@ class CompositeTransport final : public Transport {
   ~CompositeTransport() override {
     try {
       engine_->cancelAll();
-    } catch (const std::exception& e) {  // a destructor cannot throw
-      GOSSAMER_LOG(kWarning, "composite: cancelling the requests left at destruction: " << e.what());
+    } catch (...) {  // a destructor cannot throw
+      GOSSAMER_LOG(kWarning, "composite: cancelling the requests left at destruction failed");
     }
   }
 

@@ -143,8 +143,14 @@ RouteLatency build(const Platform& p) {
       const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
       if (const auto it = cache->find(key); it != cache->end()) return it->second;
       std::vector<s4u::Link*> links;
-      hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], links, nullptr);
-      // SimGrid aborts the process on a flow between hosts with no route.
+      try {
+        hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], links, nullptr);
+      } catch (const std::exception& e) {  // some routings throw on a missing route
+        throw InvalidArgument("simgrid platform file " + file + ": no route from rank-" +
+                              std::to_string(src) + " to rank-" + std::to_string(dst) + " (" + e.what() +
+                              ")");
+      }
+      // Others give no links, and SimGrid aborts the process on a flow over none.
       GOSSAMER_ENFORCE(src == dst || !links.empty(), "simgrid platform file "
                                                          << file << " has no route from rank-" << src
                                                          << " to rank-" << dst);

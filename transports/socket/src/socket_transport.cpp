@@ -1017,12 +1017,15 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     const auto limit = std::chrono::duration<double>(opt_.timeoutSeconds);
     for (auto& c : conns_) {
       if (c.gone || c.txq.empty() || now - c.writtenAt <= limit) continue;
+      flushLocked(c);  // once more: this pass's poll may not have offered it (EINTR), or we were stopped
+      if (c.gone || c.txq.empty() || Clock::now() - c.writtenAt <= limit) continue;
       std::size_t queued = 0;
       for (const auto& item : c.txq) queued += item.total() - item.offset;
-      const std::string why = "took none of the " + std::to_string(queued) + " bytes queued for it in " +
-                              std::to_string(opt_.timeoutSeconds) + " s (a stopped or hung process?)";
-      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": rank " << c.peer << " " << why);
-      failPeer(c, std::make_exception_ptr(PeerFailure(c.peer, why)));
+      std::ostringstream why;
+      why << "took none of the " << queued << " bytes queued for it in " << opt_.timeoutSeconds
+          << " s (a stopped or hung process?)";
+      GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": rank " << c.peer << " " << why.str());
+      failPeer(c, std::make_exception_ptr(PeerFailure(c.peer, why.str())));
     }
   }
 
