@@ -1,15 +1,19 @@
 // The socket transport's sends to a peer that stops reading while its
-// connection stays open (a forked child, rank 1, SIGSTOPped): once the
-// kernel's buffers are full, what rank 0 sends queues in the transport. A
-// peer that takes none of it for the transport's timeout is failed
-// (PeerFailure), so that the queue stops growing and the peer counts as
-// failed, as a closed connection would make it.
+// connection stays open (a forked child, rank 1, SIGSTOPped):
+// - once the kernel's buffers are full, what rank 0 sends queues in the
+//   transport; a peer that takes none of it for the transport's timeout is
+//   failed (PeerFailure), so that the queue stops growing and the peer counts
+//   as failed, as a closed connection would make it;
+// - a message lent to it over ipc (single copy) and cancelled is never
+//   read from the caller's buffer once cancel() returned.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,14 +31,14 @@ namespace {
 
 constexpr double kTimeout = 2.0;
 
-gossamer::sock::Options optionsFor(int rank, const std::string& protocol) {
+gossamer::sock::Options optionsFor(int rank, const std::string& protocol, bool singleCopy = false) {
   gossamer::sock::Options o;
   o.protocol = protocol;
   o.rank = rank;
   o.worldSize = 2;
   o.timeoutSeconds = kTimeout;
   o.lingerSeconds = 0.2;
-  o.singleCopy = false;  // copies into the stream, whatever the protocol
+  o.singleCopy = singleCopy;  // (off: copies into the stream, whatever the protocol)
   o.storePrefix = "stalled";
   return o;
 }
@@ -101,5 +105,76 @@ TEST_CASE("a socket peer that stops reading is failed once it took nothing for t
   CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 999), buf).wait(30),
                   gossamer::PeerFailure);
   CHECK(since(before) < kTimeout);
+  t->abort();
+}
+
+TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered from the reused buffer",
+          "[multiproc][failure][socket]") {
+  // Over ipc a message of 64 KiB or more is lent (single copy): the peer
+  // reads it from this process's memory when its pull frame comes up. Rank
+  // 1 posts its receive, then is stopped; rank 0's cancel() returns after
+  // the timeout and the buffer is overwritten; once rank 1 runs again, its
+  // receive must fail (the sender withdrew the message) rather than take
+  // the new bytes for the message.
+  TempDir dir;
+  const std::string result = dir / "result";
+  constexpr std::size_t kBytes = std::size_t{1} << 20;
+  const pid_t child = fork();
+  if (child == 0) {
+    std::string said;
+    try {
+      gossamer::FileStore store(dir / "rdv");
+      auto mine = gossamer::sock::makeTransport(optionsFor(1, "ipc", true), store);
+      std::vector<std::byte> one(1), buf(kBytes, std::byte{9});
+      auto posted = mine->irecv(0, gossamer::Tag::make(gossamer::Op::kUser, 1), buf);
+      mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(10);  // "receive posted"
+      try {
+        posted.wait(30);
+        std::size_t threes = 0;
+        for (const auto b : buf) threes += b == std::byte{3} ? 1 : 0;
+        said = "delivered: " + std::to_string(threes) + " of " + std::to_string(kBytes) +
+               " bytes are the message's";
+      } catch (const gossamer::PeerFailure& e) {
+        said = std::string("failed: ") + e.what();
+      }
+    } catch (const std::exception& e) {
+      said = std::string("error: ") + e.what();
+    }
+    gossamer::testing::writeFile(result, said);
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitBounded(pid, 10);
+    }
+  } reap{child};
+  gossamer::FileStore store(dir / "rdv");
+  auto t = gossamer::sock::makeTransport(optionsFor(0, "ipc", true), store);
+  std::vector<std::byte> one(1);
+  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+  // Single copy needs ptrace rights over the peer (Yama): without them this
+  // test cannot test what it is for.
+  REQUIRE(t->checksumReuseMinBytes() == std::numeric_limits<std::size_t>::max());
+  REQUIRE(kill(child, SIGSTOP) == 0);
+  std::vector<std::byte> big(kBytes, std::byte{3});
+  auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE_FALSE(s.test());  // the peer, stopped, has not pulled it
+  const auto start = std::chrono::steady_clock::now();
+  s.cancel();
+  CHECK(since(start) < kTimeout + 30);
+  std::fill(big.begin(), big.end(), std::byte{0});  // the caller reuses its buffer
+  CHECK_THROWS_AS(t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, 2), one), gossamer::PeerFailure);
+  REQUIRE(kill(child, SIGCONT) == 0);
+  REQUIRE(waitBounded(child, 60).has_value());
+  reap.pid = -1;
+  const std::string said = gossamer::testing::readFile(result);
+  INFO("rank 1: " << said);
+  CHECK(said.rfind("failed: ", 0) == 0);
+  CHECK(said.find("withdrew") != std::string::npos);
   t->abort();
 }

@@ -965,7 +965,22 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         pollSetLocked(pfds);
         ::poll(pfds.data(), pfds.size(), 1);
       }
+      const int owed = pulls_.destinationOf(*ticket);
       pulls_.forget(*ticket);
+      // Unanswered (a stopped peer): it may still read the buffer once it
+      // runs again, after the caller reused it. Its connection is shut down
+      // before cancel() returns, and a receiver checks its connection after
+      // every pull (pullLocked): a read that may overlap the reuse is thrown
+      // away there, never delivered.
+      if (owed >= 0 && !conns_[static_cast<std::size_t>(owed)].gone) {
+        GOSSAMER_LOG(kWarning, "socket rank "
+                                   << opt_.rank << ": rank " << owed
+                                   << " did not pull a cancelled send within the timeout; it is failed");
+        failPeer(conns_[static_cast<std::size_t>(owed)],
+                 std::make_exception_ptr(PeerFailure(owed, "did not pull a message lent to it within " +
+                                                               std::to_string(opt_.timeoutSeconds) +
+                                                               " s, and its sender withdrew it")));
+      }
       return;
     }
     for (auto& c : conns_) {
@@ -1333,6 +1348,17 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                             " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
       if (claim.state) claim.state->fail(error);
       std::rethrow_exception(error);
+    }
+    // A sender that withdrew the message (cancelled the send, or closed)
+    // shut this connection down before its buffer went back to its caller,
+    // and on a Unix-domain socket that is seen at once, before what is
+    // still queued here: the bytes read may be the caller's new ones.
+    if (pollfd p{c.fd, POLLRDHUP, 0};
+        ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      auto error = std::make_exception_ptr(PeerFailure(
+          c.peer, "it withdrew a message it lent (cancelled the send or closed) while it was read"));
+      if (claim.state) claim.state->fail(error);
+      return;  // the end of the stream that follows fails the connection
     }
     if (opt_.checksumPulls && crc32c(dst) != d.crc) {
       auto error = std::make_exception_ptr(ProtocolError(
