@@ -476,7 +476,6 @@ struct Conn {
   std::uint64_t incarnation = 0;  // of the peer's process on this connection
   bool gone = false;              // connection closed (failed, or after a bye)
   std::exception_ptr failure;     // why the connection is gone, if it failed
-  bool pullTo = false;            // ipc single copy: the peer can read our memory
   std::uint32_t pid = 0;          // the peer's process id (ipc)
   // Receive side.
   std::vector<std::byte> stage = std::vector<std::byte>(kStageBytes);
@@ -508,12 +507,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         gate_(std::move(links.gate)),
         replaced_(static_cast<std::size_t>(capacity_)) {
     conns_.resize(static_cast<std::size_t>(capacity_));
+    pullTo_ = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(capacity_));
     for (int p = 0; p < capacity_; ++p) {
       auto& c = conns_[static_cast<std::size_t>(p)];
       c.peer = p;
       c.fd = links.fds[static_cast<std::size_t>(p)];
       c.incarnation = links.incarnations[static_cast<std::size_t>(p)];
-      c.pullTo = links.pullTo[static_cast<std::size_t>(p)];
+      pullTo_[static_cast<std::size_t>(p)] = links.pullTo[static_cast<std::size_t>(p)];
       c.pid = links.pids[static_cast<std::size_t>(p)];
       c.gone = c.fd < 0;
       if (c.fd < 0) c.stage.clear();
@@ -554,14 +554,16 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   /// Whether single-copy pulls go to at least one peer (ipc, probe passed).
   bool pullsToAnyPeer() const noexcept {
-    return std::any_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.pullTo; });
+    for (int p = 0; p < capacity_; ++p)
+      if (pullTo_[static_cast<std::size_t>(p)].load(std::memory_order_relaxed)) return true;
+    return false;
   }
 
   Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype, bool borrowed = false,
                 std::optional<std::uint32_t> checksum = {}) {
     life_.checkSend(dst);
-    const auto& peerConn = conns_[static_cast<std::size_t>(dst)];
-    if (borrowed && peerConn.pullTo && data.size() >= opt_.singleCopyMinBytes) {
+    if (borrowed && pullTo_[static_cast<std::size_t>(dst)].load(std::memory_order_relaxed) &&
+        data.size() >= opt_.singleCopyMinBytes) {
       // Size and dtype checked (InvalidArgument) as for any data frame.
       (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
                               data.size(), 0u);
@@ -1117,6 +1119,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (c.incarnation != 0) old.push_back(c.incarnation);
     if (c.fd >= 0) retired_.push_back(c.fd);
     c = Conn{};
+    pullTo_[static_cast<std::size_t>(p)] = false;  // (a new process: no single copy towards it)
     c.peer = p;
     c.fd = g.fd.release();
     c.incarnation = g.incarnation;
@@ -1431,6 +1434,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   std::uint64_t backgroundErrors_ = 0;  // under exclusive: errors the background thread caught
   single_copy::Ledger pulls_;           // borrowed sends the peers still have to pull
   std::vector<Conn> conns_;             // by peer rank; conns_[rank] is unused (gone)
+  // By peer rank: single copy towards it (ipc; it can read our memory). Read
+  // without `exclusive` by isend; a restart turns it off.
+  std::unique_ptr<std::atomic<bool>[]> pullTo_;
   int wakeFd_ = -1;
   Clock::duration spin_{};
   std::vector<pollfd> pollScratch_;
