@@ -355,9 +355,9 @@ class Agent:
         rendezvous = os.fspath(rendezvous)  # TypeError for another type
         if ("\0" if isinstance(rendezvous, str) else b"\0") in rendezvous:
             raise InvalidArgument(f"rendezvous contains a NUL character: {rendezvous!r}")
-        # survive(fn) calls running: close, abort, make_optimizer and recover
-        # are refused inside them (they would free what survive is using).
-        # Threads inside survive() on this agent (survive runs fn on its own thread).
+        # The threads inside survive() on this agent (fn runs on the caller's
+        # thread): close, abort, make_optimizer and recover from one of them
+        # are refused (they would free what survive is using).
         self._surviving: List[int] = []
         self._core = _core.Agent(source, is_text, ov, rank, rendezvous)
         self._optimizer: Optional[Optimizer] = None
@@ -646,8 +646,10 @@ class Agent:
 
         While ``fn`` runs, :meth:`close`, :meth:`abort`,
         :meth:`make_optimizer` and :meth:`recover` on this agent raise
-        InvalidArgument (they would free or replace what survive is using):
-        call them after survive returns. (C++: ``Session::survive``.)
+        InvalidArgument when ``fn`` calls them (they would free or replace
+        what survive is using): call them after survive returns. Another
+        thread may close or abort the agent meanwhile (a watchdog), which
+        makes survive raise. (C++: ``Session::survive``.)
 
         Raises:
             TypeError: ``fn`` not callable. PeerFailure: the membership
