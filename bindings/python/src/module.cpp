@@ -993,9 +993,10 @@ void defineAgentMembership(py::class_<PyAgent>& cls) {
           "PeerFailure (or a TimeoutError followed by a view change) inside it makes the survivors agree on "
           "a view without the lost peers and run fn again. Returns True once fn completed, False when a view "
           "change moved this rank past it. While fn runs, close(), abort(), make_optimizer() and recover() "
-          "on this agent raise InvalidArgument (\"close() inside survive(fn): call it after survive "
-          "returns\"). Raises PeerFailure (membership off), Expelled, TimeoutError, InvalidArgument "
-          "(closed), and whatever else fn raises.");
+          "on this agent called from fn's thread raise InvalidArgument (\"close() inside survive(fn): call "
+          "it after survive returns\"); another thread may close or abort it (survive then raises). Raises "
+          "PeerFailure (membership off), Expelled, TimeoutError, InvalidArgument (closed), and whatever else "
+          "fn raises.");
 }
 
 void defineAgentMetrics(py::class_<PyAgent>& cls) {
