@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +80,9 @@ TEST_CASE("a socket peer that stops reading is failed once it took nothing for t
   std::vector<std::byte> one(1);
   t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
   REQUIRE(kill(child, SIGSTOP) == 0);
+  int stopped = 0;  // kill() returns before every thread of the child has stopped
+  REQUIRE(waitpid(child, &stopped, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(stopped));
   // 4 MiB every 50 ms: the kernel's buffers fill within the first few, and
   // the rest queue in the transport until the peer is failed.
   std::vector<std::byte> block(std::size_t{4} << 20, std::byte{7});
@@ -113,9 +117,12 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
   // Over ipc a message of 64 KiB or more is lent (single copy): the peer
   // reads it from this process's memory when its pull frame comes up. Rank
   // 1 posts its receive, then is stopped; rank 0's cancel() returns after
-  // the timeout and the buffer is overwritten; once rank 1 runs again, its
-  // receive must fail (the sender withdrew the message) rather than take
-  // the new bytes for the message.
+  // the timeout and the buffer is overwritten (or freed); once rank 1 runs
+  // again, its receive must fail (the sender withdrew the message) rather
+  // than take the new bytes for the message (or fail the connection with a
+  // protocol error).
+  const bool freed = GENERATE(false, true);
+  INFO((freed ? "freed" : "overwritten"));
   TempDir dir;
   const std::string result = dir / "result";
   constexpr std::size_t kBytes = std::size_t{1} << 20;
@@ -160,6 +167,9 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
   // test cannot test what it is for.
   REQUIRE(t->checksumReuseMinBytes() == std::numeric_limits<std::size_t>::max());
   REQUIRE(kill(child, SIGSTOP) == 0);
+  int stopped = 0;  // kill() returns before every thread of the child has stopped
+  REQUIRE(waitpid(child, &stopped, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(stopped));
   std::vector<std::byte> big(kBytes, std::byte{3});
   auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -167,11 +177,14 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
   const auto start = std::chrono::steady_clock::now();
   s.cancel();
   CHECK(since(start) < kTimeout + 30);
-  std::fill(big.begin(), big.end(), std::byte{0});  // the caller reuses its buffer
+  if (freed)
+    std::vector<std::byte>().swap(big);  // the caller frees its buffer (1 MiB: unmapped)
+  else
+    std::fill(big.begin(), big.end(), std::byte{0});  // the caller reuses its buffer
   CHECK_THROWS_AS(t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, 2), one), gossamer::PeerFailure);
   REQUIRE(kill(child, SIGCONT) == 0);
+  reap.pid = -1;  // waitBounded reaps it, or kills and reaps it
   REQUIRE(waitBounded(child, 60).has_value());
-  reap.pid = -1;
   const std::string said = gossamer::testing::readFile(result);
   INFO("rank 1: " << said);
   CHECK(said.rfind("failed: ", 0) == 0);

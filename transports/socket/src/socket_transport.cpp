@@ -567,7 +567,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       // Size and dtype checked (InvalidArgument) as for any data frame.
       (void)encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
                               data.size(), 0u);
-      return sendPull(dst, tag, data);
+      if (auto pulled = sendPull(dst, tag, data)) return std::move(*pulled);
     }
     const bool trailing = dst != opt_.rank && data.size() >= kTrailingMinBytes;
     const auto header = encodeFrameHeader(trailing ? FrameKind::kDataTrailing : FrameKind::kData, dtype,
@@ -598,8 +598,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   // Single copy (ipc): sends a pull frame naming `data`; the request completes
-  // when the peer's pull-done for its ticket arrives.
-  Request sendPull(int dst, const Tag& tag, std::span<const std::byte> data) {
+  // when the peer's pull-done for its ticket arrives. Nullopt when single
+  // copy to dst went off meanwhile (a new process took its place): the
+  // caller sends a copy instead.
+  std::optional<Request> sendPull(int dst, const Tag& tag, std::span<const std::byte> data) {
     PullDescriptor d;
     d.address = reinterpret_cast<std::uintptr_t>(data.data());
     d.bytes = data.size();
@@ -611,6 +613,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.failure) std::rethrow_exception(c.failure);
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     }
+    if (!pullTo_[static_cast<std::size_t>(dst)].load(std::memory_order_relaxed)) return std::nullopt;
     auto req = std::make_shared<detail::RequestState>();
     req->engine = shared_from_this();
     req->what = "send to rank " + std::to_string(dst) + " " + toString(tag) + " (waiting for its pull)";
@@ -1344,24 +1347,26 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       }
       dst = std::span<std::byte>(owned.get(), d.bytes);
     }
-    if (const int err = single_copy::pull(d, dst); err != 0) {
-      auto error = std::make_exception_ptr(
-          ProtocolError(c.peer, kFrameHeaderBytes,
-                        "cannot read the pulled message from process " + std::to_string(d.pid) +
-                            " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
-      if (claim.state) claim.state->fail(error);
-      std::rethrow_exception(error);
-    }
+    const int err = single_copy::pull(d, dst);
     // A sender that withdrew the message (cancelled the send, or closed)
     // shut this connection down before its buffer went back to its caller,
     // and on a Unix-domain socket that is seen at once, before what is
-    // still queued here: the bytes read may be the caller's new ones.
+    // still queued here: the bytes read may be the caller's new ones, or
+    // the read may have failed on memory the caller freed.
     if (pollfd p{c.fd, POLLRDHUP, 0};
         ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
       auto error = std::make_exception_ptr(PeerFailure(
           c.peer, "it withdrew a message it lent (cancelled the send or closed) while it was read"));
       if (claim.state) claim.state->fail(error);
       return;  // the end of the stream that follows fails the connection
+    }
+    if (err != 0) {
+      auto error = std::make_exception_ptr(
+          ProtocolError(c.peer, kFrameHeaderBytes,
+                        "cannot read the pulled message from process " + std::to_string(d.pid) +
+                            " (process_vm_readv: " + errnoText(err) + "); set single-copy off for this job"));
+      if (claim.state) claim.state->fail(error);
+      std::rethrow_exception(error);
     }
     if (opt_.checksumPulls && crc32c(dst) != d.crc) {
       auto error = std::make_exception_ptr(ProtocolError(
@@ -1406,6 +1411,10 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   }
 
   void failPeer(Conn& c, std::exception_ptr error) {
+    // Shut down first: once failPulls tells a sender its lent message
+    // failed, the caller may reuse the buffer, and the peer's check after
+    // a pull must already see the hang-up (pullLocked).
+    ::shutdown(c.fd, SHUT_RDWR);
     if (c.claimed) c.claimed->fail(error);
     c.claimed.reset();
     c.owned.reset();
@@ -1414,7 +1423,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.failure = error;
     dropQueue(c, error);
     failPulls(c.peer, error);
-    ::shutdown(c.fd, SHUT_RDWR);
     life_.declareFailed(c.peer, std::move(error));
   }
 
