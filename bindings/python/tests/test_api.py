@@ -602,7 +602,14 @@ def test_close_from_another_thread_cancels_a_call_in_flight_and_frees_nothing_un
         caller.join(30)
         assert not caller.is_alive(), "the allreduce went on after its agent was closed"
         assert "error" in outcome, outcome
-        assert isinstance(outcome["error"], gossamer.Cancelled), repr(outcome["error"])
+        error = outcome["error"]
+        if inside_survive:
+            # survive() holds the agent before fn's allreduce does, so the
+            # close may come first: the allreduce then finds the agent closed.
+            assert isinstance(error, gossamer.Cancelled) or (
+                isinstance(error, gossamer.InvalidArgument) and "the agent is closed" in str(error)), repr(error)
+        else:
+            assert isinstance(error, gossamer.Cancelled), repr(error)
         assert outcome["seconds"] < 30
         assert a0.closed
         with pytest.raises(gossamer.InvalidArgument, match="the agent is closed"):
