@@ -21,7 +21,6 @@ using gossamer::testing::readFile;
 using gossamer::testing::smallConfig;
 using gossamer::testing::spawn;
 using gossamer::testing::TempDir;
-using gossamer::testing::waitBounded;
 using gossamer::testing::writeFile;
 
 namespace {
@@ -33,8 +32,7 @@ std::pair<int, std::string> train(const TempDir& dir, const std::string& name, c
   const pid_t pid =
       spawn({gossamer::testing::trainExe(), "--config", dir / (name + ".yaml"), "--progress", "off"},
             dir / (name + ".out"), dir / (name + ".err"));
-  const auto status = waitBounded(pid, 120);
-  const int code = status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  const int code = gossamer::testing::exitCodeWithin(pid, 120).value_or(-1);
   return {code, readFile(dir / (name + ".err"))};
 }
 

@@ -1035,9 +1035,8 @@ std::vector<std::pair<std::optional<int>, std::string>> runRanks(
   }
   std::vector<std::pair<std::optional<int>, std::string>> out;
   for (std::size_t r = 0; r < pids.size(); ++r) {
-    const auto status = waitBounded(pids[r], 120);
-    out.emplace_back(status && WIFEXITED(*status) ? std::optional<int>(WEXITSTATUS(*status)) : std::nullopt,
-                     readFile(dir / ("err" + std::to_string(r))));
+    const auto code = gossamer::testing::exitCodeWithin(pids[r], 120);  // first: then its stderr is whole
+    out.emplace_back(code, readFile(dir / ("err" + std::to_string(r))));
   }
   return out;
 }

@@ -91,6 +91,13 @@ inline std::optional<int> waitBounded(pid_t pid, double seconds) {
   }
 }
 
+/// Waits up to `seconds` for `pid` as waitBounded; returns its exit code, or
+/// nullopt when it was killed (by a signal, or after the time ran out).
+inline std::optional<int> exitCodeWithin(pid_t pid, double seconds) {
+  const auto status = waitBounded(pid, seconds);
+  return status && WIFEXITED(*status) ? std::optional<int>(WEXITSTATUS(*status)) : std::nullopt;
+}
+
 /// Runs `body` in a forked child process and returns what it returned (by
 /// convention empty: it passed; or what failed), or why the child did not
 /// finish. Waits at most `seconds` for the child's report and its exit, then

@@ -465,6 +465,15 @@ class WithoutGil {
   std::shared_ptr<PyAgent::Live> live_;
 };
 
+// Runs fn(the handle's optimizer) without the GIL, holding its agent (the
+// checks that the optimizer is still the agent's run first, with the GIL).
+template <typename F>
+void withoutGil(const OptimizerHandle& h, F&& fn) {
+  DistributedOptimizer& o = h.get();
+  const WithoutGil call(h.agent->hold());
+  fn(o);
+}
+
 DistributedOptimizer& OptimizerHandle::get() const {
   if (agent->closed())
     throw InvalidArgument(
@@ -766,9 +775,7 @@ void defineOptimizer(py::module_& m) {
           "step",
           [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
             Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
-            DistributedOptimizer& o = h.get();
-            const WithoutGil call(h.agent->hold());
-            o.step(p.as<float>(), g.as<const float>());
+            withoutGil(h, [&](DistributedOptimizer& o) { o.step(p.as<float>(), g.as<const float>()); });
           },
           py::arg("params"), py::arg("grads"),
           "One training step (DistributedOptimizer::step): the C++ local SGD step and the algorithm's "
@@ -780,9 +787,7 @@ void defineOptimizer(py::module_& m) {
           "reduce_gradients",
           [](OptimizerHandle& h, const py::object& grads) {
             Array g = float32Array(grads, "grads", h.size);
-            DistributedOptimizer& o = h.get();
-            const WithoutGil call(h.agent->hold());
-            o.reduceGradients(g.as<float>());
+            withoutGil(h, [&](DistributedOptimizer& o) { o.reduceGradients(g.as<float>()); });
           },
           py::arg("grads"),
           "Communication-only form, before a local step made elsewhere "
@@ -804,9 +809,7 @@ void defineOptimizer(py::module_& m) {
           "mix_parameters",
           [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
-            DistributedOptimizer& o = h.get();
-            const WithoutGil call(h.agent->hold());
-            o.mixParameters(p.as<float>());
+            withoutGil(h, [&](DistributedOptimizer& o) { o.mixParameters(p.as<float>()); });
           },
           py::arg("params"),
           "Communication-only form, after the local step (DistributedOptimizer::mixParameters): mixes "
@@ -816,9 +819,7 @@ void defineOptimizer(py::module_& m) {
           "flush",
           [](OptimizerHandle& h, const py::object& params) {
             Array p = float32Array(params, "params", h.size);
-            DistributedOptimizer& o = h.get();
-            const WithoutGil call(h.agent->hold());
-            o.flush(p.as<float>());
+            withoutGil(h, [&](DistributedOptimizer& o) { o.flush(p.as<float>()); });
           },
           py::arg("params"),
           "Completes an exchange still in flight (overlap mode) into `params` (a float32 buffer of `size` "

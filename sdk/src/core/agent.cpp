@@ -202,21 +202,6 @@ std::optional<ConfigIssue> issueAbout(const ConfigSchema& schema, const Config& 
   return std::nullopt;
 }
 
-// Sets the declared key `dotted` ("section.key", or a top-level "key") of
-// `c` to its default.
-void resetKey(const ConfigSchema& schema, Config& c, const std::string& dotted) {
-  const auto dot = dotted.find('.');
-  const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
-  const std::string name = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
-  const ConfigSchema::Section* s = schema.findSection(section);
-  GOSSAMER_CHECK(s != nullptr, "resetKey: no section '" << section << "'");
-  for (const auto& entry : s->entries)
-    if (entry.spec.name == name) {
-      schema.assign(c, section, entry, entry.spec.defaultValue);
-      return;
-    }
-  GOSSAMER_CHECK(false, "resetKey: key '" << dotted << "' is not declared");
-}
 }  // namespace
 
 void Agent::Impl::rebuildOverView() {
@@ -238,6 +223,11 @@ std::unique_ptr<Topology> Agent::Impl::topologyOverView(const std::vector<std::s
   watched.emplace_back("topology.kind");  // (an explicit graph without edges is a rule of topology.kind)
   const auto wasRenumbered = [&](const std::string& key) {
     return std::find(renumbered.begin(), renumbered.end(), key) != renumbered.end();
+  };
+  // A key left out takes its default (a selector its default choice) when the schema completes the config.
+  const auto resetToDefault = [&](const std::string& key) {
+    viewConfig.values.erase(key);
+    viewConfig = schema.complete(viewConfig);
   };
   std::string why;                 // the first reason: the later ones follow from the resets
   std::vector<std::string> reset;  // renumbered keys put back to their defaults, in order
@@ -279,10 +269,10 @@ std::unique_ptr<Topology> Agent::Impl::topologyOverView(const std::vector<std::s
     }
     if (why.empty()) why = reason;
     if (!culprit.empty()) {
-      resetKey(schema, viewConfig, culprit);
+      resetToDefault(culprit);
       reset.push_back(culprit);
     } else if (!kindReset) {
-      resetKey(schema, viewConfig, "topology.kind");
+      resetToDefault("topology.kind");
       kindReset = true;
     } else {
       throw InvalidArgument("no topology can be built over view " +

@@ -870,7 +870,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // data is checksummed a window ahead of what is written. Marks the
   // connection lost on a hard error.
   void writeSome(Conn& c, TxItem& item) {
-    const std::size_t n = item.data.size(), total = item.total();
+    const std::size_t n = item.data.size(), total = item.total(), from = item.offset;
     while (item.offset < total) {
       const std::size_t dataOff = item.offset > kFrameHeaderBytes ? item.offset - kFrameHeaderBytes : 0;
       if (item.trailing && item.summed < n && item.summed < dataOff + kHotBytes) {
@@ -896,7 +896,6 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       const ssize_t r = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r > 0) {
         item.offset += static_cast<std::size_t>(r);
-        c.writtenAt = Clock::now();
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
@@ -904,6 +903,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       lost(c, errno);
       break;
     }
+    // Progress on a queue (a first write, from sendLocked, has none yet:
+    // pushing its rest starts the clock).
+    if (item.offset > from && !c.txq.empty()) c.writtenAt = Clock::now();
   }
 
   void flushLocked(Conn& c) {
