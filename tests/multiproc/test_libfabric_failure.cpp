@@ -10,8 +10,12 @@
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -221,6 +225,106 @@ TEST_CASE("a shm peer killed during a busy two-way exchange never hangs the surv
   }
   WARN("10 kills: " << fromPidfd << " reported by the pidfd watch, " << fromCq << " by a CQ error entry, "
                     << timedOut << " by the receive timeout (a progress thread stuck on a dead peer's lock)");
+}
+
+namespace {
+
+/// Stops `pid` (SIGSTOP) at a moment when each of its threads is inside a
+/// system call, so that none holds a spin lock of libfabric's shm regions
+/// (one held by a stopped process would stall the survivor's progress thread
+/// inside libfabric, a hazard of its own, docs/libfabric.md). Tries for up to
+/// `seconds`; returns whether it stopped so.
+bool stopInSystemCalls(pid_t pid, double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    if (kill(pid, SIGSTOP) != 0) return false;
+    int status = 0;  // kill() returns before every thread has stopped
+    if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status)) return false;
+    bool inCalls = true;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::string call;  // the system call number, -1 in user space, "running"
+      std::ifstream(task.path() / "syscall") >> call;
+      inCalls = inCalls && !call.empty() && call != "-1" && call != "running";
+    }
+    if (inCalls) return true;
+    kill(pid, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  return false;
+}
+
+}  // namespace
+
+// A shm peer that stops (SIGSTOP) with its process alive: shm has no
+// heartbeats and the pidfd says nothing, so what shows it is that it takes
+// nothing sent to it. Rank 0 sends it 4 MiB every 50 ms; once the provider
+// has refused or left unfinished every send for the transport's timeout, the
+// peer is failed, so that the queue for it stops growing.
+TEST_CASE("a stopped shm peer is failed once it took nothing sent to it for the timeout",
+          "[multiproc][failure][libfabric]") {
+  constexpr double kTimeout = 2.0;
+  TempDir dir;
+  const auto options = [&](int rank) {
+    auto o = optionsFor("shm", rank, 0);
+    o.timeoutSeconds = kTimeout;
+    o.storePrefix = "stopped";
+    return o;
+  };
+  const pid_t child = fork();
+  if (child == 0) {
+    try {
+      gossamer::FileStore store(dir / "rdv");
+      auto t = gossamer::libfabric::makeTransport(options(1), store);
+      std::vector<std::byte> one(1);
+      t->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(10);  // "connected"
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGKILL);
+      waitBounded(pid, 10);
+      gossamer::testing::removeShmRegionsOf(pid);
+    }
+  } reap{child};
+  gossamer::FileStore store(dir / "rdv");
+  auto t = gossamer::libfabric::makeTransport(options(0), store);
+  std::vector<std::byte> one(1);
+  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its threads go idle
+  REQUIRE(stopInSystemCalls(child, 20));
+  std::vector<std::byte> block(std::size_t{4} << 20, std::byte{7});
+  const auto start = std::chrono::steady_clock::now();
+  const auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double failedAfter = -1;
+  std::string why;
+  for (std::uint64_t step = 1; since(start) < 6 * kTimeout; ++step) {
+    try {
+      t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, step), block);
+    } catch (const gossamer::PeerFailure& e) {
+      failedAfter = since(start);
+      why = e.what();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO("failed after " << failedAfter << " s: " << why);
+  REQUIRE(failedAfter > 0);
+  CHECK(failedAfter >= kTimeout);  // not before the peer had the timeout to take something
+  CHECK(why.find("took nothing of what was sent to it") != std::string::npos);
+  // A receive from it fails too, at once.
+  std::vector<std::byte> buf(1);
+  const auto before = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 999), buf).wait(30),
+                  gossamer::PeerFailure);
+  CHECK(since(before) < kTimeout);
+  t->abort();
 }
 
 #endif  // GOSSAMER_HAVE_LIBFABRIC

@@ -173,7 +173,10 @@ void LibfabricTransport::checkSilence(Clock::time_point now) {
                           (rx.oversized.empty() ? "lost by the provider" : rx.oversized) + ")")));
       continue;
     }
-    if (!heartbeats_) continue;
+    if (!heartbeats_) {
+      checkStalled(p, now);
+      continue;
+    }
     const double silent = secondsSince(rx.lastHeard, now);
     if (silent > peerTimeout_)
       failPeer(p, std::make_exception_ptr(PeerFailure(
@@ -181,6 +184,26 @@ void LibfabricTransport::checkSilence(Clock::time_point now) {
                              std::to_string(silent).substr(0, 4) +
                              " s (the process died or hung, or the network failed)")));
   }
+}
+
+void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
+  // Without heartbeats (shm), a peer that stopped (SIGSTOP, a debugger, a
+  // hang) is known only by what it no longer takes: the provider refuses
+  // further sends once its queue in the peer's memory is full, and posted
+  // ones never complete. Otherwise what is sent to it would queue here
+  // without bound.
+  auto& peer = *tx_[static_cast<std::size_t>(p)];
+  if (!peer.refused && peer.liveSends == 0) {
+    peer.moved = now;
+    return;
+  }
+  const double still = secondsSince(peer.moved, now);
+  if (still > opt_.timeoutSeconds)
+    failPeer(p, std::make_exception_ptr(PeerFailure(
+                    p, "connection lost: it took nothing of what was sent to it for " +
+                           std::to_string(still).substr(0, 4) + " s (" + std::to_string(peer.liveSends) +
+                           " sends under way" + (peer.refused ? ", more refused by libfabric" : "") +
+                           "): the process is stopped or hung")));
 }
 
 void LibfabricTransport::failPeer(int p, std::exception_ptr why) {
@@ -211,6 +234,8 @@ void LibfabricTransport::failPeer(int p, std::exception_ptr why) {
         --liveSends_;
       }
     }
+    peer.liveSends = 0;
+    peer.refused = false;
   }
   std::exception_ptr failure;
   {

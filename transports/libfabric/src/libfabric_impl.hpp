@@ -26,7 +26,8 @@
 // channel 1, frame:    [envelope][48-byte frame header (wire.hpp)][payload <= inlineBytes]
 //                      (data frames with small payloads, bye, bye-ack)
 // channel 5, announce: [envelope][48-byte frame header][u64 piece bytes][u64 first bulk seq]
-//                      (a data frame whose payload follows on the bulk channel)
+//                      [u64 crc32c of the 64 bytes before it] (a data frame whose
+//                      payload follows on the bulk channel)
 // channel 3, beat:     [envelope][48-byte frame header] heartbeat, no payload
 // channel 8, bulk:     one piece of an announced payload, with the envelope as
 //                      its libfabric tag (ceil(n / piece) pieces, consecutive
@@ -71,7 +72,9 @@
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
 // peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
 // replaces the heartbeats: a killed shm peer may leave a spin lock held in
-// shared memory, so nothing is sent to it once it exited. A thread that was
+// shared memory, so nothing is sent to it once it exited; one that is alive
+// but stopped or hung is failed once it took nothing sent to it (sends
+// refused or never completed) for timeoutSeconds. A thread that was
 // already waiting on such a lock spins forever inside libfabric, so only the
 // progress thread calls into libfabric: isend queues, irecv and wait use the
 // Mailbox, and a stuck progress thread costs the application a PeerFailure
@@ -138,9 +141,12 @@ constexpr std::uint64_t fabricTag(std::uint64_t channel, int source, std::uint64
 constexpr std::uint64_t channelOf(std::uint64_t tag) { return (tag >> kChannelShift) & 0xF; }
 constexpr int sourceOf(std::uint64_t tag) { return static_cast<int>((tag >> kSourceShift) & kSourceMask); }
 
-/// Announcement (after the envelope): frame header, the piece size and the first bulk sequence
-/// number (u64 LE each).
-constexpr std::size_t kAnnounceBytes = kFrameHeaderBytes + 16;
+/// Announcement (after the envelope): frame header, the piece size, the first bulk sequence
+/// number and the announcement's own check, crc32c of the 64 bytes before it (u64 LE each). The
+/// header's checksum covers the payload too, so without the check nothing in an announcement
+/// could be trusted before the payload it asks memory for had arrived.
+constexpr std::size_t kAnnouncePiece = kFrameHeaderBytes, kAnnounceFirst = kFrameHeaderBytes + 8,
+                      kAnnounceCheck = kFrameHeaderBytes + 16, kAnnounceBytes = kFrameHeaderBytes + 24;
 constexpr std::size_t kPoolBuffers = 64;
 /// Largest message sent with fi_tinject (no completion, no buffer kept), bytes.
 constexpr std::size_t kInjectMax = 4096;
@@ -328,6 +334,12 @@ struct PeerTx {
   bool saidHello = false;
   /// Bumped when a new process takes the peer's place (under mu).
   std::uint64_t generation = 0;
+  // What a stopped peer is known by where no heartbeats run (shm): sends to
+  // it that it takes nothing of (progress thread only; liveSends also under
+  // opsMu_, as liveSends_ is).
+  int liveSends = 0;        ///< posted to it, not completed, counted in liveSends_
+  bool refused = false;     ///< the provider refused the next queued send (-FI_EAGAIN) at the last flush
+  Clock::time_point moved;  ///< when a send to it last completed or was taken after a refusal, or none waited
 };
 
 /// Receiving side of one peer (progress thread only).
@@ -615,6 +627,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // Progress thread: payloads the checksum thread is done with.
   void drainVerified();
   void checkSilence(Clock::time_point now);
+  /// Without heartbeats: fails peer `p` once sends to it made no progress
+  /// (refused, or posted and not completed) for the transport's timeout.
+  void checkStalled(int p, Clock::time_point now);
 
   // Progress thread: `p` is gone (failed, or closed: then `why` says so).
   // Fails receives waiting only on it, drops what was queued for it and

@@ -38,8 +38,10 @@ void LibfabricTransport::progressLoop() {
       loopStamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
       // If this thread itself did not run for a while (machine overloaded),
       // silence from the peers proves nothing: restart their clocks.
-      if (secondsSince(lastLoop, now) > peerTimeout_ / 4)
+      if (secondsSince(lastLoop, now) > peerTimeout_ / 4) {
         for (auto& r : rx_) r.lastHeard = now;
+        for (auto& peer : tx_) peer->moved = now;
+      }
       lastLoop = now;
       ssize_t n = fi_cq_readfrom(cq_.get(), entries.data(), entries.size(), from.data());
       const bool active = handleCq(n, entries.data(), from.data());
@@ -143,7 +145,12 @@ void LibfabricTransport::finishSend(SendOp* op) {
   {
     std::lock_guard<std::mutex> lk(opsMu_);
     inflight_.erase(op);
-    if (op->live) --liveSends_;
+    if (op->live) {
+      --liveSends_;
+      auto& peer = *tx_[static_cast<std::size_t>(op->dst)];
+      --peer.liveSends;
+      peer.moved = Clock::now();
+    }
   }
   delete op;  // NOLINT(cppcoreguidelines-owning-memory): owned by libfabric since post()
 }
@@ -314,6 +321,9 @@ void LibfabricTransport::rejectStranger(std::span<const std::byte> message, cons
       verifyFramePayload(header, h, bytes.subspan(header.size()), -1);
     else if (bytes.size() != (channel == kChanBeat ? kFrameHeaderBytes : kAnnounceBytes))
       throw ProtocolError(-1, bytes.size(), "wrong length", FrameFault::kMalformed);
+    else if (channel == kChanAnnounce &&
+             getU64(bytes.data() + kAnnounceCheck) != crc32c(bytes.first(kAnnounceCheck)))
+      throw ProtocolError(-1, kAnnounceCheck, "announcement checksum mismatch", FrameFault::kChecksum);
   } catch (const ProtocolError& e) {
     fault = e.fault();
   }
@@ -400,19 +410,22 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
     throw ProtocolError(src, std::min(bytes.size(), kAnnounceBytes),
                         "announcement of " + std::to_string(bytes.size()) + " bytes, expected " +
                             std::to_string(kAnnounceBytes));
+  if (getU64(bytes.data() + kAnnounceCheck) != crc32c(bytes.first(kAnnounceCheck)))
+    throw ProtocolError(src, kAnnounceCheck, "announcement checksum mismatch (corrupted)",
+                        FrameFault::kChecksum);
   const std::uint64_t n = h.payloadBytes;
-  const std::uint64_t piece = getU64(bytes.data() + kFrameHeaderBytes);
-  const std::uint64_t first = getU64(bytes.data() + kFrameHeaderBytes + 8);
+  const std::uint64_t piece = getU64(bytes.data() + kAnnouncePiece);
+  const std::uint64_t first = getU64(bytes.data() + kAnnounceFirst);
   if (n == 0) throw ProtocolError(src, frame_offset::kPayloadBytes, "announced an empty payload");
   // At least kMinPieceBytes (or the whole payload): the receiver keeps one
   // operation per piece, so a 1-byte piece of 1 GiB would ask for 2^30.
   const std::uint64_t smallest = std::min<std::uint64_t>({n, kMinPieceBytes, maxMsgBytes_});
   if (piece < smallest || piece > maxMsgBytes_)
-    throw ProtocolError(src, kFrameHeaderBytes,
+    throw ProtocolError(src, kAnnouncePiece,
                         "piece size " + std::to_string(piece) + " outside [" + std::to_string(smallest) +
                             ", max_msg_size " + std::to_string(maxMsgBytes_) + "]");
   if (first != rx.nextBulkSeq)
-    throw ProtocolError(src, kFrameHeaderBytes + 8,
+    throw ProtocolError(src, kAnnounceFirst,
                         "first bulk sequence number " + std::to_string(first) + ", expected " +
                             std::to_string(rx.nextBulkSeq));
   const std::uint64_t pieces = ceilDiv(n, piece);
@@ -501,6 +514,8 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
     queued_ -= peer.pending.size();
     peer.pending.clear();
     peer.awaitingHello = false;
+    peer.refused = false;
+    peer.moved = Clock::now();
     auto answer = makeHello(src);
     putU64(answer->own.data(), fabricTag(kChanFrame, opt_.rank, peer.frameSeq++));
     answer->generation = peer.generation;

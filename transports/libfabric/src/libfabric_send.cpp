@@ -59,11 +59,15 @@ ssize_t LibfabricTransport::post(std::unique_ptr<SendOp>& op, fi_addr_t addr) {
     }
   }
   FabricOp* raw = op.get();
+  auto& peer = *tx_[static_cast<std::size_t>(op->dst)];
   {
     std::lock_guard<std::mutex> lk(opsMu_);
     inflight_.insert(raw);
-    op->live = !tx_[static_cast<std::size_t>(op->dst)]->gone;
-    if (op->live) ++liveSends_;
+    op->live = !peer.gone;
+    if (op->live) {
+      ++liveSends_;
+      ++peer.liveSends;
+    }
   }
   const ssize_t rc = fi_tsend(ep_.get(), op->data, op->len, op->desc, addr, op->tag, raw);
   if (rc == 0) {
@@ -71,7 +75,10 @@ ssize_t LibfabricTransport::post(std::unique_ptr<SendOp>& op, fi_addr_t addr) {
   } else {
     std::lock_guard<std::mutex> lk(opsMu_);
     inflight_.erase(raw);
-    if (op->live) --liveSends_;
+    if (op->live) {
+      --liveSends_;
+      --peer.liveSends;
+    }
   }
   return rc;
 }
@@ -118,7 +125,7 @@ void LibfabricTransport::sendLarge(int dst, const Tag& tag, DType dtype, std::sp
   }
   std::array<std::byte, kAnnounceBytes> announce{};
   std::memcpy(announce.data(), header.data(), header.size());
-  putU64(announce.data() + kFrameHeaderBytes, pieceBytes_);
+  putU64(announce.data() + kAnnouncePiece, pieceBytes_);
   auto annOp = makeSendOp(dst, announce, {});
 
   auto& peer = *tx_[static_cast<std::size_t>(dst)];
@@ -127,7 +134,9 @@ void LibfabricTransport::sendLarge(int dst, const Tag& tag, DType dtype, std::sp
   if (processExited(peer)) throw PeerFailure(dst, kProcessExited);
   const std::uint64_t first = peer.bulkSeq;
   peer.bulkSeq += pieces;
-  putU64(annOp->own.data() + kEnvelopeBytes + kFrameHeaderBytes + 8, first & kSeqMask);
+  std::byte* const ann = annOp->own.data() + kEnvelopeBytes;
+  putU64(ann + kAnnounceFirst, first & kSeqMask);
+  putU64(ann + kAnnounceCheck, crc32c({ann, kAnnounceCheck}));
   putU64(annOp->own.data(), fabricTag(kChanAnnounce, opt_.rank, peer.frameSeq++));
   annOp->generation = peer.generation;
   queueLocked(peer, std::move(annOp));
@@ -173,9 +182,11 @@ void LibfabricTransport::flushPending() {
       batch.clear();
       failure = std::make_exception_ptr(PeerFailure(p, kProcessExited));
     }
+    bool posted = false;
     while (!batch.empty()) {
       const ssize_t rc = post(batch.front(), peer.addr);
       if (rc == -FI_EAGAIN) break;
+      posted = true;
       batch.pop_front();
       --queued_;
       if (rc != 0) {
@@ -183,6 +194,11 @@ void LibfabricTransport::flushPending() {
         break;
       }
     }
+    // (A send taken after a refusal is the peer making room: progress. One
+    // taken otherwise says nothing: the provider queues for a stopped peer
+    // too, until its queue is full.)
+    if (posted && peer.refused) peer.moved = Clock::now();
+    peer.refused = !batch.empty() && !failure;
     if (!batch.empty()) {  // refused for now: back in front of what was queued meanwhile
       std::lock_guard<std::mutex> lk(peer.mu);
       peer.pending.insert(peer.pending.begin(), std::make_move_iterator(batch.begin()),

@@ -50,6 +50,7 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   rx_ = std::vector<PeerRx>(static_cast<std::size_t>(capacity_));
   const auto now = Clock::now();
   for (auto& r : rx_) r.lastHeard = now;
+  for (auto& peer : tx_) peer->moved = now;
   for (int p = 0; p < capacity_; ++p) {  // ranks that have not joined
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     if (p == o.rank || !peer.gone) continue;
