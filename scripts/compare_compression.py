@@ -73,7 +73,7 @@ def config_text(args, seed, algorithm, topology, compression):
         f"world_size: {args.world_size}", f"seed: {seed}",
         "transport:", "  kind: zmq", "  timeout_seconds: 60",
         "topology:", f"  kind: {topology}",
-        "algorithm:", f"  name: {algorithm}", "  segments: 4",
+        "algorithm:", f"  name: {algorithm}"] + (["  segments: 4"] if algorithm == "crossover_sgd" else []) + [
         "model:", "  kind: mlp", "  hidden: [128]",
         "training:", f"  epochs: {args.epochs}", "  batch_size: 32", "  learning_rate: 0.01",
         "  momentum: 0.9",

@@ -53,6 +53,9 @@ case "$transport" in
   provider: ${transport#libfabric-}" ;;
   *) keys="kind: $transport" ;;
 esac
+segments=""  # (only an algorithm that has segments may set them)
+[ "$algorithm" = crossover_sgd ] && segments="  segments: 3
+"
 
 classify() {  # stderr file -> source of the error
   local f="$1"
@@ -79,9 +82,7 @@ topology:
   kind: fair_roulette
 algorithm:
   name: $algorithm
-  segments: 3
-  group_size: 2
-model:
+$segmentsmodel:
   kind: mlp
   hidden: [32]
 data:

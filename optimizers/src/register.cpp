@@ -102,7 +102,10 @@ KeySet gossipKeys(const std::string& owner) {
                "refuse a peer's gossip message holding a NaN or infinite value, or a push-sum weight outside "
                "[0, world_size], instead of mixing it in (counted and logged: one corrupt peer cannot poison "
                "the average)")
-      .rule(asyncLimits(owner));
+      .rule(asyncLimits(owner))
+      // Set under an algorithm that does not read it (interval under sgp), a
+      // key is an error rather than a setting without effect.
+      .onlyWhenSelected();
 }
 KeySet crossoverKeys(const std::string& owner) {
   return gossipKeys(owner)

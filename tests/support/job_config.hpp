@@ -31,15 +31,18 @@ inline std::string islandsOf(const std::string& transport, int worldSize) {
   return s + "]\n";
 }
 
-/// A `worldSize`-rank job of `epochs` epochs running `algorithm` (3 segments,
-/// groups of 2) with every wait bounded by `timeout` seconds.
+/// A `worldSize`-rank job of `epochs` epochs running `algorithm` (3 segments
+/// where it has segments, groups of 2 for hierarchical) with every wait
+/// bounded by `timeout` seconds.
 inline std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize,
                                int epochs, double timeout) {
+  // (A key the algorithm does not read is a config error.)
+  const bool segmented = algorithm == "crossover_sgd" || algorithm == "hierarchical";
   return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
          "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
-         "\n  segments: 3\n  group_size: 2\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " +
-         gossamer::testing::fashionMnistDir() +
+         (segmented ? "\n  segments: 3" : "") + (algorithm == "hierarchical" ? "\n  group_size: 2" : "") +
+         "\nmodel:\n  kind: mlp\n  hidden: [32]\ndata:\n  path: " + gossamer::testing::fashionMnistDir() +
          "\n  train_limit: 6000\n  test_limit: 1000\ntraining:\n  epochs: " + std::to_string(epochs) +
          "\n  batch_size: 32\n  learning_rate: 0.01\n  momentum: 0.9\n" + islandsOf(transport, worldSize);
 }

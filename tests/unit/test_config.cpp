@@ -109,7 +109,7 @@ const std::string kFullConfig =
     "  peers_per_step: 2\n"
     "  edges: [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]\n"
     "algorithm:\n"
-    "  name: allreduce_sgd\n"
+    "  name: hierarchical\n"
     "  segments: 16\n"
     "  interval: 3\n"
     "  mode: overlap\n"
@@ -201,7 +201,7 @@ TEST_CASE("config: a full config sets every field", "[config]") {
   CHECK(c.get<int>("topology.peers_per_step") == 2);
   CHECK(c.get<std::vector<std::pair<int, int>>>("topology.edges") ==
         Edges{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
-  CHECK(c.get<std::string>("algorithm.name") == "allreduce_sgd");
+  CHECK(c.get<std::string>("algorithm.name") == "hierarchical");
   CHECK(c.get<int>("algorithm.segments") == 16);
   CHECK(c.get<int>("algorithm.interval") == 3);
   CHECK(c.get<std::string>("algorithm.mode") == "overlap");
@@ -412,6 +412,36 @@ TEST_CASE("config: unknown enum values are errors listing the allowed ones", "[c
   }
 }
 
+TEST_CASE("config: an algorithm key set under an algorithm that does not read it is an error", "[config]") {
+  SECTION("interval under sgp") {
+    const std::string what =
+        requireError("algorithm:\n  name: sgp\n  interval: 4\n", 3, "algorithm.interval");
+    CHECK(contains(what, "applies to algorithm.name 'crossover_sgd', 'hierarchical'"));
+    CHECK(contains(what, "(name is 'sgp')"));
+  }
+  SECTION("segments and gossip keys under allreduce_sgd") {
+    requireError("algorithm:\n  name: allreduce_sgd\n  segments: 8\n", 3, "algorithm.segments");
+    requireError("algorithm:\n  name: allreduce_sgd\n  weight_floor: 0.5\n", 3, "algorithm.weight_floor");
+  }
+  SECTION("sgp's own key under crossover_sgd, hierarchical's under d2, diloco's under sgp") {
+    requireError("algorithm:\n  loss_tolerant: true\n", 2, "algorithm.loss_tolerant");
+    requireError("algorithm:\n  name: d2\n  group_size: 2\n", 3, "algorithm.group_size");
+    requireError("algorithm:\n  name: sgp\n  inner_steps: 10\n", 3, "algorithm.inner_steps");
+  }
+  SECTION("a key at its default, or set under any algorithm that reads it, is accepted") {
+    CHECK(reg().parse("algorithm:\n  name: sgp\n  interval: 1\n").get<int>("algorithm.interval") == 1);
+    for (const char* name :
+         {"crossover_sgd", "hierarchical", "d2", "gradient_tracking", "quasi_global_momentum"})
+      CHECK(reg()
+                .parse(std::string("algorithm:\n  name: ") + name + "\n  segments: 2\n")
+                .get<int>("algorithm.segments") == 2);
+    for (const char* name : {"sgp", "crossover_sgd", "hierarchical"})
+      CHECK(reg()
+                .parse(std::string("algorithm:\n  name: ") + name + "\n  weight_floor: 0.25\n")
+                .get<double>("algorithm.weight_floor") == 0.25);
+  }
+}
+
 TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
   SECTION("every topology kind, algorithm, mode and inter-algorithm") {
     for (const char* kind : {"fair_roulette", "ring", "directed_exponential"}) {
@@ -429,7 +459,8 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
           mode);
     }
     for (const char* inter : {"crossover_sgd", "sgp"}) {
-      const Config c = reg().parse(std::string("algorithm:\n  inter_algorithm: ") + inter + "\n");
+      const Config c =
+          reg().parse(std::string("algorithm:\n  name: hierarchical\n  inter_algorithm: ") + inter + "\n");
       CHECK(c.get<std::string>("algorithm.inter_algorithm") == inter);
     }
   }
@@ -498,10 +529,12 @@ TEST_CASE("config: topology, algorithm and straggler keys parse", "[config]") {
     CHECK(c.get<int>("algorithm.group_size") == 2);
     CHECK(c.get<std::vector<std::vector<int>>>("algorithm.groups") == Groups{{0, 5}, {4, 1, 2}, {3}});
     CHECK(reg()
-              .parse("algorithm:\n  groups: []\n")
+              .parse("algorithm:\n  name: hierarchical\n  groups: []\n")
               .get<std::vector<std::vector<int>>>("algorithm.groups")
               .empty());
-    CHECK(reg().parse("algorithm:\n  group_size: 4096\n").get<int>("algorithm.group_size") == 4096);
+    CHECK(reg()
+              .parse("algorithm:\n  name: hierarchical\n  group_size: 4096\n")
+              .get<int>("algorithm.group_size") == 4096);
   }
   SECTION("straggler") {
     const Config c = reg().parse(
@@ -1194,6 +1227,7 @@ TEST_CASE("config: validateConfig checks the cross-field rules of in-code config
     ok.set("topology.edges", std::vector<std::pair<int, int>>({{0, 1}, {1, 2}, {2, 3}, {3, 0}, {0, 2}}));
     ok.set("topology.probabilities",
            std::vector<std::vector<double>>(Table{{0, 4, 1, 1}, {4, 0, 1, 1}, {1, 1, 0, 4}, {1, 1, 4, 0}}));
+    ok.set<std::string>("algorithm.name", "hierarchical");
     ok.set("algorithm.groups", std::vector<std::vector<int>>({{3, 0}, {2}, {1}}));
     ok.set("training.straggler_rank", int(3));
     ok.set("training.straggler_delay_seconds", double(2.0));
