@@ -24,6 +24,7 @@
 // (mu-bar - mu-)), so different ranks step differently; with gossiped means
 // even the shift differs. The periodic and final synchronisations bound that.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -190,11 +191,17 @@ void CompressedSgd::gossipAverage(std::span<float> values) {
                                 " bytes, expected " + std::to_string(messageBytes));
       }
       const float* in = pushSumIn_.data() + k * (m + 1);
-      for (std::size_t j = 0; j <= m; ++j) pushSum_[j] += in[j];
+      for (std::size_t j = 0; j <= m; ++j) {
+        if (!std::isfinite(in[j]))  // one corrupt peer would poison every rank's average
+          throw ProtocolError(p.recvFrom[k], kFrameHeaderBytes + 4 * j,
+                              "push-sum message value " + std::to_string(in[j]) + " is not finite");
+        pushSum_[j] += in[j];
+      }
     }
   }
   const float w = pushSum_[m];
-  if (!(w > 0.0f)) throw ProtocolError(-1, 0, "push-sum weight " + std::to_string(w) + " is not positive");
+  if (!(std::isfinite(w) && w > 0.0f))
+    throw ProtocolError(-1, 0, "push-sum weight " + std::to_string(w) + " is not finite and positive");
   for (std::size_t j = 0; j < m; ++j) values[j] = pushSum_[j] / w;
 }
 

@@ -213,7 +213,7 @@ TEST_CASE("A2SGD at world size 1: error + enc(g) is g, and the rebuilt gradient 
     A2sgdCompressor c(n, streaming);
     auto payload = payloadFor(c);
     c.encode(g, payload);
-    const std::vector<float> shifted = {c.meanPositive() + 0.5f, c.meanNegative() - 0.25f};
+    const std::vector<float> shifted = {c.meanPositive() + 0.5f, c.meanNegative() + 0.25f};
     std::vector<float> buffer(n + offset), plainOut(n);
     std::span<float> out(buffer.data() + offset, n);
     c.decode(bytesOf(shifted), g, out);
@@ -731,6 +731,78 @@ TEST_CASE("QSGD stays unbiased on a bucket whose norm is below s / FLT_MAX", "[c
   CHECK(sum[2] == 0.0);
 }
 
+TEST_CASE("decoded averages of values near float32's largest stay finite", "[compress]") {
+  // Two ranks each sending 3e38: the average fits float32, their sum does not.
+  const float big = 3e38f;
+  SECTION("Top-K") {
+    TopKCompressor c(2, 0.5);  // k = 1
+    auto one = payloadFor(c);
+    c.encode(std::vector<float>{big, 0.0f}, one);
+    std::vector<std::byte> both(one);
+    both.insert(both.end(), one.begin(), one.end());
+    std::vector<float> out(2);
+    c.decode(both, {}, out);
+    CHECK(out == std::vector<float>{big, 0.0f});
+  }
+  SECTION("QSGD") {
+    QsgdCompressor c(1, QsgdOptions{4, 512, 1, 0});
+    auto one = payloadFor(c);
+    c.encode(std::vector<float>{big}, one);  // |v_i| = norm: level s, exactly
+    std::vector<std::byte> both(one);
+    both.insert(both.end(), one.begin(), one.end());
+    std::vector<float> out(1);
+    c.decode(both, {}, out);
+    CHECK(std::isfinite(out[0]));
+    CHECK(out[0] == Approx(big).epsilon(1e-6));
+  }
+  SECTION("Gaussian-K: a threshold above float32's largest is clamped, not infinite") {
+    GaussianKCompressor c(4, {0.25, 3});  // k = 1
+    auto payload = payloadFor(c);
+    c.encode(std::vector<float>{big, -big, big, -big}, payload);
+    INFO("threshold " << c.threshold());
+    CHECK(std::isfinite(c.threshold()));
+    std::vector<float> out(4);
+    c.decode(payload, {}, out);
+    CHECK(std::count(out.begin(), out.end(), 0.0f) == 3);  // one entry of magnitude 3e38 went out
+    CHECK(std::abs(*std::max_element(out.begin(), out.end(),
+                                     [](float a, float b) { return std::abs(a) < std::abs(b); })) == big);
+  }
+}
+
+TEST_CASE("QSGD with a bucket larger than any vector has one bucket", "[compress][qsgd]") {
+  QsgdCompressor c(4, QsgdOptions{4, std::numeric_limits<std::size_t>::max(), 1, 0});
+  CHECK(c.payloadBytes() == 4 + 4);  // one norm, four 4-bit codes in one word
+  auto payload = payloadFor(c);
+  const std::vector<float> g{1, -2, 0, 4};
+  c.encode(g, payload);
+  std::vector<float> out(4);
+  c.decode(payload, g, out);
+  // One norm over the whole vector, sqrt(21): 4 = 3.49 norm / s comes back
+  // at level 3 or 4 (a wrapped bucket count sent nothing: all zero).
+  const double unit = std::sqrt(21.0) / 4;
+  CHECK((out[3] == Approx(3 * unit) || out[3] == Approx(4 * unit)));
+}
+
+TEST_CASE("A2SGD refuses averaged means that are not finite and >= 0", "[compress][a2sgd]") {
+  A2sgdCompressor c(3);
+  const std::vector<float> g{1, -1, 2};
+  auto payload = payloadFor(c);
+  c.encode(g, payload);
+  std::vector<float> out(3);
+  for (const auto& means :
+       {std::vector<float>{std::numeric_limits<float>::quiet_NaN(), 1.0f},
+        std::vector<float>{1.0f, std::numeric_limits<float>::infinity()}, std::vector<float>{-0.5f, 1.0f}}) {
+    INFO("means " << means[0] << ", " << means[1]);
+    const auto combined = bytesOf(means);
+    try {
+      c.decode(combined, g, out);
+      FAIL("expected ProtocolError");
+    } catch (const ProtocolError& e) {
+      CHECK(e.offset() == (std::isfinite(means[0]) && means[0] >= 0 ? 4u : 0u));
+    }
+  }
+}
+
 TEST_CASE("Top-K sends ceil(ratio * n) entries of the decimal ratio (Gaussian-K's k is the same count)",
           "[compress][topk]") {
   // 0.07 * 100 is 7.000000000000001 in double: 7 entries, not 8.
@@ -1114,6 +1186,22 @@ TEMPLATE_TEST_CASE(
   const std::vector<float> kept(c.error().begin(), c.error().end());
   CHECK_THROWS_AS(c.encode(bad, payload), InvalidArgument);
   CHECK(std::equal(kept.begin(), kept.end(), c.error().begin()));  // a refused gradient leaves it whole
+}
+
+TEST_CASE("fp16 compression: an average summed beyond 65504 is an error, not infinity", "[compress][half]") {
+  HalfCompressor<float16> c(3);
+  std::vector<float16> combined(4);  // as a 16-bit allreduce of 40000 + 40000 leaves element 1
+  combined[0].bits = 0x3C00;         // 1.0
+  combined[1].bits = 0x7C00;         // +infinity
+  std::vector<float> out(3);
+  try {
+    c.decode(std::as_bytes(std::span<const float16>(combined)), {}, out);
+    FAIL("expected Error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("element 1") != std::string::npos);
+    CHECK(std::string(e.what()).find("65504") != std::string::npos);
+  }
 }
 
 TEMPLATE_TEST_CASE("16-bit compression sends an entry beyond the largest finite value as that value",

@@ -172,6 +172,14 @@ void A2sgdCompressor::decode(std::span<const std::byte> combined, std::span<cons
   checkLength(out.size(), size(), "A2SGD decode: output elements");
   float global[2];
   std::memcpy(global, combined.data(), sizeof(global));
+  // Each is an average of means >= 0: anything else came from a corrupt
+  // rank or overflowed, and would fill every entry of g' with it.
+  for (std::size_t i = 0; i < 2; ++i)
+    if (!(std::isfinite(global[i]) && global[i] >= 0.0f))
+      throw ProtocolError(-1, 4 * i,
+                          std::string("A2SGD decode: the ranks' average ") + (i == 0 ? "mu+" : "mu-") + " " +
+                              std::to_string(global[i]) +
+                              " is not finite and >= 0 (a rank sent a corrupt mean, or the sum overflowed)");
   // g' = eps + pos mu+bar - neg mu-bar = g + pos (mu+bar - mu+) - neg (mu-bar - mu-).
   const float dp = global[0] - meanPositive_, dn = global[1] - meanNegative_;
   if (options_.keepError) {

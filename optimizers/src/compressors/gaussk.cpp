@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/compress.hpp"
@@ -113,7 +114,10 @@ void GaussianKCompressor::encode(std::span<const float> gradient, std::span<std:
   const double mean = sum / static_cast<double>(n);
   const double sigma = std::sqrt(std::max(0.0, squares / static_cast<double>(n) - mean * mean));
   // Steps 2-4: the threshold, corrected while the count is far from k.
-  float tau = static_cast<float>(std::fabs(mean) + sigma * z_);
+  // (Clamped: mean + sigma z of entries near FLT_MAX can exceed float32,
+  // and an infinite threshold would select nothing, not even the largest.)
+  constexpr double kLargest = std::numeric_limits<float>::max();
+  auto tau = static_cast<float>(std::min(std::fabs(mean) + sigma * z_, kLargest));
   std::size_t c = collect(tau, true, gradient);
   float lastWithCandidates = c > 0 ? tau : -1.0f;  // the last threshold some entry passed
   int made = 0;
@@ -122,7 +126,7 @@ void GaussianKCompressor::encode(std::span<const float> gradient, std::span<std:
       if (tau == 0.0f) break;  // nothing left to lower: fewer than 2k/3 non-zero entries
       tau *= 0.5f;
     } else if (3 * c > 4 * k_) {
-      tau *= 1.5f;
+      tau = static_cast<float>(std::min(tau * 1.5, kLargest));
     } else {
       break;
     }

@@ -80,6 +80,17 @@ void HalfCompressor<H>::decode(std::span<const std::byte> combined, std::span<co
   checkLength(combined.size(), payloadBytes(), "16-bit decode: combined bytes");
   checkLength(out.size(), size(), "16-bit decode: output elements");
   convert(std::span<const H>(reinterpret_cast<const H*>(combined.data()), size()), out);
+  // The 16-bit allreduce adds in H: ranks' values that are each finite can
+  // sum beyond H's range (fp16: 65504) and arrive as infinity.
+  float probe = 0.0f;
+  for (const float v : out) probe += v * 0.0f;
+  if (!(probe == 0.0f)) {
+    std::size_t i = 0;
+    while (i < out.size() && std::isfinite(out[i])) ++i;
+    throw Error(name() + " decode: the average at element " + std::to_string(i) + " is " +
+                std::to_string(out[i < out.size() ? i : 0]) + ": the ranks' values summed beyond " + name() +
+                "'s range" + (std::is_same_v<H, float16> ? " (65504; bf16 has float32's range)" : ""));
+  }
 }
 
 template class HalfCompressor<bfloat16>;

@@ -31,11 +31,6 @@ inline void checkLength(std::size_t got, std::size_t want, const char* what) {
   }
 }
 
-inline void scaleInPlace(std::span<float> v, float factor) {
-#pragma omp simd
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] *= factor;
-}
-
 /// splitmix64 step: the QSGD random stream.
 inline std::uint64_t nextRandom(std::uint64_t& state) {
   state += 0x9E3779B97F4A7C15ull;
@@ -76,8 +71,10 @@ inline void putSparse(std::span<std::byte> payload, std::size_t k, std::size_t j
 
 /// Decodes gathered sparse payloads (the Top-K wire format, see putSparse;
 /// `combined` is a whole number >= 1 of 8k-byte payloads in rank order) into
-/// `out` (n floats): the sum of the sparse vectors divided by their number,
-/// added in rank order so that every rank gets bitwise the same result.
+/// `out` (n floats): the average of the sparse vectors, each value divided
+/// by their number before it is added (no partial sum leaves float32's
+/// range where the average fits it), in rank order so that every rank gets
+/// bitwise the same result.
 /// @throws InvalidArgument if `combined` is not a whole number of payloads;
 ///         ProtocolError (peer = the payload's rank, offset within it) for
 ///         an index outside [0, n) or not above the one before it, or a
@@ -87,6 +84,7 @@ inline void decodeSparse(std::span<const std::byte> combined, std::size_t k, std
                          const char* who) {
   const std::size_t n = out.size(), bytes = 8 * k;
   const std::size_t count = gatheredCount(combined.size(), bytes);
+  const float share = 1.0f / static_cast<float>(count);
   std::fill(out.begin(), out.end(), 0.0f);
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* p = combined.data() + r * bytes;
@@ -106,10 +104,9 @@ inline void decodeSparse(std::span<const std::byte> combined, std::size_t k, std
                             std::string(who) + " payload: value " + std::to_string(value) + " at index " +
                                 std::to_string(index) + " is not finite");
       }
-      out[index] += value;
+      out[index] += value * share;
     }
   }
-  if (count > 1) scaleInPlace(out, 1.0f / static_cast<float>(count));
 }
 
 }  // namespace gossamer::optimizers::detail

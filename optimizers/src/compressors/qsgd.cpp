@@ -30,7 +30,7 @@ QsgdCompressor::QsgdCompressor(std::size_t n, const QsgdOptions& options)
                    "QSGD levels " << options.levels << " outside [1, 65535]");
   GOSSAMER_ENFORCE(options.bucketSize >= 1, "QSGD bucket size must be >= 1");
   bits_ = 1 + std::bit_width(static_cast<unsigned>(options.levels));
-  buckets_ = (n + options.bucketSize - 1) / options.bucketSize;
+  buckets_ = n / options.bucketSize + (n % options.bucketSize != 0 ? 1 : 0);  // (no wrap for a huge bucket)
   const std::size_t codeWords = (n * static_cast<std::size_t>(bits_) + 31) / 32;
   payloadBytes_ = 4 * buckets_ + 4 * codeWords;
   state_ = topologies::splitmix64(options.seed ^ (0x51D6ull << 48) ^
@@ -116,6 +116,9 @@ void QsgdCompressor::decode(std::span<const std::byte> combined, std::span<const
   const unsigned levelBits = static_cast<unsigned>(bits_ - 1);
   const std::uint64_t levelMask = (std::uint64_t{1} << levelBits) - 1;
   const auto levels = static_cast<std::uint64_t>(options_.levels);
+  // Each rank's values are divided by the number of ranks as they are
+  // added: no partial sum leaves float32's range where the average fits it.
+  const double share = 1.0 / static_cast<double>(count);
   std::fill(out.begin(), out.end(), 0.0f);
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* p = combined.data() + r * payloadBytes();
@@ -130,7 +133,7 @@ void QsgdCompressor::decode(std::span<const std::byte> combined, std::span<const
         throw ProtocolError(static_cast<int>(r), 4 * b,
                             "QSGD payload: bucket norm " + std::to_string(norm) + " is not finite and >= 0");
       }
-      const float unit = norm / static_cast<float>(options_.levels);
+      const auto unit = static_cast<float>(static_cast<double>(norm) / static_cast<double>(levels) * share);
       const std::size_t m = std::min(bucket, n - b * bucket);
       float* o = out.data() + b * bucket;
       for (std::size_t i = 0; i < m; ++i) {
@@ -154,7 +157,6 @@ void QsgdCompressor::decode(std::span<const std::byte> combined, std::span<const
       }
     }
   }
-  if (count > 1) scaleInPlace(out, 1.0f / static_cast<float>(count));
 }
 
 void registerQsgd(Registry& registry) {

@@ -144,6 +144,8 @@ class A2sgdCompressor final : public Compressor {
   std::size_t payloadBytes() const override { return 2 * sizeof(float); }
   bool identicalDecode() const override { return false; }
   void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  /// As Compressor::decode; also throws ProtocolError (peer -1, offset of the
+  /// mean) when an averaged mean is not finite and >= 0.
   void decode(std::span<const std::byte> combined, std::span<const float> gradient,
               std::span<float> out) override;
   std::span<const float> error() const override;
@@ -168,9 +170,10 @@ class A2sgdCompressor final : public Compressor {
 /// Gaussian-K): k = max(1, ceil(ratio * n)) payload slots in one wire format,
 /// k uint32 indices (ascending, in [0, n)) then k float32 values, 8k bytes,
 /// gathered (kGather); the residual e (n floats) that the next encode adds to
-/// its gradient; and the decode, which sums the gathered sparse vectors in
-/// rank order and divides by their number, so that every rank gets bitwise
-/// the same gradient.
+/// its gradient; and the decode, which adds the gathered sparse vectors in
+/// rank order, each value divided by their number as it is added (no partial
+/// sum leaves float32's range where the average fits it), so that every rank
+/// gets bitwise the same gradient.
 class SparseCompressor : public Compressor {
  public:
   PayloadCombine combine() const override { return PayloadCombine::kGather; }
@@ -203,8 +206,8 @@ class SparseCompressor : public Compressor {
 /// largest |a| (ties broken by the lower index), sends them as k uint32
 /// indices (ascending) then k float32 values (8k bytes, kGather), and keeps
 /// the rest as the new residual: e = a with the selected entries zeroed.
-/// decode sums the gathered sparse vectors in rank order and divides by their
-/// number, so every rank gets bitwise the same gradient; it refuses
+/// decode averages the gathered sparse vectors in rank order (as
+/// SparseCompressor), so every rank gets bitwise the same gradient; it refuses
 /// (ProtocolError) a payload whose indices are not ascending within [0, n)
 /// or whose values are not finite. Selection is O(n): one pass
 /// writes |a| to a scratch vector, std::nth_element finds the k-th largest,
@@ -292,7 +295,9 @@ class GaussianKCompressor final : public SparseCompressor {
 /// residual (Stich et al., "Sparsified SGD with memory"). An entry beyond
 /// H's largest finite value is sent as that value (its excess kept in e),
 /// never as infinity. decode widens the
-/// average to float32: every rank decodes the same gradient.
+/// average to float32: every rank decodes the same gradient. The allreduce
+/// adds in H, so values that are each finite can sum beyond H's range: decode
+/// then throws Error (fp16 tops at 65504; bf16 has float32's range).
 template <typename H>
 class HalfCompressor final : public Compressor {
  public:
@@ -331,8 +336,10 @@ struct QsgdOptions {
 /// Payload (kGather): one float32 norm per bucket, then one code of
 /// b = 1 + bit_width(s) bits per element (level, then the sign bit),
 /// bit-packed little-endian, padded to 4 bytes: 4 bits per element for s = 4.
-/// decode sums the gathered payloads in rank order and divides by their
-/// number. No error feedback (QSGD is unbiased): error() is empty.
+/// decode averages the gathered payloads in rank order, each rank's unit
+/// ||v|| / s divided by their number in double before it is used (no partial
+/// sum leaves float32's range where the average fits it). No error feedback (QSGD is unbiased): error() is
+/// empty.
 class QsgdCompressor final : public Compressor {
  public:
   /// @throws InvalidArgument for levels outside [1, 65535] or bucketSize 0.
