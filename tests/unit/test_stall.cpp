@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "gossamer/errors.hpp"
@@ -112,6 +113,33 @@ TEST_CASE("the stall report leaves alone a wait that ends before the threshold",
   CHECK(c == 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the watcher looked again (every 1.25 s)
   CHECK(reports.size() == 0);
+  t->close();
+  peer->close();
+}
+
+TEST_CASE("a stall report whose subscriber throws is dropped, and the watching goes on", "[stall]") {
+  // An exception leaving the watcher thread would terminate the process.
+  auto fabric = inproc::makeFabric(2);
+  auto peer = inproc::makeTransport(fabric, 1, 10.0);
+  Reports reports;
+  stall::Options o;
+  o.thresholdSeconds = 0.2;
+  o.onStall = [&reports](const stall::StallReport& r) {
+    {
+      std::lock_guard<std::mutex> lk(reports.mu);
+      reports.got.push_back(r);
+    }
+    throw std::bad_alloc();  // as a metrics record that cannot be made
+  };
+  auto t = stall::wrap(inproc::makeTransport(fabric, 0, 10.0), o);
+  std::int32_t a = 0, b = 0;
+  auto first = t->irecvOf<std::int32_t>(1, Tag::make(Op::kUser, 1), std::span<std::int32_t>(&a, 1));
+  for (int i = 0; i < 300 && reports.size() == 0; ++i) CHECK_FALSE(first.waitFor(0.1));
+  REQUIRE(reports.size() == 1);
+  auto second = t->irecvOf<std::int32_t>(1, Tag::make(Op::kUser, 2), std::span<std::int32_t>(&b, 1));
+  for (int i = 0; i < 300 && reports.size() == 1; ++i) CHECK_FALSE(second.waitFor(0.1));
+  REQUIRE(reports.size() == 2);  // the watcher outlived the first throw
+  CHECK(reports.got[1].tag == Tag::make(Op::kUser, 2));
   t->close();
   peer->close();
 }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/registry.hpp"
@@ -819,122 +820,134 @@ class MembershipTransport final : public Transport, public Membership {
     }
   }
 
-  void run() {
-    auto nextBeat = Clock::now();
-    auto lastPass = Clock::now();
-    while (!stopping_.load()) {
-      // A long gap since the last pass means this process was stopped (or
-      // starved), not its peers: forget the silence it saw meanwhile, and
-      // first read what they sent (a view that removed this rank).
-      const auto passStart = Clock::now();
-      if (std::chrono::duration<double>(passStart - lastPass).count() > options_.suspectSeconds / 2) {
+  // Reads what each peer sent since the last pass and handles it, then
+  // listens again. Returns whether any of it was more than a heartbeat.
+  bool receiveFromPeers() {
+    bool busy = false;
+    for (int p = 0; p < capacity_; ++p) {
+      auto& r = standing_[static_cast<std::size_t>(p)];
+      if (!r.valid()) continue;
+      std::span<const std::byte> bytes;
+      auto& errors = receiveErrors_[static_cast<std::size_t>(p)];
+      bool received = false;
+      try {
+        if (!r.test()) continue;
+        bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
+        received = true;
+        errors = 0;
+      } catch (const Cancelled&) {
+        r = Request();
+        continue;
+      } catch (const PeerFailure&) {  // it left or died
+        r = Request();
         std::lock_guard<std::mutex> lk(mu_);
-        for (auto& h : heard_) h = passStart;
-        resumed_ = true;
-      }
-      lastPass = passStart;
-      bool busy = false;  // a view change under way, or a peer said more than a heartbeat
-      for (int p = 0; p < capacity_; ++p) {
-        auto& r = standing_[static_cast<std::size_t>(p)];
-        if (!r.valid()) continue;
-        std::span<const std::byte> bytes;
-        auto& errors = receiveErrors_[static_cast<std::size_t>(p)];
-        bool received = false;
-        try {
-          if (!r.test()) continue;
-          bytes = r.received(buffers_[static_cast<std::size_t>(p)]);
-          received = true;
-          errors = 0;
-        } catch (const Cancelled&) {
-          r = Request();
-          continue;
-        } catch (const PeerFailure&) {  // it left or died
+        peerDeadLocked(p);
+        continue;
+      } catch (const Error& e) {
+        // One message the transport refused (longer than the buffer, say)
+        // is said and dropped, and the peer heard again; a receive that
+        // fails again at once means the transport takes nothing more from
+        // it (a peer that sent a malformed frame): failed, as one that died
+        // (listened to again at each heartbeat, as such a peer is).
+        if (errors++ > 0) {
           r = Request();
           std::lock_guard<std::mutex> lk(mu_);
           peerDeadLocked(p);
           continue;
-        } catch (const Error& e) {
-          // One message the transport refused (longer than the buffer, say)
-          // is said and dropped, and the peer heard again; a receive that
-          // fails again at once means the transport takes nothing more from
-          // it (a peer that sent a malformed frame): failed, as one that died
-          // (listened to again at each heartbeat, as such a peer is).
-          if (errors++ > 0) {
-            r = Request();
-            std::lock_guard<std::mutex> lk(mu_);
-            peerDeadLocked(p);
-            continue;
-          }
+        }
+        log(LogLevel::kWarning, std::string("membership: ") + e.what());
+      }
+      std::optional<Message> m;
+      if (received) {
+        try {
+          m = decode(bytes, p, capacity_);
+        } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
           log(LogLevel::kWarning, std::string("membership: ") + e.what());
         }
-        std::optional<Message> m;
-        if (received) {
-          try {
-            m = decode(bytes, p, capacity_);
-          } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
-            log(LogLevel::kWarning, std::string("membership: ") + e.what());
-          }
-        }
-        if (m) {
-          busy = busy || m->kind != Kind::kHeartbeat;
-          handle(p, *m);
-        }
-        post(p);
       }
-      std::vector<int> repost;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        const auto now = Clock::now();
-        if (now >= nextBeat) {
-          nextBeat = now + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(options_.heartbeatSeconds));
-          // Ranks whose receive failed are listened to again: the transport
-          // may have taken back a process restarted in place of one.
-          for (int p = 0; p < capacity_; ++p)
-            if (p != self_ && dead_[static_cast<std::size_t>(p)] &&
-                !standing_[static_cast<std::size_t>(p)].valid())
-              repost.push_back(p);
-          sendToViewLocked(headerLocked(Kind::kHeartbeat));
-          // While the change waits, this rank's report goes again each beat:
-          // a report can miss a peer (sent while this rank still counted a
-          // process restarted in its place as dead), and the coordinator
-          // decides nothing without it. Receivers store it once.
-          if (revoked_ && !decided_ && lastReport_ &&
-              sameView(view_, lastReport_->viewNumber, lastReport_->viewCoordinator))
-            sendToViewLocked(*lastReport_);
-          // With rejoin on, every fifth beat, ranks of the job outside the
-          // view that are still reachable get this view: after a partition
-          // heals, the side with the older view learns the newer one and
-          // asks to join it.
-          if (options_.rejoin && ++beats_ % 5 == 0 && lastView_ && !outsider_ && !revoked_)
-            for (int p = 0; p < capacity_; ++p)
-              if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
-        }
-        // A view change decides on the pass after the last thing it waited
-        // for: a joiner's report or the end of its wait, and also this
-        // rank's own pause. (A coordinator starved while the others
-        // reported would otherwise hear only heartbeats afterwards, and
-        // nothing would make it decide: the job would hang until
-        // membership.agreement_seconds.)
-        if (revoked_) coordinateLocked();
-        busy = busy || revoked_ || decided_.has_value() || !joiners_.empty();
-        // This pass itself took long: this process was stopped in it. The
-        // silence is its own, not its peers'.
-        const bool stalled =
-            std::chrono::duration<double>(now - passStart).count() > options_.suspectSeconds / 2;
-        if (stalled) {
-          for (auto& h : heard_) h = now;
+      if (m) {
+        busy = busy || m->kind != Kind::kHeartbeat;
+        handle(p, *m);
+      }
+      post(p);
+    }
+    return busy;
+  }
+
+  void run() {
+    auto nextBeat = Clock::now();
+    auto lastPass = Clock::now();
+    while (!stopping_.load()) {
+      bool busy = false;  // a view change under way, or a peer said more than a heartbeat
+      // (Out of memory in a pass, say: that pass is lost, not the process.)
+      survivePass("membership", [&] {
+        // A long gap since the last pass means this process was stopped (or
+        // starved), not its peers: forget the silence it saw meanwhile, and
+        // first read what they sent (a view that removed this rank).
+        const auto passStart = Clock::now();
+        if (std::chrono::duration<double>(passStart - lastPass).count() > options_.suspectSeconds / 2) {
+          std::lock_guard<std::mutex> lk(mu_);
+          for (auto& h : heard_) h = passStart;
           resumed_ = true;
         }
-        for (int p : view_.members) {
-          const auto i = static_cast<std::size_t>(p);
-          if (stalled || resumed_ || outsider_ || p == self_ || left_[i] || suspects_.count(p)) continue;
-          const double silent = std::chrono::duration<double>(now - heard_[i]).count();
-          if (silent > options_.suspectSeconds)
-            suspectLocked(p, "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
+        lastPass = passStart;
+        busy = receiveFromPeers();
+        std::vector<int> repost;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          const auto now = Clock::now();
+          if (now >= nextBeat) {
+            nextBeat = now + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(options_.heartbeatSeconds));
+            // Ranks whose receive failed are listened to again: the transport
+            // may have taken back a process restarted in place of one.
+            for (int p = 0; p < capacity_; ++p)
+              if (p != self_ && dead_[static_cast<std::size_t>(p)] &&
+                  !standing_[static_cast<std::size_t>(p)].valid())
+                repost.push_back(p);
+            sendToViewLocked(headerLocked(Kind::kHeartbeat));
+            // While the change waits, this rank's report goes again each beat:
+            // a report can miss a peer (sent while this rank still counted a
+            // process restarted in its place as dead), and the coordinator
+            // decides nothing without it. Receivers store it once.
+            if (revoked_ && !decided_ && lastReport_ &&
+                sameView(view_, lastReport_->viewNumber, lastReport_->viewCoordinator))
+              sendToViewLocked(*lastReport_);
+            // With rejoin on, every fifth beat, ranks of the job outside the
+            // view that are still reachable get this view: after a partition
+            // heals, the side with the older view learns the newer one and
+            // asks to join it.
+            if (options_.rejoin && ++beats_ % 5 == 0 && lastView_ && !outsider_ && !revoked_)
+              for (int p = 0; p < capacity_; ++p)
+                if (view_.localRank(p) < 0 && !left_[static_cast<std::size_t>(p)]) sendLocked(p, *lastView_);
+          }
+          // A view change decides on the pass after the last thing it waited
+          // for: a joiner's report or the end of its wait, and also this
+          // rank's own pause. (A coordinator starved while the others
+          // reported would otherwise hear only heartbeats afterwards, and
+          // nothing would make it decide: the job would hang until
+          // membership.agreement_seconds.)
+          if (revoked_) coordinateLocked();
+          busy = busy || revoked_ || decided_.has_value() || !joiners_.empty();
+          // This pass itself took long: this process was stopped in it. The
+          // silence is its own, not its peers'.
+          const bool stalled =
+              std::chrono::duration<double>(now - passStart).count() > options_.suspectSeconds / 2;
+          if (stalled) {
+            for (auto& h : heard_) h = now;
+            resumed_ = true;
+          }
+          for (int p : view_.members) {
+            const auto i = static_cast<std::size_t>(p);
+            if (stalled || resumed_ || outsider_ || p == self_ || left_[i] || suspects_.count(p)) continue;
+            const double silent = std::chrono::duration<double>(now - heard_[i]).count();
+            if (silent > options_.suspectSeconds)
+              suspectLocked(p,
+                            "was silent for " + std::to_string(silent) + " s (membership.suspect_seconds)");
+          }
         }
-      }
-      for (int p : repost) post(p);
+        for (int p : repost) post(p);
+      });
       std::unique_lock<std::mutex> lk(stopMu_);
       stopCv_.wait_for(lk, busy ? kBusyPassInterval : kIdlePassInterval, [this] { return stopping_.load(); });
     }

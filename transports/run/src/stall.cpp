@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/log.hpp"
 
@@ -40,7 +41,11 @@ class StallWatch final : public Transport {
         onStall_(std::move(o.onStall)),
         onPause_(std::move(o.onPause)),
         meter_(std::move(o.meter)) {
-    if (o.thresholdSeconds > 0) watcher_ = std::thread([this] { watch(); });
+    if (o.thresholdSeconds > 0)
+      watcher_ = std::thread([this] {
+        // (Nothing may leave the thread: that would terminate the process.)
+        survivePass("stall watch", [this] { watch(); });
+      });
   }
 
   ~StallWatch() override {
@@ -154,7 +159,7 @@ class StallWatch final : public Transport {
         // Closing: a pause that ends just before (a process stopped, then
         // finishing at once when it resumes) is still reported.
         lk.unlock();
-        if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
+        if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
         return;
       }
       std::vector<StallReport> due;
@@ -186,12 +191,16 @@ class StallWatch final : public Transport {
       }
       watched_.swap(keep);
       lk.unlock();
-      if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
+      if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
       for (const auto& r : due) {
-        if (onStall_)
-          onStall_(r);
-        else
-          log(LogLevel::kWarning, describe(r));
+        // (A report that fails, a metrics subscriber out of memory, say, is
+        // lost; the watching goes on.)
+        survivePass("stall watch", [&] {
+          if (onStall_)
+            onStall_(r);
+          else
+            log(LogLevel::kWarning, describe(r));
+        });
       }
       lk.lock();
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/transports/zmq.hpp"
 
@@ -88,15 +89,21 @@ void CurveAdmission::makeClient(::zmq::socket_t& socket, const CurveKeys& keys, 
 
 void CurveAdmission::run() {
   while (!stop_) {
-    ::zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-    try {
-      ::zmq::poll(items, 2, std::chrono::milliseconds(100));
-      if (items[0].revents & ZMQ_POLLIN) answer();
-      if (items[1].revents & ZMQ_POLLIN) readMonitor();
-    } catch (const ::zmq::error_t& e) {
-      if (e.num() == ETERM) return;  // the context is shutting down
-      GOSSAMER_LOG(kError, "rank " << rank_ << ": CURVE admission: " << e.what());
-    }
+    bool closed = false;
+    // (Out of memory while a stranger's handshake is answered, say: that
+    // answer is lost, not the process.)
+    survivePass("CURVE admission", [&] {
+      ::zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        ::zmq::poll(items, 2, std::chrono::milliseconds(100));
+        if (items[0].revents & ZMQ_POLLIN) answer();
+        if (items[1].revents & ZMQ_POLLIN) readMonitor();
+      } catch (const ::zmq::error_t& e) {
+        closed = e.num() == ETERM;  // the context is shutting down
+        if (!closed) GOSSAMER_LOG(kError, "rank " << rank_ << ": CURVE admission: " << e.what());
+      }
+    });
+    if (closed) return;
   }
 }
 

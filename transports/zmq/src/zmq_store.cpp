@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "store_request.hpp"
@@ -101,23 +102,29 @@ struct StoreServer::Impl {
 
   void serve() {
     while (!stop) {
-      ::zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-      try {
-        ::zmq::poll(&item, 1, std::chrono::milliseconds(20));
-        if (!(item.revents & ZMQ_POLLIN)) continue;
-        std::vector<::zmq::message_t> parts;
-        do {
-          parts.emplace_back();
-          (void)sock.recv(parts.back(), ::zmq::recv_flags::none);
-        } while (sock.get(::zmq::sockopt::rcvmore) && parts.size() < 8);
-        while (sock.get(::zmq::sockopt::rcvmore)) {  // drain an oversized request
-          ::zmq::message_t sink;
-          (void)sock.recv(sink, ::zmq::recv_flags::none);
+      bool closed = false;
+      // (Out of memory for a request or its reply, say: that request is
+      // lost, not the process; its client's wait ends at its timeout.)
+      survivePass("rendezvous store", [&] {
+        ::zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+        try {
+          ::zmq::poll(&item, 1, std::chrono::milliseconds(20));
+          if (!(item.revents & ZMQ_POLLIN)) return;
+          std::vector<::zmq::message_t> parts;
+          do {
+            parts.emplace_back();
+            (void)sock.recv(parts.back(), ::zmq::recv_flags::none);
+          } while (sock.get(::zmq::sockopt::rcvmore) && parts.size() < 8);
+          while (sock.get(::zmq::sockopt::rcvmore)) {  // drain an oversized request
+            ::zmq::message_t sink;
+            (void)sock.recv(sink, ::zmq::recv_flags::none);
+          }
+          handle(parts);
+        } catch (const ::zmq::error_t& e) {
+          closed = e.num() == ETERM;
         }
-        handle(parts);
-      } catch (const ::zmq::error_t& e) {
-        if (e.num() == ETERM) return;
-      }
+      });
+      if (closed) return;
     }
   }
 

@@ -190,7 +190,13 @@ class ZmqTransport final : public Transport {
     // The progress thread reads the ROUTER from now on, while this rank
     // waits for its peers: what a stray client sends meanwhile is checked
     // and dropped at once instead of piling up in memory (see stashEarly).
-    progress_ = std::thread([this] { progressLoop(); });
+    progress_ = std::thread([this] {
+      try {  // (the loop keeps going after an error; this is for what escapes its set-up part)
+        progressLoop();
+      } catch (const std::exception& e) {
+        GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": the progress thread stopped: " << e.what());
+      }
+    });
     try {
       connectPeers(store, me_);
     } catch (...) {
@@ -790,6 +796,9 @@ class ZmqTransport final : public Transport {
         } catch (const ::zmq::error_t& e) {
           if (e.num() == ETERM) return;
           GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
+        } catch (const std::exception& e) {  // (as below)
+          GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         continue;
       }
@@ -834,6 +843,12 @@ class ZmqTransport final : public Transport {
       } catch (const ::zmq::error_t& e) {
         if (e.num() == ETERM) return;
         GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
+      } catch (const std::exception& e) {
+        // (Out of memory for a frame, say: nothing may leave this thread,
+        // where it would terminate the process. The frame is lost; a wait
+        // for it ends at its timeout.)
+        GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": progress error: " << e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
   }
