@@ -257,73 +257,123 @@ bool stopInSystemCalls(pid_t pid, double seconds) {
 
 // A shm peer that stops (SIGSTOP) with its process alive: shm has no
 // heartbeats and the pidfd says nothing, so what shows it is that it takes
-// nothing sent to it. Rank 0 sends it 4 MiB every 50 ms; once the provider
-// has refused or left unfinished every send for the transport's timeout, the
-// peer is failed, so that the queue for it stops growing.
-TEST_CASE("a stopped shm peer is failed once it took nothing sent to it for the timeout",
+// nothing sent to it, and its process's state. Rank 0 sends rank 1 4 MiB
+// every 50 ms; once the provider has refused or left unfinished every send
+// for the transport's timeout, rank 1 is failed, so that the queue for it
+// stops growing. Meanwhile rank 0 sends rank 2, which runs, 1 MiB each turn
+// and waits for its answer: shm completes an endpoint's large sends in
+// order, so the stopped rank holds back the completions of those sends too,
+// and rank 2 must not be failed for it.
+TEST_CASE("a stopped shm peer is failed once it took nothing sent to it for the timeout, and only it",
           "[multiproc][failure][libfabric]") {
   constexpr double kTimeout = 2.0;
+  constexpr std::size_t kLarge = std::size_t{1} << 20;
   TempDir dir;
   const auto options = [&](int rank) {
     auto o = optionsFor("shm", rank, 0);
+    o.worldSize = 3;
     o.timeoutSeconds = kTimeout;
     o.storePrefix = "stopped";
     return o;
   };
-  const pid_t child = fork();
-  if (child == 0) {
+  const auto tag = [](std::uint64_t step) { return gossamer::Tag::make(gossamer::Op::kUser, step); };
+  const pid_t stopped = fork();
+  if (stopped == 0) {  // rank 1: says it is connected, then idles
     try {
       gossamer::FileStore store(dir / "rdv");
       auto t = gossamer::libfabric::makeTransport(options(1), store);
       std::vector<std::byte> one(1);
-      t->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(10);  // "connected"
+      t->isend(0, tag(0), one).wait(10);
       std::this_thread::sleep_for(std::chrono::seconds(120));
     } catch (...) {
     }
     _exit(0);
   }
-  REQUIRE(child > 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGKILL);
-      waitBounded(pid, 10);
-      gossamer::testing::removeShmRegionsOf(pid);
+  REQUIRE(stopped > 0);
+  const pid_t running = fork();
+  if (running == 0) {  // rank 2: answers each message from rank 0 with 8 bytes, until one of 1 byte
+    int code = 1;
+    try {
+      gossamer::FileStore store(dir / "rdv");
+      auto t = gossamer::libfabric::makeTransport(options(2), store);
+      std::vector<std::byte> in(kLarge), answer(8);
+      for (std::uint64_t step = 1;; ++step) {
+        auto r = t->irecv(0, tag(step), in);
+        r.wait(30);
+        if (r.bytes() == 1) break;
+        t->isend(0, tag(step), answer);
+      }
+      t->close();
+      code = 0;
+    } catch (...) {
     }
-  } reap{child};
+    _exit(code);
+  }
+  struct Reap {
+    std::vector<pid_t> pids;
+    ~Reap() {
+      for (const pid_t pid : pids) {
+        if (pid <= 0) continue;
+        kill(pid, SIGKILL);
+        waitBounded(pid, 10);
+        gossamer::testing::removeShmRegionsOf(pid);
+      }
+    }
+  } reap{{stopped, running}};
+  REQUIRE(running > 0);
   gossamer::FileStore store(dir / "rdv");
   auto t = gossamer::libfabric::makeTransport(options(0), store);
   std::vector<std::byte> one(1);
-  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+  t->irecv(1, tag(0), one).wait(20);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its threads go idle
-  REQUIRE(stopInSystemCalls(child, 20));
-  std::vector<std::byte> block(std::size_t{4} << 20, std::byte{7});
+  REQUIRE(stopInSystemCalls(stopped, 20));
+  std::vector<std::byte> block(std::size_t{4} << 20, std::byte{7}), large(kLarge, std::byte{5}), answer(8);
   const auto start = std::chrono::steady_clock::now();
   const auto since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   double failedAfter = -1;
-  std::string why;
-  for (std::uint64_t step = 1; since(start) < 6 * kTimeout; ++step) {
+  std::string why, rank2;
+  std::uint64_t answered = 0;
+  // Until rank 1 failed, and then for the timeout twice more (rank 2 must
+  // not follow it).
+  for (std::uint64_t step = 1; since(start) < 8 * kTimeout; ++step) {
+    if (failedAfter < 0) {
+      try {
+        t->isend(1, tag(step), block);
+      } catch (const gossamer::PeerFailure& e) {
+        failedAfter = since(start);
+        why = e.what();
+      }
+    } else if (since(start) > failedAfter + 2 * kTimeout) {
+      break;
+    }
     try {
-      t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, step), block);
-    } catch (const gossamer::PeerFailure& e) {
-      failedAfter = since(start);
-      why = e.what();
+      t->isend(2, tag(step), large);
+      t->irecv(2, tag(step), answer).wait(2 * kTimeout);
+      ++answered;
+    } catch (const std::exception& e) {
+      rank2 = e.what();
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  INFO("failed after " << failedAfter << " s: " << why);
+  INFO("rank 1 failed after " << failedAfter << " s: " << why);
+  INFO("rank 2 answered " << answered << " messages; then: " << rank2);
   REQUIRE(failedAfter > 0);
   CHECK(failedAfter >= kTimeout);  // not before the peer had the timeout to take something
-  CHECK(why.find("took nothing of what was sent to it") != std::string::npos);
-  // A receive from it fails too, at once.
+  CHECK(why.find("its process is stopped") != std::string::npos);
+  CHECK(rank2.empty());
+  // A receive from rank 1 fails too, at once.
   std::vector<std::byte> buf(1);
   const auto before = std::chrono::steady_clock::now();
-  CHECK_THROWS_AS(t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 999), buf).wait(30),
-                  gossamer::PeerFailure);
+  CHECK_THROWS_AS(t->irecv(1, tag(999999), buf).wait(30), gossamer::PeerFailure);
   CHECK(since(before) < kTimeout);
+  // Rank 2 ends cleanly.
+  if (rank2.empty()) t->isend(2, tag(answered + 1), one);
+  const auto status = waitBounded(running, 30);
+  reap.pids[1] = -1;
+  CHECK((status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0));
   t->abort();
 }
 

@@ -3,6 +3,10 @@
 // verdicts, and teardown of the endpoint.
 #include "libfabric_impl.hpp"
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 namespace gossamer::libfabric::impl {
 
 void LibfabricTransport::toChecksumThread(InboundMsg& msg) {
@@ -186,24 +190,47 @@ void LibfabricTransport::checkSilence(Clock::time_point now) {
   }
 }
 
+namespace {
+
+// Whether process `pid` is stopped (SIGSTOP: 'T'; a debugger's stop: 't'),
+// from /proc/<pid>/stat; false when that cannot be read.
+bool processStopped(long pid) {
+  if (pid <= 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto name = stat.rfind(") ");  // (the command name may hold spaces and parentheses)
+  return name != std::string::npos && name + 2 < stat.size() &&
+         (stat[name + 2] == 'T' || stat[name + 2] == 't');
+}
+
+}  // namespace
+
 void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
-  // Without heartbeats (shm), a peer that stopped (SIGSTOP, a debugger, a
-  // hang) is known only by what it no longer takes: the provider refuses
-  // further sends once its queue in the peer's memory is full, and posted
-  // ones never complete. Otherwise what is sent to it would queue here
-  // without bound.
+  // Without heartbeats (shm), a peer whose process was stopped (SIGSTOP, a
+  // debugger) sends nothing and takes nothing: the provider refuses further
+  // sends once its queue in the peer's memory is full, and posted ones never
+  // complete, so what is sent to it would queue here without bound. Sends
+  // that make no progress are not enough to blame it: shm completes an
+  // endpoint's large sends in order, so one stopped peer holds back the
+  // completions of sends to every other peer too. The process's own state
+  // decides (a peer hung while running is not known so).
   auto& peer = *tx_[static_cast<std::size_t>(p)];
   if (!peer.refused && peer.liveSends == 0) {
     peer.moved = now;
     return;
   }
   const double still = secondsSince(peer.moved, now);
-  if (still > opt_.timeoutSeconds)
-    failPeer(p, std::make_exception_ptr(PeerFailure(
-                    p, "connection lost: it took nothing of what was sent to it for " +
-                           std::to_string(still).substr(0, 4) + " s (" + std::to_string(peer.liveSends) +
-                           " sends under way" + (peer.refused ? ", more refused by libfabric" : "") +
-                           "): the process is stopped or hung")));
+  if (still <= opt_.timeoutSeconds || !processStopped(peer.pid)) return;
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", still);
+  failPeer(
+      p,
+      std::make_exception_ptr(PeerFailure(
+          p, std::string("connection lost: its process is stopped, and took nothing of what was sent to it "
+                         "for ") +
+                 seconds + " s (" + std::to_string(peer.liveSends) + " sends under way" +
+                 (peer.refused ? ", more refused by libfabric" : "") + ")")));
 }
 
 void LibfabricTransport::failPeer(int p, std::exception_ptr why) {

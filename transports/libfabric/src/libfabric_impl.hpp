@@ -326,6 +326,8 @@ struct PeerTx {
   std::atomic<bool> gone{false};
   /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
   std::atomic<int> pidfd{-1};
+  /// shm: the peer's process id, for its state (progress thread only; 0 when unused).
+  long pid = 0;
   std::atomic<bool> exited{false};
   /// This process started once the job ran and said hello to the peer: what
   /// else is queued for it waits until the peer's hello answers (under mu).
@@ -335,8 +337,8 @@ struct PeerTx {
   /// Bumped when a new process takes the peer's place (under mu).
   std::uint64_t generation = 0;
   // What a stopped peer is known by where no heartbeats run (shm): sends to
-  // it that it takes nothing of (progress thread only; liveSends also under
-  // opsMu_, as liveSends_ is).
+  // it that it takes nothing of, and its process's state (progress thread
+  // only; liveSends also under opsMu_, as liveSends_ is).
   int liveSends = 0;        ///< posted to it, not completed, counted in liveSends_
   bool refused = false;     ///< the provider refused the next queued send (-FI_EAGAIN) at the last flush
   Clock::time_point moved;  ///< when a send to it last completed or was taken after a refusal, or none waited
@@ -462,6 +464,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
     fi_addr_t addr = FI_ADDR_UNSPEC;
     std::size_t inlineLimit = 0;
     int pidfd = -1;
+    long pid = 0;  ///< shm: the peer's process id (0 when unused)
   };
   PeerAddress insertPeer(int p, const std::string& description, const std::string& where);
   // This rank's hello to `p` (payload: wire.hpp's Hello, whose endpoint is

@@ -106,8 +106,10 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
   out.inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
   // Same host by construction for shm: watch the peer's process, so that
   // nothing is sent to it once it exited (see processExited).
-  if (provider_.rfind("shm", 0) == 0)
+  if (provider_.rfind("shm", 0) == 0) {
     out.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    out.pid = pid;
+  }
   const int n = fi_av_insert(av_.get(), address->data(), 1, &out.addr, 0, nullptr);
   if (n != 1) {
     if (out.pidfd >= 0) ::close(out.pidfd);
@@ -187,6 +189,7 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
     peer.addr = a.addr;
     peer.inlineLimit = a.inlineLimit;
     peer.pidfd = a.pidfd;
+    peer.pid = a.pid;
     watchesPids_ = watchesPids_ || a.pidfd >= 0;
     incarnations_[static_cast<std::size_t>(p)] = incarnation;
     if (late) {

@@ -3,6 +3,7 @@
 // libfabric_impl.hpp and docs/libfabric.md.
 #include "gossamer/transports/libfabric.hpp"
 
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/security.hpp"
 #include "libfabric_impl.hpp"
 
@@ -67,9 +68,11 @@ void LibfabricTransport::start() {
     std::lock_guard<std::mutex> lk(guard_->mu);
     guard_->wake = [this] { wake(); };  // cleared by teardown(), while this object lives
   }
-  verifier_ = std::thread([self = shared_from_this()] { self->verifyLoop(); });
+  // (survivePass: what escapes a loop ends its thread, logged, never the process.)
+  verifier_ = std::thread(
+      [self = shared_from_this()] { survivePass("libfabric checksum thread", [&] { self->verifyLoop(); }); });
   progress_ = std::thread([self = shared_from_this()] {
-    self->progressLoop();
+    survivePass("libfabric progress thread", [&] { self->progressLoop(); });
     bool abandoned = false;
     {
       std::lock_guard<std::mutex> lk(self->exitMu_);

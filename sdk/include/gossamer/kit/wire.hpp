@@ -120,7 +120,8 @@ std::string toString(const Tag& tag);
 
 constexpr std::uint32_t kFrameMagic = 0x524D5347u;
 constexpr std::uint16_t kProtocolVersion =
-    5;  // 2: kDataTrailing; 3: kHello; 4: Hello::proof; 5: it covers the endpoint
+    6;  // 2: kDataTrailing; 3: kHello; 4: Hello::proof; 5: it covers the endpoint; 6: libfabric's
+        // announcement carries a checksum of its own
 constexpr std::size_t kFrameHeaderBytes = 48;
 /// Largest payload a frame may announce: 1 GiB. Protects receivers from
 /// allocating from an unchecked length.

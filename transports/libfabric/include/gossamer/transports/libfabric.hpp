@@ -46,7 +46,9 @@ struct Options {
   /// that bind different interfaces cannot reach each other. The default keeps
   /// a job on loopback. "" lets the provider pick an interface. Ignored by shm.
   std::string host = defaults::kHost;
-  /// Bound on rendezvous and default for waits, seconds (> 0).
+  /// Bound on rendezvous and default for waits, seconds (> 0). With shm also
+  /// how long a peer whose process is stopped may take nothing sent to it
+  /// before it is declared failed (PeerFailure).
   double timeoutSeconds = defaults::kTimeoutSeconds;
   /// close(): how long queued messages may still be delivered, seconds.
   double lingerSeconds = defaults::kLingerSeconds;
