@@ -54,8 +54,13 @@ case "$transport" in
   *) keys="kind: $transport" ;;
 esac
 segments=""  # (only an algorithm that has segments may set them)
-[ "$algorithm" = crossover_sgd ] && segments="  segments: 3
-"
+case "$algorithm" in
+  hierarchical) segments="  segments: 3
+  group_size: 2
+" ;;
+  crossover_sgd | d2 | gradient_tracking | quasi_global_momentum) segments="  segments: 3
+" ;;
+esac
 
 classify() {  # stderr file -> source of the error
   local f="$1"
@@ -82,7 +87,7 @@ topology:
   kind: fair_roulette
 algorithm:
   name: $algorithm
-$segmentsmodel:
+${segments}model:
   kind: mlp
   hidden: [32]
 data:

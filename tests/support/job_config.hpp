@@ -37,7 +37,8 @@ inline std::string islandsOf(const std::string& transport, int worldSize) {
 inline std::string smallConfig(const std::string& transport, const std::string& algorithm, int worldSize,
                                int epochs, double timeout) {
   // (A key the algorithm does not read is a config error.)
-  const bool segmented = algorithm == "crossover_sgd" || algorithm == "hierarchical";
+  const bool segmented = algorithm == "crossover_sgd" || algorithm == "hierarchical" || algorithm == "d2" ||
+                         algorithm == "gradient_tracking" || algorithm == "quasi_global_momentum";
   return "world_size: " + std::to_string(worldSize) + "\nseed: 7\ntransport:\n  " + transportKeys(transport) +
          "\n  timeout_seconds: " + std::to_string(timeout) +
          "\n  linger_seconds: 1\ntopology:\n  kind: fair_roulette\nalgorithm:\n  name: " + algorithm +
