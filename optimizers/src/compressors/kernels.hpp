@@ -84,7 +84,7 @@ inline void decodeSparse(std::span<const std::byte> combined, std::size_t k, std
                          const char* who) {
   const std::size_t n = out.size(), bytes = 8 * k;
   const std::size_t count = gatheredCount(combined.size(), bytes);
-  const float share = 1.0f / static_cast<float>(count);
+  const auto ranks = static_cast<float>(count);
   std::fill(out.begin(), out.end(), 0.0f);
   for (std::size_t r = 0; r < count; ++r) {
     const std::byte* p = combined.data() + r * bytes;
@@ -104,7 +104,7 @@ inline void decodeSparse(std::span<const std::byte> combined, std::size_t k, std
                             std::string(who) + " payload: value " + std::to_string(value) + " at index " +
                                 std::to_string(index) + " is not finite");
       }
-      out[index] += value * share;
+      out[index] += value / ranks;  // (one rounding, not contracted into an FMA)
     }
   }
 }
