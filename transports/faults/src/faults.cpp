@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/registry.hpp"
@@ -78,7 +79,7 @@ class FaultyTransport final : public Transport {
     const bool linkDelays = std::any_of(linkDelay_.begin(), linkDelay_.end(),
                                         [](Clock::duration d) { return d > Clock::duration::zero(); });
     if (o.delayProbability > 0 || o.reorderProbability > 0 || linkDelays)
-      worker_ = std::thread([this] { run(); });
+      worker_ = std::thread([this] { survivePass("faults worker", [this] { run(); }); });
   }
   // Without close() what is still waiting is dropped, as by abort().
   ~FaultyTransport() override {

@@ -857,18 +857,22 @@ class MembershipTransport final : public Transport, public Membership {
         }
         log(LogLevel::kWarning, std::string("membership: ") + e.what());
       }
-      std::optional<Message> m;
-      if (received) {
-        try {
-          m = decode(bytes, p, capacity_);
-        } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
-          log(LogLevel::kWarning, std::string("membership: ") + e.what());
+      // (What handling one message throws, out of memory, say, loses that
+      // message only: the peer is listened to again, and the others read.)
+      survivePass("membership", [&] {
+        std::optional<Message> m;
+        if (received) {
+          try {
+            m = decode(bytes, p, capacity_);
+          } catch (const Error& e) {  // a malformed membership message: dropped, the peer heard again
+            log(LogLevel::kWarning, std::string("membership: ") + e.what());
+          }
         }
-      }
-      if (m) {
-        busy = busy || m->kind != Kind::kHeartbeat;
-        handle(p, *m);
-      }
+        if (m) {
+          busy = busy || m->kind != Kind::kHeartbeat;
+          handle(p, *m);
+        }
+      });
       post(p);
     }
     return busy;

@@ -41,11 +41,7 @@ class StallWatch final : public Transport {
         onStall_(std::move(o.onStall)),
         onPause_(std::move(o.onPause)),
         meter_(std::move(o.meter)) {
-    if (o.thresholdSeconds > 0)
-      watcher_ = std::thread([this] {
-        // (Nothing may leave the thread: that would terminate the process.)
-        survivePass("stall watch", [this] { watch(); });
-      });
+    if (o.thresholdSeconds > 0) watcher_ = std::thread([this] { watch(); });
   }
 
   ~StallWatch() override {
@@ -137,73 +133,85 @@ class StallWatch final : public Transport {
       log(LogLevel::kWarning, describePause(inner_->rank(), seconds));
   }
 
-  void watch() {
+  // The watcher thread. A turn that throws (out of memory for a report's
+  // record, say) is lost, not the watching, nor the process, which an
+  // exception leaving the thread would terminate.
+  void watch() noexcept {
     const auto period = std::max<Clock::duration>(threshold_ / 4, std::chrono::milliseconds(10));
     const auto lateBy = std::max<Clock::duration>(threshold_ / 2, std::chrono::milliseconds(200));
     auto lastWake = Clock::now();
+    bool stopping = false;
+    while (!stopping)
+      if (!survivePass("stall watch", [&] { stopping = turn(period, lateBy, lastWake); }))
+        std::this_thread::sleep_for(period);
+  }
+
+  // One turn of the watcher: waits `period` (or for close), notes a pause
+  // (a wake later than `lateBy` after the last one, at `lastWake`) and
+  // reports the waits past the threshold. Returns true once closing.
+  bool turn(Clock::duration period, Clock::duration lateBy, Clock::time_point& lastWake) {
     std::unique_lock<std::mutex> lk(mu_);
-    while (!stop_) {
-      cv_.wait_for(lk, period, [this] { return stop_; });
-      const auto now = Clock::now();
-      const double wallNow =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      std::optional<double> pausedSeconds;
-      if (now - lastWake > period + lateBy) {
-        // This watcher woke far too late: the whole process was not running.
-        pauses_.emplace_back(lastWake + period, now);
-        if (pauses_.size() > 16) pauses_.pop_front();
-        pausedSeconds = std::chrono::duration<double>(now - lastWake - period).count();
-      }
-      lastWake = now;
-      if (stop_) {
-        // Closing: a pause that ends just before (a process stopped, then
-        // finishing at once when it resumes) is still reported.
-        lk.unlock();
-        if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
-        return;
-      }
-      std::vector<StallReport> due;
-      std::deque<Watched> keep;
-      for (auto& w : watched_) {
-        auto s = w.state.lock();
-        if (!s || !s->pending()) continue;  // settled (or gone): no longer watched
-        // Pending is not stalled: only a wait that has lasted the threshold is.
-        const std::int64_t first = s->firstWaitNanos.load(std::memory_order_relaxed);
-        const auto began =
-            Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(first)));
-        const auto waited = first == 0 ? Clock::duration::zero() : now - began - pausedWithin(began, now);
-        if (waited < threshold_) {
-          keep.push_back(std::move(w));
-          continue;
-        }
-        StallReport r;
-        r.rank = inner_->rank();
-        r.peers = w.peers;
-        r.send = w.send;
-        r.tag = w.tag;
-        r.waitedSeconds = std::chrono::duration<double>(waited).count();
-        r.sinceUnixSeconds = wallNow - r.waitedSeconds;
-        if (meter_)
-          for (int p : r.peers)
-            r.lastFromPeers.push_back(p >= 0 && p < meter_->worldSize() ? meter_->lastFrom(p)
-                                                                        : LinkMeter::Last{});
-        due.push_back(std::move(r));  // reported once, then dropped
-      }
-      watched_.swap(keep);
-      lk.unlock();
-      if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
-      for (const auto& r : due) {
-        // (A report that fails, a metrics subscriber out of memory, say, is
-        // lost; the watching goes on.)
-        survivePass("stall watch", [&] {
-          if (onStall_)
-            onStall_(r);
-          else
-            log(LogLevel::kWarning, describe(r));
-        });
-      }
-      lk.lock();
+    if (stop_) return true;
+    cv_.wait_for(lk, period, [this] { return stop_; });
+    const auto now = Clock::now();
+    const double wallNow =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::optional<double> pausedSeconds;
+    if (now - lastWake > period + lateBy) {
+      // This watcher woke far too late: the whole process was not running.
+      pauses_.emplace_back(lastWake + period, now);
+      if (pauses_.size() > 16) pauses_.pop_front();
+      pausedSeconds = std::chrono::duration<double>(now - lastWake - period).count();
     }
+    lastWake = now;
+    if (stop_) {
+      // Closing: a pause that ends just before (a process stopped, then
+      // finishing at once when it resumes) is still reported.
+      lk.unlock();
+      if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
+      return true;
+    }
+    std::vector<StallReport> due;
+    std::deque<Watched> keep;
+    for (auto& w : watched_) {
+      auto s = w.state.lock();
+      if (!s || !s->pending()) continue;  // settled (or gone): no longer watched
+      // Pending is not stalled: only a wait that has lasted the threshold is.
+      const std::int64_t first = s->firstWaitNanos.load(std::memory_order_relaxed);
+      const auto began =
+          Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(first)));
+      const auto waited = first == 0 ? Clock::duration::zero() : now - began - pausedWithin(began, now);
+      if (waited < threshold_) {
+        keep.push_back(std::move(w));
+        continue;
+      }
+      StallReport r;
+      r.rank = inner_->rank();
+      r.peers = w.peers;
+      r.send = w.send;
+      r.tag = w.tag;
+      r.waitedSeconds = std::chrono::duration<double>(waited).count();
+      r.sinceUnixSeconds = wallNow - r.waitedSeconds;
+      if (meter_)
+        for (int p : r.peers)
+          r.lastFromPeers.push_back(p >= 0 && p < meter_->worldSize() ? meter_->lastFrom(p)
+                                                                      : LinkMeter::Last{});
+      due.push_back(std::move(r));  // reported once, then dropped
+    }
+    watched_.swap(keep);
+    lk.unlock();
+    if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
+    for (const auto& r : due) {
+      // (A report that fails, a metrics subscriber out of memory, say, is
+      // lost; the others still go out.)
+      survivePass("stall watch", [&] {
+        if (onStall_)
+          onStall_(r);
+        else
+          log(LogLevel::kWarning, describe(r));
+      });
+    }
+    return false;
   }
 
   std::unique_ptr<Transport> inner_;

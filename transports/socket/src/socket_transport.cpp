@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/detail/byte_io.hpp"
 #include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
@@ -524,7 +525,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     spin_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.spinSeconds));
     lastActivity_ = Clock::now();
     for (auto& g : links.later) admitLocked(std::move(g));  // (no other thread yet)
-    background_ = std::thread([this] { backgroundLoop(); });
+    background_ =
+        std::thread([this] { survivePass("socket background progress", [this] { backgroundLoop(); }); });
   }
 
   ~Engine() override {
