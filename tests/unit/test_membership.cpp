@@ -952,11 +952,14 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     badKind[4] = std::byte{9};
     // A view number near 2^64 (the next "newest + 1" would wrap to 0), and
     // a view whose model source is not one of its members.
-    std::vector<std::byte> hugeView(56, std::byte{0}), strangerSource(60, std::byte{0});
+    // And a view numbered 0, which no coordinator announces (its
+    // predecessor's number would wrap).
+    std::vector<std::byte> hugeView(56, std::byte{0}), strangerSource(60, std::byte{0}),
+        viewZero(60, std::byte{0});
     const auto put32 = [](std::vector<std::byte>& m, std::size_t at, std::uint32_t v) {
       std::memcpy(m.data() + at, &v, 4);
     };
-    for (auto* m : {&hugeView, &strangerSource}) {
+    for (auto* m : {&hugeView, &strangerSource, &viewZero}) {
       put32(*m, 0, magic);
       put32(*m, 16, 0);            // view coordinator 0
       put32(*m, 20, 0xFFFFFFFFu);  // arg -1
@@ -970,7 +973,10 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     put32(strangerSource, 20, 1);      // model source rank 1 ...
     put32(strangerSource, 32, 1);      // ... of the view {0}
     put32(strangerSource, 56, 0);
-    for (const auto* m : {&shortMessage, &badMagic, &badKind, &hugeView, &strangerSource})
+    viewZero[4] = std::byte{4};  // view, number 0
+    put32(viewZero, 32, 1);      // of the view {0}
+    put32(viewZero, 56, 0);
+    for (const auto* m : {&shortMessage, &badMagic, &badKind, &hugeView, &strangerSource, &viewZero})
       raw->isend(1, control, *m).wait(5);
     // The rank is still up: a data message still goes through its view.
     const float value = 7;
@@ -983,7 +989,7 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     for (int i = 0; i < 100; ++i) {
       {
         std::lock_guard<std::mutex> lk(mu);
-        if (warnings.size() >= 5) break;
+        if (warnings.size() >= 6) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -993,7 +999,7 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
   }
   setLogSink(previous);
   std::lock_guard<std::mutex> lk(mu);
-  REQUIRE(warnings.size() >= 5);
+  REQUIRE(warnings.size() >= 6);
   CHECK(warnings[0].find("from rank 0") != std::string::npos);
   CHECK(warnings[0].find("only 10 bytes") != std::string::npos);
   CHECK(warnings[1].find("bad magic") != std::string::npos);
@@ -1002,6 +1008,8 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
   CHECK(warnings[3].find("view number 9223372036854775808") != std::string::npos);
   CHECK(warnings[4].find("offset 20") != std::string::npos);
   CHECK(warnings[4].find("model source 1 is not a member of the view") != std::string::npos);
+  CHECK(warnings[5].find("offset 8") != std::string::npos);
+  CHECK(warnings[5].find("a view numbered 0 is never announced") != std::string::npos);
 }
 
 namespace {

@@ -65,6 +65,10 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   if (m.fromCoordinator < -1 || m.fromCoordinator >= worldSize)
     throw bad(48, "coordinator " + std::to_string(m.fromCoordinator) + " of the previous view");
   m.skipped = get<std::uint32_t>(b, 52);
+  // (View 0 is the job's start, which every rank installs by itself: no
+  // coordinator announces it, and one that claimed to would count as newer
+  // than it is: its predecessor's number would wrap.)
+  if (m.kind == Kind::kView && m.viewNumber == 0) throw bad(8, "a view numbered 0 is never announced");
   if (m.skipped != 0 && (m.kind != Kind::kView || m.skipped >= m.viewNumber))
     throw bad(52,
               std::to_string(m.skipped) + " view numbers skipped from view " + std::to_string(m.viewNumber));
