@@ -218,10 +218,20 @@ void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
   auto& peer = *tx_[static_cast<std::size_t>(p)];
   if (!peer.refused && peer.liveSends == 0) {
     peer.moved = now;
+    peer.stoppedSince = {};
     return;
   }
+  // Its state is read once its sends have waited half the timeout; it must
+  // stay stopped for the other half (a debugger's look at a running peer
+  // is not enough), and the pidfd must still see the same process.
   const double still = secondsSince(peer.moved, now);
-  if (still <= opt_.timeoutSeconds || !processStopped(peer.pid)) return;
+  if (still <= opt_.timeoutSeconds / 2) return;
+  if (!processStopped(peer.pid) || processExited(peer)) {
+    peer.stoppedSince = {};
+    return;
+  }
+  if (peer.stoppedSince == Clock::time_point{}) peer.stoppedSince = now;
+  if (still <= opt_.timeoutSeconds || secondsSince(peer.stoppedSince, now) < opt_.timeoutSeconds / 2) return;
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f", still);
   failPeer(
@@ -231,6 +241,23 @@ void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
                          "for ") +
                  seconds + " s (" + std::to_string(peer.liveSends) + " sends under way" +
                  (peer.refused ? ", more refused by libfabric" : "") + ")")));
+}
+
+void LibfabricTransport::failEveryPeerFrom(const char* thread) {
+  // As watchWhileStuck declares an exited peer failed: from off the
+  // progress thread, through the peers' `why` and `gone` and the lifecycle.
+  for (int p = 0; p < capacity_; ++p) {
+    auto& peer = *tx_[static_cast<std::size_t>(p)];
+    if (p == opt_.rank || peer.gone) continue;
+    auto why = std::make_exception_ptr(
+        PeerFailure(p, std::string("this rank's libfabric ") + thread + " ended on an error (see the log)"));
+    {
+      std::lock_guard<std::mutex> lk(peer.mu);
+      peer.why = why;
+    }
+    peer.gone = true;
+    life_.declareFailed(p, std::move(why));
+  }
 }
 
 void LibfabricTransport::failPeer(int p, std::exception_ptr why) {

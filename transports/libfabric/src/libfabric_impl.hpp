@@ -72,9 +72,10 @@
 // heartbeatSeconds and declares a peer failed when nothing arrived from it for
 // peerTimeoutSeconds. With shm (one host) a pidfd on each peer's process
 // replaces the heartbeats: a killed shm peer may leave a spin lock held in
-// shared memory, so nothing is sent to it once it exited; one that is alive
-// but stopped or hung is failed once it took nothing sent to it (sends
-// refused or never completed) for timeoutSeconds. A thread that was
+// shared memory, so nothing is sent to it once it exited; one whose process
+// is stopped (/proc/<pid>/stat) is failed once it took nothing sent to it
+// (sends refused or never completed) for timeoutSeconds (a hung one that
+// runs is not detected). A thread that was
 // already waiting on such a lock spins forever inside libfabric, so only the
 // progress thread calls into libfabric: isend queues, irecv and wait use the
 // Mailbox, and a stuck progress thread costs the application a PeerFailure
@@ -342,6 +343,7 @@ struct PeerTx {
   int liveSends = 0;        ///< posted to it, not completed, counted in liveSends_
   bool refused = false;     ///< the provider refused the next queued send (-FI_EAGAIN) at the last flush
   Clock::time_point moved;  ///< when a send to it last completed or was taken after a refusal, or none waited
+  Clock::time_point stoppedSince{};  ///< since when its process is seen stopped (epoch: not seen so)
 };
 
 /// Receiving side of one peer (progress thread only).
@@ -631,8 +633,13 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void drainVerified();
   void checkSilence(Clock::time_point now);
   /// Without heartbeats: fails peer `p` once sends to it made no progress
-  /// (refused, or posted and not completed) for the transport's timeout.
+  /// (refused, or posted and not completed) for the transport's timeout and
+  /// its process was seen stopped (/proc/<pid>/stat) for half of it.
   void checkStalled(int p, Clock::time_point now);
+  /// From a thread of this transport (`thread` names it) that ended on an
+  /// exception: every peer is declared failed, so that waits end with PeerFailure
+  /// instead of their timeouts.
+  void failEveryPeerFrom(const char* thread);
 
   // Progress thread: `p` is gone (failed, or closed: then `why` says so).
   // Fails receives waiting only on it, drops what was queued for it and

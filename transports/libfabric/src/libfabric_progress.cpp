@@ -507,7 +507,8 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
     peer.inlineLimit = a.inlineLimit;
     // (The old pidfd stays open: the checksum thread may be polling it.)
     if (a.pidfd >= 0) peer.pidfd = a.pidfd;
-    peer.pid = a.pid;
+    peer.pid = a.pid;  // (0 without a pidfd: its state is not read)
+    peer.stoppedSince = {};
     peer.exited = false;
     peer.why = nullptr;
     peer.frameSeq = 0;

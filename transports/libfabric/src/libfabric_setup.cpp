@@ -108,7 +108,8 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
   // nothing is sent to it once it exited (see processExited).
   if (provider_.rfind("shm", 0) == 0) {
     out.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-    out.pid = pid;
+    out.pid =
+        out.pidfd >= 0 ? pid : 0;  // (no pidfd: another pid namespace, say, where /proc/<pid> is not it)
   }
   const int n = fi_av_insert(av_.get(), address->data(), 1, &out.addr, 0, nullptr);
   if (n != 1) {

@@ -68,11 +68,15 @@ void LibfabricTransport::start() {
     std::lock_guard<std::mutex> lk(guard_->mu);
     guard_->wake = [this] { wake(); };  // cleared by teardown(), while this object lives
   }
-  // (survivePass: what escapes a loop ends its thread, logged, never the process.)
-  verifier_ = std::thread(
-      [self = shared_from_this()] { survivePass("libfabric checksum thread", [&] { self->verifyLoop(); }); });
+  // (survivePass: what escapes a loop ends its thread, logged, never the
+  // process; the peers are then failed, so that no wait runs to its timeout.)
+  verifier_ = std::thread([self = shared_from_this()] {
+    if (!survivePass("libfabric checksum thread", [&] { self->verifyLoop(); }))
+      survivePass("libfabric checksum thread", [&] { self->failEveryPeerFrom("checksum thread"); });
+  });
   progress_ = std::thread([self = shared_from_this()] {
-    survivePass("libfabric progress thread", [&] { self->progressLoop(); });
+    if (!survivePass("libfabric progress thread", [&] { self->progressLoop(); }))
+      survivePass("libfabric progress thread", [&] { self->failEveryPeerFrom("progress thread"); });
     bool abandoned = false;
     {
       std::lock_guard<std::mutex> lk(self->exitMu_);

@@ -141,9 +141,8 @@ class StallWatch final : public Transport {
     const auto lateBy = std::max<Clock::duration>(threshold_ / 2, std::chrono::milliseconds(200));
     auto lastWake = Clock::now();
     bool stopping = false;
-    while (!stopping)
-      if (!survivePass("stall watch", [&] { stopping = turn(period, lateBy, lastWake); }))
-        std::this_thread::sleep_for(period);
+    // (Each turn begins with its wait: a failed one is not repeated at once.)
+    while (!stopping) survivePass("stall watch", [&] { stopping = turn(period, lateBy, lastWake); });
   }
 
   // One turn of the watcher: waits `period` (or for close), notes a pause
@@ -168,7 +167,7 @@ class StallWatch final : public Transport {
       // Closing: a pause that ends just before (a process stopped, then
       // finishing at once when it resumes) is still reported.
       lk.unlock();
-      if (pausedSeconds) reportPause(*pausedSeconds, wallNow);
+      if (pausedSeconds) survivePass("stall watch", [&] { reportPause(*pausedSeconds, wallNow); });
       return true;
     }
     std::vector<StallReport> due;
@@ -182,7 +181,7 @@ class StallWatch final : public Transport {
           Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(first)));
       const auto waited = first == 0 ? Clock::duration::zero() : now - began - pausedWithin(began, now);
       if (waited < threshold_) {
-        keep.push_back(std::move(w));
+        keep.push_back(w);  // (a copy: watched_ stays whole until the swap, whatever throws)
         continue;
       }
       StallReport r;
