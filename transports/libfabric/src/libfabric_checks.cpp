@@ -118,13 +118,7 @@ void LibfabricTransport::watchWhileStuck() {
   for (int p = 0; p < capacity_; ++p) {
     auto& peer = *tx_[static_cast<std::size_t>(p)];
     if (p == opt_.rank || peer.gone || !processExited(peer)) continue;
-    auto why = std::make_exception_ptr(PeerFailure(p, kProcessExited));
-    {
-      std::lock_guard<std::mutex> lk(peer.mu);
-      peer.why = why;
-    }
-    peer.gone = true;
-    life_.declareFailed(p, std::move(why));
+    declareGone(p, std::make_exception_ptr(PeerFailure(p, kProcessExited)));
     GOSSAMER_LOG(kError,
                  "libfabric rank "
                      << opt_.rank << ": peer " << p
@@ -243,21 +237,21 @@ void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
                  (peer.refused ? ", more refused by libfabric" : "") + ")")));
 }
 
-void LibfabricTransport::failEveryPeerFrom(const char* thread) {
-  // As watchWhileStuck declares an exited peer failed: from off the
-  // progress thread, through the peers' `why` and `gone` and the lifecycle.
-  for (int p = 0; p < capacity_; ++p) {
-    auto& peer = *tx_[static_cast<std::size_t>(p)];
-    if (p == opt_.rank || peer.gone) continue;
-    auto why = std::make_exception_ptr(
-        PeerFailure(p, std::string("this rank's libfabric ") + thread + " ended on an error (see the log)"));
-    {
-      std::lock_guard<std::mutex> lk(peer.mu);
-      peer.why = why;
-    }
-    peer.gone = true;
-    life_.declareFailed(p, std::move(why));
+void LibfabricTransport::declareGone(int p, std::exception_ptr why) {
+  auto& peer = *tx_[static_cast<std::size_t>(p)];
+  {
+    std::lock_guard<std::mutex> lk(peer.mu);
+    peer.why = why;
   }
+  peer.gone = true;
+  life_.declareFailed(p, std::move(why));
+}
+
+void LibfabricTransport::failEveryPeerFrom(const char* thread) {
+  for (int p = 0; p < capacity_; ++p)
+    if (p != opt_.rank && !tx_[static_cast<std::size_t>(p)]->gone)
+      declareGone(p, std::make_exception_ptr(PeerFailure(p, std::string("this rank's libfabric ") + thread +
+                                                                " ended on an error (see the log)")));
 }
 
 void LibfabricTransport::failPeer(int p, std::exception_ptr why) {

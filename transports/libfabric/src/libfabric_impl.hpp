@@ -640,6 +640,10 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   /// exception: every peer is declared failed, so that waits end with PeerFailure
   /// instead of their timeouts.
   void failEveryPeerFrom(const char* thread);
+  /// Declares peer `p` failed with `why` from off the progress thread (its
+  /// `why` and `gone`, and the lifecycle): what failPeer's caller-facing
+  /// part does, without touching the progress thread's state.
+  void declareGone(int p, std::exception_ptr why);
 
   // Progress thread: `p` is gone (failed, or closed: then `why` says so).
   // Fails receives waiting only on it, drops what was queued for it and
