@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/background.hpp"
 #include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/job_key.hpp"
 #include "gossamer/kit/mailbox.hpp"
@@ -191,11 +192,15 @@ class ZmqTransport final : public Transport {
     // waits for its peers: what a stray client sends meanwhile is checked
     // and dropped at once instead of piling up in memory (see stashEarly).
     progress_ = std::thread([this] {
-      try {  // (the loop keeps going after an error; this is for what escapes its set-up part)
-        progressLoop();
-      } catch (const std::exception& e) {
-        GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": the progress thread stopped: " << e.what());
-      }
+      // (The loop goes on after an error; this is for what escapes its
+      // set-up part: logged, and every peer failed, so that no wait runs to
+      // its timeout on a transport that no longer progresses.)
+      if (survivePass("zmq progress thread", [this] { progressLoop(); })) return;
+      survivePass("zmq progress thread", [this] {
+        for (int p = 0; p < capacity_; ++p)
+          if (p != opt_.rank)
+            (void)life_.declareFailed(p, "this rank's zmq progress thread ended on an error (see the log)");
+      });
     });
     try {
       connectPeers(store, me_);
