@@ -85,6 +85,14 @@ expect "sparse with an empty test file" "key 'sparse.test': $dir/empty.libsvm ho
   "$sparse" --config "$src/examples/configs/sparse/sparse-sync.yaml" --set world_size=2 --set sparse.rounds=1 \
   --set sparse.batch_size=2 --set "sparse.train=$dir/train.libsvm" --set "sparse.test=$dir/empty.libsvm" \
   --set 'run.dir=""'
+# A training file without a feature index and sparse.features 0: no width to
+# bound the test file's indices by (one of them used to read past the model).
+printf '+1\n-1\n+1\n-1\n' >"$dir/labels-only.libsvm"
+printf '+1 200000000:1\n' >"$dir/far.libsvm"
+expect "sparse with no feature index" "labels-only.libsvm: byte offset 0: holds no feature index" \
+  "$sparse" --config "$src/examples/configs/sparse/sparse-sync.yaml" --set world_size=1 --set sparse.rounds=1 \
+  --set sparse.batch_size=2 --set sparse.features=0 --set "sparse.train=$dir/labels-only.libsvm" \
+  --set "sparse.test=$dir/far.libsvm" --set 'run.dir=""'
 expect "sparse over inproc" "job.yaml:2: key 'transport.kind': gossamer-sparse runs its ranks as processes" \
   "$sparse" --config "$dir/job.yaml"
 [ "$failures" -eq 0 ]

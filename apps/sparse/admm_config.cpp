@@ -5,6 +5,7 @@
 
 #include "components.hpp"
 #include "launch_ranks.hpp"
+#include "libsvm.hpp"
 
 namespace gossamer::sparse {
 
@@ -17,7 +18,7 @@ void registerAdmmSection(Registry& registry) {
           .perRank()
           .text("test", d.test, {}, "LIBSVM test file (accuracy of the consensus and the central model)")
           .perRank()
-          .integer("features", d.features, 0, INT_MAX,
+          .integer("features", d.features, 0, kMaxLibsvmFeatures,
                    "model dimension d (0: the largest feature index of the training file)")
           .real("l2", d.l2, {0.0, true, kUnbounded, false},
                 "L2 coefficient of the loss (Eq. 8 of Wang et al. 2023: 1)")

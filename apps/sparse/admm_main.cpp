@@ -53,6 +53,10 @@ struct Data {
 Data loadData(const sparse::AdmmConfig& a) {
   Data d;
   d.train = sparse::readLibsvm(a.train, a.features);
+  // (0 would also tell the test file's reader to take its width from that file.)
+  if (d.train.features() == 0)
+    throw sparse::LibsvmError(a.train, 0, 0, 0,
+                              "holds no feature index: set admm.features to the data's width");
   if (a.test.empty()) throw gossamer::ConfigError("", 0, "admm.test", "is empty: give a LIBSVM test file");
   d.test = sparse::readLibsvm(a.test, d.train.features());
   // An accuracy over no rows would read as 0 %, a model that is always wrong.

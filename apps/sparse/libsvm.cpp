@@ -122,8 +122,10 @@ class Parser {
         iptr != indexText.data() + indexText.size()) {
       fail(at, "bad index '" + std::string(indexText) + "': expected a decimal integer >= 1");
     }
-    if (iec == std::errc::result_out_of_range || index > INT_MAX) {
-      fail(at, "index " + std::string(indexText) + " out of range (above 2^31-1)");
+    // (A width taken from the file sizes the model's tables: one index of
+    // 2^31-1 would ask for 16 GiB of weights.)
+    if (iec == std::errc::result_out_of_range || index > kMaxLibsvmFeatures) {
+      fail(at, "index " + std::string(indexText) + " out of range (above 2^30)");
     }
     if (index == 0) fail(at, "index 0: LIBSVM indices start at 1");
     if (features_ > 0 && index > features_) {

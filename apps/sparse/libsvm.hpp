@@ -39,6 +39,10 @@ class LibsvmError : public DataError {
   int column_;
 };
 
+/// The most features (columns) a LIBSVM data set may have: 2^30, the bound
+/// of sparse.features; an index above it is an error.
+inline constexpr int kMaxLibsvmFeatures = 1 << 30;
+
 /// Parses LIBSVM text held in memory: one sample per line,
 /// "<label> <index>:<value> <index>:<value> ... [# comment]".
 ///
@@ -61,7 +65,7 @@ class LibsvmError : public DataError {
 /// @throws LibsvmError naming name, line and column when a line is empty, the
 ///         label is not a number equal to -1 or +1, a feature is not
 ///         "<index>:<value>", an index is 0, out of range (> features, or
-///         above 2^31-1), not above the previous index of its line, a value
+///         above kMaxLibsvmFeatures), not above the previous index of its line, a value
 ///         is not a number or not finite (nan, inf, or overflowing a double),
 ///         or anything but a comment follows the last feature of a field
 ///         (trailing garbage such as "3:1.5x").

@@ -257,6 +257,11 @@ class SparseRounds final : public RoundProgram {
   void load(const Config& config) {
     SparseDataset all = readLibsvm(sc_.train, sc_.features);
     d_ = all.features();
+    // (0 would also tell the test file's reader to take its width from that
+    // file, whose indices would then be unbounded.)
+    if (d_ == 0)
+      throw LibsvmError(sc_.train, 0, 0, 0,
+                        "holds no feature index: set sparse.features to the data's width");
     fm_ = sc_.model == "fm";
     width_ = fm_ ? static_cast<std::size_t>(sc_.factors) + 1 : 1;
     const int n = config.worldSize();

@@ -117,8 +117,9 @@ TEST_CASE("parseLibsvm rejects a bad index:value pair", "[sparse][libsvm]") {
 TEST_CASE("parseLibsvm rejects index 0 and indices out of range", "[sparse][libsvm]") {
   expectError("1 0:1\n", 1, 3, "index 0: LIBSVM indices start at 1");
   expectError("1 2:1\n-1 4:1 6:1\n", 2, 8, "index 6 out of range: the data has 5 features", 5);
-  expectError("1 99999999999:1\n", 1, 3, "out of range (above 2^31-1)");
-  expectError("1 2147483648:1\n", 1, 3, "out of range (above 2^31-1)");
+  expectError("1 99999999999:1\n", 1, 3, "out of range (above 2^30)");
+  expectError("1 2147483648:1\n", 1, 3, "out of range (above 2^30)");
+  expectError("1 1073741825:1\n", 1, 3, "out of range (above 2^30)");  // 2^30 + 1: 8 GiB of weights
 }
 
 TEST_CASE("parseLibsvm rejects indices that do not increase", "[sparse][libsvm]") {
