@@ -306,7 +306,10 @@ void Sgp::saveState(Checkpoint& out, const std::string& prefix) const {
 void Sgp::loadState(const Checkpoint& in, const std::string& prefix) {
   GOSSAMER_ENFORCE(options_.mode != GossipMode::kAsync, "sgp in async mode cannot be checkpointed");
   steps_ = in.getValue<std::uint64_t>(prefix + "steps");
-  weight_ = in.getValue<double>(prefix + "weight");
+  const double weight = in.getValue<double>(prefix + "weight");
+  if (!(weight > 0))
+    throw InvalidArgument("checkpoint push-sum weight " + std::to_string(weight) + " is not positive");
+  weight_ = weight;
   sgd_.loadState(in, prefix);
 }
 

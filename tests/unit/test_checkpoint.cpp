@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -69,6 +70,22 @@ TEST_CASE("checkpoint: sections round-trip through a file", "[checkpoint]") {
   CHECK_THROWS_WITH(Checkpoint::load(dir.path.string()), Catch::Contains("is not a regular file"));
   CHECK_THROWS_WITH(Checkpoint::load((dir.path / "none.ckpt").string()),
                     Catch::Contains("is not a regular file"));
+}
+
+TEST_CASE("checkpoint: a NaN or infinity in floating-point state is refused as it is read", "[checkpoint]") {
+  // A file whose checksum was recomputed over such a value passes load():
+  // the reads refuse it, naming the section and the element.
+  Checkpoint c;
+  c.putArray<float>("velocity", std::vector<float>{0.5f, std::numeric_limits<float>::quiet_NaN(), 1.0f});
+  c.putValue<double>("weight", std::numeric_limits<double>::infinity());
+  c.putArray<int>("shard", std::vector<int>{3, 1, 2});
+  const Checkpoint back = Checkpoint::parse(c.serialize());
+  CHECK_THROWS_WITH(back.getArray<float>("velocity"),
+                    Catch::Contains("section 'velocity': value 1 (nan) is not finite"));
+  CHECK_THROWS_AS(back.getValue<double>("weight"), InvalidArgument);
+  CHECK(back.getArray<int>("shard") == std::vector<int>{3, 1, 2});  // (integers: no such check)
+  CHECK_THROWS_WITH(back.get("missing"), Catch::Contains("the checkpoint has no section 'missing'"));
+  CHECK_THROWS_WITH(back.get("missing"), !Catch::Contains("check failed"));
 }
 
 TEST_CASE("checkpoint: torn, corrupt and foreign files are rejected with the byte offset", "[checkpoint]") {

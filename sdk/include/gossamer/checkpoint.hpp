@@ -14,12 +14,14 @@
 //   end-4  u32 CRC-32C of every byte before it
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace gossamer {
@@ -44,7 +46,10 @@ class Checkpoint {
     put(name, std::as_bytes(std::span<const T>(&value, 1)));
   }
   /// @throws InvalidArgument if the section is missing or its length is not
-  ///         a whole number of T (getValue: not exactly one T).
+  ///         a whole number of T (getValue: not exactly one T); for a
+  ///         floating-point T, if a value is NaN or infinite (no state this
+  ///         library saves holds one: a file whose checksum was recomputed
+  ///         over such a value would otherwise poison the resumed run).
   template <typename T>
   std::vector<T> getArray(const std::string& name) const;
   template <typename T>
@@ -65,6 +70,13 @@ class Checkpoint {
 
  private:
   [[noreturn]] static void throwBadSize(const std::string& name, std::size_t bytes, std::size_t element);
+  [[noreturn]] static void throwNotFinite(const std::string& name, std::size_t index, double value);
+  template <typename T>
+  static void checkFinite(const std::string& name, std::span<const T> values) {
+    if constexpr (std::is_floating_point_v<T>)
+      for (std::size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values[i])) throwNotFinite(name, i, static_cast<double>(values[i]));
+  }
   std::map<std::string, std::vector<std::byte>> sections_;
 };
 
@@ -74,6 +86,7 @@ std::vector<T> Checkpoint::getArray(const std::string& name) const {
   if (b.size() % sizeof(T) != 0) throwBadSize(name, b.size(), sizeof(T));
   std::vector<T> out(b.size() / sizeof(T));
   if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
+  checkFinite<T>(name, out);
   return out;
 }
 
@@ -83,6 +96,7 @@ T Checkpoint::getValue(const std::string& name) const {
   if (b.size() != sizeof(T)) throwBadSize(name, b.size(), sizeof(T));
   T v;
   std::memcpy(&v, b.data(), sizeof(T));
+  checkFinite<T>(name, std::span<const T>(&v, 1));
   return v;
 }
 

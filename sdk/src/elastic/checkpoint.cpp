@@ -48,8 +48,13 @@ void Checkpoint::put(const std::string& name, std::span<const std::byte> bytes) 
 
 const std::vector<std::byte>& Checkpoint::get(const std::string& name) const {
   const auto it = sections_.find(name);
-  GOSSAMER_ENFORCE(it != sections_.end(), "the checkpoint has no section '" << name << "'");
+  if (it == sections_.end()) throw InvalidArgument("the checkpoint has no section '" + name + "'");
   return it->second;
+}
+
+void Checkpoint::throwNotFinite(const std::string& name, std::size_t index, double value) {
+  throw InvalidArgument("checkpoint section '" + name + "': value " + std::to_string(index) + " (" +
+                        std::to_string(value) + ") is not finite");
 }
 
 void Checkpoint::throwBadSize(const std::string& name, std::size_t bytes, std::size_t element) {

@@ -119,29 +119,28 @@ void Session::Impl::resume() {
   GOSSAMER_ENFORCE(std::find(mine.begin(), mine.end(), step) != mine.end(),
                    "rank " << a.rank << " has no checkpoint of step " << step << " in " << checkpoint.dir
                            << ", the newest every rank has");
-  const Checkpoint c = Checkpoint::load(checkpointPath(checkpoint.dir, a.rank, step));
-  if (c.getValue<std::int32_t>("world_size") != a.config.worldSize() ||
-      c.getValue<std::uint64_t>("seed") != a.config.seed())
-    throw Error("checkpoint of step " + std::to_string(step) +
-                " was written by a job of another world size or seed");
-  if (c.getValue<std::uint64_t>("step") != step)
-    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) + " holds step " +
-                std::to_string(c.getValue<std::uint64_t>("step")) + ", not the step its name says");
-  const auto saved = c.getArray<float>("model");
-  if (saved.size() != l.params.size())
-    throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
-                std::to_string(l.params.size()));
-  const auto bad = std::find_if(saved.begin(), saved.end(), [](float v) { return !std::isfinite(v); });
-  if (bad != saved.end())
-    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) + ": model parameter " +
-                std::to_string(bad - saved.begin()) + " is not finite");
-  if (!std::isfinite(c.getValue<double>("epoch_loss_sum")))
-    throw Error("checkpoint " + checkpointPath(checkpoint.dir, a.rank, step) +
-                ": epoch_loss_sum is not finite");
-  std::copy(saved.begin(), saved.end(), l.params.begin());
-  if (l.plan.loadState) l.plan.loadState(c);
-  a.optimizer->loadState(c, "optimizer.");
-  l.lossSum = c.getValue<double>("epoch_loss_sum");
+  const std::string path = checkpointPath(checkpoint.dir, a.rank, step);
+  const Checkpoint c = Checkpoint::load(path);
+  try {
+    if (c.getValue<std::int32_t>("world_size") != a.config.worldSize() ||
+        c.getValue<std::uint64_t>("seed") != a.config.seed())
+      throw Error("checkpoint of step " + std::to_string(step) +
+                  " was written by a job of another world size or seed");
+    if (c.getValue<std::uint64_t>("step") != step)
+      throw Error("checkpoint " + path + " holds step " + std::to_string(c.getValue<std::uint64_t>("step")) +
+                  ", not the step its name says");
+    const auto saved = c.getArray<float>("model");  // (every value finite, as all the state read here)
+    if (saved.size() != l.params.size())
+      throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
+                  std::to_string(l.params.size()));
+    const double lossSum = c.getValue<double>("epoch_loss_sum");
+    std::copy(saved.begin(), saved.end(), l.params.begin());
+    if (l.plan.loadState) l.plan.loadState(c);
+    a.optimizer->loadState(c, "optimizer.");
+    l.lossSum = lossSum;
+  } catch (const InvalidArgument& e) {  // a section missing, of another size, or holding NaN or infinity
+    throw Error("checkpoint " + path + ": " + e.what());
+  }
   l.resumedFrom = static_cast<std::int64_t>(step);
   if (restarted)
     GOSSAMER_LOG(kWarning, "rank " << a.rank << " restarts from its checkpoint of step " << step
