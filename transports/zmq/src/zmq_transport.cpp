@@ -197,9 +197,12 @@ class ZmqTransport final : public Transport {
       // its timeout on a transport that no longer progresses.)
       if (survivePass("zmq progress thread", [this] { progressLoop(); })) return;
       survivePass("zmq progress thread", [this] {
+        const std::string why = "this rank's zmq progress thread ended on an error (see the log)";
         for (int p = 0; p < capacity_; ++p)
-          if (p != opt_.rank)
-            (void)life_.declareFailed(p, "this rank's zmq progress thread ended on an error (see the log)");
+          if (p != opt_.rank) {
+            (void)life_.declareFailed(p, why);
+            failPullsTo(p, why);  // (single-copy sends waiting for their pull-done)
+          }
       });
     });
     try {
