@@ -210,7 +210,8 @@ void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
   // completions of sends to every other peer too. The process's own state
   // decides (a peer hung while running is not known so).
   auto& peer = *tx_[static_cast<std::size_t>(p)];
-  if (!peer.refused && peer.liveSends == 0) {
+  if ((!peer.refused && peer.liveSends == 0) || peer.progress != peer.progressSeen) {
+    peer.progressSeen = peer.progress;
     peer.moved = now;
     peer.stoppedSince = {};
     return;

@@ -340,9 +340,12 @@ struct PeerTx {
   // What a stopped peer is known by where no heartbeats run (shm): sends to
   // it that it takes nothing of, and its process's state (progress thread
   // only; liveSends also under opsMu_, as liveSends_ is).
-  int liveSends = 0;        ///< posted to it, not completed, counted in liveSends_
-  bool refused = false;     ///< the provider refused the next queued send (-FI_EAGAIN) at the last flush
-  Clock::time_point moved;  ///< when a send to it last completed or was taken after a refusal, or none waited
+  int liveSends = 0;     ///< posted to it, not completed, counted in liveSends_
+  bool refused = false;  ///< the provider refused the next queued send (-FI_EAGAIN) at the last flush
+  /// Sends to it completed, or taken after a refusal: counted where they
+  /// happen (no clock read there); checkStalled turns a change into `moved`.
+  std::uint64_t progress = 0, progressSeen = 0;
+  Clock::time_point moved;           ///< when checkStalled last saw progress, or none waited
   Clock::time_point stoppedSince{};  ///< since when its process is seen stopped (epoch: not seen so)
 };
 

@@ -197,7 +197,7 @@ void LibfabricTransport::flushPending() {
     // (A send taken after a refusal is the peer making room: progress. One
     // taken otherwise says nothing: the provider queues for a stopped peer
     // too, until its queue is full.)
-    if (posted && peer.refused) peer.moved = Clock::now();
+    if (posted && peer.refused) ++peer.progress;
     peer.refused = !batch.empty() && !failure;
     if (!batch.empty()) {  // refused for now: back in front of what was queued meanwhile
       std::lock_guard<std::mutex> lk(peer.mu);
