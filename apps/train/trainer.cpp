@@ -72,24 +72,24 @@ class BatchSampler {
   void load(const Checkpoint& c) {
     auto shard = c.getArray<int>("sampler.shard");
     if (shard.size() != shard_.size())
-      throw Error("checkpoint: sampler.shard holds " + std::to_string(shard.size()) +
-                  " samples, this rank's shard " + std::to_string(shard_.size()));
+      throw Error("sampler.shard holds " + std::to_string(shard.size()) + " samples, this rank's shard " +
+                  std::to_string(shard_.size()));
     auto mine = shard_, theirs = shard;
     std::sort(mine.begin(), mine.end());
     std::sort(theirs.begin(), theirs.end());
     if (mine != theirs)
       throw Error(
-          "checkpoint: sampler.shard is not an order of this rank's samples (another data partition, "
+          "sampler.shard is not an order of this rank's samples (another data partition, "
           "or a damaged file)");
     const auto pos = c.getValue<std::uint64_t>("sampler.position");
     if (pos > shard.size())
-      throw Error("checkpoint: sampler.position " + std::to_string(pos) + " is past the shard's " +
+      throw Error("sampler.position " + std::to_string(pos) + " is past the shard's " +
                   std::to_string(shard.size()) + " samples");
     const auto& b = c.get("sampler.rng");
     std::istringstream rng(std::string(reinterpret_cast<const char*>(b.data()), b.size()));
     std::mt19937_64 state;
     rng >> state;
-    if (rng.fail()) throw Error("checkpoint: sampler.rng is not a generator state");
+    if (rng.fail()) throw Error("sampler.rng is not a generator state");
     shard_ = std::move(shard);
     pos_ = static_cast<std::size_t>(pos);
     rng_ = state;

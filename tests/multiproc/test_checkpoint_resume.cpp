@@ -81,6 +81,14 @@ TEST_CASE("a resumed job refuses checkpoints that do not hold what their names a
          c.putArray<float>("model", model);
          c.save(ckpt(d, 1, 80));
        }},
+      {"world", "written by a job of world size 3 and seed",
+       [&](const std::string& d) {
+         for (int r = 0; r < 2; ++r) {
+           auto c = gossamer::Checkpoint::load(ckpt(d, r, 80));
+           c.putValue<std::int32_t>("world_size", 3);
+           c.save(ckpt(d, r, 80));
+         }
+       }},
       {"shard", "sampler.shard is not an order of this rank's samples",
        [&](const std::string& d) {
          auto c = gossamer::Checkpoint::load(ckpt(d, 0, 80));
@@ -99,6 +107,7 @@ TEST_CASE("a resumed job refuses checkpoints that do not hold what their names a
     INFO(err);
     CHECK(code == 1);
     CHECK(err.find(k.expected) != std::string::npos);
+    CHECK(err.find("checkpoint " + d + "/rank-") != std::string::npos);  // names the file
     CHECK(err.find("check failed") == std::string::npos);
   }
   // checkpoint.dir names a file: refused before any step.

@@ -1131,6 +1131,8 @@ TEST_CASE("config: a cross-key rule broken by an override names the override", "
   e = loadError(file.path(), {"training.epochs=2", "training.epochs=0"});
   CHECK(e.file() == "override 'training.epochs=0'");
   CHECK(e.key() == "training.epochs");
+  // Two valid overrides of one key: the later one is the value.
+  CHECK(reg().load(file.path(), {"training.epochs=2", "training.epochs=5"}).get<int>("training.epochs") == 5);
   // An override value holding a second YAML document is refused, as a file's is.
   CHECK_THROWS_WITH(reg().load(file.path(), {"world_size=2\n---\n3"}),
                     Catch::Contains("more than one YAML document"));

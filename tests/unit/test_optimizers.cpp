@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -220,6 +221,14 @@ TEST_CASE("stores publish keys and time out on missing ones", "[store]") {
     CHECK_THROWS_AS(s->get("job/missing", 0.05), TimeoutError);
     CHECK_THROWS_AS(s->set("../escape", "v"), InvalidArgument);
     CHECK_THROWS_AS(s->set("", "v"), InvalidArgument);
+    // Values up to kMaxStoreValueBytes; a larger one is refused, and the key keeps its value.
+    const std::string largest(gossamer::kMaxStoreValueBytes, 'v');
+    s->set("job/big", largest);
+    CHECK(s->get("job/big", 1.0) == largest);
+    CHECK_THROWS_WITH(s->set("job/big", largest + "v"), Catch::Contains("above the store's 1048576 bytes"));
+    CHECK_THROWS_AS(s->claim("job/bigger", largest + "v"), InvalidArgument);
+    CHECK(s->get("job/big", 1.0) == largest);
+    CHECK_FALSE(s->tryGet("job/bigger").has_value());
     std::thread late([s] {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       s->set("job/late", "here");
@@ -227,6 +236,13 @@ TEST_CASE("stores publish keys and time out on missing ones", "[store]") {
     CHECK(s->get("job/late", 5.0) == "here");
     late.join();
   }
+  // A value file written past the cap by something other than a store is an
+  // Error when read, not an allocation of whatever size it has.
+  {
+    std::ofstream f(std::string(tmpl) + "/@job%huge", std::ios::binary);
+    f << std::string(gossamer::kMaxStoreValueBytes + 1, 'h');
+  }
+  CHECK_THROWS_WITH(file.tryGet("job/huge"), Catch::Contains("more than any value a store writes"));
   std::filesystem::remove_all(tmpl);
 }
 

@@ -96,7 +96,8 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
 /// their declared defaults; a missing selector takes its default choice.
 /// `overrides` ("training.epochs=1", "model.hidden=[64, 32]": a dotted key,
 /// '=', a YAML value) are applied after the file, in order, with the same
-/// checks; their errors name the override.
+/// checks; their errors name the override. A key set by two overrides takes
+/// the later value (as a script's defaults followed by its user's own).
 /// @throws ConfigError on any problem, including an unreadable file or bad YAML.
 Config loadConfig(const std::string& path, const ConfigSchema& schema,
                   const std::vector<std::string>& overrides = {});

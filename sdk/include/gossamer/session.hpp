@@ -70,7 +70,9 @@ struct TrainingPlan {
   std::function<void()> closing;
   /// The application's own state in this rank's checkpoints (e.g. its data
   /// sampler), written into and read from the Checkpoint that holds the model
-  /// and the optimizer. May be empty.
+  /// and the optimizer. May be empty. loadState refuses a state that does
+  /// not fit this rank by throwing Error or InvalidArgument, which train()
+  /// reports as an Error naming the checkpoint's file.
   std::function<void(Checkpoint&)> saveState;
   std::function<void(const Checkpoint&)> loadState;
 };
@@ -166,7 +168,7 @@ class Session final {
   /// @throws InvalidArgument for an empty model, sizes that do not add up to
   ///         it, stepsPerEpoch 0, epochs < 1 or a second call; Error for a
   ///         checkpoint that cannot be read or belongs to another job (world
-  ///         size, seed, model size); PeerFailure, TimeoutError from the
+  ///         size, seed, model size), naming its file; PeerFailure, TimeoutError from the
   ///         resume's allreduce.
   DistributedOptimizer& train(const TrainingPlan& plan);
   /// Whether an epoch remains to train and evaluate; positions the loop at

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -12,20 +13,29 @@
 
 namespace gossamer {
 
+/// Largest value a rendezvous store holds, bytes (1 MiB). Rendezvous values
+/// are endpoints, keys and settings; a reader never takes more than this
+/// from a value another process wrote.
+inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{1} << 20;
+
 /// Rendezvous store. Keys are non-empty strings of [A-Za-z0-9._/-]; values are
-/// arbitrary bytes. Thread-safe.
+/// arbitrary bytes, at most kMaxStoreValueBytes. Thread-safe.
 class Store {
  public:
   virtual ~Store() = default;
-  /// Sets `key` to `value` (overwrites). @throws InvalidArgument for a bad key.
+  /// Sets `key` to `value` (overwrites).
+  /// @throws InvalidArgument for a bad key or a value above kMaxStoreValueBytes.
   virtual void set(const std::string& key, const std::string& value) = 0;
   /// Returns the value if the key is set, without waiting.
+  /// @throws InvalidArgument for a bad key; Error for a value the store
+  ///         cannot read (FileStore: a file above kMaxStoreValueBytes).
   virtual std::optional<std::string> tryGet(const std::string& key) = 0;
   /// Sets `key` to `value` only if it is not set yet, atomically: of
   /// processes that claim one key at once, exactly one gets true (a rank
   /// that joins a running job claims its rank this way).
-  /// @throws InvalidArgument for a bad key, or from a store that cannot
-  ///         claim (the default).
+  /// @throws InvalidArgument for a bad key, a value above
+  ///         kMaxStoreValueBytes, or from a store that cannot claim (the
+  ///         default).
   virtual bool claim(const std::string& key, const std::string& value);
   /// Waits up to `timeoutSeconds` for `key`, then returns its value.
   /// @throws TimeoutError naming the key.
@@ -149,5 +159,9 @@ class PrefixedStore final : public Store {
 
 /// Validates a store key. @throws InvalidArgument.
 void checkStoreKey(const std::string& key);
+
+/// Validates a value a store is given to hold: at most kMaxStoreValueBytes.
+/// @throws InvalidArgument naming `key` and the size.
+void checkStoreValue(const std::string& key, const std::string& value);
 
 }  // namespace gossamer

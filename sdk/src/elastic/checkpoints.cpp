@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <typeinfo>
 
 #include "elastic/session_impl.hpp"
 #include "gossamer/errors.hpp"
@@ -122,12 +123,14 @@ void Session::Impl::resume() {
   const std::string path = checkpointPath(checkpoint.dir, a.rank, step);
   const Checkpoint c = Checkpoint::load(path);
   try {
-    if (c.getValue<std::int32_t>("world_size") != a.config.worldSize() ||
-        c.getValue<std::uint64_t>("seed") != a.config.seed())
-      throw Error("checkpoint of step " + std::to_string(step) +
-                  " was written by a job of another world size or seed");
+    const auto worldSize = c.getValue<std::int32_t>("world_size");
+    const auto seed = c.getValue<std::uint64_t>("seed");
+    if (worldSize != a.config.worldSize() || seed != a.config.seed())
+      throw Error("written by a job of world size " + std::to_string(worldSize) + " and seed " +
+                  std::to_string(seed) + ", this job has world size " + std::to_string(a.config.worldSize()) +
+                  " and seed " + std::to_string(a.config.seed()));
     if (c.getValue<std::uint64_t>("step") != step)
-      throw Error("checkpoint " + path + " holds step " + std::to_string(c.getValue<std::uint64_t>("step")) +
+      throw Error("holds step " + std::to_string(c.getValue<std::uint64_t>("step")) +
                   ", not the step its name says");
     const auto saved = c.getArray<float>("model");  // (every value finite, as all the state read here)
     if (saved.size() != l.params.size())
@@ -138,7 +141,11 @@ void Session::Impl::resume() {
     if (l.plan.loadState) l.plan.loadState(c);
     a.optimizer->loadState(c, "optimizer.");
     l.lossSum = lossSum;
-  } catch (const InvalidArgument& e) {  // a section missing, of another size, or holding NaN or infinity
+  } catch (const Error& e) {
+    // What the file holds does not fit this job (a section missing, of
+    // another size, not finite; refused by loadState): named with the file.
+    // Errors of other kinds (a ViewChanged, ...) pass as they are.
+    if (typeid(e) != typeid(Error) && typeid(e) != typeid(InvalidArgument)) throw;
     throw Error("checkpoint " + path + ": " + e.what());
   }
   l.resumedFrom = static_cast<std::int64_t>(step);

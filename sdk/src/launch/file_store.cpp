@@ -183,8 +183,9 @@ Holder holderState(int dir, const std::string& name) {
   return Holder::kEnded;
 }
 
-// The whole of file `name` in `dir`; nullopt if there is none.
-// @throws Error if it exists but cannot be read.
+// The whole of file `name` in `dir` (a store's value); nullopt if there is
+// none. @throws Error if it exists but cannot be read, or holds more than
+// kMaxStoreValueBytes (no store wrote it).
 std::optional<std::string> readAt(int dir, const std::string& name, const std::string& what) {
   const Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0) {
@@ -198,6 +199,9 @@ std::optional<std::string> readAt(int dir, const std::string& name, const std::s
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw Error("cannot read " + what + ": " + errnoText(errno));
     if (n == 0) return out;
+    if (out.size() + static_cast<std::size_t>(n) > kMaxStoreValueBytes)
+      throw Error("cannot read " + what + ": the file holds more than " +
+                  std::to_string(kMaxStoreValueBytes) + " bytes, more than any value a store writes");
     out.append(buf.data(), static_cast<std::size_t>(n));
   }
 }
@@ -502,6 +506,7 @@ FileStore::~FileStore() {
 
 void FileStore::set(const std::string& key, const std::string& value) {
   const std::string name = keyFile(key);
+  checkStoreValue(key, value);
   std::ostringstream tmp;
   tmp << name << "~tmp." << ::getpid() << '.' << std::this_thread::get_id();
   writeAt(dirFd_, tmp.str(), value, O_TRUNC, "store key '" + key + "' in '" + dir_ + "'");
@@ -514,6 +519,7 @@ void FileStore::set(const std::string& key, const std::string& value) {
 
 bool FileStore::claim(const std::string& key, const std::string& value) {
   const std::string name = keyFile(key);
+  checkStoreValue(key, value);
   std::ostringstream tmp;
   tmp << name << "~claim." << ::getpid() << '.' << std::this_thread::get_id();
   writeAt(dirFd_, tmp.str(), value, O_TRUNC, "store key '" + key + "' in '" + dir_ + "'");

@@ -20,6 +20,12 @@ void checkStoreKey(const std::string& key) {
   GOSSAMER_ENFORCE(key.find("..") == std::string::npos, "store key '" << key << "' contains '..'");
 }
 
+void checkStoreValue(const std::string& key, const std::string& value) {
+  GOSSAMER_ENFORCE(value.size() <= kMaxStoreValueBytes,
+                   "store key '" << key << "': a value of " << value.size() << " bytes, above the store's "
+                                 << kMaxStoreValueBytes << " bytes");
+}
+
 void Store::idle(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
 
 std::string Store::get(const std::string& key, double timeoutSeconds) {
@@ -57,6 +63,7 @@ bool Store::claim(const std::string& key, const std::string&) {
 
 bool MemoryStore::claim(const std::string& key, const std::string& value) {
   checkStoreKey(key);
+  checkStoreValue(key, value);
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!kv_.emplace(key, value).second) return false;
@@ -67,6 +74,7 @@ bool MemoryStore::claim(const std::string& key, const std::string& value) {
 
 void MemoryStore::set(const std::string& key, const std::string& value) {
   checkStoreKey(key);
+  checkStoreValue(key, value);
   {
     std::lock_guard<std::mutex> lk(mu_);
     kv_[key] = value;

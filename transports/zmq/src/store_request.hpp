@@ -10,10 +10,12 @@
 #include <string>
 #include <string_view>
 
+#include "gossamer/store.hpp"
+
 namespace gossamer::zmq::store_wire {
 
-/// Largest value the store keeps, bytes (1 MiB).
-inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{1} << 20;
+/// Largest value the store keeps, bytes: every store's (1 MiB).
+inline constexpr std::size_t kMaxStoreValueBytes = gossamer::kMaxStoreValueBytes;
 /// Most bytes (keys and values) the rendezvous server keeps in all: 256 MiB,
 /// far above a job's needs (a few small keys per rank).
 inline constexpr std::size_t kMaxStoreBytes = std::size_t{256} << 20;

@@ -46,6 +46,7 @@ class C10dStore final : public Store {
   }
   void set(const std::string& key, const std::string& value) override {
     checkStoreKey(key);
+    checkStoreValue(key, value);
     store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
   }
   std::optional<std::string> tryGet(const std::string& key) override {
