@@ -110,6 +110,35 @@ TEST_CASE("a failed non-blocking collective fails the ones queued behind it with
   CHECK_FALSE(Work().valid());
 }
 
+TEST_CASE("a collective queued after its caller saw an earlier one fail runs, and is not failed with it",
+          "[collectives][nonblocking]") {
+  // Before, the worker counted the jobs "queued behind" a failure after it
+  // had woken that failure's waiter, so a job the waiter queued at once was
+  // often failed with the old error, without running.
+  auto fabric = inproc::makeFabric(1);
+  auto t = inproc::makeTransport(fabric, 0, 5.0);
+  Communicator comm(*t, 5.0);
+  std::vector<float> v(4, 1.0f);
+  int failed = 0, inherited = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Work bad = comm.ibroadcast(std::span<float>(v), 7);  // no rank 7: fails at once
+    try {
+      bad.wait();
+    } catch (const InvalidArgument&) {
+      ++failed;  // (no assertion here: its bookkeeping would give the worker time)
+    }
+    Work next = comm.iallreduce(std::span<float>(v), ReduceOp::kSum);
+    try {
+      next.wait();
+    } catch (const InvalidArgument&) {
+      ++inherited;
+    }
+  }
+  CHECK(failed == 2000);
+  CHECK(inherited == 0);
+  CHECK(v == std::vector<float>(4, 1.0f));
+}
+
 TEST_CASE("a timeout of 1e9 seconds or more, infinity included, waits without a deadline", "[nonblocking]") {
   // As a duration in nanoseconds such a timeout overflows into the past,
   // and every wait ended at once with TimeoutError.

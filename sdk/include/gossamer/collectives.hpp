@@ -120,8 +120,14 @@ struct CollectiveOptions {
   double timeoutSeconds = defaults::kTimeoutSeconds;  ///< Bound on each wait inside the collective, seconds.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   /// Ring pipelining: each ring step's chunk travels as pieces of at most this
-  /// many bytes, so that receiving, reducing and forwarding overlap.
+  /// many bytes, so that receiving, reducing and forwarding overlap. A value
+  /// above maxMessageBytes counts as maxMessageBytes.
   std::size_t chunkBytes = defaults::kChunkBytes;
+  /// The largest message the collectives send, bytes (at least one element;
+  /// a value above kMaxPayloadBytes, 1 GiB, the largest frame a transport
+  /// takes, counts as kMaxPayloadBytes). A vector, share or piece above it
+  /// moves as several messages: a 1.2 GB broadcast as two.
+  std::size_t maxMessageBytes = kMaxPayloadBytes;
   /// kAuto without the cost model: vectors of at most this many bytes use
   /// recursive doubling (log2 N latency-bound rounds), larger ones
   /// Rabenseifner's algorithm up to midMessageBytes, the ring above.
@@ -170,7 +176,7 @@ double predictAllreduceSeconds(AllreduceAlgorithm algorithm, std::size_t bytes, 
 /// Without options.useCostModel: recursive doubling up to
 /// options.smallMessageBytes, Rabenseifner up to options.midMessageBytes,
 /// the ring above. With it: the lowest
-/// predictAllreduceSeconds among ring, recursive doubling, 2D torus (unless
+/// predictAllreduceSeconds among ring, recursive doubling, Rabenseifner, 2D torus (unless
 /// options.torusRows does not divide worldSize), hierarchical, 2D-TGA and
 /// HiPS; if the model is calibrated, only among the algorithms calibrated
 /// (CostModel::calibrated). An algorithm that sends the same messages as an
@@ -250,9 +256,10 @@ struct CalibrationOptions {
   /// load from other processes then spoils a part of every size's samples,
   /// not all of one size's.
   int passes = 3;
-  /// Algorithms timed (kAuto ignored). Empty: ring, recursive doubling, 2D
-  /// torus (if options.torusRows divides N), hierarchical, 2D-TGA and HiPS,
-  /// or only the first two on a SubTransport (the others need a top-level one).
+  /// Algorithms timed (kAuto ignored). Empty: ring, recursive doubling,
+  /// Rabenseifner, 2D torus (if options.torusRows divides N), hierarchical,
+  /// 2D-TGA and HiPS, or only the first three on a SubTransport (the others
+  /// need a top-level one).
   std::vector<AllreduceAlgorithm> algorithms;
 };
 
@@ -285,7 +292,7 @@ CostModel calibrateCostModel(Transport& transport, CollectiveOptions& options,
                              const CalibrationOptions& calibration = {});
 
 /// Returns once every rank has entered it: the dissemination barrier
-/// (ceil(log2 N) rounds of one empty message each way, in the barrier's own
+/// (ceil(log2 N) rounds of one 1-byte message each way, in the barrier's own
 /// tag space with options.sequence, so that it never pairs with another
 /// rank's allreduce). @throws TimeoutError after options.timeoutSeconds;
 /// PeerFailure from the transport.
@@ -397,6 +404,8 @@ void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOpti
 /// consecutively in rank order. Every pair exchanges directly (one message per
 /// non-empty pair, all posted at once); the part for itself is copied. T is
 /// also std::byte (elements of any type as bytes; counts then in bytes).
+/// `send` and `recv` must not overlap: receives are posted into `recv`
+/// before anything is sent from `send`.
 /// @throws InvalidArgument if the counts do not have N entries or do not add
 ///         up to the buffer lengths; ProtocolError if a peer sends a count
 ///         other than the one expected; TimeoutError, PeerFailure.
@@ -508,6 +517,10 @@ class Communicator {
   /// algorithm and size, the default sizes) and stores it in this
   /// communicator's options, so that later allreduce calls with kAuto and
   /// useCostModel use it. Every rank gets the same model. Collective.
+  /// @throws as calibrateCostModel. After a failure the ranks may disagree
+  ///         on where it stopped: later collectives on this communicator
+  ///         then fail (TimeoutError) where they disagree, and never read a
+  ///         message of the calibration.
   CostModel calibrate(int reps);
   /// The same with every calibration setting.
   CostModel calibrate(const CalibrationOptions& calibration = {});

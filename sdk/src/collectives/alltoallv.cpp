@@ -1,8 +1,11 @@
 // Alltoallv: rank r sends sendCounts[j] elements to each rank j and receives
-// recvCounts[j] from it, all messages at once under one tag (the sender tells
-// them apart); its own share is copied locally. One step; bytes sent per rank:
-// the sum of its sendCounts except its own, times sizeof(T).
+// recvCounts[j] from it, all messages at once (the sender tells them apart; a
+// share above 1 GiB, the largest message, goes as blocks of at most 1 GiB,
+// block b under segment b); its own share is copied locally. One step; bytes
+// sent per rank: the sum of its sendCounts except its own, times sizeof(T).
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "detail.hpp"
@@ -33,18 +36,27 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
   GOSSAMER_ENFORCE(sendCounts[static_cast<std::size_t>(r)] == recvCounts[static_cast<std::size_t>(r)],
                    "alltoallv: " << sendCounts[static_cast<std::size_t>(r)] << " elements to itself but "
                                  << recvCounts[static_cast<std::size_t>(r)] << " expected from itself");
-  const auto tag = Tag::make(Op::kAllreduce, options.sequence, 0);
+  for (int j = 0; j < n; ++j)
+    GOSSAMER_ENFORCE(detail::messageBlocks<T>(std::max(sendCounts[static_cast<std::size_t>(j)],
+                                                       recvCounts[static_cast<std::size_t>(j)]),
+                                              options) <= Tag::kMaxSegment,
+                     "alltoallv: a share of rank " << j << " is too large");
+  auto tag = [&](std::size_t block) {
+    return Tag::make(Op::kAllreduce, options.sequence, static_cast<std::uint32_t>(block));
+  };
   std::vector<Request> recvs, sends;
-  std::vector<int> from;
+  std::vector<std::pair<int, std::size_t>> expected;  // per receive: the rank and bytes
   std::size_t off = 0;
   for (int j = 0; j < n; ++j) {
     const std::size_t c = recvCounts[static_cast<std::size_t>(j)];
-    if (j == r || c == 0) {
-      off += c;
-      continue;
+    if (j != r && c > 0) {
+      const std::span<T> share = recv.subspan(off, c);
+      for (std::size_t b = 0; b < detail::messageBlocks<T>(c, options); ++b) {
+        const std::span<T> block = detail::messageBlock(share, b, options);
+        recvs.push_back(transport.irecvOf<T>(j, tag(b), block));
+        expected.emplace_back(j, block.size_bytes());
+      }
     }
-    recvs.push_back(transport.irecvOf<T>(j, tag, recv.subspan(off, c)));
-    from.push_back(j);
     off += c;
   }
   std::size_t sendOff = 0, selfOff = 0;
@@ -55,20 +67,15 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
       std::copy_n(send.begin() + static_cast<std::ptrdiff_t>(sendOff), c,
                   recv.begin() + static_cast<std::ptrdiff_t>(selfOff));
     } else if (c > 0) {
-      sends.push_back(transport.isendOf<T>(j, tag, send.subspan(sendOff, c)));
+      const std::span<const T> share = send.subspan(sendOff, c);
+      for (std::size_t b = 0; b < detail::messageBlocks<T>(c, options); ++b)
+        sends.push_back(transport.isendOf<T>(j, tag(b), detail::messageBlock(share, b, options)));
     }
     sendOff += c;
   }
-  off = 0;
-  std::size_t k = 0;
-  for (int j = 0; j < n; ++j) {
-    const std::size_t c = recvCounts[static_cast<std::size_t>(j)];
-    if (j != r && c > 0) {
-      recvs[k].wait(options.timeoutSeconds);
-      expectBytes(recvs[k], c * sizeof(T), from[k]);
-      ++k;
-    }
-    off += c;
+  for (std::size_t k = 0; k < recvs.size(); ++k) {
+    recvs[k].wait(options.timeoutSeconds);
+    expectBytes(recvs[k], expected[k].second, expected[k].first);
   }
   waitAll(sends, options.timeoutSeconds);
 }

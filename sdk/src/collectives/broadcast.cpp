@@ -8,7 +8,9 @@
 // and inside the hierarchical allreduce and 2D-TGA (Wang et al., "A
 // Communication Efficient ADMM-based Distributed Algorithm Using
 // Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 2.3 and Algorithm 1
-// line 17).
+// line 17). A vector above 1 GiB (the largest message) goes through the tree
+// as consecutive blocks of at most 1 GiB, block b under segment b (broadcast)
+// or kMaxSegment - b (reduce).
 #include <cstdint>
 #include <vector>
 
@@ -22,13 +24,14 @@ using detail::combine;
 using detail::expectBytes;
 using detail::mod;
 
+namespace {
+
+// One block of a broadcast: the binomial tree above, under `tag`.
 template <typename T>
-void broadcast(Transport& transport, std::span<T> data, int root, const CollectiveOptions& options) {
+void broadcastBlock(Transport& transport, std::span<T> data, int root, const Tag& tag,
+                    const CollectiveOptions& options) {
   const int n = transport.worldSize();
-  GOSSAMER_ENFORCE(root >= 0 && root < n, "broadcast root " << root << " outside world size " << n);
-  if (n == 1) return;
   const int vr = mod(transport.rank() - root, n);
-  const auto tag = Tag::make(Op::kBroadcast, options.sequence, 0);
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {
@@ -50,30 +53,57 @@ void broadcast(Transport& transport, std::span<T> data, int root, const Collecti
   waitAll(sends, options.timeoutSeconds);
 }
 
+// One block of a reduce: the mirror-image tree above, under `tag`.
+template <typename T>
+void reduceBlock(Transport& transport, std::span<T> data, int root, ReduceOp op, const Tag& tag,
+                 const CollectiveOptions& options) {
+  const int n = transport.worldSize();
+  const int vr = mod(transport.rank() - root, n);
+  const auto incoming = detail::scratch<T>(detail::ScratchSlot::kReduce, data.size());
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {  // send the partial sum to the parent and stop
+      transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))
+          .wait(options.timeoutSeconds);
+      break;
+    }
+    if (vr + mask < n) {
+      const int child = mod(vr + mask + root, n);
+      Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
+      recv.wait(options.timeoutSeconds);
+      expectBytes(recv, data.size_bytes(), child);
+      combine(op, data.data(), incoming.data(), data.size());
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void broadcast(Transport& transport, std::span<T> data, int root, const CollectiveOptions& options) {
+  const int n = transport.worldSize();
+  GOSSAMER_ENFORCE(root >= 0 && root < n, "broadcast root " << root << " outside world size " << n);
+  if (n == 1) return;
+  const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
+  GOSSAMER_ENFORCE(blocks <= Tag::kMaxSegment, "broadcast of " << data.size_bytes() << " bytes: too large");
+  for (std::size_t b = 0; b < blocks; ++b)
+    broadcastBlock(transport, detail::messageBlock(data, b, options), root,
+                   Tag::make(Op::kBroadcast, options.sequence, static_cast<std::uint32_t>(b)), options);
+}
+
 template <typename T>
 void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
             const CollectiveOptions& options) {
   const int n = transport.worldSize();
   GOSSAMER_ENFORCE(root >= 0 && root < n, "reduce root " << root << " outside world size " << n);
   if (n > 1) {
-    const int vr = mod(transport.rank() - root, n);
-    const auto tag =
-        Tag::make(Op::kAllreduce, options.sequence, Tag::kMaxSegment);  // apart from ring substeps
-    const auto incoming = detail::scratch<T>(detail::ScratchSlot::kReduce, data.size());
-    for (int mask = 1; mask < n; mask <<= 1) {
-      if (vr & mask) {  // send the partial sum to the parent and stop
-        transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))
-            .wait(options.timeoutSeconds);
-        break;
-      }
-      if (vr + mask < n) {
-        const int child = mod(vr + mask + root, n);
-        Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
-        recv.wait(options.timeoutSeconds);
-        expectBytes(recv, data.size_bytes(), child);
-        combine(op, data.data(), incoming.data(), data.size());
-      }
-    }
+    const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
+    GOSSAMER_ENFORCE(blocks <= Tag::kMaxSegment, "reduce of " << data.size_bytes() << " bytes: too large");
+    // Block b under segment kMaxSegment - b.
+    for (std::size_t b = 0; b < blocks; ++b)
+      reduceBlock(
+          transport, detail::messageBlock(data, b, options), root, op,
+          Tag::make(Op::kAllreduce, options.sequence, static_cast<std::uint32_t>(Tag::kMaxSegment - b)),
+          options);
   }
   if (transport.rank() == root) detail::scaleIfAverage(op, data, n);
 }

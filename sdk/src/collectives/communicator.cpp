@@ -17,6 +17,12 @@
 
 namespace gossamer {
 
+namespace {
+// How far past the sequences a failed calibration used the next collective
+// starts: more than any calibration uses (a few hundred calls).
+constexpr std::uint64_t kSequencesAfterFailedCalibration = std::uint64_t{1} << 20;
+}  // namespace
+
 // The split contexts held on this rank by the live split communicators whose
 // views are on one top-level transport. One per top-level transport in the
 // process, found through a registry, so that communicators of different trees
@@ -65,6 +71,7 @@ Communicator::Communicator(std::unique_ptr<Transport> view, double timeoutSecond
 }
 
 Communicator::~Communicator() {
+  worker_.reset();  // its queued collectives run on context_: finished before the context is freed
   if (context_ == 0) return;
   std::lock_guard<std::mutex> lk(contexts_->mu);
   contexts_->live.reset(static_cast<std::size_t>(context_ - kFirstSplitContext));
@@ -159,7 +166,16 @@ CostModel Communicator::calibrate(const CalibrationOptions& calibration) {
   const std::uint64_t first = sequence_ & Tag::kMaxStep;
   o.sequence = first;
   o.timeoutSeconds = timeout_;
-  defaults_.model = calibrateCostModel(transport_, o, calibration);
+  try {
+    defaults_.model = calibrateCostModel(transport_, o, calibration);
+  } catch (...) {
+    // The ranks may have got to different sequences, and messages of the
+    // calibration may still be queued. Leaving them all well behind keeps a
+    // later collective from taking one of them: it fails (its peers
+    // disagree on where the calibration stopped) rather than reading them.
+    sequence_ += o.sequence - first + kSequencesAfterFailedCalibration;
+    throw;
+  }
   sequence_ += o.sequence - first;
   return defaults_.model;
 }

@@ -43,6 +43,38 @@ inline std::size_t chunkBegin(std::size_t length, int n, int i) {
   return ui * (length / un) + std::min(ui, length % un);
 }
 
+/// Most elements of T that one message of a collective carries:
+/// options.maxMessageBytes, at most kMaxPayloadBytes (a frame's largest
+/// payload, 1 GiB), at least one element.
+template <typename T>
+std::size_t maxMessageElems(const CollectiveOptions& o) {
+  return std::max<std::size_t>(1, std::min<std::size_t>(o.maxMessageBytes, kMaxPayloadBytes) / sizeof(T));
+}
+
+/// Elements of T per pipelined piece: options.chunkBytes, at least one
+/// element and at most maxMessageElems (so that piece counts never wrap, and
+/// no piece is a message too large to send).
+template <typename T>
+std::size_t pieceElemsFor(const CollectiveOptions& o) {
+  return std::clamp<std::size_t>(o.chunkBytes / sizeof(T), 1, maxMessageElems<T>(o));
+}
+
+/// How many messages of at most maxMessageElems elements carry `n` elements:
+/// at least 1 (an empty vector is one empty message).
+template <typename T>
+std::size_t messageBlocks(std::size_t n, const CollectiveOptions& o) {
+  const std::size_t most = maxMessageElems<T>(o);
+  return std::max<std::size_t>(1, n / most + (n % most != 0));
+}
+
+/// Block `b` of `data` cut as messageBlocks does.
+template <typename T>
+std::span<T> messageBlock(std::span<T> data, std::size_t b, const CollectiveOptions& o) {
+  const std::size_t most = maxMessageElems<std::remove_const_t<T>>(o);
+  const std::size_t begin = std::min(data.size(), b * most);
+  return data.subspan(begin, std::min(most, data.size() - begin));
+}
+
 /// @throws ProtocolError naming `peer` if request `r` received other than
 /// `expected` bytes (ranks passing different vector lengths).
 inline void expectBytes(const Request& r, std::size_t expected, int peer) {

@@ -57,12 +57,15 @@ class Mesh {
       : t_(t), data_(portion), o_(o), k_(t.worldSize()), d_(t.rank()) {
     const auto [b0, e0] = chunkRange(portion.size(), k_, 0);  // chunk 0 is a longest one
     const std::size_t maxChunk = e0 - b0;
-    pieceElems_ = std::max<std::size_t>(1, o.chunkBytes / sizeof(T));
+    pieceElems_ = detail::pieceElemsFor<T>(o);
     piecesPerChunk_ = std::max<std::size_t>(1, (maxChunk + pieceElems_ - 1) / pieceElems_);
     const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / 2;  // two phases
     if (piecesPerChunk_ > maxPieces) {
       piecesPerChunk_ = maxPieces;
       pieceElems_ = (maxChunk + piecesPerChunk_ - 1) / piecesPerChunk_;
+      GOSSAMER_ENFORCE(
+          pieceElems_ <= detail::maxMessageElems<T>(o),
+          "HiPS allreduce of " << portion.size_bytes() << " bytes over " << k_ << " ranks: too large");
     }
   }
 

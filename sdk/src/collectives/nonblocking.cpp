@@ -84,12 +84,17 @@ void Communicator::Worker::run() {
         error = std::current_exception();
       }
     }
-    job.second->finish(error);
     lk.lock();
+    // The jobs queued behind a failed one are those queued before its caller
+    // could see the failure: counted before finish() wakes the caller, so a
+    // job it queues once it caught the error runs.
     if (error && poisonLeft_ == 0 && error != poison_) {
       poison_ = error;
       poisonLeft_ = queue_.size();
     }
+    lk.unlock();
+    job.second->finish(error);
+    lk.lock();
     busy_ = false;
     idle_.notify_all();
   }

@@ -52,8 +52,10 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   // 2 log2(p)+1.
   const std::size_t rounds = 2 * static_cast<std::size_t>(logP) + 2;
   const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / rounds;
-  const std::size_t pieceElems = std::max<std::size_t>(
-      {std::size_t{1}, options.chunkBytes / sizeof(T), (length + maxPieces - 1) / maxPieces});
+  const std::size_t pieceElems =
+      std::max(detail::pieceElemsFor<T>(options), (length + maxPieces - 1) / maxPieces);
+  GOSSAMER_ENFORCE(pieceElems <= detail::maxMessageElems<T>(options),
+                   "Rabenseifner allreduce of " << data.size_bytes() << " bytes: too large");
   auto tagOf = [&](int round, std::size_t piece) {
     return Tag::make(Op::kAllreduce, options.sequence,
                      static_cast<std::uint32_t>(static_cast<std::size_t>(round) * maxPieces + piece));

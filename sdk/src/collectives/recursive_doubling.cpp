@@ -8,8 +8,13 @@
 // remaining ranks exchange whole vectors with the partner whose new rank
 // differs in bit k, for k = 0 .. log2(p) - 1, and combine; the odd ranks then
 // hand the result back. log2(p) + 2 steps when N is not a power of two, each
-// one message of the whole vector: L * sizeof(T) bytes per step per rank.
-// Both partners combine a + b in IEEE arithmetic and so hold the same bits.
+// one message of the whole vector: L * sizeof(T) bytes per step per rank (a
+// vector above 1 GiB, the largest message, as consecutive blocks of at most
+// 1 GiB, block b of round k under segment k * blocks + b). Both partners
+// combine the lower one's vector with the higher one's, in that order, so
+// both hold the same bits even where the order shows (the sign of a zero
+// that max or min keeps, a NaN's payload).
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -30,16 +35,25 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
   const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, data.size());
+  const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
+  GOSSAMER_ENFORCE(blocks * (std::bit_width(static_cast<unsigned>(n)) + 2) <= Tag::kMaxSegment,
+                   "recursive doubling allreduce of " << data.size_bytes() << " bytes: too large");
   std::uint32_t round = 0;
   auto exchange = [&](int peer, bool sendIt, bool recvIt) {
-    const auto tag = Tag::make(Op::kAllreduce, options.sequence, round++);
-    Request recv;
-    if (recvIt) recv = transport.irecvOf<T>(peer, tag, incoming);
-    if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(data)).wait(options.timeoutSeconds);
-    if (recvIt) {
-      recv.wait(options.timeoutSeconds);
-      expectBytes(recv, data.size_bytes(), peer);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const auto tag =
+          Tag::make(Op::kAllreduce, options.sequence, static_cast<std::uint32_t>(round * blocks + b));
+      const std::span<T> in = detail::messageBlock(incoming, b, options),
+                         out = detail::messageBlock(data, b, options);
+      Request recv;
+      if (recvIt) recv = transport.irecvOf<T>(peer, tag, in);
+      if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(out)).wait(options.timeoutSeconds);
+      if (recvIt) {
+        recv.wait(options.timeoutSeconds);
+        expectBytes(recv, out.size_bytes(), peer);
+      }
     }
+    ++round;
   };
   // Fold: among ranks < 2 rem, each even rank hands its vector to the odd one above it.
   int newRank = -1;
@@ -60,8 +74,12 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
       const int partnerNew = newRank ^ mask;
       const int partner = partnerNew < rem ? partnerNew * 2 + 1 : partnerNew + rem;
       exchange(partner, true, true);
-      // a + b == b + a in IEEE arithmetic: both partners get the same bits.
-      combine(op, data.data(), incoming.data(), data.size());
+      if (partnerNew > newRank) {
+        combine(op, data.data(), incoming.data(), data.size());
+      } else {  // the partner's vector first, as the partner combines it
+        combine(op, incoming.data(), data.data(), data.size());
+        std::copy(incoming.begin(), incoming.end(), data.begin());
+      }
     }
   }
   // Unfold: the odd ranks hand the result back.
