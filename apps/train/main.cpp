@@ -273,9 +273,16 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   // With the membership service the survivors of a dead rank go on to the
   // end; without it they stop within their transport timeout.
   const bool membership = c.getOr("membership.enabled", false);
-  o.failureGraceSeconds =
-      membership ? std::numeric_limits<double>::infinity()
-                 : c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
+  const double stopSeconds =
+      c.get<double>("transport.timeout_seconds") + c.get<double>("transport.linger_seconds") + 5;
+  o.failureGraceSeconds = membership ? std::numeric_limits<double>::infinity() : stopSeconds;
+  // Once a rank finished, the job has ended: a rank it removed that never
+  // exits (stopped, hung) is killed, after the time to notice and stop (and
+  // at least as long again as the job had run, for the other side of a
+  // partition that never healed, which trains to its own end).
+  o.finishGraceSeconds = stopSeconds + (membership ? c.get<double>("membership.suspect_seconds") +
+                                                         c.get<double>("membership.agreement_seconds") + 30
+                                                   : 0.0);
   o.name = "gossamer-train";
   // A rank killed and restarted in place (--job ID --rank R --rejoin), or
   // one that joined, runs on without the launcher: it waits for them.

@@ -221,6 +221,39 @@ TEST_CASE("launcher: a rank killed from outside whose restarted process finished
   CHECK_FALSE(error);
 }
 
+TEST_CASE("launcher: a rank still running well after another finished is killed, not waited for without end",
+          "[launcher]") {
+  gossamer::testing::LogCapture log(gossamer::LogLevel::kWarning);
+  // Rank 0 finishes after 0.5 s; rank 1 stops itself (as a rank the job
+  // removed that was stopped); rank 2 finishes 0.8 s after rank 0, within
+  // the grace. Rank 1 is killed max(1 s, 0.5 s) after rank 0 finished.
+  gossamer::LaunchOptions o;
+  o.worldSize = 3;
+  o.executable = "/bin/sh";
+  o.deadlineSeconds = 60;
+  o.finishGraceSeconds = 1.0;
+  o.name = "test-launcher";
+  const std::vector<std::string> scripts{"sleep 0.5; exit 0", "kill -STOP $$; exit 0", "sleep 1.3; exit 0"};
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string&) {
+    return std::vector<std::string>{"sh", "-c", scripts[static_cast<std::size_t>(r)]};
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(result.ranks.size() == 3);
+  CHECK(result.ranks[0].outcome == gossamer::RankOutcome::kFinished);
+  CHECK(result.ranks[1].outcome == gossamer::RankOutcome::kKilled);
+  CHECK(result.ranks[1].signal == SIGKILL);
+  CHECK(result.ranks[2].outcome == gossamer::RankOutcome::kFinished);
+  CHECK(result.failures == 1);
+  CHECK(result.killed);
+  CHECK(seconds >= 1.5);
+  CHECK(seconds < 30);  // well before the deadline
+  bool said = false;
+  for (const auto& [level, text] : log.lines())
+    said = said || text.find("still running well after a rank finished") != std::string::npos;
+  CHECK(said);
+}
+
 TEST_CASE("launcher: a SIGTERM to the launcher is forwarded, every rank is reaped and the directory removed",
           "[launcher]") {
   gossamer::testing::LogCapture log(gossamer::LogLevel::kError);

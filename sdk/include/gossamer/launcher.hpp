@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,14 @@ struct LaunchOptions {
   /// After the first rank fails, how long the others may take to notice and
   /// exit on their own (their transport timeout plus margin), seconds.
   double failureGraceSeconds = 40;
+  /// After the first rank exits with status 0 (the job has ended for it),
+  /// how long the others may take to end too, seconds, and at least as long
+  /// again as the job had run by then (a side of a partition that never
+  /// healed trains to its own end, maybe slower); those still running then
+  /// are killed (RankOutcome::kKilled): a rank the job removed that never
+  /// exits (stopped, or hung) cannot hold the launcher for good. Infinity
+  /// (the default): no bound.
+  double finishGraceSeconds = std::numeric_limits<double>::infinity();
   /// Bound on the whole job, seconds (<= 0: none).
   double deadlineSeconds = 0;
   std::string name = "gossamer";           ///< Prefix of the launcher's log messages (gossamer/log.hpp).
@@ -119,7 +128,8 @@ std::vector<int> allowedCpus();
 /// (forwardSignals); ranks still running `stopGraceSeconds` later are killed,
 /// every rank is reaped and the directory removed before returning.
 /// After a failure the others get `failureGraceSeconds` to stop by
-/// themselves; ranks still running then (or past the deadline) are killed.
+/// themselves, after a rank finished `finishGraceSeconds` to end too; ranks
+/// still running then (or past the deadline) are killed.
 /// The rendezvous directory is removed at the end; `beforeCleanup` (if set)
 /// runs just before, e.g. to read a result file written there.
 /// With `binding` kCore each child binds itself (sched_setaffinity) before

@@ -206,7 +206,8 @@ std::vector<pid_t> startRanks(const LaunchOptions& o,
 
 // Waits for the started ranks to exit, polling every 20 ms: forwards a
 // signal the launcher caught, records each rank's exit and outcome, and
-// kills the ranks still running failureGraceSeconds after a failure, after
+// kills the ranks still running failureGraceSeconds after a failure, the
+// finish grace after a rank finished, after
 // deadlineSeconds, or stopGraceSeconds after a forwarded signal.
 class RankSupervisor {
  public:
@@ -256,7 +257,10 @@ class RankSupervisor {
     x.seconds = since(start_);
     if (WIFSIGNALED(status)) x.signal = WTERMSIG(status);
     if (WIFEXITED(status)) x.status = WEXITSTATUS(status);
-    if (WIFEXITED(status) && x.status == 0) return;  // kFinished
+    if (WIFEXITED(status) && x.status == 0) {  // kFinished
+      if (!firstFinish_) firstFinish_ = Clock::now();
+      return;
+    }
     ++result_.failures;
     if (result_.killed && x.signal == SIGKILL)
       x.outcome = RankOutcome::kKilled;
@@ -284,12 +288,17 @@ class RankSupervisor {
   void killIfOverdue() {
     const bool afterFailure =
         firstFailure_ && !forwardedAt_ && since(*firstFailure_) > o_.failureGraceSeconds;
+    const bool afterFinish =
+        firstFinish_ && !forwardedAt_ &&
+        since(*firstFinish_) >
+            std::max(o_.finishGraceSeconds, std::chrono::duration<double>(*firstFinish_ - start_).count());
     const bool late = o_.deadlineSeconds > 0 && since(start_) > o_.deadlineSeconds;
     const bool stopOverdue = forwardedAt_ && since(*forwardedAt_) > o_.stopGraceSeconds;
-    if (result_.killed || !(afterFailure || late || stopOverdue)) return;
+    if (result_.killed || !(afterFailure || afterFinish || late || stopOverdue)) return;
     GOSSAMER_LOG(kWarning, o_.name << ": killing the ranks still running ("
                                    << (stopOverdue    ? "they outlived the forwarded signal"
                                        : afterFailure ? "after a failure"
+                                       : afterFinish  ? "still running well after a rank finished"
                                                       : "deadline exceeded")
                                    << ")");
     for (std::size_t r = 0; r < pids_.size(); ++r)
@@ -303,7 +312,7 @@ class RankSupervisor {
   LaunchResult result_;
   std::vector<bool> running_;  // by rank
   const Clock::time_point start_ = Clock::now();
-  std::optional<Clock::time_point> firstFailure_, forwardedAt_;
+  std::optional<Clock::time_point> firstFailure_, firstFinish_, forwardedAt_;
   std::size_t alive_;  // ranks not yet reaped
 };
 
