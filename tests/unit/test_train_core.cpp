@@ -22,6 +22,8 @@
 
 #include "dataset.hpp"
 #include "model.hpp"
+#include "registry.hpp"
+#include "trainer.hpp"
 
 namespace {
 
@@ -636,4 +638,15 @@ TEST_CASE("train_core: softmax regression learns Fashion-MNIST", "[train_core][d
   INFO("test accuracy " << before << " -> " << after << ", test loss " << testLoss);
   CHECK(after > 0.70);
   CHECK(testLoss < std::log(10.0));
+}
+
+TEST_CASE("train_core: a summary whose run directory is not valid UTF-8 is still written", "[train_core]") {
+  // A Linux path is bytes; JSON text is UTF-8. Before, dumping such a path
+  // threw once training had ended, and the finished run counted as failed.
+  gossamer::train::TrainSummary s;
+  s.algorithm = "sgp";
+  s.runDir = "/tmp/run\xe9";
+  const std::string json = gossamer::train::summaryJson(s, gossamer::test::defaultConfig());
+  CHECK(json.find("\"run_dir\":\"/tmp/run\xef\xbf\xbd\"") != std::string::npos);  // U+FFFD in its place
+  CHECK(json.find("\"algorithm\":\"sgp\"") != std::string::npos);
 }
