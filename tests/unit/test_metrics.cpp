@@ -17,6 +17,7 @@
 #include "gossamer/topologies/topologies.hpp"
 #include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/run.hpp"
+#include "log_capture.hpp"
 #include "threads.hpp"
 
 using namespace gossamer;
@@ -95,6 +96,44 @@ TEST_CASE("a metrics record is one JSON line with kind, rank, time, step and its
   CHECK(seen[0].rank == 2);
   CHECK(seen[0].step == 17);
   CHECK(json::parse(seen[0].json) == p);
+}
+
+TEST_CASE(
+    "a metrics file that cannot take a record is reported once, and the records still reach the callbacks",
+    "[metrics]") {
+  REQUIRE(fs::exists("/dev/full"));
+  TempDir dir;
+  fs::create_directories(dir.path);
+  fs::create_symlink("/dev/full", dir.path / "rank-0.jsonl");  // every write: ENOSPC
+  MetricsOptions o;
+  o.dir = dir.path.string();
+  gossamer::testing::LogCapture log(LogLevel::kWarning);
+  int seen = 0;
+  Metrics m(0, 1, o);
+  m.subscribe([&seen](const MetricsRecord&) { ++seen; });
+  CHECK(m.writeError().empty());
+  m.emit("probe", 1, {{"x", 1.0}});  // flushed at once
+  CHECK(m.writeError().find("No space left on device") != std::string::npos);
+  m.emit("probe", 2, {{"x", 2.0}});
+  m.finish(2);
+  CHECK(seen == 3);
+  int warnings = 0;
+  for (const auto& [level, text] : log.lines())
+    if (text.find("rank-0.jsonl': No space left on device") != std::string::npos) ++warnings;
+  CHECK(warnings == 1);
+}
+
+TEST_CASE("a noted value may not take the name of a step record's own field", "[metrics]") {
+  MetricsOptions o;
+  Metrics m(0, 1, o);
+  for (const char* name : {"step", "rank", "kind", "time", "steps", "compute_s", "view", "sent_bytes", ""})
+    CHECK_THROWS_AS(m.note(name, 1.0), InvalidArgument);
+  m.note("loss", 0.5);
+  std::string json;
+  m.subscribe([&json](const MetricsRecord& r) { json = r.json; });
+  m.accountStep(7, 0.1, 0.2, 0.0, 1.0, 0);
+  CHECK(nlohmann::json::parse(json)["step"] == 7);
+  CHECK(nlohmann::json::parse(json)["loss"] == 0.5);
 }
 
 TEST_CASE("a process restarted in place of a killed one cuts the torn last record off before appending",

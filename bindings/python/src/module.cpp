@@ -257,29 +257,6 @@ std::vector<std::size_t> tensorSizesOf(const py::object& sizes) {
   return out;
 }
 
-// ---- metrics ---------------------------------------------------------------------
-
-// The fields every metrics record has (Metrics::emit refuses them as fields
-// of a record of the caller's), and those Metrics::accountStep writes into
-// every "step" record, next to the means of what note_metric noted.
-constexpr std::array<const char*, 4> kRecordFields = {"kind", "rank", "time", "step"};
-constexpr std::array<const char*, 8> kStepRecordFields = {"steps",           "compute_s",  "communication_s",
-                                                          "waiting_s",       "sent_bytes", "received_bytes",
-                                                          "push_sum_weight", "view"};
-
-// @throws InvalidArgument when `name` is one of kRecordFields, or with
-// `stepRecord` one of kStepRecordFields, naming `what` and the field.
-void checkFieldName(const std::string& name, bool stepRecord, const char* what) {
-  if (name.empty()) throw InvalidArgument(std::string(what) + ": a field needs a name");
-  for (const char* f : kRecordFields)
-    if (name == f)
-      throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every record has");
-  if (stepRecord)
-    for (const char* f : kStepRecordFields)
-      if (name == f)
-        throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every step record has");
-}
-
 // ---- components ---------------------------------------------------------------
 
 using gossamer::bindings::builtins;
@@ -1037,7 +1014,7 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
             const std::uint64_t s = unsignedOf(step, "step");
             MetricFields f;
             for (const auto& [name, text] : fields) {
-              checkFieldName(name, false, "emit_metrics");
+              gossamer::checkMetricFieldName(name, false, "emit_metrics");
               f.emplace_back(name, JsonText{text});
             }
             auto live = a.hold();
@@ -1053,7 +1030,7 @@ void defineAgentMetrics(py::class_<PyAgent>& cls) {
       .def(
           "note_metric",
           [](PyAgent& a, const std::string& name, double value) {
-            checkFieldName(name, true, "note_metric");
+            gossamer::checkMetricFieldName(name, true, "note_metric");
             auto live = a.hold();
             Metrics& m = live->session->agent().metrics();
             const WithoutGil call(std::move(live));

@@ -119,13 +119,20 @@ class Metrics {
 
   /// Records `kind` at `step` with `fields` (after kind, rank, time, step).
   /// A no-op when disabled. @throws InvalidArgument for an empty kind, a
-  /// field named kind, rank, time or step, or a JsonText that is not JSON.
+  /// field without a name or named kind, rank, time or step, or a JsonText
+  /// that is not JSON. A record the file cannot take (a full disk, an I/O
+  /// error) is logged once as a warning; from then on records go only to
+  /// the callbacks (writeError() says why).
   void emit(std::string_view kind, std::uint64_t step, const MetricFields& fields = {});
   /// Adds `value` to the named value of the next `step` record, which
   /// carries the mean of the values noted since the last one (e.g.
   /// note("loss", x) every step). Cheap: no allocation after the first use
-  /// of a name. A no-op when disabled.
+  /// of a name. A no-op when disabled. @throws InvalidArgument for a name
+  /// that a step record has already (checkMetricFieldName).
   void note(const std::string& name, double value);
+  /// Why the file stopped taking records ("writing '<path>': No space left
+  /// on device"), empty while it takes them (or there is none).
+  std::string writeError() const;
 
   /// Accounts one optimizer step (the metered optimizer calls it): seconds
   /// spent before it (computeSeconds), inside it not waiting, and waiting;
@@ -140,13 +147,17 @@ class Metrics {
 
  private:
   void write(MetricsRecord&& r, bool flushNow);
+  // Caller holds mu_: logs the file's error once and stops writing to it.
+  void fileFailed(int err);
 
   int rank_;
   MetricsOptions options_;
   std::shared_ptr<LinkMeter> links_;
   double startUnix_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::FILE* file_ = nullptr;
+  std::string path_;        // of file_
+  std::string writeError_;  // set once file_ failed (and was closed)
   double lastFlush_ = 0;
   std::vector<std::pair<int, std::function<void(const MetricsRecord&)>>> callbacks_;
   int nextId_ = 0;
@@ -158,6 +169,13 @@ class Metrics {
   std::vector<std::uint64_t> sentAtLast_, receivedAtLast_;
   std::vector<std::pair<std::string, std::pair<double, std::uint64_t>>> noted_;  // name -> (sum, count)
 };
+
+/// Checks the name of a field an application adds to a metrics record: not
+/// empty, not one every record has (kind, rank, time, step) and, with
+/// `stepRecord`, not one every step record has (steps, compute_s,
+/// communication_s, waiting_s, sent_bytes, received_bytes, push_sum_weight,
+/// view). @throws InvalidArgument naming `what` (the caller) and the field.
+void checkMetricFieldName(const std::string& name, bool stepRecord, const char* what);
 
 /// Seconds the calling thread has spent blocked in Request::waitFor and
 /// Request::wait so far (a per-thread running total; the metered optimizer

@@ -4,6 +4,7 @@
 #include "gossamer/kit/clock.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -155,10 +156,41 @@ Metrics::Metrics(int rank, int worldSize, MetricsOptions o)
   dropTornRecord(path);
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) throw Error("run.dir: cannot open '" + path + "': " + std::strerror(errno));
+  path_ = path;
 }
 
 Metrics::~Metrics() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ != nullptr && std::fclose(file_) != 0)
+    GOSSAMER_LOG(kWarning, "run.dir: writing '" << path_ << "' failed: " << std::strerror(errno)
+                                                << "; its last records are lost");
+}
+
+std::string Metrics::writeError() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return writeError_;
+}
+
+void Metrics::fileFailed(int err) {
+  writeError_ = "writing '" + path_ + "': " + std::strerror(err);
+  GOSSAMER_LOG(kWarning,
+               "run.dir: " << writeError_ << "; this rank's records from now on reach only the callbacks");
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+void checkMetricFieldName(const std::string& name, bool stepRecord, const char* what) {
+  static constexpr std::array<const char*, 4> kRecordFields = {"kind", "rank", "time", "step"};
+  static constexpr std::array<const char*, 8> kStepRecordFields = {
+      "steps",      "compute_s",      "communication_s", "waiting_s",
+      "sent_bytes", "received_bytes", "push_sum_weight", "view"};
+  if (name.empty()) throw InvalidArgument(std::string(what) + ": a field needs a name");
+  for (const char* f : kRecordFields)
+    if (name == f)
+      throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every record has");
+  if (stepRecord)
+    for (const char* f : kStepRecordFields)
+      if (name == f)
+        throw InvalidArgument(std::string(what) + ": field '" + name + "' is one every step record has");
 }
 
 int Metrics::subscribe(std::function<void(const MetricsRecord&)> f) {
@@ -178,12 +210,14 @@ void Metrics::write(MetricsRecord&& r, bool flushNow) {
   // Caller holds mu_.
   if (r.kind == "start" && !start_) start_ = r;
   if (file_ != nullptr) {
-    std::fwrite(r.json.data(), 1, r.json.size(), file_);
-    std::fputc('\n', file_);
-    if (flushNow || r.unixSeconds - lastFlush_ >= 1.0) {
-      std::fflush(file_);
+    errno = 0;
+    bool ok = std::fwrite(r.json.data(), 1, r.json.size(), file_) == r.json.size() &&
+              std::fputc('\n', file_) != EOF;
+    if (ok && (flushNow || r.unixSeconds - lastFlush_ >= 1.0)) {
+      ok = std::fflush(file_) == 0;
       lastFlush_ = r.unixSeconds;
     }
+    if (!ok) fileFailed(errno != 0 ? errno : EIO);
   }
   for (const auto& c : callbacks_) c.second(r);
 }
@@ -208,8 +242,7 @@ void Metrics::emit(std::string_view kind, std::uint64_t step, const MetricFields
   MetricsRecord r;
   Json j = begin(r, kind, rank_, step);
   for (const auto& [name, value] : fields) {
-    GOSSAMER_ENFORCE(name != "kind" && name != "rank" && name != "time" && name != "step",
-                     "metrics field '" << name << "' is one every record has");
+    checkMetricFieldName(name, false, "metrics record");
     j[name] = toJson(name, value);
   }
   r.json = j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -226,6 +259,7 @@ void Metrics::note(const std::string& name, double value) {
       ++n.second.second;
       return;
     }
+  checkMetricFieldName(name, true, "Metrics::note");  // once per name
   noted_.emplace_back(name, std::make_pair(value, std::uint64_t{1}));
 }
 
