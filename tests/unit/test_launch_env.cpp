@@ -62,6 +62,14 @@ TEST_CASE("Open MPI on one host: a directory named by the job", "[launch]") {
   CHECK(l->rank == 3);
   CHECK(l->worldSize == 4);
   CHECK(l->rendezvous == "/scratch/gossamer-rendezvous-mpirun-2040135681");
+  // Open MPI 5 (PRRTE) names the namespace "prterun-HOST-PID@N": the
+  // characters a path should not hold become '_'.
+  const auto five = discoverLaunch(envOf({{"OMPI_COMM_WORLD_RANK", "0"},
+                                          {"OMPI_COMM_WORLD_SIZE", "2"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                          {"PMIX_NAMESPACE", "prterun-vm/1-1234@1"}}));
+  REQUIRE(five);
+  CHECK(five->rendezvous == "/tmp/gossamer-rendezvous-mpirun-prterun-vm_1-1234_1");
 }
 
 TEST_CASE("Open MPI on one host: two jobs with one job id but their own mpirun keys meet in two directories",

@@ -51,6 +51,14 @@ bool safeForPath(const std::string& s) {
   return !s.empty();
 }
 
+// `s` with every character that safeForPath refuses as '_' (Open MPI 5's
+// PMIx namespace is "prterun-HOST-PID@N").
+std::string pathSafe(std::string s) {
+  for (char& ch : s)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_')) ch = '_';
+  return s;
+}
+
 // A job id when every rank runs on this host, else "".
 std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l,
                             const std::function<std::string()>& parentProcess) {
@@ -69,8 +77,8 @@ std::string singleHostJobId(const EnvLookup& env, const LaunchEnvironment& l,
     if (!id) id = env("OMPI_MCA_ess_base_jobid");
     if (!id) return "";
     if (auto key = env("OMPI_MCA_orte_precondition_transports"); key && safeForPath(*key))
-      return *id + "-" + *key;
-    return *id;
+      return pathSafe(*id) + "-" + *key;
+    return pathSafe(*id);
   }
   if (l.launcher == "srun" && env("SLURM_NNODES") == std::string("1")) {
     if (auto job = env("SLURM_JOB_ID")) return *job + "." + env("SLURM_STEP_ID").value_or("0");
