@@ -357,7 +357,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", configPath, "YAML config (see README, 'YAML schema')")->required();
   app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
   app.add_option("--rendezvous", rendezvous,
-                 "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
+                 "with --rank (or under a launcher: it wins over the launcher's): a directory shared by all "
+                 "ranks, or tcp://HOST:PORT served by rank 0");
   app.add_option(
       "--summary-json", summaryPath,
       "also write the JSON summary to this file (it always goes to <run.dir>/summary.json when the "
@@ -411,7 +412,14 @@ int main(int argc, char** argv) {
     const gossamer::Registry registry = train::makeTrainRegistry();
     std::optional<gossamer::LaunchEnvironment> launch;
     if (rank < 0) {
-      launch = gossamer::discoverLaunch();
+      // A --rendezvous given here wins over the launcher's (its variables
+      // still give the rank and world size).
+      const gossamer::EnvLookup processEnv = gossamer::processEnvironment();
+      const std::string given = rendezvous;
+      launch = gossamer::discoverLaunch([&](const std::string& name) -> std::optional<std::string> {
+        if (name == "GOSSAMER_RENDEZVOUS" && !given.empty()) return given;
+        return processEnv(name);
+      });
       if (fromEnv && !launch)
         throw gossamer::InvalidArgument(
             "--from-env: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, "

@@ -49,6 +49,13 @@ TEST_CASE("RANK and WORLD_SIZE by hand: the store at MASTER_PORT itself", "[laun
   REQUIRE(l);
   CHECK(l->launcher == "env");
   CHECK(l->rendezvous == "tcp://127.0.0.5:4000");
+  // One rank meets nobody: no rendezvous, and no error for the want of one.
+  const auto alone = discoverLaunch(envOf({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  REQUIRE(alone);
+  CHECK(alone->worldSize == 1);
+  CHECK(alone->rendezvous.empty());
+  CHECK_THROWS_WITH(discoverLaunch(envOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}})),
+                    Catch::Contains("there is no rendezvous"));
 }
 
 TEST_CASE("Open MPI on one host: a directory named by the job", "[launch]") {

@@ -307,6 +307,9 @@ gossamer_status gossamer_agent_from_env(const char* config, int config_is_text, 
       throw InvalidArgument(
           "no launcher found: set RANK, WORLD_SIZE and GOSSAMER_RENDEZVOUS, or start under torchrun, mpirun, "
           "mpiexec or srun");
+    require(!launch->rendezvous.empty(),
+            "the launcher's world of one rank names no rendezvous: set GOSSAMER_RENDEZVOUS (a directory of "
+            "your own)");
     create(loadConfig(config, config_is_text, overrides, n_overrides,
                       {"world_size=" + std::to_string(launch->worldSize)}),
            launch->rank, launch->rendezvous, out);

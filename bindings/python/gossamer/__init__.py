@@ -92,11 +92,13 @@ def discover_launch() -> Optional[dict]:
 
     Returns:
         ``{"launcher": str, "rank": int, "world_size": int, "rendezvous": str}``
-        or ``None`` when no launcher's variables are set.
+        or ``None`` when no launcher's variables are set. A world of one
+        needs no rendezvous: ``"rendezvous"`` is then ``""`` when none of
+        those variables names one.
 
     Raises:
         InvalidArgument: a malformed variable (named in the message), or no
-            way to find the rendezvous.
+            way to find the rendezvous of a world of more than one rank.
     """
     return _core.discover_launch()
 
@@ -373,7 +375,8 @@ class Agent:
         """An Agent whose rank, world size and rendezvous come from the
         launcher's environment (see :func:`discover_launch`): torchrun,
         ``mpirun``, ``srun`` or MPICH's Hydra. Without any launcher variables
-        it is the single rank of a world of one, whose rendezvous is a new
+        (or with a launcher's world of one that names no rendezvous) it is
+        the single rank of a world of one, whose rendezvous is a new
         directory under :func:`tempfile.gettempdir`, removed when the agent
         closes (or is collected unclosed).
 
@@ -382,7 +385,7 @@ class Agent:
             variables.
         """
         launch = discover_launch()
-        if launch is None:
+        if launch is None or not launch["rendezvous"]:
             rendezvous = tempfile.mkdtemp(prefix="gossamer-rendezvous-")
             try:
                 agent = cls(config, 0, 1, rendezvous, overrides)
@@ -390,7 +393,7 @@ class Agent:
                 shutil.rmtree(rendezvous, ignore_errors=True)
                 raise
             agent._own_rendezvous = weakref.finalize(agent, _remove_in, os.getpid(), rendezvous)
-            agent.launcher = "none"
+            agent.launcher = "none" if launch is None else launch["launcher"]
             return agent
         agent = cls(config, launch["rank"], launch["world_size"], launch["rendezvous"], overrides)
         agent.launcher = launch["launcher"]

@@ -175,6 +175,22 @@ def test_from_env_without_a_launcher_is_a_world_of_one(monkeypatch, tmp_path):
         assert (a.rank, a.world_size, a.launcher) == (0, 1, "none")
 
 
+def test_from_env_under_a_launcher_of_one_rank_without_a_rendezvous_is_a_world_of_one(monkeypatch, tmp_path):
+    listing = _no_launcher(monkeypatch, tmp_path)
+    for k in ("GOSSAMER_RENDEZVOUS", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert gossamer.discover_launch() == {"launcher": "env", "rank": 0, "world_size": 1, "rendezvous": ""}
+    with gossamer.Agent.from_env(ONE) as a:
+        assert (a.rank, a.world_size, a.launcher) == (0, 1, "env")
+        assert len(listing()) == 1
+    assert listing() == []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(gossamer.InvalidArgument, match="there is no rendezvous"):
+        gossamer.discover_launch()
+
+
 def test_a_world_of_one_removes_its_rendezvous_directory(monkeypatch, tmp_path):
     listing = _no_launcher(monkeypatch, tmp_path)
     a = gossamer.Agent.from_env(ONE)

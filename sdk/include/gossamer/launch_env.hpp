@@ -52,12 +52,14 @@ std::string parentProcessId();
 ///      Hydra, when MPI_LOCALNRANKS equals the world size, the parent
 ///      process, the host's hydra_pmi_proxy, as `parentProcess` names it):
 ///      the directory ${TMPDIR:-/tmp}/gossamer-rendezvous-<launcher>-<job id>.
+/// A job of one rank needs none: its rendezvous is then "" when none of
+/// these is set.
 ///
 /// @returns nullopt when no launcher's variables are set.
 /// @throws InvalidArgument naming the variable when a value is malformed
 ///         (not an integer, rank outside [0, world size), port outside
-///         1..65535) or when no rendezvous can be found (the message says
-///         which variables to set).
+///         1..65535) or when a job of more than one rank has no rendezvous
+///         (the message says which variables to set).
 std::optional<LaunchEnvironment> discoverLaunch(
     const EnvLookup& env = processEnvironment(),
     const std::function<std::string()>& parentProcess = parentProcessId);

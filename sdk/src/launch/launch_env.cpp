@@ -189,6 +189,7 @@ std::optional<LaunchEnvironment> discoverLaunch(const EnvLookup& env,
         (tmp.empty() ? std::string("/tmp") : tmp) + "/gossamer-rendezvous-" + l.launcher + "-" + job;
     return l;
   }
+  if (l.worldSize == 1) return l;  // nobody to meet
   throw InvalidArgument("rank " + std::to_string(l.rank) + " of " + std::to_string(l.worldSize) +
                         " started by " + l.launcher + " (" + found->rank +
                         "), but there is no rendezvous: set MASTER_ADDR and MASTER_PORT (rank 0 serves the "
