@@ -4,9 +4,11 @@
 #include <sched.h>
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -219,6 +221,31 @@ TEST_CASE("launcher: a rank killed from outside whose restarted process finished
   }
   CHECK(summary);
   CHECK_FALSE(error);
+}
+
+TEST_CASE("launcher: ranks it cannot start all leave nothing behind: no process, no directory",
+          "[launcher]") {
+  gossamer::LaunchOptions o;
+  o.worldSize = 3;
+  o.executable = "/bin/sh";
+  o.deadlineSeconds = 60;
+  o.name = "test-launcher";
+  std::string dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(gossamer::launchLocalRanks(o,
+                                               [&](int r, const std::string& d) {
+                                                 dir = d;
+                                                 if (r == 2)
+                                                   throw gossamer::InvalidArgument("no args for rank 2");
+                                                 return std::vector<std::string>{"sh", "-c", "exec sleep 30"};
+                                               }),
+                    Catch::Contains("no args for rank 2"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // ranks 0 and 1 were killed
+  REQUIRE_FALSE(dir.empty());
+  CHECK_FALSE(std::filesystem::exists(dir));
+  errno = 0;
+  CHECK(waitpid(-1, nullptr, WNOHANG) == -1);  // and reaped: this process has no child left
+  CHECK(errno == ECHILD);
 }
 
 TEST_CASE("launcher: a rank still running well after another finished is killed, not waited for without end",

@@ -46,7 +46,8 @@ struct LaunchOptions {
   /// exits (stopped, or hung) cannot hold the launcher for good. Infinity
   /// (the default): no bound.
   double finishGraceSeconds = std::numeric_limits<double>::infinity();
-  /// Bound on the whole job, seconds (<= 0: none).
+  /// Bound on the whole job, seconds, the processes followJob waits for
+  /// included (<= 0: none).
   double deadlineSeconds = 0;
   std::string name = "gossamer";           ///< Prefix of the launcher's log messages (gossamer/log.hpp).
   CpuBinding binding = CpuBinding::kNone;  ///< Which CPUs each rank's process may run on.
@@ -138,7 +139,8 @@ std::vector<int> allowedCpus();
 /// "cannot bind to CPU c" through the log hook), one that cannot execute the
 /// program with 127.
 /// @throws Error if the directory cannot be created, fork fails (ranks
-///         already started are killed first) or, with kCore, the calling
+///         already started are killed first; so they are if argsFor throws,
+///         which passes on) or, with kCore, the calling
 ///         thread's affinity mask cannot be read (allowedCpus); then no
 ///         process is started and no directory is left.
 LaunchResult launchLocalRanks(const LaunchOptions& options,

@@ -164,14 +164,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Forks and executes o.executable once per rank with argsFor(rank,
-// rendezvous), each bound to its CPU of `cpus` (none when empty; `bindTo`
-// is the mask's scratch); returns the children's pids by rank. If a fork
-// fails, kills and reaps the ranks already started and throws.
-std::vector<pid_t> startRanks(const LaunchOptions& o,
-                              const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
-                              const std::string& rendezvous, const std::vector<int>& cpus, CpuSet& bindTo) {
-  std::vector<pid_t> pids;
+// startRanks' loop: appends each child's pid to `pids` as it starts.
+void startEachRank(const LaunchOptions& o,
+                   const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
+                   const std::string& rendezvous, const std::vector<int>& cpus, CpuSet& bindTo,
+                   std::vector<pid_t>& pids) {
   for (int r = 0; r < o.worldSize; ++r) {
     std::vector<std::string> args = argsFor(r, rendezvous);  // built before fork: no allocation in the child
     std::vector<char*> argv;
@@ -185,11 +182,8 @@ std::vector<pid_t> startRanks(const LaunchOptions& o,
       CPU_SET_S(static_cast<std::size_t>(cpu), bindTo.bytes(), bindTo.get());
     }
     const pid_t pid = fork();
-    if (pid < 0) {
-      for (pid_t p : pids) kill(p, SIGKILL);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
-      throw Error("fork failed while starting rank " + std::to_string(r));
-    }
+    if (pid < 0)
+      throw Error("fork failed while starting rank " + std::to_string(r) + ": " + std::strerror(errno));
     if (pid == 0) {
       // Before exec, so every thread of the rank inherits the mask.
       // Failures are told by the exit status only (after fork only
@@ -200,6 +194,24 @@ std::vector<pid_t> startRanks(const LaunchOptions& o,
       _exit(kCannotExec);
     }
     pids.push_back(pid);
+  }
+}
+
+// Forks and executes o.executable once per rank with argsFor(rank,
+// rendezvous), each bound to its CPU of `cpus` (none when empty; `bindTo`
+// is the mask's scratch); returns the children's pids by rank. If a fork
+// fails or argsFor throws, kills and reaps the ranks already started and
+// throws.
+std::vector<pid_t> startRanks(const LaunchOptions& o,
+                              const std::function<std::vector<std::string>(int, const std::string&)>& argsFor,
+                              const std::string& rendezvous, const std::vector<int>& cpus, CpuSet& bindTo) {
+  std::vector<pid_t> pids;
+  try {
+    startEachRank(o, argsFor, rendezvous, cpus, bindTo, pids);
+  } catch (...) {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    for (pid_t p : pids) waitpid(p, nullptr, 0);
+    throw;
   }
   return pids;
 }
@@ -337,9 +349,10 @@ std::vector<pid_t> markedProcesses(const std::string& dir) {
 
 // LaunchOptions::followJob: waits while a process marked in `dir` runs; a
 // caught signal is forwarded to them, and stopGraceSeconds later they are
-// killed. Records a caught signal in `result`.
-void followMarkedProcesses(const std::string& dir, const LaunchOptions& o, LaunchResult& result) {
-  using Clock = std::chrono::steady_clock;
+// killed, as they are past the job's deadline (deadlineSeconds after
+// `start`). Records a caught signal in `result`.
+void followMarkedProcesses(const std::string& dir, const LaunchOptions& o, Clock::time_point start,
+                           LaunchResult& result) {
   bool said = false;
   std::optional<Clock::time_point> forwardedAt;
   for (;;) {
@@ -358,10 +371,13 @@ void followMarkedProcesses(const std::string& dir, const LaunchOptions& o, Launc
       forwardedAt = Clock::now();
       for (pid_t p : alive) kill(p, sig);
     }
-    if (forwardedAt &&
-        std::chrono::duration<double>(Clock::now() - *forwardedAt).count() > o.stopGraceSeconds) {
-      GOSSAMER_LOG(kWarning,
-                   o.name << ": killing the job's processes still running (they outlived the signal)");
+    const bool outlived = forwardedAt && std::chrono::duration<double>(Clock::now() - *forwardedAt).count() >
+                                             o.stopGraceSeconds;
+    const bool late = o.deadlineSeconds > 0 &&
+                      std::chrono::duration<double>(Clock::now() - start).count() > o.deadlineSeconds;
+    if (outlived || late) {
+      GOSSAMER_LOG(kWarning, o.name << ": killing the job's processes still running ("
+                                    << (outlived ? "they outlived the signal" : "deadline exceeded") << ")");
       for (pid_t p : alive) kill(p, SIGKILL);
       return;
     }
@@ -467,9 +483,18 @@ LaunchResult launchLocalRanks(const LaunchOptions& o,
   }
   // Caught from here on; exec resets the children's handlers to the default.
   SignalForwarding forwarding(o.forwardSignals);
-  RankSupervisor supervisor(o, cpus, startRanks(o, argsFor, rendezvous, cpus, bindTo));
+  const Clock::time_point start = Clock::now();
+  std::vector<pid_t> pids;
+  try {
+    pids = startRanks(o, argsFor, rendezvous, cpus, bindTo);
+  } catch (...) {  // no rank runs: nothing is left either
+    std::error_code ec;
+    std::filesystem::remove_all(rendezvous, ec);
+    throw;
+  }
+  RankSupervisor supervisor(o, cpus, std::move(pids));
   LaunchResult result = supervisor.waitAll();
-  if (o.followJob && result.signal == 0) followMarkedProcesses(rendezvous, o, result);
+  if (o.followJob && result.signal == 0) followMarkedProcesses(rendezvous, o, start, result);
   if (o.followJob && o.replacedRanks && result.signal == 0) markReplaced(result, o.replacedRanks(rendezvous));
   if (beforeCleanup) beforeCleanup(rendezvous);
   std::error_code ec;
