@@ -1131,11 +1131,32 @@ TEST_CASE("config: a cross-key rule broken by an override names the override", "
   e = loadError(file.path(), {"training.epochs=2", "training.epochs=0"});
   CHECK(e.file() == "override 'training.epochs=0'");
   CHECK(e.key() == "training.epochs");
+  // A bad value in an override has no line: the override is its own text.
+  e = loadError(file.path(), {"world_size=2=3"});
+  CHECK(e.file() == "override 'world_size=2=3'");
+  CHECK(e.line() == 0);
+  CHECK(e.key() == "world_size");
   // Two valid overrides of one key: the later one is the value.
   CHECK(reg().load(file.path(), {"training.epochs=2", "training.epochs=5"}).get<int>("training.epochs") == 5);
   // An override value holding a second YAML document is refused, as a file's is.
   CHECK_THROWS_WITH(reg().load(file.path(), {"world_size=2\n---\n3"}),
                     Catch::Contains("more than one YAML document"));
+}
+
+TEST_CASE("config: an empty first document and an empty key name are told as such", "[config]") {
+  try {
+    reg().parse("---\n...\n---\nworld_size: 2\n", "two.yaml");
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("more than one YAML document") != std::string::npos);
+  }
+  try {
+    reg().parse("world_size: 2\n\"\": 1\n", "empty-key.yaml");
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.line() == 2);
+    CHECK(std::string(e.what()).find("an empty key name") != std::string::npos);
+  }
 }
 
 TEST_CASE("config: validateConfig checks in-code configs", "[config]") {

@@ -348,11 +348,11 @@ class Parser {
     } catch (const YAML::Exception& e) {
       throw ConfigError(file_, lineOf(e.mark), "", "invalid YAML: " + e.msg);
     }
-    if (root.IsNull()) {
-      throw ConfigError(file_, 0, "", "config is empty (expected a map of settings)");
-    }
     if (second) {
       throw ConfigError(file_, lineOf(*second), "", "more than one YAML document (a config is a single map)");
+    }
+    if (root.IsNull()) {
+      throw ConfigError(file_, 0, "", "config is empty (expected a map of settings)");
     }
     if (!root.IsMap()) {
       throw ConfigError(file_, lineOf(root.Mark()), "",
@@ -407,7 +407,9 @@ class Parser {
   }
 
  private:
-  static int lineOf(const YAML::Mark& mark) { return mark.line >= 0 ? mark.line + 1 : 0; }
+  /// The 1-based line of `mark`; 0 when unknown, and in an override (whose
+  /// value is text of its own, not a line of the file).
+  int lineOf(const YAML::Mark& mark) const { return !applying_ && mark.line >= 0 ? mark.line + 1 : 0; }
 
   /// The line of `key` (or of its closest recorded parent: `a.b[2][0]`, then
   /// `a.b[2]`, `a.b`, `a`); 0 when none was read from the file.
@@ -457,7 +459,7 @@ class Parser {
 
   /// Where a value lives. yaml-cpp places a missing (null) value on the next
   /// token, possibly lines later, so fall back to the key's line for those.
-  static int valueLine(const YAML::Node& key, const YAML::Node& value) {
+  int valueLine(const YAML::Node& key, const YAML::Node& value) const {
     if (value.IsNull() || value.Mark().line < 0) return lineOf(key.Mark());
     return lineOf(value.Mark());
   }
@@ -552,6 +554,7 @@ class Parser {
   }
 
   std::string unknownKeyMessage(const Section& section, std::string_view name) const {
+    if (name.empty()) return "an empty key name";
     const auto& all = schema_.sections();
     std::vector<std::string_view> known;
     for (const Entry& e : section.entries) known.push_back(e.spec.name);
