@@ -265,3 +265,28 @@ TEST_CASE("split: a child outlives the communicator it was split from", "[collec
                dynamic_cast<SubTransport&>(child->transport()).context());
   });
 }
+
+TEST_CASE("split: a collective on a split names a peer that sent the wrong length by its rank in the job",
+          "[collectives][split]") {
+  // Ranks 1 and 3 (color 1) allreduce over their split, rank 3 with a longer
+  // vector. Rank 3's left neighbour in the split's ring is its rank 0: job
+  // rank 1, which the error names (the split's own numbering would say 0).
+  const int n = 4;
+  auto g = inprocGroup(n);
+  std::vector<int> named(n, -2);
+  onEveryRank(n, [&](int r) {
+    Communicator world(*g[static_cast<std::size_t>(r)], 2.0);
+    auto sub = world.split(r % 2, r);
+    std::vector<float> v(r == 3 ? 12 : 8, 1.0f);
+    try {
+      ringAllreduce<float>(sub->transport(), std::span<float>(v), ReduceOp::kSum, {1, 2.0});
+    } catch (const ProtocolError& e) {
+      named[static_cast<std::size_t>(r)] = e.peer();
+    } catch (const Error&) {
+      named[static_cast<std::size_t>(r)] = -1;
+    }
+  });
+  CHECK(named[3] == 1);
+  CHECK(named[0] == -2);  // color 0 agreed
+  CHECK(named[2] == -2);
+}

@@ -75,7 +75,7 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
   }
   for (std::size_t k = 0; k < recvs.size(); ++k) {
     recvs[k].wait(options.timeoutSeconds);
-    expectBytes(recvs[k], expected[k].second, expected[k].first);
+    expectBytes(transport, recvs[k], expected[k].second, expected[k].first);
   }
   waitAll(sends, options.timeoutSeconds);
 }

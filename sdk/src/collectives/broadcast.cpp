@@ -38,7 +38,7 @@ void broadcastBlock(Transport& transport, std::span<T> data, int root, const Tag
       const int parent = mod(vr - mask + root, n);
       Request recv = transport.irecvOf<T>(parent, tag, data);
       recv.wait(options.timeoutSeconds);
-      expectBytes(recv, data.size_bytes(), parent);
+      expectBytes(transport, recv, data.size_bytes(), parent);
       break;
     }
     mask <<= 1;
@@ -70,7 +70,7 @@ void reduceBlock(Transport& transport, std::span<T> data, int root, ReduceOp op,
       const int child = mod(vr + mask + root, n);
       Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
       recv.wait(options.timeoutSeconds);
-      expectBytes(recv, data.size_bytes(), child);
+      expectBytes(transport, recv, data.size_bytes(), child);
       combine(op, data.data(), incoming.data(), data.size());
     }
   }

@@ -75,11 +75,15 @@ std::span<T> messageBlock(std::span<T> data, std::size_t b, const CollectiveOpti
   return data.subspan(begin, std::min(most, data.size() - begin));
 }
 
-/// @throws ProtocolError naming `peer` if request `r` received other than
-/// `expected` bytes (ranks passing different vector lengths).
-inline void expectBytes(const Request& r, std::size_t expected, int peer) {
+/// @throws ProtocolError naming `peer` (a rank of `transport`, named by its
+/// rank in the job when `transport` is a SubTransport view) if request `r`
+/// received other than `expected` bytes (ranks passing different lengths).
+inline void expectBytes(const Transport& transport, const Request& r, std::size_t expected, int peer) {
   if (r.bytes() != expected)
-    throw ProtocolError(peer, frame_offset::kPayloadBytes,
+    throw ProtocolError(dynamic_cast<const SubTransport*>(&transport) != nullptr
+                            ? static_cast<const SubTransport&>(transport).globalRank(peer)
+                            : peer,
+                        frame_offset::kPayloadBytes,
                         "collective chunk of " + std::to_string(r.bytes()) + " bytes, expected " +
                             std::to_string(expected) + " (do all ranks pass the same length?)");
 }

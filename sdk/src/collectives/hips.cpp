@@ -101,7 +101,7 @@ class Mesh {
         auto& req = recvs[static_cast<std::size_t>(j)][p];
         req.wait(o_.timeoutSeconds);
         auto dst = piece(mine, p);
-        expectBytes(req, dst.size_bytes(), j);
+        detail::expectBytes(t_, req, dst.size_bytes(), j);
         detail::combine(op, dst.data(), piece(slot, p).data(), dst.size());
       }
     }
@@ -132,7 +132,7 @@ class Mesh {
       for (std::size_t p = 0; p < pieces(c.size()); ++p) {
         auto& req = recvs[static_cast<std::size_t>(j)][p];
         req.wait(o_.timeoutSeconds);
-        expectBytes(req, piece(c, p).size_bytes(), j);
+        detail::expectBytes(t_, req, piece(c, p).size_bytes(), j);
       }
     }
     waitAll(sends, o_.timeoutSeconds);
@@ -151,12 +151,6 @@ class Mesh {
   std::span<T> slot(std::vector<T>& buffer, int j, std::size_t len) const {
     const std::size_t index = static_cast<std::size_t>(j < d_ ? j : j - 1);
     return std::span<T>(buffer).subspan(index * len, len);
-  }
-  void expectBytes(const Request& r, std::size_t expected, int local) const {
-    if (r.bytes() != expected)
-      throw ProtocolError(t_.globalRank(local), frame_offset::kPayloadBytes,
-                          "HiPS mesh chunk of " + std::to_string(r.bytes()) + " bytes, expected " +
-                              std::to_string(expected) + " (do all ranks pass the same length?)");
   }
 
   SubTransport& t_;

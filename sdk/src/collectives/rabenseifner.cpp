@@ -82,7 +82,7 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
     for (std::size_t k = 0; k < recvs.size(); ++k) {
       const auto dst = pieceOf(in, k);
       recvs[k].wait(options.timeoutSeconds);
-      expectBytes(recvs[k], dst.size_bytes(), peer);
+      expectBytes(transport, recvs[k], dst.size_bytes(), peer);
       if (reduce) combine(partial, dst.data(), pieceOf(land, k).data(), dst.size());
     }
     for (auto& req : sends) req.wait(options.timeoutSeconds);

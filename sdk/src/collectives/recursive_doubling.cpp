@@ -50,7 +50,7 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
       if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(out)).wait(options.timeoutSeconds);
       if (recvIt) {
         recv.wait(options.timeoutSeconds);
-        expectBytes(recv, out.size_bytes(), peer);
+        expectBytes(transport, recv, out.size_bytes(), peer);
       }
     }
     ++round;

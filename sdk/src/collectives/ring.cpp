@@ -97,7 +97,7 @@ class Ring {
         auto& req = recvs[s % 2][k];
         req.wait(o_.timeoutSeconds);
         auto dst = piece(in, k);
-        expectBytes(req, dst.size_bytes(), left_);
+        expectBytes(t_, req, dst.size_bytes(), left_);
         // If the transport takes the reduced piece's checksum, each block is
         // summed right after it is reduced, while it is in L1, rather than the
         // transport reading the piece again later.
@@ -158,7 +158,7 @@ class Ring {
         auto& req = gather[static_cast<std::size_t>(s)][k];
         req.wait(o_.timeoutSeconds);
         auto got = piece(in, k);
-        expectBytes(req, got.size_bytes(), left_);
+        expectBytes(t_, req, got.size_bytes(), left_);
         // Forwarded as received: the transport's verified checksum goes along.
         if (s + 1 < n_ - 1) send(got, base + static_cast<std::size_t>(s) + 1, k, req.payloadChecksum());
       }
