@@ -119,8 +119,11 @@ std::vector<std::vector<double>> computeOf(const std::string& dir, int worldSize
       } catch (const json::exception&) {
         bad("compute_s or communication_s is not a number");
       }
-      if (steps < 1 || steps > 1'000'000 || !(c >= 0) || !std::isfinite(c))
-        bad("a step record without 1 <= steps <= 1000000 and compute_s >= 0");
+      // At most 10^6 s a step, as sim.step_seconds: times sim.slow_factor
+      // (at most 10^6) it stays a finite simulated time.
+      if (steps < 1 || steps > 1'000'000 || !(c >= 0) || !(c / static_cast<double>(steps) <= 1e6))
+        bad("a step record without 1 <= steps <= 1000000 and 0 <= compute_s + communication_s <= 10^6 s a "
+            "step");
       if (mine.size() + steps > kMostSteps) bad("more than 10^7 steps in this rank's records");
       for (std::uint64_t k = 0; k < steps; ++k) mine.push_back(c / static_cast<double>(steps));
     }

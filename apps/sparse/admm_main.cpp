@@ -220,6 +220,12 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
   central.seconds = reference[2];
 
   opt::AdmmOptions o = a.admm;
+  // f_rerr divides by f*: it must be a positive number (an empty training
+  // file gives 0, separable data without l2 a value near 0).
+  if (!(central.objective > 1e-12) || !std::isfinite(central.objective))
+    throw gossamer::Error("admm: the central optimum f* is " + std::to_string(central.objective) +
+                          ", and f_rerr = |f - f*| / f* needs it well above 0 (no training rows, or data a "
+                          "line separates with admm.l2 0: set admm.l2 above 0)");
   o.referenceObjective = central.objective;
   if (rank == 0)
     std::printf("admm: %d ranks, allreduce %s, rho %g, d %d, %d training rows (%d on rank 0)\n", n,

@@ -226,6 +226,11 @@ class SparseRounds final : public RoundProgram {
       s.elementsReduce = 2 * (n - 1) * w_.size() * rounds_;
     }
     s.trainLoss = sumOverRanks(comm, lossSum_) / std::max(1.0, sumOverRanks(comm, lossCount_));
+    // A loss past the double range makes every later score NaN, and the
+    // "accuracy" of NaN scores the share of one label: not a result.
+    if (!std::isfinite(s.trainLoss))
+      throw Error("training diverged: the mean training loss is " + std::to_string(s.trainLoss) +
+                  " (lower sparse.learning_rate or sparse.init_stddev, or scale the features)");
     s.crc = crc32c(std::as_bytes(std::span<const double>(w_)));  // the table, then the bias row
     if (s.writer && !sc_.test.empty()) s.testAccuracy = testAccuracy();
     for (const auto& change : session_.viewChanges())
@@ -262,6 +267,12 @@ class SparseRounds final : public RoundProgram {
     if (d_ == 0)
       throw LibsvmError(sc_.train, 0, 0, 0,
                         "holds no feature index: set sparse.features to the data's width");
+    // The test file is read now, on every rank, so that a bad one fails the
+    // job before it trains rather than after.
+    if (!sc_.test.empty()) {
+      test_ = readLibsvm(sc_.test, d_);
+      if (test_->rows() == 0) throw ConfigError("", 0, "sparse.test", sc_.test + " holds no rows");
+    }
     fm_ = sc_.model == "fm";
     width_ = fm_ ? static_cast<std::size_t>(sc_.factors) + 1 : 1;
     const int n = config.worldSize();
@@ -364,8 +375,7 @@ class SparseRounds final : public RoundProgram {
   }
 
   double testAccuracy() const {
-    const SparseDataset test = readLibsvm(sc_.test, d_);
-    if (test.rows() == 0) throw ConfigError("", 0, "sparse.test", sc_.test + " holds no rows");
+    const SparseDataset& test = *test_;
     int correct = 0;
     for (int i = 0; i < test.rows(); ++i) {
       double z = p_.w0;
@@ -388,6 +398,7 @@ class SparseRounds final : public RoundProgram {
   bool fm_ = false;
   std::size_t width_ = 1, tableSize_ = 0, perEpoch_ = 0, rounds_ = 0, first_ = 0, last_ = 0;
   std::vector<SparseDataset> shards_;
+  std::optional<SparseDataset> test_;  // sparse.test, when set
   std::vector<std::vector<MiniBatch>> batches_;
   FmParameters p_;
   std::optional<FactorizationMachine> machine_;

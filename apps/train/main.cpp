@@ -146,6 +146,30 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   return 0;
 }
 
+// Without --rank: the rank, world size and rendezvous a launcher's variables
+// name (discoverLaunch), taken with --from-env or when they name more than
+// one rank. A --rendezvous given here wins over the launcher's.
+// @throws InvalidArgument with --from-env and no launcher's variables, or
+//         from discoverLaunch.
+void rankFromLauncher(bool fromEnv, int& rank, std::string& rendezvous, std::vector<std::string>& overrides) {
+  const gossamer::EnvLookup processEnv = gossamer::processEnvironment();
+  const std::string given = rendezvous;
+  const auto launch = gossamer::discoverLaunch([&](const std::string& name) -> std::optional<std::string> {
+    if (name == "GOSSAMER_RENDEZVOUS" && !given.empty()) return given;
+    return processEnv(name);
+  });
+  if (fromEnv && !launch)
+    throw gossamer::InvalidArgument(
+        "--from-env: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, "
+        "SLURM_PROCID/NTASKS is set");
+  if (launch && (fromEnv || launch->worldSize > 1)) {
+    // The launcher decides the world size; the config is checked with it.
+    overrides.push_back("world_size=" + std::to_string(launch->worldSize));
+    rank = launch->rank;
+    rendezvous = launch->rendezvous;
+  }
+}
+
 // --job ID (the running job's rendezvous on this host) and --join ID: the
 // rendezvous they name; --join and --rejoin also turn the membership
 // service's joining on.
@@ -410,27 +434,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const gossamer::Registry registry = train::makeTrainRegistry();
-    std::optional<gossamer::LaunchEnvironment> launch;
-    if (rank < 0) {
-      // A --rendezvous given here wins over the launcher's (its variables
-      // still give the rank and world size).
-      const gossamer::EnvLookup processEnv = gossamer::processEnvironment();
-      const std::string given = rendezvous;
-      launch = gossamer::discoverLaunch([&](const std::string& name) -> std::optional<std::string> {
-        if (name == "GOSSAMER_RENDEZVOUS" && !given.empty()) return given;
-        return processEnv(name);
-      });
-      if (fromEnv && !launch)
-        throw gossamer::InvalidArgument(
-            "--from-env: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, "
-            "SLURM_PROCID/NTASKS is set");
-      if (launch && (fromEnv || launch->worldSize > 1)) {
-        // The launcher decides the world size; the config is checked with it.
-        overrides.push_back("world_size=" + std::to_string(launch->worldSize));
-        rank = launch->rank;
-        rendezvous = launch->rendezvous;
-      }
-    }
+    if (rank < 0) rankFromLauncher(fromEnv, rank, rendezvous, overrides);
     resolveJob(job, join, rejoin, rank, rendezvous, overrides);
     const Config c = registry.load(configPath, overrides);
     Display display;

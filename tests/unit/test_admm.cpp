@@ -256,6 +256,31 @@ TEST_CASE("admm on sharded sparse logistic regression reaches the central soluti
   CHECK(sparse::linearAccuracy(all, out[0].z) == Approx(sparse::linearAccuracy(all, ref.x)).margin(0.01));
 }
 
+TEST_CASE("newton-cg does not take a gradient whose squares overflow for a converged one", "[admm]") {
+  // A feature of 1e160: the gradient at 0 holds ~1e160, whose square is
+  // past the double range. Its norm was inf, and inf <= tol * inf said
+  // "converged" before any step, at a point far from the minimiser.
+  sparse::SparseDataset data;
+  std::vector<Eigen::Triplet<double>> entries{{0, 0, 1e160}, {0, 2, 0.5}, {1, 1, 1.0},
+                                              {2, 0, 0.2},   {2, 1, 0.3}, {3, 2, 1.0}};
+  data.x.resize(4, 3);
+  data.x.setFromTriplets(entries.begin(), entries.end());
+  data.x.makeCompressed();
+  data.y = VectorXd(4);
+  data.y << 1.0, -1.0, 1.0, -1.0;
+  sparse::LogisticObjective f(data, 1.0);
+  const auto r = optimizers::minimizeNewtonCg(f, VectorXd::Zero(3));
+  CHECK(std::isfinite(r.gradientNorm));
+  CHECK(r.iterations >= 1);
+  // (Its Hessian overflows too: no step may be found, but it is not called
+  // converged where it started.)
+  CHECK((!r.converged || r.value < f.value(VectorXd::Zero(3))));
+  // A start where f itself is not finite is an error, not a result.
+  std::mt19937 rng(2);
+  Quadratic far(randomSpd(3, rng, 1.0), VectorXd::Constant(3, 1e200), 0.0);
+  CHECK_THROWS_WITH(optimizers::minimizeNewtonCg(far, VectorXd::Zero(3)), Catch::Contains("not finite"));
+}
+
 TEST_CASE("admm and newton-cg reject bad arguments", "[admm]") {
   std::mt19937 rng(1);
   Quadratic f(randomSpd(3, rng, 1.0), randomVector(3, rng), 1.0);

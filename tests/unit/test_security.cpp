@@ -58,6 +58,15 @@ TEST_CASE("security: keygen keeps existing files unless forced", "[security]") {
   writeCertificates(dir / "a", pub, sec, true);
   CHECK(readCertificate(dir / "a.pub").first == std::vector<std::string>{pub});
   CHECK(readCertificate(dir / "a").second == std::vector<std::string>{sec});
+  // Its public file gone, the secret one left: refused, and no new public
+  // key is written beside the old secret one (or beside a dangling link).
+  std::filesystem::remove(dir / "a.pub");
+  const auto [pub2, sec2] = zmq::newCurveKeyPair();
+  CHECK_THROWS_WITH(writeCertificates(dir / "a", pub2, sec2, false), Catch::Contains("exists"));
+  CHECK_FALSE(std::filesystem::exists(dir / "a.pub"));
+  std::filesystem::create_symlink(dir / "nowhere", dir / "s");
+  CHECK_THROWS_WITH(writeCertificates(dir / "s", pub2, sec2, false), Catch::Contains("exists"));
+  CHECK_FALSE(std::filesystem::exists(dir / "s.pub"));
 }
 
 TEST_CASE("security: a key path that names no file is refused before anything is written", "[security]") {

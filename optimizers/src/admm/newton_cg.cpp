@@ -21,6 +21,7 @@
 //      Delta <= 1e-12 max(1, ||x||).
 // No communication: everything is local to the rank.
 #include <cmath>
+#include <string>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/optimizers/admm.hpp"
@@ -104,7 +105,13 @@ NewtonCgResult minimizeNewtonCg(LocalObjective& f, const Eigen::VectorXd& x0, co
   res.x = x0;
   Eigen::VectorXd g, gTrial;
   res.value = f.valueAndGradient(res.x, g);
-  res.gradientNorm = g.norm();
+  // stableNorm: a gradient entry above 1e154 squares past the double range,
+  // and an infinite norm would pass the test below (inf <= inf) at once.
+  res.gradientNorm = g.stableNorm();
+  if (!std::isfinite(res.value) || !std::isfinite(res.gradientNorm))
+    throw Error("Newton-CG: f or its gradient at the start is not finite (f = " + std::to_string(res.value) +
+                ", ||grad f|| = " + std::to_string(res.gradientNorm) +
+                "): values too large for double precision?");
   const double target = o.gradientTolerance * std::max(1.0, res.gradientNorm);
   double delta = res.gradientNorm;
   Eigen::VectorXd trial;
@@ -127,7 +134,7 @@ NewtonCgResult minimizeNewtonCg(LocalObjective& f, const Eigen::VectorXd& x0, co
     const bool unresolved = std::abs(res.value - fTrial) <= kResolvable * std::abs(res.value) &&
                             predicted <= kResolvable * std::abs(res.value);
     const double ratio =
-        unresolved ? (gTrial.norm() < res.gradientNorm ? 1.0 : 0.0) : (res.value - fTrial) / predicted;
+        unresolved ? (gTrial.stableNorm() < res.gradientNorm ? 1.0 : 0.0) : (res.value - fTrial) / predicted;
     const double stepNorm = step.s.norm();
     if (ratio < kShrinkRatio)
       delta = kShrinkRatio * stepNorm;
@@ -137,7 +144,7 @@ NewtonCgResult minimizeNewtonCg(LocalObjective& f, const Eigen::VectorXd& x0, co
       res.x.swap(trial);
       g.swap(gTrial);
       res.value = fTrial;
-      res.gradientNorm = g.norm();
+      res.gradientNorm = g.stableNorm();
     }
     if (!(delta > kResolvable * std::max(1.0, res.x.norm()))) break;  // the region collapsed
   }

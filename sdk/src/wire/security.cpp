@@ -176,14 +176,26 @@ void writeCertificates(const std::string& path, const std::string& publicKey, co
   if (std::filesystem::is_directory(p, ec))
     throw InvalidArgument("key file path '" + path + "' is a directory (give a file in it, e.g. " +
                           (p / "rank0").string() + ")");
+  // Without force neither file may exist (a dangling link counts): refused
+  // before either is written, so that a new public key never sits beside
+  // an old secret one.
+  if (!force)
+    for (const std::string& f : {path + ".pub", path})
+      if (std::filesystem::symlink_status(f, ec).type() != std::filesystem::file_type::not_found)
+        throw InvalidArgument(f + " exists (use --force to replace it)");
   const std::string head = "# Gossamer CURVE certificate (ZeroMQ layout)\nmetadata\ncurve\n";
   const std::string pub = "    public-key = \"" + publicKey + "\"\n";
   // The public file first: a failure leaves no secret without its public half.
   writeFile(path + ".pub", head + pub, 0644, force);
-  writeFile(path,
-            "# SECRET: give this file to no one; readable by its owner only.\n" + head + pub +
-                "    secret-key = \"" + secretKey + "\"\n",
-            0600, force);
+  try {
+    writeFile(path,
+              "# SECRET: give this file to no one; readable by its owner only.\n" + head + pub +
+                  "    secret-key = \"" + secretKey + "\"\n",
+              0600, force);
+  } catch (...) {
+    if (!force) ::unlink((path + ".pub").c_str());  // made just now: no public key without its secret
+    throw;
+  }
 }
 
 namespace detail {

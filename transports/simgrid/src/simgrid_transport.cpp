@@ -777,9 +777,10 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
 
   std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
   for (const auto& c : config) {
-    // SimGrid aborts the process on an item without "name:value".
+    // SimGrid aborts the process on an item without "name:value", and
+    // splits an item at white space into items of their own.
     const auto colon = c.find(':');
-    if (colon == std::string::npos || colon == 0 || c.find_first_of(" \t\n") < colon)
+    if (colon == std::string::npos || colon == 0 || c.find_first_of(" \t\n\r\v\f") != std::string::npos)
       throw InvalidArgument("SimGrid configuration item '" + c +
                             "' is not NAME:VALUE (e.g. network/latency-factor:1)");
     args.push_back("--cfg=" + c);
@@ -884,7 +885,8 @@ void compute(double flops) {
 }
 
 void sleepFor(double seconds) {
-  GOSSAMER_ENFORCE(seconds >= 0, "sleepFor: " << seconds << " s");
+  // SimGrid aborts the process on a duration that is not finite.
+  GOSSAMER_ENFORCE(seconds >= 0 && std::isfinite(seconds), "sleepFor: " << seconds << " s");
   (void)world();
   s4u::this_actor::sleep_for(seconds);
 }

@@ -76,7 +76,8 @@ struct NewtonCgResult {
 /// maxCgIterations hessianVector calls per Newton step.
 /// @param x0  start, f.dimension() doubles
 /// @throws InvalidArgument if x0.size() != f.dimension() or an option is out
-///         of range; whatever f throws.
+///         of range; Error if f(x0) or its gradient is not finite; whatever
+///         f throws.
 NewtonCgResult minimizeNewtonCg(LocalObjective& f, const Eigen::VectorXd& x0,
                                 const NewtonCgOptions& options = {});
 
