@@ -9,6 +9,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -299,6 +301,53 @@ TEST_CASE("session: an optimizer for no tensors, an empty one, or more elements 
   CHECK_THROWS_WITH(session.makeOptimizer({most / 8, most / 8}), Catch::Contains("at tensor"));
   CHECK_NOTHROW(session.makeOptimizer({3, 4}));
   session.close();
+}
+
+TEST_CASE("session: survive gives up with TimeoutError when the survivors cannot agree on a view",
+          "[session][membership]") {
+  // Rank 2 aborts; rank 1 enters survive() while rank 0 stays out of it
+  // until rank 1 is done (at most 30 s), past agreement_seconds (1 s). The
+  // agreement's TimeoutError used to be taken for one from f, and survive()
+  // recovered again and again: rank 1 then waited for rank 0, and agreed
+  // with it once it came.
+  const int n = 3;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(n), sent);
+  const Config config = reg.parse(configText(n, "allreduce_sgd"), "agree.yaml",
+                                  {"membership.agreement_seconds=1", "membership.suspect_seconds=1"});
+  MemoryStore store;
+  std::atomic<bool> rank1Threw{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool rank1Done = false;
+  onEveryRank(n, [&](int r) {
+    Session s(config, r, store, reg);
+    s.agent().communicator().barrier();
+    if (r == 2) {
+      s.abort();
+      return;
+    }
+    if (r == 0) {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait_for(lk, std::chrono::seconds(30), [&] { return rank1Done; });
+    }
+    double x = 1;
+    try {
+      s.survive([&] { s.agent().communicator().allreduce(std::span<double>(&x, 1)); });
+    } catch (const TimeoutError&) {
+      if (r == 1) rank1Threw = true;
+    } catch (const Error&) {  // rank 0, whose peers are gone by now: an error, and no hang
+    }
+    if (r == 1) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        rank1Done = true;
+      }
+      cv.notify_all();
+    }
+    s.abort();
+  });
+  CHECK(rank1Threw);
 }
 
 TEST_CASE("session: inproc jobs of different world sizes run one after another on one registry",

@@ -123,13 +123,16 @@ bool Session::Impl::survive(const std::function<void()>& f) {
   const std::uint64_t movesBefore = moves;
   bool failed = false;  // a peer failed: recover before running f again
   for (;;) {
+    bool recovering = false;
     try {
       if (membership != nullptr && (failed || membership->revoked())) {
         // A PeerFailure from the recovery itself (a peer failed during the
         // change, or during the model transfer of a rank that rejoined)
         // leaves `failed` set: the next view is agreed on, then f runs.
         failed = true;
+        recovering = true;
         recover();
+        recovering = false;
         failed = false;
       }
       // A rank that rejoined jumped to the survivors' step, or the
@@ -144,7 +147,11 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       if (membership == nullptr) throw;
       failed = true;
     } catch (const TimeoutError&) {
-      // This rank was stopped past the timeout, and removed meanwhile.
+      // The survivors could not agree on a view in agreement_seconds: that
+      // is the caller's TimeoutError (the view stays revoked, and trying
+      // again would wait for good).
+      if (recovering) throw;
+      // From f: this rank was stopped past the timeout, and removed meanwhile.
       if (membership == nullptr || !detail::revokedSoon(*membership)) throw;
       failed = true;
     }
