@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -348,6 +347,57 @@ TEST_CASE("session: survive gives up with TimeoutError when the survivors cannot
     s.abort();
   });
   CHECK(rank1Threw);
+}
+
+TEST_CASE(
+    "session: a resume from a checkpoint at an epoch's end runs that epoch's evaluation, and counts its loss "
+    "once",
+    "[session][checkpoint]") {
+  // Checkpoints every 2 steps, 2 steps an epoch: the one at step 4 is written
+  // in epoch 2's last step, before its evaluation, with its loss sum. A
+  // resume used to skip epoch 2's evaluation and add that sum to epoch 3's.
+  const int n = 2;
+  gossamer::testing::TempDir dir;
+  const auto run = [&](bool resume) {
+    auto sent = std::make_shared<std::atomic<long>>(0);
+    Registry reg = registryWith(inproc::makeFabric(n), sent);
+    const Config config =
+        reg.parse(configText(n, "allreduce_sgd") + "checkpoint:\n  every_steps: 2\n  dir: " + dir.path() +
+                  "\n  resume: " + (resume ? "true" : "false") + "\n");
+    MemoryStore store;
+    std::mutex mu;
+    std::vector<std::pair<int, double>> seen;  // rank 0's (epoch, loss)
+    onEveryRank(n, [&](int r) {
+      Session s(config, r, store, reg);
+      std::vector<float> p(4, 1.0f), g(4, 0.01f);
+      TrainingPlan plan;
+      plan.params = p;
+      plan.tensorSizes = {4};
+      plan.stepsPerEpoch = 2;
+      plan.epochs = 3;
+      s.train(plan);
+      while (s.nextEpoch()) {
+        while (s.stepping()) s.step(g, 1.0);
+        s.evaluate([&](const EpochEnd& e) {
+          std::lock_guard<std::mutex> lk(mu);
+          if (r == 0) seen.emplace_back(e.epoch, e.loss);
+        });
+      }
+      s.finish();
+      s.close();
+    });
+    return seen;
+  };
+  CHECK(run(false) == std::vector<std::pair<int, double>>{{1, 1.0}, {2, 1.0}, {3, 1.0}});
+  CHECK(run(true) == std::vector<std::pair<int, double>>{{2, 1.0}, {3, 1.0}});
+  // Rank 0 holds only step 4's checkpoint, rank 1 only step 2's (it was
+  // lost after step 2, and not restarted): no step every rank has, so from
+  // scratch (the lower of their newest, 2, used to be taken, and rank 0 has
+  // none of it: an error).
+  REQUIRE(std::filesystem::exists(dir / "rank-0-step-2.ckpt"));
+  std::filesystem::remove(dir / "rank-0-step-2.ckpt");
+  std::filesystem::remove(dir / "rank-1-step-4.ckpt");
+  CHECK(run(true) == std::vector<std::pair<int, double>>{{1, 1.0}, {2, 1.0}, {3, 1.0}});
 }
 
 TEST_CASE("session: inproc jobs of different world sizes run one after another on one registry",

@@ -13,6 +13,8 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
+#include <limits>
 #include <regex>
 #include <string>
 #include <typeinfo>
@@ -112,14 +114,28 @@ void Session::Impl::resume() {
       GOSSAMER_LOG(kWarning, "rank " << a.rank << ": checkpoint.resume is on but checkpoint.dir "
                                      << checkpoint.dir << " does not exist: starting from scratch");
   }
-  const auto mine = checkpointSteps(checkpoint.dir, a.rank);
-  double newest = mine.empty() ? 1.0 : -static_cast<double>(mine.back());  // max of -x: the min of x
-  if (!restarted) a.communicator->allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
-  if (newest > 0) return;  // some rank has none: from scratch
-  const auto step = static_cast<std::uint64_t>(-newest);
-  GOSSAMER_ENFORCE(std::find(mine.begin(), mine.end(), step) != mine.end(),
-                   "rank " << a.rank << " has no checkpoint of step " << step << " in " << checkpoint.dir
-                           << ", the newest every rank has");
+  const auto mine = checkpointSteps(checkpoint.dir, a.rank);  // ascending
+  if (mine.empty() && restarted) return;
+  std::uint64_t step = mine.empty() ? 0 : mine.back();  // a restarted rank: its own newest
+  if (!restarted) {
+    // The newest step every rank has a checkpoint of (a rank lost and not
+    // restarted may have left an older newest one than the others, who
+    // rotated theirs away since): the lowest of the ranks' newest at or
+    // below a bound, while some rank lacks it, again below it.
+    double bound = std::numeric_limits<double>::infinity();
+    for (;;) {
+      const auto at = std::upper_bound(mine.begin(), mine.end(), bound,
+                                       [](double b, std::uint64_t s) { return b < static_cast<double>(s); });
+      double newest = at == mine.begin() ? 1.0 : -static_cast<double>(*std::prev(at));  // max of -x: min of x
+      a.communicator->allreduce(std::span<double>(&newest, 1), ReduceOp::kMax);
+      if (newest > 0) return;  // some rank has none at or below it: from scratch
+      step = static_cast<std::uint64_t>(-newest);
+      double missing = std::binary_search(mine.begin(), mine.end(), step) ? 0.0 : 1.0;
+      a.communicator->allreduce(std::span<double>(&missing, 1), ReduceOp::kMax);
+      if (missing == 0) break;
+      bound = static_cast<double>(step) - 1;
+    }
+  }
   const std::string path = checkpointPath(checkpoint.dir, a.rank, step);
   const Checkpoint c = Checkpoint::load(path);
   try {

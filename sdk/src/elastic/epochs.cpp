@@ -65,7 +65,14 @@ DistributedOptimizer& Session::train(const TrainingPlan& plan) {
   optimizer.setTotalSteps(l.totalSteps);
   m.loop = std::move(l);
   m.resume();
-  m.loop->evaluated = static_cast<int>(optimizer.steps() / plan.stepsPerEpoch);
+  const std::uint64_t resumed = optimizer.steps();
+  m.loop->evaluated = static_cast<int>(resumed / plan.stepsPerEpoch);
+  // A checkpoint at an epoch's last step is written inside that step, before
+  // the epoch's evaluation, with the epoch's loss sum: resumed from one, the
+  // evaluation runs (maybe again), with that sum, and the next epoch starts
+  // from 0.
+  if (m.loop->resumedFrom >= 0 && resumed % plan.stepsPerEpoch == 0 && m.loop->evaluated > 0)
+    --m.loop->evaluated;
   m.loop->changesSeen = m.changes.size();
   return optimizer;
 }
