@@ -398,6 +398,15 @@ TEST_CASE(
   std::filesystem::remove(dir / "rank-0-step-2.ckpt");
   std::filesystem::remove(dir / "rank-1-step-4.ckpt");
   CHECK(run(true) == std::vector<std::pair<int, double>>{{1, 1.0}, {2, 1.0}, {3, 1.0}});
+  // A file of a step above those this rank writes (its side of a partition
+  // was ahead, or an earlier job's): gone at the next save, and the two
+  // written last are kept (the two highest numbers were, which dropped the
+  // new ones).
+  std::filesystem::copy_file(dir / "rank-0-step-4.ckpt", dir / "rank-0-step-100.ckpt");
+  run(false);
+  CHECK_FALSE(std::filesystem::exists(dir / "rank-0-step-100.ckpt"));
+  CHECK(std::filesystem::exists(dir / "rank-0-step-2.ckpt"));
+  CHECK(std::filesystem::exists(dir / "rank-0-step-4.ckpt"));
 }
 
 TEST_CASE("session: inproc jobs of different world sizes run one after another on one registry",

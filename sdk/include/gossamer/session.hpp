@@ -187,7 +187,10 @@ class Session final {
   /// training loss, for the epoch's mean (EpochEnd::loss) and the step record.
   /// Returns whether the step counted (steps() advanced by one): false when
   /// a view change moved this rank. Saves a checkpoint when one is due.
-  /// @throws Expelled, TimeoutError; PeerFailure without membership.
+  /// @throws Expelled, TimeoutError; PeerFailure without membership; with
+  ///         checkpoint.every_steps, at a checkpoint's step, Error (or
+  ///         std::filesystem::filesystem_error) when it cannot be written,
+  ///         and whatever plan.saveState throws.
   bool step(std::span<const float> grads, double loss);
   /// Ends the epoch: completes what is in flight (optimizer flush), then runs
   /// `f` (collectives over agent().communicator(): the evaluation) on every

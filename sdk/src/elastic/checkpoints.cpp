@@ -95,10 +95,14 @@ void Session::Impl::save(std::uint64_t step) {
   a.optimizer->saveState(c, "optimizer.");
   std::filesystem::create_directories(checkpoint.dir);
   c.save(checkpointPath(checkpoint.dir, a.rank, step));
-  // Keep the last two.
+  // Keep the last two written: this one and the newest below it. Ones above
+  // it are of steps this rank went back from (its side of a partition was
+  // ahead, and it joined the other one): a resume must not find them, and
+  // keeping the two highest numbers would delete this one.
   const auto have = checkpointSteps(checkpoint.dir, a.rank);
-  for (std::size_t i = 0; i + 2 < have.size(); ++i)
-    std::filesystem::remove(checkpointPath(checkpoint.dir, a.rank, have[i]));
+  const auto at = std::find(have.begin(), have.end(), step);
+  for (auto it = have.begin(); it != have.end(); ++it)
+    if (it > at || it + 1 < at) std::filesystem::remove(checkpointPath(checkpoint.dir, a.rank, *it));
 }
 
 void Session::Impl::resume() {
