@@ -148,7 +148,8 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
 
 // Without --rank: the rank, world size and rendezvous a launcher's variables
 // name (discoverLaunch), taken with --from-env or when they name more than
-// one rank. A --rendezvous given here wins over the launcher's.
+// one rank (a world of one without a rendezvous runs here, as a job of one
+// rank). A --rendezvous given here wins over the launcher's.
 // @throws InvalidArgument with --from-env and no launcher's variables, or
 //         from discoverLaunch.
 void rankFromLauncher(bool fromEnv, int& rank, std::string& rendezvous, std::vector<std::string>& overrides) {
@@ -165,6 +166,9 @@ void rankFromLauncher(bool fromEnv, int& rank, std::string& rendezvous, std::vec
   if (launch && (fromEnv || launch->worldSize > 1)) {
     // The launcher decides the world size; the config is checked with it.
     overrides.push_back("world_size=" + std::to_string(launch->worldSize));
+    // A world of one that names no rendezvous meets nobody: it runs here,
+    // as a job of one rank started by this process.
+    if (launch->rendezvous.empty()) return;
     rank = launch->rank;
     rendezvous = launch->rendezvous;
   }

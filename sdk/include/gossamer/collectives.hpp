@@ -402,12 +402,14 @@ void ringAllgather(Transport& transport, std::span<T> data, const CollectiveOpti
 /// sendCounts[j] elements to rank j, taken consecutively from `send` in rank
 /// order, and receives recvCounts[j] elements from rank j into `recv`, also
 /// consecutively in rank order. Every pair exchanges directly (one message per
-/// non-empty pair, all posted at once); the part for itself is copied. T is
+/// non-empty pair, or blocks of at most options.maxMessageBytes, all posted
+/// at once); the part for itself is copied. T is
 /// also std::byte (elements of any type as bytes; counts then in bytes).
 /// `send` and `recv` must not overlap: receives are posted into `recv`
 /// before anything is sent from `send`.
-/// @throws InvalidArgument if the counts do not have N entries or do not add
-///         up to the buffer lengths; ProtocolError if a peer sends a count
+/// @throws InvalidArgument if the counts do not have N entries, do not add
+///         up to the buffer lengths, or a share needs more than 65535
+///         messages; ProtocolError if a peer sends a count
 ///         other than the one expected; TimeoutError, PeerFailure.
 template <typename T>
 void alltoallv(Transport& transport, std::span<const T> send, std::span<const std::size_t> sendCounts,

@@ -37,10 +37,10 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
                    "alltoallv: " << sendCounts[static_cast<std::size_t>(r)] << " elements to itself but "
                                  << recvCounts[static_cast<std::size_t>(r)] << " expected from itself");
   for (int j = 0; j < n; ++j)
-    GOSSAMER_ENFORCE(detail::messageBlocks<T>(std::max(sendCounts[static_cast<std::size_t>(j)],
-                                                       recvCounts[static_cast<std::size_t>(j)]),
-                                              options) <= Tag::kMaxSegment,
-                     "alltoallv: a share of rank " << j << " is too large");
+    if (detail::messageBlocks<T>(
+            std::max(sendCounts[static_cast<std::size_t>(j)], recvCounts[static_cast<std::size_t>(j)]),
+            options) > Tag::kMaxSegment)
+      throw InvalidArgument("alltoallv: a share of rank " + std::to_string(j) + " is too large");
   auto tag = [&](std::size_t block) {
     return Tag::make(Op::kAllreduce, options.sequence, static_cast<std::uint32_t>(block));
   };

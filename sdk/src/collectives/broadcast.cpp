@@ -84,7 +84,8 @@ void broadcast(Transport& transport, std::span<T> data, int root, const Collecti
   GOSSAMER_ENFORCE(root >= 0 && root < n, "broadcast root " << root << " outside world size " << n);
   if (n == 1) return;
   const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
-  GOSSAMER_ENFORCE(blocks <= Tag::kMaxSegment, "broadcast of " << data.size_bytes() << " bytes: too large");
+  if (blocks > Tag::kMaxSegment)
+    throw InvalidArgument("broadcast of " + std::to_string(data.size_bytes()) + " bytes: too large");
   for (std::size_t b = 0; b < blocks; ++b)
     broadcastBlock(transport, detail::messageBlock(data, b, options), root,
                    Tag::make(Op::kBroadcast, options.sequence, static_cast<std::uint32_t>(b)), options);
@@ -97,7 +98,8 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
   GOSSAMER_ENFORCE(root >= 0 && root < n, "reduce root " << root << " outside world size " << n);
   if (n > 1) {
     const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
-    GOSSAMER_ENFORCE(blocks <= Tag::kMaxSegment, "reduce of " << data.size_bytes() << " bytes: too large");
+    if (blocks > Tag::kMaxSegment)
+      throw InvalidArgument("reduce of " + std::to_string(data.size_bytes()) + " bytes: too large");
     // Block b under segment kMaxSegment - b.
     for (std::size_t b = 0; b < blocks; ++b)
       reduceBlock(

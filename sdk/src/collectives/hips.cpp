@@ -63,9 +63,9 @@ class Mesh {
     if (piecesPerChunk_ > maxPieces) {
       piecesPerChunk_ = maxPieces;
       pieceElems_ = (maxChunk + piecesPerChunk_ - 1) / piecesPerChunk_;
-      GOSSAMER_ENFORCE(
-          pieceElems_ <= detail::maxMessageElems<T>(o),
-          "HiPS allreduce of " << portion.size_bytes() << " bytes over " << k_ << " ranks: too large");
+      if (pieceElems_ > detail::maxMessageElems<T>(o))
+        throw InvalidArgument("HiPS allreduce of " + std::to_string(portion.size_bytes()) + " bytes over " +
+                              std::to_string(k_) + " ranks: too large");
     }
   }
 

@@ -52,8 +52,8 @@ void detail::addCollectiveKeys(ConfigSchema& schema) {
       KeySet()
           .text("allreduce", toString(d.algorithm), allreduceChoices(),
                 "allreduce algorithm; auto picks by size and model")
-          .integer("chunk_bytes", static_cast<int>(d.chunkBytes), 1, static_cast<int>(kMaxPayloadBytes),
-                   "ring pipelining piece, bytes (a message is at most 1 GiB)")
+          .integer("chunk_bytes", static_cast<int>(d.chunkBytes), 1, INT_MAX,
+                   "ring pipelining piece, bytes (at most 1 GiB counts: the largest message)")
           .integer("small_message_bytes", static_cast<int>(d.smallMessageBytes), 0, INT_MAX,
                    "auto without a cost model: recursive doubling up to this size, bytes")
           .integer(

@@ -54,8 +54,9 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / rounds;
   const std::size_t pieceElems =
       std::max(detail::pieceElemsFor<T>(options), (length + maxPieces - 1) / maxPieces);
-  GOSSAMER_ENFORCE(pieceElems <= detail::maxMessageElems<T>(options),
-                   "Rabenseifner allreduce of " << data.size_bytes() << " bytes: too large");
+  if (pieceElems > detail::maxMessageElems<T>(options))
+    throw InvalidArgument("Rabenseifner allreduce of " + std::to_string(data.size_bytes()) +
+                          " bytes: too large");
   auto tagOf = [&](int round, std::size_t piece) {
     return Tag::make(Op::kAllreduce, options.sequence,
                      static_cast<std::uint32_t>(static_cast<std::size_t>(round) * maxPieces + piece));

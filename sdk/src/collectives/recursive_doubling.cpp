@@ -36,8 +36,9 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
   const int rem = n - p;
   const auto incoming = detail::scratch<T>(detail::ScratchSlot::kRecursiveDoubling, data.size());
   const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
-  GOSSAMER_ENFORCE(blocks * (std::bit_width(static_cast<unsigned>(n)) + 2) <= Tag::kMaxSegment,
-                   "recursive doubling allreduce of " << data.size_bytes() << " bytes: too large");
+  if (blocks * (std::bit_width(static_cast<unsigned>(n)) + 2) > Tag::kMaxSegment)
+    throw InvalidArgument("recursive doubling allreduce of " + std::to_string(data.size_bytes()) +
+                          " bytes: too large");
   std::uint32_t round = 0;
   auto exchange = [&](int peer, bool sendIt, bool recvIt) {
     for (std::size_t b = 0; b < blocks; ++b) {

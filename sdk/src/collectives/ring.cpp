@@ -49,18 +49,19 @@ class Ring {
     left_ = mod(r_ - 1, n_);
     maxChunk_ = chunkBegin(data.size(), n_, 1);  // chunk 0 is a longest one
     const std::size_t steps = 2 * static_cast<std::size_t>(n_ - 1);
-    GOSSAMER_ENFORCE(steps <= std::size_t{Tag::kMaxSegment} + 1, "the ring allreduce takes at most "
-                                                                     << (Tag::kMaxSegment + 1) / 2 + 1
-                                                                     << " ranks, not " << n_);
+    if (steps > std::size_t{Tag::kMaxSegment} + 1)
+      throw InvalidArgument("the ring allreduce takes at most " +
+                            std::to_string((Tag::kMaxSegment + 1) / 2 + 1) + " ranks, not " +
+                            std::to_string(n_));
     pieceElems_ = detail::pieceElemsFor<T>(o);
     piecesPerChunk_ = std::max<std::size_t>(1, (maxChunk_ + pieceElems_ - 1) / pieceElems_);
     const std::size_t maxPieces = (std::size_t{Tag::kMaxSegment} + 1) / std::max<std::size_t>(steps, 1);
     if (piecesPerChunk_ > maxPieces) {
       piecesPerChunk_ = maxPieces;
       pieceElems_ = (maxChunk_ + piecesPerChunk_ - 1) / piecesPerChunk_;
-      GOSSAMER_ENFORCE(
-          pieceElems_ <= detail::maxMessageElems<T>(o),
-          "ring allreduce of " << data.size_bytes() << " bytes over " << n_ << " ranks: too large");
+      if (pieceElems_ > detail::maxMessageElems<T>(o))
+        throw InvalidArgument("ring allreduce of " + std::to_string(data.size_bytes()) + " bytes over " +
+                              std::to_string(n_) + " ranks: too large");
     }
   }
 

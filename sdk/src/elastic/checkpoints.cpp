@@ -1,9 +1,9 @@
 // Session: checkpoints of a training run and the resume from them (the
 // `checkpoint:` section). Every rank saves its own state at the same steps,
 // rank-R-step-S.ckpt in checkpoint.dir (gossamer/checkpoint.hpp's atomic
-// files), and keeps its last two: a rank killed while writing still has the
-// one before. A resumed job starts from the newest step every rank has (one
-// allreduce of a float64); a process that replaces a failed rank of a running
+// files), and keeps the last two it wrote: a rank killed while writing still
+// has the one before. A resumed job starts from the newest step every rank
+// has (two allreduces of a float64 per candidate step); a process that replaces a failed rank of a running
 // job (membership.restarted) takes its own newest one and asks the job to
 // take it back. A checkpoint holds: the model (float32), the step, the job's
 // world size and seed, the epoch's loss sum so far, the view, the
@@ -101,6 +101,7 @@ void Session::Impl::save(std::uint64_t step) {
   // keeping the two highest numbers would delete this one.
   const auto have = checkpointSteps(checkpoint.dir, a.rank);
   const auto at = std::find(have.begin(), have.end(), step);
+  if (at == have.end()) return;  // the listing missed it: remove nothing on its account
   for (auto it = have.begin(); it != have.end(); ++it)
     if (it > at || it + 1 < at) std::filesystem::remove(checkpointPath(checkpoint.dir, a.rank, *it));
 }

@@ -147,9 +147,11 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       if (membership == nullptr) throw;
       failed = true;
     } catch (const TimeoutError&) {
-      // The survivors could not agree on a view in agreement_seconds: that
-      // is the caller's TimeoutError (the view stays revoked, and trying
-      // again would wait for good).
+      // From the recovery: the survivors could not agree on a view in
+      // agreement_seconds (the view stays revoked, and trying again would
+      // wait for good), or a collective of the view change that follows
+      // (the model to a rank that rejoined) timed out. The caller's
+      // TimeoutError, as step() lets it out of its recovery.
       if (recovering) throw;
       // From f: this rank was stopped past the timeout, and removed meanwhile.
       if (membership == nullptr || !detail::revokedSoon(*membership)) throw;

@@ -21,9 +21,9 @@ void checkStoreKey(const std::string& key) {
 }
 
 void checkStoreValue(const std::string& key, const std::string& value) {
-  GOSSAMER_ENFORCE(value.size() <= kMaxStoreValueBytes,
-                   "store key '" << key << "': a value of " << value.size() << " bytes, above the store's "
-                                 << kMaxStoreValueBytes << " bytes");
+  if (value.size() > kMaxStoreValueBytes)
+    throw InvalidArgument("store key '" + key + "': a value of " + std::to_string(value.size()) +
+                          " bytes, above the store's " + std::to_string(kMaxStoreValueBytes) + " bytes");
 }
 
 void Store::idle(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }

@@ -113,7 +113,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_create(const char* config, int 
 /** gossamer_agent_create with the rank, world size and rendezvous a launcher
  *  set in the environment (torchrun, mpirun, mpiexec, srun, or RANK,
  *  WORLD_SIZE and GOSSAMER_RENDEZVOUS by hand).
- *  @return as gossamer_agent_create; GOSSAMER_E_INVALID_ARGUMENT when no launcher is found. */
+ *  @return as gossamer_agent_create; GOSSAMER_E_INVALID_ARGUMENT when no launcher is found,
+ *          or when a launcher's world of one rank names no rendezvous. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_from_env(const char* config, int config_is_text,
                                                           const char* const* overrides, size_t n_overrides,
                                                           gossamer_agent** out);
