@@ -11,7 +11,7 @@
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
-#include "proc_stat.hpp"
+#include "gossamer/kit/proc_stat.hpp"
 
 namespace gossamer {
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/proc_stat.hpp"
 #include "gossamer/log.hpp"
-#include "proc_stat.hpp"
 
 namespace gossamer {
 

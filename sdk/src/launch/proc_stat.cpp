@@ -1,4 +1,4 @@
-#include "proc_stat.hpp"
+#include "gossamer/kit/proc_stat.hpp"
 
 #include <cstdio>
 #include <cstring>
@@ -32,7 +32,7 @@ std::optional<ProcessStat> readProcessStat(pid_t pid) {
     q = e;
   }
   if (fields.size() < 20) return std::nullopt;
-  return ProcessStat{fields[19], fields[0] == "Z"};
+  return ProcessStat{fields[19], fields[0] == "Z", fields[0] == "T" || fields[0] == "t"};
 }
 
 }  // namespace gossamer::detail

@@ -4,8 +4,10 @@
 #include "libfabric_impl.hpp"
 
 #include <cstdio>
-#include <fstream>
+#include <optional>
 #include <string>
+
+#include "gossamer/kit/proc_stat.hpp"
 
 namespace gossamer::libfabric::impl {
 
@@ -184,22 +186,6 @@ void LibfabricTransport::checkSilence(Clock::time_point now) {
   }
 }
 
-namespace {
-
-// Whether process `pid` is stopped (SIGSTOP: 'T'; a debugger's stop: 't'),
-// from /proc/<pid>/stat; false when that cannot be read.
-bool processStopped(long pid) {
-  if (pid <= 0) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;
-  const auto name = stat.rfind(") ");  // (the command name may hold spaces and parentheses)
-  return name != std::string::npos && name + 2 < stat.size() &&
-         (stat[name + 2] == 'T' || stat[name + 2] == 't');
-}
-
-}  // namespace
-
 void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
   // Without heartbeats (shm), a peer whose process was stopped (SIGSTOP, a
   // debugger) sends nothing and takes nothing: the provider refuses further
@@ -221,7 +207,9 @@ void LibfabricTransport::checkStalled(int p, Clock::time_point now) {
   // is not enough), and the pidfd must still see the same process.
   const double still = secondsSince(peer.moved, now);
   if (still <= opt_.timeoutSeconds / 2) return;
-  if (!processStopped(peer.pid) || processExited(peer)) {
+  const auto stat =
+      peer.pid > 0 ? ::gossamer::detail::readProcessStat(static_cast<pid_t>(peer.pid)) : std::nullopt;
+  if (!stat || !stat->stopped || processExited(peer)) {
     peer.stoppedSince = {};
     return;
   }

@@ -1,6 +1,8 @@
-// One process's identity on this host from /proc/PID/stat: its start time
-// (field 22, clock ticks after boot), which with the pid names the process
-// also across pid reuse, and whether it is a zombie (field 3 "Z").
+// One process's identity and state on this host from /proc/PID/stat: its
+// start time (field 22, clock ticks after boot), which with the pid names the
+// process also across pid reuse, and its state (field 3): a zombie ("Z"), or
+// stopped ("T" by a signal, "t" by a debugger). For launchers, and for
+// transports that watch a peer's process on the same host.
 #pragma once
 
 #include <sys/types.h>
@@ -11,10 +13,11 @@
 
 namespace gossamer::detail {
 
-/// What launchers read of /proc/PID/stat.
+/// What is read of /proc/PID/stat.
 struct ProcessStat {
   std::string startTime;  ///< field 22: clock ticks after boot, as written there
   bool zombie = false;    ///< field 3 is "Z": exited, not yet reaped
+  bool stopped = false;   ///< field 3 is "T" (SIGSTOP) or "t" (a debugger's stop)
 };
 
 /// The first `maxBytes` bytes of the file at `path` (a /proc file, a
