@@ -107,28 +107,45 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
         sources.push_back(change.view.localRank(g));
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
     const std::size_t n = lastParams_.size(), k = sources.size();
+    // A stripe goes as pieces of at most one frame's payload (1 GiB), each
+    // with a segment of its own: stripe j's pieces follow stripe j-1's.
+    constexpr std::size_t kPiece = kMaxPayloadBytes / sizeof(float);
+    const auto piecesOf = [&](std::size_t j) {
+      return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + kPiece - 1) / kPiece);
+    };
+    std::size_t total = 0;
+    for (std::size_t j = 0; j < k; ++j) total += piecesOf(j);
+    if (total > std::size_t{Tag::kMaxSegment} + 1)
+      throw InvalidArgument("model of " + std::to_string(n) +
+                            " elements: too large to transfer to a rank that " + "rejoined (at most " +
+                            std::to_string(Tag::kMaxSegment + 1) + " pieces of " +
+                            std::to_string(kMaxPayloadBytes) + " bytes)");
     std::vector<Request> requests;
     std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
+    std::uint32_t segment = 0;
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
-      const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, static_cast<std::uint32_t>(j));
-      auto stripe = lastParams_.subspan(lo, hi - lo);
-      if (joining) {
-        requests.push_back(transport.irecvOf<float>(sources[j], tag, stripe));
-        expected.emplace_back(stripe.size_bytes(), sources[j]);
-      } else if (sources[j] == me) {
-        for (int g : change.joined)
-          requests.push_back(
-              transport.isendOf<float>(change.view.localRank(g), tag, std::span<const float>(stripe)));
+      for (std::size_t p = 0; p < piecesOf(j); ++p, ++segment) {
+        const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, segment);
+        const std::size_t at = lo + p * kPiece;
+        auto piece = lastParams_.subspan(at, std::min(kPiece, hi - at));
+        if (joining) {
+          requests.push_back(transport.irecvOf<float>(sources[j], tag, piece));
+          expected.emplace_back(piece.size_bytes(), sources[j]);
+        } else if (sources[j] == me) {
+          for (int g : change.joined)
+            requests.push_back(
+                transport.isendOf<float>(change.view.localRank(g), tag, std::span<const float>(piece)));
+        }
       }
     }
     waitAll(requests, transport.timeoutSeconds());
-    // A short stripe (a member with a model of another size) would leave
+    // A short piece (a member with a model of another size) would leave
     // the rest of it as this rank's own values.
     for (std::size_t j = 0; j < expected.size(); ++j)
       if (requests[j].bytes() != expected[j].first)
         throw ProtocolError(expected[j].second, frame_offset::kPayloadBytes,
-                            "model stripe of " + std::to_string(requests[j].bytes()) + " bytes, expected " +
+                            "model piece of " + std::to_string(requests[j].bytes()) + " bytes, expected " +
                                 std::to_string(expected[j].first) + " (do all ranks train the same model?)");
   }
   if (!inner_->lockstep() && !rejoined) return false;
