@@ -257,21 +257,24 @@ class RankTrainer {
     }
   }
 
-  // The evaluation collectives: [loss, training bytes, messages, the stop
-  // file seen], then the
-  // average model and the consensus distance; redone over the survivors by
-  // the Session when a peer fails inside them.
+  // The evaluation collectives: [loss sum, steps, training bytes, messages,
+  // the stop file seen] (the mean loss over every step the ranks took: a
+  // rank that rejoined inside the epoch took fewer), then the average model
+  // and the consensus distance; redone over the survivors by the Session
+  // when a peer fails inside them.
   EpochMetrics evaluate(const EpochEnd& e) {
     auto& comm = session_.agent().communicator();
     std::error_code ec;
     const bool stop = !t_.training.stopFile.empty() && std::filesystem::exists(t_.training.stopFile, ec);
-    double sums[4] = {e.loss, trainBytes_, trainMessages_, stop ? 1.0 : 0.0};
-    comm.allreduce(std::span<double>(sums, 4), ReduceOp::kAverage);
+    const auto steps = static_cast<double>(e.lossSteps);
+    double sums[5] = {e.loss * steps, steps, trainBytes_, trainMessages_, stop ? 1.0 : 0.0};
+    comm.allreduce(std::span<double>(sums, 5), ReduceOp::kAverage);
+    const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     // The same average on every rank: they all stop here, with the reason,
     // rather than train on a model of NaNs and report success.
-    if (!std::isfinite(sums[0]))
+    if (!std::isfinite(loss))
       throw Error("training diverged: the average training loss of epoch " + std::to_string(e.epoch) +
-                  " is " + std::to_string(sums[0]) + " (training.learning_rate " +
+                  " is " + std::to_string(loss) + " (training.learning_rate " +
                   std::to_string(t_.training.learningRate) + " too large?)");
     std::copy(params_.begin(), params_.end(), average_.begin());
     session_.agent().average(average_);
@@ -283,11 +286,11 @@ class RankTrainer {
     comm.allreduce(std::span<double>(&dist, 1), ReduceOp::kAverage);
     EpochMetrics m;
     m.epoch = e.epoch;
-    m.trainLoss = sums[0];
-    m.bytesSentPerPeer = sums[1];
-    m.messagesSentPerPeer = sums[2];
+    m.trainLoss = loss;
+    m.bytesSentPerPeer = sums[2];
+    m.messagesSentPerPeer = sums[3];
     m.consensusDistance = dist;
-    m.stop = sums[3] > 0;  // some rank saw the stop file: every rank stops here
+    m.stop = sums[4] > 0;  // some rank saw the stop file: every rank stops here
     return m;
   }
 

@@ -95,12 +95,16 @@ int main(int argc, char** argv) {
         const double loss = lossAndGradient(data, begin, begin + kBatch, w, g);
         session.step(g, loss);
       }
-      // The evaluation: the mean loss and the average model, over the view.
+      // The evaluation: the mean loss over every step the view's ranks took
+      // in the epoch (one that rejoined inside it took fewer) and the
+      // average model.
       double loss = 0;
       const bool evaluated = session.evaluate([&](const gossamer::EpochEnd& e) {
-        loss = e.loss;
+        const auto steps = static_cast<double>(e.lossSteps);
+        double sums[2] = {e.loss * steps, steps};
         auto& comm = session.agent().communicator();
-        comm.allreduce(std::span<double>(&loss, 1), gossamer::ReduceOp::kAverage);
+        comm.allreduce(std::span<double>(sums, 2), gossamer::ReduceOp::kSum);
+        loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
         avg = w;
         session.agent().average(avg);
         error = 0;

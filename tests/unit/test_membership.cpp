@@ -880,6 +880,94 @@ TEST_CASE("membership: a half of a healed partition that rejoins inside an evalu
   }
 }
 
+TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss of the steps it took there",
+          "[membership]") {
+  // Ranks {0, 1} and {2, 3} cannot reach each other from 0.5 s to 3.5 s;
+  // each half trains on alone (Crossover-SGD, epochs of 25 steps), then one
+  // half rejoins the other at its step count, as a rule inside an epoch.
+  // Every step's loss is 1: every evaluation's mean is 1, over the steps
+  // the rank took in the epoch (EpochEnd::lossSteps, which the evaluation's
+  // average weights by). A rank that rejoined at step s inside epoch e took
+  // e * 25 - s of its steps (the sum used to be divided by all 25).
+  const int n = 4;
+  const std::uint64_t spe = 25;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  const Config config = reg.parse(partitionedConfig(n, "0,1|2,3", "  rejoin: true\n"));
+  MemoryStore store;
+  struct Evaluated {
+    int epoch;
+    double loss, average;
+    std::uint64_t lossSteps;
+  };
+  std::vector<std::vector<Evaluated>> seen(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::uint64_t>> rejoinedAt(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    std::vector<float> x(4, static_cast<float>(r)), g(4);
+    TrainingPlan plan;
+    plan.params = x;
+    plan.tensorSizes = {4};
+    plan.stepsPerEpoch = spe;
+    plan.epochs = 100000;
+    session.train(plan);
+    const auto start = std::chrono::steady_clock::now();
+    bool whole = false;  // the evaluation of a whole view after the heal completed
+    while (!whole && session.nextEpoch()) {
+      while (session.stepping()) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(40))
+          throw std::runtime_error("rank " + std::to_string(r) + ": not whole again after 40 s");
+        for (std::size_t i = 0; i < x.size(); ++i) g[i] = x[i] - static_cast<float>(r);
+        session.step(g, 1.0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      Evaluated ev{};
+      double healed = 0;
+      const bool completed = session.evaluate([&](const EpochEnd& e) {
+        auto& comm = session.agent().communicator();
+        const auto steps = static_cast<double>(e.lossSteps);
+        bool rejoins = false;
+        for (const ViewChange& c : session.viewChanges()) rejoins = rejoins || !c.joined.empty();
+        double sums[3] = {e.loss * steps, steps, comm.worldSize() == n && rejoins ? 1.0 : 0.0};
+        comm.allreduce(std::span<double>(sums, 3), ReduceOp::kSum);
+        ev = {e.epoch, e.loss, sums[1] > 0 ? sums[0] / sums[1] : -1.0, e.lossSteps};
+        healed = sums[2];
+      });
+      if (!completed) continue;
+      seen[static_cast<std::size_t>(r)].push_back(ev);
+      whole = healed == n;  // the same sum on every member
+    }
+    session.finish();
+    rejoinedAt[static_cast<std::size_t>(r)] = session.rejoinedAtStep();
+    session.close();
+  });
+  int inside = 0;  // evaluations of an epoch a rank rejoined inside
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const auto& mine = seen[static_cast<std::size_t>(r)];
+    REQUIRE_FALSE(mine.empty());
+    for (const Evaluated& e : mine) {
+      INFO("epoch " << e.epoch << ": mean " << e.loss << " over " << e.lossSteps << " steps");
+      CHECK(e.lossSteps <= spe);
+      if (e.lossSteps > 0) CHECK(e.loss == 1.0);
+      CHECK(e.average == 1.0);
+      if (e.lossSteps == spe || e.lossSteps == 0) continue;
+      // Fewer steps than the epoch's: it rejoined inside this epoch, at the step the rest make up.
+      const std::uint64_t at = spe * static_cast<std::uint64_t>(e.epoch) - e.lossSteps;
+      const auto& joins = rejoinedAt[static_cast<std::size_t>(r)];
+      CHECK(std::find(joins.begin(), joins.end(), at) != joins.end());
+      ++inside;
+    }
+  }
+  // The half that rejoined took the other's step count inside an epoch
+  // unless that count was a multiple of 25.
+  std::size_t joinsInside = 0;
+  for (const auto& joins : rejoinedAt)
+    for (std::uint64_t s : joins) joinsInside += s % spe != 0;
+  CHECK(static_cast<std::size_t>(inside) <= joinsInside);
+  CHECK((joinsInside == 0 || inside > 0));
+}
+
 TEST_CASE("membership: a message of a view that was left is never received in a later view of its epoch",
           "[membership]") {
   // Views numbered 16 apart (one coordinator) carry the same epoch in their

@@ -81,8 +81,13 @@ struct TrainingPlan {
 struct EpochEnd {
   int epoch = 0;           ///< 1-based.
   bool last = false;       ///< epoch == plan.epochs.
-  double loss = 0;         ///< Mean of the losses this rank passed to step() over the epoch's steps.
+  double loss = 0;         ///< Mean of the losses this rank passed to step() over lossSteps steps; 0 if none.
   std::uint64_t step = 0;  ///< Steps done in all (stepsPerEpoch * epoch).
+  /// The steps of the epoch this rank took (whose losses `loss` averages):
+  /// stepsPerEpoch, or fewer when it rejoined inside the epoch (those after
+  /// its rejoin step; 0 when it rejoined at its end). An average over the
+  /// ranks weights each rank's loss by it.
+  std::uint64_t lossSteps = 0;
 };
 
 /// A program of lockstep rounds that has no DistributedOptimizer

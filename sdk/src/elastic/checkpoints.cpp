@@ -90,6 +90,7 @@ void Session::Impl::save(std::uint64_t step) {
   c.putValue<std::int32_t>("world_size", a.config.worldSize());
   c.putValue<std::uint64_t>("seed", a.config.seed());
   c.putValue<double>("epoch_loss_sum", l.lossSum);
+  c.putValue<std::uint64_t>("epoch_loss_steps", l.lossSteps);
   c.putArray<int>("view", agent.view().members);
   if (l.plan.saveState) l.plan.saveState(c);
   a.optimizer->saveState(c, "optimizer.");
@@ -158,10 +159,19 @@ void Session::Impl::resume() {
       throw Error("checkpoint model of " + std::to_string(saved.size()) + " parameters, this model has " +
                   std::to_string(l.params.size()));
     const double lossSum = c.getValue<double>("epoch_loss_sum");
+    // (A checkpoint without the count holds the sum of every step of the
+    // epoch up to its own.)
+    const std::uint64_t spe = l.plan.stepsPerEpoch, inEpoch = step % spe == 0 && step > 0 ? spe : step % spe;
+    const auto lossSteps =
+        c.has("epoch_loss_steps") ? c.getValue<std::uint64_t>("epoch_loss_steps") : inEpoch;
+    if (lossSteps > inEpoch)
+      throw Error("epoch_loss_steps " + std::to_string(lossSteps) + " is more than the " +
+                  std::to_string(inEpoch) + " steps of its epoch up to step " + std::to_string(step));
     std::copy(saved.begin(), saved.end(), l.params.begin());
     if (l.plan.loadState) l.plan.loadState(c);
     a.optimizer->loadState(c, "optimizer.");
     l.lossSum = lossSum;
+    l.lossSteps = lossSteps;
   } catch (const Error& e) {
     // What the file holds does not fit this job (a section missing, of
     // another size, not finite; refused by loadState): named with the file.

@@ -104,6 +104,7 @@ bool Session::step(std::span<const float> grads, double loss) {
   GOSSAMER_ENFORCE(grads.size() == l.params.size(),
                    "gradient of " << grads.size() << " elements, the model has " << l.params.size());
   l.lossSum += loss;
+  ++l.lossSteps;
   const std::uint64_t before = m.steps();
   m.a.optimizer->step(l.params, grads);
   const std::uint64_t after = m.steps();
@@ -129,14 +130,22 @@ bool Session::evaluate(const std::function<void(const EpochEnd&)>& f) {
   // Realigned by a view change, or moved within it: the epoch to run is nextEpoch()'s.
   if (m.realign() || l.moved) {
     l.lossSum = 0;
+    l.lossSteps = 0;
     return false;
   }
-  double loss = l.lossSum / static_cast<double>(l.plan.stepsPerEpoch);
+  // The mean over the steps this rank took in the epoch: all of them, or
+  // those after the step it rejoined at.
+  double loss = l.lossSteps > 0 ? l.lossSum / static_cast<double>(l.lossSteps) : 0.0;
+  std::uint64_t lossSteps = l.lossSteps;
   // An evaluation this rank runs again without training (it was sent back to it).
-  if (m.steps() == l.firstStep && l.lossEpoch == l.epoch) loss = l.epochLoss;
+  if (m.steps() == l.firstStep && l.lossEpoch == l.epoch) {
+    loss = l.epochLoss;
+    lossSteps = l.epochLossSteps;
+  }
   l.lossEpoch = l.epoch;
   l.epochLoss = loss;
-  const EpochEnd end{l.epoch, l.epoch == l.plan.epochs, loss, endOf(l, l.epoch)};
+  l.epochLossSteps = lossSteps;
+  const EpochEnd end{l.epoch, l.epoch == l.plan.epochs, loss, endOf(l, l.epoch), lossSteps};
   const bool completed = m.survive([&] {
     if (f) f(end);
     if (end.last && l.plan.closing) l.plan.closing();
@@ -148,10 +157,12 @@ bool Session::evaluate(const std::function<void(const EpochEnd&)>& f) {
   const bool realigned = m.realign();
   if (!completed || realigned) {
     l.lossSum = 0;
+    l.lossSteps = 0;
     return false;
   }
   l.closed = end.last;
   l.lossSum = 0;
+  l.lossSteps = 0;
   l.evaluated = l.epoch;
   return true;
 }

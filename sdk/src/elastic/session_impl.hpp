@@ -18,16 +18,18 @@ struct EpochLoop {
   TrainingPlan plan;
   std::span<float> params;
   std::uint64_t totalSteps = 0;
-  int evaluated = 0;              ///< Epochs whose evaluation is behind this rank.
-  int epoch = 0;                  ///< The epoch nextEpoch() positioned the loop at.
-  std::uint64_t firstStep = 0;    ///< steps() when it did.
-  double lossSum = 0;             ///< Losses of this epoch's steps so far.
-  int lossEpoch = 0;              ///< The epoch whose mean loss epochLoss is...
-  double epochLoss = 0;           ///< ...for an evaluation run again without training.
-  std::size_t changesSeen = 0;    ///< View changes realign() has looked at.
-  bool closed = false;            ///< The last epoch's evaluation ran plan.closing.
-  bool moved = false;             ///< A step of this epoch did not count.
-  std::int64_t resumedFrom = -1;  ///< The checkpoint step the run resumed at.
+  int evaluated = 0;                 ///< Epochs whose evaluation is behind this rank.
+  int epoch = 0;                     ///< The epoch nextEpoch() positioned the loop at.
+  std::uint64_t firstStep = 0;       ///< steps() when it did.
+  double lossSum = 0;                ///< Losses of this epoch's steps so far...
+  std::uint64_t lossSteps = 0;       ///< ...and how many steps they are (fewer after a rejoin).
+  int lossEpoch = 0;                 ///< The epoch whose mean loss epochLoss is...
+  double epochLoss = 0;              ///< ...for an evaluation run again without training,
+  std::uint64_t epochLossSteps = 0;  ///< ...over this many steps.
+  std::size_t changesSeen = 0;       ///< View changes realign() has looked at.
+  bool closed = false;               ///< The last epoch's evaluation ran plan.closing.
+  bool moved = false;                ///< A step of this epoch did not count.
+  std::int64_t resumedFrom = -1;     ///< The checkpoint step the run resumed at.
   std::vector<std::uint64_t> rejoinedAt;
 };
 
