@@ -302,6 +302,55 @@ TEST_CASE("session: an optimizer for no tensors, an empty one, or more elements 
   session.close();
 }
 
+TEST_CASE("session: with checkpoints on, train() refuses an optimizer that cannot save its state",
+          "[session]") {
+  // Loss-tolerant SGP and the compressors keep no checkpoint: refused at
+  // train(), with the key, instead of at the first save.
+  gossamer::testing::TempDir dir;
+  const std::string checkpoints = "checkpoint:\n  every_steps: 2\n  dir: " + dir.path() + "\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"sgp", "  loss_tolerant: true\n"},
+      {"allreduce_sgd", "compression:\n  kind: topk\n"},
+      {"crossover_sgd", ""},
+  };
+  for (const auto& [algorithm, extra] : cases) {
+    INFO(algorithm << " " << extra);
+    const bool refused = !extra.empty();
+    for (const bool resume : {false, true}) {
+      auto sent = std::make_shared<std::atomic<long>>(0);
+      Registry reg = registryWith(inproc::makeFabric(1), sent);
+      std::string text = configText(1, algorithm);
+      // The algorithm's keys go under algorithm:, the compression section at the end.
+      if (extra.starts_with("  "))
+        text.replace(text.find("\ntraining:"), 0, "\n" + extra.substr(0, extra.size() - 1));
+      else
+        text += extra;
+      text += resume ? "checkpoint:\n  resume: true\n  dir: " + dir.path() + "\n" : checkpoints;
+      const Config config = reg.parse(text);
+      MemoryStore store;
+      Session session(config, 0, store, reg);
+      std::vector<float> p(4, 1.0f);
+      TrainingPlan plan;
+      plan.params = p;
+      plan.tensorSizes = {4};
+      plan.stepsPerEpoch = 2;
+      plan.epochs = 1;
+      if (refused) {
+        try {
+          session.train(plan);
+          FAIL("train() accepted an optimizer that cannot be checkpointed");
+        } catch (const ConfigError& e) {
+          CHECK(e.key() == (resume ? "checkpoint.resume" : "checkpoint.every_steps"));
+          CHECK_THAT(e.what(), Catch::Contains("cannot be checkpointed"));
+        }
+      } else {
+        CHECK_NOTHROW(session.train(plan));
+      }
+      session.close();
+    }
+  }
+}
+
 TEST_CASE("session: survive gives up with TimeoutError when the survivors cannot agree on a view",
           "[session][membership]") {
   // Rank 2 aborts; rank 1 enters survive() while rank 0 stays out of it

@@ -107,6 +107,21 @@ void Session::Impl::save(std::uint64_t step) {
     if (it > at || it + 1 < at) std::filesystem::remove(checkpointPath(checkpoint.dir, a.rank, *it));
 }
 
+void Session::Impl::checkCheckpointable(const DistributedOptimizer& optimizer) const {
+  const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");
+  if (checkpoint.everySteps == 0 && !checkpoint.resume && !restarted) return;
+  if (resilient != nullptr && !resilient->built()) return;  // a joining rank: built over its first view
+  try {
+    Checkpoint probe;  // the optimizer's initial state, thrown away
+    optimizer.saveState(probe, "optimizer.");
+  } catch (const InvalidArgument& e) {
+    const std::string key = checkpoint.everySteps > 0 ? "checkpoint.every_steps" : "checkpoint.resume";
+    throw ConfigError(a.config.sourceFile, 0, key,
+                      std::string(e.what()) + ": turn checkpoints off, or train with an optimizer that " +
+                          "saves its state (docs/operations.md, Checkpoints)");
+  }
+}
+
 void Session::Impl::resume() {
   EpochLoop& l = *loop;
   const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");

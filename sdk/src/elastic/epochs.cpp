@@ -57,6 +57,7 @@ DistributedOptimizer& Session::train(const TrainingPlan& plan) {
   GOSSAMER_ENFORCE(total == plan.params.size(),
                    "tensor sizes sum to " << total << " elements, the model has " << plan.params.size());
   auto& optimizer = m.makeOptimizer(plan.tensorSizes);
+  m.checkCheckpointable(optimizer);
   EpochLoop l;
   l.plan = plan;
   l.params = plan.params;

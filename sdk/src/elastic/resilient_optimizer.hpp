@@ -62,6 +62,8 @@ class ResilientOptimizer final : public DistributedOptimizer {
   void setTotalSteps(std::uint64_t totalSteps) override;
   bool replicatedModel() const override { return inner_ && inner_->replicatedModel(); }
   bool lockstep() const override { return !inner_ || inner_->lockstep(); }
+  /// Whether the optimizer it wraps exists (not before a joining rank's first view).
+  bool built() const { return inner_ != nullptr; }
   double pushSumWeight() const override { return inner_ ? inner_->pushSumWeight() : 1.0; }
   std::uint64_t rejectedMessages() const override { return inner_ ? inner_->rejectedMessages() : 0; }
   ModelExchange modelExchange() override;

@@ -56,6 +56,12 @@ struct Session::Impl {
   bool rounds = false;                ///< inside runRounds
   std::uint64_t roundsCommitted = 0;  ///< runRounds: the newest commit, reported as the steps
 
+  // checkpoints.cpp
+  /// With checkpoints on: ConfigError (checkpoint.every_steps or
+  /// checkpoint.resume) if `optimizer` cannot save its state, before the
+  /// first step rather than at the first save.
+  void checkCheckpointable(const DistributedOptimizer& optimizer) const;
+
   // session.cpp
   std::uint64_t steps() const;
   bool collectivePending() const;
