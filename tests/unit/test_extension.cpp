@@ -229,11 +229,49 @@ TEST_CASE("extension: a registry refuses clashing or malformed declarations", "[
                       "c", [](const OptimizerContext&) { return std::unique_ptr<DistributedOptimizer>(); },
                       KeySet().real("shared", 0.5, {0.0, true, 2.0, true}, "doc")),
                   InvalidArgument);
+  // A refused registration changes nothing: "c" is neither a choice nor
+  // taken, and registers once its keys agree.
+  CHECK_THROWS_WITH(reg.parse("algorithm:\n  name: c\n", "c.yaml"), Catch::Contains("'c'"));
+  CHECK(reg.optimizerNames() == std::vector<std::string>{"a", "b"});
+  CHECK_NOTHROW(reg.addOptimizer(
+      "c", [](const OptimizerContext&) { return std::unique_ptr<DistributedOptimizer>(); },
+      KeySet().real("shared", 1.0, {0.0, true, 2.0, true}, "doc")));
+  const auto transport = [](const TransportContext&) { return std::unique_ptr<Transport>(); };
+  reg.addTransport("t1", transport, KeySet().integer("port", 1, 0, 9, "doc"));
+  CHECK_THROWS_AS(reg.addTransport("t2", transport, KeySet().integer("port", 2, 0, 9, "doc")),
+                  InvalidArgument);
+  CHECK(reg.transportNames() == std::vector<std::string>{"t1"});
+  CHECK_NOTHROW(reg.addTransport("t2", transport, KeySet().integer("port", 1, 0, 9, "doc")));
+  CHECK(reg.transportTraits("t2").spansProcesses);
+  CHECK_THROWS_AS(
+      reg.addSection("app", "", KeySet().integer("k2", 1, 0, 3, "doc").integer("k", 2, 0, 3, "doc")),
+      InvalidArgument);
+  CHECK_THROWS_WITH(reg.parse("app:\n  k2: 1\n", "k2.yaml"), Catch::Contains("unknown key"));
   // A default component must be registered.
   CHECK_THROWS_AS(reg.setDefault("algorithm", "zzz"), InvalidArgument);
   // Without a default, a config must name the component.
   ConfigError e = errorOf(reg, "world_size: 1\n");
   CHECK(e.key() == "transport.kind");
+}
+
+TEST_CASE("extension: a factory that builds nothing is refused with its name", "[extension][agent]") {
+  auto fabric = inproc::makeFabric(1);
+  Registry reg = makeAppRegistry(fabric, std::make_shared<TransportProbe>());
+  reg.addTransport(
+      "nothing", [](const TransportContext&) { return std::unique_ptr<Transport>(); }, {},
+      TransportTraits{.spansProcesses = false});
+  reg.addOptimizer("no_optimizer",
+                   [](const OptimizerContext&) { return std::unique_ptr<DistributedOptimizer>(); });
+  MemoryStore store;
+  CHECK_THROWS_WITH(
+      Agent(
+          reg.parse("world_size: 1\ntransport:\n  kind: nothing\nalgorithm:\n  name: scaled_sgd\n", "t.yaml"),
+          0, store, reg),
+      Catch::Contains("transport 'nothing' built nothing"));
+  Agent agent(reg.parse("world_size: 1\nalgorithm:\n  name: no_optimizer\n", "o.yaml"), 0, store, reg);
+  CHECK_THROWS_AS(agent.makeOptimizer({4}), InvalidArgument);
+  CHECK_THROWS_WITH(agent.makeOptimizer({4}), Catch::Contains("optimizer 'no_optimizer' built nothing"));
+  agent.close();
 }
 
 TEST_CASE("extension: a program sets its own default for a declared key", "[extension][config]") {

@@ -198,6 +198,8 @@ class Registry {
   /// over it is a ConfigError at load: a transport that authenticates and
   /// encrypts (through kit/security.hpp's keys) says secures = true, and one
   /// whose ranks are threads of one process says spansProcesses = false.
+  /// The factory must return a component (a null one is an InvalidArgument
+  /// when an Agent builds it). A refused call changes nothing.
   /// @throws InvalidArgument if the name is empty or already registered, the
   ///         factory is null, or a key clashes with one declared already.
   void addTransport(const std::string& name, TransportFactory f, const KeySet& keys = {},
@@ -215,7 +217,8 @@ class Registry {
   const std::vector<TransportWrapper>& transportServices() const { return services_; }
 
   /// An application's (or a shared component's) own section, e.g.
-  /// `training:`; calling it again adds keys to the same section.
+  /// `training:`; calling it again adds keys to the same section. A
+  /// refused call changes nothing.
   /// @throws InvalidArgument on a clashing key.
   void addSection(const std::string& section, const std::string& doc, const KeySet& keys);
 

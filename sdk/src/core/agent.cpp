@@ -22,6 +22,18 @@
 namespace gossamer {
 
 namespace {
+// What a registered factory (or a transport service, a compressor) built,
+// refused if it built nothing: the contract of Registry's factories.
+[[noreturn]] void builtNothing(const char* kind, const std::string& name) {
+  throw InvalidArgument(std::string(kind) + " '" + name +
+                        "' built nothing: a registered factory must build one");
+}
+template <typename T>
+std::unique_ptr<T> made(std::unique_ptr<T> p, const char* kind, const std::string& name) {
+  if (p == nullptr) builtNothing(kind, name);
+  return p;
+}
+
 // run.dir: "auto" is a new directory results/runs/<UTC time>-<pid>[-n] that
 // rank 0 creates and publishes through the rendezvous; every other rank (a
 // process that rejoins later too) reads it there.
@@ -170,11 +182,10 @@ std::unique_ptr<DistributedOptimizer> Agent::Impl::createOptimizer(
   checkTensorSizes(tensorSizes);
   const Config& c = viewConfig;
   const OptimizerContext ctx{c, *transport, *communicator, *topology, tensorSizes};
-  auto inner = registry->optimizer(c.get<std::string>("algorithm.name"))(ctx);
+  const std::string& name = c.get<std::string>("algorithm.name");
+  auto inner = made(registry->optimizer(name)(ctx), "optimizer", name);
   const std::string& compression = c.get<std::string>("compression.kind");
-  auto out = registry->compressor(compression)(ctx, std::move(inner));
-  GOSSAMER_CHECK(out != nullptr, "compressor '" << compression << "' returned no optimizer");
-  return out;
+  return made(registry->compressor(compression)(ctx, std::move(inner)), "compressor", compression);
 }
 
 std::unique_ptr<DistributedOptimizer> Agent::Impl::metered(std::unique_ptr<DistributedOptimizer> inner) {
@@ -212,7 +223,8 @@ void Agent::Impl::rebuildOverView() {
   viewConfig.set("world_size", transport->worldSize());
   topology = membership() != nullptr
                  ? topologyOverView(renumbered)
-                 : registry->topology(viewConfig.get<std::string>("topology.kind"))(viewConfig);
+                 : made(registry->topology(viewConfig.get<std::string>("topology.kind"))(viewConfig),
+                        "topology", viewConfig.get<std::string>("topology.kind"));
   communicator = std::make_unique<Communicator>(*transport, config.get<double>("transport.timeout_seconds"));
   communicator->setOptions(collectiveOptions);
 }
@@ -244,6 +256,8 @@ std::unique_ptr<Topology> Agent::Impl::topologyOverView(const std::vector<std::s
     } else {
       try {
         auto out = registry->topology(kind)(viewConfig);
+        // (Error, not InvalidArgument: not a reason to reset a key.)
+        if (out == nullptr) throw Error("topology '" + kind + "' built nothing");
         if (!reset.empty() || kindReset) {
           std::ostringstream what;
           for (std::size_t k = 0; k < reset.size(); ++k) what << (k == 0 ? "" : ", ") << reset[k];
@@ -303,7 +317,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   registry.compressor(c.get<std::string>("compression.kind"));
   const auto& makeTransport = registry.transport(c.get<std::string>("transport.kind"));
   impl_->viewConfig = c;
-  impl_->topology = makeTopology(impl_->config);
+  impl_->topology = made(makeTopology(impl_->config), "topology", c.get<std::string>("topology.kind"));
   MetricsOptions mo;
   mo.enabled = c.get<bool>("run.metrics");
   mo.every = static_cast<std::uint64_t>(c.get<int>("run.metrics_every"));
@@ -311,7 +325,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   impl_->metrics = std::make_unique<Metrics>(rank, most, std::move(mo));
   const TransportContext ctx{impl_->config,        rank, store, &registry, impl_->metrics.get(),
                              &impl_->capabilities, most};
-  impl_->transport = makeTransport(ctx);
+  impl_->transport = made(makeTransport(ctx), "transport", c.get<std::string>("transport.kind"));
   if (impl_->transport->capacity() < most)
     throw ConfigError(c.sourceFile, 0, "membership.max_world_size",
                       std::to_string(most) + " ranks, but transport " + impl_->transport->name() +
@@ -321,8 +335,8 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
   if (registry.transportTraits(c.get<std::string>("transport.kind")).spansProcesses)
     checkSettings(c, registry.schema(), rank, store, *impl_->transport);
   for (const auto& wrap : registry.transportServices()) {
-    impl_->transport = wrap(ctx, std::move(impl_->transport));
-    GOSSAMER_CHECK(impl_->transport != nullptr, "a transport service returned no transport");
+    impl_->transport = made(wrap(ctx, std::move(impl_->transport)), "a transport service over",
+                            c.get<std::string>("transport.kind"));
   }
   impl_->communicator =
       std::make_unique<Communicator>(*impl_->transport, c.get<double>("transport.timeout_seconds"));

@@ -18,11 +18,19 @@ const F& lookup(const std::map<std::string, F>& m, const std::string& name, cons
   }
   return it->second;
 }
+// Adds `name` -> `f` to `m` and its choice (with `keys`) to `section` of
+// `schema`, or, if any part is refused (a name taken, keys that clash with
+// another choice's), changes nothing.
 template <typename F>
-void insert(std::map<std::string, F>& m, const std::string& name, F f) {
+void addChoice(ConfigSchema& schema, std::map<std::string, F>& m, const std::string& section,
+               const std::string& name, F f, const KeySet& keys) {
   GOSSAMER_ENFORCE(!name.empty(), "component name is empty");
   GOSSAMER_ENFORCE(f, "null factory for '" << name << "'");
-  GOSSAMER_ENFORCE(m.emplace(name, std::move(f)).second, "'" << name << "' is already registered");
+  GOSSAMER_ENFORCE(m.count(name) == 0, "'" << name << "' is already registered");
+  ConfigSchema next = schema;
+  next.addChoice(section, name, keys);
+  m.emplace(name, std::move(f));
+  schema = std::move(next);
 }
 template <typename F>
 std::vector<std::string> names(const std::map<std::string, F>& m) {
@@ -80,26 +88,24 @@ void Registry::addTransport(const std::string& n, TransportFactory f, const KeyS
   // of them registered is taken in both.
   GOSSAMER_ENFORCE(catalog_ != nullptr && catalog_->find(n) == nullptr,
                    "transport '" << n << "' is registered already (in this registry or a copy of it)");
-  insert(transports_, n, std::move(f));
-  schema_.addChoice("transport", n, keys);
+  addChoice(schema_, transports_, "transport", n, std::move(f), keys);
   catalog_->traits_[n] = std::move(traits);
   catalog_->names_.push_back(n);
 }
 void Registry::addTopology(const std::string& n, TopologyFactory f, const KeySet& keys) {
-  insert(topologies_, n, std::move(f));
-  schema_.addChoice("topology", n, keys);
+  addChoice(schema_, topologies_, "topology", n, std::move(f), keys);
 }
 void Registry::addOptimizer(const std::string& n, OptimizerFactory f, const KeySet& keys) {
-  insert(optimizers_, n, std::move(f));
-  schema_.addChoice("algorithm", n, keys);
+  addChoice(schema_, optimizers_, "algorithm", n, std::move(f), keys);
 }
 void Registry::addCompressor(const std::string& n, CompressorFactory f, const KeySet& keys) {
-  insert(compressors_, n, std::move(f));
-  schema_.addChoice("compression", n, keys);
+  addChoice(schema_, compressors_, "compression", n, std::move(f), keys);
 }
 void Registry::addSection(const std::string& section, const std::string& doc, const KeySet& keys) {
-  schema_.addSection(section, doc);
-  schema_.addKeys(section, keys);
+  ConfigSchema next = schema_;  // a refused section or key changes nothing
+  next.addSection(section, doc);
+  next.addKeys(section, keys);
+  schema_ = std::move(next);
 }
 void Registry::addTransportService(const std::string& section, const std::string& doc, const KeySet& keys,
                                    TransportWrapper wrap) {
