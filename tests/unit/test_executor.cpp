@@ -50,6 +50,25 @@ TEST_CASE("a task is an OS thread by default joined explicitly or when destroyed
   a.join();
 }
 
+TEST_CASE("a task that joins itself gets InvalidArgument, not std::terminate", "[executor]") {
+  Task t;
+  std::atomic<bool> ready{false}, refused{false}, stillJoinable{false};
+  t = startTask([&] {
+    while (!ready) std::this_thread::yield();
+    try {
+      t.join();
+    } catch (const InvalidArgument&) {
+      refused = true;
+    }
+    stillJoinable = t.joinable();
+  });
+  ready = true;
+  t.join();  // from this thread: joins
+  CHECK(refused);
+  CHECK(stillJoinable);
+  CHECK_FALSE(t.joinable());
+}
+
 TEST_CASE("an installed task starter runs the SDK's tasks", "[executor]") {
   setTaskStarter(&deferred);
   int value = 0;

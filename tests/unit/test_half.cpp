@@ -141,6 +141,24 @@ TEST_CASE("half: every binary16 value converts to float32 exactly and back to th
   }
 }
 
+TEST_CASE("half: every binary16 NaN widens quiet with its payload, the same bits on every path", "[half]") {
+  // F16C and NEON set the quiet bit of a signalling NaN; the scalar path
+  // (a vector's tail) must too, or a NaN's bits depend on its position.
+  INFO("kernels: " << half::kernelName());
+  std::vector<float16> all(0x10000);
+  for (std::uint32_t h = 0; h <= 0xffff; ++h) all[h] = float16{static_cast<std::uint16_t>(h)};
+  std::vector<float> wide(all.size());
+  convert(std::span<const float16>(all), std::span<float>(wide));
+  for (std::uint32_t h = 0; h <= 0xffff; ++h) {
+    INFO("bits " << h);
+    REQUIRE(bitsOf(wide[h]) == bitsOf(toFloat(all[h])));
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0) {
+      REQUIRE((bitsOf(wide[h]) & 0x00400000u) != 0);                // quiet
+      REQUIRE(((bitsOf(wide[h]) >> 13) & 0x1ffu) == (h & 0x1ffu));  // the payload below the quiet bit
+    }
+  }
+}
+
 TEST_CASE("half: float32 rounds to the nearest binary16 and bfloat16, ties to even", "[half]") {
   for (float f : sampleFloats(200000, 7)) {
     INFO("float bits " << bitsOf(f) << " = " << f);

@@ -306,6 +306,59 @@ TEST_CASE("an Agent records start, each step's time split and bytes per peer, an
   CHECK(fromCallback.front()["kind"] == "start");
 }
 
+TEST_CASE(
+    "an Agent's transport closes even if a subscriber throws at the end record; a move-assigned one ends",
+    "[metrics]") {
+  auto fabric = inproc::makeFabric(1);
+  Registry reg;
+  inproc::registerWith(reg, fabric);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  TempDir dir;
+  const Config c = reg.parse(
+      "world_size: 1\ntransport: {kind: inproc, timeout_seconds: 20}\n"
+      "algorithm: {name: allreduce_sgd}\nrun: {dir: " +
+          dir.path.string() + "}\n",
+      "test");
+  MemoryStore store;
+  {
+    Agent agent(c, 0, store, reg);
+    agent.metrics().subscribe([](const MetricsRecord& rec) {
+      if (rec.kind == "end") throw std::runtime_error("subscriber failed");
+    });
+    CHECK_THROWS_WITH(agent.close(), Catch::Contains("subscriber failed"));
+    // Closed all the same: a send fails as after close().
+    std::byte b{};
+    CHECK_THROWS_AS(agent.transport().isend(0, Tag::make(Op::kUser, 1), std::span<const std::byte>(&b, 1)),
+                    Cancelled);
+  }
+  // Assigning over an Agent closes its run (its end record) first. (Each
+  // Agent on a fabric of its own: an inproc rank attaches once.)
+  const auto fresh = [] {
+    Registry r;
+    inproc::registerWith(r, inproc::makeFabric(1));
+    topologies::registerBuiltins(r);
+    optimizers::registerBuiltins(r);
+    return r;
+  };
+  const Registry reg2 = fresh(), reg3 = fresh();
+  TempDir dir2;
+  const std::string text2 =
+      "world_size: 1\ntransport: {kind: inproc}\nalgorithm: {name: allreduce_sgd}\nrun: {dir: " +
+      dir2.path.string() + "}\n";
+  MemoryStore store2, store3;
+  Agent first(reg2.parse(text2, "test"), 0, store2, reg2);
+  first = Agent(
+      reg3.parse("world_size: 1\ntransport: {kind: inproc}\nalgorithm: {name: allreduce_sgd}\nrun: {dir: " +
+                     dir.path.string() + "}\n",
+                 "test"),
+      0, store3, reg3);
+  const auto lines = readLines(dir2.path / "rank-0.jsonl");
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.back()["kind"] == "end");
+  first.close();
+}
+
 TEST_CASE("run.dir auto is one new directory for every rank of a job", "[metrics]") {
   constexpr int kRanks = 3;
   auto fabric = inproc::makeFabric(kRanks);

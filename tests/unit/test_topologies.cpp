@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -645,4 +646,27 @@ TEST_CASE("randomPairing (diloco gossip) is a perfect matching every round, the 
   }
   CHECK(randomPairing(6, 1, 0) != randomPairing(6, 2, 0));
   CHECK_THROWS_AS(randomPairing(0, 1, 0), InvalidArgument);
+}
+
+namespace {
+// A topology that gives rank 0 a source outside the job at step 1.
+class OutsideSource final : public gossamer::Topology {
+ public:
+  int worldSize() const override { return 2; }
+  std::string name() const override { return "outside_source"; }
+  gossamer::PeerSet peers(int rank, std::uint64_t step, int) const override {
+    gossamer::PeerSet p;
+    p.selfWeight = 0.5;
+    p.recvFrom = {rank == 0 && step == 1 ? 2 : 1 - rank};
+    p.recvWeights = {0.5};
+    return p;
+  }
+};
+}  // namespace
+
+TEST_CASE("mixingMatrix refuses a source outside the world instead of writing past the matrix",
+          "[topology]") {
+  const OutsideSource t;
+  CHECK(t.mixingMatrix(0).sum() == Approx(2.0));
+  CHECK_THROWS_WITH(t.mixingMatrix(1), Catch::Contains("source 2 at step 1, outside [0, 2)"));
 }

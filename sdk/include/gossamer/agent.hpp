@@ -30,18 +30,25 @@ class Agent final {
   /// config lacks take their registered defaults (Registry::complete); the
   /// registry must outlive the Agent.
   /// @throws ConfigError for an invalid config or unknown component name;
-  ///         InvalidArgument for a rank outside [0, worldSize); TimeoutError
+  ///         InvalidArgument for a rank outside [0, worldSize) (with
+  ///         membership.max_world_size above world_size: [0, max_world_size),
+  ///         a rank that joins a running job), or a factory that builds
+  ///         nothing; TimeoutError
   ///         if peers do not show up within transport.timeout_seconds;
   ///         Error if the run directory cannot be created.
   Agent(const Config& config, int rank, Store& store, const Registry& registry);
   ~Agent();
+  /// A moved-from Agent may only be destroyed or assigned to.
   Agent(Agent&&) noexcept;
-  Agent& operator=(Agent&&) noexcept;
+  /// Closes this Agent's own job first (as the destructor does, errors
+  /// swallowed), then takes `other`'s.
+  Agent& operator=(Agent&& other) noexcept;
 
   /// This rank in the job (its global rank; the view's rank is communicator().rank()).
   int rank() const;
   /// The job's world size (the view's size is communicator().worldSize()).
   int worldSize() const;
+  /// The config it was built with, completed with the registered defaults.
   const Config& config() const;
   /// The transport (with the membership service on: the current view; its
   /// rank() and worldSize() are the view's).
@@ -58,9 +65,12 @@ class Agent final {
   /// replaces any previous one. A peer that fails makes its steps throw
   /// PeerFailure; for training that goes on over the survivors, make it
   /// with a Session (Session::makeOptimizer, Session::train).
-  /// @throws ConfigError for an unknown algorithm; InvalidArgument for no
-  ///         tensors, a tensor of 0 elements, or sizes adding up to more than
-  ///         PTRDIFF_MAX / 4 elements.
+  /// A refused size keeps the previous optimizer; any other error (the
+  /// factory's or compressor's) leaves none.
+  /// @throws InvalidArgument for no tensors, a tensor of 0 elements, sizes
+  ///         adding up to more than PTRDIFF_MAX / 4 elements, or a factory or
+  ///         compressor that builds nothing; what the optimizer's factory
+  ///         throws (ConfigError, InvalidArgument for settings it refuses).
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
   /// The optimizer made by makeOptimizer (or by the Session that holds
   /// this Agent). @throws InvalidArgument if none.
@@ -89,8 +99,11 @@ class Agent final {
   /// nothing.
   Metrics& metrics();
 
-  /// Delivers queued messages (within transport.linger_seconds), says goodbye
-  /// to the peers and releases the transport. Idempotent; the destructor calls it.
+  /// Writes the metrics' end record, delivers queued messages (within
+  /// transport.linger_seconds), says goodbye to the peers and releases the
+  /// transport. Idempotent; the destructor calls it. The transport closes
+  /// even if the end record throws (a metrics subscriber's error), which is
+  /// rethrown after.
   void close();
   /// Closes without delivering what is still queued (error paths).
   void abort();

@@ -26,7 +26,9 @@ struct PeerSet {
 class Topology {
  public:
   virtual ~Topology() = default;
+  /// The ranks it connects, N.
   virtual int worldSize() const = 0;
+  /// The registered kind ("ring", "fair_roulette", ...).
   virtual std::string name() const = 0;
   /// The peers of `rank` in round `step` for `segment` (topologies that do not
   /// depend on the segment ignore it).
@@ -35,6 +37,8 @@ class Topology {
   /// The N x N mixing matrix W of round `step` (row i: the weights rank i
   /// applies, W(i,i) = selfWeight, W(i,j) = weight of what i receives from j).
   /// Built from peers() of every rank.
+  /// @throws InvalidArgument if peers() gives a source outside [0, N) or
+  ///         not as many weights as sources.
   virtual Eigen::MatrixXd mixingMatrix(std::uint64_t step, int segment = 0) const;
 };
 

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -365,7 +367,16 @@ Agent::~Agent() {
   }
 }
 Agent::Agent(Agent&&) noexcept = default;
-Agent& Agent::operator=(Agent&&) noexcept = default;
+Agent& Agent::operator=(Agent&& other) noexcept {
+  if (this != &other) {
+    try {
+      close();       // this Agent's job ends as the destructor would end it
+    } catch (...) {  // NOLINT(bugprone-empty-catch): as in the destructor
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 int Agent::rank() const { return impl_->rank; }
 int Agent::worldSize() const { return impl_->config.worldSize(); }
@@ -399,14 +410,44 @@ void Agent::average(std::span<float> data) { impl_->communicator->allreduce(data
 
 Metrics& Agent::metrics() { return *impl_->metrics; }
 
+namespace {
+// Runs `record` (the metrics' end record), then `end` (the transport's
+// close or abort), which runs even if the record throws (a subscriber's
+// error); that error is rethrown after it.
+void recordThenEnd(const std::function<void()>& record, const std::function<void()>& end) {
+  std::exception_ptr failed;
+  try {
+    record();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  end();
+  if (failed) std::rethrow_exception(failed);
+}
+}  // namespace
+
 void Agent::close() {
-  if (impl_ && impl_->metrics) impl_->metrics->finish(impl_->optimizer ? impl_->optimizer->steps() : 0);
-  if (impl_ && impl_->transport) impl_->transport->close();
+  if (!impl_) return;
+  Impl& m = *impl_;
+  recordThenEnd(
+      [&] {
+        if (m.metrics) m.metrics->finish(m.optimizer ? m.optimizer->steps() : 0);
+      },
+      [&] {
+        if (m.transport) m.transport->close();
+      });
 }
 
 void Agent::abort() {
-  if (impl_ && impl_->metrics) impl_->metrics->finish(impl_->optimizer ? impl_->optimizer->steps() : 0);
-  if (impl_ && impl_->transport) impl_->transport->abort();
+  if (!impl_) return;
+  Impl& m = *impl_;
+  recordThenEnd(
+      [&] {
+        if (m.metrics) m.metrics->finish(m.optimizer ? m.optimizer->steps() : 0);
+      },
+      [&] {
+        if (m.transport) m.transport->abort();
+      });
 }
 
 }  // namespace gossamer

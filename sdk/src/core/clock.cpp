@@ -2,6 +2,7 @@
 // simulator installs its own.
 #include "gossamer/kit/clock.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -30,6 +31,9 @@ double unixSeconds() noexcept {
 
 void sleepFor(double seconds) noexcept {
   if (!(seconds > 0)) return;
+  // Above 1e9 s (about 32 years; infinity too) the conversion to the
+  // clock's integer ticks would overflow into a negative pause: capped.
+  seconds = std::min(seconds, 1e9);
   const auto t0 = Clock::now();
   if (const auto* s = gSource.load(std::memory_order_acquire))
     s->sleepSeconds(seconds);

@@ -17,7 +17,18 @@ std::atomic<TaskStarter> gStarter{nullptr};
 class ThreadHandle final : public TaskHandle {
  public:
   explicit ThreadHandle(std::function<void()> body) : thread_(std::move(body)) {}
-  void join() override { thread_.join(); }
+  ThreadHandle(const ThreadHandle&) = delete;
+  ThreadHandle& operator=(const ThreadHandle&) = delete;
+  // Joined unless its own thread destroys it (a join that threw): then
+  // detached, rather than std::terminate.
+  ~ThreadHandle() override {
+    if (thread_.joinable()) thread_.detach();
+  }
+  void join() override {
+    if (thread_.get_id() == std::this_thread::get_id())
+      throw InvalidArgument("a task cannot join itself (join() from inside its own body)");
+    thread_.join();
+  }
 
  private:
   std::thread thread_;
@@ -31,31 +42,44 @@ std::unique_ptr<TaskHandle> startThread(std::function<void()> body) {
 
 void setTaskStarter(TaskStarter starter) noexcept { gStarter.store(starter, std::memory_order_release); }
 
+namespace {
+// Joins `h` if set, and drops it: a join that throws (from inside the task
+// itself) leaves it to the handle's destructor.
+void joinQuietly(std::unique_ptr<TaskHandle>& h) noexcept {
+  if (!h) return;
+  try {
+    h->join();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
+  }
+  h.reset();
+}
+}  // namespace
+
 Task& Task::operator=(Task&& other) noexcept {
   if (this != &other) {
-    if (handle_) handle_->join();
+    joinQuietly(handle_);
     handle_ = std::move(other.handle_);
   }
   return *this;
 }
 
-Task::~Task() {
-  if (handle_) handle_->join();
-}
+Task::~Task() { joinQuietly(handle_); }
 
 void Task::join() {
   GOSSAMER_ENFORCE(handle_ != nullptr, "join() on a Task that is not joinable");
-  const auto h = std::move(handle_);
-  h->join();
+  handle_->join();  // (throws with the task still joinable)
+  handle_.reset();
 }
 
 Task startTask(std::function<void()> body) {
   GOSSAMER_ENFORCE(static_cast<bool>(body), "startTask: an empty body");
   Task t;
-  if (const auto starter = gStarter.load(std::memory_order_acquire))
+  if (const auto starter = gStarter.load(std::memory_order_acquire)) {
     t.handle_ = starter(std::move(body));
-  else
+    GOSSAMER_CHECK(t.handle_ != nullptr, "the installed TaskStarter returned no task");
+  } else {
     t.handle_ = startThread(std::move(body));
+  }
   return t;
 }
 

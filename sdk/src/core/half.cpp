@@ -9,7 +9,10 @@
 // binary16), chosen once at run time from CPUID; NEON on AArch64 (4 elements;
 // `fcvtl`/`fcvtn`, part of every ARMv8-A CPU, so always used); and a portable
 // scalar path for other CPUs. bfloat16 is shifts and the integer rounding
-// below on every path.
+// below on every path. (For NaNs "the same bits" holds for conversions: a
+// NaN widens quiet with its payload everywhere. Which operand's sign and
+// payload a NaN result of an operation with two NaN operands carries is the
+// CPU's choice, as in float32 arithmetic.)
 //
 // Rounding float32 to bfloat16 (ties to even) is integer arithmetic on the
 // bits: add 0x7FFF plus the lowest kept bit, then drop the low 16 bits (a
@@ -47,7 +50,9 @@ float toFloat(float16 x) {
     std::memcpy(&u, &f, sizeof u);
     u |= sign;
   } else if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (mant << 13);  // infinity or NaN (payload kept)
+    // Infinity, or a NaN with its payload and the quiet bit set (as F16C's
+    // vcvtph2ps and NEON's fcvtl do: a signalling NaN comes out quiet).
+    u = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   } else {
     u = sign | ((exp + 112u) << 23) | (mant << 13);
   }

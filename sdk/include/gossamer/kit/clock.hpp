@@ -48,7 +48,8 @@ struct Clock {
 double unixSeconds() noexcept;
 
 /// Pauses the running thread of execution for `seconds` of the installed
-/// source's time (std::this_thread::sleep_for by default); negative: none.
+/// source's time (std::this_thread::sleep_for by default); negative or NaN:
+/// none; above 1e9 (infinity too): 1e9 seconds.
 /// The SDK pauses only for a peer's messages: the time counts as this
 /// thread's waiting (threadWaitSeconds, the metrics' waiting_s).
 void sleepFor(double seconds) noexcept;

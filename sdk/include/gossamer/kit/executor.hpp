@@ -18,12 +18,14 @@ namespace gossamer {
 class TaskHandle {
  public:
   virtual ~TaskHandle() = default;
-  /// Blocks until the task's body has returned. Called once.
+  /// Blocks until the task's body has returned. Called once, or again
+  /// after a call that threw. @throws InvalidArgument from inside the task.
   virtual void join() = 0;
 };
 
-/// Starts `body` beside the caller. Throws std::system_error when it cannot
-/// (as std::thread's constructor does); `body` must not throw.
+/// Starts `body` beside the caller and returns its handle, never null.
+/// Throws std::system_error when it cannot (as std::thread's constructor
+/// does); `body` must not throw.
 using TaskStarter = std::unique_ptr<TaskHandle> (*)(std::function<void()> body);
 
 /// The default TaskStarter: `body` on a new OS thread (std::thread). For a
@@ -52,7 +54,9 @@ class Task {
   /// True from start until join.
   bool joinable() const noexcept { return handle_ != nullptr; }
   /// Blocks until the body has returned; then not joinable. Throws
-  /// InvalidArgument when not joinable.
+  /// InvalidArgument when not joinable, or called from inside the task
+  /// itself (it stays joinable then). The destructor and move-assignment
+  /// join too, and swallow that error (the OS thread is detached then).
   void join();
 
  private:

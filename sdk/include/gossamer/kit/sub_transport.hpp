@@ -17,7 +17,11 @@ namespace gossamer {
 /// 0x01-0x02 and 0x81-0xFF the library's own (hierarchical optimizer, grid
 /// algorithms, HiPS); pick others. The view does not own the parent: close()
 /// and abort() do nothing (close the parent), and stats() are the parent's.
-/// Only members may use a view (rank() of a non-member throws).
+/// Only members may use a view (rank() of a non-member throws). The
+/// requests it returns are the parent's: Request::peer() and the rank a
+/// PeerFailure or ProtocolError names are the parent's ranks (job ranks,
+/// which errors and the membership service speak of), not local ones; map
+/// with globalRank() to compare.
 class SubTransport final : public Transport {
  public:
   /// @throws InvalidArgument if members is empty, has duplicates or ranks
