@@ -120,3 +120,28 @@ TEST_CASE(
   ledger.close(std::make_exception_ptr(gossamer::Cancelled("closed")));
   CHECK_THROWS_AS(ledger.add(1, a, 1), gossamer::Cancelled);
 }
+
+TEST_CASE("lifecycle: a failure verdict and a revive that race leave the lifecycle and the mailbox agreeing",
+          "[lifecycle]") {
+  // Each verdict and its Mailbox call happen under one lock with the
+  // revive's: the mailbox used to end gone while the lifecycle had the
+  // peer back (the revive between the verdict and its peerGone).
+  CHECK_THROWS_AS(Mailbox(-1), gossamer::InvalidArgument);  // not std::length_error
+  CHECK_THROWS_AS(Mailbox(0), gossamer::InvalidArgument);
+  for (int i = 0; i < 5000; ++i) {
+    Mailbox box(2);
+    PeerLifecycle life("test", 0, 2, box);
+    std::thread failer([&] { life.declareFailed(1, "lost"); });
+    std::thread reviver([&] { life.revive(1); });
+    failer.join();
+    reviver.join();
+    INFO("iteration " << i);
+    REQUIRE(life.gone(1) == box.isGone(1));
+    life.noteLost(1);
+    std::thread expirer([&] { life.expireLost(0.0); });
+    std::thread reviver2([&] { life.revive(1); });
+    expirer.join();
+    reviver2.join();
+    REQUIRE(life.gone(1) == box.isGone(1));
+  }
+}

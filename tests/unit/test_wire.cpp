@@ -1,6 +1,7 @@
 // Tests of the wire frame (gossamer/kit/wire.hpp): encoding, decoding and the
 // rejection of every malformed header field with the right ProtocolError.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <random>
 #include <set>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -326,6 +328,24 @@ TEST_CASE(
   other.set("bad/key", "xyz");
   CHECK_THROWS_AS(JobKey::fromStore(other, "bad/key", false, 1.0, "rank 2"), Error);
   CHECK_THROWS_AS(JobKey::fromStore(other, "no/key", false, 0.05, "rank 2"), TimeoutError);
+  // A key never read (all zeros) verifies nothing, not even its own proof.
+  const JobKey unread;
+  std::array<std::byte, gossamer::kHelloProofBytes> zeros{};
+  CHECK_FALSE(unread.verify(incarnation, 3, zeros));
+  CHECK_THROWS_AS(unread.proof(incarnation, 3), gossamer::InternalError);
+}
+
+TEST_CASE("wire: two processes that draw the job key at once read the same key", "[wire]") {
+  // Store::claim: the second draw finds the first's key (two rank-0
+  // processes, one restarted while the other still runs).
+  MemoryStore store;
+  std::vector<JobKey> keys(2);
+  std::thread a([&] { keys[0] = JobKey::fromStore(store, "job/key", true, 1.0, "rank 0"); });
+  std::thread b([&] { keys[1] = JobKey::fromStore(store, "job/key", true, 1.0, "rank 0 again"); });
+  a.join();
+  b.join();
+  const std::uint64_t incarnation = drawIncarnation();
+  CHECK(keys[1].verify(incarnation, 0, keys[0].proof(incarnation, 0)));
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {

@@ -23,10 +23,20 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
     std::array<char, 2 * kBytes + 1> hex{};
     sodium_bin2hex(hex.data(), hex.size(), k.data(), k.size());
     sodium_memzero(k.data(), k.size());
-    store.set(key, hex.data());
+    // Claimed, so that of two processes that draw at once (a rank 0
+    // restarted while the first still runs) one key wins and both read it.
+    bool claims = true;
+    try {
+      store.claim(key, hex.data());
+    } catch (const InvalidArgument&) {
+      claims = false;  // a store that cannot claim (the default): set, as before any claim existed
+    }
+    if (!claims) store.set(key, hex.data());
+    sodium_memzero(hex.data(), hex.size());
   }
   const std::string hex = store.get(key, timeoutSeconds);
   JobKey out;
+  out.loaded_ = true;
   std::size_t got = 0;
   if (hex.size() != 2 * kBytes ||
       sodium_hex2bin(out.key_.data(), out.key_.size(), hex.data(), hex.size(), nullptr, &got, nullptr) != 0 ||
@@ -37,6 +47,7 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
 
 std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation, int rank,
                                                       std::string_view endpoint) const {
+  GOSSAMER_CHECK(loaded_, "a hello proof from a job key that was never read (JobKey::fromStore)");
   std::vector<std::byte> m(12 + endpoint.size());
   detail::put(m, 0, incarnation);
   detail::put(m, 8, static_cast<std::uint32_t>(rank));
@@ -49,6 +60,7 @@ std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation,
 
 bool JobKey::verify(std::uint64_t incarnation, int rank, const std::array<std::byte, kHelloProofBytes>& proof,
                     std::string_view endpoint) const {
+  if (!loaded_) return false;  // a key never read proves nothing (it is all zeros)
   const auto expected = this->proof(incarnation, rank, endpoint);
   return sodium_memcmp(expected.data(), proof.data(), kHelloProofBytes) == 0;
 }

@@ -47,6 +47,7 @@ void PeerLifecycle::onBye(int peer, std::uint32_t segment) {
                                                            ? "it stopped after an error of its own"
                                                            : "peer closed its transport"));
   bool first;
+  std::lock_guard<std::mutex> verdict(verdictMu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
     first = setGoneLocked(peer, State::kLeft, why);
@@ -66,6 +67,7 @@ void PeerLifecycle::onByeAck(int peer) {
 }
 
 bool PeerLifecycle::settled(int peer) const {
+  checkRank(peer);
   if (peer == rank_) return true;
   std::lock_guard<std::mutex> lk(mu_);
   const auto& p = peers_[static_cast<std::size_t>(peer)];
@@ -73,12 +75,14 @@ bool PeerLifecycle::settled(int peer) const {
 }
 
 bool PeerLifecycle::leaving(int peer) const {
+  checkRank(peer);
   if (peer == rank_) return false;
   std::lock_guard<std::mutex> lk(mu_);
   return peers_[static_cast<std::size_t>(peer)].state != State::kHere;
 }
 
 bool PeerLifecycle::acked(int peer) const {
+  checkRank(peer);
   std::lock_guard<std::mutex> lk(mu_);
   return peers_[static_cast<std::size_t>(peer)].acked;
 }
@@ -105,6 +109,11 @@ void PeerLifecycle::notify() {
 bool PeerLifecycle::declareFailed(int peer, std::exception_ptr error) {
   checkRank(peer);
   GOSSAMER_CHECK(error, "declareFailed without an error");
+  std::lock_guard<std::mutex> verdict(verdictMu_);
+  return declareFailedVerdictLocked(peer, std::move(error));
+}
+
+bool PeerLifecycle::declareFailedVerdictLocked(int peer, std::exception_ptr error) {
   bool first;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -120,6 +129,7 @@ bool PeerLifecycle::declareFailed(int peer, const std::string& why) {
 }
 
 std::exception_ptr PeerLifecycle::failure(int peer) const {
+  checkRank(peer);
   std::lock_guard<std::mutex> lk(mu_);
   return peers_[static_cast<std::size_t>(peer)].why;
 }
@@ -131,6 +141,7 @@ void PeerLifecycle::throwGone(int peer, const std::string& fallback) const {
 
 void PeerLifecycle::revive(int peer) {
   checkRank(peer);
+  std::lock_guard<std::mutex> verdict(verdictMu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
     peers_[static_cast<std::size_t>(peer)] = Peer{};
@@ -149,6 +160,8 @@ void PeerLifecycle::noteLost(int peer) {
 std::vector<int> PeerLifecycle::expireLost(double graceSeconds) {
   std::vector<int> expired;
   const auto now = Clock::now();
+  // Chosen and declared under one verdict: a revive cannot come between.
+  std::lock_guard<std::mutex> verdict(verdictMu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (int p = 0; p < worldSize_; ++p) {
@@ -157,7 +170,8 @@ std::vector<int> PeerLifecycle::expireLost(double graceSeconds) {
       if (std::chrono::duration<double>(now - *peer.lostAt).count() >= graceSeconds) expired.push_back(p);
     }
   }
-  for (int p : expired) declareFailed(p, kLostWithoutBye);
+  for (int p : expired)
+    declareFailedVerdictLocked(p, std::make_exception_ptr(PeerFailure(p, kLostWithoutBye)));
   return expired;
 }
 

@@ -337,10 +337,17 @@ void waitAll(std::span<Request> requests, double timeoutSeconds) {
 
 // ---------------------------------------------------------------------------
 
-// NOLINTNEXTLINE(bugprone-throw-keyword-missing): gone_ holds exception_ptrs, none is thrown here
-Mailbox::Mailbox(int worldSize) : worldSize_(worldSize), gone_(static_cast<std::size_t>(worldSize)) {
-  GOSSAMER_ENFORCE(worldSize >= 1, "world size " << worldSize);
+namespace {
+int checkedWorldSize(int worldSize) {
+  if (worldSize < 1)
+    throw InvalidArgument("mailbox of world size " + std::to_string(worldSize) + ": at least 1");
+  return worldSize;
 }
+}  // namespace
+
+// NOLINTNEXTLINE(bugprone-throw-keyword-missing): gone_ holds exception_ptrs, none is thrown here
+Mailbox::Mailbox(int worldSize)
+    : worldSize_(checkedWorldSize(worldSize)), gone_(static_cast<std::size_t>(worldSize_)) {}
 
 namespace {
 // The error of a receive whose buffer (`capacity` bytes) is too small for a

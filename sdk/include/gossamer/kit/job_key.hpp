@@ -33,8 +33,9 @@ class JobKey {
 
   /// Reads the key stored under `key` in `store` (64 hex digits). With
   /// `draw` (one process of the job: rank 0) it first draws a fresh key and
-  /// stores it when there is none yet; a rank 0 started in place of a failed
-  /// one finds the job's key there and keeps it. The others wait for it up to
+  /// stores it when there is none yet (Store::claim where the store can: of
+  /// two processes that draw at once, one key wins); a rank 0 started in
+  /// place of a failed one finds the job's key there and keeps it. The others wait for it up to
   /// `timeoutSeconds` (seconds).
   /// @param who the reader, for messages ("zmq rank 3").
   /// @throws TimeoutError if the key does not appear in time; Error if the
@@ -44,16 +45,18 @@ class JobKey {
 
   /// The proof a process of rank `rank` and incarnation `incarnation` sends in
   /// its hello (32 bytes), covering the `endpoint` that hello names (bytes as
-  /// sent; empty when it names none).
+  /// sent; empty when it names none). @throws InternalError on a JobKey
+  /// that fromStore did not make (default-constructed).
   std::array<std::byte, kHelloProofBytes> proof(std::uint64_t incarnation, int rank,
                                                 std::string_view endpoint = {}) const;
   /// True if `proof` is proof(incarnation, rank, endpoint) (compared in
-  /// constant time).
+  /// constant time); false on a JobKey that fromStore did not make.
   bool verify(std::uint64_t incarnation, int rank, const std::array<std::byte, kHelloProofBytes>& proof,
               std::string_view endpoint = {}) const;
 
  private:
   std::array<unsigned char, kBytes> key_{};
+  bool loaded_ = false;  ///< Read by fromStore (a default-constructed key verifies nothing).
 };
 
 /// A new incarnation: 64 random bits (std::random_device), odd so never 0

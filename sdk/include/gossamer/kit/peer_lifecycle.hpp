@@ -158,6 +158,8 @@ class PeerLifecycle {
   };
   /// Sets the verdict under mu_; true if it is the first.
   bool setGoneLocked(int peer, State state, std::exception_ptr why);
+  /// declareFailed with verdictMu_ held.
+  bool declareFailedVerdictLocked(int peer, std::exception_ptr error);
   void checkRank(int peer) const;
 
   std::string transport_;
@@ -165,6 +167,10 @@ class PeerLifecycle {
   int worldSize_;
   Mailbox& box_;
   std::atomic<bool> closed_{false};
+  // Held across a verdict and its Mailbox call (declareFailed, onBye,
+  // revive, expireLost), so that the two never disagree after a failure
+  // and a revive race; taken before mu_ and the Mailbox's own lock.
+  std::mutex verdictMu_;
   mutable std::mutex mu_;  // a leaf lock
   std::condition_variable cv_;
   std::vector<Peer> peers_;
