@@ -77,7 +77,7 @@ inline bfloat16 toBfloat16(float f) {
 float toFloat(float16 x);
 
 /// `f` rounded to the nearest binary16, ties to even, subnormals included;
-/// beyond 65520 in magnitude it rounds to infinity; a NaN stays a quiet NaN.
+/// at or beyond 65520 in magnitude it rounds to infinity; a NaN stays a quiet NaN.
 float16 toFloat16(float f);
 
 /// out[i] = in[i] converted to float32 (exact). @throws InvalidArgument if the
