@@ -888,12 +888,17 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
   // Every step's loss is 1: every evaluation's mean is 1, over the steps
   // the rank took in the epoch (EpochEnd::lossSteps, which the evaluation's
   // average weights by). A rank that rejoined at step s inside epoch e took
-  // e * 25 - s of its steps (the sum used to be divided by all 25).
+  // e * 25 - s of its steps (the sum used to be divided by all 25). The
+  // model it takes back comes in pieces of collectives.max_message_bytes.
   const int n = 4;
   const std::uint64_t spe = 25;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  const Config config = reg.parse(partitionedConfig(n, "0,1|2,3", "  rejoin: true\n"));
+  // Messages of at most 8 bytes: the model of 40 elements goes to a rank
+  // that rejoined as 2 stripes of 10 pieces, the evaluation's sums as
+  // blocks of one element.
+  const Config config = reg.parse(partitionedConfig(n, "0,1|2,3", "  rejoin: true\n") +
+                                  "collectives:\n  max_message_bytes: 8\n");
   MemoryStore store;
   struct Evaluated {
     int epoch;
@@ -904,10 +909,10 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
   std::vector<std::vector<std::uint64_t>> rejoinedAt(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
     Session session(config, r, store, reg);
-    std::vector<float> x(4, static_cast<float>(r)), g(4);
+    std::vector<float> x(40, static_cast<float>(r)), g(40);
     TrainingPlan plan;
     plan.params = x;
-    plan.tensorSizes = {4};
+    plan.tensorSizes = {40};
     plan.stepsPerEpoch = spe;
     plan.epochs = 100000;
     session.train(plan);

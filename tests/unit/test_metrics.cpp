@@ -307,7 +307,7 @@ TEST_CASE("an Agent records start, each step's time split and bytes per peer, an
 }
 
 TEST_CASE(
-    "an Agent's transport closes even if a subscriber throws at the end record; a move-assigned one ends",
+    "an Agent closes its transport even if a subscriber throws at the end record, and a move-assigned one ends its run",
     "[metrics]") {
   auto fabric = inproc::makeFabric(1);
   Registry reg;

@@ -54,6 +54,9 @@ void detail::addCollectiveKeys(ConfigSchema& schema) {
                 "allreduce algorithm; auto picks by size and model")
           .integer("chunk_bytes", static_cast<int>(d.chunkBytes), 1, INT_MAX,
                    "ring pipelining piece, bytes (at most 1 GiB counts: the largest message)")
+          .integer("max_message_bytes", static_cast<int>(d.maxMessageBytes), 8, INT_MAX,
+                   "the largest message the collectives and a rejoin's model transfer send, bytes (at "
+                   "most 1 GiB counts: a transport's largest frame); larger vectors move as several")
           .integer("small_message_bytes", static_cast<int>(d.smallMessageBytes), 0, INT_MAX,
                    "auto without a cost model: recursive doubling up to this size, bytes")
           .integer(
@@ -83,6 +86,7 @@ CollectiveOptions collectiveOptionsFrom(const Config& c) {
   o.timeoutSeconds = c.get<double>("transport.timeout_seconds");
   o.algorithm = parseAllreduceAlgorithm(c.get<std::string>("collectives.allreduce"));
   o.chunkBytes = static_cast<std::size_t>(c.get<int>("collectives.chunk_bytes"));
+  o.maxMessageBytes = static_cast<std::size_t>(c.get<int>("collectives.max_message_bytes"));
   o.smallMessageBytes = static_cast<std::size_t>(c.get<int>("collectives.small_message_bytes"));
   o.midMessageBytes = static_cast<std::size_t>(c.get<int>("collectives.mid_message_bytes"));
   o.groupSize = c.get<int>("collectives.group_size");

@@ -107,19 +107,22 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
         sources.push_back(change.view.localRank(g));
     GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
     const std::size_t n = lastParams_.size(), k = sources.size();
-    // A stripe goes as pieces of at most one frame's payload (1 GiB), each
-    // with a segment of its own: stripe j's pieces follow stripe j-1's.
-    constexpr std::size_t kPiece = kMaxPayloadBytes / sizeof(float);
+    // A stripe goes as pieces of at most collectives.max_message_bytes (1
+    // GiB, one frame's payload, at most), each with a segment of its own:
+    // stripe j's pieces follow stripe j-1's. (The same options on every
+    // member: the job's.)
+    const std::size_t pieceElems = std::max<std::size_t>(
+        1, std::min<std::size_t>(comm.options().maxMessageBytes, kMaxPayloadBytes) / sizeof(float));
     const auto piecesOf = [&](std::size_t j) {
-      return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + kPiece - 1) / kPiece);
+      return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + pieceElems - 1) / pieceElems);
     };
     std::size_t total = 0;
     for (std::size_t j = 0; j < k; ++j) total += piecesOf(j);
     if (total > std::size_t{Tag::kMaxSegment} + 1)
-      throw InvalidArgument("model of " + std::to_string(n) +
-                            " elements: too large to transfer to a rank that " + "rejoined (at most " +
-                            std::to_string(Tag::kMaxSegment + 1) + " pieces of " +
-                            std::to_string(kMaxPayloadBytes) + " bytes)");
+      throw InvalidArgument(
+          "model of " + std::to_string(n) + " elements: too large to transfer to a rank that " +
+          "rejoined (at most " + std::to_string(Tag::kMaxSegment + 1) + " pieces of " +
+          std::to_string(pieceElems * sizeof(float)) + " bytes: collectives.max_message_bytes)");
     std::vector<Request> requests;
     std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
     std::uint32_t segment = 0;
@@ -127,8 +130,8 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
       const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
       for (std::size_t p = 0; p < piecesOf(j); ++p, ++segment) {
         const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, segment);
-        const std::size_t at = lo + p * kPiece;
-        auto piece = lastParams_.subspan(at, std::min(kPiece, hi - at));
+        const std::size_t at = lo + p * pieceElems;
+        auto piece = lastParams_.subspan(at, std::min(pieceElems, hi - at));
         if (joining) {
           requests.push_back(transport.irecvOf<float>(sources[j], tag, piece));
           expected.emplace_back(piece.size_bytes(), sources[j]);
