@@ -10,7 +10,6 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -410,44 +409,23 @@ void Agent::average(std::span<float> data) { impl_->communicator->allreduce(data
 
 Metrics& Agent::metrics() { return *impl_->metrics; }
 
-namespace {
-// Runs `record` (the metrics' end record), then `end` (the transport's
-// close or abort), which runs even if the record throws (a subscriber's
-// error); that error is rethrown after it.
-void recordThenEnd(const std::function<void()>& record, const std::function<void()>& end) {
+void Agent::Impl::endRun(bool abort) {
   std::exception_ptr failed;
   try {
-    record();
+    if (metrics) metrics->finish(optimizer ? optimizer->steps() : 0);
   } catch (...) {
     failed = std::current_exception();
   }
-  end();
+  if (transport) abort ? transport->abort() : transport->close();
   if (failed) std::rethrow_exception(failed);
 }
-}  // namespace
 
 void Agent::close() {
-  if (!impl_) return;
-  Impl& m = *impl_;
-  recordThenEnd(
-      [&] {
-        if (m.metrics) m.metrics->finish(m.optimizer ? m.optimizer->steps() : 0);
-      },
-      [&] {
-        if (m.transport) m.transport->close();
-      });
+  if (impl_) impl_->endRun(false);
 }
 
 void Agent::abort() {
-  if (!impl_) return;
-  Impl& m = *impl_;
-  recordThenEnd(
-      [&] {
-        if (m.metrics) m.metrics->finish(m.optimizer ? m.optimizer->steps() : 0);
-      },
-      [&] {
-        if (m.transport) m.transport->abort();
-      });
+  if (impl_) impl_->endRun(true);
 }
 
 }  // namespace gossamer

@@ -32,6 +32,10 @@ struct Agent::Impl {
   std::unique_ptr<DistributedOptimizer> createOptimizer(const std::vector<std::size_t>& tensorSizes) const;
   /// `inner` with step records in the metrics (when run.metrics is on).
   std::unique_ptr<DistributedOptimizer> metered(std::unique_ptr<DistributedOptimizer> inner);
+  /// Agent::close (abort false) or abort: the metrics' end record, then the
+  /// transport's close or abort, which runs even if the record throws (a
+  /// subscriber's error); that error is rethrown after it.
+  void endRun(bool abort);
   /// Communicator and topology over the transport's current view (the
   /// previous ones, and anything built over them, must be gone).
   void rebuildOverView();
