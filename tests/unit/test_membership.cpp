@@ -882,23 +882,24 @@ TEST_CASE("membership: a half of a healed partition that rejoins inside an evalu
 
 TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss of the steps it took there",
           "[membership]") {
-  // Ranks {0, 1} and {2, 3} cannot reach each other from 0.5 s to 3.5 s;
-  // each half trains on alone (Crossover-SGD, epochs of 25 steps), then one
-  // half rejoins the other at its step count, as a rule inside an epoch.
-  // Every step's loss is 1: every evaluation's mean is 1, over the steps
-  // the rank took in the epoch (EpochEnd::lossSteps, which the evaluation's
-  // average weights by). A rank that rejoined at step s inside epoch e took
-  // e * 25 - s of its steps (the sum used to be divided by all 25). The
-  // model it takes back comes in pieces of collectives.max_message_bytes.
+  // Ranks {0, 1, 2} and {3} cannot reach each other from 0.5 s to 3.5 s;
+  // the three train on (Crossover-SGD, epochs of 25 steps, partition:
+  // majority), rank 3 pauses, then rejoins them at their step count, as a
+  // rule inside an epoch, and takes their model back: the size of each
+  // source's, then its stripe in pieces of collectives.max_message_bytes
+  // (8 bytes: 3 stripes of 6 or 7 pieces; the evaluation's sums go as
+  // blocks of one element). Every step's loss is 1: every evaluation's mean
+  // is 1, over the steps the rank took in the epoch (EpochEnd::lossSteps,
+  // which the evaluation's average weights by). A rank that rejoined at step
+  // s inside epoch e took e * 25 - s of its steps (the sum used to be
+  // divided by all 25).
   const int n = 4;
   const std::uint64_t spe = 25;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  // Messages of at most 8 bytes: the model of 40 elements goes to a rank
-  // that rejoined as 2 stripes of 10 pieces, the evaluation's sums as
-  // blocks of one element.
-  const Config config = reg.parse(partitionedConfig(n, "0,1|2,3", "  rejoin: true\n") +
-                                  "collectives:\n  max_message_bytes: 8\n");
+  const Config config =
+      reg.parse(partitionedConfig(n, "0,1,2|3", "  partition: majority\n  agreement_seconds: 1\n") +
+                "collectives:\n  max_message_bytes: 8\n");
   MemoryStore store;
   struct Evaluated {
     int epoch;
@@ -907,6 +908,7 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
   };
   std::vector<std::vector<Evaluated>> seen(static_cast<std::size_t>(n));
   std::vector<std::vector<std::uint64_t>> rejoinedAt(static_cast<std::size_t>(n));
+  std::vector<int> transferred(static_cast<std::size_t>(n), 0);  // (not vector<bool>: one per thread)
   onEveryRank(n, [&](int r) {
     Session session(config, r, store, reg);
     std::vector<float> x(40, static_cast<float>(r)), g(40);
@@ -944,8 +946,13 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
     }
     session.finish();
     rejoinedAt[static_cast<std::size_t>(r)] = session.rejoinedAtStep();
+    for (const ViewChange& c : session.viewChanges())
+      if (!c.joined.empty() && !c.merged) transferred[static_cast<std::size_t>(r)] = 1;
     session.close();
   });
+  // The model went to rank 3 (a join, not a merge), and every member took part.
+  CHECK(std::all_of(transferred.begin(), transferred.end(), [](int t) { return t == 1; }));
+  CHECK(rejoinedAt[3].size() == 1);
   int inside = 0;  // evaluations of an epoch a rank rejoined inside
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
@@ -964,8 +971,8 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
       ++inside;
     }
   }
-  // The half that rejoined took the other's step count inside an epoch
-  // unless that count was a multiple of 25.
+  // Rank 3 took the others' step count inside an epoch unless that count
+  // was a multiple of 25.
   std::size_t joinsInside = 0;
   for (const auto& joins : rejoinedAt)
     for (std::uint64_t s : joins) joinsInside += s % spe != 0;

@@ -173,8 +173,11 @@ class Session final {
   /// @throws InvalidArgument for an empty model, sizes that do not add up to
   ///         it, stepsPerEpoch 0, epochs < 1 or a second call; Error for a
   ///         checkpoint that cannot be read or belongs to another job (world
-  ///         size, seed, model size), naming its file; PeerFailure, TimeoutError from the
-  ///         resume's allreduce.
+  ///         size, seed, model size), naming its file; ConfigError on
+  ///         checkpoint.every_steps or checkpoint.resume when they are on and
+  ///         the optimizer cannot save its state (loss-tolerant SGP, the
+  ///         compressors); PeerFailure, TimeoutError from the resume's
+  ///         allreduce.
   DistributedOptimizer& train(const TrainingPlan& plan);
   /// Whether an epoch remains to train and evaluate; positions the loop at
   /// it (epoch()). After a view change that moved this rank it may be an

@@ -108,9 +108,11 @@ void Session::Impl::save(std::uint64_t step) {
 }
 
 void Session::Impl::checkCheckpointable(const DistributedOptimizer& optimizer) const {
-  const bool restarted = membership != nullptr && a.config.get<bool>("membership.restarted");
-  if (checkpoint.everySteps == 0 && !checkpoint.resume && !restarted) return;
-  if (resilient != nullptr && !resilient->built()) return;  // a joining rank: built over its first view
+  if (checkpoint.everySteps == 0 && !checkpoint.resume) return;
+  // A rank whose view is revoked before its optimizer is built (a joining
+  // or restarted rank, or a peer failed at start) is not probed here: its
+  // first save refuses as the others' train() did.
+  if (resilient != nullptr && !resilient->built()) return;
   try {
     Checkpoint probe;  // the optimizer's initial state, thrown away
     optimizer.saveState(probe, "optimizer.");

@@ -95,62 +95,8 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     fresh_ = true;
     modelPending_ = true;
   }
-  if (rejoined && !inner_->replicatedModel() && !change.merged) {
-    // Each rank that rejoined gets the model of up to four members that did
-    // not, one stripe from each, sent at once (as a torrent would). A side
-    // of a healed partition that merges keeps its own model instead: gossip
-    // mixes it in, each rank with its push-sum weight.
-    std::vector<int> sources;
-    for (int g : change.view.members)
-      if (std::find(change.joined.begin(), change.joined.end(), g) == change.joined.end() &&
-          sources.size() < 4)
-        sources.push_back(change.view.localRank(g));
-    GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
-    const std::size_t n = lastParams_.size(), k = sources.size();
-    // A stripe goes as pieces of at most collectives.max_message_bytes (1
-    // GiB, one frame's payload, at most), each with a segment of its own:
-    // stripe j's pieces follow stripe j-1's. (The same options on every
-    // member: the job's.)
-    const std::size_t pieceElems = std::max<std::size_t>(
-        1, std::min<std::size_t>(comm.options().maxMessageBytes, kMaxPayloadBytes) / sizeof(float));
-    const auto piecesOf = [&](std::size_t j) {
-      return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + pieceElems - 1) / pieceElems);
-    };
-    std::size_t total = 0;
-    for (std::size_t j = 0; j < k; ++j) total += piecesOf(j);
-    if (total > std::size_t{Tag::kMaxSegment} + 1)
-      throw InvalidArgument(
-          "model of " + std::to_string(n) + " elements: too large to transfer to a rank that " +
-          "rejoined (at most " + std::to_string(Tag::kMaxSegment + 1) + " pieces of " +
-          std::to_string(pieceElems * sizeof(float)) + " bytes: collectives.max_message_bytes)");
-    std::vector<Request> requests;
-    std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
-    std::uint32_t segment = 0;
-    for (std::size_t j = 0; j < k; ++j) {
-      const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
-      for (std::size_t p = 0; p < piecesOf(j); ++p, ++segment) {
-        const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, segment);
-        const std::size_t at = lo + p * pieceElems;
-        auto piece = lastParams_.subspan(at, std::min(pieceElems, hi - at));
-        if (joining) {
-          requests.push_back(transport.irecvOf<float>(sources[j], tag, piece));
-          expected.emplace_back(piece.size_bytes(), sources[j]);
-        } else if (sources[j] == me) {
-          for (int g : change.joined)
-            requests.push_back(
-                transport.isendOf<float>(change.view.localRank(g), tag, std::span<const float>(piece)));
-        }
-      }
-    }
-    waitAll(requests, transport.timeoutSeconds());
-    // A short piece (a member with a model of another size) would leave
-    // the rest of it as this rank's own values.
-    for (std::size_t j = 0; j < expected.size(); ++j)
-      if (requests[j].bytes() != expected[j].first)
-        throw ProtocolError(expected[j].second, frame_offset::kPayloadBytes,
-                            "model piece of " + std::to_string(requests[j].bytes()) + " bytes, expected " +
-                                std::to_string(expected[j].first) + " (do all ranks train the same model?)");
-  }
+  if (rejoined && !inner_->replicatedModel() && !change.merged)
+    transferModel(change, comm, transport, joining);
   if (!inner_->lockstep() && !rejoined) return false;
   if (change.merged && inner_->replicatedModel()) {
     // A side of a healed partition joined with the model it trained: every
@@ -179,6 +125,85 @@ bool ResilientOptimizer::afterViewChange(const ViewChange& change, Communicator&
     inner_->setTotalSteps(remaining > skip_ ? remaining - skip_ : 0);
   }
   return false;
+}
+
+void ResilientOptimizer::transferModel(const ViewChange& change, Communicator& comm, Transport& transport,
+                                       bool joining) {
+  // Each rank that rejoined gets the model of up to four members that did
+  // not, one stripe from each, sent at once (as a torrent would). A side of
+  // a healed partition that merges keeps its own model instead (the
+  // caller's test): gossip mixes it in, each rank with its push-sum weight.
+  std::vector<int> sources;
+  for (int g : change.view.members)
+    if (std::find(change.joined.begin(), change.joined.end(), g) == change.joined.end() && sources.size() < 4)
+      sources.push_back(change.view.localRank(g));
+  GOSSAMER_CHECK(!lastParams_.empty(), "no model to transfer: a view changed before the first step");
+  const std::size_t n = lastParams_.size(), k = sources.size();
+  const int me = transport.rank();
+  // First each source's model size (segment 0), checked before any piece
+  // is posted: pieces of models of other sizes could match in part.
+  const Tag sizeTag = Tag::make(Op::kBroadcast, 0xFFFFFF, 0);
+  const auto mine = static_cast<std::int64_t>(n);
+  std::vector<std::int64_t> theirs(k, -1);
+  std::vector<Request> requests;
+  for (std::size_t j = 0; j < k; ++j)
+    if (joining)
+      requests.push_back(transport.irecvOf<std::int64_t>(sources[j], sizeTag, std::span(&theirs[j], 1)));
+    else if (sources[j] == me)
+      for (int g : change.joined)
+        requests.push_back(
+            transport.isendOf<std::int64_t>(change.view.localRank(g), sizeTag, std::span(&mine, 1)));
+  waitAll(requests, transport.timeoutSeconds());
+  for (std::size_t j = 0; joining && j < k; ++j)
+    if (requests[j].bytes() != sizeof(std::int64_t) || theirs[j] != mine)
+      throw ProtocolError(sources[j], frame_offset::kPayloadBytes,
+                          "a model of " + std::to_string(theirs[j]) +
+                              " elements to take back, this rank's has " + std::to_string(n) +
+                              " (do all ranks train the same model?)");
+  requests.clear();
+  // A stripe goes as pieces of at most collectives.max_message_bytes (1
+  // GiB, one frame's payload, at most), each with a segment of its own from
+  // 1: stripe j's pieces follow stripe j-1's. (The same options on every
+  // member: the job's.)
+  const std::size_t pieceElems = std::max<std::size_t>(
+      1, std::min<std::size_t>(comm.options().maxMessageBytes, kMaxPayloadBytes) / sizeof(float));
+  const auto piecesOf = [&](std::size_t j) {
+    return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + pieceElems - 1) / pieceElems);
+  };
+  std::size_t total = 0;
+  for (std::size_t j = 0; j < k; ++j) total += piecesOf(j);
+  if (total > std::size_t{Tag::kMaxSegment})
+    throw InvalidArgument(
+        "model of " + std::to_string(n) + " elements: too large to transfer to a rank that " +
+        "rejoined (at most " + std::to_string(Tag::kMaxSegment) + " pieces of " +
+        std::to_string(pieceElems * sizeof(float)) + " bytes: collectives.max_message_bytes)");
+  std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
+  std::uint32_t segment = 1;
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
+    for (std::size_t p = 0; p < piecesOf(j); ++p, ++segment) {
+      const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, segment);
+      const std::size_t at = lo + p * pieceElems;
+      auto piece = lastParams_.subspan(at, std::min(pieceElems, hi - at));
+      if (joining) {
+        requests.push_back(transport.irecvOf<float>(sources[j], tag, piece));
+        expected.emplace_back(piece.size_bytes(), sources[j]);
+      } else if (sources[j] == me) {
+        for (int g : change.joined)
+          requests.push_back(
+              transport.isendOf<float>(change.view.localRank(g), tag, std::span<const float>(piece)));
+      }
+    }
+  }
+  waitAll(requests, transport.timeoutSeconds());
+  // A short piece (a source with other collectives options) would leave the
+  // rest of it as this rank's own values.
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    if (requests[i].bytes() != expected[i].first)
+      throw ProtocolError(expected[i].second, frame_offset::kPayloadBytes,
+                          "model piece of " + std::to_string(requests[i].bytes()) + " bytes, expected " +
+                              std::to_string(expected[i].first) +
+                              " (do all ranks run with the same settings?)");
 }
 
 template <typename Step>

@@ -90,6 +90,12 @@ class ResilientOptimizer final : public DistributedOptimizer {
   DistributedOptimizer& inner() { return *inner_; }
 
  private:
+  /// The model transfer to the ranks that rejoined in `change` (joining:
+  /// this rank is one): each source's model size, then its stripe in pieces
+  /// of at most the communicator's maxMessageBytes.
+  /// @throws ProtocolError naming a source whose model has another size;
+  ///         PeerFailure, TimeoutError as the transfer's messages do.
+  void transferModel(const ViewChange& change, Communicator& comm, Transport& transport, bool joining);
   /// Runs the Agent's recovery until a view is installed that is not revoked.
   void recover();
   /// Consumes one skipped step; true if this call was one.

@@ -57,9 +57,9 @@ struct Session::Impl {
   std::uint64_t roundsCommitted = 0;  ///< runRounds: the newest commit, reported as the steps
 
   // checkpoints.cpp
-  /// With checkpoints on: ConfigError (checkpoint.every_steps or
-  /// checkpoint.resume) if `optimizer` cannot save its state, before the
-  /// first step rather than at the first save.
+  /// With checkpoint.every_steps or checkpoint.resume on: ConfigError on
+  /// that key if `optimizer` cannot save its state, before the first step
+  /// rather than at the first save (not probed while it is not built).
   void checkCheckpointable(const DistributedOptimizer& optimizer) const;
 
   // session.cpp

@@ -28,8 +28,10 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
     bool claims = true;
     try {
       store.claim(key, hex.data());
-    } catch (const InvalidArgument&) {
-      claims = false;  // a store that cannot claim (the default): set, as before any claim existed
+    } catch (const Error&) {
+      // A store that cannot claim (the default), or a directory that takes
+      // no hard link (FileStore's claim): set it, the one draw's key.
+      claims = false;
     }
     if (!claims) store.set(key, hex.data());
     sodium_memzero(hex.data(), hex.size());

@@ -10,9 +10,11 @@
 // saw go wrong (declareFailed, noteLost); close() waits on waitSettled.
 //
 // Thread-safe: every member may be called from any thread. The lifecycle's
-// own lock is a leaf: it is never held while the Mailbox is called, so a
-// transport may call it while holding its own locks (the Mailbox's lock order,
-// mailbox.hpp, applies to those calls as to any other).
+// state lock is a leaf, never held while the Mailbox is called; a second
+// lock, held across a verdict or a revive and its Mailbox call (which never
+// calls back), is taken after any lock of the transport. So a transport may
+// call it while holding its own locks (the Mailbox's lock order, mailbox.hpp,
+// applies to those calls as to any other).
 #pragma once
 
 #include <atomic>
