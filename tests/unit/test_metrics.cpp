@@ -307,7 +307,8 @@ TEST_CASE("an Agent records start, each step's time split and bytes per peer, an
 }
 
 TEST_CASE(
-    "an Agent closes its transport even if a subscriber throws at the end record, and a move-assigned one ends its run",
+    "an Agent closes its transport even if a subscriber throws at the end record, and a move-assigned one "
+    "ends its run",
     "[metrics]") {
   auto fabric = inproc::makeFabric(1);
   Registry reg;
