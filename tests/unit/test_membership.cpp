@@ -980,6 +980,74 @@ TEST_CASE("membership: a rank that rejoins inside an epoch reports the mean loss
   CHECK((joinsInside == 0 || inside > 0));
 }
 
+TEST_CASE("membership: a rank that rejoins with a model of another size is refused, naming the source",
+          "[membership]") {
+  // Rank 3 trains 36 parameters, the others 40, and it cannot reach them
+  // from the start for 3 s (partition: majority). When it joins their view
+  // it takes their model sizes before any piece of their model: the join
+  // fails there with a ProtocolError, rather than taking part of a model.
+  // The three remove it again and train on (each until 10 steps after that).
+  const int n = 4;
+  auto fabric = inproc::makeFabric(n);
+  const Registry reg = registryWith(fabric);
+  std::string text = partitionedConfig(n, "0,1,2|3", "  partition: majority\n  agreement_seconds: 1\n");
+  text.replace(text.find("partition_start_seconds: 0.5"), 28, "partition_start_seconds: 0");
+  const Config config = reg.parse(text);
+  MemoryStore store;
+  std::string refused;
+  std::vector<int> sawJoin(static_cast<std::size_t>(n), 0), inFinalView(static_cast<std::size_t>(n), 1);
+  onEveryRank(n, [&](int r) {
+    Session session(config, r, store, reg);
+    const std::size_t p = r == 3 ? 36 : 40;
+    auto& opt = session.makeOptimizer({p});
+    opt.setTotalSteps(1000000);
+    std::vector<float> x(p, 0.0f), g(p, 0.0f);
+    const auto start = std::chrono::steady_clock::now();
+    const auto bounded = [&] {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30))
+        throw std::runtime_error("rank " + std::to_string(r) + ": still stepping after 30 s");
+    };
+    if (r == 3) {
+      try {
+        for (;;) {
+          bounded();
+          opt.step(x, g);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const ProtocolError& e) {
+        refused = e.what();
+      }
+      session.abort();
+      return;
+    }
+    // Until rank 3 joined and was removed again, then 10 more steps.
+    std::uint64_t after = 0;
+    for (;;) {
+      bounded();
+      opt.step(x, g);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto& changes = session.viewChanges();
+      for (const ViewChange& c : changes)
+        if (std::find(c.joined.begin(), c.joined.end(), 3) != c.joined.end())
+          sawJoin[static_cast<std::size_t>(r)] = 1;
+      // (At most 3: the others may have finished and closed already.)
+      if (sawJoin[static_cast<std::size_t>(r)] == 1 && session.view().members.size() <= 3 && ++after == 10)
+        break;
+    }
+    opt.flush(x);
+    const auto& members = session.view().members;
+    inFinalView[static_cast<std::size_t>(r)] = std::find(members.begin(), members.end(), 3) != members.end();
+    session.close();
+  });
+  CHECK_THAT(refused, Catch::Contains("do all ranks train the same model?"));
+  CHECK_THAT(refused, Catch::Contains("a model of 40 elements to take back, this rank's has 36"));
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK(sawJoin[static_cast<std::size_t>(r)] == 1);
+    CHECK(inFinalView[static_cast<std::size_t>(r)] == 0);  // removed again
+  }
+}
+
 TEST_CASE("membership: a message of a view that was left is never received in a later view of its epoch",
           "[membership]") {
   // Views numbered 16 apart (one coordinator) carry the same epoch in their
