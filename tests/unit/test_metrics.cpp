@@ -48,6 +48,24 @@ std::vector<json> readLines(const fs::path& file) {
   return out;
 }
 
+// A registry of inproc on a fabric of its own for `ranks` ranks, the
+// built-in topologies and optimizers (and, with `runService`, the run
+// service's per-peer bytes).
+Registry inprocRegistry(int ranks, bool runService = false) {
+  Registry reg;
+  inproc::registerWith(reg, inproc::makeFabric(ranks));
+  if (runService) run::registerWith(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  return reg;
+}
+
+// An AllReduce-SGD job of `ranks` over inproc whose records go to `dir`.
+std::string inprocJob(int ranks, const fs::path& dir) {
+  return "world_size: " + std::to_string(ranks) +
+         "\ntransport: {kind: inproc, timeout_seconds: 20}\nalgorithm: {name: allreduce_sgd}\nrun: {dir: " +
+         dir.string() + "}\n";
+}
 }  // namespace
 
 TEST_CASE("a metrics record is one JSON line with kind, rank, time, step and its fields", "[metrics]") {
@@ -234,18 +252,9 @@ TEST_CASE("with run.metrics false nothing is recorded", "[metrics]") {
 TEST_CASE("an Agent records start, each step's time split and bytes per peer, and end, in one run directory",
           "[metrics]") {
   constexpr int kRanks = 2, kSteps = 6;
-  auto fabric = inproc::makeFabric(kRanks);
-  Registry reg;
-  inproc::registerWith(reg, fabric);
-  run::registerWith(reg);
-  topologies::registerBuiltins(reg);
-  optimizers::registerBuiltins(reg);
+  const Registry reg = inprocRegistry(kRanks, true);
   TempDir dir;
-  const Config c = reg.parse(
-      "world_size: 2\ntransport: {kind: inproc, timeout_seconds: 20}\n"
-      "algorithm: {name: allreduce_sgd}\nrun: {dir: " +
-          dir.path.string() + "}\n",
-      "test");
+  const Config c = reg.parse(inprocJob(kRanks, dir.path), "test");
   MemoryStore store;
   std::mutex mu;
   std::vector<json> fromCallback;
@@ -310,17 +319,9 @@ TEST_CASE(
     "an Agent closes its transport even if a subscriber throws at the end record, and a move-assigned one "
     "ends its run",
     "[metrics]") {
-  auto fabric = inproc::makeFabric(1);
-  Registry reg;
-  inproc::registerWith(reg, fabric);
-  topologies::registerBuiltins(reg);
-  optimizers::registerBuiltins(reg);
+  const Registry reg = inprocRegistry(1);
   TempDir dir;
-  const Config c = reg.parse(
-      "world_size: 1\ntransport: {kind: inproc, timeout_seconds: 20}\n"
-      "algorithm: {name: allreduce_sgd}\nrun: {dir: " +
-          dir.path.string() + "}\n",
-      "test");
+  const Config c = reg.parse(inprocJob(1, dir.path), "test");
   MemoryStore store;
   {
     Agent agent(c, 0, store, reg);
@@ -335,25 +336,11 @@ TEST_CASE(
   }
   // Assigning over an Agent closes its run (its end record) first. (Each
   // Agent on a fabric of its own: an inproc rank attaches once.)
-  const auto fresh = [] {
-    Registry r;
-    inproc::registerWith(r, inproc::makeFabric(1));
-    topologies::registerBuiltins(r);
-    optimizers::registerBuiltins(r);
-    return r;
-  };
-  const Registry reg2 = fresh(), reg3 = fresh();
+  const Registry reg2 = inprocRegistry(1), reg3 = inprocRegistry(1);
   TempDir dir2;
-  const std::string text2 =
-      "world_size: 1\ntransport: {kind: inproc}\nalgorithm: {name: allreduce_sgd}\nrun: {dir: " +
-      dir2.path.string() + "}\n";
   MemoryStore store2, store3;
-  Agent first(reg2.parse(text2, "test"), 0, store2, reg2);
-  first = Agent(
-      reg3.parse("world_size: 1\ntransport: {kind: inproc}\nalgorithm: {name: allreduce_sgd}\nrun: {dir: " +
-                     dir.path.string() + "}\n",
-                 "test"),
-      0, store3, reg3);
+  Agent first(reg2.parse(inprocJob(1, dir2.path), "test"), 0, store2, reg2);
+  first = Agent(reg3.parse(inprocJob(1, dir.path), "test"), 0, store3, reg3);
   const auto lines = readLines(dir2.path / "rank-0.jsonl");
   REQUIRE_FALSE(lines.empty());
   CHECK(lines.back()["kind"] == "end");

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/detail.hpp"
 #include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/wire.hpp"
 
@@ -161,30 +162,28 @@ void ResilientOptimizer::transferModel(const ViewChange& change, Communicator& c
                               " elements to take back, this rank's has " + std::to_string(n) +
                               " (do all ranks train the same model?)");
   requests.clear();
-  // A stripe goes as pieces of at most collectives.max_message_bytes (1
-  // GiB, one frame's payload, at most), each with a segment of its own from
-  // 1: stripe j's pieces follow stripe j-1's. (The same options on every
-  // member: the job's.)
-  const std::size_t pieceElems = std::max<std::size_t>(
-      1, std::min<std::size_t>(comm.options().maxMessageBytes, kMaxPayloadBytes) / sizeof(float));
-  const auto piecesOf = [&](std::size_t j) {
-    return std::max<std::size_t>(1, (n * (j + 1) / k - n * j / k + pieceElems - 1) / pieceElems);
+  // A stripe goes as the collectives' message blocks (at most
+  // collectives.max_message_bytes, 1 GiB at most: one frame's payload), each
+  // with a segment of its own from 1: stripe j's blocks follow stripe
+  // j-1's. (The same options on every member: the job's.)
+  const CollectiveOptions& o = comm.options();
+  const auto stripe = [&](std::size_t j) {
+    return lastParams_.subspan(n * j / k, n * (j + 1) / k - n * j / k);
   };
   std::size_t total = 0;
-  for (std::size_t j = 0; j < k; ++j) total += piecesOf(j);
+  for (std::size_t j = 0; j < k; ++j) total += messageBlocks<float>(stripe(j).size(), o);
   if (total > std::size_t{Tag::kMaxSegment})
     throw InvalidArgument(
         "model of " + std::to_string(n) + " elements: too large to transfer to a rank that " +
         "rejoined (at most " + std::to_string(Tag::kMaxSegment) + " pieces of " +
-        std::to_string(pieceElems * sizeof(float)) + " bytes: collectives.max_message_bytes)");
+        std::to_string(maxMessageElems<float>(o) * sizeof(float)) + " bytes: collectives.max_message_bytes)");
   std::vector<std::pair<std::size_t, int>> expected;  // a receive's bytes and source (joining)
   std::uint32_t segment = 1;
   for (std::size_t j = 0; j < k; ++j) {
-    const std::size_t lo = n * j / k, hi = n * (j + 1) / k;
-    for (std::size_t p = 0; p < piecesOf(j); ++p, ++segment) {
+    const std::span<float> part = stripe(j);
+    for (std::size_t b = 0; b < messageBlocks<float>(part.size(), o); ++b, ++segment) {
       const Tag tag = Tag::make(Op::kBroadcast, 0xFFFFFF, segment);
-      const std::size_t at = lo + p * pieceElems;
-      auto piece = lastParams_.subspan(at, std::min(pieceElems, hi - at));
+      const std::span<float> piece = messageBlock(part, b, o);
       if (joining) {
         requests.push_back(transport.irecvOf<float>(sources[j], tag, piece));
         expected.emplace_back(piece.size_bytes(), sources[j]);
