@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "forwarding.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/session.hpp"
@@ -1122,12 +1123,13 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     // a view whose model source is not one of its members.
     // And a view numbered 0, which no coordinator announces (its
     // predecessor's number would wrap).
+    // And a view whose coordinator is not one of its members.
     std::vector<std::byte> hugeView(56, std::byte{0}), strangerSource(60, std::byte{0}),
-        viewZero(60, std::byte{0});
+        viewZero(60, std::byte{0}), strangerCoordinator(60, std::byte{0});
     const auto put32 = [](std::vector<std::byte>& m, std::size_t at, std::uint32_t v) {
       std::memcpy(m.data() + at, &v, 4);
     };
-    for (auto* m : {&hugeView, &strangerSource, &viewZero}) {
+    for (auto* m : {&hugeView, &strangerSource, &viewZero, &strangerCoordinator}) {
       put32(*m, 0, magic);
       put32(*m, 16, 0);            // view coordinator 0
       put32(*m, 20, 0xFFFFFFFFu);  // arg -1
@@ -1144,7 +1146,13 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     viewZero[4] = std::byte{4};  // view, number 0
     put32(viewZero, 32, 1);      // of the view {0}
     put32(viewZero, 56, 0);
-    for (const auto* m : {&shortMessage, &badMagic, &badKind, &hugeView, &strangerSource, &viewZero})
+    strangerCoordinator[4] = std::byte{4};  // view
+    strangerCoordinator[8] = std::byte{5};  // number 5
+    put32(strangerCoordinator, 16, 1);      // coordinator rank 1 ...
+    put32(strangerCoordinator, 32, 1);      // ... of the view {0}
+    put32(strangerCoordinator, 56, 0);
+    for (const auto* m :
+         {&shortMessage, &badMagic, &badKind, &hugeView, &strangerSource, &viewZero, &strangerCoordinator})
       raw->isend(1, control, *m).wait(5);
     // The rank is still up: a data message still goes through its view.
     const float value = 7;
@@ -1157,7 +1165,7 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
     for (int i = 0; i < 100; ++i) {
       {
         std::lock_guard<std::mutex> lk(mu);
-        if (warnings.size() >= 6) break;
+        if (warnings.size() >= 7) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -1167,7 +1175,7 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
   }
   setLogSink(previous);
   std::lock_guard<std::mutex> lk(mu);
-  REQUIRE(warnings.size() >= 6);
+  REQUIRE(warnings.size() >= 7);
   CHECK(warnings[0].find("from rank 0") != std::string::npos);
   CHECK(warnings[0].find("only 10 bytes") != std::string::npos);
   CHECK(warnings[1].find("bad magic") != std::string::npos);
@@ -1178,6 +1186,8 @@ TEST_CASE("membership: malformed membership messages are rejected with the peer 
   CHECK(warnings[4].find("model source 1 is not a member of the view") != std::string::npos);
   CHECK(warnings[5].find("offset 8") != std::string::npos);
   CHECK(warnings[5].find("a view numbered 0 is never announced") != std::string::npos);
+  CHECK(warnings[6].find("offset 16") != std::string::npos);
+  CHECK(warnings[6].find("view coordinator 1 is not a member of the view") != std::string::npos);
 }
 
 namespace {
@@ -1237,4 +1247,124 @@ TEST_CASE(
   CHECK(removed);
   std::lock_guard<std::mutex> lk(mu);
   CHECK(refusals == 1);  // said once, though rank 0 is listened to again each heartbeat
+}
+
+namespace {
+// A 3|2 cut of five ranks (0, 1, 2 | 3, 4) once `cut`: sends across it go
+// nowhere. Once `verdict`, the minority's transport gives up on the other
+// side, as the socket and zmq transports do on a peer that takes none of
+// their queued bytes for their timeout: its receives from 0, 1, 2 fail with
+// PeerFailure, those posted already too.
+struct Split {
+  std::atomic<bool> cut{false};
+  std::atomic<bool> verdict{false};
+  static int side(int r) { return r < 3 ? 0 : 1; }
+};
+
+class SplitPeer final : public gossamer::testing::Forwarding {
+ public:
+  SplitPeer(std::unique_ptr<Transport> inner, std::shared_ptr<Split> split)
+      : Forwarding(std::move(inner)), split_(std::move(split)), self_(rank()) {}
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    if (across(dst)) return Request(detail::completedRequest(dst, data.size()));
+    return Forwarding::isend(dst, tag, data, dtype);
+  }
+  Request isendBorrowed(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype,
+                        std::optional<std::uint32_t> checksum) override {
+    if (across(dst)) return Request(detail::completedRequest(dst, data.size()));
+    return Forwarding::isendBorrowed(dst, tag, data, dtype, checksum);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    const bool lost = sources.size() == 1 && lostFrom(sources[0]);
+    Request r = Forwarding::irecv(sources, lost ? gossamer::testing::kTagNobodySends : tag, buffer);
+    if (lost) {
+      r.fail(std::make_exception_ptr(PeerFailure(sources[0], "took none of its queued bytes (test)")));
+    } else if (sources.size() == 1 && Split::side(sources[0]) != Split::side(self_)) {
+      std::lock_guard<std::mutex> lk(mu_);
+      watched_.emplace_back(sources[0], r.watch());
+    }
+    return r;
+  }
+  /// The verdict on the receives already posted.
+  void giveUp() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [peer, w] : watched_)
+      Request::fail(w, std::make_exception_ptr(PeerFailure(peer, "took none of its queued bytes (test)")));
+  }
+
+ private:
+  bool across(int peer) const { return split_->cut && Split::side(peer) != Split::side(self_); }
+  bool lostFrom(int peer) const { return split_->verdict && self_ >= 3 && Split::side(peer) == 0; }
+  std::shared_ptr<Split> split_;
+  int self_;
+  std::mutex mu_;
+  std::vector<std::pair<int, std::weak_ptr<detail::RequestState>>> watched_;
+};
+}  // namespace
+
+TEST_CASE(
+    "membership: under partition: majority a minority whose transport gave up on the other side still "
+    "decides no view",
+    "[membership]") {
+  // The two count the ranks their transport lost as members of the view
+  // they leave: a cut that lasts the transport's timeout looks like a crash
+  // to it, and a side that left them out would hold a "majority" of itself
+  // and run as a second job beside the three.
+  const int n = 5;
+  auto fabric = inproc::makeFabric(n);
+  auto split = std::make_shared<Split>();
+  membership::MembershipOptions o;
+  o.heartbeatSeconds = 0.05;
+  o.suspectSeconds = 0.5;
+  o.agreementSeconds = 1;
+  o.majority = true;
+  std::vector<membership::Service> services;
+  std::vector<SplitPeer*> peers;
+  for (int r = 0; r < n; ++r) {
+    auto peer = std::make_unique<SplitPeer>(inproc::makeTransport(fabric, r, 5.0), split);
+    peers.push_back(peer.get());
+    services.push_back(membership::wrap(std::move(peer), o));
+  }
+  std::atomic<bool> done{false};
+  std::vector<std::vector<int>> installed(static_cast<std::size_t>(n));  // each rank's own
+  std::vector<int> cancelled(static_cast<std::size_t>(n), 0);
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      try {
+        while (!done) {
+          if (services[i].membership->revoked()) {
+            const auto change = services[i].membership->recover(20, false);
+            installed[i] = change.view.members;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      } catch (const Cancelled&) {
+        cancelled[i] = 1;
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  split->cut = true;
+  // The three remove the two (silence, 0.5 s); the two pause.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (services[0].membership->view().members.size() != 3 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  split->verdict = true;
+  for (int r = 3; r < n; ++r) peers[static_cast<std::size_t>(r)]->giveUp();
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // 4 suspect periods, 40 heartbeats
+  done = true;
+  for (auto& s : services) s.transport->abort();
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) CHECK(errors[static_cast<std::size_t>(r)] == "");
+  for (int r = 0; r < 3; ++r) CHECK(installed[static_cast<std::size_t>(r)] == std::vector<int>{0, 1, 2});
+  for (int r = 3; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(installed[static_cast<std::size_t>(r)].empty());  // no view of its own
+    CHECK(services[static_cast<std::size_t>(r)].membership->view().members.size() == 5);
+    CHECK(cancelled[static_cast<std::size_t>(r)] == 1);  // paused in recover() until the abort
+  }
 }

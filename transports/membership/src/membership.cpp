@@ -515,12 +515,16 @@ class MembershipTransport final : public Transport, public Membership {
   }
 
   // Partition policy `majority`: whether `survivors` may decide the next
-  // view. Ranks the transport lost (dead_) or that left do not count: they
-  // are gone, not on the other side of a partition.
+  // view. Ranks that left (said goodbye) do not count: they are gone, not
+  // on the other side of a partition. Ranks the transport lost (dead_) do:
+  // a transport also gives up on a peer cut off for its timeout (a send
+  // that stalls), and a side that discounted those would, once its
+  // transport gave up on the other side, hold a "majority" of itself and
+  // decide a view alongside the real majority's.
   bool holdsMajorityLocked(const std::vector<int>& survivors) const {
     std::vector<int> base;
     for (int p : view_.members)
-      if (!dead_[static_cast<std::size_t>(p)] && !left_[static_cast<std::size_t>(p)]) base.push_back(p);
+      if (!left_[static_cast<std::size_t>(p)]) base.push_back(p);
     if (base.empty()) return true;
     if (2 * survivors.size() > base.size()) return true;
     return 2 * survivors.size() == base.size() &&
@@ -638,6 +642,10 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : m.members)
       if (view_.localRank(p) >= 0) return false;
     if (m.viewNumber <= std::max(view_.number, numberFloor_)) return true;  // outnumbered already
+    // A number 2^32 or more above this view's: no side changes views that
+    // often, and the next view's `skipped` (32 bits) could not say where it
+    // was decided from. Not taken (the message is malformed or hostile).
+    if (m.viewNumber - view_.number >= std::uint64_t{1} << 32) return true;
     numberFloor_ = m.viewNumber;
     const auto survivors = survivorsLocked();
     if (!survivors.empty() && survivors.front() == self_ && !revoked_)
@@ -893,6 +901,7 @@ class MembershipTransport final : public Transport, public Membership {
           std::lock_guard<std::mutex> lk(mu_);
           for (auto& h : heard_) h = passStart;
           resumed_ = true;
+          resumedAt_ = passStart;
         }
         lastPass = passStart;
         busy = receiveFromPeers();
@@ -940,6 +949,12 @@ class MembershipTransport final : public Transport, public Membership {
           if (stalled) {
             for (auto& h : heard_) h = now;
             resumed_ = true;
+            resumedAt_ = now;
+          } else if (resumed_ &&
+                     std::chrono::duration<double>(now - resumedAt_).count() > options_.suspectSeconds) {
+            // Nobody spoke for a whole suspect_seconds since: the silence is
+            // theirs now (they died, or all are cut off), and is judged again.
+            resumed_ = false;
           }
           for (int p : view_.members) {
             const auto i = static_cast<std::size_t>(p);
@@ -986,8 +1001,10 @@ class MembershipTransport final : public Transport, public Membership {
   bool expelled_ = false;
   // This process was stopped (or starved) for longer than half of
   // suspect_seconds and has not heard from any peer since: it suspects
-  // nobody for silence and decides no view until it does.
+  // nobody for silence and decides no view until it does, or until
+  // suspect_seconds pass without a word from any.
   bool resumed_ = false;
+  Clock::time_point resumedAt_{};  // when resumed_ was last set
   Clock::time_point revokedAt_{};
   int firstSuspect_ = -1;
   std::string revokeReason_;
@@ -1038,11 +1055,17 @@ class MembershipTransport final : public Transport, public Membership {
 
 Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
   GOSSAMER_ENFORCE(inner != nullptr, "no transport to wrap");
-  GOSSAMER_ENFORCE(o.heartbeatSeconds > 0, "heartbeat " << o.heartbeatSeconds << " s");
-  GOSSAMER_ENFORCE(
-      o.suspectSeconds > o.heartbeatSeconds,
-      "suspect_seconds " << o.suspectSeconds << " must exceed heartbeat_seconds " << o.heartbeatSeconds);
-  GOSSAMER_ENFORCE(o.agreementSeconds >= 0, "agreement " << o.agreementSeconds << " s");
+  // At most a day each: a duration a steady_clock deadline can hold (an
+  // infinite one would overflow the conversion, and silence would never
+  // be judged).
+  constexpr double kDay = 86400;
+  GOSSAMER_ENFORCE(o.heartbeatSeconds > 0 && o.heartbeatSeconds <= kDay,
+                   "heartbeat " << o.heartbeatSeconds << " s (in (0, 86400])");
+  GOSSAMER_ENFORCE(o.suspectSeconds > o.heartbeatSeconds && o.suspectSeconds <= kDay,
+                   "suspect_seconds " << o.suspectSeconds << " must exceed heartbeat_seconds "
+                                      << o.heartbeatSeconds << " and be at most 86400");
+  GOSSAMER_ENFORCE(o.agreementSeconds >= 0 && o.agreementSeconds <= kDay,
+                   "agreement " << o.agreementSeconds << " s (in [0, 86400])");
   auto transport = std::make_unique<MembershipTransport>(std::move(inner), o);
   Membership* handle = transport.get();
   return {std::move(transport), handle};

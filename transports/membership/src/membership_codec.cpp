@@ -84,6 +84,10 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
       throw bad(kHeaderBytes + 4 * i, "member " + std::to_string(r) + " out of range or order");
     m.members.push_back(r);
   }
+  // A view's coordinator is one of its members (it decided the view as
+  // its lowest survivor); its model source too (every rank broadcasts from it).
+  if (m.kind == Kind::kView && !std::binary_search(m.members.begin(), m.members.end(), m.viewCoordinator))
+    throw bad(16, "view coordinator " + std::to_string(m.viewCoordinator) + " is not a member of the view");
   // A view's model source is one of its members (every rank broadcasts from it).
   if (m.kind == Kind::kView && m.arg >= 0 && !std::binary_search(m.members.begin(), m.members.end(), m.arg))
     throw bad(20, "model source " + std::to_string(m.arg) + " is not a member of the view");

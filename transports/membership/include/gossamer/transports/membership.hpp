@@ -80,10 +80,12 @@ namespace gossamer::membership {
 
 /// Settings of the failure detector.
 struct MembershipOptions {
-  double heartbeatSeconds = 0.2;  ///< Interval between heartbeats to each member (> 0).
-  double suspectSeconds = 3.0;    ///< Silence after which a member is suspected (> heartbeatSeconds).
-  /// Longest wait in recover() for the survivors to agree (> 0; the
-  /// transport's timeout when 0).
+  /// Interval between heartbeats to each member (> 0, <= 86400).
+  double heartbeatSeconds = 0.2;
+  /// Silence after which a member is suspected (> heartbeatSeconds, <= 86400).
+  double suspectSeconds = 3.0;
+  /// Longest wait in recover() for the survivors to agree (>= 0, <= 86400;
+  /// the transport's timeout when 0).
   double agreementSeconds = 0;
   /// A rank the others removed while it was stopped asks to rejoin (and its
   /// peers take it back at the next view change) instead of stopping with
@@ -98,10 +100,12 @@ struct MembershipOptions {
   /// Partition policy `majority` (membership.partition): a side decides a
   /// view without the others only while it holds a strict majority of the
   /// view it leaves (half of it with that view's lowest rank breaks a tie),
-  /// ranks the transport lost (dead, not silent) left out of the count. A
-  /// minority decides nothing: its ranks wait in recover() (up to a day,
-  /// the pause) until the majority's view reaches them, then ask to join it.
-  /// false (`merge`): every side goes on as a view of its own.
+  /// ranks that left it (closed their transport) left out of the count.
+  /// Ranks the transport lost count: a crash and a cut that lasts until the
+  /// transport gives up look alike. A minority decides nothing: its ranks
+  /// wait in recover() (up to a day, the pause) until the majority's view
+  /// reaches them, then ask to join it. false (`merge`): every side goes on
+  /// as a view of its own.
   bool majority = false;
 };
 
