@@ -108,6 +108,8 @@ def run_rank(args):
                 logits = model(x_train[idx])
             F.cross_entropy(logits.float(), y_train[idx]).backward()
             opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # the step's kernels, not only their launch
             times.append(time.perf_counter() - t0)
     model.eval()
     lo, hi = rank * len(x_test) // n, (rank + 1) * len(x_test) // n

@@ -168,7 +168,8 @@ def run_cpp_job(args):
         reps = str(reps_for(size, args.reps))
         cmd = [args.cpp_bench, "--world-size", str(args.world_size), "--transports", "zmq-tcp", "--algorithms",
                args.algorithm, "--sizes", str(size), "--reps", reps, "--min-reps", reps, "--warmup",
-               str(args.warmup), "--chunk-bytes", str(args.chunk_bytes), "--bind", "core", "--json", out, "--quiet"]
+               str(args.warmup), "--chunk-bytes", str(args.chunk_bytes), "--bind", "core", "--no-calibration",
+               "--json", out, "--quiet"]  # auto picks by size, as the Python side's does
         subprocess.run(cmd, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL)
         with open(out) as f:
             rows = json.load(f)

@@ -31,7 +31,7 @@
 #       the same messages, gossamer::sameAllreduceSchedule, are one candidate timed by the median
 #       of their pooled repetitions; also counted: auto's own median, its choice made inside every
 #       call, against the fastest); writes results/bench-allreduce-auto.json unless --json says
-#       otherwise.
+#       otherwise, and exits with status 3 when a cell's pick is beyond 10% of the fastest.
 # Options: --world-sizes 2,4,8  --sizes 4096,1048576  --algorithms ring[,recursive_doubling,auto,...]
 #          --transports socket-tcp,socket-ipc,zmq-tcp,zmq-ipc[,libfabric-tcp,libfabric-shm]
 #              (default: those four, and libfabric's two when the build has libfabric, except with --quick)
@@ -89,7 +89,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$auto_check" = 1 ]; then
   # Every algorithm and auto (later options may still narrow world sizes, sizes, rounds).
-  algorithms="ring,recursive_doubling,torus2d,hierarchical,tga2d,hips,auto"
+  algorithms="ring,recursive_doubling,rabenseifner,torus2d,hierarchical,tga2d,hips,auto"
   [ -n "$sizes" ] || sizes="4,4096,65536,1048576,16777216"
   [ "$quick" = 1 ] || [ "$budget_set" = 1 ] || budget="0.3"
   # Ranking algorithms whose times differ by a few % takes more than 5 calls
@@ -229,9 +229,9 @@ if mode == "autocheck":
     cell = {}
     for r in rs:
         cell.setdefault((r["world_size"], r["transport"], r["bytes"]), {}).setdefault(r["algorithm"], []).append(r)
-    algs = ["ring", "recursive_doubling", "torus2d", "hierarchical", "tga2d", "hips", "auto"]
-    short = {"ring": "ring", "recursive_doubling": "rec_dbl", "torus2d": "torus2d", "hierarchical": "hier",
-             "tga2d": "tga2d", "hips": "hips", "auto": "auto"}
+    algs = ["ring", "recursive_doubling", "rabenseifner", "torus2d", "hierarchical", "tga2d", "hips", "auto"]
+    short = {"ring": "ring", "recursive_doubling": "rec_dbl", "rabenseifner": "rabens", "torus2d": "torus2d",
+             "hierarchical": "hier", "tga2d": "tga2d", "hips": "hips", "auto": "auto"}
     rounds = max(len(v) for c in cell.values() for v in c.values())
     print("\n== auto check: median over %d round(s) of the time per call, measured/predicted by the" % rounds)
     print("   cost model calibrated at the start of each launch; pick = chooseAllreduce under that model;")
@@ -249,7 +249,9 @@ if mode == "autocheck":
     rows, npass, nall, old_pass, own_pass = [], 0, 0, 0, 0
     for (n, t, b) in sorted(cell):
         c = cell[(n, t, b)]
-        med = {a: statistics.median(r["seconds"] for r in c[a]) for a in c}
+        # The median round (the lower middle one at an even count), so that a
+        # row's seconds and its other fields (bandwidths, spread) are one round's.
+        med = {a: statistics.median_low(r["seconds"] for r in c[a]) for a in c}
         pred = {a: statistics.median(r["predicted_seconds"] for r in c[a]) for a in c
                 if all("predicted_seconds" in r for r in c[a])}
         samples = {a: [x for r in c[a] for x in r.get("samples_seconds", [r["seconds"]])] for a in c}
@@ -327,6 +329,9 @@ if mode == "autocheck":
     print("   (auto's own pooled median, choice included / the fastest candidate's: %d of %d within %d%%)"
           % (own_pass, nall, round((tol - 1) * 100)))
     print("wrote %s (%d measurements)" % (out, len(rows)))
+    if npass < nall:
+        print("auto check: FAIL in %d cell(s): exit status 3" % (nall - npass))
+        sys.exit(3)
     sys.exit(0)
 
 out, rs = args[0], load(args[1:])
@@ -421,9 +426,10 @@ if [ "$auto_check" = 1 ]; then
     done
   done
   mkdir -p "$(dirname "$json")"
-  report autocheck "$json" "${files[@]}"
+  status=0
+  report autocheck "$json" "${files[@]}" || status=$?
   echo "== took $(( $(date +%s) - start )) s"
-  exit 0
+  exit "$status"
 fi
 for ((round = 1; round <= rounds; ++round)); do
   for n in "${ns[@]}"; do

@@ -27,7 +27,6 @@ crc32c, test_accuracy, rounds_per_epoch.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,7 +64,7 @@ def main():
     ap.add_argument("--factors", type=int, default=8)
     ap.add_argument("--fm-rate", type=float, default=0.01, help="learning rate of the factorization machine")
     ap.add_argument("--lr-rate", type=float, default=0.1, help="learning rate of logistic regression")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each method, interleaved; the fastest is reported")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each method, interleaved; the median run is reported")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--set", action="append", default=[], help="extra KEY=VALUE for gossamer-sparse")
     ap.add_argument("--out", default="results/compare-sparse.json")
@@ -84,9 +83,11 @@ def main():
                     runs[method].append(run(args, work, model, world, batch, method, rep))
             results[(model, world, batch)] = runs
 
-    # On a shared host the fastest of the repeats is the least disturbed one.
-    def best(rs, key):
-        return min(r[key] for r in rs)
+    # Each method's run with the median epoch time (the lower middle one at an
+    # even count) stands for it: every column of a row comes from that one
+    # run, so that its phases add up to its total.
+    def typical(rs):
+        return sorted(rs, key=lambda r: r["epoch_seconds"])[(len(rs) - 1) // 2]
 
     print("Table II form: elements sent per epoch (all ranks), float64 values")
     print(f"{'model':5} {'N':>2} {'batch':>5} | {'existing R=B':>12} | {'direct R':>10} {'direct B':>10} "
@@ -98,31 +99,32 @@ def main():
         print(f"{model:5} {world:>2} {batch:>5} | {e['elements_reduce']:>12.3e} | {d['elements_reduce']:>10.3e} "
               f"{d['elements_broadcast']:>10.3e} {d['elements_direct']:>10.3e} | {rate:5.3f}")
     print()
-    print(f"Table III form: seconds per epoch (slowest rank; fastest of {args.repeats} runs); "
+    print(f"Table III form: seconds per epoch (slowest rank; the median of {args.repeats} runs); "
           "reduce+direct / broadcast / compute")
     print(f"{'model':5} {'N':>2} {'batch':>5} | {'direct R+D':>10} {'B':>7} {'C':>7} {'total':>7} | "
           f"{'exist R+D':>10} {'B':>7} {'C':>7} {'total':>7} | {'rate':>5} | {'dense':>7} | same bits")
     for (model, world, batch), runs in results.items():
         line = f"{model:5} {world:>2} {batch:>5} |"
         for method in ("direct", "existing"):
-            rs = runs[method]
-            line += (f" {best(rs, 'reduce_seconds'):>10.4f} {best(rs, 'broadcast_seconds'):>7.4f} "
-                     f"{best(rs, 'compute_seconds'):>7.4f} {best(rs, 'epoch_seconds'):>7.4f} |")
-        dense = best(runs["dense"], "epoch_seconds")
-        rate = best(runs["direct"], "epoch_seconds") / best(runs["existing"], "epoch_seconds")
+            t = typical(runs[method])
+            line += (f" {t['reduce_seconds']:>10.4f} {t['broadcast_seconds']:>7.4f} "
+                     f"{t['compute_seconds']:>7.4f} {t['epoch_seconds']:>7.4f} |")
+        dense = typical(runs["dense"])["epoch_seconds"]
+        rate = typical(runs["direct"])["epoch_seconds"] / typical(runs["existing"])["epoch_seconds"]
         crcs = {r["crc32c"] for r in runs["existing"] + runs["direct"]}
         same = len(crcs) == 1
         ok = ok and same
         print(f"{line} {rate:5.3f} | {dense:7.4f} | {'yes' if same else 'NO ' + ','.join(sorted(crcs))}")
         for method in ("existing", "direct"):
             rs = runs[method]
+            t = typical(rs)
             rows.append({
                 "model": model, "world_size": world, "batch_size": batch, "method": method,
                 "elements_reduce": rs[0]["elements_reduce"], "elements_direct": rs[0]["elements_direct"],
                 "elements_broadcast": rs[0]["elements_broadcast"],
-                "epoch_seconds": best(rs, "epoch_seconds"), "reduce_seconds": best(rs, "reduce_seconds"),
-                "broadcast_seconds": best(rs, "broadcast_seconds"), "compute_seconds": best(rs, "compute_seconds"),
-                "epoch_seconds_median": statistics.median(r["epoch_seconds"] for r in rs),
+                "statistic": "median", "epoch_seconds": t["epoch_seconds"], "reduce_seconds": t["reduce_seconds"],
+                "broadcast_seconds": t["broadcast_seconds"], "compute_seconds": t["compute_seconds"],
+                "epoch_seconds_runs": [r["epoch_seconds"] for r in rs],
                 "dense_epoch_seconds": dense, "identical_to_existing": same,
                 "crc32c": rs[0]["crc32c"], "test_accuracy": rs[0]["test_accuracy"],
                 "rounds_per_epoch": rs[0]["rounds_per_epoch"], "repeats": args.repeats,

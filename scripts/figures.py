@@ -22,11 +22,15 @@ scripts/device-check.sh) also declares ELSEWHERE, a sentence saying where
 and how; it is not measured by a plain run, and its data are stored with
 --import once COMMAND's JSON has been brought here.
 
+A figure whose command checks a goal and exits non-zero when it is missed
+declares GOAL_MISSED_EXIT, that status: its data are stored all the same.
+
 One measurement may be quoted in several ways: the block
 `<!-- figure NAME.VIEW -->` is rendered by the module's render_VIEW(data).
 
-Running a figure measures it and stores what it measured, with the command,
-the date (UTC) and the commit, in docs/figures/NAME.json; rendering writes,
+Running a figure brings build/ up to date, removes its JSON, measures it
+and stores what it measured, with the command, the date (UTC) and the
+commit, in docs/figures/NAME.json; rendering writes,
 between the markers, a stamp line that names all three, then render(data).
 The stored JSON is committed with the docs, so a block can always be rendered
 again from the data it came from (tests/figures checks that every block is).
@@ -44,9 +48,12 @@ Usage:
                                        run elsewhere), as measured on TEXT at C
     scripts/figures.sh --check         exit 1 if a block names no figure or
                                        lacks its stamp line, a figure has no
-                                       block, or a block differs from what its
-                                       stored data renders; lists the blocks
-                                       not measured by this script yet
+                                       block, a block differs from what its
+                                       stored data renders, or stored data
+                                       name a commit this repository lacks;
+                                       lists the blocks not measured by this
+                                       script yet and the data measured by
+                                       another command than the figure's
 """
 import argparse
 import datetime
@@ -155,8 +162,26 @@ def import_data(name, figure, date, commit):
     store(name, shlex.join(str(a) for a in figure.COMMAND), date, commit, data)
 
 
+def build():
+    """Brings the build tree up to date (ninja, when build/ holds one), so that
+    the binaries a command runs are those of the commit its stamp names.
+
+    Raises SystemExit if the build fails."""
+    build_dir = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
+    if not os.path.exists(os.path.join(build_dir, "build.ninja")):
+        return  # the scripts that need one build it (scripts/deps.sh)
+    if subprocess.run(["nice", "ninja", "-C", build_dir], cwd=ROOT).returncode != 0:
+        raise SystemExit(f"figures: the build in {build_dir} failed; nothing measured")
+
+
 def measure(name, figure):
-    """Runs the figure's command and stores its JSON with command, date and commit."""
+    """Runs the figure's command and stores its JSON with command, date and commit.
+
+    The JSON is removed first, so that only what this run wrote is stored. A
+    command exits 0, or with the figure's GOAL_MISSED_EXIT when it declares one
+    (the data were written, and a goal they are checked against was missed:
+    they are stored, since the documents must show it). Raises SystemExit on
+    any other exit status or when the command wrote no JSON."""
     command = [str(a) for a in figure.COMMAND]
     print(f"figures: {name}: {shlex.join(command)}", flush=True)
     commit = git("rev-parse", "--short", "HEAD")
@@ -164,10 +189,20 @@ def measure(name, figure):
     # that differ from the commit do not count.
     if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!README.md", ":!docs"):
         commit += " (with uncommitted changes)"
+    build()
+    out = os.path.join(ROOT, figure.JSON)
+    if os.path.exists(out):
+        os.remove(out)
     done = subprocess.run(command, cwd=ROOT)
-    if done.returncode != 0:
+    missed = getattr(figure, "GOAL_MISSED_EXIT", None)
+    if done.returncode != 0 and done.returncode != missed:
         raise SystemExit(f"figures: {name}: the command exited with {done.returncode}; nothing stored")
-    with open(os.path.join(ROOT, figure.JSON)) as f:
+    if not os.path.exists(out):
+        raise SystemExit(f"figures: {name}: the command wrote no {figure.JSON}; nothing stored")
+    if done.returncode != 0:
+        print(f"figures: {name}: the command reports a missed goal (exit {done.returncode}); "
+              "stored, and the documents will show it", flush=True)
+    with open(out) as f:
         data = json.load(f)
     store(name, shlex.join(command), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
           commit, data)
@@ -217,6 +252,21 @@ def check(figures):
     for name in figures:
         if name not in quoted:
             problems.append(f"figure '{name}' is quoted nowhere")
+    shallow = git("rev-parse", "--is-shallow-repository") != "false"
+    for name, figure in figures.items():
+        stored = load_stored(name)
+        if stored is None:
+            continue
+        commit = stored["commit"].split()[0]
+        if shallow:
+            pending.append(f"figure '{name}': commit {commit} not looked up (a shallow clone)")
+        elif subprocess.run(["git", "-C", ROOT, "cat-file", "-e", commit + "^{commit}"],
+                            capture_output=True).returncode != 0:
+            problems.append(f"docs/figures/{name}.json: commit {commit} is not in this repository")
+        declared = shlex.join(str(a) for a in figure.COMMAND)
+        if stored["command"] != declared:
+            pending.append(f"figure '{name}' was measured with `{stored['command']}`, not its COMMAND "
+                           f"`{declared}` (scripts/figures.sh {name} measures it as declared)")
     return problems, pending
 
 

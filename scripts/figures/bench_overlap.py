@@ -7,7 +7,8 @@ gradient allreduces started during backward (overlap=True) and after it
 joined by a 1 Gbit/s link, 4 MiB buckets (DDP's bucket_cap_mb likewise),
 3 interleaved rounds of 50 steps
 (bench/bench_overlap.py; needs root for the namespaces): median seconds per
-step, the ratios, the allreduce's share of a step without overlap, and
+step, the ratios, the share of a step without overlap spent in opt.step()
+(the allreduces and the SGD update after them), and
 whether the two gossamer runs ended with the same bits.
 """
 COMMAND = ["bench/bench_overlap.py", "--bucket-mib", "4"]

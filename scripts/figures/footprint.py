@@ -11,9 +11,10 @@ JSON = "results/footprint.json"
 
 
 def render(data):
-    """One row per profile, architecture and transport."""
-    lines = ["| profile | arch | transport | libgossamer_c stripped, MB | idle agent: resident, MB "
-             "| of which the agent, MB | training 100k parameters: resident, MB | of which agent and training, MB "
+    """One row per profile, architecture and transport: the library's size in
+    MB (10^6 bytes), resident memory in MiB (2^20 bytes, as /proc counts)."""
+    lines = ["| profile | arch | transport | libgossamer_c stripped, MB | idle agent: resident, MiB "
+             "| of which the agent, MiB | training 100k parameters: resident, MiB | of which agent and training, MiB "
              "| threads | sockets | memory measured as |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:

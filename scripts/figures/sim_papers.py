@@ -23,7 +23,7 @@ def render(data):
         if r["algorithm"] not in algorithms:
             algorithms.append(r["algorithm"])
     by = {(r["algorithm"], r["workers"]): r for r in rows}
-    lines = ["| algorithm |" + "".join(f" N={n}: paper ms / simulated ms (ratio) |" for n in workers),
+    lines = ["| algorithm |" + "".join(f" N={n}: paper ms / simulated ms (simulated / paper) |" for n in workers),
              "|---|" + "---|" * len(workers)]
     for a in algorithms:
         cells = ""
