@@ -33,6 +33,7 @@ done <<'CASES'
 3|membership.partition|membership:;  rejoin: false;  partition: majority
 4|transport.local|world_size: 2;transport:;  kind: composite;  local: foo
 4|transport.local|world_size: 2;transport:;  kind: composite;  local: inproc
+4|transport.local_scope|world_size: 2;transport:;  kind: composite;  local_scope: island
 3|training.straggler_delay_seconds|world_size: 2;training:;  straggler_delay_seconds: 1.0e300
 5|algorithm.noloco_gamma|world_size: 2;algorithm:;  name: diloco;  outer: noloco;  noloco_gamma: 2.5;  outer_momentum: 0
 CASES

@@ -895,6 +895,21 @@ TEST_CASE("config: security and transport settings no rank could run with are er
     CHECK(contains(what, "cannot link processes"));
     requireError("transport:\n  kind: composite\n  remote: composite\n", 3, "transport.remote");
     CHECK_NOTHROW(reg().parse("transport:\n  kind: composite\n  local: socket\n", kName));
+    // Island scope without islands would make every rank one island.
+    what = requireError("world_size: 2\ntransport:\n  kind: composite\n  local_scope: island\n", 4,
+                        "transport.local_scope");
+    CHECK(contains(what, "needs network.islands"));
+    CHECK_NOTHROW(
+        reg().parse("world_size: 2\ntransport:\n  kind: composite\n  local_scope: island\nnetwork:\n  "
+                    "islands: [[0], [1]]\n",
+                    kName));
+#ifdef GOSSAMER_HAVE_LIBFABRIC
+    // libfabric as an inner transport needs its provider as it does alone.
+    what =
+        requireError("world_size: 2\ntransport:\n  kind: composite\n  local: libfabric\n  provider: \"\"\n",
+                     5, "transport.provider");
+    CHECK(contains(what, "(transport.local) needs a provider"));
+#endif
   }
 }
 

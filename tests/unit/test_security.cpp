@@ -11,6 +11,11 @@
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/security.hpp"
+#include "gossamer/optimizers/optimizers.hpp"
+#include "gossamer/registry.hpp"
+#include "gossamer/store.hpp"
+#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/transports/builtins.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "process.hpp"
 
@@ -124,4 +129,35 @@ TEST_CASE("security: certificate text reads as its file does", "[security]") {
   CHECK_THROWS_WITH(parseCertificate("curve\n  secret-key = \"x\"\n", "inline.cert"),
                     Catch::Contains("inline.cert:2: secret-key"));
   CHECK(parseCertificate("", "empty") == std::pair<std::vector<std::string>, std::vector<std::string>>{});
+}
+
+TEST_CASE("security: composite names the secret key file of its inner transports by the job rank",
+          "[security]") {
+  // Rank 1 of two, each an island of its own: its local transport is rank 0
+  // of a group of one, and it must still load keys/rank1, the only key
+  // file on its host. It gets past the keys and waits for rank 0, which
+  // never comes (TimeoutError), instead of looking for keys/rank0.
+  TempDir dir;
+  std::filesystem::create_directory(dir / "keys");
+  newPair(dir, "keys/rank1");
+  Registry reg;
+  transports::registerBuiltins(reg);
+  topologies::registerBuiltins(reg);
+  optimizers::registerBuiltins(reg);
+  const std::string yaml =
+      "world_size: 2\n"
+      "transport: {kind: composite, local_scope: island, timeout_seconds: 1}\n"
+      "network: {islands: [[0], [1]]}\n"
+      "security:\n  enabled: true\n  secret_key: " +
+      (dir / "keys") + "/rank{rank}\n  public_keys: " + (dir / "keys") + "/rank1.pub\n";
+  const Config c = parseConfig(yaml, reg.schema(), "composite-keys.yaml");
+  MemoryStore store;
+  try {
+    auto t = reg.transport("composite")(TransportContext{c, 1, store, &reg});
+    FAIL("rank 1 came up without rank 0");
+  } catch (const TimeoutError&) {
+    SUCCEED("it loaded its own key and waited for rank 0");
+  } catch (const std::exception& e) {
+    FAIL("unexpected: " << e.what());
+  }
 }

@@ -539,6 +539,12 @@ void registerWith(Registry& registry) {
                                const std::string& protocol) {
           return [&, kind, protocol](int rank, int worldSize, Store& store) {
             Config ic = c;
+            // The inner transport's rank is this rank's place in its group;
+            // the secret key file is named by the job rank.
+            auto secret = c.get<std::string>("security.secret_key");
+            for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
+              secret.replace(at, 6, std::to_string(ctx.rank));
+            ic.set<std::string>("security.secret_key", secret);
             ic.set("world_size", worldSize);
             ic.set<std::string>("transport.kind", kind);
             ic.set<std::string>("transport.protocol", protocol);
@@ -561,6 +567,14 @@ void registerWith(Registry& registry) {
                 "composite: the transport to ranks of other hosts (or islands), with transport.protocol")
           .rule([catalog](const Config& c) -> std::optional<ConfigIssue> {
             if (c.get<std::string>("transport.kind") != "composite") return std::nullopt;
+            // Without islands every rank is of one island: the local
+            // transport (ipc by default) would have to reach every host.
+            if (c.get<std::string>("transport.local_scope") == "island" &&
+                c.get<std::vector<std::vector<int>>>("network.islands").empty())
+              return ConfigIssue{
+                  "transport.local_scope",
+                  "island needs network.islands (without them all ranks are one island, and the "
+                  "local transport would link every rank); or use host"};
             return checkInner(*catalog, c);
           }),
       TransportTraits{

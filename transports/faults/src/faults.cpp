@@ -22,7 +22,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -65,7 +64,6 @@ class FaultyTransport final : public Transport {
   FaultyTransport(std::unique_ptr<Transport> inner, const FaultOptions& o)
       : inner_(std::move(inner)),
         options_(o),
-        rng_(o.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(inner_->rank())),
         start_(std::chrono::steady_clock::now() -
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(o.partitionClockOffsetSeconds))),
@@ -130,7 +128,10 @@ class FaultyTransport final : public Transport {
     return inner_->discardArrived(stale);
   }
   TransportStats stats() const override { return inner_->stats(); }
-  const FaultStats& faults() const { return stats_; }
+  FaultStats faults() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -164,11 +165,39 @@ class FaultyTransport final : public Transport {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
 
+  // SplitMix64's finaliser: a well-mixed 64-bit function of x.
+  static std::uint64_t mix(std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+  }
+
+  // The draws of one send: a SplitMix64 stream started from (seed, this
+  // rank, dst, the tag's op, how many sends to dst under that op came
+  // before), so that a send's fate does not depend on what other threads
+  // sent meanwhile (the membership service's heartbeats, a communication
+  // thread's collectives): uniform doubles in [0, 1).
+  class Draws {
+   public:
+    explicit Draws(std::uint64_t state) : state_(state) {}
+    double operator()() {
+      state_ += 0x9E3779B97F4A7C15ULL;
+      return static_cast<double>(mix(state_) >> 11) * 0x1.0p-53;
+    }
+
+   private:
+    std::uint64_t state_;
+  };
+
   Fate draw(int dst, const Tag& tag) {
     Fate f;
     if (dst == rank()) return f;
+    std::lock_guard<std::mutex> lock(mu_);
+    // Counted for every send, also one the partition cuts: fates after it
+    // do not depend on when the window closed.
+    const std::uint64_t nth = sent_[{dst, static_cast<int>(tag.op)}]++;
     if (cut(dst)) {
-      std::lock_guard<std::mutex> lock(mu_);
       ++stats_.partitioned;
       f.drop = true;
       return f;
@@ -177,26 +206,27 @@ class FaultyTransport final : public Transport {
     const bool linked = link > Clock::duration::zero();
     const bool drawn = !options_.gossipOnly || tag.op == Op::kGossip;
     if (!linked && !drawn) return f;
-    std::lock_guard<std::mutex> lock(mu_);
     if (linked) {
       ++stats_.linkDelayed;
       f.due = Clock::now() + link;
     }
     if (!drawn) return f;
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    if (u(rng_) < options_.dropProbability) {
+    Draws u(mix(options_.seed ^ mix(static_cast<std::uint64_t>(rank()) ^
+                                    mix(static_cast<std::uint64_t>(dst) ^
+                                        mix(static_cast<std::uint64_t>(tag.op) ^ mix(nth))))));
+    if (u() < options_.dropProbability) {
       ++stats_.dropped;
       f.drop = true;
       return f;
     }
-    if (u(rng_) < options_.duplicateProbability) {
+    if (u() < options_.duplicateProbability) {
       ++stats_.duplicated;
       f.duplicate = true;
     }
-    if (options_.delayProbability > 0 && u(rng_) < options_.delayProbability) {
+    if (options_.delayProbability > 0 && u() < options_.delayProbability) {
       ++stats_.delayed;
-      f.due = Clock::now() + link + seconds(u(rng_) * options_.delaySeconds);
-    } else if (options_.reorderProbability > 0 && u(rng_) < options_.reorderProbability) {
+      f.due = Clock::now() + link + seconds(u() * options_.delaySeconds);
+    } else if (options_.reorderProbability > 0 && u() < options_.reorderProbability) {
       ++stats_.reordered;
       f.due = Clock::now() + link + seconds(options_.delaySeconds);
       f.held = true;
@@ -330,8 +360,8 @@ class FaultyTransport final : public Transport {
 
   std::unique_ptr<Transport> inner_;
   FaultOptions options_;
-  std::mutex mu_;
-  std::mt19937_64 rng_;
+  mutable std::mutex mu_;
+  std::map<std::pair<int, int>, std::uint64_t> sent_;  // (dst, op) -> sends so far, under mu_
   FaultStats stats_;
   std::deque<Request> extra_;  // the wrapper's own sends (duplicates, later ones) still in flight
   std::chrono::steady_clock::time_point start_;
@@ -394,8 +424,18 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOpt
                    "delay probability " << o.delayProbability << " outside [0, 1]");
   GOSSAMER_ENFORCE(o.reorderProbability >= 0 && o.reorderProbability < 1,
                    "reorder probability " << o.reorderProbability << " outside [0, 1)");
-  GOSSAMER_ENFORCE(o.delaySeconds > 0 && std::isfinite(o.delaySeconds),
-                   "delay_seconds " << o.delaySeconds << " is not a positive finite number of seconds");
+  GOSSAMER_ENFORCE(o.delaySeconds > 0 && o.delaySeconds <= 3600,
+                   "delay_seconds " << o.delaySeconds << " outside (0, 3600]");
+  GOSSAMER_ENFORCE(o.partitionClockOffsetSeconds >= 0 && std::isfinite(o.partitionClockOffsetSeconds),
+                   "partition clock offset " << o.partitionClockOffsetSeconds << " s is not finite and >= 0");
+  std::vector<int> grouped(static_cast<std::size_t>(inner->capacity()), 0);
+  for (const auto& g : o.partitionGroups)
+    for (int r : g) {
+      GOSSAMER_ENFORCE(r >= 0 && r < inner->capacity(),
+                       "partition rank " << r << " outside " << rankRangeText(inner->capacity()));
+      GOSSAMER_ENFORCE(grouped[static_cast<std::size_t>(r)]++ == 0,
+                       "partition rank " << r << " in two groups");
+    }
   GOSSAMER_ENFORCE(
       o.linkDelaySeconds.empty() || o.linkDelaySeconds.size() == static_cast<std::size_t>(inner->worldSize()),
       o.linkDelaySeconds.size() << " link delays for a world of " << inner->worldSize() << " ranks");
@@ -404,9 +444,10 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOpt
   return std::make_unique<FaultyTransport>(std::move(inner), o);
 }
 
-const FaultStats* faultStats(const Transport& t) {
+std::optional<FaultStats> faultStats(const Transport& t) {
   const auto* f = dynamic_cast<const FaultyTransport*>(&t);
-  return f != nullptr ? &f->faults() : nullptr;
+  if (f == nullptr) return std::nullopt;
+  return f->faults();
 }
 
 namespace {

@@ -274,18 +274,23 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
 
 namespace {
 /// transport.provider must name one when libfabric is the transport.
-std::optional<ConfigIssue> checkProvider(const Config& c) {
-  if (c.get<std::string>("transport.kind") != "libfabric" ||
-      !c.get<std::string>("transport.provider").empty())
-    return std::nullopt;
-  return ConfigIssue{
-      "transport.provider",
-      "the libfabric transport needs a provider (e.g. tcp, shm, verbs, or a name fi_info lists)"};
+// Wherever the config runs libfabric: as transport.kind, or inside another
+// transport (a composite's local or remote one).
+std::optional<ConfigIssue> checkProvider(const TransportCatalog& catalog, const Config& c) {
+  if (!c.get<std::string>("transport.provider").empty()) return std::nullopt;
+  for (const auto& [key, name] : catalog.inUse(c))
+    if (name == "libfabric")
+      return ConfigIssue{"transport.provider",
+                         "the libfabric transport (" + key +
+                             ") needs a provider (e.g. tcp, shm, verbs, or a name fi_info "
+                             "lists)"};
+  return std::nullopt;
 }
 }  // namespace
 
 void registerWith(Registry& registry) {
   const Options defaults;
+  const std::shared_ptr<const TransportCatalog> catalog = registry.transportCatalog();
   registry.addTransport(
       "libfabric",
       [](const TransportContext& ctx) {
@@ -309,7 +314,7 @@ void registerWith(Registry& registry) {
                 "libfabric provider: tcp (tcp;ofi_rxm), shm, verbs (verbs;ofi_rxm), sockets or any name "
                 "fi_info "
                 "lists; checked when the transport starts")
-          .rule(checkProvider));
+          .rule([catalog](const Config& c) { return checkProvider(*catalog, c); }));
 }
 
 }  // namespace gossamer::libfabric

@@ -1,12 +1,14 @@
 // Fault injection on the transport, for tests and demos: a wrapper that
 // drops, duplicates, delays and reorders this rank's outgoing messages with
-// given probabilities, from a seeded generator (the same seed and the same
-// sends give the same faults), and cuts the job into groups for a while (a
+// given probabilities, from a seeded generator (the same seed gives the k-th
+// send to a peer under an op the same fate, whatever other threads send
+// meanwhile), and cuts the job into groups for a while (a
 // partition: sends between groups are dropped).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,12 +25,16 @@ struct FaultOptions {
   double dropProbability = 0;  ///< Each send is lost with this probability, in [0, 1).
   double duplicateProbability =
       0;                   ///< Each send that is not lost arrives twice with this probability, in [0, 1).
-  std::uint64_t seed = 0;  ///< The generator's seed (mixed with the rank).
+  /// The draws' seed: a send's fate is a function of (seed, this rank, its
+  /// destination, its tag's op, how many sends to that destination under
+  /// that op came before it).
+  std::uint64_t seed = 0;
   /// Only gossip messages (Op::kGossip) are touched; the collectives' go
   /// through (they assume a reliable transport, as TCP is).
   bool gossipOnly = false;
   /// A partition: each rank's group (empty: none). While it is in force,
-  /// every send (gossip or not) to a rank of another group is dropped.
+  /// every send (gossip or not) to a rank of another group is dropped;
+  /// ranks in no group are one more group, cut off from all the others.
   std::vector<std::vector<int>> partitionGroups;
   /// When it starts, seconds after the partition's clock started (>= 0).
   double partitionStartSeconds = 0;
@@ -87,13 +93,15 @@ struct FaultStats {
 /// checked when isend is called. Receives and stats are the inner
 /// transport's; the faults are counted in faultStats(). Not thread-safe
 /// beyond what `inner` is (the generator is guarded by a lock).
-/// @throws InvalidArgument from the factory for probabilities outside [0, 1)
-///         ([0, 1] for the delay) or a delaySeconds that is not positive and
-///         finite.
+/// @throws InvalidArgument for probabilities outside [0, 1) ([0, 1] for the
+///         delay), a delaySeconds outside (0, 3600], a negative or infinite
+///         partition clock offset, or a partition rank outside the transport's
+///         capacity or in two groups.
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOptions& options);
 
-/// The counters of a transport made by wrap(); nullptr for any other transport.
-const FaultStats* faultStats(const Transport& transport);
+/// The counters of a transport made by wrap(), a copy taken under its lock
+/// (other threads may be sending); empty for any other transport.
+std::optional<FaultStats> faultStats(const Transport& transport);
 
 /// Registers the `faults:` section (enabled, drop, duplicate, seed, messages,
 /// partition, partition_start_seconds, partition_seconds, delay,
