@@ -6,7 +6,11 @@
 // transport's own call with ranks translated, so it adds no bytes on the wire
 // and no copy. A receive from ranks on both sides posts one receive per side
 // and keeps the first to complete; the other is cancelled, and a message it
-// completed with in the meantime is kept for the next matching receive.
+// completed with in the meantime is kept for the next matching receive: one
+// from both sides already waiting, or any posted later. (A receive from its
+// source alone that already waits on the inner transport does not see it,
+// and gets that source's next message first.) A receive from both sides that
+// is cancelled after a side completed completes with that message instead.
 #include "gossamer/transports/composite.hpp"
 
 #include <sys/stat.h>
@@ -14,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -47,6 +52,7 @@ struct Mixed {
   std::mutex mu;  // serialises progress on this receive
   std::shared_ptr<RequestState> outer;
   std::span<std::byte> buffer;
+  std::vector<int> sources;  // job ranks
   Tag tag;
   Request local;   // into buffer
   Request remote;  // into scratch
@@ -102,13 +108,24 @@ class MixEngine final : public detail::ProgressEngine {
     }
   }
 
+  // A side that completed before the cancel wins the race, as a Mailbox's
+  // receive does: the receive completes with its message (one side's; the
+  // other's, if both did, is kept), so that a later receive from the same
+  // source does not get a newer message before it.
   void cancelLocked(RequestState& state) override {
     auto m = find(state);
     if (!m) return;
     std::lock_guard<std::mutex> lk(m->mu);
     if (m->finished) return;
-    if (completedAfterCancel(m->local)) keep(m->local.peer(), m->tag, m->buffer.first(m->local.bytes()));
-    if (completedAfterCancel(m->remote)) keepRemote(*m);
+    const bool local = completedAfterCancel(m->local);
+    const bool remote = completedAfterCancel(m->remote);
+    if (local) {
+      if (remote) keepRemote(*m);
+      m->outer->complete(m->local.peer(), m->local.bytes(), m->local.payloadChecksum());
+    } else if (remote) {
+      std::memcpy(m->buffer.data(), m->scratch.get(), m->remote.bytes());
+      m->outer->complete(m->remote.peer(), m->remote.bytes(), m->remote.payloadChecksum());
+    }
     finish(*m);
   }
 
@@ -116,30 +133,21 @@ class MixEngine final : public detail::ProgressEngine {
   /// `buffer`: a completed request, or null if none is kept.
   std::shared_ptr<RequestState> takeKept(std::span<const int> sources, const Tag& tag,
                                          std::span<std::byte> buffer) {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
-      if (!(it->tag == tag) || std::find(sources.begin(), sources.end(), it->source) == sources.end())
-        continue;
-      Kept k = std::move(*it);
-      kept_.erase(it);
-      if (k.bytes.size() > buffer.size()) {
-        auto s = std::make_shared<RequestState>();
-        s->fail(std::make_exception_ptr(ProtocolError(
-            k.source, kFrameHeaderBytes + buffer.size(),
-            "message of " + std::to_string(k.bytes.size()) + " bytes does not fit the " +
-                std::to_string(buffer.size()) + "-byte receive buffer (" + toString(tag) + ")")));
-        return s;
-      }
-      std::copy(k.bytes.begin(), k.bytes.end(), buffer.begin());
-      return detail::completedRequest(k.source, k.bytes.size());
-    }
-    return nullptr;
+    auto k = popKept(sources, tag);
+    if (!k) return nullptr;
+    auto s = std::make_shared<RequestState>();
+    if (auto error = deliver(*k, tag, buffer))
+      s->fail(error);
+    else
+      s->complete(k->source, k->bytes.size(), std::nullopt);
+    return s;
   }
 
   std::size_t discardKept(const std::function<bool(const Tag&)>& stale) {
     std::lock_guard<std::mutex> lk(mu_);
     const auto before = kept_.size();
     std::erase_if(kept_, [&](const Kept& k) { return stale(k.tag); });
+    keptCount_ = kept_.size();
     return before - kept_.size();
   }
 
@@ -189,8 +197,46 @@ class MixEngine final : public detail::ProgressEngine {
     return false;
   }
 
+  // The oldest kept message from one of `sources` under `tag`, removed.
+  std::optional<Kept> popKept(std::span<const int> sources, const Tag& tag) {
+    if (keptCount_.load() == 0) return std::nullopt;
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (!(it->tag == tag) || std::find(sources.begin(), sources.end(), it->source) == sources.end())
+        continue;
+      Kept k = std::move(*it);
+      kept_.erase(it);
+      keptCount_ = kept_.size();
+      return k;
+    }
+    return std::nullopt;
+  }
+
+  // Copies a kept message into `buffer`; the error if it does not fit.
+  static std::exception_ptr deliver(const Kept& k, const Tag& tag, std::span<std::byte> buffer) {
+    if (k.bytes.size() > buffer.size())
+      return std::make_exception_ptr(
+          ProtocolError(k.source, kFrameHeaderBytes + buffer.size(),
+                        "message of " + std::to_string(k.bytes.size()) + " bytes does not fit the " +
+                            std::to_string(buffer.size()) + "-byte receive buffer (" + toString(tag) + ")"));
+    std::copy(k.bytes.begin(), k.bytes.end(), buffer.begin());
+    return nullptr;
+  }
+
   void progressLocked(Mixed& m) {
     if (m.finished) return;
+    // A message another receive from both sides kept (it arrived for that
+    // one with a second) came before anything this one's sides hold.
+    if (auto k = popKept(m.sources, m.tag)) {
+      if (completedAfterCancel(m.local)) keep(m.local.peer(), m.tag, m.buffer.first(m.local.bytes()));
+      if (completedAfterCancel(m.remote)) keepRemote(m);
+      if (auto error = deliver(*k, m.tag, m.buffer))
+        m.outer->fail(error);
+      else
+        m.outer->complete(k->source, k->bytes.size(), std::nullopt);
+      finish(m);
+      return;
+    }
     const bool local = completed(m, m.local, m.localAlive);
     const bool remote = completed(m, m.remote, m.remoteAlive);
     if (local) {
@@ -230,6 +276,7 @@ class MixEngine final : public detail::ProgressEngine {
       std::vector<std::byte> copy(bytes.begin(), bytes.end());
       std::lock_guard<std::mutex> lk(mu_);
       kept_.push_back(Kept{source, tag, std::move(copy)});
+      keptCount_ = kept_.size();
     } catch (const std::exception& e) {
       GOSSAMER_LOG(kWarning, "composite: a " << bytes.size() << "-byte message from rank " << source << " ("
                                              << toString(tag) << ") that arrived after its receive was "
@@ -246,6 +293,7 @@ class MixEngine final : public detail::ProgressEngine {
   std::mutex mu_;  // guards pending_ and kept_; taken after a Mixed's mu
   std::map<RequestState*, std::shared_ptr<Mixed>> pending_;
   std::deque<Kept> kept_;
+  std::atomic<std::size_t> keptCount_{0};  // kept_.size(), read without mu_
 };
 
 std::string listOf(std::span<const int> ranks) {
@@ -345,6 +393,7 @@ class CompositeTransport final : public Transport {
     m->outer->what = "recv from " + listOf(sources) + " " + toString(tag);
     m->outer->engine = engine_;
     m->buffer = buffer;
+    m->sources.assign(sources.begin(), sources.end());
     m->tag = tag;
     m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
     m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); });
