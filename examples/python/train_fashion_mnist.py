@@ -126,7 +126,13 @@ def train(args, data=None):
     if args.test_limit:
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
-    shard = (order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]).numpy()
+    # Shards of one size, so that every rank takes as many steps (the last
+    # few images of an uneven split are left out).
+    used = (min(args.train_limit, len(x_train)) if args.train_limit else len(x_train)) // n * n
+    shard = order[:used][rank::n].numpy()
+    if len(shard) < args.batch_size:
+        raise ValueError(f"each rank's shard holds {len(shard)} training images, fewer than --batch-size "
+                         f"{args.batch_size}: raise --train-limit or lower --batch-size")
     device = torch.device(args.device)
     x_train, y_train = (t.to(device) for t in tensors(x_train[shard], y_train[shard]))
     x_test, y_test = (t.to(device) for t in tensors(x_test, y_test))
@@ -226,6 +232,13 @@ def main():
     p.add_argument("--autocast", choices=["none", "bfloat16", "float16"], default="none",
                    help="run the forward pass under torch.autocast with this dtype (float32 master weights)")
     args = p.parse_args()
+    for name in ("epochs", "train_limit", "test_limit"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.batch_size < 1 or args.world_size < 1:
+        p.error("--batch-size and --world-size must be >= 1")
+    if args.autocast == "float16" and torch.device(args.device).type == "cpu":
+        p.error("--autocast float16 needs a CUDA --device (autocast on the CPU takes bfloat16)")
     if gossamer.discover_launch() is None and args.world_size > 1:
         return launch_self(args)
     return train(args)

@@ -753,7 +753,8 @@ class Agent:
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str, got {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # numbers.Real takes NumPy's scalars (np.float32, np.int64) too.
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"value must be a real number, got {type(value).__name__}")
         self._core.note_metric(name, float(value))
 

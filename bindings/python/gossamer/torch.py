@@ -173,6 +173,16 @@ class DistributedOptimizer:
                 )
             if id(p) not in held:
                 raise ValueError(f"parameter {i} (shape {tuple(p.shape)}) is not in the optimizer")
+        # And the other way: a trainable parameter the optimizer holds that
+        # the model lacks would train on each rank alone, never exchanged.
+        in_model = {id(p) for p in every}
+        for gi, g in enumerate(optimizer.param_groups):
+            for p in g["params"]:
+                if p.requires_grad and id(p) not in in_model:
+                    raise ValueError(
+                        f"the optimizer's param group {gi} holds a parameter (shape {tuple(p.shape)}) that is "
+                        "not in the model: it would train on each rank alone; wrap a model that holds "
+                        "every parameter the optimizer trains")
         self._index = index
         self._frozen = [(i, p) for i, p in enumerate(every) if not p.requires_grad]
         self.optimizer = optimizer
@@ -272,7 +282,18 @@ class DistributedOptimizer:
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zeroes the fused gradient buffer (one memset). ``set_to_none`` is
-        accepted for compatibility; the gradients stay views of the buffer."""
+        accepted for compatibility; the gradients stay views of the buffer.
+
+        With overlap, a backward whose step was skipped (a non-finite loss,
+        a GradScaler's inf) started bucket allreduces during it, as every
+        rank's did: they are completed first and their result dropped, and
+        the next backward starts the buckets afresh. Collective then, like
+        step(). Raises PeerFailure, TimeoutError from those allreduces."""
+        if self._buckets and (self._works or self._next or any(self._ready)):
+            try:
+                self._finish_buckets()
+            finally:
+                self._clear_buckets()
         self._flat_grad.zero_()
         self._rebind_grads()
 
@@ -339,9 +360,12 @@ class DistributedOptimizer:
         # make_optimizer on the agent) neither stays alive through it nor
         # starts allreduces.
         me = weakref.ref(self)
-        for i, p in enumerate(self._params):
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self._hooks.append((acc, acc.register_hook(lambda *_, i=i: DistributedOptimizer._hook(me, i))))
+        # (Under torch.no_grad() or inference_mode, expand_as records no
+        # grad_fn: the wrapper may be built there.)
+        with torch.enable_grad():
+            for i, p in enumerate(self._params):
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append((acc, acc.register_hook(lambda *_, i=i: DistributedOptimizer._hook(me, i))))
         # A wrapper that is freed takes its hooks with it (removing a hook
         # twice is harmless), so rebuilding wrappers leaves none behind.
         weakref.finalize(self, _remove_hooks, [handle for _, handle in self._hooks])
@@ -503,9 +527,20 @@ class DistributedOptimizer:
         """Averages the gradients (allreduce-style algorithms), runs the
         wrapped optimizer's step, then mixes the parameters with the peers
         (gossip algorithms). Collective: every rank steps together.
-        Returns what the wrapped ``step(closure)`` returns, or None when a
+
+        ``closure`` (zeroes the gradients, computes the loss, calls
+        backward, returns the loss) runs once, under ``torch.enable_grad()``,
+        before the gradients are averaged, so that the ones it computes are
+        what every rank steps with; the wrapped optimizer's step gets no
+        closure (optimizers that evaluate it again, such as LBFGS, are not
+        supported: theirs would not be averaged). Returns the closure's loss
+        (without one, what the wrapped ``step()`` returns), or None when a
         view change had this rank skip the step (``steps`` counts it, the
         model is the survivors')."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         self._check_params()
         staged = self._wide is not self._flat
         if self._buckets:
@@ -534,7 +569,9 @@ class DistributedOptimizer:
                     if staged:
                         self._flat.copy_(self._wide)
                 return None
-        loss = self.optimizer.step(closure)
+        stepped = self.optimizer.step()
+        if closure is None:
+            loss = stepped
         with torch.no_grad():
             if staged:
                 self._wide.copy_(self._flat)
@@ -635,38 +672,66 @@ def _scatter(flat: torch.Tensor, reals: List[torch.Tensor]) -> None:
             offset += n
 
 
-def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0) -> None:
+def _buffers(model: Parameters, integers: bool) -> List[torch.Tensor]:
+    """A module's buffers (BatchNorm's running statistics) as real tensors
+    (_real): the floating-point and complex ones, and with ``integers`` the
+    integer ones too (``num_batches_tracked``); none for a list of tensors."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    out = []
+    for b in model.buffers():
+        if b.is_floating_point() or b.is_complex():
+            out.append(_real(b))
+        elif integers and b.dtype != torch.bool:
+            out.append(b.detach())
+    return out
+
+
+def _move(tensors: List[torch.Tensor], move) -> None:
+    """One flat copy of `tensors` (in _wire_dtype, float64 when one is an
+    integer tensor: exact up to 2^53), moved by `move`, then scattered back."""
+    floats = [t for t in tensors if t.is_floating_point()]
+    dtype = _wire_dtype(floats) if len(floats) == len(tensors) else torch.float64
+    flat = _flat_copy(tensors, dtype)
+    move(flat)
+    _scatter(flat, tensors)
+
+
+def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0, buffers: bool = True) -> None:
     """Copies rank ``root``'s parameters into every rank's, exactly (one
     broadcast of the concatenated parameters: 16-bit when they all are
     bfloat16 or all float16, float64 when any is float64, float32
     otherwise; a complex parameter as its real and imaginary parts). Frozen
-    parameters (``requires_grad=False``) are copied too. Call once before
-    training so that every rank starts from the same model.
+    parameters (``requires_grad=False``) are copied too, and with
+    ``buffers`` a module's buffers (BatchNorm's running statistics and
+    ``num_batches_tracked``, as DDP broadcasts them; integers travel as
+    float64, exact up to 2^53). Call once before training so that every rank
+    starts from the same model.
 
     Raises:
         ValueError: no parameters. TypeError: a parameter that is not
         floating point or complex. PeerFailure, TimeoutError."""
     reals = _checked(model, "broadcast_parameters")
-    flat = _flat_copy(reals, _wire_dtype(reals))
-    agent.broadcast(flat, root)
-    _scatter(flat, reals)
+    _move(reals + (_buffers(model, integers=True) if buffers else []), lambda flat: agent.broadcast(flat, root))
 
 
-def average_parameters(model: Parameters, agent: Agent) -> None:
+def average_parameters(model: Parameters, agent: Agent, buffers: bool = True) -> None:
     """Replaces every rank's parameters by their average over all ranks
     (one allreduce of the concatenated parameters: 16-bit when they all are
     bfloat16 or all float16, reduced in float32 and rounded once per hop;
     float64 when any is float64; float32 otherwise; a complex parameter as
     its real and imaginary parts, averaged each), e.g. at the end of a
-    gossip run. The same bits on every rank.
+    gossip run. With ``buffers`` a module's floating-point buffers
+    (BatchNorm's running statistics) are averaged with them, so that the
+    average model is evaluated with averaged statistics; integer buffers
+    (``num_batches_tracked``) stay each rank's. The same bits on every rank.
 
     Raises:
         ValueError: no parameters. TypeError: a parameter that is not
         floating point or complex. PeerFailure, TimeoutError."""
     reals = _checked(model, "average_parameters")
-    flat = _flat_copy(reals, _wire_dtype(reals))
-    agent.allreduce(flat, op="average")
-    _scatter(flat, reals)
+    _move(reals + (_buffers(model, integers=False) if buffers else []),
+          lambda flat: agent.allreduce(flat, op="average"))
 
 
 def _remove_hooks(handles: list) -> None:
@@ -713,8 +778,10 @@ def consensus_distance(model: Parameters, agent: Agent) -> float:
 
 #: The Gossamer config a "gossamer" process group uses when neither
 #: ``pg_options`` nor ``GOSSAMER_CONFIG`` names one: zmq over TCP with the
-#: library's defaults.
-DEFAULT_PROCESS_GROUP_CONFIG = {"transport": {"kind": "zmq"}}
+#: library's defaults, each rank on its address facing ``$MASTER_ADDR``
+#: (``host: auto``; 127.0.0.1 when that is a loopback address or unset), so
+#: that the default works across hosts as torchrun starts them.
+DEFAULT_PROCESS_GROUP_CONFIG = {"transport": {"kind": "zmq", "host": "auto"}}
 
 
 def _create_process_group(opts, pg_options):

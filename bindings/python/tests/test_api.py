@@ -276,7 +276,8 @@ def test_metrics_records_reach_python_and_the_run_directory(tmp_path):
         opt = a.make_optimizer([8])
         params, grads = np.ones(8, dtype=np.float32), np.full(8, 0.5, dtype=np.float32)
         for s in range(3):
-            a.note_metric("loss", float(s))
+            # NumPy's scalars are real numbers too.
+            a.note_metric("loss", [float(s), np.float32(s), np.int64(s)][s])
             opt.step(params, grads)
         a.emit_metrics("eval", accuracy=0.5, classes=[1, 2])
         got = a.metrics()

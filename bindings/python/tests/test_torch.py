@@ -313,6 +313,10 @@ with gossamer.Agent.from_env(CONFIG) as a:
         gt.DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), m, a)
     except ValueError as e:
         out.append(str(e))
+    try:  # the optimizer trains the model and a parameter of another one
+        gt.DistributedOptimizer(torch.optim.SGD(list(m.parameters()) + [other.bias], lr=0.1), m, a)
+    except ValueError as e:
+        out.append(str(e))
 print(json.dumps(out))
 """)
     job.check()
@@ -321,6 +325,63 @@ print(json.dumps(out))
     assert "parameter 2 (shape (2, 2)) is torch.bfloat16 on cpu" in msgs[1]
     assert "(parameter 0 is torch.float32 on cpu)" in msgs[1]
     assert "is not in the optimizer" in msgs[2]
+    assert "param group 0 holds a parameter (shape (2,)) that is not in the model" in msgs[3]
+
+
+def test_closures_skipped_steps_no_grad_and_buffers_keep_the_replicas_equal(run_ranks):
+    # AllReduce-SGD on 2 ranks whose losses differ, with and without overlap:
+    # steps taken with a closure (its gradients are the averaged ones), a
+    # backward whose step is skipped (zero_grad completes its allreduces), a
+    # wrapper built under torch.no_grad(); the replicas stay equal. A
+    # BatchNorm's running statistics are broadcast and averaged with the
+    # parameters.
+    job = run_ranks(2, HEADER + """
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+out = {}
+with gossamer.Agent.from_env(cfg) as a:
+    for overlap in (False, True):
+        model = torch.nn.Linear(8, 1)
+        gt.broadcast_parameters(model, a)
+        with torch.no_grad():
+            opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a, overlap=overlap)
+        x, y = data(a.rank)
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        losses = [float(opt.step(closure)) for _ in range(3)]
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()  # a step skipped
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        out[str(overlap)] = {"w": model.weight.detach().reshape(-1).tolist(), "losses": losses,
+                             "steps": opt.steps}
+    bn = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        bn.running_mean.fill_(5.0 * a.rank)
+        bn.num_batches_tracked.fill_(7 + a.rank)
+    gt.average_parameters(bn, a)
+    out["averaged_mean"] = bn.running_mean.tolist()
+    out["averaged_count"] = int(bn.num_batches_tracked)
+    with torch.no_grad():
+        bn.running_mean.fill_(5.0 * a.rank)
+    gt.broadcast_parameters(bn, a, root=1)
+    out["broadcast_mean"] = bn.running_mean.tolist()
+    out["broadcast_count"] = int(bn.num_batches_tracked)
+print(json.dumps(out))
+""")
+    job.check()
+    r0, r1 = job.results
+    for overlap in ("False", "True"):
+        assert r0[overlap]["w"] == r1[overlap]["w"], overlap  # one model
+        assert r0[overlap]["steps"] == 4
+        assert r0[overlap]["losses"] != r1[overlap]["losses"]  # each rank's own loss returned
+    assert r0["averaged_mean"] == r1["averaged_mean"] == [2.5, 2.5, 2.5]
+    assert (r0["averaged_count"], r1["averaged_count"]) == (7, 8)  # integer buffers stay each rank's
+    assert r0["broadcast_mean"] == r1["broadcast_mean"] == [5.0, 5.0, 5.0]
+    assert r0["broadcast_count"] == r1["broadcast_count"] == 8
 
 
 def test_parameters_move_exactly_float64_and_complex(run_ranks):
