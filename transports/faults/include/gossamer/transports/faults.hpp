@@ -23,8 +23,8 @@ namespace gossamer::faults {
 /// What the wrapper does to this rank's sends.
 struct FaultOptions {
   double dropProbability = 0;  ///< Each send is lost with this probability, in [0, 1).
-  double duplicateProbability =
-      0;                   ///< Each send that is not lost arrives twice with this probability, in [0, 1).
+  /// Each send that is not lost arrives twice with this probability, in [0, 1).
+  double duplicateProbability = 0;
   /// The draws' seed: a send's fate is a function of (seed, this rank, its
   /// destination, its tag's op, how many sends to that destination under
   /// that op came before it).
