@@ -26,7 +26,7 @@
 #                                         # --gloo); under a minute; writes results/bench-allreduce-quick.json
 #   scripts/bench-allreduce.sh --auto-check
 #       every algorithm and auto, 2, 4, 8 processes, 4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, no MPI, 3 rounds
-#       (~5 min): the cost model (calibrated once per launch and transport) predicts each time, and
+#       (~13 min on 2 cores): the cost model (calibrated once per launch and transport) predicts each time, and
 #       auto's pick is checked against the fastest measured (PASS within 10%; algorithms that send
 #       the same messages, gossamer::sameAllreduceSchedule, are one candidate timed by the median
 #       of their pooled repetitions; also counted: auto's own median, its choice made inside every
