@@ -64,7 +64,8 @@ def main():
     ap.add_argument("--factors", type=int, default=8)
     ap.add_argument("--fm-rate", type=float, default=0.01, help="learning rate of the factorization machine")
     ap.add_argument("--lr-rate", type=float, default=0.1, help="learning rate of logistic regression")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each method, interleaved; the median run is reported")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs of each method, interleaved; the median run is reported")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--set", action="append", default=[], help="extra KEY=VALUE for gossamer-sparse")
     ap.add_argument("--out", default="results/compare-sparse.json")

@@ -163,11 +163,11 @@ def import_data(name, figure, date, commit):
 
 
 def build():
-    """Brings the build tree up to date (ninja, when build/ holds one), so that
+    """Brings this tree's build/ up to date (ninja, when it holds one), so that
     the binaries a command runs are those of the commit its stamp names.
 
     Raises SystemExit if the build fails."""
-    build_dir = os.environ.get("GOSSAMER_BUILD_DIR", os.path.join(ROOT, "build"))
+    build_dir = os.path.join(ROOT, "build")  # this tree's (not $GOSSAMER_BUILD_DIR: a test's scratch copy)
     if not os.path.exists(os.path.join(build_dir, "build.ninja")):
         return  # the scripts that need one build it (scripts/deps.sh)
     if subprocess.run(["nice", "ninja", "-C", build_dir], cwd=ROOT).returncode != 0:

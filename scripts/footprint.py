@@ -103,8 +103,8 @@ def main():
                          "training_kib": m["training"][key],
                          "training_added_kib": m["training"][key] - m["base"][key] - MODEL_KIB,
                          "parameters": PARAMETERS, "steps": STEPS})
-    print(f"{'profile':<9}{'arch':<8}{'transport':<10}{'lib MB':>8}{'idle RSS MB':>12}{'+agent MB':>10}"
-          f"{'train RSS MB':>13}{'+train MB':>10}{'threads':>8}{'sockets':>8}")
+    print(f"{'profile':<9}{'arch':<8}{'transport':<10}{'lib MB':>8}{'idle RSS MiB':>13}{'+agent MiB':>11}"
+          f"{'train RSS MiB':>14}{'+train MiB':>11}{'threads':>8}{'sockets':>8}")
     for r in rows:
         print(f"{r['profile']:<9}{r['arch']:<8}{r['transport']:<10}{r['library_bytes'] / 1e6:>8.2f}"
               f"{r['idle_kib'] / 1024:>12.1f}{r['idle_added_kib'] / 1024:>10.1f}"

@@ -1306,10 +1306,11 @@ TEST_CASE(
     "membership: under partition: majority a minority whose transport gave up on the other side still "
     "decides no view",
     "[membership]") {
-  // The two count the ranks their transport lost as members of the view
-  // they leave: a cut that lasts the transport's timeout looks like a crash
-  // to it, and a side that left them out would hold a "majority" of itself
-  // and run as a second job beside the three.
+  // The two count the ranks their transport lost, well after their view
+  // change began, as members of the view they leave: a cut that lasts the
+  // transport's timeout looks like a crash to it, and a side that left them
+  // out would hold a "majority" of itself and run as a second job beside
+  // the three.
   const int n = 5;
   auto fabric = inproc::makeFabric(n);
   auto split = std::make_shared<Split>();
@@ -1353,6 +1354,10 @@ TEST_CASE(
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (services[0].membership->view().members.size() != 3 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(services[0].membership->view().members.size() == 3);
+  // The transport's verdict comes later than a crash's would (after two
+  // suspect periods of the two's change: a timeout, not a closed connection).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   split->verdict = true;
   for (int r = 3; r < n; ++r) peers[static_cast<std::size_t>(r)]->giveUp();
   std::this_thread::sleep_for(std::chrono::seconds(2));  // 4 suspect periods, 40 heartbeats
@@ -1367,4 +1372,32 @@ TEST_CASE(
     CHECK(services[static_cast<std::size_t>(r)].membership->view().members.size() == 5);
     CHECK(cancelled[static_cast<std::size_t>(r)] == 1);  // paused in recover() until the abort
   }
+}
+
+TEST_CASE("membership: under partition: majority the survivor of crashed ranks that were a majority goes on",
+          "[membership]") {
+  // Ranks 0 and 1 of three crash (their transports abort: rank 2's
+  // receives from them fail at once). Lost at the start of the view change,
+  // they do not count: rank 2 holds the majority of those left and decides a
+  // view of itself.
+  const int n = 3;
+  auto fabric = inproc::makeFabric(n);
+  membership::MembershipOptions o;
+  o.heartbeatSeconds = 0.05;
+  o.suspectSeconds = 0.5;
+  o.agreementSeconds = 5;
+  o.majority = true;
+  std::vector<membership::Service> services;
+  for (int r = 0; r < n; ++r) services.push_back(membership::wrap(inproc::makeTransport(fabric, r, 5.0), o));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  services[0].transport->abort();
+  services[1].transport->abort();
+  auto& survivor = *services[2].membership;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!survivor.revoked() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(survivor.revoked());
+  const auto change = survivor.recover(0, false);
+  CHECK(change.view.members == std::vector<int>{2});
+  services[2].transport->close();
 }

@@ -132,7 +132,8 @@ class DistributedOptimizer:
     Raises:
         TypeError: a parameter of another dtype than float32, bfloat16 or
             float16, or of another dtype or device than the first parameter's.
-        ValueError: parameters the optimizer does not hold, or no trainable
+        ValueError: parameters the optimizer does not hold, trainable
+            parameters it holds that the model lacks, or no trainable
             parameter at all.
         gossamer.InvalidArgument: an algorithm without a communication-only
             form. During ``step()``: gossamer.PeerFailure (without the
@@ -150,6 +151,13 @@ class DistributedOptimizer:
         overlap: bool = True,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     ) -> None:
+        # Built outside inference mode whatever the caller's: the fused
+        # buffers must be ordinary tensors that autograd tracks (under
+        # torch.inference_mode() they would be inference tensors).
+        with torch.inference_mode(False):
+            self._build(optimizer, model, agent, total_steps, overlap, bucket_bytes)
+
+    def _build(self, optimizer, model, agent, total_steps, overlap, bucket_bytes) -> None:
         if int(bucket_bytes) <= 0:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
         every = _tensors(model)
@@ -288,7 +296,10 @@ class DistributedOptimizer:
         a GradScaler's inf) started bucket allreduces during it, as every
         rank's did: they are completed first and their result dropped, and
         the next backward starts the buckets afresh. Collective then, like
-        step(). Raises PeerFailure, TimeoutError from those allreduces."""
+        step(): every rank skips the same steps. Raises PeerFailure,
+        TimeoutError from those allreduces."""
+        # (Every rank must skip the same steps, as with DDP: a GradScaler's
+        # decision is the same everywhere once the gradients are averaged.)
         if self._buckets and (self._works or self._next or any(self._ready)):
             try:
                 self._finish_buckets()
@@ -688,13 +699,17 @@ def _buffers(model: Parameters, integers: bool) -> List[torch.Tensor]:
 
 
 def _move(tensors: List[torch.Tensor], move) -> None:
-    """One flat copy of `tensors` (in _wire_dtype, float64 when one is an
-    integer tensor: exact up to 2^53), moved by `move`, then scattered back."""
+    """Moves `tensors` by `move` (a collective on one flat vector, in place)
+    as two flat copies at most: the floating-point ones in _wire_dtype, and
+    the integer ones (buffers) apart in float64 (exact up to 2^53), so that
+    an integer buffer does not widen a 16-bit model's vector."""
     floats = [t for t in tensors if t.is_floating_point()]
-    dtype = _wire_dtype(floats) if len(floats) == len(tensors) else torch.float64
-    flat = _flat_copy(tensors, dtype)
-    move(flat)
-    _scatter(flat, tensors)
+    integers = [t for t in tensors if not t.is_floating_point()]
+    for group, dtype in ((floats, _wire_dtype(floats) if floats else None), (integers, torch.float64)):
+        if group:
+            flat = _flat_copy(group, dtype)
+            move(flat)
+            _scatter(flat, group)
 
 
 def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0, buffers: bool = True) -> None:
@@ -703,10 +718,11 @@ def broadcast_parameters(model: Parameters, agent: Agent, root: int = 0, buffers
     bfloat16 or all float16, float64 when any is float64, float32
     otherwise; a complex parameter as its real and imaginary parts). Frozen
     parameters (``requires_grad=False``) are copied too, and with
-    ``buffers`` a module's buffers (BatchNorm's running statistics and
-    ``num_batches_tracked``, as DDP broadcasts them; integers travel as
-    float64, exact up to 2^53). Call once before training so that every rank
-    starts from the same model.
+    ``buffers`` a module's floating-point buffers (BatchNorm's running
+    statistics, in the same broadcast) and integer ones
+    (``num_batches_tracked``, in a second one, as float64: exact up to
+    2^53), as DDP broadcasts them; bool buffers are left as they are. Call
+    once before training so that every rank starts from the same model.
 
     Raises:
         ValueError: no parameters. TypeError: a parameter that is not

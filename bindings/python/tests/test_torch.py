@@ -332,7 +332,8 @@ def test_closures_skipped_steps_no_grad_and_buffers_keep_the_replicas_equal(run_
     # AllReduce-SGD on 2 ranks whose losses differ, with and without overlap:
     # steps taken with a closure (its gradients are the averaged ones), a
     # backward whose step is skipped (zero_grad completes its allreduces), a
-    # wrapper built under torch.no_grad(); the replicas stay equal. A
+    # wrapper built under torch.no_grad() or inference_mode(); the replicas
+    # stay equal. A
     # BatchNorm's running statistics are broadcast and averaged with the
     # parameters.
     job = run_ranks(2, HEADER + """
@@ -342,7 +343,7 @@ with gossamer.Agent.from_env(cfg) as a:
     for overlap in (False, True):
         model = torch.nn.Linear(8, 1)
         gt.broadcast_parameters(model, a)
-        with torch.no_grad():
+        with (torch.inference_mode() if overlap else torch.no_grad()):
             opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a, overlap=overlap)
         x, y = data(a.rank)
         def closure():

@@ -81,6 +81,7 @@ class MembershipTransport final : public Transport, public Membership {
         heard_(static_cast<std::size_t>(capacity_), Clock::now()),
         left_(static_cast<std::size_t>(capacity_), false),
         dead_(static_cast<std::size_t>(capacity_), false),
+        lostAt_(static_cast<std::size_t>(capacity_)),
         lastAnswer_(static_cast<std::size_t>(capacity_), Clock::time_point{}) {
     for (int r = 0; r < world_; ++r) view_.members.push_back(r);
     localRank_ = self_;
@@ -516,15 +517,23 @@ class MembershipTransport final : public Transport, public Membership {
 
   // Partition policy `majority`: whether `survivors` may decide the next
   // view. Ranks that left (said goodbye) do not count: they are gone, not
-  // on the other side of a partition. Ranks the transport lost (dead_) do:
-  // a transport also gives up on a peer cut off for its timeout (a send
-  // that stalls), and a side that discounted those would, once its
+  // on the other side of a partition; nor do ranks the transport lost by
+  // the time the change was a suspect period old (a crash: the kernel
+  // closes a dead process's connections at once). Ranks it lost later
+  // count: a transport also gives up on a peer cut off for its timeout (a
+  // send that stalls), and a side that discounted those would, once its
   // transport gave up on the other side, hold a "majority" of itself and
-  // decide a view alongside the real majority's.
+  // decide a view alongside the real majority's (wrap() requires the
+  // transport's timeout to exceed two suspect periods, so that a cut-off
+  // is suspected first).
   bool holdsMajorityLocked(const std::vector<int>& survivors) const {
+    const auto crashWindow = revokedAt_ + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(options_.suspectSeconds));
     std::vector<int> base;
-    for (int p : view_.members)
-      if (!left_[static_cast<std::size_t>(p)]) base.push_back(p);
+    for (int p : view_.members) {
+      const auto i = static_cast<std::size_t>(p);
+      if (!left_[i] && !(dead_[i] && lostAt_[i] <= crashWindow)) base.push_back(p);
+    }
     if (base.empty()) return true;
     if (2 * survivors.size() > base.size()) return true;
     return 2 * survivors.size() == base.size() &&
@@ -753,6 +762,7 @@ class MembershipTransport final : public Transport, public Membership {
   void peerDeadLocked(int p) {
     if (dead_[static_cast<std::size_t>(p)]) return;
     dead_[static_cast<std::size_t>(p)] = true;
+    lostAt_[static_cast<std::size_t>(p)] = Clock::now();
     cv_.notify_all();
     if (!left_[static_cast<std::size_t>(p)] && !closed_ && !outsider_)
       suspectLocked(p, "failed (the transport lost it)");
@@ -1032,6 +1042,7 @@ class MembershipTransport final : public Transport, public Membership {
   std::optional<Message> lastReport_;  // this rank's last state message, sent again while its change waits
   std::vector<Clock::time_point> heard_;
   std::vector<bool> left_, dead_;
+  std::vector<Clock::time_point> lostAt_;  // by rank: when dead_ was last set
   std::vector<Clock::time_point> lastAnswer_;
   std::vector<int> lost_;
   std::deque<Request> sends_;
@@ -1066,6 +1077,10 @@ Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
                                       << o.heartbeatSeconds << " and be at most 86400");
   GOSSAMER_ENFORCE(o.agreementSeconds >= 0 && o.agreementSeconds <= kDay,
                    "agreement " << o.agreementSeconds << " s (in [0, 86400])");
+  GOSSAMER_ENFORCE(!o.majority || inner->timeoutSeconds() > 2 * o.suspectSeconds,
+                   "under partition: majority suspect_seconds "
+                       << o.suspectSeconds << " must be below half of the transport's timeout "
+                       << inner->timeoutSeconds() << " s");
   auto transport = std::make_unique<MembershipTransport>(std::move(inner), o);
   Membership* handle = transport.get();
   return {std::move(transport), handle};
@@ -1084,8 +1099,16 @@ std::optional<ConfigIssue> checkSettings(const Config& c) {
   if (c.get<double>("membership.suspect_seconds") <= heartbeat)
     return ConfigIssue{"membership.suspect_seconds",
                        "must exceed membership.heartbeat_seconds (" + formatConfigValue(heartbeat) + " s)"};
+  const bool majority = c.get<std::string>("membership.partition") == "majority";
+  const double timeout = c.get<double>("transport.timeout_seconds");
+  if (majority && timeout <= 2 * c.get<double>("membership.suspect_seconds"))
+    return ConfigIssue{"membership.suspect_seconds",
+                       "under partition: majority it must be below half of transport.timeout_seconds (" +
+                           formatConfigValue(timeout) +
+                           " s): a peer cut off is then suspected before the transport gives up on it, "
+                           "and is told from a crash"};
   if (c.get<bool>("membership.rejoin")) return std::nullopt;
-  if (c.get<std::string>("membership.partition") == "majority")
+  if (majority)
     return ConfigIssue{"membership.partition",
                        "majority needs membership.rejoin: true (a paused minority joins on heal)"};
   if (c.get<bool>("membership.restarted"))

@@ -92,10 +92,10 @@ struct FaultStats {
 /// a due time. Sends to this rank itself are never touched; the partition is
 /// checked when isend is called. Receives and stats are the inner
 /// transport's; the faults are counted in faultStats(). Not thread-safe
-/// beyond what `inner` is (the generator is guarded by a lock).
+/// beyond what `inner` is (the draws and counters are guarded by a lock).
 /// @throws InvalidArgument for probabilities outside [0, 1) ([0, 1] for the
-///         delay), a delaySeconds outside (0, 3600], a negative or infinite
-///         partition clock offset, or a partition rank outside the transport's
+///         delay), a delaySeconds outside (0, 3600], a partition clock offset
+///         outside [0, 1e9] seconds, or a partition rank outside the transport's
 ///         capacity or in two groups.
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const FaultOptions& options);
 

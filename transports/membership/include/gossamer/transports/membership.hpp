@@ -100,9 +100,12 @@ struct MembershipOptions {
   /// Partition policy `majority` (membership.partition): a side decides a
   /// view without the others only while it holds a strict majority of the
   /// view it leaves (half of it with that view's lowest rank breaks a tie),
-  /// ranks that left it (closed their transport) left out of the count.
-  /// Ranks the transport lost count: a crash and a cut that lasts until the
-  /// transport gives up look alike. A minority decides nothing: its ranks
+  /// ranks that left it (closed their transport) left out of the count, and
+  /// those the transport lost within a suspect period of the change's start
+  /// (crashed: their connections close at once). Ranks it lost later count:
+  /// a cut that lasts the transport's timeout ends the same way, and needs
+  /// that timeout above 2 suspectSeconds (wrap() checks) so that a cut-off
+  /// rank is suspected first. A minority decides nothing: its ranks
   /// wait in recover() (up to a day, the pause) until the majority's view
   /// reaches them, then ask to join it. false (`merge`): every side goes on
   /// as a view of its own.
