@@ -31,6 +31,7 @@ done <<'CASES'
 4|faults.partition|world_size: 2;faults:;  enabled: true;  partition: "0|5"
 3|membership.suspect_seconds|membership:;  heartbeat_seconds: 5;  suspect_seconds: 1
 3|membership.partition|membership:;  rejoin: false;  partition: majority
+3|membership.suspect_seconds|membership:;  partition: majority;  suspect_seconds: 20
 4|transport.local|world_size: 2;transport:;  kind: composite;  local: foo
 4|transport.local|world_size: 2;transport:;  kind: composite;  local: inproc
 4|transport.local_scope|world_size: 2;transport:;  kind: composite;  local_scope: island
