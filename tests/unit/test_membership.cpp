@@ -1261,6 +1261,16 @@ struct Split {
   static int side(int r) { return r < 3 ? 0 : 1; }
 };
 
+// Partition policy majority, heartbeats every 50 ms, suspicion after 0.5 s.
+membership::MembershipOptions fastMajority(double agreementSeconds) {
+  membership::MembershipOptions o;
+  o.heartbeatSeconds = 0.05;
+  o.suspectSeconds = 0.5;
+  o.agreementSeconds = agreementSeconds;
+  o.majority = true;
+  return o;
+}
+
 class SplitPeer final : public gossamer::testing::Forwarding {
  public:
   SplitPeer(std::unique_ptr<Transport> inner, std::shared_ptr<Split> split)
@@ -1314,11 +1324,7 @@ TEST_CASE(
   const int n = 5;
   auto fabric = inproc::makeFabric(n);
   auto split = std::make_shared<Split>();
-  membership::MembershipOptions o;
-  o.heartbeatSeconds = 0.05;
-  o.suspectSeconds = 0.5;
-  o.agreementSeconds = 1;
-  o.majority = true;
+  const membership::MembershipOptions o = fastMajority(1);
   std::vector<membership::Service> services;
   std::vector<SplitPeer*> peers;
   for (int r = 0; r < n; ++r) {
@@ -1382,11 +1388,7 @@ TEST_CASE("membership: under partition: majority the survivor of crashed ranks t
   // view of itself.
   const int n = 3;
   auto fabric = inproc::makeFabric(n);
-  membership::MembershipOptions o;
-  o.heartbeatSeconds = 0.05;
-  o.suspectSeconds = 0.5;
-  o.agreementSeconds = 5;
-  o.majority = true;
+  const membership::MembershipOptions o = fastMajority(5);
   std::vector<membership::Service> services;
   for (int r = 0; r < n; ++r) services.push_back(membership::wrap(inproc::makeTransport(fabric, r, 5.0), o));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
