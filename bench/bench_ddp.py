@@ -87,7 +87,9 @@ def run_rank(args):
     if args.test_limit:
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
-    shard = (order[:args.train_limit][rank::n] if args.train_limit else order[rank::n]).numpy()
+    # Shards of one size (as the example cuts them): every rank takes as many steps.
+    used = (min(args.train_limit, len(x_train)) if args.train_limit else len(x_train)) // n * n
+    shard = order[:used][rank::n].numpy()
     device = torch.device(args.device)
     x_train, y_train = (t.to(device) for t in example.tensors(x_train[shard], y_train[shard]))
     x_test, y_test = (t.to(device) for t in example.tensors(x_test, y_test))

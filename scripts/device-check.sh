@@ -11,17 +11,19 @@
 #      DDP on "gossamer", "gloo" and "nccl"             (bench/device_checks.py train)
 #   4  a 64 MiB CUDA allreduce against the same CPU one (bench/device_checks.py staging)
 #   5  a core per rank (scripts/bench-allreduce.sh, ranks bound to cores):
-#      the composite transport (zmq ipc, socket ipc, libfabric shm inside a
-#      host, zmq tcp between two hosts of 4) against all-zmq at 8 ranks
-#      (check-5-composite.json), then ring and auto at 4, 8 and 16 ranks over
-#      zmq tcp (check-5-allreduce.json); 4 KiB to 64 MiB
+#      ring and auto at 4, 8 and 16 ranks over zmq tcp (check-5-allreduce.json),
+#      then the composite transport (zmq ipc, socket ipc, libfabric shm inside
+#      a host, zmq tcp between two hosts of 4) against all-zmq at 8 ranks
+#      (check-5-composite.json); 4 KiB to 64 MiB
 #
 # Results go to $OUT (the device tool's folder; results/device here): one JSON
 # file per check while it runs, merged at the end into device-checks.json
 # (scripts/device_summary.py; the data of the figure device-checks), with
 # device-check.json (each step's exit status and seconds) and device-check.log. A
 # step that fails, or runs past its cap (GOSSAMER_DEVICE_CAP_<step> seconds,
-# timeout(1)), is recorded and the next one runs. The default order puts the
+# timeout(1)), is recorded and the next one runs; all of them end by a deadline
+# (GOSSAMER_DEVICE_DEADLINE, 570 s), so the summary is always written. The script
+# exits 0 when every step passed (77, a check with a part skipped, counts). The default order puts the
 # long steps last: build 1 2 4 3 5.
 #
 #   through the device tool, after scripts/device-deps.sh here:
@@ -88,11 +90,25 @@ export GOSSAMER_BUILD_DIR="$build"
 export PYTHONUNBUFFERED=1
 
 declare -A status seconds
-declare -A cap=([build]=150 [1]=60 [2]=120 [3]=130 [4]=75 [5]=55)
+declare -A cap=([build]=150 [1]=100 [2]=100 [3]=160 [4]=60 [5]=55)
+# The whole run ends by this many seconds after its start (GOSSAMER_DEVICE_DEADLINE;
+# the device tool stops a command at 600 s): a step gets its cap or what is left
+# before it, less 15 s for the summary, and one that would get under 20 s is
+# skipped (exit 125), so that the summary and the figure's file are always written.
+start_s=$(date +%s)
+deadline_s=$((start_s + ${GOSSAMER_DEVICE_DEADLINE:-570}))
 run_step() {  # run_step NAME COMMAND...: runs it under its cap, logs it, records exit status and time
-  local name="$1" t0 rc limit
+  local name="$1" t0 rc limit left
   shift
   limit="$(printenv "GOSSAMER_DEVICE_CAP_$name" || echo "${cap[$name]}")"
+  left=$((deadline_s - $(date +%s) - 15))
+  [ "$left" -ge "$limit" ] || limit=$left
+  if [ "$limit" -lt 20 ]; then
+    say "step $name: skipped, ${left} s left before the run's deadline"
+    status[$name]=125
+    seconds[$name]=0
+    return 125
+  fi
   say "step $name (cap $limit s): $*"
   t0=$(date +%s%N)
   # timeout(1) runs programs: the step's shell functions reach it through bash's exported functions
@@ -164,12 +180,16 @@ EOF
   "$python" -m pytest -q -rfE -p no:cacheprovider bindings/python/tests/test_c10d.py
 }
 
-# Check 5: the composite transport against all-zmq at 8 ranks (libfabric's
-# shm in a run of its own, which may fail where the machine lacks what shm
-# needs), then ring and auto at 4, 8 and 16 ranks.
+# Check 5: ring and auto at 4, 8 and 16 ranks, then the composite transport
+# against all-zmq at 8 ranks (libfabric's shm last, in a run of its own,
+# which may fail where the machine lacks what shm needs).
 check_allreduce() {
   local sizes=4096,65536,1048576,16777216,67108864 rc=0 tmp
   tmp="$(mktemp -d)"
+  # shellcheck disable=SC2086
+  bash scripts/bench-allreduce.sh --world-sizes 4,8,16 --algorithms ring,auto --no-mpi --no-gloo --rounds 1 \
+    --budget 0.3 --transports zmq-tcp --sizes "$sizes" --json "$out/check-5-allreduce.json" \
+    ${GOSSAMER_DEVICE_ALLREDUCE_ARGS:-} || rc=1
   # shellcheck disable=SC2086
   bash scripts/bench-allreduce.sh --world-sizes 8 --algorithms ring --no-mpi --no-gloo --rounds 1 --budget 0.3 \
     --transports zmq-tcp,zmq-ipc,composite-zmq-ipc,composite-socket-ipc --sizes "$sizes" \
@@ -185,10 +205,6 @@ rows = []
 for path in sys.argv[2:]:
     rows += json.load(open(path))
 json.dump(rows, open(sys.argv[1], "w"), indent=1)' "$out/check-5-composite.json" "$tmp"/composite*.json || rc=1
-  # shellcheck disable=SC2086
-  bash scripts/bench-allreduce.sh --world-sizes 4,8,16 --algorithms ring,auto --no-mpi --no-gloo --rounds 1 \
-    --budget 0.3 --transports zmq-tcp --sizes "$sizes" --json "$out/check-5-allreduce.json" \
-    ${GOSSAMER_DEVICE_ALLREDUCE_ARGS:-} || rc=1
   rm -rf "$tmp"
   return $rc
 }
@@ -200,11 +216,14 @@ for step in "${steps[@]}"; do
   case "$step" in
     build) run_step build configure_and_build ;;
     1) run_step 1 check_import ;;
-    2) run_step 2 "$python" bench/device_checks.py tensors --json "$out/check-2-tensors.json" ;;
+    # Each check's own --timeout ends it (and writes its JSON) before its cap would kill it.
+    2) run_step 2 "$python" bench/device_checks.py tensors --json "$out/check-2-tensors.json" \
+         --timeout $((cap[2] - 15)) ;;
     3) # shellcheck disable=SC2086
        run_step 3 "$python" bench/device_checks.py train --json "$out/check-3-train.json" "${data_args[@]}" \
-         --timeout 150 ${GOSSAMER_DEVICE_TRAIN_ARGS:-} ;;
-    4) run_step 4 "$python" bench/device_checks.py staging --json "$out/check-4-staging.json" ;;
+         --timeout 45 ${GOSSAMER_DEVICE_TRAIN_ARGS:-} ;;
+    4) run_step 4 "$python" bench/device_checks.py staging --json "$out/check-4-staging.json" \
+         --timeout $((cap[4] - 15)) ;;
     5) run_step 5 check_allreduce ;;
     *) say "unknown step $step (build 1 2 3 4 5)"; exit 2 ;;
   esac
@@ -228,4 +247,5 @@ cat "$summary" >&2
 if "$python" scripts/device_summary.py "$out" -o "$out/device-checks.json"; then
   rm -f "$out"/check-*.json
 fi
-for step in "${steps[@]}"; do [ "${status[$step]}" = 0 ] || exit 1; done
+# 77: a check that passed with a part skipped (NCCL's refusal of 4 ranks on one GPU).
+for step in "${steps[@]}"; do [ "${status[$step]}" = 0 ] || [ "${status[$step]}" = 77 ] || exit 1; done
