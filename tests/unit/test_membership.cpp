@@ -1261,11 +1261,12 @@ struct Split {
   static int side(int r) { return r < 3 ? 0 : 1; }
 };
 
-// Partition policy majority, heartbeats every 50 ms, suspicion after 0.5 s.
+// Partition policy majority, heartbeats every 100 ms, suspicion after 1 s
+// (a loaded machine or qemu leaves a live rank silent for less).
 membership::MembershipOptions fastMajority(double agreementSeconds) {
   membership::MembershipOptions o;
-  o.heartbeatSeconds = 0.05;
-  o.suspectSeconds = 0.5;
+  o.heartbeatSeconds = 0.1;
+  o.suspectSeconds = 1;
   o.agreementSeconds = agreementSeconds;
   o.majority = true;
   return o;
@@ -1324,7 +1325,7 @@ TEST_CASE(
   const int n = 5;
   auto fabric = inproc::makeFabric(n);
   auto split = std::make_shared<Split>();
-  const membership::MembershipOptions o = fastMajority(1);
+  const membership::MembershipOptions o = fastMajority(5);
   std::vector<membership::Service> services;
   std::vector<SplitPeer*> peers;
   for (int r = 0; r < n; ++r) {
@@ -1356,7 +1357,7 @@ TEST_CASE(
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   split->cut = true;
-  // The three remove the two (silence, 0.5 s); the two start a change of
+  // The three remove the two (silence, 1 s); the two start a change of
   // their own (and pause). However late a loaded machine lets them see the
   // silence, the transport's verdict comes two suspect periods after they
   // did (a timeout, not a closed connection: a crash's comes at once).
@@ -1368,10 +1369,10 @@ TEST_CASE(
   while (!changing() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(changing());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2400));
   split->verdict = true;
   for (int r = 3; r < n; ++r) peers[static_cast<std::size_t>(r)]->giveUp();
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // 4 suspect periods, 40 heartbeats
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // 4 suspect periods, 40 heartbeats
   done = true;
   for (auto& s : services) s.transport->abort();
   for (auto& t : threads) t.join();
