@@ -2,6 +2,7 @@
 // torn, corrupt and foreign files are rejected with the byte offset; a
 // process killed (SIGKILL) while saving leaves the previous checkpoint
 // loadable; optimizer state saved and restored continues bit for bit.
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,22 +118,38 @@ TEST_CASE("checkpoint: a process killed while saving leaves the previous checkpo
   sample(16, 7.0f).save(path);
   std::mt19937 rng(5);
   for (int trial = 0; trial < 10; ++trial) {
+    int saved[2];
+    REQUIRE(::pipe(saved) == 0);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
-      // Saves large checkpoints (32 MiB) over and over until killed.
+      // Saves large checkpoints (32 MiB) over and over until killed; says
+      // so once the first is whole.
+      ::close(saved[0]);
       const Checkpoint big = sample(8u << 20, 100.0f + static_cast<float>(trial));
+      big.save(path);
+      const char one = 1;
+      if (::write(saved[1], &one, 1) != 1) ::_exit(1);
       for (;;) big.save(path);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 150)(rng)));
+    ::close(saved[1]);
+    // The kill lands while it writes a later one (at most 60 s for the first).
+    pollfd p{saved[0], POLLIN, 0};
+    char one = 0;
+    const bool first = ::poll(&p, 1, 60000) == 1 && ::read(saved[0], &one, 1) == 1;
+    ::close(saved[0]);
+    if (first)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 150)(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
-    // Whatever moment it died at, the file is a whole checkpoint: the first
-    // one or a complete big one.
+    REQUIRE(first);
+    // Whatever moment it died at, the file is a whole checkpoint: a complete
+    // big one (the first one was replaced before the kill).
     const Checkpoint c = Checkpoint::load(path);
     const auto model = c.getArray<float>("model");
-    CHECK((model.size() == 16 || model.size() == (8u << 20)));
+    CHECK(model.size() == (8u << 20));
+    CHECK(model.front() == 100.0f + static_cast<float>(trial));  // this trial's
     CHECK(model.back() == model.front() + static_cast<float>(model.size() - 1));
   }
 }
