@@ -539,6 +539,21 @@ Event viewWithAll(int n) {
   };
 }
 
+/// Waits (at most `seconds`) until rank `rank`'s records (dir/run/rank-R.jsonl)
+/// hold one that `event` accepts; whether one came.
+bool recordIn(const TempDir& dir, int rank, const Event& event, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    std::istringstream lines(readFile(dir / ("run/rank-" + std::to_string(rank) + ".jsonl")));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && event(j)) return true;
+    }
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 /// The summary of a job stopped by stopAfter: it stopped early, after the
 /// epochs its history has.
 void expectStoppedEarly(const nlohmann::json& s, int epochs) {
@@ -562,7 +577,14 @@ TEST_CASE("a peer stopped past run.stall_seconds is named, with the operation, b
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
   kill(pids[victim], SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // > stall_seconds, < timeout
+  // Stopped past stall_seconds, until a rank waiting on it said so (at most
+  // 20 s more, below the transport's 30 s timeout, however slow the machine).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto said = [&] {
+    return readFile(dir / "err0").find("has waited") != std::string::npos ||
+           readFile(dir / "err2").find("has waited") != std::string::npos;
+  };
+  for (int i = 0; i < 200 && !said(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kill(pids[victim], SIGCONT);
   writeFile(dir / "stop", "");  // every rank stops after the epoch under way
   expectFinished(dir, pids, {0, 1, 2});
@@ -682,7 +704,10 @@ void stoppedPeer(const std::string& algorithm, bool rejoin) {
   Reaper reaper{pids};
   REQUIRE(readFile(dir / "out0").find("epoch 1/") != std::string::npos);
   kill(pids[victim], SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // > suspect_seconds
+  // Stopped past suspect_seconds, until the others removed it (at most 60 s,
+  // however long a loaded machine takes to suspect it and agree).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(recordIn(dir, 0, viewWithout(victim), 60));
   kill(pids[victim], SIGCONT);
   stopAfter(dir, rejoin ? viewWithAll(n) : viewWithout(victim), 2);
   const auto stopped = waitBounded(pids[victim], 120);
