@@ -68,9 +68,14 @@ def test_broadcast_checks(run_ranks):
 t = torch.zeros(3)
 raises(ValueError, "root", lambda: dist.broadcast(t, src=5))
 raises(ValueError, "contiguous", lambda: dist.broadcast(torch.zeros(3, 2).t(), src=0))
-raises(ValueError, "sparse", lambda: dist.broadcast(torch.zeros(3).to_sparse(), src=0))
-raises(ValueError, "quantized", lambda: dist.broadcast(torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.quint8),
-                                                       src=0))
+# (A sparse broadcast: torch 2's dispatcher has no sparse kernel for c10d::broadcast_ and refuses it before the
+# backend, as it does a quantized tensor's; the sparse allreduce reaches the backend on both.)
+raises(ValueError, "sparse", lambda: dist.all_reduce(torch.zeros(3).to_sparse()))
+q = torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.quint8)
+if int(torch.__version__.split(".")[0]) >= 2:
+    raises(NotImplementedError, "", lambda: dist.broadcast(q, src=0))
+else:
+    raises(ValueError, "quantized", lambda: dist.broadcast(q, src=0))
 """)
 
 
