@@ -86,10 +86,7 @@ def run_rank(args):
     x_test, y_test = example.load(args.data, "test")
     if args.test_limit:
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
-    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
-    # Shards of one size (as the example cuts them): every rank takes as many steps.
-    used = (min(args.train_limit, len(x_train)) if args.train_limit else len(x_train)) // n * n
-    shard = order[:used][rank::n].numpy()
+    shard = example.shard(len(x_train), args.train_limit, args.seed, rank, n)  # the example's
     device = torch.device(args.device)
     x_train, y_train = (t.to(device) for t in example.tensors(x_train[shard], y_train[shard]))
     x_test, y_test = (t.to(device) for t in example.tensors(x_test, y_test))

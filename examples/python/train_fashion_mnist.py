@@ -81,6 +81,16 @@ def tensors(x, y):
     return x, torch.from_numpy(y.astype(np.int64))
 
 
+def shard(count, limit, seed, rank, n):
+    """Indices of rank `rank`'s training images of `count` (the first `limit`
+    of a seeded permutation when limit > 0), every rank's shard of one size
+    so that each takes as many steps (the last few of an uneven split are
+    left out)."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    used = (min(limit, count) if limit else count) // n * n
+    return order[:used][rank::n].numpy()
+
+
 class Net(torch.nn.Module):
     """conv 5x5x32 - pool - conv 5x5x64 - pool - fc 128 - fc 10 (about 0.2 M parameters)."""
 
@@ -125,16 +135,12 @@ def train(args, data=None):
     (x_train, y_train), (x_test, y_test) = data or (load(args.data, "train"), load(args.data, "test"))
     if args.test_limit:
         x_test, y_test = x_test[:args.test_limit], y_test[:args.test_limit]
-    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed))
-    # Shards of one size, so that every rank takes as many steps (the last
-    # few images of an uneven split are left out).
-    used = (min(args.train_limit, len(x_train)) if args.train_limit else len(x_train)) // n * n
-    shard = order[:used][rank::n].numpy()
-    if len(shard) < args.batch_size:
-        raise ValueError(f"each rank's shard holds {len(shard)} training images, fewer than --batch-size "
+    mine = shard(len(x_train), args.train_limit, args.seed, rank, n)
+    if len(mine) < args.batch_size:
+        raise ValueError(f"each rank's shard holds {len(mine)} training images, fewer than --batch-size "
                          f"{args.batch_size}: raise --train-limit or lower --batch-size")
     device = torch.device(args.device)
-    x_train, y_train = (t.to(device) for t in tensors(x_train[shard], y_train[shard]))
+    x_train, y_train = (t.to(device) for t in tensors(x_train[mine], y_train[mine]))
     x_test, y_test = (t.to(device) for t in tensors(x_test, y_test))
 
     autocast_dtype = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.autocast]

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "gossamer/errors.hpp"
-#include "gossamer/topologies/topologies.hpp"
+#include "gossamer/kit/splitmix.hpp"
 
 namespace gossamer::optimizers::detail {
 
@@ -32,10 +32,7 @@ inline void checkLength(std::size_t got, std::size_t want, const char* what) {
 }
 
 /// splitmix64 step: the QSGD random stream.
-inline std::uint64_t nextRandom(std::uint64_t& state) {
-  state += 0x9E3779B97F4A7C15ull;
-  return topologies::splitmix64(state);
-}
+inline std::uint64_t nextRandom(std::uint64_t& state) { return splitmixNext(state); }
 
 inline std::size_t gatheredCount(std::size_t combinedBytes, std::size_t payloadBytes) {
   if (combinedBytes == 0 || combinedBytes % payloadBytes != 0) {

@@ -33,8 +33,8 @@ QsgdCompressor::QsgdCompressor(std::size_t n, const QsgdOptions& options)
   buckets_ = n / options.bucketSize + (n % options.bucketSize != 0 ? 1 : 0);  // (no wrap for a huge bucket)
   const std::size_t codeWords = (n * static_cast<std::size_t>(bits_) + 31) / 32;
   payloadBytes_ = 4 * buckets_ + 4 * codeWords;
-  state_ = topologies::splitmix64(options.seed ^ (0x51D6ull << 48) ^
-                                  (static_cast<std::uint64_t>(options.rank) * 0x9E3779B97F4A7C15ull));
+  state_ = splitmix64(options.seed ^ (0x51D6ull << 48) ^
+                      (static_cast<std::uint64_t>(options.rank) * 0x9E3779B97F4A7C15ull));
 }
 
 void QsgdCompressor::encode(std::span<const float> gradient, std::span<std::byte> payload) {

@@ -139,11 +139,16 @@ CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& pub
   return keys;
 }
 
-std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
-  if (!config.get<bool>("security.enabled")) return std::nullopt;
+std::string secretKeyPath(const Config& config, int rank) {
   std::string secret = config.get<std::string>("security.secret_key");
   for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
     secret.replace(at, 6, std::to_string(rank));
+  return secret;
+}
+
+std::optional<CurveKeys> curveKeysFrom(const Config& config, int rank) {
+  if (!config.get<bool>("security.enabled")) return std::nullopt;
+  const std::string secret = secretKeyPath(config, rank);
   const auto& pub = config.get<std::string>("security.public_keys");
   // The load-time rule (keysWhenEnabled) says so with the line; this is for a
   // Config that was never validated.

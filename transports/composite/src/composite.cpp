@@ -31,6 +31,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/network.hpp"
+#include "gossamer/kit/security.hpp"
 #include "gossamer/log.hpp"
 
 namespace gossamer::composite {
@@ -118,14 +119,7 @@ class MixEngine final : public detail::ProgressEngine {
     std::lock_guard<std::mutex> lk(m->mu);
     if (m->finished) return;
     const bool local = completedAfterCancel(m->local);
-    const bool remote = completedAfterCancel(m->remote);
-    if (local) {
-      if (remote) keepRemote(*m);
-      m->outer->complete(m->local.peer(), m->local.bytes(), m->local.payloadChecksum());
-    } else if (remote) {
-      std::memcpy(m->buffer.data(), m->scratch.get(), m->remote.bytes());
-      m->outer->complete(m->remote.peer(), m->remote.bytes(), m->remote.payloadChecksum());
-    }
+    completeWith(*m, local, completedAfterCancel(m->remote));
     finish(*m);
   }
 
@@ -228,7 +222,7 @@ class MixEngine final : public detail::ProgressEngine {
     // A message another receive from both sides kept (it arrived for that
     // one with a second) came before anything this one's sides hold.
     if (auto k = popKept(m.sources, m.tag)) {
-      if (completedAfterCancel(m.local)) keep(m.local.peer(), m.tag, m.buffer.first(m.local.bytes()));
+      if (completedAfterCancel(m.local)) keepLocal(m);
       if (completedAfterCancel(m.remote)) keepRemote(m);
       if (auto error = deliver(*k, m.tag, m.buffer))
         m.outer->fail(error);
@@ -239,19 +233,12 @@ class MixEngine final : public detail::ProgressEngine {
     }
     const bool local = completed(m, m.local, m.localAlive);
     const bool remote = completed(m, m.remote, m.remoteAlive);
-    if (local) {
-      if (remote || completedAfterCancel(m.remote)) keepRemote(m);
-      m.outer->complete(m.local.peer(), m.local.bytes(), m.local.payloadChecksum());
-    } else if (remote) {
-      if (completedAfterCancel(m.local)) {
-        keepRemote(m);
-        m.outer->complete(m.local.peer(), m.local.bytes(), m.local.payloadChecksum());
-      } else {
-        std::memcpy(m.buffer.data(), m.scratch.get(), m.remote.bytes());
-        m.outer->complete(m.remote.peer(), m.remote.bytes(), m.remote.payloadChecksum());
-      }
+    if (local || remote) {
+      // The other side, cancelled, may have completed too (its message kept).
+      const bool localToo = local || completedAfterCancel(m.local);
+      completeWith(m, localToo, remote || completedAfterCancel(m.remote));
     } else if (m.fatal) {
-      if (completedAfterCancel(m.local)) keep(m.local.peer(), m.tag, m.buffer.first(m.local.bytes()));
+      if (completedAfterCancel(m.local)) keepLocal(m);
       if (completedAfterCancel(m.remote)) keepRemote(m);
       m.outer->fail(m.fatal);
     } else if (!m.localAlive && !m.remoteAlive) {
@@ -262,6 +249,20 @@ class MixEngine final : public detail::ProgressEngine {
     finish(m);
   }
 
+  // Completes the receive with the side that completed, the local one when
+  // both did (the remote one's message is kept); nothing when neither did.
+  // Caller holds m.mu.
+  void completeWith(Mixed& m, bool local, bool remote) {
+    if (local) {
+      if (remote) keepRemote(m);
+      m.outer->complete(m.local.peer(), m.local.bytes(), m.local.payloadChecksum());
+    } else if (remote) {
+      std::memcpy(m.buffer.data(), m.scratch.get(), m.remote.bytes());
+      m.outer->complete(m.remote.peer(), m.remote.bytes(), m.remote.payloadChecksum());
+    }
+  }
+
+  void keepLocal(Mixed& m) { keep(m.local.peer(), m.tag, m.buffer.first(m.local.bytes())); }
   void keepRemote(Mixed& m) {
     keep(m.remote.peer(), m.tag, std::span<const std::byte>(m.scratch.get(), m.remote.bytes()));
   }
@@ -590,10 +591,7 @@ void registerWith(Registry& registry) {
             Config ic = c;
             // The inner transport's rank is this rank's place in its group;
             // the secret key file is named by the job rank.
-            auto secret = c.get<std::string>("security.secret_key");
-            for (auto at = secret.find("{rank}"); at != std::string::npos; at = secret.find("{rank}", at))
-              secret.replace(at, 6, std::to_string(ctx.rank));
-            ic.set<std::string>("security.secret_key", secret);
+            ic.set<std::string>("security.secret_key", secretKeyPath(c, ctx.rank));
             ic.set("world_size", worldSize);
             ic.set<std::string>("transport.kind", kind);
             ic.set<std::string>("transport.protocol", protocol);

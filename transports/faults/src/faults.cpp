@@ -30,6 +30,7 @@
 #include "gossamer/kit/background.hpp"
 #include "gossamer/kit/mailbox.hpp"
 #include "gossamer/kit/network.hpp"
+#include "gossamer/kit/splitmix.hpp"
 #include "gossamer/registry.hpp"
 
 namespace gossamer::faults {
@@ -165,31 +166,6 @@ class FaultyTransport final : public Transport {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
 
-  // SplitMix64's finaliser: a well-mixed 64-bit function of x.
-  static std::uint64_t mix(std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-  }
-
-  // The draws of one send: a SplitMix64 stream started from (seed, this
-  // rank, dst, the tag's op, how many sends to dst under that op came
-  // before), so that a send's fate does not depend on what other threads
-  // sent meanwhile (the membership service's heartbeats, a communication
-  // thread's collectives): uniform doubles in [0, 1).
-  class Draws {
-   public:
-    explicit Draws(std::uint64_t state) : state_(state) {}
-    double operator()() {
-      state_ += 0x9E3779B97F4A7C15ULL;
-      return static_cast<double>(mix(state_) >> 11) * 0x1.0p-53;
-    }
-
-   private:
-    std::uint64_t state_;
-  };
-
   Fate draw(int dst, const Tag& tag) {
     Fate f;
     if (dst == rank()) return f;
@@ -211,9 +187,17 @@ class FaultyTransport final : public Transport {
       f.due = Clock::now() + link;
     }
     if (!drawn) return f;
-    Draws u(mix(options_.seed ^ mix(static_cast<std::uint64_t>(rank()) ^
-                                    mix(static_cast<std::uint64_t>(dst) ^
-                                        mix(static_cast<std::uint64_t>(tag.op) ^ mix(nth))))));
+    // The draws of this send: a SplitMix64 stream started from (seed, this
+    // rank, dst, the tag's op, how many sends to dst under that op came
+    // before), so that its fate does not depend on what other threads sent
+    // meanwhile (the membership service's heartbeats, a communication
+    // thread's collectives).
+    std::uint64_t state =
+        splitmix64(options_.seed ^
+                   splitmix64(static_cast<std::uint64_t>(rank()) ^
+                              splitmix64(static_cast<std::uint64_t>(dst) ^
+                                         splitmix64(static_cast<std::uint64_t>(tag.op) ^ splitmix64(nth)))));
+    const auto u = [&state] { return splitmixUniform(state); };
     if (u() < options_.dropProbability) {
       ++stats_.dropped;
       f.drop = true;

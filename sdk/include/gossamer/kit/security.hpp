@@ -54,6 +54,10 @@ std::pair<std::vector<std::string>, std::vector<std::string>> parseCertificate(c
 /// (mode & 077), no key is admitted, or this peer's own public key is not.
 CurveKeys loadCurveKeys(const std::string& secretKeyPath, const std::string& publicKeysPath);
 
+/// `security.secret_key` with each "{rank}" in it replaced by `rank` (one key
+/// pair per peer from one config): the secret certificate of that rank.
+std::string secretKeyPath(const Config& config, int rank);
+
 /// The keys `security:` names for `rank`, loaded, when `security.enabled` is
 /// true; nullopt otherwise. "{rank}" in `security.secret_key` becomes the
 /// rank (one key pair per peer from one config). @throws InvalidArgument as
