@@ -35,13 +35,9 @@ ConfigRule asyncLimits(std::string owner) {
       return ConfigIssue{"algorithm.async_wait_seconds",
                          formatConfigValue(wait) + " s is above transport.timeout_seconds (" +
                              formatConfigValue(timeout) + " s), which bounds every wait of async mode"};
-    const int every = c.getOr<int>("checkpoint.every_steps", 0);
-    if (every > 0 || c.getOr<bool>("checkpoint.resume", false))
-      return ConfigIssue{"algorithm.mode",
-                         owner + " in async mode cannot be checkpointed, and " +
-                             (every > 0 ? "checkpoint.every_steps is " + std::to_string(every)
-                                        : std::string("checkpoint.resume is true")) +
-                             " (sync and overlap can be; or turn checkpoints off)"};
+    if (auto asked = checkpointsRequested(c))
+      return ConfigIssue{"algorithm.mode", owner + " in async mode cannot be checkpointed, and " + *asked +
+                                               " (sync and overlap can be; or turn checkpoints off)"};
     return std::nullopt;
   };
 }
@@ -184,10 +180,21 @@ void registerSgp(Registry& registry) {
         return std::make_unique<Sgp>(ctx.transport, ctx.topology, total(ctx.tensorSizes),
                                      sgpFrom(ctx.config));
       },
-      gossipKeys("sgp").boolean(
-          "loss_tolerant", false,
-          "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
-          "no mass (never waits; 16 + 8P bytes per message)"));
+      gossipKeys("sgp")
+          .boolean("loss_tolerant", false,
+                   "push-sum with running sums per edge: lost, duplicated or reordered messages lose "
+                   "no mass (never waits; 16 + 8P bytes per message)")
+          .rule([](const Config& c) -> std::optional<ConfigIssue> {
+            // Its running sums per edge are not saved (a resumed rank's
+            // sums would disagree with its peers').
+            if (c.get<std::string>("algorithm.name") != "sgp" || !c.get<bool>("algorithm.loss_tolerant"))
+              return std::nullopt;
+            auto asked = checkpointsRequested(c);
+            if (!asked) return std::nullopt;
+            return ConfigIssue{"algorithm.loss_tolerant", "loss-tolerant SGP cannot be checkpointed, and " +
+                                                              *asked +
+                                                              " (plain SGP can be; or turn checkpoints off)"};
+          }));
 }
 
 void registerHierarchical(Registry& registry) {

@@ -985,6 +985,26 @@ TEST_CASE("config: optimizer, fault and membership settings no rank could run wi
     CHECK_NOTHROW(
         reg().parse("algorithm:\n  mode: overlap\ncheckpoint:\n  every_steps: 1\n  dir: ck\n", kName));
   }
+  SECTION("compressed training and loss-tolerant SGP with checkpoints") {
+    const std::string every = "checkpoint:\n  every_steps: 5\n  dir: ck\n";
+    const std::string sgd = "algorithm:\n  name: allreduce_sgd\n";
+    for (const char* kind : {"topk", "gaussk", "qsgd", "a2sgd", "bf16", "fp16"}) {
+      std::string what =
+          requireError(sgd + "compression:\n  kind: " + kind + "\n" + every, 4, "compression.kind");
+      CHECK(contains(what, "cannot be checkpointed"));
+      CHECK(contains(what, "checkpoint.every_steps is 5"));
+    }
+    // A gossip optimizer sends its own 16-bit models, and saves them.
+    CHECK_NOTHROW(
+        reg().parse("algorithm:\n  name: crossover_sgd\ncompression:\n  kind: bf16\n" + every, kName));
+    CHECK_NOTHROW(reg().parse(sgd + "compression:\n  kind: topk\n", kName));
+    std::string what = requireError(
+        "algorithm:\n  name: sgp\n  loss_tolerant: true\ncheckpoint:\n  resume: true\n  dir: ck\n", 3,
+        "algorithm.loss_tolerant");
+    CHECK(contains(what, "checkpoint.resume is true"));
+    CHECK_NOTHROW(reg().parse("algorithm:\n  name: sgp\n  loss_tolerant: true\n", kName));
+    CHECK_NOTHROW(reg().parse("algorithm:\n  name: sgp\n" + every, kName));
+  }
   SECTION("a partition of ranks the job does not have") {
     const std::string faults = "world_size: 2\nfaults:\n  enabled: true\n  partition: ";
     for (const char* bad : {"\"0|5\"", "\"0|0\"", "\"0,1\"", "\"0|x\"", "\"0||1\""}) {

@@ -124,8 +124,12 @@ CompressorFactory halfFactory(const std::string& kind) {
 }  // namespace
 
 void registerHalfCompressors(Registry& registry) {
-  registerCompressorFactory(registry, "bf16", halfFactory<bfloat16>("bf16"), KeySet());
-  registerCompressorFactory(registry, "fp16", halfFactory<float16>("fp16"), KeySet());
+  // Under a gossip optimizer the 16-bit models are its own exchange, which
+  // it saves; only AllReduce-SGD's rounded gradients are CompressedSgd's.
+  registerCompressorFactory(registry, "bf16", halfFactory<bfloat16>("bf16"),
+                            KeySet().rule(refuseCheckpoints("bf16", true)));
+  registerCompressorFactory(registry, "fp16", halfFactory<float16>("fp16"),
+                            KeySet().rule(refuseCheckpoints("fp16", true)));
 }
 
 }  // namespace gossamer::optimizers

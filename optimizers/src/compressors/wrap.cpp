@@ -68,7 +68,20 @@ ConfigRule needsAllReduceSgd(const std::string& kind) {
   };
 }
 
+ConfigRule refuseCheckpoints(const std::string& kind, bool onlyUnderAllReduceSgd) {
+  return [kind, onlyUnderAllReduceSgd](const Config& c) -> std::optional<ConfigIssue> {
+    if (c.get<std::string>("compression.kind") != kind) return std::nullopt;
+    if (onlyUnderAllReduceSgd && c.get<std::string>("algorithm.name") != "allreduce_sgd") return std::nullopt;
+    auto asked = checkpointsRequested(c);
+    if (!asked) return std::nullopt;
+    return ConfigIssue{"compression.kind", "compressed training ('" + kind +
+                                               "') cannot be checkpointed, and " + *asked +
+                                               " (compression none can be; or turn checkpoints off)"};
+  };
+}
+
 void registerCompressor(Registry& registry, const std::string& name, MakeCompressor make, KeySet keys) {
+  keys.rule(refuseCheckpoints(name, false));
   registerCompressorFactory(registry, name, compressedSgdFactory(std::move(make)), std::move(keys));
 }
 

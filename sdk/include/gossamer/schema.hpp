@@ -261,6 +261,13 @@ std::string indexedKey(const std::string& key, std::size_t i);
 /// that does not exist.
 std::string rankRangeText(int worldSize);
 
+/// What asks for checkpoints in `c`: "checkpoint.every_steps is 10" or
+/// "checkpoint.resume is true"; nullopt when neither does (or when the
+/// registry declares no `checkpoint:` section). For the rules of components
+/// that cannot save their state, so that a config check refuses such a run
+/// before it starts instead of its first save.
+std::optional<std::string> checkpointsRequested(const Config& c);
+
 /// Text of a value as YAML would write it ("4", "0.5", "true", "zmq",
 /// "[128, 64]").
 std::string formatConfigValue(const ConfigValue& value);

@@ -119,6 +119,13 @@ std::string rankRangeText(int worldSize) {
   return "world_size is " + std::to_string(worldSize) + ", so ranks are 0.." + std::to_string(worldSize - 1);
 }
 
+std::optional<std::string> checkpointsRequested(const Config& c) {
+  const int every = c.getOr<int>("checkpoint.every_steps", 0);
+  if (every > 0) return "checkpoint.every_steps is " + std::to_string(every);
+  if (c.getOr<bool>("checkpoint.resume", false)) return std::string("checkpoint.resume is true");
+  return std::nullopt;
+}
+
 std::string formatConfigValue(const ConfigValue& value) {
   struct Visitor {
     std::string operator()(int v) const { return std::to_string(v); }
