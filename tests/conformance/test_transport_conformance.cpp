@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,8 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "gossamer/collectives.hpp"
@@ -630,6 +633,52 @@ TEMPLATE_TEST_CASE("several threads may send on one transport at once", "[transp
       r.wait(kTimeout);
       REQUIRE(got == i);
     }
+}
+
+// Rank 0 sends 16 MiB in 64 KiB messages (more than the kernel's socket
+// buffers hold, so most of it queues), then keeps sending 8-byte messages
+// every 0.2 ms without ever waiting, until rank 1 (receiving in a thread) has
+// every large one or 30 s pass. A transport that moved its queue only while
+// the application waits, or idles for a while, would hold the large
+// messages back until the sender stopped.
+TEMPLATE_TEST_CASE("a sender that keeps sending and never waits still gets its queued messages out",
+                   "[transport]", TRANSPORTS) {
+  Group g = TestType::make(2);
+  const auto large = Tag::make(Op::kUser, 1), small = Tag::make(Op::kUser, 2);
+  constexpr int kCount = 256;
+  constexpr std::size_t kBytes = 64 << 10;
+  std::atomic<int> got{0};
+  std::exception_ptr failure;
+  std::thread receiver([&] {
+    std::vector<std::byte> buf(kBytes);
+    try {
+      for (int i = 0; i < kCount; ++i) {
+        auto r = g[1]->irecv(0, large, buf);
+        r.wait(kTimeout * 4);
+        if (r.bytes() != kBytes || buf.front() != std::byte(i & 0xff) || buf.back() != std::byte(i & 0xff))
+          throw std::runtime_error("large message " + std::to_string(i) + " arrived wrong");
+        ++got;
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  std::vector<std::byte> payload(kBytes);
+  for (int i = 0; i < kCount; ++i) {
+    std::fill(payload.begin(), payload.end(), std::byte(i & 0xff));
+    g[0]->isend(1, large, payload);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const std::array<std::byte, 8> tick{};
+  while (got.load() < kCount && std::chrono::steady_clock::now() < deadline && !failure) {
+    g[0]->isend(1, small, tick);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  }
+  const int whileSending = got.load();
+  receiver.join();
+  if (failure) std::rethrow_exception(failure);
+  CHECK(whileSending == kCount);
 }
 
 // Several threads of one rank wait at once (zmq: one of them reads the

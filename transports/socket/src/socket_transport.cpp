@@ -744,8 +744,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // was active within the last millisecond, this thread only ticks (1 ms);
   // once the application is busy elsewhere (computing), it sleeps on the
   // sockets and progresses them, so sends that did not fit the kernel's
-  // buffers drain and incoming bytes are taken off the wire.
+  // buffers drain and incoming bytes are taken off the wire. An application
+  // that only sends (active, but never waiting) still gets a pass every
+  // kProgressGap: incoming bytes are read, and a peer that stopped reading is
+  // failed at its timeout, as when it waits.
   void backgroundLoop() {
+    constexpr auto kProgressGap = std::chrono::milliseconds(5);
     std::vector<pollfd> pfds;
     std::size_t gateFrom = 0;
     for (;;) {
@@ -753,7 +757,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       {
         std::lock_guard<std::mutex> lk(exclusive);
         if (stopped_) return;
-        idle = activeWaiters_ == 0 && Clock::now() - lastActivity_.load() > std::chrono::milliseconds(1);
+        const auto now = Clock::now();
+        idle = activeWaiters_ == 0 && (now - lastActivity_.load() > std::chrono::milliseconds(1) ||
+                                       now - lastProgress_ > kProgressGap);
         if (idle) {
           try {
             progressLocked();
@@ -835,7 +841,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     item.data = data;
     item.trailing = trailing;
     if (trailing && checksum) item.knowSum(*checksum);
-    if (c.txq.empty()) writeSome(c, item);
+    // What waits is written first (a sender that never waits keeps it moving).
+    if (!c.txq.empty()) flushLocked(c);
+    if (c.txq.empty() && !c.gone) writeSome(c, item);
     if (c.gone)
       std::rethrow_exception(
           c.failure ? c.failure
@@ -1030,6 +1038,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     }
     failStalledLocked();
     gateLocked();
+    lastProgress_ = Clock::now();
   }
 
   // A peer whose socket took none of the bytes queued for it for
@@ -1457,6 +1466,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   std::atomic<int> sleepers_{0};
   std::atomic<int> activeWaiters_{0};
   std::atomic<Clock::time_point> lastActivity_{};
+  Clock::time_point lastProgress_{};  // end of the last progressLocked pass, under exclusive
   std::thread background_;
 };
 
