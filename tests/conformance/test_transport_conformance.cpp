@@ -1009,6 +1009,65 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("socket: a rank whose peer restarts again and again keeps no descriptor of the old processes",
+          "[socket]") {
+  // Rank 1 is replaced by a new process 24 times (tcp and ipc); rank 0 takes
+  // each one in. The replaced connections' descriptors are closed a second
+  // after (a poller may still hold them), not kept until rank 0 closes.
+  const auto openFds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator{});
+  };
+  for (const std::string protocol : {"tcp", "ipc"}) {
+    INFO(protocol);
+    MemoryStore store;
+    const auto options = [&](int r) {
+      sock::Options o;
+      o.rank = r;
+      o.worldSize = 2;
+      o.protocol = protocol;
+      o.timeoutSeconds = kTimeout;
+      o.lingerSeconds = 0.2;
+      return o;
+    };
+    std::unique_ptr<Transport> rank0, rank1;
+    std::thread first([&] { rank0 = sock::makeTransport(options(0), store); });
+    rank1 = sock::makeTransport(options(1), store);
+    first.join();
+    const auto tag = Tag::make(Op::kUser, 1);
+    // One message from rank 1 to rank 0: true once rank 0 took in the current rank 1.
+    const auto reached = [&] {
+      const double x = 1;
+      double y = 0;
+      rank1->isendOf<double>(0, tag, std::span<const double>(&x, 1));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kTimeout);
+      while (std::chrono::steady_clock::now() < deadline) {
+        try {
+          rank0->irecvOf<double>(1, tag, std::span<double>(&y, 1)).wait(kTimeout);
+          return y == x;
+        } catch (const PeerFailure&) {  // the old rank 1's failure, before the new one is in
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      }
+      return false;
+    };
+    REQUIRE(reached());
+    const auto before = openFds();
+    for (int restart = 0; restart < 24; ++restart) {
+      rank1->abort();
+      rank1.reset();
+      rank1 = sock::makeTransport(options(1), store);
+      REQUIRE(reached());
+    }
+    // Past the grace period, a progress pass of rank 0 closes what it retired.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    REQUIRE(reached());
+    CHECK(openFds() <= before + 2);
+    rank1->abort();
+    rank0->abort();
+  }
+}
+
 TEST_CASE(
     "socket: a plain data frame announcing 64 KiB or more is refused before anything is allocated for "
     "it, naming the peer and byte offset",

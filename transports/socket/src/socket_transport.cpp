@@ -535,7 +535,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.fd >= 0) ::close(c.fd);
     for (auto& c : extras_)
       if (c.fd >= 0) ::close(c.fd);
-    for (int fd : retired_) ::close(fd);
+    for (const auto& r : retired_) ::close(r.fd);
     if (wakeFd_ >= 0) ::close(wakeFd_);
   }
 
@@ -1038,6 +1038,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     }
     failStalledLocked();
     gateLocked();
+    if (!retired_.empty()) closeRetiredLocked();
     lastProgress_ = Clock::now();
   }
 
@@ -1092,12 +1093,32 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     // Extra connections whose peer left are dropped.
     for (auto it = extras_.begin(); it != extras_.end();) {
       if (it->gone && !it->claimed) {
-        retired_.push_back(std::exchange(it->fd, -1));
+        retireLocked(std::exchange(it->fd, -1));
         it = extras_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+
+  // The fd of a replaced or dropped connection: closed a while later
+  // (closeRetiredLocked), not now, since a thread sleeping in poll may have
+  // it in its set (built under `exclusive`, polled without it, for at most
+  // 100 ms). Closed at once, its number could go to a new connection, and
+  // that poller would merely wake early; kept until the destructor, a job
+  // whose peers restart would run out of descriptors.
+  void retireLocked(int fd) {
+    if (fd >= 0) retired_.push_back(Retired{fd, Clock::now()});
+  }
+
+  void closeRetiredLocked() {
+    constexpr auto kGrace = std::chrono::seconds(1);  // ten times the longest poll
+    const auto now = Clock::now();
+    std::erase_if(retired_, [&](const Retired& r) {
+      if (now - r.at < kGrace) return false;
+      ::close(r.fd);
+      return true;
+    });
   }
 
   // A connection whose hello verified (gate or set-up). From the process
@@ -1133,7 +1154,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     (void)life_.declareFailed(p, error);
     failPulls(p, error);
     if (c.incarnation != 0) old.push_back(c.incarnation);
-    if (c.fd >= 0) retired_.push_back(c.fd);
+    retireLocked(c.fd);
     c = Conn{};
     pullTo_[static_cast<std::size_t>(p)] = false;  // (a new process: no single copy towards it)
     c.peer = p;
@@ -1445,8 +1466,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   PeerLifecycle life_;               // peer table, goodbye, failure verdicts, statistics
   std::shared_ptr<HelloGate> gate_;  // the listener: restarted and joining ranks come in there
   std::vector<std::vector<std::uint64_t>> replaced_;  // by rank: incarnations a newer process replaced
-  std::list<Conn> extras_;    // second connections of a peer's process (read; sends use conns_)
-  std::vector<int> retired_;  // fds of replaced connections: closed in the destructor (pollers may hold them)
+  std::list<Conn> extras_;  // second connections of a peer's process (read; sends use conns_)
+  struct Retired {
+    int fd;
+    Clock::time_point at;
+  };
+  std::vector<Retired> retired_;  // fds of replaced connections, closed a second later (retireLocked)
   std::atomic<bool> gateDue_{false};
   unsigned gatePasses_ = 0;
   std::vector<pollfd> gateScratch_;
