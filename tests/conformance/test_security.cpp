@@ -6,8 +6,11 @@
 // have its frames delivered.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -253,4 +256,171 @@ TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does
   CHECK(w == 3.0);
   rank1->close();
   rank0->close();
+}
+
+TEST_CASE("zmq: a set-up that fails after connecting to some peers throws instead of waiting on them",
+          "[zmq]") {
+  // Rank 0 of 3 connects to rank 1 (a port nothing listens on: its hello
+  // stays queued) and then fails on rank 2's address. The connection to
+  // rank 1 must not hold the constructor (ZeroMQ's default linger waits
+  // forever for the queued hello). In a child, so that a hang is a failure.
+  const std::string failed = gossamer::testing::inChild(
+      [] {
+        MemoryStore store;
+        store.set("gossamer/zmq/1", "tcp://127.0.0.1:1");
+        store.set("gossamer/zmq/2", "bogus://x");
+        gossamer::zmq::Options o;
+        o.rank = 0;
+        o.worldSize = 3;
+        o.protocol = "tcp";
+        o.host = "127.0.0.1";
+        o.timeoutSeconds = 5;
+        try {
+          gossamer::zmq::makeTransport(o, store);
+        } catch (const Error& e) {
+          return std::string(std::string(e.what()).find("zmq rank 0") == std::string::npos ? e.what() : "");
+        }
+        return std::string("set up with a peer whose address is not one");
+      },
+      60);
+  CHECK(failed.empty());
+  INFO(failed);
+}
+
+TEST_CASE("zmq: hellos a stranger sends before the job's key is read do not make a rank deaf to its peer",
+          "[zmq][security]") {
+  // Rank 1 waits for the job's key (held back by the store here) while a
+  // stranger says hello as rank 0 on 16 connections of its own; then the
+  // real rank 0 starts and says hello, and only then rank 1 reads the key.
+  // Rank 0's hello must not be dropped with the forged ones (it is never
+  // sent again, and all it sends would be taken for a stranger's).
+  struct HeldKey final : Store {
+    MemoryStore& in;
+    std::atomic<bool> open{false};
+    explicit HeldKey(MemoryStore& s) : in(s) {}
+    void set(const std::string& k, const std::string& v) override { in.set(k, v); }
+    std::optional<std::string> tryGet(const std::string& k) override {
+      if (k == "gossamer/zmq-job-key" && !open) return std::nullopt;
+      return in.tryGet(k);
+    }
+    bool claim(const std::string& k, const std::string& v) override { return in.claim(k, v); }
+  };
+  MemoryStore store;
+  HeldKey held(store);
+  gossamer::zmq::Options o;
+  o.worldSize = 2;
+  o.protocol = "tcp";
+  o.host = "127.0.0.1";
+  o.timeoutSeconds = 20;
+  std::unique_ptr<Transport> rank0, rank1;
+  std::thread setUp1([&] {
+    auto p = o;
+    p.rank = 1;
+    rank1 = gossamer::zmq::makeTransport(p, held);
+  });
+  const std::string address = store.get("gossamer/zmq/1", 10.0);
+  ::zmq::context_t ctx;
+  std::vector<::zmq::socket_t> forgers;
+  for (int i = 0; i < 16; ++i) {
+    auto& s = forgers.emplace_back(ctx, ::zmq::socket_type::dealer);
+    s.set(::zmq::sockopt::linger, 0);
+    s.set(::zmq::sockopt::routing_id, "0." + std::to_string(2 * i + 1));
+    s.connect(address);
+    const auto hello = encodeHello(Hello{static_cast<std::uint64_t>(2 * i + 1), {}, "tcp://127.0.0.1:1"});
+    const auto header =
+        encodeFrameHeader(FrameKind::kHello, DType::kBytes, 0, Tag{Op::kControl, 0, 0}, hello);
+    s.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+    s.send(::zmq::buffer(hello.data(), hello.size()), ::zmq::send_flags::none);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the forged hellos arrive first
+  {
+    auto p = o;
+    p.rank = 0;
+    rank0 = gossamer::zmq::makeTransport(p, store);  // draws the key, says hello to rank 1
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's hello arrives before the key
+  held.open = true;
+  setUp1.join();
+  REQUIRE(rank1 != nullptr);
+  const double v = 5.0;
+  double w = 0;
+  auto r = rank1->irecvOf<double>(0, Tag::make(Op::kUser, 1), std::span<double>(&w, 1));
+  rank0->isendOf<double>(1, Tag::make(Op::kUser, 1), std::span<const double>(&v, 1)).wait(10.0);
+  CHECK(r.waitFor(10.0));
+  CHECK(w == 5.0);
+  forgers.clear();
+  rank0->abort();
+  rank1->abort();
+}
+
+TEST_CASE("zmq: a routing id that spells a peer's rank another way does not speak for it",
+          "[zmq][security]") {
+  // A client that learnt rank 1's routing id ("1.<incarnation>", sent in
+  // the clear without CURVE) connects to rank 0 as "01.<incarnation>" and
+  // sends a data frame as rank 1 without a hello: it is dropped as a
+  // stranger's, not delivered as rank 1's.
+  MemoryStore store;
+  ::zmq::context_t ctx;
+  ::zmq::socket_t spy(ctx, ::zmq::socket_type::router);
+  spy.set(::zmq::sockopt::linger, 0);
+  spy.bind("tcp://127.0.0.1:*");
+  store.set("gossamer/zmq/2", spy.get(::zmq::sockopt::last_endpoint));  // rank 2: this test
+  gossamer::zmq::Options o;
+  o.worldSize = 3;
+  o.protocol = "tcp";
+  o.host = "127.0.0.1";
+  o.timeoutSeconds = 10;
+  std::unique_ptr<Transport> rank0, rank1;
+  std::thread setUp0([&] {
+    auto p = o;
+    p.rank = 0;
+    rank0 = gossamer::zmq::makeTransport(p, store);
+  });
+  std::thread setUp1([&] {
+    auto p = o;
+    p.rank = 1;
+    rank1 = gossamer::zmq::makeTransport(p, store);
+  });
+  setUp0.join();
+  setUp1.join();
+  REQUIRE(rank0 != nullptr);
+  REQUIRE(rank1 != nullptr);
+  // Rank 1's routing id, from its hello to "rank 2".
+  std::string id1;
+  ::zmq::pollitem_t item{spy.handle(), 0, ZMQ_POLLIN, 0};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (id1.rfind("1.", 0) != 0 && std::chrono::steady_clock::now() < until) {
+    if (::zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+    ::zmq::message_t id;
+    if (!spy.recv(id)) continue;
+    for (bool more = id.more(); more;) {  // the rest of the frame
+      ::zmq::message_t part;
+      if (!spy.recv(part)) break;
+      more = part.more();
+    }
+    id1 = id.to_string();
+  }
+  REQUIRE(id1.rfind("1.", 0) == 0);
+  const auto strangersBefore = rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kStranger)];
+  ::zmq::socket_t alias(ctx, ::zmq::socket_type::dealer);
+  alias.set(::zmq::sockopt::linger, 0);
+  alias.set(::zmq::sockopt::routing_id, "0" + id1);
+  alias.connect(*store.tryGet("gossamer/zmq/0"));
+  const std::array<std::byte, 8> evil{std::byte{'E'}, std::byte{'V'}, std::byte{'I'}, std::byte{'L'}};
+  const auto header = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 7), evil);
+  std::array<std::byte, 8> got{};
+  auto r = rank0->irecv(std::vector<int>{1}, Tag::make(Op::kUser, 7), got);
+  alias.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
+  alias.send(::zmq::buffer(evil.data(), evil.size()), ::zmq::send_flags::none);
+  const auto strangers = [&] {
+    return rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kStranger)];
+  };
+  const auto dropBy = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (strangers() == strangersBefore && !r.test() && std::chrono::steady_clock::now() < dropBy)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(strangers() > strangersBefore);
+  CHECK_FALSE(r.test());
+  r.cancel();
+  rank0->abort();
+  rank1->abort();
 }

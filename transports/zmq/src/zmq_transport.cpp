@@ -59,6 +59,7 @@
 #include <malloc.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +68,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -98,6 +100,59 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int toMillis(double seconds) { return static_cast<int>(std::min(seconds * 1000.0, 2.0e9)); }
+
+/// Descriptors this process has open now.
+std::size_t openDescriptors() {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
+    ++n;
+  return n;
+}
+
+/// The context of a transport of `capacity` ranks, with room for its
+/// sockets: per peer a DEALER, its monitor's PAIR and libzmq's end of that,
+/// plus the ROUTER, CURVE's handler and a margin (libzmq's default, 1023,
+/// stops at about 340 ranks). The process must be able to open the
+/// descriptors they take, about 5 per peer (the DEALER's connection and
+/// mailbox, the two monitor mailboxes, the peer's connection to the ROUTER):
+/// libzmq aborts the process when it runs out, so the soft limit
+/// (RLIMIT_NOFILE) is raised towards the hard one when it is short, and a
+/// job that cannot fit is refused here.
+/// @throws Error naming the descriptors needed and the limits.
+::zmq::context_t contextFor(int rank, int capacity) {
+  const std::size_t need = 5 * static_cast<std::size_t>(capacity) + 64;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const auto want = static_cast<rlim_t>(openDescriptors() + need);
+    if (want > lim.rlim_cur) {
+      const rlim_t raised = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+      const rlimit next{raised, lim.rlim_max};
+      if (raised > lim.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &next) == 0) {
+        GOSSAMER_LOG(kInfo, "zmq rank " << rank << ": raised the open-file limit from " << lim.rlim_cur
+                                        << " to " << raised << " for " << capacity << " ranks");
+        lim.rlim_cur = raised;
+      }
+      if (want > lim.rlim_cur)
+        throw Error(
+            "zmq rank " + std::to_string(rank) + ": " + std::to_string(capacity) + " ranks need about " +
+            std::to_string(need) + " more file descriptors (" + std::to_string(openDescriptors()) +
+            " open), above the limit of " + std::to_string(lim.rlim_cur) + " (hard limit " +
+            (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
+            "): raise it (ulimit -n) or use fewer ranks per process");
+    }
+  }
+  ::zmq::context_t ctx(1);
+  const int sockets = std::max(3 * capacity + 64, ZMQ_MAX_SOCKETS_DFLT);
+  const int most = zmq_ctx_get(ctx.handle(), ZMQ_SOCKET_LIMIT);
+  if (most > 0 && sockets > most)
+    throw Error("zmq rank " + std::to_string(rank) + ": " + std::to_string(capacity) + " ranks need " +
+                std::to_string(sockets) + " ZeroMQ sockets, above libzmq's limit of " + std::to_string(most));
+  if (zmq_ctx_set(ctx.handle(), ZMQ_MAX_SOCKETS, sockets) != 0)
+    throw Error("zmq rank " + std::to_string(rank) + ": cannot allow " + std::to_string(sockets) +
+                " ZeroMQ sockets: " + zmq_strerror(zmq_errno()));
+  return ctx;
+}
 
 /// See Options::recycleReceiveBuffers. Once per process.
 void recycleFreedBuffers() {
@@ -163,7 +218,7 @@ class ZmqTransport final : public Transport {
         capacity_(std::max(o.worldSize, o.maxWorldSize)),
         box_(capacity_),
         life_("zmq", o.rank, capacity_, box_),
-        ctx_(1),
+        ctx_(contextFor(o.rank, capacity_)),
         rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
     byeLinger_ = std::min(o.lingerSeconds, 0.05);
@@ -211,7 +266,20 @@ class ZmqTransport final : public Transport {
       stop_ = true;
       progress_.join();
       ::close(wakeFd_);
-      throw;
+      // The connections made so far hold their hellos: closed with libzmq's
+      // default linger, the context's end would wait for peers that may
+      // never answer (a dead one, a refused key), and this constructor
+      // would never throw.
+      for (auto& peer : peers_)
+        if (peer) {
+          if (peer->tx.handle() != nullptr) peer->tx.set(::zmq::sockopt::linger, 0);
+          if (peer->monitor.handle() != nullptr) peer->monitor.set(::zmq::sockopt::linger, 0);
+        }
+      try {
+        throw;
+      } catch (const ::zmq::error_t& e) {
+        throw Error("zmq rank " + std::to_string(o.rank) + ": setting up the connections: " + e.what());
+      }
     }
     engine_->attach(this);
   }
@@ -1004,9 +1072,11 @@ class ZmqTransport final : public Transport {
       const bool keyReady = keyReady_.load(std::memory_order_acquire);
       if (keyReady) verifyHeldHellos();
       if (h.kind == FrameKind::kHello) {
-        if (greeted_.size() >= 4 * static_cast<std::size_t>(opt_.worldSize))
-          throw ProtocolError(sender.rank, frame_offset::kKind, "too many hellos before set-up ended",
-                              FrameFault::kStranger);
+        // (No cap on their number: a genuine hello dropped here would never
+        // come again, and its peer's frames would all be dropped. What is
+        // kept is bounded by readsPaused, each hello counted with what it
+        // costs in greeted_ and unverified_ besides its bytes.)
+        if (!keyReady) unverifiedBytes_ += kUnverifiedHelloOverheadBytes;
         const Hello hello = decodeHello(
             std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
             sender.rank);
@@ -1056,11 +1126,18 @@ class ZmqTransport final : public Transport {
     if (!digits(rank, 6) || !digits(incarnation, 20)) return {};
     const int r = std::stoi(rank);
     if (r >= capacity_ || r == opt_.rank) return {};
+    std::uint64_t inc = 0;
     try {
-      return {r, std::stoull(incarnation)};
+      inc = std::stoull(incarnation);
     } catch (const std::out_of_range&) {  // 20 digits above 2^64
       return {};
     }
+    // Only the form connectLocked writes: "01.5" or "1.05" would be another
+    // routing id (which libzmq does not keep apart from "1.5") speaking for
+    // the same process.
+    if (std::to_string(r) != rank || (dot != std::string::npos && std::to_string(inc) != incarnation))
+      return {};
+    return {r, inc};
   }
 
   // Only the connection a peer said hello on (routing id "RANK.INCARNATION"
@@ -1459,6 +1536,8 @@ class ZmqTransport final : public Transport {
   std::map<std::string, Hello> unverified_;  // hellos read before the job's key, by connection
   std::size_t unverifiedBytes_ = 0;          // kept from their connections since (stashEarly)
   static constexpr std::size_t kMaxUnverifiedBytes = std::size_t{64} << 20;
+  static constexpr std::size_t kUnverifiedHelloOverheadBytes =
+      512;                             // its entries in greeted_ and unverified_
   std::atomic<bool> keyReady_{false};  // jobKey_ is read (connectPeers); stashEarly verifies hellos
   struct EarlyFrame {
     ::zmq::message_t id;
