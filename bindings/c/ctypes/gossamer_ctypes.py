@@ -8,12 +8,17 @@ gossamer/gossamer.h and libgossamer_c.
         agent.step(params, grads)          # float32 numpy arrays, params in place
 
 The library is found at $GOSSAMER_C_LIBRARY, else as "libgossamer_c.so.1"
-on the loader's path. Every failed call raises GossamerCError with the C
+on the loader's path; library() declares every entry point of
+gossamer/gossamer.h. Every failed call raises GossamerCError with the C
 status's name, message, peer, file, line and key (gossamer_last_error_*).
+An integer that the C parameter's type cannot hold (an int outside
+[-2**31, 2**31), a size_t outside [0, 2**64)) raises ValueError before any
+C call, instead of being truncated by ctypes.
 The full Python package (bindings/python, gossamer) is the one to use from
 Python; this module exists to test the C ABI as a foreign language sees it.
 """
 import ctypes
+import json
 import numbers
 import os
 
@@ -25,6 +30,8 @@ _STATUS_OK = 0
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 _OPS = {"sum": 0, "average": 1, "mean": 1, "max": 2, "min": 3}  # gossamer_op ("mean" is GOSSAMER_AVERAGE)
 _LIB = None  # the loaded library, once library() has run
+_INT_MIN, _INT_MAX = -(1 << (8 * ctypes.sizeof(ctypes.c_int) - 1)), (1 << (8 * ctypes.sizeof(ctypes.c_int) - 1)) - 1
+_SIZE_LIMIT = 1 << (8 * ctypes.sizeof(ctypes.c_size_t))  # size_t holds [0, _SIZE_LIMIT)
 
 
 class GossamerCError(RuntimeError):
@@ -37,7 +44,8 @@ class GossamerCError(RuntimeError):
 
 
 def library():
-    """The loaded libgossamer_c with its entry points' signatures declared."""
+    """The loaded libgossamer_c with the signatures of every entry point of
+    gossamer/gossamer.h declared (argtypes, restype; enums are C ints)."""
     global _LIB
     if _LIB is not None:
         return _LIB
@@ -52,6 +60,8 @@ def library():
         "gossamer_agent_create": ([ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), size_t,
                                    ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(agent_p)],
                                   ctypes.c_int),
+        "gossamer_agent_from_env": ([ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), size_t,
+                                     ctypes.POINTER(agent_p)], ctypes.c_int),
         "gossamer_agent_close": ([agent_p], ctypes.c_int),
         "gossamer_agent_rank": ([agent_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "gossamer_agent_world_size": ([agent_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
@@ -65,6 +75,11 @@ def library():
         "gossamer_mix_parameters": ([agent_p, float_p, size_t], ctypes.c_int),
         "gossamer_flush": ([agent_p, float_p, size_t], ctypes.c_int),
         "gossamer_steps": ([agent_p, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+        "gossamer_view": ([agent_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int), size_t,
+                           ctypes.POINTER(size_t)], ctypes.c_int),
+        "gossamer_recover": ([agent_p], ctypes.c_int),
+        "gossamer_metrics_poll": ([agent_p, ctypes.POINTER(ctypes.c_char), size_t, ctypes.POINTER(size_t)],
+                                  ctypes.c_int),
         "gossamer_last_error": ([], ctypes.c_int),
         "gossamer_last_error_message": ([], ctypes.c_char_p),
         "gossamer_last_error_peer": ([], ctypes.c_int),
@@ -81,13 +96,54 @@ def library():
 
 def _check(status):
     """Returns for GOSSAMER_OK; raises GossamerCError with this thread's
-    gossamer_last_error_* details for any other status."""
+    gossamer_last_error_* details for any other status (their bytes decoded
+    as UTF-8, a byte that is not replaced by U+FFFD: a message may quote a
+    YAML file's Latin-1 text)."""
     if status == _STATUS_OK:
         return
     lib = library()
-    raise GossamerCError(lib.gossamer_status_name(status).decode(), lib.gossamer_last_error_message().decode(),
-                         lib.gossamer_last_error_peer(), lib.gossamer_last_error_file().decode(),
-                         lib.gossamer_last_error_line(), lib.gossamer_last_error_key().decode())
+
+    def text(raw):
+        return raw.decode("utf-8", errors="replace")
+
+    raise GossamerCError(text(lib.gossamer_status_name(status)), text(lib.gossamer_last_error_message()),
+                         lib.gossamer_last_error_peer(), text(lib.gossamer_last_error_file()),
+                         lib.gossamer_last_error_line(), text(lib.gossamer_last_error_key()))
+
+
+def _integer(value, name):
+    """`value` as a Python int. Raises TypeError for a bool or a non-integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _c_int(value, name):
+    """`value` (an int) for a C int parameter. Raises TypeError (not an int;
+    a bool), ValueError (outside [-2**31, 2**31), which ctypes would
+    truncate)."""
+    v = _integer(value, name)
+    if not _INT_MIN <= v <= _INT_MAX:
+        raise ValueError(f"{name} {v} is outside a C int's range [{_INT_MIN}, {_INT_MAX}]")
+    return v
+
+
+def _size_t(value, name):
+    """`value` (an int) for a C size_t parameter. Raises TypeError (not an
+    int; a bool), ValueError (negative, or 2**64 or more, which ctypes would
+    wrap)."""
+    v = _integer(value, name)
+    if v < 0:
+        raise ValueError(f"{name} is negative ({v})")
+    if v >= _SIZE_LIMIT:
+        raise ValueError(f"{name} {v} does not fit a size_t (at most {_SIZE_LIMIT - 1})")
+    return v
+
+
+def _overrides(overrides):
+    """(char* array, count) of "key=value" strings for the create calls."""
+    encoded = [o.encode() for o in overrides]
+    return (ctypes.c_char_p * max(1, len(encoded)))(*encoded), len(encoded)
 
 
 def _floats(array, name, size=None, written=True):
@@ -118,16 +174,35 @@ def _describe(obj):
 
 class CAgent:
     """One rank's agent through gossamer_agent_create (a YAML file path, or
-    YAML text with is_text=True; `overrides` "key=value" strings; world_size
-    0 keeps the config's)."""
+    YAML text with is_text=True; `overrides` "key=value" strings; `rank` and
+    `world_size` ints, world_size 0 keeping the config's; `rendezvous` a
+    path or "tcp://HOST:PORT"). Raises TypeError (rank or world_size not an
+    int), ValueError (outside a C int's range), GossamerCError
+    (GOSSAMER_E_CONFIG, _INVALID_ARGUMENT, _TIMEOUT, ...)."""
 
     def __init__(self, config, rank, rendezvous, world_size=0, overrides=(), is_text=False):
         lib = library()
-        ov = (ctypes.c_char_p * max(1, len(overrides)))(*[o.encode() for o in overrides])
+        rank, world_size = _c_int(rank, "rank"), _c_int(world_size, "world_size")
+        ov, n = _overrides(overrides)
         handle = ctypes.c_void_p()
-        _check(lib.gossamer_agent_create(config.encode(), int(is_text), ov, len(overrides), rank, world_size,
+        _check(lib.gossamer_agent_create(config.encode(), 1 if is_text else 0, ov, n, rank, world_size,
                                          os.fspath(rendezvous).encode(), ctypes.byref(handle)))
         self._h, self._size = handle, None
+
+    @classmethod
+    def from_env(cls, config, overrides=(), is_text=False):
+        """An agent with the rank, world size and rendezvous a launcher set
+        in the environment (gossamer_agent_from_env: torchrun, mpirun,
+        mpiexec, srun, or RANK, WORLD_SIZE and GOSSAMER_RENDEZVOUS); config,
+        overrides and is_text as CAgent's. Raises GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT when no launcher is found; as CAgent)."""
+        lib = library()
+        ov, n = _overrides(overrides)
+        handle = ctypes.c_void_p()
+        _check(lib.gossamer_agent_from_env(config.encode(), 1 if is_text else 0, ov, n, ctypes.byref(handle)))
+        agent = cls.__new__(cls)
+        agent._h, agent._size = handle, None
+        return agent
 
     def close(self):
         """Closes the agent (idempotent)."""
@@ -198,6 +273,7 @@ class CAgent:
         """Copies rank `root`'s `data` (as allreduce's) into every rank's, in
         place (gossamer_broadcast). Raises as allreduce; GossamerCError
         (GOSSAMER_E_INVALID_ARGUMENT) for a root outside [0, world_size)."""
+        root = _c_int(root, "root")
         _check(library().gossamer_broadcast(self._h, *self._buffer(data), root))
 
     def barrier(self):
@@ -209,15 +285,11 @@ class CAgent:
         """The configured algorithm for tensors of these element counts (ints
         > 0; the model is one flat float32 vector of their sum, in order;
         gossamer_make_optimizer). Raises TypeError (not ints; bools
-        refused), ValueError (a negative size), GossamerCError
-        (GOSSAMER_E_INVALID_ARGUMENT for no sizes, a 0, too large a total;
+        refused), ValueError (a negative size, or one of 2**64 or more),
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT for no sizes, a 0, too
+        large a total, another thread's call running on the agent;
         GOSSAMER_E_CONFIG, _PEER_FAILURE, _TIMEOUT)."""
-        sizes = list(tensor_sizes)
-        for i, s in enumerate(sizes):
-            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-                raise TypeError(f"tensor_sizes[{i}] must be an int, got {type(s).__name__} {s!r}")
-            if s < 0:
-                raise ValueError(f"tensor_sizes[{i}] is negative ({s})")
+        sizes = [_size_t(s, f"tensor_sizes[{i}]") for i, s in enumerate(tensor_sizes)]
         array = (ctypes.c_size_t * max(1, len(sizes)))(*sizes)
         _check(library().gossamer_make_optimizer(self._h, array, len(sizes)))
         self._size = int(sum(sizes))
@@ -270,3 +342,46 @@ class CAgent:
         out = ctypes.c_uint64()
         _check(library().gossamer_steps(self._h, ctypes.byref(out)))
         return out.value
+
+    @property
+    def view(self):
+        """The view in force (gossamer_view): (number, members), number an
+        int (0 for the job's first view, +1 or more per change) and members
+        a list of the members' global ranks (ints, ascending). Raises
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT once closed)."""
+        lib = library()
+        number, count = ctypes.c_uint64(), ctypes.c_size_t()
+        capacity = max(1, self.world_size)
+        while True:
+            members = (ctypes.c_int * capacity)()
+            status = lib.gossamer_view(self._h, ctypes.byref(number), members, capacity, ctypes.byref(count))
+            if status == _STATUS_OK or count.value <= capacity:
+                _check(status)
+                return number.value, list(members[:count.value])
+            capacity = count.value  # more members than the world size (membership.max_world_size)
+
+    def recover(self):
+        """After GOSSAMER_E_PEER_FAILURE from a collective of the caller's:
+        agrees with the survivors on the next view and rebuilds the
+        communicator and optimizer over it (gossamer_recover; every survivor
+        calls it); then repeat the collective. Raises GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT without the membership service,
+        GOSSAMER_E_EXPELLED, _TIMEOUT, _PEER_FAILURE)."""
+        _check(library().gossamer_recover(self._h))
+
+    def metrics(self):
+        """The metrics records queued since the last call, oldest first
+        (gossamer_metrics_poll until none is left): a list of dicts, one per
+        JSON record (run.metrics on). Raises GossamerCError
+        (GOSSAMER_E_INVALID_ARGUMENT once closed)."""
+        lib = library()
+        buffer, length, records = ctypes.create_string_buffer(4096), ctypes.c_size_t(), []
+        while True:
+            status = lib.gossamer_metrics_poll(self._h, buffer, len(buffer), ctypes.byref(length))
+            if status != _STATUS_OK and length.value + 1 > len(buffer):
+                buffer = ctypes.create_string_buffer(length.value + 1)  # the record stays queued: again
+                continue
+            _check(status)
+            if length.value == 0:
+                return records
+            records.append(json.loads(buffer.raw[:length.value].decode("utf-8", errors="replace")))

@@ -10,6 +10,9 @@
  *
  *   train_fashion_mnist CONFIG RANK WORLD_SIZE RENDEZVOUS DATA_DIR EPOCHS [TRAIN_LIMIT]
  *
+ * WORLD_SIZE 0 keeps the config's world_size (as gossamer_agent_create);
+ * the shards follow the agent's world size either way.
+ *
  * CONFIG is a YAML file (the quickstart's works: the keys gossamer_c does
  * not know, model: and data:, are refused, so pass a copy without them or
  * use "-" for the quickstart's algorithm and training keys). At the end each
@@ -224,7 +227,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s CONFIG|- RANK WORLD_SIZE RENDEZVOUS DATA_DIR EPOCHS [TRAIN_LIMIT]\n", argv[0]);
     return 2;
   }
-  const int rank = int_arg(argv[2], "RANK", 0, 1 << 20), world = int_arg(argv[3], "WORLD_SIZE", 0, 1 << 20);
+  const int rank_arg = int_arg(argv[2], "RANK", 0, 1 << 20),
+            world_arg = int_arg(argv[3], "WORLD_SIZE", 0, 1 << 20);
   const int epochs = int_arg(argv[6], "EPOCHS", 1, 1 << 20);
   const int limit = argc > 7 ? int_arg(argv[7], "TRAIN_LIMIT", 0, 1 << 30) : 0;
   dataset train = load(argv[5], "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", limit);
@@ -241,9 +245,13 @@ int main(int argc, char** argv) {
 
   const int is_text = strcmp(argv[1], "-") == 0;
   gossamer_agent* agent = NULL;
-  check(
-      gossamer_agent_create(is_text ? kQuickstart : argv[1], is_text, NULL, 0, rank, world, argv[4], &agent),
-      "gossamer_agent_create");
+  check(gossamer_agent_create(is_text ? kQuickstart : argv[1], is_text, NULL, 0, rank_arg, world_arg, argv[4],
+                              &agent),
+        "gossamer_agent_create");
+  /* The job's rank and world size as the agent has them: WORLD_SIZE 0 is the config's. */
+  int rank = 0, world = 0;
+  check(gossamer_agent_rank(agent, &rank), "gossamer_agent_rank");
+  check(gossamer_agent_world_size(agent, &world), "gossamer_agent_world_size");
   const size_t tensors[4] = {kInputs * kHidden, kHidden, kHidden * kClasses, kClasses};
   check(gossamer_make_optimizer(agent, tensors, 4), "gossamer_make_optimizer");
 

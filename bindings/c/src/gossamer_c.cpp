@@ -45,6 +45,11 @@ struct gossamer_agent {
   std::unique_ptr<gossamer::Session> session;
   gossamer::DistributedOptimizer* optimizer = nullptr;
   std::size_t parameters = 0;  // the optimizer's P
+  // The call running on the agent (one at a time, see Call) and whether
+  // gossamer_agent_close took it out; both guarded by callMu.
+  std::mutex callMu;
+  const char* running = nullptr;  // the running call's name, null when none
+  bool closed = false;
 };
 
 namespace {
@@ -142,6 +147,8 @@ LiveAgents& live() {
   return *table;
 }
 
+constexpr const char* kNotLive = "agent is not a live gossamer_agent (closed already, or never created)";
+
 // The live agent behind `handle`. @throws InvalidArgument for NULL or a
 // handle that is not a live agent.
 std::shared_ptr<gossamer_agent> hold(const gossamer_agent* handle) {
@@ -149,9 +156,43 @@ std::shared_ptr<gossamer_agent> hold(const gossamer_agent* handle) {
   LiveAgents& t = live();
   std::lock_guard<std::mutex> lk(t.mu);
   const auto it = t.agents.find(handle);
-  require(it != t.agents.end(), "agent is not a live gossamer_agent (closed already, or never created)");
+  require(it != t.agents.end(), kNotLive);
   return it->second;
 }
+
+// One call on an agent while it runs: holds the agent (hold()) and marks it
+// busy. An agent runs one call at a time: a call that another thread makes
+// while one runs is refused, not run, since it could replace or free what
+// the running call uses (gossamer_make_optimizer and gossamer_recover
+// replace the optimizer and the communicator, a step that recovers from a
+// failed peer replaces the communicator, gossamer_agent_close frees them).
+// gossamer_agent_close, _rank, _world_size and gossamer_metrics_poll touch
+// nothing a call replaces and make no Call.
+class Call {
+ public:
+  /// @throws InvalidArgument for a handle that is not a live agent, or while
+  /// another call (named in the message with `name`) runs on the agent.
+  Call(const gossamer_agent* handle, const char* name) : agent_(hold(handle)) {
+    std::lock_guard<std::mutex> lk(agent_->callMu);
+    require(!agent_->closed, kNotLive);  // closed since hold(), by another thread
+    if (agent_->running != nullptr)
+      throw InvalidArgument(std::string(name) + " while " + agent_->running +
+                            " runs on this agent on another thread: an agent takes one call at a time "
+                            "(gossamer_agent_close, _rank, _world_size and gossamer_metrics_poll excepted)");
+    agent_->running = name;
+  }
+  ~Call() {
+    std::lock_guard<std::mutex> lk(agent_->callMu);
+    agent_->running = nullptr;
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  gossamer_agent* operator->() const { return agent_.get(); }
+  gossamer_agent& operator*() const { return *agent_; }
+
+ private:
+  std::shared_ptr<gossamer_agent> agent_;  // freed here when a close came while the call ran
+};
 
 void create(const Config& c, int rank, const std::string& rendezvous, gossamer_agent** out) {
   require(rank >= 0 && rank < c.worldSize(),
@@ -161,23 +202,27 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
   auto a = std::make_shared<gossamer_agent>();
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
+  // Whatever fails from here on (the Session, or memory for the
+  // subscription or the table's entry) gives the rendezvous's generation
+  // back: a retry in this process meets the other ranks' same agent.
   try {
     a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
+    a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
+      std::lock_guard<std::mutex> lk(q->mu);
+      if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
+      q->lines.push_back(r.json);
+    });
+    LiveAgents& t = live();
+    std::lock_guard<std::mutex> lk(t.mu);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an opaque handle, never dereferenced
+    auto* const handle = reinterpret_cast<gossamer_agent*>(t.last + 1);
+    t.agents.emplace(handle, a);  // copies `a`: on a throw, the catch below still has the agent
+    ++t.last;
+    *out = handle;
   } catch (...) {
-    a->rendezvous->giveBack();  // a retry in this process meets the other ranks' same agent
+    a->rendezvous->giveBack();
     throw;
   }
-  a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
-    std::lock_guard<std::mutex> lk(q->mu);
-    if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
-    q->lines.push_back(r.json);
-  });
-  LiveAgents& t = live();
-  std::lock_guard<std::mutex> lk(t.mu);
-  // NOLINTNEXTLINE(performance-no-int-to-ptr): an opaque handle, never dereferenced
-  auto* const handle = reinterpret_cast<gossamer_agent*>(++t.last);
-  t.agents.emplace(handle, std::move(a));
-  *out = handle;
 }
 
 DistributedOptimizer& optimizerOf(gossamer_agent& a) {
@@ -193,12 +238,13 @@ DistributedOptimizer& optimizerOf(gossamer_agent& a, std::size_t count) {
   return *a.optimizer;
 }
 
-// The communication-only calls on the caller's count floats at data: the
-// optimizer's method, after the agent, optimizer, count and NULL checks.
+// The communication-only call `name` on the caller's count floats at data:
+// the optimizer's method, after the agent, optimizer, count and NULL checks.
 template <void (DistributedOptimizer::*Method)(std::span<float>)>
-gossamer_status onFloats(gossamer_agent* agent, float* data, std::size_t count, const char* nullMessage) {
+gossamer_status onFloats(const char* name, gossamer_agent* agent, float* data, std::size_t count,
+                         const char* nullMessage) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, name);
     auto& o = optimizerOf(*a, count);
     require(data != nullptr, nullMessage);
     (o.*Method)(std::span<float>(data, count));
@@ -319,16 +365,30 @@ gossamer_status gossamer_agent_from_env(const char* config, int config_is_text, 
 gossamer_status gossamer_agent_close(gossamer_agent* agent) {
   if (agent == nullptr) return GOSSAMER_OK;
   std::shared_ptr<gossamer_agent> a;
+  bool busy = false;
   const gossamer_status found = guarded([&] {
     a = hold(agent);
-    LiveAgents& t = live();
-    std::lock_guard<std::mutex> lk(t.mu);
-    // Two closes racing: only the one that takes it out closes it.
-    require(t.agents.erase(agent) == 1,
-            "agent is not a live gossamer_agent (closed already, or never created)");
+    {
+      LiveAgents& t = live();
+      std::lock_guard<std::mutex> lk(t.mu);
+      // Two closes racing: only the one that takes it out closes it.
+      require(t.agents.erase(agent) == 1, kNotLive);
+    }
+    std::lock_guard<std::mutex> lk(a->callMu);
+    a->closed = true;  // no call starts on it from here on
+    busy = a->running != nullptr;
   });
   if (found != GOSSAMER_OK) return found;
-  const gossamer_status s = guarded([&] { a->session->close(); });
+  // A call running on another thread (this close is a watchdog's) uses the
+  // session: only its transport is closed now, which cancels that call's
+  // waits (it returns GOSSAMER_E_CANCELLED); the session is closed when that
+  // call returns and lets the agent go.
+  const gossamer_status s = guarded([&] {
+    if (busy)
+      a->session->agent().transport().close();
+    else
+      a->session->close();
+  });
   // Destroying never throws (the destructors catch). The agent is freed here,
   // or by the last call still running on it once that returns.
   a.reset();
@@ -352,7 +412,7 @@ gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* worl
 gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
                                    gossamer_op op) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_allreduce");
     Communicator& c = a->session->agent().communicator();
     const ReduceOp o = opOf(op);
     withSpan(data, count, dtype, [&](auto span) { c.allreduce(span, o); });
@@ -362,7 +422,7 @@ gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t cou
 gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count, gossamer_dtype dtype,
                                    int root) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_broadcast");
     Communicator& c = a->session->agent().communicator();
     withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, root); });
   });
@@ -370,14 +430,14 @@ gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t cou
 
 gossamer_status gossamer_barrier(gossamer_agent* agent) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_barrier");
     a->session->agent().communicator().barrier();
   });
 }
 
 gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes, size_t n_tensors) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_make_optimizer");
     require(n_tensors > 0 && tensor_sizes != nullptr, "no tensor sizes");
     // The model's float32 parameters form one buffer: at most PTRDIFF_MAX
     // bytes, so its elements and tensors fit in that too (and the pointer
@@ -405,7 +465,7 @@ gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* ten
 
 gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads, size_t count) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_step");
     auto& o = optimizerOf(*a, count);
     require(params != nullptr && grads != nullptr, "params or grads is NULL");
     o.step(std::span<float>(params, count), std::span<const float>(grads, count));
@@ -413,35 +473,39 @@ gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float*
 }
 
 gossamer_status gossamer_reduce_gradients(gossamer_agent* agent, float* grads, size_t count) {
-  return onFloats<&DistributedOptimizer::reduceGradients>(agent, grads, count, "grads is NULL");
+  return onFloats<&DistributedOptimizer::reduceGradients>("gossamer_reduce_gradients", agent, grads, count,
+                                                          "grads is NULL");
 }
 
 gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count) {
-  return onFloats<&DistributedOptimizer::mixParameters>(agent, params, count, "params is NULL");
+  return onFloats<&DistributedOptimizer::mixParameters>("gossamer_mix_parameters", agent, params, count,
+                                                        "params is NULL");
 }
 
 gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count) {
-  return onFloats<&DistributedOptimizer::flush>(agent, params, count, "params is NULL");
+  return onFloats<&DistributedOptimizer::flush>("gossamer_flush", agent, params, count, "params is NULL");
 }
 
 gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps) {
   return guarded([&] {
     require(steps != nullptr, "steps is NULL");
-    *steps = optimizerOf(*hold(agent)).steps();
+    const Call a(agent, "gossamer_steps");
+    *steps = optimizerOf(*a).steps();
   });
 }
 
 gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips) {
   return guarded([&] {
     require(skips != nullptr, "skips is NULL");
-    *skips = optimizerOf(*hold(agent)).skipsLocalStep() ? 1 : 0;
+    const Call a(agent, "gossamer_skips_local_step");
+    *skips = optimizerOf(*a).skipsLocalStep() ? 1 : 0;
   });
 }
 
 gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members, size_t capacity,
                               size_t* count) {
   return guarded([&] {
-    const auto a = hold(agent);
+    const Call a(agent, "gossamer_view");
     require(number != nullptr && count != nullptr, "number or count is NULL");
     require(capacity == 0 || members != nullptr, "members is NULL with capacity > 0");
     const View v = a->session->view();
@@ -455,7 +519,10 @@ gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* memb
 }
 
 gossamer_status gossamer_recover(gossamer_agent* agent) {
-  return guarded([&] { hold(agent)->session->recover(); });
+  return guarded([&] {
+    const Call a(agent, "gossamer_recover");
+    a->session->recover();
+  });
 }
 
 gossamer_status gossamer_metrics_poll(gossamer_agent* agent, char* buffer, size_t capacity, size_t* length) {

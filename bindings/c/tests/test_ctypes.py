@@ -182,3 +182,131 @@ def test_a_step_before_make_optimizer_is_the_c_abis_error(tmp_path):
         agent.make_optimizer([3])
         agent.step(params, grads)
         assert agent.steps == 1
+
+
+def test_integers_outside_the_c_types_range_are_value_errors(tmp_path):
+    # ctypes would truncate them: rank 2**32 would make a rank-0 agent, root
+    # 2**32 broadcast from rank 0, a size of 2**64 + 4 build a 4-element model.
+    gc = ctypes_module()
+    rv = str(tmp_path / "rv")
+    for rank, world in ((2**32, 0), (2**31, 0), (-2**31 - 1, 0), (0, 2**32 + 1)):
+        with pytest.raises(ValueError, match="outside a C int's range"):
+            gc.CAgent(ONE, rank, rv, world_size=world, is_text=True)
+    with pytest.raises(TypeError, match="^rank must be an int, got bool True"):
+        gc.CAgent(ONE, True, rv, is_text=True)
+    with pytest.raises(TypeError, match="^world_size must be an int, got float 1.0"):
+        gc.CAgent(ONE, 0, rv, world_size=1.0, is_text=True)
+    with gc.CAgent(ONE, np.int64(0), rv, world_size=np.int32(1), is_text=True) as agent:
+        assert (agent.rank, agent.world_size) == (0, 1)
+        x = np.arange(3, dtype=np.float32)
+        for root in (2**32, 2**31, -2**31 - 1):
+            with pytest.raises(ValueError, match=f"^root {root} is outside a C int's range"):
+                agent.broadcast(x, root=root)
+        # In range but not a rank: the C ABI's own error.
+        with pytest.raises(gc.GossamerCError) as e:
+            agent.broadcast(x, root=2**31 - 1)
+        assert e.value.status == "GOSSAMER_E_INVALID_ARGUMENT"
+        with pytest.raises(ValueError, match=r"^tensor_sizes\[1\] 18446744073709551620 does not fit a size_t"):
+            agent.make_optimizer([3, 2**64 + 4])
+        with pytest.raises(ValueError, match=r"^tensor_sizes\[0\] is negative \(-1\)"):
+            agent.make_optimizer([-1])
+        with pytest.raises(TypeError, match=r"^tensor_sizes\[0\] must be an int, got bool True"):
+            agent.make_optimizer([True])
+        with pytest.raises(gc.GossamerCError, match="add up to more than"):
+            agent.make_optimizer([2**64 - 1])  # the largest size_t reaches C, which refuses it
+        with pytest.raises(gc.GossamerCError, match="no optimizer"):
+            agent.steps  # none of the refused calls made one
+        agent.broadcast(x, root=0)
+        np.testing.assert_array_equal(x, np.arange(3, dtype=np.float32))
+
+
+def c_types():
+    """The ctypes type of each parameter or result type spelled in gossamer.h (enums are C ints; None: void)."""
+    import ctypes
+    P = ctypes.POINTER
+    return {
+        "void": None, "int": ctypes.c_int, "size_t": ctypes.c_size_t, "const char*": ctypes.c_char_p,
+        "char*": P(ctypes.c_char), "gossamer_status": ctypes.c_int, "gossamer_dtype": ctypes.c_int,
+        "gossamer_op": ctypes.c_int, "gossamer_agent*": ctypes.c_void_p, "const gossamer_agent*": ctypes.c_void_p,
+        "gossamer_agent**": P(ctypes.c_void_p), "const char* const*": P(ctypes.c_char_p), "void*": ctypes.c_void_p,
+        "float*": P(ctypes.c_float), "const float*": P(ctypes.c_float), "int*": P(ctypes.c_int),
+        "uint64_t*": P(ctypes.c_uint64), "size_t*": P(ctypes.c_size_t), "const size_t*": P(ctypes.c_size_t),
+    }
+
+
+def declared_in_header():
+    """{name: (result, [parameter types])} of every GOSSAMER_C_EXPORT function in gossamer.h, as ctypes
+    types (c_types())."""
+    import re
+    header = os.path.join(os.path.dirname(HERE), "include", "gossamer", "gossamer.h")
+    text = re.sub(r"/\*.*?\*/", " ", open(header).read(), flags=re.S)
+    types = c_types()
+
+    def ctype(spelling):
+        return types[re.sub(r"\s*\*", "*", " ".join(spelling.split()))]
+
+    out = {}
+    for result, name, params in re.findall(r"GOSSAMER_C_EXPORT\s+([\w\s\*]+?)\s*\b(gossamer_\w+)\s*\(([^)]*)\)",
+                                           text):
+        args = []
+        for p in params.split(","):
+            if p.strip() == "void":
+                continue
+            args.append(ctype(re.fullmatch(r"\s*(.*?[\w\*])\s*\b\w+\s*", p).group(1)))  # the name dropped
+        out[name] = (ctype(result), args)
+    return out
+
+
+def test_every_entry_point_of_the_header_is_declared_with_its_exact_c_types():
+    gc = ctypes_module()
+    lib = gc.library()
+    header = declared_in_header()
+    # The header's functions are the library's exports (the parse missed none).
+    exported = subprocess.run(["nm", "-D", "--defined-only", os.environ["GOSSAMER_C_LIBRARY"]], check=True,
+                              capture_output=True, text=True).stdout
+    assert set(header) == {f[2] for f in map(str.split, exported.splitlines()) if len(f) == 3}
+    assert {"gossamer_agent_from_env", "gossamer_view", "gossamer_recover", "gossamer_metrics_poll"} <= set(header)
+    for name, (result, params) in header.items():
+        fn = getattr(lib, name)
+        assert fn.argtypes is not None, f"{name} is not declared"
+        assert (list(fn.argtypes), fn.restype) == (params, result), name
+
+
+def test_from_env_view_recover_and_metrics_poll_through_ctypes(tmp_path, monkeypatch):
+    gc = ctypes_module()
+    for var in ("RANK", "WORLD_SIZE", "GOSSAMER_RENDEZVOUS", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(gc.GossamerCError, match="no launcher found") as e:
+        gc.CAgent.from_env(ONE, is_text=True)
+    assert e.value.status == "GOSSAMER_E_INVALID_ARGUMENT"
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("GOSSAMER_RENDEZVOUS", str(tmp_path / "rv"))
+    config = ("world_size: 3\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeout_seconds: 10\n"
+              "membership:\n  enabled: false\n")
+    overrides = [f"run.dir={tmp_path / 'run'}", "run.metrics_every=1"]
+    with gc.CAgent.from_env(config, overrides=overrides, is_text=True) as agent:
+        assert (agent.rank, agent.world_size) == (0, 1)  # the launcher's world size, not the config's
+        assert agent.view == (0, [0])
+        with pytest.raises(gc.GossamerCError, match="membership service") as e:
+            agent.recover()
+        assert e.value.status == "GOSSAMER_E_INVALID_ARGUMENT"
+        agent.make_optimizer([3])
+        agent.step(np.ones(3, dtype=np.float32), np.ones(3, dtype=np.float32))
+        records = agent.metrics()
+        kinds = [r["kind"] for r in records]
+        assert kinds[0] == "start" and "step" in kinds, kinds
+        assert agent.metrics() == []
+    with pytest.raises(gc.GossamerCError, match="agent is NULL"):  # closed: CAgent dropped its handle
+        agent.view
+
+
+def test_error_text_that_is_not_utf8_is_replaced_not_a_decode_error(tmp_path):
+    gc = ctypes_module()
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"world_size: 1\nalgorithm:\n  n\xe4me: sgp\n")  # Latin-1 for "name" with an a-umlaut
+    with pytest.raises(gc.GossamerCError) as e:
+        gc.CAgent(str(path), 0, str(tmp_path / "rv"))
+    assert e.value.status == "GOSSAMER_E_CONFIG" and e.value.line == 3
+    assert e.value.key == "algorithm.n\ufffdme" and "n\ufffdme" in str(e.value)

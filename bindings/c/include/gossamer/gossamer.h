@@ -14,8 +14,19 @@
  * made. A count of elements whose size in bytes exceeds PTRDIFF_MAX is
  * GOSSAMER_E_INVALID_ARGUMENT too.
  *
- * Threads: make one agent's calls, gossamer_agent_close included, from one
- * thread at a time. Different agents are independent.
+ * Threads: an agent takes one call at a time. A call made while another
+ * thread's call runs on the same agent is refused, not run:
+ * GOSSAMER_E_INVALID_ARGUMENT, whose message names both calls ("... while
+ * gossamer_step runs on this agent on another thread ..."), and nothing
+ * changes (gossamer_make_optimizer and gossamer_recover would replace the
+ * optimizer and communicator the running call uses). Excepted, callable
+ * from any thread at any time: gossamer_agent_rank, gossamer_agent_world_size,
+ * gossamer_metrics_poll, and gossamer_agent_close, which, while another
+ * thread's call runs (a watchdog's close), closes the transport only: that
+ * call returns GOSSAMER_E_CANCELLED from its wait (or its own status, if it
+ * was not waiting), and the agent is freed once it returns. The
+ * gossamer_last_error_* records are per thread. Different agents are
+ * independent.
  *
  *   gossamer_agent* a;
  *   if (gossamer_agent_create("job.yaml", 0, NULL, 0, rank, 0, "/shared/rv", &a) != GOSSAMER_OK)
@@ -120,14 +131,22 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_from_env(const char* config, in
                                                           gossamer_agent** out);
 /** Closes the agent (ends its metrics, closes its transport: it may wait up to
  *  transport.linger_seconds for messages still queued) and frees it. NULL is
- *  a no-op; the handle is never given to another agent.
+ *  a no-op; the handle is never given to another agent, and calls made with
+ *  it from here on are GOSSAMER_E_INVALID_ARGUMENT. May be called from
+ *  another thread while a call runs on the agent (a watchdog's): it then
+ *  closes the transport only, which makes that call return
+ *  GOSSAMER_E_CANCELLED from any wait; the agent's metrics end and it is
+ *  freed when that call returns.
  *  @return GOSSAMER_OK, the close's error (the agent is freed either way), or
  *          GOSSAMER_E_INVALID_ARGUMENT for a handle closed already. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_close(gossamer_agent* agent);
 
-/** This agent's rank, in [0, world size). @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
+/** This agent's rank, in [0, world size); callable from any thread, also while
+ *  another call runs. @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_rank(const gossamer_agent* agent, int* rank);
-/** The job's world size (ranks). @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
+/** The job's world size (ranks; the config's world_size when gossamer_agent_create
+ *  was given 0); callable from any thread, also while another call runs.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT for a NULL argument. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent* agent, int* world_size);
 
 /** Allreduce of `count` elements of `dtype` at `data`, in place, over every
@@ -164,8 +183,10 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
  *  anything changes, leaves an earlier optimizer in place; any later
  *  failure leaves the agent with no optimizer (the earlier one is gone):
  *  call it again before gossamer_step.
- *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, or sizes
- *          adding up past PTRDIFF_MAX bytes; GOSSAMER_E_NO_MEMORY;
+ *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, sizes
+ *          adding up past PTRDIFF_MAX bytes, or another thread's call
+ *          running on the agent (see "Threads" above: refused, the earlier
+ *          optimizer kept); GOSSAMER_E_NO_MEMORY;
  *          GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes,
                                                           size_t n_tensors);
@@ -175,7 +196,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent,
  *  Both are host (CPU-addressable) memory; device pointers are not supported.
  *  A peer that fails is recovered from inside the step (membership.enabled).
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer, for a
- *          count other than the sum of its sizes, or NULL arrays;
+ *          count other than the sum of its sizes, NULL arrays, or another
+ *          thread's call running on the agent;
  *          GOSSAMER_E_PEER_FAILURE (without the membership service),
  *          GOSSAMER_E_EXPELLED, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads,
@@ -219,7 +241,9 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_view(gossamer_agent* agent, uint64_t*
  *  (every survivor calls it); then repeat the collective. gossamer_step does
  *  this by itself. Called with no failure, it still revokes the view and
  *  starts an agreement, which every rank must join (else it times out).
- *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service,
+ *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service, or
+ *          while another thread's call runs on the agent (refused: it would
+ *          replace the communicator and optimizer that call uses),
  *          GOSSAMER_E_EXPELLED if the survivors removed this rank,
  *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_PEER_FAILURE (another peer failed: call it again). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_recover(gossamer_agent* agent);
@@ -228,7 +252,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_recover(gossamer_agent* agent);
  *  `*length` its bytes without the NUL; `*length` 0 when none is queued.
  *  Records queue from the agent's creation (at most 65,536; beyond that the
  *  oldest are dropped). When `capacity` is too small the record stays queued,
- *  `*length` is its size and the call returns GOSSAMER_E_INVALID_ARGUMENT. */
+ *  `*length` is its size and the call returns GOSSAMER_E_INVALID_ARGUMENT.
+ *  Callable from any thread, also while another call runs on the agent. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_metrics_poll(gossamer_agent* agent, char* buffer, size_t capacity,
                                                         size_t* length);
 
