@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,7 @@ using gossamer::JobKey;
 using gossamer::MemoryStore;
 using gossamer::Op;
 using gossamer::ProtocolError;
+using gossamer::Store;
 using gossamer::Tag;
 using gossamer::TimeoutError;
 namespace fo = gossamer::frame_offset;
@@ -346,6 +348,37 @@ TEST_CASE("wire: two processes that draw the job key at once read the same key",
   b.join();
   const std::uint64_t incarnation = drawIncarnation();
   CHECK(keys[1].verify(incarnation, 0, keys[0].proof(incarnation, 0)));
+}
+
+TEST_CASE("wire: a claim of the job key that times out is not followed by a set that could replace it",
+          "[wire]") {
+  // A store that cannot claim at all gets the key set; one whose claim
+  // timed out (and may still be applied by the server) does not: the draw
+  // fails with the TimeoutError instead of risking a second key.
+  struct Unanswered final : Store {
+    MemoryStore in;
+    bool timesOut = true;
+    int sets = 0;
+    void set(const std::string& k, const std::string& v) override {
+      ++sets;
+      in.set(k, v);
+    }
+    std::optional<std::string> tryGet(const std::string& k) override { return in.tryGet(k); }
+    bool claim(const std::string& key, const std::string& value) override {
+      if (timesOut) throw TimeoutError("no answer to the claim of " + key);
+      return Store::claim(key, value);  // the default: InvalidArgument, cannot claim
+    }
+  };
+  Unanswered silent;
+  CHECK_THROWS_AS(JobKey::fromStore(silent, "job/key", true, 1.0, "rank 0"), TimeoutError);
+  CHECK(silent.sets == 0);
+  Unanswered plain;
+  plain.timesOut = false;
+  const JobKey key = JobKey::fromStore(plain, "job/key", true, 1.0, "rank 0");
+  CHECK(plain.sets == 1);
+  const std::uint64_t incarnation = drawIncarnation();
+  CHECK(JobKey::fromStore(plain, "job/key", false, 1.0, "rank 1")
+            .verify(incarnation, 0, key.proof(incarnation, 0)));
 }
 
 TEST_CASE("wire: an unknown dtype is rejected at its offset", "[wire]") {

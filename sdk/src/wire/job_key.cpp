@@ -28,6 +28,12 @@ JobKey JobKey::fromStore(Store& store, const std::string& key, bool draw, double
     bool claims = true;
     try {
       store.claim(key, hex.data());
+    } catch (const TimeoutError&) {
+      // Not a store that cannot claim: one that did not answer, and may
+      // still apply the claim. Setting the key now could replace a key
+      // another rank 0 claimed, and the ranks would hold two.
+      sodium_memzero(hex.data(), hex.size());
+      throw;
     } catch (const Error&) {
       // A store that cannot claim (the default), or a directory that takes
       // no hard link (FileStore's claim): set it, the one draw's key.

@@ -16,9 +16,13 @@ namespace gossamer::zmq::store_wire {
 
 /// Largest value the store keeps, bytes: every store's (1 MiB).
 inline constexpr std::size_t kMaxStoreValueBytes = gossamer::kMaxStoreValueBytes;
-/// Most bytes (keys and values) the rendezvous server keeps in all: 256 MiB,
-/// far above a job's needs (a few small keys per rank).
+/// Most bytes the rendezvous server keeps in all: 256 MiB, far above a
+/// job's needs (a few small keys per rank). Each entry counts its key, its
+/// value and kStoreEntryOverheadBytes for the map's node and the strings'
+/// headers, so that many tiny keys are bounded too.
 inline constexpr std::size_t kMaxStoreBytes = std::size_t{256} << 20;
+/// What one entry costs the server besides its key's and value's bytes.
+inline constexpr std::size_t kStoreEntryOverheadBytes = 128;
 
 /// A request's body, checked.
 struct StoreRequest {

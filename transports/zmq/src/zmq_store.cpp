@@ -148,8 +148,10 @@ struct StoreServer::Impl {
         if (exists && request.op == store_wire::StoreRequest::Op::kClaim) {
           reply = {"ok", "0"};
         } else {
-          const std::size_t old = exists ? it->first.size() + it->second.size() : 0;
-          const std::size_t now = request.key.size() + request.value.size();
+          const std::size_t old =
+              exists ? it->first.size() + it->second.size() + store_wire::kStoreEntryOverheadBytes : 0;
+          const std::size_t now =
+              request.key.size() + request.value.size() + store_wire::kStoreEntryOverheadBytes;
           if (bytes - old + now > store_wire::kMaxStoreBytes)
             throw Error("the rendezvous store holds " + std::to_string(bytes) + " bytes; '" + request.key +
                         "' would take it past " + std::to_string(store_wire::kMaxStoreBytes));
