@@ -739,6 +739,29 @@ TEMPLATE_TEST_CASE("a peer that closes fails receives waiting on it, well before
   CHECK_THROWS_AS(r3.wait(kTimeout), PeerFailure);
 }
 
+// Once a receive saw a peer's goodbye, a send to it is refused (PeerFailure
+// naming the close), not taken and dropped: the peer reads nothing more.
+TEMPLATE_TEST_CASE("a send to a peer whose goodbye was read is refused, not dropped", "[transport]",
+                   TRANSPORTS) {
+  for (int round = 0; round < 5; ++round) {
+    Group g = TestType::make(2);
+    const auto tag = Tag::make(Op::kUser, 1);
+    std::thread closer([&] { g[1]->close(); });
+    double y = 0;
+    const double x = 1;
+    bool sawBye = false;
+    try {
+      g[0]->irecvOf<double>(1, tag, std::span<double>(&y, 1)).wait(kTimeout);
+    } catch (const PeerFailure&) {
+      sawBye = true;
+    }
+    closer.join();
+    REQUIRE(sawBye);
+    CHECK_THROWS_AS(g[0]->isendOf<double>(1, tag, std::span<const double>(&x, 1)).wait(kTimeout),
+                    PeerFailure);
+  }
+}
+
 TEMPLATE_TEST_CASE("bad arguments are rejected with InvalidArgument", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   std::vector<std::byte> buf(4);

@@ -586,6 +586,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         throw PeerFailure(dst, life_.leaving(dst) ? "cannot send: peer closed its transport"
                                                   : "cannot send: this transport is closing");
       }
+      // Its bye was read (the connection may still be open): it reads
+      // nothing more, so the send is refused rather than dropped.
+      if (life_.leaving(dst)) life_.throwGone(dst, "cannot send: peer closed its transport");
       auto req = sendLocked(c, header, data, borrowed, trailing, checksum);
       lastActivity_ = Clock::now();
       life_.countSent(data.size());
@@ -615,6 +618,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.failure) std::rethrow_exception(c.failure);
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     }
+    if (life_.leaving(dst)) life_.throwGone(dst, "cannot send: peer closed its transport");
     if (!pullTo_[static_cast<std::size_t>(dst)].load(std::memory_order_relaxed)) return std::nullopt;
     auto req = std::make_shared<detail::RequestState>();
     req->engine = shared_from_this();
@@ -1430,13 +1434,17 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (c.gone) return;
     c.gone = true;
     ::shutdown(c.fd, SHUT_RDWR);
-    std::string why = "connection lost without a goodbye (process died or network failed)";
-    if (err != 0) why += ": " + errnoText(err);
-    auto error = std::make_exception_ptr(PeerFailure(c.peer, why));
+    const bool orderly = life_.leaving(c.peer) && !c.inPayload;  // everything before the bye was read
+    std::exception_ptr error = orderly ? life_.failure(c.peer) : nullptr;  // its bye's, or its verdict
+    if (!error) {
+      std::string why = "connection lost without a goodbye (process died or network failed)";
+      if (err != 0) why += ": " + errnoText(err);
+      error = std::make_exception_ptr(PeerFailure(c.peer, why));
+    }
     c.failure = error;
     dropQueue(c, error);
     failPulls(c.peer, error);
-    if (life_.leaving(c.peer) && !c.inPayload) return;  // orderly: everything before the bye was read
+    if (orderly) return;
     if (c.claimed) c.claimed->fail(error);
     c.claimed.reset();
     c.owned.reset();
