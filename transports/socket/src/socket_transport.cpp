@@ -520,23 +520,35 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       if (c.fd < 0) c.stage.clear();
       if (c.fd < 0 && p != o.rank) (void)life_.declareFailed(p, links.why[static_cast<std::size_t>(p)]);
     }
-    wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wakeFd_ < 0) throw Error("socket transport: eventfd: " + errnoText(errno));
-    spin_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.spinSeconds));
-    lastActivity_ = Clock::now();
-    for (auto& g : links.later) admitLocked(std::move(g));  // (no other thread yet)
-    background_ =
-        std::thread([this] { survivePass("socket background progress", [this] { backgroundLoop(); }); });
+    try {
+      wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (wakeFd_ < 0) throw Error("socket transport: eventfd: " + errnoText(errno));
+      spin_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.spinSeconds));
+      lastActivity_ = Clock::now();
+      for (auto& g : links.later) admitLocked(std::move(g));  // (no other thread yet)
+      background_ =
+          std::thread([this] { survivePass("socket background progress", [this] { backgroundLoop(); }); });
+    } catch (...) {
+      closeDescriptors();  // the destructor does not run for a constructor that throws
+      throw;
+    }
   }
 
   ~Engine() override {
     stopBackground();
+    closeDescriptors();
+  }
+
+  // Every descriptor the engine owns: the connections, the retired ones and
+  // the wake-up eventfd.
+  void closeDescriptors() noexcept {
     for (auto& c : conns_)
-      if (c.fd >= 0) ::close(c.fd);
+      if (c.fd >= 0) ::close(std::exchange(c.fd, -1));
     for (auto& c : extras_)
-      if (c.fd >= 0) ::close(c.fd);
+      if (c.fd >= 0) ::close(std::exchange(c.fd, -1));
     for (const auto& r : retired_) ::close(r.fd);
-    if (wakeFd_ >= 0) ::close(wakeFd_);
+    retired_.clear();
+    if (wakeFd_ >= 0) ::close(std::exchange(wakeFd_, -1));
   }
 
   /// Global ranks this transport can address: worldSize and the ranks that may join.
@@ -1341,6 +1353,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       case FrameKind::kBye:
         life_.onBye(c.peer, c.frame.tag.segment);
         sendControlLocked(c, FrameKind::kByeAck);
+        if (sleepers_ > 0) wake();  // a receive it failed may belong to a thread asleep in poll
         return;
       case FrameKind::kByeAck:
         life_.onByeAck(c.peer);
@@ -1350,6 +1363,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         return;
       case FrameKind::kPullDone: {
         (void)pulls_.done(c.peer, c.frame.tag.step, /*failed=*/false);  // (not recorded: cancelled)
+        if (sleepers_ > 0) wake();  // the send's owner may be asleep in poll
         return;
       }
       case FrameKind::kHello:  // zmq's
@@ -1628,8 +1642,21 @@ FdGuard connectTo(const std::string& address, int p, Clock::time_point deadline,
   FdGuard fd(::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) throw Error("socket transport: socket(): " + errnoText(errno));
   tuneConnection(fd.get(), a.family);
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.length) != 0) {
-    if (errno != EINPROGRESS && errno != EAGAIN) throw PeerFailure(p, "cannot connect: " + errnoText(errno));
+  const auto connectOnce = [&] {
+    return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.length);
+  };
+  int rc = connectOnce();
+  // EAGAIN: nothing started (a Unix socket's listen backlog is full, or no
+  // local TCP port is free): try again until the deadline.
+  while (rc != 0 && errno == EAGAIN) {
+    if (Clock::now() >= deadline)
+      throw TimeoutError("socket transport: connecting to rank " + std::to_string(p) +
+                         ": its listen backlog stayed full (or no local port was free)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    rc = connectOnce();
+  }
+  if (rc != 0) {
+    if (errno != EINPROGRESS) throw PeerFailure(p, "cannot connect: " + errnoText(errno));
     pollfd pfd{fd.get(), POLLOUT, 0};
     while (::poll(&pfd, 1, millisLeft(deadline, 1000)) == 0)
       if (Clock::now() >= deadline)
