@@ -373,12 +373,13 @@ class ZmqTransport final : public Transport {
       ZmqTransport& t;
       ~Leave() { t.driving_.store(false, std::memory_order_release); }
     } leave{*this};
+    bool more = false;  // the last drain stopped with frames still queued
     while (!stop_) {
       {
         std::lock_guard<std::mutex> lk(rxMu_);
         if (handingOff_) return;
         try {
-          drainRouter(true);
+          more = drainRouter(true);
         } catch (const ::zmq::error_t& e) {
           if (e.num() == ETERM) return;
           GOSSAMER_LOG(kError, "zmq rank " << opt_.rank << ": receive error: " << e.what());
@@ -388,6 +389,7 @@ class ZmqTransport final : public Transport {
       if (!state.pending()) return;
       const auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) return;
+      if (more) continue;  // frames are still queued: ZMQ_FD would not signal them
       pollfd fd{rxFd_, POLLIN, 0};
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
       (void)::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(ms, 2)));
@@ -821,6 +823,9 @@ class ZmqTransport final : public Transport {
     }
     {
       std::lock_guard<std::mutex> lk(peer.mu);
+      // The poll set is rebuilt without the closed monitor even if the new
+      // connection fails (the peer then stays failed).
+      rebuildPoll_ = true;
       peer.monitor.close();
       connectLocked(p, hello.endpoint);
       std::lock_guard<std::mutex> ll(loansMu_);
@@ -849,6 +854,7 @@ class ZmqTransport final : public Transport {
     // ROUTER), each peer's monitor socket]
     std::vector<::zmq::pollitem_t> items;
     std::vector<int> itemPeer;
+    bool more = false;  // the last drain stopped with frames still queued: no sleep
     while (!stop_) {
       if (!started_.load(std::memory_order_relaxed)) {  // set-up: this thread alone reads the ROUTER
         if (ready_.load(std::memory_order_acquire)) {
@@ -886,9 +892,9 @@ class ZmqTransport final : public Transport {
             handoff_ = {};
             handingOff_ = false;
             handleFrame(h.id, h.parts);
-            drainRouter(false);
+            more = drainRouter(false);
           } else if (!driving_.load(std::memory_order_acquire)) {
-            drainRouter(false);
+            more = drainRouter(false);
           }
           for (std::size_t i = 2; i < items.size(); ++i)
             if (items[i].revents & ZMQ_POLLIN) readMonitor(itemPeer[i]);
@@ -911,7 +917,8 @@ class ZmqTransport final : public Transport {
         const bool waiterReads = driving_.load(std::memory_order_acquire);
         items[1].events = waiterReads ? 0 : ZMQ_POLLIN;
         for (auto& item : items) item.revents = 0;
-        ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(waiterReads ? 1 : 10));
+        ::zmq::poll(items.data(), items.size(), std::chrono::milliseconds(more ? 0 : waiterReads ? 1 : 10));
+        more = false;
         if (items[0].revents & ZMQ_POLLIN) {
           std::uint64_t n = 0;
           (void)!::read(wakeFd_, &n, sizeof n);
@@ -936,16 +943,23 @@ class ZmqTransport final : public Transport {
                std::uint8_t(FrameKind::kHello);
   }
 
-  // Reads and handles every message queued on the ROUTER (caller holds
-  // rxMu_). `waiter`: called by a waiting thread (drive), which hands a
-  // hello to the progress thread (handoff_) and stops there.
-  void drainRouter(bool waiter) {
+  // Reads and handles the messages queued on the ROUTER (caller holds
+  // rxMu_), up to kDrainBatch: true if it stopped there with more queued
+  // (ZMQ_FD will not signal them: the caller drains again before it sleeps
+  // on that descriptor). `waiter`: called by a waiting thread (drive), which
+  // hands a hello to the progress thread (handoff_) and stops there.
+  bool drainRouter(bool waiter) {
+    // At most kDrainBatch frames a call, so that a waiter looks at its own
+    // request and deadline, and the progress thread at stop_, however fast
+    // frames keep coming.
+    constexpr int kDrainBatch = 256;
     bool rechecked = false;
-    for (;;) {
+    for (int taken = 0;; ++taken) {
+      if (taken == kDrainBatch) return true;
       ::zmq::message_t id;
       if (!rx_.recv(id, ::zmq::recv_flags::dontwait)) {
         // ZMQ_FD signals again only once ZMQ_EVENTS shows no input left.
-        if (rechecked || !(rx_.get(::zmq::sockopt::events) & ZMQ_POLLIN)) return;
+        if (rechecked || !(rx_.get(::zmq::sockopt::events) & ZMQ_POLLIN)) return false;
         rechecked = true;
         continue;
       }
@@ -962,12 +976,12 @@ class ZmqTransport final : public Transport {
       }
       if (!started_.load(std::memory_order_relaxed)) {
         stashEarly(std::move(id), parts);
-        if (readsPaused()) return;
+        if (readsPaused()) return false;  // (its poll is on the socket, which sees what is queued)
       } else if (waiter && isHello(parts)) {
         handoff_ = {std::move(id), std::move(parts)};
         handingOff_ = true;
         wakeProgress();
-        return;
+        return false;
       } else {
         handleFrame(id, parts);
       }
