@@ -202,27 +202,29 @@ void create(const Config& c, int rank, const std::string& rendezvous, gossamer_a
   auto a = std::make_shared<gossamer_agent>();
   a->rendezvous =
       std::make_unique<zmq::Rendezvous>(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-  // Whatever fails from here on (the Session, or memory for the
-  // subscription or the table's entry) gives the rendezvous's generation
-  // back: a retry in this process meets the other ranks' same agent.
+  // A Session that fails to build gives the rendezvous's generation back: a
+  // retry in this process meets the other ranks' same agent. Once it is
+  // built the other ranks have used that generation too, so a failure
+  // after it (memory for the subscription or the table's entry) keeps it:
+  // a retry then meets their next one.
   try {
     a->session = std::make_unique<Session>(c, rank, a->rendezvous->store(), bindings::builtins());
-    a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
-      std::lock_guard<std::mutex> lk(q->mu);
-      if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
-      q->lines.push_back(r.json);
-    });
-    LiveAgents& t = live();
-    std::lock_guard<std::mutex> lk(t.mu);
-    // NOLINTNEXTLINE(performance-no-int-to-ptr): an opaque handle, never dereferenced
-    auto* const handle = reinterpret_cast<gossamer_agent*>(t.last + 1);
-    t.agents.emplace(handle, a);  // copies `a`: on a throw, the catch below still has the agent
-    ++t.last;
-    *out = handle;
   } catch (...) {
     a->rendezvous->giveBack();
     throw;
   }
+  a->session->agent().metrics().subscribe([q = a->records](const MetricsRecord& r) {
+    std::lock_guard<std::mutex> lk(q->mu);
+    if (q->lines.size() == RecordQueue::kCapacity) q->lines.pop_front();
+    q->lines.push_back(r.json);
+  });
+  LiveAgents& t = live();
+  std::lock_guard<std::mutex> lk(t.mu);
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): an opaque handle, never dereferenced
+  auto* const handle = reinterpret_cast<gossamer_agent*>(t.last + 1);
+  t.agents.emplace(handle, std::move(a));
+  ++t.last;
+  *out = handle;
 }
 
 DistributedOptimizer& optimizerOf(gossamer_agent& a) {
