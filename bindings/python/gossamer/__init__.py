@@ -239,6 +239,23 @@ def _bump_version(data: Any) -> None:
         data.detach().view(-1)[:0].zero_()
 
 
+def _check_json_ints(value: Any) -> None:
+    """Raises ValueError for an int in ``value`` (or in its lists, tuples and
+    dicts) outside ``[-2**63, 2**64)``, which the metrics' JSON reader cannot
+    hold."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value <= _UINT64_MAX:
+            raise ValueError(f"the int {value} is outside [-2**63, 2**64)")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_json_ints(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_json_ints(v)
+
+
 def _int_arg(value: Any, name: str) -> int:
     """``value`` as an int: a Python int or a NumPy integer, not a bool.
 
@@ -767,9 +784,11 @@ class Agent:
         ``step``: an int in ``[0, 2**64)``. (C++: ``Metrics::emit``.)
 
         Raises:
-            TypeError: a value that is not JSON-serialisable, a step that is
-            not an int. InvalidArgument: an empty kind, a step outside
-            ``[0, 2**64)``, or a field named kind, rank, time or step.
+            TypeError: a value that is not JSON-serialisable (NaN and the
+            infinities included, and ints outside ``[-2**63, 2**64)``, which
+            JSON readers cannot hold), a step that is not an int.
+            InvalidArgument: an empty kind, a step outside ``[0, 2**64)``, or
+            a field named kind, rank, time or step.
         """
         if step is None:
             step = self._optimizer.steps if self._optimizer is not None else 0
@@ -779,7 +798,8 @@ class Agent:
         pairs = []
         for name, value in fields.items():
             try:
-                pairs.append((name, json.dumps(value, allow_nan=True)))
+                _check_json_ints(value)
+                pairs.append((name, json.dumps(value, allow_nan=False)))
             except (TypeError, ValueError) as e:
                 raise TypeError(f"metrics field {name!r}: {e}") from None
         self._core.emit_metrics(kind, step, pairs)

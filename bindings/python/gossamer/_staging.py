@@ -151,10 +151,19 @@ def staged(
     if not tensor.is_contiguous():
         raise ValueError(f"the tensor is not contiguous (shape {tuple(tensor.shape)}): pass tensor.contiguous()")
     ops = ops or ops_for(tensor)
-    flat = tensor.view(-1)
+    # Detached: the copies back write into the caller's storage, which may be
+    # a leaf that requires grad (a model's parameter), as the CPU path does.
+    flat = tensor.detach().view(-1)
     parts = chunks(flat.numel(), flat.element_size(), chunk_bytes)
     if not parts:
         return
+    # An inference tensor takes in-place writes only inside inference mode.
+    with torch.inference_mode(tensor.is_inference()):
+        _run_chunks(flat, parts, start, finish, ops, tensor)
+
+
+def _run_chunks(flat: Any, parts: List[range], start: Any, finish: Any, ops: "DeviceOps", tensor: Any) -> None:
+    """staged's pipeline over the chunks ``parts`` of the detached ``flat``."""
     size = len(parts[0])
     slots = [ops.host_buffer(size, flat.dtype) for _ in range(min(SLOTS, len(parts)))]
     back: List[Any] = [None] * len(slots)  # the copy back last issued from each slot

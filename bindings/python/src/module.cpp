@@ -570,9 +570,18 @@ PyObject* newException(py::module_& m, const char* name, PyObject* bases, const 
   return type;
 }
 
+// Text from C++ (a message, a config file's name or key) as a Python str:
+// bytes that are not UTF-8 (a YAML value, a path) become \xNN escapes
+// instead of a UnicodeDecodeError in place of the error being raised.
+py::str textOf(const std::string& s) {
+  PyObject* str = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
+  if (str == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(str);
+}
+
 void raise(PyObject* type, const std::exception& e,
            std::initializer_list<std::pair<const char*, py::object>> attrs) {
-  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", e.what()));
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, textOf(e.what()).ptr()));
   if (!instance) return;  // the call set a Python error already
   for (const auto& [k, v] : attrs) instance.attr(k) = v;
   PyErr_SetObject(type, instance.ptr());
@@ -583,7 +592,7 @@ void translate(std::exception_ptr p) {
     if (p) std::rethrow_exception(p);
   } catch (const ConfigError& e) {
     raise(exc.config, e,
-          {{"file", py::str(e.file())}, {"line", py::int_(e.line())}, {"key", py::str(e.key())}});
+          {{"file", textOf(e.file())}, {"line", py::int_(e.line())}, {"key", textOf(e.key())}});
   } catch (const ProtocolError& e) {
     raise(exc.protocol, e, {{"peer", py::int_(e.peer())}, {"offset", py::int_(e.offset())}});
   } catch (const Expelled& e) {
@@ -635,7 +644,17 @@ bool pySurvive(PyAgent& a, const py::function& fn) {
     try {
       fn();
     } catch (py::error_already_set& e) {
-      const int peer = e.value() && py::hasattr(e.value(), "peer") ? e.value().attr("peer").cast<int>() : -1;
+      // .peer as this library sets it (a rank); anything else a user's own
+      // raise put there names no rank.
+      int peer = -1;
+      if (e.value() && py::hasattr(e.value(), "peer")) {
+        const py::object given = e.value().attr("peer");
+        if (PyLong_Check(given.ptr()) && !PyBool_Check(given.ptr())) {
+          int overflow = 0;
+          const long v = PyLong_AsLongAndOverflow(given.ptr(), &overflow);
+          if (overflow == 0 && v >= -1 && v <= std::numeric_limits<int>::max()) peer = static_cast<int>(v);
+        }
+      }
       if (e.matches(exc.expelled)) throw Expelled(peer, py::str(e.value()).cast<std::string>());
       if (e.matches(exc.peerFailure)) throw PeerFailure(peer, py::str(e.value()).cast<std::string>());
       // As in C++: a timeout while the view is being revoked (a peer stalled

@@ -291,6 +291,11 @@ def test_metrics_records_reach_python_and_the_run_directory(tmp_path):
             a.note_metric("loss", "high")
         with pytest.raises(TypeError):
             a.emit_metrics("eval", model=object())
+        # What the records' JSON reader cannot hold is a TypeError too, not
+        # the reader's error.
+        for bad in (float("nan"), float("inf"), [1, -float("inf")], 10**400, {"n": 2**64}, -(2**63) - 1):
+            with pytest.raises(TypeError, match="metrics field 'value'"):
+                a.emit_metrics("eval", value=bad)
         with pytest.raises(gossamer.InvalidArgument):
             a.emit_metrics("eval", rank=3)
         with pytest.raises(gossamer.InvalidArgument):
@@ -645,3 +650,34 @@ def test_misaligned_buffers_are_refused(agent):
     opt = agent.make_optimizer([8])
     with pytest.raises(ValueError, match="params is not aligned"):
         opt.step(shifted, np.zeros(8, dtype=np.float32))
+
+
+def test_an_error_whose_text_is_not_utf8_is_raised_as_itself(tmp_path):
+    # A config value with a byte that is not UTF-8: the ConfigError, its key
+    # and file reach Python (the byte escaped), not a UnicodeDecodeError.
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"transport:\n  kind: \"z\xffq\"\nrun:\n  metrics: false\n")
+    with pytest.raises(gossamer.ConfigError) as e:
+        gossamer.Agent(str(bad), 0, 1, str(tmp_path / "rv"))
+    assert e.value.key == "transport.kind"
+    assert e.value.line == 2
+    assert "\\xff" in str(e.value)
+
+
+def test_survive_takes_a_peer_failure_whose_peer_is_not_a_rank(agent):
+    # A PeerFailure raised by the caller's own code with .peer set to
+    # something that is not a rank is still a PeerFailure (naming no rank):
+    # survive() recovers and runs fn again, instead of raising a RuntimeError
+    # from the conversion.
+    for peer in ("x", 2**70, None, True):
+        calls = []
+
+        def fn():
+            calls.append(peer)
+            if len(calls) == 1:
+                e = gossamer.PeerFailure("raised by the application")
+                e.peer = peer
+                raise e
+
+        assert agent.survive(fn) is True
+        assert len(calls) == 2

@@ -102,3 +102,27 @@ def test_a_failed_collective_waits_for_the_copies_under_way():
         _staging.staged(t, lambda h: h, finish, chunk_bytes=40, ops=ops)
     # The copy of chunk 1, issued before the failure, was completed.
     assert ("done", "down", 10) in ops.log and sum(1 for e in ops.log if e[:2] == ("done", "down")) == 2
+
+
+def test_a_parameter_and_an_inference_tensor_are_written_back_like_any_tensor():
+    # A model's parameter (a leaf that requires grad) and a tensor made in
+    # inference mode take the copies back, as the CPU path's do; the first
+    # chunk's collective used to run before the copy back refused them.
+    for make in (lambda: torch.nn.Parameter(torch.arange(300, dtype=torch.float32)), None):
+        if make is None:
+            with torch.inference_mode():
+                t = torch.arange(300, dtype=torch.float32)
+        else:
+            t = make()
+        collectives = []
+
+        def start(host):
+            collectives.append(host.numel())
+            host.mul_(2)
+            return host
+
+        _staging.staged(t, start, lambda h: None, chunk_bytes=400, ops=LazyOps())
+        assert torch.equal(t.detach(), torch.arange(300, dtype=torch.float32) * 2)
+        assert collectives == [100, 100, 100]
+        if make is not None:
+            assert t.requires_grad and t.grad_fn is None
