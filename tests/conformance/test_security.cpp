@@ -40,6 +40,17 @@ void sendFrame(::zmq::socket_t& s, std::uint32_t source, const Tag& tag,
   s.send(::zmq::buffer(payload.data(), payload.size()), ::zmq::send_flags::none);
 }
 
+// Rank `rank` of `world` over zmq tcp on loopback, waiting at most `timeout` s.
+gossamer::zmq::Options loopback(int rank, int world, double timeout) {
+  gossamer::zmq::Options o;
+  o.rank = rank;
+  o.worldSize = world;
+  o.protocol = "tcp";
+  o.host = "127.0.0.1";
+  o.timeoutSeconds = timeout;
+  return o;
+}
+
 bool logged(LogCapture& log, const std::string& needle) {
   for (const auto& [level, text] : log.lines())
     if (text.find(needle) != std::string::npos) return true;
@@ -194,15 +205,7 @@ TEST_CASE("zmq: during set-up nothing is kept from a connection whose hello does
   // without bound, and the frames went to the real rank 1's receives).
   LogCapture log;
   MemoryStore store;
-  const auto rankOf = [&](int r) {
-    gossamer::zmq::Options o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.protocol = "tcp";
-    o.host = "127.0.0.1";
-    o.timeoutSeconds = 20;
-    return gossamer::zmq::makeTransport(o, store);
-  };
+  const auto rankOf = [&](int r) { return gossamer::zmq::makeTransport(loopback(r, 2, 20), store); };
   std::unique_ptr<Transport> rank0;
   std::thread setUp([&] { rank0 = rankOf(0); });
   const std::string address = store.get("gossamer/zmq/0", 10.0);
@@ -269,14 +272,8 @@ TEST_CASE("zmq: a set-up that fails after connecting to some peers throws instea
         MemoryStore store;
         store.set("gossamer/zmq/1", "tcp://127.0.0.1:1");
         store.set("gossamer/zmq/2", "bogus://x");
-        gossamer::zmq::Options o;
-        o.rank = 0;
-        o.worldSize = 3;
-        o.protocol = "tcp";
-        o.host = "127.0.0.1";
-        o.timeoutSeconds = 5;
         try {
-          gossamer::zmq::makeTransport(o, store);
+          gossamer::zmq::makeTransport(loopback(0, 3, 5), store);
         } catch (const Error& e) {
           return std::string(std::string(e.what()).find("zmq rank 0") == std::string::npos ? e.what() : "");
         }
@@ -307,17 +304,8 @@ TEST_CASE("zmq: hellos a stranger sends before the job's key is read do not make
   };
   MemoryStore store;
   HeldKey held(store);
-  gossamer::zmq::Options o;
-  o.worldSize = 2;
-  o.protocol = "tcp";
-  o.host = "127.0.0.1";
-  o.timeoutSeconds = 20;
   std::unique_ptr<Transport> rank0, rank1;
-  std::thread setUp1([&] {
-    auto p = o;
-    p.rank = 1;
-    rank1 = gossamer::zmq::makeTransport(p, held);
-  });
+  std::thread setUp1([&] { rank1 = gossamer::zmq::makeTransport(loopback(1, 2, 20), held); });
   const std::string address = store.get("gossamer/zmq/1", 10.0);
   ::zmq::context_t ctx;
   std::vector<::zmq::socket_t> forgers;
@@ -332,13 +320,9 @@ TEST_CASE("zmq: hellos a stranger sends before the job's key is read do not make
     s.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
     s.send(::zmq::buffer(hello.data(), hello.size()), ::zmq::send_flags::none);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the forged hellos arrive first
-  {
-    auto p = o;
-    p.rank = 0;
-    rank0 = gossamer::zmq::makeTransport(p, store);  // draws the key, says hello to rank 1
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's hello arrives before the key
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));      // the forged hellos arrive first
+  rank0 = gossamer::zmq::makeTransport(loopback(0, 2, 20), store);  // draws the key, says hello to rank 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));      // rank 0's hello arrives before the key
   held.open = true;
   setUp1.join();
   REQUIRE(rank1 != nullptr);
@@ -365,22 +349,9 @@ TEST_CASE("zmq: a routing id that spells a peer's rank another way does not spea
   spy.set(::zmq::sockopt::linger, 0);
   spy.bind("tcp://127.0.0.1:*");
   store.set("gossamer/zmq/2", spy.get(::zmq::sockopt::last_endpoint));  // rank 2: this test
-  gossamer::zmq::Options o;
-  o.worldSize = 3;
-  o.protocol = "tcp";
-  o.host = "127.0.0.1";
-  o.timeoutSeconds = 10;
   std::unique_ptr<Transport> rank0, rank1;
-  std::thread setUp0([&] {
-    auto p = o;
-    p.rank = 0;
-    rank0 = gossamer::zmq::makeTransport(p, store);
-  });
-  std::thread setUp1([&] {
-    auto p = o;
-    p.rank = 1;
-    rank1 = gossamer::zmq::makeTransport(p, store);
-  });
+  std::thread setUp0([&] { rank0 = gossamer::zmq::makeTransport(loopback(0, 3, 10), store); });
+  std::thread setUp1([&] { rank1 = gossamer::zmq::makeTransport(loopback(1, 3, 10), store); });
   setUp0.join();
   setUp1.join();
   REQUIRE(rank0 != nullptr);
@@ -406,12 +377,9 @@ TEST_CASE("zmq: a routing id that spells a peer's rank another way does not spea
   alias.set(::zmq::sockopt::linger, 0);
   alias.set(::zmq::sockopt::routing_id, "0" + id1);
   alias.connect(*store.tryGet("gossamer/zmq/0"));
-  const std::array<std::byte, 8> evil{std::byte{'E'}, std::byte{'V'}, std::byte{'I'}, std::byte{'L'}};
-  const auto header = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 7), evil);
   std::array<std::byte, 8> got{};
   auto r = rank0->irecv(std::vector<int>{1}, Tag::make(Op::kUser, 7), got);
-  alias.send(::zmq::buffer(header.data(), header.size()), ::zmq::send_flags::sndmore);
-  alias.send(::zmq::buffer(evil.data(), evil.size()), ::zmq::send_flags::none);
+  sendFrame(alias, 1, Tag::make(Op::kUser, 7), std::vector<std::byte>(8, std::byte{'E'}));
   const auto strangers = [&] {
     return rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kStranger)];
   };

@@ -17,20 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "c_checks.h"
 #include "gossamer/gossamer.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                                              \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error %s: %s\n", __FILE__, __LINE__, #cond, \
-              gossamer_status_name(gossamer_last_error()), gossamer_last_error_message());       \
-      ++failures;                                                                                \
-    }                                                                                            \
-  } while (0)
-
-static char scratch[256];
 
 static const char* path_in(const char* name) {
   static char path[512];
@@ -376,21 +364,12 @@ static void one_rank(void) {
 }
 
 int main(void) {
-  const char* tmp = getenv("TMPDIR");
-  snprintf(scratch, sizeof scratch, "%s/gossamer-c-api-XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
-  if (mkdtemp(scratch) == NULL) {
-    perror("mkdtemp");
-    return 2;
-  }
+  if (make_scratch("gossamer-c-api") != 0) return 2;
   versions();
   null_arguments();
   bad_config();
   killed_peer(); /* these fork: before this process starts any agent's threads */
   recovered_job();
   one_rank();
-  char command[600];
-  snprintf(command, sizeof command, "rm -rf '%s'", scratch);
-  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", scratch);
-  if (failures == 0) printf("gossamer C API: every check passed\n");
-  return failures == 0 ? 0 : 1;
+  return finish("gossamer C API");
 }

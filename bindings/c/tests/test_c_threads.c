@@ -25,20 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "c_checks.h"
 #include "gossamer/gossamer.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                                              \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error %s: %s\n", __FILE__, __LINE__, #cond, \
-              gossamer_status_name(gossamer_last_error()), gossamer_last_error_message());       \
-      ++failures;                                                                                \
-    }                                                                                            \
-  } while (0)
-
-static char scratch[256];
 
 /* The refusal of a call made while another thread's call runs. */
 static int busy_refusal(gossamer_status s) {
@@ -279,17 +267,8 @@ static void calls_while_a_barrier_waits(void) {
 }
 
 int main(void) {
-  const char* tmp = getenv("TMPDIR");
-  snprintf(scratch, sizeof scratch, "%s/gossamer-c-threads-XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
-  if (mkdtemp(scratch) == NULL) {
-    perror("mkdtemp");
-    return 2;
-  }
+  if (make_scratch("gossamer-c-threads") != 0) return 2;
   step_loop_against_make_optimizer();
   calls_while_a_barrier_waits();
-  char command[600];
-  snprintf(command, sizeof command, "rm -rf '%s'", scratch);
-  if (system(command) != 0) fprintf(stderr, "could not remove %s\n", scratch);
-  if (failures == 0) printf("gossamer C API threads: every check passed\n");
-  return failures == 0 ? 0 : 1;
+  return finish("gossamer C API threads");
 }
