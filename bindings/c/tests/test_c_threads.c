@@ -54,7 +54,8 @@ static const size_t kTensors[2] = {kParams / 2, kParams / 2};
 
 typedef struct {
   gossamer_agent* agent;
-  long ok, refused;     /* the loop's statuses: OK, the refusal */
+  atomic_long ok;       /* the loop's statuses: OK (read by the other thread) */
+  long refused;         /* ... and the refusal */
   gossamer_status last; /* the status that ended the loop (OK: its 120 s ran out) */
   char last_message[512];
 } stepper;
@@ -92,13 +93,16 @@ static void step_loop_against_make_optimizer(void) {
   if (a == NULL) return;
   CHECK(gossamer_make_optimizer(a, kTensors, 2) == GOSSAMER_OK);
   stepper s = {a, 0, 0, GOSSAMER_OK, ""};
+  atomic_init(&s.ok, 0);
   pthread_t t;
   if (pthread_create(&t, NULL, step_loop, &s) != 0) {
     perror("pthread_create");
     exit(2);
   }
   long made = 0, refused = 0, other = 0;
-  for (int i = 0; i < 300; ++i) {
+  /* 300 calls, and on until steps ran between optimizers made (60 s at most). */
+  const double deadline = now_seconds() + 60;
+  for (int i = 0; (i < 300 || atomic_load(&s.ok) == 0 || made == 0) && now_seconds() < deadline; ++i) {
     const gossamer_status st = gossamer_make_optimizer(a, kTensors, 2);
     if (st == GOSSAMER_OK)
       ++made;
@@ -110,6 +114,7 @@ static void step_loop_against_make_optimizer(void) {
     CHECK(gossamer_agent_world_size(a, &n) == GOSSAMER_OK && n == 1); /* any thread, any time */
   }
   CHECK(other == 0);
+  CHECK(made > 0 && atomic_load(&s.ok) > 0); /* the two took turns, at least once */
   /* Closed while the loop runs: its next call finds the agent closed, or a
    * step in flight is cancelled. */
   CHECK(gossamer_agent_close(a) == GOSSAMER_OK);
@@ -118,7 +123,7 @@ static void step_loop_against_make_optimizer(void) {
          strstr(s.last_message, "not a live gossamer_agent") != NULL) ||
         s.last == GOSSAMER_E_CANCELLED);
   fprintf(stderr, "steps: %ld ok, %ld refused, ended by %s: %s; make_optimizer: %ld made, %ld refused\n",
-          s.ok, s.refused, gossamer_status_name(s.last), s.last_message, made, refused);
+          atomic_load(&s.ok), s.refused, gossamer_status_name(s.last), s.last_message, made, refused);
   CHECK(gossamer_step(a, NULL, NULL, 0) == GOSSAMER_E_INVALID_ARGUMENT);
   CHECK(strstr(gossamer_last_error_message(), "not a live gossamer_agent") != NULL);
 }

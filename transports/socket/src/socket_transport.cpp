@@ -786,12 +786,14 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                                                   << " errors so far): " << e.what());
           }
           gateFrom = pollSetLocked(pfds);
+          ++sleepers_;  // before unlocking: a send queued meanwhile wakes it to add POLLOUT
         } else {
           pfds.assign(1, pollfd{wakeFd_, POLLIN, 0});
           gateFrom = 1;
         }
       }
       ::poll(pfds.data(), pfds.size(), idle ? 50 : 1);
+      if (idle) --sleepers_;
       noteGate(pfds, gateFrom);
       if (pfds.back().revents & POLLIN) {
         std::uint64_t v;

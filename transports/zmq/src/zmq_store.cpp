@@ -96,7 +96,7 @@ struct StoreServer::Impl {
   ::zmq::socket_t sock{ctx, ::zmq::socket_type::router};
   std::string endpoint;
   std::map<std::string, std::string> kv;
-  std::size_t bytes = 0;  // keys and values in kv
+  std::size_t bytes = 0;  // keys and values in kv, and kStoreEntryOverheadBytes per entry
   std::atomic<bool> stop{false};
   std::thread thread;
 

@@ -110,38 +110,47 @@ std::size_t openDescriptors() {
   return n;
 }
 
-/// The context of a transport of `capacity` ranks, with room for its
-/// sockets: per peer a DEALER, its monitor's PAIR and libzmq's end of that,
-/// plus the ROUTER, CURVE's handler and a margin (libzmq's default, 1023,
-/// stops at about 340 ranks). The process must be able to open the
-/// descriptors they take, about 5 per peer (the DEALER's connection and
-/// mailbox, the two monitor mailboxes, the peer's connection to the ROUTER):
-/// libzmq aborts the process when it runs out, so the soft limit
-/// (RLIMIT_NOFILE) is raised towards the hard one when it is short, and a
-/// job that cannot fit is refused here.
-/// @throws Error naming the descriptors needed and the limits.
-::zmq::context_t contextFor(int rank, int capacity) {
-  const std::size_t need = 5 * static_cast<std::size_t>(capacity) + 64;
+/// Makes sure the process may open `more` descriptors besides those it has
+/// (for `what`): libzmq aborts the process when it runs out, so the soft
+/// limit (RLIMIT_NOFILE) is raised towards the hard one when it is short.
+/// @throws Error naming the descriptors needed and the limits, when even
+///         the hard limit is too low.
+void ensureDescriptors(int rank, std::size_t more, const std::string& what) {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    const auto want = static_cast<rlim_t>(openDescriptors() + need);
-    if (want > lim.rlim_cur) {
-      const rlim_t raised = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
-      const rlimit next{raised, lim.rlim_max};
-      if (raised > lim.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &next) == 0) {
-        GOSSAMER_LOG(kInfo, "zmq rank " << rank << ": raised the open-file limit from " << lim.rlim_cur
-                                        << " to " << raised << " for " << capacity << " ranks");
-        lim.rlim_cur = raised;
-      }
-      if (want > lim.rlim_cur)
-        throw Error(
-            "zmq rank " + std::to_string(rank) + ": " + std::to_string(capacity) + " ranks need about " +
-            std::to_string(need) + " more file descriptors (" + std::to_string(openDescriptors()) +
-            " open), above the limit of " + std::to_string(lim.rlim_cur) + " (hard limit " +
-            (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
-            "): raise it (ulimit -n) or use fewer ranks per process");
-    }
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+  const auto want = static_cast<rlim_t>(openDescriptors() + more);
+  if (want <= lim.rlim_cur) return;
+  const rlim_t raised = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+  const rlimit next{raised, lim.rlim_max};
+  if (raised > lim.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &next) == 0) {
+    GOSSAMER_LOG(kInfo, "zmq rank " << rank << ": raised the open-file limit from " << lim.rlim_cur << " to "
+                                    << raised << " for " << what);
+    lim.rlim_cur = raised;
   }
+  if (want > lim.rlim_cur)
+    throw Error("zmq rank " + std::to_string(rank) + ": " + what + " need about " + std::to_string(more) +
+                " more file descriptors (" + std::to_string(openDescriptors()) +
+                " open), above the limit of " + std::to_string(lim.rlim_cur) + " (hard limit " +
+                (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
+                "): raise it (ulimit -n) or use fewer ranks per process");
+}
+
+/// Descriptors a peer's connection takes: the DEALER's connection and
+/// mailbox, the two monitor mailboxes, the peer's connection to the ROUTER.
+constexpr std::size_t kDescriptorsPerPeer = 5;
+
+/// The context of a transport of `worldSize` ranks at the start and room
+/// for `capacity` (max_world_size), with room for the sockets of all of
+/// them: per peer a DEALER, its monitor's PAIR and libzmq's end of that,
+/// plus the ROUTER, CURVE's handler and a margin (libzmq's default, 1023,
+/// stops at about 340 ranks). The descriptors of the ranks at the start
+/// are made sure of here (ensureDescriptors), those of a rank that joins
+/// when it does.
+/// @throws Error from ensureDescriptors, or when libzmq cannot hold that
+///         many sockets.
+::zmq::context_t contextFor(int rank, int worldSize, int capacity) {
+  ensureDescriptors(rank, kDescriptorsPerPeer * static_cast<std::size_t>(worldSize) + 64,
+                    std::to_string(worldSize) + " ranks");
   ::zmq::context_t ctx(1);
   const int sockets = std::max(3 * capacity + 64, ZMQ_MAX_SOCKETS_DFLT);
   const int most = zmq_ctx_get(ctx.handle(), ZMQ_SOCKET_LIMIT);
@@ -218,7 +227,7 @@ class ZmqTransport final : public Transport {
         capacity_(std::max(o.worldSize, o.maxWorldSize)),
         box_(capacity_),
         life_("zmq", o.rank, capacity_, box_),
-        ctx_(contextFor(o.rank, capacity_)),
+        ctx_(contextFor(o.rank, o.worldSize, capacity_)),
         rx_(ctx_, ::zmq::socket_type::router) {
     if (o.recycleReceiveBuffers) recycleFreedBuffers();
     byeLinger_ = std::min(o.lingerSeconds, 0.05);
@@ -827,6 +836,8 @@ class ZmqTransport final : public Transport {
       // connection fails (the peer then stays failed).
       rebuildPoll_ = true;
       peer.monitor.close();
+      if (connections == 0)
+        ensureDescriptors(opt_.rank, kDescriptorsPerPeer, "rank " + std::to_string(p) + " joining");
       connectLocked(p, hello.endpoint);
       std::lock_guard<std::mutex> ll(loansMu_);
       peer.droppedWhy.clear();
@@ -1473,6 +1484,7 @@ class ZmqTransport final : public Transport {
 
   void readMonitor(int p) {
     auto& peer = *peers_[static_cast<std::size_t>(p)];
+    if (peer.monitor.handle() == nullptr) return;  // closed by a reconnect that failed (onHello)
     ::zmq::message_t ev, addr;
     while (peer.monitor.recv(ev, ::zmq::recv_flags::dontwait)) {
       if (peer.monitor.get(::zmq::sockopt::rcvmore)) (void)peer.monitor.recv(addr, ::zmq::recv_flags::none);
