@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cancel_race.hpp"
+#include "process.hpp"
 #include "threads.hpp"
 
 #include <algorithm>
@@ -268,7 +269,7 @@ TEST_CASE(
     INFO(e.what());
     CHECK(e.peer() == 0);
     CHECK(std::string(e.what()).find("frame 0 never arrived, while 1 later ones did") != std::string::npos);
-    CHECK(std::string(e.what()).find("exceeded the largest frame this rank takes (1072 bytes)") !=
+    CHECK(std::string(e.what()).find("exceeded the largest frame this rank takes (1112 bytes)") !=
           std::string::npos);
   }
   const auto stats = g[1]->stats();
@@ -332,9 +333,13 @@ TEST_CASE(
   constexpr std::size_t kBytes = std::size_t{24} << 20;
   constexpr auto kUntouched = std::byte{0xA5};
   int midway = 0;
-  // Four rounds, and more (at most 40) until one cancel came midway: a
-  // loaded machine may run the cancel late.
-  for (int round = 0; round < 4 || (midway == 0 && round < 40); ++round) {
+  // Only shm receives in place; over tcp the payload lands in the
+  // transport's memory and is copied into the receive whole (tcp;ofi_rxm
+  // cannot take back a piece under way). Four rounds, and with shm more (at
+  // most 40) until one cancel came midway: a loaded machine may run the
+  // cancel late.
+  const bool inPlace = provider == "shm";
+  for (int round = 0; round < 4 || (inPlace && midway == 0 && round < 40); ++round) {
     INFO("round " << round);
     const auto tag = Tag::make(Op::kUser, 100 + static_cast<std::uint64_t>(round));
     auto sent = randomBytes(kBytes, static_cast<unsigned>(round));
@@ -368,8 +373,11 @@ TEST_CASE(
     CHECK(second == sent);  // nothing lost
   }
   // The payload arrives over several milliseconds; the cancel comes right
-  // after its first piece.
-  CHECK(midway >= 1);
+  // after its first piece. (Not received in place, it is never seen half.)
+  if (inPlace)
+    CHECK(midway >= 1);
+  else
+    CHECK(midway == 0);
 }
 
 TEST_CASE("a receive cancelled while its payload's announcement is being claimed loses nothing",
@@ -483,6 +491,189 @@ TEST_CASE("shm endpoints get names of their own, and files of killed processes a
   CHECK(shmFiles(self) == std::vector<std::string>{live});
   std::filesystem::remove("/dev/shm/" + live);
   if (squatted) std::filesystem::remove("/dev/shm/" + squatter);
+}
+
+namespace {
+
+long openFds() {
+  return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                       std::filesystem::directory_iterator{});
+}
+
+/// Rank 1 sends one double to rank 0, which must receive it (a restarted
+/// rank 1 is taken in on its hello: PeerFailures for the old one are retried,
+/// bounded).
+bool reaches(std::vector<std::unique_ptr<Transport>>& g, double x) {
+  const auto tag = Tag::make(Op::kUser, 1);
+  g[1]->isendOf<double>(0, tag, std::span<const double>(&x, 1));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    double y = 0;
+    try {
+      g[0]->irecvOf<double>(1, tag, std::span<double>(&y, 1)).wait(kTimeout);
+      return y == x;
+    } catch (const PeerFailure&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return false;
+}
+
+libfabric::Options rankOptions(int r, const std::string& provider) {
+  libfabric::Options o;
+  o.rank = r;
+  o.worldSize = 2;
+  o.provider = provider;
+  o.timeoutSeconds = kTimeout;
+  o.lingerSeconds = 0.2;
+  return o;
+}
+
+}  // namespace
+
+// Each restart of a peer used to leave its old address in the survivor's
+// address vector (and, with shm, its pidfd open): shm's address vector holds
+// 256 peers, so the 255th restart was refused ("fi_av_insert ... (0
+// inserted)"). The old process's entry and pidfd are released once nothing
+// posted to or from it is left.
+TEST_CASE("a peer restarted 260 times is taken in every time, and the survivor keeps no fd for the old ones",
+          "[transport][libfabric]") {
+  MemoryStore store;
+  auto g = pairOf(
+      "shm", [](int, libfabric::Options& o) { o.lingerSeconds = 0.2; }, store);
+  REQUIRE(reaches(g, 1));
+  const long before = openFds();
+  for (int i = 0; i < 260; ++i) {
+    INFO("restart " << i);
+    g[1]->abort();
+    g[1].reset();
+    g[1] = libfabric::makeTransport(rankOptions(1, "shm"), store);
+    REQUIRE(reaches(g, 2 + i));
+  }
+  // The old processes' pidfds are closed after a grace period (bounded wait).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (openFds() > before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(openFds() <= before);
+  for (auto& t : g) t->abort();
+}
+
+// A hello (a restarted or joining process's first frame) carries an address
+// of up to kMaxHelloEndpoint bytes: frame buffers sized for inlineBytes alone
+// truncated it, and the new process was never taken in.
+TEST_CASE("a survivor with inlineBytes 0 takes in a restarted peer", "[transport][libfabric]") {
+  const std::string provider = GENERATE(as<std::string>{}, "tcp", "shm");
+  INFO("provider " << provider);
+  MemoryStore store;
+  auto g = pairOf(
+      provider, [](int r, libfabric::Options& o) { o.inlineBytes = r == 0 ? 0 : 8192; }, store);
+  REQUIRE(reaches(g, 1));
+  for (int i = 0; i < 3; ++i) {
+    g[1]->abort();
+    g[1].reset();
+    g[1] = libfabric::makeTransport(rankOptions(1, provider), store);
+    CHECK(reaches(g, 2 + i));
+  }
+  CHECK(g[0]->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kOversized)] == 0);
+  for (auto& t : g) t->abort();
+}
+
+namespace {
+/// A store that corrupts rank 1's published address: one byte more.
+class LongAddressStore final : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override {
+    const bool rank1 = key.size() > 12 && key.compare(key.size() - 12, 12, "/libfabric/1") == 0;
+    inner_.set(key, rank1 ? value + "00" : value);
+  }
+  std::optional<std::string> tryGet(const std::string& key) override { return inner_.tryGet(key); }
+
+ private:
+  MemoryStore inner_;
+};
+}  // namespace
+
+TEST_CASE("a published address of the wrong length is refused before fi_av_insert reads it",
+          "[transport][libfabric]") {
+  LongAddressStore store;
+  const long before = openFds();
+  std::vector<std::string> errors(2);
+  onEveryRank(2, [&](int r) {
+    try {
+      auto o = rankOptions(r, "tcp");
+      o.timeoutSeconds = 5;
+      auto t = libfabric::makeTransport(o, store);
+      t->abort();
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  INFO(errors[0]);
+  CHECK(errors[0].find("rank 1 published an address of") != std::string::npos);
+  CHECK(openFds() <= before + 4);  // (rank 1 may still hold its endpoint's sockets briefly)
+}
+
+// tcp;ofi_rxm cannot take back a payload piece whose transfer began: a sender
+// stopped mid-payload (SIGSTOP) that resumed later had the provider write into
+// the receive's buffer after the receive failed and after cancel() returned.
+// Over tcp payloads are not received in place: the receive fails with the
+// peer's PeerFailure (heartbeats), cancel() returns, and the buffer is never
+// written again.
+TEST_CASE(
+    "a receive from a peer stopped mid-payload fails with PeerFailure, and nothing writes into it later",
+    "[transport][libfabric]") {
+  gossamer::testing::TempDir dir;
+  REQUIRE(!dir.path().empty());
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  const auto go = Tag::make(Op::kUser, 1), big = Tag::make(Op::kUser, 2);
+  const auto options = [](int r) {
+    auto o = rankOptions(r, "tcp");
+    o.timeoutSeconds = 8;
+    o.peerTimeoutSeconds = 1;
+    return o;
+  };
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      FileStore store(dir.path());
+      auto t = libfabric::makeTransport(options(1), store);
+      std::byte b{};
+      t->irecv(std::vector<int>{0}, go, std::span<std::byte>(&b, 1)).wait(20);
+      std::vector<std::byte> data(kBytes, std::byte{0x55});
+      t->isend(0, big, data, DType::kBytes);
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+      ::raise(SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      t->abort();
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  FileStore store(dir.path());
+  auto t = libfabric::makeTransport(options(0), store);
+  std::vector<std::byte> buf(kBytes, std::byte{0xAA});
+  auto r = t->irecv(std::vector<int>{1}, big, buf);
+  std::byte b{1};
+  t->isend(1, go, std::span<const std::byte>(&b, 1), DType::kBytes);
+  bool completed = false;
+  try {
+    r.wait(30);
+    completed = true;  // (all of it arrived before the stop: a very fast machine)
+  } catch (const PeerFailure& e) {
+    INFO(e.what());
+    CHECK(e.peer() == 1);
+  }
+  r.cancel();
+  if (completed) CHECK(std::all_of(buf.begin(), buf.end(), [](std::byte x) { return x == std::byte{0x55}; }));
+  std::fill(buf.begin(), buf.end(), std::byte{0xAA});
+  // Let the sender stream the rest (bounded: it stops once it is done).
+  ::kill(child, SIGCONT);
+  const auto status = gossamer::testing::waitBounded(child, 30);
+  CHECK(status.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(std::all_of(buf.begin(), buf.end(), [](std::byte x) { return x == std::byte{0xAA}; }));
+  t->abort();
 }
 
 #endif  // GOSSAMER_HAVE_LIBFABRIC

@@ -397,6 +397,9 @@ void LibfabricTransport::teardown() {
     if (peer->pidfd >= 0) ::close(peer->pidfd);
     peer->pidfd = -1;
   }
+  for (const auto& r : retired_)  // (their addresses go with the address vector)
+    if (r.pidfd >= 0) ::close(r.pidfd);
+  retired_.clear();
   drainBulk();
   if (bulkPosted_ > 0) abandonEndpoint();
   ep_.reset();

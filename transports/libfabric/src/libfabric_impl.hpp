@@ -16,7 +16,8 @@
 // Request::cancel() returned. So a message lands in transport-owned memory
 // first and the sdk Mailbox matches it with posted receives (one copy, as in
 // the zmq transport), except a large payload whose receive is posted before
-// its announcement: that one is received in place, and a cancel has the
+// its announcement, with shm: that one is received in place (not over
+// tcp;ofi_rxm, which cannot take back a piece under way), and a cancel has the
 // progress thread take it back first (CopyGuard, takeBack).
 //
 // Wire protocol. Every message is a tagged send. A 64-bit "envelope" names
@@ -149,6 +150,8 @@ constexpr int sourceOf(std::uint64_t tag) { return static_cast<int>((tag >> kSou
 constexpr std::size_t kAnnouncePiece = kFrameHeaderBytes, kAnnounceFirst = kFrameHeaderBytes + 8,
                       kAnnounceCheck = kFrameHeaderBytes + 16, kAnnounceBytes = kFrameHeaderBytes + 24;
 constexpr std::size_t kPoolBuffers = 64;
+/// Largest hello payload (wire.hpp): incarnation, proof, endpoint.
+constexpr std::size_t kMaxHelloPayload = 8 + kHelloProofBytes + kMaxHelloEndpoint;
 /// Largest message sent with fi_tinject (no completion, no buffer kept), bytes.
 constexpr std::size_t kInjectMax = 4096;
 /// Frames that may arrive ahead of a missing one from one peer before it is a protocol error.
@@ -314,6 +317,13 @@ struct InboundMsg {
 /// only the progress thread posts them, and never while holding `mu`, so an
 /// application thread never waits on a thread that is inside libfabric.
 struct PeerTx {
+  PeerTx() = default;
+  PeerTx(const PeerTx&) = delete;
+  PeerTx& operator=(const PeerTx&) = delete;
+  /// (teardown() closes the pidfd; this covers a constructor that threw midway.)
+  ~PeerTx() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
   std::mutex mu;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   std::uint64_t frameSeq = 0, bulkSeq = 0;
@@ -598,6 +608,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // message then goes on as one that found no receive.
   void takeBack(InboundMsg& msg);
 
+  // Progress thread: releases the address-vector entries and pidfds of
+  // replaced processes once no send to them nor payload piece from them is
+  // posted any more (and a grace period passed).
+  void retireOld(Clock::time_point now);
+
   // An in-place payload whose peer failed, once the provider gave all its
   // pieces back: its receive fails with the peer's error.
   void releaseClaim(InboundMsg& msg);
@@ -681,7 +696,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   detail::InfoPtr info_;
   std::string provider_;
   bool mrLocal_ = false, cqWaits_ = false, heartbeats_ = true;
+  bool inPlace_ = false;       ///< large payloads may be received into a posted receive's buffer (shm)
   bool namesSenders_ = false;  ///< the provider reports each message's source endpoint (FI_SOURCE)
+  std::size_t addrLen_ = 0;    ///< bytes of this provider's endpoint addresses (fi_getname)
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
   FidPtr<fid_fabric> fabric_;
@@ -718,6 +735,16 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::size_t bulkPosted_ = 0;      ///< payload-piece receives posted and not completed
   std::size_t verifying_ = 0;       ///< payloads with the checksum thread
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
+  /// A peer's replaced process: its address and pidfd, released once nothing
+  /// posted to or from it is left (retireOld).
+  struct Retired {
+    int peer = -1;
+    fi_addr_t addr = FI_ADDR_UNSPEC;
+    int pidfd = -1;
+    std::uint64_t generation = 0;  ///< PeerTx::generation of its sends
+    Clock::time_point since;
+  };
+  std::vector<Retired> retired_;
   std::thread progress_;
   std::thread verifier_;  ///< the checksum thread
   std::mutex verifyMu_;

@@ -56,6 +56,7 @@ void LibfabricTransport::progressLoop() {
       }
       if (secondsSince(lastCheck, now) >= 0.01) {
         checkSilence(now);
+        if (!retired_.empty()) retireOld(now);
         lastCheck = now;
       }
       if (active) {
@@ -164,7 +165,8 @@ void LibfabricTransport::handleError() {
   const char* prov = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, buf.data(), buf.size());
   const std::string why = std::string(api().strerror(err.err)) + " (provider " + provider_ + ": " +
                           (prov ? prov : "no detail") + ")";
-  const bool cancelled = err.err == FI_ECANCELED;
+  // (Providers differ in the sign of err: shm reports -FI_ETRUNC.)
+  const bool cancelled = std::abs(err.err) == FI_ECANCELED;
   switch (op->kind) {
     case OpKind::kSend: {
       auto* s = static_cast<SendOp*>(op);
@@ -185,7 +187,7 @@ void LibfabricTransport::handleError() {
     case OpKind::kPoolRecv: {
       auto* p = static_cast<PoolOp*>(op);
       if (cancelled) break;  // closing
-      if (err.err == FI_ETRUNC) {
+      if (std::abs(err.err) == FI_ETRUNC) {
         // No rank sends a frame-channel message larger than the buffers it
         // was told of, and an error entry does not say who sent this one
         // (whatever its envelope claims): counted and dropped.
@@ -227,7 +229,7 @@ void LibfabricTransport::handleError() {
         break;
       }
       const int src = msg->source;
-      if (err.err == FI_ETRUNC) {
+      if (std::abs(err.err) == FI_ETRUNC) {
         countFault(FrameFault::kOversized);
         failPeer(src, std::make_exception_ptr(ProtocolError(src, kFrameHeaderBytes + b.offset + b.len,
                                                             "a payload piece exceeds its announced " +
@@ -435,7 +437,7 @@ void LibfabricTransport::processFrame(int src, std::uint64_t channel, std::span<
   msg->piecesLeft = pieces;
   InboundMsg* m = msg.get();
   rx.queue.push_back(std::move(msg));  // from here on, failPeer releases what it claims
-  if (n >= kVerifyOffloadBytes) claimInPlace(*m, rx);
+  if (inPlace_ && n >= kVerifyOffloadBytes) claimInPlace(*m, rx);
   if (!m->direct) m->data = cache_->get(n);
   m->mr = registerLocal(m->base(), n, FI_RECV, &m->desc);
   for (std::uint64_t i = 0; i < pieces; ++i) {
@@ -502,11 +504,16 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
   auto& peer = *tx_[static_cast<std::size_t>(src)];
   {
     std::lock_guard<std::mutex> lk(peer.mu);
+    // The old process's address and pidfd are released once what was posted
+    // to or from it came back, after a grace period (retireOld).
+    if (peer.addr != FI_ADDR_UNSPEC || peer.pidfd >= 0)
+      retired_.push_back(Retired{src, peer.addr, peer.pidfd.load(), peer.generation, Clock::now()});
     ++peer.generation;
     peer.addr = a.addr;
     peer.inlineLimit = a.inlineLimit;
-    // (The old pidfd stays open: the checksum thread may be polling it.)
-    if (a.pidfd >= 0) peer.pidfd = a.pidfd;
+    // Always the new process's pidfd, -1 when pidfd_open failed: the old
+    // one is readable once the old process exited.
+    peer.pidfd = a.pidfd;
     peer.pid = a.pid;  // (0 without a pidfd: its state is not read)
     peer.stoppedSince = {};
     peer.exited = false;
@@ -709,6 +716,36 @@ void LibfabricTransport::takeBack(InboundMsg& msg) {
   }
   guard_->cv.notify_all();
   postMore(msg);  // the cancelled pieces again, and the rest, into this transport's buffer
+}
+
+void LibfabricTransport::retireOld(Clock::time_point now) {
+  // A grace period: the checksum thread (watchWhileStuck) may have read the
+  // old pidfd just before it was replaced and be about to poll it.
+  constexpr double kGraceSeconds = 1.0;
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    bool busy = secondsSince(it->since, now) < kGraceSeconds;
+    for (const auto& z : zombies_)  // payload pieces posted for the old endpoint
+      busy = busy || (z->source == it->peer && z->outstanding > 0);
+    if (!busy) {
+      std::lock_guard<std::mutex> lk(opsMu_);
+      for (const FabricOp* op : inflight_) {  // sends posted to it
+        const auto* s = static_cast<const SendOp*>(op);
+        busy = busy || (s->dst == it->peer && s->generation == it->generation);
+      }
+    }
+    if (busy) {
+      ++it;
+      continue;
+    }
+    if (it->addr != FI_ADDR_UNSPEC) {
+      const int rc = fi_av_remove(av_.get(), &it->addr, 1, 0);
+      if (rc != 0)
+        GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": fi_av_remove of rank " << it->peer
+                                                 << "'s replaced process: " << errorText(rc));
+    }
+    if (it->pidfd >= 0) ::close(it->pidfd);
+    it = retired_.erase(it);
+  }
 }
 
 void LibfabricTransport::releaseClaim(InboundMsg& msg) {

@@ -102,6 +102,16 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
     throw bad("a process id of '" + *pidText + "'");
   const auto address = fromHex(std::string(rest));
   if (!address) throw bad("an address that is not hex");
+  // fi_av_insert reads as many bytes as this provider's addresses have, or
+  // (string addresses: shm) up to the terminating NUL.
+  if (info_->addr_format == FI_ADDR_STR) {
+    if (address->empty() || address->size() > FI_NAME_MAX || address->back() != '\0')
+      throw bad("a string address of " + std::to_string(address->size()) +
+                " bytes that is not NUL-terminated within " + std::to_string(FI_NAME_MAX));
+  } else if (address->size() != addrLen_) {
+    throw bad("an address of " + std::to_string(address->size()) + " bytes; this provider's have " +
+              std::to_string(addrLen_));
+  }
   PeerAddress out;
   out.inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
   // Same host by construction for shm: watch the peer's process, so that
@@ -138,6 +148,7 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
   std::string address(len, '\0');
   check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
   address.resize(len);
+  addrLen_ = len;
   const std::string who = "libfabric rank " + std::to_string(opt_.rank);
   const std::string prefix = opt_.storePrefix + "/libfabric/";
   const std::string startedKey = opt_.storePrefix + "/libfabric-started";

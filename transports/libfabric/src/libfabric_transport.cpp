@@ -30,6 +30,15 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   // (pidfd), which is faster than heartbeats and never touches a dead
   // peer's shared memory, where a heartbeat could wedge this rank.
   heartbeats_ = provider_.rfind("shm", 0) != 0;
+  // Large payloads are received straight into a posted receive's buffer only
+  // with shm, whose receiver moves every byte itself inside its own progress
+  // calls (a piece is either copied during fi_cq_read or cancelled).
+  // tcp;ofi_rxm cannot cancel a piece whose transfer began, and a stopped
+  // sender that resumes later would have it write into the caller's buffer
+  // after cancel() returned or the receive failed; so there (and with any
+  // other provider) payloads land in this transport's memory and the
+  // checksum thread copies them into the receive (docs/libfabric.md).
+  inPlace_ = !heartbeats_;
   maxMsgBytes_ = fi->ep_attr->max_msg_size;
   if (maxMsgBytes_ < kEnvelopeBytes + kAnnounceBytes)
     throw Error("libfabric provider " + provider_ + ": max_msg_size " + std::to_string(maxMsgBytes_) +
@@ -37,7 +46,12 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
                 " bytes this transport needs");
   injectBytes_ = std::min(fi->tx_attr->inject_size, kInjectMax);
   inlineBytes_ = std::min(o.inlineBytes, maxMsgBytes_ - kEnvelopeBytes - kFrameHeaderBytes);
-  poolBytes_ = kEnvelopeBytes + std::max(kFrameHeaderBytes + inlineBytes_, kAnnounceBytes);
+  // Frame buffers take the largest of: a frame with an inline payload, an
+  // announcement, and a hello (a restarted or joining process's first word,
+  // which must not be truncated whatever inlineBytes is).
+  poolBytes_ = kEnvelopeBytes +
+               std::max({kFrameHeaderBytes + inlineBytes_, kAnnounceBytes,
+                         std::min(kFrameHeaderBytes + kMaxHelloPayload, maxMsgBytes_ - kEnvelopeBytes)});
   // (No frame payload exceeds kMaxPayloadBytes, so neither does a piece.)
   GOSSAMER_ENFORCE(o.maxPieceBytes == 0 || o.maxPieceBytes >= kMinPieceBytes,
                    "maxPieceBytes " << o.maxPieceBytes << " below " << kMinPieceBytes
