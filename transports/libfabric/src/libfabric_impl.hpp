@@ -159,8 +159,8 @@ constexpr std::size_t kMaxEarlyFrames = 1 << 16;
 constexpr const char* kProcessExited = "connection lost: its process exited";
 /// Payloads from this size on have their CRC-32C checked on a second thread,
 /// so that the progress thread moves the next payload meanwhile.
-// Default piece size: a cancel of a receive filled in place waits for the
-// piece the provider is receiving (tcp;ofi_rxm cannot cancel a matched one).
+// Default piece size: a cancel of a receive filled in place (shm) waits for
+// the pieces the provider is receiving.
 constexpr std::size_t kDefaultPieceBytes = std::size_t{8} << 20;
 // Smallest piece a sender may use and a receiver takes (but a whole payload
 // smaller than it): the receiver keeps one operation per piece.
@@ -735,13 +735,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::size_t bulkPosted_ = 0;      ///< payload-piece receives posted and not completed
   std::size_t verifying_ = 0;       ///< payloads with the checksum thread
   std::vector<std::unique_ptr<InboundMsg>> zombies_;
-  /// A peer's replaced process: its address and pidfd, released once nothing
-  /// posted to or from it is left (retireOld).
+  /// A peer's replaced process: its pidfd, closed after a grace period
+  /// (retireOld). Its address stays in the address vector.
   struct Retired {
     int peer = -1;
-    fi_addr_t addr = FI_ADDR_UNSPEC;
     int pidfd = -1;
-    std::uint64_t generation = 0;  ///< PeerTx::generation of its sends
     Clock::time_point since;
   };
   std::vector<Retired> retired_;

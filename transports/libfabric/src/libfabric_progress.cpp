@@ -504,10 +504,8 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
   auto& peer = *tx_[static_cast<std::size_t>(src)];
   {
     std::lock_guard<std::mutex> lk(peer.mu);
-    // The old process's address and pidfd are released once what was posted
-    // to or from it came back, after a grace period (retireOld).
-    if (peer.addr != FI_ADDR_UNSPEC || peer.pidfd >= 0)
-      retired_.push_back(Retired{src, peer.addr, peer.pidfd.load(), peer.generation, Clock::now()});
+    // The old process's pidfd is closed after a grace period (retireOld).
+    if (peer.pidfd >= 0) retired_.push_back(Retired{src, peer.pidfd.load(), Clock::now()});
     ++peer.generation;
     peer.addr = a.addr;
     peer.inlineLimit = a.inlineLimit;
@@ -720,28 +718,15 @@ void LibfabricTransport::takeBack(InboundMsg& msg) {
 
 void LibfabricTransport::retireOld(Clock::time_point now) {
   // A grace period: the checksum thread (watchWhileStuck) may have read the
-  // old pidfd just before it was replaced and be about to poll it.
+  // old pidfd just before it was replaced and be about to poll it. Only the
+  // pidfd goes: the old address stays in the address vector, since a freed
+  // slot would be handed to the next insert (this peer's next process),
+  // whose pieces carry the tags the old process's late pieces still do.
   constexpr double kGraceSeconds = 1.0;
   for (auto it = retired_.begin(); it != retired_.end();) {
-    bool busy = secondsSince(it->since, now) < kGraceSeconds;
-    for (const auto& z : zombies_)  // payload pieces posted for the old endpoint
-      busy = busy || (z->source == it->peer && z->outstanding > 0);
-    if (!busy) {
-      std::lock_guard<std::mutex> lk(opsMu_);
-      for (const FabricOp* op : inflight_) {  // sends posted to it
-        const auto* s = static_cast<const SendOp*>(op);
-        busy = busy || (s->dst == it->peer && s->generation == it->generation);
-      }
-    }
-    if (busy) {
+    if (secondsSince(it->since, now) < kGraceSeconds) {
       ++it;
       continue;
-    }
-    if (it->addr != FI_ADDR_UNSPEC) {
-      const int rc = fi_av_remove(av_.get(), &it->addr, 1, 0);
-      if (rc != 0)
-        GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": fi_av_remove of rank " << it->peer
-                                                 << "'s replaced process: " << errorText(rc));
     }
     if (it->pidfd >= 0) ::close(it->pidfd);
     it = retired_.erase(it);
