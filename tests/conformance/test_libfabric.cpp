@@ -44,16 +44,23 @@ namespace {
 
 constexpr double kTimeout = 10.0;
 
+/// Rank `r` of two over `provider`, with a linger of 0.2 s.
+libfabric::Options rankOptions(int r, const std::string& provider) {
+  libfabric::Options o;
+  o.rank = r;
+  o.worldSize = 2;
+  o.provider = provider;
+  o.timeoutSeconds = kTimeout;
+  o.lingerSeconds = 0.2;
+  return o;
+}
+
 /// Two ranks of `provider` meeting in `store`; `tweak(rank, options)` adjusts each rank's options.
 template <typename Tweak>
 std::vector<std::unique_ptr<Transport>> pairOf(const std::string& provider, Tweak tweak, Store& store) {
   std::vector<std::unique_ptr<Transport>> g(2);
   onEveryRank(2, [&](int r) {
-    libfabric::Options o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.provider = provider;
-    o.timeoutSeconds = kTimeout;
+    libfabric::Options o = rankOptions(r, provider);
     o.lingerSeconds = 2;
     tweak(r, o);
     g[static_cast<std::size_t>(r)] = libfabric::makeTransport(o, store);
@@ -517,16 +524,6 @@ bool reaches(std::vector<std::unique_ptr<Transport>>& g, double x) {
     }
   }
   return false;
-}
-
-libfabric::Options rankOptions(int r, const std::string& provider) {
-  libfabric::Options o;
-  o.rank = r;
-  o.worldSize = 2;
-  o.provider = provider;
-  o.timeoutSeconds = kTimeout;
-  o.lingerSeconds = 0.2;
-  return o;
 }
 
 }  // namespace
