@@ -502,11 +502,6 @@ TEST_CASE("shm endpoints get names of their own, and files of killed processes a
 
 namespace {
 
-long openFds() {
-  return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
-                       std::filesystem::directory_iterator{});
-}
-
 /// Rank 1 sends one double to rank 0, which must receive it (a restarted
 /// rank 1 is taken in on its hello: PeerFailures for the old one are retried,
 /// bounded).
@@ -539,7 +534,7 @@ TEST_CASE("a peer restarted 40 times is taken in every time, and the survivor ke
   auto g = pairOf(
       "shm", [](int, libfabric::Options& o) { o.lingerSeconds = 0.2; }, store);
   REQUIRE(reaches(g, 1));
-  const long before = openFds();
+  const long before = gossamer::testing::openDescriptors();
   for (int i = 0; i < 40; ++i) {
     INFO("restart " << i);
     g[1]->abort();
@@ -549,9 +544,9 @@ TEST_CASE("a peer restarted 40 times is taken in every time, and the survivor ke
   }
   // The old processes' pidfds are closed after a grace period (bounded wait).
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (openFds() > before && std::chrono::steady_clock::now() < until)
+  while (gossamer::testing::openDescriptors() > before && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(openFds() <= before);
+  CHECK(gossamer::testing::openDescriptors() <= before);
   for (auto& t : g) t->abort();
 }
 
@@ -593,7 +588,7 @@ class LongAddressStore final : public Store {
 TEST_CASE("a published address of the wrong length is refused before fi_av_insert reads it",
           "[transport][libfabric]") {
   LongAddressStore store;
-  const long before = openFds();
+  const long before = gossamer::testing::openDescriptors();
   std::vector<std::string> errors(2);
   onEveryRank(2, [&](int r) {
     try {
@@ -607,7 +602,8 @@ TEST_CASE("a published address of the wrong length is refused before fi_av_inser
   });
   INFO(errors[0]);
   CHECK(errors[0].find("rank 1 published an address of") != std::string::npos);
-  CHECK(openFds() <= before + 4);  // (rank 1 may still hold its endpoint's sockets briefly)
+  CHECK(gossamer::testing::openDescriptors() <=
+        before + 4);  // (rank 1 may still hold its endpoint's sockets briefly)
 }
 
 // tcp;ofi_rxm cannot take back a payload piece whose transfer began: a sender

@@ -1037,10 +1037,6 @@ TEST_CASE("socket: a rank whose peer restarts again and again keeps no descripto
   // Rank 1 is replaced by a new process 24 times (tcp and ipc); rank 0 takes
   // each one in. The replaced connections' descriptors are closed a second
   // after (a poller may still hold them), not kept until rank 0 closes.
-  const auto openFds = [] {
-    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
-                         std::filesystem::directory_iterator{});
-  };
   for (const std::string protocol : {"tcp", "ipc"}) {
     INFO(protocol);
     MemoryStore store;
@@ -1075,7 +1071,7 @@ TEST_CASE("socket: a rank whose peer restarts again and again keeps no descripto
       return false;
     };
     REQUIRE(reached());
-    const auto before = openFds();
+    const auto before = gossamer::testing::openDescriptors();
     for (int restart = 0; restart < 24; ++restart) {
       rank1->abort();
       rank1.reset();
@@ -1085,7 +1081,7 @@ TEST_CASE("socket: a rank whose peer restarts again and again keeps no descripto
     // Past the grace period, a progress pass of rank 0 closes what it retired.
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     REQUIRE(reached());
-    CHECK(openFds() <= before + 2);
+    CHECK(gossamer::testing::openDescriptors() <= before + 2);
     rank1->abort();
     rank0->abort();
   }

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -151,6 +152,12 @@ inline std::string inChild(const std::function<std::string()>& body, double seco
   if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
     return out + " [child ended with status " + std::to_string(*status) + "]";
   return out;
+}
+
+/// Descriptors this process has open now (entries of /proc/self/fd).
+inline long openDescriptors() {
+  return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                       std::filesystem::directory_iterator{});
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on or holds now, below

@@ -11,21 +11,11 @@ import subprocess
 import sys
 import tempfile
 
+from c_ranks import run_ranks
+
 c_program, train, quickstart, data = sys.argv[1:5]
 with tempfile.TemporaryDirectory(prefix="gossamer-c-train-") as tmp:
-    procs = [subprocess.Popen([c_program, "-", str(r), "4", f"{tmp}/rv", data, "3"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(4)]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=900)
-            if p.returncode != 0:
-                sys.exit(f"C rank exited {p.returncode}: {err}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    results = run_ranks([[c_program, "-", str(r), "4", f"{tmp}/rv", data, "3"] for r in range(4)], timeout=900)
     summary = f"{tmp}/summary.json"
     subprocess.run([train, "--config", quickstart, "--set", f"data.path={data}", "--set", f"run.dir={tmp}/run",
                     "--summary-json", summary], check=True, stdout=subprocess.DEVNULL, timeout=900)

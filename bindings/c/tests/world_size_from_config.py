@@ -7,10 +7,10 @@ accuracy, instead of dividing by 0.
 
     world_size_from_config.py C_PROGRAM DATA_DIR
 """
-import json
-import subprocess
 import sys
 import tempfile
+
+from c_ranks import run_ranks
 
 c_program, data = sys.argv[1:3]
 CONFIG = ("world_size: 2\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeout_seconds: 60\n"
@@ -18,20 +18,8 @@ CONFIG = ("world_size: 2\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeo
 with tempfile.TemporaryDirectory(prefix="gossamer-c-world-") as tmp:
     with open(f"{tmp}/job.yaml", "w") as f:
         f.write(CONFIG)
-    procs = [subprocess.Popen([c_program, f"{tmp}/job.yaml", str(r), "0", f"{tmp}/rv", data, "1", "640"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    results = []
-    try:
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=240)
-            if p.returncode != 0:
-                sys.exit(f"rank {r} exited {p.returncode}: {err}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    results = run_ranks([[c_program, f"{tmp}/job.yaml", str(r), "0", f"{tmp}/rv", data, "1", "640"]
+                         for r in range(2)], timeout=240)
 print(results)
 assert [r["rank"] for r in results] == [0, 1], results
 assert all(r["steps"] == 10 for r in results), results  # 640 / 2 ranks / batch 32

@@ -118,7 +118,8 @@ std::size_t openDescriptors() {
 void ensureDescriptors(int rank, std::size_t more, const std::string& what) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
-  const auto want = static_cast<rlim_t>(openDescriptors() + more);
+  const std::size_t openNow = openDescriptors();
+  const auto want = static_cast<rlim_t>(openNow + more);
   if (want <= lim.rlim_cur) return;
   const rlim_t raised = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
   const rlimit next{raised, lim.rlim_max};
@@ -129,8 +130,8 @@ void ensureDescriptors(int rank, std::size_t more, const std::string& what) {
   }
   if (want > lim.rlim_cur)
     throw Error("zmq rank " + std::to_string(rank) + ": " + what + " need about " + std::to_string(more) +
-                " more file descriptors (" + std::to_string(openDescriptors()) +
-                " open), above the limit of " + std::to_string(lim.rlim_cur) + " (hard limit " +
+                " more file descriptors (" + std::to_string(openNow) + " open), above the limit of " +
+                std::to_string(lim.rlim_cur) + " (hard limit " +
                 (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
                 "): raise it (ulimit -n) or use fewer ranks per process");
 }
