@@ -397,6 +397,126 @@ TEST_CASE("session: survive gives up with TimeoutError when the survivors cannot
 }
 
 TEST_CASE(
+    "session: survive lets out a PeerFailure that keeps coming back after view changes that lost nobody",
+    "[session][membership]") {
+  // Rank 1's f raises PeerFailure every time though every peer is alive
+  // (a link that fails while heartbeats go through, or the caller's own
+  // code): each recovery agrees on a view with the same members. survive()
+  // used to recover and run f again for good, taking every other rank
+  // through a view change each time; it lets the PeerFailure out after
+  // kMaxEmptyViewChanges such changes in a row. f counts its calls and
+  // stops the loop at 20 (throwing Looped) so that the old code fails the
+  // test instead of hanging it.
+  struct Looped {};
+  const int n = 3;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(n), sent);
+  const Config config = reg.parse(configText(n, "allreduce_sgd"));
+  MemoryStore store;
+  std::atomic<int> calls{0};
+  std::atomic<bool> rank1PeerFailure{false};
+  std::atomic<bool> looped{false};
+  std::vector<double> sums(n, 0);
+  onEveryRank(n, [&](int r) {
+    Session s(config, r, store, reg);
+    s.agent().communicator().barrier();
+    double x = 1;
+    try {
+      const bool completed = s.survive([&] {
+        if (r != 1) {
+          x = 1;
+          s.agent().communicator().allreduce(std::span<double>(&x, 1));
+          return;
+        }
+        if (++calls > 20) throw Looped{};
+        throw PeerFailure(0, "rank 0: a link that keeps failing");
+      });
+      if (completed) sums[static_cast<std::size_t>(r)] = x;
+    } catch (const PeerFailure& e) {
+      if (r == 1) rank1PeerFailure = e.peer() == 0;
+    } catch (const Looped&) {
+      looped = true;
+    }
+    s.abort();
+  });
+  CHECK_FALSE(looped);
+  CHECK(rank1PeerFailure);
+  CHECK(calls == 1 + kMaxEmptyViewChanges);
+  // Ranks 0 and 2 recover from every view change rank 1 started (ViewChanged),
+  // then from its leaving, and complete f over the view {0, 2}.
+  CHECK(sums[0] == 2);
+  CHECK(sums[2] == 2);
+}
+
+// An optimizer whose step on global rank 1 raises PeerFailure every time
+// though every peer is alive; the others' step is a barrier. Each rank's
+// thread sets globalRank (a view's ranks are renumbered).
+class FailingOnRank1 final : public DistributedOptimizer {
+ public:
+  explicit FailingOnRank1(Communicator& comm) : comm_(comm) {}
+  std::string name() const override { return "failing_on_rank_1"; }
+  void step(std::span<float>, std::span<const float>) override {
+    if (globalRank == 1) {
+      if (++calls > 20) throw std::logic_error("the step ran 20 times");
+      throw PeerFailure(0, "rank 0: a link that keeps failing");
+    }
+    comm_.barrier();
+    ++steps_;
+  }
+  std::uint64_t steps() const override { return steps_; }
+  static inline std::atomic<int> calls{0};
+  static inline thread_local int globalRank = -1;
+
+ private:
+  Communicator& comm_;
+  std::uint64_t steps_ = 0;
+};
+
+TEST_CASE("session: a step lets out a PeerFailure that keeps coming back after view changes that lost nobody",
+          "[session][membership]") {
+  // The step's twin of the survive() case above: the step used to be redone
+  // for good. Rank 1's step lets the PeerFailure out, its model as it was,
+  // after kMaxEmptyViewChanges empty view changes; rank 1 then leaves, and
+  // the others, whose steps failed with ViewChanged, step over the view
+  // without it.
+  const int n = 3;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(n), sent);
+  reg.addOptimizer("failing_on_rank_1",
+                   [](const OptimizerContext& ctx) -> std::unique_ptr<DistributedOptimizer> {
+                     return std::make_unique<FailingOnRank1>(ctx.communicator);
+                   });
+  const Config config =
+      reg.parse(configText(n, "failing_on_rank_1"), "failing.yaml", {"membership.suspect_seconds=1"});
+  MemoryStore store;
+  FailingOnRank1::calls = 0;
+  std::vector<std::uint64_t> steps(n, 0);
+  std::atomic<bool> rank1PeerFailure{false};
+  std::atomic<bool> modelKept{false};
+  onEveryRank(n, [&](int r) {
+    FailingOnRank1::globalRank = r;
+    Session s(config, r, store, reg);
+    std::vector<float> x(4, 1.0f), g(4, 0.5f);
+    DistributedOptimizer& opt = s.makeOptimizer({4});
+    try {
+      opt.step(x, g);
+      steps[static_cast<std::size_t>(r)] = opt.steps();
+    } catch (const PeerFailure& e) {
+      if (r == 1) {
+        rank1PeerFailure = e.peer() == 0;
+        modelKept = x == std::vector<float>(4, 1.0f);
+      }
+    }
+    s.abort();
+  });
+  CHECK(rank1PeerFailure);
+  CHECK(modelKept);
+  CHECK(FailingOnRank1::calls == 1 + kMaxEmptyViewChanges);
+  CHECK(steps[0] == 1);
+  CHECK(steps[2] == 1);
+}
+
+TEST_CASE(
     "session: a resume from a checkpoint at an epoch's end runs that epoch's evaluation, and counts its loss "
     "once",
     "[session][checkpoint]") {

@@ -673,7 +673,10 @@ class Agent:
 
         Raises:
             TypeError: ``fn`` not callable. PeerFailure: the membership
-            service is off. Expelled: the survivors removed this rank.
+            service is off, or ``fn``'s own PeerFailure came back after
+            three view changes in a row that lost and joined nobody (a
+            link that fails while the peer's heartbeats arrive, or ``fn``
+            raising PeerFailure itself). Expelled: the survivors removed this rank.
             TimeoutError: from ``fn`` with no view change following it, or no
             agreement within ``membership.agreement_seconds``. Whatever else
             ``fn`` raises.

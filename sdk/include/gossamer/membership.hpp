@@ -97,6 +97,18 @@ struct ViewChange {
   double installedAtUnixSeconds = 0;
 };
 
+/// View changes in a row, inside one call that redoes its work after each
+/// (Session::survive, a step of the optimizer the Session hands out), that
+/// lost and joined no rank. A PeerFailure after that many is not a failure
+/// the membership service sees (a link that fails while the peer's
+/// heartbeats arrive, or code of the caller's own that raises PeerFailure):
+/// the call lets it out instead of changing views again and again. A
+/// ViewChanged (another rank revoked the view) is always recovered from.
+inline constexpr int kMaxEmptyViewChanges = 3;
+
+/// True when `change` lost and joined no rank.
+inline bool emptyViewChange(const ViewChange& change) { return change.lost.empty() && change.joined.empty(); }
+
 /// A receive or send through a view that was revoked: a peer died or fell
 /// silent, and the survivors are changing the view. peer() is the global
 /// rank suspected first (-1 if unknown). Recover with Agent::recover().

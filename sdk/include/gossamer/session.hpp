@@ -151,7 +151,9 @@ class Session final {
   /// step-carried state (push-sum weight, momentum, messages in flight)
   /// starts afresh in each view; the model is kept. For a loop of the
   /// caller's own; train() makes it itself. Without the membership service
-  /// it is Agent::makeOptimizer's.
+  /// it is Agent::makeOptimizer's. A step whose PeerFailure comes back after
+  /// kMaxEmptyViewChanges view changes in a row that lost and joined nobody
+  /// lets it out (the step undone).
   /// @throws ConfigError for an unknown algorithm, InvalidArgument for bad sizes.
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
 
@@ -195,7 +197,8 @@ class Session final {
   /// training loss, for the epoch's mean (EpochEnd::loss) and the step record.
   /// Returns whether the step counted (steps() advanced by one): false when
   /// a view change moved this rank. Saves a checkpoint when one is due.
-  /// @throws Expelled, TimeoutError; PeerFailure without membership; with
+  /// @throws Expelled, TimeoutError; PeerFailure without membership, or
+  ///         after kMaxEmptyViewChanges empty view changes; with
   ///         checkpoint.every_steps, at a checkpoint's step, Error (or
   ///         std::filesystem::filesystem_error) when it cannot be written,
   ///         and whatever plan.saveState throws.
@@ -207,7 +210,8 @@ class Session final {
   /// the view completed `f` for this epoch; false when a view change moved
   /// this rank (it rejoined at another step, or it is behind or ahead of the
   /// others' epoch): then it continues from nextEpoch().
-  /// @throws Expelled, TimeoutError; whatever `f` throws but PeerFailure.
+  /// @throws Expelled, TimeoutError; whatever `f` throws (PeerFailure only
+  ///         after kMaxEmptyViewChanges empty view changes).
   bool evaluate(const std::function<void(const EpochEnd&)>& f);
   /// Ends training: runs plan.closing (redone over the survivors like an
   /// evaluation) when a view change left the last epoch's evaluation behind
@@ -228,7 +232,8 @@ class Session final {
   /// the call moved this rank past the step where `f` belonged (it rejoined,
   /// or in lockstep algorithms the survivors are past that step and did not
   /// run theirs there): then `f` did not complete. Without membership a
-  /// PeerFailure propagates.
+  /// PeerFailure propagates, and so does one from `f` after
+  /// kMaxEmptyViewChanges view changes in a row that lost and joined nobody.
   /// @throws Expelled, TimeoutError from the agreement; whatever `f` throws.
   bool survive(const std::function<void()>& f);
   /// Takes part in a view change after a PeerFailure: agrees with the

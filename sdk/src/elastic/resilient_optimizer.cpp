@@ -42,16 +42,17 @@ bool revokedSoon(const Membership& membership, double seconds) {
   return true;
 }
 
-void ResilientOptimizer::recover() {
+bool ResilientOptimizer::recover() {
   for (;;) {
+    bool empty = false;
     try {
-      recover_();
+      empty = emptyViewChange(recover_());
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure&) {
       continue;  // another peer failed during the change (the broadcast): the next view
     }
-    if (!membership_.revoked()) return;
+    if (!membership_.revoked()) return empty;
   }
 }
 
@@ -215,15 +216,20 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
   if ((recoverFirst && membership_.revoked()) || !inner_) recover();
   if (countsStep ? skipped() : skipsLocalStep()) return;
   saved_.assign(state.begin(), state.end());
+  int emptyChanges = 0;  // view changes in a row, after once()'s own PeerFailure, that lost and joined nobody
   for (;;) {
     try {
       once();
       fresh_ = false;
       if (countsStep) ++completed_;
       return;
-    } catch (const PeerFailure&) {
+    } catch (const PeerFailure& e) {
       std::copy(saved_.begin(), saved_.end(), state.begin());
-      recover();
+      // Not a failure the membership service sees (a ViewChanged is: another rank revoked the view).
+      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr;
+      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+      const bool empty = recover();
+      emptyChanges = own && empty ? emptyChanges + 1 : 0;
       if (countsStep ? skipped() : skipsLocalStep()) return;
     } catch (const TimeoutError&) {
       if (!revokedSoon(membership_)) throw;  // (this rank was stopped past the timeout: see revokedSoon)

@@ -96,15 +96,19 @@ class ResilientOptimizer final : public DistributedOptimizer {
   /// @throws ProtocolError naming a source whose model has another size;
   ///         PeerFailure, TimeoutError as the transfer's messages do.
   void transferModel(const ViewChange& change, Communicator& comm, Transport& transport, bool joining);
-  /// Runs the Agent's recovery until a view is installed that is not revoked.
-  void recover();
+  /// Runs the Agent's recovery until a view is installed that is not
+  /// revoked. Returns whether that view lost and joined nobody.
+  bool recover();
   /// Consumes one skipped step; true if this call was one.
   bool skipped();
   /// Runs `once` (one step, or its communication-only half) on `state`
   /// (the vector it changes in place); when it fails with PeerFailure,
   /// restores `state`, recovers and runs it again, unless the step is now
-  /// skipped. `countsStep`: a completed call counts a step. `recoverFirst`:
-  /// a view revoked already is installed before `once` runs.
+  /// skipped, or kMaxEmptyViewChanges view changes in a row lost and joined
+  /// nobody after once()'s own PeerFailure (not a ViewChanged): then it
+  /// propagates, `state` restored. `countsStep`: a completed call counts a
+  /// step. `recoverFirst`: a view revoked already is installed before
+  /// `once` runs.
   template <typename Step>
   void attempt(std::span<float> state, bool countsStep, Step&& once, bool recoverFirst = true);
 

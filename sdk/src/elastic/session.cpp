@@ -121,7 +121,9 @@ bool Session::Impl::survive(const std::function<void()>& f) {
   } inside(evaluating);
   owedCollective.reset();  // this is the collective it owed, if any
   const std::uint64_t movesBefore = moves;
-  bool failed = false;  // a peer failed: recover before running f again
+  bool failed = false;   // a peer failed: recover before running f again
+  bool own = false;      // f's PeerFailure was its own, not a ViewChanged (another rank revoked the view)
+  int emptyChanges = 0;  // view changes in a row, after f's own PeerFailure, that lost and joined nobody
   for (;;) {
     bool recovering = false;
     try {
@@ -131,7 +133,8 @@ bool Session::Impl::survive(const std::function<void()>& f) {
         // leaves `failed` set: the next view is agreed on, then f runs.
         failed = true;
         recovering = true;
-        recover();
+        const bool empty = emptyViewChange(recover());
+        emptyChanges = own && empty ? emptyChanges + 1 : 0;
         recovering = false;
         failed = false;
       }
@@ -143,8 +146,12 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       return true;
     } catch (const Expelled&) {
       throw;
-    } catch (const PeerFailure&) {
+    } catch (const PeerFailure& e) {
       if (membership == nullptr) throw;
+      // After kMaxEmptyViewChanges views agreed with the same members, f's
+      // own PeerFailure is not one the membership service sees.
+      own = !recovering && dynamic_cast<const ViewChanged*>(&e) == nullptr;
+      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
       failed = true;
     } catch (const TimeoutError&) {
       // From the recovery: the survivors could not agree on a view in
