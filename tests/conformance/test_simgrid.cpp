@@ -355,6 +355,44 @@ TEST_CASE("simgrid: a rank that closes its transport fails the receives waiting 
   CHECK(failed.empty());
 }
 
+TEST_CASE("simgrid: a deadlock, a throw of a non-exception and an endless compute are errors of their ranks",
+          "[simgrid]") {
+  // SimGrid kills the ranks of a deadlock (every rank left waiting without
+  // end): each is reported, at the simulated time it happened. A rank that
+  // throws what is not a std::exception fails alone (it used to terminate
+  // the process); an infinite compute is refused (it used to deadlock).
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 4;
+    const auto out = simgrid::simulate(p, [&](int r) {
+      auto t = transportOf(r, 4);
+      std::int32_t v = 0;
+      const auto forever = std::numeric_limits<double>::infinity();
+      if (r == 0) simgrid::sleepFor(5);
+      if (r <= 1)
+        t->irecvOf<std::int32_t>(1 - r, Tag::make(Op::kUser, 1, 0), std::span<std::int32_t>(&v, 1))
+            .wait(forever);
+      if (r == 2) throw 42;
+      if (r == 3) simgrid::compute(forever);
+    });
+    std::string s;
+    const std::vector<std::string> expected{"rank 0: deadlock at 5.000000 s simulated",
+                                            "rank 1: deadlock at 5.000000 s simulated",
+                                            "rank 2: threw something that is not a std::exception",
+                                            "rank 3: " /* then GOSSAMER_ENFORCE's text */};
+    if (out.errors.size() != expected.size()) return "errors:\n" + errorsOf(out);
+    for (std::size_t k = 0; k < expected.size(); ++k)
+      if (out.errors[k].rfind(expected[k], 0) != 0)
+        s += "expected '" + expected[k] + "', got " + out.errors[k] + "\n";
+    if (out.errors[3].find("compute: inf flops") == std::string::npos) s += "rank 3: " + out.errors[3] + "\n";
+    if (!(std::abs(out.simulatedSeconds - 5) < 1e-9))
+      s += "the simulation ended at " + std::to_string(out.simulatedSeconds) + " s, not 5\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
 TEST_CASE("simgrid: the transport refuses use outside a simulation and a second engine", "[simgrid]") {
   std::string failed = inChild([] {
     std::string s;
@@ -691,6 +729,53 @@ TEST_CASE("simgrid: a platform's fields are validated", "[simgrid][platform]") {
   CHECK(q.betweenBytesPerSecond == Approx(12.5e6));
   CHECK(q.betweenLatencySeconds == Approx(0.02));
   CHECK(q.insideLatencySeconds == Approx(20e-6));
+}
+
+TEST_CASE("simgrid: a platform's infinite rates, latencies, bursts and speed are refused",
+          "[simgrid][platform]") {
+  // SimGrid aborted the process on an infinite rate; an infinite latency
+  // never let a message arrive.
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<const char*, double simgrid::Platform::*>> fields{
+      {"inside rate", &simgrid::Platform::insideBytesPerSecond},
+      {"between rate", &simgrid::Platform::betweenBytesPerSecond},
+      {"inside latency", &simgrid::Platform::insideLatencySeconds},
+      {"between latency", &simgrid::Platform::betweenLatencySeconds},
+      {"burst sizes", &simgrid::Platform::insideBurstBytes},
+      {"burst sizes", &simgrid::Platform::betweenBurstBytes},
+      {"host speed", &simgrid::Platform::flopsPerSecond}};
+  for (const auto& [name, field] : fields) {
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.*field = inf;
+    INFO(name);
+    CHECK_THROWS_WITH(p.validate(), Catch::Contains(name) && Catch::Contains("inf"));
+  }
+}
+
+TEST_CASE("simgrid: a platform library that cannot be loaded is refused, not an abort",
+          "[simgrid][platform]") {
+  // SimGrid loads a platform file named *.so as a library, and aborts the
+  // process when it cannot.
+  gossamer::testing::TempDir dir;
+  const std::string file = dir / "platform.so";
+  gossamer::testing::writeFile(file, "<platform version=\"4.1\"/>\n");
+  const std::string failed = inChild([&] {
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = file;
+    try {
+      simgrid::simulate(p, [](int) {});
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      return what.find("simgrid platform file " + file + ": cannot load it as a library") != std::string::npos
+                 ? std::string()
+                 : what;
+    }
+    return std::string("a platform.so that is not a library was taken");
+  });
+  INFO(failed);
+  CHECK(failed.empty());
 }
 
 namespace {

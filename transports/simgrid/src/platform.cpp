@@ -20,6 +20,7 @@
 // 2013). This is the shaping of the namespace hosts that real runs use
 // (tests/hosts/hosts.py: tbf on each host's egress and on each island's
 // ingress), so that the two can be compared.
+#include <dlfcn.h>
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 
@@ -70,6 +71,26 @@ s4u::NetZone* buildIsland(const Platform& p, const std::string& name, const std:
   return zone;
 }
 
+// SimGrid loads a platform file named *.so or *.dylib as a library that
+// builds the platform (its function load_platform), and aborts the process
+// if it cannot open it or finds no such function: refused here instead.
+void checkLibrary(const std::string& file) {
+  if (!file.ends_with(".so") && !file.ends_with(".dylib")) return;
+  void* library = ::dlopen(file.c_str(), RTLD_LAZY);
+  if (library == nullptr) {
+    const char* why = ::dlerror();
+    throw InvalidArgument("simgrid platform file " + file + ": cannot load it as a library (" +
+                          (why != nullptr ? why : "dlopen failed") + ")");
+  }
+  ::dlerror();
+  const bool builds = ::dlsym(library, "load_platform") != nullptr;
+  ::dlclose(library);
+  if (!builds)
+    throw InvalidArgument("simgrid platform file " + file +
+                          ": a library without a function load_platform (SimGrid loads a platform file named "
+                          "*.so or *.dylib as a library; an XML platform needs another name)");
+}
+
 }  // namespace
 
 Platform Platform::fromNetwork(const NetworkLayout& layout, double insideLatencySeconds) {
@@ -96,28 +117,33 @@ void Platform::shapeLikeNamespaceHosts() {
 
 void Platform::validate() const {
   GOSSAMER_ENFORCE(hosts >= 1, "simgrid platform: hosts " << hosts << " (at least 1)");
-  GOSSAMER_ENFORCE(insideBytesPerSecond > 0,
+  // Every value finite: SimGrid aborts the process on a flow over a link of
+  // infinite rate, and an infinite latency never lets a message arrive.
+  GOSSAMER_ENFORCE(insideBytesPerSecond > 0 && std::isfinite(insideBytesPerSecond),
                    "simgrid platform: inside rate " << insideBytesPerSecond << " B/s");
-  GOSSAMER_ENFORCE(betweenBytesPerSecond > 0,
+  GOSSAMER_ENFORCE(betweenBytesPerSecond > 0 && std::isfinite(betweenBytesPerSecond),
                    "simgrid platform: between rate " << betweenBytesPerSecond << " B/s");
-  GOSSAMER_ENFORCE(insideLatencySeconds >= 0,
+  GOSSAMER_ENFORCE(insideLatencySeconds >= 0 && std::isfinite(insideLatencySeconds),
                    "simgrid platform: inside latency " << insideLatencySeconds << " s");
-  GOSSAMER_ENFORCE(betweenLatencySeconds >= 0,
+  GOSSAMER_ENFORCE(betweenLatencySeconds >= 0 && std::isfinite(betweenLatencySeconds),
                    "simgrid platform: between latency " << betweenLatencySeconds << " s");
-  GOSSAMER_ENFORCE(insideBurstBytes >= 0 && betweenBurstBytes >= 0, "simgrid platform: burst sizes "
-                                                                        << insideBurstBytes << ", "
-                                                                        << betweenBurstBytes << " bytes");
+  GOSSAMER_ENFORCE(
+      insideBurstBytes >= 0 && betweenBurstBytes >= 0 && std::isfinite(insideBurstBytes) &&
+          std::isfinite(betweenBurstBytes),
+      "simgrid platform: burst sizes " << insideBurstBytes << ", " << betweenBurstBytes << " bytes");
   GOSSAMER_ENFORCE(file.empty() || (insideBurstBytes == 0 && betweenBurstBytes == 0),
                    "simgrid platform: token buckets are for generated platforms, not a platform file");
   GOSSAMER_ENFORCE(wireBytesPerByte >= 1 && std::isfinite(wireBytesPerByte),
                    "simgrid platform: wire bytes per byte " << wireBytesPerByte << " (at least 1)");
-  GOSSAMER_ENFORCE(flopsPerSecond > 0, "simgrid platform: host speed " << flopsPerSecond << " flop/s");
+  GOSSAMER_ENFORCE(flopsPerSecond > 0 && std::isfinite(flopsPerSecond),
+                   "simgrid platform: host speed " << flopsPerSecond << " flop/s");
   if (!islands.empty()) NetworkLayout(hosts, islands, 1, 1);  // a partition of [0, hosts), or it throws
 }
 
 RouteLatency build(const Platform& p) {
   if (!p.file.empty()) {
     auto* engine = s4u::Engine::get_instance();
+    checkLibrary(p.file);
     engine->load_platform(p.file);
     std::vector<s4u::Host*> hosts;
     for (int r = 0; r < p.hosts; ++r) {

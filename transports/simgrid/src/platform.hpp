@@ -16,8 +16,10 @@ using RouteLatency = std::function<double(int src, int dst)>;
 /// route's latency, which this returns (the generated platform's inside
 /// latency, plus the between latency across islands; a file's links'
 /// latencies summed along SimGrid's route, read before they are zeroed).
-/// @throws InvalidArgument if the file lacks a host rank-R for R < p.hosts;
-///         SimGrid's own errors for a file it cannot load.
+/// @throws InvalidArgument if the file lacks a host rank-R for R < p.hosts,
+///         or is named *.so or *.dylib (SimGrid's platform libraries) and
+///         cannot be loaded or lacks load_platform; SimGrid's own errors for
+///         a file it cannot load.
 RouteLatency build(const Platform& p);
 
 }  // namespace gossamer::simgrid

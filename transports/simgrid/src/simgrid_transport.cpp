@@ -35,6 +35,7 @@
 // World), then waits in simulated time until every queued message has
 // arrived (World::undelivered), then in real time for more. Receives wait on
 // their request's condition variable in real time (no ProgressEngine).
+#include <simgrid/Exception.hpp>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
 
@@ -329,15 +330,19 @@ class SimEngine final : public detail::ProgressEngine {
 
  private:
   // One suspension of the running actor: listed among `waiters`, resumed by
-  // World::wake or by its timer at `end`. Its end (a wake-up, or the actor
-  // killed while suspended) cancels the timer and unlists the actor.
+  // World::wake or by its timer at `end` (none for an infinite timeout: a
+  // timer at infinity would move the clock there, and every rank left
+  // waiting forever is a deadlock, which SimGrid detects and simulate()
+  // reports). Its end (a wake-up, or the actor killed while suspended)
+  // cancels the timer and unlists the actor.
   class Suspension {
    public:
     Suspension(std::vector<s4u::Actor*>& waiters, double end) : waiters_(waiters), self_(s4u::Actor::self()) {
-      timer_ = ::simgrid::kernel::timer::Timer::set(end, [this] {
-        timer_ = nullptr;
-        self_->resume();
-      });
+      if (std::isfinite(end))
+        timer_ = ::simgrid::kernel::timer::Timer::set(end, [this] {
+          timer_ = nullptr;
+          self_->resume();
+        });
       waiters_.push_back(self_);
     }
     ~Suspension() {
@@ -808,18 +813,33 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   // The simulation ends with its last rank: what waits for its latency then
   // never goes, and what is in flight never arrives.
   int running = platform.hosts;
+  // [rank]: whether its function returned or threw (SimGrid kills the ranks
+  // of a deadlock: every rank left waiting on what no one will do).
+  std::vector<char> ended(static_cast<std::size_t>(platform.hosts), 0);
   for (int r = 0; r < platform.hosts; ++r) {
     s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
-                       [&errors, &rank, &running, &w, r] {
+                       [&errors, &ended, &rank, &running, &w, r] {
                          try {
                            rank(r);
                          } catch (const std::exception& e) {
                            errors[static_cast<std::size_t>(r)] = e.what();
+                         } catch (const ::simgrid::ForcefulKillException&) {
+                           throw;  // SimGrid's unwinding of a killed actor
+                         } catch (...) {
+                           errors[static_cast<std::size_t>(r)] =
+                               "threw something that is not a std::exception";
                          }
+                         ended[static_cast<std::size_t>(r)] = 1;
                          if (--running == 0) w.cancelAll();
                        });
   }
   engine.run();
+  for (int r = 0; r < platform.hosts; ++r)
+    if (ended[static_cast<std::size_t>(r)] == 0)
+      errors[static_cast<std::size_t>(r)] =
+          "deadlock at " + std::to_string(s4u::Engine::get_clock()) +
+          " s simulated: the rank never returned, waiting with every other rank left for what none of them "
+          "would do (a wait or compute without end)";
   setTaskStarter(nullptr);
   setTimeSource(nullptr);
   setContextLocalProvider(nullptr);
@@ -879,7 +899,8 @@ double hostedSeconds() {
 double now() { return s4u::Engine::get_clock(); }
 
 void compute(double flops) {
-  GOSSAMER_ENFORCE(flops >= 0, "compute: " << flops << " flops");
+  // SimGrid never ends an infinite execution (a deadlock).
+  GOSSAMER_ENFORCE(flops >= 0 && std::isfinite(flops), "compute: " << flops << " flops");
   (void)world();
   s4u::this_actor::execute(flops);
 }

@@ -110,8 +110,10 @@ struct Options {
 
 /// The result of one simulation.
 struct Outcome {
-  double simulatedSeconds = 0;      ///< Simulated time when the last rank returned.
-  std::vector<std::string> errors;  ///< "rank R: what()" for every rank whose function threw.
+  double simulatedSeconds = 0;  ///< Simulated time when the last rank returned (or deadlocked).
+  /// "rank R: what()" for every rank whose function threw, "rank R: deadlock
+  /// at T s simulated ..." for every rank of a deadlock.
+  std::vector<std::string> errors;
   /// Bytes the ranks sent each other (payloads plus the 48-byte header of
   /// each message; a rank's sends to itself left out), and of those the
   /// bytes that crossed from one island to another.
@@ -123,7 +125,10 @@ struct Outcome {
 /// function makes its rank's transport with makeTransport (or through a
 /// Registry given registerWith). Exceptions thrown by a rank are caught and
 /// reported in Outcome::errors; the other ranks go on (their waits on it
-/// time out, or fail with PeerFailure once its transport is closed).
+/// time out, or fail with PeerFailure once its transport is closed). A
+/// deadlock (every rank left waiting without end: an infinite timeout, or
+/// an execution that never ends) ends the simulation there, and each of
+/// those ranks is reported in Outcome::errors as a deadlock.
 /// @param argv0 the program's name (SimGrid's logs); configuration comes
 ///        from `config` ("key:value", as SimGrid's --cfg).
 /// @throws InvalidArgument on a bad platform; Error if called a second time
@@ -163,6 +168,8 @@ double now();
 
 /// Takes `flops` floating-point operations of simulated time on this rank's
 /// host (at Platform::flopsPerSecond): the compute part of a step.
+/// @throws InvalidArgument for a negative or infinite `flops`; Error outside
+///         a rank's actor.
 void compute(double flops);
 
 /// Sleeps `seconds` of simulated time in the calling actor.
