@@ -6,6 +6,7 @@
 #include "threads.hpp"
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transports/composite.hpp"
+#include "gossamer/transports/inproc.hpp"
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 
@@ -51,6 +53,37 @@ std::vector<std::unique_ptr<Transport>> evenOdd(int n) {
                                                               inner("tcp", zmq::makeTransport));
   });
   return g;
+}
+
+// n ranks in the even and odd groups over inproc inner transports: a message
+// reaches the inner receive it matches inside isend, so which side of a
+// receive from both sides holds what is known without waiting.
+std::vector<std::unique_ptr<Transport>> evenOddInproc(int n) {
+  MemoryStore store;
+  const std::shared_ptr<inproc::Fabric> groups[] = {inproc::makeFabric((n + 1) / 2),
+                                                    inproc::makeFabric(n / 2)};
+  const auto all = inproc::makeFabric(n);
+  std::vector<std::unique_ptr<Transport>> g;
+  for (int r = 0; r < n; ++r) {
+    composite::Options o;
+    o.rank = r;
+    o.worldSize = n;
+    o.timeoutSeconds = kTimeout;
+    for (int q = r % 2; q < n; q += 2) o.localGroup.push_back(q);
+    const auto local = groups[r % 2];
+    g.push_back(composite::makeTransport(
+        o, store, [local](int rank, int, Store&) { return inproc::makeTransport(local, rank, kTimeout); },
+        [all](int rank, int, Store&) { return inproc::makeTransport(all, rank, kTimeout); }));
+  }
+  return g;
+}
+
+void sendInt(Transport& t, int dst, const Tag& tag, std::int32_t v) {
+  t.isendOf<std::int32_t>(dst, tag, std::span<const std::int32_t>(&v, 1)).wait(kTimeout);
+}
+
+std::span<std::byte> bytesOf(std::int32_t& v) {
+  return std::as_writable_bytes(std::span<std::int32_t>(&v, 1));
 }
 
 }  // namespace
@@ -167,6 +200,117 @@ TEST_CASE("composite: a receive from both sides cancelled after its message came
   std::int32_t extra = -1;
   CHECK_FALSE(
       g[0]->irecv(sources, tag, std::as_writable_bytes(std::span<std::int32_t>(&extra, 1))).waitFor(0.2));
+  for (auto& t : g) t->close();
+}
+
+TEST_CASE(
+    "composite: a receive from one rank posted behind a receive from both sides gets its messages in order",
+    "[composite][transport]") {
+  // Rank 0's group is {0, 2}; rank 1 is remote. A receive from {1, 2} waits,
+  // then one from 1 alone (and a view receive from 1). Rank 2 sends 100,
+  // rank 1 sends 1, 2 and 3: the first receive's remote side holds 1 and its
+  // local side 100. It takes 100 and keeps 1, which the receives from 1
+  // alone, posted after it, must get before 2 and 3.
+  auto g = evenOddInproc(3);
+  const auto tag = Tag::make(Op::kGossip, 6);
+  const int sources[] = {1, 2};
+  std::int32_t a = -1, b = -1, c = -1, d = -1;
+  Request both = g[0]->irecv(sources, tag, bytesOf(a));
+  Request one = g[0]->irecv(1, tag, bytesOf(b));
+  Request view = g[0]->irecvView(1, tag, bytesOf(c));
+  sendInt(*g[2], 0, tag, 100);
+  for (std::int32_t v : {1, 2, 3}) sendInt(*g[1], 0, tag, v);
+  one.wait(kTimeout);
+  view.wait(kTimeout);
+  both.wait(kTimeout);
+  CHECK(a == 100);
+  CHECK(both.peer() == 2);
+  CHECK(b == 1);
+  CHECK(one.peer() == 1);
+  std::memcpy(&c, view.received(bytesOf(c)).data(), sizeof c);
+  CHECK(c == 2);
+  Request next = g[0]->irecv(1, tag, bytesOf(d));
+  REQUIRE(next.waitFor(kTimeout));
+  CHECK(d == 3);
+  CHECK_FALSE(g[0]->irecv(sources, tag, bytesOf(d)).waitFor(0.05));
+  for (auto& t : g) t->close();
+}
+
+TEST_CASE("composite: receives from both sides settled out of posting order keep per-source order",
+          "[composite][transport]") {
+  // Two receives from {1, 2}; rank 1 sends 1 and 2 (one to each receive's
+  // remote side), rank 2 sends 100 (to the first one's local side). The
+  // second is waited on first: it must not complete with 2 while the first,
+  // which takes 100, keeps 1 for a later receive. And a cancel of the second
+  // after its side completed must not either.
+  for (const bool cancelSecond : {false, true}) {
+    auto g = evenOddInproc(3);
+    const auto tag = Tag::make(Op::kGossip, 7);
+    const int sources[] = {1, 2};
+    std::int32_t a = -1, b = -1, c = -1;
+    Request first = g[0]->irecv(sources, tag, bytesOf(a));
+    Request second = g[0]->irecv(sources, tag, bytesOf(b));
+    sendInt(*g[1], 0, tag, 1);
+    sendInt(*g[1], 0, tag, 2);
+    sendInt(*g[2], 0, tag, 100);
+    if (cancelSecond) {
+      second.cancel();
+      CHECK(second.test());  // a side had completed: cancel() lost the race
+    } else {
+      second.wait(kTimeout);
+    }
+    first.wait(kTimeout);
+    std::map<int, std::vector<std::int32_t>> bySource;  // in posting order
+    bySource[first.peer()].push_back(a);
+    bySource[second.peer()].push_back(b);
+    Request next = g[0]->irecv(sources, tag, bytesOf(c));
+    REQUIRE(next.waitFor(kTimeout));
+    bySource[next.peer()].push_back(c);
+    CHECK(bySource[1] == std::vector<std::int32_t>{1, 2});
+    CHECK(bySource[2] == std::vector<std::int32_t>{100});
+    for (auto& t : g) t->close();
+  }
+}
+
+TEST_CASE(
+    "composite: a receive behind a receive from both sides that no thread waits on still gets its message",
+    "[composite][transport]") {
+  // As the inner transports match: the receive from {1, 2} takes rank 2's
+  // 100 (it came first), so rank 1's 1 is for the receive from 1 posted
+  // after it, which must get it without anyone looking at the first.
+  auto g = evenOddInproc(3);
+  const auto tag = Tag::make(Op::kGossip, 8);
+  const int sources[] = {1, 2};
+  std::int32_t a = -1, b = -1;
+  Request both = g[0]->irecv(sources, tag, bytesOf(a));
+  Request one = g[0]->irecv(1, tag, bytesOf(b));
+  sendInt(*g[2], 0, tag, 100);
+  sendInt(*g[1], 0, tag, 1);
+  REQUIRE(one.waitFor(kTimeout));
+  CHECK(b == 1);
+  REQUIRE(both.test());
+  CHECK(a == 100);
+  for (auto& t : g) t->close();
+}
+
+TEST_CASE("composite: close drops kept messages: a receive after it is refused, as on the inner transports",
+          "[composite][transport]") {
+  // The first receive from {1, 2} takes 100 and keeps rank 1's 1.
+  auto g = evenOddInproc(3);
+  const auto tag = Tag::make(Op::kGossip, 9);
+  const int sources[] = {1, 2};
+  std::int32_t a = -1, b = -1;
+  {
+    Request both = g[0]->irecv(sources, tag, bytesOf(a));
+    sendInt(*g[2], 0, tag, 100);
+    Request other = g[0]->irecv(sources, tag, bytesOf(b));  // no side of it holds anything
+    sendInt(*g[1], 0, tag, 1);
+    both.wait(kTimeout);
+    CHECK(a == 100);
+  }
+  g[0]->close();
+  CHECK_THROWS_AS(g[0]->irecv(1, tag, bytesOf(b)), Cancelled);
+  CHECK_THROWS_AS(g[0]->irecv(sources, tag, bytesOf(b)), Cancelled);
   for (auto& t : g) t->close();
 }
 

@@ -7,10 +7,13 @@
 // and no copy. A receive from ranks on both sides posts one receive per side
 // and keeps the first to complete; the other is cancelled, and a message it
 // completed with in the meantime is kept for the next matching receive: one
-// from both sides already waiting, or any posted later. (A receive from its
-// source alone that already waits on the inner transport does not see it,
-// and gets that source's next message first.) A receive from both sides that
-// is cancelled after a side completed completes with that message instead.
+// already waiting, or any posted later. Inner transports match in posting
+// order, so a receive posted while one from both sides that shares a source
+// waits (even one from a single rank) is made the same way, and a receive
+// lets those posted before it settle (keeping their older messages) before it
+// takes a message itself: each source's messages stay in send order. A
+// receive from both sides that is cancelled after a side completed completes
+// with that message instead.
 #include "gossamer/transports/composite.hpp"
 
 #include <sys/stat.h>
@@ -48,9 +51,11 @@ struct Kept {
   std::vector<std::byte> bytes;
 };
 
-/// One receive from ranks on both sides.
+/// One receive from ranks on both sides, or from one side while such a
+/// receive that shares a source with it waits (one side then stays empty).
 struct Mixed {
-  std::mutex mu;  // serialises progress on this receive
+  std::mutex mu;          // serialises progress on this receive
+  std::uint64_t seq = 0;  // posting order (MixEngine::add)
   std::shared_ptr<RequestState> outer;
   std::span<std::byte> buffer;
   std::vector<int> sources;  // job ranks
@@ -69,9 +74,25 @@ struct Mixed {
 /// keeps the messages a losing side completed with.
 class MixEngine final : public detail::ProgressEngine {
  public:
+  /// Caller holds m->mu, before posting m's sides (so that a receive posted
+  /// after it sees it in overlapsPending).
   void add(const std::shared_ptr<Mixed>& m) {
     std::lock_guard<std::mutex> lk(mu_);
+    m->seq = nextSeq_++;
     pending_[m->outer.get()] = m;
+  }
+
+  /// Caller holds m.mu: m will not be posted after all (a side threw).
+  void forget(Mixed& m) { finish(m); }
+
+  /// True if a pending receive under `tag` shares a source with `sources`:
+  /// one of its sides may hold an older message from that source, which it
+  /// keeps if the other side wins.
+  bool overlapsPending(std::span<const int> sources, const Tag& tag) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [key, m] : pending_)
+      if (overlaps(*m, sources, tag)) return true;
+    return false;
   }
 
   void waitUntil(RequestState& state, std::chrono::steady_clock::time_point deadline) override {
@@ -119,7 +140,12 @@ class MixEngine final : public detail::ProgressEngine {
     std::lock_guard<std::mutex> lk(m->mu);
     if (m->finished) return;
     const bool local = completedAfterCancel(m->local);
-    completeWith(*m, local, completedAfterCancel(m->remote));
+    const bool remote = completedAfterCancel(m->remote);
+    if (local || remote) {
+      settleEarlier(*m);
+      if (completeWithKept(*m)) return;
+    }
+    completeWith(*m, local, remote);
     finish(*m);
   }
 
@@ -145,7 +171,9 @@ class MixEngine final : public detail::ProgressEngine {
     return before - kept_.size();
   }
 
-  /// Cancels every pending receive from both sides (close).
+  /// Cancels every pending receive from both sides and drops the kept
+  /// messages, as the inner transports' close() drops what arrived unreceived
+  /// (close).
   void cancelAll() {
     std::vector<std::shared_ptr<Mixed>> all;
     {
@@ -157,6 +185,7 @@ class MixEngine final : public detail::ProgressEngine {
       cancelLocked(*m->outer);
       m->outer->cancelIfPending();
     }
+    discardKept([](const Tag&) { return true; });
   }
 
  private:
@@ -166,8 +195,33 @@ class MixEngine final : public detail::ProgressEngine {
     return it == pending_.end() ? nullptr : it->second;
   }
 
+  static bool overlaps(const Mixed& m, std::span<const int> sources, const Tag& tag) {
+    return m.tag == tag && std::any_of(sources.begin(), sources.end(), [&](int s) {
+             return std::find(m.sources.begin(), m.sources.end(), s) != m.sources.end();
+           });
+  }
+
+  // Caller holds m.mu. Lets the pending receives posted before m that share
+  // a source with it settle first: inner transports match in posting order,
+  // so one of theirs may hold an older message from that source than m's
+  // sides do, and keeps it (for m to take) if its other side wins. Locks are
+  // taken from later receives to earlier ones only.
+  void settleEarlier(const Mixed& m) {
+    std::vector<std::shared_ptr<Mixed>> earlier;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [key, e] : pending_)
+        if (e->seq < m.seq && overlaps(*e, m.sources, m.tag)) earlier.push_back(e);
+    }
+    for (auto& e : earlier) {
+      std::lock_guard<std::mutex> lk(e->mu);
+      progressLocked(*e);
+    }
+  }
+
   // After cancel(): did the request complete first (its message is then ours)?
   static bool completedAfterCancel(Request& r) {
+    if (!r.valid()) return false;  // a side this receive does not have
     r.cancel();
     try {
       return r.test();
@@ -217,22 +271,31 @@ class MixEngine final : public detail::ProgressEngine {
     return nullptr;
   }
 
+  // Caller holds m.mu. A message another receive kept (it arrived for that
+  // one with a second) came before anything m's sides hold: completes m with
+  // the oldest that matches and keeps what m's sides completed with after it.
+  // False if none is kept.
+  bool completeWithKept(Mixed& m) {
+    auto k = popKept(m.sources, m.tag);
+    if (!k) return false;
+    if (completedAfterCancel(m.local)) keepLocal(m);
+    if (completedAfterCancel(m.remote)) keepRemote(m);
+    if (auto error = deliver(*k, m.tag, m.buffer))
+      m.outer->fail(error);
+    else
+      m.outer->complete(k->source, k->bytes.size(), std::nullopt);
+    finish(m);
+    return true;
+  }
+
   void progressLocked(Mixed& m) {
     if (m.finished) return;
-    // A message another receive from both sides kept (it arrived for that
-    // one with a second) came before anything this one's sides hold.
-    if (auto k = popKept(m.sources, m.tag)) {
-      if (completedAfterCancel(m.local)) keepLocal(m);
-      if (completedAfterCancel(m.remote)) keepRemote(m);
-      if (auto error = deliver(*k, m.tag, m.buffer))
-        m.outer->fail(error);
-      else
-        m.outer->complete(k->source, k->bytes.size(), std::nullopt);
-      finish(m);
-      return;
-    }
     const bool local = completed(m, m.local, m.localAlive);
     const bool remote = completed(m, m.remote, m.remoteAlive);
+    // Also when neither side completed: one posted before may hold the
+    // message this one waits for, and be waited on by no thread.
+    settleEarlier(m);
+    if (completeWithKept(m)) return;
     if (local || remote) {
       // The other side, cancelled, may have completed too (its message kept).
       const bool localToo = local || completedAfterCancel(m.local);
@@ -295,6 +358,7 @@ class MixEngine final : public detail::ProgressEngine {
   std::map<RequestState*, std::shared_ptr<Mixed>> pending_;
   std::deque<Kept> kept_;
   std::atomic<std::size_t> keptCount_{0};  // kept_.size(), read without mu_
+  std::uint64_t nextSeq_ = 0;              // Mixed::seq of the next add
 };
 
 std::string listOf(std::span<const int> ranks) {
@@ -385,28 +449,24 @@ class CompositeTransport final : public Transport {
       else
         remotes.push_back(s);
     }
+    // Behind a waiting receive from both sides that shares a source, even a
+    // receive from one side goes through the engine: that receive may hold
+    // an older message from the source, kept for this one if it loses.
+    if (engine_->overlapsPending(sources, tag)) return mixed(sources, locals, remotes, tag, buffer);
     if (auto kept = engine_->takeKept(sources, tag, buffer)) return Request(std::move(kept));
     if (remotes.empty()) return onLocal([&] { return local_->irecv(locals, tag, buffer); });
     if (locals.empty()) return remote_->irecv(remotes, tag, buffer);
-
-    auto m = std::make_shared<Mixed>();
-    m->outer = std::make_shared<RequestState>();
-    m->outer->what = "recv from " + listOf(sources) + " " + toString(tag);
-    m->outer->engine = engine_;
-    m->buffer = buffer;
-    m->sources.assign(sources.begin(), sources.end());
-    m->tag = tag;
-    m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
-    m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); });
-    m->remote = remote_->irecv(remotes, tag, std::span<std::byte>(m->scratch.get(), buffer.size()));
-    engine_->add(m);
-    return Request(m->outer);
+    return mixed(sources, locals, remotes, tag, buffer);
   }
 
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override {
     checkRank(source, "source");
-    if (auto kept = engine_->takeKept(std::span<const int>(&source, 1), tag, buffer))
-      return Request(std::move(kept));
+    const std::span<const int> one(&source, 1);
+    if (engine_->overlapsPending(one, tag)) {
+      const std::vector<int> side{isLocal(source) ? localIndex(source) : source};
+      return isLocal(source) ? mixed(one, side, {}, tag, buffer) : mixed(one, {}, side, tag, buffer);
+    }
+    if (auto kept = engine_->takeKept(one, tag, buffer)) return Request(std::move(kept));
     if (isLocal(source)) return onLocal([&] { return local_->irecvView(localIndex(source), tag, buffer); });
     return remote_->irecvView(source, tag, buffer);
   }
@@ -444,6 +504,34 @@ class CompositeTransport final : public Transport {
   }
   bool isLocal(int r) const { return localIndex_[static_cast<std::size_t>(r)] >= 0; }
   int localIndex(int r) const { return localIndex_[static_cast<std::size_t>(r)]; }
+
+  // A receive driven by the engine: one receive on each side that has
+  // sources in `locals` (local ranks) or `remotes` (job ranks), the remote one
+  // into a scratch buffer.
+  Request mixed(std::span<const int> sources, const std::vector<int>& locals, const std::vector<int>& remotes,
+                const Tag& tag, std::span<std::byte> buffer) {
+    auto m = std::make_shared<Mixed>();
+    m->outer = std::make_shared<RequestState>();
+    m->outer->what = "recv from " + listOf(sources) + " " + toString(tag);
+    m->outer->engine = engine_;
+    m->buffer = buffer;
+    m->sources.assign(sources.begin(), sources.end());
+    m->tag = tag;
+    if (!remotes.empty()) m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
+    m->localAlive = !locals.empty();
+    m->remoteAlive = !remotes.empty();
+    std::lock_guard<std::mutex> lk(m->mu);  // no progress on it before its sides are posted
+    engine_->add(m);
+    try {
+      if (m->localAlive) m->local = onLocal([&] { return local_->irecv(locals, tag, buffer); });
+      if (m->remoteAlive)
+        m->remote = remote_->irecv(remotes, tag, std::span<std::byte>(m->scratch.get(), buffer.size()));
+    } catch (...) {
+      engine_->forget(*m);
+      throw;
+    }
+    return Request(m->outer);
+  }
 
   // Runs a call on the local transport: its request reports job ranks, and a
   // failure it throws at once names the job rank. (Its timeout message keeps

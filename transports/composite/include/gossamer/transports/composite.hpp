@@ -50,13 +50,15 @@ struct Options {
 ///   remote one into a scratch buffer of the same size, so a message from a
 ///   remote rank is copied once more); whichever completes first wins. A
 ///   message that completed on the other side before it could be cancelled is
-///   kept and given to the next receive from both sides that matches it (one
-///   waiting already, the first looked at, or one posted later), so none is
-///   lost; a receive from its source alone already waiting on the inner
-///   transport does not see it. Such a receive that is cancelled after a side
-///   completed completes with that message (cancel() lost the race, as on the
-///   inner transports). Such a receive progresses in the threads that wait on
-///   or test it.
+///   kept and given to the next receive that matches it (one waiting already
+///   or one posted later), so none is lost and each source's messages are
+///   received in send order: a receive posted while such a receive sharing a
+///   source and the tag waits is made the same way, even from one rank (one
+///   copy more from a remote rank, none handed over by irecvView), and the
+///   receives posted before one settle before it does. Such a receive that is
+///   cancelled after a side completed completes with that message (cancel()
+///   lost the race, as on the inner transports). Such a receive progresses in
+///   the threads that wait on or test it.
 /// Statistics are the sum of both inner transports'.
 /// @throws InvalidArgument if o.localGroup is empty, unsorted, has ranks
 ///         outside [0, worldSize) or lacks o.rank; whatever the factories throw.

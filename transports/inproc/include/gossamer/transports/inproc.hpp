@@ -17,7 +17,10 @@ std::shared_ptr<Fabric> makeFabric(int worldSize);
 
 /// The transport of `rank` on `fabric`.
 /// @param timeoutSeconds default bound for waits (> 0).
-/// @throws InvalidArgument for a bad rank, or if the rank already has a live transport.
+/// @throws InvalidArgument for a bad rank, or if the rank had a transport on
+///         this fabric already (live or not: a fabric's rank is made once,
+///         its peers saw it leave; a job restarted in-process needs a fabric
+///         of its own).
 std::unique_ptr<Transport> makeTransport(std::shared_ptr<Fabric> fabric, int rank,
                                          double timeoutSeconds = defaults::kTimeoutSeconds);
 
