@@ -1409,3 +1409,101 @@ TEST_CASE("membership: under partition: majority the survivor of crashed ranks t
   CHECK(change.view.members == std::vector<int>{2});
   services[2].transport->close();
 }
+
+namespace {
+// A rank's transport in a job of `world` ranks with room for one more
+// (`inner`'s world), which may ask to join it.
+class WithRoom final : public gossamer::testing::Forwarding {
+ public:
+  WithRoom(std::unique_ptr<Transport> inner, int world) : Forwarding(std::move(inner)), world_(world) {}
+  int worldSize() const override { return world_; }
+  int capacity() const override { return Forwarding::worldSize(); }
+
+ private:
+  int world_;
+};
+
+struct JoinWaitResult {
+  std::vector<double> seconds;       // each member's first recover(), or -1 if it threw
+  std::vector<std::string> errors;   // what it threw
+  std::vector<std::uint64_t> views;  // the view number each member holds at the end
+};
+
+// Ranks 0-2 run the service (heartbeats every `heartbeatSeconds`, suspicion
+// after 3 s, agreement within `agreementSeconds`); rank 3, a bare transport,
+// asks to join their view and never reports. `dies`: its transport aborts
+// right after it asked. The members recover for `watchSeconds`.
+JoinWaitResult askToJoinAndFallSilent(double heartbeatSeconds, double agreementSeconds, bool dies,
+                                      double watchSeconds) {
+  const int n = 3;
+  auto fabric = inproc::makeFabric(n + 1);
+  membership::MembershipOptions o;
+  o.heartbeatSeconds = heartbeatSeconds;
+  o.suspectSeconds = 3;
+  o.agreementSeconds = agreementSeconds;
+  std::vector<membership::Service> services;
+  for (int r = 0; r < n; ++r)
+    services.push_back(
+        membership::wrap(std::make_unique<WithRoom>(inproc::makeTransport(fabric, r, 10.0), n), o));
+  auto joiner = inproc::makeTransport(fabric, n, 10.0);
+  std::vector<std::byte> ask(56, std::byte{0});  // kJoin of view 0 (coordinator -1, arg -1)
+  const std::uint32_t magic = 0x524D4247u, none = 0xFFFFFFFFu;
+  std::memcpy(ask.data(), &magic, 4);
+  ask[4] = std::byte{6};
+  for (std::size_t at : {16, 20, 48}) std::memcpy(ask.data() + at, &none, 4);
+  for (int r = 0; r < n; ++r) joiner->isend(r, Tag{Op::kMembership, 0, 0}, ask).wait(5);
+  if (dies) joiner->abort();
+  JoinWaitResult out{std::vector<double>(n, -1), std::vector<std::string>(n), std::vector<std::uint64_t>(n)};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(watchSeconds);
+  onEveryRank(n, [&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    Membership& m = *services[i].membership;
+    bool first = true;
+    while (std::chrono::steady_clock::now() < until) {
+      if (m.revoked()) {
+        try {
+          const ViewChange change = m.recover(0, false);
+          if (first) out.seconds[i] = change.seconds;
+        } catch (const TimeoutError& e) {
+          out.errors[i] = e.what();
+          return;
+        }
+        first = false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    out.views[i] = m.view().number;
+  });
+  for (auto& s : services) s.transport->close();
+  joiner->close();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("membership: a rank that asks to join and dies is neither waited for nor asked for again",
+          "[membership]") {
+  // The transport lost it: the view change does not wait five heartbeats
+  // (2.5 s) for its report, and the view installed is not revoked again for
+  // it (one change, not one per five heartbeats until suspect_seconds).
+  const auto out = askToJoinAndFallSilent(0.5, 20, true, 4.5);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << out.errors[static_cast<std::size_t>(r)]);
+    CHECK(out.seconds[static_cast<std::size_t>(r)] >= 0);
+    CHECK(out.seconds[static_cast<std::size_t>(r)] < 1.0);
+    CHECK(out.views[static_cast<std::size_t>(r)] == 1);
+  }
+}
+
+TEST_CASE("membership: the wait for a joiner's report ends within agreement_seconds", "[membership]") {
+  // Five heartbeats (2.5 s) are longer than agreement_seconds (1.5 s): the
+  // coordinator waits half of that for the report of a joiner that stays
+  // silent, and the members install a view without it instead of failing
+  // with TimeoutError.
+  const auto out = askToJoinAndFallSilent(0.5, 1.5, false, 2.5);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << out.errors[static_cast<std::size_t>(r)]);
+    CHECK(out.errors[static_cast<std::size_t>(r)].empty());
+    CHECK(out.seconds[static_cast<std::size_t>(r)] >= 0);
+    CHECK(out.seconds[static_cast<std::size_t>(r)] < 1.5);
+  }
+}

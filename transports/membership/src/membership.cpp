@@ -206,7 +206,7 @@ class MembershipTransport final : public Transport, public Membership {
     }
     reportLocked(completedSteps, evaluating);
     coordinateLocked();
-    const double limit = options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
+    const double limit = agreementLimit();
     auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     bool paused = false;
@@ -219,14 +219,16 @@ class MembershipTransport final : public Transport, public Membership {
         if (outsider_ && everyMemberGoneLocked())
           throw Expelled(self_, "rank " + std::to_string(self_) +
                                     " cannot rejoin: the other ranks finished or left while it was stopped");
-        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_ &&
+        // A minority pauses once, for a day: then it times out as any rank does.
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !decided_ && !paused &&
             pausesAsMinorityLocked(paused)) {
           deadline = Clock::now() + std::chrono::hours(24);
           continue;
         }
         if (!decided_ && Clock::now() >= deadline)
           throw TimeoutError("rank " + std::to_string(self_) + ": no new view agreed within " +
-                             std::to_string(limit) + " s after view " + std::to_string(view_.number) +
+                             std::to_string(limit) + (paused ? " s and a day's pause as a minority" : " s") +
+                             " after view " + std::to_string(view_.number) +
                              " was revoked (membership.agreement_seconds; " + agreementStateLocked() + ")");
       }
       Decided d = *decided_;
@@ -339,6 +341,10 @@ class MembershipTransport final : public Transport, public Membership {
   }
 
   static std::pair<std::uint64_t, int> viewKey(const View& v) { return {v.number, v.coordinator}; }
+  // Seconds recover() waits for the survivors to agree.
+  double agreementLimit() const {
+    return options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
+  }
 
   // The epoch of the view numbered `number` that `coordinator` issued, in tag
   // bits 24-31 of the step (0 for the first view). Views numbered 16 or more
@@ -595,10 +601,14 @@ class MembershipTransport final : public Transport, public Membership {
       if (reports.at(p).steps == resume && reports.at(p).evaluating) evaluating = true;
     // A peer asking to join reports for this view once it has learnt it (a
     // heartbeat period or so): wait for that, for a bounded time, rather
-    // than issue a view without it and revoke that one at once.
+    // than issue a view without it and revoke that one at once. The wait
+    // ends within half of the agreement's limit (the members' recover()
+    // fails at that limit), and a joiner the transport lost since it asked
+    // is not waited for, nor taken.
+    const double joinWait = std::min(kJoinWaitBeats * options_.heartbeatSeconds, agreementLimit() / 2);
     for (int p : joiners_)
-      if (!reports.count(p) && view_.localRank(p) < 0 &&
-          since(revokedAt_) < kJoinWaitBeats * options_.heartbeatSeconds)
+      if (!reports.count(p) && view_.localRank(p) < 0 && !dead_[static_cast<std::size_t>(p)] &&
+          since(revokedAt_) < joinWait)
         return;
     std::vector<int> members = survivors;
     bool behind = fewest < resume;
@@ -606,7 +616,7 @@ class MembershipTransport final : public Transport, public Membership {
     // of a partition bring their models: the members merge them (merged).
     bool merged = false;
     for (int p : joiners_)
-      if (reports.count(p) && view_.localRank(p) < 0) {
+      if (reports.count(p) && view_.localRank(p) < 0 && !dead_[static_cast<std::size_t>(p)]) {
         members.push_back(p);
         behind = behind || reports.at(p).steps < resume;
         merged = merged || (reports.at(p).side && !options_.majority);
@@ -705,10 +715,12 @@ class MembershipTransport final : public Transport, public Membership {
     revoked_ = false;
     if (!suspects_.empty()) revokeLocked(*suspects_.begin(), "a member was suspected during the view change");
     // A peer that asked to join and has been silent since (it died, or its
-    // request came through another member's report only) is dropped: a
-    // live one asks again when the view reaches it.
+    // request came through another member's report only), or that the
+    // transport lost, is dropped: a live one asks again when the view
+    // reaches it.
     std::erase_if(joiners_, [&](int p) {
-      return since(heard_[static_cast<std::size_t>(p)]) > options_.suspectSeconds;
+      const auto i = static_cast<std::size_t>(p);
+      return dead_[i] || since(heard_[i]) > options_.suspectSeconds;
     });
     if (!joiners_.empty()) revokeLocked(-1, "a peer asks to rejoin");
     // A member that installed v first may have started its next change

@@ -42,7 +42,9 @@
 //   5. With rejoin on, a rank that finds itself removed (it was stopped, or
 //      on the other side of a healed partition) sends the members a join
 //      message and its state; the next coordinator adds it, and the Agent
-//      hands it the current model. The members of the view it leaves get
+//      hands it the current model (the coordinator waits for its report up
+//      to 5 heartbeats, at most half of agreementSeconds, and not for a
+//      joiner the transport lost). The members of the view it leaves get
 //      the view it goes to (they follow it there, unless they hold a newer
 //      one) and a suspicion of itself in the view it leaves. A rank listed
 //      in a newer view decided from a view it has left since (two views
@@ -106,8 +108,10 @@ struct MembershipOptions {
   /// a cut that lasts the transport's timeout ends the same way, and needs
   /// that timeout above 2 suspectSeconds (wrap() checks) so that a cut-off
   /// rank is suspected first. A minority decides nothing: its ranks
-  /// wait in recover() (up to a day, the pause) until the majority's view
-  /// reaches them, then ask to join it. false (`merge`): every side goes on
+  /// wait in recover() (up to a day, the pause; then TimeoutError) until the
+  /// majority's view reaches them, then ask to join it. A cut that the
+  /// transport reports at once (connections reset) is taken for a crash on
+  /// both sides, and both decide a view. false (`merge`): every side goes on
   /// as a view of its own.
   bool majority = false;
 };
