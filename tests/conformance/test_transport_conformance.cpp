@@ -507,6 +507,47 @@ TEMPLATE_TEST_CASE("a wrong caller checksum fails the receive with ProtocolError
   }
 }
 
+// A large message that fails its checksum fails its sender (ProtocolError
+// naming it and the offset), not a receive that also waits on other ranks:
+// that one stays posted and takes the next good message from another rank.
+TEMPLATE_TEST_CASE("a bad checksum from one rank leaves a receive from several ranks to the others",
+                   "[transport]", SockTcp, ZmqTcp) {
+  Group g = TestType::make(3);
+  REQUIRE(g[0]->checksumReuseMinBytes() <= 65536);
+  std::vector<float> bad(100'000, 1.5f), good(100'000, 2.5f);
+  std::vector<float> got(good.size(), 0.0f);
+  const auto tag = Tag::make(Op::kGossip, 78);
+  const int sources[] = {0, 1};
+  auto r = g[2]->irecv(sources, tag, std::as_writable_bytes(std::span<float>(got)));
+  // Fails once rank 2 has read rank 0's bad frame and failed rank 0 for it.
+  std::byte probeByte{};
+  auto probe = g[2]->irecv(0, Tag::make(Op::kUser, 79), std::span<std::byte>(&probeByte, 1));
+  const std::uint32_t wrong = gossamer::crc32c(std::as_bytes(std::span<const float>(bad))) ^ 1u;
+  auto s = g[0]->isendBorrowedOf<float>(2, tag, std::span<const float>(bad), wrong);
+  try {
+    probe.wait(kTimeout);
+    FAIL("a receive from the rank that sent a bad frame completed");
+  } catch (const gossamer::ProtocolError& e) {
+    INFO(e.what());
+    CHECK(e.peer() == 0);
+    if (std::string(g[0]->name()) == "zmq")
+      CHECK(e.offset() == gossamer::frame_offset::kChecksum);
+    else
+      CHECK(e.offset() == gossamer::kFrameHeaderBytes + bad.size() * sizeof(float));
+  }
+  try {
+    s.wait(kTimeout);
+  } catch (const gossamer::Error&) {
+    // The receiver drops the connection: the send may fail too, but never hangs.
+  }
+  CHECK_FALSE(r.test());  // still posted: rank 1 lives
+  g[1]->isendOf<float>(2, tag, std::span<const float>(good)).wait(kTimeout);
+  r.wait(kTimeout);
+  CHECK(r.peer() == 1);
+  CHECK(r.bytes() == good.size() * sizeof(float));
+  CHECK(got == good);
+}
+
 TEMPLATE_TEST_CASE("irecvView delivers the payload, handed over or copied, in order with irecv",
                    "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);

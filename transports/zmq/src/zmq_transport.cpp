@@ -12,13 +12,13 @@
 // thread (which alone reads for receives of 1 MiB or more). That
 // reader validates every frame (wire.hpp) and hands the payload, without
 // copying it again, to the Mailbox that matches it with posted receives; a
-// payload of 64 KiB or more whose receive is already posted is checked and
-// copied into it in one pass instead (Mailbox::claim, deliverLarge). So a
-// waiting thread is woken by libzmq's I/O thread itself (the ROUTER's
-// ZMQ_FD), not by the progress thread after that woke: one thread hand-off
-// fewer per message. A hello (which may replace a peer's sockets) is always
-// handled by the progress thread: a waiter that reads one hands it over and
-// stops reading.
+// payload of 64 KiB or more whose receive (from that rank alone) is already
+// posted is checked and copied into it in one pass instead (Mailbox::claim,
+// deliverLarge). So a waiting thread is woken by libzmq's I/O thread itself
+// (the ROUTER's ZMQ_FD), not by the progress thread after that woke: one
+// thread hand-off fewer per message. A hello (which may replace a peer's
+// sockets) is always handled by the progress thread: a waiter that reads one
+// hands it over and stops reading.
 //
 // Sends: isend copies the payload into a ZeroMQ message. isendBorrowed of 64
 // KiB or more lends the caller's buffer instead (zmq_msg_init_data): its
@@ -1288,8 +1288,9 @@ class ZmqTransport final : public Transport {
   static constexpr int kReceiveQueueMessages = 100;
 
   // Payloads from this size on are checked in one pass that also copies them
-  // into their receive, when one is posted (Mailbox::claim), and report their
-  // checksum (Request::payloadChecksum) for the collectives to forward.
+  // into their receive, when one from their sender alone is posted
+  // (Mailbox::claim), and report their checksum (Request::payloadChecksum)
+  // for the collectives to forward.
   static constexpr std::size_t kClaimMinBytes = std::size_t{64} << 10;
   // Receives from this size on wait while the progress thread reads the
   // ROUTER (bulkEngine_); smaller ones have their waiter read it (drive).
@@ -1300,12 +1301,15 @@ class ZmqTransport final : public Transport {
   // order. A receive cancelled before the copy (cancel() waits for
   // `exclusive`) leaves the message to the Mailbox: nothing is lost. A
   // receive posted with irecvView gets the message itself, not a copy.
+  // A receive from several ranks is not claimed (as the socket transport):
+  // a checksum mismatch fails only its sender, and that receive stays posted
+  // for the others, its buffer untouched; it gets the payload once verified.
   // @throws ProtocolError for a checksum mismatch (the claimed receive fails with it too).
   void deliverLarge(int peer, std::span<const std::byte> header, const FrameHeader& h,
                     std::shared_ptr<::zmq::message_t> msg, std::span<const std::byte> payload) {
     StreamFrameVerifier v;
     v.begin(header, h, peer);
-    auto claim = box_.claim(peer, h.tag);
+    auto claim = box_.claim(peer, h.tag, /*singleSourceOnly=*/true);
     bool consumed = false;
     std::uint32_t sum = 0;
     if (claim.state) {
