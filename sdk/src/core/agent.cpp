@@ -331,7 +331,7 @@ Agent::Agent(const Config& config, int rank, Store& store, const Registry& regis
     throw ConfigError(c.sourceFile, 0, "membership.max_world_size",
                       std::to_string(most) + " ranks, but transport " + impl_->transport->name() +
                           " takes no rank beyond world_size (" + std::to_string(c.worldSize()) +
-                          "): ranks join a running job over zmq");
+                          "): it cannot address ranks that join a running job");
   // (Ranks that share one process share their config: nothing to compare.)
   if (registry.transportTraits(c.get<std::string>("transport.kind")).spansProcesses)
     checkSettings(c, registry.schema(), rank, store, *impl_->transport);
