@@ -28,7 +28,9 @@
 // (what was queued or being received on it fails with PeerFailure) and the
 // rank is back (PeerLifecycle::revive); a second connection from the process
 // already there (two that started at once connected to each other) is read
-// like the first. Hellos that do not verify are counted and dropped.
+// like the first; should either of the two fail, the other is shut down
+// with it, so that the peer learns at once. Hellos that do not verify are
+// counted and dropped.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -1466,6 +1468,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.owned.reset();
     c.inPayload = false;
     life_.declareFailed(c.peer, error);
+    failSiblingsLocked(c, error);
   }
 
   void failPeer(Conn& c, std::exception_ptr error) {
@@ -1481,7 +1484,20 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     c.failure = error;
     dropQueue(c, error);
     failPulls(c.peer, error);
-    life_.declareFailed(c.peer, std::move(error));
+    life_.declareFailed(c.peer, error);
+    failSiblingsLocked(c, error);
+  }
+
+  // A connection of c's peer failed: its other connection (the one from
+  // set-up, or the second one of a process that started at the same time,
+  // admitLocked) is shut down with the same error. Left open, the peer would
+  // not learn that this rank counts it failed: its sends would still be
+  // taken (and never delivered) and its receives from this rank would run to
+  // their timeout instead of failing with PeerFailure at once.
+  void failSiblingsLocked(const Conn& c, const std::exception_ptr& error) {
+    for (Conn* other : allConnsLocked())
+      if (other != &c && other->peer == c.peer && other->incarnation == c.incarnation && !other->gone)
+        failPeer(*other, error);  // (c is gone already: no way back to it)
   }
 
   Options opt_;
