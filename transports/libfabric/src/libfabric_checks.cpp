@@ -119,7 +119,17 @@ void LibfabricTransport::watchWhileStuck() {
   if (!progressStuckFor(std::chrono::milliseconds(100)) || stop_) return;
   for (int p = 0; p < capacity_; ++p) {
     auto& peer = *tx_[static_cast<std::size_t>(p)];
-    if (p == opt_.rank || peer.gone || !processExited(peer)) continue;
+    if (p == opt_.rank || peer.gone) continue;
+    {
+      // Under the peer's lock, as a restart replaces its pidfd (onHello) and
+      // teardown() closes it: otherwise this thread could poll a pidfd closed
+      // meanwhile (its number maybe reused), or find the old process exited
+      // and mark the new one so (PeerTx::exited) after onHello cleared it.
+      // The progress thread never holds it inside libfabric, so this cannot
+      // wait on the stuck thread.
+      std::lock_guard<std::mutex> lk(peer.mu);
+      if (!processExited(peer)) continue;
+    }
     declareGone(p, std::make_exception_ptr(PeerFailure(p, kProcessExited)));
     GOSSAMER_LOG(kError,
                  "libfabric rank "

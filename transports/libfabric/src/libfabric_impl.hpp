@@ -336,6 +336,8 @@ struct PeerTx {
   std::exception_ptr why;  ///< why it is gone (set before `gone`)
   std::atomic<bool> gone{false};
   /// shm: a pidfd of the peer's process (-1 when unused); readable once it exited.
+  /// Replaced (restart) and closed (teardown) under mu; read by the progress
+  /// thread, or under mu.
   std::atomic<int> pidfd{-1};
   /// shm: the peer's process id, for its state (progress thread only; 0 when unused).
   long pid = 0;
@@ -495,7 +497,9 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
 
   // shm: true once the peer's process exited. A killed shm peer may have died
   // holding the lock of its own region, and sending to it would then spin
-  // forever inside libfabric; so every send to it checks first.
+  // forever inside libfabric; so every send to it checks first. Called by
+  // the progress thread (the one that replaces a restarted peer's pidfd) or
+  // with peer.mu held (application threads, the checksum thread).
   static bool processExited(PeerTx& peer);
 
   // isend to a peer known to be gone: the reason it is gone.

@@ -717,8 +717,8 @@ void LibfabricTransport::takeBack(InboundMsg& msg) {
 }
 
 void LibfabricTransport::retireOld(Clock::time_point now) {
-  // A grace period: the checksum thread (watchWhileStuck) may have read the
-  // old pidfd just before it was replaced and be about to poll it. Only the
+  // A grace period (the checksum thread reads a pidfd only under the peer's
+  // lock, watchWhileStuck, so it never polls one closed here). Only the
   // pidfd goes: the old address stays in the address vector, since a freed
   // slot would be handed to the next insert (this peer's next process),
   // whose pieces carry the tags the old process's late pieces still do.

@@ -6,8 +6,9 @@ namespace gossamer::libfabric::impl {
 
 bool LibfabricTransport::processExited(PeerTx& peer) {
   if (peer.exited) return true;
-  if (peer.pidfd < 0) return false;
-  pollfd pfd{peer.pidfd, POLLIN, 0};
+  const int pidfd = peer.pidfd;  // (read once: the fd checked is the fd polled)
+  if (pidfd < 0) return false;
+  pollfd pfd{pidfd, POLLIN, 0};
   if (::poll(&pfd, 1, 0) > 0) peer.exited = true;
   return peer.exited;
 }
