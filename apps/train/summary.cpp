@@ -53,9 +53,10 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
     // Every key the compressors declare, as configured.
     const std::string prefix = "compression.";
     nlohmann::json settings = nlohmann::json::object();
-    for (const auto& [key, value] : c.values) {
-      if (key.rfind(prefix, 0) != 0) continue;
-      std::visit([&](const auto& v) { settings[key.substr(prefix.size())] = v; }, value);
+    for (const auto& entry : c.values) {  // (not a structured binding: clang 14 cannot capture one)
+      if (entry.first.rfind(prefix, 0) != 0) continue;
+      const std::string name = entry.first.substr(prefix.size());
+      std::visit([&](const auto& v) { settings[name] = v; }, entry.second);
     }
     j["compression_settings"] = settings;
   }
