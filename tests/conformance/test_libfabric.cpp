@@ -31,11 +31,13 @@
 
 #include "gossamer/config.hpp"
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/wire.hpp"
 #include "gossamer/registry.hpp"
 #include "gossamer/store.hpp"
 
 #ifdef GOSSAMER_HAVE_LIBFABRIC
 #include "gossamer/transports/libfabric.hpp"
+#include "test_seam.hpp"  // the transport's private seam: a rank's next large payload with a bad checksum
 
 using namespace gossamer;
 using gossamer::testing::onEveryRank;
@@ -667,6 +669,76 @@ TEST_CASE(
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(std::all_of(buf.begin(), buf.end(), [](std::byte x) { return x == std::byte{0xAA}; }));
   t->abort();
+}
+
+// The socket and zmq transports run this as the conformance case "a bad
+// checksum from one rank leaves a receive from several ranks to the others";
+// libfabric puts no caller's checksum on the wire, so the bad one comes from
+// the transport's test seam. A payload of 256 KiB or more is checked on the
+// checksum thread, which used to copy it into the oldest matching receive
+// even when that one also waits on other ranks: a bad checksum then failed
+// that receive, its buffer overwritten, though rank 1 could still fill it.
+TEST_CASE(
+    "a bad checksum on a large payload fails its sender and leaves a receive from several ranks to the "
+    "others",
+    "[transport][libfabric]") {
+  const std::string provider = GENERATE(as<std::string>{}, "tcp", "shm");
+  INFO("provider " << provider);
+  struct Disarm {  // the seam is the process's: no later case may find it set
+    ~Disarm() { libfabric::impl::corruptNextLargeChecksumOf = -1; }
+  } disarm;
+  MemoryStore store;
+  std::vector<std::unique_ptr<Transport>> g(3);
+  onEveryRank(3, [&](int r) {
+    libfabric::Options o = rankOptions(r, provider);
+    o.worldSize = 3;
+    g[static_cast<std::size_t>(r)] = libfabric::makeTransport(o, store);
+  });
+  constexpr auto kUntouched = std::byte{0xA5};
+  const auto bad = randomBytes(std::size_t{512} << 10, 1), good = randomBytes(bad.size(), 2);
+  std::vector<std::byte> got(bad.size(), kUntouched);
+  const auto tag = Tag::make(Op::kGossip, 78);
+  const int sources[] = {0, 1};
+  // Posted first: the payload finds it (and shm does not receive it in place).
+  auto r = g[2]->irecv(sources, tag, got);
+  // Fails once rank 2 has checked rank 0's payload and failed rank 0 for it.
+  std::byte probeByte{};
+  auto probe = g[2]->irecv(0, Tag::make(Op::kUser, 79), std::span<std::byte>(&probeByte, 1));
+  libfabric::impl::corruptNextLargeChecksumOf = 0;
+  g[0]->isend(2, tag, bad);
+  try {
+    probe.wait(kTimeout);
+    FAIL("a receive from the rank that sent a bad payload completed");
+  } catch (const ProtocolError& e) {
+    INFO(e.what());
+    CHECK(e.peer() == 0);
+    CHECK(e.offset() == frame_offset::kChecksum);
+  }
+  // (The seam was used.)
+  CHECK(libfabric::impl::corruptNextLargeChecksumOf == -1);
+  CHECK_FALSE(r.test());  // still posted: rank 1 lives
+  // (and not written: rank 0's bytes were copied into it before)
+  CHECK(std::count(got.begin(), got.end(), kUntouched) == static_cast<std::ptrdiff_t>(got.size()));
+  g[1]->isend(2, tag, good);
+  r.wait(kTimeout);
+  CHECK(r.peer() == 1);
+  CHECK(r.bytes() == good.size());
+  CHECK(got == good);
+  REQUIRE(r.payloadChecksum().has_value());
+  CHECK(*r.payloadChecksum() == crc32c(good));
+  // A receive from the sender alone is still filled by the checksum thread,
+  // and fails with its sender.
+  const auto tag2 = Tag::make(Op::kGossip, 80);
+  auto alone = g[2]->irecv(1, tag2, got);
+  libfabric::impl::corruptNextLargeChecksumOf = 1;
+  g[1]->isend(2, tag2, good);
+  try {
+    alone.wait(kTimeout);
+    FAIL("a receive of a bad payload completed");
+  } catch (const ProtocolError& e) {
+    INFO(e.what());
+    CHECK(e.peer() == 1);
+  }
 }
 
 #endif  // GOSSAMER_HAVE_LIBFABRIC

@@ -13,7 +13,11 @@ namespace gossamer::libfabric::impl {
 
 void LibfabricTransport::toChecksumThread(InboundMsg& msg) {
   if (!msg.direct && !msg.consumed) {
-    auto claim = box_.claim(msg.source, msg.header.tag);
+    // Only a receive from this rank alone: checkPayload fails what it
+    // claimed when the checksum fails, and a receive from several ranks
+    // must stay posted for the others (as over socket and zmq). That one
+    // gets the payload from the Mailbox once checked (one copy more).
+    auto claim = box_.claim(msg.source, msg.header.tag, /*singleSourceOnly=*/true);
     if (claim.state && fits(msg, claim)) {
       msg.claimed = std::move(claim.state);
       msg.dst = claim.buffer.first(msg.size);

@@ -622,9 +622,12 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void releaseClaim(InboundMsg& msg);
 
   // A large payload that fully arrived and is first in its peer's line: the
-  // checksum thread checks it and, when a receive for it is posted, copies it
-  // into that receive's buffer in the same pass (claimed here, in order, so
-  // per (source, tag) matching order holds). Later frames from the peer wait.
+  // checksum thread checks it and, when a receive from its sender alone is
+  // posted for it, copies it into that receive's buffer in the same pass
+  // (claimed here, in order, so per (source, tag) matching order holds). A
+  // receive from several ranks is not claimed: a bad checksum would fail it
+  // while the others live; the Mailbox gives it the payload once checked.
+  // Later frames from the peer wait.
   void toChecksumThread(InboundMsg& msg);
 
   // Checksum thread: verifies `msg` (one pass over its payload). If it was

@@ -1,8 +1,11 @@
 // libfabric transport: queueing frames and large payloads for a peer, and
 // posting them (from the progress thread) in order, with heartbeats.
 #include "libfabric_impl.hpp"
+#include "test_seam.hpp"
 
 namespace gossamer::libfabric::impl {
+
+std::atomic<int> corruptNextLargeChecksumOf{-1};
 
 bool LibfabricTransport::processExited(PeerTx& peer) {
   if (peer.exited) return true;
@@ -110,7 +113,10 @@ void LibfabricTransport::sendLarge(int dst, const Tag& tag, DType dtype, std::sp
   auto payload = std::make_shared<Payload>();
   payload->bytes = cache_->get(data.size());
   payload->size = data.size();
-  const std::uint32_t sum = copyAndCrc32c(payload->bytes.get(), data.data(), data.size());
+  std::uint32_t sum = copyAndCrc32c(payload->bytes.get(), data.data(), data.size());
+  if (int me = opt_.rank; corruptNextLargeChecksumOf.load(std::memory_order_relaxed) == me &&
+                          corruptNextLargeChecksumOf.compare_exchange_strong(me, -1))
+    sum ^= 1u;  // (tests only: test_seam.hpp)
   const auto header = encodeFrameHeader(FrameKind::kData, dtype, static_cast<std::uint32_t>(opt_.rank), tag,
                                         data.size(), sum);
   const std::size_t pieces = ceilDiv(data.size(), pieceBytes_);
