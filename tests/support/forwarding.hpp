@@ -43,6 +43,7 @@ class Forwarding : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return inner_->discardArrived(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return inner_->peerFailure(rank); }
   void close() override { inner_->close(); }
   void abort() override { inner_->abort(); }
   TransportStats stats() const override { return inner_->stats(); }

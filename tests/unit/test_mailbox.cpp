@@ -188,3 +188,29 @@ TEST_CASE("a delivery racing cancel() never drops the message (copied)", "[mailb
 TEST_CASE("a delivery racing cancel() never drops the message (handed over)", "[mailbox]") {
   CHECK(lostInRace(true) == 0);
 }
+
+TEST_CASE("a sliced wait calls its check only while the request is pending, and keeps the timeout",
+          "[mailbox]") {
+  Mailbox box(2);
+  const auto tag = Tag::make(Op::kUser, 9);
+  std::vector<std::byte> buf(4);
+  int checks = 0;
+  // Completed at once: the check never runs.
+  box.deliver(1, tag, InboundPayload{nullptr, std::span<const std::byte>(buf.data(), 4)});
+  auto done = box.post(std::vector<int>{1}, tag, buf);
+  done.wait(5.0, 0.05, [&] { ++checks; });
+  CHECK(checks == 0);
+  // Pending: the check runs after each slice and may end the wait.
+  auto pending = box.post(std::vector<int>{1}, tag, buf);
+  const auto start = Clock::now();
+  CHECK_THROWS_AS(pending.wait(5.0, 0.05,
+                               [&] {
+                                 if (++checks == 3) throw PeerFailure(1, "held up");
+                               }),
+                  PeerFailure);
+  CHECK(checks == 3);
+  CHECK(Clock::now() - start < std::chrono::seconds(2));
+  // A check that never throws: the same TimeoutError as wait(0.2).
+  CHECK_THROWS_WITH(pending.wait(0.2, 0.05, [] {}), Catch::Contains("timed out after 0.2"));
+  pending.cancel();
+}

@@ -145,3 +145,24 @@ TEST_CASE("lifecycle: a failure verdict and a revive that race leave the lifecyc
     REQUIRE(life.gone(1) == box.isGone(1));
   }
 }
+
+TEST_CASE("lifecycle: failedVerdict reports failures and aborts, not clean byes, until a revive",
+          "[lifecycle]") {
+  Mailbox box(4);
+  PeerLifecycle life("test", 0, 4, box);
+  CHECK_FALSE(life.failedVerdict(1));
+  life.onBye(1, 0);  // a clean close: finished, not failed
+  CHECK(life.gone(1));
+  CHECK_FALSE(life.failedVerdict(1));
+  life.onBye(2, PeerLifecycle::kByeAfterError);
+  REQUIRE(life.failedVerdict(2));
+  CHECK_THROWS_WITH(std::rethrow_exception(life.failedVerdict(2)), Catch::Contains("error of its own"));
+  life.declareFailed(3, "connection lost");
+  REQUIRE(life.failedVerdict(3));
+  CHECK_THROWS_AS(std::rethrow_exception(life.failedVerdict(3)), gossamer::PeerFailure);
+  life.revive(3);
+  CHECK_FALSE(life.failedVerdict(3));
+  CHECK_FALSE(life.failedVerdict(0));
+  CHECK_FALSE(life.failedVerdict(-1));
+  CHECK_FALSE(life.failedVerdict(4));
+}

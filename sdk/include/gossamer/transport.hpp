@@ -59,6 +59,17 @@ class Request {
   bool waitFor(double timeoutSeconds);
   /// Like waitFor but a timeout throws TimeoutError naming the peer(s) and tag.
   void wait(double timeoutSeconds);
+  /// Like wait, but while the request stays pending it calls `check` after
+  /// every `sliceSeconds` (> 0) of waiting; `check` ends the wait by
+  /// throwing (the request is then still pending: destroying the handle, as
+  /// the exception unwinds, cancels it). A request that completes within the
+  /// first slice costs what wait costs: `check` is never called. The
+  /// timeout is the same as wait's. A simulator's engine (whose time is its
+  /// own) waits in one piece, without calling `check`. The collectives use
+  /// it to notice that a rank they wait on is held up by a failed one.
+  /// @throws like wait; whatever `check` throws; InvalidArgument for a
+  ///         slice that is not positive.
+  void wait(double timeoutSeconds, double sliceSeconds, const std::function<void()>& check);
   /// Non-blocking completion check. @throws the request's failure, like wait.
   bool test();
   /// Waits up to `timeoutSeconds` (>= 0, on the SDK's clock: a simulator's
@@ -106,6 +117,8 @@ class Request {
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
+  /// Throws the TimeoutError of a wait of `timeoutSeconds` that ran out.
+  [[noreturn]] void throwTimedOut(double timeoutSeconds) const;
   /// cancel() (null `error`) or fail(error): ends a pending request once the
   /// engine no longer writes into its buffer.
   void settle(std::exception_ptr error) noexcept;
@@ -258,6 +271,24 @@ class Transport {
   virtual std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) {
     (void)stale;
     return 0;
+  }
+
+  /// Why `rank` (a rank of this transport, in [0, capacity())) is known to
+  /// have failed: the PeerFailure (or ProtocolError) that its receives fail
+  /// with, once this transport has declared it failed (its connection was
+  /// lost without a goodbye, it sent bad frames, its process exited, or it
+  /// stopped after an error of its own: Transport::abort). Null while it is
+  /// not known to have failed, for this rank, for a rank that closed cleanly
+  /// (it finished what it was doing, its messages were delivered first), and
+  /// for a rank that came back (a restarted process). The collectives poll it
+  /// while a wait takes long, so that a rank held up by a dead one's other
+  /// peers fails at once instead of at the timeout. Thread-safe; cheap (a
+  /// lock and a lookup; no message). Wrappers forward it, mapping ranks.
+  /// The default, for a transport that cannot tell: null.
+  /// @throws nothing for a rank outside [0, capacity()) (null).
+  virtual std::exception_ptr peerFailure(int rank) const {
+    (void)rank;
+    return nullptr;
   }
 
   /// Typed helpers over contiguous elements.

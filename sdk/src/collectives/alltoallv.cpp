@@ -74,10 +74,10 @@ void alltoallv(Transport& transport, std::span<const T> send, std::span<const st
     sendOff += c;
   }
   for (std::size_t k = 0; k < recvs.size(); ++k) {
-    recvs[k].wait(options.timeoutSeconds);
+    detail::await(transport, recvs[k], options.timeoutSeconds, "alltoallv");
     expectBytes(transport, recvs[k], expected[k].second, expected[k].first);
   }
-  waitAll(sends, options.timeoutSeconds);
+  detail::awaitAll(transport, sends, options.timeoutSeconds, "alltoallv");
 }
 
 #define GOSSAMER_INSTANTIATE(T)                                                                          \

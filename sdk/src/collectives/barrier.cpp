@@ -20,8 +20,8 @@ void detail::disseminationBarrier(Transport& t, Op op, std::uint64_t sequence, d
     const std::byte token[1] = {std::byte{1}};
     std::byte in[1];
     Request recv = t.irecv(detail::mod(r - dist, n), tag, in);
-    t.isend(detail::mod(r + dist, n), tag, token).wait(timeoutSeconds);
-    recv.wait(timeoutSeconds);
+    detail::await(t, t.isend(detail::mod(r + dist, n), tag, token), timeoutSeconds, "barrier");
+    detail::await(t, recv, timeoutSeconds, "barrier");
   }
 }
 

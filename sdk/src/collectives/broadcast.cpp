@@ -37,7 +37,7 @@ void broadcastBlock(Transport& transport, std::span<T> data, int root, const Tag
     if (vr & mask) {
       const int parent = mod(vr - mask + root, n);
       Request recv = transport.irecvOf<T>(parent, tag, data);
-      recv.wait(options.timeoutSeconds);
+      detail::await(transport, recv, options.timeoutSeconds, "broadcast");
       expectBytes(transport, recv, data.size_bytes(), parent);
       break;
     }
@@ -50,7 +50,7 @@ void broadcastBlock(Transport& transport, std::span<T> data, int root, const Tag
       sends.push_back(transport.isendOf<T>(mod(vr + mask + root, n), tag, std::span<const T>(data)));
     mask >>= 1;
   }
-  waitAll(sends, options.timeoutSeconds);
+  detail::awaitAll(transport, sends, options.timeoutSeconds, "broadcast");
 }
 
 // One block of a reduce: the mirror-image tree above, under `tag`.
@@ -62,14 +62,14 @@ void reduceBlock(Transport& transport, std::span<T> data, int root, ReduceOp op,
   const auto incoming = detail::scratch<T>(detail::ScratchSlot::kReduce, data.size());
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {  // send the partial sum to the parent and stop
-      transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data))
-          .wait(options.timeoutSeconds);
+      detail::await(transport, transport.isendOf<T>(mod(vr - mask + root, n), tag, std::span<const T>(data)),
+                    options.timeoutSeconds, "reduce");
       break;
     }
     if (vr + mask < n) {
       const int child = mod(vr + mask + root, n);
       Request recv = transport.irecvOf<T>(child, tag, std::span<T>(incoming));
-      recv.wait(options.timeoutSeconds);
+      detail::await(transport, recv, options.timeoutSeconds, "reduce");
       expectBytes(transport, recv, data.size_bytes(), child);
       combine(op, data.data(), incoming.data(), data.size());
     }

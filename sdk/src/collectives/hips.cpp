@@ -99,13 +99,13 @@ class Mesh {
       auto slot = this->slot(buffer, j, mine.size());
       for (std::size_t p = 0; p < pieces(mine.size()); ++p) {
         auto& req = recvs[static_cast<std::size_t>(j)][p];
-        req.wait(o_.timeoutSeconds);
+        detail::await(t_, req, o_.timeoutSeconds, "HiPS allreduce");
         auto dst = piece(mine, p);
         detail::expectBytes(t_, req, dst.size_bytes(), j);
         detail::combine(op, dst.data(), piece(slot, p).data(), dst.size());
       }
     }
-    waitAll(sends, o_.timeoutSeconds);
+    detail::awaitAll(t_, sends, o_.timeoutSeconds, "HiPS allreduce");
   }
 
   // Collect: every rank sends its (fully reduced) chunk to every peer and
@@ -131,11 +131,11 @@ class Mesh {
       const auto c = chunk(j);
       for (std::size_t p = 0; p < pieces(c.size()); ++p) {
         auto& req = recvs[static_cast<std::size_t>(j)][p];
-        req.wait(o_.timeoutSeconds);
+        detail::await(t_, req, o_.timeoutSeconds, "HiPS allreduce");
         detail::expectBytes(t_, req, piece(c, p).size_bytes(), j);
       }
     }
-    waitAll(sends, o_.timeoutSeconds);
+    detail::awaitAll(t_, sends, o_.timeoutSeconds, "HiPS allreduce");
   }
 
  private:

@@ -82,11 +82,11 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
       sends.push_back(transport.isendOf<T>(peer, tagOf(round, k), pieceOf(out, k)));
     for (std::size_t k = 0; k < recvs.size(); ++k) {
       const auto dst = pieceOf(in, k);
-      recvs[k].wait(options.timeoutSeconds);
+      detail::await(transport, recvs[k], options.timeoutSeconds, "Rabenseifner allreduce");
       expectBytes(transport, recvs[k], dst.size_bytes(), peer);
       if (reduce) combine(partial, dst.data(), pieceOf(land, k).data(), dst.size());
     }
-    for (auto& req : sends) req.wait(options.timeoutSeconds);
+    for (auto& req : sends) detail::await(transport, req, options.timeoutSeconds, "Rabenseifner allreduce");
   };
   // Global rank of new rank v.
   auto global = [&](int v) { return v < rem ? 2 * v + 1 : v + rem; };

@@ -48,9 +48,11 @@ void recursiveDoublingAllreduce(Transport& transport, std::span<T> data, ReduceO
                          out = detail::messageBlock(data, b, options);
       Request recv;
       if (recvIt) recv = transport.irecvOf<T>(peer, tag, in);
-      if (sendIt) transport.isendOf<T>(peer, tag, std::span<const T>(out)).wait(options.timeoutSeconds);
+      if (sendIt)
+        detail::await(transport, transport.isendOf<T>(peer, tag, std::span<const T>(out)),
+                      options.timeoutSeconds, "recursive doubling allreduce");
       if (recvIt) {
-        recv.wait(options.timeoutSeconds);
+        detail::await(transport, recv, options.timeoutSeconds, "recursive doubling allreduce");
         expectBytes(transport, recv, out.size_bytes(), peer);
       }
     }

@@ -96,7 +96,7 @@ class Ring {
       std::span<T> buf(buffers[s % 2].data(), in.size());
       for (std::size_t k = 0; k < pieces(in.size()); ++k) {
         auto& req = recvs[s % 2][k];
-        req.wait(o_.timeoutSeconds);
+        detail::await(t_, req, o_.timeoutSeconds, "a ring collective");
         auto dst = piece(in, k);
         expectBytes(t_, req, dst.size_bytes(), left_);
         // If the transport takes the reduced piece's checksum, each block is
@@ -131,7 +131,7 @@ class Ring {
         req = Request();  // gives a handed-over buffer back at once
       }
     }
-    waitAll(sends_, o_.timeoutSeconds);
+    detail::awaitAll(t_, sends_, o_.timeoutSeconds, "a ring collective");
     sends_.clear();
   }
 
@@ -157,14 +157,14 @@ class Ring {
       const auto in = chunk(r_ - s);
       for (std::size_t k = 0; k < pieces(in.size()); ++k) {
         auto& req = gather[static_cast<std::size_t>(s)][k];
-        req.wait(o_.timeoutSeconds);
+        detail::await(t_, req, o_.timeoutSeconds, "a ring collective");
         auto got = piece(in, k);
         expectBytes(t_, req, got.size_bytes(), left_);
         // Forwarded as received: the transport's verified checksum goes along.
         if (s + 1 < n_ - 1) send(got, base + static_cast<std::size_t>(s) + 1, k, req.payloadChecksum());
       }
     }
-    waitAll(sends_, o_.timeoutSeconds);
+    detail::awaitAll(t_, sends_, o_.timeoutSeconds, "a ring collective");
     sends_.clear();
   }
 

@@ -50,7 +50,8 @@ void PeerLifecycle::onBye(int peer, std::uint32_t segment) {
   std::lock_guard<std::mutex> verdict(verdictMu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    first = setGoneLocked(peer, State::kLeft, why);
+    // A bye after an error is a failure (failedVerdict); a clean one is not.
+    first = setGoneLocked(peer, segment == kByeAfterError ? State::kFailed : State::kLeft, why);
   }
   // Outside mu_ (a leaf lock): the Mailbox completes requests under its own.
   if (first) box_.peerGone(peer, std::move(why));
@@ -132,6 +133,13 @@ std::exception_ptr PeerLifecycle::failure(int peer) const {
   checkRank(peer);
   std::lock_guard<std::mutex> lk(mu_);
   return peers_[static_cast<std::size_t>(peer)].why;
+}
+
+std::exception_ptr PeerLifecycle::failedVerdict(int peer) const {
+  if (peer < 0 || peer >= worldSize_) return nullptr;
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto& p = peers_[static_cast<std::size_t>(peer)];
+  return p.state == State::kFailed ? p.why : nullptr;
 }
 
 void PeerLifecycle::throwGone(int peer, const std::string& fallback) const {

@@ -245,7 +245,10 @@ int Request::waitAny(std::span<Request> requests, double timeoutSeconds) {
 }
 
 void Request::wait(double timeoutSeconds) {
-  if (waitFor(timeoutSeconds)) return;
+  if (!waitFor(timeoutSeconds)) throwTimedOut(timeoutSeconds);
+}
+
+void Request::throwTimedOut(double timeoutSeconds) const {
   std::string what = state_->what;
   if (state_->peerNames) {
     // The ranks in `what` are an inner transport's: say which job ranks they are.
@@ -254,7 +257,31 @@ void Request::wait(double timeoutSeconds) {
     for (int r : *state_->peerNames) what += " " + std::to_string(r);
     what += ")";
   }
-  throw TimeoutError("timed out after " + std::to_string(timeoutSeconds) + " s waiting for " + what);
+  std::string message = "timed out after ";
+  message += std::to_string(timeoutSeconds);
+  message += " s waiting for ";
+  message += what;
+  throw TimeoutError(message);
+}
+
+void Request::wait(double timeoutSeconds, double sliceSeconds, const std::function<void()>& check) {
+  GOSSAMER_ENFORCE(state_, "wait on an empty Request");
+  GOSSAMER_ENFORCE(sliceSeconds > 0, "slice of " << sliceSeconds << " s");
+  if (timeoutSeconds <= sliceSeconds || (state_->engine && state_->engine->keepsTime()) || !check) {
+    wait(timeoutSeconds);
+    return;
+  }
+  const auto deadline = deadlineAfter<std::chrono::steady_clock>(timeoutSeconds);
+  for (;;) {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= sliceSeconds) break;
+    if (waitFor(sliceSeconds)) return;
+    check();
+  }
+  // The last piece: its timeout's TimeoutError names the whole wait's.
+  const double left =
+      std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+  if (!waitFor(left)) throwTimedOut(timeoutSeconds);
 }
 
 bool Request::test() {

@@ -475,6 +475,21 @@ class CompositeTransport final : public Transport {
     return local_->discardArrived(stale) + remote_->discardArrived(stale) + engine_->discardKept(stale);
   }
 
+  // The side that carries `rank` knows; the local side's verdict names its
+  // own index, so it is named again by the job rank (as its receives are).
+  std::exception_ptr peerFailure(int rank) const override {
+    if (rank < 0 || rank >= worldSize_ || rank == rank_) return nullptr;
+    if (!isLocal(rank)) return remote_->peerFailure(rank);
+    auto why = local_->peerFailure(localIndex(rank));
+    if (!why) return nullptr;
+    try {
+      std::rethrow_exception(why);
+    } catch (const std::exception& e) {
+      return std::make_exception_ptr(PeerFailure(
+          rank, "as rank " + std::to_string(localIndex(rank)) + " of the local transport: " + e.what()));
+    }
+  }
+
   // Both inner transports are closed (aborted) whatever fails first; the
   // first error is rethrown.
   void close() override {

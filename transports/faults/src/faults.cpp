@@ -128,6 +128,7 @@ class FaultyTransport final : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return inner_->discardArrived(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return inner_->peerFailure(rank); }
   TransportStats stats() const override { return inner_->stats(); }
   FaultStats faults() const {
     std::lock_guard<std::mutex> lock(mu_);

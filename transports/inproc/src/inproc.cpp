@@ -2,6 +2,7 @@
 // Mailbox and completes at once; close() marks the rank gone so peers waiting
 // on it fail with PeerFailure instead of timing out.
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -15,7 +16,8 @@ class Fabric {
  public:
   explicit Fabric(int worldSize)
       : attached_(static_cast<std::size_t>(worldSize), false),
-        received_(static_cast<std::size_t>(worldSize)) {
+        received_(static_cast<std::size_t>(worldSize)),
+        failed_(static_cast<std::size_t>(worldSize)) {
     for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
   }
   int worldSize() const { return static_cast<int>(boxes_.size()); }
@@ -33,8 +35,20 @@ class Fabric {
   }
   void leave(int rank, bool afterError) {
     const auto why = detail::closedPeerFailure(rank, afterError);
+    if (afterError) {
+      std::lock_guard<std::mutex> lk(mu_);
+      failed_[static_cast<std::size_t>(rank)] = why;
+    }
     for (int i = 0; i < worldSize(); ++i)
       if (i != rank) box(i).peerGone(rank, why);
+  }
+
+  /// Why `rank` failed (it aborted: Transport::peerFailure); null while it
+  /// is attached or after a clean close.
+  std::exception_ptr failure(int rank) {
+    if (rank < 0 || rank >= worldSize()) return nullptr;
+    std::lock_guard<std::mutex> lk(mu_);
+    return failed_[static_cast<std::size_t>(rank)];
   }
 
  private:
@@ -42,6 +56,7 @@ class Fabric {
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::vector<bool> attached_;
   std::vector<Counters> received_;
+  std::vector<std::exception_ptr> failed_;  ///< per rank, under mu_: set by an abort
 };
 
 namespace {
@@ -95,6 +110,9 @@ class InprocTransport final : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return fabric_->box(rank_).discard(stale);
   }
+
+  /// A rank that aborted (not one that closed).
+  std::exception_ptr peerFailure(int rank) const override { return fabric_->failure(rank); }
 
   void close() override { shut(false); }
   void abort() override { shut(true); }

@@ -454,6 +454,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return box_.discard(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return life_.failedVerdict(rank); }
   void abort() override;
   void close() override;
   TransportStats stats() const override {

@@ -253,6 +253,7 @@ class TransportHandle final : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return impl_->discardArrived(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return impl_->peerFailure(rank); }
   void close() override { impl_->close(); }
   void abort() override { impl_->abort(); }
   TransportStats stats() const override { return impl_->stats(); }

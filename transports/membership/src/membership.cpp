@@ -174,6 +174,16 @@ class MembershipTransport final : public Transport, public Membership {
     inner_->abort();
   }
   TransportStats stats() const override { return inner_->stats(); }
+  // The inner transport's verdict on the job rank that view rank `rank` is.
+  std::exception_ptr peerFailure(int rank) const override {
+    int g;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (rank < 0 || rank >= static_cast<int>(view_.members.size())) return nullptr;
+      g = view_.members[static_cast<std::size_t>(rank)];
+    }
+    return inner_->peerFailure(g);
+  }
 
   // ---- Membership --------------------------------------------------------------
 

@@ -81,6 +81,7 @@ class StallWatch final : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return inner_->discardArrived(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return inner_->peerFailure(rank); }
   void close() override { inner_->close(); }
   void abort() override { inner_->abort(); }
   TransportStats stats() const override { return inner_->stats(); }

@@ -655,6 +655,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) { return box_.discard(stale); }
 
+  /// Transport::peerFailure: the lifecycle's verdict if `rank` failed.
+  std::exception_ptr peerFailure(int rank) const { return life_.failedVerdict(rank); }
+
   void waitUntil(detail::RequestState& state, Clock::time_point deadline) override {
     ++activeWaiters_;
     struct Leave {
@@ -1576,6 +1579,7 @@ class SocketTransport final : public Transport {
   std::size_t discardArrived(const std::function<bool(const Tag&)>& stale) override {
     return e_->discardArrived(stale);
   }
+  std::exception_ptr peerFailure(int rank) const override { return e_->peerFailure(rank); }
   void close() override { e_->close(false); }
   void abort() override { e_->close(true); }
   TransportStats stats() const override { return e_->stats(); }

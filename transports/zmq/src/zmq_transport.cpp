@@ -467,6 +467,8 @@ class ZmqTransport final : public Transport {
     return box_.discard(stale);
   }
 
+  std::exception_ptr peerFailure(int rank) const override { return life_.failedVerdict(rank); }
+
  private:
   // The payload is copied into a ZeroMQ message anyway: the checksum comes
   // out of that copy (copyAndCrc32c), one pass over the caller's bytes,

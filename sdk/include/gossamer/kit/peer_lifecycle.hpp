@@ -120,6 +120,10 @@ class PeerLifecycle {
   std::exception_ptr failure(int peer) const;
   /// True once `peer` said bye or failed (= failure(peer) != null).
   bool gone(int peer) const { return static_cast<bool>(failure(peer)); }
+  /// The verdict on `peer` if it failed (declared failed, or a bye after an
+  /// error of its own, kByeAfterError); null while it is there, after a
+  /// clean bye, and for a rank outside [0, worldSize) (Transport::peerFailure).
+  std::exception_ptr failedVerdict(int peer) const;
   /// Throws failure(peer), or PeerFailure(peer, `fallback`) if there is none.
   [[noreturn]] void throwGone(int peer, const std::string& fallback) const;
 

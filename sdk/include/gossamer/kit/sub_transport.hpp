@@ -44,6 +44,12 @@ class SubTransport final : public Transport {
   Request irecvView(int source, const Tag& tag, std::span<std::byte> buffer) override;
   void close() override {}
   TransportStats stats() const override { return parent_.stats(); }
+  /// The parent's verdict on the member at local rank `rank` (naming its
+  /// parent rank, as this view's errors do); null for a rank outside the view.
+  std::exception_ptr peerFailure(int rank) const override {
+    if (rank < 0 || rank >= worldSize()) return nullptr;
+    return parent_.peerFailure(members_[static_cast<std::size_t>(rank)]);
+  }
 
   /// Global rank of local rank `local`.
   int globalRank(int local) const;
