@@ -80,6 +80,7 @@ class MixEngine final : public detail::ProgressEngine {
     std::lock_guard<std::mutex> lk(mu_);
     m->seq = nextSeq_++;
     pending_[m->outer.get()] = m;
+    pendingCount_ = pending_.size();
   }
 
   /// Caller holds m.mu: m will not be posted after all (a side threw).
@@ -89,6 +90,7 @@ class MixEngine final : public detail::ProgressEngine {
   /// one of its sides may hold an older message from that source, which it
   /// keeps if the other side wins.
   bool overlapsPending(std::span<const int> sources, const Tag& tag) {
+    if (pendingCount_.load() == 0) return false;  // the common case, without the lock
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& [key, m] : pending_)
       if (overlaps(*m, sources, tag)) return true;
@@ -201,21 +203,24 @@ class MixEngine final : public detail::ProgressEngine {
            });
   }
 
-  // Caller holds m.mu. Lets the pending receives posted before m that share
-  // a source with it settle first: inner transports match in posting order,
-  // so one of theirs may hold an older message from that source than m's
-  // sides do, and keeps it (for m to take) if its other side wins. Locks are
-  // taken from later receives to earlier ones only.
+  // Caller holds m.mu. Lets the pending receives posted before m under its
+  // tag settle first, oldest first: inner transports match in posting order,
+  // so one of theirs may hold an older message from a source of m's than m's
+  // sides do, and keeps it (for m to take) if its other side wins. Each is
+  // advanced once, after those posted before it (not recursively: n receives
+  // pending under one tag cost n advances, not 2^n). Locks are taken from
+  // later receives to earlier ones only, one earlier one at a time.
   void settleEarlier(const Mixed& m) {
     std::vector<std::shared_ptr<Mixed>> earlier;
     {
       std::lock_guard<std::mutex> lk(mu_);
       for (auto& [key, e] : pending_)
-        if (e->seq < m.seq && overlaps(*e, m.sources, m.tag)) earlier.push_back(e);
+        if (e->seq < m.seq && e->tag == m.tag) earlier.push_back(e);
     }
+    std::sort(earlier.begin(), earlier.end(), [](const auto& a, const auto& b) { return a->seq < b->seq; });
     for (auto& e : earlier) {
       std::lock_guard<std::mutex> lk(e->mu);
-      progressLocked(*e);
+      advanceLocked(*e);
     }
   }
 
@@ -288,13 +293,21 @@ class MixEngine final : public detail::ProgressEngine {
     return true;
   }
 
+  // Caller holds m.mu. Settles the receives posted before m (also when
+  // neither of m's sides completed: one of them may hold the message m waits
+  // for, and be waited on by no thread), then advances m.
   void progressLocked(Mixed& m) {
+    if (m.finished) return;
+    settleEarlier(m);
+    advanceLocked(m);
+  }
+
+  // Caller holds m.mu, and the receives posted before m were settled: m
+  // takes a kept message, or completes with a side, or fails.
+  void advanceLocked(Mixed& m) {
     if (m.finished) return;
     const bool local = completed(m, m.local, m.localAlive);
     const bool remote = completed(m, m.remote, m.remoteAlive);
-    // Also when neither side completed: one posted before may hold the
-    // message this one waits for, and be waited on by no thread.
-    settleEarlier(m);
     if (completeWithKept(m)) return;
     if (local || remote) {
       // The other side, cancelled, may have completed too (its message kept).
@@ -352,13 +365,15 @@ class MixEngine final : public detail::ProgressEngine {
     m.finished = true;
     std::lock_guard<std::mutex> lk(mu_);
     pending_.erase(m.outer.get());
+    pendingCount_ = pending_.size();
   }
 
   std::mutex mu_;  // guards pending_ and kept_; taken after a Mixed's mu
   std::map<RequestState*, std::shared_ptr<Mixed>> pending_;
   std::deque<Kept> kept_;
-  std::atomic<std::size_t> keptCount_{0};  // kept_.size(), read without mu_
-  std::uint64_t nextSeq_ = 0;              // Mixed::seq of the next add
+  std::atomic<std::size_t> keptCount_{0};     // kept_.size(), read without mu_
+  std::atomic<std::size_t> pendingCount_{0};  // pending_.size(), read without mu_
+  std::uint64_t nextSeq_ = 0;                 // Mixed::seq of the next add
 };
 
 std::string listOf(std::span<const int> ranks) {
