@@ -1,6 +1,7 @@
 // Mailbox::claim, which transports use to fill a posted receive in place:
 // matching order, and receives from several ranks left alone on request;
-// Mailbox::discard, which drops queued messages by tag.
+// Mailbox::discard, which drops queued messages by tag; the failures of a
+// request whose ranks are renamed.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -14,6 +15,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/mailbox.hpp"
+#include "gossamer/membership.hpp"
 
 using namespace gossamer;
 using Clock = std::chrono::steady_clock;
@@ -213,4 +215,41 @@ TEST_CASE("a sliced wait calls its check only while the request is pending, and 
   // A check that never throws: the same TimeoutError as wait(0.2).
   CHECK_THROWS_WITH(pending.wait(0.2, 0.05, [] {}), Catch::Contains("timed out after 0.2"));
   pending.cancel();
+}
+
+TEST_CASE(
+    "a renamed request's PeerFailure names the outer rank, and ViewChanged and Expelled keep their type",
+    "[mailbox][membership]") {
+  // An inner transport's request (the composite's local side) renames the
+  // ranks in its failures; the membership service fails such requests with
+  // ViewChanged (another rank revoked the view) or Expelled, which name global
+  // ranks and which the Session tells from a peer's failure by their type.
+  // They used to become plain PeerFailures, with the rank renamed.
+  const auto names = std::make_shared<const std::vector<int>>(std::vector<int>{4, 6, 9});
+  const auto failedWith = [&](std::exception_ptr e) {
+    auto s = std::make_shared<detail::RequestState>();
+    s->peerNames = names;
+    s->fail(std::move(e));
+    return Request(s);
+  };
+  try {
+    failedWith(std::make_exception_ptr(PeerFailure(1, "lost"))).wait(1);
+    FAIL("no failure");
+  } catch (const ViewChanged&) {
+    FAIL("a PeerFailure became a ViewChanged");
+  } catch (const PeerFailure& e) {
+    CHECK(e.peer() == 6);
+  }
+  try {
+    failedWith(std::make_exception_ptr(ViewChanged(2, "revoked"))).wait(1);
+    FAIL("no failure");
+  } catch (const ViewChanged& e) {
+    CHECK(e.peer() == 2);
+  }
+  try {
+    failedWith(std::make_exception_ptr(Expelled(5, "removed"))).wait(1);
+    FAIL("no failure");
+  } catch (const Expelled& e) {
+    CHECK(e.peer() == 5);
+  }
 }

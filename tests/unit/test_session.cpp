@@ -284,6 +284,67 @@ TEST_CASE("session: round programs roll back to the newest commit every survivor
   }
 }
 
+// A program of allreduces whose round on rank 1 raises PeerFailure every
+// time though every peer is alive (it stops the loop at 20 calls).
+class FailingRounds final : public RoundProgram {
+ public:
+  struct Looped {};
+  explicit FailingRounds(Session& s) : s_(s) {}
+  bool run(std::uint64_t) override {
+    if (s_.agent().rank() == 1) {
+      if (++calls > 20) throw Looped{};
+      throw PeerFailure(0, "rank 0: a link that keeps failing");
+    }
+    double one = 1;
+    s_.agent().communicator().allreduce(std::span<double>(&one, 1), ReduceOp::kSum);
+    sum += one;
+    return true;
+  }
+  bool commit(std::uint64_t) override { return true; }
+  void restore(std::uint64_t, const ViewChange&) override { sum = 0; }
+  int calls = 0;
+  double sum = 0;
+
+ private:
+  Session& s_;
+};
+
+TEST_CASE(
+    "session: a round program lets out a PeerFailure of its own that comes back after empty view changes",
+    "[session][membership]") {
+  // The round twin of the survive() case: runRounds used to agree on a view
+  // and roll back for good. Rank 1 lets the PeerFailure out after
+  // kMaxEmptyViewChanges empty view changes and leaves; ranks 0 and 2 roll
+  // back and run their 3 rounds over {0, 2}.
+  const int n = 3;
+  auto sent = std::make_shared<std::atomic<long>>(0);
+  Registry reg = registryWith(inproc::makeFabric(n), sent);
+  reg.setKeyDefault("membership", "rejoin", false);  // as gossamer-sparse and gossamer-admm do
+  const Config config = reg.parse(configText(n, "allreduce_sgd"));
+  MemoryStore store;
+  std::atomic<bool> rank1PeerFailure{false}, looped{false};
+  std::atomic<int> rank1Calls{0};
+  std::vector<double> sums(n, 0);
+  onEveryRank(n, [&](int r) {
+    Session s(config, r, store, reg);
+    FailingRounds program(s);
+    try {
+      if (s.runRounds(3, program) == 3) sums[static_cast<std::size_t>(r)] = program.sum;
+    } catch (const FailingRounds::Looped&) {
+      looped = true;
+    } catch (const PeerFailure& e) {
+      if (r == 1) rank1PeerFailure = e.peer() == 0;
+    }
+    if (r == 1) rank1Calls = program.calls;
+    s.abort();
+  });
+  CHECK_FALSE(looped);
+  CHECK(rank1PeerFailure);
+  CHECK(rank1Calls == 1 + kMaxEmptyViewChanges);
+  CHECK(sums[0] == 3 * 2.0);  // three rounds over {0, 2}, after the roll-back
+  CHECK(sums[2] == 3 * 2.0);
+}
+
 TEST_CASE("session: an optimizer for no tensors, an empty one, or more elements than memory holds is refused",
           "[session]") {
   auto sent = std::make_shared<std::atomic<long>>(0);

@@ -153,7 +153,8 @@ class Session final {
   /// caller's own; train() makes it itself. Without the membership service
   /// it is Agent::makeOptimizer's. A step whose PeerFailure comes back after
   /// kMaxEmptyViewChanges view changes in a row that lost and joined nobody
-  /// lets it out (the step undone).
+  /// lets it out, the step's input (parameters or gradients) restored; the
+  /// optimizer's own state (messages it sent, push-sum weight) is not.
   /// @throws ConfigError for an unknown algorithm, InvalidArgument for bad sizes.
   DistributedOptimizer& makeOptimizer(const std::vector<std::size_t>& tensorSizes);
 
@@ -254,7 +255,9 @@ class Session final {
   ///         rank that comes back has no state to continue from) or
   ///         `checkpoint:` settings (round programs keep no checkpoints);
   ///         InvalidArgument after train(); Expelled, TimeoutError;
-  ///         PeerFailure without membership; whatever the program throws.
+  ///         PeerFailure without membership, or the program's own after
+  ///         kMaxEmptyViewChanges empty view changes in a row; whatever else
+  ///         the program throws.
   std::uint64_t runRounds(std::uint64_t rounds, RoundProgram& program);
 
   /// Closes the Agent (delivers what is queued, says goodbye). Idempotent.

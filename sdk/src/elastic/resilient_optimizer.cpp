@@ -43,13 +43,14 @@ bool revokedSoon(const Membership& membership, double seconds) {
 }
 
 bool ResilientOptimizer::recover() {
+  bool empty = true;  // every view installed here lost and joined nobody
   for (;;) {
-    bool empty = false;
     try {
-      empty = emptyViewChange(recover_());
+      empty = emptyViewChange(recover_()) && empty;
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure&) {
+      empty = false;
       continue;  // another peer failed during the change (the broadcast): the next view
     }
     if (!membership_.revoked()) return empty;
@@ -225,16 +226,21 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
       return;
     } catch (const PeerFailure& e) {
       std::copy(saved_.begin(), saved_.end(), state.begin());
-      // Not a failure the membership service sees (a ViewChanged is: another rank revoked the view).
-      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr;
+      // After kMaxEmptyViewChanges of them, once()'s own PeerFailure is not
+      // one the membership service sees. Not its own: a ViewChanged, or any
+      // failure while the view is revoked (another rank started a change).
+      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !membership_.revoked();
       if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
       const bool empty = recover();
-      emptyChanges = own && empty ? emptyChanges + 1 : 0;
+      if (own)
+        emptyChanges = empty ? emptyChanges + 1 : 0;
+      else if (!empty)
+        emptyChanges = 0;
       if (countsStep ? skipped() : skipsLocalStep()) return;
     } catch (const TimeoutError&) {
       if (!revokedSoon(membership_)) throw;  // (this rank was stopped past the timeout: see revokedSoon)
       std::copy(saved_.begin(), saved_.end(), state.begin());
-      recover();
+      if (!recover()) emptyChanges = 0;
       if (countsStep ? skipped() : skipsLocalStep()) return;
     }
   }

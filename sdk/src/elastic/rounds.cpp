@@ -34,12 +34,15 @@ void checkRoundSettings(const Config& c, bool elastic, const CheckpointSettings&
 }  // namespace
 
 // Agrees on the next view and has the program return to the newest commit
-// every member holds, over again while peers fail meanwhile. Returns it.
+// every member holds, over again while peers fail meanwhile. Returns it;
+// `empty`: every view installed lost and joined nobody.
 std::uint64_t Session::Impl::agreeAndRestore(RoundProgram& program, std::uint64_t newest,
-                                             std::uint64_t previous) {
+                                             std::uint64_t previous, bool& empty) {
+  empty = true;
   for (;;) {
     try {
       const ViewChange change = recover();
+      empty = emptyViewChange(change) && empty;
       if (membership->revoked()) continue;  // revoked again meanwhile: the next view
       const std::uint64_t back = change.fewestSteps;
       GOSSAMER_CHECK(back == newest || back == previous, "the survivors return to the commit after "
@@ -50,7 +53,7 @@ std::uint64_t Session::Impl::agreeAndRestore(RoundProgram& program, std::uint64_
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure&) {
-      // another peer failed during the change or the restore: the next view
+      empty = false;  // another peer failed during the change or the restore: the next view
     }
   }
 }
@@ -69,6 +72,7 @@ std::uint64_t Session::runRounds(std::uint64_t count, RoundProgram& program) {
   m.roundsCommitted = 0;
   std::uint64_t round = 0;
   bool more = round < count;
+  int emptyChanges = 0;  // the program's own PeerFailures in a row that only empty view changes followed
   for (;;) {
     try {
       if (m.membership != nullptr && m.membership->revoked())
@@ -89,9 +93,18 @@ std::uint64_t Session::runRounds(std::uint64_t count, RoundProgram& program) {
       }
     } catch (const Expelled&) {
       throw;
-    } catch (const PeerFailure&) {
+    } catch (const PeerFailure& e) {
       if (m.membership == nullptr) throw;
-      const std::uint64_t back = m.agreeAndRestore(program, newest, previous);
+      // After kMaxEmptyViewChanges of them, the program's own PeerFailure is
+      // not one the membership service sees (as in survive()).
+      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !m.membership->revoked();
+      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+      bool empty = true;
+      const std::uint64_t back = m.agreeAndRestore(program, newest, previous, empty);
+      if (own)
+        emptyChanges = empty ? emptyChanges + 1 : 0;
+      else if (!empty)
+        emptyChanges = 0;
       newest = previous = back;
       m.roundsCommitted = back;
       round = back;

@@ -122,8 +122,9 @@ bool Session::Impl::survive(const std::function<void()>& f) {
   owedCollective.reset();  // this is the collective it owed, if any
   const std::uint64_t movesBefore = moves;
   bool failed = false;   // a peer failed: recover before running f again
-  bool own = false;      // f's PeerFailure was its own, not a ViewChanged (another rank revoked the view)
-  int emptyChanges = 0;  // view changes in a row, after f's own PeerFailure, that lost and joined nobody
+  bool own = false;      // f's last PeerFailure was its own (not another rank's revocation), not yet counted
+  bool allEmpty = true;  // every view installed since f last ran lost and joined nobody
+  int emptyChanges = 0;  // f's own PeerFailures in a row that only views losing and joining nobody followed
   for (;;) {
     bool recovering = false;
     try {
@@ -133,8 +134,7 @@ bool Session::Impl::survive(const std::function<void()>& f) {
         // leaves `failed` set: the next view is agreed on, then f runs.
         failed = true;
         recovering = true;
-        const bool empty = emptyViewChange(recover());
-        emptyChanges = own && empty ? emptyChanges + 1 : 0;
+        allEmpty = emptyViewChange(recover()) && allEmpty;
         recovering = false;
         failed = false;
       }
@@ -142,16 +142,27 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       // survivors are past this collective: it belongs to a step they will
       // not run it at.
       if (moves != movesBefore) return false;
+      if (own)
+        emptyChanges = allEmpty ? emptyChanges + 1 : 0;
+      else if (!allEmpty)
+        emptyChanges = 0;
+      own = false;
+      allEmpty = true;
       f();
       return true;
     } catch (const Expelled&) {
       throw;
     } catch (const PeerFailure& e) {
       if (membership == nullptr) throw;
-      // After kMaxEmptyViewChanges views agreed with the same members, f's
-      // own PeerFailure is not one the membership service sees.
-      own = !recovering && dynamic_cast<const ViewChanged*>(&e) == nullptr;
-      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+      if (recovering) {
+        allEmpty = false;  // a peer failed during the change
+      } else {
+        // After kMaxEmptyViewChanges of them, f's own PeerFailure is not one
+        // the membership service sees. Not its own: a ViewChanged, or any
+        // failure while the view is revoked (another rank started a change).
+        own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !membership->revoked();
+        if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+      }
       failed = true;
     } catch (const TimeoutError&) {
       // From the recovery: the survivors could not agree on a view in
@@ -162,6 +173,7 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       if (recovering) throw;
       // From f: this rank was stopped past the timeout, and removed meanwhile.
       if (membership == nullptr || !detail::revokedSoon(*membership)) throw;
+      own = false;
       failed = true;
     }
   }

@@ -74,7 +74,8 @@ struct Session::Impl {
   // epochs.cpp
   bool realign();
   // rounds.cpp
-  std::uint64_t agreeAndRestore(RoundProgram& program, std::uint64_t newest, std::uint64_t previous);
+  std::uint64_t agreeAndRestore(RoundProgram& program, std::uint64_t newest, std::uint64_t previous,
+                                bool& empty);
   // checkpoints.cpp
   void resume();
   void save(std::uint64_t step);

@@ -8,6 +8,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
 #include "gossamer/kit/mailbox.hpp"
+#include "gossamer/membership.hpp"
 #include "gossamer/metrics.hpp"
 
 namespace gossamer {
@@ -117,11 +118,17 @@ std::shared_ptr<RequestState> completedRequest(int peer, std::size_t bytes) {
 
 namespace {
 // Rethrows s.error; a PeerFailure or ProtocolError of an inner transport
-// (peerNames set) is thrown again naming the outer rank.
+// (peerNames set) is thrown again naming the outer rank. The membership
+// service's ViewChanged and Expelled go as they are: they name global ranks,
+// and the Session tells them from other failures by their type.
 [[noreturn]] void rethrowFailure(const RequestState& s) {
   if (!s.peerNames) std::rethrow_exception(s.error);
   try {
     std::rethrow_exception(s.error);
+  } catch (const ViewChanged&) {
+    throw;
+  } catch (const Expelled&) {
+    throw;
   } catch (const PeerFailure& e) {
     throw PeerFailure(renamed(s, e.peer()),
                       "as rank " + std::to_string(e.peer()) + " of an inner transport: " + e.what());
