@@ -82,6 +82,7 @@ class MembershipTransport final : public Transport, public Membership {
         left_(static_cast<std::size_t>(capacity_), false),
         dead_(static_cast<std::size_t>(capacity_), false),
         lostAt_(static_cast<std::size_t>(capacity_)),
+        askedAt_(static_cast<std::size_t>(capacity_)),
         lastAnswer_(static_cast<std::size_t>(capacity_), Clock::time_point{}) {
     for (int r = 0; r < world_; ++r) view_.members.push_back(r);
     localRank_ = self_;
@@ -617,7 +618,7 @@ class MembershipTransport final : public Transport, public Membership {
     // is not waited for, nor taken.
     const double joinWait = std::min(kJoinWaitBeats * options_.heartbeatSeconds, agreementLimit() / 2);
     for (int p : joiners_)
-      if (!reports.count(p) && view_.localRank(p) < 0 && !dead_[static_cast<std::size_t>(p)] &&
+      if (!reports.count(p) && view_.localRank(p) < 0 && !lostSinceAskedLocked(p) &&
           since(revokedAt_) < joinWait)
         return;
     std::vector<int> members = survivors;
@@ -626,7 +627,7 @@ class MembershipTransport final : public Transport, public Membership {
     // of a partition bring their models: the members merge them (merged).
     bool merged = false;
     for (int p : joiners_)
-      if (reports.count(p) && view_.localRank(p) < 0 && !dead_[static_cast<std::size_t>(p)]) {
+      if (reports.count(p) && view_.localRank(p) < 0 && !lostSinceAskedLocked(p)) {
         members.push_back(p);
         behind = behind || reports.at(p).steps < resume;
         merged = merged || (reports.at(p).side && !options_.majority);
@@ -716,7 +717,7 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : v.members) joiners_.erase(p);
     if (const auto it = earlyJoins_.find(viewKey(v)); it != earlyJoins_.end())
       for (int p : it->second)
-        if (v.localRank(p) < 0) joiners_.insert(p);
+        if (v.localRank(p) < 0) addJoinerLocked(p);
     std::erase_if(earlyJoins_, [&](const auto& e) { return e.first.first <= v.number; });
     std::set<int> keep;
     for (int p : suspects_)
@@ -729,8 +730,7 @@ class MembershipTransport final : public Transport, public Membership {
     // transport lost, is dropped: a live one asks again when the view
     // reaches it.
     std::erase_if(joiners_, [&](int p) {
-      const auto i = static_cast<std::size_t>(p);
-      return dead_[i] || since(heard_[i]) > options_.suspectSeconds;
+      return lostSinceAskedLocked(p) || since(heard_[static_cast<std::size_t>(p)]) > options_.suspectSeconds;
     });
     if (!joiners_.empty()) revokeLocked(-1, "a peer asks to rejoin");
     // A member that installed v first may have started its next change
@@ -779,6 +779,19 @@ class MembershipTransport final : public Transport, public Membership {
       std::lock_guard<std::mutex> lk(mu_);
       peerDeadLocked(p);
     }
+  }
+
+  // A peer asks to join (itself, or through a member's report).
+  void addJoinerLocked(int p) {
+    if (joiners_.insert(p).second) askedAt_[static_cast<std::size_t>(p)] = Clock::now();
+  }
+
+  // Whether the transport lost joiner p after it asked: a process restarted
+  // in place of one lost before is not (this rank may not have heard it yet
+  // while the members that did report its request).
+  bool lostSinceAskedLocked(int p) const {
+    const auto i = static_cast<std::size_t>(p);
+    return dead_[i] && lostAt_[i] > askedAt_[i];
   }
 
   void peerDeadLocked(int p) {
@@ -834,7 +847,7 @@ class MembershipTransport final : public Transport, public Membership {
         if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
           if (options_.rejoin && !outsider_ && view_.localRank(from) >= 0)
             for (int p : m.members)
-              if (p != self_ && view_.localRank(p) < 0) joiners_.insert(p);
+              if (p != self_ && view_.localRank(p) < 0) addJoinerLocked(p);
           revokeLocked(-1, "rank " + std::to_string(from) + " started a view change");
           coordinateLocked();
         }
@@ -847,7 +860,7 @@ class MembershipTransport final : public Transport, public Membership {
         if (m.viewNumber <= view_.number &&
             !(decided_ && sameView(decided_->view, m.viewNumber, m.viewCoordinator))) {
           if (view_.localRank(from) < 0 && !outsider_) {
-            joiners_.insert(from);
+            addJoinerLocked(from);
             revokeLocked(-1, "rank " + std::to_string(from) + " asks to rejoin");
             coordinateLocked();
           }
@@ -1064,7 +1077,8 @@ class MembershipTransport final : public Transport, public Membership {
   std::optional<Message> lastReport_;  // this rank's last state message, sent again while its change waits
   std::vector<Clock::time_point> heard_;
   std::vector<bool> left_, dead_;
-  std::vector<Clock::time_point> lostAt_;  // by rank: when dead_ was last set
+  std::vector<Clock::time_point> lostAt_;   // by rank: when dead_ was last set
+  std::vector<Clock::time_point> askedAt_;  // by rank: when it last entered joiners_
   std::vector<Clock::time_point> lastAnswer_;
   std::vector<int> lost_;
   std::deque<Request> sends_;
