@@ -9,6 +9,7 @@
 // allreduce algorithm, broadcast, barrier and the non-blocking allreduce.
 #include <catch2/catch.hpp>
 
+#include "groups.hpp"
 #include "threads.hpp"
 
 #include <atomic>
@@ -40,28 +41,11 @@ constexpr double kBound = 5.0;
 /// The survivors are inside the collective this long before the abort.
 constexpr auto kBeforeAbort = std::chrono::milliseconds(330);
 
-using Group = std::vector<std::unique_ptr<Transport>>;
+using gossamer::testing::Group;
 
-Group inprocGroup(int n) {
-  auto fabric = inproc::makeFabric(n);
-  Group g;
-  for (int r = 0; r < n; ++r) g.push_back(inproc::makeTransport(fabric, r, kTimeout));
-  return g;
-}
-
+Group inprocGroup(int n) { return gossamer::testing::inprocGroup(n, kTimeout); }
 Group socketGroup(int n, const char* protocol) {
-  MemoryStore store;
-  Group g(static_cast<std::size_t>(n));
-  onEveryRank(n, [&](int r) {
-    sock::Options o;
-    o.rank = r;
-    o.worldSize = n;
-    o.protocol = protocol;
-    o.timeoutSeconds = kTimeout;
-    o.lingerSeconds = 1;
-    g[static_cast<std::size_t>(r)] = sock::makeTransport(o, store);
-  });
-  return g;
+  return gossamer::testing::socketGroup(n, protocol, kTimeout);
 }
 
 using MakeGroup = std::function<Group(int)>;

@@ -478,6 +478,31 @@ TEMPLATE_TEST_CASE(
   }
 }
 
+namespace {
+
+// The error of a payload of `payloadBytes` bytes from rank 0 (`sender`) that
+// failed its checksum: it names rank 0 and the checksum's offset (the socket
+// transport's trailer follows the payload; zmq's header holds it).
+void checkBadChecksum(const gossamer::ProtocolError& e, const Transport& sender, std::size_t payloadBytes) {
+  INFO(e.what());
+  CHECK(e.peer() == 0);
+  if (std::string(sender.name()) == "zmq")
+    CHECK(e.offset() == gossamer::frame_offset::kChecksum);
+  else
+    CHECK(e.offset() == gossamer::kFrameHeaderBytes + payloadBytes);
+}
+
+// The send of a frame the receiver rejected: it may fail too (the receiver
+// drops the connection), but never hangs.
+void waitSendOfBadFrame(Request& s) {
+  try {
+    s.wait(kTimeout);
+  } catch (const gossamer::Error&) {
+  }
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("a wrong caller checksum fails the receive with ProtocolError instead of delivering",
                    "[transport]", SockTcp, ZmqTcp) {
   Group g = TestType::make(2);
@@ -492,19 +517,9 @@ TEMPLATE_TEST_CASE("a wrong caller checksum fails the receive with ProtocolError
     r.wait(kTimeout);
     FAIL("a message with a wrong checksum was delivered");
   } catch (const gossamer::ProtocolError& e) {
-    INFO(e.what());
-    CHECK(e.peer() == 0);
-    // The socket transport's trailer follows the payload; zmq's header holds the checksum.
-    if (std::string(g[0]->name()) == "zmq")
-      CHECK(e.offset() == gossamer::frame_offset::kChecksum);
-    else
-      CHECK(e.offset() == gossamer::kFrameHeaderBytes + v.size() * sizeof(float));
+    checkBadChecksum(e, *g[0], v.size() * sizeof(float));
   }
-  try {
-    s.wait(kTimeout);
-  } catch (const gossamer::Error&) {
-    // The receiver drops the connection: the send may fail too, but never hangs.
-  }
+  waitSendOfBadFrame(s);
 }
 
 // A large message that fails its checksum fails its sender (ProtocolError
@@ -528,18 +543,9 @@ TEMPLATE_TEST_CASE("a bad checksum from one rank leaves a receive from several r
     probe.wait(kTimeout);
     FAIL("a receive from the rank that sent a bad frame completed");
   } catch (const gossamer::ProtocolError& e) {
-    INFO(e.what());
-    CHECK(e.peer() == 0);
-    if (std::string(g[0]->name()) == "zmq")
-      CHECK(e.offset() == gossamer::frame_offset::kChecksum);
-    else
-      CHECK(e.offset() == gossamer::kFrameHeaderBytes + bad.size() * sizeof(float));
+    checkBadChecksum(e, *g[0], bad.size() * sizeof(float));
   }
-  try {
-    s.wait(kTimeout);
-  } catch (const gossamer::Error&) {
-    // The receiver drops the connection: the send may fail too, but never hangs.
-  }
+  waitSendOfBadFrame(s);
   CHECK_FALSE(r.test());  // still posted: rank 1 lives
   g[1]->isendOf<float>(2, tag, std::span<const float>(good)).wait(kTimeout);
   r.wait(kTimeout);

@@ -9,6 +9,7 @@
 #include "gossamer/store.hpp"
 #include "gossamer/transport.hpp"
 #include "gossamer/transports/inproc.hpp"
+#include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 
 namespace gossamer::testing {
@@ -37,6 +38,23 @@ inline Group zmqGroup(int n, double timeoutSeconds) {
     o.timeoutSeconds = timeoutSeconds;
     o.lingerSeconds = 2;
     g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
+  });
+  return g;
+}
+
+/// n ranks over the socket transport (`protocol` "tcp" on loopback, or
+/// "ipc"), meeting in a MemoryStore as zmqGroup's do.
+inline Group socketGroup(int n, const char* protocol, double timeoutSeconds) {
+  MemoryStore store;
+  Group g(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    sock::Options o;
+    o.rank = r;
+    o.worldSize = n;
+    o.protocol = protocol;
+    o.timeoutSeconds = timeoutSeconds;
+    o.lingerSeconds = 1;
+    g[static_cast<std::size_t>(r)] = sock::makeTransport(o, store);
   });
   return g;
 }
