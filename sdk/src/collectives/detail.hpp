@@ -36,7 +36,7 @@ enum ViewContext : std::uint8_t {
 /// Contexts from here up are views an algorithm builds inside one collective
 /// (ViewContext), not communicators of their own: their collective's group
 /// is the whole parent (collectiveGroup).
-inline constexpr std::uint8_t kCtxInternalFirst = 0x80;
+inline constexpr std::uint8_t kCtxInternalFirst = 0x81;  // (0x80 is the application's: SubTransport)
 static_assert(kCtxTorusRow >= kCtxInternalFirst && kCtxHipsFirst >= kCtxInternalFirst);
 
 /// How long (seconds) a collective's wait runs between two looks at whether

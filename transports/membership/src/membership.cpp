@@ -175,13 +175,18 @@ class MembershipTransport final : public Transport, public Membership {
     inner_->abort();
   }
   TransportStats stats() const override { return inner_->stats(); }
-  // The inner transport's verdict on the job rank that view rank `rank` is.
+  // The inner transport's verdict on the job rank that view rank `rank` is,
+  // unless that verdict is older than the rank's request to join: the view
+  // took back a process restarted in place of one the transport lost, and
+  // the transport has not heard the new one yet.
   std::exception_ptr peerFailure(int rank) const override {
     int g;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (rank < 0 || rank >= static_cast<int>(view_.members.size())) return nullptr;
       g = view_.members[static_cast<std::size_t>(rank)];
+      const auto i = static_cast<std::size_t>(g);
+      if (dead_[i] && lostAt_[i] <= askedAt_[i]) return nullptr;
     }
     return inner_->peerFailure(g);
   }
