@@ -10,6 +10,7 @@
 #include "detail.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/peer_lifecycle.hpp"
 
 namespace gossamer::detail {
 
@@ -19,13 +20,35 @@ const Transport& collectiveGroup(const Transport& t) {
   return t;
 }
 
+// Whether `why` says its rank stopped after an error of its own: often a
+// survivor of the failure that held this collective up, not its cause.
+bool stoppedAfterError(const std::exception_ptr& why) {
+  try {
+    std::rethrow_exception(why);
+  } catch (const std::exception& e) {
+    return std::string(e.what()).find(PeerLifecycle::kStoppedAfterError) != std::string::npos;
+  } catch (...) {
+    return false;
+  }
+}
+
 void throwIfGroupFailed(const Transport& t, const char* collective) {
   const Transport& group = collectiveGroup(t);
   const int self = group.rank();
-  for (int r = 0; r < group.worldSize(); ++r) {
-    if (r == self) continue;
-    auto why = group.peerFailure(r);
-    if (!why) continue;
+  // The first failed rank that did not stop after an error of its own (the
+  // cause, more likely), else the first failed rank.
+  std::exception_ptr why;
+  int r = -1;
+  for (int p = 0; p < group.worldSize(); ++p) {
+    if (p == self) continue;
+    auto verdict = group.peerFailure(p);
+    if (!verdict || (why && stoppedAfterError(verdict))) continue;
+    const bool cause = !stoppedAfterError(verdict);
+    why = std::move(verdict);
+    r = p;
+    if (cause) break;
+  }
+  if (why) {
     const std::string during =
         std::string("during ") + collective + " (a rank this one waited on is held up by it): ";
     try {

@@ -43,9 +43,8 @@ bool PeerLifecycle::setGoneLocked(int peer, State state, std::exception_ptr why)
 
 void PeerLifecycle::onBye(int peer, std::uint32_t segment) {
   checkRank(peer);
-  auto why = std::make_exception_ptr(PeerFailure(peer, segment == kByeAfterError
-                                                           ? "it stopped after an error of its own"
-                                                           : "peer closed its transport"));
+  auto why = std::make_exception_ptr(
+      PeerFailure(peer, segment == kByeAfterError ? kStoppedAfterError : "peer closed its transport"));
   bool first;
   std::lock_guard<std::mutex> verdict(verdictMu_);
   {

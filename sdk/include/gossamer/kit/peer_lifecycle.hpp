@@ -43,6 +43,10 @@ class PeerLifecycle {
   /// of its own (Transport::abort), not a clean close: its peers report that.
   static constexpr std::uint32_t kByeAfterError = 1;
 
+  /// Why a peer that said goodbye after an error of its own failed
+  /// (PeerFailure's message): often a survivor of another rank's failure.
+  static constexpr const char* kStoppedAfterError = "it stopped after an error of its own";
+
   /// Why a peer that left without a goodbye failed (PeerFailure's message).
   static constexpr const char* kLostWithoutBye =
       "connection lost without a goodbye (process died or network failed)";
