@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "cancel_race.hpp"
+#include "groups.hpp"
 #include "process.hpp"
 #include "threads.hpp"
 
@@ -76,15 +77,7 @@ struct Inproc {
   }
 };
 
-// Creates the n ranks of a networked transport at once (each waits in the
-// rendezvous for the others): make(rank, store) on one thread per rank.
-template <typename Make>
-Group makeGroup(int n, Make make) {
-  MemoryStore store;
-  Group g(static_cast<std::size_t>(n));
-  onEveryRank(n, [&](int r) { g[static_cast<std::size_t>(r)] = make(r, store); });
-  return g;
-}
+using gossamer::testing::makeGroup;
 
 // A networked transport: Opts and Make are its factory's options and function.
 template <typename Opts, std::unique_ptr<Transport> (*Make)(const Opts&, Store&), const char* Protocol>

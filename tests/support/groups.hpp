@@ -25,38 +25,43 @@ inline Group inprocGroup(int n, double timeoutSeconds) {
   return g;
 }
 
-/// n ranks over zmq tcp on loopback, meeting in a MemoryStore (each made on
-/// its own thread, since each waits in the rendezvous for the others).
-inline Group zmqGroup(int n, double timeoutSeconds) {
+/// Creates the n ranks of a networked transport at once (each waits in the
+/// rendezvous for the others): make(rank, store) on one thread per rank,
+/// meeting in one MemoryStore.
+template <typename Make>
+Group makeGroup(int n, Make make) {
   MemoryStore store;
   Group g(static_cast<std::size_t>(n));
-  onEveryRank(n, [&](int r) {
-    zmq::Options o;
-    o.rank = r;
-    o.worldSize = n;
-    o.protocol = "tcp";
-    o.timeoutSeconds = timeoutSeconds;
-    o.lingerSeconds = 2;
-    g[static_cast<std::size_t>(r)] = zmq::makeTransport(o, store);
-  });
+  onEveryRank(n, [&](int r) { g[static_cast<std::size_t>(r)] = make(r, store); });
   return g;
 }
 
-/// n ranks over the socket transport (`protocol` "tcp" on loopback, or
-/// "ipc"), meeting in a MemoryStore as zmqGroup's do.
-inline Group socketGroup(int n, const char* protocol, double timeoutSeconds) {
-  MemoryStore store;
-  Group g(static_cast<std::size_t>(n));
-  onEveryRank(n, [&](int r) {
-    sock::Options o;
+/// n ranks of a networked transport whose factory takes `Options` (rank,
+/// worldSize, protocol, timeoutSeconds, lingerSeconds) on loopback.
+template <typename Options, typename Make>
+Group networkGroup(int n, const char* protocol, double timeoutSeconds, double lingerSeconds, Make make) {
+  return makeGroup(n, [&](int r, Store& store) {
+    Options o;
     o.rank = r;
     o.worldSize = n;
     o.protocol = protocol;
     o.timeoutSeconds = timeoutSeconds;
-    o.lingerSeconds = 1;
-    g[static_cast<std::size_t>(r)] = sock::makeTransport(o, store);
+    o.lingerSeconds = lingerSeconds;
+    return make(o, store);
   });
-  return g;
+}
+
+/// n ranks over zmq tcp on loopback.
+inline Group zmqGroup(int n, double timeoutSeconds) {
+  return networkGroup<zmq::Options>(n, "tcp", timeoutSeconds, 2,
+                                    [](const zmq::Options& o, Store& s) { return zmq::makeTransport(o, s); });
+}
+
+/// n ranks over the socket transport (`protocol` "tcp" on loopback, or "ipc").
+inline Group socketGroup(int n, const char* protocol, double timeoutSeconds) {
+  return networkGroup<sock::Options>(n, protocol, timeoutSeconds, 1, [](const sock::Options& o, Store& s) {
+    return sock::makeTransport(o, s);
+  });
 }
 
 }  // namespace gossamer::testing
