@@ -217,7 +217,7 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
   if ((recoverFirst && membership_.revoked()) || !inner_) recover();
   if (countsStep ? skipped() : skipsLocalStep()) return;
   saved_.assign(state.begin(), state.end());
-  int emptyChanges = 0;  // view changes in a row, after once()'s own PeerFailure, that lost and joined nobody
+  EmptyChangeCount emptyChanges;
   for (;;) {
     try {
       once();
@@ -226,21 +226,14 @@ void ResilientOptimizer::attempt(std::span<float> state, bool countsStep, Step&&
       return;
     } catch (const PeerFailure& e) {
       std::copy(saved_.begin(), saved_.end(), state.begin());
-      // After kMaxEmptyViewChanges of them, once()'s own PeerFailure is not
-      // one the membership service sees. Not its own: a ViewChanged, or any
-      // failure while the view is revoked (another rank started a change).
-      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !membership_.revoked();
-      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
-      const bool empty = recover();
-      if (own)
-        emptyChanges = empty ? emptyChanges + 1 : 0;
-      else if (!empty)
-        emptyChanges = 0;
+      const bool own = EmptyChangeCount::own(e, membership_);
+      if (emptyChanges.exhausted(own)) throw;  // not a failure the membership service sees
+      emptyChanges.recovered(own, recover());
       if (countsStep ? skipped() : skipsLocalStep()) return;
     } catch (const TimeoutError&) {
       if (!revokedSoon(membership_)) throw;  // (this rank was stopped past the timeout: see revokedSoon)
       std::copy(saved_.begin(), saved_.end(), state.begin());
-      if (!recover()) emptyChanges = 0;
+      emptyChanges.recovered(false, recover());
       if (countsStep ? skipped() : skipsLocalStep()) return;
     }
   }

@@ -34,6 +34,33 @@ namespace gossamer::detail {
 /// timeout (rethrow it).
 bool revokedSoon(const Membership& membership, double seconds = 5.0);
 
+/// The count behind kMaxEmptyViewChanges, for one call that redoes its work
+/// after each view change (Session::survive, a step, runRounds): the work's
+/// own PeerFailures in a row that only views losing and joining nobody
+/// followed.
+class EmptyChangeCount {
+ public:
+  /// Whether `e`, from the work, is its own: not a ViewChanged, and the view
+  /// not revoked (another rank started a change).
+  static bool own(const PeerFailure& e, const Membership& m) {
+    return dynamic_cast<const ViewChanged*>(&e) == nullptr && !m.revoked();
+  }
+  /// True when an own failure now is not one the membership service sees:
+  /// let it out.
+  bool exhausted(bool own) const { return own && n_ >= kMaxEmptyViewChanges; }
+  /// After the recovery that followed a failure (`own` as own() said) and
+  /// installed views of which all lost and joined nobody (`empty`).
+  void recovered(bool own, bool empty) {
+    if (own)
+      n_ = empty ? n_ + 1 : 0;
+    else if (!empty)
+      n_ = 0;
+  }
+
+ private:
+  int n_ = 0;
+};
+
 class ResilientOptimizer final : public DistributedOptimizer {
  public:
   /// `recover` runs Agent::recover (agree on a view, rebuild, then call

@@ -72,7 +72,7 @@ std::uint64_t Session::runRounds(std::uint64_t count, RoundProgram& program) {
   m.roundsCommitted = 0;
   std::uint64_t round = 0;
   bool more = round < count;
-  int emptyChanges = 0;  // the program's own PeerFailures in a row that only empty view changes followed
+  detail::EmptyChangeCount emptyChanges;
   for (;;) {
     try {
       if (m.membership != nullptr && m.membership->revoked())
@@ -95,16 +95,11 @@ std::uint64_t Session::runRounds(std::uint64_t count, RoundProgram& program) {
       throw;
     } catch (const PeerFailure& e) {
       if (m.membership == nullptr) throw;
-      // After kMaxEmptyViewChanges of them, the program's own PeerFailure is
-      // not one the membership service sees (as in survive()).
-      const bool own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !m.membership->revoked();
-      if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+      const bool own = detail::EmptyChangeCount::own(e, *m.membership);
+      if (emptyChanges.exhausted(own)) throw;  // not a failure the membership service sees
       bool empty = true;
       const std::uint64_t back = m.agreeAndRestore(program, newest, previous, empty);
-      if (own)
-        emptyChanges = empty ? emptyChanges + 1 : 0;
-      else if (!empty)
-        emptyChanges = 0;
+      emptyChanges.recovered(own, empty);
       newest = previous = back;
       m.roundsCommitted = back;
       round = back;

@@ -124,7 +124,7 @@ bool Session::Impl::survive(const std::function<void()>& f) {
   bool failed = false;   // a peer failed: recover before running f again
   bool own = false;      // f's last PeerFailure was its own (not another rank's revocation), not yet counted
   bool allEmpty = true;  // every view installed since f last ran lost and joined nobody
-  int emptyChanges = 0;  // f's own PeerFailures in a row that only views losing and joining nobody followed
+  detail::EmptyChangeCount emptyChanges;
   for (;;) {
     bool recovering = false;
     try {
@@ -142,10 +142,7 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       // survivors are past this collective: it belongs to a step they will
       // not run it at.
       if (moves != movesBefore) return false;
-      if (own)
-        emptyChanges = allEmpty ? emptyChanges + 1 : 0;
-      else if (!allEmpty)
-        emptyChanges = 0;
+      emptyChanges.recovered(own, allEmpty);
       own = false;
       allEmpty = true;
       f();
@@ -157,11 +154,8 @@ bool Session::Impl::survive(const std::function<void()>& f) {
       if (recovering) {
         allEmpty = false;  // a peer failed during the change
       } else {
-        // After kMaxEmptyViewChanges of them, f's own PeerFailure is not one
-        // the membership service sees. Not its own: a ViewChanged, or any
-        // failure while the view is revoked (another rank started a change).
-        own = dynamic_cast<const ViewChanged*>(&e) == nullptr && !membership->revoked();
-        if (own && emptyChanges >= kMaxEmptyViewChanges) throw;
+        own = detail::EmptyChangeCount::own(e, *membership);
+        if (emptyChanges.exhausted(own)) throw;  // not a failure the membership service sees
       }
       failed = true;
     } catch (const TimeoutError&) {
