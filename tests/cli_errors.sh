@@ -68,6 +68,10 @@ if [ -x "$sim" ]; then
     echo "FAIL: sim --help does not give 4096 as the most ranks: $help"
     failures=$((failures + 1))
   fi
+elif [ -n "$sim" ]; then
+  # Named (the case's name says its checks run) but not there: a failure, not a skip.
+  echo "FAIL: gossamer-sim $sim is not an executable: its option checks did not run"
+  failures=$((failures + 1))
 else
   echo "skipped: gossamer-sim is not built (no SimGrid): its option checks did not run"
 fi

@@ -133,6 +133,8 @@ vars() { echo "PMI_RANK=$1"; }
 bylaunchervars hydra PMI_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 fields='[.world_size, [.history[] | [.train_loss, .consensus_distance, .test_accuracy, .test_accuracy_rank0]]]'
 self="$(jq -c "$fields" "$work/self.json")"
+# Both epochs are there: runs with empty histories would compare equal.
+jq -e '.[1] | length == 2' <<<"$self" >/dev/null || { echo "the own launcher's run is not two epochs: $self"; exit 1; }
 for l in "${launchers[@]}"; do
   other="$(jq -c "$fields" "$work/$l.json")"
   if [ "$self" != "$other" ]; then

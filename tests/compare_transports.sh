@@ -31,6 +31,13 @@ run "$kind_b" --set "transport.kind=$kind_b" "${extra[@]}"
 fields='[.transport, [.history[] | [.train_loss, .consensus_distance, .test_accuracy, .test_accuracy_rank0]]]'
 a="$(jq -c "$fields" "$work/$kind_a.json")"
 b="$(jq -c "$fields" "$work/$kind_b.json")"
+# Each ran over its own transport and has both epochs: two empty histories would compare equal.
+for one in "$kind_a:$a" "$kind_b:$b"; do
+  jq -e --arg kind "${one%%:*}" '.[0] == $kind and (.[1] | length) == 2' <<<"${one#*:}" >/dev/null || {
+    echo "the run over ${one%%:*} is not two epochs over that transport: ${one#*:}"
+    exit 1
+  }
+done
 if [ "$(jq -c '.[1]' <<<"$a")" != "$(jq -c '.[1]' <<<"$b")" ]; then
   echo "the runs differ:"
   echo "  $a"

@@ -30,6 +30,7 @@ def test_every_stored_figure_names_its_command_date_and_commit():
     known = figures.load_figures()
     store = os.path.join(ROOT, "docs", "figures")
     names = [f[:-5] for f in os.listdir(store) if f.endswith(".json")] if os.path.isdir(store) else []
+    assert names, f"no stored figure in {store}: nothing to check"
     for name in names:
         assert name in known, f"docs/figures/{name}.json belongs to no module of scripts/figures/"
         stored = figures.load_stored(name)
