@@ -17,7 +17,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,7 @@
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/executor.hpp"
 #include "gossamer/kit/hips.hpp"
 #include "gossamer/kit/network.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -773,6 +776,151 @@ TEST_CASE("simgrid: a platform library that cannot be loaded is refused, not an 
                  : what;
     }
     return std::string("a platform.so that is not a library was taken");
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE(
+    "simgrid: a malformed platform file is an error naming its file and line, and the process simulates on",
+    "[simgrid][platform]") {
+  // SimGrid's parser throws for XML it cannot read, but aborts the process
+  // on much that it reads (an unknown routing, a removed tag, an actor whose
+  // function is unknown, a trace file that is missing): simulate() loads
+  // the file in a child process first. Either way the error names the file
+  // and the line, and the process has not made its engine yet, so a
+  // simulate() over a good file follows in the same process.
+  gossamer::testing::TempDir dir;
+  const std::string head =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n";                                 // lines 1-3
+  const std::string zone = "  <zone id=\"two\" routing=\"Full\">\n";  // line 4
+  const std::string hosts =
+      "    <host id=\"rank-0\" speed=\"1Gf\"/>\n"   // line 5
+      "    <host id=\"rank-1\" speed=\"1Gf\"/>\n";  // line 6
+  const std::string link = "    <link id=\"wire\" bandwidth=\"10MBps\" latency=\"1ms\"/>\n";
+  const std::string route = "    <route src=\"rank-0\" dst=\"rank-1\"><link_ctn id=\"wire\"/></route>\n";
+  const std::string tail = "  </zone>\n</platform>\n";
+  struct Bad {
+    const char* name;
+    std::string text;
+    int line;           // where the error is
+    const char* about;  // in SimGrid's message
+  };
+  const std::vector<Bad> bad{
+      {"truncated.xml", head + zone + "    <host id=\"rank-0\" spe", 5, "Invalid XML"},
+      {"unclosed.xml", head + zone + hosts + link + route + "</platform>\n", 9, "</zone>' expected"},
+      {"unknown-element.xml", head + zone + hosts + "    <wire id=\"w\"/>\n" + link + route + tail, 7,
+       "Invalid XML"},
+      {"wrong-attribute.xml", head + zone + "    <host id=\"rank-0\" speed=\"1Gf\" colour=\"red\"/>\n" + tail,
+       5, "Bad attribute `colour'"},
+      {"bad-value.xml", head + zone + "    <host id=\"rank-0\" speed=\"fast\"/>\n" + tail, 5, "fast"},
+      // Those SimGrid aborts on:
+      {"unknown-routing.xml", head + "  <zone id=\"two\" routing=\"Bogus\">\n" + hosts + tail, 4,
+       "Not a valid model"},
+      {"include.xml", head + "  <include file=\"other.xml\"/>\n" + zone + hosts + tail, 4,
+       "<include> tag was removed"},
+      {"actor.xml",
+       head + zone + hosts + link + route +
+           "  </zone>\n  <actor host=\"rank-0\" function=\"f\"/>\n</platform>\n",
+       10, "Function 'f' not registered"},
+      {"trace-file.xml",
+       head + zone + "    <host id=\"rank-0\" speed=\"1Gf\" state_file=\"/nonexistent/state\"/>\n" + tail, 5,
+       "/nonexistent/state"},
+  };
+  const std::string good = dir / "good.xml";
+  gossamer::testing::writeFile(good, head + zone + hosts + link + route + tail);
+  const std::string failed = inChild([&] {
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 2;
+    for (const auto& b : bad) {
+      p.file = dir / b.name;
+      gossamer::testing::writeFile(p.file, b.text);
+      const std::string where = "simgrid platform file " + p.file + ":" + std::to_string(b.line) + ": ";
+      try {
+        simgrid::simulate(p, [](int) {});
+        s += std::string(b.name) + " was taken\n";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        if (what.rfind(where, 0) != 0 || what.find(b.about) == std::string::npos)
+          s += std::string(b.name) + ": expected '" + where + "...' about '" + b.about + "', got: " + what +
+               "\n";
+      }
+    }
+    // The process is whole, and has not made SimGrid's engine yet.
+    p.file = good;
+    const auto out = simgrid::simulate(p, [](int r) {
+      auto t = transportOf(r, 2);
+      std::int32_t v = 7;
+      const Tag tag = Tag::make(Op::kUser, 1, 0);
+      if (r == 0)
+        t->isendOf<std::int32_t>(1, tag, std::span<const std::int32_t>(&v, 1)).wait(t->timeoutSeconds());
+      if (r == 1) {
+        v = 0;
+        t->irecvOf<std::int32_t>(0, tag, std::span<std::int32_t>(&v, 1)).wait(t->timeoutSeconds());
+        if (v != 7) throw Error("got " + std::to_string(v));
+      }
+    });
+    s += errorsOf(out);
+    if (!(out.simulatedSeconds > 1e-3)) s += "the good file's link took no time\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a deadlock of a rank's tasks is reported task by task with what each waited for",
+          "[simgrid]") {
+  // Tasks (kit/executor.hpp) are actors: rank 0 joins a task that waits
+  // forever on rank 1, which waits forever on rank 0; rank 2's task throws
+  // (it used to end the process); rank 3's task outlives its rank and waits
+  // forever (it used to end the simulation without a word).
+  const std::string failed = inChild([] {
+    const auto forever = std::numeric_limits<double>::infinity();
+    // Never joined: the child process ends with _exit.
+    static std::optional<Task> outlives;
+    const auto out = simgrid::simulate(
+        [] {
+          simgrid::Platform p;
+          p.hosts = 4;
+          return p;
+        }(),
+        [&](int r) {
+          std::shared_ptr<Transport> t = transportOf(r, 4);
+          const auto wait = [t, forever](int from, std::uint64_t step) {
+            std::int32_t v = 0;
+            t->irecvOf<std::int32_t>(from, Tag::make(Op::kUser, step, 0), std::span<std::int32_t>(&v, 1))
+                .wait(forever);
+          };
+          if (r == 0) startTask([&] { wait(1, 1); }).join();
+          if (r == 1) {
+            simgrid::sleepFor(3);
+            wait(0, 2);
+          }
+          if (r == 2) startTask([] { throw Error("the task failed on purpose"); }).join();
+          if (r == 3)
+            outlives.emplace(startTask([wait] {
+              simgrid::sleepFor(1);
+              wait(3, 3);
+            }));
+        });
+    const std::string at = "deadlock at 3.000000 s simulated: ";
+    const std::vector<std::pair<std::string, std::string>> expected{
+        {"rank 0: " + at + "the rank never returned, waiting for the end of its task rank-0-task-1", ""},
+        {"rank 0 task 1: " + at + "the task never returned, waiting for a receive from rank(s) {1}",
+         "step=1"},
+        {"rank 1: " + at + "the rank never returned, waiting for a receive from rank(s) {0}", "step=2"},
+        {"rank 2 task 1: the task failed on purpose", ""},
+        {"rank 3 task 1: " + at + "the task never returned, waiting for a receive from rank(s) {3}",
+         "step=3"}};
+    if (out.errors.size() != expected.size()) return "errors:\n" + errorsOf(out);
+    std::string s;
+    for (std::size_t k = 0; k < expected.size(); ++k)
+      if (out.errors[k].rfind(expected[k].first, 0) != 0 ||
+          out.errors[k].find(expected[k].second) == std::string::npos)
+        s += "expected '" + expected[k].first + "' (" + expected[k].second + "), got " + out.errors[k] + "\n";
+    return s;
   });
   INFO(failed);
   CHECK(failed.empty());

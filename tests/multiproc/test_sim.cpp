@@ -189,11 +189,23 @@ TEST_CASE("gossamer-sim draws the sim section's jitter from the seed so a run re
   CHECK(a["simulated_seconds_per_step"].get<double>() > base["simulated_seconds_per_step"].get<double>());
 }
 
-TEST_CASE("gossamer-sim refuses a sim section that names a missing rank or a scale without a jitter",
-          "[sim]") {
+TEST_CASE(
+    "gossamer-sim refuses a sim section that names a missing rank, a scale without a jitter or a platform "
+    "file SimGrid cannot load",
+    "[sim]") {
   TempDir dir;
   const std::string exe = gossamer::testing::simExe();
   REQUIRE(!exe.empty());
+  // Platform files SimGrid cannot load: one its parser refuses, one it would
+  // abort the process on (an unknown routing): an error naming the line.
+  const std::string head =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n";
+  const std::string truncated = dir / "truncated.xml", routing = dir / "routing.xml";
+  gossamer::testing::writeFile(truncated,
+                               head + "  <zone id=\"z\" routing=\"Full\">\n    <host id=\"rank-0\"");
+  gossamer::testing::writeFile(routing,
+                               head + "  <zone id=\"z\" routing=\"Bogus\">\n  </zone>\n</platform>\n");
   const struct {
     std::string yaml, expected;
   } cases[] = {
@@ -204,6 +216,11 @@ TEST_CASE("gossamer-sim refuses a sim section that names a missing rank or a sca
       {"sim:\n  platform: /nonexistent/platform.xml\n",
        "key 'sim.platform': no file /nonexistent/platform.xml"},
       {"sim:\n  platform: /tmp\n", "key 'sim.platform': no file /tmp"},
+      {"sim:\n  platform: " + truncated + "\n", "simgrid platform file " + truncated + ":5: Invalid XML"},
+      {"sim:\n  platform: " + routing + "\n",
+       "simgrid platform file " + routing +
+           ":4: SimGrid cannot load it (it would have aborted the process): Not a "
+           "valid model"},
       {"sim:\n  jitter: lognormal\n  jitter_scale: 4\n", "a lognormal sigma of at most 3"},
   };
   int k = 0;

@@ -21,11 +21,14 @@
 // (tests/hosts/hosts.py: tbf on each host's egress and on each island's
 // ingress), so that the two can be compared.
 #include <dlfcn.h>
+#include <simgrid/Exception.hpp>
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <csignal>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -91,7 +94,78 @@ void checkLibrary(const std::string& file) {
                           "*.so or *.dylib as a library; an XML platform needs another name)");
 }
 
+// SimGrid's scanner's line (its flex scanner's yyget_lineno, exported under
+// SimGrid's prefix), found once: not in SimGrid's public headers, so looked
+// up by name, and absent (null) where a version names it otherwise.
+using LineFunction = int (*)();
+LineFunction scannerLine() {
+  static const LineFunction line = [] {
+    // surf_parse_get_lineno() in SimGrid 3.32 (Debian 12's), simgrid_parse_get_lineno() in later ones.
+    for (const char* name : {"_Z21surf_parse_get_linenov", "_Z24simgrid_parse_get_linenov"})
+      if (void* symbol = ::dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<LineFunction>(symbol);
+    return LineFunction{nullptr};
+  }();
+  return line;
+}
+
+// Set while build() loads a file: outside a load the scanner's line is that
+// of the last file's end, which would mislocate an error.
+volatile std::sig_atomic_t gLoading = 0;
+
+// "simgrid platform file FILE:LINE: what" (": what" alone without a line).
+std::string located(const std::string& file, int line, const std::string& what) {
+  std::string s = "simgrid platform file " + file;
+  if (line > 0) s.append(":").append(std::to_string(line));
+  return s.append(": ").append(what);
+}
+
+// Loads `file` into the engine. SimGrid throws a ParseError ("Parse error at
+// FILE:LINE: what") for what its XML parser refuses, other exceptions (which
+// name no line) for some of what it cannot build: each becomes an
+// InvalidArgument naming the file and the line. (What it aborts on instead
+// is checkFile's.)
+void loadFile(const std::string& file) {
+  checkLibrary(file);
+  // Looked up now, not first in the abort handler (a static's first
+  // initialisation is not async-signal-safe).
+  (void)scannerLine();
+  gLoading = 1;
+  struct Done {
+    ~Done() { gLoading = 0; }
+  } done;
+  try {
+    s4u::Engine::get_instance()->load_platform(file);
+  } catch (const ::simgrid::ParseError& e) {
+    std::string what = e.what();
+    int line = parsingLine();
+    const std::string prefix = "Parse error at " + file + ":";
+    if (what.rfind(prefix, 0) == 0) {
+      std::size_t at = prefix.size(), end = at;
+      while (end < what.size() && std::isdigit(static_cast<unsigned char>(what[end])) != 0) ++end;
+      if (end > at && end - at <= 9 && what.compare(end, 2, ": ") == 0) {
+        line = std::stoi(what.substr(at, end - at));
+        what = what.substr(end + 2);
+      }
+    }
+    // Its parser (generated from its DTD) wants the DOCTYPE after an XML
+    // declaration, and says only that a '<' came unexpected.
+    if (what.find("Unexpected character `<' in prolog") != std::string::npos)
+      what +=
+          " (after <?xml ...?>, SimGrid takes <!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\"> "
+          "before <platform>)";
+    throw InvalidArgument(located(file, line, what));
+  } catch (const std::exception& e) {
+    throw InvalidArgument(located(file, parsingLine(), e.what()));
+  }
+}
+
 }  // namespace
+
+int parsingLine() noexcept {
+  if (gLoading == 0) return 0;
+  const LineFunction line = scannerLine();
+  return line != nullptr ? line() : 0;
+}
 
 Platform Platform::fromNetwork(const NetworkLayout& layout, double insideLatencySeconds) {
   Platform p;
@@ -143,8 +217,7 @@ void Platform::validate() const {
 RouteLatency build(const Platform& p) {
   if (!p.file.empty()) {
     auto* engine = s4u::Engine::get_instance();
-    checkLibrary(p.file);
-    engine->load_platform(p.file);
+    loadFile(p.file);
     std::vector<s4u::Host*> hosts;
     for (int r = 0; r < p.hosts; ++r) {
       hosts.push_back(s4u::Host::by_name_or_null("rank-" + std::to_string(r)));

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "gossamer/transports/simgrid.hpp"
 
@@ -18,8 +20,36 @@ using RouteLatency = std::function<double(int src, int dst)>;
 /// latencies summed along SimGrid's route, read before they are zeroed).
 /// @throws InvalidArgument if the file lacks a host rank-R for R < p.hosts,
 ///         or is named *.so or *.dylib (SimGrid's platform libraries) and
-///         cannot be loaded or lacks load_platform; SimGrid's own errors for
-///         a file it cannot load.
+///         cannot be loaded or lacks load_platform; for what SimGrid throws
+///         on a file it cannot load (its ParseError, or another exception):
+///         "simgrid platform file FILE:LINE: what", LINE where its parser
+///         was (left out when unknown).
 RouteLatency build(const Platform& p);
+
+/// The line of a platform file that SimGrid's parser has reached while
+/// build() loads the file; 0 outside a load, or with a SimGrid that does
+/// not export its scanner's line. Async-signal-safe: it reads an int (the
+/// check's abort handler calls it).
+int parsingLine() noexcept;
+
+/// Builds `p` (with a file) in a child process (fork) with an engine of its
+/// own, made from `args` (SimGrid's command line, as simulate() makes it),
+/// before simulate() makes the process's engine. SimGrid aborts the process
+/// on many platform files that its XML parser takes (an unknown routing, a
+/// tag it removed, an actor in the file, a trace file that is missing, a
+/// route in a zone of routing None, a WiFi link with a latency ...): they
+/// abort the child instead, and SimGrid's critical message comes back.
+/// Since the process's engine is not made yet, a simulate() with another
+/// file can follow. Blocks for the child, at most kCheckSeconds.
+/// @throws InvalidArgument "simgrid platform file FILE:LINE: what" for
+///         every error of the file: SimGrid's parse errors and aborts (LINE:
+///         where its parser was; left out when unknown), and build()'s own
+///         checks; Error when no child can be started, or it did not end
+///         within kCheckSeconds.
+void checkFile(const Platform& p, const std::vector<std::string>& args);
+
+/// checkFile's bound on its child, seconds (a platform file of many
+/// thousand hosts loads in a few).
+constexpr int kCheckSeconds = 300;
 
 }  // namespace gossamer::simgrid

@@ -243,6 +243,34 @@ struct World {
   // Every actor's ContextLocal (collective scratch, wait time): the actors
   // share one OS thread.
   std::unordered_map<::aid_t, std::unique_ptr<ContextLocal>> locals;
+
+  // Inside simulate(): the actors that have not returned, ranks and tasks
+  // (what is in flight is cancelled when none is left).
+  int live = 0;
+  // A task a rank (or one of its tasks) started (startActorTask): the rank,
+  // its number among the rank's tasks (from 1), its actor, whether its body
+  // returned, and what it threw.
+  struct TaskRecord {
+    int rank = 0;
+    int number = 0;
+    ::aid_t pid = -1;
+    bool ended = false;
+    std::string error;
+  };
+  std::deque<TaskRecord> tasks;  // in the order started
+  std::vector<int> tasksOf;      // [rank]: how many it has started
+  // [actor]: the rank whose actor or task it is.
+  std::unordered_map<::aid_t, int> rankOf;
+  // [actor]: what it waits for without end (a receive with an infinite
+  // timeout, a task's join). Only a normal return from the wait unlists it:
+  // an actor that SimGrid kills in a deadlock stays listed, for the report.
+  std::unordered_map<::aid_t, std::string> waitingFor;
+
+  // An actor (rank or task) returned: with the last one the simulation
+  // ends, and what waits for its latency or is in flight never arrives.
+  void actorEnded() {
+    if (--live == 0) cancelAll();
+  }
 };
 
 World* gWorld = nullptr;             // set while simulate() runs
@@ -277,18 +305,67 @@ const TimeSource kSimulatedTime{
 // actors, an OS thread.
 class ActorTask final : public TaskHandle {
  public:
-  explicit ActorTask(s4u::ActorPtr actor) : actor_(std::move(actor)) {}
-  void join() override { actor_->join(); }
+  ActorTask(s4u::ActorPtr actor, std::string name) : actor_(std::move(actor)), name_(std::move(name)) {}
+  void join() override {
+    const s4u::Actor* self = s4u::Actor::self();
+    if (self != nullptr && self->get_pid() == actor_->get_pid())
+      throw InvalidArgument("a task cannot join itself (join() from inside its own body)");
+    // Listed while it waits: a join without end is part of a deadlock's report.
+    World* w = self != nullptr ? gWorld : nullptr;
+    if (w != nullptr) w->waitingFor[self->get_pid()] = "the end of its task " + name_;
+    actor_->join();
+    if (w != nullptr) w->waitingFor.erase(self->get_pid());
+  }
 
  private:
   s4u::ActorPtr actor_;
+  std::string name_;
 };
 
 std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
   const s4u::Actor* self = gWorld != nullptr ? s4u::Actor::self() : nullptr;
   if (self == nullptr) return startThread(std::move(body));
-  return std::make_unique<ActorTask>(
-      s4u::Actor::create(self->get_name() + "-task", s4u::this_actor::get_host(), std::move(body)));
+  World& w = *gWorld;
+  const auto owner = w.rankOf.find(self->get_pid());
+  GOSSAMER_ENFORCE(
+      owner != w.rankOf.end(),
+      "a task started from an actor that is neither a rank nor a rank's task (" << self->get_name() << ")");
+  const int rank = owner->second;
+  const int number = ++w.tasksOf[static_cast<std::size_t>(rank)];
+  const std::size_t index = w.tasks.size();
+  auto& record = w.tasks.emplace_back();
+  record.rank = rank;
+  record.number = number;
+  const std::string name = "rank-" + std::to_string(rank) + "-task-" + std::to_string(number);
+  // A body that throws (against TaskStarter's contract) is reported as the
+  // task's error: an exception out of an actor would end the process.
+  auto actor = s4u::Actor::create(name, s4u::this_actor::get_host(), [&w, index, body = std::move(body)] {
+    auto& task = w.tasks[index];
+    try {
+      body();
+    } catch (const std::exception& e) {
+      task.error = e.what();
+    } catch (const ::simgrid::ForcefulKillException&) {
+      throw;  // SimGrid's unwinding of a killed actor (a deadlock): not ended
+    } catch (...) {
+      task.error = "threw something that is not a std::exception";
+    }
+    task.ended = true;
+    w.actorEnded();
+  });
+  ++w.live;
+  record.pid = actor->get_pid();
+  w.rankOf[actor->get_pid()] = rank;
+  return std::make_unique<ActorTask>(std::move(actor), name);
+}
+
+// What a deadlock's report says of an actor (a "rank" or a "task") that
+// never returned, waiting for `waiting` ("" when it is not known).
+std::string deadlockOf(const char* who, const std::string& waiting) {
+  return "deadlock at " + std::to_string(s4u::Engine::get_clock()) + " s simulated: the " + who +
+         " never returned, waiting" + (waiting.empty() ? std::string() : " for " + waiting) +
+         " while every other rank and task left waited for what none of them would do (a wait or compute "
+         "without end)";
 }
 
 World& world() {
@@ -315,15 +392,21 @@ class SimEngine final : public detail::ProgressEngine {
     return waitForAny(std::span<detail::RequestState* const>(&one, 1), timeoutSeconds);
   }
   // Every message delivered to the rank resumes it (World::wake), and it
-  // checks its requests again.
+  // checks its requests again. A wait without end (an infinite timeout) is
+  // listed in World::waitingFor while it lasts, for a deadlock's report.
   bool waitForAny(std::span<detail::RequestState* const> states, double timeoutSeconds) override {
     const double end = s4u::Engine::get_clock() + timeoutSeconds;
-    for (;;) {
+    const ::aid_t self = std::isfinite(end) ? -1 : s4u::this_actor::get_pid();
+    for (bool first = true;; first = false) {
       for (auto* state : states) {
         std::lock_guard<std::mutex> g(state->mu);
-        if (state->status != detail::RequestState::Status::kPending) return true;
+        if (state->status != detail::RequestState::Status::kPending) {
+          if (!first && self >= 0) w_.waitingFor.erase(self);
+          return true;
+        }
       }
-      if (end - s4u::Engine::get_clock() <= 0) return false;
+      if (end - s4u::Engine::get_clock() <= 0) return false;  // (a finite end: never listed)
+      if (first && self >= 0) w_.waitingFor[self] = describe(states);
       Suspension(w_.waiters[static_cast<std::size_t>(rank_)], end).wait();
     }
   }
@@ -358,6 +441,16 @@ class SimEngine final : public detail::ProgressEngine {
     s4u::Actor* self_;
     ::simgrid::kernel::timer::Timer* timer_ = nullptr;
   };
+
+  // "a receive from rank(s) {1} tag(...)", joined by " or ".
+  static std::string describe(std::span<detail::RequestState* const> states) {
+    std::string s;
+    for (auto* state : states) {
+      std::lock_guard<std::mutex> g(state->mu);
+      s += (s.empty() ? "" : " or ") + (state->what.empty() ? std::string("a request") : "a " + state->what);
+    }
+    return s;
+  }
 
   World& w_;
   int rank_;
@@ -769,16 +862,42 @@ bool submitToHub(Hub& hub, std::function<void()> command) noexcept {
   }
 }
 
+// Outcome::errors of a simulation that has run: each rank's error (what it
+// threw, or its deadlock), then its tasks' (what they threw, their
+// deadlocks), rank by rank. `ended`, `pids`: by rank.
+std::vector<std::string> reportOf(const World& w, const std::vector<std::string>& errors,
+                                  const std::vector<char>& ended, const std::vector<::aid_t>& pids) {
+  const auto waiting = [&w](::aid_t pid) {
+    const auto it = w.waitingFor.find(pid);
+    return it == w.waitingFor.end() ? std::string() : it->second;
+  };
+  std::vector<std::vector<std::string>> taskErrors(errors.size());
+  for (const auto& task : w.tasks) {
+    std::string e = task.error;
+    if (!task.ended) e = deadlockOf("task", waiting(task.pid));
+    if (!e.empty())
+      taskErrors[static_cast<std::size_t>(task.rank)].push_back(
+          "rank " + std::to_string(task.rank) + " task " + std::to_string(task.number) + ": " + e);
+  }
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    const std::string e = ended[r] != 0 ? errors[r] : deadlockOf("rank", waiting(pids[r]));
+    if (!e.empty()) out.push_back("rank " + std::to_string(r) + ": " + e);
+    out.insert(out.end(), taskErrors[r].begin(), taskErrors[r].end());
+  }
+  return out;
+}
+
 }  // namespace
 
 Outcome simulate(const Platform& platform, const std::function<void(int rank)>& rank,
                  const std::vector<std::string>& config) {
   platform.validate();
   GOSSAMER_ENFORCE(rank, "simulate: no rank function");
-  if (gSimulated.exchange(true))
-    throw Error(
-        "gossamer::simgrid::simulate runs once per process, and not after makeHostedGroup (SimGrid's engine "
-        "cannot be made twice)");
+  const char* const once =
+      "gossamer::simgrid::simulate runs once per process, and not after makeHostedGroup (SimGrid's engine "
+      "cannot be made twice)";
+  if (gSimulated.load()) throw Error(once);
 
   std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
   for (const auto& c : config) {
@@ -790,6 +909,11 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
                             "' is not NAME:VALUE (e.g. network/latency-factor:1)");
     args.push_back("--cfg=" + c);
   }
+  // Everything wrong with a platform file is found before the engine is
+  // made (SimGrid aborts on much of it: checkFile loads it in a child
+  // process), so that the process may still simulate with another.
+  if (!platform.file.empty()) checkFile(platform, args);
+  if (gSimulated.exchange(true)) throw Error(once);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -808,49 +932,42 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   setTimeSource(&kSimulatedTime);
   // Tasks a rank starts are actors of its host.
   setTaskStarter(&startActorTask);
-  Outcome out;
   std::vector<std::string> errors(static_cast<std::size_t>(platform.hosts));
-  // The simulation ends with its last rank: what waits for its latency then
-  // never goes, and what is in flight never arrives.
-  int running = platform.hosts;
-  // [rank]: whether its function returned or threw (SimGrid kills the ranks
-  // of a deadlock: every rank left waiting on what no one will do).
+  // [rank]: whether its function returned or threw (SimGrid kills the actors
+  // of a deadlock: every rank and task left waiting on what no one will do).
   std::vector<char> ended(static_cast<std::size_t>(platform.hosts), 0);
+  w.live = platform.hosts;
+  w.tasksOf.assign(static_cast<std::size_t>(platform.hosts), 0);
+  std::vector<::aid_t> pids;
   for (int r = 0; r < platform.hosts; ++r) {
-    s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
-                       [&errors, &ended, &rank, &running, &w, r] {
-                         try {
-                           rank(r);
-                         } catch (const std::exception& e) {
-                           errors[static_cast<std::size_t>(r)] = e.what();
-                         } catch (const ::simgrid::ForcefulKillException&) {
-                           throw;  // SimGrid's unwinding of a killed actor
-                         } catch (...) {
-                           errors[static_cast<std::size_t>(r)] =
-                               "threw something that is not a std::exception";
-                         }
-                         ended[static_cast<std::size_t>(r)] = 1;
-                         if (--running == 0) w.cancelAll();
-                       });
+    auto actor = s4u::Actor::create(
+        "rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)], [&errors, &ended, &rank, &w, r] {
+          try {
+            rank(r);
+          } catch (const std::exception& e) {
+            errors[static_cast<std::size_t>(r)] = e.what();
+          } catch (const ::simgrid::ForcefulKillException&) {
+            throw;  // SimGrid's unwinding of a killed actor
+          } catch (...) {
+            errors[static_cast<std::size_t>(r)] = "threw something that is not a std::exception";
+          }
+          ended[static_cast<std::size_t>(r)] = 1;
+          w.actorEnded();
+        });
+    pids.push_back(actor->get_pid());
+    w.rankOf[pids.back()] = r;
   }
   engine.run();
-  for (int r = 0; r < platform.hosts; ++r)
-    if (ended[static_cast<std::size_t>(r)] == 0)
-      errors[static_cast<std::size_t>(r)] =
-          "deadlock at " + std::to_string(s4u::Engine::get_clock()) +
-          " s simulated: the rank never returned, waiting with every other rank left for what none of them "
-          "would do (a wait or compute without end)";
   setTaskStarter(nullptr);
   setTimeSource(nullptr);
   setContextLocalProvider(nullptr);
   gWorld = nullptr;
+  Outcome out;
   out.simulatedSeconds = s4u::Engine::get_clock();
   out.bytesSent = w.bytesSent;
   out.bytesBetweenIslands = w.bytesBetween;
+  out.errors = reportOf(w, errors, ended, pids);
   gWorldOwner.reset();
-  for (int r = 0; r < platform.hosts; ++r)
-    if (!errors[static_cast<std::size_t>(r)].empty())
-      out.errors.push_back("rank " + std::to_string(r) + ": " + errors[static_cast<std::size_t>(r)]);
   return out;
 }
 

@@ -17,7 +17,8 @@
 // simulated. Computation takes no simulated time unless the caller says so
 // (simgrid::compute).
 //
-// SimGrid runs one engine per process: simulate() may be called once, and
+// SimGrid runs one engine per process: simulate() may be called once (a
+// call refused for a bad platform or configuration does not count), and
 // not in a process that used makeHostedGroup (ranks driven by ordinary
 // threads, with the engine on a thread of its own). Actors
 // share one OS thread (SimGrid's default contexts), so simulate() installs a
@@ -84,7 +85,9 @@ struct Platform {
   /// over IPv4 and Ethernet at a 1,500-byte MTU, as tc tbf counts it.
   double wireBytesPerByte = 1;
   /// A SimGrid platform file (XML) instead of all of the above but `hosts`:
-  /// it must hold hosts "rank-0" .. "rank-<hosts-1>".
+  /// it must hold hosts "rank-0" .. "rank-<hosts-1>". simulate() loads it
+  /// first in a child process, where SimGrid's aborts on a file it cannot
+  /// take (most of its errors but the XML parser's) do no harm.
   std::string file;
 
   /// The job's `network:` section (islands, inside_gbps, between_gbps,
@@ -110,9 +113,14 @@ struct Options {
 
 /// The result of one simulation.
 struct Outcome {
-  double simulatedSeconds = 0;  ///< Simulated time when the last rank returned (or deadlocked).
+  double simulatedSeconds = 0;  ///< Simulated time when the last rank or task returned (or deadlocked).
   /// "rank R: what()" for every rank whose function threw, "rank R: deadlock
-  /// at T s simulated ..." for every rank of a deadlock.
+  /// at T s simulated: ... waiting for W ..." for every rank of a deadlock
+  /// (W: what it waited for, such as "a receive from rank(s) {1} tag(...)"
+  /// or "the end of its task rank-R-task-K"). After each rank's, its tasks'
+  /// (kit/executor.hpp's, in the order started): "rank R task K: what()"
+  /// for a task whose body threw, "rank R task K: deadlock at ..." for one
+  /// of a deadlock.
   std::vector<std::string> errors;
   /// Bytes the ranks sent each other (payloads plus the 48-byte header of
   /// each message; a rank's sends to itself left out), and of those the
@@ -125,14 +133,24 @@ struct Outcome {
 /// function makes its rank's transport with makeTransport (or through a
 /// Registry given registerWith). Exceptions thrown by a rank are caught and
 /// reported in Outcome::errors; the other ranks go on (their waits on it
-/// time out, or fail with PeerFailure once its transport is closed). A
-/// deadlock (every rank left waiting without end: an infinite timeout, or
-/// an execution that never ends) ends the simulation there, and each of
-/// those ranks is reported in Outcome::errors as a deadlock.
-/// @param argv0 the program's name (SimGrid's logs); configuration comes
-///        from `config` ("key:value", as SimGrid's --cfg).
-/// @throws InvalidArgument on a bad platform; Error if called a second time
-///         in this process (SimGrid's engine cannot be made twice).
+/// time out, or fail with PeerFailure once its transport is closed). The
+/// tasks the ranks start (kit/executor.hpp) are actors too: the simulation
+/// ends when every rank and task has returned. A deadlock (every rank and
+/// task left waiting without end: an infinite timeout, a join of a task
+/// that does not end, or an execution that never ends) ends the simulation
+/// there, and each of those ranks and tasks is reported in Outcome::errors
+/// as a deadlock, with what it waited for. A task whose body throws is
+/// reported there too (rather than ending the process).
+/// @param config SimGrid configuration items ("key:value", as its --cfg).
+/// @throws InvalidArgument on a bad platform or configuration item; for a
+///         platform file SimGrid cannot load, "simgrid platform file
+///         FILE:LINE: what" (SimGrid's message; LINE where its parser was,
+///         left out when unknown); these are found before SimGrid's engine
+///         is made, so a later simulate() may still run. Error if called
+///         after a simulate() that made the engine, or after
+///         makeHostedGroup (SimGrid's engine cannot be made twice), or when
+///         the child process that loads a platform file first cannot be
+///         started or does not end within 300 s.
 Outcome simulate(const Platform& platform, const std::function<void(int rank)>& rank,
                  const std::vector<std::string>& config = {});
 
