@@ -1507,3 +1507,167 @@ TEST_CASE("membership: the wait for a joiner's report ends within agreement_seco
     CHECK(out.seconds[static_cast<std::size_t>(r)] < 1.5);
   }
 }
+
+namespace {
+// A membership control message (membership_codec.hpp's layout) of `kind`
+// (2 suspect, 3 state, 4 view, 6 join) sent in view (number, coordinator);
+// for a view, its members, decided from the view before it (number - 1,
+// `fromCoordinator`).
+std::vector<std::byte> controlMessage(std::uint8_t kind, std::uint64_t number, int coordinator, int arg = -1,
+                                      const std::vector<int>& members = {}, int fromCoordinator = -1) {
+  std::vector<std::byte> b(56, std::byte{0});
+  const auto put = [&](std::size_t at, auto v) { std::memcpy(b.data() + at, &v, sizeof v); };
+  put(0, std::uint32_t{0x524D4247u});
+  b[4] = std::byte{kind};
+  put(8, number);
+  put(16, std::int32_t{coordinator});
+  put(20, std::int32_t{arg});
+  put(32, static_cast<std::uint32_t>(members.size()));
+  put(48, std::int32_t{fromCoordinator});
+  for (const std::int32_t m : members) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(&m);
+    b.insert(b.end(), bytes, bytes + sizeof m);
+  }
+  return b;
+}
+constexpr std::uint8_t kSuspect = 2, kState = 3, kView = 4, kJoin = 6;
+
+// Rank 1 runs the service in a job of ranks 0 and 1 with room for rank 2;
+// ranks 0 and 2 are bare transports that send it what a test says. Nothing
+// is suspected for silence (30 s): a test ends first.
+struct EarlyMessages {
+  std::shared_ptr<inproc::Fabric> fabric = inproc::makeFabric(3);
+  std::unique_ptr<Transport> rank0 = inproc::makeTransport(fabric, 0, 5.0);
+  std::unique_ptr<Transport> rank2 = inproc::makeTransport(fabric, 2, 5.0);
+  membership::Service service;
+
+  EarlyMessages() {
+    membership::MembershipOptions o;
+    o.heartbeatSeconds = 0.05;
+    o.suspectSeconds = 30;
+    service = membership::wrap(std::make_unique<WithRoom>(inproc::makeTransport(fabric, 1, 5.0), 2), o);
+  }
+  ~EarlyMessages() {
+    service.transport->abort();
+    rank0->abort();
+    rank2->abort();
+  }
+  static void send(Transport& from, const std::vector<std::byte>& message) {
+    from.isend(1, Tag{Op::kMembership, 0, 0}, message).wait(5);
+  }
+  membership::detail::HeldForOtherViews held() const {
+    return membership::detail::heldForOtherViews(*service.membership);
+  }
+  // Waits (at most 30 s: a loaded machine, qemu) until `done(held())`.
+  bool waitForHeld(const std::function<bool(const membership::detail::HeldForOtherViews&)>& done) const {
+    for (int i = 0; i < 3000; ++i) {
+      if (done(held())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // Rank 0, as the coordinator, announces view 1 {0, 1} (decided from the
+  // first view), and rank 1 installs it.
+  ViewChange installViewOne() {
+    send(*rank0, controlMessage(kView, 1, 0, -1, {0, 1}));
+    for (int i = 0; i < 3000 && !service.membership->revoked(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return service.membership->recover(0, false);
+  }
+  // Why the view in force was revoked (a receive through it fails with that).
+  std::string revokedBecause() {
+    float x = 0;
+    try {
+      service.transport->irecv(0, Tag::make(Op::kUser, 1), std::as_writable_bytes(std::span<float>(&x, 1)))
+          .wait(0.5);
+    } catch (const ViewChanged& e) {
+      return e.what();
+    } catch (const Error&) {
+    }
+    return "";
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "membership: a rank that names ever newer views leaves its peer holding one view's worth of what it said",
+    "[membership]") {
+  // Rank 2 sends suspicions, requests to join and reports, each in a view
+  // numbered above the last (coordinators 0 to 2): rank 1 holds only the
+  // latest of each kind, not one per view. Rank 0's suspicion in view 1,
+  // sent before them, is kept through it all and acted on when rank 1
+  // installs view 1.
+  EarlyMessages job;
+  EarlyMessages::send(*job.rank0, controlMessage(kSuspect, 1, 0, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  std::size_t mostViews = 0, mostEntries = 0;
+  for (std::uint64_t n = 2; n < 102; ++n) {
+    EarlyMessages::send(*job.rank2, controlMessage(kSuspect, n, 2, 0));
+    EarlyMessages::send(*job.rank2, controlMessage(kJoin, n, 1));
+    EarlyMessages::send(*job.rank2, controlMessage(kState, n, 0));
+    const auto h = job.held();
+    mostViews = std::max(mostViews, h.views);
+    mostEntries = std::max(mostEntries, h.entries);
+  }
+  // The last three name one view: once they are read (and only then),
+  // rank 1 holds two views, 1 (rank 0's) and 1000 (rank 2's), and four
+  // entries. Rank 1 reads one message of a peer per pass: this watches it
+  // read them all.
+  for (std::uint8_t kind : {kSuspect, kJoin, kState})
+    EarlyMessages::send(*job.rank2, controlMessage(kind, 1000, 1, kind == kSuspect ? 0 : -1));
+  const bool read = job.waitForHeld([&](const auto& h) {
+    mostViews = std::max(mostViews, h.views);
+    mostEntries = std::max(mostEntries, h.entries);
+    return h.views == 2 && h.entries == 4;
+  });
+  // One view each for rank 0's suspicion and rank 2's latest three.
+  CHECK(mostViews <= 4);
+  CHECK(mostEntries <= 4);
+  REQUIRE(read);
+  const ViewChange change = job.installViewOne();
+  CHECK(change.view.number == 1);
+  CHECK(change.view.members == std::vector<int>{0, 1});
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("rank 0 failed (suspected by rank 0)"));
+  CHECK(job.held().entries <= 3);  // rank 2's, in view 1000
+}
+
+TEST_CASE("membership: what a peer said in a view before it was installed is acted on when it is",
+          "[membership]") {
+  // A suspicion, a request to join and a report sent in view 1 reach rank 1
+  // before view 1 itself: it acts on each once it installs view 1 (they
+  // revoke it). Without any, view 1 stays in force.
+  EarlyMessages job;
+  std::string because;
+  SECTION("a suspicion") {
+    EarlyMessages::send(*job.rank0, controlMessage(kSuspect, 1, 0, 0));
+    because = "rank 0 failed (suspected by rank 0)";
+  }
+  SECTION("a request to join") {
+    EarlyMessages::send(*job.rank2, controlMessage(kJoin, 1, 0));
+    because = "a peer asks to rejoin";
+  }
+  SECTION("a report") {
+    EarlyMessages::send(*job.rank0, controlMessage(kState, 1, 0));
+    because = "rank 0 started a change of view 1";
+  }
+  SECTION("nothing") {}
+  if (!because.empty()) REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  const ViewChange change = job.installViewOne();
+  CHECK(change.view.number == 1);
+  CHECK(job.service.membership->revoked() == !because.empty());
+  if (!because.empty()) CHECK_THAT(job.revokedBecause(), Catch::Contains(because));
+}
+
+TEST_CASE("membership: a report for a view older than the one installed is not kept", "[membership]") {
+  // Nothing reads it: a rank only moves to newer views. Rank 2's suspicion
+  // in view 5, sent after it, shows that rank 1 read it.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, controlMessage(kState, 0, -1));
+  EarlyMessages::send(*job.rank2, controlMessage(kSuspect, 5, 0, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries >= 1; }));
+  CHECK(job.held().entries == 1);
+  CHECK(job.held().views == 1);
+}

@@ -66,6 +66,37 @@ struct Decided {
   int modelSource = -1;
 };
 
+// A view's identity: (number, coordinator).
+using ViewKey = std::pair<std::uint64_t, int>;
+
+// What one peer said in a view this rank has not installed yet (the view
+// message is still on its way here from the coordinator, or another peer
+// passes it on): kept and acted on when this rank installs that view.
+//
+// A peer's messages name the view it holds, and a rank only moves to newer
+// views; so once a peer names another view, what it said in the one before
+// is moot: it left that view, which then either went on without this rank
+// (the next view needed this rank's report in it, sent only once it holds
+// it) or was given up for a newer one that this rank follows too. Only the
+// latest view each peer names is kept: a new one replaces it. What a peer
+// can make this rank hold is then one view's worth, whatever view numbers
+// (2^62 of them) and coordinators it names: a hostile rank sending ever
+// newer numbers holds no more memory than an honest one. (A bound on how
+// far ahead a view may be numbered would not do: a side of a healed
+// partition numbers its next view up to 2^32 above its last.)
+struct Early {
+  std::optional<ViewKey> suspectsIn;  // the view `suspects` were suspected in
+  std::set<int> suspects;             // ranks it suspected there
+  std::optional<ViewKey> joins;       // the view it asked to join
+};
+
+// A state message (step 2): a rank's completed steps when it reported.
+struct Report {
+  std::uint64_t steps = 0;
+  bool evaluating = false;
+  bool side = false;  // a joiner that trained on as a side of a partition (flags bit 1)
+};
+
 bool sameView(const View& v, std::uint64_t number, int coordinator) {
   return v.number == number && v.coordinator == coordinator;
 }
@@ -90,6 +121,7 @@ class MembershipTransport final : public Transport, public Membership {
     buffers_.resize(static_cast<std::size_t>(capacity_));
     standing_.resize(static_cast<std::size_t>(capacity_));
     receiveErrors_.assign(static_cast<std::size_t>(capacity_), 0);
+    early_.resize(static_cast<std::size_t>(capacity_));
     GOSSAMER_ENFORCE(self_ < world_ || o.restarted,
                      "rank " << self_ << " is beyond the job's first " << world_
                              << " ranks: it can only join the running job (MembershipOptions::restarted)");
@@ -204,6 +236,25 @@ class MembershipTransport final : public Transport, public Membership {
   std::vector<int> lost() const override {
     std::lock_guard<std::mutex> lk(mu_);
     return lost_;
+  }
+
+  // detail::heldForOtherViews: what early_ and reports_ hold of views other than view_.
+  detail::HeldForOtherViews heldForOtherViews() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::set<ViewKey> views;
+    detail::HeldForOtherViews out;
+    for (const auto& e : early_) {
+      if (e.suspectsIn && !e.suspects.empty()) views.insert(*e.suspectsIn);
+      if (e.joins) views.insert(*e.joins);
+      out.entries += e.suspects.size() + (e.joins ? 1 : 0);
+    }
+    for (const auto& [key, reports] : reports_)
+      if (key != viewKey(view_) && !reports.empty()) {
+        views.insert(key);
+        out.entries += reports.size();
+      }
+    out.views = views.size();
+    return out;
   }
 
   ViewChange recover(std::uint64_t completedSteps, bool evaluating) override {
@@ -356,7 +407,7 @@ class MembershipTransport final : public Transport, public Membership {
     reportLocked(completedSteps, evaluating);
   }
 
-  static std::pair<std::uint64_t, int> viewKey(const View& v) { return {v.number, v.coordinator}; }
+  static ViewKey viewKey(const View& v) { return {v.number, v.coordinator}; }
   // Seconds recover() waits for the survivors to agree.
   double agreementLimit() const {
     return options_.agreementSeconds > 0 ? options_.agreementSeconds : inner_->timeoutSeconds();
@@ -407,7 +458,7 @@ class MembershipTransport final : public Transport, public Membership {
     return {globalLocked(dst), translateLocked(tag)};
   }
   Request revokedRequest() const {
-    auto s = std::make_shared<detail::RequestState>();
+    auto s = std::make_shared<gossamer::detail::RequestState>();
     s->what = "a receive through revoked view " + std::to_string(view_.number);
     s->fail(std::make_exception_ptr(revokedError()));
     return Request(std::move(s));
@@ -426,7 +477,8 @@ class MembershipTransport final : public Transport, public Membership {
       // Handles that are gone are dropped when the list has doubled since the
       // last sweep: amortised O(1) per receive.
       if (pending_.size() >= 2 * swept_ + 32) {
-        std::erase_if(pending_, [](const std::weak_ptr<detail::RequestState>& w) { return w.expired(); });
+        std::erase_if(pending_,
+                      [](const std::weak_ptr<gossamer::detail::RequestState>& w) { return w.expired(); });
         swept_ = pending_.size();
       }
       pending_.push_back(r.watch());
@@ -448,7 +500,7 @@ class MembershipTransport final : public Transport, public Membership {
   // Step 2: this rank's completed steps, to every member it does not suspect.
   void reportLocked(std::uint64_t completedSteps, bool evaluating) {
     const bool side = outsider_ && fromSide_;
-    reports_[viewKey(view_)][self_] = {completedSteps, evaluating, side};
+    storeReportLocked(self_, viewKey(view_), {completedSteps, evaluating, side});
     Message state = headerLocked(Kind::kState);
     state.value = completedSteps;
     state.flags = (evaluating ? 1u : 0u) | (side ? 2u : 0u);
@@ -458,6 +510,21 @@ class MembershipTransport final : public Transport, public Membership {
       if (view_.localRank(p) < 0) state.members.push_back(p);
     sendToViewLocked(state);
     lastReport_ = state;
+  }
+
+  // Keeps `from`'s report for view `key`, and drops what it reported for
+  // any view but that one and the one this rank holds. A peer's reports
+  // name the view it holds, and it only moves to newer views: what it
+  // reported for a view it left since is moot (see Early). So each sender
+  // has at most two reports here (for view_ and for one other view), whatever
+  // views it names: a hostile one cannot make this rank hold more.
+  void storeReportLocked(int from, const ViewKey& key, const Report& report) {
+    const ViewKey current = viewKey(view_);
+    for (auto it = reports_.begin(); it != reports_.end();) {
+      if (it->first != key && it->first != current) it->second.erase(from);
+      it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
+    }
+    reports_[key][from] = report;
   }
 
   // `m` to every member of the view this rank does not suspect (sendLocked
@@ -497,7 +564,7 @@ class MembershipTransport final : public Transport, public Membership {
     revokedAt_ = Clock::now();
     firstSuspect_ = suspect;
     revokeReason_ = why;
-    std::vector<std::weak_ptr<detail::RequestState>> watched;
+    std::vector<std::weak_ptr<gossamer::detail::RequestState>> watched;
     {
       std::lock_guard<std::mutex> plk(pmu_);
       watched.swap(pending_);
@@ -720,10 +787,21 @@ class MembershipTransport final : public Transport, public Membership {
     // is further ahead, since that needs this rank's report for v.
     dropQueuedExceptLocked(v.number, v.number + 1);
     for (int p : v.members) joiners_.erase(p);
-    if (const auto it = earlyJoins_.find(viewKey(v)); it != earlyJoins_.end())
-      for (int p : it->second)
-        if (v.localRank(p) < 0) addJoinerLocked(p);
-    std::erase_if(earlyJoins_, [&](const auto& e) { return e.first.first <= v.number; });
+    // Suspicions its members sent in v before it was installed here (acted
+    // on below), and peers that asked to join v; what was said in the views
+    // v leaves behind (numbered up to it) is dropped.
+    std::map<int, int> early;  // suspect -> by whom
+    for (int p = 0; p < capacity_; ++p) {
+      auto& e = early_[static_cast<std::size_t>(p)];
+      if (e.joins == viewKey(v) && v.localRank(p) < 0) addJoinerLocked(p);
+      if (e.joins && e.joins->first <= v.number) e.joins.reset();
+      if (e.suspectsIn == viewKey(v) && v.localRank(p) >= 0)
+        for (int s : e.suspects) early.emplace(s, p);
+      if (e.suspectsIn && e.suspectsIn->first <= v.number) {
+        e.suspectsIn.reset();
+        e.suspects.clear();
+      }
+    }
     std::set<int> keep;
     for (int p : suspects_)
       if (v.localRank(p) >= 0) keep.insert(p);
@@ -755,12 +833,8 @@ class MembershipTransport final : public Transport, public Membership {
     for (int p : v.members) heard_[static_cast<std::size_t>(p)] = now;
     for (auto it = reports_.begin(); it != reports_.end();)
       it = (it->first <= viewKey(v)) && it->first != viewKey(v) ? reports_.erase(it) : std::next(it);
-    // Suspicions its members sent in v before it was installed here.
-    std::map<int, int> early;
-    if (const auto it = earlySuspects_.find(viewKey(v)); it != earlySuspects_.end()) early = it->second;
-    std::erase_if(earlySuspects_, [&](const auto& e) { return e.first.first <= v.number; });
     for (const auto& [p, by] : early)
-      if (v.localRank(by) >= 0) suspectLocked(p, "failed (suspected by rank " + std::to_string(by) + ")");
+      suspectLocked(p, "failed (suspected by rank " + std::to_string(by) + ")");
     localRank_ = v.localRank(self_);
     localSize_ = static_cast<int>(v.members.size());
     if (logEnabled(LogLevel::kInfo)) {
@@ -843,12 +917,21 @@ class MembershipTransport final : public Transport, public Membership {
             suspectLocked(m.arg, "failed (suspected by rank " + std::to_string(from) + ")");
         } else if (m.viewNumber >= view_.number && m.arg != self_) {
           // A view this rank may not have installed yet (its view message
-          // is still on the way from the coordinator): kept for then.
-          earlySuspects_[{m.viewNumber, m.viewCoordinator}].emplace(m.arg, from);
+          // is still on the way from the coordinator): kept for then, with
+          // what `from` said in it before (Early: only its latest view).
+          auto& e = early_[static_cast<std::size_t>(from)];
+          if (e.suspectsIn != ViewKey{m.viewNumber, m.viewCoordinator}) e.suspects.clear();
+          e.suspectsIn = ViewKey{m.viewNumber, m.viewCoordinator};
+          e.suspects.insert(m.arg);
         }
         break;
       case Kind::kState:
-        reports_[{m.viewNumber, m.viewCoordinator}][from] = {m.value, (m.flags & 1) != 0, (m.flags & 2) != 0};
+        // A report for a view numbered below this rank's is never read: a
+        // rank only moves to newer views, and decides with the reports for
+        // the one it holds.
+        if (m.viewNumber < view_.number) break;
+        storeReportLocked(from, {m.viewNumber, m.viewCoordinator},
+                          {m.value, (m.flags & 1) != 0, (m.flags & 2) != 0});
         if (sameView(view_, m.viewNumber, m.viewCoordinator)) {
           if (options_.rejoin && !outsider_ && view_.localRank(from) >= 0)
             for (int p : m.members)
@@ -871,8 +954,9 @@ class MembershipTransport final : public Transport, public Membership {
           }
         } else {
           // It asks to join a view this rank has not installed yet (the view
-          // message is still on its way here): kept for then, as a suspicion is.
-          earlyJoins_[{m.viewNumber, m.viewCoordinator}].insert(from);
+          // message is still on its way here): kept for then, as a suspicion
+          // is (Early: only the latest view it asks to join).
+          early_[static_cast<std::size_t>(from)].joins = ViewKey{m.viewNumber, m.viewCoordinator};
         }
         break;
     }
@@ -1058,16 +1142,10 @@ class MembershipTransport final : public Transport, public Membership {
   Clock::time_point revokedAt_{};
   int firstSuspect_ = -1;
   std::string revokeReason_;
-  struct Report {
-    std::uint64_t steps = 0;
-    bool evaluating = false;
-    bool side = false;  // a joiner that trained on as a side of a partition (flags bit 1)
-  };
-  std::map<std::pair<std::uint64_t, int>, std::map<int, Report>> reports_;
-  // Suspicions sent in views this rank had not installed: view -> suspect -> by whom.
-  std::map<std::pair<std::uint64_t, int>, std::map<int, int>> earlySuspects_;
-  // Peers that asked to join a view this rank had not installed: view -> peers.
-  std::map<std::pair<std::uint64_t, int>, std::set<int>> earlyJoins_;
+  // Reports by view, then by sender (storeReportLocked: at most two per sender).
+  std::map<ViewKey, std::map<int, Report>> reports_;
+  // By sender: what it said in a view this rank had not installed (Early).
+  std::vector<Early> early_;
   std::set<int> joiners_;   // peers outside the view that asked to rejoin
   bool outsider_ = false;   // this rank was removed and asked to rejoin
   bool fromSide_ = false;   // ... from a side of a partition that trained on its own
@@ -1090,7 +1168,7 @@ class MembershipTransport final : public Transport, public Membership {
   std::uint64_t beats_ = 0;
 
   std::mutex pmu_;
-  std::vector<std::weak_ptr<detail::RequestState>> pending_;
+  std::vector<std::weak_ptr<gossamer::detail::RequestState>> pending_;
   std::size_t swept_ = 0;  // pending_.size() after the last sweep
 
   // The background thread's own.
@@ -1104,6 +1182,14 @@ class MembershipTransport final : public Transport, public Membership {
 };
 
 }  // namespace
+
+namespace detail {
+HeldForOtherViews heldForOtherViews(const Membership& membership) {
+  const auto* service = dynamic_cast<const MembershipTransport*>(&membership);
+  GOSSAMER_ENFORCE(service != nullptr, "not the handle of a membership service (membership::wrap)");
+  return service->heldForOtherViews();
+}
+}  // namespace detail
 
 Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& o) {
   GOSSAMER_ENFORCE(inner != nullptr, "no transport to wrap");

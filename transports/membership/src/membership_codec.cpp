@@ -69,6 +69,13 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   // coordinator announces it, and one that claimed to would count as newer
   // than it is: its predecessor's number would wrap.)
   if (m.kind == Kind::kView && m.viewNumber == 0) throw bad(8, "a view numbered 0 is never announced");
+  // A rank holds the job's first view (number 0, coordinator -1) or one a
+  // coordinator announced (number above 0, coordinator one of its members):
+  // any other pair names no view a rank can hold, and what a peer says in it
+  // would be kept for a view that never comes (membership.cpp, Early).
+  if ((m.viewNumber == 0) != (m.viewCoordinator == -1))
+    throw bad(16, "view " + std::to_string(m.viewNumber) + " with coordinator " +
+                      std::to_string(m.viewCoordinator));
   if (m.skipped != 0 && (m.kind != Kind::kView || m.skipped >= m.viewNumber))
     throw bad(52,
               std::to_string(m.skipped) + " view numbers skipped from view " + std::to_string(m.viewNumber));

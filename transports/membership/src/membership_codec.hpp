@@ -62,10 +62,12 @@ std::vector<std::byte> encode(const Message& m);
 /// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
 /// every field before use: the length (kHeaderBytes + 4 * count), magic,
 /// kind, reserved bytes zero, coordinator, arg and the previous view's coordinator in
-/// [-1, worldSize), flags <= 3 (kState, kView) or 0, fewest <= value, skipped < view number
-/// (kView) or 0,
+/// [-1, worldSize), coordinator -1 exactly for view number 0 (the first view), flags <= 3
+/// (kState, kView) or 0, fewest <= value, skipped < view number (kView) or 0,
 /// count <= worldSize and > 0 exactly for kView, members ascending in
-/// [0, worldSize).
+/// [0, worldSize). The members are read (and stored) only once count is
+/// within worldSize and matches the length: a message allocates at most
+/// worldSize of them, whatever count it claims.
 /// @throws ProtocolError naming `peer` and the byte offset of the bad field.
 Message decode(std::span<const std::byte> b, int peer, int worldSize);
 

@@ -38,7 +38,8 @@
 //      A rank that missed a view message gets it again: every control
 //      message carries its sender's view, and a rank with a newer view
 //      answers with it. A suspicion sent in a view a rank has not installed
-//      yet is kept and acted on when it installs that view.
+//      yet is kept and acted on when it installs that view (of each peer,
+//      what it said in the latest such view only: membership.cpp, Early).
 //   5. With rejoin on, a rank that finds itself removed (it was stopped, or
 //      on the other side of a healed partition) sends the members a join
 //      message and its state; the next coordinator adds it, and the Agent
@@ -69,6 +70,7 @@
 // IJHPCA 2013) for the collectives.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "gossamer/membership.hpp"
@@ -134,5 +136,20 @@ Service wrap(std::unique_ptr<Transport> inner, const MembershipOptions& options)
 /// suspect_seconds, agreement_seconds, rejoin, restarted) as a transport
 /// service that offers its handle to the Agent (ServiceCapabilities).
 void registerWith(Registry& registry);
+
+namespace detail {
+/// What a membership service holds of its peers' messages sent in views
+/// other than the one it holds (not installed yet: kept for when it is):
+/// suspicions, requests to join and reports. Of each kind it keeps only a
+/// peer's latest such view (a peer that names a new view has left the one
+/// before), so a rank that sends ever newer view numbers cannot make it
+/// grow. For tests, which check that bound.
+struct HeldForOtherViews {
+  std::size_t views = 0;    ///< Distinct views (number, coordinator) they name.
+  std::size_t entries = 0;  ///< Suspicions + requests to join + reports.
+};
+/// @throws InvalidArgument if `membership` is not the handle wrap() returned.
+HeldForOtherViews heldForOtherViews(const Membership& membership);
+}  // namespace detail
 
 }  // namespace gossamer::membership
