@@ -802,6 +802,23 @@ TEMPLATE_TEST_CASE("a send to a peer whose goodbye was read is refused, not drop
   }
 }
 
+// TransportStats counts a message as received when it arrives at the
+// receiving transport (its Mailbox, or a receive posted for it), not when a
+// receive takes it: inproc at delivery, socket and zmq when their reader
+// hands the frame on. One the receiver never takes before it closes counts.
+TEMPLATE_TEST_CASE("a message counts as received once it arrives though no receive takes it", "[transport]",
+                   Inproc, SockTcp, ZmqTcp) {
+  Group g = TestType::make(2);
+  const std::vector<std::byte> msg(100, std::byte{7});
+  g[0]->isend(1, Tag::make(Op::kUser, 2), msg).wait(kTimeout);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kTimeout);
+  while (g[1]->stats().messagesReceived < 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  g[1]->close();
+  CHECK(g[1]->stats().messagesReceived == 1);
+  CHECK(g[1]->stats().bytesReceived == msg.size());
+}
+
 TEMPLATE_TEST_CASE("bad arguments are rejected with InvalidArgument", "[transport]", TRANSPORTS) {
   Group g = TestType::make(2);
   std::vector<std::byte> buf(4);

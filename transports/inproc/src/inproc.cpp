@@ -1,9 +1,19 @@
 // In-process transport: isend copies the bytes into the destination rank's
 // Mailbox and completes at once; close() marks the rank gone so peers waiting
 // on it fail with PeerFailure instead of timing out.
+//
+// Statistics: a message counts as received (TransportStats::bytesReceived,
+// messagesReceived) when it is handed to its receiver's Mailbox, whether a
+// receive takes it or not (the receiver may close first, or drop it with
+// discardArrived). That is where socket, zmq and libfabric count too: when
+// their reader hands an arrived frame to the Mailbox or to the posted receive
+// it claimed, not when the application takes it. A message for a rank that
+// has closed is neither delivered nor counted: its send fails (PeerFailure),
+// as a send to a peer whose goodbye was read does over the wire.
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -17,16 +27,42 @@ class Fabric {
   explicit Fabric(int worldSize)
       : attached_(static_cast<std::size_t>(worldSize), false),
         received_(static_cast<std::size_t>(worldSize)),
+        gates_(static_cast<std::size_t>(worldSize)),
+        shut_(static_cast<std::size_t>(worldSize), 0),
         failed_(static_cast<std::size_t>(worldSize)) {
     for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
   }
   int worldSize() const { return static_cast<int>(boxes_.size()); }
   Mailbox& box(int rank) { return *boxes_[static_cast<std::size_t>(rank)]; }
-  /// Per destination rank: payload bytes and messages delivered to it.
+  /// Per destination rank: payload bytes and messages handed to its Mailbox
+  /// (deliver), taken by a receive or not: what it received (see the top).
   struct Counters {
     std::atomic<std::uint64_t> bytes{0}, messages{0};
   };
   Counters& received(int rank) { return received_[static_cast<std::size_t>(rank)]; }
+  /// Hands `payload` from `source` to `dst`'s Mailbox and counts it received
+  /// there; false, with nothing delivered or counted, once `dst` closed its
+  /// Mailbox (shutBox). (Its Mailbox drops what arrives after its close: the
+  /// gate keeps a message racing with the close from counting as received.)
+  bool deliver(int source, int dst, const Tag& tag, InboundPayload payload) {
+    const auto d = static_cast<std::size_t>(dst);
+    const std::size_t bytes = payload.bytes.size();
+    std::shared_lock<std::shared_mutex> lk(gates_[d]);
+    if (shut_[d] != 0) return false;
+    box(dst).deliver(source, tag, std::move(payload));
+    received_[d].bytes += bytes;
+    ++received_[d].messages;
+    return true;
+  }
+  /// Closes `rank`'s Mailbox once no delivery to it is under way; none
+  /// starts after.
+  void shutBox(int rank) {
+    {
+      std::unique_lock<std::shared_mutex> lk(gates_[static_cast<std::size_t>(rank)]);
+      shut_[static_cast<std::size_t>(rank)] = 1;
+    }
+    box(rank).close();
+  }
   void attach(int rank) {
     std::lock_guard<std::mutex> lk(mu_);
     GOSSAMER_ENFORCE(!attached_[static_cast<std::size_t>(rank)],
@@ -56,6 +92,8 @@ class Fabric {
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::vector<bool> attached_;
   std::vector<Counters> received_;
+  std::vector<std::shared_mutex> gates_;    ///< per rank: deliveries (shared) against its close (exclusive)
+  std::vector<std::uint8_t> shut_;          ///< per rank, under its gate: its Mailbox is closed (a byte each)
   std::vector<std::exception_ptr> failed_;  ///< per rank, under mu_: set by an abort
 };
 
@@ -81,9 +119,10 @@ class InprocTransport final : public Transport {
       throw PeerFailure(dst, "cannot send: peer closed its transport");
     auto owned = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     InboundPayload p{owned, std::span<const std::byte>(owned->data(), owned->size())};
-    fabric_->box(dst).deliver(rank_, tag, std::move(p));
-    fabric_->received(dst).bytes += data.size();
-    ++fabric_->received(dst).messages;
+    if (!fabric_->deliver(rank_, dst, tag, std::move(p))) {
+      if (dst == rank_) throw Cancelled("isend on a closed transport (rank " + std::to_string(rank_) + ")");
+      throw PeerFailure(dst, "cannot send: peer closed its transport");
+    }
     bytesSent_ += data.size();
     ++messagesSent_;
     return Request(detail::completedRequest(dst, data.size()));
@@ -120,7 +159,7 @@ class InprocTransport final : public Transport {
   void shut(bool afterError) {
     if (closed_.exchange(true)) return;
     fabric_->leave(rank_, afterError);
-    fabric_->box(rank_).close();
+    fabric_->shutBox(rank_);
   }
 
   TransportStats stats() const override {
