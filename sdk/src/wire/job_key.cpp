@@ -59,7 +59,9 @@ std::array<std::byte, kHelloProofBytes> JobKey::proof(std::uint64_t incarnation,
   std::vector<std::byte> m(12 + endpoint.size());
   detail::put(m, 0, incarnation);
   detail::put(m, 8, static_cast<std::uint32_t>(rank));
-  std::memcpy(m.data() + 12, endpoint.data(), endpoint.size());
+  // An empty endpoint (the socket transport's hello) may have a null data(): memcpy's source must not be
+  // null even for no bytes.
+  if (!endpoint.empty()) std::memcpy(m.data() + 12, endpoint.data(), endpoint.size());
   std::array<std::byte, kHelloProofBytes> out{};
   crypto_auth(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(m.data()),
               m.size(), key_.data());
