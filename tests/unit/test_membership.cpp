@@ -1671,3 +1671,36 @@ TEST_CASE("membership: a report for a view older than the one installed is not k
   CHECK(job.held().entries == 1);
   CHECK(job.held().views == 1);
 }
+
+TEST_CASE(
+    "membership: a suspicion sent in an older view that arrives after one in a newer view replaces nothing",
+    "[membership]") {
+  // Rank 0 names view 2, then view 1 (the faults wrapper may reorder what
+  // a rank sent): what it said in view 1 was said before it left view 1,
+  // so rank 1 keeps the suspicion of view 2 and installs view 1 untouched.
+  EarlyMessages job;
+  EarlyMessages::send(*job.rank0, controlMessage(kSuspect, 2, 0, 0));
+  EarlyMessages::send(*job.rank0, controlMessage(kSuspect, 1, 0, 0));
+  // A report of rank 2's, sent after both, shows that rank 1 read them.
+  EarlyMessages::send(*job.rank2, controlMessage(kState, 7, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  CHECK(job.held().views == 2);  // view 2 (rank 0's) and view 7 (rank 2's)
+  const ViewChange change = job.installViewOne();
+  CHECK(change.view.number == 1);
+  CHECK_FALSE(job.service.membership->revoked());
+}
+
+TEST_CASE(
+    "membership: an early suspicion counts when a member of the view installed made it, "
+    "whoever else made it first",
+    "[membership]") {
+  // Rank 2, not in view 1, suspects rank 0 there first; then rank 0, a
+  // member, does: installing view 1 acts on rank 0's suspicion.
+  EarlyMessages job;
+  EarlyMessages::send(*job.rank2, controlMessage(kSuspect, 1, 0, 0));
+  EarlyMessages::send(*job.rank0, controlMessage(kSuspect, 1, 0, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  job.installViewOne();
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("rank 0 failed (suspected by rank 0)"));
+}

@@ -518,11 +518,18 @@ class MembershipTransport final : public Transport, public Membership {
   // reported for a view it left since is moot (see Early). So each sender
   // has at most two reports here (for view_ and for one other view), whatever
   // views it names: a hostile one cannot make this rank hold more.
+  // A report for another view that arrives after one of `from`'s for a view
+  // numbered higher was sent before it (the faults wrapper may reorder): moot,
+  // and it replaces nothing. A report for view_ replaces nothing either.
   void storeReportLocked(int from, const ViewKey& key, const Report& report) {
     const ViewKey current = viewKey(view_);
-    for (auto it = reports_.begin(); it != reports_.end();) {
-      if (it->first != key && it->first != current) it->second.erase(from);
-      it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
+    if (key != current) {
+      for (const auto& [k, byRank] : reports_)
+        if (k != current && k.first > key.first && byRank.count(from)) return;
+      for (auto it = reports_.begin(); it != reports_.end();) {
+        if (it->first != key && it->first != current) it->second.erase(from);
+        it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
+      }
     }
     reports_[key][from] = report;
   }
@@ -919,7 +926,10 @@ class MembershipTransport final : public Transport, public Membership {
           // A view this rank may not have installed yet (its view message
           // is still on the way from the coordinator): kept for then, with
           // what `from` said in it before (Early: only its latest view).
+          // One sent before, in a view numbered lower, that arrives late
+          // (the faults wrapper may reorder) is moot and replaces nothing.
           auto& e = early_[static_cast<std::size_t>(from)];
+          if (e.suspectsIn && m.viewNumber < e.suspectsIn->first) break;
           if (e.suspectsIn != ViewKey{m.viewNumber, m.viewCoordinator}) e.suspects.clear();
           e.suspectsIn = ViewKey{m.viewNumber, m.viewCoordinator};
           e.suspects.insert(m.arg);
@@ -956,7 +966,8 @@ class MembershipTransport final : public Transport, public Membership {
           // It asks to join a view this rank has not installed yet (the view
           // message is still on its way here): kept for then, as a suspicion
           // is (Early: only the latest view it asks to join).
-          early_[static_cast<std::size_t>(from)].joins = ViewKey{m.viewNumber, m.viewCoordinator};
+          auto& joins = early_[static_cast<std::size_t>(from)].joins;
+          if (!joins || m.viewNumber >= joins->first) joins = ViewKey{m.viewNumber, m.viewCoordinator};
         }
         break;
     }
