@@ -427,9 +427,9 @@ bool Mailbox::fill(const Posted& p, int source, const InboundPayload& payload) {
   return true;
 }
 
-void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
+bool Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (closed_) return;
+  if (closed_) return false;
   auto it = posted_.find(tag.packed());
   if (it != posted_.end()) {
     auto& lst = it->second;
@@ -447,7 +447,7 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
         }
         lst.erase(p);
         if (lst.empty()) posted_.erase(it);
-        return;
+        return true;
       }
       ++p;
     }
@@ -455,6 +455,7 @@ void Mailbox::deliver(int source, const Tag& tag, InboundPayload payload) {
   }
   arrived_[tag.packed()].push_back(Arrived{source, std::move(payload)});
   ++arrivedCount_;
+  return true;
 }
 
 Request Mailbox::post(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer,

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <shared_mutex>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -27,8 +26,6 @@ class Fabric {
   explicit Fabric(int worldSize)
       : attached_(static_cast<std::size_t>(worldSize), false),
         received_(static_cast<std::size_t>(worldSize)),
-        gates_(static_cast<std::size_t>(worldSize)),
-        shut_(static_cast<std::size_t>(worldSize), 0),
         failed_(static_cast<std::size_t>(worldSize)) {
     for (int i = 0; i < worldSize; ++i) boxes_.push_back(std::make_unique<Mailbox>(worldSize));
   }
@@ -42,26 +39,14 @@ class Fabric {
   Counters& received(int rank) { return received_[static_cast<std::size_t>(rank)]; }
   /// Hands `payload` from `source` to `dst`'s Mailbox and counts it received
   /// there; false, with nothing delivered or counted, once `dst` closed its
-  /// Mailbox (shutBox). (Its Mailbox drops what arrives after its close: the
-  /// gate keeps a message racing with the close from counting as received.)
+  /// Mailbox (Mailbox::deliver says so under its own lock, so a message
+  /// racing with the close is never counted as received).
   bool deliver(int source, int dst, const Tag& tag, InboundPayload payload) {
-    const auto d = static_cast<std::size_t>(dst);
     const std::size_t bytes = payload.bytes.size();
-    std::shared_lock<std::shared_mutex> lk(gates_[d]);
-    if (shut_[d] != 0) return false;
-    box(dst).deliver(source, tag, std::move(payload));
-    received_[d].bytes += bytes;
-    ++received_[d].messages;
+    if (!box(dst).deliver(source, tag, std::move(payload))) return false;
+    received_[static_cast<std::size_t>(dst)].bytes += bytes;
+    ++received_[static_cast<std::size_t>(dst)].messages;
     return true;
-  }
-  /// Closes `rank`'s Mailbox once no delivery to it is under way; none
-  /// starts after.
-  void shutBox(int rank) {
-    {
-      std::unique_lock<std::shared_mutex> lk(gates_[static_cast<std::size_t>(rank)]);
-      shut_[static_cast<std::size_t>(rank)] = 1;
-    }
-    box(rank).close();
   }
   void attach(int rank) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -92,8 +77,6 @@ class Fabric {
   std::vector<std::unique_ptr<Mailbox>> boxes_;
   std::vector<bool> attached_;
   std::vector<Counters> received_;
-  std::vector<std::shared_mutex> gates_;    ///< per rank: deliveries (shared) against its close (exclusive)
-  std::vector<std::uint8_t> shut_;          ///< per rank, under its gate: its Mailbox is closed (a byte each)
   std::vector<std::exception_ptr> failed_;  ///< per rank, under mu_: set by an abort
 };
 
@@ -159,7 +142,7 @@ class InprocTransport final : public Transport {
   void shut(bool afterError) {
     if (closed_.exchange(true)) return;
     fabric_->leave(rank_, afterError);
-    fabric_->shutBox(rank_);
+    fabric_->box(rank_).close();
   }
 
   TransportStats stats() const override {

@@ -165,8 +165,9 @@ class Mailbox {
   explicit Mailbox(int worldSize);
 
   /// A message arrived from `source`. Completes the oldest matching posted
-  /// receive, or queues the message.
-  void deliver(int source, const Tag& tag, InboundPayload payload);
+  /// receive, or queues the message. Returns false, with the message
+  /// dropped, once close() ran (nothing can take it any more).
+  bool deliver(int source, const Tag& tag, InboundPayload payload);
 
   /// Posts a receive into `buffer` from any rank in `sources` under `tag`.
   /// `engine` (may be null) is attached to the request (see ProgressEngine).
