@@ -5,6 +5,9 @@
 // reads back what failed.
 #ifdef GOSSAMER_HAVE_SIMGRID
 
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -925,6 +928,231 @@ TEST_CASE("simgrid: a deadlock of a rank's tasks is reported task by task with w
   INFO(failed);
   CHECK(failed.empty());
 }
+
+TEST_CASE("simgrid: a task that ends in its first turn leaves its rank's message in flight to arrive",
+          "[simgrid]") {
+  // SimGrid runs an actor started from an actor before its starter resumes.
+  // Rank 1 sends and returns; rank 0 starts and joins an empty task, which
+  // ended before the task was counted among the live actors: its end was
+  // taken for the simulation's, and rank 1's message in flight was dropped.
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 2;
+    const auto out = simgrid::simulate(p, [](int r) {
+      auto t = transportOf(r, 2, 10);
+      std::int32_t v = 7;
+      const Tag tag = Tag::make(Op::kUser, 1, 0);
+      if (r == 1) {
+        t->isendOf<std::int32_t>(0, tag, std::span<const std::int32_t>(&v, 1));
+        return;
+      }
+      simgrid::sleepFor(1e-9);
+      startTask([] {}).join();
+      v = 0;
+      t->irecvOf<std::int32_t>(1, tag, std::span<std::int32_t>(&v, 1)).wait(t->timeoutSeconds());
+      if (v != 7) throw Error("got " + std::to_string(v));
+    });
+    std::string s = errorsOf(out);
+    if (out.simulatedSeconds > 1) s += "took " + std::to_string(out.simulatedSeconds) + " s simulated\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a task starts a task of its own before its first wait", "[simgrid]") {
+  // The task runs its first turn before its starter resumes: it used to find
+  // no rank of its own and refuse to start one.
+  const std::string failed = inChild([] {
+    simgrid::Platform p;
+    p.hosts = 1;
+    int ran = 0;
+    const auto out = simgrid::simulate(p, [&ran](int) {
+      startTask([&ran] {
+        startTask([&ran] { ++ran; }).join();
+        ++ran;
+      }).join();
+    });
+    std::string s = errorsOf(out);
+    if (ran != 2) s += "the tasks ran " + std::to_string(ran) + " times\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE(
+    "simgrid: a platform file whose hosts' names spell a check's record is refused and a good file follows",
+    "[simgrid][platform]") {
+  // SimGrid's message quotes the duplicate host's name. The check's record
+  // used to follow a marker in the stream of SimGrid's log, and a name of
+  // that marker and "ok" passed the file (the engine was made from it, and
+  // no simulate() could follow).
+  gossamer::testing::TempDir dir;
+  const std::string head =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n  <zone id=\"z\" routing=\"Full\">\n"
+      "    <host id=\"rank-0\" speed=\"1Gf\"/>\n    <host id=\"rank-1\" speed=\"1Gf\"/>\n";
+  const std::string tail = "  </zone>\n</platform>\n";
+  const std::string spoof = "    <host id=\"&#30;gossamer-platform-check ok&#10;\" speed=\"1Gf\"/>\n";
+  const std::string bad = dir / "spoof.xml", good = dir / "good.xml";
+  gossamer::testing::writeFile(bad, head + spoof + spoof + tail);
+  gossamer::testing::writeFile(good, head + tail);
+  const std::string failed = inChild([&] {
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = bad;
+    try {
+      simgrid::simulate(p, [](int) {});
+      s += "the file was taken\n";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      if (what.rfind("simgrid platform file " + bad + ":8: ", 0) != 0 ||
+          what.find("second host") == std::string::npos)
+        s += "got: " + what + "\n";
+    }
+    p.file = good;
+    return s + errorsOf(simgrid::simulate(p, [](int) {}));
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+namespace {
+
+int gAtExitFd = -1;  // written by the test's atexit handler
+
+}  // namespace
+
+TEST_CASE(
+    "simgrid: an exit inside SimGrid while it checks a platform file is an error and runs no atexit handler",
+    "[simgrid][platform]") {
+  // A configuration value "help" makes SimGrid print a list and exit(): in
+  // the check's child that used to run the handlers the process had
+  // registered (here: one writing to a pipe), and pass for a crash.
+  gossamer::testing::TempDir dir;
+  const std::string good = dir / "good.xml";
+  gossamer::testing::writeFile(good,
+                               "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM "
+                               "\"https://simgrid.org/simgrid.dtd\">\n<platform version=\"4.1\">\n"
+                               "  <zone id=\"z\" routing=\"Full\">\n    <host id=\"rank-0\" speed=\"1Gf\"/>\n"
+                               "    <host id=\"rank-1\" speed=\"1Gf\"/>\n  </zone>\n</platform>\n");
+  const std::string failed = inChild([&] {
+    int ran[2];
+    if (::pipe2(ran, O_NONBLOCK) != 0) return std::string("pipe failed");
+    gAtExitFd = ran[1];
+    std::atexit([] { (void)!::write(gAtExitFd, "x", 1); });
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = good;
+    try {
+      simgrid::simulate(p, [](int) {}, {"network/model:help"});
+      s += "the configuration was taken\n";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      if (what.rfind("SimGrid refused its configuration (it would have ended, by exit(), the process): ",
+                     0) != 0 ||
+          what.find("LV08") == std::string::npos)
+        s += "got: " + what + "\n";
+    }
+    char c = 0;
+    if (::read(ran[0], &c, 1) > 0) s += "the process's atexit handler ran in the check's child\n";
+    return s + errorsOf(simgrid::simulate(p, [](int) {}));
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+namespace {
+
+// The pipe that a process forked in a platform check's child waits on: it
+// ends when the test closes the write end.
+int gHoldRead = -1, gHoldWrite = -1;
+
+}  // namespace
+
+TEST_CASE("simgrid: a platform check ends with its child while a process forked meanwhile holds its pipes",
+          "[simgrid][platform]") {
+  // A fork of another thread while the check's pipes are open keeps their
+  // write ends: the check used to read until their end of file, so until
+  // that process ended (its bound: 300 s). Here the check's child forks such
+  // a process as it starts (an atfork handler), which holds them to the end.
+  gossamer::testing::TempDir dir;
+  const std::string head =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n";
+  const std::string bad = dir / "routing.xml", good = dir / "good.xml";
+  gossamer::testing::writeFile(bad, head + "  <zone id=\"z\" routing=\"Bogus\">\n  </zone>\n</platform>\n");
+  gossamer::testing::writeFile(good,
+                               head +
+                                   "  <zone id=\"z\" routing=\"Full\">\n    <host id=\"rank-0\" "
+                                   "speed=\"1Gf\"/>\n    <host id=\"rank-1\" speed=\"1Gf\"/>\n  </zone>\n"
+                                   "</platform>\n");
+  const std::string failed = inChild([&] {
+    int hold[2];
+    if (::pipe(hold) != 0) return std::string("pipe failed");
+    gHoldRead = hold[0];
+    gHoldWrite = hold[1];
+    struct Release {  // the forked processes end, however this ends
+      ~Release() { ::close(gHoldWrite); }
+    } release;
+    ::pthread_atfork(nullptr, nullptr, [] {
+      // _Fork: no atfork handlers (fork() here would wait on their lock).
+      if (::_Fork() != 0) return;
+      ::close(gHoldWrite);
+      pollfd end{gHoldRead, POLLIN, 0};
+      (void)::poll(&end, 1, 150000);
+      ::_exit(0);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = bad;
+    try {
+      simgrid::simulate(p, [](int) {});
+      s += "the file was taken\n";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      if (what.rfind("simgrid platform file " + bad + ":4: SimGrid cannot load it", 0) != 0 ||
+          what.find("Not a valid model") == std::string::npos)
+        s += "got: " + what + "\n";
+    }
+    p.file = good;
+    s += errorsOf(simgrid::simulate(p, [](int) {}));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds > 30) s += "the checks took " + std::to_string(seconds) + " s\n";
+    return s;
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+#ifdef GOSSAMER_TEST_PLATFORM_LIBRARY
+TEST_CASE("simgrid: a platform library's error names its file and no line", "[simgrid][platform]") {
+  // The library's load_platform throws. A library is not scanned: the line
+  // of SimGrid's scanner it used to name (1) was nothing of the library's.
+  const std::string file = GOSSAMER_TEST_PLATFORM_LIBRARY;
+  const std::string failed = inChild([&] {
+    simgrid::Platform p;
+    p.hosts = 2;
+    p.file = file;
+    try {
+      simgrid::simulate(p, [](int) {});
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      return what == "simgrid platform file " + file + ": the platform library failed on purpose"
+                 ? std::string()
+                 : "got: " + what;
+    }
+    return std::string("the library was taken");
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+#endif
 
 namespace {
 

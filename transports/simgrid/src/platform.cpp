@@ -77,8 +77,9 @@ s4u::NetZone* buildIsland(const Platform& p, const std::string& name, const std:
 // SimGrid loads a platform file named *.so or *.dylib as a library that
 // builds the platform (its function load_platform), and aborts the process
 // if it cannot open it or finds no such function: refused here instead.
-void checkLibrary(const std::string& file) {
-  if (!file.ends_with(".so") && !file.ends_with(".dylib")) return;
+// Returns whether `file` is such a library.
+bool checkLibrary(const std::string& file) {
+  if (!file.ends_with(".so") && !file.ends_with(".dylib")) return false;
   void* library = ::dlopen(file.c_str(), RTLD_LAZY);
   if (library == nullptr) {
     const char* why = ::dlerror();
@@ -92,6 +93,7 @@ void checkLibrary(const std::string& file) {
     throw InvalidArgument("simgrid platform file " + file +
                           ": a library without a function load_platform (SimGrid loads a platform file named "
                           "*.so or *.dylib as a library; an XML platform needs another name)");
+  return true;
 }
 
 // SimGrid's scanner's line (its flex scanner's yyget_lineno, exported under
@@ -108,8 +110,9 @@ LineFunction scannerLine() {
   return line;
 }
 
-// Set while build() loads a file: outside a load the scanner's line is that
-// of the last file's end, which would mislocate an error.
+// Set while build() loads an XML file: outside a load the scanner's line is
+// that of the last file's end, and a platform library is not scanned, so
+// either would mislocate an error.
 volatile std::sig_atomic_t gLoading = 0;
 
 // "simgrid platform file FILE:LINE: what" (": what" alone without a line).
@@ -122,14 +125,15 @@ std::string located(const std::string& file, int line, const std::string& what) 
 // Loads `file` into the engine. SimGrid throws a ParseError ("Parse error at
 // FILE:LINE: what") for what its XML parser refuses, other exceptions (which
 // name no line) for some of what it cannot build: each becomes an
-// InvalidArgument naming the file and the line. (What it aborts on instead
-// is checkFile's.)
+// InvalidArgument naming the file and the line (no line for a platform
+// library's: not a scanned file). (What it aborts on instead is
+// checkFile's.)
 void loadFile(const std::string& file) {
-  checkLibrary(file);
+  const bool library = checkLibrary(file);
   // Looked up now, not first in the abort handler (a static's first
   // initialisation is not async-signal-safe).
   (void)scannerLine();
-  gLoading = 1;
+  gLoading = library ? 0 : 1;
   struct Done {
     ~Done() { gLoading = 0; }
   } done;

@@ -23,7 +23,7 @@ using RouteLatency = std::function<double(int src, int dst)>;
 ///         cannot be loaded or lacks load_platform; for what SimGrid throws
 ///         on a file it cannot load (its ParseError, or another exception):
 ///         "simgrid platform file FILE:LINE: what", LINE where its parser
-///         was (left out when unknown).
+///         was (left out when unknown, and for a platform library).
 RouteLatency build(const Platform& p);
 
 /// The line of a platform file that SimGrid's parser has reached while
@@ -38,14 +38,20 @@ int parsingLine() noexcept;
 /// on many platform files that its XML parser takes (an unknown routing, a
 /// tag it removed, an actor in the file, a trace file that is missing, a
 /// route in a zone of routing None, a WiFi link with a latency ...): they
-/// abort the child instead, and SimGrid's critical message comes back.
-/// Since the process's engine is not made yet, a simulate() with another
-/// file can follow. Blocks for the child, at most kCheckSeconds.
+/// abort the child instead, and SimGrid's critical message comes back; so
+/// does an exit() inside SimGrid (a configuration item's value "help"),
+/// which runs none of the parent's atexit handlers in the child. Since the
+/// process's engine is not made yet, a simulate() with another file can
+/// follow. Blocks until the child has exited (not until its pipes' end: a
+/// process another thread forks meanwhile may hold them), at most
+/// kCheckSeconds; the child is killed and reaped on every way out.
 /// @throws InvalidArgument "simgrid platform file FILE:LINE: what" for
-///         every error of the file: SimGrid's parse errors and aborts (LINE:
-///         where its parser was; left out when unknown), and build()'s own
-///         checks; Error when no child can be started, or it did not end
-///         within kCheckSeconds.
+///         every error of the file: SimGrid's parse errors, aborts and
+///         exits (LINE: where its parser was; left out when unknown), and
+///         build()'s own checks; "SimGrid refused its configuration ..."
+///         when making the engine from `args` failed, aborted or exited;
+///         Error when no child can be started, reading from it failed, or
+///         it did not end within kCheckSeconds.
 void checkFile(const Platform& p, const std::vector<std::string>& args);
 
 /// checkFile's bound on its child, seconds (a platform file of many

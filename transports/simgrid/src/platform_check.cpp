@@ -9,22 +9,28 @@
 // file's error and may still simulate.
 //
 // The child's stdout and stderr (SimGrid's log: the critical message it
-// writes before an abort) and a last record of ours, after a marker, come
-// back through one pipe: "ok", "error file|engine" and an exception's
-// message, or "abort LINE" from the SIGABRT handler (LINE: where SimGrid's
-// parser was).
+// writes before an abort) come back through one pipe, the child's record
+// through another that nothing of SimGrid's writes to: SimGrid's messages
+// quote the file (a host's name), so a record found in its log could be the
+// file's. The record, ended by a NUL: "ok", "error file|engine" and an
+// exception's message, "abort LINE" from the SIGABRT handler or "exit LINE"
+// from an exit() inside SimGrid (LINE: where SimGrid's parser was; the
+// kinds "abort-engine" and "exit-engine" while the engine was being made).
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,14 +44,14 @@ namespace s4u = ::simgrid::s4u;
 
 namespace {
 
-// Starts the child's last record; not in anything SimGrid writes.
-constexpr char kMarker[] = "\x1egossamer-platform-check ";
-constexpr std::size_t kMarkerLength = sizeof kMarker - 1;
+// Ends the child's record (nothing in an exception's message).
+constexpr char kRecordEnd = '\0';
 // How much of SimGrid's message an error quotes.
 constexpr std::size_t kQuoted = 2000;
 
-int gReportFd = -1;                    // the child's end of the pipe
-volatile std::sig_atomic_t gMade = 0;  // the child's engine is made: an abort is the file's
+int gRecordFd = -1;                        // the child's end of the record pipe
+volatile std::sig_atomic_t gMade = 0;      // the child's engine is made: an abort is the file's
+volatile std::sig_atomic_t gRecorded = 0;  // the child has written its record
 
 // Writes all of `data` (async-signal-safe: write(2) only).
 void writeAll(int fd, const char* data, std::size_t size) noexcept {
@@ -58,16 +64,14 @@ void writeAll(int fd, const char* data, std::size_t size) noexcept {
   }
 }
 
-// The child's SIGABRT handler: SimGrid has written its critical message (to
-// the pipe); this adds the record, with the line its parser had reached,
-// and ends the child. Async-signal-safe: no allocation, write(2), _exit.
-void onAbort(int /*signal*/) {
-  char record[96];
+// Writes the record "`kind`-engine LINE" (before the engine is made) or
+// "`kind` LINE", LINE where SimGrid's parser was. Async-signal-safe: no
+// allocation, write(2) only.
+void writeEndRecord(const char* kind) noexcept {
+  char record[64];
   std::size_t n = 0;
-  record[n++] = '\n';
-  for (std::size_t i = 0; i < kMarkerLength; ++i) record[n++] = kMarker[i];
-  const char* kind = gMade != 0 ? "abort " : "abort-engine ";
   for (const char* c = kind; *c != '\0'; ++c) record[n++] = *c;
+  for (const char* c = gMade != 0 ? " " : "-engine "; *c != '\0'; ++c) record[n++] = *c;
   int line = parsingLine();
   char digits[16];
   std::size_t d = 0;
@@ -76,65 +80,165 @@ void onAbort(int /*signal*/) {
     line /= 10;
   } while (line > 0 && d < sizeof digits);
   while (d > 0) record[n++] = digits[--d];
-  record[n++] = '\n';
-  writeAll(gReportFd, record, n);
+  record[n++] = kRecordEnd;
+  writeAll(gRecordFd, record, n);
+  gRecorded = 1;
+}
+
+// The child's SIGABRT handler: SimGrid has written its critical message (to
+// the log pipe); this writes the record and ends the child.
+void onAbort(int /*signal*/) {
+  if (gRecorded == 0) writeEndRecord("abort");
   ::_exit(3);
 }
 
+// The child's first atexit handler, so the last to run: an exit() inside
+// SimGrid (its --cfg=...:help, flex's fatal error) would otherwise go on
+// to the handlers and static destructors of the parent's state that the
+// child copied. What the child printed is flushed into the log first (the
+// help text goes to a buffered stdout).
+void onExit() {
+  std::fflush(nullptr);
+  if (gRecorded == 0) writeEndRecord("exit");
+  ::_exit(4);
+}
+
 // The child: makes an engine from `args` and builds `p` as simulate() will,
-// then writes its record to `fd` and ends. Never returns.
-[[noreturn]] void runChild(const Platform& p, std::vector<std::string> args, int fd) noexcept {
-  ::dup2(fd, STDOUT_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  gReportFd = fd;
+// then writes its record to `recordFd` and ends; its stdout and stderr go to
+// `logFd`. Never returns.
+[[noreturn]] void runChild(const Platform& p, const std::vector<std::string>& args, int logFd,
+                           int recordFd) noexcept {
+  gRecordFd = recordFd;
+  (void)std::atexit(&onExit);
+  ::dup2(logFd, STDOUT_FILENO);
+  ::dup2(logFd, STDERR_FILENO);
   struct sigaction action {};
   action.sa_handler = &onAbort;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGABRT, &action, nullptr);
   std::string record;
   try {
+    // Copied here, where a throw is caught: one out of a noexcept function
+    // would end in std::terminate.
+    std::vector<std::string> argsOwn(args);
     // SimGrid's critical message without its source location and backtrace.
-    args.emplace_back("--log=no_loc");
+    argsOwn.emplace_back("--log=no_loc");
     std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
+    argv.reserve(argsOwn.size() + 1);
+    for (auto& a : argsOwn) argv.push_back(a.data());
     argv.push_back(nullptr);
-    int argc = static_cast<int>(args.size());
+    int argc = static_cast<int>(argsOwn.size());
     try {
-      s4u::Engine engine(&argc, argv.data());
+      // Never deleted: its destructor shuts SimGrid down over a platform
+      // that may be half built, and could crash before the record is
+      // written (hiding the file's error); _exit follows.
+      (void)new s4u::Engine(&argc, argv.data());
       gMade = 1;
       (void)build(p);
-      record = "ok\n";
+      record = "ok";
     } catch (const std::exception& e) {
       record = std::string(gMade != 0 ? "error file\n" : "error engine\n") + e.what();
     }
   } catch (...) {
     record = "error file\nsomething that is not a std::exception";
   }
-  writeAll(fd, "\n", 1);
-  writeAll(fd, kMarker, kMarkerLength);
-  writeAll(fd, record.data(), record.size());
+  writeAll(recordFd, record.data(), record.size());
+  writeAll(recordFd, &kRecordEnd, 1);
+  gRecorded = 1;
   // Nothing of the parent's (its atexit handlers, its buffered output) runs here.
   ::_exit(0);
 }
 
-// Reads `fd` to its end into `out`, for at most `seconds`; false when the
-// time ran out first.
-bool readToEnd(int fd, int seconds, std::string& out) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+// The child and the parent's ends of its pipes. Its destructor, on every
+// way out of checkFile (a throw included), kills a child not yet reaped
+// (SIGKILL, so the blocking wait that follows ends) and closes what is open.
+struct Child {
+  pid_t pid = -1;
+  int logRead = -1, logWrite = -1, recordRead = -1, recordWrite = -1;
+  bool reaped = false;
+  int status = 0;
+
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid > 0 && !reaped) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (const int fd : {logRead, logWrite, recordRead, recordWrite})
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+// Appends what `fd` (non-blocking) holds now to `out`, at most `reads`
+// reads of it (a child that writes without pause does not hold the caller
+// past its deadline); closes it (and sets it to -1) at its end of file.
+// Returns errno on a failure, else 0.
+int drain(int& fd, std::string& out, int reads) {
   char buffer[4096];
+  for (; fd >= 0 && reads > 0; --reads) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      out.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      ::close(fd);
+      fd = -1;
+    } else if (errno != EINTR) {
+      return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+    }
+  }
+  return 0;
+}
+
+enum class Collected { kEnded, kTimedOut, kFailed };
+
+// Reads the child's log and record until it has exited (reaped into `c`),
+// then what its pipes still hold, for at most `seconds`. Not until their
+// end of file: a process forked meanwhile (by another thread) may hold
+// their write ends for long after. Sets `error` (an errno) when poll, read
+// or waitpid failed.
+Collected collect(Child& c, int seconds, std::string& log, std::string& record, int& error) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   for (;;) {
+    const pid_t r = ::waitpid(c.pid, &c.status, WNOHANG);
+    // ECHILD: reaped already (SIGCHLD ignored, or a wait of another thread's):
+    // it has ended, and what came is judged.
+    if (r == c.pid || (r < 0 && errno == ECHILD)) {
+      c.reaped = true;
+      // Nothing more is written: all that the pipes hold is read.
+      error = drain(c.logRead, log, std::numeric_limits<int>::max());
+      if (error == 0) error = drain(c.recordRead, record, std::numeric_limits<int>::max());
+      return error == 0 ? Collected::kEnded : Collected::kFailed;
+    }
+    if (r < 0 && errno != EINTR) {
+      error = errno;
+      return Collected::kFailed;
+    }
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (left.count() <= 0) return Collected::kTimedOut;
+    pollfd fds[2];
+    nfds_t open = 0;
+    for (const int fd : {c.logRead, c.recordRead})
+      if (fd >= 0) fds[open++] = pollfd{fd, POLLIN, 0};
+    // Both pipes at their end: the child is exiting (checked again soon).
+    // Else a wait for data, cut short now and then to see whether the child
+    // exited without their end of file coming.
+    const int slice = open > 0 ? 50 : 2;
+    const int ready = ::poll(fds, open, static_cast<int>(std::min<std::int64_t>(left.count(), slice)));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return true;  // nothing more can be read: judged by what came
-    if (ready == 0) return false;
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return true;
-    out.append(buffer, static_cast<std::size_t>(n));
+    if (ready < 0) {
+      error = errno;
+      return Collected::kFailed;
+    }
+    for (nfds_t k = 0; k < open; ++k) {
+      if (fds[k].revents == 0) continue;
+      int& fd = fds[k].fd == c.logRead ? c.logRead : c.recordRead;
+      error = (fds[k].revents & POLLNVAL) != 0 ? EBADF : drain(fd, fd == c.logRead ? log : record, 16);
+      if (error != 0) return Collected::kFailed;
+    }
   }
 }
 
@@ -154,61 +258,73 @@ std::string criticalOf(const std::string& log) {
 }
 
 // How the child ended, for an error.
-std::string endOf(int status) {
+std::string endOf(const Child& c) {
+  const int status = c.status;
   if (WIFSIGNALED(status)) return std::string("signal ") + ::strsignal(WTERMSIG(status));
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   return "status " + std::to_string(status);
+}
+
+// Starts the child with its two pipes (the parent's read ends non-blocking).
+void start(Child& c, const Platform& p, const std::vector<std::string>& args, const std::string& where) {
+  const auto failed = [&where](const char* call) {
+    const int error = errno;
+    return Error(where + ": cannot check it (" + call + ": " + std::strerror(error) + ")");
+  };
+  int logPipe[2], recordPipe[2];
+  if (::pipe2(logPipe, O_CLOEXEC) != 0) throw failed("pipe");
+  c.logRead = logPipe[0];
+  c.logWrite = logPipe[1];
+  if (::pipe2(recordPipe, O_CLOEXEC) != 0) throw failed("pipe");
+  c.recordRead = recordPipe[0];
+  c.recordWrite = recordPipe[1];
+  std::fflush(nullptr);  // nothing buffered is written twice
+  c.pid = ::fork();
+  if (c.pid < 0) throw failed("fork");
+  if (c.pid == 0) {
+    ::close(c.logRead);
+    ::close(c.recordRead);
+    runChild(p, args, c.logWrite, c.recordWrite);
+  }
+  ::close(c.logWrite);
+  ::close(c.recordWrite);
+  c.logWrite = c.recordWrite = -1;
+  for (const int fd : {c.logRead, c.recordRead}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 }  // namespace
 
 void checkFile(const Platform& p, const std::vector<std::string>& args) {
   const std::string where = "simgrid platform file " + p.file;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    throw Error(where + ": cannot check it (pipe: " + std::strerror(errno) + ")");
-  std::fflush(nullptr);  // nothing buffered is written twice
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int error = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    throw Error(where + ": cannot check it (fork: " + std::strerror(error) + ")");
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    runChild(p, args, fds[1]);
-  }
-  ::close(fds[1]);
-  std::string out;
-  const bool ended = readToEnd(fds[0], kCheckSeconds, out);
-  ::close(fds[0]);
-  if (!ended) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!ended) throw Error(where + ": SimGrid did not load it within " + std::to_string(kCheckSeconds) + " s");
-  const auto at = out.rfind(kMarker);
-  if (at == std::string::npos)  // a crash other than an abort (SIGSEGV), or an exit() inside SimGrid
-    throw InvalidArgument(where + ": SimGrid ended while loading it (" + endOf(status) +
-                          "): " + criticalOf(out));
-  const std::string log = out.substr(0, at);
-  const std::string record = out.substr(at + kMarkerLength);
+  Child c;
+  start(c, p, args, where);
+  std::string log, record;
+  int error = 0;
+  const Collected got = collect(c, kCheckSeconds, log, record, error);
+  if (got == Collected::kTimedOut)
+    throw Error(where + ": SimGrid did not load it within " + std::to_string(kCheckSeconds) + " s");
+  if (got == Collected::kFailed)
+    throw Error(where + ": cannot check it (reading from its check: " + std::strerror(error) + ")");
+  if (record.empty() || record.back() != kRecordEnd)  // a crash other than an abort (SIGSEGV)
+    throw InvalidArgument(where + ": SimGrid ended while loading it (" + endOf(c) + "): " + criticalOf(log));
+  record.pop_back();
   const auto newline = record.find('\n');
   const std::string kind = record.substr(0, newline);
   const std::string rest = newline == std::string::npos ? std::string() : record.substr(newline + 1);
   if (kind == "ok") return;
   if (kind == "error file") throw InvalidArgument(rest);  // build()'s: it names the file (and line)
   if (kind == "error engine") throw InvalidArgument("SimGrid refused its configuration: " + rest);
-  if (kind.rfind("abort-engine ", 0) == 0)
-    throw InvalidArgument("SimGrid refused its configuration (it would have aborted the process): " +
-                          criticalOf(log));
-  if (kind.rfind("abort ", 0) == 0) {
-    const int line = std::atoi(kind.c_str() + 6);
-    std::string what = where;
-    if (line > 0) what.append(":").append(std::to_string(line));
-    throw InvalidArgument(what.append(": SimGrid cannot load it (it would have aborted the process): ")
-                              .append(criticalOf(log)));
+  for (const char* end : {"abort", "exit"}) {
+    const std::string ending = std::string(" (it would have ") +
+                               (end[0] == 'a' ? "aborted" : "ended, by exit(),") + " the process): ";
+    if (kind.rfind(std::string(end) + "-engine ", 0) == 0)
+      throw InvalidArgument("SimGrid refused its configuration" + ending + criticalOf(log));
+    if (kind.rfind(std::string(end) + " ", 0) == 0) {
+      const int line = std::atoi(kind.c_str() + std::strlen(end) + 1);
+      std::string what = where;
+      if (line > 0) what.append(":").append(std::to_string(line));
+      throw InvalidArgument(what.append(": SimGrid cannot load it").append(ending).append(criticalOf(log)));
+    }
   }
   throw InvalidArgument(where + ": SimGrid's check of it ended with '" + kind + "'");
 }

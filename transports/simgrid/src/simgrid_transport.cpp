@@ -249,7 +249,7 @@ struct World {
   int live = 0;
   // A task a rank (or one of its tasks) started (startActorTask): the rank,
   // its number among the rank's tasks (from 1), its actor, whether its body
-  // returned, and what it threw.
+  // returned (also set for one that failed to start), and what it threw.
   struct TaskRecord {
     int rank = 0;
     int number = 0;
@@ -331,31 +331,52 @@ std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
       owner != w.rankOf.end(),
       "a task started from an actor that is neither a rank nor a rank's task (" << self->get_name() << ")");
   const int rank = owner->second;
+  // Taken now: init() below is a simcall, during which another actor of the
+  // rank may start a task. A task that fails to start leaves its number
+  // unused.
   const int number = ++w.tasksOf[static_cast<std::size_t>(rank)];
+  const std::string name = "rank-" + std::to_string(rank) + "-task-" + std::to_string(number);
+  // Made, not started: from an actor, SimGrid starts an actor in a simcall
+  // after which the new one runs before its creator resumes. So everything
+  // its first turn relies on is set before start(): its pid in rankOf (a
+  // task it starts finds its rank), and the live count (its end must not
+  // end the simulation while its creator lives).
+  s4u::ActorPtr actor = s4u::Actor::init(name, s4u::this_actor::get_host());
+  const ::aid_t pid = actor->get_pid();
   const std::size_t index = w.tasks.size();
   auto& record = w.tasks.emplace_back();
   record.rank = rank;
   record.number = number;
-  const std::string name = "rank-" + std::to_string(rank) + "-task-" + std::to_string(number);
+  record.pid = pid;
+  w.rankOf[pid] = rank;
+  ++w.live;
   // A body that throws (against TaskStarter's contract) is reported as the
   // task's error: an exception out of an actor would end the process.
-  auto actor = s4u::Actor::create(name, s4u::this_actor::get_host(), [&w, index, body = std::move(body)] {
-    auto& task = w.tasks[index];
-    try {
-      body();
-    } catch (const std::exception& e) {
-      task.error = e.what();
-    } catch (const ::simgrid::ForcefulKillException&) {
-      throw;  // SimGrid's unwinding of a killed actor (a deadlock): not ended
-    } catch (...) {
-      task.error = "threw something that is not a std::exception";
-    }
-    task.ended = true;
-    w.actorEnded();
-  });
-  ++w.live;
-  record.pid = actor->get_pid();
-  w.rankOf[actor->get_pid()] = rank;
+  try {
+    actor->start([&w, index, body = std::move(body)] {
+      auto& task = w.tasks[index];
+      try {
+        body();
+      } catch (const std::exception& e) {
+        task.error = e.what();
+      } catch (const ::simgrid::ForcefulKillException&) {
+        throw;  // SimGrid's unwinding of a killed actor (a deadlock): not ended
+      } catch (...) {
+        task.error = "threw something that is not a std::exception";
+      }
+      task.ended = true;
+      w.actorEnded();
+    });
+  } catch (...) {
+    // Not started (its host is off): not a task that a report could call
+    // deadlocked. Its record stays (other actors' tasks, started during the
+    // simcall, may follow it, their bodies holding their index), marked as
+    // ended without an error: reported as nothing.
+    --w.live;
+    w.rankOf.erase(pid);
+    w.tasks[index].ended = true;
+    throw;
+  }
   return std::make_unique<ActorTask>(std::move(actor), name);
 }
 
