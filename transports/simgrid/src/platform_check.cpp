@@ -92,11 +92,14 @@ void onAbort(int /*signal*/) {
   ::_exit(3);
 }
 
-// The child's first atexit handler, so the last to run: an exit() inside
-// SimGrid (its --cfg=...:help, flex's fatal error) would otherwise go on
-// to the handlers and static destructors of the parent's state that the
-// child copied. What the child printed is flushed into the log first (the
-// help text goes to a buffered stdout).
+// The child's atexit handler: an exit() inside SimGrid (its --cfg=...:help,
+// flex's fatal error) would otherwise go on to the handlers and static
+// destructors of the parent's state that the child copied. Registered
+// first, so it runs after handlers registered later (statics first built
+// while loading); SimGrid's own, which would shut its engine down over a
+// half-built platform, is turned off (debug/clean-atexit:no). What the
+// child printed is flushed into the log first (the help text goes to a
+// buffered stdout).
 void onExit() {
   std::fflush(nullptr);
   if (gRecorded == 0) writeEndRecord("exit");
@@ -123,6 +126,8 @@ void onExit() {
     std::vector<std::string> argsOwn(args);
     // SimGrid's critical message without its source location and backtrace.
     argsOwn.emplace_back("--log=no_loc");
+    // No shutdown of the engine at exit() (see onExit).
+    argsOwn.emplace_back("--cfg=debug/clean-atexit:no");
     std::vector<char*> argv;
     argv.reserve(argsOwn.size() + 1);
     for (auto& a : argsOwn) argv.push_back(a.data());
@@ -175,13 +180,17 @@ struct Child {
 // Appends what `fd` (non-blocking) holds now to `out`, at most `reads`
 // reads of it (a child that writes without pause does not hold the caller
 // past its deadline); closes it (and sets it to -1) at its end of file.
-// Returns errno on a failure, else 0.
+// Keeps the last kKept to 2 kKept bytes of a longer stream (a child that
+// floods its log holds no more of the parent's memory; the errors quote
+// its end). Returns errno on a failure, else 0.
 int drain(int& fd, std::string& out, int reads) {
+  constexpr std::size_t kKept = std::size_t{1} << 20;
   char buffer[4096];
   for (; fd >= 0 && reads > 0; --reads) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n > 0) {
       out.append(buffer, static_cast<std::size_t>(n));
+      if (out.size() > 2 * kKept) out.erase(0, out.size() - kKept);
     } else if (n == 0) {
       ::close(fd);
       fd = -1;

@@ -367,6 +367,8 @@ std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
       task.ended = true;
       w.actorEnded();
     });
+  } catch (const ::simgrid::ForcefulKillException&) {
+    throw;  // the creator killed after the start was handled: the task runs, its bookkeeping stands
   } catch (...) {
     // Not started (its host is off): not a task that a report could call
     // deadlocked. Its record stays (other actors' tasks, started during the
