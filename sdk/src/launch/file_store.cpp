@@ -72,21 +72,36 @@ class Fd {
 // two threads of one process apart: they take this mutex first. It is never
 // destroyed (a FileStore may outlive static destructors), and a forked child
 // gets a fresh one: the thread that held the parent's does not exist there.
-std::timed_mutex*& processMutex() {
-  static std::timed_mutex* m = [] {
+std::mutex*& processMutex() {
+  static std::mutex* m = [] {
     ::pthread_atfork(nullptr, nullptr, [] {
       // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's is left as it was
-      processMutex() = new std::timed_mutex;
+      processMutex() = new std::mutex;
     });
-    return new std::timed_mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
+    return new std::mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
   }();
   return m;
+}
+
+// Takes `m`, waiting at most kLockWaitSeconds; false if it stayed taken. It
+// polls try_lock, as DirectoryLock polls flock, rather than wait in
+// std::timed_mutex::try_lock_for: libstdc++ 12 waits there in
+// pthread_mutex_clocklock, which clang 14's ThreadSanitizer does not
+// intercept, so the tool saw neither the lock nor the order it makes between
+// threads, and reported every use of ownHolders() as a data race.
+bool lockWithin(std::mutex& m) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kLockWaitSeconds);
+  while (!m.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 class ThreadsOfThisProcess {
  public:
   explicit ThreadsOfThisProcess(const std::string& dir) : held_(processMutex()) {
-    if (!held_->try_lock_for(std::chrono::duration<double>(kLockWaitSeconds)))
+    if (!lockWithin(*held_))
       throw Error("store directory '" + dir + "': another thread of this process held the store's lock for " +
                   std::to_string(static_cast<int>(kLockWaitSeconds)) + " s");
   }
@@ -95,7 +110,7 @@ class ThreadsOfThisProcess {
   ~ThreadsOfThisProcess() { held_->unlock(); }
 
  private:
-  std::timed_mutex* held_;
+  std::mutex* held_;
 };
 
 // The holder files of this process's FileStores (changed and read under the
@@ -497,7 +512,7 @@ FileStore::~FileStore() {
       GOSSAMER_LOG(kWarning, "store directory " << dir_ << ": something was put in it while its last holder "
                                                 << "removed it; it is left as " << away.str());
   } catch (...) {  // a destructor does not throw: the next FileStore prunes this holder
-    if (processMutex()->try_lock_for(std::chrono::duration<double>(kLockWaitSeconds))) {
+    if (lockWithin(*processMutex())) {
       ownHolders().erase(holder_);
       processMutex()->unlock();
     }
