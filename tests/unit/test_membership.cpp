@@ -1704,3 +1704,29 @@ TEST_CASE(
   REQUIRE(job.service.membership->revoked());
   CHECK_THAT(job.revokedBecause(), Catch::Contains("rank 0 failed (suspected by rank 0)"));
 }
+
+TEST_CASE("membership: a process restarted from view 0 is heard in views below those its predecessor named",
+          "[membership]") {
+  // Rank 2's process asks to join view 5; a process started in its place
+  // begins at view 0 (its heartbeat says so) and asks to join view 2
+  // before rank 1 installs view 2: installing it acts on that request,
+  // which a claim of the predecessor's would otherwise have hidden.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  constexpr std::uint8_t kHeartbeat = 1;
+  EarlyMessages::send(*job.rank2, controlMessage(kJoin, 5, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  EarlyMessages::send(*job.rank2, controlMessage(kHeartbeat, 0, -1));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 0; }));
+  EarlyMessages::send(*job.rank2, controlMessage(kJoin, 2, 0));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  // Rank 0 announces view 2 {0, 1}, decided from view 1 (its coordinator 0).
+  EarlyMessages::send(*job.rank0, controlMessage(kView, 2, 0, -1, {0, 1}, 0));
+  for (int i = 0; i < 3000 && !job.service.membership->revoked(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const ViewChange change = job.service.membership->recover(0, false);
+  CHECK(change.view.number == 2);
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}

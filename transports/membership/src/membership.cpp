@@ -880,6 +880,18 @@ class MembershipTransport final : public Transport, public Membership {
     return dead_[i] && lostAt_[i] > askedAt_[i];
   }
 
+  // What `from`'s previous process said about views not installed here:
+  // a process started in its place begins again at view 0, and what it says
+  // in views numbered below those is not moot (Early, storeReportLocked).
+  void forgetEarlyLocked(int from) {
+    early_[static_cast<std::size_t>(from)] = Early{};
+    const ViewKey current = viewKey(view_);
+    for (auto it = reports_.begin(); it != reports_.end();) {
+      if (it->first != current) it->second.erase(from);
+      it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
+    }
+  }
+
   void peerDeadLocked(int p) {
     if (dead_[static_cast<std::size_t>(p)]) return;
     dead_[static_cast<std::size_t>(p)] = true;
@@ -898,6 +910,9 @@ class MembershipTransport final : public Transport, public Membership {
       dead_[static_cast<std::size_t>(from)] = false;
       left_[static_cast<std::size_t>(from)] = false;
       lastAnswer_[static_cast<std::size_t>(from)] = Clock::time_point{};
+      forgetEarlyLocked(from);
+    } else if (m.viewNumber == 0 && view_.number > 0) {
+      forgetEarlyLocked(from);  // the same, restarted before it was found dead: it starts from view 0
     }
     resumed_ = false;  // a peer answered: what it says (a view without us) decides
     // A peer behind us (or on the other side of a healed partition) gets our
