@@ -180,17 +180,18 @@ struct Child {
 // Appends what `fd` (non-blocking) holds now to `out`, at most `reads`
 // reads of it (a child that writes without pause does not hold the caller
 // past its deadline); closes it (and sets it to -1) at its end of file.
-// Keeps the last kKept to 2 kKept bytes of a longer stream (a child that
+// With `capped` (the log; not the record, whose start says its kind),
+// keeps the last kKept to 2 kKept bytes of a longer stream (a child that
 // floods its log holds no more of the parent's memory; the errors quote
 // its end). Returns errno on a failure, else 0.
-int drain(int& fd, std::string& out, int reads) {
+int drain(int& fd, std::string& out, int reads, bool capped) {
   constexpr std::size_t kKept = std::size_t{1} << 20;
   char buffer[4096];
   for (; fd >= 0 && reads > 0; --reads) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n > 0) {
       out.append(buffer, static_cast<std::size_t>(n));
-      if (out.size() > 2 * kKept) out.erase(0, out.size() - kKept);
+      if (capped && out.size() > 2 * kKept) out.erase(0, out.size() - kKept);
     } else if (n == 0) {
       ::close(fd);
       fd = -1;
@@ -217,8 +218,8 @@ Collected collect(Child& c, int seconds, std::string& log, std::string& record, 
     if (r == c.pid || (r < 0 && errno == ECHILD)) {
       c.reaped = true;
       // Nothing more is written: all that the pipes hold is read.
-      error = drain(c.logRead, log, std::numeric_limits<int>::max());
-      if (error == 0) error = drain(c.recordRead, record, std::numeric_limits<int>::max());
+      error = drain(c.logRead, log, std::numeric_limits<int>::max(), true);
+      if (error == 0) error = drain(c.recordRead, record, std::numeric_limits<int>::max(), false);
       return error == 0 ? Collected::kEnded : Collected::kFailed;
     }
     if (r < 0 && errno != EINTR) {
@@ -245,7 +246,9 @@ Collected collect(Child& c, int seconds, std::string& log, std::string& record, 
     for (nfds_t k = 0; k < open; ++k) {
       if (fds[k].revents == 0) continue;
       int& fd = fds[k].fd == c.logRead ? c.logRead : c.recordRead;
-      error = (fds[k].revents & POLLNVAL) != 0 ? EBADF : drain(fd, fd == c.logRead ? log : record, 16);
+      error = (fds[k].revents & POLLNVAL) != 0
+                  ? EBADF
+                  : drain(fd, fd == c.logRead ? log : record, 16, fd == c.logRead);
       if (error != 0) return Collected::kFailed;
     }
   }
