@@ -72,15 +72,21 @@ class Fd {
 // two threads of one process apart: they take this mutex first. It is never
 // destroyed (a FileStore may outlive static destructors), and a forked child
 // gets a fresh one: the thread that held the parent's does not exist there.
+// The fork handler sets the pointer itself, not through processMutex(): a
+// fork by another thread while the first call is initialising its static
+// would leave the child waiting on that initialisation for ever.
+std::mutex* gProcessMutex = nullptr;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 std::mutex*& processMutex() {
-  static std::mutex* m = [] {
+  static const bool made = [] {
+    gProcessMutex = new std::mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
     ::pthread_atfork(nullptr, nullptr, [] {
       // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's is left as it was
-      processMutex() = new std::mutex;
+      gProcessMutex = new std::mutex;
     });
-    return new std::mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
+    return true;
   }();
-  return m;
+  (void)made;
+  return gProcessMutex;
 }
 
 // Takes `m`, waiting at most kLockWaitSeconds; false if it stayed taken. It
