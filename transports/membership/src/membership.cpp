@@ -526,12 +526,18 @@ class MembershipTransport final : public Transport, public Membership {
     if (key != current) {
       for (const auto& [k, byRank] : reports_)
         if (k != current && k.first > key.first && byRank.count(from)) return;
-      for (auto it = reports_.begin(); it != reports_.end();) {
-        if (it->first != key && it->first != current) it->second.erase(from);
-        it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
-      }
+      dropReportsLocked(from, key);
     }
     reports_[key][from] = report;
+  }
+
+  // Drops `from`'s reports for every view but view_ and `keep`.
+  void dropReportsLocked(int from, const ViewKey& keep) {
+    const ViewKey current = viewKey(view_);
+    for (auto it = reports_.begin(); it != reports_.end();) {
+      if (it->first != keep && it->first != current) it->second.erase(from);
+      it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
+    }
   }
 
   // `m` to every member of the view this rank does not suspect (sendLocked
@@ -885,11 +891,7 @@ class MembershipTransport final : public Transport, public Membership {
   // in views numbered below those is not moot (Early, storeReportLocked).
   void forgetEarlyLocked(int from) {
     early_[static_cast<std::size_t>(from)] = Early{};
-    const ViewKey current = viewKey(view_);
-    for (auto it = reports_.begin(); it != reports_.end();) {
-      if (it->first != current) it->second.erase(from);
-      it = it->second.empty() && it->first != current ? reports_.erase(it) : std::next(it);
-    }
+    dropReportsLocked(from, viewKey(view_));
   }
 
   void peerDeadLocked(int p) {

@@ -322,6 +322,23 @@ class ActorTask final : public TaskHandle {
   std::string name_;
 };
 
+// Runs an actor's body (a rank's function or a task's): what it threw, ""
+// when it returned. An exception out of an actor would end the process.
+// SimGrid's unwinding of a killed actor (a deadlock) goes on: it did not end.
+template <typename Body>
+std::string errorOf(const Body& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (const ::simgrid::ForcefulKillException&) {
+    throw;
+  } catch (...) {
+    return "threw something that is not a std::exception";
+  }
+  return {};
+}
+
 std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
   const s4u::Actor* self = gWorld != nullptr ? s4u::Actor::self() : nullptr;
   if (self == nullptr) return startThread(std::move(body));
@@ -351,19 +368,11 @@ std::unique_ptr<TaskHandle> startActorTask(std::function<void()> body) {
   w.rankOf[pid] = rank;
   ++w.live;
   // A body that throws (against TaskStarter's contract) is reported as the
-  // task's error: an exception out of an actor would end the process.
+  // task's error (errorOf).
   try {
     actor->start([&w, index, body = std::move(body)] {
       auto& task = w.tasks[index];
-      try {
-        body();
-      } catch (const std::exception& e) {
-        task.error = e.what();
-      } catch (const ::simgrid::ForcefulKillException&) {
-        throw;  // SimGrid's unwinding of a killed actor (a deadlock): not ended
-      } catch (...) {
-        task.error = "threw something that is not a std::exception";
-      }
+      task.error = errorOf(body);
       task.ended = true;
       w.actorEnded();
     });
@@ -963,20 +972,12 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
   w.tasksOf.assign(static_cast<std::size_t>(platform.hosts), 0);
   std::vector<::aid_t> pids;
   for (int r = 0; r < platform.hosts; ++r) {
-    auto actor = s4u::Actor::create(
-        "rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)], [&errors, &ended, &rank, &w, r] {
-          try {
-            rank(r);
-          } catch (const std::exception& e) {
-            errors[static_cast<std::size_t>(r)] = e.what();
-          } catch (const ::simgrid::ForcefulKillException&) {
-            throw;  // SimGrid's unwinding of a killed actor
-          } catch (...) {
-            errors[static_cast<std::size_t>(r)] = "threw something that is not a std::exception";
-          }
-          ended[static_cast<std::size_t>(r)] = 1;
-          w.actorEnded();
-        });
+    auto actor = s4u::Actor::create("rank-" + std::to_string(r), w.hosts[static_cast<std::size_t>(r)],
+                                    [&errors, &ended, &rank, &w, r] {
+                                      errors[static_cast<std::size_t>(r)] = errorOf([&rank, r] { rank(r); });
+                                      ended[static_cast<std::size_t>(r)] = 1;
+                                      w.actorEnded();
+                                    });
     pids.push_back(actor->get_pid());
     w.rankOf[pids.back()] = r;
   }
