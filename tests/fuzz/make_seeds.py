@@ -110,13 +110,14 @@ def certificates():
 
 # ---- membership messages ---------------------------------------------------------------
 def membership():
-    def msg(kind, view, coord, arg, value, flags, fewest, members=(), previous=-1, skipped=0):
-        b = struct.pack("<IB3xQiiQIIQiI", 0x524D4247, kind, view, coord, arg, value, len(members), flags,
-                        fewest, previous, skipped)
+    def msg(kind, view, coord, arg, value, flags, fewest, members=(), previous=-1, skipped=0, incarnation=0):
+        b = struct.pack("<IB3sQiiQIIQiI", 0x524D4247, kind, incarnation.to_bytes(3, "little"), view, coord, arg,
+                        value, len(members), flags, fewest, previous, skipped)
         return b + b"".join(struct.pack("<i", m) for m in members)
 
     world = bytes([8 - 1])
     write("fuzz_membership", "heartbeat", world + msg(1, 3, 0, -1, 0, 0, 0))
+    write("fuzz_membership", "heartbeat-incarnation", world + msg(1, 3, 0, -1, 0, 0, 0, incarnation=0xC0FFEE))
     write("fuzz_membership", "suspect", world + msg(2, 3, 0, 5, 0, 0, 0))
     write("fuzz_membership", "state", world + msg(3, 3, 0, -1, 120, 1, 0))
     write("fuzz_membership", "state-from-side", world + msg(3, 5, 2, -1, 410, 3, 0))

@@ -1530,7 +1530,12 @@ std::vector<std::byte> controlMessage(std::uint8_t kind, std::uint64_t number, i
   }
   return b;
 }
-constexpr std::uint8_t kSuspect = 2, kState = 3, kView = 4, kJoin = 6;
+constexpr std::uint8_t kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kJoin = 6;
+// `message` as sent by the process of incarnation `n` (bytes 5-7).
+std::vector<std::byte> fromIncarnation(std::uint32_t n, std::vector<std::byte> message) {
+  for (std::size_t i = 0; i < 3; ++i) message[5 + i] = static_cast<std::byte>(n >> (8 * i));
+  return message;
+}
 
 // Rank 1 runs the service in a job of ranks 0 and 1 with room for rank 2;
 // ranks 0 and 2 are bare transports that send it what a test says. Nothing
@@ -1705,28 +1710,74 @@ TEST_CASE(
   CHECK_THAT(job.revokedBecause(), Catch::Contains("rank 0 failed (suspected by rank 0)"));
 }
 
-TEST_CASE("membership: a process restarted from view 0 is heard in views below those its predecessor named",
-          "[membership]") {
-  // Rank 2's process asks to join view 5; a process started in its place
-  // begins at view 0 (its heartbeat says so) and asks to join view 2
-  // before rank 1 installs view 2: installing it acts on that request,
-  // which a claim of the predecessor's would otherwise have hidden.
-  EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
-  constexpr std::uint8_t kHeartbeat = 1;
-  EarlyMessages::send(*job.rank2, controlMessage(kJoin, 5, 0));
-  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
-  EarlyMessages::send(*job.rank2, controlMessage(kHeartbeat, 0, -1));
-  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 0; }));
-  EarlyMessages::send(*job.rank2, controlMessage(kJoin, 2, 0));
-  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
-  // Rank 0 announces view 2 {0, 1}, decided from view 1 (its coordinator 0).
+// Rank 0 announces view 2 {0, 1}, decided from view 1 (its coordinator 0),
+// and rank 1, which holds view 1, installs it.
+ViewChange installViewTwo(EarlyMessages& job) {
   EarlyMessages::send(*job.rank0, controlMessage(kView, 2, 0, -1, {0, 1}, 0));
   for (int i = 0; i < 3000 && !job.service.membership->revoked(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const ViewChange change = job.service.membership->recover(0, false);
+  return job.service.membership->recover(0, false);
+}
+
+TEST_CASE(
+    "membership: a process restarted in place of a rank is heard in views below those its predecessor named",
+    "[membership]") {
+  // Rank 2's process asks to join view 5; a process started in its place
+  // (another incarnation) begins at view 0 and asks to join view 2 before
+  // rank 1 installs view 2: installing it acts on that request, which a
+  // claim of the predecessor's would otherwise have hidden.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 5, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 0; }));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  const ViewChange change = installViewTwo(job);
   CHECK(change.view.number == 2);
   REQUIRE(job.service.membership->revoked());
   CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}
+
+TEST_CASE("membership: a view-0 message of a restarted process that arrives late keeps what it said since",
+          "[membership]") {
+  // A restarted rank 2 says view 0 in its first heartbeat, then asks to
+  // join view 2; the heartbeat reaches rank 1 last (the faults wrapper may
+  // reorder). The same incarnation: its request stands, and installing
+  // view 2 acts on it. Its suspicion in view 9, sent last, shows that rank
+  // 1 read the heartbeat.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  const ViewChange change = installViewTwo(job);
+  CHECK(change.view.number == 2);
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}
+
+TEST_CASE("membership: what a replaced process sent that arrives after its successor's is dropped",
+          "[membership]") {
+  // Rank 2's process (incarnation 3) asks to join view 2; the request
+  // arrives after its successor's (incarnation 7) first heartbeat: it is
+  // not the successor's, and installing view 2 leaves the view in force.
+  // The successor's suspicion in view 9, sent last, shows that rank 1 read
+  // the request.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 2, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries >= 1; }));
+  CHECK(job.held().entries == 1);
+  const ViewChange change = installViewTwo(job);
+  CHECK(change.view.number == 2);
+  CHECK_FALSE(job.service.membership->revoked());
 }

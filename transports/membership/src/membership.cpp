@@ -13,8 +13,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/background.hpp"
@@ -90,6 +93,47 @@ struct Early {
   std::optional<ViewKey> joins;       // the view it asked to join
 };
 
+// The incarnations of one peer's processes that this rank heard from: a
+// process started in place of a failed rank draws a new one (24 random bits,
+// the codec's bytes 5-7), and what its predecessors sent, arriving late, is
+// told apart by it. Remembers the last kRetired it replaced.
+struct Incarnations {
+  static constexpr std::size_t kRetired = 4;
+  std::optional<std::uint32_t> current;
+  std::array<std::uint32_t, kRetired> replaced{};
+  std::size_t count = 0;  // replaced ones held (at most kRetired; the oldest overwritten)
+
+  // Whether `n` belongs to a process that another replaced since.
+  bool retired(std::uint32_t n) const {
+    if (current == n) return false;
+    const auto held = replaced.begin() + static_cast<std::ptrdiff_t>(std::min(count, kRetired));
+    return std::find(replaced.begin(), held, n) != held;
+  }
+  // Records a message of incarnation `n`; returns whether it replaces one
+  // heard before (a restarted process).
+  bool meet(std::uint32_t n) {
+    if (current == n) return false;
+    const bool replacing = current.has_value();
+    if (replacing) replaced[count++ % kRetired] = *current;
+    current = n;
+    return replacing;
+  }
+};
+
+// This process's incarnation: 24 random bits (1 in 2^24 that a restarted
+// process draws its predecessor's, and is taken for it: what the
+// predecessor said in views not yet installed then stands for it).
+std::uint32_t drawIncarnation() {
+  std::uint32_t bits = 0;
+  try {
+    bits = std::random_device{}();
+  } catch (const std::exception&) {  // no entropy source: the clock and the process
+    bits = static_cast<std::uint32_t>(Clock::now().time_since_epoch().count() ^
+                                      (std::uint64_t{::getpid()} << 20));
+  }
+  return bits % codec::kIncarnationLimit;
+}
+
 // A state message (step 2): a rank's completed steps when it reported.
 struct Report {
   std::uint64_t steps = 0;
@@ -122,6 +166,7 @@ class MembershipTransport final : public Transport, public Membership {
     standing_.resize(static_cast<std::size_t>(capacity_));
     receiveErrors_.assign(static_cast<std::size_t>(capacity_), 0);
     early_.resize(static_cast<std::size_t>(capacity_));
+    incarnations_.resize(static_cast<std::size_t>(capacity_));
     GOSSAMER_ENFORCE(self_ < world_ || o.restarted,
                      "rank " << self_ << " is beyond the job's first " << world_
                              << " ranks: it can only join the running job (MembershipOptions::restarted)");
@@ -556,7 +601,11 @@ class MembershipTransport final : public Transport, public Membership {
   }
   void sendLocked(int peer, const Message& m) {
     if (peer == self_ || dead_[static_cast<std::size_t>(peer)]) return;
-    const auto bytes = encode(m);
+    // (A view passed on carries its coordinator's incarnation as received:
+    // every message goes out with this process's.)
+    Message out = m;
+    out.incarnation = incarnation_;
+    const auto bytes = encode(out);
     try {
       while (!sends_.empty() && sends_.front().test()) sends_.pop_front();
     } catch (const Error&) {
@@ -905,17 +954,23 @@ class MembershipTransport final : public Transport, public Membership {
 
   void handle(int from, const Message& m) {
     std::lock_guard<std::mutex> lk(mu_);
+    auto& incarnation = incarnations_[static_cast<std::size_t>(from)];
+    // A message of a process since replaced by another (the faults wrapper
+    // may deliver it late): what it says is moot, and it proves no life.
+    if (incarnation.retired(m.incarnation)) return;
+    const bool replaced = incarnation.meet(m.incarnation);
     heard_[static_cast<std::size_t>(from)] = Clock::now();
     if (dead_[static_cast<std::size_t>(from)]) {
-      // A process started in place of a failed rank (the transport took it
-      // back): it is reachable again, and gets this view at once.
+      // Reachable again (the transport took back a process started in its
+      // place, or lost it by mistake): it gets this view at once.
       dead_[static_cast<std::size_t>(from)] = false;
       left_[static_cast<std::size_t>(from)] = false;
       lastAnswer_[static_cast<std::size_t>(from)] = Clock::time_point{};
-      forgetEarlyLocked(from);
-    } else if (m.viewNumber == 0 && view_.number > 0) {
-      forgetEarlyLocked(from);  // the same, restarted before it was found dead: it starts from view 0
     }
+    // A process started in place of `from`'s begins again at view 0: what
+    // its predecessor said is not its own. The same process found dead by
+    // mistake keeps its word.
+    if (replaced) forgetEarlyLocked(from);
     resumed_ = false;  // a peer answered: what it says (a view without us) decides
     // A peer behind us (or on the other side of a healed partition) gets our
     // view (at most once per heartbeat period); it decides which is newer.
@@ -1174,8 +1229,10 @@ class MembershipTransport final : public Transport, public Membership {
   std::map<ViewKey, std::map<int, Report>> reports_;
   // By sender: what it said in a view this rank had not installed (Early).
   std::vector<Early> early_;
-  std::set<int> joiners_;   // peers outside the view that asked to rejoin
-  bool outsider_ = false;   // this rank was removed and asked to rejoin
+  std::vector<Incarnations> incarnations_;               // by sender: its process's, and those it replaced
+  const std::uint32_t incarnation_ = drawIncarnation();  // this process's (bytes 5-7 of what it sends)
+  std::set<int> joiners_;                                // peers outside the view that asked to rejoin
+  bool outsider_ = false;                                // this rank was removed and asked to rejoin
   bool fromSide_ = false;   // ... from a side of a partition that trained on its own
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
   bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)

@@ -20,6 +20,8 @@ std::vector<std::byte> encode(const Message& m) {
   std::vector<std::byte> b(kHeaderBytes + 4 * m.members.size(), std::byte{0});
   put<std::uint32_t>(b, 0, kMagic);
   put<std::uint8_t>(b, 4, static_cast<std::uint8_t>(m.kind));
+  for (std::size_t i = 0; i < 3; ++i)
+    put<std::uint8_t>(b, 5 + i, static_cast<std::uint8_t>(m.incarnation >> (8 * i)));
   put<std::uint64_t>(b, 8, m.viewNumber);
   put<std::int32_t>(b, 16, m.viewCoordinator);
   put<std::int32_t>(b, 20, m.arg);
@@ -43,8 +45,7 @@ Message decode(std::span<const std::byte> b, int peer, int worldSize) {
   const auto kind = get<std::uint8_t>(b, 4);
   if (kind < 1 || kind > 6) throw bad(4, "unknown kind " + std::to_string(kind));
   m.kind = static_cast<Kind>(kind);
-  for (std::size_t off : {5, 6, 7})
-    if (get<std::uint8_t>(b, off) != 0) throw bad(off, "reserved byte is not zero");
+  for (std::size_t i = 0; i < 3; ++i) m.incarnation |= std::uint32_t{get<std::uint8_t>(b, 5 + i)} << (8 * i);
   m.viewNumber = get<std::uint64_t>(b, 8);
   // Far beyond any job's view changes; a number near 2^64 would wrap the
   // next coordinator's "newest + 1" to 0, and no later view would count.

@@ -5,7 +5,10 @@
 //  offset size field
 //   0      4   magic 0x524D4247 ("GBMR")
 //   4      1   kind (Kind)
-//   5      3   zero
+//   5      3   incarnation: 24 bits the sender's membership service drew at
+//              random when it started (little-endian; a process started in
+//              place of a failed rank draws new ones, so its peers tell its
+//              messages from its predecessor's)
 //   8      8   sender's view number
 //  16      4   sender's view coordinator (-1: the first view)
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)
@@ -39,12 +42,15 @@ inline constexpr std::uint32_t kMagic = 0x524D4247u;
 inline constexpr std::size_t kHeaderBytes = 56;
 /// View numbers at or above this are refused (decode): 2^62.
 inline constexpr std::uint64_t kMaxViewNumber = std::uint64_t{1} << 62;
+/// Incarnations are below this (24 bits, bytes 5-7).
+inline constexpr std::uint32_t kIncarnationLimit = std::uint32_t{1} << 24;
 
 enum class Kind : std::uint8_t { kHeartbeat = 1, kSuspect = 2, kState = 3, kView = 4, kLeave = 5, kJoin = 6 };
 
 /// One control message (see the layout above).
 struct Message {
   Kind kind = Kind::kHeartbeat;
+  std::uint32_t incarnation = 0;  // the sender process's (< kIncarnationLimit)
   std::uint64_t viewNumber = 0;
   int viewCoordinator = -1;
   int arg = -1;
@@ -56,12 +62,13 @@ struct Message {
   std::vector<int> members;   // kView
 };
 
-/// The bytes of `m`: kHeaderBytes + 4 per member.
+/// The bytes of `m`: kHeaderBytes + 4 per member (of m.incarnation, its
+/// low 24 bits).
 std::vector<std::byte> encode(const Message& m);
 
 /// Reads a message from rank `peer` of a job of `worldSize` ranks, checking
 /// every field before use: the length (kHeaderBytes + 4 * count), magic,
-/// kind, reserved bytes zero, coordinator, arg and the previous view's coordinator in
+/// kind, coordinator, arg and the previous view's coordinator in
 /// [-1, worldSize), coordinator -1 exactly for view number 0 (the first view), flags <= 3
 /// (kState, kView) or 0, fewest <= value, skipped < view number (kView) or 0,
 /// count <= worldSize and > 0 exactly for kView, members ascending in
