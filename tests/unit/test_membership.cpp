@@ -1781,3 +1781,25 @@ TEST_CASE("membership: what a replaced process sent that arrives after its succe
   CHECK(change.view.number == 2);
   CHECK_FALSE(job.service.membership->revoked());
 }
+
+TEST_CASE("membership: a rank found dead by mistake keeps what it said in views not yet installed",
+          "[membership]") {
+  // Rank 2 asks to join view 2; then two messages rank 1 cannot take (too
+  // long) make rank 1 count it as failed. It is the same process (the same
+  // incarnation): when rank 1 hears it again, its request stands, and
+  // installing view 2 acts on it. Its suspicion in view 9, sent last,
+  // shows that rank 1 heard it again.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  const std::vector<std::byte> tooLong(4096, std::byte{0});
+  for (int i = 0; i < 2; ++i) EarlyMessages::send(*job.rank2, tooLong);
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  const ViewChange change = installViewTwo(job);
+  CHECK(change.view.number == 2);
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}
