@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   FUZZ_CHECK(m.viewCoordinator >= -1 && m.viewCoordinator < world && m.arg >= -1 && m.arg < world);
   FUZZ_CHECK(m.viewCoordinator != -1 || m.viewNumber == 0);  // only the first view has no coordinator
-  FUZZ_CHECK(m.flags <= 3 && m.fewest <= m.value);
+  FUZZ_CHECK(m.flags <= 3 && m.fewest <= m.value && m.incarnation < kIncarnationLimit);
   FUZZ_CHECK(m.flags == 0 || m.kind == Kind::kState || m.kind == Kind::kView);
   FUZZ_CHECK(m.skipped == 0 || (m.kind == Kind::kView && m.skipped < m.viewNumber));
   FUZZ_CHECK(m.kind != Kind::kView || !m.members.empty());

@@ -1803,3 +1803,23 @@ TEST_CASE("membership: a rank found dead by mistake keeps what it said in views 
   REQUIRE(job.service.membership->revoked());
   CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
 }
+
+TEST_CASE("membership: what a replaced process sent that arrives before anything of it was heard is dropped",
+          "[membership]") {
+  // Rank 1 first hears rank 2's process of incarnation 7 ask to join view
+  // 2, then a request to join view 3 from its predecessor (incarnation 3),
+  // delivered late: it is dropped (it would have replaced the request for
+  // view 2), and installing view 2 acts on process 7's. Process 7's
+  // suspicion in view 9, sent last, shows that rank 1 read the late one.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 3, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  const ViewChange change = installViewTwo(job);
+  CHECK(change.view.number == 2);
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}

@@ -13,11 +13,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <thread>
-
-#include <unistd.h>
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/background.hpp"
@@ -48,6 +45,10 @@ constexpr double kJoinWaitBeats = 5;
 /// 10 ms more.
 constexpr auto kBusyPassInterval = std::chrono::milliseconds(2);
 constexpr auto kIdlePassInterval = std::chrono::milliseconds(10);
+
+/// Warnings about messages of replaced processes dropped, at most (one per
+/// rank and incarnation).
+constexpr std::size_t kStaleWarnings = 64;
 
 using codec::decode;
 using codec::encode;
@@ -93,45 +94,25 @@ struct Early {
   std::optional<ViewKey> joins;       // the view it asked to join
 };
 
-// The incarnations of one peer's processes that this rank heard from: a
-// process started in place of a failed rank draws a new one (24 random bits,
-// the codec's bytes 5-7), and what its predecessors sent, arriving late, is
-// told apart by it. Remembers the last kRetired it replaced.
-struct Incarnations {
-  static constexpr std::size_t kRetired = 4;
-  std::optional<std::uint32_t> current;
-  std::array<std::uint32_t, kRetired> replaced{};
-  std::size_t count = 0;  // replaced ones held (at most kRetired; the oldest overwritten)
-
-  // Whether `n` belongs to a process that another replaced since.
-  bool retired(std::uint32_t n) const {
-    if (current == n) return false;
-    const auto held = replaced.begin() + static_cast<std::ptrdiff_t>(std::min(count, kRetired));
-    return std::find(replaced.begin(), held, n) != held;
-  }
-  // Records a message of incarnation `n`; returns whether it replaces one
-  // heard before (a restarted process).
-  bool meet(std::uint32_t n) {
-    if (current == n) return false;
-    const bool replacing = current.has_value();
-    if (replacing) replaced[count++ % kRetired] = *current;
-    current = n;
-    return replacing;
-  }
-};
-
-// This process's incarnation: 24 random bits (1 in 2^24 that a restarted
-// process draws its predecessor's, and is taken for it: what the
-// predecessor said in views not yet installed then stands for it).
+// This process's incarnation: the wall clock's seconds when its service
+// started, modulo 2^24 (the codec's bytes 5-7; 194 days). A process started
+// in place of a failed rank starts later, so its incarnation is newer by
+// serial-number arithmetic (RFC 1982) than its predecessor's, as long as the
+// two started less than 97 days apart (beyond, see handle()), and what the
+// predecessor sent that arrives late is told apart by it. One restarted
+// within the second its predecessor started is taken for it (what the
+// predecessor said about views not yet installed then stands).
 std::uint32_t drawIncarnation() {
-  std::uint32_t bits = 0;
-  try {
-    bits = std::random_device{}();
-  } catch (const std::exception&) {  // no entropy source: the clock and the process
-    bits = static_cast<std::uint32_t>(Clock::now().time_since_epoch().count() ^
-                                      (std::uint64_t{::getpid()} << 20));
-  }
-  return bits % codec::kIncarnationLimit;
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+  return static_cast<std::uint32_t>(static_cast<std::uint64_t>(seconds.count()) % codec::kIncarnationLimit);
+}
+
+// Whether incarnation `a` is newer than `b` (serial-number arithmetic on 24
+// bits: a started less than 2^23 seconds after b).
+bool newerIncarnation(std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t ahead = (a - b) % codec::kIncarnationLimit;
+  return ahead != 0 && ahead < codec::kIncarnationLimit / 2;
 }
 
 // A state message (step 2): a rank's completed steps when it reported.
@@ -601,8 +582,8 @@ class MembershipTransport final : public Transport, public Membership {
   }
   void sendLocked(int peer, const Message& m) {
     if (peer == self_ || dead_[static_cast<std::size_t>(peer)]) return;
-    // (A view passed on carries its coordinator's incarnation as received:
-    // every message goes out with this process's.)
+    // Every message goes out with this process's incarnation, a view passed
+    // on too (the receiver reads it as its sender's).
     Message out = m;
     out.incarnation = incarnation_;
     const auto bytes = encode(out);
@@ -954,15 +935,30 @@ class MembershipTransport final : public Transport, public Membership {
 
   void handle(int from, const Message& m) {
     std::lock_guard<std::mutex> lk(mu_);
+    // Which process of rank `from` sent it: the one heard before, one started
+    // in its place (newer; or any other once the transport lost the one
+    // before, which also takes back one started more than 97 days later), or
+    // one that process replaced, whose message arrives late (the faults
+    // wrapper may reorder): what that says is moot, and proves no life.
     auto& incarnation = incarnations_[static_cast<std::size_t>(from)];
-    // A message of a process since replaced by another (the faults wrapper
-    // may deliver it late): what it says is moot, and it proves no life.
-    if (incarnation.retired(m.incarnation)) return;
-    const bool replaced = incarnation.meet(m.incarnation);
+    bool replaced = false;
+    if (!incarnation) {
+      incarnation = m.incarnation;
+    } else if (*incarnation != m.incarnation) {
+      if (!newerIncarnation(m.incarnation, *incarnation) && !dead_[static_cast<std::size_t>(from)]) {
+        if (staleWarned_.size() < kStaleWarnings && staleWarned_.insert({from, m.incarnation}).second)
+          log(LogLevel::kWarning, "membership: dropped what rank " + std::to_string(from) + "'s process " +
+                                      std::to_string(m.incarnation) + " sent: it was replaced by process " +
+                                      std::to_string(*incarnation) + " (a late message, or a clock behind)");
+        return;
+      }
+      incarnation = m.incarnation;
+      replaced = true;
+    }
     heard_[static_cast<std::size_t>(from)] = Clock::now();
-    if (dead_[static_cast<std::size_t>(from)]) {
+    if (dead_[static_cast<std::size_t>(from)] || replaced) {
       // Reachable again (the transport took back a process started in its
-      // place, or lost it by mistake): it gets this view at once.
+      // place, or lost it by mistake), or restarted: it gets this view at once.
       dead_[static_cast<std::size_t>(from)] = false;
       left_[static_cast<std::size_t>(from)] = false;
       lastAnswer_[static_cast<std::size_t>(from)] = Clock::time_point{};
@@ -1229,10 +1225,11 @@ class MembershipTransport final : public Transport, public Membership {
   std::map<ViewKey, std::map<int, Report>> reports_;
   // By sender: what it said in a view this rank had not installed (Early).
   std::vector<Early> early_;
-  std::vector<Incarnations> incarnations_;               // by sender: its process's, and those it replaced
-  const std::uint32_t incarnation_ = drawIncarnation();  // this process's (bytes 5-7 of what it sends)
-  std::set<int> joiners_;                                // peers outside the view that asked to rejoin
-  bool outsider_ = false;                                // this rank was removed and asked to rejoin
+  std::vector<std::optional<std::uint32_t>> incarnations_;  // by sender: its latest process's
+  std::set<std::pair<int, std::uint32_t>> staleWarned_;     // (rank, incarnation) whose messages were dropped
+  const std::uint32_t incarnation_ = drawIncarnation();     // this process's (bytes 5-7 of what it sends)
+  std::set<int> joiners_;                                   // peers outside the view that asked to rejoin
+  bool outsider_ = false;                                   // this rank was removed and asked to rejoin
   bool fromSide_ = false;   // ... from a side of a partition that trained on its own
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
   bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)
