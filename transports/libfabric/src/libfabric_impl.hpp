@@ -400,13 +400,23 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
       state.cancelIfPending();
       return;
     }
-    cancels.push_back(&state);
-    cancelsPending = true;
+    // (cancel() is noexcept: `cancels` has room for every receive in
+    // `direct`, reserved as each enters it; should it not, the receive is
+    // left to finish into the buffer, and this waits for that the same way.)
+    try {
+      cancels.push_back(&state);
+      cancelsPending = true;
+    } catch (const std::exception&) {
+    }
     if (wake) wake();
     if (!cv.wait_for(lk, std::chrono::duration<double>(bound_),
-                     [&] { return closed || !direct.contains(&state); }))
-      GOSSAMER_LOG(kError, "libfabric: a cancelled receive's payload was not taken back within "
-                               << bound_ << " s (the progress thread is stuck inside libfabric?)");
+                     [&] { return closed || !direct.contains(&state); })) {
+      try {
+        GOSSAMER_LOG(kError, "libfabric: a cancelled receive's payload was not taken back within "
+                                 << bound_ << " s (the progress thread is stuck inside libfabric?)");
+      } catch (const std::exception&) {
+      }
+    }
     // Not left behind for the progress thread (the request may be freed once this returns).
     std::erase(cancels, &state);
   }
@@ -427,7 +437,8 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
   std::condition_variable cv;
   /// Receives whose buffers the provider may write into, and their payloads (under mu).
   std::unordered_map<const gossamer::detail::RequestState*, InboundMsg*> direct;
-  std::deque<const gossamer::detail::RequestState*> cancels;  ///< for the progress thread (under mu)
+  /// For the progress thread (under mu); its capacity covers `direct`.
+  std::vector<const gossamer::detail::RequestState*> cancels;
   std::atomic<bool> cancelsPending{false};
   std::function<void()> wake;  ///< wakes the progress thread (under mu; empty once closed)
   bool closed = false;         ///< under mu: the endpoint is closed, nothing writes any more

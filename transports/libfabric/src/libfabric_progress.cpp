@@ -668,6 +668,10 @@ void LibfabricTransport::claimInPlace(InboundMsg& msg, const PeerRx& rx) {
   msg.dst = claim.buffer.first(msg.size);
   msg.direct = true;
   guard_->direct.emplace(msg.claimed.get(), &msg);
+  try {
+    guard_->cancels.reserve(guard_->direct.size());  // CopyGuard::cancelLocked adds to it without allocating
+  } catch (const std::exception&) {                  // (and without it, waits for the payload to land)
+  }
 }
 
 void LibfabricTransport::takeBackCancelled() {

@@ -979,48 +979,29 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // is cancelled: what arrived so far moves to a buffer of our own, where the
   // rest follows, and the message goes to the next receive (nothing is lost;
   // the caller's buffer is not touched once cancel() returns).
+  //
+  // Request::cancel is noexcept: nothing here throws. What cannot be done
+  // without memory (the copy of a partly written frame's rest, the wait for
+  // a lent buffer's pull) shuts the connection down instead, so that no
+  // byte of the caller's buffer is read once this returns, and the next
+  // progress pass fails that peer (PeerFailure) as if it hung up.
   void cancelLocked(detail::RequestState& state) override {
-    for (Conn* cp : allConnsLocked()) {
-      Conn& c = *cp;
-      if (c.claimed.get() != &state) continue;
-      c.claimed.reset();
-      const std::size_t n = c.frame.payloadBytes;
+    if (Conn* c = claimedBy(state)) {
+      c->claimed.reset();
+      const std::size_t n = c->frame.payloadBytes;
       try {
         auto owned = pool_->get(n);
-        if (c.got > 0) std::memcpy(owned.get(), c.dst.data(), c.got);
-        c.owned = std::move(owned);
-        c.dst = std::span<std::byte>(c.owned.get(), n);
-      } catch (const std::bad_alloc&) {  // cancel() cannot throw: out of memory, the message is dropped
-        c.discard = true;
-        c.dst = {};
+        if (c->got > 0) std::memcpy(owned.get(), c->dst.data(), c->got);
+        c->owned = std::move(owned);
+        c->dst = std::span<std::byte>(c->owned.get(), n);
+      } catch (const std::exception&) {  // out of memory: the message is dropped
+        c->discard = true;
+        c->dst = {};
       }
       return;
     }
     if (const auto ticket = pulls_.ticketOf(state)) {
-      // The peer may be reading the buffer right now: let it finish (bounded).
-      const auto deadline = deadlineAfter<Clock>(opt_.timeoutSeconds);
-      std::vector<pollfd> pfds;
-      while (pulls_.destinationOf(*ticket) >= 0 && Clock::now() < deadline && !stopped_) {
-        progressLocked();
-        pollSetLocked(pfds);
-        ::poll(pfds.data(), pfds.size(), 1);
-      }
-      const int owed = pulls_.destinationOf(*ticket);
-      pulls_.forget(*ticket);
-      // Unanswered (a stopped peer): it may still read the buffer once it
-      // runs again, after the caller reused it. Its connection is shut down
-      // before cancel() returns, and a receiver checks its connection after
-      // every pull (pullLocked): a read that may overlap the reuse is thrown
-      // away there, never delivered.
-      if (owed >= 0 && !conns_[static_cast<std::size_t>(owed)].gone) {
-        GOSSAMER_LOG(kWarning, "socket rank "
-                                   << opt_.rank << ": rank " << owed
-                                   << " did not pull a cancelled send within the timeout; it is failed");
-        failPeer(conns_[static_cast<std::size_t>(owed)],
-                 std::make_exception_ptr(PeerFailure(owed, "did not pull a message lent to it within " +
-                                                               std::to_string(opt_.timeoutSeconds) +
-                                                               " s, and its sender withdrew it")));
-      }
+      withdrawPullLocked(*ticket);
       return;
     }
     for (auto& c : conns_) {
@@ -1030,10 +1011,63 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           c.txq.erase(it);
           return;
         }
-        it->keepRest();
-        it->req.reset();
+        try {
+          it->keepRest();
+          it->req.reset();
+        } catch (const std::exception&) {
+          // Out of memory: the rest cannot be copied, and the stream cannot
+          // skip it. The frame is dropped half written and the connection
+          // shut down (the peer reads a cut frame and fails this rank).
+          ::shutdown(c.fd, SHUT_RDWR);
+          c.txq.erase(it);
+        }
         return;
       }
+    }
+  }
+
+  // The connection (a peer's first or second) whose receive in place is
+  // `state`'s, or null.
+  Conn* claimedBy(const detail::RequestState& state) {
+    for (auto& c : conns_)
+      if (c.claimed.get() == &state) return &c;
+    for (auto& c : extras_)
+      if (c.claimed.get() == &state) return &c;
+    return nullptr;
+  }
+
+  // A lent send is cancelled: the peer may be reading the buffer right now;
+  // let it finish (bounded by the timeout), then forget the loan. A peer
+  // that did not pull it is failed (cancelLocked: throws nothing).
+  void withdrawPullLocked(std::uint64_t ticket) {
+    try {
+      const auto deadline = deadlineAfter<Clock>(opt_.timeoutSeconds);
+      std::vector<pollfd> pfds;
+      while (pulls_.destinationOf(ticket) >= 0 && Clock::now() < deadline && !stopped_) {
+        progressLocked();
+        pollSetLocked(pfds);
+        ::poll(pfds.data(), pfds.size(), 1);
+      }
+    } catch (const std::exception&) {  // out of memory or a failed pass: the peer is failed below
+    }
+    const int owed = pulls_.destinationOf(ticket);
+    pulls_.forget(ticket);
+    // Unanswered (a stopped peer): it may still read the buffer once it
+    // runs again, after the caller reused it. Its connection is shut down
+    // before cancel() returns, and a receiver checks its connection after
+    // every pull (pullLocked): a read that may overlap the reuse is thrown
+    // away there, never delivered.
+    if (owed < 0 || conns_[static_cast<std::size_t>(owed)].gone) return;
+    Conn& c = conns_[static_cast<std::size_t>(owed)];
+    try {
+      GOSSAMER_LOG(kWarning, "socket rank "
+                                 << opt_.rank << ": rank " << owed
+                                 << " did not pull a cancelled send within the timeout; it is failed");
+      failPeer(c, std::make_exception_ptr(PeerFailure(owed, "did not pull a message lent to it within " +
+                                                                std::to_string(opt_.timeoutSeconds) +
+                                                                " s, and its sender withdrew it")));
+    } catch (const std::exception&) {
+      ::shutdown(c.fd, SHUT_RDWR);  // out of memory: the next pass fails it
     }
   }
 
