@@ -1130,6 +1130,41 @@ TEST_CASE("config: a long unknown value is cut in the message and costs no table
   CHECK(contains(typo->what(), "did you mean 'ring'"));
 }
 
+TEST_CASE("config: aliases repeating a list read no more elements than the text has bytes", "[config]") {
+  // 1,300 aliases of a 1,300-element row: 1.7 million elements from 6.5 KB,
+  // which took seconds to read; the reading stops at one element per byte.
+  std::string row = "0", rows;
+  for (int i = 1; i < 1300; ++i) row += ",0";
+  for (int i = 0; i < 1300; ++i) rows += ",*a";
+  const std::string table = "[&a [" + row + "]" + rows + "]";
+  for (const auto& [section, key] :
+       {std::pair<std::string, std::string>{"topology:\n  kind: fair_roulette\n", "probabilities"},
+        std::pair<std::string, std::string>{"algorithm:\n  name: hierarchical\n", "groups"}}) {
+    const std::string text = section + "  " + key + ": " + table + "\n";
+    const auto e = parseError(text);
+    REQUIRE(e.has_value());
+    INFO(e->what());
+    CHECK(e->line() == 3);
+    CHECK(contains(e->what(), "more than " + std::to_string(text.size()) + " list elements"));
+    CHECK(contains(e->what(), "YAML aliases"));
+  }
+  // An override's aliases count against the same budget, and the error names the override.
+  const std::string section = "topology:\n  kind: fair_roulette\n";
+  const std::string option = "topology.probabilities=" + table;
+  try {
+    reg().parse(section, kName, {option});
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(contains(e.what(), "override 'topology.probabilities="));
+    CHECK(
+        contains(e.what(), "more than " + std::to_string(section.size() + option.size()) + " list elements"));
+  }
+  // Aliases within the budget still read.
+  const std::string small =
+      "world_size: 3\ntopology:\n  kind: fair_roulette\n  probabilities: [&a [1,1,1], *a, *a]\n";
+  CHECK_NOTHROW(reg().parse(small, kName));
+}
+
 namespace {
 
 /// The ConfigError loading `path` with `overrides` throws (REQUIREs one).

@@ -42,6 +42,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr long long kIntMax = INT_MAX;
+/// The most list elements any document reads: what a config file of the
+/// largest size could hold written out.
+constexpr std::size_t kMaxListElements = kMaxConfigBytes / 2;
 
 using Section = ConfigSchema::Section;
 using Entry = ConfigSchema::Entry;
@@ -340,6 +343,12 @@ class Parser {
   Parser(const ConfigSchema& schema, std::string file) : schema_(schema), file_(std::move(file)) {}
 
   Config parse(const std::string& text, const std::vector<std::string>& overrides) {
+    // Written out, a list element takes at least one byte ('[', ',' or '-'
+    // before it): the text and its overrides hold at most as many elements
+    // as they have bytes, and only aliases repeating a list read more.
+    std::size_t bytes = text.size();
+    for (const std::string& o : overrides) bytes += o.size();
+    elementBudget_ = std::min(bytes, kMaxListElements);
     YAML::Node root;
     std::optional<YAML::Mark> second;
     try {
@@ -617,14 +626,15 @@ class Parser {
   }
 
   /// Counts one more list element read from the document (aliases repeat
-  /// elements without repeating their text): at most kMaxListElements, what a
-  /// config file of the largest size could hold written out.
+  /// elements without repeating their text): at most elementBudget_, one per
+  /// byte of the text and overrides (and kMaxListElements), so that a few
+  /// kilobytes of aliases cannot make the reading take millions of steps.
   void countElement(const std::string& key, int line) {
-    constexpr std::size_t kMaxListElements = kMaxConfigBytes / 2;
-    if (++elements_ > kMaxListElements)
+    if (++elements_ > elementBudget_)
       throw ConfigError(file_, line, key,
-                        "more than " + std::to_string(kMaxListElements) +
-                            " list elements in the config (YAML aliases repeating a list?)");
+                        "more than " + std::to_string(elementBudget_) +
+                            " list elements in the config, at most one per byte of its text "
+                            "(YAML aliases repeating a list?)");
   }
 
   /// Records the line of list element `key` when it is not its parent's
@@ -874,6 +884,7 @@ class Parser {
   std::string file_;
   std::map<std::string, int> lines_;  ///< Line of every key, and of list elements not on their parent's line.
   std::size_t elements_ = 0;          ///< List elements read so far (countElement).
+  std::size_t elementBudget_ = 0;     ///< The most list elements the text may read (parse sets it).
   std::map<std::string, std::string> overridden_;  ///< Dotted key -> "override '...'" that set it last.
   bool applying_ = false;                          ///< An override is being read.
 };
