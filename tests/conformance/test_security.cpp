@@ -266,8 +266,11 @@ TEST_CASE("zmq: a set-up that fails after connecting to some peers throws instea
   // Rank 0 of 3 connects to rank 1 (a port nothing listens on: its hello
   // stays queued) and then fails on rank 2's address. The connection to
   // rank 1 must not hold the constructor (ZeroMQ's default linger waits
-  // forever for the queued hello). In a child, so that a hang is a failure.
-  const std::string failed = gossamer::testing::inChild(
+  // forever for the queued hello). In a child, so that a hang is a failure:
+  // a fresh process, as the body starts threads (zmq's), which a child only
+  // forked from this process may not once it has others (ThreadSanitizer
+  // kills it; see inFreshProcess).
+  const std::string failed = gossamer::testing::inFreshProcess(
       [] {
         MemoryStore store;
         store.set("gossamer/zmq/1", "tcp://127.0.0.1:1");

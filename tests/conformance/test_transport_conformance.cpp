@@ -1397,8 +1397,13 @@ TEST_CASE(
   // ("No such device"), and so on every multi-node Slurm job (the first node's name).
   // Every interface: in a child process with a network namespace of its own
   // (unshare; gone with the child), whose only interface is its loopback,
-  // so that the test listens on no address outside 127.0.0.0/8.
-  const std::string failed = testing::inChild(
+  // so that the test listens on no address outside 127.0.0.0/8. A fresh
+  // process (fork and exec), not inChild's fork alone: this process may have
+  // other threads by now (the hosted SimGrid engine's, for the process's life,
+  // after any Simgrid case), and the body starts threads (zmq's, the store
+  // server's), which a child forked from a threaded process may not; under
+  // ThreadSanitizer that child died with exit code 66.
+  const std::string failed = testing::inFreshProcess(
       [] {
         if (::unshare(CLONE_NEWNET) != 0)
           return std::string("unshare(CLONE_NEWNET) failed (the test needs CAP_SYS_ADMIN): ") +

@@ -11,6 +11,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -59,20 +62,27 @@ class TempDir {
   std::string path_;
 };
 
-/// Starts `args[0]` with `args`, stdout and stderr redirected to files.
-/// Returns the pid, or -1 if fork failed.
+/// Starts `args[0]` with `args`, stdout and stderr redirected to files, and
+/// this process's environment plus `extraEnv` ("NAME=VALUE" entries).
+/// Returns the pid, or -1 if fork failed. Everything is built before the
+/// fork: the child calls only async-signal-safe functions before it execs,
+/// so it may be forked from a process with other threads.
 inline pid_t spawn(const std::vector<std::string>& args, const std::string& outFile,
-                   const std::string& errFile) {
+                   const std::string& errFile, const std::vector<std::string>& extraEnv = {}) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  for (const auto& e : extraEnv) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid != 0) return pid;
   const int out = open(outFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err = open(errFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (out >= 0) dup2(out, 1);
   if (err >= 0) dup2(err, 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(argv[0], argv.data());
+  execve(argv[0], argv.data(), envp.data());
   _exit(127);
 }
 
@@ -99,19 +109,83 @@ inline std::optional<int> exitCodeWithin(pid_t pid, double seconds) {
   return status && WIFEXITED(*status) ? std::optional<int>(WEXITSTATUS(*status)) : std::nullopt;
 }
 
+/// The last `limit` characters of `text` (a long log's end says why it stopped).
+inline std::string tailOf(const std::string& text, std::size_t limit = 8000) {
+  return text.size() <= limit ? text : "[...]" + text.substr(text.size() - limit);
+}
+
+/// What a sanitizer wrote for process `pid` to its own file: with log_path=P in
+/// TSAN_OPTIONS (scripts/tsan.sh sets it), ASAN_OPTIONS or UBSAN_OPTIONS, a
+/// process's reports and fatal messages go to P.<pid>, not to its stderr.
+/// Empty when there is none.
+inline std::string sanitizerLogOf(pid_t pid) {
+  std::string found;
+  for (const char* var : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS"}) {
+    const char* options = std::getenv(var);
+    const char* at = options != nullptr ? std::strstr(options, "log_path=") : nullptr;
+    if (at == nullptr) continue;
+    at += std::strlen("log_path=");
+    const std::string path(at, std::strcspn(at, " ,:\t\n"));  // the sanitizers' separators
+    const std::string file = path + "." + std::to_string(pid);
+    std::ifstream in(file);
+    if (!in) continue;
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!text.empty()) found += "\n[" + file + ":]\n" + tailOf(text);
+  }
+  return found;
+}
+
+/// Why child `pid` failed, for a test's message: how it ended (wait status
+/// `status`, or nullopt: killed after `seconds`), then what a sanitizer wrote
+/// for it (sanitizerLogOf). Exit code 66 is ThreadSanitizer's (scripts/tsan.sh)
+/// when it made a report or died (say, on threads started after a fork from
+/// a process with other threads): its text is on the child's stderr or in its
+/// log_path file.
+inline std::string describeChildEnd(pid_t pid, std::optional<int> status, double seconds) {
+  std::string how;
+  if (!status)
+    how = "[child " + std::to_string(pid) + " killed after " + std::to_string(seconds) + " s]";
+  else if (WIFSIGNALED(*status))
+    how = "[child " + std::to_string(pid) + " killed by signal " + std::to_string(WTERMSIG(*status)) + "]";
+  else
+    how = "[child " + std::to_string(pid) + " exited with code " + std::to_string(WEXITSTATUS(*status)) +
+          (WEXITSTATUS(*status) == 66 ? " (ThreadSanitizer's: a report, or it died)" : "") + "]";
+  return how + sanitizerLogOf(pid);
+}
+
 /// Runs `body` in a forked child process and returns what it returned (by
 /// convention empty: it passed; or what failed), or why the child did not
 /// finish. Waits at most `seconds` for the child's report and its exit, then
 /// kills it. The child reports through a pipe, not through Catch's handlers.
+/// Its stderr goes to a file: copied to this process's stderr when the child
+/// ended well, made part of the returned text when not (with a sanitizer's
+/// log file for it), so that a sanitizer's report of the child is never lost.
+/// The child is a fork only: from a process with other threads it may run only
+/// code that starts no thread (ThreadSanitizer kills a child that does, with
+/// exit code 66); inFreshProcess runs such code.
 inline std::string inChild(const std::function<std::string()>& body, double seconds = 120) {
+  std::error_code ec;
+  std::string errPath = (std::filesystem::temp_directory_path(ec) / "gossamer-child-err-XXXXXX").string();
+  if (ec) errPath = "/tmp/gossamer-child-err-XXXXXX";
+  const int errFd = ::mkstemp(errPath.data());
+  if (errFd < 0) return "mkstemp() failed for the child's stderr";
+  ::unlink(errPath.c_str());  // read through errFd; gone with it
   int fds[2];
-  if (::pipe(fds) != 0) return "pipe() failed";
+  if (::pipe(fds) != 0) {
+    ::close(errFd);
+    return "pipe() failed";
+  }
   std::fflush(nullptr);  // nothing buffered is written twice
   const pid_t pid = ::fork();
-  if (pid < 0) return "fork() failed";
+  if (pid < 0) {
+    for (const int fd : {fds[0], fds[1], errFd}) ::close(fd);
+    return "fork() failed";
+  }
   if (pid == 0) {
     for (const int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTERM}) std::signal(sig, SIG_DFL);
     ::close(fds[0]);
+    ::dup2(errFd, 2);
+    ::close(errFd);
     std::string out;
     try {
       out = body();
@@ -148,10 +222,75 @@ inline std::string inChild(const std::function<std::string()>& body, double seco
   const double rest =
       std::max(0.1, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
   const auto status = waitBounded(pid, rest);
-  if (!status) return out + " [child killed after " + std::to_string(seconds) + " s]";
-  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-    return out + " [child ended with status " + std::to_string(*status) + "]";
-  return out;
+  std::string err;
+  for (ssize_t n; (n = ::pread(errFd, buf, sizeof buf, static_cast<off_t>(err.size()))) > 0;)
+    err.append(buf, static_cast<std::size_t>(n));
+  ::close(errFd);
+  if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
+    std::fwrite(err.data(), 1, err.size(), stderr);  // as if the child had written it here
+    return out;
+  }
+  return out + " " + describeChildEnd(pid, status, seconds) +
+         (err.empty() ? "" : "\n[its stderr:]\n" + tailOf(err));
+}
+
+/// The environment variable that makes inFreshProcess run its body: it names
+/// the file for the body's result.
+inline constexpr const char* kFreshProcessResultEnv = "GOSSAMER_TEST_FRESH_PROCESS_RESULT";
+
+/// The current test case's name as a Catch2 test spec that selects it alone
+/// (its commas, brackets, quotes and backslashes escaped).
+inline std::string currentTestSpec() {
+  std::string spec;
+  for (const char c : Catch::getResultCapture().getCurrentTestName()) {
+    if (c == ',' || c == '[' || c == ']' || c == '"' || c == '\\') spec += '\\';
+    spec += c;
+  }
+  return spec;
+}
+
+/// Runs `body` in a fresh process of this test binary and returns what it
+/// returned (by convention empty: it passed; or what failed), or why that
+/// process failed. Unlike inChild's fork alone, the fresh process (a fork that
+/// execs this binary at once) is safe to fork from a process with other
+/// threads (say, a simulation engine's, started by an earlier case), and may
+/// start threads of its own under ThreadSanitizer. The process runs the
+/// current test case again, alone, with kFreshProcessResultEnv set: there, this
+/// call runs `body` itself, writes its result to the file named, and returns it
+/// (for the case's own checks). The case runs whatever precedes this call in
+/// both processes. Waits at most `seconds`, then kills the process.
+inline std::string inFreshProcess(const std::function<std::string()>& body, double seconds = 120) {
+  if (const char* resultFile = std::getenv(kFreshProcessResultEnv)) {  // the fresh process
+    std::string out;
+    try {
+      out = body();
+    } catch (const std::exception& e) {
+      out = std::string("threw: ") + e.what();
+    } catch (...) {
+      out = "threw something that is not a std::exception";
+    }
+    std::ofstream(resultFile) << out;
+    return out;
+  }
+  TempDir dir;
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || dir.path().empty()) return "cannot find this test binary, or make a directory";
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = spawn({self, currentTestSpec()}, dir / "out", dir / "err",
+                          {std::string(kFreshProcessResultEnv) + "=" + (dir / "result")});
+  if (pid < 0) return "fork() failed";
+  const auto status = waitBounded(pid, seconds);
+  std::ifstream in(dir / "result");
+  const bool wrote = in.is_open();  // no file: the process never ran the body (say, the spec matched nothing)
+  const std::string result{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0 && wrote) return result;
+  std::ifstream out(dir / "out"), err(dir / "err");
+  return result + (wrote ? " " : "[the fresh process wrote no result] ") +
+         describeChildEnd(pid, status, seconds) + "\n[its stdout:]\n" +
+         tailOf({std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>()}) +
+         "\n[its stderr:]\n" +
+         tailOf({std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>()});
 }
 
 /// Descriptors this process has open now (entries of /proc/self/fd).
