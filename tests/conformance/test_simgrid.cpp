@@ -1052,7 +1052,8 @@ TEST_CASE(
       s += "the configuration was taken\n";
     } catch (const InvalidArgument& e) {
       const std::string what = e.what();
-      if (what.rfind("SimGrid refused its configuration (it would have ended, by exit(), the process): ",
+      if (what.rfind("SimGrid refused its configuration item 'network/model:help' (it would have ended, by "
+                     "exit(), the process): ",
                      0) != 0 ||
           what.find("LV08") == std::string::npos)
         s += "got: " + what + "\n";
@@ -1060,6 +1061,122 @@ TEST_CASE(
     char c = 0;
     if (::read(ran[0], &c, 1) > 0) s += "the process's atexit handler ran in the check's child\n";
     return s + errorsOf(simgrid::simulate(p, [](int) {}));
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE(
+    "simgrid: a host that cannot reach another in a Dijkstra or Floyd zone is refused before the engine",
+    "[simgrid][platform]") {
+  // SimGrid computes such a zone's routes when first used: over a host
+  // without routes Dijkstra crashed the process (SIGSEGV), from a host that
+  // cannot reach every host of its zone it looped without end, and Floyd
+  // threw in the rank that sent. The platform check asks for every pair's
+  // route first, and names the pair.
+  gossamer::testing::TempDir dir;
+  const auto platform = [&](const std::string& name, const std::string& routing, const std::string& extra) {
+    const std::string file = dir / name;
+    gossamer::testing::writeFile(
+        file,
+        "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+        "<platform version=\"4.1\">\n  <zone id=\"z\" routing=\"" +
+            routing +
+            "\">\n    <host id=\"rank-0\" speed=\"1Gf\"/>\n    <host id=\"rank-1\" speed=\"1Gf\"/>\n"
+            "    <host id=\"rank-2\" speed=\"1Gf\"/>\n    <link id=\"w\" bandwidth=\"10MBps\" "
+            "latency=\"1ms\"/>\n"
+            "    <route src=\"rank-0\" dst=\"rank-1\"><link_ctn id=\"w\"/></route>\n" +
+            extra + "  </zone>\n</platform>\n");
+    return file;
+  };
+  const std::string oneWay =
+      "    <route src=\"rank-2\" dst=\"rank-1\" symmetrical=\"NO\"><link_ctn id=\"w\"/></route>\n";
+  struct Bad {
+    std::string file;
+    const char* pair;   // in the error
+    const char* about;  // in the error
+  };
+  const std::vector<Bad> bad{
+      {platform("dijkstra.xml", "Dijkstra", ""), "rank-0 to rank-2", "crashed the process"},
+      {platform("dijkstra-cache.xml", "DijkstraCache", ""), "rank-0 to rank-2", "crashed the process"},
+      {platform("one-way.xml", "Dijkstra", oneWay), "rank-0 to rank-1", "without end"},
+      {platform("floyd.xml", "Floyd", ""), "rank-0 to rank-2", "No route from"},
+  };
+  const std::string good = platform(
+      "good.xml", "Dijkstra", "    <route src=\"rank-1\" dst=\"rank-2\"><link_ctn id=\"w\"/></route>\n");
+  const std::string failed = inChild([&] {
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 3;
+    for (const auto& b : bad) {
+      p.file = b.file;
+      try {
+        simgrid::simulate(p, [](int) {});
+        s += b.file + " was taken\n";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        if (what.rfind("simgrid platform file " + b.file + ": ", 0) != 0 ||
+            what.find(b.pair) == std::string::npos || what.find(b.about) == std::string::npos)
+          s += b.file + ": expected the pair " + b.pair + " and '" + b.about + "', got: " + what + "\n";
+      }
+    }
+    // The process is whole, and simulates over a zone whose hosts reach each other.
+    p.file = good;
+    return s + errorsOf(simgrid::simulate(p, [](int r) {
+             auto t = transportOf(r, 3);
+             std::vector<std::byte> b(1000);
+             const Tag tag = Tag::make(Op::kUser, 1, 0);
+             if (r == 0) t->isend(2, tag, b).wait(t->timeoutSeconds());
+             if (r == 2) t->irecv(0, tag, b).wait(t->timeoutSeconds());
+           }));
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+}
+
+TEST_CASE("simgrid: a configuration item SimGrid would abort on is refused by name without a platform file",
+          "[simgrid][config]") {
+  // Without a platform file nothing checked the items before the engine was
+  // made: a model SimGrid does not know aborted the process, and an unknown
+  // key threw from the engine's making, after which no simulate() could run.
+  struct Bad {
+    std::vector<std::string> items;
+    std::string error;  // what the error starts with
+    const char* about;  // in SimGrid's message
+  };
+  const std::vector<Bad> bad{
+      {{"network/model:Bogus"},
+       "SimGrid refused its configuration item 'network/model:Bogus' (it would have aborted the process): ",
+       "Model 'Bogus' is invalid"},
+      {{"network/latency-factor:1", "cpu/optim:Bogus"},
+       "SimGrid refused its configuration item 'cpu/optim:Bogus' (it would have aborted the process): ",
+       "Invalid value 'Bogus' for option cpu/optim"},
+      {{"network/bogus-key:1"},
+       "SimGrid refused its configuration item 'network/bogus-key:1': ",
+       "Bad config key: network/bogus-key"},
+      {{"network/latency-factor:abc"},
+       "SimGrid refused its configuration item 'network/latency-factor:abc': ",
+       "invalid double"},
+  };
+  const std::string failed = inChild([&] {
+    std::string s;
+    simgrid::Platform p;
+    p.hosts = 2;
+    for (const auto& b : bad) {
+      try {
+        simgrid::simulate(
+            p, [](int) {}, b.items);
+        s += b.items.back() + " was taken\n";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        if (what.rfind(b.error, 0) != 0 || what.find(b.about) == std::string::npos ||
+            what.find("Existing config keys") != std::string::npos)
+          s += "expected '" + b.error + "...' about '" + b.about + "', got: " + what + "\n";
+      }
+    }
+    // The process is whole, and has not made SimGrid's engine yet.
+    return s + errorsOf(simgrid::simulate(
+                   p, [](int) {}, kExactLinks));
   });
   INFO(failed);
   CHECK(failed.empty());

@@ -165,6 +165,22 @@ void loadFile(const std::string& file) {
 
 }  // namespace
 
+std::vector<s4u::Link*> routeOf(const std::string& file, const s4u::Host* from, const s4u::Host* to, int src,
+                                int dst) {
+  std::vector<s4u::Link*> links;
+  try {
+    from->route_to(to, links, nullptr);
+  } catch (const std::exception& e) {  // some routings throw on a missing route
+    throw InvalidArgument("simgrid platform file " + file + ": no route from rank-" + std::to_string(src) +
+                          " to rank-" + std::to_string(dst) + " (" + e.what() + ")");
+  }
+  // Others give no links, and SimGrid aborts the process on a flow over none.
+  GOSSAMER_ENFORCE(src == dst || !links.empty(), "simgrid platform file " << file
+                                                                          << " has no route from rank-" << src
+                                                                          << " to rank-" << dst);
+  return links;
+}
+
 int parsingLine() noexcept {
   if (gLoading == 0) return 0;
   const LineFunction line = scannerLine();
@@ -257,18 +273,8 @@ RouteLatency build(const Platform& p) {
     return [hosts, original, cache, file = p.file](int src, int dst) {
       const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
       if (const auto it = cache->find(key); it != cache->end()) return it->second;
-      std::vector<s4u::Link*> links;
-      try {
-        hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], links, nullptr);
-      } catch (const std::exception& e) {  // some routings throw on a missing route
-        throw InvalidArgument("simgrid platform file " + file + ": no route from rank-" +
-                              std::to_string(src) + " to rank-" + std::to_string(dst) + " (" + e.what() +
-                              ")");
-      }
-      // Others give no links, and SimGrid aborts the process on a flow over none.
-      GOSSAMER_ENFORCE(src == dst || !links.empty(), "simgrid platform file "
-                                                         << file << " has no route from rank-" << src
-                                                         << " to rank-" << dst);
+      const auto links =
+          routeOf(file, hosts[static_cast<std::size_t>(src)], hosts[static_cast<std::size_t>(dst)], src, dst);
       double latency = 0;
       for (const auto* link : links) latency += original->at(link);
       (*cache)[key] = latency;

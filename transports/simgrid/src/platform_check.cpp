@@ -6,7 +6,12 @@
 // file that is missing, a route in a zone of routing "None", a WiFi link
 // with a latency, ...), and an abort cannot be caught. A child that aborts
 // loses nothing: the parent has not made its engine yet, so it reports the
-// file's error and may still simulate.
+// file's error and may still simulate. The child then asks for the route of
+// every pair of the job's hosts: over a Dijkstra zone in which a host
+// cannot reach another, SimGrid crashes (SIGSEGV), loops without end or
+// throws when it computes that route, which the simulation would do. The
+// configuration items are checked the same way (checkConfig), file or not:
+// SimGrid aborts on a model it does not know.
 //
 // The child's stdout and stderr (SimGrid's log: the critical message it
 // writes before an abort) come back through one pipe, the child's record
@@ -15,11 +20,16 @@
 // file's. The record, ended by a NUL: "ok", "error file|engine" and an
 // exception's message, "abort LINE" from the SIGABRT handler or "exit LINE"
 // from an exit() inside SimGrid (LINE: where SimGrid's parser was; the
-// kinds "abort-engine" and "exit-engine" while the engine was being made).
+// kinds "abort-engine" and "exit-engine" while the engine was being made),
+// "route SRC DST abort|exit|crash|stall" while the route from rank SRC to
+// rank DST was asked for (crash: from the handler of SIGSEGV and kin; stall:
+// from the SIGALRM handler, that route took kRouteStallSeconds).
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
@@ -30,9 +40,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "gossamer/errors.hpp"
@@ -52,6 +64,10 @@ constexpr std::size_t kQuoted = 2000;
 int gRecordFd = -1;                        // the child's end of the record pipe
 volatile std::sig_atomic_t gMade = 0;      // the child's engine is made: an abort is the file's
 volatile std::sig_atomic_t gRecorded = 0;  // the child has written its record
+// The pair whose route the child asks for (-1: none), and a count of the
+// routes asked (each SIGALRM sees whether it moved).
+volatile std::sig_atomic_t gRouteSrc = -1, gRouteDst = -1, gRouteCount = 0;
+std::sig_atomic_t gRouteSeen = 0, gRouteStill = 0;  // the SIGALRM handler's
 
 // Writes all of `data` (async-signal-safe: write(2) only).
 void writeAll(int fd, const char* data, std::size_t size) noexcept {
@@ -64,25 +80,62 @@ void writeAll(int fd, const char* data, std::size_t size) noexcept {
   }
 }
 
-// Writes the record "`kind`-engine LINE" (before the engine is made) or
-// "`kind` LINE", LINE where SimGrid's parser was. Async-signal-safe: no
-// allocation, write(2) only.
-void writeEndRecord(const char* kind) noexcept {
-  char record[64];
-  std::size_t n = 0;
-  for (const char* c = kind; *c != '\0'; ++c) record[n++] = *c;
-  for (const char* c = gMade != 0 ? " " : "-engine "; *c != '\0'; ++c) record[n++] = *c;
-  int line = parsingLine();
+// Appends `text`, then `value` in decimal (a non-negative int), to
+// `record` at `n` (async-signal-safe).
+void append(char* record, std::size_t& n, const char* text, int value) noexcept {
+  for (const char* c = text; *c != '\0'; ++c) record[n++] = *c;
+  if (value < 0) return;
   char digits[16];
   std::size_t d = 0;
   do {
-    digits[d++] = static_cast<char>('0' + line % 10);
-    line /= 10;
-  } while (line > 0 && d < sizeof digits);
+    digits[d++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && d < sizeof digits);
   while (d > 0) record[n++] = digits[--d];
+}
+
+// Writes the record "route SRC DST `kind`" while a route is asked for, else
+// "`kind`-engine LINE" (before the engine is made) or "`kind` LINE", LINE
+// where SimGrid's parser was. Async-signal-safe: no allocation, write(2)
+// only.
+void writeEndRecord(const char* kind) noexcept {
+  char record[96];
+  std::size_t n = 0;
+  if (gRouteSrc >= 0) {
+    append(record, n, "route ", gRouteSrc);
+    append(record, n, " ", gRouteDst);
+    append(record, n, " ", -1);
+    append(record, n, kind, -1);
+  } else {
+    append(record, n, kind, -1);
+    append(record, n, gMade != 0 ? " " : "-engine ", parsingLine());
+  }
   record[n++] = kRecordEnd;
   writeAll(gRecordFd, record, n);
   gRecorded = 1;
+}
+
+// The child's handler of SIGSEGV, SIGBUS, SIGFPE and SIGILL (reset to the
+// default on entry): while a route is asked for, writes its record; then
+// the signal ends the child as it would have (raised again).
+void onCrash(int signal) {
+  if (gRecorded == 0 && gRouteSrc >= 0) writeEndRecord("crash");
+  ::raise(signal);
+}
+
+// The child's SIGALRM handler, each second while routes are asked for: a
+// count of routes that has not moved for kRouteStallSeconds is SimGrid
+// looping over a missing route (a Dijkstra zone's); the record names it.
+void onAlarm(int /*signal*/) {
+  if (gRouteSrc < 0) return;
+  if (gRouteCount != gRouteSeen) {
+    gRouteSeen = gRouteCount;
+    gRouteStill = 0;
+    return;
+  }
+  if (++gRouteStill < kRouteStallSeconds) return;
+  if (gRecorded == 0) writeEndRecord("stall");
+  ::_exit(6);
 }
 
 // The child's SIGABRT handler: SimGrid has written its critical message (to
@@ -106,10 +159,13 @@ void onExit() {
   ::_exit(4);
 }
 
-// The child: makes an engine from `args` and builds `p` as simulate() will,
-// then writes its record to `recordFd` and ends; its stdout and stderr go to
-// `logFd`. Never returns.
-[[noreturn]] void runChild(const Platform& p, const std::vector<std::string>& args, int logFd,
+// What the child does once its engine is made (it throws on an error).
+using Body = std::function<void()>;
+
+// The child: makes an engine from `args` and runs `body` (which builds the
+// platform as simulate() will), then writes its record to `recordFd` and
+// ends; its stdout and stderr go to `logFd`. Never returns.
+[[noreturn]] void runChild(const Body& body, const std::vector<std::string>& args, int logFd,
                            int recordFd) noexcept {
   gRecordFd = recordFd;
   (void)std::atexit(&onExit);
@@ -139,7 +195,7 @@ void onExit() {
       // written (hiding the file's error); _exit follows.
       (void)new s4u::Engine(&argc, argv.data());
       gMade = 1;
-      (void)build(p);
+      body();
       record = "ok";
     } catch (const std::exception& e) {
       record = std::string(gMade != 0 ? "error file\n" : "error engine\n") + e.what();
@@ -152,6 +208,77 @@ void onExit() {
   gRecorded = 1;
   // Nothing of the parent's (its atexit handlers, its buffered output) runs here.
   ::_exit(0);
+}
+
+// Whether `zone` or a zone under it has routing Dijkstra, DijkstraCache or
+// Floyd: those compute a route when it is asked for (the others look it up,
+// and throw or give none for a missing one, which the simulation reports as
+// the error of the rank that sent). (Their classes are private to SimGrid:
+// known by their types' names.)
+bool computesRoutes(const s4u::NetZone* zone) {
+  const std::string_view type = typeid(*zone->get_impl()).name();
+  if (type.find("DijkstraZone") != std::string_view::npos || type.find("FloydZone") != std::string_view::npos)
+    return true;
+  const auto children = zone->get_children();
+  return std::any_of(children.begin(), children.end(),
+                     [](const s4u::NetZone* c) { return computesRoutes(c); });
+}
+
+// In the child, over `p`'s built file: asks SimGrid for the route of every
+// ordered pair of the job's hosts (routeOf throws for one it cannot give),
+// for at most kRouteSeconds. A crash or a stall on one is the record's
+// (onCrash, onAlarm: ticks of one second).
+void checkRoutes(const Platform& p) {
+  // As Engine::run() does first: a Dijkstra zone numbers its graph's nodes then.
+  s4u::Engine::get_instance()->seal_platform();
+  if (p.hosts < 2 || !computesRoutes(s4u::Engine::get_instance()->get_netzone_root())) return;
+  std::vector<const s4u::Host*> hosts;
+  for (int r = 0; r < p.hosts; ++r) hosts.push_back(s4u::Host::by_name("rank-" + std::to_string(r)));
+  struct sigaction crash {};
+  crash.sa_handler = &onCrash;
+  crash.sa_flags = SA_RESETHAND;
+  sigemptyset(&crash.sa_mask);
+  for (const int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) ::sigaction(signal, &crash, nullptr);
+  struct sigaction alarm {};
+  alarm.sa_handler = &onAlarm;
+  alarm.sa_flags = SA_RESTART;
+  sigemptyset(&alarm.sa_mask);
+  ::sigaction(SIGALRM, &alarm, nullptr);
+  const itimerval second{{1, 0}, {1, 0}};
+  ::setitimer(ITIMER_REAL, &second, nullptr);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kRouteSeconds);
+  std::size_t asked = 0;
+  bool more = true;  // false once kRouteSeconds have passed: the rest is left to the simulation
+  for (int src = 0; src < p.hosts && more; ++src) {
+    for (int dst = 0; dst < p.hosts && more; ++dst) {
+      if (src == dst) continue;
+      gRouteSrc = src;
+      gRouteDst = dst;
+      gRouteCount = gRouteCount + 1;
+      (void)routeOf(p.file, hosts[static_cast<std::size_t>(src)], hosts[static_cast<std::size_t>(dst)], src,
+                    dst);
+      more = ++asked % 1024 != 0 || std::chrono::steady_clock::now() < end;
+    }
+  }
+  gRouteSrc = -1;
+  const itimerval off{};
+  ::setitimer(ITIMER_REAL, &off, nullptr);
+}
+
+// In the child, with an engine made from the configuration items: a
+// generated platform of two hosts, a flow between them and an execution,
+// run (a model may fail only when used).
+void useEngine() {
+  Platform two;
+  two.hosts = 2;
+  (void)build(two);
+  s4u::Host* from = s4u::Host::by_name("rank-0");
+  s4u::Host* to = s4u::Host::by_name("rank-1");
+  s4u::Actor::create("gossamer-config-check", from, [from, to] {
+    s4u::Comm::sendto(from, to, 1000);
+    s4u::this_actor::execute(1000);
+  });
+  s4u::Engine::get_instance()->run();
 }
 
 // The child and the parent's ends of its pipes. Its destructor, on every
@@ -278,7 +405,7 @@ std::string endOf(const Child& c) {
 }
 
 // Starts the child with its two pipes (the parent's read ends non-blocking).
-void start(Child& c, const Platform& p, const std::vector<std::string>& args, const std::string& where) {
+void start(Child& c, const Body& body, const std::vector<std::string>& args, const std::string& where) {
   const auto failed = [&where](const char* call) {
     const int error = errno;
     return Error(where + ": cannot check it (" + call + ": " + std::strerror(error) + ")");
@@ -296,7 +423,7 @@ void start(Child& c, const Platform& p, const std::vector<std::string>& args, co
   if (c.pid == 0) {
     ::close(c.logRead);
     ::close(c.recordRead);
-    runChild(p, args, c.logWrite, c.recordWrite);
+    runChild(body, args, c.logWrite, c.recordWrite);
   }
   ::close(c.logWrite);
   ::close(c.recordWrite);
@@ -304,41 +431,137 @@ void start(Child& c, const Platform& p, const std::vector<std::string>& args, co
   for (const int fd : {c.logRead, c.recordRead}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// What a check's child came back with.
+struct Verdict {
+  std::string kind;    // its record's first line; empty when it ended without a record
+  std::string rest;    // what follows that line
+  std::string log;     // its stdout and stderr (SimGrid's log)
+  std::string ending;  // how it ended (endOf)
+};
+
+// Runs `body` in a child with an engine made from `args` and returns what
+// came back. `where` starts the Errors; `task` says what the child does
+// ("load it"), for its timeout's.
+Verdict runCheck(const Body& body, const std::vector<std::string>& args, const std::string& where,
+                 const char* task) {
+  Child c;
+  start(c, body, args, where);
+  Verdict v;
+  std::string record;
+  int error = 0;
+  const Collected got = collect(c, kCheckSeconds, v.log, record, error);
+  if (got == Collected::kTimedOut)
+    throw Error(where + ": SimGrid did not " + task + " within " + std::to_string(kCheckSeconds) + " s");
+  if (got == Collected::kFailed)
+    throw Error(where + ": cannot check it (reading from its check: " + std::strerror(error) + ")");
+  v.ending = endOf(c);
+  if (record.empty() || record.back() != kRecordEnd) return v;  // a crash other than an abort (SIGSEGV)
+  record.pop_back();
+  const auto newline = record.find('\n');
+  v.kind = record.substr(0, newline);
+  if (newline != std::string::npos) v.rest = record.substr(newline + 1);
+  return v;
+}
+
+// " (it would have aborted the process)" for an abort record's `end`
+// ("abort"), " (it would have ended, by exit(), the process)" for an exit's.
+std::string wouldHave(const std::string& end) {
+  return std::string(" (it would have ") + (end == "abort" ? "aborted" : "ended, by exit(),") +
+         " the process)";
+}
+
+// The first line of `what` (SimGrid's "Bad config key" goes on with a list
+// of every key).
+std::string firstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+// checkFile's error for the record `v` of a route ("route SRC DST how").
+// (SimGrid 3.32's Dijkstra routing crashes on a host without routes, and
+// from a host that cannot reach every node of its zone it follows a node's
+// route to itself without end: it takes the unreachable cost for the
+// largest number and adds to it.)
+std::string routeError(const std::string& where, const Verdict& v) {
+  int src = -1, dst = -1;
+  char how[16] = {};
+  (void)std::sscanf(v.kind.c_str(), "route %d %d %15s", &src, &dst, how);
+  const std::string end = how;
+  std::string what = where + ": SimGrid cannot compute the route from rank-" + std::to_string(src) +
+                     " to rank-" + std::to_string(dst) + " (";
+  if (end == "crash")
+    what += "it would have crashed the process: " + v.ending;
+  else if (end == "stall")
+    what += "it computed it for " + std::to_string(kRouteStallSeconds) + " s without end";
+  else
+    what += std::string("it would have ") + (end == "abort" ? "aborted" : "ended, by exit(),") +
+            " the process: " + criticalOf(v.log);
+  return what +
+         "); in a zone of routing Dijkstra, DijkstraCache or Floyd, each host must reach every host of its "
+         "zone";
+}
+
+// The reason SimGrid refuses the configuration items `items` (after
+// `base`), to follow "SimGrid refused its configuration item ...", or ""
+// when it takes them.
+std::string configError(const std::vector<std::string>& base, const std::vector<std::string>& items) {
+  std::vector<std::string> args(base);
+  for (const auto& item : items) args.push_back("--cfg=" + item);
+  const Verdict v = runCheck(&useEngine, args, "SimGrid configuration", "check it");
+  if (v.kind == "ok") return "";
+  if (v.kind.empty()) return " (it would have ended the process: " + v.ending + "): " + criticalOf(v.log);
+  if (v.kind.rfind("error ", 0) == 0) return ": " + firstLine(v.rest);
+  return wouldHave(v.kind.substr(0, v.kind.find_first_of(" -"))) + ": " + criticalOf(v.log);
+}
+
 }  // namespace
 
 void checkFile(const Platform& p, const std::vector<std::string>& args) {
   const std::string where = "simgrid platform file " + p.file;
-  Child c;
-  start(c, p, args, where);
-  std::string log, record;
-  int error = 0;
-  const Collected got = collect(c, kCheckSeconds, log, record, error);
-  if (got == Collected::kTimedOut)
-    throw Error(where + ": SimGrid did not load it within " + std::to_string(kCheckSeconds) + " s");
-  if (got == Collected::kFailed)
-    throw Error(where + ": cannot check it (reading from its check: " + std::strerror(error) + ")");
-  if (record.empty() || record.back() != kRecordEnd)  // a crash other than an abort (SIGSEGV)
-    throw InvalidArgument(where + ": SimGrid ended while loading it (" + endOf(c) + "): " + criticalOf(log));
-  record.pop_back();
-  const auto newline = record.find('\n');
-  const std::string kind = record.substr(0, newline);
-  const std::string rest = newline == std::string::npos ? std::string() : record.substr(newline + 1);
-  if (kind == "ok") return;
-  if (kind == "error file") throw InvalidArgument(rest);  // build()'s: it names the file (and line)
-  if (kind == "error engine") throw InvalidArgument("SimGrid refused its configuration: " + rest);
-  for (const char* end : {"abort", "exit"}) {
-    const std::string ending = std::string(" (it would have ") +
-                               (end[0] == 'a' ? "aborted" : "ended, by exit(),") + " the process): ";
-    if (kind.rfind(std::string(end) + "-engine ", 0) == 0)
-      throw InvalidArgument("SimGrid refused its configuration" + ending + criticalOf(log));
-    if (kind.rfind(std::string(end) + " ", 0) == 0) {
-      const int line = std::atoi(kind.c_str() + std::strlen(end) + 1);
+  const Verdict v = runCheck(
+      [&p] {
+        (void)build(p);
+        checkRoutes(p);
+      },
+      args, where, "load it");
+  if (v.kind.empty())
+    throw InvalidArgument(where + ": SimGrid ended while loading it (" + v.ending +
+                          "): " + criticalOf(v.log));
+  if (v.kind == "ok") return;
+  if (v.kind == "error file") throw InvalidArgument(v.rest);  // build()'s or routeOf's: they name the file
+  if (v.kind == "error engine")
+    throw InvalidArgument("SimGrid refused its configuration: " + firstLine(v.rest));
+  if (v.kind.rfind("route ", 0) == 0) throw InvalidArgument(routeError(where, v));
+  for (const std::string end : {"abort", "exit"}) {
+    if (v.kind.rfind(end + "-engine ", 0) == 0)
+      throw InvalidArgument("SimGrid refused its configuration" + wouldHave(end) + ": " + criticalOf(v.log));
+    if (v.kind.rfind(end + " ", 0) == 0) {
+      const int line = std::atoi(v.kind.c_str() + end.size() + 1);
       std::string what = where;
       if (line > 0) what.append(":").append(std::to_string(line));
-      throw InvalidArgument(what.append(": SimGrid cannot load it").append(ending).append(criticalOf(log)));
+      throw InvalidArgument(what.append(": SimGrid cannot load it")
+                                .append(wouldHave(end))
+                                .append(": ")
+                                .append(criticalOf(v.log)));
     }
   }
-  throw InvalidArgument(where + ": SimGrid's check of it ended with '" + kind + "'");
+  throw InvalidArgument(where + ": SimGrid's check of it ended with '" + v.kind + "'");
+}
+
+void checkConfig(const std::vector<std::string>& base, const std::vector<std::string>& items) {
+  if (items.empty()) return;
+  std::string why = configError(base, items);
+  if (why.empty()) return;
+  std::string named;
+  if (items.size() == 1) named = "item '" + items.front() + "'";
+  for (std::size_t k = 0; named.empty() && k < items.size(); ++k) {
+    std::string alone = configError(base, {items[k]});
+    if (alone.empty()) continue;
+    named = "item '" + items[k] + "'";
+    why = std::move(alone);
+  }
+  if (named.empty()) {  // refused together only
+    named = "items";
+    for (const auto& item : items) named += (named.size() > 5 ? ", '" : " '") + item + "'";
+  }
+  throw InvalidArgument("SimGrid refused its configuration " + named + why);
 }
 
 }  // namespace gossamer::simgrid

@@ -762,7 +762,12 @@ class Hub {
     std::promise<void> ready;
     auto started = ready.get_future();
     thread_ = std::thread([this, &ready] { run(ready); });
-    started.get();  // rethrows what the engine's start threw
+    try {
+      started.get();  // rethrows what the engine's start threw
+    } catch (...) {
+      thread_.join();  // (it has returned: a joinable thread's destructor would end the process)
+      throw;
+    }
   }
   ~Hub() {
     {
@@ -931,7 +936,8 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
       "cannot be made twice)";
   if (gSimulated.load()) throw Error(once);
 
-  std::vector<std::string> args{"gossamer-simgrid", "--log=root.thresh:warning"};
+  const std::vector<std::string> base{"gossamer-simgrid", "--log=root.thresh:warning"};
+  std::vector<std::string> args(base);
   for (const auto& c : config) {
     // SimGrid aborts the process on an item without "name:value", and
     // splits an item at white space into items of their own.
@@ -941,9 +947,11 @@ Outcome simulate(const Platform& platform, const std::function<void(int rank)>& 
                             "' is not NAME:VALUE (e.g. network/latency-factor:1)");
     args.push_back("--cfg=" + c);
   }
-  // Everything wrong with a platform file is found before the engine is
-  // made (SimGrid aborts on much of it: checkFile loads it in a child
-  // process), so that the process may still simulate with another.
+  // Everything wrong with the configuration items or a platform file is
+  // found before the engine is made (SimGrid aborts on much of it:
+  // checkConfig and checkFile make an engine of their own in a child
+  // process), so that the process may still simulate with others.
+  checkConfig(base, config);
   if (!platform.file.empty()) checkFile(platform, args);
   if (gSimulated.exchange(true)) throw Error(once);
   std::vector<char*> argv;
@@ -1012,15 +1020,20 @@ std::vector<std::unique_ptr<Transport>> makeHostedGroup(int worldSize, double ti
                    "makeHostedGroup: world size " << worldSize << " outside 1.." << kHostedHosts);
   GOSSAMER_ENFORCE(timeoutSeconds > 0, "makeHostedGroup: timeout " << timeoutSeconds << " s");
   static std::once_flag once;
+  static std::string startError;  // why the hosted engine did not start (it is made once: every call says so)
   std::call_once(once, [] {
     if (gSimulated.exchange(true))
       throw Error(
           "gossamer::simgrid::makeHostedGroup: simulate() has run in this process (SimGrid's engine "
           "cannot be made twice)");
-    hostedHub() = std::make_unique<Hub>();
+    try {
+      hostedHub() = std::make_unique<Hub>();
+    } catch (const std::exception& e) {
+      startError = e.what();
+    }
   });
   Hub* hub = hostedHub().get();
-  GOSSAMER_ENFORCE(hub != nullptr, "makeHostedGroup: the hosted simulation failed to start");
+  GOSSAMER_ENFORCE(hub != nullptr, "makeHostedGroup: the hosted simulation failed to start: " << startError);
   auto w = hub->makeWorld(worldSize);
   std::vector<std::unique_ptr<Transport>> group;
   for (int r = 0; r < worldSize; ++r) {

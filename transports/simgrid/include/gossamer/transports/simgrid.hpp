@@ -145,12 +145,17 @@ struct Outcome {
 /// @throws InvalidArgument on a bad platform or configuration item; for a
 ///         platform file SimGrid cannot load, "simgrid platform file
 ///         FILE:LINE: what" (SimGrid's message; LINE where its parser was,
-///         left out when unknown); these are found before SimGrid's engine
-///         is made, so a later simulate() may still run. Error if called
-///         after a simulate() that made the engine, or after
+///         left out when unknown); over a zone that computes routes
+///         (Dijkstra, DijkstraCache, Floyd), "simgrid platform file FILE:
+///         SimGrid cannot compute the route from rank-S to rank-D (...)" or
+///         "... no route from ..."; for a configuration item SimGrid would
+///         abort, exit or throw on, "SimGrid refused its configuration item
+///         'NAME:VALUE' ...". These are found in child processes before
+///         SimGrid's engine is made, so a later simulate() may still run.
+///         Error if called after a simulate() that made the engine, or after
 ///         makeHostedGroup (SimGrid's engine cannot be made twice), or when
-///         the child process that loads a platform file first cannot be
-///         started or does not end within 300 s.
+///         a checking child process cannot be started or does not end within
+///         300 s.
 Outcome simulate(const Platform& platform, const std::function<void(int rank)>& rank,
                  const std::vector<std::string>& config = {});
 
