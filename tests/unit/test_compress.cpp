@@ -1204,6 +1204,24 @@ TEST_CASE("fp16 compression: an average summed beyond 65504 is an error, not inf
   }
 }
 
+TEMPLATE_TEST_CASE("16-bit compression refuses a payload not aligned to 2 bytes", "[compress][half]",
+                   bfloat16, float16) {
+  // It reads and writes the payload in place as 16-bit values: one at an
+  // odd address is an InvalidArgument naming it, not a misaligned access.
+  HalfCompressor<TestType> c(4);
+  std::vector<std::byte> storage(c.payloadBytes() + 1);
+  const std::span<std::byte> odd(storage.data() + 1, c.payloadBytes());
+  const std::vector<float> g{1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<float> out(4);
+  CHECK_THROWS_WITH(c.encode(g, odd),
+                    Catch::Contains("16-bit encode: payload") && Catch::Contains("aligned"));
+  CHECK_THROWS_WITH(c.decode(odd, {}, out), Catch::Contains("16-bit decode") && Catch::Contains("aligned"));
+  std::vector<std::byte> even(c.payloadBytes());
+  c.encode(g, even);
+  c.decode(even, {}, out);
+  CHECK(out == g);
+}
+
 TEMPLATE_TEST_CASE("16-bit compression sends an entry beyond the largest finite value as that value",
                    "[compress][half]", bfloat16, float16) {
   // binary16's largest finite value is 65504 (bfloat16's about 3.39e38): a

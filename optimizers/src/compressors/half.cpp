@@ -42,6 +42,7 @@ template <typename H>
 void HalfCompressor<H>::encode(std::span<const float> gradient, std::span<std::byte> payload) {
   checkLength(gradient.size(), size(), "16-bit encode: gradient elements");
   checkLength(payload.size(), payloadBytes(), "16-bit encode: payload bytes");
+  checkAligned<H>(payload.data(), "16-bit encode: payload");
   const std::size_t n = size();
   float* e = residual_.data();
   const float* g = gradient.data();
@@ -79,6 +80,7 @@ void HalfCompressor<H>::decode(std::span<const std::byte> combined, std::span<co
   (void)gradient;
   checkLength(combined.size(), payloadBytes(), "16-bit decode: combined bytes");
   checkLength(out.size(), size(), "16-bit decode: output elements");
+  checkAligned<H>(combined.data(), "16-bit decode: combined payload");
   convert(std::span<const H>(reinterpret_cast<const H*>(combined.data()), size()), out);
   // The 16-bit allreduce adds in H: ranks' values that are each finite can
   // sum beyond H's range (fp16: 65504) and arrive as infinity.

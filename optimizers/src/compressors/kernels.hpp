@@ -31,6 +31,15 @@ inline void checkLength(std::size_t got, std::size_t want, const char* what) {
   }
 }
 
+/// Throws InvalidArgument unless `p` is aligned for T: a payload read or
+/// written in place as T's (the 16-bit compressors') must be.
+template <typename T>
+void checkAligned(const void* p, const char* what) {
+  if (reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0)
+    throw InvalidArgument(std::string(what) + ": the buffer is not aligned to " + std::to_string(alignof(T)) +
+                          " bytes");
+}
+
 /// splitmix64 step: the QSGD random stream.
 inline std::uint64_t nextRandom(std::uint64_t& state) { return splitmixNext(state); }
 

@@ -308,8 +308,11 @@ class HalfCompressor final : public Compressor {
   std::size_t payloadBytes() const override { return (size() + 1) / 2 * 4; }
   bool identicalDecode() const override { return true; }
   DType payloadType() const override { return DTypeOf<H>::value; }
-  /// @throws InvalidArgument on a length mismatch or a non-finite entry.
+  /// @throws InvalidArgument on a length mismatch, a payload not aligned
+  ///         to 2 bytes, or a non-finite entry.
   void encode(std::span<const float> gradient, std::span<std::byte> payload) override;
+  /// @throws InvalidArgument on a length mismatch or a payload not aligned
+  ///         to 2 bytes; Error on an average beyond H's range.
   void decode(std::span<const std::byte> combined, std::span<const float> gradient,
               std::span<float> out) override;
   /// The rounding error carried into the next encode (n elements).
