@@ -1823,3 +1823,32 @@ TEST_CASE("membership: what a replaced process sent that arrives before anything
   REQUIRE(job.service.membership->revoked());
   CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
 }
+
+TEST_CASE(
+    "membership: once a rank's process is lost, one started in its place is taken whatever its clock, "
+    "and a process it replaced never is",
+    "[membership]") {
+  // Rank 2's process 7 replaced process 3 (its heartbeat came later and is
+  // newer). Two messages rank 1 cannot take make it count rank 2 as lost;
+  // then process 3's late request to join view 3 is dropped all the same,
+  // while process 5 (older than 7: a host whose clock is behind), started in
+  // place of the lost one, is taken, and a late heartbeat of process 7
+  // after it is dropped: installing view 2 acts on process 5's request.
+  // Its suspicion in view 9, sent last, shows that rank 1 read the rest.
+  EarlyMessages job;
+  job.installViewOne();
+  REQUIRE_FALSE(job.service.membership->revoked());
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  const std::vector<std::byte> tooLong(4096, std::byte{0});
+  for (int i = 0; i < 2; ++i) EarlyMessages::send(*job.rank2, tooLong);
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 3, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(5, controlMessage(kJoin, 2, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 1, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(5, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  const ViewChange change = installViewTwo(job);
+  CHECK(change.view.number == 2);
+  REQUIRE(job.service.membership->revoked());
+  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+}

@@ -94,26 +94,54 @@ struct Early {
   std::optional<ViewKey> joins;       // the view it asked to join
 };
 
-// This process's incarnation: the wall clock's seconds when its service
-// started, modulo 2^24 (the codec's bytes 5-7; 194 days). A process started
-// in place of a failed rank starts later, so its incarnation is newer by
-// serial-number arithmetic (RFC 1982) than its predecessor's, as long as the
-// two started less than 97 days apart (beyond, see handle()), and what the
-// predecessor sent that arrives late is told apart by it. One restarted
-// within the second its predecessor started is taken for it (what the
-// predecessor said about views not yet installed then stands).
+// This process's incarnation: the wall clock's tenths of a second when its
+// service started, modulo 2^24 (the codec's bytes 5-7; 19.4 days). A
+// process started in place of a failed rank starts later, so its
+// incarnation is newer by serial-number arithmetic (RFC 1982) than its
+// predecessor's, as long as the two started less than 9.7 days apart and
+// their hosts' clocks agree (else see Incarnations::meet). One started in
+// the same tenth of a second as its predecessor would be taken for it.
 std::uint32_t drawIncarnation() {
-  const auto seconds =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-  return static_cast<std::uint32_t>(static_cast<std::uint64_t>(seconds.count()) % codec::kIncarnationLimit);
+  const auto tenths = std::chrono::duration_cast<std::chrono::duration<std::int64_t, std::deci>>(
+      std::chrono::system_clock::now().time_since_epoch());
+  return static_cast<std::uint32_t>(static_cast<std::uint64_t>(tenths.count()) % codec::kIncarnationLimit);
 }
 
 // Whether incarnation `a` is newer than `b` (serial-number arithmetic on 24
-// bits: a started less than 2^23 seconds after b).
+// bits: a started less than 2^23 tenths of a second after b).
 bool newerIncarnation(std::uint32_t a, std::uint32_t b) {
   const std::uint32_t ahead = (a - b) % codec::kIncarnationLimit;
   return ahead != 0 && ahead < codec::kIncarnationLimit / 2;
 }
+
+// The processes of one peer rank this rank heard from: the current one, and
+// the last kRetired it replaced, whose messages (the faults wrapper may
+// deliver them late) are moot and prove no life.
+struct Incarnations {
+  static constexpr std::size_t kRetired = 4;
+  std::optional<std::uint32_t> current;
+  std::array<std::uint32_t, kRetired> retired{};
+  std::size_t count = 0;  // processes replaced (the last kRetired kept)
+
+  enum class Verdict { kSame, kReplaced, kStale };
+
+  // Which process sent a message of incarnation `n`: the current one
+  // (kSame; the first heard), one started in its place (kReplaced: newer,
+  // or any other not retired once the transport lost the current one,
+  // `lost`: that also takes back one whose clock is behind or that started
+  // more than 9.7 days later), or a stale one (kStale: retired, or older
+  // while the current one is not lost).
+  Verdict meet(std::uint32_t n, bool lost) {
+    if (!current) current = n;
+    if (*current == n) return Verdict::kSame;
+    const auto held = retired.begin() + static_cast<std::ptrdiff_t>(std::min(count, kRetired));
+    if (std::find(retired.begin(), held, n) != held) return Verdict::kStale;
+    if (!lost && !newerIncarnation(n, *current)) return Verdict::kStale;
+    retired[count++ % kRetired] = *current;
+    current = n;
+    return Verdict::kReplaced;
+  }
+};
 
 // A state message (step 2): a rank's completed steps when it reported.
 struct Report {
@@ -935,26 +963,19 @@ class MembershipTransport final : public Transport, public Membership {
 
   void handle(int from, const Message& m) {
     std::lock_guard<std::mutex> lk(mu_);
-    // Which process of rank `from` sent it: the one heard before, one started
-    // in its place (newer; or any other once the transport lost the one
-    // before, which also takes back one started more than 97 days later), or
-    // one that process replaced, whose message arrives late (the faults
-    // wrapper may reorder): what that says is moot, and proves no life.
-    auto& incarnation = incarnations_[static_cast<std::size_t>(from)];
-    bool replaced = false;
-    if (!incarnation) {
-      incarnation = m.incarnation;
-    } else if (*incarnation != m.incarnation) {
-      if (!newerIncarnation(m.incarnation, *incarnation) && !dead_[static_cast<std::size_t>(from)]) {
-        if (staleWarned_.size() < kStaleWarnings && staleWarned_.insert({from, m.incarnation}).second)
-          log(LogLevel::kWarning, "membership: dropped what rank " + std::to_string(from) + "'s process " +
-                                      std::to_string(m.incarnation) + " sent: it was replaced by process " +
-                                      std::to_string(*incarnation) + " (a late message, or a clock behind)");
-        return;
-      }
-      incarnation = m.incarnation;
-      replaced = true;
+    // Which process of rank `from` sent it (Incarnations::meet): a stale
+    // one's message says nothing.
+    auto& incarnations = incarnations_[static_cast<std::size_t>(from)];
+    const auto verdict = incarnations.meet(m.incarnation, dead_[static_cast<std::size_t>(from)]);
+    if (verdict == Incarnations::Verdict::kStale) {
+      if (staleWarned_.size() < kStaleWarnings && staleWarned_.insert({from, m.incarnation}).second)
+        log(LogLevel::kWarning, "membership: dropped what rank " + std::to_string(from) + "'s process " +
+                                    std::to_string(m.incarnation) + " sent: process " +
+                                    std::to_string(*incarnations.current) +
+                                    " replaced it (a late message, or a clock behind)");
+      return;
     }
+    const bool replaced = verdict == Incarnations::Verdict::kReplaced;
     heard_[static_cast<std::size_t>(from)] = Clock::now();
     if (dead_[static_cast<std::size_t>(from)] || replaced) {
       // Reachable again (the transport took back a process started in its
@@ -1225,11 +1246,11 @@ class MembershipTransport final : public Transport, public Membership {
   std::map<ViewKey, std::map<int, Report>> reports_;
   // By sender: what it said in a view this rank had not installed (Early).
   std::vector<Early> early_;
-  std::vector<std::optional<std::uint32_t>> incarnations_;  // by sender: its latest process's
-  std::set<std::pair<int, std::uint32_t>> staleWarned_;     // (rank, incarnation) whose messages were dropped
-  const std::uint32_t incarnation_ = drawIncarnation();     // this process's (bytes 5-7 of what it sends)
-  std::set<int> joiners_;                                   // peers outside the view that asked to rejoin
-  bool outsider_ = false;                                   // this rank was removed and asked to rejoin
+  std::vector<Incarnations> incarnations_;               // by sender
+  std::set<std::pair<int, std::uint32_t>> staleWarned_;  // (rank, incarnation) whose messages were dropped
+  const std::uint32_t incarnation_ = drawIncarnation();  // this process's (bytes 5-7 of what it sends)
+  std::set<int> joiners_;                                // peers outside the view that asked to rejoin
+  bool outsider_ = false;                                // this rank was removed and asked to rejoin
   bool fromSide_ = false;   // ... from a side of a partition that trained on its own
   bool restarted_ = false;  // options_.restarted: this process replaces a failed rank
   bool joinAsked_ = false;  // it asked to join a view (a restarted process: since it started)

@@ -6,9 +6,10 @@
 //   0      4   magic 0x524D4247 ("GBMR")
 //   4      1   kind (Kind)
 //   5      3   incarnation of the sender's process (little-endian): the wall
-//              clock's seconds when its membership service started, modulo
-//              2^24, so that a process started in place of a failed rank is
-//              newer than its predecessor (serial-number arithmetic)
+//              clock's tenths of a second when its membership service
+//              started, modulo 2^24, so that a process started in place of a
+//              failed rank is newer than its predecessor (serial-number
+//              arithmetic)
 //   8      8   sender's view number
 //  16      4   sender's view coordinator (-1: the first view)
 //  20      4   arg: suspected rank (kSuspect), lowest survivor at resumeStep (kView, -1: none)

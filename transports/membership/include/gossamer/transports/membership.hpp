@@ -40,11 +40,13 @@
 //      answers with it. A suspicion sent in a view a rank has not installed
 //      yet is kept and acted on when it installs that view (of each peer,
 //      what it said in the latest such view only: membership.cpp, Early).
-//      Every message carries its sender process's incarnation (the second
-//      its service started, modulo 2^24): one from a process started in
-//      place of a failed rank is newer, and its peers forget what its
-//      predecessor said about views they have not installed, and drop what
-//      the predecessor sent that arrives after it.
+//      Every message carries its sender process's incarnation (the tenth of
+//      a second its service started, modulo 2^24): one from a process
+//      started in place of a failed rank is newer (or any other, once the
+//      transport lost the rank), and its peers forget what its predecessor
+//      said about views they have not installed, and drop what the
+//      predecessor (or one of the 4 processes before it) sent that arrives
+//      after it.
 //   5. With rejoin on, a rank that finds itself removed (it was stopped, or
 //      on the other side of a healed partition) sends the members a join
 //      message and its state; the next coordinator adds it, and the Agent
