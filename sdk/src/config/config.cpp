@@ -45,6 +45,10 @@ constexpr long long kIntMax = INT_MAX;
 /// The most list elements any document reads: what a config file of the
 /// largest size could hold written out.
 constexpr std::size_t kMaxListElements = kMaxConfigBytes / 2;
+/// List elements any document may read, however short its text: aliases
+/// that repeat a table's rows (a 362 x 362 table of them) read this many in
+/// well under a second.
+constexpr std::size_t kAliasedListElements = std::size_t{1} << 17;
 
 using Section = ConfigSchema::Section;
 using Entry = ConfigSchema::Entry;
@@ -345,10 +349,11 @@ class Parser {
   Config parse(const std::string& text, const std::vector<std::string>& overrides) {
     // Written out, a list element takes at least one byte ('[', ',' or '-'
     // before it): the text and its overrides hold at most as many elements
-    // as they have bytes, and only aliases repeating a list read more.
+    // as they have bytes, and only aliases repeating a list read more
+    // (kAliasedListElements of them, whatever the text's size).
     std::size_t bytes = text.size();
     for (const std::string& o : overrides) bytes += o.size();
-    elementBudget_ = std::min(bytes, kMaxListElements);
+    elementBudget_ = std::min(std::max(bytes, kAliasedListElements), kMaxListElements);
     YAML::Node root;
     std::optional<YAML::Mark> second;
     try {
@@ -627,14 +632,15 @@ class Parser {
 
   /// Counts one more list element read from the document (aliases repeat
   /// elements without repeating their text): at most elementBudget_, one per
-  /// byte of the text and overrides (and kMaxListElements), so that a few
-  /// kilobytes of aliases cannot make the reading take millions of steps.
+  /// byte of the text and overrides or kAliasedListElements, whichever is
+  /// more (and kMaxListElements), so that a few kilobytes of aliases cannot
+  /// make the reading take millions of steps.
   void countElement(const std::string& key, int line) {
     if (++elements_ > elementBudget_)
       throw ConfigError(file_, line, key,
                         "more than " + std::to_string(elementBudget_) +
-                            " list elements in the config, at most one per byte of its text "
-                            "(YAML aliases repeating a list?)");
+                            " list elements in the config, at most one per byte of its text or " +
+                            std::to_string(kAliasedListElements) + " (YAML aliases repeating a list?)");
   }
 
   /// Records the line of list element `key` when it is not its parent's
