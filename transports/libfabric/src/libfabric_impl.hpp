@@ -401,8 +401,10 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
       return;
     }
     // (cancel() is noexcept: `cancels` has room for every receive in
-    // `direct`, reserved as each enters it; should it not, the receive is
-    // left to finish into the buffer, and this waits for that the same way.)
+    // `direct`, reserved as each enters it. Should it not, out of memory,
+    // the payload is not taken back but left to land in the buffer, and
+    // this waits for that within the same bound; past it, as for a
+    // take-back, it logs and returns, and the provider may still write.)
     try {
       cancels.push_back(&state);
       cancelsPending = true;
