@@ -153,6 +153,17 @@ inline std::string describeChildEnd(pid_t pid, std::optional<int> status, double
   return how + sanitizerLogOf(pid);
 }
 
+/// What `body` returned (empty: it passed), or what it threw, as text.
+inline std::string resultOf(const std::function<std::string()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return std::string("threw: ") + e.what();
+  } catch (...) {
+    return "threw something that is not a std::exception";
+  }
+}
+
 /// Runs `body` in a forked child process and returns what it returned (by
 /// convention empty: it passed; or what failed), or why the child did not
 /// finish. Waits at most `seconds` for the child's report and its exit, then
@@ -186,14 +197,7 @@ inline std::string inChild(const std::function<std::string()>& body, double seco
     ::close(fds[0]);
     ::dup2(errFd, 2);
     ::close(errFd);
-    std::string out;
-    try {
-      out = body();
-    } catch (const std::exception& e) {
-      out = std::string("threw: ") + e.what();
-    } catch (...) {
-      out = "threw something that is not a std::exception";
-    }
+    const std::string out = resultOf(body);
     for (std::size_t at = 0; at < out.size();) {
       const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
       if (n <= 0) break;
@@ -261,14 +265,7 @@ inline std::string currentTestSpec() {
 /// both processes. Waits at most `seconds`, then kills the process.
 inline std::string inFreshProcess(const std::function<std::string()>& body, double seconds = 120) {
   if (const char* resultFile = std::getenv(kFreshProcessResultEnv)) {  // the fresh process
-    std::string out;
-    try {
-      out = body();
-    } catch (const std::exception& e) {
-      out = std::string("threw: ") + e.what();
-    } catch (...) {
-      out = "threw something that is not a std::exception";
-    }
+    const std::string out = resultOf(body);
     std::ofstream(resultFile) << out;
     return out;
   }

@@ -1571,6 +1571,11 @@ struct EarlyMessages {
     }
     return false;
   }
+  // installViewOne, and whether view 1 is then in force (not revoked).
+  bool holdsViewOne() {
+    installViewOne();
+    return !service.membership->revoked();
+  }
   // Rank 0, as the coordinator, announces view 1 {0, 1} (decided from the
   // first view), and rank 1 installs it.
   ViewChange installViewOne() {
@@ -1711,12 +1716,17 @@ TEST_CASE(
 }
 
 // Rank 0 announces view 2 {0, 1}, decided from view 1 (its coordinator 0),
-// and rank 1, which holds view 1, installs it.
-ViewChange installViewTwo(EarlyMessages& job) {
+// and rank 1, which holds view 1, installs it. Checks that rank 1 then
+// holds view 2, and whether the view was revoked for rank 2's request to
+// join it (`actedOn`), or is in force.
+void checkViewTwo(EarlyMessages& job, bool actedOn) {
   EarlyMessages::send(*job.rank0, controlMessage(kView, 2, 0, -1, {0, 1}, 0));
   for (int i = 0; i < 3000 && !job.service.membership->revoked(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return job.service.membership->recover(0, false);
+  const ViewChange change = job.service.membership->recover(0, false);
+  CHECK(change.view.number == 2);
+  CHECK(job.service.membership->revoked() == actedOn);
+  if (actedOn) CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
 }
 
 TEST_CASE(
@@ -1727,18 +1737,14 @@ TEST_CASE(
   // rank 1 installs view 2: installing it acts on that request, which a
   // claim of the predecessor's would otherwise have hidden.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 5, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 0; }));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  REQUIRE(job.service.membership->revoked());
-  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+  checkViewTwo(job, true);
 }
 
 TEST_CASE("membership: a view-0 message of a restarted process that arrives late keeps what it said since",
@@ -1749,16 +1755,12 @@ TEST_CASE("membership: a view-0 message of a restarted process that arrives late
   // view 2 acts on it. Its suspicion in view 9, sent last, shows that rank
   // 1 read the heartbeat.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  REQUIRE(job.service.membership->revoked());
-  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+  checkViewTwo(job, true);
 }
 
 TEST_CASE("membership: what a replaced process sent that arrives after its successor's is dropped",
@@ -1769,17 +1771,14 @@ TEST_CASE("membership: what a replaced process sent that arrives after its succe
   // The successor's suspicion in view 9, sent last, shows that rank 1 read
   // the request.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 2, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries >= 1; }));
   CHECK(job.held().entries == 1);
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  CHECK_FALSE(job.service.membership->revoked());
+  checkViewTwo(job, false);
 }
 
 TEST_CASE("membership: a rank found dead by mistake keeps what it said in views not yet installed",
@@ -1790,18 +1789,14 @@ TEST_CASE("membership: a rank found dead by mistake keeps what it said in views 
   // installing view 2 acts on it. Its suspicion in view 9, sent last,
   // shows that rank 1 heard it again.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
   const std::vector<std::byte> tooLong(4096, std::byte{0});
   for (int i = 0; i < 2; ++i) EarlyMessages::send(*job.rank2, tooLong);
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  REQUIRE(job.service.membership->revoked());
-  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+  checkViewTwo(job, true);
 }
 
 TEST_CASE("membership: what a replaced process sent that arrives before anything of it was heard is dropped",
@@ -1812,16 +1807,12 @@ TEST_CASE("membership: what a replaced process sent that arrives before anything
   // view 2), and installing view 2 acts on process 7's. Process 7's
   // suspicion in view 9, sent last, shows that rank 1 read the late one.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 3, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  REQUIRE(job.service.membership->revoked());
-  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+  checkViewTwo(job, true);
 }
 
 TEST_CASE(
@@ -1836,8 +1827,7 @@ TEST_CASE(
   // after it is dropped: installing view 2 acts on process 5's request.
   // Its suspicion in view 9, sent last, shows that rank 1 read the rest.
   EarlyMessages job;
-  job.installViewOne();
-  REQUIRE_FALSE(job.service.membership->revoked());
+  REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
   const std::vector<std::byte> tooLong(4096, std::byte{0});
@@ -1847,8 +1837,5 @@ TEST_CASE(
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 1, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(5, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
-  const ViewChange change = installViewTwo(job);
-  CHECK(change.view.number == 2);
-  REQUIRE(job.service.membership->revoked());
-  CHECK_THAT(job.revokedBecause(), Catch::Contains("a peer asks to rejoin"));
+  checkViewTwo(job, true);
 }
