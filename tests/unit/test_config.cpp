@@ -1161,7 +1161,7 @@ TEST_CASE("config: aliases repeating a list read no more elements than the text 
     CHECK(contains(e.what(), "more than 131072 list elements"));
   }
   // Aliases within the budget still read: a 3 x 3 table, and a 256 x 256
-  // one (65,536 elements from 1.6 KB).
+  // one (65,792 elements and rows from 1.35 KB).
   const std::string small =
       "world_size: 3\ntopology:\n  kind: fair_roulette\n  probabilities: [&a [1,1,1], *a, *a]\n";
   CHECK_NOTHROW(reg().parse(small, kName));

@@ -1839,3 +1839,23 @@ TEST_CASE(
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
   checkViewTwo(job, true);
 }
+
+TEST_CASE("membership: a process a rank's current one replaced is not taken back while that rank is lost",
+          "[membership]") {
+  // Rank 2's process 7 replaced process 3 and asks to join view 2; two
+  // messages rank 1 cannot take make it count rank 2 as lost; process 3's
+  // late request to join view 3 is dropped (taken, it would have cleared
+  // process 7's request). Process 7's suspicion in view 9, sent last,
+  // shows that rank 1 read the rest.
+  EarlyMessages job;
+  REQUIRE(job.holdsViewOne());
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kJoin, 2, 0)));
+  const std::vector<std::byte> tooLong(4096, std::byte{0});
+  for (int i = 0; i < 2; ++i) EarlyMessages::send(*job.rank2, tooLong);
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kJoin, 3, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  checkViewTwo(job, true);
+}

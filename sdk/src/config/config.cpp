@@ -45,9 +45,9 @@ constexpr long long kIntMax = INT_MAX;
 /// The most list elements any document reads: what a config file of the
 /// largest size could hold written out.
 constexpr std::size_t kMaxListElements = kMaxConfigBytes / 2;
-/// List elements any document may read, however short its text: aliases
-/// that repeat a table's rows (a 362 x 362 table of them) read this many in
-/// well under a second.
+/// List elements (rows counted) any document may read, however short its
+/// text: aliases that repeat a table's rows (up to 361 x 361) read this
+/// many in well under a second.
 constexpr std::size_t kAliasedListElements = std::size_t{1} << 17;
 
 using Section = ConfigSchema::Section;

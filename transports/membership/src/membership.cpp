@@ -130,13 +130,16 @@ struct Incarnations {
   // or any other not retired once the transport lost the current one,
   // `lost`: that also takes back one whose clock is behind or that started
   // more than 9.7 days later), or a stale one (kStale: retired, or older
-  // while the current one is not lost).
-  Verdict meet(std::uint32_t n, bool lost) {
+  // while the current one is not lost). Whatever its incarnation, a process
+  // that speaks while the current one has been `silent` (for a suspect
+  // period) is taken: a late frame taken for a newer process, or a
+  // successor whose clock is behind, cannot shut the live one out.
+  Verdict meet(std::uint32_t n, bool lost, bool silent) {
     if (!current) current = n;
     if (*current == n) return Verdict::kSame;
     const auto held = retired.begin() + static_cast<std::ptrdiff_t>(std::min(count, kRetired));
-    if (std::find(retired.begin(), held, n) != held) return Verdict::kStale;
-    if (!lost && !newerIncarnation(n, *current)) return Verdict::kStale;
+    if (!silent && std::find(retired.begin(), held, n) != held) return Verdict::kStale;
+    if (!lost && !silent && !newerIncarnation(n, *current)) return Verdict::kStale;
     retired[count++ % kRetired] = *current;
     current = n;
     return Verdict::kReplaced;
@@ -966,7 +969,9 @@ class MembershipTransport final : public Transport, public Membership {
     // Which process of rank `from` sent it (Incarnations::meet): a stale
     // one's message says nothing.
     auto& incarnations = incarnations_[static_cast<std::size_t>(from)];
-    const auto verdict = incarnations.meet(m.incarnation, dead_[static_cast<std::size_t>(from)]);
+    const auto verdict =
+        incarnations.meet(m.incarnation, dead_[static_cast<std::size_t>(from)],
+                          since(heard_[static_cast<std::size_t>(from)]) > options_.suspectSeconds);
     if (verdict == Incarnations::Verdict::kStale) {
       if (staleWarned_.size() < kStaleWarnings && staleWarned_.insert({from, m.incarnation}).second)
         log(LogLevel::kWarning, "membership: dropped what rank " + std::to_string(from) + "'s process " +

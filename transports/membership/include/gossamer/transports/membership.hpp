@@ -46,7 +46,9 @@
 //      transport lost the rank), and its peers forget what its predecessor
 //      said about views they have not installed, and drop what the
 //      predecessor (or one of the 4 processes before it) sent that arrives
-//      after it.
+//      after it, unless the process they hold has been silent for a
+//      suspect period (a late frame or a clock behind cannot shut the live
+//      process out).
 //   5. With rejoin on, a rank that finds itself removed (it was stopped, or
 //      on the other side of a healed partition) sends the members a join
 //      message and its state; the next coordinator adds it, and the Agent
