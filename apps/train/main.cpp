@@ -24,12 +24,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -103,6 +101,13 @@ struct Display {
   }
 };
 
+// "0, 1, 2": ranks for a message.
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
 // Writes the JSON summary to `path` (if any) and to the run directory, and
 // prints one line that sums the run up.
 void emitSummary(Display& display, const train::TrainSummary& s, const Config& c, const std::string& path) {
@@ -110,10 +115,14 @@ void emitSummary(Display& display, const train::TrainSummary& s, const Config& c
   std::vector<std::string> written;
   for (const std::string& p : {path, s.runDir.empty() ? std::string() : s.runDir + "/summary.json"}) {
     if (p.empty()) continue;
-    std::ofstream out(p);
-    out << json << '\n';
-    if (!out) throw gossamer::Error("cannot write summary to '" + p + "'");
-    written.push_back(p);
+    const std::vector<int> standing = train::writeSummaryFile(p, json, s);
+    if (standing.empty())
+      written.push_back(p);
+    else
+      std::fprintf(stderr,
+                   "gossamer-train: the job ended split in views that never joined again; '%s' keeps the "
+                   "summary of ranks %s, which outranks this view's (ranks %s)\n",
+                   p.c_str(), rankList(standing).c_str(), rankList(s.survivors).c_str());
   }
   // The ranks of the final view: those that finished the job together.
   char buf[512];
@@ -139,9 +148,10 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   const auto data = loadData(c);
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   auto& store = rv.store();
-  const auto s = train::runRank(
+  auto s = train::runRank(
       c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
       display.stepsOf(rank));
+  s.rendezvous = rendezvous;
   if (s.writer) emitSummary(display, s, c, summaryPath);
   return 0;
 }
@@ -229,7 +239,11 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
   const auto data = loadData(c);
   gossamer::MemoryStore store;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.worldSize()));
+  // Rank 0 of each final view is a writer: one, or one per side of a
+  // partition that never healed, of which the outranking one's summary stands.
+  std::mutex writersMu;
   train::TrainSummary summary0;
+  std::vector<std::vector<int>> views;
   std::vector<std::thread> threads;
   for (int r = 0; r < c.worldSize(); ++r) {
     threads.emplace_back([&, r] {
@@ -237,7 +251,11 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
         auto s = train::runRank(
             c, r, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
             display.stepsOf(r));
-        if (s.writer) summary0 = std::move(s);
+        if (!s.writer) return;
+        std::lock_guard<std::mutex> lk(writersMu);
+        views.push_back(s.survivors);
+        if (views.size() == 1 || train::summaryOutranks(s.survivors, summary0.survivors))
+          summary0 = std::move(s);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -253,6 +271,14 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
       }
       return 1;
     }
+  if (views.size() > 1) {
+    std::string sides;
+    for (const auto& v : views) sides += std::string(sides.empty() ? "" : "; ") + "ranks " + rankList(v);
+    std::fprintf(stderr,
+                 "gossamer-train: the job ended split in %zu views that never joined again (%s); the summary "
+                 "is that of ranks %s\n",
+                 views.size(), sides.c_str(), rankList(summary0.survivors).c_str());
+  }
   emitSummary(display, summary0, c, summaryPath);
   return 0;
 }
@@ -262,20 +288,6 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
 // directory reads it; "" for a tcp:// rendezvous.
 std::string rendezvousSummary(const std::string& rendezvous) {
   return rendezvous.rfind("tcp://", 0) == 0 ? std::string() : rendezvous + "/summary.json";
-}
-
-// The ranks of the job's final view, from the summary its lowest member
-// wrote (none when it cannot be read). A rank there whose launched process
-// was killed came back in a process restarted in its place.
-std::vector<int> finalMembers(const std::string& summaryFile) {
-  std::vector<int> out;
-  std::ifstream in(summaryFile);
-  if (summaryFile.empty() || !in) return out;
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("survivors") || !j["survivors"].is_array()) return out;
-  for (const auto& s : j["survivors"])
-    if (s.is_number_integer()) out.push_back(s.get<int>());
-  return out;
 }
 
 // Launches every rank as a child process and waits for them. A rank that
@@ -320,7 +332,11 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   // can tell a rank whose process it saw killed but that a restarted
   // process brought back.
   std::string summaryFile = summaryPath;
-  if (membership) o.replacedRanks = [&](const std::string&) { return finalMembers(summaryFile); };
+  // The ranks of the job's final view, from the summary that stands (none
+  // when it cannot be read): a rank there whose launched process was killed
+  // came back in a process restarted in its place.
+  if (membership)
+    o.replacedRanks = [&](const std::string&) { return train::survivorsInSummary(summaryFile); };
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     if (r == 0) {
       if (membership && summaryFile.empty()) summaryFile = rendezvousSummary(rendezvous);

@@ -650,3 +650,61 @@ TEST_CASE("train_core: a summary whose run directory is not valid UTF-8 is still
   CHECK(json.find("\"run_dir\":\"/tmp/run\xef\xbf\xbd\"") != std::string::npos);  // U+FFFD in its place
   CHECK(json.find("\"algorithm\":\"sgp\"") != std::string::npos);
 }
+
+TEST_CASE("train_core: the larger side of a split job keeps its summary file, whichever side writes first",
+          "[train_core]") {
+  using gossamer::train::summaryOutranks;
+  using gossamer::train::TrainSummary;
+  using gossamer::train::writeSummaryFile;
+  CHECK(summaryOutranks({0, 1, 2}, {3}));
+  CHECK_FALSE(summaryOutranks({3}, {0, 1, 2}));
+  CHECK(summaryOutranks({0, 3}, {1, 2}));  // as many ranks: the one holding the lowest
+  CHECK_FALSE(summaryOutranks({1, 2}, {3, 0}));
+  CHECK_FALSE(summaryOutranks({}, {}));
+  TempDir dir;
+  const std::string path = dir.file("summary.json");
+  const auto side = [](std::vector<int> survivors, const std::string& rendezvous) {
+    TrainSummary s;
+    s.algorithm = "sgp";
+    s.runDir = "/tmp/run";
+    s.rendezvous = rendezvous;
+    s.survivors = std::move(survivors);
+    return s;
+  };
+  const auto write = [&](const TrainSummary& s) {
+    return writeSummaryFile(path, gossamer::train::summaryJson(s, gossamer::test::defaultConfig()), s);
+  };
+  const auto held = [&] { return gossamer::train::survivorsInSummary(path); };
+  SECTION("the smaller side writes first, then the larger over it; the smaller one again changes nothing") {
+    CHECK(write(side({3}, "/tmp/r")).empty());
+    CHECK(held() == std::vector<int>{3});
+    CHECK(write(side({0, 1, 2}, "/tmp/r")).empty());
+    CHECK(held() == std::vector<int>{0, 1, 2});
+    CHECK(write(side({3}, "/tmp/r")) == std::vector<int>{0, 1, 2});
+    CHECK(held() == std::vector<int>{0, 1, 2});
+  }
+  SECTION("another job's summary, or one of this job sharing a rank, or an unreadable one, is written over") {
+    CHECK(write(side({0, 1, 2}, "/tmp/earlier")).empty());
+    CHECK(write(side({3}, "/tmp/r")).empty());  // another rendezvous: an earlier job's file
+    CHECK(held() == std::vector<int>{3});
+    CHECK(write(side({0, 1, 2, 3}, "/tmp/r")).empty());
+    CHECK(write(side({3}, "/tmp/r")).empty());  // a later view of the same ranks (a rank left after)
+    CHECK(held() == std::vector<int>{3});
+    std::ofstream(path) << "{\"survivors\": [0, 1";
+    CHECK(write(side({3}, "/tmp/r")).empty());
+    CHECK(held() == std::vector<int>{3});
+  }
+  SECTION("ranks run as threads (no rendezvous) always write; no temporary file is left") {
+    CHECK(write(side({0, 1, 2}, "/tmp/r")).empty());
+    CHECK(write(side({3}, "")).empty());
+    CHECK(held() == std::vector<int>{3});
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(dir.str()))
+      files += e.path().filename() == "summary.json" ? 1 : 100;
+    CHECK(files == 1);
+  }
+  SECTION("a directory that cannot take the file: an Error naming it") {
+    CHECK_THROWS_WITH(writeSummaryFile(dir.file("missing/summary.json"), "{}", side({0}, "")),
+                      Contains("cannot write summary to '" + dir.file("missing/summary.json")));
+  }
+}
