@@ -24,8 +24,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1450,6 +1452,13 @@ TEST_CASE("the zmq rendezvous server answers set and get, and a silent server ti
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(lost.set("job/y", "v"), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // no hang
+  // A bound past what the socket's int milliseconds hold waits as long as they do.
+  for (const double bound : {1e9, std::numeric_limits<double>::infinity()}) {
+    zmq::RemoteStore patient(server.endpoint(), bound);
+    patient.set("job/z", "w");
+    CHECK(patient.tryGet("job/z") == std::optional<std::string>("w"));
+  }
+  CHECK_THROWS_AS(zmq::RemoteStore(server.endpoint(), std::nan("")), InvalidArgument);
 }
 
 TEST_CASE("a process's later Rendezvous on one address see keys of their own and rank 0 serves on",

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <climits>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -233,8 +235,11 @@ RemoteStore::RemoteStore(const std::string& endpoint, double requestTimeoutSecon
   impl_->timeout = requestTimeoutSeconds;
   auto& s = impl_->sock;
   s.set(::zmq::sockopt::linger, 0);
-  s.set(::zmq::sockopt::rcvtimeo, static_cast<int>(requestTimeoutSeconds * 1000));
-  s.set(::zmq::sockopt::sndtimeo, static_cast<int>(requestTimeoutSeconds * 1000));
+  // Whole milliseconds, at least 1 (0 would not wait at all) and at most
+  // INT_MAX (a longer bound, infinity included, waits about 24.8 days).
+  const double millis = std::ceil(std::min(requestTimeoutSeconds * 1000.0, double{INT_MAX}));
+  s.set(::zmq::sockopt::rcvtimeo, std::max(1, static_cast<int>(millis)));
+  s.set(::zmq::sockopt::sndtimeo, std::max(1, static_cast<int>(millis)));
   s.set(::zmq::sockopt::req_relaxed, 1);    // a timed-out request may be retried
   s.set(::zmq::sockopt::req_correlate, 1);  // and a late reply to it is dropped
   try {
