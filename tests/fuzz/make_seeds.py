@@ -153,6 +153,13 @@ def compressors():
             acc |= (rng.randint(0, 4) | (rng.randint(0, 1) << (bits - 1))) << (bits * i)
         payload += acc.to_bytes(4 * words, "little")
     write("fuzz_compressors", "qsgd", shape + payload)
+    # A2SGD (byte 0 bits 2-3 = 1): n = 1 + 31 = 32, keep_error on; the ranks' average of mu+ and mu-.
+    write("fuzz_compressors", "a2sgd", bytes([0b0110, 31, 5, 0, 1, 0]) + struct.pack("<2f", 0.75, 0.5))
+    # bf16 (2) and fp16 (3): n = 1 + 4 = 5 elements, padded to 12 bytes.
+    write("fuzz_compressors", "bf16", bytes([0b1010, 4, 0, 0, 0, 0]) +
+          struct.pack("<6H", 0x3f80, 0xbf00, 0x0001, 0x7f7f, 0x8000, 0))
+    write("fuzz_compressors", "fp16", bytes([0b1110, 4, 0, 0, 0, 0]) +
+          struct.pack("<6H", 0x3c00, 0xb800, 0x0001, 0x7bff, 0x8000, 0))
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
