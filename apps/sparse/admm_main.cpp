@@ -22,7 +22,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +34,7 @@
 #include "launch_ranks.hpp"
 #include "libsvm.hpp"
 #include "partition.hpp"
+#include "summary_file.hpp"
 
 namespace {
 
@@ -247,10 +247,12 @@ void emitSummary(const nlohmann::json& summary, const std::string& path) {
   line.erase("curve");  // the console line stays short; the file has the curve
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
+  // The side of a job split for good that outranks the others keeps the file.
   if (!path.empty()) {
-    std::ofstream out(path);
-    out << summary.dump() << '\n';
-    if (!out) throw gossamer::Error("cannot write summary to '" + path + "'");
+    const std::vector<int> standing = gossamer::apps::writeSummaryFile(path, summary.dump());
+    if (!standing.empty())
+      std::fprintf(stderr, "gossamer-admm: the job ended split; '%s' keeps the summary of %zu ranks\n",
+                   path.c_str(), standing.size());
   }
 }
 
@@ -281,8 +283,13 @@ int main(int argc, char** argv) {
       try {
         const Data data = loadData(sparse::admmConfigFrom(c));
         gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-        const auto summary = runRank(c, rank, data, rv.store(), registry);
-        if (!summary.is_null()) emitSummary(summary, summaryPath);
+        const std::string job =
+            gossamer::apps::jobNonce(rv.store(), rank, c.get<double>("transport.timeout_seconds"));
+        auto summary = runRank(c, rank, data, rv.store(), registry);
+        if (!summary.is_null()) {
+          summary["job"] = job;
+          emitSummary(summary, summaryPath);
+        }
       } catch (const std::bad_alloc&) {
         const int features = c.get<int>("admm.features");
         throw gossamer::Error("out of memory: each rank holds several float64 vectors of admm.features (" +

@@ -12,7 +12,6 @@
 // Rank 0 prints a one-line JSON summary (sparseSummaryJson) last.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <new>
 #include <string>
 
@@ -21,15 +20,19 @@
 #include "gossamer/transports/zmq.hpp"
 #include "launch_ranks.hpp"
 #include "sparse_trainer.hpp"
+#include "summary_file.hpp"
 
 namespace {
 
 int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, int rank,
                const std::string& rendezvous, const std::string& summaryPath) {
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
+  const std::string job =
+      gossamer::apps::jobNonce(rv.store(), rank, c.get<double>("transport.timeout_seconds"));
   gossamer::sparse::SparseSummary s;
   try {
     s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
+    s.job = job;
   } catch (const std::bad_alloc&) {
     const int features = c.get<int>("sparse.features");
     throw gossamer::Error(
@@ -42,10 +45,12 @@ int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, in
     const std::string json = gossamer::sparse::sparseSummaryJson(s, c);
     std::printf("%s\n", json.c_str());
     std::fflush(stdout);
+    // The side of a job split for good that outranks the others keeps the file.
     if (!summaryPath.empty()) {
-      std::ofstream out(summaryPath);
-      out << json << '\n';
-      if (!out) throw gossamer::Error("cannot write summary to '" + summaryPath + "'");
+      const std::vector<int> standing = gossamer::apps::writeSummaryFile(summaryPath, json);
+      if (!standing.empty())
+        std::fprintf(stderr, "gossamer-sparse: the job ended split; '%s' keeps the summary of %zu ranks\n",
+                     summaryPath.c_str(), standing.size());
     }
   }
   return 0;

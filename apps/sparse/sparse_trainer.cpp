@@ -449,6 +449,7 @@ std::string sparseSummaryJson(const SparseSummary& s, const Config& config) {
                       {"train_loss", s.trainLoss},
                       {"test_accuracy", s.testAccuracy},
                       {"survivors", s.survivors},
+                      {"job", s.job},
                       {"lost", s.lost}};
   return j.dump();
 }

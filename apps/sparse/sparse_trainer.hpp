@@ -63,6 +63,7 @@ struct SparseSummary {
   bool writer = false;         ///< the lowest rank of the last view
   std::vector<int> survivors;  ///< the ranks of the last view
   std::vector<int> lost;       ///< the ranks lost on the way
+  std::string job;             ///< the job's random identifier (apps::jobNonce), empty if none was drawn
 };
 
 /// Trains rank `rank` (see the file comment) through a gossamer::Session:

@@ -44,6 +44,7 @@
 #include "gossamer/transports/socket.hpp"
 #include "gossamer/transports/zmq.hpp"
 #include "progress.hpp"
+#include "summary_file.hpp"
 #include "train_config.hpp"
 #include "trainer.hpp"
 #ifdef GOSSAMER_HAVE_LIBFABRIC
@@ -115,7 +116,7 @@ void emitSummary(Display& display, const train::TrainSummary& s, const Config& c
   std::vector<std::string> written;
   for (const std::string& p : {path, s.runDir.empty() ? std::string() : s.runDir + "/summary.json"}) {
     if (p.empty()) continue;
-    const std::vector<int> standing = train::writeSummaryFile(p, json, s);
+    const std::vector<int> standing = gossamer::apps::writeSummaryFile(p, json);
     if (standing.empty())
       written.push_back(p);
     else
@@ -148,10 +149,11 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   const auto data = loadData(c);
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   auto& store = rv.store();
+  const std::string job = gossamer::apps::jobNonce(store, rank, c.get<double>("transport.timeout_seconds"));
   auto s = train::runRank(
       c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
       display.stepsOf(rank));
-  s.rendezvous = rendezvous;
+  s.job = job;
   if (s.writer) emitSummary(display, s, c, summaryPath);
   return 0;
 }
@@ -254,7 +256,7 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
         if (!s.writer) return;
         std::lock_guard<std::mutex> lk(writersMu);
         views.push_back(s.survivors);
-        if (views.size() == 1 || train::summaryOutranks(s.survivors, summary0.survivors))
+        if (views.size() == 1 || gossamer::apps::summaryOutranks(s.survivors, summary0.survivors))
           summary0 = std::move(s);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
@@ -279,6 +281,7 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
                  "is that of ranks %s\n",
                  views.size(), sides.c_str(), rankList(summary0.survivors).c_str());
   }
+  summary0.job = gossamer::apps::newJobNonce();
   emitSummary(display, summary0, c, summaryPath);
   return 0;
 }
@@ -336,7 +339,7 @@ int launchProcesses(const Config& c, const std::string& configPath, const std::v
   // when it cannot be read): a rank there whose launched process was killed
   // came back in a process restarted in its place.
   if (membership)
-    o.replacedRanks = [&](const std::string&) { return train::survivorsInSummary(summaryFile); };
+    o.replacedRanks = [&](const std::string&) { return gossamer::apps::survivorsInSummary(summaryFile); };
   const auto result = gossamer::launchLocalRanks(o, [&](int r, const std::string& rendezvous) {
     if (r == 0) {
       if (membership && summaryFile.empty()) summaryFile = rendezvousSummary(rendezvous);

@@ -2,26 +2,12 @@
 // and the last line of its output): one JSON object per run.
 #include "trainer.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstddef>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <variant>
 
-#include "gossamer/errors.hpp"
 #include "gossamer/kit/wire.hpp"
-#include "gossamer/log.hpp"
 #include "train_config.hpp"
 
 namespace gossamer::train {
@@ -31,7 +17,7 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   nlohmann::json j;
   j["algorithm"] = s.algorithm;
   j["run_dir"] = s.runDir;
-  j["rendezvous"] = s.rendezvous;
+  j["job"] = s.job;
   j["world_size"] = s.worldSize;
   j["epochs"] = s.epochs;
   j["test_accuracy"] = s.testAccuracy;
@@ -116,109 +102,6 @@ std::string summaryJson(const TrainSummary& s, const Config& c) {
   // A path (run_dir) is bytes, JSON text UTF-8: bytes that are not UTF-8
   // become U+FFFD rather than fail the finished run.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-namespace {
-
-// The survivors a parsed summary names (none if it names none).
-std::vector<int> survivorsOf(const nlohmann::json& j) {
-  std::vector<int> out;
-  if (!j.is_object() || !j.contains("survivors") || !j["survivors"].is_array()) return out;
-  for (const auto& r : j["survivors"])
-    if (r.is_number_integer()) out.push_back(r.get<int>());
-  return out;
-}
-
-// `key`'s string in a parsed summary, or "" when it has none.
-std::string stringOf(const nlohmann::json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
-}
-
-// An exclusive flock on a directory, held while the object lives, so that
-// the writers of files there take turns; waited for at most `seconds`, then
-// (or where the file system cannot lock) the writer goes on without it.
-class DirectoryTurn {
- public:
-  DirectoryTurn(const std::string& dir, double seconds) {
-    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      if ((err != EWOULDBLOCK && err != EINTR) || std::chrono::steady_clock::now() >= deadline) {
-        GOSSAMER_LOG(kWarning, "summary: no turn on '"
-                                   << dir << "' (" << (err == EWOULDBLOCK ? "still held" : std::strerror(err))
-                                   << "): writing without it");
-        ::close(fd_);
-        fd_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  ~DirectoryTurn() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
-  DirectoryTurn(const DirectoryTurn&) = delete;
-  DirectoryTurn& operator=(const DirectoryTurn&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
-bool shareARank(const std::vector<int>& a, const std::vector<int>& b) {
-  return std::any_of(a.begin(), a.end(), [&](int r) { return std::find(b.begin(), b.end(), r) != b.end(); });
-}
-
-}  // namespace
-
-bool summaryOutranks(const std::vector<int>& a, const std::vector<int>& b) {
-  if (a.size() != b.size()) return a.size() > b.size();
-  if (a.empty()) return false;
-  return *std::min_element(a.begin(), a.end()) < *std::min_element(b.begin(), b.end());
-}
-
-std::vector<int> survivorsInSummary(const std::string& path) {
-  std::ifstream in(path);
-  if (path.empty() || !in) return {};
-  return survivorsOf(nlohmann::json::parse(in, nullptr, false));
-}
-
-std::vector<int> writeSummaryFile(const std::string& path, const std::string& json,
-                                  const TrainSummary& summary) {
-  const std::filesystem::path target(path);
-  const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
-  DirectoryTurn turn(dir, 10.0);
-  if (!summary.rendezvous.empty()) {
-    std::ifstream in(path);
-    const auto held = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
-    const auto ours = nlohmann::json::parse(json, nullptr, false);
-    const std::vector<int> theirs = survivorsOf(held);
-    if (stringOf(held, "rendezvous") == stringOf(ours, "rendezvous") &&
-        stringOf(held, "run_dir") == stringOf(ours, "run_dir") && !shareARank(theirs, summary.survivors) &&
-        summaryOutranks(theirs, summary.survivors))
-      return theirs;
-  }
-  // A name no other writer takes: this process's id and a counter of its own.
-  static std::atomic<unsigned> written{0};
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(written++);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) throw Error("cannot write summary to '" + temporary + "': " + std::strerror(errno));
-  const std::string text = json + '\n';
-  int writeErr = 0;
-  for (std::size_t done = 0; done < text.size() && writeErr == 0;) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0)
-      done += static_cast<std::size_t>(n);
-    else if (n == 0 || errno != EINTR)
-      writeErr = n == 0 ? EIO : errno;
-  }
-  if (::close(fd) != 0 || writeErr != 0 || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int err = writeErr != 0 ? writeErr : errno;
-    ::unlink(temporary.c_str());
-    throw Error("cannot write summary to '" + path + "': " + std::strerror(err));
-  }
-  return {};
 }
 
 }  // namespace gossamer::train

@@ -85,10 +85,9 @@ struct TrainSummary {
   /// This rank's transport counters at the end (bytes, messages, refused
   /// connections, rejected frames by kind).
   TransportStats transportStats;
-  /// The job's rendezvous (a directory, or tcp://HOST:PORT) for a rank run
-  /// as a process, empty for ranks run as threads: with run_dir, it tells a
-  /// summary file written by this job from one an earlier job left.
-  std::string rendezvous;
+  /// The job's random identifier (apps::jobNonce), the same on every rank:
+  /// it tells a summary file written by this job from one an earlier job left.
+  std::string job;
 };
 
 /// Where a rank is after a training step (the progress display's input).
@@ -112,28 +111,5 @@ TrainSummary runRank(const Config& config, int rank, const FashionMnist& data, S
 
 /// The summary as the one-line JSON object printed at the end of a run.
 std::string summaryJson(const TrainSummary& summary, const Config& config);
-
-/// Whether the final view `a` (global ranks) outranks the final view `b` as
-/// the one whose summary stands for a job that ended split in views that
-/// never joined again (a partition that never healed, under
-/// membership.partition: merge): it has more ranks, or as many and the
-/// lowest rank of the two. Neither outranks the other when both are empty.
-bool summaryOutranks(const std::vector<int>& a, const std::vector<int>& b);
-
-/// The survivors the summary file `path` names; empty when it cannot be
-/// read or names none.
-std::vector<int> survivorsInSummary(const std::string& path);
-
-/// Writes `json`, the summary of `summary`'s final view, to the file `path`
-/// as a whole (a temporary file beside it, renamed over it), unless `path`
-/// already holds the summary of another side of the same job that outranks
-/// it (summaryOutranks): one with the same rendezvous and run_dir, non-empty,
-/// whose survivors share no rank with `summary.survivors`. Writers of one
-/// directory take turns (flock on the directory, waited for at most 10 s).
-/// @returns the survivors of the summary that stands instead; empty when
-///          this one was written.
-/// @throws Error if the file cannot be written.
-std::vector<int> writeSummaryFile(const std::string& path, const std::string& json,
-                                  const TrainSummary& summary);
 
 }  // namespace gossamer::train

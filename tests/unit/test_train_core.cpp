@@ -6,6 +6,8 @@
 
 #include "dataset.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,8 +23,10 @@
 #include <vector>
 
 #include "dataset.hpp"
+#include "gossamer/store.hpp"
 #include "model.hpp"
 #include "registry.hpp"
+#include "summary_file.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -651,11 +655,10 @@ TEST_CASE("train_core: a summary whose run directory is not valid UTF-8 is still
   CHECK(json.find("\"algorithm\":\"sgp\"") != std::string::npos);
 }
 
-TEST_CASE("train_core: the larger side of a split job keeps its summary file, whichever side writes first",
+TEST_CASE("summary file: the larger side of a split job keeps it, whichever side writes first",
           "[train_core]") {
-  using gossamer::train::summaryOutranks;
-  using gossamer::train::TrainSummary;
-  using gossamer::train::writeSummaryFile;
+  using gossamer::apps::summaryOutranks;
+  using gossamer::apps::writeSummaryFile;
   CHECK(summaryOutranks({0, 1, 2}, {3}));
   CHECK_FALSE(summaryOutranks({3}, {0, 1, 2}));
   CHECK(summaryOutranks({0, 3}, {1, 2}));  // as many ranks: the one holding the lowest
@@ -663,48 +666,81 @@ TEST_CASE("train_core: the larger side of a split job keeps its summary file, wh
   CHECK_FALSE(summaryOutranks({}, {}));
   TempDir dir;
   const std::string path = dir.file("summary.json");
-  const auto side = [](std::vector<int> survivors, const std::string& rendezvous) {
-    TrainSummary s;
+  const auto side = [](const std::vector<int>& survivors, const std::string& job) {
+    gossamer::train::TrainSummary s;
     s.algorithm = "sgp";
-    s.runDir = "/tmp/run";
-    s.rendezvous = rendezvous;
-    s.survivors = std::move(survivors);
-    return s;
+    s.job = job;
+    s.survivors = survivors;
+    return gossamer::train::summaryJson(s, gossamer::test::defaultConfig());
   };
-  const auto write = [&](const TrainSummary& s) {
-    return writeSummaryFile(path, gossamer::train::summaryJson(s, gossamer::test::defaultConfig()), s);
-  };
-  const auto held = [&] { return gossamer::train::survivorsInSummary(path); };
+  const auto held = [&] { return gossamer::apps::survivorsInSummary(path); };
   SECTION("the smaller side writes first, then the larger over it; the smaller one again changes nothing") {
-    CHECK(write(side({3}, "/tmp/r")).empty());
+    CHECK(writeSummaryFile(path, side({3}, "a1")).empty());
     CHECK(held() == std::vector<int>{3});
-    CHECK(write(side({0, 1, 2}, "/tmp/r")).empty());
+    CHECK(writeSummaryFile(path, side({0, 1, 2}, "a1")).empty());
     CHECK(held() == std::vector<int>{0, 1, 2});
-    CHECK(write(side({3}, "/tmp/r")) == std::vector<int>{0, 1, 2});
+    CHECK(writeSummaryFile(path, side({3}, "a1")) == std::vector<int>{0, 1, 2});
     CHECK(held() == std::vector<int>{0, 1, 2});
   }
-  SECTION("another job's summary, or one of this job sharing a rank, or an unreadable one, is written over") {
-    CHECK(write(side({0, 1, 2}, "/tmp/earlier")).empty());
-    CHECK(write(side({3}, "/tmp/r")).empty());  // another rendezvous: an earlier job's file
+  SECTION("another job's summary, one of this job sharing a rank, or an unreadable one, is written over") {
+    CHECK(writeSummaryFile(path, side({0, 1, 2}, "earlier")).empty());
+    CHECK(writeSummaryFile(path, side({3}, "a1")).empty());
     CHECK(held() == std::vector<int>{3});
-    CHECK(write(side({0, 1, 2, 3}, "/tmp/r")).empty());
-    CHECK(write(side({3}, "/tmp/r")).empty());  // a later view of the same ranks (a rank left after)
+    CHECK(writeSummaryFile(path, side({0, 1, 2, 3}, "a1")).empty());
+    CHECK(writeSummaryFile(path, side({3}, "a1")).empty());  // not another side: it shares rank 3
     CHECK(held() == std::vector<int>{3});
     std::ofstream(path) << "{\"survivors\": [0, 1";
-    CHECK(write(side({3}, "/tmp/r")).empty());
+    CHECK(writeSummaryFile(path, side({3}, "a1")).empty());
     CHECK(held() == std::vector<int>{3});
   }
-  SECTION("ranks run as threads (no rendezvous) always write; no temporary file is left") {
-    CHECK(write(side({0, 1, 2}, "/tmp/r")).empty());
-    CHECK(write(side({3}, "")).empty());
+  SECTION("a summary without a job always writes; no temporary file is left") {
+    CHECK(writeSummaryFile(path, side({0, 1, 2}, "a1")).empty());
+    CHECK(writeSummaryFile(path, side({3}, "")).empty());
     CHECK(held() == std::vector<int>{3});
-    int files = 0;
-    for (const auto& e : fs::directory_iterator(dir.str()))
-      files += e.path().filename() == "summary.json" ? 1 : 100;
-    CHECK(files == 1);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir.str())) names.push_back(e.path().filename().string());
+    CHECK(names == std::vector<std::string>{"summary.json"});
   }
-  SECTION("a directory that cannot take the file: an Error naming it") {
-    CHECK_THROWS_WITH(writeSummaryFile(dir.file("missing/summary.json"), "{}", side({0}, "")),
-                      Contains("cannot write summary to '" + dir.file("missing/summary.json")));
+  SECTION("through a symbolic link the file it names is written, and the link stays") {
+    const std::string real = dir.file("real.json");
+    fs::create_symlink(real, path);
+    CHECK(writeSummaryFile(path, side({1}, "a1")).empty());
+    CHECK(fs::is_symlink(path));
+    CHECK(gossamer::apps::survivorsInSummary(real) == std::vector<int>{1});
   }
+  SECTION("a FIFO is written in place, and stays a FIFO") {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+    REQUIRE(reader >= 0);
+    const std::string json = side({2}, "a1");
+    CHECK(writeSummaryFile(path, json).empty());
+    std::string got(json.size() + 16, '\0');
+    const ssize_t n = ::read(reader, got.data(), got.size());
+    ::close(reader);
+    CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
+    CHECK(fs::is_fifo(path));
+  }
+  SECTION("a directory that cannot take the file, or a target that is a directory: an Error naming it") {
+    const std::string missing = dir.file("missing/summary.json");
+    CHECK_THROWS_WITH(writeSummaryFile(missing, side({0}, "")),
+                      Contains("cannot write summary to '" + missing + "'"));
+    fs::create_directories(dir.file("taken/inner"));
+    CHECK_THROWS_WITH(writeSummaryFile(dir.file("taken"), side({0}, "")),
+                      Contains("cannot write summary to '" + dir.file("taken") + "'"));
+  }
+}
+
+TEST_CASE("summary file: every process of a job draws the same job identifier, another job another one",
+          "[train_core]") {
+  gossamer::MemoryStore store;
+  const std::string job = gossamer::apps::jobNonce(store, 0, 1.0);
+  CHECK(job.size() == 16);
+  CHECK(job.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(gossamer::apps::jobNonce(store, 2, 1.0) == job);
+  CHECK(gossamer::apps::jobNonce(store, 0, 1.0) == job);  // a rank 0 restarted into the job
+  gossamer::MemoryStore other;
+  CHECK(gossamer::apps::jobNonce(other, 0, 1.0) != job);
+  CHECK(gossamer::apps::newJobNonce() != gossamer::apps::newJobNonce());
+  gossamer::MemoryStore empty;
+  CHECK_THROWS_AS(gossamer::apps::jobNonce(empty, 1, 0.05), gossamer::TimeoutError);
 }

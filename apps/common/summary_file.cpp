@@ -1,0 +1,181 @@
+// The run summary file the programs' writers share (summary_file.hpp): the
+// outranking side of a split job keeps it, written whole through a renamed
+// temporary file, the writers of one directory taking turns under a flock.
+#include "summary_file.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "gossamer/errors.hpp"
+#include "gossamer/log.hpp"
+#include "gossamer/store.hpp"
+
+namespace gossamer::apps {
+
+namespace {
+
+constexpr const char* kJobKey = "gossamer.job";
+
+// The survivors a parsed summary names (none if it names none).
+std::vector<int> survivorsOf(const nlohmann::json& j) {
+  std::vector<int> out;
+  if (!j.is_object() || !j.contains("survivors") || !j["survivors"].is_array()) return out;
+  for (const auto& r : j["survivors"])
+    if (r.is_number_integer()) out.push_back(r.get<int>());
+  return out;
+}
+
+// `key`'s string in a parsed summary, or "" when it has none.
+std::string stringOf(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+bool shareARank(const std::vector<int>& a, const std::vector<int>& b) {
+  return std::any_of(a.begin(), a.end(), [&](int r) { return std::find(b.begin(), b.end(), r) != b.end(); });
+}
+
+std::string randomHex() {
+  std::random_device device;
+  const std::uint64_t v = (std::uint64_t{device()} << 32) ^ device();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// An exclusive flock on a directory, held while the object lives, so that
+// the writers of files there take turns; waited for at most `seconds`, then
+// (or where the file system cannot lock) the writer goes on without it.
+class DirectoryTurn {
+ public:
+  DirectoryTurn(const std::string& dir, double seconds) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if ((err != EWOULDBLOCK && err != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+        GOSSAMER_LOG(kWarning, "summary: no turn on '"
+                                   << dir << "' (" << (err == EWOULDBLOCK ? "still held" : std::strerror(err))
+                                   << "): writing without it");
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~DirectoryTurn() {
+    if (fd_ < 0) return;
+    ::flock(fd_, LOCK_UN);  // (a copy of the descriptor in a forked child would hold it on)
+    ::close(fd_);
+  }
+  DirectoryTurn(const DirectoryTurn&) = delete;
+  DirectoryTurn& operator=(const DirectoryTurn&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+[[noreturn]] void cannotWrite(const std::string& path, int err) {
+  throw Error("cannot write summary to '" + path + "': " + std::strerror(err));
+}
+
+// `text` into a temporary file beside `path`, then renamed over it.
+void replaceWhole(const std::string& path, const std::string& text) {
+  std::string temporary;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {  // a name no other writer holds
+    temporary = path + ".tmp-" + randomHex();
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int err = errno;
+    if (fd < 0 && (err != EEXIST || attempt == 16)) cannotWrite(path, err);
+  }
+  int err = 0;
+  for (std::size_t done = 0; done < text.size() && err == 0;) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0)
+      done += static_cast<std::size_t>(n);
+    else if (n == 0 || errno != EINTR)
+      err = n == 0 ? EIO : errno;
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(temporary.c_str());
+    cannotWrite(path, err);
+  }
+}
+
+}  // namespace
+
+std::string jobNonce(Store& store, int rank, double timeoutSeconds) {
+  if (rank != 0) return store.get(kJobKey, timeoutSeconds);
+  if (auto known = store.tryGet(kJobKey)) return *known;  // rank 0 restarted into a running job
+  const std::string nonce = randomHex();
+  store.set(kJobKey, nonce);
+  return nonce;
+}
+
+std::string newJobNonce() { return randomHex(); }
+
+bool summaryOutranks(const std::vector<int>& a, const std::vector<int>& b) {
+  if (a.size() != b.size()) return a.size() > b.size();
+  if (a.empty()) return false;
+  return *std::min_element(a.begin(), a.end()) < *std::min_element(b.begin(), b.end());
+}
+
+std::vector<int> survivorsInSummary(const std::string& path) {
+  std::ifstream in(path);
+  if (path.empty() || !in) return {};
+  return survivorsOf(nlohmann::json::parse(in, nullptr, false));
+}
+
+std::vector<int> writeSummaryFile(const std::string& path, const std::string& json) {
+  namespace fs = std::filesystem;
+  const std::string text = json + '\n';
+  std::error_code ec;
+  fs::path target(path);
+  // Through symbolic links (a chain of them, or one naming no file yet) to
+  // the file they name, as many hops as the kernel follows (40).
+  for (int hop = 0; hop < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {  // a device or a FIFO: written as it is
+    std::ofstream out(target);
+    out << text;
+    out.flush();
+    if (!out) cannotWrite(path, errno != 0 ? errno : EIO);
+    return {};
+  }
+  DirectoryTurn turn(target.has_parent_path() ? target.parent_path().string() : std::string("."), 10.0);
+  const auto ours = nlohmann::json::parse(json, nullptr, false);
+  const std::string job = stringOf(ours, "job");
+  if (!job.empty() && fs::is_regular_file(status)) {
+    std::ifstream in(target);
+    const auto held = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    const std::vector<int> theirs = survivorsOf(held), mine = survivorsOf(ours);
+    if (stringOf(held, "job") == job && !shareARank(theirs, mine) && summaryOutranks(theirs, mine))
+      return theirs;
+  }
+  replaceWhole(target.string(), text);
+  return {};
+}
+
+}  // namespace gossamer::apps

@@ -1,0 +1,50 @@
+// The run summary file that the programs' writers share: a job split in
+// views that never joined again (a partition that never healed, under
+// membership.partition: merge) has a writer on each side, and the file keeps
+// the summary of the side that outranks the others, whichever ends first.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gossamer {
+class Store;
+}
+
+namespace gossamer::apps {
+
+/// A random identifier of the running job (16 hex digits), the same in each
+/// of its processes: rank 0 draws it and publishes it through `store` (a
+/// rank 0 restarted into the job finds it there); the other ranks wait for
+/// it up to `timeoutSeconds`. A summary carries it as "job".
+/// @throws TimeoutError if rank 0 published none in time; what `store` throws.
+std::string jobNonce(Store& store, int rank, double timeoutSeconds);
+
+/// A random job identifier (16 hex digits) for ranks run as threads of one
+/// process, which need not share it through a store.
+std::string newJobNonce();
+
+/// Whether the final view `a` (global ranks) outranks the final view `b` as
+/// the one whose summary stands for a job that ended split: it has more
+/// ranks, or as many and the lowest rank of the two. Neither outranks the
+/// other when both are empty.
+bool summaryOutranks(const std::vector<int>& a, const std::vector<int>& b);
+
+/// The "survivors" the summary file `path` names; empty when it cannot be
+/// read or names none.
+std::vector<int> survivorsInSummary(const std::string& path);
+
+/// Writes `json`, a summary object with "job" and "survivors", and a newline
+/// to the file `path` as a whole (a temporary file beside it, renamed over
+/// it; through a symbolic link, at the file it names), unless `path` already
+/// holds a summary of the same non-empty "job" whose survivors share no rank
+/// with `json`'s and outrank them. Writers of one directory take turns (an
+/// flock on the directory, waited for at most 10 s; where the file system
+/// refuses it, as NFS can, they go on without). A target that exists and is
+/// not a regular file (/dev/stdout, a FIFO) is written in place.
+/// @returns the survivors of the summary kept instead; empty when `json`
+///          was written.
+/// @throws Error naming `path` if it cannot be written.
+std::vector<int> writeSummaryFile(const std::string& path, const std::string& json);
+
+}  // namespace gossamer::apps
