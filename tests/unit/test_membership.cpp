@@ -1539,17 +1539,17 @@ std::vector<std::byte> fromIncarnation(std::uint32_t n, std::vector<std::byte> m
 
 // Rank 1 runs the service in a job of ranks 0 and 1 with room for rank 2;
 // ranks 0 and 2 are bare transports that send it what a test says. Nothing
-// is suspected for silence (30 s): a test ends first.
+// is suspected for silence (30 s by default): a test ends first.
 struct EarlyMessages {
   std::shared_ptr<inproc::Fabric> fabric = inproc::makeFabric(3);
   std::unique_ptr<Transport> rank0 = inproc::makeTransport(fabric, 0, 5.0);
   std::unique_ptr<Transport> rank2 = inproc::makeTransport(fabric, 2, 5.0);
   membership::Service service;
 
-  EarlyMessages() {
+  explicit EarlyMessages(double suspectSeconds = 30) {
     membership::MembershipOptions o;
     o.heartbeatSeconds = 0.05;
-    o.suspectSeconds = 30;
+    o.suspectSeconds = suspectSeconds;
     service = membership::wrap(std::make_unique<WithRoom>(inproc::makeTransport(fabric, 1, 5.0), 2), o);
   }
   ~EarlyMessages() {
@@ -1836,6 +1836,62 @@ TEST_CASE(
   EarlyMessages::send(*job.rank2, fromIncarnation(5, controlMessage(kJoin, 2, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 1, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(5, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
+  checkViewTwo(job, true);
+}
+
+namespace {
+// Rank 0's heartbeats in view 1, every 50 ms while the object lives, so that
+// a test with a short suspect period can let rank 2 fall silent.
+class RankZeroBeats {
+ public:
+  explicit RankZeroBeats(EarlyMessages& job)
+      : thread_([this, &job] {
+          while (!stop_.load()) {
+            try {
+              EarlyMessages::send(*job.rank0, controlMessage(kHeartbeat, 1, 0));
+            } catch (const Error&) {
+              return;  // the job ended
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        }) {}
+  ~RankZeroBeats() {
+    stop_.store(true);
+    thread_.join();
+  }
+  RankZeroBeats(const RankZeroBeats&) = delete;
+  RankZeroBeats& operator=(const RankZeroBeats&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+}  // namespace
+
+TEST_CASE(
+    "membership: once a rank's process has been silent a suspect period, whichever process speaks for it is "
+    "taken, retired or older",
+    "[membership]") {
+  // Rank 2's process 7 replaced process 3. Process 7 then says nothing for
+  // longer than suspect_seconds (2 s): a process that speaks for rank 2 now
+  // is taken even if it is one 7 replaced (a newer-looking late frame took
+  // its place) or older than 7 (started in 7's place on a host whose clock
+  // is behind), and installing view 2 acts on its request to join it. (Had
+  // 7 spoken within the period, either would be dropped: the cases above.)
+  const std::uint32_t speaker = GENERATE(3u, 5u);
+  INFO("process " << speaker << (speaker == 3 ? " (retired)" : " (older, never heard)"));
+  EarlyMessages job(2.0);
+  RankZeroBeats beats(job);
+  REQUIRE(job.holdsViewOne());
+  EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
+  REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2600));  // process 7 silent past the suspect period
+  EarlyMessages::send(*job.rank2, fromIncarnation(speaker, controlMessage(kJoin, 2, 0)));
+  EarlyMessages::send(*job.rank2, fromIncarnation(speaker, controlMessage(kSuspect, 9, 0, 0)));
+  // Taken: its request and suspicion are held (dropped, only process 7's suspicion would be).
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 2; }));
   checkViewTwo(job, true);
 }
