@@ -68,11 +68,11 @@ class DirectoryTurn {
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if ((err != EWOULDBLOCK && err != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+        ::close(fd_);
+        fd_ = -1;
         GOSSAMER_LOG(kWarning, "summary: no turn on '"
                                    << dir << "' (" << (err == EWOULDBLOCK ? "still held" : std::strerror(err))
                                    << "): writing without it");
-        ::close(fd_);
-        fd_ = -1;
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -94,26 +94,48 @@ class DirectoryTurn {
   throw Error("cannot write summary to '" + path + "': " + std::strerror(err));
 }
 
-// `text` into a temporary file beside `path`, then renamed over it.
-void replaceWhole(const std::string& path, const std::string& text) {
-  std::string temporary;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {  // a name no other writer holds
-    temporary = path + ".tmp-" + randomHex();
-    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    const int err = errno;
-    if (fd < 0 && (err != EEXIST || attempt == 16)) cannotWrite(path, err);
-  }
-  int err = 0;
-  for (std::size_t done = 0; done < text.size() && err == 0;) {
+// Writes all of `text` to `fd`; 0, or the errno of the write that failed.
+int writeAll(int fd, const std::string& text) {
+  for (std::size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n > 0)
       done += static_cast<std::size_t>(n);
     else if (n == 0 || errno != EINTR)
-      err = n == 0 ? EIO : errno;
+      return n == 0 ? EIO : errno;
   }
+  return 0;
+}
+
+// `text` written over what `file` holds (truncated, created if missing);
+// errors name `path`.
+void writeInPlace(const std::string& path, const std::string& file, const std::string& text) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC, 0666);
+  if (fd < 0) cannotWrite(path, errno);
+  int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) cannotWrite(path, err);
+}
+
+// `text` into a temporary file beside `target`, then renamed over it; in
+// place where the directory takes no new file (EACCES, EPERM, EROFS) but
+// the file exists. Errors name `path`, the name the caller gave.
+void replaceWhole(const std::string& path, const std::string& target, const std::string& text) {
+  std::string temporary;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {  // a name no other writer holds
+    temporary = target + ".tmp-" + randomHex();
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int err = errno;
+    if (fd >= 0) break;
+    if ((err == EACCES || err == EPERM || err == EROFS) && ::access(target.c_str(), F_OK) == 0) {
+      writeInPlace(path, target, text);
+      return;
+    }
+    if (err != EEXIST || attempt == 16) cannotWrite(path, err);
+  }
+  int err = writeAll(fd, text);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(temporary.c_str());
     cannotWrite(path, err);
@@ -122,9 +144,10 @@ void replaceWhole(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::string jobNonce(Store& store, int rank, double timeoutSeconds) {
+std::string jobNonce(Store& store, int rank, bool restarted, double timeoutSeconds) {
   if (rank != 0) return store.get(kJobKey, timeoutSeconds);
-  if (auto known = store.tryGet(kJobKey)) return *known;  // rank 0 restarted into a running job
+  if (restarted)
+    if (auto known = store.tryGet(kJobKey)) return *known;  // rank 0 restarted into a running job
   const std::string nonce = randomHex();
   store.set(kJobKey, nonce);
   return nonce;
@@ -147,34 +170,39 @@ std::vector<int> survivorsInSummary(const std::string& path) {
 std::vector<int> writeSummaryFile(const std::string& path, const std::string& json) {
   namespace fs = std::filesystem;
   const std::string text = json + '\n';
+  // Through symbolic links (a chain of them, or one naming no file yet) to
+  // the file they name, as many hops as the kernel follows (40). A link
+  // through /proc (/dev/stdout, /dev/fd/N: an open descriptor, a pipe or
+  // a file another writer holds) is written in place, as a device or FIFO.
   std::error_code ec;
   fs::path target(path);
-  // Through symbolic links (a chain of them, or one naming no file yet) to
-  // the file they name, as many hops as the kernel follows (40).
-  for (int hop = 0; hop < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
+  bool inPlace = false;
+  int hop = 0;
+  for (; hop < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
     const fs::path next = fs::read_symlink(target, ec);
-    if (ec) break;
+    if (ec) cannotWrite(path, ec.value());
     target = next.is_absolute() ? next : target.parent_path() / next;
+    inPlace = inPlace || target.string().rfind("/proc/", 0) == 0;
   }
-  const fs::file_status status = fs::status(target, ec);
-  if (fs::exists(status) && !fs::is_regular_file(status)) {  // a device or a FIFO: written as it is
-    std::ofstream out(target);
-    out << text;
-    out.flush();
-    if (!out) cannotWrite(path, errno != 0 ? errno : EIO);
+  if (hop == 40) cannotWrite(path, ELOOP);
+  struct stat st {};
+  if (inPlace || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
+    writeInPlace(path, path, text);
     return {};
   }
   DirectoryTurn turn(target.has_parent_path() ? target.parent_path().string() : std::string("."), 10.0);
+  // What the file holds now, under the turn (another side may have written
+  // it while this one waited).
   const auto ours = nlohmann::json::parse(json, nullptr, false);
   const std::string job = stringOf(ours, "job");
-  if (!job.empty() && fs::is_regular_file(status)) {
+  if (!job.empty() && ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     std::ifstream in(target);
     const auto held = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
     const std::vector<int> theirs = survivorsOf(held), mine = survivorsOf(ours);
     if (stringOf(held, "job") == job && !shareARank(theirs, mine) && summaryOutranks(theirs, mine))
       return theirs;
   }
-  replaceWhole(target.string(), text);
+  replaceWhole(path, target.string(), text);
   return {};
 }
 

@@ -14,11 +14,13 @@ class Store;
 namespace gossamer::apps {
 
 /// A random identifier of the running job (16 hex digits), the same in each
-/// of its processes: rank 0 draws it and publishes it through `store` (a
-/// rank 0 restarted into the job finds it there); the other ranks wait for
-/// it up to `timeoutSeconds`. A summary carries it as "job".
+/// of its processes: rank 0 draws it and publishes it through `store`, the
+/// job's rendezvous (one per job, as for its other keys); a rank 0
+/// `restarted` into the running job (membership.restarted) finds it there,
+/// and the other ranks wait for it up to `timeoutSeconds`. A summary
+/// carries it as "job".
 /// @throws TimeoutError if rank 0 published none in time; what `store` throws.
-std::string jobNonce(Store& store, int rank, double timeoutSeconds);
+std::string jobNonce(Store& store, int rank, bool restarted, double timeoutSeconds);
 
 /// A random job identifier (16 hex digits) for ranks run as threads of one
 /// process, which need not share it through a store.
@@ -40,8 +42,10 @@ std::vector<int> survivorsInSummary(const std::string& path);
 /// holds a summary of the same non-empty "job" whose survivors share no rank
 /// with `json`'s and outrank them. Writers of one directory take turns (an
 /// flock on the directory, waited for at most 10 s; where the file system
-/// refuses it, as NFS can, they go on without). A target that exists and is
-/// not a regular file (/dev/stdout, a FIFO) is written in place.
+/// refuses it, as NFS can, they go on without, and the last may win). A
+/// target that is not a regular file (a FIFO, a device) or is reached
+/// through /proc (/dev/stdout, /dev/fd/N), or a file in a directory that
+/// takes no new file, is written in place (truncated), as by an ofstream.
 /// @returns the survivors of the summary kept instead; empty when `json`
 ///          was written.
 /// @throws Error naming `path` if it cannot be written.

@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
         const Data data = loadData(sparse::admmConfigFrom(c));
         gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
         const std::string job =
-            gossamer::apps::jobNonce(rv.store(), rank, c.get<double>("transport.timeout_seconds"));
+            gossamer::apps::jobNonce(rv.store(), rank, c.getOr("membership.restarted", false),
+                                     c.get<double>("transport.timeout_seconds"));
         auto summary = runRank(c, rank, data, rv.store(), registry);
         if (!summary.is_null()) {
           summary["job"] = job;

@@ -36,7 +36,9 @@ int launchRanks(const std::string& program, const Config& c, const std::string& 
       args.push_back("--set");
       args.push_back(kv);
     }
-    if (r == 0 && !summaryPath.empty()) {
+    // With membership, the lowest rank of each final view writes it (the
+    // larger side of a job split for good keeps the file).
+    if ((r == 0 || c.getOr("membership.enabled", false)) && !summaryPath.empty()) {
       args.push_back("--summary-json");
       args.push_back(summaryPath);
     }

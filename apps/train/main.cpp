@@ -149,7 +149,8 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   const auto data = loadData(c);
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   auto& store = rv.store();
-  const std::string job = gossamer::apps::jobNonce(store, rank, c.get<double>("transport.timeout_seconds"));
+  const std::string job = gossamer::apps::jobNonce(store, rank, c.getOr("membership.restarted", false),
+                                                   c.get<double>("transport.timeout_seconds"));
   auto s = train::runRank(
       c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
       display.stepsOf(rank));

@@ -258,7 +258,7 @@ TEST_CASE(
     "processes over zmq",
     "[multiproc][train][membership]") {
   gossamer::testing::requireFashionMnist();
-  SECTION("rank 3 alone ends first: the larger side writes over its summary") {
+  SECTION("rank 3 alone, at full speed (it mostly ends first, and the larger side writes over it)") {
     cutOffRank3("crossover_sgd", "topology:\n  kind: fair_roulette\n", "zmq");
   }
   SECTION("rank 3 alone ends last (a straggler): it leaves the larger side's summary") {

@@ -7,6 +7,7 @@
 #include "dataset.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dataset.hpp"
@@ -720,6 +722,45 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
     CHECK(fs::is_fifo(path));
   }
+  SECTION("a side that waited for its turn while the other wrote the file reads what the other wrote") {
+    const int lock = ::open(dir.str().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(lock >= 0);
+    REQUIRE(::flock(lock, LOCK_EX) == 0);  // the larger side's turn
+    std::vector<int> kept{-1};
+    std::thread smaller([&] {
+      try {
+        kept = writeSummaryFile(path, side({3}, "a1"));
+      } catch (const std::exception&) {
+        kept = {-2};  // (checked below, on the test's thread)
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it finds no file, and waits
+    std::ofstream(path) << side({0, 1, 2}, "a1") << '\n';
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    smaller.join();
+    CHECK(kept == std::vector<int>{0, 1, 2});
+    CHECK(held() == std::vector<int>{0, 1, 2});
+  }
+  SECTION("a name reached through /proc (an open pipe, as /dev/stdout is) is written in place") {
+    int ends[2];
+    REQUIRE(::pipe(ends) == 0);
+    const std::string json = side({2}, "a1");
+    fs::create_symlink("/proc/self/fd/" + std::to_string(ends[1]), path);
+    CHECK(writeSummaryFile(path, json).empty());
+    std::string got(json.size() + 16, '\0');
+    const ssize_t n = ::read(ends[0], got.data(), got.size());
+    ::close(ends[0]);
+    ::close(ends[1]);
+    CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
+    CHECK(fs::is_symlink(path));
+  }
+  SECTION("a loop of links: an Error, and the links stay") {
+    fs::create_symlink(dir.file("b.json"), path);
+    fs::create_symlink(path, dir.file("b.json"));
+    CHECK_THROWS_WITH(writeSummaryFile(path, side({0}, "a1")), Contains("Too many levels of symbolic links"));
+    CHECK(fs::is_symlink(path));
+  }
   SECTION("a directory that cannot take the file, or a target that is a directory: an Error naming it") {
     const std::string missing = dir.file("missing/summary.json");
     CHECK_THROWS_WITH(writeSummaryFile(missing, side({0}, "")),
@@ -733,14 +774,15 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
 TEST_CASE("summary file: every process of a job draws the same job identifier, another job another one",
           "[train_core]") {
   gossamer::MemoryStore store;
-  const std::string job = gossamer::apps::jobNonce(store, 0, 1.0);
+  const std::string job = gossamer::apps::jobNonce(store, 0, false, 1.0);
   CHECK(job.size() == 16);
   CHECK(job.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK(gossamer::apps::jobNonce(store, 2, 1.0) == job);
-  CHECK(gossamer::apps::jobNonce(store, 0, 1.0) == job);  // a rank 0 restarted into the job
+  CHECK(gossamer::apps::jobNonce(store, 2, false, 1.0) == job);
+  CHECK(gossamer::apps::jobNonce(store, 0, true, 1.0) == job);  // a rank 0 restarted into the job
   gossamer::MemoryStore other;
-  CHECK(gossamer::apps::jobNonce(other, 0, 1.0) != job);
+  CHECK(gossamer::apps::jobNonce(other, 0, false, 1.0) != job);
+  CHECK(gossamer::apps::jobNonce(store, 0, false, 1.0) != job);  // a new job's rank 0 draws anew
   CHECK(gossamer::apps::newJobNonce() != gossamer::apps::newJobNonce());
   gossamer::MemoryStore empty;
-  CHECK_THROWS_AS(gossamer::apps::jobNonce(empty, 1, 0.05), gossamer::TimeoutError);
+  CHECK_THROWS_AS(gossamer::apps::jobNonce(empty, 1, false, 0.05), gossamer::TimeoutError);
 }
