@@ -283,7 +283,18 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   GOSSAMER_ENFORCE(o.inlineBytes <= kMaxPayloadBytes, "inline bytes " << o.inlineBytes);
   GOSSAMER_ENFORCE(!o.provider.empty(), "libfabric provider name is empty");
   auto impl = std::make_shared<LibfabricTransport>(o, store);
-  impl->start();
+  try {
+    impl->start();
+  } catch (...) {
+    // A thread that could not start (the system's thread limit): the one
+    // that did holds the transport alive until close() stops it.
+    try {
+      impl->close();
+    } catch (...) {
+      // The start's failure is the one to report.
+    }
+    throw;
+  }
   return std::make_unique<TransportHandle>(std::move(impl));
 }
 

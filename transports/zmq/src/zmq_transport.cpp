@@ -256,20 +256,27 @@ class ZmqTransport final : public Transport {
     // The progress thread reads the ROUTER from now on, while this rank
     // waits for its peers: what a stray client sends meanwhile is checked
     // and dropped at once instead of piling up in memory (see stashEarly).
-    progress_ = std::thread([this] {
-      // (The loop goes on after an error; this is for what escapes its
-      // set-up part: logged, and every peer failed, so that no wait runs to
-      // its timeout on a transport that no longer progresses.)
-      if (survivePass("zmq progress thread", [this] { progressLoop(); })) return;
-      survivePass("zmq progress thread", [this] {
-        const std::string why = "this rank's zmq progress thread ended on an error (see the log)";
-        for (int p = 0; p < capacity_; ++p)
-          if (p != opt_.rank) {
-            (void)life_.declareFailed(p, why);
-            failPullsTo(p, why);  // (single-copy sends waiting for their pull-done)
-          }
+    try {
+      progress_ = std::thread([this] {
+        // (The loop goes on after an error; this is for what escapes its
+        // set-up part: logged, and every peer failed, so that no wait runs to
+        // its timeout on a transport that no longer progresses.)
+        if (survivePass("zmq progress thread", [this] { progressLoop(); })) return;
+        survivePass("zmq progress thread", [this] {
+          const std::string why = "this rank's zmq progress thread ended on an error (see the log)";
+          for (int p = 0; p < capacity_; ++p)
+            if (p != opt_.rank) {
+              (void)life_.declareFailed(p, why);
+              failPullsTo(p, why);  // (single-copy sends waiting for their pull-done)
+            }
+        });
       });
-    });
+    } catch (const std::system_error& e) {
+      // The system's thread limit. The destructor does not run for a
+      // constructor that throws: the eventfd is closed here.
+      ::close(wakeFd_);
+      throw Error("zmq rank " + std::to_string(o.rank) + ": cannot start the progress thread: " + e.what());
+    }
     try {
       connectPeers(store, me_);
     } catch (...) {
