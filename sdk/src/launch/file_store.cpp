@@ -72,22 +72,20 @@ class Fd {
 // two threads of one process apart: they take this mutex first. It is never
 // destroyed (a FileStore may outlive static destructors), and a forked child
 // gets a fresh one: the thread that held the parent's does not exist there.
-// The fork handler sets the pointer itself, not through processMutex(): a
-// fork by another thread while the first call is initialising its static
-// would leave the child waiting on that initialisation for ever.
-std::mutex* gProcessMutex = nullptr;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
-std::mutex*& processMutex() {
-  static const bool made = [] {
-    gProcessMutex = new std::mutex;  // NOLINT(cppcoreguidelines-owning-memory): lives as long as the process
-    ::pthread_atfork(nullptr, nullptr, [] {
-      // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the parent's is left as it was
-      gProcessMutex = new std::mutex;
-    });
-    return true;
-  }();
-  (void)made;
-  return gProcessMutex;
+// Nothing is made lazily: the first mutex is constant-initialised, and the
+// fork handler registered while the library loads, so that no fork by
+// another thread can leave a child waiting for ever on a function-local
+// static whose initialisation was under way in the parent.
+// (std::mutex's constructor is constexpr, its destructor trivial.)
+// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables)
+std::mutex gFirstProcessMutex;
+std::mutex* gProcessMutex = &gFirstProcessMutex;
+// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
+void freshProcessMutex() {
+  gProcessMutex = new std::mutex;  // NOLINT(cppcoreguidelines-owning-memory): the parent's is left as it was
 }
+[[maybe_unused]] const bool gProcessMutexForks = ::pthread_atfork(nullptr, nullptr, freshProcessMutex) == 0;
+std::mutex* processMutex() { return gProcessMutex; }
 
 // Takes `m`, waiting at most kLockWaitSeconds; false if it stayed taken. It
 // polls try_lock, as DirectoryLock polls flock, rather than wait in
