@@ -145,15 +145,22 @@ void replaceWhole(const std::string& path, const std::string& target, const std:
 }  // namespace
 
 std::string jobNonce(Store& store, int rank, bool restarted, double timeoutSeconds) {
-  if (rank != 0) return store.get(kJobKey, timeoutSeconds);
+  if (rank != 0) {
+    try {
+      return store.get(kJobKey, timeoutSeconds);
+    } catch (const TimeoutError&) {
+      // Rank 0 died before it published one; the job trains on without it.
+      GOSSAMER_LOG(kWarning, "rank " << rank << ": no job id from rank 0 within " << timeoutSeconds
+                                     << " s; this rank's summary names none");
+      return {};
+    }
+  }
   if (restarted)
     if (auto known = store.tryGet(kJobKey)) return *known;  // rank 0 restarted into a running job
   const std::string nonce = randomHex();
   store.set(kJobKey, nonce);
   return nonce;
 }
-
-std::string newJobNonce() { return randomHex(); }
 
 bool summaryOutranks(const std::vector<int>& a, const std::vector<int>& b) {
   if (a.size() != b.size()) return a.size() > b.size();

@@ -17,14 +17,13 @@ namespace gossamer::apps {
 /// of its processes: rank 0 draws it and publishes it through `store`, the
 /// job's rendezvous (one per job, as for its other keys); a rank 0
 /// `restarted` into the running job (membership.restarted) finds it there,
-/// and the other ranks wait for it up to `timeoutSeconds`. A summary
-/// carries it as "job".
-/// @throws TimeoutError if rank 0 published none in time; what `store` throws.
+/// and the other ranks wait for it up to `timeoutSeconds`. Call it once the
+/// rank's Session (its transport) is up: rank 0 may wait for the others'
+/// addresses before it gets here. A summary carries it as "job".
+/// @returns the id; empty (logged) where rank 0 published none within
+///          `timeoutSeconds` (it died first: the survivors train on).
+/// @throws what `store` throws, but TimeoutError.
 std::string jobNonce(Store& store, int rank, bool restarted, double timeoutSeconds);
-
-/// A random job identifier (16 hex digits) for ranks run as threads of one
-/// process, which need not share it through a store.
-std::string newJobNonce();
 
 /// Whether the final view `a` (global ranks) outranks the final view `b` as
 /// the one whose summary stands for a job that ended split: it has more

@@ -199,6 +199,9 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
                        const gossamer::Registry& registry) {
   const sparse::AdmmConfig a = sparse::admmConfigFrom(c);
   gossamer::Session session(c, rank, store, registry);
+  // (Read once every rank's transport is up: see apps::jobNonce.)
+  const std::string job = gossamer::apps::jobNonce(store, rank, c.getOr("membership.restarted", false),
+                                                   c.get<double>("transport.timeout_seconds"));
   auto& comm = session.agent().communicator();
   const int n = comm.worldSize();
   const sparse::SparseDataset shard = sparse::shard(data.train, rank, n);
@@ -236,8 +239,10 @@ nlohmann::json runRank(const Config& c, int rank, const Data& data, gossamer::St
   session.runRounds(static_cast<std::uint64_t>(o.maxIterations), rounds);
   const double seconds = secondsSince(t0);
   nlohmann::json summary;
-  if (session.agent().communicator().rank() == 0)
+  if (session.agent().communicator().rank() == 0) {
     summary = summaryOf(c, o, data, central, rounds, session, seconds);
+    summary["job"] = job;
+  }
   session.close();
   return summary;
 }
@@ -283,14 +288,8 @@ int main(int argc, char** argv) {
       try {
         const Data data = loadData(sparse::admmConfigFrom(c));
         gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-        const std::string job =
-            gossamer::apps::jobNonce(rv.store(), rank, c.getOr("membership.restarted", false),
-                                     c.get<double>("transport.timeout_seconds"));
-        auto summary = runRank(c, rank, data, rv.store(), registry);
-        if (!summary.is_null()) {
-          summary["job"] = job;
-          emitSummary(summary, summaryPath);
-        }
+        const auto summary = runRank(c, rank, data, rv.store(), registry);
+        if (!summary.is_null()) emitSummary(summary, summaryPath);
       } catch (const std::bad_alloc&) {
         const int features = c.get<int>("admm.features");
         throw gossamer::Error("out of memory: each rank holds several float64 vectors of admm.features (" +

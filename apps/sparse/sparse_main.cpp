@@ -27,12 +27,9 @@ namespace {
 int runOneRank(const gossamer::Registry& registry, const gossamer::Config& c, int rank,
                const std::string& rendezvous, const std::string& summaryPath) {
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
-  const std::string job = gossamer::apps::jobNonce(rv.store(), rank, c.getOr("membership.restarted", false),
-                                                   c.get<double>("transport.timeout_seconds"));
   gossamer::sparse::SparseSummary s;
   try {
     s = gossamer::sparse::runSparseRank(c, rank, rv.store(), registry);
-    s.job = job;
   } catch (const std::bad_alloc&) {
     const int features = c.get<int>("sparse.features");
     throw gossamer::Error(

@@ -34,6 +34,7 @@
 #include "libsvm.hpp"
 #include "logistic_loss.hpp"
 #include "partition.hpp"
+#include "summary_file.hpp"
 
 namespace gossamer::sparse {
 
@@ -416,12 +417,16 @@ class SparseRounds final : public RoundProgram {
 
 SparseSummary runSparseRank(const Config& config, int rank, Store& store, const Registry& registry) {
   Session session(config, rank, store, registry);
+  // (Read once every rank's transport is up: see apps::jobNonce.)
+  const std::string job = apps::jobNonce(store, rank, config.getOr("membership.restarted", false),
+                                         config.get<double>("transport.timeout_seconds"));
   SparseRounds program(config, rank, session);
   Communicator& comm = session.agent().communicator();
   comm.barrier();
   const auto start = Clock::now();
   session.runRounds(program.rounds(), program);
-  const SparseSummary s = program.finish(since(start));
+  SparseSummary s = program.finish(since(start));
+  s.job = job;
   session.close();
   return s;
 }

@@ -149,12 +149,9 @@ int runOneRank(const gossamer::Registry& registry, const Config& c, int rank, co
   const auto data = loadData(c);
   gossamer::zmq::Rendezvous rv(rendezvous, rank, c.get<double>("transport.timeout_seconds"));
   auto& store = rv.store();
-  const std::string job = gossamer::apps::jobNonce(store, rank, c.getOr("membership.restarted", false),
-                                                   c.get<double>("transport.timeout_seconds"));
-  auto s = train::runRank(
+  const auto s = train::runRank(
       c, rank, data, store, registry, [&](const train::EpochMetrics& m) { display.epoch(c, m); },
       display.stepsOf(rank));
-  s.job = job;
   if (s.writer) emitSummary(display, s, c, summaryPath);
   return 0;
 }
@@ -282,7 +279,6 @@ int runThreads(const gossamer::Registry& registry, const Config& c, const std::s
                  "is that of ranks %s\n",
                  views.size(), sides.c_str(), rankList(summary0.survivors).c_str());
   }
-  summary0.job = gossamer::apps::newJobNonce();
   emitSummary(display, summary0, c, summaryPath);
   return 0;
 }

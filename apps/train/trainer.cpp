@@ -23,6 +23,7 @@
 #include "gossamer/session.hpp"
 #include "gossamer/topologies/topologies.hpp"
 #include "model.hpp"
+#include "summary_file.hpp"
 #include "train_config.hpp"
 
 namespace gossamer::train {
@@ -160,6 +161,11 @@ class RankTrainer {
         rates_(static_cast<std::size_t>(maxWorldSize(config)), 0.0),
         crcs_(static_cast<std::size_t>(maxWorldSize(config)), -1.0),
         session_(config, rank, store, registry) {
+    // Read once every rank's transport is up (rank 0 may wait for the others'
+    // addresses before it publishes it): what tells this job's summary file
+    // from an earlier job's.
+    summary_.job = apps::jobNonce(store, rank, config.getOr("membership.restarted", false),
+                                  config.get<double>("transport.timeout_seconds"));
     model_.init(params_, config.seed());  // same seed on every rank: identical starting models
     if (rank == t_.training.stragglerRank) {
       const auto delay = std::chrono::duration<double>(t_.training.stragglerDelaySeconds);

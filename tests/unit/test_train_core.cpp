@@ -782,7 +782,6 @@ TEST_CASE("summary file: every process of a job draws the same job identifier, a
   gossamer::MemoryStore other;
   CHECK(gossamer::apps::jobNonce(other, 0, false, 1.0) != job);
   CHECK(gossamer::apps::jobNonce(store, 0, false, 1.0) != job);  // a new job's rank 0 draws anew
-  CHECK(gossamer::apps::newJobNonce() != gossamer::apps::newJobNonce());
   gossamer::MemoryStore empty;
-  CHECK_THROWS_AS(gossamer::apps::jobNonce(empty, 1, false, 0.05), gossamer::TimeoutError);
+  CHECK(gossamer::apps::jobNonce(empty, 1, false, 0.05).empty());  // rank 0 died before it drew one
 }
