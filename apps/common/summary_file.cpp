@@ -4,8 +4,10 @@
 #include "summary_file.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +96,14 @@ class DirectoryTurn {
   throw Error("cannot write summary to '" + path + "': " + std::strerror(err));
 }
 
+// Whether `file` is named in /proc (its directory is there: /proc/self/fd,
+// /dev/fd through its link), where a name stands for an open descriptor.
+bool inProc(const std::filesystem::path& file) {
+  struct statfs fs {};
+  const std::string dir = file.has_parent_path() ? file.parent_path().string() : std::string(".");
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
+}
+
 // Writes all of `text` to `fd`; 0, or the errno of the write that failed.
 int writeAll(int fd, const std::string& text) {
   for (std::size_t done = 0; done < text.size();) {
@@ -108,9 +118,23 @@ int writeAll(int fd, const std::string& text) {
 
 // `text` written over what `file` holds (truncated, created if missing);
 // errors name `path`.
+// A FIFO that no process reads yet gets 10 s for one to open it.
 void writeInPlace(const std::string& path, const std::string& file, const std::string& text) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC, 0666);
-  if (fd < 0) cannotWrite(path, errno);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC | O_NONBLOCK;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int fd = -1, openErr = 0;
+  for (;;) {
+    fd = ::open(file.c_str(), kFlags, 0666);
+    openErr = errno;
+    if (fd >= 0 || (openErr != ENXIO && openErr != EINTR) || std::chrono::steady_clock::now() >= deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (fd < 0 && openErr == ENXIO)
+    throw Error("cannot write summary to '" + path + "': no process read it in 10 s");
+  if (fd < 0) cannotWrite(path, openErr);
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // the writes wait for a slow reader
   int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) cannotWrite(path, err);
@@ -127,15 +151,27 @@ void replaceWhole(const std::string& path, const std::string& target, const std:
     fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     const int err = errno;
     if (fd >= 0) break;
-    if ((err == EACCES || err == EPERM || err == EROFS) && ::access(target.c_str(), F_OK) == 0) {
+    if ((err == EACCES || err == EPERM || err == EROFS || err == ENAMETOOLONG) &&
+        ::access(target.c_str(), F_OK) == 0) {
       writeInPlace(path, target, text);
       return;
     }
     if (err != EEXIST || attempt == 16) cannotWrite(path, err);
   }
+  struct stat old {};
+  if (::stat(target.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // the file keeps its mode
   int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) err = errno;
+  if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) {
+    err = errno;
+    // Not to be replaced (another's file in a sticky directory: EPERM; a
+    // file mounted on its own: EBUSY), but it may take the text in place.
+    if (::access(target.c_str(), F_OK) == 0) {
+      ::unlink(temporary.c_str());
+      writeInPlace(path, target, text);
+      return;
+    }
+  }
   if (err != 0) {
     ::unlink(temporary.c_str());
     cannotWrite(path, err);
@@ -155,8 +191,12 @@ std::string jobNonce(Store& store, int rank, bool restarted, double timeoutSecon
       return {};
     }
   }
-  if (restarted)
+  if (restarted) {
     if (auto known = store.tryGet(kJobKey)) return *known;  // rank 0 restarted into a running job
+    GOSSAMER_LOG(kWarning,
+                 "rank 0: restarted, and the rendezvous holds no job id (a tcp:// store it serves "
+                 "anew): drew a new one, which the summaries of the others' views do not share");
+  }
   const std::string nonce = randomHex();
   store.set(kJobKey, nonce);
   return nonce;
@@ -178,20 +218,21 @@ std::vector<int> writeSummaryFile(const std::string& path, const std::string& js
   namespace fs = std::filesystem;
   const std::string text = json + '\n';
   // Through symbolic links (a chain of them, or one naming no file yet) to
-  // the file they name, as many hops as the kernel follows (40). A link
-  // through /proc (/dev/stdout, /dev/fd/N: an open descriptor, a pipe or
-  // a file another writer holds) is written in place, as a device or FIFO.
+  // the file they name, as many hops as the kernel follows (40). A name in
+  // /proc at any hop (/dev/stdout, /dev/fd/N, /proc/self/fd/N: an open
+  // descriptor, of a pipe or of a file another writer holds) is written in
+  // place, as a device or FIFO is.
   std::error_code ec;
   fs::path target(path);
-  bool inPlace = false;
+  bool inPlace = inProc(target);
   int hop = 0;
-  for (; hop < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
+  for (; fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
+    if (hop == 40) cannotWrite(path, ELOOP);
     const fs::path next = fs::read_symlink(target, ec);
     if (ec) cannotWrite(path, ec.value());
     target = next.is_absolute() ? next : target.parent_path() / next;
-    inPlace = inPlace || target.string().rfind("/proc/", 0) == 0;
+    inPlace = inPlace || inProc(target);
   }
-  if (hop == 40) cannotWrite(path, ELOOP);
   struct stat st {};
   if (inPlace || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
     writeInPlace(path, path, text);

@@ -44,7 +44,8 @@ std::vector<int> survivorsInSummary(const std::string& path);
 /// refuses it, as NFS can, they go on without, and the last may win). A
 /// target that is not a regular file (a FIFO, a device) or is reached
 /// through /proc (/dev/stdout, /dev/fd/N), or a file in a directory that
-/// takes no new file, is written in place (truncated), as by an ofstream.
+/// takes no new file, is written in place (truncated), as by an ofstream;
+/// a FIFO waits at most 10 s for a process to read it.
 /// @returns the survivors of the summary kept instead; empty when `json`
 ///          was written.
 /// @throws Error naming `path` if it cannot be written.

@@ -271,8 +271,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
   app.add_option("--rendezvous", rendezvous,
                  "with --rank: a directory shared by all ranks, or tcp://HOST:PORT served by rank 0");
-  app.add_option("--summary-json", summaryPath,
-                 "also write rank 0's JSON summary (with the curve) to this file");
+  app.add_option(
+      "--summary-json", summaryPath,
+      "also write the JSON summary (with the curve) to this file (rank 0's; with membership, that "
+      "of the lowest rank of the final view, the larger side's of a job a partition split for good)");
   std::vector<std::string> overrides;
   app.add_option("--set", overrides,
                  "KEY=VALUE: overrides a key of the config (repeatable; checked like the file)");

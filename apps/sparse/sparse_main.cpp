@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank, "run only this rank (needs --rendezvous)")->check(CLI::NonNegativeNumber);
   app.add_option("--rendezvous", rendezvous,
                  "with --rank: a shared directory, or tcp://HOST:PORT served by rank 0");
-  app.add_option("--summary-json", summaryPath, "also write rank 0's JSON summary to this file");
+  app.add_option(
+      "--summary-json", summaryPath,
+      "also write the JSON summary to this file (rank 0's; with membership, that of the lowest rank of "
+      "the final view, the larger side's of a job a partition split for good)");
   app.add_option("--set", overrides, "KEY=VALUE overriding a key of the config (repeatable)");
   CLI11_PARSE(app, argc, argv);
   try {

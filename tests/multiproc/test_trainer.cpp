@@ -263,7 +263,7 @@ TEST_CASE(
   }
   SECTION("rank 3 alone ends last (a straggler): it leaves the larger side's summary") {
     const std::string err = cutOffRank3("crossover_sgd", "topology:\n  kind: fair_roulette\n", "zmq",
-                                        "  straggler_rank: 3\n  straggler_delay_seconds: 0.01\n");
+                                        "  straggler_rank: 3\n  straggler_delay_seconds: 0.02\n");
     CHECK(err.find("keeps the summary of ranks 0, 1, 2, which outranks this view's (ranks 3)") !=
           std::string::npos);
   }

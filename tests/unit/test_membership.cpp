@@ -1874,21 +1874,21 @@ TEST_CASE(
     "taken, retired or older",
     "[membership]") {
   // Rank 2's process 7 replaced process 3. Process 7 then says nothing for
-  // longer than suspect_seconds (2 s): a process that speaks for rank 2 now
+  // longer than suspect_seconds (4 s): a process that speaks for rank 2 now
   // is taken even if it is one 7 replaced (a newer-looking late frame took
   // its place) or older than 7 (started in 7's place on a host whose clock
   // is behind), and installing view 2 acts on its request to join it. (Had
   // 7 spoken within the period, either would be dropped: the cases above.)
   const std::uint32_t speaker = GENERATE(3u, 5u);
   INFO("process " << speaker << (speaker == 3 ? " (retired)" : " (older, never heard)"));
-  EarlyMessages job(2.0);
+  EarlyMessages job(4.0);
   RankZeroBeats beats(job);
   REQUIRE(job.holdsViewOne());
   EarlyMessages::send(*job.rank2, fromIncarnation(3, controlMessage(kHeartbeat, 1, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kHeartbeat, 0, -1)));
   EarlyMessages::send(*job.rank2, fromIncarnation(7, controlMessage(kSuspect, 9, 0, 0)));
   REQUIRE(job.waitForHeld([](const auto& h) { return h.entries == 1; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2600));  // process 7 silent past the suspect period
+  std::this_thread::sleep_for(std::chrono::milliseconds(4600));  // process 7 silent past the suspect period
   EarlyMessages::send(*job.rank2, fromIncarnation(speaker, controlMessage(kJoin, 2, 0)));
   EarlyMessages::send(*job.rank2, fromIncarnation(speaker, controlMessage(kSuspect, 9, 0, 0)));
   // Taken: its request and suspicion are held (dropped, only process 7's suspicion would be).

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -721,6 +722,8 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     ::close(reader);
     CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
     CHECK(fs::is_fifo(path));
+    // No reader: an Error after a bounded wait, not a hang.
+    CHECK_THROWS_WITH(writeSummaryFile(path, json), Contains("no process read it in 10 s"));
   }
   SECTION("a side that waited for its turn while the other wrote the file reads what the other wrote") {
     const int lock = ::open(dir.str().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -754,6 +757,29 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     ::close(ends[1]);
     CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
     CHECK(fs::is_symlink(path));
+  }
+  SECTION(
+      "/dev/fd/N of a file open for appending is written in place: the descriptor's file stays the same") {
+    const std::string log = dir.file("log");
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    struct stat before {};
+    REQUIRE(::fstat(fd, &before) == 0);
+    CHECK(writeSummaryFile("/dev/fd/" + std::to_string(fd), side({2}, "a1")).empty());
+    CHECK(::write(fd, "after\n", 6) == 6);  // reaches the file the name shows, not an unlinked one
+    ::close(fd);
+    struct stat now {};
+    REQUIRE(::stat(log.c_str(), &now) == 0);
+    CHECK(now.st_ino == before.st_ino);
+    std::ifstream in(log);
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == side({2}, "a1") + "\nafter\n");
+  }
+  SECTION("a file that keeps its mode when it is written over") {
+    std::ofstream(path) << "{}";
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+    CHECK(writeSummaryFile(path, side({1}, "a1")).empty());
+    CHECK(fs::status(path).permissions() ==
+          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
   }
   SECTION("a loop of links: an Error, and the links stay") {
     fs::create_symlink(dir.file("b.json"), path);

@@ -287,9 +287,10 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
     impl->start();
   } catch (...) {
     // A thread that could not start (the system's thread limit): the one
-    // that did holds the transport alive until close() stops it.
+    // that did holds the transport alive until close() stops it (an abort:
+    // no byes wait for acknowledgements no progress thread would take).
     try {
-      impl->close();
+      impl->abort();
     } catch (...) {
       // The start's failure is the one to report.
     }
