@@ -26,6 +26,11 @@ done
 # deps.sh's build: configured once (Ninja and ccache when installed), the
 # compilers and flags from the environment, which CMake reads at that first
 # configure.
+# The commit the binaries are built from, taken before the build (-dirty
+# with uncommitted changes to tracked files); the json also says whether
+# HEAD moved while the suites ran.
+built="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD -- 2>/dev/null || built="$built-dirty"
 source scripts/deps.sh
 CC=clang CXX=clang++ CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
   CXXFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS=-fsanitize=thread \
@@ -63,8 +68,9 @@ suppressions=$root/scripts/tsan.supp log_path=$logs/$suite" \
   json+="{\"suite\": \"$suite\", \"tests\": \"$tests\", \"exit_code\": $rc, \"reports\": $reports, \"seconds\": $((SECONDS - start))},"
 done
 json="${json%,}]"
-printf '{"commit": "%s", "date": "%s", "spec": "%s", "suites": %s}\n' \
-  "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-  "${spec[*]}" "$json" >"$root/results/tsan.json"
+head_now="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+printf '{"commit": "%s", "head_at_end": "%s", "date": "%s", "spec": "%s", "suites": %s}\n' \
+  "$built" "$head_now" "$(date -u '+%Y-%m-%d %H:%M UTC')" "${spec[*]}" "$json" >"$root/results/tsan.json"
+[ "${built%-dirty}" = "$head_now" ] || echo "tsan: HEAD moved from $built to $head_now during the run" >&2
 echo "tsan: reports in $logs/<suite>.<pid>, test output in $logs/<suite>.out; results/tsan.json"
 exit "$failed"
