@@ -30,7 +30,7 @@ done
 # with uncommitted changes to tracked files); the json also says whether
 # HEAD moved while the suites ran.
 built="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-git diff --quiet HEAD -- 2>/dev/null || built="$built-dirty"
+[ "$built" = unknown ] || git diff --quiet HEAD -- 2>/dev/null || built="$built-dirty"
 source scripts/deps.sh
 CC=clang CXX=clang++ CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
   CXXFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS=-fsanitize=thread \

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "gossamer/errors.hpp"
@@ -116,66 +117,103 @@ int writeAll(int fd, const std::string& text) {
   return 0;
 }
 
-// `text` written over what `file` holds (truncated, created if missing);
-// errors name `path`.
-// A FIFO that no process reads yet gets 10 s for one to open it.
-void writeInPlace(const std::string& path, const std::string& file, const std::string& text) {
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC | O_NONBLOCK;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+// The descriptor a name stands for: /dev/fd/N, /proc/self/fd/N (N), or
+// /dev/stdout and /dev/stderr (1, 2); -1 for any other name.
+int descriptorNamed(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    const std::string digits = path.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::stoi(digits);
+  }
+  return -1;
+}
+
+// `text` written to what `path` names without replacing it: through the
+// descriptor it names (at that descriptor's position: a log the process
+// writes keeps what it holds); else `file` opened: a regular one truncated
+// (`truncate`: a summary whose name may not be replaced) or appended to
+// (another name in /proc), a FIFO once a process opens it to read (waited
+// for at most `fifoWaitSeconds`), a device as it is. Errors name `path`.
+void writeInPlace(const std::string& path, const std::string& file, const std::string& text, bool truncate,
+                  double fifoWaitSeconds) {
+  if (const int named = descriptorNamed(path); named >= 0) {
+    const int err = writeAll(named, text);
+    if (err != 0) cannotWrite(path, err);
+    return;
+  }
+  struct stat st {};
+  const bool exists = ::stat(file.c_str(), &st) == 0, fifo = exists && S_ISFIFO(st.st_mode);
+  int flags = O_WRONLY | O_NOCTTY | O_CLOEXEC;
+  if (fifo)
+    flags |= O_NONBLOCK;  // ENXIO at once while no process reads it
+  else if (!exists || S_ISREG(st.st_mode))
+    flags |= O_CREAT | (truncate ? O_TRUNC : O_APPEND);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(fifoWaitSeconds);
   int fd = -1, openErr = 0;
   for (;;) {
-    fd = ::open(file.c_str(), kFlags, 0666);
+    fd = ::open(file.c_str(), flags, 0666);
     openErr = errno;
-    if (fd >= 0 || (openErr != ENXIO && openErr != EINTR) || std::chrono::steady_clock::now() >= deadline)
+    if (fd >= 0 || !fifo || (openErr != ENXIO && openErr != EINTR) ||
+        std::chrono::steady_clock::now() >= deadline)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (fd < 0 && openErr == ENXIO)
-    throw Error("cannot write summary to '" + path + "': no process read it in 10 s");
+  if (fd < 0 && fifo && openErr == ENXIO) {
+    std::ostringstream why;
+    why << "cannot write summary to '" << path << "': no process opened the FIFO to read it in "
+        << fifoWaitSeconds << " s";
+    throw Error(why.str());
+  }
   if (fd < 0) cannotWrite(path, openErr);
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // the writes wait for a slow reader
+  if (fifo) {
+    const int now = ::fcntl(fd, F_GETFL);
+    if (now >= 0) (void)::fcntl(fd, F_SETFL, now & ~O_NONBLOCK);  // the writes wait for a slow reader
+  }
   int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) cannotWrite(path, err);
 }
 
 // `text` into a temporary file beside `target`, then renamed over it; in
-// place where the directory takes no new file (EACCES, EPERM, EROFS) but
-// the file exists. Errors name `path`, the name the caller gave.
+// place where the name may not be replaced but the file exists: the
+// directory takes no new file (EACCES, EPERM, EROFS), or refuses the rename
+// (another user's file in a sticky directory: EPERM; a file mounted on its
+// own: EBUSY). Errors name `path`, the name the caller gave.
 void replaceWhole(const std::string& path, const std::string& target, const std::string& text) {
+  const auto notToBeReplaced = [&](int err) {
+    return (err == EACCES || err == EPERM || err == EROFS || err == EBUSY) &&
+           ::access(target.c_str(), F_OK) == 0;
+  };
+  const std::filesystem::path dir = std::filesystem::path(target).parent_path();
   std::string temporary;
   int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {  // a name no other writer holds
-    temporary = target + ".tmp-" + randomHex();
+  for (int attempt = 0; fd < 0; ++attempt) {  // a short name no other writer holds
+    temporary = (dir / (".gossamer-summary-" + randomHex())).string();
     fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     const int err = errno;
     if (fd >= 0) break;
-    if ((err == EACCES || err == EPERM || err == EROFS || err == ENAMETOOLONG) &&
-        ::access(target.c_str(), F_OK) == 0) {
-      writeInPlace(path, target, text);
+    if (notToBeReplaced(err)) {
+      writeInPlace(path, target, text, true, 0);
       return;
     }
     if (err != EEXIST || attempt == 16) cannotWrite(path, err);
   }
   struct stat old {};
-  if (::stat(target.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // the file keeps its mode
+  if (::stat(target.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 0777);  // the file keeps its mode
   int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) {
-    err = errno;
-    // Not to be replaced (another's file in a sticky directory: EPERM; a
-    // file mounted on its own: EBUSY), but it may take the text in place.
-    if (::access(target.c_str(), F_OK) == 0) {
-      ::unlink(temporary.c_str());
-      writeInPlace(path, target, text);
-      return;
-    }
+  if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) err = errno;
+  if (err == 0) return;
+  ::unlink(temporary.c_str());
+  if (notToBeReplaced(err)) {
+    writeInPlace(path, target, text, true, 0);
+    return;
   }
-  if (err != 0) {
-    ::unlink(temporary.c_str());
-    cannotWrite(path, err);
-  }
+  cannotWrite(path, err);
 }
 
 }  // namespace
@@ -214,7 +252,7 @@ std::vector<int> survivorsInSummary(const std::string& path) {
   return survivorsOf(nlohmann::json::parse(in, nullptr, false));
 }
 
-std::vector<int> writeSummaryFile(const std::string& path, const std::string& json) {
+std::vector<int> writeSummaryFile(const std::string& path, const std::string& json, double fifoWaitSeconds) {
   namespace fs = std::filesystem;
   const std::string text = json + '\n';
   // Through symbolic links (a chain of them, or one naming no file yet) to
@@ -235,7 +273,7 @@ std::vector<int> writeSummaryFile(const std::string& path, const std::string& js
   }
   struct stat st {};
   if (inPlace || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
-    writeInPlace(path, path, text);
+    writeInPlace(path, path, text, false, fifoWaitSeconds);
     return {};
   }
   DirectoryTurn turn(target.has_parent_path() ? target.parent_path().string() : std::string("."), 10.0);

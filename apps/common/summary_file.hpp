@@ -44,11 +44,16 @@ std::vector<int> survivorsInSummary(const std::string& path);
 /// refuses it, as NFS can, they go on without, and the last may win). A
 /// target that is not a regular file (a FIFO, a device) or is reached
 /// through /proc (/dev/stdout, /dev/fd/N), or a file in a directory that
-/// takes no new file, is written in place (truncated), as by an ofstream;
-/// a FIFO waits at most 10 s for a process to read it.
+/// takes no new file or refuses the rename (another user's file in a sticky
+/// directory, a file mounted on its own), is written in place: a name for a
+/// descriptor (/dev/stdout, /dev/fd/N) through that descriptor, at its
+/// position; a regular file truncated; a FIFO once a process opens it to
+/// read, waited for at most `fifoWaitSeconds`. The replacing file keeps the
+/// old one's permission bits (not its owner).
 /// @returns the survivors of the summary kept instead; empty when `json`
 ///          was written.
 /// @throws Error naming `path` if it cannot be written.
-std::vector<int> writeSummaryFile(const std::string& path, const std::string& json);
+std::vector<int> writeSummaryFile(const std::string& path, const std::string& json,
+                                  double fifoWaitSeconds = 10.0);
 
 }  // namespace gossamer::apps

@@ -8,12 +8,15 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -723,7 +726,8 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
     CHECK(fs::is_fifo(path));
     // No reader: an Error after a bounded wait, not a hang.
-    CHECK_THROWS_WITH(writeSummaryFile(path, json), Contains("no process read it in 10 s"));
+    CHECK_THROWS_WITH(writeSummaryFile(path, json, 0.2),
+                      Contains("no process opened the FIFO to read it in 0.2 s"));
   }
   SECTION("a side that waited for its turn while the other wrote the file reads what the other wrote") {
     const int lock = ::open(dir.str().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -759,10 +763,11 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK(fs::is_symlink(path));
   }
   SECTION(
-      "/dev/fd/N of a file open for appending is written in place: the descriptor's file stays the same") {
+      "/dev/fd/N of a log open for appending is written through N: the log keeps its lines and its file") {
     const std::string log = dir.file("log");
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     REQUIRE(fd >= 0);
+    CHECK(::write(fd, "before\n", 7) == 7);
     struct stat before {};
     REQUIRE(::fstat(fd, &before) == 0);
     CHECK(writeSummaryFile("/dev/fd/" + std::to_string(fd), side({2}, "a1")).empty());
@@ -772,14 +777,33 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     REQUIRE(::stat(log.c_str(), &now) == 0);
     CHECK(now.st_ino == before.st_ino);
     std::ifstream in(log);
-    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == side({2}, "a1") + "\nafter\n");
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "before\n" + side({2}, "a1") + "\nafter\n");
+  }
+  SECTION("a socket's name: an Error at once") {
+    const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(sock >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path.size() < sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    REQUIRE(::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(writeSummaryFile(path, side({0}, "a1")), Contains("No such device or address"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // no FIFO's wait
+    ::close(sock);
   }
   SECTION("a file that keeps its mode when it is written over") {
     std::ofstream(path) << "{}";
-    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+    // (0750: a mode no new file gets from 0666 and a umask.)
+    const auto mode = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
+    fs::permissions(path, mode);
+    struct stat before {};
+    REQUIRE(::stat(path.c_str(), &before) == 0);
     CHECK(writeSummaryFile(path, side({1}, "a1")).empty());
-    CHECK(fs::status(path).permissions() ==
-          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+    struct stat now {};
+    REQUIRE(::stat(path.c_str(), &now) == 0);
+    CHECK(now.st_ino != before.st_ino);  // replaced, not written in place
+    CHECK(fs::status(path).permissions() == mode);
   }
   SECTION("a loop of links: an Error, and the links stay") {
     fs::create_symlink(dir.file("b.json"), path);
