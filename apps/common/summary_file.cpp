@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -66,7 +67,11 @@ class DirectoryTurn {
  public:
   DirectoryTurn(const std::string& dir, double seconds) {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0) return;
+    if (fd_ < 0) {
+      GOSSAMER_LOG(kWarning, "summary: cannot open '" << dir << "' to take turns (" << std::strerror(errno)
+                                                      << "): writing without it");
+      return;
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
@@ -106,13 +111,20 @@ bool inProc(const std::filesystem::path& file) {
 }
 
 // Writes all of `text` to `fd`; 0, or the errno of the write that failed.
+// A descriptor the caller set nonblocking (a full pipe: EAGAIN) is waited
+// for, at most 10 s without progress.
 int writeAll(int fd, const std::string& text) {
   for (std::size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0)
+    const int err = errno;
+    if (n > 0) {
       done += static_cast<std::size_t>(n);
-    else if (n == 0 || errno != EINTR)
-      return n == 0 ? EIO : errno;
+    } else if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 10000) == 0) return ETIMEDOUT;
+    } else if (n == 0 || err != EINTR) {
+      return n == 0 ? EIO : err;
+    }
   }
   return 0;
 }
@@ -125,14 +137,15 @@ int descriptorNamed(const std::string& path) {
   for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
     if (path.rfind(prefix, 0) != 0) continue;
     const std::string digits = path.substr(prefix.size());
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+        (digits.size() > 1 && digits[0] == '0'))
       return -1;
     return std::stoi(digits);
   }
   return -1;
 }
 
-// `text` written to what `path` names without replacing it: through the
+// `text` written to what `file` names without replacing it: through the
 // descriptor it names (at that descriptor's position: a log the process
 // writes keeps what it holds); else `file` opened: a regular one truncated
 // (`truncate`: a summary whose name may not be replaced) or appended to
@@ -140,7 +153,7 @@ int descriptorNamed(const std::string& path) {
 // for at most `fifoWaitSeconds`), a device as it is. Errors name `path`.
 void writeInPlace(const std::string& path, const std::string& file, const std::string& text, bool truncate,
                   double fifoWaitSeconds) {
-  if (const int named = descriptorNamed(path); named >= 0) {
+  if (const int named = descriptorNamed(file); named >= 0) {
     const int err = writeAll(named, text);
     if (err != 0) cannotWrite(path, err);
     return;
@@ -189,11 +202,15 @@ void replaceWhole(const std::string& path, const std::string& target, const std:
            ::access(target.c_str(), F_OK) == 0;
   };
   const std::filesystem::path dir = std::filesystem::path(target).parent_path();
+  // The old file's permission bits (the new one is made 0600 until it has
+  // them: no reader it would refuse opens it in between), else 0666 less the umask.
+  struct stat old {};
+  const bool hadOld = ::stat(target.c_str(), &old) == 0;
   std::string temporary;
   int fd = -1;
   for (int attempt = 0; fd < 0; ++attempt) {  // a short name no other writer holds
     temporary = (dir / (".gossamer-summary-" + randomHex())).string();
-    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, hadOld ? 0600 : 0666);
     const int err = errno;
     if (fd >= 0) break;
     if (notToBeReplaced(err)) {
@@ -202,8 +219,7 @@ void replaceWhole(const std::string& path, const std::string& target, const std:
     }
     if (err != EEXIST || attempt == 16) cannotWrite(path, err);
   }
-  struct stat old {};
-  if (::stat(target.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 0777);  // the file keeps its mode
+  if (hadOld) (void)::fchmod(fd, old.st_mode & 0777);
   int err = writeAll(fd, text);
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err == 0 && ::rename(temporary.c_str(), target.c_str()) != 0) err = errno;
@@ -262,6 +278,10 @@ std::vector<int> writeSummaryFile(const std::string& path, const std::string& js
   // place, as a device or FIFO is.
   std::error_code ec;
   fs::path target(path);
+  if (descriptorNamed(path) >= 0) {  // (also where /proc is not mounted)
+    writeInPlace(path, path, text, false, fifoWaitSeconds);
+    return {};
+  }
   bool inPlace = inProc(target);
   int hop = 0;
   for (; fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
@@ -269,6 +289,10 @@ std::vector<int> writeSummaryFile(const std::string& path, const std::string& js
     const fs::path next = fs::read_symlink(target, ec);
     if (ec) cannotWrite(path, ec.value());
     target = next.is_absolute() ? next : target.parent_path() / next;
+    if (descriptorNamed(target.string()) >= 0) {  // a link to /dev/stdout: that descriptor
+      writeInPlace(path, target.string(), text, false, fifoWaitSeconds);
+      return {};
+    }
     inPlace = inPlace || inProc(target);
   }
   struct stat st {};

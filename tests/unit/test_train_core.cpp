@@ -762,12 +762,12 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
     CHECK(fs::is_symlink(path));
   }
-  SECTION(
-      "/dev/fd/N of a log open for appending is written through N: the log keeps its lines and its file") {
+  SECTION("/dev/fd/N is written through N at its position: a log keeps its lines and its file") {
     const std::string log = dir.file("log");
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     REQUIRE(fd >= 0);
     CHECK(::write(fd, "before\n", 7) == 7);
+    REQUIRE(::lseek(fd, 2, SEEK_SET) == 2);  // (reopened, the file would be emptied or appended to)
     struct stat before {};
     REQUIRE(::fstat(fd, &before) == 0);
     CHECK(writeSummaryFile("/dev/fd/" + std::to_string(fd), side({2}, "a1")).empty());
@@ -777,7 +777,19 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     REQUIRE(::stat(log.c_str(), &now) == 0);
     CHECK(now.st_ino == before.st_ino);
     std::ifstream in(log);
-    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "before\n" + side({2}, "a1") + "\nafter\n");
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "be" + side({2}, "a1") + "\nafter\n");
+  }
+  SECTION("a link to /dev/fd/N is written through N") {
+    int ends[2];
+    REQUIRE(::pipe(ends) == 0);
+    fs::create_symlink("/dev/fd/" + std::to_string(ends[1]), path);
+    const std::string json = side({2}, "a1");
+    CHECK(writeSummaryFile(path, json).empty());
+    std::string got(json.size() + 16, '\0');
+    const ssize_t n = ::read(ends[0], got.data(), got.size());
+    ::close(ends[0]);
+    ::close(ends[1]);
+    CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
   }
   SECTION("a socket's name: an Error at once") {
     const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
