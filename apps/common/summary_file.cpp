@@ -68,7 +68,8 @@ class DirectoryTurn {
   DirectoryTurn(const std::string& dir, double seconds) {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd_ < 0) {
-      GOSSAMER_LOG(kWarning, "summary: cannot open '" << dir << "' to take turns (" << std::strerror(errno)
+      const int err = errno;
+      GOSSAMER_LOG(kWarning, "summary: cannot open '" << dir << "' to take turns (" << std::strerror(err)
                                                       << "): writing without it");
       return;
     }
@@ -114,14 +115,20 @@ bool inProc(const std::filesystem::path& file) {
 // A descriptor the caller set nonblocking (a full pipe: EAGAIN) is waited
 // for, at most 10 s without progress.
 int writeAll(int fd, const std::string& text) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
   for (std::size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     const int err = errno;
     if (n > 0) {
       done += static_cast<std::size_t>(n);
+      deadline = Clock::now() + std::chrono::seconds(10);
     } else if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return ETIMEDOUT;
       pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 10000) == 0) return ETIMEDOUT;
+      if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) return errno;
     } else if (n == 0 || err != EINTR) {
       return n == 0 ? EIO : err;
     }

@@ -757,11 +757,11 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
       const std::string json = side({2}, "a1");
       fs::remove(path);
       fs::create_symlink(prefix + std::to_string(ends[1]), path);
-      CHECK(writeSummaryFile(path, json).empty());
+      CHECK_NOTHROW(writeSummaryFile(path, json));
+      ::close(ends[1]);  // (the read below then ends, whatever was written)
       std::string got(json.size() + 16, '\0');
       const ssize_t n = ::read(ends[0], got.data(), got.size());
       ::close(ends[0]);
-      ::close(ends[1]);
       CHECK(got.substr(0, static_cast<std::size_t>(std::max<ssize_t>(n, 0))) == json + "\n");
       CHECK(fs::is_symlink(path));
     }
@@ -782,6 +782,32 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK(now.st_ino == before.st_ino);
     std::ifstream in(log);
     CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "be" + side({2}, "a1") + "\nafter\n");
+  }
+  SECTION("a nonblocking descriptor of a full pipe is waited for until a reader drains it") {
+    int ends[2];
+    REQUIRE(::pipe2(ends, O_NONBLOCK | O_CLOEXEC) == 0);
+    REQUIRE(::fcntl(ends[0], F_SETFL, 0) == 0);  // the reader's end blocks
+    (void)::fcntl(ends[1], F_SETPIPE_SZ, 4096);
+    const std::string fill(65536, 'x');
+    std::size_t filled = 0;
+    for (ssize_t put = 1; put > 0;) {  // until EAGAIN: the pipe is full
+      put = ::write(ends[1], fill.data(), fill.size());
+      if (put > 0) filled += static_cast<std::size_t>(put);
+    }
+    std::string drained;
+    std::thread reader([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer meets EAGAIN first
+      std::string buf(65536, '\0');
+      for (ssize_t n; (n = ::read(ends[0], buf.data(), buf.size())) > 0;)
+        drained.append(buf.data(), static_cast<std::size_t>(n));
+    });
+    const std::string json = side({2}, "a1");
+    CHECK_NOTHROW(writeSummaryFile("/dev/fd/" + std::to_string(ends[1]), json));
+    ::close(ends[1]);  // (the reader then ends)
+    reader.join();
+    ::close(ends[0]);
+    CHECK(drained.size() == filled + json.size() + 1);
+    CHECK(drained.substr(filled) == json + "\n");
   }
   SECTION("a socket's name: an Error at once") {
     const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
