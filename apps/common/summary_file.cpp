@@ -136,20 +136,31 @@ int writeAll(int fd, const std::string& text) {
   return 0;
 }
 
-// The descriptor a name stands for: /dev/fd/N, /proc/self/fd/N (N), or
-// /dev/stdout and /dev/stderr (1, 2); -1 for any other name.
+// N for a name of N digits (no leading zero, at most 9), else -1.
+int descriptorNumber(const std::string& digits) {
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 1 && digits[0] == '0'))
+    return -1;
+  return std::stoi(digits);
+}
+
+// The descriptor a name stands for: /dev/fd/N, /proc/self/fd/N or N in
+// any spelling of that directory (`dev/./fd/N`, `../dev/fd/N`: the same
+// directory as this process's /proc/self/fd), and /dev/stdout and
+// /dev/stderr (1, 2); -1 for any other name.
 int descriptorNamed(const std::string& path) {
   if (path == "/dev/stdout") return 1;
   if (path == "/dev/stderr") return 2;
-  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
-    if (path.rfind(prefix, 0) != 0) continue;
-    const std::string digits = path.substr(prefix.size());
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
-        (digits.size() > 1 && digits[0] == '0'))
-      return -1;
-    return std::stoi(digits);
-  }
-  return -1;
+  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"})
+    if (path.rfind(prefix, 0) == 0) return descriptorNumber(path.substr(prefix.size()));
+  const std::filesystem::path name(path);
+  const int n = descriptorNumber(name.filename().string());
+  struct stat dir {
+  }, fds{};
+  if (n < 0 || !name.has_parent_path() || ::stat(name.parent_path().c_str(), &dir) != 0 ||
+      ::stat("/proc/self/fd", &fds) != 0)
+    return -1;
+  return dir.st_dev == fds.st_dev && dir.st_ino == fds.st_ino ? n : -1;
 }
 
 // `text` written to what `file` names without replacing it: through the

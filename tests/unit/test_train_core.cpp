@@ -766,22 +766,26 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
       CHECK(fs::is_symlink(path));
     }
   }
-  SECTION("/dev/fd/N is written through N at its position: a log keeps its lines and its file") {
-    const std::string log = dir.file("log");
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    REQUIRE(fd >= 0);
-    CHECK(::write(fd, "before\n", 7) == 7);
-    REQUIRE(::lseek(fd, 2, SEEK_SET) == 2);  // (reopened, the file would be emptied or appended to)
-    struct stat before {};
-    REQUIRE(::fstat(fd, &before) == 0);
-    CHECK(writeSummaryFile("/dev/fd/" + std::to_string(fd), side({2}, "a1")).empty());
-    CHECK(::write(fd, "after\n", 6) == 6);  // reaches the file the name shows, not an unlinked one
-    ::close(fd);
-    struct stat now {};
-    REQUIRE(::stat(log.c_str(), &now) == 0);
-    CHECK(now.st_ino == before.st_ino);
-    std::ifstream in(log);
-    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "be" + side({2}, "a1") + "\nafter\n");
+  SECTION("/dev/fd/N, however spelt, is written through N at its position: a log keeps its lines and file") {
+    for (const std::string prefix : {"/dev/fd/", "/dev//fd/", "/dev/../dev/fd/", "/proc/self/./fd/"}) {
+      INFO(prefix);
+      const std::string log = dir.file("log");
+      fs::remove(log);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+      REQUIRE(fd >= 0);
+      CHECK(::write(fd, "before\n", 7) == 7);
+      REQUIRE(::lseek(fd, 2, SEEK_SET) == 2);  // (reopened, the file would be emptied or appended to)
+      struct stat before {};
+      REQUIRE(::fstat(fd, &before) == 0);
+      CHECK(writeSummaryFile(prefix + std::to_string(fd), side({2}, "a1")).empty());
+      CHECK(::write(fd, "after\n", 6) == 6);  // reaches the file the name shows, not an unlinked one
+      ::close(fd);
+      struct stat now {};
+      REQUIRE(::stat(log.c_str(), &now) == 0);
+      CHECK(now.st_ino == before.st_ino);
+      std::ifstream in(log);
+      CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "be" + side({2}, "a1") + "\nafter\n");
+    }
   }
   SECTION("a nonblocking descriptor of a full pipe is waited for until a reader drains it") {
     int ends[2];
