@@ -296,22 +296,19 @@ std::vector<int> writeSummaryFile(const std::string& path, const std::string& js
   // place, as a device or FIFO is.
   std::error_code ec;
   fs::path target(path);
-  if (descriptorNamed(path) >= 0) {  // (also where /proc is not mounted)
-    writeInPlace(path, path, text, false, fifoWaitSeconds);
-    return {};
-  }
-  bool inPlace = inProc(target);
-  int hop = 0;
-  for (; fs::is_symlink(fs::symlink_status(target, ec)); ++hop) {
-    if (hop == 40) cannotWrite(path, ELOOP);
-    const fs::path next = fs::read_symlink(target, ec);
-    if (ec) cannotWrite(path, ec.value());
-    target = next.is_absolute() ? next : target.parent_path() / next;
-    if (descriptorNamed(target.string()) >= 0) {  // a link to /dev/stdout: that descriptor
+  bool inPlace = false;
+  for (int hop = 0;; ++hop) {
+    // A descriptor's name (also where /proc is not mounted): that descriptor.
+    if (descriptorNamed(target.string()) >= 0) {
       writeInPlace(path, target.string(), text, false, fifoWaitSeconds);
       return {};
     }
     inPlace = inPlace || inProc(target);
+    if (!fs::is_symlink(fs::symlink_status(target, ec))) break;
+    if (hop == 40) cannotWrite(path, ELOOP);
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) cannotWrite(path, ec.value());
+    target = next.is_absolute() ? next : target.parent_path() / next;
   }
   struct stat st {};
   if (inPlace || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {

@@ -1,5 +1,6 @@
-// The summary gossamer-train's lowest surviving rank writes (--summary-json,
-// and the last line of its output): one JSON object per run.
+// The summary the lowest rank of gossamer-train's final view writes
+// (--summary-json, <run_dir>/summary.json; apps/common/summary_file.hpp keeps
+// the larger side's of a job split for good): one JSON object per run.
 #include "trainer.hpp"
 
 #include <cstddef>
