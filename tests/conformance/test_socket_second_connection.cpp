@@ -67,13 +67,8 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-}  // namespace
-
-TEST_CASE("socket: a peer's second connection that breaks fails that peer on both sides at once and no other",
-          "[socket][failure]") {
-  const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
-  INFO("protocol " << protocol);
-  MemoryStore store;
+// Three ranks of the socket transport over `protocol`, on threads.
+std::vector<std::unique_ptr<Transport>> startJob(MemoryStore& store, const std::string& protocol) {
   std::vector<std::unique_ptr<Transport>> g(3);
   onEveryRank(3, [&](int r) {
     sock::Options o;
@@ -85,28 +80,48 @@ TEST_CASE("socket: a peer's second connection that breaks fails that peer on bot
     o.singleCopy = false;
     g[static_cast<std::size_t>(r)] = sock::makeTransport(o, store);
   });
-  // Rank 1 waits for a message from rank 0 that rank 0 will never send.
-  double never = 0;
-  auto waiting = g[1]->irecvOf<double>(0, Tag::make(Op::kUser, 99), std::span<double>(&never, 1));
+  return g;
+}
 
-  // The second connection: rank 1's incarnation, the job key's proof, one message.
+// A second connection to rank 0 as rank 1's process (its incarnation, the
+// job key's proof), the hello written: the socket, or -1.
+int secondConnection(MemoryStore& store) {
   const std::string published0 = store.get("gossamer/sock/0", kTimeout);
   const std::string published1 = store.get("gossamer/sock/1", kTimeout);
   const std::uint64_t incarnation = std::stoull(published1.substr(published1.rfind(' ') + 1), nullptr, 16);
   const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
   const int fd = connectToPublished(published0.substr(0, published0.rfind(' ')));
-  REQUIRE(fd >= 0);
+  if (fd < 0) return -1;
   std::array<std::byte, 16 + kHelloProofBytes> hello{};
   detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
   detail::put<std::uint32_t>(hello, 4, 1);
   detail::put<std::uint64_t>(hello, 8, incarnation);
   const auto proof = key.proof(incarnation, 1);
   std::memcpy(hello.data() + 16, proof.data(), proof.size());
+  if (sendAll(fd, hello)) return fd;
+  ::close(fd);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("socket: a peer's second connection that breaks fails that peer on both sides at once and no other",
+          "[socket][failure]") {
+  const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
+  INFO("protocol " << protocol);
+  MemoryStore store;
+  auto g = startJob(store, protocol);
+  // Rank 1 waits for a message from rank 0 that rank 0 will never send.
+  double never = 0;
+  auto waiting = g[1]->irecvOf<double>(0, Tag::make(Op::kUser, 99), std::span<double>(&never, 1));
+
+  // The second connection: rank 1's incarnation, the job key's proof, one message.
+  const int fd = secondConnection(store);
+  REQUIRE(fd >= 0);
   const auto tag = Tag::make(Op::kUser, 5);
   const double sent = 42.0;
   const auto payload = std::as_bytes(std::span<const double>(&sent, 1));
   const HeaderBytes header = encodeFrameHeader(FrameKind::kData, DType::kFloat64, 1, tag, payload);
-  CHECK(sendAll(fd, hello));
   CHECK(sendAll(fd, header));
   CHECK(sendAll(fd, payload));
   // Rank 0 took it in: the message on it arrives as rank 1's.
@@ -135,5 +150,41 @@ TEST_CASE("socket: a peer's second connection that breaks fails that peer on bot
     g[2]->irecvOf<double>(p, tag, std::span<double>(&b, 1)).wait(kTimeout);
     CHECK(b == back);
   }
+  for (auto& t : g) t->abort();
+}
+
+TEST_CASE("socket: a peer's connection cut in the middle of a frame fails it with where the frame was cut",
+          "[socket][failure]") {
+  // The cut comes in the header (20 of its bytes) or in the payload (the
+  // header and 10 bytes of a 1000-byte payload): PeerFailure names the
+  // offset, and the frame counts as truncated (TransportStats).
+  const bool inHeader = GENERATE(false, true);
+  INFO((inHeader ? "in the header" : "in the payload"));
+  MemoryStore store;
+  auto g = startJob(store, "tcp");
+  const int fd = secondConnection(store);
+  REQUIRE(fd >= 0);
+  const auto tag = Tag::make(Op::kUser, 6);
+  const std::vector<std::byte> payload(1000, std::byte{5});
+  const HeaderBytes header = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, tag, payload);
+  const std::size_t cut = inHeader ? 20 : kFrameHeaderBytes + 10;
+  std::vector<std::byte> bytes(header.begin(), header.end());
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  CHECK(sendAll(fd, std::span<const std::byte>(bytes.data(), cut)));
+  ::close(fd);
+  std::vector<std::byte> got(payload.size());
+  std::string why;
+  try {
+    g[0]->irecv(1, tag, got).wait(kTimeout);
+  } catch (const PeerFailure& e) {
+    why = e.what();
+  }
+  INFO("rank 0: " << why);
+  const std::string where =
+      inHeader ? "cut 20 bytes in (of its " + std::to_string(kFrameHeaderBytes) + "-byte header)"
+               : "cut " + std::to_string(cut) + " bytes in (of " +
+                     std::to_string(kFrameHeaderBytes + payload.size()) + ")";
+  CHECK(why.find(where) != std::string::npos);
+  CHECK(g[0]->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kTruncated)] == 1);
   for (auto& t : g) t->abort();
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -48,6 +49,76 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A forked child's process id: killed and reaped when it goes (a pid <= 0:
+// nothing to do).
+struct Peer {
+  pid_t pid = -1;
+  ~Peer() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitBounded(pid, 10);
+  }
+};
+
+// Forks rank 1 with options `o`: it connects, says so (a 1-byte message, tag
+// 0), then runs `body` on its transport and writes what body returns to
+// `result`. Returns the child's pid.
+template <class Body>
+pid_t forkPeer(const TempDir& dir, const gossamer::sock::Options& o, const std::string& result, Body body) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  std::string said;
+  try {
+    gossamer::FileStore store(dir / "rdv");
+    auto mine = gossamer::sock::makeTransport(o, store);
+    std::vector<std::byte> one(1);
+    mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(10);
+    said = body(*mine);
+  } catch (const std::exception& e) {
+    said = std::string("error: ") + e.what();
+  }
+  gossamer::testing::writeFile(result, said);
+  _exit(0);
+}
+
+void stop(pid_t child) {
+  REQUIRE(kill(child, SIGSTOP) == 0);
+  int stopped = 0;  // kill() returns before every thread of the child has stopped
+  REQUIRE(waitpid(child, &stopped, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(stopped));
+}
+
+// This process's peak resident set since the last resetPeak(), KiB.
+long peakKb() {
+  const std::string status = gossamer::testing::readFile("/proc/self/status");
+  const auto at = status.find("VmHWM:");
+  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
+}
+
+bool resetPeak() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+// Rank 0's transport with options `o`, once rank 1 (forked into `peer`; it
+// only connects) said it is connected and was stopped.
+std::unique_ptr<gossamer::Transport> withStoppedPeer(const TempDir& dir, Peer& peer,
+                                                     const gossamer::sock::Options& o) {
+  peer.pid = forkPeer(dir, optionsFor(1, o.protocol), dir / "result", [](gossamer::Transport&) {
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return std::string();
+  });
+  REQUIRE(peer.pid > 0);
+  gossamer::FileStore store(dir / "rdv");
+  auto t = gossamer::sock::makeTransport(o, store);
+  std::vector<std::byte> one(1);
+  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+  stop(peer.pid);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("a socket peer that stops reading is failed once it took nothing for the timeout",
@@ -55,34 +126,8 @@ TEST_CASE("a socket peer that stops reading is failed once it took nothing for t
   const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
   INFO("protocol " << protocol);
   TempDir dir;
-  const pid_t child = fork();
-  if (child == 0) {
-    try {
-      gossamer::FileStore store(dir / "rdv");
-      auto mine = gossamer::sock::makeTransport(optionsFor(1, protocol), store);
-      std::vector<std::byte> one(1);
-      mine->isend(0, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(10);  // "connected"
-      std::this_thread::sleep_for(std::chrono::seconds(120));
-    } catch (...) {
-    }
-    _exit(0);
-  }
-  REQUIRE(child > 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGKILL);
-      waitBounded(pid, 10);
-    }
-  } reap{child};
-  gossamer::FileStore store(dir / "rdv");
-  auto t = gossamer::sock::makeTransport(optionsFor(0, protocol), store);
-  std::vector<std::byte> one(1);
-  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
-  REQUIRE(kill(child, SIGSTOP) == 0);
-  int stopped = 0;  // kill() returns before every thread of the child has stopped
-  REQUIRE(waitpid(child, &stopped, WUNTRACED) == child);
-  REQUIRE(WIFSTOPPED(stopped));
+  Peer peer;
+  auto t = withStoppedPeer(dir, peer, optionsFor(0, protocol));
   // 4 MiB every 50 ms: the kernel's buffers fill within the first few, and
   // the rest queue in the transport until the peer is failed.
   std::vector<std::byte> block(std::size_t{4} << 20, std::byte{7});
@@ -151,14 +196,7 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
     _exit(0);
   }
   REQUIRE(child > 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      if (pid <= 0) return;
-      kill(pid, SIGKILL);
-      waitBounded(pid, 10);
-    }
-  } reap{child};
+  Peer reap{child};
   gossamer::FileStore store(dir / "rdv");
   auto t = gossamer::sock::makeTransport(optionsFor(0, "ipc", true), store);
   std::vector<std::byte> one(1);
@@ -166,17 +204,34 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
   // Single copy needs ptrace rights over the peer (Yama): without them this
   // test cannot test what it is for.
   REQUIRE(t->checksumReuseMinBytes() == std::numeric_limits<std::size_t>::max());
-  REQUIRE(kill(child, SIGSTOP) == 0);
-  int stopped = 0;  // kill() returns before every thread of the child has stopped
-  REQUIRE(waitpid(child, &stopped, WUNTRACED) == child);
-  REQUIRE(WIFSTOPPED(stopped));
+  stop(child);
   std::vector<std::byte> big(kBytes, std::byte{3});
   auto s = t->isendBorrowed(1, gossamer::Tag::make(gossamer::Op::kUser, 1), big);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   REQUIRE_FALSE(s.test());  // the peer, stopped, has not pulled it
+  // While cancel() waits for the pull, another thread's short wait on the
+  // same transport returns at its own timeout, not after the cancel.
+  std::atomic<bool> otherReturned{false}, cancelReturned{false};
+  bool otherFirst = false;
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<std::byte> small(8);
+    auto r = t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 7), small);
+    try {
+      r.waitFor(0.3);
+    } catch (const std::exception&) {
+    }
+    otherFirst = !cancelReturned.load();
+    otherReturned = true;
+  });
   const auto start = std::chrono::steady_clock::now();
   s.cancel();
+  cancelReturned = true;
+  other.join();
   CHECK(since(start) < kTimeout + 30);
+  CHECK(since(start) >= kTimeout);  // it did wait for the pull
+  CHECK(otherReturned.load());
+  CHECK(otherFirst);
   if (freed)
     std::vector<std::byte>().swap(big);  // the caller frees its buffer (1 MiB: unmapped)
   else
@@ -189,5 +244,104 @@ TEST_CASE("a socket send lent to a stopped peer and cancelled is never delivered
   INFO("rank 1: " << said);
   CHECK(said.rfind("failed: ", 0) == 0);
   CHECK(said.find("withdrew") != std::string::npos);
+  t->abort();
+}
+
+TEST_CASE("a socket send to a stopped peer whose queue is full waits for room, and the peer is failed",
+          "[multiproc][failure][socket]") {
+  // Options::sendQueueBytes 4 MiB: once that much waits for the stopped
+  // peer, the next send waits (instead of copying more), and the peer is
+  // failed at its timeout. Without the bound, the sends all return at once
+  // and the queue holds what they sent (up to 400 MiB here).
+  const std::string protocol = GENERATE(as<std::string>{}, "tcp", "ipc");
+  INFO("protocol " << protocol);
+  TempDir dir;
+  Peer peer;
+  auto o = optionsFor(0, protocol);
+  o.sendQueueBytes = std::size_t{4} << 20;
+  auto t = withStoppedPeer(dir, peer, o);
+  const std::vector<std::byte> block(std::size_t{1} << 20, std::byte{7});
+  int sent = 0;
+  std::string why;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t step = 1; step <= 400; ++step) {
+    try {
+      t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, step), block);
+      ++sent;
+    } catch (const gossamer::PeerFailure& e) {
+      why = e.what();
+      break;
+    }
+  }
+  INFO(sent << " sends returned; then: " << why);
+  REQUIRE_FALSE(why.empty());
+  CHECK(why.find("queued for it") != std::string::npos);
+  CHECK(since(start) >= kTimeout);  // the peer had its timeout
+  // 4 MiB queued, plus what the kernel's socket buffers took.
+  CHECK(sent < 64);
+  t->abort();
+}
+
+TEST_CASE("a socket peer that reads slower than it is sent to costs the sender at most its send queue",
+          "[multiproc][socket]") {
+  // Rank 1 runs 50 ms of every 1.05 s (SIGSTOP/SIGCONT): it takes
+  // everything, slowly, and its connection never stalls for the timeout.
+  // Rank 0 sends 120 messages of 1 MiB as fast as its sends return, with
+  // a send queue of 4 MiB: its peak memory grows by far less than the 120
+  // MiB an unbounded queue would hold, and every message arrives intact.
+  constexpr int kMessages = 120;
+  constexpr std::size_t kBytes = std::size_t{1} << 20;
+  TempDir dir;
+  const std::string result = dir / "result";
+  Peer peer;
+  peer.pid = forkPeer(dir, optionsFor(1, "ipc"), result, [&](gossamer::Transport& mine) {
+    std::vector<std::byte> buf(kBytes);
+    int intact = 0;
+    for (int k = 1; k <= kMessages; ++k) {
+      mine.irecv(0, gossamer::Tag::make(gossamer::Op::kUser, static_cast<std::uint64_t>(k)), buf).wait(60);
+      const auto want = static_cast<std::byte>(k & 0xFF);
+      intact += std::all_of(buf.begin(), buf.end(), [&](std::byte b) { return b == want; }) ? 1 : 0;
+    }
+    return "received " + std::to_string(intact) + " intact";
+  });
+  REQUIRE(peer.pid > 0);
+  gossamer::FileStore store(dir / "rdv");
+  auto o = optionsFor(0, "ipc");
+  o.sendQueueBytes = std::size_t{4} << 20;
+  auto t = gossamer::sock::makeTransport(o, store);
+  std::vector<std::byte> one(1);
+  t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
+  std::atomic<bool> sending{true};
+  std::thread slow([&] {
+    while (sending) {
+      kill(peer.pid, SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      kill(peer.pid, SIGCONT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::vector<std::byte> block(kBytes);
+  const bool reset = resetPeak();
+  const long before = peakKb();
+  std::string why;
+  for (int k = 1; k <= kMessages && why.empty(); ++k) {
+    std::fill(block.begin(), block.end(), static_cast<std::byte>(k & 0xFF));
+    try {
+      t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, static_cast<std::uint64_t>(k)), block);
+    } catch (const gossamer::PeerFailure& e) {
+      why = e.what();
+    }
+  }
+  const long grew = peakKb() - before;
+  sending = false;
+  slow.join();
+  kill(peer.pid, SIGCONT);
+  INFO("peak reset: " << reset << "; the peak grew by " << grew << " KiB; failure: " << why);
+  CHECK(why.empty());
+  REQUIRE(before > 0);
+  CHECK(grew < 48 * 1024);
+  const pid_t child = std::exchange(peer.pid, -1);
+  REQUIRE(waitBounded(child, 60).has_value());
+  CHECK(gossamer::testing::readFile(result) == "received " + std::to_string(kMessages) + " intact");
   t->abort();
 }

@@ -11,7 +11,10 @@
 // read directly from the socket into that destination. Writing: isend writes
 // header and payload with one sendmsg(2) from the caller's memory; only what
 // the kernel does not take at once is copied and queued, and flushed by later
-// progress (also from a thread waiting for something else).
+// progress (also from a thread waiting for something else). A queue holds at
+// most Options::sendQueueBytes: a send that would copy more first progresses
+// until the peer took enough (awaitRoomLocked), so a slow peer costs bounded
+// memory and is failed if it takes too little within the timeout.
 //
 // Failure: a peer that closes sends a bye after its last frame (in order on
 // the same stream) and gets a bye-ack; end-of-stream or a reset without a bye
@@ -262,8 +265,9 @@ class HelloGate {
         key_(key) {}
 
   // Appends the listener and every connection waiting for its hello (POLLIN).
+  // (The listener without POLLIN while accepting is paused: see acceptSome.)
   void pollSet(std::vector<pollfd>& pfds) const {
-    pfds.push_back({listener_.get(), POLLIN, 0});
+    pfds.push_back({listener_.get(), static_cast<short>(Clock::now() < acceptPausedUntil_ ? 0 : POLLIN), 0});
     for (const auto& in : incoming_) pfds.push_back({in.fd.get(), POLLIN, 0});
   }
   // Entries pollSet() appends.
@@ -291,6 +295,27 @@ class HelloGate {
   std::uint64_t rejected(std::size_t kind) const { return rejected_[kind].load(); }
 
  private:
+  static constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+
+  // accept(2)'s errors that belong to the one connection it took.
+  static bool connectionError(int err) {
+    switch (err) {
+      case ECONNABORTED:
+      case EPROTO:
+      case EPERM:
+      case ENETDOWN:
+      case ENOPROTOOPT:
+      case EHOSTDOWN:
+      case ENONET:
+      case EHOSTUNREACH:
+      case EOPNOTSUPP:
+      case ENETUNREACH:
+        return true;
+      default:
+        return false;
+    }
+  }
+
   struct Incoming {
     FdGuard fd;
     std::array<std::byte, kHelloBytes> hello{};
@@ -355,17 +380,26 @@ class HelloGate {
   }
 
   // Accepts what waits on the listener; when kMaxIncoming connections already
-  // wait for their hello (a flood), the oldest is dropped.
+  // wait for their hello (a flood), the oldest is dropped. Out of
+  // descriptors or memory, accepting pauses for kAcceptPause (the listener
+  // stays readable meanwhile, and pollers would wake at once). A network
+  // error pending on the new connection (accept(2): Linux reports it from
+  // accept) or a firewall's EPERM is that connection's, not the listener's:
+  // the next one is taken.
   void acceptSome() {
+    if (Clock::now() < acceptPausedUntil_) return;
     for (int k = 0; k < 16; ++k) {
       FdGuard fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (fd.get() < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          strays_("socket rank " + std::to_string(rank_) + ": accept(): " + errnoText(errno));
+        const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+          strays_("socket rank " + std::to_string(rank_) + ": accept(): " + errnoText(err));
+          acceptPausedUntil_ = Clock::now() + kAcceptPause;
           return;
         }
-        throw Error("socket transport: accept(): " + errnoText(errno));
+        if (connectionError(err)) continue;
+        throw Error("socket transport: accept(): " + errnoText(err));
       }
       if (incoming_.size() >= kMaxIncoming)
         drop(0, FrameFault::kTruncated,
@@ -381,6 +415,7 @@ class HelloGate {
   FdGuard listener_;
   JobKey key_;
   std::vector<Incoming> incoming_;
+  Clock::time_point acceptPausedUntil_{};  // out of descriptors: accept nothing until then
   std::atomic<std::uint64_t> refused_{0};
   std::array<std::atomic<std::uint64_t>, kFrameFaultCount> rejected_{};
   LogLimiter strays_{LogLevel::kWarning, 10, "stray connections"};
@@ -413,6 +448,7 @@ struct TxItem {
   std::size_t summed = 0;
   Crc32c crc;
   std::array<std::byte, kFrameTrailerBytes> trailer{};
+  std::size_t held = 0;  // what it adds to its connection's queuedBytes
 
   std::size_t total() const { return kFrameHeaderBytes + data.size() + (trailing ? kFrameTrailerBytes : 0); }
 
@@ -495,6 +531,7 @@ struct Conn {
   std::array<std::byte, kFrameTrailerBytes> trailer{};  // kDataTrailing: read after the payload
   // Send side.
   std::deque<TxItem> txq;
+  std::size_t queuedBytes = 0;  // of the frames in txq, when each was queued (Options::sendQueueBytes)
   // When the socket last took bytes, or txq last became non-empty: a peer
   // that takes none of what waits for timeoutSeconds is failed (stalled).
   Clock::time_point writtenAt{};
@@ -595,6 +632,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     } else {
       std::lock_guard<std::mutex> lk(exclusive);
       auto& c = conns_[static_cast<std::size_t>(dst)];
+      if (!borrowed && !c.gone && c.queuedBytes >= opt_.sendQueueBytes) awaitRoomLocked(c);
       if (c.gone) {
         if (c.failure) std::rethrow_exception(c.failure);
         throw PeerFailure(dst, life_.leaving(dst) ? "cannot send: peer closed its transport"
@@ -685,15 +723,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         gateFrom = pollSetLocked(pfds);
         ++sleepers_;  // before unlocking: a sender queueing bytes now must wake us
       }
-      // Sleep until a socket is ready, a sender queued bytes (wakeFd_) or 100 ms
-      // pass; without the lock, so other threads can send and progress.
-      ::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100));
-      --sleepers_;
-      noteGate(pfds, gateFrom);
-      if (pfds.back().revents & POLLIN) {
-        std::uint64_t v;
-        (void)!::read(wakeFd_, &v, sizeof v);
-      }
+      sleepOnSockets(pfds, gateFrom, deadline);
       spinEnd = Clock::now() + spin_;
     }
   }
@@ -784,21 +814,27 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (idle) {
           try {
             progressLocked();
+            gateFrom = pollSetLocked(pfds);
           } catch (const std::exception& e) {  // never out of this thread (std::terminate)
+            pfds.clear();                      // (this pass only ticks)
             const auto n = ++backgroundErrors_;
             if (n <= 3 || (n & (n - 1)) == 0)  // the 1st, 2nd, 3rd, 4th, 8th, ...
               GOSSAMER_LOG(kError, "socket rank " << opt_.rank << ": background progress (" << n
                                                   << " errors so far): " << e.what());
           }
-          gateFrom = pollSetLocked(pfds);
-          ++sleepers_;  // before unlocking: a send queued meanwhile wakes it to add POLLOUT
-        } else {
-          pfds.assign(1, pollfd{wakeFd_, POLLIN, 0});
-          gateFrom = 1;
+          if (!pfds.empty())
+            ++sleepers_;  // before unlocking: a send queued meanwhile wakes it to add POLLOUT
         }
       }
-      ::poll(pfds.data(), pfds.size(), idle ? 50 : 1);
-      if (idle) --sleepers_;
+      if (!idle || pfds.empty()) {
+        // Ticking: wakeFd_ is left to the waiters (read here, a wake meant
+        // for one about to sleep would be lost to it); stopBackground's
+        // wake is seen within the tick.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      ::poll(pfds.data(), pfds.size(), 50);
+      --sleepers_;
       noteGate(pfds, gateFrom);
       if (pfds.back().revents & POLLIN) {
         std::uint64_t v;
@@ -876,16 +912,51 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       item.req = std::make_shared<detail::RequestState>();
       item.req->engine = shared_from_this();
       auto req = item.req;
-      if (c.txq.empty()) c.writtenAt = Clock::now();
-      c.txq.push_back(std::move(item));
-      if (sleepers_ > 0) wake();
+      enqueue(c, std::move(item));
       return req;
     }
     item.keepRest();
+    enqueue(c, std::move(item));
+    return nullptr;
+  }
+
+  void enqueue(Conn& c, TxItem&& item) {
     if (c.txq.empty()) c.writtenAt = Clock::now();
+    item.held = item.total() - item.offset;
+    c.queuedBytes += item.held;
     c.txq.push_back(std::move(item));
     if (sleepers_ > 0) wake();  // a sleeping waiter must add POLLOUT for this socket
-    return nullptr;
+  }
+
+  // Removes *it from c's queue; returns the next one.
+  static std::deque<TxItem>::iterator dequeue(Conn& c, std::deque<TxItem>::iterator it) {
+    c.queuedBytes -= it->held;
+    return c.txq.erase(it);
+  }
+
+  // A copy would go on a queue that holds Options::sendQueueBytes or more:
+  // moves messages until the peer took enough that it holds less. A peer
+  // that does not within timeoutSeconds (one that reads, but slower than it
+  // is sent to) is failed, as one that stopped reading is (failStalledLocked);
+  // the caller then finds c gone. A peer replaced by a new process meanwhile
+  // fails the send (its queue was dropped; this message was for the old one).
+  void awaitRoomLocked(Conn& c) {
+    const std::uint64_t incarnation = c.incarnation;
+    const std::size_t before = c.queuedBytes;
+    const auto room = [&] {
+      return c.gone || c.incarnation != incarnation || c.queuedBytes < opt_.sendQueueBytes;
+    };
+    if (pumpLocked(room, deadlineAfter<Clock>(opt_.timeoutSeconds)) || stopped_) {
+      if (!c.gone && c.incarnation != incarnation)
+        throw PeerFailure(c.peer, "was replaced by a new process while a send to it waited for room");
+      return;
+    }
+    std::ostringstream why;
+    why << "took too little of the " << before << " bytes queued for it within " << opt_.timeoutSeconds
+        << " s for a send to find room (" << c.queuedBytes << " bytes still queued; at most "
+        << opt_.sendQueueBytes << " are; a peer that reads slower than it is sent to?)";
+    GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": rank " << c.peer << " " << why.str());
+    failPeer(c, std::make_exception_ptr(PeerFailure(c.peer, why.str())));
   }
 
   void sendControlLocked(Conn& c, FrameKind kind, std::uint32_t detailCode = 0, std::uint64_t step = 0) {
@@ -933,8 +1004,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       }
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      lost(c, errno);
-      break;
+      lost(c, errno);  // (c's queue is dropped: item may be gone)
+      return;
     }
     // Progress on a queue (a first write, from sendLocked, has none yet:
     // pushing its rest starts the clock).
@@ -945,9 +1016,9 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     while (!c.gone && !c.txq.empty()) {
       auto& item = c.txq.front();
       writeSome(c, item);
-      if (item.offset < item.total()) return;
+      if (c.gone || item.offset < item.total()) return;  // (gone: the queue was dropped with item)
       if (item.req) item.req->complete(c.peer, item.data.size());
-      c.txq.pop_front();
+      dequeue(c, c.txq.begin());
     }
   }
 
@@ -959,7 +1030,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     for (auto it = c.txq.begin(); it != c.txq.end();) {
       if (it->offset == 0) {
         if (it->req) it->req->fail(cancelled);
-        it = c.txq.erase(it);
+        it = dequeue(c, it);
       } else {
         ++it;
       }
@@ -971,6 +1042,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     for (auto& item : c.txq)
       if (item.req) item.req->fail(error);
     c.txq.clear();
+    c.queuedBytes = 0;
   }
 
   // A borrowed send is cancelled: forget the caller's buffer. A frame not
@@ -1008,7 +1080,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       for (auto it = c.txq.begin(); it != c.txq.end(); ++it) {
         if (it->req.get() != &state) continue;
         if (it->offset == 0) {
-          c.txq.erase(it);
+          dequeue(c, it);
           return;
         }
         try {
@@ -1019,7 +1091,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
           // skip it. The frame is dropped half written and the connection
           // shut down (the peer reads a cut frame and fails this rank).
           ::shutdown(c.fd, SHUT_RDWR);
-          c.txq.erase(it);
+          dequeue(c, it);
         }
         return;
       }
@@ -1041,13 +1113,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   // that did not pull it is failed (cancelLocked: throws nothing).
   void withdrawPullLocked(std::uint64_t ticket) {
     try {
-      const auto deadline = deadlineAfter<Clock>(opt_.timeoutSeconds);
-      std::vector<pollfd> pfds;
-      while (pulls_.destinationOf(ticket) >= 0 && Clock::now() < deadline && !stopped_) {
-        progressLocked();
-        pollSetLocked(pfds);
-        ::poll(pfds.data(), pfds.size(), 1);
-      }
+      pumpLocked([&] { return pulls_.destinationOf(ticket) < 0; }, deadlineAfter<Clock>(opt_.timeoutSeconds));
     } catch (const std::exception&) {  // out of memory or a failed pass: the peer is failed below
     }
     const int owed = pulls_.destinationOf(ticket);
@@ -1068,6 +1134,46 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
                                                                 " s, and its sender withdrew it")));
     } catch (const std::exception&) {
       ::shutdown(c.fd, SHUT_RDWR);  // out of memory: the next pass fails it
+    }
+  }
+
+  // Caller holds exclusive, locked by a frame further out that unlocks it at
+  // its end. Moves messages until done() holds, `deadline` passes or the
+  // transport stops; returns done(). It sleeps in poll(2) without the lock,
+  // as waitUntil does, so that other threads send, receive and wait
+  // meanwhile (a wait here may last the timeout): what the caller looked at
+  // before may have changed on return (a Conn of conns_ stays where it is,
+  // but may have failed, or been taken over by a restarted peer's process).
+  template <class Done>
+  bool pumpLocked(Done&& done, Clock::time_point deadline) {
+    ++activeWaiters_;
+    struct Leave {
+      Engine& e;
+      ~Leave() { --e.activeWaiters_; }
+    } leave{*this};
+    std::vector<pollfd> pfds;
+    for (;;) {
+      progressLocked();
+      if (done()) return true;
+      if (stopped_ || Clock::now() >= deadline) return false;
+      const std::size_t gateFrom = pollSetLocked(pfds);
+      ++sleepers_;  // before unlocking: a sender queueing bytes now must wake us
+      exclusive.unlock();
+      sleepOnSockets(pfds, gateFrom, deadline);
+      exclusive.lock();
+    }
+  }
+
+  // Without the lock, after counting itself in sleepers_ under it: sleeps on
+  // pollSetLocked's set until a socket is ready, a sender queued bytes
+  // (wakeFd_), `deadline` or 100 ms, whichever comes first.
+  void sleepOnSockets(std::vector<pollfd>& pfds, std::size_t gateFrom, Clock::time_point deadline) {
+    ::poll(pfds.data(), pfds.size(), millisLeft(deadline, 100));
+    --sleepers_;
+    noteGate(pfds, gateFrom);
+    if (pfds.back().revents & POLLIN) {
+      std::uint64_t v;
+      (void)!::read(wakeFd_, &v, sizeof v);
     }
   }
 
@@ -1494,6 +1600,18 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     if (!error) {
       std::string why = "connection lost without a goodbye (process died or network failed)";
       if (err != 0) why += ": " + errnoText(err);
+      // A frame cut short: where (the peer's offset in it), and counted.
+      const std::size_t staged = c.stageEnd - c.stageBegin;
+      const std::size_t into =
+          c.inPayload ? kFrameHeaderBytes + c.got + (c.got == c.frame.payloadBytes ? staged : 0) : staged;
+      if (into > 0) {
+        ++rejected_[static_cast<std::size_t>(FrameFault::kTruncated)];
+        const std::size_t whole = kFrameHeaderBytes + c.frame.payloadBytes +
+                                  (c.frame.kind == FrameKind::kDataTrailing ? kFrameTrailerBytes : 0);
+        why += "; a frame was cut " + std::to_string(into) + " bytes in (of " +
+               (c.inPayload ? std::to_string(whole) + ")"
+                            : "its " + std::to_string(kFrameHeaderBytes) + "-byte header)");
+      }
       error = std::make_exception_ptr(PeerFailure(c.peer, why));
     }
     c.failure = error;
@@ -1829,6 +1947,7 @@ std::unique_ptr<Transport> makeTransport(const Options& o, Store& store) {
   checkNetworkOptions(o);
   GOSSAMER_ENFORCE(o.spinSeconds >= 0 && o.spinSeconds <= 1, "spin " << o.spinSeconds << " s (0..1)");
   GOSSAMER_ENFORCE(o.maxWorldSize <= 1024, "socket: maxWorldSize " << o.maxWorldSize << " (at most 1024)");
+  GOSSAMER_ENFORCE(o.sendQueueBytes > 0, "socket: sendQueueBytes must be positive");
   return std::make_unique<SocketTransport>(std::make_shared<Engine>(o, connectAll(o, store)));
 }
 

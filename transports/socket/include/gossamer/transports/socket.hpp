@@ -78,6 +78,15 @@ struct Options {
   /// between two address spaces of one host) and the pull frame that names it
   /// is checksummed like every frame; the CRC would cost as much as the copy.
   bool checksumPulls = false;
+  /// Bytes (frames, headers included) a peer's send queue may hold before a
+  /// send copies more into it: the rest of what the kernel's socket buffers
+  /// did not take of each isend waits there. A send (isend; isendBorrowed
+  /// queues the caller's memory and is not held back) to a peer whose queue
+  /// holds this much or more first moves messages until it holds less; a
+  /// peer that does not take that much within timeoutSeconds is failed
+  /// (PeerFailure). One message larger than this is queued whole. Bounds the
+  /// memory a slow peer (one that reads, but slower than it is sent to) costs.
+  std::size_t sendQueueBytes = std::size_t{256} << 20;
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
 };
 
