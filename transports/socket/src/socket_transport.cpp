@@ -90,6 +90,9 @@ constexpr std::size_t kDirectReadBytes = std::size_t{16} << 10;  // longer remai
 // windows right next to the kernel's copy of them; smaller ones are in cache
 // anyway and keep the checksum in the header.
 constexpr std::size_t kTrailingMinBytes = std::size_t{64} << 10;
+// Sends smaller than this are queued whatever the queue holds (a heartbeat
+// or control message must not wait behind data): Options::sendQueueBytes.
+constexpr std::size_t kHeldBackMinBytes = std::size_t{64} << 10;
 // Window of a payload checksummed just before writing it, and the largest
 // direct read checksummed right after it: well inside the L2 cache.
 constexpr std::size_t kHotBytes = std::size_t{256} << 10;
@@ -448,7 +451,7 @@ struct TxItem {
   std::size_t summed = 0;
   Crc32c crc;
   std::array<std::byte, kFrameTrailerBytes> trailer{};
-  std::size_t held = 0;  // what it adds to its connection's queuedBytes
+  std::size_t held = 0;  // of its bytes not yet written, those copied (its part of queuedBytes)
 
   std::size_t total() const { return kFrameHeaderBytes + data.size() + (trailing ? kFrameTrailerBytes : 0); }
 
@@ -531,7 +534,7 @@ struct Conn {
   std::array<std::byte, kFrameTrailerBytes> trailer{};  // kDataTrailing: read after the payload
   // Send side.
   std::deque<TxItem> txq;
-  std::size_t queuedBytes = 0;  // of the frames in txq, when each was queued (Options::sendQueueBytes)
+  std::size_t queuedBytes = 0;  // copied bytes in txq not yet written (Options::sendQueueBytes)
   // When the socket last took bytes, or txq last became non-empty: a peer
   // that takes none of what waits for timeoutSeconds is failed (stalled).
   Clock::time_point writtenAt{};
@@ -632,7 +635,11 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     } else {
       std::lock_guard<std::mutex> lk(exclusive);
       auto& c = conns_[static_cast<std::size_t>(dst)];
-      if (!borrowed && !c.gone && c.queuedBytes >= opt_.sendQueueBytes) awaitRoomLocked(c);
+      if (!borrowed && data.size() >= kHeldBackMinBytes && !c.gone && c.queuedBytes >= opt_.sendQueueBytes) {
+        const auto self = shared_from_this();  // alive should another thread destroy the transport meanwhile
+        awaitRoomLocked(c);
+        life_.checkSend(dst);  // closed meanwhile: as for a send that comes after the close
+      }
       if (c.gone) {
         if (c.failure) std::rethrow_exception(c.failure);
         throw PeerFailure(dst, life_.leaving(dst) ? "cannot send: peer closed its transport"
@@ -816,7 +823,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
             progressLocked();
             gateFrom = pollSetLocked(pfds);
           } catch (const std::exception& e) {  // never out of this thread (std::terminate)
-            pfds.clear();                      // (this pass only ticks)
+            pfds.clear();                      // (this pass only sleeps, as long as an idle one)
             const auto n = ++backgroundErrors_;
             if (n <= 3 || (n & (n - 1)) == 0)  // the 1st, 2nd, 3rd, 4th, 8th, ...
               GOSSAMER_LOG(kError, "socket rank " << opt_.rank << ": background progress (" << n
@@ -830,7 +837,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         // Ticking: wakeFd_ is left to the waiters (read here, a wake meant
         // for one about to sleep would be lost to it); stopBackground's
         // wake is seen within the tick.
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(idle ? 50 : 1));
         continue;
       }
       ::poll(pfds.data(), pfds.size(), 50);
@@ -922,7 +929,7 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   void enqueue(Conn& c, TxItem&& item) {
     if (c.txq.empty()) c.writtenAt = Clock::now();
-    item.held = item.total() - item.offset;
+    item.held = item.req ? 0 : item.total() - item.offset;  // (a borrowed frame is the caller's memory)
     c.queuedBytes += item.held;
     c.txq.push_back(std::move(item));
     if (sleepers_ > 0) wake();  // a sleeping waiter must add POLLOUT for this socket
@@ -936,25 +943,28 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
 
   // A copy would go on a queue that holds Options::sendQueueBytes or more:
   // moves messages until the peer took enough that it holds less. A peer
-  // that does not within timeoutSeconds (one that reads, but slower than it
-  // is sent to) is failed, as one that stopped reading is (failStalledLocked);
-  // the caller then finds c gone. A peer replaced by a new process meanwhile
-  // fails the send (its queue was dropped; this message was for the old one).
+  // that takes nothing for timeoutSeconds is failed by failStalledLocked (in
+  // every pass); one that reads, but so slowly that there is no room within
+  // kRoomTimeouts timeouts, is failed here. The caller then finds c gone. A
+  // peer replaced by a new process meanwhile fails the send (its queue was
+  // dropped; this message was for the old one).
   void awaitRoomLocked(Conn& c) {
+    constexpr int kRoomTimeouts = 10;
     const std::uint64_t incarnation = c.incarnation;
     const std::size_t before = c.queuedBytes;
     const auto room = [&] {
-      return c.gone || c.incarnation != incarnation || c.queuedBytes < opt_.sendQueueBytes;
+      return c.gone || c.incarnation != incarnation || life_.closed() || c.queuedBytes < opt_.sendQueueBytes;
     };
-    if (pumpLocked(room, deadlineAfter<Clock>(opt_.timeoutSeconds)) || stopped_) {
+    if (pumpLocked(room, deadlineAfter<Clock>(kRoomTimeouts * opt_.timeoutSeconds)) || stopped_) {
       if (!c.gone && c.incarnation != incarnation)
         throw PeerFailure(c.peer, "was replaced by a new process while a send to it waited for room");
       return;
     }
     std::ostringstream why;
-    why << "took too little of the " << before << " bytes queued for it within " << opt_.timeoutSeconds
-        << " s for a send to find room (" << c.queuedBytes << " bytes still queued; at most "
-        << opt_.sendQueueBytes << " are; a peer that reads slower than it is sent to?)";
+    why << "took too little of the " << before << " bytes queued for it within " << kRoomTimeouts << " x "
+        << opt_.timeoutSeconds << " s for a send to find room (" << c.queuedBytes
+        << " bytes still queued; a send waits while " << opt_.sendQueueBytes
+        << " are: a peer that reads slower than it is sent to?)";
     GOSSAMER_LOG(kWarning, "socket rank " << opt_.rank << ": rank " << c.peer << " " << why.str());
     failPeer(c, std::make_exception_ptr(PeerFailure(c.peer, why.str())));
   }
@@ -1015,8 +1025,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
   void flushLocked(Conn& c) {
     while (!c.gone && !c.txq.empty()) {
       auto& item = c.txq.front();
+      const std::size_t from = item.offset;
       writeSome(c, item);
-      if (c.gone || item.offset < item.total()) return;  // (gone: the queue was dropped with item)
+      if (c.gone) return;  // (the queue was dropped with item)
+      const std::size_t took = std::min(item.held, item.offset - from);
+      item.held -= took;
+      c.queuedBytes -= took;
+      if (item.offset < item.total()) return;
       if (item.req) item.req->complete(c.peer, item.data.size());
       dequeue(c, c.txq.begin());
     }
@@ -1086,6 +1101,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         try {
           it->keepRest();
           it->req.reset();
+          it->held = it->total() - it->offset;  // ours now
+          c.queuedBytes += it->held;
         } catch (const std::exception&) {
           // Out of memory: the rest cannot be copied, and the stream cannot
           // skip it. The frame is dropped half written and the connection

@@ -78,14 +78,15 @@ struct Options {
   /// between two address spaces of one host) and the pull frame that names it
   /// is checksummed like every frame; the CRC would cost as much as the copy.
   bool checksumPulls = false;
-  /// Bytes (frames, headers included) a peer's send queue may hold before a
-  /// send copies more into it: the rest of what the kernel's socket buffers
-  /// did not take of each isend waits there. A send (isend; isendBorrowed
-  /// queues the caller's memory and is not held back) to a peer whose queue
-  /// holds this much or more first moves messages until it holds less; a
-  /// peer that does not take that much within timeoutSeconds is failed
-  /// (PeerFailure). One message larger than this is queued whole. Bounds the
-  /// memory a slow peer (one that reads, but slower than it is sent to) costs.
+  /// Bytes a peer's send queue may hold of copies not yet written (the rest
+  /// of each isend that the kernel's socket buffers did not take) before a
+  /// send of 64 KiB or more waits: it first moves messages until the queue
+  /// holds less. Smaller sends (heartbeats, control messages) and
+  /// isendBorrowed (the caller's memory is queued, not copied) never wait. A
+  /// peer that takes nothing for timeoutSeconds is failed (PeerFailure), as
+  /// is one so slow that a send finds no room within 10 x timeoutSeconds.
+  /// Bounds the memory a slow peer (one that reads, but slower than it is
+  /// sent to) costs; one message larger than this is queued whole.
   std::size_t sendQueueBytes = std::size_t{256} << 20;
   std::string storePrefix = "gossamer";  ///< Namespace of this job's keys in the store.
 };
