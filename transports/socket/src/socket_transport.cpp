@@ -633,10 +633,13 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
       box_.deliver(dst, tag, InboundPayload{owned, std::span<const std::byte>(owned->data(), owned->size())});
       if (sleepers_ > 0) wake();  // another thread may sleep waiting for this
     } else {
+      // Declared before the lock so that it outlives it: the engine (and its
+      // mutex) stay alive should another thread drop the transport meanwhile.
+      std::shared_ptr<Engine> self;
       std::lock_guard<std::mutex> lk(exclusive);
       auto& c = conns_[static_cast<std::size_t>(dst)];
       if (!borrowed && data.size() >= kHeldBackMinBytes && !c.gone && c.queuedBytes >= opt_.sendQueueBytes) {
-        const auto self = shared_from_this();  // alive should another thread destroy the transport meanwhile
+        self = shared_from_this();
         awaitRoomLocked(c);
         life_.checkSend(dst);  // closed meanwhile: as for a send that comes after the close
       }
