@@ -178,7 +178,13 @@ class CAgent:
     `world_size` ints, world_size 0 keeping the config's; `rendezvous` a
     path or "tcp://HOST:PORT"). Raises TypeError (rank or world_size not an
     int), ValueError (outside a C int's range), GossamerCError
-    (GOSSAMER_E_CONFIG, _INVALID_ARGUMENT, _TIMEOUT, ...)."""
+    (GOSSAMER_E_CONFIG, _INVALID_ARGUMENT, _TIMEOUT, ...).
+
+    The model: the agent keeps the address of the array given to step,
+    mix_parameters and flush, and a view change in a later call writes the
+    survivors' model into it or sends from it ("The model" in gossamer.h).
+    Pass the model itself to all three; the agent holds a reference to the
+    last one, so that it is not freed while the C side may use it."""
 
     def __init__(self, config, rank, rendezvous, world_size=0, overrides=(), is_text=False):
         lib = library()
@@ -187,7 +193,7 @@ class CAgent:
         handle = ctypes.c_void_p()
         _check(lib.gossamer_agent_create(config.encode(), 1 if is_text else 0, ov, n, rank, world_size,
                                          os.fspath(rendezvous).encode(), ctypes.byref(handle)))
-        self._h, self._size = handle, None
+        self._h, self._size, self._model = handle, None, None
 
     @classmethod
     def from_env(cls, config, overrides=(), is_text=False):
@@ -201,7 +207,7 @@ class CAgent:
         handle = ctypes.c_void_p()
         _check(lib.gossamer_agent_from_env(config.encode(), 1 if is_text else 0, ov, n, ctypes.byref(handle)))
         agent = cls.__new__(cls)
-        agent._h, agent._size = handle, None
+        agent._h, agent._size, agent._model = handle, None, None
         return agent
 
     def close(self):
@@ -270,9 +276,10 @@ class CAgent:
         _check(library().gossamer_allreduce(self._h, *self._buffer(data), code))
 
     def broadcast(self, data, root=0):
-        """Copies rank `root`'s `data` (as allreduce's) into every rank's, in
-        place (gossamer_broadcast). Raises as allreduce; GossamerCError
-        (GOSSAMER_E_INVALID_ARGUMENT) for a root outside [0, world_size)."""
+        """Copies global rank `root`'s `data` (as allreduce's) into every
+        member's of the view in force, in place (gossamer_broadcast). Raises
+        as allreduce; GossamerCError (GOSSAMER_E_INVALID_ARGUMENT) for a root
+        that is not a member of the view."""
         root = _c_int(root, "root")
         _check(library().gossamer_broadcast(self._h, *self._buffer(data), root))
 
@@ -302,6 +309,7 @@ class CAgent:
         (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer, ...)."""
         p = _floats(params, "params", self._size)
         g = _floats(grads, "grads", self._size, written=False)
+        self._model = params
         _check(library().gossamer_step(self._h, p, g, self._count(params)))
 
     def reduce_gradients(self, grads):
@@ -326,6 +334,7 @@ class CAgent:
         of the optimizer's size) in place with the peers' for gossip
         algorithms, and counts the step. Raises as step."""
         p = _floats(params, "params", self._size)
+        self._model = params
         _check(library().gossamer_mix_parameters(self._h, p, self._count(params)))
 
     def flush(self, params):
@@ -333,6 +342,7 @@ class CAgent:
         float32 array of the optimizer's size; gossamer_flush); call before
         evaluating or saving the model. Raises as step."""
         p = _floats(params, "params", self._size)
+        self._model = params
         _check(library().gossamer_flush(self._h, p, self._count(params)))
 
     @property

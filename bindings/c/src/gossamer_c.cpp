@@ -253,6 +253,20 @@ gossamer_status onFloats(const char* name, gossamer_agent* agent, float* data, s
   });
 }
 
+// The header gives the enums int as their underlying type in C++, so that
+// a value outside their names (from C) is one opOf and withSpan can refuse.
+static_assert(std::is_same_v<std::underlying_type_t<gossamer_op>, int>);
+static_assert(std::is_same_v<std::underlying_type_t<gossamer_dtype>, int>);
+static_assert(std::is_same_v<std::underlying_type_t<gossamer_status>, int>);
+
+// "ranks 0, 2": a view's members, for messages.
+std::string membersOf(const View& view) {
+  std::string out = view.members.size() == 1 ? "rank" : "ranks";
+  for (std::size_t k = 0; k < view.members.size(); ++k)
+    out += (k == 0 ? " " : ", ") + std::to_string(view.members[k]);
+  return out;
+}
+
 ReduceOp opOf(gossamer_op op) {
   switch (op) {
     case GOSSAMER_SUM:
@@ -426,7 +440,13 @@ gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t cou
   return guarded([&] {
     const Call a(agent, "gossamer_broadcast");
     Communicator& c = a->session->agent().communicator();
-    withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, root); });
+    // `root` is a global rank; the communicator numbers the view's members.
+    const View view = a->session->view();
+    const int local = view.localRank(root);
+    if (local < 0)
+      throw InvalidArgument("root " + std::to_string(root) + " is not a member of view " +
+                            std::to_string(view.number) + " (" + membersOf(view) + ")");
+    withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, local); });
   });
 }
 

@@ -95,11 +95,21 @@ static void bad_config(void) {
   const char* overrides[] = {"algorithm.nme=sgp"};
   CHECK(gossamer_agent_create("world_size: 1", 1, overrides, 1, 0, 0, scratch, &a) == GOSSAMER_E_CONFIG);
   CHECK(strcmp(gossamer_last_error_key(), "algorithm.nme") == 0);
+  CHECK(strcmp(gossamer_last_error_file(), "override 'algorithm.nme=sgp'") == 0);
   /* Text that is not YAML. */
   CHECK(gossamer_agent_create("world_size: [1", 1, NULL, 0, 0, 0, scratch, &a) == GOSSAMER_E_CONFIG);
   CHECK(strlen(gossamer_last_error_message()) > 0);
+  CHECK(strcmp(gossamer_last_error_file(), "<config>") == 0);
   /* A file that does not exist. */
   CHECK(gossamer_agent_create(path_in("missing.yaml"), 0, NULL, 0, 0, 0, scratch, &a) != GOSSAMER_OK);
+  /* A setting the algorithm refuses when it is built: d2 with overlap. */
+  const char* d2[] = {"transport.kind=inproc", "run.metrics=false", "algorithm.name=d2",
+                      "algorithm.mode=overlap"};
+  CHECK(gossamer_agent_create("world_size: 1", 1, d2, 4, 0, 0, scratch, &a) == GOSSAMER_OK);
+  const size_t sizes[] = {4};
+  CHECK(gossamer_make_optimizer(a, sizes, 1) == GOSSAMER_E_CONFIG);
+  CHECK(strcmp(gossamer_last_error_key(), "algorithm.mode") == 0);
+  gossamer_agent_close(a);
 }
 
 /* Rank 1 (a child process) joins, takes part in one allreduce and kills
@@ -147,10 +157,12 @@ static void killed_peer(void) {
   gossamer_agent_close(a);
 }
 
-/* A 3-process job with the membership service on: rank 2 kills itself
- * after one allreduce; ranks 0 and 1 get GOSSAMER_E_PEER_FAILURE naming it,
- * agree on a view of the two of them with gossamer_recover, and allreduce
- * again over it. Rank 1 (a child) reports by its exit status. */
+/* A 3-process job with the membership service on: rank 1 kills itself
+ * after one allreduce; ranks 0 and 2 get GOSSAMER_E_PEER_FAILURE naming it,
+ * agree on a view of the two of them with gossamer_recover, allreduce again
+ * over it, and broadcast from global rank 2 (the view's second member; rank
+ * 1, gone, is refused as a root). Rank 2 (a child) reports by its exit
+ * status. */
 static void recovered_job(void) {
   const char* config =
       "world_size: 3\ntransport:\n  kind: socket\n  host: 127.0.0.1\n  timeout_seconds: 10\n"
@@ -186,7 +198,7 @@ static void recovered_job(void) {
   }
   double v[2] = {1.0, (double)rank};
   const gossamer_status first = gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM);
-  if (rank == 2) raise(SIGKILL);
+  if (rank == 1) raise(SIGKILL);
   /* Each step runs whatever the one before gave, so that both survivors
    * take part in the recovery and the last allreduce; `failed` names the
    * first step that did not hold. */
@@ -194,10 +206,10 @@ static void recovered_job(void) {
   if (!(first == GOSSAMER_OK && v[0] == 3.0 && v[1] == 3.0)) failed = "the first allreduce";
   v[0] = 1.0;
   gossamer_status s = gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM);
-  /* The rank that sees the death names peer 2; one whose view another
+  /* The rank that sees the death names peer 1; one whose view another
    * survivor revoked first names none (-1). */
   const int peer = gossamer_last_error_peer();
-  if (failed == NULL && !(s == GOSSAMER_E_PEER_FAILURE && (peer == 2 || peer == -1)))
+  if (failed == NULL && !(s == GOSSAMER_E_PEER_FAILURE && (peer == 1 || peer == -1)))
     failed = "the allreduce after the kill";
   s = gossamer_recover(a);
   for (int tries = 1; s == GOSSAMER_E_PEER_FAILURE && tries < 5; ++tries) s = gossamer_recover(a);
@@ -207,7 +219,7 @@ static void recovered_job(void) {
   size_t count = 0;
   s = gossamer_view(a, &number, members, 3, &count);
   if (failed == NULL &&
-      !(s == GOSSAMER_OK && number >= 1 && count == 2 && members[0] == 0 && members[1] == 1))
+      !(s == GOSSAMER_OK && number >= 1 && count == 2 && members[0] == 0 && members[1] == 2))
     failed = "the view after the recovery";
   if (failed == NULL &&
       !(gossamer_view(a, &number, members, 1, &count) == GOSSAMER_E_INVALID_ARGUMENT && count == 2))
@@ -215,8 +227,17 @@ static void recovered_job(void) {
   v[0] = 1.0;
   v[1] = (double)rank;
   s = gossamer_allreduce(a, v, 2, GOSSAMER_FLOAT64, GOSSAMER_SUM);
-  if (failed == NULL && !(s == GOSSAMER_OK && v[0] == 2.0 && v[1] == 1.0))
+  if (failed == NULL && !(s == GOSSAMER_OK && v[0] == 2.0 && v[1] == 2.0))
     failed = "the allreduce over the new view";
+  /* The root is a global rank, not a position in the view. */
+  v[0] = v[1] = rank == 2 ? 7.0 : 0.0;
+  s = gossamer_broadcast(a, v, 2, GOSSAMER_FLOAT64, 2);
+  if (failed == NULL && !(s == GOSSAMER_OK && v[0] == 7.0 && v[1] == 7.0))
+    failed = "the broadcast from global rank 2";
+  s = gossamer_broadcast(a, v, 2, GOSSAMER_FLOAT64, 1);
+  if (failed == NULL &&
+      !(s == GOSSAMER_E_INVALID_ARGUMENT && strstr(gossamer_last_error_message(), "root 1")))
+    failed = "the broadcast from rank 1, no longer a member";
   const int ok = failed == NULL;
   if (!ok)
     fprintf(stderr, "rank %d: %s failed; last error %s: %s\n", rank, failed,
@@ -225,9 +246,9 @@ static void recovered_job(void) {
   if (rank != 0) _exit(ok ? 0 : 4);
   CHECK(ok);
   int status = 0;
-  CHECK(wait_bounded(children[0], 60, &status) == children[0] && WIFEXITED(status) &&
+  CHECK(wait_bounded(children[0], 60, &status) == children[0] && WIFSIGNALED(status));
+  CHECK(wait_bounded(children[1], 60, &status) == children[1] && WIFEXITED(status) &&
         WEXITSTATUS(status) == 0);
-  CHECK(wait_bounded(children[1], 60, &status) == children[1] && WIFSIGNALED(status));
 }
 
 /* One rank: the collectives on every dtype, the optimizer calls, bad dtype,

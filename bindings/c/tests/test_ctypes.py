@@ -2,11 +2,13 @@
 with no other door into Gossamer. Four processes train a linear model whose
 data differ by rank under Crossover-SGD, and a bad key is an error naming it.
 Run by ctest with GOSSAMER_C_LIBRARY set to the built libgossamer_c."""
+import gc as pygc
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import numpy as np
 import pytest
@@ -182,6 +184,25 @@ def test_a_step_before_make_optimizer_is_the_c_abis_error(tmp_path):
         agent.make_optimizer([3])
         agent.step(params, grads)
         assert agent.steps == 1
+
+
+def test_the_agent_keeps_the_model_array_it_was_given_alive(tmp_path):
+    # The C agent keeps the address of the model given to step,
+    # mix_parameters and flush (a view change may write into it later): the
+    # wrapper holds a reference, so that dropping the caller's does not free it.
+    gc = ctypes_module()
+    with gc.CAgent(ONE, 0, str(tmp_path / "rv"), is_text=True) as agent:
+        agent.make_optimizer([3])
+        for call in ("step", "mix_parameters", "flush"):
+            params = np.ones(3, dtype=np.float32)
+            if call == "step":
+                agent.step(params, np.ones(3, dtype=np.float32))
+            else:
+                getattr(agent, call)(params)
+            held = weakref.ref(params)
+            del params
+            pygc.collect()
+            assert held() is not None, call
 
 
 def test_integers_outside_the_c_types_range_are_value_errors(tmp_path):

@@ -28,6 +28,21 @@
  * gossamer_last_error_* records are per thread. Different agents are
  * independent.
  *
+ * The model: gossamer_step, gossamer_mix_parameters and gossamer_flush take
+ * the model's parameters (`params`), and the agent keeps that address until
+ * the next of them: a view change met in a later call (gossamer_recover,
+ * gossamer_reduce_gradients) writes the survivors' model into it (a
+ * replicated model such as allreduce_sgd's, or a rank that rejoined) or
+ * sends from it (to a rank that rejoined). So pass the same buffer, the
+ * model, to all three, and keep it valid (not freed, not moved: a Go or
+ * numpy buffer must be pinned) until gossamer_agent_close; to save a copy
+ * of the model, call gossamer_flush on the model and copy it afterwards. In
+ * the communication-only form, call gossamer_flush(params) once after
+ * gossamer_make_optimizer, before the first gossamer_reduce_gradients: a
+ * view change before the agent has the model's address is
+ * GOSSAMER_E_INTERNAL ("no model to ...: a view changed before the first
+ * step").
+ *
  *   gossamer_agent* a;
  *   if (gossamer_agent_create("job.yaml", 0, NULL, 0, rank, 0, "/shared/rv", &a) != GOSSAMER_OK)
  *     fprintf(stderr, "%s\n", gossamer_last_error_message());
@@ -51,6 +66,16 @@ extern "C" {
  *  whose version is V. */
 #define GOSSAMER_C_API_VERSION 1
 
+/* In C++ the enums below have int as their underlying type (in C it is the
+ * compiler's, of the same size): a value outside an enum's names, which a C
+ * caller may pass, is then a value of the type that the call refuses,
+ * rather than undefined behaviour. */
+#ifdef __cplusplus
+#define GOSSAMER_ENUM_BASE : int
+#else
+#define GOSSAMER_ENUM_BASE
+#endif
+
 #if defined(__GNUC__)
 #define GOSSAMER_C_EXPORT __attribute__((visibility("default")))
 #else
@@ -58,7 +83,7 @@ extern "C" {
 #endif
 
 /** What a call returns: 0 on success, else the kind of error. */
-typedef enum gossamer_status {
+typedef enum gossamer_status GOSSAMER_ENUM_BASE {
   GOSSAMER_OK = 0,
   GOSSAMER_E_INVALID_ARGUMENT = 1, /**< a bad argument: NULL, a length or dtype the call cannot take */
   GOSSAMER_E_CONFIG = 2,           /**< a bad configuration: file, line and key are set */
@@ -74,7 +99,7 @@ typedef enum gossamer_status {
 } gossamer_status;
 
 /** Element types of the collectives. */
-typedef enum gossamer_dtype {
+typedef enum gossamer_dtype GOSSAMER_ENUM_BASE {
   GOSSAMER_FLOAT32 = 1, /**< float, 4 bytes */
   GOSSAMER_FLOAT64 = 2, /**< double, 8 bytes */
   GOSSAMER_FLOAT16 = 5, /**< IEEE 754 binary16 bits in a uint16_t, 2 bytes */
@@ -82,7 +107,7 @@ typedef enum gossamer_dtype {
 } gossamer_dtype;
 
 /** Reductions of gossamer_allreduce. */
-typedef enum gossamer_op {
+typedef enum gossamer_op GOSSAMER_ENUM_BASE {
   GOSSAMER_SUM = 0,
   GOSSAMER_AVERAGE = 1,
   GOSSAMER_MAX = 2,
@@ -163,11 +188,14 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent
  *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, gossamer_op op);
-/** Broadcast of `count` elements of `dtype` at `data` from rank `root`, in
- *  place. Collective: every rank gives the same count, dtype and root.
+/** Broadcast of `count` elements of `dtype` at `data` from the global rank
+ *  `root` (as gossamer_agent_rank numbers ranks), in place, over the view in
+ *  force. Collective: every member gives the same count, dtype and root.
  *  `data`: host memory, as gossamer_allreduce's.
  *  @return as gossamer_allreduce; GOSSAMER_E_INVALID_ARGUMENT for a root
- *          outside [0, world size). */
+ *          that is not a member of the view in force (outside [0, world
+ *          size), or a rank the membership service removed: see
+ *          gossamer_view), on every member alike. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, int root);
 /** Returns once every rank has entered the barrier. Collective.
@@ -186,13 +214,16 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
  *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, sizes
  *          adding up past PTRDIFF_MAX bytes, or another thread's call
  *          running on the agent (see "Threads" above: refused, the earlier
- *          optimizer kept); GOSSAMER_E_NO_MEMORY;
+ *          optimizer kept); GOSSAMER_E_CONFIG for an algorithm setting
+ *          that the algorithm refuses when it is built (the key is set,
+ *          e.g. algorithm.mode overlap with d2); GOSSAMER_E_NO_MEMORY;
  *          GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent, const size_t* tensor_sizes,
                                                           size_t n_tensors);
 /** One training step of the algorithm with its own local SGD
  *  (training.learning_rate, momentum, weight_decay): `params` (count
- *  float32, updated in place) from this rank's gradient `grads` (count float32).
+ *  float32, updated in place; the model, whose address the agent keeps: see
+ *  "The model" above) from this rank's gradient `grads` (count float32).
  *  Both are host (CPU-addressable) memory; device pointers are not supported.
  *  A peer that fails is recovered from inside the step (membership.enabled).
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer, for a
@@ -218,11 +249,13 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agen
  *          a NULL `skips`. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips);
 /** Communication-only form, after the caller's local step: mixes `params`
- *  (count float32 in host memory, in place) with the peers' for gossip
+ *  (count float32 in host memory, in place; the model, whose address the
+ *  agent keeps: see "The model" above) with the peers' for gossip
  *  algorithms, and counts the step. Returns as gossamer_step. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent, float* params, size_t count);
 /** Completes communication still in flight into `params` (count float32 in
- *  host memory); call before evaluating or saving the model.
+ *  host memory; the model, whose address the agent keeps: see "The model"
+ *  above); call before evaluating or saving the model.
  *  gossamer_reduce_gradients, gossamer_mix_parameters and this return as
  *  gossamer_step does. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count);
@@ -263,7 +296,9 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_last_error(void);
 GOSSAMER_C_EXPORT const char* gossamer_last_error_message(void);
 /** The peer it names (GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_PROTOCOL), else -1. */
 GOSSAMER_C_EXPORT int gossamer_last_error_peer(void);
-/** GOSSAMER_E_CONFIG: the YAML file ("" for text or none). */
+/** GOSSAMER_E_CONFIG: where the bad setting came from: the YAML file's
+ *  path, "<config>" for YAML text, "override 'KEY=VALUE'" for an override
+ *  ("" when none). */
 GOSSAMER_C_EXPORT const char* gossamer_last_error_file(void);
 /** GOSSAMER_E_CONFIG: the line in that file (0 when unknown). */
 GOSSAMER_C_EXPORT int gossamer_last_error_line(void);
