@@ -522,13 +522,15 @@ class Agent:
         """Copies ``root``'s ``data`` (float32, float64, float16 or bfloat16,
         contiguous, writable;
         same element count on every rank) into every rank's ``data``, in
-        place; a torch tensor's version counter is bumped. (C++:
-        ``Communicator::broadcast``.)
+        place; a torch tensor's version counter is bumped. ``root`` is a
+        global rank (as :attr:`rank`), a member of the view in force
+        (``view["members"]``). (C++: ``Communicator::broadcast``.)
 
         Raises:
             as :meth:`allreduce`; TypeError for a root that is not an int
             (bools are refused); ValueError for a root outside
-            ``[0, world_size)``.
+            ``[0, world_size)``, or one the membership service removed
+            from the view.
         """
         root = _int_arg(root, "root")
         if not 0 <= root < self.world_size:

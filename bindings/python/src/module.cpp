@@ -413,8 +413,16 @@ class PyAgent {
   };
   RecordQueue& records() { return *records_; }
 
+  /// Keeps the model buffer given to Optimizer.step, mix_parameters or flush
+  /// exported until the next of them: the Session's optimizer keeps its
+  /// address, and a view change in a later call writes the survivors' model
+  /// into it or sends from it, so the caller dropping (or resizing) it must
+  /// not free it. Called with the GIL. @return the buffer kept.
+  Array& keepModel(Array model) { return model_.emplace(std::move(model)); }
+
  private:
   std::shared_ptr<RecordQueue> records_;  // shared with the Agent's subscription
+  std::optional<Array> model_;            // see keepModel (released with the GIL: after ~PyAgent's body)
   std::shared_ptr<Live> live_;            // null once closed (changed with the GIL held)
   std::uint64_t exchangeRound_ = 0;
   std::uint64_t exchangeView_ = 0;  // the view exchangeRound_ counts in
@@ -538,11 +546,18 @@ void pyBroadcast(PyAgent& self, const py::object& data, int root, const std::str
   Array a = checkedArray(data, "data", true, half);
   auto live = self.hold();
   Communicator& comm = live->session->agent().communicator();
-  if (root < 0 || root >= comm.worldSize())
-    throw py::value_error("root " + std::to_string(root) + " outside [0, " +
-                          std::to_string(comm.worldSize()) + ")");
+  // `root` is a global rank (as Agent.rank); the communicator numbers the
+  // view's members.
+  const View view = live->session->view();
+  const int local = view.localRank(root);
+  if (local < 0) {
+    std::string members;
+    for (int g : view.members) members += (members.empty() ? "" : ", ") + std::to_string(g);
+    throw py::value_error("root " + std::to_string(root) + " is not a member of view " +
+                          std::to_string(view.number) + " (ranks " + members + ")");
+  }
   const WithoutGil call(std::move(live));
-  a.visit([&](auto span) { comm.broadcast(span, root); });
+  a.visit([&](auto span) { comm.broadcast(span, local); });
 }
 
 // ---- exceptions ---------------------------------------------------------------------
@@ -744,7 +759,10 @@ void defineOptimizer(py::module_& m) {
       "Agent.make_optimizer(tensor_sizes) built it (not constructed directly; C++: the Session's "
       "DistributedOptimizer). Its arrays are NumPy float32 arrays, or other objects with the buffer "
       "protocol, C-contiguous and writable, of exactly `size` elements (any shape); a CPU float32 torch "
-      "tensor has no buffer protocol: pass tensor.detach().numpy() (the same memory). Every method raises "
+      "tensor has no buffer protocol: pass tensor.detach().numpy() (the same memory). The params of step, "
+      "mix_parameters and flush is the model: the agent keeps its address (a view change in a later call "
+      "writes the survivors' model into it), so pass the same buffer to all three; the agent holds the last "
+      "one (exported: an array.array cannot be resized meanwhile). Every method raises "
       "InvalidArgument once the agent is closed or aborted, or once a later make_optimizer replaced this "
       "optimizer (an agent keeps one).")
       .def_property_readonly(
@@ -770,7 +788,8 @@ void defineOptimizer(py::module_& m) {
       .def(
           "step",
           [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
-            Array p = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
+            Array checked = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
+            Array& p = h.agent->keepModel(std::move(checked));  // once both are valid
             withoutGil(h, [&](DistributedOptimizer& o) { o.step(p.as<float>(), g.as<const float>()); });
           },
           py::arg("params"), py::arg("grads"),
@@ -804,7 +823,7 @@ void defineOptimizer(py::module_& m) {
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::object& params) {
-            Array p = float32Array(params, "params", h.size);
+            Array& p = h.agent->keepModel(float32Array(params, "params", h.size));
             withoutGil(h, [&](DistributedOptimizer& o) { o.mixParameters(p.as<float>()); });
           },
           py::arg("params"),
@@ -814,7 +833,7 @@ void defineOptimizer(py::module_& m) {
       .def(
           "flush",
           [](OptimizerHandle& h, const py::object& params) {
-            Array p = float32Array(params, "params", h.size);
+            Array& p = h.agent->keepModel(float32Array(params, "params", h.size));
             withoutGil(h, [&](DistributedOptimizer& o) { o.flush(p.as<float>()); });
           },
           py::arg("params"),
@@ -872,9 +891,10 @@ void defineAgentCollectives(py::class_<PyAgent>& cls) {
            "or written until the Work is done. Raises as allreduce for bad arguments, at the call; the "
            "reduction's own errors come from Work.wait().")
       .def("broadcast", &pyBroadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "",
-           "Copies rank `root`'s `data` into every rank's, in place (Communicator::broadcast). data, dtype: "
-           "as allreduce; root: a rank in [0, world_size). Raises as allreduce; ValueError for a root "
-           "outside the range.")
+           "Copies rank `root`'s `data` into every member's of the view in force, in place "
+           "(Communicator::broadcast). data, dtype: as allreduce; root: a global rank (as Agent.rank) that "
+           "is a member of the view (view['members']). Raises as allreduce; ValueError for a root that is "
+           "not a member.")
       .def(
           "barrier",
           [](PyAgent& a) {

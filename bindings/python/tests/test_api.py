@@ -1,11 +1,13 @@
 """Single-process checks of every binding entry point: arguments, errors and
 their types, the optimizer handle, configs from files and mappings."""
 
+import array
 import gc
 import json
 import subprocess
 import sys
 import tempfile
+import weakref
 
 import numpy as np
 import pytest
@@ -135,6 +137,27 @@ def test_optimizer_step_is_the_cpp_sgd_step(tmp_path):
             opt.step(np.ones(4, dtype=np.float32), g)
         with pytest.raises(TypeError, match="grads must hold float32 elements; got shape \\(5,\\), dtype float64"):
             opt.reduce_gradients(np.zeros(5))
+
+
+def test_the_agent_keeps_the_model_buffer_it_was_given_exported(agent):
+    # The optimizer keeps the address of the model given to step,
+    # mix_parameters and flush (a view change may write into it later): the
+    # agent holds the buffer exported, so dropping the caller's reference
+    # does not free it and an array.array cannot be resized under it.
+    opt = agent.make_optimizer([3])
+    for call in ("step", "mix_parameters", "flush"):
+        model = array.array("f", [0.0, 0.0, 0.0])
+        args = (model, np.zeros(3, dtype=np.float32)) if call == "step" else (model,)
+        getattr(opt, call)(*args)
+        with pytest.raises(BufferError):
+            model.append(1.0)
+        params = np.ones(3, dtype=np.float32)
+        getattr(opt, call)(*((params,) + args[1:]))
+        model.append(1.0)  # no longer the model: released
+        held = weakref.ref(params)
+        del params
+        gc.collect()
+        assert held() is not None, call
 
 
 def test_exchange_needs_a_gossip_optimizer(tmp_path):

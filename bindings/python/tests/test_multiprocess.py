@@ -258,7 +258,16 @@ for i in range(50):
             break
         except gossamer.PeerFailure as e:       # ViewChanged or the transport's verdict
             changes.append(a.recover())
-print(json.dumps({"sum": float(x[0]), "view": a.view, "changes": changes,
+# The root is a global rank: 3, the view's third member; 2 is gone.
+y = np.full(4, a.rank, dtype=np.float32)
+a.broadcast(y, root=3)
+try:
+    a.broadcast(y, root=2)
+    refused = ""
+except ValueError as e:
+    refused = str(e)
+print(json.dumps({"sum": float(x[0]), "view": a.view, "changes": changes, "broadcast": float(y[0]),
+                  "refused": refused,
                   "viewchanged_is_peerfailure": issubclass(gossamer.ViewChanged, gossamer.PeerFailure)}))
 a.close()
 """)
@@ -269,6 +278,8 @@ a.close()
         assert res["sum"] == 4.0, res              # 0 + 1 + 3: the survivors
         assert res["view"]["members"] == [0, 1, 3]
         assert [c["lost"] for c in res["changes"]] == [[2]]
+        assert res["broadcast"] == 3.0, res
+        assert "root 2 is not a member of view" in res["refused"], res
         assert res["viewchanged_is_peerfailure"]
 
 
