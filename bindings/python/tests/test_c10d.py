@@ -431,6 +431,23 @@ else:
 """)
 
 
+def test_a_recv_of_a_message_of_another_size_raises(run_ranks):
+    job(run_ranks, 2, """
+if rank == 0:
+    dist.send(torch.ones(3), dst=1, tag=1)
+    dist.send(torch.ones(5, dtype=torch.float64), dst=1, tag=2)
+    dist.send(torch.ones(5), dst=1, tag=3)
+else:
+    t = torch.full((5,), -1.0)
+    raises(Exception, "recv (tag 1) of a 20-byte tensor got a message of 12 bytes",
+           lambda: dist.recv(t, src=0, tag=1))
+    raises(Exception, "does not fit the receive buffer of 20 bytes", lambda: dist.recv(t, src=0, tag=2))
+    dist.recv(t, src=0, tag=3)           # the next one of its size is received (a failed one may have
+                                         # written part of the tensor, as a failed collective)
+    assert torch.equal(t, torch.ones(5)), t
+""")
+
+
 def test_recv_from_any_source(run_ranks):
     job(run_ranks, 3, """
 if rank == 0:

@@ -495,6 +495,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
                                                                      std::vector<at::Tensor> outputs,
                                                                      Request request, int peer, int tag,
                                                                      Staging staging) {
+  const std::size_t expected = outputs.empty() ? 0 : outputs[0].nbytes();
   auto work = c10::make_intrusive<GossamerWork>(rank_, type, std::move(outputs));
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -506,7 +507,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
     TORCH_CHECK(!stop_, "gossamer: the process group is shut down");
     gone = p2pThreadError_;
     if (!gone)
-      pointToPoint_.push_back({work, std::move(request), peer, tag, receive, deadline, std::move(staging)});
+      pointToPoint_.push_back(
+          {work, std::move(request), peer, tag, receive, deadline, std::move(staging), expected});
   }
   if (gone) {
     // The thread that completes sends and receives ended: `request` is
@@ -563,6 +565,14 @@ void ProcessGroupGossamer::runPointToPoint() {
           throw Cancelled(message.str());
         }
         if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
+        // The transport takes any message that fits: a shorter one would
+        // leave the rest of the tensor as it was.
+        if (pending[i].receive && requests[i].bytes() != pending[i].bytes)
+          throw ProtocolError(requests[i].peer(), frame_offset::kPayloadBytes,
+                              "recv (tag " + std::to_string(pending[i].tag) + ") of a " +
+                                  std::to_string(pending[i].bytes) + "-byte tensor got a message of " +
+                                  std::to_string(requests[i].bytes()) +
+                                  " bytes (does the sender send a tensor of the same size and dtype?)");
         pending[i].staging.copyBack();
       } catch (...) {
         error = std::current_exception();

@@ -163,6 +163,9 @@ class ProcessGroupGossamer final : public BackendBase {
   c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                             const ::c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  /// Receives one message of exactly tensors[0]'s bytes: a message of
+  /// another size fails the Work with gossamer::ProtocolError naming both
+  /// sizes (the tensor may hold part of it). So does recvAnysource.
   c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
@@ -207,6 +210,7 @@ class ProcessGroupGossamer final : public BackendBase {
     bool receive;                                    // cancelled when the group is destroyed (sends go on)
     std::chrono::steady_clock::time_point deadline;  // posted + the group's timeout
     Staging staging;
+    std::size_t bytes = 0;  // a receive's: its tensor's (a message of another size is refused)
   };
   std::mutex mu_;
   std::condition_variable cv_;
