@@ -794,9 +794,10 @@ def consensus_distance(model: Parameters, agent: Agent) -> float:
 
 #: The Gossamer config a "gossamer" process group uses when neither
 #: ``pg_options`` nor ``GOSSAMER_CONFIG`` names one: zmq over TCP with the
-#: library's defaults, each rank on its address facing ``$MASTER_ADDR``
-#: (``host: auto``; 127.0.0.1 when that is a loopback address or unset), so
-#: that the default works across hosts as torchrun starts them.
+#: library's defaults, each rank on its address facing ``$MASTER_ADDR``, or
+#: without it the host of the group's ``TCPStore`` (``init_method="tcp://..."``)
+#: (``host: auto``; 127.0.0.1 when that is a loopback address or neither is
+#: there), so that the default works across hosts as torchrun starts them.
 DEFAULT_PROCESS_GROUP_CONFIG = {"transport": {"kind": "zmq", "host": "auto"}}
 
 
@@ -814,7 +815,8 @@ def _create_process_group(opts, pg_options):
             strings). Without a config, ``$GOSSAMER_CONFIG`` names the YAML
             file, else ``DEFAULT_PROCESS_GROUP_CONFIG`` applies. With
             ``transport.host: auto`` each rank binds to its address facing
-            ``$MASTER_ADDR`` (127.0.0.1 without it).
+            ``$MASTER_ADDR``, else the host of the ``TCPStore`` under the
+            group's store (127.0.0.1 with neither: a file store).
 
     Returns:
         a ``gossamer._c10d.ProcessGroupGossamer`` (a ``c10d.ProcessGroup`` under
@@ -842,7 +844,23 @@ def _create_process_group(opts, pg_options):
     source, is_text = _config_source(config)
     timeout = opts.timeout.total_seconds() if hasattr(opts.timeout, "total_seconds") else float(opts.timeout)
     return _c10d.ProcessGroupGossamer(opts.store, opts.group_rank, opts.group_size, source, is_text, overrides,
-                                      timeout, os.environ.get("MASTER_ADDR", ""))
+                                      timeout, os.environ.get("MASTER_ADDR") or _store_host(opts.store))
+
+
+def _store_host(store) -> str:
+    """The host of the ``TCPStore`` under ``store`` (through the
+    ``PrefixStore`` wrappers c10d adds), or "" for another store (a file
+    store): what ``transport.host: auto`` faces when ``$MASTER_ADDR`` is
+    unset, as with ``init_method="tcp://HOST:PORT"``."""
+    import torch.distributed as dist
+
+    for _ in range(64):  # a bound: each PrefixStore wraps one more
+        if isinstance(store, dist.TCPStore):
+            return store.host
+        store = getattr(store, "underlying_store", None)
+        if store is None:
+            return ""
+    return ""
 
 
 def _register_backend() -> bool:

@@ -60,6 +60,37 @@ def job(run_ranks, n, body, footer=FOOTER, **kw):
     return ranks
 
 
+def test_without_master_addr_the_default_config_faces_the_tcp_stores_host(monkeypatch):
+    # init_method="tcp://HOST:PORT" sets no MASTER_ADDR: host auto faces the
+    # host of the TCPStore under c10d's PrefixStores. (Stand-ins for the
+    # stores: a TCPStore server would listen on the wildcard address. The
+    # real classes have the attributes they stand in for.)
+    import types
+
+    import torch.distributed as dist
+    import gossamer.torch as gt
+    from gossamer import _c10d
+
+    assert hasattr(dist.TCPStore, "host") and hasattr(dist.PrefixStore, "underlying_store")
+    made = []
+    monkeypatch.setattr(_c10d, "ProcessGroupGossamer", lambda *args: made.append(args[-1]))
+
+    def opts(store):
+        return types.SimpleNamespace(store=store, group_rank=0, group_size=1, timeout=5.0)
+
+    class FakeTCPStore:
+        host = "127.0.0.2"
+
+    wrapped = types.SimpleNamespace(underlying_store=types.SimpleNamespace(underlying_store=FakeTCPStore()))
+    monkeypatch.setattr(dist, "TCPStore", FakeTCPStore)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    gt._create_process_group(opts(wrapped), None)
+    gt._create_process_group(opts(types.SimpleNamespace()), None)  # a file store: no underlying store
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.3")
+    gt._create_process_group(opts(wrapped), None)
+    assert made == ["127.0.0.2", "", "127.0.0.3"]
+
+
 # ---- broadcast -------------------------------------------------------------------
 
 
