@@ -589,6 +589,35 @@ except gossamer.Error as e:
 """, footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=60)
 
 
+def test_an_error_only_one_rank_sees_fails_the_others_next_collective_naming_it(run_ranks):
+    # Only the receiver of a broadcast checks its length: rank 1 fails, rank 0
+    # (the root) completes. Rank 1's group is broken and it closes its
+    # transport, so rank 0's next collective fails at once, naming rank 1,
+    # rather than after the group's timeout (600 s, beyond the job's 60).
+    job(run_ranks, 2, """
+import gossamer
+if rank == 1:
+    raises(gossamer.ProtocolError, "does not fit", lambda: dist.broadcast(torch.zeros(3), 0))
+else:
+    dist.broadcast(torch.zeros(4), 0)
+start = time.monotonic()
+try:
+    dist.all_reduce(torch.ones(1))
+    raise AssertionError("an all_reduce of a broken group completed")
+except gossamer.Error as e:
+    if rank == 0:
+        assert "peer 1" in str(e), e
+        assert time.monotonic() - start < 30, time.monotonic() - start
+# Rank 1 stays up (its exit would close its connections too) until rank 0 is done.
+done = os.environ["GOSSAMER_RENDEZVOUS"] + "-rank0-done"
+if rank == 0:
+    open(done, "w").close()
+else:
+    while not os.path.exists(done) and time.monotonic() - start < 45:
+        time.sleep(0.05)
+""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=60)
+
+
 def test_barrier_implies_wait(run_ranks):
     job(run_ranks, 2, """
 ts = [torch.full((10,), float(i)) for i in range(50)]

@@ -466,9 +466,24 @@ void ProcessGroupGossamer::runCollectives() {
         try {
           q.job(o);
           q.staging.copyBack();
-        } catch (...) {
+        } catch (const PeerFailure&) {  // every rank sees it (the membership service)
           error = std::current_exception();
           fail(error);
+        } catch (const TimeoutError&) {  // so do the others waiting on the same collective
+          error = std::current_exception();
+          fail(error);
+        } catch (...) {
+          // An error the others may not see (a length only the receiver
+          // checks): the group is broken, and closing the transport tells
+          // them; their next collective fails naming this rank rather than
+          // waiting out the timeout. (Not for a dead peer: the others would
+          // blame this rank instead of the dead one.)
+          error = std::current_exception();
+          fail(error);
+          try {
+            agent_->transport().close();
+          } catch (...) {  // the error above is the one to report
+          }
         }
       }
       q.work->complete(error);

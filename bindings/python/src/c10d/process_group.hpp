@@ -14,8 +14,12 @@
 // TimeoutError) ends the Work with the error: wait() raises it in Python as
 // gossamer.PeerFailure or gossamer.TimeoutError (RuntimeErrors). A failed
 // collective breaks the group from then on (c10d has no view changes): every
-// later collective fails with the same error, on every rank, rather than run
-// over the survivors. A failed send or receive fails only its own Work.
+// later collective fails with the same error rather than run over the
+// survivors. After an error other than a dead peer or a timeout (which the
+// other ranks see too), such as a length only the receiver checks, the rank
+// closes its transport, so that the others fail their next collective with
+// PeerFailure naming it instead of waiting out the timeout. A failed send or
+// receive fails only its own Work.
 //
 // Tensors on another device (CUDA) are staged through host memory: copied to
 // a CPU tensor on the caller's thread (after the work queued on its current
