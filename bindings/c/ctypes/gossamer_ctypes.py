@@ -27,6 +27,7 @@ import numpy as np
 __all__ = ["CAgent", "GossamerCError", "library"]
 
 _STATUS_OK = 0
+_STATUS_INVALID_ARGUMENT = 1  # refused before the optimizer took anything
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 _OPS = {"sum": 0, "average": 1, "mean": 1, "max": 2, "min": 3}  # gossamer_op ("mean" is GOSSAMER_AVERAGE)
 _LIB = None  # the loaded library, once library() has run
@@ -260,6 +261,14 @@ class CAgent:
             raise ValueError(f"op must be one of {', '.join(map(repr, _OPS))}; got {op!r}")
         return _OPS[op]
 
+    def _keep(self, params, status):
+        """Holds `params` as the model once a call reached the optimizer (any
+        status but GOSSAMER_E_INVALID_ARGUMENT, which refuses before it takes
+        the address), then raises for a failed `status` as _check."""
+        if status != _STATUS_INVALID_ARGUMENT:
+            self._model = params
+        _check(status)
+
     def _count(self, array):
         """The element count to pass: the optimizer's (make_optimizer), or the
         array's before any, which the C ABI then refuses with "no optimizer:
@@ -309,8 +318,7 @@ class CAgent:
         (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer, ...)."""
         p = _floats(params, "params", self._size)
         g = _floats(grads, "grads", self._size, written=False)
-        self._model = params
-        _check(library().gossamer_step(self._h, p, g, self._count(params)))
+        self._keep(params, library().gossamer_step(self._h, p, g, self._count(params)))
 
     def reduce_gradients(self, grads):
         """Communication-only form, before a local step made by the caller
@@ -334,16 +342,14 @@ class CAgent:
         of the optimizer's size) in place with the peers' for gossip
         algorithms, and counts the step. Raises as step."""
         p = _floats(params, "params", self._size)
-        self._model = params
-        _check(library().gossamer_mix_parameters(self._h, p, self._count(params)))
+        self._keep(params, library().gossamer_mix_parameters(self._h, p, self._count(params)))
 
     def flush(self, params):
         """Completes communication still in flight into `params` (a writable
         float32 array of the optimizer's size; gossamer_flush); call before
         evaluating or saving the model. Raises as step."""
         p = _floats(params, "params", self._size)
-        self._model = params
-        _check(library().gossamer_flush(self._h, p, self._count(params)))
+        self._keep(params, library().gossamer_flush(self._h, p, self._count(params)))
 
     @property
     def steps(self):

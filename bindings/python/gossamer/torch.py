@@ -851,12 +851,14 @@ def _store_host(store) -> str:
     """The host of the ``TCPStore`` under ``store`` (through the
     ``PrefixStore`` wrappers c10d adds), or "" for another store (a file
     store): what ``transport.host: auto`` faces when ``$MASTER_ADDR`` is
-    unset, as with ``init_method="tcp://HOST:PORT"``."""
+    unset, as with ``init_method="tcp://HOST:PORT"``; "" for an IPv6
+    literal too (``host: auto`` resolves IPv4 only)."""
     import torch.distributed as dist
 
     for _ in range(64):  # a bound: each PrefixStore wraps one more
         if isinstance(store, dist.TCPStore):
-            return store.host
+            # host auto faces IPv4 addresses only: an IPv6 literal keeps 127.0.0.1
+            return "" if ":" in store.host else store.host
         store = getattr(store, "underlying_store", None)
         if store is None:
             return ""

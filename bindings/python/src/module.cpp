@@ -789,6 +789,7 @@ void defineOptimizer(py::module_& m) {
           "step",
           [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
             Array checked = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
+            (void)h.get();  // a stale optimizer is refused before the model is swapped
             Array& p = h.agent->keepModel(std::move(checked));  // once both are valid
             withoutGil(h, [&](DistributedOptimizer& o) { o.step(p.as<float>(), g.as<const float>()); });
           },
@@ -823,7 +824,9 @@ void defineOptimizer(py::module_& m) {
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::object& params) {
-            Array& p = h.agent->keepModel(float32Array(params, "params", h.size));
+            Array checked = float32Array(params, "params", h.size);
+            (void)h.get();  // a stale optimizer is refused before the model is swapped
+            Array& p = h.agent->keepModel(std::move(checked));
             withoutGil(h, [&](DistributedOptimizer& o) { o.mixParameters(p.as<float>()); });
           },
           py::arg("params"),
@@ -833,7 +836,9 @@ void defineOptimizer(py::module_& m) {
       .def(
           "flush",
           [](OptimizerHandle& h, const py::object& params) {
-            Array& p = h.agent->keepModel(float32Array(params, "params", h.size));
+            Array checked = float32Array(params, "params", h.size);
+            (void)h.get();  // a stale optimizer is refused before the model is swapped
+            Array& p = h.agent->keepModel(std::move(checked));
             withoutGil(h, [&](DistributedOptimizer& o) { o.flush(p.as<float>()); });
           },
           py::arg("params"),

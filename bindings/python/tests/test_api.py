@@ -160,6 +160,19 @@ def test_the_agent_keeps_the_model_buffer_it_was_given_exported(agent):
         assert held() is not None, call
 
 
+def test_a_call_on_a_replaced_optimizer_keeps_the_current_model(agent):
+    # Refused (InvalidArgument) before the model is swapped: the buffer the
+    # current optimizer holds stays exported.
+    stale = agent.make_optimizer([3])
+    current = agent.make_optimizer([3])
+    model = array.array("f", [0.0, 0.0, 0.0])
+    current.flush(model)
+    with pytest.raises(gossamer.InvalidArgument):
+        stale.flush(array.array("f", [0.0, 0.0, 0.0]))
+    with pytest.raises(BufferError):
+        model.append(1.0)
+
+
 def test_exchange_needs_a_gossip_optimizer(tmp_path):
     with gossamer.Agent(dict(ONE, algorithm={"name": "allreduce_sgd"}), 0, rendezvous=str(tmp_path / "rv")) as a:
         x = np.ones(3, dtype=np.float32)

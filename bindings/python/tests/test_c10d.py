@@ -590,13 +590,15 @@ except gossamer.Error as e:
 
 
 def test_an_error_only_one_rank_sees_fails_the_others_next_collective_naming_it(run_ranks):
-    # Only the receiver of a broadcast checks its length: rank 1 fails, rank 0
-    # (the root) completes. Rank 1's group is broken and it closes its
-    # transport, so rank 0's next collective fails at once, naming rank 1,
-    # rather than after the group's timeout (600 s, beyond the job's 60).
-    job(run_ranks, 2, """
+    # Only the receiver of a broadcast checks its length: rank 3 fails, the
+    # others complete. Rank 3's group is broken and it aborts its transport
+    # (its bye says it stopped after an error of its own), so every other
+    # rank's next collective fails at once naming rank 3, also a rank that
+    # waits on another rather than on rank 3, not after the group's timeout
+    # (600 s, beyond the job's 90).
+    job(run_ranks, 4, """
 import gossamer
-if rank == 1:
+if rank == 3:
     raises(gossamer.ProtocolError, "does not fit", lambda: dist.broadcast(torch.zeros(3), 0))
 else:
     dist.broadcast(torch.zeros(4), 0)
@@ -605,17 +607,16 @@ try:
     dist.all_reduce(torch.ones(1))
     raise AssertionError("an all_reduce of a broken group completed")
 except gossamer.Error as e:
-    if rank == 0:
-        assert "peer 1" in str(e), e
+    if rank != 3:
+        assert "peer 3" in str(e), e
         assert time.monotonic() - start < 30, time.monotonic() - start
-# Rank 1 stays up (its exit would close its connections too) until rank 0 is done.
-done = os.environ["GOSSAMER_RENDEZVOUS"] + "-rank0-done"
-if rank == 0:
-    open(done, "w").close()
-else:
-    while not os.path.exists(done) and time.monotonic() - start < 45:
-        time.sleep(0.05)
-""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=60)
+# Rank 3 stays up (its exit would end its connections too) until the others are done.
+here = os.environ["GOSSAMER_RENDEZVOUS"]
+open(here + "-done-%d" % rank, "w").close()
+while rank == 3 and time.monotonic() - start < 60 and not all(
+        os.path.exists(here + "-done-%d" % r) for r in range(3)):
+    time.sleep(0.05)
+""", footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=90)
 
 
 def test_barrier_implies_wait(run_ranks):

@@ -474,14 +474,16 @@ void ProcessGroupGossamer::runCollectives() {
           fail(error);
         } catch (...) {
           // An error the others may not see (a length only the receiver
-          // checks): the group is broken, and closing the transport tells
-          // them; their next collective fails naming this rank rather than
+          // checks): the group is broken, and aborting the transport tells
+          // them (its bye says it stopped after an error of its own, a
+          // verdict every rank's waits poll, also those not waiting on this
+          // rank); their next collective fails naming this rank rather than
           // waiting out the timeout. (Not for a dead peer: the others would
           // blame this rank instead of the dead one.)
           error = std::current_exception();
           fail(error);
           try {
-            agent_->transport().close();
+            agent_->transport().abort();
           } catch (...) {  // the error above is the one to report
           }
         }
@@ -535,6 +537,22 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::completeLater(::c10d::OpT
   return work;
 }
 
+namespace {
+
+// The transport takes any message that fits a receive's buffer: a shorter
+// one would leave the rest of the tensor as it was, so a receive of `r`
+// (the user's `tag`) must have received its tensor's `bytes` exactly.
+// @throws ProtocolError naming the sender and both sizes.
+void expectReceived(const Request& r, int tag, std::size_t bytes) {
+  if (r.bytes() != bytes)
+    throw ProtocolError(r.peer(), frame_offset::kPayloadBytes,
+                        "recv (tag " + std::to_string(tag) + ") of a " + std::to_string(bytes) +
+                            "-byte tensor got a message of " + std::to_string(r.bytes()) +
+                            " bytes (does the sender send a tensor of the same size and dtype?)");
+}
+
+}  // namespace
+
 // Completes the posted sends and receives as each settles, in whatever order
 // they do: a send is never held up by a receive posted before it, nor the
 // other way round (as on gloo). One still pending `timeout` seconds after it
@@ -580,14 +598,7 @@ void ProcessGroupGossamer::runPointToPoint() {
           throw Cancelled(message.str());
         }
         if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
-        // The transport takes any message that fits: a shorter one would
-        // leave the rest of the tensor as it was.
-        if (pending[i].receive && requests[i].bytes() != pending[i].bytes)
-          throw ProtocolError(requests[i].peer(), frame_offset::kPayloadBytes,
-                              "recv (tag " + std::to_string(pending[i].tag) + ") of a " +
-                                  std::to_string(pending[i].bytes) + "-byte tensor got a message of " +
-                                  std::to_string(requests[i].bytes()) +
-                                  " bytes (does the sender send a tensor of the same size and dtype?)");
+        if (pending[i].receive) expectReceived(requests[i], pending[i].tag, pending[i].bytes);
         pending[i].staging.copyBack();
       } catch (...) {
         error = std::current_exception();

@@ -17,8 +17,9 @@
 // later collective fails with the same error rather than run over the
 // survivors. After an error other than a dead peer or a timeout (which the
 // other ranks see too), such as a length only the receiver checks, the rank
-// closes its transport, so that the others fail their next collective with
-// PeerFailure naming it instead of waiting out the timeout. A failed send or
+// aborts its transport, so that the others fail their next collective with
+// PeerFailure naming it instead of waiting out the timeout; its own pending
+// and later sends and receives fail then too. Otherwise a failed send or
 // receive fails only its own Work.
 //
 // Tensors on another device (CUDA) are staged through host memory: copied to
