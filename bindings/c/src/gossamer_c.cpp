@@ -7,6 +7,7 @@
 #include "gossamer/gossamer.h"
 
 #include "../../common/builtins.hpp"
+#include "../../common/view_rank.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -259,14 +260,6 @@ static_assert(std::is_same_v<std::underlying_type_t<gossamer_op>, int>);
 static_assert(std::is_same_v<std::underlying_type_t<gossamer_dtype>, int>);
 static_assert(std::is_same_v<std::underlying_type_t<gossamer_status>, int>);
 
-// "ranks 0, 2": a view's members, for messages.
-std::string membersOf(const View& view) {
-  std::string out = view.members.size() == 1 ? "rank" : "ranks";
-  for (std::size_t k = 0; k < view.members.size(); ++k)
-    out += (k == 0 ? " " : ", ") + std::to_string(view.members[k]);
-  return out;
-}
-
 ReduceOp opOf(gossamer_op op) {
   switch (op) {
     case GOSSAMER_SUM:
@@ -440,12 +433,7 @@ gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t cou
   return guarded([&] {
     const Call a(agent, "gossamer_broadcast");
     Communicator& c = a->session->agent().communicator();
-    // `root` is a global rank; the communicator numbers the view's members.
-    const View view = a->session->view();
-    const int local = view.localRank(root);
-    if (local < 0)
-      throw InvalidArgument("root " + std::to_string(root) + " is not a member of view " +
-                            std::to_string(view.number) + " (" + membersOf(view) + ")");
+    const int local = bindings::rootInView(a->session->view(), root);
     withSpan(data, count, dtype, [&](auto span) { c.broadcast(span, local); });
   });
 }

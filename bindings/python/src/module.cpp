@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../../common/builtins.hpp"
+#include "../../common/view_rank.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -279,6 +280,10 @@ struct OptimizerHandle {
   /// @throws InvalidArgument if its Agent was closed or aborted (which
   /// destroyed the optimizer), or a later make_optimizer replaced it.
   DistributedOptimizer& get() const;
+  /// `params`, checked, kept as the agent's model (PyAgent::keepModel) once
+  /// get() accepted this optimizer: a stale one is refused before the model
+  /// held for the current one is swapped. @throws InvalidArgument as get().
+  Array& keepModel(Array params) const;
 };
 
 // ---- the Agent --------------------------------------------------------------------
@@ -459,6 +464,11 @@ void withoutGil(const OptimizerHandle& h, F&& fn) {
   fn(o);
 }
 
+Array& OptimizerHandle::keepModel(Array params) const {
+  (void)get();
+  return agent->keepModel(std::move(params));
+}
+
 DistributedOptimizer& OptimizerHandle::get() const {
   if (agent->closed())
     throw InvalidArgument(
@@ -546,16 +556,7 @@ void pyBroadcast(PyAgent& self, const py::object& data, int root, const std::str
   Array a = checkedArray(data, "data", true, half);
   auto live = self.hold();
   Communicator& comm = live->session->agent().communicator();
-  // `root` is a global rank (as Agent.rank); the communicator numbers the
-  // view's members.
-  const View view = live->session->view();
-  const int local = view.localRank(root);
-  if (local < 0) {
-    std::string members;
-    for (int g : view.members) members += (members.empty() ? "" : ", ") + std::to_string(g);
-    throw py::value_error("root " + std::to_string(root) + " is not a member of view " +
-                          std::to_string(view.number) + " (ranks " + members + ")");
-  }
+  const int local = bindings::rootInView(live->session->view(), root);  // root: a global rank
   const WithoutGil call(std::move(live));
   a.visit([&](auto span) { comm.broadcast(span, local); });
 }
@@ -789,8 +790,7 @@ void defineOptimizer(py::module_& m) {
           "step",
           [](OptimizerHandle& h, const py::object& params, const py::object& grads) {
             Array checked = float32Array(params, "params", h.size), g = float32Array(grads, "grads", h.size);
-            (void)h.get();  // a stale optimizer is refused before the model is swapped
-            Array& p = h.agent->keepModel(std::move(checked));  // once both are valid
+            Array& p = h.keepModel(std::move(checked));  // once both are valid
             withoutGil(h, [&](DistributedOptimizer& o) { o.step(p.as<float>(), g.as<const float>()); });
           },
           py::arg("params"), py::arg("grads"),
@@ -824,9 +824,7 @@ void defineOptimizer(py::module_& m) {
       .def(
           "mix_parameters",
           [](OptimizerHandle& h, const py::object& params) {
-            Array checked = float32Array(params, "params", h.size);
-            (void)h.get();  // a stale optimizer is refused before the model is swapped
-            Array& p = h.agent->keepModel(std::move(checked));
+            Array& p = h.keepModel(float32Array(params, "params", h.size));
             withoutGil(h, [&](DistributedOptimizer& o) { o.mixParameters(p.as<float>()); });
           },
           py::arg("params"),
@@ -836,9 +834,7 @@ void defineOptimizer(py::module_& m) {
       .def(
           "flush",
           [](OptimizerHandle& h, const py::object& params) {
-            Array checked = float32Array(params, "params", h.size);
-            (void)h.get();  // a stale optimizer is refused before the model is swapped
-            Array& p = h.agent->keepModel(std::move(checked));
+            Array& p = h.keepModel(float32Array(params, "params", h.size));
             withoutGil(h, [&](DistributedOptimizer& o) { o.flush(p.as<float>()); });
           },
           py::arg("params"),
