@@ -361,47 +361,79 @@ void LibfabricTransport::drainBulk() {
   }
 }
 
-// tcp;ofi_rxm (libfabric 1.17) cannot take back a payload receive whose
-// transfer is under way, and closing the endpoint with one outstanding
-// crashes inside the provider. So when drainBulk() could not get every piece
-// back, the endpoint is not closed: it, its completion queue, address vector,
-// domain and fabric, the frame pool, the inbound messages and the posted
-// sends stay as they are, unreachable, until the process exits. That costs the
-// memory of one transport (its sockets stay open, and nothing progresses them)
-// and happens only when a peer is still streaming into a closing transport.
-void LibfabricTransport::abandonEndpoint() {
-  struct Kept {
-    std::vector<std::byte> poolMem;
-    std::vector<PoolOp> pool;
-    std::vector<PeerRx> rx;
-    std::vector<std::unique_ptr<InboundMsg>> zombies;
-    std::vector<FabricOp*> sends;
-  };
-  static std::mutex keptMu;
-  static auto* kept = new std::vector<std::unique_ptr<Kept>>();  // never freed: the provider may use it
-  auto k = std::make_unique<Kept>();
+std::unique_ptr<KeptEndpoint> LibfabricTransport::keepEndpoint() {
+  auto k = std::make_unique<KeptEndpoint>();
   k->poolMem = std::move(poolMem_);
   k->pool = std::move(pool_);
+  k->fabric = std::move(fabric_);
+  k->domain = std::move(domain_);
+  k->cq = std::move(cq_);
+  k->av = std::move(av_);
+  k->poolMr = std::move(poolMr_);
   k->rx = std::move(rx_);
   k->zombies = std::move(zombies_);
   {
     std::lock_guard<std::mutex> lk(opsMu_);
-    k->sends.assign(inflight_.begin(), inflight_.end());
+    for (FabricOp* op : inflight_) k->sends.emplace_back(static_cast<SendOp*>(op));
     inflight_.clear();
   }
+  k->ep = std::move(ep_);
+  return k;
+}
+
+// tcp;ofi_rxm (libfabric 1.17) cannot take back a payload receive whose
+// transfer is under way, and closing the endpoint with one outstanding
+// crashes inside the provider. So when drainBulk() could not get every piece
+// back, the endpoint is not closed: it and all keepEndpoint() takes stay as
+// they are, unreachable, until the process exits. That costs the memory of
+// one transport (its sockets stay open, and nothing progresses them) and
+// happens only when a peer is still streaming into a closing transport.
+void LibfabricTransport::abandonEndpoint(std::unique_ptr<KeptEndpoint> kept) {
+  static std::mutex keptMu;
+  static auto* forGood =
+      new std::vector<std::unique_ptr<KeptEndpoint>>();  // never freed: the provider may use it
   GOSSAMER_LOG(kWarning, "libfabric rank " << opt_.rank << ": " << bulkPosted_
                                            << " payload receives still under way at close; the endpoint "
                                               "is left open until the process exits");
-  (void)ep_.release();
-  (void)poolMr_.release();
-  (void)av_.release();
-  (void)cq_.release();
-  (void)domain_.release();
-  (void)fabric_.release();
   bulkPosted_ = 0;
   std::lock_guard<std::mutex> lk(keptMu);
-  kept->push_back(std::move(k));
+  forGood->push_back(std::move(kept));
 }
+
+namespace {
+struct Neighbours {
+  std::mutex mu;
+  int open = 0;  ///< shm transports of this process that entered and have not left
+  std::vector<std::unique_ptr<KeptEndpoint>> parked;
+};
+Neighbours& neighbours() {
+  static auto* n = new Neighbours();  // never destroyed: transports may close during exit
+  return *n;
+}
+}  // namespace
+
+void ShmNeighbourhood::enter() {
+  if (in_) return;
+  auto& n = neighbours();
+  std::lock_guard<std::mutex> lk(n.mu);
+  ++n.open;
+  in_ = true;
+}
+
+void ShmNeighbourhood::leave(std::unique_ptr<KeptEndpoint> kept) noexcept {
+  if (!in_) return;  // (kept is then closed here, as it would have been)
+  in_ = false;
+  auto& n = neighbours();
+  std::lock_guard<std::mutex> lk(n.mu);  // held while closing: no transport enters meanwhile
+  if (--n.open > 0) {
+    if (kept) n.parked.push_back(std::move(kept));
+    return;
+  }
+  kept.reset();
+  n.parked.clear();
+}
+
+ShmNeighbourhood::~ShmNeighbourhood() { leave(nullptr); }
 
 void LibfabricTransport::teardown() {
   for (auto& peer : tx_) {
@@ -415,12 +447,15 @@ void LibfabricTransport::teardown() {
     if (r.pidfd >= 0) ::close(r.pidfd);
   retired_.clear();
   drainBulk();
-  if (bulkPosted_ > 0) abandonEndpoint();
+  const bool abandon = bulkPosted_ > 0;
+  // Abandoned, or parked among shm neighbours (ShmNeighbourhood): the
+  // endpoint stays open, and its memory alive, but nothing progresses it.
+  std::unique_ptr<KeptEndpoint> kept = abandon || neighbours_.entered() ? keepEndpoint() : nullptr;
   ep_.reset();
   rejectLog_.flush();
   {
-    // The endpoint is closed: nothing writes into a receive's buffer any
-    // more. Receives that were being filled in place fail.
+    // The endpoint is closed or never progressed again: nothing writes into
+    // a receive's buffer any more. Receives that were being filled in place fail.
     std::lock_guard<std::mutex> lk(guard_->mu);
     for (const auto& [state, msg] : guard_->direct)
       if (msg->claimed)
@@ -442,6 +477,12 @@ void LibfabricTransport::teardown() {
   cq_.reset();
   domain_.reset();
   fabric_.reset();
+  if (abandon) {
+    abandonEndpoint(std::move(kept));
+    neighbours_.leave(nullptr);
+  } else {
+    neighbours_.leave(std::move(kept));
+  }
 }
 
 }  // namespace gossamer::libfabric::impl

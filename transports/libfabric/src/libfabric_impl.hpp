@@ -449,6 +449,58 @@ class CopyGuard final : public gossamer::detail::BackgroundEngine {
   double bound_;
 };
 
+/// An endpoint left open after its transport closed, with everything the
+/// provider may still read or write or hand back: the fabric objects, the
+/// frame pool, the receive states and inbound messages, and the posted sends.
+/// Destroying it closes the endpoint first and frees the memory last (members
+/// go in reverse order of declaration).
+struct KeptEndpoint {
+  std::vector<std::byte> poolMem;
+  std::vector<PoolOp> pool;
+  FidPtr<fid_fabric> fabric;
+  FidPtr<fid_domain> domain;
+  FidPtr<fid_cq> cq;
+  FidPtr<fid_av> av;
+  FidPtr<fid_mr> poolMr;
+  std::vector<PeerRx> rx;
+  std::vector<std::unique_ptr<InboundMsg>> zombies;
+  std::vector<std::unique_ptr<SendOp>> sends;
+  FidPtr<fid_ep> ep;
+};
+
+/// A shm transport's place among the shm transports of its process.
+///
+/// libfabric 1.17's shm provider reaches an endpoint of the same process
+/// through that endpoint's own mapping of its shared-memory region (found by
+/// name in a process-wide list), and unmaps the region when the endpoint
+/// closes. A transport still sending to a closed endpoint of its own process,
+/// or taking in a message it sent, then touches unmapped memory and the
+/// process crashes: a rank restarted inside the process that hosts its peers
+/// (tests, ranks as threads). So while another shm transport of the process
+/// is open, a closing one parks its endpoint, open and never progressed, like
+/// a stopped process's: sends to it fill its queue and are then refused, as
+/// for a stopped peer. The last shm transport of the process to close closes
+/// every parked endpoint. A parked endpoint holds its region (16 MiB in
+/// /dev/shm, of which the pages touched use memory) and its buffers.
+class ShmNeighbourhood {
+ public:
+  ShmNeighbourhood() = default;
+  ShmNeighbourhood(const ShmNeighbourhood&) = delete;
+  ShmNeighbourhood& operator=(const ShmNeighbourhood&) = delete;
+  /// Leaves if still in (a constructor that threw after enter()).
+  ~ShmNeighbourhood();
+  /// Counts this transport's endpoint among the process's open ones. Once.
+  void enter();
+  [[nodiscard]] bool entered() const { return in_; }
+  /// Stops counting it. `kept` (null: nothing to close, or kept for good
+  /// elsewhere) is parked while another shm transport of the process is open;
+  /// otherwise it and every parked endpoint are closed. Never throws.
+  void leave(std::unique_ptr<KeptEndpoint> kept) noexcept;
+
+ private:
+  bool in_ = false;
+};
+
 class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
  public:
   LibfabricTransport(const Options& o, Store& store);
@@ -704,9 +756,11 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // After the progress thread stopped: closes the endpoint (libfabric drops
   // what is still posted), then frees the operations and the fabric.
   void teardown();
-  /// Leaves the endpoint open, and everything the provider may still write
-  /// into or hand back alive, for the rest of the process (see teardown()).
-  void abandonEndpoint();
+  /// Moves the endpoint and everything the provider may still use out of this
+  /// transport (teardown(): to abandon it, or park it in neighbours_).
+  std::unique_ptr<KeptEndpoint> keepEndpoint();
+  /// Leaves `kept` open for the rest of the process (see teardown()).
+  void abandonEndpoint(std::unique_ptr<KeptEndpoint> kept);
   Options opt_;
   int capacity_ = 0;  ///< global ranks: worldSize and the ranks that may join
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();  // before box_: its messages use it
@@ -722,6 +776,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   std::size_t addrLen_ = 0;    ///< bytes of this provider's endpoint addresses (fi_getname)
   std::size_t maxMsgBytes_ = 0, injectBytes_ = 0, inlineBytes_ = 0, poolBytes_ = 0, pieceBytes_ = 0;
   std::uint64_t nextKey_ = 1;
+  ShmNeighbourhood neighbours_;  ///< shm only (before the fabric objects: it outlives them)
   FidPtr<fid_fabric> fabric_;
   FidPtr<fid_domain> domain_;
   FidPtr<fid_cq> cq_;

@@ -42,6 +42,7 @@ void LibfabricTransport::openEndpoint() {
   check(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind (address vector)");
   check(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
   check(fi_enable(ep_.get()), "fi_enable");
+  if (provider_.rfind("shm", 0) == 0) neighbours_.enter();
 }
 
 namespace {
