@@ -589,6 +589,58 @@ except gossamer.Error as e:
 """, footer='print(json.dumps({"rank": rank, "ok": True}))\n', env={"PG_TIMEOUT": "600"}, timeout=60)
 
 
+def test_a_future_callback_holding_the_last_reference_destroys_the_group_on_its_own_thread(run_ranks):
+    # Rank 0's only references to two groups are held by callbacks chained to
+    # an all_reduce's future and to a recv's: each group is destroyed on its
+    # own thread (the collective one, then the point-to-point one) as the
+    # callback is let go. That thread cannot join itself (the process used to
+    # end there): the group lets it go and closes its transport, and rank 1's
+    # next operation on it fails naming rank 0; the operation rank 0 queued behind the callback's
+    # fails with Cancelled. Rank 1 starts each operation only once rank 0
+    # holds no other reference.
+    job(run_ranks, 2, """
+import gossamer
+from gossamer import _c10d
+source, is_text = gossamer._config_source({"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}})
+base = dist.distributed_c10d._get_default_store()
+def group(name):
+    return _c10d.ProcessGroupGossamer(dist.PrefixStore(name, base), rank, n, source, is_text, [], 30.0)
+
+def holding(g):
+    def callback(f):
+        assert g.transport, g  # uses the group it holds
+        return f.value()
+    return callback
+
+x = torch.ones(3)
+collective, p2p = group("collective"), group("p2p")
+if rank == 0:
+    done = collective.allreduce([x]).get_future().then(holding(collective))
+    behind = collective.allreduce([torch.ones(1)])  # queued behind it on the same thread
+    y = torch.zeros(3)
+    received = p2p.recv([y], 1, 4).get_future().then(holding(p2p))
+    pending = p2p.recv([torch.zeros(1)], 1, 5)  # never sent
+    del collective, p2p
+    base.set("let-go", "1")
+    assert torch.equal(done.wait()[0], torch.full((3,), 2.0)), x
+    raises(RuntimeError, "destroyed (on its own thread, by a future's callback) before this operation ran",
+           behind.wait)
+    assert torch.equal(received.wait()[0], torch.full((3,), 7.0)), y
+    # (failed by the thread let go, or by the destructor if that thread had not yet taken it up)
+    raises(RuntimeError, "destroyed (on its own thread, by a future's callback) before this", pending.wait)
+    base.set("destroyed", "1")
+else:
+    base.wait(["let-go"])
+    collective.allreduce([x]).wait()
+    assert torch.equal(x, torch.full((3,), 2.0)), x
+    p2p.send([torch.full((3,), 7.0)], 0, 4).wait()
+    base.wait(["destroyed"])
+    for g in (collective, p2p):
+        raises(gossamer.PeerFailure, "peer 0", lambda: g.allreduce([torch.ones(1)]).wait())
+    del collective, p2p
+""", timeout=60)
+
+
 def test_an_error_only_one_rank_sees_fails_the_others_next_collective_naming_it(run_ranks):
     # Only the receiver of a broadcast checks its length: rank 3 fails, the
     # others complete. Rank 3's group is broken and it aborts its transport

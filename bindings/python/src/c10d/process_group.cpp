@@ -370,9 +370,11 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
                    "the config's world_size " << agent_->worldSize() << " is not the group's " << size);
   defaults_ = agent_->communicator().options();
   defaults_.timeoutSeconds = std::min(timeoutSeconds, kLongestTimeoutSeconds);
-  collectiveThread_ = std::thread([this] { runCollectives(); });
+  // (Each thread keeps its own reference to the flag: it reads it after the
+  // group may have been destroyed.)
+  collectiveThread_ = std::thread([this, gone = destroyedOnThread_] { runCollectives(*gone); });
   try {
-    p2pThread_ = std::thread([this] { runPointToPoint(); });
+    p2pThread_ = std::thread([this, gone = destroyedOnThread_] { runPointToPoint(*gone); });
   } catch (...) {
     // The first thread is stopped and joined: a joinable std::thread's
     // destructor (run as this constructor unwinds) would terminate.
@@ -394,13 +396,40 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
   // lets go of it while the threads finish, or the join would wait forever.
   std::optional<pybind11::gil_scoped_release> nogil;
   if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) nogil.emplace();
+  // A Work's future callback that held the last reference to the group runs
+  // this on one of the group's own threads, inside completing a Work: that
+  // thread cannot be joined from itself. It is let go instead, and returns
+  // without touching the group once the callback is done (destroyedOnThread_).
+  const auto self = std::this_thread::get_id();
+  const bool onCollective = collectiveThread_.get_id() == self, onP2p = p2pThread_.get_id() == self;
+  if (onCollective || onP2p) destroyedOnThread_->store(true);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (collectiveThread_.joinable()) collectiveThread_.join();
-  if (p2pThread_.joinable()) p2pThread_.join();
+  for (auto* thread : {&collectiveThread_, &p2pThread_}) {
+    if (thread->get_id() == self)
+      thread->detach();
+    else if (thread->joinable())
+      thread->join();
+  }
+  // What a thread let go can no longer run or complete (nothing is left
+  // queued when both were joined).
+  std::deque<Queued> collectives;
+  std::deque<Posted> posted;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    collectives.swap(collectives_);
+    posted.swap(pointToPoint_);
+  }
+  const auto why = std::make_exception_ptr(
+      Cancelled("gossamer: the process group was destroyed (on its own thread, by a future's callback) "
+                "before this operation ran"));
+  for (auto& q : collectives) completeQuietly(*q.work, why);
+  for (auto& p : posted) completeQuietly(*p.work, why);  // (destroying p cancels its request)
+  collectives.clear();
+  posted.clear();
   try {
     agent_->close();
   } catch (...) {  // a destructor does not throw; the peers see the connection end
@@ -446,7 +475,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType ty
 // An exception outside a job (a lock, completing a Work) ends the thread:
 // the operation it was running and every one queued fail with it, and so do
 // those enqueued later (collectiveThreadError_). None escapes the thread.
-void ProcessGroupGossamer::runCollectives() {
+void ProcessGroupGossamer::runCollectives(const std::atomic<bool>& destroyed) {
   c10::intrusive_ptr<GossamerWork> running;  // until its Work is completed
   try {
     for (;;) {
@@ -490,6 +519,7 @@ void ProcessGroupGossamer::runCollectives() {
       }
       q.work->complete(error);
       running.reset();
+      if (destroyed) return;  // by a callback of that Work's future: `this` is gone
     }
   } catch (...) {
     try {
@@ -551,7 +581,36 @@ void expectReceived(const Request& r, int tag, std::size_t bytes) {
                             " bytes (does the sender send a tensor of the same size and dtype?)");
 }
 
+/// Throws why a send or receive was cut off: TimeoutError after
+/// `timedOutAfter` seconds, or (0) Cancelled as the group was destroyed.
+/// `peer` -1: any rank.
+[[noreturn]] void throwCutOff(bool receive, int peer, int tag, double timedOutAfter) {
+  std::ostringstream message;
+  message << "gossamer: " << (receive ? "recv from " : "send to ");
+  if (peer < 0)
+    message << "any rank";
+  else
+    message << "rank " << peer;
+  message << " (tag " << tag << ")";
+  if (timedOutAfter > 0) {
+    message << " timed out after " << timedOutAfter << " s";
+    throw TimeoutError(message.str());
+  }
+  message << ": the process group was destroyed before it completed";
+  throw Cancelled(message.str());
+}
+
 }  // namespace
+
+void ProcessGroupGossamer::failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
+                                      const std::exception_ptr& error) noexcept {
+  std::vector<c10::intrusive_ptr<GossamerWork>> works;
+  for (auto& p : pending) works.push_back(std::move(p.work));
+  requests.clear();  // cancels them: their buffers are not written after
+  pending.clear();
+  for (auto& w : works)
+    if (w) completeQuietly(*w, error);
+}
 
 // Completes the posted sends and receives as each settles, in whatever order
 // they do: a send is never held up by a receive posted before it, nor the
@@ -566,7 +625,7 @@ void expectReceived(const Request& r, int tag, std::size_t bytes) {
 // outside that (a lock, completing a Work) ends the thread: every pending and
 // queued one is cancelled and fails with it, and so do those posted later
 // (p2pThreadError_). None escapes the thread.
-void ProcessGroupGossamer::runPointToPoint() {
+void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& destroyed) {
   constexpr double kPickUpSeconds = 0.001;
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
   std::vector<Request> requests;  // requests[i] is pending[i]'s
@@ -582,20 +641,8 @@ void ProcessGroupGossamer::runPointToPoint() {
           (void)requests[i].test();  // rethrows its failure
         } catch (const Cancelled&) {
           if (end == End::kSettled) throw;
-          std::ostringstream message;
           const Posted& p = pending[i];
-          message << "gossamer: " << (p.receive ? "recv from " : "send to ");
-          if (p.peer < 0)
-            message << "any rank";
-          else
-            message << "rank " << p.peer;
-          message << " (tag " << p.tag << ")";
-          if (end == End::kTimedOut) {
-            message << " timed out after " << defaults_.timeoutSeconds << " s";
-            throw TimeoutError(message.str());
-          }
-          message << ": the process group was destroyed before it completed";
-          throw Cancelled(message.str());
+          throwCutOff(p.receive, p.peer, p.tag, end == End::kTimedOut ? defaults_.timeoutSeconds : 0);
         }
         if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
         if (pending[i].receive) expectReceived(requests[i], pending[i].tag, pending[i].bytes);
@@ -609,6 +656,17 @@ void ProcessGroupGossamer::runPointToPoint() {
     requests.erase(requests.begin() + at);  // cancels it if still pending: its buffer is not written after
     pending.erase(pending.begin() + at);
     work->complete(error);  // a failed send or receive does not break the group's collectives
+  };
+  // After a settle: true once a callback of the Work it completed destroyed
+  // the group (`this` is gone), having failed the rest, which only this
+  // thread holds, with Cancelled.
+  const auto orphaned = [&] {
+    if (destroyed)
+      failPosted(pending, requests,
+                 std::make_exception_ptr(
+                     Cancelled("gossamer: the process group was destroyed (on its own thread, "
+                               "by a future's callback) before this send or receive completed")));
+    return destroyed.load();
   };
   try {
     for (;;) {
@@ -624,10 +682,12 @@ void ProcessGroupGossamer::runPointToPoint() {
       }
       if (stopping)
         for (std::size_t i = 0; i < pending.size();) {
-          if (pending[i].receive)
-            settle(i, End::kDestroyed);
-          else
+          if (!pending[i].receive) {
             ++i;
+            continue;
+          }
+          settle(i, End::kDestroyed);
+          if (orphaned()) return;
         }
       if (pending.empty()) {
         if (stopping) return;
@@ -646,35 +706,41 @@ void ProcessGroupGossamer::runPointToPoint() {
         thrown = std::current_exception();
       }
       if (thrown) {
-        while (!pending.empty()) settle(0, End::kSettled, thrown);
+        while (!pending.empty()) {
+          settle(0, End::kSettled, thrown);
+          if (orphaned()) return;
+        }
         continue;
       }
-      if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
+      if (settled >= 0) {
+        settle(static_cast<std::size_t>(settled), End::kSettled);
+        if (orphaned()) return;
+      }
       const auto now = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < pending.size();) {
-        if (pending[i].deadline <= now)
-          settle(i, End::kTimedOut);
-        else
+        if (pending[i].deadline > now) {
           ++i;
+          continue;
+        }
+        settle(i, End::kTimedOut);
+        if (orphaned()) return;
       }
     }
   } catch (...) {
     try {
       const std::exception_ptr error = std::current_exception();
-      std::vector<c10::intrusive_ptr<GossamerWork>> works;
-      for (auto& p : pending) works.push_back(std::move(p.work));
-      requests.clear();  // cancels them: their buffers are not written after
-      pending.clear();
       std::deque<Posted> queued;
       {
         std::lock_guard<std::mutex> lk(mu_);
         p2pThreadError_ = error;
         queued.swap(pointToPoint_);
       }
-      for (auto& p : queued) works.push_back(std::move(p.work));
-      queued.clear();  // cancels their requests
-      for (auto& w : works)
-        if (w) completeQuietly(*w, error);
+      for (auto& p : queued) {
+        pending.push_back(std::move(p));
+        requests.push_back(std::move(pending.back().request));
+      }
+      queued.clear();
+      failPosted(pending, requests, error);
     } catch (...) {  // no way left to report it; the thread ends rather than terminate the process
     }
   }

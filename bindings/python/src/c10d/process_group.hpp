@@ -42,6 +42,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -130,7 +131,11 @@ class ProcessGroupGossamer final : public BackendBase {
   /// Runs the collectives still queued, cancels the receives still posted
   /// (their Works fail with Cancelled), waits for the sends still posted
   /// (each bounded by the timeout), then closes the transport; without the
-  /// GIL if the calling thread holds it. Never throws.
+  /// GIL if the calling thread holds it. Never throws. Run on one of the
+  /// group's own threads (a future's callback held the last reference), it
+  /// lets that thread go, and what that thread would still have run or
+  /// completed (the collectives queued after the callback's, or the sends
+  /// and receives still pending) fails with Cancelled.
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
@@ -191,8 +196,10 @@ class ProcessGroupGossamer final : public BackendBase {
   /// The threads' bodies. Neither lets an exception escape: one thrown
   /// outside an operation's job ends the thread after failing every Work it
   /// holds or has queued (collectiveThreadError_, p2pThreadError_).
-  void runCollectives();
-  void runPointToPoint();
+  /// `destroyed`: set (by the destructor, on that thread) when a Work's
+  /// callback destroyed the group; the thread then returns at once.
+  void runCollectives(const std::atomic<bool>& destroyed);
+  void runPointToPoint(const std::atomic<bool>& destroyed);
   /// The error that broke the group (null while it works), and recording it.
   std::exception_ptr failure();
   void fail(std::exception_ptr error);
@@ -217,6 +224,10 @@ class ProcessGroupGossamer final : public BackendBase {
     Staging staging;
     std::size_t bytes = 0;  // a receive's: its tensor's (a message of another size is refused)
   };
+  /// Fails the Works of `pending` with `error`, cancelling `requests` (theirs,
+  /// in the same order) first: their buffers are not written after.
+  static void failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
+                         const std::exception_ptr& error) noexcept;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> collectives_;
@@ -228,6 +239,8 @@ class ProcessGroupGossamer final : public BackendBase {
   // operations have failed with it, and later ones fail with it at once.
   std::exception_ptr collectiveThreadError_;
   std::exception_ptr p2pThreadError_;
+  /// Set by a destructor run on one of the threads (each holds a reference).
+  std::shared_ptr<std::atomic<bool>> destroyedOnThread_ = std::make_shared<std::atomic<bool>>(false);
   std::thread collectiveThread_;
   std::thread p2pThread_;
 };
