@@ -372,9 +372,9 @@ ProcessGroupGossamer::ProcessGroupGossamer(const c10::intrusive_ptr<::c10d::Stor
   defaults_.timeoutSeconds = std::min(timeoutSeconds, kLongestTimeoutSeconds);
   // (Each thread keeps its own reference to the flag: it reads it after the
   // group may have been destroyed.)
-  collectiveThread_ = std::thread([this, gone = destroyedOnThread_] { runCollectives(*gone); });
+  collectiveThread_ = std::thread([this, gone = collectiveLetGo_] { runCollectives(*gone); });
   try {
-    p2pThread_ = std::thread([this, gone = destroyedOnThread_] { runPointToPoint(*gone); });
+    p2pThread_ = std::thread([this, gone = p2pLetGo_] { runPointToPoint(*gone); });
   } catch (...) {
     // The first thread is stopped and joined: a joinable std::thread's
     // destructor (run as this constructor unwinds) would terminate.
@@ -399,30 +399,22 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
   // A Work's future callback that held the last reference to the group runs
   // this on one of the group's own threads, inside completing a Work: that
   // thread cannot be joined from itself. It is let go instead, and returns
-  // without touching the group once the callback is done (destroyedOnThread_).
+  // without touching the group once the callback is done (its flag); what is
+  // queued for it fails here, before the other thread is joined (which a
+  // callback of it might wait on).
   const auto self = std::this_thread::get_id();
   const bool onCollective = collectiveThread_.get_id() == self, onP2p = p2pThread_.get_id() == self;
-  if (onCollective || onP2p) destroyedOnThread_->store(true);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  for (auto* thread : {&collectiveThread_, &p2pThread_}) {
-    if (thread->get_id() == self)
-      thread->detach();
-    else if (thread->joinable())
-      thread->join();
-  }
-  // What a thread let go can no longer run or complete (nothing is left
-  // queued when both were joined).
+  if (onCollective) collectiveLetGo_->store(true);
+  if (onP2p) p2pLetGo_->store(true);
   std::deque<Queued> collectives;
   std::deque<Posted> posted;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    collectives.swap(collectives_);
-    posted.swap(pointToPoint_);
+    stop_ = true;
+    if (onCollective) collectives.swap(collectives_);
+    if (onP2p) posted.swap(pointToPoint_);
   }
+  cv_.notify_all();
   const auto why = std::make_exception_ptr(
       Cancelled("gossamer: the process group was destroyed (on its own thread, by a future's callback) "
                 "before this operation ran"));
@@ -430,6 +422,12 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
   for (auto& p : posted) completeQuietly(*p.work, why);  // (destroying p cancels its request)
   collectives.clear();
   posted.clear();
+  for (auto* thread : {&collectiveThread_, &p2pThread_}) {
+    if (thread->get_id() == self)
+      thread->detach();
+    else if (thread->joinable())
+      thread->join();
+  }
   try {
     agent_->close();
   } catch (...) {  // a destructor does not throw; the peers see the connection end
@@ -475,7 +473,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupGossamer::enqueue(::c10d::OpType ty
 // An exception outside a job (a lock, completing a Work) ends the thread:
 // the operation it was running and every one queued fail with it, and so do
 // those enqueued later (collectiveThreadError_). None escapes the thread.
-void ProcessGroupGossamer::runCollectives(const std::atomic<bool>& destroyed) {
+void ProcessGroupGossamer::runCollectives(const std::atomic<bool>& letGo) {
   c10::intrusive_ptr<GossamerWork> running;  // until its Work is completed
   try {
     for (;;) {
@@ -519,11 +517,15 @@ void ProcessGroupGossamer::runCollectives(const std::atomic<bool>& destroyed) {
       }
       q.work->complete(error);
       running.reset();
-      if (destroyed) return;  // by a callback of that Work's future: `this` is gone
+      if (letGo) return;  // a callback of that Work's future destroyed the group: `this` is gone
     }
   } catch (...) {
     try {
       const std::exception_ptr error = std::current_exception();
+      if (letGo) {  // (thrown by completing a Work after its callback destroyed the group)
+        if (running) completeQuietly(*running, error);
+        return;
+      }
       std::deque<Queued> left;
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -603,7 +605,7 @@ void expectReceived(const Request& r, int tag, std::size_t bytes) {
 }  // namespace
 
 void ProcessGroupGossamer::failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
-                                      const std::exception_ptr& error) noexcept {
+                                      const std::exception_ptr& error) {
   std::vector<c10::intrusive_ptr<GossamerWork>> works;
   for (auto& p : pending) works.push_back(std::move(p.work));
   requests.clear();  // cancels them: their buffers are not written after
@@ -625,7 +627,7 @@ void ProcessGroupGossamer::failPosted(std::vector<Posted>& pending, std::vector<
 // outside that (a lock, completing a Work) ends the thread: every pending and
 // queued one is cancelled and fails with it, and so do those posted later
 // (p2pThreadError_). None escapes the thread.
-void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& destroyed) {
+void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
   constexpr double kPickUpSeconds = 0.001;
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
   std::vector<Request> requests;  // requests[i] is pending[i]'s
@@ -657,16 +659,12 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& destroyed) {
     pending.erase(pending.begin() + at);
     work->complete(error);  // a failed send or receive does not break the group's collectives
   };
-  // After a settle: true once a callback of the Work it completed destroyed
-  // the group (`this` is gone), having failed the rest, which only this
-  // thread holds, with Cancelled.
+  // After a settle: true once a callback of the Work it completed destroyed the group (`this` is
+  // gone), having ended the rest as at a destroy (settle of kDestroyed touches no member).
   const auto orphaned = [&] {
-    if (destroyed)
-      failPosted(pending, requests,
-                 std::make_exception_ptr(
-                     Cancelled("gossamer: the process group was destroyed (on its own thread, "
-                               "by a future's callback) before this send or receive completed")));
-    return destroyed.load();
+    if (!letGo) return false;
+    while (!pending.empty()) settle(0, End::kDestroyed);
+    return true;
   };
   try {
     for (;;) {
@@ -730,6 +728,10 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& destroyed) {
     try {
       const std::exception_ptr error = std::current_exception();
       std::deque<Posted> queued;
+      if (letGo) {  // (thrown by completing a Work after its callback destroyed the group)
+        failPosted(pending, requests, error);
+        return;
+      }
       {
         std::lock_guard<std::mutex> lk(mu_);
         p2pThreadError_ = error;

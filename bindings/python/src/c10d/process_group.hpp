@@ -133,9 +133,11 @@ class ProcessGroupGossamer final : public BackendBase {
   /// (each bounded by the timeout), then closes the transport; without the
   /// GIL if the calling thread holds it. Never throws. Run on one of the
   /// group's own threads (a future's callback held the last reference), it
-  /// lets that thread go, and what that thread would still have run or
-  /// completed (the collectives queued after the callback's, or the sends
-  /// and receives still pending) fails with Cancelled.
+  /// lets that thread go instead of joining it: what is queued for that
+  /// thread fails with Cancelled (the collectives queued behind the
+  /// callback's, or the sends and receives not yet taken up), and the
+  /// sends and receives it holds end as above, sends included; the other
+  /// thread finishes as above, the callback waiting for it.
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
@@ -196,10 +198,13 @@ class ProcessGroupGossamer final : public BackendBase {
   /// The threads' bodies. Neither lets an exception escape: one thrown
   /// outside an operation's job ends the thread after failing every Work it
   /// holds or has queued (collectiveThreadError_, p2pThreadError_).
-  /// `destroyed`: set (by the destructor, on that thread) when a Work's
-  /// callback destroyed the group; the thread then returns at once.
-  void runCollectives(const std::atomic<bool>& destroyed);
-  void runPointToPoint(const std::atomic<bool>& destroyed);
+  /// `letGo`: set by the destructor when a callback of a Work this thread
+  /// completed destroyed the group; checked after each completion, the
+  /// thread then touches no member: the collective thread returns, the p2p
+  /// thread ends what it still holds (settled as when the group is
+  /// destroyed) and returns.
+  void runCollectives(const std::atomic<bool>& letGo);
+  void runPointToPoint(const std::atomic<bool>& letGo);
   /// The error that broke the group (null while it works), and recording it.
   std::exception_ptr failure();
   void fail(std::exception_ptr error);
@@ -227,7 +232,7 @@ class ProcessGroupGossamer final : public BackendBase {
   /// Fails the Works of `pending` with `error`, cancelling `requests` (theirs,
   /// in the same order) first: their buffers are not written after.
   static void failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
-                         const std::exception_ptr& error) noexcept;
+                         const std::exception_ptr& error);
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> collectives_;
@@ -239,8 +244,10 @@ class ProcessGroupGossamer final : public BackendBase {
   // operations have failed with it, and later ones fail with it at once.
   std::exception_ptr collectiveThreadError_;
   std::exception_ptr p2pThreadError_;
-  /// Set by a destructor run on one of the threads (each holds a reference).
-  std::shared_ptr<std::atomic<bool>> destroyedOnThread_ = std::make_shared<std::atomic<bool>>(false);
+  /// Set by a destructor run on that thread, which is let go (it holds a
+  /// reference of its own: it reads the flag once the group is gone).
+  std::shared_ptr<std::atomic<bool>> collectiveLetGo_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> p2pLetGo_ = std::make_shared<std::atomic<bool>>(false);
   std::thread collectiveThread_;
   std::thread p2pThread_;
 };
