@@ -606,6 +606,32 @@ TEST_CASE("a closed shm transport's region stays until the process's last shm tr
   CHECK(shmFiles(self).size() == before);
 }
 
+// libfabric 1.17 keeps a closed endpoint's name, with its unmapped region, in
+// its process-wide list: a restarted rank that inserted the address of its
+// peer, in the same process and closed since, was handed that region and
+// crashed inside fi_av_insert. The peer is now failed instead.
+TEST_CASE("a restarted shm rank fails its peer in this process that closed rather than insert it",
+          "[transport][libfabric]") {
+  MemoryStore store;
+  auto g = pairOf(
+      "shm", [](int, libfabric::Options&) {}, store);
+  REQUIRE(reaches(g, 1));
+  g[1]->abort();
+  g[1].reset();
+  g[0]->abort();  // the last shm transport of the process: both endpoints close
+  g[0].reset();
+  auto again = libfabric::makeTransport(rankOptions(1, "shm"), store);
+  const auto why = again->peerFailure(0);
+  REQUIRE(why);
+  CHECK_THROWS_WITH(std::rethrow_exception(why),
+                    Catch::Contains("its shm endpoint, in this process, was closed"));
+  const double x = 1;
+  CHECK_THROWS_AS(
+      again->isendOf<double>(0, Tag::make(Op::kUser, 1), std::span<const double>(&x, 1)).wait(kTimeout),
+      PeerFailure);
+  again->abort();
+}
+
 namespace {
 /// A store that corrupts rank 1's published address: one byte more.
 class LongAddressStore final : public Store {

@@ -405,6 +405,7 @@ struct Neighbours {
   std::mutex mu;
   int open = 0;  ///< shm transports of this process that entered and have not left
   std::vector<std::unique_ptr<KeptEndpoint>> parked;
+  std::unordered_set<std::string> closed;  ///< names of those that left (tens of bytes each)
 };
 Neighbours& neighbours() {
   static auto* n = new Neighbours();  // never destroyed: transports may close during exit
@@ -412,12 +413,19 @@ Neighbours& neighbours() {
 }
 }  // namespace
 
-void ShmNeighbourhood::enter() {
+void ShmNeighbourhood::enter(std::string name) {
   if (in_) return;
   auto& n = neighbours();
   std::lock_guard<std::mutex> lk(n.mu);
   ++n.open;
   in_ = true;
+  name_ = std::move(name);
+}
+
+bool ShmNeighbourhood::isClosed(const std::string& name) {
+  auto& n = neighbours();
+  std::lock_guard<std::mutex> lk(n.mu);
+  return n.closed.count(name) > 0;
 }
 
 void ShmNeighbourhood::leave(std::unique_ptr<KeptEndpoint> kept) noexcept {
@@ -425,8 +433,14 @@ void ShmNeighbourhood::leave(std::unique_ptr<KeptEndpoint> kept) noexcept {
   in_ = false;
   auto& n = neighbours();
   std::lock_guard<std::mutex> lk(n.mu);  // held while closing: no transport enters meanwhile
-  if (--n.open > 0) {
-    if (kept) n.parked.push_back(std::move(kept));
+  try {
+    n.closed.insert(name_);
+    if (--n.open > 0) {
+      if (kept) n.parked.push_back(std::move(kept));
+      return;
+    }
+  } catch (...) {  // out of memory: leave it open for good rather than close it under a peer
+    (void)kept.release();
     return;
   }
   kept.reset();

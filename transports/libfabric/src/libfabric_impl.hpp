@@ -482,6 +482,11 @@ struct KeptEndpoint {
 /// for a stopped peer. The last shm transport of the process to close closes
 /// every parked endpoint. A parked endpoint holds its region (16 MiB in
 /// /dev/shm, of which the pages touched use memory) and its buffers.
+/// libfabric 1.17 also keeps a closed endpoint's name, and its unmapped
+/// region, in its list: a transport that inserted the address of an endpoint
+/// of this process that was closed would be handed that region. So the
+/// names of the transports that left are kept (isClosed), and insertPeer
+/// refuses them.
 class ShmNeighbourhood {
  public:
   ShmNeighbourhood() = default;
@@ -489,16 +494,21 @@ class ShmNeighbourhood {
   ShmNeighbourhood& operator=(const ShmNeighbourhood&) = delete;
   /// Leaves if still in (a constructor that threw after enter()).
   ~ShmNeighbourhood();
-  /// Counts this transport's endpoint among the process's open ones. Once.
-  void enter();
+  /// Counts this transport's endpoint, of shm address `name`, among the
+  /// process's open ones. Once; before the transport inserts any address.
+  void enter(std::string name);
   [[nodiscard]] bool entered() const { return in_; }
   /// Stops counting it. `kept` (null: nothing to close, or kept for good
   /// elsewhere) is parked while another shm transport of the process is open;
   /// otherwise it and every parked endpoint are closed. Never throws.
   void leave(std::unique_ptr<KeptEndpoint> kept) noexcept;
+  /// Whether `name` is the shm address of an endpoint of this process whose
+  /// transport closed (or failed to open after entering).
+  static bool isClosed(const std::string& name);
 
  private:
   bool in_ = false;
+  std::string name_;
 };
 
 class LibfabricTransport final : public Transport, public std::enable_shared_from_this<LibfabricTransport> {
@@ -754,11 +764,14 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   void drainBulk();
 
   // After the progress thread stopped: closes the endpoint (libfabric drops
-  // what is still posted), then frees the operations and the fabric.
+  // what is still posted), then frees the operations and the fabric; or
+  // keeps the endpoint open (abandoned, or parked: ShmNeighbourhood).
   void teardown();
   /// Moves the endpoint and everything the provider may still use out of this
   /// transport (teardown(): to abandon it, or park it in neighbours_).
   std::unique_ptr<KeptEndpoint> keepEndpoint();
+  /// The constructor's part after openEndpoint(): addresses, receive state, the frame pool.
+  void setUp(Store& store);
   /// Leaves `kept` open for the rest of the process (see teardown()).
   void abandonEndpoint(std::unique_ptr<KeptEndpoint> kept);
   Options opt_;

@@ -42,7 +42,6 @@ void LibfabricTransport::openEndpoint() {
   check(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind (address vector)");
   check(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
   check(fi_enable(ep_.get()), "fi_enable");
-  if (provider_.rfind("shm", 0) == 0) neighbours_.enter();
 }
 
 namespace {
@@ -122,6 +121,8 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
     out.pid =
         out.pidfd >= 0 ? pid : 0;  // (no pidfd: another pid namespace, say, where /proc/<pid> is not it)
   }
+  if (neighbours_.entered() && ShmNeighbourhood::isClosed(*address))
+    throw PeerFailure(p, "its shm endpoint, in this process, was closed (" + where + ")");
   const int n = fi_av_insert(av_.get(), address->data(), 1, &out.addr, 0, nullptr);
   if (n != 1) {
     if (out.pidfd >= 0) ::close(out.pidfd);
@@ -150,6 +151,7 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
   check(fi_getname(&ep_->fid, address.data(), &len), "fi_getname");
   address.resize(len);
   addrLen_ = len;
+  if (provider_.rfind("shm", 0) == 0) neighbours_.enter(address);  // before any fi_av_insert
   const std::string who = "libfabric rank " + std::to_string(opt_.rank);
   const std::string prefix = opt_.storePrefix + "/libfabric/";
   const std::string startedKey = opt_.storePrefix + "/libfabric-started";
@@ -198,7 +200,14 @@ void LibfabricTransport::exchangeAddresses(Store& store) {
       throw Error("rank " + std::to_string(p) + " uses libfabric provider '" + *theirs + "' but rank " +
                   std::to_string(opt_.rank) + " uses '" + provider_ +
                   "': every rank must configure the same transport.provider");
-    const auto a = insertPeer(p, std::string(rest), "store key " + key);
+    PeerAddress a;
+    try {
+      a = insertPeer(p, std::string(rest), "store key " + key);
+    } catch (const PeerFailure&) {  // (shm: its endpoint in this process closed)
+      peer.why = std::current_exception();
+      peer.gone = true;
+      continue;
+    }
     peer.addr = a.addr;
     peer.inlineLimit = a.inlineLimit;
     peer.pidfd = a.pidfd;

@@ -60,6 +60,17 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
       std::min(o.maxPieceBytes > 0 ? o.maxPieceBytes : kDefaultPieceBytes, maxMsgBytes_), kMaxPayloadBytes);
 
   openEndpoint();
+  try {
+    setUp(store);
+  } catch (...) {
+    // Its address may be in a shm neighbour's address vector already: park
+    // the endpoint rather than close it under that neighbour.
+    if (neighbours_.entered()) neighbours_.leave(keepEndpoint());
+    throw;
+  }
+}
+
+void LibfabricTransport::setUp(Store& store) {
   exchangeAddresses(store);
 
   rx_ = std::vector<PeerRx>(static_cast<std::size_t>(capacity_));
@@ -68,11 +79,11 @@ LibfabricTransport::LibfabricTransport(const Options& o, Store& store)
   for (auto& peer : tx_) peer->moved = now;
   for (int p = 0; p < capacity_; ++p) {  // ranks that have not joined
     auto& peer = *tx_[static_cast<std::size_t>(p)];
-    if (p == o.rank || !peer.gone) continue;
+    if (p == opt_.rank || !peer.gone) continue;
     rx_[static_cast<std::size_t>(p)].gone = true;
     (void)life_.declareFailed(p, peer.why);
   }
-  beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(o.rank),
+  beatHeader_ = encodeFrameHeader(FrameKind::kData, DType::kBytes, static_cast<std::uint32_t>(opt_.rank),
                                   Tag{Op::kControl, 0, 0}, {});
   postPool();
 }
