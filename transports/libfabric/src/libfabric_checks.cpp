@@ -433,9 +433,10 @@ void ShmNeighbourhood::leave(std::unique_ptr<KeptEndpoint> kept) noexcept {
   in_ = false;
   auto& n = neighbours();
   std::lock_guard<std::mutex> lk(n.mu);  // held while closing: no transport enters meanwhile
+  const bool last = --n.open == 0;
   try {
     n.closed.insert(name_);
-    if (--n.open > 0) {
+    if (!last) {
       if (kept) n.parked.push_back(std::move(kept));
       return;
     }

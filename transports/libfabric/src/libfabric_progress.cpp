@@ -487,6 +487,9 @@ bool LibfabricTransport::onHello(int src, std::uint64_t envelope, std::span<cons
   PeerAddress a;
   try {
     a = insertPeer(src, hello.endpoint, "in its hello");
+  } catch (const PeerFailure&) {  // (shm: from an endpoint of this process that closed since)
+    failPeer(src, std::current_exception());
+    return true;
   } catch (const Error& e) {
     rejectStranger(message, claim + ": " + e.what());
     return true;

@@ -112,6 +112,8 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
     throw bad("an address of " + std::to_string(address->size()) + " bytes; this provider's have " +
               std::to_string(addrLen_));
   }
+  if (neighbours_.entered() && ShmNeighbourhood::isClosed(*address))
+    throw PeerFailure(p, "its shm endpoint, in this process, was closed (" + where + ")");
   PeerAddress out;
   out.inlineLimit = std::min(inlineBytes_, frameBytes - kFrameHeaderBytes);
   // Same host by construction for shm: watch the peer's process, so that
@@ -121,8 +123,6 @@ LibfabricTransport::PeerAddress LibfabricTransport::insertPeer(int p, const std:
     out.pid =
         out.pidfd >= 0 ? pid : 0;  // (no pidfd: another pid namespace, say, where /proc/<pid> is not it)
   }
-  if (neighbours_.entered() && ShmNeighbourhood::isClosed(*address))
-    throw PeerFailure(p, "its shm endpoint, in this process, was closed (" + where + ")");
   const int n = fi_av_insert(av_.get(), address->data(), 1, &out.addr, 0, nullptr);
   if (n != 1) {
     if (out.pidfd >= 0) ::close(out.pidfd);
