@@ -462,11 +462,12 @@ void LibfabricTransport::teardown() {
     if (r.pidfd >= 0) ::close(r.pidfd);
   retired_.clear();
   drainBulk();
+  // Everything the provider may use, closed in KeptEndpoint's order (the
+  // endpoint first: libfabric drops what is still posted), unless it is kept
+  // open: abandoned, or parked among shm neighbours (ShmNeighbourhood).
+  auto kept = keepEndpoint();
   const bool abandon = bulkPosted_ > 0;
-  // Abandoned, or parked among shm neighbours (ShmNeighbourhood): the
-  // endpoint stays open, and its memory alive, but nothing progresses it.
-  std::unique_ptr<KeptEndpoint> kept = abandon || neighbours_.entered() ? keepEndpoint() : nullptr;
-  ep_.reset();
+  if (!abandon && !neighbours_.entered()) kept->ep.reset();
   rejectLog_.flush();
   {
     // The endpoint is closed or never progressed again: nothing writes into
@@ -478,25 +479,12 @@ void LibfabricTransport::teardown() {
     guard_->direct.clear();
   }
   guard_->close();
-  {
-    std::lock_guard<std::mutex> lk(opsMu_);
-    for (FabricOp* op : inflight_)
-      delete static_cast<SendOp*>(op);  // NOLINT(cppcoreguidelines-owning-memory)
-    inflight_.clear();
-  }
-  zombies_.clear();
-  rx_.clear();
   unposted_.clear();
-  poolMr_.reset();
-  av_.reset();
-  cq_.reset();
-  domain_.reset();
-  fabric_.reset();
   if (abandon) {
     abandonEndpoint(std::move(kept));
     neighbours_.leave(nullptr);
   } else {
-    neighbours_.leave(std::move(kept));
+    neighbours_.leave(std::move(kept));  // parks it, or closes it (and the parked ones, if last)
   }
 }
 

@@ -500,7 +500,8 @@ class ShmNeighbourhood {
   [[nodiscard]] bool entered() const { return in_; }
   /// Stops counting it. `kept` (null: nothing to close, or kept for good
   /// elsewhere) is parked while another shm transport of the process is open;
-  /// otherwise it and every parked endpoint are closed. Never throws.
+  /// otherwise it and every parked endpoint are closed. Not entered (not shm):
+  /// `kept` is closed. Never throws.
   void leave(std::unique_ptr<KeptEndpoint> kept) noexcept;
   /// Whether `name` is the shm address of an endpoint of this process whose
   /// transport closed (or failed to open after entering).
@@ -768,7 +769,7 @@ class LibfabricTransport final : public Transport, public std::enable_shared_fro
   // keeps the endpoint open (abandoned, or parked: ShmNeighbourhood).
   void teardown();
   /// Moves the endpoint and everything the provider may still use out of this
-  /// transport (teardown(): to abandon it, or park it in neighbours_).
+  /// transport (teardown(): to close it in order, abandon it, or park it).
   std::unique_ptr<KeptEndpoint> keepEndpoint();
   /// The constructor's part after openEndpoint(): addresses, receive state, the frame pool.
   void setUp(Store& store);

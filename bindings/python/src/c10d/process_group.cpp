@@ -629,6 +629,7 @@ void ProcessGroupGossamer::failPosted(std::vector<Posted>& pending, std::vector<
 // (p2pThreadError_). None escapes the thread.
 void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
   constexpr double kPickUpSeconds = 0.001;
+  const double timeoutSeconds = defaults_.timeoutSeconds;  // (settle reads no member: see orphaned)
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
   std::vector<Request> requests;  // requests[i] is pending[i]'s
   // Ends pending[i]: as its request settled (kSettled), or cut off: cancelled
@@ -644,7 +645,7 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         } catch (const Cancelled&) {
           if (end == End::kSettled) throw;
           const Posted& p = pending[i];
-          throwCutOff(p.receive, p.peer, p.tag, end == End::kTimedOut ? defaults_.timeoutSeconds : 0);
+          throwCutOff(p.receive, p.peer, p.tag, end == End::kTimedOut ? timeoutSeconds : 0);
         }
         if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
         if (pending[i].receive) expectReceived(requests[i], pending[i].tag, pending[i].bytes);
@@ -659,15 +660,14 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
     pending.erase(pending.begin() + at);
     work->complete(error);  // a failed send or receive does not break the group's collectives
   };
-  // After a settle: true once a callback of the Work it completed destroyed the group (`this` is
-  // gone), having ended the rest as at a destroy (settle of kDestroyed touches no member).
-  const auto orphaned = [&] {
-    if (!letGo) return false;
-    while (!pending.empty()) settle(0, End::kDestroyed);
-    return true;
-  };
   try {
     for (;;) {
+      // A callback of a Work settled last turn destroyed the group (`this` is
+      // gone): the rest end as at a destroy (settle touches no member).
+      if (letGo) {
+        while (!pending.empty()) settle(0, End::kDestroyed);
+        return;
+      }
       bool stopping = false;
       {
         std::unique_lock<std::mutex> lk(mu_);
@@ -680,12 +680,10 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
       }
       if (stopping)
         for (std::size_t i = 0; i < pending.size();) {
-          if (!pending[i].receive) {
+          if (pending[i].receive)
+            settle(i, End::kDestroyed);
+          else
             ++i;
-            continue;
-          }
-          settle(i, End::kDestroyed);
-          if (orphaned()) return;
         }
       if (pending.empty()) {
         if (stopping) return;
@@ -704,24 +702,16 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         thrown = std::current_exception();
       }
       if (thrown) {
-        while (!pending.empty()) {
-          settle(0, End::kSettled, thrown);
-          if (orphaned()) return;
-        }
+        while (!pending.empty()) settle(0, End::kSettled, thrown);
         continue;
       }
-      if (settled >= 0) {
-        settle(static_cast<std::size_t>(settled), End::kSettled);
-        if (orphaned()) return;
-      }
+      if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
       const auto now = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < pending.size();) {
-        if (pending[i].deadline > now) {
+        if (pending[i].deadline <= now)
+          settle(i, End::kTimedOut);
+        else
           ++i;
-          continue;
-        }
-        settle(i, End::kTimedOut);
-        if (orphaned()) return;
       }
     }
   } catch (...) {

@@ -199,10 +199,10 @@ class ProcessGroupGossamer final : public BackendBase {
   /// outside an operation's job ends the thread after failing every Work it
   /// holds or has queued (collectiveThreadError_, p2pThreadError_).
   /// `letGo`: set by the destructor when a callback of a Work this thread
-  /// completed destroyed the group; checked after each completion, the
-  /// thread then touches no member: the collective thread returns, the p2p
-  /// thread ends what it still holds (settled as when the group is
-  /// destroyed) and returns.
+  /// completed destroyed the group; the thread then touches no member: the
+  /// collective thread returns after that completion, the p2p thread (whose
+  /// settling reads no member) at its next turn, ending what it still holds
+  /// as when the group is destroyed.
   void runCollectives(const std::atomic<bool>& letGo);
   void runPointToPoint(const std::atomic<bool>& letGo);
   /// The error that broke the group (null while it works), and recording it.
