@@ -7,7 +7,7 @@ gossamer/gossamer.h and libgossamer_c.
         agent.make_optimizer([784 * 128, 128, 128 * 10, 10])
         agent.step(params, grads)          # float32 numpy arrays, params in place
 
-The library is found at $GOSSAMER_C_LIBRARY, else as "libgossamer_c.so.1"
+The library is found at $GOSSAMER_C_LIBRARY, else as "libgossamer_c.so.2"
 on the loader's path; library() declares every entry point of
 gossamer/gossamer.h. Every failed call raises GossamerCError with the C
 status's name, message, peer, file, line and key (gossamer_last_error_*).
@@ -28,6 +28,8 @@ __all__ = ["CAgent", "GossamerCError", "library"]
 
 _STATUS_OK = 0
 _STATUS_INVALID_ARGUMENT = 1  # refused before the optimizer took anything
+_STATUS_BUSY = 11  # refused, not run: another thread's call runs on the agent
+_API_VERSION = 2  # the GOSSAMER_C_API_VERSION this module speaks
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 _OPS = {"sum": 0, "average": 1, "mean": 1, "max": 2, "min": 3}  # gossamer_op ("mean" is GOSSAMER_AVERAGE)
 _LIB = None  # the loaded library, once library() has run
@@ -46,11 +48,17 @@ class GossamerCError(RuntimeError):
 
 def library():
     """The loaded libgossamer_c with the signatures of every entry point of
-    gossamer/gossamer.h declared (argtypes, restype; enums are C ints)."""
+    gossamer/gossamer.h declared (argtypes, restype; enums are C ints).
+    Raises OSError when it cannot be loaded, or when its C API version
+    (gossamer_c_api_version) is not the one this module speaks."""
     global _LIB
     if _LIB is not None:
         return _LIB
-    lib = ctypes.CDLL(os.environ.get("GOSSAMER_C_LIBRARY", "libgossamer_c.so.1"))
+    lib = ctypes.CDLL(os.environ.get("GOSSAMER_C_LIBRARY", "libgossamer_c.so.2"))
+    lib.gossamer_c_api_version.argtypes, lib.gossamer_c_api_version.restype = [], ctypes.c_int
+    if lib.gossamer_c_api_version() != _API_VERSION:
+        raise OSError(f"libgossamer_c has C API version {lib.gossamer_c_api_version()}; "
+                      f"this module speaks version {_API_VERSION}")
     agent_p = ctypes.c_void_p
     size_t = ctypes.c_size_t
     float_p = ctypes.POINTER(ctypes.c_float)
@@ -263,9 +271,10 @@ class CAgent:
 
     def _keep(self, params, status):
         """Holds `params` as the model once a call reached the optimizer (any
-        status but GOSSAMER_E_INVALID_ARGUMENT, which refuses before it takes
-        the address), then raises for a failed `status` as _check."""
-        if status != _STATUS_INVALID_ARGUMENT:
+        status but GOSSAMER_E_INVALID_ARGUMENT and GOSSAMER_E_BUSY, which
+        refuse before it takes the address), then raises for a failed
+        `status` as _check."""
+        if status not in (_STATUS_INVALID_ARGUMENT, _STATUS_BUSY):
             self._model = params
         _check(status)
 
@@ -280,7 +289,8 @@ class CAgent:
         array in host memory, any shape) over every rank, in place
         (gossamer_allreduce). `op`: "average" (or "mean"), "sum", "max",
         "min". Raises TypeError/ValueError for a bad array or op,
-        GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _PROTOCOL, ...)."""
+        GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _PROTOCOL, _BUSY
+        while another thread's call runs on the agent, ...)."""
         code = self._op(op)
         _check(library().gossamer_allreduce(self._h, *self._buffer(data), code))
 
@@ -294,7 +304,8 @@ class CAgent:
 
     def barrier(self):
         """Returns once every rank has entered the barrier (gossamer_barrier).
-        Raises GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _CANCELLED)."""
+        Raises GossamerCError (GOSSAMER_E_PEER_FAILURE, _TIMEOUT, _CANCELLED,
+        _BUSY while another thread's call runs on the agent)."""
         _check(library().gossamer_barrier(self._h))
 
     def make_optimizer(self, tensor_sizes):
@@ -303,8 +314,8 @@ class CAgent:
         gossamer_make_optimizer). Raises TypeError (not ints; bools
         refused), ValueError (a negative size, or one of 2**64 or more),
         GossamerCError (GOSSAMER_E_INVALID_ARGUMENT for no sizes, a 0, too
-        large a total, another thread's call running on the agent;
-        GOSSAMER_E_CONFIG, _PEER_FAILURE, _TIMEOUT)."""
+        large a total; GOSSAMER_E_BUSY while another thread's call runs on
+        the agent; GOSSAMER_E_CONFIG, _PEER_FAILURE, _TIMEOUT)."""
         sizes = [_size_t(s, f"tensor_sizes[{i}]") for i, s in enumerate(tensor_sizes)]
         array = (ctypes.c_size_t * max(1, len(sizes)))(*sizes)
         _check(library().gossamer_make_optimizer(self._h, array, len(sizes)))
@@ -315,7 +326,8 @@ class CAgent:
         `params` (float32, the optimizer's size) updated in place from
         `grads` (float32, same size, only read). Raises TypeError/ValueError
         for a bad array (params read-only), GossamerCError
-        (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer, ...)."""
+        (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer; GOSSAMER_E_BUSY
+        while another thread's call runs on the agent, the model kept; ...)."""
         p = _floats(params, "params", self._size)
         g = _floats(grads, "grads", self._size, written=False)
         self._keep(params, library().gossamer_step(self._h, p, g, self._count(params)))
@@ -354,7 +366,8 @@ class CAgent:
     @property
     def steps(self):
         """Steps the optimizer has taken (int; gossamer_steps). Raises
-        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer)."""
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT before make_optimizer,
+        GOSSAMER_E_BUSY)."""
         out = ctypes.c_uint64()
         _check(library().gossamer_steps(self._h, ctypes.byref(out)))
         return out.value
@@ -364,7 +377,8 @@ class CAgent:
         """The view in force (gossamer_view): (number, members), number an
         int (0 for the job's first view, +1 or more per change) and members
         a list of the members' global ranks (ints, ascending). Raises
-        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT once closed)."""
+        GossamerCError (GOSSAMER_E_INVALID_ARGUMENT once closed,
+        GOSSAMER_E_BUSY)."""
         lib = library()
         number, count = ctypes.c_uint64(), ctypes.c_size_t()
         capacity = max(1, self.world_size)
@@ -382,7 +396,7 @@ class CAgent:
         communicator and optimizer over it (gossamer_recover; every survivor
         calls it); then repeat the collective. Raises GossamerCError
         (GOSSAMER_E_INVALID_ARGUMENT without the membership service,
-        GOSSAMER_E_EXPELLED, _TIMEOUT, _PEER_FAILURE)."""
+        GOSSAMER_E_BUSY, _EXPELLED, _TIMEOUT, _PEER_FAILURE)."""
         _check(library().gossamer_recover(self._h))
 
     def metrics(self):

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <new>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -77,6 +78,13 @@ gossamer_status fail(gossamer_status status, const char* message, int peer = -1)
   return status;
 }
 
+// A call refused because another thread's call runs on the agent (Call):
+// GOSSAMER_E_BUSY.
+class Busy : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Runs `body`; an exception becomes its status and the last-error record.
 template <typename F>
 gossamer_status guarded(F&& body) noexcept {
@@ -104,6 +112,8 @@ gossamer_status guarded(F&& body) noexcept {
     return fail(GOSSAMER_E_CANCELLED, e.what());
   } catch (const InvalidArgument& e) {
     return fail(GOSSAMER_E_INVALID_ARGUMENT, e.what());
+  } catch (const Busy& e) {
+    return fail(GOSSAMER_E_BUSY, e.what());
   } catch (const InternalError& e) {
     return fail(GOSSAMER_E_INTERNAL, e.what());
   } catch (const std::bad_alloc&) {
@@ -171,15 +181,15 @@ std::shared_ptr<gossamer_agent> hold(const gossamer_agent* handle) {
 // nothing a call replaces and make no Call.
 class Call {
  public:
-  /// @throws InvalidArgument for a handle that is not a live agent, or while
-  /// another call (named in the message with `name`) runs on the agent.
+  /// @throws InvalidArgument for a handle that is not a live agent; Busy
+  /// while another call (named in the message with `name`) runs on it.
   Call(const gossamer_agent* handle, const char* name) : agent_(hold(handle)) {
     std::lock_guard<std::mutex> lk(agent_->callMu);
     require(!agent_->closed, kNotLive);  // closed since hold(), by another thread
     if (agent_->running != nullptr)
-      throw InvalidArgument(std::string(name) + " while " + agent_->running +
-                            " runs on this agent on another thread: an agent takes one call at a time "
-                            "(gossamer_agent_close, _rank, _world_size and gossamer_metrics_poll excepted)");
+      throw Busy(std::string(name) + " while " + agent_->running +
+                 " runs on this agent on another thread: an agent takes one call at a time "
+                 "(gossamer_agent_close, _rank, _world_size and gossamer_metrics_poll excepted)");
     agent_->running = name;
   }
   ~Call() {
@@ -334,6 +344,8 @@ const char* gossamer_status_name(gossamer_status status) {
       return "GOSSAMER_E_ERROR";
     case GOSSAMER_E_NO_MEMORY:
       return "GOSSAMER_E_NO_MEMORY";
+    case GOSSAMER_E_BUSY:
+      return "GOSSAMER_E_BUSY";
   }
   return "unknown";
 }

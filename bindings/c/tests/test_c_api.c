@@ -57,6 +57,7 @@ static void versions(void) {
   CHECK(gossamer_c_api_version() == GOSSAMER_C_API_VERSION);
   CHECK(strlen(gossamer_version()) >= 5);
   CHECK(strcmp(gossamer_status_name(GOSSAMER_E_PEER_FAILURE), "GOSSAMER_E_PEER_FAILURE") == 0);
+  CHECK(strcmp(gossamer_status_name(GOSSAMER_E_BUSY), "GOSSAMER_E_BUSY") == 0);
   CHECK(strcmp(gossamer_status_name((gossamer_status)99), "unknown") == 0);
   CHECK(gossamer_last_error() == GOSSAMER_OK);
   CHECK(gossamer_last_error_peer() == -1);

@@ -30,7 +30,7 @@
 
 /* The refusal of a call made while another thread's call runs. */
 static int busy_refusal(gossamer_status s) {
-  return s == GOSSAMER_E_INVALID_ARGUMENT &&
+  return s == GOSSAMER_E_BUSY && gossamer_last_error() == GOSSAMER_E_BUSY &&
          strstr(gossamer_last_error_message(), "on another thread") != NULL;
 }
 

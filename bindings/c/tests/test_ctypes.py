@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -82,7 +84,7 @@ def test_four_processes_train_through_the_c_abi_alone(tmp_path):
 def test_a_bad_key_is_an_error_naming_it(tmp_path):
     sys.path.insert(0, CTYPES_DIR)
     from gossamer_ctypes import CAgent, GossamerCError, library
-    assert library().gossamer_c_api_version() == 1
+    assert library().gossamer_c_api_version() == 2
     with pytest.raises(GossamerCError) as e:
         CAgent("world_size: 1\nalgorithm:\n  nmae: sgp\n", 0, str(tmp_path / "rv"), is_text=True)
     assert e.value.status == "GOSSAMER_E_CONFIG"
@@ -203,6 +205,57 @@ def test_the_agent_keeps_the_model_array_it_was_given_alive(tmp_path):
             del params
             pygc.collect()
             assert held() is not None, call
+
+
+def test_a_call_refused_as_busy_keeps_the_model_the_agent_had(tmp_path):
+    # While rank 0's barrier waits for rank 1 on another thread, a step on
+    # rank 0's agent is refused with GOSSAMER_E_BUSY before the optimizer
+    # takes its arrays: the wrapper keeps holding the model it had, not the
+    # refused call's array.
+    gc = ctypes_module()
+    two = ONE.replace("world_size: 1", "world_size: 2")
+    rv = str(tmp_path / "rv")
+    agents = [None, None]
+    opened = [threading.Thread(target=lambda r=r: agents.__setitem__(r, gc.CAgent(two, r, rv, is_text=True)))
+              for r in range(2)]
+    for t in opened:
+        t.start()
+    for t in opened:
+        t.join(timeout=30)
+    assert all(a is not None for a in agents), "both agents are made"
+    a0, a1 = agents
+    try:
+        built = [threading.Thread(target=a.make_optimizer, args=([3],)) for a in agents]
+        for t in built:
+            t.start()
+        for t in built:
+            t.join(timeout=30)
+        model = np.ones(3, dtype=np.float32)
+        a0.flush(model)
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(a0.barrier()))
+        waiter.start()
+        busy = None
+        deadline = time.monotonic() + 20
+        while busy is None and time.monotonic() < deadline:
+            try:
+                assert a0.steps == 0
+                time.sleep(0.005)
+            except gc.GossamerCError as e:
+                busy = e
+        assert busy is not None and busy.status == "GOSSAMER_E_BUSY", busy
+        assert "gossamer_barrier" in str(busy)
+        refused = np.zeros(3, dtype=np.float32)
+        with pytest.raises(gc.GossamerCError) as e:
+            a0.step(refused, np.ones(3, dtype=np.float32))
+        assert e.value.status == "GOSSAMER_E_BUSY"
+        assert a0._model is model, "the refused call's array did not replace the model"
+        a1.barrier()
+        waiter.join(timeout=20)
+        assert waited == [None], "rank 0's barrier returned"
+    finally:
+        for a in agents:
+            a.close()
 
 
 def test_integers_outside_the_c_types_range_are_value_errors(tmp_path):

@@ -16,7 +16,7 @@
  *
  * Threads: an agent takes one call at a time. A call made while another
  * thread's call runs on the same agent is refused, not run:
- * GOSSAMER_E_INVALID_ARGUMENT, whose message names both calls ("... while
+ * GOSSAMER_E_BUSY, whose message names both calls ("... while
  * gossamer_step runs on this agent on another thread ..."), and nothing
  * changes (gossamer_make_optimizer and gossamer_recover would replace the
  * optimizer and communicator the running call uses). Excepted, callable
@@ -63,8 +63,10 @@ extern "C" {
 
 /** The version of this header's ABI; gossamer_c_api_version() gives the
  *  library's. A program built against version V runs against a library
- *  whose version is V. */
-#define GOSSAMER_C_API_VERSION 1
+ *  whose version is V, which the library's soname carries
+ *  (libgossamer_c.so.V). Version 2 added GOSSAMER_E_BUSY, which version 1
+ *  reported as GOSSAMER_E_INVALID_ARGUMENT. */
+#define GOSSAMER_C_API_VERSION 2
 
 /* In C++ the enums below have int as their underlying type (in C it is the
  * compiler's, of the same size): a value outside an enum's names, which a C
@@ -95,7 +97,8 @@ typedef enum gossamer_status GOSSAMER_ENUM_BASE {
   GOSSAMER_E_CANCELLED = 7,        /**< cancelled by a close */
   GOSSAMER_E_INTERNAL = 8,         /**< a bug in Gossamer: please report the message */
   GOSSAMER_E_ERROR = 9,            /**< any other failure (the message says what) */
-  GOSSAMER_E_NO_MEMORY = 10        /**< an allocation failed */
+  GOSSAMER_E_NO_MEMORY = 10,       /**< an allocation failed */
+  GOSSAMER_E_BUSY = 11             /**< refused, not run: another thread's call runs on this agent */
 } gossamer_status;
 
 /** Element types of the collectives. */
@@ -185,7 +188,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_agent_world_size(const gossamer_agent
  *          enum, a count past PTRDIFF_MAX bytes), GOSSAMER_E_PEER_FAILURE on
  *          every rank, naming the peer (-1 on a rank whose view the membership
  *          service revoked first: call gossamer_recover), GOSSAMER_E_PROTOCOL,
- *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
+ *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED, GOSSAMER_E_BUSY
+ *          (another thread's call runs on the agent: see "Threads" above). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, gossamer_op op);
 /** Broadcast of `count` elements of `dtype` at `data` from the global rank
@@ -199,7 +203,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_allreduce(gossamer_agent* agent, void
 GOSSAMER_C_EXPORT gossamer_status gossamer_broadcast(gossamer_agent* agent, void* data, size_t count,
                                                      gossamer_dtype dtype, int root);
 /** Returns once every rank has entered the barrier. Collective.
- *  @return GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
+ *  @return GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED,
+ *          GOSSAMER_E_BUSY. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
 
 /** Builds the configured algorithm (algorithm.name) for a model whose
@@ -212,9 +217,9 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_barrier(gossamer_agent* agent);
  *  failure leaves the agent with no optimizer (the earlier one is gone):
  *  call it again before gossamer_step.
  *  @return GOSSAMER_E_INVALID_ARGUMENT for no sizes, a size of 0, sizes
- *          adding up past PTRDIFF_MAX bytes, or another thread's call
- *          running on the agent (see "Threads" above: refused, the earlier
- *          optimizer kept); GOSSAMER_E_CONFIG for an algorithm setting
+ *          adding up past PTRDIFF_MAX bytes; GOSSAMER_E_BUSY while another
+ *          thread's call runs on the agent (see "Threads" above: refused,
+ *          the earlier optimizer kept); GOSSAMER_E_CONFIG for an algorithm setting
  *          that the algorithm refuses when it is built (the key is set,
  *          e.g. algorithm.mode overlap with d2); GOSSAMER_E_NO_MEMORY;
  *          GOSSAMER_E_PEER_FAILURE, GOSSAMER_E_TIMEOUT. */
@@ -227,8 +232,8 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_make_optimizer(gossamer_agent* agent,
  *  Both are host (CPU-addressable) memory; device pointers are not supported.
  *  A peer that fails is recovered from inside the step (membership.enabled).
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer, for a
- *          count other than the sum of its sizes, NULL arrays, or another
- *          thread's call running on the agent;
+ *          count other than the sum of its sizes, or NULL arrays;
+ *          GOSSAMER_E_BUSY while another thread's call runs on the agent;
  *          GOSSAMER_E_PEER_FAILURE (without the membership service),
  *          GOSSAMER_E_EXPELLED, GOSSAMER_E_TIMEOUT, GOSSAMER_E_CANCELLED. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_step(gossamer_agent* agent, float* params, const float* grads,
@@ -246,7 +251,7 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_reduce_gradients(gossamer_agent* agen
  *  local step when it is 1, then call gossamer_mix_parameters, which
  *  exchanges nothing.
  *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer or for
- *          a NULL `skips`. */
+ *          a NULL `skips`; GOSSAMER_E_BUSY. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_skips_local_step(gossamer_agent* agent, int* skips);
 /** Communication-only form, after the caller's local step: mixes `params`
  *  (count float32 in host memory, in place; the model, whose address the
@@ -259,13 +264,15 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_mix_parameters(gossamer_agent* agent,
  *  gossamer_reduce_gradients, gossamer_mix_parameters and this return as
  *  gossamer_step does. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_flush(gossamer_agent* agent, float* params, size_t count);
-/** Steps the optimizer has taken. @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer. */
+/** Steps the optimizer has taken.
+ *  @return GOSSAMER_E_INVALID_ARGUMENT before gossamer_make_optimizer; GOSSAMER_E_BUSY. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_steps(gossamer_agent* agent, uint64_t* steps);
 
 /** The view in force: its number (0 for the job's first, +1 or more per
  *  change) and its members' global ranks, ascending. Writes at most
  *  `capacity` ranks to `members` (may be NULL when 0) and their count to
- *  `*count`; GOSSAMER_E_INVALID_ARGUMENT when they do not fit (`*count` set). */
+ *  `*count`; GOSSAMER_E_INVALID_ARGUMENT when they do not fit (`*count` set);
+ *  GOSSAMER_E_BUSY. */
 GOSSAMER_C_EXPORT gossamer_status gossamer_view(gossamer_agent* agent, uint64_t* number, int* members,
                                                 size_t capacity, size_t* count);
 /** After GOSSAMER_E_PEER_FAILURE from a collective of the caller's own (with
@@ -274,9 +281,10 @@ GOSSAMER_C_EXPORT gossamer_status gossamer_view(gossamer_agent* agent, uint64_t*
  *  (every survivor calls it); then repeat the collective. gossamer_step does
  *  this by itself. Called with no failure, it still revokes the view and
  *  starts an agreement, which every rank must join (else it times out).
- *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service, or
- *          while another thread's call runs on the agent (refused: it would
- *          replace the communicator and optimizer that call uses),
+ *  @return GOSSAMER_E_INVALID_ARGUMENT without the membership service,
+ *          GOSSAMER_E_BUSY while another thread's call runs on the agent
+ *          (refused: it would replace the communicator and optimizer that
+ *          call uses),
  *          GOSSAMER_E_EXPELLED if the survivors removed this rank,
  *          GOSSAMER_E_TIMEOUT, GOSSAMER_E_PEER_FAILURE (another peer failed: call it again). */
 GOSSAMER_C_EXPORT gossamer_status gossamer_recover(gossamer_agent* agent);
