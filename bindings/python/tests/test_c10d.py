@@ -641,6 +641,57 @@ else:
 """, timeout=60)
 
 
+def test_a_group_destroyed_on_its_point_to_point_thread_fails_the_receives_it_took_up_before_joining(run_ranks):
+    # Rank 0's only reference to the group is held by a callback chained to a
+    # recv's future, and a callback of an all_reduce, on the collective
+    # thread, waits on another recv, one the point-to-point thread took up
+    # and nothing matches. Letting the first callback go destroys the group
+    # on the point-to-point thread, which must fail that receive (Cancelled)
+    # before it waits for the collective thread: that thread's callback waits
+    # on it (without the group's 300 s timeout running, the two waited on
+    # each other for good).
+    job(run_ranks, 2, """
+import gossamer
+from gossamer import _c10d
+source, is_text = gossamer._config_source({"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}})
+base = dist.distributed_c10d._get_default_store()
+g = _c10d.ProcessGroupGossamer(dist.PrefixStore("g", base), rank, n, source, is_text, [], 300.0)
+x = torch.ones(2)
+if rank == 0:
+    unmatched = g.recv([torch.zeros(1)], 1, 5)  # never sent
+    seen = []
+    def waits_on_unmatched(f):
+        base.set("waiting", "1")
+        try:
+            unmatched.wait()
+        except gossamer.Cancelled as e:
+            seen.append(str(e))
+        return f.value()
+    def holding(group):
+        def callback(f):
+            assert group.transport, group  # uses the group it holds
+            return f.value()
+        return callback
+    done = g.allreduce([x]).get_future().then(waits_on_unmatched)
+    y = torch.zeros(3)
+    received = g.recv([y], 1, 4).get_future().then(holding(g))
+    del g
+    base.set("attached", "1")
+    assert torch.equal(done.wait()[0], torch.full((2,), 2.0)), x
+    assert len(seen) == 1 and "destroyed" in seen[0], seen
+    assert torch.equal(received.wait()[0], torch.full((3,), 7.0)), y
+    base.set("destroyed", "1")
+else:
+    base.wait(["attached"])
+    g.allreduce([x]).wait()
+    base.wait(["waiting"])  # rank 0's collective thread is in the callback
+    g.send([torch.full((3,), 7.0)], 0, 4).wait()
+    base.wait(["destroyed"])
+    raises(gossamer.PeerFailure, "peer 0", lambda: g.allreduce([torch.ones(1)]).wait())
+    del g
+""", timeout=60)
+
+
 def test_an_error_only_one_rank_sees_fails_the_others_next_collective_naming_it(run_ranks):
     # Only the receiver of a broadcast checks its length: rank 3 fails, the
     # others complete (or, a rank whose part was still under way when rank 3

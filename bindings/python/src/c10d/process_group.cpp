@@ -415,6 +415,15 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
     if (onP2p) posted.swap(pointToPoint_);
   }
   cv_.notify_all();
+  // On the p2p thread, what it took up ends first, in posting order: a
+  // callback on the collective thread may wait on one of those Works, and
+  // the join below waits for that callback.
+  if (onP2p && endHeldPointToPoint_) {
+    try {
+      endHeldPointToPoint_();
+    } catch (...) {  // (completing a Work threw: the rest end when the thread, let go, returns)
+    }
+  }
   const auto why = std::make_exception_ptr(
       Cancelled("gossamer: the process group was destroyed (on its own thread, by a future's callback) "
                 "before this operation ran"));
@@ -659,6 +668,11 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
     requests.erase(requests.begin() + at);  // cancels it if still pending: its buffer is not written after
     pending.erase(pending.begin() + at);
     work->complete(error);  // a failed send or receive does not break the group's collectives
+  };
+  // (Called by a destructor run inside work->complete above, on this thread:
+  // whoever loops over `pending` after settle returns checks its size anew.)
+  endHeldPointToPoint_ = [&] {
+    while (!pending.empty()) settle(0, End::kDestroyed);
   };
   try {
     for (;;) {

@@ -201,8 +201,10 @@ class ProcessGroupGossamer final : public BackendBase {
   /// `letGo`: set by the destructor when a callback of a Work this thread
   /// completed destroyed the group; the thread then touches no member: the
   /// collective thread returns after that completion, the p2p thread (whose
-  /// settling reads no member) at its next turn, ending what it still holds
-  /// as when the group is destroyed.
+  /// settling reads no member) at its next turn. A destructor on the p2p
+  /// thread first ends what that thread holds (endHeldPointToPoint_) before
+  /// it waits for the collective thread, whose callbacks may wait on those
+  /// Works.
   void runCollectives(const std::atomic<bool>& letGo);
   void runPointToPoint(const std::atomic<bool>& letGo);
   /// The error that broke the group (null while it works), and recording it.
@@ -248,6 +250,11 @@ class ProcessGroupGossamer final : public BackendBase {
   /// reference of its own: it reads the flag once the group is gone).
   std::shared_ptr<std::atomic<bool>> collectiveLetGo_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> p2pLetGo_ = std::make_shared<std::atomic<bool>>(false);
+  /// Set by runPointToPoint as it starts, and called only on that thread
+  /// (by a destructor a callback runs there): fails the sends and receives
+  /// the thread has taken up with Cancelled, sends included, unless one
+  /// completed meanwhile, as the thread does once let go.
+  std::function<void()> endHeldPointToPoint_;
   std::thread collectiveThread_;
   std::thread p2pThread_;
 };
