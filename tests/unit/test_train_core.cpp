@@ -7,7 +7,9 @@
 #include "dataset.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -31,6 +33,7 @@
 #include "dataset.hpp"
 #include "gossamer/store.hpp"
 #include "model.hpp"
+#include "process.hpp"
 #include "registry.hpp"
 #include "summary_file.hpp"
 #include "trainer.hpp"
@@ -853,6 +856,92 @@ TEST_CASE("summary file: the larger side of a split job keeps it, whichever side
     CHECK_THROWS_WITH(writeSummaryFile(dir.file("taken"), side({0}, "")),
                       Contains("cannot write summary to '" + dir.file("taken") + "'"));
   }
+}
+
+// In a child process with a mount namespace of its own (root's, else one
+// inside a user namespace of its own), mounts private. Returns why it could
+// not have one ("" when it has).
+std::string ownMountNamespace() {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    const uid_t uid = ::getuid();
+    const gid_t gid = ::getgid();
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return std::string("cannot make a mount namespace (unshare: ") + std::strerror(errno) + ")";
+    std::ofstream("/proc/self/setgroups") << "deny";
+    std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
+    std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("cannot make the mounts private: ") + std::strerror(errno);
+  return {};
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_CASE(
+    "summary file: a name that may not be replaced is written in place (a file mounted on its own "
+    "or in a read-only directory)",
+    "[train_core]") {
+  using gossamer::apps::survivorsInSummary;
+  using gossamer::apps::writeSummaryFile;
+  TempDir dir, elsewhere;
+  const auto summary = [](const std::string& job) {
+    gossamer::train::TrainSummary s;
+    s.algorithm = "sgp";
+    s.job = job;
+    s.survivors = {1, 2};
+    return gossamer::train::summaryJson(s, gossamer::test::defaultConfig());
+  };
+  const std::string json = summary("a1");
+  // The child's mounts go with it; the directories are plain ones again here.
+  const std::string failed = gossamer::testing::inChild([&]() -> std::string {
+    if (std::string why = ownMountNamespace(); !why.empty()) return why;
+    const auto mountErr = [](const char* what) { return std::string(what) + ": " + std::strerror(errno); };
+    // A file mounted on its own: rename(2) over it is EBUSY.
+    const std::string mounted = dir.file("mounted.json");
+    std::ofstream(mounted) << "{}";
+    if (::mount(mounted.c_str(), mounted.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return mountErr("bind the file");
+    struct stat before {};
+    ::stat(mounted.c_str(), &before);
+    if (!writeSummaryFile(mounted, json).empty()) return "the mounted file was taken for another summary";
+    struct stat after {};
+    ::stat(mounted.c_str(), &after);
+    if (after.st_ino != before.st_ino) return "the mounted file was replaced";
+    if (survivorsInSummary(mounted) != std::vector<int>{1, 2}) return "mounted: " + slurp(mounted);
+    // A read-only directory (no temporary file: EROFS) with a writable file
+    // in it, mounted from elsewhere.
+    const std::string outside = elsewhere.file("outside.json"), inside = dir.file("inside.json");
+    std::ofstream(outside) << "{\"survivors\": [0, 1, 2, 3], \"job\": \"other\"}";
+    std::ofstream(inside) << "{}";
+    if (::mount(dir.str().c_str(), dir.str().c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        ::mount(nullptr, dir.str().c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0)
+      return mountErr("mount the directory read-only");
+    if (::mount(outside.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return mountErr("bind outside");
+    if (const int fd = ::open(dir.file("new.json").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+      ::close(fd);
+      return "the directory takes new files";
+    }
+    if (!writeSummaryFile(inside, json).empty()) return "another job's summary was kept";
+    if (survivorsInSummary(outside) != std::vector<int>{1, 2}) return "outside: " + slurp(outside);
+    // A name that does not exist there cannot be written: an Error naming it.
+    try {
+      writeSummaryFile(dir.file("absent.json"), json);
+      return "a summary was written into the read-only directory";
+    } catch (const gossamer::Error& e) {
+      if (std::string(e.what()).find("cannot write summary to '" + dir.file("absent.json") + "'") ==
+          std::string::npos)
+        return std::string("absent: ") + e.what();
+    }
+    return {};
+  });
+  INFO(failed);
+  CHECK(failed.empty());
+  CHECK(survivorsInSummary(dir.file("mounted.json")) == std::vector<int>{1, 2});  // the file under the mount
 }
 
 TEST_CASE("summary file: every process of a job draws the same job identifier, another job another one",
