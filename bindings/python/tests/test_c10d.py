@@ -641,6 +641,31 @@ else:
 """, timeout=60)
 
 
+# The tests below destroy rank 0's group g (its own, beside the default
+# group, with a 300 s timeout, beyond the jobs') inside a callback of one of
+# its Works: `holding(g)` makes a callback that holds g, the only reference
+# left once the script drops its own. Rank 1 then sees rank 0's group gone.
+DESTROYED_ON_A_THREAD = """
+import gossamer
+from gossamer import _c10d
+source, is_text = gossamer._config_source({"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}})
+base = dist.distributed_c10d._get_default_store()
+g = _c10d.ProcessGroupGossamer(dist.PrefixStore("g", base), rank, n, source, is_text, [], 300.0)
+x = torch.ones(2)
+def holding(group):
+    def callback(f):
+        assert group.transport, group  # uses the group it holds
+        return f.value()
+    return callback
+"""
+
+PEER_OF_THE_DESTROYED = """
+    base.wait(["destroyed"])
+    raises(gossamer.PeerFailure, "peer 0", lambda: g.allreduce([torch.ones(1)]).wait())
+    del g
+"""
+
+
 def test_a_group_destroyed_on_its_point_to_point_thread_fails_the_receives_it_took_up_before_joining(run_ranks):
     # Rank 0's only reference to the group is held by a callback chained to a
     # recv's future, and a callback of an all_reduce, on the collective
@@ -650,14 +675,7 @@ def test_a_group_destroyed_on_its_point_to_point_thread_fails_the_receives_it_to
     # before it waits for the collective thread: that thread's callback waits
     # on it (without the group's 300 s timeout running, the two waited on
     # each other for good).
-    job(run_ranks, 2, """
-import gossamer
-from gossamer import _c10d
-source, is_text = gossamer._config_source({"transport": {"kind": "zmq", "host": "127.0.0.1", "timeout_seconds": 10}})
-base = dist.distributed_c10d._get_default_store()
-g = _c10d.ProcessGroupGossamer(dist.PrefixStore("g", base), rank, n, source, is_text, [], 300.0)
-x = torch.ones(2)
-if rank == 0:
+    job(run_ranks, 2, DESTROYED_ON_A_THREAD + """if rank == 0:
     unmatched = g.recv([torch.zeros(1)], 1, 5)  # never sent
     seen = []
     def waits_on_unmatched(f):
@@ -667,11 +685,6 @@ if rank == 0:
         except gossamer.Cancelled as e:
             seen.append(str(e))
         return f.value()
-    def holding(group):
-        def callback(f):
-            assert group.transport, group  # uses the group it holds
-            return f.value()
-        return callback
     done = g.allreduce([x]).get_future().then(waits_on_unmatched)
     y = torch.zeros(3)
     received = g.recv([y], 1, 4).get_future().then(holding(g))
@@ -686,10 +699,71 @@ else:
     g.allreduce([x]).wait()
     base.wait(["waiting"])  # rank 0's collective thread is in the callback
     g.send([torch.full((3,), 7.0)], 0, 4).wait()
-    base.wait(["destroyed"])
-    raises(gossamer.PeerFailure, "peer 0", lambda: g.allreduce([torch.ones(1)]).wait())
+""" + PEER_OF_THE_DESTROYED, timeout=60)
+
+
+def test_a_group_destroyed_by_a_receives_callback_releases_that_receives_wait_before_joining(run_ranks):
+    # Rank 0's only reference to the group is held by a callback chained to a
+    # recv's future, and a callback of an all_reduce, on the collective
+    # thread, waits on that very recv. Once the recv's callback is let go,
+    # the group is destroyed on the point-to-point thread while the recv's
+    # Work is still being completed: its wait() must be released before the
+    # destructor waits for the collective thread (it was released only after
+    # the callback returned, and the two waited on each other for good).
+    job(run_ranks, 2, DESTROYED_ON_A_THREAD + """if rank == 0:
+    y = torch.zeros(3)
+    r = g.recv([y], 1, 4)
+    seen = []
+    def waits_on_r(f):
+        base.set("waiting", "1")
+        r.wait()
+        seen.append(y.clone())
+        return f.value()
+    done = g.allreduce([x]).get_future().then(waits_on_r)
+    received = r.get_future().then(holding(g))
     del g
-""", timeout=60)
+    base.set("attached", "1")
+    assert torch.equal(done.wait()[0], torch.full((2,), 2.0)), x
+    assert len(seen) == 1 and torch.equal(seen[0], torch.full((3,), 7.0)), seen
+    assert torch.equal(received.wait()[0], torch.full((3,), 7.0)), y
+    base.set("destroyed", "1")
+else:
+    base.wait(["attached"])
+    g.allreduce([x]).wait()
+    base.wait(["waiting"])  # rank 0's collective thread is in the callback
+    g.send([torch.full((3,), 7.0)], 0, 4).wait()
+""" + PEER_OF_THE_DESTROYED, timeout=60)
+
+
+def test_a_group_destroyed_by_a_collectives_callback_releases_that_collectives_wait_before_joining(run_ranks):
+    # The same on the other thread: rank 0's only reference to the group is
+    # held by a callback chained to an all_reduce's future, and a callback of
+    # a recv, on the point-to-point thread, waits on that all_reduce. The
+    # group is destroyed on the collective thread while the all_reduce's Work
+    # is still being completed; its wait() must be released before the
+    # destructor waits for the point-to-point thread.
+    job(run_ranks, 2, DESTROYED_ON_A_THREAD + """if rank == 0:
+    a = g.allreduce([x])
+    seen = []
+    def waits_on_a(f):
+        base.set("waiting", "1")
+        a.wait()
+        seen.append(x.clone())
+        return f.value()
+    received = g.recv([torch.zeros(3)], 1, 4).get_future().then(waits_on_a)
+    reduced = a.get_future().then(holding(g))
+    del g
+    base.set("attached", "1")
+    assert torch.equal(received.wait()[0], torch.full((3,), 7.0)), received
+    assert len(seen) == 1 and torch.equal(seen[0], torch.full((2,), 2.0)), seen
+    assert torch.equal(reduced.wait()[0], torch.full((2,), 2.0)), x
+    base.set("destroyed", "1")
+else:
+    base.wait(["attached"])
+    g.send([torch.full((3,), 7.0)], 0, 4).wait()
+    base.wait(["waiting"])  # rank 0's point-to-point thread is in the callback
+    g.allreduce([x]).wait()
+""" + PEER_OF_THE_DESTROYED, timeout=60)
 
 
 def test_an_error_only_one_rank_sees_fails_the_others_next_collective_naming_it(run_ranks):

@@ -345,12 +345,40 @@ GossamerWork::GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
+namespace {
+
+/// The Work whose future this thread is completing (its callbacks run inside),
+/// and the error it ends with; nested completions stack on the C++ stack.
+struct Completing {
+  GossamerWork* work = nullptr;
+  std::exception_ptr error;
+};
+thread_local Completing tCompleting;
+
+}  // namespace
+
 void GossamerWork::complete(std::exception_ptr error) {
+  // The future completes first (a wait() that returned finds it done), then
+  // finish releases wait(); a callback that destroys the group finishes it
+  // early (finishTheOneCompletingHere).
+  struct Restore {
+    Completing outer;
+    ~Restore() { tCompleting = std::move(outer); }
+  } restore{std::exchange(tCompleting, Completing{this, error})};
   if (error)
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
   finish(error);
+}
+
+void GossamerWork::finishTheOneCompletingHere() noexcept {
+  // (Work::finish sets a flag and notifies under the Work's own lock: again
+  // when complete() goes on to it.)
+  try {
+    if (tCompleting.work != nullptr) tCompleting.work->finish(tCompleting.error);
+  } catch (...) {  // a destructor's caller: nothing to tell; wait() then returns when complete() does
+  }
 }
 
 // ---- construction and the threads ---------------------------------------------------
@@ -415,15 +443,12 @@ ProcessGroupGossamer::~ProcessGroupGossamer() {
     if (onP2p) posted.swap(pointToPoint_);
   }
   cv_.notify_all();
-  // On the p2p thread, what it took up ends first, in posting order: a
-  // callback on the collective thread may wait on one of those Works, and
-  // the join below waits for that callback.
-  if (onP2p && endHeldPointToPoint_) {
-    try {
-      endHeldPointToPoint_();
-    } catch (...) {  // (completing a Work threw: the rest end when the thread, let go, returns)
-    }
-  }
+  // The joins below wait for the other thread's callbacks, which may wait on
+  // a Work this thread holds: first the one whose callback runs this (its
+  // wait() would be released only after the callback returns), then, on the
+  // p2p thread, what it took up, in posting order.
+  GossamerWork::finishTheOneCompletingHere();
+  if (onP2p && endHeldPointToPoint_) endHeldPointToPoint_();  // (never throws)
   const auto why = std::make_exception_ptr(
       Cancelled("gossamer: the process group was destroyed (on its own thread, by a future's callback) "
                 "before this operation ran"));
@@ -613,14 +638,32 @@ void expectReceived(const Request& r, int tag, std::size_t bytes) {
 
 }  // namespace
 
-void ProcessGroupGossamer::failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
-                                      const std::exception_ptr& error) {
-  std::vector<c10::intrusive_ptr<GossamerWork>> works;
-  for (auto& p : pending) works.push_back(std::move(p.work));
-  requests.clear();  // cancels them: their buffers are not written after
-  pending.clear();
-  for (auto& w : works)
-    if (w) completeQuietly(*w, error);
+void ProcessGroupGossamer::endPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
+                                     std::size_t i, End end, double timeoutSeconds,
+                                     std::exception_ptr failed) {
+  std::exception_ptr error = std::move(failed);
+  if (!error) {
+    try {
+      if (end != End::kSettled) requests[i].cancel();
+      try {
+        (void)requests[i].test();  // rethrows its failure
+      } catch (const Cancelled&) {
+        if (end == End::kSettled) throw;
+        const Posted& p = pending[i];
+        throwCutOff(p.receive, p.peer, p.tag, end == End::kTimedOut ? timeoutSeconds : 0);
+      }
+      if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
+      if (pending[i].receive) expectReceived(requests[i], pending[i].tag, pending[i].bytes);
+      pending[i].staging.copyBack();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  auto work = std::move(pending[i].work);
+  const auto at = static_cast<std::ptrdiff_t>(i);
+  requests.erase(requests.begin() + at);  // cancels it if still pending: its buffer is not written after
+  pending.erase(pending.begin() + at);
+  work->complete(error);  // a failed send or receive does not break the group's collectives
 }
 
 // Completes the posted sends and receives as each settles, in whatever order
@@ -641,45 +684,32 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
   const double timeoutSeconds = defaults_.timeoutSeconds;  // (settle reads no member: see orphaned)
   std::vector<Posted> pending;    // in posting order; their requests moved into `requests`
   std::vector<Request> requests;  // requests[i] is pending[i]'s
-  // Ends pending[i]: as its request settled (kSettled), or cut off: cancelled
-  // first, then failed with why, unless it completed meanwhile (it succeeds).
-  enum class End { kSettled, kTimedOut, kDestroyed };
   const auto settle = [&](std::size_t i, End end, std::exception_ptr failed = nullptr) {
-    std::exception_ptr error = std::move(failed);
-    if (!error) {
+    endPosted(pending, requests, i, end, timeoutSeconds, std::move(failed));
+  };
+  // Ends every pending one in posting order, with `why` (null: as at a
+  // destroy), each cancelled before its Work completes; a completion that
+  // throws does not stop the rest. `endingWith` tells a destructor that a
+  // callback runs meanwhile (endHeldPointToPoint_) what to end the rest with.
+  std::exception_ptr endingWith;
+  const auto endAll = [&](const std::exception_ptr& why) noexcept {
+    endingWith = why;
+    while (!pending.empty()) {
       try {
-        if (end != End::kSettled) requests[i].cancel();
-        try {
-          (void)requests[i].test();  // rethrows its failure
-        } catch (const Cancelled&) {
-          if (end == End::kSettled) throw;
-          const Posted& p = pending[i];
-          throwCutOff(p.receive, p.peer, p.tag, end == End::kTimedOut ? timeoutSeconds : 0);
-        }
-        if (pending[i].peer < 0) pending[i].work->setSourceRank(requests[i].peer());
-        if (pending[i].receive) expectReceived(requests[i], pending[i].tag, pending[i].bytes);
-        pending[i].staging.copyBack();
-      } catch (...) {
-        error = std::current_exception();
+        settle(0, why ? End::kSettled : End::kDestroyed, why);
+      } catch (...) {  // its future holds a result already; the others still end
       }
     }
-    auto work = std::move(pending[i].work);
-    const auto at = static_cast<std::ptrdiff_t>(i);
-    requests.erase(requests.begin() + at);  // cancels it if still pending: its buffer is not written after
-    pending.erase(pending.begin() + at);
-    work->complete(error);  // a failed send or receive does not break the group's collectives
   };
   // (Called by a destructor run inside work->complete above, on this thread:
   // whoever loops over `pending` after settle returns checks its size anew.)
-  endHeldPointToPoint_ = [&] {
-    while (!pending.empty()) settle(0, End::kDestroyed);
-  };
+  endHeldPointToPoint_ = [&] { endAll(endingWith); };
   try {
     for (;;) {
       // A callback of a Work settled last turn destroyed the group (`this` is
       // gone): the rest end as at a destroy (settle touches no member).
       if (letGo) {
-        while (!pending.empty()) settle(0, End::kDestroyed);
+        endAll(nullptr);
         return;
       }
       bool stopping = false;
@@ -716,7 +746,9 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         thrown = std::current_exception();
       }
       if (thrown) {
+        endingWith = thrown;
         while (!pending.empty()) settle(0, End::kSettled, thrown);
+        endingWith = nullptr;
         continue;
       }
       if (settled >= 0) settle(static_cast<std::size_t>(settled), End::kSettled);
@@ -733,7 +765,7 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
       const std::exception_ptr error = std::current_exception();
       std::deque<Posted> queued;
       if (letGo) {  // (thrown by completing a Work after its callback destroyed the group)
-        failPosted(pending, requests, error);
+        endAll(error);
         return;
       }
       {
@@ -746,7 +778,7 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         requests.push_back(std::move(pending.back().request));
       }
       queued.clear();
-      failPosted(pending, requests, error);
+      endAll(error);
     } catch (...) {  // no way left to report it; the thread ends rather than terminate the process
     }
   }

@@ -94,8 +94,16 @@ class Staging {
 class GossamerWork final : public ::c10d::Work {
  public:
   GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs);
-  /// Ends the work: the future gets the outputs, or the error (nullptr: success).
+  /// Ends the work: the future gets the outputs, or the error (nullptr: success),
+  /// and its callbacks run on this thread; then wait() returns (Work::finish).
+  /// @throws c10::Error if the future was completed already.
   void complete(std::exception_ptr error);
+  /// Run by a destructor of the group inside a future's callback: releases
+  /// wait() on the Work that this thread is completing, whose finish would
+  /// come only after the callback returns (and so after the destructor's
+  /// joins, which may wait for a callback waiting on it). No-op when this
+  /// thread completes none. Never throws.
+  static void finishTheOneCompletingHere() noexcept;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   /// The rank a recvAnysource matched (-1 otherwise).
@@ -201,10 +209,11 @@ class ProcessGroupGossamer final : public BackendBase {
   /// `letGo`: set by the destructor when a callback of a Work this thread
   /// completed destroyed the group; the thread then touches no member: the
   /// collective thread returns after that completion, the p2p thread (whose
-  /// settling reads no member) at its next turn. A destructor on the p2p
-  /// thread first ends what that thread holds (endHeldPointToPoint_) before
-  /// it waits for the collective thread, whose callbacks may wait on those
-  /// Works.
+  /// settling reads no member) at its next turn. Before such a destructor
+  /// waits for the other thread, whose callbacks may wait on this thread's
+  /// Works, it releases the Work whose callback runs it
+  /// (GossamerWork::finishTheOneCompletingHere) and, on the p2p thread, ends
+  /// what that thread holds (endHeldPointToPoint_).
   void runCollectives(const std::atomic<bool>& letGo);
   void runPointToPoint(const std::atomic<bool>& letGo);
   /// The error that broke the group (null while it works), and recording it.
@@ -231,10 +240,16 @@ class ProcessGroupGossamer final : public BackendBase {
     Staging staging;
     std::size_t bytes = 0;  // a receive's: its tensor's (a message of another size is refused)
   };
-  /// Fails the Works of `pending` with `error`, cancelling `requests` (theirs,
-  /// in the same order) first: their buffers are not written after.
-  static void failPosted(std::vector<Posted>& pending, std::vector<Request>& requests,
-                         const std::exception_ptr& error);
+  /// How the p2p thread ends a posted send or receive.
+  enum class End { kSettled, kTimedOut, kDestroyed };
+  /// Ends pending[i] and removes it and requests[i] (its request, cancelled
+  /// if still pending: its buffer is not written after), then completes its
+  /// Work: with `failed` if given; else as its request settled (kSettled), or
+  /// cut off: TimeoutError after `timeoutSeconds` (kTimedOut) or Cancelled
+  /// (kDestroyed), unless it completed meanwhile (it succeeds). Reads no
+  /// member. @throws what completing the Work throws (it is removed first).
+  static void endPosted(std::vector<Posted>& pending, std::vector<Request>& requests, std::size_t i, End end,
+                        double timeoutSeconds, std::exception_ptr failed);
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> collectives_;
@@ -251,9 +266,10 @@ class ProcessGroupGossamer final : public BackendBase {
   std::shared_ptr<std::atomic<bool>> collectiveLetGo_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> p2pLetGo_ = std::make_shared<std::atomic<bool>>(false);
   /// Set by runPointToPoint as it starts, and called only on that thread
-  /// (by a destructor a callback runs there): fails the sends and receives
-  /// the thread has taken up with Cancelled, sends included, unless one
-  /// completed meanwhile, as the thread does once let go.
+  /// (by a destructor a callback runs there): ends the sends and receives
+  /// the thread has taken up, in posting order, sends included, as the
+  /// thread was ending them (with its error while it fails them all after
+  /// one; else with Cancelled, unless one completed meanwhile: it succeeds).
   std::function<void()> endHeldPointToPoint_;
   std::thread collectiveThread_;
   std::thread p2pThread_;
