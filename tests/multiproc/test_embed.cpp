@@ -1,6 +1,7 @@
 // Embeddability: installs this build into a temporary prefix, builds the
 // stand-alone project examples/embed against it with find_package(gossamer),
-// and trains with its 4 peers over ZeroMQ on loopback.
+// and trains with its 4 peers over ZeroMQ on loopback; with the C ABI
+// built, its C program links the installed libgossamer_c (gossamer::c).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -160,6 +161,20 @@ TEST_CASE("installed package builds and runs examples/embed", "[embed]") {
   }
   const fs::path exe = build / "embed_train";
   REQUIRE(fs::exists(exe));
+
+  // (b') A build with the C ABI installs gossamer.h and exports gossamer::c:
+  // the embed project's C program links the installed library and agrees
+  // with its header.
+  if (fs::exists(prefix / "include" / "gossamer" / "gossamer.h")) {
+    const fs::path cExe = build / "embed_c_version";
+    REQUIRE(fs::exists(cExe));
+    const fs::path log = tmp.path() / "c_version.log";
+    const int rc = run({cExe.string()}, log, std::chrono::seconds(30));
+    const std::string out = slurp(log);
+    INFO("embed_c_version output:\n" << out);
+    CHECK(rc == 0);
+    CHECK(out.find("gossamer C API version ") == 0);
+  }
 
   // (c) Four peers rendezvous through a fresh directory and train 20 epochs.
   const int kPeers = 4;

@@ -8,7 +8,8 @@ gossamer/gossamer.h and libgossamer_c.
         agent.step(params, grads)          # float32 numpy arrays, params in place
 
 The library is found at $GOSSAMER_C_LIBRARY, else as "libgossamer_c.so.2"
-on the loader's path; library() declares every entry point of
+(the soname of C API version 2, the one this module speaks) on the
+loader's path; library() declares every entry point of
 gossamer/gossamer.h. Every failed call raises GossamerCError with the C
 status's name, message, peer, file, line and key (gossamer_last_error_*).
 An integer that the C parameter's type cannot hold (an int outside
@@ -49,16 +50,21 @@ class GossamerCError(RuntimeError):
 def library():
     """The loaded libgossamer_c with the signatures of every entry point of
     gossamer/gossamer.h declared (argtypes, restype; enums are C ints).
-    Raises OSError when it cannot be loaded, or when its C API version
-    (gossamer_c_api_version) is not the one this module speaks."""
+    Raises OSError, naming the library, when it cannot be loaded, exports
+    no gossamer_c_api_version, or has another C API version than the one
+    this module speaks (_API_VERSION)."""
     global _LIB
     if _LIB is not None:
         return _LIB
-    lib = ctypes.CDLL(os.environ.get("GOSSAMER_C_LIBRARY", "libgossamer_c.so.2"))
-    lib.gossamer_c_api_version.argtypes, lib.gossamer_c_api_version.restype = [], ctypes.c_int
-    if lib.gossamer_c_api_version() != _API_VERSION:
-        raise OSError(f"libgossamer_c has C API version {lib.gossamer_c_api_version()}; "
-                      f"this module speaks version {_API_VERSION}")
+    path = os.environ.get("GOSSAMER_C_LIBRARY", f"libgossamer_c.so.{_API_VERSION}")
+    lib = ctypes.CDLL(path)
+    try:
+        version = lib.gossamer_c_api_version
+    except AttributeError:
+        raise OSError(f"{path} exports no gossamer_c_api_version: not libgossamer_c") from None
+    version.argtypes, version.restype = [], ctypes.c_int
+    if version() != _API_VERSION:
+        raise OSError(f"{path} has C API version {version()}; this module speaks version {_API_VERSION}")
     agent_p = ctypes.c_void_p
     size_t = ctypes.c_size_t
     float_p = ctypes.POINTER(ctypes.c_float)

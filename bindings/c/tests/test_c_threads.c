@@ -1,15 +1,16 @@
 /* One agent used from two threads, from strict C11 with POSIX threads: a
  * call made while another thread's call runs on the same agent is refused
- * with GOSSAMER_E_INVALID_ARGUMENT, never run against state the running
+ * with GOSSAMER_E_BUSY, never run against state the running
  * call uses (gossamer.h, "Threads").
  *
  * - A thread steps in a loop while another calls gossamer_make_optimizer
  *   again and again (and then closes the agent): every call returns OK or
  *   the refusal, none crashes.
  * - Deterministic: rank 0 of a 2-rank job (both agents in this process)
- *   waits in gossamer_barrier for rank 1; meanwhile gossamer_make_optimizer,
- *   gossamer_recover, gossamer_step and gossamer_view on rank 0's agent are
- *   refused, naming the barrier, while gossamer_agent_rank, _world_size and
+ *   waits in gossamer_barrier for rank 1; meanwhile every call that runs on
+ *   rank 0's agent (gossamer_make_optimizer, _recover, _step, _allreduce,
+ *   _broadcast, _reduce_gradients, _mix_parameters, _flush, _steps,
+ *   _skips_local_step, _view) is refused, naming the barrier, while gossamer_agent_rank, _world_size and
  *   gossamer_metrics_poll answer. Then a close from the other thread makes
  *   the waiting barrier return GOSSAMER_E_CANCELLED.
  *
@@ -233,6 +234,15 @@ static void calls_while_a_barrier_waits(void) {
     CHECK(strstr(gossamer_last_error_message(), "gossamer_recover while gossamer_barrier runs") != NULL);
     CHECK(busy_refusal(gossamer_step(a0, params, grads, 4)));
     CHECK(busy_refusal(gossamer_allreduce(a0, params, 4, GOSSAMER_FLOAT32, GOSSAMER_SUM)));
+    CHECK(busy_refusal(gossamer_broadcast(a0, params, 4, GOSSAMER_FLOAT32, 0)));
+    CHECK(busy_refusal(gossamer_reduce_gradients(a0, grads, 4)));
+    CHECK(busy_refusal(gossamer_mix_parameters(a0, params, 4)));
+    CHECK(busy_refusal(gossamer_flush(a0, params, 4)));
+    uint64_t taken = 0;
+    CHECK(busy_refusal(gossamer_steps(a0, &taken)));
+    int skips = -1;
+    CHECK(busy_refusal(gossamer_skips_local_step(a0, &skips)));
+    CHECK(params[0] == 0 && grads[0] == 1 && taken == 0 && skips == -1); /* nothing written */
     int n = -1;
     CHECK(gossamer_agent_rank(a0, &n) == GOSSAMER_OK && n == 0);
     CHECK(gossamer_agent_world_size(a0, &n) == GOSSAMER_OK && n == 2);

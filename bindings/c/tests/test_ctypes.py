@@ -233,7 +233,20 @@ def test_a_call_refused_as_busy_keeps_the_model_the_agent_had(tmp_path):
         model = np.ones(3, dtype=np.float32)
         a0.flush(model)
         waited = []
-        waiter = threading.Thread(target=lambda: waited.append(a0.barrier()))
+
+        def wait_in_barrier():  # (refused as busy while the probe below holds the agent: again)
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    waited.append(a0.barrier())
+                    return
+                except gc.GossamerCError as e:
+                    if e.status != "GOSSAMER_E_BUSY" or time.monotonic() > deadline:
+                        waited.append(e)
+                        return
+                time.sleep(0.001)
+
+        waiter = threading.Thread(target=wait_in_barrier)
         waiter.start()
         busy = None
         deadline = time.monotonic() + 20
@@ -344,6 +357,38 @@ def test_every_entry_point_of_the_header_is_declared_with_its_exact_c_types():
         fn = getattr(lib, name)
         assert fn.argtypes is not None, f"{name} is not declared"
         assert (list(fn.argtypes), fn.restype) == (params, result), name
+
+
+def test_the_modules_status_and_version_are_the_headers_and_the_librarys_soname_carries_the_version():
+    import re
+    gc = ctypes_module()
+    header = open(os.path.join(os.path.dirname(HERE), "include", "gossamer", "gossamer.h")).read()
+    version = int(re.search(r"^#define GOSSAMER_C_API_VERSION (\d+)$", header, re.M).group(1))
+    statuses = {name: int(v) for name, v in re.findall(r"\b(GOSSAMER_(?:OK|E_\w+)) = (\d+)", header)}
+    assert gc._API_VERSION == version
+    assert (gc._STATUS_OK, gc._STATUS_INVALID_ARGUMENT, gc._STATUS_BUSY) == (
+        statuses["GOSSAMER_OK"], statuses["GOSSAMER_E_INVALID_ARGUMENT"], statuses["GOSSAMER_E_BUSY"])
+    assert gc.library().gossamer_c_api_version() == version
+    dynamic = subprocess.run(["readelf", "-d", os.environ["GOSSAMER_C_LIBRARY"]], check=True,
+                             capture_output=True, text=True).stdout
+    assert re.findall(r"\(SONAME\)\s+Library soname: \[(.*)\]", dynamic) == [f"libgossamer_c.so.{version}"]
+    assert os.path.basename(os.environ["GOSSAMER_C_LIBRARY"]).startswith(f"libgossamer_c.so.{version}.")
+
+
+def test_a_library_of_another_c_api_version_or_none_is_refused_naming_it(monkeypatch):
+    gc = ctypes_module()
+    path = os.environ["GOSSAMER_C_LIBRARY"]
+    monkeypatch.setattr(gc, "_LIB", None)
+    monkeypatch.setattr(gc, "_API_VERSION", gc._API_VERSION + 1)
+    with pytest.raises(OSError) as e:
+        gc.library()
+    assert path in str(e.value) and f"version {gc._API_VERSION - 1}" in str(e.value), e.value
+    assert gc._LIB is None, "a refused library is not kept"
+    monkeypatch.setattr(gc, "_API_VERSION", gc._API_VERSION - 1)
+    monkeypatch.setenv("GOSSAMER_C_LIBRARY", "libc.so.6")  # loads, but is not libgossamer_c
+    with pytest.raises(OSError) as e:
+        gc.library()
+    assert "libc.so.6 exports no gossamer_c_api_version" in str(e.value), e.value
 
 
 def test_from_env_view_recover_and_metrics_poll_through_ctypes(tmp_path, monkeypatch):
