@@ -365,10 +365,15 @@ void GossamerWork::complete(std::exception_ptr error) {
     Completing outer;
     ~Restore() { tCompleting = std::move(outer); }
   } restore{std::exchange(tCompleting, Completing{this, error})};
-  if (error)
-    future_->setError(error);
-  else
-    future_->markCompleted(c10::IValue(outputs_));
+  try {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  } catch (...) {  // a callback threw (or the future was completed already): wait() still returns
+    finish(error);
+    throw;
+  }
   finish(error);
 }
 
@@ -746,8 +751,7 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         thrown = std::current_exception();
       }
       if (thrown) {
-        endingWith = thrown;
-        while (!pending.empty()) settle(0, End::kSettled, thrown);
+        endAll(thrown);
         endingWith = nullptr;
         continue;
       }

@@ -95,8 +95,9 @@ class GossamerWork final : public ::c10d::Work {
  public:
   GossamerWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs);
   /// Ends the work: the future gets the outputs, or the error (nullptr: success),
-  /// and its callbacks run on this thread; then wait() returns (Work::finish).
-  /// @throws c10::Error if the future was completed already.
+  /// and its callbacks run on this thread; then wait() returns (Work::finish),
+  /// also when completing the future throws.
+  /// @throws c10::Error if the future was completed already; what a callback throws.
   void complete(std::exception_ptr error);
   /// Run by a destructor of the group inside a future's callback: releases
   /// wait() on the Work that this thread is completing, whose finish would
@@ -144,8 +145,12 @@ class ProcessGroupGossamer final : public BackendBase {
   /// lets that thread go instead of joining it: what is queued for that
   /// thread fails with Cancelled (the collectives queued behind the
   /// callback's, or the sends and receives not yet taken up), and the
-  /// sends and receives it holds end as above, sends included; the other
-  /// thread finishes as above, the callback waiting for it.
+  /// sends and receives it holds end as above, sends included (with the
+  /// thread's error while it was failing them all after one); the other
+  /// thread finishes as above, the callback waiting for it. Before that
+  /// wait, wait() returns on the Work whose callback runs the destructor
+  /// and on those the p2p thread held: a callback on the other thread may
+  /// wait on them.
   ~ProcessGroupGossamer() override;
 
   const std::string getBackendName() const override { return "gossamer"; }
