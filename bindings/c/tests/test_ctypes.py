@@ -17,6 +17,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CTYPES_DIR = os.path.join(os.path.dirname(HERE), "ctypes")
+HEADER = os.path.join(os.path.dirname(HERE), "include", "gossamer", "gossamer.h")
 
 RANK = textwrap.dedent("""
     import json, sys
@@ -325,8 +326,7 @@ def declared_in_header():
     """{name: (result, [parameter types])} of every GOSSAMER_C_EXPORT function in gossamer.h, as ctypes
     types (c_types())."""
     import re
-    header = os.path.join(os.path.dirname(HERE), "include", "gossamer", "gossamer.h")
-    text = re.sub(r"/\*.*?\*/", " ", open(header).read(), flags=re.S)
+    text = re.sub(r"/\*.*?\*/", " ", open(HEADER).read(), flags=re.S)
     types = c_types()
 
     def ctype(spelling):
@@ -362,7 +362,7 @@ def test_every_entry_point_of_the_header_is_declared_with_its_exact_c_types():
 def test_the_modules_status_and_version_are_the_headers_and_the_librarys_soname_carries_the_version():
     import re
     gc = ctypes_module()
-    header = open(os.path.join(os.path.dirname(HERE), "include", "gossamer", "gossamer.h")).read()
+    header = open(HEADER).read()
     version = int(re.search(r"^#define GOSSAMER_C_API_VERSION (\d+)$", header, re.M).group(1))
     statuses = {name: int(v) for name, v in re.findall(r"\b(GOSSAMER_(?:OK|E_\w+)) = (\d+)", header)}
     assert gc._API_VERSION == version
