@@ -721,9 +721,12 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
       {
         std::unique_lock<std::mutex> lk(mu_);
         if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !pointToPoint_.empty(); });
+        // Room first: the push_backs below cannot throw, so requests[i] stays pending[i]'s.
+        pending.reserve(pending.size() + pointToPoint_.size());
+        requests.reserve(pending.capacity());
         for (; !pointToPoint_.empty(); pointToPoint_.pop_front()) {
-          requests.push_back(std::move(pointToPoint_.front().request));
           pending.push_back(std::move(pointToPoint_.front()));
+          requests.push_back(std::move(pending.back().request));
         }
         stopping = stop_;
       }
@@ -777,6 +780,8 @@ void ProcessGroupGossamer::runPointToPoint(const std::atomic<bool>& letGo) {
         p2pThreadError_ = error;
         queued.swap(pointToPoint_);
       }
+      pending.reserve(pending.size() + queued.size());
+      requests.reserve(pending.capacity());
       for (auto& p : queued) {
         pending.push_back(std::move(p));
         requests.push_back(std::move(pending.back().request));
