@@ -14,15 +14,15 @@
 #            cores (a third of it the build).
 #   address  -fsanitize=address,undefined with LeakSanitizer at each
 #            process's exit, in $GOSSAMER_ASAN_BUILD_DIR (default
-#            build-asan/): out-of-bounds and use-after-free accesses, leaks,
-#            undefined behaviour (which stops the process:
-#            -fno-sanitize-recover=undefined). Writes results/asan.json;
-#            about 25 minutes on 2 cores (half of it the build).
+#            build-asan/), configured as the fuzz targets' build
+#            (-DGOSSAMER_FUZZ=ON, -O1): out-of-bounds and use-after-free
+#            accesses, leaks, undefined behaviour (which stops the process:
+#            -fno-sanitize-recover=all). Writes results/asan.json.
 # Both build the SDK, the transports, the libraries of apps/ and the unit and
-# conformance suites (no programs, Python or C ABI) with clang,
-# RelWithDebInfo, and run each suite once. Each prints the suite's test
-# result and report count, keeps the reports in <build>/sanitizer-logs/, and
-# exits 1 if a suite failed or any report was made. It installs nothing: it
+# conformance suites (no programs, Python or C ABI) with clang, and run each
+# suite once. Each prints the suite's test result and report count, keeps
+# the reports in <build>/sanitizer-logs/, and exits 1 if a suite failed or
+# any report was made. It installs nothing: it
 # needs clang (and, for address, libclang-rt-14-dev, which scripts/test.sh
 # installs) besides what scripts/quickstart.sh installs.
 set -euo pipefail
@@ -38,7 +38,14 @@ case "$kind" in
   thread)
     short=tsan
     build="${GOSSAMER_TSAN_BUILD_DIR:-$root/build-tsan}"
-    flags="-fsanitize=thread"
+    build_suites() {
+      CC=clang CXX=clang++ CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+        CXXFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS=-fsanitize=thread \
+        GOSSAMER_BUILD_DIR="$build" GOSSAMER_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo \
+-DGOSSAMER_APPS_LIBRARIES_ONLY=ON -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_BENCH=OFF \
+-DGOSSAMER_BUILD_PYTHON=OFF -DGOSSAMER_BUILD_C=OFF -DGOSSAMER_TEST_SUITES=unit;conformance" \
+        gossamer_build --target gossamer_unit_tests gossamer_conformance_tests
+    }
     # A report, and the tool's fatal messages ("==PID==ThreadSanitizer: ...
     # Dying", exit code 66 as well): a child forked from a threaded process
     # that starts threads dies so, with that one line in its log file.
@@ -53,7 +60,13 @@ suppressions=$root/scripts/tsan.supp log_path=$1"
   address)
     short=asan
     build="${GOSSAMER_ASAN_BUILD_DIR:-$root/build-asan}"
-    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+    # The fuzz targets' configuration (-DGOSSAMER_FUZZ=ON: -O1, address and
+    # undefined, no recovery), with the two suites: scripts/test.sh's
+    # build-fuzz/ compiled the library's sources so, and ccache holds them.
+    build_suites() {
+      GOSSAMER_FUZZ_BUILD_DIR="$build" GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=unit;conformance" \
+        gossamer_build_fuzz gossamer_unit_tests gossamer_conformance_tests
+    }
     # AddressSanitizer's and LeakSanitizer's errors, and undefined behaviour;
     # not the tool's warnings (a stack switch it cannot follow says
     # "==PID==WARNING: ASan is ignoring requested __asan_handle_no_return").
@@ -81,11 +94,7 @@ done
 built="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [ "$built" = unknown ] || git diff --quiet HEAD -- 2>/dev/null || built="$built-dirty"
 source scripts/deps.sh
-CC=clang CXX=clang++ CFLAGS="$flags -fno-omit-frame-pointer" CXXFLAGS="$flags -fno-omit-frame-pointer" \
-  LDFLAGS="$flags" GOSSAMER_BUILD_DIR="$build" GOSSAMER_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo \
--DGOSSAMER_APPS_LIBRARIES_ONLY=ON -DGOSSAMER_BUILD_EXAMPLES=OFF -DGOSSAMER_BUILD_BENCH=OFF \
--DGOSSAMER_BUILD_PYTHON=OFF -DGOSSAMER_BUILD_C=OFF -DGOSSAMER_TEST_SUITES=unit;conformance" \
-  gossamer_build --target gossamer_unit_tests gossamer_conformance_tests
+build_suites
 scripts/spam-data.sh >/dev/null  # the sparse-data tests' files (data/spam), as scripts/test.sh makes them
 
 logs="$build/sanitizer-logs"
