@@ -44,6 +44,7 @@ phase() { echo "cross-test.sh: $1 at $(($(date +%s) - start)) s"; }
 
 sudo=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+# shellcheck disable=SC2034  # read by name (gossamer_install_cross_deps)
 GOSSAMER_CROSS_BUILD_TOOLS=(ninja-build ccache)
 gossamer_install_cross_deps GOSSAMER_CROSS_BUILD_TOOLS
 # The sparse data of apps/sparse, which unit tests read (as scripts/test.sh).

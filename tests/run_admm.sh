@@ -7,6 +7,7 @@
 set -euo pipefail
 exe="$1"
 src="$2"
+# shellcheck source=support/spam_data.sh
 source "$(dirname "${BASH_SOURCE[0]}")/support/spam_data.sh" "$src"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests that run on the SpamAssassin data (scripts/spam-data.sh):
 # sets $data to its directory below SOURCE_DIR/data (or $GOSSAMER_DATA_DIR),
 # or exits 77 (ctest: skipped) when the files have not been made.
