@@ -568,6 +568,13 @@ TEST_CASE(
   INFO("the five's first view alone " << five << ", the three's last " << three);
   REQUIRE(five != UINT64_MAX);
   REQUIRE(three > five);
+  // The three joined the five, never the other way: each of the three
+  // rejoined, and the five did not all rejoin (had they joined the three's
+  // view, every one of them would have). One of the five may also rejoin
+  // on its own after a false suspicion (suspect_seconds is 0.5 s: a rank's
+  // thread starved that long on a loaded machine, as under the sanitizers),
+  // so the five are counted together.
+  int fiveRejoined = 0;
   for (int r = 0; r < victim; ++r) {
     INFO("rank " << r);
     CHECK(finalView[static_cast<std::size_t>(r)].members == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -576,8 +583,12 @@ TEST_CASE(
     bool rejoined = false;
     for (const auto& c : changes[static_cast<std::size_t>(r)])
       rejoined = rejoined || std::find(c.joined.begin(), c.joined.end(), r) != c.joined.end();
-    CHECK(rejoined == (r >= 5));  // the three joined the five, never the other way
+    if (r >= 5)
+      CHECK(rejoined);
+    else
+      fiveRejoined += rejoined ? 1 : 0;
   }
+  CHECK(fiveRejoined < 5);
 }
 
 TEST_CASE(
