@@ -17,7 +17,9 @@
 #            build-asan/), configured as the fuzz targets' build
 #            (-DGOSSAMER_FUZZ=ON, -O1): out-of-bounds and use-after-free
 #            accesses, leaks, undefined behaviour (which stops the process:
-#            -fno-sanitize-recover=all). Writes results/asan.json.
+#            -fno-sanitize-recover=all). Writes results/asan.json; about 26
+#            minutes on 2 cores busy with other work, the library objects
+#            from ccache.
 # Both build the SDK, the transports, the libraries of apps/ and the unit and
 # conformance suites (no programs, Python or C ABI) with clang, and run each
 # suite once. Each prints the suite's test result and report count, keeps
