@@ -24,9 +24,9 @@
 # conformance suites (no programs, Python or C ABI) with clang, and run each
 # suite once. Each prints the suite's test result and report count, keeps
 # the reports in <build>/sanitizer-logs/, and exits 1 if a suite failed or
-# any report was made. It installs nothing: it
-# needs clang (and, for address, libclang-rt-14-dev, which scripts/test.sh
-# installs) besides what scripts/quickstart.sh installs.
+# any report was made. It installs nothing: it needs clang (and, for
+# address, libclang-rt-14-dev, which scripts/test.sh installs) besides what
+# scripts/quickstart.sh installs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -12,9 +12,9 @@
 # main build's tests run (they wait on sockets and timers more than they
 # compute). With ccache installed (deps.sh
 # installs it), sources compiled before, in any clone, come from its cache.
-# Every phase prints when it ended. Timed fuzzing is scripts/fuzz.sh's, and
-# the unit and conformance suites run under the sanitizers with
-#   GOSSAMER_CMAKE_ARGS="-DGOSSAMER_TEST_SUITES=unit;conformance" gossamer_build_fuzz all
+# Every phase prints when it ended. Timed fuzzing is scripts/fuzz.sh's; the
+# unit and conformance suites under the sanitizers are scripts/asan.sh's and
+# scripts/tsan.sh's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
