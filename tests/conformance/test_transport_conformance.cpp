@@ -1008,14 +1008,18 @@ std::unique_ptr<Transport> makeRejoinableFabric(int r, int world, int most, cons
 #endif
 
 std::vector<RejoinKind> rejoinKinds() {
-  std::vector<RejoinKind> kinds{
-      {"zmq", "/zmq/", "/zmq-job-key", "", {"tcp", "ipc"}, makeRejoinable<zmq::Options, zmq::makeTransport>},
-      {"socket",
-       "/sock/",
-       "/sock-job-key",
-       "/sock-started",
-       {"tcp", "ipc"},
-       makeRejoinable<sock::Options, sock::makeTransport>}};
+  std::vector<RejoinKind> kinds{{"zmq",
+                                 "/zmq/",
+                                 "/zmq-job-key",
+                                 "/zmq-started",
+                                 {"tcp", "ipc"},
+                                 makeRejoinable<zmq::Options, zmq::makeTransport>},
+                                {"socket",
+                                 "/sock/",
+                                 "/sock-job-key",
+                                 "/sock-started",
+                                 {"tcp", "ipc"},
+                                 makeRejoinable<sock::Options, sock::makeTransport>}};
 #ifdef GOSSAMER_HAVE_LIBFABRIC
   kinds.push_back({"libfabric tcp",
                    "/libfabric/",

@@ -370,3 +370,118 @@ TEST_CASE("zmq ipc: a pull between two processes delivers the bytes and complete
   CHECK(WEXITSTATUS(*st) == 0);
   t->close();
 }
+
+namespace {
+/// Rank 1 over ipc in a forked process: waits for a byte on `gate` (if not
+/// -1), joins, sends `data` borrowed to rank 0, then idles until killed
+/// (`idle`) or waits for rank 0's word and closes. Exit status 0, or 3 when
+/// something threw.
+pid_t forkRank1(const TempDir& dir, int gate, const std::vector<std::byte>& data, bool idle) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  int code = 0;
+  try {
+    char go = 0;
+    if (gate >= 0 && ::read(gate, &go, 1) != 1) _exit(4);
+    gossamer::FileStore store(dir / "rdv");
+    auto t = gossamer::zmq::makeTransport(optionsFor(1, 10.0, 0.5, "ipc"), store);
+    t->isendBorrowed(0, gossamer::Tag::make(gossamer::Op::kUser, 6), std::span<const std::byte>(data),
+                     gossamer::DType::kBytes, {})
+        .wait(10);
+    if (idle) std::this_thread::sleep_for(std::chrono::seconds(120));
+    std::vector<std::byte> done(1);
+    t->irecv(0, gossamer::Tag::make(gossamer::Op::kUser, 7), done).wait(10);
+    t->close();
+  } catch (...) {
+    code = 3;
+  }
+  _exit(code);
+}
+}  // namespace
+
+// The survivor probed rank 1's first process for single copy and pulled from
+// it. The process started in place of it (a later process, not in the
+// start-up's probe) must not send pull frames naming itself: the survivor
+// knows only the old process id, and would refuse them and fail the rank
+// again. Its 1 MiB borrowed send arrives as a copy, and rank 1 stays alive.
+TEST_CASE(
+    "zmq ipc: a rank restarted in place sends a large borrowed message to a survivor that pulled from "
+    "its old process",
+    "[multiproc][zmq][rejoin]") {
+  TempDir dir;
+  const std::size_t n = (std::size_t{1} << 20) + 3;
+  auto filled = [n](int round) {
+    std::vector<std::byte> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = static_cast<std::byte>((i * 7 + static_cast<std::size_t>(round)) % 251);
+    return v;
+  };
+  int gate[2] = {-1, -1};
+  REQUIRE(::pipe(gate) == 0);
+  // Both of rank 1's processes are forked before this one starts threads;
+  // the second waits at the gate.
+  const pid_t first = forkRank1(dir, -1, filled(1), true);
+  const pid_t second = forkRank1(dir, gate[0], filled(2), false);
+  ::close(gate[0]);
+  // Whatever fails, the children not yet reaped are killed and reaped.
+  struct Reap {
+    pid_t pids[2];
+    int gate;
+    ~Reap() {
+      ::close(gate);
+      for (pid_t p : pids)
+        if (p > 0) (void)waitBounded(p, 0);
+    }
+  } reap{{first, second}, gate[1]};
+  REQUIRE(first > 0);
+  REQUIRE(second > 0);
+  gossamer::FileStore store(dir / "rdv");
+  auto t = gossamer::zmq::makeTransport(optionsFor(0, 10.0, 0.5, "ipc"), store);
+  const auto tag = gossamer::Tag::make(gossamer::Op::kUser, 6);
+  std::vector<std::byte> got(n);
+  t->irecv(1, tag, got).wait(10);
+  CHECK(got == filled(1));
+  std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  yama >> scope;
+  INFO("Yama ptrace_scope " << scope << " (single copy needs one below 2)");
+  REQUIRE(t->stats().messagesPulled == 1);  // (else this would not test what it says)
+
+  kill(first, SIGKILL);
+  reap.pids[0] = -1;
+  REQUIRE(waitBounded(first, 10));
+  for (int i = 0; i < 1000 && !t->peerFailure(1); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(t->peerFailure(1));
+  REQUIRE(::write(gate[1], "g", 1) == 1);
+  // Until rank 0 has read the new process's hello, a receive from rank 1 fails at once.
+  std::string failure;
+  bool received = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!received && std::chrono::steady_clock::now() < until) {
+    try {
+      t->irecv(1, tag, got).wait(10);
+      received = true;
+    } catch (const gossamer::PeerFailure& e) {
+      failure = e.what();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } catch (const std::exception& e) {
+      failure = e.what();
+      break;
+    }
+  }
+  INFO("last failure: " << failure);
+  REQUIRE(received);
+  CHECK(got == filled(2));
+  CHECK_FALSE(t->peerFailure(1));
+  CHECK(t->stats().messagesPulled == 1);  // the new process's send was a copy
+  std::vector<std::byte> one(1);
+  t->isend(1, gossamer::Tag::make(gossamer::Op::kUser, 7), one).wait(10);
+  reap.pids[1] = -1;
+  const auto st = waitBounded(second, 20);
+  INFO("restarted rank 1: " << describe(st));
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+  t->close();
+}

@@ -309,6 +309,10 @@ class ZmqTransport final : public Transport {
     // Under CURVE each rank also publishes its public key; a client connects
     // only to a server whose published key is admitted.
     const std::string keyPrefix = o.storePrefix + "/zmq-key/";
+    // Looked at before this rank publishes (joinsRunningJob): a process
+    // started in place of a failed rank, or a joiner, once the job runs.
+    const std::string startedKey = o.storePrefix + "/zmq-started";
+    const bool late = joinsRunningJob(store, startedKey, o.rank, o.worldSize);
     // The address first: a rank publishes it whether or not rank 0 (which
     // draws the job's key) has started.
     if (o.curve) store.set(keyPrefix + std::to_string(o.rank), o.curve->publicKey);
@@ -330,9 +334,12 @@ class ZmqTransport final : public Transport {
               store.get(keyPrefix + std::to_string(p), o.timeoutSeconds);
     }
     // Single copy reads the peer's memory directly, outside CURVE: not under security.
-    // (A rank that joins later is not in the probe, which all ranks below
-    // worldSize run together.)
-    if (o.protocol == "ipc" && o.singleCopy && !o.curve && o.rank < o.worldSize) {
+    // Only the job's start-up runs the probe, all ranks below worldSize
+    // together. A later process (a joiner, or one restarted in place of a
+    // failed rank) does not: the others keep the process ids they probed,
+    // and would refuse its pull frames as another process's; it sends
+    // copies, and they stop pulling from it (onHello).
+    if (o.protocol == "ipc" && o.singleCopy && !o.curve && !late) {
       auto probed =
           single_copy::probe(o.rank, o.worldSize, store, o.storePrefix + "/zmq-pull/", o.timeoutSeconds);
       pids_ = std::move(probed.pids);
@@ -362,6 +369,7 @@ class ZmqTransport final : public Transport {
         (void)life_.declareFailed(p, "rank " + std::to_string(p) + " has not joined the job");
       }
     }
+    if (!late) markJobRunning(store, startedKey);
     ready_.store(true, std::memory_order_release);
   }
 
