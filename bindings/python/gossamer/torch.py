@@ -606,10 +606,17 @@ class DistributedOptimizer:
 
     def flush(self) -> None:
         """Completes an exchange still in flight (overlap mode) so that the
-        parameters include every message; call before evaluating or saving."""
-        self._comm.flush(self._flat_np)
-        if self._wide is not self._flat:
-            with torch.no_grad():
+        parameters include every message; call before evaluating or saving.
+        Writes to the parameters since the last step (``load_state_dict``,
+        ``average_parameters``) are kept: a model that is not float32 on the
+        CPU is copied into the float32 host copy the exchange works on first,
+        as ``step()`` does."""
+        staged = self._wide is not self._flat
+        with torch.no_grad():
+            if staged:
+                self._wide.copy_(self._flat)
+            self._comm.flush(self._flat_np)
+            if staged:
                 self._flat.copy_(self._wide)
 
     @property

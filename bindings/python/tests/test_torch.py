@@ -547,3 +547,30 @@ def test_optimizer_state_restarts_as_made_even_when_the_constructor_made_it():
     assert opt.param_groups[0]["lr"] == 0.1
     gt._restore_state(opt, initial)  # a second restart starts from the same copy
     assert torch.equal(opt.state[w]["sum"], torch.full((3,), 0.25))
+
+
+def test_flush_keeps_what_was_written_to_the_parameters_after_the_last_step(run_ranks):
+    # A model that is not float32 on the CPU is exchanged through a float32
+    # host copy: flush() must start from the parameters as they are now
+    # (here loaded from a state dict), not from the copy the last step left.
+    job = run_ranks(2, HEADER + """
+cfg = dict(CONFIG, algorithm={"name": "allreduce_sgd"})
+out = {}
+with gossamer.Agent.from_env(cfg) as a:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        model = Wide(8, 1).to(dtype)
+        gt.broadcast_parameters(model, a)
+        opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, a)
+        x, y = data(a.rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        state = {k: torch.full_like(v, 0.25) for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+        opt.flush()
+        out[str(dtype)] = sorted({float(v) for p in model.parameters() for v in p.detach().float().reshape(-1)})
+print(json.dumps(out))
+""")
+    job.check()
+    for rank in range(2):
+        assert job.results[rank] == {t: [0.25] for t in ("torch.float32", "torch.bfloat16", "torch.float16")}, job.results
