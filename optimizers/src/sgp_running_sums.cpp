@@ -7,7 +7,8 @@
 //   1. local SGD (momentum) on the de-biased model z = x / w (`params`);
 //   2. x = w z; for each of the d out-peers j of the topology's round, the
 //      running sums of what was ever pushed along the edge grow by the share,
-//      sigma_ij += (x, w) / (d+1), and the rank keeps (x, w) / (d+1);
+//      sigma_ij += (x, w) / (d+1), and the rank keeps (x, w) / (d+1) (plus the
+//      share of each out-peer already known to be gone, whose edge is left);
 //   3. to each out-peer one message [seq_ij: u64][sigma_ij w: f64][sigma_ij x: P f64]
 //      (16 + 8P bytes), never waited for;
 //   4. every message that has arrived with a sequence number above the last
@@ -104,17 +105,28 @@ void LossTolerantSgp::mixParameters(std::span<float> params) {
     writeModel(params);
     return;
   }
+  // An out-peer known to be gone gets no share: the rank keeps it, as
+  // async SGP does (its edge's sums would only carry mass away for good).
   const double share = 1.0 / static_cast<double>(p.sendTo.size() + 1);
+  double kept = share;
   for (int dst : p.sendTo) {
+    if (transport_.peerFailure(dst)) {
+      kept += share;
+      continue;
+    }
     Edge& e = out_[static_cast<std::size_t>(dst)];
     if (e.sigmaX.empty()) e.sigmaX.assign(numParams_, 0.0);
     ++e.seq;
     e.sigmaW += share * weight_;
     for (std::size_t i = 0; i < numParams_; ++i) e.sigmaX[i] += share * x_[i];
+    if (!sendEdge(dst)) {  // it failed meanwhile: its share comes back
+      e.sigmaW -= share * weight_;
+      for (std::size_t i = 0; i < numParams_; ++i) e.sigmaX[i] -= share * x_[i];
+      kept += share;
+    }
   }
-  weight_ *= share;
-  for (auto& v : x_) v *= share;
-  for (int dst : p.sendTo) sendEdge(dst);
+  weight_ *= kept;
+  for (auto& v : x_) v *= kept;
   takeArrived();
   writeModel(params);
 }
@@ -123,16 +135,18 @@ void LossTolerantSgp::writeModel(std::span<float> params) {
   for (std::size_t i = 0; i < numParams_; ++i) params[i] = lastZ_[i] = static_cast<float>(x_[i] / weight_);
 }
 
-void LossTolerantSgp::sendEdge(int dst) {
+bool LossTolerantSgp::sendEdge(int dst) {
   const Edge& e = out_[static_cast<std::size_t>(dst)];
   std::memcpy(message_.data(), &e.seq, sizeof e.seq);
   std::memcpy(message_.data() + sizeof e.seq, &e.sigmaW, sizeof(double));
   std::memcpy(message_.data() + kHeader, e.sigmaX.data(), numParams_ * sizeof(double));
   try {
     transport_.isend(dst, Tag::make(Op::kGossip, 0, 0), message_);
+    return true;
   } catch (const PeerFailure&) {
-    // A peer that is gone gets nothing more; what it was sent stays counted
-    // in its sums (the loss is bounded by what it had not passed on).
+    // A peer that is gone gets nothing more. What it was sent before stays
+    // counted in its sums (lost with it: what it had not passed on).
+    return false;
   }
 }
 

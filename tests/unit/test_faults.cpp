@@ -282,6 +282,45 @@ TEST_CASE(
   CHECK(err < 1e-4);
 }
 
+// A dead out-peer that the topology keeps naming: its share stays with the
+// sender, or push-sum mass would drain into that edge's sums round after
+// round and the survivors would settle on a wrong average.
+TEST_CASE("faults: loss-tolerant SGP keeps the survivors' mass with a rank that died before the first step",
+          "[faults][sgp]") {
+  const int n = 4;
+  const int dead = 3;
+  const std::size_t p = 4;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, 10.0));
+  ts[dead]->abort();
+  const topologies::DirectedExponential topology(n, 1);
+  std::vector<double> weight(n, 0.0);
+  std::vector<std::vector<float>> xs(n);
+  std::barrier sync(n - 1);
+  onEveryRank(n - 1, [&](int r) {
+    const optimizers::SgpOptions o{.timeoutSeconds = 1.0};
+    optimizers::LossTolerantSgp opt(*ts[static_cast<std::size_t>(r)], topology, p, o);
+    auto& x = xs[static_cast<std::size_t>(r)];
+    x.assign(p, static_cast<float>(r));
+    for (int s = 0; s < 40; ++s) {
+      opt.mixParameters(x);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int k = 0; k < 2; ++k) {
+      sync.arrive_and_wait();
+      opt.flush(x);
+    }
+    weight[static_cast<std::size_t>(r)] = opt.pushSumWeight();
+    sync.arrive_and_wait();
+    ts[static_cast<std::size_t>(r)]->close();
+  });
+  INFO("survivors' weights " << weight[0] << ", " << weight[1] << ", " << weight[2]);
+  CHECK(weight[0] + weight[1] + weight[2] == Approx(3.0).epsilon(1e-9));
+  for (int r = 0; r < n - 1; ++r)
+    for (float v : xs[static_cast<std::size_t>(r)]) CHECK(v == Approx(1.0).epsilon(1e-4));  // mean of 0, 1, 2
+}
+
 TEST_CASE("faults: a partition drops sends between groups only while it is in force", "[faults]") {
   CHECK(faults::parsePartition("", 4).empty());
   CHECK(faults::parsePartition("0,1|2,3", 4) == std::vector<std::vector<int>>{{0, 1}, {2, 3}});

@@ -390,9 +390,9 @@ class LossTolerantSgp final : public DistributedOptimizer {
   static constexpr int kFlushRepeats = 5;
 
  private:
-  struct Edge;     // running sums pushed to one peer
-  struct Inbound;  // running sums last taken from one peer
-  void sendEdge(int dst);
+  struct Edge;             // running sums pushed to one peer
+  struct Inbound;          // running sums last taken from one peer
+  bool sendEdge(int dst);  // false: the peer is gone (nothing sent)
   void takeArrived();
   void writeModel(std::span<float> params);
 
