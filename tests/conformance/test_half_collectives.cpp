@@ -10,7 +10,9 @@
 #include "threads.hpp"
 
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gossamer/collectives.hpp"
@@ -195,6 +197,40 @@ TEST_CASE("a 16-bit average overflows only where the average itself would", "[co
                 [&](int r) { allreduce<float16>(*g[r], std::span<float16>(v[r]), ReduceOp::kAverage, o); });
     for (int r = 0; r < n; ++r)
       for (float16 x : v[r]) CHECK(toFloat(x) == 20000.0f);
+  }
+  // The same average through reduce, the ring reduce-scatter and the
+  // algorithms called by name (not through allreduce()).
+  using Call = std::function<void(Transport&, std::span<float16>, const CollectiveOptions&)>;
+  const std::vector<std::pair<const char*, Call>> calls{
+      {"reduce", [](Transport& t, std::span<float16> d,
+                    const CollectiveOptions& o) { reduce<float16>(t, d, 1, ReduceOp::kAverage, o); }},
+      {"ringReduceScatter",
+       [](Transport& t, std::span<float16> d, const CollectiveOptions& o) {
+         ringReduceScatter<float16>(t, d, ReduceOp::kAverage, o);
+       }},
+      {"ringAllreduce",
+       [](Transport& t, std::span<float16> d, const CollectiveOptions& o) {
+         ringAllreduce<float16>(t, d, ReduceOp::kAverage, o);
+       }},
+      {"recursiveDoublingAllreduce",
+       [](Transport& t, std::span<float16> d, const CollectiveOptions& o) {
+         recursiveDoublingAllreduce<float16>(t, d, ReduceOp::kAverage, o);
+       }},
+      {"hierarchicalAllreduce", [](Transport& t, std::span<float16> d, const CollectiveOptions& o) {
+         hierarchicalAllreduce<float16>(t, d, ReduceOp::kAverage, o);
+       }}};
+  for (const auto& [name, call] : calls) {
+    INFO(name);
+    std::vector<std::vector<float16>> v(n, std::vector<float16>(9, toFloat16(20000.0f)));
+    CollectiveOptions o{++seq, kTimeout, AllreduceAlgorithm::kAuto, 4096};
+    o.groupSize = 2;
+    onEveryRank(n, [&](int r) { call(*g[r], std::span<float16>(v[r]), o); });
+    for (int r = 0; r < n; ++r) {
+      const bool holds = std::string(name) != "reduce" || r == 1;  // reduce: the root's result only
+      const auto [b, e] =
+          std::string(name) == "ringReduceScatter" ? chunkRange(9, n, r) : std::pair{0ul, 9ul};
+      for (std::size_t i = b; holds && i < e; ++i) CHECK(toFloat(v[r][i]) == 20000.0f);
+    }
   }
 }
 

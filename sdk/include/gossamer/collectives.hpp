@@ -30,8 +30,10 @@
 namespace gossamer {
 
 /// Element-wise reduction. kAverage is the sum divided by the world size
-/// (for integers, the quotient truncated toward zero). A NaN wins in kMax and
-/// kMin; integer sums and products wrap around.
+/// (for integers, the quotient truncated toward zero; for float16 and
+/// bfloat16 each rank's values are scaled by 1/N before the sum, so that it
+/// overflows only where the average does). A NaN wins in kMax and kMin;
+/// integer sums and products wrap around.
 enum class ReduceOp { kSum, kAverage, kMax, kMin, kProduct };
 
 /// Allreduce algorithms. kAuto picks by message size (see allreduce()).

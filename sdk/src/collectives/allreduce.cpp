@@ -1,9 +1,9 @@
 // allreduce(): runs the algorithm options.algorithm names, through the table
 // of algorithms (table.hpp); kAuto asks the cost model (cost_model.cpp) which
 // one is fastest for this size and world size. A 16-bit average scales each
-// rank's vector by 1/N before it is summed (NCCL's premultiplied sum), so
-// that it overflows only where the average itself would: summed first, N
-// values of 65504/N overflowed binary16. Also the algorithms' names.
+// rank's vector by 1/N before it is summed (detail::premultipliedAverage),
+// so that it overflows only where the average itself would. Also the
+// algorithms' names.
 #include <algorithm>
 #include <string>
 
@@ -18,12 +18,7 @@ namespace gossamer {
 
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
-  if constexpr (kIsHalf<T>) {
-    if (op == ReduceOp::kAverage && transport.worldSize() > 1) {
-      half::scale(data.data(), 1.0f / static_cast<float>(transport.worldSize()), data.size());
-      op = ReduceOp::kSum;
-    }
-  }
+  op = detail::premultipliedAverage(data, op, transport.worldSize());
   auto algorithm = options.algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto)
     algorithm = detail::chooseAllreduce(data.size_bytes(), transport.worldSize(), options,

@@ -96,6 +96,7 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
             const CollectiveOptions& options) {
   const int n = transport.worldSize();
   GOSSAMER_ENFORCE(root >= 0 && root < n, "reduce root " << root << " outside world size " << n);
+  op = detail::premultipliedAverage(data, op, n);
   if (n > 1) {
     const std::size_t blocks = detail::messageBlocks<T>(data.size(), options);
     if (blocks > Tag::kMaxSegment)

@@ -255,4 +255,22 @@ void scaleIfAverage(ReduceOp op, std::span<T> data, int n) {
   }
 }
 
+/// A 16-bit kAverage over n ranks: scales `data` by 1/n (the float32 1/n,
+/// rounded once) and returns kSum, NCCL's premultiplied sum, so that the sum
+/// overflows binary16 only where the average itself would (summed first, n
+/// values of 65504/n overflowed). Every other op and type: returns op, and
+/// `data` is left alone. Each public algorithm applies it on entry (after its
+/// argument checks); once applied the op is kSum, so nested calls do not
+/// scale twice.
+template <typename T>
+ReduceOp premultipliedAverage(std::span<T> data, ReduceOp op, int n) {
+  if constexpr (kIsHalf<T>) {
+    if (op == ReduceOp::kAverage && n > 1) {
+      half::scale(data.data(), 1.0f / static_cast<float>(n), data.size());
+      return ReduceOp::kSum;
+    }
+  }
+  return op;
+}
+
 }  // namespace gossamer::detail

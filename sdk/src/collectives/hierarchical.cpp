@@ -22,6 +22,7 @@ void hierarchicalAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   detail::requireTopLevel(transport, "hierarchicalAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
+  op = detail::premultipliedAverage(data, op, n);
   const auto l = detail::groupLayout(transport, options);
   SubTransport group(transport, l.group, detail::kCtxGroup);
   reduce(group, data, 0, detail::partialOp(op), options);

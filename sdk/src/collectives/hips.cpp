@@ -249,6 +249,7 @@ void hipsAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const C
                    "HiPS: " << h << " levels x " << streams << " streams need more than the "
                             << 256 - kContextBase << " sub-transport contexts");
   if (n == 1 || data.empty()) return;
+  op = detail::premultipliedAverage(data, op, n);
 
   auto orderFor = [&](int s) {
     std::vector<int> order;

@@ -39,6 +39,7 @@ void rabenseifnerAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
                            const CollectiveOptions& options) {
   const int n = transport.worldSize(), r = transport.rank();
   if (n == 1 || data.empty()) return;
+  op = detail::premultipliedAverage(data, op, n);
   const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));  // largest power of two <= n
   const int rem = n - p;
   const std::size_t length = data.size();

@@ -208,6 +208,7 @@ class Ring {
 template <typename T>
 void ringAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
   if (transport.worldSize() == 1 || data.empty()) return;  // empty on every rank: nothing to exchange
+  op = detail::premultipliedAverage(data, op, transport.worldSize());
   Ring<T> ring(transport, data, op, options, 0);
   ring.keepSumsForAllgather();
   ring.reduceScatter();  // leaves chunk r+1 reduced (and averaged, for kAverage)
@@ -219,7 +220,10 @@ std::span<T> ringReduceScatter(Transport& transport, std::span<T> data, ReduceOp
                                const CollectiveOptions& options) {
   const int n = transport.worldSize(), r = transport.rank();
   const auto [b, e] = chunkRange(data.size(), n, r);
-  if (n > 1 && !data.empty()) Ring<T>(transport, data, op, options, -1).reduceScatter();  // averages too
+  if (n > 1 && !data.empty()) {
+    op = detail::premultipliedAverage(data, op, n);
+    Ring<T>(transport, data, op, options, -1).reduceScatter();  // averages too
+  }
   return data.subspan(b, e - b);
 }
 

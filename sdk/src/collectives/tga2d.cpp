@@ -20,6 +20,7 @@ void tga2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op, const 
   detail::requireTopLevel(transport, "tga2dAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
+  op = detail::premultipliedAverage(data, op, n);
   const auto l = detail::groupLayout(transport, options);
   SubTransport group(transport, l.group, detail::kCtxTgaGroup);
   ringAllreduce(group, data, detail::partialOp(op), options);  // line 6: intra-group ring allreduce

@@ -22,6 +22,7 @@ void torus2dAllreduce(Transport& transport, std::span<T> data, ReduceOp op,
   detail::requireTopLevel(transport, "torus2dAllreduce");
   const int n = transport.worldSize();
   if (n == 1 || data.empty()) return;
+  op = detail::premultipliedAverage(data, op, n);
   const int rows = options.torusRows > 0 ? options.torusRows : detail::squarestDivisor(n);
   std::vector<int> all(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
