@@ -162,3 +162,35 @@ TEST_CASE("a rank that aborts inside a collective fails every survivor at once o
           "[collectives][failure]") {
   checkAllreduces([](int n) { return socketGroup(n, "tcp"); }, "socket tcp");
 }
+
+// A rank known to be dead before the call: the binomial trees' ranks outside
+// its subtree wait on no one it holds up, and must still fail rather than
+// return as if the broadcast or reduce had succeeded everywhere.
+TEST_CASE("a rank dead before a broadcast or reduce fails every survivor, outside its subtree too",
+          "[collectives][failure]") {
+  Group g = inprocGroup(kRanks);
+  g[kDead]->abort();
+  for (int r = 0; r < kRanks; ++r)
+    for (int i = 0; r != kDead && i < 1000 && !g[static_cast<std::size_t>(r)]->peerFailure(kDead); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (const char* what : {"broadcast", "reduce"}) {
+    std::vector<int> failedOn(kRanks, -1);
+    onEveryRank(kRanks, [&](int r) {
+      if (r == kDead) return;
+      std::vector<float> data(16, static_cast<float>(r));
+      const CollectiveOptions o{std::string(what) == "broadcast" ? 1u : 2u, kTimeout};
+      try {
+        if (std::string(what) == "broadcast")
+          broadcast<float>(*g[static_cast<std::size_t>(r)], std::span<float>(data), 1, o);
+        else
+          reduce<float>(*g[static_cast<std::size_t>(r)], std::span<float>(data), 1, ReduceOp::kSum, o);
+      } catch (const PeerFailure& e) {
+        failedOn[static_cast<std::size_t>(r)] = e.peer();
+      }
+    });
+    INFO(what);
+    for (int r = 0; r < kRanks; ++r)
+      if (r != kDead) CHECK(failedOn[static_cast<std::size_t>(r)] == kDead);
+  }
+  for (auto& t : g) t->abort();
+}

@@ -8,7 +8,9 @@
 // and inside the hierarchical allreduce and 2D-TGA (Wang et al., "A
 // Communication Efficient ADMM-based Distributed Algorithm Using
 // Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 2.3 and Algorithm 1
-// line 17). A vector above 1 GiB (the largest message) goes through the tree
+// line 17). A rank that knows of a failed rank of the group once its part
+// is done throws PeerFailure, as the ranks in that rank's subtree do (a rank
+// outside it waits on no one the failed rank holds up). A vector above 1 GiB (the largest message) goes through the tree
 // as consecutive blocks of at most 1 GiB, block b under segment b (broadcast)
 // or kMaxSegment - b (reduce).
 #include <cstdint>
@@ -89,6 +91,9 @@ void broadcast(Transport& transport, std::span<T> data, int root, const Collecti
   for (std::size_t b = 0; b < blocks; ++b)
     broadcastBlock(transport, detail::messageBlock(data, b, options), root,
                    Tag::make(Op::kBroadcast, options.sequence, static_cast<std::uint32_t>(b)), options);
+  // A rank outside a failed rank's subtree waits on no one it needs: without
+  // this it would return as if the broadcast had succeeded everywhere.
+  detail::throwIfGroupFailed(transport, "broadcast");
 }
 
 template <typename T>
@@ -107,6 +112,7 @@ void reduce(Transport& transport, std::span<T> data, int root, ReduceOp op,
           transport, detail::messageBlock(data, b, options), root, op,
           Tag::make(Op::kAllreduce, options.sequence, static_cast<std::uint32_t>(Tag::kMaxSegment - b)),
           options);
+    detail::throwIfGroupFailed(transport, "reduce");  // (as broadcast's)
   }
   if (transport.rank() == root) detail::scaleIfAverage(op, data, n);
 }
