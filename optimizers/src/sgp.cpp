@@ -235,7 +235,16 @@ void Sgp::drainAsync(std::span<float> z, double waitSeconds, bool untilPushable)
       } catch (const PeerFailure&) {
         return;  // every other rank has left: nothing more will arrive
       }
-      addMessage(z, recvBufs_[0], asyncRecv_[0].peer());
+      const int from = asyncRecv_[0].peer();
+      if (const std::size_t got = asyncRecv_[0].bytes(); got != sendBuf_.size()) {
+        // Not folded in (the buffer's tail is the last message's); the
+        // receive is posted again first, so the next call goes on.
+        asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
+        throw ProtocolError(from, frame_offset::kPayloadBytes,
+                            "push-sum message of " + std::to_string(got) + " bytes, expected " +
+                                std::to_string(sendBuf_.size()));
+      }
+      addMessage(z, recvBufs_[0], from);
       ++asyncReceived_;
       asyncRecv_[0] = transport_.irecv(others, tag, recvBufs_[0]);
     }

@@ -752,3 +752,38 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("SGP in async mode refuses a push-sum message of the wrong length and takes the next one",
+          "[sgp]") {
+  // Rank 1 sends rank 0 a message of 8 bytes on the async exchange's tag,
+  // then an ordinary one: the short one is refused with ProtocolError (not
+  // folded in with the rest of the buffer), the next call goes on.
+  const int n = 2;
+  const std::size_t p = 4;
+  topologies::Ring ring(n);
+  auto fabric = inproc::makeFabric(n);
+  auto t0 = inproc::makeTransport(fabric, 0, 5.0);
+  auto t1 = inproc::makeTransport(fabric, 1, 5.0);
+  const optimizers::SgpOptions o{
+      .sgd = {0.0, 0.0, 0.0}, .timeoutSeconds = 5.0, .mode = optimizers::GossipMode::kAsync};
+  optimizers::Sgp sgp(*t0, ring, p, o);
+  std::vector<float> z(p, 1.0f);
+  const std::vector<std::byte> shortMessage(8);
+  t1->isend(0, Tag::make(Op::kGossip, 0, 0), shortMessage).wait(5.0);
+  std::string error;
+  try {
+    for (int k = 0; k < 50 && error.empty(); ++k) {
+      sgp.mixParameters(z);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  } catch (const ProtocolError& e) {
+    error = e.what();
+    CHECK(e.peer() == 1);
+  }
+  INFO(error);
+  CHECK(error.find("push-sum message of 8 bytes") != std::string::npos);
+  for (float v : z) CHECK(std::isfinite(v));
+  CHECK_NOTHROW(sgp.mixParameters(z));  // the exchange goes on
+  t0->abort();
+  t1->abort();
+}
