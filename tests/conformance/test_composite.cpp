@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/mailbox.hpp"
 #include "gossamer/store.hpp"
 #include "gossamer/transports/composite.hpp"
 #include "gossamer/transports/inproc.hpp"
@@ -395,4 +397,106 @@ TEST_CASE("composite: ranks of one host and network namespace find each other th
   other.set("t/host/2", composite::hostIdentity());
   CHECK(composite::sameHostRanks(0, 3, other, "t/", kTimeout) == std::vector<int>{0, 2});
   CHECK_THROWS_AS(composite::sameHostRanks(0, 2, *std::make_unique<MemoryStore>(), "t/", 0.05), TimeoutError);
+}
+
+namespace {
+// An inproc transport whose peer `bad` can be marked as having sent a bad
+// frame, as the socket and zmq transports treat one: `bad` then has a
+// ProtocolError verdict, a receive from it alone fails with that error, and a
+// receive from several ranks waits for the others.
+class BadFrameFrom final : public Transport {
+ public:
+  BadFrameFrom(std::unique_ptr<Transport> inner, int bad) : inner_(std::move(inner)), bad_(bad) {}
+  void markBad() {
+    error_ = std::make_exception_ptr(
+        ProtocolError(bad_, kFrameHeaderBytes, "payload checksum mismatch (test)", FrameFault::kChecksum));
+  }
+  int rank() const override { return inner_->rank(); }
+  int worldSize() const override { return inner_->worldSize(); }
+  std::string name() const override { return "bad-frame(" + inner_->name() + ")"; }
+  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
+  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
+    return inner_->isend(dst, tag, data, dtype);
+  }
+  Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
+    std::vector<int> rest;
+    for (int s : sources)
+      if (!(error_ && s == bad_)) rest.push_back(s);
+    if (rest.empty()) {
+      auto failed = std::make_shared<detail::RequestState>();
+      failed->fail(error_);
+      return Request(failed);
+    }
+    return inner_->irecv(rest, tag, buffer);
+  }
+  std::exception_ptr peerFailure(int r) const override {
+    return error_ && r == bad_ ? error_ : inner_->peerFailure(r);
+  }
+  void close() override { inner_->close(); }
+  void abort() override { inner_->abort(); }
+  TransportStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  int bad_;
+  std::exception_ptr error_;
+};
+}  // namespace
+
+// A plain transport keeps a receive from several ranks for those alive when
+// one of them sent a bad frame; so does the composite when that rank is the
+// only one of the receive on its side. A message too long for the buffer
+// drops no one, and still fails the receive.
+TEST_CASE(
+    "composite: a bad frame from the only rank of one side leaves a receive from both sides to the other",
+    "[composite][transport]") {
+  MemoryStore store;
+  const auto local = inproc::makeFabric(2);  // job ranks 0 and 1; rank 2 is alone on its host
+  const auto alone = inproc::makeFabric(1);
+  const auto all = inproc::makeFabric(3);
+  BadFrameFrom* rank0Local = nullptr;
+  std::vector<std::unique_ptr<Transport>> g;
+  for (int r = 0; r < 3; ++r) {
+    composite::Options o;
+    o.rank = r;
+    o.worldSize = 3;
+    o.timeoutSeconds = kTimeout;
+    o.localGroup = r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2};
+    const auto fabric = r < 2 ? local : alone;
+    g.push_back(composite::makeTransport(
+        o, store,
+        [&, fabric](int rank, int, Store&) -> std::unique_ptr<Transport> {
+          auto t = inproc::makeTransport(fabric, rank, kTimeout);
+          if (fabric != local || rank != 0) return t;
+          auto wrapped = std::make_unique<BadFrameFrom>(std::move(t), 1);
+          rank0Local = wrapped.get();
+          return wrapped;
+        },
+        [all](int rank, int, Store&) { return inproc::makeTransport(all, rank, kTimeout); }));
+  }
+  REQUIRE(rank0Local != nullptr);
+  const auto tag = Tag::make(Op::kUser, 3);
+  const int both[] = {1, 2};
+  std::int32_t got = 0;
+  SECTION("a checksum error") {
+    auto before = g[0]->irecv(both, tag, bytesOf(got));
+    rank0Local->markBad();
+    auto after = g[0]->irecv(both, tag, bytesOf(got));  // (its local side fails at once)
+    CHECK_FALSE(after.waitFor(0.05));                   // and it waits for rank 2
+    sendInt(*g[2], 0, tag, 7);
+    sendInt(*g[2], 0, tag, 8);
+    before.wait(kTimeout);
+    CHECK(before.peer() == 2);
+    CHECK(got == 7);
+    after.wait(kTimeout);
+    CHECK(after.peer() == 2);
+    CHECK(got == 8);
+  }
+  SECTION("a message too long for the buffer") {
+    auto r = g[0]->irecv(both, tag, std::as_writable_bytes(std::span<std::int32_t>(&got, 1)).first(2));
+    sendInt(*g[1], 0, tag, 9);
+    sendInt(*g[2], 0, tag, 10);
+    CHECK_THROWS_WITH(r.wait(kTimeout), Catch::Contains("does not fit"));
+  }
+  for (auto& t : g) t->abort();
 }

@@ -65,6 +65,10 @@ struct Mixed {
   std::unique_ptr<std::byte[]> scratch;
   bool localAlive = true;
   bool remoteAlive = true;
+  // Whether every source of a side has a failure verdict from its inner
+  // transport (set by CompositeTransport::mixed; see MixEngine::completed).
+  std::function<bool()> localGone;
+  std::function<bool()> remoteGone;
   std::exception_ptr lastFailure;  // of a side whose sources are all gone
   std::exception_ptr fatal;        // any other failure: fails the receive
   bool finished = false;
@@ -236,13 +240,24 @@ class MixEngine final : public detail::ProgressEngine {
   }
 
   // Caller holds m.mu. True if `side` completed; records a failure otherwise.
-  static bool completed(Mixed& m, Request& side, bool& alive) {
+  // A side whose sources are all gone leaves the receive to the other side,
+  // as a plain transport keeps a receive from several ranks for those still
+  // alive: a PeerFailure, or a ProtocolError for a bad frame (the inner
+  // transport dropped its sender: any fault but kMalformed, or a kMalformed
+  // one once every source of the side has a verdict). Any other error (a
+  // message too long for the buffer is kMalformed, and drops no one) fails
+  // the receive.
+  static bool completed(Mixed& m, Request& side, bool& alive, const std::function<bool()>& gone) {
     if (!alive) return false;
     try {
       return side.test();
     } catch (const PeerFailure&) {
       alive = false;  // every source on that side is gone; the other may still deliver
       m.lastFailure = std::current_exception();
+    } catch (const ProtocolError& e) {
+      alive = false;
+      const bool dropped = e.fault() != FrameFault::kMalformed || (gone && gone());
+      (dropped ? m.lastFailure : m.fatal) = std::current_exception();
     } catch (const std::exception&) {
       alive = false;
       m.fatal = std::current_exception();
@@ -306,8 +321,8 @@ class MixEngine final : public detail::ProgressEngine {
   // takes a kept message, or completes with a side, or fails.
   void advanceLocked(Mixed& m) {
     if (m.finished) return;
-    const bool local = completed(m, m.local, m.localAlive);
-    const bool remote = completed(m, m.remote, m.remoteAlive);
+    const bool local = completed(m, m.local, m.localAlive, m.localGone);
+    const bool remote = completed(m, m.remote, m.remoteAlive, m.remoteGone);
     if (completeWithKept(m)) return;
     if (local || remote) {
       // The other side, cancelled, may have completed too (its message kept).
@@ -550,6 +565,10 @@ class CompositeTransport final : public Transport {
     if (!remotes.empty()) m->scratch.reset(new std::byte[std::max<std::size_t>(buffer.size(), 1)]);
     m->localAlive = !locals.empty();
     m->remoteAlive = !remotes.empty();
+    // (Called only while m is pending: the destructor finishes every pending
+    // receive before the inner transports go.)
+    m->localGone = [inner = local_.get(), locals] { return allFailed(*inner, locals); };
+    m->remoteGone = [inner = remote_.get(), remotes] { return allFailed(*inner, remotes); };
     std::lock_guard<std::mutex> lk(m->mu);  // no progress on it before its sides are posted
     engine_->add(m);
     try {
@@ -561,6 +580,11 @@ class CompositeTransport final : public Transport {
       throw;
     }
     return Request(m->outer);
+  }
+
+  // Whether every rank of `ranks` (the inner transport's) has a failure verdict there.
+  static bool allFailed(const Transport& inner, const std::vector<int>& ranks) {
+    return std::all_of(ranks.begin(), ranks.end(), [&](int r) { return inner.peerFailure(r) != nullptr; });
   }
 
   // Runs a call on the local transport: its request reports job ranks, and a
