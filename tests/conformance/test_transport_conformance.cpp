@@ -1215,6 +1215,67 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "socket: a small frame whose corrupted tag matches a receive too small for it is caught by its "
+    "checksum",
+    "[socket]") {
+  // A plain data frame's header is checked with its payload; its tag already
+  // picks the receive it goes to. Here a bit flipped in transit turns step 5
+  // into step 4, whose receive is too small: the frame is thrown away, but
+  // its checksum must still be checked, so the corruption fails the peer
+  // (as any bad frame does) instead of vanishing.
+  MemoryStore store;
+  onEveryRank(2, [&](int r) {
+    if (r == 1) {
+      const std::string published = store.get("gossamer/sock/0", kTimeout);  // "tcp:HOST:PORT"
+      const int port = std::stoi(published.substr(published.rfind(':') + 1));
+      const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      RANK_REQUIRE(fd >= 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+      RANK_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+      std::array<std::byte, 16 + kHelloProofBytes> hello{};
+      detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
+      detail::put<std::uint32_t>(hello, 4, 1);
+      detail::put<std::uint64_t>(hello, 8, 7);
+      const auto proof = key.proof(7, 1);
+      std::memcpy(hello.data() + 16, proof.data(), proof.size());
+      const std::array<std::byte, 8> payload{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4},
+                                             std::byte{5}, std::byte{6}, std::byte{7}, std::byte{8}};
+      HeaderBytes h = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 5), payload);
+      h[frame_offset::kStep] ^= std::byte{1};  // step 5 -> 4, after the checksum was computed
+      RANK_CHECK(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+      RANK_CHECK(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size()));
+      RANK_CHECK(::send(fd, payload.data(), payload.size(), MSG_NOSIGNAL) == 8);
+      char byte = 0;  // until rank 0 closes the connection (bounded by SO_RCVTIMEO)
+      const timeval limit{static_cast<time_t>(kTimeout), 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      RANK_CHECK(::recv(fd, &byte, 1, 0) == 0);
+      ::close(fd);
+      return;
+    }
+    sock::Options o;
+    o.rank = 0;
+    o.worldSize = 2;
+    o.protocol = "tcp";
+    o.host = "127.0.0.1";
+    o.timeoutSeconds = kTimeout;
+    auto rank0 = sock::makeTransport(o, store);
+    std::array<std::byte, 4> small{};
+    const std::vector<int> one{1};
+    auto recv = rank0->irecv(one, Tag::make(Op::kUser, 4), small);
+    RANK_CHECK_THROWS_AS(recv.wait(kTimeout), ProtocolError);
+    for (int i = 0; i < 1000 && !rank0->peerFailure(1); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    RANK_CHECK(rank0->peerFailure(1) != nullptr);
+    RANK_CHECK(rank0->stats().rejectedFrames[static_cast<std::size_t>(FrameFault::kChecksum)] == 1);
+    rank0->abort();
+  });
+}
+
+TEST_CASE(
     "zmq and socket: a transport started in place of a failed rank is taken back, and messages flow "
     "both ways",
     "[zmq][socket][rejoin]") {

@@ -1465,6 +1465,8 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
         if (!c.discard) {
           std::memcpy(c.dst.data() + c.got, c.stage.data() + c.stageBegin, k);
           c.verifier.update(std::span<const std::byte>(c.dst.data() + c.got, k));
+        } else {  // checked all the same: a corrupted tag may be why it is thrown away
+          c.verifier.update(std::span<const std::byte>(c.stage.data() + c.stageBegin, k));
         }
         c.stageBegin += k;
         c.got += k;
@@ -1495,7 +1497,12 @@ class Engine final : public detail::ProgressEngine, public std::enable_shared_fr
     auto claimed = std::move(c.claimed);
     auto owned = std::move(c.owned);
     const std::size_t n = c.frame.payloadBytes;
-    if (c.discard) return;
+    if (c.discard) {
+      // A frame thrown away (no room for it, cancelled, out of memory) is
+      // checked as well: a bad one fails the peer (ProtocolError).
+      c.verifier.finish(c.trailer);
+      return;
+    }
     const std::span<const std::byte> payload(c.dst.data(), n);
     try {
       c.verifier.finish(c.trailer);
