@@ -1106,6 +1106,11 @@ TEST_CASE("config: only regular files of at most 16 MiB are read", "[config]") {
     REQUIRE(what.has_value());
     CHECK(contains(*what, "not a regular file"));
   }
+  SECTION("a path with a NUL character is refused, not cut short at it") {
+    TempFile file("world_size: 1\n");
+    CHECK_THROWS_WITH(reg().load(file.path() + std::string(1, '\0') + ".bak"),
+                      Catch::Contains("NUL character"));
+  }
   SECTION("a device is refused, not read without end") {
     CHECK_THROWS_WITH(reg().load("/dev/zero"), Catch::Contains("not a regular file"));
   }

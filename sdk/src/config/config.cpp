@@ -904,6 +904,12 @@ Config parseConfig(const std::string& yamlText, const ConfigSchema& schema, cons
 
 Config loadConfig(const std::string& path, const ConfigSchema& schema,
                   const std::vector<std::string>& overrides) {
+  // A NUL would end the name open() sees: "job.yaml\0.bak" would load job.yaml.
+  if (path.find('\0') != std::string::npos) {
+    std::string shown;  // (what() is a C string: the NUL would end the message)
+    for (char ch : path) shown += ch == '\0' ? std::string("\\0") : std::string(1, ch);
+    throw ConfigError(shown, 0, "", "the config file's path contains a NUL character");
+  }
   // Non-blocking, so that opening a FIFO returns at once (it is refused below).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open config file: ") + std::strerror(errno));
