@@ -421,6 +421,12 @@ inp = torch.arange(6, dtype=torch.float32) + 100 * rank
 out = torch.zeros(6)
 dist.all_to_all_single(out, inp)
 assert torch.equal(out, torch.tensor([100.0 * r + 2 * rank + k for r in range(n) for k in range(2)]))
+# Split sizes whose int64 sum wraps around to dim 0 (2 (2^63 - 1) + 8 = 6 mod 2^64)
+# are refused up front, on this rank alone, and the group goes on.
+raises(ValueError, "split", lambda: dist.all_to_all_single(out, inp, input_split_sizes=[2**63 - 1, 2**63 - 1, 8]))
+raises(ValueError, "split", lambda: dist.all_to_all_single(out, inp, input_split_sizes=[-1, 4, 3]))
+dist.all_to_all_single(out, inp)
+assert torch.equal(out, torch.tensor([100.0 * r + 2 * rank + k for r in range(n) for k in range(2)]))
 """)
 
 

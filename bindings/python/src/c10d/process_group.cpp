@@ -255,13 +255,17 @@ std::vector<std::size_t> countsOf(const at::Tensor& t, const std::vector<int64_t
   }
   TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "gossamer: ", what, ": ", splits.size(),
                     " split sizes for ", size, " ranks");
-  TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows, "gossamer: ", what,
-                    ": split sizes add up to ", std::accumulate(splits.begin(), splits.end(), int64_t{0}),
-                    ", dim 0 is ", rows);
+  // Each size is checked before it is added (none negative, the running sum
+  // never above dim 0), so the sum cannot wrap around.
+  int64_t sum = 0;
   for (int r = 0; r < size; ++r) {
-    TORCH_CHECK_VALUE(splits[r] >= 0, "gossamer: ", what, ": negative split size");
+    TORCH_CHECK_VALUE(splits[r] >= 0, "gossamer: ", what, ": negative split size ", splits[r]);
+    TORCH_CHECK_VALUE(splits[r] <= rows - sum, "gossamer: ", what, ": split sizes add up to more than dim 0 (",
+                      rows, ") by split ", r, " (", splits[r], ")");
+    sum += splits[r];
     counts[r] = static_cast<std::size_t>(splits[r]) * perRow;
   }
+  TORCH_CHECK_VALUE(sum == rows, "gossamer: ", what, ": split sizes add up to ", sum, ", dim 0 is ", rows);
   return counts;
 }
 
