@@ -155,9 +155,34 @@ def _size_t(value, name):
     return v
 
 
+def _c_string(value, name):
+    """`value` (a str, or an os.PathLike for a path) as the bytes of a C
+    string.
+
+    Raises:
+        TypeError: neither a str nor a path.
+        ValueError: it contains a NUL character (C would read it up to there).
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{name} contains a NUL character: {value!r}")
+    return value.encode()
+
+
 def _overrides(overrides):
-    """(char* array, count) of "key=value" strings for the create calls."""
-    encoded = [o.encode() for o in overrides]
+    """(char* array, count) of "key=value" strings for the create calls.
+
+    Raises:
+        TypeError: a single str or bytes (which would be split into
+            characters), or an element that is not a str.
+        ValueError: an element with a NUL character.
+    """
+    if isinstance(overrides, (str, bytes)):
+        raise TypeError(f"overrides must be a list of \"key=value\" strings, not a single {type(overrides).__name__}")
+    encoded = [_c_string(o, f"overrides[{i}]") for i, o in enumerate(overrides)]
     return (ctypes.c_char_p * max(1, len(encoded)))(*encoded), len(encoded)
 
 
@@ -168,10 +193,14 @@ def _floats(array, name, size=None, written=True):
 
     Raises:
         TypeError: not a numpy array, not float32, not C-contiguous.
-        ValueError: another element count; read-only when `written`.
+        ValueError: not aligned to its 4-byte elements; another element
+            count; read-only when `written`.
     """
     if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous:
         raise TypeError(f"{name} must be a C-contiguous float32 numpy array, not {_describe(array)}")
+    if not array.flags.aligned:
+        raise ValueError(f"{name} is not aligned to its 4-byte elements (a view at an odd byte offset): "
+                         "pass a copy")
     if size is not None and array.size != size:
         raise ValueError(f"{name} has {array.size} elements, expected {size}")
     if written and not array.flags.writeable:
@@ -192,8 +221,10 @@ class CAgent:
     YAML text with is_text=True; `overrides` "key=value" strings; `rank` and
     `world_size` ints, world_size 0 keeping the config's; `rendezvous` a
     path or "tcp://HOST:PORT"). Raises TypeError (rank or world_size not an
-    int), ValueError (outside a C int's range), GossamerCError
-    (GOSSAMER_E_CONFIG, _INVALID_ARGUMENT, _TIMEOUT, ...).
+    int, overrides a single str, a string argument of another type),
+    ValueError (outside a C int's range, a string with a NUL character),
+    GossamerCError (GOSSAMER_E_CONFIG, _INVALID_ARGUMENT, _TIMEOUT, ...).
+    An agent dropped without close() is closed when it is collected.
 
     The model: the agent keeps the address of the array given to step,
     mix_parameters and flush, and a view change in a later call writes the
@@ -206,8 +237,8 @@ class CAgent:
         rank, world_size = _c_int(rank, "rank"), _c_int(world_size, "world_size")
         ov, n = _overrides(overrides)
         handle = ctypes.c_void_p()
-        _check(lib.gossamer_agent_create(config.encode(), 1 if is_text else 0, ov, n, rank, world_size,
-                                         os.fspath(rendezvous).encode(), ctypes.byref(handle)))
+        _check(lib.gossamer_agent_create(_c_string(config, "config"), 1 if is_text else 0, ov, n, rank,
+                                         world_size, _c_string(rendezvous, "rendezvous"), ctypes.byref(handle)))
         self._h, self._size, self._model = handle, None, None
 
     @classmethod
@@ -220,7 +251,8 @@ class CAgent:
         lib = library()
         ov, n = _overrides(overrides)
         handle = ctypes.c_void_p()
-        _check(lib.gossamer_agent_from_env(config.encode(), 1 if is_text else 0, ov, n, ctypes.byref(handle)))
+        _check(lib.gossamer_agent_from_env(_c_string(config, "config"), 1 if is_text else 0, ov, n,
+                                           ctypes.byref(handle)))
         agent = cls.__new__(cls)
         agent._h, agent._size, agent._model = handle, None, None
         return agent
@@ -230,6 +262,16 @@ class CAgent:
         if self._h:
             h, self._h = self._h, None
             _check(library().gossamer_agent_close(h))
+
+    def __del__(self):
+        # An agent dropped without close() is closed here (its threads and
+        # sockets would otherwise stay for the life of the process); an error
+        # cannot be raised from a finalizer, and is dropped.
+        try:
+            if getattr(self, "_h", None):
+                self.close()
+        except Exception:  # pylint: disable=broad-except
+            pass
 
     def __enter__(self):
         return self
@@ -260,10 +302,13 @@ class CAgent:
 
         Raises:
             TypeError: not a numpy array, another dtype, not C-contiguous.
-            ValueError: read-only.
+            ValueError: not aligned to its elements; read-only.
         """
         if not isinstance(data, np.ndarray) or data.dtype not in _DTYPES or not data.flags.c_contiguous:
             raise TypeError(f"data must be a C-contiguous float32 or float64 numpy array, not {_describe(data)}")
+        if not data.flags.aligned:
+            raise ValueError(f"data is not aligned to its {data.itemsize}-byte elements (a view at an odd byte "
+                             "offset): pass a copy")
         if not data.flags.writeable:
             raise ValueError("data is read-only: the collective writes into it (pass a writable array)")
         return data.ctypes.data, data.size, _DTYPES[data.dtype]

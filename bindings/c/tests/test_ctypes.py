@@ -208,6 +208,40 @@ def test_the_agent_keeps_the_model_array_it_was_given_alive(tmp_path):
             assert held() is not None, call
 
 
+def test_misaligned_arrays_nul_characters_and_a_single_override_string_are_refused_before_the_c_call(tmp_path):
+    gc = ctypes_module()
+    with pytest.raises(ValueError, match="^config contains a NUL character"):
+        gc.CAgent(ONE + "\0# cut here", 0, str(tmp_path / "rv"), is_text=True)
+    with pytest.raises(ValueError, match="^rendezvous contains a NUL character"):
+        gc.CAgent(ONE, 0, str(tmp_path / "rv") + "\0x", is_text=True)
+    with pytest.raises(TypeError, match="^overrides must be a list"):
+        gc.CAgent(ONE, 0, str(tmp_path / "rv"), overrides="world_size=1", is_text=True)
+    with pytest.raises(ValueError, match=r"^overrides\[0\] contains a NUL character"):
+        gc.CAgent(ONE, 0, str(tmp_path / "rv"), overrides=["run.metrics=false\0x"], is_text=True)
+    with gc.CAgent(ONE, 0, str(tmp_path / "rv"), is_text=True) as agent:
+        raw = np.zeros(4 * 4 + 1, dtype=np.uint8)
+        odd = raw[1:].view(np.float32)  # C-contiguous, one byte off its elements' alignment
+        assert odd.flags.c_contiguous and not odd.flags.aligned
+        with pytest.raises(ValueError, match="^data is not aligned to its 4-byte elements"):
+            agent.allreduce(odd)
+        agent.make_optimizer([4])
+        with pytest.raises(ValueError, match="^params is not aligned to its 4-byte elements"):
+            agent.step(odd, np.ones(4, dtype=np.float32))
+
+
+def test_an_agent_dropped_without_close_is_closed_when_collected(tmp_path):
+    gc = ctypes_module()
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    for i in range(3):
+        gc.CAgent(ONE, 0, str(tmp_path / f"rv{i}"), is_text=True)  # dropped at once
+        pygc.collect()
+    assert threads() <= before + 1, (before, threads())  # (an agent holds several threads while open)
+
+
 def test_a_call_refused_as_busy_keeps_the_model_the_agent_had(tmp_path):
     # While rank 0's barrier waits for rank 1 on another thread, a step on
     # rank 0's agent is refused with GOSSAMER_E_BUSY before the optimizer
