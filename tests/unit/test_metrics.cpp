@@ -87,11 +87,16 @@ TEST_CASE("a metrics record is one JSON line with kind, rank, time, step and its
     CHECK_THROWS_AS(m.emit("probe", 0, {{"rank", 1.0}}), InvalidArgument);
     CHECK_THROWS_AS(m.emit("", 0), InvalidArgument);
     CHECK_THROWS_AS(m.emit("probe", 0, {{"bad", JsonText{"{nope"}}}), InvalidArgument);
+    // Deep nesting is refused (100,000 levels overflowed the stack when written).
+    const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+    CHECK_THROWS_WITH(m.emit("probe", 0, {{"deep", JsonText{nested(100000)}}}),
+                      Catch::Contains("nests deeper"));
+    CHECK_NOTHROW(m.emit("probe", 18, {{"deep", JsonText{nested(kMaxMetricJsonDepth)}}}));
     m.finish(20);
     m.finish(21);  // once
   }
   const auto lines = readLines(dir.path / "rank-2.jsonl");
-  REQUIRE(lines.size() == 2);
+  REQUIRE(lines.size() == 3);
   const json& p = lines[0];
   CHECK(p["kind"] == "probe");
   CHECK(p["rank"] == 2);
@@ -106,10 +111,11 @@ TEST_CASE("a metrics record is one JSON line with kind, rank, time, step and its
   CHECK(p["ranks"] == json({1, 3}));
   CHECK(p["values"] == json({0.25}));
   CHECK(p["nested"]["a"] == json({1, 2}));
-  CHECK(lines[1]["kind"] == "end");
-  CHECK(lines[1]["steps"] == 20);
+  CHECK(lines[1]["step"] == 18);  // the 64-level field
+  CHECK(lines[2]["kind"] == "end");
+  CHECK(lines[2]["steps"] == 20);
   // Callbacks get the same records, the file's line as json.
-  REQUIRE(seen.size() == 2);
+  REQUIRE(seen.size() == 3);
   CHECK(seen[0].kind == "probe");
   CHECK(seen[0].rank == 2);
   CHECK(seen[0].step == 17);

@@ -29,8 +29,11 @@ struct MetricsRecord {
   std::string json;        ///< The whole record as one JSON object (no newline): what the file gets.
 };
 
+/// The deepest nesting of a JsonText field's arrays and objects (Metrics::emit).
+constexpr int kMaxMetricJsonDepth = 64;
 /// A field value that is JSON text already (an object or array built by the
-/// caller); Metrics::emit parses it and writes it as JSON, not as a string.
+/// caller, at most kMaxMetricJsonDepth levels deep); Metrics::emit parses it
+/// and writes it as JSON, not as a string.
 struct JsonText {
   std::string text;
 };
@@ -120,9 +123,9 @@ class Metrics {
   /// Records `kind` at `step` with `fields` (after kind, rank, time, step).
   /// A no-op when disabled. @throws InvalidArgument for an empty kind, a
   /// field without a name or named kind, rank, time or step, or a JsonText
-  /// that is not JSON. A record the file cannot take (a full disk, an I/O
-  /// error) is logged once as a warning; from then on records go only to
-  /// the callbacks (writeError() says why).
+  /// that is not JSON or nests deeper than kMaxMetricJsonDepth. A record the file cannot take (a full disk,
+  /// an I/O error) is logged once as a warning; from then on records go only to the callbacks (writeError()
+  /// says why).
   void emit(std::string_view kind, std::uint64_t step, const MetricFields& fields = {});
   /// Adds `value` to the named value of the next `step` record, which
   /// carries the mean of the values noted since the last one (e.g.

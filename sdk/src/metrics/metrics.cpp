@@ -28,7 +28,18 @@ std::int64_t steadyNanos() {
 
 Json toJson(const std::string& name, const MetricValue& v) {
   if (const auto* t = std::get_if<JsonText>(&v)) {
-    Json j = Json::parse(t->text, nullptr, false);
+    // Nesting is bounded: writing (and freeing) a value recurses once per
+    // level, and 100,000 levels overflowed the stack.
+    bool tooDeep = false;
+    Json j = Json::parse(
+        t->text,
+        [&](int depth, nlohmann::json::parse_event_t, Json&) {
+          if (depth > kMaxMetricJsonDepth) tooDeep = true;
+          return !tooDeep;
+        },
+        false);
+    GOSSAMER_ENFORCE(!tooDeep,
+                     "metrics field '" << name << "' nests deeper than " << kMaxMetricJsonDepth << " levels");
     GOSSAMER_ENFORCE(!j.is_discarded(), "metrics field '" << name << "' is not JSON: " << t->text);
     return j;
   }
