@@ -229,7 +229,7 @@ class DistributedOptimizer:
         self._flat_grad_np = self._wide_grad.numpy()
         self._comm = agent.make_optimizer(sizes)
         if not self._comm.has_communication_only_form:
-            raise ValueError(
+            raise InvalidArgument(
                 f"algorithm '{self._comm.name}' cannot wrap a torch optimizer "
                 "(it has no communication-only form)"
             )
