@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/context_local.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
 
@@ -15,7 +16,8 @@ namespace gossamer::optimizers {
 Hierarchical::Hierarchical(Transport& transport, std::vector<std::vector<int>> groups,
                            const std::string& interAlgorithm, std::unique_ptr<Topology> leaderTopology,
                            const std::vector<std::size_t>& tensorSizes, const CrossoverOptions& options)
-    : timeout_(options.timeoutSeconds),
+    : transport_(transport),
+      timeout_(options.timeoutSeconds),
       groups_(topologies::makeGroups(transport.worldSize(), 1, std::move(groups))),
       leaderTopology_(std::move(leaderTopology)) {
   GOSSAMER_ENFORCE(interAlgorithm == "crossover_sgd" || interAlgorithm == "sgp",
@@ -71,11 +73,14 @@ void Hierarchical::step(std::span<float> params, std::span<const float> grads) {
   GOSSAMER_ENFORCE(params.size() == grad_.size() && grads.size() == grad_.size(),
                    "expected " << grad_.size() << " parameters and gradients");
   std::copy(grads.begin(), grads.end(), grad_.begin());
-  groupComm_->reduce(grad_, 0, sumScale_ == 0.0f ? ReduceOp::kAverage : ReduceOp::kSum);
+  {
+    const FailureScope job(transport_);
+    groupComm_->reduce(grad_, 0, sumScale_ == 0.0f ? ReduceOp::kAverage : ReduceOp::kSum);
+  }
   if (sumScale_ != 0.0f && inter_)
     for (float& g : grad_) g *= sumScale_;
   if (inter_) inter_->step(params, grad_);
-  groupComm_->broadcast(params, 0);
+  broadcastFromLeader(params);
   ++steps_;
 }
 
@@ -91,12 +96,22 @@ void Hierarchical::mixParameters(std::span<float> params) {
   GOSSAMER_ENFORCE(params.size() == grad_.size(),
                    "expected " << grad_.size() << " parameters, got " << params.size());
   if (inter_) inter_->mixParameters(params);
-  groupComm_->broadcast(params, 0);
+  broadcastFromLeader(params);
   ++steps_;
 }
 
 void Hierarchical::flush(std::span<float> params) {
   if (inter_) inter_->flush(params);
+  broadcastFromLeader(params);
+}
+
+// A leader whose gossip failed (a dead leader elsewhere, or a dead member of
+// another group that held its leader up) never broadcasts: its members wait
+// for it, and their group's ranks are alive. So the group's collectives end
+// with PeerFailure once any rank of the job has failed (FailureScope), not at
+// the timeout.
+void Hierarchical::broadcastFromLeader(std::span<float> params) {
+  const FailureScope job(transport_);
   groupComm_->broadcast(params, 0);
 }
 

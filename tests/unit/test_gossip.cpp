@@ -787,3 +787,52 @@ TEST_CASE("SGP in async mode refuses a push-sum message of the wrong length and 
   t0->abort();
   t1->abort();
 }
+
+TEST_CASE(
+    "hierarchical gossip: a dead leader fails every survivor with PeerFailure, its own group's and the "
+    "other group's members too, well before the timeout",
+    "[hierarchical]") {
+  // Groups {0, 1} and {2, 3}; leader 2 dies. Leader 0's gossip with it
+  // fails, so 0 never broadcasts to its member 1, whose group is alive: 1
+  // must still learn of the failure rather than wait out the 20 s timeout.
+  const int n = 4;
+  const double timeout = 20.0;
+  for (const char* inter : {"sgp", "crossover_sgd"}) {
+    INFO("inter-group algorithm " << inter);
+    auto fabric = inproc::makeFabric(n);
+    std::vector<std::unique_ptr<Transport>> ts;
+    for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
+    std::vector<std::unique_ptr<optimizers::Hierarchical>> opts(n);
+    onEveryRank(n, [&](int r) {
+      optimizers::CrossoverOptions o;
+      o.timeoutSeconds = timeout;
+      o.segments = 1;
+      opts[static_cast<std::size_t>(r)] = std::make_unique<optimizers::Hierarchical>(
+          *ts[static_cast<std::size_t>(r)], std::vector<std::vector<int>>{{0, 1}, {2, 3}}, inter,
+          std::make_unique<topologies::DirectedExponential>(2, 1), std::vector<std::size_t>{8}, o);
+    });
+    ts[2]->abort();
+    std::vector<int> failed(n, -1);
+    std::vector<double> seconds(n, 0.0);
+    onEveryRank(n, [&](int r) {
+      if (r == 2) return;
+      std::vector<float> p(8, 1.0f), g(8, 0.1f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        opts[static_cast<std::size_t>(r)]->step(p, g);
+      } catch (const PeerFailure& e) {
+        failed[static_cast<std::size_t>(r)] = e.peer();
+      } catch (const std::exception&) {
+      }
+      seconds[static_cast<std::size_t>(r)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+    for (int r : {0, 1, 3}) {
+      INFO("rank " << r << ": " << seconds[static_cast<std::size_t>(r)] << " s");
+      CHECK(failed[static_cast<std::size_t>(r)] == 2);
+      CHECK(seconds[static_cast<std::size_t>(r)] < timeout / 2);
+    }
+    opts.clear();
+    for (auto& t : ts) t->abort();
+  }
+}

@@ -10,11 +10,13 @@
 #include "detail.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/context_local.hpp"
 #include "gossamer/kit/peer_lifecycle.hpp"
 
 namespace gossamer::detail {
 
 const Transport& collectiveGroup(const Transport& t) {
+  if (const Transport* job = contextLocal().failureScope) return *job;  // (FailureScope)
   const auto* view = dynamic_cast<const SubTransport*>(&t);
   if (view != nullptr && view->context() >= kCtxInternalFirst) return view->parent();
   return t;

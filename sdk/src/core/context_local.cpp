@@ -20,4 +20,10 @@ ContextLocal& contextLocal() noexcept {
   return local;
 }
 
+FailureScope::FailureScope(const Transport& job) noexcept : saved_(contextLocal().failureScope) {
+  contextLocal().failureScope = &job;
+}
+
+FailureScope::~FailureScope() { contextLocal().failureScope = saved_; }
+
 }  // namespace gossamer

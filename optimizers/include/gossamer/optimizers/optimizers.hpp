@@ -460,6 +460,9 @@ class Hierarchical final : public DistributedOptimizer {
   bool isLeader() const { return leaderComm_ != nullptr; }
 
  private:
+  void broadcastFromLeader(std::span<float> params);  // the group broadcast, failures job-wide
+
+  Transport& transport_;
   double timeout_;
   std::vector<std::vector<int>> groups_;
   std::unique_ptr<Topology> leaderTopology_;

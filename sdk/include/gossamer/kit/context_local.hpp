@@ -14,6 +14,8 @@
 
 namespace gossamer {
 
+class Transport;
+
 /// State the SDK keeps per thread of execution.
 struct ContextLocal {
   /// Receive scratch of the collectives, by slot (detail::ScratchSlot),
@@ -22,6 +24,24 @@ struct ContextLocal {
   /// Nanoseconds this thread of execution spent blocked in Request::wait
   /// (threadWaitSeconds).
   std::int64_t waitNanos = 0;
+  /// When set, the collectives' waits end with PeerFailure once any rank of
+  /// this transport has failed, not only one of the collective's own group
+  /// (a split communicator's collective whose ranks wait on work that a
+  /// failure elsewhere in the job stopped: FailureScope).
+  const Transport* failureScope = nullptr;
+};
+
+/// Sets contextLocal().failureScope to `job` for its lifetime (restoring the
+/// previous one after), on the running thread of execution.
+class FailureScope {
+ public:
+  explicit FailureScope(const Transport& job) noexcept;
+  ~FailureScope();
+  FailureScope(const FailureScope&) = delete;
+  FailureScope& operator=(const FailureScope&) = delete;
+
+ private:
+  const Transport* saved_;
 };
 
 /// Returns the running thread of execution's ContextLocal, or null to use
