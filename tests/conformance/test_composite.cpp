@@ -3,6 +3,7 @@
 // errors of the local side, and its argument checks.
 #include <catch2/catch.hpp>
 
+#include "forwarding.hpp"
 #include "threads.hpp"
 
 #include <atomic>
@@ -404,19 +405,12 @@ namespace {
 // frame, as the socket and zmq transports treat one: `bad` then has a
 // ProtocolError verdict, a receive from it alone fails with that error, and a
 // receive from several ranks waits for the others.
-class BadFrameFrom final : public Transport {
+class BadFrameFrom final : public testing::Forwarding {
  public:
-  BadFrameFrom(std::unique_ptr<Transport> inner, int bad) : inner_(std::move(inner)), bad_(bad) {}
+  BadFrameFrom(std::unique_ptr<Transport> inner, int bad) : Forwarding(std::move(inner)), bad_(bad) {}
   void markBad() {
     error_ = std::make_exception_ptr(
         ProtocolError(bad_, kFrameHeaderBytes, "payload checksum mismatch (test)", FrameFault::kChecksum));
-  }
-  int rank() const override { return inner_->rank(); }
-  int worldSize() const override { return inner_->worldSize(); }
-  std::string name() const override { return "bad-frame(" + inner_->name() + ")"; }
-  double timeoutSeconds() const override { return inner_->timeoutSeconds(); }
-  Request isend(int dst, const Tag& tag, std::span<const std::byte> data, DType dtype) override {
-    return inner_->isend(dst, tag, data, dtype);
   }
   Request irecv(std::span<const int> sources, const Tag& tag, std::span<std::byte> buffer) override {
     std::vector<int> rest;
@@ -427,17 +421,13 @@ class BadFrameFrom final : public Transport {
       failed->fail(error_);
       return Request(failed);
     }
-    return inner_->irecv(rest, tag, buffer);
+    return Forwarding::irecv(rest, tag, buffer);
   }
   std::exception_ptr peerFailure(int r) const override {
-    return error_ && r == bad_ ? error_ : inner_->peerFailure(r);
+    return error_ && r == bad_ ? error_ : Forwarding::peerFailure(r);
   }
-  void close() override { inner_->close(); }
-  void abort() override { inner_->abort(); }
-  TransportStats stats() const override { return inner_->stats(); }
 
  private:
-  std::unique_ptr<Transport> inner_;
   int bad_;
   std::exception_ptr error_;
 };

@@ -1157,6 +1157,57 @@ TEST_CASE("socket: a rank whose peer restarts again and again keeps no descripto
   }
 }
 
+namespace {
+// Rank 1 of a socket job whose rank 0 listens (published in `store`), by
+// hand: a blocking TCP connection to rank 0 that has said its hello (job key
+// read from the store, incarnation 7); -1 if the connection failed.
+int connectAsRank1(Store& store) {
+  const std::string published = store.get("gossamer/sock/0", kTimeout);  // "tcp:HOST:PORT"
+  const int port = std::stoi(published.substr(published.rfind(':') + 1));
+  const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::array<std::byte, 16 + kHelloProofBytes> hello{};
+  detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
+  detail::put<std::uint32_t>(hello, 4, 1);
+  detail::put<std::uint64_t>(hello, 8, 7);
+  const auto proof = key.proof(7, 1);
+  std::memcpy(hello.data() + 16, proof.data(), proof.size());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Rank 0 of a socket job of 2 ranks over tcp loopback, whose rank 1 the test plays by hand.
+std::unique_ptr<Transport> socketRank0Of2(Store& store) {
+  sock::Options o;
+  o.rank = 0;
+  o.worldSize = 2;
+  o.protocol = "tcp";
+  o.host = "127.0.0.1";
+  o.timeoutSeconds = kTimeout;
+  return sock::makeTransport(o, store);
+}
+
+// Waits (at most kTimeout) until the peer closes `fd`, then closes it; false
+// if anything arrived or the wait ran out.
+bool closedByPeer(int fd) {
+  char byte = 0;
+  const timeval limit{static_cast<time_t>(kTimeout), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  const bool closed = ::recv(fd, &byte, 1, 0) == 0;
+  ::close(fd);
+  return closed;
+}
+}  // namespace
+
 TEST_CASE(
     "socket: a plain data frame announcing 64 KiB or more is refused before anything is allocated for "
     "it, naming the peer and byte offset",
@@ -1168,41 +1219,16 @@ TEST_CASE(
   onEveryRank(2, [&](int r) {
     if (r == 1) {
       // Rank 1, by hand: the job's key, a hello, and the header alone.
-      const std::string published = store.get("gossamer/sock/0", kTimeout);  // "tcp:HOST:PORT"
-      const int port = std::stoi(published.substr(published.rfind(':') + 1));
-      const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int fd = connectAsRank1(store);
       RANK_REQUIRE(fd >= 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<std::uint16_t>(port));
-      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-      RANK_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-      std::array<std::byte, 16 + kHelloProofBytes> hello{};
-      detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
-      detail::put<std::uint32_t>(hello, 4, 1);
-      detail::put<std::uint64_t>(hello, 8, 7);
-      const auto proof = key.proof(7, 1);
-      std::memcpy(hello.data() + 16, proof.data(), proof.size());
       HeaderBytes h = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 5), 0, 0u);
       detail::put<std::uint64_t>(h, frame_offset::kCount, std::uint64_t{1} << 30);
       detail::put<std::uint64_t>(h, frame_offset::kPayloadBytes, std::uint64_t{1} << 30);
-      RANK_CHECK(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
       RANK_CHECK(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size()));
-      char byte = 0;  // until rank 0 closes the connection (bounded by SO_RCVTIMEO)
-      const timeval limit{static_cast<time_t>(kTimeout), 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-      RANK_CHECK(::recv(fd, &byte, 1, 0) == 0);
-      ::close(fd);
+      RANK_CHECK(closedByPeer(fd));
       return;
     }
-    sock::Options o;
-    o.rank = 0;
-    o.worldSize = 2;
-    o.protocol = "tcp";
-    o.host = "127.0.0.1";
-    o.timeoutSeconds = kTimeout;
-    auto rank0 = sock::makeTransport(o, store);
+    auto rank0 = socketRank0Of2(store);
     std::array<std::byte, 16> buf{};
     const std::vector<int> one{1};
     auto recv = rank0->irecv(one, Tag::make(Op::kUser, 5), buf);
@@ -1226,43 +1252,18 @@ TEST_CASE(
   MemoryStore store;
   onEveryRank(2, [&](int r) {
     if (r == 1) {
-      const std::string published = store.get("gossamer/sock/0", kTimeout);  // "tcp:HOST:PORT"
-      const int port = std::stoi(published.substr(published.rfind(':') + 1));
-      const JobKey key = JobKey::fromStore(store, "gossamer/sock-job-key", false, kTimeout, "test");
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int fd = connectAsRank1(store);
       RANK_REQUIRE(fd >= 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<std::uint16_t>(port));
-      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-      RANK_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-      std::array<std::byte, 16 + kHelloProofBytes> hello{};
-      detail::put<std::uint32_t>(hello, 0, 0x4C485347u);  // "GSHL"
-      detail::put<std::uint32_t>(hello, 4, 1);
-      detail::put<std::uint64_t>(hello, 8, 7);
-      const auto proof = key.proof(7, 1);
-      std::memcpy(hello.data() + 16, proof.data(), proof.size());
       const std::array<std::byte, 8> payload{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4},
                                              std::byte{5}, std::byte{6}, std::byte{7}, std::byte{8}};
       HeaderBytes h = encodeFrameHeader(FrameKind::kData, DType::kBytes, 1, Tag::make(Op::kUser, 5), payload);
       h[frame_offset::kStep] ^= std::byte{1};  // step 5 -> 4, after the checksum was computed
-      RANK_CHECK(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
       RANK_CHECK(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size()));
       RANK_CHECK(::send(fd, payload.data(), payload.size(), MSG_NOSIGNAL) == 8);
-      char byte = 0;  // until rank 0 closes the connection (bounded by SO_RCVTIMEO)
-      const timeval limit{static_cast<time_t>(kTimeout), 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-      RANK_CHECK(::recv(fd, &byte, 1, 0) == 0);
-      ::close(fd);
+      RANK_CHECK(closedByPeer(fd));
       return;
     }
-    sock::Options o;
-    o.rank = 0;
-    o.worldSize = 2;
-    o.protocol = "tcp";
-    o.host = "127.0.0.1";
-    o.timeoutSeconds = kTimeout;
-    auto rank0 = sock::makeTransport(o, store);
+    auto rank0 = socketRank0Of2(store);
     std::array<std::byte, 4> small{};
     const std::vector<int> one{1};
     auto recv = rank0->irecv(one, Tag::make(Op::kUser, 4), small);
