@@ -219,16 +219,17 @@ TEST_CASE("a 16-bit average overflows only where the average itself would", "[co
       {"hierarchicalAllreduce", [](Transport& t, std::span<float16> d, const CollectiveOptions& o) {
          hierarchicalAllreduce<float16>(t, d, ReduceOp::kAverage, o);
        }}};
-  for (const auto& [name, call] : calls) {
+  for (const auto& entry : calls) {
+    const std::string name = entry.first;
+    const Call& call = entry.second;  // (not a structured binding: clang 14 cannot capture one)
     INFO(name);
     std::vector<std::vector<float16>> v(n, std::vector<float16>(9, toFloat16(20000.0f)));
     CollectiveOptions o{++seq, kTimeout, AllreduceAlgorithm::kAuto, 4096};
     o.groupSize = 2;
     onEveryRank(n, [&](int r) { call(*g[r], std::span<float16>(v[r]), o); });
     for (int r = 0; r < n; ++r) {
-      const bool holds = std::string(name) != "reduce" || r == 1;  // reduce: the root's result only
-      const auto [b, e] =
-          std::string(name) == "ringReduceScatter" ? chunkRange(9, n, r) : std::pair{0ul, 9ul};
+      const bool holds = name != "reduce" || r == 1;  // reduce: the root's result only
+      const auto [b, e] = name == "ringReduceScatter" ? chunkRange(9, n, r) : std::pair{0ul, 9ul};
       for (std::size_t i = b; holds && i < e; ++i) CHECK(toFloat(v[r][i]) == 20000.0f);
     }
   }
