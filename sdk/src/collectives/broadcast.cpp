@@ -10,9 +10,10 @@
 // Two-Dimensional Torus Grouping AllReduce" (2023), Sec. 2.3 and Algorithm 1
 // line 17). A rank that knows of a failed rank of the group once its part
 // is done throws PeerFailure, as the ranks in that rank's subtree do (a rank
-// outside it waits on no one the failed rank holds up). A vector above 1 GiB (the largest message) goes through the tree
-// as consecutive blocks of at most 1 GiB, block b under segment b (broadcast)
-// or kMaxSegment - b (reduce).
+// outside it waits on no one the failed rank holds up). A vector above 1 GiB
+// (the largest message) goes through the tree as consecutive blocks of at
+// most 1 GiB, block b under segment b (broadcast) or kMaxSegment - b
+// (reduce).
 #include <cstdint>
 #include <vector>
 

@@ -260,8 +260,9 @@ std::vector<std::size_t> countsOf(const at::Tensor& t, const std::vector<int64_t
   int64_t sum = 0;
   for (int r = 0; r < size; ++r) {
     TORCH_CHECK_VALUE(splits[r] >= 0, "gossamer: ", what, ": negative split size ", splits[r]);
-    TORCH_CHECK_VALUE(splits[r] <= rows - sum, "gossamer: ", what, ": split sizes add up to more than dim 0 (",
-                      rows, ") by split ", r, " (", splits[r], ")");
+    TORCH_CHECK_VALUE(splits[r] <= rows - sum, "gossamer: ", what,
+                      ": split sizes add up to more than dim 0 (", rows, ") by split ", r, " (", splits[r],
+                      ")");
     sum += splits[r];
     counts[r] = static_cast<std::size_t>(splits[r]) * perRow;
   }
