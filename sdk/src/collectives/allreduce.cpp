@@ -1,16 +1,14 @@
 // allreduce(): runs the algorithm options.algorithm names, through the table
 // of algorithms (table.hpp); kAuto asks the cost model (cost_model.cpp) which
-// one is fastest for this size and world size. A 16-bit average scales each
-// rank's vector by 1/N before it is summed (detail::premultipliedAverage),
-// so that it overflows only where the average itself would. Also the
-// algorithms' names.
+// one is fastest for this size and world size. (Each algorithm scales a
+// 16-bit average by 1/N before the sum itself: detail::premultipliedAverage.)
+// Also the algorithms' names.
 #include <algorithm>
 #include <string>
 
 #include "detail.hpp"
 #include "gossamer/collectives.hpp"
 #include "gossamer/errors.hpp"
-#include "gossamer/half.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "table.hpp"
 
@@ -18,7 +16,6 @@ namespace gossamer {
 
 template <typename T>
 void allreduce(Transport& transport, std::span<T> data, ReduceOp op, const CollectiveOptions& options) {
-  op = detail::premultipliedAverage(data, op, transport.worldSize());
   auto algorithm = options.algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto)
     algorithm = detail::chooseAllreduce(data.size_bytes(), transport.worldSize(), options,
