@@ -315,10 +315,19 @@ TEST_CASE("faults: loss-tolerant SGP keeps the survivors' mass with a rank that 
     sync.arrive_and_wait();
     ts[static_cast<std::size_t>(r)]->close();
   });
+  // The mass, not the consensus: how far the ranks' models agree after 40
+  // unsynchronised rounds depends on how their threads were scheduled (on a
+  // loaded machine one rank can run most of its rounds alone), but whatever
+  // the interleaving, the weights sum to 3 and the numerators w z to
+  // 0 + 1 + 2. (A share sent to the dead rank drains both: 0.016 of 3.)
   INFO("survivors' weights " << weight[0] << ", " << weight[1] << ", " << weight[2]);
   CHECK(weight[0] + weight[1] + weight[2] == Approx(3.0).epsilon(1e-9));
-  for (int r = 0; r < n - 1; ++r)
-    for (float v : xs[static_cast<std::size_t>(r)]) CHECK(v == Approx(1.0).epsilon(1e-4));  // mean of 0, 1, 2
+  for (std::size_t i = 0; i < p; ++i) {
+    double numerator = 0;
+    for (int r = 0; r < n - 1; ++r)
+      numerator += weight[static_cast<std::size_t>(r)] * xs[static_cast<std::size_t>(r)][i];
+    CHECK(numerator == Approx(3.0).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("faults: a partition drops sends between groups only while it is in force", "[faults]") {
