@@ -314,7 +314,9 @@ TEST_CASE("a socket send to a stopped peer whose queue is full waits for room, a
 TEST_CASE("a socket peer that reads slower than it is sent to costs the sender at most its send queue",
           "[multiproc][socket]") {
   // Rank 1 runs 200 ms of every 1.2 s (SIGSTOP/SIGCONT): it takes
-  // everything, slowly, and its connection never stalls for the timeout.
+  // everything, slowly, and its connection never stalls for the timeout,
+  // 6 s here: on a loaded machine a 200 ms window may pass with rank 1 never
+  // scheduled, and only four such windows in a row make it look hung.
   // Rank 0 sends 120 messages of 1 MiB as fast as its sends return, with
   // a send queue of 4 MiB: its peak memory grows by far less than the 120
   // MiB an unbounded queue would hold, and every message arrives intact.
@@ -323,7 +325,10 @@ TEST_CASE("a socket peer that reads slower than it is sent to costs the sender a
   TempDir dir;
   const std::string result = dir / "result";
   Peer peer;
-  peer.pid = forkPeer(dir, optionsFor(1, "ipc"), result, [&](gossamer::Transport& mine) {
+  constexpr double kSlowTimeout = 6.0;
+  auto peerOptions = optionsFor(1, "ipc");
+  peerOptions.timeoutSeconds = kSlowTimeout;
+  peer.pid = forkPeer(dir, peerOptions, result, [&](gossamer::Transport& mine) {
     std::vector<std::byte> buf(kBytes);
     int intact = 0;
     for (int k = 1; k <= kMessages; ++k) {
@@ -337,6 +342,7 @@ TEST_CASE("a socket peer that reads slower than it is sent to costs the sender a
   gossamer::FileStore store(dir / "rdv");
   auto o = optionsFor(0, "ipc");
   o.sendQueueBytes = std::size_t{4} << 20;
+  o.timeoutSeconds = kSlowTimeout;
   auto t = gossamer::sock::makeTransport(o, store);
   std::vector<std::byte> one(1);
   t->irecv(1, gossamer::Tag::make(gossamer::Op::kUser, 0), one).wait(20);
