@@ -29,6 +29,7 @@
 #include <numeric>
 
 #include "gossamer/errors.hpp"
+#include "gossamer/kit/detail/collective_wait.hpp"
 #include "gossamer/optimizers/compress.hpp"
 
 namespace gossamer::optimizers {
@@ -183,7 +184,10 @@ void CompressedSgd::gossipAverage(std::span<float> values) {
     for (int dst : p.sendTo) {
       requests_.push_back(exchange_->transport().isendOf<float>(dst, tag, std::span<const float>(pushSum_)));
     }
-    waitAll(requests_, options_.timeoutSeconds);
+    // (A collective's wait: a rank whose in-peer is held up by a dead rank
+    // learns of it within 50 ms, not at the timeout.)
+    gossamer::detail::awaitAll(exchange_->transport(), requests_, options_.timeoutSeconds,
+                               "compressed SGD's push-sum gossip");
     for (std::size_t k = 0; k < p.recvFrom.size(); ++k) {
       if (requests_[k].bytes() != messageBytes) {
         throw ProtocolError(p.recvFrom[k], frame_offset::kPayloadBytes,

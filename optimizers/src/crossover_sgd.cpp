@@ -57,6 +57,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/detail/collective_wait.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "gossamer/topologies/topologies.hpp"
@@ -304,7 +305,7 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
       x *= static_cast<float>(ps.selfWeight);
     double refused = 0;  // mixing weight of segments the screen refused
     for (std::size_t k = 0; k < ps.recvFrom.size(); ++k, ++r) {
-      p.recvs[r].wait(options_.timeoutSeconds);
+      gossamer::detail::await(transport_, p.recvs[r], options_.timeoutSeconds, "Crossover-SGD gossip");
       if (p.recvs[r].bytes() != (e - b) * elementBytes)
         throw ProtocolError(ps.recvFrom[k], frame_offset::kPayloadBytes,
                             "gossip segment of " + std::to_string(p.recvs[r].bytes()) + " bytes, expected " +
@@ -331,7 +332,7 @@ void CrossoverSgd::finish(std::span<float> params, Pending& p, bool snapshotCorr
     else if (refused > 0 && refused < 1)
       x *= static_cast<float>(1.0 / (1.0 - refused));
   }
-  waitAll(p.sends, options_.timeoutSeconds);
+  gossamer::detail::awaitAll(transport_, p.sends, options_.timeoutSeconds, "Crossover-SGD gossip");
 }
 
 void CrossoverSgd::asyncExchange(std::span<float> params, std::uint64_t round) {

@@ -79,7 +79,10 @@ void Hierarchical::step(std::span<float> params, std::span<const float> grads) {
   }
   if (sumScale_ != 0.0f && inter_)
     for (float& g : grad_) g *= sumScale_;
-  if (inter_) inter_->step(params, grad_);
+  if (inter_) {
+    const FailureScope job(transport_);  // (see broadcastFromLeader)
+    inter_->step(params, grad_);
+  }
   broadcastFromLeader(params);
   ++steps_;
 }
@@ -95,13 +98,19 @@ void Hierarchical::reduceGradients(std::span<float> grads) {
 void Hierarchical::mixParameters(std::span<float> params) {
   GOSSAMER_ENFORCE(params.size() == grad_.size(),
                    "expected " << grad_.size() << " parameters, got " << params.size());
-  if (inter_) inter_->mixParameters(params);
+  if (inter_) {
+    const FailureScope job(transport_);
+    inter_->mixParameters(params);
+  }
   broadcastFromLeader(params);
   ++steps_;
 }
 
 void Hierarchical::flush(std::span<float> params) {
-  if (inter_) inter_->flush(params);
+  if (inter_) {
+    const FailureScope job(transport_);
+    inter_->flush(params);
+  }
   broadcastFromLeader(params);
 }
 
@@ -109,7 +118,10 @@ void Hierarchical::flush(std::span<float> params) {
 // another group that held its leader up) never broadcasts: its members wait
 // for it, and their group's ranks are alive. So the group's collectives end
 // with PeerFailure once any rank of the job has failed (FailureScope), not at
-// the timeout.
+// the timeout. The leaders' gossip runs under the same scope: a leader
+// whose in-peer leader never sends, held up by a dead member of its own
+// group, learns of that member's failure there (the gossip's waits in sync
+// and overlap modes, and the async flush's agreement, are a collective's).
 void Hierarchical::broadcastFromLeader(std::span<float> params) {
   const FailureScope job(transport_);
   groupComm_->broadcast(params, 0);

@@ -59,6 +59,7 @@
 
 #include "gossamer/errors.hpp"
 #include "gossamer/kit/clock.hpp"
+#include "gossamer/kit/detail/collective_wait.hpp"
 #include "gossamer/log.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
 #include "push_sum_agreement.hpp"
@@ -196,6 +197,11 @@ void Sgp::addMessage(std::span<float> z, std::span<const std::byte> msg, int fro
   weight_ = total;
 }
 
+// Sync and overlap modes: takes in round `round`'s message from each in-peer.
+// The waits are a collective's (kit/detail/collective_wait.hpp): an in-peer
+// held up by a failed rank (one of the job's, under a FailureScope, as
+// Hierarchical sets) ends them with PeerFailure within 50 ms, not at the
+// timeout.
 void Sgp::receiveRound(std::span<float> z, std::uint64_t round) {
   const PeerSet p = topology_.peers(transport_.rank(), round);
   recvBufs_.resize(std::max(recvBufs_.size(), p.recvFrom.size()));
@@ -206,7 +212,7 @@ void Sgp::receiveRound(std::span<float> z, std::uint64_t round) {
     recvs.push_back(transport_.irecv(p.recvFrom[k], tag, recvBufs_[k]));
   }
   for (std::size_t k = 0; k < recvs.size(); ++k) {
-    recvs[k].wait(options_.timeoutSeconds);
+    gossamer::detail::await(transport_, recvs[k], options_.timeoutSeconds, "SGP gossip");
     if (recvs[k].bytes() != sendBuf_.size())
       throw ProtocolError(p.recvFrom[k], frame_offset::kPayloadBytes,
                           "push-sum message of " + std::to_string(recvs[k].bytes()) + " bytes, expected " +

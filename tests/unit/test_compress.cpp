@@ -1313,3 +1313,61 @@ TEST_CASE("16-bit compression: AllReduce-SGD's gradients or a gossip model in sy
   CHECK_THROWS_WITH(CompressedSgd(comm, &topo, std::make_unique<HalfCompressor<bfloat16>>(10), nullptr, o),
                     Catch::Contains("gossiped means average float32 payloads"));
 }
+
+TEST_CASE(
+    "A2SGD's gossiped means: a dead rank fails every survivor with PeerFailure, well before the timeout",
+    "[compress][a2sgd][faults]") {
+  // A directed ring 0 -> 1 -> 2 -> 3 -> 0, three push-sum rounds a step; rank
+  // 3 dies. Rank 0, its out-peer, fails at once; rank 1 waits on rank 0 and
+  // rank 2 on rank 1, live ranks that never send: they must learn of rank
+  // 3's failure rather than wait out the 20 s timeout.
+  const int n = 4, dead = 3;
+  const double timeout = 20.0;
+  const std::size_t p = 40;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
+  topologies::ExplicitGraph ring(n, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::vector<std::unique_ptr<CompressedSgd>> opts(n);
+  onEveryRank(n, [&](int r) {  // (the constructor agrees on the settings: every rank alive)
+    const auto i = static_cast<std::size_t>(r);
+    comms[i] = std::make_unique<Communicator>(*ts[i], timeout);
+    CompressedSgdOptions o;
+    o.sgd = {0.05, 0.0, 0.0};
+    o.means = MeansExchange::kGossip;
+    o.gossipRounds = 3;
+    o.finalSync = false;
+    opts[i] =
+        std::make_unique<CompressedSgd>(*comms[i], &ring, std::make_unique<A2sgdCompressor>(p), nullptr, o);
+  });
+  ts[dead]->abort();
+  std::vector<int> failed(n, -1);
+  std::vector<std::string> errors(n);
+  std::vector<double> seconds(n, 0.0);
+  onEveryRank(n, [&](int r) {
+    if (r == dead) return;
+    const auto i = static_cast<std::size_t>(r);
+    std::vector<float> x(p, 0.0f);
+    const auto g = normalVector(p, 3 + static_cast<unsigned>(r));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      opts[i]->step(x, g);
+    } catch (const PeerFailure& e) {
+      failed[i] = e.peer();
+      errors[i] = e.what();
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+    seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == dead) continue;
+    const auto i = static_cast<std::size_t>(r);
+    INFO("rank " << r << ": " << seconds[i] << " s: " << errors[i]);
+    CHECK(failed[i] == dead);
+    CHECK(seconds[i] < timeout / 2);
+  }
+  opts.clear();
+  for (auto& t : ts) t->abort();
+}

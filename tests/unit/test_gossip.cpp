@@ -836,3 +836,61 @@ TEST_CASE(
     for (auto& t : ts) t->abort();
   }
 }
+
+TEST_CASE(
+    "hierarchical gossip: a dead member of another group fails the leader that gossips with its group's "
+    "leader with PeerFailure, well before the timeout",
+    "[hierarchical]") {
+  // Groups {0, 1} and {2, 3}; member 3 takes no step and dies 0.5 s in.
+  // Leader 2's reduce within its group fails, so 2 never gossips: leader 0,
+  // whose group is alive and whose in-peer (2) is too, waits on 2's message
+  // and must learn of rank 3's failure rather than wait out the 20 s timeout
+  // (and then fail with a TimeoutError).
+  const int n = 4;
+  const double timeout = 20.0;
+  for (const char* inter : {"sgp", "crossover_sgd"}) {
+    INFO("inter-group algorithm " << inter);
+    auto fabric = inproc::makeFabric(n);
+    std::vector<std::unique_ptr<Transport>> ts;
+    for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
+    std::vector<std::unique_ptr<optimizers::Hierarchical>> opts(n);
+    onEveryRank(n, [&](int r) {
+      optimizers::CrossoverOptions o;
+      o.timeoutSeconds = timeout;
+      o.segments = 1;
+      opts[static_cast<std::size_t>(r)] = std::make_unique<optimizers::Hierarchical>(
+          *ts[static_cast<std::size_t>(r)], std::vector<std::vector<int>>{{0, 1}, {2, 3}}, inter,
+          std::make_unique<topologies::DirectedExponential>(2, 1), std::vector<std::size_t>{8}, o);
+    });
+    std::vector<int> failed(n, -1);
+    std::vector<std::string> errors(n);
+    std::vector<double> seconds(n, 0.0);
+    onEveryRank(n, [&](int r) {
+      if (r == 3) {  // dies once leader 0 is past its group's reduce, in the leaders' gossip
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        ts[3]->abort();
+        return;
+      }
+      std::vector<float> p(8, 1.0f), g(8, 0.1f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        opts[static_cast<std::size_t>(r)]->step(p, g);
+      } catch (const PeerFailure& e) {
+        failed[static_cast<std::size_t>(r)] = e.peer();
+        errors[static_cast<std::size_t>(r)] = e.what();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+      seconds[static_cast<std::size_t>(r)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+    for (int r : {0, 1, 2}) {
+      INFO("rank " << r << ": " << seconds[static_cast<std::size_t>(r)]
+                   << " s: " << errors[static_cast<std::size_t>(r)]);
+      CHECK(failed[static_cast<std::size_t>(r)] == 3);
+      CHECK(seconds[static_cast<std::size_t>(r)] < timeout / 2);
+    }
+    opts.clear();
+    for (auto& t : ts) t->abort();
+  }
+}

@@ -13,6 +13,7 @@
 #include "gossamer/errors.hpp"
 #include "gossamer/half.hpp"
 #include "gossamer/kit/context_local.hpp"
+#include "gossamer/kit/detail/collective_wait.hpp"
 #include "gossamer/kit/sub_transport.hpp"
 #include "gossamer/kit/wire.hpp"
 
@@ -38,41 +39,6 @@ enum ViewContext : std::uint8_t {
 /// is the whole parent (collectiveGroup).
 inline constexpr std::uint8_t kCtxInternalFirst = 0x81;  // (0x80 is the application's: SubTransport)
 static_assert(kCtxTorusRow >= kCtxInternalFirst && kCtxHipsFirst >= kCtxInternalFirst);
-
-/// How long (seconds) a collective's wait runs between two looks at whether
-/// a rank of its group failed: a wait that completes sooner never looks.
-inline constexpr double kFailureCheckSeconds = 0.05;
-
-/// The transport whose ranks make up the collective that runs on `t`: its
-/// parent for a view an algorithm built inside the collective (context at
-/// or above kCtxInternalFirst: a torus row, a leaders' ring, a HiPS stage),
-/// else `t` itself (a top-level transport or a split communicator).
-const Transport& collectiveGroup(const Transport& t);
-
-/// Throws PeerFailure naming the rank (as the transport's own errors name
-/// it) if the transport of `t`'s collective group (collectiveGroup) knows
-/// that one of its ranks failed (Transport::peerFailure): the collective
-/// cannot complete without it, so a rank that waits on another one it holds
-/// up would otherwise wait for the timeout. `collective` names the
-/// operation in the message. Costs one peerFailure call per rank of the group.
-/// @throws PeerFailure as said.
-void throwIfGroupFailed(const Transport& t, const char* collective);
-
-/// Every wait of a collective on `t`: r.wait(timeoutSeconds), but after each
-/// kFailureCheckSeconds of waiting it calls throwIfGroupFailed (the request
-/// is then cancelled as the exception unwinds its handle, as after a
-/// timeout). A request that completes in the first slice pays nothing more.
-/// @throws TimeoutError, the request's failure (PeerFailure, ProtocolError,
-///         Cancelled), or throwIfGroupFailed's PeerFailure.
-void await(const Transport& t, Request& r, double timeoutSeconds, const char* collective);
-/// await on a request the caller does not keep (a send it only waits for).
-inline void await(const Transport& t, Request&& r, double timeoutSeconds, const char* collective) {
-  await(t, r, timeoutSeconds, collective);
-}
-
-/// await for every request, up to `timeoutSeconds` in all (as waitAll).
-/// @throws like await.
-void awaitAll(const Transport& t, std::span<Request> requests, double timeoutSeconds, const char* collective);
 
 /// a mod n in [0, n), for negative a too.
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
