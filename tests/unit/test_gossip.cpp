@@ -788,6 +788,63 @@ TEST_CASE("SGP in async mode refuses a push-sum message of the wrong length and 
   t1->abort();
 }
 
+namespace {
+
+// How one rank's hierarchical step ended: the rank a PeerFailure named (-1:
+// none), the error's text and the seconds it took.
+struct StepEnd {
+  int failed = -1;
+  std::string error;
+  double seconds = 0.0;
+};
+
+// Groups {0, 1} and {2, 3} of 4 inproc ranks, hierarchical gossip with
+// `inter` among the leaders and a `timeout` of 20 s. Rank `victim` takes no
+// step: it aborts at once (dieAfterMs 0, before the others step) or
+// dieAfterMs into their step. The others step once; how each step ended.
+std::vector<StepEnd> hierarchicalStepWithADeadRank(const char* inter, int victim, int dieAfterMs,
+                                                   double timeout) {
+  const int n = 4;
+  auto fabric = inproc::makeFabric(n);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
+  std::vector<std::unique_ptr<optimizers::Hierarchical>> opts(n);
+  onEveryRank(n, [&](int r) {
+    optimizers::CrossoverOptions o;
+    o.timeoutSeconds = timeout;
+    o.segments = 1;
+    opts[static_cast<std::size_t>(r)] = std::make_unique<optimizers::Hierarchical>(
+        *ts[static_cast<std::size_t>(r)], std::vector<std::vector<int>>{{0, 1}, {2, 3}}, inter,
+        std::make_unique<topologies::DirectedExponential>(2, 1), std::vector<std::size_t>{8}, o);
+  });
+  if (dieAfterMs == 0) ts[static_cast<std::size_t>(victim)]->abort();
+  std::vector<StepEnd> ends(n);
+  onEveryRank(n, [&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (r == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(dieAfterMs));
+      ts[i]->abort();
+      return;
+    }
+    std::vector<float> p(8, 1.0f), g(8, 0.1f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      opts[i]->step(p, g);
+    } catch (const PeerFailure& e) {
+      ends[i].failed = e.peer();
+      ends[i].error = e.what();
+    } catch (const std::exception& e) {
+      ends[i].error = e.what();
+    }
+    ends[i].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  opts.clear();
+  for (auto& t : ts) t->abort();
+  return ends;
+}
+
+}  // namespace
+
 TEST_CASE(
     "hierarchical gossip: a dead leader fails every survivor with PeerFailure, its own group's and the "
     "other group's members too, well before the timeout",
@@ -795,45 +852,16 @@ TEST_CASE(
   // Groups {0, 1} and {2, 3}; leader 2 dies. Leader 0's gossip with it
   // fails, so 0 never broadcasts to its member 1, whose group is alive: 1
   // must still learn of the failure rather than wait out the 20 s timeout.
-  const int n = 4;
   const double timeout = 20.0;
   for (const char* inter : {"sgp", "crossover_sgd"}) {
     INFO("inter-group algorithm " << inter);
-    auto fabric = inproc::makeFabric(n);
-    std::vector<std::unique_ptr<Transport>> ts;
-    for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
-    std::vector<std::unique_ptr<optimizers::Hierarchical>> opts(n);
-    onEveryRank(n, [&](int r) {
-      optimizers::CrossoverOptions o;
-      o.timeoutSeconds = timeout;
-      o.segments = 1;
-      opts[static_cast<std::size_t>(r)] = std::make_unique<optimizers::Hierarchical>(
-          *ts[static_cast<std::size_t>(r)], std::vector<std::vector<int>>{{0, 1}, {2, 3}}, inter,
-          std::make_unique<topologies::DirectedExponential>(2, 1), std::vector<std::size_t>{8}, o);
-    });
-    ts[2]->abort();
-    std::vector<int> failed(n, -1);
-    std::vector<double> seconds(n, 0.0);
-    onEveryRank(n, [&](int r) {
-      if (r == 2) return;
-      std::vector<float> p(8, 1.0f), g(8, 0.1f);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        opts[static_cast<std::size_t>(r)]->step(p, g);
-      } catch (const PeerFailure& e) {
-        failed[static_cast<std::size_t>(r)] = e.peer();
-      } catch (const std::exception&) {
-      }
-      seconds[static_cast<std::size_t>(r)] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    });
+    const auto ends = hierarchicalStepWithADeadRank(inter, 2, 0, timeout);
     for (int r : {0, 1, 3}) {
-      INFO("rank " << r << ": " << seconds[static_cast<std::size_t>(r)] << " s");
-      CHECK(failed[static_cast<std::size_t>(r)] == 2);
-      CHECK(seconds[static_cast<std::size_t>(r)] < timeout / 2);
+      const auto& e = ends[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << e.seconds << " s: " << e.error);
+      CHECK(e.failed == 2);
+      CHECK(e.seconds < timeout / 2);
     }
-    opts.clear();
-    for (auto& t : ts) t->abort();
   }
 }
 
@@ -846,51 +874,15 @@ TEST_CASE(
   // whose group is alive and whose in-peer (2) is too, waits on 2's message
   // and must learn of rank 3's failure rather than wait out the 20 s timeout
   // (and then fail with a TimeoutError).
-  const int n = 4;
   const double timeout = 20.0;
   for (const char* inter : {"sgp", "crossover_sgd"}) {
     INFO("inter-group algorithm " << inter);
-    auto fabric = inproc::makeFabric(n);
-    std::vector<std::unique_ptr<Transport>> ts;
-    for (int r = 0; r < n; ++r) ts.push_back(inproc::makeTransport(fabric, r, timeout));
-    std::vector<std::unique_ptr<optimizers::Hierarchical>> opts(n);
-    onEveryRank(n, [&](int r) {
-      optimizers::CrossoverOptions o;
-      o.timeoutSeconds = timeout;
-      o.segments = 1;
-      opts[static_cast<std::size_t>(r)] = std::make_unique<optimizers::Hierarchical>(
-          *ts[static_cast<std::size_t>(r)], std::vector<std::vector<int>>{{0, 1}, {2, 3}}, inter,
-          std::make_unique<topologies::DirectedExponential>(2, 1), std::vector<std::size_t>{8}, o);
-    });
-    std::vector<int> failed(n, -1);
-    std::vector<std::string> errors(n);
-    std::vector<double> seconds(n, 0.0);
-    onEveryRank(n, [&](int r) {
-      if (r == 3) {  // dies once leader 0 is past its group's reduce, in the leaders' gossip
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        ts[3]->abort();
-        return;
-      }
-      std::vector<float> p(8, 1.0f), g(8, 0.1f);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        opts[static_cast<std::size_t>(r)]->step(p, g);
-      } catch (const PeerFailure& e) {
-        failed[static_cast<std::size_t>(r)] = e.peer();
-        errors[static_cast<std::size_t>(r)] = e.what();
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-      seconds[static_cast<std::size_t>(r)] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    });
+    const auto ends = hierarchicalStepWithADeadRank(inter, 3, 500, timeout);
     for (int r : {0, 1, 2}) {
-      INFO("rank " << r << ": " << seconds[static_cast<std::size_t>(r)]
-                   << " s: " << errors[static_cast<std::size_t>(r)]);
-      CHECK(failed[static_cast<std::size_t>(r)] == 3);
-      CHECK(seconds[static_cast<std::size_t>(r)] < timeout / 2);
+      const auto& e = ends[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << e.seconds << " s: " << e.error);
+      CHECK(e.failed == 3);
+      CHECK(e.seconds < timeout / 2);
     }
-    opts.clear();
-    for (auto& t : ts) t->abort();
   }
 }
