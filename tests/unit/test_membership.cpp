@@ -401,20 +401,27 @@ TEST_CASE(
     "membership: under partition: majority only the side holding a majority trains on, and the minority "
     "pauses and joins it on heal",
     "[membership]") {
-  // Ranks {0, 1, 2} and {3, 4} cannot reach each other from 0.5 s to 3.5 s
+  // Ranks {0, 1, 2} and {3, 4} cannot reach each other from 0.5 s to 6.5 s
   // after start-up. The three remove the other two and train on; the two
   // hold no majority of the view they leave and decide nothing: they wait in
   // their step (its view change) until the majority's view reaches them on
   // heal, and join it. Every rank then takes 20 steps in the view of five.
   // Their wait outlasts membership.agreement_seconds (1 s), which bounds the
   // agreement of a side that can decide, not the pause of one that cannot.
+  // Suspicion after 1.5 s, the cut from 0.5 s to 6.5 s: each rank's faults
+  // wrapper starts its clock when its Session makes it, and on a loaded
+  // machine those start hundreds of milliseconds apart; with suspicion
+  // after 0.5 s, ranks 3 and 4 (not cut off yet) removed 0 and 1 (cut off
+  // already) as silent, and the majority was 2, 3 and 4.
   const int n = 5, after = 20;
   auto fabric = inproc::makeFabric(n);
   const Registry reg = registryWith(fabric);
-  const Config config =
-      reg.parse(partitionedConfig(n, "0,1,2|3,4", "  partition: majority\n  agreement_seconds: 1\n"));
+  std::string text = partitionedConfig(n, "0,1,2|3,4", "  partition: majority\n  agreement_seconds: 1\n");
+  text.replace(text.find("suspect_seconds: 0.5"), 20, "suspect_seconds: 1.5");
+  text.replace(text.find("partition_seconds: 3"), 20, "partition_seconds: 6");
+  const Config config = reg.parse(text);
   MemoryStore store;
-  std::vector<std::vector<std::size_t>> sizes(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::vector<int>>> views(static_cast<std::size_t>(n));  // each change's members
   std::vector<std::size_t> finalView(static_cast<std::size_t>(n));
   onEveryRank(n, [&](int r) {
     Session session(config, r, store, reg);
@@ -422,18 +429,30 @@ TEST_CASE(
     // Until the view of five is back after a change, then 20 steps in it.
     auto x = *stepUntilWhole(session, opt, quadratic(r), r, n, after);
     opt.flush(x);
-    for (const auto& c : session.viewChanges())
-      sizes[static_cast<std::size_t>(r)].push_back(c.view.members.size());
+    for (const auto& c : session.viewChanges()) views[static_cast<std::size_t>(r)].push_back(c.view.members);
     finalView[static_cast<std::size_t>(r)] = session.agent().view().members.size();
     session.close();
   });
+  // A view of the two alone is the minority training; a view of ranks of the
+  // three alone is the majority training on (fewer than three if a loaded
+  // machine starved a thread of one of them past suspect_seconds too; and a
+  // rank of the three may have gone from the first view straight to a later
+  // one).
+  const auto within = [](const std::vector<int>& members, int lo, int hi) {
+    return std::all_of(members.begin(), members.end(), [&](int p) { return p >= lo && p < hi; });
+  };
+  bool majorityTrained = false;
   for (int r = 0; r < n; ++r) {
-    INFO("rank " << r);
-    const auto& v = sizes[static_cast<std::size_t>(r)];
+    const auto& v = views[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": views " << ::Catch::Detail::stringify(v));
     CHECK(finalView[static_cast<std::size_t>(r)] == static_cast<std::size_t>(n));
-    CHECK(std::find(v.begin(), v.end(), std::size_t{2}) == v.end());  // the minority never trained alone
-    if (r < 3) CHECK(std::find(v.begin(), v.end(), std::size_t{3}) != v.end());  // the majority did
+    // The minority never trained alone.
+    CHECK(std::none_of(v.begin(), v.end(), [&](const auto& m) { return within(m, 3, n); }));
+    if (r < 3)
+      majorityTrained =
+          majorityTrained || std::any_of(v.begin(), v.end(), [&](const auto& m) { return within(m, 0, 3); });
   }
+  CHECK(majorityTrained);  // the majority did
 }
 
 TEST_CASE(
@@ -1449,16 +1468,17 @@ struct JoinWaitResult {
 };
 
 // Ranks 0-2 run the service (heartbeats every `heartbeatSeconds`, suspicion
-// after 3 s, agreement within `agreementSeconds`); rank 3, a bare transport,
-// asks to join their view and never reports. `dies`: its transport aborts
-// right after it asked. The members recover for `watchSeconds`.
+// after `suspectSeconds`, agreement within `agreementSeconds`); rank 3, a
+// bare transport, asks to join their view and never reports. `dies`: its
+// transport aborts right after it asked. The members recover for
+// `watchSeconds`.
 JoinWaitResult askToJoinAndFallSilent(double heartbeatSeconds, double agreementSeconds, bool dies,
-                                      double watchSeconds) {
+                                      double watchSeconds, double suspectSeconds = 3) {
   const int n = 3;
   auto fabric = inproc::makeFabric(n + 1);
   membership::MembershipOptions o;
   o.heartbeatSeconds = heartbeatSeconds;
-  o.suspectSeconds = 3;
+  o.suspectSeconds = suspectSeconds;
   o.agreementSeconds = agreementSeconds;
   std::vector<membership::Service> services;
   for (int r = 0; r < n; ++r)
@@ -1474,6 +1494,12 @@ JoinWaitResult askToJoinAndFallSilent(double heartbeatSeconds, double agreementS
   if (dies) joiner->abort();
   JoinWaitResult out{std::vector<double>(n, -1), std::vector<std::string>(n), std::vector<std::uint64_t>(n)};
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(watchSeconds);
+  // Ranks that stopped watching. While the silent joiner is not dropped
+  // (suspectSeconds) each view installed is revoked again for it: a change
+  // may be under way when the window ends, and a member that no longer
+  // recovers sends no report for it, so the others' recover() times out. Such
+  // a TimeoutError is the window's, not the agreement's: not counted.
+  std::atomic<int> left{0};
   onEveryRank(n, [&](int r) {
     const auto i = static_cast<std::size_t>(r);
     Membership& m = *services[i].membership;
@@ -1484,13 +1510,15 @@ JoinWaitResult askToJoinAndFallSilent(double heartbeatSeconds, double agreementS
           const ViewChange change = m.recover(0, false);
           if (first) out.seconds[i] = change.seconds;
         } catch (const TimeoutError& e) {
-          out.errors[i] = e.what();
+          if (left.load() == 0) out.errors[i] = e.what();
+          ++left;
           return;
         }
         first = false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    ++left;
     out.views[i] = m.view().number;
   });
   for (auto& s : services) s.transport->close();
@@ -1514,16 +1542,17 @@ TEST_CASE("membership: a rank that asks to join and dies is neither waited for n
 }
 
 TEST_CASE("membership: the wait for a joiner's report ends within agreement_seconds", "[membership]") {
-  // Five heartbeats (2.5 s) are longer than agreement_seconds (1.5 s): the
-  // coordinator waits half of that for the report of a joiner that stays
-  // silent, and the members install a view without it instead of failing
-  // with TimeoutError.
-  const auto out = askToJoinAndFallSilent(0.5, 1.5, false, 2.5);
+  // Five heartbeats (5 s) are longer than agreement_seconds (4 s): the
+  // coordinator waits half of that (2 s) for the report of a joiner that
+  // stays silent, and the members install a view without it instead of
+  // failing with TimeoutError. (The 2 s between that wait and the limit are
+  // for a loaded machine; suspicion after 6 s, six heartbeats.)
+  const auto out = askToJoinAndFallSilent(1.0, 4.0, false, 6.0, 6.0);
   for (int r = 0; r < 3; ++r) {
     INFO("rank " << r << ": " << out.errors[static_cast<std::size_t>(r)]);
     CHECK(out.errors[static_cast<std::size_t>(r)].empty());
     CHECK(out.seconds[static_cast<std::size_t>(r)] >= 0);
-    CHECK(out.seconds[static_cast<std::size_t>(r)] < 1.5);
+    CHECK(out.seconds[static_cast<std::size_t>(r)] < 4.0);
   }
 }
 
