@@ -76,7 +76,8 @@ struct ViewChange {
   /// steps were skipped by the ranks furthest behind (lockstep algorithms).
   std::uint64_t fewestSteps = 0;
   /// Global rank of the lowest survivor that had completed resumeStep steps;
-  /// -1 when every member had (nobody is behind).
+  /// -1 when every survivor had and no rank joined (nobody is behind: a rank
+  /// that joins takes a survivor's model, however many steps it reports).
   int modelSource = -1;
   /// A survivor that had completed resumeStep steps had a collective of its
   /// own to run before its next step (inside Agent::survive, or

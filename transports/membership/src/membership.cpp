@@ -732,7 +732,8 @@ class MembershipTransport final : public Transport, public Membership {
 
   // Step 3: the coordinator decides once every survivor reported. Peers
   // asking to rejoin that reported for this view are added to it; the model
-  // source is a survivor (a rejoining peer is behind).
+  // source is a survivor (a rejoining peer needs its model, whatever its
+  // steps).
   void coordinateLocked() {
     // A rank that was stopped waits to hear from its peers first: they may
     // have removed it (their answer carries that view). A rank outside the
@@ -771,11 +772,15 @@ class MembershipTransport final : public Transport, public Membership {
     bool behind = fewest < resume;
     // Under membership.partition: merge, joiners that trained on as a side
     // of a partition bring their models: the members merge them (merged).
+    // Any joiner needs a survivor's model (a model source) whatever steps it
+    // reports: one that trained on may report as many as the survivors, or
+    // more (the rest of a side whose other ranks merged in an earlier view
+    // joins without the side flag), and its model is still its own.
     bool merged = false;
     for (int p : joiners_)
       if (reports.count(p) && view_.localRank(p) < 0 && !lostSinceAskedLocked(p)) {
         members.push_back(p);
-        behind = behind || reports.at(p).steps < resume;
+        behind = true;
         merged = merged || (reports.at(p).side && !options_.majority);
       }
     std::sort(members.begin(), members.end());
