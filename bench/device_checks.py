@@ -6,7 +6,7 @@ under bfloat16 autocast. Run on a machine with a GPU (scripts/device-check.sh),
 or on the CPU as a dry run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py tensors \\
-        [--world-size 4] [--device cuda|cpu] [--sizes 1,1000,1048579,4194311] --json OUT.json
+        [--world-size 4] [--device cuda|cpu] [--sizes 1,1000,1048579,16777259] --json OUT.json
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py staging \\
         [--world-size 4] [--device cuda|cpu] [--mib 64] [--reps 10] --json OUT.json
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py train \\
@@ -24,7 +24,9 @@ failed but some were skipped (train: DDP over "gossamer" where its extension
 is not built), 2 for bad arguments.
 
 tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
-          of each --sizes element count. For each: agent.allreduce (sum and
+          of each --sizes element count (one above 2^22 elements only in a
+          dtype where it spans more than one 64 MiB staging chunk: the
+          default's 2^24 + 43 in float32). For each: agent.allreduce (sum and
           average) and agent.broadcast (root N-1) of the tensor on --device,
           and one gossip exchange (Crossover-SGD through
           gossamer.torch.DistributedOptimizer: one step of SGD with lr 0 on a
@@ -107,6 +109,7 @@ BENCH_DDP = os.path.join(ROOT, "bench", "bench_ddp.py")  # DDP over the example'
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 DEFAULT_SIZES = "1,1000,1048579,16777259"  # 2^20 + 3, 2^24 + 43: float32 of 2^24 + 43 is 2 staging chunks
 DTYPES = ["float32", "bfloat16", "float16"]
+ONE_CHUNK_ROW_LIMIT = 1 << 22  # elements: a tensor above this in one staging chunk adds only time
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 FLOAT16_SUBNORMAL = 2.0 ** -24  # docs/collectives.md: added to the bound for float16
 LAUNCHER_VARIABLES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -310,6 +313,19 @@ def check_gossip(agent, device, dry, mine, row):
     return row
 
 
+def sizes_for(sizes, dtype):
+    """The --sizes that `dtype`'s rows check: each of at most
+    ONE_CHUNK_ROW_LIMIT elements, and a larger one only where it spans more
+    than one staging chunk in that dtype (2^24 + 43 elements: float32 only),
+    since a larger tensor in one chunk takes the path of a smaller one."""
+    import torch
+    from gossamer import _staging
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    return [n for n in sizes
+            if n <= ONE_CHUNK_ROW_LIMIT or len(_staging.chunks(n, size, _staging.DEFAULT_CHUNK_BYTES)) > 1]
+
+
 def rank_tensors(args, agent, device, dry):
     """The tensors check's rows on this rank (every rank makes the same calls)."""
     import torch
@@ -318,7 +334,7 @@ def rank_tensors(args, agent, device, dry):
     rows = []
     for dtype_name in DTYPES:
         dtype = getattr(torch, dtype_name)
-        for elements in args.sizes:
+        for elements in sizes_for(args.sizes, dtype):
             mine = rank_data(agent.rank, elements, dtype)
             total, magnitude = exact_sums(agent.world_size, elements, dtype)
             chunks = len(_staging.chunks(elements, mine.element_size(), _staging.DEFAULT_CHUNK_BYTES))
@@ -359,7 +375,7 @@ def c10d_rows(args, rank, n, device, dry):
     rows = []
     for dtype_name in DTYPES:
         dtype = getattr(torch, dtype_name)
-        for elements in args.sizes:
+        for elements in sizes_for(args.sizes, dtype):
             mine = rank_data(rank, elements, dtype)
             for op in ("all_reduce-sum", "broadcast", "all_gather"):
                 results = {}

@@ -90,17 +90,20 @@ export GOSSAMER_BUILD_DIR="$build"
 export PYTHONUNBUFFERED=1
 
 declare -A status seconds
-declare -A cap=([build]=150 [1]=100 [2]=100 [3]=160 [4]=60 [5]=55)
+declare -A cap=([build]=150 [1]=100 [2]=130 [3]=160 [4]=75 [5]=55)
 # The whole run ends by this many seconds after its start (GOSSAMER_DEVICE_DEADLINE;
 # the device tool stops a command at 600 s): a step gets its cap or what is left
 # before it, less 15 s for the summary, and one that would get under 20 s is
 # skipped (exit 125), so that the summary and the figure's file are always written.
 start_s=$(date +%s)
 deadline_s=$((start_s + ${GOSSAMER_DEVICE_DEADLINE:-570}))
+cap_of() {  # cap_of NAME: the step's cap, seconds (GOSSAMER_DEVICE_CAP_<NAME> over the default)
+  printenv "GOSSAMER_DEVICE_CAP_$1" || echo "${cap[$1]}"
+}
 run_step() {  # run_step NAME COMMAND...: runs it under its cap, logs it, records exit status and time
   local name="$1" t0 rc limit left
   shift
-  limit="$(printenv "GOSSAMER_DEVICE_CAP_$name" || echo "${cap[$name]}")"
+  limit="$(cap_of "$name")"
   left=$((deadline_s - $(date +%s) - 15))
   [ "$left" -ge "$limit" ] || limit=$left
   if [ "$limit" -lt 20 ]; then
@@ -218,12 +221,12 @@ for step in "${steps[@]}"; do
     1) run_step 1 check_import ;;
     # Each check's own --timeout ends it (and writes its JSON) before its cap would kill it.
     2) run_step 2 "$python" bench/device_checks.py tensors --json "$out/check-2-tensors.json" \
-         --timeout $((cap[2] - 15)) ;;
+         --timeout $(($(cap_of 2) - 15)) ;;
     3) # shellcheck disable=SC2086
        run_step 3 "$python" bench/device_checks.py train --json "$out/check-3-train.json" "${data_args[@]}" \
          --timeout 45 ${GOSSAMER_DEVICE_TRAIN_ARGS:-} ;;
     4) run_step 4 "$python" bench/device_checks.py staging --json "$out/check-4-staging.json" \
-         --timeout $((cap[4] - 15)) ;;
+         --timeout $(($(cap_of 4) - 15)) ;;
     5) run_step 5 check_allreduce ;;
     *) say "unknown step $step (build 1 2 3 4 5)"; exit 2 ;;
   esac
