@@ -6,7 +6,7 @@ under bfloat16 autocast. Run on a machine with a GPU (scripts/device-check.sh),
 or on the CPU as a dry run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py tensors \\
-        [--world-size 4] [--device cuda|cpu] [--sizes 1,1000,1048579,16777259] --json OUT.json
+        [--world-size 4] [--device cuda|cpu] [--sizes 1,1000,1048579,4194347] --json OUT.json
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py staging \\
         [--world-size 4] [--device cuda|cpu] [--mib 64] [--reps 10] --json OUT.json
     PYTHONPATH=build/python /usr/bin/python3 bench/device_checks.py train \\
@@ -25,8 +25,8 @@ is not built), 2 for bad arguments.
 
 tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
           of each --sizes element count (one above 2^22 elements only in a
-          dtype where it spans more than one 64 MiB staging chunk: the
-          default's 2^24 + 43 in float32). For each: agent.allreduce (sum and
+          dtype where it spans more than one 16 MiB staging chunk: the
+          default's 2^22 + 43 in float32). For each: agent.allreduce (sum and
           average) and agent.broadcast (root N-1) of the tensor on --device,
           and one gossip exchange (Crossover-SGD through
           gossamer.torch.DistributedOptimizer: one step of SGD with lr 0 on a
@@ -34,7 +34,7 @@ tensors   Per rank, seeded per rank: tensors of float32, bfloat16 and float16
           takes CPU float32 arrays only), each against the same call on a CPU
           copy. A row passes when the device tensor is still on its device,
           its bits equal those of the CPU tensor taken through the same
-          collectives (a device tensor is staged in 64 MiB chunks, one
+          collectives (a device tensor is staged in 16 MiB chunks, one
           collective each, gossamer/_staging.py), and it is within the bound
           (row field "bound") of the CPU call on the whole tensor: 0 (the same
           bits) for float32 in one chunk, broadcast and the gossip exchange;
@@ -63,7 +63,7 @@ staging   A --mib MiB float32 allreduce (sum) of a device tensor staged in
           the medians and their ratio, and on CUDA the median time of
           copying the whole tensor to pinned memory and back (rank 0's,
           copy_down_seconds and copy_up_seconds). The row of the library's chunk size
-          (64 MiB) passes when the sums are right, the tensor stayed on its
+          (16 MiB) passes when the sums are right, the tensor stayed on its
           device and device / CPU <= --max-ratio (1.15); the others are
           reported; in a dry run no ratio is judged.
 train     Under --autocast bfloat16 on --device: Crossover-SGD with
@@ -86,7 +86,7 @@ train     Under --autocast bfloat16 on --device: Crossover-SGD with
 
 On --device cpu the "device" side is a dry run: allreduce and broadcast take
 a CPU tensor through the staging pipeline with synchronous copies
-(gossamer._staging.SyncOps, the 64 MiB chunks a device tensor gets), the
+(gossamer._staging.SyncOps, the 16 MiB chunks a device tensor gets), the
 gossip exchange goes through DistributedOptimizer's float32 host copy (forced,
 as bindings/python/tests/test_torch.py does), and rows say "dry_run": true.
 """
@@ -107,7 +107,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
 BENCH_DDP = os.path.join(ROOT, "bench", "bench_ddp.py")  # DDP over the example's CNN, data and shard
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
-DEFAULT_SIZES = "1,1000,1048579,16777259"  # 2^20 + 3, 2^24 + 43: float32 of 2^24 + 43 is 2 staging chunks
+DEFAULT_SIZES = "1,1000,1048579,4194347"  # 2^20 + 3, 2^22 + 43: float32 of 2^22 + 43 is 2 staging chunks
 DTYPES = ["float32", "bfloat16", "float16"]
 ONE_CHUNK_ROW_LIMIT = 1 << 22  # elements: a tensor above this in one staging chunk adds only time
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
@@ -316,7 +316,7 @@ def check_gossip(agent, device, dry, mine, row):
 def sizes_for(sizes, dtype):
     """The --sizes that `dtype`'s rows check: each of at most
     ONE_CHUNK_ROW_LIMIT elements, and a larger one only where it spans more
-    than one staging chunk in that dtype (2^24 + 43 elements: float32 only),
+    than one staging chunk in that dtype (2^22 + 43 elements: float32 only),
     since a larger tensor in one chunk takes the path of a smaller one."""
     import torch
     from gossamer import _staging
@@ -805,7 +805,11 @@ def print_table(check, rows):
 
 
 def commit():
-    """The tree's commit (short), or None outside a git checkout."""
+    """The tree's commit (short): $GOSSAMER_DEVICE_COMMIT where set (the
+    device tool's copy of the tree may carry another checkout's .git), else
+    git's HEAD, or None outside a git checkout."""
+    if os.environ.get("GOSSAMER_DEVICE_COMMIT"):
+        return os.environ["GOSSAMER_DEVICE_COMMIT"]
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, timeout=30).stdout.strip() or None

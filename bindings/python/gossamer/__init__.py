@@ -451,7 +451,7 @@ class Agent:
                 float16 or bfloat16 (torch), C-contiguous and writable, any
                 shape; the same number of elements and dtype on every rank.
                 A tensor on another device than the CPU is staged through
-                host memory in 64 MiB chunks, copies overlapping the
+                host memory in 16 MiB chunks, copies overlapping the
                 communication (``gossamer/_staging.py``).
                 16-bit elements travel as 2 bytes and are reduced in float32,
                 rounded once per hop (docs/collectives.md, "16-bit vectors").

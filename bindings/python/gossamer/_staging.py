@@ -2,7 +2,7 @@
 in chunks (used by ``Agent.allreduce`` and ``Agent.broadcast``; the C++ core
 never sees a device pointer).
 
-Pipeline, for chunks of ``chunk_bytes`` (64 MiB) of the flat tensor and up
+Pipeline, for chunks of ``chunk_bytes`` (16 MiB) of the flat tensor and up
 to three host slots (pinned memory where the device has it; one slot of the
 tensor's size when it fits in one chunk)::
 
@@ -20,14 +20,12 @@ algorithm: the bytes on the wire are those of the CPU call on the whole
 tensor. A tensor of one chunk is one collective, with the bits of the CPU
 call.
 
-Chunks are large. On the GPU machine of scripts/device-check.sh (an H200,
-loopback at about 1 GB/s; 2026-11-30, commit 83f4e3b) a 64 MiB allreduce of
-4 ranks staged in 4 MiB chunks took 1.78 times as long as on the CPU, and
-failed that check's target of 1.15 (docs/python.md, "On a GPU"). Whether the
-16 collectives or the 32 copies cost that is not established (on this
-project's 2-core VM the 16 collectives alone take 6-9% longer than one:
-docs/python.md). The default chunk, 64 MiB, has not been measured on a GPU;
-``bench/device_checks.py staging`` times the copies and the collectives apart.
+The chunk size is the one that cost least on the GPU machine of
+scripts/device-check.sh (an NVIDIA H200, 4 ranks sharing it; 2026-12-04,
+docs/python.md, "On a GPU"): a 64 MiB float32 allreduce took 1.01 times the
+CPU one in 16 MiB chunks, 1.15 times in one chunk of 64 MiB (nothing to
+overlap the copies with) and 1.63 times in 4 MiB chunks (16 collectives alone
+took 1.55 times one).
 
 ``DeviceOps`` is the device boundary: ``CudaOps`` uses CUDA streams, events
 and pinned memory; ``SyncOps`` copies synchronously for any other device.
@@ -41,7 +39,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 16 * 1024 * 1024
 SLOTS = 3
 
 
