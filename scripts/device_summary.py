@@ -4,12 +4,16 @@ device-check.json, check-*.json, device-check.log) into one JSON file, the data
 of the figure device-checks (scripts/figures/device_checks.py).
 
     scripts/device_summary.py FOLDER [-o results/device/device-checks.json]
+        [--earlier MERGED.json --earlier-commit C]
 
 Written: {"steps": {step: {"exit", "seconds"}}, "machine": {...}, "checks":
 {"1": {...import..., "c10d_passed", "c10d_failed"}, "2": {rows...},
 "3": {...}, "4": {...}, "5-composite": [rows], "5-allreduce": [rows]}}; a
-check whose file is missing is absent. Exit status 1 (and a message) if
-FOLDER has no device-check.json.
+check whose file is missing is absent. With --earlier, a check missing from
+FOLDER is taken from an earlier run's merge, measured at --earlier-commit,
+and "runs" says which checks each run gave: [{"checks", "commit", "date"}],
+FOLDER's first. Exit status 1 (and a message) if FOLDER has no
+device-check.json.
 """
 import argparse
 import json
@@ -44,7 +48,9 @@ def summarize(folder):
     steps = load(os.path.join(folder, "device-check.json"))
     if steps is None:
         raise SystemExit(f"device_summary: {folder} has no device-check.json")
-    out = {"steps": steps, "checks": {}}
+    # The device run merges its folder itself and keeps only the merge.
+    merged = load(os.path.join(folder, "device-checks.json")) or {}
+    out = {"steps": steps, "checks": dict(merged.get("checks", {}))}
     for key, name in FILES.items():
         data = load(os.path.join(folder, name))
         if data is not None:
@@ -59,12 +65,42 @@ def summarize(folder):
     return out
 
 
+def check_stamp(check):
+    """(commit, date) a merged check recorded: its own, or its first row's."""
+    first = check if isinstance(check, dict) and "commit" in check else None
+    if first is None:
+        rows = check.get("rows", []) if isinstance(check, dict) else check
+        first = next((r for r in rows if isinstance(r, dict) and r.get("commit")), {})
+    return first.get("commit"), first.get("date")
+
+
+def add_earlier(data, earlier, commit):
+    """Fills the checks `data` lacks from the merge `earlier`, measured at
+    `commit`, and records both runs in data["runs"]."""
+    own = sorted(data["checks"])
+    taken = sorted(k for k in earlier["checks"] if k not in data["checks"])
+    for k in taken:
+        data["checks"][k] = earlier["checks"][k]
+    stamps = [check_stamp(data["checks"][k]) for k in own]
+    data["runs"] = [{"checks": own, "commit": next((c for c, _ in stamps if c), None),
+                     "date": data["machine"].get("date")},
+                    {"checks": taken, "commit": commit, "date": earlier["machine"].get("date")}]
+    for k, v in earlier["steps"].items():
+        data["steps"].setdefault(k, v)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
     ap.add_argument("-o", "--output", default="results/device/device-checks.json")
+    ap.add_argument("--earlier", help="an earlier run's merge: the checks FOLDER lacks come from it")
+    ap.add_argument("--earlier-commit", help="with --earlier: the commit that run measured")
     args = ap.parse_args()
+    if bool(args.earlier) != bool(args.earlier_commit):
+        ap.error("--earlier and --earlier-commit go together")
     data = summarize(args.folder)
+    if args.earlier:
+        add_earlier(data, load(args.earlier), args.earlier_commit)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(data, f, indent=1)

@@ -25,7 +25,7 @@ def _machine(data):
 def render(data):
     """Checks 1-4: one table of what ran and how it ended, then the training runs."""
     c = data["checks"]
-    lines = [f"Machine: {_machine(data)}. 4 ranks, one process each, sharing the GPU.", "",
+    lines = [f"Machine: {_machine(data)}. 4 ranks, one process each, sharing the GPU.{_runs(data)}", "",
              "| check | what | result |", "| --- | --- | --- |"]
     # (A check that failed or was cut short leaves rows without results:
     # they show as failed, with their error, rather than stop the rendering.)
@@ -83,6 +83,16 @@ def render(data):
                          f"{1000 * r['cpu_chunked_seconds']:.1f} | {1000 * r['copies_seconds']:.1f} | "
                          f"{1000 * r['device_seconds']:.1f} | {r['ratio']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _runs(data):
+    """" Checks 1, 2, 4 at commit X (date); ...": which run gave which checks, where there were several."""
+    runs = data.get("runs") or []
+    if len(runs) < 2:
+        return ""
+    parts = [f"check{'s' if len(r['checks']) > 1 else ''} {', '.join(r['checks'])} at commit {r['commit']} "
+             f"({r['date']})" for r in runs if r["checks"]]
+    return " " + "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
 
 
 def _judged(rows):

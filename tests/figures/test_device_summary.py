@@ -93,3 +93,39 @@ def test_check_3_shows_a_skipped_run_with_its_reason_and_a_failed_one_with_its_e
     assert "| ddp-gloo | 90.65% | 3.30 | pass |" in text
     assert "| ddp-nccl | - | - | skipped: NCCL refuses more than one rank on a GPU: 4 ranks, 1 GPU |" in text
     assert "| ddp-gossamer | - | - | FAIL: RuntimeError: boom |" in text
+
+
+def test_a_later_run_of_some_steps_takes_the_rest_from_an_earlier_runs_merge_and_names_both_runs(tmp_path):
+    # The later run kept only its own merge (the device run deletes the check
+    # files); its checks win, the earlier run gives the others, each named
+    # with its commit in the figure.
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "device-check.json").write_text(json.dumps({"4": {"exit": 0, "seconds": 17.0}}))
+    staging = {"gpu": "G", "machine": "m", "python": "3.12", "torch": "2.11.0", "cuda": "13.0", "date": "late",
+               "commit": "bbbbbbb", "rows": [_staging_row(16, 52.0, True)]}
+    (later / "device-checks.json").write_text(json.dumps({"checks": {"4": staging}}))
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({
+        "steps": {"4": {"exit": 1, "seconds": 15.0}, "3": {"exit": 77, "seconds": 80.0}},
+        "machine": {"date": "early"},
+        "checks": {"4": {"rows": [_staging_row(64, 60.0, True)]},
+                   "3": {"rows": [{"run": "ddp-gloo", "accuracy": 0.9, "seconds_per_epoch": 3.0, "ok": True}]}}}))
+    out = tmp_path / "merged.json"
+    done = subprocess.run(["/usr/bin/python3", SCRIPT, str(later), "-o", str(out), "--earlier", str(earlier),
+                           "--earlier-commit", "aaaaaaa"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    merged = json.loads(out.read_text())
+    assert merged["checks"]["4"]["rows"][0]["chunk_bytes"] == 16 << 20
+    assert merged["checks"]["3"]["rows"][0]["run"] == "ddp-gloo"
+    assert merged["steps"] == {"4": {"exit": 0, "seconds": 17.0}, "3": {"exit": 77, "seconds": 80.0}}
+    assert merged["runs"] == [{"checks": ["4"], "commit": "bbbbbbb", "date": "late"},
+                              {"checks": ["3"], "commit": "aaaaaaa", "date": "early"}]
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "figures"))
+    import device_checks
+    text = device_checks.render(merged)
+    assert "Check 4 at commit bbbbbbb (late); check 3 at commit aaaaaaa (early)." in text
+    lone = subprocess.run(["/usr/bin/python3", SCRIPT, str(later), "-o", str(out), "--earlier", str(earlier)],
+                          capture_output=True, text=True, timeout=60)
+    assert lone.returncode == 2 and "go together" in lone.stderr
