@@ -1690,6 +1690,54 @@ TEST_CASE(
   CHECK(job.held().entries <= 3);  // rank 2's, in view 1000
 }
 
+TEST_CASE(
+    "membership: a rank that rejoins with more steps than the survivors, not as a side that merges, is given "
+    "a survivor's model",
+    "[membership]") {
+  // Rank 0 runs the service (the coordinator) in a job of ranks 0 and 1 with
+  // room for rank 2; ranks 1 and 2 are bare transports. Rank 1 reports 10
+  // completed steps; rank 2 reports 50 (it trained on, as the rest of a
+  // partition's side whose other ranks merged already) without the side
+  // flag, and asks to join. A rank that rejoins without merging holds a
+  // model of its own, however many steps it took: the view that takes it
+  // back must name a model source (rank 0, at the resume step), or a
+  // replicated model (AllReduce-SGD) stays two models for the rest of the job.
+  // Rank 1 reports only once the join has revoked the view: a report handled
+  // before the join would let the coordinator decide without the joiner (as a
+  // real coordinator may; the joiner then asks again, which this bare one
+  // does not).
+  auto fabric = inproc::makeFabric(3);
+  auto rank1 = inproc::makeTransport(fabric, 1, 5.0);
+  auto rank2 = inproc::makeTransport(fabric, 2, 5.0);
+  membership::MembershipOptions o;
+  // The coordinator waits for a joiner's report up to min(5 heartbeats, half
+  // the 5 s agreement limit): 2.5 s. Nothing is suspected for silence.
+  o.heartbeatSeconds = 1;
+  o.suspectSeconds = 30;
+  auto service = membership::wrap(std::make_unique<WithRoom>(inproc::makeTransport(fabric, 0, 5.0), 2), o);
+  const auto report = [](std::uint64_t steps) {
+    auto m = controlMessage(kState, 0, -1);
+    std::memcpy(m.data() + 24, &steps, sizeof steps);
+    return m;
+  };
+  const Tag control{Op::kMembership, 0, 0};
+  rank2->isend(0, control, controlMessage(kJoin, 0, -1)).wait(5);
+  rank2->isend(0, control, report(50)).wait(5);
+  for (int i = 0; i < 3000 && !service.membership->revoked(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(service.membership->revoked());
+  rank1->isend(0, control, report(10)).wait(5);
+  const ViewChange change = service.membership->recover(10, false);
+  CHECK(change.view.members == std::vector<int>{0, 1, 2});
+  CHECK(change.joined == std::vector<int>{2});
+  CHECK_FALSE(change.merged);
+  CHECK(change.resumeStep == 10);
+  CHECK(change.modelSource == 0);
+  service.transport->abort();
+  rank1->abort();
+  rank2->abort();
+}
+
 TEST_CASE("membership: what a peer said in a view before it was installed is acted on when it is",
           "[membership]") {
   // A suspicion, a request to join and a report sent in view 1 reach rank 1
