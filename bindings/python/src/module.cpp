@@ -27,6 +27,7 @@
 
 #include "../../common/builtins.hpp"
 #include "../../common/view_rank.hpp"
+#include "errors.hpp"
 #include "gossamer/errors.hpp"
 #include "gossamer/launch_env.hpp"
 #include "gossamer/optimizers/optimizers.hpp"
@@ -39,6 +40,7 @@
 
 namespace py = pybind11;
 using namespace gossamer;
+using gossamer::bindings::textOf;
 
 namespace {
 
@@ -563,20 +565,8 @@ void pyBroadcast(PyAgent& self, const py::object& data, int root, const std::str
 
 // ---- exceptions ---------------------------------------------------------------------
 
-// The Python classes, created in PYBIND11_MODULE.
-struct Exceptions {
-  PyObject* error = nullptr;
-  PyObject* invalidArgument = nullptr;
-  PyObject* internal = nullptr;
-  PyObject* config = nullptr;
-  PyObject* protocol = nullptr;
-  PyObject* timeout = nullptr;
-  PyObject* peerFailure = nullptr;
-  PyObject* viewChanged = nullptr;
-  PyObject* expelled = nullptr;
-  PyObject* cancelled = nullptr;
-};
-Exceptions exc;
+// The Python classes, created in PYBIND11_MODULE (errors.hpp translates into them).
+bindings::PythonErrors exc;
 
 PyObject* newException(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string qualified = std::string("gossamer.") + name;
@@ -586,49 +576,7 @@ PyObject* newException(py::module_& m, const char* name, PyObject* bases, const 
   return type;
 }
 
-// Text from C++ (a message, a config file's name or key) as a Python str:
-// bytes that are not UTF-8 (a YAML value, a path) become \xNN escapes
-// instead of a UnicodeDecodeError in place of the error being raised.
-py::str textOf(const std::string& s) {
-  PyObject* str = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
-  if (str == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(str);
-}
-
-void raise(PyObject* type, const std::exception& e,
-           std::initializer_list<std::pair<const char*, py::object>> attrs) {
-  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, textOf(e.what()).ptr()));
-  if (!instance) return;  // the call set a Python error already
-  for (const auto& [k, v] : attrs) instance.attr(k) = v;
-  PyErr_SetObject(type, instance.ptr());
-}
-
-void translate(std::exception_ptr p) {
-  try {
-    if (p) std::rethrow_exception(p);
-  } catch (const ConfigError& e) {
-    raise(exc.config, e,
-          {{"file", textOf(e.file())}, {"line", py::int_(e.line())}, {"key", textOf(e.key())}});
-  } catch (const ProtocolError& e) {
-    raise(exc.protocol, e, {{"peer", py::int_(e.peer())}, {"offset", py::int_(e.offset())}});
-  } catch (const Expelled& e) {
-    raise(exc.expelled, e, {{"peer", py::int_(e.peer())}});
-  } catch (const ViewChanged& e) {
-    raise(exc.viewChanged, e, {{"peer", py::int_(e.peer())}});
-  } catch (const PeerFailure& e) {
-    raise(exc.peerFailure, e, {{"peer", py::int_(e.peer())}});
-  } catch (const TimeoutError& e) {
-    raise(exc.timeout, e, {});
-  } catch (const Cancelled& e) {
-    raise(exc.cancelled, e, {});
-  } catch (const InternalError& e) {
-    raise(exc.internal, e, {});
-  } catch (const InvalidArgument& e) {
-    raise(exc.invalidArgument, e, {});
-  } catch (const Error& e) {
-    raise(exc.error, e, {});
-  }
-}
+void translate(std::exception_ptr p) { bindings::translateErrors(exc, p); }
 
 // A ViewChange as Python sees it.
 py::dict changeDict(const ViewChange& c) {

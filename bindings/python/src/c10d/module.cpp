@@ -8,15 +8,25 @@
 #include <vector>
 
 #include "../../../common/builtins.hpp"
+#include "../errors.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
+
+namespace {
+// gossamer._core's error classes: this module registers their translation
+// with torch's pybind11 internals, which _core may not share (errors.hpp).
+gossamer::bindings::PythonErrors errors;
+}  // namespace
 
 PYBIND11_MODULE(_c10d, m) {
   m.doc() =
       "Gossamer's torch.distributed backend (import gossamer.torch, which registers it as \"gossamer\").";
   // c10d's ProcessGroup and Store types, which these derive from and take.
   py::module_::import("torch.distributed");
+  errors = gossamer::bindings::pythonErrorsOf(py::module_::import("gossamer._core"));
+  py::register_exception_translator(
+      [](std::exception_ptr p) { gossamer::bindings::translateErrors(errors, p); });
   using gossamer::c10d_backend::ProcessGroupGossamer;
   py::class_<ProcessGroupGossamer, gossamer::c10d_backend::BackendBase,
              c10::intrusive_ptr<ProcessGroupGossamer>>(
@@ -50,7 +60,8 @@ PYBIND11_MODULE(_c10d, m) {
            "each collective's waits (seconds, > 0); `store_host` (MASTER_ADDR) is what\n"
            "`transport.host: auto` faces. `rank` is in [0, `size`), `size` >= 1. Raises ValueError\n"
            "for a None store, a size below 1 or a rank outside [0, size) (before anything else);\n"
-           "gossamer's errors as RuntimeError (a peer that never arrives: a timeout naming it).\n"
+           "gossamer's errors as their gossamer classes (a peer that never arrives: gossamer.TimeoutError\n"
+           "naming it).\n"
            "(C++: ProcessGroupGossamer::ProcessGroupGossamer.)")
       .def_property_readonly("transport", &ProcessGroupGossamer::transportName,
                              "The transport's kind (\"zmq\", \"socket\", ...).");
