@@ -65,13 +65,12 @@ def summarize(folder):
     return out
 
 
-def check_stamp(check):
-    """(commit, date) a merged check recorded: its own, or its first row's."""
-    first = check if isinstance(check, dict) and "commit" in check else None
-    if first is None:
-        rows = check.get("rows", []) if isinstance(check, dict) else check
-        first = next((r for r in rows if isinstance(r, dict) and r.get("commit")), {})
-    return first.get("commit"), first.get("date")
+def check_commit(check):
+    """The commit a merged check recorded: its own, or its first row's (None if none)."""
+    if isinstance(check, dict) and check.get("commit"):
+        return check["commit"]
+    rows = check.get("rows", []) if isinstance(check, dict) else check
+    return next((r["commit"] for r in rows if isinstance(r, dict) and r.get("commit")), None)
 
 
 def add_earlier(data, earlier, commit):
@@ -81,9 +80,8 @@ def add_earlier(data, earlier, commit):
     taken = sorted(k for k in earlier["checks"] if k not in data["checks"])
     for k in taken:
         data["checks"][k] = earlier["checks"][k]
-    stamps = [check_stamp(data["checks"][k]) for k in own]
-    data["runs"] = [{"checks": own, "commit": next((c for c, _ in stamps if c), None),
-                     "date": data["machine"].get("date")},
+    commit_own = next((c for c in map(check_commit, (data["checks"][k] for k in own)) if c), None)
+    data["runs"] = [{"checks": own, "commit": commit_own, "date": data["machine"].get("date")},
                     {"checks": taken, "commit": commit, "date": earlier["machine"].get("date")}]
     for k, v in earlier["steps"].items():
         data["steps"].setdefault(k, v)

@@ -92,7 +92,8 @@ def _runs(data):
         return ""
     parts = [f"check{'s' if len(r['checks']) > 1 else ''} {', '.join(r['checks'])} at commit {r['commit']} "
              f"({r['date']})" for r in runs if r["checks"]]
-    return " " + "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
+    text = "; ".join(parts)
+    return f" {text[0].upper()}{text[1:]}."
 
 
 def _judged(rows):

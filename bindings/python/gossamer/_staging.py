@@ -22,10 +22,10 @@ call.
 
 The chunk size is the one that cost least on the GPU machine of
 scripts/device-check.sh (an NVIDIA H200, 4 ranks sharing it; 2026-12-04,
-docs/python.md, "On a GPU"): a 64 MiB float32 allreduce took 1.01 times the
-CPU one in 16 MiB chunks, 1.15 times in one chunk of 64 MiB (nothing to
-overlap the copies with) and 1.63 times in 4 MiB chunks (16 collectives alone
-took 1.55 times one).
+docs/python.md, "On a GPU"; two runs): a 64 MiB float32 allreduce took
+1.01-1.04 times the CPU one in 16 MiB chunks, 1.15-1.19 times in one chunk of
+64 MiB (nothing to overlap the copies with) and 1.63 times in 4 MiB chunks
+(16 collectives alone took 1.55-1.59 times one).
 
 ``DeviceOps`` is the device boundary: ``CudaOps`` uses CUDA streams, events
 and pinned memory; ``SyncOps`` copies synchronously for any other device.
